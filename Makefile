@@ -1,0 +1,45 @@
+# Thin wrapper over CMake. `make` builds into build/ (CLI at build/mtc);
+# `make test` and `make run` first install missing Debian packages.
+BUILD      ?= build
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+ifeq ($(CI),true)
+CMAKE_ARGS += -DMTC_WERROR=ON
+endif
+
+.PHONY: all build deps test run sanitize test-asan test-tsan bench clean format
+
+all: build
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) > $(BUILD).cmake.log 2>&1 || { cat $(BUILD).cmake.log; exit 1; }
+	@cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@sh scripts/deps.sh
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+run: deps build
+	sh scripts/demo.sh $(BUILD)/mtc
+
+# Sanitizer builds: ASan+UBSan over everything but the MPI tests, TSan over
+# the thread-rank (shm) tests.
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMTC_SANITIZE=address -DMTC_WERROR=ON $(CMAKE_ARGS) > build-asan.cmake.log
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -LE 'mpi|slow|bench'
+
+test-tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMTC_SANITIZE=thread -DMTC_WERROR=ON -DMTC_WITH_MPI=OFF $(CMAKE_ARGS) > build-tsan.cmake.log
+	@cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L tsan
+
+sanitize: test-asan test-tsan
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan *.cmake.log
+
+format:
+	clang-format -i src/*/*.c src/*/*.h tests/*/*.c

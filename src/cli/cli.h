@@ -1,0 +1,28 @@
+/* cli/cli.h - the subcommands of `mtc` and the helpers they share.
+ * cli/ is the only layer that prints user-facing errors and sets the exit
+ * status: 0 success, 1 runtime failure, 2 usage error (bad flag or layout). */
+#ifndef MTC_CLI_CLI_H
+#define MTC_CLI_CLI_H
+
+#include "core/args.h"
+#include "core/result.h"
+
+/* Each returns the process exit status; argv[0] is the first option. */
+int cli_cmd_train(int argc, char **argv);
+int cli_cmd_generate(int argc, char **argv);
+int cli_cmd_ranks(int argc, char **argv);
+int cli_cmd_schedule(int argc, char **argv);
+int cli_cmd_layout(int argc, char **argv);
+int cli_cmd_bench_comm(int argc, char **argv);
+
+/* "mtc CMD: error: MESSAGE" on stderr; returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "mtc CMD: error: <detail> (<advice for rc>)" on stderr; returns 1. */
+int cli_fail(const char *cmd, mtc_result_t rc);
+
+/* Parse options, handling --help/-h: returns -1 to go on, else an exit
+ * status (0 after printing help, 2 after a usage error). */
+int cli_parse(const char *cmd, const char *usage, const char *about, mtc_arg *args, int nargs,
+              int argc, char **argv);
+
+#endif

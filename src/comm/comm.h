@@ -1,0 +1,197 @@
+/* comm/comm.h - the communication library: communicators, point-to-point,
+ * collectives (blocking and non-blocking), and starting a world of ranks.
+ *
+ * NCCL-shaped: an opaque mtc_comm_t; collectives take
+ * (sendbuf, recvbuf, count, dtype, op, comm) and run in place when the two
+ * buffers are equal (for reduce_scatter / all_gather: when the rank's own
+ * block of the large buffer is the small one, as in NCCL).
+ *
+ * Backends: "shm" (ranks are threads of one process) and "mpi" (one process
+ * per rank; built when MPI is found). Algorithms are written once over the
+ * backend's point-to-point operations (comm/algo_*.c); comm/select.c picks
+ * one per call from an alpha-beta model unless forced (mtc_comm_set_algo,
+ * MTC_COMM_ALGO, --comm-algo).
+ *
+ * Ordering: operations on one communicator complete in the order each rank
+ * issued them. A blocking call made while non-blocking ones are pending on
+ * the same communicator runs after them. Different communicators are
+ * independent. Every rank of a communicator must issue the same sequence of
+ * collectives; each carries a sequence number and a signature (operation,
+ * count, dtype, op, root) and a rank whose call differs from its peers' gets
+ * MTC_ERR_INVALID_USAGE naming both ranks, the group and both calls.
+ * A peer that does not arrive within the timeout (MTC_COMM_TIMEOUT seconds,
+ * default 300; mtc_comm_set_timeout) gives MTC_ERR_TIMEOUT with a report of
+ * who waits in which call. Details are in mtc_error_detail().
+ *
+ * Determinism: the same inputs, group and algorithm give bitwise identical
+ * results on every rank and every run (reductions happen in a fixed order
+ * and every rank ends with the same bits).
+ *
+ * Counts are in elements. Thread-safety: a communicator is used by its one
+ * rank (thread or process); different ranks' handles are independent. */
+#ifndef MTC_COMM_COMM_H
+#define MTC_COMM_COMM_H
+
+#include <stddef.h>
+
+#include "core/dtype.h"
+#include "core/result.h"
+
+typedef struct mtc_comm *mtc_comm_t;
+typedef struct mtc_request *mtc_request_t;
+
+typedef enum { MTC_OP_SUM = 0, MTC_OP_MAX, MTC_OP_MIN, MTC_OP_AVG, MTC_OP_COUNT } mtc_op_t;
+
+typedef enum {
+    MTC_COLL_SEND = 0,
+    MTC_COLL_RECV,
+    MTC_COLL_SENDRECV,
+    MTC_COLL_BARRIER,
+    MTC_COLL_BROADCAST,
+    MTC_COLL_REDUCE,
+    MTC_COLL_ALL_REDUCE,
+    MTC_COLL_REDUCE_SCATTER,
+    MTC_COLL_ALL_GATHER,
+    MTC_COLL_ALL_TO_ALL,
+    MTC_COLL_REDUCE_SCATTER_V,
+    MTC_COLL_ALL_GATHER_V,
+    MTC_COLL_ALL_TO_ALL_V,
+    MTC_COLL_COUNT
+} mtc_coll_t;
+
+typedef enum {
+    MTC_ALGO_AUTO = 0,    /* the selector decides */
+    MTC_ALGO_RING,
+    MTC_ALGO_TREE,        /* binary / double binary tree */
+    MTC_ALGO_RECDBL,      /* recursive doubling */
+    MTC_ALGO_RABENSEIFNER,/* reduce-scatter then all-gather */
+    MTC_ALGO_DIRECT,      /* ranks read each other's buffers (shm only) */
+    MTC_ALGO_HIER,        /* intra-node then inter-node */
+    MTC_ALGO_NATIVE,      /* the MPI library's own collective (mpi only) */
+    MTC_ALGO_COUNT
+} mtc_algo_t;
+
+const char *mtc_op_name(mtc_op_t op);       /* "sum" */
+const char *mtc_coll_name(mtc_coll_t coll); /* "all_reduce" */
+const char *mtc_algo_name(mtc_algo_t algo); /* "ring" */
+int mtc_op_parse(const char *s);            /* -1 when unknown */
+int mtc_coll_parse(const char *s);
+int mtc_algo_parse(const char *s);
+
+/* ---- starting ranks ---------------------------------------------------- */
+
+typedef enum { MTC_BACKEND_AUTO = 0, MTC_BACKEND_SHM, MTC_BACKEND_MPI } mtc_backend_kind_t;
+
+typedef struct {
+    mtc_backend_kind_t backend; /* AUTO: mpi when started by an MPI launcher, else shm */
+    int world_size;             /* shm: number of rank-threads (>= 1); mpi: ignored */
+    int ranks_per_node;         /* 0: from the MPI library (mpi) or all ranks (shm) */
+    double timeout_s;           /* 0: MTC_COMM_TIMEOUT or the default (300 s) */
+    const char *algo_spec;      /* NULL: MTC_COMM_ALGO; "ring" or "all_reduce=ring,all_gather=direct" */
+    int pin_threads;            /* shm: pin rank-threads to cores when ranks <= cores (-1 auto) */
+} mtc_launch_opts;
+
+/* Each rank runs fn(world, arg) with its own world communicator; the return
+ * value is the rank's result. Launch returns when every rank has returned:
+ * MTC_OK if all succeeded, else the first failing rank's code (its detail is
+ * copied to the caller's mtc_error_detail). When a rank fails, peers waiting
+ * for it stop with MTC_ERR_REMOTE instead of waiting for the timeout. */
+typedef mtc_result_t (*mtc_rank_fn)(mtc_comm_t world, void *arg);
+mtc_result_t mtc_launch(const mtc_launch_opts *opts, mtc_rank_fn fn, void *arg);
+
+/* 1 when this process was started by mpirun/mpiexec/srun (rank variables set). */
+int mtc_launched_by_mpi(void);
+
+/* ---- communicators ----------------------------------------------------- */
+
+int mtc_comm_rank(mtc_comm_t comm);
+int mtc_comm_size(mtc_comm_t comm);
+/* Rank in the world communicator of member r of comm. */
+int mtc_comm_world_rank(mtc_comm_t comm, int r);
+const char *mtc_comm_name(mtc_comm_t comm);
+const char *mtc_comm_backend_name(mtc_comm_t comm); /* "shm" or "mpi" */
+/* Members on this rank's node / number of nodes spanned (for hierarchical). */
+int mtc_comm_local_size(mtc_comm_t comm);
+int mtc_comm_node_count(mtc_comm_t comm);
+
+/* Collective over parent: ranks with the same color form a communicator,
+ * ordered by (key, parent rank). color < 0 gives *out = NULL. `name` labels
+ * the group in errors ("TENSOR_MODEL_PARALLEL_GROUP"). */
+mtc_result_t mtc_comm_split(mtc_comm_t parent, int color, int key, const char *name,
+                            mtc_comm_t *out);
+/* Collective over parent: the communicator of the listed parent ranks, in
+ * list order; every parent rank passes the same list; non-members get NULL. */
+mtc_result_t mtc_comm_create(mtc_comm_t parent, const int *ranks, int n, const char *name,
+                             mtc_comm_t *out);
+/* Not collective; NULL is a no-op. The world communicator is freed by launch. */
+void mtc_comm_free(mtc_comm_t comm);
+
+/* Per-communicator settings (local to the calling rank; all ranks of the
+ * communicator must set the same algorithm). */
+void mtc_comm_set_algo(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo);
+mtc_algo_t mtc_comm_get_algo(mtc_comm_t comm, mtc_coll_t coll);
+void mtc_comm_set_timeout(mtc_comm_t comm, double seconds);
+/* The algorithm AUTO resolves to for this call shape (for reports/benchmarks). */
+mtc_algo_t mtc_comm_choose(mtc_comm_t comm, mtc_coll_t coll, size_t count, mtc_dtype_t dtype);
+
+/* ---- point-to-point ---------------------------------------------------- */
+
+/* Blocking; matched in order per (sender, receiver, communicator). */
+mtc_result_t mtc_send(const void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_comm_t comm);
+mtc_result_t mtc_recv(void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_comm_t comm);
+/* Send to dst and receive from src at once (deadlock-free for rings). */
+mtc_result_t mtc_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
+                          size_t recvcount, int src, mtc_dtype_t dtype, mtc_comm_t comm);
+
+/* ---- collectives --------------------------------------------------------- */
+
+mtc_result_t mtc_barrier(mtc_comm_t comm);
+/* buf of count elements: root's values end on every rank. */
+mtc_result_t mtc_broadcast(void *buf, size_t count, mtc_dtype_t dtype, int root, mtc_comm_t comm);
+/* recvbuf significant on root only (may be NULL elsewhere). */
+mtc_result_t mtc_reduce(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
+                        mtc_op_t op, int root, mtc_comm_t comm);
+mtc_result_t mtc_all_reduce(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
+                            mtc_op_t op, mtc_comm_t comm);
+/* sendbuf: size*recvcount elements; recvbuf: recvcount; rank r gets block r
+ * of the reduction. In place when recvbuf == sendbuf + r*recvcount. */
+mtc_result_t mtc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm);
+/* sendbuf: sendcount; recvbuf: size*sendcount, block r from rank r.
+ * In place when sendbuf == recvbuf + r*sendcount. */
+mtc_result_t mtc_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                            mtc_dtype_t dtype, mtc_comm_t comm);
+/* sendbuf: size*count, block j goes to rank j; recvbuf: size*count, block j
+ * came from rank j. Not in place. */
+mtc_result_t mtc_all_to_all(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
+                            mtc_comm_t comm);
+/* Uneven counts. Blocks are packed (displacement of block j = sum of counts
+ * before it) unless displs are given (NULL = packed). */
+mtc_result_t mtc_reduce_scatter_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                  mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm);
+mtc_result_t mtc_all_gather_v(const void *sendbuf, size_t sendcount, void *recvbuf,
+                              const size_t *recvcounts, const size_t *displs, mtc_dtype_t dtype,
+                              mtc_comm_t comm);
+mtc_result_t mtc_all_to_all_v(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                              void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+                              mtc_dtype_t dtype, mtc_comm_t comm);
+
+/* ---- non-blocking ------------------------------------------------------ */
+
+/* Start the collective and return at once; the buffers must stay untouched
+ * until the request completes. The caller may compute meanwhile. */
+mtc_result_t mtc_all_reduce_start(const void *sendbuf, void *recvbuf, size_t count,
+                                  mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm,
+                                  mtc_request_t *req);
+mtc_result_t mtc_reduce_scatter_start(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                      mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm,
+                                      mtc_request_t *req);
+mtc_result_t mtc_all_gather_start(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                  mtc_dtype_t dtype, mtc_comm_t comm, mtc_request_t *req);
+/* Wait for completion and release the request (*req becomes NULL);
+ * returns the collective's result. NULL request: MTC_OK. */
+mtc_result_t mtc_request_wait(mtc_request_t *req);
+/* *done = 1 when complete (then wait returns at once). */
+mtc_result_t mtc_request_test(mtc_request_t req, int *done);
+
+#endif
