@@ -1,0 +1,148 @@
+/* nn/nn.h - single-device kernels of the GPT model: forward/backward pairs
+ * on plain float buffers (llm.c style). The parallel layers (tp/, cp/, ep/)
+ * and the model (model/) compose these; nothing here communicates.
+ *
+ * Conventions:
+ *  - outputs first, inputs const, dims last; shapes in comments.
+ *  - backward WRITES input gradients (=) and ACCUMULATES (+=) parameter
+ *    gradients; any gradient pointer may be NULL to skip it.
+ *  - N = B*T rows; C channels; NH heads of HS; V vocabulary (Vp padded).
+ *  - threads: kernels take an nn_pool (NULL = the calling thread only).
+ *    GEMMs go through CBLAS sgemm; nn_pool_create sets OpenBLAS to one
+ *    thread and the pool splits GEMMs itself, so one pool per rank owns all
+ *    of the rank's threads (no fighting between OpenBLAS and our threads).
+ *  - results do not depend on the number of threads (each output element
+ *    is computed by exactly one thread in a fixed order), so the parity
+ *    tests can compare layouts bit-for-bit where the maths allows. */
+#ifndef MTC_NN_NN_H
+#define MTC_NN_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/result.h"
+
+/* ---- the per-rank thread pool ---------------------------------------------- */
+
+typedef struct nn_pool nn_pool;
+/* nthreads >= 1 (1 = no extra threads). */
+mtc_result_t nn_pool_create(int nthreads, nn_pool **out);
+void nn_pool_free(nn_pool *pool);
+int nn_pool_size(const nn_pool *pool); /* 1 for NULL */
+/* Run fn(i, arg) for i in [0, n) across the pool and wait. */
+void nn_pool_run(nn_pool *pool, int n, void (*fn)(int i, void *arg), void *arg);
+
+/* ---- GEMM ------------------------------------------------------------------ */
+
+/* C (M,N) = alpha * op(A) op(B) + beta * C, row-major, as cblas_sgemm. */
+void nn_sgemm(nn_pool *pool, int transA, int transB, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* ---- embeddings ------------------------------------------------------------ */
+
+/* out (N,C) = wte[tok - vocab_start] for tokens in [vocab_start,
+ * vocab_start + V_local), zero rows otherwise (vocab-parallel shards).
+ * wte (V_local, C). */
+void nn_token_embedding_forward(float *out, const int *tokens, const float *wte, int vocab_start,
+                                int V_local, int N, int C);
+void nn_token_embedding_backward(float *dwte, const float *dout, const int *tokens,
+                                 int vocab_start, int V_local, int N, int C);
+/* out (B,T,C) += wpe[pos[t]]; pos (T) global positions, NULL = 0..T-1. */
+void nn_position_embedding_forward(float *out, const float *wpe, const int *pos, int B, int T,
+                                   int C);
+/* dwpe[pos[t]] += sum_b dout[b,t]. */
+void nn_position_embedding_backward(float *dwpe, const float *dout, const int *pos, int B, int T,
+                                    int C);
+
+/* ---- layernorm (eps 1e-5) -------------------------------------------------- */
+
+/* out, inp (N,C); w, b (C); mean, rstd (N) saved for backward. */
+void nn_layernorm_forward(nn_pool *pool, float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C);
+void nn_layernorm_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean, const float *rstd,
+                           int N, int C);
+
+/* ---- linear: out = inp · wᵀ + bias ----------------------------------------- */
+
+/* out (N,OUT); inp (N,IN); w (OUT,IN) as nn.Linear; bias (OUT) or NULL. */
+void nn_linear_forward(nn_pool *pool, float *out, const float *inp, const float *w,
+                       const float *bias, int N, int IN, int OUT);
+/* dinp (N,IN) =; dw (OUT,IN) +=; db (OUT) +=. */
+void nn_linear_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
+                        const float *inp, const float *w, int N, int IN, int OUT);
+
+/* ---- GELU (tanh form) ------------------------------------------------------- */
+
+void nn_gelu_forward(nn_pool *pool, float *out, const float *inp, size_t n);
+void nn_gelu_backward(nn_pool *pool, float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---- residual ---------------------------------------------------------------- */
+
+/* out = a + b (out may alias a or b). */
+void nn_residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* ---- dropout keyed by global position ----------------------------------------- */
+
+/* Which global element a local element is, so that any sharding of the
+ * batch, sequence, hidden or head dimensions draws the serial run's mask.
+ * Element (b, t, c) of a local (B, T, C) tensor is global element
+ *   ((b0 + b) * Tg + pos(t)) * Cg + (c0 + c),   pos(t) = tpos ? tpos[t] : t0 + t
+ * and attention-probability element (b, h, i, j) of a local (B, NH, T, Tk)
+ * tensor is global element
+ *   (((b0 + b) * NHg + h0 + h) * Tg + pos(i)) * Tg + kpos(j),
+ *   kpos(j) = kpos_arr ? kpos_arr[j] : j.
+ * A unit is kept when uniform(seed, stream, global) >= p and scaled by 1/(1-p). */
+typedef struct {
+    float p; /* 0 = identity */
+    uint64_t seed, stream;
+    int b0, Tg;
+    int t0;
+    const int *tpos;
+    int Cg, c0;           /* hidden dropout */
+    int NHg, h0;          /* attention dropout */
+    const int *kpos;
+} nn_dropout_spec;
+
+/* out, inp (B,T,C); out may alias inp. */
+void nn_dropout_forward(float *out, const float *inp, int B, int T, int C,
+                        const nn_dropout_spec *spec);
+/* dinp = dout * mask / (1-p), the mask regenerated from spec. */
+void nn_dropout_backward(float *dinp, const float *dout, int B, int T, int C,
+                         const nn_dropout_spec *spec);
+
+/* ---- causal self-attention ------------------------------------------------------ */
+
+/* qkv (B,T,3*NH*HS) laid out [q | k | v], heads contiguous inside each;
+ * out (B,T,NH*HS); att (B,NH,T,T) saved softmax probabilities (after
+ * dropout when drop->p > 0). Scale 1/sqrt(HS); causal over local positions
+ * (query i sees keys j <= i). drop may be NULL. */
+void nn_attention_forward(nn_pool *pool, float *out, float *att, const float *qkv, int B, int T,
+                          int NH, int HS, const nn_dropout_spec *drop);
+/* dqkv (B,T,3*NH*HS) =; scratch (B,NH,T,T) or larger. */
+void nn_attention_backward(nn_pool *pool, float *dqkv, float *scratch, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int NH, int HS,
+                           const nn_dropout_spec *drop);
+
+/* ---- softmax + cross-entropy (fused, in place) ---------------------------------- */
+
+/* logits (N,Vp) become probabilities; columns >= V (padding) are ignored
+ * (probability 0). losses (N) = -log p[target]. */
+void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const int *targets,
+                             int N, int V, int Vp);
+/* probs (N,Vp) become dlogits = scale * (p - onehot(target)); padding 0.
+ * scale = dloss per token (1 / tokens in the global batch for the mean). */
+void nn_softmax_xent_backward(nn_pool *pool, float *probs, const int *targets, float scale, int N,
+                              int V, int Vp);
+
+/* ---- optimizer pieces ------------------------------------------------------------- */
+
+/* AdamW on n elements with bias correction at step t (1-based); weight
+ * decay decoupled (p -= lr * wd * p); pass wd = 0 for 1-D parameters. */
+void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t);
+/* Sum of squares in double, fixed order (deterministic). */
+double nn_sumsq(const float *x, size_t n);
+void nn_scale(float *x, float s, size_t n);
+
+#endif
