@@ -1,0 +1,93 @@
+/* data/data.h - tokenizers, token sources and Megatron's batch semantics.
+ *
+ * A token source is one long stream of token ids (a text file or a folder
+ * of them tokenized in memory, a Megatron .bin/.idx indexed dataset, llm.c
+ * token shards, or deterministic mock tokens). Samples are windows of
+ * seq_length + 1 tokens (inputs and shifted targets) at non-overlapping
+ * offsets; the windows are divided into train / validation / test by
+ * --split weights (contiguous ranges of windows, Megatron's "949,50,1"
+ * notation) and visited in a seeded permutation per epoch, so sample i of a
+ * split is a pure function of (source, seed, seq_length, split, i).
+ *
+ * Batch semantics (Megatron's pretraining sampler): an iteration consumes
+ * global_batch = micro_batch * num_microbatches * dp samples; microbatch m
+ * of data-parallel rank r, row j is sample
+ *     consumed + m * (micro_batch * dp) + r * micro_batch + j.
+ * data_sample_index() computes it so that every layout reads the serial
+ * run's global batch. This file does no communication. */
+#ifndef MTC_DATA_DATA_H
+#define MTC_DATA_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/result.h"
+
+/* ---- tokenizers ------------------------------------------------------------------ */
+
+typedef enum { DATA_TOKENIZER_BYTE = 0, DATA_TOKENIZER_CHAR } data_tokenizer_kind;
+
+typedef struct {
+    data_tokenizer_kind kind;
+    int vocab_size;        /* byte: 256; char: number of distinct characters */
+    unsigned char chars[256]; /* char: id -> byte (sorted ascending) */
+    int id_of[256];        /* char: byte -> id, -1 when unknown */
+} data_tokenizer;
+
+/* "byte", "char" (also Megatron-style names "ByteLevelTokenizer",
+ * "CharLevelTokenizer"); -1 when unknown. */
+int data_tokenizer_parse(const char *name);
+void data_tokenizer_init_byte(data_tokenizer *tok);
+/* The char vocabulary of `text` (every distinct byte, sorted). */
+void data_tokenizer_init_char(data_tokenizer *tok, const unsigned char *text, size_t n);
+/* ids (n) from text; unknown chars map to id 0 (char) — returns how many were unknown. */
+size_t data_tokenizer_encode(const data_tokenizer *tok, const unsigned char *text, size_t n,
+                             int *ids);
+/* Writes at most cap-1 bytes and a NUL; returns bytes written. */
+size_t data_tokenizer_decode(const data_tokenizer *tok, const int *ids, size_t n, char *out,
+                             size_t cap);
+/* A compact text form ("char:<hex of chars>" / "byte") to store with a model. */
+mtc_result_t data_tokenizer_serialize(const data_tokenizer *tok, char *out, size_t cap);
+mtc_result_t data_tokenizer_deserialize(data_tokenizer *tok, const char *s);
+
+/* ---- token sources ----------------------------------------------------------------- */
+
+typedef struct data_source data_source;
+
+typedef struct {
+    const char *data_path;  /* file, folder, or Megatron prefix (PREFIX.bin + PREFIX.idx); NULL with mock */
+    int mock;               /* --mock-data */
+    int vocab_size;         /* mock: ids in [0, vocab_size); others: checked against the data */
+    const char *tokenizer;  /* for text: "char" (default) or "byte" */
+    int seq_length;         /* T: samples are T + 1 tokens */
+    uint64_t seed;
+    const char *split;      /* "949,50,1" (default "969,30,1"); weights train,valid,test */
+} data_source_opts;
+
+/* Opens and validates (truncated, mis-sized or corrupted files are refused
+ * with MTC_ERR_FORMAT and a one-line message naming the file and what is
+ * wrong); too little data for one sample is MTC_ERR_INVALID_ARGUMENT. */
+mtc_result_t data_source_open(const data_source_opts *opts, data_source **out);
+void data_source_free(data_source *src);
+/* Tokenizer of a text source (NULL for token-id sources). */
+const data_tokenizer *data_source_tokenizer(const data_source *src);
+/* Largest token id + 1 seen (or the declared vocabulary). */
+int data_source_vocab_size(const data_source *src);
+uint64_t data_source_num_tokens(const data_source *src);
+
+typedef enum { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_VALID = 1, DATA_SPLIT_TEST = 2 } data_split;
+/* Number of distinct windows in a split (sample indices wrap around it,
+ * with a new permutation per epoch). 0 when the split is empty. */
+uint64_t data_source_split_size(const data_source *src, data_split split);
+/* tokens (T+1) of sample `index` of `split`. */
+mtc_result_t data_source_sample(const data_source *src, data_split split, uint64_t index,
+                                int *tokens);
+
+/* Megatron's sample index of (microbatch m, dp rank r, row j) in the global
+ * batch starting at `consumed` samples. */
+static inline uint64_t data_sample_index(uint64_t consumed, int m, int r, int j, int micro_batch,
+                                         int dp) {
+    return consumed + (uint64_t)m * (uint64_t)(micro_batch * dp) + (uint64_t)r * micro_batch + j;
+}
+
+#endif
