@@ -1,7 +1,164 @@
-/* cli/cmd_train.c - placeholder until its issue lands; replaced by the owner. */
+/* cli/cmd_train.c - `mtc train`: Megatron's flag names, validation of every
+ * flag and shape before anything is allocated or written (usage errors exit
+ * with status 2), then train/train.c does the work. Serial only for now:
+ * --world-size > 1 is refused until the TP/SP/DP issue. */
+#include <stdio.h>
+#include <string.h>
+
 #include "cli/cli.h"
+#include "data/data.h"
+#include "model/checkpoint.h"
+#include "train/train.h"
+
+static const char *TRAIN_USAGE = "[options]";
+static const char *TRAIN_ABOUT =
+    "Train a GPT-2 style model (pre-LN, tied embeddings) with AdamW on a text file or folder\n"
+    "(char or byte tokens), a Megatron .bin/.idx dataset, llm.c shards or --mock-data.\n"
+    "Flag names and the per-iteration log line are Megatron-LM's. Throughput uses Megatron\n"
+    "core_v0.14's model FLOPs 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)), B = global batch.";
 
 int cli_cmd_train(int argc, char **argv) {
-    (void)argc, (void)argv;
-    return cli_usage_error("train", "not built yet");
+    int L = 4, C = 128, NH = 4, F = 0, T = 128, maxpos = 0, mbs = 4, gbs = 0, vocab = 0;
+    int64_t iters = 100, warmup = 0, decay = 0;
+    double lr = 1e-3, min_lr = 0, wd = 0.01, clip = 1.0, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    double hdrop = 0.1, adrop = 0.1;
+    int64_t seed = 1234;
+    int eval_interval = 1000, eval_iters = 100, log_interval = 100, world = 1, divisible = 128;
+    int threads = 0, mock = 0;
+    const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
+    const char *metrics = NULL, *save = NULL, *load = NULL;
+    mtc_arg args[] = {
+        {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
+        {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
+        {"num-attention-heads", NULL, MTC_ARG_INT, &NH, "N", "attention heads (default 4)", 0},
+        {"ffn-hidden-size", NULL, MTC_ARG_INT, &F, "N", "MLP hidden size (default 4*hidden)", 0},
+        {"seq-length", NULL, MTC_ARG_INT, &T, "N", "sequence length (default 128)", 0},
+        {"max-position-embeddings", NULL, MTC_ARG_INT, &maxpos, "N", "positions (default seq-length)", 0},
+        {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
+        {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N", "samples per iteration (default micro batch)", 0},
+        {"train-iters", NULL, MTC_ARG_I64, &iters, "N", "iterations (default 100)", 0},
+        {"lr", NULL, MTC_ARG_DOUBLE, &lr, "X", "peak learning rate (default 1e-3)", 0},
+        {"min-lr", NULL, MTC_ARG_DOUBLE, &min_lr, "X", "final learning rate (default 0)", 0},
+        {"lr-warmup-iters", NULL, MTC_ARG_I64, &warmup, "N", "linear warm-up iterations (default 0)", 0},
+        {"lr-decay-iters", NULL, MTC_ARG_I64, &decay, "N", "decay iterations (default train-iters)", 0},
+        {"lr-decay-style", NULL, MTC_ARG_STRING, &style, "S", "constant|linear|cosine (default linear)", 0},
+        {"weight-decay", NULL, MTC_ARG_DOUBLE, &wd, "X", "AdamW weight decay on 2-D weights (default 0.01)", 0},
+        {"clip-grad", NULL, MTC_ARG_DOUBLE, &clip, "X", "global gradient-norm clip, 0 = off (default 1.0)", 0},
+        {"adam-beta1", NULL, MTC_ARG_DOUBLE, &b1, "X", "(default 0.9)", 0},
+        {"adam-beta2", NULL, MTC_ARG_DOUBLE, &b2, "X", "(default 0.999)", 0},
+        {"adam-eps", NULL, MTC_ARG_DOUBLE, &eps, "X", "(default 1e-8)", 0},
+        {"seed", NULL, MTC_ARG_I64, &seed, "N", "initialisation, dropout and data order (default 1234)", 0},
+        {"data-path", NULL, MTC_ARG_STRING, &data_path, "PATH", "text file or folder, PREFIX of .bin/.idx, or llm.c .bin", 0},
+        {"split", NULL, MTC_ARG_STRING, &split, "W,W,W", "train,valid,test weights (default 969,30,1)", 0},
+        {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S", "char|byte for text data (default char)", 0},
+        {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N", "vocabulary (default: from the data; 50257 with --mock-data)", 0},
+        {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N", "pad the vocabulary to a multiple (default 128)", 0},
+        {"mock-data", NULL, MTC_ARG_FLAG, &mock, NULL, "deterministic synthetic tokens", 0},
+        {"eval-interval", NULL, MTC_ARG_INT, &eval_interval, "N", "iterations between evaluations (default 1000)", 0},
+        {"eval-iters", NULL, MTC_ARG_INT, &eval_iters, "N", "validation batches per evaluation (default 100)", 0},
+        {"log-interval", NULL, MTC_ARG_INT, &log_interval, "N", "iterations per log line (default 100)", 0},
+        {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P", "(default 0.1)", 0},
+        {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "(default 0.1)", 0},
+        {"world-size", NULL, MTC_ARG_INT, &world, "N", "ranks (only 1 for now)", 0},
+        {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)", 0},
+        {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration", 0},
+        {"save", NULL, MTC_ARG_STRING, &save, "FILE", "write the trained weights here", 0},
+        {"load", NULL, MTC_ARG_STRING, &load, "FILE", "start from these weights", 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
+    if (st >= 0) return st;
+
+    if (world != 1) {
+        if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
+        return cli_usage_error("train", "world-size=%d: data/tensor parallelism arrives with the TP/SP/DP issue; only --world-size 1 trains for now", world);
+    }
+    int lr_style = mtc_lr_style_parse(style);
+    if (lr_style < 0)
+        return cli_usage_error("train", "lr-decay-style=%s is unknown (use constant, linear or cosine)", style);
+    if (mock && data_path)
+        return cli_usage_error("train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
+    if (!mock && !data_path)
+        return cli_usage_error("train", "no data: pass --data-path FILE|DIR|PREFIX or --mock-data");
+    if (divisible < 1)
+        return cli_usage_error("train", "make-vocab-size-divisible-by=%d must be >= 1", divisible);
+    if (vocab < 0) return cli_usage_error("train", "vocab-size=%d must be >= 1", vocab);
+    if (T < 1) return cli_usage_error("train", "seq-length=%d must be >= 1", T);
+    if (data_path && data_tokenizer_parse(tokenizer) < 0)
+        return cli_usage_error("train", "tokenizer-type=%s is unknown (use char or byte)", tokenizer);
+
+    mtc_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    mtc_gpt_config *mc = &tc.model;
+    mc->num_layers = L, mc->hidden_size = C, mc->num_heads = NH;
+    mc->ffn_hidden_size = F ? F : 4 * C;
+    mc->seq_length = T;
+    mc->max_position_embeddings = maxpos ? maxpos : T;
+    mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
+    mc->init_std = 0.02f;
+    /* shape checks that need no data, before opening anything */
+    mc->vocab_size = mc->padded_vocab_size = 1;
+    if (mtc_gpt_config_validate(mc) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    tc.micro_batch = mbs;
+    tc.global_batch = gbs ? gbs : mbs;
+    tc.train_iters = iters;
+    tc.lr = (mtc_lr_schedule){.lr = lr, .min_lr = min_lr, .warmup_iters = warmup,
+                              .decay_iters = decay ? decay : iters, .style = (mtc_lr_style)lr_style};
+    tc.adam = (mtc_adamw_config){(float)b1, (float)b2, (float)eps, (float)wd};
+    tc.clip_grad = (float)clip;
+    tc.seed = (uint64_t)seed;
+    tc.log_interval = log_interval, tc.eval_interval = eval_interval, tc.eval_iters = eval_iters;
+    tc.threads = threads;
+    tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
+    if (mtc_train_validate(&tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
+
+    data_source_opts dopts = {.data_path = data_path, .mock = mock,
+                              .vocab_size = mock ? (vocab ? vocab : 50257) : vocab,
+                              .tokenizer = tokenizer, .seq_length = T, .seed = (uint64_t)seed,
+                              .split = split};
+    data_source *src = NULL;
+    if (data_source_open(&dopts, &src) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    int data_vocab = data_source_vocab_size(src);
+    if (vocab && vocab < data_vocab) {
+        data_source_free(src);
+        return cli_usage_error("train", "vocab-size=%d is smaller than the data's vocabulary %d (drop --vocab-size or raise it)", vocab, data_vocab);
+    }
+    mc->vocab_size = vocab ? vocab : data_vocab;
+    mc->padded_vocab_size = mtc_gpt_pad_vocab(mc->vocab_size, divisible, 1);
+    char tokstr[MTC_CKPT_TOKENIZER_MAX] = "none";
+    const data_tokenizer *tok = data_source_tokenizer(src);
+    if (tok && data_tokenizer_serialize(tok, tokstr, sizeof tokstr) != MTC_OK) {
+        data_source_free(src);
+        return cli_fail("train", MTC_ERR_INTERNAL);
+    }
+    tc.tokenizer = tokstr;
+    if (load) { /* refuse a mismatching checkpoint before training starts */
+        mtc_ckpt_info info;
+        if (mtc_ckpt_read_info(load, &info) != MTC_OK) {
+            data_source_free(src);
+            return cli_usage_error("train", "%s", mtc_error_detail());
+        }
+        const mtc_gpt_config *fc = &info.cfg;
+        if (fc->num_layers != mc->num_layers || fc->hidden_size != mc->hidden_size ||
+            fc->num_heads != mc->num_heads || fc->ffn_hidden_size != mc->ffn_hidden_size ||
+            fc->max_position_embeddings != mc->max_position_embeddings ||
+            fc->padded_vocab_size != mc->padded_vocab_size || fc->vocab_size != mc->vocab_size) {
+            data_source_free(src);
+            return cli_usage_error("train", "%s was saved with num-layers=%d hidden-size=%d num-attention-heads=%d ffn-hidden-size=%d max-position-embeddings=%d vocab=%d/%d, which differs from these flags (%d %d %d %d %d %d/%d)",
+                                   load, fc->num_layers, fc->hidden_size, fc->num_heads, fc->ffn_hidden_size,
+                                   fc->max_position_embeddings, fc->vocab_size, fc->padded_vocab_size,
+                                   mc->num_layers, mc->hidden_size, mc->num_heads, mc->ffn_hidden_size,
+                                   mc->max_position_embeddings, mc->vocab_size, mc->padded_vocab_size);
+        }
+        if (strcmp(info.tokenizer, tokstr)) {
+            data_source_free(src);
+            return cli_usage_error("train", "%s was saved with a different tokenizer than this data's", load);
+        }
+    }
+    mtc_result_t rc = mtc_train_run(&tc, src, stdout);
+    data_source_free(src);
+    if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("train", "%s", mtc_error_detail());
+    return rc == MTC_OK ? 0 : cli_fail("train", rc);
 }

@@ -1,0 +1,124 @@
+/* model/gpt.h - GPT-2 (pre-LN blocks, tied input/output embedding, vocabulary
+ * padded to a multiple) on the parameter registry, with the forward and
+ * backward pass of ONE microbatch on ONE model chunk.
+ *
+ * A chunk is a range of transformer layers [first_layer, last_layer), with
+ * or without the embedding (first stage) and the final layer norm + loss
+ * (last stage), so pipeline parallelism can later run a model per chunk;
+ * serial runs use one chunk holding everything. Activations of several
+ * in-flight microbatches live in arena "slots" sized at start; nothing is
+ * allocated in the step loop.
+ *
+ * Block (Megatron/GPT-2, dropout as Megatron places it):
+ *   x = drop_h(wte[tok] + wpe[pos])                      (embedding)
+ *   x = x + drop_h(c_proj(attn(drop_a; c_attn(ln_1(x)))))
+ *   x = x + drop_h(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))
+ *   logits = ln_f(x) · wteᵀ                              (head, tied)
+ * Dropout masks are keyed by (seed, layer, site, iteration) and the global
+ * sample index (pass->b0), so any sharded layout draws the serial masks.
+ *
+ * Relies on nn/ kernels and the registry; does not communicate, load data
+ * or step the optimizer. */
+#ifndef MTC_MODEL_GPT_H
+#define MTC_MODEL_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/mem.h"
+#include "core/result.h"
+#include "model/registry.h"
+#include "nn/nn.h"
+
+typedef struct {
+    int num_layers;              /* L */
+    int hidden_size;             /* C */
+    int num_heads;               /* NH */
+    int ffn_hidden_size;         /* F (GPT-2: 4C) */
+    int seq_length;              /* T */
+    int max_position_embeddings; /* rows of wpe */
+    int vocab_size;              /* V */
+    int padded_vocab_size;       /* Vp >= V, rows of wte */
+    float hidden_dropout;
+    float attention_dropout;
+    float init_std; /* 0.02 */
+} mtc_gpt_config;
+
+/* Megatron's padding: the smallest multiple of divisible_by (times tp) >= V. */
+int mtc_gpt_pad_vocab(int vocab_size, int divisible_by, int tp);
+/* Refuses impossible shapes with one line naming the value and the fix
+ * (MTC_ERR_INVALID_ARGUMENT). */
+mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *cfg);
+/* Model FLOPs of one iteration (Megatron core_v0.14 formula, no recompute):
+ * 72 B s L h^2 (1 + s/(12h) + V/(12hL)) with B the global batch, V padded. */
+double mtc_gpt_flops(const mtc_gpt_config *cfg, int64_t global_batch);
+
+typedef struct {
+    float *ln1w, *ln1b;       /* (C) */
+    float *qkvw, *qkvb;       /* (3C, C), (3C) : [q | k | v] */
+    float *attprojw, *attprojb; /* (C, C), (C) */
+    float *ln2w, *ln2b;       /* (C) */
+    float *fcw, *fcb;         /* (F, C), (F) */
+    float *fcprojw, *fcprojb; /* (C, F), (C) */
+} mtc_gpt_layer;
+
+/* How one pass is keyed (dropout) and whether it trains. */
+typedef struct {
+    int train;          /* 0: no dropout (eval, generate) */
+    uint64_t seed;      /* dropout seed */
+    uint64_t iteration; /* 1-based training iteration: new masks each step */
+    int b0;             /* position of row 0 in the global batch */
+} mtc_gpt_pass;
+
+typedef struct mtc_gpt_slot mtc_gpt_slot;
+
+typedef struct {
+    mtc_gpt_config cfg;
+    int B, T;                   /* largest microbatch this model runs */
+    int first_layer, last_layer; /* this chunk's layers */
+    int has_embedding, has_head;
+    mtc_registry reg;
+    float *params, *grads; /* flat, reg.total floats each, backward order */
+    float *wte, *wpe, *lnfw, *lnfb;     /* views into params (NULL if not in chunk) */
+    float *dwte, *dwpe, *dlnfw, *dlnfb; /* views into grads */
+    mtc_gpt_layer *layers, *dlayers;    /* [L], entries outside the chunk are NULL */
+    int nslots;
+    mtc_gpt_slot *slots;
+    /* shared scratch */
+    float *logits;          /* (B, T, Vp) */
+    float *fwd_tmp;         /* (B, T, C) */
+    float *dres, *dtmp, *dtmp2; /* (B, T, C) */
+    float *dbig1, *dbig2;   /* (B, T, max(F, 3C)) */
+    float *datt;            /* (B, NH, T, T) */
+    mtc_arena arena;
+    nn_pool *pool; /* not owned */
+} mtc_gpt;
+
+/* Builds the registry and flat buffers (zeroed) and sizes the activation
+ * arena for `nslots` in-flight microbatches of (B, T = cfg->seq_length).
+ * The whole model is one chunk. pool may be NULL. */
+mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
+                          mtc_gpt **out);
+void mtc_gpt_free(mtc_gpt *m);
+/* Initial weights from the registry (normal(0, std) keyed by name and
+ * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */
+void mtc_gpt_init_params(mtc_gpt *m, uint64_t seed);
+void mtc_gpt_zero_grad(mtc_gpt *m);
+/* Bytes of the activation arena actually used. */
+size_t mtc_gpt_activation_bytes(const mtc_gpt *m);
+
+/* Forward of one microbatch, tokens/targets (B, T), B <= m->B, T <= m->T.
+ * With targets: returns the sum of per-token losses (the logits buffer now
+ * holds probabilities, consumed by the matching backward, which must run
+ * before the next forward with targets). Without targets: returns 0 and
+ * mtc_gpt_logits() holds (B, T, Vp) logits. */
+double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
+                       const mtc_gpt_pass *pass);
+/* Backward of the microbatch in `slot` (forward with targets first);
+ * loss_scale = d(loss)/d(token loss), 1/(global_batch*T) for Megatron's
+ * mean. Accumulates (+=) into m->grads. */
+void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
+                      float loss_scale, const mtc_gpt_pass *pass);
+static inline const float *mtc_gpt_logits(const mtc_gpt *m) { return m->logits; }
+
+#endif

@@ -1,0 +1,83 @@
+/* model/registry.c - the parameter registry; see registry.h. Relies on
+ * core/rng.h for layout-invariant initial values. */
+#include "model/registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "core/rng.h"
+
+mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity) {
+    memset(reg, 0, sizeof *reg);
+    void *p;
+    MTC_CHECK(mtc_mem_calloc((size_t)capacity, sizeof(mtc_param), &p));
+    reg->params = p;
+    reg->capacity = capacity;
+    return MTC_OK;
+}
+
+void mtc_registry_free(mtc_registry *reg) {
+    if (!reg) return;
+    free(reg->params);
+    memset(reg, 0, sizeof *reg);
+}
+
+mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, int64_t shape0,
+                              int64_t shape1, mtc_init_kind init, float init_std) {
+    if (reg->count >= reg->capacity)
+        return mtc_error(MTC_ERR_INTERNAL, "registry full (%d parameters) adding %s",
+                         reg->capacity, name);
+    if (strlen(name) >= MTC_PARAM_NAME_MAX)
+        return mtc_error(MTC_ERR_INTERNAL, "parameter name too long: %s", name);
+    mtc_param *p = &reg->params[reg->count++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = shape1 > 0 ? 2 : 1;
+    p->shape[0] = shape0;
+    p->shape[1] = shape1 > 0 ? shape1 : 1;
+    p->numel = (size_t)shape0 * (size_t)p->shape[1];
+    p->layer = layer;
+    p->init = init;
+    p->init_std = init_std;
+    p->is_2d = p->ndim == 2;
+    p->split_dim = -1;
+    p->split_blocks = 1;
+    p->local_numel = p->numel;
+    return MTC_OK;
+}
+
+void mtc_registry_layout(mtc_registry *reg) {
+    size_t off = 0;
+    for (int i = reg->count - 1; i >= 0; i--) {
+        reg->params[i].offset = off;
+        off += reg->params[i].local_numel;
+    }
+    reg->total = off;
+}
+
+int mtc_registry_find(const mtc_registry *reg, const char *name) {
+    for (int i = 0; i < reg->count; i++)
+        if (!strcmp(reg->params[i].name, name)) return i;
+    return -1;
+}
+
+void mtc_registry_init_params(const mtc_registry *reg, float *params, uint64_t seed) {
+    for (int i = 0; i < reg->count; i++) {
+        const mtc_param *p = &reg->params[i];
+        float *dst = params + p->offset;
+        switch (p->init) {
+        case MTC_INIT_NORMAL:
+            mtc_rng_fill_normal(dst, p->local_numel, seed, mtc_rng_stream_of(p->name), 0, 0.0f,
+                                p->init_std);
+            break;
+        case MTC_INIT_ZEROS:
+            memset(dst, 0, p->local_numel * sizeof(float));
+            break;
+        case MTC_INIT_ONES:
+            for (size_t k = 0; k < p->local_numel; k++) dst[k] = 1.0f;
+            break;
+        }
+    }
+}

@@ -1,0 +1,82 @@
+/* model/registry.h - the parameter registry (DESIGN.md section 4).
+ *
+ * Every model parameter is registered once, with its global name (Hugging
+ * Face GPT-2 naming), global shape, initialisation rule and the fields the
+ * parallel layers fill in later (split, reduction groups, TP duplicate).
+ * Initialisation, weight decay, gradient norm, checkpoints and the parity
+ * tests read this table instead of knowing layer details.
+ *
+ * Weights of linear layers are stored as nn.Linear: (out, in). Hugging
+ * Face's GPT-2 Conv1D stores (in, out); converters must transpose.
+ *
+ * Flat buffers are laid out in BACKWARD order, as Megatron's grad buffer:
+ * the last registered parameter (ln_f.bias) sits at offset 0 and wte.weight
+ * at the end, so gradient buckets fill up while backward proceeds.
+ *
+ * Does not allocate the flat buffers (model/ does) and does not
+ * communicate. */
+#ifndef MTC_MODEL_REGISTRY_H
+#define MTC_MODEL_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/result.h"
+
+#define MTC_PARAM_NAME_MAX 64
+
+typedef enum {
+    MTC_INIT_NORMAL = 0, /* normal(0, std) from the counter-based generator */
+    MTC_INIT_ZEROS,
+    MTC_INIT_ONES,
+} mtc_init_kind;
+
+/* Which groups a gradient is summed over (bit set); filled by the parallel
+ * issues. Serial runs reduce over nothing. */
+enum {
+    MTC_REDUCE_DP_CP = 1u << 0,     /* every dense parameter */
+    MTC_REDUCE_TP = 1u << 1,        /* layer-norm weights under sequence parallelism */
+    MTC_REDUCE_EMBEDDING = 1u << 2, /* tied input/output embedding across PP stages */
+};
+
+typedef struct {
+    char name[MTC_PARAM_NAME_MAX]; /* "h.3.attn.c_attn.weight" */
+    int ndim;                      /* 1 or 2 */
+    int64_t shape[2];              /* global shape; (out, in) for linear weights */
+    size_t numel;                  /* global element count */
+    int layer;                     /* transformer layer, -1 for embeddings and ln_f */
+    mtc_init_kind init;
+    float init_std;                /* for MTC_INIT_NORMAL */
+    int is_2d;                     /* weight decay applies (Megatron: not bias, not 1-D) */
+    /* ---- filled by the parallel issues (serial: none / 0 / 1) ---- */
+    int split_dim;                 /* -1 = not split; else the dim split over TP */
+    int split_blocks;              /* fused blocks along split_dim ([q|k|v] = 3) */
+    unsigned reduce_groups;        /* MTC_REDUCE_* bits */
+    int tp_duplicate;              /* replicated over TP: counted once in grad norm */
+    /* ---- this rank's storage ---- */
+    size_t local_numel;
+    size_t offset;                 /* in the flat param and grad buffers (floats) */
+} mtc_param;
+
+typedef struct {
+    mtc_param *params; /* in registration (forward) order */
+    int count;
+    int capacity;
+    size_t total; /* floats in the flat buffers */
+} mtc_registry;
+
+mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity);
+void mtc_registry_free(mtc_registry *reg);
+/* Register a parameter; shape1 = 0 for 1-D. */
+mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, int64_t shape0,
+                              int64_t shape1, mtc_init_kind init, float init_std);
+/* Assign offsets in backward order (last registered first); sets total. */
+void mtc_registry_layout(mtc_registry *reg);
+/* Index of `name`, -1 when absent. */
+int mtc_registry_find(const mtc_registry *reg, const char *name);
+/* Fill the flat buffer `params` (reg->total floats) from the registry:
+ * element i of parameter p = normal(seed, stream_of(name), i) * std, so a
+ * shard of any layout draws the serial run's values. */
+void mtc_registry_init_params(const mtc_registry *reg, float *params, uint64_t seed);
+
+#endif

@@ -1,0 +1,126 @@
+/* optim/optim.c - LR schedule, gradient norm / clipping and the AdamW
+ * driver over the flat buffers; see optim.h. Relies on nn_adamw_update,
+ * nn_sumsq and nn_scale for the element-wise work. */
+#include "optim/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mem.h"
+
+#define OPTIM_CHUNK ((size_t)1 << 16)
+
+struct optim_chunk {
+    size_t offset, n;
+    int decay; /* weight decay applies */
+};
+
+int mtc_lr_style_parse(const char *s) {
+    if (!s) return -1;
+    if (!strcmp(s, "constant")) return MTC_LR_CONSTANT;
+    if (!strcmp(s, "linear")) return MTC_LR_LINEAR;
+    if (!strcmp(s, "cosine")) return MTC_LR_COSINE;
+    return -1;
+}
+
+double mtc_lr_at(const mtc_lr_schedule *s, int64_t step) {
+    if (s->warmup_iters > 0 && step <= s->warmup_iters)
+        return s->lr * (double)step / (double)s->warmup_iters;
+    if (s->style == MTC_LR_CONSTANT) return s->lr;
+    if (step > s->decay_iters) return s->min_lr;
+    int64_t span = s->decay_iters - s->warmup_iters;
+    if (span <= 0) return s->min_lr;
+    double r = (double)(step - s->warmup_iters) / (double)span;
+    double coeff = s->style == MTC_LR_LINEAR ? 1.0 - r : 0.5 * (cos(M_PI * r) + 1.0);
+    return s->min_lr + coeff * (s->lr - s->min_lr);
+}
+
+mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg) {
+    memset(opt, 0, sizeof *opt);
+    opt->n = reg->total;
+    int count = 0;
+    for (int i = 0; i < reg->count; i++)
+        count += (int)((reg->params[i].local_numel + OPTIM_CHUNK - 1) / OPTIM_CHUNK);
+    mtc_result_t rc;
+    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)count, sizeof(optim_chunk), (void **)&opt->chunks), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)count, sizeof(double), (void **)&opt->partial), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_alloc_big(opt->n * sizeof(float), 1, (void **)&opt->m), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_alloc_big(opt->n * sizeof(float), 1, (void **)&opt->v), rc, fail);
+    /* chunks in buffer order (reverse registration order) */
+    for (int i = reg->count - 1; i >= 0; i--) {
+        const mtc_param *p = &reg->params[i];
+        for (size_t off = 0; off < p->local_numel; off += OPTIM_CHUNK) {
+            optim_chunk *c = &opt->chunks[opt->nchunks++];
+            c->offset = p->offset + off;
+            c->n = p->local_numel - off < OPTIM_CHUNK ? p->local_numel - off : OPTIM_CHUNK;
+            c->decay = p->is_2d;
+        }
+    }
+    return MTC_OK;
+fail:
+    mtc_adamw_free(opt);
+    return rc;
+}
+
+void mtc_adamw_free(mtc_adamw *opt) {
+    if (!opt) return;
+    mtc_mem_free_big(opt->m, opt->n * sizeof(float));
+    mtc_mem_free_big(opt->v, opt->n * sizeof(float));
+    free(opt->chunks);
+    free(opt->partial);
+    memset(opt, 0, sizeof *opt);
+}
+
+typedef struct {
+    mtc_adamw *opt;
+    float *params;
+    const float *grads;
+    float *grads_rw;
+    float lr, scale;
+    const mtc_adamw_config *cfg;
+} optim_job;
+
+static void adamw_task(int i, void *arg) {
+    optim_job *j = arg;
+    const optim_chunk *c = &j->opt->chunks[i];
+    nn_adamw_update(j->params + c->offset, j->grads + c->offset, j->opt->m + c->offset,
+                    j->opt->v + c->offset, c->n, j->lr, j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
+                    c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
+}
+
+void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, const float *grads, float lr,
+                    const mtc_adamw_config *cfg) {
+    opt->step++;
+    optim_job j = {.opt = opt, .params = params, .grads = grads, .lr = lr, .cfg = cfg};
+    nn_pool_run(pool, opt->nchunks, adamw_task, &j);
+}
+
+static void sumsq_task(int i, void *arg) {
+    optim_job *j = arg;
+    const optim_chunk *c = &j->opt->chunks[i];
+    j->opt->partial[i] = nn_sumsq(j->grads + c->offset, c->n);
+}
+
+double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads) {
+    optim_job j = {.opt = opt, .grads = grads};
+    nn_pool_run(pool, opt->nchunks, sumsq_task, &j);
+    double s = 0;
+    for (int i = 0; i < opt->nchunks; i++) s += opt->partial[i];
+    return sqrt(s);
+}
+
+static void scale_task(int i, void *arg) {
+    optim_job *j = arg;
+    const optim_chunk *c = &j->opt->chunks[i];
+    nn_scale(j->grads_rw + c->offset, j->scale, c->n);
+}
+
+float mtc_grad_clip(mtc_adamw *opt, nn_pool *pool, float *grads, double norm, float max_norm) {
+    if (max_norm <= 0) return 1.0f;
+    double coeff = (double)max_norm / (norm + 1e-6);
+    if (!(coeff < 1.0)) return 1.0f;
+    optim_job j = {.opt = opt, .grads_rw = grads, .scale = (float)coeff};
+    nn_pool_run(pool, opt->nchunks, scale_task, &j);
+    return (float)coeff;
+}

@@ -1,0 +1,68 @@
+/* optim/optim.h - learning-rate schedule, global-norm gradient clipping and
+ * the AdamW step driver, with Megatron's semantics.
+ *
+ * LR (megatron/core/optimizer_param_scheduler.py, iteration-based):
+ *   step <= warmup (warmup > 0):  lr * step / warmup
+ *   constant:                     lr
+ *   step > decay_iters:           min_lr
+ *   else r = (step - warmup) / (decay_iters - warmup),
+ *        linear: min + (lr - min)(1 - r);  cosine: min + (lr - min)(1 + cos(pi r))/2
+ * `step` is the number of optimizer steps already taken, so iteration k
+ * updates with lr_at(k - 1) and Megatron's log line shows lr_at(k).
+ *
+ * Clipping (clip_grad_norm_fp32): coeff = max / (norm + 1e-6), applied only
+ * when < 1. Weight decay only on 2-D parameters (registry is_2d).
+ * Work is split into fixed chunks run on the rank's nn_pool; sums are
+ * combined in chunk order, so results do not depend on the thread count.
+ * Serial only for now: reductions over parallel groups arrive with the
+ * TP/SP/DP issue (they read the registry's reduce_groups / tp_duplicate). */
+#ifndef MTC_OPTIM_OPTIM_H
+#define MTC_OPTIM_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/result.h"
+#include "model/registry.h"
+#include "nn/nn.h"
+
+typedef enum { MTC_LR_CONSTANT = 0, MTC_LR_LINEAR, MTC_LR_COSINE } mtc_lr_style;
+
+typedef struct {
+    double lr, min_lr;
+    int64_t warmup_iters, decay_iters;
+    mtc_lr_style style;
+} mtc_lr_schedule;
+
+/* "constant" | "linear" | "cosine"; -1 when unknown. */
+int mtc_lr_style_parse(const char *s);
+double mtc_lr_at(const mtc_lr_schedule *s, int64_t step);
+
+typedef struct {
+    float beta1, beta2, eps, weight_decay;
+} mtc_adamw_config;
+
+typedef struct optim_chunk optim_chunk;
+
+typedef struct {
+    float *m, *v;         /* moments, n floats each (huge-page blocks) */
+    size_t n;
+    int64_t step;         /* optimizer steps taken */
+    optim_chunk *chunks;  /* fixed work split over the flat buffer */
+    int nchunks;
+    double *partial;      /* per-chunk sums of squares */
+} mtc_adamw;
+
+/* State for the flat buffer described by `reg` (reg->total floats). */
+mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg);
+void mtc_adamw_free(mtc_adamw *opt);
+/* One AdamW step on params with grads at learning rate lr (increments step). */
+void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, const float *grads, float lr,
+                    const mtc_adamw_config *cfg);
+/* L2 norm of the whole gradient buffer (deterministic). */
+double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads);
+/* Scale grads by max_norm / (norm + 1e-6) when that is < 1; returns the
+ * factor applied (1 when none). max_norm <= 0 disables clipping. */
+float mtc_grad_clip(mtc_adamw *opt, nn_pool *pool, float *grads, double norm, float max_norm);
+
+#endif
