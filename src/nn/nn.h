@@ -114,9 +114,11 @@ void nn_dropout_backward(float *dinp, const float *dout, int B, int T, int C,
 /* ---- causal self-attention ------------------------------------------------------ */
 
 /* qkv (B,T,3*NH*HS) laid out [q | k | v], heads contiguous inside each;
- * out (B,T,NH*HS); att (B,NH,T,T) saved softmax probabilities (after
- * dropout when drop->p > 0). Scale 1/sqrt(HS); causal over local positions
- * (query i sees keys j <= i). drop may be NULL. */
+ * out (B,T,NH*HS); att (B,NH,T,T) saved softmax probabilities P BEFORE
+ * dropout (zeros above the diagonal; backward rebuilds the dropout mask from
+ * drop, so pass the same spec to both). Scale 1/sqrt(HS); causal over local
+ * positions (query i sees keys j <= i). drop may be NULL. In nn_dropout_spec
+ * a zero Tg / Cg / NHg means "the local T / C / NH" (unsharded). */
 void nn_attention_forward(nn_pool *pool, float *out, float *att, const float *qkv, int B, int T,
                           int NH, int HS, const nn_dropout_spec *drop);
 /* dqkv (B,T,3*NH*HS) =; scratch (B,NH,T,T) or larger. */

@@ -1,0 +1,124 @@
+/* nn/gemm.c - GEMM split across the pool, and the linear layer on top.
+ *
+ * nn_sgemm cuts C into row blocks (or column blocks when C is wide and
+ * short) and each thread calls single-threaded cblas_sgemm on its block.
+ * The K dimension is never split and block boundaries depend only on the
+ * shape, so every element of C is computed by the same BLAS call whatever
+ * the pool size; the test checks that 1 and 3 threads give identical bits.
+ * Relies on OpenBLAS being set to one thread (pool.c).
+ * Does not contain a hand-written GEMM. */
+#include <cblas.h>
+#include <string.h>
+
+#include "nn/nn.h"
+#include "nn/nn_internal.h"
+
+typedef struct {
+    int transA, transB, M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    int lda, ldb, ldc;
+    float *C;
+    const float *bias; /* (N) added to every row after the product, or NULL */
+    int tiles, by_rows;
+} gemm_job;
+
+static void gemm_tile(int i, void *vp) {
+    const gemm_job *g = vp;
+    size_t lo, hi;
+    const float *A = g->A, *B = g->B;
+    float *C = g->C;
+    int M = g->M, N = g->N;
+    if (g->by_rows) {
+        nn_split_range((size_t)g->M, g->tiles, i, 8, &lo, &hi);
+        M = (int)(hi - lo);
+        A += g->transA ? lo : lo * (size_t)g->lda;
+        C += lo * (size_t)g->ldc;
+    } else {
+        nn_split_range((size_t)g->N, g->tiles, i, 16, &lo, &hi);
+        N = (int)(hi - lo);
+        B += g->transB ? lo * (size_t)g->ldb : lo;
+        C += lo;
+    }
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans,
+                g->transB ? CblasTrans : CblasNoTrans, M, N, g->K, g->alpha, A, g->lda, B, g->ldb,
+                g->beta, C, g->ldc);
+    if (g->bias) {
+        const float *bias = g->bias + (g->by_rows ? 0 : lo);
+        for (int r = 0; r < M; r++) {
+            float *c = C + (size_t)r * g->ldc;
+            for (int j = 0; j < N; j++) c[j] += bias[j];
+        }
+    }
+}
+
+/* Tiles depend on the shape only, never on the pool size: OpenBLAS's
+ * result for an element can change with the size of the block it sits in
+ * (edge kernels), so splitting by thread count would make the bits depend
+ * on the number of threads. Split the larger of M and N (the other
+ * operand is then the one repacked per tile, and it is the smaller), into
+ * an even number (<= 8) of blocks of at least 128, none for small products. */
+static void gemm_run(nn_pool *pool, gemm_job *g) {
+    double flops = 2.0 * g->M * (double)g->N * g->K;
+    g->by_rows = g->M >= g->N;
+    int extent = g->by_rows ? g->M : g->N;
+    int tiles = extent / 128;
+    if (tiles > 8) tiles = 8;
+    if (tiles > 1) tiles &= ~1;
+    if (tiles < 1 || flops < 1.0e6) tiles = 1;
+    g->tiles = tiles;
+    nn_pool_run(pool, tiles, gemm_tile, g);
+}
+
+void nn_sgemm(nn_pool *pool, int transA, int transB, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    gemm_job g = {transA, transB, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, NULL, 0, 0};
+    gemm_run(pool, &g);
+}
+
+/* out (N,OUT) = inp (N,IN) · wᵀ (IN,OUT) + bias (OUT) */
+void nn_linear_forward(nn_pool *pool, float *out, const float *inp, const float *w,
+                       const float *bias, int N, int IN, int OUT) {
+    if (N <= 0 || OUT <= 0) return;
+    gemm_job g = {0, 1, N, OUT, IN, 1.0f, 0.0f, inp, w, IN, IN, OUT, out, bias, 0, 0};
+    gemm_run(pool, &g);
+}
+
+typedef struct {
+    float *db;          /* (OUT) */
+    const float *dout;  /* (N, OUT) */
+    int N, OUT, tiles;
+} colsum_job;
+
+/* db[j] += sum over rows of dout[:, j], rows in order, for one column block. */
+static void colsum_tile(int i, void *vp) {
+    const colsum_job *c = vp;
+    size_t lo, hi;
+    nn_split_range((size_t)c->OUT, c->tiles, i, 16, &lo, &hi);
+    float acc[256];
+    for (size_t j0 = lo; j0 < hi; j0 += 256) {
+        size_t w = hi - j0 < 256 ? hi - j0 : 256;
+        memset(acc, 0, w * sizeof(float));
+        for (int r = 0; r < c->N; r++) {
+            const float *d = c->dout + (size_t)r * c->OUT + j0;
+            for (size_t j = 0; j < w; j++) acc[j] += d[j];
+        }
+        for (size_t j = 0; j < w; j++) c->db[j0 + j] += acc[j];
+    }
+}
+
+void nn_linear_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
+                        const float *inp, const float *w, int N, int IN, int OUT) {
+    if (N <= 0) return;
+    if (dinp) /* dinp (N,IN) = dout (N,OUT) · w (OUT,IN) */
+        nn_sgemm(pool, 0, 0, N, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
+    if (dw) /* dw (OUT,IN) += doutᵀ (OUT,N) · inp (N,IN) */
+        nn_sgemm(pool, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
+    if (db) {
+        colsum_job c = {db, dout, N, OUT, 0};
+        c.tiles = nn_split_count((size_t)OUT, 128);
+        nn_pool_run(pool, c.tiles, colsum_tile, &c);
+    }
+}

@@ -1,0 +1,280 @@
+/* nn/layers.c - the elementwise and row-wise kernels: embeddings,
+ * layernorm, GELU, residual, dropout (and its counter-based mask).
+ *
+ * Relies on core/rng.h's Philox mapping (u32(i) = block i/4, word i%4) to
+ * draw dropout masks four values per block; nn_rng_uniform_run must equal
+ * mtc_rng_uniform element by element (tested).
+ * Row and element ranges are split by size only, so results never depend on
+ * the pool size. Column reductions (layernorm dw/db) run over rows in order
+ * inside a column block. Does not allocate. */
+#include <math.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/rng.h"
+#include "nn/nn.h"
+#include "nn/nn_internal.h"
+
+/* ---- embeddings --------------------------------------------------------------- */
+
+void nn_token_embedding_forward(float *out, const int *tokens, const float *wte, int vocab_start,
+                                int V_local, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        int t = tokens[n] - vocab_start;
+        float *o = out + (size_t)n * C;
+        if (t >= 0 && t < V_local) memcpy(o, wte + (size_t)t * C, (size_t)C * sizeof(float));
+        else memset(o, 0, (size_t)C * sizeof(float));
+    }
+}
+
+void nn_token_embedding_backward(float *dwte, const float *dout, const int *tokens,
+                                 int vocab_start, int V_local, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        int t = tokens[n] - vocab_start;
+        if (t < 0 || t >= V_local) continue;
+        float *d = dwte + (size_t)t * C;
+        const float *g = dout + (size_t)n * C;
+        for (int c = 0; c < C; c++) d[c] += g[c];
+    }
+}
+
+void nn_position_embedding_forward(float *out, const float *wpe, const int *pos, int B, int T,
+                                   int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *w = wpe + (size_t)(pos ? pos[t] : t) * C;
+            float *o = out + ((size_t)b * T + t) * C;
+            for (int c = 0; c < C; c++) o[c] += w[c];
+        }
+}
+
+void nn_position_embedding_backward(float *dwpe, const float *dout, const int *pos, int B, int T,
+                                    int C) {
+    for (int t = 0; t < T; t++) {
+        float *d = dwpe + (size_t)(pos ? pos[t] : t) * C;
+        for (int b = 0; b < B; b++) {
+            const float *g = dout + ((size_t)b * T + t) * C;
+            for (int c = 0; c < C; c++) d[c] += g[c];
+        }
+    }
+}
+
+/* ---- layernorm -------------------------------------------------------------------- */
+
+#define LN_EPS 1e-5f
+
+typedef struct {
+    float *out, *mean, *rstd, *dinp, *dw, *db;
+    const float *inp, *w, *b, *dout;
+    const float *cmean, *crstd;
+    int N, C, tiles;
+} ln_job;
+
+static void ln_fwd_tile(int i, void *vp) {
+    const ln_job *j = vp;
+    size_t lo, hi;
+    nn_split_range((size_t)j->N, j->tiles, i, 1, &lo, &hi);
+    int C = j->C;
+    for (size_t r = lo; r < hi; r++) {
+        const float *x = j->inp + r * C;
+        float *o = j->out + r * C;
+        float s = 0.0f;
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            v += d * d;
+        }
+        float rs = 1.0f / sqrtf(v / C + LN_EPS);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * j->w[c] + j->b[c];
+        if (j->mean) j->mean[r] = m;
+        if (j->rstd) j->rstd[r] = rs;
+    }
+}
+
+void nn_layernorm_forward(nn_pool *pool, float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C) {
+    ln_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .N = N, .C = C};
+    j.tiles = nn_split_count((size_t)N * C, 16384);
+    if (j.tiles > N) j.tiles = N;
+    nn_pool_run(pool, j.tiles, ln_fwd_tile, &j);
+}
+
+/* dinp rows: dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),
+ * dnorm = w * dout, norm = (x - mean) * rstd. */
+static void ln_bwd_rows(int i, void *vp) {
+    const ln_job *j = vp;
+    size_t lo, hi;
+    nn_split_range((size_t)j->N, j->tiles, i, 1, &lo, &hi);
+    int C = j->C;
+    for (size_t r = lo; r < hi; r++) {
+        const float *x = j->inp + r * C, *g = j->dout + r * C;
+        float m = j->cmean[r], rs = j->crstd[r];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dn = j->w[c] * g[c];
+            s1 += dn;
+            s2 += dn * (x[c] - m) * rs;
+        }
+        s1 /= C;
+        s2 /= C;
+        float *d = j->dinp + r * C;
+        for (int c = 0; c < C; c++) {
+            float dn = j->w[c] * g[c];
+            d[c] = rs * (dn - s1 - (x[c] - m) * rs * s2);
+        }
+    }
+}
+
+/* dw[c] += sum_r dout * norm, db[c] += sum_r dout, rows in order. */
+static void ln_bwd_cols(int i, void *vp) {
+    const ln_job *j = vp;
+    size_t lo, hi;
+    nn_split_range((size_t)j->C, j->tiles, i, 16, &lo, &hi);
+    float aw[128], ab[128];
+    for (size_t c0 = lo; c0 < hi; c0 += 128) {
+        size_t w = hi - c0 < 128 ? hi - c0 : 128;
+        memset(aw, 0, w * sizeof(float));
+        memset(ab, 0, w * sizeof(float));
+        for (int r = 0; r < j->N; r++) {
+            const float *x = j->inp + (size_t)r * j->C + c0, *g = j->dout + (size_t)r * j->C + c0;
+            float m = j->cmean[r], rs = j->crstd[r];
+            for (size_t c = 0; c < w; c++) {
+                aw[c] += g[c] * ((x[c] - m) * rs);
+                ab[c] += g[c];
+            }
+        }
+        if (j->dw)
+            for (size_t c = 0; c < w; c++) j->dw[c0 + c] += aw[c];
+        if (j->db)
+            for (size_t c = 0; c < w; c++) j->db[c0 + c] += ab[c];
+    }
+}
+
+void nn_layernorm_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean, const float *rstd,
+                           int N, int C) {
+    ln_job j = {.dinp = dinp, .dw = dw, .db = db, .dout = dout, .inp = inp, .w = w,
+                .cmean = mean, .crstd = rstd, .N = N, .C = C};
+    if (dinp && N > 0) {
+        j.tiles = nn_split_count((size_t)N * C, 16384);
+        if (j.tiles > N) j.tiles = N;
+        nn_pool_run(pool, j.tiles, ln_bwd_rows, &j);
+    }
+    if ((dw || db) && N > 0) {
+        j.tiles = nn_split_count((size_t)C, 64);
+        nn_pool_run(pool, j.tiles, ln_bwd_cols, &j);
+    }
+}
+
+/* ---- GELU ------------------------------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+#define EW_GRAIN 16384
+
+typedef struct {
+    float *out;
+    const float *inp, *dout;
+    size_t n;
+    int tiles;
+} ew_job;
+
+static void gelu_fwd_tile(int i, void *vp) {
+    const ew_job *j = vp;
+    size_t lo, hi;
+    nn_split_range(j->n, j->tiles, i, 16, &lo, &hi);
+    for (size_t k = lo; k < hi; k++) {
+        float x = j->inp[k];
+        float u = GELU_K * (x + GELU_A * x * x * x);
+        j->out[k] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+static void gelu_bwd_tile(int i, void *vp) {
+    const ew_job *j = vp;
+    size_t lo, hi;
+    nn_split_range(j->n, j->tiles, i, 16, &lo, &hi);
+    for (size_t k = lo; k < hi; k++) {
+        float x = j->inp[k];
+        float u = GELU_K * (x + GELU_A * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+        j->out[k] = g * j->dout[k];
+    }
+}
+
+void nn_gelu_forward(nn_pool *pool, float *out, const float *inp, size_t n) {
+    ew_job j = {out, inp, NULL, n, nn_split_count(n, EW_GRAIN)};
+    nn_pool_run(pool, j.tiles, gelu_fwd_tile, &j);
+}
+
+void nn_gelu_backward(nn_pool *pool, float *dinp, const float *inp, const float *dout, size_t n) {
+    ew_job j = {dinp, inp, dout, n, nn_split_count(n, EW_GRAIN)};
+    nn_pool_run(pool, j.tiles, gelu_bwd_tile, &j);
+}
+
+/* ---- residual ----------------------------------------------------------------------- */
+
+void nn_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    for (size_t k = 0; k < n; k++) out[k] = a[k] + b[k];
+}
+
+/* ---- dropout --------------------------------------------------------------------------- */
+
+void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t first) {
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    size_t k = 0;
+    while (k < n) {
+        uint64_t idx = first + k;
+        uint64_t block = idx >> 2;
+        uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
+                           (uint32_t)(stream >> 32)};
+        uint32_t w[4];
+        mtc_philox4x32_10(ctr, key, w);
+        for (unsigned q = (unsigned)(idx & 3); q < 4 && k < n; q++, k++)
+            dst[k] = (float)(w[q] >> 8) * (1.0f / 16777216.0f);
+    }
+}
+
+void nn_dropout_scale_run(float *dst, size_t n, const nn_dropout_spec *s, uint64_t first) {
+    nn_rng_uniform_run(dst, n, s->seed, s->stream, first);
+    float p = s->p, scale = 1.0f / (1.0f - s->p);
+    for (size_t k = 0; k < n; k++) dst[k] = dst[k] >= p ? scale : 0.0f;
+}
+
+/* out = inp * mask/(1-p); the same code serves forward and backward. */
+static void dropout_apply(float *out, const float *inp, int B, int T, int C,
+                          const nn_dropout_spec *s) {
+    if (!s || s->p <= 0.0f) {
+        if (out != inp) memmove(out, inp, (size_t)B * T * C * sizeof(float));
+        return;
+    }
+    MTC_ASSERT(s->p < 1.0f);
+    int Tg = s->Tg > 0 ? s->Tg : T;
+    int Cg = s->Cg > 0 ? s->Cg : C;
+    float m[512];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int pos = s->tpos ? s->tpos[t] : s->t0 + t;
+            uint64_t g0 = ((uint64_t)(s->b0 + b) * Tg + pos) * Cg + s->c0;
+            size_t off = ((size_t)b * T + t) * C;
+            for (int c0 = 0; c0 < C; c0 += 512) {
+                int w = C - c0 < 512 ? C - c0 : 512;
+                nn_dropout_scale_run(m, (size_t)w, s, g0 + c0);
+                for (int c = 0; c < w; c++) out[off + c0 + c] = inp[off + c0 + c] * m[c];
+            }
+        }
+}
+
+void nn_dropout_forward(float *out, const float *inp, int B, int T, int C,
+                        const nn_dropout_spec *spec) {
+    dropout_apply(out, inp, B, T, C, spec);
+}
+
+void nn_dropout_backward(float *dinp, const float *dout, int B, int T, int C,
+                         const nn_dropout_spec *spec) {
+    dropout_apply(dinp, dout, B, T, C, spec);
+}

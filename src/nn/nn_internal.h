@@ -1,0 +1,38 @@
+/* nn/nn_internal.h - helpers shared by the nn kernel files (not public).
+ *
+ * Work splitting: kernels cut their outputs into contiguous ranges whose
+ * boundaries depend only on the problem size (never on the pool size), so
+ * every output element is computed by the same code in the same order
+ * whatever the number of threads. */
+#ifndef MTC_NN_INTERNAL_H
+#define MTC_NN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/nn.h"
+
+/* Number of ranges of about `grain` items that cover n items (>= 1). */
+static inline int nn_split_count(size_t n, size_t grain) {
+    size_t k = (n + grain - 1) / grain;
+    if (k < 1) k = 1;
+    if (k > 4096) k = 4096;
+    return (int)k;
+}
+/* Range i of k equal ranges over n items, boundaries rounded to `align`. */
+static inline void nn_split_range(size_t n, int k, int i, size_t align, size_t *lo, size_t *hi) {
+    size_t a = (n * (size_t)i / (size_t)k) / align * align;
+    size_t b = (i + 1 == k) ? n : (n * (size_t)(i + 1) / (size_t)k) / align * align;
+    *lo = a;
+    *hi = b;
+}
+
+/* dst[k] = uniform(seed, stream, first + k), as mtc_rng_uniform, computing
+ * each Philox block once for the four values it holds. */
+void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t first);
+
+/* Dropout keep-scale for a run of n consecutive global indices:
+ * dst[k] = (uniform(first+k) >= p) ? 1/(1-p) : 0. */
+void nn_dropout_scale_run(float *dst, size_t n, const nn_dropout_spec *s, uint64_t first);
+
+#endif

@@ -1,0 +1,156 @@
+/* nn/pool.c - the per-rank thread pool every nn kernel runs on.
+ *
+ * Persistent workers wait for a job generation number to change: they spin
+ * a short while (a few microseconds, so back-to-back kernels do not pay a
+ * wake-up) and then sleep on a condition variable, because this machine may
+ * run many rank-threads, each with a pool, on few cores and spinning there
+ * steals the cores the other ranks need. The caller takes part in every
+ * job. Work items are handed out through an atomic counter; determinism
+ * comes from the kernels (each item writes its own outputs), not from
+ * which thread runs which item.
+ *
+ * nn_pool_create sets OpenBLAS to one thread: the pool owns a rank's
+ * threads and splits GEMMs itself (gemm.c).
+ * Does not support nested nn_pool_run from inside a job, nor two threads
+ * submitting to one pool at once (one pool per rank). */
+#include "nn/nn.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/log.h"
+
+#define POOL_SPIN 4000 /* iterations of the pause loop before sleeping */
+
+struct nn_pool {
+    int nthreads;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    atomic_uint gen;     /* bumped once per job */
+    atomic_int next;     /* next work item */
+    atomic_int pending;  /* workers that have not finished the job */
+    atomic_int stop;
+    int n;
+    void (*fn)(int i, void *arg);
+    void *arg;
+};
+
+static inline void pool_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void pool_do_items(nn_pool *p) {
+    int n = p->n;
+    void (*fn)(int, void *) = p->fn;
+    void *arg = p->arg;
+    for (;;) {
+        int i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (i >= n) break;
+        fn(i, arg);
+    }
+}
+
+static void *pool_worker(void *vp) {
+    nn_pool *p = vp;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g = atomic_load(&p->gen);
+        for (int s = 0; g == seen && s < POOL_SPIN && !atomic_load(&p->stop); s++) {
+            pool_pause();
+            g = atomic_load(&p->gen);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv_work, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = g;
+        pool_do_items(p);
+        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {
+    *out = NULL;
+    if (nthreads < 1)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "nn pool: nthreads=%d must be >= 1", nthreads);
+    openblas_set_num_threads(1);
+    nn_pool *p = calloc(1, sizeof *p);
+    if (!p) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "nn pool: out of memory");
+    p->nthreads = nthreads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv_work, NULL);
+    pthread_cond_init(&p->cv_done, NULL);
+    if (nthreads > 1) {
+        p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
+        if (!p->threads) {
+            nn_pool_free(p);
+            return mtc_error(MTC_ERR_OUT_OF_MEMORY, "nn pool: out of memory");
+        }
+        for (int t = 0; t < nthreads - 1; t++) {
+            if (pthread_create(&p->threads[t], NULL, pool_worker, p) != 0) {
+                p->nthreads = t + 1; /* join only the ones that started */
+                nn_pool_free(p);
+                return mtc_error(MTC_ERR_SYSTEM,
+                                 "nn pool: could not start thread %d of %d (lower the "
+                                 "number of threads per rank)",
+                                 t + 1, nthreads - 1);
+            }
+        }
+    }
+    *out = p;
+    return MTC_OK;
+}
+
+void nn_pool_free(nn_pool *p) {
+    if (!p) return;
+    if (p->threads) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->stop, 1);
+        pthread_cond_broadcast(&p->cv_work);
+        pthread_mutex_unlock(&p->mu);
+        for (int t = 0; t < p->nthreads - 1; t++) pthread_join(p->threads[t], NULL);
+        free(p->threads);
+    }
+    pthread_cond_destroy(&p->cv_work);
+    pthread_cond_destroy(&p->cv_done);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+int nn_pool_size(const nn_pool *p) { return p ? p->nthreads : 1; }
+
+void nn_pool_run(nn_pool *p, int n, void (*fn)(int i, void *arg), void *arg) {
+    if (n <= 0) return;
+    if (!p || p->nthreads == 1 || n == 1) {
+        for (int i = 0; i < n; i++) fn(i, arg);
+        return;
+    }
+    p->n = n;
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store(&p->next, 0);
+    atomic_store(&p->pending, p->nthreads - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->gen, 1);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    pool_do_items(p);
+    for (int s = 0; atomic_load(&p->pending) != 0 && s < POOL_SPIN; s++) pool_pause();
+    if (atomic_load(&p->pending) != 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+}

@@ -1,0 +1,114 @@
+/* nn/xent_optim.c - fused softmax + cross-entropy over a padded vocabulary,
+ * and the optimizer pieces (AdamW, sum of squares, scale).
+ *
+ * Cross-entropy works in place on the logits buffer (llm.c style): forward
+ * turns logits into probabilities, backward turns them into dlogits, so
+ * the (N, Vp) tensor exists once. Padding columns [V, Vp) are never read
+ * as logits and are written as 0. Vocabulary-parallel cross-entropy (max
+ * and sum across TP ranks) is tp/'s job, not this file's.
+ * Rows are split by size only; every row is computed by one thread. */
+#include <math.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "nn/nn.h"
+#include "nn/nn_internal.h"
+
+typedef struct {
+    float *losses, *logits;
+    const int *targets;
+    float scale;
+    int N, V, Vp, tiles;
+} xent_job;
+
+static void xent_fwd_tile(int i, void *vp) {
+    const xent_job *j = vp;
+    size_t lo, hi;
+    nn_split_range((size_t)j->N, j->tiles, i, 1, &lo, &hi);
+    int V = j->V;
+    for (size_t r = lo; r < hi; r++) {
+        float *x = j->logits + r * j->Vp;
+        float mx = -INFINITY;
+        for (int v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+        int t = j->targets[r];
+        MTC_ASSERT(t >= 0 && t < V);
+        float xt = x[t];
+        float s = 0.0f;
+        for (int v = 0; v < V; v++) {
+            float e = expf(x[v] - mx);
+            x[v] = e;
+            s += e;
+        }
+        float inv = 1.0f / s;
+        for (int v = 0; v < V; v++) x[v] *= inv;
+        for (int v = V; v < j->Vp; v++) x[v] = 0.0f;
+        /* -log p[t] = log(sum) - (x_t - max): accurate even when p[t] underflows */
+        if (j->losses) j->losses[r] = logf(s) - (xt - mx);
+    }
+}
+
+void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const int *targets,
+                             int N, int V, int Vp) {
+    xent_job j = {losses, logits, targets, 0.0f, N, V, Vp, 0};
+    j.tiles = nn_split_count((size_t)N * Vp, 32768);
+    if (j.tiles > N) j.tiles = N;
+    if (N > 0) nn_pool_run(pool, j.tiles, xent_fwd_tile, &j);
+}
+
+static void xent_bwd_tile(int i, void *vp) {
+    const xent_job *j = vp;
+    size_t lo, hi;
+    nn_split_range((size_t)j->N, j->tiles, i, 1, &lo, &hi);
+    for (size_t r = lo; r < hi; r++) {
+        float *x = j->logits + r * j->Vp;
+        int t = j->targets[r];
+        x[t] -= 1.0f;
+        for (int v = 0; v < j->V; v++) x[v] *= j->scale;
+        for (int v = j->V; v < j->Vp; v++) x[v] = 0.0f;
+    }
+}
+
+void nn_softmax_xent_backward(nn_pool *pool, float *probs, const int *targets, float scale, int N,
+                              int V, int Vp) {
+    xent_job j = {NULL, probs, targets, scale, N, V, Vp, 0};
+    j.tiles = nn_split_count((size_t)N * Vp, 32768);
+    if (j.tiles > N) j.tiles = N;
+    if (N > 0) nn_pool_run(pool, j.tiles, xent_bwd_tile, &j);
+}
+
+/* ---- optimizer pieces ------------------------------------------------------------- */
+
+void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t) {
+    /* bias corrections in double: 1 - beta^t loses digits in float for small t */
+    float bc1 = (float)(1.0 - pow((double)beta1, t));
+    float bc2 = (float)(1.0 - pow((double)beta2, t));
+    float ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
+    for (size_t k = 0; k < n; k++) {
+        float g = grad[k];
+        float mk = beta1 * m[k] + (1.0f - beta1) * g;
+        float vk = beta2 * v[k] + (1.0f - beta2) * g * g;
+        m[k] = mk;
+        v[k] = vk;
+        float mh = mk * ib1, vh = vk * ib2;
+        param[k] -= lr * (mh / (sqrtf(vh) + eps) + weight_decay * param[k]);
+    }
+}
+
+double nn_sumsq(const float *x, size_t n) {
+    /* four fixed lanes so the compiler may vectorise without reordering */
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    size_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        a0 += (double)x[k] * x[k];
+        a1 += (double)x[k + 1] * x[k + 1];
+        a2 += (double)x[k + 2] * x[k + 2];
+        a3 += (double)x[k + 3] * x[k + 3];
+    }
+    for (; k < n; k++) a0 += (double)x[k] * x[k];
+    return (a0 + a1) + (a2 + a3);
+}
+
+void nn_scale(float *x, float s, size_t n) {
+    for (size_t k = 0; k < n; k++) x[k] *= s;
+}
