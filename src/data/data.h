@@ -90,4 +90,44 @@ static inline uint64_t data_sample_index(uint64_t consumed, int m, int r, int j,
     return consumed + (uint64_t)m * (uint64_t)(micro_batch * dp) + (uint64_t)r * micro_batch + j;
 }
 
+/* ---- details of the above, exposed for tests, logs and tools ---------------------- */
+
+/* One line for the start-up banner: kind, files, tokens, vocabulary. */
+const char *data_source_describe(const data_source *src);
+
+/* --split weights: up to three non-negative numbers separated by ',' or '/'
+ * ("949,50,1", "98,2"); missing ones are 0; normalized to sum to 1. */
+mtc_result_t data_split_parse(const char *split, double weights[3]);
+/* Megatron's _get_split_indices over n windows: each bound is the previous
+ * plus round-half-even(weight * n), then all but bounds[0] are shifted so
+ * that bounds[3] == n. Split s holds windows [bounds[s], bounds[s+1]). */
+void data_split_bounds(const double weights[3], uint64_t n, uint64_t bounds[4]);
+
+/* The seeded permutation of [0, n): position of element i for (seed, key).
+ * A bijection computed per index (6-round Feistel network on the next even
+ * power of two, Philox round function, cycle walking into [0, n)), so nothing
+ * is materialized. Samples use key = epoch * 4 + split. */
+uint64_t data_permute(uint64_t i, uint64_t n, uint64_t seed, uint64_t key);
+
+/* Mock data (--mock-data): a learnable, deterministic stream. Position p
+ * lies in segment s = p / 32; the segment plays pattern
+ * q = u32(seed, "data.mock.segment", s) % 16, and token p is
+ * u32(seed, "data.mock.pattern", q * 32 + p % 32) % vocab_size (u32 =
+ * mtc_rng_u32, streams from mtc_rng_stream_of). So 16 random phrases of 32
+ * tokens are repeated in random order: after a token or two of a phrase the
+ * rest is predictable, and a model's loss falls well below ln(vocab_size).
+ * A mock source holds DATA_MOCK_TOKENS tokens. */
+#define DATA_MOCK_TOKENS (1ull << 30)
+#define DATA_MOCK_PHRASE 32
+#define DATA_MOCK_PHRASES 16
+int data_mock_token(uint64_t seed, int vocab_size, uint64_t pos);
+
+/* Writes PREFIX.bin and PREFIX.idx in Megatron's indexed format (version 1):
+ * sequence s holds the next seq_lengths[s] tokens, one document per sequence.
+ * dtype_code is Megatron's (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64,
+ * 8 uint16), or 0 to pick as Megatron does (uint16 when every id < 65500,
+ * else int32). Files are written under temporary names, then renamed. */
+mtc_result_t data_indexed_write(const char *prefix, const int *tokens, const int *seq_lengths,
+                                size_t n_seqs, int dtype_code);
+
 #endif
