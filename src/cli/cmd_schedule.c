@@ -1,7 +1,222 @@
-/* cli/cmd_schedule.c - placeholder until its issue lands; replaced by the owner. */
+/* cli/cmd_schedule.c - `mtc schedule`: Megatron's per-rank pipeline compute
+ * order for a layout, as text, JSON (the shape of
+ * reference/examples/schedules.json) or an SVG timeline.
+ * Relies on pp/schedule.h for everything it prints; only formats. Invalid
+ * layouts exit 2 with Megatron's message on stderr and nothing on stdout. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
+#include "pp/schedule.h"
+
+#define T_FWD 1.0
+#define T_BWD 2.0
+
+static const char *schedule_op_str(char *buf, size_t n, const pp_op *op) {
+    snprintf(buf, n, "%c%d.%d", op->kind == PP_OP_FORWARD ? 'F' : 'B', op->microbatch, op->chunk);
+    return buf;
+}
+
+/* "F0.0 F1.0 ..." for ops[from..to) into a malloc'd string. */
+static char *schedule_ops_join(const pp_op *ops, int from, int to) {
+    size_t cap = (size_t)(to - from) * 24 + 1, len = 0;
+    char *s = malloc(cap), buf[24];
+    if (!s) return NULL;
+    s[0] = '\0';
+    for (int i = from; i < to; i++)
+        len += (size_t)snprintf(s + len, cap - len, "%s%s", i > from ? " " : "",
+                                schedule_op_str(buf, sizeof buf, &ops[i]));
+    return s;
+}
+
+/* For an interleaved refusal: the microbatch counts that would be accepted. */
+static void schedule_hint(char *out, size_t n, const pp_schedule_config *cfg) {
+    out[0] = '\0';
+    if (cfg->pp <= 1 || cfg->vpp <= 1) return;
+    size_t len = (size_t)snprintf(out, n, " (valid --microbatches for pp=%d group size %d:", cfg->pp,
+                                  pp_schedule_group_size(cfg));
+    int found = 0;
+    for (int M = 1; M <= 4096 && found < 8 && len < n; M++) {
+        pp_schedule_config c = *cfg;
+        c.num_microbatches = M;
+        if (pp_schedule_validate(&c) == MTC_OK)
+            len += (size_t)snprintf(out + len, n - len, " %d", M), found++;
+    }
+    if (len < n) snprintf(out + len, n - len, found ? " ...)" : " none; raise the group size)");
+}
+
+static int schedule_json(const pp_schedule_config *cfg, const pp_op *ops,
+                         const pp_schedule_counts *counts, int max_ops) {
+    pp_schedule_kind_t kind = pp_schedule_kind(cfg);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schedule", pp_schedule_kind_name(kind));
+    cJSON_AddStringToObject(root, "function", pp_schedule_function_name(kind));
+    cJSON_AddNumberToObject(root, "pp", cfg->pp);
+    if (kind == PP_SCHEDULE_INTERLEAVED) cJSON_AddNumberToObject(root, "vpp", cfg->vpp);
+    else cJSON_AddNullToObject(root, "vpp");
+    cJSON_AddNumberToObject(root, "num_microbatches", cfg->num_microbatches);
+    if (kind == PP_SCHEDULE_INTERLEAVED)
+        cJSON_AddNumberToObject(root, "microbatch_group_size_per_vp_stage",
+                                pp_schedule_group_size(cfg));
+    else
+        cJSON_AddNullToObject(root, "microbatch_group_size_per_vp_stage");
+    cJSON_AddBoolToObject(root, "forward_only", cfg->forward_only);
+    cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
+    int ok = 1;
+    for (int r = 0; r < cfg->pp; r++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", r);
+        cJSON_AddNumberToObject(o, "num_warmup", counts[r].num_warmup);
+        cJSON_AddNumberToObject(o, "num_steady", counts[r].num_steady);
+        cJSON_AddNumberToObject(o, "num_cooldown", counts[r].num_cooldown);
+        char *s = schedule_ops_join(ops + (size_t)r * max_ops, 0, counts[r].nops);
+        if (!s) ok = 0;
+        cJSON_AddStringToObject(o, "ops", s ? s : "");
+        free(s);
+        cJSON_AddItemToArray(ranks, o);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return cli_fail("schedule", mtc_error(MTC_ERR_OUT_OF_MEMORY, "formatting JSON"));
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
+
+static void schedule_text(const pp_schedule_config *cfg, const pp_op *ops,
+                          const pp_schedule_counts *counts, int max_ops, double bubble) {
+    pp_schedule_kind_t kind = pp_schedule_kind(cfg);
+    printf("schedule: %s (%s)\n", pp_schedule_kind_name(kind), pp_schedule_function_name(kind));
+    printf("pp=%d", cfg->pp);
+    if (kind == PP_SCHEDULE_INTERLEAVED)
+        printf(" vpp=%d microbatch-group-size=%d", cfg->vpp, pp_schedule_group_size(cfg));
+    printf(" microbatches=%d%s\n", cfg->num_microbatches, cfg->forward_only ? " forward-only" : "");
+    printf("notation: F<m>.<c> / B<m>.<c> = forward / backward of microbatch m on model chunk c\n");
+    for (int r = 0; r < cfg->pp; r++) {
+        const pp_op *o = ops + (size_t)r * max_ops;
+        const pp_schedule_counts *c = &counts[r];
+        int steady_ops = cfg->forward_only ? c->num_steady : 2 * c->num_steady;
+        printf("\nrank %d: warmup %d, steady %d, cooldown %d\n", r, c->num_warmup, c->num_steady,
+               c->num_cooldown);
+        const char *names[3] = {"warmup:  ", "steady:  ", "cooldown:"};
+        int bounds[4] = {0, c->num_warmup, c->num_warmup + steady_ops, c->nops};
+        for (int p = 0; p < 3; p++) {
+            if (bounds[p + 1] <= bounds[p]) continue;
+            char *s = schedule_ops_join(o, bounds[p], bounds[p + 1]);
+            printf("  %s %s\n", names[p], s ? s : "?");
+            free(s);
+        }
+    }
+    printf("\nbubble fraction: simulated %.4f (forward %g, backward %g, free transfers); "
+           "Megatron (p-1)/(m*v) = %.4f\n",
+           bubble, T_FWD, T_BWD, pp_bubble_formula(cfg));
+}
+
+static int schedule_write_svg(const char *path, const pp_op *ops, const pp_schedule_counts *counts,
+                              const pp_sim_span *spans, double makespan,
+                              const pp_schedule_config *cfg) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return cli_fail("schedule", mtc_error(MTC_ERR_IO, "cannot write %s", tmp));
+    mtc_result_t rc = pp_schedule_svg(f, ops, counts, spans, makespan, cfg, T_FWD, T_BWD);
+    if (fclose(f) != 0 && rc == MTC_OK) rc = mtc_error(MTC_ERR_IO, "closing %s failed", tmp);
+    if (rc == MTC_OK && rename(tmp, path) != 0) rc = mtc_error(MTC_ERR_IO, "cannot rename %s", tmp);
+    if (rc != MTC_OK) {
+        remove(tmp);
+        return cli_fail("schedule", rc);
+    }
+    return 0;
+}
 
 int cli_cmd_schedule(int argc, char **argv) {
-    (void)argc, (void)argv;
-    return cli_usage_error("schedule", "not built yet");
+    int pp = 1, vpp = 0, M = 0, group = 0, forward_only = 0, json = 0;
+    int layers = 0, layers_per_vstage = 0, vstages = 0, acc_emb = 0, acc_loss = 0, overlap = 1;
+    const char *svg = NULL;
+    mtc_arg args[] = {
+        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "P", "pipeline stages (default 1)", 0},
+        {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V",
+         "model chunks per rank (interleaved when > 1)", 0},
+        {"microbatches", "num-microbatches", MTC_ARG_INT, &M, "M", "microbatches per step (required)", 0},
+        {"microbatch-group-size-per-virtual-pipeline-stage", "microbatch-group-size", MTC_ARG_INT, &group,
+         "N", "contiguous microbatches per virtual stage (default P)", 0},
+        {"forward-only", NULL, MTC_ARG_FLAG, &forward_only, NULL, "evaluation: forwards only", 0},
+        {"num-layers", NULL, MTC_ARG_INT, &layers, "L", "transformer layers (for the vpp rules)", 0},
+        {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &layers_per_vstage, "K",
+         "derive vpp = L/P/K (Megatron training rule)", 0},
+        {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V",
+         "vpp as Megatron training takes it", 0},
+        {"account-for-embedding-in-pipeline-split", NULL, MTC_ARG_FLAG, &acc_emb, NULL,
+         "count the embedding as a layer in the split", 0},
+        {"account-for-loss-in-pipeline-split", NULL, MTC_ARG_FLAG, &acc_loss, NULL,
+         "count the loss as a layer in the split", 0},
+        {"overlap-p2p-communication", NULL, MTC_ARG_FLAG, &overlap, NULL,
+         "(default on) --no-overlap-p2p-communication requires P > 2 with vpp", 0},
+        {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print JSON (schedules.json shape)", 0},
+        {"svg", NULL, MTC_ARG_STRING, &svg, "FILE", "draw the simulated timeline to FILE", 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    int st = cli_parse("schedule",
+                       "--pp P [--vpp V] --microbatches M [--microbatch-group-size N] "
+                       "[--forward-only] [--json] [--svg FILE]",
+                       "Print each pipeline rank's compute order exactly as Megatron-LM core_v0.18.0\n"
+                       "runs it (no pipelining, 1F1B, or interleaved 1F1B with virtual stages).",
+                       args, nargs, argc, argv);
+    if (st >= 0) return st;
+    if (!mtc_args_seen(args, nargs, "microbatches"))
+        return cli_usage_error("schedule", "--microbatches M is required (e.g. --microbatches 8)");
+    int vpp_seen = mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size");
+    if (vpp_seen && (layers_per_vstage || vstages))
+        return cli_usage_error("schedule",
+                               "give the virtual pipeline size once: --vpp or "
+                               "--num-virtual-stages-per-pipeline-rank or "
+                               "--num-layers-per-virtual-pipeline-stage");
+    if (vpp_seen && vpp < 1)
+        return cli_usage_error("schedule", "--vpp %d must be at least 1", vpp);
+    if (!vpp_seen) {
+        pp_vpp_args va = {.pp = pp, .num_layers = layers, .layers_per_virtual_stage = layers_per_vstage,
+                          .virtual_stages_per_rank = vstages, .account_for_embedding = acc_emb,
+                          .account_for_loss = acc_loss, .overlap_p2p_comm = overlap};
+        if (pp_vpp_from_args(&vpp, &va) != MTC_OK)
+            return cli_usage_error("schedule", "%s", mtc_error_detail());
+    }
+    pp_schedule_config cfg = {.pp = pp, .vpp = vpp > 1 ? vpp : 0, .num_microbatches = M,
+                              .group_size = group, .forward_only = forward_only};
+    if (pp_schedule_validate(&cfg) != MTC_OK) {
+        char hint[256];
+        schedule_hint(hint, sizeof hint, &cfg);
+        /* the hint's validations overwrote the detail: validate again */
+        pp_schedule_validate(&cfg);
+        return cli_usage_error("schedule", "%s%s", mtc_error_detail(), hint);
+    }
+    int max_ops = pp_schedule_max_ops(&cfg);
+    pp_op *ops = calloc((size_t)pp * max_ops, sizeof *ops);
+    pp_sim_span *spans = calloc((size_t)pp * max_ops, sizeof *spans);
+    pp_schedule_counts *counts = calloc((size_t)pp, sizeof *counts);
+    int status = 0;
+    double makespan = 0;
+    mtc_result_t rc = (ops && spans && counts)
+                          ? MTC_OK
+                          : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of %d ops", pp * max_ops);
+    for (int r = 0; r < pp && rc == MTC_OK; r++)
+        rc = pp_schedule_build(ops + (size_t)r * max_ops, &counts[r], &cfg, r);
+    if (rc == MTC_OK) rc = pp_schedule_simulate(spans, &makespan, ops, counts, &cfg, T_FWD, T_BWD);
+    if (rc != MTC_OK) {
+        status = cli_fail("schedule", rc);
+        goto out;
+    }
+    if (svg) status = schedule_write_svg(svg, ops, counts, spans, makespan, &cfg);
+    if (status == 0) {
+        if (json)
+            status = schedule_json(&cfg, ops, counts, max_ops);
+        else
+            schedule_text(&cfg, ops, counts, max_ops,
+                          pp_sim_bubble_fraction(makespan, &cfg, T_FWD, T_BWD));
+    }
+out:
+    free(ops), free(spans), free(counts);
+    return status;
 }

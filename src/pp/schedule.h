@@ -1,0 +1,144 @@
+/* pp/schedule.h - the per-rank compute order of Megatron-LM core_v0.18.0's
+ * pipeline schedules (pipeline_parallel/schedules.py), as plain data.
+ *
+ * What: which forward/backward (microbatch, model chunk) each pipeline rank
+ * runs, in order, for the three schedules Megatron picks from
+ *   pp == 1            forward_backward_no_pipelining      F0 B0 F1 B1 ...
+ *   pp > 1, no vpp     1F1B: warm-up min(pp-r-1, M) forwards, steady
+ *                      (F, B) pairs, cool-down backwards
+ *   pp > 1, vpp > 1    interleaved 1F1B over vpp model chunks per rank,
+ *                      driven by Megatron's schedule table
+ * plus Megatron's validity rules with its exact messages, the training-
+ * argument rules that derive vpp, the stage/chunk helpers the executor needs,
+ * a dependency-respecting timeline simulation and an SVG drawing of it.
+ * Relies on: core/result.h only. Does not communicate, allocate behind the
+ * caller's back (the caller passes the ops array) or print.
+ *
+ * Conventions: chunk c of pp rank r holds virtual stage c*pp + r
+ * (transformer_layer.py offset rule); vpp == 1 means "not interleaved"
+ * (Megatron's training turns vpp=1 into None). */
+#ifndef MTC_PP_SCHEDULE_H
+#define MTC_PP_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/result.h"
+
+typedef enum {
+    PP_OP_FORWARD = 0,
+    PP_OP_BACKWARD = 1,
+} pp_op_kind_t;
+
+typedef struct {
+    pp_op_kind_t kind;
+    int microbatch; /* 0..M-1 */
+    int chunk;      /* model chunk on this rank, 0..vpp-1 */
+} pp_op;
+
+typedef enum {
+    PP_SCHEDULE_NO_PIPELINING, /* forward_backward_no_pipelining */
+    PP_SCHEDULE_1F1B,          /* forward_backward_pipelining_without_interleaving */
+    PP_SCHEDULE_INTERLEAVED,   /* forward_backward_pipelining_with_interleaving */
+} pp_schedule_kind_t;
+
+typedef struct {
+    int pp;               /* pipeline-model-parallel size, >= 1 */
+    int vpp;              /* model chunks per rank; 0 or 1 = not interleaved */
+    int num_microbatches; /* M >= 1 */
+    int group_size;       /* microbatch_group_size_per_vp_stage; 0 = default (pp) */
+    int forward_only;     /* evaluation: forwards only */
+} pp_schedule_config;
+
+typedef struct {
+    int num_warmup;   /* leading forwards */
+    int num_steady;   /* (F, B) pairs; forwards only when forward_only */
+    int num_cooldown; /* trailing backwards */
+    int nops;         /* total ops written */
+} pp_schedule_counts;
+
+/* Which of Megatron's three functions runs this config (after validation). */
+pp_schedule_kind_t pp_schedule_kind(const pp_schedule_config *cfg);
+/* "1f1b", "interleaved", "no_pipelining" and Megatron's function names. */
+const char *pp_schedule_kind_name(pp_schedule_kind_t kind);
+const char *pp_schedule_function_name(pp_schedule_kind_t kind);
+/* Effective values: vpp (1 when not interleaved) and group size (pp by default). */
+int pp_schedule_vpp(const pp_schedule_config *cfg);
+int pp_schedule_group_size(const pp_schedule_config *cfg);
+
+/* Megatron's checks, in Megatron's order; on failure the detail message
+ * (mtc_error_detail) is Megatron's text verbatim, e.g. the interleaved
+ * "The number of contiguous micro-batches in a virtual pipeline stageshould
+ * range in [PP=2 , M=1]" (sic). INVALID_ARGUMENT for every refusal. */
+mtc_result_t pp_schedule_validate(const pp_schedule_config *cfg);
+
+/* Upper bound of ops on any rank: 2 * M * vpp (M * vpp when forward_only). */
+int pp_schedule_max_ops(const pp_schedule_config *cfg);
+
+/* The compute order of pipeline rank `rank`: ops[0..counts->nops) with
+ * ops sized pp_schedule_max_ops(cfg). Validates cfg first. */
+mtc_result_t pp_schedule_build(pp_op *ops, pp_schedule_counts *counts,
+                               const pp_schedule_config *cfg, int rank);
+
+/* Megatron's get_schedule_table: entry k = (microbatch mb[k], chunk chunk[k])
+ * for k in 0..M*vpp-1. The interleaved forward k runs entry k, backward k runs
+ * (mb[k], vpp-1-chunk[k]). Arrays sized M*vpp. */
+void pp_schedule_table(int *mb, int *chunk, int num_microbatches, int vpp, int group_size);
+
+/* ---- stage helpers for the executor ---- */
+static inline int pp_virtual_stage(int pp, int rank, int chunk) { return chunk * pp + rank; }
+static inline int pp_stage_rank(int pp, int stage) { return stage % pp; }
+static inline int pp_stage_chunk(int pp, int stage) { return stage / pp; }
+static inline int pp_is_first_stage(int pp, int rank, int chunk) {
+    return pp_virtual_stage(pp, rank, chunk) == 0;
+}
+static inline int pp_is_last_stage(int pp, int vpp, int rank, int chunk) {
+    return pp_virtual_stage(pp, rank, chunk) == pp * (vpp < 1 ? 1 : vpp) - 1;
+}
+
+/* ---- training arguments that derive vpp (megatron/training/arguments.py) ---- */
+typedef struct {
+    int pp;
+    int num_layers;                  /* 0 = not given */
+    int layers_per_virtual_stage;    /* --num-layers-per-virtual-pipeline-stage, 0 = not given */
+    int virtual_stages_per_rank;     /* --num-virtual-stages-per-pipeline-rank, 0 = not given */
+    int account_for_embedding;       /* --account-for-embedding-in-pipeline-split */
+    int account_for_loss;            /* --account-for-loss-in-pipeline-split */
+    int overlap_p2p_comm;            /* training default 1; 0 requires pp > 2 */
+} pp_vpp_args;
+
+/* vpp as training derives it (1 when it ends up None); Megatron's assertion
+ * text as the detail message on refusal. */
+mtc_result_t pp_vpp_from_args(int *vpp, const pp_vpp_args *a);
+
+/* ---- timeline simulation (pp/schedule_sim.c) ---- */
+typedef struct {
+    double start, end;
+} pp_sim_span;
+
+/* Run every rank's order against the p2p dependencies: F of virtual stage s
+ * for microbatch m after F of stage s-1; B of stage s after B of stage s+1
+ * (the last stage's B after its own F); an op also waits for its rank to be
+ * free. Costs: forward t_fwd, backward t_bwd, transfers free.
+ *   spans[r * max_ops + i]  the i-th op of rank r   (pp * max_ops entries)
+ *   ops / counts            as pp_schedule_build wrote them, per rank
+ * Returns INVALID_USAGE (naming the blocked ops) if the orders deadlock. */
+mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan,
+                                  const pp_op *ops, const pp_schedule_counts *counts,
+                                  const pp_schedule_config *cfg, double t_fwd, double t_bwd);
+
+/* Bubble fraction of a simulated timeline: idle time / busy time of one rank
+ * (the Megatron paper's definition; every rank is busy the same amount), and
+ * the paper's closed form (pp-1)/(M*vpp). */
+double pp_sim_bubble_fraction(double makespan, const pp_schedule_config *cfg, double t_fwd,
+                              double t_bwd);
+double pp_bubble_formula(const pp_schedule_config *cfg);
+
+/* ---- drawing (pp/schedule_svg.c) ---- */
+/* One SVG document: ranks as rows, op boxes labelled F<m>.<c>/B<m>.<c> at their
+ * simulated times, idle time visible as gaps, bubble figures in the title. */
+mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts *counts,
+                             const pp_sim_span *spans, double makespan,
+                             const pp_schedule_config *cfg, double t_fwd, double t_bwd);
+
+#endif

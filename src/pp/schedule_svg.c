@@ -1,0 +1,82 @@
+/* pp/schedule_svg.c - draw a simulated pipeline timeline as one SVG file.
+ *
+ * Ranks are rows (rank 0 on top); each op is a box from its simulated start
+ * to end, labelled F<m>.<c> or B<m>.<c>; forwards are blue, backwards green,
+ * a darker shade per later model chunk; the row background is grey so idle
+ * time (the bubble) shows as grey gaps. The title carries the configuration
+ * and the bubble fraction of this timeline beside Megatron's (p-1)/(m*v).
+ * Relies on pp_schedule_simulate for the spans. Does not compute anything
+ * about the schedule itself. */
+#include "pp/schedule.h"
+
+static const char *svg_fill(pp_op_kind_t kind, int chunk) {
+    static const char *fwd[] = {"#9ec5f0", "#6fa6e3", "#4a86cf", "#2f66aa"};
+    static const char *bwd[] = {"#a8dba0", "#7cc471", "#56a84b", "#3a8a33"};
+    return kind == PP_OP_FORWARD ? fwd[chunk % 4] : bwd[chunk % 4];
+}
+
+mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts *counts,
+                             const pp_sim_span *spans, double makespan,
+                             const pp_schedule_config *cfg, double t_fwd, double t_bwd) {
+    int pp = cfg->pp, max_ops = pp_schedule_max_ops(cfg);
+    double unit = makespan > 0 ? 1400.0 / makespan : 40.0; /* pixels per time unit */
+    if (unit > 40.0) unit = 40.0;
+    if (unit < 6.0) unit = 6.0;
+    const double left = 70.0, top = 56.0, row = 30.0, box = 24.0;
+    double width = left + makespan * unit + 20.0, height = top + pp * row + 30.0;
+    pp_schedule_kind_t kind = pp_schedule_kind(cfg);
+
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "viewBox=\"0 0 %.0f %.0f\" font-family=\"monospace\">\n",
+            width, height, width, height);
+    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n", width,
+            height);
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: pp=%d", pp_schedule_kind_name(kind), pp);
+    if (kind == PP_SCHEDULE_INTERLEAVED)
+        fprintf(f, " vpp=%d group=%d", cfg->vpp, pp_schedule_group_size(cfg));
+    fprintf(f, " microbatches=%d%s (forward %g, backward %g)</text>\n", cfg->num_microbatches,
+            cfg->forward_only ? " forward-only" : "", t_fwd, t_bwd);
+    fprintf(f,
+            "<text x=\"10\" y=\"40\" font-size=\"13\">bubble fraction: simulated %.4f, "
+            "Megatron (p-1)/(m*v) = %.4f</text>\n",
+            pp_sim_bubble_fraction(makespan, cfg, t_fwd, t_bwd), pp_bubble_formula(cfg));
+    for (int r = 0; r < pp; r++) {
+        double y = top + r * row;
+        fprintf(f, "<text x=\"10\" y=\"%.1f\" font-size=\"12\">rank %d</text>\n", y + box * 0.7, r);
+        fprintf(f,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#e4e4e4\"/>\n",
+                left, y, makespan * unit, box);
+        for (int i = 0; i < counts[r].nops; i++) {
+            const pp_op *op = &ops[(size_t)r * max_ops + i];
+            const pp_sim_span *sp = &spans[(size_t)r * max_ops + i];
+            double x = left + sp->start * unit, w = (sp->end - sp->start) * unit;
+            char label[32];
+            int len = snprintf(label, sizeof label, "%c%d.%d", op->kind == PP_OP_FORWARD ? 'F' : 'B',
+                               op->microbatch, op->chunk);
+            double fs = w / (0.62 * len);
+            if (fs > 11.0) fs = 11.0;
+            fprintf(f,
+                    "<g><title>rank %d %s t=[%g,%g)</title><rect x=\"%.1f\" y=\"%.1f\" "
+                    "width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"#333\" "
+                    "stroke-width=\"0.5\"/>",
+                    r, label, sp->start, sp->end, x, y, w, box, svg_fill(op->kind, op->chunk));
+            if (fs >= 5.0)
+                fprintf(f,
+                        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.1f\" "
+                        "text-anchor=\"middle\">%s</text>",
+                        x + w / 2, y + box / 2 + fs * 0.35, fs, label);
+            fprintf(f, "</g>\n");
+        }
+    }
+    /* time axis: a tick every forward-cost unit multiple that keeps labels apart */
+    double y_axis = top + pp * row + 4;
+    double step = t_fwd > 0 ? t_fwd : 1.0;
+    while (step * unit < 30.0) step *= 2;
+    for (double t = 0; t <= makespan + 1e-9; t += step)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\">%g</text>\n",
+                left + t * unit, y_axis + 10, t);
+    fprintf(f, "</svg>\n");
+    return ferror(f) ? mtc_error(MTC_ERR_IO, "writing the SVG failed") : MTC_OK;
+}

@@ -1,0 +1,72 @@
+#!/bin/sh
+# tests/pp/schedule_cli.sh - `mtc schedule` end to end: --json equals every
+# config of reference/examples/schedules.json (every field the example has),
+# every invalid example exits 2 with Megatron's message on stderr and nothing
+# on stdout, and --svg writes a well-formed SVG with one row per rank.
+# Needs python3 (for JSON and XML parsing); env MTC = the mtc binary.
+set -u
+MTC=${MTC:?set MTC to the mtc binary}
+EX=../shared/reference/examples/schedules.json
+[ -f "$EX" ] || EX=${MTC_SHARED_DIR:-/nonexistent}/reference/examples/schedules.json
+if [ ! -f "$EX" ]; then echo "FAIL: schedules.json not found"; exit 1; fi
+if ! command -v python3 >/dev/null; then echo "SKIP: python3 not found"; exit 0; fi
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+python3 - "$MTC" "$EX" "$TMP" <<'EOF'
+import json, subprocess, sys, xml.etree.ElementTree as ET
+mtc, ex, tmp = sys.argv[1:4]
+d = json.load(open(ex))
+fails = 0
+def args_of(c):
+    a = [mtc, "schedule", "--pp", str(c["pp"]), "--microbatches", str(c["num_microbatches"])]
+    if c.get("vpp") is not None: a += ["--vpp", str(c["vpp"])]
+    if c.get("microbatch_group_size_per_vp_stage") is not None:
+        a += ["--microbatch-group-size", str(c["microbatch_group_size_per_vp_stage"])]
+    return a
+for c in d["configs"]:
+    p = subprocess.run(args_of(c) + ["--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        print("FAIL exit", p.returncode, c["pp"], c.get("vpp"), p.stderr); fails += 1; continue
+    got = json.loads(p.stdout)
+    for k, v in c.items():
+        if k in ("variant_compute_order_identical", "checked"): continue
+        if got.get(k) != v:
+            print("FAIL field", k, "pp", c["pp"], "vpp", c.get("vpp"), "\n got ", got.get(k), "\n want", v); fails += 1
+    # the text form carries the same ops
+    t = subprocess.run(args_of(c), capture_output=True, text=True)
+    for r in c["ranks"]:
+        if r["ops"].split()[0] not in t.stdout: print("FAIL text output"); fails += 1
+    # SVG: well-formed, one row label per rank, one box per op
+    svg = tmp + "/s.svg"
+    s = subprocess.run(args_of(c) + ["--svg", svg], capture_output=True, text=True)
+    if s.returncode != 0: print("FAIL svg exit", s.stderr); fails += 1; continue
+    root = ET.parse(svg).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    if root.tag != ns + "svg": print("FAIL svg root", root.tag); fails += 1
+    titles = [t.text for t in root.iter(ns + "title")]
+    nops = sum(len(r["ops"].split()) for r in c["ranks"])
+    if len(titles) != nops: print("FAIL svg boxes", len(titles), nops); fails += 1
+    texts = [t.text or "" for t in root.iter(ns + "text")]
+    for r in c["ranks"]:
+        if "rank %d" % r["rank"] not in texts: print("FAIL svg row", r["rank"]); fails += 1
+    if not any("bubble fraction" in t for t in texts): print("FAIL svg bubble line"); fails += 1
+for c in d["invalid"]:
+    p = subprocess.run(args_of(c) + ["--json"], capture_output=True, text=True)
+    if p.returncode != 2 or p.stdout != "" or c["message"] not in p.stderr:
+        print("FAIL invalid", c, "\n rc", p.returncode, "stdout", repr(p.stdout), "stderr", p.stderr); fails += 1
+# usage errors: exit 2, nothing on stdout
+for extra in (["--pp", "1", "--vpp", "2", "--microbatches", "4"], ["--pp", "2"],
+              ["--pp", "2", "--microbatches", "4", "--bogus"],
+              ["--pp", "2", "--num-layers", "8", "--num-layers-per-virtual-pipeline-stage", "3", "--microbatches", "4"]):
+    p = subprocess.run([mtc, "schedule"] + extra, capture_output=True, text=True)
+    if p.returncode != 2 or p.stdout != "" or "error" not in p.stderr:
+        print("FAIL usage", extra, p.returncode, repr(p.stdout), p.stderr); fails += 1
+# the training rule derives vpp: 8 layers / pp 2 / 2 per virtual stage -> vpp 2
+p = subprocess.run([mtc, "schedule", "--pp", "2", "--num-layers", "8",
+                    "--num-layers-per-virtual-pipeline-stage", "2", "--microbatches", "4", "--json"],
+                   capture_output=True, text=True)
+if p.returncode != 0 or json.loads(p.stdout)["vpp"] != 2: print("FAIL derived vpp", p.stdout, p.stderr); fails += 1
+print("schedule CLI:", "ok" if fails == 0 else "%d failures" % fails)
+sys.exit(1 if fails else 0)
+EOF
