@@ -71,14 +71,8 @@ static void att_fwd_pair(int idx, void *vp) {
     }
     for (int i = 0; i < T; i++) { /* causal softmax in place */
         float *p = P + (size_t)i * T;
-        float mx = -INFINITY, s = 0.0f;
-        for (int k = 0; k <= i; k++) mx = p[k] > mx ? p[k] : mx;
-        for (int k = 0; k <= i; k++) {
-            p[k] = expf(p[k] - mx);
-            s += p[k];
-        }
-        float inv = 1.0f / s;
-        for (int k = 0; k <= i; k++) p[k] *= inv;
+        float s = nn_vexp_sum(p, p, i + 1, nn_vmax(p, i + 1));
+        nn_vscale(p, 1.0f / s, i + 1);
         memset(p + i + 1, 0, (size_t)(T - 1 - i) * sizeof(float));
     }
     if (!j->drop) { /* out = P V, keys < block end */

@@ -170,8 +170,6 @@ void nn_layernorm_backward(nn_pool *pool, float *dinp, float *dw, float *db, con
 
 /* ---- GELU ------------------------------------------------------------------------- */
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
 #define EW_GRAIN 16384
 
 typedef struct {
@@ -185,25 +183,14 @@ static void gelu_fwd_tile(int i, void *vp) {
     const ew_job *j = vp;
     size_t lo, hi;
     nn_split_range(j->n, j->tiles, i, 16, &lo, &hi);
-    for (size_t k = lo; k < hi; k++) {
-        float x = j->inp[k];
-        float u = GELU_K * (x + GELU_A * x * x * x);
-        j->out[k] = 0.5f * x * (1.0f + tanhf(u));
-    }
+    nn_vgelu(j->out + lo, j->inp + lo, hi - lo);
 }
 
 static void gelu_bwd_tile(int i, void *vp) {
     const ew_job *j = vp;
     size_t lo, hi;
     nn_split_range(j->n, j->tiles, i, 16, &lo, &hi);
-    for (size_t k = lo; k < hi; k++) {
-        float x = j->inp[k];
-        float u = GELU_K * (x + GELU_A * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-        j->out[k] = g * j->dout[k];
-    }
+    nn_vgelu_backward(j->out + lo, j->inp + lo, j->dout + lo, hi - lo);
 }
 
 void nn_gelu_forward(nn_pool *pool, float *out, const float *inp, size_t n) {

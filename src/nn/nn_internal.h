@@ -27,6 +27,14 @@ static inline void nn_split_range(size_t n, int k, int i, size_t align, size_t *
     *hi = b;
 }
 
+/* vmath.c: row primitives (AVX2 when built for it). */
+float nn_vmax(const float *x, int n);
+/* y = exp(x - shift), returns the sum of y (fixed order). y may alias x. */
+float nn_vexp_sum(float *y, const float *x, int n, float shift);
+void nn_vscale(float *y, float a, int n);
+void nn_vgelu(float *out, const float *inp, size_t n);
+void nn_vgelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
 /* dst[k] = uniform(seed, stream, first + k), as mtc_rng_uniform, computing
  * each Philox block once for the four values it holds. */
 void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t first);

@@ -28,19 +28,12 @@ static void xent_fwd_tile(int i, void *vp) {
     int V = j->V;
     for (size_t r = lo; r < hi; r++) {
         float *x = j->logits + r * j->Vp;
-        float mx = -INFINITY;
-        for (int v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+        float mx = nn_vmax(x, V);
         int t = j->targets[r];
         MTC_ASSERT(t >= 0 && t < V);
         float xt = x[t];
-        float s = 0.0f;
-        for (int v = 0; v < V; v++) {
-            float e = expf(x[v] - mx);
-            x[v] = e;
-            s += e;
-        }
-        float inv = 1.0f / s;
-        for (int v = 0; v < V; v++) x[v] *= inv;
+        float s = nn_vexp_sum(x, x, V, mx);
+        nn_vscale(x, 1.0f / s, V);
         for (int v = V; v < j->Vp; v++) x[v] = 0.0f;
         /* -log p[t] = log(sum) - (x_t - max): accurate even when p[t] underflows */
         if (j->losses) j->losses[r] = logf(s) - (xt - mx);
