@@ -69,7 +69,9 @@ typedef struct {
  * wrong); too little data for one sample is MTC_ERR_INVALID_ARGUMENT. */
 mtc_result_t data_source_open(const data_source_opts *opts, data_source **out);
 void data_source_free(data_source *src);
-/* Tokenizer of a text source (NULL for token-id sources). */
+/* Tokenizer of a text source, or of a Megatron dataset with a
+ * PREFIX.tokenizer file beside it (tools/txt_to_indexed.py writes one);
+ * NULL for other token-id sources. */
 const data_tokenizer *data_source_tokenizer(const data_source *src);
 /* Largest token id + 1 seen (or the declared vocabulary). */
 int data_source_vocab_size(const data_source *src);

@@ -9,6 +9,8 @@
  *   4. a file starting with an llm.c shard magic: one shard;
  *   5. any other *.bin: refused (neither format); any other file: text;
  *   6. nothing there, but PREFIX.bin / PREFIX.idx exist: Megatron prefix.
+ * A Megatron dataset may have PREFIX.tokenizer beside it (the tokenizer's
+ * text form, written by tools/txt_to_indexed.py); then it can be decoded.
  * Samples: window w covers stream tokens [w*T, w*T + T] (T+1 tokens: inputs
  * and targets shifted by one); windows are split by --split and visited in
  * data_permute order with key epoch * 4 + split. Everything after open is
@@ -28,6 +30,7 @@ struct data_source {
     source_kind kind;
     data_stream st;
     data_tokenizer tok;
+    int has_tok; /* text sources, and indexed ones with a PREFIX.tokenizer */
     int vocab_size;
     uint64_t n_tokens, n_windows, bounds[4];
     int T;
@@ -56,11 +59,46 @@ static char *with_ext(const char *path, size_t strip, const char *ext) {
     return s;
 }
 
+/* PREFIX.tokenizer, when present, holds the tokenizer's text form (written by
+ * tools/txt_to_indexed.py) so an indexed source can be decoded. */
+static mtc_result_t load_sidecar_tokenizer(data_source *src, const char *prefix) {
+    char *path = with_ext(prefix, 0, ".tokenizer");
+    if (!path) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+    mtc_result_t rc = MTC_OK;
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    if (!is_file(path)) goto out;
+    MTC_CHECK_GOTO(data_file_read(path, &buf, &len), rc, out);
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+        len--;
+    char *text = malloc(len + 1);
+    if (!text) {
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    if (len) memcpy(text, buf, len);
+    text[len] = '\0';
+    rc = data_tokenizer_deserialize(&src->tok, text);
+    free(text);
+    if (rc != MTC_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", mtc_error_detail());
+        rc = mtc_error(rc, "%s: %s", path, detail);
+        goto out;
+    }
+    src->has_tok = 1;
+out:
+    free(buf);
+    free(path);
+    return rc;
+}
+
 static mtc_result_t open_indexed_prefix(data_source *src, const char *path, size_t strip) {
     char *prefix = with_ext(path, strip, "");
     if (!prefix) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
     src->kind = SRC_INDEXED;
     mtc_result_t rc = data_indexed_open(&src->st, prefix);
+    if (rc == MTC_OK) rc = load_sidecar_tokenizer(src, prefix);
     free(prefix);
     return rc;
 }
@@ -209,11 +247,19 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
         src->n_tokens = DATA_MOCK_TOKENS;
     } else {
         MTC_CHECK_GOTO(open_path(src, opts->data_path, (data_tokenizer_kind)kind), rc, fail);
+        if (src->kind == SRC_TEXT) src->has_tok = 1;
         src->n_tokens = src->st.n_tokens;
         int64_t max_id;
         MTC_CHECK_GOTO(data_stream_check_ids(&src->st, opts->vocab_size, &max_id), rc, fail);
+        if (src->kind == SRC_INDEXED && src->has_tok && max_id >= src->tok.vocab_size) {
+            rc = mtc_error(MTC_ERR_FORMAT,
+                           "%s: token id %lld is outside the %d symbols of the tokenizer "
+                           "beside it (.tokenizer)",
+                           src->st.seg[0].name, (long long)max_id, src->tok.vocab_size);
+            goto fail;
+        }
         if (opts->vocab_size > 0) src->vocab_size = opts->vocab_size;
-        else if (src->kind == SRC_TEXT) src->vocab_size = src->tok.vocab_size;
+        else if (src->has_tok && src->tok.vocab_size > max_id) src->vocab_size = src->tok.vocab_size;
         else src->vocab_size = (int)(max_id + 1);
     }
     if (src->n_tokens < (uint64_t)src->T + 1) {
@@ -240,7 +286,7 @@ void data_source_free(data_source *src) {
 }
 
 const data_tokenizer *data_source_tokenizer(const data_source *src) {
-    return src->kind == SRC_TEXT ? &src->tok : NULL;
+    return src->has_tok ? &src->tok : NULL;
 }
 
 int data_source_vocab_size(const data_source *src) { return src->vocab_size; }

@@ -271,6 +271,43 @@ static int f_text(uint64_t p) { /* char ids of "hello world": sorted " dehlorw" 
     return (int)(strchr(" dehlorw", text_ab[p]) - " dehlorw");
 }
 
+
+/* tools/txt_to_indexed.py on the text folder gives the same stream (and a
+ * tokenizer sidecar), so both sources yield identical samples. */
+static void test_converter(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "python3 tools/txt_to_indexed.py --input %s/txt --output-prefix "
+             "%s/conv >/dev/null", dir, dir);
+    if (system("python3 -c pass 2>/dev/null") != 0 || access("tools/txt_to_indexed.py", R_OK)) {
+        printf("skip: python3 or tools/txt_to_indexed.py not available\n");
+        return;
+    }
+    T_CHECK(system(cmd) == 0);
+    mtc_result_t rc1, rc2;
+    data_source *a = open_src("txt", 2, 0, "1,1", &rc1), *b = open_src("conv", 2, 0, "1,1", &rc2);
+    T_CHECKF(rc1 == MTC_OK && rc2 == MTC_OK, "converted: %s", mtc_error_detail());
+    if (a && b) {
+        const data_tokenizer *ta = data_source_tokenizer(a), *tb = data_source_tokenizer(b);
+        T_CHECK(tb && ta && tb->vocab_size == ta->vocab_size &&
+                !memcmp(ta->chars, tb->chars, (size_t)ta->vocab_size));
+        T_CHECK(data_source_num_tokens(a) == data_source_num_tokens(b));
+        T_CHECK(data_source_vocab_size(a) == data_source_vocab_size(b));
+        for (int sp = 0; sp < 2; sp++)
+            for (uint64_t i = 0; i < 12; i++) {
+                int x[3], y[3];
+                T_CHECK(data_source_sample(a, (data_split)sp, i, x) == MTC_OK);
+                T_CHECK(data_source_sample(b, (data_split)sp, i, y) == MTC_OK);
+                T_CHECK(!memcmp(x, y, sizeof x));
+            }
+    }
+    data_source_free(a);
+    data_source_free(b);
+    put_file("conv.tokenizer", "char:2064", 9); /* 2 symbols, ids up to 7 in the data */
+    expect_refused("ids beyond .tokenizer", "conv", 0, MTC_ERR_FORMAT, "conv.bin", "tokenizer");
+    put_file("conv.tokenizer", "char:zz", 7);
+    expect_refused("bad .tokenizer", "conv", 0, MTC_ERR_FORMAT, "conv.tokenizer", NULL);
+}
+
 static void test_text(void) {
     char p[256], q[256];
     snprintf(p, sizeof p, "%s/txt", dir);
@@ -310,6 +347,7 @@ static void test_text(void) {
         T_CHECK(ids[0] == ' ' && ids[1] == 'w' && ids[2] == 'o' && ids[3] == 'r');
         data_source_free(s);
     }
+    test_converter();
     o.tokenizer = "sentencepiece";
     T_CHECK(data_source_open(&o, &s) == MTC_ERR_INVALID_ARGUMENT && !s);
     expect_refused("char id >= vocab", "txt", 5, MTC_ERR_FORMAT, "a.txt", "vocab");
