@@ -169,7 +169,7 @@ int cli_cmd_layout(int argc, char **argv) {
         {"param-numels", NULL, MTC_ARG_STRING, &numels_arg, "N1,N2,...",
          "element counts of the params in model (forward) order (required)", 0},
         {"data-parallel-size", "dp", MTC_ARG_INT, &dp, "D", "data-parallel size (default 1)", 0},
-        {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket_size, "S", "bucket size in elements (default: one bucket)", 0},
+        {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket_size, "S", "bucket size in elements as the layout gets it (default: one bucket)", 0},
         {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL,
          "pad bucket ends to lcm(D, 128, 65536)", 0},
         {"shared-embedding-params", NULL, MTC_ARG_INTS, &shared, "I,J",

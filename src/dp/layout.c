@@ -30,6 +30,14 @@ int64_t dp_layout_bucket_divisor(int dp, int pad_high_busbw) {
     return pad_high_busbw ? layout_lcm(d, 65536) : d;
 }
 
+int64_t dp_layout_bucket_size(int64_t requested, int dp_cp, int overlap_grad_reduce, int pp_rank,
+                              int model_chunk) {
+    if (!overlap_grad_reduce || pp_rank > 0 || model_chunk > 0) return 0;
+    if (requested > 0) return requested;
+    int64_t by_dp = (int64_t)1000000 * dp_cp;
+    return by_dp > 40000000 ? by_dp : 40000000;
+}
+
 void dp_layout_free(dp_layout *l) {
     if (!l) return;
     free(l->param), free(l->param_bucket), free(l->bucket), free(l->bucket_numel_unpadded);

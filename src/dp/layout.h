@@ -76,6 +76,14 @@ mtc_result_t dp_layout_build(dp_layout *out, const int64_t *numels, int nparams,
                              const dp_layout_config *cfg);
 void dp_layout_free(dp_layout *layout); /* NULL and empty layouts are fine */
 
+/* The bucket size Megatron's training hands to the layout (0 = None, one
+ * bucket): `requested` (--ddp-bucket-size, <= 0 = unset) or by default
+ * max(4e7, 1e6 * dp_cp); None unless overlap_grad_reduce; None on pipeline
+ * ranks > 0 (distributed_data_parallel.py) and for model chunks > 0
+ * (training.py disable_bucketing). */
+int64_t dp_layout_bucket_size(int64_t requested, int dp_cp, int overlap_grad_reduce, int pp_rank,
+                              int model_chunk);
+
 /* Megatron's padding divisor: lcm(dp, 128) or lcm(dp, 128, 2^16). */
 int64_t dp_layout_bucket_divisor(int dp, int pad_high_busbw);
 

@@ -255,6 +255,14 @@ static void test_closed_forms(void) {
     T_CHECK(dp_layout_bucket_divisor(6, 0) == 384);
     T_CHECK(dp_layout_bucket_divisor(256, 0) == 256);
     T_CHECK(dp_layout_bucket_divisor(6, 1) == 196608);
+    /* Megatron's training defaults: max(4e7, 1e6*dp_cp), None without overlap,
+     * on pp ranks > 0 and on model chunks > 0 */
+    T_CHECK(dp_layout_bucket_size(0, 8, 1, 0, 0) == 40000000);
+    T_CHECK(dp_layout_bucket_size(0, 64, 1, 0, 0) == 64000000);
+    T_CHECK(dp_layout_bucket_size(1000, 64, 1, 0, 0) == 1000);
+    T_CHECK(dp_layout_bucket_size(1000, 64, 0, 0, 0) == 0);
+    T_CHECK(dp_layout_bucket_size(0, 8, 1, 1, 0) == 0);
+    T_CHECK(dp_layout_bucket_size(0, 8, 1, 0, 1) == 0);
     /* one 1000-element param, dp 3: padded to lcm(3,128)=384 -> 1152, 384 each */
     int64_t numel = 1000;
     dp_layout_config cfg = {.dp = 3, .use_distopt = 1};

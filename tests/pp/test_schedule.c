@@ -182,9 +182,14 @@ static void check_config(const pp_schedule_config *cfg, pp_op *ops, pp_schedule_
     double busy = T * (fo ? 1.0 : 3.0);
     T_CHECK(makespan >= busy - 1e-9);
     if (pp == 1) T_CLOSE(makespan, busy, 1e-9, 0);
-    /* 1F1B in closed form (Narayanan et al. 2021): bubble = (p-1)(t_f+t_b) */
+    /* the bubble in closed form (Narayanan et al. 2021): 1F1B idles (p-1)(t_f+t_b)
+     * per rank, interleaving divides that by v, i.e. fraction (p-1)/(m*v) of the
+     * busy time; a forward-only fill-and-drain idles (p-1)*t_f */
+    if (rc == MTC_OK)
+        T_CHECKF(fabs(pp_sim_bubble_fraction(makespan, cfg, 1.0, 2.0) - pp_bubble_formula(cfg)) < 1e-9,
+                 "bubble pp=%d vpp=%d M=%d N=%d fo=%d: %.6f vs %.6f", pp, v, M, N, fo,
+                 pp_sim_bubble_fraction(makespan, cfg, 1.0, 2.0), pp_bubble_formula(cfg));
     if (v == 1 && !fo && rc == MTC_OK) T_CLOSE(makespan, busy + (pp - 1) * 3.0, 1e-9, 0);
-    /* forward-only 1F1B: a plain fill-and-drain of forwards */
     if (v == 1 && fo && rc == MTC_OK) T_CLOSE(makespan, (double)(M + pp - 1), 1e-9, 0);
 }
 
