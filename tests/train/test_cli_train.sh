@@ -1,0 +1,64 @@
+#!/bin/sh
+# tests/train/test_cli_train.sh - `mtc train` / `mtc generate` end to end:
+# bad flags and impossible shapes exit 2 with one line and write nothing;
+# the loss falls on the learnable mock task (16 random 32-token phrases in
+# random order: far below ln(vocab) once learnt); save -> generate is
+# deterministic per seed; mismatching or corrupted models are refused.
+set -u
+MTC=${MTC:-build/mtc}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+# expect_usage NAME PATTERN ARGS... : exit 2, one stderr line matching PATTERN, no files
+expect_usage() {
+    name=$1 pat=$2; shift 2
+    if [ "$1" = train ]; then set -- "$@" --save "$D/never.bin" --metrics "$D/never.jsonl"; fi
+    "$MTC" "$@" >"$D/out" 2>"$D/err"
+    rc=$?
+    if [ $rc -ne 2 ]; then bad "$name: exit $rc, expected 2"; cat "$D/err"; return; fi
+    if [ "$(wc -l <"$D/err")" -ne 1 ] || ! grep -q -- "$pat" "$D/err"; then
+        bad "$name: stderr not one line matching '$pat'"; cat "$D/err"; return; fi
+    if [ -e "$D/never.bin" ] || [ -e "$D/never.jsonl" ]; then bad "$name: wrote a file"; return; fi
+    ok "$name: $(cat "$D/err")"
+}
+
+TINY="--mock-data --vocab-size 64 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --micro-batch-size 4 --threads 1"
+expect_usage "unknown flag" "did you mean" train $TINY --hiden-size 32
+expect_usage "heads" "not divisible by num-attention-heads=3" train --mock-data --vocab-size 64 --hidden-size 100 --num-attention-heads 3
+expect_usage "positions" "longer than max-position-embeddings=32" train $TINY --seq-length 64 --max-position-embeddings 32
+expect_usage "world size" "world-size=2" train $TINY --world-size 2
+expect_usage "batch" "global-batch-size=6 is not divisible" train $TINY --global-batch-size 6
+expect_usage "decay style" "lr-decay-style=exp" train $TINY --lr-decay-style exp
+expect_usage "no data" "no data" train --num-layers 2
+expect_usage "missing data" "nonexistent" train --data-path "$D/nonexistent" --num-layers 2
+expect_usage "generate without model" "--load" generate --prompt hi
+
+# the loss falls on the learnable mock task
+"$MTC" train $TINY --global-batch-size 8 --train-iters 120 --lr 3e-3 --log-interval 20 \
+    --eval-interval 120 --eval-iters 4 --hidden-dropout 0 --attention-dropout 0 \
+    --metrics "$D/m.jsonl" --save "$D/model.bin" >"$D/log" 2>&1 || { bad "train failed"; cat "$D/log"; }
+grep -q "iteration      120/     120 | consumed samples:          960 |" "$D/log" && ok "log line" || { bad "log line"; cat "$D/log"; }
+grep -q "validation loss at iteration 120 | lm loss value: " "$D/log" && ok "validation line" || bad "validation line"
+first=$(head -n1 "$D/m.jsonl" | sed 's/.*"lm_loss": \([0-9.e+-]*\).*/\1/')
+last=$(tail -n1 "$D/m.jsonl" | sed 's/.*"lm_loss": \([0-9.e+-]*\).*/\1/')
+val=$(tail -n1 "$D/m.jsonl" | sed 's/.*"val_loss": \([0-9.e+-]*\).*/\1/')
+[ "$(wc -l <"$D/m.jsonl")" -eq 6 ] && ok "6 metrics lines" || bad "metrics lines"
+# ln(64) = 4.16: a model that learnt nothing stays there
+if awk -v f="$first" -v l="$last" -v v="$val" 'BEGIN { exit !(l < f - 0.5 && v < 3.5) }'; then
+    ok "loss falls: first $first last $last val $val"
+else bad "loss does not fall: first $first last $last val $val"; fi
+
+# generate: deterministic per seed, refuses corrupted files
+"$MTC" generate --load "$D/model.bin" --prompt "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g1" 2>&1 || bad "generate failed"
+"$MTC" generate --load "$D/model.bin" --prompt "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g2" 2>&1
+[ "$(wc -w <"$D/g1")" -eq 23 ] && cmp -s "$D/g1" "$D/g2" && ok "generate: $(cat "$D/g1")" || { bad "generate output"; cat "$D/g1"; }
+head -c 2000 "$D/model.bin" >"$D/trunc.bin"
+"$MTC" generate --load "$D/trunc.bin" --max-new-tokens 5 >/dev/null 2>"$D/err"
+[ $? -eq 2 ] && grep -q "truncated" "$D/err" && ok "truncated model refused: $(cat "$D/err")" || { bad "truncated model"; cat "$D/err"; }
+expect_usage "load mismatch" "differs from these flags" train $TINY --hidden-size 64 --load "$D/model.bin"
+"$MTC" train $TINY --train-iters 2 --log-interval 1 --eval-iters 0 --load "$D/model.bin" >"$D/log2" 2>&1 \
+    && ok "train --load" || { bad "train --load"; cat "$D/log2"; }
+exit $fail
