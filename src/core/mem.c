@@ -1,5 +1,7 @@
 /* core/mem.c - huge-page blocks and the arena; see mem.h. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "core/mem.h"
 
 #include <errno.h>
