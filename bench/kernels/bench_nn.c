@@ -33,16 +33,16 @@ static float *randv(size_t n, uint64_t seed) {
 }
 
 /* best of `reps` timings of fn, in seconds */
-#define BEST(reps, stmt)                                                                     \
-    ({                                                                                       \
-        double best_ = 1e30;                                                                 \
-        for (int r_ = 0; r_ < (reps); r_++) {                                                \
-            double t0_ = now();                                                              \
-            stmt;                                                                            \
-            double t_ = now() - t0_;                                                         \
-            if (t_ < best_) best_ = t_;                                                      \
-        }                                                                                    \
-        best_;                                                                               \
+#define BEST(reps, stmt)                                                                           \
+    ({                                                                                             \
+        double best_ = 1e30;                                                                       \
+        for (int r_ = 0; r_ < (reps); r_++) {                                                      \
+            double t0_ = now();                                                                    \
+            stmt;                                                                                  \
+            double t_ = now() - t0_;                                                               \
+            if (t_ < best_) best_ = t_;                                                            \
+        }                                                                                          \
+        best_;                                                                                     \
     })
 
 static void bench_sgemm(nn_pool *p1, nn_pool *p2, int M, int N, int K, int ta, int tb) {
@@ -60,8 +60,8 @@ static void bench_sgemm(nn_pool *p1, nn_pool *p2, int M, int N, int K, int ta, i
     double n2 = BEST(reps, nn_sgemm(p2, ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C, N));
     printf("sgemm %c%c M=%5d N=%5d K=%5d  GFLOP/s: cblas(1t) %6.1f  cblas(2t) %6.1f  "
            "nn_sgemm(1t) %6.1f  nn_sgemm(2t) %6.1f\n",
-           ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, fl / c1 * 1e-9, fl / c2 * 1e-9,
-           fl / n1 * 1e-9, fl / n2 * 1e-9);
+           ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, fl / c1 * 1e-9, fl / c2 * 1e-9, fl / n1 * 1e-9,
+           fl / n2 * 1e-9);
     free(A), free(B), free(C);
 }
 
@@ -92,12 +92,15 @@ int main(int argc, char **argv) {
     float *logits = malloc((size_t)N * V * 4), *wte = randv((size_t)V * C, 11);
     float *dwte = calloc((size_t)V * C, 4), *losses = malloc(N * 4);
     int *tg = malloc(N * sizeof(int));
-    for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
-    for (size_t i = 0; i < (size_t)F * C; i++) Wfc[i] *= 0.02f;
-    for (size_t i = 0; i < (size_t)V * C; i++) wte[i] *= 0.02f;
+    for (int i = 0; i < N; i++)
+        tg[i] = (i * 7919) % V;
+    for (size_t i = 0; i < (size_t)F * C; i++)
+        Wfc[i] *= 0.02f;
+    for (size_t i = 0; i < (size_t)V * C; i++)
+        wte[i] *= 0.02f;
     nn_dropout_spec d0 = {0}, d1 = {.p = 0.1f, .seed = 1, .stream = 2};
-    printf("\nkernels, B=%d T=%d C=%d NH=%d V=%d, pool of %d threads (ms per call):\n", B, T, C,
-           NH, V, nth);
+    printf("\nkernels, B=%d T=%d C=%d NH=%d V=%d, pool of %d threads (ms per call):\n", B, T, C, NH,
+           V, nth);
 #define K(name, stmt) printf("  %-28s %8.3f\n", name, 1e3 * BEST(5, stmt))
     K("layernorm fwd", nn_layernorm_forward(pn, y, mr, mr + N, x, w, b, N, C));
     K("layernorm bwd", nn_layernorm_backward(pn, y, dw, db, g, x, w, mr, mr + N, N, C));
@@ -116,8 +119,8 @@ int main(int argc, char **argv) {
     K("softmax xent fwd", nn_softmax_xent_forward(pn, losses, logits, tg, N, V, V));
     K("softmax xent bwd", nn_softmax_xent_backward(pn, logits, tg, 1.0f / N, N, V, V));
     K("lm head bwd", nn_linear_backward(pn, y, dwte, NULL, logits, x, wte, N, C, V));
-    K("adamw (F x C)", nn_adamw_update(Wfc, dWfc, h, hg, (size_t)F * C, 1e-4f, 0.9f, 0.95f,
-                                       1e-8f, 0.1f, 3));
+    K("adamw (F x C)",
+      nn_adamw_update(Wfc, dWfc, h, hg, (size_t)F * C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3));
     nn_pool_free(p1), nn_pool_free(p2), nn_pool_free(pn);
     return 0;
 }

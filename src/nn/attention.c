@@ -24,9 +24,9 @@
 #include "nn/nn.h"
 #include "nn/nn_internal.h"
 
-#define ATT_RB 64   /* query rows per causal block */
-#define ATT_DR 16   /* query rows per dropout tile */
-#define ATT_DK 256  /* keys per dropout tile */
+#define ATT_RB 64  /* query rows per causal block */
+#define ATT_DR 16  /* query rows per dropout tile */
+#define ATT_DK 256 /* keys per dropout tile */
 
 typedef struct {
     float *out, *att, *dqkv, *scratch;
@@ -38,8 +38,8 @@ typedef struct {
 static inline void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* mask scales (0 or 1/(1-p)) of row i, keys [k0, k0+n), for pair (b, h). */
@@ -53,7 +53,8 @@ static void att_mask_run(float *m, const att_job *j, int b, int h, int i, int k0
         nn_dropout_scale_run(m, (size_t)n, s, row + (uint64_t)k0);
         return;
     }
-    for (int k = 0; k < n; k++) nn_dropout_scale_run(m + k, 1, s, row + (uint64_t)s->kpos[k0 + k]);
+    for (int k = 0; k < n; k++)
+        nn_dropout_scale_run(m + k, 1, s, row + (uint64_t)s->kpos[k0 + k]);
 }
 
 static void att_fwd_pair(int idx, void *vp) {
@@ -66,8 +67,8 @@ static void att_fwd_pair(int idx, void *vp) {
     float scale = 1.0f / sqrtf((float)HS);
     for (int i0 = 0; i0 < T; i0 += ATT_RB) { /* S = scale Q Kᵀ, keys < block end */
         int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
-        gemm(0, 1, i1 - i0, i1, HS, scale, Q + (size_t)i0 * C3, C3, K, C3, 0.0f,
-             P + (size_t)i0 * T, T);
+        gemm(0, 1, i1 - i0, i1, HS, scale, Q + (size_t)i0 * C3, C3, K, C3, 0.0f, P + (size_t)i0 * T,
+             T);
     }
     for (int i = 0; i < T; i++) { /* causal softmax in place */
         float *p = P + (size_t)i * T;
@@ -91,17 +92,24 @@ static void att_fwd_pair(int idx, void *vp) {
             for (int r = 0; r < rows; r++) {
                 att_mask_run(m, j, b, h, i0 + r, k0, kw);
                 const float *p = P + (size_t)(i0 + r) * T + k0;
-                for (int k = 0; k < kw; k++) tile[r * kw + k] = p[k] * m[k];
+                for (int k = 0; k < kw; k++)
+                    tile[r * kw + k] = p[k] * m[k];
             }
-            gemm(0, 0, rows, HS, kw, 1.0f, tile, kw, V + (size_t)k0 * C3, C3,
-                 k0 == 0 ? 0.0f : 1.0f, O + (size_t)i0 * C, C);
+            gemm(0, 0, rows, HS, kw, 1.0f, tile, kw, V + (size_t)k0 * C3, C3, k0 == 0 ? 0.0f : 1.0f,
+                 O + (size_t)i0 * C, C);
         }
     }
 }
 
 void nn_attention_forward(nn_pool *pool, float *out, float *att, const float *qkv, int B, int T,
                           int NH, int HS, const nn_dropout_spec *drop) {
-    att_job j = {.out = out, .att = att, .qkv = qkv, .B = B, .T = T, .NH = NH, .HS = HS,
+    att_job j = {.out = out,
+                 .att = att,
+                 .qkv = qkv,
+                 .B = B,
+                 .T = T,
+                 .NH = NH,
+                 .HS = HS,
                  .drop = (drop && drop->p > 0.0f) ? drop : NULL};
     if (j.drop) MTC_ASSERT(j.drop->p < 1.0f);
     nn_pool_run(pool, B * NH, att_fwd_pair, &j);
@@ -120,25 +128,28 @@ static void att_bwd_pair(int idx, void *vp) {
 
     for (int i0 = 0; i0 < T; i0 += ATT_RB) { /* D = dA = dO Vᵀ, keys < block end */
         int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
-        gemm(0, 1, i1 - i0, i1, HS, 1.0f, dO + (size_t)i0 * C, C, V, C3, 0.0f,
-             D + (size_t)i0 * T, T);
+        gemm(0, 1, i1 - i0, i1, HS, 1.0f, dO + (size_t)i0 * C, C, V, C3, 0.0f, D + (size_t)i0 * T,
+             T);
     }
     if (!j->drop) {
         for (int k0 = 0; k0 < T; k0 += ATT_RB) { /* dV = Pᵀ dO, queries >= block start */
             int k1 = k0 + ATT_RB < T ? k0 + ATT_RB : T;
-            gemm(1, 0, k1 - k0, HS, T - k0, 1.0f, P + (size_t)k0 * T + k0, T,
-                 dO + (size_t)k0 * C, C, 0.0f, dV + (size_t)k0 * C3, C3);
+            gemm(1, 0, k1 - k0, HS, T - k0, 1.0f, P + (size_t)k0 * T + k0, T, dO + (size_t)k0 * C,
+                 C, 0.0f, dV + (size_t)k0 * C3, C3);
         }
         for (int i = 0; i < T; i++) { /* D = dS = P (dA - rowsum(P dA)) */
             const float *p = P + (size_t)i * T;
             float *d = D + (size_t)i * T;
             float s = 0.0f;
-            for (int k = 0; k <= i; k++) s += p[k] * d[k];
-            for (int k = 0; k <= i; k++) d[k] = p[k] * (d[k] - s);
+            for (int k = 0; k <= i; k++)
+                s += p[k] * d[k];
+            for (int k = 0; k <= i; k++)
+                d[k] = p[k] * (d[k] - s);
         }
     } else {
         float tile[ATT_DR * ATT_DK], m[ATT_DK], srow[ATT_DR];
-        for (int r = 0; r < T; r++) memset(dV + (size_t)r * C3, 0, (size_t)HS * sizeof(float));
+        for (int r = 0; r < T; r++)
+            memset(dV + (size_t)r * C3, 0, (size_t)HS * sizeof(float));
         for (int i0 = 0; i0 < T; i0 += ATT_DR) {
             int i1 = i0 + ATT_DR < T ? i0 + ATT_DR : T, rows = i1 - i0;
             memset(srow, 0, sizeof srow);
@@ -164,7 +175,8 @@ static void att_bwd_pair(int idx, void *vp) {
                 int i = i0 + r;
                 const float *p = P + (size_t)i * T;
                 float *d = D + (size_t)i * T;
-                for (int k = 0; k <= i; k++) d[k] = p[k] * (d[k] - srow[r]);
+                for (int k = 0; k <= i; k++)
+                    d[k] = p[k] * (d[k] - srow[r]);
             }
         }
     }
@@ -172,20 +184,28 @@ static void att_bwd_pair(int idx, void *vp) {
         memset(D + (size_t)i * T + i + 1, 0, (size_t)(T - 1 - i) * sizeof(float));
     for (int i0 = 0; i0 < T; i0 += ATT_RB) { /* dQ = scale dS K, keys < block end */
         int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
-        gemm(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, K, C3, 0.0f,
-             dQ + (size_t)i0 * C3, C3);
+        gemm(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, K, C3, 0.0f, dQ + (size_t)i0 * C3,
+             C3);
     }
     for (int k0 = 0; k0 < T; k0 += ATT_RB) { /* dK = scale dSᵀ Q, queries >= block start */
         int k1 = k0 + ATT_RB < T ? k0 + ATT_RB : T;
-        gemm(1, 0, k1 - k0, HS, T - k0, scale, D + (size_t)k0 * T + k0, T, Q + (size_t)k0 * C3,
-             C3, 0.0f, dK + (size_t)k0 * C3, C3);
+        gemm(1, 0, k1 - k0, HS, T - k0, scale, D + (size_t)k0 * T + k0, T, Q + (size_t)k0 * C3, C3,
+             0.0f, dK + (size_t)k0 * C3, C3);
     }
 }
 
 void nn_attention_backward(nn_pool *pool, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int NH, int HS,
                            const nn_dropout_spec *drop) {
-    att_job j = {.dqkv = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .catt = att, .B = B,
-                 .T = T, .NH = NH, .HS = HS, .drop = (drop && drop->p > 0.0f) ? drop : NULL};
+    att_job j = {.dqkv = dqkv,
+                 .scratch = scratch,
+                 .dout = dout,
+                 .qkv = qkv,
+                 .catt = att,
+                 .B = B,
+                 .T = T,
+                 .NH = NH,
+                 .HS = HS,
+                 .drop = (drop && drop->p > 0.0f) ? drop : NULL};
     nn_pool_run(pool, B * NH, att_bwd_pair, &j);
 }

@@ -1,9 +1,8 @@
 /* nn/layers.c - the elementwise and row-wise kernels: embeddings,
  * layernorm, GELU, residual, dropout (and its counter-based mask).
  *
- * Relies on core/rng.h's Philox mapping (u32(i) = block i/4, word i%4) to
- * draw dropout masks four values per block; nn_rng_uniform_run must equal
- * mtc_rng_uniform element by element (tested).
+ * Dropout masks come from nn_dropout_scale_run (rng_run.c), which equals
+ * core/rng.h's mtc_rng_uniform element by element (tested).
  * Row and element ranges are split by size only, so results never depend on
  * the pool size. Column reductions (layernorm dw/db) run over rows in order
  * inside a column block. Does not allocate. */
@@ -11,7 +10,6 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/rng.h"
 #include "nn/nn.h"
 #include "nn/nn_internal.h"
 
@@ -22,19 +20,22 @@ void nn_token_embedding_forward(float *out, const int *tokens, const float *wte,
     for (int n = 0; n < N; n++) {
         int t = tokens[n] - vocab_start;
         float *o = out + (size_t)n * C;
-        if (t >= 0 && t < V_local) memcpy(o, wte + (size_t)t * C, (size_t)C * sizeof(float));
-        else memset(o, 0, (size_t)C * sizeof(float));
+        if (t >= 0 && t < V_local)
+            memcpy(o, wte + (size_t)t * C, (size_t)C * sizeof(float));
+        else
+            memset(o, 0, (size_t)C * sizeof(float));
     }
 }
 
-void nn_token_embedding_backward(float *dwte, const float *dout, const int *tokens,
-                                 int vocab_start, int V_local, int N, int C) {
+void nn_token_embedding_backward(float *dwte, const float *dout, const int *tokens, int vocab_start,
+                                 int V_local, int N, int C) {
     for (int n = 0; n < N; n++) {
         int t = tokens[n] - vocab_start;
         if (t < 0 || t >= V_local) continue;
         float *d = dwte + (size_t)t * C;
         const float *g = dout + (size_t)n * C;
-        for (int c = 0; c < C; c++) d[c] += g[c];
+        for (int c = 0; c < C; c++)
+            d[c] += g[c];
     }
 }
 
@@ -44,7 +45,8 @@ void nn_position_embedding_forward(float *out, const float *wpe, const int *pos,
         for (int t = 0; t < T; t++) {
             const float *w = wpe + (size_t)(pos ? pos[t] : t) * C;
             float *o = out + ((size_t)b * T + t) * C;
-            for (int c = 0; c < C; c++) o[c] += w[c];
+            for (int c = 0; c < C; c++)
+                o[c] += w[c];
         }
 }
 
@@ -54,7 +56,8 @@ void nn_position_embedding_backward(float *dwpe, const float *dout, const int *p
         float *d = dwpe + (size_t)(pos ? pos[t] : t) * C;
         for (int b = 0; b < B; b++) {
             const float *g = dout + ((size_t)b * T + t) * C;
-            for (int c = 0; c < C; c++) d[c] += g[c];
+            for (int c = 0; c < C; c++)
+                d[c] += g[c];
         }
     }
 }
@@ -79,7 +82,8 @@ static void ln_fwd_tile(int i, void *vp) {
         const float *x = j->inp + r * C;
         float *o = j->out + r * C;
         float s = 0.0f;
-        for (int c = 0; c < C; c++) s += x[c];
+        for (int c = 0; c < C; c++)
+            s += x[c];
         float m = s / C;
         float v = 0.0f;
         for (int c = 0; c < C; c++) {
@@ -87,7 +91,8 @@ static void ln_fwd_tile(int i, void *vp) {
             v += d * d;
         }
         float rs = 1.0f / sqrtf(v / C + LN_EPS);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * j->w[c] + j->b[c];
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * rs * j->w[c] + j->b[c];
         if (j->mean) j->mean[r] = m;
         if (j->rstd) j->rstd[r] = rs;
     }
@@ -146,17 +151,27 @@ static void ln_bwd_cols(int i, void *vp) {
             }
         }
         if (j->dw)
-            for (size_t c = 0; c < w; c++) j->dw[c0 + c] += aw[c];
+            for (size_t c = 0; c < w; c++)
+                j->dw[c0 + c] += aw[c];
         if (j->db)
-            for (size_t c = 0; c < w; c++) j->db[c0 + c] += ab[c];
+            for (size_t c = 0; c < w; c++)
+                j->db[c0 + c] += ab[c];
     }
 }
 
 void nn_layernorm_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean, const float *rstd,
                            int N, int C) {
-    ln_job j = {.dinp = dinp, .dw = dw, .db = db, .dout = dout, .inp = inp, .w = w,
-                .cmean = mean, .crstd = rstd, .N = N, .C = C};
+    ln_job j = {.dinp = dinp,
+                .dw = dw,
+                .db = db,
+                .dout = dout,
+                .inp = inp,
+                .w = w,
+                .cmean = mean,
+                .crstd = rstd,
+                .N = N,
+                .C = C};
     if (dinp && N > 0) {
         j.tiles = nn_split_count((size_t)N * C, 16384);
         if (j.tiles > N) j.tiles = N;
@@ -206,31 +221,11 @@ void nn_gelu_backward(nn_pool *pool, float *dinp, const float *inp, const float 
 /* ---- residual ----------------------------------------------------------------------- */
 
 void nn_residual_forward(float *out, const float *a, const float *b, size_t n) {
-    for (size_t k = 0; k < n; k++) out[k] = a[k] + b[k];
+    for (size_t k = 0; k < n; k++)
+        out[k] = a[k] + b[k];
 }
 
 /* ---- dropout --------------------------------------------------------------------------- */
-
-void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t first) {
-    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    size_t k = 0;
-    while (k < n) {
-        uint64_t idx = first + k;
-        uint64_t block = idx >> 2;
-        uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
-                           (uint32_t)(stream >> 32)};
-        uint32_t w[4];
-        mtc_philox4x32_10(ctr, key, w);
-        for (unsigned q = (unsigned)(idx & 3); q < 4 && k < n; q++, k++)
-            dst[k] = (float)(w[q] >> 8) * (1.0f / 16777216.0f);
-    }
-}
-
-void nn_dropout_scale_run(float *dst, size_t n, const nn_dropout_spec *s, uint64_t first) {
-    nn_rng_uniform_run(dst, n, s->seed, s->stream, first);
-    float p = s->p, scale = 1.0f / (1.0f - s->p);
-    for (size_t k = 0; k < n; k++) dst[k] = dst[k] >= p ? scale : 0.0f;
-}
 
 /* out = inp * mask/(1-p); the same code serves forward and backward. */
 static void dropout_apply(float *out, const float *inp, int B, int T, int C,
@@ -251,7 +246,8 @@ static void dropout_apply(float *out, const float *inp, int B, int T, int C,
             for (int c0 = 0; c0 < C; c0 += 512) {
                 int w = C - c0 < 512 ? C - c0 : 512;
                 nn_dropout_scale_run(m, (size_t)w, s, g0 + c0);
-                for (int c = 0; c < w; c++) out[off + c0 + c] = inp[off + c0 + c] * m[c];
+                for (int c = 0; c < w; c++)
+                    out[off + c0 + c] = inp[off + c0 + c] * m[c];
             }
         }
 }

@@ -45,8 +45,8 @@ void nn_sgemm(nn_pool *pool, int transA, int transB, int M, int N, int K, float 
  * wte (V_local, C). */
 void nn_token_embedding_forward(float *out, const int *tokens, const float *wte, int vocab_start,
                                 int V_local, int N, int C);
-void nn_token_embedding_backward(float *dwte, const float *dout, const int *tokens,
-                                 int vocab_start, int V_local, int N, int C);
+void nn_token_embedding_backward(float *dwte, const float *dout, const int *tokens, int vocab_start,
+                                 int V_local, int N, int C);
 /* out (B,T,C) += wpe[pos[t]]; pos (T) global positions, NULL = 0..T-1. */
 void nn_position_embedding_forward(float *out, const float *wpe, const int *pos, int B, int T,
                                    int C);
@@ -99,8 +99,8 @@ typedef struct {
     int b0, Tg;
     int t0;
     const int *tpos;
-    int Cg, c0;           /* hidden dropout */
-    int NHg, h0;          /* attention dropout */
+    int Cg, c0;  /* hidden dropout */
+    int NHg, h0; /* attention dropout */
     const int *kpos;
 } nn_dropout_spec;
 
@@ -130,8 +130,8 @@ void nn_attention_backward(nn_pool *pool, float *dqkv, float *scratch, const flo
 
 /* logits (N,Vp) become probabilities; columns >= V (padding) are ignored
  * (probability 0). losses (N) = -log p[target]. */
-void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const int *targets,
-                             int N, int V, int Vp);
+void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const int *targets, int N,
+                             int V, int Vp);
 /* probs (N,Vp) become dlogits = scale * (p - onehot(target)); padding 0.
  * scale = dloss per token (1 / tokens in the global batch for the mean). */
 void nn_softmax_xent_backward(nn_pool *pool, float *probs, const int *targets, float scale, int N,

@@ -29,9 +29,9 @@ struct nn_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    atomic_uint gen;     /* bumped once per job */
-    atomic_int next;     /* next work item */
-    atomic_int pending;  /* workers that have not finished the job */
+    atomic_uint gen;    /* bumped once per job */
+    atomic_int next;    /* next work item */
+    atomic_int pending; /* workers that have not finished the job */
     atomic_int stop;
     int n;
     void (*fn)(int i, void *arg);
@@ -120,7 +120,8 @@ void nn_pool_free(nn_pool *p) {
         atomic_store(&p->stop, 1);
         pthread_cond_broadcast(&p->cv_work);
         pthread_mutex_unlock(&p->mu);
-        for (int t = 0; t < p->nthreads - 1; t++) pthread_join(p->threads[t], NULL);
+        for (int t = 0; t < p->nthreads - 1; t++)
+            pthread_join(p->threads[t], NULL);
         free(p->threads);
     }
     pthread_cond_destroy(&p->cv_work);
@@ -134,7 +135,8 @@ int nn_pool_size(const nn_pool *p) { return p ? p->nthreads : 1; }
 void nn_pool_run(nn_pool *p, int n, void (*fn)(int i, void *arg), void *arg) {
     if (n <= 0) return;
     if (!p || p->nthreads == 1 || n == 1) {
-        for (int i = 0; i < n; i++) fn(i, arg);
+        for (int i = 0; i < n; i++)
+            fn(i, arg);
         return;
     }
     p->n = n;
@@ -147,10 +149,12 @@ void nn_pool_run(nn_pool *p, int n, void (*fn)(int i, void *arg), void *arg) {
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     pool_do_items(p);
-    for (int s = 0; atomic_load(&p->pending) != 0 && s < POOL_SPIN; s++) pool_pause();
+    for (int s = 0; atomic_load(&p->pending) != 0 && s < POOL_SPIN; s++)
+        pool_pause();
     if (atomic_load(&p->pending) != 0) {
         pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
+        while (atomic_load(&p->pending) != 0)
+            pthread_cond_wait(&p->cv_done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
 }

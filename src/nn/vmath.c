@@ -33,8 +33,8 @@ static inline __m256 exp8(__m256 x) {
     __m256 r2 = _mm256_mul_ps(r, r);
     p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     /* n + 127 in [1, 255]: the clamp above keeps it a normal exponent */
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-                                  23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -58,14 +58,16 @@ float nn_vmax(const float *x, int n) {
 #ifdef NN_AVX2
     if (n >= 8) {
         __m256 v = _mm256_loadu_ps(x);
-        for (k = 8; k + 8 <= n; k += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + k));
+        for (k = 8; k + 8 <= n; k += 8)
+            v = _mm256_max_ps(v, _mm256_loadu_ps(x + k));
         __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         a = _mm_max_ps(a, _mm_movehl_ps(a, a));
         a = _mm_max_ss(a, _mm_movehdup_ps(a));
         m = _mm_cvtss_f32(a);
     }
 #endif
-    for (; k < n; k++) m = x[k] > m ? x[k] : m;
+    for (; k < n; k++)
+        m = x[k] > m ? x[k] : m;
     return m;
 }
 
@@ -89,7 +91,8 @@ float nn_vexp_sum(float *y, const float *x, int n, float shift) {
 }
 
 void nn_vscale(float *y, float a, int n) {
-    for (int k = 0; k < n; k++) y[k] *= a;
+    for (int k = 0; k < n; k++)
+        y[k] *= a;
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */

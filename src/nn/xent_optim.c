@@ -34,14 +34,15 @@ static void xent_fwd_tile(int i, void *vp) {
         float xt = x[t];
         float s = nn_vexp_sum(x, x, V, mx);
         nn_vscale(x, 1.0f / s, V);
-        for (int v = V; v < j->Vp; v++) x[v] = 0.0f;
+        for (int v = V; v < j->Vp; v++)
+            x[v] = 0.0f;
         /* -log p[t] = log(sum) - (x_t - max): accurate even when p[t] underflows */
         if (j->losses) j->losses[r] = logf(s) - (xt - mx);
     }
 }
 
-void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const int *targets,
-                             int N, int V, int Vp) {
+void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const int *targets, int N,
+                             int V, int Vp) {
     xent_job j = {losses, logits, targets, 0.0f, N, V, Vp, 0};
     j.tiles = nn_split_count((size_t)N * Vp, 32768);
     if (j.tiles > N) j.tiles = N;
@@ -56,8 +57,10 @@ static void xent_bwd_tile(int i, void *vp) {
         float *x = j->logits + r * j->Vp;
         int t = j->targets[r];
         x[t] -= 1.0f;
-        for (int v = 0; v < j->V; v++) x[v] *= j->scale;
-        for (int v = j->V; v < j->Vp; v++) x[v] = 0.0f;
+        for (int v = 0; v < j->V; v++)
+            x[v] *= j->scale;
+        for (int v = j->V; v < j->Vp; v++)
+            x[v] = 0.0f;
     }
 }
 
@@ -98,10 +101,12 @@ double nn_sumsq(const float *x, size_t n) {
         a2 += (double)x[k + 2] * x[k + 2];
         a3 += (double)x[k + 3] * x[k + 3];
     }
-    for (; k < n; k++) a0 += (double)x[k] * x[k];
+    for (; k < n; k++)
+        a0 += (double)x[k] * x[k];
     return (a0 + a1) + (a2 + a3);
 }
 
 void nn_scale(float *x, float s, size_t n) {
-    for (size_t k = 0; k < n; k++) x[k] *= s;
+    for (size_t k = 0; k < n; k++)
+        x[k] *= s;
 }

@@ -35,7 +35,8 @@ static void check_fd(const char *what, loss_fn fn, void *ctx, double *x, const f
 
 static double dot(const double *a, const float *g, size_t n) {
     double s = 0;
-    for (size_t k = 0; k < n; k++) s += a[k] * g[k];
+    for (size_t k = 0; k < n; k++)
+        s += a[k] * g[k];
     return s;
 }
 
@@ -66,7 +67,8 @@ static void test_layernorm(void) {
     float *x = malloc(nx * 4), *out = malloc(nx * 4), *g = malloc(nx * 4), *dx = malloc(nx * 4);
     float w[24], b[24], dw[24], db[24], mean[5], rstd[5];
     ref_fill(x, nx, 1, 2.0f);
-    for (size_t k = 0; k < nx; k++) x[k] += 0.5f; /* nonzero mean */
+    for (size_t k = 0; k < nx; k++)
+        x[k] += 0.5f; /* nonzero mean */
     ref_fill(w, 24, 2, 1.0f);
     ref_fill(b, 24, 3, 1.0f);
     ref_fill(g, nx, 4, 1.0f);
@@ -74,17 +76,20 @@ static void test_layernorm(void) {
     ln_ctx c = {ref_d(x, nx), ref_d(w, 24), ref_d(b, 24), malloc(nx * 8), g, N, C};
     ln_loss(&c);
     T_CHECKF(max_rel(out, c.out, nx) < 1e-4, "layernorm forward %.3g", max_rel(out, c.out, nx));
-    for (int k = 0; k < C; k++) dw[k] = 0.25f, db[k] = -0.5f; /* += check */
-    memset(dx, 0x7f, nx * 4);                                  /* = check */
+    for (int k = 0; k < C; k++)
+        dw[k] = 0.25f, db[k] = -0.5f; /* += check */
+    memset(dx, 0x7f, nx * 4);         /* = check */
     nn_layernorm_backward(NULL, dx, dw, db, g, x, w, mean, rstd, N, C);
-    for (int k = 0; k < C; k++) dw[k] -= 0.25f, db[k] += 0.5f;
+    for (int k = 0; k < C; k++)
+        dw[k] -= 0.25f, db[k] += 0.5f;
     check_fd("layernorm dx", ln_loss, &c, c.x, dx, nx, 1, 2e-3);
     check_fd("layernorm dw", ln_loss, &c, c.w, dw, 24, 1, 2e-3);
     check_fd("layernorm db", ln_loss, &c, c.b, db, 24, 1, 2e-3);
     /* NULL gradients are skipped */
     float dw2[24] = {0};
     nn_layernorm_backward(NULL, NULL, dw2, NULL, g, x, w, mean, rstd, N, C);
-    for (int k = 0; k < C; k++) T_CLOSE(dw2[k], dw[k], 1e-5, 1e-5);
+    for (int k = 0; k < C; k++)
+        T_CLOSE(dw2[k], dw[k], 1e-5, 1e-5);
     free(x), free(out), free(g), free(dx), free(c.x), free(c.w), free(c.b), free(c.out);
 }
 
@@ -113,12 +118,16 @@ static void test_linear(nn_pool *pool) {
     lin_ctx c = {ref_d(x, nx), ref_d(w, nw), ref_d(b, OUT), malloc(no * 8), g, N, IN, OUT};
     lin_loss(&c);
     T_CHECKF(max_rel(out, c.out, no) < 1e-5, "linear forward %.3g", max_rel(out, c.out, no));
-    for (size_t k = 0; k < nw; k++) dw[k] = 1.0f;
-    for (int k = 0; k < OUT; k++) db[k] = 2.0f;
+    for (size_t k = 0; k < nw; k++)
+        dw[k] = 1.0f;
+    for (int k = 0; k < OUT; k++)
+        db[k] = 2.0f;
     memset(dx, 0x7f, nx * 4);
     nn_linear_backward(pool, dx, dw, db, g, x, w, N, IN, OUT);
-    for (size_t k = 0; k < nw; k++) dw[k] -= 1.0f;
-    for (int k = 0; k < OUT; k++) db[k] -= 2.0f;
+    for (size_t k = 0; k < nw; k++)
+        dw[k] -= 1.0f;
+    for (int k = 0; k < OUT; k++)
+        db[k] -= 2.0f;
     check_fd("linear dx", lin_loss, &c, c.x, dx, nx, 1, 1e-3);
     check_fd("linear dw", lin_loss, &c, c.w, dw, nw, 1, 1e-3);
     check_fd("linear db", lin_loss, &c, c.b, db, OUT, 1, 1e-3);
@@ -129,7 +138,8 @@ static void test_linear(nn_pool *pool) {
     /* NULL dinp/dw skip: db alone still accumulates */
     float *db2 = calloc(OUT, 4);
     nn_linear_backward(pool, NULL, NULL, db2, g, x, w, N, IN, OUT);
-    for (int k = 0; k < OUT; k++) T_CLOSE(db2[k], db[k], 1e-5, 1e-5);
+    for (int k = 0; k < OUT; k++)
+        T_CLOSE(db2[k], db[k], 1e-5, 1e-5);
     free(db2);
     free(x), free(w), free(b), free(out), free(g), free(dx), free(dw), free(db);
     free(c.x), free(c.w), free(c.b), free(c.out);
@@ -144,7 +154,8 @@ typedef struct {
 static double gelu_loss(void *vp) {
     gelu_ctx *c = vp;
     double s = 0;
-    for (size_t k = 0; k < c->n; k++) s += ref_gelu1(c->x[k]) * c->g[k];
+    for (size_t k = 0; k < c->n; k++)
+        s += ref_gelu1(c->x[k]) * c->g[k];
     return s;
 }
 
@@ -196,7 +207,8 @@ static void test_attention_case(nn_pool *pool, int B, int T, int NH, int HS, flo
     T_CHECKF(max_rel(out, c.out, no) < 1e-4, "attention forward T=%d p=%g: %.3g", T, p,
              max_rel(out, c.out, no));
     double worst = 0;
-    for (size_t k = 0; k < na; k++) worst = fmax(worst, fabs(att[k] - ratt[k]));
+    for (size_t k = 0; k < na; k++)
+        worst = fmax(worst, fabs(att[k] - ratt[k]));
     T_CHECKF(worst < 1e-6, "attention probabilities T=%d: abs err %.3g", T, worst);
     memset(dqkv, 0x7f, nq * 4);
     memset(scr, 0x7f, na * 4); /* garbage scratch must not leak in */
@@ -221,8 +233,10 @@ static double xent_loss(void *vp) {
     for (int n = 0; n < c->N; n++) {
         const double *r = c->x + (size_t)n * c->Vp;
         double mx = -INFINITY, s = 0;
-        for (int v = 0; v < c->V; v++) mx = fmax(mx, r[v]);
-        for (int v = 0; v < c->V; v++) s += exp(r[v] - mx);
+        for (int v = 0; v < c->V; v++)
+            mx = fmax(mx, r[v]);
+        for (int v = 0; v < c->V; v++)
+            s += exp(r[v] - mx);
         L += c->scale * (log(s) + mx - r[c->tg[n]]);
     }
     return L;
@@ -236,7 +250,8 @@ static void test_xent(nn_pool *pool) {
     ref_fill(x, nl, 41, 3.0f);
     x[2] = 80.0f; /* large logit: must not overflow */
     for (int n = 0; n < N; n++)
-        for (int v = V; v < Vp; v++) x[(size_t)n * Vp + v] = (v & 1) ? 1e30f : NAN; /* padding */
+        for (int v = V; v < Vp; v++)
+            x[(size_t)n * Vp + v] = (v & 1) ? 1e30f : NAN; /* padding */
     xent_ctx c = {ref_d(x, nl), tg, N, V, Vp, 1.0};
     nn_softmax_xent_forward(pool, losses, x, tg, N, V, Vp);
     int pad_ok = 1;
@@ -245,8 +260,10 @@ static void test_xent(nn_pool *pool) {
         T_CLOSE(losses[n], xent_loss(&one), 1e-5, 1e-5);
         double ps = 0;
         for (int v = 0; v < Vp; v++) {
-            if (v < V) ps += x[(size_t)n * Vp + v];
-            else pad_ok &= x[(size_t)n * Vp + v] == 0.0f;
+            if (v < V)
+                ps += x[(size_t)n * Vp + v];
+            else
+                pad_ok &= x[(size_t)n * Vp + v] == 0.0f;
         }
         T_CLOSE(ps, 1.0, 1e-5, 0);
     }
@@ -256,11 +273,13 @@ static void test_xent(nn_pool *pool) {
     nn_softmax_xent_backward(pool, x, tg, scale, N, V, Vp);
     pad_ok = 1;
     for (int n = 0; n < N; n++)
-        for (int v = V; v < Vp; v++) pad_ok &= x[(size_t)n * Vp + v] == 0.0f;
+        for (int v = V; v < Vp; v++)
+            pad_ok &= x[(size_t)n * Vp + v] == 0.0f;
     T_CHECK(pad_ok);
     /* FD over the real columns only (padding is not an input) */
     for (int n = 0; n < N; n++)
-        for (int v = V; v < Vp; v++) c.x[(size_t)n * Vp + v] = 0;
+        for (int v = V; v < Vp; v++)
+            c.x[(size_t)n * Vp + v] = 0;
     for (int n = 0; n < N; n++) {
         xent_ctx one = {c.x + (size_t)n * Vp, tg + n, 1, V, Vp, scale};
         check_fd("xent dlogits", xent_loss, &one, one.x, x + (size_t)n * Vp, (size_t)V, 1, 1e-3);
@@ -274,9 +293,12 @@ static void test_embeddings(void) {
     float wte[12], out[24], dout[24], dwte[12], wpe[5 * 4], dwpe[20];
     int tok[6] = {4, 9, 6, 5, 0, 4}, pos[3] = {2, 3, 4};
     (void)V;
-    for (int k = 0; k < 12; k++) wte[k] = (float)(k + 1);
-    for (int k = 0; k < 20; k++) wpe[k] = 100.0f * (k + 1);
-    for (int k = 0; k < 24; k++) dout[k] = (float)k;
+    for (int k = 0; k < 12; k++)
+        wte[k] = (float)(k + 1);
+    for (int k = 0; k < 20; k++)
+        wpe[k] = 100.0f * (k + 1);
+    for (int k = 0; k < 24; k++)
+        dout[k] = (float)k;
     nn_token_embedding_forward(out, tok, wte, vs, VL, N, C);
     int ok = 1;
     for (int n = 0; n < N; n++)
@@ -286,7 +308,8 @@ static void test_embeddings(void) {
             ok &= out[n * C + c] == e;
         }
     T_CHECK(ok);
-    for (int k = 0; k < 12; k++) dwte[k] = 1.0f;
+    for (int k = 0; k < 12; k++)
+        dwte[k] = 1.0f;
     nn_token_embedding_backward(dwte, dout, tok, vs, VL, N, C);
     /* row 0 (token 4) gets n=0 and n=5; row 1 (token 5) n=3; row 2 (token 6) n=2 */
     for (int c = 0; c < C; c++) {
@@ -326,7 +349,8 @@ static void test_optim(void) {
     double pd[n], md[n], vd[n];
     ref_fill(p, n, 51, 1.0f);
     memset(m, 0, sizeof m), memset(v, 0, sizeof v);
-    for (int k = 0; k < n; k++) pd[k] = p[k], md[k] = 0, vd[k] = 0;
+    for (int k = 0; k < n; k++)
+        pd[k] = p[k], md[k] = 0, vd[k] = 0;
     double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
     for (int t = 1; t <= 3; t++) {
         ref_fill(g, n, 52 + t, 1.0f);
@@ -340,7 +364,8 @@ static void test_optim(void) {
         }
     }
     double worst = 0;
-    for (int k = 0; k < n; k++) worst = fmax(worst, fabs(p[k] - pd[k]));
+    for (int k = 0; k < n; k++)
+        worst = fmax(worst, fabs(p[k] - pd[k]));
     T_CHECKF(worst < 1e-6, "adamw 3 steps: abs err %.3g", worst);
     /* first step moves every weight by about lr (sign of the gradient) */
     float q = 0.5f, gq = -3.0f, mq = 0, vq = 0;
@@ -351,7 +376,8 @@ static void test_optim(void) {
     float *x = malloc(ns * 4);
     ref_fill(x, ns, 61, 1.0f);
     double s1 = nn_sumsq(x, ns), s2 = nn_sumsq(x, ns), e = 0;
-    for (size_t k = 0; k < ns; k++) e += (double)x[k] * x[k];
+    for (size_t k = 0; k < ns; k++)
+        e += (double)x[k] * x[k];
     T_CHECK(s1 == s2);
     T_CLOSE(s1, e, 0, 1e-12);
     nn_scale(x, 0.5f, ns);

@@ -28,9 +28,11 @@ static void test_pool(void) {
     int ok = 1;
     for (int rep = 0; rep < 2000; rep++) {
         int n = rep % 7 == 0 ? 1000 : rep % 5;
-        for (int i = 0; i < n; i++) atomic_store(&counts[i], 0);
+        for (int i = 0; i < n; i++)
+            atomic_store(&counts[i], 0);
         nn_pool_run(p, n, count_item, NULL);
-        for (int i = 0; i < n; i++) ok &= atomic_load(&counts[i]) == 1;
+        for (int i = 0; i < n; i++)
+            ok &= atomic_load(&counts[i]) == 1;
     }
     T_CHECK(ok);
     nn_pool_free(p);
@@ -40,9 +42,12 @@ static void test_pool(void) {
 static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * 4) == 0; }
 
 static void test_sgemm_threads(nn_pool *p1, nn_pool *p3) {
-    /* (ta, tb, M, N, K): tall, wide, tiny, odd */
-    int shapes[][5] = {{0, 1, 200, 96, 64}, {1, 0, 64, 300, 128}, {0, 0, 33, 47, 19},
-                       {1, 1, 129, 65, 31}, {0, 1, 1, 500, 40},   {0, 0, 3, 2, 1}};
+    /* (ta, tb, M, N, K), chosen so that gemm.c splits them: 2 row blocks,
+     * 2 column blocks, 4 row blocks (transposed), 4 odd row blocks; then
+     * unsplit small ones */
+    int shapes[][5] = {{0, 1, 600, 96, 64},  {1, 0, 64, 700, 128}, {1, 1, 1100, 65, 31},
+                       {0, 0, 1031, 33, 61}, {0, 0, 33, 47, 19},   {0, 1, 1, 500, 40},
+                       {0, 0, 3, 2, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int ta = shapes[s][0], tb = shapes[s][1], M = shapes[s][2], N = shapes[s][3];
         int K = shapes[s][4], lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
@@ -72,7 +77,8 @@ static void test_sgemm_threads(nn_pool *p1, nn_pool *p3) {
         T_CHECKF(worst < 1e-4, "sgemm shape %zu: abs err %.3g", s, worst);
         int pad_ok = 1; /* columns between N and ldc untouched */
         for (int i = 0; i < M; i++)
-            for (int j = N; j < ldc; j++) pad_ok &= C1[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+            for (int j = N; j < ldc; j++)
+                pad_ok &= C1[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
         T_CHECK(pad_ok);
         free(A), free(B), free(C1), free(C3), free(C0);
     }
@@ -80,7 +86,8 @@ static void test_sgemm_threads(nn_pool *p1, nn_pool *p3) {
 
 /* every kernel with a pool: results of pools a and b must be identical */
 static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
-    int N = 192, C = 384, OUT = 160, B = 2, T = 96, NH = 3, HS = 16, V = 1000, Vp = 1024;
+    /* sizes that make every kernel split its work (gemm.c: >= 256 rows or columns) */
+    int N = 640, C = 512, OUT = 96, B = 2, T = 96, NH = 3, HS = 16, V = 1000, Vp = 1024;
     size_t nx = (size_t)N * C;
     float *x = malloc(nx * 4), *w = malloc(C * 4), *bb = malloc(C * 4), *g = malloc(nx * 4);
     ref_fill(x, nx, 1, 1.0f), ref_fill(w, C, 2, 1.0f), ref_fill(bb, C, 3, 1.0f);
@@ -92,7 +99,8 @@ static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
     float *W = malloc(nW * 4), *qkv = malloc(nq * 4), *logits = malloc(nl * 4);
     int *tg = malloc(N * sizeof(int));
     ref_fill(W, nW, 5, 0.1f), ref_fill(qkv, nq, 6, 1.0f), ref_fill(logits, nl, 7, 2.0f);
-    for (int n = 0; n < N; n++) tg[n] = (n * 37) % V;
+    for (int n = 0; n < N; n++)
+        tg[n] = (n * 37) % V;
     nn_dropout_spec drop = {.p = 0.1f, .seed = 3, .stream = 4};
     for (int s = 0; s < 2; s++) {
         nn_pool *p = pools[s];
@@ -118,10 +126,10 @@ static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
         nn_softmax_xent_backward(p, xe, tg, 0.01f, N, V, Vp);
         free(mr);
     }
-    size_t sizes[8] = {nx, nx + 2 * C, (size_t)N * OUT, nx + nW + OUT, 2 * nx,
-                       nq / 3 + na, nq, nl + N};
-    const char *names[8] = {"layernorm fwd", "layernorm bwd", "linear fwd", "linear bwd",
-                            "gelu", "attention fwd", "attention bwd", "xent"};
+    size_t sizes[8] = {nx,          nx + 2 * C, (size_t)N * OUT, nx + nW + OUT, 2 * nx,
+                       nq / 3 + na, nq,         nl + N};
+    const char *names[8] = {"layernorm fwd", "layernorm bwd", "linear fwd",    "linear bwd",
+                            "gelu",          "attention fwd", "attention bwd", "xent"};
     for (int k = 0; k < 8; k++) {
         T_CHECKF(same(r[0][k], r[1][k], sizes[k]), "%s: pool sizes %d and %d differ", names[k],
                  nn_pool_size(pa), nn_pool_size(pb));
@@ -132,31 +140,41 @@ static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
 
 static void test_dropout(void) {
     /* the fast uniform run equals the core generator at any start */
-    float u[13];
-    nn_rng_uniform_run(u, 13, 42, 7, 1001);
+    /* (also across the 2^32-block boundary, where the counter's high word changes) */
+    static float u[1000];
+    uint64_t starts[3] = {1001, 0, (4ull << 32) - 333};
     int ok = 1;
-    for (int k = 0; k < 13; k++) ok &= u[k] == mtc_rng_uniform(42, 7, 1001 + k);
+    for (int st = 0; st < 3; st++)
+        for (size_t n = 0; n <= 1000; n += (n < 70 ? 1 : 233)) {
+            nn_rng_uniform_run(u, n, 42, 0x123456789ull, starts[st]);
+            for (size_t k = 0; k < n; k++)
+                ok &= u[k] == mtc_rng_uniform(42, 0x123456789ull, starts[st] + k);
+        }
     T_CHECK(ok);
 
     int B = 3, T = 40, C = 50;
     size_t n = (size_t)B * T * C;
     float *x = malloc(n * 4), *y = malloc(n * 4), *dx = malloc(n * 4), *ones = malloc(n * 4);
-    for (size_t k = 0; k < n; k++) x[k] = 1.0f + (float)(k % 17), ones[k] = 1.0f;
+    for (size_t k = 0; k < n; k++)
+        x[k] = 1.0f + (float)(k % 17), ones[k] = 1.0f;
     float p = 0.25f;
     nn_dropout_spec s = {.p = p, .seed = 11, .stream = 12, .Tg = T, .Cg = C};
     nn_dropout_forward(y, x, B, T, C, &s);
     size_t dropped = 0;
     ok = 1;
     for (size_t k = 0; k < n; k++) {
-        if (y[k] == 0.0f) dropped++;
-        else ok &= y[k] == x[k] * (1.0f / (1.0f - p));
+        if (y[k] == 0.0f)
+            dropped++;
+        else
+            ok &= y[k] == x[k] * (1.0f / (1.0f - p));
     }
     T_CHECK(ok);
     double frac = (double)dropped / n; /* binomial sd ~0.0035 */
     T_CHECKF(fabs(frac - p) < 0.02, "dropped fraction %.4f vs p=%.2f", frac, p);
     nn_dropout_backward(dx, ones, B, T, C, &s); /* same mask */
     ok = 1;
-    for (size_t k = 0; k < n; k++) ok &= (dx[k] == 0.0f) == (y[k] == 0.0f);
+    for (size_t k = 0; k < n; k++)
+        ok &= (dx[k] == 0.0f) == (y[k] == 0.0f);
     T_CHECK(ok);
     /* Tg/Cg = 0 means unsharded; in place works */
     nn_dropout_spec s0 = {.p = p, .seed = 11, .stream = 12};
@@ -181,8 +199,15 @@ static void test_dropout(void) {
                     int tg = pass ? tpos[t] : t0 + t;
                     xs[((size_t)b * tn + t) * cl + c] = x[((size_t)(b0 + b) * T + tg) * C + c0 + c];
                 }
-        nn_dropout_spec ss = {.p = p, .seed = 11, .stream = 12, .b0 = b0, .Tg = T, .t0 = t0,
-                              .tpos = pass ? tpos : NULL, .Cg = C, .c0 = c0};
+        nn_dropout_spec ss = {.p = p,
+                              .seed = 11,
+                              .stream = 12,
+                              .b0 = b0,
+                              .Tg = T,
+                              .t0 = t0,
+                              .tpos = pass ? tpos : NULL,
+                              .Cg = C,
+                              .c0 = c0};
         nn_dropout_forward(ys, xs, bl, tn, cl, &ss);
         ok = 1;
         for (int b = 0; b < bl; b++)
@@ -227,7 +252,8 @@ static void test_attention_split(nn_pool *pool) {
         size_t lq = (size_t)bl * T * 3 * nh * HS, lo = (size_t)bl * T * nh * HS;
         size_t la = (size_t)bl * nh * T * T;
         float *q = malloc(lq * 4), *o = malloc(lo * 4), *a = malloc(la * 4), *gl = malloc(lo * 4);
-        float *dq = malloc(lq * 4), *s = malloc(la * 4), *eo = malloc(lo * 4), *edq = malloc(lq * 4);
+        float *dq = malloc(lq * 4), *s = malloc(la * 4), *eo = malloc(lo * 4),
+              *edq = malloc(lq * 4);
         slice_heads(q, qkv, B, T, NH, HS, 3, b0, bl, h0, nh);
         slice_heads(gl, g, B, T, NH, HS, 1, b0, bl, h0, nh);
         nn_dropout_spec loc = full;
