@@ -55,7 +55,8 @@ mtc_result_t data_tokenizer_deserialize(data_tokenizer *tok, const char *s);
 typedef struct data_source data_source;
 
 typedef struct {
-    const char *data_path;  /* file, folder, or Megatron prefix (PREFIX.bin + PREFIX.idx); NULL with mock */
+    const char *data_path;  /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
+                               llm.c shard or glob of shards; NULL with mock */
     int mock;               /* --mock-data */
     int vocab_size;         /* mock: ids in [0, vocab_size); others: checked against the data */
     const char *tokenizer;  /* for text: "char" (default) or "byte" */

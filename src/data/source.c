@@ -108,8 +108,8 @@ static mtc_result_t open_glob(data_source *src, const char *pattern, data_tokeni
     int r = glob(pattern, 0, NULL, &g);
     if (r == GLOB_NOMATCH || (r == 0 && g.gl_pathc == 0)) {
         if (r == 0) globfree(&g);
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--data-path \"%s\": the pattern matches no file",
-                         pattern);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "--data-path \"%s\": the pattern matches no file", pattern);
     }
     if (r != 0) return mtc_error(MTC_ERR_IO, "--data-path \"%s\": glob failed", pattern);
     /* glob sorts by the locale's collation; our order is strcmp (sorted by glob with
@@ -259,7 +259,8 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
             goto fail;
         }
         if (opts->vocab_size > 0) src->vocab_size = opts->vocab_size;
-        else if (src->has_tok && src->tok.vocab_size > max_id) src->vocab_size = src->tok.vocab_size;
+        else if (src->has_tok && src->tok.vocab_size > max_id)
+            src->vocab_size = src->tok.vocab_size;
         else src->vocab_size = (int)(max_id + 1);
     }
     if (src->n_tokens < (uint64_t)src->T + 1) {

@@ -7,7 +7,9 @@
  * conventions.md 2.4), text folders. Stream tokens are a formula of their
  * position, so reading back is checked in closed form; each corruption is
  * one edit at an offset of the format table. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memmem */
+#endif
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -165,8 +167,14 @@ static void test_indexed(void) {
     if (s) check_all_windows(s, 8, f_big, "int32"), data_source_free(s);
 
     /* corruptions: each applied to a fresh copy */
-    struct { const char *what; size_t at; int nbytes; uint64_t v; long cut; const char *file, *word; }
-    cases[] = {
+    struct {
+        const char *what;
+        size_t at;
+        int nbytes;
+        uint64_t v;
+        long cut;
+        const char *file, *word;
+    } cases[] = {
         {"truncated .idx", 0, 0, 0, -5, "bad.idx", "truncated"},
         {"idx shorter than header", 0, 0, 0, -(long)(sizeof want - 20), "bad.idx", "truncated"},
         {"bad magic", 0, 1, 'X', 0, "bad.idx", "magic"},
