@@ -1,7 +1,7 @@
 /* nn/pool.c - the per-rank thread pool every nn kernel runs on.
  *
  * Persistent workers wait for a job generation number to change: they spin
- * a short while (a few microseconds, so back-to-back kernels do not pay a
+ * a short while (20 us by default, so back-to-back kernels do not pay a
  * wake-up) and then sleep on a condition variable, because this machine may
  * run many rank-threads, each with a pool, on few cores and spinning there
  * steals the cores the other ranks need. The caller takes part in every
@@ -19,10 +19,14 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/log.h"
 
-#define POOL_SPIN 4000 /* iterations of the pause loop before sleeping */
+/* Spin budget before sleeping, in microseconds (env MTC_NN_SPIN_US, 0 = sleep
+ * at once): long enough to cover the gap between back-to-back kernels,
+ * short enough not to matter when ranks outnumber cores. */
+#define POOL_SPIN_US 20
 
 struct nn_pool {
     int nthreads;
@@ -33,6 +37,7 @@ struct nn_pool {
     atomic_int next;    /* next work item */
     atomic_int pending; /* workers that have not finished the job */
     atomic_int stop;
+    uint64_t spin_ns;
     int n;
     void (*fn)(int i, void *arg);
     void *arg;
@@ -42,6 +47,26 @@ static inline void pool_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+static inline uint64_t pool_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Spin while *v == old, at most budget_ns; returns the last value seen. */
+static unsigned pool_spin_while_eq(atomic_uint *v, unsigned old, uint64_t budget_ns) {
+    unsigned g = atomic_load(v);
+    if (g != old || budget_ns == 0) return g;
+    uint64_t t0 = pool_now_ns();
+    for (;;) {
+        for (int s = 0; s < 32; s++) {
+            pool_pause();
+            if ((g = atomic_load(v)) != old) return g;
+        }
+        if (pool_now_ns() - t0 > budget_ns) return g;
+    }
 }
 
 static void pool_do_items(nn_pool *p) {
@@ -59,11 +84,7 @@ static void *pool_worker(void *vp) {
     nn_pool *p = vp;
     unsigned seen = 0;
     for (;;) {
-        unsigned g = atomic_load(&p->gen);
-        for (int s = 0; g == seen && s < POOL_SPIN && !atomic_load(&p->stop); s++) {
-            pool_pause();
-            g = atomic_load(&p->gen);
-        }
+        unsigned g = pool_spin_while_eq(&p->gen, seen, p->spin_ns);
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
             while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
@@ -89,6 +110,8 @@ mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {
     nn_pool *p = calloc(1, sizeof *p);
     if (!p) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "nn pool: out of memory");
     p->nthreads = nthreads;
+    const char *env = getenv("MTC_NN_SPIN_US");
+    p->spin_ns = 1000u * (uint64_t)(env && *env ? strtoul(env, NULL, 10) : POOL_SPIN_US);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);
@@ -118,6 +141,7 @@ void nn_pool_free(nn_pool *p) {
     if (p->threads) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->stop, 1);
+        atomic_fetch_add(&p->gen, 1); /* wakes spinners too */
         pthread_cond_broadcast(&p->cv_work);
         pthread_mutex_unlock(&p->mu);
         for (int t = 0; t < p->nthreads - 1; t++)
@@ -149,8 +173,12 @@ void nn_pool_run(nn_pool *p, int n, void (*fn)(int i, void *arg), void *arg) {
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     pool_do_items(p);
-    for (int s = 0; atomic_load(&p->pending) != 0 && s < POOL_SPIN; s++)
-        pool_pause();
+    if (atomic_load(&p->pending) != 0 && p->spin_ns) {
+        uint64_t t0 = pool_now_ns();
+        while (atomic_load(&p->pending) != 0 && pool_now_ns() - t0 < p->spin_ns)
+            for (int s = 0; s < 32 && atomic_load(&p->pending) != 0; s++)
+                pool_pause();
+    }
     if (atomic_load(&p->pending) != 0) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->pending) != 0)

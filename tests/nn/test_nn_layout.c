@@ -23,19 +23,24 @@ static void count_item(int i, void *arg) {
 static void test_pool(void) {
     nn_pool *p = NULL;
     T_CHECK(nn_pool_create(0, &p) == MTC_ERR_INVALID_ARGUMENT && p == NULL);
-    T_CHECK(nn_pool_create(3, &p) == MTC_OK);
-    T_CHECK(nn_pool_size(p) == 3 && nn_pool_size(NULL) == 1);
-    int ok = 1;
-    for (int rep = 0; rep < 2000; rep++) {
-        int n = rep % 7 == 0 ? 1000 : rep % 5;
-        for (int i = 0; i < n; i++)
-            atomic_store(&counts[i], 0);
-        nn_pool_run(p, n, count_item, NULL);
-        for (int i = 0; i < n; i++)
-            ok &= atomic_load(&counts[i]) == 1;
+    /* default spin, then no spin at all (every hand-off goes through sleep/wake) */
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode) setenv("MTC_NN_SPIN_US", "0", 1);
+        T_CHECK(nn_pool_create(3, &p) == MTC_OK);
+        T_CHECK(nn_pool_size(p) == 3 && nn_pool_size(NULL) == 1);
+        int ok = 1;
+        for (int rep = 0; rep < 1000; rep++) {
+            int n = rep % 7 == 0 ? 1000 : rep % 5;
+            for (int i = 0; i < n; i++)
+                atomic_store(&counts[i], 0);
+            nn_pool_run(p, n, count_item, NULL);
+            for (int i = 0; i < n; i++)
+                ok &= atomic_load(&counts[i]) == 1;
+        }
+        T_CHECKF(ok, "pool items not run exactly once (spin mode %d)", mode);
+        nn_pool_free(p);
     }
-    T_CHECK(ok);
-    nn_pool_free(p);
+    unsetenv("MTC_NN_SPIN_US");
     nn_pool_free(NULL);
 }
 
