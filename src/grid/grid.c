@@ -1,0 +1,112 @@
+/* grid/grid.c - the per-rank grid object: this rank's coordinates and one
+ * communicator per process group it belongs to, in Megatron's creation
+ * order. Built collectively at start-up: every rank computes all groups
+ * (pure, grid/groups.c) and calls mtc_comm_split once per group kind with
+ * color = index of its list and key = its position there, so each
+ * communicator's rank order is the list's (sorted, except
+ * INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP, kept in Megatron's order).
+ * Ranks outside every list of a kind (embedding groups on middle stages)
+ * pass color -1 and get no communicator.
+ * Keeps only this rank's lists, not the whole table (1024 thread-ranks would
+ * otherwise hold 1024 copies). Does not use the communicators itself. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "grid/internal.h"
+
+typedef struct {
+    mtc_grid_kind_t kind;
+    int level;
+    mtc_comm_t comm; /* NULL when not a member */
+    int n;           /* members of this rank's list (0 when not a member) */
+    int *members;    /* world ranks in list order */
+} grid_slot;
+
+struct mtc_grid {
+    mtc_grid_spec spec;
+    mtc_grid_coord coord;
+    int nslots;
+    grid_slot *slots;
+};
+
+void mtc_grid_free(mtc_grid_t g) {
+    if (!g) return;
+    for (int i = 0; i < g->nslots; i++) {
+        mtc_comm_free(g->slots[i].comm);
+        free(g->slots[i].members);
+    }
+    free(g->slots);
+    free(g);
+}
+
+mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_config *cfg) {
+    *out = NULL;
+    const int W = mtc_comm_size(world), rank = mtc_comm_rank(world);
+    mtc_grid_config c = *cfg;
+    if (c.world_size == 0) c.world_size = W;
+    if (c.world_size != W)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--world-size %d but %d ranks were started (valid: %d)",
+                         c.world_size, W, W);
+    mtc_grid_t g = calloc(1, sizeof *g);
+    if (!g) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid");
+    mtc_grid_groups G = {0};
+    mtc_result_t rc = mtc_grid_spec_init(&g->spec, &c);
+    if (rc != MTC_OK) goto fail;
+    g->spec.cfg.order = g->spec.order; /* the copy must point into itself */
+    mtc_grid_coord_of(&g->coord, &g->spec, rank);
+    MTC_CHECK_GOTO(mtc_grid_groups_build(&G, &g->spec), rc, fail);
+    g->slots = calloc((size_t)G.nsets, sizeof *g->slots);
+    if (!g->slots) {
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid slots");
+        goto fail;
+    }
+    for (int i = 0; i < G.nsets; i++) {
+        const mtc_grid_group_set *set = &G.sets[i];
+        grid_slot *sl = &g->slots[g->nslots++];
+        sl->kind = set->kind, sl->level = set->level;
+        int pos, idx = mtc_grid_group_of(set, rank, &pos);
+        if (idx >= 0) {
+            sl->n = set->size;
+            sl->members = malloc((size_t)set->size * sizeof(int));
+            if (!sl->members) {
+                rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid members");
+                goto fail; /* peers then fail in split with a remote error */
+            }
+            memcpy(sl->members, set->ranks + (size_t)idx * set->size, (size_t)set->size * sizeof(int));
+        }
+        /* comm: split(world) - collective, every rank calls it for every kind */
+        MTC_CHECK_GOTO(mtc_comm_split(world, idx, idx >= 0 ? pos : 0, set->name, &sl->comm), rc, fail);
+    }
+    char coords[96];
+    snprintf(coords, sizeof coords, "tp%d cp%d dp%d pp%d ep%d etp%d edp%d", g->coord.tp, g->coord.cp,
+             g->coord.dp, g->coord.pp, g->coord.ep, g->coord.etp, g->coord.edp);
+    mtc_log_set_rank(rank, coords);
+    mtc_grid_groups_free(&G);
+    *out = g;
+    return MTC_OK;
+fail:
+    mtc_grid_groups_free(&G);
+    mtc_grid_free(g);
+    return rc;
+}
+
+const mtc_grid_spec *mtc_grid_spec_get(mtc_grid_t g) { return &g->spec; }
+const mtc_grid_coord *mtc_grid_coords(mtc_grid_t g) { return &g->coord; }
+
+static const grid_slot *slot_find(mtc_grid_t g, mtc_grid_kind_t kind, int level) {
+    for (int i = 0; i < g->nslots; i++)
+        if (g->slots[i].kind == kind && g->slots[i].level == level) return &g->slots[i];
+    return NULL;
+}
+
+mtc_comm_t mtc_grid_comm(mtc_grid_t g, mtc_grid_kind_t kind, int level) {
+    const grid_slot *s = slot_find(g, kind, level);
+    return s ? s->comm : NULL;
+}
+
+const int *mtc_grid_members(mtc_grid_t g, mtc_grid_kind_t kind, int level, int *n) {
+    const grid_slot *s = slot_find(g, kind, level);
+    if (n) *n = s ? s->n : 0;
+    return s && s->n ? s->members : NULL;
+}
