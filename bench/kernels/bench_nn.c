@@ -10,6 +10,7 @@
  *   cc -O2 -march=native -D_GNU_SOURCE -Isrc bench/kernels/bench_nn.c \
  *      build/libmtc.a $(pkg-config --cflags --libs openblas) -lpthread -lm -o /tmp/bench_nn
  * Run: /tmp/bench_nn [B T C NH V threads]   (defaults 4 256 384 6 8192 2)
+ *      MTC_BENCH_CPU=1 times by thread CPU time (use with threads = 1).
  * Keep runs short: the machine is shared. */
 #include <cblas.h>
 #include <stdio.h>
@@ -20,9 +21,12 @@
 #include "core/rng.h"
 #include "nn/nn.h"
 
+/* Wall time, or this thread's CPU time (MTC_BENCH_CPU=1: steadier on a
+ * busy machine, meaningful for pools of one thread only). */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
@@ -74,6 +78,8 @@ int main(int argc, char **argv) {
     if (argc > 5) V = atoi(argv[5]);
     if (argc > 6) nth = atoi(argv[6]);
     int N = B * T, HS = C / NH, F = 4 * C;
+    if (getenv("MTC_BENCH_CPU") && atoi(getenv("MTC_BENCH_CPU")))
+        bench_clock = CLOCK_THREAD_CPUTIME_ID;
     nn_pool *p1, *p2, *pn;
     if (nn_pool_create(1, &p1) || nn_pool_create(2, &p2) || nn_pool_create(nth, &pn)) return 1;
 
