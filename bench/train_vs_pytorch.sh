@@ -1,0 +1,93 @@
+#!/bin/sh
+# bench/train_vs_pytorch.sh - one training step (forward + backward + AdamW)
+# of mtc and of PyTorch on CPU, same model, same init scale, same threads,
+# measured in one run, with the sgemm throughput of this machine for scale.
+#
+# PyTorch runs as a careful user runs it: tcmalloc preloaded, OMP_WAIT_POLICY
+# =PASSIVE with 2 threads. For both programs OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE are unset in the command (a forced Haswell core type halves
+# sgemm on this machine). Model FLOPs: Megatron core_v0.14's
+# 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)) (V = padded vocabulary).
+# Timing: median over STEPS steps after 2 warm-up steps.
+#
+# usage: bench/train_vs_pytorch.sh [path/to/mtc]     (env STEPS, default 5)
+set -eu
+MTC=${1:-build/mtc}
+STEPS=${STEPS:-5}
+PY=/usr/bin/python3
+HERE=$(cd "$(dirname "$0")" && pwd)
+TCM=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+[ -e "$TCM" ] || TCM=
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+CLEAN="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"
+
+# ---- sgemm throughput (OpenBLAS, square 1536) ----
+cat >"$T/sgemm.c" <<'CEOF'
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+void openblas_set_num_threads(int);
+int main(int argc, char **argv) {
+    int th = atoi(argv[1]), n = 1536, reps = 8;
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+    for (int i = 0; i < n * n; i++) a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f, c[i] = 0;
+    openblas_set_num_threads(th);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (s < best) best = s;
+    }
+    printf("%.1f\n", 2.0 * n * n * (double)n / best * 1e-9);
+    return 0;
+}
+CEOF
+cc -O2 -o "$T/sgemm" "$T/sgemm.c" $(pkg-config --cflags --libs openblas 2>/dev/null || echo -lopenblas)
+
+flops() { # L C T V B -> model FLOPs per step
+    awk -v L="$1" -v h="$2" -v s="$3" -v V="$4" -v B="$5" \
+        'BEGIN { printf "%.6e", 72*B*s*L*h*h*(1 + s/(12*h) + V/(12*h*L)) }'
+}
+
+mtc_step() { # L C NH T V B threads -> median ms
+    $CLEAN "$MTC" train --mock-data --vocab-size "$5" --make-vocab-size-divisible-by 128 \
+        --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --seq-length "$4" \
+        --max-position-embeddings "$4" --micro-batch-size "$6" --global-batch-size "$6" \
+        --train-iters $((STEPS + 2)) --log-interval 1 --eval-iters 0 --hidden-dropout 0 \
+        --attention-dropout 0 --threads "$7" --metrics "$T/m.jsonl" >/dev/null
+    tail -n "$STEPS" "$T/m.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/' | sort -n |
+        awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
+torch_step() { # L C NH T V Vp B threads -> median ms
+    omp=""
+    [ "$8" -gt 1 ] && omp="OMP_WAIT_POLICY=PASSIVE"
+    $CLEAN ${TCM:+LD_PRELOAD=$TCM} $omp OMP_NUM_THREADS="$8" \
+        "$PY" "$HERE/train_step.py" "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$STEPS" |
+        sed 's/pytorch ms_per_step \([0-9.]*\).*/\1/'
+}
+
+printf '%-22s %3s %8s %8s %9s %9s %8s %8s %8s %7s\n' model thr "mtc ms" "torch ms" "mtc tok/s" \
+    "torch t/s" "mtc TF/s" "sgemm GF" "%sgemm" "speedup"
+for th in 1 2; do
+    peak=$($CLEAN "$T/sgemm" "$th")
+    # name L C NH T V B
+    for cfg in "small-gpt 6 384 6 256 50304 4" "gpt2-124M 12 768 12 64 50257 4"; do
+        set -- $cfg
+        name=$1 L=$2 C=$3 NH=$4 S=$5 V=$6 B=$7
+        Vp=$(( (V + 127) / 128 * 128 ))
+        fl=$(flops "$L" "$C" "$S" "$Vp" "$B")
+        m=$(mtc_step "$L" "$C" "$NH" "$S" "$V" "$B" "$th")
+        p=$(torch_step "$L" "$C" "$NH" "$S" "$V" "$Vp" "$B" "$th")
+        awk -v n="$name" -v th="$th" -v m="$m" -v p="$p" -v f="$fl" -v tok=$((B * S)) -v pk="$peak" \
+            'BEGIN { tf = f / (m * 1e-3) / 1e12;
+                     printf "%-22s %3d %8.1f %8.1f %9.0f %9.0f %8.3f %8.1f %7.1f%% %6.2fx\n",
+                            n, th, m, p, tok / (m * 1e-3), tok / (p * 1e-3), tf, pk,
+                            100 * tf * 1e3 / pk, p / m }'
+    done
+done
