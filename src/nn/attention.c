@@ -24,8 +24,12 @@
 #include "nn/nn.h"
 #include "nn/nn_internal.h"
 
-#define ATT_RB 64  /* query rows per causal block */
-#define ATT_DR 16  /* query rows per dropout tile */
+#ifndef ATT_RB
+#define ATT_RB 64 /* query rows per causal block */
+#endif
+#ifndef ATT_DR
+#define ATT_DR 16 /* query rows per dropout tile */
+#endif
 #define ATT_DK 256 /* keys per dropout tile */
 
 typedef struct {

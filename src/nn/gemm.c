@@ -59,14 +59,14 @@ static void gemm_tile(int i, void *vp) {
  * (edge kernels), so splitting by thread count would make the bits depend
  * on the number of threads. Row blocks unless C is short and wide (column
  * blocks of a narrow C cost more: each repacks all of A); an even number,
- * at most 4, of blocks of at least 256, none for small products. Every
+ * at most 4, of blocks of at least 128, none for small products. Every
  * block repacks the other operand, so more blocks cost throughput on one
  * thread (about 3% at 2 blocks, 5-8% at 4, measured with OpenBLAS 0.3.21). */
 static void gemm_run(nn_pool *pool, gemm_job *g) {
     double flops = 2.0 * g->M * (double)g->N * g->K;
     g->by_rows = g->M >= 256 || g->M >= g->N;
     int extent = g->by_rows ? g->M : g->N;
-    int tiles = extent / 256;
+    int tiles = extent / 128;
     if (tiles > 4) tiles = 4;
     if (tiles > 1) tiles &= ~1;
     if (tiles < 1 || flops < 4.0e6) tiles = 1;
