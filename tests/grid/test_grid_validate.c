@@ -201,7 +201,34 @@ static void test_svg(void) {
     mtc_grid_groups_free(&G);
 }
 
+/* The example in the docstring of Megatron's create_hierarchical_groups:
+ * 16 ranks, sizes [2, 2, 4] -> L0 [g0,g1],[g2,g3],...; L1 [g0,g2],[g1,g3],
+ * [g4,g6],...; L2 [g0,g4,g8,g12],[g1,g5,g9,g13],... */
+static void test_hierarchical_docstring(void) {
+    mtc_grid_config c = cfg(16, 1, 1, 16, 1, 0, NULL);
+    c.n_hcp = 3, c.hcp[0] = 2, c.hcp[1] = 2, c.hcp[2] = 4;
+    mtc_grid_spec s;
+    T_CHECK(mtc_grid_spec_init(&s, &c) == MTC_OK);
+    mtc_grid_groups G;
+    T_CHECK(mtc_grid_groups_build(&G, &s) == MTC_OK);
+    const mtc_grid_group_set *l0 = mtc_grid_groups_find(&G, MTC_GROUP_HIER_CP, 0),
+                             *l1 = mtc_grid_groups_find(&G, MTC_GROUP_HIER_CP, 1),
+                             *l2 = mtc_grid_groups_find(&G, MTC_GROUP_HIER_CP, 2);
+    T_CHECK(l0 && l1 && l2 && l0->count == 8 && l1->count == 8 && l2->count == 4);
+    if (!(l0 && l1 && l2)) return;
+    static const int e1[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+    static const int e2[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+    int bad = 0;
+    for (int i = 0; i < 16; i++) bad |= l0->ranks[i] != i || l1->ranks[i] != e1[i] || l2->ranks[i] != e2[i];
+    T_CHECK(!bad);
+    T_CHECK(!strcmp(l2->name, "HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L2"));
+    /* they follow CONTEXT_PARALLEL_GROUP in creation order */
+    T_CHECK(l0 == mtc_grid_groups_find(&G, MTC_GROUP_CP, 0) + 1);
+    mtc_grid_groups_free(&G);
+}
+
 int main(void) {
+    test_hierarchical_docstring();
     test_rules();
     test_model_rules();
     test_svg();
