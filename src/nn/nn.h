@@ -136,6 +136,11 @@ void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const 
  * scale = dloss per token (1 / tokens in the global batch for the mean). */
 void nn_softmax_xent_backward(nn_pool *pool, float *probs, const int *targets, float scale, int N,
                               int V, int Vp);
+/* Both in one pass (training): losses as the forward, logits become the
+ * dlogits the backward would make, bit for bit, without a second sweep over
+ * the (N, Vp) buffer. */
+void nn_softmax_xent_forward_backward(nn_pool *pool, float *losses, float *logits,
+                                      const int *targets, float scale, int N, int V, int Vp);
 
 /* ---- optimizer pieces ------------------------------------------------------------- */
 

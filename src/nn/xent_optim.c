@@ -49,6 +49,38 @@ void nn_softmax_xent_forward(nn_pool *pool, float *losses, float *logits, const 
     if (N > 0) nn_pool_run(pool, j.tiles, xent_fwd_tile, &j);
 }
 
+static void xent_fwd_bwd_tile(int i, void *vp) {
+    const xent_job *j = vp;
+    size_t lo, hi;
+    nn_split_range((size_t)j->N, j->tiles, i, 1, &lo, &hi);
+    int V = j->V;
+    float sc = j->scale;
+    for (size_t r = lo; r < hi; r++) {
+        float *x = j->logits + r * j->Vp;
+        float mx = nn_vmax(x, V);
+        int t = j->targets[r];
+        MTC_ASSERT(t >= 0 && t < V);
+        float xt = x[t];
+        float s = nn_vexp_sum(x, x, V, mx);
+        float inv = 1.0f / s;
+        float pt = x[t] * inv; /* the same roundings as forward then backward */
+        for (int v = 0; v < V; v++)
+            x[v] = (x[v] * inv) * sc;
+        x[t] = (pt - 1.0f) * sc;
+        for (int v = V; v < j->Vp; v++)
+            x[v] = 0.0f;
+        if (j->losses) j->losses[r] = logf(s) - (xt - mx);
+    }
+}
+
+void nn_softmax_xent_forward_backward(nn_pool *pool, float *losses, float *logits,
+                                      const int *targets, float scale, int N, int V, int Vp) {
+    xent_job j = {losses, logits, targets, scale, N, V, Vp, 0};
+    j.tiles = nn_split_count((size_t)N * Vp, 32768);
+    if (j.tiles > N) j.tiles = N;
+    if (N > 0) nn_pool_run(pool, j.tiles, xent_fwd_bwd_tile, &j);
+}
+
 static void xent_bwd_tile(int i, void *vp) {
     const xent_job *j = vp;
     size_t lo, hi;

@@ -129,6 +129,11 @@ static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
         memcpy(xe, logits, nl * 4);
         nn_softmax_xent_forward(p, xe + nl, xe, tg, N, V, Vp);
         nn_softmax_xent_backward(p, xe, tg, 0.01f, N, V, Vp);
+        float *fu = malloc((nl + N) * 4); /* fused: the same bits as the two calls */
+        memcpy(fu, logits, nl * 4);
+        nn_softmax_xent_forward_backward(p, fu + nl, fu, tg, 0.01f, N, V, Vp);
+        T_CHECKF(same(fu, xe, nl + N), "fused softmax-xent differs from forward+backward");
+        free(fu);
         free(mr);
     }
     size_t sizes[8] = {nx,          nx + 2 * C, (size_t)N * OUT, nx + nW + OUT, 2 * nx,
