@@ -57,7 +57,13 @@ static void print_text(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G
         fputs(", hierarchical cp", f);
         for (int i = 0; i < c->n_hcp; i++) fprintf(f, "%s%d", i ? "x" : " ", c->hcp[i]);
     }
-    fprintf(f, "\n\n%6s %5s | %3s %3s %3s %3s | %3s %3s %3s | %5s  %s\n", "rank", "node", "tp", "cp", "dp",
+    fputc('\n', f);
+    if (!mtc_grid_groups_dist_opt_consistent(G, c->world_size))
+        fprintf(f, "warning: with order %s, Megatron's inter-instance group (HIERARCHICAL_EXPERT_DATA_"
+                   "PARALLEL_GROUP_L1) does not pair the dense intra-partial shards, so its partial "
+                   "distributed optimizer would combine the wrong dense gradient shards (Megatron "
+                   "training's orders tp-cp-ep-dp-pp and tp-cp-ep-pp-dp are safe)\n", s->order_full);
+    fprintf(f, "\n%6s %5s | %3s %3s %3s %3s | %3s %3s %3s | %5s  %s\n", "rank", "node", "tp", "cp", "dp",
             "pp", "etp", "ep", "edp", "dp_cp", "pp prev/next");
     for (int r = 0; r < c->world_size; r++) {
         mtc_grid_coord x;

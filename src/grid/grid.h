@@ -154,6 +154,16 @@ const mtc_grid_group_set *mtc_grid_groups_find(const mtc_grid_groups *g, mtc_gri
 /* Index of the list holding `rank` (-1 if none); *pos = its position there. */
 int mtc_grid_group_of(const mtc_grid_group_set *set, int rank, int *pos);
 
+/* With nd > 1 distributed-optimizer instances Megatron reduce-scatters dense
+ * gradients over INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP and all-reduces
+ * the shard over HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L1 (the
+ * inter-instance group). That is only right when every L1 group is "position
+ * j of each intra-partial slice of one dp-cp list" and every intra-partial
+ * group lies inside one INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP. True for
+ * the orders Megatron training uses; false for some orders core accepts.
+ * Returns 1 when consistent (always when nd == 1), 0 otherwise. */
+int mtc_grid_groups_dist_opt_consistent(const mtc_grid_groups *g, int world_size);
+
 /* ---- the per-rank grid object ------------------------------------------ */
 
 typedef struct mtc_grid *mtc_grid_t;

@@ -149,3 +149,32 @@ int mtc_grid_group_of(const mtc_grid_group_set *s, int rank, int *pos) {
     if (pos) *pos = -1;
     return -1;
 }
+
+int mtc_grid_groups_dist_opt_consistent(const mtc_grid_groups *G, int W) {
+    const mtc_grid_group_set *dpcp = mtc_grid_groups_find(G, MTC_GROUP_DP_CP, 0),
+                             *ip = mtc_grid_groups_find(G, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0),
+                             *l1 = mtc_grid_groups_find(G, MTC_GROUP_HIER_EXPT_DP, 1),
+                             *io = mtc_grid_groups_find(G, MTC_GROUP_INTRA_DIST_OPT, 0);
+    if (!ip || !l1) return 1; /* a single instance */
+    if (!dpcp || !io || l1->size * ip->size != dpcp->size) return 0;
+    const int nd = l1->size, sl = ip->size;
+    int *inst = malloc((size_t)W * sizeof(int)), *mate = malloc((size_t)W * nd * sizeof(int));
+    int ok = inst && mate;
+    for (int g = 0; ok && g < io->count; g++)
+        for (int k = 0; k < io->size; k++) inst[io->ranks[(size_t)g * io->size + k]] = g;
+    for (int g = 0; ok && g < ip->count; g++)
+        for (int k = 1; k < sl; k++) ok &= inst[ip->ranks[(size_t)g * sl + k]] == inst[ip->ranks[(size_t)g * sl]];
+    /* the dense inter-instance partners of r: L[t*sl + j] for each slice t */
+    for (int L = 0; ok && L < dpcp->count; L++)
+        for (int j = 0; j < sl; j++)
+            for (int i = 0; i < nd; i++) {
+                const int *list = dpcp->ranks + (size_t)L * dpcp->size;
+                for (int t = 0; t < nd; t++) mate[(size_t)list[i * sl + j] * nd + t] = list[t * sl + j];
+            }
+    for (int g = 0; ok && g < l1->count; g++)
+        for (int k = 0; k < nd; k++)
+            for (int t = 0; t < nd; t++)
+                ok &= mate[(size_t)l1->ranks[g * nd + k] * nd + t] == l1->ranks[g * nd + t];
+    free(inst), free(mate);
+    return ok;
+}

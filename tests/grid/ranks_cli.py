@@ -87,6 +87,14 @@ check(p.returncode == 0 and "--tensor-model-parallel-size" in p.stdout and "--tp
 p = run(["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "--json"])
 check(p.returncode == 0 and json.loads(p.stdout)["world_size"] == 8, f"aliases/default world: {p.stderr}")
 
+# partial distributed optimizer: warned about for an order where Megatron's inter-instance
+# group does not pair the dense shards (dense dp-cp [0 1 2 3] sliced [0 1] [2 3], expert
+# L1 groups [0 1] [2 3]); not for the default order
+p = run(["--world-size", "4", "--ep", "2", "--order", "tp-dp-cp-ep-pp", "--num-distributed-optimizer-instances", "2"])
+check(p.returncode == 0 and "warning: " in p.stdout, "no dist-opt warning for tp-dp-cp-ep-pp")
+p = run(["--world-size", "4", "--ep", "2", "--num-distributed-optimizer-instances", "2"])
+check(p.returncode == 0 and "warning: " not in p.stdout, "dist-opt warning for the default order")
+
 with tempfile.TemporaryDirectory() as d:
     svg = os.path.join(d, "grid.svg")
     t0 = time.time()

@@ -197,6 +197,8 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
                 for (int k = 0; k < nd; k++)
                     for (int t = 0; t < nd; t++) /* both lists ascending here */
                         bad_h1 |= mate[h1->ranks[g * nd + k] * nd + t] != h1->ranks[g * nd + t];
+            T_CHECKF(mtc_grid_groups_dist_opt_consistent(&G, W) == !(bad_ip || bad_h1), "%s: consistency %d",
+                     what, mtc_grid_groups_dist_opt_consistent(&G, W));
             int training_order = !strcmp(s.order_full, "tp-cp-ep-dp-pp") || !strcmp(s.order_full, "tp-cp-ep-pp-dp");
             if (training_order) {
                 T_CHECKF(!bad_ip, "%s: an intra-partial dp-cp group spans instances", what);
