@@ -57,19 +57,17 @@ static void gemm_tile(int i, void *vp) {
 /* Tiles depend on the shape only, never on the pool size: OpenBLAS's
  * result for an element can change with the size of the block it sits in
  * (edge kernels), so splitting by thread count would make the bits depend
- * on the number of threads. Row blocks unless C is short and wide (column
- * blocks of a narrow C cost more: each repacks all of A); an even number,
- * at most 4, of blocks of at least 128, none for small products. Every
- * block repacks the other operand, so more blocks cost throughput on one
- * thread (about 3% at 2 blocks, 5-8% at 4, measured with OpenBLAS 0.3.21). */
+ * on the number of threads. The larger of M and N is split, because every
+ * block repacks the whole of the other operand: with R rows per block each
+ * repacked element serves 2R flops, so blocks cost about 15/R of the
+ * throughput (3% at 512 rows, 6% at 256: measured with OpenBLAS 0.3.21).
+ * Hence 2 blocks from 256 rows on, 4 from 2048 on, none for small products. */
 static void gemm_run(nn_pool *pool, gemm_job *g) {
     double flops = 2.0 * g->M * (double)g->N * g->K;
-    g->by_rows = g->M >= 256 || g->M >= g->N;
+    g->by_rows = g->M >= g->N;
     int extent = g->by_rows ? g->M : g->N;
-    int tiles = extent / 128;
-    if (tiles > 4) tiles = 4;
-    if (tiles > 1) tiles &= ~1;
-    if (tiles < 1 || flops < 4.0e6) tiles = 1;
+    int tiles = extent >= 2048 ? 4 : extent >= 256 ? 2 : 1;
+    if (flops < 4.0e6) tiles = 1;
     g->tiles = tiles;
     nn_pool_run(pool, tiles, gemm_tile, g);
 }
