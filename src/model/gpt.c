@@ -207,6 +207,7 @@ mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool 
     void *base;
     MTC_CHECK_GOTO(mtc_arena_alloc(&m->arena, need, 64, &base), rc, fail);
     gpt_carve(m, base);
+    memset(base, 0, need); /* fault the pages in now, not in the first step */
     *out = m;
     return MTC_OK;
 fail:
@@ -302,8 +303,15 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
     if (!m->has_head) return 0.0;
     nn_layernorm_forward(pool, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
     nn_linear_forward(pool, m->logits, a->lnf, m->wte, NULL, N, C, Vp);
+    m->dlogits_ready = 0;
     if (!targets) return 0.0;
-    nn_softmax_xent_forward(pool, a->losses, m->logits, targets, N, c->vocab_size, Vp);
+    if (pass && pass->loss_scale > 0) {
+        nn_softmax_xent_forward_backward(pool, a->losses, m->logits, targets, pass->loss_scale, N,
+                                         c->vocab_size, Vp);
+        m->dlogits_ready = 1;
+    } else {
+        nn_softmax_xent_forward(pool, a->losses, m->logits, targets, N, c->vocab_size, Vp);
+    }
     double sum = 0;
     for (int i = 0; i < N; i++) sum += a->losses[i];
     return sum;
@@ -325,7 +333,9 @@ void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *target
         const float *xlast = m->last_layer > m->first_layer
                                  ? a->res3 + (size_t)(m->last_layer - m->first_layer - 1) * sN * C
                                  : a->encoded;
-        nn_softmax_xent_backward(pool, m->logits, targets, loss_scale, N, c->vocab_size, Vp);
+        if (!m->dlogits_ready)
+            nn_softmax_xent_backward(pool, m->logits, targets, loss_scale, N, c->vocab_size, Vp);
+        m->dlogits_ready = 0;
         nn_linear_backward(pool, m->dtmp, m->dwte, NULL, m->logits, a->lnf, m->wte, N, C, Vp);
         nn_layernorm_backward(pool, m->dres, m->dlnfw, m->dlnfb, m->dtmp, xlast, m->lnfw,
                               a->lnf_mean, a->lnf_rstd, N, C);

@@ -68,6 +68,9 @@ typedef struct {
     uint64_t seed;      /* dropout seed */
     uint64_t iteration; /* 1-based training iteration: new masks each step */
     int b0;             /* position of row 0 in the global batch */
+    float loss_scale;   /* > 0: the forward with targets also makes dlogits
+                           (one sweep over the logits); backward must then be
+                           given the same scale */
 } mtc_gpt_pass;
 
 typedef struct mtc_gpt_slot mtc_gpt_slot;
@@ -86,6 +89,7 @@ typedef struct {
     mtc_gpt_slot *slots;
     /* shared scratch */
     float *logits;          /* (B, T, Vp) */
+    int dlogits_ready;      /* logits already hold dlogits (fused forward) */
     float *fwd_tmp;         /* (B, T, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T, C) */
     float *dbig1, *dbig2;   /* (B, T, max(F, 3C)) */

@@ -153,7 +153,7 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
         for (int m = 0; m < nmb; m++) {
             MTC_CHECK_GOTO(train_load_batch(&x, DATA_SPLIT_TRAIN, consumed, m), rc, done);
             mtc_gpt_pass pass = {.train = 1, .seed = c->seed, .iteration = (uint64_t)it,
-                                 .b0 = m * B};
+                                 .b0 = m * B, .loss_scale = loss_scale};
             loss_sum += mtc_gpt_forward(model, 0, x.tokens, x.targets, B, T, &pass);
             mtc_gpt_backward(model, 0, x.tokens, x.targets, B, T, loss_scale, &pass);
         }

@@ -4,6 +4,7 @@
  * with the float64 PyTorch reference (relative 1e-5 of each tensor's scale).
  * Also checks the registry's backward-order layout. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fixture.h"
@@ -72,6 +73,16 @@ int main(void) {
         T_CHECKF(t && t->n == p->numel, "fixture gradient %s", gname);
         if (t && t->n == p->numel) compare(gname, m->grads + p->offset, t->data, p->numel, 1e-5);
     }
+    /* the fused training path (dlogits made in the forward) gives the same bits */
+    float *g_plain = malloc(r->total * sizeof(float));
+    memcpy(g_plain, m->grads, r->total * sizeof(float));
+    mtc_gpt_zero_grad(m);
+    mtc_gpt_pass fused = {.loss_scale = 1.0f / (float)N};
+    double loss2 = mtc_gpt_forward(m, 0, tokens, targets, B, T, &fused) / N;
+    mtc_gpt_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &fused);
+    T_CHECK(loss2 == loss);
+    T_CHECK(!memcmp(g_plain, m->grads, r->total * sizeof(float)));
+    free(g_plain);
     /* backward accumulates: a second pass doubles every gradient */
     float g0 = m->grads[r->params[2].offset];
     mtc_gpt_forward(m, 0, tokens, targets, B, T, &pass);
