@@ -105,6 +105,27 @@ static void print_text(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G
     }
 }
 
+/* One rank's view: its coordinates and, per group kind, its list and index. */
+static void print_rank(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G, int r) {
+    mtc_grid_coord x;
+    mtc_grid_coord_of(&x, s, r);
+    fprintf(f, "rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | pp prev %d next %d%s%s\n", r, x.tp,
+            x.cp, x.dp, x.pp, x.etp, x.ep, x.edp, mtc_grid_pp_prev(s, r), mtc_grid_pp_next(s, r),
+            mtc_grid_is_first_stage(s, r) ? ", first stage" : "", mtc_grid_is_last_stage(s, r) ? ", last stage" : "");
+    for (int i = 0; i < G->nsets; i++) {
+        const mtc_grid_group_set *set = &G->sets[i];
+        int pos, g = mtc_grid_group_of(set, r, &pos);
+        fprintf(f, "  %-46s ", set->name);
+        if (g < 0) {
+            fputs("(not a member)\n", f);
+            continue;
+        }
+        fprintf(f, "index %d of ", pos);
+        print_list(f, set->ranks + (size_t)g * set->size, set->size, " ");
+        fputc('\n', f);
+    }
+}
+
 static int write_svg(const char *path, const mtc_grid_spec *s, const mtc_grid_groups *G, int gpn) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
@@ -122,7 +143,7 @@ static int write_svg(const char *path, const mtc_grid_spec *s, const mtc_grid_gr
 
 int cli_cmd_ranks(int argc, char **argv) {
     int world = 0, tp = 1, pp = 1, cp = 1, ep = 1, etp = 0, vpp = 0, nd = 1, json = 0, gpn = 8;
-    int tp_pp_dp = 0;
+    int tp_pp_dp = 0, one_rank = -1;
     const char *order = NULL, *svg = NULL;
     mtc_arg_ints hcp = {0};
     mtc_arg args[] = {
@@ -142,6 +163,7 @@ int cli_cmd_ranks(int argc, char **argv) {
          "levels of hierarchical CP (product = cp), innermost first", 0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print Megatron-shaped JSON instead of the table", 0},
         {"svg", NULL, MTC_ARG_STRING, &svg, "FILE", "also draw the rank grid into FILE", 0},
+        {"rank", NULL, MTC_ARG_INT, &one_rank, "R", "print only rank R's coordinates and groups", 0},
         {"gpus-per-node", NULL, MTC_ARG_INT, &gpn, "N", "ranks per node in the table and picture (default 8)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
@@ -177,10 +199,16 @@ int cli_cmd_ranks(int argc, char **argv) {
     mtc_grid_groups G;
     mtc_result_t rc = mtc_grid_groups_build(&G, &spec);
     if (rc != MTC_OK) return cli_fail("ranks", rc);
+    if (one_rank >= spec.cfg.world_size || (one_rank < 0 && mtc_args_seen(args, nargs, "rank"))) {
+        mtc_grid_groups_free(&G);
+        return cli_usage_error("ranks", "--rank %d is outside the world (valid: 0 to %d)", one_rank,
+                               spec.cfg.world_size - 1);
+    }
     int status = 0;
     if (svg) status = write_svg(svg, &spec, &G, gpn);
     if (status == 0) {
         if (json) print_json(stdout, &spec, &G);
+        else if (one_rank >= 0) print_rank(stdout, &spec, &G, one_rank);
         else print_text(stdout, &spec, &G, gpn);
     }
     mtc_grid_groups_free(&G);

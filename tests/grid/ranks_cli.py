@@ -87,6 +87,16 @@ check(p.returncode == 0 and "--tensor-model-parallel-size" in p.stdout and "--tp
 p = run(["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "--json"])
 check(p.returncode == 0 and json.loads(p.stdout)["world_size"] == 8, f"aliases/default world: {p.stderr}")
 
+# one rank's view: with tp 2 pp 4 on 16 ranks (Megatron's docstring layout) rank 5 is
+# tp rank 1 of [4 5], pp rank 1 of [1 5 9 13], and not in the embedding group
+p = run(["--world-size", "16", "--tp", "2", "--pp", "4", "--rank", "5"])
+lines = {l.split()[0]: l for l in p.stdout.splitlines()[1:]}
+check(p.returncode == 0 and "index 1 of [4 5]" in lines.get("TENSOR_MODEL_PARALLEL_GROUP", ""), "--rank tp")
+check("index 1 of [1 5 9 13]" in lines.get("PIPELINE_MODEL_PARALLEL_GROUP", ""), "--rank pp")
+check("not a member" in lines.get("EMBEDDING_GROUP", ""), "--rank embedding")
+p = run(["--world-size", "16", "--rank", "16"])
+check(p.returncode == 2 and p.stdout == "", "--rank out of range")
+
 # partial distributed optimizer: warned about for an order where Megatron's inter-instance
 # group does not pair the dense shards (dense dp-cp [0 1 2 3] sliced [0 1] [2 3], expert
 # L1 groups [0 1] [2 3]); not for the default order
