@@ -1,0 +1,226 @@
+/* tp/layers.h - the tensor- and sequence-parallel layers of Megatron core
+ * (tensor_parallel/layers.py, cross_entropy.py) as forward/backward pairs
+ * on plain float buffers: column- and row-parallel linear, the
+ * vocabulary-parallel embedding and cross-entropy, and the attention and
+ * MLP blocks built from them (the model calls these; it owns the layer
+ * norms, residuals and hidden dropout).
+ *
+ * Shapes use the llm.c letters with shards spelled out: B batch, T the
+ * FULL sequence length, T_tp = T/tp, C hidden, NH heads, F the MLP width,
+ * V the padded vocabulary (rows of the embedding table), V_tp = V/tp.
+ * Activations are (B, T, ·) row-major. Under sequence parallelism (SP)
+ * the tensors between the TP regions are (B, T_tp, C): rank r holds
+ * positions [r*T_tp, (r+1)*T_tp) of every batch row (see tp/mappings.h).
+ * "T_loc" below means T_tp under SP and T otherwise.
+ *
+ * Conventions (nn.h's): outputs first, inputs const, dims last; backward
+ * writes input gradients (=) and accumulates (+=) parameter gradients; a
+ * NULL gradient pointer skips that gradient (a NULL din also skips the
+ * communication that belongs to it; every rank must pass NULL alike).
+ * Every function returns the first communication error. Scratch is the
+ * caller's (size from the matching *_scratch_floats function); nothing
+ * here allocates or keeps a pointer past the call.
+ *
+ * Relies on nn/nn.h for all arithmetic and tp/mappings.h for all
+ * communication. Does not do layer norms, residuals, hidden dropout, the
+ * TP all-reduce of sequence-parallel parameter gradients (gradient
+ * finalisation's job, see the row-parallel bias), or expert layers. */
+#ifndef MTC_TP_LAYERS_H
+#define MTC_TP_LAYERS_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "core/result.h"
+#include "nn/nn.h"
+
+/* What every TP layer call needs. */
+typedef struct {
+    mtc_comm_t comm;       /* the TP group (TENSOR_MODEL_PARALLEL_GROUP); NULL = tp 1 */
+    nn_pool *pool;         /* this rank's kernel threads; NULL = the calling thread */
+    int sequence_parallel; /* --sequence-parallel */
+} tp_ctx;
+
+/* ---- ColumnParallelLinear: W split along its output dim ------------------------------ */
+
+/* out (B, T, OUT_tp), or (B, T, OUT) with gather_output, = in · wᵀ + b.
+ * in (B, T_loc, IN); w (OUT_tp, IN) = rows [r*OUT_tp, (r+1)*OUT_tp) of the
+ * full weight; b (OUT_tp) or NULL. in_total (B, T, IN): under SP receives the
+ * gathered input (may be kept for backward, see below); unused without SP.
+ * comm: none without SP (copy_to_region); all-gather(tp) of `in` along T
+ * under SP; all-gather(tp) of the output columns with gather_output. */
+mtc_result_t tp_column_linear_forward(const tp_ctx *tp, float *out, float *in_total,
+                                      const float *in, const float *w, const float *b,
+                                      float *scratch, int gather_output, int B, int T, int IN,
+                                      int OUT);
+/* din (B, T_loc, IN) =; dw (OUT_tp, IN) +=; db (OUT_tp) +=.
+ * dout as forward's out. Under SP the weight gradient needs the gathered
+ * input: with in_total_saved = 1 in_total still holds forward's copy (costs
+ * B*T*IN floats per layer until backward); with 0 it is re-gathered from
+ * `in` into in_total here, Megatron's choice (in_total can then be one
+ * buffer shared by all layers). The input-gradient collective runs while the
+ * weight gradient is computed (Megatron's async dgrad communication).
+ * comm: all-reduce(tp) of din without SP; under SP all-gather(tp) of `in`
+ * (when not saved) then reduce-scatter(tp) of din along T. */
+mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, float *db,
+                                       const float *dout, float *in_total, int in_total_saved,
+                                       const float *in, const float *w, float *scratch,
+                                       int gather_output, int B, int T, int IN, int OUT);
+size_t tp_column_linear_scratch_floats(const tp_ctx *tp, int gather_output, int B, int T, int IN,
+                                       int OUT);
+
+/* ---- RowParallelLinear: W split along its input dim ---------------------------------- */
+
+/* out (B, T_loc, OUT) = Σ_ranks in · wᵀ, then + b (bias added once, after
+ * the reduction). in (B, T, IN_tp) with input_is_parallel, else (B, T, IN)
+ * split here (refused under SP, as Megatron does). w (OUT, IN_tp) = columns
+ * [r*IN_tp, (r+1)*IN_tp) of the full weight; b (OUT) replicated, or NULL.
+ * comm: all-reduce(tp) of out without SP (reduce_from_region); reduce-scatter(tp)
+ * along T under SP (reduce_scatter_to_sequence_parallel_region). */
+mtc_result_t tp_row_linear_forward(const tp_ctx *tp, float *out, const float *in, const float *w,
+                                   const float *b, float *scratch, int input_is_parallel, int B,
+                                   int T, int IN, int OUT);
+/* din as forward's in (=); dw (OUT, IN_tp) +=; dout (B, T_loc, OUT).
+ * db (OUT) +=: without SP the full bias gradient (the sum over all B*T rows,
+ * identical on every TP rank). Under SP only the sum over this rank's
+ * B*T_tp rows: the bias is a "sequence_parallel" parameter and its gradient
+ * must be all-reduced (sum) over TP afterwards, as Megatron's
+ * finalize_model_grads does; the same holds for the layer-norm parameters.
+ * comm: none without SP; all-gather(tp) of dout along T under SP; all-gather
+ * of din's columns when !input_is_parallel. */
+mtc_result_t tp_row_linear_backward(const tp_ctx *tp, float *din, float *dw, float *db,
+                                    const float *dout, const float *in, const float *w,
+                                    float *scratch, int input_is_parallel, int B, int T, int IN,
+                                    int OUT);
+size_t tp_row_linear_scratch_floats(const tp_ctx *tp, int input_is_parallel, int B, int T, int IN,
+                                    int OUT);
+
+/* ---- VocabParallelEmbedding ------------------------------------------------------------ */
+
+/* out (B, T_loc, C) = wte[tokens] (+ wpe[pos] when wpe is given).
+ * tokens (B, T), the whole microbatch on every TP rank; wte (V_tp, C) = rows
+ * [r*V_tp, (r+1)*V_tp) of the padded table (V % tp == 0); ids outside the
+ * shard give zero rows before the reduction, ids outside [0, V) zero rows
+ * overall. wpe (max positions, C) replicated or NULL; pos (T) global
+ * positions or NULL = 0..T-1.
+ * Under SP with wpe (GPT-2): all-reduce, add wpe, keep this rank's sequence
+ * block (Megatron's LanguageModelEmbedding with learned positions). Under SP
+ * without wpe: reduce-scatter along T (Megatron's reduce_scatter_embeddings).
+ * The caller applies the embedding dropout to the (B, T_loc, C) result.
+ * comm: all-reduce(tp), or reduce-scatter(tp) under SP without wpe. */
+mtc_result_t tp_vocab_embedding_forward(const tp_ctx *tp, float *out, const int *tokens,
+                                        const float *wte, const float *wpe, const int *pos,
+                                        float *scratch, int B, int T, int C, int V);
+/* dwte (V_tp, C) +=: this shard's rows only; dwpe (max positions, C) += the
+ * FULL position gradient, identical on every TP rank (not a partial sum, so
+ * no TP reduction is needed); either may be NULL. dout (B, T_loc, C).
+ * comm: none without SP; all-gather(tp) of dout along T under SP. */
+mtc_result_t tp_vocab_embedding_backward(const tp_ctx *tp, float *dwte, float *dwpe,
+                                         const float *dout, const int *tokens, const int *pos,
+                                         float *scratch, int B, int T, int C, int V);
+size_t tp_vocab_embedding_scratch_floats(const tp_ctx *tp, int B, int T, int C);
+
+/* ---- vocabulary-parallel cross-entropy ------------------------------------------------- */
+
+/* logits (N, V_tp): this rank's columns [r*V_tp, (r+1)*V_tp) of the padded
+ * vocabulary Vp = V_tp*tp; global columns >= V are padding and ignored.
+ * They become this rank's softmax probabilities in place (padding 0) for the
+ * backward. losses (N) = log Σ_v exp(x_v) − x_target, identical on all
+ * ranks. targets (N) in [0, V) (else MTC_ERR_INVALID_ARGUMENT before any
+ * communication). scratch: 3*N floats.
+ * comm: all-reduce MAX(tp) of the row maxima, then one all-reduce SUM(tp) of
+ * 2N floats holding the target logits (0 where not owned) and Σexp together
+ * (Megatron makes these two calls; one message carries both here). */
+mtc_result_t tp_vocab_xent_forward(const tp_ctx *tp, float *losses, float *logits,
+                                   const int *targets, float *scratch, int N, int V, int Vp);
+/* probs (N, V_tp) become dlogits = s_n * (p − onehot(target)), the one-hot
+ * subtracted only on the rank owning the target column; s_n = scale *
+ * (token_scale ? token_scale[n] : 1) (loss mask / mean); padding 0.
+ * comm: none. */
+mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *targets,
+                                    float scale, const float *token_scale, int N, int V, int Vp);
+
+/* Local kernel pieces of the vocabulary-parallel cross-entropy (no
+ * communication), over x (N, V_tp) whose column j is global column v0 + j;
+ * only global columns < V count.
+ * rowmax (N) = max over valid columns (-inf when the shard has none). */
+void tp_xent_local_max(nn_pool *pool, float *rowmax, const float *x, int v0, int N, int V_tp,
+                       int V);
+/* pred (N) = x[target - v0] − rowmax when this shard owns the target, else 0. */
+void tp_xent_predicted(float *pred, const float *x, const int *targets, const float *rowmax,
+                       int v0, int N, int V_tp, int V);
+/* x = exp(x − rowmax) on valid columns, 0 on padding; sumexp (N) = Σ (fixed order). */
+void tp_xent_exp_sum(nn_pool *pool, float *sumexp, float *x, const float *rowmax, int v0, int N,
+                     int V_tp, int V);
+
+/* ---- attention split by heads ----------------------------------------------------------- */
+
+/* The fused c_attn weight (3C, C) / bias (3C) is [q | k | v] with heads
+ * contiguous in each part (Hugging Face layout, as nn_attention_forward
+ * wants). TP rank r owns heads [r*NH_tp, (r+1)*NH_tp), i.e. rows
+ * {q_r, k_r, v_r} with q_r = [r*C_tp, (r+1)*C_tp) and k, v offset by C and
+ * 2C; its shard (3*C_tp, ·) is [q_r | k_r | v_r], again the layout
+ * nn_attention_forward wants for NH_tp heads. Global row of local row i: */
+static inline int tp_qkv_row(int i, int C, int tp, int r) {
+    int C_tp = C / tp;
+    return (i / C_tp) * C + r * C_tp + i % C_tp;
+}
+/* dst (3*C_tp, cols) = rank r's rows of src (3C, cols); cols = C for the
+ * weight, 1 for the bias. */
+void tp_qkv_shard(float *dst, const float *src, int C, int cols, int tp, int r);
+/* The inverse: rank r's rows of dst (3C, cols) = src (3*C_tp, cols). */
+void tp_qkv_unshard(float *dst, const float *src, int C, int cols, int tp, int r);
+
+/* Activations one attention block keeps from forward to backward. */
+typedef struct {
+    float *in_total;    /* (B, T, C) gathered input under SP (unused without SP) */
+    int in_total_saved; /* 1: in_total survives until backward; 0: backward re-gathers */
+    float *qkv;         /* (B, T, 3*C_tp) [q_r | k_r | v_r] */
+    float *att;         /* (B, NH_tp, T, T) softmax probabilities */
+    float *atty;        /* (B, T, C_tp) attention output of the local heads */
+} tp_attention_acts;
+
+/* out (B, T_loc, C) = c_proj(attention(c_attn(in))) including c_proj's
+ * bias (no residual, no output dropout). in (B, T_loc, C) (ln_1's output);
+ * qkvw (3*C_tp, C), qkvb (3*C_tp) from tp_qkv_shard; projw (C, C_tp)
+ * row-parallel; projb (C). drop: attention dropout as for
+ * nn_attention_forward over the whole sequence and all NH heads; NHg and h0
+ * are set here from the TP rank (NULL = none). NH % tp == 0.
+ * comm: column-parallel then row-parallel linear (see above). */
+mtc_result_t tp_attention_forward(const tp_ctx *tp, float *out, tp_attention_acts *acts,
+                                  const float *in, const float *qkvw, const float *qkvb,
+                                  const float *projw, const float *projb,
+                                  const nn_dropout_spec *drop, float *scratch, int B, int T, int C,
+                                  int NH);
+/* din (B, T_loc, C) =; parameter gradients += (projb's as the row-parallel
+ * bias: partial under SP). dout (B, T_loc, C). */
+mtc_result_t tp_attention_backward(const tp_ctx *tp, float *din, float *dqkvw, float *dqkvb,
+                                   float *dprojw, float *dprojb, const float *dout,
+                                   const tp_attention_acts *acts, const float *in,
+                                   const float *qkvw, const float *projw,
+                                   const nn_dropout_spec *drop, float *scratch, int B, int T,
+                                   int C, int NH);
+size_t tp_attention_scratch_floats(const tp_ctx *tp, int B, int T, int C, int NH);
+
+/* ---- MLP: c_fc column-parallel, GELU, c_proj row-parallel ------------------------------- */
+
+typedef struct {
+    float *in_total;    /* (B, T, C) gathered input under SP (unused without SP) */
+    int in_total_saved; /* as for attention */
+    float *fch;         /* (B, T, F_tp) c_fc output */
+    float *fchg;        /* (B, T, F_tp) GELU output */
+} tp_mlp_acts;
+
+/* out (B, T_loc, C) = c_proj(gelu(c_fc(in))) including c_proj's bias.
+ * fcw (F_tp, C), fcb (F_tp) column-parallel; projw (C, F_tp) row-parallel;
+ * projb (C). F % tp == 0. */
+mtc_result_t tp_mlp_forward(const tp_ctx *tp, float *out, tp_mlp_acts *acts, const float *in,
+                            const float *fcw, const float *fcb, const float *projw,
+                            const float *projb, float *scratch, int B, int T, int C, int F);
+mtc_result_t tp_mlp_backward(const tp_ctx *tp, float *din, float *dfcw, float *dfcb,
+                             float *dprojw, float *dprojb, const float *dout,
+                             const tp_mlp_acts *acts, const float *in, const float *fcw,
+                             const float *projw, float *scratch, int B, int T, int C, int F);
+size_t tp_mlp_scratch_floats(const tp_ctx *tp, int B, int T, int C, int F);
+
+#endif

@@ -1,0 +1,206 @@
+/* tests/tp/test_tp_blocks.c - the attention block (fused c_attn
+ * column-parallel -> attention over the rank's heads -> c_proj
+ * row-parallel) and the MLP block (c_fc column -> GELU -> c_proj row)
+ * against the serial nn composition, for tp in {1, 2, 3, 4}, with and
+ * without sequence parallelism, the SP input kept or re-gathered, and
+ * attention dropout on (so the head offset of the dropout mask is checked).
+ * Weight shards are drawn from the RNG by GLOBAL row index: for c_attn the
+ * test's own arithmetic for "rows {q_r, k_r, v_r}" picks the rows, and
+ * tp_qkv_row / tp_qkv_shard / tp_qkv_unshard must agree with it. The MLP
+ * also runs as two TP groups of 2 inside a world of 4.
+ * Tolerance: tp_test.h (tp = 1 compared bit for bit). */
+#include <stdio.h>
+
+#include "nn/nn.h"
+#include "tp/layers.h"
+#include "tp/mappings.h"
+#include "tp_test.h"
+
+enum { B = 2, T = 12, C = 24, NH = 12, HS = C / NH, F = 48 };
+enum { S_X = 21, S_QKVW, S_QKVB, S_PW, S_PB, S_DOUT, S_FCW, S_FCB };
+#define DW0 0.5f
+
+static const nn_dropout_spec DROP = {.p = 0.2f, .seed = 77, .stream = 5};
+
+typedef struct {
+    int mlp, sp, saved, groups;
+    float *x, *out, *dout, *din;
+    float *w1, *b1, *w2, *b2;     /* full weights: c_attn/c_fc, c_proj */
+    float *dw1, *db1, *dw2, *db2; /* serial gradients */
+} job;
+
+static void fill_const(float *p, size_t n, float v) {
+    for (size_t k = 0; k < n; k++)
+        p[k] = v;
+}
+
+/* the test's own statement of the fused-QKV shard: rows part*C + r*C_p + i */
+static size_t qkv_global_row(int i, int p, int r) {
+    int C_p = C / p;
+    return (size_t)(i / C_p) * C + (size_t)r * C_p + i % C_p;
+}
+
+static void serial(job *j) {
+    int N = B * T, W1 = j->mlp ? F : 3 * C, IN2 = j->mlp ? F : C;
+    j->x = tt_alloc((size_t)N * C), j->out = tt_alloc((size_t)N * C);
+    j->dout = tt_alloc((size_t)N * C), j->din = tt_alloc((size_t)N * C);
+    j->w1 = tt_alloc((size_t)W1 * C), j->b1 = tt_alloc(W1);
+    j->w2 = tt_alloc((size_t)C * IN2), j->b2 = tt_alloc(C);
+    j->dw1 = tt_alloc((size_t)W1 * C), j->db1 = tt_alloc(W1);
+    j->dw2 = tt_alloc((size_t)C * IN2), j->db2 = tt_alloc(C);
+    tt_fill(j->x, (size_t)N * C, S_X, 0, 1.0f);
+    tt_fill(j->w1, (size_t)W1 * C, j->mlp ? S_FCW : S_QKVW, 0, 0.3f);
+    tt_fill(j->b1, W1, j->mlp ? S_FCB : S_QKVB, 0, 0.1f);
+    tt_fill(j->w2, (size_t)C * IN2, S_PW, 0, 0.3f);
+    tt_fill(j->b2, C, S_PB, 0, 0.1f);
+    tt_fill(j->dout, (size_t)N * C, S_DOUT, 0, 1.0f);
+    fill_const(j->dw1, (size_t)W1 * C, DW0), fill_const(j->db1, W1, DW0);
+    fill_const(j->dw2, (size_t)C * IN2, DW0), fill_const(j->db2, C, DW0);
+    float *h = tt_alloc((size_t)N * W1), *a = tt_alloc((size_t)N * IN2);
+    float *dh = tt_alloc((size_t)N * W1), *da = tt_alloc((size_t)N * IN2);
+    float *att = tt_alloc((size_t)B * NH * T * T), *scr = tt_alloc((size_t)B * NH * T * T);
+    nn_linear_forward(NULL, h, j->x, j->w1, j->b1, N, C, W1);
+    if (j->mlp) nn_gelu_forward(NULL, a, h, (size_t)N * F);
+    else nn_attention_forward(NULL, a, att, h, B, T, NH, HS, &DROP);
+    nn_linear_forward(NULL, j->out, a, j->w2, j->b2, N, IN2, C);
+    nn_linear_backward(NULL, da, j->dw2, j->db2, j->dout, a, j->w2, N, IN2, C);
+    if (j->mlp) nn_gelu_backward(NULL, dh, h, da, (size_t)N * F);
+    else nn_attention_backward(NULL, dh, scr, da, h, att, B, T, NH, HS, &DROP);
+    nn_linear_backward(NULL, j->din, j->dw1, j->db1, dh, j->x, j->w1, N, C, W1);
+    free(h), free(a), free(dh), free(da), free(att), free(scr);
+}
+
+static void check_qkv_mapping(int p, int r) {
+    int rows = 3 * (C / p), ok = 1;
+    for (int i = 0; i < rows; i++)
+        ok &= (size_t)tp_qkv_row(i, C, p, r) == qkv_global_row(i, p, r);
+    T_CHECKF(ok, "tp_qkv_row disagrees with rows {q_r, k_r, v_r} (tp=%d rank %d)", p, r);
+    float *full = tt_alloc((size_t)3 * C * C), *sh = tt_alloc((size_t)rows * C);
+    float *want = tt_alloc((size_t)rows * C), *back = tt_alloc((size_t)3 * C * C);
+    tt_fill(full, (size_t)3 * C * C, S_QKVW, 0, 1.0f);
+    for (int i = 0; i < rows; i++)
+        memcpy(want + (size_t)i * C, full + qkv_global_row(i, p, r) * C, C * sizeof(float));
+    tp_qkv_shard(sh, full, C, C, p, r);
+    tt_cmp("tp_qkv_shard", r, sh, want, (size_t)rows * C, 1);
+    /* every rank's shard unsharded back fills the whole matrix */
+    for (int q = 0; q < p; q++) {
+        tp_qkv_shard(sh, full, C, C, p, q);
+        tp_qkv_unshard(back, sh, C, C, p, q);
+    }
+    tt_cmp("tp_qkv_unshard", r, back, full, (size_t)3 * C * C, 1);
+    free(full), free(sh), free(want), free(back);
+}
+
+static void block_rank(const job *j, mtc_comm_t comm) {
+    int p = tp_size(comm), r = tp_rank(comm), N = B * T, T_loc = j->sp ? T / p : T;
+    int W1 = j->mlp ? F : 3 * C, IN2 = j->mlp ? F : C, W1_p = W1 / p, IN2_p = IN2 / p;
+    tp_ctx tp = {comm, NULL, j->sp};
+    size_t nloc = (size_t)B * T_loc * C;
+    float *in = tt_alloc(nloc), *out = tt_alloc(nloc), *dout = tt_alloc(nloc);
+    float *din = tt_alloc(nloc), *want = tt_alloc((size_t)N * (W1 > C ? W1 : C) + C * IN2);
+    float *w1 = tt_alloc((size_t)W1_p * C), *b1 = tt_alloc(W1_p);
+    float *w2 = tt_alloc((size_t)C * IN2_p), *b2 = tt_alloc(C);
+    float *dw1 = tt_alloc((size_t)W1_p * C), *db1 = tt_alloc(W1_p);
+    float *dw2 = tt_alloc((size_t)C * IN2_p), *db2 = tt_alloc(C);
+    float *in_total = tt_alloc((size_t)N * C);
+    float *h = tt_alloc((size_t)N * W1_p), *a = tt_alloc((size_t)N * IN2_p);
+    float *att = tt_alloc((size_t)B * (NH / p) * T * T);
+    size_t ns = j->mlp ? tp_mlp_scratch_floats(&tp, B, T, C, F)
+                       : tp_attention_scratch_floats(&tp, B, T, C, NH);
+    float *scratch = tt_alloc(ns);
+    char what[96];
+#define WHAT(s) (snprintf(what, sizeof what, "%s %s tp=%d sp=%d saved=%d groups=%d", \
+                          j->mlp ? "mlp" : "attention", s, p, j->sp, j->saved, j->groups), what)
+    if (!j->mlp) check_qkv_mapping(p, r);
+    /* shards drawn by global index */
+    for (int i = 0; i < W1_p; i++) {
+        size_t g = j->mlp ? (size_t)r * W1_p + i : qkv_global_row(i, p, r);
+        tt_fill(w1 + (size_t)i * C, C, j->mlp ? S_FCW : S_QKVW, g * C, 0.3f);
+        tt_fill(b1 + i, 1, j->mlp ? S_FCB : S_QKVB, g, 0.1f);
+    }
+    tt_fill_cols(w2, C, IN2, p, r, S_PW, 0.3f);
+    tt_fill(b2, C, S_PB, 0, 0.1f);
+    if (j->sp) tt_seq(in, j->x, B, T, C, p, r), tt_seq(dout, j->dout, B, T, C, p, r);
+    else memcpy(in, j->x, nloc * 4), memcpy(dout, j->dout, nloc * 4);
+    mtc_result_t rc;
+    tp_attention_acts aa = {in_total, j->saved, h, att, a};
+    tp_mlp_acts ma = {in_total, j->saved, h, a};
+    if (j->mlp) rc = tp_mlp_forward(&tp, out, &ma, in, w1, b1, w2, b2, scratch, B, T, C, F);
+    else rc = tp_attention_forward(&tp, out, &aa, in, w1, b1, w2, b2, &DROP, scratch, B, T, C, NH);
+    T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
+    if (j->sp) tt_seq(want, j->out, B, T, C, p, r);
+    else memcpy(want, j->out, nloc * 4);
+    tt_cmp(WHAT("out"), r, out, want, nloc, p == 1);
+    if (j->sp && !j->saved) fill_const(in_total, (size_t)N * C, NAN);
+    fill_const(dw1, (size_t)W1_p * C, DW0), fill_const(db1, W1_p, DW0);
+    fill_const(dw2, (size_t)C * IN2_p, DW0), fill_const(db2, C, j->sp ? 0.0f : DW0);
+    if (j->mlp)
+        rc = tp_mlp_backward(&tp, din, dw1, db1, dw2, db2, dout, &ma, in, w1, w2, scratch, B, T, C,
+                             F);
+    else
+        rc = tp_attention_backward(&tp, din, dw1, db1, dw2, db2, dout, &aa, in, w1, w2, &DROP,
+                                   scratch, B, T, C, NH);
+    T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
+    if (j->sp) tt_seq(want, j->din, B, T, C, p, r);
+    else memcpy(want, j->din, nloc * 4);
+    tt_cmp(WHAT("din"), r, din, want, nloc, p == 1);
+    for (int i = 0; i < W1_p; i++) {
+        size_t g = j->mlp ? (size_t)r * W1_p + i : qkv_global_row(i, p, r);
+        memcpy(want + (size_t)i * C, j->dw1 + g * C, C * 4);
+        want[(size_t)W1_p * C + i] = j->db1[g];
+    }
+    tt_cmp(WHAT("dw c_attn/c_fc"), r, dw1, want, (size_t)W1_p * C, p == 1);
+    tt_cmp(WHAT("db c_attn/c_fc"), r, db1, want + (size_t)W1_p * C, W1_p, p == 1);
+    tt_cols(want, j->dw2, C, IN2, p, r);
+    tt_cmp(WHAT("dw c_proj"), r, dw2, want, (size_t)C * IN2_p, p == 1);
+    if (j->sp) { /* sequence-parallel bias: partial sums, finalised over TP */
+        T_CHECK(mtc_all_reduce(db2, db2, C, MTC_DTYPE_F32, MTC_OP_SUM, comm) == MTC_OK);
+        for (int c = 0; c < C; c++)
+            db2[c] += DW0;
+    }
+    tt_cmp(WHAT("db c_proj"), r, db2, j->db2, C, p == 1 && !j->sp);
+#undef WHAT
+    free(in), free(out), free(dout), free(din), free(want), free(w1), free(b1), free(w2);
+    free(b2), free(dw1), free(db1), free(dw2), free(db2), free(in_total), free(h), free(a);
+    free(att), free(scratch);
+}
+
+static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
+    const job *j = arg;
+    if (!j->groups) {
+        block_rank(j, world);
+        return MTC_OK;
+    }
+    int w = mtc_comm_rank(world);
+    mtc_comm_t tp = NULL;
+    MTC_CHECK(mtc_comm_split(world, w / 2, w, "TENSOR_MODEL_PARALLEL_GROUP", &tp));
+    block_rank(j, tp);
+    mtc_comm_free(tp);
+    return MTC_OK;
+}
+
+static void free_job(job *j) {
+    free(j->x), free(j->out), free(j->dout), free(j->din), free(j->w1), free(j->b1);
+    free(j->w2), free(j->b2), free(j->dw1), free(j->db1), free(j->dw2), free(j->db2);
+}
+
+int main(void) {
+    for (int mlp = 0; mlp < 2; mlp++)
+        for (int sp = 0; sp < 2; sp++)
+            for (int saved = 0; saved < 1 + sp; saved++) {
+                job j = {mlp, sp, saved, 0, NULL, NULL, NULL, NULL, NULL, NULL,
+                         NULL, NULL, NULL, NULL, NULL, NULL};
+                serial(&j);
+                for (int p = 1; p <= 4; p++) {
+                    mtc_result_t rc = tt_launch(p, rank_main, &j);
+                    T_CHECKF(rc == MTC_OK, "tp=%d: %s", p, mtc_error_detail());
+                }
+                if (mlp) { /* two TP groups of 2 in a world of 4 */
+                    j.groups = 1;
+                    mtc_result_t rc = tt_launch(4, rank_main, &j);
+                    T_CHECKF(rc == MTC_OK, "groups: %s", mtc_error_detail());
+                }
+                free_job(&j);
+            }
+    return T_DONE();
+}
