@@ -127,7 +127,11 @@ mtc_result_t mtc_grid_spec_init(mtc_grid_spec *s, const mtc_grid_config *cfg) {
     MTC_CHECK(check_sizes(cfg));
     s->cfg = *cfg;
     mtc_grid_config *c = &s->cfg;
-    snprintf(s->order, sizeof s->order, "%s", cfg->order ? cfg->order : MTC_GRID_ORDER_DEFAULT);
+    const char *order = cfg->order ? cfg->order : MTC_GRID_ORDER_DEFAULT;
+    if (strlen(order) >= sizeof s->order)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--order is %zu characters long (valid: at most %zu, e.g. %s)",
+                         strlen(order), sizeof s->order - 1, MTC_GRID_ORDER_DEFAULT);
+    snprintf(s->order, sizeof s->order, "%s", order);
     c->order = s->order;
     if (c->etp == 0) c->etp = c->tp;
     if (c->vpp == 1) c->vpp = 0; /* training turns vpp == 1 into None */

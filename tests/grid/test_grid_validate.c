@@ -84,6 +84,8 @@ static void test_rules(void) {
     /* sizes */
     c = cfg(0, 1, 1, 1, 1, 0, NULL);
     REFUSED(c, "--world-size is 0");
+    c = cfg(8, 1, 1, 1, 1, 0, "tp-cp-ep-dp-pp-tp-cp-ep-dp-pp-tp-cp-ep-dp-pp-tp-cp-ep-dp-pp-tp-cp-ep-dp-pp");
+    REFUSED(c, "--order is 74 characters long");
     c = cfg(8, -2, 1, 1, 1, 0, NULL);
     REFUSED(c, "--tensor-model-parallel-size is -2");
 }
