@@ -3,6 +3,7 @@
  * step (m = (1-b1)g, v = (1-b2)g^2, bias-corrected: update = g/(|g|+eps)),
  * with weight decay only on the 2-D parameter. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/mem.h"
