@@ -1,0 +1,175 @@
+/* dp/ddp.h - data-parallel gradient reduction over a flat gradient buffer
+ * laid out by dp/layout.h, cut into buckets, each bucket's collective started
+ * as soon as all its params' gradients are final (Megatron-LM core_v0.18.0
+ * distributed/distributed_data_parallel.py + param_and_grad_buffer.py).
+ *
+ * One mtc_ddp per flat buffer (one dtype, dense params). Per step:
+ *
+ *   mtc_ddp_zero_grad(d)                     before the first microbatch
+ *   microbatches 1..M-1: backward accumulates (+=) into d->grads
+ *   microbatch M: backward; after a param's LAST gradient contribution
+ *       mtc_ddp_param_grad_ready(d, p)       (or mtc_ddp_grads_ready)
+ *   mtc_ddp_finish(d)                        every bucket reduced
+ *
+ * Buckets are launched in bucket-index order (bucket 0 holds the LAST
+ * params, so it fills first in backward): a ready bucket waits for the
+ * buckets before it, so every rank issues the same collective sequence
+ * whatever order params are marked in. Without --overlap-grad-reduce,
+ * marking is a no-op and mtc_ddp_finish reduces every bucket.
+ *
+ * Collectives (group names as in Megatron):
+ *   plain DDP:  comm: all-reduce(DATA_PARALLEL_GROUP_WITH_CP) per bucket;
+ *               afterwards every rank holds the whole reduced gradient.
+ *   --use-distributed-optimizer:
+ *               comm: reduce-scatter(INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP)
+ *               per bucket into the rank's shard (dp_layout_shard_range);
+ *               with several optimizer instances then
+ *               comm: all-reduce(inter-instance group) of that shard.
+ *               Afterwards ONLY the rank's shard of each bucket holds the
+ *               reduced gradient; the rest of the buffer holds partial sums
+ *               and must not be read (zero it before the next step).
+ *
+ * Scaling. Our model's backward computes dL/dθ of the loss averaged over the
+ * GLOBAL batch's tokens, for the rank's local samples (loss_scale = 1 /
+ * global tokens), so the SUM over data-parallel ranks is already the serial
+ * global-batch gradient: MTC_DDP_GRAD_SUM (default) applies no scaling.
+ * MTC_DDP_GRAD_AVG multiplies each bucket by 1/|dp| (the whole dp x cp group,
+ * also with several instances) before the sum, as Megatron's
+ * gradient_scaling_factor does for per-rank-mean losses.
+ *
+ * Offsets. The buffer is dp_layout's: params in backward order, with the
+ * distributed optimizer each param 64-aligned and each bucket padded to
+ * lcm(dp, 128). The model must address its params and grads at these
+ * offsets: mtc_ddp_assign_offsets(d, reg) rewrites reg->params[i].offset and
+ * reg->total = d->layout.numel, after which the model's views into
+ * d->params / d->grads (or into its own buffers of reg->total floats, passed
+ * to mtc_ddp_init) are right. For plain DDP the layout has no padding and
+ * the offsets equal mtc_registry_layout's, so the model's buffers can be
+ * passed as they are. Padding elements stay zero.
+ *
+ * Deterministic: each collective runs a fixed algorithm per communicator
+ * (comm/comm.h), the launch order is fixed, local sums run in fixed order.
+ * Relies on dp/layout.h, comm/comm.h, nn/nn.h (nn_sumsq, nn_scale) and the
+ * registry. Does not: run the optimizer (dp/distopt.h or optim/), handle
+ * expert buffers or the embedding/SP all-reduces of finalize_model_grads
+ * (a second mtc_ddp over the expert-dp group can serve expert params),
+ * or reduce in bf16. */
+#ifndef MTC_DP_DDP_H
+#define MTC_DP_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "core/result.h"
+#include "dp/layout.h"
+#include "model/registry.h"
+
+typedef enum {
+    MTC_DDP_GRAD_SUM = 0, /* local grads are shares of the global mean: just sum */
+    MTC_DDP_GRAD_AVG,     /* local grads are per-rank means: scale by 1/|dp| then sum */
+} mtc_ddp_grad_scale;
+
+typedef struct {
+    int use_distopt;         /* --use-distributed-optimizer: reduce-scatter into shards */
+    int overlap_grad_reduce; /* --overlap-grad-reduce: launch buckets during backward */
+    int64_t bucket_size;     /* elements, <= 0: one bucket (see dp_layout_bucket_size) */
+    int pad_high_busbw;      /* pad buckets to lcm(dp, 128, 65536) */
+    mtc_ddp_grad_scale scale;
+    /* per param (forward order), nonzero = Megatron's `shared_embedding`
+     * (tied word embedding on the first/last stage with pp > 1; NOT set when
+     * pp == 1); may be NULL. Read during init only. */
+    const int *shared_embedding;
+} mtc_ddp_config;
+
+/* Communicators of this rank; not owned, must outlive the mtc_ddp. */
+typedef struct {
+    mtc_comm_t dp;    /* DATA_PARALLEL_GROUP_WITH_CP; NULL = serial (dp 1) */
+    mtc_comm_t intra; /* INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP; NULL = dp */
+    mtc_comm_t inter; /* inter-instance group (size = instances); NULL with one instance */
+} mtc_ddp_comms;
+
+/* Bytes this rank holds for the buffer's params. */
+typedef struct {
+    size_t param_bytes;       /* flat param buffer, padding included */
+    size_t grad_bytes;        /* flat grad buffer (kept full size, as Megatron) */
+    size_t optim_state_bytes; /* AdamW m + v: the owned shard's param pieces with the
+                                 distributed optimizer, every param without */
+} mtc_dp_memory;
+
+typedef struct ddp_bucket ddp_bucket;
+
+typedef struct {
+    mtc_ddp_config cfg; /* shared_embedding reset to NULL after init */
+    mtc_ddp_comms comms;
+    dp_layout layout;      /* dp = size of the intra group with the distributed optimizer */
+    int dp_size;           /* |dp x cp| */
+    int shard_rank;        /* rank in the intra group (owned shard), 0 for plain DDP */
+    int instances;         /* --num-distributed-optimizer-instances */
+    float *params, *grads; /* layout.numel floats each */
+    int owns_buffers;
+    /* per param (forward order), copied from the registry */
+    unsigned char *is_2d, *tp_duplicate, *ready;
+    ddp_bucket *buckets; /* [layout.nbuckets] */
+    int next_launch;     /* buckets [0, next_launch) have been launched this step */
+    int next_inter;      /* ... and [0, next_inter) have their inter-instance all-reduce */
+} mtc_ddp;
+
+/* Build the layout of reg's params (local_numel each) for cfg and comms and
+ * take the buffers: params/grads of at least layout.numel floats (caller
+ * keeps them, padding must be zero), or NULL/NULL to allocate them zeroed.
+ * Collective: no (builds no communicators). INVALID_ARGUMENT for sizes that
+ * do not fit (|dp| not a multiple of |intra|, |inter| != |dp| / |intra|,
+ * several instances without the distributed optimizer). */
+mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
+                          const mtc_ddp_comms *comms, float *params, float *grads, mtc_ddp **out);
+/* Waits for any collective still running. NULL is a no-op. */
+void mtc_ddp_free(mtc_ddp *d);
+
+/* Rewrite reg->params[i].offset = d->layout.param[i].start and reg->total =
+ * d->layout.numel, so the model's views follow the padded layout. */
+void mtc_ddp_assign_offsets(const mtc_ddp *d, mtc_registry *reg);
+
+/* Zero the whole grad buffer (padding included) for a new step. */
+void mtc_ddp_zero_grad(mtc_ddp *d);
+
+/* Param p's gradient is final for this step (call during backward of the
+ * last microbatch). Starts the collective of every bucket that is complete
+ * and whose predecessors have started. No-op without overlap.
+ * comm: reduce-scatter(intra) or all-reduce(dp), non-blocking.
+ * INVALID_USAGE when p was already marked this step. */
+mtc_result_t mtc_ddp_param_grad_ready(mtc_ddp *d, int p);
+/* The same for params [first, last) (forward indices), marked last to first. */
+mtc_result_t mtc_ddp_grads_ready(mtc_ddp *d, int first, int last);
+/* Buckets whose collective has started this step (for tests and traces). */
+int mtc_ddp_buckets_launched(const mtc_ddp *d);
+
+/* Start what has not started, wait for every bucket (and the inter-instance
+ * all-reduces) and reset the step state. With overlap, a param never marked
+ * is a caller bug: INVALID_USAGE naming it (after waiting for the rest).
+ * comm: all-reduce(dp) or reduce-scatter(intra) [+ all-reduce(inter)]. */
+mtc_result_t mtc_ddp_finish(mtc_ddp *d);
+
+/* Global L2 norm of the reduced gradient (after mtc_ddp_finish). Each
+ * element is counted once: params flagged tp_duplicate count only on
+ * tp_rank 0; with the distributed optimizer each rank sums its shard and
+ * the squares are all-reduced over the intra group (each instance holds the
+ * whole gradient). mp may be NULL, else the partial sums are also
+ * all-reduced over it (the model-parallel TP x PP group).
+ * comm: all-reduce(intra) [distributed optimizer], all-reduce(mp). */
+mtc_result_t mtc_ddp_grad_norm(mtc_ddp *d, int tp_rank, mtc_comm_t mp, double *norm);
+/* Megatron's clip_grad_norm_fp32: coeff = max_norm / (norm + 1e-6), applied
+ * (as float) to the reduced gradient this rank holds (its shards, or the
+ * whole buffer) when coeff < 1. Returns the factor applied (1 when none;
+ * max_norm <= 0 disables clipping). */
+float mtc_ddp_grad_clip(mtc_ddp *d, double norm, float max_norm);
+
+/* Param elements whose reduced gradient (and optimizer state) this rank
+ * holds: its shards' param pieces (padding excluded) with the distributed
+ * optimizer, every param without. Summed over the intra group it is the
+ * params' total: the optimizer state shrinks as 1/dp. */
+int64_t mtc_ddp_held_numel(const mtc_ddp *d);
+/* Bytes of params, grads and AdamW state (m, v of mtc_ddp_held_numel). */
+void mtc_ddp_memory(const mtc_ddp *d, mtc_dp_memory *out);
+
+#endif

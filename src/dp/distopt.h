@@ -1,0 +1,80 @@
+/* dp/distopt.h - the distributed optimizer (--use-distributed-optimizer,
+ * Megatron-LM core_v0.18.0 optimizer/distrib_optimizer.py): AdamW on the
+ * rank's shard of every bucket only, with its m and v held only for that
+ * shard, then the updated params all-gathered back into the full buffer.
+ *
+ * It works on an mtc_ddp built with use_distopt = 1, after mtc_ddp_finish
+ * left the reduced gradient in the rank's shard (reduce-scatter over the
+ * intra-instance group, plus the all-reduce over the inter-instance group
+ * with --num-distributed-optimizer-instances > 1). Per step:
+ *
+ *   mtc_ddp_finish(d);                          reduced grads in the shard
+ *   mtc_ddp_grad_norm(d, tp_rank, mp, &norm);   optional clipping:
+ *   mtc_ddp_grad_clip(d, norm, max_norm);
+ *   mtc_distopt_step(o, lr, &hp);               AdamW on the shard + all-gather
+ *   ... next forward: mtc_distopt_param_gather_wait_param(o, p) before
+ *       reading param p (no-op without --overlap-param-gather).
+ *
+ * Params are fp32 already, so they are their own "main params": the shard
+ * of the param buffer is updated in place. Weight decay applies per element
+ * only to params flagged is_2d in the registry (the layout's per-param
+ * pieces give the boundaries); padding is never touched.
+ * comm: all-gather(INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP) per bucket,
+ * non-blocking, issued in forward order (last bucket first) so the first
+ * layers' params arrive first.
+ * Relies on dp/ddp.h, dp/layout.h, nn_adamw_update. Does not: save or load
+ * optimizer state (m, v are exposed with the piece map for ckpt/), handle
+ * bf16 params with fp32 main copies, or schedule the LR. */
+#ifndef MTC_DP_DISTOPT_H
+#define MTC_DP_DISTOPT_H
+
+#include <stdint.h>
+
+#include "core/result.h"
+#include "dp/ddp.h"
+
+typedef struct {
+    float beta1, beta2, eps, weight_decay;
+} mtc_distopt_hparams;
+
+/* One param's piece of this rank's shard. */
+typedef struct {
+    int param;     /* forward index */
+    int64_t start; /* in the flat param/grad buffers */
+    int64_t n;     /* elements */
+    int64_t state; /* offset in m and v */
+    int decay;     /* weight decay applies (2-D param) */
+} mtc_distopt_piece;
+
+typedef struct {
+    mtc_ddp *ddp;             /* not owned */
+    int overlap_param_gather; /* --overlap-param-gather */
+    int npieces;
+    mtc_distopt_piece *pieces; /* bucket by bucket, ascending param within a bucket */
+    float *m, *v;              /* (n) moments of the owned pieces */
+    int64_t n;
+    int64_t step;          /* optimizer steps taken */
+    mtc_request_t *gather; /* [nbuckets] pending all-gathers */
+} mtc_distopt;
+
+/* Optimizer state for d's shard (zeroed). d must use the distributed
+ * optimizer (INVALID_ARGUMENT otherwise) and outlive the optimizer. */
+mtc_result_t mtc_distopt_init(mtc_ddp *d, int overlap_param_gather, mtc_distopt **out);
+/* Waits for pending all-gathers. NULL is a no-op. */
+void mtc_distopt_free(mtc_distopt *o);
+
+/* One AdamW step (bias correction at step + 1) on the owned shard of the
+ * param buffer from the reduced (and clipped) grads, then start the
+ * all-gather of every bucket; without overlap_param_gather also wait for
+ * them. Waits first for all-gathers still pending from the previous step.
+ * INVALID_USAGE while gradient reductions are in flight (call
+ * mtc_ddp_finish first). comm: all-gather(intra) per bucket. */
+mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, const mtc_distopt_hparams *hp);
+
+/* Wait until bucket b's params (or param p's bucket, or all) are gathered.
+ * No-op when nothing is pending. */
+mtc_result_t mtc_distopt_param_gather_wait_bucket(mtc_distopt *o, int b);
+mtc_result_t mtc_distopt_param_gather_wait_param(mtc_distopt *o, int p);
+mtc_result_t mtc_distopt_param_gather_wait(mtc_distopt *o);
+
+#endif

@@ -1,0 +1,245 @@
+/* tests/dp/test_distopt.c - the distributed optimizer on dp = 1, 2, 4, 8
+ * shm rank-threads (1 and 2 optimizer instances): after K steps of
+ * reduce-scatter + clipped AdamW on the shard + all-gather, every rank's
+ * whole param buffer equals a serial AdamW (nn_adamw_update per param over
+ * the closed-form summed gradient, weight decay on 2-D params only) within
+ * 1e-6 relative; the gradient norm equals the closed-form norm (also with a
+ * TP group where TP-duplicated params count once); optimizer state is the
+ * model's size / dp (all ranks' state sums to exactly the model) while param
+ * and grad buffers stay full size. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp/distopt.h"
+#include "nn/nn.h"
+#include "test.h"
+#include "test_ddp_fake.h"
+
+typedef struct {
+    int instances, overlap_grad, overlap_param;
+    int64_t bucket;
+    mtc_ddp_grad_scale scale;
+    float max_norm;
+} opt_case;
+
+static const mtc_distopt_hparams HP = {
+    .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+
+/* The serial run: params[p] (numel) after each step, the norm of step k. */
+typedef struct {
+    float *param[FAKE_NPARAMS], *m[FAKE_NPARAMS], *v[FAKE_NPARAMS], *g[FAKE_NPARAMS];
+} serial_state;
+
+static double serial_step(serial_state *s, const mtc_registry *reg, const opt_case *c, int dp,
+                          int k, int M, float lr) {
+    double sq = 0;
+    for (int p = 0; p < FAKE_NPARAMS; p++)
+        for (size_t i = 0; i < reg->params[p].numel; i++) {
+            double g = 0;
+            for (int r = 0; r < dp; r++)
+                for (int mb = 0; mb < M; mb++)
+                    g += fake_grad(r, p, (int64_t)i, k, mb);
+            if (c->scale == MTC_DDP_GRAD_AVG) g /= dp;
+            s->g[p][i] = (float)g;
+            sq += g * g;
+        }
+    double norm = sqrt(sq);
+    double coeff = c->max_norm > 0 ? (double)c->max_norm / (norm + 1e-6) : 1.0;
+    for (int p = 0; p < FAKE_NPARAMS; p++) {
+        size_t n = reg->params[p].numel;
+        if (coeff < 1.0) nn_scale(s->g[p], (float)coeff, n);
+        nn_adamw_update(s->param[p], s->g[p], s->m[p], s->v[p], n, lr, HP.beta1, HP.beta2, HP.eps,
+                        reg->params[p].is_2d ? HP.weight_decay : 0.0f, k + 1);
+    }
+    return norm;
+}
+
+static mtc_result_t check_case(mtc_comm_t world, const opt_case *c) {
+    int r = mtc_comm_rank(world), dp = mtc_comm_size(world);
+    const int M = 2, K = 3;
+    const float lr = 0.01f;
+    mtc_registry reg;
+    MTC_CHECK(fake_registry(&reg));
+    mtc_comm_t intra, inter;
+    MTC_CHECK(fake_instance_comms(world, c->instances, &intra, &inter));
+    mtc_ddp_config cfg = {.use_distopt = 1,
+                          .overlap_grad_reduce = c->overlap_grad,
+                          .bucket_size = c->bucket,
+                          .scale = c->scale,
+                          .shared_embedding = fake_shared_embedding};
+    mtc_ddp_comms comms = {.dp = world, .intra = intra, .inter = inter};
+    mtc_ddp *d;
+    mtc_distopt *o;
+    MTC_CHECK(mtc_ddp_init(&reg, &cfg, &comms, NULL, NULL, &d));
+    MTC_CHECK(mtc_distopt_init(d, c->overlap_param, &o));
+    mtc_ddp_assign_offsets(d, &reg);
+    T_CHECK(reg.total == (size_t)d->layout.numel);
+    serial_state s;
+    for (int p = 0; p < FAKE_NPARAMS; p++) {
+        size_t n = reg.params[p].numel;
+        s.param[p] = malloc(n * sizeof(float)), s.g[p] = malloc(n * sizeof(float));
+        s.m[p] = calloc(n, sizeof(float)), s.v[p] = calloc(n, sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            s.param[p][i] = d->params[reg.params[p].offset + i] = fake_param0(p, (int64_t)i);
+    }
+    int bad = 0, exact = 0, count = 0;
+    for (int k = 0; k < K; k++) {
+        double norm_want = serial_step(&s, &reg, c, dp, k, M, lr);
+        mtc_ddp_zero_grad(d);
+        for (int mb = 0; mb < M; mb++)
+            for (int p = FAKE_NPARAMS - 1; p >= 0; p--) {
+                if (k > 0 && mb == 0) /* the "forward" of the next step reads param p */
+                    MTC_CHECK(mtc_distopt_param_gather_wait_param(o, p));
+                float *g = d->grads + reg.params[p].offset;
+                for (size_t i = 0; i < reg.params[p].numel; i++)
+                    g[i] += fake_grad(r, p, (int64_t)i, k, mb);
+                if (mb == M - 1) MTC_CHECK(mtc_ddp_param_grad_ready(d, p));
+            }
+        MTC_CHECK(mtc_ddp_finish(d));
+        double norm;
+        MTC_CHECK(mtc_ddp_grad_norm(d, 0, NULL, &norm));
+        T_CLOSE(norm, norm_want, 0, 1e-12);
+        mtc_ddp_grad_clip(d, norm, c->max_norm);
+        MTC_CHECK(mtc_distopt_step(o, lr, &HP));
+        MTC_CHECK(mtc_distopt_param_gather_wait(o));
+        for (int p = 0; p < FAKE_NPARAMS; p++)
+            for (size_t i = 0; i < reg.params[p].numel; i++) {
+                float got = d->params[reg.params[p].offset + i], want = s.param[p][i];
+                count++;
+                exact += got == want;
+                if (!(fabsf(got - want) <= 1e-6f * fabsf(want) + 1e-9f) && bad++ < 3)
+                    fprintf(stderr, "dp %d/%d rank %d step %d param %d [%zu]: %.9g want %.9g\n", dp,
+                            c->instances, r, k, p, i, got, want);
+            }
+    }
+    T_CHECKF(bad == 0, "dp %d instances %d overlap %d/%d bucket %lld: %d of %d params differ", dp,
+             c->instances, c->overlap_grad, c->overlap_param, (long long)c->bucket, bad, count);
+    if (r == 0 && exact != count)
+        printf("dp %d instances %d: %d of %d params bit-identical to serial\n", dp, c->instances,
+               exact, count);
+    /* memory: full buffers, state = this rank's pieces; the intra group's
+     * state adds up to exactly the model, each rank within padding of 1/dp */
+    mtc_dp_memory mem;
+    mtc_ddp_memory(d, &mem);
+    int dpi = dp / c->instances;
+    T_CHECK(mem.param_bytes == (size_t)d->layout.numel * 4 && mem.grad_bytes == mem.param_bytes);
+    T_CHECK(mem.optim_state_bytes == (size_t)o->n * 8);
+    int64_t state = (int64_t)mem.optim_state_bytes, sum = state;
+    MTC_CHECK(mtc_all_reduce(&state, &sum, 1, MTC_DTYPE_I64, MTC_OP_SUM, intra ? intra : world));
+    T_CHECK(sum == 8 * FAKE_TOTAL);
+    int64_t slack =
+        64 * FAKE_NPARAMS + (int64_t)d->layout.nbuckets * dp_layout_bucket_divisor(dpi, 0);
+    T_CHECKF(state <= 8 * (FAKE_TOTAL + slack) / dpi, "state %lld bytes at dp %d", (long long)state,
+             dpi);
+    for (int p = 0; p < FAKE_NPARAMS; p++)
+        free(s.param[p]), free(s.g[p]), free(s.m[p]), free(s.v[p]);
+    mtc_distopt_free(o);
+    mtc_ddp_free(d);
+    mtc_comm_free(intra), mtc_comm_free(inter);
+    mtc_registry_free(&reg);
+    return MTC_OK;
+}
+
+/* World 4 = tp 2 x dp 2 (tp fastest, as Megatron's tp-dp order): norm over
+ * both groups, TP-duplicated params counted once; plain DDP and dist-opt. */
+static mtc_result_t check_tp_norm(mtc_comm_t world) {
+    int r = mtc_comm_rank(world), tp_rank = r % 2;
+    mtc_comm_t tp, dpc;
+    MTC_CHECK(mtc_comm_split(world, r / 2, r, "TENSOR_MODEL_PARALLEL_GROUP", &tp));
+    MTC_CHECK(mtc_comm_split(world, r % 2, r, "DATA_PARALLEL_GROUP", &dpc));
+    mtc_registry reg;
+    MTC_CHECK(fake_registry(&reg));
+    double sq = 0;
+    for (int t = 0; t < 2; t++)
+        for (int p = 0; p < FAKE_NPARAMS; p++)
+            for (int64_t i = 0; i < (int64_t)reg.params[p].numel; i++) {
+                if (t == 1 && fake_params[p].tp_dup) continue;
+                double g = fake_grad(10 * t, p, i, 0, 0) + fake_grad(10 * t + 1, p, i, 0, 0);
+                sq += g * g;
+            }
+    for (int distopt = 0; distopt < 2; distopt++) {
+        mtc_ddp_config cfg = {.use_distopt = distopt, .bucket_size = 100};
+        mtc_ddp_comms comms = {.dp = dpc};
+        mtc_ddp *d;
+        MTC_CHECK(mtc_ddp_init(&reg, &cfg, &comms, NULL, NULL, &d));
+        for (int p = 0; p < FAKE_NPARAMS; p++)
+            for (int64_t i = 0; i < d->layout.param[p].end - d->layout.param[p].start; i++)
+                d->grads[d->layout.param[p].start + i] =
+                    fake_grad(10 * tp_rank + mtc_comm_rank(dpc), p, i, 0, 0);
+        MTC_CHECK(mtc_ddp_finish(d));
+        double norm;
+        MTC_CHECK(mtc_ddp_grad_norm(d, tp_rank, tp, &norm));
+        T_CLOSE(norm, sqrt(sq), 0, 1e-12);
+        /* clipping to half the norm halves it */
+        T_CLOSE(mtc_ddp_grad_clip(d, norm, (float)(norm / 2)), norm / 2 / (norm + 1e-6), 0, 1e-6);
+        double after;
+        MTC_CHECK(mtc_ddp_grad_norm(d, tp_rank, tp, &after));
+        T_CLOSE(after, norm / 2, 0, 1e-6);
+        T_CHECK(mtc_ddp_grad_clip(d, after, (float)(after * 2)) == 1.0f);
+        mtc_ddp_free(d);
+    }
+    mtc_registry_free(&reg);
+    mtc_comm_free(tp), mtc_comm_free(dpc);
+    return MTC_OK;
+}
+
+/* Plain DDP holds the whole optimizer state; bad sizes are refused. */
+static mtc_result_t check_plain_and_errors(mtc_comm_t world) {
+    mtc_registry reg;
+    MTC_CHECK(fake_registry(&reg));
+    mtc_ddp_config cfg = {0};
+    mtc_ddp_comms comms = {.dp = world};
+    mtc_ddp *d;
+    mtc_distopt *o;
+    MTC_CHECK(mtc_ddp_init(&reg, &cfg, &comms, NULL, NULL, &d));
+    mtc_dp_memory mem;
+    mtc_ddp_memory(d, &mem);
+    T_CHECK(mem.optim_state_bytes == 8 * FAKE_TOTAL && mem.param_bytes == 4 * FAKE_TOTAL);
+    T_CHECK(mtc_distopt_init(d, 0, &o) == MTC_ERR_INVALID_ARGUMENT);
+    mtc_ddp_free(d);
+    if (mtc_comm_size(world) == 4) {
+        mtc_comm_t intra, inter;
+        MTC_CHECK(fake_instance_comms(world, 2, &intra, &inter));
+        mtc_ddp_comms two = {.dp = world, .intra = intra, .inter = inter};
+        T_CHECK(mtc_ddp_init(&reg, &cfg, &two, NULL, NULL, &d) == MTC_ERR_INVALID_ARGUMENT);
+        cfg.use_distopt = 1;
+        two.inter = NULL;
+        T_CHECK(mtc_ddp_init(&reg, &cfg, &two, NULL, NULL, &d) == MTC_ERR_INVALID_ARGUMENT);
+        mtc_comm_free(intra), mtc_comm_free(inter);
+    }
+    mtc_registry_free(&reg);
+    return MTC_OK;
+}
+
+static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
+    (void)arg;
+    int dp = mtc_comm_size(world);
+    for (int inst = 1; inst <= 2; inst++) {
+        if (inst == 2 && dp < 4) continue;
+        for (int v = 0; v < 4; v++) {
+            opt_case c = {.instances = inst,
+                          .overlap_grad = v & 1,
+                          .overlap_param = v >> 1,
+                          .bucket = v == 0   ? 0
+                                    : v == 1 ? 200
+                                             : 1,
+                          .scale = v == 2 ? MTC_DDP_GRAD_AVG : MTC_DDP_GRAD_SUM,
+                          .max_norm = v & 1 ? 1.0f : 0.0f};
+            MTC_CHECK(check_case(world, &c));
+        }
+    }
+    if (dp == 4) MTC_CHECK(check_tp_norm(world));
+    MTC_CHECK(check_plain_and_errors(world));
+    return MTC_OK;
+}
+
+int main(void) {
+    static const int dps[] = {1, 2, 4, 8};
+    for (int j = 0; j < 4; j++) {
+        mtc_launch_opts o = {.backend = MTC_BACKEND_SHM, .world_size = dps[j], .timeout_s = 60};
+        mtc_result_t rc = mtc_launch(&o, rank_main, NULL);
+        T_CHECKF(rc == MTC_OK, "dp %d: %s %s", dps[j], mtc_result_name(rc), mtc_error_detail());
+    }
+    return T_DONE();
+}
