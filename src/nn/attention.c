@@ -28,7 +28,7 @@
 #define ATT_RB 64 /* query rows per causal block */
 #endif
 #ifndef ATT_DR
-#define ATT_DR 16 /* query rows per dropout tile */
+#define ATT_DR 32 /* query rows per dropout tile (32 KB of stack) */
 #endif
 #define ATT_DK 256 /* keys per dropout tile */
 
@@ -184,8 +184,10 @@ static void att_bwd_pair(int idx, void *vp) {
             }
         }
     }
-    for (int i = 0; i < T; i++) /* the gemms below read whole causal blocks */
-        memset(D + (size_t)i * T + i + 1, 0, (size_t)(T - 1 - i) * sizeof(float));
+    for (int i = 0; i < T; i++) { /* the gemms below read the diagonal blocks whole */
+        int end = (i / ATT_RB + 1) * ATT_RB < T ? (i / ATT_RB + 1) * ATT_RB : T;
+        memset(D + (size_t)i * T + i + 1, 0, (size_t)(end - 1 - i) * sizeof(float));
+    }
     for (int i0 = 0; i0 < T; i0 += ATT_RB) { /* dQ = scale dS K, keys < block end */
         int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
         gemm(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, K, C3, 0.0f, dQ + (size_t)i0 * C3,
