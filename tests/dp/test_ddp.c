@@ -5,7 +5,9 @@
  * overlap on and off, bucket sizes that cut params unevenly, one param per
  * bucket, a tied-embedding bucket, two steps in a row; buckets start during
  * "backward" exactly when they and their predecessors are complete, also
- * when params are marked out of order; misuse is reported. */
+ * when params are marked out of order; misuse is reported; inexact sums
+ * give the same bits on every rank, every run, with or without overlap. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +140,42 @@ static mtc_result_t check_misuse(mtc_comm_t world) {
     return MTC_OK;
 }
 
+/* Inexact values (rounding happens): the reduced bits are the same on every
+ * rank, in every repetition, and with overlap on or off. */
+static mtc_result_t check_determinism(mtc_comm_t world) {
+    int r = mtc_comm_rank(world);
+    mtc_registry reg;
+    MTC_CHECK(fake_registry(&reg));
+    uint64_t hash[4] = {0};
+    for (int rep = 0; rep < 4; rep++) {
+        mtc_ddp_config cfg = {.overlap_grad_reduce = rep & 1, .bucket_size = 200};
+        mtc_ddp_comms comms = {.dp = world};
+        mtc_ddp *d;
+        MTC_CHECK(mtc_ddp_init(&reg, &cfg, &comms, NULL, NULL, &d));
+        for (int p = FAKE_NPARAMS - 1; p >= 0; p--) {
+            float *g = d->grads + d->layout.param[p].start;
+            for (int64_t i = 0; i < (int64_t)reg.params[p].numel; i++)
+                g[i] = sinf(0.37f * (float)(i + 1) + (float)(r * 11 + p)) * 1.1f;
+            MTC_CHECK(mtc_ddp_param_grad_ready(d, p));
+        }
+        MTC_CHECK(mtc_ddp_finish(d));
+        uint64_t h = 1469598103934665603ull; /* FNV-1a over the bits */
+        const unsigned char *b = (const unsigned char *)d->grads;
+        for (size_t k = 0; k < (size_t)d->layout.numel * 4; k++)
+            h = (h ^ b[k]) * 1099511628211ull;
+        hash[rep] = h;
+        mtc_ddp_free(d);
+    }
+    int64_t h0 = (int64_t)(hash[0] >> 1), lo, hi;
+    MTC_CHECK(mtc_all_reduce(&h0, &lo, 1, MTC_DTYPE_I64, MTC_OP_MIN, world));
+    MTC_CHECK(mtc_all_reduce(&h0, &hi, 1, MTC_DTYPE_I64, MTC_OP_MAX, world));
+    T_CHECKF(lo == hi, "ranks hold different reduced bits");
+    for (int rep = 1; rep < 4; rep++)
+        T_CHECKF(hash[rep] == hash[0], "repetition %d differs", rep);
+    mtc_registry_free(&reg);
+    return MTC_OK;
+}
+
 static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
     (void)arg;
     static const int64_t buckets[] = {0, 200, 1};
@@ -154,6 +192,7 @@ static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
     ddp_case fwd = {.distopt = 1, .overlap = 1, .bucket = 1, .forward_marking = 1};
     MTC_CHECK(check_case(world, &fwd));
     MTC_CHECK(check_misuse(world));
+    MTC_CHECK(check_determinism(world));
     return MTC_OK;
 }
 
