@@ -9,7 +9,9 @@
 
 #include "core/mem.h"
 
-#define OPTIM_CHUNK ((size_t)1 << 16)
+/* 16K floats: a chunk's p, g, m, v (256 KB) stay in L2 between the scale,
+ * update and zeroing of its gradient. */
+#define OPTIM_CHUNK ((size_t)1 << 14)
 
 struct optim_chunk {
     size_t offset, n;
@@ -75,8 +77,7 @@ void mtc_adamw_free(mtc_adamw *opt) {
 typedef struct {
     mtc_adamw *opt;
     float *params;
-    const float *grads;
-    float *grads_rw;
+    float *grads;
     float lr, scale;
     const mtc_adamw_config *cfg;
 } optim_job;
@@ -84,15 +85,19 @@ typedef struct {
 static void adamw_task(int i, void *arg) {
     optim_job *j = arg;
     const optim_chunk *c = &j->opt->chunks[i];
-    nn_adamw_update(j->params + c->offset, j->grads + c->offset, j->opt->m + c->offset,
-                    j->opt->v + c->offset, c->n, j->lr, j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
+    float *g = j->grads + c->offset;
+    if (j->scale != 1.0f) nn_scale(g, j->scale, c->n);
+    nn_adamw_update(j->params + c->offset, g, j->opt->m + c->offset, j->opt->v + c->offset, c->n,
+                    j->lr, j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
                     c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
+    memset(g, 0, c->n * sizeof(float));
 }
 
-void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, const float *grads, float lr,
-                    const mtc_adamw_config *cfg) {
+void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,
+                    float grad_scale, const mtc_adamw_config *cfg) {
     opt->step++;
-    optim_job j = {.opt = opt, .params = params, .grads = grads, .lr = lr, .cfg = cfg};
+    optim_job j = {.opt = opt, .params = params, .grads = grads, .lr = lr, .scale = grad_scale,
+                   .cfg = cfg};
     nn_pool_run(pool, opt->nchunks, adamw_task, &j);
 }
 
@@ -103,24 +108,15 @@ static void sumsq_task(int i, void *arg) {
 }
 
 double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads) {
-    optim_job j = {.opt = opt, .grads = grads};
+    optim_job j = {.opt = opt, .grads = (float *)grads};
     nn_pool_run(pool, opt->nchunks, sumsq_task, &j);
     double s = 0;
     for (int i = 0; i < opt->nchunks; i++) s += opt->partial[i];
     return sqrt(s);
 }
 
-static void scale_task(int i, void *arg) {
-    optim_job *j = arg;
-    const optim_chunk *c = &j->opt->chunks[i];
-    nn_scale(j->grads_rw + c->offset, j->scale, c->n);
-}
-
-float mtc_grad_clip(mtc_adamw *opt, nn_pool *pool, float *grads, double norm, float max_norm) {
+float mtc_grad_clip_coeff(double norm, float max_norm) {
     if (max_norm <= 0) return 1.0f;
     double coeff = (double)max_norm / (norm + 1e-6);
-    if (!(coeff < 1.0)) return 1.0f;
-    optim_job j = {.opt = opt, .grads_rw = grads, .scale = (float)coeff};
-    nn_pool_run(pool, opt->nchunks, scale_task, &j);
-    return (float)coeff;
+    return coeff < 1.0 ? (float)coeff : 1.0f;
 }

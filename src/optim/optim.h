@@ -56,13 +56,16 @@ typedef struct {
 /* State for the flat buffer described by `reg` (reg->total floats). */
 mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg);
 void mtc_adamw_free(mtc_adamw *opt);
-/* One AdamW step on params with grads at learning rate lr (increments step). */
-void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, const float *grads, float lr,
-                    const mtc_adamw_config *cfg);
+/* One AdamW step at learning rate lr on grads * grad_scale (the clipping
+ * factor, 1 for none); increments step. The gradients are CONSUMED: each
+ * chunk is zeroed right after its update, while it is still in cache, so
+ * the next accumulation starts from zero without a separate pass. */
+void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,
+                    float grad_scale, const mtc_adamw_config *cfg);
 /* L2 norm of the whole gradient buffer (deterministic). */
 double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads);
-/* Scale grads by max_norm / (norm + 1e-6) when that is < 1; returns the
- * factor applied (1 when none). max_norm <= 0 disables clipping. */
-float mtc_grad_clip(mtc_adamw *opt, nn_pool *pool, float *grads, double norm, float max_norm);
+/* Megatron's clipping factor: max_norm / (norm + 1e-6) when that is < 1,
+ * else 1; max_norm <= 0 disables clipping. */
+float mtc_grad_clip_coeff(double norm, float max_norm);
 
 #endif

@@ -120,6 +120,7 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     } else {
         mtc_gpt_init_params(model, c->seed);
     }
+    mtc_gpt_zero_grad(model);
     if (c->metrics_path) {
         metrics = fopen(c->metrics_path, "w");
         if (!metrics) {
@@ -148,8 +149,7 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     int n_logged = 0, skipped = 0, nan_iters = 0;
     for (int64_t it = 1; it <= c->train_iters; it++) {
         uint64_t t0 = mtc_time_ns();
-        mtc_gpt_zero_grad(model);
-        double loss_sum = 0;
+        double loss_sum = 0; /* grads are zero here: AdamW consumes them */
         for (int m = 0; m < nmb; m++) {
             MTC_CHECK_GOTO(train_load_batch(&x, DATA_SPLIT_TRAIN, consumed, m), rc, done);
             mtc_gpt_pass pass = {.train = 1, .seed = c->seed, .iteration = (uint64_t)it,
@@ -163,10 +163,11 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
         if (isnan(loss)) nan_iters++;
         if (!isfinite(norm)) {
             skipped++;
+            mtc_gpt_zero_grad(model);
         } else {
-            mtc_grad_clip(&opt, pool, model->grads, norm, c->clip_grad);
             float lr = (float)mtc_lr_at(&c->lr, opt.step);
-            mtc_adamw_step(&opt, pool, model->params, model->grads, lr, &c->adam);
+            mtc_adamw_step(&opt, pool, model->params, model->grads, lr,
+                           mtc_grad_clip_coeff(norm, c->clip_grad), &c->adam);
         }
         consumed += (uint64_t)c->global_batch;
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
