@@ -236,6 +236,18 @@ void mtc_gpt_zero_grad(mtc_gpt *m) { memset(m->grads, 0, m->reg.total * sizeof(f
 
 size_t mtc_gpt_activation_bytes(const mtc_gpt *m) { return m->arena.high_water; }
 
+float *mtc_gpt_slot_input(mtc_gpt *m, int slot) {
+    MTC_ASSERT(slot >= 0 && slot < m->nslots);
+    return m->slots[slot].encoded;
+}
+
+const float *mtc_gpt_slot_output(const mtc_gpt *m, int slot) {
+    MTC_ASSERT(slot >= 0 && slot < m->nslots);
+    const mtc_gpt_slot *a = &m->slots[slot];
+    int nl = m->last_layer - m->first_layer;
+    return nl ? a->res3 + (size_t)(nl - 1) * m->B * m->T * m->cfg.hidden_size : a->encoded;
+}
+
 /* Dropout sites inside a layer; the embedding uses layer -1. */
 enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 };
 

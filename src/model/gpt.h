@@ -125,4 +125,13 @@ void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *target
                       float loss_scale, const mtc_gpt_pass *pass);
 static inline const float *mtc_gpt_logits(const mtc_gpt *m) { return m->logits; }
 
+/* Pipeline hooks (a chunk without embedding or head). The chunk input of a
+ * slot (B, T, C): write it before the forward when the chunk has no
+ * embedding. The chunk output (B, T, C) after the forward. The gradient
+ * buffer (B, T, C): write d(output) into it before the backward when the
+ * chunk has no head; after the backward it holds d(input). */
+float *mtc_gpt_slot_input(mtc_gpt *m, int slot);
+const float *mtc_gpt_slot_output(const mtc_gpt *m, int slot);
+static inline float *mtc_gpt_grad_buffer(mtc_gpt *m) { return m->dres; }
+
 #endif

@@ -47,6 +47,25 @@ int main(void) {
     mtc_gpt_backward(m2, 0, tok, tgt, B, T, 1.0f / N, &pass);
     T_CHECK(!memcmp(m->grads, m2->grads, m->reg.total * sizeof(float)));
 
+    /* two in-flight microbatches in two slots do not disturb each other */
+    mtc_gpt *m3;
+    T_CHECK(mtc_gpt_init(&cfg, B, 2, pool2, &m3) == MTC_OK);
+    memcpy(m3->params, m->params, m->reg.total * sizeof(float));
+    int tok_b[10];
+    for (int i = 0; i < N; i++) tok_b[i] = (tok[i] + 3) % 11;
+    mtc_gpt_pass pass_b = pass;
+    pass_b.b0 = 0;
+    mtc_gpt_forward(m3, 1, tok_b, NULL, B, T, &pass_b);
+    float out_b[10 * 8];
+    memcpy(out_b, mtc_gpt_slot_output(m3, 1), sizeof out_b);
+    mtc_gpt_zero_grad(m3);
+    mtc_gpt_forward(m3, 0, tok, tgt, B, T, &pass);
+    mtc_gpt_backward(m3, 0, tok, tgt, B, T, 1.0f / N, &pass);
+    T_CHECK(!memcmp(m->grads, m3->grads, m->reg.total * sizeof(float)));
+    T_CHECK(!memcmp(out_b, mtc_gpt_slot_output(m3, 1), sizeof out_b));
+    T_CHECK(memcmp(out_b, mtc_gpt_slot_output(m3, 0), sizeof out_b) != 0);
+    mtc_gpt_free(m3);
+
     /* dropout is really on: a pass without it gives another loss */
     mtc_gpt_pass eval = {0};
     double l_train = loss_of(m, tok, tgt, B, T, &pass), l_eval = loss_of(m, tok, tgt, B, T, &eval);
