@@ -86,8 +86,8 @@ mtc_result_t tp_attention_backward(const tp_ctx *tp, float *din, float *dqkvw, f
                                    float *dprojw, float *dprojb, const float *dout,
                                    const tp_attention_acts *acts, const float *in,
                                    const float *qkvw, const float *projw,
-                                   const nn_dropout_spec *drop, float *scratch, int B, int T,
-                                   int C, int NH) {
+                                   const nn_dropout_spec *drop, float *scratch, int B, int T, int C,
+                                   int NH) {
     int p = tp_size(tp->comm), r = tp_rank(tp->comm);
     MTC_CHECK(attn_check(p, C, NH));
     int NH_tp = NH / p, HS = C / NH, C_tp = C / p;
@@ -126,17 +126,17 @@ mtc_result_t tp_mlp_forward(const tp_ctx *tp, float *out, tp_mlp_acts *acts, con
                          "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d", F,
                          p);
     /* comm: column-parallel (SP: all-gather T) */
-    MTC_CHECK(tp_column_linear_forward(tp, acts->fch, acts->in_total, in, fcw, fcb, scratch, 0, B, T,
-                                       C, F));
+    MTC_CHECK(tp_column_linear_forward(tp, acts->fch, acts->in_total, in, fcw, fcb, scratch, 0, B,
+                                       T, C, F));
     nn_gelu_forward(tp->pool, acts->fchg, acts->fch, (size_t)B * T * (F / p));
     /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
     return tp_row_linear_forward(tp, out, acts->fchg, projw, projb, scratch, 1, B, T, F, C);
 }
 
-mtc_result_t tp_mlp_backward(const tp_ctx *tp, float *din, float *dfcw, float *dfcb,
-                             float *dprojw, float *dprojb, const float *dout,
-                             const tp_mlp_acts *acts, const float *in, const float *fcw,
-                             const float *projw, float *scratch, int B, int T, int C, int F) {
+mtc_result_t tp_mlp_backward(const tp_ctx *tp, float *din, float *dfcw, float *dfcb, float *dprojw,
+                             float *dprojb, const float *dout, const tp_mlp_acts *acts,
+                             const float *in, const float *fcw, const float *projw, float *scratch,
+                             int B, int T, int C, int F) {
     int p = tp_size(tp->comm);
     if (F % p)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,

@@ -137,8 +137,8 @@ mtc_result_t tp_vocab_xent_forward(const tp_ctx *tp, float *losses, float *logit
  * subtracted only on the rank owning the target column; s_n = scale *
  * (token_scale ? token_scale[n] : 1) (loss mask / mean); padding 0.
  * comm: none. */
-mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *targets,
-                                    float scale, const float *token_scale, int N, int V, int Vp);
+mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *targets, float scale,
+                                    const float *token_scale, int N, int V, int Vp);
 
 /* Local kernel pieces of the vocabulary-parallel cross-entropy (no
  * communication), over x (N, V_tp) whose column j is global column v0 + j;
@@ -147,8 +147,8 @@ mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *t
 void tp_xent_local_max(nn_pool *pool, float *rowmax, const float *x, int v0, int N, int V_tp,
                        int V);
 /* pred (N) = x[target - v0] − rowmax when this shard owns the target, else 0. */
-void tp_xent_predicted(float *pred, const float *x, const int *targets, const float *rowmax,
-                       int v0, int N, int V_tp, int V);
+void tp_xent_predicted(float *pred, const float *x, const int *targets, const float *rowmax, int v0,
+                       int N, int V_tp, int V);
 /* x = exp(x − rowmax) on valid columns, 0 on padding; sumexp (N) = Σ (fixed order). */
 void tp_xent_exp_sum(nn_pool *pool, float *sumexp, float *x, const float *rowmax, int v0, int N,
                      int V_tp, int V);
@@ -198,8 +198,8 @@ mtc_result_t tp_attention_backward(const tp_ctx *tp, float *din, float *dqkvw, f
                                    float *dprojw, float *dprojb, const float *dout,
                                    const tp_attention_acts *acts, const float *in,
                                    const float *qkvw, const float *projw,
-                                   const nn_dropout_spec *drop, float *scratch, int B, int T,
-                                   int C, int NH);
+                                   const nn_dropout_spec *drop, float *scratch, int B, int T, int C,
+                                   int NH);
 size_t tp_attention_scratch_floats(const tp_ctx *tp, int B, int T, int C, int NH);
 
 /* ---- MLP: c_fc column-parallel, GELU, c_proj row-parallel ------------------------------- */
@@ -217,10 +217,10 @@ typedef struct {
 mtc_result_t tp_mlp_forward(const tp_ctx *tp, float *out, tp_mlp_acts *acts, const float *in,
                             const float *fcw, const float *fcb, const float *projw,
                             const float *projb, float *scratch, int B, int T, int C, int F);
-mtc_result_t tp_mlp_backward(const tp_ctx *tp, float *din, float *dfcw, float *dfcb,
-                             float *dprojw, float *dprojb, const float *dout,
-                             const tp_mlp_acts *acts, const float *in, const float *fcw,
-                             const float *projw, float *scratch, int B, int T, int C, int F);
+mtc_result_t tp_mlp_backward(const tp_ctx *tp, float *din, float *dfcw, float *dfcb, float *dprojw,
+                             float *dprojb, const float *dout, const tp_mlp_acts *acts,
+                             const float *in, const float *fcw, const float *projw, float *scratch,
+                             int B, int T, int C, int F);
 size_t tp_mlp_scratch_floats(const tp_ctx *tp, int B, int T, int C, int F);
 
 #endif

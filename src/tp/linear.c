@@ -46,7 +46,8 @@ size_t tp_column_linear_scratch_floats(const tp_ctx *tp, int gather_output, int 
     int sp = tp->sequence_parallel;
     size_t seq = tp_seq_scratch_floats(B, T, IN, p);
     /* forward: [SP gather permutation] then [local out | last-dim permutation] */
-    size_t fwd = max_sz(sp ? seq : 0, gather_output ? N * OUT_tp + tp_last_scratch_floats((int)N, OUT, p) : 0);
+    size_t fwd = max_sz(sp ? seq : 0,
+                        gather_output ? N * OUT_tp + tp_last_scratch_floats((int)N, OUT, p) : 0);
     /* backward: [split dout] [SP: full dgrad | reduce-scatter permutation] */
     size_t bwd = (gather_output ? N * OUT_tp : 0) + (sp ? N * IN + seq : 0);
     return max_sz(fwd, bwd);
@@ -113,8 +114,8 @@ mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, 
             float *dfull = s; /* (B, T, IN) */
             nn_linear_backward(tp->pool, dfull, NULL, NULL, g, x, w, N, IN, OUT_tp);
             /* comm: reduce-scatter(tp) along T, overlapping the weight gradient */
-            MTC_CHECK(tp_seq_reduce_scatter_start(din, dfull, s + (size_t)N * IN, B, T, IN, comm,
-                                                  &req));
+            MTC_CHECK(
+                tp_seq_reduce_scatter_start(din, dfull, s + (size_t)N * IN, B, T, IN, comm, &req));
         } else {
             nn_linear_backward(tp->pool, din, NULL, NULL, g, x, w, N, IN, OUT_tp);
             /* comm: all-reduce(tp) (copy_to_region backward), overlapping the weight gradient */
@@ -176,8 +177,8 @@ mtc_result_t tp_row_linear_forward(const tp_ctx *tp, float *out, const float *in
         float *partial = s; /* (B, T, OUT) */
         nn_linear_forward(tp->pool, partial, x, w, NULL, N, IN_tp, OUT);
         /* comm: reduce-scatter(tp) along T */
-        MTC_CHECK(tp_reduce_scatter_to_seq_forward(out, partial, s + (size_t)N * OUT, B, T, OUT,
-                                                   comm));
+        MTC_CHECK(
+            tp_reduce_scatter_to_seq_forward(out, partial, s + (size_t)N * OUT, B, T, OUT, comm));
         add_bias(out, b, (size_t)B * (T / p), OUT);
         return MTC_OK;
     }

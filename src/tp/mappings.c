@@ -65,8 +65,10 @@ mtc_result_t tp_all_reduce(float *buf, size_t n, mtc_comm_t tp) {
 mtc_result_t tp_seq_split(float *out, const float *in, int B, int T, int C, mtc_comm_t tp) {
     int p = tp_size(tp);
     MTC_CHECK(check_div(T, p, "seq-length"));
-    if (p == 1) copy_if(out, in, (size_t)B * T * C);
-    else take_block(out, in, p, tp_rank(tp), (size_t)B, (size_t)(T / p) * C);
+    if (p == 1)
+        copy_if(out, in, (size_t)B * T * C);
+    else
+        take_block(out, in, p, tp_rank(tp), (size_t)B, (size_t)(T / p) * C);
     return MTC_OK;
 }
 
@@ -89,9 +91,8 @@ mtc_result_t tp_seq_all_gather(float *out, const float *in, float *scratch, int 
 
 /* Permutes `in` into rank-major blocks when needed; *send is what the
  * reduce-scatter reads. Returns 1 in *done when tp = 1 (plain copy). */
-static mtc_result_t seq_rs_prepare(float *out, const float *in, float *scratch, int B, int T,
-                                   int C, mtc_comm_t tp, const float **send, size_t *local,
-                                   int *done) {
+static mtc_result_t seq_rs_prepare(float *out, const float *in, float *scratch, int B, int T, int C,
+                                   mtc_comm_t tp, const float **send, size_t *local, int *done) {
     int p = tp_size(tp);
     MTC_CHECK(check_div(T, p, "seq-length"));
     size_t inner = (size_t)(T / p) * C;
@@ -111,8 +112,8 @@ static mtc_result_t seq_rs_prepare(float *out, const float *in, float *scratch, 
     return MTC_OK;
 }
 
-mtc_result_t tp_seq_reduce_scatter_start(float *out, const float *in, float *scratch, int B,
-                                         int T, int C, mtc_comm_t tp, mtc_request_t *req) {
+mtc_result_t tp_seq_reduce_scatter_start(float *out, const float *in, float *scratch, int B, int T,
+                                         int C, mtc_comm_t tp, mtc_request_t *req) {
     const float *send;
     size_t local;
     int done;
@@ -122,8 +123,8 @@ mtc_result_t tp_seq_reduce_scatter_start(float *out, const float *in, float *scr
     return mtc_reduce_scatter_start(send, out, local, MTC_DTYPE_F32, MTC_OP_SUM, tp, req);
 }
 
-mtc_result_t tp_seq_reduce_scatter(float *out, const float *in, float *scratch, int B, int T,
-                                   int C, mtc_comm_t tp) {
+mtc_result_t tp_seq_reduce_scatter(float *out, const float *in, float *scratch, int B, int T, int C,
+                                   mtc_comm_t tp) {
     const float *send;
     size_t local;
     int done;
@@ -135,8 +136,10 @@ mtc_result_t tp_seq_reduce_scatter(float *out, const float *in, float *scratch, 
 mtc_result_t tp_last_split(float *out, const float *in, int N, int C, mtc_comm_t tp) {
     int p = tp_size(tp);
     MTC_CHECK(check_div(C, p, "last dimension"));
-    if (p == 1) copy_if(out, in, (size_t)N * C);
-    else take_block(out, in, p, tp_rank(tp), (size_t)N, (size_t)(C / p));
+    if (p == 1)
+        copy_if(out, in, (size_t)N * C);
+    else
+        take_block(out, in, p, tp_rank(tp), (size_t)N, (size_t)(C / p));
     return MTC_OK;
 }
 
@@ -207,8 +210,8 @@ mtc_result_t tp_scatter_to_seq_forward(float *out, const float *in, int B, int T
     return tp_seq_split(out, in, B, T, C, tp);
 }
 
-mtc_result_t tp_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B,
-                                        int T, int C, mtc_comm_t tp) {
+mtc_result_t tp_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B, int T,
+                                        int C, mtc_comm_t tp) {
     return tp_seq_all_gather(din, dout, scratch, B, T, C, tp);
 }
 
@@ -229,7 +232,7 @@ mtc_result_t tp_reduce_scatter_to_seq_forward(float *out, const float *in, float
     return tp_seq_reduce_scatter(out, in, scratch, B, T, C, tp);
 }
 
-mtc_result_t tp_reduce_scatter_to_seq_backward(float *din, const float *dout, float *scratch,
-                                               int B, int T, int C, mtc_comm_t tp) {
+mtc_result_t tp_reduce_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B,
+                                               int T, int C, mtc_comm_t tp) {
     return tp_seq_all_gather(din, dout, scratch, B, T, C, tp);
 }

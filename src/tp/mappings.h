@@ -63,13 +63,13 @@ mtc_result_t tp_seq_all_gather(float *out, const float *in, float *scratch, int 
                                mtc_comm_t tp);
 /* out (B, T_tp, C) = this rank's sequence block of the sum over ranks of
  * in (B, T, C). scratch: tp_seq_scratch_floats.  comm: reduce-scatter(tp) */
-mtc_result_t tp_seq_reduce_scatter(float *out, const float *in, float *scratch, int B, int T,
-                                   int C, mtc_comm_t tp);
+mtc_result_t tp_seq_reduce_scatter(float *out, const float *in, float *scratch, int B, int T, int C,
+                                   mtc_comm_t tp);
 /* The same, started and left running: *req completes it (mtc_request_wait);
  * `out` and `scratch` (or `in` when no scratch is needed) must stay
  * untouched until then. *req is NULL when nothing was started (tp = 1). */
-mtc_result_t tp_seq_reduce_scatter_start(float *out, const float *in, float *scratch, int B,
-                                         int T, int C, mtc_comm_t tp, mtc_request_t *req);
+mtc_result_t tp_seq_reduce_scatter_start(float *out, const float *in, float *scratch, int B, int T,
+                                         int C, mtc_comm_t tp, mtc_request_t *req);
 /* out (N, C_tp) = this rank's columns of in (N, C). Local. */
 mtc_result_t tp_last_split(float *out, const float *in, int N, int C, mtc_comm_t tp);
 /* out (N, C) = the ranks' in (N, C_tp) column blocks side by side.
@@ -89,13 +89,11 @@ mtc_result_t tp_copy_to_region_backward(float *din, const float *dout, size_t n,
  * out, in (n) (may be equal).  comm: all-reduce(tp) in forward */
 mtc_result_t tp_reduce_from_region_forward(float *out, const float *in, size_t n, mtc_comm_t tp);
 /* comm: none in backward */
-mtc_result_t tp_reduce_from_region_backward(float *din, const float *dout, size_t n,
-                                            mtc_comm_t tp);
+mtc_result_t tp_reduce_from_region_backward(float *din, const float *dout, size_t n, mtc_comm_t tp);
 
 /* scatter_to_tensor_model_parallel_region: forward split last dim,
  * backward all-gather last dim. out (N, C_tp), in (N, C).  comm: none */
-mtc_result_t tp_scatter_to_region_forward(float *out, const float *in, int N, int C,
-                                          mtc_comm_t tp);
+mtc_result_t tp_scatter_to_region_forward(float *out, const float *in, int N, int C, mtc_comm_t tp);
 /* din (N, C), dout (N, C_tp); scratch tp_last_scratch_floats(N, C, tp).
  * comm: all-gather(tp) in backward */
 mtc_result_t tp_scatter_to_region_backward(float *din, const float *dout, float *scratch, int N,
@@ -116,8 +114,8 @@ mtc_result_t tp_scatter_to_seq_forward(float *out, const float *in, int B, int T
                                        mtc_comm_t tp);
 /* din (B, T, C), dout (B, T_tp, C); scratch tp_seq_scratch_floats.
  * comm: all-gather(tp) in backward */
-mtc_result_t tp_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B,
-                                        int T, int C, mtc_comm_t tp);
+mtc_result_t tp_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B, int T,
+                                        int C, mtc_comm_t tp);
 
 /* gather_from_sequence_parallel_region: forward all-gather T. out (B, T, C),
  * in (B, T_tp, C); scratch tp_seq_scratch_floats.  comm: all-gather(tp) in forward */
@@ -137,7 +135,7 @@ mtc_result_t tp_gather_from_seq_backward(float *din, const float *dout, float *s
 mtc_result_t tp_reduce_scatter_to_seq_forward(float *out, const float *in, float *scratch, int B,
                                               int T, int C, mtc_comm_t tp);
 /* din (B, T, C), dout (B, T_tp, C).  comm: all-gather(tp) in backward */
-mtc_result_t tp_reduce_scatter_to_seq_backward(float *din, const float *dout, float *scratch,
-                                               int B, int T, int C, mtc_comm_t tp);
+mtc_result_t tp_reduce_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B,
+                                               int T, int C, mtc_comm_t tp);
 
 #endif

@@ -62,8 +62,8 @@ void tp_xent_local_max(nn_pool *pool, float *rowmax, const float *x, int v0, int
     if (N > 0) nn_pool_run(pool, j.tiles, max_tile, &j);
 }
 
-void tp_xent_predicted(float *pred, const float *x, const int *targets, const float *rowmax,
-                       int v0, int N, int V_tp, int V) {
+void tp_xent_predicted(float *pred, const float *x, const int *targets, const float *rowmax, int v0,
+                       int N, int V_tp, int V) {
     int nvalid = valid_cols(v0, V_tp, V);
     for (int n = 0; n < N; n++) {
         int t = targets[n] - v0;
@@ -137,8 +137,8 @@ mtc_result_t tp_vocab_xent_forward(const tp_ctx *tp, float *losses, float *logit
     return MTC_OK;
 }
 
-mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *targets,
-                                    float scale, const float *token_scale, int N, int V, int Vp) {
+mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *targets, float scale,
+                                    const float *token_scale, int N, int V, int Vp) {
     int p = tp_size(tp->comm);
     MTC_CHECK(xent_check(p, targets, N, V, Vp));
     int V_tp = Vp / p, v0 = tp_rank(tp->comm) * V_tp, nvalid = valid_cols(v0, V_tp, V);

@@ -8,6 +8,10 @@
  * test's own arithmetic for "rows {q_r, k_r, v_r}" picks the rows, and
  * tp_qkv_row / tp_qkv_shard / tp_qkv_unshard must agree with it. The MLP
  * also runs as two TP groups of 2 inside a world of 4.
+ * And the tied-embedding path of GPT-2 end to end: vocab-parallel embedding
+ * (+ wpe) -> LM head as a column-parallel linear on the same wte shard ->
+ * vocab-parallel cross-entropy -> backward through both uses of wte,
+ * against the serial nn composition (losses, dwte shard, dwpe).
  * Tolerance: tp_test.h (tp = 1 compared bit for bit). */
 #include <stdio.h>
 
@@ -60,12 +64,16 @@ static void serial(job *j) {
     float *dh = tt_alloc((size_t)N * W1), *da = tt_alloc((size_t)N * IN2);
     float *att = tt_alloc((size_t)B * NH * T * T), *scr = tt_alloc((size_t)B * NH * T * T);
     nn_linear_forward(NULL, h, j->x, j->w1, j->b1, N, C, W1);
-    if (j->mlp) nn_gelu_forward(NULL, a, h, (size_t)N * F);
-    else nn_attention_forward(NULL, a, att, h, B, T, NH, HS, &DROP);
+    if (j->mlp)
+        nn_gelu_forward(NULL, a, h, (size_t)N * F);
+    else
+        nn_attention_forward(NULL, a, att, h, B, T, NH, HS, &DROP);
     nn_linear_forward(NULL, j->out, a, j->w2, j->b2, N, IN2, C);
     nn_linear_backward(NULL, da, j->dw2, j->db2, j->dout, a, j->w2, N, IN2, C);
-    if (j->mlp) nn_gelu_backward(NULL, dh, h, da, (size_t)N * F);
-    else nn_attention_backward(NULL, dh, scr, da, h, att, B, T, NH, HS, &DROP);
+    if (j->mlp)
+        nn_gelu_backward(NULL, dh, h, da, (size_t)N * F);
+    else
+        nn_attention_backward(NULL, dh, scr, da, h, att, B, T, NH, HS, &DROP);
     nn_linear_backward(NULL, j->din, j->dw1, j->db1, dh, j->x, j->w1, N, C, W1);
     free(h), free(a), free(dh), free(da), free(att), free(scr);
 }
@@ -109,8 +117,10 @@ static void block_rank(const job *j, mtc_comm_t comm) {
                        : tp_attention_scratch_floats(&tp, B, T, C, NH);
     float *scratch = tt_alloc(ns);
     char what[96];
-#define WHAT(s) (snprintf(what, sizeof what, "%s %s tp=%d sp=%d saved=%d groups=%d", \
-                          j->mlp ? "mlp" : "attention", s, p, j->sp, j->saved, j->groups), what)
+#define WHAT(s)                                                                                    \
+    (snprintf(what, sizeof what, "%s %s tp=%d sp=%d saved=%d groups=%d",                           \
+              j->mlp ? "mlp" : "attention", s, p, j->sp, j->saved, j->groups),                     \
+     what)
     if (!j->mlp) check_qkv_mapping(p, r);
     /* shards drawn by global index */
     for (int i = 0; i < W1_p; i++) {
@@ -120,16 +130,22 @@ static void block_rank(const job *j, mtc_comm_t comm) {
     }
     tt_fill_cols(w2, C, IN2, p, r, S_PW, 0.3f);
     tt_fill(b2, C, S_PB, 0, 0.1f);
-    if (j->sp) tt_seq(in, j->x, B, T, C, p, r), tt_seq(dout, j->dout, B, T, C, p, r);
-    else memcpy(in, j->x, nloc * 4), memcpy(dout, j->dout, nloc * 4);
+    if (j->sp)
+        tt_seq(in, j->x, B, T, C, p, r), tt_seq(dout, j->dout, B, T, C, p, r);
+    else
+        memcpy(in, j->x, nloc * 4), memcpy(dout, j->dout, nloc * 4);
     mtc_result_t rc;
     tp_attention_acts aa = {in_total, j->saved, h, att, a};
     tp_mlp_acts ma = {in_total, j->saved, h, a};
-    if (j->mlp) rc = tp_mlp_forward(&tp, out, &ma, in, w1, b1, w2, b2, scratch, B, T, C, F);
-    else rc = tp_attention_forward(&tp, out, &aa, in, w1, b1, w2, b2, &DROP, scratch, B, T, C, NH);
+    if (j->mlp)
+        rc = tp_mlp_forward(&tp, out, &ma, in, w1, b1, w2, b2, scratch, B, T, C, F);
+    else
+        rc = tp_attention_forward(&tp, out, &aa, in, w1, b1, w2, b2, &DROP, scratch, B, T, C, NH);
     T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
-    if (j->sp) tt_seq(want, j->out, B, T, C, p, r);
-    else memcpy(want, j->out, nloc * 4);
+    if (j->sp)
+        tt_seq(want, j->out, B, T, C, p, r);
+    else
+        memcpy(want, j->out, nloc * 4);
     tt_cmp(WHAT("out"), r, out, want, nloc, p == 1);
     if (j->sp && !j->saved) fill_const(in_total, (size_t)N * C, NAN);
     fill_const(dw1, (size_t)W1_p * C, DW0), fill_const(db1, W1_p, DW0);
@@ -141,8 +157,10 @@ static void block_rank(const job *j, mtc_comm_t comm) {
         rc = tp_attention_backward(&tp, din, dw1, db1, dw2, db2, dout, &aa, in, w1, w2, &DROP,
                                    scratch, B, T, C, NH);
     T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
-    if (j->sp) tt_seq(want, j->din, B, T, C, p, r);
-    else memcpy(want, j->din, nloc * 4);
+    if (j->sp)
+        tt_seq(want, j->din, B, T, C, p, r);
+    else
+        memcpy(want, j->din, nloc * 4);
     tt_cmp(WHAT("din"), r, din, want, nloc, p == 1);
     for (int i = 0; i < W1_p; i++) {
         size_t g = j->mlp ? (size_t)r * W1_p + i : qkv_global_row(i, p, r);
@@ -163,6 +181,80 @@ static void block_rank(const job *j, mtc_comm_t comm) {
     free(in), free(out), free(dout), free(din), free(want), free(w1), free(b1), free(w2);
     free(b2), free(dw1), free(db1), free(dw2), free(db2), free(in_total), free(h), free(a);
     free(att), free(scratch);
+}
+
+/* ---- tied LM head: embedding -> head (same wte) -> cross-entropy --------------------- */
+
+enum { VP = 24, VR = 21, MAXT = 16, S_WTE = 40, S_WPE };
+
+typedef struct {
+    int sp;
+    int *tok, *tgt;
+    float *losses, *dwte, *dwpe;
+} head_job;
+
+static void head_serial(head_job *h) {
+    int N = B * T;
+    h->tok = calloc(N, sizeof(int)), h->tgt = calloc(N, sizeof(int));
+    for (int n = 0; n < N; n++) {
+        h->tok[n] = (int)(mtc_rng_u32(TP_SEED, 11, n) % VR);
+        h->tgt[n] = (int)(mtc_rng_u32(TP_SEED, 12, n) % VR);
+    }
+    float *wte = tt_alloc((size_t)VP * C), *wpe = tt_alloc((size_t)MAXT * C);
+    float *x = tt_alloc((size_t)N * C), *dx = tt_alloc((size_t)N * C);
+    float *logits = tt_alloc((size_t)N * VP);
+    h->losses = tt_alloc(N), h->dwte = tt_alloc((size_t)VP * C),
+    h->dwpe = tt_alloc((size_t)MAXT * C);
+    tt_fill(wte, (size_t)VP * C, S_WTE, 0, 0.5f);
+    tt_fill(wpe, (size_t)MAXT * C, S_WPE, 0, 0.5f);
+    nn_token_embedding_forward(x, h->tok, wte, 0, VP, N, C);
+    nn_position_embedding_forward(x, wpe, NULL, B, T, C);
+    nn_linear_forward(NULL, logits, x, wte, NULL, N, C, VP);
+    nn_softmax_xent_forward(NULL, h->losses, logits, h->tgt, N, VR, VP);
+    nn_softmax_xent_backward(NULL, logits, h->tgt, 1.0f / N, N, VR, VP);
+    nn_linear_backward(NULL, dx, h->dwte, NULL, logits, x, wte, N, C, VP);
+    nn_token_embedding_backward(h->dwte, dx, h->tok, 0, VP, N, C);
+    nn_position_embedding_backward(h->dwpe, dx, NULL, B, T, C);
+    free(wte), free(wpe), free(x), free(dx), free(logits);
+}
+
+static mtc_result_t head_rank(mtc_comm_t comm, void *arg) {
+    const head_job *h = arg;
+    int p = tp_size(comm), r = tp_rank(comm), N = B * T, V_p = VP / p;
+    int T_loc = h->sp ? T / p : T;
+    tp_ctx tp = {comm, NULL, h->sp};
+    size_t nloc = (size_t)B * T_loc * C;
+    float *wte = tt_alloc((size_t)V_p * C), *wpe = tt_alloc((size_t)MAXT * C);
+    float *x = tt_alloc(nloc), *dx = tt_alloc(nloc), *x_total = tt_alloc((size_t)N * C);
+    float *logits = tt_alloc((size_t)N * V_p), *losses = tt_alloc(N);
+    float *dwte = tt_alloc((size_t)V_p * C), *dwpe = tt_alloc((size_t)MAXT * C);
+    size_t ns = tp_vocab_embedding_scratch_floats(&tp, B, T, C);
+    size_t nc = tp_column_linear_scratch_floats(&tp, 0, B, T, C, VP);
+    float *scratch = tt_alloc((ns > nc ? ns : nc) + 3 * (size_t)N);
+    char what[64];
+    tt_fill(wte, (size_t)V_p * C, S_WTE, (uint64_t)r * V_p * C, 0.5f);
+    tt_fill(wpe, (size_t)MAXT * C, S_WPE, 0, 0.5f);
+    mtc_result_t rc =
+        tp_vocab_embedding_forward(&tp, x, h->tok, wte, wpe, NULL, scratch, B, T, C, VP);
+    if (rc == MTC_OK)
+        rc = tp_column_linear_forward(&tp, logits, x_total, x, wte, NULL, scratch, 0, B, T, C, VP);
+    if (rc == MTC_OK) rc = tp_vocab_xent_forward(&tp, losses, logits, h->tgt, scratch, N, VR, VP);
+    if (rc == MTC_OK) rc = tp_vocab_xent_backward(&tp, logits, h->tgt, 1.0f / N, NULL, N, VR, VP);
+    if (rc == MTC_OK)
+        rc = tp_column_linear_backward(&tp, dx, dwte, NULL, logits, x_total, 1, x, wte, scratch, 0,
+                                       B, T, C, VP);
+    if (rc == MTC_OK)
+        rc = tp_vocab_embedding_backward(&tp, dwte, dwpe, dx, h->tok, NULL, scratch, B, T, C, VP);
+    T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
+    snprintf(what, sizeof what, "head losses tp=%d sp=%d", p, h->sp);
+    tt_cmp(what, r, losses, h->losses, N, 0);
+    snprintf(what, sizeof what, "head dwte (tied) tp=%d sp=%d", p, h->sp);
+    tt_cmp(what, r, dwte, h->dwte + (size_t)r * V_p * C, (size_t)V_p * C, 0);
+    snprintf(what, sizeof what, "head dwpe tp=%d sp=%d", p, h->sp);
+    tt_cmp(what, r, dwpe, h->dwpe, (size_t)MAXT * C, 0);
+    free(wte), free(wpe), free(x), free(dx), free(x_total), free(logits), free(losses);
+    free(dwte), free(dwpe), free(scratch);
+    return MTC_OK;
 }
 
 static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
@@ -188,8 +280,8 @@ int main(void) {
     for (int mlp = 0; mlp < 2; mlp++)
         for (int sp = 0; sp < 2; sp++)
             for (int saved = 0; saved < 1 + sp; saved++) {
-                job j = {mlp, sp, saved, 0, NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL};
+                job j = {mlp,  sp,   saved, 0,    NULL, NULL, NULL, NULL,
+                         NULL, NULL, NULL,  NULL, NULL, NULL, NULL, NULL};
                 serial(&j);
                 for (int p = 1; p <= 4; p++) {
                     mtc_result_t rc = tt_launch(p, rank_main, &j);
@@ -202,5 +294,14 @@ int main(void) {
                 }
                 free_job(&j);
             }
+    for (int sp = 0; sp < 2; sp++) {
+        head_job h = {sp, NULL, NULL, NULL, NULL, NULL};
+        head_serial(&h);
+        for (int p = 1; p <= 4; p++) {
+            mtc_result_t rc = tt_launch(p, head_rank, &h);
+            T_CHECKF(rc == MTC_OK, "head tp=%d: %s", p, mtc_error_detail());
+        }
+        free(h.tok), free(h.tgt), free(h.losses), free(h.dwte), free(h.dwpe);
+    }
     return T_DONE();
 }

@@ -71,15 +71,21 @@ static void column_rank(const job *j, const tp_ctx *tp, int p, int r) {
     float *dw = tt_alloc((size_t)H_p * C), *db = tt_alloc(H_p);
     float *scratch = tt_alloc(tp_column_linear_scratch_floats(tp, gather, B, T, C, H));
     char what[96];
-#define WHAT(s) (snprintf(what, sizeof what, "column %s tp=%d sp=%d gather=%d saved=%d", s, p, \
-                          j->sp, gather, saved), what)
-    if (j->sp) tt_seq(in, j->x, B, T, C, p, r);
-    else memcpy(in, j->x, nin * sizeof(float));
+#define WHAT(s)                                                                                    \
+    (snprintf(what, sizeof what, "column %s tp=%d sp=%d gather=%d saved=%d", s, p, j->sp, gather,  \
+              saved),                                                                              \
+     what)
+    if (j->sp)
+        tt_seq(in, j->x, B, T, C, p, r);
+    else
+        memcpy(in, j->x, nin * sizeof(float));
     tt_fill(w, (size_t)H_p * C, S_W, (uint64_t)r * H_p * C, 0.3f);
     tt_fill(b, H_p, S_B, (uint64_t)r * H_p, 0.1f);
     T_CHECKF(tp_column_linear_forward(tp, out, in_total, in, w, b, scratch, gather, B, T, C, H) ==
-                 MTC_OK, "%s", mtc_error_detail());
-    if (gather) tt_cmp(WHAT("out"), r, out, j->out, nout, p == 1);
+                 MTC_OK,
+             "%s", mtc_error_detail());
+    if (gather)
+        tt_cmp(WHAT("out"), r, out, j->out, nout, p == 1);
     else {
         tt_cols(want, j->out, N, H, p, r);
         tt_cmp(WHAT("out"), r, out, want, nout, p == 1);
@@ -88,15 +94,19 @@ static void column_rank(const job *j, const tp_ctx *tp, int p, int r) {
         tt_cmp(WHAT("in_total"), r, in_total, j->x, (size_t)N * C, 1);
         if (!saved) fill_const(in_total, (size_t)N * C, NAN);
     }
-    if (gather) memcpy(dout, j->dout, nout * sizeof(float));
-    else tt_cols(dout, j->dout, N, H, p, r);
+    if (gather)
+        memcpy(dout, j->dout, nout * sizeof(float));
+    else
+        tt_cols(dout, j->dout, N, H, p, r);
     fill_const(dw, (size_t)H_p * C, DW0);
     fill_const(db, H_p, DB0);
     T_CHECKF(tp_column_linear_backward(tp, din, dw, db, dout, in_total, saved, in, w, scratch,
                                        gather, B, T, C, H) == MTC_OK,
              "%s", mtc_error_detail());
-    if (j->sp) tt_seq(want, j->din, B, T, C, p, r);
-    else memcpy(want, j->din, nin * sizeof(float));
+    if (j->sp)
+        tt_seq(want, j->din, B, T, C, p, r);
+    else
+        memcpy(want, j->din, nin * sizeof(float));
     tt_cmp(WHAT("din"), r, din, want, nin, p == 1);
     tt_cmp(WHAT("dw"), r, dw, j->dw + (size_t)r * H_p * C, (size_t)H_p * C, p == 1);
     tt_cmp(WHAT("db"), r, db, j->db + (size_t)r * H_p, (size_t)H_p, p == 1);
@@ -135,30 +145,40 @@ static void row_rank(const job *j, const tp_ctx *tp, mtc_comm_t comm, int p, int
     float *scratch = tt_alloc(tp_row_linear_scratch_floats(tp, iip, B, T, H, C));
     char what[96];
 #define WHAT(s) (snprintf(what, sizeof what, "row %s tp=%d sp=%d iip=%d", s, p, j->sp, iip), what)
-    if (iip) tt_cols(in, j->x, N, H, p, r);
-    else memcpy(in, j->x, nin * sizeof(float));
+    if (iip)
+        tt_cols(in, j->x, N, H, p, r);
+    else
+        memcpy(in, j->x, nin * sizeof(float));
     tt_fill_cols(w, C, H, p, r, S_W, 0.3f);
     tt_fill(b, C, S_B, 0, 0.1f);
     T_CHECKF(tp_row_linear_forward(tp, out, in, w, b, scratch, iip, B, T, H, C) == MTC_OK, "%s",
              mtc_error_detail());
-    if (j->sp) tt_seq(want, j->out, B, T, C, p, r);
-    else memcpy(want, j->out, nout * sizeof(float));
+    if (j->sp)
+        tt_seq(want, j->out, B, T, C, p, r);
+    else
+        memcpy(want, j->out, nout * sizeof(float));
     tt_cmp(WHAT("out"), r, out, want, nout, p == 1);
-    if (j->sp) tt_seq(dout, j->dout, B, T, C, p, r);
-    else memcpy(dout, j->dout, nout * sizeof(float));
+    if (j->sp)
+        tt_seq(dout, j->dout, B, T, C, p, r);
+    else
+        memcpy(dout, j->dout, nout * sizeof(float));
     fill_const(dw, (size_t)C * H_p, DW0);
     fill_const(db, C, j->sp ? 0.0f : DB0);
     T_CHECKF(tp_row_linear_backward(tp, din, dw, db, dout, in, w, scratch, iip, B, T, H, C) ==
-                 MTC_OK, "%s", mtc_error_detail());
-    if (iip) tt_cols(want, j->din, N, H, p, r);
-    else memcpy(want, j->din, nin * sizeof(float));
+                 MTC_OK,
+             "%s", mtc_error_detail());
+    if (iip)
+        tt_cols(want, j->din, N, H, p, r);
+    else
+        memcpy(want, j->din, nin * sizeof(float));
     tt_cmp(WHAT("din"), r, din, want, nin, p == 1);
     tt_cols(want, j->dw, C, H, p, r);
     tt_cmp(WHAT("dw"), r, dw, want, (size_t)C * H_p, p == 1);
     if (j->sp) { /* partial per rank; gradient finalisation sums them over TP */
         T_CHECK(mtc_all_reduce(db, db, C, MTC_DTYPE_F32, MTC_OP_SUM, comm) == MTC_OK);
         tt_cmp(WHAT("db (sum of partials)"), r, db, j->db_zero, C, p == 1);
-    } else tt_cmp(WHAT("db"), r, db, j->db, C, p == 1);
+    } else
+        tt_cmp(WHAT("db"), r, db, j->db, C, p == 1);
     if (j->sp && p > 1) /* SP without input_is_parallel is refused, as in Megatron */
         T_CHECK(tp_row_linear_forward(tp, out, in, w, b, scratch, 0, B, T, H, C) ==
                 MTC_ERR_INVALID_ARGUMENT);
@@ -200,21 +220,29 @@ static void embed_rank(const job *j, const tp_ctx *tp, int p, int r) {
     float *dwte = tt_alloc((size_t)V_p * C), *dwpe = tt_alloc((size_t)MAXT * C);
     float *scratch = tt_alloc(tp_vocab_embedding_scratch_floats(tp, B, T, C));
     char what[96];
-#define WHAT(s) (snprintf(what, sizeof what, "embedding %s tp=%d sp=%d wpe=%d pos=%d", s, p, \
-                          j->sp, haswpe, j->flag2), what)
+#define WHAT(s)                                                                                    \
+    (snprintf(what, sizeof what, "embedding %s tp=%d sp=%d wpe=%d pos=%d", s, p, j->sp, haswpe,    \
+              j->flag2),                                                                           \
+     what)
     tt_fill(wte, (size_t)V_p * C, S_WTE, (uint64_t)r * V_p * C, 1.0f);
     tt_fill(wpe, (size_t)MAXT * C, S_WPE, 0, 1.0f);
     T_CHECKF(tp_vocab_embedding_forward(tp, out, j->tok, wte, haswpe ? wpe : NULL, pos, scratch, B,
-                                        T, C, V) == MTC_OK, "%s", mtc_error_detail());
-    if (j->sp) tt_seq(want, j->out, B, T, C, p, r);
-    else memcpy(want, j->out, nout * sizeof(float));
+                                        T, C, V) == MTC_OK,
+             "%s", mtc_error_detail());
+    if (j->sp)
+        tt_seq(want, j->out, B, T, C, p, r);
+    else
+        memcpy(want, j->out, nout * sizeof(float));
     tt_cmp(WHAT("out"), r, out, want, nout, p == 1);
-    if (j->sp) tt_seq(dout, j->dout, B, T, C, p, r);
-    else memcpy(dout, j->dout, nout * sizeof(float));
+    if (j->sp)
+        tt_seq(dout, j->dout, B, T, C, p, r);
+    else
+        memcpy(dout, j->dout, nout * sizeof(float));
     fill_const(dwte, (size_t)V_p * C, DW0);
     fill_const(dwpe, (size_t)MAXT * C, DW0);
     T_CHECKF(tp_vocab_embedding_backward(tp, dwte, haswpe ? dwpe : NULL, dout, j->tok, pos, scratch,
-                                         B, T, C, V) == MTC_OK, "%s", mtc_error_detail());
+                                         B, T, C, V) == MTC_OK,
+             "%s", mtc_error_detail());
     tt_cmp(WHAT("dwte"), r, dwte, j->dwte + (size_t)r * V_p * C, (size_t)V_p * C, p == 1);
     tt_cmp(WHAT("dwpe (full on every rank)"), r, dwpe, j->dwpe, (size_t)MAXT * C, p == 1);
 #undef WHAT
@@ -248,8 +276,8 @@ static void xent_rank(const job *j, const tp_ctx *tp, int p, int r) {
     float *x = tt_alloc((size_t)N * V_p), *want = tt_alloc((size_t)N * V_p);
     float *losses = tt_alloc(N), *scratch = tt_alloc(3 * (size_t)N);
     char what[96];
-#define WHAT(s) (snprintf(what, sizeof what, "xent %s tp=%d V=%d tscale=%d", s, p, j->Vreal, \
-                          j->flag), what)
+#define WHAT(s)                                                                                    \
+    (snprintf(what, sizeof what, "xent %s tp=%d V=%d tscale=%d", s, p, j->Vreal, j->flag), what)
     tt_cols(x, j->logits, N, V, p, r);
     T_CHECKF(tp_vocab_xent_forward(tp, losses, x, j->tok, scratch, N, j->Vreal, V) == MTC_OK, "%s",
              mtc_error_detail());
@@ -257,7 +285,8 @@ static void xent_rank(const job *j, const tp_ctx *tp, int p, int r) {
     tt_cols(want, j->probs, N, V, p, r);
     tt_cmp(WHAT("probs"), r, x, want, (size_t)N * V_p, 0);
     T_CHECKF(tp_vocab_xent_backward(tp, x, j->tok, 1.0f / N, j->flag ? j->tscale : NULL, N,
-                                    j->Vreal, V) == MTC_OK, "%s", mtc_error_detail());
+                                    j->Vreal, V) == MTC_OK,
+             "%s", mtc_error_detail());
     tt_cols(want, j->dlogits, N, V, p, r);
     tt_cmp(WHAT("dlogits"), r, x, want, (size_t)N * V_p, 0);
     /* a target outside [0, V) is refused on every rank before communicating */

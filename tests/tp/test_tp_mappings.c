@@ -13,7 +13,9 @@
 #include "tp/mappings.h"
 #include "tp_test.h"
 
-static float xval(int g, int b, int t, int c) { return (float)g * (float)((b * 100 + t) * 100 + c + 1); }
+static float xval(int g, int b, int t, int c) {
+    return (float)g * (float)((b * 100 + t) * 100 + c + 1);
+}
 
 /* full (B, T, C) = k * x */
 static void fill_x(float *full, int B, int T, int C, int g, float k) {

@@ -70,8 +70,8 @@ static inline void tt_seq(float *dst, const float *src, int B, int T, int C, int
 }
 
 /* One check per array: reports the worst element. exact: bitwise equal. */
-static inline void tt_cmp(const char *what, int rank, const float *got, const float *want,
-                          size_t n, int exact) {
+static inline void tt_cmp(const char *what, int rank, const float *got, const float *want, size_t n,
+                          int exact) {
     double worst = 0, excess = -INFINITY, wmax = 0;
     size_t at = 0;
     for (size_t k = 0; k < n; k++)
@@ -88,8 +88,8 @@ static inline void tt_cmp(const char *what, int rank, const float *got, const fl
         if (d > worst || d != d) worst = d;
     }
     int bad = n && excess > 0;
-    T_CHECKF(!bad, "%s (rank %d): element %zu is %.9g, want %.9g (max |diff| %.3g, %s)", what,
-             rank, at, n ? (double)got[at] : 0.0, n ? (double)want[at] : 0.0, worst,
+    T_CHECKF(!bad, "%s (rank %d): element %zu is %.9g, want %.9g (max |diff| %.3g, %s)", what, rank,
+             at, n ? (double)got[at] : 0.0, n ? (double)want[at] : 0.0, worst,
              exact ? "exact" : "tolerance");
 }
 
