@@ -58,8 +58,9 @@ mtc_result_t tp_column_linear_forward(const tp_ctx *tp, float *out, float *in_to
  * input: with in_total_saved = 1 in_total still holds forward's copy (costs
  * B*T*IN floats per layer until backward); with 0 it is re-gathered from
  * `in` into in_total here, Megatron's choice (in_total can then be one
- * buffer shared by all layers). The input-gradient collective runs while the
- * weight gradient is computed (Megatron's async dgrad communication).
+ * buffer shared by all layers), while the input-gradient GEMM runs; the
+ * input-gradient collective then runs while the weight gradient is
+ * computed (Megatron's async dgrad communication).
  * comm: all-reduce(tp) of din without SP; under SP all-gather(tp) of `in`
  * (when not saved) then reduce-scatter(tp) of din along T. */
 mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, float *db,

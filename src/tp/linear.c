@@ -2,8 +2,11 @@
  * tensor_parallel/layers.py) on nn_linear_*; see tp/layers.h.
  *
  *   column:  x ──[copy_to | SP: all-gather T]──> X ─ X·W_rᵀ+b_r ─> Y_r ──[gather_output]──> Y
- *            backward: dX = dY_r·W_r  ──[all-reduce | SP: reduce-scatter T]──> dx
- *                      started before dW_r += dY_rᵀ·X, waited after (overlap)
+ *            backward: [SP, input not kept: start all-gather T of x -> X]
+ *                      dX = dY_r·W_r            (overlaps the all-gather)
+ *                      [wait] start [all-reduce | SP: reduce-scatter T] of dX -> dx
+ *                      dW_r += dY_rᵀ·X, db_r    (overlaps that collective) [wait]
+ *            as Megatron's LinearWithGradAccumulationAndAsyncCommunication.
  *   row:     x_r ─ x_r·W_rᵀ ─> partial ──[all-reduce | SP: reduce-scatter T]──> + b ─> y
  *            backward: dy ──[identity | SP: all-gather T]──> dY; dx_r = dY·W_r; dW_r += dYᵀ·x_r
  *
@@ -100,29 +103,29 @@ mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, 
         s += (size_t)N * OUT_tp;
     }
     const float *x = in;
+    mtc_request_t req = NULL;
+    int regather = sp && !in_total_saved;
     if (sp) {
         if (!in_total)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "column-parallel linear under sequence parallelism needs in_total");
-        /* comm: all-gather(tp) along T, unless forward's copy was kept */
-        if (!in_total_saved) MTC_CHECK(tp_gather_from_seq_forward(in_total, in, s, B, T, IN, comm));
         x = in_total;
     }
-    mtc_request_t req = NULL;
+    /* scratch after the split dout: [dfull (N, IN) | permutation (seq scratch)] */
+    float *dfull = sp ? s : NULL, *perm = sp ? s + (size_t)N * IN : NULL;
+    if (regather) /* comm: all-gather(tp) of the input along T, overlapping the dgrad GEMM */
+        MTC_CHECK(tp_seq_all_gather_start(in_total, in, perm, B, T, IN, comm, &req));
     if (din) {
-        if (sp) {
-            float *dfull = s; /* (B, T, IN) */
-            nn_linear_backward(tp->pool, dfull, NULL, NULL, g, x, w, N, IN, OUT_tp);
-            /* comm: reduce-scatter(tp) along T, overlapping the weight gradient */
-            MTC_CHECK(
-                tp_seq_reduce_scatter_start(din, dfull, s + (size_t)N * IN, B, T, IN, comm, &req));
-        } else {
-            nn_linear_backward(tp->pool, din, NULL, NULL, g, x, w, N, IN, OUT_tp);
-            /* comm: all-reduce(tp) (copy_to_region backward), overlapping the weight gradient */
-            if (p > 1)
-                MTC_CHECK(mtc_all_reduce_start(din, din, (size_t)N * IN, MTC_DTYPE_F32, MTC_OP_SUM,
-                                               comm, &req));
-        }
+        /* dgrad: no SP straight into din; SP into the full-sequence buffer */
+        nn_linear_backward(tp->pool, sp ? dfull : din, NULL, NULL, g, x, w, N, IN, OUT_tp);
+    }
+    if (regather) MTC_CHECK(tp_seq_all_gather_finish(in_total, perm, B, T, IN, comm, &req));
+    if (din) {
+        if (sp) /* comm: reduce-scatter(tp) along T, overlapping the wgrad GEMMs */
+            MTC_CHECK(tp_seq_reduce_scatter_start(din, dfull, perm, B, T, IN, comm, &req));
+        else if (p > 1) /* comm: all-reduce(tp) (copy_to_region backward), overlapping wgrad */
+            MTC_CHECK(mtc_all_reduce_start(din, din, (size_t)N * IN, MTC_DTYPE_F32, MTC_OP_SUM,
+                                           comm, &req));
     }
     if (dw || db) nn_linear_backward(tp->pool, NULL, dw, db, g, x, w, N, IN, OUT_tp);
     return mtc_request_wait(&req);

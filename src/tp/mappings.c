@@ -89,6 +89,30 @@ mtc_result_t tp_seq_all_gather(float *out, const float *in, float *scratch, int 
     return MTC_OK;
 }
 
+mtc_result_t tp_seq_all_gather_start(float *out, const float *in, float *scratch, int B, int T,
+                                     int C, mtc_comm_t tp, mtc_request_t *req) {
+    *req = NULL;
+    int p = tp_size(tp);
+    MTC_CHECK(check_div(T, p, "seq-length"));
+    size_t local = (size_t)B * (T / p) * C;
+    if (p == 1) {
+        copy_if(out, in, local);
+        return MTC_OK;
+    }
+    size_t need = tp_seq_scratch_floats(B, T, C, p);
+    MTC_CHECK(check_scratch(scratch, need, "tp_seq_all_gather_start"));
+    return mtc_all_gather_start(in, need ? scratch : out, local, MTC_DTYPE_F32, tp, req);
+}
+
+mtc_result_t tp_seq_all_gather_finish(float *out, float *scratch, int B, int T, int C,
+                                      mtc_comm_t tp, mtc_request_t *req) {
+    int p = tp_size(tp);
+    MTC_CHECK(mtc_request_wait(req));
+    if (p > 1 && tp_seq_scratch_floats(B, T, C, p))
+        blocks_to_tensor(out, scratch, p, (size_t)B, (size_t)(T / p) * C);
+    return MTC_OK;
+}
+
 /* Permutes `in` into rank-major blocks when needed; *send is what the
  * reduce-scatter reads. Returns 1 in *done when tp = 1 (plain copy). */
 static mtc_result_t seq_rs_prepare(float *out, const float *in, float *scratch, int B, int T, int C,

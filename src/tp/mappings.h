@@ -61,6 +61,16 @@ mtc_result_t tp_seq_split(float *out, const float *in, int B, int T, int C, mtc_
  * scratch: tp_seq_scratch_floats(B, T, C, tp).  comm: all-gather(tp) */
 mtc_result_t tp_seq_all_gather(float *out, const float *in, float *scratch, int B, int T, int C,
                                mtc_comm_t tp);
+/* The same in two halves, so computation can run in between (Megatron
+ * overlaps the backward re-gather of the input with the dgrad GEMM):
+ * _start issues the all-gather into scratch (or `out` when no permutation
+ * is needed); _finish waits and interleaves into `out`. `in`, `out` and
+ * `scratch` stay untouched in between; pass the same arguments to both.
+ * *req is NULL when nothing was started (tp = 1: _start copies). */
+mtc_result_t tp_seq_all_gather_start(float *out, const float *in, float *scratch, int B, int T,
+                                     int C, mtc_comm_t tp, mtc_request_t *req);
+mtc_result_t tp_seq_all_gather_finish(float *out, float *scratch, int B, int T, int C,
+                                      mtc_comm_t tp, mtc_request_t *req);
 /* out (B, T_tp, C) = this rank's sequence block of the sum over ranks of
  * in (B, T, C). scratch: tp_seq_scratch_floats.  comm: reduce-scatter(tp) */
 mtc_result_t tp_seq_reduce_scatter(float *out, const float *in, float *scratch, int B, int T, int C,

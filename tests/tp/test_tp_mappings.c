@@ -5,7 +5,7 @@
  * and rank r contributes (r+1)*x to reductions (sum over ranks: p(p+1)/2 x).
  * Checks every primitive and every forward/backward pair for tp in
  * {1, 2, 3, 4} and B in {1, 3} (B = 1 takes the no-permutation path), the
- * non-blocking reduce-scatter, two TP groups of 2 inside a world of 4 (no
+ * non-blocking all-gather and reduce-scatter, two TP groups of 2 inside a world of 4 (no
  * cross-talk), and the refusals (T or C not divisible, missing scratch),
  * after which the communicator must still work. */
 #include <stdio.h>
@@ -45,6 +45,12 @@ static void run_mappings(mtc_comm_t tp, int B, int T, int C, int g) {
     memset(out, 0, n * sizeof(float));
     T_CHECK(tp_seq_all_gather(out, loc, scratch, B, T, C, tp) == MTC_OK);
     tt_cmp(WHAT("seq_all_gather"), r, out, x, n, 1);
+    tt_seq(loc, x, B, T, C, p, r);
+    memset(out, 0, n * sizeof(float));
+    mtc_request_t agreq = NULL;
+    T_CHECK(tp_seq_all_gather_start(out, loc, scratch, B, T, C, tp, &agreq) == MTC_OK);
+    T_CHECK(tp_seq_all_gather_finish(out, scratch, B, T, C, tp, &agreq) == MTC_OK && !agreq);
+    tt_cmp(WHAT("seq_all_gather_start/finish"), r, out, x, n, 1);
     T_CHECK(tp_seq_reduce_scatter(loc, xr, scratch, B, T, C, tp) == MTC_OK);
     tt_seq(want, sumx, B, T, C, p, r);
     tt_cmp(WHAT("seq_reduce_scatter"), r, loc, want, nl, 1);
