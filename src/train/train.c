@@ -130,11 +130,15 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     }
     int do_eval = c->eval_iters > 0 && data_source_split_size(src, DATA_SPLIT_VALID) > 0;
     if (!c->quiet) {
+        fprintf(out, "using world size: 1, data-parallel size: 1, context-parallel size: 1, tensor-model-parallel size: 1, pipeline-model-parallel size: 1\n");
+        fprintf(out, "> data: %s\n", data_source_describe(src));
+        fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",
+                model->reg.total);
         fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
                 c->model.num_layers, c->model.hidden_size, c->model.num_heads,
                 c->model.ffn_hidden_size, T, c->model.vocab_size, c->model.padded_vocab_size);
-        fprintf(out, "> number of parameters: %zu; activation memory: %.1f MB; threads: %d\n",
-                model->reg.total, (double)mtc_gpt_activation_bytes(model) / 1048576.0, threads);
+        fprintf(out, "> activation arena: %.1f MB; threads: %d\n",
+                (double)mtc_gpt_activation_bytes(model) / 1048576.0, threads);
         fprintf(out, "> micro batch %d x %d microbatches = global batch %d; %lld iterations\n", B,
                 nmb, c->global_batch, (long long)c->train_iters);
         if (c->eval_iters > 0 && !do_eval)
