@@ -141,6 +141,14 @@ mtc_result_t tp_vocab_xent_forward(const tp_ctx *tp, float *losses, float *logit
 mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *targets, float scale,
                                     const float *token_scale, int N, int V, int Vp);
 
+/* Both in one pass over the logits (training): losses as the forward,
+ * logits become the dlogits the backward would make, bit for bit.
+ * scratch: 3*N floats.  comm: as the forward. */
+mtc_result_t tp_vocab_xent_forward_backward(const tp_ctx *tp, float *losses, float *logits,
+                                            const int *targets, float scale,
+                                            const float *token_scale, float *scratch, int N, int V,
+                                            int Vp);
+
 /* Local kernel pieces of the vocabulary-parallel cross-entropy (no
  * communication), over x (N, V_tp) whose column j is global column v0 + j;
  * only global columns < V count.

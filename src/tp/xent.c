@@ -7,7 +7,9 @@
  *             [pred | Σ] = all-reduce SUM( [x_t − m if t is local else 0 | Σ_local x] )
  *             loss = log Σ − pred ;  x := x / Σ  (this rank's probabilities)
  *   backward  dx = s_n (p − onehot(t)), the one-hot on the owning rank only;
- *             no communication.
+ *             no communication. forward_backward fuses the last sweeps.
+ * Padding columns (global >= V) are left out of the softmax, as nn/ (and
+ * llm.c) do; Megatron keeps the padded rows' logits in its softmax.
  * The local pieces (row max, target logit, exp-sum) are the exported
  * tp_xent_* kernels; rows are split over the pool by size only, each row
  * computed by one thread in a fixed order, so results do not depend on the
@@ -112,12 +114,59 @@ static mtc_result_t xent_check(int p, const int *targets, int N, int V, int Vp) 
     return MTC_OK;
 }
 
-mtc_result_t tp_vocab_xent_forward(const tp_ctx *tp, float *losses, float *logits,
-                                   const int *targets, float *scratch, int N, int V, int Vp) {
+/* The last sweep over the logits, after the all-reduces: normalise to
+ * probabilities (FWD), turn probabilities into dlogits (BWD), or both in
+ * one pass with the same roundings as the two passes (FWD | BWD). */
+enum { FWD = 1, BWD = 2 };
+
+typedef struct {
+    float *x, *losses;
+    const float *pred, *sum, *token_scale;
+    const int *targets;
+    float scale;
+    int mode, v0, N, V_tp, nvalid, tiles;
+} finish_job;
+
+static void finish_tile(int i, void *vp) {
+    const finish_job *j = vp;
+    int lo = (int)((long long)j->N * i / j->tiles),
+        hi = (int)((long long)j->N * (i + 1) / j->tiles);
+    for (int n = lo; n < hi; n++) {
+        float *x = j->x + (size_t)n * j->V_tp;
+        int t = j->targets[n] - j->v0, own = t >= 0 && t < j->nvalid;
+        float s = j->token_scale ? j->scale * j->token_scale[n] : j->scale;
+        if (j->mode & FWD) {
+            j->losses[n] = logf(j->sum[n]) - j->pred[n];
+            float inv = 1.0f / j->sum[n];
+            if (j->mode & BWD) {
+                float pt = own ? x[t] * inv : 0.0f; /* the roundings of the two passes */
+                for (int v = 0; v < j->nvalid; v++)
+                    x[v] = (x[v] * inv) * s;
+                if (own) x[t] = (pt - 1.0f) * s;
+            } else {
+                for (int v = 0; v < j->nvalid; v++)
+                    x[v] *= inv;
+            }
+        } else {
+            if (own) x[t] -= 1.0f;
+            for (int v = 0; v < j->nvalid; v++)
+                x[v] *= s;
+        }
+        for (int v = j->nvalid; v < j->V_tp; v++)
+            x[v] = 0.0f;
+    }
+}
+
+static void finish_run(const tp_ctx *tp, finish_job *j) {
+    j->tiles = tiles_for(j->N, j->V_tp);
+    if (j->N > 0) nn_pool_run(tp->pool, j->tiles, finish_tile, j);
+}
+
+/* Forward up to and including the all-reduces; scratch = [max | pred | sum]. */
+static mtc_result_t xent_reduce(const tp_ctx *tp, float *logits, const int *targets, float *scratch,
+                                int N, int V, int Vp) {
     mtc_comm_t comm = tp->comm;
     int p = tp_size(comm);
-    MTC_CHECK(xent_check(p, targets, N, V, Vp));
-    if (N <= 0) return MTC_OK;
     int V_tp = Vp / p, v0 = tp_rank(comm) * V_tp;
     float *mx = scratch, *pred = scratch + N, *sum = scratch + 2 * (size_t)N;
     tp_xent_local_max(tp->pool, mx, logits, v0, N, V_tp, V);
@@ -127,30 +176,38 @@ mtc_result_t tp_vocab_xent_forward(const tp_ctx *tp, float *losses, float *logit
     tp_xent_exp_sum(tp->pool, sum, logits, mx, v0, N, V_tp, V);
     if (p > 1) /* comm: all-reduce SUM(tp) of [pred | sumexp] */
         MTC_CHECK(mtc_all_reduce(pred, pred, 2 * (size_t)N, MTC_DTYPE_F32, MTC_OP_SUM, comm));
-    int nvalid = valid_cols(v0, V_tp, V);
-    for (int n = 0; n < N; n++) {
-        losses[n] = logf(sum[n]) - pred[n];
-        float inv = 1.0f / sum[n], *x = logits + (size_t)n * V_tp;
-        for (int v = 0; v < nvalid; v++)
-            x[v] *= inv;
-    }
     return MTC_OK;
+}
+
+static mtc_result_t xent_run(const tp_ctx *tp, int mode, float *losses, float *logits,
+                             const int *targets, float scale, const float *token_scale,
+                             float *scratch, int N, int V, int Vp) {
+    int p = tp_size(tp->comm);
+    MTC_CHECK(xent_check(p, targets, N, V, Vp));
+    if (N <= 0) return MTC_OK;
+    if (mode & FWD) MTC_CHECK(xent_reduce(tp, logits, targets, scratch, N, V, Vp));
+    int V_tp = Vp / p, v0 = tp_rank(tp->comm) * V_tp;
+    finish_job j = {logits, losses, NULL, NULL, token_scale, targets,
+                    scale,  mode,   v0,   N,    V_tp,        valid_cols(v0, V_tp, V),
+                    0};
+    if (mode & FWD) j.pred = scratch + N, j.sum = scratch + 2 * (size_t)N;
+    finish_run(tp, &j);
+    return MTC_OK;
+}
+
+mtc_result_t tp_vocab_xent_forward(const tp_ctx *tp, float *losses, float *logits,
+                                   const int *targets, float *scratch, int N, int V, int Vp) {
+    return xent_run(tp, FWD, losses, logits, targets, 0.0f, NULL, scratch, N, V, Vp);
 }
 
 mtc_result_t tp_vocab_xent_backward(const tp_ctx *tp, float *probs, const int *targets, float scale,
                                     const float *token_scale, int N, int V, int Vp) {
-    int p = tp_size(tp->comm);
-    MTC_CHECK(xent_check(p, targets, N, V, Vp));
-    int V_tp = Vp / p, v0 = tp_rank(tp->comm) * V_tp, nvalid = valid_cols(v0, V_tp, V);
-    for (int n = 0; n < N; n++) {
-        float *x = probs + (size_t)n * V_tp;
-        float s = token_scale ? scale * token_scale[n] : scale;
-        int t = targets[n] - v0;
-        if (t >= 0 && t < nvalid) x[t] -= 1.0f;
-        for (int v = 0; v < nvalid; v++)
-            x[v] *= s;
-        for (int v = nvalid; v < V_tp; v++)
-            x[v] = 0.0f;
-    }
-    return MTC_OK;
+    return xent_run(tp, BWD, NULL, probs, targets, scale, token_scale, NULL, N, V, Vp);
+}
+
+mtc_result_t tp_vocab_xent_forward_backward(const tp_ctx *tp, float *losses, float *logits,
+                                            const int *targets, float scale,
+                                            const float *token_scale, float *scratch, int N, int V,
+                                            int Vp) {
+    return xent_run(tp, FWD | BWD, losses, logits, targets, scale, token_scale, scratch, N, V, Vp);
 }

@@ -12,7 +12,8 @@
  *     with and without wpe (SP takes the reduce-scatter path without);
  *   vocab-parallel cross-entropy vs nn_softmax_xent: padded vocabularies
  *     (including shards that are all padding), per-token scales, refusal of
- *     out-of-range targets.
+ *     out-of-range targets; the fused forward_backward equal bit for bit to
+ *     the two calls.
  * Gradients are accumulated onto non-zero starting values to check +=. */
 #include <stdio.h>
 
@@ -289,6 +290,16 @@ static void xent_rank(const job *j, const tp_ctx *tp, int p, int r) {
              "%s", mtc_error_detail());
     tt_cols(want, j->dlogits, N, V, p, r);
     tt_cmp(WHAT("dlogits"), r, x, want, (size_t)N * V_p, 0);
+    /* forward_backward in one pass: the two calls' bits */
+    float *y = tt_alloc((size_t)N * V_p), *losses2 = tt_alloc(N);
+    tt_cols(y, j->logits, N, V, p, r);
+    T_CHECKF(tp_vocab_xent_forward_backward(tp, losses2, y, j->tok, 1.0f / N,
+                                            j->flag ? j->tscale : NULL, scratch, N, j->Vreal,
+                                            V) == MTC_OK,
+             "%s", mtc_error_detail());
+    tt_cmp(WHAT("forward_backward losses"), r, losses2, losses, N, 1);
+    tt_cmp(WHAT("forward_backward dlogits"), r, y, x, (size_t)N * V_p, 1);
+    free(y), free(losses2);
     /* a target outside [0, V) is refused on every rank before communicating */
     int *bad = calloc(N, sizeof(int));
     memcpy(bad, j->tok, N * sizeof(int));
