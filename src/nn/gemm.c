@@ -102,9 +102,12 @@ static void colsum_tile(int i, void *vp) {
     for (size_t j0 = lo; j0 < hi; j0 += 256) {
         size_t w = hi - j0 < 256 ? hi - j0 : 256;
         memset(acc, 0, w * sizeof(float));
-        for (int r = 0; r < c->N; r++) {
+        for (int r = 0; r < c->N; r++) { /* lanes are columns: no sum is reordered */
             const float *d = c->dout + (size_t)r * c->OUT + j0;
-            for (size_t j = 0; j < w; j++)
+            size_t j = 0;
+            for (; j + 8 <= w; j += 8)
+                nn_v8_st(acc + j, nn_v8_ld(acc + j) + nn_v8_ld(d + j));
+            for (; j < w; j++)
                 acc[j] += d[j];
         }
         for (size_t j = 0; j < w; j++)

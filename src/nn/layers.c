@@ -77,21 +77,29 @@ static void ln_fwd_tile(int i, void *vp) {
     const ln_job *j = vp;
     size_t lo, hi;
     nn_split_range((size_t)j->N, j->tiles, i, 1, &lo, &hi);
-    int C = j->C;
+    int C = j->C, C8 = C & ~7;
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->inp + r * C;
         float *o = j->out + r * C;
-        float s = 0.0f;
-        for (int c = 0; c < C; c++)
+        nn_v8 s8 = nn_v8_set1(0.0f);
+        for (int c = 0; c < C8; c += 8)
+            s8 += nn_v8_ld(x + c);
+        float s = nn_v8_hsum(s8);
+        for (int c = C8; c < C; c++)
             s += x[c];
         float m = s / C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
+        nn_v8 v8 = nn_v8_set1(0.0f);
+        for (int c = 0; c < C8; c += 8) {
+            nn_v8 d = nn_v8_ld(x + c) - m;
+            v8 += d * d;
         }
+        float v = nn_v8_hsum(v8);
+        for (int c = C8; c < C; c++)
+            v += (x[c] - m) * (x[c] - m);
         float rs = 1.0f / sqrtf(v / C + LN_EPS);
-        for (int c = 0; c < C; c++)
+        for (int c = 0; c < C8; c += 8)
+            nn_v8_st(o + c, (nn_v8_ld(x + c) - m) * rs * nn_v8_ld(j->w + c) + nn_v8_ld(j->b + c));
+        for (int c = C8; c < C; c++)
             o[c] = (x[c] - m) * rs * j->w[c] + j->b[c];
         if (j->mean) j->mean[r] = m;
         if (j->rstd) j->rstd[r] = rs;
@@ -112,50 +120,68 @@ static void ln_bwd_rows(int i, void *vp) {
     const ln_job *j = vp;
     size_t lo, hi;
     nn_split_range((size_t)j->N, j->tiles, i, 1, &lo, &hi);
-    int C = j->C;
+    int C = j->C, C8 = C & ~7;
+    const float *w = j->w;
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->inp + r * C, *g = j->dout + r * C;
         float m = j->cmean[r], rs = j->crstd[r];
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float dn = j->w[c] * g[c];
+        nn_v8 a1 = nn_v8_set1(0.0f), a2 = nn_v8_set1(0.0f);
+        for (int c = 0; c < C8; c += 8) {
+            nn_v8 dn = nn_v8_ld(w + c) * nn_v8_ld(g + c);
+            a1 += dn;
+            a2 += dn * ((nn_v8_ld(x + c) - m) * rs);
+        }
+        float s1 = nn_v8_hsum(a1), s2 = nn_v8_hsum(a2);
+        for (int c = C8; c < C; c++) {
+            float dn = w[c] * g[c];
             s1 += dn;
-            s2 += dn * (x[c] - m) * rs;
+            s2 += dn * ((x[c] - m) * rs);
         }
         s1 /= C;
         s2 /= C;
         float *d = j->dinp + r * C;
-        for (int c = 0; c < C; c++) {
-            float dn = j->w[c] * g[c];
-            d[c] = rs * (dn - s1 - (x[c] - m) * rs * s2);
+        for (int c = 0; c < C8; c += 8) {
+            nn_v8 dn = nn_v8_ld(w + c) * nn_v8_ld(g + c);
+            nn_v8_st(d + c, rs * (dn - s1 - ((nn_v8_ld(x + c) - m) * rs) * s2));
         }
+        for (int c = C8; c < C; c++)
+            d[c] = rs * (w[c] * g[c] - s1 - ((x[c] - m) * rs) * s2);
     }
 }
 
-/* dw[c] += sum_r dout * norm, db[c] += sum_r dout, rows in order. */
+/* dw[c] += sum_r dout * norm, db[c] += sum_r dout, rows in order. Lanes are
+ * columns, so vectors do not reorder any sum. */
 static void ln_bwd_cols(int i, void *vp) {
     const ln_job *j = vp;
     size_t lo, hi;
     nn_split_range((size_t)j->C, j->tiles, i, 16, &lo, &hi);
-    float aw[128], ab[128];
+    nn_v8 aw[16], ab[16];
+    float tw[8], tb[8];
     for (size_t c0 = lo; c0 < hi; c0 += 128) {
-        size_t w = hi - c0 < 128 ? hi - c0 : 128;
-        memset(aw, 0, w * sizeof(float));
-        memset(ab, 0, w * sizeof(float));
+        size_t w = hi - c0 < 128 ? hi - c0 : 128, w8 = w / 8;
+        for (size_t q = 0; q < 16; q++)
+            aw[q] = ab[q] = nn_v8_set1(0.0f);
+        memset(tw, 0, sizeof tw);
+        memset(tb, 0, sizeof tb);
         for (int r = 0; r < j->N; r++) {
             const float *x = j->inp + (size_t)r * j->C + c0, *g = j->dout + (size_t)r * j->C + c0;
             float m = j->cmean[r], rs = j->crstd[r];
-            for (size_t c = 0; c < w; c++) {
-                aw[c] += g[c] * ((x[c] - m) * rs);
-                ab[c] += g[c];
+            for (size_t q = 0; q < w8; q++) {
+                nn_v8 gv = nn_v8_ld(g + 8 * q);
+                aw[q] += gv * ((nn_v8_ld(x + 8 * q) - m) * rs);
+                ab[q] += gv;
+            }
+            for (size_t c = 8 * w8; c < w; c++) {
+                tw[c - 8 * w8] += g[c] * ((x[c] - m) * rs);
+                tb[c - 8 * w8] += g[c];
             }
         }
-        if (j->dw)
-            for (size_t c = 0; c < w; c++)
-                j->dw[c0 + c] += aw[c];
-        if (j->db)
-            for (size_t c = 0; c < w; c++)
-                j->db[c0 + c] += ab[c];
+        for (size_t c = 0; c < w; c++) {
+            float sw = c < 8 * w8 ? aw[c / 8][c % 8] : tw[c - 8 * w8];
+            float sb = c < 8 * w8 ? ab[c / 8][c % 8] : tb[c - 8 * w8];
+            if (j->dw) j->dw[c0 + c] += sw;
+            if (j->db) j->db[c0 + c] += sb;
+        }
     }
 }
 
@@ -221,7 +247,10 @@ void nn_gelu_backward(nn_pool *pool, float *dinp, const float *inp, const float 
 /* ---- residual ----------------------------------------------------------------------- */
 
 void nn_residual_forward(float *out, const float *a, const float *b, size_t n) {
-    for (size_t k = 0; k < n; k++)
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        nn_v8_st(out + k, nn_v8_ld(a + k) + nn_v8_ld(b + k));
+    for (; k < n; k++)
         out[k] = a[k] + b[k];
 }
 
@@ -246,7 +275,10 @@ static void dropout_apply(float *out, const float *inp, int B, int T, int C,
             for (int c0 = 0; c0 < C; c0 += 512) {
                 int w = C - c0 < 512 ? C - c0 : 512;
                 nn_dropout_scale_run(m, (size_t)w, s, g0 + c0);
-                for (int c = 0; c < w; c++)
+                int c = 0;
+                for (; c + 8 <= w; c += 8)
+                    nn_v8_st(out + off + c0 + c, nn_v8_ld(inp + off + c0 + c) * nn_v8_ld(m + c));
+                for (; c < w; c++)
                     out[off + c0 + c] = inp[off + c0 + c] * m[c];
             }
         }

@@ -12,6 +12,23 @@
 
 #include "nn/nn.h"
 
+/* 8-float vectors (GCC vector extensions: AVX with -march=native, SSE pairs
+ * otherwise). Loops over contiguous floats use them explicitly because -O2
+ * does not vectorise loops of unknown length. Sums keep 8 lanes and add
+ * them in a fixed order, so results are the same run to run. */
+typedef float nn_v8 __attribute__((vector_size(32)));
+typedef int nn_v8i __attribute__((vector_size(32)));
+static inline nn_v8 nn_v8_ld(const float *p) {
+    nn_v8 v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void nn_v8_st(float *p, nn_v8 v) { __builtin_memcpy(p, &v, sizeof v); }
+static inline nn_v8 nn_v8_set1(float a) { return (nn_v8){a, a, a, a, a, a, a, a}; }
+static inline float nn_v8_hsum(nn_v8 v) {
+    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
 /* Number of ranges of about `grain` items that cover n items (>= 1). */
 static inline int nn_split_count(size_t n, size_t grain) {
     size_t k = (n + grain - 1) / grain;

@@ -17,8 +17,9 @@
 #if defined(__AVX2__)
 #include <immintrin.h>
 
-/* out[w][lane] = word w of Philox4x32-10 of block (first_block + lane) */
-static void philox8(uint32_t out[4][8], uint64_t first_block, uint64_t seed, uint64_t stream) {
+/* dst[4 l + q] = uniform from word q of Philox4x32-10 of block first_block + l,
+ * l < 8: the 32 values of 8 consecutive blocks in index order */
+static void philox8_uniform(float *dst, uint64_t first_block, uint64_t seed, uint64_t stream) {
     uint32_t lo[8], hi[8];
     for (int l = 0; l < 8; l++) {
         uint64_t b = first_block + (uint64_t)l;
@@ -32,26 +33,40 @@ static void philox8(uint32_t out[4][8], uint64_t first_block, uint64_t seed, uin
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u),
                   m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
-    const __m256i odd = _mm256_set_epi32(-1, 0, -1, 0, -1, 0, -1, 0);
     for (int r = 0; r < 10; r++) {
-        /* 32x32 -> 64 products: even lanes directly, odd lanes after a shift */
+        /* 32x32 -> 64 products: even lanes directly, odd lanes after a shift;
+         * blend the high and low halves back into 8 lanes */
         __m256i pe0 = _mm256_mul_epu32(c0, m0),
                 po0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
         __m256i pe1 = _mm256_mul_epu32(c2, m1),
                 po1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
-        __m256i hi0 = _mm256_blendv_epi8(_mm256_srli_epi64(pe0, 32), po0, odd);
-        __m256i hi1 = _mm256_blendv_epi8(_mm256_srli_epi64(pe1, 32), po1, odd);
-        __m256i lo0 = _mm256_mullo_epi32(c0, m0), lo1 = _mm256_mullo_epi32(c2, m1);
+        __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(pe0, 32), po0, 0xAA);
+        __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(pe1, 32), po1, 0xAA);
+        __m256i lo0 = _mm256_blend_epi32(pe0, _mm256_slli_epi64(po0, 32), 0xAA);
+        __m256i lo1 = _mm256_blend_epi32(pe1, _mm256_slli_epi64(po1, 32), 0xAA);
         __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
         __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
         c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
-    _mm256_storeu_si256((__m256i *)out[0], c0);
-    _mm256_storeu_si256((__m256i *)out[1], c1);
-    _mm256_storeu_si256((__m256i *)out[2], c2);
-    _mm256_storeu_si256((__m256i *)out[3], c3);
+    /* uniforms (u32 >> 8) 2^-24, then transpose lanes x words into value order:
+     * value 4 l + q = word q of block l */
+    const __m256 u24 = _mm256_set1_ps(U24);
+    __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c0, 8)), u24);
+    __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c1, 8)), u24);
+    __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c2, 8)), u24);
+    __m256 w3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c3, 8)), u24);
+    __m256 t0 = _mm256_unpacklo_ps(w0, w1), t1 = _mm256_unpackhi_ps(w0, w1);
+    __m256 t2 = _mm256_unpacklo_ps(w2, w3), t3 = _mm256_unpackhi_ps(w2, w3);
+    __m256 b04 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)); /* blocks 0 | 4 */
+    __m256 b15 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)); /* blocks 1 | 5 */
+    __m256 b26 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)); /* blocks 2 | 6 */
+    __m256 b37 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)); /* blocks 3 | 7 */
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(b04, b15, 0x20));
+    _mm256_storeu_ps(dst + 8, _mm256_permute2f128_ps(b26, b37, 0x20));
+    _mm256_storeu_ps(dst + 16, _mm256_permute2f128_ps(b04, b15, 0x31));
+    _mm256_storeu_ps(dst + 24, _mm256_permute2f128_ps(b26, b37, 0x31));
 }
 #endif
 
@@ -71,13 +86,8 @@ void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, ui
             dst[k] = (float)(w[q] >> 8) * U24;
     }
 #if defined(__AVX2__)
-    uint32_t o[4][8];
-    for (; k + 32 <= n; k += 32) { /* first + k is a multiple of 4 here */
-        philox8(o, (first + k) >> 2, seed, stream);
-        for (int l = 0; l < 8; l++)
-            for (int q = 0; q < 4; q++)
-                dst[k + 4 * l + q] = (float)(o[q][l] >> 8) * U24;
-    }
+    for (; k + 32 <= n; k += 32) /* first + k is a multiple of 4 here */
+        philox8_uniform(dst + k, (first + k) >> 2, seed, stream);
 #endif
     while (k < n) {
         block1(w, (first + k) >> 2, seed, stream);
@@ -89,6 +99,11 @@ void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, ui
 void nn_dropout_scale_run(float *dst, size_t n, const nn_dropout_spec *s, uint64_t first) {
     nn_rng_uniform_run(dst, n, s->seed, s->stream, first);
     float p = s->p, scale = 1.0f / (1.0f - s->p);
-    for (size_t k = 0; k < n; k++)
+    nn_v8 pv = nn_v8_set1(p);
+    nn_v8i sv = (nn_v8i)nn_v8_set1(scale);
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) /* the comparison gives all-ones lanes where kept */
+        nn_v8_st(dst + k, (nn_v8)((nn_v8_ld(dst + k) >= pv) & sv));
+    for (; k < n; k++)
         dst[k] = dst[k] >= p ? scale : 0.0f;
 }

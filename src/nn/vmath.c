@@ -10,6 +10,7 @@
  * the same bits every time; the two code paths (AVX2 or not) may differ in
  * the last bits from each other. */
 #include <math.h>
+#include <string.h>
 
 #include "nn/nn_internal.h"
 
@@ -91,53 +92,78 @@ float nn_vexp_sum(float *y, const float *x, int n, float shift) {
 }
 
 void nn_vscale(float *y, float a, int n) {
-    for (int k = 0; k < n; k++)
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        nn_v8_st(y + k, nn_v8_ld(y + k) * a);
+    for (; k < n; k++)
         y[k] *= a;
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-/* gelu(x) = x * sigmoid(2u), u = K (x + A x^3) */
+/* gelu(x) = x * sigmoid(2u), u = K (x + A x^3). With AVX2 the tail goes
+ * through the same vector code on a zero-padded copy, so an element's value
+ * never depends on where it sits in the buffer (a tensor-parallel shard
+ * computes the serial run's bits). */
+#ifdef NN_AVX2
+static inline __m256 gelu8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f), m2k = _mm256_set1_ps(-2.0f * GELU_K);
+    __m256 x2 = _mm256_mul_ps(x, x);
+    __m256 t = _mm256_mul_ps(_mm256_mul_ps(m2k, x),
+                             _mm256_fmadd_ps(_mm256_set1_ps(GELU_A), x2, one)); /* -2u */
+    return _mm256_div_ps(x, _mm256_add_ps(one, exp8(t)));
+}
+
+/* d gelu/dx = s + 2 x s (1 - s) K (1 + 3 A x^2), s = sigmoid(2u) */
+static inline __m256 gelu_grad8(__m256 x, __m256 dy) {
+    const __m256 one = _mm256_set1_ps(1.0f), m2k = _mm256_set1_ps(-2.0f * GELU_K);
+    __m256 x2 = _mm256_mul_ps(x, x);
+    __m256 t =
+        _mm256_mul_ps(_mm256_mul_ps(m2k, x), _mm256_fmadd_ps(_mm256_set1_ps(GELU_A), x2, one));
+    __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, exp8(t)));
+    __m256 ds = _mm256_mul_ps(s, _mm256_sub_ps(one, s));
+    __m256 up = _mm256_mul_ps(_mm256_set1_ps(2.0f * GELU_K),
+                              _mm256_fmadd_ps(_mm256_set1_ps(3.0f * GELU_A), x2, one));
+    __m256 g = _mm256_fmadd_ps(_mm256_mul_ps(x, ds), up, s);
+    return _mm256_mul_ps(g, dy);
+}
+
 void nn_vgelu(float *out, const float *inp, size_t n) {
     size_t k = 0;
-#ifdef NN_AVX2
-    const __m256 one = _mm256_set1_ps(1.0f), m2k = _mm256_set1_ps(-2.0f * GELU_K);
-    const __m256 a = _mm256_set1_ps(GELU_A);
-    for (; k + 8 <= n; k += 8) {
-        __m256 x = _mm256_loadu_ps(inp + k);
-        __m256 x2 = _mm256_mul_ps(x, x);
-        __m256 t = _mm256_mul_ps(_mm256_mul_ps(m2k, x), _mm256_fmadd_ps(a, x2, one)); /* -2u */
-        __m256 d = _mm256_add_ps(one, exp8(t));
-        _mm256_storeu_ps(out + k, _mm256_div_ps(x, d));
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(out + k, gelu8(_mm256_loadu_ps(inp + k)));
+    if (k < n) {
+        float x[8] = {0}, y[8];
+        memcpy(x, inp + k, (n - k) * sizeof(float));
+        _mm256_storeu_ps(y, gelu8(_mm256_loadu_ps(x)));
+        memcpy(out + k, y, (n - k) * sizeof(float));
     }
-#endif
-    for (; k < n; k++) {
+}
+
+void nn_vgelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(dinp + k, gelu_grad8(_mm256_loadu_ps(inp + k), _mm256_loadu_ps(dout + k)));
+    if (k < n) {
+        float x[8] = {0}, dy[8] = {0}, y[8];
+        memcpy(x, inp + k, (n - k) * sizeof(float));
+        memcpy(dy, dout + k, (n - k) * sizeof(float));
+        _mm256_storeu_ps(y, gelu_grad8(_mm256_loadu_ps(x), _mm256_loadu_ps(dy)));
+        memcpy(dinp + k, y, (n - k) * sizeof(float));
+    }
+}
+#else
+void nn_vgelu(float *out, const float *inp, size_t n) {
+    for (size_t k = 0; k < n; k++) {
         float x = inp[k];
         float t = -2.0f * GELU_K * x * (1.0f + GELU_A * x * x);
         out[k] = x / (1.0f + exp1(t));
     }
 }
 
-/* d gelu/dx = s + 2 x s (1 - s) K (1 + 3 A x^2), s = sigmoid(2u) */
 void nn_vgelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    size_t k = 0;
-#ifdef NN_AVX2
-    const __m256 one = _mm256_set1_ps(1.0f), m2k = _mm256_set1_ps(-2.0f * GELU_K);
-    const __m256 a = _mm256_set1_ps(GELU_A), a3 = _mm256_set1_ps(3.0f * GELU_A);
-    const __m256 k2 = _mm256_set1_ps(2.0f * GELU_K);
-    for (; k + 8 <= n; k += 8) {
-        __m256 x = _mm256_loadu_ps(inp + k);
-        __m256 x2 = _mm256_mul_ps(x, x);
-        __m256 t = _mm256_mul_ps(_mm256_mul_ps(m2k, x), _mm256_fmadd_ps(a, x2, one));
-        __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, exp8(t)));
-        __m256 ds = _mm256_mul_ps(s, _mm256_sub_ps(one, s));
-        __m256 up = _mm256_mul_ps(k2, _mm256_fmadd_ps(a3, x2, one));
-        __m256 g = _mm256_fmadd_ps(_mm256_mul_ps(x, ds), up, s);
-        _mm256_storeu_ps(dinp + k, _mm256_mul_ps(g, _mm256_loadu_ps(dout + k)));
-    }
-#endif
-    for (; k < n; k++) {
+    for (size_t k = 0; k < n; k++) {
         float x = inp[k];
         float t = -2.0f * GELU_K * x * (1.0f + GELU_A * x * x);
         float s = 1.0f / (1.0f + exp1(t));
@@ -145,3 +171,4 @@ void nn_vgelu_backward(float *dinp, const float *inp, const float *dout, size_t 
         dinp[k] = g * dout[k];
     }
 }
+#endif

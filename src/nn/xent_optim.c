@@ -64,7 +64,10 @@ static void xent_fwd_bwd_tile(int i, void *vp) {
         float s = nn_vexp_sum(x, x, V, mx);
         float inv = 1.0f / s;
         float pt = x[t] * inv; /* the same roundings as forward then backward */
-        for (int v = 0; v < V; v++)
+        int v = 0;
+        for (; v + 8 <= V; v += 8)
+            nn_v8_st(x + v, (nn_v8_ld(x + v) * inv) * sc);
+        for (; v < V; v++)
             x[v] = (x[v] * inv) * sc;
         x[t] = (pt - 1.0f) * sc;
         for (int v = V; v < j->Vp; v++)
@@ -89,8 +92,7 @@ static void xent_bwd_tile(int i, void *vp) {
         float *x = j->logits + r * j->Vp;
         int t = j->targets[r];
         x[t] -= 1.0f;
-        for (int v = 0; v < j->V; v++)
-            x[v] *= j->scale;
+        nn_vscale(x, j->scale, j->V);
         for (int v = j->V; v < j->Vp; v++)
             x[v] = 0.0f;
     }
@@ -106,12 +108,49 @@ void nn_softmax_xent_backward(nn_pool *pool, float *probs, const int *targets, f
 
 /* ---- optimizer pieces ------------------------------------------------------------- */
 
+/* One AdamW element; the vector path below performs exactly these
+ * operations lane by lane (no contraction differences: FMAs are written
+ * out in both), so an element's result does not depend on its position
+ * (a ZeRO shard computes the serial run's bits). */
+#if defined(__AVX__) && defined(__FMA__)
+#include <immintrin.h>
+static inline void adamw8(float *param, const float *grad, float *m, float *v, __m256 lr, __m256 b1,
+                          __m256 b2, __m256 eps, __m256 wd, __m256 ib1, __m256 ib2) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 g = _mm256_loadu_ps(grad), p = _mm256_loadu_ps(param);
+    __m256 mk = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m), _mm256_mul_ps(_mm256_sub_ps(one, b1), g));
+    __m256 vk = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v),
+                                _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(one, b2), g), g));
+    _mm256_storeu_ps(m, mk);
+    _mm256_storeu_ps(v, vk);
+    __m256 mh = _mm256_mul_ps(mk, ib1), vh = _mm256_mul_ps(vk, ib2);
+    __m256 u = _mm256_div_ps(mh, _mm256_add_ps(_mm256_sqrt_ps(vh), eps));
+    _mm256_storeu_ps(param, _mm256_fnmadd_ps(lr, _mm256_fmadd_ps(wd, p, u), p));
+}
+#endif
+
 void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int t) {
     /* bias corrections in double: 1 - beta^t loses digits in float for small t */
     float bc1 = (float)(1.0 - pow((double)beta1, t));
     float bc2 = (float)(1.0 - pow((double)beta2, t));
     float ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
+#if defined(__AVX__) && defined(__FMA__)
+    __m256 vlr = _mm256_set1_ps(lr), vb1 = _mm256_set1_ps(beta1), vb2 = _mm256_set1_ps(beta2);
+    __m256 veps = _mm256_set1_ps(eps), vwd = _mm256_set1_ps(weight_decay);
+    __m256 vib1 = _mm256_set1_ps(ib1), vib2 = _mm256_set1_ps(ib2);
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        adamw8(param + k, grad + k, m + k, v + k, vlr, vb1, vb2, veps, vwd, vib1, vib2);
+    if (k < n) { /* the tail through the same vector code, on padded copies */
+        float P[8] = {0}, G[8] = {0}, M[8] = {0}, V[8] = {0};
+        size_t r = n - k;
+        memcpy(P, param + k, r * 4), memcpy(G, grad + k, r * 4);
+        memcpy(M, m + k, r * 4), memcpy(V, v + k, r * 4);
+        adamw8(P, G, M, V, vlr, vb1, vb2, veps, vwd, vib1, vib2);
+        memcpy(param + k, P, r * 4), memcpy(m + k, M, r * 4), memcpy(v + k, V, r * 4);
+    }
+#else
     for (size_t k = 0; k < n; k++) {
         float g = grad[k];
         float mk = beta1 * m[k] + (1.0f - beta1) * g;
@@ -121,6 +160,7 @@ void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t
         float mh = mk * ib1, vh = vk * ib2;
         param[k] -= lr * (mh / (sqrtf(vh) + eps) + weight_decay * param[k]);
     }
+#endif
 }
 
 double nn_sumsq(const float *x, size_t n) {

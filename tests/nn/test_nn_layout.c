@@ -148,6 +148,39 @@ static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
     free(x), free(w), free(bb), free(g), free(W), free(qkv), free(logits), free(tg);
 }
 
+/* elementwise kernels give an element the same bits wherever it sits in the
+ * buffer (a TP or ZeRO shard starts at another offset and has another tail) */
+static void test_elementwise_offsets(nn_pool *pool) {
+    size_t n = 1003;
+    float *x = malloc(n * 4), *g = malloc(n * 4), *y = malloc(n * 4), *dy = malloc(n * 4);
+    float *ys = malloc(n * 4), *dys = malloc(n * 4);
+    ref_fill(x, n, 81, 2.0f), ref_fill(g, n, 82, 1.0f);
+    nn_gelu_forward(pool, y, x, n);
+    nn_gelu_backward(pool, dy, x, g, n);
+    int ok = 1;
+    for (size_t a = 0; a < 200; a++) { /* 200 slices, each with a tail of 1..7 */
+        size_t b = a + 1 + (a * 7) % 61;
+        nn_gelu_forward(pool, ys, x + a, b - a);
+        nn_gelu_backward(pool, dys, x + a, g + a, b - a);
+        ok &= same(ys, y + a, b - a) && same(dys, dy + a, b - a);
+    }
+    T_CHECKF(ok, "gelu: a slice differs from the whole buffer's values");
+    float *p = malloc(n * 4), *m = calloc(n, 4), *v = calloc(n, 4);
+    float *ps = malloc(n * 4), *ms = calloc(n, 4), *vs = calloc(n, 4);
+    ref_fill(p, n, 83, 1.0f);
+    memcpy(ps, p, n * 4);
+    for (int t = 1; t <= 2; t++) {
+        nn_adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        for (size_t a = 0; a < n; a += 5) /* chunks of 5: every element in a tail */
+            nn_adamw_update(ps + a, g + a, ms + a, vs + a, a + 5 <= n ? 5 : n - a, 1e-3f, 0.9f,
+                            0.95f, 1e-8f, 0.1f, t);
+    }
+    T_CHECKF(same(p, ps, n) && same(m, ms, n) && same(v, vs, n),
+             "adamw: chunked update differs from the whole buffer's");
+    free(x), free(g), free(y), free(dy), free(ys), free(dys);
+    free(p), free(m), free(v), free(ps), free(ms), free(vs);
+}
+
 static void test_dropout(void) {
     /* the fast uniform run equals the core generator at any start */
     /* (also across the 2^32-block boundary, where the counter's high word changes) */
@@ -294,6 +327,7 @@ int main(void) {
     test_kernels_threads(p1, p2);
     test_kernels_threads(NULL, p3);
     test_dropout();
+    test_elementwise_offsets(p2);
     test_attention_split(p2);
     nn_pool_free(p1), nn_pool_free(p2), nn_pool_free(p3);
     return T_DONE();
