@@ -63,7 +63,7 @@ int cli_cmd_train(int argc, char **argv) {
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)", 0},
         {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration", 0},
         {"save", NULL, MTC_ARG_STRING, &save, "FILE", "write the trained weights here", 0},
-        {"load", NULL, MTC_ARG_STRING, &load, "FILE", "start from these weights", 0},
+        {"load", NULL, MTC_ARG_STRING, &load, "FILE", "start from these weights (fresh optimizer and iteration count, like --finetune)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
