@@ -21,6 +21,19 @@
  * caller's (size from the matching *_scratch_floats function); nothing
  * here allocates or keeps a pointer past the call.
  *
+ * GPT-2 under TP, as model/ composes these (r = TP rank):
+ *   x (B, T_loc, C) = tp_vocab_embedding(tokens), then hidden dropout keyed
+ *       by global position (t0 = r*T_tp under SP);
+ *   per layer: ln_1 (nn, local rows) -> tp_attention -> dropout + residual;
+ *              ln_2 -> tp_mlp -> dropout + residual, all on (B, T_loc, C).
+ *       Without SP these tensors are replicated on every TP rank and the
+ *       dropout masks, keyed globally, are identical there, as they must be.
+ *   ln_f -> tp_column_linear(w = the rank's wte shard, no bias,
+ *       gather_output 0) -> logits (B, T, V_tp) -> tp_vocab_xent_*.
+ *   Gradient finalisation: under SP all-reduce(tp) the gradients of the
+ *   layer norms (ln_1, ln_2, ln_f) and of the c_proj biases (partial sums
+ *   of local tokens); every other TP gradient is complete as left here.
+ *
  * Relies on nn/nn.h for all arithmetic and tp/mappings.h for all
  * communication. Does not do layer norms, residuals, hidden dropout, the
  * TP all-reduce of sequence-parallel parameter gradients (gradient
