@@ -13,7 +13,7 @@
  *   vocab-parallel cross-entropy vs nn_softmax_xent: padded vocabularies
  *     (including shards that are all padding), per-token scales, refusal of
  *     out-of-range targets; the fused forward_backward equal bit for bit to
- *     the two calls.
+ *     the two calls, and its kernels giving the same bits on 1 or 3 threads.
  * Gradients are accumulated onto non-zero starting values to check +=. */
 #include <stdio.h>
 
@@ -338,7 +338,37 @@ static void free_job(job *j) {
     memset(j, 0, sizeof *j);
 }
 
+/* The local CE kernels split rows over the pool: 1 or 3 threads, same bits,
+ * and the serial kernel's result (tp 1, a NULL communicator). */
+static void test_xent_pool(void) {
+    enum { NP = 64, VP = 2048, VR = 2000 };
+    nn_pool *pool = NULL;
+    T_CHECK(nn_pool_create(3, &pool) == MTC_OK);
+    int *tok = calloc(NP, sizeof(int));
+    for (int n = 0; n < NP; n++)
+        tok[n] = (int)(mtc_rng_u32(TP_SEED, 13, n) % VR);
+    float *a = tt_alloc((size_t)NP * VP), *b = tt_alloc((size_t)NP * VP);
+    float *c = tt_alloc((size_t)NP * VP), *la = tt_alloc(NP), *lb = tt_alloc(NP);
+    float *lc = tt_alloc(NP), *scratch = tt_alloc(3 * NP);
+    tt_fill(a, (size_t)NP * VP, S_LOGITS, 0, 3.0f);
+    memcpy(b, a, (size_t)NP * VP * sizeof(float));
+    memcpy(c, a, (size_t)NP * VP * sizeof(float));
+    tp_ctx one = {NULL, NULL, 0}, three = {NULL, pool, 0};
+    T_CHECK(tp_vocab_xent_forward_backward(&one, la, a, tok, 0.5f, NULL, scratch, NP, VR, VP) ==
+            MTC_OK);
+    T_CHECK(tp_vocab_xent_forward_backward(&three, lb, b, tok, 0.5f, NULL, scratch, NP, VR, VP) ==
+            MTC_OK);
+    tt_cmp("xent pool 3 vs 1 losses", 0, lb, la, NP, 1);
+    tt_cmp("xent pool 3 vs 1 dlogits", 0, b, a, (size_t)NP * VP, 1);
+    nn_softmax_xent_forward_backward(NULL, lc, c, tok, 0.5f, NP, VR, VP);
+    tt_cmp("xent vs nn losses", 0, la, lc, NP, 0);
+    tt_cmp("xent vs nn dlogits", 0, a, c, (size_t)NP * VP, 0);
+    nn_pool_free(pool);
+    free(tok), free(a), free(b), free(c), free(la), free(lb), free(lc), free(scratch);
+}
+
 int main(void) {
+    test_xent_pool();
     job j;
     memset(&j, 0, sizeof j);
     for (int sp = 0; sp < 2; sp++)
