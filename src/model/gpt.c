@@ -228,8 +228,32 @@ void mtc_gpt_free(mtc_gpt *m) {
     free(m);
 }
 
+typedef struct {
+    mtc_gpt *m;
+    uint64_t seed;
+} gpt_init_job;
+
+#define GPT_INIT_CHUNK ((size_t)1 << 18)
+
+/* Task i fills the i-th GPT_INIT_CHUNK elements of the flat buffer, split
+ * along parameter boundaries (values do not depend on the split). */
+static void gpt_init_task(int i, void *arg) {
+    gpt_init_job *j = arg;
+    const mtc_registry *r = &j->m->reg;
+    size_t lo = (size_t)i * GPT_INIT_CHUNK, hi = lo + GPT_INIT_CHUNK;
+    if (hi > r->total) hi = r->total;
+    for (int k = 0; k < r->count; k++) {
+        const mtc_param *p = &r->params[k];
+        size_t a = p->offset > lo ? p->offset : lo;
+        size_t b = p->offset + p->local_numel < hi ? p->offset + p->local_numel : hi;
+        if (a < b) mtc_registry_init_range(p, j->m->params + a, a - p->offset, b - a, j->seed);
+    }
+}
+
 void mtc_gpt_init_params(mtc_gpt *m, uint64_t seed) {
-    mtc_registry_init_params(&m->reg, m->params, seed);
+    gpt_init_job j = {m, seed};
+    nn_pool_run(m->pool, (int)((m->reg.total + GPT_INIT_CHUNK - 1) / GPT_INIT_CHUNK), gpt_init_task,
+                &j);
 }
 
 void mtc_gpt_zero_grad(mtc_gpt *m) { memset(m->grads, 0, m->reg.total * sizeof(float)); }

@@ -63,21 +63,24 @@ int mtc_registry_find(const mtc_registry *reg, const char *name) {
     return -1;
 }
 
+void mtc_registry_init_range(const mtc_param *p, float *dst, size_t first, size_t n,
+                             uint64_t seed) {
+    switch (p->init) {
+    case MTC_INIT_NORMAL:
+        mtc_rng_fill_normal(dst, n, seed, mtc_rng_stream_of(p->name), first, 0.0f, p->init_std);
+        break;
+    case MTC_INIT_ZEROS:
+        memset(dst, 0, n * sizeof(float));
+        break;
+    case MTC_INIT_ONES:
+        for (size_t k = 0; k < n; k++) dst[k] = 1.0f;
+        break;
+    }
+}
+
 void mtc_registry_init_params(const mtc_registry *reg, float *params, uint64_t seed) {
     for (int i = 0; i < reg->count; i++) {
         const mtc_param *p = &reg->params[i];
-        float *dst = params + p->offset;
-        switch (p->init) {
-        case MTC_INIT_NORMAL:
-            mtc_rng_fill_normal(dst, p->local_numel, seed, mtc_rng_stream_of(p->name), 0, 0.0f,
-                                p->init_std);
-            break;
-        case MTC_INIT_ZEROS:
-            memset(dst, 0, p->local_numel * sizeof(float));
-            break;
-        case MTC_INIT_ONES:
-            for (size_t k = 0; k < p->local_numel; k++) dst[k] = 1.0f;
-            break;
-        }
+        mtc_registry_init_range(p, params + p->offset, 0, p->local_numel, seed);
     }
 }
