@@ -11,8 +11,11 @@
  *
  * nn_pool_create sets OpenBLAS to one thread: the pool owns a rank's
  * threads and splits GEMMs itself (gemm.c).
- * Does not support nested nn_pool_run from inside a job, nor two threads
- * submitting to one pool at once (one pool per rank). */
+ * A call made from inside a job (a kernel calling another kernel), or while
+ * another thread's job holds the pool (two ranks given one pool by
+ * mistake), runs its items inline on the calling thread: slower, never a
+ * deadlock, and the same bits, since results do not depend on who runs an
+ * item. */
 #include "nn/nn.h"
 
 #include <cblas.h>
@@ -37,6 +40,7 @@ struct nn_pool {
     atomic_int next;    /* next work item */
     atomic_int pending; /* workers that have not finished the job */
     atomic_int stop;
+    atomic_flag busy; /* a job is in flight */
     uint64_t spin_ns;
     int n;
     void (*fn)(int i, void *arg);
@@ -69,6 +73,9 @@ static unsigned pool_spin_while_eq(atomic_uint *v, unsigned old, uint64_t budget
     }
 }
 
+/* set while this thread runs items of a job (worker) or submits one */
+static _Thread_local int pool_inside;
+
 static void pool_do_items(nn_pool *p) {
     int n = p->n;
     void (*fn)(int, void *) = p->fn;
@@ -93,7 +100,9 @@ static void *pool_worker(void *vp) {
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
+        pool_inside = 1;
         pool_do_items(p);
+        pool_inside = 0;
         if (atomic_fetch_sub(&p->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->cv_done);
@@ -110,6 +119,7 @@ mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {
     nn_pool *p = calloc(1, sizeof *p);
     if (!p) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "nn pool: out of memory");
     p->nthreads = nthreads;
+    atomic_flag_clear(&p->busy);
     const char *env = getenv("MTC_NN_SPIN_US");
     p->spin_ns = 1000u * (uint64_t)(env && *env ? strtoul(env, NULL, 10) : POOL_SPIN_US);
     pthread_mutex_init(&p->mu, NULL);
@@ -158,11 +168,13 @@ int nn_pool_size(const nn_pool *p) { return p ? p->nthreads : 1; }
 
 void nn_pool_run(nn_pool *p, int n, void (*fn)(int i, void *arg), void *arg) {
     if (n <= 0) return;
-    if (!p || p->nthreads == 1 || n == 1) {
+    if (!p || p->nthreads == 1 || n == 1 || pool_inside ||
+        atomic_flag_test_and_set_explicit(&p->busy, memory_order_acquire)) {
         for (int i = 0; i < n; i++)
             fn(i, arg);
         return;
     }
+    pool_inside = 1;
     p->n = n;
     p->fn = fn;
     p->arg = arg;
@@ -185,4 +197,6 @@ void nn_pool_run(nn_pool *p, int n, void (*fn)(int i, void *arg), void *arg) {
             pthread_cond_wait(&p->cv_done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
+    pool_inside = 0;
+    atomic_flag_clear_explicit(&p->busy, memory_order_release);
 }

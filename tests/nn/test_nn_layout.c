@@ -5,6 +5,7 @@
  *    c0, tpos offsets) draws exactly the slice of the full tensor's mask;
  *  - attention over heads split in two halves (h0) and over a batch split
  *    (b0), with dropout, equals the slices of the full computation. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,57 @@ static atomic_int counts[1000];
 static void count_item(int i, void *arg) {
     (void)arg;
     atomic_fetch_add(&counts[i], 1);
+}
+
+/* nested: every outer item runs an inner job of 10 items on the same pool */
+static atomic_int nested_counts[8][10];
+typedef struct {
+    nn_pool *pool;
+    int outer;
+} nest_arg;
+static void inner_item(int i, void *arg) {
+    atomic_fetch_add(&nested_counts[((nest_arg *)arg)->outer][i], 1);
+}
+static void outer_item(int i, void *arg) {
+    nest_arg a = {((nest_arg *)arg)->pool, i};
+    nn_pool_run(a.pool, 10, inner_item, &a);
+}
+/* two threads submitting to one pool at once */
+static atomic_int shared_counts[2][500];
+typedef struct {
+    nn_pool *pool;
+    int who;
+} share_arg;
+static void shared_item(int i, void *arg) {
+    atomic_fetch_add(&shared_counts[((share_arg *)arg)->who][i], 1);
+}
+static void *share_thread(void *arg) {
+    for (int rep = 0; rep < 200; rep++)
+        nn_pool_run(((share_arg *)arg)->pool, 500, shared_item, arg);
+    return NULL;
+}
+
+static void test_pool_misuse(void) {
+    nn_pool *p = NULL;
+    T_CHECK(nn_pool_create(2, &p) == MTC_OK);
+    nest_arg na = {p, 0};
+    nn_pool_run(p, 8, outer_item, &na);
+    int ok = 1;
+    for (int o = 0; o < 8; o++)
+        for (int i = 0; i < 10; i++)
+            ok &= atomic_load(&nested_counts[o][i]) == 1;
+    T_CHECKF(ok, "nested nn_pool_run did not run every inner item once");
+    pthread_t th;
+    share_arg a0 = {p, 0}, a1 = {p, 1};
+    T_CHECK(pthread_create(&th, NULL, share_thread, &a1) == 0);
+    share_thread(&a0);
+    pthread_join(th, NULL);
+    ok = 1;
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 500; i++)
+            ok &= atomic_load(&shared_counts[w][i]) == 200;
+    T_CHECKF(ok, "two submitters on one pool lost or repeated items");
+    nn_pool_free(p);
 }
 
 static void test_pool(void) {
@@ -319,6 +371,7 @@ static void test_attention_split(nn_pool *pool) {
 
 int main(void) {
     test_pool();
+    test_pool_misuse();
     nn_pool *p1 = NULL, *p2 = NULL, *p3 = NULL;
     T_CHECK(nn_pool_create(1, &p1) == MTC_OK);
     T_CHECK(nn_pool_create(2, &p2) == MTC_OK);
