@@ -61,7 +61,9 @@ typedef struct {
  * full weight; b (OUT_tp) or NULL. in_total (B, T, IN): under SP receives the
  * gathered input (may be kept for backward, see below); unused without SP.
  * comm: none without SP (copy_to_region); all-gather(tp) of `in` along T
- * under SP; all-gather(tp) of the output columns with gather_output. */
+ * under SP; all-gather(tp) of the output columns with gather_output.
+ * (Megatron asserts gather_output is off under SP; here the combination
+ * works, giving the full-sequence, full-width output, and is tested.) */
 mtc_result_t tp_column_linear_forward(const tp_ctx *tp, float *out, float *in_total,
                                       const float *in, const float *w, const float *b,
                                       float *scratch, int gather_output, int B, int T, int IN,
