@@ -200,6 +200,12 @@ mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool 
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->layers), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->dlayers), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_gpt_slot), (void **)&m->slots), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)m->reg.count, 1, (void **)&m->gemm_written), rc, fail);
+    for (int i = 0; i < m->reg.count; i++) {
+        const char *n = m->reg.params[i].name;
+        m->gemm_written[i] = strstr(n, "c_attn.weight") || strstr(n, "c_proj.weight") ||
+                             strstr(n, "c_fc.weight") || (!strcmp(n, "wte.weight") && m->has_head);
+    }
     gpt_bind(m, m->params, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, m->layers);
     gpt_bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, m->dlayers);
     size_t need = gpt_carve(m, NULL);
@@ -224,6 +230,7 @@ void mtc_gpt_free(mtc_gpt *m) {
     free(m->layers);
     free(m->dlayers);
     free(m->slots);
+    free(m->gemm_written);
     mtc_registry_free(&m->reg);
     free(m);
 }
@@ -353,6 +360,15 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
     return sum;
 }
 
+/* nn_linear_backward, with dw (OUT, IN) overwritten (beta 0) instead of
+ * accumulated on the step's first microbatch. */
+static void gpt_linear_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, int N, int IN, int OUT,
+                                int overwrite) {
+    nn_linear_backward(pool, dinp, NULL, db, dout, inp, w, N, IN, OUT);
+    nn_sgemm(pool, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, overwrite ? 0.0f : 1.0f, dw, IN);
+}
+
 void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
                       float loss_scale, const mtc_gpt_pass *pass) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T);
@@ -362,6 +378,12 @@ void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *target
     size_t sN = (size_t)m->B * m->T, nC = (size_t)N * C;
     mtc_gpt_slot *a = &m->slots[slot];
     nn_pool *pool = m->pool;
+    int ow = pass && pass->first_microbatch;
+    if (ow) /* gradients not written by a weight GEMM start from zero */
+        for (int i = 0; i < m->reg.count; i++)
+            if (!m->gemm_written[i])
+                memset(m->grads + m->reg.params[i].offset, 0,
+                       m->reg.params[i].local_numel * sizeof(float));
 
     /* dres = d(loss)/d(chunk output) */
     if (m->has_head) {
@@ -372,7 +394,7 @@ void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *target
         if (!m->dlogits_ready)
             nn_softmax_xent_backward(pool, m->logits, targets, loss_scale, N, c->vocab_size, Vp);
         m->dlogits_ready = 0;
-        nn_linear_backward(pool, m->dtmp, m->dwte, NULL, m->logits, a->lnf, m->wte, N, C, Vp);
+        gpt_linear_backward(pool, m->dtmp, m->dwte, NULL, m->logits, a->lnf, m->wte, N, C, Vp, ow);
         nn_layernorm_backward(pool, m->dres, m->dlnfw, m->dlnfb, m->dtmp, xlast, m->lnfw,
                               a->lnf_mean, a->lnf_rstd, N, C);
     }
@@ -391,9 +413,9 @@ void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *target
         const float *dy = m->dres;
         nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
         if (dm.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, T, C, &dm), dy = m->dtmp;
-        nn_linear_backward(pool, m->dbig1, g->fcprojw, g->fcprojb, dy, fchg, w->fcprojw, N, F, C);
+        gpt_linear_backward(pool, m->dbig1, g->fcprojw, g->fcprojb, dy, fchg, w->fcprojw, N, F, C, ow);
         nn_gelu_backward(pool, m->dbig2, fch, m->dbig1, (size_t)N * F);
-        nn_linear_backward(pool, m->dtmp, g->fcw, g->fcb, m->dbig2, ln2, w->fcw, N, C, F);
+        gpt_linear_backward(pool, m->dtmp, g->fcw, g->fcb, m->dbig2, ln2, w->fcw, N, C, F, ow);
         nn_layernorm_backward(pool, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, res2, w->ln2w, ln2m, ln2r,
                               N, C);
         nn_residual_forward(m->dres, m->dres, m->dtmp2, nC); /* now d(res2) */
@@ -402,11 +424,11 @@ void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *target
         dy = m->dres;
         nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
         if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, T, C, &dh), dy = m->dtmp;
-        nn_linear_backward(pool, m->dtmp2, g->attprojw, g->attprojb, dy, atty, w->attprojw, N, C, C);
+        gpt_linear_backward(pool, m->dtmp2, g->attprojw, g->attprojb, dy, atty, w->attprojw, N, C, C, ow);
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
         nn_attention_backward(pool, m->dbig1, m->datt, m->dtmp2, qkv, att, B, T, NH, HS,
                               da.p > 0 ? &da : NULL);
-        nn_linear_backward(pool, m->dtmp, g->qkvw, g->qkvb, m->dbig1, ln1, w->qkvw, N, C, 3 * C);
+        gpt_linear_backward(pool, m->dtmp, g->qkvw, g->qkvb, m->dbig1, ln1, w->qkvw, N, C, 3 * C, ow);
         nn_layernorm_backward(pool, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, x, w->ln1w, ln1m, ln1r,
                               N, C);
         nn_residual_forward(m->dres, m->dres, m->dtmp2, nC); /* now d(layer input) */

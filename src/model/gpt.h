@@ -68,6 +68,9 @@ typedef struct {
     uint64_t seed;      /* dropout seed */
     uint64_t iteration; /* 1-based training iteration: new masks each step */
     int b0;             /* position of row 0 in the global batch */
+    int first_microbatch; /* backward OVERWRITES the gradients instead of
+                             accumulating (the step's first microbatch), so
+                             the buffer never needs a zeroing pass */
     float loss_scale;   /* > 0: the forward with targets also makes dlogits
                            (one sweep over the logits); backward must then be
                            given the same scale */
@@ -90,6 +93,7 @@ typedef struct {
     /* shared scratch */
     float *logits;          /* (B, T, Vp) */
     int dlogits_ready;      /* logits already hold dlogits (fused forward) */
+    unsigned char *gemm_written; /* [reg.count]: gradient written by a weight GEMM */
     float *fwd_tmp;         /* (B, T, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T, C) */
     float *dbig1, *dbig2;   /* (B, T, max(F, 3C)) */
@@ -120,7 +124,8 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
                        const mtc_gpt_pass *pass);
 /* Backward of the microbatch in `slot` (forward with targets first);
  * loss_scale = d(loss)/d(token loss), 1/(global_batch*T) for Megatron's
- * mean. Accumulates (+=) into m->grads. */
+ * mean. Accumulates (+=) into m->grads, or overwrites them when
+ * pass->first_microbatch. */
 void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
                       float loss_scale, const mtc_gpt_pass *pass);
 static inline const float *mtc_gpt_logits(const mtc_gpt *m) { return m->logits; }

@@ -9,8 +9,8 @@
 
 #include "core/mem.h"
 
-/* 16K floats: a chunk's p, g, m, v (256 KB) stay in L2 between the scale,
- * update and zeroing of its gradient. */
+/* 16K floats: a chunk's gradient stays in L1/L2 between its scaling and
+ * the update. */
 #define OPTIM_CHUNK ((size_t)1 << 14)
 
 struct optim_chunk {
@@ -90,7 +90,6 @@ static void adamw_task(int i, void *arg) {
     nn_adamw_update(j->params + c->offset, g, j->opt->m + c->offset, j->opt->v + c->offset, c->n,
                     j->lr, j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
                     c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
-    memset(g, 0, c->n * sizeof(float));
 }
 
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,

@@ -57,9 +57,7 @@ typedef struct {
 mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg);
 void mtc_adamw_free(mtc_adamw *opt);
 /* One AdamW step at learning rate lr on grads * grad_scale (the clipping
- * factor, 1 for none); increments step. The gradients are CONSUMED: each
- * chunk is zeroed right after its update, while it is still in cache, so
- * the next accumulation starts from zero without a separate pass. */
+ * factor, 1 for none, applied in place to grads); increments step. */
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,
                     float grad_scale, const mtc_adamw_config *cfg);
 /* L2 norm of the whole gradient buffer (deterministic). */

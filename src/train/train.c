@@ -120,7 +120,6 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     } else {
         mtc_gpt_init_params(model, c->seed);
     }
-    mtc_gpt_zero_grad(model);
     if (c->metrics_path) {
         metrics = fopen(c->metrics_path, "w");
         if (!metrics) {
@@ -153,11 +152,12 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     int n_logged = 0, skipped = 0, nan_iters = 0;
     for (int64_t it = 1; it <= c->train_iters; it++) {
         uint64_t t0 = mtc_time_ns();
-        double loss_sum = 0; /* grads are zero here: AdamW consumes them */
+        double loss_sum = 0;
         for (int m = 0; m < nmb; m++) {
             MTC_CHECK_GOTO(train_load_batch(&x, DATA_SPLIT_TRAIN, consumed, m), rc, done);
             mtc_gpt_pass pass = {.train = 1, .seed = c->seed, .iteration = (uint64_t)it,
-                                 .b0 = m * B, .loss_scale = loss_scale};
+                                 .b0 = m * B, .loss_scale = loss_scale,
+                                 .first_microbatch = m == 0};
             loss_sum += mtc_gpt_forward(model, 0, x.tokens, x.targets, B, T, &pass);
             mtc_gpt_backward(model, 0, x.tokens, x.targets, B, T, loss_scale, &pass);
         }
@@ -167,7 +167,6 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
         if (isnan(loss)) nan_iters++;
         if (!isfinite(norm)) {
             skipped++;
-            mtc_gpt_zero_grad(model);
         } else {
             float lr = (float)mtc_lr_at(&c->lr, opt.step);
             mtc_adamw_step(&opt, pool, model->params, model->grads, lr,

