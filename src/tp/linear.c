@@ -116,8 +116,9 @@ mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, 
     if (regather) /* comm: all-gather(tp) of the input along T, overlapping the dgrad GEMM */
         MTC_CHECK(tp_seq_all_gather_start(in_total, in, perm, B, T, IN, comm, &req));
     if (din) {
-        /* dgrad: no SP straight into din; SP into the full-sequence buffer */
-        nn_linear_backward(tp->pool, sp ? dfull : din, NULL, NULL, g, x, w, N, IN, OUT_tp);
+        /* dgrad (reads no input: the all-gather may still be writing it): no SP
+         * straight into din, SP into the full-sequence buffer */
+        nn_linear_backward(tp->pool, sp ? dfull : din, NULL, NULL, g, NULL, w, N, IN, OUT_tp);
     }
     if (regather) MTC_CHECK(tp_seq_all_gather_finish(in_total, perm, B, T, IN, comm, &req));
     if (din) {
