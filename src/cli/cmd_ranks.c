@@ -47,6 +47,9 @@ static void print_json(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G
 
 static void print_text(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G, int gpn) {
     const mtc_grid_config *c = &s->cfg;
+    char line[512];
+    mtc_grid_describe(line, sizeof line, s);
+    fprintf(f, "%s\n", line);
     fprintf(f, "world %d, order %s (first varies fastest)\n", c->world_size, s->order_full);
     fprintf(f, "dense:  tp %d x cp %d x dp %d x pp %d", c->tp, c->cp, s->dp, c->pp);
     if (c->vpp) fprintf(f, " (vpp %d: %d virtual stages)", c->vpp, c->pp * c->vpp);

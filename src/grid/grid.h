@@ -87,6 +87,12 @@ mtc_result_t mtc_grid_spec_init(mtc_grid_spec *out, const mtc_grid_config *cfg);
 mtc_result_t mtc_grid_validate_model(const mtc_grid_spec *s, int heads, int seq_length,
                                      int num_experts, int num_layers, int vpp);
 
+/* Megatron training's start-up line (arguments.py), e.g. "using world size:
+ * 8, data-parallel size: 2, context-parallel size: 1, hierarchical
+ * context-parallel sizes: None, tensor-model-parallel size: 2,
+ * pipeline-model-parallel size: 2", for log parsers. */
+void mtc_grid_describe(char *buf, size_t len, const mtc_grid_spec *s);
+
 /* Coordinates of `rank` (0 <= rank < world). */
 void mtc_grid_coord_of(mtc_grid_coord *out, const mtc_grid_spec *s, int rank);
 /* Rank from dense digits / expert digits. */

@@ -306,3 +306,15 @@ mtc_result_t mtc_grid_validate_model(const mtc_grid_spec *s, int heads, int seq_
     }
     return MTC_OK;
 }
+
+void mtc_grid_describe(char *buf, size_t len, const mtc_grid_spec *s) {
+    const mtc_grid_config *c = &s->cfg;
+    char h[128] = "None";
+    size_t o = 0;
+    for (int i = 0; i < c->n_hcp && o < sizeof h; i++)
+        o += (size_t)snprintf(h + o, sizeof h - o, "%s%d%s", i ? ", " : "[", c->hcp[i], i + 1 == c->n_hcp ? "]" : "");
+    snprintf(buf, len,
+             "using world size: %d, data-parallel size: %d, context-parallel size: %d, hierarchical "
+             "context-parallel sizes: %s, tensor-model-parallel size: %d, pipeline-model-parallel size: %d",
+             c->world_size, s->dp, c->cp, h, c->tp, c->pp);
+}

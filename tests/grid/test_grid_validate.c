@@ -224,6 +224,12 @@ static void test_hierarchical_docstring(void) {
     for (int i = 0; i < 16; i++) bad |= l0->ranks[i] != i || l1->ranks[i] != e1[i] || l2->ranks[i] != e2[i];
     T_CHECK(!bad);
     T_CHECK(!strcmp(l2->name, "HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L2"));
+    /* Megatron's start-up line prints the sizes as a Python list */
+    char line[512];
+    mtc_grid_describe(line, sizeof line, &s);
+    T_CHECKF(!strcmp(line, "using world size: 16, data-parallel size: 1, context-parallel size: 16, hierarchical "
+                           "context-parallel sizes: [2, 2, 4], tensor-model-parallel size: 1, "
+                           "pipeline-model-parallel size: 1"), "%s", line);
     /* they follow CONTEXT_PARALLEL_GROUP in creation order */
     T_CHECK(l0 == mtc_grid_groups_find(&G, MTC_GROUP_CP, 0) + 1);
     mtc_grid_groups_free(&G);
