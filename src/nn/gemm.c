@@ -19,7 +19,7 @@ typedef struct {
     const float *A, *B;
     int lda, ldb, ldc;
     float *C;
-    const float *bias; /* (N) added to every row after the product, or NULL */
+    const float *bias; /* (N) every row of C starts as bias (beta must be 0), or NULL */
     int tiles, by_rows;
 } gemm_job;
 
@@ -41,17 +41,16 @@ static void gemm_tile(int i, void *vp) {
         C += lo;
     }
     if (M <= 0 || N <= 0) return;
+    float beta = g->beta;
+    if (g->bias) { /* C starts as the bias rows and BLAS adds the product: no extra pass */
+        const float *bias = g->bias + (g->by_rows ? 0 : lo);
+        for (int r = 0; r < M; r++)
+            memcpy(C + (size_t)r * g->ldc, bias, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
     cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans,
                 g->transB ? CblasTrans : CblasNoTrans, M, N, g->K, g->alpha, A, g->lda, B, g->ldb,
-                g->beta, C, g->ldc);
-    if (g->bias) {
-        const float *bias = g->bias + (g->by_rows ? 0 : lo);
-        for (int r = 0; r < M; r++) {
-            float *c = C + (size_t)r * g->ldc;
-            for (int j = 0; j < N; j++)
-                c[j] += bias[j];
-        }
-    }
+                beta, C, g->ldc);
 }
 
 /* Tiles depend on the shape only, never on the pool size: OpenBLAS's
