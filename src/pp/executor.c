@@ -1,0 +1,178 @@
+/* pp/executor.c - runs a pp_plan (executor_plan.c) on this rank: calls the
+ * model's forward/backward callbacks and moves activations and gradients
+ * between pipeline stages.
+ *
+ * Each EXCHANGE step, in two phases (see executor.h for why two channels):
+ *
+ *   forward phase   act channel:  send_next -> (r+1)%pp   recv_prev <- (r-1)%pp
+ *   backward phase  grad channel: send_prev -> (r-1)%pp   recv_next <- (r+1)%pp
+ *
+ * a phase with both halves is one mtc_sendrecv (a ring shift), with one half
+ * one mtc_send / mtc_recv, with none nothing. Relies on comm/comm.h and
+ * core/mem.h. Does not decide anything at run time: the order, the buffers
+ * and which transfers happen were fixed when the plan was built.
+ * Limitations: blocking transfers only (no overlap of p2p with compute, as
+ * Megatron without overlap_p2p_comm); messages are f32. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "pp/executor.h"
+
+struct pp_executor {
+    pp_executor_config cfg;
+    int rank, pp;
+    mtc_comm_t act, grad; /* channels split from the pipeline group (NULL when pp == 1) */
+    pp_plan plan[2];      /* [0] training, [1] forward-only */
+    char *buf;
+    size_t stride, buf_bytes;
+    int owns_buf;
+};
+
+static size_t slot_stride(size_t count) { return (count * sizeof(float) + 63) & ~(size_t)63; }
+
+static mtc_result_t executor_validate(const pp_executor_config *cfg, int rank) {
+    MTC_CHECK(pp_schedule_validate(&cfg->schedule));
+    if (cfg->count == 0)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "pipeline message size 0: give the floats per microbatch "
+                         "(micro-batch-size * seq-length/cp(/tp with SP) * hidden-size)");
+    if (cfg->count > SIZE_MAX / sizeof(float) / 4)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "pipeline message size %zu floats is too large",
+                         cfg->count);
+    if (rank < 0 || rank >= cfg->schedule.pp)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "pipeline rank %d is outside 0..%d", rank,
+                         cfg->schedule.pp - 1);
+    return MTC_OK;
+}
+
+/* Both plans (training and forward-only) of this rank. */
+static mtc_result_t executor_plans(pp_plan plan[2], const pp_executor_config *cfg, int rank) {
+    pp_schedule_config sc = cfg->schedule;
+    sc.forward_only = 0;
+    MTC_CHECK(pp_plan_build(&plan[0], &sc, rank));
+    sc.forward_only = 1;
+    mtc_result_t rc = pp_plan_build(&plan[1], &sc, rank);
+    if (rc != MTC_OK) pp_plan_free(&plan[0]);
+    return rc;
+}
+
+mtc_result_t pp_executor_buffer_bytes(size_t *bytes, const pp_executor_config *cfg, int rank) {
+    *bytes = 0;
+    MTC_CHECK(executor_validate(cfg, rank));
+    pp_plan plan[2];
+    MTC_CHECK(executor_plans(plan, cfg, rank));
+    int n = plan[0].nslots > plan[1].nslots ? plan[0].nslots : plan[1].nslots;
+    *bytes = (size_t)n * slot_stride(cfg->count);
+    pp_plan_free(&plan[0]), pp_plan_free(&plan[1]);
+    return MTC_OK;
+}
+
+mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg, mtc_comm_t pipe,
+                              void *buffer) {
+    *out = NULL;
+    int pp = cfg->schedule.pp;
+    if (pp > 1 && !pipe)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "pipeline-model-parallel-size=%d needs the pipeline communicator", pp);
+    int rank = pipe ? mtc_comm_rank(pipe) : 0;
+    /* refuse before communicating: every rank has the same cfg */
+    MTC_CHECK(executor_validate(cfg, rank));
+    if (pipe && mtc_comm_size(pipe) != pp)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "pipeline communicator '%s' has %d ranks but "
+                         "pipeline-model-parallel-size is %d",
+                         mtc_comm_name(pipe), mtc_comm_size(pipe), pp);
+    if (buffer && ((uintptr_t)buffer & 63))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "pipeline message buffer %p is not 64-byte aligned", buffer);
+    struct pp_executor *ex = calloc(1, sizeof *ex);
+    if (!ex) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for the pipeline executor");
+    ex->cfg = *cfg, ex->rank = rank, ex->pp = pp;
+    ex->stride = slot_stride(cfg->count);
+    mtc_result_t rc;
+    MTC_CHECK_GOTO(executor_plans(ex->plan, cfg, rank), rc, fail);
+    int n = ex->plan[0].nslots > ex->plan[1].nslots ? ex->plan[0].nslots : ex->plan[1].nslots;
+    ex->buf_bytes = (size_t)n * ex->stride;
+    if (buffer) {
+        ex->buf = buffer;
+    } else if (ex->buf_bytes) {
+        MTC_CHECK_GOTO(mtc_mem_alloc_big(ex->buf_bytes, 0, (void **)&ex->buf), rc, fail);
+        ex->owns_buf = 1;
+    }
+    if (pp > 1) {
+        /* collective over the pipeline group: two channels in the same order */
+        MTC_CHECK_GOTO(mtc_comm_split(pipe, 0, rank, "PIPELINE_ACTIVATIONS", &ex->act), rc, fail);
+        MTC_CHECK_GOTO(mtc_comm_split(pipe, 0, rank, "PIPELINE_GRADIENTS", &ex->grad), rc, fail);
+    }
+    *out = ex;
+    return MTC_OK;
+fail:
+    pp_executor_free(ex);
+    return rc;
+}
+
+static float *slot_ptr(pp_executor_t ex, int slot) {
+    return slot < 0 ? NULL : (float *)(ex->buf + (size_t)slot * ex->stride);
+}
+
+/* One phase: send `s` to dst and/or receive `r` from src on comm. */
+static mtc_result_t executor_phase(pp_executor_t ex, mtc_comm_t comm, pp_xfer s, int dst, pp_xfer r,
+                                   int src) {
+    size_t n = ex->cfg.count;
+    if (s.slot >= 0 && r.slot >= 0)
+        return mtc_sendrecv(slot_ptr(ex, s.slot), n, dst, slot_ptr(ex, r.slot), n, src,
+                            MTC_DTYPE_F32, comm);
+    if (s.slot >= 0) return mtc_send(slot_ptr(ex, s.slot), n, MTC_DTYPE_F32, dst, comm);
+    if (r.slot >= 0) return mtc_recv(slot_ptr(ex, r.slot), n, MTC_DTYPE_F32, src, comm);
+    return MTC_OK;
+}
+
+mtc_result_t pp_executor_run(pp_executor_t ex, const pp_callbacks *cb, int forward_only,
+                             pp_op *trace, int *ntrace) {
+    if (ntrace) *ntrace = 0;
+    if (!cb || !cb->forward || (!forward_only && !cb->backward))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "pipeline executor needs a forward callback%s",
+                         forward_only ? "" : " and a backward callback for training");
+    const pp_plan *plan = &ex->plan[forward_only ? 1 : 0];
+    int pp = ex->pp, next = (ex->rank + 1) % pp, prev = (ex->rank - 1 + pp) % pp, n = 0;
+    for (int i = 0; i < plan->nsteps; i++) {
+        const pp_step *s = &plan->steps[i];
+        switch (s->kind) {
+        case PP_STEP_FORWARD:
+            MTC_CHECK(cb->forward(cb->ctx, s->microbatch, s->chunk, slot_ptr(ex, s->in_slot),
+                                  slot_ptr(ex, s->out_slot)));
+            break;
+        case PP_STEP_BACKWARD:
+            MTC_CHECK(cb->backward(cb->ctx, s->microbatch, s->chunk, slot_ptr(ex, s->in_slot),
+                                   slot_ptr(ex, s->out_slot)));
+            break;
+        case PP_STEP_EXCHANGE:
+            MTC_CHECK(executor_phase(ex, ex->act, s->send_next, next, s->recv_prev, prev));
+            MTC_CHECK(executor_phase(ex, ex->grad, s->send_prev, prev, s->recv_next, next));
+            continue;
+        }
+        if (trace)
+            trace[n] = (pp_op){.kind = s->kind == PP_STEP_FORWARD ? PP_OP_FORWARD : PP_OP_BACKWARD,
+                               .microbatch = s->microbatch,
+                               .chunk = s->chunk};
+        n++;
+        if (ntrace) *ntrace = n;
+    }
+    return MTC_OK;
+}
+
+const pp_plan *pp_executor_plan(pp_executor_t ex, int forward_only) {
+    return &ex->plan[forward_only ? 1 : 0];
+}
+
+void pp_executor_free(pp_executor_t ex) {
+    if (!ex) return;
+    mtc_comm_free(ex->act);
+    mtc_comm_free(ex->grad);
+    pp_plan_free(&ex->plan[0]);
+    pp_plan_free(&ex->plan[1]);
+    if (ex->owns_buf) mtc_mem_free_big(ex->buf, ex->buf_bytes);
+    free(ex);
+}

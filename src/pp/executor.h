@@ -1,0 +1,196 @@
+/* pp/executor.h - runs one pipeline-parallel iteration on this rank: the
+ * compute order of pp/schedule.h (no pipelining, 1F1B, interleaved; or
+ * forward-only for evaluation) plus the stage-to-stage transfers of
+ * activations and their gradients, laid out as Megatron-LM core_v0.18.0's
+ * schedules.py issues them.
+ *
+ * Model-agnostic: the caller supplies forward/backward callbacks for one
+ * (microbatch, model chunk); the executor owns only the message buffers and
+ * the pipeline point-to-point traffic. Relies on pp/schedule.h and
+ * comm/comm.h (mtc_send / mtc_recv / mtc_sendrecv). Does not touch model
+ * parameters, reduce gradients (data parallel, tied embeddings) or compute
+ * the loss: the callbacks and the train loop do (see "Use from the GPT
+ * train loop" below).
+ *
+ * ---- Transfers -------------------------------------------------------------
+ * Pipeline ring over PIPELINE_MODEL_PARALLEL_GROUP: next = (r+1) % pp,
+ * prev = (r-1+pp) % pp. Chunk c of rank r is virtual stage s = c*pp + r;
+ * stage s's output goes to stage s+1 (rank pp-1 chunk c -> rank 0 chunk c+1)
+ * and its input gradient to stage s-1 (rank 0 chunk c -> rank pp-1 chunk
+ * c-1). Every Megatron p2p call (recv_forward, send_forward,
+ * send_forward_recv_backward, send_backward_recv_forward,
+ * send_forward_recv_forward, send_backward_recv_backward,
+ * send_forward_backward_recv_forward_backward, recv_backward, ...) becomes
+ * one EXCHANGE step with up to four transfers, issued in two phases:
+ *   forward phase  on the activation channel: send_next + recv_prev
+ *   backward phase on the gradient channel:   send_prev + recv_next
+ * Each phase is one mtc_sendrecv when both halves are present (a ring shift,
+ * so every rank doing its half at once cannot deadlock), else one mtc_send or
+ * mtc_recv. Activations and gradients travel on two communicators split
+ * from the pipeline group at init (so with pp == 2, where next == prev, the
+ * two kinds of message never compete for one in-order channel: this is
+ * what Megatron's "pp > 2 unless overlap_p2p_comm" rule works around).
+ * Megatron's recv decisions (recv_tensor_from_previous_stage: the leading
+ * stage receives nothing for its first pp-1 virtual microbatches and nothing
+ * that the far end's last chunk would produce) decide when a receive is
+ * posted; received tensors queue per chunk, in microbatch order, until their
+ * forward (or backward) runs. The plan builder checks that every queue pops
+ * exactly the microbatch the compute order asks for.
+ *
+ * ---- Buffers ---------------------------------------------------------------
+ * All messages have `count` floats (B*T*C per microbatch; B*(T/cp/tp)*C with
+ * context and sequence parallelism). Slots are assigned once, when the plan
+ * is built, by replaying the schedule: a received activation lives until the
+ * backward of its (microbatch, chunk) returns (forward-only: until its
+ * forward returns), an output or input gradient until the exchange that
+ * sends it, a received gradient until its backward returns. The number of
+ * slots is the schedule's peak in-flight count; pp_executor_buffer_bytes
+ * says how many bytes that is, so the caller can give the executor memory
+ * from its activation arena.
+ *
+ * ---- Callbacks -------------------------------------------------------------
+ *   forward(ctx, mb, chunk, input, output)
+ *     input   (count)  activation from the previous stage; NULL on the first
+ *                      virtual stage (rank 0, chunk 0: the model embeds its
+ *                      tokens). Valid and unchanged until backward(mb, chunk)
+ *                      returns, so the model may keep the pointer instead of
+ *                      a copy (forward-only runs: until forward returns).
+ *     output  (count)  to fill; NULL on the last virtual stage (rank pp-1,
+ *                      chunk vpp-1: the model computes the loss instead).
+ *   backward(ctx, mb, chunk, output_grad, input_grad)
+ *     output_grad (count) dL/d(output); NULL on the last virtual stage (the
+ *                      model starts from its loss).
+ *     input_grad  (count) to fill with dL/d(input); NULL on the first
+ *                      virtual stage.
+ *   A callback error stops the run and is returned (under mtc_launch the
+ *   peers then stop with MTC_ERR_REMOTE instead of waiting).
+ *
+ * ---- Use from the GPT train loop -------------------------------------------
+ *   init:  pp_executor_buffer_bytes(&bytes, &cfg, pp_rank) to size the arena;
+ *          pp_executor_init(&ex, &cfg, mtc_grid_comm(grid, MTC_GROUP_PP..),
+ *          arena_slice). Collective over the pipeline group.
+ *   step:  zero the gradient buffers, then pp_executor_run(ex, &cb, 0, ...).
+ *          forward callback: on the first virtual stage, embed the tokens of
+ *          microbatch mb (wte + wpe) instead of reading input; run the
+ *          chunk's layers; on the last virtual stage, final layer norm,
+ *          logits with the (tied) wte and the loss, scaled by
+ *          1/num_microbatches as Megatron does, recorded per microbatch.
+ *          backward callback: the chunk's backward, accumulating (+=) into
+ *          the parameter gradients; the last stage starts from d(loss)
+ *          = 1/num_microbatches, the first stage ends in the embedding
+ *          gradients.
+ *   after: the executor returns once every backward ran; then, before
+ *          data-parallel reduction and the optimizer (Megatron's
+ *          finalize_model_grads): all-reduce the word-embedding gradient
+ *          over EMBEDDING_GROUP (first and last stage hold copies of the
+ *          tied wte) and the position-embedding gradient over
+ *          POSITION_EMBEDDING_GROUP (with pp > 1 that group is the first
+ *          stage only, so it is a no-op unless a split layout puts wpe on
+ *          two stages); ranks outside a group skip its reduction.
+ *   eval:  pp_executor_run(ex, &cb, 1, ...) runs forwards only.
+ *   end:   pp_executor_free(ex).
+ */
+#ifndef MTC_PP_EXECUTOR_H
+#define MTC_PP_EXECUTOR_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "core/result.h"
+#include "pp/schedule.h"
+
+/* ---- the plan: pure data, built without communicating ---- */
+
+typedef enum {
+    PP_STEP_FORWARD = 0,
+    PP_STEP_BACKWARD = 1,
+    PP_STEP_EXCHANGE = 2,
+} pp_step_kind_t;
+
+/* One transfer of an exchange; slot -1 = not done in this exchange. The
+ * label says which tensor it is: the microbatch and the virtual stage that
+ * will consume it (for a send: the peer's stage; for a receive: ours). */
+typedef struct {
+    int slot;
+    int microbatch;
+    int stage;
+} pp_xfer;
+
+typedef struct {
+    pp_step_kind_t kind;
+    /* FORWARD / BACKWARD */
+    int microbatch, chunk;
+    int in_slot;  /* FORWARD: activation in (-1: first virtual stage);
+                     BACKWARD: output gradient in (-1: last virtual stage) */
+    int out_slot; /* FORWARD: output (-1: last virtual stage);
+                     BACKWARD: input gradient (-1: first virtual stage) */
+    /* EXCHANGE */
+    pp_xfer send_next, recv_prev; /* forward phase, activation channel */
+    pp_xfer send_prev, recv_next; /* backward phase, gradient channel */
+    const char *call;             /* Megatron's p2p function it stands for */
+} pp_step;
+
+typedef struct {
+    pp_step *steps;
+    int nsteps;
+    int nslots;                /* peak number of live message buffers */
+    pp_schedule_counts counts; /* as pp_schedule_build reports them */
+} pp_plan;
+
+/* The steps of pipeline rank `rank` for cfg (cfg->forward_only honoured).
+ * Validates cfg first (Megatron's messages, INVALID_ARGUMENT). Checks its own
+ * bookkeeping (every forward/backward finds its microbatch at the head of
+ * its queue, compute order equals pp_schedule_build, no slot leaks) and
+ * returns MTC_ERR_INTERNAL if not. pp_plan_free(NULL) / on a zeroed plan is
+ * a no-op. */
+mtc_result_t pp_plan_build(pp_plan *plan, const pp_schedule_config *cfg, int rank);
+void pp_plan_free(pp_plan *plan);
+
+/* ---- the executor ---- */
+
+typedef struct {
+    pp_schedule_config schedule; /* pp, vpp, num_microbatches, group_size;
+                                    forward_only is chosen per run */
+    size_t count;                /* floats per message (per microbatch) */
+} pp_executor_config;
+
+typedef struct {
+    mtc_result_t (*forward)(void *ctx, int microbatch, int chunk, const float *input,
+                            float *output);
+    mtc_result_t (*backward)(void *ctx, int microbatch, int chunk, const float *output_grad,
+                             float *input_grad); /* may be NULL for forward-only runs */
+    void *ctx;
+} pp_callbacks;
+
+typedef struct pp_executor *pp_executor_t;
+
+/* Bytes of message buffers pipeline rank `rank` needs for cfg: enough for a
+ * training run and a forward-only run (slots are 64-byte aligned). Validates
+ * cfg like pp_executor_init. */
+mtc_result_t pp_executor_buffer_bytes(size_t *bytes, const pp_executor_config *cfg, int rank);
+
+/* Collective over `pipe` (the PIPELINE_MODEL_PARALLEL_GROUP of this rank,
+ * size pp; NULL allowed when pp == 1). Invalid configurations are refused
+ * before any communication with Megatron's message (every rank has the same
+ * cfg, so every rank refuses). `buffer`: pp_executor_buffer_bytes bytes,
+ * 64-byte aligned, owned by the caller and kept until pp_executor_free; NULL
+ * = the executor allocates it. */
+mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg, mtc_comm_t pipe,
+                              void *buffer);
+
+/* One iteration: every forward and backward of this rank in schedule order,
+ * with the transfers between them. forward_only: evaluation (forwards only,
+ * Megatron's forward_only=True orders). trace (optional, NULL = none):
+ * receives the ops as they complete, pp_schedule_max_ops entries for the
+ * run's mode; *ntrace (optional) their number.
+ * comm: send/recv/sendrecv on the activation and gradient channels of
+ * PIPELINE_MODEL_PARALLEL_GROUP. */
+mtc_result_t pp_executor_run(pp_executor_t ex, const pp_callbacks *cb, int forward_only,
+                             pp_op *trace, int *ntrace);
+
+/* The plans init built (for reports and tests). */
+const pp_plan *pp_executor_plan(pp_executor_t ex, int forward_only);
+
+void pp_executor_free(pp_executor_t ex);
+
+#endif
