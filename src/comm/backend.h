@@ -12,7 +12,8 @@
  * Every mtc communicator owns one backend group (comm_group, opaque here):
  * the backend's mirror of the member list (e.g. an MPI_Comm, or the shared
  * state the shm ranks of the group meet in). The world group exists from
- * the start (comm_backend.world). group_create is called by comm.c inside
+ * the start (comm_backend.world; it belongs to the backend, which frees it
+ * at finalize: comm.c never calls group_free on it). group_create is called by comm.c inside
  * mtc_comm_split / mtc_comm_create, collectively by EVERY member of the
  * parent group, after comm.c has computed the new membership itself, so the
  * backend may either use the membership (shm) or just call

@@ -68,6 +68,7 @@ typedef enum {
     MTC_ALGO_DIRECT,      /* ranks read each other's buffers (shm only) */
     MTC_ALGO_HIER,        /* intra-node then inter-node */
     MTC_ALGO_NATIVE,      /* the MPI library's own collective (mpi only) */
+    MTC_ALGO_PAIRWISE,    /* pairwise exchange (all-to-all) */
     MTC_ALGO_COUNT
 } mtc_algo_t;
 

@@ -1,0 +1,173 @@
+/* comm/launch.c - starting a world of ranks (mtc_launch): N rank-threads on
+ * the shm backend, or this process as one rank of an MPI job.
+ *
+ * Settings resolved once here: timeout (opts, else MTC_COMM_TIMEOUT seconds,
+ * else 300 s), algorithm spec (opts->algo_spec, else MTC_COMM_ALGO), thread
+ * pinning (rank r on the r-th allowed CPU when ranks <= CPUs; pin_threads -1
+ * = auto, 0 = never, 1 = always). A rank whose function fails aborts the
+ * world so peers stop with MTC_ERR_REMOTE; launch then returns the first
+ * failure with its detail. Relies on backend_shm.c / backend_mpi.c. Does not
+ * parse command lines (cli/ does) or exit. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+#include "comm/shm.h"
+#include "core/log.h"
+
+#define LAUNCH_MAX_RANKS 4096
+
+int mtc_launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+typedef struct {
+    double timeout_s;
+    mtc_algo_t algo[MTC_COLL_COUNT];
+    unsigned char strict[MTC_COLL_COUNT];
+} launch_settings;
+
+static mtc_result_t resolve_settings(const mtc_launch_opts *opts, launch_settings *s) {
+    s->timeout_s = COMM_DEFAULT_TIMEOUT_S;
+    const char *env = getenv("MTC_COMM_TIMEOUT");
+    if (opts->timeout_s > 0) {
+        s->timeout_s = opts->timeout_s;
+    } else if (env && env[0]) {
+        char *end;
+        double t = strtod(env, &end);
+        if (*end || !(t > 0))
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "MTC_COMM_TIMEOUT='%s' is not a positive number of seconds", env);
+        s->timeout_s = t;
+    }
+    const char *spec = opts->algo_spec ? opts->algo_spec : getenv("MTC_COMM_ALGO");
+    return comm_algo_spec_parse(spec, s->algo, s->strict);
+}
+
+static mtc_result_t make_world(comm_backend *be, const launch_settings *s, mtc_comm_t *out) {
+    int n = be->world_size, *all = malloc((size_t)n * sizeof *all);
+    if (!all) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for %d ranks", n);
+    for (int i = 0; i < n; i++) all[i] = i;
+    mtc_result_t rc = comm_new(be, be->world, all, n, be->world_rank, "WORLD", NULL, out);
+    free(all);
+    if (rc != MTC_OK) return rc;
+    (*out)->owns_group = 0;
+    (*out)->timeout_s = s->timeout_s;
+    memcpy((*out)->algo, s->algo, sizeof s->algo);
+    memcpy((*out)->strict, s->strict, sizeof s->strict);
+    return MTC_OK;
+}
+
+/* ---- shm: one thread per rank ------------------------------------------------------ */
+
+typedef struct {
+    shm_world *w;
+    const launch_settings *s;
+    mtc_rank_fn fn;
+    void *arg;
+    int rank, cpu;
+} rank_job;
+
+static void *rank_main(void *p) {
+    rank_job *job = p;
+    if (job->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(job->cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    mtc_log_set_rank(job->rank, NULL);
+    comm_backend *be = comm_shm_backend(job->w, job->rank);
+    mtc_comm_t world = NULL;
+    mtc_error_clear();
+    mtc_result_t rc = make_world(be, job->s, &world);
+    if (rc == MTC_OK) rc = job->fn(world, job->arg);
+    if (rc != MTC_OK) be->ops->abort(be, rc, mtc_error_detail());
+    comm_shm_rank_exited(job->w, job->rank);
+    mtc_comm_free(world);
+    return NULL;
+}
+
+static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_settings *s,
+                               mtc_rank_fn fn, void *arg) {
+    int n = opts->world_size;
+    if (n < 1 || n > LAUNCH_MAX_RANKS)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "world size %d must be between 1 and %d", n,
+                         LAUNCH_MAX_RANKS);
+    cpu_set_t allowed;
+    int cpus[CPU_SETSIZE], ncpu = 0;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &allowed)) cpus[ncpu++] = c;
+    if (ncpu == 0) ncpu = 1, cpus[0] = -1;
+    int pin = opts->pin_threads < 0 ? n <= ncpu : opts->pin_threads > 0;
+    shm_world *w;
+    MTC_CHECK(comm_shm_world_create(n, opts->ranks_per_node, n > ncpu, &w));
+    rank_job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    mtc_result_t rc = MTC_OK;
+    int started = 0;
+    if (!jobs || !th) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for %d rank threads", n);
+    for (int r = 0; r < n && rc == MTC_OK; r++, started++) {
+        jobs[r] = (rank_job){w, s, fn, arg, r, pin ? cpus[r % ncpu] : -1};
+        int err = pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+        if (err) {
+            rc = mtc_error(MTC_ERR_SYSTEM, "cannot start rank thread %d of %d: %s", r, n,
+                           strerror(err));
+            comm_backend *be = comm_shm_backend(w, r);
+            be->ops->abort(be, rc, mtc_error_detail());
+        }
+    }
+    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    int frank;
+    mtc_result_t frc;
+    const char *fmsg;
+    if (rc == MTC_OK && comm_shm_first_failure(w, &frank, &frc, &fmsg))
+        rc = mtc_error(frc, "rank %d: %s", frank, fmsg);
+    comm_shm_world_free(w);
+    free(jobs);
+    free(th);
+    return rc;
+}
+
+/* ---- mpi: this process is one rank ---------------------------------------------------- */
+
+#if defined(MTC_HAVE_MPI) && __has_include("backend_mpi.c")
+static mtc_result_t launch_mpi(const mtc_launch_opts *opts, const launch_settings *s,
+                               mtc_rank_fn fn, void *arg) {
+    comm_backend *be;
+    MTC_CHECK(comm_mpi_backend_init(opts, &be));
+    mtc_log_set_rank(be->world_rank, NULL);
+    mtc_comm_t world = NULL;
+    mtc_result_t rc = make_world(be, s, &world);
+    if (rc == MTC_OK) rc = fn(world, arg);
+    if (rc != MTC_OK && be->world_size > 1) be->ops->abort(be, rc, mtc_error_detail());
+    mtc_comm_free(world);
+    comm_mpi_backend_finalize(be);
+    return rc;
+}
+#else
+static mtc_result_t launch_mpi(const mtc_launch_opts *opts, const launch_settings *s,
+                               mtc_rank_fn fn, void *arg) {
+    (void)opts, (void)s, (void)fn, (void)arg;
+    return mtc_error(MTC_ERR_UNSUPPORTED,
+                     "the mpi backend is not built in (install libopenmpi-dev and rebuild), use "
+                     "--backend shm");
+}
+#endif
+
+mtc_result_t mtc_launch(const mtc_launch_opts *opts, mtc_rank_fn fn, void *arg) {
+    if (!opts || !fn) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_launch: opts and fn are required");
+    launch_settings s;
+    MTC_CHECK(resolve_settings(opts, &s));
+    mtc_backend_kind_t kind = opts->backend;
+    if (kind == MTC_BACKEND_AUTO) kind = mtc_launched_by_mpi() ? MTC_BACKEND_MPI : MTC_BACKEND_SHM;
+    if (kind == MTC_BACKEND_MPI) return launch_mpi(opts, &s, fn, arg);
+    if (kind != MTC_BACKEND_SHM)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_launch: backend %d is not shm or mpi", (int)kind);
+    return launch_shm(opts, &s, fn, arg);
+}

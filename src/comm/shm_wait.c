@@ -1,0 +1,265 @@
+/* comm/shm_wait.c - how shm ranks wait for each other, and what they say
+ * when waiting goes wrong.
+ *
+ * A wait spins briefly (a few microseconds; shorter and with yields when
+ * there are more rank-threads than cores, where spinning starves the peer
+ * we wait for), then sleeps on a futex in slices of SHM_SLICE_MS. Between
+ * slices it checks, in this order: the world abort flag (MTC_ERR_REMOTE),
+ * the group's sticky error, the call board for a peer that entered the same
+ * sequence number with another signature (MTC_ERR_INVALID_USAGE naming both
+ * calls), and the deadline (MTC_ERR_TIMEOUT with a report of what every
+ * member is doing). The fast path is only the condition check.
+ * Relies on shm.h (world and group layout, defined in backend_shm.c).
+ * Does not move data. */
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/shm.h"
+#include "core/timer.h"
+
+#define SHM_SLICE_NS (20ull * 1000 * 1000)
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
+void shm_event_signal(shm_event *e) {
+    atomic_fetch_add(&e->seq, 1);
+    if (atomic_load(&e->waiters))
+        syscall(SYS_futex, (uint32_t *)&e->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+uint64_t shm_pack_sig(const comm_call *c) {
+    return (uint64_t)(uint8_t)c->kind | (uint64_t)(uint8_t)(c->dtype + 1) << 8 |
+           (uint64_t)(uint8_t)(c->op + 1) << 16 | (uint64_t)(uint32_t)(c->root + 1) << 24;
+}
+
+static void unpack_sig(uint64_t sig, uint64_t count, comm_call *c) {
+    memset(c, 0, sizeof *c);
+    c->kind = (int)(sig & 0xff);
+    c->dtype = (int)((sig >> 8) & 0xff) - 1;
+    c->op = (int)((sig >> 16) & 0xff) - 1;
+    c->root = (int)(uint32_t)(sig >> 24) - 1;
+    c->count = (size_t)count;
+}
+
+mtc_result_t shm_group_fail(comm_group *g, mtc_result_t rc, const char *msg) {
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&g->err_state, &expect, 1)) {
+        g->err_rc = rc;
+        snprintf(g->err_msg, sizeof g->err_msg, "%s", msg);
+        atomic_store(&g->err_state, 2);
+        shm_event_signal(&g->ev);
+        for (int i = 0; i < g->n; i++) shm_event_signal(&g->m[i].bell);
+    } else {
+        while (atomic_load(&g->err_state) != 2) sched_yield();
+    }
+    return mtc_error(g->err_rc, "%s", g->err_msg);
+}
+
+/* Member p's call number `seq` from the board; 0 when overwritten/absent. */
+static int board_read(comm_group *g, int p, uint64_t seq, comm_call *out) {
+    shm_board_slot *s = &g->m[p].board[seq % SHM_BOARD];
+    if (atomic_load(&s->seq) != seq) return 0;
+    uint64_t sig = atomic_load(&s->sig), count = atomic_load(&s->count);
+    if (atomic_load(&s->seq) != seq) return 0;
+    unpack_sig(sig, count, out);
+    out->seq = seq;
+    return 1;
+}
+
+void shm_board_enter(comm_group *g, int me, const comm_call *call) {
+    shm_member *m = &g->m[me];
+    shm_board_slot *s = &m->board[call->seq % SHM_BOARD];
+    atomic_store(&s->seq, 0);
+    atomic_store(&s->sig, shm_pack_sig(call));
+    atomic_store(&s->count, (uint64_t)call->count);
+    atomic_store(&s->seq, call->seq);
+    atomic_store(&m->entered, call->seq);
+}
+
+void shm_board_leave(comm_group *g, int me, const comm_call *call) {
+    atomic_store(&g->m[me].left, call->seq);
+}
+
+mtc_result_t shm_mismatch(comm_group *g, int a, const comm_call *ca, int b,
+                          const comm_call *cb) {
+    const char *name = ca->group_name ? ca->group_name : cb->group_name;
+    if (a > b) {
+        int t = a;
+        a = b, b = t;
+        const comm_call *tc = ca;
+        ca = cb, cb = tc;
+    }
+    char da[160], db[160], msg[600];
+    comm_call_describe(ca, da, sizeof da);
+    comm_call_describe(cb, db, sizeof db);
+    snprintf(msg, sizeof msg, "collective mismatch in %s (seq %llu): rank %d called %s but rank %d called %s",
+             name ? name : "?", (unsigned long long)ca->seq, a, da, b, db);
+    return shm_group_fail(g, MTC_ERR_INVALID_USAGE, msg);
+}
+
+static mtc_result_t board_check(comm_group *g, int me, const comm_call *call) {
+    if (!call || call->seq == 0) return MTC_OK;
+    comm_call peer;
+    for (int p = 0; p < g->n; p++) {
+        if (p == me || atomic_load(&g->m[p].entered) < call->seq) continue;
+        if (board_read(g, p, call->seq, &peer) && !comm_call_same(&peer, call))
+            return shm_mismatch(g, me, call, p, &peer);
+    }
+    return MTC_OK;
+}
+
+mtc_result_t shm_check_health(comm_group *g, int me) {
+    shm_world *w = g->w;
+    if (atomic_load(&w->fail_state) == 2)
+        return mtc_error(MTC_ERR_REMOTE, "rank %d failed with %s: %s", w->failed_rank,
+                         mtc_result_name(w->failed_rc), w->failed_msg);
+    if (atomic_load(&g->err_state) == 2) return mtc_error(g->err_rc, "%s", g->err_msg);
+    return MTC_OK;
+}
+
+/* "rank 2 is in all_reduce(count=4, f32, sum) (seq 3)" for every member. */
+static size_t describe_members(comm_group *g, int me, const comm_call *call, char *buf,
+                               size_t len) {
+    size_t off = 0;
+    for (int p = 0; p < g->n && off + 1 < len; p++) {
+        if (p == me) continue;
+        uint64_t e = atomic_load(&g->m[p].entered), l = atomic_load(&g->m[p].left);
+        comm_call c;
+        char d[160] = "?";
+        int wr = g->members[p];
+        char who[48];
+        if (g->members[p] == p) snprintf(who, sizeof who, "rank %d", p);
+        else snprintf(who, sizeof who, "rank %d (world %d)", p, wr);
+        const char *gone = atomic_load(&g->w->exited[wr]) ? ", returned from its rank function" : "";
+        int n;
+        if (e >= call->seq && e > l && board_read(g, p, e, &c)) {
+            comm_call_describe(&c, d, sizeof d);
+            n = snprintf(buf + off, len - off, "; %s waits in %s (seq %llu)", who, d,
+                         (unsigned long long)e);
+        } else if (e >= call->seq) {
+            n = snprintf(buf + off, len - off, "; %s is past seq %llu", who,
+                         (unsigned long long)call->seq);
+        } else if (e == 0) {
+            n = snprintf(buf + off, len - off, "; %s has not arrived (no collective yet%s)", who, gone);
+        } else {
+            if (board_read(g, p, e, &c)) comm_call_describe(&c, d, sizeof d);
+            n = snprintf(buf + off, len - off, "; %s has not arrived (last %s %s (seq %llu)%s)",
+                         who, e > l ? "in" : "finished", d, (unsigned long long)e, gone);
+        }
+        if (n < 0) break;
+        off += (size_t)n;
+        if (off >= len) off = len - 1;
+    }
+    return off;
+}
+
+static mtc_result_t report_timeout(comm_group *g, int me, const comm_call *call, int who) {
+    char d[160], rest[700] = "";
+    comm_call_describe(call, d, sizeof d);
+    describe_members(g, me, call, rest, sizeof rest);
+    char waitfor[40] = "its peers";
+    if (who >= 0) snprintf(waitfor, sizeof waitfor, "rank %d", who);
+    if (call->seq == 0)
+        return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s: rank %d waited in %s for rank %d", call->group_name,
+                         me, d, who);
+    return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s (seq %llu): rank %d waited in %s for %s%s",
+                     call->group_name, (unsigned long long)call->seq, me, d, waitfor, rest);
+}
+
+mtc_result_t shm_wait(comm_group *g, int me, shm_event *ev, shm_cond_fn cond, void *arg,
+                      const comm_call *call, int who) {
+    if (cond(arg)) return MTC_OK;
+    shm_world *w = g->w;
+    for (int i = 0; i < w->spin_iters; i++) {
+        cpu_relax();
+        if (cond(arg)) return MTC_OK;
+    }
+    for (int i = 0; i < w->yield_iters; i++) {
+        sched_yield();
+        if (cond(arg)) return MTC_OK;
+    }
+    for (;;) {
+        MTC_CHECK(shm_check_health(g, me));
+        MTC_CHECK(board_check(g, me, call));
+        uint64_t now = mtc_time_ns(), slice = SHM_SLICE_NS;
+        if (call && call->deadline_ns) {
+            if (now >= call->deadline_ns) {
+                if (cond(arg)) return MTC_OK;
+                return report_timeout(g, me, call, who);
+            }
+            if (call->deadline_ns - now < slice) slice = call->deadline_ns - now;
+        }
+        uint32_t s = atomic_load(&ev->seq);
+        if (cond(arg)) return MTC_OK;
+        atomic_fetch_add(&ev->waiters, 1);
+        if (!cond(arg)) futex_wait(&ev->seq, s, slice);
+        atomic_fetch_sub(&ev->waiters, 1);
+        if (cond(arg)) return MTC_OK;
+    }
+}
+
+/* ---- phase syncs on the member arrival counters --------------------------- */
+
+void shm_arrive(comm_group *g, int me, uint64_t epoch, int phase) {
+    atomic_store(&g->m[me].arrive, epoch * 4 + (uint64_t)phase);
+    shm_event_signal(&g->ev);
+}
+
+typedef struct {
+    comm_group *g;
+    uint64_t target;
+    int next; /* members below this index have arrived */
+} all_arg;
+
+static int all_arrived(void *arg) {
+    all_arg *a = arg;
+    for (; a->next < a->g->n; a->next++)
+        if (atomic_load_explicit(&a->g->m[a->next].arrive, memory_order_acquire) < a->target)
+            return 0;
+    return 1;
+}
+
+mtc_result_t shm_wait_all(comm_group *g, int me, uint64_t epoch, int phase,
+                          const comm_call *call) {
+    all_arg a = {g, epoch * 4 + (uint64_t)phase, 0};
+    return shm_wait(g, me, &g->ev, all_arrived, &a, call, -1);
+}
+
+static int one_arrived(void *arg) {
+    all_arg *a = arg;
+    return atomic_load_explicit(&a->g->m[a->next].arrive, memory_order_acquire) >= a->target;
+}
+
+mtc_result_t shm_wait_one(comm_group *g, int me, int who, uint64_t epoch, int phase,
+                          const comm_call *call) {
+    all_arg a = {g, epoch * 4 + (uint64_t)phase, who};
+    return shm_wait(g, me, &g->ev, one_arrived, &a, call, who);
+}
+
+mtc_result_t shm_check_pub(comm_group *g, int me, int who, uint64_t epoch, const comm_call *call) {
+    shm_pub *p = &g->m[who].pub[epoch & 1];
+    uint64_t sig = atomic_load_explicit(&p->sig, memory_order_relaxed);
+    uint64_t count = atomic_load_explicit(&p->count, memory_order_relaxed);
+    if (sig == shm_pack_sig(call) && count == call->count) return MTC_OK;
+    comm_call peer;
+    unpack_sig(sig, count, &peer);
+    peer.seq = call->seq;
+    return shm_mismatch(g, me, call, who, &peer);
+}

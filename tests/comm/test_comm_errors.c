@@ -1,0 +1,161 @@
+/* tests/comm/test_comm_errors.c - diagnosis instead of hangs, on shm
+ * rank-threads: mismatched collectives (direct, ring p2p, and direct vs
+ * ring) give INVALID_USAGE on both ranks naming both calls, ranks and the
+ * group; a rank that skips a collective makes the others time out with a
+ * report naming it; a failing rank aborts the others with REMOTE and launch
+ * returns its error; forcing an algorithm that cannot run is refused with
+ * the valid choices; bad MTC_COMM_ALGO specs are refused. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "core/timer.h"
+#include "test.h"
+
+typedef struct {
+    mtc_algo_t a0, a1; /* algorithm forced on rank 0 / rank 1 (AUTO: none) */
+} mismatch_arg;
+
+static mtc_result_t r_mismatch(mtc_comm_t w, void *p) {
+    const mismatch_arg *m = p;
+    int r = mtc_comm_rank(w);
+    mtc_comm_t tp;
+    MTC_CHECK(mtc_comm_split(w, 0, r, "TENSOR_MODEL_PARALLEL_GROUP", &tp));
+    mtc_comm_set_timeout(tp, 30);
+    mtc_algo_t a = r == 0 ? m->a0 : m->a1;
+    if (a != MTC_ALGO_AUTO) {
+        mtc_comm_set_algo(tp, MTC_COLL_ALL_REDUCE, a);
+        mtc_comm_set_algo(tp, MTC_COLL_ALL_GATHER, a);
+    }
+    float *x = calloc(2048, sizeof *x), *y = calloc(2048, sizeof *y);
+    MTC_CHECK(mtc_barrier(tp)); /* seq 1 on tp */
+    mtc_result_t rc = r == 0 ? mtc_all_reduce(x, y, 1024, MTC_DTYPE_F32, MTC_OP_SUM, tp)
+                             : mtc_all_gather(x, y, 512, MTC_DTYPE_F32, tp);
+    const char *d = mtc_error_detail();
+    T_CHECKF(rc == MTC_ERR_INVALID_USAGE, "rank %d got %s", r, mtc_result_name(rc));
+    T_CHECKF(strstr(d, "TENSOR_MODEL_PARALLEL_GROUP (seq 2)") &&
+                 strstr(d, "rank 0 called all_reduce(count=1024, f32, sum)") &&
+                 strstr(d, "rank 1 called all_gather(count=512, f32)"),
+             "rank %d detail: %s", r, d);
+    /* the group stays failed: the next call reports the same error */
+    T_CHECK(mtc_barrier(tp) == MTC_ERR_INVALID_USAGE);
+    free(x), free(y);
+    mtc_comm_free(tp);
+    return MTC_OK;
+}
+
+static mtc_result_t r_timeout(mtc_comm_t w, void *p) {
+    (void)p;
+    int r = mtc_comm_rank(w);
+    mtc_comm_set_timeout(w, 0.3);
+    int32_t v = 1, s = 0;
+    MTC_CHECK(mtc_barrier(w));
+    if (r == 2) return MTC_OK; /* skips the all_reduce */
+    double t0 = mtc_time_s();
+    mtc_result_t rc = mtc_all_reduce(&v, &s, 1, MTC_DTYPE_I32, MTC_OP_SUM, w);
+    double dt = mtc_time_s() - t0;
+    const char *d = mtc_error_detail();
+    T_CHECKF(rc == MTC_ERR_TIMEOUT, "rank %d got %s", r, mtc_result_name(rc));
+    T_CHECKF(dt > 0.25 && dt < 10, "timeout after %.2f s", dt);
+    T_CHECKF(strstr(d, "WORLD") && strstr(d, "all_reduce(count=1, i32, sum)") &&
+                 strstr(d, "rank 2 has not arrived"),
+             "rank %d detail: %s", r, d);
+    return MTC_OK;
+}
+
+static mtc_result_t r_abort(mtc_comm_t w, void *p) {
+    double *elapsed = p;
+    int r = mtc_comm_rank(w);
+    MTC_CHECK(mtc_barrier(w));
+    if (r == 1) {
+        usleep(50000);
+        return mtc_error(MTC_ERR_IO, "disk on fire");
+    }
+    double t0 = mtc_time_s();
+    float x[100] = {0}, y[100];
+    mtc_result_t rc = mtc_all_reduce(x, y, 100, MTC_DTYPE_F32, MTC_OP_SUM, w);
+    elapsed[r] = mtc_time_s() - t0;
+    T_CHECKF(rc == MTC_ERR_REMOTE && strstr(mtc_error_detail(), "rank 1") &&
+                 strstr(mtc_error_detail(), "disk on fire"),
+             "rank %d: %s %s", r, mtc_result_name(rc), mtc_error_detail());
+    return rc;
+}
+
+static mtc_result_t r_select(mtc_comm_t w, void *p) {
+    (void)p;
+    int r = mtc_comm_rank(w);
+    /* one node: hier cannot run; forced, it is refused with the valid ones */
+    mtc_comm_set_algo(w, MTC_COLL_ALL_REDUCE, MTC_ALGO_HIER);
+    float x = 1, y = 0;
+    mtc_result_t rc = mtc_all_reduce(&x, &y, 1, MTC_DTYPE_F32, MTC_OP_SUM, w);
+    T_CHECKF(rc == MTC_ERR_INVALID_ARGUMENT && strstr(mtc_error_detail(), "hier") &&
+                 strstr(mtc_error_detail(), "valid here: auto") &&
+                 strstr(mtc_error_detail(), "direct"),
+             "rank %d: %s", r, mtc_error_detail());
+    T_CHECK(mtc_comm_choose(w, MTC_COLL_ALL_REDUCE, 1, MTC_DTYPE_F32) != MTC_ALGO_HIER);
+    /* every algorithm runs when forced, with the same closed-form result */
+    for (int a = MTC_ALGO_RING; a < MTC_ALGO_COUNT; a++) {
+        mtc_comm_set_algo(w, MTC_COLL_ALL_REDUCE, (mtc_algo_t)a);
+        T_CHECK((int)mtc_comm_get_algo(w, MTC_COLL_ALL_REDUCE) == a);
+        float in[37], out[37];
+        for (int i = 0; i < 37; i++) in[i] = (float)(r * 37 + i);
+        rc = mtc_all_reduce(in, out, 37, MTC_DTYPE_F32, MTC_OP_SUM, w);
+        if (a == MTC_ALGO_HIER || a == MTC_ALGO_NATIVE || a == MTC_ALGO_PAIRWISE) {
+            T_CHECKF(rc == MTC_ERR_INVALID_ARGUMENT, "%s: %s", mtc_algo_name((mtc_algo_t)a),
+                     mtc_result_name(rc));
+            continue;
+        }
+        int n = mtc_comm_size(w), bad = 0;
+        for (int i = 0; i < 37; i++) bad += out[i] != (float)(37 * n * (n - 1) / 2 + n * i);
+        T_CHECKF(rc == MTC_OK && !bad, "%s: %s, %d wrong", mtc_algo_name((mtc_algo_t)a),
+                 mtc_result_name(rc), bad);
+    }
+    return MTC_OK;
+}
+
+static mtc_result_t r_nothing(mtc_comm_t w, void *p) {
+    (void)w, (void)p;
+    return MTC_OK;
+}
+
+int main(void) {
+    mtc_launch_opts o = {.backend = MTC_BACKEND_SHM, .world_size = 2, .pin_threads = -1};
+    mismatch_arg cases[] = {{MTC_ALGO_AUTO, MTC_ALGO_AUTO},
+                            {MTC_ALGO_RING, MTC_ALGO_RING},
+                            {MTC_ALGO_RING, MTC_ALGO_DIRECT}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        double t0 = mtc_time_s();
+        T_CHECK(mtc_launch(&o, r_mismatch, &cases[k]) == MTC_OK);
+        T_CHECKF(mtc_time_s() - t0 < 5, "mismatch %zu detected after %.2f s", k, mtc_time_s() - t0);
+    }
+    o.world_size = 3;
+    T_CHECK(mtc_launch(&o, r_timeout, NULL) == MTC_OK);
+
+    double elapsed[3] = {0};
+    o.timeout_s = 60;
+    mtc_result_t rc = mtc_launch(&o, r_abort, elapsed);
+    T_CHECKF(rc == MTC_ERR_IO && strstr(mtc_error_detail(), "rank 1: disk on fire"), "launch: %s %s",
+             mtc_result_name(rc), mtc_error_detail());
+    T_CHECKF(elapsed[0] < 5 && elapsed[2] < 5, "abort noticed after %.2f / %.2f s", elapsed[0], elapsed[2]);
+
+    for (int n = 2; n <= 5; n += 3) {
+        o.world_size = n;
+        T_CHECK(mtc_launch(&o, r_select, NULL) == MTC_OK);
+    }
+    const char *bad_specs[] = {"all_to_all=ring", "ringg", "all_reduce=direkt", "allreduce=ring"};
+    for (size_t k = 0; k < 4; k++) {
+        o.algo_spec = bad_specs[k];
+        rc = mtc_launch(&o, r_nothing, NULL);
+        T_CHECKF(rc == MTC_ERR_INVALID_ARGUMENT && strstr(mtc_error_detail(), "valid"), "%s: %s",
+                 bad_specs[k], mtc_error_detail());
+    }
+    o.algo_spec = "ring"; /* a preference: operations without a ring keep the selector */
+    T_CHECK(mtc_launch(&o, r_nothing, NULL) == MTC_OK);
+    setenv("MTC_COMM_TIMEOUT", "soon", 1);
+    o.algo_spec = NULL;
+    o.timeout_s = 0;
+    T_CHECK(mtc_launch(&o, r_nothing, NULL) == MTC_ERR_INVALID_ARGUMENT);
+    unsetenv("MTC_COMM_TIMEOUT");
+    return T_DONE();
+}
