@@ -105,7 +105,7 @@ static void colsum_tile(int i, void *vp) {
             const float *d = c->dout + (size_t)r * c->OUT + j0;
             size_t j = 0;
             for (; j + 8 <= w; j += 8)
-                nn_v8_st(acc + j, nn_v8_ld(acc + j) + nn_v8_ld(d + j));
+                NN_V8_ST(acc + j, NN_V8_LD(acc + j) + NN_V8_LD(d + j));
             for (; j < w; j++)
                 acc[j] += d[j];
         }

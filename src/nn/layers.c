@@ -81,24 +81,24 @@ static void ln_fwd_tile(int i, void *vp) {
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->inp + r * C;
         float *o = j->out + r * C;
-        nn_v8 s8 = nn_v8_set1(0.0f);
+        nn_v8 s8 = NN_V8_SET1(0.0f);
         for (int c = 0; c < C8; c += 8)
-            s8 += nn_v8_ld(x + c);
-        float s = nn_v8_hsum(s8);
+            s8 += NN_V8_LD(x + c);
+        float s = NN_V8_HSUM(s8);
         for (int c = C8; c < C; c++)
             s += x[c];
         float m = s / C;
-        nn_v8 v8 = nn_v8_set1(0.0f);
+        nn_v8 v8 = NN_V8_SET1(0.0f);
         for (int c = 0; c < C8; c += 8) {
-            nn_v8 d = nn_v8_ld(x + c) - m;
+            nn_v8 d = NN_V8_LD(x + c) - m;
             v8 += d * d;
         }
-        float v = nn_v8_hsum(v8);
+        float v = NN_V8_HSUM(v8);
         for (int c = C8; c < C; c++)
             v += (x[c] - m) * (x[c] - m);
         float rs = 1.0f / sqrtf(v / C + LN_EPS);
         for (int c = 0; c < C8; c += 8)
-            nn_v8_st(o + c, (nn_v8_ld(x + c) - m) * rs * nn_v8_ld(j->w + c) + nn_v8_ld(j->b + c));
+            NN_V8_ST(o + c, (NN_V8_LD(x + c) - m) * rs * NN_V8_LD(j->w + c) + NN_V8_LD(j->b + c));
         for (int c = C8; c < C; c++)
             o[c] = (x[c] - m) * rs * j->w[c] + j->b[c];
         if (j->mean) j->mean[r] = m;
@@ -125,13 +125,13 @@ static void ln_bwd_rows(int i, void *vp) {
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->inp + r * C, *g = j->dout + r * C;
         float m = j->cmean[r], rs = j->crstd[r];
-        nn_v8 a1 = nn_v8_set1(0.0f), a2 = nn_v8_set1(0.0f);
+        nn_v8 a1 = NN_V8_SET1(0.0f), a2 = NN_V8_SET1(0.0f);
         for (int c = 0; c < C8; c += 8) {
-            nn_v8 dn = nn_v8_ld(w + c) * nn_v8_ld(g + c);
+            nn_v8 dn = NN_V8_LD(w + c) * NN_V8_LD(g + c);
             a1 += dn;
-            a2 += dn * ((nn_v8_ld(x + c) - m) * rs);
+            a2 += dn * ((NN_V8_LD(x + c) - m) * rs);
         }
-        float s1 = nn_v8_hsum(a1), s2 = nn_v8_hsum(a2);
+        float s1 = NN_V8_HSUM(a1), s2 = NN_V8_HSUM(a2);
         for (int c = C8; c < C; c++) {
             float dn = w[c] * g[c];
             s1 += dn;
@@ -141,8 +141,8 @@ static void ln_bwd_rows(int i, void *vp) {
         s2 /= C;
         float *d = j->dinp + r * C;
         for (int c = 0; c < C8; c += 8) {
-            nn_v8 dn = nn_v8_ld(w + c) * nn_v8_ld(g + c);
-            nn_v8_st(d + c, rs * (dn - s1 - ((nn_v8_ld(x + c) - m) * rs) * s2));
+            nn_v8 dn = NN_V8_LD(w + c) * NN_V8_LD(g + c);
+            NN_V8_ST(d + c, rs * (dn - s1 - ((NN_V8_LD(x + c) - m) * rs) * s2));
         }
         for (int c = C8; c < C; c++)
             d[c] = rs * (w[c] * g[c] - s1 - ((x[c] - m) * rs) * s2);
@@ -160,15 +160,15 @@ static void ln_bwd_cols(int i, void *vp) {
     for (size_t c0 = lo; c0 < hi; c0 += 128) {
         size_t w = hi - c0 < 128 ? hi - c0 : 128, w8 = w / 8;
         for (size_t q = 0; q < 16; q++)
-            aw[q] = ab[q] = nn_v8_set1(0.0f);
+            aw[q] = ab[q] = NN_V8_SET1(0.0f);
         memset(tw, 0, sizeof tw);
         memset(tb, 0, sizeof tb);
         for (int r = 0; r < j->N; r++) {
             const float *x = j->inp + (size_t)r * j->C + c0, *g = j->dout + (size_t)r * j->C + c0;
             float m = j->cmean[r], rs = j->crstd[r];
             for (size_t q = 0; q < w8; q++) {
-                nn_v8 gv = nn_v8_ld(g + 8 * q);
-                aw[q] += gv * ((nn_v8_ld(x + 8 * q) - m) * rs);
+                nn_v8 gv = NN_V8_LD(g + 8 * q);
+                aw[q] += gv * ((NN_V8_LD(x + 8 * q) - m) * rs);
                 ab[q] += gv;
             }
             for (size_t c = 8 * w8; c < w; c++) {
@@ -249,7 +249,7 @@ void nn_gelu_backward(nn_pool *pool, float *dinp, const float *inp, const float 
 void nn_residual_forward(float *out, const float *a, const float *b, size_t n) {
     size_t k = 0;
     for (; k + 8 <= n; k += 8)
-        nn_v8_st(out + k, nn_v8_ld(a + k) + nn_v8_ld(b + k));
+        NN_V8_ST(out + k, NN_V8_LD(a + k) + NN_V8_LD(b + k));
     for (; k < n; k++)
         out[k] = a[k] + b[k];
 }
@@ -277,7 +277,7 @@ static void dropout_apply(float *out, const float *inp, int B, int T, int C,
                 nn_dropout_scale_run(m, (size_t)w, s, g0 + c0);
                 int c = 0;
                 for (; c + 8 <= w; c += 8)
-                    nn_v8_st(out + off + c0 + c, nn_v8_ld(inp + off + c0 + c) * nn_v8_ld(m + c));
+                    NN_V8_ST(out + off + c0 + c, NN_V8_LD(inp + off + c0 + c) * NN_V8_LD(m + c));
                 for (; c < w; c++)
                     out[off + c0 + c] = inp[off + c0 + c] * m[c];
             }

@@ -18,16 +18,25 @@
  * them in a fixed order, so results are the same run to run. */
 typedef float nn_v8 __attribute__((vector_size(32)));
 typedef int nn_v8i __attribute__((vector_size(32)));
-static inline nn_v8 nn_v8_ld(const float *p) {
-    nn_v8 v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void nn_v8_st(float *p, nn_v8 v) { __builtin_memcpy(p, &v, sizeof v); }
-static inline nn_v8 nn_v8_set1(float a) { return (nn_v8){a, a, a, a, a, a, a, a}; }
-static inline float nn_v8_hsum(nn_v8 v) {
-    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
+/* Macros, not functions: passing 32-byte vectors by value would change the
+ * ABI (and warn, -Wpsabi) in builds without AVX (sanitizer builds). */
+#define NN_V8_LD(p)                                                                                \
+    ({                                                                                             \
+        nn_v8 v8_;                                                                                 \
+        __builtin_memcpy(&v8_, (p), sizeof v8_);                                                   \
+        v8_;                                                                                       \
+    })
+#define NN_V8_ST(p, v)                                                                             \
+    do {                                                                                           \
+        nn_v8 v8s_ = (v);                                                                          \
+        __builtin_memcpy((p), &v8s_, sizeof v8s_);                                                 \
+    } while (0)
+#define NN_V8_SET1(a) ((nn_v8){(a), (a), (a), (a), (a), (a), (a), (a)})
+#define NN_V8_HSUM(v)                                                                              \
+    ({                                                                                             \
+        nn_v8 h8_ = (v);                                                                           \
+        ((h8_[0] + h8_[4]) + (h8_[1] + h8_[5])) + ((h8_[2] + h8_[6]) + (h8_[3] + h8_[7]));         \
+    })
 
 /* Number of ranges of about `grain` items that cover n items (>= 1). */
 static inline int nn_split_count(size_t n, size_t grain) {

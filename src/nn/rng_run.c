@@ -99,11 +99,11 @@ void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, ui
 void nn_dropout_scale_run(float *dst, size_t n, const nn_dropout_spec *s, uint64_t first) {
     nn_rng_uniform_run(dst, n, s->seed, s->stream, first);
     float p = s->p, scale = 1.0f / (1.0f - s->p);
-    nn_v8 pv = nn_v8_set1(p);
-    nn_v8i sv = (nn_v8i)nn_v8_set1(scale);
+    nn_v8 pv = NN_V8_SET1(p);
+    nn_v8i sv = (nn_v8i)NN_V8_SET1(scale);
     size_t k = 0;
     for (; k + 8 <= n; k += 8) /* the comparison gives all-ones lanes where kept */
-        nn_v8_st(dst + k, (nn_v8)((nn_v8_ld(dst + k) >= pv) & sv));
+        NN_V8_ST(dst + k, (nn_v8)((NN_V8_LD(dst + k) >= pv) & sv));
     for (; k < n; k++)
         dst[k] = dst[k] >= p ? scale : 0.0f;
 }

@@ -94,7 +94,7 @@ float nn_vexp_sum(float *y, const float *x, int n, float shift) {
 void nn_vscale(float *y, float a, int n) {
     int k = 0;
     for (; k + 8 <= n; k += 8)
-        nn_v8_st(y + k, nn_v8_ld(y + k) * a);
+        NN_V8_ST(y + k, NN_V8_LD(y + k) * a);
     for (; k < n; k++)
         y[k] *= a;
 }

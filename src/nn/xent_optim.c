@@ -66,7 +66,7 @@ static void xent_fwd_bwd_tile(int i, void *vp) {
         float pt = x[t] * inv; /* the same roundings as forward then backward */
         int v = 0;
         for (; v + 8 <= V; v += 8)
-            nn_v8_st(x + v, (nn_v8_ld(x + v) * inv) * sc);
+            NN_V8_ST(x + v, (NN_V8_LD(x + v) * inv) * sc);
         for (; v < V; v++)
             x[v] = (x[v] * inv) * sc;
         x[t] = (pt - 1.0f) * sc;
