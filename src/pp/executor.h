@@ -66,28 +66,36 @@
  *   peers then stop with MTC_ERR_REMOTE instead of waiting).
  *
  * ---- Use from the GPT train loop -------------------------------------------
- *   init:  pp_executor_buffer_bytes(&bytes, &cfg, pp_rank) to size the arena;
- *          pp_executor_init(&ex, &cfg, mtc_grid_comm(grid, MTC_GROUP_PP..),
- *          arena_slice). Collective over the pipeline group.
+ *   init:  cfg.count = micro-batch-size * seq-length/cp (/tp with sequence
+ *          parallelism) * hidden-size; pp_executor_buffer_bytes(&bytes, &cfg,
+ *          pp_rank) sizes the arena slice; pp_executor_init(&ex, &cfg,
+ *          mtc_grid_comm(grid, MTC_GROUP_PP, ...), slice). Collective over the
+ *          pipeline group. With pp > 1 and tied embeddings the last stage's
+ *          copy of wte must start equal to the first stage's (Megatron zeroes
+ *          it and all-reduces over EMBEDDING_GROUP once at set-up).
  *   step:  zero the gradient buffers, then pp_executor_run(ex, &cb, 0, ...).
- *          forward callback: on the first virtual stage, embed the tokens of
- *          microbatch mb (wte + wpe) instead of reading input; run the
- *          chunk's layers; on the last virtual stage, final layer norm,
- *          logits with the (tied) wte and the loss, scaled by
- *          1/num_microbatches as Megatron does, recorded per microbatch.
+ *          Only the first virtual stage reads token ids and only the last
+ *          reads labels (of microbatch mb of this global batch).
+ *          forward callback: first virtual stage: embed the tokens (wte +
+ *          wpe, dropout) instead of reading input; then the chunk's layers;
+ *          last virtual stage: final layer norm, logits with the (tied) wte,
+ *          the loss divided by num_microbatches as Megatron's forward_step
+ *          does, recorded per microbatch for the log line.
  *          backward callback: the chunk's backward, accumulating (+=) into
- *          the parameter gradients; the last stage starts from d(loss)
- *          = 1/num_microbatches, the first stage ends in the embedding
- *          gradients.
- *   after: the executor returns once every backward ran; then, before
- *          data-parallel reduction and the optimizer (Megatron's
- *          finalize_model_grads): all-reduce the word-embedding gradient
- *          over EMBEDDING_GROUP (first and last stage hold copies of the
- *          tied wte) and the position-embedding gradient over
- *          POSITION_EMBEDDING_GROUP (with pp > 1 that group is the first
- *          stage only, so it is a no-op unless a split layout puts wpe on
- *          two stages); ranks outside a group skip its reduction.
- *   eval:  pp_executor_run(ex, &cb, 1, ...) runs forwards only.
+ *          the parameter gradients; the last stage seeds d(loss) =
+ *          1/num_microbatches, the first ends in the wte/wpe gradients.
+ *   after: pp_executor_run returns once this rank's last backward ran. Then
+ *          Megatron's order: data-parallel gradient reduction (finish grad
+ *          sync), the TP all-reduce of SP-tagged gradients, and the
+ *          EMBEDDING_GROUP all-reduce of the wte gradient (first and last
+ *          stage each hold a copy of the tied wte, so each copy gets the sum
+ *          of both stages' contributions) and the POSITION_EMBEDDING_GROUP
+ *          all-reduce of the wpe gradient (that group is [first stage]: a
+ *          one-member no-op Megatron still issues); ranks outside a group
+ *          (mtc_grid_comm gives NULL) skip it. Then clipping and the
+ *          optimizer; the loss for the log is on the last stage only.
+ *   eval:  pp_executor_run(ex, &cb, 1, ...) runs forwards only (backward
+ *          may be NULL in its callbacks).
  *   end:   pp_executor_free(ex).
  */
 #ifndef MTC_PP_EXECUTOR_H
