@@ -1,0 +1,452 @@
+/* comm/backend_mpi.c - the "mpi" backend: ranks are MPI processes (Open MPI
+ * or MPICH). Implements comm/backend.h: groups as MPI communicators,
+ * point-to-point as MPI_Isend/MPI_Irecv polled against the call's deadline,
+ * node membership from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) (or fake
+ * nodes of --ranks-per-node), a signature check on entering each collective,
+ * and abort as MPI_Abort after printing the report.
+ *
+ * Relies on MPI-3 and MPI_THREAD_MULTIPLE (a communicator's progress thread
+ * and the rank's own thread use different groups at once), on comm.c for
+ * sequence numbers and call descriptions, and on coll_mpi.c for the native
+ * collectives (the optional part of the ops table).
+ *
+ * Failure model: MPI_ERRORS_RETURN on every communicator, so an MPI error is
+ * a result code, never a silent exit. A peer that does not answer by the
+ * deadline gives MTC_ERR_TIMEOUT naming it; a peer that entered the same
+ * collective number with another signature gives MTC_ERR_INVALID_USAGE
+ * naming both calls (checked by exchanging signatures on a shadow
+ * communicator in `enter`; MTC_COMM_CHECK=0 turns the check off to save one
+ * small message exchange per collective). Both errors are sticky for the
+ * group. A process that dies is handled by the launcher: mpirun ends the job.
+ *
+ * Does not: choose algorithms, number calls, or time out inside MPI's own
+ * blocking calls (communicator creation, and the native collectives, which
+ * start only after the entry check has seen every member arrive). */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "comm/backend.h"
+#include "comm/coll_mpi.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+/* Largest message MPI moves in one call here (counts are int). */
+#define MPI_CHUNK ((size_t)1 << 30)
+/* MPI_Test spins before yielding the core between polls. */
+#define MPI_SPINS 2000
+
+typedef struct {
+    int own_init; /* we called MPI_Init_thread, so finalize calls MPI_Finalize */
+    int check;    /* signature check in enter */
+    int tag_ub;
+    int *node;    /* node index of each world rank */
+    comm_backend be;
+} mpi_ctx;
+
+/* ---- errors ----------------------------------------------------------------- */
+
+static mtc_result_t group_fail(comm_group *g, mtc_result_t rc, const char *msg) {
+    if (!g->err_rc) {
+        g->err_rc = rc;
+        snprintf(g->err_msg, sizeof g->err_msg, "%s", msg);
+    }
+    return mtc_error(g->err_rc, "%s", g->err_msg);
+}
+
+static mtc_result_t group_health(comm_group *g) {
+    return g->err_rc ? mtc_error(g->err_rc, "%s", g->err_msg) : MTC_OK;
+}
+
+mtc_result_t coll_mpi_error(comm_group *g, int err, const char *what, const comm_call *call) {
+    char s[MPI_MAX_ERROR_STRING] = "", d[160] = "?", msg[700];
+    int len = 0;
+    MPI_Error_string(err, s, &len);
+    if (call) comm_call_describe(call, d, sizeof d);
+    snprintf(msg, sizeof msg, "MPI error in %s of %s (rank %d, %s): %s",
+             what, call && call->group_name ? call->group_name : "?", g->me, d, s);
+    int cls = 0;
+    MPI_Error_class(err, &cls);
+    return group_fail(g, cls == MPI_ERR_TRUNCATE ? MTC_ERR_INVALID_USAGE : MTC_ERR_REMOTE, msg);
+}
+
+static void describe_peer(const comm_group *g, int peer, char *buf, size_t len) {
+    if (g->members[peer] == peer) snprintf(buf, len, "rank %d", peer);
+    else snprintf(buf, len, "rank %d (world %d)", peer, g->members[peer]);
+}
+
+static mtc_result_t report_timeout(comm_group *g, const comm_call *call, const char *waiting_for) {
+    char d[160] = "?", msg[900];
+    if (call) comm_call_describe(call, d, sizeof d);
+    const char *name = call && call->group_name ? call->group_name : "?";
+    if (!call || call->seq == 0)
+        snprintf(msg, sizeof msg, "timeout in %s: rank %d waited in %s for %s", name, g->me, d,
+                 waiting_for);
+    else
+        snprintf(msg, sizeof msg, "timeout in %s (seq %llu): rank %d waited in %s for %s", name,
+                 (unsigned long long)call->seq, g->me, d, waiting_for);
+    return group_fail(g, MTC_ERR_TIMEOUT, msg);
+}
+
+/* ---- waiting ------------------------------------------------------------------ */
+
+/* Poll reqs[0..n) to completion or the call's deadline. On timeout, the
+ * peers of the first nname pending requests are named, followed by
+ * `pending` ("which has not entered this call"). `what` names the MPI step
+ * in error reports. */
+static mtc_result_t mpi_wait(comm_group *g, MPI_Request *reqs, MPI_Status *st, int n,
+                             const int *peers, int nname, const char *what, const char *pending,
+                             const comm_call *call) {
+    uint64_t deadline = call ? call->deadline_ns : 0;
+    int left = 0;
+    for (int i = 0; i < n; i++) left += reqs[i] != MPI_REQUEST_NULL;
+    for (long it = 0; left; it++) {
+        for (int i = 0; i < n; i++) {
+            if (reqs[i] == MPI_REQUEST_NULL) continue;
+            int done = 0, err = MPI_Test(&reqs[i], &done, &st[i]);
+            if (err != MPI_SUCCESS) return coll_mpi_error(g, err, what, call);
+            if (done) left--;
+        }
+        if (!left) break;
+        if (it >= MPI_SPINS) sched_yield();
+        if (deadline && (it & 63) == 0 && mtc_time_ns() >= deadline) {
+            char who[400] = "";
+            size_t off = 0;
+            for (int i = 0; i < nname && off + 48 < sizeof who; i++) {
+                if (reqs[i] == MPI_REQUEST_NULL) continue;
+                char p[48];
+                describe_peer(g, peers[i], p, sizeof p);
+                off += (size_t)snprintf(who + off, sizeof who - off, "%s%s", off ? ", " : "", p);
+            }
+            char w[480];
+            snprintf(w, sizeof w, "%s%s", off ? who : "its peers", pending);
+            return report_timeout(g, call, w);
+        }
+    }
+    return MTC_OK;
+}
+
+static int mpi_tag(const comm_backend *be, uint32_t tag) {
+    const mpi_ctx *c = be->ctx;
+    return tag == 0 ? 0 : 1 + (int)((tag - 1) % (uint32_t)c->tag_ub);
+}
+
+/* ---- point-to-point ------------------------------------------------------------ */
+
+/* Check a completed receive got exactly `bytes`. */
+static mtc_result_t recv_size_ok(comm_group *g, int peer, const MPI_Status *st, size_t bytes,
+                                 const comm_call *call) {
+    int got = 0;
+    MPI_Get_count(st, MPI_BYTE, &got);
+    if ((size_t)got == bytes) return MTC_OK;
+    char d[160] = "?", p[48], msg[500];
+    if (call) comm_call_describe(call, d, sizeof d);
+    describe_peer(g, peer, p, sizeof p);
+    snprintf(msg, sizeof msg, "message size mismatch in %s: rank %d expected %zu bytes from %s "
+             "in %s but got %d (the two ranks called different collectives or counts)",
+             call && call->group_name ? call->group_name : "?", g->me, bytes, p, d, got);
+    return group_fail(g, MTC_ERR_INVALID_USAGE, msg);
+}
+
+/* One round of at most one chunk each way; dst/src < 0 means no message. */
+static mtc_result_t p2p_round(comm_group *g, int dst, const char *sb, size_t sn, int src, char *rb,
+                              size_t rn, int tag, const comm_call *call) {
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Status st[2];
+    int peers[2] = {src, dst}, err;
+    if (src >= 0) {
+        err = MPI_Irecv(rb, (int)rn, MPI_BYTE, src, tag, g->comm, &req[0]);
+        if (err != MPI_SUCCESS) return coll_mpi_error(g, err, "MPI_Irecv", call);
+    }
+    if (dst >= 0) {
+        err = MPI_Isend(sb, (int)sn, MPI_BYTE, dst, tag, g->comm, &req[1]);
+        if (err != MPI_SUCCESS) return coll_mpi_error(g, err, "MPI_Isend", call);
+    }
+    const char *what = src >= 0 && dst >= 0 ? "sendrecv" : src >= 0 ? "recv" : "send";
+    MTC_CHECK(mpi_wait(g, req, st, 2, peers, 2, what, " (message not completed)", call));
+    if (src >= 0) MTC_CHECK(recv_size_ok(g, src, &st[0], rn, call));
+    return MTC_OK;
+}
+
+static size_t chunks_of(size_t bytes) { return bytes ? (bytes + MPI_CHUNK - 1) / MPI_CHUNK : 1; }
+
+/* Messages above MPI_CHUNK travel as several (both sides cut alike); an
+ * empty message is still one message, so sizes are always checked. */
+static mtc_result_t mpi_sendrecv(comm_backend *be, comm_group *g, int dst, uint32_t tag,
+                                 const void *sendbuf, size_t sendbytes, int src, void *recvbuf,
+                                 size_t recvbytes, const comm_call *call) {
+    MTC_CHECK(group_health(g));
+    const int t = mpi_tag(be, tag);
+    size_t ns = dst >= 0 ? chunks_of(sendbytes) : 0, nr = src >= 0 ? chunks_of(recvbytes) : 0;
+    for (size_t i = 0; i < ns || i < nr; i++) {
+        size_t so = i * MPI_CHUNK, ro = i * MPI_CHUNK;
+        size_t sn = i < ns ? (sendbytes - so < MPI_CHUNK ? sendbytes - so : MPI_CHUNK) : 0;
+        size_t rn = i < nr ? (recvbytes - ro < MPI_CHUNK ? recvbytes - ro : MPI_CHUNK) : 0;
+        MTC_CHECK(p2p_round(g, i < ns ? dst : -1, (const char *)sendbuf + (i < ns ? so : 0), sn,
+                            i < nr ? src : -1, (char *)recvbuf + (i < nr ? ro : 0), rn, t, call));
+    }
+    return MTC_OK;
+}
+
+static mtc_result_t mpi_send(comm_backend *be, comm_group *g, int peer, uint32_t tag,
+                             const void *buf, size_t bytes, const comm_call *call) {
+    return mpi_sendrecv(be, g, peer, tag, buf, bytes, -1, NULL, 0, call);
+}
+
+static mtc_result_t mpi_recv(comm_backend *be, comm_group *g, int peer, uint32_t tag, void *buf,
+                             size_t bytes, const comm_call *call) {
+    return mpi_sendrecv(be, g, -1, tag, NULL, 0, peer, buf, bytes, call);
+}
+
+/* ---- entry check ------------------------------------------------------------- */
+
+/* Every member sends (seq, signature, count) to every other on the shadow
+ * communicator and compares what it receives with its own call. */
+static mtc_result_t mpi_enter(comm_backend *be, comm_group *g, const comm_call *call) {
+    const mpi_ctx *c = be->ctx;
+    MTC_CHECK(group_health(g));
+    if (!c->check || !call || call->seq == 0 || g->n == 1) return MTC_OK;
+    uint64_t *mine = g->sig, *theirs = g->sig + 4;
+    mine[0] = call->seq;
+    mine[1] = (uint64_t)(uint8_t)call->kind | (uint64_t)(uint8_t)(call->dtype + 1) << 8 |
+              (uint64_t)(uint8_t)(call->op + 1) << 16 | (uint64_t)(uint32_t)(call->root + 1) << 24;
+    mine[2] = (uint64_t)call->count;
+    mine[3] = 0;
+    int k = 0;
+    for (int q = 0; q < g->n; q++) {
+        if (q == g->me) continue;
+        int err = MPI_Irecv(theirs + 4 * q, 4, MPI_UINT64_T, q, 0, g->shadow, &g->reqs[k]);
+        if (err == MPI_SUCCESS)
+            err = MPI_Isend(mine, 4, MPI_UINT64_T, q, 0, g->shadow, &g->reqs[g->n - 1 + k]);
+        if (err != MPI_SUCCESS) return coll_mpi_error(g, err, "the entry check", call);
+        g->peers[k] = g->peers[g->n - 1 + k] = q;
+        k++;
+    }
+    MTC_CHECK(mpi_wait(g, g->reqs, g->stats, 2 * (g->n - 1), g->peers, g->n - 1,
+                       "the entry check", ", which has not entered this call", call));
+    for (int q = 0; q < g->n; q++) {
+        const uint64_t *t = theirs + 4 * q;
+        if (q == g->me || (t[0] == mine[0] && t[1] == mine[1] && t[2] == mine[2])) continue;
+        comm_call other = *call;
+        other.seq = t[0];
+        other.kind = (int)(t[1] & 0xff);
+        other.dtype = (int)((t[1] >> 8) & 0xff) - 1;
+        other.op = (int)((t[1] >> 16) & 0xff) - 1;
+        other.root = (int)(uint32_t)(t[1] >> 24) - 1;
+        other.count = (size_t)t[2];
+        const comm_call *ca = call, *cb = &other;
+        int a = g->me, b = q;
+        if (a > b) { /* lower rank first, so both ranks print the same line */
+            ca = &other, cb = call, a = q, b = g->me;
+        }
+        char da[160], db[160], msg[600];
+        comm_call_describe(ca, da, sizeof da);
+        comm_call_describe(cb, db, sizeof db);
+        snprintf(msg, sizeof msg,
+                 "collective mismatch in %s (seq %llu): rank %d called %s but rank %d called %s",
+                 call->group_name ? call->group_name : "?", (unsigned long long)call->seq, a, da,
+                 b, db);
+        return group_fail(g, MTC_ERR_INVALID_USAGE, msg);
+    }
+    return MTC_OK;
+}
+
+static void mpi_leave(comm_backend *be, comm_group *g, const comm_call *call) {
+    (void)be, (void)g, (void)call;
+}
+
+static void mpi_abort(comm_backend *be, mtc_result_t rc, const char *msg) {
+    fprintf(stderr, "mtc: rank %d failed with %s: %s\nmtc: aborting the MPI job\n",
+            be->world_rank, mtc_result_name(rc), msg ? msg : "");
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, rc ? (int)rc : 1);
+}
+
+/* ---- groups -------------------------------------------------------------------- */
+
+static void group_free(comm_backend *be, comm_group *g) {
+    (void)be;
+    if (!g) return;
+    if (g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);
+    if (g->shadow != MPI_COMM_NULL) MPI_Comm_free(&g->shadow);
+    free(g->members);
+    free(g->sig);
+    free(g->reqs);
+    free(g->stats);
+    free(g->peers);
+    free(g->scratch);
+    free(g);
+}
+
+/* Wrap an MPI communicator we own (freed with the group). */
+static mtc_result_t group_wrap(MPI_Comm comm, const int *members, comm_group **out) {
+    comm_group *g = calloc(1, sizeof *g);
+    if (!g) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory for a group");
+    g->comm = comm;
+    g->shadow = MPI_COMM_NULL;
+    MPI_Comm_rank(comm, &g->me);
+    MPI_Comm_size(comm, &g->n);
+    int err = MPI_Comm_dup(comm, &g->shadow);
+    size_t n = (size_t)g->n;
+    g->members = malloc(n * sizeof *g->members);
+    g->sig = calloc(4 * (n + 1), sizeof *g->sig);
+    g->reqs = malloc(2 * n * sizeof *g->reqs);
+    g->stats = malloc(2 * n * sizeof *g->stats);
+    g->peers = malloc(2 * n * sizeof *g->peers);
+    if (err != MPI_SUCCESS || !g->members || !g->sig || !g->reqs || !g->stats || !g->peers) {
+        group_free(NULL, g);
+        return mtc_error(MTC_ERR_SYSTEM, "mpi backend: could not set up a communicator of %zu ranks", n);
+    }
+    for (size_t i = 0; i < n; i++) g->members[i] = members ? members[i] : (int)i;
+    *out = g;
+    return MTC_OK;
+}
+
+static mtc_result_t group_create(comm_backend *be, comm_group *parent, int color, int key,
+                                 const int *members, int n, int my_index, const comm_call *call,
+                                 comm_group **out) {
+    MPI_Comm c = MPI_COMM_NULL;
+    *out = NULL;
+    MTC_CHECK(group_health(parent));
+    int err = MPI_Comm_split(parent->comm, color < 0 ? MPI_UNDEFINED : color, key, &c);
+    if (err != MPI_SUCCESS) return coll_mpi_error(parent, err, "MPI_Comm_split", call);
+    if (c == MPI_COMM_NULL) return MTC_OK;
+    MTC_CHECK(group_wrap(c, members, out));
+    comm_group *g = *out;
+    if (g->n != n || g->me != my_index) {
+        group_free(be, g);
+        *out = NULL;
+        return mtc_error(MTC_ERR_INTERNAL,
+                         "mpi backend: MPI_Comm_split gave rank %d of %d but comm.c expected %d of %d",
+                         g->me, g->n, my_index, n);
+    }
+    return MTC_OK;
+}
+
+/* ---- world ------------------------------------------------------------------- */
+
+static int node_of(const comm_backend *be, int world_rank) {
+    const mpi_ctx *c = be->ctx;
+    return c->node[world_rank];
+}
+
+static const comm_backend_ops mpi_ops = {
+    .name = "mpi",
+    .group_create = group_create,
+    .group_free = group_free,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .sendrecv = mpi_sendrecv,
+    .enter = mpi_enter,
+    .leave = mpi_leave,
+    .abort = mpi_abort,
+    .barrier = coll_mpi_barrier,
+    .broadcast = coll_mpi_broadcast,
+    .reduce = coll_mpi_reduce,
+    .all_reduce = coll_mpi_all_reduce,
+    .reduce_scatter = coll_mpi_reduce_scatter,
+    .all_gather = coll_mpi_all_gather,
+    .all_to_all = coll_mpi_all_to_all,
+};
+
+/* Node index of every world rank: from the shared-memory split, numbered
+ * by the lowest world rank on each node, or fake nodes of ranks_per_node. */
+static mtc_result_t nodes_init(mpi_ctx *c, int ranks_per_node) {
+    int p = c->be.world_size, r = c->be.world_rank;
+    int *lead = malloc((size_t)p * sizeof *lead);
+    c->node = malloc((size_t)p * sizeof *c->node);
+    if (!lead || !c->node) {
+        free(lead);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory for the node map");
+    }
+    if (ranks_per_node > 0) {
+        for (int w = 0; w < p; w++) lead[w] = w / ranks_per_node * ranks_per_node;
+    } else {
+        MPI_Comm local;
+        int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &local);
+        int first = r;
+        if (err == MPI_SUCCESS) err = MPI_Allreduce(&r, &first, 1, MPI_INT, MPI_MIN, local);
+        if (err == MPI_SUCCESS) err = MPI_Allgather(&first, 1, MPI_INT, lead, 1, MPI_INT, MPI_COMM_WORLD);
+        if (err == MPI_SUCCESS) MPI_Comm_free(&local);
+        if (err != MPI_SUCCESS) {
+            free(lead);
+            return mtc_error(MTC_ERR_SYSTEM, "mpi backend: could not find the ranks of each node "
+                             "(MPI_Comm_split_type failed); pass --ranks-per-node");
+        }
+    }
+    int nodes = 0;
+    for (int w = 0; w < p; w++) {
+        int idx = 0;
+        for (int v = 0; v < w; v++) idx += lead[v] == v && v < lead[w];
+        c->node[w] = lead[w] == w ? idx : -1;
+    }
+    for (int w = 0; w < p; w++) {
+        if (c->node[w] < 0) c->node[w] = c->node[lead[w]];
+        if (c->node[w] + 1 > nodes) nodes = c->node[w] + 1;
+    }
+    c->be.node_count = nodes;
+    free(lead);
+    return MTC_OK;
+}
+
+mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **out) {
+    int inited = 0, provided = 0;
+    *out = NULL;
+    MPI_Initialized(&inited);
+    mpi_ctx *c = calloc(1, sizeof *c);
+    if (!c) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory");
+    if (!inited) {
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+            free(c);
+            return mtc_error(MTC_ERR_SYSTEM, "MPI_Init_thread failed; is this an MPI launch?");
+        }
+        c->own_init = 1;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_MULTIPLE)
+        MTC_WARN("the MPI library gives thread level %d, not MPI_THREAD_MULTIPLE: non-blocking "
+                 "collectives may misbehave (rebuild MPI with thread support)", provided);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->be.world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->be.world_size);
+    int *ub = NULL, flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    c->tag_ub = flag && ub && *ub > 1 ? *ub : 32767;
+    const char *chk = getenv("MTC_COMM_CHECK");
+    c->check = !(chk && !strcmp(chk, "0"));
+    c->be.ops = &mpi_ops;
+    c->be.ctx = c;
+    c->be.shared_memory = 0;
+    c->be.node_of = node_of;
+
+    mtc_result_t rc = nodes_init(c, opts ? opts->ranks_per_node : 0);
+    MPI_Comm w = MPI_COMM_NULL;
+    if (rc == MTC_OK && MPI_Comm_dup(MPI_COMM_WORLD, &w) != MPI_SUCCESS)
+        rc = mtc_error(MTC_ERR_SYSTEM, "mpi backend: MPI_Comm_dup(MPI_COMM_WORLD) failed");
+    if (rc == MTC_OK) rc = group_wrap(w, NULL, &c->be.world);
+    if (rc == MTC_OK) rc = coll_mpi_init();
+    if (rc != MTC_OK) {
+        comm_mpi_backend_finalize(&c->be);
+        return rc;
+    }
+    *out = &c->be;
+    return MTC_OK;
+}
+
+void comm_mpi_backend_finalize(comm_backend *be) {
+    if (!be) return;
+    mpi_ctx *c = be->ctx;
+    group_free(be, be->world);
+    be->world = NULL;
+    coll_mpi_fini();
+    free(c->node);
+    int own = c->own_init, fin = 0;
+    free(c);
+    MPI_Finalized(&fin);
+    if (own && !fin) MPI_Finalize();
+}

@@ -1,0 +1,53 @@
+/* comm/coll_mpi.h - internals shared by backend_mpi.c (groups, p2p, checks)
+ * and coll_mpi.c (MPI's own collectives as the "native" algorithm).
+ * Not a public header: only the *_mpi.c files of comm/ include it. */
+#ifndef MTC_COMM_COLL_MPI_H
+#define MTC_COMM_COLL_MPI_H
+
+#include <mpi.h>
+
+#include "comm/backend.h"
+
+/* The mpi backend's group: an MPI communicator mirroring one mtc
+ * communicator, plus a shadow (a duplicate) for the entry checks. */
+struct comm_group {
+    MPI_Comm comm, shadow;
+    int n, me;
+    int *members;          /* world rank of each member */
+    mtc_result_t err_rc;   /* sticky error (MTC_OK when healthy) */
+    char err_msg[1024];
+    uint64_t *sig;         /* entry check: 4 words mine, then 4 per member */
+    MPI_Request *reqs;     /* 2 n */
+    MPI_Status *stats;     /* 2 n */
+    int *peers;            /* 2 n */
+    void *scratch;         /* native in-place reduce-scatter staging */
+    size_t scratch_bytes;
+};
+
+/* Record a sticky group error from an MPI error code and return it. */
+mtc_result_t coll_mpi_error(comm_group *g, int err, const char *what, const comm_call *call);
+
+/* bf16 reduction operators (MPI has no bf16); process-wide. */
+mtc_result_t coll_mpi_init(void);
+void coll_mpi_fini(void);
+
+mtc_result_t coll_mpi_barrier(comm_backend *be, comm_group *g, const comm_call *call);
+mtc_result_t coll_mpi_broadcast(comm_backend *be, comm_group *g, void *buf, size_t count,
+                                mtc_dtype_t dtype, int root, const comm_call *call);
+mtc_result_t coll_mpi_reduce(comm_backend *be, comm_group *g, const void *sendbuf, void *recvbuf,
+                             size_t count, mtc_dtype_t dtype, mtc_op_t op, int root,
+                             const comm_call *call);
+mtc_result_t coll_mpi_all_reduce(comm_backend *be, comm_group *g, const void *sendbuf,
+                                 void *recvbuf, size_t count, mtc_dtype_t dtype, mtc_op_t op,
+                                 const comm_call *call);
+mtc_result_t coll_mpi_reduce_scatter(comm_backend *be, comm_group *g, const void *sendbuf,
+                                     void *recvbuf, size_t recvcount, mtc_dtype_t dtype,
+                                     mtc_op_t op, const comm_call *call);
+mtc_result_t coll_mpi_all_gather(comm_backend *be, comm_group *g, const void *sendbuf,
+                                 void *recvbuf, size_t sendcount, mtc_dtype_t dtype,
+                                 const comm_call *call);
+mtc_result_t coll_mpi_all_to_all(comm_backend *be, comm_group *g, const void *sendbuf,
+                                 void *recvbuf, size_t count, mtc_dtype_t dtype,
+                                 const comm_call *call);
+
+#endif
