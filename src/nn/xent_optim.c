@@ -131,6 +131,7 @@ static inline void adamw8(float *param, const float *grad, float *m, float *v, _
 
 void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int t) {
+    MTC_ASSERT(t >= 1); /* steps count from 1: bias correction divides by 1 - beta^t */
     /* bias corrections in double: 1 - beta^t loses digits in float for small t */
     float bc1 = (float)(1.0 - pow((double)beta1, t));
     float bc2 = (float)(1.0 - pow((double)beta2, t));
