@@ -154,6 +154,16 @@ typedef struct {
 mtc_result_t pp_plan_build(pp_plan *plan, const pp_schedule_config *cfg, int rank);
 void pp_plan_free(pp_plan *plan);
 
+/* Makespan of all ranks' plans (plans[r] for rank r) on an ideal machine
+ * (pp/executor_sim.c): forwards cost t_fwd, backwards t_bwd, transfers are
+ * free but blocking as in the shm backend (a send completes with its
+ * receive; a phase's two halves are posted together; channels match in
+ * order). INVALID_USAGE if the plans deadlock. Compare with
+ * pp_schedule_simulate, whose transfers are free and asynchronous, to see
+ * what the p2p pairing costs. */
+mtc_result_t pp_plan_simulate(double *makespan, const pp_plan *plans, int pp, double t_fwd,
+                              double t_bwd);
+
 /* ---- the executor ---- */
 
 typedef struct {

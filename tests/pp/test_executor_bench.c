@@ -9,7 +9,10 @@
  * layers are cut into v chunks). Per repetition: a barrier, then one
  * iteration; busy_r = time rank r spent in callbacks; makespan = last end -
  * first start over all ranks; bubble_r = (makespan - busy_r) / busy_r. The
- * table shows the median over repetitions of the ranks' mean bubble.
+ * table shows the median over repetitions of the ranks' mean bubble, next
+ * to the same orders on an ideal machine: exec-sim with the executor's
+ * blocking exchanges (pp_plan_simulate), sched-sim with free asynchronous
+ * transfers (pp_schedule_simulate), and the paper's closed form.
  * Messages are `--count` floats (default 4096 = 16 KiB) over shm.
  *
  * usage: pp_bench_executor [--unit-us U] [--reps R] [--pp P] [--count N]
@@ -113,6 +116,21 @@ static double simulated_bubble(const pp_schedule_config *sc) {
     return bubble;
 }
 
+/* The same with the executor's blocking exchanges (pp_plan_simulate). */
+static double plan_bubble(const pp_schedule_config *sc) {
+    int pp = sc->pp, v = pp_schedule_vpp(sc), ok = 1;
+    pp_plan *plans = calloc((size_t)pp, sizeof *plans);
+    double makespan = 0, bubble = -1;
+    for (int r = 0; r < pp && ok; r++)
+        ok = pp_plan_build(&plans[r], sc, r) == MTC_OK;
+    if (ok && pp_plan_simulate(&makespan, plans, pp, 1.0 / v, 2.0 / v) == MTC_OK)
+        bubble = pp_sim_bubble_fraction(makespan, sc, 1.0 / v, 2.0 / v);
+    for (int r = 0; r < pp; r++)
+        pp_plan_free(&plans[r]);
+    free(plans);
+    return bubble;
+}
+
 int main(int argc, char **argv) {
     double unit_us = 2000;
     int reps = 5, pp = 2;
@@ -138,8 +156,8 @@ int main(int argc, char **argv) {
     printf("pipeline bubble of the executor: pp=%d, forward %g us, backward %g us per "
            "microbatch and rank (split over vpp chunks), %zu-float messages, median of %d\n",
            pp, unit_us, 2 * unit_us, count, reps);
-    printf("%4s %4s %4s %10s %10s %10s %12s %10s\n", "pp", "vpp", "M", "measured", "simulated",
-           "(p-1)/(mv)", "meas/formula", "iter ms");
+    printf("%4s %4s %4s %10s %10s %10s %10s %12s %10s\n", "pp", "vpp", "M", "measured", "exec-sim",
+           "sched-sim", "(p-1)/(mv)", "meas/formula", "iter ms");
     int ms[] = {2, 4, 8, 16}, status = 0;
     for (int v = 1; v <= 2; v++)
         for (size_t j = 0; j < sizeof ms / sizeof *ms; j++) {
@@ -174,9 +192,9 @@ int main(int argc, char **argv) {
                 qsort(bub, (size_t)reps, sizeof(double), cmp_double);
                 qsort(len, (size_t)reps, sizeof(double), cmp_double);
                 double formula = pp_bubble_formula(&w.sc), meas = bub[reps / 2];
-                printf("%4d %4d %4d %10.4f %10.4f %10.4f %12.3f %10.2f\n", pp, v, ms[j], meas,
-                       simulated_bubble(&w.sc), formula, formula > 0 ? meas / formula : 0.0,
-                       len[reps / 2]);
+                printf("%4d %4d %4d %10.4f %10.4f %10.4f %10.4f %12.3f %10.2f\n", pp, v, ms[j],
+                       meas, plan_bubble(&w.sc), simulated_bubble(&w.sc), formula,
+                       formula > 0 ? meas / formula : 0.0, len[reps / 2]);
                 free(bub), free(len);
             }
             free(w.start), free(w.end), free(w.busy);
