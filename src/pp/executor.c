@@ -8,7 +8,10 @@
  *   backward phase  grad channel: send_prev -> (r-1)%pp   recv_next <- (r+1)%pp
  *
  * a phase with both halves is one mtc_sendrecv (a ring shift), with one half
- * one mtc_send / mtc_recv, with none nothing. Relies on comm/comm.h and
+ * one mtc_send / mtc_recv, with none nothing. Every rank issues the forward
+ * phase first: with the gradient phase first, Megatron's interleaved calls
+ * deadlock under synchronous sends (tests/pp/test_executor_plan.c models
+ * both and checks every valid configuration up to pp=6, vpp=4). Relies on comm/comm.h and
  * core/mem.h. Does not decide anything at run time: the order, the buffers
  * and which transfers happen were fixed when the plan was built.
  * Limitations: blocking transfers only (no overlap of p2p with compute, as

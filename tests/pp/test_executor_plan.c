@@ -135,11 +135,13 @@ static void count_xfers(const pp_plan *plans, int pp, int *sends, int *recvs) {
 }
 
 /* The executor's timeline under blocking p2p (pp_plan_simulate) against the
- * schedule's dependency simulation (free asynchronous transfers): never
- * shorter, since it runs the same orders under more constraints; for 1F1B
- * and no pipelining exactly as long (each p2p call of Megatron's 1F1B waits
- * only for data the next compute step needs anyway). */
-static double worst_extra_interleaved;
+ * schedule's dependency simulation (free asynchronous transfers): it runs the
+ * same orders under more constraints, so it can only be longer; Megatron's
+ * warm-up lengths leave enough slack that it never is (for 1F1B every p2p
+ * call waits only for data the next compute step needs anyway; interleaved
+ * sends a forward's output after the following backward, but the consumer
+ * runs that forward two steady iterations later, W shrinking by 2 per
+ * rank). A plan change that costs time fails here. */
 static void check_timeline(const pp_plan *plans, const pp_schedule_config *cfg) {
     int pp = cfg->pp, max_ops = pp_schedule_max_ops(cfg);
     pp_op *ops = calloc((size_t)pp * (size_t)max_ops, sizeof *ops);
@@ -152,13 +154,8 @@ static void check_timeline(const pp_plan *plans, const pp_schedule_config *cfg) 
     mtc_result_t rc = pp_plan_simulate(&exec, plans, pp, 1.0, 2.0);
     T_CHECKF(rc == MTC_OK, "pp=%d vpp=%d M=%d: %s", pp, cfg->vpp, cfg->num_microbatches,
              mtc_error_detail());
-    T_CHECKF(exec >= sched - 1e-9, "pp=%d vpp=%d M=%d N=%d fo=%d: executor %g < schedule %g", pp,
+    T_CHECKF(exec == sched, "pp=%d vpp=%d M=%d N=%d fo=%d: executor %g vs schedule %g", pp,
              cfg->vpp, cfg->num_microbatches, cfg->group_size, cfg->forward_only, exec, sched);
-    if (pp_schedule_kind(cfg) != PP_SCHEDULE_INTERLEAVED)
-        T_CHECKF(exec == sched, "pp=%d M=%d fo=%d: executor %g vs schedule %g", pp,
-                 cfg->num_microbatches, cfg->forward_only, exec, sched);
-    else if (sched > 0 && (exec - sched) / sched > worst_extra_interleaved)
-        worst_extra_interleaved = (exec - sched) / sched;
     free(ops), free(spans), free(counts);
 }
 
@@ -208,9 +205,7 @@ static void check_all_valid(void) {
                         if (pp_schedule_validate(&cfg) != MTC_OK) continue;
                         check_config(&cfg, &configs);
                     }
-    printf("checked %d valid configurations; interleaved, blocking p2p lengthens the "
-           "iteration by at most %.1f%% over free transfers\n",
-           configs, 100 * worst_extra_interleaved);
+    printf("checked %d valid configurations\n", configs);
     T_CHECK(configs > 500);
 }
 
