@@ -186,6 +186,21 @@ static void check_config(const pp_schedule_config *cfg, int *configs) {
         T_CHECKF(sends == expect && recvs == expect,
                  "pp=%d vpp=%d M=%d: %d sends %d recvs, want %d", pp, v, M, sends, recvs, expect);
         check_timeline(plans, cfg);
+        /* 1F1B training with M >= pp keeps Megatron's pp-r in-flight inputs on
+         * rank r > 0 (plus the output, the received gradient and the input
+         * gradient around a backward); the first and last stage hold only 2
+         * buffers (output + gradient, input + input gradient) */
+        if (pp > 1 && v == 1 && M >= pp && !cfg->forward_only)
+            for (int r = 0; r < pp; r++) {
+                int want = (r == 0 || r == pp - 1) ? 2 : pp - r + 2;
+                T_CHECKF(plans[r].nslots == want, "pp=%d M=%d rank %d: %d buffers, want %d", pp, M,
+                         r, plans[r].nslots, want);
+            }
+        /* forward-only keeps no activation: at most the received input, the
+         * output and the next received input */
+        if (cfg->forward_only && v == 1)
+            for (int r = 0; r < pp; r++)
+                T_CHECK(plans[r].nslots <= 2);
         (*configs)++;
     }
     for (int r = 0; r < pp; r++)
