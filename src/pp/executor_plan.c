@@ -21,6 +21,7 @@
  * with recv_prev / recv_next from recv_tensor_from_previous_stage and the
  * "no receive after the last virtual microbatch" rules.
  * Relies on pp/schedule.h. Does not communicate: executor.c runs the plan. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,12 +91,13 @@ static pp_step *step_add(planner *P, pp_step_kind_t kind) {
 static int queue_pop(planner *P, plan_entry *q, int *head, int *tail, int c, int mb,
                      const char *what) {
     if (head[c] == tail[c] || q[c * P->M + head[c]].mb != mb) {
+        char found[32] = "nothing";
+        if (head[c] != tail[c])
+            snprintf(found, sizeof found, "microbatch %d", q[c * P->M + head[c]].mb);
         if (P->rc == MTC_OK)
             P->rc = mtc_error(MTC_ERR_INTERNAL,
-                              "pp plan: rank %d %s of microbatch %d chunk %d finds %s%d at the "
-                              "head of its queue",
-                              P->rank, what, mb, c, head[c] == tail[c] ? "nothing" : "microbatch ",
-                              head[c] == tail[c] ? 0 : q[c * P->M + head[c]].mb);
+                              "pp plan: rank %d %s of microbatch %d chunk %d finds %s in its queue",
+                              P->rank, what, mb, c, found);
         return -1;
     }
     return q[c * P->M + head[c]++].slot;
