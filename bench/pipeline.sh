@@ -9,11 +9,11 @@
 # wait for a descheduled peer counts as bubble. The load average is printed
 # first for that reason.
 #
-# usage: bench/pipeline.sh [build-dir]   (env UNIT_US default 2000, REPS 5, PP 2)
+# usage: bench/pipeline.sh [build-dir]   (env UNIT_US default 2000, REPS 7, PP 2)
 set -eu
 B=${1:-build}
 UNIT_US=${UNIT_US:-2000}
-REPS=${REPS:-5}
+REPS=${REPS:-7}
 PP=${PP:-2}
 if [ ! -x "$B/tests/pp_bench_executor" ]; then
     cmake --build "$B" --target pp_bench_executor >/dev/null
