@@ -204,36 +204,51 @@ static int same_ops(const pp_op *a, int na, const pp_op *b, int nb) {
     return 1;
 }
 
-static void run_config(int pp, int vpp, int M, int N, size_t count, int caller_buffer) {
-    toy_world w = {.sc = {pp, vpp, M, N, 0}, .count = count, .caller_buffer = caller_buffer};
-    int S = pp * vpp, max_ops = pp_schedule_max_ops(&w.sc);
-    w.loss = calloc((size_t)M, sizeof(float)), w.loss_eval = calloc((size_t)M, sizeof(float));
-    w.da = calloc((size_t)S * count, sizeof(float)),
-    w.db = calloc((size_t)S * count, sizeof(float));
-    w.da_eval = calloc((size_t)S * count, sizeof(float));
-    for (int r = 0; r < pp; r++) {
-        w.trace[r] = calloc((size_t)max_ops, sizeof(pp_op));
-        w.trace_eval[r] = calloc((size_t)max_ops, sizeof(pp_op));
+static void world_alloc(toy_world *w) {
+    int M = w->sc.num_microbatches, S = w->sc.pp * pp_schedule_vpp(&w->sc);
+    int max_ops = pp_schedule_max_ops(&w->sc);
+    w->loss = calloc((size_t)M, sizeof(float)), w->loss_eval = calloc((size_t)M, sizeof(float));
+    w->da = calloc((size_t)S * w->count, sizeof(float));
+    w->db = calloc((size_t)S * w->count, sizeof(float));
+    w->da_eval = calloc((size_t)S * w->count, sizeof(float));
+    for (int r = 0; r < w->sc.pp; r++) {
+        w->trace[r] = calloc((size_t)max_ops, sizeof(pp_op));
+        w->trace_eval[r] = calloc((size_t)max_ops, sizeof(pp_op));
     }
-    mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = pp, .timeout_s = 60};
-    mtc_result_t rc = mtc_launch(&lo, toy_rank_fn, &w);
-    T_CHECKF(rc == MTC_OK, "pp=%d vpp=%d M=%d N=%d: %s", pp, vpp, M, N, mtc_error_detail());
+}
+
+static void world_free(toy_world *w) {
+    free(w->loss), free(w->loss_eval), free(w->da), free(w->db), free(w->da_eval);
+    for (int r = 0; r < w->sc.pp; r++)
+        free(w->trace[r]), free(w->trace_eval[r]);
+}
+
+/* Compare what the ranks wrote with the serial twin: every rank's part, or
+ * only rank `only`'s (MPI: each process holds its own part). */
+static void world_verify(const toy_world *w, int only) {
+    const pp_schedule_config *sc = &w->sc;
+    int pp = sc->pp, vpp = pp_schedule_vpp(sc), M = sc->num_microbatches, N = sc->group_size;
+    int S = pp * vpp, max_ops = pp_schedule_max_ops(sc);
+    size_t n = w->count;
     float *loss = malloc((size_t)M * sizeof(float));
-    float *da = malloc((size_t)S * count * sizeof(float)),
-          *db = malloc((size_t)S * count * sizeof(float));
-    serial(&w.sc, count, loss, da, db);
+    float *da = malloc((size_t)S * n * sizeof(float)), *db = malloc((size_t)S * n * sizeof(float));
+    serial(sc, n, loss, da, db);
     int bad_loss = 0, bad_eval = 0, bad_grad = 0, bad_eval_grad = 0;
-    for (int m = 0; m < M; m++) {
-        bad_loss += !(fabsf(w.loss[m] - loss[m]) <= 1e-5f * (1 + fabsf(loss[m])));
-        bad_eval += !(fabsf(w.loss_eval[m] - loss[m]) <= 1e-5f * (1 + fabsf(loss[m])));
-    }
-    for (size_t i = 0; i < (size_t)S * count; i++) {
-        bad_grad += !(fabsf(w.da[i] - 2 * da[i]) <= 1e-5f * (1 + fabsf(da[i])));
-        bad_grad += !(fabsf(w.db[i] - 2 * db[i]) <= 1e-5f * (1 + fabsf(db[i])));
-        bad_eval_grad += !(fabsf(w.da_eval[i] - da[i]) <= 1e-5f * (1 + fabsf(da[i])));
+    if (only < 0 || only == pp - 1)
+        for (int m = 0; m < M; m++) {
+            bad_loss += !(fabsf(w->loss[m] - loss[m]) <= 1e-5f * (1 + fabsf(loss[m])));
+            bad_eval += !(fabsf(w->loss_eval[m] - loss[m]) <= 1e-5f * (1 + fabsf(loss[m])));
+        }
+    for (int s = 0; s < S; s++) {
+        if (only >= 0 && pp_stage_rank(pp, s) != only) continue;
+        for (size_t i = (size_t)s * n; i < (size_t)(s + 1) * n; i++) {
+            bad_grad += !(fabsf(w->da[i] - 2 * da[i]) <= 1e-5f * (1 + fabsf(da[i])));
+            bad_grad += !(fabsf(w->db[i] - 2 * db[i]) <= 1e-5f * (1 + fabsf(db[i])));
+            bad_eval_grad += !(fabsf(w->da_eval[i] - da[i]) <= 1e-5f * (1 + fabsf(da[i])));
+        }
     }
     T_CHECKF(!bad_loss, "pp=%d vpp=%d M=%d N=%d: %d losses differ (L0 %g vs %g)", pp, vpp, M, N,
-             bad_loss, w.loss[0], loss[0]);
+             bad_loss, w->loss[0], loss[0]);
     T_CHECKF(!bad_eval, "pp=%d vpp=%d M=%d N=%d: %d forward-only losses differ", pp, vpp, M, N,
              bad_eval);
     T_CHECKF(!bad_grad, "pp=%d vpp=%d M=%d N=%d: %d gradients differ", pp, vpp, M, N, bad_grad);
@@ -241,21 +256,44 @@ static void run_config(int pp, int vpp, int M, int N, size_t count, int caller_b
              vpp, M, N, bad_eval_grad);
     pp_op *ops = malloc((size_t)max_ops * sizeof(pp_op));
     for (int r = 0; r < pp; r++) {
+        if (only >= 0 && r != only) continue;
         pp_schedule_counts c;
-        T_CHECK(pp_schedule_build(ops, &c, &w.sc, r) == MTC_OK);
-        T_CHECKF(same_ops(w.trace[r], w.ntrace[r], ops, c.nops),
+        T_CHECK(pp_schedule_build(ops, &c, sc, r) == MTC_OK);
+        T_CHECKF(same_ops(w->trace[r], w->ntrace[r], ops, c.nops),
                  "pp=%d vpp=%d M=%d rank %d: executed order differs from the schedule", pp, vpp, M,
                  r);
-        pp_schedule_config fo = w.sc;
+        pp_schedule_config fo = *sc;
         fo.forward_only = 1;
         T_CHECK(pp_schedule_build(ops, &c, &fo, r) == MTC_OK);
-        T_CHECKF(same_ops(w.trace_eval[r], w.ntrace_eval[r], ops, c.nops),
+        T_CHECKF(same_ops(w->trace_eval[r], w->ntrace_eval[r], ops, c.nops),
                  "pp=%d vpp=%d M=%d rank %d: forward-only order differs", pp, vpp, M, r);
     }
     free(ops), free(loss), free(da), free(db);
-    free(w.loss), free(w.loss_eval), free(w.da), free(w.db), free(w.da_eval);
-    for (int r = 0; r < pp; r++)
-        free(w.trace[r]), free(w.trace_eval[r]);
+}
+
+/* The configurations: {pp, vpp, M, N}. pp = 1 is no pipelining through the
+ * same API; 1F1B with M below, at and above pp; interleaved with the default
+ * group size (M % pp == 0) and explicit ones (N=3 for M=5: groups of 3 then
+ * 2 >= pp; N=5 for M=9: 5 then 4). */
+static const int CONFIGS[][4] = {
+    {1, 1, 3, 0}, {2, 1, 1, 0}, {2, 1, 2, 0},  {2, 1, 3, 0}, {2, 1, 5, 0},
+    {4, 1, 1, 0}, {4, 1, 3, 0}, {4, 1, 4, 0},  {4, 1, 6, 0}, {4, 1, 9, 0},
+    {2, 2, 2, 0}, {2, 2, 4, 0}, {2, 2, 6, 0},  {2, 2, 5, 3}, {2, 2, 7, 5},
+    {4, 2, 4, 0}, {4, 2, 8, 0}, {4, 2, 12, 0}, {4, 2, 9, 5}, {4, 2, 6, 6},
+};
+#define NCONFIGS ((int)(sizeof CONFIGS / sizeof *CONFIGS))
+
+static void run_config(int i) {
+    toy_world w = {.sc = {CONFIGS[i][0], CONFIGS[i][1], CONFIGS[i][2], CONFIGS[i][3], 0},
+                   .count = i == 0 ? 33 : 37,
+                   .caller_buffer = i & 1};
+    world_alloc(&w);
+    mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = w.sc.pp, .timeout_s = 60};
+    mtc_result_t rc = mtc_launch(&lo, toy_rank_fn, &w);
+    T_CHECKF(rc == MTC_OK, "pp=%d vpp=%d M=%d N=%d: %s", w.sc.pp, w.sc.vpp, w.sc.num_microbatches,
+             w.sc.group_size, mtc_error_detail());
+    world_verify(&w, -1);
+    world_free(&w);
 }
 
 /* (d): every rank refuses at init, before communicating. */
@@ -311,26 +349,38 @@ static void check_refusals(void) {
     T_CHECK(strstr(mtc_error_detail(), "message size 0") != NULL);
 }
 
+/* Under mpirun: one process per rank, the configurations whose pp is the
+ * world size, each process checking its own part. */
+static mtc_result_t mpi_rank_fn(mtc_comm_t world, void *arg) {
+    (void)arg;
+    int size = mtc_comm_size(world), rank = mtc_comm_rank(world), ran = 0;
+    for (int i = 0; i < NCONFIGS; i++) {
+        if (CONFIGS[i][0] != size) continue;
+        toy_world w = {.sc = {CONFIGS[i][0], CONFIGS[i][1], CONFIGS[i][2], CONFIGS[i][3], 0},
+                       .count = 37,
+                       .caller_buffer = i & 1};
+        world_alloc(&w);
+        mtc_result_t rc = toy_rank_fn(world, &w);
+        T_CHECKF(rc == MTC_OK, "rank %d pp=%d vpp=%d M=%d: %s", rank, w.sc.pp, w.sc.vpp,
+                 w.sc.num_microbatches, mtc_error_detail());
+        if (rc == MTC_OK) world_verify(&w, rank);
+        world_free(&w);
+        ran++;
+        if (rc != MTC_OK) return rc;
+    }
+    T_CHECKF(ran > 0, "no configuration has pp = %d (run with -np 2 or 4)", size);
+    return MTC_OK;
+}
+
 int main(void) {
+    if (mtc_launched_by_mpi()) {
+        mtc_launch_opts lo = {.backend = MTC_BACKEND_MPI, .timeout_s = 60};
+        mtc_result_t rc = mtc_launch(&lo, mpi_rank_fn, NULL);
+        T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
+        return T_DONE();
+    }
     check_refusals();
-    /* pp = 1: no pipelining through the same API */
-    run_config(1, 1, 3, 0, 33, 0);
-    /* 1F1B: M below, at and above pp */
-    int m2[] = {1, 2, 3, 5}, m4[] = {1, 3, 4, 6, 9};
-    for (size_t i = 0; i < sizeof m2 / sizeof *m2; i++)
-        run_config(2, 1, m2[i], 0, 37, (int)i & 1);
-    for (size_t i = 0; i < sizeof m4 / sizeof *m4; i++)
-        run_config(4, 1, m4[i], 0, 37, (int)i & 1);
-    /* interleaved: default group size (M % pp == 0) and explicit ones */
-    run_config(2, 2, 2, 0, 37, 1);
-    run_config(2, 2, 4, 0, 37, 0);
-    run_config(2, 2, 6, 0, 37, 1);
-    run_config(2, 2, 5, 3, 37, 0); /* N=3: groups of 3 then 2 (>= pp) */
-    run_config(2, 2, 7, 5, 37, 1);
-    run_config(4, 2, 4, 0, 37, 0);
-    run_config(4, 2, 8, 0, 37, 1);
-    run_config(4, 2, 12, 0, 37, 0);
-    run_config(4, 2, 9, 5, 37, 1); /* N=5: 5 then 4 */
-    run_config(4, 2, 6, 6, 37, 0);
+    for (int i = 0; i < NCONFIGS; i++)
+        run_config(i);
     return T_DONE();
 }
