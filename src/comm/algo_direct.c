@@ -7,20 +7,18 @@
  * (a mismatch fails every rank with INVALID_USAGE) and data moves:
  *
  *   small (<= SHM_SMALL bytes staged):      large:
- *     stage input in my `small` block        publish the user buffer
+ *     stage input in my `small` block        publish the user buffers
  *     arrive 0, wait all 0                   arrive 0, wait all 0
- *     read peers' stages -> my output        reduce my slice of everyone's
- *     (1 sync; stages are reused two           input into my private block /
- *      epochs later, when every peer is        copy peers' blocks, arrive 1,
- *      provably done with them)                wait all 1, copy slices out
+ *     read peers' stages -> my output        reduce / copy my part of the
+ *     (1 sync; stages are reused two           work straight between user
+ *      epochs later, when every peer is        buffers, arrive 1, wait all 1
+ *      provably done with them)                (peers are done with mine)
  *
  * All-reduce (large): rank r reduces slice r of all inputs in rank order
- * 0..n-1 into its private block; after phase 1 every rank copies every
- * slice, so each element is reduced exactly once and all ranks end with the
- * same bits. Small all-reduce: every rank reduces all stages in the same
+ * 0..n-1 (in L1-sized chunks) and writes the result into slice r of EVERY
+ * rank's output, so each element is reduced exactly once, all ranks end with
+ * the same bits, and every byte crosses between cores once. Small all-reduce: every rank reduces all stages in the same
  * order, which gives the same bits too. bf16 rounds back at every step.
- * Private blocks are only grown right after a phase-0 wait, when no peer can
- * still be reading the old one.
  *
  * Limitations: shm only (pointers are meaningful in one process); memory
  * bandwidth bound with every rank touching every input once; all-to-all-v
@@ -98,6 +96,20 @@ static void reduce_all(char *out, const char *const *src, int n, size_t off, siz
     }
 }
 
+/* Like reduce_all, but the reduced chunk goes to dst[p] + off of every rank
+ * p (one pass over the inputs, one write per output, no staging block). */
+static void reduce_push(char *const *dst, const char *const *src, int n, size_t off, size_t count,
+                        mtc_dtype_t dt, mtc_op_t op) {
+    size_t es = mtc_dtype_size(dt), per = CHUNK_BYTES / es;
+    _Alignas(64) char tmp[CHUNK_BYTES];
+    for (size_t i = 0; i < count; i += per) {
+        size_t m = count - i < per ? count - i : per, o = (off + i) * es;
+        memcpy(tmp, src[0] + o, m * es);
+        for (int p = 1; p < n; p++) comm_reduce_local(tmp, src[p] + o, m, dt, op);
+        for (int p = 0; p < n; p++) memcpy(dst[p] + o, tmp, m * es);
+    }
+}
+
 static size_t slice_off(size_t count, int n, int k) {
     size_t q = count / (size_t)n, rem = count % (size_t)n;
     return (size_t)k * q + ((size_t)k < rem ? (size_t)k : rem);
@@ -129,19 +141,12 @@ mtc_result_t algo_direct_all_reduce(const void *sendbuf, void *recvbuf, size_t c
         reduce_all(recvbuf, src, d.n, 0, count, dtype, op);
         return MTC_OK;
     }
-    MTC_CHECK(publish(&d, sendbuf, NULL, NULL, NULL));
-    for (int p = 0; p < d.n; p++) src[p] = peer_sbuf(&d, p);
+    MTC_CHECK(publish(&d, sendbuf, recvbuf, NULL, NULL));
+    char *dst[d.n];
+    for (int p = 0; p < d.n; p++) src[p] = peer_sbuf(&d, p), dst[p] = peer_rbuf(&d, p);
     size_t lo = slice_off(count, d.n, d.me), hi = slice_off(count, d.n, d.me + 1);
-    char *mine;
-    MTC_CHECK(shm_member_big(d.g, d.me, (hi - lo) * es + 64, &mine));
-    reduce_all(mine, src, d.n, lo, hi - lo, dtype, op);
-    atomic_store_explicit(&pub(&d, d.me)->rbuf, mine, memory_order_relaxed);
-    MTC_CHECK(sync1(&d));
-    for (int p = 0; p < d.n; p++) {
-        size_t plo = slice_off(count, d.n, p), phi = slice_off(count, d.n, p + 1);
-        memcpy((char *)recvbuf + plo * es, peer_rbuf(&d, p), (phi - plo) * es);
-    }
-    return MTC_OK;
+    reduce_push(dst, src, d.n, lo, hi - lo, dtype, op);
+    return sync1(&d); /* every slice of my output has been written */
 }
 
 /* Rank r gets block r (recvcounts[r] elements at the packed offset). */
@@ -186,16 +191,28 @@ static mtc_result_t ag_blocks(const void *sendbuf, size_t sendcount, void *recvb
     MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
     begin(comm, &d);
     int small = total * es <= SHM_SMALL;
-    MTC_CHECK(publish(&d, small ? stage(&d, sendbuf, sendcount * es) : sendbuf, NULL, NULL, NULL));
-    size_t off = 0;
-    for (int p = 0; p < d.n; p++) {
-        size_t c = counts ? counts[p] : sendcount, at = displs ? displs[p] : off;
-        char *dst = (char *)recvbuf + at * es;
-        const char *src = p == d.me ? sendbuf : peer_sbuf(&d, p);
-        if (c && dst != src) memcpy(dst, src, c * es);
-        off += c;
+    if (small) { /* pull from the peers' stages */
+        MTC_CHECK(publish(&d, stage(&d, sendbuf, sendcount * es), NULL, NULL, NULL));
+        size_t off = 0;
+        for (int p = 0; p < d.n; p++) {
+            size_t c = counts ? counts[p] : sendcount, at = displs ? displs[p] : off;
+            char *dst = (char *)recvbuf + at * es;
+            const char *src = p == d.me ? sendbuf : peer_sbuf(&d, p);
+            if (c && dst != src) memcpy(dst, src, c * es);
+            off += c;
+        }
+        return MTC_OK;
     }
-    return small ? MTC_OK : sync1(&d);
+    /* push my block into every output (each rank may have its own displs) */
+    MTC_CHECK(publish(&d, sendbuf, recvbuf, NULL, displs));
+    size_t mine_off = 0;
+    for (int p = 0; p < d.me; p++) mine_off += counts ? counts[p] : sendcount;
+    for (int p = 0; p < d.n; p++) {
+        const size_t *pd = atomic_load_explicit(&pub(&d, p)->displs, memory_order_relaxed);
+        char *dst = peer_rbuf(&d, p) + (pd ? pd[d.me] : mine_off) * es;
+        if (sendcount && dst != (const char *)sendbuf) memcpy(dst, sendbuf, sendcount * es);
+    }
+    return sync1(&d);
 }
 
 mtc_result_t algo_direct_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -216,10 +233,16 @@ mtc_result_t algo_direct_all_to_all(const void *sendbuf, void *recvbuf, size_t c
     MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
     begin(comm, &d);
     int small = blk * (size_t)d.n <= SHM_SMALL;
-    MTC_CHECK(publish(&d, small ? stage(&d, sendbuf, blk * (size_t)d.n) : sendbuf, NULL, NULL, NULL));
+    if (small) { /* pull block me from the peers' stages */
+        MTC_CHECK(publish(&d, stage(&d, sendbuf, blk * (size_t)d.n), NULL, NULL, NULL));
+        for (int p = 0; p < d.n; p++)
+            memcpy((char *)recvbuf + (size_t)p * blk, peer_sbuf(&d, p) + (size_t)d.me * blk, blk);
+        return MTC_OK;
+    }
+    MTC_CHECK(publish(&d, sendbuf, recvbuf, NULL, NULL)); /* push block p to rank p */
     for (int p = 0; p < d.n; p++)
-        memcpy((char *)recvbuf + (size_t)p * blk, peer_sbuf(&d, p) + (size_t)d.me * blk, blk);
-    return small ? MTC_OK : sync1(&d);
+        memcpy(peer_rbuf(&d, p) + (size_t)d.me * blk, (const char *)sendbuf + (size_t)p * blk, blk);
+    return sync1(&d);
 }
 
 static size_t packed_off(const size_t *counts, int j) {
