@@ -3,11 +3,11 @@
 # Debian's `fortunes` package (about 2.5 MB of English), printing Megatron's
 # log line as the loss goes down, then sample text from the saved model.
 # A few minutes on 2 cores. Usage: scripts/demo.sh [path/to/mtc]
-# Environment: DEMO_DATA (any text file or folder), DEMO_ITERS (default 500).
+# Environment: DEMO_DATA (any text file or folder), DEMO_ITERS (default 800).
 set -e
 MTC=${1:-build/mtc}
 DATA=${DEMO_DATA:-/usr/share/games/fortunes}
-ITERS=${DEMO_ITERS:-500}
+ITERS=${DEMO_ITERS:-800}
 OUT=$(dirname "$MTC")/fortunes-gpt.bin
 if [ ! -e "$DATA" ]; then
     echo "demo: $DATA not found (apt-get install fortunes, or set DEMO_DATA to a text file or folder)" >&2
@@ -19,7 +19,7 @@ echo "== training a char-level GPT (4 layers, hidden 128, 0.8M parameters) on $D
     --micro-batch-size 16 --global-batch-size 16 --train-iters "$ITERS" \
     --lr 2e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 30 \
     --weight-decay 0.1 --clip-grad 1.0 --hidden-dropout 0 --attention-dropout 0 \
-    --log-interval 25 --eval-interval 250 --eval-iters 4 --split 98,2,0 \
+    --log-interval 50 --eval-interval 200 --eval-iters 4 --split 98,2,0 \
     --save "$OUT"
 echo
 echo "== a sample from the trained model (mtc generate --load $OUT --top-k 10 --temperature 0.8)"
