@@ -8,7 +8,8 @@
 # OPENBLAS_L2_SIZE are unset in the command (a forced Haswell core type halves
 # sgemm on this machine). Model FLOPs: Megatron core_v0.14's
 # 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)) (V = padded vocabulary).
-# Timing: median over STEPS steps after 2 warm-up steps.
+# Timing: the best of STEPS steps after 2 warm-up steps, for both programs
+# (on a shared machine the fastest step is the one least disturbed).
 #
 # usage: bench/train_vs_pytorch.sh [path/to/mtc]     (env STEPS, default 5)
 set -eu
@@ -54,17 +55,16 @@ flops() { # L C T V B -> model FLOPs per step
         'BEGIN { printf "%.6e", 72*B*s*L*h*h*(1 + s/(12*h) + V/(12*h*L)) }'
 }
 
-mtc_step() { # L C NH T V B threads -> median ms
+mtc_step() { # L C NH T V B threads -> best ms
     $CLEAN "$MTC" train --mock-data --vocab-size "$5" --make-vocab-size-divisible-by 128 \
         --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --seq-length "$4" \
         --max-position-embeddings "$4" --micro-batch-size "$6" --global-batch-size "$6" \
         --train-iters $((STEPS + 2)) --log-interval 1 --eval-iters 0 --hidden-dropout 0 \
         --attention-dropout 0 --threads "$7" --metrics "$T/m.jsonl" >/dev/null
-    tail -n "$STEPS" "$T/m.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/' | sort -n |
-        awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+    tail -n "$STEPS" "$T/m.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/' | sort -n | head -n 1
 }
 
-torch_step() { # L C NH T V Vp B threads -> median ms
+torch_step() { # L C NH T V Vp B threads -> best ms
     omp=""
     [ "$8" -gt 1 ] && omp="OMP_WAIT_POLICY=PASSIVE"
     $CLEAN ${TCM:+LD_PRELOAD=$TCM} $omp OMP_NUM_THREADS="$8" \
