@@ -11,30 +11,37 @@
  * it cannot run. Native collectives that refuse a dtype (bf16 on MPI) fall
  * back explicitly to ring/tree/pairwise.
  *
- * Constants (microseconds), measured on the 2-core VM with
- * `mtc bench-comm --world-size 2 --algo all --op all` (pinned, 2 ranks),
- * fitting time = a + b * bytes per algorithm:
- *   direct all_reduce 8 B: 0.25 us -> DIRECT_SYNC ~0.12 per phase sync;
- *   direct all_reduce 64 MiB: ~0.06 ms/MiB -> DIRECT_BETA 6e-5 us/B;
- *   ring all_reduce 8 B: ~2.4 us with 2 steps -> P2P_ALPHA ~1.0 us/step
- *   (rendezvous handshake, two cache-line transfers each way);
- *   ring 64 MiB: P2P_BETA ~1.1e-4 us/B copied, GAMMA ~5e-5 us/B reduced.
- * Oversubscribed (more ranks than cores) every sync costs a futex sleep
- * and wake (~30-60 us); OVERSUB_SYNC scales alpha and the syncs then.
- * MPI constants are not measured here (defaults from shared-memory
- * Open MPI folklore); on mpi the native collective is preferred anyway.
+ * Constants (microseconds), calibrated on the 2-core VM (AMD EPYC, load
+ * 10-15 from other jobs while measuring) with
+ *   mtc bench-comm --world-size 2 --algo all --sizes 8,4K,64K,1M,8M --iters 30
+ * (median) and a min-of-20000 loop of 8 B all-reduces:
+ *   direct 8 B: 0.43 us min / 1.5 us median, one sync   -> DIRECT_SYNC 0.4
+ *   direct 1 MiB: 54 us min / 78 us median               -> DIRECT_BETA 7.5e-5 /B
+ *   ring 8 B: 3.4 us median over 2 message steps         -> P2P_ALPHA 1.2
+ *   ring 1 MiB: 470 us = N beta + N/2 gamma              -> P2P_BETA 4e-4 /B
+ *   comm_reduce_local f32, 1 MiB in cache: 29 us (36 GB/s) -> GAMMA 3e-5 /B
+ *   8 MiB and up are DRAM bound here (memcpy 2 GB/s): direct 16 ms, ring 30 ms
+ *   at 8 MiB, so the model's ranking holds there too.
+ * Oversubscribed (more ranks than cores) every sync becomes yields or a
+ * futex sleep: 8 B direct all-reduce 50-85 us mean on 4-8 ranks, ring 8 B
+ * ~240 us on 4 -> OVERSUB_SYNC 40 added to alpha and to each sync.
+ * On shm the model picks direct at every size (it moves each byte across
+ * cores once); ring/tree/recdbl matter on mpi. MPI constants are not
+ * measured here (defaults from shared-memory Open MPI folklore); on mpi the
+ * native collective is preferred anyway.
  * Does not: time anything at run time (the model is static). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
 #include "comm/shm.h"
 
-#define P2P_ALPHA 1.0
-#define P2P_BETA 1.1e-4
-#define GAMMA 5e-5
-#define DIRECT_SYNC 0.12
-#define DIRECT_BETA 6e-5
+#define P2P_ALPHA 1.2
+#define P2P_BETA 4e-4
+#define GAMMA 3e-5
+#define DIRECT_SYNC 0.4
+#define DIRECT_BETA 7.5e-5
 #define MPI_ALPHA 2.0
 #define MPI_BETA 2.5e-4
 #define OVERSUB_SYNC 40.0
@@ -87,6 +94,11 @@ int comm_algo_usable(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo) {
 
 /* ---- the cost model ------------------------------------------------------------- */
 
+static int online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 static double log2ceil(int n) {
     int l = 0;
     while ((1 << l) < n) l++;
@@ -100,7 +112,7 @@ static double model_cost(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo, doub
     int n = comm->size;
     double L = log2ceil(n), f = (double)(n - 1) / n;
     int mpi = !comm->be->shared_memory;
-    int oversub = comm->be->world_size > 2; /* the 2-core VM: more ranks than cores */
+    int oversub = comm->be->shared_memory && comm->be->world_size > online_cpus();
     double a = mpi ? MPI_ALPHA : P2P_ALPHA, b = mpi ? MPI_BETA : P2P_BETA, g = GAMMA;
     double S = DIRECT_SYNC * (1 + 0.25 * n);
     if (oversub) a += OVERSUB_SYNC, S += OVERSUB_SYNC;
