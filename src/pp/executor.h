@@ -26,10 +26,15 @@
  *   backward phase on the gradient channel:   send_prev + recv_next
  * Each phase is one mtc_sendrecv when both halves are present (a ring shift,
  * so every rank doing its half at once cannot deadlock), else one mtc_send or
- * mtc_recv. Activations and gradients travel on two communicators split
- * from the pipeline group at init (so with pp == 2, where next == prev, the
- * two kinds of message never compete for one in-order channel: this is
- * what Megatron's "pp > 2 unless overlap_p2p_comm" rule works around).
+ * mtc_recv; every rank runs the forward phase first. Activations and
+ * gradients travel on two communicators split from the pipeline group at
+ * init, so with pp == 2, where next == prev, the two kinds of message never
+ * share one in-order channel (the case Megatron's training arguments avoid
+ * by requiring pp > 2 without overlap_p2p_comm: "multiple p2p sends and
+ * recvs between same 2 ranks per communication batch"); pp == 2 interleaved
+ * therefore works here. tests/pp/test_executor_plan.c replays all ranks'
+ * plans under synchronous sends for every valid configuration up to pp=6,
+ * vpp=4: no deadlock, every message lands where it is expected.
  * Megatron's recv decisions (recv_tensor_from_previous_stage: the leading
  * stage receives nothing for its first pp-1 virtual microbatches and nothing
  * that the far end's last chunk would produce) decide when a receive is
