@@ -115,9 +115,9 @@ static size_t slice_off(size_t count, int n, int k) {
     return (size_t)k * q + ((size_t)k < rem ? (size_t)k : rem);
 }
 
-static mtc_result_t ensure_small(dctx *d) {
+static mtc_result_t ensure_small(mtc_comm_t comm) {
     char *s;
-    return shm_member_small(d->g, d->me, &s);
+    return shm_member_small(comm->group, comm->rank, &s);
 }
 
 /* ---- operations ------------------------------------------------------------------- */
@@ -132,7 +132,7 @@ mtc_result_t algo_direct_all_reduce(const void *sendbuf, void *recvbuf, size_t c
                                     mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm) {
     dctx d;
     size_t es = mtc_dtype_size(dtype), bytes = count * es;
-    MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
+    MTC_CHECK(ensure_small(comm));
     begin(comm, &d);
     const char *src[d.n];
     if (bytes <= SHM_SMALL) {
@@ -160,7 +160,7 @@ static mtc_result_t rs_blocks(const void *sendbuf, void *recvbuf, const size_t *
         total += c;
     }
     size_t mine = counts ? counts[comm->rank] : uniform;
-    MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
+    MTC_CHECK(ensure_small(comm));
     begin(comm, &d);
     const char *src[d.n];
     int small = total * es <= SHM_SMALL;
@@ -188,7 +188,7 @@ static mtc_result_t ag_blocks(const void *sendbuf, size_t sendcount, void *recvb
     dctx d;
     size_t es = mtc_dtype_size(dtype), total = 0;
     for (int p = 0; p < comm->size; p++) total += counts ? counts[p] : sendcount;
-    MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
+    MTC_CHECK(ensure_small(comm));
     begin(comm, &d);
     int small = total * es <= SHM_SMALL;
     if (small) { /* pull from the peers' stages */
@@ -230,7 +230,7 @@ mtc_result_t algo_direct_all_to_all(const void *sendbuf, void *recvbuf, size_t c
                                     mtc_dtype_t dtype, mtc_comm_t comm) {
     dctx d;
     size_t es = mtc_dtype_size(dtype), blk = count * es;
-    MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
+    MTC_CHECK(ensure_small(comm));
     begin(comm, &d);
     int small = blk * (size_t)d.n <= SHM_SMALL;
     if (small) { /* pull block me from the peers' stages */
@@ -283,7 +283,7 @@ mtc_result_t algo_direct_broadcast(void *buf, size_t count, mtc_dtype_t dtype, i
                                    mtc_comm_t comm) {
     dctx d;
     size_t bytes = count * mtc_dtype_size(dtype);
-    MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
+    MTC_CHECK(ensure_small(comm));
     begin(comm, &d);
     int small = bytes <= SHM_SMALL, is_root = d.me == root;
     const void *mine = is_root ? (small ? stage(&d, buf, bytes) : buf) : NULL;
@@ -298,7 +298,7 @@ mtc_result_t algo_direct_reduce(const void *sendbuf, void *recvbuf, size_t count
                                 mtc_dtype_t dtype, mtc_op_t op, int root, mtc_comm_t comm) {
     dctx d;
     size_t es = mtc_dtype_size(dtype), bytes = count * es;
-    MTC_CHECK(ensure_small(&(dctx){.g = comm->group, .me = comm->rank}));
+    MTC_CHECK(ensure_small(comm));
     begin(comm, &d);
     const char *src[d.n];
     if (bytes <= SHM_SMALL) {

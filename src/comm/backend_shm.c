@@ -50,7 +50,6 @@ static void group_destroy(comm_group *g) {
     for (int i = 0; i < g->n; i++) {
         pthread_mutex_destroy(&g->m[i].lock);
         mtc_mem_free_big(g->m[i].small, 2 * SHM_SMALL);
-        mtc_mem_free_big(atomic_load(&g->m[i].big), g->m[i].big_bytes);
     }
     free(g->m);
     free(g->members);
@@ -99,20 +98,6 @@ mtc_result_t shm_member_small(comm_group *g, int me, char **out) {
     shm_member *m = &g->m[me];
     if (!m->small) MTC_CHECK(mtc_mem_alloc_big(2 * SHM_SMALL, 1, (void **)&m->small));
     *out = m->small;
-    return MTC_OK;
-}
-
-mtc_result_t shm_member_big(comm_group *g, int me, size_t bytes, char **out) {
-    shm_member *m = &g->m[me];
-    if (bytes > m->big_bytes) {
-        size_t want = bytes + bytes / 4;
-        void *p;
-        MTC_CHECK(mtc_mem_alloc_big(want, 1, &p));
-        mtc_mem_free_big(atomic_load(&m->big), m->big_bytes);
-        atomic_store(&m->big, (char *)p);
-        m->big_bytes = want;
-    }
-    *out = atomic_load(&m->big);
     return MTC_OK;
 }
 

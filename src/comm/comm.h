@@ -128,7 +128,13 @@ mtc_result_t mtc_comm_create(mtc_comm_t parent, const int *ranks, int n, const c
 void mtc_comm_free(mtc_comm_t comm);
 
 /* Per-communicator settings (local to the calling rank; all ranks of the
- * communicator must set the same algorithm). */
+ * communicator must set the same algorithm). A forced algorithm that cannot
+ * run on the communicator (direct on mpi, hier on one node, native without
+ * MPI, or one that does not implement the operation) makes the call fail
+ * with MTC_ERR_INVALID_ARGUMENT naming the valid choices; no silent
+ * fallback. (The bare MTC_COMM_ALGO / algo_spec form "ring" is a preference:
+ * it applies where it can run and leaves the selector elsewhere.)
+ * Sub-communicators inherit their parent's settings. */
 void mtc_comm_set_algo(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo);
 mtc_algo_t mtc_comm_get_algo(mtc_comm_t comm, mtc_coll_t coll);
 void mtc_comm_set_timeout(mtc_comm_t comm, double seconds);
@@ -137,7 +143,10 @@ mtc_algo_t mtc_comm_choose(mtc_comm_t comm, mtc_coll_t coll, size_t count, mtc_d
 
 /* ---- point-to-point ---------------------------------------------------- */
 
-/* Blocking; matched in order per (sender, receiver, communicator). */
+/* Blocking; matched in order per (sender, receiver, communicator). On shm
+ * mtc_send is synchronous (returns once the receiver has copied the data,
+ * like MPI_Ssend), so two ranks that both send first deadlock: use
+ * mtc_sendrecv for exchanges. Sizes of a matched pair must be equal. */
 mtc_result_t mtc_send(const void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_comm_t comm);
 mtc_result_t mtc_recv(void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_comm_t comm);
 /* Send to dst and receive from src at once (deadlock-free for rings). */

@@ -69,8 +69,6 @@ typedef struct {
     uint64_t epoch;          /* owner-only: direct collectives run so far */
     shm_pub pub[2];
     char *small;             /* owner-allocated, 2 x SHM_SMALL bytes, fixed */
-    _Atomic(char *) big;     /* owner-grown private block */
-    size_t big_bytes;        /* owner-only */
     /* split exchange: the new group this member leads, read by its members */
     _Atomic(struct comm_group *) xchg;
 } __attribute__((aligned(64))) shm_member;
@@ -145,9 +143,7 @@ void shm_board_enter(comm_group *g, int me, const comm_call *call);
 void shm_board_leave(comm_group *g, int me, const comm_call *call);
 /* Check member `who`'s publication for this epoch against my call. */
 mtc_result_t shm_check_pub(comm_group *g, int me, int who, uint64_t epoch, const comm_call *call);
-/* Ensure my private block holds `bytes` (only between a full sync and the next
- * publication, so no peer is reading the old one). */
-mtc_result_t shm_member_big(comm_group *g, int me, size_t bytes, char **out);
+/* My staging block (2 x SHM_SMALL, allocated at first use, kept). */
 mtc_result_t shm_member_small(comm_group *g, int me, char **out);
 
 #endif
