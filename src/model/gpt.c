@@ -1,6 +1,8 @@
-/* model/gpt.c - GPT-2 registry, buffers, activation slots and the forward /
- * backward of one microbatch on one chunk; see gpt.h. Relies on nn/ kernels
- * and core/mem.h; never allocates after mtc_gpt_init. */
+/* model/gpt.c - GPT-2 registry (with the TP split of every parameter),
+ * flat buffers, activation slots, initial values and the gather of TP
+ * shards back to global shapes; see gpt.h. The forward / backward pass is
+ * in gpt_pass.c. Relies on nn/, tp/ (scratch sizes) and core/mem.h; never
+ * allocates after mtc_gpt_init. */
 #include "model/gpt.h"
 
 #include <math.h>
@@ -9,20 +11,9 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "model/gpt_internal.h"
+#include "tp/mappings.h"
 
-struct mtc_gpt_slot {
-    float *encoded;                 /* (B,T,C) chunk input (embedding output) */
-    float *ln1, *ln1_mean, *ln1_rstd; /* per layer (B,T,C), (B,T), (B,T) */
-    float *qkv;                     /* per layer (B,T,3C) */
-    float *att;                     /* per layer (B,NH,T,T) */
-    float *atty;                    /* per layer (B,T,C) */
-    float *res2;                    /* per layer (B,T,C) */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fchg;              /* per layer (B,T,F) */
-    float *res3;                    /* per layer (B,T,C) layer output */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *losses;                  /* (B,T) */
-};
 
 int mtc_gpt_pad_vocab(int vocab_size, int divisible_by, int tp) {
     int multiple = (divisible_by > 0 ? divisible_by : 1) * (tp > 0 ? tp : 1);
@@ -68,12 +59,17 @@ double mtc_gpt_flops(const mtc_gpt_config *c, int64_t global_batch) {
     return 72.0 * B * s * L * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * h * L));
 }
 
+/* Register every parameter with its TP split and reduction groups
+ * (tp/layers.h: c_attn and c_fc column-parallel, the c_proj weights
+ * row-parallel, wte vocabulary-parallel; the rest replicated over TP, and
+ * under SP their gradients are partial sums over the rank's tokens). */
 static mtc_result_t gpt_register(mtc_gpt *m) {
     const mtc_gpt_config *c = &m->cfg;
     int L = c->num_layers, C = c->hidden_size, F = c->ffn_hidden_size;
     float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * (float)L);
     mtc_registry *r = &m->reg;
     MTC_CHECK(mtc_registry_init(r, 4 + 12 * L));
+    r->tp = m->tp_size, r->tp_rank = m->tp_rank;
     MTC_CHECK(mtc_registry_add(r, "wte.weight", -1, c->padded_vocab_size, C, MTC_INIT_NORMAL, std));
     MTC_CHECK(mtc_registry_add(r, "wpe.weight", -1, c->max_position_embeddings, C, MTC_INIT_NORMAL, std));
     char n[MTC_PARAM_NAME_MAX];
@@ -99,10 +95,25 @@ static mtc_result_t gpt_register(mtc_gpt *m) {
 #undef ADD
     MTC_CHECK(mtc_registry_add(r, "ln_f.weight", -1, C, 0, MTC_INIT_ONES, 0));
     MTC_CHECK(mtc_registry_add(r, "ln_f.bias", -1, C, 0, MTC_INIT_ZEROS, 0));
+    int tp = m->tp_size, sp = m->tp.sequence_parallel;
     for (int i = 0; i < r->count; i++) {
-        r->params[i].reduce_groups = MTC_REDUCE_DP_CP;
-        if (!strcmp(r->params[i].name, "wte.weight"))
-            r->params[i].reduce_groups |= MTC_REDUCE_EMBEDDING;
+        mtc_param *p = &r->params[i];
+        p->reduce_groups = MTC_REDUCE_DP_CP;
+        const char *s = p->name;
+        if (!strcmp(s, "wte.weight")) {
+            p->reduce_groups |= MTC_REDUCE_EMBEDDING;
+            mtc_registry_split(r, i, 0, 1);
+        } else if (strstr(s, "c_attn.")) {
+            mtc_registry_split(r, i, 0, 3);
+        } else if (strstr(s, "c_fc.")) {
+            mtc_registry_split(r, i, 0, 1);
+        } else if (strstr(s, "c_proj.weight")) {
+            mtc_registry_split(r, i, 1, 1);
+        } else {
+            p->tp_duplicate = tp > 1;
+            /* layer norms and row-parallel biases see only local tokens under SP */
+            if (sp && strcmp(s, "wpe.weight")) p->reduce_groups |= MTC_REDUCE_TP;
+        }
     }
     mtc_registry_layout(r);
     return MTC_OK;
@@ -127,14 +138,29 @@ static void gpt_bind(mtc_gpt *m, float *base, float **wte, float **wpe, float **
 #undef AT
 }
 
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Floats of TP-layer scratch one pass needs (largest of every call). */
+static size_t gpt_scratch_floats(const mtc_gpt *m) {
+    const mtc_gpt_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->hidden_size;
+    size_t s = tp_attention_scratch_floats(&m->tp, B, T, C, c->num_heads);
+    s = max_sz(s, tp_mlp_scratch_floats(&m->tp, B, T, C, c->ffn_hidden_size));
+    s = max_sz(s, tp_vocab_embedding_scratch_floats(&m->tp, B, T, C));
+    s = max_sz(s, tp_column_linear_scratch_floats(&m->tp, 0, B, T, C, c->padded_vocab_size));
+    s = max_sz(s, 3 * (size_t)B * T);
+    return s;
+}
+
 /* Carve (or, with a NULL arena base, just count) the activation arena. */
 static size_t gpt_carve(mtc_gpt *m, char *base) {
     const mtc_gpt_config *c = &m->cfg;
+    size_t tp = (size_t)m->tp_size;
     size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)c->hidden_size,
-           F = (size_t)c->ffn_hidden_size, NH = (size_t)c->num_heads,
-           Vp = (size_t)c->padded_vocab_size, nl = (size_t)(m->last_layer - m->first_layer);
-    size_t N = B * T, off = 0;
-    size_t big = F > 3 * C ? F : 3 * C;
+           F_tp = (size_t)c->ffn_hidden_size / tp, NH_tp = (size_t)c->num_heads / tp,
+           C_tp = C / tp, V_tp = (size_t)c->padded_vocab_size / tp,
+           nl = (size_t)(m->last_layer - m->first_layer);
+    size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
 #define TAKE(ptr, count)                                                       \
     do {                                                                       \
         float *p_ = base ? (float *)(base + off) : NULL;                       \
@@ -143,41 +169,62 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
     } while (0)
     for (int s = 0; s < m->nslots; s++) {
         mtc_gpt_slot *a = &m->slots[s];
-        TAKE(a->encoded, N * C);
-        TAKE(a->ln1, nl * N * C);
-        TAKE(a->ln1_mean, nl * N);
-        TAKE(a->ln1_rstd, nl * N);
-        TAKE(a->qkv, nl * N * 3 * C);
-        TAKE(a->att, nl * B * NH * T * T);
-        TAKE(a->atty, nl * N * C);
-        TAKE(a->res2, nl * N * C);
-        TAKE(a->ln2, nl * N * C);
-        TAKE(a->ln2_mean, nl * N);
-        TAKE(a->ln2_rstd, nl * N);
-        TAKE(a->fch, nl * N * F);
-        TAKE(a->fchg, nl * N * F);
-        TAKE(a->res3, nl * N * C);
-        TAKE(a->lnf, N * C);
-        TAKE(a->lnf_mean, N);
-        TAKE(a->lnf_rstd, N);
+        TAKE(a->encoded, Nl * C);
+        TAKE(a->ln1, nl * Nl * C);
+        TAKE(a->ln1_mean, nl * Nl);
+        TAKE(a->ln1_rstd, nl * Nl);
+        TAKE(a->qkv, nl * N * 3 * C_tp);
+        TAKE(a->att, nl * B * NH_tp * T * T);
+        TAKE(a->atty, nl * N * C_tp);
+        TAKE(a->res2, nl * Nl * C);
+        TAKE(a->ln2, nl * Nl * C);
+        TAKE(a->ln2_mean, nl * Nl);
+        TAKE(a->ln2_rstd, nl * Nl);
+        TAKE(a->fch, nl * N * F_tp);
+        TAKE(a->fchg, nl * N * F_tp);
+        TAKE(a->res3, nl * Nl * C);
+        TAKE(a->lnf, Nl * C);
+        TAKE(a->lnf_mean, Nl);
+        TAKE(a->lnf_rstd, Nl);
         TAKE(a->losses, N);
     }
-    TAKE(m->logits, m->has_head ? N * Vp : 1);
-    TAKE(m->fwd_tmp, N * C);
-    TAKE(m->dres, N * C);
-    TAKE(m->dtmp, N * C);
-    TAKE(m->dtmp2, N * C);
-    TAKE(m->dbig1, N * big);
-    TAKE(m->dbig2, N * big);
-    TAKE(m->datt, B * NH * T * T);
+    TAKE(m->logits, m->has_head ? N * V_tp : 1);
+    TAKE(m->fwd_tmp, Nl * C);
+    TAKE(m->dres, Nl * C);
+    TAKE(m->dtmp, Nl * C);
+    TAKE(m->dtmp2, Nl * C);
+    TAKE(m->in_total, m->tp.sequence_parallel ? N * C : 1);
+    TAKE(m->scratch, gpt_scratch_floats(m));
 #undef TAKE
     return off;
 }
 
-mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                          mtc_gpt **out) {
+/* The TP split's own rules, one line each naming the fix. */
+static mtc_result_t gpt_check_tp(const mtc_gpt_config *c, int tp, int sp) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    if (tp <= 1) return MTC_OK;
+    if (c->num_heads % tp)
+        return mtc_error(E, "num-attention-heads=%d is not divisible by tensor-model-parallel-size=%d (use a tp that divides %d)",
+                         c->num_heads, tp, c->num_heads);
+    if (c->ffn_hidden_size % tp)
+        return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
+                         c->ffn_hidden_size, tp);
+    if (c->padded_vocab_size % tp)
+        return mtc_error(E, "padded vocabulary %d is not divisible by tensor-model-parallel-size=%d (pad with make-vocab-size-divisible-by x tp)",
+                         c->padded_vocab_size, tp);
+    if (sp && c->seq_length % tp)
+        return mtc_error(E, "seq-length=%d is not divisible by tensor-model-parallel-size=%d, which sequence parallelism needs",
+                         c->seq_length, tp);
+    return MTC_OK;
+}
+
+mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
+                             mtc_comm_t tp, int sequence_parallel, mtc_gpt **out) {
     *out = NULL;
     MTC_CHECK(mtc_gpt_config_validate(cfg));
+    int tps = tp_size(tp);
+    if (tps <= 1) sequence_parallel = 0;
+    MTC_CHECK(gpt_check_tp(cfg, tps, sequence_parallel));
     if (B < 1 || nslots < 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "micro batch %d and slots %d must be >= 1", B,
                          nslots);
@@ -188,6 +235,11 @@ mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool 
     if (m->cfg.init_std <= 0) m->cfg.init_std = 0.02f;
     m->B = B;
     m->T = cfg->seq_length;
+    m->tp = (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool,
+                     .sequence_parallel = sequence_parallel};
+    m->tp_size = tps;
+    m->tp_rank = tp_rank(m->tp.comm);
+    m->T_loc = sequence_parallel ? m->T / tps : m->T;
     m->first_layer = 0;
     m->last_layer = cfg->num_layers;
     m->has_embedding = m->has_head = 1;
@@ -200,12 +252,6 @@ mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool 
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->layers), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->dlayers), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_gpt_slot), (void **)&m->slots), rc, fail);
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)m->reg.count, 1, (void **)&m->gemm_written), rc, fail);
-    for (int i = 0; i < m->reg.count; i++) {
-        const char *n = m->reg.params[i].name;
-        m->gemm_written[i] = strstr(n, "c_attn.weight") || strstr(n, "c_proj.weight") ||
-                             strstr(n, "c_fc.weight") || (!strcmp(n, "wte.weight") && m->has_head);
-    }
     gpt_bind(m, m->params, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, m->layers);
     gpt_bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, m->dlayers);
     size_t need = gpt_carve(m, NULL);
@@ -221,6 +267,11 @@ fail:
     return rc;
 }
 
+mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
+                          mtc_gpt **out) {
+    return mtc_gpt_init_tp(cfg, B, nslots, pool, NULL, 0, out);
+}
+
 void mtc_gpt_free(mtc_gpt *m) {
     if (!m) return;
     size_t bytes = m->reg.total * sizeof(float);
@@ -230,7 +281,6 @@ void mtc_gpt_free(mtc_gpt *m) {
     free(m->layers);
     free(m->dlayers);
     free(m->slots);
-    free(m->gemm_written);
     mtc_registry_free(&m->reg);
     free(m);
 }
@@ -253,7 +303,7 @@ static void gpt_init_task(int i, void *arg) {
         const mtc_param *p = &r->params[k];
         size_t a = p->offset > lo ? p->offset : lo;
         size_t b = p->offset + p->local_numel < hi ? p->offset + p->local_numel : hi;
-        if (a < b) mtc_registry_init_range(p, j->m->params + a, a - p->offset, b - a, j->seed);
+        if (a < b) mtc_registry_init_local(r, p, j->m->params + a, a - p->offset, b - a, j->seed);
     }
 }
 
@@ -267,6 +317,25 @@ void mtc_gpt_zero_grad(mtc_gpt *m) { memset(m->grads, 0, m->reg.total * sizeof(f
 
 size_t mtc_gpt_activation_bytes(const mtc_gpt *m) { return m->arena.high_water; }
 
+mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, float *scratch) {
+    const mtc_registry *r = &m->reg;
+    for (int i = 0; i < r->count; i++) {
+        const mtc_param *p = &r->params[i];
+        float *dst = out + p->global_offset;
+        if (p->split_dim < 0 || m->tp_size <= 1) {
+            memcpy(dst, from + p->offset, p->numel * sizeof(float));
+            continue;
+        }
+        /* comm: all-gather(tp) of the shard */
+        MTC_CHECK(mtc_all_gather(from + p->offset, scratch, p->local_numel, MTC_DTYPE_F32,
+                                 m->tp.comm));
+        for (int k = 0; k < m->tp_size; k++)
+            for (size_t l = 0; l < p->local_numel; l++)
+                dst[mtc_registry_global_index(r, p, k, l)] = scratch[(size_t)k * p->local_numel + l];
+    }
+    return MTC_OK;
+}
+
 float *mtc_gpt_slot_input(mtc_gpt *m, int slot) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots);
     return m->slots[slot].encoded;
@@ -276,168 +345,5 @@ const float *mtc_gpt_slot_output(const mtc_gpt *m, int slot) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots);
     const mtc_gpt_slot *a = &m->slots[slot];
     int nl = m->last_layer - m->first_layer;
-    return nl ? a->res3 + (size_t)(nl - 1) * m->B * m->T * m->cfg.hidden_size : a->encoded;
-}
-
-/* Dropout sites inside a layer; the embedding uses layer -1. */
-enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 };
-
-static nn_dropout_spec gpt_drop(const mtc_gpt *m, const mtc_gpt_pass *pass, int layer, int site,
-                                float p, int T) {
-    nn_dropout_spec s;
-    memset(&s, 0, sizeof s);
-    s.p = pass && pass->train ? p : 0.0f;
-    if (s.p > 0) {
-        s.seed = pass->seed;
-        /* stream = (iteration, layer, site): fresh masks every step and site */
-        s.stream = 0x6d74630000000000ull ^ (pass->iteration << 22) ^
-                   ((uint64_t)(layer + 1) << 4) ^ (uint64_t)site;
-        s.b0 = pass->b0;
-    }
-    s.Tg = T;
-    s.Cg = m->cfg.hidden_size;
-    s.NHg = m->cfg.num_heads;
-    return s;
-}
-
-double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
-                       const mtc_gpt_pass *pass) {
-    MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T && B >= 1 && T >= 1);
-    const mtc_gpt_config *c = &m->cfg;
-    int C = c->hidden_size, NH = c->num_heads, HS = C / NH, F = c->ffn_hidden_size;
-    int N = B * T, Vp = c->padded_vocab_size;
-    size_t sN = (size_t)m->B * m->T; /* per-layer strides use the largest shape */
-    mtc_gpt_slot *a = &m->slots[slot];
-    nn_pool *pool = m->pool;
-
-    if (m->has_embedding) {
-        nn_token_embedding_forward(a->encoded, tokens, m->wte, 0, Vp, N, C);
-        nn_position_embedding_forward(a->encoded, m->wpe, NULL, B, T, C);
-        nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
-        if (d.p > 0) nn_dropout_forward(a->encoded, a->encoded, B, T, C, &d);
-    }
-    const float *x = a->encoded;
-    for (int l = m->first_layer; l < m->last_layer; l++) {
-        size_t k = (size_t)(l - m->first_layer);
-        const mtc_gpt_layer *w = &m->layers[l];
-        float *ln1 = a->ln1 + k * sN * C, *ln1m = a->ln1_mean + k * sN, *ln1r = a->ln1_rstd + k * sN;
-        float *qkv = a->qkv + k * sN * 3 * C, *att = a->att + k * sN * NH * m->T;
-        float *atty = a->atty + k * sN * C, *res2 = a->res2 + k * sN * C;
-        float *ln2 = a->ln2 + k * sN * C, *ln2m = a->ln2_mean + k * sN, *ln2r = a->ln2_rstd + k * sN;
-        float *fch = a->fch + k * sN * F, *fchg = a->fchg + k * sN * F, *res3 = a->res3 + k * sN * C;
-
-        nn_layernorm_forward(pool, ln1, ln1m, ln1r, x, w->ln1w, w->ln1b, N, C);
-        nn_linear_forward(pool, qkv, ln1, w->qkvw, w->qkvb, N, C, 3 * C);
-        nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
-        nn_attention_forward(pool, atty, att, qkv, B, T, NH, HS, da.p > 0 ? &da : NULL);
-        nn_linear_forward(pool, m->fwd_tmp, atty, w->attprojw, w->attprojb, N, C, C);
-        nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
-        if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, T, C, &dh);
-        nn_residual_forward(res2, x, m->fwd_tmp, (size_t)N * C);
-        nn_layernorm_forward(pool, ln2, ln2m, ln2r, res2, w->ln2w, w->ln2b, N, C);
-        nn_linear_forward(pool, fch, ln2, w->fcw, w->fcb, N, C, F);
-        nn_gelu_forward(pool, fchg, fch, (size_t)N * F);
-        nn_linear_forward(pool, m->fwd_tmp, fchg, w->fcprojw, w->fcprojb, N, F, C);
-        nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
-        if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, T, C, &dm);
-        nn_residual_forward(res3, res2, m->fwd_tmp, (size_t)N * C);
-        x = res3;
-    }
-    if (!m->has_head) return 0.0;
-    nn_layernorm_forward(pool, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
-    nn_linear_forward(pool, m->logits, a->lnf, m->wte, NULL, N, C, Vp);
-    m->dlogits_ready = 0;
-    if (!targets) return 0.0;
-    if (pass && pass->loss_scale > 0) {
-        nn_softmax_xent_forward_backward(pool, a->losses, m->logits, targets, pass->loss_scale, N,
-                                         c->vocab_size, Vp);
-        m->dlogits_ready = 1;
-    } else {
-        nn_softmax_xent_forward(pool, a->losses, m->logits, targets, N, c->vocab_size, Vp);
-    }
-    double sum = 0;
-    for (int i = 0; i < N; i++) sum += a->losses[i];
-    return sum;
-}
-
-/* nn_linear_backward, with dw (OUT, IN) overwritten (beta 0) instead of
- * accumulated on the step's first microbatch. */
-static void gpt_linear_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, const float *w, int N, int IN, int OUT,
-                                int overwrite) {
-    nn_linear_backward(pool, dinp, NULL, db, dout, inp, w, N, IN, OUT);
-    nn_sgemm(pool, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, overwrite ? 0.0f : 1.0f, dw, IN);
-}
-
-void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
-                      float loss_scale, const mtc_gpt_pass *pass) {
-    MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T);
-    const mtc_gpt_config *c = &m->cfg;
-    int C = c->hidden_size, NH = c->num_heads, HS = C / NH, F = c->ffn_hidden_size;
-    int N = B * T, Vp = c->padded_vocab_size;
-    size_t sN = (size_t)m->B * m->T, nC = (size_t)N * C;
-    mtc_gpt_slot *a = &m->slots[slot];
-    nn_pool *pool = m->pool;
-    int ow = pass && pass->first_microbatch;
-    if (ow) /* gradients not written by a weight GEMM start from zero */
-        for (int i = 0; i < m->reg.count; i++)
-            if (!m->gemm_written[i])
-                memset(m->grads + m->reg.params[i].offset, 0,
-                       m->reg.params[i].local_numel * sizeof(float));
-
-    /* dres = d(loss)/d(chunk output) */
-    if (m->has_head) {
-        MTC_ASSERT(targets);
-        const float *xlast = m->last_layer > m->first_layer
-                                 ? a->res3 + (size_t)(m->last_layer - m->first_layer - 1) * sN * C
-                                 : a->encoded;
-        if (!m->dlogits_ready)
-            nn_softmax_xent_backward(pool, m->logits, targets, loss_scale, N, c->vocab_size, Vp);
-        m->dlogits_ready = 0;
-        gpt_linear_backward(pool, m->dtmp, m->dwte, NULL, m->logits, a->lnf, m->wte, N, C, Vp, ow);
-        nn_layernorm_backward(pool, m->dres, m->dlnfw, m->dlnfb, m->dtmp, xlast, m->lnfw,
-                              a->lnf_mean, a->lnf_rstd, N, C);
-    }
-    for (int l = m->last_layer - 1; l >= m->first_layer; l--) {
-        size_t k = (size_t)(l - m->first_layer);
-        const mtc_gpt_layer *w = &m->layers[l];
-        const mtc_gpt_layer *g = &m->dlayers[l];
-        const float *x = k ? a->res3 + (k - 1) * sN * C : a->encoded;
-        float *ln1 = a->ln1 + k * sN * C, *ln1m = a->ln1_mean + k * sN, *ln1r = a->ln1_rstd + k * sN;
-        float *qkv = a->qkv + k * sN * 3 * C, *att = a->att + k * sN * NH * m->T;
-        float *atty = a->atty + k * sN * C, *res2 = a->res2 + k * sN * C;
-        float *ln2 = a->ln2 + k * sN * C, *ln2m = a->ln2_mean + k * sN, *ln2r = a->ln2_rstd + k * sN;
-        float *fch = a->fch + k * sN * F, *fchg = a->fchg + k * sN * F;
-
-        /* MLP branch: dres holds d(res3) */
-        const float *dy = m->dres;
-        nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
-        if (dm.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, T, C, &dm), dy = m->dtmp;
-        gpt_linear_backward(pool, m->dbig1, g->fcprojw, g->fcprojb, dy, fchg, w->fcprojw, N, F, C, ow);
-        nn_gelu_backward(pool, m->dbig2, fch, m->dbig1, (size_t)N * F);
-        gpt_linear_backward(pool, m->dtmp, g->fcw, g->fcb, m->dbig2, ln2, w->fcw, N, C, F, ow);
-        nn_layernorm_backward(pool, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, res2, w->ln2w, ln2m, ln2r,
-                              N, C);
-        nn_residual_forward(m->dres, m->dres, m->dtmp2, nC); /* now d(res2) */
-
-        /* attention branch */
-        dy = m->dres;
-        nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
-        if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, T, C, &dh), dy = m->dtmp;
-        gpt_linear_backward(pool, m->dtmp2, g->attprojw, g->attprojb, dy, atty, w->attprojw, N, C, C, ow);
-        nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
-        nn_attention_backward(pool, m->dbig1, m->datt, m->dtmp2, qkv, att, B, T, NH, HS,
-                              da.p > 0 ? &da : NULL);
-        gpt_linear_backward(pool, m->dtmp, g->qkvw, g->qkvb, m->dbig1, ln1, w->qkvw, N, C, 3 * C, ow);
-        nn_layernorm_backward(pool, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, x, w->ln1w, ln1m, ln1r,
-                              N, C);
-        nn_residual_forward(m->dres, m->dres, m->dtmp2, nC); /* now d(layer input) */
-    }
-    if (m->has_embedding) {
-        const float *dy = m->dres;
-        nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
-        if (d.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, T, C, &d), dy = m->dtmp;
-        nn_token_embedding_backward(m->dwte, dy, tokens, 0, Vp, N, C);
-        nn_position_embedding_backward(m->dwpe, dy, NULL, B, T, C);
-    }
+    return nl ? a->res3 + (size_t)(nl - 1) * m->B * m->T_loc * m->cfg.hidden_size : a->encoded;
 }

@@ -17,18 +17,29 @@
  * Dropout masks are keyed by (seed, layer, site, iteration) and the global
  * sample index (pass->b0), so any sharded layout draws the serial masks.
  *
- * Relies on nn/ kernels and the registry; does not communicate, load data
- * or step the optimizer. */
+ * Tensor and sequence parallelism (issue 5): the same code path runs on a
+ * TP communicator through tp/layers.h (attention split by heads, MLP column
+ * then row parallel, vocabulary-parallel embedding and cross-entropy, the
+ * LM head on the rank's wte shard); with a NULL communicator (tp = 1) those
+ * layers are bitwise the nn/ kernels, so the serial model is the tp = 1 case.
+ * Under SP the (B, T, C) tensors between TP regions hold T/tp positions;
+ * dropout is keyed by global sample, position and head.
+ *
+ * Relies on nn/ kernels, tp/ layers and the registry; communicates only
+ * inside the TP layers; does not reduce gradients over DP or TP (train/
+ * does), load data or step the optimizer. */
 #ifndef MTC_MODEL_GPT_H
 #define MTC_MODEL_GPT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "core/mem.h"
 #include "core/result.h"
 #include "model/registry.h"
 #include "nn/nn.h"
+#include "tp/layers.h"
 
 typedef struct {
     int num_layers;              /* L */
@@ -74,6 +85,11 @@ typedef struct {
     float loss_scale;   /* > 0: the forward with targets also makes dlogits
                            (one sweep over the logits); backward must then be
                            given the same scale */
+    /* Backward calls grads_ready(ctx, first, last) as soon as the gradients
+     * of params [first, last) (forward indices) are complete for this
+     * microbatch (gradient-reduction overlap); NULL = no calls. */
+    mtc_result_t (*grads_ready)(void *ctx, int first, int last);
+    void *grads_ready_ctx;
 } mtc_gpt_pass;
 
 typedef struct mtc_gpt_slot mtc_gpt_slot;
@@ -83,6 +99,10 @@ typedef struct {
     int B, T;                   /* largest microbatch this model runs */
     int first_layer, last_layer; /* this chunk's layers */
     int has_embedding, has_head;
+    tp_ctx tp;                  /* TP communicator (NULL: tp 1), pool, sequence parallel */
+    int tp_size, tp_rank;
+    int T_loc;                  /* T / tp under sequence parallelism, else T */
+    mtc_result_t error;         /* first communication error of a forward (sticky) */
     mtc_registry reg;
     float *params, *grads; /* flat, reg.total floats each, backward order */
     float *wte, *wpe, *lnfw, *lnfb;     /* views into params (NULL if not in chunk) */
@@ -91,13 +111,12 @@ typedef struct {
     int nslots;
     mtc_gpt_slot *slots;
     /* shared scratch */
-    float *logits;          /* (B, T, Vp) */
+    float *logits;          /* (B, T, Vp/tp) */
     int dlogits_ready;      /* logits already hold dlogits (fused forward) */
-    unsigned char *gemm_written; /* [reg.count]: gradient written by a weight GEMM */
-    float *fwd_tmp;         /* (B, T, C) */
-    float *dres, *dtmp, *dtmp2; /* (B, T, C) */
-    float *dbig1, *dbig2;   /* (B, T, max(F, 3C)) */
-    float *datt;            /* (B, NH, T, T) */
+    float *fwd_tmp;         /* (B, T_loc, C) */
+    float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
+    float *in_total;        /* (B, T, C) SP gather buffer shared by all layers */
+    float *scratch;         /* TP layer scratch (max over the layers' needs) */
     mtc_arena arena;
     nn_pool *pool; /* not owned */
 } mtc_gpt;
@@ -107,6 +126,17 @@ typedef struct {
  * The whole model is one chunk. pool may be NULL. */
 mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
                           mtc_gpt **out);
+/* The same holding this TP rank's shards (tp = NULL: serial). Refuses
+ * shapes the split cannot take (heads, ffn, padded vocabulary not
+ * divisible by tp; seq-length by tp under SP) with INVALID_ARGUMENT.
+ * sequence_parallel with tp 1 is ignored. */
+mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
+                             mtc_comm_t tp, int sequence_parallel, mtc_gpt **out);
+/* Collective over the TP group: global (B-independent) parameters in the
+ * serial layout: out (reg.global_total) gets every parameter's full value
+ * at its global_offset (fused QKV rows unshuffled). scratch: tp *
+ * (largest local_numel) floats. from = m->params or m->grads. */
+mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, float *scratch);
 void mtc_gpt_free(mtc_gpt *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */
@@ -115,7 +145,9 @@ void mtc_gpt_zero_grad(mtc_gpt *m);
 /* Bytes of the activation arena actually used. */
 size_t mtc_gpt_activation_bytes(const mtc_gpt *m);
 
-/* Forward of one microbatch, tokens/targets (B, T), B <= m->B, T <= m->T.
+/* Forward of one microbatch, tokens/targets (B, T), B <= m->B, T <= m->T
+ * (the whole microbatch on every TP rank; under SP T must be m->T).
+ * A communication error sets m->error and returns NaN.
  * With targets: returns the sum of per-token losses (the logits buffer now
  * holds probabilities, consumed by the matching backward, which must run
  * before the next forward with targets). Without targets: returns 0 and
@@ -125,13 +157,15 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
 /* Backward of the microbatch in `slot` (forward with targets first);
  * loss_scale = d(loss)/d(token loss), 1/(global_batch*T) for Megatron's
  * mean. Accumulates (+=) into m->grads, or overwrites them when
- * pass->first_microbatch. */
-void mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
-                      float loss_scale, const mtc_gpt_pass *pass);
+ * pass->first_microbatch. Returns the first communication error. Under SP
+ * the layer-norm and row-parallel-bias gradients are partial (TP sums are
+ * the caller's, see registry reduce_groups MTC_REDUCE_TP). */
+mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B,
+                              int T, float loss_scale, const mtc_gpt_pass *pass);
 static inline const float *mtc_gpt_logits(const mtc_gpt *m) { return m->logits; }
 
 /* Pipeline hooks (a chunk without embedding or head). The chunk input of a
- * slot (B, T, C): write it before the forward when the chunk has no
+ * slot (B, T_loc, C): write it before the forward when the chunk has no
  * embedding. The chunk output (B, T, C) after the forward. The gradient
  * buffer (B, T, C): write d(output) into it before the backward when the
  * chunk has no head; after the backward it holds d(input). */

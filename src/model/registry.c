@@ -15,6 +15,7 @@ mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity) {
     MTC_CHECK(mtc_mem_calloc((size_t)capacity, sizeof(mtc_param), &p));
     reg->params = p;
     reg->capacity = capacity;
+    reg->tp = 1;
     return MTC_OK;
 }
 
@@ -49,12 +50,54 @@ mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, in
 }
 
 void mtc_registry_layout(mtc_registry *reg) {
-    size_t off = 0;
+    size_t off = 0, goff = 0;
     for (int i = reg->count - 1; i >= 0; i--) {
         reg->params[i].offset = off;
+        reg->params[i].global_offset = goff;
         off += reg->params[i].local_numel;
+        goff += reg->params[i].numel;
     }
     reg->total = off;
+    reg->global_total = goff;
+}
+
+void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int blocks) {
+    mtc_param *q = &reg->params[p];
+    if (reg->tp <= 1) return;
+    q->split_dim = split_dim;
+    q->split_blocks = blocks > 0 ? blocks : 1;
+    q->local_numel = q->numel / (size_t)reg->tp;
+}
+
+size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, int rank,
+                                 size_t local) {
+    if (p->split_dim < 0 || reg->tp <= 1) return local;
+    size_t cols = (size_t)p->shape[1], tp = (size_t)reg->tp, r = (size_t)rank;
+    if (p->split_dim == 1) { /* columns [r*cols_tp, (r+1)*cols_tp) of every row */
+        size_t ct = cols / tp, i = local / ct, j = local % ct;
+        return i * cols + r * ct + j;
+    }
+    /* rows: block b of each fused part holds rows [b*bs + r*bl, b*bs + (r+1)*bl) */
+    size_t bs = (size_t)p->shape[0] / (size_t)p->split_blocks, bl = bs / tp;
+    size_t row = local / cols, c = local % cols;
+    return ((row / bl) * bs + r * bl + row % bl) * cols + c;
+}
+
+void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float *dst,
+                             size_t first, size_t n, uint64_t seed) {
+    if (p->split_dim < 0 || reg->tp <= 1 || p->init != MTC_INIT_NORMAL) {
+        mtc_registry_init_range(p, dst, first, n, seed);
+        return;
+    }
+    /* runs of consecutive global elements: a row piece of the local shard */
+    size_t run = p->split_dim == 1 ? (size_t)p->shape[1] / (size_t)reg->tp : (size_t)p->shape[1];
+    size_t k = 0;
+    while (k < n) {
+        size_t l = first + k, len = run - l % run;
+        if (len > n - k) len = n - k;
+        mtc_registry_init_range(p, dst + k, mtc_registry_global_index(reg, p, reg->tp_rank, l), len, seed);
+        k += len;
+    }
 }
 
 int mtc_registry_find(const mtc_registry *reg, const char *name) {
@@ -81,6 +124,6 @@ void mtc_registry_init_range(const mtc_param *p, float *dst, size_t first, size_
 void mtc_registry_init_params(const mtc_registry *reg, float *params, uint64_t seed) {
     for (int i = 0; i < reg->count; i++) {
         const mtc_param *p = &reg->params[i];
-        mtc_registry_init_range(p, params + p->offset, 0, p->local_numel, seed);
+        mtc_registry_init_local(reg, p, params + p->offset, 0, p->local_numel, seed);
     }
 }

@@ -56,6 +56,7 @@ typedef struct {
     /* ---- this rank's storage ---- */
     size_t local_numel;
     size_t offset;                 /* in the flat param and grad buffers (floats) */
+    size_t global_offset;          /* in the serial (tp = 1) layout of the same model */
 } mtc_param;
 
 typedef struct {
@@ -63,6 +64,8 @@ typedef struct {
     int count;
     int capacity;
     size_t total; /* floats in the flat buffers */
+    size_t global_total; /* floats of the serial layout (sum of numel) */
+    int tp, tp_rank; /* the TP split the local shards follow (1, 0 when serial) */
 } mtc_registry;
 
 mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity);
@@ -70,7 +73,20 @@ void mtc_registry_free(mtc_registry *reg);
 /* Register a parameter; shape1 = 0 for 1-D. */
 mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, int64_t shape0,
                               int64_t shape1, mtc_init_kind init, float init_std);
-/* Assign offsets in backward order (last registered first); sets total. */
+/* Split parameter p over TP (before mtc_registry_layout): split_dim 0
+ * (output rows; `blocks` fused row blocks such as [q|k|v], each split
+ * evenly) or 1 (input columns); local_numel becomes numel / reg->tp.
+ * reduce_groups / tp_duplicate are set by the caller. */
+void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int blocks);
+/* Global element index (row-major in the global shape) of local element
+ * `local` of p on TP rank r (of reg->tp). */
+size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, int r, size_t local);
+/* Fill local elements [first, first + n) of p's shard with the serial
+ * run's initial values of the global elements they hold. */
+void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float *dst,
+                             size_t first, size_t n, uint64_t seed);
+/* Assign offsets in backward order (last registered first); sets total,
+ * global_offset and global_total. */
 void mtc_registry_layout(mtc_registry *reg);
 /* Index of `name`, -1 when absent. */
 int mtc_registry_find(const mtc_registry *reg, const char *name);

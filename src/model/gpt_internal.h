@@ -1,0 +1,26 @@
+/* model/gpt_internal.h - what gpt.c (registry, buffers, gathering) and
+ * gpt_pass.c (forward / backward) share: the activation slot of one
+ * in-flight microbatch. Not a public header. */
+#ifndef MTC_MODEL_GPT_INTERNAL_H
+#define MTC_MODEL_GPT_INTERNAL_H
+
+#include "model/gpt.h"
+
+/* Shapes are this TP rank's: T_loc = T/tp under sequence parallelism, C_tp,
+ * NH_tp, F_tp = C/tp, NH/tp, F/tp. Per-layer arrays are strided by the
+ * largest microbatch (m->B, m->T). */
+struct mtc_gpt_slot {
+    float *encoded;                   /* (B,T_loc,C) chunk input (embedding output) */
+    float *ln1, *ln1_mean, *ln1_rstd; /* per layer (B,T_loc,C), (B,T_loc), (B,T_loc) */
+    float *qkv;                       /* per layer (B,T,3C_tp) */
+    float *att;                       /* per layer (B,NH_tp,T,T) */
+    float *atty;                      /* per layer (B,T,C_tp) */
+    float *res2;                      /* per layer (B,T_loc,C) */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fchg;                /* per layer (B,T,F_tp) */
+    float *res3;                      /* per layer (B,T_loc,C) layer output */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T_loc,C), (B,T_loc), (B,T_loc) */
+    float *losses;                    /* (B,T) */
+};
+
+#endif
