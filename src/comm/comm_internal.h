@@ -33,6 +33,7 @@ struct mtc_comm {
     uint32_t cur_tag;
     comm_queue *queue;
     int owns_group; /* 0 for the world communicator (the backend owns its group) */
+    struct { size_t count; int dtype; mtc_algo_t algo; } last_choice[MTC_COLL_COUNT]; /* select.c */
 };
 
 /* One operation as issued by the user (blocking or queued). */

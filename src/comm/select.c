@@ -30,6 +30,7 @@
  * measured here (defaults from shared-memory Open MPI folklore); on mpi the
  * native collective is preferred anyway.
  * Does not: time anything at run time (the model is static). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -94,9 +95,16 @@ int comm_algo_usable(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo) {
 
 /* ---- the cost model ------------------------------------------------------------- */
 
+/* sysconf reads /sys on every call: ask once per process. */
 static int online_cpus(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    static _Atomic int cached;
+    int n = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (n == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+        atomic_store_explicit(&cached, n, memory_order_relaxed);
+    }
+    return n;
 }
 
 static double log2ceil(int n) {
@@ -155,7 +163,8 @@ static double model_cost(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo, doub
     }
 }
 
-static mtc_algo_t choose(mtc_comm_t comm, mtc_coll_t coll, size_t count, mtc_dtype_t dtype) {
+static mtc_algo_t choose_uncached(mtc_comm_t comm, mtc_coll_t coll, size_t count,
+                                  mtc_dtype_t dtype) {
     double N = (double)count * (double)mtc_dtype_size(dtype);
     if (coll == MTC_COLL_REDUCE_SCATTER || coll == MTC_COLL_ALL_GATHER ||
         coll == MTC_COLL_ALL_TO_ALL)
@@ -169,6 +178,18 @@ static mtc_algo_t choose(mtc_comm_t comm, mtc_coll_t coll, size_t count, mtc_dty
         if (c < best_cost) best_cost = c, best = (mtc_algo_t)a;
     }
     return best;
+}
+
+/* The last choice per operation is remembered: training repeats shapes. */
+static mtc_algo_t choose(mtc_comm_t comm, mtc_coll_t coll, size_t count, mtc_dtype_t dtype) {
+    if (comm->last_choice[coll].algo != MTC_ALGO_AUTO && comm->last_choice[coll].count == count &&
+        comm->last_choice[coll].dtype == (int)dtype)
+        return comm->last_choice[coll].algo;
+    mtc_algo_t a = choose_uncached(comm, coll, count, dtype);
+    comm->last_choice[coll].count = count;
+    comm->last_choice[coll].dtype = (int)dtype;
+    comm->last_choice[coll].algo = a;
+    return a;
 }
 
 mtc_algo_t mtc_comm_choose(mtc_comm_t comm, mtc_coll_t coll, size_t count, mtc_dtype_t dtype) {

@@ -75,9 +75,11 @@ mtc_result_t shm_group_fail(comm_group *g, mtc_result_t rc, const char *msg) {
 /* Member p's call number `seq` from the board; 0 when overwritten/absent. */
 static int board_read(comm_group *g, int p, uint64_t seq, comm_call *out) {
     shm_board_slot *s = &g->m[p].board[seq % SHM_BOARD];
-    if (atomic_load(&s->seq) != seq) return 0;
-    uint64_t sig = atomic_load(&s->sig), count = atomic_load(&s->count);
-    if (atomic_load(&s->seq) != seq) return 0;
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) != seq) return 0;
+    uint64_t sig = atomic_load_explicit(&s->sig, memory_order_relaxed);
+    uint64_t count = atomic_load_explicit(&s->count, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&s->seq, memory_order_relaxed) != seq) return 0;
     unpack_sig(sig, count, out);
     out->seq = seq;
     return 1;
@@ -86,15 +88,17 @@ static int board_read(comm_group *g, int p, uint64_t seq, comm_call *out) {
 void shm_board_enter(comm_group *g, int me, const comm_call *call) {
     shm_member *m = &g->m[me];
     shm_board_slot *s = &m->board[call->seq % SHM_BOARD];
-    atomic_store(&s->seq, 0);
-    atomic_store(&s->sig, shm_pack_sig(call));
-    atomic_store(&s->count, (uint64_t)call->count);
-    atomic_store(&s->seq, call->seq);
-    atomic_store(&m->entered, call->seq);
+    /* seqlock-style: readers (slow path only) re-check seq around the fields */
+    atomic_store_explicit(&s->seq, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&s->sig, shm_pack_sig(call), memory_order_relaxed);
+    atomic_store_explicit(&s->count, (uint64_t)call->count, memory_order_relaxed);
+    atomic_store_explicit(&s->seq, call->seq, memory_order_release);
+    atomic_store_explicit(&m->entered, call->seq, memory_order_release);
 }
 
 void shm_board_leave(comm_group *g, int me, const comm_call *call) {
-    atomic_store(&g->m[me].left, call->seq);
+    atomic_store_explicit(&g->m[me].left, call->seq, memory_order_release);
 }
 
 mtc_result_t shm_mismatch(comm_group *g, int a, const comm_call *ca, int b,
