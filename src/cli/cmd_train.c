@@ -1,11 +1,14 @@
 /* cli/cmd_train.c - `mtc train`: Megatron's flag names, validation of every
- * flag and shape before anything is allocated or written (usage errors exit
- * with status 2), then train/train.c does the work. Serial only for now:
- * --world-size > 1 is refused until the TP/SP/DP issue. */
+ * flag, shape and parallel layout before anything is allocated or written
+ * (usage errors exit with status 2), then train/train.c does the work on
+ * --world-size rank-threads, or on the MPI ranks when started by mpirun. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "comm/comm.h"
 #include "data/data.h"
 #include "model/checkpoint.h"
 #include "train/train.h"
@@ -24,7 +27,8 @@ int cli_cmd_train(int argc, char **argv) {
     double hdrop = 0.1, adrop = 0.1;
     int64_t seed = 1234;
     int eval_interval = 1000, eval_iters = 100, log_interval = 100, world = 1, divisible = 128;
-    int threads = 0, mock = 0;
+    int threads = 0, mock = 0, tp = 1, sp = 0, overlap = 0;
+    int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
     mtc_arg args[] = {
@@ -59,7 +63,11 @@ int cli_cmd_train(int argc, char **argv) {
         {"log-interval", NULL, MTC_ARG_INT, &log_interval, "N", "iterations per log line (default 100)", 0},
         {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P", "(default 0.1)", 0},
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "(default 0.1)", 0},
-        {"world-size", NULL, MTC_ARG_INT, &world, "N", "ranks (only 1 for now)", 0},
+        {"world-size", NULL, MTC_ARG_INT, &world, "N", "rank-threads (shm backend; under mpirun the MPI size) (default 1)", 0},
+        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N", "tensor-parallel ranks (default 1); data-parallel = world / tp", 0},
+        {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL, "split layer norm / dropout / residual regions along the sequence over TP", 0},
+        {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL, "launch each gradient bucket's all-reduce during the last backward", 0},
+        {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "elements per gradient bucket (default 0: one bucket)", 0},
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)", 0},
         {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration", 0},
         {"save", NULL, MTC_ARG_STRING, &save, "FILE", "write the trained weights here", 0},
@@ -69,9 +77,23 @@ int cli_cmd_train(int argc, char **argv) {
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
 
-    if (world != 1) {
-        if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
-        return cli_usage_error("train", "world-size=%d: data/tensor parallelism arrives with the TP/SP/DP issue; only --world-size 1 trains for now", world);
+    if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
+    if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
+    if (bucket < 0) return cli_usage_error("train", "ddp-bucket-size=%lld must be >= 0", (long long)bucket);
+    if (mtc_launched_by_mpi()) { /* the MPI size is the world */
+        const char *e = getenv("OMPI_COMM_WORLD_SIZE");
+        if (!e) e = getenv("PMI_SIZE");
+        if (!e) e = getenv("PMIX_SIZE");
+        if (e && atoi(e) > 0) world = atoi(e);
+        const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        if (!threads && l && atoi(l) > 0) {
+            threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / atoi(l);
+            if (threads < 1) threads = 1;
+        }
+    }
+    if (sp && tp == 1) {
+        fprintf(stderr, "WARNING: --sequence-parallel is switched off because tensor-model-parallel-size is 1\n");
+        sp = 0;
     }
     int lr_style = mtc_lr_style_parse(style);
     if (lr_style < 0)
@@ -111,7 +133,12 @@ int cli_cmd_train(int argc, char **argv) {
     tc.log_interval = log_interval, tc.eval_interval = eval_interval, tc.eval_iters = eval_iters;
     tc.threads = threads;
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
+    tc.world_size = world, tc.tp = tp, tc.sequence_parallel = sp;
+    tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     if (mtc_train_validate(&tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
+    mc->padded_vocab_size = mtc_gpt_pad_vocab(1, divisible, tp);
+    if (mtc_train_validate_layout(&tc, world) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
 
     data_source_opts dopts = {.data_path = data_path, .mock = mock,
                               .vocab_size = mock ? (vocab ? vocab : 50257) : vocab,
@@ -126,7 +153,7 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "vocab-size=%d is smaller than the data's vocabulary %d (drop --vocab-size or raise it)", vocab, data_vocab);
     }
     mc->vocab_size = vocab ? vocab : data_vocab;
-    mc->padded_vocab_size = mtc_gpt_pad_vocab(mc->vocab_size, divisible, 1);
+    mc->padded_vocab_size = mtc_gpt_pad_vocab(mc->vocab_size, divisible, tp);
     char tokstr[MTC_CKPT_TOKENIZER_MAX] = "none";
     const data_tokenizer *tok = data_source_tokenizer(src);
     if (tok && data_tokenizer_serialize(tok, tokstr, sizeof tokstr) != MTC_OK) {

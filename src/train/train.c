@@ -1,6 +1,7 @@
-/* train/train.c - the serial training loop; see train.h. Relies on
- * model/gpt.h, model/checkpoint.h, optim/optim.h and data/data.h. Allocates
- * everything before the first iteration; the step loop only computes. */
+/* train/train.c - the training loop of one rank on a tp x dp layout and its
+ * launch; see train.h. Relies on model/, optim/, data/, comm/, grid/, dp/.
+ * Allocates everything before the first iteration; the step loop only
+ * computes and communicates. */
 #include "train/train.h"
 
 #include <math.h>
@@ -9,8 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "dp/ddp.h"
+#include "grid/grid.h"
 #include "model/checkpoint.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
@@ -21,6 +25,9 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     if (c->global_batch % c->micro_batch)
         return mtc_error(E, "global-batch-size=%d is not divisible by micro-batch-size=%d x data-parallel size 1 (use a multiple of %d)",
                          c->global_batch, c->micro_batch, c->micro_batch);
+    if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
+    if (c->ddp_bucket_size < 0)
+        return mtc_error(E, "ddp-bucket-size=%lld must be >= 0", (long long)c->ddp_bucket_size);
     if (c->train_iters < 1) return mtc_error(E, "train-iters=%lld must be >= 1", (long long)c->train_iters);
     if (!(c->lr.lr >= 0)) return mtc_error(E, "lr=%g must be >= 0", c->lr.lr);
     if (!(c->lr.min_lr >= 0) || c->lr.min_lr > c->lr.lr)
@@ -41,20 +48,65 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     return MTC_OK;
 }
 
+mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    mtc_grid_config gc;
+    mtc_grid_config_default(&gc);
+    gc.world_size = world > 0 ? world : 1;
+    gc.tp = c->tp > 0 ? c->tp : 1;
+    mtc_grid_spec spec;
+    MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
+    MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length, 0,
+                                      c->model.num_layers, 0));
+    int tp = gc.tp, dp = spec.dp;
+    if (c->model.ffn_hidden_size % tp)
+        return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
+                         c->model.ffn_hidden_size, tp);
+    if (c->model.padded_vocab_size % tp)
+        return mtc_error(E, "padded vocabulary %d is not divisible by tensor-model-parallel-size=%d",
+                         c->model.padded_vocab_size, tp);
+    if (c->sequence_parallel && tp > 1 && c->model.seq_length % tp)
+        return mtc_error(E, "seq-length=%d is not divisible by tensor-model-parallel-size=%d (sequence parallelism splits the sequence; use a multiple of %d)",
+                         c->model.seq_length, tp, tp);
+    if (c->global_batch % (c->micro_batch * dp))
+        return mtc_error(E, "global-batch-size=%d is not divisible by micro-batch-size=%d x data-parallel size %d (use a multiple of %d)",
+                         c->global_batch, c->micro_batch, dp, c->micro_batch * dp);
+    return MTC_OK;
+}
+
+/* What every rank shares (read-only) and what the launcher hands back. */
 typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
+    FILE *out;
+    int threads_per_rank;
+} train_shared;
+
+/* One rank's state. */
+typedef struct {
+    const mtc_train_config *cfg;
+    const data_source *src;
+    mtc_grid_t grid;
+    mtc_comm_t tp, dp, mp; /* NULL when of size 1 */
+    int dp_size, dp_rank, tp_rank, nmb;
+    nn_pool *pool;
     mtc_gpt *model;
+    mtc_ddp *ddp;
+    mtc_adamw opt;
     int *buf;              /* (T+1) one sample */
     int *tokens, *targets; /* (B, T) */
+    float *sp_buf;         /* packed sequence-parallel gradients (TP all-reduce) */
+    size_t sp_n;
     uint64_t valid_consumed;
-} train_ctx;
+    uint64_t comm_ns;      /* time in the step's explicit collectives */
+} train_rank;
 
-/* Fill tokens/targets of microbatch m of the global batch at `consumed`. */
-static mtc_result_t train_load_batch(train_ctx *x, data_split split, uint64_t consumed, int m) {
+/* Fill tokens/targets of this DP rank's microbatch m of the global batch at
+ * `consumed`; returns the position of its row 0 in the global batch. */
+static mtc_result_t train_load_batch(train_rank *x, data_split split, uint64_t consumed, int m) {
     int B = x->cfg->micro_batch, T = x->cfg->model.seq_length;
     for (int j = 0; j < B; j++) {
-        uint64_t idx = data_sample_index(consumed, m, 0, j, B, 1);
+        uint64_t idx = data_sample_index(consumed, m, x->dp_rank, j, B, x->dp_size);
         MTC_CHECK(data_source_sample(x->src, split, idx, x->buf));
         memcpy(x->tokens + (size_t)j * T, x->buf, (size_t)T * sizeof(int));
         memcpy(x->targets + (size_t)j * T, x->buf + 1, (size_t)T * sizeof(int));
@@ -62,20 +114,35 @@ static mtc_result_t train_load_batch(train_ctx *x, data_split split, uint64_t co
     return MTC_OK;
 }
 
+static int train_b0(const train_rank *x, int m) {
+    return (int)data_sample_index(0, m, x->dp_rank, 0, x->cfg->micro_batch, x->dp_size);
+}
+
+/* Sum a double over the DP group (every TP rank already holds the same). */
+static mtc_result_t train_dp_sum(train_rank *x, double *v) {
+    if (!x->dp) return MTC_OK;
+    uint64_t t0 = mtc_time_ns();
+    mtc_result_t rc = mtc_all_reduce(v, v, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->dp);
+    x->comm_ns += mtc_time_ns() - t0;
+    return rc;
+}
+
 /* Mean validation loss over eval_iters global batches (the validation
  * iterator continues from one evaluation to the next, as Megatron's). */
-static mtc_result_t train_evaluate(train_ctx *x, double *loss) {
+static mtc_result_t train_evaluate(train_rank *x, double *loss) {
     const mtc_train_config *c = x->cfg;
-    int B = c->micro_batch, T = c->model.seq_length, nmb = c->global_batch / B;
+    int B = c->micro_batch, T = c->model.seq_length;
     mtc_gpt_pass pass = {0};
     double sum = 0;
     for (int it = 0; it < c->eval_iters; it++) {
-        for (int m = 0; m < nmb; m++) {
+        for (int m = 0; m < x->nmb; m++) {
             MTC_CHECK(train_load_batch(x, DATA_SPLIT_VALID, x->valid_consumed, m));
             sum += mtc_gpt_forward(x->model, 0, x->tokens, x->targets, B, T, &pass);
+            MTC_CHECK(x->model->error);
         }
         x->valid_consumed += (uint64_t)c->global_batch;
     }
+    MTC_CHECK(train_dp_sum(x, &sum));
     *loss = sum / ((double)c->eval_iters * c->global_batch * T);
     return MTC_OK;
 }
@@ -92,136 +159,308 @@ static void train_print_eval(FILE *out, int64_t iteration, double loss) {
     fprintf(out, "%s\n%s\n%s\n", dashes, line, dashes);
 }
 
-mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FILE *out) {
-    MTC_CHECK(mtc_train_validate(c));
-    mtc_result_t rc = MTC_OK;
-    nn_pool *pool = NULL;
-    mtc_gpt *model = NULL;
-    mtc_adamw opt;
-    memset(&opt, 0, sizeof opt);
-    FILE *metrics = NULL;
-    train_ctx x = {.cfg = c, .src = src};
-    int B = c->micro_batch, T = c->model.seq_length, nmb = c->global_batch / B;
-    int threads = c->threads > 0 ? c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1) threads = 1;
+/* The DDP overlap hook: gradients of params [first, last) are final. */
+static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
+    return mtc_ddp_grads_ready((mtc_ddp *)ctx, first, last);
+}
 
-    if (data_source_split_size(src, DATA_SPLIT_TRAIN) == 0)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the training split is empty (check --split and that the data holds more than seq-length+1 tokens)");
-    MTC_CHECK_GOTO(nn_pool_create(threads, &pool), rc, done);
-    MTC_CHECK_GOTO(mtc_gpt_init(&c->model, B, 1, pool, &model), rc, done);
-    x.model = model;
-    MTC_CHECK_GOTO(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x.buf), rc, done);
-    MTC_CHECK_GOTO(mtc_mem_alloc((size_t)B * T * sizeof(int), (void **)&x.tokens), rc, done);
-    MTC_CHECK_GOTO(mtc_mem_alloc((size_t)B * T * sizeof(int), (void **)&x.targets), rc, done);
-    MTC_CHECK_GOTO(mtc_adamw_init(&opt, &model->reg), rc, done);
-    if (c->load_path) {
-        mtc_ckpt_info info;
-        MTC_CHECK_GOTO(mtc_ckpt_load(model, c->load_path, &info), rc, done);
-    } else {
-        mtc_gpt_init_params(model, c->seed);
-    }
-    if (c->metrics_path) {
-        metrics = fopen(c->metrics_path, "w");
-        if (!metrics) {
-            rc = mtc_error(MTC_ERR_IO, "cannot write metrics file %s", c->metrics_path);
-            goto done;
+/* Under SP, sum the layer-norm and row-parallel-bias gradients (partial
+ * over the rank's tokens) over TP: one packed all-reduce. */
+static mtc_result_t train_sp_reduce(train_rank *x) {
+    if (!x->sp_n) return MTC_OK;
+    const mtc_registry *r = &x->model->reg;
+    float *g = x->model->grads;
+    size_t k = 0;
+    for (int i = 0; i < r->count; i++)
+        if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
+            memcpy(x->sp_buf + k, g + r->params[i].offset, r->params[i].local_numel * sizeof(float));
+            k += r->params[i].local_numel;
         }
-    }
-    int do_eval = c->eval_iters > 0 && data_source_split_size(src, DATA_SPLIT_VALID) > 0;
-    if (!c->quiet) {
-        fprintf(out, "using world size: 1, data-parallel size: 1, context-parallel size: 1, tensor-model-parallel size: 1, pipeline-model-parallel size: 1\n");
-        fprintf(out, "> data: %s\n", data_source_describe(src));
-        fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",
-                model->reg.total);
-        fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
-                c->model.num_layers, c->model.hidden_size, c->model.num_heads,
-                c->model.ffn_hidden_size, T, c->model.vocab_size, c->model.padded_vocab_size);
-        fprintf(out, "> activation arena: %.1f MB; threads: %d\n",
-                (double)mtc_gpt_activation_bytes(model) / 1048576.0, threads);
-        fprintf(out, "> micro batch %d x %d microbatches = global batch %d; %lld iterations\n", B,
-                nmb, c->global_batch, (long long)c->train_iters);
-        if (c->eval_iters > 0 && !do_eval)
-            fprintf(out, "> validation split is empty: no evaluation\n");
-        fflush(out);
-    }
+    uint64_t t0 = mtc_time_ns();
+    /* comm: all-reduce(tp) */
+    MTC_CHECK(mtc_all_reduce(x->sp_buf, x->sp_buf, x->sp_n, MTC_DTYPE_F32, MTC_OP_SUM, x->tp));
+    x->comm_ns += mtc_time_ns() - t0;
+    k = 0;
+    for (int i = 0; i < r->count; i++)
+        if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
+            memcpy(g + r->params[i].offset, x->sp_buf + k, r->params[i].local_numel * sizeof(float));
+            k += r->params[i].local_numel;
+        }
+    return MTC_OK;
+}
 
-    double flops = mtc_gpt_flops(&c->model, c->global_batch);
+/* Gather the TP shards into `global` (serial layout) on every rank. */
+static mtc_result_t train_gather(train_rank *x, float *global) {
+    const mtc_registry *r = &x->model->reg;
+    size_t big = 0;
+    for (int i = 0; i < r->count; i++)
+        if (r->params[i].local_numel > big) big = r->params[i].local_numel;
+    float *scratch;
+    MTC_CHECK(mtc_mem_alloc(big * (size_t)x->model->tp_size * sizeof(float), (void **)&scratch));
+    mtc_result_t rc = mtc_gpt_gather(x->model, global, x->model->params, scratch);
+    free(scratch);
+    return rc;
+}
+
+/* --load: every rank reads the file into a serial model and keeps its shards. */
+static mtc_result_t train_load(train_rank *x) {
+    mtc_gpt *full = NULL;
+    mtc_ckpt_info info;
+    MTC_CHECK(mtc_gpt_init(&x->cfg->model, 1, 1, NULL, &full));
+    mtc_result_t rc = mtc_ckpt_load(full, x->cfg->load_path, &info);
+    const mtc_registry *r = &x->model->reg;
+    for (int i = 0; rc == MTC_OK && i < r->count; i++) {
+        const mtc_param *p = &r->params[i];
+        for (size_t l = 0; l < p->local_numel; l++)
+            x->model->params[p->offset + l] =
+                full->params[p->global_offset + mtc_registry_global_index(r, p, r->tp_rank, l)];
+    }
+    mtc_gpt_free(full);
+    return rc;
+}
+
+/* --save: gather the shards; the last rank writes the serial-layout model. */
+static mtc_result_t train_save(train_rank *x, int is_last, FILE *out) {
+    const mtc_train_config *c = x->cfg;
+    mtc_gpt *full = NULL;
+    MTC_CHECK(mtc_gpt_init(&c->model, 1, 1, NULL, &full));
+    mtc_result_t rc = train_gather(x, full->params);
+    if (rc == MTC_OK && is_last) {
+        rc = mtc_ckpt_save(full, c->save_path, c->train_iters, c->tokenizer);
+        if (rc == MTC_OK && !c->quiet && out) fprintf(out, "> saved model to %s\n", c->save_path);
+    }
+    mtc_gpt_free(full);
+    return rc;
+}
+
+static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
+    const mtc_train_config *c = x->cfg;
+    const mtc_gpt *model = x->model;
+    int B = c->micro_batch, T = c->model.seq_length;
+    char desc[512];
+    mtc_grid_describe(desc, sizeof desc, mtc_grid_spec_get(x->grid));
+    fprintf(out, "%s\n", desc);
+    fprintf(out, "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad reduce: %s; ddp bucket size: %lld\n",
+            mtc_comm_backend_name(mtc_grid_comm(x->grid, MTC_GROUP_TP, 0)), world,
+            nn_pool_size(x->pool), model->tp.sequence_parallel ? "on" : "off",
+            c->overlap_grad_reduce ? "on" : "off", (long long)c->ddp_bucket_size);
+    fprintf(out, "> data: %s\n", data_source_describe(x->src));
+    fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, 0): %zu\n",
+            x->tp_rank, model->reg.total);
+    fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
+            c->model.num_layers, c->model.hidden_size, c->model.num_heads,
+            c->model.ffn_hidden_size, T, c->model.vocab_size, c->model.padded_vocab_size);
+    mtc_dp_memory mem;
+    mtc_ddp_memory(x->ddp, &mem);
+    fprintf(out, "> memory per rank (MB): parameters %.2f, gradients %.2f, optimizer state %.2f, activations %.2f\n",
+            (double)mem.param_bytes / 1048576.0, (double)mem.grad_bytes / 1048576.0,
+            (double)mem.optim_state_bytes / 1048576.0,
+            (double)mtc_gpt_activation_bytes(model) / 1048576.0);
+    fprintf(out, "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld iterations\n",
+            B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
+    if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
+    fflush(out);
+}
+
+/* Build this rank's grid, model, DDP and optimizer state. */
+static mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
+    const mtc_train_config *c = x->cfg;
+    int B = c->micro_batch, T = c->model.seq_length;
+    mtc_grid_config gc;
+    mtc_grid_config_default(&gc);
+    gc.world_size = mtc_comm_size(world);
+    gc.tp = c->tp > 0 ? c->tp : 1;
+    MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
+    const mtc_grid_coord *co = mtc_grid_coords(x->grid);
+    mtc_comm_t tp = mtc_grid_comm(x->grid, MTC_GROUP_TP, 0);
+    mtc_comm_t dp = mtc_grid_comm(x->grid, MTC_GROUP_DP_CP, 0);
+    mtc_comm_t mp = mtc_grid_comm(x->grid, MTC_GROUP_MP, 0);
+    x->tp = tp && mtc_comm_size(tp) > 1 ? tp : NULL;
+    x->dp = dp && mtc_comm_size(dp) > 1 ? dp : NULL;
+    x->mp = mp && mtc_comm_size(mp) > 1 ? mp : NULL;
+    x->dp_size = mtc_grid_spec_get(x->grid)->dp;
+    x->dp_rank = co->dp_cp;
+    x->tp_rank = co->tp;
+    x->nmb = c->global_batch / (B * x->dp_size);
+    MTC_CHECK(nn_pool_create(threads, &x->pool));
+    MTC_CHECK(mtc_gpt_init_tp(&c->model, B, 1, x->pool, x->tp, c->sequence_parallel, &x->model));
+    mtc_ddp_config dc = {.overlap_grad_reduce = c->overlap_grad_reduce,
+                         .bucket_size = c->ddp_bucket_size, .scale = MTC_DDP_GRAD_SUM};
+    mtc_ddp_comms comms = {.dp = x->dp};
+    MTC_CHECK(mtc_ddp_init(&x->model->reg, &dc, &comms, x->model->params, x->model->grads, &x->ddp));
+    MTC_CHECK(mtc_adamw_init(&x->opt, &x->model->reg));
+    MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
+    MTC_CHECK(mtc_mem_alloc((size_t)B * T * sizeof(int), (void **)&x->tokens));
+    MTC_CHECK(mtc_mem_alloc((size_t)B * T * sizeof(int), (void **)&x->targets));
+    const mtc_registry *r = &x->model->reg;
+    for (int i = 0; i < r->count; i++)
+        if (r->params[i].reduce_groups & MTC_REDUCE_TP) x->sp_n += r->params[i].local_numel;
+    if (x->sp_n) MTC_CHECK(mtc_mem_alloc(x->sp_n * sizeof(float), (void **)&x->sp_buf));
+    if (c->load_path) MTC_CHECK(train_load(x));
+    else mtc_gpt_init_params(x->model, c->seed);
+    return MTC_OK;
+}
+
+static void train_teardown(train_rank *x) {
+    free(x->buf);
+    free(x->tokens);
+    free(x->targets);
+    free(x->sp_buf);
+    mtc_adamw_free(&x->opt);
+    mtc_ddp_free(x->ddp);
+    mtc_gpt_free(x->model);
+    nn_pool_free(x->pool);
+    mtc_grid_free(x->grid);
+}
+
+/* One training iteration: microbatches, reductions, norm, AdamW. */
+static mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss,
+                               double *norm, int *skipped) {
+    const mtc_train_config *c = x->cfg;
+    int B = c->micro_batch, T = c->model.seq_length;
     float loss_scale = 1.0f / ((float)c->global_batch * (float)T);
+    double loss_sum = 0;
+    for (int m = 0; m < x->nmb; m++) {
+        MTC_CHECK(train_load_batch(x, DATA_SPLIT_TRAIN, consumed, m));
+        int last = m == x->nmb - 1;
+        mtc_gpt_pass pass = {.train = 1, .seed = c->seed, .iteration = (uint64_t)it,
+                             .b0 = train_b0(x, m), .loss_scale = loss_scale,
+                             .first_microbatch = m == 0,
+                             .grads_ready = last && c->overlap_grad_reduce && x->dp
+                                                ? train_grads_ready : NULL,
+                             .grads_ready_ctx = x->ddp};
+        loss_sum += mtc_gpt_forward(x->model, 0, x->tokens, x->targets, B, T, &pass);
+        MTC_CHECK(x->model->error);
+        MTC_CHECK(mtc_gpt_backward(x->model, 0, x->tokens, x->targets, B, T, loss_scale, &pass));
+    }
+    uint64_t t0 = mtc_time_ns();
+    /* comm: all-reduce(dp) per bucket (what overlap has not finished yet) */
+    if (x->dp) MTC_CHECK(mtc_ddp_finish(x->ddp));
+    x->comm_ns += mtc_time_ns() - t0;
+    MTC_CHECK(train_sp_reduce(x));
+    MTC_CHECK(train_dp_sum(x, &loss_sum));
+    *loss = loss_sum / ((double)c->global_batch * T);
+    t0 = mtc_time_ns();
+    /* comm: all-reduce(mp) of the squared sums */
+    MTC_CHECK(mtc_ddp_grad_norm(x->ddp, x->tp_rank, x->mp, norm));
+    x->comm_ns += mtc_time_ns() - t0;
+    if (!isfinite(*norm)) {
+        (*skipped)++;
+        return MTC_OK;
+    }
+    float lr = (float)mtc_lr_at(&c->lr, x->opt.step);
+    mtc_adamw_step(&x->opt, x->pool, x->model->params, x->model->grads, lr,
+                   mtc_grad_clip_coeff(*norm, c->clip_grad), &c->adam);
+    return MTC_OK;
+}
+
+static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int world) {
+    const mtc_train_config *c = x->cfg;
+    int T = c->model.seq_length;
+    int do_eval = c->eval_iters > 0 && data_source_split_size(x->src, DATA_SPLIT_VALID) > 0;
+    if (out && !c->quiet) train_banner(x, out, world, do_eval);
+    double flops = mtc_gpt_flops(&c->model, c->global_batch);
     uint64_t consumed = 0;
     double sum_loss = 0, sum_ms = 0;
     int n_logged = 0, skipped = 0, nan_iters = 0;
     for (int64_t it = 1; it <= c->train_iters; it++) {
         uint64_t t0 = mtc_time_ns();
-        double loss_sum = 0;
-        for (int m = 0; m < nmb; m++) {
-            MTC_CHECK_GOTO(train_load_batch(&x, DATA_SPLIT_TRAIN, consumed, m), rc, done);
-            mtc_gpt_pass pass = {.train = 1, .seed = c->seed, .iteration = (uint64_t)it,
-                                 .b0 = m * B, .loss_scale = loss_scale,
-                                 .first_microbatch = m == 0};
-            loss_sum += mtc_gpt_forward(model, 0, x.tokens, x.targets, B, T, &pass);
-            mtc_gpt_backward(model, 0, x.tokens, x.targets, B, T, loss_scale, &pass);
-        }
-        /* (parallel issues: gradient reduction over the registry's groups here) */
-        double loss = loss_sum / ((double)c->global_batch * T);
-        double norm = mtc_grad_norm(&opt, pool, model->grads);
+        double loss = 0, norm = 0;
+        MTC_CHECK(train_step(x, it, consumed, &loss, &norm, &skipped));
         if (isnan(loss)) nan_iters++;
-        if (!isfinite(norm)) {
-            skipped++;
-        } else {
-            float lr = (float)mtc_lr_at(&c->lr, opt.step);
-            mtc_adamw_step(&opt, pool, model->params, model->grads, lr,
-                           mtc_grad_clip_coeff(norm, c->clip_grad), &c->adam);
-        }
         consumed += (uint64_t)c->global_batch;
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
         sum_loss += loss, sum_ms += ms, n_logged++;
+        if (out && c->losses_out) c->losses_out[it - 1] = loss;
+        if (out && c->grad_norms_out) c->grad_norms_out[it - 1] = norm;
 
         int log_now = it % c->log_interval == 0 || it == c->train_iters;
         int eval_now = do_eval && it % c->eval_interval == 0;
         double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / n_logged;
-        double lr_now = mtc_lr_at(&c->lr, opt.step);
-        if (log_now) {
+        double lr_now = mtc_lr_at(&c->lr, x->opt.step);
+        double tps = (double)c->global_batch * T / (avg_ms * 1e-3);
+        if (log_now && out) {
             char stamp[32];
             time_t now = time(NULL);
             struct tm tmv;
             strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
-            double tps = (double)c->global_batch * T / (avg_ms * 1e-3);
             fprintf(out,
                     " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | tokens per second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | number of nan iterations: %3d |\n",
                     stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
-                    avg_ms, flops / (avg_ms * 1e-3 * 1e12), tps, lr_now, c->global_batch, avg_loss,
-                    norm, skipped, nan_iters);
+                    avg_ms, flops / (avg_ms * 1e-3 * 1e12 * world), tps, lr_now, c->global_batch,
+                    avg_loss, norm, skipped, nan_iters);
             fflush(out);
         }
         double vloss = 0;
         if (eval_now) {
-            MTC_CHECK_GOTO(train_evaluate(&x, &vloss), rc, done);
-            train_print_eval(out, it, vloss);
-            fflush(out);
+            MTC_CHECK(train_evaluate(x, &vloss));
+            if (out) train_print_eval(out, it, vloss), fflush(out);
         }
         if (metrics && (log_now || eval_now)) {
             fprintf(metrics, "{\"iteration\": %lld", (long long)it);
             if (log_now)
                 fprintf(metrics,
-                        ", \"lm_loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"elapsed_ms\": %.3f, \"tokens_per_s\": %.1f",
-                        avg_loss, norm, lr_now, avg_ms, (double)c->global_batch * T / (avg_ms * 1e-3));
+                        ", \"lm_loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"elapsed_ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
+                        avg_loss, norm, lr_now, avg_ms, tps, (double)x->comm_ns * 1e-6);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }
         if (log_now) sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0;
     }
-    if (c->save_path) {
-        MTC_CHECK_GOTO(mtc_ckpt_save(model, c->save_path, c->train_iters, c->tokenizer), rc, done);
-        if (!c->quiet) fprintf(out, "> saved model to %s\n", c->save_path);
+    return MTC_OK;
+}
+
+/* What each rank runs: the last rank (the loss owner) logs and writes files. */
+static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
+    train_shared *sh = arg;
+    const mtc_train_config *c = sh->cfg;
+    int wsize = mtc_comm_size(world), is_last = mtc_comm_rank(world) == wsize - 1;
+    train_rank x;
+    memset(&x, 0, sizeof x);
+    x.cfg = c, x.src = sh->src;
+    FILE *out = is_last ? sh->out : NULL, *metrics = NULL;
+    mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank);
+    if (rc == MTC_OK && is_last && c->metrics_path) {
+        metrics = fopen(c->metrics_path, "w");
+        if (!metrics) rc = mtc_error(MTC_ERR_IO, "cannot write metrics file %s", c->metrics_path);
     }
-done:
+    /* a rank that failed to set up fails the launch; peers stop with REMOTE */
+    if (rc == MTC_OK) rc = train_loop(&x, out, metrics, wsize);
+    if (rc == MTC_OK && c->save_path) rc = train_save(&x, is_last, out);
+    if (rc == MTC_OK && is_last && c->params_out) rc = train_gather(&x, c->params_out);
+    else if (rc == MTC_OK && c->params_out && x.tp) {
+        /* the last rank's TP peers take part in its gather */
+        const int *mem;
+        int n;
+        mem = mtc_grid_members(x.grid, MTC_GROUP_TP, 0, &n);
+        int same_group = 0;
+        for (int k = 0; k < n; k++) same_group |= mem[k] == wsize - 1;
+        if (same_group) {
+            float *tmp;
+            rc = mtc_mem_alloc(x.model->reg.global_total * sizeof(float), (void **)&tmp);
+            if (rc == MTC_OK) rc = train_gather(&x, tmp), free(tmp);
+        }
+    }
+    if (is_last && c->comm_ms_out) *c->comm_ms_out = (double)x.comm_ns * 1e-6;
     if (metrics) fclose(metrics);
-    free(x.buf);
-    free(x.tokens);
-    free(x.targets);
-    mtc_adamw_free(&opt);
-    mtc_gpt_free(model);
-    nn_pool_free(pool);
+    train_teardown(&x);
     return rc;
+}
+
+mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FILE *out) {
+    MTC_CHECK(mtc_train_validate(c));
+    if (data_source_split_size(src, DATA_SPLIT_TRAIN) == 0)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the training split is empty (check --split and that the data holds more than seq-length+1 tokens)");
+    int mpi = c->backend == MTC_BACKEND_MPI || (c->backend == MTC_BACKEND_AUTO && mtc_launched_by_mpi());
+    int world = c->world_size > 0 ? c->world_size : 1;
+    if (!mpi) MTC_CHECK(mtc_train_validate_layout(c, world));
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int ranks_here = mpi ? 1 : world; /* mpi: refined below from the node map is not needed */
+    int threads = c->threads > 0 ? c->threads : cores / ranks_here;
+    if (threads < 1) threads = 1;
+    train_shared sh = {.cfg = c, .src = src, .out = out, .threads_per_rank = threads};
+    mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
+                          .world_size = world, .pin_threads = threads > 1 ? 0 : -1};
+    return mtc_launch(&lo, train_rank_main, &sh);
 }

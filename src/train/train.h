@@ -1,13 +1,20 @@
-/* train/train.h - the serial training loop: data -> microbatches (Megatron's
- * data_sample_index) -> forward/backward -> (later: gradient reduction) ->
- * clip -> AdamW -> log / eval / metrics, then save.
+/* train/train.h - the training loop on any tp x dp layout (serial = world
+ * 1): ranks started by mtc_launch (shm rank-threads, or MPI ranks under
+ * mpirun), Megatron's groups from grid/, data -> microbatches (Megatron's
+ * data_sample_index, this DP rank's share) -> forward/backward over the
+ * TP group (model/, tp/) -> gradient reduction over DP in buckets,
+ * overlapped with the last microbatch's backward (dp/ddp.h) -> TP
+ * all-reduce of sequence-parallel gradients -> global norm (TP duplicates
+ * once) -> clip -> AdamW -> log / eval / metrics from the last rank (the
+ * loss owner, as Megatron), then save (TP shards gathered).
  *
  * Loss is Megatron's: mean over every token of the global batch (each
  * token's loss scaled by 1/(global_batch*T)), gradients accumulated over
  * microbatches. Log lines go to `out` in Megatron's format (conventions.md
  * 2.8); FLOPs by mtc_gpt_flops (core_v0.14 formula).
- * Relies on model/, optim/, data/; the caller (cli/) validates flags and
- * opens the data source. No communication yet: world size 1. */
+ * Relies on model/, optim/, data/, comm/, grid/, dp/; the caller (cli/)
+ * validates flags and opens the data source (shared read-only by the
+ * rank-threads). */
 #ifndef MTC_TRAIN_TRAIN_H
 #define MTC_TRAIN_TRAIN_H
 
@@ -34,10 +41,25 @@ typedef struct {
     const char *load_path;    /* NULL = fresh init */
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
+    /* ---- parallel layout (issue 5) ---- */
+    int world_size;           /* shm rank-threads (ignored under mpirun); 0/1 = serial */
+    int tp;                   /* --tensor-model-parallel-size (0 = 1) */
+    int sequence_parallel;    /* --sequence-parallel (ignored with a warning when tp = 1) */
+    int overlap_grad_reduce;  /* --overlap-grad-reduce */
+    int64_t ddp_bucket_size;  /* --ddp-bucket-size in elements (0 = one bucket) */
+    int backend;              /* mtc_backend_kind_t (0 = auto) */
+    /* ---- results for tests (written by the last rank; NULL = none) ---- */
+    double *losses_out;       /* (train_iters) per-iteration lm loss */
+    double *grad_norms_out;   /* (train_iters) */
+    float *params_out;        /* (global parameter count) final weights, serial layout */
+    double *comm_ms_out;      /* total ms the last rank spent in the step's explicit collectives */
 } mtc_train_config;
 
-/* Checks the parts the model does not (batch sizes, intervals, schedule). */
+/* Checks the parts the model does not (batch sizes, intervals, schedule,
+ * the layout: grid rules and the model's divisibility by tp). `world` is
+ * the world size the run will have (cfg->world_size, or the MPI size). */
 mtc_result_t mtc_train_validate(const mtc_train_config *cfg);
+mtc_result_t mtc_train_validate_layout(const mtc_train_config *cfg, int world);
 /* Runs the whole training; prints to out. Returns the first error. */
 mtc_result_t mtc_train_run(const mtc_train_config *cfg, const data_source *src, FILE *out);
 

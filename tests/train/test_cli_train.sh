@@ -29,8 +29,11 @@ TINY="--mock-data --vocab-size 64 --num-layers 2 --hidden-size 32 --num-attentio
 expect_usage "unknown flag" "did you mean" train $TINY --hiden-size 32
 expect_usage "heads" "not divisible by num-attention-heads=3" train --mock-data --vocab-size 64 --hidden-size 100 --num-attention-heads 3
 expect_usage "positions" "longer than max-position-embeddings=32" train $TINY --seq-length 64 --max-position-embeddings 32
-expect_usage "world size" "world-size=2" train $TINY --world-size 2
+expect_usage "heads vs tp" "num-attention-heads=4 is not divisible by tensor-model-parallel-size=3" train $TINY --world-size 3 --tp 3
+expect_usage "world vs tp" "world-size=3\|world size" train $TINY --world-size 3 --tp 2
+expect_usage "sp seq" "not divisible" train $TINY --seq-length 30 --max-position-embeddings 32 --world-size 4 --tp 4 --sequence-parallel
 expect_usage "batch" "global-batch-size=6 is not divisible" train $TINY --global-batch-size 6
+expect_usage "batch vs dp" "data-parallel size 2 (use a multiple of 8)" train $TINY --world-size 2 --global-batch-size 4
 expect_usage "decay style" "lr-decay-style=exp" train $TINY --lr-decay-style exp
 expect_usage "no data" "no data" train --num-layers 2
 expect_usage "missing data" "nonexistent" train --data-path "$D/nonexistent" --num-layers 2
