@@ -1,0 +1,16 @@
+# tests/parity/parity_lib.sh - shared by the parity script tests: the tiny
+# model's flags and a comparison of two --metrics files' lm_loss and
+# grad_norm per iteration (relative tolerance 2e-5, see test_parity.c).
+TINY="--mock-data --vocab-size 60 --make-vocab-size-divisible-by 16 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 4 --lr 1e-2 --lr-decay-style constant --log-interval 1 --eval-iters 0 --threads 1 --hidden-dropout 0.1 --attention-dropout 0.1"
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+# same_losses NAME SERIAL.jsonl LAYOUT.jsonl
+same_losses() {
+    if [ ! -s "$2" ] || [ ! -s "$3" ]; then bad "$1: missing metrics"; return; fi
+    if paste -d' ' "$2" "$3" | awk '
+        { n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":" || $i == "\"grad_norm\":") { v[n++] = $(i + 1) + 0 } }
+        { for (k = 0; k < 2; k++) { a = v[k]; b = v[k + 2]; d = a - b; if (d < 0) d = -d; if (d > 2e-5 * (b < 0 ? -b : b)) bad = 1 } ; lines++ }
+        END { exit (bad || lines != 4) }'; then ok "$1: 4 iterations, loss and grad norm within 2e-5"
+    else bad "$1"; paste -d'\n' "$2" "$3"; fi
+}
