@@ -46,6 +46,38 @@ static inline void gemm(int ta, int tb, int M, int N, int K, float alpha, const 
                 K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* ---- row helpers (8-wide; sums in fixed lane order) ---- */
+
+/* y = a * b */
+static void att_mul(float *y, const float *a, const float *b, int n) {
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        NN_V8_ST(y + k, NN_V8_LD(a + k) * NN_V8_LD(b + k));
+    for (; k < n; k++)
+        y[k] = a[k] * b[k];
+}
+
+/* returns sum p * d */
+static float att_dot(const float *p, const float *d, int n) {
+    nn_v8 acc = NN_V8_SET1(0.0f);
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        acc += NN_V8_LD(p + k) * NN_V8_LD(d + k);
+    float s = NN_V8_HSUM(acc);
+    for (; k < n; k++)
+        s += p[k] * d[k];
+    return s;
+}
+
+/* d = p * (d - s): the softmax backward of one row */
+static void att_softmax_bwd(float *d, const float *p, float s, int n) {
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        NN_V8_ST(d + k, NN_V8_LD(p + k) * (NN_V8_LD(d + k) - s));
+    for (; k < n; k++)
+        d[k] = p[k] * (d[k] - s);
+}
+
 /* mask scales (0 or 1/(1-p)) of row i, keys [k0, k0+n), for pair (b, h). */
 static void att_mask_run(float *m, const att_job *j, int b, int h, int i, int k0, int n) {
     const nn_dropout_spec *s = j->drop;
@@ -96,8 +128,7 @@ static void att_fwd_pair(int idx, void *vp) {
             for (int r = 0; r < rows; r++) {
                 att_mask_run(m, j, b, h, i0 + r, k0, kw);
                 const float *p = P + (size_t)(i0 + r) * T + k0;
-                for (int k = 0; k < kw; k++)
-                    tile[r * kw + k] = p[k] * m[k];
+                att_mul(tile + r * kw, p, m, kw);
             }
             gemm(0, 0, rows, HS, kw, 1.0f, tile, kw, V + (size_t)k0 * C3, C3, k0 == 0 ? 0.0f : 1.0f,
                  O + (size_t)i0 * C, C);
@@ -144,11 +175,7 @@ static void att_bwd_pair(int idx, void *vp) {
         for (int i = 0; i < T; i++) { /* D = dS = P (dA - rowsum(P dA)) */
             const float *p = P + (size_t)i * T;
             float *d = D + (size_t)i * T;
-            float s = 0.0f;
-            for (int k = 0; k <= i; k++)
-                s += p[k] * d[k];
-            for (int k = 0; k <= i; k++)
-                d[k] = p[k] * (d[k] - s);
+            att_softmax_bwd(d, p, att_dot(p, d, i + 1), i + 1);
         }
     } else {
         float tile[ATT_DR * ATT_DK], m[ATT_DK], srow[ATT_DR];
@@ -163,13 +190,9 @@ static void att_bwd_pair(int idx, void *vp) {
                     att_mask_run(m, j, b, h, i0 + r, k0, kw);
                     const float *p = P + (size_t)(i0 + r) * T + k0;
                     float *d = D + (size_t)(i0 + r) * T + k0;
-                    float s = 0.0f;
-                    for (int k = 0; k < kw; k++) {
-                        tile[r * kw + k] = p[k] * m[k]; /* A */
-                        d[k] *= m[k];                   /* dP */
-                        s += p[k] * d[k];
-                    }
-                    srow[r] += s;
+                    att_mul(tile + r * kw, p, m, kw); /* A */
+                    att_mul(d, d, m, kw);             /* dP */
+                    srow[r] += att_dot(p, d, kw);
                 }
                 /* dV[keys] += Aᵀ dO[rows] */
                 gemm(1, 0, kw, HS, rows, 1.0f, tile, kw, dO + (size_t)i0 * C, C, 1.0f,
@@ -179,8 +202,7 @@ static void att_bwd_pair(int idx, void *vp) {
                 int i = i0 + r;
                 const float *p = P + (size_t)i * T;
                 float *d = D + (size_t)i * T;
-                for (int k = 0; k <= i; k++)
-                    d[k] = p[k] * (d[k] - srow[r]);
+                att_softmax_bwd(d, p, srow[r], i + 1);
             }
         }
     }
