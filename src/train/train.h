@@ -52,7 +52,9 @@ typedef struct {
     double *losses_out;       /* (train_iters) per-iteration lm loss */
     double *grad_norms_out;   /* (train_iters) */
     float *params_out;        /* (global parameter count) final weights, serial layout */
-    double *comm_ms_out;      /* total ms the last rank spent in the step's explicit collectives */
+    double *comm_ms_out;      /* ms the last rank spent in collectives: all of them in builds
+                                 that time every call (mtc_commtimed), else the step's
+                                 explicit ones (DP, SP, loss, norm) */
 } mtc_train_config;
 
 /* Checks the parts the model does not (batch sizes, intervals, schedule,
