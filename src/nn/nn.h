@@ -29,7 +29,9 @@ typedef struct nn_pool nn_pool;
 mtc_result_t nn_pool_create(int nthreads, nn_pool **out);
 void nn_pool_free(nn_pool *pool);
 int nn_pool_size(const nn_pool *pool); /* 1 for NULL */
-/* Run fn(i, arg) for i in [0, n) across the pool and wait. */
+/* Run fn(i, arg) for i in [0, n) across the pool and wait. A call from
+ * inside a job, or while another thread's job holds the pool, runs inline.
+ * Idle workers spin MTC_NN_SPIN_US microseconds (default 20) then sleep. */
 void nn_pool_run(nn_pool *pool, int n, void (*fn)(int i, void *arg), void *arg);
 
 /* ---- GEMM ------------------------------------------------------------------ */
