@@ -119,12 +119,10 @@ static int check(mtc_coll_t op, const void *r, size_t n, mtc_dtype_t dt, int ran
     return bad == 0;
 }
 
-static mtc_result_t one_row(mtc_comm_t c, const mtc_bench_opts *o, mtc_coll_t op, mtc_algo_t algo,
-                            size_t size_bytes, char *s, char *r, double *t, int *all_ok) {
-    int n = mtc_comm_size(c), rank = mtc_comm_rank(c);
-    size_t es = mtc_dtype_size(o->dtype), cnt = count_for(op, size_bytes, es, n);
-    mtc_comm_set_algo(c, op, algo);
-    fill_inputs(op, s, r, cnt, o->dtype, rank, n);
+/* warmup, then iters timed calls (per-rank times into t) */
+static mtc_result_t timed_calls(mtc_comm_t c, const mtc_bench_opts *o, mtc_coll_t op, size_t cnt,
+                                char *s, char *r, double *t) {
+    fill_inputs(op, s, r, cnt, o->dtype, mtc_comm_rank(c), mtc_comm_size(c));
     for (int i = 0; i < o->warmup; i++) MTC_CHECK(call(c, op, s, r, cnt, o->dtype));
     MTC_CHECK(mtc_barrier(c));
     for (int i = 0; i < o->iters; i++) {
@@ -132,12 +130,26 @@ static mtc_result_t one_row(mtc_comm_t c, const mtc_bench_opts *o, mtc_coll_t op
         MTC_CHECK(call(c, op, s, r, cnt, o->dtype));
         t[i] = (double)(mtc_time_ns() - t0) * 1e-3;
     }
+    return MTC_OK;
+}
+
+/* algo AUTO leaves the communicator's setting alone (the selector, or what
+ * --comm-algo / MTC_COMM_ALGO forced); another algorithm is forced for the
+ * row and the previous setting restored after. Timings and the verdict are
+ * combined over `world`, so the benchmarked communicator sees only `op`. */
+static mtc_result_t one_row(mtc_comm_t world, mtc_comm_t c, const mtc_bench_opts *o,
+                            mtc_coll_t op, mtc_algo_t algo, size_t size_bytes, char *s, char *r,
+                            double *t, int *all_ok) {
+    int n = mtc_comm_size(c), rank = mtc_comm_rank(c);
+    size_t es = mtc_dtype_size(o->dtype), cnt = count_for(op, size_bytes, es, n);
+    mtc_algo_t before = mtc_comm_get_algo(c, op);
+    if (algo != MTC_ALGO_AUTO) mtc_comm_set_algo(c, op, algo);
+    mtc_result_t rc = timed_calls(c, o, op, cnt, s, r, t);
+    if (algo != MTC_ALGO_AUTO) mtc_comm_set_algo(c, op, before);
+    MTC_CHECK(rc);
     int ok = check(op, r, cnt, o->dtype, rank, n), all = 0;
-    mtc_comm_set_algo(c, MTC_COLL_ALL_REDUCE, MTC_ALGO_AUTO);
-    mtc_comm_set_algo(c, MTC_COLL_BARRIER, MTC_ALGO_AUTO);
-    MTC_CHECK(mtc_all_reduce(t, t, (size_t)o->iters, MTC_DTYPE_F64, MTC_OP_MAX, c));
-    MTC_CHECK(mtc_all_reduce(&ok, &all, 1, MTC_DTYPE_I32, MTC_OP_MIN, c));
-    mtc_comm_set_algo(c, op, MTC_ALGO_AUTO);
+    MTC_CHECK(mtc_all_reduce(t, t, (size_t)o->iters, MTC_DTYPE_F64, MTC_OP_MAX, world));
+    MTC_CHECK(mtc_all_reduce(&ok, &all, 1, MTC_DTYPE_I32, MTC_OP_MIN, world));
     if (!all) *all_ok = 0;
     if (rank != 0 || !o->row) return MTC_OK;
     mtc_bench_row row = {.op = op, .algo = algo, .backend = mtc_comm_backend_name(c), .ranks = n,
@@ -178,7 +190,7 @@ mtc_result_t mtc_bench_comm(mtc_comm_t world, const mtc_bench_opts *o, int *all_
             if (!want) continue;
             if (o->all_algos && a == MTC_ALGO_NATIVE && o->dtype == MTC_DTYPE_BF16) continue;
             for (int i = 0; i < o->nsizes; i++)
-                MTC_CHECK_GOTO(one_row(c, o, op, (mtc_algo_t)a, o->sizes[i], s, r, t, all_ok), rc, out);
+                MTC_CHECK_GOTO(one_row(world, c, o, op, (mtc_algo_t)a, o->sizes[i], s, r, t, all_ok), rc, out);
         }
     }
     rc = MTC_OK;
