@@ -312,6 +312,23 @@ static mtc_result_t t_nonblocking(mtc_comm_t w) {
     for (size_t i = 0; i < c / (size_t)n; i++) bad += z[i] != (float)n;
     for (int i = 0; i < 64 * n; i++) bad += g[i] != (float)i;
     T_CHECKF(bad == 0, "non-blocking n=%d: %zu wrong", n, bad);
+    /* overlap across communicators: a queued all-reduce on one (progress
+     * thread) while the rank runs blocking collectives on another */
+    mtc_comm_t a, b2;
+    T_CHECK(mtc_comm_split(w, 0, r, "DP", &a) == MTC_OK);
+    T_CHECK(mtc_comm_split(w, r % 2, r, "TP", &b2) == MTC_OK);
+    for (size_t i = 0; i < c; i++) x[i] = (float)xval(r, i);
+    T_CHECK(mtc_all_reduce_start(x, x, c, MTC_DTYPE_F32, MTC_OP_SUM, a, &q1) == MTC_OK);
+    int64_t one = 1, cnt = 0;
+    for (int k = 0; k < 20; k++)
+        T_CHECK(mtc_all_reduce(&one, &cnt, 1, MTC_DTYPE_I64, MTC_OP_SUM, b2) == MTC_OK);
+    T_CHECK(cnt == mtc_comm_size(b2));
+    T_CHECK(mtc_request_wait(&q1) == MTC_OK);
+    bad = 0;
+    for (size_t i = 0; i < c; i++) bad += x[i] != (float)expect_red(n, i, MTC_OP_SUM, MTC_DTYPE_F32);
+    T_CHECKF(bad == 0, "overlap across communicators n=%d: %zu wrong", n, bad);
+    mtc_comm_free(a);
+    mtc_comm_free(b2);
     free(x), free(y), free(z), free(g), free(s);
     return MTC_OK;
 }

@@ -114,6 +114,18 @@ static mtc_result_t r_select(mtc_comm_t w, void *p) {
     return MTC_OK;
 }
 
+static mtc_result_t r_env_algo(mtc_comm_t w, void *p) {
+    (void)p;
+    T_CHECK(mtc_comm_get_algo(w, MTC_COLL_ALL_REDUCE) == MTC_ALGO_RING);
+    T_CHECK(mtc_comm_get_algo(w, MTC_COLL_ALL_GATHER) == MTC_ALGO_AUTO);
+    mtc_comm_t c; /* sub-communicators inherit the setting */
+    MTC_CHECK(mtc_comm_split(w, 0, 0, "SUB", &c));
+    T_CHECK(mtc_comm_get_algo(c, MTC_COLL_ALL_REDUCE) == MTC_ALGO_RING);
+    T_CHECK(mtc_comm_choose(c, MTC_COLL_ALL_REDUCE, 8, MTC_DTYPE_F32) == MTC_ALGO_RING);
+    mtc_comm_free(c);
+    return MTC_OK;
+}
+
 static mtc_result_t r_nothing(mtc_comm_t w, void *p) {
     (void)w, (void)p;
     return MTC_OK;
@@ -152,6 +164,10 @@ int main(void) {
     }
     o.algo_spec = "ring"; /* a preference: operations without a ring keep the selector */
     T_CHECK(mtc_launch(&o, r_nothing, NULL) == MTC_OK);
+    setenv("MTC_COMM_ALGO", "all_reduce=ring", 1);
+    o.algo_spec = NULL;
+    T_CHECK(mtc_launch(&o, r_env_algo, NULL) == MTC_OK);
+    unsetenv("MTC_COMM_ALGO");
     setenv("MTC_COMM_TIMEOUT", "soon", 1);
     o.algo_spec = NULL;
     o.timeout_s = 0;
