@@ -366,6 +366,28 @@ static void test_attention_split(nn_pool *pool) {
         T_CHECKF(same(dq, edq, lq), "attention split %d: backward differs", cs);
         free(q), free(o), free(a), free(gl), free(dq), free(s), free(eo), free(edq);
     }
+    /* position arrays: explicit positions equal the implicit ones (t0 / keys 0..),
+     * and a shifted window (CP-style global positions) draws another mask */
+    int *pos = malloc(2 * (T + 10) * sizeof(int));
+    for (int i = 0; i < T + 10; i++)
+        pos[i] = i, pos[T + 10 + i] = 10 + i;
+    float *o2 = malloc(no * 4), *a2 = malloc(na * 4), *d2 = malloc(nq * 4);
+    nn_dropout_spec ex = full;
+    ex.tpos = pos, ex.kpos = pos;
+    nn_attention_forward(pool, o2, a2, qkv, B, T, NH, HS, &ex);
+    nn_attention_backward(pool, d2, scr, g, qkv, a2, B, T, NH, HS, &ex);
+    T_CHECKF(same(o2, out, no) && same(d2, dqkv, nq), "explicit positions differ from implicit");
+    nn_dropout_spec w1 = full, w2 = full;
+    w1.Tg = w2.Tg = T + 10, w1.t0 = 10, w1.kpos = pos + T + 10;
+    w2.tpos = w2.kpos = pos + T + 10;
+    float *o3 = malloc(no * 4), *d3 = malloc(nq * 4);
+    nn_attention_forward(pool, o2, a2, qkv, B, T, NH, HS, &w1);
+    nn_attention_backward(pool, d2, scr, g, qkv, a2, B, T, NH, HS, &w1);
+    nn_attention_forward(pool, o3, a2, qkv, B, T, NH, HS, &w2);
+    nn_attention_backward(pool, d3, scr, g, qkv, a2, B, T, NH, HS, &w2);
+    T_CHECKF(same(o2, o3, no) && same(d2, d3, nq), "t0 and tpos windows differ");
+    T_CHECKF(!same(o2, out, no), "a shifted position window drew the same mask");
+    free(pos), free(o2), free(a2), free(d2), free(o3), free(d3);
     free(qkv), free(out), free(att), free(g), free(dqkv), free(scr);
 }
 
