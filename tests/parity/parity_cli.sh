@@ -3,7 +3,8 @@
 # the serial run: per-iteration lm loss and grad norm in --metrics within
 # 2e-5 relative for tp=2 x dp=2 with SP and overlapped uneven buckets and
 # for dp=4; the banner states the layout in Megatron's words and the
-# per-rank memory; a TP-sharded --save loads in `mtc generate`; --tp 1 with
+# per-rank memory; a TP-sharded --save loads in `mtc generate` and, with
+# --load, serially and on tp=2 alike; --tp 1 with
 # --sequence-parallel warns and trains serially.
 set -u
 MTC=${MTC:-build/mtc}
@@ -21,6 +22,12 @@ grep -q "^> memory per rank (MB): parameters [0-9.]*, gradients [0-9.]*, optimiz
     && ok "banner memory" || bad "banner memory"
 [ "$(grep -c ' iteration ' "$D/l.log")" -eq 4 ] && ok "one log line per iteration (last rank only)" || bad "log lines"
 "$MTC" generate --load "$D/m.bin" --prompt "" --max-new-tokens 8 >"$D/g.log" 2>&1 && ok "generate loads the TP-saved model" || { bad "generate"; cat "$D/g.log"; }
+
+# --load of that model: serial and tp=2 + SP continue identically
+"$MTC" train $TINY --load "$D/m.bin" --metrics "$D/ls.jsonl" >"$D/ls.log" 2>&1 || { bad "serial --load"; cat "$D/ls.log"; }
+"$MTC" train $TINY --load "$D/m.bin" --world-size 2 --tp 2 --sequence-parallel --metrics "$D/lt.jsonl" >"$D/lt.log" 2>&1 || { bad "tp=2 --load"; cat "$D/lt.log"; }
+same_losses "tp=2 sp --load shards the saved model" "$D/ls.jsonl" "$D/lt.jsonl"
+if [ "$(head -c 60 "$D/ls.jsonl")" != "$(head -c 60 "$D/s.jsonl")" ]; then ok "--load changes the start"; else bad "--load had no effect"; fi
 
 "$MTC" train $TINY --world-size 4 --metrics "$D/d.jsonl" >"$D/d.log" 2>&1 || { bad "dp4 run"; cat "$D/d.log"; }
 same_losses "shm dp=4" "$D/s.jsonl" "$D/d.jsonl"
