@@ -59,26 +59,32 @@ double mtc_gpt_flops(const mtc_gpt_config *c, int64_t global_batch) {
     return 72.0 * B * s * L * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * h * L));
 }
 
-/* Register every parameter with its TP split and reduction groups
+/* Register the chunk's parameters with their TP split and reduction groups
  * (tp/layers.h: c_attn and c_fc column-parallel, the c_proj weights
  * row-parallel, wte vocabulary-parallel; the rest replicated over TP, and
- * under SP their gradients are partial sums over the rank's tokens). */
-static mtc_result_t gpt_register(mtc_gpt *m) {
+ * under SP their gradients are partial sums over the rank's tokens). A
+ * chunk holds wte when it embeds or has the head (tied: the last pipeline
+ * stage keeps its own copy), wpe when it embeds, its layers, and ln_f with
+ * the head; `full` = every parameter, tp 1 (the serial layout). */
+static mtc_result_t gpt_register(mtc_gpt *m, mtc_registry *r, int full) {
     const mtc_gpt_config *c = &m->cfg;
     int L = c->num_layers, C = c->hidden_size, F = c->ffn_hidden_size;
+    int l0 = full ? 0 : m->first_layer, l1 = full ? L : m->last_layer;
+    int emb = full || m->has_embedding, head = full || m->has_head;
     float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * (float)L);
-    mtc_registry *r = &m->reg;
     MTC_CHECK(mtc_registry_init(r, 4 + 12 * L));
-    r->tp = m->tp_size, r->tp_rank = m->tp_rank;
-    MTC_CHECK(mtc_registry_add(r, "wte.weight", -1, c->padded_vocab_size, C, MTC_INIT_NORMAL, std));
-    MTC_CHECK(mtc_registry_add(r, "wpe.weight", -1, c->max_position_embeddings, C, MTC_INIT_NORMAL, std));
+    r->tp = full ? 1 : m->tp_size, r->tp_rank = full ? 0 : m->tp_rank;
+    if (emb || head)
+        MTC_CHECK(mtc_registry_add(r, "wte.weight", -1, c->padded_vocab_size, C, MTC_INIT_NORMAL, std));
+    if (emb)
+        MTC_CHECK(mtc_registry_add(r, "wpe.weight", -1, c->max_position_embeddings, C, MTC_INIT_NORMAL, std));
     char n[MTC_PARAM_NAME_MAX];
 #define ADD(suffix, s0, s1, kind, sd)                                          \
     do {                                                                       \
         snprintf(n, sizeof n, "h.%d.%s", l, suffix);                           \
         MTC_CHECK(mtc_registry_add(r, n, l, s0, s1, kind, sd));                \
     } while (0)
-    for (int l = 0; l < L; l++) {
+    for (int l = l0; l < l1; l++) {
         ADD("ln_1.weight", C, 0, MTC_INIT_ONES, 0);
         ADD("ln_1.bias", C, 0, MTC_INIT_ZEROS, 0);
         ADD("attn.c_attn.weight", 3 * C, C, MTC_INIT_NORMAL, std);
@@ -93,9 +99,11 @@ static mtc_result_t gpt_register(mtc_gpt *m) {
         ADD("mlp.c_proj.bias", C, 0, MTC_INIT_ZEROS, 0);
     }
 #undef ADD
-    MTC_CHECK(mtc_registry_add(r, "ln_f.weight", -1, C, 0, MTC_INIT_ONES, 0));
-    MTC_CHECK(mtc_registry_add(r, "ln_f.bias", -1, C, 0, MTC_INIT_ZEROS, 0));
-    int tp = m->tp_size, sp = m->tp.sequence_parallel;
+    if (head) {
+        MTC_CHECK(mtc_registry_add(r, "ln_f.weight", -1, C, 0, MTC_INIT_ONES, 0));
+        MTC_CHECK(mtc_registry_add(r, "ln_f.bias", -1, C, 0, MTC_INIT_ZEROS, 0));
+    }
+    int tp = r->tp, sp = !full && m->tp.sequence_parallel;
     for (int i = 0; i < r->count; i++) {
         mtc_param *p = &r->params[i];
         p->reduce_groups = MTC_REDUCE_DP_CP;
@@ -119,22 +127,44 @@ static mtc_result_t gpt_register(mtc_gpt *m) {
     return MTC_OK;
 }
 
-/* Point views of one flat buffer at the registry's offsets. */
+/* The chunk's registry, with global offsets taken from the serial layout
+ * of the whole model (so gathers and checkpoints address global shapes). */
+static mtc_result_t gpt_register_chunk(mtc_gpt *m) {
+    MTC_CHECK(gpt_register(m, &m->reg, 0));
+    mtc_registry full;
+    MTC_CHECK(gpt_register(m, &full, 1));
+    for (int i = 0; i < m->reg.count; i++) {
+        int k = mtc_registry_find(&full, m->reg.params[i].name);
+        MTC_ASSERT(k >= 0);
+        m->reg.params[i].global_offset = full.params[k].global_offset;
+    }
+    m->reg.global_total = full.global_total;
+    mtc_registry_free(&full);
+    mtc_registry *r = &m->reg;
+    m->pidx_wte = mtc_registry_find(r, "wte.weight");
+    m->pidx_wpe = mtc_registry_find(r, "wpe.weight");
+    m->pidx_lnf = mtc_registry_find(r, "ln_f.weight");
+    m->pidx_layer0 = m->has_embedding ? 2 : m->pidx_wte >= 0 ? 1 : 0;
+    return MTC_OK;
+}
+
+/* Point views of one flat buffer at the registry's offsets (NULL outside
+ * the chunk). */
 static void gpt_bind(mtc_gpt *m, float *base, float **wte, float **wpe, float **lnfw,
                      float **lnfb, mtc_gpt_layer *layers) {
     const mtc_registry *r = &m->reg;
 #define AT(i) (base + r->params[(i)].offset)
-    *wte = AT(0);
-    *wpe = AT(1);
-    for (int l = 0; l < m->cfg.num_layers; l++) {
-        int i = 2 + 12 * l;
+    *wte = m->pidx_wte >= 0 ? AT(m->pidx_wte) : NULL;
+    *wpe = m->pidx_wpe >= 0 ? AT(m->pidx_wpe) : NULL;
+    for (int l = m->first_layer; l < m->last_layer; l++) {
+        int i = m->pidx_layer0 + 12 * (l - m->first_layer);
         mtc_gpt_layer *y = &layers[l];
         y->ln1w = AT(i + 0), y->ln1b = AT(i + 1), y->qkvw = AT(i + 2), y->qkvb = AT(i + 3);
         y->attprojw = AT(i + 4), y->attprojb = AT(i + 5), y->ln2w = AT(i + 6), y->ln2b = AT(i + 7);
         y->fcw = AT(i + 8), y->fcb = AT(i + 9), y->fcprojw = AT(i + 10), y->fcprojb = AT(i + 11);
     }
-    *lnfw = AT(2 + 12 * m->cfg.num_layers);
-    *lnfb = AT(3 + 12 * m->cfg.num_layers);
+    *lnfw = m->pidx_lnf >= 0 ? AT(m->pidx_lnf) : NULL;
+    *lnfb = m->pidx_lnf >= 0 ? AT(m->pidx_lnf + 1) : NULL;
 #undef AT
 }
 
@@ -218,9 +248,13 @@ static mtc_result_t gpt_check_tp(const mtc_gpt_config *c, int tp, int sp) {
     return MTC_OK;
 }
 
-mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                             mtc_comm_t tp, int sequence_parallel, mtc_gpt **out) {
+mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
+                                mtc_comm_t tp, int sequence_parallel, int first_layer,
+                                int last_layer, int has_embedding, int has_head, mtc_gpt **out) {
     *out = NULL;
+    if (first_layer < 0 || last_layer > cfg->num_layers || first_layer > last_layer)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "chunk layers [%d, %d) outside [0, %d)",
+                         first_layer, last_layer, cfg->num_layers);
     MTC_CHECK(mtc_gpt_config_validate(cfg));
     int tps = tp_size(tp);
     if (tps <= 1) sequence_parallel = 0;
@@ -240,12 +274,13 @@ mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_po
     m->tp_size = tps;
     m->tp_rank = tp_rank(m->tp.comm);
     m->T_loc = sequence_parallel ? m->T / tps : m->T;
-    m->first_layer = 0;
-    m->last_layer = cfg->num_layers;
-    m->has_embedding = m->has_head = 1;
+    m->first_layer = first_layer;
+    m->last_layer = last_layer;
+    m->has_embedding = has_embedding;
+    m->has_head = has_head;
     m->nslots = nslots;
     m->pool = pool;
-    MTC_CHECK_GOTO(gpt_register(m), rc, fail);
+    MTC_CHECK_GOTO(gpt_register_chunk(m), rc, fail);
     size_t bytes = m->reg.total * sizeof(float);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->params), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
@@ -265,6 +300,12 @@ mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_po
 fail:
     mtc_gpt_free(m);
     return rc;
+}
+
+mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
+                             mtc_comm_t tp, int sequence_parallel, mtc_gpt **out) {
+    return mtc_gpt_init_chunk(cfg, B, nslots, pool, tp, sequence_parallel, 0, cfg->num_layers, 1,
+                              1, out);
 }
 
 mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,

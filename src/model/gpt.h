@@ -99,6 +99,7 @@ typedef struct {
     int B, T;                   /* largest microbatch this model runs */
     int first_layer, last_layer; /* this chunk's layers */
     int has_embedding, has_head;
+    int pidx_wte, pidx_wpe, pidx_lnf, pidx_layer0; /* registry indices (-1: not in chunk) */
     tp_ctx tp;                  /* TP communicator (NULL: tp 1), pool, sequence parallel */
     int tp_size, tp_rank;
     int T_loc;                  /* T / tp under sequence parallelism, else T */
@@ -132,10 +133,18 @@ mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool 
  * sequence_parallel with tp 1 is ignored. */
 mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
                              mtc_comm_t tp, int sequence_parallel, mtc_gpt **out);
+/* One pipeline chunk: layers [first_layer, last_layer), the embedding
+ * (wte, wpe) when has_embedding, ln_f and the tied LM head (its own wte
+ * copy when it does not embed) when has_head. Registry offsets are the
+ * chunk's; global_offset / global_total are the whole serial model's. */
+mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
+                                mtc_comm_t tp, int sequence_parallel, int first_layer,
+                                int last_layer, int has_embedding, int has_head, mtc_gpt **out);
 /* Collective over the TP group: global (B-independent) parameters in the
  * serial layout: out (reg.global_total) gets every parameter's full value
  * at its global_offset (fused QKV rows unshuffled). scratch: tp *
- * (largest local_numel) floats. from = m->params or m->grads. */
+ * (largest local_numel) floats. from = m->params or m->grads. Parameters
+ * outside the chunk are left untouched. */
 mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, float *scratch);
 void mtc_gpt_free(mtc_gpt *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and

@@ -128,7 +128,7 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
     const tp_ctx *tp = &m->tp;
     int C = c->hidden_size, NH = c->num_heads, F = c->ffn_hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
-    int N = B * T, Nl = B * Tl, L = c->num_layers;
+    int N = B * T, Nl = B * Tl;
     size_t sNl = (size_t)m->B * m->T_loc, sN = (size_t)m->B * m->T, nC = (size_t)Nl * C;
     mtc_gpt_slot *a = &m->slots[slot];
     nn_pool *pool = m->pool;
@@ -151,7 +151,9 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
                                             a->lnf, m->wte, m->scratch, 0, B, T, C, Vp));
         nn_layernorm_backward(pool, m->dres, m->dlnfw, m->dlnfb, m->dtmp, xlast, m->lnfw,
                               a->lnf_mean, a->lnf_rstd, Nl, C);
-        MTC_CHECK(gpt_ready(pass, 2 + 12 * L, 4 + 12 * L));
+        MTC_CHECK(gpt_ready(pass, m->pidx_lnf, m->pidx_lnf + 2));
+        /* a head without the embedding (last pipeline stage): its wte copy is final */
+        if (!m->has_embedding) MTC_CHECK(gpt_ready(pass, m->pidx_wte, m->pidx_wte + 1));
     }
     for (int l = m->last_layer - 1; l >= m->first_layer; l--) {
         size_t k = (size_t)(l - m->first_layer);
@@ -187,7 +189,8 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         nn_layernorm_backward(pool, m->dtmp, g->ln1w, g->ln1b, m->dtmp2, x, w->ln1w, ln1m, ln1r,
                               Nl, C);
         nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(layer input) */
-        MTC_CHECK(gpt_ready(pass, 2 + 12 * l, 14 + 12 * l));
+        int p0 = m->pidx_layer0 + 12 * (int)k;
+        MTC_CHECK(gpt_ready(pass, p0, p0 + 12));
     }
     if (m->has_embedding) {
         const float *dy = m->dres;
@@ -196,7 +199,7 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         /* comm: SP all-gather(tp) of dy */
         MTC_CHECK(tp_vocab_embedding_backward(tp, m->dwte, m->dwpe, dy, tokens, NULL, m->scratch,
                                               B, T, C, Vp));
-        MTC_CHECK(gpt_ready(pass, 0, 2));
+        MTC_CHECK(gpt_ready(pass, m->pidx_wte, m->pidx_wpe + 1)); /* wte, wpe */
     }
     return MTC_OK;
 }
