@@ -16,6 +16,7 @@
 #include "dp/ddp.h"
 #include "grid/grid.h"
 #include "model/checkpoint.h"
+#include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
@@ -78,8 +79,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
  * (tests/parity/comm_wrap.c); else the explicit step collectives are timed. */
 uint64_t mtc_train_comm_wait_ns(void) __attribute__((weak));
 
-static uint64_t train_comm_ns(const void *xr);
-
 /* What every rank shares (read-only) and what the launcher hands back. */
 typedef struct {
     const mtc_train_config *cfg;
@@ -87,71 +86,6 @@ typedef struct {
     FILE *out;
     int threads_per_rank;
 } train_shared;
-
-/* One rank's state. */
-typedef struct {
-    const mtc_train_config *cfg;
-    const data_source *src;
-    mtc_grid_t grid;
-    mtc_comm_t tp, dp, mp; /* NULL when of size 1 */
-    int dp_size, dp_rank, tp_rank, nmb;
-    nn_pool *pool;
-    mtc_gpt *model;
-    mtc_ddp *ddp;
-    mtc_adamw opt;
-    int *buf;              /* (T+1) one sample */
-    int *tokens, *targets; /* (B, T) */
-    float *sp_buf;         /* packed sequence-parallel gradients (TP all-reduce) */
-    size_t sp_n;
-    uint64_t valid_consumed;
-    uint64_t comm_ns;      /* time in the step's explicit collectives */
-} train_rank;
-
-/* Fill tokens/targets of this DP rank's microbatch m of the global batch at
- * `consumed`; returns the position of its row 0 in the global batch. */
-static mtc_result_t train_load_batch(train_rank *x, data_split split, uint64_t consumed, int m) {
-    int B = x->cfg->micro_batch, T = x->cfg->model.seq_length;
-    for (int j = 0; j < B; j++) {
-        uint64_t idx = data_sample_index(consumed, m, x->dp_rank, j, B, x->dp_size);
-        MTC_CHECK(data_source_sample(x->src, split, idx, x->buf));
-        memcpy(x->tokens + (size_t)j * T, x->buf, (size_t)T * sizeof(int));
-        memcpy(x->targets + (size_t)j * T, x->buf + 1, (size_t)T * sizeof(int));
-    }
-    return MTC_OK;
-}
-
-static int train_b0(const train_rank *x, int m) {
-    return (int)data_sample_index(0, m, x->dp_rank, 0, x->cfg->micro_batch, x->dp_size);
-}
-
-/* Sum a double over the DP group (every TP rank already holds the same). */
-static mtc_result_t train_dp_sum(train_rank *x, double *v) {
-    if (!x->dp) return MTC_OK;
-    uint64_t t0 = mtc_time_ns();
-    mtc_result_t rc = mtc_all_reduce(v, v, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->dp);
-    x->comm_ns += mtc_time_ns() - t0;
-    return rc;
-}
-
-/* Mean validation loss over eval_iters global batches (the validation
- * iterator continues from one evaluation to the next, as Megatron's). */
-static mtc_result_t train_evaluate(train_rank *x, double *loss) {
-    const mtc_train_config *c = x->cfg;
-    int B = c->micro_batch, T = c->model.seq_length;
-    mtc_gpt_pass pass = {0};
-    double sum = 0;
-    for (int it = 0; it < c->eval_iters; it++) {
-        for (int m = 0; m < x->nmb; m++) {
-            MTC_CHECK(train_load_batch(x, DATA_SPLIT_VALID, x->valid_consumed, m));
-            sum += mtc_gpt_forward(x->model, 0, x->tokens, x->targets, B, T, &pass);
-            MTC_CHECK(x->model->error);
-        }
-        x->valid_consumed += (uint64_t)c->global_batch;
-    }
-    MTC_CHECK(train_dp_sum(x, &sum));
-    *loss = sum / ((double)c->eval_iters * c->global_batch * T);
-    return MTC_OK;
-}
 
 static void train_print_eval(FILE *out, int64_t iteration, double loss) {
     char line[256];
@@ -163,80 +97,6 @@ static void train_print_eval(FILE *out, int64_t iteration, double loss) {
     memset(dashes, '-', (size_t)k);
     dashes[k] = 0;
     fprintf(out, "%s\n%s\n%s\n", dashes, line, dashes);
-}
-
-/* The DDP overlap hook: gradients of params [first, last) are final. */
-static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
-    return mtc_ddp_grads_ready((mtc_ddp *)ctx, first, last);
-}
-
-/* Under SP, sum the layer-norm and row-parallel-bias gradients (partial
- * over the rank's tokens) over TP: one packed all-reduce. */
-static mtc_result_t train_sp_reduce(train_rank *x) {
-    if (!x->sp_n) return MTC_OK;
-    const mtc_registry *r = &x->model->reg;
-    float *g = x->model->grads;
-    size_t k = 0;
-    for (int i = 0; i < r->count; i++)
-        if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
-            memcpy(x->sp_buf + k, g + r->params[i].offset, r->params[i].local_numel * sizeof(float));
-            k += r->params[i].local_numel;
-        }
-    uint64_t t0 = mtc_time_ns();
-    /* comm: all-reduce(tp) */
-    MTC_CHECK(mtc_all_reduce(x->sp_buf, x->sp_buf, x->sp_n, MTC_DTYPE_F32, MTC_OP_SUM, x->tp));
-    x->comm_ns += mtc_time_ns() - t0;
-    k = 0;
-    for (int i = 0; i < r->count; i++)
-        if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
-            memcpy(g + r->params[i].offset, x->sp_buf + k, r->params[i].local_numel * sizeof(float));
-            k += r->params[i].local_numel;
-        }
-    return MTC_OK;
-}
-
-/* Gather the TP shards into `global` (serial layout) on every rank. */
-static mtc_result_t train_gather(train_rank *x, float *global) {
-    const mtc_registry *r = &x->model->reg;
-    size_t big = 0;
-    for (int i = 0; i < r->count; i++)
-        if (r->params[i].local_numel > big) big = r->params[i].local_numel;
-    float *scratch;
-    MTC_CHECK(mtc_mem_alloc(big * (size_t)x->model->tp_size * sizeof(float), (void **)&scratch));
-    mtc_result_t rc = mtc_gpt_gather(x->model, global, x->model->params, scratch);
-    free(scratch);
-    return rc;
-}
-
-/* --load: every rank reads the file into a serial model and keeps its shards. */
-static mtc_result_t train_load(train_rank *x) {
-    mtc_gpt *full = NULL;
-    mtc_ckpt_info info;
-    MTC_CHECK(mtc_gpt_init(&x->cfg->model, 1, 1, NULL, &full));
-    mtc_result_t rc = mtc_ckpt_load(full, x->cfg->load_path, &info);
-    const mtc_registry *r = &x->model->reg;
-    for (int i = 0; rc == MTC_OK && i < r->count; i++) {
-        const mtc_param *p = &r->params[i];
-        for (size_t l = 0; l < p->local_numel; l++)
-            x->model->params[p->offset + l] =
-                full->params[p->global_offset + mtc_registry_global_index(r, p, r->tp_rank, l)];
-    }
-    mtc_gpt_free(full);
-    return rc;
-}
-
-/* --save: gather the shards; the last rank writes the serial-layout model. */
-static mtc_result_t train_save(train_rank *x, int is_last, FILE *out) {
-    const mtc_train_config *c = x->cfg;
-    mtc_gpt *full = NULL;
-    MTC_CHECK(mtc_gpt_init(&c->model, 1, 1, NULL, &full));
-    mtc_result_t rc = train_gather(x, full->params);
-    if (rc == MTC_OK && is_last) {
-        rc = mtc_ckpt_save(full, c->save_path, c->train_iters, c->tokenizer);
-        if (rc == MTC_OK && !c->quiet && out) fprintf(out, "> saved model to %s\n", c->save_path);
-    }
-    mtc_gpt_free(full);
-    return rc;
 }
 
 static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
@@ -266,98 +126,6 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
     if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
     fflush(out);
-}
-
-/* Build this rank's grid, model, DDP and optimizer state. */
-static mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
-    const mtc_train_config *c = x->cfg;
-    int B = c->micro_batch, T = c->model.seq_length;
-    mtc_grid_config gc;
-    mtc_grid_config_default(&gc);
-    gc.world_size = mtc_comm_size(world);
-    gc.tp = c->tp > 0 ? c->tp : 1;
-    MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
-    const mtc_grid_coord *co = mtc_grid_coords(x->grid);
-    mtc_comm_t tp = mtc_grid_comm(x->grid, MTC_GROUP_TP, 0);
-    mtc_comm_t dp = mtc_grid_comm(x->grid, MTC_GROUP_DP_CP, 0);
-    mtc_comm_t mp = mtc_grid_comm(x->grid, MTC_GROUP_MP, 0);
-    x->tp = tp && mtc_comm_size(tp) > 1 ? tp : NULL;
-    x->dp = dp && mtc_comm_size(dp) > 1 ? dp : NULL;
-    x->mp = mp && mtc_comm_size(mp) > 1 ? mp : NULL;
-    x->dp_size = mtc_grid_spec_get(x->grid)->dp;
-    x->dp_rank = co->dp_cp;
-    x->tp_rank = co->tp;
-    x->nmb = c->global_batch / (B * x->dp_size);
-    MTC_CHECK(nn_pool_create(threads, &x->pool));
-    MTC_CHECK(mtc_gpt_init_tp(&c->model, B, 1, x->pool, x->tp, c->sequence_parallel, &x->model));
-    mtc_ddp_config dc = {.overlap_grad_reduce = c->overlap_grad_reduce,
-                         .bucket_size = c->ddp_bucket_size, .scale = MTC_DDP_GRAD_SUM};
-    mtc_ddp_comms comms = {.dp = x->dp};
-    MTC_CHECK(mtc_ddp_init(&x->model->reg, &dc, &comms, x->model->params, x->model->grads, &x->ddp));
-    MTC_CHECK(mtc_adamw_init(&x->opt, &x->model->reg));
-    MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
-    MTC_CHECK(mtc_mem_alloc((size_t)B * T * sizeof(int), (void **)&x->tokens));
-    MTC_CHECK(mtc_mem_alloc((size_t)B * T * sizeof(int), (void **)&x->targets));
-    const mtc_registry *r = &x->model->reg;
-    for (int i = 0; i < r->count; i++)
-        if (r->params[i].reduce_groups & MTC_REDUCE_TP) x->sp_n += r->params[i].local_numel;
-    if (x->sp_n) MTC_CHECK(mtc_mem_alloc(x->sp_n * sizeof(float), (void **)&x->sp_buf));
-    if (c->load_path) MTC_CHECK(train_load(x));
-    else mtc_gpt_init_params(x->model, c->seed);
-    return MTC_OK;
-}
-
-static void train_teardown(train_rank *x) {
-    free(x->buf);
-    free(x->tokens);
-    free(x->targets);
-    free(x->sp_buf);
-    mtc_adamw_free(&x->opt);
-    mtc_ddp_free(x->ddp);
-    mtc_gpt_free(x->model);
-    nn_pool_free(x->pool);
-    mtc_grid_free(x->grid);
-}
-
-/* One training iteration: microbatches, reductions, norm, AdamW. */
-static mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss,
-                               double *norm, int *skipped) {
-    const mtc_train_config *c = x->cfg;
-    int B = c->micro_batch, T = c->model.seq_length;
-    float loss_scale = 1.0f / ((float)c->global_batch * (float)T);
-    double loss_sum = 0;
-    for (int m = 0; m < x->nmb; m++) {
-        MTC_CHECK(train_load_batch(x, DATA_SPLIT_TRAIN, consumed, m));
-        int last = m == x->nmb - 1;
-        mtc_gpt_pass pass = {.train = 1, .seed = c->seed, .iteration = (uint64_t)it,
-                             .b0 = train_b0(x, m), .loss_scale = loss_scale,
-                             .first_microbatch = m == 0,
-                             .grads_ready = last && c->overlap_grad_reduce && x->dp
-                                                ? train_grads_ready : NULL,
-                             .grads_ready_ctx = x->ddp};
-        loss_sum += mtc_gpt_forward(x->model, 0, x->tokens, x->targets, B, T, &pass);
-        MTC_CHECK(x->model->error);
-        MTC_CHECK(mtc_gpt_backward(x->model, 0, x->tokens, x->targets, B, T, loss_scale, &pass));
-    }
-    uint64_t t0 = mtc_time_ns();
-    /* comm: all-reduce(dp) per bucket (what overlap has not finished yet) */
-    if (x->dp) MTC_CHECK(mtc_ddp_finish(x->ddp));
-    x->comm_ns += mtc_time_ns() - t0;
-    MTC_CHECK(train_sp_reduce(x));
-    MTC_CHECK(train_dp_sum(x, &loss_sum));
-    *loss = loss_sum / ((double)c->global_batch * T);
-    t0 = mtc_time_ns();
-    /* comm: all-reduce(mp) of the squared sums */
-    MTC_CHECK(mtc_ddp_grad_norm(x->ddp, x->tp_rank, x->mp, norm));
-    x->comm_ns += mtc_time_ns() - t0;
-    if (!isfinite(*norm)) {
-        (*skipped)++;
-        return MTC_OK;
-    }
-    float lr = (float)mtc_lr_at(&c->lr, x->opt.step);
-    mtc_adamw_step(&x->opt, x->pool, x->model->params, x->model->grads, lr,
-                   mtc_grad_clip_coeff(*norm, c->clip_grad), &c->adam);
-    return MTC_OK;
 }
 
 static uint64_t train_comm_ns(const void *xr) {

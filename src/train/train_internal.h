@@ -1,0 +1,45 @@
+/* train/train_internal.h - one rank's training state and the step
+ * functions train.c (loop, logging, launch) calls from train_step.c (setup,
+ * microbatches, pipeline, gradient reduction, norm, optimizer, gather /
+ * load / save). Not a public header. */
+#ifndef MTC_TRAIN_INTERNAL_H
+#define MTC_TRAIN_INTERNAL_H
+
+#include "comm/comm.h"
+#include "dp/ddp.h"
+#include "grid/grid.h"
+#include "pp/executor.h"
+#include "train/train.h"
+
+/* One rank's state. */
+typedef struct {
+    const mtc_train_config *cfg;
+    const data_source *src;
+    mtc_grid_t grid;
+    mtc_comm_t tp, dp, mp; /* NULL when of size 1 */
+    int dp_size, dp_rank, tp_rank, nmb;
+    nn_pool *pool;
+    mtc_gpt *model;
+    mtc_ddp *ddp;
+    mtc_adamw opt;
+    int *buf;              /* (T+1) one sample */
+    int *tokens, *targets; /* (B, T) */
+    float *sp_buf;         /* packed sequence-parallel gradients (TP all-reduce) */
+    size_t sp_n;
+    uint64_t valid_consumed;
+    uint64_t comm_ns;      /* time in the step's explicit collectives */
+} train_rank;
+
+mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads);
+void train_teardown(train_rank *x);
+/* One iteration; *loss, *norm as logged (the loss on the last stage). */
+mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss, double *norm,
+                        int *skipped);
+/* Mean validation loss of eval_iters global batches. */
+mtc_result_t train_evaluate(train_rank *x, double *loss);
+/* Collective over the world: the whole model's parameters in the serial
+ * layout, on every rank. */
+mtc_result_t train_gather(train_rank *x, float *global);
+mtc_result_t train_save(train_rank *x, int is_last, FILE *out);
+
+#endif
