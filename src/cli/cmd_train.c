@@ -27,7 +27,7 @@ int cli_cmd_train(int argc, char **argv) {
     double hdrop = 0.1, adrop = 0.1;
     int64_t seed = 1234;
     int eval_interval = 1000, eval_iters = 100, log_interval = 100, world = 1, divisible = 128;
-    int threads = 0, mock = 0, tp = 1, sp = 0, overlap = 0;
+    int threads = 0, mock = 0, tp = 1, pp = 1, sp = 0, overlap = 0;
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
@@ -64,7 +64,8 @@ int cli_cmd_train(int argc, char **argv) {
         {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P", "(default 0.1)", 0},
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "(default 0.1)", 0},
         {"world-size", NULL, MTC_ARG_INT, &world, "N", "rank-threads (shm backend; under mpirun the MPI size) (default 1)", 0},
-        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N", "tensor-parallel ranks (default 1); data-parallel = world / tp", 0},
+        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N", "tensor-parallel ranks (default 1); data-parallel = world / (tp x pp)", 0},
+        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages of num-layers/pp layers, 1F1B schedule (default 1)", 0},
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL, "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL, "launch each gradient bucket's all-reduce during the last backward", 0},
         {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "elements per gradient bucket (default 0: one bucket)", 0},
@@ -79,6 +80,7 @@ int cli_cmd_train(int argc, char **argv) {
 
     if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
+    if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
     if (bucket < 0) return cli_usage_error("train", "ddp-bucket-size=%lld must be >= 0", (long long)bucket);
     if (mtc_launched_by_mpi()) { /* the MPI size is the world */
         const char *e = getenv("OMPI_COMM_WORLD_SIZE");
@@ -133,7 +135,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.log_interval = log_interval, tc.eval_interval = eval_interval, tc.eval_iters = eval_iters;
     tc.threads = threads;
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
-    tc.world_size = world, tc.tp = tp, tc.sequence_parallel = sp;
+    tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     if (mtc_train_validate(&tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
     mc->padded_vocab_size = mtc_gpt_pad_vocab(1, divisible, tp);

@@ -27,6 +27,7 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
         return mtc_error(E, "global-batch-size=%d is not divisible by micro-batch-size=%d x data-parallel size 1 (use a multiple of %d)",
                          c->global_batch, c->micro_batch, c->micro_batch);
     if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
+    if (c->pp < 0) return mtc_error(E, "pipeline-model-parallel-size=%d must be >= 1", c->pp);
     if (c->ddp_bucket_size < 0)
         return mtc_error(E, "ddp-bucket-size=%lld must be >= 0", (long long)c->ddp_bucket_size);
     if (c->train_iters < 1) return mtc_error(E, "train-iters=%lld must be >= 1", (long long)c->train_iters);
@@ -55,6 +56,7 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     mtc_grid_config_default(&gc);
     gc.world_size = world > 0 ? world : 1;
     gc.tp = c->tp > 0 ? c->tp : 1;
+    gc.pp = c->pp > 0 ? c->pp : 1;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length, 0,
@@ -72,6 +74,10 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E, "global-batch-size=%d is not divisible by micro-batch-size=%d x data-parallel size %d (use a multiple of %d)",
                          c->global_batch, c->micro_batch, dp, c->micro_batch * dp);
+    if (gc.pp > 1) {
+        pp_schedule_config sc = {.pp = gc.pp, .num_microbatches = c->global_batch / (c->micro_batch * dp)};
+        MTC_CHECK(pp_schedule_validate(&sc));
+    }
     return MTC_OK;
 }
 
@@ -210,19 +216,12 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     /* a rank that failed to set up fails the launch; peers stop with REMOTE */
     if (rc == MTC_OK) rc = train_loop(&x, out, metrics, wsize);
     if (rc == MTC_OK && c->save_path) rc = train_save(&x, is_last, out);
-    if (rc == MTC_OK && is_last && c->params_out) rc = train_gather(&x, c->params_out);
-    else if (rc == MTC_OK && c->params_out && x.tp) {
-        /* the last rank's TP peers take part in its gather */
-        const int *mem;
-        int n;
-        mem = mtc_grid_members(x.grid, MTC_GROUP_TP, 0, &n);
-        int same_group = 0;
-        for (int k = 0; k < n; k++) same_group |= mem[k] == wsize - 1;
-        if (same_group) {
-            float *tmp;
-            rc = mtc_mem_alloc(x.model->reg.global_total * sizeof(float), (void **)&tmp);
-            if (rc == MTC_OK) rc = train_gather(&x, tmp), free(tmp);
-        }
+    if (rc == MTC_OK && c->params_out) { /* collective: every rank takes part */
+        float *tmp = NULL;
+        rc = is_last ? MTC_OK
+                     : mtc_mem_alloc(x.model->reg.global_total * sizeof(float), (void **)&tmp);
+        if (rc == MTC_OK) rc = train_gather(&x, is_last ? c->params_out : tmp);
+        free(tmp);
     }
     if (is_last && c->comm_ms_out) *c->comm_ms_out = (double)train_comm_ns(&x) * 1e-6;
     if (metrics) fclose(metrics);

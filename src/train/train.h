@@ -44,6 +44,8 @@ typedef struct {
     /* ---- parallel layout (issue 5) ---- */
     int world_size;           /* shm rank-threads (ignored under mpirun); 0/1 = serial */
     int tp;                   /* --tensor-model-parallel-size (0 = 1) */
+    int pp;                   /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
+                                 of num_layers/pp layers */
     int sequence_parallel;    /* --sequence-parallel (ignored with a warning when tp = 1) */
     int overlap_grad_reduce;  /* --overlap-grad-reduce */
     int64_t ddp_bucket_size;  /* --ddp-bucket-size in elements (0 = one bucket) */

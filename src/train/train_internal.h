@@ -17,13 +17,21 @@ typedef struct {
     const data_source *src;
     mtc_grid_t grid;
     mtc_comm_t tp, dp, mp; /* NULL when of size 1 */
+    mtc_comm_t pipe, embd; /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
     int dp_size, dp_rank, tp_rank, nmb;
+    int pp_size, pp_rank;
+    pp_executor_t ex;      /* NULL when pp == 1 */
+    size_t msg_count;      /* floats of one stage-to-stage message */
+    /* the running pass (read by the microbatch callbacks) */
+    int64_t cur_it;
+    int cur_train;
+    double mb_loss_sum;
     nn_pool *pool;
     mtc_gpt *model;
     mtc_ddp *ddp;
     mtc_adamw opt;
     int *buf;              /* (T+1) one sample */
-    int *tokens, *targets; /* (B, T) */
+    int *tokens, *targets; /* (nmb, B, T) this DP rank's microbatches */
     float *sp_buf;         /* packed sequence-parallel gradients (TP all-reduce) */
     size_t sp_n;
     uint64_t valid_consumed;

@@ -2,7 +2,7 @@
 # tests/parity/parity_cli.sh - `mtc train --world-size N` end to end against
 # the serial run: per-iteration lm loss and grad norm in --metrics within
 # 2e-5 relative for tp=2 x dp=2 with SP and overlapped uneven buckets and
-# for dp=4; the banner states the layout in Megatron's words and the
+# for dp=4 and pp=2 x tp=2 x dp=2; the banner states the layout in Megatron's words and the
 # per-rank memory; a TP-sharded --save loads in `mtc generate` and, with
 # --load, serially and on tp=2 alike; --tp 1 with
 # --sequence-parallel warns and trains serially.
@@ -31,6 +31,10 @@ if [ "$(head -c 60 "$D/ls.jsonl")" != "$(head -c 60 "$D/s.jsonl")" ]; then ok "-
 
 "$MTC" train $TINY --world-size 4 --metrics "$D/d.jsonl" >"$D/d.log" 2>&1 || { bad "dp4 run"; cat "$D/d.log"; }
 same_losses "shm dp=4" "$D/s.jsonl" "$D/d.jsonl"
+
+"$MTC" train $TINY --world-size 8 --pp 2 --tp 2 --sequence-parallel --overlap-grad-reduce --metrics "$D/p.jsonl" >"$D/p.log" 2>&1 || { bad "pp2 run"; cat "$D/p.log"; }
+same_losses "shm pp=2 x tp=2 x dp=2 sp overlap" "$D/s.jsonl" "$D/p.jsonl"
+grep -q "tensor-model-parallel size: 2, pipeline-model-parallel size: 2$" "$D/p.log" && ok "pp banner" || bad "pp banner"
 
 "$MTC" train $TINY --sequence-parallel --metrics "$D/w.jsonl" >"$D/w.log" 2>"$D/w.err" || bad "sp with tp 1"
 grep -q "WARNING: --sequence-parallel is switched off" "$D/w.err" && ok "sp with tp=1 warns" || bad "sp warning"

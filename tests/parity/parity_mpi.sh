@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/parity/parity_mpi.sh - the parity check with ranks as MPI processes:
 # `mpirun -np 2|4 mtc train` (tp=2 with SP; tp=2 x dp=2 with overlapped
-# buckets) against the serial run, per-iteration lm loss and grad norm
+# buckets; pp=2 x tp=2) against the serial run, per-iteration lm loss and grad norm
 # within 2e-5 relative. Skips with a notice without MPI.
 set -u
 MTC=${MTC:-build/mtc}
@@ -20,4 +20,7 @@ grep -q "backend: mpi" "$D/a.log" && ok "ran on the mpi backend" || { bad "backe
 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --tp 2 --overlap-grad-reduce \
     --ddp-bucket-size 700 --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "mpirun -np 4"; cat "$D/b.log"; }
 same_losses "mpi tp=2 dp=2 overlap bucket=700" "$D/s.jsonl" "$D/b.jsonl"
+"$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --pp 2 --tp 2 \
+    --metrics "$D/c.jsonl" >"$D/c.log" 2>&1 || { bad "mpirun -np 4 pp"; cat "$D/c.log"; }
+same_losses "mpi pp=2 tp=2" "$D/s.jsonl" "$D/c.jsonl"
 exit $fail

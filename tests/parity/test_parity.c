@@ -5,7 +5,9 @@
  * global shape through the registry (TP shards incl. the fused-QKV row
  * mapping), must match the serial run.
  *
- * Coverage: tp x dp in {1,2,4}^2, sequence parallelism on/off, dropout
+ * Coverage: tp x dp in {1,2,4}^2 (and pp = 2 with tp, dp, SP, overlap:
+ * 1F1B through pp/executor.h, tied wte reduced over EMBEDDING_GROUP),
+ * sequence parallelism on/off, dropout
  * on/off, overlapped gradient reduction with bucket sizes that cut
  * parameters unevenly, gradient accumulation (dp < 4 runs 2-4
  * microbatches per rank); the same layout twice is bitwise identical; a
@@ -70,11 +72,11 @@ typedef struct {
     float *params;
 } result;
 
-static mtc_result_t run(result *r, int world, int tp, int sp, int overlap, long bucket,
+static mtc_result_t run(result *r, int world, int tp, int pp, int sp, int overlap, long bucket,
                         float dropout) {
     mtc_train_config c;
     base_config(&c, dropout, r->loss, r->norm, r->params);
-    c.world_size = world, c.tp = tp, c.sequence_parallel = sp;
+    c.world_size = world, c.tp = tp, c.pp = pp, c.sequence_parallel = sp;
     c.overlap_grad_reduce = overlap, c.ddp_bucket_size = bucket;
     c.backend = MTC_BACKEND_SHM;
     FILE *devnull = fopen("/dev/null", "w");
@@ -129,7 +131,7 @@ int main(void) {
     result serial[2], got, again;
     for (int d = 0; d < 2; d++) {
         serial[d].params = calloc(g_nparams, sizeof(float));
-        T_CHECK(run(&serial[d], 1, 1, 0, 0, 0, d ? 0.1f : 0.0f) == MTC_OK);
+        T_CHECK(run(&serial[d], 1, 1, 1, 0, 0, 0, d ? 0.1f : 0.0f) == MTC_OK);
         /* the mock task is learnable: the serial oracle itself trains */
         T_CHECKF(serial[d].loss[K - 1] < serial[d].loss[0], "serial loss %g -> %g",
                  serial[d].loss[0], serial[d].loss[K - 1]);
@@ -142,34 +144,38 @@ int main(void) {
     static const struct {
         int tp, dp, sp, overlap;
         long bucket;
-        int drop;
+        int drop, pp;
     } L_[] = {
-        {1, 2, 0, 0, 0, 0},    {1, 4, 0, 1, 1000, 0}, {2, 1, 0, 0, 0, 0},
-        {4, 1, 0, 0, 0, 1},    {2, 1, 1, 0, 0, 0},    {4, 1, 1, 0, 0, 1},
-        {2, 2, 0, 1, 777, 1},  {2, 2, 1, 1, 3000, 0}, {2, 2, 1, 0, 0, 1},
-        {1, 2, 0, 1, 513, 1},  {2, 4, 1, 1, 2500, 1}, {4, 2, 1, 1, 999, 0},
-        {4, 4, 1, 1, 1234, 1}, {4, 4, 0, 0, 0, 0},
+        {1, 2, 0, 0, 0, 0, 1},    {1, 4, 0, 1, 1000, 0, 1}, {2, 1, 0, 0, 0, 0, 1},
+        {4, 1, 0, 0, 0, 1, 1},    {2, 1, 1, 0, 0, 0, 1},    {4, 1, 1, 0, 0, 1, 1},
+        {2, 2, 0, 1, 777, 1, 1},  {2, 2, 1, 1, 3000, 0, 1}, {2, 2, 1, 0, 0, 1, 1},
+        {1, 2, 0, 1, 513, 1, 1},  {2, 4, 1, 1, 2500, 1, 1}, {4, 2, 1, 1, 999, 0, 1},
+        {4, 4, 1, 1, 1234, 1, 1}, {4, 4, 0, 0, 0, 0, 1},
+        /* pipeline (issue 6): 1F1B over 2 stages of one layer each */
+        {1, 1, 0, 0, 0, 0, 2},    {2, 1, 1, 0, 0, 1, 2},    {1, 2, 0, 1, 600, 1, 2},
+        {2, 2, 1, 1, 1500, 0, 2}, {1, 4, 0, 0, 0, 1, 2},
     };
     for (size_t i = 0; i < sizeof L_ / sizeof L_[0]; i++) {
-        int world = L_[i].tp * L_[i].dp;
+        int world = L_[i].tp * L_[i].dp * L_[i].pp;
         if (PARITY_SANITIZED && world > 8) {
             printf("skip tp=%d dp=%d (sanitizer build)\n", L_[i].tp, L_[i].dp);
             continue;
         }
         char name[96];
-        snprintf(name, sizeof name, "tp=%d dp=%d%s%s%s", L_[i].tp, L_[i].dp, L_[i].sp ? " sp" : "",
+        snprintf(name, sizeof name, "tp=%d dp=%d pp=%d%s%s%s", L_[i].tp, L_[i].dp, L_[i].pp,
+                 L_[i].sp ? " sp" : "",
                  L_[i].overlap ? " overlap" : "", L_[i].drop ? " dropout" : "");
         if (L_[i].bucket) snprintf(name + strlen(name), sizeof name - strlen(name), " bucket=%ld", L_[i].bucket);
         memset(got.params, 0, g_nparams * sizeof(float));
-        mtc_result_t rc = run(&got, world, L_[i].tp, L_[i].sp, L_[i].overlap, L_[i].bucket,
+        mtc_result_t rc = run(&got, world, L_[i].tp, L_[i].pp, L_[i].sp, L_[i].overlap, L_[i].bucket,
                               L_[i].drop ? 0.1f : 0.0f);
         T_CHECKF(rc == MTC_OK, "%s: %s", name, mtc_error_detail());
         if (rc == MTC_OK) T_CHECKF(compare(name, &got, &serial[L_[i].drop]), "%s", name);
     }
 
     /* the same layout twice: bitwise identical */
-    T_CHECK(run(&got, 4, 2, 1, 1, 777, 0.1f) == MTC_OK);
-    T_CHECK(run(&again, 4, 2, 1, 1, 777, 0.1f) == MTC_OK);
+    T_CHECK(run(&got, 8, 2, 2, 1, 1, 777, 0.1f) == MTC_OK);
+    T_CHECK(run(&again, 8, 2, 2, 1, 1, 777, 0.1f) == MTC_OK);
     T_CHECK(!memcmp(got.loss, again.loss, sizeof got.loss));
     T_CHECK(!memcmp(got.params, again.params, g_nparams * sizeof(float)));
 
@@ -178,6 +184,10 @@ int main(void) {
     c.tp = 3;
     T_CHECK(mtc_train_validate_layout(&c, 3) == MTC_ERR_INVALID_ARGUMENT);
     T_CHECK(strstr(mtc_error_detail(), "num-attention-heads=4") != NULL);
+    /* 2 layers over 4 pipeline stages */
+    c.tp = 1, c.pp = 4;
+    T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
+    printf("refused: %s\n", mtc_error_detail());
 
     for (int d = 0; d < 2; d++) free(serial[d].params);
     free(got.params);
