@@ -36,6 +36,15 @@ same_losses "shm dp=4" "$D/s.jsonl" "$D/d.jsonl"
 same_losses "shm pp=2 x tp=2 x dp=2 sp overlap" "$D/s.jsonl" "$D/p.jsonl"
 grep -q "tensor-model-parallel size: 2, pipeline-model-parallel size: 2$" "$D/p.log" && ok "pp banner" || bad "pp banner"
 
+# evaluation (forward-only pipeline schedule, DP share of the validation batch)
+E="--split 90,10,0 --eval-interval 2"
+"$MTC" train $TINY $E --eval-iters 2 --metrics "$D/es.jsonl" >"$D/es.log" 2>&1 || bad "serial eval run"
+"$MTC" train $TINY $E --eval-iters 2 --world-size 8 --pp 2 --tp 2 --metrics "$D/ep.jsonl" >"$D/ep.log" 2>&1 || bad "pp eval run"
+if grep -o '"val_loss": [0-9.e+-]*' "$D/es.jsonl" >"$D/v1" && grep -o '"val_loss": [0-9.e+-]*' "$D/ep.jsonl" >"$D/v2" &&
+   [ "$(wc -l <"$D/v1")" -eq 2 ] && paste "$D/v1" "$D/v2" | awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 2e-5 * $2) bad = 1 } END { exit bad }'; then
+    ok "validation loss pp=2 x tp=2 x dp=2 = serial (2 evaluations)"
+else bad "validation loss"; paste "$D/v1" "$D/v2"; fi
+
 "$MTC" train $TINY --sequence-parallel --metrics "$D/w.jsonl" >"$D/w.log" 2>"$D/w.err" || bad "sp with tp 1"
 grep -q "WARNING: --sequence-parallel is switched off" "$D/w.err" && ok "sp with tp=1 warns" || bad "sp warning"
 same_losses "sp off at tp=1" "$D/s.jsonl" "$D/w.jsonl"
