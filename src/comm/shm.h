@@ -55,6 +55,17 @@ typedef struct {
     _Atomic uint64_t count;
 } shm_pub;
 
+/* The tiny-collective slot (algo_direct.c): the arrival tag, the call and
+ * the data share one cache line, so a peer learns "arrived", checks the
+ * call and reads the data with one line transfer (two when bytes > 40). */
+typedef struct {
+    _Atomic uint64_t tag; /* epoch of the last tiny collective in this slot */
+    _Atomic uint64_t sig;
+    _Atomic uint64_t count;
+    unsigned char data[104]; /* written before tag (release), read after it (acquire) */
+} __attribute__((aligned(64))) shm_line;
+#define SHM_LINE_DATA 104u
+
 typedef struct {
     /* p2p mailbox: sends posted to this member */
     pthread_mutex_t lock;
@@ -69,6 +80,7 @@ typedef struct {
     uint64_t epoch;          /* owner-only: direct collectives run so far */
     shm_pub pub[2];
     char *small;             /* owner-allocated, 2 x SHM_SMALL bytes, fixed */
+    shm_line line[2];        /* tiny collectives, by epoch parity */
     /* split exchange: the new group this member leads, read by its members */
     _Atomic(struct comm_group *) xchg;
 } __attribute__((aligned(64))) shm_member;
@@ -143,6 +155,9 @@ void shm_board_enter(comm_group *g, int me, const comm_call *call);
 void shm_board_leave(comm_group *g, int me, const comm_call *call);
 /* Check member `who`'s publication for this epoch against my call. */
 mtc_result_t shm_check_pub(comm_group *g, int me, int who, uint64_t epoch, const comm_call *call);
+/* Check a signature/count member `who` published against my call. */
+mtc_result_t shm_check_sig(comm_group *g, int me, int who, uint64_t sig, uint64_t count,
+                           const comm_call *call);
 /* My staging block (2 x SHM_SMALL, allocated at first use, kept). */
 mtc_result_t shm_member_small(comm_group *g, int me, char **out);
 

@@ -38,10 +38,25 @@ static void futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns) {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
 }
 
+/* The fence orders the caller's condition store before the load of
+ * `waiters` (a store-load pair, like the waiter's increment-then-recheck in
+ * shm_wait): either the waiter sees the condition or we see the waiter.
+ * Without waiters nothing is written, so the shared event line is not
+ * bounced between cores on every phase of every collective. */
 void shm_event_signal(shm_event *e) {
+#if defined(__SANITIZE_THREAD__)
+    /* TSan has no fences: always bump seq (a waiter's futex_wait then
+     * returns at once), the plain protocol TSan can follow */
     atomic_fetch_add(&e->seq, 1);
     if (atomic_load(&e->waiters))
         syscall(SYS_futex, (uint32_t *)&e->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&e->waiters, memory_order_relaxed)) {
+        atomic_fetch_add(&e->seq, 1);
+        syscall(SYS_futex, (uint32_t *)&e->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    }
+#endif
 }
 
 uint64_t shm_pack_sig(const comm_call *c) {
@@ -213,6 +228,9 @@ mtc_result_t shm_wait(comm_group *g, int me, shm_event *ev, shm_cond_fn cond, vo
         uint32_t s = atomic_load(&ev->seq);
         if (cond(arg)) return MTC_OK;
         atomic_fetch_add(&ev->waiters, 1);
+#if !defined(__SANITIZE_THREAD__)
+        atomic_thread_fence(memory_order_seq_cst); /* pairs with shm_event_signal */
+#endif
         if (!cond(arg)) futex_wait(&ev->seq, s, slice);
         atomic_fetch_sub(&ev->waiters, 1);
         if (cond(arg)) return MTC_OK;
@@ -259,8 +277,12 @@ mtc_result_t shm_wait_one(comm_group *g, int me, int who, uint64_t epoch, int ph
 
 mtc_result_t shm_check_pub(comm_group *g, int me, int who, uint64_t epoch, const comm_call *call) {
     shm_pub *p = &g->m[who].pub[epoch & 1];
-    uint64_t sig = atomic_load_explicit(&p->sig, memory_order_relaxed);
-    uint64_t count = atomic_load_explicit(&p->count, memory_order_relaxed);
+    return shm_check_sig(g, me, who, atomic_load_explicit(&p->sig, memory_order_relaxed),
+                         atomic_load_explicit(&p->count, memory_order_relaxed), call);
+}
+
+mtc_result_t shm_check_sig(comm_group *g, int me, int who, uint64_t sig, uint64_t count,
+                           const comm_call *call) {
     if (sig == shm_pack_sig(call) && count == call->count) return MTC_OK;
     comm_call peer;
     unpack_sig(sig, count, &peer);
