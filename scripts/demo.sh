@@ -6,12 +6,12 @@
 # attention heads, MLP columns and the vocabulary split over 2 ranks, the
 # batch over 2 replicas), then samples serially from the gathered weights.
 # A few minutes on 2 cores. Usage: scripts/demo.sh [path/to/mtc]
-# Environment: DEMO_DATA (any text file or folder), DEMO_ITERS (default 400),
+# Environment: DEMO_DATA (any text file or folder), DEMO_ITERS (default 600),
 # DEMO_LAYOUT (default "--world-size 4 --tensor-model-parallel-size 2").
 set -e
 MTC=${1:-build/mtc}
 DATA=${DEMO_DATA:-/usr/share/games/fortunes}
-ITERS=${DEMO_ITERS:-400}
+ITERS=${DEMO_ITERS:-600}
 LAYOUT=${DEMO_LAYOUT:-"--world-size 4 --tensor-model-parallel-size 2"}
 OUT=$(dirname "$MTC")/fortunes-gpt.bin
 if [ ! -e "$DATA" ]; then
