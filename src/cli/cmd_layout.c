@@ -117,49 +117,6 @@ static int layout_json(const dp_layout *l, const dp_layout *plain, const int64_t
     return 0;
 }
 
-static void layout_text(const dp_layout *l, const dp_layout_config *cfg, const int *is_shared) {
-    printf("buffer: %lld elements (%lld without padding), %d bucket%s, data-parallel size %d\n",
-           (long long)l->numel, (long long)l->numel_unpadded, l->nbuckets, l->nbuckets == 1 ? "" : "s",
-           cfg->dp);
-    if (l->use_distopt)
-        printf("distributed optimizer: param starts aligned to 64, bucket ends padded to %lld\n",
-               (long long)dp_layout_bucket_divisor(cfg->dp, cfg->pad_high_busbw));
-    else
-        printf("plain DDP (no distributed optimizer): no alignment, no padding, buckets all-reduced\n");
-    printf("\nbuckets (params laid out in backward order):\n");
-    for (int b = 0; b < l->nbuckets; b++) {
-        printf("  bucket %d: [%lld, %lld) %lld elements, %lld used; params", b,
-               (long long)l->bucket[b].start, (long long)l->bucket[b].end,
-               (long long)(l->bucket[b].end - l->bucket[b].start),
-               (long long)l->bucket_numel_unpadded[b]);
-        for (int k = l->bucket_param_off[b]; k < l->bucket_param_off[b + 1]; k++)
-            printf(" %d", l->bucket_params[k]);
-        printf("\n");
-    }
-    printf("\nparams (forward index: place in the buffer):\n");
-    for (int i = 0; i < l->nparams; i++)
-        printf("  param %d: [%lld, %lld) bucket %d%s\n", i, (long long)l->param[i].start,
-               (long long)l->param[i].end, l->param_bucket[i],
-               is_shared[i] ? (l->use_distopt ? "  shared embedding" : "  shared embedding (no own bucket without the distributed optimizer)") : "");
-    if (!l->use_distopt) return;
-    printf("\nshards (each DP rank owns 1/%d of every bucket):\n", cfg->dp);
-    for (int r = 0; r < l->dp; r++) {
-        printf("  dp rank %d: %lld elements of optimizer state\n", r, (long long)dp_layout_shard_numel(l, r));
-        for (int b = 0; b < l->nbuckets; b++) {
-            dp_range w = dp_layout_shard_range(l, r, b);
-            int n;
-            const dp_shard_param *sp = dp_layout_shard_params(l, r, b, &n);
-            printf("    bucket %d [%lld, %lld):%s\n", b, (long long)w.start, (long long)w.end,
-                   n ? "" : " padding only");
-            for (int k = 0; k < n; k++)
-                printf("      param %d elements [%lld, %lld) at buffer [%lld, %lld), shard offset [%lld, %lld)\n",
-                       sp[k].param, (long long)sp[k].param_sub.start, (long long)sp[k].param_sub.end,
-                       (long long)sp[k].gbuf_world.start, (long long)sp[k].gbuf_world.end,
-                       (long long)sp[k].gbuf_local.start, (long long)sp[k].gbuf_local.end);
-        }
-    }
-}
-
 int cli_cmd_layout(int argc, char **argv) {
     const char *numels_arg = NULL;
     int dp = 1, pad_high = 0, distopt = 1, json = 0;
@@ -227,7 +184,7 @@ int cli_cmd_layout(int argc, char **argv) {
                                                 : cli_fail("layout", rc);
     } else {
         if (json) status = layout_json(&l, &plain, numels, &cfg, &shared);
-        else layout_text(&l, &cfg, is_shared);
+        else dp_layout_print(stdout, &l, &cfg, is_shared);
         dp_layout_free(&l), dp_layout_free(&plain);
     }
     free(numels), free(is_shared);

@@ -31,6 +31,7 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t seed = 1234;
     int eval_interval = 1000, eval_iters = 100, log_interval = 100, world = 1, divisible = 128;
     int threads = 0, mock = 0, tp = 1, pp = 1, sp = 0, overlap = 0;
+    int distopt = 0, overlap_pg = 0, nd = 1, pad_high = 0, print_layout = 0;
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
@@ -72,6 +73,11 @@ int cli_cmd_train(int argc, char **argv) {
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL, "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL, "launch each gradient bucket's all-reduce during the last backward", 0},
         {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "elements per gradient bucket (default 0: one bucket)", 0},
+        {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL, "shard AdamW state over data-parallel ranks: reduce-scatter gradients per bucket, update the owned shard, all-gather params", 0},
+        {"overlap-param-gather", NULL, MTC_ARG_FLAG, &overlap_pg, NULL, "leave the param all-gathers running until the next pass needs the params (distributed optimizer)", 0},
+        {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N", "optimizer instances: shards over dp/N ranks, shard all-reduced over N (default 1)", 0},
+        {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL, "pad buckets to lcm(dp, 128, 65536) (distributed optimizer)", 0},
+        {"print-layout", NULL, MTC_ARG_FLAG, &print_layout, NULL, "print the gradient buffer layout (as `mtc layout`) before training", 0},
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)", 0},
         {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration", 0},
         {"save", NULL, MTC_ARG_STRING, &save, "FILE", "write the trained weights here", 0},
@@ -96,6 +102,11 @@ int cli_cmd_train(int argc, char **argv) {
             if (threads < 1) threads = 1;
         }
     }
+    if (nd < 1) return cli_usage_error("train", "num-distributed-optimizer-instances=%d must be >= 1", nd);
+    if (nd > 1 && !distopt)
+        return cli_usage_error("train", "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    if (overlap_pg && !distopt)
+        return cli_usage_error("train", "--overlap-param-gather needs --use-distributed-optimizer");
     if (sp && tp == 1) {
         fprintf(stderr, "WARNING: --sequence-parallel is switched off because tensor-model-parallel-size is 1\n");
         sp = 0;
@@ -140,6 +151,8 @@ int cli_cmd_train(int argc, char **argv) {
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
+    tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
+    tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
     mc->padded_vocab_size = mtc_gpt_pad_vocab(1, divisible, tp);
     if (mtc_train_validate_layout(&tc, world) != MTC_OK)

@@ -146,6 +146,16 @@ void mtc_ddp_free(mtc_ddp *d) {
     free(d);
 }
 
+void mtc_ddp_use_buffers(mtc_ddp *d, float *params, float *grads) {
+    if (d->owns_buffers) {
+        size_t bytes = (size_t)d->layout.numel * sizeof(float);
+        mtc_mem_free_big(d->params, bytes);
+        mtc_mem_free_big(d->grads, bytes);
+        d->owns_buffers = 0;
+    }
+    d->params = params, d->grads = grads;
+}
+
 void mtc_ddp_assign_offsets(const mtc_ddp *d, mtc_registry *reg) {
     for (int i = 0; i < reg->count && i < d->layout.nparams; i++)
         reg->params[i].offset = (size_t)d->layout.param[i].start;

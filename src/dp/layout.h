@@ -28,6 +28,7 @@
 #define MTC_DP_LAYOUT_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/result.h"
 
@@ -93,5 +94,11 @@ dp_range dp_layout_shard_range(const dp_layout *layout, int rank, int bucket);
 const dp_shard_param *dp_layout_shard_params(const dp_layout *layout, int rank, int bucket, int *n);
 /* Elements rank r owns over all buckets (its optimizer-state size). */
 int64_t dp_layout_shard_numel(const dp_layout *layout, int rank);
+
+/* Print the layout as `mtc layout` does (text): buffer, buckets, params
+ * (is_shared per param may be NULL), and with the distributed optimizer
+ * every rank's shards. */
+void dp_layout_print(FILE *f, const dp_layout *layout, const dp_layout_config *cfg,
+                     const int *is_shared);
 
 #endif

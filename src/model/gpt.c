@@ -313,6 +313,30 @@ mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool 
     return mtc_gpt_init_tp(cfg, B, nslots, pool, NULL, 0, out);
 }
 
+mtc_result_t mtc_gpt_relayout(mtc_gpt *m, const size_t *offsets, size_t total) {
+    mtc_registry *r = &m->reg;
+    for (int i = 0; i < r->count; i++)
+        if (offsets[i] + r->params[i].local_numel > total)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "param %s at offset %zu (+%zu) does not fit a buffer of %zu floats",
+                             r->params[i].name, offsets[i], r->params[i].local_numel, total);
+    float *p = NULL, *g = NULL;
+    MTC_CHECK(mtc_mem_alloc_big(total * sizeof(float), 1, (void **)&p));
+    mtc_result_t rc = mtc_mem_alloc_big(total * sizeof(float), 1, (void **)&g);
+    if (rc != MTC_OK) {
+        mtc_mem_free_big(p, total * sizeof(float));
+        return rc;
+    }
+    mtc_mem_free_big(m->params, r->total * sizeof(float));
+    mtc_mem_free_big(m->grads, r->total * sizeof(float));
+    m->params = p, m->grads = g;
+    for (int i = 0; i < r->count; i++) r->params[i].offset = offsets[i];
+    r->total = total;
+    gpt_bind(m, m->params, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, m->layers);
+    gpt_bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, m->dlayers);
+    return MTC_OK;
+}
+
 void mtc_gpt_free(mtc_gpt *m) {
     if (!m) return;
     size_t bytes = m->reg.total * sizeof(float);

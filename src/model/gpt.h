@@ -146,6 +146,12 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn
  * (largest local_numel) floats. from = m->params or m->grads. Parameters
  * outside the chunk are left untouched. */
 mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, float *scratch);
+/* Move the flat params/grads to a new layout (e.g. the distributed
+ * optimizer's 64-aligned, padded one): offsets[i] for param i (forward
+ * order) in buffers of `total` floats, reallocated zeroed (gaps stay zero);
+ * views and reg offsets/total follow. Call before initialising or loading
+ * the weights. INVALID_ARGUMENT when a param does not fit. */
+mtc_result_t mtc_gpt_relayout(mtc_gpt *m, const size_t *offsets, size_t total);
 void mtc_gpt_free(mtc_gpt *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */

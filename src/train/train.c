@@ -74,6 +74,12 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E, "global-batch-size=%d is not divisible by micro-batch-size=%d x data-parallel size %d (use a multiple of %d)",
                          c->global_batch, c->micro_batch, dp, c->micro_batch * dp);
+    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
+    if (nd > 1 && !c->use_distributed_optimizer)
+        return mtc_error(E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    if (nd > 1 && dp % nd)
+        return mtc_error(E, "num-distributed-optimizer-instances=%d does not divide the data-parallel size %d (use a divisor of %d)",
+                         nd, dp, dp);
     if (gc.pp > 1) {
         pp_schedule_config sc = {.pp = gc.pp, .num_microbatches = c->global_batch / (c->micro_batch * dp)};
         MTC_CHECK(pp_schedule_validate(&sc));
@@ -116,6 +122,10 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             mtc_comm_backend_name(mtc_grid_comm(x->grid, MTC_GROUP_TP, 0)), world,
             nn_pool_size(x->pool), model->tp.sequence_parallel ? "on" : "off",
             c->overlap_grad_reduce ? "on" : "off", (long long)c->ddp_bucket_size);
+    if (c->use_distributed_optimizer)
+        fprintf(out, "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap param gather: %s; pad buckets for high busbw: %s\n",
+                x->ddp->instances, x->ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
+                c->pad_high_busbw ? "on" : "off");
     fprintf(out, "> data: %s\n", data_source_describe(x->src));
     fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, 0): %zu\n",
             x->tp_rank, model->reg.total);
@@ -144,6 +154,10 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     int T = c->model.seq_length;
     int do_eval = c->eval_iters > 0 && data_source_split_size(x->src, DATA_SPLIT_VALID) > 0;
     if (out && !c->quiet) train_banner(x, out, world, do_eval);
+    if (out && c->print_layout) train_print_layout(x, out);
+    mtc_dp_memory mem;
+    mtc_ddp_memory(x->ddp, &mem);
+    if (out && c->optim_state_bytes_out) *c->optim_state_bytes_out = mem.optim_state_bytes;
     double flops = mtc_gpt_flops(&c->model, c->global_batch);
     uint64_t consumed = 0;
     double sum_loss = 0, sum_ms = 0;
@@ -190,6 +204,9 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                         avg_loss, norm, lr_now, avg_ms, tps,
                         (double)(train_comm_ns(x) - comm_at_log) * 1e-6 / n_logged);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
+            fprintf(metrics, ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, \"activation_bytes\": %zu",
+                    mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes,
+                    mtc_gpt_activation_bytes(x->model));
             fprintf(metrics, "}\n");
             fflush(metrics);
         }

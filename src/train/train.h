@@ -50,10 +50,19 @@ typedef struct {
     int overlap_grad_reduce;  /* --overlap-grad-reduce */
     int64_t ddp_bucket_size;  /* --ddp-bucket-size in elements (0 = one bucket) */
     int backend;              /* mtc_backend_kind_t (0 = auto) */
+    /* ---- distributed optimizer (issue 7; train/optimizer_step.c) ---- */
+    int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
+                                      the owned shard, AdamW there, all-gather params */
+    int overlap_param_gather;      /* --overlap-param-gather: the all-gathers run until the
+                                      next step's forward needs the params */
+    int num_distopt_instances;     /* --num-distributed-optimizer-instances (0 = 1) */
+    int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
+    int print_layout;              /* --print-layout: the last rank's buffer layout first */
     /* ---- results for tests (written by the last rank; NULL = none) ---- */
     double *losses_out;       /* (train_iters) per-iteration lm loss */
     double *grad_norms_out;   /* (train_iters) */
     float *params_out;        /* (global parameter count) final weights, serial layout */
+    size_t *optim_state_bytes_out; /* the last rank's AdamW state (m + v) bytes */
     double *comm_ms_out;      /* ms the last rank spent in collectives: all of them in builds
                                  that time every call (mtc_commtimed), else the step's
                                  explicit ones (DP, SP, loss, norm) */

@@ -7,6 +7,7 @@
 
 #include "comm/comm.h"
 #include "dp/ddp.h"
+#include "dp/distopt.h"
 #include "grid/grid.h"
 #include "pp/executor.h"
 #include "train/train.h"
@@ -29,7 +30,9 @@ typedef struct {
     nn_pool *pool;
     mtc_gpt *model;
     mtc_ddp *ddp;
-    mtc_adamw opt;
+    mtc_adamw opt;         /* plain path; with the distributed optimizer only .step counts */
+    mtc_distopt *dopt;     /* --use-distributed-optimizer (train/optimizer_step.c) */
+    mtc_comm_t intra, inter; /* intra-instance (owned here: inter) groups; NULL: size 1 */
     int *buf;              /* (T+1) one sample */
     int *tokens, *targets; /* (nmb, B, T) this DP rank's microbatches */
     float *sp_buf;         /* packed sequence-parallel gradients (TP all-reduce) */
@@ -49,5 +52,20 @@ mtc_result_t train_evaluate(train_rank *x, double *loss);
  * layout, on every rank. */
 mtc_result_t train_gather(train_rank *x, float *global);
 mtc_result_t train_save(train_rank *x, int is_last, FILE *out);
+
+/* train/optimizer_step.c: the distributed optimizer's side of a rank. */
+/* After the model chunk exists: groups, the padded layout (the model's
+ * buffers re-laid out to it), the DDP and the sharded AdamW state. */
+mtc_result_t train_distopt_setup(train_rank *x);
+void train_distopt_teardown(train_rank *x);
+/* After the DP reduce-scatter and the SP / embedding all-reduces: norm over
+ * the shards (TP duplicates and the last stage's wte copy once), clip,
+ * AdamW on the shard, all-gather (waited for unless overlap_param_gather). */
+mtc_result_t train_distopt_step(train_rank *x, double *norm, int *skipped);
+/* Wait for pending param all-gathers (before params are read). */
+mtc_result_t train_distopt_wait(train_rank *x);
+/* --print-layout: this rank's buffer layout as `mtc layout` prints it,
+ * preceded by the equivalent `mtc layout` command line. */
+void train_print_layout(const train_rank *x, FILE *out);
 
 #endif

@@ -101,6 +101,7 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int chunk, const float 
 static mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consumed,
                                        int train, int64_t it, double *loss_sum) {
     for (int m = 0; m < x->nmb; m++) MTC_CHECK(train_load_batch(x, split, consumed, m));
+    MTC_CHECK(train_distopt_wait(x)); /* --overlap-param-gather: params arrive here */
     x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
     if (x->ex) {
         pp_callbacks cb = {train_forward_cb, train_backward_cb, x};
@@ -166,6 +167,7 @@ static mtc_result_t train_sp_reduce(train_rank *x) {
 /* Gather the TP shards and pipeline stages into `global` (serial layout)
  * on every rank. */
 mtc_result_t train_gather(train_rank *x, float *global) {
+    MTC_CHECK(train_distopt_wait(x));
     const mtc_registry *r = &x->model->reg;
     size_t big = 0;
     for (int i = 0; i < r->count; i++)
@@ -227,6 +229,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     gc.world_size = mtc_comm_size(world);
     gc.tp = c->tp > 0 ? c->tp : 1;
     gc.pp = c->pp > 0 ? c->pp : 1;
+    if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
     mtc_comm_t tp = mtc_grid_comm(x->grid, MTC_GROUP_TP, 0);
@@ -255,11 +258,16 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
                                  .count = x->msg_count};
         MTC_CHECK(pp_executor_init(&x->ex, &ec, x->pipe, NULL));
     }
-    mtc_ddp_config dc = {.overlap_grad_reduce = c->overlap_grad_reduce,
-                         .bucket_size = c->ddp_bucket_size, .scale = MTC_DDP_GRAD_SUM};
-    mtc_ddp_comms comms = {.dp = x->dp};
-    MTC_CHECK(mtc_ddp_init(&x->model->reg, &dc, &comms, x->model->params, x->model->grads, &x->ddp));
-    MTC_CHECK(mtc_adamw_init(&x->opt, &x->model->reg));
+    if (c->use_distributed_optimizer) { /* train/optimizer_step.c */
+        MTC_CHECK(train_distopt_setup(x));
+    } else {
+        mtc_ddp_config dc = {.overlap_grad_reduce = c->overlap_grad_reduce,
+                             .bucket_size = c->ddp_bucket_size, .scale = MTC_DDP_GRAD_SUM};
+        mtc_ddp_comms comms = {.dp = x->dp};
+        MTC_CHECK(mtc_ddp_init(&x->model->reg, &dc, &comms, x->model->params, x->model->grads,
+                               &x->ddp));
+        MTC_CHECK(mtc_adamw_init(&x->opt, &x->model->reg));
+    }
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->tokens));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->targets));
@@ -273,6 +281,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
 }
 
 void train_teardown(train_rank *x) {
+    train_distopt_teardown(x);
     free(x->buf);
     free(x->tokens);
     free(x->targets);
@@ -329,6 +338,7 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     }
     MTC_CHECK(train_dp_sum(x, &loss_sum));
     *loss = loss_sum / ((double)c->global_batch * T);
+    if (x->dopt) return train_distopt_step(x, norm, skipped);
     MTC_CHECK(train_grad_norm(x, norm));
     if (!isfinite(*norm)) {
         (*skipped)++;
