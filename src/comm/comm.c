@@ -119,6 +119,10 @@ mtc_result_t comm_new(comm_backend *be, comm_group *group, const int *members, i
     if (from) {
         memcpy(c->algo, from->algo, sizeof c->algo);
         memcpy(c->strict, from->strict, sizeof c->strict);
+        c->root = from->root ? from->root : from;
+        c->live_next = c->root->live;
+        if (c->live_next) c->live_next->live_prev = c;
+        c->root->live = c;
     }
     int my_node = be->node_of(be, members[rank]);
     for (int i = 0; i < n; i++) {
@@ -131,8 +135,20 @@ mtc_result_t comm_new(comm_backend *be, comm_group *group, const int *members, i
     return MTC_OK;
 }
 
+static void live_unlink(mtc_comm_t c) {
+    if (!c || !c->root) return;
+    if (c->live_prev) c->live_prev->live_next = c->live_next;
+    else if (c->root->live == c) c->root->live = c->live_next;
+    if (c->live_next) c->live_next->live_prev = c->live_prev;
+    c->live_prev = c->live_next = NULL; /* unlinking again is a no-op */
+}
+
 void mtc_comm_free(mtc_comm_t comm) {
     if (!comm) return;
+    /* the world goes last: first every communicator the rank left behind
+     * (their progress threads and groups would leak otherwise) */
+    while (!comm->root && comm->live) mtc_comm_free(comm->live);
+    live_unlink(comm);
     comm_queue_free(comm);
     mtc_comm_free(comm->intra);
     mtc_comm_free(comm->inter);
@@ -307,9 +323,11 @@ mtc_result_t comm_node_split(mtc_comm_t comm, mtc_comm_t *intra, mtc_comm_t *int
         int node = comm->be->node_of(comm->be, comm->members[comm->rank]);
         snprintf(name, sizeof name, "%s/intra-node", comm->name);
         MTC_CHECK(mtc_comm_split(comm, node, comm->rank, name, &comm->intra));
+        live_unlink(comm->intra); /* owned (and freed) by comm */
         snprintf(name, sizeof name, "%s/inter-node", comm->name);
         MTC_CHECK(mtc_comm_split(comm, comm->intra->rank == 0 ? 0 : -1, comm->rank, name,
                                  &comm->inter));
+        live_unlink(comm->inter);
         comm->node_split_done = 1;
     }
     *intra = comm->intra;

@@ -124,7 +124,9 @@ mtc_result_t mtc_comm_split(mtc_comm_t parent, int color, int key, const char *n
  * list order; every parent rank passes the same list; non-members get NULL. */
 mtc_result_t mtc_comm_create(mtc_comm_t parent, const int *ranks, int n, const char *name,
                              mtc_comm_t *out);
-/* Not collective; NULL is a no-op. The world communicator is freed by launch. */
+/* Not collective; NULL is a no-op. The world communicator is freed by launch,
+ * together with every communicator of the rank still not freed when its
+ * rank function returns (newest first). */
 void mtc_comm_free(mtc_comm_t comm);
 
 /* Per-communicator settings (local to the calling rank; all ranks of the

@@ -34,6 +34,10 @@ struct mtc_comm {
     comm_queue *queue;
     int owns_group; /* 0 for the world communicator (the backend owns its group) */
     struct { size_t count; int dtype; mtc_algo_t algo; } last_choice[MTC_COLL_COUNT]; /* select.c */
+    /* live communicators of this rank: the world (root == NULL) heads a list
+     * of the ones split from it and not yet freed, freed with the world
+     * (cached intra/inter are not listed: their parent frees them) */
+    mtc_comm_t root, live_prev, live_next, live;
 };
 
 /* One operation as issued by the user (blocking or queued). */

@@ -8,8 +8,9 @@
  * node, native without MPI) the call fails with MTC_ERR_INVALID_ARGUMENT
  * naming the valid choices. The bare form ("ring") is a preference for
  * every operation that has that algorithm and falls back to the model where
- * it cannot run. Native collectives that refuse a dtype (bf16 on MPI) fall
- * back explicitly to ring/tree/pairwise.
+ * it cannot run. Native collectives that refuse a call (counts beyond
+ * INT_MAX on MPI) fall back explicitly to ring/tree/pairwise; bf16 is native
+ * on MPI too (user-defined reduction operators, coll_mpi.c).
  *
  * Constants (microseconds), calibrated on the 2-core VM (AMD EPYC, load
  * 10-15 from other jobs while measuring) with
@@ -173,7 +174,6 @@ static mtc_algo_t choose_uncached(mtc_comm_t comm, mtc_coll_t coll, size_t count
     double best_cost = 1e300;
     for (int a = 1; a < MTC_ALGO_COUNT; a++) {
         if (!comm_algo_usable(comm, coll, (mtc_algo_t)a)) continue;
-        if (a == MTC_ALGO_NATIVE && dtype == MTC_DTYPE_BF16) continue; /* MPI has no bf16 */
         double c = model_cost(comm, coll, (mtc_algo_t)a, N);
         if (c < best_cost) best_cost = c, best = (mtc_algo_t)a;
     }

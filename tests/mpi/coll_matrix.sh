@@ -10,7 +10,8 @@ MPIRUN=${MPIEXEC:-mpirun}
 status=0
 for np in 2 4; do
     echo "== mpirun -np $np $(basename "$BIN") (MTC_TEST_QUICK=1)"
-    if ! MTC_TEST_QUICK=1 "$MPIRUN" --allow-run-as-root --oversubscribe -np $np "$BIN"; then
+    # bounded: a hang is killed (whole process group) well inside ctest's 600 s
+    if ! MTC_TEST_QUICK=1 timeout -k 5 240 "$MPIRUN" --allow-run-as-root --oversubscribe -np $np "$BIN" </dev/null; then
         echo "FAIL: matrix under mpirun -np $np"
         status=1
     fi
