@@ -57,7 +57,8 @@ mtc_result_t train_distopt_setup(train_rank *x) {
                                              c->overlap_grad_reduce, x->pp_rank, 0),
         .pad_high_busbw = c->pad_high_busbw, .scale = MTC_DDP_GRAD_SUM,
         .shared_embedding = shared};
-    mtc_ddp_comms comms = {.dp = x->dp, .intra = x->intra, .inter = x->inter};
+    /* the intra group as built (size 1 with as many instances as dp ranks) */
+    mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = x->inter};
     mtc_result_t rc = mtc_ddp_init(&x->model->reg, &dc, &comms, NULL, NULL, &x->ddp);
     free(shared);
     MTC_CHECK(rc);

@@ -1,0 +1,198 @@
+/* tests/parity/test_parity_distopt.c - `mtc train --use-distributed-optimizer`
+ * against the serial run (the same harness as test_parity.c: K steps
+ * in-process on shm rank-threads, per-step loss and grad norm and every
+ * parameter gathered back to the serial layout, same tolerances and the
+ * same excluded key-bias elements; dp = 8 runs micro batch 1 for the same
+ * global batch of 8): dp in {2, 4, 8} with tp, pp and SP,
+ * overlapped gradient reduce-scatter (uneven buckets) and overlapped param
+ * all-gather on and off, 1, 2 and 4 optimizer instances
+ * (INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP + inter-instance all-reduce),
+ * buckets padded for high bus bandwidth, dropout on and off.
+ * Memory: AdamW state bytes of a rank (m and v of its shard) times the
+ * shard group size equals 8 bytes x the parameter count (the plain run's
+ * state) within the layout's alignment padding (5% on this model): the
+ * state shrinks as 1/dp, and as 1/(dp/instances) with instances. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "data/data.h"
+#include "test.h"
+#include "train/train.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PARITY_SANITIZED 1
+#else
+#define PARITY_SANITIZED 0
+#endif
+
+enum { K = 4, V = 64, SEQ = 16, MBS = 2, GBS = 8 };
+
+static data_source *g_src;
+static size_t g_nparams;
+static unsigned char *g_skip; /* [g_nparams]: key-bias elements */
+
+static void base_config(mtc_train_config *c, float dropout, double *losses, double *norms,
+                        float *params) {
+    memset(c, 0, sizeof *c);
+    mtc_gpt_config *m = &c->model;
+    m->num_layers = 2, m->hidden_size = 32, m->num_heads = 4, m->ffn_hidden_size = 128;
+    m->seq_length = SEQ, m->max_position_embeddings = SEQ;
+    m->vocab_size = 60, m->padded_vocab_size = 64; /* padding columns ignored by the loss */
+    m->hidden_dropout = m->attention_dropout = dropout;
+    m->init_std = 0.02f;
+    c->micro_batch = MBS, c->global_batch = GBS, c->train_iters = K;
+    c->lr = (mtc_lr_schedule){.lr = 1e-2, .min_lr = 0, .warmup_iters = 0, .decay_iters = K,
+                              .style = MTC_LR_CONSTANT};
+    c->adam = (mtc_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
+    c->clip_grad = 1.0f;
+    c->seed = 1234;
+    c->log_interval = 1000, c->eval_interval = 1000, c->eval_iters = 0;
+    c->threads = 1;
+    c->quiet = 1;
+    c->losses_out = losses, c->grad_norms_out = norms, c->params_out = params;
+}
+
+typedef struct {
+    double loss[K], norm[K];
+    float *params;
+} result;
+
+typedef struct {
+    int tp, dp, pp, sp, overlap, opg, nd;
+    long bucket;
+    int drop, pad;
+} layout;
+
+static size_t g_state_bytes;
+
+/* One distributed-optimizer run (distopt 0: plain DDP, for the state-bytes check). */
+static mtc_result_t run(result *r, const layout *y, int distopt) {
+    mtc_train_config c;
+    base_config(&c, y->drop ? 0.1f : 0.0f, r->loss, r->norm, r->params);
+    c.world_size = y->tp * y->dp * y->pp, c.tp = y->tp, c.pp = y->pp, c.sequence_parallel = y->sp;
+    c.overlap_grad_reduce = y->overlap, c.ddp_bucket_size = y->bucket;
+    c.use_distributed_optimizer = distopt, c.overlap_param_gather = y->opg;
+    c.num_distopt_instances = y->nd, c.pad_high_busbw = y->pad;
+    c.optim_state_bytes_out = &g_state_bytes;
+    if (y->dp * MBS > GBS) c.micro_batch = 1; /* dp 8: one sample per rank, same global batch */
+    c.backend = MTC_BACKEND_SHM;
+    FILE *devnull = fopen("/dev/null", "w");
+    mtc_result_t rc = mtc_train_run(&c, g_src, devnull);
+    fclose(devnull);
+    return rc;
+}
+
+static int compare(const char *name, const result *a, const result *s) {
+    double worst_loss = 0, worst_norm = 0, worst_p = 0;
+    size_t worst_i = 0;
+    int ok = 1;
+    for (int k = 0; k < K; k++) {
+        double el = fabs(a->loss[k] - s->loss[k]) / fabs(s->loss[k]);
+        double en = fabs(a->norm[k] - s->norm[k]) / fabs(s->norm[k]);
+        if (el > worst_loss) worst_loss = el;
+        if (en > worst_norm) worst_norm = en;
+    }
+    ok &= worst_loss <= 2e-5 && worst_norm <= 2e-5;
+    for (size_t i = 0; i < g_nparams; i++) {
+        if (g_skip[i]) continue;
+        double d = fabs((double)a->params[i] - s->params[i]);
+        double lim = 1e-5 * fabs(s->params[i]) + 5e-6;
+        if (d / lim > worst_p) worst_p = d / lim, worst_i = i;
+    }
+    ok &= worst_p <= 1.0;
+    printf("%s %-34s loss rel %.1e, norm rel %.1e, params worst %.2f of tolerance (elem %zu)\n",
+           ok ? "ok  " : "FAIL", name, worst_loss, worst_norm, worst_p, worst_i);
+    return ok;
+}
+
+int main(void) {
+    data_source_opts o = {.mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7,
+                          .split = "100,0,0"};
+    T_CHECK(data_source_open(&o, &g_src) == MTC_OK);
+    mtc_train_config c;
+    base_config(&c, 0, NULL, NULL, NULL);
+    mtc_gpt *sm;
+    T_CHECK(mtc_gpt_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
+    g_nparams = sm->reg.global_total;
+    g_skip = calloc(g_nparams, 1);
+    for (int l = 0; l < c.model.num_layers; l++) {
+        char n[64];
+        snprintf(n, sizeof n, "h.%d.attn.c_attn.bias", l);
+        int i = mtc_registry_find(&sm->reg, n);
+        T_CHECK(i >= 0);
+        memset(g_skip + sm->reg.params[i].global_offset + c.model.hidden_size, 1,
+               (size_t)c.model.hidden_size);
+    }
+    mtc_gpt_free(sm);
+
+    /* the serial oracle (plain AdamW), without and with dropout */
+    result serial[2], got;
+    size_t plain_state = 0;
+    for (int d = 0; d < 2; d++) {
+        serial[d].params = calloc(g_nparams, sizeof(float));
+        layout s = {.tp = 1, .dp = 1, .pp = 1, .drop = d};
+        T_CHECK(run(&serial[d], &s, 0) == MTC_OK);
+        plain_state = g_state_bytes;
+    }
+    T_CHECKF(plain_state == 2 * g_nparams * sizeof(float), "plain AdamW state %zu bytes for %zu params",
+             plain_state, g_nparams);
+    got.params = calloc(g_nparams, sizeof(float));
+
+    static const layout L_[] = {
+        /* tp dp pp sp ovl opg nd bucket drop pad */
+        {1, 1, 1, 0, 0, 0, 1, 0, 0, 0},    {1, 2, 1, 0, 0, 0, 1, 0, 0, 0},
+        {1, 2, 1, 0, 1, 1, 1, 513, 1, 0},  {1, 2, 1, 0, 0, 1, 1, 0, 0, 1},
+        {1, 4, 1, 0, 1, 0, 1, 1000, 0, 0}, {1, 4, 1, 0, 1, 1, 2, 777, 1, 0},
+        {1, 8, 1, 0, 0, 0, 1, 0, 0, 0},    {1, 8, 1, 0, 1, 1, 2, 1500, 1, 0},
+        {1, 8, 1, 0, 1, 0, 4, 900, 0, 0},  {2, 2, 1, 1, 1, 1, 1, 700, 0, 0},
+        {2, 2, 1, 0, 0, 0, 2, 0, 1, 0},    {2, 4, 1, 1, 1, 1, 2, 2500, 1, 0},
+        {4, 2, 1, 1, 1, 0, 1, 999, 0, 0},
+        /* pipeline: tied wte in its own bucket on both stages, all-reduced over EMBEDDING_GROUP */
+        {1, 2, 2, 0, 1, 1, 1, 600, 1, 0},  {2, 2, 2, 1, 1, 1, 2, 1500, 0, 0},
+        {1, 4, 2, 0, 0, 0, 1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof L_ / sizeof L_[0]; i++) {
+        const layout *y = &L_[i];
+        char name[128];
+        snprintf(name, sizeof name, "distopt tp=%d dp=%d pp=%d%s%s%s nd=%d%s%s", y->tp, y->dp, y->pp,
+                 y->sp ? " sp" : "", y->overlap ? " overlap" : "", y->opg ? " opg" : "", y->nd,
+                 y->drop ? " dropout" : "", y->pad ? " pad-busbw" : "");
+        if (y->bucket)
+            snprintf(name + strlen(name), sizeof name - strlen(name), " bucket=%ld", y->bucket);
+        memset(got.params, 0, g_nparams * sizeof(float));
+        mtc_result_t rc = run(&got, y, 1);
+        T_CHECKF(rc == MTC_OK, "%s: %s", name, mtc_error_detail());
+        if (rc == MTC_OK) T_CHECKF(compare(name, &got, &serial[y->drop]), "%s", name);
+    }
+
+    /* optimizer state of the last rank: 1/(dp/instances) of the plain state */
+    static const struct { int dp, nd; } M_[] = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {4, 2}, {8, 4}};
+    for (size_t i = 0; i < sizeof M_ / sizeof M_[0]; i++) {
+        layout y = {.tp = 1, .dp = M_[i].dp, .pp = 1, .nd = M_[i].nd};
+        T_CHECK(run(&got, &y, 1) == MTC_OK);
+        int shards = M_[i].dp / M_[i].nd;
+        double ratio = (double)g_state_bytes * shards / (double)plain_state;
+        printf("dp=%d instances=%d: optimizer state %zu bytes, x %d / plain %zu = %.4f\n", M_[i].dp,
+               M_[i].nd, g_state_bytes, shards, plain_state, ratio);
+        T_CHECKF(ratio > 0.95 && ratio < 1.05, "dp=%d nd=%d state ratio %.4f", M_[i].dp, M_[i].nd,
+                 ratio);
+    }
+
+    /* refused: instances that do not divide dp, instances without the distributed optimizer */
+    base_config(&c, 0, NULL, NULL, NULL);
+    c.use_distributed_optimizer = 1, c.num_distopt_instances = 3;
+    T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
+    printf("refused: %s\n", mtc_error_detail());
+    c.use_distributed_optimizer = 0, c.num_distopt_instances = 2;
+    T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
+    printf("refused: %s\n", mtc_error_detail());
+
+    for (int d = 0; d < 2; d++) free(serial[d].params);
+    free(got.params);
+    free(g_skip);
+    data_source_free(g_src);
+    T_DONE();
+}
