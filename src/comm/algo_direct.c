@@ -105,7 +105,7 @@ static const unsigned char *line_data(const dctx *d, int p) {
 
 static mtc_result_t line_sync(dctx *d, const void *src, size_t bytes) {
     shm_line *l = &d->g->m[d->me].line[d->e & 1];
-    if (bytes) memcpy(l->data, src, bytes);
+    if (bytes) comm_copy(l->data, src, bytes);
     atomic_store_explicit(&l->sig, shm_pack_sig(d->call), memory_order_relaxed);
     atomic_store_explicit(&l->count, (uint64_t)d->call->count, memory_order_relaxed);
     atomic_store_explicit(&l->tag, d->e, memory_order_release);
@@ -123,7 +123,7 @@ static mtc_result_t line_sync(dctx *d, const void *src, size_t bytes) {
 
 /* out = line 0 op line 1 op ... in rank order (the same bits on every rank). */
 static void line_reduce(void *out, const dctx *d, size_t count, mtc_dtype_t dt, mtc_op_t op) {
-    memcpy(out, line_data(d, 0), count * mtc_dtype_size(dt));
+    comm_copy(out, line_data(d, 0), count * mtc_dtype_size(dt));
     for (int p = 1; p < d->n; p++) comm_reduce_local(out, line_data(d, p), count, dt, op);
 }
 
@@ -134,7 +134,7 @@ static mtc_result_t sync1(dctx *d) {
 
 static char *stage(dctx *d, const void *src, size_t bytes) {
     char *s = d->g->m[d->me].small + (d->e & 1) * SHM_SMALL;
-    if (bytes) memcpy(s, src, bytes);
+    if (bytes) comm_copy(s, src, bytes);
     return s;
 }
 
@@ -153,9 +153,9 @@ static void reduce_all(char *out, const char *const *src, int n, size_t off, siz
     _Alignas(64) char tmp[CHUNK_BYTES];
     for (size_t i = 0; i < count; i += per) {
         size_t m = count - i < per ? count - i : per, o = (off + i) * es;
-        memcpy(tmp, src[0] + o, m * es);
+        comm_copy(tmp, src[0] + o, m * es);
         for (int p = 1; p < n; p++) comm_reduce_local(tmp, src[p] + o, m, dt, op);
-        memcpy(out + i * es, tmp, m * es);
+        comm_copy(out + i * es, tmp, m * es);
     }
 }
 
@@ -167,7 +167,7 @@ static void stream_copy(char *dst, const char *src, size_t bytes) {
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
     size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
     if (head > bytes) head = bytes;
-    memcpy(dst, src, head);
+    comm_copy(dst, src, head);
     dst += head, src += head, bytes -= head;
     size_t body = bytes & ~(size_t)63;
     for (size_t i = 0; i < body; i += 64) {
@@ -180,9 +180,9 @@ static void stream_copy(char *dst, const char *src, size_t bytes) {
         _mm_stream_si128((__m128i *)(dst + i + 32), c);
         _mm_stream_si128((__m128i *)(dst + i + 48), e);
     }
-    memcpy(dst + body, src + body, bytes - body);
+    comm_copy(dst + body, src + body, bytes - body);
 #else
-    memcpy(dst, src, bytes);
+    comm_copy(dst, src, bytes);
 #endif
 }
 
@@ -202,11 +202,11 @@ static void reduce_push(char *const *dst, const char *const *src, int n, size_t 
     _Alignas(64) char tmp[CHUNK_BYTES];
     for (size_t i = 0; i < count; i += per) {
         size_t m = count - i < per ? count - i : per, o = (off + i) * es;
-        memcpy(tmp, src[0] + o, m * es);
+        comm_copy(tmp, src[0] + o, m * es);
         for (int p = 1; p < n; p++) comm_reduce_local(tmp, src[p] + o, m, dt, op);
         for (int p = 0; p < n; p++) {
             if (stream) stream_copy(dst[p] + o, tmp, m * es);
-            else memcpy(dst[p] + o, tmp, m * es);
+            else comm_copy(dst[p] + o, tmp, m * es);
         }
     }
     if (stream) stream_fence();
@@ -304,7 +304,7 @@ static mtc_result_t ag_blocks(const void *sendbuf, size_t sendcount, void *recvb
         size_t off = 0;
         for (int p = 0; p < d.n; p++) {
             size_t c = counts ? counts[p] : sendcount, at = displs ? displs[p] : off;
-            if (c) memcpy((char *)recvbuf + at * es, line_data(&d, p), c * es);
+            if (c) comm_copy((char *)recvbuf + at * es, line_data(&d, p), c * es);
             off += c;
         }
         return MTC_OK;
@@ -319,7 +319,7 @@ static mtc_result_t ag_blocks(const void *sendbuf, size_t sendcount, void *recvb
             size_t c = counts ? counts[p] : sendcount, at = displs ? displs[p] : off;
             char *dst = (char *)recvbuf + at * es;
             const char *src = p == d.me ? sendbuf : peer_sbuf(&d, p);
-            if (c && dst != src) memcpy(dst, src, c * es);
+            if (c && dst != src) comm_copy(dst, src, c * es);
             off += c;
         }
         return MTC_OK;
@@ -334,7 +334,7 @@ static mtc_result_t ag_blocks(const void *sendbuf, size_t sendcount, void *recvb
         char *dst = peer_rbuf(&d, p) + (pd ? pd[d.me] : mine_off) * es;
         if (!sendcount || dst == (const char *)sendbuf) continue;
         if (stream) stream_copy(dst, sendbuf, sendcount * es);
-        else memcpy(dst, sendbuf, sendcount * es);
+        else comm_copy(dst, sendbuf, sendcount * es);
     }
     if (stream) stream_fence();
     return sync1(&d);
@@ -361,12 +361,12 @@ mtc_result_t algo_direct_all_to_all(const void *sendbuf, void *recvbuf, size_t c
     if (small) { /* pull block me from the peers' stages */
         MTC_CHECK(publish(&d, stage(&d, sendbuf, blk * (size_t)d.n), NULL, NULL, NULL));
         for (int p = 0; p < d.n; p++)
-            memcpy((char *)recvbuf + (size_t)p * blk, peer_sbuf(&d, p) + (size_t)d.me * blk, blk);
+            comm_copy((char *)recvbuf + (size_t)p * blk, peer_sbuf(&d, p) + (size_t)d.me * blk, blk);
         return MTC_OK;
     }
     MTC_CHECK(publish(&d, sendbuf, recvbuf, NULL, NULL)); /* push block p to rank p */
     for (int p = 0; p < d.n; p++)
-        memcpy(peer_rbuf(&d, p) + (size_t)d.me * blk, (const char *)sendbuf + (size_t)p * blk, blk);
+        comm_copy(peer_rbuf(&d, p) + (size_t)d.me * blk, (const char *)sendbuf + (size_t)p * blk, blk);
     return sync1(&d);
 }
 
@@ -398,7 +398,7 @@ mtc_result_t algo_direct_all_to_all_v(const void *sendbuf, const size_t *sendcou
         size_t soff = pd ? pd[d.me] : packed_off(pc, d.me);
         size_t roff = rdispls ? rdispls[p] : packed_off(recvcounts, p);
         if (recvcounts[p])
-            memcpy((char *)recvbuf + roff * es, peer_sbuf(&d, p) + soff * es, recvcounts[p] * es);
+            comm_copy((char *)recvbuf + roff * es, peer_sbuf(&d, p) + soff * es, recvcounts[p] * es);
     }
     mtc_result_t rc2 = sync1(&d); /* peers may still read my buffers */
     return rc != MTC_OK ? rc : rc2;
@@ -411,7 +411,7 @@ mtc_result_t algo_direct_broadcast(void *buf, size_t count, mtc_dtype_t dtype, i
     if (bytes <= SHM_LINE_DATA) {
         begin(comm, &d);
         MTC_CHECK(line_sync(&d, d.me == root ? buf : NULL, d.me == root ? bytes : 0));
-        if (d.me != root) memcpy(buf, line_data(&d, root), bytes);
+        if (d.me != root) comm_copy(buf, line_data(&d, root), bytes);
         return MTC_OK;
     }
     MTC_CHECK(ensure_small(comm));
@@ -419,7 +419,7 @@ mtc_result_t algo_direct_broadcast(void *buf, size_t count, mtc_dtype_t dtype, i
     int small = bytes <= SHM_SMALL, is_root = d.me == root;
     const void *mine = is_root ? (small ? stage(&d, buf, bytes) : buf) : NULL;
     MTC_CHECK(publish(&d, mine, NULL, NULL, NULL));
-    if (!is_root) memcpy(buf, peer_sbuf(&d, root), bytes);
+    if (!is_root) comm_copy(buf, peer_sbuf(&d, root), bytes);
     if (small) return MTC_OK;
     shm_arrive(d.g, d.me, d.e, 1);
     return is_root ? shm_wait_all(d.g, d.me, d.e, 1, d.call) : MTC_OK;

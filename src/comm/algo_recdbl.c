@@ -76,7 +76,7 @@ mtc_result_t algo_recdbl_all_reduce(const void *sendbuf, void *recvbuf, size_t c
     const int p = mtc_comm_size(comm), r = mtc_comm_rank(comm);
     const size_t es = mtc_dtype_size(dtype), bytes = count * es;
     if (count == 0) return MTC_OK;
-    if (sendbuf != recvbuf) memcpy(recvbuf, sendbuf, bytes);
+    if (sendbuf != recvbuf) comm_copy(recvbuf, sendbuf, bytes);
     if (p == 1) return MTC_OK;
 
     const recdbl_fold f = recdbl_fold_of(p, r);
@@ -102,7 +102,7 @@ mtc_result_t algo_recdbl_all_reduce(const void *sendbuf, void *recvbuf, size_t c
             char *t = cur; cur = other; other = t;
         }
     }
-    if (cur != (char *)recvbuf) memcpy(recvbuf, cur, bytes);
+    if (cur != (char *)recvbuf) comm_copy(recvbuf, cur, bytes);
     comm_finish_avg(recvbuf, count, dtype, op, p);
     if (r < 2 * f.rem) MTC_CHECK(comm_p2p_send(comm, r - 1, recvbuf, bytes));
     return MTC_OK;
@@ -114,7 +114,7 @@ mtc_result_t algo_recdbl_all_gather(const void *sendbuf, void *recvbuf, size_t s
     const size_t es = mtc_dtype_size(dtype), blk = sendcount * es;
     char *out = recvbuf;
     if (sendcount == 0) return MTC_OK;
-    if (sendbuf != (const void *)(out + (size_t)r * blk)) memcpy(out + (size_t)r * blk, sendbuf, blk);
+    if (sendbuf != (const void *)(out + (size_t)r * blk)) comm_copy(out + (size_t)r * blk, sendbuf, blk);
     if (p == 1) return MTC_OK;
 
     const recdbl_fold f = recdbl_fold_of(p, r);
@@ -142,7 +142,7 @@ mtc_result_t algo_rabenseifner_all_reduce(const void *sendbuf, void *recvbuf, si
     const size_t es = mtc_dtype_size(dtype), bytes = count * es;
     char *buf = recvbuf;
     if (count == 0) return MTC_OK;
-    if (sendbuf != recvbuf) memcpy(recvbuf, sendbuf, bytes);
+    if (sendbuf != recvbuf) comm_copy(recvbuf, sendbuf, bytes);
     if (p == 1) return MTC_OK;
 
     const recdbl_fold f = recdbl_fold_of(p, r);

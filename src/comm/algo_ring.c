@@ -59,7 +59,7 @@ mtc_result_t algo_ring_all_reduce(const void *sendbuf, void *recvbuf, size_t cou
     const size_t es = mtc_dtype_size(dtype);
     char *buf = recvbuf;
     if (count == 0) return MTC_OK;
-    if (sendbuf != recvbuf) memcpy(recvbuf, sendbuf, count * es);
+    if (sendbuf != recvbuf) comm_copy(recvbuf, sendbuf, count * es);
     if (p == 1) return MTC_OK; /* AVG over one rank is the value itself */
 
     void *tmp;
@@ -115,7 +115,7 @@ static mtc_result_t ring_reduce_scatter_blocks(const void *sendbuf, void *recvbu
     const char *my_in = in + ring_blk_off(counts, uniform, r) * es;
 
     if (p == 1) {
-        if (my_n && (const void *)my_in != recvbuf) memcpy(recvbuf, my_in, my_n * es);
+        if (my_n && (const void *)my_in != recvbuf) comm_copy(recvbuf, my_in, my_n * es);
         return MTC_OK;
     }
     size_t maxn = 0, total = 0;
@@ -144,7 +144,7 @@ static mtc_result_t ring_reduce_scatter_blocks(const void *sendbuf, void *recvbu
             if (rn) comm_reduce_local(rb, in + ring_blk_off(counts, uniform, br) * es, rn, dtype, op);
             send_from = rb;
         } else if (rn) { /* br == r: the last contribution is ours */
-            if ((const void *)my_in != recvbuf) memcpy(recvbuf, my_in, my_n * es);
+            if ((const void *)my_in != recvbuf) comm_copy(recvbuf, my_in, my_n * es);
             comm_reduce_local(recvbuf, rb, my_n, dtype, op);
         }
     }
@@ -176,7 +176,7 @@ static mtc_result_t ring_all_gather_blocks(const void *sendbuf, void *recvbuf,
 #define BLK_OFF(j) (displs ? displs[j] : ring_blk_off(counts, uniform, (j)))
     size_t my_n = ring_blk_n(counts, uniform, r);
     char *mine = out + BLK_OFF(r) * es;
-    if (my_n && sendbuf != (const void *)mine) memcpy(mine, sendbuf, my_n * es);
+    if (my_n && sendbuf != (const void *)mine) comm_copy(mine, sendbuf, my_n * es);
     const int right = ring_mod(r + 1, p), left = ring_mod(r - 1, p);
     for (int s = 0; s < p - 1; s++) {
         int bs = ring_mod(r - s, p), br = ring_mod(r - s - 1, p);

@@ -68,14 +68,14 @@ static mtc_result_t tree_reduce_impl(const void *sendbuf, void *work, size_t cou
         const char *up = in + o * es; /* what goes to the parent */
         if (nchild) {
             char *acc = work ? (char *)work + o * es : acc_seg;
-            if (acc != up) memcpy(acc, up, n * es);
+            if (acc != up) comm_copy(acc, up, n * es);
             for (int c = 0; c < nchild; c++) {
                 MTC_CHECK(comm_p2p_recv(comm, child[c], tmp, n * es));
                 comm_reduce_local(acc, tmp, n, dtype, op);
             }
             up = acc;
         } else if (!v && work && (const char *)work + o * es != up) {
-            memcpy((char *)work + o * es, up, n * es); /* p == 1 */
+            comm_copy((char *)work + o * es, up, n * es); /* p == 1 */
         }
         if (v) MTC_CHECK(comm_p2p_send(comm, parent, up, n * es));
     }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/algo.h"
 #include "comm/shm.h"
 #include "core/mem.h"
 
@@ -223,7 +224,7 @@ static mtc_result_t do_recv(comm_group *g, int me, int src, uint32_t tag, void *
                  call->group_name, src, msg->bytes, me, bytes, d);
         rc = shm_group_fail(g, MTC_ERR_INVALID_USAGE, text);
     } else {
-        if (bytes) memcpy(buf, msg->buf, bytes);
+        if (bytes) comm_copy(buf, msg->buf, bytes);
     }
     atomic_store_explicit(&msg->state, rc == MTC_OK ? 2 : 3, memory_order_release);
     shm_event_signal(&g->m[src].bell);

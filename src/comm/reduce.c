@@ -5,10 +5,15 @@
  * rounding back to bf16 at every step, so a chain of steps gives the same
  * bits whichever algorithm runs it in the same order. AVG reduces as SUM;
  * comm_finish_avg divides once at the end (integers: truncating division).
- * Loops are kept simple so the compiler vectorises them. Does not choose
+ * Loops are kept simple so the compiler vectorises them. comm_copy is
+ * memcpy minus glibc's slow case on this CPU (algo.h). Does not choose
  * the order of reduction: algorithms do. */
 #pragma GCC optimize("O3")
 #include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "comm/algo.h"
 
@@ -62,6 +67,31 @@ void comm_reduce_local(void *inout, const void *in, size_t count, mtc_dtype_t dt
     case MTC_DTYPE_BF16: reduce_bf16(inout, in, count, op); break;
     default: break;
     }
+}
+
+void comm_copy(void *dst, const void *src, size_t bytes) {
+    size_t delta = ((uintptr_t)dst - (uintptr_t)src) & 4095;
+    if (bytes < 2048 || delta == 0 || delta >= 64) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    char *d = dst;
+    const char *s = src;
+    size_t i = 0;
+#if defined(__x86_64__)
+    /* explicit vector moves (a plain loop may be turned back into memcpy) */
+    for (; i + 64 <= bytes; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_storeu_si128((__m128i *)(d + i), a);
+        _mm_storeu_si128((__m128i *)(d + i + 16), b);
+        _mm_storeu_si128((__m128i *)(d + i + 32), c);
+        _mm_storeu_si128((__m128i *)(d + i + 48), e);
+    }
+#endif
+    memcpy(d + i, s + i, bytes - i);
 }
 
 void comm_finish_avg(void *buf, size_t count, mtc_dtype_t dtype, mtc_op_t op, int size) {

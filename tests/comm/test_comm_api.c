@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/algo.h"
 #include "comm/comm.h"
 #include "core/timer.h"
 #include "test.h"
@@ -309,6 +310,31 @@ static mtc_result_t t_leftover(mtc_comm_t w, void *arg) {
     return MTC_OK; /* neither freed */
 }
 
+/* comm_copy's vector path (dst - src mod 4096 in [1, 63]) and memcpy path
+ * copy exactly the bytes asked for, whatever the sizes and offsets. */
+static void t_copy(void) {
+    size_t sizes[] = {0, 5, 2047, 2048, 4096 + 7, 70000};
+    size_t deltas[] = {0, 1, 16, 63, 64, 4095};
+    size_t cap = 70000 + 8192 + 64;
+    unsigned char *src = malloc(cap), *dst = malloc(cap + 4096);
+    for (size_t i = 0; i < cap; i++) src[i] = (unsigned char)(i * 7 + 3);
+    for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
+        for (size_t b = 0; b < sizeof deltas / sizeof *deltas; b++) {
+            size_t n = sizes[a], so = 5;
+            /* place dst so that (dst - src) mod 4096 == delta */
+            uintptr_t want = ((uintptr_t)(src + so) + deltas[b]) & 4095;
+            size_t doff = (want - ((uintptr_t)dst & 4095)) & 4095;
+            memset(dst, 0xEE, cap + 4096);
+            comm_copy(dst + doff, src + so, n);
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) bad += dst[doff + i] != (unsigned char)((i + so) * 7 + 3);
+            bad += doff > 0 && dst[doff - 1] != 0xEE;
+            bad += dst[doff + n] != 0xEE;
+            T_CHECKF(bad == 0, "comm_copy of %zu bytes, delta %zu: %zu bad bytes", n, deltas[b], bad);
+        }
+    free(src), free(dst);
+}
+
 static int thread_count(void) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
@@ -426,6 +452,7 @@ int main(void) {
         printf("world size %d: %.2f s\n", world_n, mtc_time_s() - t0);
         T_CHECKF(rc == MTC_OK, "launch n=%d: %s %s", world_n, mtc_result_name(rc), mtc_error_detail());
     }
+    t_copy();
     int threads = thread_count();
     mtc_launch_opts o = {.backend = MTC_BACKEND_SHM, .world_size = 4, .timeout_s = 120};
     mtc_result_t rc = mtc_launch(&o, t_leftover, NULL);
