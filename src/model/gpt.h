@@ -90,6 +90,12 @@ typedef struct {
      * microbatch (gradient-reduction overlap); NULL = no calls. */
     mtc_result_t (*grads_ready)(void *ctx, int first, int last);
     void *grads_ready_ctx;
+    /* Forward calls params_needed(ctx, first, last) before it first reads
+     * params [first, last) (forward indices): the embedding, each layer, the
+     * head (--overlap-param-gather waits there); NULL = no calls. An error
+     * becomes m->error. */
+    mtc_result_t (*params_needed)(void *ctx, int first, int last);
+    void *params_needed_ctx;
 } mtc_gpt_pass;
 
 typedef struct mtc_gpt_slot mtc_gpt_slot;

@@ -58,7 +58,13 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
     mtc_gpt_slot *a = &m->slots[slot];
     nn_pool *pool = m->pool;
 
+#define GPT_NEED(first, last)                                                  \
+    do {                                                                       \
+        if (pass && pass->params_needed)                                       \
+            GPT_TRY(m, pass->params_needed(pass->params_needed_ctx, (first), (last))); \
+    } while (0)
     if (m->has_embedding) {
+        GPT_NEED(m->pidx_wte, m->pidx_wpe + 1);
         /* comm: all-reduce(tp) */
         GPT_TRY(m, tp_vocab_embedding_forward(tp, a->encoded, tokens, m->wte, m->wpe, NULL,
                                               m->scratch, B, T, C, Vp));
@@ -77,6 +83,7 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
                                 a->atty + k * sN * (C / p)};
         tp_mlp_acts ma = {m->in_total, 0, a->fch + k * sN * (F / p), a->fchg + k * sN * (F / p)};
 
+        GPT_NEED(m->pidx_layer0 + 12 * (int)k, m->pidx_layer0 + 12 * (int)k + 12);
         nn_layernorm_forward(pool, ln1, ln1m, ln1r, x, w->ln1w, w->ln1b, Nl, C);
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
         /* comm: column- then row-parallel (SP: all-gather, reduce-scatter) */
@@ -95,6 +102,9 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
         x = res3;
     }
     if (!m->has_head) return 0.0;
+    GPT_NEED(m->pidx_lnf, m->pidx_lnf + 2);
+    GPT_NEED(m->pidx_wte, m->pidx_wte + 1);
+#undef GPT_NEED
     nn_layernorm_forward(pool, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, Nl, C);
     /* LM head on the rank's wte shard: logits (B, T, Vp/tp). comm: SP all-gather */
     GPT_TRY(m, tp_column_linear_forward(tp, m->logits, m->in_total, a->lnf, m->wte, NULL,

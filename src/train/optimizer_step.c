@@ -8,11 +8,11 @@
  * inter-instance group (position j of every intra-partial slice), the global
  * norm over the shards, clipping, AdamW on the shard only (dp/distopt.h),
  * and the per-bucket all-gather of the updated params (left running until
- * the next pass reads the params with --overlap-param-gather).
+ * the forward reads each layer's params with --overlap-param-gather: the
+ * model's params_needed hook waits per bucket).
  * Also the --print-layout printer (the same text as `mtc layout`, for any
  * DDP). Relies on dp/, model/, grid/, comm/; train_step.c calls it. Does
- * not: save or load optimizer state, or overlap the all-gather with the
- * forward inside a microbatch (the wait is at the start of the next pass). */
+ * not: save or load optimizer state. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +88,12 @@ mtc_result_t train_distopt_wait(train_rank *x) {
     mtc_result_t rc = mtc_distopt_param_gather_wait(x->dopt);
     x->comm_ns += mtc_time_ns() - t0;
     return rc;
+}
+
+mtc_result_t train_params_needed(void *ctx, int first, int last) {
+    for (int p = first; p < last; p++)
+        if (p >= 0) MTC_CHECK(mtc_distopt_param_gather_wait_param((mtc_distopt *)ctx, p));
+    return MTC_OK;
 }
 
 /* Sum of squares of the reduced gradient in this rank's shards: TP

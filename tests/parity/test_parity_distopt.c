@@ -7,7 +7,9 @@
  * overlapped gradient reduce-scatter (uneven buckets) and overlapped param
  * all-gather on and off, 1, 2 and 4 optimizer instances
  * (INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP + inter-instance all-reduce),
- * buckets padded for high bus bandwidth, dropout on and off.
+ * buckets padded for high bus bandwidth, dropout on and off. The forward
+ * announces every param (params_needed hook) before reading it: from NaN
+ * params, delivering only announced ranges gives the normal forward.
  * Memory: AdamW state bytes of a rank (m and v of its shard) times the
  * shard group size equals 8 bytes x the parameter count (the plain run's
  * state) within the layout's alignment padding (5% on this model): the
@@ -108,6 +110,64 @@ static int compare(const char *name, const result *a, const result *s) {
     return ok;
 }
 
+/* --overlap-param-gather relies on the forward announcing params before it
+ * reads them: start from NaN params, let the params_needed hook "deliver"
+ * each requested range (as the all-gather would); the loss must equal the
+ * normal forward's, and every param must be requested (the tied wte twice: embedding, head). */
+typedef struct {
+    mtc_gpt *m;
+    const float *real;
+    int *seen;
+} need_ctx;
+
+static mtc_result_t need_hook(void *ctx, int first, int last) {
+    need_ctx *n = ctx;
+    for (int p = first; p < last; p++) {
+        if (p < 0 || p >= n->m->reg.count) return MTC_ERR_INTERNAL;
+        const mtc_param *q = &n->m->reg.params[p];
+        memcpy(n->m->params + q->offset, n->real + q->offset, q->local_numel * sizeof(float));
+        n->seen[p]++;
+    }
+    return MTC_OK;
+}
+
+static void check_params_needed(int first_layer, int last_layer, int emb, int head) {
+    mtc_train_config c;
+    base_config(&c, 0, NULL, NULL, NULL);
+    mtc_gpt *m;
+    T_CHECK(mtc_gpt_init_chunk(&c.model, 1, 1, NULL, NULL, 0, first_layer, last_layer, emb, head,
+                               &m) == MTC_OK);
+    mtc_gpt_init_params(m, 5);
+    int tokens[SEQ], targets[SEQ];
+    for (int t = 0; t < SEQ; t++) tokens[t] = (3 * t + 1) % 60, targets[t] = (5 * t + 2) % 60;
+    size_t in = (size_t)SEQ * c.model.hidden_size;
+    if (!emb)
+        for (size_t i = 0; i < in; i++) mtc_gpt_slot_input(m, 0)[i] = 0.01f * (float)(i % 17);
+    mtc_gpt_pass pass = {.seed = 1};
+    double want = mtc_gpt_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
+    float *out0 = NULL;
+    if (!head) {
+        out0 = malloc(in * sizeof(float));
+        memcpy(out0, mtc_gpt_slot_output(m, 0), in * sizeof(float));
+    }
+    float *real = malloc(m->reg.total * sizeof(float));
+    memcpy(real, m->params, m->reg.total * sizeof(float));
+    for (size_t i = 0; i < m->reg.total; i++) m->params[i] = NAN;
+    need_ctx n = {m, real, calloc((size_t)m->reg.count, sizeof(int))};
+    pass.params_needed = need_hook, pass.params_needed_ctx = &n;
+    double got = mtc_gpt_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
+    int once = 1;
+    for (int p = 0; p < m->reg.count; p++) once &= n.seen[p] >= 1; /* the tied wte twice */
+    T_CHECKF(once, "layers [%d, %d) emb %d head %d: every param announced", first_layer,
+             last_layer, emb, head);
+    if (head) T_CHECKF(got == want, "loss %g with announced params, %g without", got, want);
+    else T_CHECK(!memcmp(out0, mtc_gpt_slot_output(m, 0), in * sizeof(float)));
+    printf("params_needed: layers [%d, %d)%s%s: %d params announced before use\n", first_layer,
+           last_layer, emb ? " embedding" : "", head ? " head" : "", m->reg.count);
+    free(n.seen), free(real), free(out0);
+    mtc_gpt_free(m);
+}
+
 int main(void) {
     data_source_opts o = {.mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7,
                           .split = "100,0,0"};
@@ -127,6 +187,9 @@ int main(void) {
                (size_t)c.model.hidden_size);
     }
     mtc_gpt_free(sm);
+    check_params_needed(0, 2, 1, 1);
+    check_params_needed(0, 1, 1, 0);
+    check_params_needed(1, 2, 0, 1);
 
     /* the serial oracle (plain AdamW), without and with dropout */
     result serial[2], got;
