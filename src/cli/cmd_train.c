@@ -31,6 +31,7 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t seed = 1234;
     int eval_interval = 1000, eval_iters = 100, log_interval = 100, world = 1, divisible = 128;
     int threads = 0, mock = 0, tp = 1, pp = 1, sp = 0, overlap = 0;
+    int vpp = 0, lpvs = 0, vstages = 0, mb_group = 0;
     int distopt = 0, overlap_pg = 0, nd = 1, pad_high = 0, print_layout = 0;
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
@@ -70,6 +71,10 @@ int cli_cmd_train(int argc, char **argv) {
         {"world-size", NULL, MTC_ARG_INT, &world, "N", "rank-threads (shm backend; under mpirun the MPI size) (default 1)", 0},
         {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N", "tensor-parallel ranks (default 1); data-parallel = world / (tp x pp)", 0},
         {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages of num-layers/pp layers, 1F1B schedule (default 1)", 0},
+        {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &lpvs, "N", "interleaved 1F1B: virtual stages of N layers (vpp = num-layers/pp/N)", 0},
+        {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V", "interleaved 1F1B with V model chunks per pipeline rank", 0},
+        {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V", "the same as --num-virtual-stages-per-pipeline-rank", 0},
+        {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N", "contiguous microbatches per virtual stage (default pp)", 0},
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL, "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL, "launch each gradient bucket's all-reduce during the last backward", 0},
         {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "elements per gradient bucket (default 0: one bucket)", 0},
@@ -90,6 +95,18 @@ int cli_cmd_train(int argc, char **argv) {
     if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
+    if (vpp && (lpvs || vstages))
+        return cli_usage_error("train", "give the virtual pipeline size once: --vpp or --num-virtual-stages-per-pipeline-rank or --num-layers-per-virtual-pipeline-stage");
+    if (mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size") && vpp < 1)
+        return cli_usage_error("train", "virtual-pipeline-model-parallel-size=%d must be >= 1", vpp);
+    if (mb_group < 0)
+        return cli_usage_error("train", "microbatch-group-size-per-virtual-pipeline-stage=%d must be >= 1", mb_group);
+    {   /* Megatron's training rules deriving vpp (arguments.py) */
+        pp_vpp_args va = {.pp = pp, .num_layers = L, .layers_per_virtual_stage = lpvs,
+                          .virtual_stages_per_rank = vpp ? vpp : vstages, .overlap_p2p_comm = 1};
+        if (pp_vpp_from_args(&vpp, &va) != MTC_OK)
+            return cli_usage_error("train", "%s", mtc_error_detail());
+    }
     if (bucket < 0) return cli_usage_error("train", "ddp-bucket-size=%lld must be >= 0", (long long)bucket);
     if (mtc_launched_by_mpi()) { /* the MPI size is the world */
         const char *e = getenv("OMPI_COMM_WORLD_SIZE");
@@ -150,6 +167,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.threads = threads;
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
+    tc.vpp = vpp, tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
     tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;

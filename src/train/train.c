@@ -59,8 +59,9 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     gc.pp = c->pp > 0 ? c->pp : 1;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
+    int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length, 0,
-                                      c->model.num_layers, 0));
+                                      c->model.num_layers, vpp));
     int tp = gc.tp, dp = spec.dp;
     if (c->model.ffn_hidden_size % tp)
         return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
@@ -81,9 +82,14 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
         return mtc_error(E, "num-distributed-optimizer-instances=%d does not divide the data-parallel size %d (use a divisor of %d)",
                          nd, dp, dp);
     if (gc.pp > 1) {
-        pp_schedule_config sc = {.pp = gc.pp, .num_microbatches = c->global_batch / (c->micro_batch * dp)};
+        pp_schedule_config sc = {.pp = gc.pp, .vpp = vpp, .group_size = c->microbatch_group_size,
+                                 .num_microbatches = c->global_batch / (c->micro_batch * dp)};
         MTC_CHECK(pp_schedule_validate(&sc));
     }
+    if (c->vpp > 1 && gc.pp == 1)
+        return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1");
+    if (vpp && c->use_distributed_optimizer)
+        return mtc_error(E, "--use-distributed-optimizer with virtual pipeline stages (vpp=%d) is not supported yet (use vpp 1 or drop the distributed optimizer)", vpp);
     return MTC_OK;
 }
 

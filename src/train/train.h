@@ -25,6 +25,7 @@
 #include "data/data.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "pp/schedule.h"
 
 typedef struct {
     mtc_gpt_config model;
@@ -46,6 +47,10 @@ typedef struct {
     int tp;                   /* --tensor-model-parallel-size (0 = 1) */
     int pp;                   /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
                                  of num_layers/pp layers */
+    int vpp;                  /* model chunks per pipeline rank (0/1 = not interleaved):
+                                 interleaved 1F1B, rank r chunk c = virtual stage c*pp + r
+                                 of num_layers/(pp*vpp) layers */
+    int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
     int sequence_parallel;    /* --sequence-parallel (ignored with a warning when tp = 1) */
     int overlap_grad_reduce;  /* --overlap-grad-reduce */
     int64_t ddp_bucket_size;  /* --ddp-bucket-size in elements (0 = one bucket) */
@@ -63,6 +68,9 @@ typedef struct {
     double *grad_norms_out;   /* (train_iters) */
     float *params_out;        /* (global parameter count) final weights, serial layout */
     size_t *optim_state_bytes_out; /* the last rank's AdamW state (m + v) bytes */
+    pp_op *trace_out;         /* (world, 2*M*vpp) the last training iteration's executed
+                                 compute order of every world rank (pp > 1), row = world rank */
+    int *ntrace_out;          /* (world) its length per rank */
     double *comm_ms_out;      /* ms the last rank spent in collectives: all of them in builds
                                  that time every call (mtc_commtimed), else the step's
                                  explicit ones (DP, SP, loss, norm) */

@@ -22,6 +22,15 @@ typedef struct {
     int dp_size, dp_rank, tp_rank, nmb;
     int pp_size, pp_rank;
     pp_executor_t ex;      /* NULL when pp == 1 */
+    int vpp;               /* model chunks on this rank (1 without interleaving) */
+    mtc_gpt **chunks;      /* (vpp) chunk c = virtual stage c*pp + pp_rank; [0] == model */
+    mtc_ddp **ddps;        /* (vpp) one DDP per chunk as Megatron; [0] == ddp */
+    mtc_adamw *copts;      /* (vpp) AdamW of chunks 1.. ([0] unused: opt) */
+    int *slot_of;          /* (vpp, nmb) activation slot of (chunk, microbatch), -1: none */
+    int *slot_busy;        /* (vpp, nslots_max) */
+    int nslots_max;
+    int world_rank;
+    int head_mb;           /* microbatch of the last forward on the chunk with the head */
     size_t msg_count;      /* floats of one stage-to-stage message */
     /* the running pass (read by the microbatch callbacks) */
     int64_t cur_it;
@@ -64,6 +73,9 @@ void train_distopt_teardown(train_rank *x);
 mtc_result_t train_distopt_step(train_rank *x, double *norm, int *skipped);
 /* Wait for pending param all-gathers (before params are read). */
 mtc_result_t train_distopt_wait(train_rank *x);
+/* The forward's params_needed hook (ctx: the mtc_distopt): wait for the
+ * all-gather of the buckets holding params [first, last). */
+mtc_result_t train_params_needed(void *ctx, int first, int last);
 /* --print-layout: this rank's buffer layout as `mtc layout` prints it,
  * preceded by the equivalent `mtc layout` command line. */
 void train_print_layout(const train_rank *x, FILE *out);

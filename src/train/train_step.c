@@ -55,8 +55,36 @@ static mtc_gpt_pass train_pass(const train_rank *x, int mb) {
                          .first_microbatch = mb == 0,
                          .grads_ready = x->cur_train && last && c->overlap_grad_reduce && x->dp
                                             ? train_grads_ready : NULL,
-                         .grads_ready_ctx = x->ddp};
+                         .grads_ready_ctx = x->ddp,
+                         /* --overlap-param-gather: wait per param group in the forward */
+                         .params_needed = x->dopt && c->overlap_param_gather
+                                              ? train_params_needed : NULL,
+                         .params_needed_ctx = x->dopt};
     return pass;
+}
+
+/* Activation slots of chunk `chunk`: taken by a microbatch's forward and
+ * released after its backward (after the forward when evaluating), so a
+ * chunk holds only its in-flight microbatches (nslots = the schedule's peak,
+ * train_setup). Without pipelining: always slot 0. */
+static mtc_result_t train_slot_take(train_rank *x, int chunk, int mb, int *slot) {
+    *slot = 0;
+    if (!x->ex) return MTC_OK;
+    int *busy = x->slot_busy + (size_t)chunk * x->nslots_max;
+    for (int s = 0; s < x->chunks[chunk]->nslots; s++)
+        if (!busy[s]) {
+            busy[s] = 1, x->slot_of[(size_t)chunk * x->nmb + mb] = *slot = s;
+            return MTC_OK;
+        }
+    return mtc_error(MTC_ERR_INTERNAL, "chunk %d has no free activation slot for microbatch %d "
+                     "(%d slots in flight)", chunk, mb, x->chunks[chunk]->nslots);
+}
+
+static void train_slot_release(train_rank *x, int chunk, int mb) {
+    if (!x->ex) return;
+    int *at = x->slot_of + (size_t)chunk * x->nmb + mb;
+    if (*at >= 0) x->slot_busy[(size_t)chunk * x->nslots_max + *at] = 0;
+    *at = -1;
 }
 
 /* Forward of microbatch mb on this rank's chunk (the pipeline executor's
@@ -65,34 +93,47 @@ static mtc_gpt_pass train_pass(const train_rank *x, int mb) {
  * stage (NULL on the last, which adds its loss to mb_loss_sum). */
 static mtc_result_t train_forward_cb(void *ctx, int mb, int chunk, const float *input,
                                      float *output) {
-    (void)chunk;
     train_rank *x = ctx;
-    int B = x->cfg->micro_batch, T = x->cfg->model.seq_length, slot = x->ex ? mb : 0;
+    mtc_gpt *m = x->chunks[chunk];
+    int B = x->cfg->micro_batch, T = x->cfg->model.seq_length, slot = 0;
+    MTC_CHECK(train_slot_take(x, chunk, mb, &slot));
     size_t at = (size_t)mb * B * T;
-    if (input) memcpy(mtc_gpt_slot_input(x->model, slot), input, x->msg_count * sizeof(float));
+    if (input) memcpy(mtc_gpt_slot_input(m, slot), input, x->msg_count * sizeof(float));
     mtc_gpt_pass pass = train_pass(x, mb);
-    x->mb_loss_sum += mtc_gpt_forward(x->model, slot, x->tokens + at, x->targets + at, B, T, &pass);
-    MTC_CHECK(x->model->error);
-    if (output)
-        memcpy(output, mtc_gpt_slot_output(x->model, slot), x->msg_count * sizeof(float));
+    pass.grads_ready_ctx = x->ddps[chunk];
+    x->mb_loss_sum += mtc_gpt_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
+    MTC_CHECK(m->error);
+    if (m->has_head) x->head_mb = mb;
+    if (output) memcpy(output, mtc_gpt_slot_output(m, slot), x->msg_count * sizeof(float));
+    if (!x->cur_train) train_slot_release(x, chunk, mb);
     return MTC_OK;
 }
 
 static mtc_result_t train_backward_cb(void *ctx, int mb, int chunk, const float *output_grad,
                                       float *input_grad) {
-    (void)chunk;
     train_rank *x = ctx;
     const mtc_train_config *c = x->cfg;
-    int B = c->micro_batch, T = c->model.seq_length, slot = x->ex ? mb : 0;
+    mtc_gpt *m = x->chunks[chunk];
+    int B = c->micro_batch, T = c->model.seq_length;
+    int slot = x->ex ? x->slot_of[(size_t)chunk * x->nmb + mb] : 0;
+    if (slot < 0) return mtc_error(MTC_ERR_INTERNAL, "backward of microbatch %d chunk %d before its forward", mb, chunk);
     size_t at = (size_t)mb * B * T;
     float scale = 1.0f / ((float)c->global_batch * (float)T);
-    if (output_grad)
-        memcpy(mtc_gpt_grad_buffer(x->model), output_grad, x->msg_count * sizeof(float));
+    if (output_grad) memcpy(mtc_gpt_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
     mtc_gpt_pass pass = train_pass(x, mb);
-    MTC_CHECK(mtc_gpt_backward(x->model, slot, x->tokens + at, x->targets + at, B, T, scale,
-                               &pass));
-    if (input_grad)
-        memcpy(input_grad, mtc_gpt_grad_buffer(x->model), x->msg_count * sizeof(float));
+    pass.grads_ready_ctx = x->ddps[chunk];
+    if (m->has_head && x->head_mb != mb) {
+        /* the interleaved order ran another microbatch's forward on the last
+         * virtual stage in between (group size != pp), overwriting the fused
+         * d(logits): recompute this one's forward from its kept input (same
+         * dropout keys, so the same values; its loss was counted already) */
+        (void)mtc_gpt_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
+        MTC_CHECK(m->error);
+        x->head_mb = mb;
+    }
+    MTC_CHECK(mtc_gpt_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
+    if (input_grad) memcpy(input_grad, mtc_gpt_grad_buffer(m), x->msg_count * sizeof(float));
+    train_slot_release(x, chunk, mb);
     return MTC_OK;
 }
 
@@ -101,12 +142,16 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int chunk, const float 
 static mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consumed,
                                        int train, int64_t it, double *loss_sum) {
     for (int m = 0; m < x->nmb; m++) MTC_CHECK(train_load_batch(x, split, consumed, m));
-    MTC_CHECK(train_distopt_wait(x)); /* --overlap-param-gather: params arrive here */
     x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
     if (x->ex) {
         pp_callbacks cb = {train_forward_cb, train_backward_cb, x};
+        const mtc_train_config *c = x->cfg;
+        int tr = train && c->trace_out && c->ntrace_out; /* each training step overwrites it */
+        size_t max_ops = (size_t)2 * x->nmb * x->vpp;
         /* comm: p2p over PIPELINE_MODEL_PARALLEL_GROUP */
-        MTC_CHECK(pp_executor_run(x->ex, &cb, !train, NULL, NULL));
+        MTC_CHECK(pp_executor_run(x->ex, &cb, !train,
+                                  tr ? c->trace_out + (size_t)x->world_rank * max_ops : NULL,
+                                  tr ? c->ntrace_out + x->world_rank : NULL));
     } else {
         for (int m = 0; m < x->nmb; m++) {
             MTC_CHECK(train_forward_cb(x, m, 0, NULL, NULL));
@@ -141,10 +186,9 @@ static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
 
 /* Under SP, sum the layer-norm and row-parallel-bias gradients (partial
  * over the rank's tokens) over TP: one packed all-reduce. */
-static mtc_result_t train_sp_reduce(train_rank *x) {
-    if (!x->sp_n) return MTC_OK;
-    const mtc_registry *r = &x->model->reg;
-    float *g = x->model->grads;
+static mtc_result_t train_sp_reduce_chunk(train_rank *x, const mtc_gpt *m) {
+    const mtc_registry *r = &m->reg;
+    float *g = m->grads;
     size_t k = 0;
     for (int i = 0; i < r->count; i++)
         if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
@@ -153,7 +197,7 @@ static mtc_result_t train_sp_reduce(train_rank *x) {
         }
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(tp) */
-    MTC_CHECK(mtc_all_reduce(x->sp_buf, x->sp_buf, x->sp_n, MTC_DTYPE_F32, MTC_OP_SUM, x->tp));
+    MTC_CHECK(mtc_all_reduce(x->sp_buf, x->sp_buf, k, MTC_DTYPE_F32, MTC_OP_SUM, x->tp));
     x->comm_ns += mtc_time_ns() - t0;
     k = 0;
     for (int i = 0; i < r->count; i++)
@@ -164,24 +208,38 @@ static mtc_result_t train_sp_reduce(train_rank *x) {
     return MTC_OK;
 }
 
+/* One packed all-reduce per model chunk. */
+static mtc_result_t train_sp_reduce(train_rank *x) {
+    if (!x->sp_n) return MTC_OK;
+    for (int k = 0; k < x->vpp; k++) MTC_CHECK(train_sp_reduce_chunk(x, x->chunks[k]));
+    return MTC_OK;
+}
+
 /* Gather the TP shards and pipeline stages into `global` (serial layout)
  * on every rank. */
 mtc_result_t train_gather(train_rank *x, float *global) {
     MTC_CHECK(train_distopt_wait(x));
     const mtc_registry *r = &x->model->reg;
     size_t big = 0;
-    for (int i = 0; i < r->count; i++)
-        if (r->params[i].local_numel > big) big = r->params[i].local_numel;
+    for (int k = 0; k < x->vpp; k++)
+        for (int i = 0; i < x->chunks[k]->reg.count; i++)
+            if (x->chunks[k]->reg.params[i].local_numel > big)
+                big = x->chunks[k]->reg.params[i].local_numel;
     float *scratch;
     MTC_CHECK(mtc_mem_alloc(big * (size_t)x->model->tp_size * sizeof(float), (void **)&scratch));
     memset(global, 0, r->global_total * sizeof(float));
-    /* comm: all-gather(tp) per split parameter */
-    mtc_result_t rc = mtc_gpt_gather(x->model, global, x->model->params, scratch);
+    mtc_result_t rc = MTC_OK;
+    for (int k = 0; k < x->vpp && rc == MTC_OK; k++) { /* chunks hold disjoint layers */
+        const mtc_gpt *m = x->chunks[k];
+        /* comm: all-gather(tp) per split parameter */
+        rc = mtc_gpt_gather(m, global, m->params, scratch);
+        int wte = m->pidx_wte;
+        if (rc == MTC_OK && wte >= 0 && !m->has_embedding) /* the first stage's copy counts */
+            memset(global + m->reg.params[wte].global_offset, 0,
+                   m->reg.params[wte].numel * sizeof(float));
+    }
     free(scratch);
     MTC_CHECK(rc);
-    int wte = x->model->pidx_wte;
-    if (wte >= 0 && !x->model->has_embedding) /* the first stage's copy counts */
-        memset(global + r->params[wte].global_offset, 0, r->params[wte].numel * sizeof(float));
     /* comm: all-reduce(pp): each stage contributes its own parameters, zeros elsewhere */
     if (x->pipe)
         MTC_CHECK(mtc_all_reduce(global, global, r->global_total, MTC_DTYPE_F32, MTC_OP_SUM,
@@ -195,12 +253,14 @@ static mtc_result_t train_load(train_rank *x) {
     mtc_ckpt_info info;
     MTC_CHECK(mtc_gpt_init(&x->cfg->model, 1, 1, NULL, &full));
     mtc_result_t rc = mtc_ckpt_load(full, x->cfg->load_path, &info);
-    const mtc_registry *r = &x->model->reg;
-    for (int i = 0; rc == MTC_OK && i < r->count; i++) {
-        const mtc_param *p = &r->params[i];
-        for (size_t l = 0; l < p->local_numel; l++)
-            x->model->params[p->offset + l] =
-                full->params[p->global_offset + mtc_registry_global_index(r, p, r->tp_rank, l)];
+    for (int k = 0; k < x->vpp; k++) {
+        const mtc_registry *r = &x->chunks[k]->reg;
+        for (int i = 0; rc == MTC_OK && i < r->count; i++) {
+            const mtc_param *p = &r->params[i];
+            for (size_t l = 0; l < p->local_numel; l++)
+                x->chunks[k]->params[p->offset + l] =
+                    full->params[p->global_offset + mtc_registry_global_index(r, p, r->tp_rank, l)];
+        }
     }
     mtc_gpt_free(full);
     return rc;
@@ -217,6 +277,48 @@ mtc_result_t train_save(train_rank *x, int is_last, FILE *out) {
         if (rc == MTC_OK && !c->quiet && out) fprintf(out, "> saved model to %s\n", c->save_path);
     }
     mtc_gpt_free(full);
+    return rc;
+}
+
+static mtc_result_t train_chunks_alloc(train_rank *x) {
+    size_t V = (size_t)x->vpp;
+    x->chunks = calloc(V, sizeof *x->chunks);
+    x->ddps = calloc(V, sizeof *x->ddps);
+    x->copts = calloc(V, sizeof *x->copts);
+    x->slot_of = malloc(V * (size_t)x->nmb * sizeof(int));
+    if (!x->chunks || !x->ddps || !x->copts || !x->slot_of)
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "model chunk tables for vpp=%d", x->vpp);
+    for (size_t i = 0; i < V * (size_t)x->nmb; i++) x->slot_of[i] = -1;
+    return MTC_OK;
+}
+
+/* Peak number of microbatches between forward and backward per chunk in
+ * this rank's training order (at least 1): written to slot_busy[k] for the
+ * chunk inits, which then becomes the (vpp, nslots_max) busy table. */
+static mtc_result_t train_slot_counts(train_rank *x, const pp_schedule_config *sc) {
+    int V = x->vpp, peak_max = 1;
+    int *peak = calloc((size_t)V, sizeof(int)), *live = calloc((size_t)V, sizeof(int));
+    pp_op *ops = sc->pp > 1 ? calloc((size_t)pp_schedule_max_ops(sc), sizeof *ops) : NULL;
+    mtc_result_t rc = peak && live && (ops || sc->pp == 1)
+                          ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
+    pp_schedule_counts n = {0};
+    if (rc == MTC_OK && sc->pp > 1) rc = pp_schedule_build(ops, &n, sc, x->pp_rank);
+    for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
+        int k = ops[i].chunk;
+        live[k] += ops[i].kind == PP_OP_FORWARD ? 1 : -1;
+        if (live[k] > peak[k]) peak[k] = live[k];
+    }
+    for (int k = 0; k < V && peak; k++) {
+        if (peak[k] < 1) peak[k] = 1;
+        if (peak[k] > peak_max) peak_max = peak[k];
+    }
+    x->nslots_max = peak_max;
+    if (rc == MTC_OK) {
+        x->slot_busy = calloc((size_t)V * peak_max, sizeof(int));
+        if (!x->slot_busy) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "slot table");
+        else memcpy(x->slot_busy, peak, (size_t)V * sizeof(int));
+    }
+    free(peak), free(live), free(ops);
     return rc;
 }
 
@@ -248,14 +350,26 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     x->tp_rank = co->tp;
     x->nmb = c->global_batch / (B * x->dp_size);
     MTC_CHECK(nn_pool_create(threads, &x->pool));
+    x->world_rank = mtc_comm_rank(world);
     int L = c->model.num_layers, P = x->pp_size, s = x->pp_rank;
-    MTC_CHECK(mtc_gpt_init_chunk(&c->model, B, P > 1 ? x->nmb : 1, x->pool, x->tp,
-                                 c->sequence_parallel, s * L / P, (s + 1) * L / P, s == 0,
-                                 s == P - 1, &x->model));
+    int V = P > 1 && c->vpp > 1 ? c->vpp : 1, S = P * V;
+    x->vpp = V;
+    MTC_CHECK(train_chunks_alloc(x));
+    pp_schedule_config sc = {.pp = P, .vpp = V > 1 ? V : 0, .num_microbatches = x->nmb,
+                             .group_size = c->microbatch_group_size};
+    /* activation slots: each chunk's peak of microbatches between forward and backward */
+    MTC_CHECK(train_slot_counts(x, &sc));
+    for (int k = 0; k < V; k++) { /* chunk k = virtual stage k*P + s, L/S layers */
+        int st = pp_virtual_stage(P, s, k);
+        MTC_CHECK(mtc_gpt_init_chunk(&c->model, B, P > 1 ? x->slot_busy[k] : 1, x->pool, x->tp,
+                                     c->sequence_parallel, st * L / S, (st + 1) * L / S, st == 0,
+                                     st == S - 1, &x->chunks[k]));
+    }
+    memset(x->slot_busy, 0, (size_t)V * x->nslots_max * sizeof(int));
+    x->model = x->chunks[0];
     x->msg_count = (size_t)B * x->model->T_loc * c->model.hidden_size;
     if (P > 1) {
-        pp_executor_config ec = {.schedule = {.pp = P, .num_microbatches = x->nmb},
-                                 .count = x->msg_count};
+        pp_executor_config ec = {.schedule = sc, .count = x->msg_count};
         MTC_CHECK(pp_executor_init(&x->ex, &ec, x->pipe, NULL));
     }
     if (c->use_distributed_optimizer) { /* train/optimizer_step.c */
@@ -264,19 +378,28 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
         mtc_ddp_config dc = {.overlap_grad_reduce = c->overlap_grad_reduce,
                              .bucket_size = c->ddp_bucket_size, .scale = MTC_DDP_GRAD_SUM};
         mtc_ddp_comms comms = {.dp = x->dp};
-        MTC_CHECK(mtc_ddp_init(&x->model->reg, &dc, &comms, x->model->params, x->model->grads,
-                               &x->ddp));
-        MTC_CHECK(mtc_adamw_init(&x->opt, &x->model->reg));
+        for (int k = 0; k < V; k++) {
+            mtc_gpt *m = x->chunks[k];
+            MTC_CHECK(mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &x->ddps[k]));
+            MTC_CHECK(mtc_adamw_init(k ? &x->copts[k] : &x->opt, &m->reg));
+        }
+        x->ddp = x->ddps[0];
     }
+    x->ddps[0] = x->ddp;
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->tokens));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->targets));
-    const mtc_registry *r = &x->model->reg;
-    for (int i = 0; i < r->count; i++)
-        if (r->params[i].reduce_groups & MTC_REDUCE_TP) x->sp_n += r->params[i].local_numel;
+    for (int k = 0; k < V; k++) { /* sp_buf: the largest chunk's SP gradients */
+        const mtc_registry *r = &x->chunks[k]->reg;
+        size_t n = 0;
+        for (int i = 0; i < r->count; i++)
+            if (r->params[i].reduce_groups & MTC_REDUCE_TP) n += r->params[i].local_numel;
+        if (n > x->sp_n) x->sp_n = n;
+    }
     if (x->sp_n) MTC_CHECK(mtc_mem_alloc(x->sp_n * sizeof(float), (void **)&x->sp_buf));
     if (c->load_path) MTC_CHECK(train_load(x));
-    else mtc_gpt_init_params(x->model, c->seed);
+    else
+        for (int k = 0; k < V; k++) mtc_gpt_init_params(x->chunks[k], c->seed);
     return MTC_OK;
 }
 
@@ -290,6 +413,12 @@ void train_teardown(train_rank *x) {
     mtc_ddp_free(x->ddp);
     pp_executor_free(x->ex);
     mtc_gpt_free(x->model);
+    for (int k = 1; k < x->vpp && x->chunks; k++) { /* [0] are model, ddp, opt */
+        mtc_adamw_free(&x->copts[k]);
+        mtc_ddp_free(x->ddps[k]);
+        mtc_gpt_free(x->chunks[k]);
+    }
+    free(x->chunks), free(x->ddps), free(x->copts), free(x->slot_of), free(x->slot_busy);
     nn_pool_free(x->pool);
     mtc_grid_free(x->grid);
 }
@@ -297,13 +426,15 @@ void train_teardown(train_rank *x) {
 /* Global gradient norm: each element once (TP duplicates on TP rank 0
  * only, the tied wte on the first stage only), summed over TP x PP. */
 static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
-    const mtc_registry *r = &x->model->reg;
     double s = 0;
-    for (int i = 0; i < r->count; i++) {
-        const mtc_param *p = &r->params[i];
-        if (p->tp_duplicate && x->tp_rank != 0) continue;
-        if (i == x->model->pidx_wte && !x->model->has_embedding) continue;
-        s += nn_sumsq(x->model->grads + p->offset, p->local_numel);
+    for (int k = 0; k < x->vpp; k++) {
+        const mtc_gpt *m = x->chunks[k];
+        for (int i = 0; i < m->reg.count; i++) {
+            const mtc_param *p = &m->reg.params[i];
+            if (p->tp_duplicate && x->tp_rank != 0) continue;
+            if (i == m->pidx_wte && !m->has_embedding) continue;
+            s += nn_sumsq(m->grads + p->offset, p->local_numel);
+        }
     }
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(MODEL_PARALLEL_GROUP) */
@@ -324,16 +455,20 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     MTC_CHECK(train_microbatches(x, DATA_SPLIT_TRAIN, consumed, 1, it, &loss_sum));
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(dp) per bucket (what overlap has not finished yet) */
-    if (x->dp) MTC_CHECK(mtc_ddp_finish(x->ddp));
+    if (x->dp)
+        for (int k = 0; k < x->vpp; k++) MTC_CHECK(mtc_ddp_finish(x->ddps[k]));
     x->comm_ns += mtc_time_ns() - t0;
     MTC_CHECK(train_sp_reduce(x));
-    int wte = x->model->pidx_wte;
-    if (x->embd && wte >= 0) {
-        const mtc_param *p = &x->model->reg.params[wte];
+    /* the chunk holding the first virtual stage's wte (rank 0 chunk 0) or the
+     * last virtual stage's copy (rank pp-1 chunk vpp-1) */
+    for (int k = 0; k < x->vpp && x->embd; k++) {
+        mtc_gpt *m = x->chunks[k];
+        if (m->pidx_wte < 0) continue;
+        const mtc_param *p = &m->reg.params[m->pidx_wte];
         t0 = mtc_time_ns();
         /* comm: all-reduce(EMBEDDING_GROUP) of the tied wte gradient */
-        MTC_CHECK(mtc_all_reduce(x->model->grads + p->offset, x->model->grads + p->offset,
-                                 p->local_numel, MTC_DTYPE_F32, MTC_OP_SUM, x->embd));
+        MTC_CHECK(mtc_all_reduce(m->grads + p->offset, m->grads + p->offset, p->local_numel,
+                                 MTC_DTYPE_F32, MTC_OP_SUM, x->embd));
         x->comm_ns += mtc_time_ns() - t0;
     }
     MTC_CHECK(train_dp_sum(x, &loss_sum));
@@ -345,7 +480,9 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
         return MTC_OK;
     }
     float lr = (float)mtc_lr_at(&c->lr, x->opt.step);
-    mtc_adamw_step(&x->opt, x->pool, x->model->params, x->model->grads, lr,
-                   mtc_grad_clip_coeff(*norm, c->clip_grad), &c->adam);
+    float clip = mtc_grad_clip_coeff(*norm, c->clip_grad);
+    for (int k = 0; k < x->vpp; k++)
+        mtc_adamw_step(k ? &x->copts[k] : &x->opt, x->pool, x->chunks[k]->params,
+                       x->chunks[k]->grads, lr, clip, &c->adam);
     return MTC_OK;
 }

@@ -6,7 +6,11 @@
  * mapping), must match the serial run.
  *
  * Coverage: tp x dp in {1,2,4}^2 (and pp = 2 with tp, dp, SP, overlap:
- * 1F1B through pp/executor.h, tied wte reduced over EMBEDDING_GROUP),
+ * 1F1B through pp/executor.h, tied wte reduced over EMBEDDING_GROUP;
+ * pp in {2, 4} x vpp in {1, 2, 4} on 4- and 8-layer models with 2-8
+ * microbatches and group sizes != pp, whose executed compute order on
+ * every rank must equal pp_schedule_build's, loss and norm vs serial,
+ * parameters vs the same layout without the pipeline),
  * sequence parallelism on/off, dropout
  * on/off, overlapped gradient reduction with bucket sizes that cut
  * parameters unevenly, gradient accumulation (dp < 4 runs 2-4
@@ -31,6 +35,9 @@
 
 #include "comm/comm.h"
 #include "data/data.h"
+#include "grid/grid.h"
+#include "model/gpt.h"
+#include "pp/schedule.h"
 #include "test.h"
 #include "train/train.h"
 
@@ -82,6 +89,88 @@ static mtc_result_t run(result *r, int world, int tp, int pp, int sp, int overla
     FILE *devnull = fopen("/dev/null", "w");
     mtc_result_t rc = mtc_train_run(&c, g_src, devnull);
     fclose(devnull);
+    return rc;
+}
+
+/* ---- interleaved pipeline layouts (issue 6): deeper models, several
+ * microbatch counts (micro-batch size 1/2/4 of the same global batch), the
+ * executed compute order checked against pp_schedule_build ---- */
+typedef struct {
+    int layers, tp, dp, pp, vpp, group, mbs, sp, overlap;
+    long bucket;
+    int drop;
+} pl_layout;
+
+static int g_layers = 2;
+
+/* The key-bias elements of the serial model with `layers` layers. */
+static void layout_globals(int layers) {
+    mtc_train_config c;
+    base_config(&c, 0, NULL, NULL, NULL);
+    c.model.num_layers = layers;
+    mtc_gpt *sm;
+    T_CHECK(mtc_gpt_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
+    g_layers = layers;
+    g_nparams = sm->reg.global_total;
+    free(g_skip);
+    g_skip = calloc(g_nparams, 1);
+    for (int l = 0; l < layers; l++) {
+        char n[64];
+        snprintf(n, sizeof n, "h.%d.attn.c_attn.bias", l);
+        int i = mtc_registry_find(&sm->reg, n);
+        T_CHECK(i >= 0);
+        memset(g_skip + sm->reg.params[i].global_offset + c.model.hidden_size, 1,
+               (size_t)c.model.hidden_size);
+    }
+    mtc_gpt_free(sm);
+}
+
+/* Train layout l; with pp > 1 also check that every rank executed exactly
+ * pp_schedule_build's order for (pp, vpp, M, group). */
+static mtc_result_t run_pl(result *r, const pl_layout *l) {
+    mtc_train_config c;
+    base_config(&c, l->drop ? 0.1f : 0.0f, r->loss, r->norm, r->params);
+    int world = l->tp * l->dp * l->pp, M = GBS / (l->mbs * l->dp);
+    c.model.num_layers = l->layers;
+    c.micro_batch = l->mbs;
+    c.world_size = world, c.tp = l->tp, c.pp = l->pp, c.vpp = l->vpp, c.sequence_parallel = l->sp;
+    c.microbatch_group_size = l->group;
+    c.overlap_grad_reduce = l->overlap, c.ddp_bucket_size = l->bucket;
+    c.backend = MTC_BACKEND_SHM;
+    pp_schedule_config sc = {.pp = l->pp, .vpp = l->vpp > 1 ? l->vpp : 0, .num_microbatches = M,
+                             .group_size = l->group};
+    int max_ops = pp_schedule_max_ops(&sc);
+    pp_op *trace = calloc((size_t)world * max_ops, sizeof *trace);
+    pp_op *want = calloc((size_t)max_ops, sizeof *want);
+    int *ntrace = calloc((size_t)world, sizeof(int));
+    if (l->pp > 1) c.trace_out = trace, c.ntrace_out = ntrace;
+    FILE *devnull = fopen("/dev/null", "w");
+    mtc_result_t rc = mtc_train_run(&c, g_src, devnull);
+    fclose(devnull);
+    if (rc == MTC_OK && l->pp > 1) {
+        mtc_grid_config gc;
+        mtc_grid_config_default(&gc);
+        gc.world_size = world, gc.tp = l->tp, gc.pp = l->pp;
+        mtc_grid_spec spec;
+        T_CHECK(mtc_grid_spec_init(&spec, &gc) == MTC_OK);
+        int same = 1;
+        for (int w = 0; w < world; w++) {
+            mtc_grid_coord co;
+            mtc_grid_coord_of(&co, &spec, w);
+            pp_schedule_counts n;
+            T_CHECK(pp_schedule_build(want, &n, &sc, co.pp) == MTC_OK);
+            const pp_op *got = trace + (size_t)w * max_ops;
+            int eq = ntrace[w] == n.nops && n.nops == 2 * M * (l->vpp > 1 ? l->vpp : 1);
+            for (int i = 0; eq && i < n.nops; i++)
+                eq = got[i].kind == want[i].kind && got[i].microbatch == want[i].microbatch &&
+                     got[i].chunk == want[i].chunk;
+            T_CHECKF(eq, "rank %d (pp rank %d) executed %d ops, not the %d of mtc schedule",
+                     w, co.pp, ntrace[w], n.nops);
+            same &= eq;
+        }
+        if (same) printf("     executed order == pp_schedule_build on all %d ranks (M=%d)\n", world, M);
+    }
+    free(trace), free(want), free(ntrace);
     return rc;
 }
 
@@ -173,6 +262,71 @@ int main(void) {
         if (rc == MTC_OK) T_CHECKF(compare(name, &got, &serial[L_[i].drop]), "%s", name);
     }
 
+    /* interleaved virtual stages and deeper pipelines: serial references
+     * for 4 and 8 layers */
+    static const pl_layout P_[] = {
+        {4, 1, 1, 2, 2, 0, 2, 0, 0, 0, 0},    {4, 1, 1, 2, 2, 3, 1, 0, 0, 0, 1},
+        {4, 2, 1, 2, 2, 0, 4, 1, 0, 0, 1},    {4, 2, 2, 2, 2, 0, 1, 0, 1, 900, 0},
+        {4, 1, 2, 2, 2, 0, 2, 0, 1, 0, 1},    {4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 1},
+        {4, 1, 1, 4, 1, 0, 2, 0, 0, 0, 0},    {4, 2, 2, 4, 1, 0, 1, 1, 1, 0, 1},
+        {8, 1, 1, 4, 2, 0, 2, 0, 0, 0, 1},    {8, 1, 1, 4, 2, 8, 1, 0, 0, 0, 0},
+        {8, 2, 1, 4, 2, 0, 2, 1, 0, 0, 0},    {8, 2, 2, 4, 2, 0, 1, 0, 1, 1100, 1},
+        {8, 1, 1, 2, 4, 0, 1, 0, 0, 0, 0},
+    };
+    for (int layers = 4; layers <= 8; layers *= 2) {
+        layout_globals(layers);
+        result ser[2];
+        for (int d = 0; d < 2; d++) {
+            ser[d].params = calloc(g_nparams, sizeof(float));
+            pl_layout one = {layers, 1, 1, 1, 1, 0, MBS, 0, 0, 0, d};
+            T_CHECK(run_pl(&ser[d], &one) == MTC_OK);
+        }
+        free(got.params);
+        got.params = calloc(g_nparams, sizeof(float));
+        result twin = {.params = calloc(g_nparams, sizeof(float))};
+        for (size_t i = 0; i < sizeof P_ / sizeof P_[0]; i++) {
+            const pl_layout *l = &P_[i];
+            if (l->layers != layers) continue;
+            int world = l->tp * l->dp * l->pp;
+            char name[128];
+            snprintf(name, sizeof name, "L=%d tp=%d dp=%d pp=%d vpp=%d M=%d%s%s%s", layers, l->tp,
+                     l->dp, l->pp, l->vpp, GBS / (l->mbs * l->dp), l->sp ? " sp" : "",
+                     l->overlap ? " overlap" : "", l->drop ? " dropout" : "");
+            if (l->group) snprintf(name + strlen(name), sizeof name - strlen(name), " group=%d", l->group);
+            if (PARITY_SANITIZED && world > 8) {
+                printf("skip %s (sanitizer build)\n", name);
+                continue;
+            }
+            memset(got.params, 0, g_nparams * sizeof(float));
+            mtc_result_t rc = run_pl(&got, l);
+            T_CHECKF(rc == MTC_OK, "%s: %s", name, mtc_error_detail());
+            if (rc != MTC_OK) continue;
+            /* loss and grad norm against the serial run */
+            for (int k = 0; k < K; k++) {
+                T_CHECKF(fabs(got.loss[k] - ser[l->drop].loss[k]) <= 2e-5 * fabs(ser[l->drop].loss[k]),
+                         "%s: step %d loss %.9g, serial %.9g", name, k, got.loss[k], ser[l->drop].loss[k]);
+                T_CHECKF(fabs(got.norm[k] - ser[l->drop].norm[k]) <= 2e-5 * fabs(ser[l->drop].norm[k]),
+                         "%s: step %d grad norm %.9g, serial %.9g", name, k, got.norm[k], ser[l->drop].norm[k]);
+            }
+            /* parameters against the same tp x dp layout and microbatch size
+             * without the pipeline (the same per-microbatch summation order;
+             * that layout against serial is checked above): with 4-8 layers
+             * a few near-zero-gradient elements already leave the tolerance
+             * between microbatch sizes 1 and 2 without any pipeline, AdamW
+             * normalising rounding noise into lr-sized steps */
+            pl_layout flat = *l;
+            flat.pp = 1, flat.vpp = 1, flat.group = 0;
+            memset(twin.params, 0, g_nparams * sizeof(float));
+            T_CHECK(run_pl(&twin, &flat) == MTC_OK);
+            T_CHECKF(compare(name, &got, &twin), "%s", name);
+        }
+        for (int d = 0; d < 2; d++) free(ser[d].params);
+        free(twin.params);
+    }
+    layout_globals(2);
+    free(got.params);
+    got.params = calloc(g_nparams, sizeof(float));
+
     /* the same layout twice: bitwise identical */
     T_CHECK(run(&got, 8, 2, 2, 1, 1, 777, 0.1f) == MTC_OK);
     T_CHECK(run(&again, 8, 2, 2, 1, 1, 777, 0.1f) == MTC_OK);
@@ -188,6 +342,17 @@ int main(void) {
     c.tp = 1, c.pp = 4;
     T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
     printf("refused: %s\n", mtc_error_detail());
+    /* interleaving: 2 layers over pp 2 x vpp 2 (the grid's num_layers % (pp*vpp)) */
+    c.pp = 2, c.vpp = 2;
+    T_CHECK(mtc_train_validate_layout(&c, 2) == MTC_ERR_INVALID_ARGUMENT);
+    printf("refused: %s\n", mtc_error_detail());
+    /* Megatron's group-size range: M = 8/(4*1) = 2 < group 3 */
+    c.model.num_layers = 4, c.micro_batch = 4, c.microbatch_group_size = 3;
+    T_CHECK(mtc_train_validate_layout(&c, 2) == MTC_ERR_INVALID_ARGUMENT);
+    T_CHECK(strstr(mtc_error_detail(), "should range in [PP=2 , M=2]") != NULL);
+    printf("refused: %s\n", mtc_error_detail());
+    c.microbatch_group_size = 0;
+    T_CHECK(mtc_train_validate_layout(&c, 2) == MTC_OK);
 
     for (int d = 0; d < 2; d++) free(serial[d].params);
     free(got.params);
