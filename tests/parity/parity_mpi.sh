@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/parity/parity_mpi.sh - the parity check with ranks as MPI processes:
 # `mpirun -np 2|4 mtc train` (tp=2 with SP; tp=2 x dp=2 with overlapped
-# buckets; pp=2 x tp=2) against the serial run, per-iteration lm loss and grad norm
+# buckets; pp=2 x tp=2; pp=2 x vpp=2 x tp=2; pp=4 x vpp=2) against the serial run, per-iteration lm loss and grad norm
 # within 2e-5 relative. Skips with a notice without MPI.
 set -u
 MTC=${MTC:-build/mtc}
@@ -23,4 +23,13 @@ same_losses "mpi tp=2 dp=2 overlap bucket=700" "$D/s.jsonl" "$D/b.jsonl"
 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --pp 2 --tp 2 \
     --metrics "$D/c.jsonl" >"$D/c.log" 2>&1 || { bad "mpirun -np 4 pp"; cat "$D/c.log"; }
 same_losses "mpi pp=2 tp=2" "$D/s.jsonl" "$D/c.jsonl"
+# interleaved virtual stages: 4 layers over pp=2 x vpp=2 x tp=2, 8 over pp=4 x vpp=2
+"$MTC" train $TINY --num-layers 4 --metrics "$D/s4.jsonl" >"$D/s4.log" 2>&1 || { bad "serial 4 layers"; cat "$D/s4.log"; }
+"$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --num-layers 4 --pp 2 --vpp 2 --tp 2 \
+    --metrics "$D/d.jsonl" >"$D/d.log" 2>&1 || { bad "mpirun -np 4 pp vpp tp"; cat "$D/d.log"; }
+same_losses "mpi pp=2 vpp=2 tp=2" "$D/s4.jsonl" "$D/d.jsonl"
+"$MTC" train $TINY --num-layers 8 --metrics "$D/s8.jsonl" >"$D/s8.log" 2>&1 || { bad "serial 8 layers"; cat "$D/s8.log"; }
+"$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --num-layers 8 --pp 4 --vpp 2 \
+    --metrics "$D/e.jsonl" >"$D/e.log" 2>&1 || { bad "mpirun -np 4 pp=4 vpp=2"; cat "$D/e.log"; }
+same_losses "mpi pp=4 vpp=2" "$D/s8.jsonl" "$D/e.jsonl"
 exit $fail
