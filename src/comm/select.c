@@ -17,6 +17,8 @@
  *   mtc bench-comm --world-size 2 --algo all --sizes 8,4K,64K,1M,8M --iters 30
  * (median) and a min-of-20000 loop of 8 B all-reduces:
  *   direct 8 B: 0.43 us min / 1.5 us median, one sync   -> DIRECT_SYNC 0.4
+ *     (since the one-cache-line path for <= 104 B: 0.28-0.3 us median at
+ *     load 5-6, so 0.4 stays an upper estimate; kept, the ranking holds)
  *   direct 1 MiB: 54 us min / 78 us median               -> DIRECT_BETA 7.5e-5 /B
  *   ring 8 B: 3.4 us median over 2 message steps         -> P2P_ALPHA 1.2
  *   ring 1 MiB: 470 us = N beta + N/2 gamma              -> P2P_BETA 4e-4 /B
