@@ -2,7 +2,8 @@
 # bench/scaling.sh - tokens/s of the small GPT (4 layers, hidden 128, 4
 # heads, seq 128, vocab 256 mock tokens, global batch 16) trained serially
 # (1 and 2 threads) and on 2 ranks as tp=2, dp=2 and tp=2 + sequence
-# parallelism (and pp=2), with the share of the step the logging rank spends inside
+# parallelism (and pp=2, 1F1B and interleaved with vpp=2, on 2 and 4
+# microbatches of 8 and 4 samples), with the share of the step the logging rank spends inside
 # collectives (every collective, p2p call and request wait timed per
 # rank-thread with core/timer.h: the mtc_commtimed build, see
 # tests/parity/comm_wrap.c). The machine is shared, so each layout runs
@@ -38,3 +39,6 @@ run "dp=2" 2
 run "dp=2, overlap" 2 --overlap-grad-reduce --ddp-bucket-size 200000
 run "tp=2 + SP" 2 --tp 2 --sequence-parallel
 run "pp=2" 2 --pp 2
+run "pp=2 vpp=2" 2 --pp 2 --vpp 2
+run "pp=2, M=4" 2 --pp 2 --micro-batch-size 4
+run "pp=2 vpp=2, M=4" 2 --pp 2 --vpp 2 --micro-batch-size 4

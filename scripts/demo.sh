@@ -2,17 +2,21 @@
 # The main job behind `make run`: train a char-level GPT on the text of
 # Debian's `fortunes` package (about 2.5 MB of English), printing Megatron's
 # log line as the loss goes down, then sample text from the saved model.
-# Trains on 4 thread-ranks with tensor and data parallelism (tp=2 x dp=2:
-# attention heads, MLP columns and the vocabulary split over 2 ranks, the
-# batch over 2 replicas), then samples serially from the gathered weights.
+# Trains on 4 thread-ranks with tensor and pipeline parallelism (tp=2 x
+# pp=2: attention heads, MLP columns and the vocabulary split over 2 ranks,
+# the 4 layers over 2 pipeline stages running Megatron's 1F1B schedule on 4
+# microbatches per iteration), then samples serially from the gathered
+# weights.
 # A few minutes on 2 cores. Usage: scripts/demo.sh [path/to/mtc]
 # Environment: DEMO_DATA (any text file or folder), DEMO_ITERS (default 600),
-# DEMO_LAYOUT (default "--world-size 4 --tensor-model-parallel-size 2").
+# DEMO_LAYOUT (default "--world-size 4 --tensor-model-parallel-size 2
+# --pipeline-model-parallel-size 2"; e.g. add --vpp 2 for the interleaved
+# schedule, or use "--world-size 4 --tensor-model-parallel-size 2" for tp x dp).
 set -e
 MTC=${1:-build/mtc}
 DATA=${DEMO_DATA:-/usr/share/games/fortunes}
 ITERS=${DEMO_ITERS:-600}
-LAYOUT=${DEMO_LAYOUT:-"--world-size 4 --tensor-model-parallel-size 2"}
+LAYOUT=${DEMO_LAYOUT:-"--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"}
 OUT=$(dirname "$MTC")/fortunes-gpt.bin
 if [ ! -e "$DATA" ]; then
     echo "demo: $DATA not found (apt-get install fortunes, or set DEMO_DATA to a text file or folder)" >&2
@@ -22,7 +26,7 @@ echo "== training a char-level GPT (4 layers, hidden 128, 0.8M parameters) on $D
 # shellcheck disable=SC2086
 "$MTC" train $LAYOUT --data-path "$DATA" --tokenizer-type char \
     --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 \
-    --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" \
+    --micro-batch-size 4 --global-batch-size 16 --train-iters "$ITERS" \
     --lr 2e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 30 \
     --weight-decay 0.1 --clip-grad 1.0 --hidden-dropout 0 --attention-dropout 0 \
     --log-interval 50 --eval-interval 200 --eval-iters 4 --split 98,2,0 \

@@ -141,11 +141,11 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             c->model.num_layers, c->model.hidden_size, c->model.num_heads,
             c->model.ffn_hidden_size, T, c->model.vocab_size, c->model.padded_vocab_size);
     mtc_dp_memory mem;
-    mtc_ddp_memory(x->ddp, &mem);
+    size_t act = train_memory(x, &mem);
     fprintf(out, "> memory per rank (MB): parameters %.2f, gradients %.2f, optimizer state %.2f, activations %.2f\n",
             (double)mem.param_bytes / 1048576.0, (double)mem.grad_bytes / 1048576.0,
             (double)mem.optim_state_bytes / 1048576.0,
-            (double)mtc_gpt_activation_bytes(model) / 1048576.0);
+            (double)act / 1048576.0);
     fprintf(out, "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld iterations\n",
             B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
     if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
@@ -164,7 +164,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     if (out && !c->quiet) train_banner(x, out, world, do_eval);
     if (out && c->print_layout) train_print_layout(x, out);
     mtc_dp_memory mem;
-    mtc_ddp_memory(x->ddp, &mem);
+    size_t act_bytes = train_memory(x, &mem);
     if (out && c->optim_state_bytes_out) *c->optim_state_bytes_out = mem.optim_state_bytes;
     double flops = mtc_gpt_flops(&c->model, c->global_batch);
     uint64_t consumed = 0;
@@ -213,8 +213,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                         (double)(train_comm_ns(x) - comm_at_log) * 1e-6 / n_logged);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             fprintf(metrics, ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, \"activation_bytes\": %zu",
-                    mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes,
-                    mtc_gpt_activation_bytes(x->model));
+                    mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }

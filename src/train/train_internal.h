@@ -51,6 +51,9 @@ typedef struct {
 } train_rank;
 
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads);
+/* This rank's buffer bytes summed over its model chunks; returns the
+ * activation arena bytes (all chunks' in-flight slots). */
+size_t train_memory(const train_rank *x, mtc_dp_memory *mem);
 void train_teardown(train_rank *x);
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */
 mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss, double *norm,

@@ -403,6 +403,19 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     return MTC_OK;
 }
 
+size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
+    size_t act = 0;
+    memset(mem, 0, sizeof *mem);
+    for (int k = 0; k < x->vpp; k++) {
+        mtc_dp_memory m;
+        mtc_ddp_memory(x->ddps[k], &m);
+        mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
+        mem->optim_state_bytes += m.optim_state_bytes;
+        act += mtc_gpt_activation_bytes(x->chunks[k]);
+    }
+    return act;
+}
+
 void train_teardown(train_rank *x) {
     train_distopt_teardown(x);
     free(x->buf);
