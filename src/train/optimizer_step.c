@@ -22,12 +22,56 @@
 #include "nn/nn.h"
 #include "train/train_internal.h"
 
-/* 1 for the param that Megatron marks shared_embedding: the tied wte with pp > 1. */
-static mtc_result_t train_shared_embedding(const train_rank *x, int **out) {
-    const mtc_registry *r = &x->model->reg;
+/* 1 for the param of chunk m that Megatron marks shared_embedding: the tied
+ * wte with pp > 1. */
+static mtc_result_t train_shared_embedding(const train_rank *x, const mtc_gpt *m, int **out) {
+    const mtc_registry *r = &m->reg;
     MTC_CHECK(mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int), (void **)out));
-    if (x->pp_size > 1 && x->model->pidx_wte >= 0) (*out)[x->model->pidx_wte] = 1;
+    if (x->pp_size > 1 && m->pidx_wte >= 0) (*out)[m->pidx_wte] = 1;
     return MTC_OK;
+}
+
+/* Chunk k's DDP over the padded layout, its model buffers re-laid out to
+ * it, and its sharded AdamW state (Megatron: one DDP per model chunk, no
+ * bucketing for chunks > 0). */
+static mtc_result_t train_distopt_chunk(train_rank *x, int k, mtc_comm_t intra) {
+    const mtc_train_config *c = x->cfg;
+    mtc_gpt *m = x->chunks[k];
+    int *shared = NULL;
+    MTC_CHECK(train_shared_embedding(x, m, &shared));
+    mtc_ddp_config dc = {
+        .use_distopt = 1, .overlap_grad_reduce = c->overlap_grad_reduce,
+        .bucket_size = dp_layout_bucket_size(c->ddp_bucket_size, x->dp_size,
+                                             c->overlap_grad_reduce, x->pp_rank, k),
+        .pad_high_busbw = c->pad_high_busbw, .scale = MTC_DDP_GRAD_SUM,
+        .shared_embedding = shared};
+    /* the inter-instance group: position j of every intra slice, one
+     * communicator per chunk, because each DDP chains its inter all-reduces
+     * when polling finds a reduce-scatter done (timing-dependent), so two
+     * chunks' all-reduces on one communicator could be issued in different
+     * orders on different ranks. Freed with the rank's world by mtc_launch
+     * (after the DDPs that wait on it). */
+    mtc_comm_t inter = NULL;
+    if (intra && x->dp && mtc_comm_size(intra) < mtc_comm_size(x->dp))
+        /* comm: split(DATA_PARALLEL_GROUP_WITH_CP) */
+        MTC_CHECK(mtc_comm_split(x->dp, mtc_comm_rank(intra), mtc_comm_rank(x->dp),
+                                 "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &inter));
+    if (k == 0) x->inter = inter;
+    /* the intra group as built (size 1 with as many instances as dp ranks) */
+    mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = inter};
+    mtc_result_t rc = mtc_ddp_init(&m->reg, &dc, &comms, NULL, NULL, &x->ddps[k]);
+    free(shared);
+    MTC_CHECK(rc);
+    const dp_layout *l = &x->ddps[k]->layout;
+    size_t *off;
+    MTC_CHECK(mtc_mem_alloc((size_t)(l->nparams > 0 ? l->nparams : 1) * sizeof(size_t),
+                            (void **)&off));
+    for (int i = 0; i < l->nparams; i++) off[i] = (size_t)l->param[i].start;
+    rc = mtc_gpt_relayout(m, off, (size_t)l->numel);
+    free(off);
+    MTC_CHECK(rc);
+    mtc_ddp_use_buffers(x->ddps[k], m->params, m->grads);
+    return mtc_distopt_init(x->ddps[k], c->overlap_param_gather, &x->dopts[k]);
 }
 
 mtc_result_t train_distopt_setup(train_rank *x) {
@@ -44,48 +88,28 @@ mtc_result_t train_distopt_setup(train_rank *x) {
         if (!intra || !x->dp)
             return mtc_error(MTC_ERR_INTERNAL, "no INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP "
                                                "with %d optimizer instances", nd);
-        /* comm: split(DATA_PARALLEL_GROUP_WITH_CP): position j of every intra slice */
-        MTC_CHECK(mtc_comm_split(x->dp, mtc_comm_rank(intra), mtc_comm_rank(x->dp),
-                                 "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &x->inter));
     }
     x->intra = intra && mtc_comm_size(intra) > 1 ? intra : NULL;
-    int *shared = NULL;
-    MTC_CHECK(train_shared_embedding(x, &shared));
-    mtc_ddp_config dc = {
-        .use_distopt = 1, .overlap_grad_reduce = c->overlap_grad_reduce,
-        .bucket_size = dp_layout_bucket_size(c->ddp_bucket_size, x->dp_size,
-                                             c->overlap_grad_reduce, x->pp_rank, 0),
-        .pad_high_busbw = c->pad_high_busbw, .scale = MTC_DDP_GRAD_SUM,
-        .shared_embedding = shared};
-    /* the intra group as built (size 1 with as many instances as dp ranks) */
-    mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = x->inter};
-    mtc_result_t rc = mtc_ddp_init(&x->model->reg, &dc, &comms, NULL, NULL, &x->ddp);
-    free(shared);
-    MTC_CHECK(rc);
-    const dp_layout *l = &x->ddp->layout;
-    size_t *off;
-    MTC_CHECK(mtc_mem_alloc((size_t)(l->nparams > 0 ? l->nparams : 1) * sizeof(size_t),
-                            (void **)&off));
-    for (int i = 0; i < l->nparams; i++) off[i] = (size_t)l->param[i].start;
-    rc = mtc_gpt_relayout(x->model, off, (size_t)l->numel);
-    free(off);
-    MTC_CHECK(rc);
-    mtc_ddp_use_buffers(x->ddp, x->model->params, x->model->grads);
-    return mtc_distopt_init(x->ddp, c->overlap_param_gather, &x->dopt);
+    MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(mtc_distopt *), (void **)&x->dopts));
+    for (int k = 0; k < x->vpp; k++) MTC_CHECK(train_distopt_chunk(x, k, intra));
+    x->ddp = x->ddps[0], x->dopt = x->dopts[0];
+    return MTC_OK;
 }
 
 void train_distopt_teardown(train_rank *x) {
-    mtc_distopt_free(x->dopt);
-    x->dopt = NULL;
-    mtc_comm_free(x->inter);
-    x->inter = NULL;
+    for (int k = 0; x->dopts && k < x->vpp; k++) mtc_distopt_free(x->dopts[k]);
+    free(x->dopts);
+    x->dopts = NULL, x->dopt = NULL;
+    x->inter = NULL; /* freed by mtc_launch with the world, after the DDPs */
 }
 
 mtc_result_t train_distopt_wait(train_rank *x) {
-    if (!x->dopt) return MTC_OK;
+    if (!x->dopts) return MTC_OK;
     uint64_t t0 = mtc_time_ns();
+    mtc_result_t rc = MTC_OK;
     /* comm: wait for the all-gather(intra) of every bucket */
-    mtc_result_t rc = mtc_distopt_param_gather_wait(x->dopt);
+    for (int k = 0; k < x->vpp && rc == MTC_OK; k++)
+        rc = mtc_distopt_param_gather_wait(x->dopts[k]);
     x->comm_ns += mtc_time_ns() - t0;
     return rc;
 }
@@ -101,18 +125,21 @@ mtc_result_t train_params_needed(void *ctx, int first, int last) {
  * over the intra group (each instance holds the whole gradient) and the
  * model-parallel group. */
 static mtc_result_t train_distopt_norm(train_rank *x, double *norm) {
-    mtc_ddp *d = x->ddp;
-    const dp_layout *l = &d->layout;
-    int wte_copy = x->model->pidx_wte >= 0 && !x->model->has_embedding ? x->model->pidx_wte : -1;
     double s = 0;
-    for (int b = 0; b < l->nbuckets; b++) {
-        int n;
-        const dp_shard_param *sp = dp_layout_shard_params(l, d->shard_rank, b, &n);
-        for (int k = 0; k < n; k++) {
-            int p = sp[k].param;
-            if ((d->tp_duplicate[p] && x->tp_rank != 0) || p == wte_copy) continue;
-            s += nn_sumsq(d->grads + sp[k].gbuf_world.start,
-                          (size_t)(sp[k].gbuf_world.end - sp[k].gbuf_world.start));
+    for (int c = 0; c < x->vpp; c++) {
+        const mtc_gpt *m = x->chunks[c];
+        mtc_ddp *d = x->ddps[c];
+        const dp_layout *l = &d->layout;
+        int wte_copy = m->pidx_wte >= 0 && !m->has_embedding ? m->pidx_wte : -1;
+        for (int b = 0; b < l->nbuckets; b++) {
+            int n;
+            const dp_shard_param *sp = dp_layout_shard_params(l, d->shard_rank, b, &n);
+            for (int k = 0; k < n; k++) {
+                int p = sp[k].param;
+                if ((d->tp_duplicate[p] && x->tp_rank != 0) || p == wte_copy) continue;
+                s += nn_sumsq(d->grads + sp[k].gbuf_world.start,
+                              (size_t)(sp[k].gbuf_world.end - sp[k].gbuf_world.start));
+            }
         }
     }
     uint64_t t0 = mtc_time_ns();
@@ -132,11 +159,13 @@ mtc_result_t train_distopt_step(train_rank *x, double *norm, int *skipped) {
         return MTC_OK;
     }
     float lr = (float)mtc_lr_at(&c->lr, x->opt.step);
-    mtc_ddp_grad_clip(x->ddp, *norm, c->clip_grad);
     mtc_distopt_hparams hp = {c->adam.beta1, c->adam.beta2, c->adam.eps, c->adam.weight_decay};
     uint64_t t0 = mtc_time_ns();
-    /* comm: all-gather(intra) per bucket (waited for here without overlap) */
-    MTC_CHECK(mtc_distopt_step(x->dopt, lr, &hp));
+    for (int k = 0; k < x->vpp; k++) {
+        mtc_ddp_grad_clip(x->ddps[k], *norm, c->clip_grad);
+        /* comm: all-gather(intra) per bucket (waited for here without overlap) */
+        MTC_CHECK(mtc_distopt_step(x->dopts[k], lr, &hp));
+    }
     x->comm_ns += mtc_time_ns() - t0;
     x->opt.step++; /* the LR schedule and the log read it */
     return MTC_OK;
@@ -147,13 +176,13 @@ void train_print_layout(const train_rank *x, FILE *out) {
     const dp_layout *l = &d->layout;
     const mtc_registry *r = &x->model->reg;
     int *shared = NULL;
-    if (train_shared_embedding(x, &shared) != MTC_OK) return;
+    if (train_shared_embedding(x, x->model, &shared) != MTC_OK) return;
     dp_layout_config cfg = {.dp = l->dp, .bucket_size = d->cfg.bucket_size,
                             .pad_high_busbw = d->cfg.pad_high_busbw,
                             .use_distopt = d->cfg.use_distopt, .shared_embedding = shared};
-    fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d), as "
-                 "`mtc layout",
-            x->pp_rank, x->tp_rank);
+    fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d%s), "
+                 "as `mtc layout",
+            x->pp_rank, x->tp_rank, x->vpp > 1 ? ", model chunk 0" : "");
     fprintf(out, " --param-numels ");
     for (int i = 0; i < r->count; i++)
         fprintf(out, "%s%zu", i ? "," : "", r->params[i].local_numel);

@@ -88,8 +88,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     }
     if (c->vpp > 1 && gc.pp == 1)
         return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1");
-    if (vpp && c->use_distributed_optimizer)
-        return mtc_error(E, "--use-distributed-optimizer with virtual pipeline stages (vpp=%d) is not supported yet (use vpp 1 or drop the distributed optimizer)", vpp);
     return MTC_OK;
 }
 

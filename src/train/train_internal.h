@@ -40,8 +40,10 @@ typedef struct {
     mtc_gpt *model;
     mtc_ddp *ddp;
     mtc_adamw opt;         /* plain path; with the distributed optimizer only .step counts */
-    mtc_distopt *dopt;     /* --use-distributed-optimizer (train/optimizer_step.c) */
-    mtc_comm_t intra, inter; /* intra-instance (owned here: inter) groups; NULL: size 1 */
+    mtc_distopt *dopt;     /* --use-distributed-optimizer (train/optimizer_step.c): dopts[0] */
+    mtc_distopt **dopts;   /* (vpp) one per model chunk, as the DDPs */
+    mtc_comm_t intra, inter; /* intra-instance group (NULL: size 1); chunk 0's inter-instance
+                                group (one per chunk, freed with the world) */
     int *buf;              /* (T+1) one sample */
     int *tokens, *targets; /* (nmb, B, T) this DP rank's microbatches */
     float *sp_buf;         /* packed sequence-parallel gradients (TP all-reduce) */

@@ -101,6 +101,7 @@ static mtc_result_t train_forward_cb(void *ctx, int mb, int chunk, const float *
     if (input) memcpy(mtc_gpt_slot_input(m, slot), input, x->msg_count * sizeof(float));
     mtc_gpt_pass pass = train_pass(x, mb);
     pass.grads_ready_ctx = x->ddps[chunk];
+    if (x->dopts) pass.params_needed_ctx = x->dopts[chunk];
     x->mb_loss_sum += mtc_gpt_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
     MTC_CHECK(m->error);
     if (m->has_head) x->head_mb = mb;
@@ -122,6 +123,7 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int chunk, const float 
     if (output_grad) memcpy(mtc_gpt_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
     mtc_gpt_pass pass = train_pass(x, mb);
     pass.grads_ready_ctx = x->ddps[chunk];
+    if (x->dopts) pass.params_needed_ctx = x->dopts[chunk];
     if (m->has_head && x->head_mb != mb) {
         /* the interleaved order ran another microbatch's forward on the last
          * virtual stage in between (group size != pp), overwriting the fused

@@ -10,6 +10,8 @@
  * buckets padded for high bus bandwidth, dropout on and off. The forward
  * announces every param (params_needed hook) before reading it: from NaN
  * params, delivering only announced ranges gives the normal forward.
+ * Interleaved pipeline (pp 2 x vpp 2 on 4 layers): one DDP and one sharded
+ * AdamW per model chunk, against a 4-layer serial run.
  * Memory: AdamW state bytes of a rank (m and v of its shard) times the
  * shard group size equals 8 bytes x the parameter count (the plain run's
  * state) within the layout's alignment padding (5% on this model): the
@@ -35,12 +37,13 @@ enum { K = 4, V = 64, SEQ = 16, MBS = 2, GBS = 8 };
 static data_source *g_src;
 static size_t g_nparams;
 static unsigned char *g_skip; /* [g_nparams]: key-bias elements */
+static int g_layers = 2;      /* 4 for the interleaved-pipeline cases */
 
 static void base_config(mtc_train_config *c, float dropout, double *losses, double *norms,
                         float *params) {
     memset(c, 0, sizeof *c);
     mtc_gpt_config *m = &c->model;
-    m->num_layers = 2, m->hidden_size = 32, m->num_heads = 4, m->ffn_hidden_size = 128;
+    m->num_layers = g_layers, m->hidden_size = 32, m->num_heads = 4, m->ffn_hidden_size = 128;
     m->seq_length = SEQ, m->max_position_embeddings = SEQ;
     m->vocab_size = 60, m->padded_vocab_size = 64; /* padding columns ignored by the loss */
     m->hidden_dropout = m->attention_dropout = dropout;
@@ -66,6 +69,7 @@ typedef struct {
     int tp, dp, pp, sp, overlap, opg, nd;
     long bucket;
     int drop, pad;
+    int vpp; /* model chunks per pipeline rank (0/1: none) */
 } layout;
 
 static size_t g_state_bytes;
@@ -77,7 +81,7 @@ static mtc_result_t run(result *r, const layout *y, int distopt) {
     c.world_size = y->tp * y->dp * y->pp, c.tp = y->tp, c.pp = y->pp, c.sequence_parallel = y->sp;
     c.overlap_grad_reduce = y->overlap, c.ddp_bucket_size = y->bucket;
     c.use_distributed_optimizer = distopt, c.overlap_param_gather = y->opg;
-    c.num_distopt_instances = y->nd, c.pad_high_busbw = y->pad;
+    c.num_distopt_instances = y->nd, c.pad_high_busbw = y->pad, c.vpp = y->vpp;
     c.optim_state_bytes_out = &g_state_bytes;
     if (y->dp * MBS > GBS) c.micro_batch = 1; /* dp 8: one sample per rank, same global batch */
     c.backend = MTC_BACKEND_SHM;
@@ -168,12 +172,11 @@ static void check_params_needed(int first_layer, int last_layer, int emb, int he
     mtc_gpt_free(m);
 }
 
-int main(void) {
-    data_source_opts o = {.mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7,
-                          .split = "100,0,0"};
-    T_CHECK(data_source_open(&o, &g_src) == MTC_OK);
+/* g_nparams and g_skip (the key-bias elements) for a g_layers model. */
+static void setup_model(void) {
     mtc_train_config c;
     base_config(&c, 0, NULL, NULL, NULL);
+    free(g_skip);
     mtc_gpt *sm;
     T_CHECK(mtc_gpt_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
     g_nparams = sm->reg.global_total;
@@ -187,6 +190,14 @@ int main(void) {
                (size_t)c.model.hidden_size);
     }
     mtc_gpt_free(sm);
+}
+
+int main(void) {
+    data_source_opts o = {.mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7,
+                          .split = "100,0,0"};
+    T_CHECK(data_source_open(&o, &g_src) == MTC_OK);
+    mtc_train_config c;
+    setup_model();
     check_params_needed(0, 2, 1, 1);
     check_params_needed(0, 1, 1, 0);
     check_params_needed(1, 2, 0, 1);
@@ -205,17 +216,17 @@ int main(void) {
     got.params = calloc(g_nparams, sizeof(float));
 
     static const layout L_[] = {
-        /* tp dp pp sp ovl opg nd bucket drop pad */
-        {1, 1, 1, 0, 0, 0, 1, 0, 0, 0},    {1, 2, 1, 0, 0, 0, 1, 0, 0, 0},
-        {1, 2, 1, 0, 1, 1, 1, 513, 1, 0},  {1, 2, 1, 0, 0, 1, 1, 0, 0, 1},
-        {1, 4, 1, 0, 1, 0, 1, 1000, 0, 0}, {1, 4, 1, 0, 1, 1, 2, 777, 1, 0},
-        {1, 8, 1, 0, 0, 0, 1, 0, 0, 0},    {1, 8, 1, 0, 1, 1, 2, 1500, 1, 0},
-        {1, 8, 1, 0, 1, 0, 4, 900, 0, 0},  {2, 2, 1, 1, 1, 1, 1, 700, 0, 0},
-        {2, 2, 1, 0, 0, 0, 2, 0, 1, 0},    {2, 4, 1, 1, 1, 1, 2, 2500, 1, 0},
-        {4, 2, 1, 1, 1, 0, 1, 999, 0, 0},
+        /* tp dp pp sp ovl opg nd bucket drop pad vpp */
+        {1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0},    {1, 2, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {1, 2, 1, 0, 1, 1, 1, 513, 1, 0, 0},  {1, 2, 1, 0, 0, 1, 1, 0, 0, 1, 0},
+        {1, 4, 1, 0, 1, 0, 1, 1000, 0, 0, 0}, {1, 4, 1, 0, 1, 1, 2, 777, 1, 0, 0},
+        {1, 8, 1, 0, 0, 0, 1, 0, 0, 0, 0},    {1, 8, 1, 0, 1, 1, 2, 1500, 1, 0, 0},
+        {1, 8, 1, 0, 1, 0, 4, 900, 0, 0, 0},  {2, 2, 1, 1, 1, 1, 1, 700, 0, 0, 0},
+        {2, 2, 1, 0, 0, 0, 2, 0, 1, 0, 0},    {2, 4, 1, 1, 1, 1, 2, 2500, 1, 0, 0},
+        {4, 2, 1, 1, 1, 0, 1, 999, 0, 0, 0},
         /* pipeline: tied wte in its own bucket on both stages, all-reduced over EMBEDDING_GROUP */
-        {1, 2, 2, 0, 1, 1, 1, 600, 1, 0},  {2, 2, 2, 1, 1, 1, 2, 1500, 0, 0},
-        {1, 4, 2, 0, 0, 0, 1, 0, 0, 0},
+        {1, 2, 2, 0, 1, 1, 1, 600, 1, 0, 0},  {2, 2, 2, 1, 1, 1, 2, 1500, 0, 0, 0},
+        {1, 4, 2, 0, 0, 0, 1, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof L_ / sizeof L_[0]; i++) {
         const layout *y = &L_[i];
@@ -230,6 +241,32 @@ int main(void) {
         T_CHECKF(rc == MTC_OK, "%s: %s", name, mtc_error_detail());
         if (rc == MTC_OK) T_CHECKF(compare(name, &got, &serial[y->drop]), "%s", name);
     }
+
+    /* interleaved pipeline (4 layers, pp 2 x vpp 2): one DDP and sharded AdamW per model chunk */
+    g_layers = 4;
+    setup_model();
+    result serial4 = {.params = calloc(g_nparams, sizeof(float))};
+    float *got4 = calloc(g_nparams, sizeof(float));
+    layout s4 = {.tp = 1, .dp = 1, .pp = 1};
+    T_CHECK(run(&serial4, &s4, 0) == MTC_OK);
+    static const layout I_[] = {
+        {1, 2, 2, 0, 1, 1, 1, 600, 0, 0, 2}, {2, 2, 2, 1, 1, 1, 2, 900, 0, 0, 2},
+        {1, 1, 2, 0, 0, 1, 1, 0, 0, 0, 2},
+    };
+    for (size_t i = 0; i < sizeof I_ / sizeof I_[0]; i++) {
+        const layout *y = &I_[i];
+        char name[128];
+        snprintf(name, sizeof name, "distopt L=4 tp=%d dp=%d pp=%d vpp=%d%s%s%s nd=%d", y->tp,
+                 y->dp, y->pp, y->vpp, y->sp ? " sp" : "", y->overlap ? " overlap" : "",
+                 y->opg ? " opg" : "", y->nd);
+        result r4 = {.params = got4};
+        mtc_result_t rc = run(&r4, y, 1);
+        T_CHECKF(rc == MTC_OK, "%s: %s", name, mtc_error_detail());
+        if (rc == MTC_OK) T_CHECKF(compare(name, &r4, &serial4), "%s", name);
+    }
+    free(serial4.params), free(got4);
+    g_layers = 2;
+    setup_model();
 
     /* optimizer state of the last rank: 1/(dp/instances) of the plain state */
     static const struct { int dp, nd; } M_[] = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {4, 2}, {8, 4}};
