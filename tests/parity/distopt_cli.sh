@@ -8,7 +8,9 @@
 # count (closed form), whose per-rank shards add up to the buffer and whose
 # shard pieces cover every param element once;
 # --metrics carries the memory and the optimizer-state bytes shrink as
-# 1/dp; flags that need the distributed optimizer are refused (exit 2).
+# 1/dp; a distributed-optimizer --save continues like the serial one and
+# --load scatters into the padded layout; flags that need the distributed
+# optimizer are refused (exit 2).
 # Needs python3 for the layout comparison.
 set -u
 MTC=${MTC:-build/mtc}
@@ -26,6 +28,16 @@ grep -q "^> distributed optimizer: 2 instance(s), state sharded over 2 rank(s); 
 "$MTC" train $TINY --world-size 8 --tp 2 --pp 2 --sequence-parallel --use-distributed-optimizer \
     --overlap-grad-reduce --overlap-param-gather --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "tp2 dp2 pp2 run"; cat "$D/b.log"; }
 same_losses "distopt tp=2 x dp=2 x pp=2 sp overlap param-gather" "$D/s.jsonl" "$D/b.jsonl"
+
+# --save gathers the shards (after the pending all-gathers); --load scatters into the padded layout
+"$MTC" train $TINY --save "$D/s.bin" >/dev/null 2>&1 || bad "serial --save"
+"$MTC" train $TINY --world-size 2 --use-distributed-optimizer --overlap-param-gather --save "$D/d.bin" >/dev/null 2>&1 || bad "distopt --save"
+"$MTC" train $TINY --load "$D/s.bin" --metrics "$D/ls.jsonl" >/dev/null 2>&1 || bad "serial --load"
+"$MTC" train $TINY --load "$D/d.bin" --metrics "$D/ld.jsonl" >/dev/null 2>&1 || bad "serial --load of the distopt save"
+same_losses "distopt --save = serial --save (continued serially)" "$D/ls.jsonl" "$D/ld.jsonl"
+"$MTC" train $TINY --load "$D/s.bin" --world-size 4 --tp 2 --use-distributed-optimizer --metrics "$D/lt.jsonl" >/dev/null 2>&1 || bad "distopt --load"
+same_losses "distopt tp=2 dp=2 --load = serial --load" "$D/ls.jsonl" "$D/lt.jsonl"
+if [ "$(head -c 60 "$D/ls.jsonl")" != "$(head -c 60 "$D/s.jsonl")" ]; then ok "--load changes the start"; else bad "--load had no effect"; fi
 
 # optimizer state bytes (last rank, --metrics) x dp = the plain run's, within alignment padding
 "$MTC" train $TINY --world-size 2 --use-distributed-optimizer --metrics "$D/c.jsonl" >"$D/c.log" 2>&1 || bad "dp=2 distopt run"
