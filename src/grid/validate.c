@@ -75,7 +75,8 @@ static void order_pp_last(char *out, size_t len, const char *full) {
     snprintf(tmp, sizeof tmp, "%s", full);
     size_t o = 0;
     out[0] = '\0';
-    for (char *t = strtok(tmp, "-"); t; t = strtok(NULL, "-"))
+    char *save = NULL; /* strtok_r: rank-threads validate concurrently */
+    for (char *t = strtok_r(tmp, "-", &save); t; t = strtok_r(NULL, "-", &save))
         if (strcmp(t, "pp")) o += (size_t)snprintf(out + o, len - o, "%s%s", o ? "-" : "", t);
     snprintf(out + o, len - o, "%spp", o ? "-" : "");
 }
