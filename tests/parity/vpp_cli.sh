@@ -3,8 +3,10 @@
 # stages (issue 6) end to end on shm rank-threads: per-iteration lm loss and
 # grad norm within 2e-5 of the serial run for pp=2 x vpp=2 x tp=2 + SP and
 # pp=4 x vpp=2 on 8 layers; --num-layers-per-virtual-pipeline-stage 1 is
-# the same run as --vpp 2; a --save from pp=2 x vpp=2 (chunks gathered)
-# continues serially like the serial run's own save; invalid schedule
+# the same run as --vpp 2; validation losses (forward-only order) equal
+# the serial ones; a --save from pp=2 x vpp=2 (chunks gathered) continues
+# serially like the save of the same tp=2 run without the pipeline, and a
+# serial save loads into pp=2 x vpp=2 chunks; invalid schedule
 # configurations exit 2 before training with Megatron's conditions.
 set -u
 MTC=${MTC:-build/mtc}
@@ -42,6 +44,16 @@ same_losses "--load of the pp=2 vpp=2 save" "$D/lt.jsonl" "$D/la.jsonl"
 "$MTC" train $L4 --load "$D/s4.bin" --metrics "$D/ls.jsonl" >/dev/null 2>&1 || bad "serial --load"
 "$MTC" train $L4 --load "$D/s4.bin" --world-size 2 --pp 2 --vpp 2 --metrics "$D/lv.jsonl" >/dev/null 2>&1 || bad "vpp --load"
 same_losses "--load into pp=2 vpp=2 chunks" "$D/ls.jsonl" "$D/lv.jsonl"
+
+# evaluation (forward-only interleaved order): the same validation losses
+"$MTC" train $L8 --split 90,10,0 --eval-iters 3 --eval-interval 2 >"$D/vs.log" 2>&1 || bad "serial eval run"
+"$MTC" train $L8 --split 90,10,0 --eval-iters 3 --eval-interval 2 --world-size 4 --pp 4 --vpp 2 >"$D/vp.log" 2>&1 || bad "vpp eval run"
+grep -o 'lm loss value: [0-9.E+-]*' "$D/vs.log" >"$D/vs.val"
+grep -o 'lm loss value: [0-9.E+-]*' "$D/vp.log" >"$D/vp.val"
+if [ "$(wc -l <"$D/vs.val")" -eq 2 ] && paste -d' ' "$D/vs.val" "$D/vp.val" | awk '
+    { d = $4 - $8; if (d < 0) d = -d; if (d > 2e-5 * $4) bad = 1 } END { exit bad }'; then
+    ok "pp=4 vpp=2 validation losses (forward-only order) equal the serial ones"
+else bad "validation losses"; cat "$D/vs.val" "$D/vp.val"; fi
 
 # refused up front (exit 2, one line, nothing trained)
 refused() { # NAME EXPECTED-TEXT ARGS...
