@@ -20,7 +20,8 @@ static const char *TRAIN_ABOUT =
     "Flag names and the per-iteration log line are Megatron-LM's. Throughput uses Megatron\n"
     "core_v0.14's model FLOPs 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)), B = global batch.\n"
     "Parallel: --world-size N rank-threads (or mpirun -np N mtc train ...) split as\n"
-    "tp x pp x dp (Megatron's order tp-cp-ep-dp-pp); every layout trains the serial run's\n"
+    "tp x pp x dp (Megatron's order tp-cp-ep-dp-pp); --vpp V runs the interleaved 1F1B\n"
+    "schedule with V model chunks per pipeline rank; every layout trains the serial run's\n"
     "model on the serial run's global batches (tests/parity).";
 
 int cli_cmd_train(int argc, char **argv) {
@@ -70,7 +71,7 @@ int cli_cmd_train(int argc, char **argv) {
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "(default 0.1)", 0},
         {"world-size", NULL, MTC_ARG_INT, &world, "N", "rank-threads (shm backend; under mpirun the MPI size) (default 1)", 0},
         {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N", "tensor-parallel ranks (default 1); data-parallel = world / (tp x pp)", 0},
-        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages of num-layers/pp layers, 1F1B schedule (default 1)", 0},
+        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages of num-layers/pp layers, 1F1B schedule, interleaved with --vpp (default 1)", 0},
         {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &lpvs, "N", "interleaved 1F1B: virtual stages of N layers (vpp = num-layers/pp/N)", 0},
         {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V", "interleaved 1F1B with V model chunks per pipeline rank", 0},
         {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V", "the same as --num-virtual-stages-per-pipeline-rank", 0},

@@ -1,5 +1,6 @@
-/* train/train.h - the training loop on any tp x dp layout (serial = world
- * 1): ranks started by mtc_launch (shm rank-threads, or MPI ranks under
+/* train/train.h - the training loop on any tp x pp (x vpp) x dp layout
+ * (serial = world 1; pipelines through pp/executor.h, interleaved with vpp
+ * model chunks per rank, rank r chunk c = virtual stage c*pp + r): ranks started by mtc_launch (shm rank-threads, or MPI ranks under
  * mpirun), Megatron's groups from grid/, data -> microbatches (Megatron's
  * data_sample_index, this DP rank's share) -> forward/backward over the
  * TP group (model/, tp/) -> gradient reduction over DP in buckets,
