@@ -57,11 +57,16 @@ static int schedule_json(const pp_schedule_config *cfg, const pp_op *ops,
     if (kind == PP_SCHEDULE_INTERLEAVED) cJSON_AddNumberToObject(root, "vpp", cfg->vpp);
     else cJSON_AddNullToObject(root, "vpp");
     cJSON_AddNumberToObject(root, "num_microbatches", cfg->num_microbatches);
-    if (kind == PP_SCHEDULE_INTERLEAVED)
-        cJSON_AddNumberToObject(root, "microbatch_group_size_per_vp_stage",
-                                pp_schedule_group_size(cfg));
-    else
-        cJSON_AddNullToObject(root, "microbatch_group_size_per_vp_stage");
+    /* Megatron's examples name it microbatch_group_size_per_vp_stage; the
+     * short name is printed too so either spelling parses. */
+    static const char *const group_keys[] = {"microbatch_group_size",
+                                             "microbatch_group_size_per_vp_stage"};
+    for (int k = 0; k < 2; k++) {
+        if (kind == PP_SCHEDULE_INTERLEAVED)
+            cJSON_AddNumberToObject(root, group_keys[k], pp_schedule_group_size(cfg));
+        else
+            cJSON_AddNullToObject(root, group_keys[k]);
+    }
     cJSON_AddBoolToObject(root, "forward_only", cfg->forward_only);
     cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
     int ok = 1;
