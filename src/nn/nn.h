@@ -151,6 +151,12 @@ void nn_softmax_xent_forward_backward(nn_pool *pool, float *losses, float *logit
 void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int t);
 /* Sum of squares in double, fixed order (deterministic). */
+/* Row primitives (vmath.c, AVX2 when built for it), shared with tp/xent.c so
+ * the vocabulary-parallel softmax uses the same exp as the serial one.
+ * nn_vmax: max of x[0..n). nn_vexp_sum: y = exp(x - shift), returns the sum
+ * of y in a fixed order (independent of threads); y may alias x. */
+float nn_vmax(const float *x, int n);
+float nn_vexp_sum(float *y, const float *x, int n, float shift);
 double nn_sumsq(const float *x, size_t n);
 void nn_scale(float *x, float s, size_t n);
 

@@ -54,9 +54,7 @@ static inline void nn_split_range(size_t n, int k, int i, size_t align, size_t *
 }
 
 /* vmath.c: row primitives (AVX2 when built for it). */
-float nn_vmax(const float *x, int n);
-/* y = exp(x - shift), returns the sum of y (fixed order). y may alias x. */
-float nn_vexp_sum(float *y, const float *x, int n, float shift);
+/* nn_vmax, nn_vexp_sum: declared in nn.h (tp/xent.c uses them too). */
 void nn_vscale(float *y, float a, int n);
 void nn_vgelu(float *out, const float *inp, size_t n);
 void nn_vgelu_backward(float *dinp, const float *inp, const float *dout, size_t n);

@@ -50,10 +50,7 @@ static void max_tile(int i, void *vp) {
     rows_of(j, i, &lo, &hi);
     for (int n = lo; n < hi; n++) {
         const float *x = j->x + (size_t)n * j->V_tp;
-        float m = -INFINITY;
-        for (int v = 0; v < j->nvalid; v++)
-            m = x[v] > m ? x[v] : m;
-        j->out[n] = m;
+        j->out[n] = nn_vmax(x, j->nvalid);
     }
 }
 
@@ -79,11 +76,7 @@ static void exp_tile(int i, void *vp) {
     rows_of(j, i, &lo, &hi);
     for (int n = lo; n < hi; n++) {
         float *x = j->x + (size_t)n * j->V_tp;
-        float m = j->max[n], s = 0.0f;
-        for (int v = 0; v < j->nvalid; v++) {
-            x[v] = expf(x[v] - m);
-            s += x[v];
-        }
+        float s = nn_vexp_sum(x, x, j->nvalid, j->max[n]); /* the serial nn exp */
         for (int v = j->nvalid; v < j->V_tp; v++)
             x[v] = 0.0f;
         j->out[n] = s;
