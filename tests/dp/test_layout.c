@@ -11,38 +11,8 @@
 #include <string.h>
 
 #include "dp/layout.h"
+#include "example_json.h"
 #include "test.h"
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
-    if (s) s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
-static cJSON *load_example(const char *name) {
-    char path[1024];
-    snprintf(path, sizeof path, "../shared/reference/examples/%s", name);
-    char *text = read_file(path);
-    const char *dir = getenv("MTC_SHARED_DIR");
-    if (!text && dir) {
-        snprintf(path, sizeof path, "%s/reference/examples/%s", dir, name);
-        text = read_file(path);
-    }
-    if (!text) {
-        fprintf(stderr, "cannot read %s (run from the repo root or set MTC_SHARED_DIR)\n", name);
-        return NULL;
-    }
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    return j;
-}
 
 static int64_t jnum(const cJSON *a, int i) { return (int64_t)cJSON_GetArrayItem(a, i)->valuedouble; }
 

@@ -1,0 +1,43 @@
+/* tests/example_json.h - load one of Megatron's example files from
+ * ../shared/reference/examples (tests run from the repo root; CI clones the
+ * repo with shared/ beside it) or $MTC_SHARED_DIR/reference/examples. */
+#ifndef MTC_TESTS_EXAMPLE_JSON_H
+#define MTC_TESTS_EXAMPLE_JSON_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static inline char *example_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
+    if (s) s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Parsed example `name` (e.g. "schedules.json"), NULL with a message when missing. */
+static inline cJSON *load_example(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "../shared/reference/examples/%s", name);
+    char *text = example_read_file(path);
+    const char *dir = getenv("MTC_SHARED_DIR");
+    if (!text && dir) {
+        snprintf(path, sizeof path, "%s/reference/examples/%s", dir, name);
+        text = example_read_file(path);
+    }
+    if (!text) {
+        fprintf(stderr, "cannot read %s (run from the repo root or set MTC_SHARED_DIR)\n", name);
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    return j;
+}
+
+#endif
