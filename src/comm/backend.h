@@ -170,8 +170,11 @@ struct comm_backend {
 /* backend_mpi.c: MPI_Init_thread(MPI_THREAD_MULTIPLE) unless already
  * initialised, then this process's backend over MPI_COMM_WORLD.
  * ranks_per_node 0 = from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
- * finalize frees it and calls MPI_Finalize if init called MPI_Init. */
+ * finish waits, polling, for every rank to call it (a barrier on a private
+ * communicator; aborts the job after 2 * timeout_s + 10 s). finalize frees
+ * the backend and calls MPI_Finalize if init called MPI_Init. */
 mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **out);
+void comm_mpi_backend_finish(comm_backend *be, double timeout_s);
 void comm_mpi_backend_finalize(comm_backend *be);
 #endif
 

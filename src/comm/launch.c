@@ -147,6 +147,7 @@ static mtc_result_t launch_mpi(const mtc_launch_opts *opts, const launch_setting
     if (rc == MTC_OK) rc = fn(world, arg);
     if (rc != MTC_OK && be->world_size > 1) be->ops->abort(be, rc, mtc_error_detail());
     mtc_comm_free(world);
+    comm_mpi_backend_finish(be, s->timeout_s);
     comm_mpi_backend_finalize(be);
     return rc;
 }
