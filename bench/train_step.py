@@ -89,6 +89,7 @@ def main():
     times = sorted(times[2:])
     print("pytorch ms_per_step %.1f loss %.4f (best of %d; median %.1f)"
           % (times[0], loss.item(), len(times), times[len(times) // 2]))
+    print("times " + " ".join("%.1f" % t for t in times))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,16 @@
 # OPENBLAS_L2_SIZE are unset in the command (a forced Haswell core type halves
 # sgemm on this machine). Model FLOPs: Megatron core_v0.14's
 # 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)) (V = padded vocabulary).
-# Timing: the best of STEPS steps after 2 warm-up steps, for both programs
-# (on a shared machine the fastest step is the one least disturbed).
+# Timing: STEPS steps after 2 warm-up steps, in ROUNDS rounds that alternate
+# the two programs (mtc first in odd rounds, PyTorch first in even ones), so
+# a slow phase of a shared machine falls on both; the table gives the best
+# step of each program (the least disturbed) and the ratio of the medians.
 #
-# usage: bench/train_vs_pytorch.sh [path/to/mtc]     (env STEPS, default 5)
+# usage: bench/train_vs_pytorch.sh [path/to/mtc]  (env STEPS, default 5; ROUNDS, default 3)
 set -eu
 MTC=${1:-build/mtc}
 STEPS=${STEPS:-5}
+ROUNDS=${ROUNDS:-3}
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 TCM=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
@@ -55,25 +58,28 @@ flops() { # L C T V B -> model FLOPs per step
         'BEGIN { printf "%.6e", 72*B*s*L*h*h*(1 + s/(12*h) + V/(12*h*L)) }'
 }
 
-mtc_step() { # L C NH T V B threads -> best ms
+mtc_step() { # L C NH T V B threads -> STEPS step times (ms), one per line
     $CLEAN "$MTC" train --mock-data --vocab-size "$5" --make-vocab-size-divisible-by 128 \
         --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --seq-length "$4" \
         --max-position-embeddings "$4" --micro-batch-size "$6" --global-batch-size "$6" \
         --train-iters $((STEPS + 2)) --log-interval 1 --eval-iters 0 --hidden-dropout 0 \
         --attention-dropout 0 --threads "$7" --metrics "$T/m.jsonl" >/dev/null
-    tail -n "$STEPS" "$T/m.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/' | sort -n | head -n 1
+    tail -n "$STEPS" "$T/m.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/'
 }
 
-torch_step() { # L C NH T V Vp B threads -> best ms
+torch_step() { # L C NH T V Vp B threads -> STEPS step times (ms), one per line
     omp=""
     [ "$8" -gt 1 ] && omp="OMP_WAIT_POLICY=PASSIVE"
     $CLEAN ${TCM:+LD_PRELOAD=$TCM} $omp OMP_NUM_THREADS="$8" \
         "$PY" "$HERE/train_step.py" "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$STEPS" |
-        sed 's/pytorch ms_per_step \([0-9.]*\).*/\1/'
+        sed -n 's/^times //p' | tr ' ' '\n'
 }
 
-printf '%-22s %3s %8s %8s %9s %9s %8s %8s %8s %7s\n' model thr "mtc ms" "torch ms" "mtc tok/s" \
-    "torch t/s" "mtc TF/s" "sgemm GF" "%sgemm" "speedup"
+best() { sort -n "$1" | head -n 1; }
+median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+printf '%-22s %3s %8s %8s %9s %9s %8s %8s %8s %7s %7s\n' model thr "mtc ms" "torch ms" "mtc tok/s" \
+    "torch t/s" "mtc TF/s" "sgemm GF" "%sgemm" "speedup" "median"
 for th in 1 2; do
     peak=$($CLEAN "$T/sgemm" "$th")
     # name L C NH T V B
@@ -82,12 +88,26 @@ for th in 1 2; do
         name=$1 L=$2 C=$3 NH=$4 S=$5 V=$6 B=$7
         Vp=$(( (V + 127) / 128 * 128 ))
         fl=$(flops "$L" "$C" "$S" "$Vp" "$B")
-        m=$(mtc_step "$L" "$C" "$NH" "$S" "$V" "$B" "$th")
-        p=$(torch_step "$L" "$C" "$NH" "$S" "$V" "$Vp" "$B" "$th")
-        awk -v n="$name" -v th="$th" -v m="$m" -v p="$p" -v f="$fl" -v tok=$((B * S)) -v pk="$peak" \
+        : >"$T/mtc.txt"
+        : >"$T/torch.txt"
+        r=1
+        while [ "$r" -le "$ROUNDS" ]; do
+            if [ $((r % 2)) -eq 1 ]; then
+                mtc_step "$L" "$C" "$NH" "$S" "$V" "$B" "$th" >>"$T/mtc.txt"
+                torch_step "$L" "$C" "$NH" "$S" "$V" "$Vp" "$B" "$th" >>"$T/torch.txt"
+            else
+                torch_step "$L" "$C" "$NH" "$S" "$V" "$Vp" "$B" "$th" >>"$T/torch.txt"
+                mtc_step "$L" "$C" "$NH" "$S" "$V" "$B" "$th" >>"$T/mtc.txt"
+            fi
+            r=$((r + 1))
+        done
+        m=$(best "$T/mtc.txt") p=$(best "$T/torch.txt")
+        mm=$(median "$T/mtc.txt") pm=$(median "$T/torch.txt")
+        awk -v n="$name" -v th="$th" -v m="$m" -v p="$p" -v mm="$mm" -v pm="$pm" -v f="$fl" \
+            -v tok=$((B * S)) -v pk="$peak" \
             'BEGIN { tf = f / (m * 1e-3) / 1e12;
-                     printf "%-22s %3d %8.1f %8.1f %9.0f %9.0f %8.3f %8.1f %7.1f%% %6.2fx\n",
+                     printf "%-22s %3d %8.1f %8.1f %9.0f %9.0f %8.3f %8.1f %7.1f%% %6.2fx %6.2fx\n",
                             n, th, m, p, tok / (m * 1e-3), tok / (p * 1e-3), tf, pk,
-                            100 * tf * 1e3 / pk, p / m }'
+                            100 * tf * 1e3 / pk, p / m, pm / mm }'
     done
 done

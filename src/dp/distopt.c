@@ -113,7 +113,8 @@ static mtc_result_t distopt_gather_start(mtc_distopt *o) {
     return MTC_OK;
 }
 
-mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, const mtc_distopt_hparams *hp) {
+mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
+                              const mtc_distopt_hparams *hp) {
     mtc_ddp *d = o->ddp;
     if (d->next_launch > 0)
         return mtc_error(MTC_ERR_INVALID_USAGE,
@@ -124,8 +125,8 @@ mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, const mtc_distopt_hparam
     o->step++;
     for (int k = 0; k < o->npieces; k++) {
         const mtc_distopt_piece *pc = &o->pieces[k];
-        nn_adamw_update(d->params + pc->start, d->grads + pc->start, o->m + pc->state,
-                        o->v + pc->state, (size_t)pc->n, lr, hp->beta1, hp->beta2, hp->eps,
+        nn_adamw_update_scaled(d->params + pc->start, d->grads + pc->start, o->m + pc->state,
+                        o->v + pc->state, (size_t)pc->n, grad_scale, lr, hp->beta1, hp->beta2, hp->eps,
                         pc->decay ? hp->weight_decay : 0.0f, (int)o->step);
     }
     MTC_CHECK(distopt_gather_start(o));

@@ -11,7 +11,7 @@
  *   mtc_ddp_finish(d);                          reduced grads in the shard
  *   mtc_ddp_grad_norm(d, tp_rank, mp, &norm);   optional clipping:
  *   mtc_ddp_grad_clip(d, norm, max_norm);
- *   mtc_distopt_step(o, lr, &hp);               AdamW on the shard + all-gather
+ *   mtc_distopt_step(o, lr, 1, &hp);             AdamW on the shard + all-gather
  *   ... next forward: mtc_distopt_param_gather_wait_param(o, p) before
  *       reading param p (no-op without --overlap-param-gather).
  *
@@ -64,12 +64,15 @@ mtc_result_t mtc_distopt_init(mtc_ddp *d, int overlap_param_gather, mtc_distopt 
 void mtc_distopt_free(mtc_distopt *o);
 
 /* One AdamW step (bias correction at step + 1) on the owned shard of the
- * param buffer from the reduced (and clipped) grads, then start the
+ * param buffer from the reduced grads times grad_scale (the clipping
+ * factor from mtc_grad_clip_coeff, 1 for none; the grads are not written),
+ * then start the
  * all-gather of every bucket; without overlap_param_gather also wait for
  * them. Waits first for all-gathers still pending from the previous step.
  * INVALID_USAGE while gradient reductions are in flight (call
  * mtc_ddp_finish first). comm: all-gather(intra) per bucket. */
-mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, const mtc_distopt_hparams *hp);
+mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
+                              const mtc_distopt_hparams *hp);
 
 /* Wait until bucket b's params (or param p's bucket, or all) are gathered.
  * No-op when nothing is pending. */

@@ -42,6 +42,10 @@ typedef struct {
 static inline void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
+    if (beta == 0.0f) { /* faster than OpenBLAS's own zeroing pass, same bits (gemm.c) */
+        for (int r = 0; r < M; r++) memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
                 K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -150,6 +150,12 @@ void nn_softmax_xent_forward_backward(nn_pool *pool, float *losses, float *logit
  * decay decoupled (p -= lr * wd * p); pass wd = 0 for 1-D parameters. */
 void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int t);
+/* The same on grad * grad_scale (rounded to float, exactly as scaling the
+ * gradient in place first would), without writing the gradient: clipping
+ * folded into the update saves a pass over the gradient buffer. */
+void nn_adamw_update_scaled(float *param, const float *grad, float *m, float *v, size_t n,
+                            float grad_scale, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t);
 /* Sum of squares in double, fixed order (deterministic). */
 /* Row primitives (vmath.c, AVX2 when built for it), shared with tp/xent.c so
  * the vocabulary-parallel softmax uses the same exp as the serial one.

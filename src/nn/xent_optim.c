@@ -114,10 +114,10 @@ void nn_softmax_xent_backward(nn_pool *pool, float *probs, const int *targets, f
  * (a ZeRO shard computes the serial run's bits). */
 #if defined(__AVX__) && defined(__FMA__)
 #include <immintrin.h>
-static inline void adamw8(float *param, const float *grad, float *m, float *v, __m256 lr, __m256 b1,
-                          __m256 b2, __m256 eps, __m256 wd, __m256 ib1, __m256 ib2) {
+static inline void adamw8(float *param, const float *grad, float *m, float *v, __m256 gs, __m256 lr,
+                          __m256 b1, __m256 b2, __m256 eps, __m256 wd, __m256 ib1, __m256 ib2) {
     const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 g = _mm256_loadu_ps(grad), p = _mm256_loadu_ps(param);
+    __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad), gs), p = _mm256_loadu_ps(param);
     __m256 mk = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m), _mm256_mul_ps(_mm256_sub_ps(one, b1), g));
     __m256 vk = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v),
                                 _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(one, b2), g), g));
@@ -131,6 +131,12 @@ static inline void adamw8(float *param, const float *grad, float *m, float *v, _
 
 void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int t) {
+    nn_adamw_update_scaled(param, grad, m, v, n, 1.0f, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+void nn_adamw_update_scaled(float *param, const float *grad, float *m, float *v, size_t n,
+                            float grad_scale, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t) {
     MTC_ASSERT(t >= 1); /* steps count from 1: bias correction divides by 1 - beta^t */
     /* bias corrections in double: 1 - beta^t loses digits in float for small t */
     float bc1 = (float)(1.0 - pow((double)beta1, t));
@@ -140,20 +146,21 @@ void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t
     __m256 vlr = _mm256_set1_ps(lr), vb1 = _mm256_set1_ps(beta1), vb2 = _mm256_set1_ps(beta2);
     __m256 veps = _mm256_set1_ps(eps), vwd = _mm256_set1_ps(weight_decay);
     __m256 vib1 = _mm256_set1_ps(ib1), vib2 = _mm256_set1_ps(ib2);
+    __m256 vgs = _mm256_set1_ps(grad_scale);
     size_t k = 0;
     for (; k + 8 <= n; k += 8)
-        adamw8(param + k, grad + k, m + k, v + k, vlr, vb1, vb2, veps, vwd, vib1, vib2);
+        adamw8(param + k, grad + k, m + k, v + k, vgs, vlr, vb1, vb2, veps, vwd, vib1, vib2);
     if (k < n) { /* the tail through the same vector code, on padded copies */
         float P[8] = {0}, G[8] = {0}, M[8] = {0}, V[8] = {0};
         size_t r = n - k;
         memcpy(P, param + k, r * 4), memcpy(G, grad + k, r * 4);
         memcpy(M, m + k, r * 4), memcpy(V, v + k, r * 4);
-        adamw8(P, G, M, V, vlr, vb1, vb2, veps, vwd, vib1, vib2);
+        adamw8(P, G, M, V, vgs, vlr, vb1, vb2, veps, vwd, vib1, vib2);
         memcpy(param + k, P, r * 4), memcpy(m + k, M, r * 4), memcpy(v + k, V, r * 4);
     }
 #else
     for (size_t k = 0; k < n; k++) {
-        float g = grad[k];
+        float g = grad[k] * grad_scale;
         float mk = beta1 * m[k] + (1.0f - beta1) * g;
         float vk = beta2 * v[k] + (1.0f - beta2) * g * g;
         m[k] = mk;

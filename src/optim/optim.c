@@ -1,6 +1,6 @@
 /* optim/optim.c - LR schedule, gradient norm / clipping and the AdamW
  * driver over the flat buffers; see optim.h. Relies on nn_adamw_update,
- * nn_sumsq and nn_scale for the element-wise work. */
+ * nn_sumsq for the element-wise work; clipping is folded into the update. */
 #include "optim/optim.h"
 
 #include <math.h>
@@ -9,13 +9,14 @@
 
 #include "core/mem.h"
 
-/* 16K floats: a chunk's gradient stays in L1/L2 between its scaling and
- * the update. */
+/* 16K floats per pool task: small enough to balance threads, large enough
+ * that the task overhead is negligible. */
 #define OPTIM_CHUNK ((size_t)1 << 14)
 
 struct optim_chunk {
     size_t offset, n;
     int decay; /* weight decay applies */
+    int param; /* registry index */
 };
 
 int mtc_lr_style_parse(const char *s) {
@@ -57,6 +58,7 @@ mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg) {
             c->offset = p->offset + off;
             c->n = p->local_numel - off < OPTIM_CHUNK ? p->local_numel - off : OPTIM_CHUNK;
             c->decay = p->is_2d;
+            c->param = i;
         }
     }
     return MTC_OK;
@@ -80,15 +82,15 @@ typedef struct {
     float *grads;
     float lr, scale;
     const mtc_adamw_config *cfg;
+    int (*skip)(int param, void *ctx);
+    void *ctx;
 } optim_job;
 
 static void adamw_task(int i, void *arg) {
     optim_job *j = arg;
     const optim_chunk *c = &j->opt->chunks[i];
-    float *g = j->grads + c->offset;
-    if (j->scale != 1.0f) nn_scale(g, j->scale, c->n);
-    nn_adamw_update(j->params + c->offset, g, j->opt->m + c->offset, j->opt->v + c->offset, c->n,
-                    j->lr, j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
+    nn_adamw_update_scaled(j->params + c->offset, j->grads + c->offset, j->opt->m + c->offset,
+                    j->opt->v + c->offset, c->n, j->scale, j->lr, j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
                     c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
 }
 
@@ -103,15 +105,21 @@ void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, 
 static void sumsq_task(int i, void *arg) {
     optim_job *j = arg;
     const optim_chunk *c = &j->opt->chunks[i];
-    j->opt->partial[i] = nn_sumsq(j->grads + c->offset, c->n);
+    j->opt->partial[i] = j->skip && j->skip(c->param, j->ctx) ? 0.0
+                                                               : nn_sumsq(j->grads + c->offset, c->n);
 }
 
-double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads) {
-    optim_job j = {.opt = opt, .grads = (float *)grads};
+double mtc_grad_sumsq(mtc_adamw *opt, nn_pool *pool, const float *grads,
+                      int (*skip)(int param, void *ctx), void *ctx) {
+    optim_job j = {.opt = opt, .grads = (float *)grads, .skip = skip, .ctx = ctx};
     nn_pool_run(pool, opt->nchunks, sumsq_task, &j);
     double s = 0;
     for (int i = 0; i < opt->nchunks; i++) s += opt->partial[i];
-    return sqrt(s);
+    return s;
+}
+
+double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads) {
+    return sqrt(mtc_grad_sumsq(opt, pool, grads, NULL, NULL));
 }
 
 float mtc_grad_clip_coeff(double norm, float max_norm) {

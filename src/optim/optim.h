@@ -57,11 +57,18 @@ typedef struct {
 mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg);
 void mtc_adamw_free(mtc_adamw *opt);
 /* One AdamW step at learning rate lr on grads * grad_scale (the clipping
- * factor, 1 for none, applied in place to grads); increments step. */
+ * factor, 1 for none; grads are read, not scaled in place); increments
+ * step. */
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,
                     float grad_scale, const mtc_adamw_config *cfg);
 /* L2 norm of the whole gradient buffer (deterministic). */
 double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads);
+/* Sum of squares of the gradient over the pool, leaving out the params
+ * (registry indices) for which skip(param, ctx) is nonzero (NULL: none).
+ * Summed over fixed 16K-element chunks in buffer order, so the result does
+ * not depend on the pool size. */
+double mtc_grad_sumsq(mtc_adamw *opt, nn_pool *pool, const float *grads,
+                      int (*skip)(int param, void *ctx), void *ctx);
 /* Megatron's clipping factor: max_norm / (norm + 1e-6) when that is < 1,
  * else 1; max_norm <= 0 disables clipping. */
 float mtc_grad_clip_coeff(double norm, float max_norm);

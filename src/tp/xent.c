@@ -120,33 +120,56 @@ typedef struct {
     int mode, v0, N, V_tp, nvalid, tiles;
 } finish_job;
 
+/* The finishing sweep over row n. */
+static void finish_row(const finish_job *j, int n) {
+    float *x = j->x + (size_t)n * j->V_tp;
+    int t = j->targets[n] - j->v0, own = t >= 0 && t < j->nvalid;
+    float s = j->token_scale ? j->scale * j->token_scale[n] : j->scale;
+    if (j->mode & FWD) {
+        j->losses[n] = logf(j->sum[n]) - j->pred[n];
+        float inv = 1.0f / j->sum[n];
+        if (j->mode & BWD) {
+            float pt = own ? x[t] * inv : 0.0f; /* the roundings of the two passes */
+            for (int v = 0; v < j->nvalid; v++)
+                x[v] = (x[v] * inv) * s;
+            if (own) x[t] = (pt - 1.0f) * s;
+        } else {
+            for (int v = 0; v < j->nvalid; v++)
+                x[v] *= inv;
+        }
+    } else {
+        if (own) x[t] -= 1.0f;
+        for (int v = 0; v < j->nvalid; v++)
+            x[v] *= s;
+    }
+    for (int v = j->nvalid; v < j->V_tp; v++)
+        x[v] = 0.0f;
+}
+
 static void finish_tile(int i, void *vp) {
     const finish_job *j = vp;
     int lo = (int)((long long)j->N * i / j->tiles),
         hi = (int)((long long)j->N * (i + 1) / j->tiles);
+    for (int n = lo; n < hi; n++) finish_row(j, n);
+}
+
+/* Without tensor parallelism nothing is exchanged between the sweeps, so
+ * each row goes through all of them while it sits in L2 (a 50K-column row
+ * is 200 KB): one trip to memory instead of three. The same operations in
+ * the same order as xent_reduce + finish_tile, so the same bits. Needs
+ * FWD; j->pred, j->sum point at writable scratch ([max | pred | sum]). */
+static void fused_tile(int i, void *vp) {
+    const finish_job *j = vp;
+    int lo = (int)((long long)j->N * i / j->tiles),
+        hi = (int)((long long)j->N * (i + 1) / j->tiles);
+    float *mx = (float *)j->pred - j->N, *pred = (float *)j->pred, *sum = (float *)j->sum;
     for (int n = lo; n < hi; n++) {
         float *x = j->x + (size_t)n * j->V_tp;
-        int t = j->targets[n] - j->v0, own = t >= 0 && t < j->nvalid;
-        float s = j->token_scale ? j->scale * j->token_scale[n] : j->scale;
-        if (j->mode & FWD) {
-            j->losses[n] = logf(j->sum[n]) - j->pred[n];
-            float inv = 1.0f / j->sum[n];
-            if (j->mode & BWD) {
-                float pt = own ? x[t] * inv : 0.0f; /* the roundings of the two passes */
-                for (int v = 0; v < j->nvalid; v++)
-                    x[v] = (x[v] * inv) * s;
-                if (own) x[t] = (pt - 1.0f) * s;
-            } else {
-                for (int v = 0; v < j->nvalid; v++)
-                    x[v] *= inv;
-            }
-        } else {
-            if (own) x[t] -= 1.0f;
-            for (int v = 0; v < j->nvalid; v++)
-                x[v] *= s;
-        }
-        for (int v = j->nvalid; v < j->V_tp; v++)
-            x[v] = 0.0f;
+        mx[n] = nn_vmax(x, j->nvalid);
+        int t = j->targets[n] - j->v0;
+        pred[n] = (t >= 0 && t < j->nvalid) ? x[t] - mx[n] : 0.0f;
+        sum[n] = nn_vexp_sum(x, x, j->nvalid, mx[n]);
+        finish_row(j, n);
     }
 }
 
@@ -178,12 +201,17 @@ static mtc_result_t xent_run(const tp_ctx *tp, int mode, float *losses, float *l
     int p = tp_size(tp->comm);
     MTC_CHECK(xent_check(p, targets, N, V, Vp));
     if (N <= 0) return MTC_OK;
-    if (mode & FWD) MTC_CHECK(xent_reduce(tp, logits, targets, scratch, N, V, Vp));
     int V_tp = Vp / p, v0 = tp_rank(tp->comm) * V_tp;
     finish_job j = {logits, losses, NULL, NULL, token_scale, targets,
                     scale,  mode,   v0,   N,    V_tp,        valid_cols(v0, V_tp, V),
                     0};
     if (mode & FWD) j.pred = scratch + N, j.sum = scratch + 2 * (size_t)N;
+    if ((mode & FWD) && p == 1) {
+        j.tiles = tiles_for(N, V_tp);
+        nn_pool_run(tp->pool, j.tiles, fused_tile, &j);
+        return MTC_OK;
+    }
+    if (mode & FWD) MTC_CHECK(xent_reduce(tp, logits, targets, scratch, N, V, Vp));
     finish_run(tp, &j);
     return MTC_OK;
 }

@@ -161,11 +161,10 @@ mtc_result_t train_distopt_step(train_rank *x, double *norm, int *skipped) {
     float lr = (float)mtc_lr_at(&c->lr, x->opt.step);
     mtc_distopt_hparams hp = {c->adam.beta1, c->adam.beta2, c->adam.eps, c->adam.weight_decay};
     uint64_t t0 = mtc_time_ns();
-    for (int k = 0; k < x->vpp; k++) {
-        mtc_ddp_grad_clip(x->ddps[k], *norm, c->clip_grad);
+    float clip = mtc_grad_clip_coeff(*norm, c->clip_grad);
+    for (int k = 0; k < x->vpp; k++)
         /* comm: all-gather(intra) per bucket (waited for here without overlap) */
-        MTC_CHECK(mtc_distopt_step(x->dopts[k], lr, &hp));
-    }
+        MTC_CHECK(mtc_distopt_step(x->dopts[k], lr, clip, &hp));
     x->comm_ns += mtc_time_ns() - t0;
     x->opt.step++; /* the LR schedule and the log read it */
     return MTC_OK;

@@ -438,18 +438,26 @@ void train_teardown(train_rank *x) {
     mtc_grid_free(x->grid);
 }
 
+typedef struct {
+    const mtc_gpt *m;
+    int tp_rank;
+} norm_skip_ctx;
+
+/* Counted elsewhere: TP duplicates off TP rank 0, the last stage's wte copy. */
+static int norm_skip(int i, void *arg) {
+    const norm_skip_ctx *c = arg;
+    return (c->m->reg.params[i].tp_duplicate && c->tp_rank != 0) ||
+           (i == c->m->pidx_wte && !c->m->has_embedding);
+}
+
 /* Global gradient norm: each element once (TP duplicates on TP rank 0
  * only, the tied wte on the first stage only), summed over TP x PP. */
 static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
     double s = 0;
     for (int k = 0; k < x->vpp; k++) {
-        const mtc_gpt *m = x->chunks[k];
-        for (int i = 0; i < m->reg.count; i++) {
-            const mtc_param *p = &m->reg.params[i];
-            if (p->tp_duplicate && x->tp_rank != 0) continue;
-            if (i == m->pidx_wte && !m->has_embedding) continue;
-            s += nn_sumsq(m->grads + p->offset, p->local_numel);
-        }
+        norm_skip_ctx sc = {x->chunks[k], x->tp_rank};
+        s += mtc_grad_sumsq(k ? &x->copts[k] : &x->opt, x->pool, x->chunks[k]->grads, norm_skip,
+                            &sc);
     }
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(MODEL_PARALLEL_GROUP) */
