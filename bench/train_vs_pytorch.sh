@@ -13,7 +13,8 @@
 # a slow phase of a shared machine falls on both; the table gives the best
 # step of each program (the least disturbed) and the ratio of the medians.
 #
-# usage: bench/train_vs_pytorch.sh [path/to/mtc]  (env STEPS, default 5; ROUNDS, default 3)
+# usage: bench/train_vs_pytorch.sh [path/to/mtc]
+#   env: STEPS (default 5), ROUNDS (default 3), THREADS (default "1 2")
 set -eu
 MTC=${1:-build/mtc}
 STEPS=${STEPS:-5}
@@ -80,7 +81,7 @@ median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 
 
 printf '%-22s %3s %8s %8s %9s %9s %8s %8s %8s %7s %7s\n' model thr "mtc ms" "torch ms" "mtc tok/s" \
     "torch t/s" "mtc TF/s" "sgemm GF" "%sgemm" "speedup" "median"
-for th in 1 2; do
+for th in ${THREADS:-1 2}; do
     peak=$($CLEAN "$T/sgemm" "$th")
     # name L C NH T V B
     for cfg in "small-gpt 6 384 6 256 50304 4" "gpt2-124M 12 768 12 64 50257 4"; do

@@ -162,6 +162,8 @@ void nn_adamw_update_scaled(float *param, const float *grad, float *m, float *v,
  * nn_vmax: max of x[0..n). nn_vexp_sum: y = exp(x - shift), returns the sum
  * of y in a fixed order (independent of threads); y may alias x. */
 float nn_vmax(const float *x, int n);
+/* x = (x * a) * b, rounded after each product (b = 1: x * a exactly). */
+void nn_vmul2(float *x, int n, float a, float b);
 float nn_vexp_sum(float *y, const float *x, int n, float shift);
 double nn_sumsq(const float *x, size_t n);
 void nn_scale(float *x, float s, size_t n);

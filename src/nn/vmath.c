@@ -57,10 +57,17 @@ float nn_vmax(const float *x, int n) {
     float m = -INFINITY;
     int k = 0;
 #ifdef NN_AVX2
-    if (n >= 8) {
-        __m256 v = _mm256_loadu_ps(x);
-        for (k = 8; k + 8 <= n; k += 8)
+    if (n >= 8) { /* four chains hide max's latency; max is exact in any order */
+        __m256 v = _mm256_loadu_ps(x), v1 = v, v2 = v, v3 = v;
+        for (k = 8; k + 32 <= n; k += 32) {
             v = _mm256_max_ps(v, _mm256_loadu_ps(x + k));
+            v1 = _mm256_max_ps(v1, _mm256_loadu_ps(x + k + 8));
+            v2 = _mm256_max_ps(v2, _mm256_loadu_ps(x + k + 16));
+            v3 = _mm256_max_ps(v3, _mm256_loadu_ps(x + k + 24));
+        }
+        for (; k + 8 <= n; k += 8)
+            v = _mm256_max_ps(v, _mm256_loadu_ps(x + k));
+        v = _mm256_max_ps(_mm256_max_ps(v, v1), _mm256_max_ps(v2, v3));
         __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         a = _mm_max_ps(a, _mm_movehl_ps(a, a));
         a = _mm_max_ss(a, _mm_movehdup_ps(a));
@@ -70,6 +77,17 @@ float nn_vmax(const float *x, int n) {
     for (; k < n; k++)
         m = x[k] > m ? x[k] : m;
     return m;
+}
+
+void nn_vmul2(float *x, int n, float a, float b) {
+    int k = 0;
+#ifdef NN_AVX2
+    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(x + k, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + k), va), vb));
+#endif
+    for (; k < n; k++)
+        x[k] = (x[k] * a) * b;
 }
 
 float nn_vexp_sum(float *y, const float *x, int n, float shift) {

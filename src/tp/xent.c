@@ -129,18 +129,17 @@ static void finish_row(const finish_job *j, int n) {
         j->losses[n] = logf(j->sum[n]) - j->pred[n];
         float inv = 1.0f / j->sum[n];
         if (j->mode & BWD) {
-            float pt = own ? x[t] * inv : 0.0f; /* the roundings of the two passes */
-            for (int v = 0; v < j->nvalid; v++)
-                x[v] = (x[v] * inv) * s;
+            /* the roundings of the two passes: volatile keeps the compiler
+             * from fusing x[t] * inv - 1 into one FMA (gnu11 contracts) */
+            volatile float pt = own ? x[t] * inv : 0.0f;
+            nn_vmul2(x, j->nvalid, inv, s);
             if (own) x[t] = (pt - 1.0f) * s;
         } else {
-            for (int v = 0; v < j->nvalid; v++)
-                x[v] *= inv;
+            nn_vmul2(x, j->nvalid, inv, 1.0f);
         }
     } else {
         if (own) x[t] -= 1.0f;
-        for (int v = 0; v < j->nvalid; v++)
-            x[v] *= s;
+        nn_vmul2(x, j->nvalid, s, 1.0f);
     }
     for (int v = j->nvalid; v < j->V_tp; v++)
         x[v] = 0.0f;
