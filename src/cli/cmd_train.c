@@ -83,7 +83,7 @@ int cli_cmd_train(int argc, char **argv) {
         {"overlap-param-gather", NULL, MTC_ARG_FLAG, &overlap_pg, NULL, "leave the param all-gathers running until the next pass needs the params (distributed optimizer)", 0},
         {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N", "optimizer instances: shards over dp/N ranks, shard all-reduced over N (default 1)", 0},
         {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL, "pad buckets to lcm(dp, 128, 65536) (distributed optimizer)", 0},
-        {"print-layout", NULL, MTC_ARG_FLAG, &print_layout, NULL, "print the gradient buffer layout (as `mtc layout`) before training", 0},
+        {"print-layout", NULL, MTC_ARG_FLAG, &print_layout, NULL, "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with --vpp) before training", 0},
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)", 0},
         {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration", 0},
         {"save", NULL, MTC_ARG_STRING, &save, "FILE", "write the trained weights here", 0},

@@ -170,29 +170,33 @@ mtc_result_t train_distopt_step(train_rank *x, double *norm, int *skipped) {
     return MTC_OK;
 }
 
+/* One DDP per model chunk, as Megatron builds them: each chunk's layout. */
 void train_print_layout(const train_rank *x, FILE *out) {
-    const mtc_ddp *d = x->ddp;
-    const dp_layout *l = &d->layout;
-    const mtc_registry *r = &x->model->reg;
-    int *shared = NULL;
-    if (train_shared_embedding(x, x->model, &shared) != MTC_OK) return;
-    dp_layout_config cfg = {.dp = l->dp, .bucket_size = d->cfg.bucket_size,
-                            .pad_high_busbw = d->cfg.pad_high_busbw,
-                            .use_distopt = d->cfg.use_distopt, .shared_embedding = shared};
-    fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d%s), "
-                 "as `mtc layout",
-            x->pp_rank, x->tp_rank, x->vpp > 1 ? ", model chunk 0" : "");
-    fprintf(out, " --param-numels ");
-    for (int i = 0; i < r->count; i++)
-        fprintf(out, "%s%zu", i ? "," : "", r->params[i].local_numel);
-    fprintf(out, " --data-parallel-size %d", l->dp);
-    if (cfg.bucket_size > 0) fprintf(out, " --ddp-bucket-size %lld", (long long)cfg.bucket_size);
-    if (cfg.pad_high_busbw) fprintf(out, " --pad-buckets-for-high-nccl-busbw");
-    for (int i = 0; i < r->count; i++)
-        if (shared[i]) fprintf(out, " --shared-embedding-params %d", i);
-    if (!cfg.use_distopt) fprintf(out, " --no-distributed-optimizer");
-    fprintf(out, "` prints it:\n");
-    dp_layout_print(out, l, &cfg, shared);
-    fprintf(out, "> end of layout\n");
-    free(shared);
+    for (int k = 0; k < x->vpp; k++) {
+        const mtc_ddp *d = x->ddps[k];
+        const dp_layout *l = &d->layout;
+        const mtc_registry *r = &x->chunks[k]->reg;
+        int *shared = NULL;
+        if (train_shared_embedding(x, x->chunks[k], &shared) != MTC_OK) return;
+        dp_layout_config cfg = {.dp = l->dp, .bucket_size = d->cfg.bucket_size,
+                                .pad_high_busbw = d->cfg.pad_high_busbw,
+                                .use_distopt = d->cfg.use_distopt, .shared_embedding = shared};
+        fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d",
+                x->pp_rank, x->tp_rank);
+        if (x->vpp > 1) fprintf(out, ", model chunk %d of %d", k, x->vpp);
+        fprintf(out, "), as `mtc layout --param-numels ");
+        for (int i = 0; i < r->count; i++)
+            fprintf(out, "%s%zu", i ? "," : "", r->params[i].local_numel);
+        fprintf(out, " --data-parallel-size %d", l->dp);
+        if (cfg.bucket_size > 0)
+            fprintf(out, " --ddp-bucket-size %lld", (long long)cfg.bucket_size);
+        if (cfg.pad_high_busbw) fprintf(out, " --pad-buckets-for-high-nccl-busbw");
+        for (int i = 0; i < r->count; i++)
+            if (shared[i]) fprintf(out, " --shared-embedding-params %d", i);
+        if (!cfg.use_distopt) fprintf(out, " --no-distributed-optimizer");
+        fprintf(out, "` prints it:\n");
+        dp_layout_print(out, l, &cfg, shared);
+        fprintf(out, "> end of layout\n");
+        free(shared);
+    }
 }

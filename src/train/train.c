@@ -131,10 +131,14 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 x->ddp->instances, x->ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
                 c->pad_high_busbw ? "on" : "off");
     fprintf(out, "> data: %s\n", data_source_describe(x->src));
-    size_t nparams = 0; /* reg.total counts the distributed optimizer's padding too */
-    for (int i = 0; i < model->reg.count; i++) nparams += model->reg.params[i].local_numel;
-    fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, 0): %zu\n",
-            x->tp_rank, nparams);
+    /* every model chunk of this rank, as Megatron's get_model sums them
+     * (reg.total would count the distributed optimizer's padding too) */
+    size_t nparams = 0;
+    for (int k = 0; k < x->vpp; k++)
+        for (int i = 0; i < x->chunks[k]->reg.count; i++)
+            nparams += x->chunks[k]->reg.params[i].local_numel;
+    fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
+            x->tp_rank, x->pp_rank, nparams);
     fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
             c->model.num_layers, c->model.hidden_size, c->model.num_heads,
             c->model.ffn_hidden_size, T, c->model.vocab_size, c->model.padded_vocab_size);

@@ -63,7 +63,7 @@ typedef struct {
                                       next step's forward needs the params */
     int num_distopt_instances;     /* --num-distributed-optimizer-instances (0 = 1) */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
-    int print_layout;              /* --print-layout: the last rank's buffer layout first */
+    int print_layout;              /* --print-layout: the last rank's buffer layouts first (per chunk) */
     /* ---- results for tests (written by the last rank; NULL = none) ---- */
     double *losses_out;       /* (train_iters) per-iteration lm loss */
     double *grad_norms_out;   /* (train_iters) */

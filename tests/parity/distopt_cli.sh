@@ -81,6 +81,29 @@ sys.exit(bad)
 PY
 else echo "notice: python3 not found: --print-layout comparison skipped"; fi
 
+# with interleaving, one layout per model chunk (one DDP per chunk, as
+# Megatron): the last rank of pp=2 x vpp=2 on 4 layers holds layers 1 and 3,
+# ln_f and the wte copy; each block is what `mtc layout` prints for its line
+"$MTC" train $TINY --num-layers 4 --world-size 4 --pp 2 --vpp 2 --use-distributed-optimizer \
+    --print-layout >"$D/v.log" 2>&1 || { bad "pp=2 vpp=2 distopt run"; cat "$D/v.log"; }
+if command -v python3 >/dev/null; then
+    python3 - "$MTC" "$D/v.log" <<'PY' && ok "--print-layout with vpp 2: one layout per chunk, each = mtc layout" || bad "--print-layout with vpp"
+import re, shlex, subprocess, sys
+mtc, log = sys.argv[1:3]
+text = open(log).read()
+blocks = re.findall(r"model chunk (\d+) of 2\), as `mtc layout (.*?)` prints it:\n(.*?)> end of layout", text, re.S)
+if [b[0] for b in blocks] != ["0", "1"]: print("chunks", [b[0] for b in blocks]); sys.exit(1)
+total = 0
+for _, line, body in blocks:
+    args = shlex.split(line)
+    total += sum(int(v) for v in args[args.index("--param-numels") + 1].split(","))
+    want = subprocess.run([mtc, "layout"] + args, capture_output=True, text=True, check=True).stdout
+    if want.strip() != body.strip(): print("block differs from mtc layout", line); sys.exit(1)
+C = 32
+if total != 2 * (12 * C * C + 13 * C) + 2 * C + 64 * C: print("numels", total); sys.exit(1)
+PY
+fi
+
 # refused up front
 for f in "--overlap-param-gather" "--num-distributed-optimizer-instances 2" "--use-distributed-optimizer --num-distributed-optimizer-instances 3"; do
     "$MTC" train $TINY --world-size 4 $f >"$D/r.log" 2>&1

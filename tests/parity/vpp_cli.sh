@@ -33,6 +33,15 @@ if cmp -s "$D/c.jsonl" "$D/d.jsonl" || [ "$(sed 's/"elapsed[^,]*,//; s/"tokens_p
     ok "layers-per-virtual-stage 1 and virtual-stages-per-rank 2 agree"
 else bad "the two vpp spellings differ"; fi
 
+# the banner counts every model chunk of the printing (last) rank: with
+# equal layers, pp=2 x vpp=2 holds as many parameters there as pp=2 alone
+"$MTC" train $L4 --world-size 2 --pp 2 --train-iters 1 >"$D/e.log" 2>&1 || { bad "pp=2 run"; cat "$D/e.log"; }
+pe=$(grep -o 'model parallel rank ([0-9]*, [0-9]*): [0-9]*' "$D/e.log")
+pc=$(grep -o 'model parallel rank ([0-9]*, [0-9]*): [0-9]*' "$D/c.log")
+if [ -n "$pe" ] && [ "$pe" = "$pc" ] && [ "${pe#*(0, 1)}" != "$pe" ]; then
+    ok "banner parameters of pp=2 vpp=2 = pp=2 ($pe)"
+else bad "banner parameter count: pp=2 '$pe', pp=2 vpp=2 '$pc'"; fi
+
 # the saved pp=2 x vpp=2 model (every chunk gathered) continues like the
 # save of the same tp=2 + SP run without the pipeline (the serial run's own
 # save differs by AdamW-amplified rounding in near-zero-gradient elements,
