@@ -8,8 +8,9 @@
  *             loss = log Σ − pred ;  x := x / Σ  (this rank's probabilities)
  *   backward  dx = s_n (p − onehot(t)), the one-hot on the owning rank only;
  *             no communication. forward_backward fuses the last sweeps.
- * Padding columns (global >= V) are left out of the softmax, as nn/ (and
- * llm.c) do; Megatron keeps the padded rows' logits in its softmax.
+ * Columns from V up to the padded width are left out of the softmax (the
+ * kernels' contract, as nn/ and llm.c); the GPT model passes V = the padded
+ * vocabulary, so its softmax runs over every padded column, as Megatron's.
  * The local pieces (row max, target logit, exp-sum) are the exported
  * tp_xent_* kernels; rows are split over the pool by size only, each row
  * computed by one thread in a fixed order, so results do not depend on the

@@ -2,10 +2,10 @@
 """tests/reference/gpt2_reference.py - writes the GPT-2 fixture that
 tests/model/test_gpt_fixture.c compares mtc's model with.
 
-A tiny GPT-2 (pre-LN, tied embedding, vocabulary padded with rows the loss
-ignores, tanh GELU, LayerNorm eps 1e-5, no dropout) written with plain torch
-operations in float64, with every parameter random (LayerNorm weights and
-biases too, so each gradient is exercised). The fixture holds the config,
+A tiny GPT-2 (pre-LN, tied embedding, vocabulary padded with rows that the
+softmax covers as Megatron's does, tanh GELU, LayerNorm eps 1e-5, no dropout)
+written with plain torch operations in float64, with every parameter random
+(LayerNorm weights and biases too, so each gradient is exercised). The fixture holds the config,
 the weights under mtc's registry names (linear weights as nn.Linear: (out,
 in)), the tokens and targets, the logits, the mean loss and the gradient of
 every parameter.
@@ -75,8 +75,8 @@ def main():
         m = F.gelu(F.linear(m, P[h + "mlp.c_fc.weight"], P[h + "mlp.c_fc.bias"]), approximate="tanh")
         x = x + F.linear(m, P[h + "mlp.c_proj.weight"], P[h + "mlp.c_proj.bias"])
     x = F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
-    logits = x @ P["wte.weight"].t()  # (B, T, VP); padded columns ignored by the loss
-    loss = F.cross_entropy(logits[:, :, :V].reshape(-1, V), targets.reshape(-1))
+    logits = x @ P["wte.weight"].t()  # (B, T, VP); the softmax covers the padding, as Megatron's
+    loss = F.cross_entropy(logits.reshape(-1, VP), targets.reshape(-1))
     loss.backward()
 
     recs = [("config", torch.tensor([L, C, NH, FF, T, MAXPOS, V, VP, B], dtype=torch.float64)),
