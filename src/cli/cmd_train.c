@@ -31,7 +31,7 @@ int cli_cmd_train(int argc, char **argv) {
     double hdrop = 0.1, adrop = 0.1;
     int64_t seed = 1234;
     int eval_interval = 1000, eval_iters = 100, log_interval = 100, world = 1, divisible = 128;
-    int threads = 0, mock = 0, tp = 1, pp = 1, sp = 0, overlap = 0;
+    int threads = 0, mock = 0, tp = 1, pp = 1, sp = 0, overlap = 0, cp = 1, ep = 1, etp = 0;
     int vpp = 0, lpvs = 0, vstages = 0, mb_group = 0;
     int distopt = 0, overlap_pg = 0, nd = 1, pad_high = 0, print_layout = 0;
     int64_t bucket = 0;
@@ -76,6 +76,9 @@ int cli_cmd_train(int argc, char **argv) {
         {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V", "interleaved 1F1B with V model chunks per pipeline rank", 0},
         {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V", "the same as --num-virtual-stages-per-pipeline-rank", 0},
         {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N", "contiguous microbatches per virtual stage (default pp)", 0},
+        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N", "accepted as 1 only: training with context parallelism is not implemented yet (`mtc ranks` shows its groups)", 0},
+        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N", "accepted as 1 only: mtc trains dense models (no MoE yet; `mtc ranks` shows the expert groups)", 0},
+        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N", "accepted as 1 or the TP size only (no MoE yet)", 0},
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL, "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL, "launch each gradient bucket's all-reduce during the last backward", 0},
         {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "elements per gradient bucket (default 0: one bucket)", 0},
@@ -96,6 +99,12 @@ int cli_cmd_train(int argc, char **argv) {
     if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
+    if (cp != 1)
+        return cli_usage_error("train", "context-parallel-size=%d: mtc train does not implement context parallelism yet (use --cp 1; `mtc ranks --cp %d` shows its process groups)", cp, cp);
+    if (ep != 1)
+        return cli_usage_error("train", "expert-model-parallel-size=%d: mtc train has no mixture-of-experts model yet (use --ep 1; `mtc ranks --ep %d` shows the expert groups)", ep, ep);
+    if (etp != 0 && etp != 1 && etp != tp)
+        return cli_usage_error("train", "expert-tensor-parallel-size=%d: without experts it must be 1 or the tensor-parallel size %d", etp, tp);
     if (vpp && (lpvs || vstages))
         return cli_usage_error("train", "give the virtual pipeline size once: --vpp or --num-virtual-stages-per-pipeline-rank or --num-layers-per-virtual-pipeline-stage");
     if (mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size") && vpp < 1)

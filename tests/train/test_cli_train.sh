@@ -36,11 +36,14 @@ expect_usage "batch" "global-batch-size=6 is not divisible" train $TINY --global
 expect_usage "batch vs dp" "data-parallel size 2 (use a multiple of 8)" train $TINY --world-size 2 --global-batch-size 4
 expect_usage "decay style" "lr-decay-style=exp" train $TINY --lr-decay-style exp
 expect_usage "no data" "no data" train --num-layers 2
+expect_usage "cp not yet" "does not implement context parallelism yet (use --cp 1" train $TINY --world-size 2 --cp 2
+expect_usage "ep not yet" "no mixture-of-experts model yet (use --ep 1" train $TINY --world-size 2 --expert-model-parallel-size 2
+expect_usage "etp without experts" "expert-tensor-parallel-size=2: without experts" train $TINY --etp 2
 expect_usage "missing data" "nonexistent" train --data-path "$D/nonexistent" --num-layers 2
 expect_usage "generate without model" "--load" generate --prompt hi
 
 # the loss falls on the learnable mock task
-"$MTC" train $TINY --global-batch-size 8 --train-iters 120 --lr 3e-3 --log-interval 20 \
+"$MTC" train $TINY --global-batch-size 8 --train-iters 120 --lr 3e-3 --log-interval 20 --cp 1 --ep 1 --etp 1 \
     --eval-interval 120 --eval-iters 4 --hidden-dropout 0 --attention-dropout 0 \
     --metrics "$D/m.jsonl" --save "$D/model.bin" >"$D/log" 2>&1 || { bad "train failed"; cat "$D/log"; }
 grep -q "iteration      120/     120 | consumed samples:          960 |" "$D/log" && ok "log line" || { bad "log line"; cat "$D/log"; }
