@@ -81,7 +81,7 @@ int cli_cmd_train(int argc, char **argv) {
         {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N", "accepted as 1 or the TP size only (no MoE yet)", 0},
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL, "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL, "launch each gradient bucket's all-reduce during the last backward", 0},
-        {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "elements per gradient bucket (default 0: one bucket)", 0},
+        {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "with --overlap-grad-reduce, elements per gradient bucket (default max(4e7, 1e6 x dp)); as Megatron, one bucket without overlap and on pipeline stages > 0", 0},
         {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL, "shard AdamW state over data-parallel ranks: reduce-scatter gradients per bucket, update the owned shard, all-gather params", 0},
         {"overlap-param-gather", NULL, MTC_ARG_FLAG, &overlap_pg, NULL, "leave the param all-gathers running until the next pass needs the params (distributed optimizer)", 0},
         {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N", "optimizer instances: shards over dp/N ranks, shard all-reduced over N (default 1)", 0},

@@ -122,10 +122,13 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     char desc[512];
     mtc_grid_describe(desc, sizeof desc, mtc_grid_spec_get(x->grid));
     fprintf(out, "%s\n", desc);
-    fprintf(out, "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad reduce: %s; ddp bucket size: %lld\n",
+    char bucket[64] = "one bucket";
+    if (x->ddp->cfg.bucket_size > 0)
+        snprintf(bucket, sizeof bucket, "%lld", (long long)x->ddp->cfg.bucket_size);
+    fprintf(out, "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad reduce: %s; ddp bucket size: %s\n",
             mtc_comm_backend_name(mtc_grid_comm(x->grid, MTC_GROUP_TP, 0)), world,
             nn_pool_size(x->pool), model->tp.sequence_parallel ? "on" : "off",
-            c->overlap_grad_reduce ? "on" : "off", (long long)c->ddp_bucket_size);
+            c->overlap_grad_reduce ? "on" : "off", bucket);
     if (c->use_distributed_optimizer)
         fprintf(out, "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap param gather: %s; pad buckets for high busbw: %s\n",
                 x->ddp->instances, x->ddp->layout.dp, c->overlap_param_gather ? "on" : "off",

@@ -378,10 +378,14 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
         MTC_CHECK(train_distopt_setup(x));
     } else {
         mtc_ddp_config dc = {.overlap_grad_reduce = c->overlap_grad_reduce,
-                             .bucket_size = c->ddp_bucket_size, .scale = MTC_DDP_GRAD_SUM};
+                             .scale = MTC_DDP_GRAD_SUM};
         mtc_ddp_comms comms = {.dp = x->dp};
         for (int k = 0; k < V; k++) {
             mtc_gpt *m = x->chunks[k];
+            /* Megatron's rule: buckets only with overlap, on the first
+             * stage's first chunk (one bucket elsewhere) */
+            dc.bucket_size = dp_layout_bucket_size(c->ddp_bucket_size, x->dp_size,
+                                                   c->overlap_grad_reduce, x->pp_rank, k);
             MTC_CHECK(mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &x->ddps[k]));
             MTC_CHECK(mtc_adamw_init(k ? &x->copts[k] : &x->opt, &m->reg));
         }

@@ -16,6 +16,12 @@ trap 'rm -rf "$D"' EXIT
 "$MTC" train $TINY --world-size 4 --tp 2 --sequence-parallel --overlap-grad-reduce \
     --ddp-bucket-size 700 --metrics "$D/l.jsonl" --save "$D/m.bin" >"$D/l.log" 2>&1 || { bad "tp2 dp2 run"; cat "$D/l.log"; }
 same_losses "shm tp=2 dp=2 sp overlap bucket=700" "$D/s.jsonl" "$D/l.jsonl"
+# Megatron's bucket rule: the size applies only with overlap
+grep -q "overlap grad reduce: on; ddp bucket size: 700$" "$D/l.log" && ok "banner: bucket size 700 with overlap" || { bad "banner bucket"; head -3 "$D/l.log"; }
+"$MTC" train $TINY --world-size 2 --ddp-bucket-size 700 --train-iters 1 --print-layout >"$D/nb.log" 2>&1 || { bad "dp=2 no-overlap run"; cat "$D/nb.log"; }
+if grep -q "overlap grad reduce: off; ddp bucket size: one bucket$" "$D/nb.log" && grep -q "^buffer: .*, 1 bucket," "$D/nb.log"; then
+    ok "--ddp-bucket-size without overlap: one bucket, as Megatron"
+else bad "bucket size without overlap"; grep -E "bucket" "$D/nb.log" | head -5; fi
 grep -q "^using world size: 4, data-parallel size: 2, context-parallel size: 1, hierarchical context-parallel sizes: None, tensor-model-parallel size: 2, pipeline-model-parallel size: 1$" "$D/l.log" \
     && ok "banner layout" || { bad "banner layout"; cat "$D/l.log"; }
 grep -q "^> memory per rank (MB): parameters [0-9.]*, gradients [0-9.]*, optimizer state [0-9.]*, activations [0-9.]*$" "$D/l.log" \
