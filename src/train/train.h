@@ -54,7 +54,7 @@ typedef struct {
     int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
     int sequence_parallel;    /* --sequence-parallel (ignored with a warning when tp = 1) */
     int overlap_grad_reduce;  /* --overlap-grad-reduce */
-    int64_t ddp_bucket_size;  /* --ddp-bucket-size in elements (0 = one bucket) */
+    int64_t ddp_bucket_size;  /* --ddp-bucket-size in elements (0 = Megatron's default; used only with overlap) */
     int backend;              /* mtc_backend_kind_t (0 = auto) */
     /* ---- distributed optimizer (issue 7; train/optimizer_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
