@@ -35,8 +35,13 @@ static atomic_int t_passed_, t_failed_;
     T_CHECKF(fabs((double)(a) - (double)(b)) <= (atol) + (rtol) * fabs((double)(b)),     \
              "%.9g vs %.9g", (double)(a), (double)(b))
 
-#define T_DONE()                                                                         \
-    (printf("%d passed, %d failed\n", atomic_load(&t_passed_), atomic_load(&t_failed_)), \
-     atomic_load(&t_failed_) ? 1 : 0)
+/* The exit status must be returned (`return T_DONE();`): a bare `T_DONE();`
+ * would let main return 0 whatever failed, so it does not compile cleanly
+ * (warn_unused_result; an error under CI's -Werror). */
+__attribute__((warn_unused_result, unused)) static int t_done_(void) {
+    printf("%d passed, %d failed\n", atomic_load(&t_passed_), atomic_load(&t_failed_));
+    return atomic_load(&t_failed_) ? 1 : 0;
+}
+#define T_DONE() t_done_()
 
 #endif

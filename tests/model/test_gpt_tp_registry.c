@@ -111,5 +111,5 @@ int main(void) {
     T_CHECK(last->reg.global_total == serial->reg.total);
     mtc_gpt_free(last);
     mtc_gpt_free(serial);
-    T_DONE();
+    return T_DONE();
 }

@@ -17,67 +17,12 @@
  * microbatches per rank); the same layout twice is bitwise identical; a
  * layout whose heads do not divide by tp is refused (INVALID_ARGUMENT).
  *
- * Tolerance (fp32; layouts only reorder sums): loss and grad norm within
- * 2e-5 relative; parameters |p - p_serial| <= 1e-5 * |p_serial| + 5e-6
- * after K = 4 AdamW steps (lr 1e-2, so an update is ~1e-2 and a wrong
- * gradient shows by orders of magnitude more; measured worst is ~3e-6,
- * AdamW dividing rounding noise by a near-zero second moment). Excluded from the parameter
- * comparison: the key bias (rows [C, 2C) of every c_attn.bias), whose
- * gradient is exactly 0 in exact arithmetic (softmax ignores a constant
- * added to every key), so fp32 leaves rounding noise there that AdamW
- * normalizes into lr-sized steps of arbitrary sign in any two orders of
- * summation; it still counts in the compared grad norm. Under sanitizers
+ * Tolerances and the key-bias elements left out of the parameter
+ * comparison: parity_harness.h. Under sanitizers
  * the 16-rank layouts are skipped. */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "comm/comm.h"
-#include "data/data.h"
 #include "grid/grid.h"
-#include "model/gpt.h"
+#include "parity_harness.h"
 #include "pp/schedule.h"
-#include "test.h"
-#include "train/train.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PARITY_SANITIZED 1
-#else
-#define PARITY_SANITIZED 0
-#endif
-
-enum { K = 4, V = 64, SEQ = 16, MBS = 2, GBS = 8 };
-
-static data_source *g_src;
-static size_t g_nparams;
-static unsigned char *g_skip; /* [g_nparams]: key-bias elements */
-
-static void base_config(mtc_train_config *c, float dropout, double *losses, double *norms,
-                        float *params) {
-    memset(c, 0, sizeof *c);
-    mtc_gpt_config *m = &c->model;
-    m->num_layers = 2, m->hidden_size = 32, m->num_heads = 4, m->ffn_hidden_size = 128;
-    m->seq_length = SEQ, m->max_position_embeddings = SEQ;
-    m->vocab_size = 60, m->padded_vocab_size = 64; /* padding columns ignored by the loss */
-    m->hidden_dropout = m->attention_dropout = dropout;
-    m->init_std = 0.02f;
-    c->micro_batch = MBS, c->global_batch = GBS, c->train_iters = K;
-    c->lr = (mtc_lr_schedule){.lr = 1e-2, .min_lr = 0, .warmup_iters = 0, .decay_iters = K,
-                              .style = MTC_LR_CONSTANT};
-    c->adam = (mtc_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
-    c->clip_grad = 1.0f;
-    c->seed = 1234;
-    c->log_interval = 1000, c->eval_interval = 1000, c->eval_iters = 0;
-    c->threads = 1;
-    c->quiet = 1;
-    c->losses_out = losses, c->grad_norms_out = norms, c->params_out = params;
-}
-
-typedef struct {
-    double loss[K], norm[K];
-    float *params;
-} result;
 
 static mtc_result_t run(result *r, int world, int tp, int pp, int sp, int overlap, long bucket,
                         float dropout) {
@@ -100,30 +45,6 @@ typedef struct {
     long bucket;
     int drop;
 } pl_layout;
-
-static int g_layers = 2;
-
-/* The key-bias elements of the serial model with `layers` layers. */
-static void layout_globals(int layers) {
-    mtc_train_config c;
-    base_config(&c, 0, NULL, NULL, NULL);
-    c.model.num_layers = layers;
-    mtc_gpt *sm;
-    T_CHECK(mtc_gpt_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
-    g_layers = layers;
-    g_nparams = sm->reg.global_total;
-    free(g_skip);
-    g_skip = calloc(g_nparams, 1);
-    for (int l = 0; l < layers; l++) {
-        char n[64];
-        snprintf(n, sizeof n, "h.%d.attn.c_attn.bias", l);
-        int i = mtc_registry_find(&sm->reg, n);
-        T_CHECK(i >= 0);
-        memset(g_skip + sm->reg.params[i].global_offset + c.model.hidden_size, 1,
-               (size_t)c.model.hidden_size);
-    }
-    mtc_gpt_free(sm);
-}
 
 /* Train layout l; with pp > 1 also check that every rank executed exactly
  * pp_schedule_build's order for (pp, vpp, M, group). */
@@ -174,49 +95,9 @@ static mtc_result_t run_pl(result *r, const pl_layout *l) {
     return rc;
 }
 
-static int compare(const char *name, const result *a, const result *s) {
-    double worst_loss = 0, worst_norm = 0, worst_p = 0;
-    size_t worst_i = 0;
-    int ok = 1;
-    for (int k = 0; k < K; k++) {
-        double el = fabs(a->loss[k] - s->loss[k]) / fabs(s->loss[k]);
-        double en = fabs(a->norm[k] - s->norm[k]) / fabs(s->norm[k]);
-        if (el > worst_loss) worst_loss = el;
-        if (en > worst_norm) worst_norm = en;
-    }
-    ok &= worst_loss <= 2e-5 && worst_norm <= 2e-5;
-    for (size_t i = 0; i < g_nparams; i++) {
-        if (g_skip[i]) continue;
-        double d = fabs((double)a->params[i] - s->params[i]);
-        double lim = 1e-5 * fabs(s->params[i]) + 5e-6;
-        if (d / lim > worst_p) worst_p = d / lim, worst_i = i;
-    }
-    ok &= worst_p <= 1.0;
-    printf("%s %-34s loss rel %.1e, norm rel %.1e, params worst %.2f of tolerance (elem %zu)\n",
-           ok ? "ok  " : "FAIL", name, worst_loss, worst_norm, worst_p, worst_i);
-    return ok;
-}
-
 int main(void) {
-    data_source_opts o = {.mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7,
-                          .split = "100,0,0"};
-    T_CHECK(data_source_open(&o, &g_src) == MTC_OK);
-    /* the serial layout from the registry of a serial model */
-    mtc_train_config c;
-    base_config(&c, 0, NULL, NULL, NULL);
-    mtc_gpt *sm;
-    T_CHECK(mtc_gpt_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
-    g_nparams = sm->reg.global_total;
-    g_skip = calloc(g_nparams, 1);
-    for (int l = 0; l < c.model.num_layers; l++) {
-        char n[64];
-        snprintf(n, sizeof n, "h.%d.attn.c_attn.bias", l);
-        int i = mtc_registry_find(&sm->reg, n);
-        T_CHECK(i >= 0);
-        memset(g_skip + sm->reg.params[i].global_offset + c.model.hidden_size, 1,
-               (size_t)c.model.hidden_size);
-    }
-    mtc_gpt_free(sm);
+    parity_open_data();
+    parity_set_layers(2);
     result serial[2], got, again;
     for (int d = 0; d < 2; d++) {
         serial[d].params = calloc(g_nparams, sizeof(float));
@@ -274,7 +155,7 @@ int main(void) {
         {8, 1, 1, 2, 4, 0, 1, 0, 0, 0, 0},
     };
     for (int layers = 4; layers <= 8; layers *= 2) {
-        layout_globals(layers);
+        parity_set_layers(layers);
         result ser[2];
         for (int d = 0; d < 2; d++) {
             ser[d].params = calloc(g_nparams, sizeof(float));
@@ -323,7 +204,7 @@ int main(void) {
         for (int d = 0; d < 2; d++) free(ser[d].params);
         free(twin.params);
     }
-    layout_globals(2);
+    parity_set_layers(2);
     free(got.params);
     got.params = calloc(g_nparams, sizeof(float));
 
@@ -334,6 +215,7 @@ int main(void) {
     T_CHECK(!memcmp(got.params, again.params, g_nparams * sizeof(float)));
 
     /* refused up front: 4 heads over tp 3 */
+    mtc_train_config c;
     base_config(&c, 0, NULL, NULL, NULL);
     c.tp = 3;
     T_CHECK(mtc_train_validate_layout(&c, 3) == MTC_ERR_INVALID_ARGUMENT);
@@ -359,5 +241,5 @@ int main(void) {
     free(again.params);
     free(g_skip);
     data_source_free(g_src);
-    T_DONE();
+    return T_DONE();
 }

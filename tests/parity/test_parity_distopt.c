@@ -16,54 +16,7 @@
  * shard group size equals 8 bytes x the parameter count (the plain run's
  * state) within the layout's alignment padding (5% on this model): the
  * state shrinks as 1/dp, and as 1/(dp/instances) with instances. */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "comm/comm.h"
-#include "data/data.h"
-#include "test.h"
-#include "train/train.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PARITY_SANITIZED 1
-#else
-#define PARITY_SANITIZED 0
-#endif
-
-enum { K = 4, V = 64, SEQ = 16, MBS = 2, GBS = 8 };
-
-static data_source *g_src;
-static size_t g_nparams;
-static unsigned char *g_skip; /* [g_nparams]: key-bias elements */
-static int g_layers = 2;      /* 4 for the interleaved-pipeline cases */
-
-static void base_config(mtc_train_config *c, float dropout, double *losses, double *norms,
-                        float *params) {
-    memset(c, 0, sizeof *c);
-    mtc_gpt_config *m = &c->model;
-    m->num_layers = g_layers, m->hidden_size = 32, m->num_heads = 4, m->ffn_hidden_size = 128;
-    m->seq_length = SEQ, m->max_position_embeddings = SEQ;
-    m->vocab_size = 60, m->padded_vocab_size = 64; /* padding columns ignored by the loss */
-    m->hidden_dropout = m->attention_dropout = dropout;
-    m->init_std = 0.02f;
-    c->micro_batch = MBS, c->global_batch = GBS, c->train_iters = K;
-    c->lr = (mtc_lr_schedule){.lr = 1e-2, .min_lr = 0, .warmup_iters = 0, .decay_iters = K,
-                              .style = MTC_LR_CONSTANT};
-    c->adam = (mtc_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
-    c->clip_grad = 1.0f;
-    c->seed = 1234;
-    c->log_interval = 1000, c->eval_interval = 1000, c->eval_iters = 0;
-    c->threads = 1;
-    c->quiet = 1;
-    c->losses_out = losses, c->grad_norms_out = norms, c->params_out = params;
-}
-
-typedef struct {
-    double loss[K], norm[K];
-    float *params;
-} result;
+#include "parity_harness.h"
 
 typedef struct {
     int tp, dp, pp, sp, overlap, opg, nd;
@@ -89,29 +42,6 @@ static mtc_result_t run(result *r, const layout *y, int distopt) {
     mtc_result_t rc = mtc_train_run(&c, g_src, devnull);
     fclose(devnull);
     return rc;
-}
-
-static int compare(const char *name, const result *a, const result *s) {
-    double worst_loss = 0, worst_norm = 0, worst_p = 0;
-    size_t worst_i = 0;
-    int ok = 1;
-    for (int k = 0; k < K; k++) {
-        double el = fabs(a->loss[k] - s->loss[k]) / fabs(s->loss[k]);
-        double en = fabs(a->norm[k] - s->norm[k]) / fabs(s->norm[k]);
-        if (el > worst_loss) worst_loss = el;
-        if (en > worst_norm) worst_norm = en;
-    }
-    ok &= worst_loss <= 2e-5 && worst_norm <= 2e-5;
-    for (size_t i = 0; i < g_nparams; i++) {
-        if (g_skip[i]) continue;
-        double d = fabs((double)a->params[i] - s->params[i]);
-        double lim = 1e-5 * fabs(s->params[i]) + 5e-6;
-        if (d / lim > worst_p) worst_p = d / lim, worst_i = i;
-    }
-    ok &= worst_p <= 1.0;
-    printf("%s %-34s loss rel %.1e, norm rel %.1e, params worst %.2f of tolerance (elem %zu)\n",
-           ok ? "ok  " : "FAIL", name, worst_loss, worst_norm, worst_p, worst_i);
-    return ok;
 }
 
 /* --overlap-param-gather relies on the forward announcing params before it
@@ -172,32 +102,10 @@ static void check_params_needed(int first_layer, int last_layer, int emb, int he
     mtc_gpt_free(m);
 }
 
-/* g_nparams and g_skip (the key-bias elements) for a g_layers model. */
-static void setup_model(void) {
-    mtc_train_config c;
-    base_config(&c, 0, NULL, NULL, NULL);
-    free(g_skip);
-    mtc_gpt *sm;
-    T_CHECK(mtc_gpt_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
-    g_nparams = sm->reg.global_total;
-    g_skip = calloc(g_nparams, 1);
-    for (int l = 0; l < c.model.num_layers; l++) {
-        char n[64];
-        snprintf(n, sizeof n, "h.%d.attn.c_attn.bias", l);
-        int i = mtc_registry_find(&sm->reg, n);
-        T_CHECK(i >= 0);
-        memset(g_skip + sm->reg.params[i].global_offset + c.model.hidden_size, 1,
-               (size_t)c.model.hidden_size);
-    }
-    mtc_gpt_free(sm);
-}
-
 int main(void) {
-    data_source_opts o = {.mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7,
-                          .split = "100,0,0"};
-    T_CHECK(data_source_open(&o, &g_src) == MTC_OK);
+    parity_open_data();
     mtc_train_config c;
-    setup_model();
+    parity_set_layers(2);
     check_params_needed(0, 2, 1, 1);
     check_params_needed(0, 1, 1, 0);
     check_params_needed(1, 2, 0, 1);
@@ -243,8 +151,7 @@ int main(void) {
     }
 
     /* interleaved pipeline (4 layers, pp 2 x vpp 2): one DDP and sharded AdamW per model chunk */
-    g_layers = 4;
-    setup_model();
+    parity_set_layers(4);
     result serial4 = {.params = calloc(g_nparams, sizeof(float))};
     float *got4 = calloc(g_nparams, sizeof(float));
     layout s4 = {.tp = 1, .dp = 1, .pp = 1};
@@ -265,8 +172,7 @@ int main(void) {
         if (rc == MTC_OK) T_CHECKF(compare(name, &r4, &serial4), "%s", name);
     }
     free(serial4.params), free(got4);
-    g_layers = 2;
-    setup_model();
+    parity_set_layers(2);
 
     /* optimizer state of the last rank: 1/(dp/instances) of the plain state */
     static const struct { int dp, nd; } M_[] = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {4, 2}, {8, 4}};
@@ -294,5 +200,5 @@ int main(void) {
     free(got.params);
     free(g_skip);
     data_source_free(g_src);
-    T_DONE();
+    return T_DONE();
 }
