@@ -467,7 +467,8 @@ void comm_mpi_backend_finish(comm_backend *be, double timeout_s) {
             char msg[200];
             snprintf(msg, sizeof msg,
                      "this rank finished but the others did not reach the end of the job "
-                     "within %.0f s", (double)limit * 1e-9);
+                     "within %.0f s",
+                     (double)limit * 1e-9);
             mpi_abort(be, MTC_ERR_TIMEOUT, msg);
         }
     }

@@ -126,8 +126,9 @@ mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
     for (int k = 0; k < o->npieces; k++) {
         const mtc_distopt_piece *pc = &o->pieces[k];
         nn_adamw_update_scaled(d->params + pc->start, d->grads + pc->start, o->m + pc->state,
-                        o->v + pc->state, (size_t)pc->n, grad_scale, lr, hp->beta1, hp->beta2, hp->eps,
-                        pc->decay ? hp->weight_decay : 0.0f, (int)o->step);
+                               o->v + pc->state, (size_t)pc->n, grad_scale, lr, hp->beta1,
+                               hp->beta2, hp->eps, pc->decay ? hp->weight_decay : 0.0f,
+                               (int)o->step);
     }
     MTC_CHECK(distopt_gather_start(o));
     if (!o->overlap_param_gather) MTC_CHECK(mtc_distopt_param_gather_wait(o));

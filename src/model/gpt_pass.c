@@ -117,12 +117,10 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
      * comm: all-reduce(tp) MAX and SUM */
     if (pass && pass->loss_scale > 0) {
         GPT_TRY(m, tp_vocab_xent_forward_backward(tp, a->losses, m->logits, targets,
-                                                  pass->loss_scale, NULL, m->scratch, N, Vp,
-                                                  Vp));
+                                                  pass->loss_scale, NULL, m->scratch, N, Vp, Vp));
         m->dlogits_ready = 1;
     } else {
-        GPT_TRY(m, tp_vocab_xent_forward(tp, a->losses, m->logits, targets, m->scratch, N, Vp,
-                                         Vp));
+        GPT_TRY(m, tp_vocab_xent_forward(tp, a->losses, m->logits, targets, m->scratch, N, Vp, Vp));
     }
     double sum = 0;
     for (int i = 0; i < N; i++) sum += a->losses[i];
@@ -156,8 +154,7 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
                                  ? a->res3 + (size_t)(m->last_layer - m->first_layer - 1) * sNl * C
                                  : a->encoded;
         if (!m->dlogits_ready)
-            MTC_CHECK(tp_vocab_xent_backward(tp, m->logits, targets, loss_scale, NULL, N, Vp,
-                                             Vp));
+            MTC_CHECK(tp_vocab_xent_backward(tp, m->logits, targets, loss_scale, NULL, N, Vp, Vp));
         m->dlogits_ready = 0;
         /* comm: all-reduce(tp) of d(ln_f out); SP: all-gather + reduce-scatter */
         MTC_CHECK(tp_column_linear_backward(tp, m->dtmp, m->dwte, NULL, m->logits, m->in_total, 0,

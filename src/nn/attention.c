@@ -43,7 +43,8 @@ static inline void gemm(int ta, int tb, int M, int N, int K, float alpha, const 
                         const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (beta == 0.0f) { /* faster than OpenBLAS's own zeroing pass, same bits (gemm.c) */
-        for (int r = 0; r < M; r++) memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
+        for (int r = 0; r < M; r++)
+            memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,

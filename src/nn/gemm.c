@@ -54,7 +54,8 @@ static void gemm_tile(int i, void *vp) {
         if (g->ldc == N)
             memset(C, 0, (size_t)M * N * sizeof(float));
         else
-            for (int r = 0; r < M; r++) memset(C + (size_t)r * g->ldc, 0, (size_t)N * sizeof(float));
+            for (int r = 0; r < M; r++)
+                memset(C + (size_t)r * g->ldc, 0, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
     cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans,

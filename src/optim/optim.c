@@ -90,8 +90,9 @@ static void adamw_task(int i, void *arg) {
     optim_job *j = arg;
     const optim_chunk *c = &j->opt->chunks[i];
     nn_adamw_update_scaled(j->params + c->offset, j->grads + c->offset, j->opt->m + c->offset,
-                    j->opt->v + c->offset, c->n, j->scale, j->lr, j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
-                    c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
+                           j->opt->v + c->offset, c->n, j->scale, j->lr, j->cfg->beta1,
+                           j->cfg->beta2, j->cfg->eps, c->decay ? j->cfg->weight_decay : 0.0f,
+                           (int)j->opt->step);
 }
 
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,
@@ -105,8 +106,8 @@ void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, 
 static void sumsq_task(int i, void *arg) {
     optim_job *j = arg;
     const optim_chunk *c = &j->opt->chunks[i];
-    j->opt->partial[i] = j->skip && j->skip(c->param, j->ctx) ? 0.0
-                                                               : nn_sumsq(j->grads + c->offset, c->n);
+    j->opt->partial[i] =
+        j->skip && j->skip(c->param, j->ctx) ? 0.0 : nn_sumsq(j->grads + c->offset, c->n);
 }
 
 double mtc_grad_sumsq(mtc_adamw *opt, nn_pool *pool, const float *grads,

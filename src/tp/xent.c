@@ -150,7 +150,8 @@ static void finish_tile(int i, void *vp) {
     const finish_job *j = vp;
     int lo = (int)((long long)j->N * i / j->tiles),
         hi = (int)((long long)j->N * (i + 1) / j->tiles);
-    for (int n = lo; n < hi; n++) finish_row(j, n);
+    for (int n = lo; n < hi; n++)
+        finish_row(j, n);
 }
 
 /* Without tensor parallelism nothing is exchanged between the sweeps, so

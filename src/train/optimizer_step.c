@@ -178,9 +178,11 @@ void train_print_layout(const train_rank *x, FILE *out) {
         const mtc_registry *r = &x->chunks[k]->reg;
         int *shared = NULL;
         if (train_shared_embedding(x, x->chunks[k], &shared) != MTC_OK) return;
-        dp_layout_config cfg = {.dp = l->dp, .bucket_size = d->cfg.bucket_size,
+        dp_layout_config cfg = {.dp = l->dp,
+                                .bucket_size = d->cfg.bucket_size,
                                 .pad_high_busbw = d->cfg.pad_high_busbw,
-                                .use_distopt = d->cfg.use_distopt, .shared_embedding = shared};
+                                .use_distopt = d->cfg.use_distopt,
+                                .shared_embedding = shared};
         fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d",
                 x->pp_rank, x->tp_rank);
         if (x->vpp > 1) fprintf(out, ", model chunk %d of %d", k, x->vpp);
