@@ -130,8 +130,9 @@ static void finish_row(const finish_job *j, int n) {
         j->losses[n] = logf(j->sum[n]) - j->pred[n];
         float inv = 1.0f / j->sum[n];
         if (j->mode & BWD) {
-            /* the roundings of the two passes: volatile keeps the compiler
-             * from fusing x[t] * inv - 1 into one FMA (gnu11 contracts) */
+            /* the roundings of the two passes: volatile keeps a compiler
+             * that contracts (gnu11's default; the build passes
+             * -ffp-contract=off) from fusing x[t] * inv - 1 into one FMA */
             volatile float pt = own ? x[t] * inv : 0.0f;
             nn_vmul2(x, j->nvalid, inv, s);
             if (own) x[t] = (pt - 1.0f) * s;

@@ -1,7 +1,8 @@
 /* tests/train/test_optim.c - Megatron's LR schedule in closed form, global
  * norm clipping, and one AdamW step against the closed form of the first
  * step (m = (1-b1)g, v = (1-b2)g^2, bias-corrected: update = g/(|g|+eps)),
- * with weight decay only on the 2-D parameter. */
+ * with weight decay only on the 2-D parameter; the sum of squares leaving a
+ * parameter out, independent of the pool size. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,12 @@
 #include "core/mem.h"
 #include "optim/optim.h"
 #include "test.h"
+
+/* mtc_grad_sumsq's skip: leave out the 1-D param "b". */
+static int skip_b(int param, void *ctx) {
+    const mtc_registry *r = ctx;
+    return r->params[param].numel == 5;
+}
 
 int main(void) {
     /* ---- LR schedule ---- */
@@ -51,6 +58,17 @@ int main(void) {
     for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
     double norm = mtc_grad_norm(&opt, pool, g);
     T_CLOSE(norm, sqrt(ss), 0, 1e-12);
+    /* leaving a param out: the sum of squares of the others only ("b" is
+     * offsets 0..4), the same with 1 and 2 pool threads */
+    double ss_w = 0;
+    for (size_t i = 5; i < n; i++) ss_w += (double)g[i] * g[i];
+    double got_w = mtc_grad_sumsq(&opt, pool, g, skip_b, &reg);
+    T_CLOSE(got_w, ss_w, 0, 1e-12);
+    nn_pool *one;
+    T_CHECK(nn_pool_create(1, &one) == MTC_OK);
+    T_CHECK(mtc_grad_sumsq(&opt, one, g, skip_b, &reg) == got_w);
+    T_CHECK(sqrt(mtc_grad_sumsq(&opt, one, g, NULL, NULL)) == norm);
+    nn_pool_free(one);
     T_CHECK(mtc_grad_clip_coeff(norm, (float)(2 * norm)) == 1.0f);
     T_CHECK(mtc_grad_clip_coeff(norm, 0.0f) == 1.0f);
     float coeff = mtc_grad_clip_coeff(norm, 1.0f);
