@@ -29,6 +29,10 @@ typedef struct nn_pool nn_pool;
 mtc_result_t nn_pool_create(int nthreads, nn_pool **out);
 void nn_pool_free(nn_pool *pool);
 int nn_pool_size(const nn_pool *pool); /* 1 for NULL */
+/* The BLAS mtc runs on, for the banner: OpenBLAS's build configuration and
+ * the core its kernels were chosen for, naming OPENBLAS_CORETYPE when that
+ * forces it (a Haswell core type halves sgemm on a Zen machine). */
+void nn_blas_describe(char *buf, size_t size);
 /* Run fn(i, arg) for i in [0, n) across the pool and wait. A call from
  * inside a job, or while another thread's job holds the pool, runs inline.
  * Idle workers spin MTC_NN_SPIN_US microseconds (default 20) then sleep. */

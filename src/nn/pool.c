@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -109,6 +110,14 @@ static void *pool_worker(void *vp) {
             pthread_mutex_unlock(&p->mu);
         }
     }
+}
+
+void nn_blas_describe(char *buf, size_t size) {
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    snprintf(buf, size, "%s; kernels for %s%s%s%s", openblas_get_config(), openblas_get_corename(),
+             forced && *forced ? " (forced by OPENBLAS_CORETYPE=" : "",
+             forced && *forced ? forced : "",
+             forced && *forced ? ": unset it if this CPU is newer)" : "");
 }
 
 mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {

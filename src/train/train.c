@@ -133,6 +133,9 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
         fprintf(out, "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap param gather: %s; pad buckets for high busbw: %s\n",
                 x->ddp->instances, x->ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
                 c->pad_high_busbw ? "on" : "off");
+    char blas[256];
+    nn_blas_describe(blas, sizeof blas);
+    fprintf(out, "> BLAS: %s\n", blas);
     fprintf(out, "> data: %s\n", data_source_describe(x->src));
     /* every model chunk of this rank, as Megatron's get_model sums them
      * (reg.total would count the distributed optimizer's padding too) */
