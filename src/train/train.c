@@ -154,6 +154,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             (double)mem.param_bytes / 1048576.0, (double)mem.grad_bytes / 1048576.0,
             (double)mem.optim_state_bytes / 1048576.0,
             (double)act / 1048576.0);
+    fprintf(out, "> model, optimizer state and data set up in %.2f s\n", (double)x->setup_ns * 1e-9);
     fprintf(out, "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld iterations\n",
             B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
     if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
@@ -240,7 +241,13 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     memset(&x, 0, sizeof x);
     x.cfg = c, x.src = sh->src;
     FILE *out = is_last ? sh->out : NULL, *metrics = NULL;
+    if (out && !c->quiet) { /* setup can take seconds on a large model: say what is happening */
+        fprintf(out, "building GPT model ...\n");
+        fflush(out);
+    }
+    uint64_t t0 = mtc_time_ns();
     mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank);
+    x.setup_ns = mtc_time_ns() - t0;
     if (rc == MTC_OK && is_last && c->metrics_path) {
         metrics = fopen(c->metrics_path, "w");
         if (!metrics) rc = mtc_error(MTC_ERR_IO, "cannot write metrics file %s", c->metrics_path);

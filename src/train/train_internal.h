@@ -50,6 +50,7 @@ typedef struct {
     size_t sp_n;
     uint64_t valid_consumed;
     uint64_t comm_ns;      /* time in the step's explicit collectives */
+    uint64_t setup_ns;     /* train_setup: buffers allocated, parameters initialised */
 } train_rank;
 
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads);
