@@ -29,26 +29,6 @@ double mtc_bench_bus_factor(mtc_coll_t op, int n) {
 /* small non-negative integers: sums over up to 32 ranks stay exact in bf16 */
 static double val(int rank, size_t i) { return (double)(((size_t)rank + 1) * (i % 5 + 1) % 8); }
 
-static void put(void *b, mtc_dtype_t dt, size_t i, double v) {
-    switch (dt) {
-    case MTC_DTYPE_F32: ((float *)b)[i] = (float)v; break;
-    case MTC_DTYPE_F64: ((double *)b)[i] = v; break;
-    case MTC_DTYPE_BF16: ((mtc_bf16 *)b)[i] = mtc_f32_to_bf16((float)v); break;
-    case MTC_DTYPE_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-    default: ((int64_t *)b)[i] = (int64_t)v; break;
-    }
-}
-
-static double get(const void *b, mtc_dtype_t dt, size_t i) {
-    switch (dt) {
-    case MTC_DTYPE_F32: return ((const float *)b)[i];
-    case MTC_DTYPE_F64: return ((const double *)b)[i];
-    case MTC_DTYPE_BF16: return mtc_bf16_to_f32(((const mtc_bf16 *)b)[i]);
-    case MTC_DTYPE_I32: return ((const int32_t *)b)[i];
-    default: return (double)((const int64_t *)b)[i];
-    }
-}
-
 static double sum_val(int n, size_t i) {
     double s = 0;
     for (int r = 0; r < n; r++) s += val(r, i);
@@ -85,9 +65,9 @@ static mtc_result_t call(mtc_comm_t c, mtc_coll_t op, const void *s, void *r, si
 static void fill_inputs(mtc_coll_t op, void *s, void *r, size_t n, mtc_dtype_t dt, int rank,
                         int size) {
     size_t total = op == MTC_COLL_REDUCE_SCATTER || op == MTC_COLL_ALL_TO_ALL ? n * (size_t)size : n;
-    for (size_t i = 0; i < total; i++) put(s, dt, i, val(rank, i));
+    for (size_t i = 0; i < total; i++) mtc_dtype_store(s, dt, i, val(rank, i));
     if (op == MTC_COLL_BROADCAST)
-        for (size_t i = 0; i < n; i++) put(r, dt, i, rank == 0 ? val(0, i) : 99);
+        for (size_t i = 0; i < n; i++) mtc_dtype_store(r, dt, i, rank == 0 ? val(0, i) : 99);
 }
 
 /* Result of the last call against the closed form. */
@@ -95,24 +75,24 @@ static int check(mtc_coll_t op, const void *r, size_t n, mtc_dtype_t dt, int ran
     size_t bad = 0;
     switch (op) {
     case MTC_COLL_ALL_REDUCE:
-        for (size_t i = 0; i < n; i++) bad += get(r, dt, i) != sum_val(size, i);
+        for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != sum_val(size, i);
         break;
     case MTC_COLL_REDUCE:
         if (rank == 0)
-            for (size_t i = 0; i < n; i++) bad += get(r, dt, i) != sum_val(size, i);
+            for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != sum_val(size, i);
         break;
     case MTC_COLL_REDUCE_SCATTER:
-        for (size_t i = 0; i < n; i++) bad += get(r, dt, i) != sum_val(size, (size_t)rank * n + i);
+        for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != sum_val(size, (size_t)rank * n + i);
         break;
     case MTC_COLL_ALL_GATHER:
-        for (size_t i = 0; i < n * (size_t)size; i++) bad += get(r, dt, i) != val((int)(i / n), i % n);
+        for (size_t i = 0; i < n * (size_t)size; i++) bad += mtc_dtype_load(r, dt, i) != val((int)(i / n), i % n);
         break;
     case MTC_COLL_ALL_TO_ALL:
         for (size_t i = 0; i < n * (size_t)size; i++)
-            bad += get(r, dt, i) != val((int)(i / n), (size_t)rank * n + i % n);
+            bad += mtc_dtype_load(r, dt, i) != val((int)(i / n), (size_t)rank * n + i % n);
         break;
     case MTC_COLL_BROADCAST:
-        for (size_t i = 0; i < n; i++) bad += get(r, dt, i) != val(0, i);
+        for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != val(0, i);
         break;
     default: break;
     }

@@ -1,4 +1,4 @@
-/* core/dtype.c - dtype sizes and names. */
+/* core/dtype.c - dtype sizes, names, and element access by dtype. */
 #include "core/dtype.h"
 
 #include <strings.h>
@@ -29,4 +29,26 @@ int mtc_dtype_parse(const char *s) {
     if (strcasecmp(s, "int32") == 0) return MTC_DTYPE_I32;
     if (strcasecmp(s, "int64") == 0) return MTC_DTYPE_I64;
     return -1;
+}
+
+double mtc_dtype_load(const void *buf, mtc_dtype_t dt, size_t i) {
+    switch (dt) {
+    case MTC_DTYPE_F32: return ((const float *)buf)[i];
+    case MTC_DTYPE_F64: return ((const double *)buf)[i];
+    case MTC_DTYPE_BF16: return mtc_bf16_to_f32(((const mtc_bf16 *)buf)[i]);
+    case MTC_DTYPE_I32: return ((const int32_t *)buf)[i];
+    case MTC_DTYPE_I64: return (double)((const int64_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+void mtc_dtype_store(void *buf, mtc_dtype_t dt, size_t i, double v) {
+    switch (dt) {
+    case MTC_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case MTC_DTYPE_F64: ((double *)buf)[i] = v; break;
+    case MTC_DTYPE_BF16: ((mtc_bf16 *)buf)[i] = mtc_f32_to_bf16((float)v); break;
+    case MTC_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case MTC_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: break;
+    }
 }

@@ -20,6 +20,11 @@ size_t mtc_dtype_size(mtc_dtype_t dt);
 const char *mtc_dtype_name(mtc_dtype_t dt); /* "f32", "bf16", ... */
 /* Parse a dtype name; returns -1 when unknown. */
 int mtc_dtype_parse(const char *s);
+/* Element i of a buffer of dt, as a double (load) or set from one (store,
+ * rounded as a cast would, bf16 to nearest even); for filling and checking
+ * buffers of any dtype with values computed in closed form. */
+double mtc_dtype_load(const void *buf, mtc_dtype_t dt, size_t i);
+void mtc_dtype_store(void *buf, mtc_dtype_t dt, size_t i, double v);
 static inline int mtc_dtype_is_float(mtc_dtype_t dt) {
     return dt == MTC_DTYPE_F32 || dt == MTC_DTYPE_F64 || dt == MTC_DTYPE_BF16;
 }

@@ -56,26 +56,6 @@ typedef struct {
 
 /* ---- values ---------------------------------------------------------------------- */
 
-static void put(void *b, size_t i, mtc_dtype_t dt, double v) {
-    switch (dt) {
-    case MTC_DTYPE_F32: ((float *)b)[i] = (float)v; break;
-    case MTC_DTYPE_F64: ((double *)b)[i] = v; break;
-    case MTC_DTYPE_BF16: ((mtc_bf16 *)b)[i] = mtc_f32_to_bf16((float)v); break;
-    case MTC_DTYPE_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-    default: ((int64_t *)b)[i] = (int64_t)v; break;
-    }
-}
-
-static double get(const void *b, size_t i, mtc_dtype_t dt) {
-    switch (dt) {
-    case MTC_DTYPE_F32: return ((const float *)b)[i];
-    case MTC_DTYPE_F64: return ((const double *)b)[i];
-    case MTC_DTYPE_BF16: return mtc_bf16_to_f32(((const mtc_bf16 *)b)[i]);
-    case MTC_DTYPE_I32: return ((const int32_t *)b)[i];
-    default: return (double)((const int64_t *)b)[i];
-    }
-}
-
 /* Reduction input of rank r at global index g: |value| <= 8 * 3. */
 static double red_in(int p, int r, size_t g) {
     return (double)((r + (int)(g % (size_t)p)) % p + 1) * ((int)(g % 7) - 3);
@@ -150,7 +130,7 @@ static void tab_mov(tab_t *t, int a, int b) { /* depends on i mod 241 */
 static void fill(void *b, size_t off, size_t n, mtc_dtype_t dt, const tab_t *t, size_t base) {
     size_t k = base % t->len;
     for (size_t i = 0; i < n; i++) {
-        put(b, off + i, dt, t->v[k]);
+        mtc_dtype_store(b, dt, off + i, t->v[k]);
         if (++k == t->len) k = 0;
     }
 }
@@ -162,7 +142,7 @@ static void expect(const desc_t *d, const char *what, const void *b, size_t off,
     size_t bad = 0, first = 0, k = base % t->len;
     double got0 = 0, want0 = 0;
     for (size_t i = 0; i < n; i++) {
-        double g = get(b, off + i, d->dt);
+        double g = mtc_dtype_load(b, d->dt, off + i);
         if (g != t->v[k] && !bad++) first = i, got0 = g, want0 = t->v[k];
         if (++k == t->len) k = 0;
     }
@@ -440,7 +420,7 @@ static void run_case(ctx_t *x, int ci, mtc_algo_t algo, mtc_dtype_t dt, int op, 
 static void determinism(ctx_t *x, mtc_algo_t algo, mtc_dtype_t dt, mtc_op_t op, size_t n) {
     size_t es = mtc_dtype_size(dt);
     desc_t d = {"all_reduce(determinism)", mtc_algo_name(algo), dt, (int)op, n, 0, x->p, x->r};
-    for (size_t i = 0; i < n; i++) put(x->in, i, dt, fuzz(x->r, i));
+    for (size_t i = 0; i < n; i++) mtc_dtype_store(x->in, dt, i, fuzz(x->r, i));
     expect_rc(&d, mtc_all_reduce(x->in, x->out, n, dt, op, x->comm));
     uint64_t h[2] = {hash_bytes(x->out, n * es), 0};
     expect_rc(&d, mtc_all_reduce(x->in, x->out, n, dt, op, x->comm));
@@ -457,12 +437,12 @@ static void determinism(ctx_t *x, mtc_algo_t algo, mtc_dtype_t dt, mtc_op_t op, 
     for (size_t i = 0; i < n; i++) {
         double want = 0, mag = 0;
         for (int q = 0; q < x->p; q++) {
-            put(one, 0, dt, fuzz(q, i));
-            want += get(one, 0, dt);
-            mag += fabs(get(one, 0, dt));
+            mtc_dtype_store(one, dt, 0, fuzz(q, i));
+            want += mtc_dtype_load(one, dt, 0);
+            mag += fabs(mtc_dtype_load(one, dt, 0));
         }
         if (op == MTC_OP_AVG) want /= x->p, mag /= x->p;
-        double err = fabs(get(x->out, i, dt) - want) / (mag + 1e-30);
+        double err = fabs(mtc_dtype_load(x->out, dt, i) - want) / (mag + 1e-30);
         if (err > worst) worst = err;
     }
     T_CHECKF(worst <= tol * x->p, DESC_FMT ": relative error %g", DESC_ARGS(&d), worst);

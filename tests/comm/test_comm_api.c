@@ -32,28 +32,6 @@ static const int quick = 0;
 
 static double xval(int rank, size_t i) { return (double)((int)(((size_t)rank + 1) * (i % 7 + 1) % 16) - 5); }
 
-static void put(void *buf, mtc_dtype_t dt, size_t i, double v) {
-    switch (dt) {
-    case MTC_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-    case MTC_DTYPE_F64: ((double *)buf)[i] = v; break;
-    case MTC_DTYPE_BF16: ((mtc_bf16 *)buf)[i] = mtc_f32_to_bf16((float)v); break;
-    case MTC_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case MTC_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    default: break;
-    }
-}
-
-static double get(const void *buf, mtc_dtype_t dt, size_t i) {
-    switch (dt) {
-    case MTC_DTYPE_F32: return ((const float *)buf)[i];
-    case MTC_DTYPE_F64: return ((const double *)buf)[i];
-    case MTC_DTYPE_BF16: return mtc_bf16_to_f32(((const mtc_bf16 *)buf)[i]);
-    case MTC_DTYPE_I32: return ((const int32_t *)buf)[i];
-    case MTC_DTYPE_I64: return (double)((const int64_t *)buf)[i];
-    default: return 0;
-    }
-}
-
 /* op over ranks 0..n-1 of xval(r, i), as the dtype would compute it. */
 static double expect_red(int n, size_t i, mtc_op_t op, mtc_dtype_t dt) {
     double acc = xval(0, i);
@@ -148,7 +126,7 @@ static mtc_result_t t_p2p(mtc_comm_t w) {
 /* ---- collectives ---------------------------------------------------------------- */
 
 static void fill(void *buf, mtc_dtype_t dt, int rank, size_t off, size_t n) {
-    for (size_t i = 0; i < n; i++) put(buf, dt, i, xval(rank, off + i));
+    for (size_t i = 0; i < n; i++) mtc_dtype_store(buf, dt, i, xval(rank, off + i));
 }
 
 #define CHECK_VALS(cond_each, what)                                                       \
@@ -168,35 +146,35 @@ static void t_one(mtc_comm_t w, size_t c, mtc_dtype_t dt, mtc_op_t op, int inpla
     fill(a, dt, r, 0, c);
     char *out = inplace ? a : b;
     T_CHECK(mtc_all_reduce(a, out, c, dt, op, w) == MTC_OK);
-    CHECK_VALS(get(out, dt, i) == expect_red(n, i, op, dt), "all_reduce");
+    CHECK_VALS(mtc_dtype_load(out, dt, i) == expect_red(n, i, op, dt), "all_reduce");
     /* reduce_scatter: rank r gets block r */
     for (int p = 0; p < n; p++) fill(a + (size_t)p * c * es, dt, r, (size_t)p * c, c);
     out = inplace ? a + (size_t)r * c * es : b;
     T_CHECK(mtc_reduce_scatter(a, out, c, dt, op, w) == MTC_OK);
-    CHECK_VALS(get(out, dt, i) == expect_red(n, (size_t)r * c + i, op, dt), "reduce_scatter");
+    CHECK_VALS(mtc_dtype_load(out, dt, i) == expect_red(n, (size_t)r * c + i, op, dt), "reduce_scatter");
     /* reduce to root */
     int root = (int)((c + 1) % (size_t)n);
     fill(a, dt, r, 0, c);
     out = inplace ? a : b;
     T_CHECK(mtc_reduce(a, r == root ? out : NULL, c, dt, op, root, w) == MTC_OK);
-    if (r == root) CHECK_VALS(get(out, dt, i) == expect_red(n, i, op, dt), "reduce");
+    if (r == root) CHECK_VALS(mtc_dtype_load(out, dt, i) == expect_red(n, i, op, dt), "reduce");
     if (op != MTC_OP_SUM) return; /* the rest does not reduce */
     /* all_gather: block p from rank p */
     total = c * (size_t)n;
     char *in = inplace ? b + (size_t)r * c * es : a;
     fill(in, dt, r, 0, c);
     T_CHECK(mtc_all_gather(in, b, c, dt, w) == MTC_OK);
-    CHECK_VALS(get(b, dt, i) == xval((int)(i / (c ? c : 1)), i % (c ? c : 1)), "all_gather");
+    CHECK_VALS(mtc_dtype_load(b, dt, i) == xval((int)(i / (c ? c : 1)), i % (c ? c : 1)), "all_gather");
     /* all_to_all: block j of rank p's input is xval(p, j*c + i) */
     fill(a, dt, r, 0, total);
     T_CHECK(mtc_all_to_all(a, b, c, dt, w) == MTC_OK);
-    CHECK_VALS(get(b, dt, i) == xval((int)(i / (c ? c : 1)), (size_t)r * c + i % (c ? c : 1)), "all_to_all");
+    CHECK_VALS(mtc_dtype_load(b, dt, i) == xval((int)(i / (c ? c : 1)), (size_t)r * c + i % (c ? c : 1)), "all_to_all");
     /* broadcast */
     total = c;
     root = (int)(c % (size_t)n);
-    for (size_t i = 0; i < c; i++) put(a, dt, i, r == root ? xval(root, i) : -99);
+    for (size_t i = 0; i < c; i++) mtc_dtype_store(a, dt, i, r == root ? xval(root, i) : -99);
     T_CHECK(mtc_broadcast(a, c, dt, root, w) == MTC_OK);
-    CHECK_VALS(get(a, dt, i) == xval(root, i), "broadcast");
+    CHECK_VALS(mtc_dtype_load(a, dt, i) == xval(root, i), "broadcast");
 }
 
 /* Uneven blocks: block p has c + p elements. */
@@ -213,7 +191,7 @@ static void t_v(mtc_comm_t w, size_t c, mtc_dtype_t dt, char *a, char *b) {
     {
         size_t tot = total;
         total = counts[r];
-        CHECK_VALS(get(b, dt, i) == expect_red(n, mine + i, op, dt), "reduce_scatter_v");
+        CHECK_VALS(mtc_dtype_load(b, dt, i) == expect_red(n, mine + i, op, dt), "reduce_scatter_v");
         total = tot;
     }
     /* all_gather_v into gapped displacements */
@@ -222,7 +200,7 @@ static void t_v(mtc_comm_t w, size_t c, mtc_dtype_t dt, char *a, char *b) {
     T_CHECK(mtc_all_gather_v(a, counts[r], b, counts, displs, dt, w) == MTC_OK);
     size_t bad = 0;
     for (int p = 0; p < n; p++)
-        for (size_t i = 0; i < counts[p]; i++) bad += get(b, dt, displs[p] + i) != xval(p, i);
+        for (size_t i = 0; i < counts[p]; i++) bad += mtc_dtype_load(b, dt, displs[p] + i) != xval(p, i);
     T_CHECKF(bad == 0, "all_gather_v n=%d c=%zu %s: %zu wrong", n, c, mtc_dtype_name(dt), bad);
     /* all_to_all_v: rank s sends f(s, d) = c + (s + 2d) % 3 elements to d, packed */
     size_t sc[8], rc[8], so = 0;
@@ -231,7 +209,7 @@ static void t_v(mtc_comm_t w, size_t c, mtc_dtype_t dt, char *a, char *b) {
     T_CHECK(mtc_all_to_all_v(a, sc, NULL, b, rc, NULL, dt, w) == MTC_OK);
     bad = 0, so = 0;
     for (int p = 0; p < n; p++) {
-        for (size_t i = 0; i < rc[p]; i++) bad += get(b, dt, so + i) != xval(p, 1000 * (size_t)r + i);
+        for (size_t i = 0; i < rc[p]; i++) bad += mtc_dtype_load(b, dt, so + i) != xval(p, 1000 * (size_t)r + i);
         so += rc[p];
     }
     T_CHECKF(bad == 0, "all_to_all_v n=%d c=%zu %s: %zu wrong", n, c, mtc_dtype_name(dt), bad);
@@ -268,15 +246,15 @@ static mtc_result_t t_colls(mtc_comm_t w) {
         size_t es = mtc_dtype_size(dt), c = big + 3, total = c;
         fill(a, dt, r, 0, c);
         T_CHECK(mtc_all_reduce(a, a, c, dt, op, w) == MTC_OK);
-        CHECK_VALS(get(a, dt, i) == expect_red(n, i, op, dt), "all_reduce 1M");
+        CHECK_VALS(mtc_dtype_load(a, dt, i) == expect_red(n, i, op, dt), "all_reduce 1M");
         c = big / (size_t)n, total = c;
         fill(a, dt, r, 0, c * (size_t)n);
         T_CHECK(mtc_reduce_scatter(a, b, c, dt, op, w) == MTC_OK);
-        CHECK_VALS(get(b, dt, i) == expect_red(n, (size_t)r * c + i, op, dt), "reduce_scatter 1M");
+        CHECK_VALS(mtc_dtype_load(b, dt, i) == expect_red(n, (size_t)r * c + i, op, dt), "reduce_scatter 1M");
         total = c * (size_t)n;
         fill(b + (size_t)r * c * es, dt, r, 0, c);
         T_CHECK(mtc_all_gather(b + (size_t)r * c * es, b, c, dt, w) == MTC_OK);
-        CHECK_VALS(get(b, dt, i) == xval((int)(i / c), i % c), "all_gather 1M");
+        CHECK_VALS(mtc_dtype_load(b, dt, i) == xval((int)(i / c), i % c), "all_gather 1M");
     }
     if (!quick) { /* 8 MiB and more: outputs streamed (algo_direct.c), misaligned by 4 B */
         mtc_dtype_t dt = MTC_DTYPE_F32;
@@ -284,11 +262,11 @@ static mtc_result_t t_colls(mtc_comm_t w) {
         float *x = (float *)a + 1;
         fill(x, dt, r, 0, c);
         T_CHECK(mtc_all_reduce(x, x, c, dt, op, w) == MTC_OK);
-        CHECK_VALS(get(x, dt, i) == expect_red(n, i, op, dt), "all_reduce 8M");
+        CHECK_VALS(mtc_dtype_load(x, dt, i) == expect_red(n, i, op, dt), "all_reduce 8M");
         c = ((2u << 20) + 3 * (size_t)n) / (size_t)n, total = c * (size_t)n;
         fill(b, dt, r, 0, c);
         T_CHECK(mtc_all_gather(b, x, c, dt, w) == MTC_OK);
-        CHECK_VALS(get(x, dt, i) == xval((int)(i / c), i % c), "all_gather 8M");
+        CHECK_VALS(mtc_dtype_load(x, dt, i) == xval((int)(i / c), i % c), "all_gather 8M");
     }
     free(a), free(b);
     return MTC_OK;
