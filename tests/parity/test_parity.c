@@ -30,11 +30,7 @@ static mtc_result_t run(result *r, int world, int tp, int pp, int sp, int overla
     base_config(&c, dropout, r->loss, r->norm, r->params);
     c.world_size = world, c.tp = tp, c.pp = pp, c.sequence_parallel = sp;
     c.overlap_grad_reduce = overlap, c.ddp_bucket_size = bucket;
-    c.backend = MTC_BACKEND_SHM;
-    FILE *devnull = fopen("/dev/null", "w");
-    mtc_result_t rc = mtc_train_run(&c, g_src, devnull);
-    fclose(devnull);
-    return rc;
+    return parity_train(&c);
 }
 
 /* ---- interleaved pipeline layouts (issue 6): deeper models, several
@@ -57,7 +53,6 @@ static mtc_result_t run_pl(result *r, const pl_layout *l) {
     c.world_size = world, c.tp = l->tp, c.pp = l->pp, c.vpp = l->vpp, c.sequence_parallel = l->sp;
     c.microbatch_group_size = l->group;
     c.overlap_grad_reduce = l->overlap, c.ddp_bucket_size = l->bucket;
-    c.backend = MTC_BACKEND_SHM;
     pp_schedule_config sc = {.pp = l->pp, .vpp = l->vpp > 1 ? l->vpp : 0, .num_microbatches = M,
                              .group_size = l->group};
     int max_ops = pp_schedule_max_ops(&sc);
@@ -65,9 +60,7 @@ static mtc_result_t run_pl(result *r, const pl_layout *l) {
     pp_op *want = calloc((size_t)max_ops, sizeof *want);
     int *ntrace = calloc((size_t)world, sizeof(int));
     if (l->pp > 1) c.trace_out = trace, c.ntrace_out = ntrace;
-    FILE *devnull = fopen("/dev/null", "w");
-    mtc_result_t rc = mtc_train_run(&c, g_src, devnull);
-    fclose(devnull);
+    mtc_result_t rc = parity_train(&c);
     if (rc == MTC_OK && l->pp > 1) {
         mtc_grid_config gc;
         mtc_grid_config_default(&gc);

@@ -37,11 +37,7 @@ static mtc_result_t run(result *r, const layout *y, int distopt) {
     c.num_distopt_instances = y->nd, c.pad_high_busbw = y->pad, c.vpp = y->vpp;
     c.optim_state_bytes_out = &g_state_bytes;
     if (y->dp * MBS > GBS) c.micro_batch = 1; /* dp 8: one sample per rank, same global batch */
-    c.backend = MTC_BACKEND_SHM;
-    FILE *devnull = fopen("/dev/null", "w");
-    mtc_result_t rc = mtc_train_run(&c, g_src, devnull);
-    fclose(devnull);
-    return rc;
+    return parity_train(&c);
 }
 
 /* --overlap-param-gather relies on the forward announcing params before it
