@@ -4,39 +4,12 @@
  * same group names in the same creation order, the same lists in the same
  * order, the same derived sizes and generator orders; every invalid example
  * is refused with a message containing Megatron's. */
-#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "example_json.h"
 #include "grid/grid.h"
 #include "test.h"
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) free(buf), buf = NULL;
-    if (buf) buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static char *load_examples(void) {
-    char *s = slurp("../shared/reference/examples/rank_groups.json");
-    if (s) return s;
-    const char *dir = getenv("MTC_SHARED_DIR");
-    if (dir) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/reference/examples/rank_groups.json", dir);
-        if ((s = slurp(path))) return s;
-        snprintf(path, sizeof path, "%s/examples/rank_groups.json", dir);
-        if ((s = slurp(path))) return s;
-    }
-    return NULL;
-}
 
 static int get_int(const cJSON *o, const char *k, int dflt) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -123,13 +96,7 @@ static void check_invalid(const cJSON *inv) {
 }
 
 int main(void) {
-    char *text = load_examples();
-    if (!text) {
-        fprintf(stderr, "FAIL: cannot read ../shared/reference/examples/rank_groups.json "
-                        "(run from the repo root with shared/ beside it, or set MTC_SHARED_DIR)\n");
-        return 1;
-    }
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = load_example("rank_groups.json");
     T_CHECK(root != NULL);
     if (!root) return T_DONE();
     int nc = 0, ni = 0;
@@ -140,6 +107,5 @@ int main(void) {
     T_CHECKF(nc > 0 && ni > 0, "%d configs, %d invalid examples", nc, ni);
     printf("%d example configs, %d invalid examples\n", nc, ni);
     cJSON_Delete(root);
-    free(text);
     return T_DONE();
 }

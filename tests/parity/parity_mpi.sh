@@ -13,23 +13,23 @@ D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 . "${MTC_SOURCE_DIR:-.}/tests/parity/parity_lib.sh"
 "$MTC" train $TINY --metrics "$D/s.jsonl" >"$D/s.log" 2>&1 || { bad "serial run"; cat "$D/s.log"; }
-"$MPIRUN" --allow-run-as-root --oversubscribe -np 2 "$MTC" train $TINY --tp 2 --sequence-parallel \
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 2 "$MTC" train $TINY --tp 2 --sequence-parallel \
     --metrics "$D/a.jsonl" >"$D/a.log" 2>&1 || { bad "mpirun -np 2"; cat "$D/a.log"; }
 same_losses "mpi tp=2 sp" "$D/s.jsonl" "$D/a.jsonl"
 grep -q "backend: mpi" "$D/a.log" && ok "ran on the mpi backend" || { bad "backend"; cat "$D/a.log"; }
-"$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --tp 2 --overlap-grad-reduce \
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --tp 2 --overlap-grad-reduce \
     --ddp-bucket-size 700 --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "mpirun -np 4"; cat "$D/b.log"; }
 same_losses "mpi tp=2 dp=2 overlap bucket=700" "$D/s.jsonl" "$D/b.jsonl"
-"$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --pp 2 --tp 2 \
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --pp 2 --tp 2 \
     --metrics "$D/c.jsonl" >"$D/c.log" 2>&1 || { bad "mpirun -np 4 pp"; cat "$D/c.log"; }
 same_losses "mpi pp=2 tp=2" "$D/s.jsonl" "$D/c.jsonl"
 # interleaved virtual stages: 4 layers over pp=2 x vpp=2 x tp=2, 8 over pp=4 x vpp=2
 "$MTC" train $TINY --num-layers 4 --metrics "$D/s4.jsonl" >"$D/s4.log" 2>&1 || { bad "serial 4 layers"; cat "$D/s4.log"; }
-"$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --num-layers 4 --pp 2 --vpp 2 --tp 2 \
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --num-layers 4 --pp 2 --vpp 2 --tp 2 \
     --metrics "$D/d.jsonl" >"$D/d.log" 2>&1 || { bad "mpirun -np 4 pp vpp tp"; cat "$D/d.log"; }
 same_losses "mpi pp=2 vpp=2 tp=2" "$D/s4.jsonl" "$D/d.jsonl"
 "$MTC" train $TINY --num-layers 8 --metrics "$D/s8.jsonl" >"$D/s8.log" 2>&1 || { bad "serial 8 layers"; cat "$D/s8.log"; }
-"$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --num-layers 8 --pp 4 --vpp 2 \
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --num-layers 8 --pp 4 --vpp 2 \
     --metrics "$D/e.jsonl" >"$D/e.log" 2>&1 || { bad "mpirun -np 4 pp=4 vpp=2"; cat "$D/e.log"; }
 same_losses "mpi pp=4 vpp=2" "$D/s8.jsonl" "$D/e.jsonl"
 exit $fail
