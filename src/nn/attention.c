@@ -16,7 +16,6 @@
  * upper triangle; block boundaries depend only on T. Scratch (B,NH,T,T)
  * holds dA then dS in backward.
  * Does not do cross-rank attention (context parallelism lives in cp/). */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -39,17 +38,6 @@ typedef struct {
     const nn_dropout_spec *drop; /* NULL when p == 0 */
 } att_job;
 
-static inline void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                        const float *B, int ldb, float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (beta == 0.0f) { /* faster than OpenBLAS's own zeroing pass, same bits (gemm.c) */
-        for (int r = 0; r < M; r++)
-            memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-                K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 /* ---- row helpers (8-wide; sums in fixed lane order) ---- */
 
@@ -108,8 +96,8 @@ static void att_fwd_pair(int idx, void *vp) {
     float scale = 1.0f / sqrtf((float)HS);
     for (int i0 = 0; i0 < T; i0 += ATT_RB) { /* S = scale Q Kᵀ, keys < block end */
         int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
-        gemm(0, 1, i1 - i0, i1, HS, scale, Q + (size_t)i0 * C3, C3, K, C3, 0.0f, P + (size_t)i0 * T,
-             T);
+        nn_blas_sgemm(0, 1, i1 - i0, i1, HS, scale, Q + (size_t)i0 * C3, C3, K, C3, 0.0f,
+                      P + (size_t)i0 * T, T);
     }
     for (int i = 0; i < T; i++) { /* causal softmax in place */
         float *p = P + (size_t)i * T;
@@ -120,8 +108,8 @@ static void att_fwd_pair(int idx, void *vp) {
     if (!j->drop) { /* out = P V, keys < block end */
         for (int i0 = 0; i0 < T; i0 += ATT_RB) {
             int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
-            gemm(0, 0, i1 - i0, HS, i1, 1.0f, P + (size_t)i0 * T, T, V, C3, 0.0f,
-                 O + (size_t)i0 * C, C);
+            nn_blas_sgemm(0, 0, i1 - i0, HS, i1, 1.0f, P + (size_t)i0 * T, T, V, C3, 0.0f,
+                          O + (size_t)i0 * C, C);
         }
         return;
     }
@@ -135,8 +123,8 @@ static void att_fwd_pair(int idx, void *vp) {
                 const float *p = P + (size_t)(i0 + r) * T + k0;
                 att_mul(tile + r * kw, p, m, kw);
             }
-            gemm(0, 0, rows, HS, kw, 1.0f, tile, kw, V + (size_t)k0 * C3, C3, k0 == 0 ? 0.0f : 1.0f,
-                 O + (size_t)i0 * C, C);
+            nn_blas_sgemm(0, 0, rows, HS, kw, 1.0f, tile, kw, V + (size_t)k0 * C3, C3,
+                          k0 == 0 ? 0.0f : 1.0f, O + (size_t)i0 * C, C);
         }
     }
 }
@@ -168,14 +156,14 @@ static void att_bwd_pair(int idx, void *vp) {
 
     for (int i0 = 0; i0 < T; i0 += ATT_RB) { /* D = dA = dO Vᵀ, keys < block end */
         int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
-        gemm(0, 1, i1 - i0, i1, HS, 1.0f, dO + (size_t)i0 * C, C, V, C3, 0.0f, D + (size_t)i0 * T,
-             T);
+        nn_blas_sgemm(0, 1, i1 - i0, i1, HS, 1.0f, dO + (size_t)i0 * C, C, V, C3, 0.0f,
+                      D + (size_t)i0 * T, T);
     }
     if (!j->drop) {
         for (int k0 = 0; k0 < T; k0 += ATT_RB) { /* dV = Pᵀ dO, queries >= block start */
             int k1 = k0 + ATT_RB < T ? k0 + ATT_RB : T;
-            gemm(1, 0, k1 - k0, HS, T - k0, 1.0f, P + (size_t)k0 * T + k0, T, dO + (size_t)k0 * C,
-                 C, 0.0f, dV + (size_t)k0 * C3, C3);
+            nn_blas_sgemm(1, 0, k1 - k0, HS, T - k0, 1.0f, P + (size_t)k0 * T + k0, T,
+                          dO + (size_t)k0 * C, C, 0.0f, dV + (size_t)k0 * C3, C3);
         }
         for (int i = 0; i < T; i++) { /* D = dS = P (dA - rowsum(P dA)) */
             const float *p = P + (size_t)i * T;
@@ -200,8 +188,8 @@ static void att_bwd_pair(int idx, void *vp) {
                     srow[r] += att_dot(p, d, kw);
                 }
                 /* dV[keys] += Aᵀ dO[rows] */
-                gemm(1, 0, kw, HS, rows, 1.0f, tile, kw, dO + (size_t)i0 * C, C, 1.0f,
-                     dV + (size_t)k0 * C3, C3);
+                nn_blas_sgemm(1, 0, kw, HS, rows, 1.0f, tile, kw, dO + (size_t)i0 * C, C, 1.0f,
+                              dV + (size_t)k0 * C3, C3);
             }
             for (int r = 0; r < rows; r++) {
                 int i = i0 + r;
@@ -217,13 +205,13 @@ static void att_bwd_pair(int idx, void *vp) {
     }
     for (int i0 = 0; i0 < T; i0 += ATT_RB) { /* dQ = scale dS K, keys < block end */
         int i1 = i0 + ATT_RB < T ? i0 + ATT_RB : T;
-        gemm(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, K, C3, 0.0f, dQ + (size_t)i0 * C3,
-             C3);
+        nn_blas_sgemm(0, 0, i1 - i0, HS, i1, scale, D + (size_t)i0 * T, T, K, C3, 0.0f,
+                      dQ + (size_t)i0 * C3, C3);
     }
     for (int k0 = 0; k0 < T; k0 += ATT_RB) { /* dK = scale dSᵀ Q, queries >= block start */
         int k1 = k0 + ATT_RB < T ? k0 + ATT_RB : T;
-        gemm(1, 0, k1 - k0, HS, T - k0, scale, D + (size_t)k0 * T + k0, T, Q + (size_t)k0 * C3, C3,
-             0.0f, dK + (size_t)k0 * C3, C3);
+        nn_blas_sgemm(1, 0, k1 - k0, HS, T - k0, scale, D + (size_t)k0 * T + k0, T,
+                      Q + (size_t)k0 * C3, C3, 0.0f, dK + (size_t)k0 * C3, C3);
     }
 }
 

@@ -23,6 +23,20 @@ typedef struct {
     int tiles, by_rows;
 } gemm_job;
 
+void nn_blas_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (beta == 0.0f) {
+        if (ldc == N)
+            memset(C, 0, (size_t)M * N * sizeof(float));
+        else
+            for (int r = 0; r < M; r++) memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 static void gemm_tile(int i, void *vp) {
     const gemm_job *g = vp;
     size_t lo, hi;
@@ -47,20 +61,9 @@ static void gemm_tile(int i, void *vp) {
         for (int r = 0; r < M; r++)
             memcpy(C + (size_t)r * g->ldc, bias, (size_t)N * sizeof(float));
         beta = 1.0f;
-    } else if (beta == 0.0f) {
-        /* OpenBLAS zeroes C for beta = 0 with its own pass (sgemm_beta), at
-         * about a quarter of memset's speed here (2% of a small-GPT step,
-         * mostly the logits); zeroing first and adding gives the same bits */
-        if (g->ldc == N)
-            memset(C, 0, (size_t)M * N * sizeof(float));
-        else
-            for (int r = 0; r < M; r++)
-                memset(C + (size_t)r * g->ldc, 0, (size_t)N * sizeof(float));
-        beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans,
-                g->transB ? CblasTrans : CblasNoTrans, M, N, g->K, g->alpha, A, g->lda, B, g->ldb,
-                beta, C, g->ldc);
+    nn_blas_sgemm(g->transA, g->transB, M, N, g->K, g->alpha, A, g->lda, B, g->ldb, beta, C,
+                  g->ldc);
 }
 
 /* Tiles depend on the shape only, never on the pool size: OpenBLAS's
