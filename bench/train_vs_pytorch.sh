@@ -19,6 +19,12 @@ set -eu
 MTC=${1:-build/mtc}
 STEPS=${STEPS:-5}
 ROUNDS=${ROUNDS:-3}
+for v in "STEPS=$STEPS" "ROUNDS=$ROUNDS"; do
+    case ${v#*=} in
+    '' | *[!0-9]* | 0) echo "train_vs_pytorch.sh: $v must be a positive integer" >&2; exit 2 ;;
+    esac
+done
+[ -x "$MTC" ] || { echo "train_vs_pytorch.sh: no mtc at $MTC (build with make, or pass its path)" >&2; exit 2; }
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 TCM=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
