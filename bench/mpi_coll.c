@@ -92,20 +92,24 @@ static int call(int op, const float *s, float *r, size_t cnt) {
 
 static void fill(int op, float *s, size_t cnt, int rank, int n) {
     size_t total = op == OP_REDUCE_SCATTER || op == OP_ALL_TO_ALL ? cnt * (size_t)n : cnt;
-    for (size_t i = 0; i < total; i++) s[i] = val(rank, i);
+    for (size_t i = 0; i < total; i++)
+        s[i] = val(rank, i);
 }
 
 static int check(int op, const float *r, size_t cnt, int rank, int n) {
     size_t bad = 0;
     switch (op) {
     case OP_ALL_REDUCE:
-        for (size_t i = 0; i < cnt; i++) bad += r[i] != sum_val(n, i);
+        for (size_t i = 0; i < cnt; i++)
+            bad += r[i] != sum_val(n, i);
         break;
     case OP_REDUCE_SCATTER:
-        for (size_t i = 0; i < cnt; i++) bad += r[i] != sum_val(n, (size_t)rank * cnt + i);
+        for (size_t i = 0; i < cnt; i++)
+            bad += r[i] != sum_val(n, (size_t)rank * cnt + i);
         break;
     case OP_ALL_GATHER:
-        for (size_t i = 0; i < cnt * (size_t)n; i++) bad += r[i] != val((int)(i / cnt), i % cnt);
+        for (size_t i = 0; i < cnt * (size_t)n; i++)
+            bad += r[i] != val((int)(i / cnt), i % cnt);
         break;
     default: /* block j came from rank j: its block `rank` */
         for (size_t i = 0; i < cnt * (size_t)n; i++)
@@ -126,8 +130,8 @@ static void row(const opts_t *o, int op, size_t cnt, int n, double t_us, int ok,
     } else {
         if (!*header) {
             printf("# bench_mpi_coll: %s, %d ranks, dtype f32\n", LIB_NAME, n);
-            printf("# %-14s %12s %10s %11s %11s %11s  %s\n", "op", "size(B)", "count",
-                   "time(us)", "algbw(GB/s)", "busbw(GB/s)", "ok");
+            printf("# %-14s %12s %10s %11s %11s %11s  %s\n", "op", "size(B)", "count", "time(us)",
+                   "algbw(GB/s)", "busbw(GB/s)", "ok");
             *header = 1;
         }
         printf("  %-14s %12zu %10zu %11.2f %11.3f %11.3f  %s\n", op_names[op], bytes, cnt, t_us,
@@ -164,7 +168,10 @@ static int parse(int argc, char **argv, int rank, opts_t *o) {
     o->iters = 20, o->warmup = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
         if (!v) return usage(rank, "missing value after", a);
         i++;
         if (!strcmp(a, "--op")) {
@@ -172,14 +179,26 @@ static int parse(int argc, char **argv, int rank, opts_t *o) {
             o->nops = 0; /* the last --op wins */
             for (int k = 0; k < NOPS; k++)
                 if (!strcmp(v, "all") || !strcmp(v, op_names[k])) o->ops[o->nops++] = k;
-            if (!o->nops) return (void)before, usage(rank, "unknown --op (all_reduce, reduce_scatter, all_gather, all_to_all or all)", v);
-        } else if (!strcmp(a, "--sizes")) sizes = v;
-        else if (!strcmp(a, "--min-bytes")) { if (!(lo = parse_size(v))) return usage(rank, "bad size", v); }
-        else if (!strcmp(a, "--max-bytes")) { if (!(hi = parse_size(v))) return usage(rank, "bad size", v); }
-        else if (!strcmp(a, "--step-factor")) { if ((step = (size_t)atoi(v)) < 2) return usage(rank, "--step-factor must be >= 2, got", v); }
-        else if (!strcmp(a, "--iters")) { if ((o->iters = atoi(v)) < 1) return usage(rank, "--iters must be >= 1, got", v); }
-        else if (!strcmp(a, "--warmup")) { if ((o->warmup = atoi(v)) < 0) return usage(rank, "--warmup must be >= 0, got", v); }
-        else return usage(rank, "unknown option", a);
+            if (!o->nops)
+                return (void)before, usage(rank,
+                                           "unknown --op (all_reduce, reduce_scatter, all_gather, "
+                                           "all_to_all or all)",
+                                           v);
+        } else if (!strcmp(a, "--sizes"))
+            sizes = v;
+        else if (!strcmp(a, "--min-bytes")) {
+            if (!(lo = parse_size(v))) return usage(rank, "bad size", v);
+        } else if (!strcmp(a, "--max-bytes")) {
+            if (!(hi = parse_size(v))) return usage(rank, "bad size", v);
+        } else if (!strcmp(a, "--step-factor")) {
+            if ((step = (size_t)atoi(v)) < 2)
+                return usage(rank, "--step-factor must be >= 2, got", v);
+        } else if (!strcmp(a, "--iters")) {
+            if ((o->iters = atoi(v)) < 1) return usage(rank, "--iters must be >= 1, got", v);
+        } else if (!strcmp(a, "--warmup")) {
+            if ((o->warmup = atoi(v)) < 0) return usage(rank, "--warmup must be >= 0, got", v);
+        } else
+            return usage(rank, "unknown option", a);
     }
     if (!o->nops) o->ops[o->nops++] = OP_ALL_REDUCE;
     if (sizes) {
@@ -190,7 +209,8 @@ static int parse(int argc, char **argv, int rank, opts_t *o) {
             if (!(o->sizes[o->nsizes++] = parse_size(t))) return usage(rank, "bad size", t);
         }
     } else {
-        for (size_t s = lo; s <= hi && o->nsizes < MAX_SIZES; s *= step) o->sizes[o->nsizes++] = s;
+        for (size_t s = lo; s <= hi && o->nsizes < MAX_SIZES; s *= step)
+            o->sizes[o->nsizes++] = s;
     }
     if (!o->nsizes) return usage(rank, "no sizes between --min-bytes and --max-bytes", NULL);
     return -1;
@@ -225,7 +245,8 @@ int main(int argc, char **argv) {
             int op = o.ops[k];
             size_t cnt = count_for(op, o.sizes[i], n);
             fill(op, s, cnt, rank, n);
-            for (int w = 0; w < o.warmup; w++) call(op, s, r, cnt);
+            for (int w = 0; w < o.warmup; w++)
+                call(op, s, r, cnt);
             MPI_Barrier(MPI_COMM_WORLD);
             for (int it = 0; it < o.iters; it++) {
                 double t0 = now_us();

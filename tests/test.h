@@ -10,30 +10,32 @@
 
 static atomic_int t_passed_, t_failed_;
 
-#define T_CHECK(cond)                                                                    \
-    do {                                                                                 \
-        if (cond) atomic_fetch_add(&t_passed_, 1);                                       \
-        else {                                                                           \
-            atomic_fetch_add(&t_failed_, 1);                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);             \
-        }                                                                                \
+#define T_CHECK(cond)                                                                              \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            atomic_fetch_add(&t_passed_, 1);                                                       \
+        else {                                                                                     \
+            atomic_fetch_add(&t_failed_, 1);                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
+        }                                                                                          \
     } while (0)
 
-#define T_CHECKF(cond, ...)                                                              \
-    do {                                                                                 \
-        if (cond) atomic_fetch_add(&t_passed_, 1);                                       \
-        else {                                                                           \
-            atomic_fetch_add(&t_failed_, 1);                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);             \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fputc('\n', stderr);                                                         \
-        }                                                                                \
+#define T_CHECKF(cond, ...)                                                                        \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            atomic_fetch_add(&t_passed_, 1);                                                       \
+        else {                                                                                     \
+            atomic_fetch_add(&t_failed_, 1);                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* |a - b| <= atol + rtol * |b| */
-#define T_CLOSE(a, b, atol, rtol)                                                        \
-    T_CHECKF(fabs((double)(a) - (double)(b)) <= (atol) + (rtol) * fabs((double)(b)),     \
-             "%.9g vs %.9g", (double)(a), (double)(b))
+#define T_CLOSE(a, b, atol, rtol)                                                                  \
+    T_CHECKF(fabs((double)(a) - (double)(b)) <= (atol) + (rtol)*fabs((double)(b)), "%.9g vs %.9g", \
+             (double)(a), (double)(b))
 
 /* The exit status must be returned (`return T_DONE();`): a bare `T_DONE();`
  * would let main return 0 whatever failed, so it does not compile cleanly

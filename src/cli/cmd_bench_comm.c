@@ -29,18 +29,19 @@ static void print_row(const mtc_bench_row *r, void *p) {
     else
         snprintf(algo, sizeof algo, "%s", mtc_algo_name(r->algo));
     if (o->json) {
-        printf("{\"op\": \"%s\", \"algo\": \"%s\", \"resolved\": \"%s\", \"backend\": \"%s\", "
-               "\"ranks\": %d, \"dtype\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, "
-               "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"ok\": %s}\n",
-               mtc_coll_name(r->op), mtc_algo_name(r->algo), mtc_algo_name(r->resolved), r->backend,
-               r->ranks, mtc_dtype_name(r->dtype), r->bytes, r->count, r->time_us, r->algbw_gbps,
-               r->busbw_gbps, r->ok ? "true" : "false");
+        printf(
+            "{\"op\": \"%s\", \"algo\": \"%s\", \"resolved\": \"%s\", \"backend\": \"%s\", "
+            "\"ranks\": %d, \"dtype\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, "
+            "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"ok\": %s}\n",
+            mtc_coll_name(r->op), mtc_algo_name(r->algo), mtc_algo_name(r->resolved), r->backend,
+            r->ranks, mtc_dtype_name(r->dtype), r->bytes, r->count, r->time_us, r->algbw_gbps,
+            r->busbw_gbps, r->ok ? "true" : "false");
     } else {
         if (!o->printed_header) {
             printf("# mtc bench-comm: backend %s, %d ranks, dtype %s\n", r->backend, r->ranks,
                    mtc_dtype_name(r->dtype));
-            printf("# %-14s %-16s %12s %10s %11s %11s %11s  %s\n", "op", "algo", "size(B)",
-                   "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "ok");
+            printf("# %-14s %-16s %12s %10s %11s %11s %11s  %s\n", "op", "algo", "size(B)", "count",
+                   "time(us)", "algbw(GB/s)", "busbw(GB/s)", "ok");
             o->printed_header = 1;
         }
         printf("  %-14s %-16s %12zu %10zu %11.2f %11.3f %11.3f  %s\n", mtc_coll_name(r->op), algo,
@@ -85,38 +86,58 @@ int cli_cmd_bench_comm(int argc, char **argv) {
     int iters = 20, warmup = 5, step = 4, world = 2, json = 0, rpn = 0;
     double timeout = 0;
     mtc_arg args[] = {
-        {"op", NULL, MTC_ARG_STRING, &op, "OP", "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce or all (default all_reduce)", 0},
-        {"algo", NULL, MTC_ARG_STRING, &algo, "ALGO", "auto, an algorithm (ring tree recdbl rabenseifner direct hier native pairwise) or all (default auto)", 0},
-        {"min-bytes", NULL, MTC_ARG_STRING, &min_s, "SIZE", "smallest size, e.g. 8, 4K (default 8)", 0},
+        {"op", NULL, MTC_ARG_STRING, &op, "OP",
+         "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce or all (default "
+         "all_reduce)",
+         0},
+        {"algo", NULL, MTC_ARG_STRING, &algo, "ALGO",
+         "auto, an algorithm (ring tree recdbl rabenseifner direct hier native pairwise) or all "
+         "(default auto)",
+         0},
+        {"min-bytes", NULL, MTC_ARG_STRING, &min_s, "SIZE", "smallest size, e.g. 8, 4K (default 8)",
+         0},
         {"max-bytes", NULL, MTC_ARG_STRING, &max_s, "SIZE", "largest size (default 64M)", 0},
-        {"step-factor", NULL, MTC_ARG_INT, &step, "F", "size multiplier between rows (default 4)", 0},
-        {"sizes", NULL, MTC_ARG_STRING, &sizes, "LIST", "explicit sizes instead, e.g. 8,4K,1M,64M", 0},
+        {"step-factor", NULL, MTC_ARG_INT, &step, "F", "size multiplier between rows (default 4)",
+         0},
+        {"sizes", NULL, MTC_ARG_STRING, &sizes, "LIST", "explicit sizes instead, e.g. 8,4K,1M,64M",
+         0},
         {"iters", NULL, MTC_ARG_INT, &iters, "N", "timed calls per row (default 20)", 0},
         {"warmup", NULL, MTC_ARG_INT, &warmup, "N", "untimed calls first (default 5)", 0},
         {"dtype", NULL, MTC_ARG_STRING, &dtype, "T", "f32, f64, bf16, i32 or i64 (default f32)", 0},
-        {"world-size", NULL, MTC_ARG_INT, &world, "N", "number of thread-ranks on shm (default 2)", 0},
-        {"ranks-per-node", NULL, MTC_ARG_INT, &rpn, "N", "fake nodes of N ranks on shm (default: one node)", 0},
-        {"backend", NULL, MTC_ARG_STRING, &backend, "B", "shm, mpi or auto (mpi under mpirun; default auto)", 0},
-        {"comm-algo", NULL, MTC_ARG_STRING, &comm_algo, "SPEC", "force algorithms: ring or all_reduce=ring,all_gather=direct", 0},
-        {"timeout", NULL, MTC_ARG_DOUBLE, &timeout, "S", "collective timeout in seconds (default MTC_COMM_TIMEOUT or 300)", 0},
-        {"json", NULL, MTC_ARG_FLAG, &json, NULL, "one JSON object per row instead of the table", 0},
+        {"world-size", NULL, MTC_ARG_INT, &world, "N", "number of thread-ranks on shm (default 2)",
+         0},
+        {"ranks-per-node", NULL, MTC_ARG_INT, &rpn, "N",
+         "fake nodes of N ranks on shm (default: one node)", 0},
+        {"backend", NULL, MTC_ARG_STRING, &backend, "B",
+         "shm, mpi or auto (mpi under mpirun; default auto)", 0},
+        {"comm-algo", NULL, MTC_ARG_STRING, &comm_algo, "SPEC",
+         "force algorithms: ring or all_reduce=ring,all_gather=direct", 0},
+        {"timeout", NULL, MTC_ARG_DOUBLE, &timeout, "S",
+         "collective timeout in seconds (default MTC_COMM_TIMEOUT or 300)", 0},
+        {"json", NULL, MTC_ARG_FLAG, &json, NULL, "one JSON object per row instead of the table",
+         0},
     };
-    int st = cli_parse("bench-comm", "[options]", about, args, (int)(sizeof args / sizeof *args), argc, argv);
+    int st = cli_parse("bench-comm", "[options]", about, args, (int)(sizeof args / sizeof *args),
+                       argc, argv);
     if (st >= 0) return st;
 
     job j = {.rc_ok = 1};
     mtc_bench_opts *b = &j.b;
     static const mtc_coll_t all_ops[] = {MTC_COLL_ALL_REDUCE, MTC_COLL_REDUCE_SCATTER,
                                          MTC_COLL_ALL_GATHER, MTC_COLL_ALL_TO_ALL,
-                                         MTC_COLL_BROADCAST, MTC_COLL_REDUCE};
+                                         MTC_COLL_BROADCAST,  MTC_COLL_REDUCE};
     if (!strcmp(op, "all")) {
-        for (int i = 0; i < 6; i++) b->ops[b->nops++] = all_ops[i];
+        for (int i = 0; i < 6; i++)
+            b->ops[b->nops++] = all_ops[i];
     } else {
         int c = mtc_coll_parse(op), found = 0;
-        for (int i = 0; i < 6; i++) found |= c == (int)all_ops[i];
+        for (int i = 0; i < 6; i++)
+            found |= c == (int)all_ops[i];
         if (!found)
-            return cli_usage_error("bench-comm", "--op %s is not one of all_reduce, reduce_scatter, "
-                                   "all_gather, all_to_all, broadcast, reduce, all", op);
+            return cli_usage_error("bench-comm",
+                                   "--op %s is not one of all_reduce, reduce_scatter, "
+                                   "all_gather, all_to_all, broadcast, reduce, all",
+                                   op);
         b->ops[b->nops++] = (mtc_coll_t)c;
     }
     if (!strcmp(algo, "all")) {
@@ -124,46 +145,66 @@ int cli_cmd_bench_comm(int argc, char **argv) {
     } else {
         int a = mtc_algo_parse(algo);
         if (a < 0)
-            return cli_usage_error("bench-comm", "--algo %s is not auto, all, ring, tree, recdbl, "
-                                   "rabenseifner, direct, hier, native or pairwise", algo);
+            return cli_usage_error("bench-comm",
+                                   "--algo %s is not auto, all, ring, tree, recdbl, "
+                                   "rabenseifner, direct, hier, native or pairwise",
+                                   algo);
         b->algo = (mtc_algo_t)a;
     }
     int dt = mtc_dtype_parse(dtype);
-    if (dt < 0) return cli_usage_error("bench-comm", "--dtype %s is not f32, f64, bf16, i32 or i64", dtype);
+    if (dt < 0)
+        return cli_usage_error("bench-comm", "--dtype %s is not f32, f64, bf16, i32 or i64", dtype);
     b->dtype = (mtc_dtype_t)dt;
     if (iters < 1 || iters > 100000 || warmup < 0)
-        return cli_usage_error("bench-comm", "--iters %d / --warmup %d: need iters 1..100000, warmup >= 0", iters, warmup);
+        return cli_usage_error("bench-comm",
+                               "--iters %d / --warmup %d: need iters 1..100000, warmup >= 0", iters,
+                               warmup);
     b->iters = iters, b->warmup = warmup;
     if (sizes) {
         char buf[1024];
         snprintf(buf, sizeof buf, "%s", sizes);
         for (char *save, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
             if (b->nsizes == MTC_BENCH_MAX_SIZES)
-                return cli_usage_error("bench-comm", "--sizes: at most %d sizes", MTC_BENCH_MAX_SIZES);
+                return cli_usage_error("bench-comm", "--sizes: at most %d sizes",
+                                       MTC_BENCH_MAX_SIZES);
             if (parse_size(t, &b->sizes[b->nsizes++]))
-                return cli_usage_error("bench-comm", "--sizes: '%s' is not a size like 8, 4K or 1M", t);
+                return cli_usage_error("bench-comm", "--sizes: '%s' is not a size like 8, 4K or 1M",
+                                       t);
         }
     } else {
         size_t lo, hi;
-        if (parse_size(min_s, &lo)) return cli_usage_error("bench-comm", "--min-bytes %s is not a size like 8 or 4K", min_s);
-        if (parse_size(max_s, &hi)) return cli_usage_error("bench-comm", "--max-bytes %s is not a size like 64M", max_s);
+        if (parse_size(min_s, &lo))
+            return cli_usage_error("bench-comm", "--min-bytes %s is not a size like 8 or 4K",
+                                   min_s);
+        if (parse_size(max_s, &hi))
+            return cli_usage_error("bench-comm", "--max-bytes %s is not a size like 64M", max_s);
         if (step < 2) return cli_usage_error("bench-comm", "--step-factor %d must be >= 2", step);
-        if (lo > hi) return cli_usage_error("bench-comm", "--min-bytes %zu is above --max-bytes %zu", lo, hi);
+        if (lo > hi)
+            return cli_usage_error("bench-comm", "--min-bytes %zu is above --max-bytes %zu", lo,
+                                   hi);
         for (size_t s = lo; s <= hi && b->nsizes < MTC_BENCH_MAX_SIZES; s *= (size_t)step)
             b->sizes[b->nsizes++] = s;
     }
-    mtc_launch_opts lo = {.world_size = world, .ranks_per_node = rpn, .timeout_s = timeout,
-                          .algo_spec = comm_algo, .pin_threads = -1};
-    if (!strcmp(backend, "shm")) lo.backend = MTC_BACKEND_SHM;
-    else if (!strcmp(backend, "mpi")) lo.backend = MTC_BACKEND_MPI;
-    else if (strcmp(backend, "auto")) return cli_usage_error("bench-comm", "--backend %s is not shm, mpi or auto", backend);
-    if (world < 1 || world > 4096) return cli_usage_error("bench-comm", "--world-size %d must be 1..4096", world);
+    mtc_launch_opts lo = {.world_size = world,
+                          .ranks_per_node = rpn,
+                          .timeout_s = timeout,
+                          .algo_spec = comm_algo,
+                          .pin_threads = -1};
+    if (!strcmp(backend, "shm"))
+        lo.backend = MTC_BACKEND_SHM;
+    else if (!strcmp(backend, "mpi"))
+        lo.backend = MTC_BACKEND_MPI;
+    else if (strcmp(backend, "auto"))
+        return cli_usage_error("bench-comm", "--backend %s is not shm, mpi or auto", backend);
+    if (world < 1 || world > 4096)
+        return cli_usage_error("bench-comm", "--world-size %d must be 1..4096", world);
 
     out_ctx oc = {.json = json};
     b->row = print_row;
     b->ctx = &oc;
     mtc_result_t rc = mtc_launch(&lo, rank_fn, &j);
-    if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("bench-comm", "%s", mtc_error_detail());
+    if (rc == MTC_ERR_INVALID_ARGUMENT)
+        return cli_usage_error("bench-comm", "%s", mtc_error_detail());
     if (rc != MTC_OK) return cli_fail("bench-comm", rc);
     if (!j.rc_ok) {
         fprintf(stderr, "mtc bench-comm: error: some results were wrong (rows marked NO)\n");

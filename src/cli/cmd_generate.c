@@ -60,22 +60,29 @@ int cli_cmd_generate(int argc, char **argv) {
     double temperature = 1.0;
     int64_t seed = 1234;
     mtc_arg args[] = {
-        {"load", NULL, MTC_ARG_STRING, &load, "FILE", "model written by mtc train --save (required)", 0},
-        {"prompt", NULL, MTC_ARG_STRING, &prompt, "TEXT", "text to continue (token ids for id models)", 0},
+        {"load", NULL, MTC_ARG_STRING, &load, "FILE",
+         "model written by mtc train --save (required)", 0},
+        {"prompt", NULL, MTC_ARG_STRING, &prompt, "TEXT",
+         "text to continue (token ids for id models)", 0},
         {"max-new-tokens", NULL, MTC_ARG_INT, &max_new, "N", "tokens to generate (default 200)", 0},
-        {"temperature", NULL, MTC_ARG_DOUBLE, &temperature, "X", "softmax temperature, 0 = greedy (default 1.0)", 0},
-        {"top-k", NULL, MTC_ARG_INT, &top_k, "K", "sample among the K likeliest tokens, 0 = all (default 0)", 0},
+        {"temperature", NULL, MTC_ARG_DOUBLE, &temperature, "X",
+         "softmax temperature, 0 = greedy (default 1.0)", 0},
+        {"top-k", NULL, MTC_ARG_INT, &top_k, "K",
+         "sample among the K likeliest tokens, 0 = all (default 0)", 0},
         {"seed", NULL, MTC_ARG_I64, &seed, "N", "sampling seed (default 1234)", 0},
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads (default 1)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("generate", "--load FILE [options]",
-                       "Sample text from a saved model.", args, nargs, argc, argv);
+    int st = cli_parse("generate", "--load FILE [options]", "Sample text from a saved model.", args,
+                       nargs, argc, argv);
     if (st >= 0) return st;
-    if (!load) return cli_usage_error("generate", "--load FILE is required (a model saved by mtc train --save)");
+    if (!load)
+        return cli_usage_error("generate",
+                               "--load FILE is required (a model saved by mtc train --save)");
     if (max_new < 0) return cli_usage_error("generate", "max-new-tokens=%d must be >= 0", max_new);
     if (top_k < 0) return cli_usage_error("generate", "top-k=%d must be >= 0", top_k);
-    if (!(temperature >= 0)) return cli_usage_error("generate", "temperature=%g must be >= 0", temperature);
+    if (!(temperature >= 0))
+        return cli_usage_error("generate", "temperature=%g must be >= 0", temperature);
     if (threads < 1) return cli_usage_error("generate", "threads=%d must be >= 1", threads);
 
     mtc_ckpt_info info;
@@ -96,13 +103,17 @@ int cli_cmd_generate(int argc, char **argv) {
         size_t unknown = data_tokenizer_encode(&tok, (const unsigned char *)prompt, plen, ids);
         n = (int)plen;
         if (unknown)
-            fprintf(stderr, "mtc generate: warning: %zu prompt characters are not in the model's vocabulary (read as id 0)\n", unknown);
+            fprintf(stderr,
+                    "mtc generate: warning: %zu prompt characters are not in the model's "
+                    "vocabulary (read as id 0)\n",
+                    unknown);
     } else {
         char *end, *s = (char *)prompt;
         for (long v = strtol(s, &end, 10); end != s; v = strtol(s, &end, 10)) {
             if (v < 0 || v >= V) {
                 free(ids), free(probs);
-                return cli_usage_error("generate", "prompt token %ld is outside the vocabulary [0, %d)", v, V);
+                return cli_usage_error("generate",
+                                       "prompt token %ld is outside the vocabulary [0, %d)", v, V);
             }
             ids[n++] = (int)v, s = end;
         }

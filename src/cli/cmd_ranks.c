@@ -19,19 +19,25 @@ static const char about[] =
 
 static long lcm_l(long a, long b) {
     long x = a, y = b;
-    while (y) { long t = x % y; x = y; y = t; }
+    while (y) {
+        long t = x % y;
+        x = y;
+        y = t;
+    }
     return a / x * b;
 }
 
 static void print_list(FILE *f, const int *r, int n, const char *sep) {
     fputc('[', f);
-    for (int k = 0; k < n; k++) fprintf(f, "%s%d", k ? sep : "", r[k]);
+    for (int k = 0; k < n; k++)
+        fprintf(f, "%s%d", k ? sep : "", r[k]);
     fputc(']', f);
 }
 
 static void print_json(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G) {
-    fprintf(f, "{\"world_size\": %d, \"data_parallel_size\": %d, \"expert_data_parallel_size\": %d, "
-               "\"groups\": {\n",
+    fprintf(f,
+            "{\"world_size\": %d, \"data_parallel_size\": %d, \"expert_data_parallel_size\": %d, "
+            "\"groups\": {\n",
             s->cfg.world_size, s->dp, s->edp);
     for (int i = 0; i < G->nsets; i++) {
         const mtc_grid_group_set *set = &G->sets[i];
@@ -54,37 +60,51 @@ static void print_text(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G
     fprintf(f, "dense:  tp %d x cp %d x dp %d x pp %d", c->tp, c->cp, s->dp, c->pp);
     if (c->vpp) fprintf(f, " (vpp %d: %d virtual stages)", c->vpp, c->pp * c->vpp);
     fprintf(f, "\nexpert: etp %d x ep %d x edp %d x pp %d\n", c->etp, c->ep, s->edp, c->pp);
-    fprintf(f, "data_parallel_size %d, expert_data_parallel_size %d, distributed-optimizer instances %d",
-            s->dp, s->edp, s->nd);
+    fprintf(
+        f,
+        "data_parallel_size %d, expert_data_parallel_size %d, distributed-optimizer instances %d",
+        s->dp, s->edp, s->nd);
     if (c->n_hcp) {
         fputs(", hierarchical cp", f);
-        for (int i = 0; i < c->n_hcp; i++) fprintf(f, "%s%d", i ? "x" : " ", c->hcp[i]);
+        for (int i = 0; i < c->n_hcp; i++)
+            fprintf(f, "%s%d", i ? "x" : " ", c->hcp[i]);
     }
     fputc('\n', f);
     if (!mtc_grid_groups_dist_opt_consistent(G, c->world_size))
-        fprintf(f, "warning: with order %s, Megatron's inter-instance group (HIERARCHICAL_EXPERT_DATA_"
-                   "PARALLEL_GROUP_L1) does not pair the dense intra-partial shards, so its partial "
-                   "distributed optimizer would combine the wrong dense gradient shards (Megatron "
-                   "training's orders tp-cp-ep-dp-pp and tp-cp-ep-pp-dp are safe)\n", s->order_full);
-    fprintf(f, "\n%6s %5s | %3s %3s %3s %3s | %3s %3s %3s | %5s  %s\n", "rank", "node", "tp", "cp", "dp",
-            "pp", "etp", "ep", "edp", "dp_cp", "pp prev/next");
+        fprintf(f,
+                "warning: with order %s, Megatron's inter-instance group (HIERARCHICAL_EXPERT_DATA_"
+                "PARALLEL_GROUP_L1) does not pair the dense intra-partial shards, so its partial "
+                "distributed optimizer would combine the wrong dense gradient shards (Megatron "
+                "training's orders tp-cp-ep-dp-pp and tp-cp-ep-pp-dp are safe)\n",
+                s->order_full);
+    fprintf(f, "\n%6s %5s | %3s %3s %3s %3s | %3s %3s %3s | %5s  %s\n", "rank", "node", "tp", "cp",
+            "dp", "pp", "etp", "ep", "edp", "dp_cp", "pp prev/next");
     for (int r = 0; r < c->world_size; r++) {
         mtc_grid_coord x;
         mtc_grid_coord_of(&x, s, r);
-        const char *role = c->pp == 1 ? "" : mtc_grid_is_first_stage(s, r) ? " first" :
-                           mtc_grid_is_last_stage(s, r) ? " last" : "";
-        fprintf(f, "%6d %5d | %3d %3d %3d %3d | %3d %3d %3d | %5d  %d/%d%s\n", r, r / gpn, x.tp, x.cp, x.dp,
-                x.pp, x.etp, x.ep, x.edp, x.dp_cp, mtc_grid_pp_prev(s, r), mtc_grid_pp_next(s, r), role);
+        const char *role = c->pp == 1                      ? ""
+                           : mtc_grid_is_first_stage(s, r) ? " first"
+                           : mtc_grid_is_last_stage(s, r)  ? " last"
+                                                           : "";
+        fprintf(f, "%6d %5d | %3d %3d %3d %3d | %3d %3d %3d | %5d  %d/%d%s\n", r, r / gpn, x.tp,
+                x.cp, x.dp, x.pp, x.etp, x.ep, x.edp, x.dp_cp, mtc_grid_pp_prev(s, r),
+                mtc_grid_pp_next(s, r), role);
     }
     for (int i = 0; i < G->nsets; i++) {
         const mtc_grid_group_set *set = &G->sets[i];
         int cross = 0;
         for (int g = 0; g < set->count; g++) {
             const int *l = set->ranks + (size_t)g * set->size;
-            for (int k = 1; k < set->size; k++) if (l[k] / gpn != l[0] / gpn) { cross++; break; }
+            for (int k = 1; k < set->size; k++)
+                if (l[k] / gpn != l[0] / gpn) {
+                    cross++;
+                    break;
+                }
         }
-        fprintf(f, "\n%s: %d group%s of %d", set->name, set->count, set->count == 1 ? "" : "s", set->size);
-        if (cross) fprintf(f, ", %d span%s nodes (%d ranks per node)", cross, cross == 1 ? "s" : "", gpn);
+        fprintf(f, "\n%s: %d group%s of %d", set->name, set->count, set->count == 1 ? "" : "s",
+                set->size);
+        if (cross)
+            fprintf(f, ", %d span%s nodes (%d ranks per node)", cross, cross == 1 ? "s" : "", gpn);
         fputs("\n ", f);
         int col = 1;
         for (int g = 0; g < set->count; g++) {
@@ -112,9 +132,10 @@ static void print_text(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G
 static void print_rank(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G, int r) {
     mtc_grid_coord x;
     mtc_grid_coord_of(&x, s, r);
-    fprintf(f, "rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | pp prev %d next %d%s%s\n", r, x.tp,
-            x.cp, x.dp, x.pp, x.etp, x.ep, x.edp, mtc_grid_pp_prev(s, r), mtc_grid_pp_next(s, r),
-            mtc_grid_is_first_stage(s, r) ? ", first stage" : "", mtc_grid_is_last_stage(s, r) ? ", last stage" : "");
+    fprintf(f, "rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | pp prev %d next %d%s%s\n",
+            r, x.tp, x.cp, x.dp, x.pp, x.etp, x.ep, x.edp, mtc_grid_pp_prev(s, r),
+            mtc_grid_pp_next(s, r), mtc_grid_is_first_stage(s, r) ? ", first stage" : "",
+            mtc_grid_is_last_stage(s, r) ? ", last stage" : "");
     for (int i = 0; i < G->nsets; i++) {
         const mtc_grid_group_set *set = &G->sets[i];
         int pos, g = mtc_grid_group_of(set, r, &pos);
@@ -136,7 +157,8 @@ static int write_svg(const char *path, const mtc_grid_spec *s, const mtc_grid_gr
     if (!f) return cli_fail("ranks", mtc_error(MTC_ERR_IO, "cannot write %s", tmp));
     mtc_result_t rc = mtc_grid_render_svg(f, s, G, gpn);
     if (fclose(f) != 0 && rc == MTC_OK) rc = mtc_error(MTC_ERR_IO, "cannot write %s", tmp);
-    if (rc == MTC_OK && rename(tmp, path) != 0) rc = mtc_error(MTC_ERR_IO, "cannot rename %s to %s", tmp, path);
+    if (rc == MTC_OK && rename(tmp, path) != 0)
+        rc = mtc_error(MTC_ERR_IO, "cannot rename %s to %s", tmp, path);
     if (rc != MTC_OK) {
         remove(tmp);
         return cli_fail("ranks", rc);
@@ -150,32 +172,49 @@ int cli_cmd_ranks(int argc, char **argv) {
     const char *order = NULL, *svg = NULL;
     mtc_arg_ints hcp = {0};
     mtc_arg args[] = {
-        {"world-size", NULL, MTC_ARG_INT, &world, "N", "number of ranks (default: the smallest valid)", 0},
-        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N", "tensor parallel size (default 1)", 0},
-        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages (default 1)", 0},
-        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N", "context parallel size (default 1)", 0},
-        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N", "expert parallel size (default 1)", 0},
-        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N", "expert tensor parallel size (default: tp)", 0},
+        {"world-size", NULL, MTC_ARG_INT, &world, "N",
+         "number of ranks (default: the smallest valid)", 0},
+        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N",
+         "tensor parallel size (default 1)", 0},
+        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages (default 1)",
+         0},
+        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N", "context parallel size (default 1)",
+         0},
+        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
+         "expert parallel size (default 1)", 0},
+        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
+         "expert tensor parallel size (default: tp)", 0},
         {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "N",
          "model chunks per pipeline rank (interleaved schedule; needs pp > 1)", 0},
-        {"order", NULL, MTC_ARG_STRING, &order, "ORDER", "rank order, first varies fastest (default tp-cp-ep-dp-pp)", 0},
-        {"use-tp-pp-dp-mapping", NULL, MTC_ARG_FLAG, &tp_pp_dp, NULL, "Megatron training's tp-cp-ep-pp-dp order", 0},
+        {"order", NULL, MTC_ARG_STRING, &order, "ORDER",
+         "rank order, first varies fastest (default tp-cp-ep-dp-pp)", 0},
+        {"use-tp-pp-dp-mapping", NULL, MTC_ARG_FLAG, &tp_pp_dp, NULL,
+         "Megatron training's tp-cp-ep-pp-dp order", 0},
         {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N",
          "partial distributed optimizer instances (default 1)", 0},
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A,B,..",
          "levels of hierarchical CP (product = cp), innermost first", 0},
-        {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print Megatron-shaped JSON instead of the table", 0},
+        {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print Megatron-shaped JSON instead of the table",
+         0},
         {"svg", NULL, MTC_ARG_STRING, &svg, "FILE", "also draw the rank grid into FILE", 0},
-        {"rank", NULL, MTC_ARG_INT, &one_rank, "R", "print only rank R's coordinates and groups", 0},
-        {"gpus-per-node", NULL, MTC_ARG_INT, &gpn, "N", "ranks per node in the table and picture (default 8)", 0},
+        {"rank", NULL, MTC_ARG_INT, &one_rank, "R", "print only rank R's coordinates and groups",
+         0},
+        {"gpus-per-node", NULL, MTC_ARG_INT, &gpn, "N",
+         "ranks per node in the table and picture (default 8)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("ranks", "[--world-size N] [--tp N] [--pp N] [--cp N] [--ep N] [--etp N] [--order O] "
-                                "[--json] [--svg FILE]", about, args, nargs, argc, argv);
+    int st = cli_parse("ranks",
+                       "[--world-size N] [--tp N] [--pp N] [--cp N] [--ep N] [--etp N] [--order O] "
+                       "[--json] [--svg FILE]",
+                       about, args, nargs, argc, argv);
     if (st >= 0) return st;
-    if (gpn < 1) return cli_usage_error("ranks", "--gpus-per-node is %d (valid: an integer >= 1, e.g. 8)", gpn);
+    if (gpn < 1)
+        return cli_usage_error("ranks", "--gpus-per-node is %d (valid: an integer >= 1, e.g. 8)",
+                               gpn);
     if (tp_pp_dp && order)
-        return cli_usage_error("ranks", "--use-tp-pp-dp-mapping and --order %s both set the order (valid: one of them)", order);
+        return cli_usage_error(
+            "ranks",
+            "--use-tp-pp-dp-mapping and --order %s both set the order (valid: one of them)", order);
     if (tp_pp_dp) order = "tp-cp-ep-pp-dp";
 
     mtc_grid_config cfg;
@@ -183,22 +222,26 @@ int cli_cmd_ranks(int argc, char **argv) {
     cfg.tp = tp, cfg.pp = pp, cfg.cp = cp, cfg.ep = ep, cfg.etp = etp, cfg.vpp = vpp;
     cfg.order = order, cfg.num_dist_opt_instances = nd;
     if (hcp.n > MTC_GRID_MAX_HCP)
-        return cli_usage_error("ranks", "--hierarchical-context-parallel-sizes has %d levels (valid: at most %d)",
-                               hcp.n, MTC_GRID_MAX_HCP);
+        return cli_usage_error(
+            "ranks", "--hierarchical-context-parallel-sizes has %d levels (valid: at most %d)",
+            hcp.n, MTC_GRID_MAX_HCP);
     cfg.n_hcp = hcp.n;
     for (int i = 0; i < hcp.n; i++) {
         if (hcp.v[i] < 1 || hcp.v[i] > (1 << 20))
-            return cli_usage_error("ranks", "--hierarchical-context-parallel-sizes level %d is %lld (valid: >= 1)",
-                                   i, (long long)hcp.v[i]);
+            return cli_usage_error(
+                "ranks", "--hierarchical-context-parallel-sizes level %d is %lld (valid: >= 1)", i,
+                (long long)hcp.v[i]);
         cfg.hcp[i] = (int)hcp.v[i];
     }
-    if (!mtc_args_seen(args, nargs, "world-size") && tp > 0 && pp > 0 && cp > 0 && ep > 0 && etp >= 0) {
+    if (!mtc_args_seen(args, nargs, "world-size") && tp > 0 && pp > 0 && cp > 0 && ep > 0 &&
+        etp >= 0) {
         long w = lcm_l((long)tp * pp * cp, (long)(etp ? etp : tp) * ep * pp);
         world = w > (1 << 20) ? 1 << 21 : (int)w;
     }
     cfg.world_size = world;
     mtc_grid_spec spec;
-    if (mtc_grid_spec_init(&spec, &cfg) != MTC_OK) return cli_usage_error("ranks", "%s", mtc_error_detail());
+    if (mtc_grid_spec_init(&spec, &cfg) != MTC_OK)
+        return cli_usage_error("ranks", "%s", mtc_error_detail());
     mtc_grid_groups G;
     mtc_result_t rc = mtc_grid_groups_build(&G, &spec);
     if (rc != MTC_OK) return cli_fail("ranks", rc);
@@ -210,9 +253,12 @@ int cli_cmd_ranks(int argc, char **argv) {
     int status = 0;
     if (svg) status = write_svg(svg, &spec, &G, gpn);
     if (status == 0) {
-        if (json) print_json(stdout, &spec, &G);
-        else if (one_rank >= 0) print_rank(stdout, &spec, &G, one_rank);
-        else print_text(stdout, &spec, &G, gpn);
+        if (json)
+            print_json(stdout, &spec, &G);
+        else if (one_rank >= 0)
+            print_rank(stdout, &spec, &G, one_rank);
+        else
+            print_text(stdout, &spec, &G, gpn);
     }
     mtc_grid_groups_free(&G);
     return status;

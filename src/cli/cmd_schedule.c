@@ -35,8 +35,9 @@ static char *schedule_ops_join(const pp_op *ops, int from, int to) {
 static void schedule_hint(char *out, size_t n, const pp_schedule_config *cfg) {
     out[0] = '\0';
     if (cfg->pp <= 1 || cfg->vpp <= 1) return;
-    size_t len = (size_t)snprintf(out, n, " (valid --microbatches for pp=%d group size %d:", cfg->pp,
-                                  pp_schedule_group_size(cfg));
+    size_t len =
+        (size_t)snprintf(out, n, " (valid --microbatches for pp=%d group size %d:", cfg->pp,
+                         pp_schedule_group_size(cfg));
     int found = 0;
     for (int M = 1; M <= 4096 && found < 8 && len < n; M++) {
         pp_schedule_config c = *cfg;
@@ -54,8 +55,10 @@ static int schedule_json(const pp_schedule_config *cfg, const pp_op *ops,
     cJSON_AddStringToObject(root, "schedule", pp_schedule_kind_name(kind));
     cJSON_AddStringToObject(root, "function", pp_schedule_function_name(kind));
     cJSON_AddNumberToObject(root, "pp", cfg->pp);
-    if (kind == PP_SCHEDULE_INTERLEAVED) cJSON_AddNumberToObject(root, "vpp", cfg->vpp);
-    else cJSON_AddNullToObject(root, "vpp");
+    if (kind == PP_SCHEDULE_INTERLEAVED)
+        cJSON_AddNumberToObject(root, "vpp", cfg->vpp);
+    else
+        cJSON_AddNullToObject(root, "vpp");
     cJSON_AddNumberToObject(root, "num_microbatches", cfg->num_microbatches);
     /* Megatron's examples name it microbatch_group_size_per_vp_stage; the
      * short name is printed too so either spelling parses. */
@@ -125,8 +128,7 @@ static int schedule_write_svg(const char *path, const pp_op *ops, const pp_sched
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
-    if (!f)
-        return cli_fail("schedule", mtc_error(MTC_ERR_IO, "cannot write %s", tmp));
+    if (!f) return cli_fail("schedule", mtc_error(MTC_ERR_IO, "cannot write %s", tmp));
     mtc_result_t rc = pp_schedule_svg(f, ops, counts, spans, makespan, cfg, T_FWD, T_BWD);
     if (fclose(f) != 0 && rc == MTC_OK) rc = mtc_error(MTC_ERR_IO, "closing %s failed", tmp);
     if (rc == MTC_OK && rename(tmp, path) != 0) rc = mtc_error(MTC_ERR_IO, "cannot rename %s", tmp);
@@ -142,14 +144,17 @@ int cli_cmd_schedule(int argc, char **argv) {
     int layers = 0, layers_per_vstage = 0, vstages = 0, acc_emb = 0, acc_loss = 0, overlap = 1;
     const char *svg = NULL;
     mtc_arg args[] = {
-        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "P", "pipeline stages (default 1)", 0},
+        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "P", "pipeline stages (default 1)",
+         0},
         {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V",
          "model chunks per rank (interleaved when > 1)", 0},
-        {"microbatches", "num-microbatches", MTC_ARG_INT, &M, "M", "microbatches per step (required)", 0},
-        {"microbatch-group-size-per-virtual-pipeline-stage", "microbatch-group-size", MTC_ARG_INT, &group,
-         "N", "contiguous microbatches per virtual stage (default P)", 0},
+        {"microbatches", "num-microbatches", MTC_ARG_INT, &M, "M",
+         "microbatches per step (required)", 0},
+        {"microbatch-group-size-per-virtual-pipeline-stage", "microbatch-group-size", MTC_ARG_INT,
+         &group, "N", "contiguous microbatches per virtual stage (default P)", 0},
         {"forward-only", NULL, MTC_ARG_FLAG, &forward_only, NULL, "evaluation: forwards only", 0},
-        {"num-layers", NULL, MTC_ARG_INT, &layers, "L", "transformer layers (for the vpp rules)", 0},
+        {"num-layers", NULL, MTC_ARG_INT, &layers, "L", "transformer layers (for the vpp rules)",
+         0},
         {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &layers_per_vstage, "K",
          "derive vpp = L/P/K (Megatron training rule)", 0},
         {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V",
@@ -164,32 +169,38 @@ int cli_cmd_schedule(int argc, char **argv) {
         {"svg", NULL, MTC_ARG_STRING, &svg, "FILE", "draw the simulated timeline to FILE", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("schedule",
-                       "--pp P [--vpp V] --microbatches M [--microbatch-group-size N] "
-                       "[--forward-only] [--json] [--svg FILE]",
-                       "Print each pipeline rank's compute order exactly as Megatron-LM core_v0.18.0\n"
-                       "runs it (no pipelining, 1F1B, or interleaved 1F1B with virtual stages).",
-                       args, nargs, argc, argv);
+    int st =
+        cli_parse("schedule",
+                  "--pp P [--vpp V] --microbatches M [--microbatch-group-size N] "
+                  "[--forward-only] [--json] [--svg FILE]",
+                  "Print each pipeline rank's compute order exactly as Megatron-LM core_v0.18.0\n"
+                  "runs it (no pipelining, 1F1B, or interleaved 1F1B with virtual stages).",
+                  args, nargs, argc, argv);
     if (st >= 0) return st;
     if (!mtc_args_seen(args, nargs, "microbatches"))
         return cli_usage_error("schedule", "--microbatches M is required (e.g. --microbatches 8)");
     int vpp_seen = mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size");
     if (vpp_seen && (layers_per_vstage || vstages))
-        return cli_usage_error("schedule",
-                               "give the virtual pipeline size once: --vpp or "
-                               "--num-virtual-stages-per-pipeline-rank or "
-                               "--num-layers-per-virtual-pipeline-stage");
-    if (vpp_seen && vpp < 1)
-        return cli_usage_error("schedule", "--vpp %d must be at least 1", vpp);
+        return cli_usage_error("schedule", "give the virtual pipeline size once: --vpp or "
+                                           "--num-virtual-stages-per-pipeline-rank or "
+                                           "--num-layers-per-virtual-pipeline-stage");
+    if (vpp_seen && vpp < 1) return cli_usage_error("schedule", "--vpp %d must be at least 1", vpp);
     if (!vpp_seen) {
-        pp_vpp_args va = {.pp = pp, .num_layers = layers, .layers_per_virtual_stage = layers_per_vstage,
-                          .virtual_stages_per_rank = vstages, .account_for_embedding = acc_emb,
-                          .account_for_loss = acc_loss, .overlap_p2p_comm = overlap};
+        pp_vpp_args va = {.pp = pp,
+                          .num_layers = layers,
+                          .layers_per_virtual_stage = layers_per_vstage,
+                          .virtual_stages_per_rank = vstages,
+                          .account_for_embedding = acc_emb,
+                          .account_for_loss = acc_loss,
+                          .overlap_p2p_comm = overlap};
         if (pp_vpp_from_args(&vpp, &va) != MTC_OK)
             return cli_usage_error("schedule", "%s", mtc_error_detail());
     }
-    pp_schedule_config cfg = {.pp = pp, .vpp = vpp > 1 ? vpp : 0, .num_microbatches = M,
-                              .group_size = group, .forward_only = forward_only};
+    pp_schedule_config cfg = {.pp = pp,
+                              .vpp = vpp > 1 ? vpp : 0,
+                              .num_microbatches = M,
+                              .group_size = group,
+                              .forward_only = forward_only};
     if (pp_schedule_validate(&cfg) != MTC_OK) {
         char hint[256];
         schedule_hint(hint, sizeof hint, &cfg);

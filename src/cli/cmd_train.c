@@ -43,54 +43,105 @@ int cli_cmd_train(int argc, char **argv) {
         {"num-attention-heads", NULL, MTC_ARG_INT, &NH, "N", "attention heads (default 4)", 0},
         {"ffn-hidden-size", NULL, MTC_ARG_INT, &F, "N", "MLP hidden size (default 4*hidden)", 0},
         {"seq-length", NULL, MTC_ARG_INT, &T, "N", "sequence length (default 128)", 0},
-        {"max-position-embeddings", NULL, MTC_ARG_INT, &maxpos, "N", "positions (default seq-length)", 0},
+        {"max-position-embeddings", NULL, MTC_ARG_INT, &maxpos, "N",
+         "positions (default seq-length)", 0},
         {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
-        {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N", "samples per iteration (default micro batch)", 0},
+        {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N",
+         "samples per iteration (default micro batch)", 0},
         {"train-iters", NULL, MTC_ARG_I64, &iters, "N", "iterations (default 100)", 0},
         {"lr", NULL, MTC_ARG_DOUBLE, &lr, "X", "peak learning rate (default 1e-3)", 0},
         {"min-lr", NULL, MTC_ARG_DOUBLE, &min_lr, "X", "final learning rate (default 0)", 0},
-        {"lr-warmup-iters", NULL, MTC_ARG_I64, &warmup, "N", "linear warm-up iterations (default 0)", 0},
-        {"lr-decay-iters", NULL, MTC_ARG_I64, &decay, "N", "decay iterations (default train-iters)", 0},
-        {"lr-decay-style", NULL, MTC_ARG_STRING, &style, "S", "constant|linear|cosine (default linear)", 0},
-        {"weight-decay", NULL, MTC_ARG_DOUBLE, &wd, "X", "AdamW weight decay on 2-D weights (default 0.01)", 0},
-        {"clip-grad", NULL, MTC_ARG_DOUBLE, &clip, "X", "global gradient-norm clip, 0 = off (default 1.0)", 0},
+        {"lr-warmup-iters", NULL, MTC_ARG_I64, &warmup, "N",
+         "linear warm-up iterations (default 0)", 0},
+        {"lr-decay-iters", NULL, MTC_ARG_I64, &decay, "N", "decay iterations (default train-iters)",
+         0},
+        {"lr-decay-style", NULL, MTC_ARG_STRING, &style, "S",
+         "constant|linear|cosine (default linear)", 0},
+        {"weight-decay", NULL, MTC_ARG_DOUBLE, &wd, "X",
+         "AdamW weight decay on 2-D weights (default 0.01)", 0},
+        {"clip-grad", NULL, MTC_ARG_DOUBLE, &clip, "X",
+         "global gradient-norm clip, 0 = off (default 1.0)", 0},
         {"adam-beta1", NULL, MTC_ARG_DOUBLE, &b1, "X", "(default 0.9)", 0},
         {"adam-beta2", NULL, MTC_ARG_DOUBLE, &b2, "X", "(default 0.999)", 0},
         {"adam-eps", NULL, MTC_ARG_DOUBLE, &eps, "X", "(default 1e-8)", 0},
-        {"seed", NULL, MTC_ARG_I64, &seed, "N", "initialisation, dropout and data order (default 1234)", 0},
-        {"data-path", NULL, MTC_ARG_STRING, &data_path, "PATH", "text file or folder, PREFIX of .bin/.idx, or llm.c .bin", 0},
-        {"split", NULL, MTC_ARG_STRING, &split, "W,W,W", "train,valid,test weights (default 969,30,1)", 0},
-        {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S", "char|byte for text data (default char)", 0},
-        {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N", "vocabulary (default: from the data; 50257 with --mock-data)", 0},
-        {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N", "pad the vocabulary to a multiple (default 128)", 0},
+        {"seed", NULL, MTC_ARG_I64, &seed, "N",
+         "initialisation, dropout and data order (default 1234)", 0},
+        {"data-path", NULL, MTC_ARG_STRING, &data_path, "PATH",
+         "text file or folder, PREFIX of .bin/.idx, or llm.c .bin", 0},
+        {"split", NULL, MTC_ARG_STRING, &split, "W,W,W",
+         "train,valid,test weights (default 969,30,1)", 0},
+        {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
+         "char|byte for text data (default char)", 0},
+        {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N",
+         "vocabulary (default: from the data; 50257 with --mock-data)", 0},
+        {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N",
+         "pad the vocabulary to a multiple (default 128)", 0},
         {"mock-data", NULL, MTC_ARG_FLAG, &mock, NULL, "deterministic synthetic tokens", 0},
-        {"eval-interval", NULL, MTC_ARG_INT, &eval_interval, "N", "iterations between evaluations (default 1000)", 0},
-        {"eval-iters", NULL, MTC_ARG_INT, &eval_iters, "N", "validation batches per evaluation (default 100)", 0},
-        {"log-interval", NULL, MTC_ARG_INT, &log_interval, "N", "iterations per log line (default 100)", 0},
+        {"eval-interval", NULL, MTC_ARG_INT, &eval_interval, "N",
+         "iterations between evaluations (default 1000)", 0},
+        {"eval-iters", NULL, MTC_ARG_INT, &eval_iters, "N",
+         "validation batches per evaluation (default 100)", 0},
+        {"log-interval", NULL, MTC_ARG_INT, &log_interval, "N",
+         "iterations per log line (default 100)", 0},
         {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P", "(default 0.1)", 0},
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "(default 0.1)", 0},
-        {"world-size", NULL, MTC_ARG_INT, &world, "N", "rank-threads (shm backend; under mpirun the MPI size) (default 1)", 0},
-        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N", "tensor-parallel ranks (default 1); data-parallel = world / (tp x pp)", 0},
-        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages of num-layers/pp layers, 1F1B schedule, interleaved with --vpp (default 1)", 0},
-        {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &lpvs, "N", "interleaved 1F1B: virtual stages of N layers (vpp = num-layers/pp/N)", 0},
-        {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V", "interleaved 1F1B with V model chunks per pipeline rank", 0},
-        {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V", "the same as --num-virtual-stages-per-pipeline-rank", 0},
-        {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N", "contiguous microbatches per virtual stage (default pp)", 0},
-        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N", "accepted as 1 only: training with context parallelism is not implemented yet (`mtc ranks` shows its groups)", 0},
-        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N", "accepted as 1 only: mtc trains dense models (no MoE yet; `mtc ranks` shows the expert groups)", 0},
-        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N", "accepted as 1 or the TP size only (no MoE yet)", 0},
-        {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL, "split layer norm / dropout / residual regions along the sequence over TP", 0},
-        {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL, "launch each gradient bucket's all-reduce during the last backward", 0},
-        {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N", "with --overlap-grad-reduce, elements per gradient bucket (default max(4e7, 1e6 x dp)); as Megatron, one bucket without overlap and on pipeline stages > 0", 0},
-        {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL, "shard AdamW state over data-parallel ranks: reduce-scatter gradients per bucket, update the owned shard, all-gather params", 0},
-        {"overlap-param-gather", NULL, MTC_ARG_FLAG, &overlap_pg, NULL, "leave the param all-gathers running until the next pass needs the params (distributed optimizer)", 0},
-        {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N", "optimizer instances: shards over dp/N ranks, shard all-reduced over N (default 1)", 0},
-        {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL, "pad buckets to lcm(dp, 128, 65536) (distributed optimizer)", 0},
-        {"print-layout", NULL, MTC_ARG_FLAG, &print_layout, NULL, "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with --vpp) before training", 0},
-        {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)", 0},
-        {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration", 0},
+        {"world-size", NULL, MTC_ARG_INT, &world, "N",
+         "rank-threads (shm backend; under mpirun the MPI size) (default 1)", 0},
+        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N",
+         "tensor-parallel ranks (default 1); data-parallel = world / (tp x pp)", 0},
+        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N",
+         "pipeline stages of num-layers/pp layers, 1F1B schedule, interleaved with --vpp (default "
+         "1)",
+         0},
+        {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &lpvs, "N",
+         "interleaved 1F1B: virtual stages of N layers (vpp = num-layers/pp/N)", 0},
+        {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V",
+         "interleaved 1F1B with V model chunks per pipeline rank", 0},
+        {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V",
+         "the same as --num-virtual-stages-per-pipeline-rank", 0},
+        {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N",
+         "contiguous microbatches per virtual stage (default pp)", 0},
+        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N",
+         "accepted as 1 only: training with context parallelism is not implemented yet (`mtc "
+         "ranks` shows its groups)",
+         0},
+        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
+         "accepted as 1 only: mtc trains dense models (no MoE yet; `mtc ranks` shows the expert "
+         "groups)",
+         0},
+        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
+         "accepted as 1 or the TP size only (no MoE yet)", 0},
+        {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
+         "split layer norm / dropout / residual regions along the sequence over TP", 0},
+        {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
+         "launch each gradient bucket's all-reduce during the last backward", 0},
+        {"ddp-bucket-size", NULL, MTC_ARG_I64, &bucket, "N",
+         "with --overlap-grad-reduce, elements per gradient bucket (default max(4e7, 1e6 x dp)); "
+         "as Megatron, one bucket without overlap and on pipeline stages > 0",
+         0},
+        {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL,
+         "shard AdamW state over data-parallel ranks: reduce-scatter gradients per bucket, update "
+         "the owned shard, all-gather params",
+         0},
+        {"overlap-param-gather", NULL, MTC_ARG_FLAG, &overlap_pg, NULL,
+         "leave the param all-gathers running until the next pass needs the params (distributed "
+         "optimizer)",
+         0},
+        {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N",
+         "optimizer instances: shards over dp/N ranks, shard all-reduced over N (default 1)", 0},
+        {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL,
+         "pad buckets to lcm(dp, 128, 65536) (distributed optimizer)", 0},
+        {"print-layout", NULL, MTC_ARG_FLAG, &print_layout, NULL,
+         "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with "
+         "--vpp) before training",
+         0},
+        {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)",
+         0},
+        {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration",
+         0},
         {"save", NULL, MTC_ARG_STRING, &save, "FILE", "write the trained weights here", 0},
-        {"load", NULL, MTC_ARG_STRING, &load, "FILE", "start from these weights (fresh optimizer and iteration count, like --finetune)", 0},
+        {"load", NULL, MTC_ARG_STRING, &load, "FILE",
+         "start from these weights (fresh optimizer and iteration count, like --finetune)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
@@ -100,24 +151,44 @@ int cli_cmd_train(int argc, char **argv) {
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
     if (cp != 1)
-        return cli_usage_error("train", "context-parallel-size=%d: mtc train does not implement context parallelism yet (use --cp 1; `mtc ranks --cp %d` shows its process groups)", cp, cp);
+        return cli_usage_error(
+            "train",
+            "context-parallel-size=%d: mtc train does not implement context parallelism yet (use "
+            "--cp 1; `mtc ranks --cp %d` shows its process groups)",
+            cp, cp);
     if (ep != 1)
-        return cli_usage_error("train", "expert-model-parallel-size=%d: mtc train has no mixture-of-experts model yet (use --ep 1; `mtc ranks --ep %d` shows the expert groups)", ep, ep);
+        return cli_usage_error(
+            "train",
+            "expert-model-parallel-size=%d: mtc train has no mixture-of-experts model yet (use "
+            "--ep 1; `mtc ranks --ep %d` shows the expert groups)",
+            ep, ep);
     if (etp != 0 && etp != 1 && etp != tp)
-        return cli_usage_error("train", "expert-tensor-parallel-size=%d: without experts it must be 1 or the tensor-parallel size %d", etp, tp);
+        return cli_usage_error("train",
+                               "expert-tensor-parallel-size=%d: without experts it must be 1 or "
+                               "the tensor-parallel size %d",
+                               etp, tp);
     if (vpp && (lpvs || vstages))
-        return cli_usage_error("train", "give the virtual pipeline size once: --vpp or --num-virtual-stages-per-pipeline-rank or --num-layers-per-virtual-pipeline-stage");
+        return cli_usage_error(
+            "train",
+            "give the virtual pipeline size once: --vpp or --num-virtual-stages-per-pipeline-rank "
+            "or --num-layers-per-virtual-pipeline-stage");
     if (mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size") && vpp < 1)
-        return cli_usage_error("train", "virtual-pipeline-model-parallel-size=%d must be >= 1", vpp);
+        return cli_usage_error("train", "virtual-pipeline-model-parallel-size=%d must be >= 1",
+                               vpp);
     if (mb_group < 0)
-        return cli_usage_error("train", "microbatch-group-size-per-virtual-pipeline-stage=%d must be >= 1", mb_group);
-    {   /* Megatron's training rules deriving vpp (arguments.py) */
-        pp_vpp_args va = {.pp = pp, .num_layers = L, .layers_per_virtual_stage = lpvs,
-                          .virtual_stages_per_rank = vpp ? vpp : vstages, .overlap_p2p_comm = 1};
+        return cli_usage_error(
+            "train", "microbatch-group-size-per-virtual-pipeline-stage=%d must be >= 1", mb_group);
+    { /* Megatron's training rules deriving vpp (arguments.py) */
+        pp_vpp_args va = {.pp = pp,
+                          .num_layers = L,
+                          .layers_per_virtual_stage = lpvs,
+                          .virtual_stages_per_rank = vpp ? vpp : vstages,
+                          .overlap_p2p_comm = 1};
         if (pp_vpp_from_args(&vpp, &va) != MTC_OK)
             return cli_usage_error("train", "%s", mtc_error_detail());
     }
-    if (bucket < 0) return cli_usage_error("train", "ddp-bucket-size=%lld must be >= 0", (long long)bucket);
+    if (bucket < 0)
+        return cli_usage_error("train", "ddp-bucket-size=%lld must be >= 0", (long long)bucket);
     if (mtc_launched_by_mpi()) { /* the MPI size is the world */
         const char *e = getenv("OMPI_COMM_WORLD_SIZE");
         if (!e) e = getenv("PMI_SIZE");
@@ -129,20 +200,26 @@ int cli_cmd_train(int argc, char **argv) {
             if (threads < 1) threads = 1;
         }
     }
-    if (nd < 1) return cli_usage_error("train", "num-distributed-optimizer-instances=%d must be >= 1", nd);
+    if (nd < 1)
+        return cli_usage_error("train", "num-distributed-optimizer-instances=%d must be >= 1", nd);
     if (nd > 1 && !distopt)
-        return cli_usage_error("train", "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+        return cli_usage_error(
+            "train", "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer",
+            nd);
     if (overlap_pg && !distopt)
         return cli_usage_error("train", "--overlap-param-gather needs --use-distributed-optimizer");
     if (sp && tp == 1) {
-        fprintf(stderr, "WARNING: --sequence-parallel is switched off because tensor-model-parallel-size is 1\n");
+        fprintf(stderr, "WARNING: --sequence-parallel is switched off because "
+                        "tensor-model-parallel-size is 1\n");
         sp = 0;
     }
     int lr_style = mtc_lr_style_parse(style);
     if (lr_style < 0)
-        return cli_usage_error("train", "lr-decay-style=%s is unknown (use constant, linear or cosine)", style);
+        return cli_usage_error(
+            "train", "lr-decay-style=%s is unknown (use constant, linear or cosine)", style);
     if (mock && data_path)
-        return cli_usage_error("train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
+        return cli_usage_error(
+            "train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
     if (!mock && !data_path)
         return cli_usage_error("train", "no data: pass --data-path FILE|DIR|PREFIX or --mock-data");
     if (divisible < 1)
@@ -150,7 +227,8 @@ int cli_cmd_train(int argc, char **argv) {
     if (vocab < 0) return cli_usage_error("train", "vocab-size=%d must be >= 1", vocab);
     if (T < 1) return cli_usage_error("train", "seq-length=%d must be >= 1", T);
     if (data_path && data_tokenizer_parse(tokenizer) < 0)
-        return cli_usage_error("train", "tokenizer-type=%s is unknown (use char or byte)", tokenizer);
+        return cli_usage_error("train", "tokenizer-type=%s is unknown (use char or byte)",
+                               tokenizer);
 
     mtc_train_config tc;
     memset(&tc, 0, sizeof tc);
@@ -168,8 +246,11 @@ int cli_cmd_train(int argc, char **argv) {
     tc.micro_batch = mbs;
     tc.global_batch = gbs ? gbs : mbs;
     tc.train_iters = iters;
-    tc.lr = (mtc_lr_schedule){.lr = lr, .min_lr = min_lr, .warmup_iters = warmup,
-                              .decay_iters = decay ? decay : iters, .style = (mtc_lr_style)lr_style};
+    tc.lr = (mtc_lr_schedule){.lr = lr,
+                              .min_lr = min_lr,
+                              .warmup_iters = warmup,
+                              .decay_iters = decay ? decay : iters,
+                              .style = (mtc_lr_style)lr_style};
     tc.adam = (mtc_adamw_config){(float)b1, (float)b2, (float)eps, (float)wd};
     tc.clip_grad = (float)clip;
     tc.seed = (uint64_t)seed;
@@ -181,14 +262,18 @@ int cli_cmd_train(int argc, char **argv) {
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
     tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
-    if (mtc_train_validate(&tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
+    if (mtc_train_validate(&tc) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     mc->padded_vocab_size = mtc_gpt_pad_vocab(1, divisible, tp);
     if (mtc_train_validate_layout(&tc, world) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
 
-    data_source_opts dopts = {.data_path = data_path, .mock = mock,
+    data_source_opts dopts = {.data_path = data_path,
+                              .mock = mock,
                               .vocab_size = mock ? (vocab ? vocab : 50257) : vocab,
-                              .tokenizer = tokenizer, .seq_length = T, .seed = (uint64_t)seed,
+                              .tokenizer = tokenizer,
+                              .seq_length = T,
+                              .seed = (uint64_t)seed,
                               .split = split};
     data_source *src = NULL;
     if (data_source_open(&dopts, &src) != MTC_OK)
@@ -196,7 +281,10 @@ int cli_cmd_train(int argc, char **argv) {
     int data_vocab = data_source_vocab_size(src);
     if (vocab && vocab < data_vocab) {
         data_source_free(src);
-        return cli_usage_error("train", "vocab-size=%d is smaller than the data's vocabulary %d (drop --vocab-size or raise it)", vocab, data_vocab);
+        return cli_usage_error("train",
+                               "vocab-size=%d is smaller than the data's vocabulary %d (drop "
+                               "--vocab-size or raise it)",
+                               vocab, data_vocab);
     }
     mc->vocab_size = vocab ? vocab : data_vocab;
     mc->padded_vocab_size = mtc_gpt_pad_vocab(mc->vocab_size, divisible, tp);
@@ -219,15 +307,20 @@ int cli_cmd_train(int argc, char **argv) {
             fc->max_position_embeddings != mc->max_position_embeddings ||
             fc->padded_vocab_size != mc->padded_vocab_size || fc->vocab_size != mc->vocab_size) {
             data_source_free(src);
-            return cli_usage_error("train", "%s was saved with num-layers=%d hidden-size=%d num-attention-heads=%d ffn-hidden-size=%d max-position-embeddings=%d vocab=%d/%d, which differs from these flags (%d %d %d %d %d %d/%d)",
-                                   load, fc->num_layers, fc->hidden_size, fc->num_heads, fc->ffn_hidden_size,
-                                   fc->max_position_embeddings, fc->vocab_size, fc->padded_vocab_size,
-                                   mc->num_layers, mc->hidden_size, mc->num_heads, mc->ffn_hidden_size,
-                                   mc->max_position_embeddings, mc->vocab_size, mc->padded_vocab_size);
+            return cli_usage_error(
+                "train",
+                "%s was saved with num-layers=%d hidden-size=%d num-attention-heads=%d "
+                "ffn-hidden-size=%d max-position-embeddings=%d vocab=%d/%d, which differs from "
+                "these flags (%d %d %d %d %d %d/%d)",
+                load, fc->num_layers, fc->hidden_size, fc->num_heads, fc->ffn_hidden_size,
+                fc->max_position_embeddings, fc->vocab_size, fc->padded_vocab_size, mc->num_layers,
+                mc->hidden_size, mc->num_heads, mc->ffn_hidden_size, mc->max_position_embeddings,
+                mc->vocab_size, mc->padded_vocab_size);
         }
         if (strcmp(info.tokenizer, tokstr)) {
             data_source_free(src);
-            return cli_usage_error("train", "%s was saved with a different tokenizer than this data's", load);
+            return cli_usage_error(
+                "train", "%s was saved with a different tokenizer than this data's", load);
         }
     }
     mtc_result_t rc = mtc_train_run(&tc, src, stdout);

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "usage: mtc <command> [options]      (mtc <command> --help for its options)\n\n"
             "commands:\n",
             MTC_VERSION);
-    for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nRanks run as threads of this process (--world-size N) or as MPI processes\n"
                "(mpirun -np N mtc train ...).\n");
 }
@@ -51,8 +52,8 @@ int cli_fail(const char *cmd, mtc_result_t rc) {
     return 1;
 }
 
-int cli_parse(const char *cmd, const char *usage_line, const char *about, mtc_arg *args,
-              int nargs, int argc, char **argv) {
+int cli_parse(const char *cmd, const char *usage_line, const char *about, mtc_arg *args, int nargs,
+              int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: mtc %s %s\n\n%s\n\noptions:\n", cmd, usage_line, about);
@@ -67,7 +68,8 @@ int cli_parse(const char *cmd, const char *usage_line, const char *about, mtc_ar
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -86,6 +88,7 @@ int main(int argc, char **argv) {
     if (best && best_d <= 3)
         fprintf(stderr, "mtc: error: unknown command '%s' (did you mean '%s'?)\n", argv[1], best);
     else
-        fprintf(stderr, "mtc: error: unknown command '%s' (run 'mtc --help' for the list)\n", argv[1]);
+        fprintf(stderr, "mtc: error: unknown command '%s' (run 'mtc --help' for the list)\n",
+                argv[1]);
     return 2;
 }

@@ -53,13 +53,13 @@ mtc_result_t comm_node_split(mtc_comm_t comm, mtc_comm_t *intra, mtc_comm_t *int
 
 /* ---- the algorithms ---------------------------------------------------------- */
 
-#define ALGO_ALL_REDUCE_ARGS                                                               \
-    const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype, mtc_op_t op,       \
+#define ALGO_ALL_REDUCE_ARGS                                                                       \
+    const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype, mtc_op_t op,              \
         mtc_comm_t comm
-#define ALGO_REDUCE_SCATTER_ARGS                                                           \
-    const void *sendbuf, void *recvbuf, size_t recvcount, mtc_dtype_t dtype, mtc_op_t op,   \
+#define ALGO_REDUCE_SCATTER_ARGS                                                                   \
+    const void *sendbuf, void *recvbuf, size_t recvcount, mtc_dtype_t dtype, mtc_op_t op,          \
         mtc_comm_t comm
-#define ALGO_ALL_GATHER_ARGS                                                               \
+#define ALGO_ALL_GATHER_ARGS                                                                       \
     const void *sendbuf, void *recvbuf, size_t sendcount, mtc_dtype_t dtype, mtc_comm_t comm
 
 mtc_result_t algo_ring_all_reduce(ALGO_ALL_REDUCE_ARGS);

@@ -22,8 +22,8 @@
  * All-reduce (large): rank r reduces slice r of all inputs in rank order
  * 0..n-1 (in L1-sized chunks) and writes the result into slice r of EVERY
  * rank's output, so each element is reduced exactly once, all ranks end with
- * the same bits, and every byte crosses between cores once. Small all-reduce: every rank reduces all stages in the same
- * order, which gives the same bits too. bf16 rounds back at every step.
+ * the same bits, and every byte crosses between cores once. Small all-reduce: every rank reduces
+ * all stages in the same order, which gives the same bits too. bf16 rounds back at every step.
  * Outputs of STREAM_MIN_BYTES and more are written with non-temporal stores.
  *
  * Limitations: shm only (pointers are meaningful in one process); memory
@@ -93,8 +93,7 @@ typedef struct {
 static int lines_ready(void *arg) {
     line_arg *a = arg;
     for (; a->next < a->n; a->next++)
-        if (atomic_load_explicit(&a->g->m[a->next].line[a->e & 1].tag, memory_order_acquire) <
-            a->e)
+        if (atomic_load_explicit(&a->g->m[a->next].line[a->e & 1].tag, memory_order_acquire) < a->e)
             return 0;
     return 1;
 }
@@ -115,7 +114,8 @@ static mtc_result_t line_sync(dctx *d, const void *src, size_t bytes) {
     for (int q = 0; q < d->n; q++) {
         if (q == d->me) continue;
         shm_line *pl = &d->g->m[q].line[d->e & 1];
-        MTC_CHECK(shm_check_sig(d->g, d->me, q, atomic_load_explicit(&pl->sig, memory_order_relaxed),
+        MTC_CHECK(shm_check_sig(d->g, d->me, q,
+                                atomic_load_explicit(&pl->sig, memory_order_relaxed),
                                 atomic_load_explicit(&pl->count, memory_order_relaxed), d->call));
     }
     return MTC_OK;
@@ -124,7 +124,8 @@ static mtc_result_t line_sync(dctx *d, const void *src, size_t bytes) {
 /* out = line 0 op line 1 op ... in rank order (the same bits on every rank). */
 static void line_reduce(void *out, const dctx *d, size_t count, mtc_dtype_t dt, mtc_op_t op) {
     comm_copy(out, line_data(d, 0), count * mtc_dtype_size(dt));
-    for (int p = 1; p < d->n; p++) comm_reduce_local(out, line_data(d, p), count, dt, op);
+    for (int p = 1; p < d->n; p++)
+        comm_reduce_local(out, line_data(d, p), count, dt, op);
 }
 
 static mtc_result_t sync1(dctx *d) {
@@ -154,7 +155,8 @@ static void reduce_all(char *out, const char *const *src, int n, size_t off, siz
     for (size_t i = 0; i < count; i += per) {
         size_t m = count - i < per ? count - i : per, o = (off + i) * es;
         comm_copy(tmp, src[0] + o, m * es);
-        for (int p = 1; p < n; p++) comm_reduce_local(tmp, src[p] + o, m, dt, op);
+        for (int p = 1; p < n; p++)
+            comm_reduce_local(tmp, src[p] + o, m, dt, op);
         comm_copy(out + i * es, tmp, m * es);
     }
 }
@@ -203,10 +205,13 @@ static void reduce_push(char *const *dst, const char *const *src, int n, size_t 
     for (size_t i = 0; i < count; i += per) {
         size_t m = count - i < per ? count - i : per, o = (off + i) * es;
         comm_copy(tmp, src[0] + o, m * es);
-        for (int p = 1; p < n; p++) comm_reduce_local(tmp, src[p] + o, m, dt, op);
+        for (int p = 1; p < n; p++)
+            comm_reduce_local(tmp, src[p] + o, m, dt, op);
         for (int p = 0; p < n; p++) {
-            if (stream) stream_copy(dst[p] + o, tmp, m * es);
-            else comm_copy(dst[p] + o, tmp, m * es);
+            if (stream)
+                stream_copy(dst[p] + o, tmp, m * es);
+            else
+                comm_copy(dst[p] + o, tmp, m * es);
         }
     }
     if (stream) stream_fence();
@@ -245,13 +250,15 @@ mtc_result_t algo_direct_all_reduce(const void *sendbuf, void *recvbuf, size_t c
     const char *src[d.n];
     if (bytes <= SHM_SMALL) {
         MTC_CHECK(publish(&d, stage(&d, sendbuf, bytes), NULL, NULL, NULL));
-        for (int p = 0; p < d.n; p++) src[p] = peer_sbuf(&d, p);
+        for (int p = 0; p < d.n; p++)
+            src[p] = peer_sbuf(&d, p);
         reduce_all(recvbuf, src, d.n, 0, count, dtype, op);
         return MTC_OK;
     }
     MTC_CHECK(publish(&d, sendbuf, recvbuf, NULL, NULL));
     char *dst[d.n];
-    for (int p = 0; p < d.n; p++) src[p] = peer_sbuf(&d, p), dst[p] = peer_rbuf(&d, p);
+    for (int p = 0; p < d.n; p++)
+        src[p] = peer_sbuf(&d, p), dst[p] = peer_rbuf(&d, p);
     size_t lo = slice_off(count, d.n, d.me), hi = slice_off(count, d.n, d.me + 1);
     reduce_push(dst, src, d.n, lo, hi - lo, dtype, op, bytes >= STREAM_MIN_BYTES);
     return sync1(&d); /* every slice of my output has been written */
@@ -273,7 +280,8 @@ static mtc_result_t rs_blocks(const void *sendbuf, void *recvbuf, const size_t *
     const char *src[d.n];
     int small = total * es <= SHM_SMALL;
     MTC_CHECK(publish(&d, small ? stage(&d, sendbuf, total * es) : sendbuf, NULL, NULL, NULL));
-    for (int p = 0; p < d.n; p++) src[p] = peer_sbuf(&d, p);
+    for (int p = 0; p < d.n; p++)
+        src[p] = peer_sbuf(&d, p);
     reduce_all(recvbuf, src, d.n, off, mine, dtype, op);
     return small ? MTC_OK : sync1(&d);
 }
@@ -284,8 +292,8 @@ mtc_result_t algo_direct_reduce_scatter(const void *sendbuf, void *recvbuf, size
 }
 
 mtc_result_t algo_direct_reduce_scatter_v(const void *sendbuf, void *recvbuf,
-                                          const size_t *recvcounts, mtc_dtype_t dtype,
-                                          mtc_op_t op, mtc_comm_t comm) {
+                                          const size_t *recvcounts, mtc_dtype_t dtype, mtc_op_t op,
+                                          mtc_comm_t comm) {
     return rs_blocks(sendbuf, recvbuf, recvcounts, 0, dtype, op, comm);
 }
 
@@ -295,9 +303,11 @@ static mtc_result_t ag_blocks(const void *sendbuf, size_t sendcount, void *recvb
                               mtc_comm_t comm) {
     dctx d;
     size_t es = mtc_dtype_size(dtype), total = 0;
-    for (int p = 0; p < comm->size; p++) total += counts ? counts[p] : sendcount;
+    for (int p = 0; p < comm->size; p++)
+        total += counts ? counts[p] : sendcount;
     size_t maxc = sendcount;
-    for (int p = 0; counts && p < comm->size; p++) maxc = counts[p] > maxc ? counts[p] : maxc;
+    for (int p = 0; counts && p < comm->size; p++)
+        maxc = counts[p] > maxc ? counts[p] : maxc;
     if (maxc * es <= SHM_LINE_DATA) { /* pull from the peers' lines */
         begin(comm, &d);
         MTC_CHECK(line_sync(&d, sendbuf, sendcount * es));
@@ -327,14 +337,17 @@ static mtc_result_t ag_blocks(const void *sendbuf, size_t sendcount, void *recvb
     /* push my block into every output (each rank may have its own displs) */
     MTC_CHECK(publish(&d, sendbuf, recvbuf, NULL, displs));
     size_t mine_off = 0;
-    for (int p = 0; p < d.me; p++) mine_off += counts ? counts[p] : sendcount;
+    for (int p = 0; p < d.me; p++)
+        mine_off += counts ? counts[p] : sendcount;
     int stream = total * es >= STREAM_MIN_BYTES;
     for (int p = 0; p < d.n; p++) {
         const size_t *pd = atomic_load_explicit(&pub(&d, p)->displs, memory_order_relaxed);
         char *dst = peer_rbuf(&d, p) + (pd ? pd[d.me] : mine_off) * es;
         if (!sendcount || dst == (const char *)sendbuf) continue;
-        if (stream) stream_copy(dst, sendbuf, sendcount * es);
-        else comm_copy(dst, sendbuf, sendcount * es);
+        if (stream)
+            stream_copy(dst, sendbuf, sendcount * es);
+        else
+            comm_copy(dst, sendbuf, sendcount * es);
     }
     if (stream) stream_fence();
     return sync1(&d);
@@ -361,18 +374,21 @@ mtc_result_t algo_direct_all_to_all(const void *sendbuf, void *recvbuf, size_t c
     if (small) { /* pull block me from the peers' stages */
         MTC_CHECK(publish(&d, stage(&d, sendbuf, blk * (size_t)d.n), NULL, NULL, NULL));
         for (int p = 0; p < d.n; p++)
-            comm_copy((char *)recvbuf + (size_t)p * blk, peer_sbuf(&d, p) + (size_t)d.me * blk, blk);
+            comm_copy((char *)recvbuf + (size_t)p * blk, peer_sbuf(&d, p) + (size_t)d.me * blk,
+                      blk);
         return MTC_OK;
     }
     MTC_CHECK(publish(&d, sendbuf, recvbuf, NULL, NULL)); /* push block p to rank p */
     for (int p = 0; p < d.n; p++)
-        comm_copy(peer_rbuf(&d, p) + (size_t)d.me * blk, (const char *)sendbuf + (size_t)p * blk, blk);
+        comm_copy(peer_rbuf(&d, p) + (size_t)d.me * blk, (const char *)sendbuf + (size_t)p * blk,
+                  blk);
     return sync1(&d);
 }
 
 static size_t packed_off(const size_t *counts, int j) {
     size_t off = 0;
-    for (int i = 0; i < j; i++) off += counts[i];
+    for (int i = 0; i < j; i++)
+        off += counts[i];
     return off;
 }
 
@@ -391,14 +407,15 @@ mtc_result_t algo_direct_all_to_all_v(const void *sendbuf, const size_t *sendcou
         if (pc[d.me] != recvcounts[p]) {
             rc = mtc_error(MTC_ERR_INVALID_USAGE,
                            "all_to_all_v count mismatch in %s: rank %d sends %zu elements to rank "
-                           "%d, which expects %zu", d.call->group_name, p, pc[d.me], d.me,
-                           recvcounts[p]);
+                           "%d, which expects %zu",
+                           d.call->group_name, p, pc[d.me], d.me, recvcounts[p]);
             break;
         }
         size_t soff = pd ? pd[d.me] : packed_off(pc, d.me);
         size_t roff = rdispls ? rdispls[p] : packed_off(recvcounts, p);
         if (recvcounts[p])
-            comm_copy((char *)recvbuf + roff * es, peer_sbuf(&d, p) + soff * es, recvcounts[p] * es);
+            comm_copy((char *)recvbuf + roff * es, peer_sbuf(&d, p) + soff * es,
+                      recvcounts[p] * es);
     }
     mtc_result_t rc2 = sync1(&d); /* peers may still read my buffers */
     return rc != MTC_OK ? rc : rc2;
@@ -425,8 +442,8 @@ mtc_result_t algo_direct_broadcast(void *buf, size_t count, mtc_dtype_t dtype, i
     return is_root ? shm_wait_all(d.g, d.me, d.e, 1, d.call) : MTC_OK;
 }
 
-mtc_result_t algo_direct_reduce(const void *sendbuf, void *recvbuf, size_t count,
-                                mtc_dtype_t dtype, mtc_op_t op, int root, mtc_comm_t comm) {
+mtc_result_t algo_direct_reduce(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
+                                mtc_op_t op, int root, mtc_comm_t comm) {
     dctx d;
     size_t es = mtc_dtype_size(dtype), bytes = count * es;
     if (bytes <= SHM_LINE_DATA) {
@@ -441,12 +458,14 @@ mtc_result_t algo_direct_reduce(const void *sendbuf, void *recvbuf, size_t count
     if (bytes <= SHM_SMALL) {
         MTC_CHECK(publish(&d, stage(&d, sendbuf, bytes), NULL, NULL, NULL));
         if (d.me != root) return MTC_OK;
-        for (int p = 0; p < d.n; p++) src[p] = peer_sbuf(&d, p);
+        for (int p = 0; p < d.n; p++)
+            src[p] = peer_sbuf(&d, p);
         reduce_all(recvbuf, src, d.n, 0, count, dtype, op);
         return MTC_OK;
     }
     MTC_CHECK(publish(&d, sendbuf, d.me == root ? recvbuf : NULL, NULL, NULL));
-    for (int p = 0; p < d.n; p++) src[p] = peer_sbuf(&d, p);
+    for (int p = 0; p < d.n; p++)
+        src[p] = peer_sbuf(&d, p);
     size_t lo = slice_off(count, d.n, d.me), hi = slice_off(count, d.n, d.me + 1);
     reduce_all(peer_rbuf(&d, root) + lo * es, src, d.n, lo, hi - lo, dtype, op);
     return sync1(&d);

@@ -43,8 +43,8 @@ mtc_result_t algo_hier_all_reduce(const void *sendbuf, void *recvbuf, size_t cou
         return mtc_error(MTC_ERR_INTERNAL,
                          "hier all_reduce: rank %d of %s is %s of its node but %s a leader "
                          "communicator (comm_node_split must make local rank 0 the leader)",
-                         mtc_comm_rank(comm), mtc_comm_name(comm),
-                         leader ? "rank 0" : "not rank 0", inter ? "has" : "has no");
+                         mtc_comm_rank(comm), mtc_comm_name(comm), leader ? "rank 0" : "not rank 0",
+                         inter ? "has" : "has no");
     const mtc_op_t sub = op == MTC_OP_AVG ? MTC_OP_SUM : op;
 
     MTC_CHECK(mtc_reduce(sendbuf, recvbuf, count, dtype, sub, 0, intra));

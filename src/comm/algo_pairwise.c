@@ -26,7 +26,8 @@
 static size_t pairwise_off(const size_t *counts, const size_t *displs, int j) {
     if (displs) return displs[j];
     size_t off = 0;
-    for (int k = 0; k < j; k++) off += counts[k];
+    for (int k = 0; k < j; k++)
+        off += counts[k];
     return off;
 }
 
@@ -49,10 +50,9 @@ mtc_result_t algo_pairwise_all_to_all_v(const void *sendbuf, const size_t *sendc
                 in + pairwise_off(sendcounts, sdispls, r) * es, sendcounts[r] * es);
     for (int k = 1; k < p; k++) {
         int dst = (r + k) % p, src = (r - k + p) % p;
-        MTC_CHECK(comm_p2p_sendrecv(comm, dst, in + pairwise_off(sendcounts, sdispls, dst) * es,
-                                    sendcounts[dst] * es, src,
-                                    out + pairwise_off(recvcounts, rdispls, src) * es,
-                                    recvcounts[src] * es));
+        MTC_CHECK(comm_p2p_sendrecv(
+            comm, dst, in + pairwise_off(sendcounts, sdispls, dst) * es, sendcounts[dst] * es, src,
+            out + pairwise_off(recvcounts, rdispls, src) * es, recvcounts[src] * es));
     }
     return MTC_OK;
 }

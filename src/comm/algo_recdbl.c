@@ -45,10 +45,13 @@ typedef struct {
 static recdbl_fold recdbl_fold_of(int p, int r) {
     recdbl_fold f;
     f.p2 = 1;
-    while (f.p2 * 2 <= p) f.p2 *= 2;
+    while (f.p2 * 2 <= p)
+        f.p2 *= 2;
     f.rem = p - f.p2;
-    if (r < 2 * f.rem) f.newrank = (r % 2) ? r / 2 : -1;
-    else f.newrank = r - f.rem;
+    if (r < 2 * f.rem)
+        f.newrank = (r % 2) ? r / 2 : -1;
+    else
+        f.newrank = r - f.rem;
     return f;
 }
 
@@ -56,7 +59,9 @@ static recdbl_fold recdbl_fold_of(int p, int r) {
 static int recdbl_real(const recdbl_fold *f, int n) { return n < f->rem ? 2 * n + 1 : n + f->rem; }
 
 /* First original rank folded into new ranks >= n (their blocks start here). */
-static int recdbl_first_orig(const recdbl_fold *f, int n) { return n < f->rem ? 2 * n : n + f->rem; }
+static int recdbl_first_orig(const recdbl_fold *f, int n) {
+    return n < f->rem ? 2 * n : n + f->rem;
+}
 
 static size_t recdbl_blk_off(size_t n, int p, int k) {
     size_t q = n / (size_t)p, rem = n % (size_t)p;
@@ -90,7 +95,9 @@ mtc_result_t algo_recdbl_all_reduce(const void *sendbuf, void *recvbuf, size_t c
     if (r < 2 * f.rem) { /* odd: absorb the even partner, (x_r-1 op x_r) */
         MTC_CHECK(comm_p2p_recv(comm, r - 1, other, bytes));
         comm_reduce_local(other, cur, count, dtype, op);
-        char *t = cur; cur = other; other = t;
+        char *t = cur;
+        cur = other;
+        other = t;
     }
     for (int mask = 1; mask < f.p2; mask <<= 1) {
         int pn = f.newrank ^ mask, peer = recdbl_real(&f, pn);
@@ -99,7 +106,9 @@ mtc_result_t algo_recdbl_all_reduce(const void *sendbuf, void *recvbuf, size_t c
             comm_reduce_local(cur, other, count, dtype, op);
         } else { /* keep the order (lower op higher) so both get the same bits */
             comm_reduce_local(other, cur, count, dtype, op);
-            char *t = cur; cur = other; other = t;
+            char *t = cur;
+            cur = other;
+            other = t;
         }
     }
     if (cur != (char *)recvbuf) comm_copy(recvbuf, cur, bytes);
@@ -114,7 +123,8 @@ mtc_result_t algo_recdbl_all_gather(const void *sendbuf, void *recvbuf, size_t s
     const size_t es = mtc_dtype_size(dtype), blk = sendcount * es;
     char *out = recvbuf;
     if (sendcount == 0) return MTC_OK;
-    if (sendbuf != (const void *)(out + (size_t)r * blk)) comm_copy(out + (size_t)r * blk, sendbuf, blk);
+    if (sendbuf != (const void *)(out + (size_t)r * blk))
+        comm_copy(out + (size_t)r * blk, sendbuf, blk);
     if (p == 1) return MTC_OK;
 
     const recdbl_fold f = recdbl_fold_of(p, r);
@@ -126,7 +136,8 @@ mtc_result_t algo_recdbl_all_gather(const void *sendbuf, void *recvbuf, size_t s
     for (int mask = 1; mask < f.p2; mask <<= 1) {
         int pn = f.newrank ^ mask, peer = recdbl_real(&f, pn);
         int mine = f.newrank & ~(mask - 1), theirs = pn & ~(mask - 1);
-        size_t mo = (size_t)recdbl_first_orig(&f, mine), me = (size_t)recdbl_first_orig(&f, mine + mask);
+        size_t mo = (size_t)recdbl_first_orig(&f, mine),
+               me = (size_t)recdbl_first_orig(&f, mine + mask);
         size_t to = (size_t)recdbl_first_orig(&f, theirs),
                te = (size_t)recdbl_first_orig(&f, theirs + mask);
         MTC_CHECK(comm_p2p_sendrecv(comm, peer, out + mo * blk, (me - mo) * blk, peer,
@@ -180,8 +191,8 @@ mtc_result_t algo_rabenseifner_all_reduce(const void *sendbuf, void *recvbuf, si
         int mine = n & ~(mask - 1), theirs = pn & ~(mask - 1);
         size_t mo = recdbl_blk_off(count, P, mine), me = recdbl_blk_off(count, P, mine + mask);
         size_t to = recdbl_blk_off(count, P, theirs), te = recdbl_blk_off(count, P, theirs + mask);
-        MTC_CHECK(recdbl_xchg(comm, peer, buf + mo * es, (me - mo) * es, buf + to * es,
-                              (te - to) * es));
+        MTC_CHECK(
+            recdbl_xchg(comm, peer, buf + mo * es, (me - mo) * es, buf + to * es, (te - to) * es));
     }
     if (r < 2 * f.rem) MTC_CHECK(comm_p2p_send(comm, r - 1, buf, bytes));
     return MTC_OK;

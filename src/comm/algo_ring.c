@@ -98,7 +98,8 @@ static size_t ring_blk_n(const size_t *counts, size_t uniform, int j) {
 static size_t ring_blk_off(const size_t *counts, size_t uniform, int j) {
     if (!counts) return (size_t)j * uniform;
     size_t off = 0;
-    for (int k = 0; k < j; k++) off += counts[k];
+    for (int k = 0; k < j; k++)
+        off += counts[k];
     return off;
 }
 
@@ -141,7 +142,8 @@ static mtc_result_t ring_reduce_scatter_blocks(const void *sendbuf, void *recvbu
         char *rb = part[s & 1];
         MTC_CHECK(ring_xchg(comm, right, sb, sn * es, left, rb, rn * es));
         if (s < p - 2) {
-            if (rn) comm_reduce_local(rb, in + ring_blk_off(counts, uniform, br) * es, rn, dtype, op);
+            if (rn)
+                comm_reduce_local(rb, in + ring_blk_off(counts, uniform, br) * es, rn, dtype, op);
             send_from = rb;
         } else if (rn) { /* br == r: the last contribution is ours */
             if ((const void *)my_in != recvbuf) comm_copy(recvbuf, my_in, my_n * es);
@@ -167,9 +169,9 @@ mtc_result_t algo_ring_reduce_scatter_v(const void *sendbuf, void *recvbuf,
 /* All-gather into blocks at displs (or packed offsets) of sizes counts (or
  * uniform): at step s rank r forwards block (r-s) to r+1 and receives block
  * (r-s-1) from r-1, straight into its place. */
-static mtc_result_t ring_all_gather_blocks(const void *sendbuf, void *recvbuf,
-                                           const size_t *counts, const size_t *displs,
-                                           size_t uniform, mtc_dtype_t dtype, mtc_comm_t comm) {
+static mtc_result_t ring_all_gather_blocks(const void *sendbuf, void *recvbuf, const size_t *counts,
+                                           const size_t *displs, size_t uniform, mtc_dtype_t dtype,
+                                           mtc_comm_t comm) {
     const int p = mtc_comm_size(comm), r = mtc_comm_rank(comm);
     const size_t es = mtc_dtype_size(dtype);
     char *out = recvbuf;

@@ -52,7 +52,8 @@ static mtc_result_t tree_reduce_impl(const void *sendbuf, void *work, size_t cou
     const size_t es = mtc_dtype_size(dtype), seg = tree_seg_elems(es);
     const char *in = sendbuf;
     int child[2], nchild = 0;
-    for (int c = 2 * v + 1; c <= 2 * v + 2 && c < p; c++) child[nchild++] = tree_mod(c + root, p);
+    for (int c = 2 * v + 1; c <= 2 * v + 2 && c < p; c++)
+        child[nchild++] = tree_mod(c + root, p);
     const int parent = v ? tree_mod((v - 1) / 2 + root, p) : -1;
 
     char *tmp = NULL, *acc_seg = NULL;

@@ -100,7 +100,7 @@ typedef struct comm_call {
     size_t count;         /* elements (the per-rank count the caller passed) */
     uint64_t deadline_ns; /* absolute mtc_time_ns(); 0 = none */
     const char *group_name;
-    int rank;             /* caller's rank in the group */
+    int rank; /* caller's rank in the group */
 } comm_call;
 
 /* "all_reduce(count=1024, f32, sum)" - the text used in every report. */
@@ -113,8 +113,8 @@ typedef struct comm_backend_ops {
 
     /* -- groups -- */
     mtc_result_t (*group_create)(comm_backend *be, comm_group *parent, int color, int key,
-                                 const int *members, int n, int my_index,
-                                 const comm_call *call, comm_group **out);
+                                 const int *members, int n, int my_index, const comm_call *call,
+                                 comm_group **out);
     void (*group_free)(comm_backend *be, comm_group *g);
 
     /* -- point-to-point (blocking) -- */
@@ -138,29 +138,26 @@ typedef struct comm_backend_ops {
     mtc_result_t (*reduce)(comm_backend *be, comm_group *g, const void *sendbuf, void *recvbuf,
                            size_t count, mtc_dtype_t dtype, mtc_op_t op, int root,
                            const comm_call *call);
-    mtc_result_t (*all_reduce)(comm_backend *be, comm_group *g, const void *sendbuf,
-                               void *recvbuf, size_t count, mtc_dtype_t dtype, mtc_op_t op,
-                               const comm_call *call);
+    mtc_result_t (*all_reduce)(comm_backend *be, comm_group *g, const void *sendbuf, void *recvbuf,
+                               size_t count, mtc_dtype_t dtype, mtc_op_t op, const comm_call *call);
     mtc_result_t (*reduce_scatter)(comm_backend *be, comm_group *g, const void *sendbuf,
-                                   void *recvbuf, size_t recvcount, mtc_dtype_t dtype,
-                                   mtc_op_t op, const comm_call *call);
-    mtc_result_t (*all_gather)(comm_backend *be, comm_group *g, const void *sendbuf,
-                               void *recvbuf, size_t sendcount, mtc_dtype_t dtype,
-                               const comm_call *call);
-    mtc_result_t (*all_to_all)(comm_backend *be, comm_group *g, const void *sendbuf,
-                               void *recvbuf, size_t count, mtc_dtype_t dtype,
-                               const comm_call *call);
+                                   void *recvbuf, size_t recvcount, mtc_dtype_t dtype, mtc_op_t op,
+                                   const comm_call *call);
+    mtc_result_t (*all_gather)(comm_backend *be, comm_group *g, const void *sendbuf, void *recvbuf,
+                               size_t sendcount, mtc_dtype_t dtype, const comm_call *call);
+    mtc_result_t (*all_to_all)(comm_backend *be, comm_group *g, const void *sendbuf, void *recvbuf,
+                               size_t count, mtc_dtype_t dtype, const comm_call *call);
 } comm_backend_ops;
 
 /* One per rank. Filled by the backend's constructor; read-only afterwards. */
 struct comm_backend {
     const comm_backend_ops *ops;
-    void *ctx;           /* the backend's own state */
+    void *ctx; /* the backend's own state */
     int world_rank;
     int world_size;
-    int node_count;      /* distinct node_of values */
-    int shared_memory;   /* 1: all ranks share one address space (shm: algo_direct works) */
-    comm_group *world;   /* the world group (members 0..world_size-1 in order) */
+    int node_count;    /* distinct node_of values */
+    int shared_memory; /* 1: all ranks share one address space (shm: algo_direct works) */
+    comm_group *world; /* the world group (members 0..world_size-1 in order) */
     int (*node_of)(const comm_backend *be, int world_rank);
 };
 

@@ -45,7 +45,7 @@ typedef struct {
     int own_init; /* we called MPI_Init_thread, so finalize calls MPI_Finalize */
     int check;    /* signature check in enter */
     int tag_ub;
-    int *node;    /* node index of each world rank */
+    int *node;       /* node index of each world rank */
     MPI_Comm finish; /* a private dup of MPI_COMM_WORLD for the end-of-job barrier */
     comm_backend be;
 } mpi_ctx;
@@ -69,16 +69,18 @@ mtc_result_t coll_mpi_error(comm_group *g, int err, const char *what, const comm
     int len = 0;
     MPI_Error_string(err, s, &len);
     if (call) comm_call_describe(call, d, sizeof d);
-    snprintf(msg, sizeof msg, "MPI error in %s of %s (rank %d, %s): %s",
-             what, call && call->group_name ? call->group_name : "?", g->me, d, s);
+    snprintf(msg, sizeof msg, "MPI error in %s of %s (rank %d, %s): %s", what,
+             call && call->group_name ? call->group_name : "?", g->me, d, s);
     int cls = 0;
     MPI_Error_class(err, &cls);
     return group_fail(g, cls == MPI_ERR_TRUNCATE ? MTC_ERR_INVALID_USAGE : MTC_ERR_REMOTE, msg);
 }
 
 static void describe_peer(const comm_group *g, int peer, char *buf, size_t len) {
-    if (g->members[peer] == peer) snprintf(buf, len, "rank %d", peer);
-    else snprintf(buf, len, "rank %d (world %d)", peer, g->members[peer]);
+    if (g->members[peer] == peer)
+        snprintf(buf, len, "rank %d", peer);
+    else
+        snprintf(buf, len, "rank %d (world %d)", peer, g->members[peer]);
 }
 
 static mtc_result_t report_timeout(comm_group *g, const comm_call *call, const char *waiting_for) {
@@ -105,7 +107,8 @@ static mtc_result_t mpi_wait(comm_group *g, MPI_Request *reqs, MPI_Status *st, i
                              const comm_call *call) {
     uint64_t deadline = call ? call->deadline_ns : 0;
     int left = 0;
-    for (int i = 0; i < n; i++) left += reqs[i] != MPI_REQUEST_NULL;
+    for (int i = 0; i < n; i++)
+        left += reqs[i] != MPI_REQUEST_NULL;
     for (long it = 0; left; it++) {
         for (int i = 0; i < n; i++) {
             if (reqs[i] == MPI_REQUEST_NULL) continue;
@@ -148,7 +151,8 @@ static mtc_result_t recv_size_ok(comm_group *g, int peer, const MPI_Status *st, 
     char d[160] = "?", p[48], msg[500];
     if (call) comm_call_describe(call, d, sizeof d);
     describe_peer(g, peer, p, sizeof p);
-    snprintf(msg, sizeof msg, "message size mismatch in %s: rank %d expected %zu bytes from %s "
+    snprintf(msg, sizeof msg,
+             "message size mismatch in %s: rank %d expected %zu bytes from %s "
              "in %s but got %d (the two ranks called different collectives or counts)",
              call && call->group_name ? call->group_name : "?", g->me, bytes, p, d, got);
     return group_fail(g, MTC_ERR_INVALID_USAGE, msg);
@@ -228,8 +232,8 @@ static mtc_result_t mpi_enter(comm_backend *be, comm_group *g, const comm_call *
         g->peers[k] = g->peers[g->n - 1 + k] = q;
         k++;
     }
-    MTC_CHECK(mpi_wait(g, g->reqs, g->stats, 2 * (g->n - 1), g->peers, g->n - 1,
-                       "the entry check", ", which has not entered this call", call));
+    MTC_CHECK(mpi_wait(g, g->reqs, g->stats, 2 * (g->n - 1), g->peers, g->n - 1, "the entry check",
+                       ", which has not entered this call", call));
     for (int q = 0; q < g->n; q++) {
         const uint64_t *t = theirs + 4 * q;
         if (q == g->me || (t[0] == mine[0] && t[1] == mine[1] && t[2] == mine[2])) continue;
@@ -250,8 +254,8 @@ static mtc_result_t mpi_enter(comm_backend *be, comm_group *g, const comm_call *
         comm_call_describe(cb, db, sizeof db);
         snprintf(msg, sizeof msg,
                  "collective mismatch in %s (seq %llu): rank %d called %s but rank %d called %s",
-                 call->group_name ? call->group_name : "?", (unsigned long long)call->seq, a, da,
-                 b, db);
+                 call->group_name ? call->group_name : "?", (unsigned long long)call->seq, a, da, b,
+                 db);
         return group_fail(g, MTC_ERR_INVALID_USAGE, msg);
     }
     return MTC_OK;
@@ -262,8 +266,8 @@ static void mpi_leave(comm_backend *be, comm_group *g, const comm_call *call) {
 }
 
 static void mpi_abort(comm_backend *be, mtc_result_t rc, const char *msg) {
-    fprintf(stderr, "mtc: rank %d failed with %s: %s\nmtc: aborting the MPI job\n",
-            be->world_rank, mtc_result_name(rc), msg ? msg : "");
+    fprintf(stderr, "mtc: rank %d failed with %s: %s\nmtc: aborting the MPI job\n", be->world_rank,
+            mtc_result_name(rc), msg ? msg : "");
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, rc ? (int)rc : 1);
 }
@@ -301,9 +305,11 @@ static mtc_result_t group_wrap(MPI_Comm comm, const int *members, comm_group **o
     g->peers = malloc(2 * n * sizeof *g->peers);
     if (err != MPI_SUCCESS || !g->members || !g->sig || !g->reqs || !g->stats || !g->peers) {
         group_free(NULL, g);
-        return mtc_error(MTC_ERR_SYSTEM, "mpi backend: could not set up a communicator of %zu ranks", n);
+        return mtc_error(MTC_ERR_SYSTEM,
+                         "mpi backend: could not set up a communicator of %zu ranks", n);
     }
-    for (size_t i = 0; i < n; i++) g->members[i] = members ? members[i] : (int)i;
+    for (size_t i = 0; i < n; i++)
+        g->members[i] = members ? members[i] : (int)i;
     *out = g;
     return MTC_OK;
 }
@@ -322,9 +328,10 @@ static mtc_result_t group_create(comm_backend *be, comm_group *parent, int color
     if (g->n != n || g->me != my_index) {
         group_free(be, g);
         *out = NULL;
-        return mtc_error(MTC_ERR_INTERNAL,
-                         "mpi backend: MPI_Comm_split gave rank %d of %d but comm.c expected %d of %d",
-                         g->me, g->n, my_index, n);
+        return mtc_error(
+            MTC_ERR_INTERNAL,
+            "mpi backend: MPI_Comm_split gave rank %d of %d but comm.c expected %d of %d", g->me,
+            g->n, my_index, n);
     }
     return MTC_OK;
 }
@@ -366,24 +373,28 @@ static mtc_result_t nodes_init(mpi_ctx *c, int ranks_per_node) {
         return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory for the node map");
     }
     if (ranks_per_node > 0) {
-        for (int w = 0; w < p; w++) lead[w] = w / ranks_per_node * ranks_per_node;
+        for (int w = 0; w < p; w++)
+            lead[w] = w / ranks_per_node * ranks_per_node;
     } else {
         MPI_Comm local;
-        int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &local);
+        int err =
+            MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &local);
         int first = r;
         if (err == MPI_SUCCESS) err = MPI_Allreduce(&r, &first, 1, MPI_INT, MPI_MIN, local);
-        if (err == MPI_SUCCESS) err = MPI_Allgather(&first, 1, MPI_INT, lead, 1, MPI_INT, MPI_COMM_WORLD);
+        if (err == MPI_SUCCESS)
+            err = MPI_Allgather(&first, 1, MPI_INT, lead, 1, MPI_INT, MPI_COMM_WORLD);
         if (err == MPI_SUCCESS) MPI_Comm_free(&local);
         if (err != MPI_SUCCESS) {
             free(lead);
             return mtc_error(MTC_ERR_SYSTEM, "mpi backend: could not find the ranks of each node "
-                             "(MPI_Comm_split_type failed); pass --ranks-per-node");
+                                             "(MPI_Comm_split_type failed); pass --ranks-per-node");
         }
     }
     int nodes = 0;
     for (int w = 0; w < p; w++) {
         int idx = 0;
-        for (int v = 0; v < w; v++) idx += lead[v] == v && v < lead[w];
+        for (int v = 0; v < w; v++)
+            idx += lead[v] == v && v < lead[w];
         c->node[w] = lead[w] == w ? idx : -1;
     }
     for (int w = 0; w < p; w++) {
@@ -412,7 +423,8 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
     }
     if (provided < MPI_THREAD_MULTIPLE)
         MTC_WARN("the MPI library gives thread level %d, not MPI_THREAD_MULTIPLE: non-blocking "
-                 "collectives may misbehave (rebuild MPI with thread support)", provided);
+                 "collectives may misbehave (rebuild MPI with thread support)",
+                 provided);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &c->be.world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->be.world_size);

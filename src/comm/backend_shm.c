@@ -36,7 +36,8 @@ static mtc_result_t group_alloc(shm_world *w, const int *members, int n, comm_gr
     }
     memset(m, 0, (size_t)n * sizeof *m);
     memcpy(mem, members, (size_t)n * sizeof *mem);
-    for (int i = 0; i < n; i++) pthread_mutex_init(&m[i].lock, NULL);
+    for (int i = 0; i < n; i++)
+        pthread_mutex_init(&m[i].lock, NULL);
     g->w = w;
     g->n = n;
     g->members = mem;
@@ -69,8 +70,8 @@ static int index_of(const comm_group *g, int world_rank) {
 }
 
 static mtc_result_t shm_group_create(comm_backend *be, comm_group *parent, int color, int key,
-                                     const int *members, int n, int my_index,
-                                     const comm_call *call, comm_group **out) {
+                                     const int *members, int n, int my_index, const comm_call *call,
+                                     comm_group **out) {
     (void)color, (void)key;
     shm_world *w = be->ctx;
     int me = call->rank;
@@ -88,7 +89,8 @@ static mtc_result_t shm_group_create(comm_backend *be, comm_group *parent, int c
         int leader = index_of(parent, members[0]);
         *out = atomic_load(&parent->m[leader].xchg);
         if (!*out && rc == MTC_OK)
-            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "rank %d could not allocate the new group", leader);
+            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "rank %d could not allocate the new group",
+                           leader);
     }
     shm_arrive(parent, me, e, 1);
     mtc_result_t rc2 = shm_wait_all(parent, me, e, 1, call);
@@ -139,8 +141,10 @@ static void post(comm_group *g, int me, int dst, uint32_t tag, const void *buf, 
     atomic_store_explicit(&msg->state, 0, memory_order_relaxed);
     shm_member *m = &g->m[dst];
     pthread_mutex_lock(&m->lock);
-    if (m->tail) m->tail->next = msg;
-    else m->head = msg;
+    if (m->tail)
+        m->tail->next = msg;
+    else
+        m->head = msg;
     m->tail = msg;
     atomic_fetch_add(&m->posted, 1);
     pthread_mutex_unlock(&m->lock);
@@ -167,13 +171,13 @@ static int sent_cond(void *arg) {
     return atomic_load_explicit(&((shm_msg *)arg)->state, memory_order_acquire) >= 2;
 }
 
-static mtc_result_t wait_sent(comm_group *g, int me, int dst, shm_msg *msg,
-                              const comm_call *call) {
+static mtc_result_t wait_sent(comm_group *g, int me, int dst, shm_msg *msg, const comm_call *call) {
     mtc_result_t rc = shm_wait(g, me, &g->m[me].bell, sent_cond, msg, call, dst);
     if (rc != MTC_OK) {
         if (unpost(g, dst, msg)) return rc;
         /* the receiver took it: its copy finishes in bounded time */
-        while (!sent_cond(msg)) sched_yield();
+        while (!sent_cond(msg))
+            sched_yield();
         return rc;
     }
     if (atomic_load(&msg->state) == 3) return shm_check_health(g, me);
@@ -198,8 +202,10 @@ static int take_cond(void *arg) {
     shm_msg *prev = NULL;
     for (shm_msg *x = t->m->head; x; prev = x, x = x->next) {
         if (x->src != t->src || x->tag != t->tag) continue;
-        if (prev) prev->next = x->next;
-        else t->m->head = x->next;
+        if (prev)
+            prev->next = x->next;
+        else
+            t->m->head = x->next;
         if (t->m->tail == x) t->m->tail = prev;
         t->msg = x;
         break;
@@ -219,9 +225,10 @@ static mtc_result_t do_recv(comm_group *g, int me, int src, uint32_t tag, void *
     } else if (msg->bytes != bytes) {
         char d[160], text[400];
         comm_call_describe(call, d, sizeof d);
-        snprintf(text, sizeof text,
-                 "message size mismatch in %s: rank %d sent %zu bytes but rank %d expected %zu in %s",
-                 call->group_name, src, msg->bytes, me, bytes, d);
+        snprintf(
+            text, sizeof text,
+            "message size mismatch in %s: rank %d sent %zu bytes but rank %d expected %zu in %s",
+            call->group_name, src, msg->bytes, me, bytes, d);
         rc = shm_group_fail(g, MTC_ERR_INVALID_USAGE, text);
     } else {
         if (bytes) comm_copy(buf, msg->buf, bytes);
@@ -270,8 +277,7 @@ static const comm_backend_ops shm_ops = {
 
 /* ---- world ---------------------------------------------------------------- */
 
-mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed,
-                                   shm_world **out) {
+mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed, shm_world **out) {
     *out = NULL;
     shm_world *w = calloc(1, sizeof *w);
     if (!w) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "cannot allocate the shm world");
@@ -293,7 +299,8 @@ mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed
     int *all = calloc((size_t)n, sizeof *all);
     mtc_result_t rc = MTC_ERR_OUT_OF_MEMORY;
     if (w->exited && w->be && all) {
-        for (int i = 0; i < n; i++) all[i] = i;
+        for (int i = 0; i < n; i++)
+            all[i] = i;
         rc = group_alloc(w, all, n, &w->world);
     }
     free(all);

@@ -31,7 +31,8 @@ static double val(int rank, size_t i) { return (double)(((size_t)rank + 1) * (i 
 
 static double sum_val(int n, size_t i) {
     double s = 0;
-    for (int r = 0; r < n; r++) s += val(r, i);
+    for (int r = 0; r < n; r++)
+        s += val(r, i);
     return s;
 }
 
@@ -58,16 +59,20 @@ static mtc_result_t call(mtc_comm_t c, mtc_coll_t op, const void *s, void *r, si
     case MTC_COLL_ALL_TO_ALL: return mtc_all_to_all(s, r, n, dt, c);
     case MTC_COLL_BROADCAST: return mtc_broadcast(r, n, dt, 0, c);
     case MTC_COLL_REDUCE: return mtc_reduce(s, r, n, dt, MTC_OP_SUM, 0, c);
-    default: return mtc_error(MTC_ERR_INVALID_ARGUMENT, "bench-comm cannot run %s", mtc_coll_name(op));
+    default:
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "bench-comm cannot run %s", mtc_coll_name(op));
     }
 }
 
 static void fill_inputs(mtc_coll_t op, void *s, void *r, size_t n, mtc_dtype_t dt, int rank,
                         int size) {
-    size_t total = op == MTC_COLL_REDUCE_SCATTER || op == MTC_COLL_ALL_TO_ALL ? n * (size_t)size : n;
-    for (size_t i = 0; i < total; i++) mtc_dtype_store(s, dt, i, val(rank, i));
+    size_t total =
+        op == MTC_COLL_REDUCE_SCATTER || op == MTC_COLL_ALL_TO_ALL ? n * (size_t)size : n;
+    for (size_t i = 0; i < total; i++)
+        mtc_dtype_store(s, dt, i, val(rank, i));
     if (op == MTC_COLL_BROADCAST)
-        for (size_t i = 0; i < n; i++) mtc_dtype_store(r, dt, i, rank == 0 ? val(0, i) : 99);
+        for (size_t i = 0; i < n; i++)
+            mtc_dtype_store(r, dt, i, rank == 0 ? val(0, i) : 99);
 }
 
 /* Result of the last call against the closed form. */
@@ -75,24 +80,29 @@ static int check(mtc_coll_t op, const void *r, size_t n, mtc_dtype_t dt, int ran
     size_t bad = 0;
     switch (op) {
     case MTC_COLL_ALL_REDUCE:
-        for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != sum_val(size, i);
+        for (size_t i = 0; i < n; i++)
+            bad += mtc_dtype_load(r, dt, i) != sum_val(size, i);
         break;
     case MTC_COLL_REDUCE:
         if (rank == 0)
-            for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != sum_val(size, i);
+            for (size_t i = 0; i < n; i++)
+                bad += mtc_dtype_load(r, dt, i) != sum_val(size, i);
         break;
     case MTC_COLL_REDUCE_SCATTER:
-        for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != sum_val(size, (size_t)rank * n + i);
+        for (size_t i = 0; i < n; i++)
+            bad += mtc_dtype_load(r, dt, i) != sum_val(size, (size_t)rank * n + i);
         break;
     case MTC_COLL_ALL_GATHER:
-        for (size_t i = 0; i < n * (size_t)size; i++) bad += mtc_dtype_load(r, dt, i) != val((int)(i / n), i % n);
+        for (size_t i = 0; i < n * (size_t)size; i++)
+            bad += mtc_dtype_load(r, dt, i) != val((int)(i / n), i % n);
         break;
     case MTC_COLL_ALL_TO_ALL:
         for (size_t i = 0; i < n * (size_t)size; i++)
             bad += mtc_dtype_load(r, dt, i) != val((int)(i / n), (size_t)rank * n + i % n);
         break;
     case MTC_COLL_BROADCAST:
-        for (size_t i = 0; i < n; i++) bad += mtc_dtype_load(r, dt, i) != val(0, i);
+        for (size_t i = 0; i < n; i++)
+            bad += mtc_dtype_load(r, dt, i) != val(0, i);
         break;
     default: break;
     }
@@ -103,7 +113,8 @@ static int check(mtc_coll_t op, const void *r, size_t n, mtc_dtype_t dt, int ran
 static mtc_result_t timed_calls(mtc_comm_t c, const mtc_bench_opts *o, mtc_coll_t op, size_t cnt,
                                 char *s, char *r, double *t) {
     fill_inputs(op, s, r, cnt, o->dtype, mtc_comm_rank(c), mtc_comm_size(c));
-    for (int i = 0; i < o->warmup; i++) MTC_CHECK(call(c, op, s, r, cnt, o->dtype));
+    for (int i = 0; i < o->warmup; i++)
+        MTC_CHECK(call(c, op, s, r, cnt, o->dtype));
     MTC_CHECK(mtc_barrier(c));
     for (int i = 0; i < o->iters; i++) {
         uint64_t t0 = mtc_time_ns();
@@ -117,9 +128,9 @@ static mtc_result_t timed_calls(mtc_comm_t c, const mtc_bench_opts *o, mtc_coll_
  * --comm-algo / MTC_COMM_ALGO forced); another algorithm is forced for the
  * row and the previous setting restored after. Timings and the verdict are
  * combined over `world`, so the benchmarked communicator sees only `op`. */
-static mtc_result_t one_row(mtc_comm_t world, mtc_comm_t c, const mtc_bench_opts *o,
-                            mtc_coll_t op, mtc_algo_t algo, size_t size_bytes, char *s, char *r,
-                            double *t, int *all_ok) {
+static mtc_result_t one_row(mtc_comm_t world, mtc_comm_t c, const mtc_bench_opts *o, mtc_coll_t op,
+                            mtc_algo_t algo, size_t size_bytes, char *s, char *r, double *t,
+                            int *all_ok) {
     int n = mtc_comm_size(c), rank = mtc_comm_rank(c);
     size_t es = mtc_dtype_size(o->dtype), cnt = count_for(op, size_bytes, es, n);
     mtc_algo_t before = mtc_comm_get_algo(c, op);
@@ -132,8 +143,13 @@ static mtc_result_t one_row(mtc_comm_t world, mtc_comm_t c, const mtc_bench_opts
     MTC_CHECK(mtc_all_reduce(&ok, &all, 1, MTC_DTYPE_I32, MTC_OP_MIN, world));
     if (!all) *all_ok = 0;
     if (rank != 0 || !o->row) return MTC_OK;
-    mtc_bench_row row = {.op = op, .algo = algo, .backend = mtc_comm_backend_name(c), .ranks = n,
-                         .count = cnt, .dtype = o->dtype, .ok = all};
+    mtc_bench_row row = {.op = op,
+                         .algo = algo,
+                         .backend = mtc_comm_backend_name(c),
+                         .ranks = n,
+                         .count = cnt,
+                         .dtype = o->dtype,
+                         .ok = all};
     row.resolved = algo == MTC_ALGO_AUTO ? mtc_comm_choose(c, op, cnt, o->dtype) : algo;
     row.bytes = bytes_for(op, cnt, es, n);
     row.time_us = mtc_median(t, o->iters);
@@ -150,7 +166,8 @@ mtc_result_t mtc_bench_comm(mtc_comm_t world, const mtc_bench_opts *o, int *all_
     size_t maxb = 0, es = mtc_dtype_size(o->dtype);
     int n = mtc_comm_size(world);
     for (int i = 0; i < o->nsizes; i++) {
-        size_t b = bytes_for(MTC_COLL_ALL_TO_ALL, count_for(MTC_COLL_ALL_TO_ALL, o->sizes[i], es, n), es, n);
+        size_t b = bytes_for(MTC_COLL_ALL_TO_ALL,
+                             count_for(MTC_COLL_ALL_TO_ALL, o->sizes[i], es, n), es, n);
         b = b > o->sizes[i] ? b : o->sizes[i];
         maxb = b > maxb ? b : maxb;
     }
@@ -170,7 +187,8 @@ mtc_result_t mtc_bench_comm(mtc_comm_t world, const mtc_bench_opts *o, int *all_
             if (!want) continue;
             if (o->all_algos && a == MTC_ALGO_NATIVE && o->dtype == MTC_DTYPE_BF16) continue;
             for (int i = 0; i < o->nsizes; i++)
-                MTC_CHECK_GOTO(one_row(world, c, o, op, (mtc_algo_t)a, o->sizes[i], s, r, t, all_ok), rc, out);
+                MTC_CHECK_GOTO(
+                    one_row(world, c, o, op, (mtc_algo_t)a, o->sizes[i], s, r, t, all_ok), rc, out);
         }
     }
     rc = MTC_OK;

@@ -15,16 +15,16 @@
 
 typedef struct {
     mtc_coll_t op;
-    mtc_algo_t algo;      /* as asked (AUTO = the selector) */
-    mtc_algo_t resolved;  /* what ran */
+    mtc_algo_t algo;     /* as asked (AUTO = the selector) */
+    mtc_algo_t resolved; /* what ran */
     const char *backend;
     int ranks;
-    size_t bytes;         /* nccl-tests "size": the larger of the send/recv buffers */
-    size_t count;         /* elements per rank as passed to the call */
+    size_t bytes; /* nccl-tests "size": the larger of the send/recv buffers */
+    size_t count; /* elements per rank as passed to the call */
     mtc_dtype_t dtype;
-    double time_us;       /* median over iterations of the slowest rank's time */
+    double time_us; /* median over iterations of the slowest rank's time */
     double algbw_gbps, busbw_gbps;
-    int ok;               /* result equals the closed form on every rank */
+    int ok; /* result equals the closed form on every rank */
 } mtc_bench_row;
 
 typedef void (*mtc_bench_row_fn)(const mtc_bench_row *row, void *ctx);
@@ -32,8 +32,8 @@ typedef void (*mtc_bench_row_fn)(const mtc_bench_row *row, void *ctx);
 typedef struct {
     mtc_coll_t ops[8];
     int nops;
-    mtc_algo_t algo;  /* AUTO, one algorithm, or ... */
-    int all_algos;    /* 1: every algorithm usable for the op */
+    mtc_algo_t algo; /* AUTO, one algorithm, or ... */
+    int all_algos;   /* 1: every algorithm usable for the op */
     size_t sizes[MTC_BENCH_MAX_SIZES];
     int nsizes;
     int iters, warmup;

@@ -29,7 +29,9 @@ static void run_single(const comm_op *op) {
     case MTC_COLL_REDUCE_SCATTER:
     case MTC_COLL_ALL_GATHER:
     case MTC_COLL_ALL_TO_ALL: copy_if(op->recvbuf, op->sendbuf, op->count * es); break;
-    case MTC_COLL_REDUCE_SCATTER_V: copy_if(op->recvbuf, op->sendbuf, op->recvcounts[0] * es); break;
+    case MTC_COLL_REDUCE_SCATTER_V:
+        copy_if(op->recvbuf, op->sendbuf, op->recvcounts[0] * es);
+        break;
     case MTC_COLL_ALL_GATHER_V:
         copy_if((char *)op->recvbuf + (op->rdispls ? op->rdispls[0] : 0) * es, op->sendbuf,
                 op->sendcount * es);
@@ -101,11 +103,12 @@ static mtc_result_t check(mtc_comm_t comm, const comm_op *op) {
                          name, op->root, comm->name, comm->size - 1);
     int need_recv = op->kind != MTC_COLL_REDUCE || comm->rank == op->root;
     if (op->count && (!op->sendbuf || (need_recv && !op->recvbuf)))
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_%s: NULL buffer with count %zu on %s",
-                         name, op->count, comm->name);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_%s: NULL buffer with count %zu on %s", name,
+                         op->count, comm->name);
     if (op->kind == MTC_COLL_ALL_TO_ALL && op->count && op->sendbuf == op->recvbuf)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "mtc_all_to_all: sendbuf == recvbuf; all-to-all is not in place, pass two buffers");
+        return mtc_error(
+            MTC_ERR_INVALID_ARGUMENT,
+            "mtc_all_to_all: sendbuf == recvbuf; all-to-all is not in place, pass two buffers");
     return MTC_OK;
 }
 
@@ -120,49 +123,77 @@ mtc_result_t mtc_barrier(mtc_comm_t comm) {
 }
 
 mtc_result_t mtc_broadcast(void *buf, size_t count, mtc_dtype_t dtype, int root, mtc_comm_t comm) {
-    comm_op op = {.kind = MTC_COLL_BROADCAST, .sendbuf = buf, .recvbuf = buf, .count = count,
-                  .dtype = dtype, .root = root};
+    comm_op op = {.kind = MTC_COLL_BROADCAST,
+                  .sendbuf = buf,
+                  .recvbuf = buf,
+                  .count = count,
+                  .dtype = dtype,
+                  .root = root};
     return blocking(comm, &op);
 }
 
 mtc_result_t mtc_reduce(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
                         mtc_op_t op, int root, mtc_comm_t comm) {
-    comm_op o = {.kind = MTC_COLL_REDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                 .dtype = dtype, .op = op, .root = root};
+    comm_op o = {.kind = MTC_COLL_REDUCE,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = count,
+                 .dtype = dtype,
+                 .op = op,
+                 .root = root};
     return blocking(comm, &o);
 }
 
 mtc_result_t mtc_all_reduce(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
                             mtc_op_t op, mtc_comm_t comm) {
-    comm_op o = {.kind = MTC_COLL_ALL_REDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = count, .dtype = dtype, .op = op, .root = -1};
+    comm_op o = {.kind = MTC_COLL_ALL_REDUCE,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = count,
+                 .dtype = dtype,
+                 .op = op,
+                 .root = -1};
     return blocking(comm, &o);
 }
 
 mtc_result_t mtc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                 mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm) {
-    comm_op o = {.kind = MTC_COLL_REDUCE_SCATTER, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = recvcount, .dtype = dtype, .op = op, .root = -1};
+    comm_op o = {.kind = MTC_COLL_REDUCE_SCATTER,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = recvcount,
+                 .dtype = dtype,
+                 .op = op,
+                 .root = -1};
     return blocking(comm, &o);
 }
 
-mtc_result_t mtc_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
-                            mtc_dtype_t dtype, mtc_comm_t comm) {
-    comm_op o = {.kind = MTC_COLL_ALL_GATHER, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = sendcount, .dtype = dtype, .root = -1};
+mtc_result_t mtc_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount, mtc_dtype_t dtype,
+                            mtc_comm_t comm) {
+    comm_op o = {.kind = MTC_COLL_ALL_GATHER,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = sendcount,
+                 .dtype = dtype,
+                 .root = -1};
     return blocking(comm, &o);
 }
 
 mtc_result_t mtc_all_to_all(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
                             mtc_comm_t comm) {
-    comm_op o = {.kind = MTC_COLL_ALL_TO_ALL, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = count, .dtype = dtype, .root = -1};
+    comm_op o = {.kind = MTC_COLL_ALL_TO_ALL,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = count,
+                 .dtype = dtype,
+                 .root = -1};
     return blocking(comm, &o);
 }
 
 static size_t sum(const size_t *v, int n) {
     size_t s = 0;
-    for (int i = 0; i < n; i++) s += v[i];
+    for (int i = 0; i < n; i++)
+        s += v[i];
     return s;
 }
 
@@ -175,8 +206,13 @@ static mtc_result_t check_counts(mtc_comm_t comm, const void *a, const void *b, 
 mtc_result_t mtc_reduce_scatter_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
                                   mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm) {
     MTC_CHECK(check_counts(comm, recvcounts, recvcounts, "reduce_scatter_v"));
-    comm_op o = {.kind = MTC_COLL_REDUCE_SCATTER_V, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = sum(recvcounts, comm->size), .dtype = dtype, .op = op, .root = -1,
+    comm_op o = {.kind = MTC_COLL_REDUCE_SCATTER_V,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = sum(recvcounts, comm->size),
+                 .dtype = dtype,
+                 .op = op,
+                 .root = -1,
                  .recvcounts = recvcounts};
     return blocking(comm, &o);
 }
@@ -189,9 +225,15 @@ mtc_result_t mtc_all_gather_v(const void *sendbuf, size_t sendcount, void *recvb
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "mtc_all_gather_v: sendcount %zu differs from recvcounts[%d]=%zu",
                          sendcount, comm->rank, recvcounts[comm->rank]);
-    comm_op o = {.kind = MTC_COLL_ALL_GATHER_V, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = sum(recvcounts, comm->size), .dtype = dtype, .root = -1,
-                 .sendcount = sendcount, .recvcounts = recvcounts, .rdispls = displs};
+    comm_op o = {.kind = MTC_COLL_ALL_GATHER_V,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = sum(recvcounts, comm->size),
+                 .dtype = dtype,
+                 .root = -1,
+                 .sendcount = sendcount,
+                 .recvcounts = recvcounts,
+                 .rdispls = displs};
     return blocking(comm, &o);
 }
 
@@ -202,9 +244,16 @@ mtc_result_t mtc_all_to_all_v(const void *sendbuf, const size_t *sendcounts, con
     if (sum(sendcounts, comm->size) && sendbuf == recvbuf)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "mtc_all_to_all_v: sendbuf == recvbuf; all-to-all is not in place");
-    comm_op o = {.kind = MTC_COLL_ALL_TO_ALL_V, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = 0, .dtype = dtype, .root = -1, .sendcounts = sendcounts,
-                 .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls};
+    comm_op o = {.kind = MTC_COLL_ALL_TO_ALL_V,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = 0,
+                 .dtype = dtype,
+                 .root = -1,
+                 .sendcounts = sendcounts,
+                 .sdispls = sdispls,
+                 .recvcounts = recvcounts,
+                 .rdispls = rdispls};
     return blocking(comm, &o);
 }
 
@@ -213,8 +262,13 @@ mtc_result_t mtc_all_to_all_v(const void *sendbuf, const size_t *sendcounts, con
 mtc_result_t mtc_all_reduce_start(const void *sendbuf, void *recvbuf, size_t count,
                                   mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm,
                                   mtc_request_t *req) {
-    comm_op o = {.kind = MTC_COLL_ALL_REDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = count, .dtype = dtype, .op = op, .root = -1};
+    comm_op o = {.kind = MTC_COLL_ALL_REDUCE,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = count,
+                 .dtype = dtype,
+                 .op = op,
+                 .root = -1};
     MTC_CHECK(check(comm, &o));
     return comm_queue_push(comm, &o, req);
 }
@@ -222,16 +276,25 @@ mtc_result_t mtc_all_reduce_start(const void *sendbuf, void *recvbuf, size_t cou
 mtc_result_t mtc_reduce_scatter_start(const void *sendbuf, void *recvbuf, size_t recvcount,
                                       mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm,
                                       mtc_request_t *req) {
-    comm_op o = {.kind = MTC_COLL_REDUCE_SCATTER, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = recvcount, .dtype = dtype, .op = op, .root = -1};
+    comm_op o = {.kind = MTC_COLL_REDUCE_SCATTER,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = recvcount,
+                 .dtype = dtype,
+                 .op = op,
+                 .root = -1};
     MTC_CHECK(check(comm, &o));
     return comm_queue_push(comm, &o, req);
 }
 
 mtc_result_t mtc_all_gather_start(const void *sendbuf, void *recvbuf, size_t sendcount,
                                   mtc_dtype_t dtype, mtc_comm_t comm, mtc_request_t *req) {
-    comm_op o = {.kind = MTC_COLL_ALL_GATHER, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                 .count = sendcount, .dtype = dtype, .root = -1};
+    comm_op o = {.kind = MTC_COLL_ALL_GATHER,
+                 .sendbuf = sendbuf,
+                 .recvbuf = recvbuf,
+                 .count = sendcount,
+                 .dtype = dtype,
+                 .root = -1};
     MTC_CHECK(check(comm, &o));
     return comm_queue_push(comm, &o, req);
 }

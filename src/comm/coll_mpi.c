@@ -57,7 +57,8 @@ void coll_mpi_fini(void) {
     MPI_Finalized(&fin);
     for (int i = 0; i < 3; i++)
         if (bf16_ops[i] != MPI_OP_NULL && !fin) MPI_Op_free(&bf16_ops[i]);
-    for (int i = 0; i < 3; i++) bf16_ops[i] = MPI_OP_NULL;
+    for (int i = 0; i < 3; i++)
+        bf16_ops[i] = MPI_OP_NULL;
 }
 
 static MPI_Datatype mpi_type(mtc_dtype_t dt) {
@@ -84,14 +85,14 @@ static mtc_result_t unsupported(const char *what, size_t count, mtc_dtype_t dt) 
                      count, mtc_dtype_name(dt));
 }
 
-#define HEALTH(g)                                                                          \
-    do {                                                                                   \
-        if ((g)->err_rc) return mtc_error((g)->err_rc, "%s", (g)->err_msg);                \
+#define HEALTH(g)                                                                                  \
+    do {                                                                                           \
+        if ((g)->err_rc) return mtc_error((g)->err_rc, "%s", (g)->err_msg);                        \
     } while (0)
-#define MPI_DO(g, call, what, c)                                                           \
-    do {                                                                                   \
-        int e_ = (call);                                                                   \
-        if (e_ != MPI_SUCCESS) return coll_mpi_error((g), e_, (what), (c));                \
+#define MPI_DO(g, call, what, c)                                                                   \
+    do {                                                                                           \
+        int e_ = (call);                                                                           \
+        if (e_ != MPI_SUCCESS) return coll_mpi_error((g), e_, (what), (c));                        \
     } while (0)
 
 mtc_result_t coll_mpi_barrier(comm_backend *be, comm_group *g, const comm_call *call) {
@@ -120,8 +121,9 @@ mtc_result_t coll_mpi_reduce(comm_backend *be, comm_group *g, const void *sendbu
     if (count > INT_MAX || o == MPI_OP_NULL) return unsupported("reduce", count, dtype);
     if (count == 0) return MTC_OK;
     const void *sb = g->me == root && sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
-    MPI_DO(g, MPI_Reduce(sb, g->me == root ? recvbuf : NULL, (int)count, mpi_type(dtype), o, root,
-                         g->comm),
+    MPI_DO(g,
+           MPI_Reduce(sb, g->me == root ? recvbuf : NULL, (int)count, mpi_type(dtype), o, root,
+                      g->comm),
            "MPI_Reduce", call);
     return MTC_OK;
 }
@@ -135,8 +137,8 @@ mtc_result_t coll_mpi_all_reduce(comm_backend *be, comm_group *g, const void *se
     if (count > INT_MAX || o == MPI_OP_NULL) return unsupported("all_reduce", count, dtype);
     if (count == 0) return MTC_OK;
     const void *sb = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
-    MPI_DO(g, MPI_Allreduce(sb, recvbuf, (int)count, mpi_type(dtype), o, g->comm),
-           "MPI_Allreduce", call);
+    MPI_DO(g, MPI_Allreduce(sb, recvbuf, (int)count, mpi_type(dtype), o, g->comm), "MPI_Allreduce",
+           call);
     return MTC_OK;
 }
 
@@ -158,8 +160,10 @@ mtc_result_t coll_mpi_reduce_scatter(comm_backend *be, comm_group *g, const void
         if (g->scratch_bytes < bytes) {
             void *p = realloc(g->scratch, bytes);
             if (!p)
-                return mtc_error(MTC_ERR_OUT_OF_MEMORY, "native reduce_scatter: no memory for "
-                                 "%zu staging bytes", bytes);
+                return mtc_error(MTC_ERR_OUT_OF_MEMORY,
+                                 "native reduce_scatter: no memory for "
+                                 "%zu staging bytes",
+                                 bytes);
             g->scratch = p;
             g->scratch_bytes = bytes;
         }
@@ -180,9 +184,9 @@ mtc_result_t coll_mpi_all_gather(comm_backend *be, comm_group *g, const void *se
     if (sendcount == 0) return MTC_OK;
     const size_t bytes = sendcount * mtc_dtype_size(dtype);
     /* MPI's in-place all-gather takes our block where NCCL's does */
-    const void *sb =
-        (const char *)sendbuf == (const char *)recvbuf + (size_t)g->me * bytes ? MPI_IN_PLACE
-                                                                               : sendbuf;
+    const void *sb = (const char *)sendbuf == (const char *)recvbuf + (size_t)g->me * bytes
+                         ? MPI_IN_PLACE
+                         : sendbuf;
     MPI_Datatype t = mpi_type(dtype);
     MPI_DO(g, MPI_Allgather(sb, (int)sendcount, t, recvbuf, (int)sendcount, t, g->comm),
            "MPI_Allgather", call);
@@ -197,7 +201,7 @@ mtc_result_t coll_mpi_all_to_all(comm_backend *be, comm_group *g, const void *se
     if (count > INT_MAX) return unsupported("all_to_all", count, dtype);
     if (count == 0) return MTC_OK;
     MPI_Datatype t = mpi_type(dtype);
-    MPI_DO(g, MPI_Alltoall(sendbuf, (int)count, t, recvbuf, (int)count, t, g->comm),
-           "MPI_Alltoall", call);
+    MPI_DO(g, MPI_Alltoall(sendbuf, (int)count, t, recvbuf, (int)count, t, g->comm), "MPI_Alltoall",
+           call);
     return MTC_OK;
 }

@@ -13,14 +13,14 @@
 struct comm_group {
     MPI_Comm comm, shadow;
     int n, me;
-    int *members;          /* world rank of each member */
-    mtc_result_t err_rc;   /* sticky error (MTC_OK when healthy) */
+    int *members;        /* world rank of each member */
+    mtc_result_t err_rc; /* sticky error (MTC_OK when healthy) */
     char err_msg[1024];
-    uint64_t *sig;         /* entry check: 4 words mine, then 4 per member */
-    MPI_Request *reqs;     /* 2 n */
-    MPI_Status *stats;     /* 2 n */
-    int *peers;            /* 2 n */
-    void *scratch;         /* native in-place reduce-scatter staging */
+    uint64_t *sig;     /* entry check: 4 words mine, then 4 per member */
+    MPI_Request *reqs; /* 2 n */
+    MPI_Status *stats; /* 2 n */
+    int *peers;        /* 2 n */
+    void *scratch;     /* native in-place reduce-scatter staging */
     size_t scratch_bytes;
 };
 

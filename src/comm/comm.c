@@ -20,15 +20,14 @@
 
 static const char *const op_names[MTC_OP_COUNT] = {"sum", "max", "min", "avg"};
 static const char *const coll_names[COMM_CALL_KIND_COUNT] = {
-    "send",         "recv",           "sendrecv",         "barrier",      "broadcast",
-    "reduce",       "all_reduce",     "reduce_scatter",   "all_gather",   "all_to_all",
-    "reduce_scatter_v", "all_gather_v", "all_to_all_v",   "comm_split",   "comm_create"};
+    "send",         "recv",       "sendrecv",         "barrier",
+    "broadcast",    "reduce",     "all_reduce",       "reduce_scatter",
+    "all_gather",   "all_to_all", "reduce_scatter_v", "all_gather_v",
+    "all_to_all_v", "comm_split", "comm_create"};
 static const char *const algo_names[MTC_ALGO_COUNT] = {
     "auto", "ring", "tree", "recdbl", "rabenseifner", "direct", "hier", "native", "pairwise"};
 
-const char *mtc_op_name(mtc_op_t op) {
-    return (unsigned)op < MTC_OP_COUNT ? op_names[op] : "?";
-}
+const char *mtc_op_name(mtc_op_t op) { return (unsigned)op < MTC_OP_COUNT ? op_names[op] : "?"; }
 const char *mtc_coll_name(mtc_coll_t coll) {
     return (unsigned)coll < COMM_CALL_KIND_COUNT ? coll_names[coll] : "?";
 }
@@ -55,7 +54,9 @@ void comm_call_describe(const comm_call *c, char *buf, size_t len) {
     case MTC_COLL_BARRIER: snprintf(buf, len, "barrier()"); return;
     case COMM_CALL_SPLIT: snprintf(buf, len, "comm_split()"); return;
     case COMM_CALL_CREATE: snprintf(buf, len, "comm_create(n=%zu)", c->count); return;
-    case MTC_COLL_SEND: case MTC_COLL_RECV: case MTC_COLL_SENDRECV:
+    case MTC_COLL_SEND:
+    case MTC_COLL_RECV:
+    case MTC_COLL_SENDRECV:
         snprintf(buf, len, "%s(count=%zu, %s, peer=%d)", name, c->count, dt ? dt : "?", c->root);
         return;
     }
@@ -129,7 +130,8 @@ mtc_result_t comm_new(comm_backend *be, comm_group *group, const int *members, i
     for (int i = 0; i < n; i++) {
         int node = be->node_of(be, members[i]), seen = 0;
         if (node == my_node) c->local_size++;
-        for (int j = 0; j < i && !seen; j++) seen = be->node_of(be, members[j]) == node;
+        for (int j = 0; j < i && !seen; j++)
+            seen = be->node_of(be, members[j]) == node;
         if (!seen) c->node_count++;
     }
     *out = c;
@@ -138,8 +140,10 @@ mtc_result_t comm_new(comm_backend *be, comm_group *group, const int *members, i
 
 static void live_unlink(mtc_comm_t c) {
     if (!c || !c->root) return;
-    if (c->live_prev) c->live_prev->live_next = c->live_next;
-    else if (c->root->live == c) c->root->live = c->live_next;
+    if (c->live_prev)
+        c->live_prev->live_next = c->live_next;
+    else if (c->root->live == c)
+        c->root->live = c->live_next;
     if (c->live_next) c->live_next->live_prev = c->live_prev;
     c->live_prev = c->live_next = NULL; /* unlinking again is a no-op */
 }
@@ -148,7 +152,8 @@ void mtc_comm_free(mtc_comm_t comm) {
     if (!comm) return;
     /* the world goes last: first every communicator the rank left behind
      * (their progress threads and groups would leak otherwise) */
-    while (!comm->root && comm->live) mtc_comm_free(comm->live);
+    while (!comm->root && comm->live)
+        mtc_comm_free(comm->live);
     live_unlink(comm);
     comm_queue_free(comm);
     mtc_comm_free(comm->intra);
@@ -195,8 +200,7 @@ void comm_call_end(mtc_comm_t comm, comm_call *call) {
 /* ---- split / create -------------------------------------------------------------- */
 
 static mtc_result_t build(mtc_comm_t parent, int color, int key, const int *members, int n,
-                          int my_index, const char *name, const comm_call *call,
-                          mtc_comm_t *out) {
+                          int my_index, const char *name, const comm_call *call, mtc_comm_t *out) {
     comm_group *g = NULL;
     MTC_CHECK(parent->be->ops->group_create(parent->be, parent->group, color, key, members, n,
                                             my_index, call, &g));
@@ -213,7 +217,10 @@ static mtc_result_t split_body(mtc_comm_t parent, int color, int key, const char
     int *all = malloc((size_t)p * 3 * sizeof *all);
     if (!all) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "comm_split: no memory for %d ranks", p);
     int *members = all + 2 * p;
-    comm_op g = {.kind = MTC_COLL_ALL_GATHER, .sendbuf = mine, .recvbuf = all, .count = 2,
+    comm_op g = {.kind = MTC_COLL_ALL_GATHER,
+                 .sendbuf = mine,
+                 .recvbuf = all,
+                 .count = 2,
                  .dtype = MTC_DTYPE_I32};
     mtc_result_t rc = comm_op_run(parent, &g);
     int n = 0, my_index = -1;
@@ -279,17 +286,20 @@ mtc_result_t mtc_comm_create(mtc_comm_t parent, const int *ranks, int n, const c
     }
     int *members = malloc((size_t)n * sizeof *members);
     if (!members) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mtc_comm_create: no memory");
-    for (int i = 0; i < n; i++) members[i] = parent->members[ranks[i]];
+    for (int i = 0; i < n; i++)
+        members[i] = parent->members[ranks[i]];
     comm_queue_drain(parent);
     /* the list's hash rides in the signature, so ranks passing different lists are told */
-    comm_op op = {.kind = COMM_CALL_CREATE, .count = (size_t)n, .dtype = MTC_DTYPE_I32,
+    comm_op op = {.kind = COMM_CALL_CREATE,
+                  .count = (size_t)n,
+                  .dtype = MTC_DTYPE_I32,
                   .root = (int)(hash & 0x3fffffff)};
     comm_call call;
     const comm_call *prev = parent->cur;
     mtc_result_t rc = comm_call_begin(parent, &op, &call);
     if (rc == MTC_OK)
-        rc = build(parent, my_index >= 0 ? 0 : -1, my_index, members, n, my_index, name, &call,
-                   out);
+        rc =
+            build(parent, my_index >= 0 ? 0 : -1, my_index, members, n, my_index, name, &call, out);
     comm_call_end(parent, &call);
     parent->cur = prev;
     free(members);
@@ -336,8 +346,8 @@ mtc_result_t comm_node_split(mtc_comm_t comm, mtc_comm_t *intra, mtc_comm_t *int
         MTC_CHECK(mtc_comm_split(comm, node, comm->rank, name, &comm->intra));
         live_unlink(comm->intra); /* owned (and freed) by comm */
         snprintf(name, sizeof name, "%s/inter-node", comm->name);
-        MTC_CHECK(mtc_comm_split(comm, comm->intra->rank == 0 ? 0 : -1, comm->rank, name,
-                                 &comm->inter));
+        MTC_CHECK(
+            mtc_comm_split(comm, comm->intra->rank == 0 ? 0 : -1, comm->rank, name, &comm->inter));
         live_unlink(comm->inter);
         comm->node_split_done = 1;
     }
@@ -352,7 +362,8 @@ static mtc_result_t p2p_check(mtc_comm_t comm, const void *buf, size_t count, mt
                               int peer, const char *what) {
     if (!comm) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s: comm is NULL", what);
     if ((unsigned)dtype >= MTC_DTYPE_COUNT)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s: dtype %d is not a mtc_dtype_t", what, (int)dtype);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s: dtype %d is not a mtc_dtype_t", what,
+                         (int)dtype);
     if (peer < 0 || peer >= comm->size || peer == comm->rank)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "%s: peer %d is not another rank of %s (size %d, me %d)", what, peer,
@@ -379,7 +390,8 @@ mtc_result_t mtc_send(const void *buf, size_t count, mtc_dtype_t dtype, int peer
     comm_queue_drain(comm);
     comm_call c;
     p2p_call(comm, MTC_COLL_SEND, count, dtype, peer, &c);
-    return comm->be->ops->send(comm->be, comm->group, peer, 0, buf, count * mtc_dtype_size(dtype), &c);
+    return comm->be->ops->send(comm->be, comm->group, peer, 0, buf, count * mtc_dtype_size(dtype),
+                               &c);
 }
 
 mtc_result_t mtc_recv(void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_comm_t comm) {
@@ -387,7 +399,8 @@ mtc_result_t mtc_recv(void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_
     comm_queue_drain(comm);
     comm_call c;
     p2p_call(comm, MTC_COLL_RECV, count, dtype, peer, &c);
-    return comm->be->ops->recv(comm->be, comm->group, peer, 0, buf, count * mtc_dtype_size(dtype), &c);
+    return comm->be->ops->recv(comm->be, comm->group, peer, 0, buf, count * mtc_dtype_size(dtype),
+                               &c);
 }
 
 mtc_result_t mtc_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *recvbuf,

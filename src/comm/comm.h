@@ -60,15 +60,15 @@ typedef enum {
 } mtc_coll_t;
 
 typedef enum {
-    MTC_ALGO_AUTO = 0,    /* the selector decides */
+    MTC_ALGO_AUTO = 0, /* the selector decides */
     MTC_ALGO_RING,
-    MTC_ALGO_TREE,        /* binary / double binary tree */
-    MTC_ALGO_RECDBL,      /* recursive doubling */
-    MTC_ALGO_RABENSEIFNER,/* reduce-scatter then all-gather */
-    MTC_ALGO_DIRECT,      /* ranks read each other's buffers (shm only) */
-    MTC_ALGO_HIER,        /* intra-node then inter-node */
-    MTC_ALGO_NATIVE,      /* the MPI library's own collective (mpi only) */
-    MTC_ALGO_PAIRWISE,    /* pairwise exchange (all-to-all) */
+    MTC_ALGO_TREE,         /* binary / double binary tree */
+    MTC_ALGO_RECDBL,       /* recursive doubling */
+    MTC_ALGO_RABENSEIFNER, /* reduce-scatter then all-gather */
+    MTC_ALGO_DIRECT,       /* ranks read each other's buffers (shm only) */
+    MTC_ALGO_HIER,         /* intra-node then inter-node */
+    MTC_ALGO_NATIVE,       /* the MPI library's own collective (mpi only) */
+    MTC_ALGO_PAIRWISE,     /* pairwise exchange (all-to-all) */
     MTC_ALGO_COUNT
 } mtc_algo_t;
 
@@ -88,8 +88,8 @@ typedef struct {
     int world_size;             /* shm: number of rank-threads (>= 1); mpi: ignored */
     int ranks_per_node;         /* 0: from the MPI library (mpi) or all ranks (shm) */
     double timeout_s;           /* 0: MTC_COMM_TIMEOUT or the default (300 s) */
-    const char *algo_spec;      /* NULL: MTC_COMM_ALGO; "ring" or "all_reduce=ring,all_gather=direct" */
-    int pin_threads;            /* shm: pin rank-threads to cores when ranks <= cores (-1 auto) */
+    const char *algo_spec; /* NULL: MTC_COMM_ALGO; "ring" or "all_reduce=ring,all_gather=direct" */
+    int pin_threads;       /* shm: pin rank-threads to cores when ranks <= cores (-1 auto) */
 } mtc_launch_opts;
 
 /* Each rank runs fn(world, arg) with its own world communicator; the return
@@ -171,8 +171,8 @@ mtc_result_t mtc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvc
                                 mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm);
 /* sendbuf: sendcount; recvbuf: size*sendcount, block r from rank r.
  * In place when sendbuf == recvbuf + r*sendcount. */
-mtc_result_t mtc_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
-                            mtc_dtype_t dtype, mtc_comm_t comm);
+mtc_result_t mtc_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount, mtc_dtype_t dtype,
+                            mtc_comm_t comm);
 /* sendbuf: size*count, block j goes to rank j; recvbuf: size*count, block j
  * came from rank j. Not in place. */
 mtc_result_t mtc_all_to_all(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,

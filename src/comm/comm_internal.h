@@ -22,7 +22,7 @@ struct mtc_comm {
     char name[64];
     uint64_t seq; /* number of the last collective started */
     double timeout_s;
-    mtc_algo_t algo[MTC_COLL_COUNT]; /* forced algorithm per operation (AUTO = selector) */
+    mtc_algo_t algo[MTC_COLL_COUNT];      /* forced algorithm per operation (AUTO = selector) */
     unsigned char strict[MTC_COLL_COUNT]; /* 1: error when unusable; 0: fall back to AUTO */
     void *scratch;
     size_t scratch_bytes;
@@ -33,7 +33,11 @@ struct mtc_comm {
     uint32_t cur_tag;
     comm_queue *queue;
     int owns_group; /* 0 for the world communicator (the backend owns its group) */
-    struct { size_t count; int dtype; mtc_algo_t algo; } last_choice[MTC_COLL_COUNT]; /* select.c */
+    struct {
+        size_t count;
+        int dtype;
+        mtc_algo_t algo;
+    } last_choice[MTC_COLL_COUNT]; /* select.c */
     /* live communicators of this rank: the world (root == NULL) heads a list
      * of the ones split from it and not yet freed, freed with the world
      * (cached intra/inter are not listed: their parent frees them) */
@@ -89,12 +93,12 @@ int comm_algo_usable(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo);
 mtc_result_t algo_direct_barrier(mtc_comm_t comm);
 mtc_result_t algo_direct_broadcast(void *buf, size_t count, mtc_dtype_t dtype, int root,
                                    mtc_comm_t comm);
-mtc_result_t algo_direct_reduce(const void *sendbuf, void *recvbuf, size_t count,
-                                mtc_dtype_t dtype, mtc_op_t op, int root, mtc_comm_t comm);
+mtc_result_t algo_direct_reduce(const void *sendbuf, void *recvbuf, size_t count, mtc_dtype_t dtype,
+                                mtc_op_t op, int root, mtc_comm_t comm);
 mtc_result_t algo_direct_all_reduce(ALGO_ALL_REDUCE_ARGS);
 mtc_result_t algo_direct_reduce_scatter_v(const void *sendbuf, void *recvbuf,
-                                          const size_t *recvcounts, mtc_dtype_t dtype,
-                                          mtc_op_t op, mtc_comm_t comm);
+                                          const size_t *recvcounts, mtc_dtype_t dtype, mtc_op_t op,
+                                          mtc_comm_t comm);
 mtc_result_t algo_direct_all_gather_v(const void *sendbuf, size_t sendcount, void *recvbuf,
                                       const size_t *recvcounts, const size_t *displs,
                                       mtc_dtype_t dtype, mtc_comm_t comm);

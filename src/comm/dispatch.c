@@ -14,7 +14,9 @@ static mtc_result_t run_native(mtc_comm_t comm, const comm_op *o, int *unsupport
     mtc_result_t rc = MTC_ERR_UNSUPPORTED;
     switch (o->kind) {
     case MTC_COLL_BARRIER: rc = n->barrier(be, g, c); break;
-    case MTC_COLL_BROADCAST: rc = n->broadcast(be, g, o->recvbuf, o->count, o->dtype, o->root, c); break;
+    case MTC_COLL_BROADCAST:
+        rc = n->broadcast(be, g, o->recvbuf, o->count, o->dtype, o->root, c);
+        break;
     case MTC_COLL_REDUCE:
         rc = n->reduce(be, g, o->sendbuf, o->recvbuf, o->count, o->dtype, o->op, o->root, c);
         break;
@@ -90,7 +92,8 @@ mtc_result_t comm_algo_run(mtc_comm_t comm, mtc_algo_t algo, const comm_op *o) {
         if (algo == MTC_ALGO_DIRECT) return algo_direct_all_to_all(s, r, n, dt, comm);
         {
             size_t counts[comm->size];
-            for (int i = 0; i < comm->size; i++) counts[i] = n;
+            for (int i = 0; i < comm->size; i++)
+                counts[i] = n;
             return algo_pairwise_all_to_all_v(s, counts, NULL, r, counts, NULL, dt, comm);
         }
     case MTC_COLL_REDUCE_SCATTER_V:
@@ -98,16 +101,16 @@ mtc_result_t comm_algo_run(mtc_comm_t comm, mtc_algo_t algo, const comm_op *o) {
                    ? algo_direct_reduce_scatter_v(s, r, o->recvcounts, dt, o->op, comm)
                    : algo_ring_reduce_scatter_v(s, r, o->recvcounts, dt, o->op, comm);
     case MTC_COLL_ALL_GATHER_V:
-        return algo == MTC_ALGO_DIRECT
-                   ? algo_direct_all_gather_v(s, o->sendcount, r, o->recvcounts, o->rdispls, dt, comm)
-                   : algo_ring_all_gather_v(s, o->sendcount, r, o->recvcounts, o->rdispls, dt, comm);
+        return algo == MTC_ALGO_DIRECT ? algo_direct_all_gather_v(s, o->sendcount, r, o->recvcounts,
+                                                                  o->rdispls, dt, comm)
+                                       : algo_ring_all_gather_v(s, o->sendcount, r, o->recvcounts,
+                                                                o->rdispls, dt, comm);
     case MTC_COLL_ALL_TO_ALL_V:
         return algo == MTC_ALGO_DIRECT
                    ? algo_direct_all_to_all_v(s, o->sendcounts, o->sdispls, r, o->recvcounts,
                                               o->rdispls, dt, comm)
                    : algo_pairwise_all_to_all_v(s, o->sendcounts, o->sdispls, r, o->recvcounts,
                                                 o->rdispls, dt, comm);
-    default:
-        return mtc_error(MTC_ERR_INTERNAL, "no algorithm for operation %d", o->kind);
+    default: return mtc_error(MTC_ERR_INTERNAL, "no algorithm for operation %d", o->kind);
     }
 }

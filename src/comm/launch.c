@@ -51,7 +51,8 @@ static mtc_result_t resolve_settings(const mtc_launch_opts *opts, launch_setting
 static mtc_result_t make_world(comm_backend *be, const launch_settings *s, mtc_comm_t *out) {
     int n = be->world_size, *all = malloc((size_t)n * sizeof *all);
     if (!all) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for %d ranks", n);
-    for (int i = 0; i < n; i++) all[i] = i;
+    for (int i = 0; i < n; i++)
+        all[i] = i;
     mtc_result_t rc = comm_new(be, be->world, all, n, be->world_rank, "WORLD", NULL, out);
     free(all);
     if (rc != MTC_OK) return rc;
@@ -122,7 +123,8 @@ static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_setting
             be->ops->abort(be, rc, mtc_error_detail());
         }
     }
-    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < started; r++)
+        pthread_join(th[r], NULL);
     int frank;
     mtc_result_t frc;
     const char *fmsg;
@@ -162,13 +164,15 @@ static mtc_result_t launch_mpi(const mtc_launch_opts *opts, const launch_setting
 #endif
 
 mtc_result_t mtc_launch(const mtc_launch_opts *opts, mtc_rank_fn fn, void *arg) {
-    if (!opts || !fn) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_launch: opts and fn are required");
+    if (!opts || !fn)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_launch: opts and fn are required");
     launch_settings s;
     MTC_CHECK(resolve_settings(opts, &s));
     mtc_backend_kind_t kind = opts->backend;
     if (kind == MTC_BACKEND_AUTO) kind = mtc_launched_by_mpi() ? MTC_BACKEND_MPI : MTC_BACKEND_SHM;
     if (kind == MTC_BACKEND_MPI) return launch_mpi(opts, &s, fn, arg);
     if (kind != MTC_BACKEND_SHM)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_launch: backend %d is not shm or mpi", (int)kind);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "mtc_launch: backend %d is not shm or mpi",
+                         (int)kind);
     return launch_shm(opts, &s, fn, arg);
 }

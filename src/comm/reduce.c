@@ -17,19 +17,22 @@
 
 #include "comm/algo.h"
 
-#define REDUCE_LOOPS(T)                                                                    \
-    static void reduce_##T(T *restrict a, const T *restrict b, size_t n, mtc_op_t op) {    \
-        switch (op) {                                                                      \
-        case MTC_OP_MAX:                                                                   \
-            for (size_t i = 0; i < n; i++) a[i] = b[i] > a[i] ? b[i] : a[i];               \
-            break;                                                                         \
-        case MTC_OP_MIN:                                                                   \
-            for (size_t i = 0; i < n; i++) a[i] = b[i] < a[i] ? b[i] : a[i];               \
-            break;                                                                         \
-        default:                                                                           \
-            for (size_t i = 0; i < n; i++) a[i] += b[i];                                   \
-            break;                                                                         \
-        }                                                                                  \
+#define REDUCE_LOOPS(T)                                                                            \
+    static void reduce_##T(T *restrict a, const T *restrict b, size_t n, mtc_op_t op) {            \
+        switch (op) {                                                                              \
+        case MTC_OP_MAX:                                                                           \
+            for (size_t i = 0; i < n; i++)                                                         \
+                a[i] = b[i] > a[i] ? b[i] : a[i];                                                  \
+            break;                                                                                 \
+        case MTC_OP_MIN:                                                                           \
+            for (size_t i = 0; i < n; i++)                                                         \
+                a[i] = b[i] < a[i] ? b[i] : a[i];                                                  \
+            break;                                                                                 \
+        default:                                                                                   \
+            for (size_t i = 0; i < n; i++)                                                         \
+                a[i] += b[i];                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
     }
 
 REDUCE_LOOPS(float)
@@ -45,15 +48,26 @@ static void reduce_bf16(mtc_bf16 *a, const mtc_bf16 *b, size_t n, mtc_op_t op) {
     }
 }
 
-void comm_reduce_local(void *inout, const void *in, size_t count, mtc_dtype_t dtype,
-                       mtc_op_t op) {
+void comm_reduce_local(void *inout, const void *in, size_t count, mtc_dtype_t dtype, mtc_op_t op) {
     /* Identical buffers cannot be handed to restrict-qualified loops. */
     if (inout == in && op != MTC_OP_MAX && op != MTC_OP_MIN) {
         switch (dtype) {
-        case MTC_DTYPE_F32: for (size_t i = 0; i < count; i++) ((float *)inout)[i] *= 2; return;
-        case MTC_DTYPE_F64: for (size_t i = 0; i < count; i++) ((double *)inout)[i] *= 2; return;
-        case MTC_DTYPE_I32: for (size_t i = 0; i < count; i++) ((int32_t *)inout)[i] *= 2; return;
-        case MTC_DTYPE_I64: for (size_t i = 0; i < count; i++) ((int64_t *)inout)[i] *= 2; return;
+        case MTC_DTYPE_F32:
+            for (size_t i = 0; i < count; i++)
+                ((float *)inout)[i] *= 2;
+            return;
+        case MTC_DTYPE_F64:
+            for (size_t i = 0; i < count; i++)
+                ((double *)inout)[i] *= 2;
+            return;
+        case MTC_DTYPE_I32:
+            for (size_t i = 0; i < count; i++)
+                ((int32_t *)inout)[i] *= 2;
+            return;
+        case MTC_DTYPE_I64:
+            for (size_t i = 0; i < count; i++)
+                ((int64_t *)inout)[i] *= 2;
+            return;
         default: break;
         }
     } else if (inout == in && dtype != MTC_DTYPE_BF16) {
@@ -99,27 +113,32 @@ void comm_finish_avg(void *buf, size_t count, mtc_dtype_t dtype, mtc_op_t op, in
     switch (dtype) {
     case MTC_DTYPE_F32: {
         float *a = buf, d = (float)size;
-        for (size_t i = 0; i < count; i++) a[i] /= d;
+        for (size_t i = 0; i < count; i++)
+            a[i] /= d;
         break;
     }
     case MTC_DTYPE_F64: {
         double *a = buf, d = (double)size;
-        for (size_t i = 0; i < count; i++) a[i] /= d;
+        for (size_t i = 0; i < count; i++)
+            a[i] /= d;
         break;
     }
     case MTC_DTYPE_BF16: {
         mtc_bf16 *a = buf;
-        for (size_t i = 0; i < count; i++) a[i] = mtc_f32_to_bf16(mtc_bf16_to_f32(a[i]) / (float)size);
+        for (size_t i = 0; i < count; i++)
+            a[i] = mtc_f32_to_bf16(mtc_bf16_to_f32(a[i]) / (float)size);
         break;
     }
     case MTC_DTYPE_I32: {
         int32_t *a = buf;
-        for (size_t i = 0; i < count; i++) a[i] /= size;
+        for (size_t i = 0; i < count; i++)
+            a[i] /= size;
         break;
     }
     case MTC_DTYPE_I64: {
         int64_t *a = buf;
-        for (size_t i = 0; i < count; i++) a[i] /= size;
+        for (size_t i = 0; i < count; i++)
+            a[i] /= size;
         break;
     }
     default: break;

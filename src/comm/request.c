@@ -43,7 +43,8 @@ static void *progress_main(void *arg) {
     mtc_log_set_rank(q->log_rank, NULL);
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        while (!q->head && !q->stop) pthread_cond_wait(&q->work, &q->mu);
+        while (!q->head && !q->stop)
+            pthread_cond_wait(&q->work, &q->mu);
         if (!q->head) break;
         mtc_request_t r = q->head;
         pthread_mutex_unlock(&q->mu);
@@ -82,7 +83,8 @@ static mtc_result_t queue_init(mtc_comm_t comm) {
 }
 
 mtc_result_t comm_queue_push(mtc_comm_t comm, const comm_op *op, mtc_request_t *req) {
-    if (!req) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "non-blocking call without a request pointer");
+    if (!req)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "non-blocking call without a request pointer");
     *req = NULL;
     if (!comm->queue) MTC_CHECK(queue_init(comm));
     mtc_request_t r = calloc(1, sizeof *r);
@@ -91,8 +93,10 @@ mtc_result_t comm_queue_push(mtc_comm_t comm, const comm_op *op, mtc_request_t *
     r->comm = comm;
     comm_queue *q = comm->queue;
     pthread_mutex_lock(&q->mu);
-    if (q->tail) q->tail->next = r;
-    else q->head = r;
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
     q->tail = r;
     q->pending++;
     pthread_cond_signal(&q->work);
@@ -106,7 +110,8 @@ void comm_queue_drain(mtc_comm_t comm) {
     /* the progress thread itself (e.g. building node sub-communicators) */
     if (!q || pthread_equal(pthread_self(), q->thread)) return;
     pthread_mutex_lock(&q->mu);
-    while (q->pending) pthread_cond_wait(&q->idle, &q->mu);
+    while (q->pending)
+        pthread_cond_wait(&q->idle, &q->mu);
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -143,7 +148,8 @@ mtc_result_t mtc_request_wait(mtc_request_t *req) {
     mtc_request_t r = *req;
     comm_queue *q = r->comm->queue;
     pthread_mutex_lock(&q->mu);
-    while (!r->done) pthread_cond_wait(&q->idle, &q->mu);
+    while (!r->done)
+        pthread_cond_wait(&q->idle, &q->mu);
     pthread_mutex_unlock(&q->mu);
     mtc_result_t rc = r->rc;
     if (rc != MTC_OK) mtc_error(rc, "%s", r->detail);

@@ -56,8 +56,8 @@ static const unsigned short algo_mask[MTC_COLL_COUNT] = {
     [MTC_COLL_BARRIER] = A(DIRECT) | A(NATIVE) | A(TREE) | A(RING),
     [MTC_COLL_BROADCAST] = A(DIRECT) | A(NATIVE) | A(TREE),
     [MTC_COLL_REDUCE] = A(DIRECT) | A(NATIVE) | A(TREE),
-    [MTC_COLL_ALL_REDUCE] = A(DIRECT) | A(NATIVE) | A(RING) | A(TREE) | A(RECDBL) |
-                            A(RABENSEIFNER) | A(HIER),
+    [MTC_COLL_ALL_REDUCE] =
+        A(DIRECT) | A(NATIVE) | A(RING) | A(TREE) | A(RECDBL) | A(RABENSEIFNER) | A(HIER),
     [MTC_COLL_REDUCE_SCATTER] = A(DIRECT) | A(NATIVE) | A(RING),
     [MTC_COLL_ALL_GATHER] = A(DIRECT) | A(NATIVE) | A(RING) | A(RECDBL),
     [MTC_COLL_ALL_TO_ALL] = A(DIRECT) | A(NATIVE) | A(PAIRWISE),
@@ -112,7 +112,8 @@ static int online_cpus(void) {
 
 static double log2ceil(int n) {
     int l = 0;
-    while ((1 << l) < n) l++;
+    while ((1 << l) < n)
+        l++;
     return l;
 }
 
@@ -219,11 +220,11 @@ mtc_result_t comm_algo_resolve(mtc_comm_t comm, const comm_op *op, mtc_algo_t *o
         if (comm->strict[coll]) {
             char valid[160];
             list_usable(comm, coll, valid, sizeof valid);
-            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "%s cannot use algorithm '%s' on %s (backend %s, %d node%s); valid here: %s",
-                             mtc_coll_name(coll), mtc_algo_name(forced), comm->name,
-                             comm->be->ops->name, comm->node_count,
-                             comm->node_count == 1 ? "" : "s", valid);
+            return mtc_error(
+                MTC_ERR_INVALID_ARGUMENT,
+                "%s cannot use algorithm '%s' on %s (backend %s, %d node%s); valid here: %s",
+                mtc_coll_name(coll), mtc_algo_name(forced), comm->name, comm->be->ops->name,
+                comm->node_count, comm->node_count == 1 ? "" : "s", valid);
         }
     }
     size_t count = op->count;
@@ -245,21 +246,25 @@ static void list_algos(mtc_coll_t coll, char *buf, size_t len) {
 
 mtc_result_t comm_algo_spec_parse(const char *spec, mtc_algo_t out[MTC_COLL_COUNT],
                                   unsigned char strict[MTC_COLL_COUNT]) {
-    for (int c = 0; c < MTC_COLL_COUNT; c++) out[c] = MTC_ALGO_AUTO, strict[c] = 0;
+    for (int c = 0; c < MTC_COLL_COUNT; c++)
+        out[c] = MTC_ALGO_AUTO, strict[c] = 0;
     if (!spec || !spec[0]) return MTC_OK;
     char buf[512];
     if (strlen(spec) >= sizeof buf)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "algorithm spec too long: '%.40s...'", spec);
     strcpy(buf, spec);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ') tok++;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
         char *eq = strchr(tok, '=');
         if (!eq) {
             int a = mtc_algo_parse(tok);
             if (a < 0)
                 return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                                  "unknown algorithm '%s' in '%s' (valid: auto ring tree recdbl "
-                                 "rabenseifner direct hier native pairwise)", tok, spec);
+                                 "rabenseifner direct hier native pairwise)",
+                                 tok, spec);
             for (int c = 0; c < MTC_COLL_COUNT; c++)
                 if (a == MTC_ALGO_AUTO || comm_algo_exists((mtc_coll_t)c, (mtc_algo_t)a))
                     out[c] = (mtc_algo_t)a, strict[c] = 0;
@@ -271,7 +276,8 @@ mtc_result_t comm_algo_spec_parse(const char *spec, mtc_algo_t out[MTC_COLL_COUN
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "unknown operation '%s' in '%s' (valid: barrier broadcast reduce "
                              "all_reduce reduce_scatter all_gather all_to_all reduce_scatter_v "
-                             "all_gather_v all_to_all_v)", tok, spec);
+                             "all_gather_v all_to_all_v)",
+                             tok, spec);
         char valid[160];
         list_algos((mtc_coll_t)c, valid, sizeof valid);
         if (a < 0 || (a != MTC_ALGO_AUTO && !comm_algo_exists((mtc_coll_t)c, (mtc_algo_t)a)))

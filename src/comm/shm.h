@@ -79,8 +79,8 @@ typedef struct {
     _Atomic uint64_t arrive; /* epoch * 4 + phase */
     uint64_t epoch;          /* owner-only: direct collectives run so far */
     shm_pub pub[2];
-    char *small;             /* owner-allocated, 2 x SHM_SMALL bytes, fixed */
-    shm_line line[2];        /* tiny collectives, by epoch parity */
+    char *small;      /* owner-allocated, 2 x SHM_SMALL bytes, fixed */
+    shm_line line[2]; /* tiny collectives, by epoch parity */
     /* split exchange: the new group this member leads, read by its members */
     _Atomic(struct comm_group *) xchg;
 } __attribute__((aligned(64))) shm_member;
@@ -94,7 +94,7 @@ struct comm_group {
     int *members; /* world ranks */
     uint32_t id;
     _Atomic int refs;
-    shm_event ev; /* rung on every direct phase */
+    shm_event ev;          /* rung on every direct phase */
     _Atomic int err_state; /* 0 none, 1 being written, 2 set */
     mtc_result_t err_rc;
     char err_msg[1024];
@@ -110,14 +110,13 @@ struct shm_world {
     int failed_rank;
     mtc_result_t failed_rc;
     char failed_msg[1024];
-    _Atomic int *exited;         /* per world rank */
+    _Atomic int *exited; /* per world rank */
     _Atomic uint32_t next_id;
-    comm_backend *be;            /* per world rank */
+    comm_backend *be; /* per world rank */
     comm_group *world;
 };
 
-mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed,
-                                   shm_world **out);
+mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed, shm_world **out);
 void comm_shm_world_free(shm_world *w);
 /* The backend of rank r (valid until the world is freed). */
 comm_backend *comm_shm_backend(shm_world *w, int r);
@@ -141,8 +140,7 @@ mtc_result_t shm_group_fail(comm_group *g, mtc_result_t rc, const char *msg);
 /* Arrive at (epoch, phase) and ring the group event. */
 void shm_arrive(comm_group *g, int me, uint64_t epoch, int phase);
 /* Wait until every member has arrived at (epoch, phase) or later. */
-mtc_result_t shm_wait_all(comm_group *g, int me, uint64_t epoch, int phase,
-                          const comm_call *call);
+mtc_result_t shm_wait_all(comm_group *g, int me, uint64_t epoch, int phase, const comm_call *call);
 /* Wait until member `who` has arrived at (epoch, phase) or later. */
 mtc_result_t shm_wait_one(comm_group *g, int me, int who, uint64_t epoch, int phase,
                           const comm_call *call);

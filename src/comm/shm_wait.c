@@ -80,9 +80,11 @@ mtc_result_t shm_group_fail(comm_group *g, mtc_result_t rc, const char *msg) {
         snprintf(g->err_msg, sizeof g->err_msg, "%s", msg);
         atomic_store(&g->err_state, 2);
         shm_event_signal(&g->ev);
-        for (int i = 0; i < g->n; i++) shm_event_signal(&g->m[i].bell);
+        for (int i = 0; i < g->n; i++)
+            shm_event_signal(&g->m[i].bell);
     } else {
-        while (atomic_load(&g->err_state) != 2) sched_yield();
+        while (atomic_load(&g->err_state) != 2)
+            sched_yield();
     }
     return mtc_error(g->err_rc, "%s", g->err_msg);
 }
@@ -116,8 +118,7 @@ void shm_board_leave(comm_group *g, int me, const comm_call *call) {
     atomic_store_explicit(&g->m[me].left, call->seq, memory_order_release);
 }
 
-mtc_result_t shm_mismatch(comm_group *g, int a, const comm_call *ca, int b,
-                          const comm_call *cb) {
+mtc_result_t shm_mismatch(comm_group *g, int a, const comm_call *ca, int b, const comm_call *cb) {
     const char *name = ca->group_name ? ca->group_name : cb->group_name;
     if (a > b) {
         int t = a;
@@ -128,7 +129,8 @@ mtc_result_t shm_mismatch(comm_group *g, int a, const comm_call *ca, int b,
     char da[160], db[160], msg[600];
     comm_call_describe(ca, da, sizeof da);
     comm_call_describe(cb, db, sizeof db);
-    snprintf(msg, sizeof msg, "collective mismatch in %s (seq %llu): rank %d called %s but rank %d called %s",
+    snprintf(msg, sizeof msg,
+             "collective mismatch in %s (seq %llu): rank %d called %s but rank %d called %s",
              name ? name : "?", (unsigned long long)ca->seq, a, da, b, db);
     return shm_group_fail(g, MTC_ERR_INVALID_USAGE, msg);
 }
@@ -164,9 +166,12 @@ static size_t describe_members(comm_group *g, int me, const comm_call *call, cha
         char d[160] = "?";
         int wr = g->members[p];
         char who[48];
-        if (g->members[p] == p) snprintf(who, sizeof who, "rank %d", p);
-        else snprintf(who, sizeof who, "rank %d (world %d)", p, wr);
-        const char *gone = atomic_load(&g->w->exited[wr]) ? ", returned from its rank function" : "";
+        if (g->members[p] == p)
+            snprintf(who, sizeof who, "rank %d", p);
+        else
+            snprintf(who, sizeof who, "rank %d (world %d)", p, wr);
+        const char *gone =
+            atomic_load(&g->w->exited[wr]) ? ", returned from its rank function" : "";
         int n;
         if (e >= call->seq && e > l && board_read(g, p, e, &c)) {
             comm_call_describe(&c, d, sizeof d);
@@ -176,7 +181,8 @@ static size_t describe_members(comm_group *g, int me, const comm_call *call, cha
             n = snprintf(buf + off, len - off, "; %s is past seq %llu", who,
                          (unsigned long long)call->seq);
         } else if (e == 0) {
-            n = snprintf(buf + off, len - off, "; %s has not arrived (no collective yet%s)", who, gone);
+            n = snprintf(buf + off, len - off, "; %s has not arrived (no collective yet%s)", who,
+                         gone);
         } else {
             if (board_read(g, p, e, &c)) comm_call_describe(&c, d, sizeof d);
             n = snprintf(buf + off, len - off, "; %s has not arrived (last %s %s (seq %llu)%s)",
@@ -196,8 +202,8 @@ static mtc_result_t report_timeout(comm_group *g, int me, const comm_call *call,
     char waitfor[40] = "its peers";
     if (who >= 0) snprintf(waitfor, sizeof waitfor, "rank %d", who);
     if (call->seq == 0)
-        return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s: rank %d waited in %s for rank %d", call->group_name,
-                         me, d, who);
+        return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s: rank %d waited in %s for rank %d",
+                         call->group_name, me, d, who);
     return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s (seq %llu): rank %d waited in %s for %s%s",
                      call->group_name, (unsigned long long)call->seq, me, d, waitfor, rest);
 }
@@ -258,8 +264,7 @@ static int all_arrived(void *arg) {
     return 1;
 }
 
-mtc_result_t shm_wait_all(comm_group *g, int me, uint64_t epoch, int phase,
-                          const comm_call *call) {
+mtc_result_t shm_wait_all(comm_group *g, int me, uint64_t epoch, int phase, const comm_call *call) {
     all_arg a = {g, epoch * 4 + (uint64_t)phase, 0};
     return shm_wait(g, me, &g->ev, all_arrived, &a, call, -1);
 }

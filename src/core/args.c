@@ -9,8 +9,10 @@ int mtc_edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63) return 99;
     int d[64][64];
-    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
     for (size_t i = 1; i <= la; i++)
         for (size_t j = 1; j <= lb; j++) {
             int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
@@ -52,9 +54,12 @@ static int parse_i64(const char *s, int64_t *out) {
     if (errno || *end) {
         /* accept 1e6-style integers and k/M/G suffixes, common in bucket sizes */
         double d = strtod(s, &end);
-        if (*end == 'k' || *end == 'K') d *= 1e3, end++;
-        else if (*end == 'M') d *= 1e6, end++;
-        else if (*end == 'G') d *= 1e9, end++;
+        if (*end == 'k' || *end == 'K')
+            d *= 1e3, end++;
+        else if (*end == 'M')
+            d *= 1e6, end++;
+        else if (*end == 'G')
+            d *= 1e9, end++;
         if (*end || d != (double)(long long)d) return -1;
         v = (long long)d;
     }
@@ -68,7 +73,8 @@ static int parse_ints(const char *s, mtc_arg_ints *dst, int append) {
     while (*p) {
         char tok[64];
         size_t n = 0;
-        while (*p && *p != ',' && n < sizeof tok - 1) tok[n++] = *p++;
+        while (*p && *p != ',' && n < sizeof tok - 1)
+            tok[n++] = *p++;
         tok[n] = '\0';
         if (*p == ',') p++;
         if (n == 0) continue;
@@ -90,7 +96,8 @@ mtc_result_t mtc_args_parse(mtc_arg *args, int nargs, int argc, char **argv,
                 positional[(*npositional)++] = a;
                 continue;
             }
-            snprintf(err, errlen, "unexpected argument '%s' (options start with --; see --help)", a);
+            snprintf(err, errlen, "unexpected argument '%s' (options start with --; see --help)",
+                     a);
             return MTC_ERR_INVALID_ARGUMENT;
         }
         const char *name = a + 2;
@@ -100,8 +107,10 @@ mtc_result_t mtc_args_parse(mtc_arg *args, int nargs, int argc, char **argv,
         int negate = 0;
         if (!opt && len > 3 && strncmp(name, "no-", 3) == 0) {
             opt = args_find(args, nargs, name + 3, len - 3);
-            if (opt && opt->type == MTC_ARG_FLAG) negate = 1;
-            else opt = NULL;
+            if (opt && opt->type == MTC_ARG_FLAG)
+                negate = 1;
+            else
+                opt = NULL;
         }
         if (!opt) {
             char buf[128];
@@ -117,10 +126,13 @@ mtc_result_t mtc_args_parse(mtc_arg *args, int nargs, int argc, char **argv,
         if (opt->type == MTC_ARG_FLAG) {
             if (eq) {
                 const char *v = eq + 1;
-                if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes")) *(int *)opt->dest = !negate;
-                else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no")) *(int *)opt->dest = negate;
+                if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes"))
+                    *(int *)opt->dest = !negate;
+                else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no"))
+                    *(int *)opt->dest = negate;
                 else {
-                    snprintf(err, errlen, "--%s takes no value or true/false, got '%s'", opt->name, v);
+                    snprintf(err, errlen, "--%s takes no value or true/false, got '%s'", opt->name,
+                             v);
                     return MTC_ERR_INVALID_ARGUMENT;
                 }
             } else {
@@ -172,7 +184,8 @@ mtc_result_t mtc_args_parse(mtc_arg *args, int nargs, int argc, char **argv,
                 return MTC_ERR_INVALID_ARGUMENT;
             }
             /* Megatron style: "--hierarchical-context-parallel-sizes 2 4" */
-            while (!eq && i + 1 < argc && argv[i + 1][0] != '-' && parse_ints(argv[i + 1], dst, 1) == 0)
+            while (!eq && i + 1 < argc && argv[i + 1][0] != '-' &&
+                   parse_ints(argv[i + 1], dst, 1) == 0)
                 i++;
             break;
         }
@@ -186,9 +199,11 @@ void mtc_args_help(FILE *f, const mtc_arg *args, int nargs) {
     for (int i = 0; i < nargs; i++) {
         char left[128];
         int n = snprintf(left, sizeof left, "  --%s", args[i].name);
-        if (args[i].alias) n += snprintf(left + n, sizeof left - (size_t)n, ", --%s", args[i].alias);
+        if (args[i].alias)
+            n += snprintf(left + n, sizeof left - (size_t)n, ", --%s", args[i].alias);
         if (args[i].type != MTC_ARG_FLAG)
-            snprintf(left + n, sizeof left - (size_t)n, " %s", args[i].metavar ? args[i].metavar : "VALUE");
+            snprintf(left + n, sizeof left - (size_t)n, " %s",
+                     args[i].metavar ? args[i].metavar : "VALUE");
         if (strlen(left) > 40)
             fprintf(f, "%s\n%42s%s\n", left, "", args[i].help ? args[i].help : "");
         else

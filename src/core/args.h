@@ -30,8 +30,8 @@ typedef struct {
 } mtc_arg_ints;
 
 typedef struct {
-    const char *name;    /* without dashes: "tensor-model-parallel-size" */
-    const char *alias;   /* optional: "tp" */
+    const char *name;  /* without dashes: "tensor-model-parallel-size" */
+    const char *alias; /* optional: "tp" */
     mtc_arg_type_t type;
     void *dest;
     const char *metavar; /* "N", "PATH" (help only) */

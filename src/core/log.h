@@ -28,11 +28,9 @@ mtc_log_level_t mtc_log_level(void);
 /* Parse "error|warn|info|debug|trace"; returns -1 when unknown. */
 int mtc_log_level_parse(const char *s);
 
-void mtc_log(mtc_log_level_t level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void mtc_log(mtc_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same, printed only when the calling rank is 0 (or has no rank). */
-void mtc_log0(mtc_log_level_t level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void mtc_log0(mtc_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define MTC_ERROR(...) mtc_log(MTC_LOG_ERROR, __VA_ARGS__)
 #define MTC_WARN(...) mtc_log(MTC_LOG_WARN, __VA_ARGS__)
@@ -43,10 +41,9 @@ void mtc_log0(mtc_log_level_t level, const char *fmt, ...)
 
 /* Internal invariants only, never user input: always on, prints the
  * condition, file:line and the rank's identity, then aborts. */
-#define MTC_ASSERT(cond)                                                       \
-    do {                                                                       \
-        if (__builtin_expect(!(cond), 0))                                      \
-            mtc_assert_fail(#cond, __FILE__, __LINE__);                        \
+#define MTC_ASSERT(cond)                                                                           \
+    do {                                                                                           \
+        if (__builtin_expect(!(cond), 0)) mtc_assert_fail(#cond, __FILE__, __LINE__);              \
     } while (0)
 
 _Noreturn void mtc_assert_fail(const char *cond, const char *file, int line);

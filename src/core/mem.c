@@ -23,7 +23,8 @@ mtc_result_t mtc_mem_alloc_big(size_t bytes, int prefault, void **out) {
 #endif
     if (prefault) {
         long page = sysconf(_SC_PAGESIZE);
-        for (size_t off = 0; off < bytes; off += (size_t)page) ((volatile char *)p)[off] = 0;
+        for (size_t off = 0; off < bytes; off += (size_t)page)
+            ((volatile char *)p)[off] = 0;
     }
     *out = p;
     return MTC_OK;
@@ -41,8 +42,7 @@ mtc_result_t mtc_mem_alloc(size_t bytes, void **out) {
 
 mtc_result_t mtc_mem_calloc(size_t n, size_t size, void **out) {
     *out = calloc(n ? n : 1, size ? size : 1);
-    if (!*out)
-        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "calloc of %zu x %zu bytes failed", n, size);
+    if (!*out) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "calloc of %zu x %zu bytes failed", n, size);
     return MTC_OK;
 }
 

@@ -27,18 +27,24 @@ const char *mtc_result_str(mtc_result_t rc) {
     switch (rc) {
     case MTC_OK: return "success";
     case MTC_ERR_INVALID_ARGUMENT:
-        return "invalid argument: a value passed in is out of range; fix the value named in the message";
+        return "invalid argument: a value passed in is out of range; fix the value named in the "
+               "message";
     case MTC_ERR_INVALID_USAGE:
-        return "invalid usage: calls were made in the wrong order or ranks disagree; check the calls named in the message";
+        return "invalid usage: calls were made in the wrong order or ranks disagree; check the "
+               "calls named in the message";
     case MTC_ERR_OUT_OF_MEMORY:
         return "out of memory: use a smaller model, batch or fewer ranks per machine";
-    case MTC_ERR_SYSTEM: return "system error: the operating system refused a request (see the message)";
-    case MTC_ERR_IO: return "I/O error: a file could not be read or written; check the path and permissions";
+    case MTC_ERR_SYSTEM:
+        return "system error: the operating system refused a request (see the message)";
+    case MTC_ERR_IO:
+        return "I/O error: a file could not be read or written; check the path and permissions";
     case MTC_ERR_FORMAT: return "format error: a file is truncated, corrupted or of another kind";
     case MTC_ERR_REMOTE: return "remote error: another rank failed or exited; see its report";
     case MTC_ERR_TIMEOUT:
-        return "timeout: a peer did not arrive in time; see which rank waits in which call (raise MTC_COMM_TIMEOUT if it is just slow)";
-    case MTC_ERR_UNSUPPORTED: return "unsupported: this feature is not built in or not available here";
+        return "timeout: a peer did not arrive in time; see which rank waits in which call (raise "
+               "MTC_COMM_TIMEOUT if it is just slow)";
+    case MTC_ERR_UNSUPPORTED:
+        return "unsupported: this feature is not built in or not available here";
     case MTC_ERR_INTERNAL: return "internal error: a bug in mtc; please report it with the message";
     }
     return "unknown result code";

@@ -75,7 +75,8 @@ void mtc_rng_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream, u
 }
 
 void mtc_rng_fill_uniform(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t first) {
-    for (size_t k = 0; k < n; k++) dst[k] = mtc_rng_uniform(seed, stream, first + k);
+    for (size_t k = 0; k < n; k++)
+        dst[k] = mtc_rng_uniform(seed, stream, first + k);
 }
 
 uint64_t mtc_rng_stream_of(const char *name) {

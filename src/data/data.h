@@ -29,9 +29,9 @@ typedef enum { DATA_TOKENIZER_BYTE = 0, DATA_TOKENIZER_CHAR } data_tokenizer_kin
 
 typedef struct {
     data_tokenizer_kind kind;
-    int vocab_size;        /* byte: 256; char: number of distinct characters */
+    int vocab_size;           /* byte: 256; char: number of distinct characters */
     unsigned char chars[256]; /* char: id -> byte (sorted ascending) */
-    int id_of[256];        /* char: byte -> id, -1 when unknown */
+    int id_of[256];           /* char: byte -> id, -1 when unknown */
 } data_tokenizer;
 
 /* "byte", "char" (also Megatron-style names "ByteLevelTokenizer",
@@ -55,14 +55,14 @@ mtc_result_t data_tokenizer_deserialize(data_tokenizer *tok, const char *s);
 typedef struct data_source data_source;
 
 typedef struct {
-    const char *data_path;  /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
-                               llm.c shard or glob of shards; NULL with mock */
-    int mock;               /* --mock-data */
-    int vocab_size;         /* mock: ids in [0, vocab_size); others: checked against the data */
-    const char *tokenizer;  /* for text: "char" (default) or "byte" */
-    int seq_length;         /* T: samples are T + 1 tokens */
+    const char *data_path; /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
+                              llm.c shard or glob of shards; NULL with mock */
+    int mock;              /* --mock-data */
+    int vocab_size;        /* mock: ids in [0, vocab_size); others: checked against the data */
+    const char *tokenizer; /* for text: "char" (default) or "byte" */
+    int seq_length;        /* T: samples are T + 1 tokens */
     uint64_t seed;
-    const char *split;      /* "949,50,1" (default "969,30,1"); weights train,valid,test */
+    const char *split; /* "949,50,1" (default "969,30,1"); weights train,valid,test */
 } data_source_opts;
 
 /* Opens and validates (truncated, mis-sized or corrupted files are refused

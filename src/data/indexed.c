@@ -39,7 +39,8 @@ int data_indexed_probe(const char *path) {
 
 static uint64_t rd_u64(const unsigned char *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 static int32_t rd_i32(const unsigned char *p) {
@@ -56,7 +57,8 @@ static int dtype_of_code(int code, data_ids_type *t) {
     case 4: *t = DATA_IDS_I32; return 0;
     case 5: *t = DATA_IDS_I64; return 0;
     case 8: *t = DATA_IDS_U16; return 0;
-    case 6: case 7: return -1;
+    case 6:
+    case 7: return -1;
     default: return -2;
     }
 }
@@ -136,8 +138,8 @@ static mtc_result_t idx_validate(const char *name, const unsigned char *b, size_
             return mtc_error(MTC_ERR_FORMAT,
                              "%s: document_indices[%llu] = %lld is not in [%llu, %llu] "
                              "(must be non-decreasing sequence indices)",
-                             name, (unsigned long long)d, (long long)v,
-                             (unsigned long long)prev, (unsigned long long)N);
+                             name, (unsigned long long)d, (long long)v, (unsigned long long)prev,
+                             (unsigned long long)N);
         prev = v;
     }
     if (prev != N)
@@ -170,9 +172,8 @@ mtc_result_t data_indexed_open(data_stream *st, const char *prefix) {
     if ((uint64_t)blen != want) {
         rc = mtc_error(MTC_ERR_FORMAT,
                        "%s: %s: size %zu bytes, but %s says %llu tokens of %s = %llu bytes", bin,
-                       blen < want ? "truncated" : "too long", blen, idx,
-                       (unsigned long long)n_tok, data_ids_name(type),
-                       (unsigned long long)want);
+                       blen < want ? "truncated" : "too long", blen, idx, (unsigned long long)n_tok,
+                       data_ids_name(type), (unsigned long long)want);
         goto out;
     }
     rc = data_stream_add(st, bin, map, type, n_tok, map, blen, 1);
@@ -188,7 +189,8 @@ out:
 /* ---- writer --------------------------------------------------------------------- */
 
 static void wr_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
 }
 
 static int fits(int64_t v, data_ids_type t) {
@@ -202,8 +204,8 @@ static int fits(int64_t v, data_ids_type t) {
 }
 
 /* Writes n bytes to a temporary file and returns its malloc'ed name. */
-static mtc_result_t write_tmp(const char *path, const void *a, size_t na, const void *b,
-                              size_t nb, char **tmp_out) {
+static mtc_result_t write_tmp(const char *path, const void *a, size_t na, const void *b, size_t nb,
+                              char **tmp_out) {
     size_t n = strlen(path) + 8;
     char *tmp = malloc(n);
     if (!tmp) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing %s", path);
@@ -265,7 +267,8 @@ mtc_result_t data_indexed_write(const char *prefix, const int *tokens, const int
             goto out;
         }
         unsigned char *p = bb + i * item;
-        for (size_t k = 0; k < item; k++) p[k] = (unsigned char)((uint64_t)v >> (8 * k));
+        for (size_t k = 0; k < item; k++)
+            p[k] = (unsigned char)((uint64_t)v >> (8 * k));
     }
     memcpy(ib, IDX_MAGIC, 9);
     wr_u64(ib + 9, 1);
@@ -276,11 +279,13 @@ mtc_result_t data_indexed_write(const char *prefix, const int *tokens, const int
     uint64_t offset = 0;
     for (size_t s = 0; s < n_seqs; s++) {
         uint32_t len = (uint32_t)seq_lengths[s];
-        for (int k = 0; k < 4; k++) lens[4 * s + k] = (unsigned char)(len >> (8 * k));
+        for (int k = 0; k < 4; k++)
+            lens[4 * s + k] = (unsigned char)(len >> (8 * k));
         wr_u64(ptrs + 8 * s, offset);
         offset += (uint64_t)len * item;
     }
-    for (size_t d = 0; d <= n_seqs; d++) wr_u64(docs + 8 * d, d); /* one document per sequence */
+    for (size_t d = 0; d <= n_seqs; d++)
+        wr_u64(docs + 8 * d, d); /* one document per sequence */
     MTC_CHECK_GOTO(write_tmp(bin, bb, total * item, NULL, 0, &tmp_bin), rc, out);
     MTC_CHECK_GOTO(write_tmp(idx, ib, n_idx, NULL, 0, &tmp_idx), rc, out);
     if (rename(tmp_bin, bin) != 0 || rename(tmp_idx, idx) != 0) {

@@ -40,15 +40,17 @@ mtc_result_t data_llmc_open(data_stream *st, const char *path) {
     const unsigned char *b = map;
     if (len < LLMC_HEADER_BYTES) {
         rc = mtc_error(MTC_ERR_FORMAT,
-                       "%s: truncated: %zu bytes, an llm.c shard header alone needs %d", path,
-                       len, LLMC_HEADER_BYTES);
+                       "%s: truncated: %zu bytes, an llm.c shard header alone needs %d", path, len,
+                       LLMC_HEADER_BYTES);
         goto out;
     }
     int32_t magic = rd_i32(b), version = rd_i32(b + 4), ntok = rd_i32(b + 8);
     data_ids_type type;
     int want_version;
-    if (magic == LLMC_MAGIC_GPT2) type = DATA_IDS_U16, want_version = 1;
-    else if (magic == LLMC_MAGIC_LLAMA3) type = DATA_IDS_U32, want_version = 7;
+    if (magic == LLMC_MAGIC_GPT2)
+        type = DATA_IDS_U16, want_version = 1;
+    else if (magic == LLMC_MAGIC_LLAMA3)
+        type = DATA_IDS_U32, want_version = 7;
     else {
         rc = mtc_error(MTC_ERR_FORMAT,
                        "%s: bad magic %d: not an llm.c token shard (expected %d or %d)", path,
@@ -56,9 +58,8 @@ mtc_result_t data_llmc_open(data_stream *st, const char *path) {
         goto out;
     }
     if (version != want_version) {
-        rc = mtc_error(MTC_ERR_FORMAT,
-                       "%s: unsupported version %d for magic %d (expected %d)", path, version,
-                       magic, want_version);
+        rc = mtc_error(MTC_ERR_FORMAT, "%s: unsupported version %d for magic %d (expected %d)",
+                       path, version, magic, want_version);
         goto out;
     }
     if (ntok < 0) {
@@ -69,8 +70,8 @@ mtc_result_t data_llmc_open(data_stream *st, const char *path) {
     uint64_t want = LLMC_HEADER_BYTES + (uint64_t)ntok * item;
     if ((uint64_t)len != want) {
         rc = mtc_error(MTC_ERR_FORMAT,
-                       "%s: %s: header says %d tokens of %s, needs %llu bytes, file has %zu",
-                       path, len < want ? "truncated" : "wrong size", ntok, data_ids_name(type),
+                       "%s: %s: header says %d tokens of %s, needs %llu bytes, file has %zu", path,
+                       len < want ? "truncated" : "wrong size", ntok, data_ids_name(type),
                        (unsigned long long)want, len);
         goto out;
     }

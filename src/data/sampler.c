@@ -23,7 +23,8 @@ mtc_result_t data_split_parse(const char *split, double weights[3]) {
     if (!p || !*p)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--split is empty (use weights like 949,50,1)");
     while (*p) {
-        while (*p == ' ') p++;
+        while (*p == ' ')
+            p++;
         char *end;
         double v = strtod(p, &end);
         if (end == p || n == 3 || !(v >= 0) || isinf(v))
@@ -32,7 +33,8 @@ mtc_result_t data_split_parse(const char *split, double weights[3]) {
                              split);
         w[n++] = v;
         p = end;
-        while (*p == ' ') p++;
+        while (*p == ' ')
+            p++;
         if (*p == ',' || *p == '/') {
             p++;
             if (!*p)
@@ -50,15 +52,18 @@ mtc_result_t data_split_parse(const char *split, double weights[3]) {
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "--split \"%s\": the weights sum to 0 (give the train split a weight)",
                          split);
-    for (int i = 0; i < 3; i++) weights[i] = w[i] / sum;
+    for (int i = 0; i < 3; i++)
+        weights[i] = w[i] / sum;
     return MTC_OK;
 }
 
 void data_split_bounds(const double weights[3], uint64_t n, uint64_t bounds[4]) {
     int64_t b[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 3; i++) b[i + 1] = b[i] + (int64_t)nearbyint(weights[i] * (double)n);
+    for (int i = 0; i < 3; i++)
+        b[i + 1] = b[i] + (int64_t)nearbyint(weights[i] * (double)n);
     int64_t diff = b[3] - (int64_t)n;
-    for (int i = 1; i < 4; i++) b[i] -= diff;
+    for (int i = 1; i < 4; i++)
+        b[i] -= diff;
     /* Megatron asserts instead; clamp so bounds stay ordered inside [0, n] */
     bounds[0] = 0;
     for (int i = 1; i < 4; i++) {
@@ -73,7 +78,8 @@ enum { PERM_ROUNDS = 6 };
 uint64_t data_permute(uint64_t i, uint64_t n, uint64_t seed, uint64_t key) {
     if (n <= 1) return 0;
     int bits = 2;
-    while (bits < 64 && (n - 1) >> bits) bits += 2;
+    while (bits < 64 && (n - 1) >> bits)
+        bits += 2;
     int half = bits / 2;
     uint64_t mask = half == 32 ? 0xffffffffull : ((1ull << half) - 1);
     uint64_t base = mtc_rng_stream_of("data.permutation") + key * PERM_ROUNDS;

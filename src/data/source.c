@@ -124,7 +124,8 @@ static mtc_result_t open_glob(data_source *src, const char *pattern, data_tokeni
     mtc_result_t rc = MTC_OK;
     if (data_llmc_probe(paths[0])) {
         src->kind = SRC_LLMC;
-        for (size_t i = 0; i < n && rc == MTC_OK; i++) rc = data_llmc_open(&src->st, paths[i]);
+        for (size_t i = 0; i < n && rc == MTC_OK; i++)
+            rc = data_llmc_open(&src->st, paths[i]);
     } else {
         src->kind = SRC_TEXT;
         rc = data_text_open(&src->st, &src->tok, kind, paths, n);
@@ -207,9 +208,8 @@ static void describe(data_source *src, const char *path) {
         break;
     case SRC_LLMC:
         snprintf(src->desc, sizeof src->desc,
-                 "llm.c shards: %s (%zu shard%s), %llu tokens, vocabulary %d", path,
-                 src->st.n_seg, src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens,
-                 src->vocab_size);
+                 "llm.c shards: %s (%zu shard%s), %llu tokens, vocabulary %d", path, src->st.n_seg,
+                 src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens, src->vocab_size);
         break;
     }
 }
@@ -258,10 +258,12 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
                            src->st.seg[0].name, (long long)max_id, src->tok.vocab_size);
             goto fail;
         }
-        if (opts->vocab_size > 0) src->vocab_size = opts->vocab_size;
+        if (opts->vocab_size > 0)
+            src->vocab_size = opts->vocab_size;
         else if (src->has_tok && src->tok.vocab_size > max_id)
             src->vocab_size = src->tok.vocab_size;
-        else src->vocab_size = (int)(max_id + 1);
+        else
+            src->vocab_size = (int)(max_id + 1);
     }
     if (src->n_tokens < (uint64_t)src->T + 1) {
         rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,

@@ -15,9 +15,12 @@
 
 size_t data_ids_size(data_ids_type t) {
     switch (t) {
-    case DATA_IDS_U8: case DATA_IDS_I8: return 1;
-    case DATA_IDS_I16: case DATA_IDS_U16: return 2;
-    case DATA_IDS_I32: case DATA_IDS_U32: return 4;
+    case DATA_IDS_U8:
+    case DATA_IDS_I8: return 1;
+    case DATA_IDS_I16:
+    case DATA_IDS_U16: return 2;
+    case DATA_IDS_I32:
+    case DATA_IDS_U32: return 4;
     case DATA_IDS_I64: return 8;
     }
     return 0;
@@ -30,18 +33,24 @@ const char *data_ids_name(data_ids_type t) {
 
 static void segment_release(data_segment *s) {
     if (s->owned) {
-        if (s->is_mmap) data_file_unmap(s->owned, s->owned_len);
-        else free(s->owned);
+        if (s->is_mmap)
+            data_file_unmap(s->owned, s->owned_len);
+        else
+            free(s->owned);
     }
     free(s->name);
     memset(s, 0, sizeof *s);
 }
 
-mtc_result_t data_stream_add(data_stream *st, const char *name, const void *ids,
-                             data_ids_type type, uint64_t n, void *owned, size_t owned_len,
-                             int is_mmap) {
-    data_segment s = {.ids = ids, .type = type, .n = n, .start = st->n_tokens,
-                      .owned = owned, .owned_len = owned_len, .is_mmap = is_mmap};
+mtc_result_t data_stream_add(data_stream *st, const char *name, const void *ids, data_ids_type type,
+                             uint64_t n, void *owned, size_t owned_len, int is_mmap) {
+    data_segment s = {.ids = ids,
+                      .type = type,
+                      .n = n,
+                      .start = st->n_tokens,
+                      .owned = owned,
+                      .owned_len = owned_len,
+                      .is_mmap = is_mmap};
     s.name = strdup(name);
     if (!s.name) {
         segment_release(&s);
@@ -63,7 +72,8 @@ mtc_result_t data_stream_add(data_stream *st, const char *name, const void *ids,
 
 void data_stream_free(data_stream *st) {
     if (!st) return;
-    for (size_t i = 0; i < st->n_seg; i++) segment_release(&st->seg[i]);
+    for (size_t i = 0; i < st->n_seg; i++)
+        segment_release(&st->seg[i]);
     free(st->seg);
     memset(st, 0, sizeof *st);
 }
@@ -74,11 +84,31 @@ static inline int64_t segment_get(const data_segment *s, uint64_t k) {
     switch (s->type) {
     case DATA_IDS_U8: return p[0];
     case DATA_IDS_I8: return (int8_t)p[0];
-    case DATA_IDS_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case DATA_IDS_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case DATA_IDS_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case DATA_IDS_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    case DATA_IDS_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    case DATA_IDS_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case DATA_IDS_U16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case DATA_IDS_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case DATA_IDS_U32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case DATA_IDS_I64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
     }
     return -1;
 }
@@ -88,8 +118,10 @@ static size_t stream_find(const data_stream *st, uint64_t pos) {
     size_t lo = 0, hi = st->n_seg; /* answer in [lo, hi) */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if (st->seg[mid].start <= pos) lo = mid;
-        else hi = mid;
+        if (st->seg[mid].start <= pos)
+            lo = mid;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -108,9 +140,11 @@ void data_stream_read(const data_stream *st, uint64_t first, size_t n, int *toke
         uint64_t take = s->n - k;
         if (take > n - done) take = n - done;
         if (s->type == DATA_IDS_U8) { /* text: the common case */
-            for (uint64_t i = 0; i < take; i++) tokens[done + i] = s->ids[k + i];
+            for (uint64_t i = 0; i < take; i++)
+                tokens[done + i] = s->ids[k + i];
         } else {
-            for (uint64_t i = 0; i < take; i++) tokens[done + i] = (int)segment_get(s, k + i);
+            for (uint64_t i = 0; i < take; i++)
+                tokens[done + i] = (int)segment_get(s, k + i);
         }
         done += take;
         si++;
@@ -130,9 +164,8 @@ mtc_result_t data_stream_check_ids(const data_stream *st, int vocab_size, int64_
             for (uint64_t k = 0; k < s->n; k++) {
                 int64_t v = segment_get(s, k);
                 if (v < 0)
-                    return mtc_error(MTC_ERR_FORMAT,
-                                     "%s: negative token id %lld at position %llu", s->name,
-                                     (long long)v, (unsigned long long)k);
+                    return mtc_error(MTC_ERR_FORMAT, "%s: negative token id %lld at position %llu",
+                                     s->name, (long long)v, (unsigned long long)k);
                 if (v > seg_max) seg_max = v, at = k;
             }
         }
@@ -218,6 +251,7 @@ out:
 
 void data_paths_free(char **paths, size_t n) {
     if (!paths) return;
-    for (size_t i = 0; i < n; i++) free(paths[i]);
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
     free(paths);
 }

@@ -29,11 +29,11 @@ typedef enum {
 typedef struct {
     const unsigned char *ids; /* first token (may be unaligned) */
     data_ids_type type;
-    uint64_t n;               /* tokens */
-    uint64_t start;           /* stream index of the first token */
-    char *name;               /* file it came from, for messages */
-    void *owned;              /* malloc'ed or mmap'ed storage to release */
-    size_t owned_len;         /* > 0 and is_mmap: munmap length */
+    uint64_t n;       /* tokens */
+    uint64_t start;   /* stream index of the first token */
+    char *name;       /* file it came from, for messages */
+    void *owned;      /* malloc'ed or mmap'ed storage to release */
+    size_t owned_len; /* > 0 and is_mmap: munmap length */
     int is_mmap;
 } data_segment;
 
@@ -48,9 +48,8 @@ const char *data_ids_name(data_ids_type t);
 
 /* Appends a segment; takes ownership of `owned` (freed by data_stream_free,
  * also when this call fails). ids points inside owned (or is owned). */
-mtc_result_t data_stream_add(data_stream *st, const char *name, const void *ids,
-                             data_ids_type type, uint64_t n, void *owned, size_t owned_len,
-                             int is_mmap);
+mtc_result_t data_stream_add(data_stream *st, const char *name, const void *ids, data_ids_type type,
+                             uint64_t n, void *owned, size_t owned_len, int is_mmap);
 void data_stream_free(data_stream *st);
 
 /* tokens[k] = stream[first + k] for k < n; first + n <= n_tokens. */

@@ -19,7 +19,10 @@
 typedef struct {
     char **paths;
     size_t n, cap;
-    struct { dev_t dev; ino_t ino; } *seen;
+    struct {
+        dev_t dev;
+        ino_t ino;
+    } * seen;
     size_t n_seen, cap_seen;
 } walk_state;
 
@@ -79,18 +82,27 @@ static mtc_result_t walk(walk_state *w, const char *dir, int depth) {
         if (stat(path, &sb) != 0) { /* dangling symlink: nothing to read */
         } else if (S_ISDIR(sb.st_mode)) {
             int s = seen_before(w, &sb);
-            if (s < 0) { free(path); goto oom; }
+            if (s < 0) {
+                free(path);
+                goto oom;
+            }
             if (!s) rc = walk(w, path, depth + 1);
         } else if (S_ISREG(sb.st_mode) && !ends_with(names[i], ".dat")) {
             int s = seen_before(w, &sb);
-            if (s < 0) { free(path); goto oom; }
+            if (s < 0) {
+                free(path);
+                goto oom;
+            }
             keep = !s;
         }
         if (keep) {
             if (w->n == w->cap) {
                 size_t c = w->cap ? 2 * w->cap : 64;
                 char **p = realloc(w->paths, c * sizeof *p);
-                if (!p) { free(path); goto oom; }
+                if (!p) {
+                    free(path);
+                    goto oom;
+                }
                 w->paths = p, w->cap = c;
             }
             w->paths[w->n++] = path;
@@ -134,7 +146,8 @@ mtc_result_t data_text_open(data_stream *st, data_tokenizer *tok, data_tokenizer
     unsigned char present[256] = {0};
     for (size_t i = 0; i < n_paths; i++) {
         MTC_CHECK_GOTO(data_file_read(paths[i], &bufs[i], &lens[i]), rc, out);
-        for (size_t k = 0; k < lens[i]; k++) present[bufs[i][k]] = 1;
+        for (size_t k = 0; k < lens[i]; k++)
+            present[bufs[i][k]] = 1;
     }
     if (kind == DATA_TOKENIZER_BYTE) {
         data_tokenizer_init_byte(tok);
@@ -147,14 +160,16 @@ mtc_result_t data_text_open(data_stream *st, data_tokenizer *tok, data_tokenizer
     }
     for (size_t i = 0; i < n_paths; i++) {
         if (lens[i] == 0) continue;
-        for (size_t k = 0; k < lens[i]; k++) bufs[i][k] = (unsigned char)tok->id_of[bufs[i][k]];
+        for (size_t k = 0; k < lens[i]; k++)
+            bufs[i][k] = (unsigned char)tok->id_of[bufs[i][k]];
         rc = data_stream_add(st, paths[i], bufs[i], DATA_IDS_U8, lens[i], bufs[i], lens[i], 0);
         bufs[i] = NULL; /* owned by the stream now */
         if (rc != MTC_OK) goto out;
     }
 out:
     if (bufs)
-        for (size_t i = 0; i < n_paths; i++) free(bufs[i]);
+        for (size_t i = 0; i < n_paths; i++)
+            free(bufs[i]);
     free(bufs);
     free(lens);
     return rc;

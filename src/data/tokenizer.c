@@ -26,12 +26,14 @@ void data_tokenizer_init_byte(data_tokenizer *tok) {
     memset(tok, 0, sizeof *tok);
     tok->kind = DATA_TOKENIZER_BYTE;
     tok->vocab_size = 256;
-    for (int i = 0; i < 256; i++) tok->chars[i] = (unsigned char)i, tok->id_of[i] = i;
+    for (int i = 0; i < 256; i++)
+        tok->chars[i] = (unsigned char)i, tok->id_of[i] = i;
 }
 
 void data_tokenizer_init_char(data_tokenizer *tok, const unsigned char *text, size_t n) {
     unsigned char seen[256] = {0};
-    for (size_t i = 0; i < n; i++) seen[text[i]] = 1;
+    for (size_t i = 0; i < n; i++)
+        seen[text[i]] = 1;
     memset(tok, 0, sizeof *tok);
     tok->kind = DATA_TOKENIZER_CHAR;
     for (int c = 0; c < 256; c++) {
@@ -71,8 +73,8 @@ mtc_result_t data_tokenizer_serialize(const data_tokenizer *tok, char *out, size
     static const char hex[] = "0123456789abcdef";
     size_t need = tok->kind == DATA_TOKENIZER_BYTE ? 5 : 5 + 2 * (size_t)tok->vocab_size + 1;
     if (cap < need)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "tokenizer text needs %zu bytes, buffer has %zu", need, cap);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "tokenizer text needs %zu bytes, buffer has %zu",
+                         need, cap);
     if (tok->kind == DATA_TOKENIZER_BYTE) {
         memcpy(out, "byte", 5);
         return MTC_OK;
@@ -111,8 +113,7 @@ mtc_result_t data_tokenizer_deserialize(data_tokenizer *tok, const char *s) {
     for (size_t i = 0; i < n / 2; i++) {
         int hi = hexval((unsigned char)h[2 * i]), lo = hexval((unsigned char)h[2 * i + 1]);
         if (hi < 0 || lo < 0)
-            return mtc_error(MTC_ERR_FORMAT, "tokenizer \"char:...\": bad hex digit at %zu",
-                             2 * i);
+            return mtc_error(MTC_ERR_FORMAT, "tokenizer \"char:...\": bad hex digit at %zu", 2 * i);
         chars[i] = (unsigned char)(hi * 16 + lo);
         if (i > 0 && chars[i] <= chars[i - 1])
             return mtc_error(MTC_ERR_FORMAT,

@@ -64,7 +64,8 @@ static int64_t layout_close_bucket(layout_walk *w, int64_t end) {
     return padded;
 }
 
-static mtc_result_t layout_place_params(dp_layout *l, const int64_t *numels, const dp_layout_config *cfg) {
+static mtc_result_t layout_place_params(dp_layout *l, const int64_t *numels,
+                                        const dp_layout_config *cfg) {
     layout_walk w = {.l = l, .divisor = dp_layout_bucket_divisor(cfg->dp, cfg->pad_high_busbw)};
     int64_t start = 0, end = 0;
     for (int i = l->nparams - 1; i >= 0; i--) {
@@ -84,10 +85,13 @@ static mtc_result_t layout_place_params(dp_layout *l, const int64_t *numels, con
     if (w.in_bucket > 0) layout_close_bucket(&w, end);
     l->numel = l->nbuckets ? l->bucket[l->nbuckets - 1].end : 0;
     l->numel_unpadded = 0;
-    for (int b = 0; b < l->nbuckets; b++) l->numel_unpadded += l->bucket_numel_unpadded[b];
+    for (int b = 0; b < l->nbuckets; b++)
+        l->numel_unpadded += l->bucket_numel_unpadded[b];
     /* bucket -> params, in buffer order (descending forward index) */
-    for (int i = 0; i < l->nparams; i++) l->bucket_param_off[l->param_bucket[i] + 1]++;
-    for (int b = 0; b < l->nbuckets; b++) l->bucket_param_off[b + 1] += l->bucket_param_off[b];
+    for (int i = 0; i < l->nparams; i++)
+        l->bucket_param_off[l->param_bucket[i] + 1]++;
+    for (int b = 0; b < l->nbuckets; b++)
+        l->bucket_param_off[b + 1] += l->bucket_param_off[b];
     int *fill = calloc((size_t)l->nbuckets, sizeof(int));
     if (!fill) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout bucket index");
     for (int i = l->nparams - 1; i >= 0; i--) {

@@ -37,11 +37,12 @@ typedef struct {
 } dp_range;
 
 typedef struct {
-    int dp;                   /* data-parallel size of the buffer's group, >= 1 */
-    int64_t bucket_size;      /* elements; <= 0 = one bucket (Megatron's None) */
-    int pad_high_busbw;       /* pad_buckets_for_high_nccl_busbw */
-    int use_distopt;          /* use_distributed_optimizer */
-    const int *shared_embedding; /* per param (forward order), nonzero = tied embedding; may be NULL */
+    int dp;              /* data-parallel size of the buffer's group, >= 1 */
+    int64_t bucket_size; /* elements; <= 0 = one bucket (Megatron's None) */
+    int pad_high_busbw;  /* pad_buckets_for_high_nccl_busbw */
+    int use_distopt;     /* use_distributed_optimizer */
+    const int
+        *shared_embedding; /* per param (forward order), nonzero = tied embedding; may be NULL */
 } dp_layout_config;
 
 /* One param's piece of one rank's shard. */
@@ -54,11 +55,11 @@ typedef struct {
 
 typedef struct {
     int nparams, nbuckets, dp, use_distopt;
-    int64_t numel;          /* buffer size, padding included */
-    int64_t numel_unpadded; /* sum of per-bucket unpadded sizes */
-    dp_range *param;        /* [nparams] the param's place in the buffer */
-    int *param_bucket;      /* [nparams] its bucket */
-    dp_range *bucket;       /* [nbuckets] padded bucket extents */
+    int64_t numel;                  /* buffer size, padding included */
+    int64_t numel_unpadded;         /* sum of per-bucket unpadded sizes */
+    dp_range *param;                /* [nparams] the param's place in the buffer */
+    int *param_bucket;              /* [nparams] its bucket */
+    dp_range *bucket;               /* [nbuckets] padded bucket extents */
     int64_t *bucket_numel_unpadded; /* [nbuckets] */
     /* params of bucket b, in buffer (backward) order:
      * bucket_params[bucket_param_off[b] .. bucket_param_off[b+1]) */

@@ -40,7 +40,8 @@ static void suggest_order(char *out, size_t len, const char *lower, const int si
     for (int k = 0; k < MTC_DIM_COUNT; k++) {
         int d = dim_of_token(default_tokens[k], 2);
         int present = 0;
-        for (int i = 0; i < n; i++) present |= !strcmp(toks[i], default_tokens[k]);
+        for (int i = 0; i < n; i++)
+            present |= !strcmp(toks[i], default_tokens[k]);
         if (present || size[d] == 1 || n >= 15) continue;
         int at = 0; /* insert after the last-present predecessor in the default order */
         for (int j = k - 1; j >= 0 && !at; j--)
@@ -52,7 +53,8 @@ static void suggest_order(char *out, size_t len, const char *lower, const int si
     }
     size_t o = 0;
     out[0] = '\0';
-    for (int i = 0; i < n && o < len; i++) o += (size_t)snprintf(out + o, len - o, "%s%s", i ? "-" : "", toks[i]);
+    for (int i = 0; i < n && o < len; i++)
+        o += (size_t)snprintf(out + o, len - o, "%s%s", i ? "-" : "", toks[i]);
 }
 
 mtc_result_t grid_gen_init(mtc_grid_gen *g, const int size[MTC_DIM_COUNT], const char *order,
@@ -60,9 +62,11 @@ mtc_result_t grid_gen_init(mtc_grid_gen *g, const int size[MTC_DIM_COUNT], const
     char lower[MTC_GRID_ORDER_MAX + 16];
     size_t n = strlen(order);
     if (n >= MTC_GRID_ORDER_MAX)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--order is %zu characters long (valid: at most %d, e.g. %s)",
-                         n, MTC_GRID_ORDER_MAX - 1, MTC_GRID_ORDER_DEFAULT);
-    for (size_t i = 0; i <= n; i++) lower[i] = (char)tolower((unsigned char)order[i]);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "--order is %zu characters long (valid: at most %d, e.g. %s)", n,
+                         MTC_GRID_ORDER_MAX - 1, MTC_GRID_ORDER_DEFAULT);
+    for (size_t i = 0; i <= n; i++)
+        lower[i] = (char)tolower((unsigned char)order[i]);
     char given[MTC_GRID_ORDER_MAX];
     memcpy(given, lower, n + 1);
     /* Megatron tests `name not in order` as a substring, in dict order. */
@@ -100,14 +104,16 @@ mtc_result_t grid_gen_init(mtc_grid_gen *g, const int size[MTC_DIM_COUNT], const
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "--order %s has the unknown token '%s': KeyError: '%s' "
                              "(valid tokens: tp cp ep dp pp joined by '-', e.g. %s%s%s%s)",
-                             order, tok, tok, MTC_GRID_ORDER_DEFAULT, bd <= 1 ? "; did you mean '" : "",
-                             bd <= 1 ? best : "", bd <= 1 ? "'?" : "");
+                             order, tok, tok, MTC_GRID_ORDER_DEFAULT,
+                             bd <= 1 ? "; did you mean '" : "", bd <= 1 ? best : "",
+                             bd <= 1 ? "'?" : "");
         }
         if (seen[d] || ntok >= MTC_DIM_COUNT)
-            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "--order %s names '%s' twice (Megatron does not detect this and "
-                             "builds corrupt groups) (valid: each of tp cp ep dp pp at most once, e.g. %s)",
-                             order, grid_dim_names[d], MTC_GRID_ORDER_DEFAULT);
+            return mtc_error(
+                MTC_ERR_INVALID_ARGUMENT,
+                "--order %s names '%s' twice (Megatron does not detect this and "
+                "builds corrupt groups) (valid: each of tp cp ep dp pp at most once, e.g. %s)",
+                order, grid_dim_names[d], MTC_GRID_ORDER_DEFAULT);
         seen[d] = 1;
         g->dim[ntok] = d;
         g->size[ntok] = size[d];
@@ -121,12 +127,14 @@ mtc_result_t grid_gen_init(mtc_grid_gen *g, const int size[MTC_DIM_COUNT], const
     if (ntok != MTC_DIM_COUNT)
         return mtc_error(MTC_ERR_INTERNAL, "order '%s' resolved to %d tokens", lower, ntok);
     int st = 1;
-    for (int i = 0; i < MTC_DIM_COUNT; i++) g->stride[i] = st, st *= g->size[i];
+    for (int i = 0; i < MTC_DIM_COUNT; i++)
+        g->stride[i] = st, st *= g->size[i];
     if (order_full) snprintf(order_full, order_full_len, "%s", lower);
     return MTC_OK;
 }
 
-int mtc_grid_gen_ranks(int *out, int *ngroups, const mtc_grid_gen *g, int world, const char *token) {
+int mtc_grid_gen_ranks(int *out, int *ngroups, const mtc_grid_gen *g, int world,
+                       const char *token) {
     int mask[MTC_DIM_COUNT] = {0};
     const char *p = token;
     for (;;) {
@@ -140,8 +148,10 @@ int mtc_grid_gen_ranks(int *out, int *ngroups, const mtc_grid_gen *g, int world,
     }
     int M[MTC_DIM_COUNT], U[MTC_DIM_COUNT], nm = 0, nu = 0, gsize = 1;
     for (int i = 0; i < MTC_DIM_COUNT; i++) {
-        if (mask[i]) M[nm++] = i, gsize *= g->size[i];
-        else U[nu++] = i;
+        if (mask[i])
+            M[nm++] = i, gsize *= g->size[i];
+        else
+            U[nu++] = i;
     }
     int ng = world / gsize;
     for (int gi = 0; gi < ng; gi++) {
@@ -174,8 +184,8 @@ void mtc_grid_coord_of(mtc_grid_coord *c, const mtc_grid_spec *s, int rank) {
     c->ep = grid_gen_digit(e, rank, MTC_DIM_EP);
     c->edp = grid_gen_digit(e, rank, MTC_DIM_DP);
     /* index in the sorted dp-cp list: mixed radix, earlier order position fastest */
-    c->dp_cp = d->pos[MTC_DIM_CP] < d->pos[MTC_DIM_DP] ? c->cp + s->cfg.cp * c->dp
-                                                       : c->dp + s->dp * c->cp;
+    c->dp_cp =
+        d->pos[MTC_DIM_CP] < d->pos[MTC_DIM_DP] ? c->cp + s->cfg.cp * c->dp : c->dp + s->dp * c->cp;
     c->vpp = s->cfg.vpp > 1 ? s->cfg.vpp : 1;
 }
 

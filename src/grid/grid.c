@@ -46,8 +46,9 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
     mtc_grid_config c = *cfg;
     if (c.world_size == 0) c.world_size = W;
     if (c.world_size != W)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--world-size %d but %d ranks were started (valid: %d)",
-                         c.world_size, W, W);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "--world-size %d but %d ranks were started (valid: %d)", c.world_size, W,
+                         W);
     mtc_grid_t g = calloc(1, sizeof *g);
     if (!g) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid");
     mtc_grid_groups G = {0};
@@ -73,14 +74,16 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
                 rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid members");
                 goto fail; /* peers then fail in split with a remote error */
             }
-            memcpy(sl->members, set->ranks + (size_t)idx * set->size, (size_t)set->size * sizeof(int));
+            memcpy(sl->members, set->ranks + (size_t)idx * set->size,
+                   (size_t)set->size * sizeof(int));
         }
         /* comm: split(world) - collective, every rank calls it for every kind */
-        MTC_CHECK_GOTO(mtc_comm_split(world, idx, idx >= 0 ? pos : 0, set->name, &sl->comm), rc, fail);
+        MTC_CHECK_GOTO(mtc_comm_split(world, idx, idx >= 0 ? pos : 0, set->name, &sl->comm), rc,
+                       fail);
     }
     char coords[96];
-    snprintf(coords, sizeof coords, "tp%d cp%d dp%d pp%d ep%d etp%d edp%d", g->coord.tp, g->coord.cp,
-             g->coord.dp, g->coord.pp, g->coord.ep, g->coord.etp, g->coord.edp);
+    snprintf(coords, sizeof coords, "tp%d cp%d dp%d pp%d ep%d etp%d edp%d", g->coord.tp,
+             g->coord.cp, g->coord.dp, g->coord.pp, g->coord.ep, g->coord.etp, g->coord.edp);
     mtc_log_set_rank(rank, coords);
     mtc_grid_groups_free(&G);
     *out = g;

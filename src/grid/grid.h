@@ -34,16 +34,23 @@
 typedef struct {
     int world_size;
     int tp, pp, cp, ep;
-    int etp;                   /* 0: same as tp (Megatron's None) */
-    int vpp;                   /* 0: no interleaved schedule (Megatron's None) */
-    const char *order;         /* NULL: MTC_GRID_ORDER_DEFAULT */
-    int num_dist_opt_instances;/* 0 or 1: a single distributed-optimizer instance */
-    int n_hcp;                 /* 0: no hierarchical context-parallel groups */
-    int hcp[MTC_GRID_MAX_HCP]; /* --hierarchical-context-parallel-sizes */
+    int etp;                    /* 0: same as tp (Megatron's None) */
+    int vpp;                    /* 0: no interleaved schedule (Megatron's None) */
+    const char *order;          /* NULL: MTC_GRID_ORDER_DEFAULT */
+    int num_dist_opt_instances; /* 0 or 1: a single distributed-optimizer instance */
+    int n_hcp;                  /* 0: no hierarchical context-parallel groups */
+    int hcp[MTC_GRID_MAX_HCP];  /* --hierarchical-context-parallel-sizes */
 } mtc_grid_config;
 
 /* Megatron's name_to_size dict order (matters for error precedence). */
-typedef enum { MTC_DIM_TP = 0, MTC_DIM_PP, MTC_DIM_DP, MTC_DIM_EP, MTC_DIM_CP, MTC_DIM_COUNT } mtc_grid_dim_t;
+typedef enum {
+    MTC_DIM_TP = 0,
+    MTC_DIM_PP,
+    MTC_DIM_DP,
+    MTC_DIM_EP,
+    MTC_DIM_CP,
+    MTC_DIM_COUNT
+} mtc_grid_dim_t;
 
 /* One RankGenerator: dimension at each order position (first = fastest). */
 typedef struct {
@@ -55,22 +62,22 @@ typedef struct {
 
 /* A validated configuration. */
 typedef struct {
-    mtc_grid_config cfg;       /* etp, nd and order resolved; cfg.order points at order[] */
-    char order[MTC_GRID_ORDER_MAX];  /* as the user gave it */
+    mtc_grid_config cfg;            /* etp, nd and order resolved; cfg.order points at order[] */
+    char order[MTC_GRID_ORDER_MAX]; /* as the user gave it */
     char order_full[MTC_GRID_ORDER_MAX + 16]; /* lower-cased, missing size-1 tokens appended */
-    int dp, edp;               /* data_parallel_size, expert_data_parallel_size */
-    int nd;                    /* distributed-optimizer instances (>= 1) */
-    mtc_grid_gen dense;        /* RankGenerator(tp, ep=1, dp, pp, cp) */
-    mtc_grid_gen expert;       /* RankGenerator(etp, ep, edp, pp, cp=1) */
+    int dp, edp;                              /* data_parallel_size, expert_data_parallel_size */
+    int nd;                                   /* distributed-optimizer instances (>= 1) */
+    mtc_grid_gen dense;                       /* RankGenerator(tp, ep=1, dp, pp, cp) */
+    mtc_grid_gen expert;                      /* RankGenerator(etp, ep, edp, pp, cp=1) */
 } mtc_grid_spec;
 
 /* A rank's coordinates; each is also its index in the matching sorted group. */
 typedef struct {
     int rank;
-    int tp, cp, dp, pp;        /* dense generator */
-    int etp, ep, edp;          /* expert generator (its pp digit equals pp) */
-    int dp_cp;                 /* index in DATA_PARALLEL_GROUP_WITH_CP */
-    int vpp;                   /* virtual pipeline size (1 when none) */
+    int tp, cp, dp, pp; /* dense generator */
+    int etp, ep, edp;   /* expert generator (its pp digit equals pp) */
+    int dp_cp;          /* index in DATA_PARALLEL_GROUP_WITH_CP */
+    int vpp;            /* virtual pipeline size (1 when none) */
 } mtc_grid_coord;
 
 void mtc_grid_config_default(mtc_grid_config *cfg); /* all sizes 1, world 1 */
@@ -113,41 +120,41 @@ int mtc_grid_gen_ranks(int *out, int *ngroups, const mtc_grid_gen *g, int world,
 /* ---- every group ------------------------------------------------------ */
 
 typedef enum {
-    MTC_GROUP_DP_CP = 0,         /* DATA_PARALLEL_GROUP_WITH_CP */
+    MTC_GROUP_DP_CP = 0,           /* DATA_PARALLEL_GROUP_WITH_CP */
     MTC_GROUP_INTRA_PARTIAL_DP_CP, /* only when nd > 1 */
-    MTC_GROUP_DP,                /* DATA_PARALLEL_GROUP */
-    MTC_GROUP_CP,                /* CONTEXT_PARALLEL_GROUP */
-    MTC_GROUP_HIER_CP,           /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L<level> */
-    MTC_GROUP_MP,                /* MODEL_PARALLEL_GROUP */
-    MTC_GROUP_TP,                /* TENSOR_MODEL_PARALLEL_GROUP */
-    MTC_GROUP_PP,                /* PIPELINE_MODEL_PARALLEL_GROUP */
-    MTC_GROUP_EMBD,              /* EMBEDDING_GROUP (first and last stage) */
-    MTC_GROUP_POS_EMBD,          /* POSITION_EMBEDDING_GROUP (first stage) */
-    MTC_GROUP_TP_DP_CP,          /* TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP */
-    MTC_GROUP_TP_DP,             /* TENSOR_AND_DATA_PARALLEL_GROUP */
-    MTC_GROUP_TP_CP,             /* TENSOR_AND_CONTEXT_PARALLEL_GROUP */
-    MTC_GROUP_EP,                /* EXPERT_MODEL_PARALLEL_GROUP */
-    MTC_GROUP_EXPT_TP,           /* EXPERT_TENSOR_PARALLEL_GROUP */
-    MTC_GROUP_TP_EP,             /* EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP */
-    MTC_GROUP_TP_EP_PP,          /* EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP */
-    MTC_GROUP_EXPT_DP,           /* EXPERT_DATA_PARALLEL_GROUP */
-    MTC_GROUP_HIER_EXPT_DP,      /* HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0/L1, nd > 1 */
-    MTC_GROUP_INTRA_DIST_OPT,    /* INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP */
+    MTC_GROUP_DP,                  /* DATA_PARALLEL_GROUP */
+    MTC_GROUP_CP,                  /* CONTEXT_PARALLEL_GROUP */
+    MTC_GROUP_HIER_CP,             /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L<level> */
+    MTC_GROUP_MP,                  /* MODEL_PARALLEL_GROUP */
+    MTC_GROUP_TP,                  /* TENSOR_MODEL_PARALLEL_GROUP */
+    MTC_GROUP_PP,                  /* PIPELINE_MODEL_PARALLEL_GROUP */
+    MTC_GROUP_EMBD,                /* EMBEDDING_GROUP (first and last stage) */
+    MTC_GROUP_POS_EMBD,            /* POSITION_EMBEDDING_GROUP (first stage) */
+    MTC_GROUP_TP_DP_CP,            /* TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP */
+    MTC_GROUP_TP_DP,               /* TENSOR_AND_DATA_PARALLEL_GROUP */
+    MTC_GROUP_TP_CP,               /* TENSOR_AND_CONTEXT_PARALLEL_GROUP */
+    MTC_GROUP_EP,                  /* EXPERT_MODEL_PARALLEL_GROUP */
+    MTC_GROUP_EXPT_TP,             /* EXPERT_TENSOR_PARALLEL_GROUP */
+    MTC_GROUP_TP_EP,               /* EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP */
+    MTC_GROUP_TP_EP_PP,            /* EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP */
+    MTC_GROUP_EXPT_DP,             /* EXPERT_DATA_PARALLEL_GROUP */
+    MTC_GROUP_HIER_EXPT_DP,        /* HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0/L1, nd > 1 */
+    MTC_GROUP_INTRA_DIST_OPT,      /* INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP */
     MTC_GROUP_KIND_COUNT
 } mtc_grid_kind_t;
 
 /* The groups of one kind (and level): count lists of `size` ranks each. */
 typedef struct {
-    char name[64];               /* Megatron's group_desc */
+    char name[64]; /* Megatron's group_desc */
     mtc_grid_kind_t kind;
-    int level;                   /* hierarchical level, else 0 */
+    int level; /* hierarchical level, else 0 */
     int count, size;
-    int *ranks;                  /* (count, size) */
-    int partition;               /* 1 when the lists partition the world */
+    int *ranks;    /* (count, size) */
+    int partition; /* 1 when the lists partition the world */
 } mtc_grid_group_set;
 
 typedef struct {
-    int nsets;                   /* in Megatron's creation order */
+    int nsets; /* in Megatron's creation order */
     mtc_grid_group_set *sets;
 } mtc_grid_groups;
 

@@ -23,7 +23,8 @@ static mtc_grid_group_set *set_add(mtc_grid_groups *G, mtc_grid_kind_t kind, int
 
 static mtc_grid_group_set *set_gen(mtc_grid_groups *G, mtc_grid_kind_t kind, const char *name,
                                    const mtc_grid_gen *g, int world, const char *token) {
-    mtc_grid_group_set *s = set_add(G, kind, 0, name, 1, world); /* every generated set covers the world */
+    mtc_grid_group_set *s =
+        set_add(G, kind, 0, name, 1, world); /* every generated set covers the world */
     if (s->ranks) s->size = mtc_grid_gen_ranks(s->ranks, &s->count, g, world, token);
     return s;
 }
@@ -35,8 +36,10 @@ static void set_hier(mtc_grid_groups *G, mtc_grid_kind_t kind, const char *prefi
                      const mtc_grid_group_set *base, const int *sizes, int n) {
     for (int k = 0; k < n; k++) {
         int s = sizes[k], u = 1, l = 1;
-        for (int i = 0; i < k; i++) u *= sizes[i];
-        for (int i = k + 1; i < n; i++) l *= sizes[i];
+        for (int i = 0; i < k; i++)
+            u *= sizes[i];
+        for (int i = k + 1; i < n; i++)
+            l *= sizes[i];
         char name[64];
         snprintf(name, sizeof name, "HIERARCHICAL_%s_L%d", prefix, k);
         mtc_grid_group_set *out = set_add(G, kind, k, name, base->count * l * u, s);
@@ -46,7 +49,8 @@ static void set_hier(mtc_grid_groups *G, mtc_grid_kind_t kind, const char *prefi
             const int *list = base->ranks + (size_t)b * base->size;
             for (int li = 0; li < l; li++)
                 for (int ui = 0; ui < u; ui++)
-                    for (int si = 0; si < s; si++) *w++ = list[li * s * u + si * u + ui];
+                    for (int si = 0; si < s; si++)
+                        *w++ = list[li * s * u + si * u + ui];
         }
     }
 }
@@ -64,8 +68,9 @@ mtc_result_t mtc_grid_groups_build(mtc_grid_groups *G, const mtc_grid_spec *sp) 
     if (nd > 1 && dpcp->ranks) {
         /* slices [i*s, (i+1)*s) of each dp-cp list, s = dp*cp/nd */
         int s = dpcp->size / nd;
-        mtc_grid_group_set *ip = set_add(G, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0,
-                                         "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP", dpcp->count * nd, s);
+        mtc_grid_group_set *ip =
+            set_add(G, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0,
+                    "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP", dpcp->count * nd, s);
         if (ip->ranks) memcpy(ip->ranks, dpcp->ranks, (size_t)W * sizeof(int));
     }
     set_gen(G, MTC_GROUP_DP, "DATA_PARALLEL_GROUP", D, W, "dp");
@@ -74,13 +79,15 @@ mtc_result_t mtc_grid_groups_build(mtc_grid_groups *G, const mtc_grid_spec *sp) 
         set_hier(G, MTC_GROUP_HIER_CP, "CONTEXT_PARALLEL_GROUP", cp, c->hcp, c->n_hcp);
     set_gen(G, MTC_GROUP_MP, "MODEL_PARALLEL_GROUP", D, W, "tp-pp");
     set_gen(G, MTC_GROUP_TP, "TENSOR_MODEL_PARALLEL_GROUP", D, W, "tp");
-    const mtc_grid_group_set *pp = set_gen(G, MTC_GROUP_PP, "PIPELINE_MODEL_PARALLEL_GROUP", D, W, "pp");
+    const mtc_grid_group_set *pp =
+        set_gen(G, MTC_GROUP_PP, "PIPELINE_MODEL_PARALLEL_GROUP", D, W, "pp");
     if (pp->ranks) {
         /* default_embedding_ranks: [first, last] ([first] when pp == 1);
          * default_position_embedding_ranks: [first] */
         int esz = c->pp > 1 ? 2 : 1;
         mtc_grid_group_set *e = set_add(G, MTC_GROUP_EMBD, 0, "EMBEDDING_GROUP", pp->count, esz);
-        mtc_grid_group_set *pe = set_add(G, MTC_GROUP_POS_EMBD, 0, "POSITION_EMBEDDING_GROUP", pp->count, 1);
+        mtc_grid_group_set *pe =
+            set_add(G, MTC_GROUP_POS_EMBD, 0, "POSITION_EMBEDDING_GROUP", pp->count, 1);
         for (int i = 0; i < pp->count && e->ranks && pe->ranks; i++) {
             const int *l = pp->ranks + (size_t)i * pp->size;
             e->ranks[i * esz] = l[0];
@@ -94,9 +101,10 @@ mtc_result_t mtc_grid_groups_build(mtc_grid_groups *G, const mtc_grid_spec *sp) 
     set_gen(G, MTC_GROUP_EP, "EXPERT_MODEL_PARALLEL_GROUP", E, W, "ep");
     set_gen(G, MTC_GROUP_EXPT_TP, "EXPERT_TENSOR_PARALLEL_GROUP", E, W, "tp");
     set_gen(G, MTC_GROUP_TP_EP, "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP", E, W, "tp-ep");
-    const mtc_grid_group_set *tep =
-        set_gen(G, MTC_GROUP_TP_EP_PP, "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP", E, W, "tp-ep-pp");
-    const mtc_grid_group_set *edp = set_gen(G, MTC_GROUP_EXPT_DP, "EXPERT_DATA_PARALLEL_GROUP", E, W, "dp");
+    const mtc_grid_group_set *tep = set_gen(
+        G, MTC_GROUP_TP_EP_PP, "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP", E, W, "tp-ep-pp");
+    const mtc_grid_group_set *edp =
+        set_gen(G, MTC_GROUP_EXPT_DP, "EXPERT_DATA_PARALLEL_GROUP", E, W, "dp");
     if (nd > 1 && edp->ranks) {
         int sizes[2] = {sp->edp / nd, nd};
         set_hier(G, MTC_GROUP_HIER_EXPT_DP, "EXPERT_DATA_PARALLEL_GROUP", edp, sizes, 2);
@@ -115,7 +123,8 @@ mtc_result_t mtc_grid_groups_build(mtc_grid_groups *G, const mtc_grid_spec *sp) 
         if (!s->ranks) goto oom;
         memset(seen, 0, (size_t)W * sizeof(int));
         int n = s->count * s->size, ok = n == W;
-        for (int k = 0; k < n; k++) ok &= seen[s->ranks[k]]++ == 0;
+        for (int k = 0; k < n; k++)
+            ok &= seen[s->ranks[k]]++ == 0;
         s->partition = ok;
     }
     free(seen);
@@ -128,12 +137,14 @@ oom:
 
 void mtc_grid_groups_free(mtc_grid_groups *G) {
     if (!G) return;
-    for (int i = 0; i < G->nsets; i++) free(G->sets[i].ranks);
+    for (int i = 0; i < G->nsets; i++)
+        free(G->sets[i].ranks);
     free(G->sets);
     memset(G, 0, sizeof *G);
 }
 
-const mtc_grid_group_set *mtc_grid_groups_find(const mtc_grid_groups *G, mtc_grid_kind_t kind, int level) {
+const mtc_grid_group_set *mtc_grid_groups_find(const mtc_grid_groups *G, mtc_grid_kind_t kind,
+                                               int level) {
     for (int i = 0; i < G->nsets; i++)
         if (G->sets[i].kind == kind && G->sets[i].level == level) return &G->sets[i];
     return NULL;
@@ -161,15 +172,18 @@ int mtc_grid_groups_dist_opt_consistent(const mtc_grid_groups *G, int W) {
     int *inst = malloc((size_t)W * sizeof(int)), *mate = malloc((size_t)W * nd * sizeof(int));
     int ok = inst && mate;
     for (int g = 0; ok && g < io->count; g++)
-        for (int k = 0; k < io->size; k++) inst[io->ranks[(size_t)g * io->size + k]] = g;
+        for (int k = 0; k < io->size; k++)
+            inst[io->ranks[(size_t)g * io->size + k]] = g;
     for (int g = 0; ok && g < ip->count; g++)
-        for (int k = 1; k < sl; k++) ok &= inst[ip->ranks[(size_t)g * sl + k]] == inst[ip->ranks[(size_t)g * sl]];
+        for (int k = 1; k < sl; k++)
+            ok &= inst[ip->ranks[(size_t)g * sl + k]] == inst[ip->ranks[(size_t)g * sl]];
     /* the dense inter-instance partners of r: L[t*sl + j] for each slice t */
     for (int L = 0; ok && L < dpcp->count; L++)
         for (int j = 0; j < sl; j++)
             for (int i = 0; i < nd; i++) {
                 const int *list = dpcp->ranks + (size_t)L * dpcp->size;
-                for (int t = 0; t < nd; t++) mate[(size_t)list[i * sl + j] * nd + t] = list[t * sl + j];
+                for (int t = 0; t < nd; t++)
+                    mate[(size_t)list[i * sl + j] * nd + t] = list[t * sl + j];
             }
     for (int g = 0; ok && g < l1->count; g++)
         for (int k = 0; k < nd; k++)

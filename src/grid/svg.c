@@ -15,10 +15,10 @@
 
 #include "grid/grid.h"
 
-#define CW 118  /* cell width */
-#define CH 66   /* cell height */
+#define CW 118 /* cell width */
+#define CH 66  /* cell height */
 #define GAP 6
-#define PAD 14  /* node box padding */
+#define PAD 14 /* node box padding */
 #define MARGIN 20
 
 static const char *const stage_colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
@@ -31,10 +31,12 @@ static int crosses(const int *l, int n, int gpn) {
     return 0;
 }
 
-mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G, int gpn) {
+mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G,
+                                 int gpn) {
     const mtc_grid_config *c = &s->cfg;
     const int W = c->world_size;
-    if (gpn < 1) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "gpus per node is %d (valid: >= 1)", gpn);
+    if (gpn < 1)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "gpus per node is %d (valid: >= 1)", gpn);
     const mtc_grid_group_set *tpset = mtc_grid_groups_find(G, MTC_GROUP_TP, 0);
     if (!tpset) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "no tensor-parallel groups to draw");
     int *tp_group = malloc((size_t)W * sizeof(int)), *tp_cross = malloc((size_t)W * sizeof(int));
@@ -45,7 +47,8 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
     for (int g = 0; g < tpset->count; g++) {
         const int *l = tpset->ranks + (size_t)g * tpset->size;
         int x = crosses(l, tpset->size, gpn);
-        for (int k = 0; k < tpset->size; k++) tp_group[l[k]] = g, tp_cross[l[k]] = x;
+        for (int k = 0; k < tpset->size; k++)
+            tp_group[l[k]] = g, tp_cross[l[k]] = x;
     }
 
     const int nodes = (W + gpn - 1) / gpn;
@@ -62,16 +65,24 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
     int height = MARGIN * 2 + title_h + (grid_h > legend_h ? grid_h : legend_h);
 
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"DejaVu Sans Mono, Menlo, Consolas, monospace\" font-size=\"11\">\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d "
+            "%d\" "
+            "font-family=\"DejaVu Sans Mono, Menlo, Consolas, monospace\" font-size=\"11\">\n",
             width, height, width, height);
-    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"16\" font-weight=\"bold\">Megatron-LM core_v0.18.0 rank "
-               "grid: world %d = tp %d &#215; cp %d &#215; dp %d &#215; pp %d</text>\n",
+    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width,
+            height);
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\" font-size=\"16\" font-weight=\"bold\">Megatron-LM "
+            "core_v0.18.0 rank "
+            "grid: world %d = tp %d &#215; cp %d &#215; dp %d &#215; pp %d</text>\n",
             MARGIN, MARGIN + 14, W, c->tp, c->cp, s->dp, c->pp);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">order %s (first varies fastest); expert: etp %d "
-               "&#215; ep %d &#215; edp %d &#215; pp %d; %d ranks per node, %d node%s",
-            MARGIN, MARGIN + 34, s->order_full, c->etp, c->ep, s->edp, c->pp, gpn, nodes, nodes == 1 ? "" : "s");
+    fprintf(
+        f,
+        "<text x=\"%d\" y=\"%d\" font-size=\"12\">order %s (first varies fastest); expert: etp %d "
+        "&#215; ep %d &#215; edp %d &#215; pp %d; %d ranks per node, %d node%s",
+        MARGIN, MARGIN + 34, s->order_full, c->etp, c->ep, s->edp, c->pp, gpn, nodes,
+        nodes == 1 ? "" : "s");
     if (c->vpp) fprintf(f, "; vpp %d", c->vpp);
     if (s->nd > 1) fprintf(f, "; %d distributed-optimizer instances", s->nd);
     fprintf(f, "</text>\n");
@@ -79,37 +90,50 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
     /* nodes and cells */
     for (int n = 0; n < nodes; n++) {
         int nx = MARGIN, ny = MARGIN + title_h + n * (node_h + GAP);
-        fprintf(f, "<g>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"8\" fill=\"#f4f4f4\" "
-                   "stroke=\"#888888\"/>\n", nx, ny, node_w, node_h);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">node %d (ranks %d-%d)</text>\n", nx + PAD,
-                ny + PAD + 8, n, n * gpn, (n + 1) * gpn - 1 < W ? (n + 1) * gpn - 1 : W - 1);
+        fprintf(f,
+                "<g>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"8\" fill=\"#f4f4f4\" "
+                "stroke=\"#888888\"/>\n",
+                nx, ny, node_w, node_h);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">node %d (ranks %d-%d)</text>\n",
+                nx + PAD, ny + PAD + 8, n, n * gpn,
+                (n + 1) * gpn - 1 < W ? (n + 1) * gpn - 1 : W - 1);
         for (int i = 0; i < gpn && n * gpn + i < W; i++) {
             int r = n * gpn + i;
             mtc_grid_coord x;
             mtc_grid_coord_of(&x, s, r);
-            int cx = nx + PAD + (i % cols) * (CW + GAP), cy = ny + PAD + 18 + (i / cols) * (CH + GAP);
+            int cx = nx + PAD + (i % cols) * (CW + GAP),
+                cy = ny + PAD + 18 + (i / cols) * (CH + GAP);
             double hue = fmod(tp_group[r] * 137.508, 360.0); /* golden angle: neighbours differ */
             const char *stage = stage_colours[x.pp % NSTAGE_COLOURS];
-            fprintf(f, "<g><title>rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | dp_cp %d | "
-                       "TP group %d%s</title>\n",
+            fprintf(f,
+                    "<g><title>rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | dp_cp %d | "
+                    "TP group %d%s</title>\n",
                     r, x.tp, x.cp, x.dp, x.pp, x.etp, x.ep, x.edp, x.dp_cp, tp_group[r],
                     tp_cross[r] ? " (crosses nodes)" : "");
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" fill=\"hsl(%.0f,60%%,82%%)\" "
-                       "stroke=\"%s\" stroke-width=\"%s\"%s/>\n",
-                    cx, cy, CW, CH, hue, tp_cross[r] ? "#d00000" : "#555555", tp_cross[r] ? "2.5" : "1",
-                    tp_cross[r] ? " stroke-dasharray=\"6 3\"" : "");
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"8\" height=\"%d\" fill=\"%s\"/>\n", cx + 1, cy + 1,
-                    CH - 2, stage);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">r%d</text>\n", cx + 14,
-                    cy + 16, r);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"%s\" font-weight=\"bold\">pp%d%s</text>\n",
-                    cx + CW - 6, cy + 16, stage, x.pp, c->pp > 1 && x.pp == 0 ? " first" :
-                    c->pp > 1 && x.pp == c->pp - 1 ? " last" : "");
-            fprintf(f, "<text x=\"%d\" y=\"%d\">tp%d cp%d dp%d</text>\n", cx + 14, cy + 34, x.tp, x.cp, x.dp);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#444444\">e: tp%d ep%d dp%d</text>\n", cx + 14, cy + 50,
-                    x.etp, x.ep, x.edp);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#444444\">replica %d</text>\n", cx + 14,
-                    cy + 62, x.dp);
+            fprintf(f,
+                    "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
+                    "fill=\"hsl(%.0f,60%%,82%%)\" "
+                    "stroke=\"%s\" stroke-width=\"%s\"%s/>\n",
+                    cx, cy, CW, CH, hue, tp_cross[r] ? "#d00000" : "#555555",
+                    tp_cross[r] ? "2.5" : "1", tp_cross[r] ? " stroke-dasharray=\"6 3\"" : "");
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"8\" height=\"%d\" fill=\"%s\"/>\n", cx + 1,
+                    cy + 1, CH - 2, stage);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">r%d</text>\n",
+                    cx + 14, cy + 16, r);
+            fprintf(f,
+                    "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"%s\" "
+                    "font-weight=\"bold\">pp%d%s</text>\n",
+                    cx + CW - 6, cy + 16, stage, x.pp,
+                    c->pp > 1 && x.pp == 0           ? " first"
+                    : c->pp > 1 && x.pp == c->pp - 1 ? " last"
+                                                     : "");
+            fprintf(f, "<text x=\"%d\" y=\"%d\">tp%d cp%d dp%d</text>\n", cx + 14, cy + 34, x.tp,
+                    x.cp, x.dp);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#444444\">e: tp%d ep%d dp%d</text>\n",
+                    cx + 14, cy + 50, x.etp, x.ep, x.edp);
+            fprintf(f,
+                    "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#444444\">replica %d</text>\n",
+                    cx + 14, cy + 62, x.dp);
             fprintf(f, "</g>\n");
         }
         fprintf(f, "</g>\n");
@@ -117,34 +141,48 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
 
     /* legend */
     int lx = MARGIN * 2 + node_w, ly = MARGIN + title_h;
-    fprintf(f, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">Legend</text>\n", lx, ly + 10);
+    fprintf(f, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">Legend</text>\n",
+            lx, ly + 10);
     ly += 28;
-    fprintf(f, "<text x=\"%d\" y=\"%d\">fill: tensor-parallel group (same colour = same TP group)</text>\n", lx, ly);
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\">fill: tensor-parallel group (same colour = same TP "
+            "group)</text>\n",
+            lx, ly);
     ly += 18;
-    fprintf(f, "<text x=\"%d\" y=\"%d\">dp = data-parallel replica; e: = expert tp/ep/dp coordinates</text>\n", lx, ly);
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\">dp = data-parallel replica; e: = expert tp/ep/dp "
+            "coordinates</text>\n",
+            lx, ly);
     ly += 18;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"28\" height=\"12\" fill=\"none\" stroke=\"#d00000\" "
-               "stroke-width=\"2.5\" stroke-dasharray=\"6 3\"/>\n", lx, ly - 10);
-    fprintf(f, "<text x=\"%d\" y=\"%d\">the cell's TP group spans more than one node</text>\n", lx + 36, ly);
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"28\" height=\"12\" fill=\"none\" stroke=\"#d00000\" "
+            "stroke-width=\"2.5\" stroke-dasharray=\"6 3\"/>\n",
+            lx, ly - 10);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">the cell's TP group spans more than one node</text>\n",
+            lx + 36, ly);
     ly += 22;
     fprintf(f, "<text x=\"%d\" y=\"%d\">left stripe: pipeline stage</text>\n", lx, ly);
     ly += 6;
     for (int p = 0; p < c->pp; p++) {
         int px = lx + (p % 5) * 100, py = ly + (p / 5) * 18;
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                   "<text x=\"%d\" y=\"%d\">stage %d</text>\n",
+        fprintf(f,
+                "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                "<text x=\"%d\" y=\"%d\">stage %d</text>\n",
                 px, py + 4, stage_colours[p % NSTAGE_COLOURS], px + 16, py + 14, p);
     }
     ly += 18 * ((c->pp + 4) / 5) + 24;
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">group kind (count x size): crossing nodes</text>\n",
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">group kind (count x size): crossing "
+            "nodes</text>\n",
             lx, ly);
     ly += 18;
     for (int i = 0; i < G->nsets; i++) {
         const mtc_grid_group_set *set = &G->sets[i];
         int x = 0;
-        for (int g = 0; g < set->count; g++) x += crosses(set->ranks + (size_t)g * set->size, set->size, gpn);
-        fprintf(f, "<text x=\"%d\" y=\"%d\"%s>%s %dx%d: %s", lx, ly, x ? " fill=\"#d00000\"" : "", set->name,
-                set->count, set->size, x ? "" : "intra-node");
+        for (int g = 0; g < set->count; g++)
+            x += crosses(set->ranks + (size_t)g * set->size, set->size, gpn);
+        fprintf(f, "<text x=\"%d\" y=\"%d\"%s>%s %dx%d: %s", lx, ly, x ? " fill=\"#d00000\"" : "",
+                set->name, set->count, set->size, x ? "" : "intra-node");
         if (x) fprintf(f, "%d of %d cross nodes", x, set->count);
         fprintf(f, "</text>\n");
         ly += 18;

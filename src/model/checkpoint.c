@@ -54,12 +54,18 @@ static mtc_result_t ckpt_header(FILE *f, const char *path, mtc_ckpt_info *info, 
     memset(info, 0, sizeof *info);
     char magic[8];
     if (fread(magic, 1, 8, f) != 8 || memcmp(magic, CKPT_MAGIC, 8))
-        return mtc_error(MTC_ERR_FORMAT, "%s is not an mtc model (bad magic; expected a file written by mtc train --save)", path);
+        return mtc_error(
+            MTC_ERR_FORMAT,
+            "%s is not an mtc model (bad magic; expected a file written by mtc train --save)",
+            path);
     mtc_gpt_config *c = &info->cfg;
     char line[MTC_CKPT_TOKENIZER_MAX + 64];
-    struct { const char *key; int *dst; } ints[] = {
+    struct {
+        const char *key;
+        int *dst;
+    } ints[] = {
         {"num_layers", &c->num_layers}, {"hidden_size", &c->hidden_size},
-        {"num_heads", &c->num_heads}, {"ffn_hidden_size", &c->ffn_hidden_size},
+        {"num_heads", &c->num_heads},   {"ffn_hidden_size", &c->ffn_hidden_size},
         {"seq_length", &c->seq_length}, {"max_position_embeddings", &c->max_position_embeddings},
         {"vocab_size", &c->vocab_size}, {"padded_vocab_size", &c->padded_vocab_size},
     };
@@ -111,8 +117,10 @@ mtc_result_t mtc_ckpt_read_info(const char *path, mtc_ckpt_info *info) {
 
 static mtc_result_t ckpt_mismatch(const char *path, const char *what, long long file,
                                   long long model) {
-    return mtc_error(MTC_ERR_FORMAT, "%s was saved with %s=%lld but this model has %lld (use the saved model's sizes)",
-                     path, what, file, model);
+    return mtc_error(
+        MTC_ERR_FORMAT,
+        "%s was saved with %s=%lld but this model has %lld (use the saved model's sizes)", path,
+        what, file, model);
 }
 
 mtc_result_t mtc_ckpt_load(mtc_gpt *m, const char *path, mtc_ckpt_info *info) {
@@ -125,10 +133,10 @@ mtc_result_t mtc_ckpt_load(mtc_gpt *m, const char *path, mtc_ckpt_info *info) {
     const mtc_gpt_config *mc = &m->cfg, *fc = &info->cfg;
     char line[512];
     MTC_CHECK_GOTO(ckpt_header(f, path, info, &count, &total), rc, out);
-#define SAME(field, name)                                                      \
-    if (fc->field != mc->field) {                                              \
-        rc = ckpt_mismatch(path, name, fc->field, mc->field);                  \
-        goto out;                                                              \
+#define SAME(field, name)                                                                          \
+    if (fc->field != mc->field) {                                                                  \
+        rc = ckpt_mismatch(path, name, fc->field, mc->field);                                      \
+        goto out;                                                                                  \
     }
     SAME(num_layers, "num-layers");
     SAME(hidden_size, "hidden-size");
@@ -147,14 +155,17 @@ mtc_result_t mtc_ckpt_load(mtc_gpt *m, const char *path, mtc_ckpt_info *info) {
         char name[MTC_PARAM_NAME_MAX + 1];
         long long d0, d1;
         const mtc_param *p = &r->params[i];
-        if (!fgets(line, sizeof line, f) || sscanf(line, "param %64s %lld %lld", name, &d0, &d1) != 3) {
+        if (!fgets(line, sizeof line, f) ||
+            sscanf(line, "param %64s %lld %lld", name, &d0, &d1) != 3) {
             rc = mtc_error(MTC_ERR_FORMAT, "%s: parameter line %d is malformed", path, i + 1);
             goto out;
         }
         long long e1 = p->ndim == 2 ? p->shape[1] : 0;
         if (strcmp(name, p->name) || d0 != p->shape[0] || d1 != e1) {
-            rc = mtc_error(MTC_ERR_FORMAT, "%s: parameter %d is %s (%lld, %lld) but the model expects %s (%lld, %lld)",
-                           path, i + 1, name, d0, d1, p->name, (long long)p->shape[0], e1);
+            rc = mtc_error(
+                MTC_ERR_FORMAT,
+                "%s: parameter %d is %s (%lld, %lld) but the model expects %s (%lld, %lld)", path,
+                i + 1, name, d0, d1, p->name, (long long)p->shape[0], e1);
             goto out;
         }
     }
@@ -166,7 +177,8 @@ mtc_result_t mtc_ckpt_load(mtc_gpt *m, const char *path, mtc_ckpt_info *info) {
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     if (data_at < 0 || size < 0 || (size_t)(size - data_at) != total * sizeof(float)) {
-        rc = mtc_error(MTC_ERR_FORMAT, "%s has %ld bytes of weights, expected %zu (truncated or corrupted file)",
+        rc = mtc_error(MTC_ERR_FORMAT,
+                       "%s has %ld bytes of weights, expected %zu (truncated or corrupted file)",
                        path, size - data_at, total * sizeof(float));
         goto out;
     }

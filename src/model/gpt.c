@@ -14,7 +14,6 @@
 #include "model/gpt_internal.h"
 #include "tp/mappings.h"
 
-
 int mtc_gpt_pad_vocab(int vocab_size, int divisible_by, int tp) {
     int multiple = (divisible_by > 0 ? divisible_by : 1) * (tp > 0 ? tp : 1);
     return (vocab_size + multiple - 1) / multiple * multiple;
@@ -24,21 +23,24 @@ mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *c) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (c->num_layers < 1) return mtc_error(E, "num-layers=%d must be >= 1", c->num_layers);
     if (c->hidden_size < 1) return mtc_error(E, "hidden-size=%d must be >= 1", c->hidden_size);
-    if (c->num_heads < 1)
-        return mtc_error(E, "num-attention-heads=%d must be >= 1", c->num_heads);
+    if (c->num_heads < 1) return mtc_error(E, "num-attention-heads=%d must be >= 1", c->num_heads);
     if (c->hidden_size % c->num_heads) {
         char valid[256] = "";
         size_t n = 0;
         for (int h = 1; h <= c->hidden_size && n + 12 < sizeof valid; h++)
-            if (c->hidden_size % h == 0) n += (size_t)snprintf(valid + n, sizeof valid - n, " %d", h);
-        return mtc_error(E, "hidden-size=%d is not divisible by num-attention-heads=%d (valid head counts:%s)",
-                         c->hidden_size, c->num_heads, valid);
+            if (c->hidden_size % h == 0)
+                n += (size_t)snprintf(valid + n, sizeof valid - n, " %d", h);
+        return mtc_error(
+            E, "hidden-size=%d is not divisible by num-attention-heads=%d (valid head counts:%s)",
+            c->hidden_size, c->num_heads, valid);
     }
     if (c->ffn_hidden_size < 1)
         return mtc_error(E, "ffn-hidden-size=%d must be >= 1", c->ffn_hidden_size);
     if (c->seq_length < 1) return mtc_error(E, "seq-length=%d must be >= 1", c->seq_length);
     if (c->max_position_embeddings < c->seq_length)
-        return mtc_error(E, "seq-length=%d is longer than max-position-embeddings=%d (raise --max-position-embeddings or lower --seq-length)",
+        return mtc_error(E,
+                         "seq-length=%d is longer than max-position-embeddings=%d (raise "
+                         "--max-position-embeddings or lower --seq-length)",
                          c->seq_length, c->max_position_embeddings);
     if (c->vocab_size < 1) return mtc_error(E, "vocab-size=%d must be >= 1", c->vocab_size);
     if (c->padded_vocab_size < c->vocab_size)
@@ -75,14 +77,16 @@ static mtc_result_t gpt_register(mtc_gpt *m, mtc_registry *r, int full) {
     MTC_CHECK(mtc_registry_init(r, 4 + 12 * L));
     r->tp = full ? 1 : m->tp_size, r->tp_rank = full ? 0 : m->tp_rank;
     if (emb || head)
-        MTC_CHECK(mtc_registry_add(r, "wte.weight", -1, c->padded_vocab_size, C, MTC_INIT_NORMAL, std));
+        MTC_CHECK(
+            mtc_registry_add(r, "wte.weight", -1, c->padded_vocab_size, C, MTC_INIT_NORMAL, std));
     if (emb)
-        MTC_CHECK(mtc_registry_add(r, "wpe.weight", -1, c->max_position_embeddings, C, MTC_INIT_NORMAL, std));
+        MTC_CHECK(mtc_registry_add(r, "wpe.weight", -1, c->max_position_embeddings, C,
+                                   MTC_INIT_NORMAL, std));
     char n[MTC_PARAM_NAME_MAX];
-#define ADD(suffix, s0, s1, kind, sd)                                          \
-    do {                                                                       \
-        snprintf(n, sizeof n, "h.%d.%s", l, suffix);                           \
-        MTC_CHECK(mtc_registry_add(r, n, l, s0, s1, kind, sd));                \
+#define ADD(suffix, s0, s1, kind, sd)                                                              \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "h.%d.%s", l, suffix);                                               \
+        MTC_CHECK(mtc_registry_add(r, n, l, s0, s1, kind, sd));                                    \
     } while (0)
     for (int l = l0; l < l1; l++) {
         ADD("ln_1.weight", C, 0, MTC_INIT_ONES, 0);
@@ -150,8 +154,8 @@ static mtc_result_t gpt_register_chunk(mtc_gpt *m) {
 
 /* Point views of one flat buffer at the registry's offsets (NULL outside
  * the chunk). */
-static void gpt_bind(mtc_gpt *m, float *base, float **wte, float **wpe, float **lnfw,
-                     float **lnfb, mtc_gpt_layer *layers) {
+static void gpt_bind(mtc_gpt *m, float *base, float **wte, float **wpe, float **lnfw, float **lnfb,
+                     mtc_gpt_layer *layers) {
     const mtc_registry *r = &m->reg;
 #define AT(i) (base + r->params[(i)].offset)
     *wte = m->pidx_wte >= 0 ? AT(m->pidx_wte) : NULL;
@@ -187,15 +191,14 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
     const mtc_gpt_config *c = &m->cfg;
     size_t tp = (size_t)m->tp_size;
     size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)c->hidden_size,
-           F_tp = (size_t)c->ffn_hidden_size / tp, NH_tp = (size_t)c->num_heads / tp,
-           C_tp = C / tp, V_tp = (size_t)c->padded_vocab_size / tp,
-           nl = (size_t)(m->last_layer - m->first_layer);
+           F_tp = (size_t)c->ffn_hidden_size / tp, NH_tp = (size_t)c->num_heads / tp, C_tp = C / tp,
+           V_tp = (size_t)c->padded_vocab_size / tp, nl = (size_t)(m->last_layer - m->first_layer);
     size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
-#define TAKE(ptr, count)                                                       \
-    do {                                                                       \
-        float *p_ = base ? (float *)(base + off) : NULL;                       \
-        (ptr) = p_;                                                            \
-        off += ((size_t)(count) * sizeof(float) + 63) & ~(size_t)63;           \
+#define TAKE(ptr, count)                                                                           \
+    do {                                                                                           \
+        float *p_ = base ? (float *)(base + off) : NULL;                                           \
+        (ptr) = p_;                                                                                \
+        off += ((size_t)(count) * sizeof(float) + 63) & ~(size_t)63;                               \
     } while (0)
     for (int s = 0; s < m->nslots; s++) {
         mtc_gpt_slot *a = &m->slots[s];
@@ -234,16 +237,22 @@ static mtc_result_t gpt_check_tp(const mtc_gpt_config *c, int tp, int sp) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (tp <= 1) return MTC_OK;
     if (c->num_heads % tp)
-        return mtc_error(E, "num-attention-heads=%d is not divisible by tensor-model-parallel-size=%d (use a tp that divides %d)",
+        return mtc_error(E,
+                         "num-attention-heads=%d is not divisible by tensor-model-parallel-size=%d "
+                         "(use a tp that divides %d)",
                          c->num_heads, tp, c->num_heads);
     if (c->ffn_hidden_size % tp)
         return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
                          c->ffn_hidden_size, tp);
     if (c->padded_vocab_size % tp)
-        return mtc_error(E, "padded vocabulary %d is not divisible by tensor-model-parallel-size=%d (pad with make-vocab-size-divisible-by x tp)",
+        return mtc_error(E,
+                         "padded vocabulary %d is not divisible by tensor-model-parallel-size=%d "
+                         "(pad with make-vocab-size-divisible-by x tp)",
                          c->padded_vocab_size, tp);
     if (sp && c->seq_length % tp)
-        return mtc_error(E, "seq-length=%d is not divisible by tensor-model-parallel-size=%d, which sequence parallelism needs",
+        return mtc_error(E,
+                         "seq-length=%d is not divisible by tensor-model-parallel-size=%d, which "
+                         "sequence parallelism needs",
                          c->seq_length, tp);
     return MTC_OK;
 }
@@ -269,8 +278,8 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn
     if (m->cfg.init_std <= 0) m->cfg.init_std = 0.02f;
     m->B = B;
     m->T = cfg->seq_length;
-    m->tp = (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool,
-                     .sequence_parallel = sequence_parallel};
+    m->tp =
+        (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool, .sequence_parallel = sequence_parallel};
     m->tp_size = tps;
     m->tp_rank = tp_rank(m->tp.comm);
     m->T_loc = sequence_parallel ? m->T / tps : m->T;
@@ -284,9 +293,14 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn
     size_t bytes = m->reg.total * sizeof(float);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->params), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->layers), rc, fail);
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->dlayers), rc, fail);
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_gpt_slot), (void **)&m->slots), rc, fail);
+    MTC_CHECK_GOTO(
+        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->layers), rc,
+        fail);
+    MTC_CHECK_GOTO(
+        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->dlayers), rc,
+        fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_gpt_slot), (void **)&m->slots), rc,
+                   fail);
     gpt_bind(m, m->params, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, m->layers);
     gpt_bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, m->dlayers);
     size_t need = gpt_carve(m, NULL);
@@ -304,8 +318,8 @@ fail:
 
 mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
                              mtc_comm_t tp, int sequence_parallel, mtc_gpt **out) {
-    return mtc_gpt_init_chunk(cfg, B, nslots, pool, tp, sequence_parallel, 0, cfg->num_layers, 1,
-                              1, out);
+    return mtc_gpt_init_chunk(cfg, B, nslots, pool, tp, sequence_parallel, 0, cfg->num_layers, 1, 1,
+                              out);
 }
 
 mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
@@ -330,7 +344,8 @@ mtc_result_t mtc_gpt_relayout(mtc_gpt *m, const size_t *offsets, size_t total) {
     mtc_mem_free_big(m->params, r->total * sizeof(float));
     mtc_mem_free_big(m->grads, r->total * sizeof(float));
     m->params = p, m->grads = g;
-    for (int i = 0; i < r->count; i++) r->params[i].offset = offsets[i];
+    for (int i = 0; i < r->count; i++)
+        r->params[i].offset = offsets[i];
     r->total = total;
     gpt_bind(m, m->params, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, m->layers);
     gpt_bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, m->dlayers);
@@ -392,11 +407,12 @@ mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, flo
             continue;
         }
         /* comm: all-gather(tp) of the shard */
-        MTC_CHECK(mtc_all_gather(from + p->offset, scratch, p->local_numel, MTC_DTYPE_F32,
-                                 m->tp.comm));
+        MTC_CHECK(
+            mtc_all_gather(from + p->offset, scratch, p->local_numel, MTC_DTYPE_F32, m->tp.comm));
         for (int k = 0; k < m->tp_size; k++)
             for (size_t l = 0; l < p->local_numel; l++)
-                dst[mtc_registry_global_index(r, p, k, l)] = scratch[(size_t)k * p->local_numel + l];
+                dst[mtc_registry_global_index(r, p, k, l)] =
+                    scratch[(size_t)k * p->local_numel + l];
     }
     return MTC_OK;
 }

@@ -65,26 +65,26 @@ mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *cfg);
 double mtc_gpt_flops(const mtc_gpt_config *cfg, int64_t global_batch);
 
 typedef struct {
-    float *ln1w, *ln1b;       /* (C) */
-    float *qkvw, *qkvb;       /* (3C, C), (3C) : [q | k | v] */
+    float *ln1w, *ln1b;         /* (C) */
+    float *qkvw, *qkvb;         /* (3C, C), (3C) : [q | k | v] */
     float *attprojw, *attprojb; /* (C, C), (C) */
-    float *ln2w, *ln2b;       /* (C) */
-    float *fcw, *fcb;         /* (F, C), (F) */
-    float *fcprojw, *fcprojb; /* (C, F), (C) */
+    float *ln2w, *ln2b;         /* (C) */
+    float *fcw, *fcb;           /* (F, C), (F) */
+    float *fcprojw, *fcprojb;   /* (C, F), (C) */
 } mtc_gpt_layer;
 
 /* How one pass is keyed (dropout) and whether it trains. */
 typedef struct {
-    int train;          /* 0: no dropout (eval, generate) */
-    uint64_t seed;      /* dropout seed */
-    uint64_t iteration; /* 1-based training iteration: new masks each step */
-    int b0;             /* position of row 0 in the global batch */
+    int train;            /* 0: no dropout (eval, generate) */
+    uint64_t seed;        /* dropout seed */
+    uint64_t iteration;   /* 1-based training iteration: new masks each step */
+    int b0;               /* position of row 0 in the global batch */
     int first_microbatch; /* backward OVERWRITES the gradients instead of
                              accumulating (the step's first microbatch), so
                              the buffer never needs a zeroing pass */
-    float loss_scale;   /* > 0: the forward with targets also makes dlogits
-                           (one sweep over the logits); backward must then be
-                           given the same scale */
+    float loss_scale;     /* > 0: the forward with targets also makes dlogits
+                             (one sweep over the logits); backward must then be
+                             given the same scale */
     /* Backward calls grads_ready(ctx, first, last) as soon as the gradients
      * of params [first, last) (forward indices) are complete for this
      * microbatch (gradient-reduction overlap); NULL = no calls. */
@@ -102,28 +102,28 @@ typedef struct mtc_gpt_slot mtc_gpt_slot;
 
 typedef struct {
     mtc_gpt_config cfg;
-    int B, T;                   /* largest microbatch this model runs */
+    int B, T;                    /* largest microbatch this model runs */
     int first_layer, last_layer; /* this chunk's layers */
     int has_embedding, has_head;
     int pidx_wte, pidx_wpe, pidx_lnf, pidx_layer0; /* registry indices (-1: not in chunk) */
-    tp_ctx tp;                  /* TP communicator (NULL: tp 1), pool, sequence parallel */
+    tp_ctx tp; /* TP communicator (NULL: tp 1), pool, sequence parallel */
     int tp_size, tp_rank;
-    int T_loc;                  /* T / tp under sequence parallelism, else T */
-    mtc_result_t error;         /* first communication error of a forward (sticky) */
+    int T_loc;          /* T / tp under sequence parallelism, else T */
+    mtc_result_t error; /* first communication error of a forward (sticky) */
     mtc_registry reg;
-    float *params, *grads; /* flat, reg.total floats each, backward order */
+    float *params, *grads;              /* flat, reg.total floats each, backward order */
     float *wte, *wpe, *lnfw, *lnfb;     /* views into params (NULL if not in chunk) */
     float *dwte, *dwpe, *dlnfw, *dlnfb; /* views into grads */
     mtc_gpt_layer *layers, *dlayers;    /* [L], entries outside the chunk are NULL */
     int nslots;
     mtc_gpt_slot *slots;
     /* shared scratch */
-    float *logits;          /* (B, T, Vp/tp) */
-    int dlogits_ready;      /* logits already hold dlogits (fused forward) */
-    float *fwd_tmp;         /* (B, T_loc, C) */
+    float *logits;              /* (B, T, Vp/tp) */
+    int dlogits_ready;          /* logits already hold dlogits (fused forward) */
+    float *fwd_tmp;             /* (B, T_loc, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
-    float *in_total;        /* (B, T, C) SP gather buffer shared by all layers */
-    float *scratch;         /* TP layer scratch (max over the layers' needs) */
+    float *in_total;            /* (B, T, C) SP gather buffer shared by all layers */
+    float *scratch;             /* TP layer scratch (max over the layers' needs) */
     mtc_arena arena;
     nn_pool *pool; /* not owned */
 } mtc_gpt;

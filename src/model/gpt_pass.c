@@ -24,8 +24,8 @@ static nn_dropout_spec gpt_drop(const mtc_gpt *m, const mtc_gpt_pass *pass, int 
     if (s.p > 0) {
         s.seed = pass->seed;
         /* stream = (iteration, layer, site): fresh masks every step and site */
-        s.stream = 0x6d74630000000000ull ^ (pass->iteration << 22) ^
-                   ((uint64_t)(layer + 1) << 4) ^ (uint64_t)site;
+        s.stream = 0x6d74630000000000ull ^ (pass->iteration << 22) ^ ((uint64_t)(layer + 1) << 4) ^
+                   (uint64_t)site;
         s.b0 = pass->b0;
     }
     s.Tg = T;
@@ -35,13 +35,13 @@ static nn_dropout_spec gpt_drop(const mtc_gpt *m, const mtc_gpt_pass *pass, int 
     return s;
 }
 
-#define GPT_TRY(m, call)                                                       \
-    do {                                                                       \
-        mtc_result_t rc_ = (call);                                             \
-        if (rc_ != MTC_OK) {                                                   \
-            if ((m)->error == MTC_OK) (m)->error = rc_;                        \
-            return NAN;                                                        \
-        }                                                                      \
+#define GPT_TRY(m, call)                                                                           \
+    do {                                                                                           \
+        mtc_result_t rc_ = (call);                                                                 \
+        if (rc_ != MTC_OK) {                                                                       \
+            if ((m)->error == MTC_OK) (m)->error = rc_;                                            \
+            return NAN;                                                                            \
+        }                                                                                          \
     } while (0)
 
 double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
@@ -58,10 +58,10 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
     mtc_gpt_slot *a = &m->slots[slot];
     nn_pool *pool = m->pool;
 
-#define GPT_NEED(first, last)                                                  \
-    do {                                                                       \
-        if (pass && pass->params_needed)                                       \
-            GPT_TRY(m, pass->params_needed(pass->params_needed_ctx, (first), (last))); \
+#define GPT_NEED(first, last)                                                                      \
+    do {                                                                                           \
+        if (pass && pass->params_needed)                                                           \
+            GPT_TRY(m, pass->params_needed(pass->params_needed_ctx, (first), (last)));             \
     } while (0)
     if (m->has_embedding) {
         GPT_NEED(m->pidx_wte, m->pidx_wpe + 1);
@@ -75,9 +75,11 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
     for (int l = m->first_layer; l < m->last_layer; l++) {
         size_t k = (size_t)(l - m->first_layer);
         const mtc_gpt_layer *w = &m->layers[l];
-        float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl, *ln1r = a->ln1_rstd + k * sNl;
+        float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl,
+              *ln1r = a->ln1_rstd + k * sNl;
         float *res2 = a->res2 + k * sNl * C, *res3 = a->res3 + k * sNl * C;
-        float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl, *ln2r = a->ln2_rstd + k * sNl;
+        float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
+              *ln2r = a->ln2_rstd + k * sNl;
         tp_attention_acts aa = {m->in_total, 0, a->qkv + k * sN * 3 * (C / p),
                                 a->att + k * (size_t)m->B * (NH / p) * m->T * m->T,
                                 a->atty + k * sN * (C / p)};
@@ -87,15 +89,15 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
         nn_layernorm_forward(pool, ln1, ln1m, ln1r, x, w->ln1w, w->ln1b, Nl, C);
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
         /* comm: column- then row-parallel (SP: all-gather, reduce-scatter) */
-        GPT_TRY(m, tp_attention_forward(tp, m->fwd_tmp, &aa, ln1, w->qkvw, w->qkvb, w->attprojw,
-                                        w->attprojb, da.p > 0 ? &da : NULL, m->scratch, B, T, C,
-                                        NH));
+        GPT_TRY(m,
+                tp_attention_forward(tp, m->fwd_tmp, &aa, ln1, w->qkvw, w->qkvb, w->attprojw,
+                                     w->attprojb, da.p > 0 ? &da : NULL, m->scratch, B, T, C, NH));
         nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
         if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dh);
         nn_residual_forward(res2, x, m->fwd_tmp, (size_t)Nl * C);
         nn_layernorm_forward(pool, ln2, ln2m, ln2r, res2, w->ln2w, w->ln2b, Nl, C);
-        GPT_TRY(m, tp_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w->fcw, w->fcb, w->fcprojw,
-                                  w->fcprojb, m->scratch, B, T, C, F));
+        GPT_TRY(m, tp_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w->fcw, w->fcb, w->fcprojw, w->fcprojb,
+                                  m->scratch, B, T, C, F));
         nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
         if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dm);
         nn_residual_forward(res3, res2, m->fwd_tmp, (size_t)Nl * C);
@@ -123,7 +125,8 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
         GPT_TRY(m, tp_vocab_xent_forward(tp, a->losses, m->logits, targets, m->scratch, N, Vp, Vp));
     }
     double sum = 0;
-    for (int i = 0; i < N; i++) sum += a->losses[i];
+    for (int i = 0; i < N; i++)
+        sum += a->losses[i];
     return sum;
 }
 
@@ -170,9 +173,11 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         const mtc_gpt_layer *w = &m->layers[l];
         const mtc_gpt_layer *g = &m->dlayers[l];
         const float *x = k ? a->res3 + (k - 1) * sNl * C : a->encoded;
-        float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl, *ln1r = a->ln1_rstd + k * sNl;
+        float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl,
+              *ln1r = a->ln1_rstd + k * sNl;
         float *res2 = a->res2 + k * sNl * C;
-        float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl, *ln2r = a->ln2_rstd + k * sNl;
+        float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
+              *ln2r = a->ln2_rstd + k * sNl;
         tp_attention_acts aa = {m->in_total, 0, a->qkv + k * sN * 3 * (C / p),
                                 a->att + k * (size_t)m->B * (NH / p) * m->T * m->T,
                                 a->atty + k * sN * (C / p)};
@@ -194,10 +199,10 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dh), dy = m->dtmp;
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
         MTC_CHECK(tp_attention_backward(tp, m->dtmp2, g->qkvw, g->qkvb, g->attprojw, g->attprojb,
-                                        dy, &aa, ln1, w->qkvw, w->attprojw,
-                                        da.p > 0 ? &da : NULL, m->scratch, B, T, C, NH));
-        nn_layernorm_backward(pool, m->dtmp, g->ln1w, g->ln1b, m->dtmp2, x, w->ln1w, ln1m, ln1r,
-                              Nl, C);
+                                        dy, &aa, ln1, w->qkvw, w->attprojw, da.p > 0 ? &da : NULL,
+                                        m->scratch, B, T, C, NH));
+        nn_layernorm_backward(pool, m->dtmp, g->ln1w, g->ln1b, m->dtmp2, x, w->ln1w, ln1m, ln1r, Nl,
+                              C);
         nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(layer input) */
         int p0 = m->pidx_layer0 + 12 * (int)k;
         MTC_CHECK(gpt_ready(pass, p0, p0 + 12));
@@ -207,8 +212,8 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
         if (d.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &d), dy = m->dtmp;
         /* comm: SP all-gather(tp) of dy */
-        MTC_CHECK(tp_vocab_embedding_backward(tp, m->dwte, m->dwpe, dy, tokens, NULL, m->scratch,
-                                              B, T, C, Vp));
+        MTC_CHECK(tp_vocab_embedding_backward(tp, m->dwte, m->dwpe, dy, tokens, NULL, m->scratch, B,
+                                              T, C, Vp));
         MTC_CHECK(gpt_ready(pass, m->pidx_wte, m->pidx_wpe + 1)); /* wte, wpe */
     }
     return MTC_OK;

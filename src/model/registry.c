@@ -28,8 +28,8 @@ void mtc_registry_free(mtc_registry *reg) {
 mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, int64_t shape0,
                               int64_t shape1, mtc_init_kind init, float init_std) {
     if (reg->count >= reg->capacity)
-        return mtc_error(MTC_ERR_INTERNAL, "registry full (%d parameters) adding %s",
-                         reg->capacity, name);
+        return mtc_error(MTC_ERR_INTERNAL, "registry full (%d parameters) adding %s", reg->capacity,
+                         name);
     if (strlen(name) >= MTC_PARAM_NAME_MAX)
         return mtc_error(MTC_ERR_INTERNAL, "parameter name too long: %s", name);
     mtc_param *p = &reg->params[reg->count++];
@@ -83,8 +83,8 @@ size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, in
     return ((row / bl) * bs + r * bl + row % bl) * cols + c;
 }
 
-void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float *dst,
-                             size_t first, size_t n, uint64_t seed) {
+void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float *dst, size_t first,
+                             size_t n, uint64_t seed) {
     if (p->split_dim < 0 || reg->tp <= 1 || p->init != MTC_INIT_NORMAL) {
         mtc_registry_init_range(p, dst, first, n, seed);
         return;
@@ -95,7 +95,8 @@ void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float 
     while (k < n) {
         size_t l = first + k, len = run - l % run;
         if (len > n - k) len = n - k;
-        mtc_registry_init_range(p, dst + k, mtc_registry_global_index(reg, p, reg->tp_rank, l), len, seed);
+        mtc_registry_init_range(p, dst + k, mtc_registry_global_index(reg, p, reg->tp_rank, l), len,
+                                seed);
         k += len;
     }
 }
@@ -112,11 +113,10 @@ void mtc_registry_init_range(const mtc_param *p, float *dst, size_t first, size_
     case MTC_INIT_NORMAL:
         mtc_rng_fill_normal(dst, n, seed, mtc_rng_stream_of(p->name), first, 0.0f, p->init_std);
         break;
-    case MTC_INIT_ZEROS:
-        memset(dst, 0, n * sizeof(float));
-        break;
+    case MTC_INIT_ZEROS: memset(dst, 0, n * sizeof(float)); break;
     case MTC_INIT_ONES:
-        for (size_t k = 0; k < n; k++) dst[k] = 1.0f;
+        for (size_t k = 0; k < n; k++)
+            dst[k] = 1.0f;
         break;
     }
 }

@@ -46,26 +46,26 @@ typedef struct {
     size_t numel;                  /* global element count */
     int layer;                     /* transformer layer, -1 for embeddings and ln_f */
     mtc_init_kind init;
-    float init_std;                /* for MTC_INIT_NORMAL */
-    int is_2d;                     /* weight decay applies (Megatron: not bias, not 1-D) */
+    float init_std; /* for MTC_INIT_NORMAL */
+    int is_2d;      /* weight decay applies (Megatron: not bias, not 1-D) */
     /* ---- filled by the parallel issues (serial: none / 0 / 1) ---- */
-    int split_dim;                 /* -1 = not split; else the dim split over TP */
-    int split_blocks;              /* fused blocks along split_dim ([q|k|v] = 3) */
-    unsigned reduce_groups;        /* MTC_REDUCE_* bits */
-    int tp_duplicate;              /* replicated over TP: counted once in grad norm */
+    int split_dim;          /* -1 = not split; else the dim split over TP */
+    int split_blocks;       /* fused blocks along split_dim ([q|k|v] = 3) */
+    unsigned reduce_groups; /* MTC_REDUCE_* bits */
+    int tp_duplicate;       /* replicated over TP: counted once in grad norm */
     /* ---- this rank's storage ---- */
     size_t local_numel;
-    size_t offset;                 /* in the flat param and grad buffers (floats) */
-    size_t global_offset;          /* in the serial (tp = 1) layout of the same model */
+    size_t offset;        /* in the flat param and grad buffers (floats) */
+    size_t global_offset; /* in the serial (tp = 1) layout of the same model */
 } mtc_param;
 
 typedef struct {
     mtc_param *params; /* in registration (forward) order */
     int count;
     int capacity;
-    size_t total; /* floats in the flat buffers */
+    size_t total;        /* floats in the flat buffers */
     size_t global_total; /* floats of the serial layout (sum of numel) */
-    int tp, tp_rank; /* the TP split the local shards follow (1, 0 when serial) */
+    int tp, tp_rank;     /* the TP split the local shards follow (1, 0 when serial) */
 } mtc_registry;
 
 mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity);
@@ -83,8 +83,8 @@ void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int blocks);
 size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, int r, size_t local);
 /* Fill local elements [first, first + n) of p's shard with the serial
  * run's initial values of the global elements they hold. */
-void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float *dst,
-                             size_t first, size_t n, uint64_t seed);
+void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float *dst, size_t first,
+                             size_t n, uint64_t seed);
 /* Assign offsets in backward order (last registered first); sets total,
  * global_offset and global_total. */
 void mtc_registry_layout(mtc_registry *reg);
@@ -96,7 +96,6 @@ int mtc_registry_find(const mtc_registry *reg, const char *name);
 void mtc_registry_init_params(const mtc_registry *reg, float *params, uint64_t seed);
 /* Fill one element range [first, first + n) of parameter p (any split of
  * the work gives the same values: the generator is counter-based). */
-void mtc_registry_init_range(const mtc_param *p, float *dst, size_t first, size_t n,
-                             uint64_t seed);
+void mtc_registry_init_range(const mtc_param *p, float *dst, size_t first, size_t n, uint64_t seed);
 
 #endif

@@ -38,7 +38,6 @@ typedef struct {
     const nn_dropout_spec *drop; /* NULL when p == 0 */
 } att_job;
 
-
 /* ---- row helpers (8-wide; sums in fixed lane order) ---- */
 
 /* y = a * b */

@@ -30,7 +30,8 @@ void nn_blas_sgemm(int transA, int transB, int M, int N, int K, float alpha, con
         if (ldc == N)
             memset(C, 0, (size_t)M * N * sizeof(float));
         else
-            for (int r = 0; r < M; r++) memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
+            for (int r = 0; r < M; r++)
+                memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,

@@ -46,7 +46,8 @@ mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg) {
     for (int i = 0; i < reg->count; i++)
         count += (int)((reg->params[i].local_numel + OPTIM_CHUNK - 1) / OPTIM_CHUNK);
     mtc_result_t rc;
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)count, sizeof(optim_chunk), (void **)&opt->chunks), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)count, sizeof(optim_chunk), (void **)&opt->chunks), rc,
+                   fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)count, sizeof(double), (void **)&opt->partial), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(opt->n * sizeof(float), 1, (void **)&opt->m), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(opt->n * sizeof(float), 1, (void **)&opt->v), rc, fail);
@@ -98,8 +99,8 @@ static void adamw_task(int i, void *arg) {
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,
                     float grad_scale, const mtc_adamw_config *cfg) {
     opt->step++;
-    optim_job j = {.opt = opt, .params = params, .grads = grads, .lr = lr, .scale = grad_scale,
-                   .cfg = cfg};
+    optim_job j = {
+        .opt = opt, .params = params, .grads = grads, .lr = lr, .scale = grad_scale, .cfg = cfg};
     nn_pool_run(pool, opt->nchunks, adamw_task, &j);
 }
 
@@ -115,7 +116,8 @@ double mtc_grad_sumsq(mtc_adamw *opt, nn_pool *pool, const float *grads,
     optim_job j = {.opt = opt, .grads = (float *)grads, .skip = skip, .ctx = ctx};
     nn_pool_run(pool, opt->nchunks, sumsq_task, &j);
     double s = 0;
-    for (int i = 0; i < opt->nchunks; i++) s += opt->partial[i];
+    for (int i = 0; i < opt->nchunks; i++)
+        s += opt->partial[i];
     return s;
 }
 

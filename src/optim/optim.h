@@ -45,12 +45,12 @@ typedef struct {
 typedef struct optim_chunk optim_chunk;
 
 typedef struct {
-    float *m, *v;         /* moments, n floats each (huge-page blocks) */
+    float *m, *v; /* moments, n floats each (huge-page blocks) */
     size_t n;
-    int64_t step;         /* optimizer steps taken */
-    optim_chunk *chunks;  /* fixed work split over the flat buffer */
+    int64_t step;        /* optimizer steps taken */
+    optim_chunk *chunks; /* fixed work split over the flat buffer */
     int nchunks;
-    double *partial;      /* per-chunk sums of squares */
+    double *partial; /* per-chunk sums of squares */
 } mtc_adamw;
 
 /* State for the flat buffer described by `reg` (reg->total floats). */

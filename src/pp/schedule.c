@@ -51,8 +51,8 @@ mtc_result_t pp_schedule_validate(const pp_schedule_config *cfg) {
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "pipeline-model-parallel-size=%d must be at least 1", cfg->pp);
     if (cfg->vpp < 0)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "virtual pipeline size %d must be at least 1", cfg->vpp);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "virtual pipeline size %d must be at least 1",
+                         cfg->vpp);
     if (cfg->num_microbatches < 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "number of microbatches %d must be at least 1 "
@@ -98,7 +98,8 @@ void pp_schedule_table(int *mb, int *chunk, int num_microbatches, int vpp, int g
         /* the last group takes every remaining microbatch */
         int end = g + group_size >= num_microbatches ? num_microbatches : g + group_size;
         for (int c = 0; c < vpp; c++)
-            for (int m = g; m < end; m++) mb[k] = m, chunk[k] = c, k++;
+            for (int m = g; m < end; m++)
+                mb[k] = m, chunk[k] = c, k++;
     }
 }
 
@@ -114,17 +115,17 @@ static void schedule_1f1b(pp_op *ops, pp_schedule_counts *c, const pp_schedule_c
     int W = cfg->pp - rank - 1;
     if (W > M) W = M;
     int S = M - W, n = 0;
-    for (int i = 0; i < W; i++) schedule_put(ops, &n, PP_OP_FORWARD, i, 0);
+    for (int i = 0; i < W; i++)
+        schedule_put(ops, &n, PP_OP_FORWARD, i, 0);
     for (int i = 0; i < S; i++) {
         schedule_put(ops, &n, PP_OP_FORWARD, W + i, 0);
         if (!cfg->forward_only) schedule_put(ops, &n, PP_OP_BACKWARD, i, 0);
     }
     if (!cfg->forward_only)
-        for (int i = S; i < M; i++) schedule_put(ops, &n, PP_OP_BACKWARD, i, 0);
-    *c = (pp_schedule_counts){.num_warmup = W,
-                              .num_steady = S,
-                              .num_cooldown = cfg->forward_only ? 0 : W,
-                              .nops = n};
+        for (int i = S; i < M; i++)
+            schedule_put(ops, &n, PP_OP_BACKWARD, i, 0);
+    *c = (pp_schedule_counts){
+        .num_warmup = W, .num_steady = S, .num_cooldown = cfg->forward_only ? 0 : W, .nops = n};
 }
 
 /* Entry k of the schedule table in closed form (no table in memory): groups
@@ -142,8 +143,8 @@ static void schedule_entry(int *mb, int *chunk, int k, int M, int v, int N) {
 }
 
 /* The interleaved order (get_pp_rank_microbatches + the three loops). */
-static void schedule_interleaved(pp_op *ops, pp_schedule_counts *c,
-                                 const pp_schedule_config *cfg, int rank) {
+static void schedule_interleaved(pp_op *ops, pp_schedule_counts *c, const pp_schedule_config *cfg,
+                                 int rank) {
     int M = cfg->num_microbatches, v = cfg->vpp, N = pp_schedule_group_size(cfg);
     int T = M * v;
     int W = cfg->forward_only ? T : 2 * (cfg->pp - rank - 1) + (v - 1) * N;
@@ -165,10 +166,8 @@ static void schedule_interleaved(pp_op *ops, pp_schedule_counts *c,
             schedule_entry(&mb, &ch, k, M, v, N);
             schedule_put(ops, &n, PP_OP_BACKWARD, mb, v - 1 - ch);
         }
-    *c = (pp_schedule_counts){.num_warmup = W,
-                              .num_steady = S,
-                              .num_cooldown = cfg->forward_only ? 0 : W,
-                              .nops = n};
+    *c = (pp_schedule_counts){
+        .num_warmup = W, .num_steady = S, .num_cooldown = cfg->forward_only ? 0 : W, .nops = n};
 }
 
 mtc_result_t pp_schedule_build(pp_op *ops, pp_schedule_counts *counts,

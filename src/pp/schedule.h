@@ -99,12 +99,12 @@ static inline int pp_is_last_stage(int pp, int vpp, int rank, int chunk) {
 /* ---- training arguments that derive vpp (megatron/training/arguments.py) ---- */
 typedef struct {
     int pp;
-    int num_layers;                  /* 0 = not given */
-    int layers_per_virtual_stage;    /* --num-layers-per-virtual-pipeline-stage, 0 = not given */
-    int virtual_stages_per_rank;     /* --num-virtual-stages-per-pipeline-rank, 0 = not given */
-    int account_for_embedding;       /* --account-for-embedding-in-pipeline-split */
-    int account_for_loss;            /* --account-for-loss-in-pipeline-split */
-    int overlap_p2p_comm;            /* training default 1; 0 requires pp > 2 */
+    int num_layers;               /* 0 = not given */
+    int layers_per_virtual_stage; /* --num-layers-per-virtual-pipeline-stage, 0 = not given */
+    int virtual_stages_per_rank;  /* --num-virtual-stages-per-pipeline-rank, 0 = not given */
+    int account_for_embedding;    /* --account-for-embedding-in-pipeline-split */
+    int account_for_loss;         /* --account-for-loss-in-pipeline-split */
+    int overlap_p2p_comm;         /* training default 1; 0 requires pp > 2 */
 } pp_vpp_args;
 
 /* vpp as training derives it (1 when it ends up None); Megatron's assertion
@@ -123,9 +123,9 @@ typedef struct {
  *   spans[r * max_ops + i]  the i-th op of rank r   (pp * max_ops entries)
  *   ops / counts            as pp_schedule_build wrote them, per rank
  * Returns INVALID_USAGE (naming the blocked ops) if the orders deadlock. */
-mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan,
-                                  const pp_op *ops, const pp_schedule_counts *counts,
-                                  const pp_schedule_config *cfg, double t_fwd, double t_bwd);
+mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan, const pp_op *ops,
+                                  const pp_schedule_counts *counts, const pp_schedule_config *cfg,
+                                  double t_fwd, double t_bwd);
 
 /* Bubble fraction of a simulated timeline: idle time / busy time of one rank
  * (the Megatron paper's definition; every rank is busy the same amount), and

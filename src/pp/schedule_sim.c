@@ -17,9 +17,9 @@
 
 static double sim_max(double a, double b) { return a > b ? a : b; }
 
-mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan,
-                                  const pp_op *ops, const pp_schedule_counts *counts,
-                                  const pp_schedule_config *cfg, double t_fwd, double t_bwd) {
+mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan, const pp_op *ops,
+                                  const pp_schedule_counts *counts, const pp_schedule_config *cfg,
+                                  double t_fwd, double t_bwd) {
     int pp = cfg->pp, v = pp_schedule_vpp(cfg), M = cfg->num_microbatches;
     int S = pp * v, max_ops = pp_schedule_max_ops(cfg);
     if (pp < 1 || M < 1)
@@ -30,10 +30,12 @@ mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan,
     double *free_at = calloc((size_t)pp, sizeof(double));
     mtc_result_t rc = MTC_OK;
     if (!fwd || !bwd || !next || !free_at) {
-        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule simulation for %d stages x %d microbatches", S, M);
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule simulation for %d stages x %d microbatches",
+                       S, M);
         goto out;
     }
-    for (size_t i = 0; i < (size_t)S * (size_t)M; i++) fwd[i] = bwd[i] = -1.0;
+    for (size_t i = 0; i < (size_t)S * (size_t)M; i++)
+        fwd[i] = bwd[i] = -1.0;
     int remaining = 0;
     for (int r = 0; r < pp; r++) {
         if (counts[r].nops < 0 || counts[r].nops > max_ops) {
@@ -50,8 +52,9 @@ mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan,
             while (next[r] < counts[r].nops) {
                 const pp_op *op = &ops[(size_t)r * max_ops + next[r]];
                 if (op->microbatch < 0 || op->microbatch >= M || op->chunk < 0 || op->chunk >= v) {
-                    rc = mtc_error(MTC_ERR_INVALID_ARGUMENT, "rank %d op %d names microbatch %d chunk %d",
-                                   r, next[r], op->microbatch, op->chunk);
+                    rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                                   "rank %d op %d names microbatch %d chunk %d", r, next[r],
+                                   op->microbatch, op->chunk);
                     goto out;
                 }
                 int s = pp_virtual_stage(pp, r, op->chunk);
@@ -66,8 +69,9 @@ mtc_result_t pp_schedule_simulate(pp_sim_span *spans, double *makespan,
                 if (dep < 0) break; /* blocked: try the other ranks */
                 double *done = op->kind == PP_OP_FORWARD ? &fwd[at] : &bwd[at];
                 if (*done >= 0) {
-                    rc = mtc_error(MTC_ERR_INVALID_USAGE, "rank %d runs %c%d.%d twice", r,
-                                   op->kind == PP_OP_FORWARD ? 'F' : 'B', op->microbatch, op->chunk);
+                    rc =
+                        mtc_error(MTC_ERR_INVALID_USAGE, "rank %d runs %c%d.%d twice", r,
+                                  op->kind == PP_OP_FORWARD ? 'F' : 'B', op->microbatch, op->chunk);
                     goto out;
                 }
                 double start = sim_max(free_at[r], dep);

@@ -33,7 +33,8 @@ mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts
             width, height, width, height);
     fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n", width,
             height);
-    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: pp=%d", pp_schedule_kind_name(kind), pp);
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: pp=%d", pp_schedule_kind_name(kind),
+            pp);
     if (kind == PP_SCHEDULE_INTERLEAVED)
         fprintf(f, " vpp=%d group=%d", cfg->vpp, pp_schedule_group_size(cfg));
     fprintf(f, " microbatches=%d%s (forward %g, backward %g)</text>\n", cfg->num_microbatches,
@@ -53,8 +54,8 @@ mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts
             const pp_sim_span *sp = &spans[(size_t)r * max_ops + i];
             double x = left + sp->start * unit, w = (sp->end - sp->start) * unit;
             char label[32];
-            int len = snprintf(label, sizeof label, "%c%d.%d", op->kind == PP_OP_FORWARD ? 'F' : 'B',
-                               op->microbatch, op->chunk);
+            int len = snprintf(label, sizeof label, "%c%d.%d",
+                               op->kind == PP_OP_FORWARD ? 'F' : 'B', op->microbatch, op->chunk);
             double fs = w / (0.62 * len);
             if (fs > 11.0) fs = 11.0;
             fprintf(f,
@@ -73,7 +74,8 @@ mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts
     /* time axis: a tick every forward-cost unit multiple that keeps labels apart */
     double y_axis = top + pp * row + 4;
     double step = t_fwd > 0 ? t_fwd : 1.0;
-    while (step * unit < 30.0) step *= 2;
+    while (step * unit < 30.0)
+        step *= 2;
     for (double t = 0; t <= makespan + 1e-9; t += step)
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\">%g</text>\n",
                 left + t * unit, y_axis + 10, t);

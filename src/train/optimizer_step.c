@@ -39,12 +39,13 @@ static mtc_result_t train_distopt_chunk(train_rank *x, int k, mtc_comm_t intra) 
     mtc_gpt *m = x->chunks[k];
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, m, &shared));
-    mtc_ddp_config dc = {
-        .use_distopt = 1, .overlap_grad_reduce = c->overlap_grad_reduce,
-        .bucket_size = dp_layout_bucket_size(c->ddp_bucket_size, x->dp_size,
-                                             c->overlap_grad_reduce, x->pp_rank, k),
-        .pad_high_busbw = c->pad_high_busbw, .scale = MTC_DDP_GRAD_SUM,
-        .shared_embedding = shared};
+    mtc_ddp_config dc = {.use_distopt = 1,
+                         .overlap_grad_reduce = c->overlap_grad_reduce,
+                         .bucket_size = dp_layout_bucket_size(
+                             c->ddp_bucket_size, x->dp_size, c->overlap_grad_reduce, x->pp_rank, k),
+                         .pad_high_busbw = c->pad_high_busbw,
+                         .scale = MTC_DDP_GRAD_SUM,
+                         .shared_embedding = shared};
     /* the inter-instance group: position j of every intra slice, one
      * communicator per chunk, because each DDP chains its inter all-reduces
      * when polling finds a reduce-scatter done (timing-dependent), so two
@@ -64,9 +65,10 @@ static mtc_result_t train_distopt_chunk(train_rank *x, int k, mtc_comm_t intra) 
     MTC_CHECK(rc);
     const dp_layout *l = &x->ddps[k]->layout;
     size_t *off;
-    MTC_CHECK(mtc_mem_alloc((size_t)(l->nparams > 0 ? l->nparams : 1) * sizeof(size_t),
-                            (void **)&off));
-    for (int i = 0; i < l->nparams; i++) off[i] = (size_t)l->param[i].start;
+    MTC_CHECK(
+        mtc_mem_alloc((size_t)(l->nparams > 0 ? l->nparams : 1) * sizeof(size_t), (void **)&off));
+    for (int i = 0; i < l->nparams; i++)
+        off[i] = (size_t)l->param[i].start;
     rc = mtc_gpt_relayout(m, off, (size_t)l->numel);
     free(off);
     MTC_CHECK(rc);
@@ -86,18 +88,22 @@ mtc_result_t train_distopt_setup(train_rank *x) {
     if (nd > 1) {
         intra = mtc_grid_comm(x->grid, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0);
         if (!intra || !x->dp)
-            return mtc_error(MTC_ERR_INTERNAL, "no INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP "
-                                               "with %d optimizer instances", nd);
+            return mtc_error(MTC_ERR_INTERNAL,
+                             "no INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP "
+                             "with %d optimizer instances",
+                             nd);
     }
     x->intra = intra && mtc_comm_size(intra) > 1 ? intra : NULL;
     MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(mtc_distopt *), (void **)&x->dopts));
-    for (int k = 0; k < x->vpp; k++) MTC_CHECK(train_distopt_chunk(x, k, intra));
+    for (int k = 0; k < x->vpp; k++)
+        MTC_CHECK(train_distopt_chunk(x, k, intra));
     x->ddp = x->ddps[0], x->dopt = x->dopts[0];
     return MTC_OK;
 }
 
 void train_distopt_teardown(train_rank *x) {
-    for (int k = 0; x->dopts && k < x->vpp; k++) mtc_distopt_free(x->dopts[k]);
+    for (int k = 0; x->dopts && k < x->vpp; k++)
+        mtc_distopt_free(x->dopts[k]);
     free(x->dopts);
     x->dopts = NULL, x->dopt = NULL;
     x->inter = NULL; /* freed by mtc_launch with the world, after the DDPs */

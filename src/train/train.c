@@ -22,30 +22,38 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     MTC_CHECK(mtc_gpt_config_validate(&c->model));
     if (c->micro_batch < 1) return mtc_error(E, "micro-batch-size=%d must be >= 1", c->micro_batch);
-    if (c->global_batch < 1) return mtc_error(E, "global-batch-size=%d must be >= 1", c->global_batch);
+    if (c->global_batch < 1)
+        return mtc_error(E, "global-batch-size=%d must be >= 1", c->global_batch);
     if (c->global_batch % c->micro_batch)
-        return mtc_error(E, "global-batch-size=%d is not divisible by micro-batch-size=%d x data-parallel size 1 (use a multiple of %d)",
+        return mtc_error(E,
+                         "global-batch-size=%d is not divisible by micro-batch-size=%d x "
+                         "data-parallel size 1 (use a multiple of %d)",
                          c->global_batch, c->micro_batch, c->micro_batch);
     if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
     if (c->pp < 0) return mtc_error(E, "pipeline-model-parallel-size=%d must be >= 1", c->pp);
     if (c->ddp_bucket_size < 0)
         return mtc_error(E, "ddp-bucket-size=%lld must be >= 0", (long long)c->ddp_bucket_size);
-    if (c->train_iters < 1) return mtc_error(E, "train-iters=%lld must be >= 1", (long long)c->train_iters);
+    if (c->train_iters < 1)
+        return mtc_error(E, "train-iters=%lld must be >= 1", (long long)c->train_iters);
     if (!(c->lr.lr >= 0)) return mtc_error(E, "lr=%g must be >= 0", c->lr.lr);
     if (!(c->lr.min_lr >= 0) || c->lr.min_lr > c->lr.lr)
         return mtc_error(E, "min-lr=%g must be in [0, lr=%g]", c->lr.min_lr, c->lr.lr);
     if (c->lr.warmup_iters < 0) return mtc_error(E, "lr-warmup-iters must be >= 0");
     if (c->lr.decay_iters < 1) return mtc_error(E, "lr-decay-iters must be >= 1");
-    if (c->lr.style != MTC_LR_CONSTANT && c->lr.warmup_iters >= c->lr.decay_iters && c->lr.warmup_iters > 0)
+    if (c->lr.style != MTC_LR_CONSTANT && c->lr.warmup_iters >= c->lr.decay_iters &&
+        c->lr.warmup_iters > 0)
         return mtc_error(E, "lr-warmup-iters=%lld must be smaller than lr-decay-iters=%lld",
                          (long long)c->lr.warmup_iters, (long long)c->lr.decay_iters);
     if (c->log_interval < 1) return mtc_error(E, "log-interval=%d must be >= 1", c->log_interval);
-    if (c->eval_interval < 1) return mtc_error(E, "eval-interval=%d must be >= 1", c->eval_interval);
+    if (c->eval_interval < 1)
+        return mtc_error(E, "eval-interval=%d must be >= 1", c->eval_interval);
     if (c->eval_iters < 0) return mtc_error(E, "eval-iters=%d must be >= 0", c->eval_iters);
     if (!(c->adam.beta1 >= 0 && c->adam.beta1 < 1) || !(c->adam.beta2 >= 0 && c->adam.beta2 < 1))
-        return mtc_error(E, "adam-beta1=%g and adam-beta2=%g must be in [0, 1)", c->adam.beta1, c->adam.beta2);
+        return mtc_error(E, "adam-beta1=%g and adam-beta2=%g must be in [0, 1)", c->adam.beta1,
+                         c->adam.beta2);
     if (!(c->adam.eps > 0)) return mtc_error(E, "adam-eps=%g must be > 0", c->adam.eps);
-    if (!(c->adam.weight_decay >= 0)) return mtc_error(E, "weight-decay=%g must be >= 0", c->adam.weight_decay);
+    if (!(c->adam.weight_decay >= 0))
+        return mtc_error(E, "weight-decay=%g must be >= 0", c->adam.weight_decay);
     if (c->threads < 0) return mtc_error(E, "threads=%d must be >= 1 (0 = all cores)", c->threads);
     return MTC_OK;
 }
@@ -67,27 +75,38 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
         return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
                          c->model.ffn_hidden_size, tp);
     if (c->model.padded_vocab_size % tp)
-        return mtc_error(E, "padded vocabulary %d is not divisible by tensor-model-parallel-size=%d",
+        return mtc_error(E,
+                         "padded vocabulary %d is not divisible by tensor-model-parallel-size=%d",
                          c->model.padded_vocab_size, tp);
     if (c->sequence_parallel && tp > 1 && c->model.seq_length % tp)
-        return mtc_error(E, "seq-length=%d is not divisible by tensor-model-parallel-size=%d (sequence parallelism splits the sequence; use a multiple of %d)",
+        return mtc_error(E,
+                         "seq-length=%d is not divisible by tensor-model-parallel-size=%d "
+                         "(sequence parallelism splits the sequence; use a multiple of %d)",
                          c->model.seq_length, tp, tp);
     if (c->global_batch % (c->micro_batch * dp))
-        return mtc_error(E, "global-batch-size=%d is not divisible by micro-batch-size=%d x data-parallel size %d (use a multiple of %d)",
+        return mtc_error(E,
+                         "global-batch-size=%d is not divisible by micro-batch-size=%d x "
+                         "data-parallel size %d (use a multiple of %d)",
                          c->global_batch, c->micro_batch, dp, c->micro_batch * dp);
     int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
     if (nd > 1 && !c->use_distributed_optimizer)
-        return mtc_error(E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+        return mtc_error(
+            E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
     if (nd > 1 && dp % nd)
-        return mtc_error(E, "num-distributed-optimizer-instances=%d does not divide the data-parallel size %d (use a divisor of %d)",
+        return mtc_error(E,
+                         "num-distributed-optimizer-instances=%d does not divide the data-parallel "
+                         "size %d (use a divisor of %d)",
                          nd, dp, dp);
     if (gc.pp > 1) {
-        pp_schedule_config sc = {.pp = gc.pp, .vpp = vpp, .group_size = c->microbatch_group_size,
+        pp_schedule_config sc = {.pp = gc.pp,
+                                 .vpp = vpp,
+                                 .group_size = c->microbatch_group_size,
                                  .num_microbatches = c->global_batch / (c->micro_batch * dp)};
         MTC_CHECK(pp_schedule_validate(&sc));
     }
     if (c->vpp > 1 && gc.pp == 1)
-        return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1");
+        return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size "
+                            "should be greater than 1");
     return MTC_OK;
 }
 
@@ -105,9 +124,10 @@ typedef struct {
 
 static void train_print_eval(FILE *out, int64_t iteration, double loss) {
     char line[256];
-    int n = snprintf(line, sizeof line,
-                     " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
-                     (long long)iteration, loss, exp(loss < 700 ? loss : 700));
+    int n =
+        snprintf(line, sizeof line,
+                 " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
+                 (long long)iteration, loss, exp(loss < 700 ? loss : 700));
     char dashes[300];
     int k = n + 1 < (int)sizeof dashes - 1 ? n + 1 : (int)sizeof dashes - 1;
     memset(dashes, '-', (size_t)k);
@@ -125,12 +145,16 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     char bucket[64] = "one bucket";
     if (x->ddp->cfg.bucket_size > 0)
         snprintf(bucket, sizeof bucket, "%lld", (long long)x->ddp->cfg.bucket_size);
-    fprintf(out, "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad reduce: %s; ddp bucket size: %s\n",
+    fprintf(out,
+            "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad "
+            "reduce: %s; ddp bucket size: %s\n",
             mtc_comm_backend_name(mtc_grid_comm(x->grid, MTC_GROUP_TP, 0)), world,
             nn_pool_size(x->pool), model->tp.sequence_parallel ? "on" : "off",
             c->overlap_grad_reduce ? "on" : "off", bucket);
     if (c->use_distributed_optimizer)
-        fprintf(out, "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap param gather: %s; pad buckets for high busbw: %s\n",
+        fprintf(out,
+                "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap "
+                "param gather: %s; pad buckets for high busbw: %s\n",
                 x->ddp->instances, x->ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
                 c->pad_high_busbw ? "on" : "off");
     char blas[256];
@@ -143,19 +167,24 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     for (int k = 0; k < x->vpp; k++)
         for (int i = 0; i < x->chunks[k]->reg.count; i++)
             nparams += x->chunks[k]->reg.params[i].local_numel;
-    fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
+    fprintf(out,
+            " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
             x->tp_rank, x->pp_rank, nparams);
     fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
-            c->model.num_layers, c->model.hidden_size, c->model.num_heads,
-            c->model.ffn_hidden_size, T, c->model.vocab_size, c->model.padded_vocab_size);
+            c->model.num_layers, c->model.hidden_size, c->model.num_heads, c->model.ffn_hidden_size,
+            T, c->model.vocab_size, c->model.padded_vocab_size);
     mtc_dp_memory mem;
     size_t act = train_memory(x, &mem);
-    fprintf(out, "> memory per rank (MB): parameters %.2f, gradients %.2f, optimizer state %.2f, activations %.2f\n",
+    fprintf(out,
+            "> memory per rank (MB): parameters %.2f, gradients %.2f, optimizer state %.2f, "
+            "activations %.2f\n",
             (double)mem.param_bytes / 1048576.0, (double)mem.grad_bytes / 1048576.0,
-            (double)mem.optim_state_bytes / 1048576.0,
-            (double)act / 1048576.0);
-    fprintf(out, "> model, optimizer state and data set up in %.2f s\n", (double)x->setup_ns * 1e-9);
-    fprintf(out, "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld iterations\n",
+            (double)mem.optim_state_bytes / 1048576.0, (double)act / 1048576.0);
+    fprintf(out, "> model, optimizer state and data set up in %.2f s\n",
+            (double)x->setup_ns * 1e-9);
+    fprintf(out,
+            "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld "
+            "iterations\n",
             B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
     if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
     fflush(out);
@@ -202,7 +231,11 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             struct tm tmv;
             strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
             fprintf(out,
-                    " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | tokens per second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | number of nan iterations: %3d |\n",
+                    " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per "
+                    "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | tokens per "
+                    "second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E | "
+                    "loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
+                    "number of nan iterations: %3d |\n",
                     stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
                     avg_ms, flops / (avg_ms * 1e-3 * 1e12 * world), tps, lr_now, c->global_batch,
                     avg_loss, norm, skipped, nan_iters);
@@ -217,11 +250,14 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             fprintf(metrics, "{\"iteration\": %lld", (long long)it);
             if (log_now)
                 fprintf(metrics,
-                        ", \"lm_loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"elapsed_ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
+                        ", \"lm_loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"elapsed_ms\": "
+                        "%.3f, \"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
                         avg_loss, norm, lr_now, avg_ms, tps,
                         (double)(train_comm_ns(x) - comm_at_log) * 1e-6 / n_logged);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
-            fprintf(metrics, ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, \"activation_bytes\": %zu",
+            fprintf(metrics,
+                    ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
+                    "\"activation_bytes\": %zu",
                     mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
             fprintf(metrics, "}\n");
             fflush(metrics);
@@ -271,8 +307,11 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
 mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FILE *out) {
     MTC_CHECK(mtc_train_validate(c));
     if (data_source_split_size(src, DATA_SPLIT_TRAIN) == 0)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the training split is empty (check --split and that the data holds more than seq-length+1 tokens)");
-    int mpi = c->backend == MTC_BACKEND_MPI || (c->backend == MTC_BACKEND_AUTO && mtc_launched_by_mpi());
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "the training split is empty (check --split and that the data holds more "
+                         "than seq-length+1 tokens)");
+    int mpi =
+        c->backend == MTC_BACKEND_MPI || (c->backend == MTC_BACKEND_AUTO && mtc_launched_by_mpi());
     int world = c->world_size > 0 ? c->world_size : 1;
     if (!mpi) MTC_CHECK(mtc_train_validate_layout(c, world));
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -281,6 +320,7 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     if (threads < 1) threads = 1;
     train_shared sh = {.cfg = c, .src = src, .out = out, .threads_per_rank = threads};
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
-                          .world_size = world, .pin_threads = threads > 1 ? 0 : -1};
+                          .world_size = world,
+                          .pin_threads = threads > 1 ? 0 : -1};
     return mtc_launch(&lo, train_rank_main, &sh);
 }

@@ -1,11 +1,10 @@
 /* train/train.h - the training loop on any tp x pp (x vpp) x dp layout
  * (serial = world 1; pipelines through pp/executor.h, interleaved with vpp
- * model chunks per rank, rank r chunk c = virtual stage c*pp + r): ranks started by mtc_launch (shm rank-threads, or MPI ranks under
- * mpirun), Megatron's groups from grid/, data -> microbatches (Megatron's
- * data_sample_index, this DP rank's share) -> forward/backward over the
- * TP group (model/, tp/) -> gradient reduction over DP in buckets,
- * overlapped with the last microbatch's backward (dp/ddp.h) -> TP
- * all-reduce of sequence-parallel gradients -> global norm (TP duplicates
+ * model chunks per rank, rank r chunk c = virtual stage c*pp + r): ranks started by mtc_launch (shm
+ * rank-threads, or MPI ranks under mpirun), Megatron's groups from grid/, data -> microbatches
+ * (Megatron's data_sample_index, this DP rank's share) -> forward/backward over the TP group
+ * (model/, tp/) -> gradient reduction over DP in buckets, overlapped with the last microbatch's
+ * backward (dp/ddp.h) -> TP all-reduce of sequence-parallel gradients -> global norm (TP duplicates
  * once) -> clip -> AdamW -> log / eval / metrics from the last rank (the
  * loss owner, as Megatron), then save (TP shards gathered).
  *
@@ -44,18 +43,19 @@ typedef struct {
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
     /* ---- parallel layout (issue 5) ---- */
-    int world_size;           /* shm rank-threads (ignored under mpirun); 0/1 = serial */
-    int tp;                   /* --tensor-model-parallel-size (0 = 1) */
-    int pp;                   /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
-                                 of num_layers/pp layers */
-    int vpp;                  /* model chunks per pipeline rank (0/1 = not interleaved):
-                                 interleaved 1F1B, rank r chunk c = virtual stage c*pp + r
-                                 of num_layers/(pp*vpp) layers */
+    int world_size;            /* shm rank-threads (ignored under mpirun); 0/1 = serial */
+    int tp;                    /* --tensor-model-parallel-size (0 = 1) */
+    int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
+                                  of num_layers/pp layers */
+    int vpp;                   /* model chunks per pipeline rank (0/1 = not interleaved):
+                                  interleaved 1F1B, rank r chunk c = virtual stage c*pp + r
+                                  of num_layers/(pp*vpp) layers */
     int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
-    int sequence_parallel;    /* --sequence-parallel (ignored with a warning when tp = 1) */
-    int overlap_grad_reduce;  /* --overlap-grad-reduce */
-    int64_t ddp_bucket_size;  /* --ddp-bucket-size in elements (0 = Megatron's default; used only with overlap) */
-    int backend;              /* mtc_backend_kind_t (0 = auto) */
+    int sequence_parallel;     /* --sequence-parallel (ignored with a warning when tp = 1) */
+    int overlap_grad_reduce;   /* --overlap-grad-reduce */
+    int64_t ddp_bucket_size;   /* --ddp-bucket-size in elements (0 = Megatron's default; used only
+                                  with overlap) */
+    int backend;               /* mtc_backend_kind_t (0 = auto) */
     /* ---- distributed optimizer (issue 7; train/optimizer_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
                                       the owned shard, AdamW there, all-gather params */
@@ -63,18 +63,18 @@ typedef struct {
                                       next step's forward needs the params */
     int num_distopt_instances;     /* --num-distributed-optimizer-instances (0 = 1) */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
-    int print_layout;              /* --print-layout: the last rank's buffer layouts first (per chunk) */
+    int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
     /* ---- results for tests (written by the last rank; NULL = none) ---- */
-    double *losses_out;       /* (train_iters) per-iteration lm loss */
-    double *grad_norms_out;   /* (train_iters) */
-    float *params_out;        /* (global parameter count) final weights, serial layout */
+    double *losses_out;            /* (train_iters) per-iteration lm loss */
+    double *grad_norms_out;        /* (train_iters) */
+    float *params_out;             /* (global parameter count) final weights, serial layout */
     size_t *optim_state_bytes_out; /* the last rank's AdamW state (m + v) bytes */
-    pp_op *trace_out;         /* (world, 2*M*vpp) the last training iteration's executed
-                                 compute order of every world rank (pp > 1), row = world rank */
-    int *ntrace_out;          /* (world) its length per rank */
-    double *comm_ms_out;      /* ms the last rank spent in collectives: all of them in builds
-                                 that time every call (mtc_commtimed), else the step's
-                                 explicit ones (DP, SP, loss, norm) */
+    pp_op *trace_out;              /* (world, 2*M*vpp) the last training iteration's executed
+                                      compute order of every world rank (pp > 1), row = world rank */
+    int *ntrace_out;               /* (world) its length per rank */
+    double *comm_ms_out;           /* ms the last rank spent in collectives: all of them in builds
+                                      that time every call (mtc_commtimed), else the step's
+                                      explicit ones (DP, SP, loss, norm) */
 } mtc_train_config;
 
 /* Checks the parts the model does not (batch sizes, intervals, schedule,

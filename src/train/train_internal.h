@@ -21,17 +21,17 @@ typedef struct {
     mtc_comm_t pipe, embd; /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
     int dp_size, dp_rank, tp_rank, nmb;
     int pp_size, pp_rank;
-    pp_executor_t ex;      /* NULL when pp == 1 */
-    int vpp;               /* model chunks on this rank (1 without interleaving) */
-    mtc_gpt **chunks;      /* (vpp) chunk c = virtual stage c*pp + pp_rank; [0] == model */
-    mtc_ddp **ddps;        /* (vpp) one DDP per chunk as Megatron; [0] == ddp */
-    mtc_adamw *copts;      /* (vpp) AdamW of chunks 1.. ([0] unused: opt) */
-    int *slot_of;          /* (vpp, nmb) activation slot of (chunk, microbatch), -1: none */
-    int *slot_busy;        /* (vpp, nslots_max) */
+    pp_executor_t ex; /* NULL when pp == 1 */
+    int vpp;          /* model chunks on this rank (1 without interleaving) */
+    mtc_gpt **chunks; /* (vpp) chunk c = virtual stage c*pp + pp_rank; [0] == model */
+    mtc_ddp **ddps;   /* (vpp) one DDP per chunk as Megatron; [0] == ddp */
+    mtc_adamw *copts; /* (vpp) AdamW of chunks 1.. ([0] unused: opt) */
+    int *slot_of;     /* (vpp, nmb) activation slot of (chunk, microbatch), -1: none */
+    int *slot_busy;   /* (vpp, nslots_max) */
     int nslots_max;
     int world_rank;
-    int head_mb;           /* microbatch of the last forward on the chunk with the head */
-    size_t msg_count;      /* floats of one stage-to-stage message */
+    int head_mb;      /* microbatch of the last forward on the chunk with the head */
+    size_t msg_count; /* floats of one stage-to-stage message */
     /* the running pass (read by the microbatch callbacks) */
     int64_t cur_it;
     int cur_train;
@@ -39,18 +39,18 @@ typedef struct {
     nn_pool *pool;
     mtc_gpt *model;
     mtc_ddp *ddp;
-    mtc_adamw opt;         /* plain path; with the distributed optimizer only .step counts */
-    mtc_distopt *dopt;     /* --use-distributed-optimizer (train/optimizer_step.c): dopts[0] */
-    mtc_distopt **dopts;   /* (vpp) one per model chunk, as the DDPs */
+    mtc_adamw opt;           /* plain path; with the distributed optimizer only .step counts */
+    mtc_distopt *dopt;       /* --use-distributed-optimizer (train/optimizer_step.c): dopts[0] */
+    mtc_distopt **dopts;     /* (vpp) one per model chunk, as the DDPs */
     mtc_comm_t intra, inter; /* intra-instance group (NULL: size 1); chunk 0's inter-instance
                                 group (one per chunk, freed with the world) */
-    int *buf;              /* (T+1) one sample */
-    int *tokens, *targets; /* (nmb, B, T) this DP rank's microbatches */
-    float *sp_buf;         /* packed sequence-parallel gradients (TP all-reduce) */
+    int *buf;                /* (T+1) one sample */
+    int *tokens, *targets;   /* (nmb, B, T) this DP rank's microbatches */
+    float *sp_buf;           /* packed sequence-parallel gradients (TP all-reduce) */
     size_t sp_n;
     uint64_t valid_consumed;
-    uint64_t comm_ns;      /* time in the step's explicit collectives */
-    uint64_t setup_ns;     /* train_setup: buffers allocated, parameters initialised */
+    uint64_t comm_ns;  /* time in the step's explicit collectives */
+    uint64_t setup_ns; /* train_setup: buffers allocated, parameters initialised */
 } train_rank;
 
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads);

@@ -50,16 +50,19 @@ static mtc_gpt_pass train_pass(const train_rank *x, int mb) {
     const mtc_train_config *c = x->cfg;
     float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length);
     int last = mb == x->nmb - 1;
-    mtc_gpt_pass pass = {.train = x->cur_train, .seed = c->seed, .iteration = (uint64_t)x->cur_it,
-                         .b0 = train_b0(x, mb), .loss_scale = x->cur_train ? scale : 0.0f,
-                         .first_microbatch = mb == 0,
-                         .grads_ready = x->cur_train && last && c->overlap_grad_reduce && x->dp
-                                            ? train_grads_ready : NULL,
-                         .grads_ready_ctx = x->ddp,
-                         /* --overlap-param-gather: wait per param group in the forward */
-                         .params_needed = x->dopt && c->overlap_param_gather
-                                              ? train_params_needed : NULL,
-                         .params_needed_ctx = x->dopt};
+    mtc_gpt_pass pass = {
+        .train = x->cur_train,
+        .seed = c->seed,
+        .iteration = (uint64_t)x->cur_it,
+        .b0 = train_b0(x, mb),
+        .loss_scale = x->cur_train ? scale : 0.0f,
+        .first_microbatch = mb == 0,
+        .grads_ready =
+            x->cur_train && last && c->overlap_grad_reduce && x->dp ? train_grads_ready : NULL,
+        .grads_ready_ctx = x->ddp,
+        /* --overlap-param-gather: wait per param group in the forward */
+        .params_needed = x->dopt && c->overlap_param_gather ? train_params_needed : NULL,
+        .params_needed_ctx = x->dopt};
     return pass;
 }
 
@@ -76,8 +79,10 @@ static mtc_result_t train_slot_take(train_rank *x, int chunk, int mb, int *slot)
             busy[s] = 1, x->slot_of[(size_t)chunk * x->nmb + mb] = *slot = s;
             return MTC_OK;
         }
-    return mtc_error(MTC_ERR_INTERNAL, "chunk %d has no free activation slot for microbatch %d "
-                     "(%d slots in flight)", chunk, mb, x->chunks[chunk]->nslots);
+    return mtc_error(MTC_ERR_INTERNAL,
+                     "chunk %d has no free activation slot for microbatch %d "
+                     "(%d slots in flight)",
+                     chunk, mb, x->chunks[chunk]->nslots);
 }
 
 static void train_slot_release(train_rank *x, int chunk, int mb) {
@@ -117,7 +122,9 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int chunk, const float 
     mtc_gpt *m = x->chunks[chunk];
     int B = c->micro_batch, T = c->model.seq_length;
     int slot = x->ex ? x->slot_of[(size_t)chunk * x->nmb + mb] : 0;
-    if (slot < 0) return mtc_error(MTC_ERR_INTERNAL, "backward of microbatch %d chunk %d before its forward", mb, chunk);
+    if (slot < 0)
+        return mtc_error(MTC_ERR_INTERNAL, "backward of microbatch %d chunk %d before its forward",
+                         mb, chunk);
     size_t at = (size_t)mb * B * T;
     float scale = 1.0f / ((float)c->global_batch * (float)T);
     if (output_grad) memcpy(mtc_gpt_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
@@ -143,7 +150,8 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int chunk, const float 
  * forward then backward per microbatch. Returns this rank's loss sum. */
 static mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consumed,
                                        int train, int64_t it, double *loss_sum) {
-    for (int m = 0; m < x->nmb; m++) MTC_CHECK(train_load_batch(x, split, consumed, m));
+    for (int m = 0; m < x->nmb; m++)
+        MTC_CHECK(train_load_batch(x, split, consumed, m));
     x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
     if (x->ex) {
         pp_callbacks cb = {train_forward_cb, train_backward_cb, x};
@@ -194,7 +202,8 @@ static mtc_result_t train_sp_reduce_chunk(train_rank *x, const mtc_gpt *m) {
     size_t k = 0;
     for (int i = 0; i < r->count; i++)
         if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
-            memcpy(x->sp_buf + k, g + r->params[i].offset, r->params[i].local_numel * sizeof(float));
+            memcpy(x->sp_buf + k, g + r->params[i].offset,
+                   r->params[i].local_numel * sizeof(float));
             k += r->params[i].local_numel;
         }
     uint64_t t0 = mtc_time_ns();
@@ -204,7 +213,8 @@ static mtc_result_t train_sp_reduce_chunk(train_rank *x, const mtc_gpt *m) {
     k = 0;
     for (int i = 0; i < r->count; i++)
         if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
-            memcpy(g + r->params[i].offset, x->sp_buf + k, r->params[i].local_numel * sizeof(float));
+            memcpy(g + r->params[i].offset, x->sp_buf + k,
+                   r->params[i].local_numel * sizeof(float));
             k += r->params[i].local_numel;
         }
     return MTC_OK;
@@ -213,7 +223,8 @@ static mtc_result_t train_sp_reduce_chunk(train_rank *x, const mtc_gpt *m) {
 /* One packed all-reduce per model chunk. */
 static mtc_result_t train_sp_reduce(train_rank *x) {
     if (!x->sp_n) return MTC_OK;
-    for (int k = 0; k < x->vpp; k++) MTC_CHECK(train_sp_reduce_chunk(x, x->chunks[k]));
+    for (int k = 0; k < x->vpp; k++)
+        MTC_CHECK(train_sp_reduce_chunk(x, x->chunks[k]));
     return MTC_OK;
 }
 
@@ -244,8 +255,8 @@ mtc_result_t train_gather(train_rank *x, float *global) {
     MTC_CHECK(rc);
     /* comm: all-reduce(pp): each stage contributes its own parameters, zeros elsewhere */
     if (x->pipe)
-        MTC_CHECK(mtc_all_reduce(global, global, r->global_total, MTC_DTYPE_F32, MTC_OP_SUM,
-                                 x->pipe));
+        MTC_CHECK(
+            mtc_all_reduce(global, global, r->global_total, MTC_DTYPE_F32, MTC_OP_SUM, x->pipe));
     return MTC_OK;
 }
 
@@ -290,7 +301,8 @@ static mtc_result_t train_chunks_alloc(train_rank *x) {
     x->slot_of = malloc(V * (size_t)x->nmb * sizeof(int));
     if (!x->chunks || !x->ddps || !x->copts || !x->slot_of)
         return mtc_error(MTC_ERR_OUT_OF_MEMORY, "model chunk tables for vpp=%d", x->vpp);
-    for (size_t i = 0; i < V * (size_t)x->nmb; i++) x->slot_of[i] = -1;
+    for (size_t i = 0; i < V * (size_t)x->nmb; i++)
+        x->slot_of[i] = -1;
     return MTC_OK;
 }
 
@@ -302,7 +314,8 @@ static mtc_result_t train_slot_counts(train_rank *x, const pp_schedule_config *s
     int *peak = calloc((size_t)V, sizeof(int)), *live = calloc((size_t)V, sizeof(int));
     pp_op *ops = sc->pp > 1 ? calloc((size_t)pp_schedule_max_ops(sc), sizeof *ops) : NULL;
     mtc_result_t rc = peak && live && (ops || sc->pp == 1)
-                          ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
+                          ? MTC_OK
+                          : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
     pp_schedule_counts n = {0};
     if (rc == MTC_OK && sc->pp > 1) rc = pp_schedule_build(ops, &n, sc, x->pp_rank);
     for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
@@ -317,8 +330,10 @@ static mtc_result_t train_slot_counts(train_rank *x, const pp_schedule_config *s
     x->nslots_max = peak_max;
     if (rc == MTC_OK) {
         x->slot_busy = calloc((size_t)V * peak_max, sizeof(int));
-        if (!x->slot_busy) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "slot table");
-        else memcpy(x->slot_busy, peak, (size_t)V * sizeof(int));
+        if (!x->slot_busy)
+            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "slot table");
+        else
+            memcpy(x->slot_busy, peak, (size_t)V * sizeof(int));
     }
     free(peak), free(live), free(ops);
     return rc;
@@ -357,7 +372,9 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     int V = P > 1 && c->vpp > 1 ? c->vpp : 1, S = P * V;
     x->vpp = V;
     MTC_CHECK(train_chunks_alloc(x));
-    pp_schedule_config sc = {.pp = P, .vpp = V > 1 ? V : 0, .num_microbatches = x->nmb,
+    pp_schedule_config sc = {.pp = P,
+                             .vpp = V > 1 ? V : 0,
+                             .num_microbatches = x->nmb,
                              .group_size = c->microbatch_group_size};
     /* activation slots: each chunk's peak of microbatches between forward and backward */
     MTC_CHECK(train_slot_counts(x, &sc));
@@ -403,9 +420,11 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
         if (n > x->sp_n) x->sp_n = n;
     }
     if (x->sp_n) MTC_CHECK(mtc_mem_alloc(x->sp_n * sizeof(float), (void **)&x->sp_buf));
-    if (c->load_path) MTC_CHECK(train_load(x));
+    if (c->load_path)
+        MTC_CHECK(train_load(x));
     else
-        for (int k = 0; k < V; k++) mtc_gpt_init_params(x->chunks[k], c->seed);
+        for (int k = 0; k < V; k++)
+            mtc_gpt_init_params(x->chunks[k], c->seed);
     return MTC_OK;
 }
 
@@ -474,8 +493,8 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
 /* One training iteration: microbatches, reductions in Megatron's order
  * (finalize_model_grads: DP, SP layer norms over TP, tied embedding over
  * EMBEDDING_GROUP), norm, clip, AdamW. */
-mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss,
-                        double *norm, int *skipped) {
+mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss, double *norm,
+                        int *skipped) {
     const mtc_train_config *c = x->cfg;
     int T = c->model.seq_length;
     double loss_sum = 0;
@@ -483,7 +502,8 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(dp) per bucket (what overlap has not finished yet) */
     if (x->dp)
-        for (int k = 0; k < x->vpp; k++) MTC_CHECK(mtc_ddp_finish(x->ddps[k]));
+        for (int k = 0; k < x->vpp; k++)
+            MTC_CHECK(mtc_ddp_finish(x->ddps[k]));
     x->comm_ns += mtc_time_ns() - t0;
     MTC_CHECK(train_sp_reduce(x));
     /* the chunk holding the first virtual stage's wte (rank 0 chunk 0) or the

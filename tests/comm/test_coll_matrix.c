@@ -49,7 +49,7 @@ typedef struct {
     int p, r, mpi;
     const cfg_t *cfg;
     char *in, *out, *aux;
-    size_t cap; /* bytes of each buffer */
+    size_t cap;                /* bytes of each buffer */
     size_t *c1, *d1, *c2, *d2; /* 4 arrays of p counts/displacements */
     long cases, barriers;
 } ctx_t;
@@ -84,7 +84,8 @@ static double fuzz(int r, size_t i) {
 static uint64_t hash_bytes(const void *b, size_t n) {
     const unsigned char *s = b;
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
     return h;
 }
 
@@ -99,9 +100,9 @@ typedef struct {
 } desc_t;
 
 #define DESC_FMT "%s algo=%s p=%d rank=%d %s %s count=%zu %s"
-#define DESC_ARGS(d)                                                                        \
-    (d)->coll, (d)->algo, (d)->p, (d)->r, mtc_dtype_name((d)->dt),                          \
-        (d)->op >= 0 ? mtc_op_name((mtc_op_t)(d)->op) : "-", (d)->count,                              \
+#define DESC_ARGS(d)                                                                               \
+    (d)->coll, (d)->algo, (d)->p, (d)->r, mtc_dtype_name((d)->dt),                                 \
+        (d)->op >= 0 ? mtc_op_name((mtc_op_t)(d)->op) : "-", (d)->count,                           \
         (d)->inplace ? "in-place" : "out-of-place"
 
 /* Every expected value depends on the index only through a short period
@@ -115,15 +116,18 @@ typedef struct {
 } tab_t;
 static void tab_red_in(tab_t *t, int p, int r) { /* red_in depends on g mod 7p */
     t->len = 7 * (size_t)p;
-    for (size_t k = 0; k < t->len; k++) t->v[k] = red_in(p, r, k);
+    for (size_t k = 0; k < t->len; k++)
+        t->v[k] = red_in(p, r, k);
 }
 static void tab_red_want(tab_t *t, int p, mtc_op_t op) { /* depends on g mod 7 */
     t->len = 7;
-    for (size_t k = 0; k < 7; k++) t->v[k] = red_want(p, k, op);
+    for (size_t k = 0; k < 7; k++)
+        t->v[k] = red_want(p, k, op);
 }
 static void tab_mov(tab_t *t, int a, int b) { /* depends on i mod 241 */
     t->len = 241;
-    for (size_t k = 0; k < 241; k++) t->v[k] = mov(a, b, k);
+    for (size_t k = 0; k < 241; k++)
+        t->v[k] = mov(a, b, k);
 }
 
 /* b[off + i] = table value of index base + i, for i < n. */
@@ -146,16 +150,17 @@ static void expect(const desc_t *d, const char *what, const void *b, size_t off,
         if (g != t->v[k] && !bad++) first = i, got0 = g, want0 = t->v[k];
         if (++k == t->len) k = 0;
     }
-    T_CHECKF(bad == 0, DESC_FMT ": %s: %zu of %zu wrong, first [%zu] = %g, want %g",
-             DESC_ARGS(d), what, bad, n, first, got0, want0);
+    T_CHECKF(bad == 0, DESC_FMT ": %s: %zu of %zu wrong, first [%zu] = %g, want %g", DESC_ARGS(d),
+             what, bad, n, first, got0, want0);
 }
 
 static void expect_sentinel(const desc_t *d, const char *what, const char *b, size_t from,
                             size_t to) {
     size_t bad = 0;
-    for (size_t i = from; i < to; i++) bad += (unsigned char)b[i] != SENT;
-    T_CHECKF(bad == 0, DESC_FMT ": %s: %zu bytes written outside the output", DESC_ARGS(d),
-             what, bad);
+    for (size_t i = from; i < to; i++)
+        bad += (unsigned char)b[i] != SENT;
+    T_CHECKF(bad == 0, DESC_FMT ": %s: %zu bytes written outside the output", DESC_ARGS(d), what,
+             bad);
 }
 
 static void expect_rc(const desc_t *d, mtc_result_t rc) {
@@ -283,8 +288,8 @@ static void case_all_gather_v(ctx_t *x, const desc_t *d) {
     tab_t v;
     tab_mov(&v, x->r, 0);
     fill(src, 0, mine, d->dt, &v, 0);
-    expect_rc(d, mtc_all_gather_v(src, mine, x->out, x->c1, d->inplace ? NULL : x->d1, d->dt,
-                                  x->comm));
+    expect_rc(
+        d, mtc_all_gather_v(src, mine, x->out, x->c1, d->inplace ? NULL : x->d1, d->dt, x->comm));
     size_t prev_end = 0;
     for (int q = 0; q < x->p; q++) {
         tab_mov(&v, q, 0);
@@ -345,8 +350,9 @@ static void case_barrier(ctx_t *x, const desc_t *d) {
         x->barriers++;
         long seen = atomic_load(&cfg->arrivals);
         if (!x->mpi)
-            T_CHECKF(seen >= x->barriers * x->p, DESC_FMT ": barrier %ld returned after %ld arrivals",
-                     DESC_ARGS(d), x->barriers, seen);
+            T_CHECKF(seen >= x->barriers * x->p,
+                     DESC_FMT ": barrier %ld returned after %ld arrivals", DESC_ARGS(d),
+                     x->barriers, seen);
     }
 }
 
@@ -359,26 +365,56 @@ static const struct {
     int reducing, has_inplace;
     mtc_algo_t algos[8]; /* AUTO-terminated after the first entry */
 } COLLS[] = {
-    {MTC_COLL_ALL_REDUCE, case_all_reduce, 1, 1,
+    {MTC_COLL_ALL_REDUCE,
+     case_all_reduce,
+     1,
+     1,
      {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_TREE, MTC_ALGO_RECDBL, MTC_ALGO_RABENSEIFNER,
       MTC_ALGO_HIER, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
-    {MTC_COLL_REDUCE_SCATTER, case_reduce_scatter, 1, 1,
+    {MTC_COLL_REDUCE_SCATTER,
+     case_reduce_scatter,
+     1,
+     1,
      {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
-    {MTC_COLL_ALL_GATHER, case_all_gather, 0, 1,
+    {MTC_COLL_ALL_GATHER,
+     case_all_gather,
+     0,
+     1,
      {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_RECDBL, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
-    {MTC_COLL_BROADCAST, case_broadcast, 0, 0,
+    {MTC_COLL_BROADCAST,
+     case_broadcast,
+     0,
+     0,
      {MTC_ALGO_AUTO, MTC_ALGO_TREE, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
-    {MTC_COLL_REDUCE, case_reduce, 1, 1,
+    {MTC_COLL_REDUCE,
+     case_reduce,
+     1,
+     1,
      {MTC_ALGO_AUTO, MTC_ALGO_TREE, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
-    {MTC_COLL_ALL_TO_ALL, case_all_to_all, 0, 0,
+    {MTC_COLL_ALL_TO_ALL,
+     case_all_to_all,
+     0,
+     0,
      {MTC_ALGO_AUTO, MTC_ALGO_PAIRWISE, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
-    {MTC_COLL_REDUCE_SCATTER_V, case_reduce_scatter_v, 1, 1,
+    {MTC_COLL_REDUCE_SCATTER_V,
+     case_reduce_scatter_v,
+     1,
+     1,
      {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_DIRECT}},
-    {MTC_COLL_ALL_GATHER_V, case_all_gather_v, 0, 1,
+    {MTC_COLL_ALL_GATHER_V,
+     case_all_gather_v,
+     0,
+     1,
      {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_DIRECT}},
-    {MTC_COLL_ALL_TO_ALL_V, case_all_to_all_v, 0, 0,
+    {MTC_COLL_ALL_TO_ALL_V,
+     case_all_to_all_v,
+     0,
+     0,
      {MTC_ALGO_AUTO, MTC_ALGO_PAIRWISE, MTC_ALGO_DIRECT}},
-    {MTC_COLL_BARRIER, case_barrier, 0, 0,
+    {MTC_COLL_BARRIER,
+     case_barrier,
+     0,
+     0,
      {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_TREE, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
 };
 #define NCOLLS (int)(sizeof COLLS / sizeof COLLS[0])
@@ -420,7 +456,8 @@ static void run_case(ctx_t *x, int ci, mtc_algo_t algo, mtc_dtype_t dt, int op, 
 static void determinism(ctx_t *x, mtc_algo_t algo, mtc_dtype_t dt, mtc_op_t op, size_t n) {
     size_t es = mtc_dtype_size(dt);
     desc_t d = {"all_reduce(determinism)", mtc_algo_name(algo), dt, (int)op, n, 0, x->p, x->r};
-    for (size_t i = 0; i < n; i++) mtc_dtype_store(x->in, dt, i, fuzz(x->r, i));
+    for (size_t i = 0; i < n; i++)
+        mtc_dtype_store(x->in, dt, i, fuzz(x->r, i));
     expect_rc(&d, mtc_all_reduce(x->in, x->out, n, dt, op, x->comm));
     uint64_t h[2] = {hash_bytes(x->out, n * es), 0};
     expect_rc(&d, mtc_all_reduce(x->in, x->out, n, dt, op, x->comm));
@@ -495,8 +532,12 @@ static void run_matrix(ctx_t *x) {
 /* ---- drivers ------------------------------------------------------------------------ */
 
 static mtc_result_t ctx_run(mtc_comm_t comm, mtc_comm_t chk, const cfg_t *cfg, int mpi) {
-    ctx_t x = {.comm = comm, .chk = chk, .p = mtc_comm_size(comm), .r = mtc_comm_rank(comm),
-               .mpi = mpi, .cfg = cfg};
+    ctx_t x = {.comm = comm,
+               .chk = chk,
+               .p = mtc_comm_size(comm),
+               .r = mtc_comm_rank(comm),
+               .mpi = mpi,
+               .cfg = cfg};
     size_t small = (size_t)x.p * (1009 + (size_t)x.p + 4) + 64;
     size_t big = cfg->large + 4 * (size_t)x.p + 64;
     x.cap = small * 8 > big * 4 ? small * 8 : big * 4;

@@ -4,9 +4,9 @@
  * {0, 1, p-1, p, p+1, 13, ~1M}, in place and out of place, world sizes 1..8;
  * non-blocking calls overlapping computation and ordered with blocking
  * ones; bitwise determinism; communicators left unfreed are freed (and
- * their progress threads joined) when the rank function returns. Expected values are closed forms of
- * (rank, index): small integers, so every partial sum is exact in every
- * dtype (bf16 included). */
+ * their progress threads joined) when the rank function returns. Expected values are closed forms
+ * of (rank, index): small integers, so every partial sum is exact in every dtype (bf16 included).
+ */
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>
@@ -30,20 +30,25 @@ static const int quick = 0;
 
 /* ---- closed-form data --------------------------------------------------------- */
 
-static double xval(int rank, size_t i) { return (double)((int)(((size_t)rank + 1) * (i % 7 + 1) % 16) - 5); }
+static double xval(int rank, size_t i) {
+    return (double)((int)(((size_t)rank + 1) * (i % 7 + 1) % 16) - 5);
+}
 
 /* op over ranks 0..n-1 of xval(r, i), as the dtype would compute it. */
 static double expect_red(int n, size_t i, mtc_op_t op, mtc_dtype_t dt) {
     double acc = xval(0, i);
     for (int r = 1; r < n; r++) {
         double v = xval(r, i);
-        acc = op == MTC_OP_MAX ? (v > acc ? v : acc) : op == MTC_OP_MIN ? (v < acc ? v : acc) : acc + v;
+        acc = op == MTC_OP_MAX   ? (v > acc ? v : acc)
+              : op == MTC_OP_MIN ? (v < acc ? v : acc)
+                                 : acc + v;
     }
     if (op != MTC_OP_AVG || n == 1) return acc;
     switch (dt) {
     case MTC_DTYPE_F32: return (float)acc / (float)n;
     case MTC_DTYPE_BF16: return mtc_bf16_to_f32(mtc_f32_to_bf16((float)acc / (float)n));
-    case MTC_DTYPE_I32: case MTC_DTYPE_I64: return (double)((int64_t)acc / n);
+    case MTC_DTYPE_I32:
+    case MTC_DTYPE_I64: return (double)((int64_t)acc / n);
     default: return acc / n;
     }
 }
@@ -68,7 +73,8 @@ static mtc_result_t t_groups(mtc_comm_t w) {
         T_CHECK(mtc_comm_size(c) == cnt && mtc_comm_rank(c) == pos);
         T_CHECK(!strcmp(mtc_comm_name(c), "PARITY"));
         int64_t v = r, s = 0, want = 0;
-        for (int q = 0; q < n; q++) want += (q % 2 == r % 2 && !(q == 0 && n > 2)) ? q : 0;
+        for (int q = 0; q < n; q++)
+            want += (q % 2 == r % 2 && !(q == 0 && n > 2)) ? q : 0;
         T_CHECK(mtc_all_reduce(&v, &s, 1, MTC_DTYPE_I64, MTC_OP_SUM, c) == MTC_OK && s == want);
         /* nested: halves of the parity group */
         mtc_comm_t h;
@@ -104,10 +110,12 @@ static mtc_result_t t_p2p(mtc_comm_t w) {
     int r = mtc_comm_rank(w), n = mtc_comm_size(w);
     if (n == 1) return MTC_OK;
     int32_t out[5], in[5];
-    for (int i = 0; i < 5; i++) out[i] = r * 100 + i;
+    for (int i = 0; i < 5; i++)
+        out[i] = r * 100 + i;
     int dst = (r + 1) % n, src = (r + n - 1) % n;
     T_CHECK(mtc_sendrecv(out, 5, dst, in, 5, src, MTC_DTYPE_I32, w) == MTC_OK);
-    for (int i = 0; i < 5; i++) T_CHECK(in[i] == src * 100 + i);
+    for (int i = 0; i < 5; i++)
+        T_CHECK(in[i] == src * 100 + i);
     /* pairs: three messages arrive in order */
     int peer = r ^ 1;
     if (peer >= n) return MTC_OK;
@@ -126,19 +134,21 @@ static mtc_result_t t_p2p(mtc_comm_t w) {
 /* ---- collectives ---------------------------------------------------------------- */
 
 static void fill(void *buf, mtc_dtype_t dt, int rank, size_t off, size_t n) {
-    for (size_t i = 0; i < n; i++) mtc_dtype_store(buf, dt, i, xval(rank, off + i));
+    for (size_t i = 0; i < n; i++)
+        mtc_dtype_store(buf, dt, i, xval(rank, off + i));
 }
 
-#define CHECK_VALS(cond_each, what)                                                       \
-    do {                                                                                  \
-        size_t bad_ = 0;                                                                  \
-        for (size_t i = 0; i < total; i++)                                                \
-            if (!(cond_each)) bad_++;                                                     \
-        T_CHECKF(bad_ == 0, "%s n=%d count=%zu %s %s inplace=%d: %zu wrong", what, n, c,  \
-                 mtc_dtype_name(dt), mtc_op_name(op), inplace, bad_);                     \
+#define CHECK_VALS(cond_each, what)                                                                \
+    do {                                                                                           \
+        size_t bad_ = 0;                                                                           \
+        for (size_t i = 0; i < total; i++)                                                         \
+            if (!(cond_each)) bad_++;                                                              \
+        T_CHECKF(bad_ == 0, "%s n=%d count=%zu %s %s inplace=%d: %zu wrong", what, n, c,           \
+                 mtc_dtype_name(dt), mtc_op_name(op), inplace, bad_);                              \
     } while (0)
 
-static void t_one(mtc_comm_t w, size_t c, mtc_dtype_t dt, mtc_op_t op, int inplace, char *a, char *b) {
+static void t_one(mtc_comm_t w, size_t c, mtc_dtype_t dt, mtc_op_t op, int inplace, char *a,
+                  char *b) {
     int r = mtc_comm_rank(w), n = mtc_comm_size(w);
     size_t es = mtc_dtype_size(dt), total;
     /* all_reduce */
@@ -148,10 +158,12 @@ static void t_one(mtc_comm_t w, size_t c, mtc_dtype_t dt, mtc_op_t op, int inpla
     T_CHECK(mtc_all_reduce(a, out, c, dt, op, w) == MTC_OK);
     CHECK_VALS(mtc_dtype_load(out, dt, i) == expect_red(n, i, op, dt), "all_reduce");
     /* reduce_scatter: rank r gets block r */
-    for (int p = 0; p < n; p++) fill(a + (size_t)p * c * es, dt, r, (size_t)p * c, c);
+    for (int p = 0; p < n; p++)
+        fill(a + (size_t)p * c * es, dt, r, (size_t)p * c, c);
     out = inplace ? a + (size_t)r * c * es : b;
     T_CHECK(mtc_reduce_scatter(a, out, c, dt, op, w) == MTC_OK);
-    CHECK_VALS(mtc_dtype_load(out, dt, i) == expect_red(n, (size_t)r * c + i, op, dt), "reduce_scatter");
+    CHECK_VALS(mtc_dtype_load(out, dt, i) == expect_red(n, (size_t)r * c + i, op, dt),
+               "reduce_scatter");
     /* reduce to root */
     int root = (int)((c + 1) % (size_t)n);
     fill(a, dt, r, 0, c);
@@ -164,15 +176,19 @@ static void t_one(mtc_comm_t w, size_t c, mtc_dtype_t dt, mtc_op_t op, int inpla
     char *in = inplace ? b + (size_t)r * c * es : a;
     fill(in, dt, r, 0, c);
     T_CHECK(mtc_all_gather(in, b, c, dt, w) == MTC_OK);
-    CHECK_VALS(mtc_dtype_load(b, dt, i) == xval((int)(i / (c ? c : 1)), i % (c ? c : 1)), "all_gather");
+    CHECK_VALS(mtc_dtype_load(b, dt, i) == xval((int)(i / (c ? c : 1)), i % (c ? c : 1)),
+               "all_gather");
     /* all_to_all: block j of rank p's input is xval(p, j*c + i) */
     fill(a, dt, r, 0, total);
     T_CHECK(mtc_all_to_all(a, b, c, dt, w) == MTC_OK);
-    CHECK_VALS(mtc_dtype_load(b, dt, i) == xval((int)(i / (c ? c : 1)), (size_t)r * c + i % (c ? c : 1)), "all_to_all");
+    CHECK_VALS(mtc_dtype_load(b, dt, i) ==
+                   xval((int)(i / (c ? c : 1)), (size_t)r * c + i % (c ? c : 1)),
+               "all_to_all");
     /* broadcast */
     total = c;
     root = (int)(c % (size_t)n);
-    for (size_t i = 0; i < c; i++) mtc_dtype_store(a, dt, i, r == root ? xval(root, i) : -99);
+    for (size_t i = 0; i < c; i++)
+        mtc_dtype_store(a, dt, i, r == root ? xval(root, i) : -99);
     T_CHECK(mtc_broadcast(a, c, dt, root, w) == MTC_OK);
     CHECK_VALS(mtc_dtype_load(a, dt, i) == xval(root, i), "broadcast");
 }
@@ -182,12 +198,15 @@ static void t_v(mtc_comm_t w, size_t c, mtc_dtype_t dt, char *a, char *b) {
     int r = mtc_comm_rank(w), n = mtc_comm_size(w), inplace = 0;
     mtc_op_t op = MTC_OP_SUM;
     size_t es = mtc_dtype_size(dt), counts[8], displs[8], off = 0, total = 0;
-    for (int p = 0; p < n; p++) counts[p] = c + (size_t)p, displs[p] = off + (size_t)p, off += counts[p] + (size_t)p;
-    for (int p = 0; p < n; p++) total += counts[p];
+    for (int p = 0; p < n; p++)
+        counts[p] = c + (size_t)p, displs[p] = off + (size_t)p, off += counts[p] + (size_t)p;
+    for (int p = 0; p < n; p++)
+        total += counts[p];
     fill(a, dt, r, 0, total);
     T_CHECK(mtc_reduce_scatter_v(a, b, counts, dt, op, w) == MTC_OK);
     size_t mine = 0;
-    for (int p = 0; p < r; p++) mine += counts[p];
+    for (int p = 0; p < r; p++)
+        mine += counts[p];
     {
         size_t tot = total;
         total = counts[r];
@@ -200,16 +219,20 @@ static void t_v(mtc_comm_t w, size_t c, mtc_dtype_t dt, char *a, char *b) {
     T_CHECK(mtc_all_gather_v(a, counts[r], b, counts, displs, dt, w) == MTC_OK);
     size_t bad = 0;
     for (int p = 0; p < n; p++)
-        for (size_t i = 0; i < counts[p]; i++) bad += mtc_dtype_load(b, dt, displs[p] + i) != xval(p, i);
+        for (size_t i = 0; i < counts[p]; i++)
+            bad += mtc_dtype_load(b, dt, displs[p] + i) != xval(p, i);
     T_CHECKF(bad == 0, "all_gather_v n=%d c=%zu %s: %zu wrong", n, c, mtc_dtype_name(dt), bad);
     /* all_to_all_v: rank s sends f(s, d) = c + (s + 2d) % 3 elements to d, packed */
     size_t sc[8], rc[8], so = 0;
-    for (int p = 0; p < n; p++) sc[p] = c + (size_t)((r + 2 * p) % 3), rc[p] = c + (size_t)((p + 2 * r) % 3);
-    for (int p = 0; p < n; p++) fill(a + so * es, dt, r, 1000 * (size_t)p, sc[p]), so += sc[p];
+    for (int p = 0; p < n; p++)
+        sc[p] = c + (size_t)((r + 2 * p) % 3), rc[p] = c + (size_t)((p + 2 * r) % 3);
+    for (int p = 0; p < n; p++)
+        fill(a + so * es, dt, r, 1000 * (size_t)p, sc[p]), so += sc[p];
     T_CHECK(mtc_all_to_all_v(a, sc, NULL, b, rc, NULL, dt, w) == MTC_OK);
     bad = 0, so = 0;
     for (int p = 0; p < n; p++) {
-        for (size_t i = 0; i < rc[p]; i++) bad += mtc_dtype_load(b, dt, so + i) != xval(p, 1000 * (size_t)r + i);
+        for (size_t i = 0; i < rc[p]; i++)
+            bad += mtc_dtype_load(b, dt, so + i) != xval(p, 1000 * (size_t)r + i);
         so += rc[p];
     }
     T_CHECKF(bad == 0, "all_to_all_v n=%d c=%zu %s: %zu wrong", n, c, mtc_dtype_name(dt), bad);
@@ -228,8 +251,8 @@ static mtc_result_t t_colls(mtc_comm_t w) {
             for (int op = 0; op < MTC_OP_COUNT; op++)
                 for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
                     if (!quick || (dt + op + (int)k) % 3 == 0)
-                    for (int inplace = 0; inplace < 2; inplace++)
-                        t_one(w, counts[k], (mtc_dtype_t)dt, (mtc_op_t)op, inplace, a, b);
+                        for (int inplace = 0; inplace < 2; inplace++)
+                            t_one(w, counts[k], (mtc_dtype_t)dt, (mtc_op_t)op, inplace, a, b);
         for (int dt = 0; dt < MTC_DTYPE_COUNT; dt++) {
             t_v(w, 0, (mtc_dtype_t)dt, a, b);
             t_v(w, 5, (mtc_dtype_t)dt, a, b);
@@ -250,7 +273,8 @@ static mtc_result_t t_colls(mtc_comm_t w) {
         c = big / (size_t)n, total = c;
         fill(a, dt, r, 0, c * (size_t)n);
         T_CHECK(mtc_reduce_scatter(a, b, c, dt, op, w) == MTC_OK);
-        CHECK_VALS(mtc_dtype_load(b, dt, i) == expect_red(n, (size_t)r * c + i, op, dt), "reduce_scatter 1M");
+        CHECK_VALS(mtc_dtype_load(b, dt, i) == expect_red(n, (size_t)r * c + i, op, dt),
+                   "reduce_scatter 1M");
         total = c * (size_t)n;
         fill(b + (size_t)r * c * es, dt, r, 0, c);
         T_CHECK(mtc_all_gather(b + (size_t)r * c * es, b, c, dt, w) == MTC_OK);
@@ -295,7 +319,8 @@ static void t_copy(void) {
     size_t deltas[] = {0, 1, 16, 63, 64, 4095};
     size_t cap = 70000 + 8192 + 64;
     unsigned char *src = malloc(cap), *dst = malloc(cap + 4096);
-    for (size_t i = 0; i < cap; i++) src[i] = (unsigned char)(i * 7 + 3);
+    for (size_t i = 0; i < cap; i++)
+        src[i] = (unsigned char)(i * 7 + 3);
     for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
         for (size_t b = 0; b < sizeof deltas / sizeof *deltas; b++) {
             size_t n = sizes[a], so = 5;
@@ -305,10 +330,12 @@ static void t_copy(void) {
             memset(dst, 0xEE, cap + 4096);
             comm_copy(dst + doff, src + so, n);
             size_t bad = 0;
-            for (size_t i = 0; i < n; i++) bad += dst[doff + i] != (unsigned char)((i + so) * 7 + 3);
+            for (size_t i = 0; i < n; i++)
+                bad += dst[doff + i] != (unsigned char)((i + so) * 7 + 3);
             bad += doff > 0 && dst[doff - 1] != 0xEE;
             bad += dst[doff + n] != 0xEE;
-            T_CHECKF(bad == 0, "comm_copy of %zu bytes, delta %zu: %zu bad bytes", n, deltas[b], bad);
+            T_CHECKF(bad == 0, "comm_copy of %zu bytes, delta %zu: %zu bad bytes", n, deltas[b],
+                     bad);
         }
     free(src), free(dst);
 }
@@ -330,18 +357,23 @@ static mtc_result_t t_nonblocking(mtc_comm_t w) {
     size_t c = quick ? 10000 : 100000;
     float *x = malloc(c * sizeof *x), *y = malloc(c * sizeof *y), *z = malloc(c * sizeof *z);
     float *g = malloc((size_t)n * 64 * sizeof *g);
-    for (size_t i = 0; i < c; i++) x[i] = (float)xval(r, i), y[i] = (float)(r + 1);
+    for (size_t i = 0; i < c; i++)
+        x[i] = (float)xval(r, i), y[i] = (float)(r + 1);
     float mine[64];
-    for (int i = 0; i < 64; i++) mine[i] = (float)(r * 64 + i);
+    for (int i = 0; i < 64; i++)
+        mine[i] = (float)(r * 64 + i);
     mtc_request_t q1, q2, q3;
     T_CHECK(mtc_all_reduce_start(x, x, c, MTC_DTYPE_F32, MTC_OP_SUM, w, &q1) == MTC_OK);
     T_CHECK(mtc_all_gather_start(mine, g, 64, MTC_DTYPE_F32, w, &q2) == MTC_OK);
-    T_CHECK(mtc_reduce_scatter_start(y, z, c / (size_t)n, MTC_DTYPE_F32, MTC_OP_MAX, w, &q3) == MTC_OK);
+    T_CHECK(mtc_reduce_scatter_start(y, z, c / (size_t)n, MTC_DTYPE_F32, MTC_OP_MAX, w, &q3) ==
+            MTC_OK);
     volatile double acc = 0; /* compute meanwhile */
-    for (int i = 0; i < 200000; i++) acc += i * 0.5;
+    for (int i = 0; i < 200000; i++)
+        acc += i * 0.5;
     int done = 0;
     mtc_result_t trc = MTC_OK;
-    while (!done && trc == MTC_OK) trc = mtc_request_test(q2, &done), sched_yield();
+    while (!done && trc == MTC_OK)
+        trc = mtc_request_test(q2, &done), sched_yield();
     T_CHECK(trc == MTC_OK && done);
     /* blocking call goes behind the pending ones: it sees x already reduced */
     float *s = malloc(c * sizeof *s);
@@ -353,15 +385,18 @@ static mtc_result_t t_nonblocking(mtc_comm_t w) {
         bad += x[i] != (float)expect_red(n, i, MTC_OP_SUM, MTC_DTYPE_F32);
         bad += s[i] != (float)(n * expect_red(n, i, MTC_OP_SUM, MTC_DTYPE_F32));
     }
-    for (size_t i = 0; i < c / (size_t)n; i++) bad += z[i] != (float)n;
-    for (int i = 0; i < 64 * n; i++) bad += g[i] != (float)i;
+    for (size_t i = 0; i < c / (size_t)n; i++)
+        bad += z[i] != (float)n;
+    for (int i = 0; i < 64 * n; i++)
+        bad += g[i] != (float)i;
     T_CHECKF(bad == 0, "non-blocking n=%d: %zu wrong", n, bad);
     /* overlap across communicators: a queued all-reduce on one (progress
      * thread) while the rank runs blocking collectives on another */
     mtc_comm_t a, b2;
     T_CHECK(mtc_comm_split(w, 0, r, "DP", &a) == MTC_OK);
     T_CHECK(mtc_comm_split(w, r % 2, r, "TP", &b2) == MTC_OK);
-    for (size_t i = 0; i < c; i++) x[i] = (float)xval(r, i);
+    for (size_t i = 0; i < c; i++)
+        x[i] = (float)xval(r, i);
     T_CHECK(mtc_all_reduce_start(x, x, c, MTC_DTYPE_F32, MTC_OP_SUM, a, &q1) == MTC_OK);
     int64_t one = 1, cnt = 0;
     for (int k = 0; k < 20; k++)
@@ -369,7 +404,8 @@ static mtc_result_t t_nonblocking(mtc_comm_t w) {
     T_CHECK(cnt == mtc_comm_size(b2));
     T_CHECK(mtc_request_wait(&q1) == MTC_OK);
     bad = 0;
-    for (size_t i = 0; i < c; i++) bad += x[i] != (float)expect_red(n, i, MTC_OP_SUM, MTC_DTYPE_F32);
+    for (size_t i = 0; i < c; i++)
+        bad += x[i] != (float)expect_red(n, i, MTC_OP_SUM, MTC_DTYPE_F32);
     T_CHECKF(bad == 0, "overlap across communicators n=%d: %zu wrong", n, bad);
     mtc_comm_free(a);
     mtc_comm_free(b2);
@@ -383,7 +419,8 @@ static mtc_result_t t_determinism(mtc_comm_t w) {
     int r = mtc_comm_rank(w), n = mtc_comm_size(w);
     size_t c = quick ? 5001 : 50001;
     float *in = malloc(c * sizeof *in);
-    for (size_t i = 0; i < c; i++) in[i] = sinf((float)(r * 7919 + (int)i)) * 1e3f + 1e-3f * (float)i;
+    for (size_t i = 0; i < c; i++)
+        in[i] = sinf((float)(r * 7919 + (int)i)) * 1e3f + 1e-3f * (float)i;
     for (int k = 0; k < 2; k++) {
         det_results[r][k] = malloc(c * sizeof(float));
         T_CHECK(mtc_all_reduce(in, det_results[r][k], c, MTC_DTYPE_F32, MTC_OP_SUM, w) == MTC_OK);
@@ -397,7 +434,8 @@ static mtc_result_t t_determinism(mtc_comm_t w) {
         T_CHECKF(same, "all_reduce not bitwise identical across ranks/runs (n=%d)", n);
     }
     T_CHECK(mtc_barrier(w) == MTC_OK);
-    for (int k = 0; k < 2; k++) free(det_results[r][k]);
+    for (int k = 0; k < 2; k++)
+        free(det_results[r][k]);
     free(in);
     return MTC_OK;
 }
@@ -423,12 +461,13 @@ static mtc_result_t rank_main(mtc_comm_t w, void *arg) {
 
 int main(void) {
     for (world_n = 1; world_n <= 8; world_n += quick && world_n > 2 ? 2 : 1) {
-        mtc_launch_opts o = {.backend = MTC_BACKEND_SHM, .world_size = world_n, .timeout_s = 120,
-                             .pin_threads = -1};
+        mtc_launch_opts o = {
+            .backend = MTC_BACKEND_SHM, .world_size = world_n, .timeout_s = 120, .pin_threads = -1};
         double t0 = mtc_time_s();
         mtc_result_t rc = mtc_launch(&o, rank_main, NULL);
         printf("world size %d: %.2f s\n", world_n, mtc_time_s() - t0);
-        T_CHECKF(rc == MTC_OK, "launch n=%d: %s %s", world_n, mtc_result_name(rc), mtc_error_detail());
+        T_CHECKF(rc == MTC_OK, "launch n=%d: %s %s", world_n, mtc_result_name(rc),
+                 mtc_error_detail());
     }
     t_copy();
     int threads = thread_count();

@@ -99,7 +99,8 @@ static mtc_result_t r_select(mtc_comm_t w, void *p) {
         mtc_comm_set_algo(w, MTC_COLL_ALL_REDUCE, (mtc_algo_t)a);
         T_CHECK((int)mtc_comm_get_algo(w, MTC_COLL_ALL_REDUCE) == a);
         float in[37], out[37];
-        for (int i = 0; i < 37; i++) in[i] = (float)(r * 37 + i);
+        for (int i = 0; i < 37; i++)
+            in[i] = (float)(r * 37 + i);
         rc = mtc_all_reduce(in, out, 37, MTC_DTYPE_F32, MTC_OP_SUM, w);
         if (a == MTC_ALGO_HIER || a == MTC_ALGO_NATIVE || a == MTC_ALGO_PAIRWISE) {
             T_CHECKF(rc == MTC_ERR_INVALID_ARGUMENT, "%s: %s", mtc_algo_name((mtc_algo_t)a),
@@ -107,7 +108,8 @@ static mtc_result_t r_select(mtc_comm_t w, void *p) {
             continue;
         }
         int n = mtc_comm_size(w), bad = 0;
-        for (int i = 0; i < 37; i++) bad += out[i] != (float)(37 * n * (n - 1) / 2 + n * i);
+        for (int i = 0; i < 37; i++)
+            bad += out[i] != (float)(37 * n * (n - 1) / 2 + n * i);
         T_CHECKF(rc == MTC_OK && !bad, "%s: %s, %d wrong", mtc_algo_name((mtc_algo_t)a),
                  mtc_result_name(rc), bad);
     }
@@ -147,9 +149,10 @@ int main(void) {
     double elapsed[3] = {0};
     o.timeout_s = 60;
     mtc_result_t rc = mtc_launch(&o, r_abort, elapsed);
-    T_CHECKF(rc == MTC_ERR_IO && strstr(mtc_error_detail(), "rank 1: disk on fire"), "launch: %s %s",
-             mtc_result_name(rc), mtc_error_detail());
-    T_CHECKF(elapsed[0] < 5 && elapsed[2] < 5, "abort noticed after %.2f / %.2f s", elapsed[0], elapsed[2]);
+    T_CHECKF(rc == MTC_ERR_IO && strstr(mtc_error_detail(), "rank 1: disk on fire"),
+             "launch: %s %s", mtc_result_name(rc), mtc_error_detail());
+    T_CHECKF(elapsed[0] < 5 && elapsed[2] < 5, "abort noticed after %.2f / %.2f s", elapsed[0],
+             elapsed[2]);
 
     for (int n = 2; n <= 5; n += 3) {
         o.world_size = n;

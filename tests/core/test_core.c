@@ -50,7 +50,8 @@ static void test_philox_kat(void) {
         uint32_t out[4];
         mtc_philox4x32_10(ctr[t], key[t], out);
         for (int i = 0; i < 4; i++)
-            T_CHECKF(out[i] == want[t][i], "vector %d word %d: %08x vs %08x", t, i, out[i], want[t][i]);
+            T_CHECKF(out[i] == want[t][i], "vector %d word %d: %08x vs %08x", t, i, out[i],
+                     want[t][i]);
     }
 }
 
@@ -66,7 +67,8 @@ static void test_rng_layout_independent(void) {
         int same = memcmp(part, whole + first, n * sizeof(float)) == 0;
         T_CHECKF(same, "normal shard at offset %zu differs", first);
     }
-    for (size_t i = 0; i < N; i += 97) T_CHECK(mtc_rng_normal(1234, 77, i) == whole[i]);
+    for (size_t i = 0; i < N; i += 97)
+        T_CHECK(mtc_rng_normal(1234, 77, i) == whole[i]);
     /* different streams and seeds give different numbers */
     T_CHECK(mtc_rng_normal(1234, 78, 5) != whole[5]);
     T_CHECK(mtc_rng_normal(1235, 77, 5) != whole[5]);
@@ -75,7 +77,8 @@ static void test_rng_layout_independent(void) {
     static float big[M];
     mtc_rng_fill_normal(big, M, 42, 1, 0, 0.0f, 1.0f);
     double s = 0, s2 = 0;
-    for (int i = 0; i < M; i++) s += big[i], s2 += (double)big[i] * big[i];
+    for (int i = 0; i < M; i++)
+        s += big[i], s2 += (double)big[i] * big[i];
     double mean = s / M, var = s2 / M - mean * mean;
     T_CHECKF(fabs(mean) < 4.0 / sqrt(M), "mean %g", mean);
     T_CHECKF(fabs(var - 1.0) < 4.0 * sqrt(2.0 / M), "variance %g", var);
@@ -136,8 +139,16 @@ static void test_args(void) {
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &sizes, "A,B", "sizes", 0},
     };
     int n = (int)(sizeof args / sizeof args[0]);
-    char *argv1[] = {"--tp", "4", "--sequence-parallel", "--lr=3e-4", "--data-path", "x.txt",
-                     "--hierarchical-context-parallel-sizes", "2", "4", "--no-overlap-grad-reduce"};
+    char *argv1[] = {"--tp",
+                     "4",
+                     "--sequence-parallel",
+                     "--lr=3e-4",
+                     "--data-path",
+                     "x.txt",
+                     "--hierarchical-context-parallel-sizes",
+                     "2",
+                     "4",
+                     "--no-overlap-grad-reduce"};
     char err[256] = "";
     T_CHECK(mtc_args_parse(args, n, 10, argv1, NULL, 0, NULL, err, sizeof err) == MTC_OK);
     T_CHECK(tp == 4 && flag == 1 && on == 0 && lr == 3e-4 && path && !strcmp(path, "x.txt"));

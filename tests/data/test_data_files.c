@@ -27,14 +27,20 @@ static void put_file(const char *name, const void *b, size_t n) {
     char p[256];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "wb");
-    if (!f || fwrite(b, 1, n, f) != n) { perror(p); exit(2); }
+    if (!f || fwrite(b, 1, n, f) != n) {
+        perror(p);
+        exit(2);
+    }
     fclose(f);
 }
 static unsigned char *get_file(const char *name, size_t *n) {
     char p[256];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "rb");
-    if (!f) { perror(p); exit(2); }
+    if (!f) {
+        perror(p);
+        exit(2);
+    }
     fseek(f, 0, SEEK_END);
     *n = (size_t)ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -44,14 +50,18 @@ static unsigned char *get_file(const char *name, size_t *n) {
     return b;
 }
 static void le(unsigned char *p, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < bytes; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
 }
 
 static data_source *open_src(const char *path, int T, int vocab, const char *split,
                              mtc_result_t *rc) {
     char p[256];
     snprintf(p, sizeof p, "%s/%s", dir, path);
-    data_source_opts o = {.data_path = p, .seq_length = T, .vocab_size = vocab, .seed = 7,
+    data_source_opts o = {.data_path = p,
+                          .seq_length = T,
+                          .vocab_size = vocab,
+                          .seed = 7,
                           .split = split ? split : "1,0,0"};
     data_source *s = NULL;
     *rc = data_source_open(&o, &s);
@@ -86,11 +96,14 @@ static void check_all_windows(data_source *s, int T, int (*want)(uint64_t), cons
         uint64_t w = n;
         for (uint64_t c = 0; c < n && w == n; c++) { /* which window is it? */
             int ok = 1;
-            for (int k = 0; k <= T && ok; k++) ok = tok[k] == want(c * (uint64_t)T + (uint64_t)k);
+            for (int k = 0; k <= T && ok; k++)
+                ok = tok[k] == want(c * (uint64_t)T + (uint64_t)k);
             if (ok && !seen[c]) w = c;
         }
-        if (w == n) bad++;
-        else seen[w] = 1;
+        if (w == n)
+            bad++;
+        else
+            seen[w] = 1;
     }
     T_CHECKF(bad == 0, "%s: %d samples are not distinct windows of the written stream", what, bad);
     free(seen);
@@ -104,7 +117,8 @@ static int f_big(uint64_t p) { return (int)(70000 + p * 3); }
 static void test_indexed(void) {
     int lens[] = {5, 0, 17, 3, 40, 1}; /* 66 tokens: (66-1) % 5 == 0 */
     int tokens[66];
-    for (int i = 0; i < 66; i++) tokens[i] = f_idx((uint64_t)i);
+    for (int i = 0; i < 66; i++)
+        tokens[i] = f_idx((uint64_t)i);
     char prefix[128];
     snprintf(prefix, sizeof prefix, "%s/ds", dir);
     T_CHECK(data_indexed_write(prefix, tokens, lens, 6, 0) == MTC_OK);
@@ -123,11 +137,13 @@ static void test_indexed(void) {
         le(want + 34 + 24 + 8 * s, off, 8);
         off += 2 * (uint64_t)lens[s];
     }
-    for (int d = 0; d <= 6; d++) le(want + 34 + 72 + 8 * d, (uint64_t)d, 8);
+    for (int d = 0; d <= 6; d++)
+        le(want + 34 + 72 + 8 * d, (uint64_t)d, 8);
     T_CHECK(n_idx == sizeof want && memcmp(idx, want, sizeof want) == 0);
     T_CHECK(n_bin == 132);
     int bin_ok = n_bin == 132;
-    for (int i = 0; i < 66 && bin_ok; i++) bin_ok = bin[2 * i] + 256 * bin[2 * i + 1] == tokens[i];
+    for (int i = 0; i < 66 && bin_ok; i++)
+        bin_ok = bin[2 * i] + 256 * bin[2 * i + 1] == tokens[i];
     T_CHECK(bin_ok);
 
     /* read back through the prefix, the .bin and the .idx path */
@@ -139,7 +155,8 @@ static void test_indexed(void) {
         if (!s) continue;
         T_CHECK(data_source_num_tokens(s) == 66);
         int maxv = 0;
-        for (int i = 0; i < 66; i++) maxv = tokens[i] > maxv ? tokens[i] : maxv;
+        for (int i = 0; i < 66; i++)
+            maxv = tokens[i] > maxv ? tokens[i] : maxv;
         T_CHECK(data_source_vocab_size(s) == maxv + 1);
         T_CHECK(data_source_tokenizer(s) == NULL);
         check_all_windows(s, 5, f_idx, names[k]);
@@ -148,7 +165,8 @@ static void test_indexed(void) {
 
     /* other dtypes: uint8 and int32 (ids above 65535) */
     int t8[41], tb[41], l1[] = {41};
-    for (int i = 0; i < 41; i++) t8[i] = f_u8((uint64_t)i), tb[i] = f_big((uint64_t)i);
+    for (int i = 0; i < 41; i++)
+        t8[i] = f_u8((uint64_t)i), tb[i] = f_big((uint64_t)i);
     snprintf(prefix, sizeof prefix, "%s/u8", dir);
     T_CHECK(data_indexed_write(prefix, t8, l1, 1, 1) == MTC_OK);
     snprintf(prefix, sizeof prefix, "%s/big", dir);
@@ -221,7 +239,8 @@ static void put_shard(const char *name, int magic, int version, int ntok_header,
     le(b, (uint32_t)magic, 4);
     le(b + 4, (uint32_t)version, 4);
     le(b + 8, (uint32_t)ntok_header, 4);
-    for (int i = 0; i < n; i++) le(b + 1024 + (size_t)i * (size_t)item, (uint64_t)tok[i], item);
+    for (int i = 0; i < n; i++)
+        le(b + 1024 + (size_t)i * (size_t)item, (uint64_t)tok[i], item);
     put_file(name, b, sz);
     free(b);
 }
@@ -230,8 +249,10 @@ static int f_shards(uint64_t p) { return p < 30 ? (int)(p * 1000 % 50257) : (int
 
 static void test_llmc(void) {
     int a[30], b[31];
-    for (int i = 0; i < 30; i++) a[i] = f_shards((uint64_t)i);
-    for (int i = 0; i < 31; i++) b[i] = f_shards(30 + (uint64_t)i);
+    for (int i = 0; i < 30; i++)
+        a[i] = f_shards((uint64_t)i);
+    for (int i = 0; i < 31; i++)
+        b[i] = f_shards(30 + (uint64_t)i);
     mkdir(strcat(strcpy((char[128]){0}, dir), "/sh"), 0700);
     /* written in reverse order: the glob must sort them */
     put_shard("sh/train_001.bin", 20240801, 7, 31, b, 31, 4, 0);
@@ -279,13 +300,14 @@ static int f_text(uint64_t p) { /* char ids of "hello world": sorted " dehlorw" 
     return (int)(strchr(" dehlorw", text_ab[p]) - " dehlorw");
 }
 
-
 /* tools/txt_to_indexed.py on the text folder gives the same stream (and a
  * tokenizer sidecar), so both sources yield identical samples. */
 static void test_converter(void) {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "python3 tools/txt_to_indexed.py --input %s/txt --output-prefix "
-             "%s/conv >/dev/null", dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "python3 tools/txt_to_indexed.py --input %s/txt --output-prefix "
+             "%s/conv >/dev/null",
+             dir, dir);
     if (system("python3 -c pass 2>/dev/null") != 0 || access("tools/txt_to_indexed.py", R_OK)) {
         printf("skip: python3 or tools/txt_to_indexed.py not available\n");
         return;
@@ -325,7 +347,7 @@ static void test_text(void) {
     put_file("txt/a.txt", "hello", 5);
     put_file("txt/sub/b.txt", " world", 6);
     put_file("txt/c.dat", "\0\0\0\2zzz", 7); /* strfile index: skipped */
-    put_file("txt/.hidden", "QQ", 2);      /* hidden: skipped */
+    put_file("txt/.hidden", "QQ", 2);        /* hidden: skipped */
     snprintf(p, sizeof p, "%s/txt/d.txt", dir);
     T_CHECK(symlink("a.txt", p) == 0); /* the same file again: skipped */
     mtc_result_t rc;
@@ -378,11 +400,14 @@ static void test_tokenizer(void) {
     char out[64], ser[600];
     data_tokenizer_init_char(&t, text, n);
     int distinct = 0;
-    for (int c = 0; c < 256; c++) distinct += memchr(text, c, n) != NULL;
+    for (int c = 0; c < 256; c++)
+        distinct += memchr(text, c, n) != NULL;
     T_CHECK(t.vocab_size == distinct);
-    for (int i = 1; i < t.vocab_size; i++) T_CHECK(t.chars[i - 1] < t.chars[i]);
+    for (int i = 1; i < t.vocab_size; i++)
+        T_CHECK(t.chars[i - 1] < t.chars[i]);
     T_CHECK(data_tokenizer_encode(&t, text, n, ids) == 0);
-    for (size_t i = 0; i < n; i++) T_CHECK(ids[i] >= 0 && ids[i] < t.vocab_size);
+    for (size_t i = 0; i < n; i++)
+        T_CHECK(ids[i] >= 0 && ids[i] < t.vocab_size);
     T_CHECK(data_tokenizer_decode(&t, ids, n, out, sizeof out) == n && !memcmp(out, text, n));
     T_CHECK(data_tokenizer_decode(&t, ids, n, out, 5) == 4 && out[4] == 0); /* cap-1 bytes */
     T_CHECK(data_tokenizer_encode(&t, (const unsigned char *)"Tz~", 3, ids) == 2 && ids[1] == 0);
@@ -396,12 +421,12 @@ static void test_tokenizer(void) {
     T_CHECK(data_tokenizer_deserialize(&u, "bpe") == MTC_ERR_FORMAT);
     data_tokenizer_init_byte(&t);
     T_CHECK(data_tokenizer_encode(&t, text, n, ids) == 0);
-    for (size_t i = 0; i < n; i++) T_CHECK(ids[i] == text[i]);
+    for (size_t i = 0; i < n; i++)
+        T_CHECK(ids[i] == text[i]);
     T_CHECK(data_tokenizer_serialize(&t, ser, sizeof ser) == MTC_OK && !strcmp(ser, "byte"));
     T_CHECK(data_tokenizer_deserialize(&u, ser) == MTC_OK && u.kind == DATA_TOKENIZER_BYTE &&
             u.vocab_size == 256);
 }
-
 
 /* Debian's fortunes: the text files (not the *.dat indexes, not the *.u8
  * symlinks) concatenated in name order; skipped when not installed. */
@@ -419,7 +444,8 @@ static void test_fortunes(void) {
     char *names[512];
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 512) names[n++] = strdup(e->d_name);
+    while ((e = readdir(d)) && n < 512)
+        names[n++] = strdup(e->d_name);
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_name);
     size_t total = 0, cap = 8u << 20;
@@ -443,7 +469,8 @@ static void test_fortunes(void) {
     T_CHECKF(data_source_open(&o, &s) == MTC_OK, "fortunes: %s", mtc_error_detail());
     if (s) {
         int distinct = 0;
-        for (int c = 0; c < 256; c++) distinct += memchr(corpus, c, total) != NULL;
+        for (int c = 0; c < 256; c++)
+            distinct += memchr(corpus, c, total) != NULL;
         T_CHECKF(data_source_num_tokens(s) == total, "%llu tokens, corpus has %zu bytes",
                  (unsigned long long)data_source_num_tokens(s), total);
         T_CHECK(data_source_vocab_size(s) == distinct);
@@ -463,7 +490,10 @@ static void test_fortunes(void) {
 
 int main(void) {
     strcpy(dir, "/tmp/mtc-test-data-XXXXXX");
-    if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
     test_tokenizer();
     test_indexed();
     test_llmc();

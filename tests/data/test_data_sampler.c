@@ -23,9 +23,11 @@ static void write_position_shard(int n) {
     unsigned char *b = calloc(1, 1024 + 4 * (size_t)n);
     uint32_t h[3] = {20240801u, 7u, (uint32_t)n};
     for (int i = 0; i < 3; i++)
-        for (int k = 0; k < 4; k++) b[4 * i + k] = (unsigned char)(h[i] >> (8 * k));
+        for (int k = 0; k < 4; k++)
+            b[4 * i + k] = (unsigned char)(h[i] >> (8 * k));
     for (int p = 0; p < n; p++)
-        for (int k = 0; k < 4; k++) b[1024 + 4 * p + k] = (unsigned char)((uint32_t)p >> (8 * k));
+        for (int k = 0; k < 4; k++)
+            b[1024 + 4 * p + k] = (unsigned char)((uint32_t)p >> (8 * k));
     snprintf(shard, sizeof shard, "%s/pos.bin", dir);
     FILE *f = fopen(shard, "wb");
     if (!f || fwrite(b, 1, 1024 + 4 * (size_t)n, f) != 1024 + 4 * (size_t)n) exit(2);
@@ -34,7 +36,10 @@ static void write_position_shard(int n) {
 }
 
 static void test_split_bounds(void) {
-    struct { const char *split; uint64_t n, b[4]; } cases[] = {
+    struct {
+        const char *split;
+        uint64_t n, b[4];
+    } cases[] = {
         {"949,50,1", 1000, {0, 949, 999, 1000}},
         {"969,30,1", 1000, {0, 969, 999, 1000}},
         {"949,50,1", 100, {0, 95, 100, 100}}, /* 94.9 -> 95, 5, 0.1 -> 0 */
@@ -49,9 +54,9 @@ static void test_split_bounds(void) {
         uint64_t b[4];
         T_CHECKF(data_split_parse(cases[c].split, w) == MTC_OK, "%s", cases[c].split);
         data_split_bounds(w, cases[c].n, b);
-        T_CHECKF(!memcmp(b, cases[c].b, sizeof b), "%s n=%llu: %llu %llu %llu %llu",
-                 cases[c].split, (unsigned long long)cases[c].n, (unsigned long long)b[0],
-                 (unsigned long long)b[1], (unsigned long long)b[2], (unsigned long long)b[3]);
+        T_CHECKF(!memcmp(b, cases[c].b, sizeof b), "%s n=%llu: %llu %llu %llu %llu", cases[c].split,
+                 (unsigned long long)cases[c].n, (unsigned long long)b[0], (unsigned long long)b[1],
+                 (unsigned long long)b[2], (unsigned long long)b[3]);
     }
     const char *bad[] = {"", "a,b", "1,2,3,4", "0,0,0", "1,,2", "-1,2", "1,2,", "nan", "1;2"};
     for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
@@ -69,20 +74,23 @@ static void test_permutation(void) {
         int ok = 1, same_key = 1, same_seed = 1;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t v = data_permute(i, n, 5, 0);
-            if (v >= n || hit[v]) ok = 0;
-            else hit[v] = 1;
+            if (v >= n || hit[v])
+                ok = 0;
+            else
+                hit[v] = 1;
             ok &= data_permute(i, n, 5, 0) == v; /* deterministic */
             same_key &= data_permute(i, n, 5, 4) == v;
             same_seed &= data_permute(i, n, 6, 0) == v;
         }
         T_CHECKF(ok, "n=%llu: not a bijection", (unsigned long long)n);
-        if (n >= 16) T_CHECKF(!same_key && !same_seed, "n=%llu: key/seed ignored",
-                              (unsigned long long)n);
+        if (n >= 16)
+            T_CHECKF(!same_key && !same_seed, "n=%llu: key/seed ignored", (unsigned long long)n);
         free(hit);
     }
     /* spread: in a shuffle of 1000 few elements stay in place (expected ~1) */
     int fixed = 0;
-    for (uint64_t i = 0; i < 1000; i++) fixed += data_permute(i, 1000, 9, 0) == i;
+    for (uint64_t i = 0; i < 1000; i++)
+        fixed += data_permute(i, 1000, 9, 0) == i;
     T_CHECKF(fixed < 10, "%d fixed points", fixed);
     uint64_t big = (1ull << 40) + 3, v = data_permute(big - 1, big, 1, 2);
     T_CHECK(v < big);
@@ -113,7 +121,8 @@ static void test_samples(void) {
         int shape_ok = 1, same_seed = 1, other_seed = 1;
         for (uint64_t i = 0; i < 2 * n; i++) { /* two epochs */
             T_CHECK(data_source_sample(s, (data_split)sp, i, tok) == MTC_OK);
-            for (int k = 0; k <= T; k++) shape_ok &= tok[k] == tok[0] + k; /* shifted targets */
+            for (int k = 0; k <= T; k++)
+                shape_ok &= tok[k] == tok[0] + k; /* shifted targets */
             shape_ok &= tok[0] % T == 0;
             order[i] = (uint64_t)tok[0] / T;
             data_source_sample(s2, (data_split)sp, i, tok2);
@@ -148,7 +157,8 @@ static void test_samples(void) {
     s = open_pos(T, "1,0,0", 3);
     if (s) {
         uint64_t total = 0;
-        for (int sp = 0; sp < 3; sp++) total += data_source_split_size(s, (data_split)sp);
+        for (int sp = 0; sp < 3; sp++)
+            total += data_source_split_size(s, (data_split)sp);
         T_CHECK(total == (uint64_t)(N - 1) / T && data_source_split_size(s, DATA_SPLIT_VALID) == 0);
         data_source_free(s);
     }
@@ -156,7 +166,10 @@ static void test_samples(void) {
 
 /* Rank-threads share one source: samples read concurrently equal the
  * serial ones (and ThreadSanitizer sees no race: the source is read-only). */
-typedef struct { data_source *s; int rank, ok; } reader_arg;
+typedef struct {
+    data_source *s;
+    int rank, ok;
+} reader_arg;
 static int serial_first[400]; /* tokens[0] of train sample i, read serially */
 
 static void *reader(void *p) {
@@ -164,7 +177,8 @@ static void *reader(void *p) {
     int tok[9], want[9];
     for (uint64_t i = (uint64_t)a->rank; i < 400; i += 4) {
         data_source_sample(a->s, DATA_SPLIT_TRAIN, i, tok);
-        for (int k = 0; k <= 8; k++) want[k] = tok[0] + k;
+        for (int k = 0; k <= 8; k++)
+            want[k] = tok[0] + k;
         a->ok &= !memcmp(tok, want, sizeof tok) && tok[0] == serial_first[i];
     }
     return NULL;
@@ -244,7 +258,8 @@ static void test_mock(void) {
         data_source_sample(a, DATA_SPLIT_TRAIN, i, ta);
         data_source_sample(b, DATA_SPLIT_TRAIN, i, tb);
         data_source_sample(c, DATA_SPLIT_TRAIN, i, tc);
-        for (int k = 0; k <= T; k++) in_range &= ta[k] >= 0 && ta[k] < V;
+        for (int k = 0; k <= T; k++)
+            in_range &= ta[k] >= 0 && ta[k] < V;
         same &= !memcmp(ta, tb, sizeof ta);
         differ += memcmp(ta, tc, sizeof ta) != 0;
     }
@@ -254,7 +269,8 @@ static void test_mock(void) {
     data_source_sample(a, DATA_SPLIT_TRAIN, 0, ta);
     uint64_t w = data_permute(0, data_source_split_size(a, DATA_SPLIT_TRAIN), 11, 0);
     int match = 1;
-    for (int k = 0; k <= T; k++) match &= ta[k] == data_mock_token(11, V, w * T + (uint64_t)k);
+    for (int k = 0; k <= T; k++)
+        match &= ta[k] == data_mock_token(11, V, w * T + (uint64_t)k);
     T_CHECK(match);
     /* learnable: predicting each token from the one before by the most
        frequent successor is right far more often than chance (1/V); a single
@@ -271,7 +287,8 @@ static void test_mock(void) {
     long best = 0;
     for (int x = 0; x < V; x++) {
         int m = 0;
-        for (int y = 0; y < V; y++) m = succ[x][y] > m ? succ[x][y] : m;
+        for (int y = 0; y < V; y++)
+            m = succ[x][y] > m ? succ[x][y] : m;
         best += m;
     }
     double acc = (double)best / (L - 1);
@@ -291,7 +308,10 @@ static void test_mock(void) {
 
 int main(void) {
     strcpy(dir, "/tmp/mtc-test-sampler-XXXXXX");
-    if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
     test_split_bounds();
     test_permutation();
     test_samples();

@@ -14,7 +14,9 @@
 #include "example_json.h"
 #include "test.h"
 
-static int64_t jnum(const cJSON *a, int i) { return (int64_t)cJSON_GetArrayItem(a, i)->valuedouble; }
+static int64_t jnum(const cJSON *a, int i) {
+    return (int64_t)cJSON_GetArrayItem(a, i)->valuedouble;
+}
 
 static int range_eq(const cJSON *a, dp_range r) {
     return cJSON_GetArraySize(a) == 2 && jnum(a, 0) == r.start && jnum(a, 1) == r.end;
@@ -30,7 +32,8 @@ static int maps_equal(const cJSON *obj, const dp_layout *l) {
         ok = jnum(e, 0) == l->param[i].start && jnum(e, 1) == l->param[i].end &&
              jnum(e, 2) == l->param_bucket[i];
     }
-    for (int b = 0; ok && b < l->nbuckets; b++) ok = range_eq(cJSON_GetArrayItem(bi, b), l->bucket[b]);
+    for (int b = 0; ok && b < l->nbuckets; b++)
+        ok = range_eq(cJSON_GetArrayItem(bi, b), l->bucket[b]);
     return ok;
 }
 
@@ -45,22 +48,25 @@ static void test_examples(void) {
         int n = cJSON_GetArraySize(pn);
         int64_t *numels = malloc(sizeof(int64_t) * (size_t)n);
         int *shared = calloc((size_t)n, sizeof(int));
-        for (int i = 0; i < n; i++) numels[i] = jnum(pn, i);
+        for (int i = 0; i < n; i++)
+            numels[i] = jnum(pn, i);
         const cJSON *s;
-        cJSON_ArrayForEach(s, cJSON_GetObjectItem(c, "shared_embedding_param_indices")) shared[s->valueint] = 1;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(c, "shared_embedding_param_indices"))
+            shared[s->valueint] = 1;
         const cJSON *bs = cJSON_GetObjectItem(c, "bucket_size");
-        dp_layout_config cfg = {
-            .dp = cJSON_GetObjectItem(c, "data_parallel_world_size")->valueint,
-            .bucket_size = cJSON_IsNumber(bs) ? (int64_t)bs->valuedouble : 0,
-            .pad_high_busbw = cJSON_IsTrue(cJSON_GetObjectItem(c, "pad_buckets_for_high_nccl_busbw")),
-            .use_distopt = 1,
-            .shared_embedding = shared};
+        dp_layout_config cfg = {.dp = cJSON_GetObjectItem(c, "data_parallel_world_size")->valueint,
+                                .bucket_size = cJSON_IsNumber(bs) ? (int64_t)bs->valuedouble : 0,
+                                .pad_high_busbw = cJSON_IsTrue(
+                                    cJSON_GetObjectItem(c, "pad_buckets_for_high_nccl_busbw")),
+                                .use_distopt = 1,
+                                .shared_embedding = shared};
         dp_layout l;
         T_CHECK(dp_layout_build(&l, numels, n, &cfg) == MTC_OK);
         T_CHECKF(maps_equal(c, &l), "case %d param_index_map / bucket_indices", ncases);
         const cJSON *un = cJSON_GetObjectItem(c, "per_bucket_numel_unpadded");
         int ok = cJSON_GetArraySize(un) == l.nbuckets;
-        for (int b = 0; ok && b < l.nbuckets; b++) ok = jnum(un, b) == l.bucket_numel_unpadded[b];
+        for (int b = 0; ok && b < l.nbuckets; b++)
+            ok = jnum(un, b) == l.bucket_numel_unpadded[b];
         T_CHECKF(ok, "case %d per_bucket_numel_unpadded", ncases);
         /* shards: every rank, every bucket, every piece */
         const cJSON *shards = cJSON_GetObjectItem(c, "shards");
@@ -76,11 +82,13 @@ static void test_examples(void) {
                 int np;
                 const dp_shard_param *sp = dp_layout_shard_params(&l, r, b, &np);
                 ok = cJSON_GetObjectItem(bo, "bucket")->valueint == b &&
-                     range_eq(cJSON_GetObjectItem(bo, "gbuf_world_range"), dp_layout_shard_range(&l, r, b)) &&
+                     range_eq(cJSON_GetObjectItem(bo, "gbuf_world_range"),
+                              dp_layout_shard_range(&l, r, b)) &&
                      cJSON_GetArraySize(params) == np;
                 for (int k = 0; ok && k < np; k++) {
                     const cJSON *e = cJSON_GetArrayItem(params, k);
-                    ok = jnum(e, 0) == sp[k].param && range_eq(cJSON_GetArrayItem(e, 1), sp[k].gbuf_world) &&
+                    ok = jnum(e, 0) == sp[k].param &&
+                         range_eq(cJSON_GetArrayItem(e, 1), sp[k].gbuf_world) &&
                          range_eq(cJSON_GetArrayItem(e, 2), sp[k].gbuf_local) &&
                          range_eq(cJSON_GetArrayItem(e, 3), sp[k].param_sub);
                 }
@@ -92,7 +100,8 @@ static void test_examples(void) {
         /* the plain DDP layout */
         cfg.use_distopt = 0;
         T_CHECK(dp_layout_build(&l, numels, n, &cfg) == MTC_OK);
-        T_CHECKF(maps_equal(cJSON_GetObjectItem(c, "ddp_no_distopt_layout"), &l), "case %d ddp layout", ncases);
+        T_CHECKF(maps_equal(cJSON_GetObjectItem(c, "ddp_no_distopt_layout"), &l),
+                 "case %d ddp layout", ncases);
         int np;
         T_CHECK(dp_layout_shard_params(&l, 0, 0, &np) == NULL && np == 0);
         dp_layout_free(&l);
@@ -104,7 +113,8 @@ static void test_examples(void) {
 }
 
 /* Invariants of one layout; returns 1 when all hold. */
-static int check_invariants(const dp_layout *l, const int64_t *numels, const dp_layout_config *cfg) {
+static int check_invariants(const dp_layout *l, const int64_t *numels,
+                            const dp_layout_config *cfg) {
     int n = l->nparams, ok = 1, distopt = cfg->use_distopt;
     int64_t div = dp_layout_bucket_divisor(cfg->dp, cfg->pad_high_busbw);
     /* params: in backward order, disjoint, sized, aligned */
@@ -117,7 +127,8 @@ static int check_invariants(const dp_layout *l, const int64_t *numels, const dp_
     }
     if (!distopt) { /* no gaps at all: params tile the buffer */
         int64_t pos = 0;
-        for (int i = n - 1; i >= 0; i--) ok &= l->param[i].start == pos, pos = l->param[i].end;
+        for (int i = n - 1; i >= 0; i--)
+            ok &= l->param[i].start == pos, pos = l->param[i].end;
         ok &= l->numel == pos && l->numel == l->numel_unpadded;
     }
     /* buckets tile the buffer; padded ends */
@@ -133,7 +144,8 @@ static int check_invariants(const dp_layout *l, const int64_t *numels, const dp_
         for (int k = l->bucket_param_off[b]; k < l->bucket_param_off[b + 1]; k++) {
             int p = l->bucket_params[k], is_last = k == l->bucket_param_off[b + 1] - 1;
             int shared = distopt && cfg->shared_embedding && cfg->shared_embedding[p];
-            int full = cfg->bucket_size > 0 && l->param[p].end - l->bucket[b].start >= cfg->bucket_size;
+            int full =
+                cfg->bucket_size > 0 && l->param[p].end - l->bucket[b].start >= cfg->bucket_size;
             if (!is_last) ok &= !full && !shared;
             if (shared) ok &= l->bucket_param_off[b + 1] - l->bucket_param_off[b] == 1;
             if (is_last && b + 1 < l->nbuckets) {
@@ -169,7 +181,8 @@ static int check_invariants(const dp_layout *l, const int64_t *numels, const dp_
             }
         }
     }
-    for (int i = 0; i < n; i++) ok &= covered[i] == numels[i];
+    for (int i = 0; i < n; i++)
+        ok &= covered[i] == numels[i];
     free(covered);
     return ok;
 }
@@ -190,18 +203,21 @@ static void test_properties(void) {
         int shared[24] = {0};
         for (int i = 0; i < n; i++) {
             int kind = (int)(lcg(&seed) % 4); /* tiny, odd, layer-sized, 64-multiples */
-            numels[i] = kind == 0 ? 1 + (int64_t)(lcg(&seed) % 7)
-                      : kind == 1 ? 1 + (int64_t)(lcg(&seed) % 999)
-                      : kind == 2 ? 1 + (int64_t)(lcg(&seed) % 20000)
-                                  : 64 * (1 + (int64_t)(lcg(&seed) % 64));
+            numels[i] = kind == 0   ? 1 + (int64_t)(lcg(&seed) % 7)
+                        : kind == 1 ? 1 + (int64_t)(lcg(&seed) % 999)
+                        : kind == 2 ? 1 + (int64_t)(lcg(&seed) % 20000)
+                                    : 64 * (1 + (int64_t)(lcg(&seed) % 64));
         }
         if (trial % 3 == 0) shared[0] = 1, shared[n - 1] = 1; /* tied embeddings */
         for (size_t d = 0; d < sizeof dps / sizeof dps[0]; d++)
             for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
                 for (int pad = 0; pad <= 1; pad++)
                     for (int distopt = 0; distopt <= 1; distopt++) {
-                        dp_layout_config cfg = {.dp = dps[d], .bucket_size = sizes[s], .pad_high_busbw = pad,
-                                                .use_distopt = distopt, .shared_embedding = shared};
+                        dp_layout_config cfg = {.dp = dps[d],
+                                                .bucket_size = sizes[s],
+                                                .pad_high_busbw = pad,
+                                                .use_distopt = distopt,
+                                                .shared_embedding = shared};
                         dp_layout l;
                         if (dp_layout_build(&l, numels, n, &cfg) != MTC_OK) {
                             bad++;
@@ -209,7 +225,9 @@ static void test_properties(void) {
                         }
                         if (!check_invariants(&l, numels, &cfg)) {
                             if (bad++ < 5)
-                                fprintf(stderr, "invariants broken: trial %d n=%d dp=%d bucket=%lld pad=%d distopt=%d\n",
+                                fprintf(stderr,
+                                        "invariants broken: trial %d n=%d dp=%d bucket=%lld pad=%d "
+                                        "distopt=%d\n",
                                         trial, n, cfg.dp, (long long)cfg.bucket_size, pad, distopt);
                         }
                         dp_layout_free(&l);

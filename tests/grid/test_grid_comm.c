@@ -31,40 +31,44 @@ static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
         mtc_comm_t comm = mtc_grid_comm(grid, set->kind, set->level);
         const int *members = mtc_grid_members(grid, set->kind, set->level, &n);
         if (idx < 0) {
-            T_CHECKF(comm == NULL && members == NULL && n == 0, "rank %d %s: not a member but has a group", rank,
-                     set->name);
+            T_CHECKF(comm == NULL && members == NULL && n == 0,
+                     "rank %d %s: not a member but has a group", rank, set->name);
             continue;
         }
         T_CHECKF(comm != NULL && members != NULL, "rank %d %s: no communicator", rank, set->name);
         if (!comm) continue;
         const int *list = set->ranks + (size_t)idx * set->size;
-        T_CHECKF(mtc_comm_size(comm) == set->size && n == set->size, "rank %d %s: size %d vs %d", rank,
-                 set->name, mtc_comm_size(comm), set->size);
-        T_CHECKF(mtc_comm_rank(comm) == pos, "rank %d %s: comm rank %d, list position %d", rank, set->name,
-                 mtc_comm_rank(comm), pos);
+        T_CHECKF(mtc_comm_size(comm) == set->size && n == set->size, "rank %d %s: size %d vs %d",
+                 rank, set->name, mtc_comm_size(comm), set->size);
+        T_CHECKF(mtc_comm_rank(comm) == pos, "rank %d %s: comm rank %d, list position %d", rank,
+                 set->name, mtc_comm_rank(comm), pos);
         int bad = 0;
         for (int k = 0; k < set->size && k < mtc_comm_size(comm); k++)
             bad |= mtc_comm_world_rank(comm, k) != list[k] || members[k] != list[k];
         T_CHECKF(!bad, "rank %d %s: members differ from the list", rank, set->name);
         /* comm: all-reduce(group) of world ranks = sum of the list */
         double v = rank, sum = 0, expect = 0;
-        for (int k = 0; k < set->size; k++) expect += list[k];
+        for (int k = 0; k < set->size; k++)
+            expect += list[k];
         T_CHECK(mtc_all_reduce(&v, &sum, 1, MTC_DTYPE_F64, MTC_OP_SUM, comm) == MTC_OK);
-        T_CHECKF(sum == expect, "rank %d %s: all-reduce %g, expected %g", rank, set->name, sum, expect);
+        T_CHECKF(sum == expect, "rank %d %s: all-reduce %g, expected %g", rank, set->name, sum,
+                 expect);
     }
     mtc_grid_groups_free(&G);
     mtc_grid_free(grid);
     return MTC_OK;
 }
 
-static void run(int W, int tp, int pp, int cp, int ep, int etp, const char *order, int nd, int n_hcp,
-                const int *hcp) {
+static void run(int W, int tp, int pp, int cp, int ep, int etp, const char *order, int nd,
+                int n_hcp, const int *hcp) {
     mtc_grid_config c;
     mtc_grid_config_default(&c);
     c.world_size = 0; /* taken from the world communicator */
-    c.tp = tp, c.pp = pp, c.cp = cp, c.ep = ep, c.etp = etp, c.order = order, c.num_dist_opt_instances = nd;
+    c.tp = tp, c.pp = pp, c.cp = cp, c.ep = ep, c.etp = etp, c.order = order,
+    c.num_dist_opt_instances = nd;
     c.n_hcp = n_hcp;
-    for (int i = 0; i < n_hcp; i++) c.hcp[i] = hcp[i];
+    for (int i = 0; i < n_hcp; i++)
+        c.hcp[i] = hcp[i];
     mtc_launch_opts o = {.backend = MTC_BACKEND_SHM, .world_size = W, .timeout_s = 60};
     mtc_result_t rc = mtc_launch(&o, rank_main, &c);
     T_CHECKF(rc == MTC_OK, "W%d tp%d pp%d cp%d ep%d etp%d %s nd%d: %s", W, tp, pp, cp, ep, etp,
@@ -75,16 +79,17 @@ static mtc_result_t wrong_world(mtc_comm_t world, void *arg) {
     mtc_grid_t g;
     mtc_result_t rc = mtc_grid_init(&g, world, arg);
     T_CHECK(rc == MTC_ERR_INVALID_ARGUMENT && g == NULL);
-    T_CHECKF(strstr(mtc_error_detail(), "--world-size 16 but 8 ranks were started"), "%s", mtc_error_detail());
+    T_CHECKF(strstr(mtc_error_detail(), "--world-size 16 but 8 ranks were started"), "%s",
+             mtc_error_detail());
     return MTC_OK;
 }
 
 int main(void) {
-    run(8, 2, 2, 1, 1, 0, NULL, 1, 0, NULL);              /* tp2 pp2 dp2 */
-    run(8, 1, 2, 2, 2, 0, NULL, 1, 0, NULL);              /* cp and ep together */
-    run(8, 2, 2, 1, 2, 1, "tp-cp-ep-pp-dp", 1, 0, NULL);  /* --use-tp-pp-dp-mapping order */
-    run(8, 1, 4, 1, 1, 0, "pp-tp-cp-ep-dp", 1, 0, NULL);  /* pp 4: middle stages outside EMBEDDING */
-    run(8, 2, 1, 1, 2, 0, NULL, 2, 0, NULL);              /* two distributed-optimizer instances */
+    run(8, 2, 2, 1, 1, 0, NULL, 1, 0, NULL);             /* tp2 pp2 dp2 */
+    run(8, 1, 2, 2, 2, 0, NULL, 1, 0, NULL);             /* cp and ep together */
+    run(8, 2, 2, 1, 2, 1, "tp-cp-ep-pp-dp", 1, 0, NULL); /* --use-tp-pp-dp-mapping order */
+    run(8, 1, 4, 1, 1, 0, "pp-tp-cp-ep-dp", 1, 0, NULL); /* pp 4: middle stages outside EMBEDDING */
+    run(8, 2, 1, 1, 2, 0, NULL, 2, 0, NULL);             /* two distributed-optimizer instances */
     run(8, 1, 1, 4, 1, 0, NULL, 1, 2, (const int[]){2, 2}); /* hierarchical cp */
     mtc_grid_config c;
     mtc_grid_config_default(&c);

@@ -29,7 +29,8 @@ static void config_from(mtc_grid_config *c, const cJSON *args) {
     c->order = cJSON_IsString(o) ? o->valuestring : NULL;
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(args, "hierarchical_context_parallel_sizes");
     if (cJSON_IsArray(h))
-        for (const cJSON *x = h->child; x && c->n_hcp < MTC_GRID_MAX_HCP; x = x->next) c->hcp[c->n_hcp++] = x->valueint;
+        for (const cJSON *x = h->child; x && c->n_hcp < MTC_GRID_MAX_HCP; x = x->next)
+            c->hcp[c->n_hcp++] = x->valueint;
 }
 
 static void check_generator(const mtc_grid_gen *g, const cJSON *jg, const char *id) {
@@ -56,7 +57,8 @@ static void check_config(const cJSON *cfgj) {
         check_generator(&s.dense, cJSON_GetArrayItem(gens, 0), id);
         check_generator(&s.expert, cJSON_GetArrayItem(gens, 1), id);
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(gens, 0), "order");
-        T_CHECKF(cJSON_IsString(o) && !strcmp(o->valuestring, s.order_full), "%s order %s", id, s.order_full);
+        T_CHECKF(cJSON_IsString(o) && !strcmp(o->valuestring, s.order_full), "%s order %s", id,
+                 s.order_full);
     }
     mtc_grid_groups G;
     T_CHECK(mtc_grid_groups_build(&G, &s) == MTC_OK);
@@ -66,8 +68,8 @@ static void check_config(const cJSON *cfgj) {
         T_CHECKF(si < G.nsets, "%s: missing %s", id, kind->string);
         if (si >= G.nsets) break;
         const mtc_grid_group_set *set = &G.sets[si];
-        T_CHECKF(!strcmp(set->name, kind->string), "%s: set %d is %s, expected %s", id, si, set->name,
-                 kind->string);
+        T_CHECKF(!strcmp(set->name, kind->string), "%s: set %d is %s, expected %s", id, si,
+                 set->name, kind->string);
         T_CHECKF(cJSON_GetArraySize(kind) == set->count, "%s %s: %d groups vs %d", id, kind->string,
                  set->count, cJSON_GetArraySize(kind));
         int g = 0, bad = 0;
@@ -91,7 +93,8 @@ static void check_invalid(const cJSON *inv) {
     mtc_error_clear();
     mtc_result_t rc = mtc_grid_spec_init(&s, &c);
     T_CHECKF(rc == MTC_ERR_INVALID_ARGUMENT, "accepted a config Megatron refuses: %s", msg);
-    T_CHECKF(strstr(mtc_error_detail(), msg) != NULL, "\n  ours:     %s\n  Megatron: %s", mtc_error_detail(), msg);
+    T_CHECKF(strstr(mtc_error_detail(), msg) != NULL, "\n  ours:     %s\n  Megatron: %s",
+             mtc_error_detail(), msg);
     T_CHECKF(!strchr(mtc_error_detail(), '\n'), "message is not one line: %s", mtc_error_detail());
 }
 
@@ -101,9 +104,11 @@ int main(void) {
     if (!root) return T_DONE();
     int nc = 0, ni = 0;
     const cJSON *configs = cJSON_GetObjectItemCaseSensitive(root, "configs");
-    for (const cJSON *c = configs ? configs->child : NULL; c; c = c->next, nc++) check_config(c);
+    for (const cJSON *c = configs ? configs->child : NULL; c; c = c->next, nc++)
+        check_config(c);
     const cJSON *invalid = cJSON_GetObjectItemCaseSensitive(root, "invalid");
-    for (const cJSON *c = invalid ? invalid->child : NULL; c; c = c->next, ni++) check_invalid(c);
+    for (const cJSON *c = invalid ? invalid->child : NULL; c; c = c->next, ni++)
+        check_invalid(c);
     T_CHECKF(nc > 0 && ni > 0, "%d configs, %d invalid examples", nc, ni);
     printf("%d example configs, %d invalid examples\n", nc, ni);
     cJSON_Delete(root);

@@ -28,16 +28,17 @@ static void digits_of(int dig[5], int r, const int size[5], const int order[5]) 
 static int failures_before, dp_early_mismatch;
 
 /* Compare a set with the oracle for the masked dims `mask` (by dim). */
-static void check_oracle(const mtc_grid_group_set *set, int W, const int size[5], const int order[5],
-                         const int mask[5], const char *what) {
+static void check_oracle(const mtc_grid_group_set *set, int W, const int size[5],
+                         const int order[5], const int mask[5], const char *what) {
     if (!set) {
         T_CHECKF(0, "%s missing", what);
         return;
     }
     int expect = 1;
-    for (int d = 0; d < 5; d++) if (mask[d]) expect *= size[d];
-    T_CHECKF(set->size == expect && set->count * set->size == W, "%s: %d x %d, expected size %d", what,
-             set->count, set->size, expect);
+    for (int d = 0; d < 5; d++)
+        if (mask[d]) expect *= size[d];
+    T_CHECKF(set->size == expect && set->count * set->size == W, "%s: %d x %d, expected size %d",
+             what, set->count, set->size, expect);
     if (set->size != expect) return;
     int bad = 0, prev_first = -1;
     for (int g = 0; g < set->count && !bad; g++) {
@@ -50,7 +51,8 @@ static void check_oracle(const mtc_grid_group_set *set, int W, const int size[5]
             int dk[5];
             if (k) bad |= l[k] <= l[k - 1]; /* ascending */
             digits_of(dk, l[k], size, order);
-            for (int d = 0; d < 5; d++) bad |= !mask[d] && dk[d] != d0[d];
+            for (int d = 0; d < 5; d++)
+                bad |= !mask[d] && dk[d] != d0[d];
         }
     }
     T_CHECKF(!bad, "%s does not match the oracle", what);
@@ -70,7 +72,8 @@ static int partitions(const mtc_grid_group_set *s, int W) {
     char seen[4096] = {0}; /* W <= 64 here */
     if (W > (int)sizeof seen) return 0;
     int ok = 1;
-    for (int i = 0; i < W; i++) ok &= s->ranks[i] >= 0 && s->ranks[i] < W && !seen[s->ranks[i]]++;
+    for (int i = 0; i < W; i++)
+        ok &= s->ranks[i] >= 0 && s->ranks[i] < W && !seen[s->ranks[i]]++;
     return ok;
 }
 
@@ -85,18 +88,23 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
     int dsize[5] = {c->tp, c->pp, W / (c->tp * c->pp * c->cp), 1, c->cp};
     int esize[5] = {etp, c->pp, W / (etp * c->ep * c->pp), c->ep, 1};
     char what[160];
-    snprintf(what, sizeof what, "W%d tp%d pp%d cp%d ep%d etp%d nd%d %s", W, c->tp, c->pp, c->cp, c->ep, etp, nd,
-             s.order_full);
+    snprintf(what, sizeof what, "W%d tp%d pp%d cp%d ep%d etp%d nd%d %s", W, c->tp, c->pp, c->cp,
+             c->ep, etp, nd, s.order_full);
     T_CHECKF(s.dp == dsize[2] && s.edp == esize[2], "%s: dp %d edp %d", what, s.dp, s.edp);
-    struct { mtc_grid_kind_t k; int dense; int m[5]; } kinds[] = {
-        {MTC_GROUP_DP_CP, 1, {0, 0, 1, 0, 1}},   {MTC_GROUP_DP, 1, {0, 0, 1, 0, 0}},
-        {MTC_GROUP_CP, 1, {0, 0, 0, 0, 1}},      {MTC_GROUP_MP, 1, {1, 1, 0, 0, 0}},
-        {MTC_GROUP_TP, 1, {1, 0, 0, 0, 0}},      {MTC_GROUP_PP, 1, {0, 1, 0, 0, 0}},
+    struct {
+        mtc_grid_kind_t k;
+        int dense;
+        int m[5];
+    } kinds[] = {
+        {MTC_GROUP_DP_CP, 1, {0, 0, 1, 0, 1}},    {MTC_GROUP_DP, 1, {0, 0, 1, 0, 0}},
+        {MTC_GROUP_CP, 1, {0, 0, 0, 0, 1}},       {MTC_GROUP_MP, 1, {1, 1, 0, 0, 0}},
+        {MTC_GROUP_TP, 1, {1, 0, 0, 0, 0}},       {MTC_GROUP_PP, 1, {0, 1, 0, 0, 0}},
         {MTC_GROUP_TP_DP_CP, 1, {1, 0, 1, 0, 1}}, {MTC_GROUP_TP_DP, 1, {1, 0, 1, 0, 0}},
-        {MTC_GROUP_TP_CP, 1, {1, 0, 0, 0, 1}},   {MTC_GROUP_EP, 0, {0, 0, 0, 1, 0}},
-        {MTC_GROUP_EXPT_TP, 0, {1, 0, 0, 0, 0}}, {MTC_GROUP_TP_EP, 0, {1, 0, 0, 1, 0}},
+        {MTC_GROUP_TP_CP, 1, {1, 0, 0, 0, 1}},    {MTC_GROUP_EP, 0, {0, 0, 0, 1, 0}},
+        {MTC_GROUP_EXPT_TP, 0, {1, 0, 0, 0, 0}},  {MTC_GROUP_TP_EP, 0, {1, 0, 0, 1, 0}},
         {MTC_GROUP_TP_EP_PP, 0, {1, 1, 0, 1, 0}}, {MTC_GROUP_EXPT_DP, 0, {0, 0, 1, 0, 0}},
-        {MTC_GROUP_PP, 0, {0, 1, 0, 0, 0}}, /* the expert generator's pp groups are the dense ones */
+        {MTC_GROUP_PP, 0, {0, 1, 0, 0, 0}}, /* the expert generator's pp groups are the dense ones
+                                             */
     };
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         const mtc_grid_group_set *set = mtc_grid_groups_find(&G, kinds[i].k, 0);
@@ -108,9 +116,11 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
     /* every kind except embeddings (and hierarchical/partial ones, checked below) partitions */
     for (int i = 0; i < G.nsets; i++) {
         const mtc_grid_group_set *set = &G.sets[i];
-        int expect = set->kind == MTC_GROUP_EMBD ? c->pp <= 2 : set->kind == MTC_GROUP_POS_EMBD ? c->pp == 1 : 1;
-        T_CHECKF(partitions(set, W) == expect && set->partition == expect, "%s %s partition %d", what,
-                 set->name, expect);
+        int expect = set->kind == MTC_GROUP_EMBD       ? c->pp <= 2
+                     : set->kind == MTC_GROUP_POS_EMBD ? c->pp == 1
+                                                       : 1;
+        T_CHECKF(partitions(set, W) == expect && set->partition == expect, "%s %s partition %d",
+                 what, set->name, expect);
     }
     /* embeddings: first and last of each pipeline group */
     const mtc_grid_group_set *pp = mtc_grid_groups_find(&G, MTC_GROUP_PP, 0);
@@ -146,8 +156,10 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
         bad |= P[r] != x.tp || P[W + r] != x.cp || P[2 * W + r] != x.dp || P[3 * W + r] != x.pp;
         bad |= P[4 * W + r] != x.dp_cp || P[5 * W + r] != x.ep || P[6 * W + r] != x.etp;
         const int *l = pp->ranks + (size_t)ppg[r] * pp->size;
-        bad |= mtc_grid_pp_next(&s, r) != l[(x.pp + 1) % c->pp] || mtc_grid_pp_prev(&s, r) != l[(x.pp + c->pp - 1) % c->pp];
-        bad |= mtc_grid_is_first_stage(&s, r) != (x.pp == 0) || mtc_grid_is_last_stage(&s, r) != (x.pp == c->pp - 1);
+        bad |= mtc_grid_pp_next(&s, r) != l[(x.pp + 1) % c->pp] ||
+               mtc_grid_pp_prev(&s, r) != l[(x.pp + c->pp - 1) % c->pp];
+        bad |= mtc_grid_is_first_stage(&s, r) != (x.pp == 0) ||
+               mtc_grid_is_last_stage(&s, r) != (x.pp == c->pp - 1);
     }
     positions(P, NULL, edp);
     for (int r = 0; r < W; r++) {
@@ -165,12 +177,14 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
 
     /* the distributed-optimizer groups */
     const mtc_grid_group_set *io = mtc_grid_groups_find(&G, MTC_GROUP_INTRA_DIST_OPT, 0);
-    T_CHECKF(io && io->count == nd && io->size == W / nd && partitions(io, W), "%s intra dist-opt", what);
+    T_CHECKF(io && io->count == nd && io->size == W / nd && partitions(io, W), "%s intra dist-opt",
+             what);
     if (nd > 1) {
         const mtc_grid_group_set *ip = mtc_grid_groups_find(&G, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0);
         const mtc_grid_group_set *h0 = mtc_grid_groups_find(&G, MTC_GROUP_HIER_EXPT_DP, 0);
         const mtc_grid_group_set *h1 = mtc_grid_groups_find(&G, MTC_GROUP_HIER_EXPT_DP, 1);
-        T_CHECKF(ip && ip->size == s.dp * c->cp / nd && partitions(ip, W), "%s intra-partial", what);
+        T_CHECKF(ip && ip->size == s.dp * c->cp / nd && partitions(ip, W), "%s intra-partial",
+                 what);
         T_CHECKF(h0 && h0->size == s.edp / nd && partitions(h0, W), "%s hier edp L0", what);
         T_CHECKF(h1 && h1->size == nd && partitions(h1, W), "%s hier edp L1", what);
         if (ip && h1 && io) {
@@ -180,26 +194,31 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
              * group. Asserted for the two orders Megatron training uses;
              * Megatron core accepts other orders, where it can fail (counted
              * in dp_early_mismatch, reported). */
-            int *inst = malloc((size_t)W * sizeof(int)), *mate = malloc((size_t)W * nd * sizeof(int));
+            int *inst = malloc((size_t)W * sizeof(int)),
+                *mate = malloc((size_t)W * nd * sizeof(int));
             for (int g = 0; g < io->count; g++)
-                for (int k = 0; k < io->size; k++) inst[io->ranks[g * io->size + k]] = g;
+                for (int k = 0; k < io->size; k++)
+                    inst[io->ranks[g * io->size + k]] = g;
             int bad_ip = 0, bad_h1 = 0, sl = ip->size;
             for (int g = 0; g < ip->count; g++)
-                for (int k = 1; k < sl; k++) bad_ip |= inst[ip->ranks[g * sl + k]] != inst[ip->ranks[g * sl]];
+                for (int k = 1; k < sl; k++)
+                    bad_ip |= inst[ip->ranks[g * sl + k]] != inst[ip->ranks[g * sl]];
             /* dense inter groups: slice i of list L holds L[i*sl + j] */
             for (int L = 0; L < dpcp->count; L++)
                 for (int j = 0; j < sl; j++)
                     for (int i = 0; i < nd; i++) {
                         int r = dpcp->ranks[L * dpcp->size + i * sl + j];
-                        for (int t = 0; t < nd; t++) mate[r * nd + t] = dpcp->ranks[L * dpcp->size + t * sl + j];
+                        for (int t = 0; t < nd; t++)
+                            mate[r * nd + t] = dpcp->ranks[L * dpcp->size + t * sl + j];
                     }
             for (int g = 0; g < h1->count; g++)
                 for (int k = 0; k < nd; k++)
                     for (int t = 0; t < nd; t++) /* both lists ascending here */
                         bad_h1 |= mate[h1->ranks[g * nd + k] * nd + t] != h1->ranks[g * nd + t];
-            T_CHECKF(mtc_grid_groups_dist_opt_consistent(&G, W) == !(bad_ip || bad_h1), "%s: consistency %d",
-                     what, mtc_grid_groups_dist_opt_consistent(&G, W));
-            int training_order = !strcmp(s.order_full, "tp-cp-ep-dp-pp") || !strcmp(s.order_full, "tp-cp-ep-pp-dp");
+            T_CHECKF(mtc_grid_groups_dist_opt_consistent(&G, W) == !(bad_ip || bad_h1),
+                     "%s: consistency %d", what, mtc_grid_groups_dist_opt_consistent(&G, W));
+            int training_order =
+                !strcmp(s.order_full, "tp-cp-ep-dp-pp") || !strcmp(s.order_full, "tp-cp-ep-pp-dp");
             if (training_order) {
                 T_CHECKF(!bad_ip, "%s: an intra-partial dp-cp group spans instances", what);
                 T_CHECKF(!bad_h1, "%s: expert L1 is not the dense inter-instance group", what);
@@ -221,7 +240,8 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
                     mtc_grid_coord a, b;
                     mtc_grid_coord_of(&a, &s, h->ranks[g * h->size + j - 1]);
                     mtc_grid_coord_of(&b, &s, h->ranks[g * h->size + j]);
-                    badh |= b.cp - a.cp != prod_below || a.tp != b.tp || a.dp != b.dp || a.pp != b.pp;
+                    badh |=
+                        b.cp - a.cp != prod_below || a.tp != b.tp || a.dp != b.dp || a.pp != b.pp;
                 }
             T_CHECKF(!badh, "%s hcp L%d stride", what, k);
             prod_below *= c->hcp[k];
@@ -232,7 +252,8 @@ static void check_config(const mtc_grid_config *c, const int perm[5]) {
 
 static void perm_string(char *out, const int perm[5]) {
     out[0] = '\0';
-    for (int i = 0; i < 5; i++) strcat(out, DIMS[perm[i]]), strcat(out, i < 4 ? "-" : "");
+    for (int i = 0; i < 5; i++)
+        strcat(out, DIMS[perm[i]]), strcat(out, i < 4 ? "-" : "");
 }
 
 /* every configuration with W <= 64; all 120 orders up to W = 8, beyond that
@@ -240,55 +261,74 @@ static void perm_string(char *out, const int perm[5]) {
  * nd = 2 with every order up to W = 8, then with the default order) */
 static int sweep(void) {
     int perms[120][5], np = 0;
-    for (int a = 0; a < 5; a++) for (int b = 0; b < 5; b++) for (int c = 0; c < 5; c++)
-        for (int d = 0; d < 5; d++) for (int e = 0; e < 5; e++) {
-            int used = (1 << a) | (1 << b) | (1 << c) | (1 << d) | (1 << e);
-            if (used == 31) perms[np][0] = a, perms[np][1] = b, perms[np][2] = c, perms[np][3] = d, perms[np][4] = e, np++;
-        }
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++)
+            for (int c = 0; c < 5; c++)
+                for (int d = 0; d < 5; d++)
+                    for (int e = 0; e < 5; e++) {
+                        int used = (1 << a) | (1 << b) | (1 << c) | (1 << d) | (1 << e);
+                        if (used == 31)
+                            perms[np][0] = a, perms[np][1] = b, perms[np][2] = c, perms[np][3] = d,
+                            perms[np][4] = e, np++;
+                    }
     int n_valid = 0, n_refused = 0;
     for (int W = 1; W <= 64; W++)
-        for (int tp = 1; tp <= W; tp++) for (int pp = 1; pp <= W / tp; pp++) for (int cp = 1; cp <= W / (tp * pp); cp++) {
-            if (W % (tp * pp * cp)) continue;
-            for (int etp = 1; etp <= W; etp++) for (int ep = 1; ep <= W / etp; ep++) {
-                if (W % (etp * ep * pp)) continue;
-                int dp = W / (tp * pp * cp), edp = W / (etp * ep * pp);
-                for (int pi = 0; pi < (W <= 8 ? np : W <= 32 ? 2 : 1); pi++) {
-                    int idx = W <= 8 ? pi : 0;
-                    const int *perm = perms[idx];
-                    int def[5] = {0, 4, 3, 2, 1}, tpd[5] = {0, 4, 3, 1, 2}; /* tp-cp-ep-dp-pp, tp-cp-ep-pp-dp */
-                    if (W > 8 && pi == 0) perm = def;
-                    if (W > 8 && pi == 1) perm = tpd;
-                    char order[32];
-                    perm_string(order, perm);
-                    /* expected acceptance from the rules, computed here */
-                    int dense_pp = 1, exp_pp = 1;
-                    int dsz[5] = {tp, pp, dp, 1, cp}, esz[5] = {etp, pp, edp, ep, 1};
-                    for (int i = 0; perm[i] != 1; i++) dense_pp *= dsz[perm[i]], exp_pp *= esz[perm[i]];
-                    int ok = (perm[4] == 1 || pp == 1 || edp == dp) && (pp == 1 || dense_pp == exp_pp);
-                    for (int nd = 1; nd <= 2; nd++) {
-                        if (nd == 2 && ((dp * cp) % 2 || edp % 2 || (W > 8 && pi != 0))) continue;
-                        mtc_grid_config c;
-                        mtc_grid_config_default(&c);
-                        c.world_size = W, c.tp = tp, c.pp = pp, c.cp = cp, c.ep = ep, c.etp = etp == tp ? 0 : etp;
-                        c.order = order, c.num_dist_opt_instances = nd;
-                        if (cp == 4 && nd == 1 && pi == 0) c.n_hcp = 2, c.hcp[0] = 2, c.hcp[1] = 2;
-                        if (ok) {
-                            check_config(&c, perm);
-                            n_valid++;
-                        } else {
-                            mtc_grid_spec s;
-                            T_CHECKF(mtc_grid_spec_init(&s, &c) == MTC_ERR_INVALID_ARGUMENT,
-                                     "accepted W%d tp%d pp%d cp%d ep%d etp%d %s", W, tp, pp, cp, ep, etp, order);
-                            n_refused++;
+        for (int tp = 1; tp <= W; tp++)
+            for (int pp = 1; pp <= W / tp; pp++)
+                for (int cp = 1; cp <= W / (tp * pp); cp++) {
+                    if (W % (tp * pp * cp)) continue;
+                    for (int etp = 1; etp <= W; etp++)
+                        for (int ep = 1; ep <= W / etp; ep++) {
+                            if (W % (etp * ep * pp)) continue;
+                            int dp = W / (tp * pp * cp), edp = W / (etp * ep * pp);
+                            for (int pi = 0; pi < (W <= 8 ? np : W <= 32 ? 2 : 1); pi++) {
+                                int idx = W <= 8 ? pi : 0;
+                                const int *perm = perms[idx];
+                                int def[5] = {0, 4, 3, 2, 1},
+                                    tpd[5] = {0, 4, 3, 1, 2}; /* tp-cp-ep-dp-pp, tp-cp-ep-pp-dp */
+                                if (W > 8 && pi == 0) perm = def;
+                                if (W > 8 && pi == 1) perm = tpd;
+                                char order[32];
+                                perm_string(order, perm);
+                                /* expected acceptance from the rules, computed here */
+                                int dense_pp = 1, exp_pp = 1;
+                                int dsz[5] = {tp, pp, dp, 1, cp}, esz[5] = {etp, pp, edp, ep, 1};
+                                for (int i = 0; perm[i] != 1; i++)
+                                    dense_pp *= dsz[perm[i]], exp_pp *= esz[perm[i]];
+                                int ok = (perm[4] == 1 || pp == 1 || edp == dp) &&
+                                         (pp == 1 || dense_pp == exp_pp);
+                                for (int nd = 1; nd <= 2; nd++) {
+                                    if (nd == 2 && ((dp * cp) % 2 || edp % 2 || (W > 8 && pi != 0)))
+                                        continue;
+                                    mtc_grid_config c;
+                                    mtc_grid_config_default(&c);
+                                    c.world_size = W, c.tp = tp, c.pp = pp, c.cp = cp, c.ep = ep,
+                                    c.etp = etp == tp ? 0 : etp;
+                                    c.order = order, c.num_dist_opt_instances = nd;
+                                    if (cp == 4 && nd == 1 && pi == 0)
+                                        c.n_hcp = 2, c.hcp[0] = 2, c.hcp[1] = 2;
+                                    if (ok) {
+                                        check_config(&c, perm);
+                                        n_valid++;
+                                    } else {
+                                        mtc_grid_spec s;
+                                        T_CHECKF(mtc_grid_spec_init(&s, &c) ==
+                                                     MTC_ERR_INVALID_ARGUMENT,
+                                                 "accepted W%d tp%d pp%d cp%d ep%d etp%d %s", W, tp,
+                                                 pp, cp, ep, etp, order);
+                                        n_refused++;
+                                    }
+                                    if (atomic_load(&t_failed_) > failures_before + 20)
+                                        return n_valid; /* stop flooding */
+                                }
+                            }
                         }
-                        if (atomic_load(&t_failed_) > failures_before + 20) return n_valid; /* stop flooding */
-                    }
                 }
-            }
-        }
-    printf("property sweep: %d valid configurations checked, %d refused as expected\n", n_valid, n_refused);
+    printf("property sweep: %d valid configurations checked, %d refused as expected\n", n_valid,
+           n_refused);
     printf("other orders where Megatron's inter-instance group does not match the dense "
-           "intra-partial slices: %d configurations\n", dp_early_mismatch);
+           "intra-partial slices: %d configurations\n",
+           dp_early_mismatch);
     return n_valid;
 }
 

@@ -60,7 +60,8 @@ static const fixture_tensor *fixture_get(const fixture *fx, const char *name) {
 }
 
 static void fixture_free(fixture *fx) {
-    for (int i = 0; i < fx->count; i++) free(fx->t[i].data);
+    for (int i = 0; i < fx->count; i++)
+        free(fx->t[i].data);
     free(fx->t);
     memset(fx, 0, sizeof *fx);
 }

@@ -19,7 +19,8 @@ static void compare(const char *what, const float *a, const float *b, size_t n, 
         if (e > maxerr || isnan(e)) maxerr = isnan(e) ? INFINITY : e;
         if (fabs(b[i]) > maxref) maxref = fabs(b[i]);
     }
-    T_CHECKF(maxerr <= rtol * maxref + 1e-9, "%s: max error %.3g vs scale %.3g", what, maxerr, maxref);
+    T_CHECKF(maxerr <= rtol * maxref + 1e-9, "%s: max error %.3g vs scale %.3g", what, maxerr,
+             maxref);
 }
 
 int main(void) {
@@ -27,10 +28,15 @@ int main(void) {
     T_CHECK(fixture_load(&fx, "tests/reference/gpt2_tiny.fixture") == 0);
     if (fx.count == 0) return T_DONE();
     const float *cf = fixture_get(&fx, "config")->data;
-    mtc_gpt_config cfg = {.num_layers = (int)cf[0], .hidden_size = (int)cf[1], .num_heads = (int)cf[2],
-                          .ffn_hidden_size = (int)cf[3], .seq_length = (int)cf[4],
-                          .max_position_embeddings = (int)cf[5], .vocab_size = (int)cf[6],
-                          .padded_vocab_size = (int)cf[7], .init_std = 0.02f};
+    mtc_gpt_config cfg = {.num_layers = (int)cf[0],
+                          .hidden_size = (int)cf[1],
+                          .num_heads = (int)cf[2],
+                          .ffn_hidden_size = (int)cf[3],
+                          .seq_length = (int)cf[4],
+                          .max_position_embeddings = (int)cf[5],
+                          .vocab_size = (int)cf[6],
+                          .padded_vocab_size = (int)cf[7],
+                          .init_std = 0.02f};
     int B = (int)cf[8], T = cfg.seq_length, N = B * T, Vp = cfg.padded_vocab_size;
     T_CHECK(mtc_gpt_pad_vocab(cfg.vocab_size, 16, 1) == Vp);
     nn_pool *pool;
@@ -41,7 +47,8 @@ int main(void) {
     /* registry: backward order, last parameter at offset 0, contiguous */
     const mtc_registry *r = &m->reg;
     T_CHECK(r->count == 4 + 12 * cfg.num_layers);
-    T_CHECK(!strcmp(r->params[r->count - 1].name, "ln_f.bias") && r->params[r->count - 1].offset == 0);
+    T_CHECK(!strcmp(r->params[r->count - 1].name, "ln_f.bias") &&
+            r->params[r->count - 1].offset == 0);
     T_CHECK(!strcmp(r->params[0].name, "wte.weight") &&
             r->params[0].offset + r->params[0].numel == r->total);
     for (int i = 0; i + 1 < r->count; i++)
@@ -55,7 +62,8 @@ int main(void) {
     }
     int tokens[256], targets[256];
     const fixture_tensor *tk = fixture_get(&fx, "tokens"), *tg = fixture_get(&fx, "targets");
-    for (int i = 0; i < N; i++) tokens[i] = (int)tk->data[i], targets[i] = (int)tg->data[i];
+    for (int i = 0; i < N; i++)
+        tokens[i] = (int)tk->data[i], targets[i] = (int)tg->data[i];
 
     mtc_gpt_pass pass = {0};
     mtc_gpt_forward(m, 0, tokens, NULL, B, T, &pass);

@@ -20,10 +20,17 @@ static double loss_of(mtc_gpt *m, const int *tok, const int *tgt, int B, int T,
 }
 
 int main(void) {
-    mtc_gpt_config cfg = {.num_layers = 2, .hidden_size = 8, .num_heads = 2, .ffn_hidden_size = 16,
-                          .seq_length = 5, .max_position_embeddings = 6, .vocab_size = 11,
-                          .padded_vocab_size = 16, .hidden_dropout = 0.1f,
-                          .attention_dropout = 0.1f, .init_std = 0.3f};
+    mtc_gpt_config cfg = {.num_layers = 2,
+                          .hidden_size = 8,
+                          .num_heads = 2,
+                          .ffn_hidden_size = 16,
+                          .seq_length = 5,
+                          .max_position_embeddings = 6,
+                          .vocab_size = 11,
+                          .padded_vocab_size = 16,
+                          .hidden_dropout = 0.1f,
+                          .attention_dropout = 0.1f,
+                          .init_std = 0.3f};
     int B = 2, T = 5, N = B * T;
     nn_pool *pool1, *pool2;
     T_CHECK(nn_pool_create(1, &pool1) == MTC_OK);
@@ -33,10 +40,12 @@ int main(void) {
     T_CHECK(mtc_gpt_init(&cfg, B, 1, pool2, &m2) == MTC_OK);
     mtc_gpt_init_params(m, 7);
     /* make LayerNorm weights and biases non-trivial too */
-    for (size_t i = 0; i < m->reg.total; i++) m->params[i] += 0.1f * mtc_rng_normal(99, 1, i);
+    for (size_t i = 0; i < m->reg.total; i++)
+        m->params[i] += 0.1f * mtc_rng_normal(99, 1, i);
     memcpy(m2->params, m->params, m->reg.total * sizeof(float));
     int tok[10], tgt[10];
-    for (int i = 0; i < N; i++) tok[i] = (int)(mtc_rng_u32(5, 1, i) % 11), tgt[i] = (int)(mtc_rng_u32(5, 2, i) % 11);
+    for (int i = 0; i < N; i++)
+        tok[i] = (int)(mtc_rng_u32(5, 1, i) % 11), tgt[i] = (int)(mtc_rng_u32(5, 2, i) % 11);
     /* targets avoid token 10 so the wte row of 10 gets only embedding gradient */
     mtc_gpt_pass pass = {.train = 1, .seed = 42, .iteration = 3, .b0 = 4};
 
@@ -53,7 +62,8 @@ int main(void) {
         mtc_gpt_pass first = pass, second = pass;
         first.first_microbatch = 1;
         second.b0 = 6;
-        for (size_t i = 0; i < m2->reg.total; i++) m2->grads[i] = 1e3f * (float)(i % 5 + 1);
+        for (size_t i = 0; i < m2->reg.total; i++)
+            m2->grads[i] = 1e3f * (float)(i % 5 + 1);
         loss_of(m2, tok, tgt, B, T, &first);
         mtc_gpt_backward(m2, 0, tok, tgt, B, T, 1.0f / N, &first);
         loss_of(m2, tok, tgt, B, T, &second);
@@ -64,7 +74,8 @@ int main(void) {
         loss_of(m, tok, tgt, B, T, &second);
         mtc_gpt_backward(m, 0, tok, tgt, B, T, 1.0f / N, &second);
         int diff = 0;
-        for (size_t i = 0; i < m->reg.total; i++) diff += m->grads[i] != m2->grads[i];
+        for (size_t i = 0; i < m->reg.total; i++)
+            diff += m->grads[i] != m2->grads[i];
         T_CHECKF(diff == 0, "%d gradients differ between overwrite and zero+accumulate", diff);
         /* restore the single-microbatch gradients used below */
         mtc_gpt_zero_grad(m);
@@ -77,7 +88,8 @@ int main(void) {
     T_CHECK(mtc_gpt_init(&cfg, B, 2, pool2, &m3) == MTC_OK);
     memcpy(m3->params, m->params, m->reg.total * sizeof(float));
     int tok_b[10];
-    for (int i = 0; i < N; i++) tok_b[i] = (tok[i] + 3) % 11;
+    for (int i = 0; i < N; i++)
+        tok_b[i] = (tok[i] + 3) % 11;
     mtc_gpt_pass pass_b = pass;
     pass_b.b0 = 0;
     mtc_gpt_forward(m3, 1, tok_b, NULL, B, T, &pass_b);
@@ -103,21 +115,26 @@ int main(void) {
         float *w = m->params + p->offset;
         double nrm = 0, gd = 0;
         mtc_rng_fill_normal(d, p->numel, 11, (uint64_t)pi, 0, 0.0f, 1.0f);
-        for (size_t i = 0; i < p->numel; i++) nrm += (double)d[i] * d[i];
+        for (size_t i = 0; i < p->numel; i++)
+            nrm += (double)d[i] * d[i];
         nrm = sqrt(nrm);
-        for (size_t i = 0; i < p->numel; i++) d[i] = (float)(d[i] / nrm);
-        for (size_t i = 0; i < p->numel; i++) gd += (double)m->grads[p->offset + i] * d[i];
+        for (size_t i = 0; i < p->numel; i++)
+            d[i] = (float)(d[i] / nrm);
+        for (size_t i = 0; i < p->numel; i++)
+            gd += (double)m->grads[p->offset + i] * d[i];
         float *save = malloc(p->numel * sizeof(float));
         memcpy(save, w, p->numel * sizeof(float));
-        for (size_t i = 0; i < p->numel; i++) w[i] = save[i] + eps * d[i];
+        for (size_t i = 0; i < p->numel; i++)
+            w[i] = save[i] + eps * d[i];
         double lp = loss_of(m, tok, tgt, B, T, &pass);
-        for (size_t i = 0; i < p->numel; i++) w[i] = save[i] - eps * d[i];
+        for (size_t i = 0; i < p->numel; i++)
+            w[i] = save[i] - eps * d[i];
         double lm = loss_of(m, tok, tgt, B, T, &pass);
         memcpy(w, save, p->numel * sizeof(float));
         free(save);
         double fd = (lp - lm) / (2.0 * eps);
-        T_CHECKF(fabs(fd - gd) <= 5e-5 + 2e-3 * fabs(gd), "%s: finite difference %.7g vs gradient %.7g",
-                 p->name, fd, gd);
+        T_CHECKF(fabs(fd - gd) <= 5e-5 + 2e-3 * fabs(gd),
+                 "%s: finite difference %.7g vs gradient %.7g", p->name, fd, gd);
     }
     free(d);
     /* padded rows 11..15 of wte: no token or target uses them, but each is a
@@ -125,7 +142,8 @@ int main(void) {
     const float *dwte = m->grads + m->reg.params[0].offset;
     for (int v = 11; v < 16; v++) {
         double pad = 0;
-        for (int i = 0; i < cfg.hidden_size; i++) pad += fabs(dwte[v * cfg.hidden_size + i]);
+        for (int i = 0; i < cfg.hidden_size; i++)
+            pad += fabs(dwte[v * cfg.hidden_size + i]);
         T_CHECKF(pad > 0, "padded wte row %d has no gradient", v);
     }
     mtc_gpt_free(m);

@@ -12,9 +12,15 @@
 #include "test.h"
 
 int main(void) {
-    mtc_gpt_config cfg = {.num_layers = 3, .hidden_size = 64, .num_heads = 4, .ffn_hidden_size = 256,
-                          .seq_length = 16, .max_position_embeddings = 32, .vocab_size = 300,
-                          .padded_vocab_size = mtc_gpt_pad_vocab(300, 128, 1), .init_std = 0.02f};
+    mtc_gpt_config cfg = {.num_layers = 3,
+                          .hidden_size = 64,
+                          .num_heads = 4,
+                          .ffn_hidden_size = 256,
+                          .seq_length = 16,
+                          .max_position_embeddings = 32,
+                          .vocab_size = 300,
+                          .padded_vocab_size = mtc_gpt_pad_vocab(300, 128, 1),
+                          .init_std = 0.02f};
     T_CHECK(cfg.padded_vocab_size == 384);
     T_CHECK(mtc_gpt_pad_vocab(384, 128, 1) == 384 && mtc_gpt_pad_vocab(50257, 128, 2) == 50432);
     nn_pool *pool;
@@ -29,7 +35,8 @@ int main(void) {
     free(serial);
 
     int i = mtc_registry_find(r, "h.1.attn.c_attn.weight");
-    T_CHECK(i >= 0 && r->params[i].shape[0] == 192 && r->params[i].shape[1] == 64 && r->params[i].is_2d);
+    T_CHECK(i >= 0 && r->params[i].shape[0] == 192 && r->params[i].shape[1] == 64 &&
+            r->params[i].is_2d);
     const float *w = m->params + r->params[i].offset;
     uint64_t st = mtc_rng_stream_of("h.1.attn.c_attn.weight");
     T_CHECK(w[0] == mtc_rng_normal(1234, st, 0) * 0.02f);
@@ -40,7 +47,8 @@ int main(void) {
         const mtc_param *p = &r->params[k];
         const float *x = m->params + p->offset;
         double s = 0, s2 = 0;
-        for (size_t e = 0; e < p->numel; e++) s += x[e], s2 += (double)x[e] * x[e];
+        for (size_t e = 0; e < p->numel; e++)
+            s += x[e], s2 += (double)x[e] * x[e];
         double mean = s / p->numel, sd = sqrt(s2 / p->numel - mean * mean);
         const char *n = p->name;
         size_t len = strlen(n);
@@ -56,10 +64,12 @@ int main(void) {
                      "%s: std %g (expected %g) mean %g", n, sd, expect, mean);
         }
     }
-    T_CHECK(mtc_registry_find(r, "wte.weight") == 0 && mtc_registry_find(r, "ln_f.bias") == r->count - 1);
+    T_CHECK(mtc_registry_find(r, "wte.weight") == 0 &&
+            mtc_registry_find(r, "ln_f.bias") == r->count - 1);
     T_CHECK(r->params[0].shape[0] == 384 && r->params[1].shape[0] == 32);
     T_CHECK(r->params[0].reduce_groups & MTC_REDUCE_EMBEDDING);
-    T_CHECK(mtc_registry_find(r, "h.2.mlp.c_proj.weight") >= 0 && mtc_registry_find(r, "h.3.ln_1.weight") < 0);
+    T_CHECK(mtc_registry_find(r, "h.2.mlp.c_proj.weight") >= 0 &&
+            mtc_registry_find(r, "h.3.ln_1.weight") < 0);
     mtc_gpt_free(m);
     nn_pool_free(pool);
     return T_DONE();

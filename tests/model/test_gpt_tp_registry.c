@@ -15,10 +15,15 @@
 #include "test.h"
 #include "tp/layers.h"
 
-static mtc_gpt_config CFG = {.num_layers = 2, .hidden_size = 16, .num_heads = 4,
-                             .ffn_hidden_size = 64, .seq_length = 8,
-                             .max_position_embeddings = 8, .vocab_size = 30,
-                             .padded_vocab_size = 32, .init_std = 0.02f};
+static mtc_gpt_config CFG = {.num_layers = 2,
+                             .hidden_size = 16,
+                             .num_heads = 4,
+                             .ffn_hidden_size = 64,
+                             .seq_length = 8,
+                             .max_position_embeddings = 8,
+                             .vocab_size = 30,
+                             .padded_vocab_size = 32,
+                             .init_std = 0.02f};
 
 /* What rank r of a tp run reports: per parameter, the global index and
  * initial value of each local element, and its registry flags. */
@@ -92,8 +97,10 @@ int main(void) {
                 free(v->val[i]);
             }
             int once = 1;
-            for (size_t k = 0; k < g->numel; k++) once &= hit[k] == (split ? 1 : tp);
-            T_CHECKF(once, "tp=%d %s: every global element held once (split) or by every rank", tp, g->name);
+            for (size_t k = 0; k < g->numel; k++)
+                once &= hit[k] == (split ? 1 : tp);
+            T_CHECKF(once, "tp=%d %s: every global element held once (split) or by every rank", tp,
+                     g->name);
             T_CHECKF(init_ok, "tp=%d %s: shard init = serial values", tp, g->name);
             T_CHECKF(qkv_ok, "tp=%d %s: fused rows follow tp_qkv_row", tp, g->name);
             free(hit);

@@ -37,7 +37,8 @@ static mtc_result_t rank_fn(mtc_comm_t world, void *arg) {
         }
         return mtc_all_reduce(buf, buf, 8, MTC_DTYPE_F32, MTC_OP_SUM, world);
     }
-    for (int i = 0; i < 8; i++) buf[i] = (float)(r + 1);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (float)(r + 1);
     MTC_CHECK(mtc_all_reduce(buf, buf, 8, MTC_DTYPE_F32, MTC_OP_SUM, world));
     for (int i = 0; i < 8; i++)
         if (buf[i] != (float)(p * (p + 1) / 2))

@@ -16,14 +16,14 @@ static __thread int wrap_depth;
 uint64_t mtc_train_comm_wait_ns(void);
 uint64_t mtc_train_comm_wait_ns(void) { return wrap_ns; }
 
-#define WRAP(name, params, args)                                               \
-    mtc_result_t __real_##name params;                                         \
-    mtc_result_t __wrap_##name params;                                         \
-    mtc_result_t __wrap_##name params {                                        \
-        uint64_t t0 = wrap_depth++ ? 0 : mtc_time_ns();                        \
-        mtc_result_t rc = __real_##name args;                                  \
-        if (!--wrap_depth) wrap_ns += mtc_time_ns() - t0;                      \
-        return rc;                                                             \
+#define WRAP(name, params, args)                                                                   \
+    mtc_result_t __real_##name params;                                                             \
+    mtc_result_t __wrap_##name params;                                                             \
+    mtc_result_t __wrap_##name params {                                                            \
+        uint64_t t0 = wrap_depth++ ? 0 : mtc_time_ns();                                            \
+        mtc_result_t rc = __real_##name args;                                                      \
+        if (!--wrap_depth) wrap_ns += mtc_time_ns() - t0;                                          \
+        return rc;                                                                                 \
     }
 
 WRAP(mtc_all_reduce, (const void *s, void *r, size_t n, mtc_dtype_t t, mtc_op_t o, mtc_comm_t c),

@@ -57,8 +57,8 @@ static void base_config(mtc_train_config *c, float dropout, double *losses, doub
     m->hidden_dropout = m->attention_dropout = dropout;
     m->init_std = 0.02f;
     c->micro_batch = MBS, c->global_batch = GBS, c->train_iters = K;
-    c->lr = (mtc_lr_schedule){.lr = 1e-2, .min_lr = 0, .warmup_iters = 0, .decay_iters = K,
-                              .style = MTC_LR_CONSTANT};
+    c->lr = (mtc_lr_schedule){
+        .lr = 1e-2, .min_lr = 0, .warmup_iters = 0, .decay_iters = K, .style = MTC_LR_CONSTANT};
     c->adam = (mtc_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip_grad = 1.0f;
     c->seed = 1234;
@@ -70,8 +70,8 @@ static void base_config(mtc_train_config *c, float dropout, double *losses, doub
 
 /* The mock tokens every run reads. */
 static void parity_open_data(void) {
-    data_source_opts o = {.mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7,
-                          .split = "100,0,0"};
+    data_source_opts o = {
+        .mock = 1, .vocab_size = 60, .seq_length = SEQ, .seed = 7, .split = "100,0,0"};
     T_CHECK(data_source_open(&o, &g_src) == MTC_OK);
 }
 

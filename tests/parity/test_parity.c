@@ -53,8 +53,8 @@ static mtc_result_t run_pl(result *r, const pl_layout *l) {
     c.world_size = world, c.tp = l->tp, c.pp = l->pp, c.vpp = l->vpp, c.sequence_parallel = l->sp;
     c.microbatch_group_size = l->group;
     c.overlap_grad_reduce = l->overlap, c.ddp_bucket_size = l->bucket;
-    pp_schedule_config sc = {.pp = l->pp, .vpp = l->vpp > 1 ? l->vpp : 0, .num_microbatches = M,
-                             .group_size = l->group};
+    pp_schedule_config sc = {
+        .pp = l->pp, .vpp = l->vpp > 1 ? l->vpp : 0, .num_microbatches = M, .group_size = l->group};
     int max_ops = pp_schedule_max_ops(&sc);
     pp_op *trace = calloc((size_t)world * max_ops, sizeof *trace);
     pp_op *want = calloc((size_t)max_ops, sizeof *want);
@@ -78,11 +78,12 @@ static mtc_result_t run_pl(result *r, const pl_layout *l) {
             for (int i = 0; eq && i < n.nops; i++)
                 eq = got[i].kind == want[i].kind && got[i].microbatch == want[i].microbatch &&
                      got[i].chunk == want[i].chunk;
-            T_CHECKF(eq, "rank %d (pp rank %d) executed %d ops, not the %d of mtc schedule",
-                     w, co.pp, ntrace[w], n.nops);
+            T_CHECKF(eq, "rank %d (pp rank %d) executed %d ops, not the %d of mtc schedule", w,
+                     co.pp, ntrace[w], n.nops);
             same &= eq;
         }
-        if (same) printf("     executed order == pp_schedule_build on all %d ranks (M=%d)\n", world, M);
+        if (same)
+            printf("     executed order == pp_schedule_build on all %d ranks (M=%d)\n", world, M);
     }
     free(trace), free(want), free(ntrace);
     return rc;
@@ -99,8 +100,7 @@ int main(void) {
         T_CHECKF(serial[d].loss[K - 1] < serial[d].loss[0], "serial loss %g -> %g",
                  serial[d].loss[0], serial[d].loss[K - 1]);
     }
-    T_CHECKF(fabs(serial[0].loss[K - 1] - serial[1].loss[K - 1]) > 1e-6,
-             "dropout changes the run");
+    T_CHECKF(fabs(serial[0].loss[K - 1] - serial[1].loss[K - 1]) > 1e-6, "dropout changes the run");
     got.params = calloc(g_nparams, sizeof(float));
     again.params = calloc(g_nparams, sizeof(float));
 
@@ -109,14 +109,26 @@ int main(void) {
         long bucket;
         int drop, pp;
     } L_[] = {
-        {1, 2, 0, 0, 0, 0, 1},    {1, 4, 0, 1, 1000, 0, 1}, {2, 1, 0, 0, 0, 0, 1},
-        {4, 1, 0, 0, 0, 1, 1},    {2, 1, 1, 0, 0, 0, 1},    {4, 1, 1, 0, 0, 1, 1},
-        {2, 2, 0, 1, 777, 1, 1},  {2, 2, 1, 1, 3000, 0, 1}, {2, 2, 1, 0, 0, 1, 1},
-        {1, 2, 0, 1, 513, 1, 1},  {2, 4, 1, 1, 2500, 1, 1}, {4, 2, 1, 1, 999, 0, 1},
-        {4, 4, 1, 1, 1234, 1, 1}, {4, 4, 0, 0, 0, 0, 1},
+        {1, 2, 0, 0, 0, 0, 1},
+        {1, 4, 0, 1, 1000, 0, 1},
+        {2, 1, 0, 0, 0, 0, 1},
+        {4, 1, 0, 0, 0, 1, 1},
+        {2, 1, 1, 0, 0, 0, 1},
+        {4, 1, 1, 0, 0, 1, 1},
+        {2, 2, 0, 1, 777, 1, 1},
+        {2, 2, 1, 1, 3000, 0, 1},
+        {2, 2, 1, 0, 0, 1, 1},
+        {1, 2, 0, 1, 513, 1, 1},
+        {2, 4, 1, 1, 2500, 1, 1},
+        {4, 2, 1, 1, 999, 0, 1},
+        {4, 4, 1, 1, 1234, 1, 1},
+        {4, 4, 0, 0, 0, 0, 1},
         /* pipeline (issue 6): 1F1B over 2 stages of one layer each */
-        {1, 1, 0, 0, 0, 0, 2},    {2, 1, 1, 0, 0, 1, 2},    {1, 2, 0, 1, 600, 1, 2},
-        {2, 2, 1, 1, 1500, 0, 2}, {1, 4, 0, 0, 0, 1, 2},
+        {1, 1, 0, 0, 0, 0, 2},
+        {2, 1, 1, 0, 0, 1, 2},
+        {1, 2, 0, 1, 600, 1, 2},
+        {2, 2, 1, 1, 1500, 0, 2},
+        {1, 4, 0, 0, 0, 1, 2},
     };
     for (size_t i = 0; i < sizeof L_ / sizeof L_[0]; i++) {
         int world = L_[i].tp * L_[i].dp * L_[i].pp;
@@ -126,12 +138,13 @@ int main(void) {
         }
         char name[96];
         snprintf(name, sizeof name, "tp=%d dp=%d pp=%d%s%s%s", L_[i].tp, L_[i].dp, L_[i].pp,
-                 L_[i].sp ? " sp" : "",
-                 L_[i].overlap ? " overlap" : "", L_[i].drop ? " dropout" : "");
-        if (L_[i].bucket) snprintf(name + strlen(name), sizeof name - strlen(name), " bucket=%ld", L_[i].bucket);
+                 L_[i].sp ? " sp" : "", L_[i].overlap ? " overlap" : "",
+                 L_[i].drop ? " dropout" : "");
+        if (L_[i].bucket)
+            snprintf(name + strlen(name), sizeof name - strlen(name), " bucket=%ld", L_[i].bucket);
         memset(got.params, 0, g_nparams * sizeof(float));
-        mtc_result_t rc = run(&got, world, L_[i].tp, L_[i].pp, L_[i].sp, L_[i].overlap, L_[i].bucket,
-                              L_[i].drop ? 0.1f : 0.0f);
+        mtc_result_t rc = run(&got, world, L_[i].tp, L_[i].pp, L_[i].sp, L_[i].overlap,
+                              L_[i].bucket, L_[i].drop ? 0.1f : 0.0f);
         T_CHECKF(rc == MTC_OK, "%s: %s", name, mtc_error_detail());
         if (rc == MTC_OK) T_CHECKF(compare(name, &got, &serial[L_[i].drop]), "%s", name);
     }
@@ -139,12 +152,12 @@ int main(void) {
     /* interleaved virtual stages and deeper pipelines: serial references
      * for 4 and 8 layers */
     static const pl_layout P_[] = {
-        {4, 1, 1, 2, 2, 0, 2, 0, 0, 0, 0},    {4, 1, 1, 2, 2, 3, 1, 0, 0, 0, 1},
-        {4, 2, 1, 2, 2, 0, 4, 1, 0, 0, 1},    {4, 2, 2, 2, 2, 0, 1, 0, 1, 900, 0},
-        {4, 1, 2, 2, 2, 0, 2, 0, 1, 0, 1},    {4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 1},
-        {4, 1, 1, 4, 1, 0, 2, 0, 0, 0, 0},    {4, 2, 2, 4, 1, 0, 1, 1, 1, 0, 1},
-        {8, 1, 1, 4, 2, 0, 2, 0, 0, 0, 1},    {8, 1, 1, 4, 2, 8, 1, 0, 0, 0, 0},
-        {8, 2, 1, 4, 2, 0, 2, 1, 0, 0, 0},    {8, 2, 2, 4, 2, 0, 1, 0, 1, 1100, 1},
+        {4, 1, 1, 2, 2, 0, 2, 0, 0, 0, 0}, {4, 1, 1, 2, 2, 3, 1, 0, 0, 0, 1},
+        {4, 2, 1, 2, 2, 0, 4, 1, 0, 0, 1}, {4, 2, 2, 2, 2, 0, 1, 0, 1, 900, 0},
+        {4, 1, 2, 2, 2, 0, 2, 0, 1, 0, 1}, {4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 1},
+        {4, 1, 1, 4, 1, 0, 2, 0, 0, 0, 0}, {4, 2, 2, 4, 1, 0, 1, 1, 1, 0, 1},
+        {8, 1, 1, 4, 2, 0, 2, 0, 0, 0, 1}, {8, 1, 1, 4, 2, 8, 1, 0, 0, 0, 0},
+        {8, 2, 1, 4, 2, 0, 2, 1, 0, 0, 0}, {8, 2, 2, 4, 2, 0, 1, 0, 1, 1100, 1},
         {8, 1, 1, 2, 4, 0, 1, 0, 0, 0, 0},
     };
     for (int layers = 4; layers <= 8; layers *= 2) {
@@ -166,7 +179,8 @@ int main(void) {
             snprintf(name, sizeof name, "L=%d tp=%d dp=%d pp=%d vpp=%d M=%d%s%s%s", layers, l->tp,
                      l->dp, l->pp, l->vpp, GBS / (l->mbs * l->dp), l->sp ? " sp" : "",
                      l->overlap ? " overlap" : "", l->drop ? " dropout" : "");
-            if (l->group) snprintf(name + strlen(name), sizeof name - strlen(name), " group=%d", l->group);
+            if (l->group)
+                snprintf(name + strlen(name), sizeof name - strlen(name), " group=%d", l->group);
             if (PARITY_SANITIZED && world > 8) {
                 printf("skip %s (sanitizer build)\n", name);
                 continue;
@@ -177,10 +191,14 @@ int main(void) {
             if (rc != MTC_OK) continue;
             /* loss and grad norm against the serial run */
             for (int k = 0; k < K; k++) {
-                T_CHECKF(fabs(got.loss[k] - ser[l->drop].loss[k]) <= 2e-5 * fabs(ser[l->drop].loss[k]),
-                         "%s: step %d loss %.9g, serial %.9g", name, k, got.loss[k], ser[l->drop].loss[k]);
-                T_CHECKF(fabs(got.norm[k] - ser[l->drop].norm[k]) <= 2e-5 * fabs(ser[l->drop].norm[k]),
-                         "%s: step %d grad norm %.9g, serial %.9g", name, k, got.norm[k], ser[l->drop].norm[k]);
+                T_CHECKF(fabs(got.loss[k] - ser[l->drop].loss[k]) <=
+                             2e-5 * fabs(ser[l->drop].loss[k]),
+                         "%s: step %d loss %.9g, serial %.9g", name, k, got.loss[k],
+                         ser[l->drop].loss[k]);
+                T_CHECKF(fabs(got.norm[k] - ser[l->drop].norm[k]) <=
+                             2e-5 * fabs(ser[l->drop].norm[k]),
+                         "%s: step %d grad norm %.9g, serial %.9g", name, k, got.norm[k],
+                         ser[l->drop].norm[k]);
             }
             /* parameters against the same tp x dp layout and microbatch size
              * without the pipeline (the same per-microbatch summation order;
@@ -194,7 +212,8 @@ int main(void) {
             T_CHECK(run_pl(&twin, &flat) == MTC_OK);
             T_CHECKF(compare(name, &got, &twin), "%s", name);
         }
-        for (int d = 0; d < 2; d++) free(ser[d].params);
+        for (int d = 0; d < 2; d++)
+            free(ser[d].params);
         free(twin.params);
     }
     parity_set_layers(2);
@@ -229,7 +248,8 @@ int main(void) {
     c.microbatch_group_size = 0;
     T_CHECK(mtc_train_validate_layout(&c, 2) == MTC_OK);
 
-    for (int d = 0; d < 2; d++) free(serial[d].params);
+    for (int d = 0; d < 2; d++)
+        free(serial[d].params);
     free(got.params);
     free(again.params);
     free(g_skip);

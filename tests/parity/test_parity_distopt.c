@@ -69,10 +69,12 @@ static void check_params_needed(int first_layer, int last_layer, int emb, int he
                                &m) == MTC_OK);
     mtc_gpt_init_params(m, 5);
     int tokens[SEQ], targets[SEQ];
-    for (int t = 0; t < SEQ; t++) tokens[t] = (3 * t + 1) % 60, targets[t] = (5 * t + 2) % 60;
+    for (int t = 0; t < SEQ; t++)
+        tokens[t] = (3 * t + 1) % 60, targets[t] = (5 * t + 2) % 60;
     size_t in = (size_t)SEQ * c.model.hidden_size;
     if (!emb)
-        for (size_t i = 0; i < in; i++) mtc_gpt_slot_input(m, 0)[i] = 0.01f * (float)(i % 17);
+        for (size_t i = 0; i < in; i++)
+            mtc_gpt_slot_input(m, 0)[i] = 0.01f * (float)(i % 17);
     mtc_gpt_pass pass = {.seed = 1};
     double want = mtc_gpt_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
     float *out0 = NULL;
@@ -82,16 +84,20 @@ static void check_params_needed(int first_layer, int last_layer, int emb, int he
     }
     float *real = malloc(m->reg.total * sizeof(float));
     memcpy(real, m->params, m->reg.total * sizeof(float));
-    for (size_t i = 0; i < m->reg.total; i++) m->params[i] = NAN;
+    for (size_t i = 0; i < m->reg.total; i++)
+        m->params[i] = NAN;
     need_ctx n = {m, real, calloc((size_t)m->reg.count, sizeof(int))};
     pass.params_needed = need_hook, pass.params_needed_ctx = &n;
     double got = mtc_gpt_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
     int once = 1;
-    for (int p = 0; p < m->reg.count; p++) once &= n.seen[p] >= 1; /* the tied wte twice */
-    T_CHECKF(once, "layers [%d, %d) emb %d head %d: every param announced", first_layer,
-             last_layer, emb, head);
-    if (head) T_CHECKF(got == want, "loss %g with announced params, %g without", got, want);
-    else T_CHECK(!memcmp(out0, mtc_gpt_slot_output(m, 0), in * sizeof(float)));
+    for (int p = 0; p < m->reg.count; p++)
+        once &= n.seen[p] >= 1; /* the tied wte twice */
+    T_CHECKF(once, "layers [%d, %d) emb %d head %d: every param announced", first_layer, last_layer,
+             emb, head);
+    if (head)
+        T_CHECKF(got == want, "loss %g with announced params, %g without", got, want);
+    else
+        T_CHECK(!memcmp(out0, mtc_gpt_slot_output(m, 0), in * sizeof(float)));
     printf("params_needed: layers [%d, %d)%s%s: %d params announced before use\n", first_layer,
            last_layer, emb ? " embedding" : "", head ? " head" : "", m->reg.count);
     free(n.seen), free(real), free(out0);
@@ -115,29 +121,36 @@ int main(void) {
         T_CHECK(run(&serial[d], &s, 0) == MTC_OK);
         plain_state = g_state_bytes;
     }
-    T_CHECKF(plain_state == 2 * g_nparams * sizeof(float), "plain AdamW state %zu bytes for %zu params",
-             plain_state, g_nparams);
+    T_CHECKF(plain_state == 2 * g_nparams * sizeof(float),
+             "plain AdamW state %zu bytes for %zu params", plain_state, g_nparams);
     got.params = calloc(g_nparams, sizeof(float));
 
     static const layout L_[] = {
         /* tp dp pp sp ovl opg nd bucket drop pad vpp */
-        {1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0},    {1, 2, 1, 0, 0, 0, 1, 0, 0, 0, 0},
-        {1, 2, 1, 0, 1, 1, 1, 513, 1, 0, 0},  {1, 2, 1, 0, 0, 1, 1, 0, 0, 1, 0},
-        {1, 4, 1, 0, 1, 0, 1, 1000, 0, 0, 0}, {1, 4, 1, 0, 1, 1, 2, 777, 1, 0, 0},
-        {1, 8, 1, 0, 0, 0, 1, 0, 0, 0, 0},    {1, 8, 1, 0, 1, 1, 2, 1500, 1, 0, 0},
-        {1, 8, 1, 0, 1, 0, 4, 900, 0, 0, 0},  {2, 2, 1, 1, 1, 1, 1, 700, 0, 0, 0},
-        {2, 2, 1, 0, 0, 0, 2, 0, 1, 0, 0},    {2, 4, 1, 1, 1, 1, 2, 2500, 1, 0, 0},
+        {1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {1, 2, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {1, 2, 1, 0, 1, 1, 1, 513, 1, 0, 0},
+        {1, 2, 1, 0, 0, 1, 1, 0, 0, 1, 0},
+        {1, 4, 1, 0, 1, 0, 1, 1000, 0, 0, 0},
+        {1, 4, 1, 0, 1, 1, 2, 777, 1, 0, 0},
+        {1, 8, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+        {1, 8, 1, 0, 1, 1, 2, 1500, 1, 0, 0},
+        {1, 8, 1, 0, 1, 0, 4, 900, 0, 0, 0},
+        {2, 2, 1, 1, 1, 1, 1, 700, 0, 0, 0},
+        {2, 2, 1, 0, 0, 0, 2, 0, 1, 0, 0},
+        {2, 4, 1, 1, 1, 1, 2, 2500, 1, 0, 0},
         {4, 2, 1, 1, 1, 0, 1, 999, 0, 0, 0},
         /* pipeline: tied wte in its own bucket on both stages, all-reduced over EMBEDDING_GROUP */
-        {1, 2, 2, 0, 1, 1, 1, 600, 1, 0, 0},  {2, 2, 2, 1, 1, 1, 2, 1500, 0, 0, 0},
+        {1, 2, 2, 0, 1, 1, 1, 600, 1, 0, 0},
+        {2, 2, 2, 1, 1, 1, 2, 1500, 0, 0, 0},
         {1, 4, 2, 0, 0, 0, 1, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof L_ / sizeof L_[0]; i++) {
         const layout *y = &L_[i];
         char name[128];
-        snprintf(name, sizeof name, "distopt tp=%d dp=%d pp=%d%s%s%s nd=%d%s%s", y->tp, y->dp, y->pp,
-                 y->sp ? " sp" : "", y->overlap ? " overlap" : "", y->opg ? " opg" : "", y->nd,
-                 y->drop ? " dropout" : "", y->pad ? " pad-busbw" : "");
+        snprintf(name, sizeof name, "distopt tp=%d dp=%d pp=%d%s%s%s nd=%d%s%s", y->tp, y->dp,
+                 y->pp, y->sp ? " sp" : "", y->overlap ? " overlap" : "", y->opg ? " opg" : "",
+                 y->nd, y->drop ? " dropout" : "", y->pad ? " pad-busbw" : "");
         if (y->bucket)
             snprintf(name + strlen(name), sizeof name - strlen(name), " bucket=%ld", y->bucket);
         memset(got.params, 0, g_nparams * sizeof(float));
@@ -153,7 +166,8 @@ int main(void) {
     layout s4 = {.tp = 1, .dp = 1, .pp = 1};
     T_CHECK(run(&serial4, &s4, 0) == MTC_OK);
     static const layout I_[] = {
-        {1, 2, 2, 0, 1, 1, 1, 600, 0, 0, 2}, {2, 2, 2, 1, 1, 1, 2, 900, 0, 0, 2},
+        {1, 2, 2, 0, 1, 1, 1, 600, 0, 0, 2},
+        {2, 2, 2, 1, 1, 1, 2, 900, 0, 0, 2},
         {1, 1, 2, 0, 0, 1, 1, 0, 0, 0, 2},
     };
     for (size_t i = 0; i < sizeof I_ / sizeof I_[0]; i++) {
@@ -192,7 +206,8 @@ int main(void) {
     T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
     printf("refused: %s\n", mtc_error_detail());
 
-    for (int d = 0; d < 2; d++) free(serial[d].params);
+    for (int d = 0; d < 2; d++)
+        free(serial[d].params);
     free(got.params);
     free(g_skip);
     data_source_free(g_src);

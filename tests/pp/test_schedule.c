@@ -54,13 +54,14 @@ static void test_examples(void) {
             int rank = json_int(r, "rank", -1);
             pp_schedule_counts counts;
             T_CHECK(pp_schedule_build(ops, &counts, &cfg, rank) == MTC_OK);
-            T_CHECKF(counts.num_warmup == json_int(r, "num_warmup", -1), "pp=%d rank %d", cfg.pp, rank);
+            T_CHECKF(counts.num_warmup == json_int(r, "num_warmup", -1), "pp=%d rank %d", cfg.pp,
+                     rank);
             T_CHECK(counts.num_steady == json_int(r, "num_steady", -1));
             T_CHECK(counts.num_cooldown == json_int(r, "num_cooldown", -1));
             format_ops(got, (size_t)max_ops * 16 + 1, ops, counts.nops);
             const char *want = cJSON_GetObjectItem(r, "ops")->valuestring;
-            T_CHECKF(strcmp(got, want) == 0, "pp=%d vpp=%d M=%d rank %d\n got  %s\n want %s", cfg.pp,
-                     cfg.vpp, cfg.num_microbatches, rank, got, want);
+            T_CHECKF(strcmp(got, want) == 0, "pp=%d vpp=%d M=%d rank %d\n got  %s\n want %s",
+                     cfg.pp, cfg.vpp, cfg.num_microbatches, rank, got, want);
         }
         free(ops), free(got);
         nconfigs++;
@@ -70,7 +71,8 @@ static void test_examples(void) {
         mtc_error_clear();
         T_CHECK(pp_schedule_validate(&cfg) == MTC_ERR_INVALID_ARGUMENT);
         const char *want = cJSON_GetObjectItem(c, "message")->valuestring;
-        T_CHECKF(strcmp(mtc_error_detail(), want) == 0, "\n got  %s\n want %s", mtc_error_detail(), want);
+        T_CHECKF(strcmp(mtc_error_detail(), want) == 0, "\n got  %s\n want %s", mtc_error_detail(),
+                 want);
         pp_op ops[256];
         pp_schedule_counts counts;
         T_CHECK(pp_schedule_build(ops, &counts, &cfg, 0) == MTC_ERR_INVALID_ARGUMENT);
@@ -122,10 +124,14 @@ static void check_config(const pp_schedule_config *cfg, pp_op *ops, pp_schedule_
         /* phase shapes: F..F | F B F B .. | B..B */
         for (int i = 0; i < c->nops; i++) {
             pp_op_kind_t want;
-            if (i < W) want = PP_OP_FORWARD;
-            else if (fo) want = PP_OP_FORWARD;
-            else if (i < W + 2 * c->num_steady) want = (i - W) % 2 ? PP_OP_BACKWARD : PP_OP_FORWARD;
-            else want = PP_OP_BACKWARD;
+            if (i < W)
+                want = PP_OP_FORWARD;
+            else if (fo)
+                want = PP_OP_FORWARD;
+            else if (i < W + 2 * c->num_steady)
+                want = (i - W) % 2 ? PP_OP_BACKWARD : PP_OP_FORWARD;
+            else
+                want = PP_OP_BACKWARD;
             ok &= o[i].kind == want;
         }
         /* each (mb, chunk): F once, B once, B after F */
@@ -136,10 +142,13 @@ static void check_config(const pp_schedule_config *cfg, pp_op *ops, pp_schedule_
                 ok = 0;
                 continue;
             }
-            if (o[i].kind == PP_OP_FORWARD) seen[2 * at]++;
-            else ok &= seen[2 * at] == 1, seen[2 * at + 1]++;
+            if (o[i].kind == PP_OP_FORWARD)
+                seen[2 * at]++;
+            else
+                ok &= seen[2 * at] == 1, seen[2 * at + 1]++;
         }
-        for (int k = 0; k < T; k++) ok &= seen[2 * k] == 1 && seen[2 * k + 1] == (fo ? 0 : 1);
+        for (int k = 0; k < T; k++)
+            ok &= seen[2 * k] == 1 && seen[2 * k + 1] == (fo ? 0 : 1);
         if (v > 1) ok &= check_table_contract(cfg, o, c->nops);
     }
     T_CHECKF(ok, "properties pp=%d vpp=%d M=%d N=%d fo=%d", pp, v, M, N, fo);
@@ -156,7 +165,8 @@ static void check_config(const pp_schedule_config *cfg, pp_op *ops, pp_schedule_
      * per rank, interleaving divides that by v, i.e. fraction (p-1)/(m*v) of the
      * busy time; a forward-only fill-and-drain idles (p-1)*t_f */
     if (rc == MTC_OK)
-        T_CHECKF(fabs(pp_sim_bubble_fraction(makespan, cfg, 1.0, 2.0) - pp_bubble_formula(cfg)) < 1e-9,
+        T_CHECKF(fabs(pp_sim_bubble_fraction(makespan, cfg, 1.0, 2.0) - pp_bubble_formula(cfg)) <
+                     1e-9,
                  "bubble pp=%d vpp=%d M=%d N=%d fo=%d: %.6f vs %.6f", pp, v, M, N, fo,
                  pp_sim_bubble_fraction(makespan, cfg, 1.0, 2.0), pp_bubble_formula(cfg));
     if (v == 1 && !fo && rc == MTC_OK) T_CLOSE(makespan, busy + (pp - 1) * 3.0, 1e-9, 0);
@@ -175,13 +185,17 @@ static void test_properties(void) {
             for (int M = 1; M <= 32; M++)
                 for (int N = 0; N <= (v > 1 ? M : 0); N++)
                     for (int fo = 0; fo <= 1; fo++) {
-                        pp_schedule_config cfg = {.pp = pp, .vpp = v, .num_microbatches = M,
-                                                  .group_size = N, .forward_only = fo};
+                        pp_schedule_config cfg = {.pp = pp,
+                                                  .vpp = v,
+                                                  .num_microbatches = M,
+                                                  .group_size = N,
+                                                  .forward_only = fo};
                         int Ne = N ? N : pp;
                         int valid = v == 1 || (pp > 1 && Ne <= M && Ne >= pp &&
                                                (M % Ne == 0 || M % Ne >= pp));
                         mtc_result_t rc = pp_schedule_validate(&cfg);
-                        T_CHECKF((rc == MTC_OK) == valid, "validity pp=%d v=%d M=%d N=%d", pp, v, M, N);
+                        T_CHECKF((rc == MTC_OK) == valid, "validity pp=%d v=%d M=%d N=%d", pp, v, M,
+                                 N);
                         if (rc != MTC_OK) {
                             ninvalid++;
                             continue;
@@ -203,31 +217,42 @@ static void test_simulator_detects_deadlock(void) {
     pp_schedule_counts counts[2];
     pp_sim_span spans[2 * 4];
     double makespan;
-    for (int r = 0; r < 2; r++) pp_schedule_build(ops + r * max_ops, &counts[r], &cfg, r);
+    for (int r = 0; r < 2; r++)
+        pp_schedule_build(ops + r * max_ops, &counts[r], &cfg, r);
     T_CHECK(pp_schedule_simulate(spans, &makespan, ops, counts, &cfg, 1, 2) == MTC_OK);
     /* rank 1 (last): F0 B0 F1 B1 -> B1 first can never run */
     pp_op t = ops[max_ops + 0];
     ops[max_ops + 0] = ops[max_ops + 3], ops[max_ops + 3] = t;
-    T_CHECK(pp_schedule_simulate(spans, &makespan, ops, counts, &cfg, 1, 2) == MTC_ERR_INVALID_USAGE);
+    T_CHECK(pp_schedule_simulate(spans, &makespan, ops, counts, &cfg, 1, 2) ==
+            MTC_ERR_INVALID_USAGE);
     T_CHECK(strstr(mtc_error_detail(), "deadlock") != NULL);
 }
 
 static void test_vpp_args(void) {
     int v;
-    pp_vpp_args a = {.pp = 2, .num_layers = 8, .layers_per_virtual_stage = 2, .overlap_p2p_comm = 1};
+    pp_vpp_args a = {
+        .pp = 2, .num_layers = 8, .layers_per_virtual_stage = 2, .overlap_p2p_comm = 1};
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_OK && v == 2);
     a.layers_per_virtual_stage = 3;
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_ERR_INVALID_ARGUMENT);
-    T_CHECK(strcmp(mtc_error_detail(), "number of layers per pipeline stage must be divisible number "
-                                       "of layers per virtual pipeline stage") == 0);
-    a = (pp_vpp_args){.pp = 4, .num_layers = 6, .layers_per_virtual_stage = 1, .account_for_embedding = 1,
-                      .account_for_loss = 1, .overlap_p2p_comm = 1};
+    T_CHECK(strcmp(mtc_error_detail(),
+                   "number of layers per pipeline stage must be divisible number "
+                   "of layers per virtual pipeline stage") == 0);
+    a = (pp_vpp_args){.pp = 4,
+                      .num_layers = 6,
+                      .layers_per_virtual_stage = 1,
+                      .account_for_embedding = 1,
+                      .account_for_loss = 1,
+                      .overlap_p2p_comm = 1};
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_OK && v == 2); /* (6+1+1)/4/1 */
     a.account_for_loss = 0;                                /* 7 % 4 != 0 */
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_ERR_INVALID_ARGUMENT);
-    T_CHECK(strcmp(mtc_error_detail(),
-                   "number of layers of the model must be divisible pipeline model parallel size") == 0);
-    a = (pp_vpp_args){.pp = 4, .num_layers = 8, .layers_per_virtual_stage = 2, .overlap_p2p_comm = 1};
+    T_CHECK(
+        strcmp(mtc_error_detail(),
+               "number of layers of the model must be divisible pipeline model parallel size") ==
+        0);
+    a = (pp_vpp_args){
+        .pp = 4, .num_layers = 8, .layers_per_virtual_stage = 2, .overlap_p2p_comm = 1};
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_OK && v == 1); /* vpp 1 -> None */
     a = (pp_vpp_args){.pp = 2, .virtual_stages_per_rank = 3, .overlap_p2p_comm = 0};
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_ERR_INVALID_ARGUMENT);
@@ -236,16 +261,20 @@ static void test_vpp_args(void) {
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_OK && v == 3);
     a.pp = 1;
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_ERR_INVALID_ARGUMENT);
-    T_CHECK(strcmp(mtc_error_detail(), "When interleaved schedule is used, pipeline-model-parallel size "
-                                       "should be greater than 1") == 0);
-    a = (pp_vpp_args){.pp = 2, .num_layers = 8, .layers_per_virtual_stage = 2, .virtual_stages_per_rank = 2};
+    T_CHECK(strcmp(mtc_error_detail(),
+                   "When interleaved schedule is used, pipeline-model-parallel size "
+                   "should be greater than 1") == 0);
+    a = (pp_vpp_args){
+        .pp = 2, .num_layers = 8, .layers_per_virtual_stage = 2, .virtual_stages_per_rank = 2};
     T_CHECK(pp_vpp_from_args(&v, &a) == MTC_ERR_INVALID_ARGUMENT);
     T_CHECK(strstr(mtc_error_detail(), "No more than one of the following arguments") != NULL);
     /* the core rule: vpp needs pp > 1 */
     pp_schedule_config cfg = {.pp = 1, .vpp = 2, .num_microbatches = 4};
     T_CHECK(pp_schedule_validate(&cfg) == MTC_ERR_INVALID_ARGUMENT);
-    T_CHECK(strcmp(mtc_error_detail(),
-                   "pipeline-model-parallel size should be greater than 1 with interleaved schedule") == 0);
+    T_CHECK(
+        strcmp(mtc_error_detail(),
+               "pipeline-model-parallel size should be greater than 1 with interleaved schedule") ==
+        0);
 }
 
 static void test_stage_helpers(void) {
@@ -260,7 +289,8 @@ static void test_stage_helpers(void) {
     pp_op ops[4];
     pp_schedule_counts c;
     T_CHECK(pp_schedule_build(ops, &c, &cfg, 0) == MTC_OK && c.nops == 4);
-    T_CHECK(ops[0].kind == PP_OP_FORWARD && ops[1].kind == PP_OP_BACKWARD && ops[1].microbatch == 0);
+    T_CHECK(ops[0].kind == PP_OP_FORWARD && ops[1].kind == PP_OP_BACKWARD &&
+            ops[1].microbatch == 0);
     T_CHECK(pp_schedule_kind(&cfg) == PP_SCHEDULE_NO_PIPELINING);
     T_CHECK(pp_schedule_build(ops, &c, &cfg, 1) == MTC_ERR_INVALID_ARGUMENT);
 }

@@ -19,12 +19,12 @@ static int skip_b(int param, void *ctx) {
 
 int main(void) {
     /* ---- LR schedule ---- */
-    mtc_lr_schedule s = {.lr = 1e-3, .min_lr = 1e-5, .warmup_iters = 10, .decay_iters = 110,
-                         .style = MTC_LR_COSINE};
+    mtc_lr_schedule s = {
+        .lr = 1e-3, .min_lr = 1e-5, .warmup_iters = 10, .decay_iters = 110, .style = MTC_LR_COSINE};
     T_CLOSE(mtc_lr_at(&s, 0), 0.0, 1e-15, 0);
     T_CLOSE(mtc_lr_at(&s, 5), 5e-4, 1e-15, 1e-12);
     T_CLOSE(mtc_lr_at(&s, 10), 1e-3, 1e-15, 1e-12);
-    T_CLOSE(mtc_lr_at(&s, 60), (1e-3 + 1e-5) / 2, 1e-15, 1e-12);        /* half way: cos(pi/2) = 0 */
+    T_CLOSE(mtc_lr_at(&s, 60), (1e-3 + 1e-5) / 2, 1e-15, 1e-12); /* half way: cos(pi/2) = 0 */
     T_CLOSE(mtc_lr_at(&s, 35), 1e-5 + (1e-3 - 1e-5) * 0.5 * (1 + cos(M_PI * 0.25)), 1e-15, 1e-12);
     T_CLOSE(mtc_lr_at(&s, 110), 1e-5, 1e-15, 1e-12);
     T_CLOSE(mtc_lr_at(&s, 500), 1e-5, 1e-15, 1e-12);
@@ -38,7 +38,8 @@ int main(void) {
     /* ---- registry with a 2-D and a 1-D parameter ---- */
     mtc_registry reg;
     T_CHECK(mtc_registry_init(&reg, 2) == MTC_OK);
-    T_CHECK(mtc_registry_add(&reg, "w", 0, 300, 700, MTC_INIT_NORMAL, 1.0f) == MTC_OK); /* > 1 chunk */
+    T_CHECK(mtc_registry_add(&reg, "w", 0, 300, 700, MTC_INIT_NORMAL, 1.0f) ==
+            MTC_OK); /* > 1 chunk */
     T_CHECK(mtc_registry_add(&reg, "b", 0, 5, 0, MTC_INIT_ZEROS, 0) == MTC_OK);
     mtc_registry_layout(&reg);
     T_CHECK(reg.total == 300 * 700 + 5 && reg.params[1].offset == 0 && reg.params[0].offset == 5);
@@ -55,13 +56,15 @@ int main(void) {
 
     /* ---- grad norm and clipping ---- */
     double ss = 0;
-    for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    for (size_t i = 0; i < n; i++)
+        ss += (double)g[i] * g[i];
     double norm = mtc_grad_norm(&opt, pool, g);
     T_CLOSE(norm, sqrt(ss), 0, 1e-12);
     /* leaving a param out: the sum of squares of the others only ("b" is
      * offsets 0..4), the same with 1 and 2 pool threads */
     double ss_w = 0;
-    for (size_t i = 5; i < n; i++) ss_w += (double)g[i] * g[i];
+    for (size_t i = 5; i < n; i++)
+        ss_w += (double)g[i] * g[i];
     double got_w = mtc_grad_sumsq(&opt, pool, g, skip_b, &reg);
     T_CLOSE(got_w, ss_w, 0, 1e-12);
     nn_pool *one;
@@ -83,7 +86,7 @@ int main(void) {
     T_CHECK(opt.step == 1);
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
-        int decay = i >= 5; /* offset 0..4 is the 1-D bias */
+        int decay = i >= 5;               /* offset 0..4 is the 1-D bias */
         double gs = (double)g[i] * coeff; /* first step: update = gs / (|gs| + eps) */
         double expect = p0[i] * (1.0 - (decay ? lr * 0.1 : 0.0)) - lr * gs / (fabs(gs) + 1e-8);
         if (fabs(p[i] - expect) > 1e-6) bad++;
