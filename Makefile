@@ -7,7 +7,7 @@ ifeq ($(CI),true)
 CMAKE_ARGS += -DMTC_WERROR=ON
 endif
 
-.PHONY: all build deps test run sanitize test-asan test-tsan bench clean format
+.PHONY: all build deps test run sanitize test-asan test-tsan bench clean format check-format check-standalone
 
 all: build
 
@@ -42,4 +42,11 @@ clean:
 	rm -rf $(BUILD) build-asan build-tsan *.cmake.log
 
 format:
-	clang-format -i src/*/*.c src/*/*.h tests/*/*.c
+	git ls-files '*.c' '*.h' | xargs clang-format -i
+
+check-format: deps
+	sh scripts/check_format.sh
+
+# the unit and grid tests from a fresh clone with nothing beside it
+check-standalone: deps
+	sh scripts/check_standalone.sh

@@ -1,6 +1,6 @@
 /* tests/example_json.h - load one of Megatron's example files from
- * ../shared/reference/examples (tests run from the repo root; CI clones the
- * repo with shared/ beside it) or $MTC_SHARED_DIR/reference/examples. */
+ * tests/data/megatron/ (tests run from the repository root; see the
+ * README there for how Megatron produced them). */
 #ifndef MTC_TESTS_EXAMPLE_JSON_H
 #define MTC_TESTS_EXAMPLE_JSON_H
 
@@ -24,15 +24,10 @@ static inline char *example_read_file(const char *path) {
 /* Parsed example `name` (e.g. "schedules.json"), NULL with a message when missing. */
 static inline cJSON *load_example(const char *name) {
     char path[1024];
-    snprintf(path, sizeof path, "../shared/reference/examples/%s", name);
+    snprintf(path, sizeof path, "tests/data/megatron/%s", name);
     char *text = example_read_file(path);
-    const char *dir = getenv("MTC_SHARED_DIR");
-    if (!text && dir) {
-        snprintf(path, sizeof path, "%s/reference/examples/%s", dir, name);
-        text = example_read_file(path);
-    }
     if (!text) {
-        fprintf(stderr, "cannot read %s (run from the repo root or set MTC_SHARED_DIR)\n", name);
+        fprintf(stderr, "cannot read %s (tests run from the repository root)\n", path);
         return NULL;
     }
     cJSON *j = cJSON_Parse(text);

@@ -1,6 +1,6 @@
 /* cli/cmd_layout.c - `mtc layout`: Megatron's gradient-buffer, bucket and
  * per-DP-rank shard layout for a list of parameter sizes, as text or as JSON
- * in the shape of one case of reference/examples/dist_opt_layout.json.
+ * in the shape of one case of tests/data/megatron/dist_opt_layout.json.
  * Relies on dp/layout.h for the layout; only parses and formats. Bad input
  * exits 2 with nothing on stdout. */
 #include <cjson/cJSON.h>

@@ -1,6 +1,6 @@
 /* cli/cmd_schedule.c - `mtc schedule`: Megatron's per-rank pipeline compute
  * order for a layout, as text, JSON (the shape of
- * reference/examples/schedules.json) or an SVG timeline.
+ * tests/data/megatron/schedules.json) or an SVG timeline.
  * Relies on pp/schedule.h for everything it prints; only formats. Invalid
  * layouts exit 2 with Megatron's message on stderr and nothing on stdout. */
 #include <cjson/cJSON.h>

@@ -1,12 +1,11 @@
 #!/bin/sh
 # tests/dp/layout_cli.sh - `mtc layout` end to end: --json equals every case
-# of reference/examples/dist_opt_layout.json (every field the case has),
+# of tests/data/megatron/dist_opt_layout.json (every field the case has),
 # --no-distributed-optimizer gives the case's plain DDP layout, and bad input
 # exits 2 with nothing on stdout. Needs python3; env MTC = the mtc binary.
 set -u
 MTC=${MTC:?set MTC to the mtc binary}
-EX=../shared/reference/examples/dist_opt_layout.json
-[ -f "$EX" ] || EX=${MTC_SHARED_DIR:-/nonexistent}/reference/examples/dist_opt_layout.json
+EX=tests/data/megatron/dist_opt_layout.json
 if [ ! -f "$EX" ]; then echo "FAIL: dist_opt_layout.json not found"; exit 1; fi
 if ! command -v python3 >/dev/null; then echo "SKIP: python3 not found"; exit 0; fi
 

@@ -1,6 +1,6 @@
 /* tests/dp/test_layout.c - the distributed-optimizer buffer layout against
  * Megatron's own outputs (every case of
- * reference/examples/dist_opt_layout.json, every field, both with and
+ * tests/data/megatron/dist_opt_layout.json, every field, both with and
  * without the distributed optimizer) and against the layout's invariants
  * over many generated param lists: params disjoint, in backward order,
  * 64-aligned; buckets tile the buffer, padded to lcm(dp, 128[, 65536]),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/grid/ranks_cli.py - `mtc ranks` against Megatron's examples.
 
-For every configuration of ../shared/reference/examples/rank_groups.json:
+For every configuration of tests/data/megatron/rank_groups.json:
 `$MTC ranks ... --json` gives exactly its groups (names, order, lists) and
 sizes. For every invalid one: exit status 2, nothing on stdout, one line on
 stderr containing Megatron's message. Also: --svg writes well-formed XML
@@ -21,14 +21,10 @@ def check(cond, what):
 
 
 def examples_path():
-    cands = ["../shared/reference/examples/rank_groups.json"]
-    if os.environ.get("MTC_SHARED_DIR"):
-        d = os.environ["MTC_SHARED_DIR"]
-        cands += [os.path.join(d, "reference/examples/rank_groups.json"), os.path.join(d, "examples/rank_groups.json")]
-    for c in cands:
-        if os.path.exists(c):
-            return c
-    sys.exit("FAIL: cannot find rank_groups.json (run from the repo root with shared/ beside it, or set MTC_SHARED_DIR)")
+    path = "tests/data/megatron/rank_groups.json"
+    if not os.path.exists(path):
+        sys.exit("FAIL: cannot find %s (run from the repository root)" % path)
+    return path
 
 
 def flags(args):

@@ -1,5 +1,5 @@
 /* tests/grid/test_grid_examples.c - every configuration of Megatron's
- * examples (../shared/reference/examples/rank_groups.json, made by running
+ * examples (tests/data/megatron/rank_groups.json, made by running
  * core_v0.18.0's initialize_model_parallel) gives exactly its groups: the
  * same group names in the same creation order, the same lists in the same
  * order, the same derived sizes and generator orders; every invalid example

@@ -1,13 +1,12 @@
 #!/bin/sh
 # tests/pp/schedule_cli.sh - `mtc schedule` end to end: --json equals every
-# config of reference/examples/schedules.json (every field the example has),
+# config of tests/data/megatron/schedules.json (every field the example has),
 # every invalid example exits 2 with Megatron's message on stderr and nothing
 # on stdout, and --svg writes a well-formed SVG with one row per rank.
 # Needs python3 (for JSON and XML parsing); env MTC = the mtc binary.
 set -u
 MTC=${MTC:?set MTC to the mtc binary}
-EX=../shared/reference/examples/schedules.json
-[ -f "$EX" ] || EX=${MTC_SHARED_DIR:-/nonexistent}/reference/examples/schedules.json
+EX=tests/data/megatron/schedules.json
 if [ ! -f "$EX" ]; then echo "FAIL: schedules.json not found"; exit 1; fi
 if ! command -v python3 >/dev/null; then echo "SKIP: python3 not found"; exit 0; fi
 TMP=$(mktemp -d)

@@ -1,5 +1,5 @@
 /* tests/pp/test_schedule.c - pipeline schedules against Megatron's own
- * outputs (reference/examples/schedules.json, every config and every invalid
+ * outputs (tests/data/megatron/schedules.json, every config and every invalid
  * case), against the schedule-table contract Megatron's code states, and
  * against properties that must hold for every valid layout with pp 1..8,
  * vpp 1..4, M 1..32 and every group size: each (microbatch, chunk) runs

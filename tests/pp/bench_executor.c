@@ -1,4 +1,4 @@
-/* tests/pp/test_executor_bench.c - the pipeline bubble of the executor,
+/* tests/pp/bench_executor.c - the pipeline bubble of the executor,
  * measured, against the dependency simulation and the paper's (p-1)/(m*v).
  * Built as pp_bench_executor (not a ctest: timings are not asserted); run by
  * bench/pipeline.sh.
