@@ -64,12 +64,11 @@ void nn_position_embedding_backward(float *dwpe, const float *dout, const int *p
 
 /* ---- layernorm -------------------------------------------------------------------- */
 
-#define LN_EPS 1e-5f
-
 typedef struct {
     float *out, *mean, *rstd, *dinp, *dw, *db;
     const float *inp, *w, *b, *dout;
     const float *cmean, *crstd;
+    float eps;
     int N, C, tiles;
 } ln_job;
 
@@ -96,7 +95,7 @@ static void ln_fwd_tile(int i, void *vp) {
         float v = NN_V8_HSUM(v8);
         for (int c = C8; c < C; c++)
             v += (x[c] - m) * (x[c] - m);
-        float rs = 1.0f / sqrtf(v / C + LN_EPS);
+        float rs = 1.0f / sqrtf(v / C + j->eps);
         for (int c = 0; c < C8; c += 8)
             NN_V8_ST(o + c, (NN_V8_LD(x + c) - m) * rs * NN_V8_LD(j->w + c) + NN_V8_LD(j->b + c));
         for (int c = C8; c < C; c++)
@@ -108,7 +107,20 @@ static void ln_fwd_tile(int i, void *vp) {
 
 void nn_layernorm_forward(nn_pool *pool, float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C) {
-    ln_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .N = N, .C = C};
+    nn_layernorm_forward_eps(pool, out, mean, rstd, inp, w, b, 1e-5f, N, C);
+}
+
+void nn_layernorm_forward_eps(nn_pool *pool, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, float eps, int N, int C) {
+    ln_job j = {.out = out,
+                .mean = mean,
+                .rstd = rstd,
+                .inp = inp,
+                .w = w,
+                .b = b,
+                .eps = eps,
+                .N = N,
+                .C = C};
     j.tiles = nn_split_count((size_t)N * C, 16384);
     if (j.tiles > N) j.tiles = N;
     nn_pool_run(pool, j.tiles, ln_fwd_tile, &j);

@@ -60,11 +60,15 @@ void nn_position_embedding_forward(float *out, const float *wpe, const int *pos,
 void nn_position_embedding_backward(float *dwpe, const float *dout, const int *pos, int B, int T,
                                     int C);
 
-/* ---- layernorm (eps 1e-5) -------------------------------------------------- */
+/* ---- layernorm ------------------------------------------------------------- */
 
-/* out, inp (N,C); w, b (C); mean, rstd (N) saved for backward. */
+/* out, inp (N,C); w, b (C); mean, rstd (N) saved for backward; eps 1e-5. */
 void nn_layernorm_forward(nn_pool *pool, float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C);
+/* The same with eps a parameter (--norm-epsilon; the backward needs only
+ * the saved rstd, so it serves both). */
+void nn_layernorm_forward_eps(nn_pool *pool, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, float eps, int N, int C);
 void nn_layernorm_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean, const float *rstd,
                            int N, int C);
