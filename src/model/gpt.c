@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "model/family.h"
 #include "model/gpt_internal.h"
 #include "tp/mappings.h"
 
@@ -34,6 +35,26 @@ mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *c) {
             E, "hidden-size=%d is not divisible by num-attention-heads=%d (valid head counts:%s)",
             c->hidden_size, c->num_heads, valid);
     }
+    int NG = mtc_gpt_groups(c);
+    if (c->num_query_groups < 0 || NG > c->num_heads || c->num_heads % NG)
+        return mtc_error(E,
+                         "num-attention-heads=%d is not divisible by num-query-groups=%d (each "
+                         "key/value group serves the same number of query heads)",
+                         c->num_heads, c->num_query_groups);
+    if (c->kv_channels < 0) return mtc_error(E, "kv-channels=%d must be >= 1", c->kv_channels);
+    if (c->position_embedding == MTC_POS_ROPE) {
+        float pct = c->rotary_percent > 0 ? c->rotary_percent : 1.0f;
+        int rot = (int)(mtc_gpt_head_size(c) * pct);
+        if (!(pct > 0 && pct <= 1) || rot < 2 || rot % 2)
+            return mtc_error(E,
+                             "rotary-percent=%g of head size %d gives %d rotary channels (need an "
+                             "even number >= 2; adjust --rotary-percent or --kv-channels)",
+                             pct, mtc_gpt_head_size(c), rot);
+        if (c->rotary_base < 0 || (c->rotary_base > 0 && c->rotary_base <= 1))
+            return mtc_error(E, "rotary-base=%g must be > 1", c->rotary_base);
+    }
+    if (c->norm_epsilon < 0 || !(c->norm_epsilon < 1))
+        return mtc_error(E, "norm-epsilon=%g must be in (0, 1)", c->norm_epsilon);
     if (c->ffn_hidden_size < 1)
         return mtc_error(E, "ffn-hidden-size=%d must be >= 1", c->ffn_hidden_size);
     if (c->seq_length < 1) return mtc_error(E, "seq-length=%d must be >= 1", c->seq_length);
@@ -56,120 +77,83 @@ mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *c) {
 }
 
 double mtc_gpt_flops(const mtc_gpt_config *c, int64_t global_batch) {
+    /* Megatron's num_floating_point_operations (training.py) without MoE or
+     * recomputation: 3 (fwd + 2 bwd) x 2 FLOPs per multiply-add over the QKV,
+     * attention scores and values, projection, MLP and LM head GEMMs; it
+     * reduces to 72 B s L h^2 (1 + s/(12h) + V/(12hL)) for GPT-2 shapes. */
     double B = (double)global_batch, s = c->seq_length, L = c->num_layers, h = c->hidden_size,
            V = c->padded_vocab_size;
-    return 72.0 * B * s * L * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * h * L));
+    double qd = (double)c->num_heads * mtc_gpt_head_size(c);
+    double kd = (double)mtc_gpt_groups(c) * mtc_gpt_head_size(c);
+    double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
+    double per_token_layer = h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
+    return 6.0 * B * s * (L * per_token_layer + h * V);
 }
 
-/* Register the chunk's parameters with their TP split and reduction groups
- * (tp/layers.h: c_attn and c_fc column-parallel, the c_proj weights
- * row-parallel, wte vocabulary-parallel; the rest replicated over TP, and
- * under SP their gradients are partial sums over the rank's tokens). A
- * chunk holds wte when it embeds or has the head (tied: the last pipeline
- * stage keeps its own copy), wpe when it embeds, its layers, and ln_f with
- * the head; `full` = every parameter, tp 1 (the serial layout). */
-static mtc_result_t gpt_register(mtc_gpt *m, mtc_registry *r, int full) {
+/* The chunk's registry (model/family.c), with global offsets taken from
+ * the serial layout of the whole model (so gathers and checkpoints address
+ * global shapes). */
+static mtc_result_t gpt_register_chunk(mtc_gpt *m, int *layer_first) {
     const mtc_gpt_config *c = &m->cfg;
-    int L = c->num_layers, C = c->hidden_size, F = c->ffn_hidden_size;
-    int l0 = full ? 0 : m->first_layer, l1 = full ? L : m->last_layer;
-    int emb = full || m->has_embedding, head = full || m->has_head;
-    float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * (float)L);
-    MTC_CHECK(mtc_registry_init(r, 4 + 12 * L));
-    r->tp = full ? 1 : m->tp_size, r->tp_rank = full ? 0 : m->tp_rank;
-    if (emb || head)
-        MTC_CHECK(
-            mtc_registry_add(r, "wte.weight", -1, c->padded_vocab_size, C, MTC_INIT_NORMAL, std));
-    if (emb)
-        MTC_CHECK(mtc_registry_add(r, "wpe.weight", -1, c->max_position_embeddings, C,
-                                   MTC_INIT_NORMAL, std));
-    char n[MTC_PARAM_NAME_MAX];
-#define ADD(suffix, s0, s1, kind, sd)                                                              \
-    do {                                                                                           \
-        snprintf(n, sizeof n, "h.%d.%s", l, suffix);                                               \
-        MTC_CHECK(mtc_registry_add(r, n, l, s0, s1, kind, sd));                                    \
-    } while (0)
-    for (int l = l0; l < l1; l++) {
-        ADD("ln_1.weight", C, 0, MTC_INIT_ONES, 0);
-        ADD("ln_1.bias", C, 0, MTC_INIT_ZEROS, 0);
-        ADD("attn.c_attn.weight", 3 * C, C, MTC_INIT_NORMAL, std);
-        ADD("attn.c_attn.bias", 3 * C, 0, MTC_INIT_ZEROS, 0);
-        ADD("attn.c_proj.weight", C, C, MTC_INIT_NORMAL, std_out);
-        ADD("attn.c_proj.bias", C, 0, MTC_INIT_ZEROS, 0);
-        ADD("ln_2.weight", C, 0, MTC_INIT_ONES, 0);
-        ADD("ln_2.bias", C, 0, MTC_INIT_ZEROS, 0);
-        ADD("mlp.c_fc.weight", F, C, MTC_INIT_NORMAL, std);
-        ADD("mlp.c_fc.bias", F, 0, MTC_INIT_ZEROS, 0);
-        ADD("mlp.c_proj.weight", C, F, MTC_INIT_NORMAL, std_out);
-        ADD("mlp.c_proj.bias", C, 0, MTC_INIT_ZEROS, 0);
-    }
-#undef ADD
-    if (head) {
-        MTC_CHECK(mtc_registry_add(r, "ln_f.weight", -1, C, 0, MTC_INIT_ONES, 0));
-        MTC_CHECK(mtc_registry_add(r, "ln_f.bias", -1, C, 0, MTC_INIT_ZEROS, 0));
-    }
-    int tp = r->tp, sp = !full && m->tp.sequence_parallel;
-    for (int i = 0; i < r->count; i++) {
-        mtc_param *p = &r->params[i];
-        p->reduce_groups = MTC_REDUCE_DP_CP;
-        const char *s = p->name;
-        if (!strcmp(s, "wte.weight")) {
-            p->reduce_groups |= MTC_REDUCE_EMBEDDING;
-            mtc_registry_split(r, i, 0, 1);
-        } else if (strstr(s, "c_attn.")) {
-            mtc_registry_split(r, i, 0, 3);
-        } else if (strstr(s, "c_fc.")) {
-            mtc_registry_split(r, i, 0, 1);
-        } else if (strstr(s, "c_proj.weight")) {
-            mtc_registry_split(r, i, 1, 1);
-        } else {
-            p->tp_duplicate = tp > 1;
-            /* layer norms and row-parallel biases see only local tokens under SP */
-            if (sp && strcmp(s, "wpe.weight")) p->reduce_groups |= MTC_REDUCE_TP;
-        }
-    }
-    mtc_registry_layout(r);
-    return MTC_OK;
-}
-
-/* The chunk's registry, with global offsets taken from the serial layout
- * of the whole model (so gathers and checkpoints address global shapes). */
-static mtc_result_t gpt_register_chunk(mtc_gpt *m) {
-    MTC_CHECK(gpt_register(m, &m->reg, 0));
+    model_register_opts o = {m->first_layer, m->last_layer, m->has_embedding, m->has_head,
+                             m->tp.sequence_parallel};
+    MTC_CHECK(mtc_registry_init(&m->reg, 8 + model_family_params_per_layer(c) * c->num_layers));
+    m->reg.tp = m->tp_size, m->reg.tp_rank = m->tp_rank;
+    MTC_CHECK(model_family_register(&m->reg, c, &o, m->pidx, layer_first));
     mtc_registry full;
-    MTC_CHECK(gpt_register(m, &full, 1));
-    for (int i = 0; i < m->reg.count; i++) {
+    int fpidx[MTC_NGLOBAL_ROLES];
+    int *ffirst = NULL;
+    MTC_CHECK(mtc_mem_calloc((size_t)c->num_layers + 1, sizeof(int), (void **)&ffirst));
+    model_register_opts fo = {0, c->num_layers, 1, 1, 0};
+    mtc_result_t rc =
+        mtc_registry_init(&full, 8 + model_family_params_per_layer(c) * c->num_layers);
+    if (rc == MTC_OK) rc = model_family_register(&full, c, &fo, fpidx, ffirst);
+    for (int i = 0; rc == MTC_OK && i < m->reg.count; i++) {
         int k = mtc_registry_find(&full, m->reg.params[i].name);
         MTC_ASSERT(k >= 0);
         m->reg.params[i].global_offset = full.params[k].global_offset;
     }
     m->reg.global_total = full.global_total;
     mtc_registry_free(&full);
-    mtc_registry *r = &m->reg;
-    m->pidx_wte = mtc_registry_find(r, "wte.weight");
-    m->pidx_wpe = mtc_registry_find(r, "wpe.weight");
-    m->pidx_lnf = mtc_registry_find(r, "ln_f.weight");
-    m->pidx_layer0 = m->has_embedding ? 2 : m->pidx_wte >= 0 ? 1 : 0;
-    return MTC_OK;
+    free(ffirst);
+    return rc;
 }
 
 /* Point views of one flat buffer at the registry's offsets (NULL outside
- * the chunk). */
-static void gpt_bind(mtc_gpt *m, float *base, float **wte, float **wpe, float **lnfw, float **lnfb,
-                     mtc_gpt_layer *layers) {
+ * the chunk or for an absent role). */
+static void gpt_bind(mtc_gpt *m, float *base, float **g, mtc_gpt_layer *layers) {
     const mtc_registry *r = &m->reg;
-#define AT(i) (base + r->params[(i)].offset)
-    *wte = m->pidx_wte >= 0 ? AT(m->pidx_wte) : NULL;
-    *wpe = m->pidx_wpe >= 0 ? AT(m->pidx_wpe) : NULL;
+    for (int k = 0; k < MTC_NGLOBAL_ROLES; k++)
+        g[k] = m->pidx[k] >= 0 ? base + r->params[m->pidx[k]].offset : NULL;
     for (int l = m->first_layer; l < m->last_layer; l++) {
-        int i = m->pidx_layer0 + 12 * (l - m->first_layer);
         mtc_gpt_layer *y = &layers[l];
-        y->ln1w = AT(i + 0), y->ln1b = AT(i + 1), y->qkvw = AT(i + 2), y->qkvb = AT(i + 3);
-        y->attprojw = AT(i + 4), y->attprojb = AT(i + 5), y->ln2w = AT(i + 6), y->ln2b = AT(i + 7);
-        y->fcw = AT(i + 8), y->fcb = AT(i + 9), y->fcprojw = AT(i + 10), y->fcprojb = AT(i + 11);
+        for (int k = 0; k < MTC_NROLES; k++)
+            y->w[k] = NULL;
+        for (int i = y->first; i < y->last; i++)
+            y->w[r->params[i].role] = base + r->params[i].offset;
     }
-    *lnfw = m->pidx_lnf >= 0 ? AT(m->pidx_lnf) : NULL;
-    *lnfb = m->pidx_lnf >= 0 ? AT(m->pidx_lnf + 1) : NULL;
-#undef AT
+}
+
+static void gpt_bind_all(mtc_gpt *m) {
+    gpt_bind(m, m->params, m->g, m->layers);
+    gpt_bind(m, m->grads, m->dg, m->dlayers);
+    int untied = m->pidx[MTC_ROLE_HEAD] >= 0;
+    m->head_w = untied ? m->g[MTC_ROLE_HEAD] : m->g[MTC_ROLE_WTE];
+    m->dhead_w = untied ? m->dg[MTC_ROLE_HEAD] : m->dg[MTC_ROLE_WTE];
+}
+
+/* The layer shapes the blocks need (positions: the attention region's
+ * rows are the whole sequence, 0..T-1). */
+model_block_dims mtc_gpt_block_dims(const mtc_gpt *m) {
+    const mtc_gpt_config *c = &m->cfg;
+    model_block_dims d = {.C = c->hidden_size,
+                          .NH = c->num_heads,
+                          .NG = mtc_gpt_groups(c),
+                          .HS = mtc_gpt_head_size(c),
+                          .F = c->ffn_hidden_size,
+                          .swiglu = c->swiglu,
+                          .rope = c->position_embedding == MTC_POS_ROPE ? &m->rope : NULL};
+    return d;
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -178,8 +162,9 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t gpt_scratch_floats(const mtc_gpt *m) {
     const mtc_gpt_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->hidden_size;
-    size_t s = tp_attention_scratch_floats(&m->tp, B, T, C, c->num_heads);
-    s = max_sz(s, tp_mlp_scratch_floats(&m->tp, B, T, C, c->ffn_hidden_size));
+    model_block_dims d = mtc_gpt_block_dims(m);
+    size_t s = model_attention_scratch_floats(&m->tp, B, T, &d);
+    s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &d));
     s = max_sz(s, tp_vocab_embedding_scratch_floats(&m->tp, B, T, C));
     s = max_sz(s, tp_column_linear_scratch_floats(&m->tp, 0, B, T, C, c->padded_vocab_size));
     s = max_sz(s, 3 * (size_t)B * T);
@@ -191,7 +176,10 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
     const mtc_gpt_config *c = &m->cfg;
     size_t tp = (size_t)m->tp_size;
     size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)c->hidden_size,
-           F_tp = (size_t)c->ffn_hidden_size / tp, NH_tp = (size_t)c->num_heads / tp, C_tp = C / tp,
+           F_tp = (size_t)c->ffn_hidden_size / tp, F1_tp = (c->swiglu ? 2 : 1) * F_tp,
+           NH_tp = (size_t)c->num_heads / tp, HS = (size_t)mtc_gpt_head_size(c), QD_tp = NH_tp * HS,
+           QKV_tp = QD_tp + 2 * ((size_t)mtc_gpt_groups(c) / tp) * HS,
+           REP_tp = mtc_gpt_groups(c) < c->num_heads ? 3 * QD_tp : 0,
            V_tp = (size_t)c->padded_vocab_size / tp, nl = (size_t)(m->last_layer - m->first_layer);
     size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
 #define TAKE(ptr, count)                                                                           \
@@ -206,14 +194,15 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
         TAKE(a->ln1, nl * Nl * C);
         TAKE(a->ln1_mean, nl * Nl);
         TAKE(a->ln1_rstd, nl * Nl);
-        TAKE(a->qkv, nl * N * 3 * C_tp);
+        TAKE(a->qkv, nl * N * QKV_tp);
+        TAKE(a->qkv_rep, REP_tp ? nl * N * REP_tp : 1);
         TAKE(a->att, nl * B * NH_tp * T * T);
-        TAKE(a->atty, nl * N * C_tp);
+        TAKE(a->atty, nl * N * QD_tp);
         TAKE(a->res2, nl * Nl * C);
         TAKE(a->ln2, nl * Nl * C);
         TAKE(a->ln2_mean, nl * Nl);
         TAKE(a->ln2_rstd, nl * Nl);
-        TAKE(a->fch, nl * N * F_tp);
+        TAKE(a->fch, nl * N * F1_tp);
         TAKE(a->fchg, nl * N * F_tp);
         TAKE(a->res3, nl * Nl * C);
         TAKE(a->lnf, Nl * C);
@@ -233,7 +222,7 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
 }
 
 /* The TP split's own rules, one line each naming the fix. */
-static mtc_result_t gpt_check_tp(const mtc_gpt_config *c, int tp, int sp) {
+mtc_result_t mtc_gpt_validate_tp(const mtc_gpt_config *c, int tp, int sp) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (tp <= 1) return MTC_OK;
     if (c->num_heads % tp)
@@ -241,6 +230,12 @@ static mtc_result_t gpt_check_tp(const mtc_gpt_config *c, int tp, int sp) {
                          "num-attention-heads=%d is not divisible by tensor-model-parallel-size=%d "
                          "(use a tp that divides %d)",
                          c->num_heads, tp, c->num_heads);
+    if (mtc_gpt_groups(c) % tp)
+        return mtc_error(E,
+                         "num-query-groups=%d is not divisible by tensor-model-parallel-size=%d "
+                         "(tensor parallelism splits the key/value groups; use a tp that divides "
+                         "%d)",
+                         mtc_gpt_groups(c), tp, mtc_gpt_groups(c));
     if (c->ffn_hidden_size % tp)
         return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
                          c->ffn_hidden_size, tp);
@@ -267,7 +262,7 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn
     MTC_CHECK(mtc_gpt_config_validate(cfg));
     int tps = tp_size(tp);
     if (tps <= 1) sequence_parallel = 0;
-    MTC_CHECK(gpt_check_tp(cfg, tps, sequence_parallel));
+    MTC_CHECK(mtc_gpt_validate_tp(cfg, tps, sequence_parallel));
     if (B < 1 || nslots < 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "micro batch %d and slots %d must be >= 1", B,
                          nslots);
@@ -289,20 +284,35 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn
     m->has_head = has_head;
     m->nslots = nslots;
     m->pool = pool;
-    MTC_CHECK_GOTO(gpt_register_chunk(m), rc, fail);
-    size_t bytes = m->reg.total * sizeof(float);
-    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->params), rc, fail);
-    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(
         mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->layers), rc,
         fail);
     MTC_CHECK_GOTO(
         mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->dlayers), rc,
         fail);
+    int *first = NULL;
+    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers + 1, sizeof(int), (void **)&first), rc,
+                   fail);
+    rc = gpt_register_chunk(m, first);
+    for (int l = first_layer; l < last_layer; l++) {
+        m->layers[l].first = m->dlayers[l].first = first[l];
+        m->layers[l].last = m->dlayers[l].last = first[l + 1];
+    }
+    free(first);
+    if (rc != MTC_OK) goto fail;
+    if (cfg->position_embedding == MTC_POS_ROPE)
+        MTC_CHECK_GOTO(nn_rope_table_init(&m->rope, cfg->max_position_embeddings,
+                                          mtc_gpt_head_size(cfg),
+                                          cfg->rotary_percent > 0 ? cfg->rotary_percent : 1.0f,
+                                          cfg->rotary_base > 0 ? cfg->rotary_base : 10000.0f,
+                                          cfg->rotary_interleaved),
+                       rc, fail);
+    size_t bytes = m->reg.total * sizeof(float);
+    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->params), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_gpt_slot), (void **)&m->slots), rc,
                    fail);
-    gpt_bind(m, m->params, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, m->layers);
-    gpt_bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, m->dlayers);
+    gpt_bind_all(m);
     size_t need = gpt_carve(m, NULL);
     MTC_CHECK_GOTO(mtc_arena_init(&m->arena, need + 4096), rc, fail);
     void *base;
@@ -347,8 +357,7 @@ mtc_result_t mtc_gpt_relayout(mtc_gpt *m, const size_t *offsets, size_t total) {
     for (int i = 0; i < r->count; i++)
         r->params[i].offset = offsets[i];
     r->total = total;
-    gpt_bind(m, m->params, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, m->layers);
-    gpt_bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, m->dlayers);
+    gpt_bind_all(m);
     return MTC_OK;
 }
 
@@ -361,6 +370,7 @@ void mtc_gpt_free(mtc_gpt *m) {
     free(m->layers);
     free(m->dlayers);
     free(m->slots);
+    nn_rope_table_free(&m->rope);
     mtc_registry_free(&m->reg);
     free(m);
 }

@@ -37,41 +37,110 @@
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "core/result.h"
+#include "model/block.h"
 #include "model/registry.h"
+#include "nn/llama.h"
 #include "nn/nn.h"
 #include "tp/layers.h"
 
+typedef enum { MTC_NORM_LAYERNORM = 0, MTC_NORM_RMSNORM } mtc_norm_kind;
+typedef enum { MTC_POS_LEARNED = 0, MTC_POS_ROPE, MTC_POS_NONE } mtc_pos_kind;
+
+/* A zeroed config plus the shape fields is GPT-2 (LayerNorm, learned
+ * positions, GELU, biases, tied head, NG = NH, HS = C/NH). The Llama family
+ * sets normalization RMSNorm, position RoPE, swiglu, untie, no biases and
+ * usually num_query_groups < num_heads (grouped-query attention). */
 typedef struct {
     int num_layers;              /* L */
     int hidden_size;             /* C */
     int num_heads;               /* NH */
-    int ffn_hidden_size;         /* F (GPT-2: 4C) */
+    int ffn_hidden_size;         /* F (GPT-2: 4C); fc1 has 2F rows with swiglu */
     int seq_length;              /* T */
-    int max_position_embeddings; /* rows of wpe */
+    int max_position_embeddings; /* rows of wpe, and the RoPE table's positions */
     int vocab_size;              /* V */
     int padded_vocab_size;       /* Vp >= V, rows of wte */
     float hidden_dropout;
     float attention_dropout;
     float init_std; /* 0.02 */
+    /* ---- the family knobs (Megatron's flags) ---- */
+    mtc_norm_kind normalization;     /* --normalization LayerNorm|RMSNorm */
+    float norm_epsilon;              /* --norm-epsilon (0 = 1e-5) */
+    mtc_pos_kind position_embedding; /* --position-embedding-type learned_absolute|rope|none */
+    float rotary_base;               /* --rotary-base (0 = 10000) */
+    float rotary_percent;            /* --rotary-percent (0 = 1.0) */
+    int rotary_interleaved;          /* --rotary-interleaved */
+    int swiglu;                      /* --swiglu: fc1 = [gate | up], silu(gate) * up */
+    int num_query_groups;            /* --num-query-groups NG (0 = NH: no GQA) */
+    int kv_channels;                 /* --kv-channels HS (0 = C / NH) */
+    int untie_embeddings;            /* --untie-embeddings-and-output-weights */
+    int disable_bias_linear;         /* --disable-bias-linear */
+    int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
 } mtc_gpt_config;
+
+/* Derived shapes every layer uses (the config's zeros resolved). */
+static inline int mtc_gpt_groups(const mtc_gpt_config *c) {
+    return c->num_query_groups > 0 ? c->num_query_groups : c->num_heads;
+}
+static inline int mtc_gpt_head_size(const mtc_gpt_config *c) {
+    return c->kv_channels > 0 ? c->kv_channels : c->hidden_size / c->num_heads;
+}
+static inline float mtc_gpt_norm_eps(const mtc_gpt_config *c) {
+    return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
+}
 
 /* Megatron's padding: the smallest multiple of divisible_by (times tp) >= V. */
 int mtc_gpt_pad_vocab(int vocab_size, int divisible_by, int tp);
 /* Refuses impossible shapes with one line naming the value and the fix
  * (MTC_ERR_INVALID_ARGUMENT). */
 mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *cfg);
-/* Model FLOPs of one iteration (Megatron core_v0.14 formula, no recompute):
- * 72 B s L h^2 (1 + s/(12h) + V/(12hL)) with B the global batch, V padded. */
+/* Model FLOPs of one iteration (Megatron's formula, no recompute; GPT-2
+ * shapes give 72 B s L h^2 (1 + s/(12h) + V/(12hL)) with B the global
+ * batch, V padded; GQA and SwiGLU counted as their GEMMs are). */
 double mtc_gpt_flops(const mtc_gpt_config *cfg, int64_t global_batch);
+/* The tensor-parallel split's rules for this model, one line each naming
+ * the fix (heads, key/value groups, ffn, padded vocabulary by tp;
+ * seq-length by tp under SP): the one check train/, cli/ and the model
+ * use. */
+mtc_result_t mtc_gpt_validate_tp(const mtc_gpt_config *cfg, int tp, int sequence_parallel);
+
+/* The parameters of one transformer layer, by role (model/family.c):
+ * every family's layer is these roles, some absent (NULL) in a family or
+ * configuration (RMSNorm has no bias; --disable-bias-linear drops the
+ * linear biases). Shapes are this TP rank's shards, (out, in) as nn.Linear:
+ *   norm1 (C)            qkv (QD_tp + 2 KD_tp, C) = [q_r | k_r | v_r]
+ *   proj (C, QD_tp)      norm2 (C)
+ *   fc1 (F1_tp, C): [gate_r | up_r] with swiglu   fc2 (C, F_tp)
+ * with QD = NH*HS, KD = NG*HS, F1 = 2F with swiglu, else F. */
+typedef enum {
+    MTC_ROLE_NORM1_W = 0,
+    MTC_ROLE_NORM1_B,
+    MTC_ROLE_QKV_W,
+    MTC_ROLE_QKV_B,
+    MTC_ROLE_PROJ_W,
+    MTC_ROLE_PROJ_B,
+    MTC_ROLE_NORM2_W,
+    MTC_ROLE_NORM2_B,
+    MTC_ROLE_FC1_W,
+    MTC_ROLE_FC1_B,
+    MTC_ROLE_FC2_W,
+    MTC_ROLE_FC2_B,
+    MTC_NROLES
+} mtc_layer_role;
 
 typedef struct {
-    float *ln1w, *ln1b;         /* (C) */
-    float *qkvw, *qkvb;         /* (3C, C), (3C) : [q | k | v] */
-    float *attprojw, *attprojb; /* (C, C), (C) */
-    float *ln2w, *ln2b;         /* (C) */
-    float *fcw, *fcb;           /* (F, C), (F) */
-    float *fcprojw, *fcprojb;   /* (C, F), (C) */
+    float *w[MTC_NROLES]; /* views into the flat buffer; NULL when the role is absent */
+    int first, last;      /* registry indices [first, last) of this layer's params */
 } mtc_gpt_layer;
+
+/* Parameters outside the layers. */
+typedef enum {
+    MTC_ROLE_WTE = 0, /* input embedding (Vp, C), vocabulary-parallel */
+    MTC_ROLE_WPE,     /* learned positions (max positions, C) */
+    MTC_ROLE_NORMF_W, /* final norm */
+    MTC_ROLE_NORMF_B,
+    MTC_ROLE_HEAD, /* untied output layer (Vp, C), vocabulary-parallel */
+    MTC_NGLOBAL_ROLES
+} mtc_global_role;
 
 /* How one pass is keyed (dropout) and whether it trains. */
 typedef struct {
@@ -105,16 +174,19 @@ typedef struct {
     int B, T;                    /* largest microbatch this model runs */
     int first_layer, last_layer; /* this chunk's layers */
     int has_embedding, has_head;
-    int pidx_wte, pidx_wpe, pidx_lnf, pidx_layer0; /* registry indices (-1: not in chunk) */
-    tp_ctx tp; /* TP communicator (NULL: tp 1), pool, sequence parallel */
+    int pidx[MTC_NGLOBAL_ROLES]; /* registry index of each global role, -1 outside the chunk */
+    tp_ctx tp;                   /* TP communicator (NULL: tp 1), pool, sequence parallel */
     int tp_size, tp_rank;
     int T_loc;          /* T / tp under sequence parallelism, else T */
     mtc_result_t error; /* first communication error of a forward (sticky) */
     mtc_registry reg;
-    float *params, *grads;              /* flat, reg.total floats each, backward order */
-    float *wte, *wpe, *lnfw, *lnfb;     /* views into params (NULL if not in chunk) */
-    float *dwte, *dwpe, *dlnfw, *dlnfb; /* views into grads */
-    mtc_gpt_layer *layers, *dlayers;    /* [L], entries outside the chunk are NULL */
+    float *params, *grads; /* flat, reg.total floats each, backward order */
+    float *g[MTC_NGLOBAL_ROLES],
+        *dg[MTC_NGLOBAL_ROLES]; /* views of the global roles (NULL: none) */
+    const float *head_w;        /* the LM head's weight: wte (tied) or the output layer */
+    float *dhead_w;
+    mtc_gpt_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
+    nn_rope_table rope;              /* RoPE cos/sin (zeroed without rotary positions) */
     int nslots;
     mtc_gpt_slot *slots;
     /* shared scratch */
@@ -193,5 +265,7 @@ static inline const float *mtc_gpt_logits(const mtc_gpt *m) { return m->logits; 
 float *mtc_gpt_slot_input(mtc_gpt *m, int slot);
 const float *mtc_gpt_slot_output(const mtc_gpt *m, int slot);
 static inline float *mtc_gpt_grad_buffer(mtc_gpt *m) { return m->dres; }
+/* The block shapes of this model's layers. */
+model_block_dims mtc_gpt_block_dims(const mtc_gpt *m);
 
 #endif

@@ -12,12 +12,13 @@
 struct mtc_gpt_slot {
     float *encoded;                   /* (B,T_loc,C) chunk input (embedding output) */
     float *ln1, *ln1_mean, *ln1_rstd; /* per layer (B,T_loc,C), (B,T_loc), (B,T_loc) */
-    float *qkv;                       /* per layer (B,T,3C_tp) */
+    float *qkv;                       /* per layer (B,T,QD_tp+2KD_tp) */
+    float *qkv_rep;                   /* per layer (B,T,3QD_tp) GQA: k, v repeated */
     float *att;                       /* per layer (B,NH_tp,T,T) */
-    float *atty;                      /* per layer (B,T,C_tp) */
+    float *atty;                      /* per layer (B,T,QD_tp) */
     float *res2;                      /* per layer (B,T_loc,C) */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fchg;                /* per layer (B,T,F_tp) */
+    float *fch, *fchg;                /* per layer (B,T,F1_tp), (B,T,F_tp) */
     float *res3;                      /* per layer (B,T_loc,C) layer output */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *losses;                    /* (B,T) */

@@ -44,72 +44,126 @@ static nn_dropout_spec gpt_drop(const mtc_gpt *m, const mtc_gpt_pass *pass, int 
         }                                                                                          \
     } while (0)
 
+/* The configured normalisation: LayerNorm (mean, rstd saved) or RMSNorm
+ * (rstd saved; b and mean unused). */
+static void gpt_norm_forward(const mtc_gpt *m, float *out, float *mean, float *rstd,
+                             const float *in, const float *w, const float *b, int N) {
+    const mtc_gpt_config *c = &m->cfg;
+    if (c->normalization == MTC_NORM_RMSNORM)
+        nn_rmsnorm_forward(m->pool, out, rstd, in, w, mtc_gpt_norm_eps(c), N, c->hidden_size);
+    else
+        nn_layernorm_forward_eps(m->pool, out, mean, rstd, in, w, b, mtc_gpt_norm_eps(c), N,
+                                 c->hidden_size);
+}
+
+static void gpt_norm_backward(const mtc_gpt *m, float *din, float *dw, float *db, const float *dout,
+                              const float *in, const float *w, const float *mean, const float *rstd,
+                              int N) {
+    const mtc_gpt_config *c = &m->cfg;
+    if (c->normalization == MTC_NORM_RMSNORM)
+        nn_rmsnorm_backward(m->pool, din, dw, dout, in, w, rstd, N, c->hidden_size);
+    else
+        nn_layernorm_backward(m->pool, din, dw, db, dout, in, w, mean, rstd, N, c->hidden_size);
+}
+
+/* Registry index range [first, last) of a global role (empty when absent). */
+static void gpt_role_range(const mtc_gpt *m, int role, int *first, int *last) {
+    *first = m->pidx[role], *last = m->pidx[role] + 1;
+    if (*first < 0) *first = *last = 0;
+}
+
+/* The activations of layer k (chunk-relative) of slot a. */
+static void gpt_layer_acts(const mtc_gpt *m, mtc_gpt_slot *a, size_t k, model_attention_acts *aa,
+                           model_mlp_acts *ma) {
+    const mtc_gpt_config *c = &m->cfg;
+    size_t p = (size_t)m->tp_size, sN = (size_t)m->B * m->T, HS = (size_t)mtc_gpt_head_size(c);
+    size_t QD = (size_t)c->num_heads / p * HS, KD = (size_t)mtc_gpt_groups(c) / p * HS;
+    size_t F = (size_t)c->ffn_hidden_size / p, F1 = (c->swiglu ? 2 : 1) * F;
+    int gqa = mtc_gpt_groups(c) < c->num_heads;
+    *aa = (model_attention_acts){m->in_total,
+                                 0,
+                                 a->qkv + k * sN * (QD + 2 * KD),
+                                 gqa ? a->qkv_rep + k * sN * 3 * QD : NULL,
+                                 a->att + k * (size_t)m->B * (c->num_heads / p) * m->T * m->T,
+                                 a->atty + k * sN * QD};
+    *ma = (model_mlp_acts){m->in_total, 0, a->fch + k * sN * F1, a->fchg + k * sN * F};
+}
+
 double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
                        const mtc_gpt_pass *pass) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T && B >= 1 && T >= 1);
     MTC_ASSERT(!m->tp.sequence_parallel || T == m->T);
     const mtc_gpt_config *c = &m->cfg;
     const tp_ctx *tp = &m->tp;
-    int C = c->hidden_size, NH = c->num_heads, F = c->ffn_hidden_size, Vp = c->padded_vocab_size;
+    int C = c->hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
     int N = B * T, Nl = B * Tl;
     /* per-layer strides use the largest shape */
-    size_t sNl = (size_t)m->B * m->T_loc, sN = (size_t)m->B * m->T;
+    size_t sNl = (size_t)m->B * m->T_loc;
     mtc_gpt_slot *a = &m->slots[slot];
-    nn_pool *pool = m->pool;
+    model_block_dims bd = mtc_gpt_block_dims(m);
+    int f0, f1;
 
 #define GPT_NEED(first, last)                                                                      \
     do {                                                                                           \
-        if (pass && pass->params_needed)                                                           \
+        if (pass && pass->params_needed && (first) < (last))                                       \
             GPT_TRY(m, pass->params_needed(pass->params_needed_ctx, (first), (last)));             \
     } while (0)
     if (m->has_embedding) {
-        GPT_NEED(m->pidx_wte, m->pidx_wpe + 1);
+        int e0 = m->pidx[MTC_ROLE_WTE],
+            e1 = m->pidx[MTC_ROLE_WPE] >= 0 ? m->pidx[MTC_ROLE_WPE] : e0;
+        GPT_NEED(e0, e1 + 1);
         /* comm: all-reduce(tp) */
-        GPT_TRY(m, tp_vocab_embedding_forward(tp, a->encoded, tokens, m->wte, m->wpe, NULL,
-                                              m->scratch, B, T, C, Vp));
+        GPT_TRY(m, tp_vocab_embedding_forward(tp, a->encoded, tokens, m->g[MTC_ROLE_WTE],
+                                              m->g[MTC_ROLE_WPE], NULL, m->scratch, B, T, C, Vp));
         nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
         if (d.p > 0) nn_dropout_forward(a->encoded, a->encoded, B, Tl, C, &d);
     }
     const float *x = a->encoded;
     for (int l = m->first_layer; l < m->last_layer; l++) {
         size_t k = (size_t)(l - m->first_layer);
-        const mtc_gpt_layer *w = &m->layers[l];
+        const mtc_gpt_layer *y = &m->layers[l];
+        float *const *w = y->w;
         float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl,
               *ln1r = a->ln1_rstd + k * sNl;
         float *res2 = a->res2 + k * sNl * C, *res3 = a->res3 + k * sNl * C;
         float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
               *ln2r = a->ln2_rstd + k * sNl;
-        tp_attention_acts aa = {m->in_total, 0, a->qkv + k * sN * 3 * (C / p),
-                                a->att + k * (size_t)m->B * (NH / p) * m->T * m->T,
-                                a->atty + k * sN * (C / p)};
-        tp_mlp_acts ma = {m->in_total, 0, a->fch + k * sN * (F / p), a->fchg + k * sN * (F / p)};
+        model_attention_acts aa;
+        model_mlp_acts ma;
+        gpt_layer_acts(m, a, k, &aa, &ma);
 
-        GPT_NEED(m->pidx_layer0 + 12 * (int)k, m->pidx_layer0 + 12 * (int)k + 12);
-        nn_layernorm_forward(pool, ln1, ln1m, ln1r, x, w->ln1w, w->ln1b, Nl, C);
+        GPT_NEED(y->first, y->last);
+        gpt_norm_forward(m, ln1, ln1m, ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
         /* comm: column- then row-parallel (SP: all-gather, reduce-scatter) */
         GPT_TRY(m,
-                tp_attention_forward(tp, m->fwd_tmp, &aa, ln1, w->qkvw, w->qkvb, w->attprojw,
-                                     w->attprojb, da.p > 0 ? &da : NULL, m->scratch, B, T, C, NH));
+                model_attention_forward(tp, m->fwd_tmp, &aa, ln1, w[MTC_ROLE_QKV_W],
+                                        w[MTC_ROLE_QKV_B], w[MTC_ROLE_PROJ_W], w[MTC_ROLE_PROJ_B],
+                                        da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
         nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
         if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dh);
         nn_residual_forward(res2, x, m->fwd_tmp, (size_t)Nl * C);
-        nn_layernorm_forward(pool, ln2, ln2m, ln2r, res2, w->ln2w, w->ln2b, Nl, C);
-        GPT_TRY(m, tp_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w->fcw, w->fcb, w->fcprojw, w->fcprojb,
-                                  m->scratch, B, T, C, F));
+        gpt_norm_forward(m, ln2, ln2m, ln2r, res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B], Nl);
+        GPT_TRY(m, model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC1_B],
+                                     w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch, B, T, &bd));
         nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
         if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dm);
         nn_residual_forward(res3, res2, m->fwd_tmp, (size_t)Nl * C);
         x = res3;
     }
     if (!m->has_head) return 0.0;
-    GPT_NEED(m->pidx_lnf, m->pidx_lnf + 2);
-    GPT_NEED(m->pidx_wte, m->pidx_wte + 1);
+    gpt_role_range(m, MTC_ROLE_NORMF_W, &f0, &f1);
+    if (m->pidx[MTC_ROLE_NORMF_B] >= 0) f1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
+    GPT_NEED(f0, f1);
+    gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &f0, &f1);
+    GPT_NEED(f0, f1);
 #undef GPT_NEED
-    nn_layernorm_forward(pool, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, Nl, C);
-    /* LM head on the rank's wte shard: logits (B, T, Vp/tp). comm: SP all-gather */
-    GPT_TRY(m, tp_column_linear_forward(tp, m->logits, m->in_total, a->lnf, m->wte, NULL,
+    gpt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->g[MTC_ROLE_NORMF_W],
+                     m->g[MTC_ROLE_NORMF_B], Nl);
+    /* LM head on the rank's vocabulary shard (wte tied, or the output
+     * layer): logits (B, T, Vp/tp). comm: SP all-gather */
+    GPT_TRY(m, tp_column_linear_forward(tp, m->logits, m->in_total, a->lnf, m->head_w, NULL,
                                         m->scratch, 0, B, T, C, Vp));
     m->dlogits_ready = 0;
     if (!targets) return 0.0;
@@ -131,8 +185,9 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
 }
 
 static mtc_result_t gpt_ready(const mtc_gpt_pass *pass, int first, int last) {
-    return pass && pass->grads_ready ? pass->grads_ready(pass->grads_ready_ctx, first, last)
-                                     : MTC_OK;
+    return pass && pass->grads_ready && first < last
+               ? pass->grads_ready(pass->grads_ready_ctx, first, last)
+               : MTC_OK;
 }
 
 mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B,
@@ -140,12 +195,12 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
     MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T);
     const mtc_gpt_config *c = &m->cfg;
     const tp_ctx *tp = &m->tp;
-    int C = c->hidden_size, NH = c->num_heads, F = c->ffn_hidden_size, Vp = c->padded_vocab_size;
+    int C = c->hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
     int N = B * T, Nl = B * Tl;
-    size_t sNl = (size_t)m->B * m->T_loc, sN = (size_t)m->B * m->T, nC = (size_t)Nl * C;
+    size_t sNl = (size_t)m->B * m->T_loc, nC = (size_t)Nl * C;
     mtc_gpt_slot *a = &m->slots[slot];
-    nn_pool *pool = m->pool;
+    model_block_dims bd = mtc_gpt_block_dims(m);
     /* every backward kernel accumulates: the step's first microbatch starts
      * from zero (adding to +0 is exact, so this equals overwriting) */
     if (pass && pass->first_microbatch) mtc_gpt_zero_grad(m);
@@ -159,38 +214,43 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         if (!m->dlogits_ready)
             MTC_CHECK(tp_vocab_xent_backward(tp, m->logits, targets, loss_scale, NULL, N, Vp, Vp));
         m->dlogits_ready = 0;
-        /* comm: all-reduce(tp) of d(ln_f out); SP: all-gather + reduce-scatter */
-        MTC_CHECK(tp_column_linear_backward(tp, m->dtmp, m->dwte, NULL, m->logits, m->in_total, 0,
-                                            a->lnf, m->wte, m->scratch, 0, B, T, C, Vp));
-        nn_layernorm_backward(pool, m->dres, m->dlnfw, m->dlnfb, m->dtmp, xlast, m->lnfw,
-                              a->lnf_mean, a->lnf_rstd, Nl, C);
-        MTC_CHECK(gpt_ready(pass, m->pidx_lnf, m->pidx_lnf + 2));
-        /* a head without the embedding (last pipeline stage): its wte copy is final */
-        if (!m->has_embedding) MTC_CHECK(gpt_ready(pass, m->pidx_wte, m->pidx_wte + 1));
+        /* comm: all-reduce(tp) of d(norm_f out); SP: all-gather + reduce-scatter */
+        MTC_CHECK(tp_column_linear_backward(tp, m->dtmp, m->dhead_w, NULL, m->logits, m->in_total,
+                                            0, a->lnf, m->head_w, m->scratch, 0, B, T, C, Vp));
+        gpt_norm_backward(m, m->dres, m->dg[MTC_ROLE_NORMF_W], m->dg[MTC_ROLE_NORMF_B], m->dtmp,
+                          xlast, m->g[MTC_ROLE_NORMF_W], a->lnf_mean, a->lnf_rstd, Nl);
+        /* the final norm and the output layer (or, on a stage without the
+         * embedding, its tied wte copy) are final now */
+        int f0 = m->pidx[MTC_ROLE_NORMF_W], f1 = f0 + 1;
+        if (m->pidx[MTC_ROLE_NORMF_B] >= 0) f1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
+        if (m->pidx[MTC_ROLE_HEAD] >= 0) f1 = m->pidx[MTC_ROLE_HEAD] + 1;
+        MTC_CHECK(gpt_ready(pass, f0, f1));
+        if (!m->has_embedding && m->pidx[MTC_ROLE_HEAD] < 0)
+            MTC_CHECK(gpt_ready(pass, m->pidx[MTC_ROLE_WTE], m->pidx[MTC_ROLE_WTE] + 1));
     }
     for (int l = m->last_layer - 1; l >= m->first_layer; l--) {
         size_t k = (size_t)(l - m->first_layer);
-        const mtc_gpt_layer *w = &m->layers[l];
-        const mtc_gpt_layer *g = &m->dlayers[l];
+        float *const *w = m->layers[l].w;
+        float *const *g = m->dlayers[l].w;
         const float *x = k ? a->res3 + (k - 1) * sNl * C : a->encoded;
         float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl,
               *ln1r = a->ln1_rstd + k * sNl;
         float *res2 = a->res2 + k * sNl * C;
         float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
               *ln2r = a->ln2_rstd + k * sNl;
-        tp_attention_acts aa = {m->in_total, 0, a->qkv + k * sN * 3 * (C / p),
-                                a->att + k * (size_t)m->B * (NH / p) * m->T * m->T,
-                                a->atty + k * sN * (C / p)};
-        tp_mlp_acts ma = {m->in_total, 0, a->fch + k * sN * (F / p), a->fchg + k * sN * (F / p)};
+        model_attention_acts aa;
+        model_mlp_acts ma;
+        gpt_layer_acts(m, a, k, &aa, &ma);
 
         /* MLP branch: dres holds d(res3) */
         const float *dy = m->dres;
         nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
         if (dm.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dm), dy = m->dtmp;
-        MTC_CHECK(tp_mlp_backward(tp, m->dtmp2, g->fcw, g->fcb, g->fcprojw, g->fcprojb, dy, &ma,
-                                  ln2, w->fcw, w->fcprojw, m->scratch, B, T, C, F));
-        nn_layernorm_backward(pool, m->dtmp, g->ln2w, g->ln2b, m->dtmp2, res2, w->ln2w, ln2m, ln2r,
-                              Nl, C);
+        MTC_CHECK(model_mlp_backward(tp, m->dtmp2, g[MTC_ROLE_FC1_W], g[MTC_ROLE_FC1_B],
+                                     g[MTC_ROLE_FC2_W], g[MTC_ROLE_FC2_B], dy, &ma, ln2,
+                                     w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC2_W], m->scratch, B, T, &bd));
+        gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM2_W], g[MTC_ROLE_NORM2_B], m->dtmp2, res2,
+                          w[MTC_ROLE_NORM2_W], ln2m, ln2r, Nl);
         nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(res2) */
 
         /* attention branch */
@@ -198,23 +258,25 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
         if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dh), dy = m->dtmp;
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
-        MTC_CHECK(tp_attention_backward(tp, m->dtmp2, g->qkvw, g->qkvb, g->attprojw, g->attprojb,
-                                        dy, &aa, ln1, w->qkvw, w->attprojw, da.p > 0 ? &da : NULL,
-                                        m->scratch, B, T, C, NH));
-        nn_layernorm_backward(pool, m->dtmp, g->ln1w, g->ln1b, m->dtmp2, x, w->ln1w, ln1m, ln1r, Nl,
-                              C);
+        MTC_CHECK(model_attention_backward(tp, m->dtmp2, g[MTC_ROLE_QKV_W], g[MTC_ROLE_QKV_B],
+                                           g[MTC_ROLE_PROJ_W], g[MTC_ROLE_PROJ_B], dy, &aa, ln1,
+                                           w[MTC_ROLE_QKV_W], w[MTC_ROLE_PROJ_W],
+                                           da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
+        gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM1_W], g[MTC_ROLE_NORM1_B], m->dtmp2, x,
+                          w[MTC_ROLE_NORM1_W], ln1m, ln1r, Nl);
         nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(layer input) */
-        int p0 = m->pidx_layer0 + 12 * (int)k;
-        MTC_CHECK(gpt_ready(pass, p0, p0 + 12));
+        MTC_CHECK(gpt_ready(pass, m->layers[l].first, m->layers[l].last));
     }
     if (m->has_embedding) {
         const float *dy = m->dres;
         nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
         if (d.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &d), dy = m->dtmp;
         /* comm: SP all-gather(tp) of dy */
-        MTC_CHECK(tp_vocab_embedding_backward(tp, m->dwte, m->dwpe, dy, tokens, NULL, m->scratch, B,
-                                              T, C, Vp));
-        MTC_CHECK(gpt_ready(pass, m->pidx_wte, m->pidx_wpe + 1)); /* wte, wpe */
+        MTC_CHECK(tp_vocab_embedding_backward(tp, m->dg[MTC_ROLE_WTE], m->dg[MTC_ROLE_WPE], dy,
+                                              tokens, NULL, m->scratch, B, T, C, Vp));
+        int e0 = m->pidx[MTC_ROLE_WTE],
+            e1 = m->pidx[MTC_ROLE_WPE] >= 0 ? m->pidx[MTC_ROLE_WPE] + 1 : e0 + 1;
+        MTC_CHECK(gpt_ready(pass, e0, e1)); /* wte, wpe */
     }
     return MTC_OK;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
 
@@ -45,6 +46,7 @@ mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, in
     p->is_2d = p->ndim == 2;
     p->split_dim = -1;
     p->split_blocks = 1;
+    p->block_rows[0] = shape0;
     p->local_numel = p->numel;
     return MTC_OK;
 }
@@ -61,11 +63,16 @@ void mtc_registry_layout(mtc_registry *reg) {
     reg->global_total = goff;
 }
 
-void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int blocks) {
+void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int nblocks, const int64_t *rows) {
     mtc_param *q = &reg->params[p];
+    MTC_ASSERT(nblocks >= 1 && nblocks <= MTC_PARAM_MAX_BLOCKS);
+    q->split_blocks = rows ? nblocks : 1;
+    int64_t sum = 0;
+    for (int b = 0; b < q->split_blocks; b++)
+        sum += q->block_rows[b] = rows ? rows[b] : q->shape[0];
+    MTC_ASSERT(sum == q->shape[0]);
     if (reg->tp <= 1) return;
     q->split_dim = split_dim;
-    q->split_blocks = blocks > 0 ? blocks : 1;
     q->local_numel = q->numel / (size_t)reg->tp;
 }
 
@@ -77,10 +84,16 @@ size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, in
         size_t ct = cols / tp, i = local / ct, j = local % ct;
         return i * cols + r * ct + j;
     }
-    /* rows: block b of each fused part holds rows [b*bs + r*bl, b*bs + (r+1)*bl) */
-    size_t bs = (size_t)p->shape[0] / (size_t)p->split_blocks, bl = bs / tp;
-    size_t row = local / cols, c = local % cols;
-    return ((row / bl) * bs + r * bl + row % bl) * cols + c;
+    /* rows: local block b (block_rows[b]/tp rows) is global rows
+     * [start_b + r*bl, start_b + (r+1)*bl) of fused block b */
+    size_t row = local / cols, c = local % cols, start = 0;
+    for (int b = 0; b < p->split_blocks; b++) {
+        size_t bs = (size_t)p->block_rows[b], bl = bs / tp;
+        if (row < bl) return (start + r * bl + row) * cols + c;
+        row -= bl, start += bs;
+    }
+    MTC_ASSERT(0 && "local row outside the shard");
+    return 0;
 }
 
 void mtc_registry_init_local(const mtc_registry *reg, const mtc_param *p, float *dst, size_t first,

@@ -24,6 +24,7 @@
 #include "core/result.h"
 
 #define MTC_PARAM_NAME_MAX 64
+#define MTC_PARAM_MAX_BLOCKS 4
 
 typedef enum {
     MTC_INIT_NORMAL = 0, /* normal(0, std) from the counter-based generator */
@@ -39,8 +40,20 @@ enum {
     MTC_REDUCE_EMBEDDING = 1u << 2, /* tied input/output embedding across PP stages */
 };
 
+/* How a parameter is split over tensor parallelism (Megatron's layers). */
+typedef enum {
+    MTC_SPLIT_NONE = 0, /* replicated on every TP rank */
+    MTC_SPLIT_COLUMN,   /* ColumnParallelLinear: output rows split */
+    MTC_SPLIT_QKV,      /* column, fused [q | k | v] blocks each split by heads / groups */
+    MTC_SPLIT_FC1,      /* column, fused [gate | up] blocks with SwiGLU (one block without) */
+    MTC_SPLIT_ROW,      /* RowParallelLinear: input columns split */
+    MTC_SPLIT_VOCAB,    /* VocabParallelEmbedding / the output layer: vocabulary rows split */
+} mtc_split_rule;
+
 typedef struct {
     char name[MTC_PARAM_NAME_MAX]; /* "h.3.attn.c_attn.weight" */
+    int role;                      /* the family table's role (model/gpt.h's enums) */
+    mtc_split_rule split_rule;     /* the rule; split_dim / blocks below are its effect */
     int ndim;                      /* 1 or 2 */
     int64_t shape[2];              /* global shape; (out, in) for linear weights */
     size_t numel;                  /* global element count */
@@ -49,10 +62,15 @@ typedef struct {
     float init_std; /* for MTC_INIT_NORMAL */
     int is_2d;      /* weight decay applies (Megatron: not bias, not 1-D) */
     /* ---- filled by the parallel issues (serial: none / 0 / 1) ---- */
-    int split_dim;          /* -1 = not split; else the dim split over TP */
-    int split_blocks;       /* fused blocks along split_dim ([q|k|v] = 3) */
-    unsigned reduce_groups; /* MTC_REDUCE_* bits */
-    int tp_duplicate;       /* replicated over TP: counted once in grad norm */
+    int split_dim;    /* -1 = not split; else the dim split over TP */
+    int split_blocks; /* fused row blocks along dim 0 ([q|k|v] = 3, [gate|up] = 2) */
+    int64_t block_rows[MTC_PARAM_MAX_BLOCKS]; /* global rows of each block (sum = shape[0]) */
+    unsigned reduce_groups;                   /* MTC_REDUCE_* bits */
+    int tp_duplicate;                         /* replicated over TP: counted once in grad norm */
+    int shared_copy; /* a second copy of a parameter held elsewhere (the tied
+                        embedding on the last pipeline stage): its gradient is
+                        made equal by the embedding-group all-reduce and counted
+                        in the norm and the gathered model from the first copy */
     /* ---- this rank's storage ---- */
     size_t local_numel;
     size_t offset;        /* in the flat param and grad buffers (floats) */
@@ -74,10 +92,14 @@ void mtc_registry_free(mtc_registry *reg);
 mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, int64_t shape0,
                               int64_t shape1, mtc_init_kind init, float init_std);
 /* Split parameter p over TP (before mtc_registry_layout): split_dim 0
- * (output rows; `blocks` fused row blocks such as [q|k|v], each split
- * evenly) or 1 (input columns); local_numel becomes numel / reg->tp.
+ * (output rows) or 1 (input columns); local_numel becomes numel / reg->tp.
+ * Row splits take `nblocks` fused row blocks of rows[b] global rows each
+ * (rows NULL: one block of all rows), every block split evenly, so the
+ * local shard is [block0_r | block1_r | ...]: [q_r | k_r | v_r] for a fused
+ * QKV with grouped-query attention, [gate_r | up_r] for SwiGLU's fc1.
+ * Each rows[b] must be divisible by tp (the caller validated the shapes).
  * reduce_groups / tp_duplicate are set by the caller. */
-void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int blocks);
+void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int nblocks, const int64_t *rows);
 /* Global element index (row-major in the global shape) of local element
  * `local` of p on TP rank r (of reg->tp). */
 size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, int r, size_t local);

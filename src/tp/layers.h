@@ -177,7 +177,8 @@ void tp_xent_predicted(float *pred, const float *x, const int *targets, const fl
 void tp_xent_exp_sum(nn_pool *pool, float *sumexp, float *x, const float *rowmax, int v0, int N,
                      int V_tp, int V);
 
-/* ---- attention split by heads ----------------------------------------------------------- */
+/* ---- GPT-2's fused c_attn split by heads
+ * ----------------------------------------------------------- */
 
 /* The fused c_attn weight (3C, C) / bias (3C) is [q | k | v] with heads
  * contiguous in each part (Hugging Face layout, as nn_attention_forward
@@ -194,57 +195,5 @@ static inline int tp_qkv_row(int i, int C, int tp, int r) {
 void tp_qkv_shard(float *dst, const float *src, int C, int cols, int tp, int r);
 /* The inverse: rank r's rows of dst (3C, cols) = src (3*C_tp, cols). */
 void tp_qkv_unshard(float *dst, const float *src, int C, int cols, int tp, int r);
-
-/* Activations one attention block keeps from forward to backward. */
-typedef struct {
-    float *in_total;    /* (B, T, C) gathered input under SP (unused without SP) */
-    int in_total_saved; /* 1: in_total survives until backward; 0: backward re-gathers */
-    float *qkv;         /* (B, T, 3*C_tp) [q_r | k_r | v_r] */
-    float *att;         /* (B, NH_tp, T, T) softmax probabilities */
-    float *atty;        /* (B, T, C_tp) attention output of the local heads */
-} tp_attention_acts;
-
-/* out (B, T_loc, C) = c_proj(attention(c_attn(in))) including c_proj's
- * bias (no residual, no output dropout). in (B, T_loc, C) (ln_1's output);
- * qkvw (3*C_tp, C), qkvb (3*C_tp) from tp_qkv_shard; projw (C, C_tp)
- * row-parallel; projb (C). drop: attention dropout as for
- * nn_attention_forward over the whole sequence and all NH heads; NHg and h0
- * are set here from the TP rank (NULL = none). NH % tp == 0.
- * comm: column-parallel then row-parallel linear (see above). */
-mtc_result_t tp_attention_forward(const tp_ctx *tp, float *out, tp_attention_acts *acts,
-                                  const float *in, const float *qkvw, const float *qkvb,
-                                  const float *projw, const float *projb,
-                                  const nn_dropout_spec *drop, float *scratch, int B, int T, int C,
-                                  int NH);
-/* din (B, T_loc, C) =; parameter gradients += (projb's as the row-parallel
- * bias: partial under SP). dout (B, T_loc, C). */
-mtc_result_t tp_attention_backward(const tp_ctx *tp, float *din, float *dqkvw, float *dqkvb,
-                                   float *dprojw, float *dprojb, const float *dout,
-                                   const tp_attention_acts *acts, const float *in,
-                                   const float *qkvw, const float *projw,
-                                   const nn_dropout_spec *drop, float *scratch, int B, int T, int C,
-                                   int NH);
-size_t tp_attention_scratch_floats(const tp_ctx *tp, int B, int T, int C, int NH);
-
-/* ---- MLP: c_fc column-parallel, GELU, c_proj row-parallel ------------------------------- */
-
-typedef struct {
-    float *in_total;    /* (B, T, C) gathered input under SP (unused without SP) */
-    int in_total_saved; /* as for attention */
-    float *fch;         /* (B, T, F_tp) c_fc output */
-    float *fchg;        /* (B, T, F_tp) GELU output */
-} tp_mlp_acts;
-
-/* out (B, T_loc, C) = c_proj(gelu(c_fc(in))) including c_proj's bias.
- * fcw (F_tp, C), fcb (F_tp) column-parallel; projw (C, F_tp) row-parallel;
- * projb (C). F % tp == 0. */
-mtc_result_t tp_mlp_forward(const tp_ctx *tp, float *out, tp_mlp_acts *acts, const float *in,
-                            const float *fcw, const float *fcb, const float *projw,
-                            const float *projb, float *scratch, int B, int T, int C, int F);
-mtc_result_t tp_mlp_backward(const tp_ctx *tp, float *din, float *dfcw, float *dfcb, float *dprojw,
-                             float *dprojb, const float *dout, const tp_mlp_acts *acts,
-                             const float *in, const float *fcw, const float *projw, float *scratch,
-                             int B, int T, int C, int F);
-size_t tp_mlp_scratch_floats(const tp_ctx *tp, int B, int T, int C, int F);
 
 #endif

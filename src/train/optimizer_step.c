@@ -22,12 +22,13 @@
 #include "nn/nn.h"
 #include "train/train_internal.h"
 
-/* 1 for the param of chunk m that Megatron marks shared_embedding: the tied
- * wte with pp > 1. */
+/* 1 for the params of chunk m that Megatron marks shared_embedding: those
+ * the registry reduces over the embedding group, with pp > 1. */
 static mtc_result_t train_shared_embedding(const train_rank *x, const mtc_gpt *m, int **out) {
     const mtc_registry *r = &m->reg;
     MTC_CHECK(mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int), (void **)out));
-    if (x->pp_size > 1 && m->pidx_wte >= 0) (*out)[m->pidx_wte] = 1;
+    for (int i = 0; i < r->count && x->pp_size > 1; i++)
+        (*out)[i] = (r->params[i].reduce_groups & MTC_REDUCE_EMBEDDING) != 0;
     return MTC_OK;
 }
 
@@ -136,13 +137,13 @@ static mtc_result_t train_distopt_norm(train_rank *x, double *norm) {
         const mtc_gpt *m = x->chunks[c];
         mtc_ddp *d = x->ddps[c];
         const dp_layout *l = &d->layout;
-        int wte_copy = m->pidx_wte >= 0 && !m->has_embedding ? m->pidx_wte : -1;
         for (int b = 0; b < l->nbuckets; b++) {
             int n;
             const dp_shard_param *sp = dp_layout_shard_params(l, d->shard_rank, b, &n);
             for (int k = 0; k < n; k++) {
                 int p = sp[k].param;
-                if ((d->tp_duplicate[p] && x->tp_rank != 0) || p == wte_copy) continue;
+                if ((d->tp_duplicate[p] && x->tp_rank != 0) || m->reg.params[p].shared_copy)
+                    continue;
                 s += nn_sumsq(d->grads + sp[k].gbuf_world.start,
                               (size_t)(sp[k].gbuf_world.end - sp[k].gbuf_world.start));
             }

@@ -46,8 +46,7 @@ typedef struct {
                                 group (one per chunk, freed with the world) */
     int *buf;                /* (T+1) one sample */
     int *tokens, *targets;   /* (nmb, B, T) this DP rank's microbatches */
-    float *sp_buf;           /* packed sequence-parallel gradients (TP all-reduce) */
-    size_t sp_n;
+    float *red_buf;          /* packed gradients of one reduction group (finalize_grads) */
     uint64_t valid_consumed;
     uint64_t comm_ns;  /* time in the step's explicit collectives */
     uint64_t setup_ns; /* train_setup: buffers allocated, parameters initialised */

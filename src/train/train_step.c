@@ -1,9 +1,10 @@
 /* train/train_step.c - one rank's side of training: building the grid,
  * model chunk, DDP and optimizer; an iteration (microbatches directly, or
  * through the pipeline executor with pp > 1), the gradient reductions in
- * Megatron's order (DP buckets, TP all-reduce of sequence-parallel
- * gradients, EMBEDDING_GROUP all-reduce of the tied wte), the global norm
- * (TP duplicates and the last stage's wte copy counted once), AdamW;
+ * Megatron's order (finalize_model_grads over the registry's reduction
+ * groups: DP buckets, TP for sequence-parallel partial sums,
+ * EMBEDDING_GROUP for the tied embedding), the global norm (TP duplicates
+ * and second copies counted once), AdamW;
  * evaluation, and gathering / loading / saving the global model. Relies on
  * model/, dp/, pp/, grid/, comm/, optim/, data/. */
 #include <math.h>
@@ -194,37 +195,50 @@ static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
     return mtc_ddp_grads_ready((mtc_ddp *)ctx, first, last);
 }
 
-/* Under SP, sum the layer-norm and row-parallel-bias gradients (partial
- * over the rank's tokens) over TP: one packed all-reduce. */
-static mtc_result_t train_sp_reduce_chunk(train_rank *x, const mtc_gpt *m) {
+/* Sum the gradients of every parameter whose registry entry has `bit` over
+ * `comm`: one packed all-reduce per chunk (layer norms and row-parallel
+ * biases over TP under SP; the tied embedding over EMBEDDING_GROUP). */
+static mtc_result_t train_reduce_group(train_rank *x, const mtc_gpt *m, unsigned bit,
+                                       mtc_comm_t comm) {
     const mtc_registry *r = &m->reg;
     float *g = m->grads;
     size_t k = 0;
     for (int i = 0; i < r->count; i++)
-        if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
-            memcpy(x->sp_buf + k, g + r->params[i].offset,
+        if (r->params[i].reduce_groups & bit) {
+            memcpy(x->red_buf + k, g + r->params[i].offset,
                    r->params[i].local_numel * sizeof(float));
             k += r->params[i].local_numel;
         }
+    if (!k) return MTC_OK;
     uint64_t t0 = mtc_time_ns();
-    /* comm: all-reduce(tp) */
-    MTC_CHECK(mtc_all_reduce(x->sp_buf, x->sp_buf, k, MTC_DTYPE_F32, MTC_OP_SUM, x->tp));
+    /* comm: all-reduce(tp) or all-reduce(EMBEDDING_GROUP) */
+    MTC_CHECK(mtc_all_reduce(x->red_buf, x->red_buf, k, MTC_DTYPE_F32, MTC_OP_SUM, comm));
     x->comm_ns += mtc_time_ns() - t0;
     k = 0;
     for (int i = 0; i < r->count; i++)
-        if (r->params[i].reduce_groups & MTC_REDUCE_TP) {
-            memcpy(g + r->params[i].offset, x->sp_buf + k,
+        if (r->params[i].reduce_groups & bit) {
+            memcpy(g + r->params[i].offset, x->red_buf + k,
                    r->params[i].local_numel * sizeof(float));
             k += r->params[i].local_numel;
         }
     return MTC_OK;
 }
 
-/* One packed all-reduce per model chunk. */
-static mtc_result_t train_sp_reduce(train_rank *x) {
-    if (!x->sp_n) return MTC_OK;
-    for (int k = 0; k < x->vpp; k++)
-        MTC_CHECK(train_sp_reduce_chunk(x, x->chunks[k]));
+/* Megatron's finalize_model_grads, driven by the registry's reduction
+ * groups: the DP buckets (what overlap has not finished), then the
+ * sequence-parallel partial sums over TP, then the shared embedding over
+ * EMBEDDING_GROUP, for every model chunk. */
+static mtc_result_t train_finalize_grads(train_rank *x) {
+    uint64_t t0 = mtc_time_ns();
+    /* comm: all-reduce(dp) or reduce-scatter per bucket */
+    if (x->dp)
+        for (int k = 0; k < x->vpp; k++)
+            MTC_CHECK(mtc_ddp_finish(x->ddps[k]));
+    x->comm_ns += mtc_time_ns() - t0;
+    for (int k = 0; k < x->vpp && x->tp; k++)
+        MTC_CHECK(train_reduce_group(x, x->chunks[k], MTC_REDUCE_TP, x->tp));
+    for (int k = 0; k < x->vpp && x->embd; k++)
+        MTC_CHECK(train_reduce_group(x, x->chunks[k], MTC_REDUCE_EMBEDDING, x->embd));
     return MTC_OK;
 }
 
@@ -246,10 +260,10 @@ mtc_result_t train_gather(train_rank *x, float *global) {
         const mtc_gpt *m = x->chunks[k];
         /* comm: all-gather(tp) per split parameter */
         rc = mtc_gpt_gather(m, global, m->params, scratch);
-        int wte = m->pidx_wte;
-        if (rc == MTC_OK && wte >= 0 && !m->has_embedding) /* the first stage's copy counts */
-            memset(global + m->reg.params[wte].global_offset, 0,
-                   m->reg.params[wte].numel * sizeof(float));
+        for (int i = 0; rc == MTC_OK && i < m->reg.count; i++) /* the first copy counts */
+            if (m->reg.params[i].shared_copy)
+                memset(global + m->reg.params[i].global_offset, 0,
+                       m->reg.params[i].numel * sizeof(float));
     }
     free(scratch);
     MTC_CHECK(rc);
@@ -412,14 +426,16 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->tokens));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->targets));
-    for (int k = 0; k < V; k++) { /* sp_buf: the largest chunk's SP gradients */
-        const mtc_registry *r = &x->chunks[k]->reg;
-        size_t n = 0;
-        for (int i = 0; i < r->count; i++)
-            if (r->params[i].reduce_groups & MTC_REDUCE_TP) n += r->params[i].local_numel;
-        if (n > x->sp_n) x->sp_n = n;
-    }
-    if (x->sp_n) MTC_CHECK(mtc_mem_alloc(x->sp_n * sizeof(float), (void **)&x->sp_buf));
+    size_t red_n = 0; /* red_buf: the largest chunk's packed group reduction */
+    for (int k = 0; k < V; k++)
+        for (unsigned bit = MTC_REDUCE_TP; bit <= MTC_REDUCE_EMBEDDING; bit <<= 1) {
+            const mtc_registry *r = &x->chunks[k]->reg;
+            size_t n = 0;
+            for (int i = 0; i < r->count; i++)
+                if (r->params[i].reduce_groups & bit) n += r->params[i].local_numel;
+            if (n > red_n) red_n = n;
+        }
+    if (red_n) MTC_CHECK(mtc_mem_alloc(red_n * sizeof(float), (void **)&x->red_buf));
     if (c->load_path)
         MTC_CHECK(train_load(x));
     else
@@ -446,7 +462,7 @@ void train_teardown(train_rank *x) {
     free(x->buf);
     free(x->tokens);
     free(x->targets);
-    free(x->sp_buf);
+    free(x->red_buf);
     mtc_adamw_free(&x->opt);
     mtc_ddp_free(x->ddp);
     pp_executor_free(x->ex);
@@ -466,11 +482,12 @@ typedef struct {
     int tp_rank;
 } norm_skip_ctx;
 
-/* Counted elsewhere: TP duplicates off TP rank 0, the last stage's wte copy. */
+/* Counted elsewhere: TP duplicates off TP rank 0, second copies (the last
+ * stage's tied embedding). */
 static int norm_skip(int i, void *arg) {
     const norm_skip_ctx *c = arg;
-    return (c->m->reg.params[i].tp_duplicate && c->tp_rank != 0) ||
-           (i == c->m->pidx_wte && !c->m->has_embedding);
+    const mtc_param *p = &c->m->reg.params[i];
+    return (p->tp_duplicate && c->tp_rank != 0) || p->shared_copy;
 }
 
 /* Global gradient norm: each element once (TP duplicates on TP rank 0
@@ -499,25 +516,7 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     int T = c->model.seq_length;
     double loss_sum = 0;
     MTC_CHECK(train_microbatches(x, DATA_SPLIT_TRAIN, consumed, 1, it, &loss_sum));
-    uint64_t t0 = mtc_time_ns();
-    /* comm: all-reduce(dp) per bucket (what overlap has not finished yet) */
-    if (x->dp)
-        for (int k = 0; k < x->vpp; k++)
-            MTC_CHECK(mtc_ddp_finish(x->ddps[k]));
-    x->comm_ns += mtc_time_ns() - t0;
-    MTC_CHECK(train_sp_reduce(x));
-    /* the chunk holding the first virtual stage's wte (rank 0 chunk 0) or the
-     * last virtual stage's copy (rank pp-1 chunk vpp-1) */
-    for (int k = 0; k < x->vpp && x->embd; k++) {
-        mtc_gpt *m = x->chunks[k];
-        if (m->pidx_wte < 0) continue;
-        const mtc_param *p = &m->reg.params[m->pidx_wte];
-        t0 = mtc_time_ns();
-        /* comm: all-reduce(EMBEDDING_GROUP) of the tied wte gradient */
-        MTC_CHECK(mtc_all_reduce(m->grads + p->offset, m->grads + p->offset, p->local_numel,
-                                 MTC_DTYPE_F32, MTC_OP_SUM, x->embd));
-        x->comm_ns += mtc_time_ns() - t0;
-    }
+    MTC_CHECK(train_finalize_grads(x));
     MTC_CHECK(train_dp_sum(x, &loss_sum));
     *loss = loss_sum / ((double)c->global_batch * T);
     if (x->dopt) return train_distopt_step(x, norm, skipped);

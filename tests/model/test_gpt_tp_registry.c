@@ -15,15 +15,57 @@
 #include "test.h"
 #include "tp/layers.h"
 
-static mtc_gpt_config CFG = {.num_layers = 2,
-                             .hidden_size = 16,
-                             .num_heads = 4,
-                             .ffn_hidden_size = 64,
-                             .seq_length = 8,
-                             .max_position_embeddings = 8,
-                             .vocab_size = 30,
-                             .padded_vocab_size = 32,
-                             .init_std = 0.02f};
+static mtc_gpt_config GPT2 = {.num_layers = 2,
+                              .hidden_size = 16,
+                              .num_heads = 4,
+                              .ffn_hidden_size = 64,
+                              .seq_length = 8,
+                              .max_position_embeddings = 8,
+                              .vocab_size = 30,
+                              .padded_vocab_size = 32,
+                              .init_std = 0.02f};
+/* Llama-style: GQA (8 heads, 4 groups, head size 8 != C/NH), SwiGLU,
+ * RMSNorm, RoPE, untied head, no biases */
+static mtc_gpt_config LLAMA = {.num_layers = 2,
+                               .hidden_size = 16,
+                               .num_heads = 8,
+                               .num_query_groups = 4,
+                               .kv_channels = 8,
+                               .ffn_hidden_size = 24,
+                               .seq_length = 8,
+                               .max_position_embeddings = 8,
+                               .vocab_size = 30,
+                               .padded_vocab_size = 32,
+                               .init_std = 0.02f,
+                               .normalization = MTC_NORM_RMSNORM,
+                               .position_embedding = MTC_POS_ROPE,
+                               .swiglu = 1,
+                               .untie_embeddings = 1,
+                               .disable_bias_linear = 1};
+static mtc_gpt_config CFG;
+
+/* Which parameters are split over TP, by name (an oracle written out here,
+ * not the family table). */
+static int expect_split(const char *n) {
+    static const char *split[] = {"wte.weight",   "c_attn.",       "c_fc.",  "c_proj.weight",
+                                  "embed_tokens", "qkv_proj",      "o_proj", "gate_up_proj",
+                                  "down_proj",    "lm_head.weight"};
+    for (size_t k = 0; k < sizeof split / sizeof split[0]; k++)
+        if (strstr(n, split[k])) return 1;
+    return 0;
+}
+
+/* Global row of local row i of rank r for a fused parameter whose global
+ * blocks have rows[b] rows each (block b's local part is rows[b]/tp). */
+static size_t fused_row(const int64_t *rows, int nb, int tp, int r, size_t i) {
+    size_t start = 0;
+    for (int b = 0; b < nb; b++) {
+        size_t bl = (size_t)rows[b] / (size_t)tp;
+        if (i < bl) return start + (size_t)r * bl + i;
+        i -= bl, start += (size_t)rows[b];
+    }
+    return (size_t)-1;
+}
 
 /* What rank r of a tp run reports: per parameter, the global index and
  * initial value of each local element, and its registry flags. */
@@ -59,7 +101,8 @@ static mtc_result_t rank_fn(mtc_comm_t world, void *arg) {
     return MTC_OK;
 }
 
-int main(void) {
+static int check_config(const mtc_gpt_config *config) {
+    CFG = *config;
     mtc_gpt_config cfg = CFG;
     mtc_gpt *serial;
     T_CHECK(mtc_gpt_init(&cfg, 1, 1, NULL, &serial) == MTC_OK);
@@ -71,11 +114,9 @@ int main(void) {
         for (int i = 0; i < serial->reg.count; i++) {
             const mtc_param *g = &serial->reg.params[i];
             int split = g_view[0].split[i];
-            int expect_split = !strcmp(g->name, "wte.weight") || strstr(g->name, "c_attn.") ||
-                               strstr(g->name, "c_fc.") || strstr(g->name, "c_proj.weight");
-            T_CHECKF(split == expect_split && g_view[0].dup[i] == !split,
+            T_CHECKF(split == expect_split(g->name) && g_view[0].dup[i] == !split,
                      "tp=%d %s: split %d duplicate %d", tp, g->name, split, g_view[0].dup[i]);
-            T_CHECKF(g_view[0].tpred[i] == (!split && strcmp(g->name, "wpe.weight") != 0),
+            T_CHECKF(g_view[0].tpred[i] == (!split && !strstr(g->name, "wpe.weight")),
                      "tp=%d %s: SP reduce over TP flag", tp, g->name);
             unsigned char *hit = calloc(g->numel, 1);
             int init_ok = 1, qkv_ok = 1;
@@ -88,10 +129,17 @@ int main(void) {
                     if (gi >= g->numel) break;
                     hit[gi]++;
                     init_ok &= v->val[i][l] == serial->params[g->offset + gi];
-                    if (strstr(g->name, "c_attn.")) {
-                        size_t cols = (size_t)g->shape[1];
+                    size_t cols = (size_t)g->shape[1];
+                    if (strstr(g->name, "c_attn."))
                         qkv_ok &= gi / cols == (size_t)tp_qkv_row((int)(l / cols), C, tp, r);
-                    }
+                    int64_t HS = mtc_gpt_head_size(&cfg), F = cfg.ffn_hidden_size;
+                    int64_t qkv[3] = {cfg.num_heads * HS, mtc_gpt_groups(&cfg) * HS,
+                                      mtc_gpt_groups(&cfg) * HS};
+                    int64_t fc1[2] = {F, F};
+                    if (strstr(g->name, "qkv_proj"))
+                        qkv_ok &= gi / cols == fused_row(qkv, 3, tp, r, l / cols);
+                    if (strstr(g->name, "gate_up_proj"))
+                        qkv_ok &= gi / cols == fused_row(fc1, 2, tp, r, l / cols);
                 }
                 free(v->gidx[i]);
                 free(v->val[i]);
@@ -106,11 +154,23 @@ int main(void) {
             free(hit);
         }
     }
-    /* a pipeline chunk: the last stage (layer 1, ln_f, its own wte copy) */
+    /* a pipeline chunk: the last stage (layer 1, the final norm, and its own
+     * wte copy when tied, the output layer when untied) */
     mtc_gpt *last;
+    int gpt2 = !cfg.untie_embeddings;
     T_CHECK(mtc_gpt_init_chunk(&cfg, 1, 2, NULL, NULL, 0, 1, 2, 0, 1, &last) == MTC_OK);
-    T_CHECK(last->reg.count == 1 + 12 + 2);
-    T_CHECK(last->wpe == NULL && last->wte != NULL && last->layers[0].qkvw == NULL);
+    T_CHECKF(last->reg.count == (gpt2 ? 1 + 12 + 2 : 6 + 2), "last chunk holds %d params",
+             last->reg.count);
+    T_CHECK(last->g[MTC_ROLE_WPE] == NULL && last->layers[0].w[MTC_ROLE_QKV_W] == NULL);
+    T_CHECK(last->layers[1].w[MTC_ROLE_QKV_W] != NULL);
+    T_CHECK(gpt2 ? last->g[MTC_ROLE_WTE] != NULL && last->head_w == last->g[MTC_ROLE_WTE]
+                 : last->g[MTC_ROLE_WTE] == NULL && last->head_w == last->g[MTC_ROLE_HEAD]);
+    for (int i = 0; i < last->reg.count; i++) {
+        const mtc_param *p = &last->reg.params[i];
+        int wte = strstr(p->name, "wte.weight") != NULL;
+        T_CHECKF(p->shared_copy == wte && !!(p->reduce_groups & MTC_REDUCE_EMBEDDING) == wte,
+                 "%s: tied copy flags", p->name);
+    }
     for (int i = 0; i < last->reg.count; i++) {
         int k = mtc_registry_find(&serial->reg, last->reg.params[i].name);
         T_CHECK(k >= 0 && serial->reg.params[k].offset == last->reg.params[i].global_offset);
@@ -118,5 +178,32 @@ int main(void) {
     T_CHECK(last->reg.global_total == serial->reg.total);
     mtc_gpt_free(last);
     mtc_gpt_free(serial);
+    return 0;
+}
+
+int main(void) {
+    check_config(&GPT2);
+    check_config(&LLAMA);
+    /* the Llama names and shapes, as Hugging Face's (q/k/v and gate/up fused) */
+    mtc_gpt *m;
+    T_CHECK(mtc_gpt_init(&LLAMA, 1, 1, NULL, &m) == MTC_OK);
+    const char *names[] = {"model.embed_tokens.weight",
+                           "model.layers.0.input_layernorm.weight",
+                           "model.layers.0.self_attn.qkv_proj.weight",
+                           "model.layers.0.self_attn.o_proj.weight",
+                           "model.layers.0.post_attention_layernorm.weight",
+                           "model.layers.0.mlp.gate_up_proj.weight",
+                           "model.layers.0.mlp.down_proj.weight"};
+    int64_t rows[] = {32, 16, (8 + 2 * 4) * 8, 16, 16, 48, 16}, cols[] = {16, 1, 16, 64, 1, 16, 24};
+    for (int k = 0; k < 7; k++) {
+        const mtc_param *p = &m->reg.params[k];
+        T_CHECKF(!strcmp(p->name, names[k]) && p->shape[0] == rows[k] && p->shape[1] == cols[k],
+                 "param %d is %s (%lld, %lld), want %s", k, p->name, (long long)p->shape[0],
+                 (long long)p->shape[1], names[k]);
+    }
+    T_CHECK(m->reg.count == 1 + 2 * 6 + 2);
+    T_CHECK(!strcmp(m->reg.params[m->reg.count - 2].name, "model.norm.weight"));
+    T_CHECK(!strcmp(m->reg.params[m->reg.count - 1].name, "lm_head.weight"));
+    mtc_gpt_free(m);
     return T_DONE();
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "nn/nn.h"
+#include "model/block.h"
 #include "tp/layers.h"
 #include "tp/mappings.h"
 #include "tp_test.h"
@@ -25,6 +26,8 @@ enum { S_X = 21, S_QKVW, S_QKVB, S_PW, S_PB, S_DOUT, S_FCW, S_FCB };
 #define DW0 0.5f
 
 static const nn_dropout_spec DROP = {.p = 0.2f, .seed = 77, .stream = 5};
+/* GPT-2's blocks: one key/value group per head, GELU, no rotary positions */
+static const model_block_dims BD = {.C = C, .NH = NH, .NG = NH, .HS = HS, .F = F};
 
 typedef struct {
     int mlp, sp, saved, groups;
@@ -113,8 +116,8 @@ static void block_rank(const job *j, mtc_comm_t comm) {
     float *in_total = tt_alloc((size_t)N * C);
     float *h = tt_alloc((size_t)N * W1_p), *a = tt_alloc((size_t)N * IN2_p);
     float *att = tt_alloc((size_t)B * (NH / p) * T * T);
-    size_t ns = j->mlp ? tp_mlp_scratch_floats(&tp, B, T, C, F)
-                       : tp_attention_scratch_floats(&tp, B, T, C, NH);
+    size_t ns = j->mlp ? model_mlp_scratch_floats(&tp, B, T, &BD)
+                       : model_attention_scratch_floats(&tp, B, T, &BD);
     float *scratch = tt_alloc(ns);
     char what[96];
 #define WHAT(s)                                                                                    \
@@ -135,12 +138,12 @@ static void block_rank(const job *j, mtc_comm_t comm) {
     else
         memcpy(in, j->x, nloc * 4), memcpy(dout, j->dout, nloc * 4);
     mtc_result_t rc;
-    tp_attention_acts aa = {in_total, j->saved, h, att, a};
-    tp_mlp_acts ma = {in_total, j->saved, h, a};
+    model_attention_acts aa = {in_total, j->saved, h, NULL, att, a};
+    model_mlp_acts ma = {in_total, j->saved, h, a};
     if (j->mlp)
-        rc = tp_mlp_forward(&tp, out, &ma, in, w1, b1, w2, b2, scratch, B, T, C, F);
+        rc = model_mlp_forward(&tp, out, &ma, in, w1, b1, w2, b2, scratch, B, T, &BD);
     else
-        rc = tp_attention_forward(&tp, out, &aa, in, w1, b1, w2, b2, &DROP, scratch, B, T, C, NH);
+        rc = model_attention_forward(&tp, out, &aa, in, w1, b1, w2, b2, &DROP, scratch, B, T, &BD);
     T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
     if (j->sp)
         tt_seq(want, j->out, B, T, C, p, r);
@@ -151,11 +154,11 @@ static void block_rank(const job *j, mtc_comm_t comm) {
     fill_const(dw1, (size_t)W1_p * C, DW0), fill_const(db1, W1_p, DW0);
     fill_const(dw2, (size_t)C * IN2_p, DW0), fill_const(db2, C, j->sp ? 0.0f : DW0);
     if (j->mlp)
-        rc = tp_mlp_backward(&tp, din, dw1, db1, dw2, db2, dout, &ma, in, w1, w2, scratch, B, T, C,
-                             F);
+        rc = model_mlp_backward(&tp, din, dw1, db1, dw2, db2, dout, &ma, in, w1, w2, scratch, B, T,
+                                &BD);
     else
-        rc = tp_attention_backward(&tp, din, dw1, db1, dw2, db2, dout, &aa, in, w1, w2, &DROP,
-                                   scratch, B, T, C, NH);
+        rc = model_attention_backward(&tp, din, dw1, db1, dw2, db2, dout, &aa, in, w1, w2, &DROP,
+                                      scratch, B, T, &BD);
     T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());
     if (j->sp)
         tt_seq(want, j->din, B, T, C, p, r);

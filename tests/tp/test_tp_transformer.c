@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "nn/nn.h"
+#include "model/block.h"
 #include "tp/layers.h"
 #include "tp/mappings.h"
 #include "tp_test.h"
@@ -19,6 +20,8 @@
 enum { B = 2, T = 12, C = 24, NH = 12, HS = C / NH, F = 4 * C };
 enum { S_X = 61, S_DY };
 static const nn_dropout_spec DROP = {.p = 0.1f, .seed = 99, .stream = 7};
+/* GPT-2's blocks: one key/value group per head, GELU, no rotary positions */
+static const model_block_dims BD = {.C = C, .NH = NH, .NG = NH, .HS = HS, .F = F};
 
 /* parameter k: 0 ln1w 1 ln1b 2 qkvw 3 qkvb 4 attprojw 5 attprojb 6 ln2w 7 ln2b 8 fcw 9 fcb
  * 10 fcprojw 11 fcprojb; full sizes */
@@ -181,11 +184,15 @@ static mtc_result_t rank_main(mtc_comm_t comm, void *arg) {
     float *ln2 = tt_alloc(nl), *m2 = tt_alloc(NL), *r2 = tt_alloc(NL), *ao = tt_alloc(nl);
     float *dres = tt_alloc(nl), *dln = tt_alloc(nl), *tmp = tt_alloc(nl);
     float *in_total = tt_alloc((size_t)N * C); /* shared by both blocks: re-gathered */
-    tp_attention_acts aa = {in_total, 0, tt_alloc((size_t)N * 3 * C_p),
-                            tt_alloc((size_t)B * (NH / p) * T * T), tt_alloc((size_t)N * C_p)};
-    tp_mlp_acts ma = {in_total, 0, tt_alloc((size_t)N * F_p), tt_alloc((size_t)N * F_p)};
-    size_t s1 = tp_attention_scratch_floats(&tp, B, T, C, NH);
-    size_t s2 = tp_mlp_scratch_floats(&tp, B, T, C, F);
+    model_attention_acts aa = {in_total,
+                               0,
+                               tt_alloc((size_t)N * 3 * C_p),
+                               NULL,
+                               tt_alloc((size_t)B * (NH / p) * T * T),
+                               tt_alloc((size_t)N * C_p)};
+    model_mlp_acts ma = {in_total, 0, tt_alloc((size_t)N * F_p), tt_alloc((size_t)N * F_p)};
+    size_t s1 = model_attention_scratch_floats(&tp, B, T, &BD);
+    size_t s2 = model_mlp_scratch_floats(&tp, B, T, &BD);
     float *scratch = tt_alloc(s1 > s2 ? s1 : s2);
     mtc_result_t rc;
     if (j->sp)
@@ -194,21 +201,21 @@ static mtc_result_t rank_main(mtc_comm_t comm, void *arg) {
         memcpy(x, j->x, nl * 4), memcpy(dy, j->dy, nl * 4);
 
     nn_layernorm_forward(NULL, ln1, m1, r1, x, w[0], w[1], NL, C);
-    rc = tp_attention_forward(&tp, ao, &aa, ln1, w[2], w[3], w[4], w[5], &DROP, scratch, B, T, C,
-                              NH);
+    rc = model_attention_forward(&tp, ao, &aa, ln1, w[2], w[3], w[4], w[5], &DROP, scratch, B, T,
+                                 &BD);
     nn_residual_forward(res, x, ao, nl);
     nn_layernorm_forward(NULL, ln2, m2, r2, res, w[6], w[7], NL, C);
     if (rc == MTC_OK)
-        rc = tp_mlp_forward(&tp, y, &ma, ln2, w[8], w[9], w[10], w[11], scratch, B, T, C, F);
+        rc = model_mlp_forward(&tp, y, &ma, ln2, w[8], w[9], w[10], w[11], scratch, B, T, &BD);
     nn_residual_forward(y, res, y, nl);
     if (rc == MTC_OK)
-        rc = tp_mlp_backward(&tp, dln, g[8], g[9], g[10], g[11], dy, &ma, ln2, w[8], w[10], scratch,
-                             B, T, C, F);
+        rc = model_mlp_backward(&tp, dln, g[8], g[9], g[10], g[11], dy, &ma, ln2, w[8], w[10],
+                                scratch, B, T, &BD);
     nn_layernorm_backward(NULL, dres, g[6], g[7], dln, res, w[6], m2, r2, NL, C);
     nn_residual_forward(dres, dres, dy, nl);
     if (rc == MTC_OK)
-        rc = tp_attention_backward(&tp, dln, g[2], g[3], g[4], g[5], dres, &aa, ln1, w[2], w[4],
-                                   &DROP, scratch, B, T, C, NH);
+        rc = model_attention_backward(&tp, dln, g[2], g[3], g[4], g[5], dres, &aa, ln1, w[2], w[4],
+                                      &DROP, scratch, B, T, &BD);
     nn_layernorm_backward(NULL, dx, g[0], g[1], dln, x, w[0], m1, r1, NL, C);
     nn_residual_forward(dx, dx, dres, nl);
     T_CHECKF(rc == MTC_OK, "%s", mtc_error_detail());

@@ -1,0 +1,220 @@
+/* model/block.c - the attention and MLP halves of a layer; see block.h.
+ * Backward scratch layout: [block temporaries | linear scratch]. */
+#include "model/block.h"
+
+#include <string.h>
+
+#include "tp/mappings.h"
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Local widths of the rank's shard. */
+typedef struct {
+    int NH, NG, HS, QD, KD, QKV; /* per rank: heads, groups, head size, q / k widths, qkv row */
+} att_shape;
+
+static att_shape att_local(const tp_ctx *tp, const model_block_dims *d) {
+    int p = tp_size(tp->comm);
+    att_shape s = {d->NH / p, d->NG / p, d->HS, 0, 0, 0};
+    s.QD = s.NH * s.HS, s.KD = s.NG * s.HS, s.QKV = s.QD + 2 * s.KD;
+    return s;
+}
+
+/* The caller's attention-dropout spec seen from this rank's heads. */
+static const nn_dropout_spec *local_heads(nn_dropout_spec *out, const nn_dropout_spec *drop, int NH,
+                                          int r, int NH_tp) {
+    if (!drop) return NULL;
+    *out = *drop;
+    out->NHg = drop->NHg ? drop->NHg : NH;
+    out->h0 = drop->h0 + r * NH_tp;
+    return out;
+}
+
+/* rep (N, 3 QD): [q | k, v of each query head's group]. */
+static void gqa_repeat(float *rep, const float *qkv, size_t N, const att_shape *s) {
+    int per = s->NH / s->NG;
+    for (size_t n = 0; n < N; n++) {
+        const float *x = qkv + n * (size_t)s->QKV;
+        float *y = rep + n * 3 * (size_t)s->QD;
+        memcpy(y, x, (size_t)s->QD * sizeof(float));
+        for (int h = 0; h < s->NH; h++) {
+            size_t g = (size_t)(h / per) * s->HS;
+            memcpy(y + s->QD + (size_t)h * s->HS, x + s->QD + g, (size_t)s->HS * sizeof(float));
+            memcpy(y + 2 * s->QD + (size_t)h * s->HS, x + s->QD + s->KD + g,
+                   (size_t)s->HS * sizeof(float));
+        }
+    }
+}
+
+/* The inverse for gradients: dq copied, dk/dv of a group = the sum over
+ * its query heads in head order. */
+static void gqa_reduce(float *dqkv, const float *drep, size_t N, const att_shape *s) {
+    int per = s->NH / s->NG;
+    for (size_t n = 0; n < N; n++) {
+        const float *y = drep + n * 3 * (size_t)s->QD;
+        float *x = dqkv + n * (size_t)s->QKV;
+        memcpy(x, y, (size_t)s->QD * sizeof(float));
+        for (int part = 1; part <= 2; part++) {
+            float *dst = x + s->QD + (size_t)(part - 1) * s->KD;
+            const float *src = y + (size_t)part * s->QD;
+            for (int g = 0; g < s->NG; g++) {
+                float *o = dst + (size_t)g * s->HS;
+                memcpy(o, src + (size_t)g * per * s->HS, (size_t)s->HS * sizeof(float));
+                for (int j = 1; j < per; j++) {
+                    const float *a = src + ((size_t)g * per + j) * s->HS;
+                    for (int c = 0; c < s->HS; c++)
+                        o[c] += a[c];
+                }
+            }
+        }
+    }
+}
+
+static mtc_result_t att_check(const tp_ctx *tp, const model_block_dims *d) {
+    int p = tp_size(tp->comm);
+    if (d->NH < 1 || d->NG < 1 || d->NH % d->NG || d->HS < 1)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "num-attention-heads=%d is not divisible by num-query-groups=%d", d->NH,
+                         d->NG);
+    if (d->NG % p)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "num-query-groups=%d is not divisible by tensor-model-parallel-size=%d",
+                         d->NG, p);
+    return MTC_OK;
+}
+
+size_t model_attention_scratch_floats(const tp_ctx *tp, int B, int T, const model_block_dims *d) {
+    att_shape s = att_local(tp, d);
+    size_t N = (size_t)B * T;
+    int QKV = (d->NH + 2 * d->NG) * d->HS, QD = d->NH * d->HS;
+    size_t lin = max_sz(tp_column_linear_scratch_floats(tp, 0, B, T, d->C, QKV),
+                        tp_row_linear_scratch_floats(tp, 1, B, T, QD, d->C));
+    /* backward: [datty (N, QD_tp) | dqkv (N, QKV_tp) | drep (N, 3 QD_tp) with GQA |
+     *            attention scratch (B, NH_tp, T, T) | linear scratch] */
+    size_t rep = d->NG < d->NH ? 3 * N * s.QD : 0;
+    return N * s.QD + N * s.QKV + rep + (size_t)B * s.NH * T * T + lin;
+}
+
+mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attention_acts *acts,
+                                     const float *in, const float *qkvw, const float *qkvb,
+                                     const float *projw, const float *projb,
+                                     const nn_dropout_spec *drop, float *scratch, int B, int T,
+                                     const model_block_dims *d) {
+    MTC_CHECK(att_check(tp, d));
+    att_shape s = att_local(tp, d);
+    int r = tp_rank(tp->comm), QKV = (d->NH + 2 * d->NG) * d->HS, QD = d->NH * d->HS;
+    nn_dropout_spec dl;
+    /* comm: column-parallel (SP: all-gather T) */
+    MTC_CHECK(tp_column_linear_forward(tp, acts->qkv, acts->in_total, in, qkvw, qkvb, scratch, 0, B,
+                                       T, d->C, QKV));
+    if (d->rope) { /* q heads, then k heads, of every row */
+        nn_rope_forward(tp->pool, acts->qkv, acts->qkv, d->rope, d->pos, d->t0, B, T, s.NH, s.HS,
+                        s.QKV);
+        nn_rope_forward(tp->pool, acts->qkv + s.QD, acts->qkv + s.QD, d->rope, d->pos, d->t0, B, T,
+                        s.NG, s.HS, s.QKV);
+    }
+    const float *packed = acts->qkv;
+    if (s.NG < s.NH) {
+        gqa_repeat(acts->qkv_rep, acts->qkv, (size_t)B * T, &s);
+        packed = acts->qkv_rep;
+    }
+    nn_attention_forward(tp->pool, acts->atty, acts->att, packed, B, T, s.NH, s.HS,
+                         local_heads(&dl, drop, d->NH, r, s.NH));
+    /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
+    return tp_row_linear_forward(tp, out, acts->atty, projw, projb, scratch, 1, B, T, QD, d->C);
+}
+
+mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw, float *dqkvb,
+                                      float *dprojw, float *dprojb, const float *dout,
+                                      const model_attention_acts *acts, const float *in,
+                                      const float *qkvw, const float *projw,
+                                      const nn_dropout_spec *drop, float *scratch, int B, int T,
+                                      const model_block_dims *d) {
+    MTC_CHECK(att_check(tp, d));
+    att_shape s = att_local(tp, d);
+    int r = tp_rank(tp->comm), QKV = (d->NH + 2 * d->NG) * d->HS, QD = d->NH * d->HS;
+    size_t N = (size_t)B * T;
+    int gqa = s.NG < s.NH;
+    float *datty = scratch;         /* (N, QD_tp) */
+    float *dqkv = datty + N * s.QD; /* (N, QKV_tp) */
+    float *drep = dqkv + N * s.QKV; /* (N, 3 QD_tp) with GQA */
+    float *attscr = drep + (gqa ? 3 * N * s.QD : 0);
+    float *lin = attscr + (size_t)B * s.NH * T * T;
+    nn_dropout_spec dl;
+    /* comm: row-parallel backward (SP: all-gather T) */
+    MTC_CHECK(tp_row_linear_backward(tp, datty, dprojw, dprojb, dout, acts->atty, projw, lin, 1, B,
+                                     T, QD, d->C));
+    nn_attention_backward(tp->pool, gqa ? drep : dqkv, attscr, datty,
+                          gqa ? acts->qkv_rep : acts->qkv, acts->att, B, T, s.NH, s.HS,
+                          local_heads(&dl, drop, d->NH, r, s.NH));
+    if (gqa) gqa_reduce(dqkv, drep, N, &s);
+    if (d->rope) {
+        nn_rope_backward(tp->pool, dqkv, dqkv, d->rope, d->pos, d->t0, B, T, s.NH, s.HS, s.QKV);
+        nn_rope_backward(tp->pool, dqkv + s.QD, dqkv + s.QD, d->rope, d->pos, d->t0, B, T, s.NG,
+                         s.HS, s.QKV);
+    }
+    /* comm: column-parallel backward (all-reduce; SP: reduce-scatter T) */
+    return tp_column_linear_backward(tp, din, dqkvw, dqkvb, dqkv, acts->in_total,
+                                     acts->in_total_saved, in, qkvw, lin, 0, B, T, d->C, QKV);
+}
+
+/* ---- MLP --------------------------------------------------------------------------------- */
+
+static mtc_result_t mlp_check(const tp_ctx *tp, const model_block_dims *d) {
+    int p = tp_size(tp->comm);
+    if (d->F < 1 || d->F % p)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
+                         d->F, p);
+    return MTC_OK;
+}
+
+static int fc1_rows(const model_block_dims *d) { return d->swiglu ? 2 * d->F : d->F; }
+
+size_t model_mlp_scratch_floats(const tp_ctx *tp, int B, int T, const model_block_dims *d) {
+    int p = tp_size(tp->comm);
+    size_t N = (size_t)B * T, F_tp = (size_t)(d->F / p), F1_tp = (size_t)(fc1_rows(d) / p);
+    size_t lin = max_sz(tp_column_linear_scratch_floats(tp, 0, B, T, d->C, fc1_rows(d)),
+                        tp_row_linear_scratch_floats(tp, 1, B, T, d->F, d->C));
+    return N * (F_tp + F1_tp) + lin; /* backward: [dfchg | dfch | linear scratch] */
+}
+
+mtc_result_t model_mlp_forward(const tp_ctx *tp, float *out, model_mlp_acts *acts, const float *in,
+                               const float *fc1w, const float *fc1b, const float *fc2w,
+                               const float *fc2b, float *scratch, int B, int T,
+                               const model_block_dims *d) {
+    MTC_CHECK(mlp_check(tp, d));
+    int F_tp = d->F / tp_size(tp->comm);
+    size_t N = (size_t)B * T;
+    /* comm: column-parallel (SP: all-gather T) */
+    MTC_CHECK(tp_column_linear_forward(tp, acts->fch, acts->in_total, in, fc1w, fc1b, scratch, 0, B,
+                                       T, d->C, fc1_rows(d)));
+    if (d->swiglu)
+        nn_swiglu_forward(tp->pool, acts->fchg, acts->fch, (int)N, F_tp);
+    else
+        nn_gelu_forward(tp->pool, acts->fchg, acts->fch, N * (size_t)F_tp);
+    /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
+    return tp_row_linear_forward(tp, out, acts->fchg, fc2w, fc2b, scratch, 1, B, T, d->F, d->C);
+}
+
+mtc_result_t model_mlp_backward(const tp_ctx *tp, float *din, float *dfc1w, float *dfc1b,
+                                float *dfc2w, float *dfc2b, const float *dout,
+                                const model_mlp_acts *acts, const float *in, const float *fc1w,
+                                const float *fc2w, float *scratch, int B, int T,
+                                const model_block_dims *d) {
+    MTC_CHECK(mlp_check(tp, d));
+    int p = tp_size(tp->comm), F_tp = d->F / p;
+    size_t N = (size_t)B * T, n = N * (size_t)F_tp;
+    float *dfchg = scratch, *dfch = scratch + n, *lin = dfch + N * (size_t)(fc1_rows(d) / p);
+    /* comm: row-parallel backward (SP: all-gather T) */
+    MTC_CHECK(tp_row_linear_backward(tp, dfchg, dfc2w, dfc2b, dout, acts->fchg, fc2w, lin, 1, B, T,
+                                     d->F, d->C));
+    if (d->swiglu)
+        nn_swiglu_backward(tp->pool, dfch, dfchg, acts->fch, (int)N, F_tp);
+    else
+        nn_gelu_backward(tp->pool, dfch, acts->fch, dfchg, n);
+    /* comm: column-parallel backward (all-reduce; SP: reduce-scatter T) */
+    return tp_column_linear_backward(tp, din, dfc1w, dfc1b, dfch, acts->in_total,
+                                     acts->in_total_saved, in, fc1w, lin, 0, B, T, d->C,
+                                     fc1_rows(d));
+}

@@ -1,0 +1,206 @@
+/* model/family.c - the model families as tables: for every parameter role
+ * its Hugging Face name, global shape, tensor-parallel split rule, whether
+ * the configuration has it, its initialisation, and whether its gradient
+ * is a partial sum under sequence parallelism. model/gpt.c registers a
+ * chunk's parameters by walking these tables; nothing else in mtc knows a
+ * parameter by its name.
+ *
+ * Families: GPT-2 (Hugging Face GPT2LMHeadModel names without the
+ * "transformer." prefix, fused c_attn [q | k | v]) and Llama
+ * (LlamaForCausalLM names, with q/k/v fused as qkv_proj = [q | k | v] and,
+ * under SwiGLU, gate/up fused as gate_up_proj = [gate | up]: one parameter
+ * each, as Megatron's linear_qkv and linear_fc1, so the gradient-buffer
+ * layout is Megatron's; export splits them back into HF's tensors).
+ * The family follows from the configuration: RMSNorm, SwiGLU or RoPE make
+ * a Llama-style model, named as Llama. Does not allocate buffers. */
+#include <math.h>
+#include <stdio.h>
+
+#include "model/family.h"
+
+/* A role's presence in a configuration. */
+typedef enum {
+    HAS_ALWAYS = 0,
+    HAS_NORM_BIAS,   /* LayerNorm has a bias, RMSNorm none */
+    HAS_LINEAR_BIAS, /* not --disable-bias-linear */
+    HAS_QKV_BIAS,    /* linear biases, or --add-qkv-bias */
+    HAS_LEARNED_POS, /* --position-embedding-type learned_absolute */
+    HAS_UNTIED,      /* --untie-embeddings-and-output-weights */
+} has_rule;
+
+/* Global shape symbols. */
+typedef enum { D_1 = 0, D_C, D_QKV, D_QD, D_F1, D_F, D_VP, D_POS } dim_sym;
+
+typedef enum { INIT_ONES = 0, INIT_ZEROS, INIT_STD, INIT_STD_OUT } init_rule;
+
+typedef struct {
+    int role; /* mtc_layer_role or mtc_global_role */
+    const char *name;
+    dim_sym rows, cols; /* cols D_1 = 1-D */
+    mtc_split_rule split;
+    has_rule has;
+    init_rule init;
+    int sp_partial; /* gradient partial over TP under SP: norms and row-parallel biases */
+} role_desc;
+
+#define LAYER_ROLES(P, QKV, PROJ, N1, N2, FC1, FC2)                                                  \
+    {MTC_ROLE_NORM1_W, P N1 ".weight", D_C, D_1, MTC_SPLIT_NONE, HAS_ALWAYS, INIT_ONES, 1},          \
+        {MTC_ROLE_NORM1_B, P N1 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_NORM_BIAS, INIT_ZEROS, 1},    \
+        {MTC_ROLE_QKV_W, P QKV ".weight", D_QKV, D_C, MTC_SPLIT_QKV, HAS_ALWAYS, INIT_STD, 0},       \
+        {MTC_ROLE_QKV_B, P QKV ".bias", D_QKV, D_1, MTC_SPLIT_QKV, HAS_QKV_BIAS, INIT_ZEROS, 0},     \
+        {MTC_ROLE_PROJ_W, P PROJ ".weight", D_C, D_QD, MTC_SPLIT_ROW, HAS_ALWAYS, INIT_STD_OUT, 0},  \
+        {MTC_ROLE_PROJ_B, P PROJ ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS, INIT_ZEROS, 1}, \
+        {MTC_ROLE_NORM2_W, P N2 ".weight", D_C, D_1, MTC_SPLIT_NONE, HAS_ALWAYS, INIT_ONES, 1},      \
+        {MTC_ROLE_NORM2_B, P N2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_NORM_BIAS, INIT_ZEROS, 1},    \
+        {MTC_ROLE_FC1_W, P FC1 ".weight", D_F1, D_C, MTC_SPLIT_FC1, HAS_ALWAYS, INIT_STD, 0},        \
+        {MTC_ROLE_FC1_B, P FC1 ".bias", D_F1, D_1, MTC_SPLIT_FC1, HAS_LINEAR_BIAS, INIT_ZEROS, 0},   \
+        {MTC_ROLE_FC2_W, P FC2 ".weight", D_C, D_F, MTC_SPLIT_ROW, HAS_ALWAYS, INIT_STD_OUT, 0}, {   \
+        MTC_ROLE_FC2_B, P FC2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS, INIT_ZEROS, 1      \
+    }
+
+static const role_desc GPT2_LAYER[] = {
+    LAYER_ROLES("h.%d.", "attn.c_attn", "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj")};
+static const role_desc LLAMA_LAYER[] = {
+    LAYER_ROLES("model.layers.%d.", "self_attn.qkv_proj", "self_attn.o_proj", "input_layernorm",
+                "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj")};
+/* Llama-named layers without SwiGLU: fc1 is a plain up projection */
+static const char *LLAMA_FC1_PLAIN[2] = {"model.layers.%d.mlp.up_proj.weight",
+                                         "model.layers.%d.mlp.up_proj.bias"};
+
+/* In Megatron's forward order: embedding, (layers), final norm, head. */
+#define GLOBAL_ROLES(WTE, WPE, NF, HEAD)                                                           \
+    {MTC_ROLE_WTE, WTE, D_VP, D_C, MTC_SPLIT_VOCAB, HAS_ALWAYS, INIT_STD, 0},                      \
+        {MTC_ROLE_WPE, WPE, D_POS, D_C, MTC_SPLIT_NONE, HAS_LEARNED_POS, INIT_STD, 0},             \
+        {MTC_ROLE_NORMF_W, NF ".weight", D_C, D_1, MTC_SPLIT_NONE, HAS_ALWAYS, INIT_ONES, 1},      \
+        {MTC_ROLE_NORMF_B, NF ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_NORM_BIAS, INIT_ZEROS, 1}, {  \
+        MTC_ROLE_HEAD, HEAD, D_VP, D_C, MTC_SPLIT_VOCAB, HAS_UNTIED, INIT_STD, 0                   \
+    }
+
+static const role_desc GPT2_GLOBAL[] = {
+    GLOBAL_ROLES("wte.weight", "wpe.weight", "ln_f", "lm_head.weight")};
+static const role_desc LLAMA_GLOBAL[] = {GLOBAL_ROLES(
+    "model.embed_tokens.weight", "model.embed_positions.weight", "model.norm", "lm_head.weight")};
+
+int model_family_is_llama(const mtc_gpt_config *c) {
+    return c->normalization == MTC_NORM_RMSNORM || c->swiglu ||
+           c->position_embedding == MTC_POS_ROPE;
+}
+
+static int role_present(const role_desc *d, const mtc_gpt_config *c) {
+    int bias = !c->disable_bias_linear;
+    switch (d->has) {
+    case HAS_ALWAYS: return 1;
+    case HAS_NORM_BIAS: return c->normalization == MTC_NORM_LAYERNORM;
+    case HAS_LINEAR_BIAS: return bias;
+    case HAS_QKV_BIAS: return bias || c->add_qkv_bias;
+    case HAS_LEARNED_POS: return c->position_embedding == MTC_POS_LEARNED;
+    case HAS_UNTIED: return c->untie_embeddings;
+    }
+    return 0;
+}
+
+static int64_t dim_of(dim_sym s, const mtc_gpt_config *c) {
+    int64_t HS = mtc_gpt_head_size(c), NH = c->num_heads, NG = mtc_gpt_groups(c);
+    switch (s) {
+    case D_1: return 0;
+    case D_C: return c->hidden_size;
+    case D_QKV: return (NH + 2 * NG) * HS;
+    case D_QD: return NH * HS;
+    case D_F1: return (c->swiglu ? 2 : 1) * (int64_t)c->ffn_hidden_size;
+    case D_F: return c->ffn_hidden_size;
+    case D_VP: return c->padded_vocab_size;
+    case D_POS: return c->max_position_embeddings;
+    }
+    return 0;
+}
+
+/* Register one described parameter (name formatted with the layer). */
+static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *name, int layer,
+                             const mtc_gpt_config *c, const model_register_opts *o) {
+    float std = c->init_std > 0 ? c->init_std : 0.02f;
+    float std_out = std / sqrtf(2.0f * (float)c->num_layers);
+    mtc_init_kind ik = d->init == INIT_ONES    ? MTC_INIT_ONES
+                       : d->init == INIT_ZEROS ? MTC_INIT_ZEROS
+                                               : MTC_INIT_NORMAL;
+    char n[MTC_PARAM_NAME_MAX];
+    snprintf(n, sizeof n, name, layer);
+    MTC_CHECK(mtc_registry_add(r, n, layer, dim_of(d->rows, c), dim_of(d->cols, c), ik,
+                               d->init == INIT_STD_OUT ? std_out : std));
+    int i = r->count - 1;
+    mtc_param *p = &r->params[i];
+    p->reduce_groups = MTC_REDUCE_DP_CP;
+    int64_t HS = mtc_gpt_head_size(c), F = c->ffn_hidden_size;
+    int64_t qkv[3] = {c->num_heads * HS, mtc_gpt_groups(c) * HS, mtc_gpt_groups(c) * HS};
+    int64_t fc1[2] = {F, F};
+    switch (d->split) {
+    case MTC_SPLIT_NONE:
+        p->tp_duplicate = r->tp > 1;
+        if (o->sequence_parallel && d->sp_partial) p->reduce_groups |= MTC_REDUCE_TP;
+        break;
+    case MTC_SPLIT_QKV: mtc_registry_split(r, i, 0, 3, qkv); break;
+    case MTC_SPLIT_FC1:
+        mtc_registry_split(r, i, 0, c->swiglu ? 2 : 1, c->swiglu ? fc1 : NULL);
+        break;
+    case MTC_SPLIT_COLUMN:
+    case MTC_SPLIT_VOCAB: mtc_registry_split(r, i, 0, 1, NULL); break;
+    case MTC_SPLIT_ROW: mtc_registry_split(r, i, 1, 1, NULL); break;
+    }
+    p->split_rule = d->split;
+    p->role = d->role;
+    return MTC_OK;
+}
+
+/* Global roles of one end of the model: those at indices [from, to) of the table. */
+static mtc_result_t add_globals(mtc_registry *r, const role_desc *t, int from, int to,
+                                const mtc_gpt_config *c, const model_register_opts *o, int *pidx) {
+    for (int k = from; k < to; k++) {
+        const role_desc *d = &t[k];
+        if (!role_present(d, c)) continue;
+        int tied_head_copy = d->role == MTC_ROLE_WTE && !o->has_embedding;
+        if (d->role == MTC_ROLE_WTE && !o->has_embedding && !(o->has_head && !c->untie_embeddings))
+            continue;
+        if (d->role == MTC_ROLE_WPE && !o->has_embedding) continue;
+        MTC_CHECK(add_desc(r, d, d->name, -1, c, o));
+        mtc_param *p = &r->params[r->count - 1];
+        if (d->role == MTC_ROLE_WTE && !c->untie_embeddings) {
+            p->reduce_groups |= MTC_REDUCE_EMBEDDING; /* tied to the head */
+            p->shared_copy = tied_head_copy;
+        }
+        pidx[d->role] = r->count - 1;
+    }
+    return MTC_OK;
+}
+
+int model_family_params_per_layer(const mtc_gpt_config *c) {
+    const role_desc *t = model_family_is_llama(c) ? LLAMA_LAYER : GPT2_LAYER;
+    int n = 0;
+    for (int k = 0; k < MTC_NROLES; k++)
+        n += role_present(&t[k], c);
+    return n;
+}
+
+mtc_result_t model_family_register(mtc_registry *r, const mtc_gpt_config *c,
+                                   const model_register_opts *o, int *pidx, int *layer_first) {
+    int llama = model_family_is_llama(c);
+    const role_desc *lt = llama ? LLAMA_LAYER : GPT2_LAYER;
+    const role_desc *gt = llama ? LLAMA_GLOBAL : GPT2_GLOBAL;
+    for (int k = 0; k < MTC_NGLOBAL_ROLES; k++)
+        pidx[k] = -1;
+    /* embedding roles first (wte, wpe), the final norm and head last */
+    MTC_CHECK(add_globals(r, gt, 0, 2, c, o, pidx));
+    for (int l = o->first_layer; l < o->last_layer; l++) {
+        layer_first[l] = r->count;
+        for (int k = 0; k < MTC_NROLES; k++) {
+            const role_desc *d = &lt[k];
+            if (!role_present(d, c)) continue;
+            const char *name = d->name;
+            if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_W) name = LLAMA_FC1_PLAIN[0];
+            if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_B) name = LLAMA_FC1_PLAIN[1];
+            MTC_CHECK(add_desc(r, d, name, l, c, o));
+        }
+    }
+    layer_first[o->last_layer] = r->count;
+    if (o->has_head) MTC_CHECK(add_globals(r, gt, 2, MTC_NGLOBAL_ROLES, c, o, pidx));
+    mtc_registry_layout(r);
+    return MTC_OK;
+}
