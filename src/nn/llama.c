@@ -6,10 +6,9 @@
  * parallel shard computes the serial run's bits).
  * Rows are split by size only; RMSNorm's dw runs over rows in order inside
  * a column block, so no result depends on the pool size.
- * Limitations: the interleaved RoPE layout is scalar C (the default halves
- * layout is vectorised); the tables are float32 like Megatron's and Hugging
- * Face's, not scaled (no Llama-3.x rope scaling, no YaRN). Allocates only in
- * nn_rope_table_init. */
+ * Limitations: the RoPE tables are float32 like Megatron's and Hugging
+ * Face's, and unscaled (no Llama-3.x rope scaling, no YaRN, no
+ * seq_len_interpolation_factor). Allocates only in nn_rope_table_init. */
 #include "nn/llama.h"
 
 #include <math.h>
@@ -197,6 +196,12 @@ void nn_rope_table_free(nn_rope_table *tab) {
     memset(tab, 0, sizeof *tab);
 }
 
+#if defined(__clang__)
+#define NN_V8_SWAP_PAIRS(v) __builtin_shufflevector((v), (v), 1, 0, 3, 2, 5, 4, 7, 6)
+#else
+#define NN_V8_SWAP_PAIRS(v) __builtin_shuffle((v), (nn_v8i){1, 0, 3, 2, 5, 4, 7, 6})
+#endif
+
 typedef struct {
     float *out;
     const float *inp;
@@ -223,7 +228,19 @@ static void rope_head(float *o, const float *x, const float *c, const float *s, 
             o[h2 + i] = x2 * c[i] + x1 * si;
         }
     } else {
-        for (int i = 0; i < h2; i++) {
+        int i = 0;
+        /* 4 pairs per vector: o = x * (c0 c0 c1 c1 ..) + (x1 x0 x3 x2 ..) * (-s0 s0 -s1 s1 ..),
+         * the scalar loop's products and sums exactly (a + (-b) is a - b) */
+        const nn_v8 alt = {-1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f};
+        for (; i + 4 <= h2; i += 4) {
+            const float *cq = c + i, *sq = s + i;
+            nn_v8 xv = NN_V8_LD(x + 2 * i);
+            nn_v8 cv = {cq[0], cq[0], cq[1], cq[1], cq[2], cq[2], cq[3], cq[3]};
+            nn_v8 sv = {sq[0], sq[0], sq[1], sq[1], sq[2], sq[2], sq[3], sq[3]};
+            sv *= sgn;
+            NN_V8_ST(o + 2 * i, xv * cv + NN_V8_SWAP_PAIRS(xv) * (sv * alt));
+        }
+        for (; i < h2; i++) {
             float x1 = x[2 * i], x2 = x[2 * i + 1], si = s[i] * sgn;
             o[2 * i] = x1 * c[i] - x2 * si;
             o[2 * i + 1] = x2 * c[i] + x1 * si;
