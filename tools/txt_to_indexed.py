@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """txt_to_indexed.py - convert text files to a Megatron indexed dataset
-(PREFIX.bin + PREFIX.idx, ../shared/reference/conventions.md 2.3) with mtc's
+(PREFIX.bin + PREFIX.idx, docs/formats.md section 2) with mtc's
 byte- or char-level tokenizer, plus PREFIX.tokenizer holding the tokenizer in
 mtc's text form ("byte" or "char:<hex of the chars>") so `mtc` can decode.
 

@@ -1,7 +1,7 @@
 /* data/indexed.c - Megatron's indexed dataset (PREFIX.bin + PREFIX.idx):
  * validating reader and writer.
  *
- * .idx layout (little-endian; ../shared/reference/conventions.md 2.3):
+ * .idx layout (little-endian; docs/formats.md section 2):
  *   0   9      magic "MMIDIDX\0\0"
  *   9   8      version (u64) = 1
  *   17  1      dtype code (u8): 1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 6 f64, 7 f32, 8 u16

@@ -1,5 +1,5 @@
 /* data/llmc.c - llm.c token shards (karpathy/llm.c dev/data/data_common.py;
- * ../shared/reference/conventions.md 2.4).
+ * docs/formats.md section 3).
  *
  * Layout: a header of 256 little-endian int32 (1024 bytes): [0] magic,
  * [1] version, [2] number of tokens n; then n tokens.
