@@ -22,10 +22,19 @@ mtc_result_t mtc_ckpt_save(const mtc_gpt *m, const char *path, int64_t iteration
     fprintf(f,
             "num_layers %d\nhidden_size %d\nnum_heads %d\nffn_hidden_size %d\nseq_length %d\n"
             "max_position_embeddings %d\nvocab_size %d\npadded_vocab_size %d\niteration %lld\n"
-            "tokenizer %s\nparams %d %zu\n",
+            "tokenizer %s\n",
             c->num_layers, c->hidden_size, c->num_heads, c->ffn_hidden_size, c->seq_length,
             c->max_position_embeddings, c->vocab_size, c->padded_vocab_size, (long long)iteration,
-            tokenizer && tokenizer[0] ? tokenizer : "none", r->count, r->total);
+            tokenizer && tokenizer[0] ? tokenizer : "none");
+    /* the family knobs (absent in files of the GPT-2-only format: zeros) */
+    fprintf(f,
+            "normalization %d\nnorm_epsilon %.9g\nposition_embedding %d\nrotary_base %.9g\n"
+            "rotary_percent %.9g\nrotary_interleaved %d\nswiglu %d\nnum_query_groups %d\n"
+            "kv_channels %d\nuntie_embeddings %d\ndisable_bias_linear %d\nadd_qkv_bias %d\n",
+            (int)c->normalization, c->norm_epsilon, (int)c->position_embedding, c->rotary_base,
+            c->rotary_percent, c->rotary_interleaved, c->swiglu, c->num_query_groups,
+            c->kv_channels, c->untie_embeddings, c->disable_bias_linear, c->add_qkv_bias);
+    fprintf(f, "params %d %zu\n", r->count, r->total);
     for (int i = 0; i < r->count; i++)
         fprintf(f, "param %s %lld %lld\n", r->params[i].name, (long long)r->params[i].shape[0],
                 (long long)(r->params[i].ndim == 2 ? r->params[i].shape[1] : 0));
@@ -69,6 +78,27 @@ static mtc_result_t ckpt_header(FILE *f, const char *path, mtc_ckpt_info *info, 
         {"seq_length", &c->seq_length}, {"max_position_embeddings", &c->max_position_embeddings},
         {"vocab_size", &c->vocab_size}, {"padded_vocab_size", &c->padded_vocab_size},
     };
+    int norm = 0, pos = 0;
+    struct {
+        const char *key;
+        int *dst;
+    } opt_ints[] = {
+        {"normalization", &norm},
+        {"position_embedding", &pos},
+        {"rotary_interleaved", &c->rotary_interleaved},
+        {"swiglu", &c->swiglu},
+        {"num_query_groups", &c->num_query_groups},
+        {"kv_channels", &c->kv_channels},
+        {"untie_embeddings", &c->untie_embeddings},
+        {"disable_bias_linear", &c->disable_bias_linear},
+        {"add_qkv_bias", &c->add_qkv_bias},
+    };
+    struct {
+        const char *key;
+        float *dst;
+    } opt_floats[] = {{"norm_epsilon", &c->norm_epsilon},
+                      {"rotary_base", &c->rotary_base},
+                      {"rotary_percent", &c->rotary_percent}};
     int seen = 0;
     *count = -1;
     for (;;) {
@@ -78,8 +108,12 @@ static mtc_result_t ckpt_header(FILE *f, const char *path, mtc_ckpt_info *info, 
         if (!strcmp(line, "params") || !strncmp(line, "params ", 7)) {
             if (sscanf(line + 6, "%d %zu", count, total) != 2 || *count < 0)
                 return mtc_error(MTC_ERR_FORMAT, "%s: bad header line '%s'", path, line);
-            return seen == 8 ? MTC_OK
-                             : mtc_error(MTC_ERR_FORMAT, "%s: header lacks model sizes", path);
+            if (seen != 8) return mtc_error(MTC_ERR_FORMAT, "%s: header lacks model sizes", path);
+            if (norm < 0 || norm > MTC_NORM_RMSNORM || pos < 0 || pos > MTC_POS_NONE)
+                return mtc_error(MTC_ERR_FORMAT, "%s: unknown normalization %d or position %d",
+                                 path, norm, pos);
+            c->normalization = (mtc_norm_kind)norm, c->position_embedding = (mtc_pos_kind)pos;
+            return MTC_OK;
         }
         if (!strncmp(line, "tokenizer ", 10)) {
             size_t n = strlen(line + 10);
@@ -100,6 +134,16 @@ static mtc_result_t ckpt_header(FILE *f, const char *path, mtc_ckpt_info *info, 
                 seen++, matched = 1;
                 break;
             }
+        }
+        for (size_t k = 0; !matched && k < sizeof opt_ints / sizeof opt_ints[0]; k++) {
+            size_t n = strlen(opt_ints[k].key);
+            if (!strncmp(line, opt_ints[k].key, n) && line[n] == ' ')
+                *opt_ints[k].dst = atoi(line + n + 1), matched = 1;
+        }
+        for (size_t k = 0; !matched && k < sizeof opt_floats / sizeof opt_floats[0]; k++) {
+            size_t n = strlen(opt_floats[k].key);
+            if (!strncmp(line, opt_floats[k].key, n) && line[n] == ' ')
+                *opt_floats[k].dst = strtof(line + n + 1, NULL), matched = 1;
         }
         if (!matched) return mtc_error(MTC_ERR_FORMAT, "%s: unknown header line '%s'", path, line);
     }

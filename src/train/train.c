@@ -70,19 +70,8 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length, 0,
                                       c->model.num_layers, vpp));
-    int tp = gc.tp, dp = spec.dp;
-    if (c->model.ffn_hidden_size % tp)
-        return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
-                         c->model.ffn_hidden_size, tp);
-    if (c->model.padded_vocab_size % tp)
-        return mtc_error(E,
-                         "padded vocabulary %d is not divisible by tensor-model-parallel-size=%d",
-                         c->model.padded_vocab_size, tp);
-    if (c->sequence_parallel && tp > 1 && c->model.seq_length % tp)
-        return mtc_error(E,
-                         "seq-length=%d is not divisible by tensor-model-parallel-size=%d "
-                         "(sequence parallelism splits the sequence; use a multiple of %d)",
-                         c->model.seq_length, tp, tp);
+    int dp = spec.dp;
+    MTC_CHECK(mtc_gpt_validate_tp(&c->model, gc.tp, c->sequence_parallel));
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
