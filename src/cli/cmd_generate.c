@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "core/rng.h"
 #include "data/data.h"
-#include "model/checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 /* Index drawn from softmax(logits / temperature) restricted to the top k. */
 static int sample_next(const float *logits, int V, float temperature, int top_k, float *probs,

@@ -10,7 +10,7 @@
 #include "cli/cli.h"
 #include "comm/comm.h"
 #include "data/data.h"
-#include "model/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/train.h"
 
 static const char *TRAIN_USAGE = "[options]";
@@ -221,16 +221,23 @@ int cli_cmd_train(int argc, char **argv) {
     }
     if (bucket < 0)
         return cli_usage_error("train", "ddp-bucket-size=%lld must be >= 0", (long long)bucket);
-    if (mtc_launched_by_mpi()) { /* the MPI size is the world */
-        const char *e = getenv("OMPI_COMM_WORLD_SIZE");
-        if (!e) e = getenv("PMI_SIZE");
-        if (!e) e = getenv("PMIX_SIZE");
-        if (e && atoi(e) > 0) world = atoi(e);
-        const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        if (!threads && l && atoi(l) > 0) {
-            threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / atoi(l);
-            if (threads < 1) threads = 1;
-        }
+    mtc_launcher_env le;
+    if (mtc_launcher_detect(&le) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    if ((le.kind == MTC_LAUNCHER_TORCHRUN || le.kind == MTC_LAUNCHER_SLURM) && le.world > 1) {
+        /* several processes that no transport can join: refuse, never run
+         * them as independent jobs (rank 0 alone speaks) */
+        if (le.rank != 0) return 2;
+        return cli_usage_error("train",
+                               "started by %s as rank %d of %d, but mtc joins processes only "
+                               "through MPI: run `mpirun -np %d mtc train ...` (or one process "
+                               "with --world-size %d)",
+                               le.name, le.rank, le.world, le.world, le.world);
+    }
+    if (le.kind == MTC_LAUNCHER_MPI && le.world > 1) world = le.world; /* the MPI size */
+    if (le.kind == MTC_LAUNCHER_MPI && !threads && le.local_world > 0) {
+        threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / le.local_world;
+        if (threads < 1) threads = 1;
     }
     if (nd < 1)
         return cli_usage_error("train", "num-distributed-optimizer-instances=%d must be >= 1", nd);

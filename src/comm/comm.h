@@ -103,6 +103,26 @@ mtc_result_t mtc_launch(const mtc_launch_opts *opts, mtc_rank_fn fn, void *arg);
 /* 1 when this process was started by mpirun/mpiexec/srun (rank variables set). */
 int mtc_launched_by_mpi(void);
 
+/* What the launcher's environment says about this process. */
+typedef enum {
+    MTC_LAUNCHER_NONE = 0, /* a plain process: ranks are its threads */
+    MTC_LAUNCHER_MPI,      /* Open MPI / MPICH / PMIx rank variables */
+    MTC_LAUNCHER_TORCHRUN, /* RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE */
+    MTC_LAUNCHER_SLURM,    /* SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (srun without MPI) */
+} mtc_launcher_kind;
+
+typedef struct {
+    mtc_launcher_kind kind;
+    const char *name; /* "mpirun", "torchrun", "srun" or "none" */
+    int world, rank;  /* from the variables (1, 0 when none) */
+    int local_world;  /* processes on this node (0 when unknown) */
+} mtc_launcher_env;
+
+/* Reads the environment (MPI variables win over torchrun's and Slurm's,
+ * since mpirun under Slurm sets both). INVALID_ARGUMENT, with a line naming
+ * the variable, when a rank variable is not a number in range. */
+mtc_result_t mtc_launcher_detect(mtc_launcher_env *out);
+
 /* ---- communicators ----------------------------------------------------- */
 
 int mtc_comm_rank(mtc_comm_t comm);

@@ -176,3 +176,53 @@ mtc_result_t mtc_launch(const mtc_launch_opts *opts, mtc_rank_fn fn, void *arg) 
                          (int)kind);
     return launch_shm(opts, &s, fn, arg);
 }
+
+/* A positive integer variable, or `dflt` when unset. */
+static mtc_result_t env_int(const char *name, int dflt, int min, int *out) {
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v || !v[0]) return MTC_OK;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < min || x > 1 << 24)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "environment variable %s='%s' is not an integer in [%d, %d] (fix the "
+                         "launcher's setting)",
+                         name, v, min, 1 << 24);
+    *out = (int)x;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_launcher_detect(mtc_launcher_env *e) {
+    *e = (mtc_launcher_env){MTC_LAUNCHER_NONE, "none", 1, 0, 0};
+    static const struct {
+        mtc_launcher_kind kind;
+        const char *name, *world, *rank, *local;
+    } vars[] = {
+        {MTC_LAUNCHER_MPI, "mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+         "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {MTC_LAUNCHER_MPI, "mpirun", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS"},
+        {MTC_LAUNCHER_MPI, "mpirun", "PMIX_SIZE", "PMIX_RANK", "PMIX_LOCAL_SIZE"},
+        {MTC_LAUNCHER_TORCHRUN, "torchrun", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE"},
+        {MTC_LAUNCHER_SLURM, "srun", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_NTASKS_PER_NODE"},
+    };
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+        if (!getenv(vars[k].world) && !getenv(vars[k].rank)) continue;
+        /* PMIx sets only the rank for some launchers: the size comes from MPI */
+        if (vars[k].kind == MTC_LAUNCHER_MPI && !getenv(vars[k].world)) {
+            e->kind = MTC_LAUNCHER_MPI, e->name = vars[k].name;
+            return MTC_OK;
+        }
+        MTC_CHECK(env_int(vars[k].world, 1, 1, &e->world));
+        MTC_CHECK(env_int(vars[k].rank, 0, 0, &e->rank));
+        MTC_CHECK(env_int(vars[k].local, 0, 0, &e->local_world));
+        if (e->rank >= e->world)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "environment variable %s=%d is not below %s=%d (fix the launcher's "
+                             "setting)",
+                             vars[k].rank, e->rank, vars[k].world, e->world);
+        e->kind = vars[k].kind, e->name = vars[k].name;
+        return MTC_OK;
+    }
+    return MTC_OK;
+}

@@ -15,7 +15,7 @@
 #include "core/timer.h"
 #include "dp/ddp.h"
 #include "grid/grid.h"
-#include "model/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {

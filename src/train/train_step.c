@@ -13,7 +13,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
-#include "model/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/train_internal.h"
 
 /* Fill tokens/targets of this DP rank's microbatch m of the global batch at

@@ -16,7 +16,7 @@ bad() { echo "FAIL $1"; fail=1; }
 expect_usage() {
     name=$1 pat=$2; shift 2
     if [ "$1" = train ]; then set -- "$@" --save "$D/never.bin" --metrics "$D/never.jsonl"; fi
-    "$MTC" "$@" >"$D/out" 2>"$D/err"
+    env ${XENV:-} "$MTC" "$@" >"$D/out" 2>"$D/err"
     rc=$?
     if [ $rc -ne 2 ]; then bad "$name: exit $rc, expected 2"; cat "$D/err"; return; fi
     if [ "$(wc -l <"$D/err")" -ne 1 ] || ! grep -q -- "$pat" "$D/err"; then
@@ -72,4 +72,15 @@ head -c 2000 "$D/model.bin" >"$D/trunc.bin"
 expect_usage "load mismatch" "differs from these flags" train $TINY --hidden-size 64 --load "$D/model.bin"
 "$MTC" train $TINY --train-iters 2 --log-interval 1 --eval-iters 0 --load "$D/model.bin" >"$D/log2" 2>&1 \
     && ok "train --load" || { bad "train --load"; cat "$D/log2"; }
+
+# launchers: torchrun / srun variables saying several processes cannot form a
+# world without MPI: rank 0 says so in one line, the others exit 2 silently
+XENV="RANK=0 WORLD_SIZE=2" expect_usage "torchrun world 2" "started by torchrun as rank 0 of 2.*mpirun -np 2" train $TINY
+RANK=1 WORLD_SIZE=2 "$MTC" train $TINY --train-iters 1 >"$D/out" 2>"$D/err"
+[ $? -eq 2 ] && [ ! -s "$D/err" ] && [ ! -s "$D/out" ] && ok "torchrun rank 1: exit 2, silent" || { bad "torchrun rank 1"; cat "$D/err"; }
+XENV="SLURM_PROCID=0 SLURM_NTASKS=3" expect_usage "srun world 3" "started by srun as rank 0 of 3" train $TINY
+XENV="RANK=0 WORLD_SIZE=two" expect_usage "bad WORLD_SIZE" "WORLD_SIZE='two' is not an integer" train $TINY
+XENV=
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "$MTC" train $TINY --train-iters 1 --log-interval 1 --eval-iters 0 >"$D/out" 2>&1 \
+    && ok "torchrun world 1 trains" || { bad "torchrun world 1"; cat "$D/out"; }
 exit $fail

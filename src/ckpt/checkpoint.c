@@ -1,6 +1,6 @@
-/* model/checkpoint.c - single-file weight checkpoints; see checkpoint.h.
+/* ckpt/checkpoint.c - single-file weight checkpoints; see checkpoint.h.
  * Relies on the registry for names, shapes and offsets; plain stdio. */
-#include "model/checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* model/checkpoint.h - save and load a serial model's weights.
+/* ckpt/checkpoint.h - save and load a serial model's weights.
  *
  * Format (little-endian), one file:
  *   "MTCGPT1\n"
@@ -14,8 +14,8 @@
  * header, every name and shape against the registry and the exact file
  * size, and refuses mismatches with one line naming the difference.
  * Does not store optimizer state (a later checkpoint issue does, sharded). */
-#ifndef MTC_MODEL_CHECKPOINT_H
-#define MTC_MODEL_CHECKPOINT_H
+#ifndef MTC_CKPT_CHECKPOINT_H
+#define MTC_CKPT_CHECKPOINT_H
 
 #include <stdint.h>
 
