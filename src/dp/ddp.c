@@ -104,7 +104,16 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     for (int b = 0; b < d->layout.nbuckets; b++)
         d->buckets[b].nparams = d->layout.bucket_param_off[b + 1] - d->layout.bucket_param_off[b];
 
-    if (params) {
+    if (params) { /* the caller laid its buffers out at this layout (model's layout hook) */
+        for (int i = 0; i < n; i++)
+            if (reg->params[i].offset != (size_t)d->layout.param[i].start) {
+                rc = mtc_error(MTC_ERR_INVALID_USAGE,
+                               "param %s sits at %zu in the given buffers but at %lld in the DDP "
+                               "layout (lay the model out with the same configuration)",
+                               reg->params[i].name, reg->params[i].offset,
+                               (long long)d->layout.param[i].start);
+                goto fail;
+            }
         d->params = params, d->grads = grads;
     } else {
         size_t bytes = (size_t)d->layout.numel * sizeof(float);
@@ -144,16 +153,6 @@ void mtc_ddp_free(mtc_ddp *d) {
     dp_layout_free(&d->layout);
     free(d->is_2d), free(d->tp_duplicate), free(d->ready), free(d->buckets);
     free(d);
-}
-
-void mtc_ddp_use_buffers(mtc_ddp *d, float *params, float *grads) {
-    if (d->owns_buffers) {
-        size_t bytes = (size_t)d->layout.numel * sizeof(float);
-        mtc_mem_free_big(d->params, bytes);
-        mtc_mem_free_big(d->grads, bytes);
-        d->owns_buffers = 0;
-    }
-    d->params = params, d->grads = grads;
 }
 
 void mtc_ddp_assign_offsets(const mtc_ddp *d, mtc_registry *reg) {

@@ -126,12 +126,6 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
 /* Waits for any collective still running. NULL is a no-op. */
 void mtc_ddp_free(mtc_ddp *d);
 
-/* Switch to the caller's buffers (layout.numel floats each, padding zero),
- * freeing the ones mtc_ddp_init allocated: build the ddp with NULL buffers
- * (mmap'd, never touched), lay the model out at d->layout, then hand the
- * model's buffers over. */
-void mtc_ddp_use_buffers(mtc_ddp *d, float *params, float *grads);
-
 /* Rewrite reg->params[i].offset = d->layout.param[i].start and reg->total =
  * d->layout.numel, so the model's views follow the padded layout. */
 void mtc_ddp_assign_offsets(const mtc_ddp *d, mtc_registry *reg);

@@ -209,8 +209,8 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
         TAKE(a->lnf_mean, Nl);
         TAKE(a->lnf_rstd, Nl);
         TAKE(a->losses, N);
+        TAKE(a->logits, m->has_head ? N * V_tp : 1);
     }
-    TAKE(m->logits, m->has_head ? N * V_tp : 1);
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->dres, Nl * C);
     TAKE(m->dtmp, Nl * C);
@@ -252,10 +252,13 @@ mtc_result_t mtc_gpt_validate_tp(const mtc_gpt_config *c, int tp, int sp) {
     return MTC_OK;
 }
 
-mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                                mtc_comm_t tp, int sequence_parallel, int first_layer,
-                                int last_layer, int has_embedding, int has_head, mtc_gpt **out) {
+mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_opts *o,
+                                mtc_gpt **out) {
     *out = NULL;
+    int B = o->B, nslots = o->nslots, sequence_parallel = o->sequence_parallel;
+    int first_layer = o->first_layer, last_layer = o->last_layer;
+    nn_pool *pool = o->pool;
+    mtc_comm_t tp = o->tp;
     if (first_layer < 0 || last_layer > cfg->num_layers || first_layer > last_layer)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "chunk layers [%d, %d) outside [0, %d)",
                          first_layer, last_layer, cfg->num_layers);
@@ -280,8 +283,8 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn
     m->T_loc = sequence_parallel ? m->T / tps : m->T;
     m->first_layer = first_layer;
     m->last_layer = last_layer;
-    m->has_embedding = has_embedding;
-    m->has_head = has_head;
+    m->has_embedding = o->has_embedding;
+    m->has_head = o->has_head;
     m->nslots = nslots;
     m->pool = pool;
     MTC_CHECK_GOTO(
@@ -300,6 +303,22 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn
     }
     free(first);
     if (rc != MTC_OK) goto fail;
+    if (o->layout) { /* the caller's buffer layout (the distributed optimizer's padding) */
+        size_t *off = NULL, total = 0;
+        MTC_CHECK_GOTO(mtc_mem_calloc((size_t)m->reg.count + 1, sizeof(size_t), (void **)&off), rc,
+                       fail);
+        rc = o->layout(o->layout_ctx, &m->reg, off, &total);
+        for (int i = 0; rc == MTC_OK && i < m->reg.count; i++) {
+            if (off[i] + m->reg.params[i].local_numel > total)
+                rc = mtc_error(MTC_ERR_INTERNAL,
+                               "layout puts %s at %zu (+%zu) outside a buffer of %zu floats",
+                               m->reg.params[i].name, off[i], m->reg.params[i].local_numel, total);
+            m->reg.params[i].offset = off[i];
+        }
+        m->reg.total = total;
+        free(off);
+        if (rc != MTC_OK) goto fail;
+    }
     if (cfg->position_embedding == MTC_POS_ROPE)
         MTC_CHECK_GOTO(nn_rope_table_init(&m->rope, cfg->max_position_embeddings,
                                           mtc_gpt_head_size(cfg),
@@ -328,37 +347,21 @@ fail:
 
 mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
                              mtc_comm_t tp, int sequence_parallel, mtc_gpt **out) {
-    return mtc_gpt_init_chunk(cfg, B, nslots, pool, tp, sequence_parallel, 0, cfg->num_layers, 1, 1,
-                              out);
+    mtc_gpt_chunk_opts o = {.B = B,
+                            .nslots = nslots,
+                            .pool = pool,
+                            .tp = tp,
+                            .sequence_parallel = sequence_parallel,
+                            .first_layer = 0,
+                            .last_layer = cfg->num_layers,
+                            .has_embedding = 1,
+                            .has_head = 1};
+    return mtc_gpt_init_chunk(cfg, &o, out);
 }
 
 mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
                           mtc_gpt **out) {
     return mtc_gpt_init_tp(cfg, B, nslots, pool, NULL, 0, out);
-}
-
-mtc_result_t mtc_gpt_relayout(mtc_gpt *m, const size_t *offsets, size_t total) {
-    mtc_registry *r = &m->reg;
-    for (int i = 0; i < r->count; i++)
-        if (offsets[i] + r->params[i].local_numel > total)
-            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "param %s at offset %zu (+%zu) does not fit a buffer of %zu floats",
-                             r->params[i].name, offsets[i], r->params[i].local_numel, total);
-    float *p = NULL, *g = NULL;
-    MTC_CHECK(mtc_mem_alloc_big(total * sizeof(float), 1, (void **)&p));
-    mtc_result_t rc = mtc_mem_alloc_big(total * sizeof(float), 1, (void **)&g);
-    if (rc != MTC_OK) {
-        mtc_mem_free_big(p, total * sizeof(float));
-        return rc;
-    }
-    mtc_mem_free_big(m->params, r->total * sizeof(float));
-    mtc_mem_free_big(m->grads, r->total * sizeof(float));
-    m->params = p, m->grads = g;
-    for (int i = 0; i < r->count; i++)
-        r->params[i].offset = offsets[i];
-    r->total = total;
-    gpt_bind_all(m);
-    return MTC_OK;
 }
 
 void mtc_gpt_free(mtc_gpt *m) {
@@ -438,3 +441,5 @@ const float *mtc_gpt_slot_output(const mtc_gpt *m, int slot) {
     int nl = m->last_layer - m->first_layer;
     return nl ? a->res3 + (size_t)(nl - 1) * m->B * m->T_loc * m->cfg.hidden_size : a->encoded;
 }
+
+const float *mtc_gpt_logits(const mtc_gpt *m) { return m->slots[0].logits; }

@@ -190,8 +190,6 @@ typedef struct {
     int nslots;
     mtc_gpt_slot *slots;
     /* shared scratch */
-    float *logits;              /* (B, T, Vp/tp) */
-    int dlogits_ready;          /* logits already hold dlogits (fused forward) */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
     float *in_total;            /* (B, T, C) SP gather buffer shared by all layers */
@@ -211,25 +209,38 @@ mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool 
  * sequence_parallel with tp 1 is ignored. */
 mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
                              mtc_comm_t tp, int sequence_parallel, mtc_gpt **out);
+/* Where the flat buffers put each parameter: given the chunk's registry
+ * (shapes in forward order), offsets[i] for param i and *total floats (the
+ * distributed optimizer's padded layout). NULL = the registry's packing. */
+typedef mtc_result_t (*mtc_gpt_layout_fn)(void *ctx, const mtc_registry *reg, size_t *offsets,
+                                          size_t *total);
+
+/* One pipeline chunk. */
+typedef struct {
+    int B, nslots;               /* largest microbatch, in-flight activation slots */
+    nn_pool *pool;               /* may be NULL */
+    mtc_comm_t tp;               /* NULL: serial */
+    int sequence_parallel;       /* ignored with tp 1 */
+    int first_layer, last_layer; /* the chunk's layers [first, last) */
+    int has_embedding, has_head; /* first / last virtual pipeline stage */
+    mtc_gpt_layout_fn layout;    /* NULL: packed backward order */
+    void *layout_ctx;
+} mtc_gpt_chunk_opts;
+
 /* One pipeline chunk: layers [first_layer, last_layer), the embedding
- * (wte, wpe) when has_embedding, ln_f and the tied LM head (its own wte
- * copy when it does not embed) when has_head. Registry offsets are the
- * chunk's; global_offset / global_total are the whole serial model's. */
-mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                                mtc_comm_t tp, int sequence_parallel, int first_layer,
-                                int last_layer, int has_embedding, int has_head, mtc_gpt **out);
+ * when has_embedding, the final norm and the LM head when has_head (a tied
+ * head keeps its own wte copy when the chunk does not embed). Registry
+ * offsets are the chunk's (laid out once, by o->layout when given, before
+ * the buffers are allocated); global_offset / global_total are the whole
+ * serial model's. */
+mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_opts *o,
+                                mtc_gpt **out);
 /* Collective over the TP group: global (B-independent) parameters in the
  * serial layout: out (reg.global_total) gets every parameter's full value
- * at its global_offset (fused QKV rows unshuffled). scratch: tp *
- * (largest local_numel) floats. from = m->params or m->grads. Parameters
- * outside the chunk are left untouched. */
+ * at its global_offset (fused rows unshuffled). scratch: tp * (largest
+ * local_numel) floats. from = m->params or m->grads. Parameters outside
+ * the chunk are left untouched. */
 mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, float *scratch);
-/* Move the flat params/grads to a new layout (e.g. the distributed
- * optimizer's 64-aligned, padded one): offsets[i] for param i (forward
- * order) in buffers of `total` floats, reallocated zeroed (gaps stay zero);
- * views and reg offsets/total follow. Call before initialising or loading
- * the weights. INVALID_ARGUMENT when a param does not fit. */
-mtc_result_t mtc_gpt_relayout(mtc_gpt *m, const size_t *offsets, size_t total);
 void mtc_gpt_free(mtc_gpt *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */
@@ -241,10 +252,11 @@ size_t mtc_gpt_activation_bytes(const mtc_gpt *m);
 /* Forward of one microbatch, tokens/targets (B, T), B <= m->B, T <= m->T
  * (the whole microbatch on every TP rank; under SP T must be m->T).
  * A communication error sets m->error and returns NaN.
- * With targets: returns the sum of per-token losses (the logits buffer now
- * holds probabilities, consumed by the matching backward, which must run
- * before the next forward with targets). Without targets: returns 0 and
- * mtc_gpt_logits() holds (B, T, Vp) logits. */
+ * With targets: returns the sum of per-token losses (the slot's logits now
+ * hold probabilities or dlogits, consumed by the slot's backward; each
+ * in-flight microbatch of a head chunk has its own, as Megatron keeps each
+ * microbatch's softmax until its backward). Without targets: returns 0 and
+ * the slot's logits are (B, T, Vp/tp) logits (mtc_gpt_logits: slot 0). */
 double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
                        const mtc_gpt_pass *pass);
 /* Backward of the microbatch in `slot` (forward with targets first);
@@ -255,7 +267,8 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
  * the caller's, see registry reduce_groups MTC_REDUCE_TP). */
 mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B,
                               int T, float loss_scale, const mtc_gpt_pass *pass);
-static inline const float *mtc_gpt_logits(const mtc_gpt *m) { return m->logits; }
+/* The logits of slot 0's last forward without targets (B, T, Vp/tp). */
+const float *mtc_gpt_logits(const mtc_gpt *m);
 
 /* Pipeline hooks (a chunk without embedding or head). The chunk input of a
  * slot (B, T_loc, C): write it before the forward when the chunk has no

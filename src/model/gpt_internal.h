@@ -22,6 +22,9 @@ struct mtc_gpt_slot {
     float *res3;                      /* per layer (B,T_loc,C) layer output */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *losses;                    /* (B,T) */
+    float *logits;                    /* (B,T,Vp_tp) head chunk: logits, then probabilities or
+                                         dlogits until this microbatch's backward */
+    int dlogits_ready;                /* logits already hold dlogits (fused forward) */
 };
 
 #endif

@@ -163,20 +163,20 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
                      m->g[MTC_ROLE_NORMF_B], Nl);
     /* LM head on the rank's vocabulary shard (wte tied, or the output
      * layer): logits (B, T, Vp/tp). comm: SP all-gather */
-    GPT_TRY(m, tp_column_linear_forward(tp, m->logits, m->in_total, a->lnf, m->head_w, NULL,
+    GPT_TRY(m, tp_column_linear_forward(tp, a->logits, m->in_total, a->lnf, m->head_w, NULL,
                                         m->scratch, 0, B, T, C, Vp));
-    m->dlogits_ready = 0;
+    a->dlogits_ready = 0;
     if (!targets) return 0.0;
     /* The softmax covers the whole padded vocabulary, as Megatron's
      * vocab_parallel_cross_entropy over the output layer's padded logits
      * (targets are < vocab_size: the data readers check).
      * comm: all-reduce(tp) MAX and SUM */
     if (pass && pass->loss_scale > 0) {
-        GPT_TRY(m, tp_vocab_xent_forward_backward(tp, a->losses, m->logits, targets,
+        GPT_TRY(m, tp_vocab_xent_forward_backward(tp, a->losses, a->logits, targets,
                                                   pass->loss_scale, NULL, m->scratch, N, Vp, Vp));
-        m->dlogits_ready = 1;
+        a->dlogits_ready = 1;
     } else {
-        GPT_TRY(m, tp_vocab_xent_forward(tp, a->losses, m->logits, targets, m->scratch, N, Vp, Vp));
+        GPT_TRY(m, tp_vocab_xent_forward(tp, a->losses, a->logits, targets, m->scratch, N, Vp, Vp));
     }
     double sum = 0;
     for (int i = 0; i < N; i++)
@@ -211,11 +211,11 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         const float *xlast = m->last_layer > m->first_layer
                                  ? a->res3 + (size_t)(m->last_layer - m->first_layer - 1) * sNl * C
                                  : a->encoded;
-        if (!m->dlogits_ready)
-            MTC_CHECK(tp_vocab_xent_backward(tp, m->logits, targets, loss_scale, NULL, N, Vp, Vp));
-        m->dlogits_ready = 0;
+        if (!a->dlogits_ready)
+            MTC_CHECK(tp_vocab_xent_backward(tp, a->logits, targets, loss_scale, NULL, N, Vp, Vp));
+        a->dlogits_ready = 0;
         /* comm: all-reduce(tp) of d(norm_f out); SP: all-gather + reduce-scatter */
-        MTC_CHECK(tp_column_linear_backward(tp, m->dtmp, m->dhead_w, NULL, m->logits, m->in_total,
+        MTC_CHECK(tp_column_linear_backward(tp, m->dtmp, m->dhead_w, NULL, a->logits, m->in_total,
                                             0, a->lnf, m->head_w, m->scratch, 0, B, T, C, Vp));
         gpt_norm_backward(m, m->dres, m->dg[MTC_ROLE_NORMF_W], m->dg[MTC_ROLE_NORMF_B], m->dtmp,
                           xlast, m->g[MTC_ROLE_NORMF_W], a->lnf_mean, a->lnf_rstd, Nl);

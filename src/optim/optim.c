@@ -48,7 +48,6 @@ mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg) {
     mtc_result_t rc;
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)count, sizeof(optim_chunk), (void **)&opt->chunks), rc,
                    fail);
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)count, sizeof(double), (void **)&opt->partial), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(opt->n * sizeof(float), 1, (void **)&opt->m), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(opt->n * sizeof(float), 1, (void **)&opt->v), rc, fail);
     /* chunks in buffer order (reverse registration order) */
@@ -73,7 +72,6 @@ void mtc_adamw_free(mtc_adamw *opt) {
     mtc_mem_free_big(opt->m, opt->n * sizeof(float));
     mtc_mem_free_big(opt->v, opt->n * sizeof(float));
     free(opt->chunks);
-    free(opt->partial);
     memset(opt, 0, sizeof *opt);
 }
 
@@ -83,8 +81,6 @@ typedef struct {
     float *grads;
     float lr, scale;
     const mtc_adamw_config *cfg;
-    int (*skip)(int param, void *ctx);
-    void *ctx;
 } optim_job;
 
 static void adamw_task(int i, void *arg) {
@@ -104,25 +100,43 @@ void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, 
     nn_pool_run(pool, opt->nchunks, adamw_task, &j);
 }
 
-static void sumsq_task(int i, void *arg) {
-    optim_job *j = arg;
-    const optim_chunk *c = &j->opt->chunks[i];
-    j->opt->partial[i] =
-        j->skip && j->skip(c->param, j->ctx) ? 0.0 : nn_sumsq(j->grads + c->offset, c->n);
+mtc_result_t mtc_grad_norm_plan_add(mtc_grad_norm_plan *plan, const float *grads, size_t n) {
+    for (size_t off = 0; off < n; off += OPTIM_CHUNK) {
+        if (plan->n == plan->cap) {
+            int cap = plan->cap ? 2 * plan->cap : 64;
+            const float **b = realloc(plan->base, (size_t)cap * sizeof *b);
+            if (b) plan->base = b;
+            size_t *l = realloc(plan->len, (size_t)cap * sizeof *l);
+            if (l) plan->len = l;
+            double *q = realloc(plan->partial, (size_t)cap * sizeof *q);
+            if (q) plan->partial = q;
+            if (!b || !l || !q)
+                return mtc_error(MTC_ERR_OUT_OF_MEMORY, "gradient-norm plan of %d pieces", cap);
+            plan->cap = cap;
+        }
+        plan->base[plan->n] = grads + off;
+        plan->len[plan->n++] = n - off < OPTIM_CHUNK ? n - off : OPTIM_CHUNK;
+    }
+    return MTC_OK;
 }
 
-double mtc_grad_sumsq(mtc_adamw *opt, nn_pool *pool, const float *grads,
-                      int (*skip)(int param, void *ctx), void *ctx) {
-    optim_job j = {.opt = opt, .grads = (float *)grads, .skip = skip, .ctx = ctx};
-    nn_pool_run(pool, opt->nchunks, sumsq_task, &j);
+static void plan_task(int i, void *arg) {
+    mtc_grad_norm_plan *plan = arg;
+    plan->partial[i] = nn_sumsq(plan->base[i], plan->len[i]);
+}
+
+double mtc_grad_norm_sumsq(mtc_grad_norm_plan *plan, nn_pool *pool) {
+    nn_pool_run(pool, plan->n, plan_task, plan);
     double s = 0;
-    for (int i = 0; i < opt->nchunks; i++)
-        s += opt->partial[i];
+    for (int i = 0; i < plan->n; i++)
+        s += plan->partial[i];
     return s;
 }
 
-double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads) {
-    return sqrt(mtc_grad_sumsq(opt, pool, grads, NULL, NULL));
+void mtc_grad_norm_plan_free(mtc_grad_norm_plan *plan) {
+    if (!plan) return;
+    free(plan->base), free(plan->len), free(plan->partial);
+    memset(plan, 0, sizeof *plan);
 }
 
 float mtc_grad_clip_coeff(double norm, float max_norm) {

@@ -14,8 +14,8 @@
  * when < 1. Weight decay only on 2-D parameters (registry is_2d).
  * Work is split into fixed chunks run on the rank's nn_pool; sums are
  * combined in chunk order, so results do not depend on the thread count.
- * Serial only for now: reductions over parallel groups arrive with the
- * TP/SP/DP issue (they read the registry's reduce_groups / tp_duplicate). */
+ * The gradient norm (mtc_grad_norm_plan) is one function for plain DP and
+ * the distributed optimizer: the caller lists what the rank holds. */
 #ifndef MTC_OPTIM_OPTIM_H
 #define MTC_OPTIM_OPTIM_H
 
@@ -50,7 +50,6 @@ typedef struct {
     int64_t step;        /* optimizer steps taken */
     optim_chunk *chunks; /* fixed work split over the flat buffer */
     int nchunks;
-    double *partial; /* per-chunk sums of squares */
 } mtc_adamw;
 
 /* State for the flat buffer described by `reg` (reg->total floats). */
@@ -61,14 +60,33 @@ void mtc_adamw_free(mtc_adamw *opt);
  * step. */
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,
                     float grad_scale, const mtc_adamw_config *cfg);
-/* L2 norm of the whole gradient buffer (deterministic). */
-double mtc_grad_norm(mtc_adamw *opt, nn_pool *pool, const float *grads);
-/* Sum of squares of the gradient over the pool, leaving out the params
- * (registry indices) for which skip(param, ctx) is nonzero (NULL: none).
- * Summed over fixed 16K-element chunks in buffer order, so the result does
- * not depend on the pool size. */
-double mtc_grad_sumsq(mtc_adamw *opt, nn_pool *pool, const float *grads,
-                      int (*skip)(int param, void *ctx), void *ctx);
+/* ---- the global gradient norm -------------------------------------------------------- */
+
+/* The gradient elements one rank counts in the global norm: the ranges it
+ * holds (its whole buffers with plain DP, its shards with the distributed
+ * optimizer), over every model chunk, minus what the registry says is
+ * counted elsewhere (mtc_param_counted_here). Built once at set-up; the
+ * sum runs over fixed 16K-element pieces in the order they were added, so
+ * it does not depend on the pool size. The caller sums the result over the
+ * groups that hold the rest (intra-instance DP with the distributed
+ * optimizer, then MODEL_PARALLEL_GROUP). */
+typedef struct {
+    const float **base; /* (n) piece starts */
+    size_t *len;        /* (n) */
+    double *partial;    /* (n) */
+    int n, cap;
+} mtc_grad_norm_plan;
+
+/* Counted by this rank: not a TP duplicate off TP rank 0, not a second copy
+ * of a parameter (the last stage's tied embedding). */
+static inline int mtc_param_counted_here(const mtc_param *p, int tp_rank) {
+    return !(p->tp_duplicate && tp_rank != 0) && !p->shared_copy;
+}
+/* Add grads [0, n) (split into pieces); n = 0 adds nothing. */
+mtc_result_t mtc_grad_norm_plan_add(mtc_grad_norm_plan *plan, const float *grads, size_t n);
+/* Sum of squares of every piece (double, fixed order). */
+double mtc_grad_norm_sumsq(mtc_grad_norm_plan *plan, nn_pool *pool);
+void mtc_grad_norm_plan_free(mtc_grad_norm_plan *plan);
 /* Megatron's clipping factor: max_norm / (norm + 1e-6) when that is < 1,
  * else 1; max_norm <= 0 disables clipping. */
 float mtc_grad_clip_coeff(double norm, float max_norm);

@@ -126,14 +126,15 @@ static void train_print_eval(FILE *out, int64_t iteration, double loss) {
 
 static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     const mtc_train_config *c = x->cfg;
-    const mtc_gpt *model = x->model;
+    const mtc_gpt *model = x->chunks[0].model;
+    const mtc_ddp *ddp = x->chunks[0].ddp;
     int B = c->micro_batch, T = c->model.seq_length;
     char desc[512];
     mtc_grid_describe(desc, sizeof desc, mtc_grid_spec_get(x->grid));
     fprintf(out, "%s\n", desc);
     char bucket[64] = "one bucket";
-    if (x->ddp->cfg.bucket_size > 0)
-        snprintf(bucket, sizeof bucket, "%lld", (long long)x->ddp->cfg.bucket_size);
+    if (ddp->cfg.bucket_size > 0)
+        snprintf(bucket, sizeof bucket, "%lld", (long long)ddp->cfg.bucket_size);
     fprintf(out,
             "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad "
             "reduce: %s; ddp bucket size: %s\n",
@@ -144,7 +145,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
         fprintf(out,
                 "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap "
                 "param gather: %s; pad buckets for high busbw: %s\n",
-                x->ddp->instances, x->ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
+                ddp->instances, ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
                 c->pad_high_busbw ? "on" : "off");
     char blas[256];
     nn_blas_describe(blas, sizeof blas);
@@ -154,11 +155,11 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
      * (reg.total would count the distributed optimizer's padding too) */
     size_t nparams = 0;
     for (int k = 0; k < x->vpp; k++)
-        for (int i = 0; i < x->chunks[k]->reg.count; i++)
-            nparams += x->chunks[k]->reg.params[i].local_numel;
+        for (int i = 0; i < x->chunks[k].model->reg.count; i++)
+            nparams += x->chunks[k].model->reg.params[i].local_numel;
     fprintf(out,
             " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n",
-            x->tp_rank, x->pp_rank, nparams);
+            train_tp_rank(x), x->pp_rank, nparams);
     fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
             c->model.num_layers, c->model.hidden_size, c->model.num_heads, c->model.ffn_hidden_size,
             T, c->model.vocab_size, c->model.padded_vocab_size);
@@ -212,7 +213,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         int log_now = it % c->log_interval == 0 || it == c->train_iters;
         int eval_now = do_eval && it % c->eval_interval == 0;
         double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / n_logged;
-        double lr_now = mtc_lr_at(&c->lr, x->opt.step);
+        double lr_now = mtc_lr_at(&c->lr, x->step);
         double tps = (double)c->global_batch * T / (avg_ms * 1e-3);
         if (log_now && out) {
             char stamp[32];
@@ -283,7 +284,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     if (rc == MTC_OK && c->params_out) { /* collective: every rank takes part */
         float *tmp = NULL;
         rc = is_last ? MTC_OK
-                     : mtc_mem_alloc(x.model->reg.global_total * sizeof(float), (void **)&tmp);
+                     : mtc_mem_alloc(x.chunks[0].model->reg.global_total * sizeof(float),
+                                     (void **)&tmp);
         if (rc == MTC_OK) rc = train_gather(&x, is_last ? c->params_out : tmp);
         free(tmp);
     }

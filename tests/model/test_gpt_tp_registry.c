@@ -158,7 +158,9 @@ static int check_config(const mtc_gpt_config *config) {
      * wte copy when tied, the output layer when untied) */
     mtc_gpt *last;
     int gpt2 = !cfg.untie_embeddings;
-    T_CHECK(mtc_gpt_init_chunk(&cfg, 1, 2, NULL, NULL, 0, 1, 2, 0, 1, &last) == MTC_OK);
+    mtc_gpt_chunk_opts o = {
+        .B = 1, .nslots = 2, .first_layer = 1, .last_layer = 2, .has_embedding = 0, .has_head = 1};
+    T_CHECK(mtc_gpt_init_chunk(&cfg, &o, &last) == MTC_OK);
     T_CHECKF(last->reg.count == (gpt2 ? 1 + 12 + 2 : 6 + 2), "last chunk holds %d params",
              last->reg.count);
     T_CHECK(last->g[MTC_ROLE_WPE] == NULL && last->layers[0].w[MTC_ROLE_QKV_W] == NULL);

@@ -65,8 +65,13 @@ static void check_params_needed(int first_layer, int last_layer, int emb, int he
     mtc_train_config c;
     base_config(&c, 0, NULL, NULL, NULL);
     mtc_gpt *m;
-    T_CHECK(mtc_gpt_init_chunk(&c.model, 1, 1, NULL, NULL, 0, first_layer, last_layer, emb, head,
-                               &m) == MTC_OK);
+    mtc_gpt_chunk_opts o = {.B = 1,
+                            .nslots = 1,
+                            .first_layer = first_layer,
+                            .last_layer = last_layer,
+                            .has_embedding = emb,
+                            .has_head = head};
+    T_CHECK(mtc_gpt_init_chunk(&c.model, &o, &m) == MTC_OK);
     mtc_gpt_init_params(m, 5);
     int tokens[SEQ], targets[SEQ];
     for (int t = 0; t < SEQ; t++)

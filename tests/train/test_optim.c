@@ -11,10 +11,15 @@
 #include "optim/optim.h"
 #include "test.h"
 
-/* mtc_grad_sumsq's skip: leave out the 1-D param "b". */
-static int skip_b(int param, void *ctx) {
-    const mtc_registry *r = ctx;
-    return r->params[param].numel == 5;
+/* The norm plan of reg's buffer g, leaving out the params with numel
+ * `skip` (0: none), in buffer order. */
+static mtc_grad_norm_plan plan_of(const mtc_registry *reg, const float *g, size_t skip) {
+    mtc_grad_norm_plan plan = {0};
+    for (int i = reg->count - 1; i >= 0; i--)
+        if (reg->params[i].numel != skip)
+            T_CHECK(mtc_grad_norm_plan_add(&plan, g + reg->params[i].offset,
+                                           reg->params[i].local_numel) == MTC_OK);
+    return plan;
 }
 
 int main(void) {
@@ -58,20 +63,30 @@ int main(void) {
     double ss = 0;
     for (size_t i = 0; i < n; i++)
         ss += (double)g[i] * g[i];
-    double norm = mtc_grad_norm(&opt, pool, g);
+    mtc_grad_norm_plan all = plan_of(&reg, g, 0), no_b = plan_of(&reg, g, 5);
+    T_CHECK(all.n == (int)((300 * 700 + 16383) / 16384) + 1); /* 16K pieces per param */
+    double norm = sqrt(mtc_grad_norm_sumsq(&all, pool));
     T_CLOSE(norm, sqrt(ss), 0, 1e-12);
     /* leaving a param out: the sum of squares of the others only ("b" is
      * offsets 0..4), the same with 1 and 2 pool threads */
     double ss_w = 0;
     for (size_t i = 5; i < n; i++)
         ss_w += (double)g[i] * g[i];
-    double got_w = mtc_grad_sumsq(&opt, pool, g, skip_b, &reg);
+    double got_w = mtc_grad_norm_sumsq(&no_b, pool);
     T_CLOSE(got_w, ss_w, 0, 1e-12);
     nn_pool *one;
     T_CHECK(nn_pool_create(1, &one) == MTC_OK);
-    T_CHECK(mtc_grad_sumsq(&opt, one, g, skip_b, &reg) == got_w);
-    T_CHECK(sqrt(mtc_grad_sumsq(&opt, one, g, NULL, NULL)) == norm);
+    T_CHECK(mtc_grad_norm_sumsq(&no_b, one) == got_w);
+    T_CHECK(sqrt(mtc_grad_norm_sumsq(&all, one)) == norm);
     nn_pool_free(one);
+    /* the registry's rule: TP duplicates off TP rank 0 and second copies are not counted */
+    mtc_param q = reg.params[0];
+    T_CHECK(mtc_param_counted_here(&q, 1));
+    q.tp_duplicate = 1;
+    T_CHECK(mtc_param_counted_here(&q, 0) && !mtc_param_counted_here(&q, 1));
+    q.tp_duplicate = 0, q.shared_copy = 1;
+    T_CHECK(!mtc_param_counted_here(&q, 0));
+    mtc_grad_norm_plan_free(&all), mtc_grad_norm_plan_free(&no_b);
     T_CHECK(mtc_grad_clip_coeff(norm, (float)(2 * norm)) == 1.0f);
     T_CHECK(mtc_grad_clip_coeff(norm, 0.0f) == 1.0f);
     float coeff = mtc_grad_clip_coeff(norm, 1.0f);

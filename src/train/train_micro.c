@@ -1,0 +1,184 @@
+/* train/train_micro.c - the microbatches of one global batch on one rank:
+ * this DP rank's share of the batch (Megatron's sampler), the pass of each
+ * microbatch (dropout keys, loss scale, the DDP's and the distributed
+ * optimizer's hooks), activation slots per model chunk, and the forward /
+ * backward callbacks the pipeline executor calls (called directly without
+ * pipelining). Also evaluation. Relies on model/, pp/, dp/, data/. Does not
+ * reduce gradients or step the optimizer (train_step.c). */
+#include <string.h>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/train_internal.h"
+
+/* Fill tokens/targets of this DP rank's microbatch m of the global batch at
+ * `consumed` (rows m*B .. m*B+B-1 of the buffers). */
+static mtc_result_t train_load_batch(train_rank *x, data_split split, uint64_t consumed, int m) {
+    int B = x->cfg->micro_batch, T = x->cfg->model.seq_length;
+    for (int j = 0; j < B; j++) {
+        uint64_t idx = data_sample_index(consumed, m, x->dp_rank, j, B, x->dp_size);
+        MTC_CHECK(data_source_sample(x->src, split, idx, x->buf));
+        size_t at = ((size_t)m * B + j) * T;
+        memcpy(x->tokens + at, x->buf, (size_t)T * sizeof(int));
+        memcpy(x->targets + at, x->buf + 1, (size_t)T * sizeof(int));
+    }
+    return MTC_OK;
+}
+
+mtc_result_t train_dp_sum(train_rank *x, double *v) {
+    if (!x->dp) return MTC_OK;
+    uint64_t t0 = mtc_time_ns();
+    mtc_result_t rc = mtc_all_reduce(v, v, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->dp);
+    x->comm_ns += mtc_time_ns() - t0;
+    return rc;
+}
+
+/* The DDP overlap hook: gradients of params [first, last) are final. */
+static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
+    return mtc_ddp_grads_ready((mtc_ddp *)ctx, first, last);
+}
+
+/* The forward's params_needed hook (ctx: the chunk's mtc_distopt): wait for
+ * the all-gather of the buckets holding params [first, last). */
+static mtc_result_t train_params_needed(void *ctx, int first, int last) {
+    for (int p = first; p < last; p++)
+        if (p >= 0) MTC_CHECK(mtc_distopt_param_gather_wait_param((mtc_distopt *)ctx, p));
+    return MTC_OK;
+}
+
+mtc_result_t train_params_wait(train_rank *x) {
+    uint64_t t0 = mtc_time_ns();
+    mtc_result_t rc = MTC_OK;
+    /* comm: wait for the all-gather(intra) of every bucket */
+    for (int k = 0; k < x->vpp && rc == MTC_OK; k++)
+        if (x->chunks[k].dopt) rc = mtc_distopt_param_gather_wait(x->chunks[k].dopt);
+    x->comm_ns += mtc_time_ns() - t0;
+    return rc;
+}
+
+/* The pass of microbatch mb on chunk k in the running step (or evaluation). */
+static mtc_gpt_pass train_pass(const train_rank *x, int k, int mb) {
+    const mtc_train_config *c = x->cfg;
+    const train_chunk *ch = &x->chunks[k];
+    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length);
+    int last = mb == x->nmb - 1;
+    mtc_gpt_pass pass = {
+        .train = x->cur_train,
+        .seed = c->seed,
+        .iteration = (uint64_t)x->cur_it,
+        .b0 = (int)data_sample_index(0, mb, x->dp_rank, 0, c->micro_batch, x->dp_size),
+        .loss_scale = x->cur_train ? scale : 0.0f,
+        .first_microbatch = mb == 0,
+        .grads_ready =
+            x->cur_train && last && c->overlap_grad_reduce && x->dp ? train_grads_ready : NULL,
+        .grads_ready_ctx = ch->ddp,
+        /* --overlap-param-gather: wait per param group in the forward */
+        .params_needed = ch->dopt && c->overlap_param_gather ? train_params_needed : NULL,
+        .params_needed_ctx = ch->dopt};
+    return pass;
+}
+
+/* Activation slots of a chunk: taken by a microbatch's forward and released
+ * after its backward (after the forward when evaluating), so a chunk holds
+ * only its in-flight microbatches (nslots = the schedule's peak, set up in
+ * train_setup.c). Without pipelining: always slot 0. */
+static mtc_result_t train_slot_take(train_rank *x, int k, int mb, int *slot) {
+    train_chunk *ch = &x->chunks[k];
+    *slot = 0;
+    if (!x->ex) return MTC_OK;
+    for (int s = 0; s < ch->model->nslots; s++)
+        if (!ch->slot_busy[s]) {
+            ch->slot_busy[s] = 1, ch->slot_of[mb] = *slot = s;
+            return MTC_OK;
+        }
+    return mtc_error(MTC_ERR_INTERNAL,
+                     "chunk %d has no free activation slot for microbatch %d (%d slots in flight)",
+                     k, mb, ch->model->nslots);
+}
+
+static void train_slot_release(train_rank *x, int k, int mb) {
+    train_chunk *ch = &x->chunks[k];
+    if (!x->ex) return;
+    if (ch->slot_of[mb] >= 0) ch->slot_busy[ch->slot_of[mb]] = 0;
+    ch->slot_of[mb] = -1;
+}
+
+/* Forward of microbatch mb on chunk k (the pipeline executor's callback).
+ * input: the previous stage's activation (NULL on the first stage);
+ * output: filled for the next stage (NULL on the last, which adds its loss
+ * to mb_loss_sum). */
+static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *input, float *output) {
+    train_rank *x = ctx;
+    mtc_gpt *m = x->chunks[k].model;
+    int B = x->cfg->micro_batch, T = x->cfg->model.seq_length, slot = 0;
+    MTC_CHECK(train_slot_take(x, k, mb, &slot));
+    size_t at = (size_t)mb * B * T;
+    if (input) memcpy(mtc_gpt_slot_input(m, slot), input, x->msg_count * sizeof(float));
+    mtc_gpt_pass pass = train_pass(x, k, mb);
+    x->mb_loss_sum += mtc_gpt_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
+    MTC_CHECK(m->error);
+    if (output) memcpy(output, mtc_gpt_slot_output(m, slot), x->msg_count * sizeof(float));
+    if (!x->cur_train) train_slot_release(x, k, mb);
+    return MTC_OK;
+}
+
+static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *output_grad,
+                                      float *input_grad) {
+    train_rank *x = ctx;
+    const mtc_train_config *c = x->cfg;
+    mtc_gpt *m = x->chunks[k].model;
+    int B = c->micro_batch, T = c->model.seq_length;
+    int slot = x->ex ? x->chunks[k].slot_of[mb] : 0;
+    if (slot < 0)
+        return mtc_error(MTC_ERR_INTERNAL, "backward of microbatch %d chunk %d before its forward",
+                         mb, k);
+    size_t at = (size_t)mb * B * T;
+    float scale = 1.0f / ((float)c->global_batch * (float)T);
+    if (output_grad) memcpy(mtc_gpt_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
+    mtc_gpt_pass pass = train_pass(x, k, mb);
+    MTC_CHECK(mtc_gpt_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
+    if (input_grad) memcpy(input_grad, mtc_gpt_grad_buffer(m), x->msg_count * sizeof(float));
+    train_slot_release(x, k, mb);
+    return MTC_OK;
+}
+
+mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consumed, int train,
+                                int64_t it, double *loss_sum) {
+    for (int m = 0; m < x->nmb; m++)
+        MTC_CHECK(train_load_batch(x, split, consumed, m));
+    x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
+    if (x->ex) {
+        pp_callbacks cb = {train_forward_cb, train_backward_cb, x};
+        const mtc_train_config *c = x->cfg;
+        int tr = train && c->trace_out && c->ntrace_out; /* each training step overwrites it */
+        size_t max_ops = (size_t)2 * x->nmb * x->vpp;
+        /* comm: p2p over PIPELINE_MODEL_PARALLEL_GROUP */
+        MTC_CHECK(pp_executor_run(x->ex, &cb, !train,
+                                  tr ? c->trace_out + (size_t)x->world_rank * max_ops : NULL,
+                                  tr ? c->ntrace_out + x->world_rank : NULL));
+    } else {
+        for (int m = 0; m < x->nmb; m++) {
+            MTC_CHECK(train_forward_cb(x, m, 0, NULL, NULL));
+            if (train) MTC_CHECK(train_backward_cb(x, m, 0, NULL, NULL));
+        }
+    }
+    *loss_sum = x->mb_loss_sum;
+    return MTC_OK;
+}
+
+/* Mean validation loss over eval_iters global batches (the validation
+ * iterator continues from one evaluation to the next, as Megatron's). */
+mtc_result_t train_evaluate(train_rank *x, double *loss) {
+    const mtc_train_config *c = x->cfg;
+    int T = c->model.seq_length;
+    double sum = 0;
+    for (int it = 0; it < c->eval_iters; it++) {
+        double s = 0;
+        MTC_CHECK(train_microbatches(x, DATA_SPLIT_VALID, x->valid_consumed, 0, 0, &s));
+        sum += s;
+        x->valid_consumed += (uint64_t)c->global_batch;
+    }
+    MTC_CHECK(train_dp_sum(x, &sum));
+    *loss = sum / ((double)c->eval_iters * c->global_batch * T);
+    return MTC_OK;
+}

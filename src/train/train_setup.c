@@ -1,0 +1,380 @@
+/* train/train_setup.c - building one rank's side of training: the grid and
+ * its groups, the model chunks (chunk c = virtual stage c*pp + pp_rank)
+ * each with its DDP and its optimizer state (AdamW, or with
+ * --use-distributed-optimizer Megatron-LM core_v0.18.0 distrib_optimizer.py:
+ * buffers padded as Megatron's param_and_grad_buffer, the state of the
+ * owned shard only, one DDP per chunk, an inter-instance group per chunk
+ * with several optimizer instances), activation slots sized by the
+ * schedule, the gradient-norm plan; and gathering / loading / saving the
+ * global model and the --print-layout printer. The DP layout is computed
+ * once, before the model allocates its buffers (the layout hook). Relies on
+ * model/, dp/, pp/, grid/, comm/, optim/, ckpt/. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/checkpoint.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/train_internal.h"
+
+/* 1 for the params Megatron marks shared_embedding: those the registry
+ * reduces over the embedding group, with pp > 1. */
+static mtc_result_t train_shared_embedding(const train_rank *x, const mtc_registry *r, int **out) {
+    MTC_CHECK(mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int), (void **)out));
+    for (int i = 0; i < r->count && x->pp_size > 1; i++)
+        (*out)[i] = (r->params[i].reduce_groups & MTC_REDUCE_EMBEDDING) != 0;
+    return MTC_OK;
+}
+
+/* Chunk k's DDP configuration (Megatron's rule: buckets only with overlap,
+ * on the first stage's first chunk; one bucket elsewhere). shared: from
+ * train_shared_embedding, owned by the caller. */
+static mtc_ddp_config train_ddp_config(const train_rank *x, int k, const int *shared) {
+    const mtc_train_config *c = x->cfg;
+    mtc_ddp_config dc = {.use_distopt = c->use_distributed_optimizer,
+                         .overlap_grad_reduce = c->overlap_grad_reduce,
+                         .bucket_size = dp_layout_bucket_size(
+                             c->ddp_bucket_size, x->dp_size, c->overlap_grad_reduce, x->pp_rank, k),
+                         .pad_high_busbw = c->use_distributed_optimizer && c->pad_high_busbw,
+                         .scale = MTC_DDP_GRAD_SUM,
+                         .shared_embedding = c->use_distributed_optimizer ? shared : NULL};
+    return dc;
+}
+
+typedef struct {
+    const train_rank *x;
+    int k;
+} layout_ctx;
+
+/* The model's layout hook: the distributed optimizer's padded buffer layout
+ * of this chunk (the one mtc_ddp_init computes from the same config). */
+static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offsets, size_t *total) {
+    const layout_ctx *lc = arg;
+    int *shared = NULL;
+    MTC_CHECK(train_shared_embedding(lc->x, r, &shared));
+    mtc_ddp_config dc = train_ddp_config(lc->x, lc->k, shared);
+    int64_t *numels = NULL;
+    mtc_result_t rc =
+        mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int64_t), (void **)&numels);
+    for (int i = 0; rc == MTC_OK && i < r->count; i++)
+        numels[i] = (int64_t)r->params[i].local_numel;
+    dp_layout_config cfg = {.dp = lc->x->intra ? mtc_comm_size(lc->x->intra) : 1,
+                            .bucket_size = dc.bucket_size,
+                            .pad_high_busbw = dc.pad_high_busbw,
+                            .use_distopt = 1,
+                            .shared_embedding = shared};
+    dp_layout l;
+    memset(&l, 0, sizeof l);
+    if (rc == MTC_OK) rc = dp_layout_build(&l, numels, r->count, &cfg);
+    for (int i = 0; rc == MTC_OK && i < r->count; i++)
+        offsets[i] = (size_t)l.param[i].start;
+    if (rc == MTC_OK) *total = (size_t)l.numel;
+    dp_layout_free(&l);
+    free(numels), free(shared);
+    return rc;
+}
+
+/* Peak number of microbatches between forward and backward of chunk k in
+ * this rank's training order (at least 1). */
+static mtc_result_t train_slot_counts(const train_rank *x, const pp_schedule_config *sc,
+                                      int *peak) {
+    for (int k = 0; k < x->vpp; k++)
+        peak[k] = 1;
+    if (sc->pp == 1) return MTC_OK;
+    pp_op *ops = calloc((size_t)pp_schedule_max_ops(sc), sizeof *ops);
+    int *live = calloc((size_t)x->vpp, sizeof(int));
+    mtc_result_t rc = ops && live ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
+    pp_schedule_counts n = {0};
+    if (rc == MTC_OK) rc = pp_schedule_build(ops, &n, sc, x->pp_rank);
+    for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
+        int k = ops[i].chunk;
+        live[k] += ops[i].kind == PP_OP_FORWARD ? 1 : -1;
+        if (live[k] > peak[k]) peak[k] = live[k];
+    }
+    free(ops), free(live);
+    return rc;
+}
+
+/* Chunk k: the model (laid out for its DDP), the DDP on the model's
+ * buffers, the optimizer state and the slot tables. */
+static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
+    const mtc_train_config *c = x->cfg;
+    train_chunk *ch = &x->chunks[k];
+    int L = c->model.num_layers, S = x->pp_size * x->vpp;
+    int st = pp_virtual_stage(x->pp_size, x->pp_rank, k);
+    layout_ctx lc = {x, k};
+    mtc_gpt_chunk_opts o = {.B = c->micro_batch,
+                            .nslots = nslots,
+                            .pool = x->pool,
+                            .tp = x->tp,
+                            .sequence_parallel = c->sequence_parallel,
+                            .first_layer = st * L / S,
+                            .last_layer = (st + 1) * L / S,
+                            .has_embedding = st == 0,
+                            .has_head = st == S - 1,
+                            .layout = c->use_distributed_optimizer ? train_layout : NULL,
+                            .layout_ctx = &lc};
+    MTC_CHECK(mtc_gpt_init_chunk(&c->model, &o, &ch->model));
+    mtc_gpt *m = ch->model;
+    int *shared = NULL;
+    MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
+    mtc_ddp_config dc = train_ddp_config(x, k, shared);
+    /* the inter-instance group: position j of every intra slice, one
+     * communicator per chunk, because each DDP chains its inter all-reduces
+     * when polling finds a reduce-scatter done (timing-dependent), so two
+     * chunks' all-reduces on one communicator could be issued in different
+     * orders on different ranks. Freed with the rank's world by mtc_launch
+     * (after the DDPs that wait on it). */
+    mtc_comm_t inter = NULL, intra = NULL;
+    mtc_result_t rc = MTC_OK;
+    if (c->use_distributed_optimizer) {
+        /* the intra group as built, even of size 1 (as many instances as dp ranks) */
+        int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
+        intra = nd > 1 ? mtc_grid_comm(x->grid, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0) : x->dp;
+        if (intra && x->dp && mtc_comm_size(intra) < mtc_comm_size(x->dp))
+            /* comm: split(DATA_PARALLEL_GROUP_WITH_CP) */
+            rc = mtc_comm_split(x->dp, mtc_comm_rank(intra), mtc_comm_rank(x->dp),
+                                "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &inter);
+    }
+    mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = inter};
+    if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->ddp);
+    free(shared);
+    MTC_CHECK(rc);
+    if (c->use_distributed_optimizer)
+        MTC_CHECK(mtc_distopt_init(ch->ddp, c->overlap_param_gather, &ch->dopt));
+    else
+        MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * sizeof(int), (void **)&ch->slot_of));
+    for (int i = 0; i < x->nmb; i++)
+        ch->slot_of[i] = -1;
+    return mtc_mem_calloc((size_t)nslots, sizeof(int), (void **)&ch->slot_busy);
+}
+
+/* What this rank counts in the global norm: every chunk's buffer (plain DP)
+ * or owned shard pieces (distributed optimizer), in buffer order, less what
+ * the registry says is counted elsewhere. */
+static mtc_result_t train_norm_plan(train_rank *x) {
+    int tp_rank = train_tp_rank(x);
+    for (int k = 0; k < x->vpp; k++) {
+        const train_chunk *ch = &x->chunks[k];
+        const mtc_registry *r = &ch->model->reg;
+        if (!ch->dopt) {
+            for (int i = r->count - 1; i >= 0; i--)
+                if (mtc_param_counted_here(&r->params[i], tp_rank))
+                    MTC_CHECK(mtc_grad_norm_plan_add(&x->norm_plan,
+                                                     ch->model->grads + r->params[i].offset,
+                                                     r->params[i].local_numel));
+            continue;
+        }
+        const mtc_ddp *d = ch->ddp;
+        for (int b = 0; b < d->layout.nbuckets; b++) {
+            int n;
+            const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, b, &n);
+            for (int j = 0; j < n; j++)
+                if (mtc_param_counted_here(&r->params[sp[j].param], tp_rank))
+                    MTC_CHECK(mtc_grad_norm_plan_add(
+                        &x->norm_plan, d->grads + sp[j].gbuf_world.start,
+                        (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
+        }
+    }
+    return MTC_OK;
+}
+
+/* --load: every rank reads the file into a serial model and keeps its shards. */
+static mtc_result_t train_load(train_rank *x) {
+    mtc_gpt *full = NULL;
+    mtc_ckpt_info info;
+    MTC_CHECK(mtc_gpt_init(&x->cfg->model, 1, 1, NULL, &full));
+    mtc_result_t rc = mtc_ckpt_load(full, x->cfg->load_path, &info);
+    for (int k = 0; k < x->vpp; k++) {
+        mtc_gpt *m = x->chunks[k].model;
+        const mtc_registry *r = &m->reg;
+        for (int i = 0; rc == MTC_OK && i < r->count; i++) {
+            const mtc_param *p = &r->params[i];
+            for (size_t l = 0; l < p->local_numel; l++)
+                m->params[p->offset + l] =
+                    full->params[p->global_offset + mtc_registry_global_index(r, p, r->tp_rank, l)];
+        }
+    }
+    mtc_gpt_free(full);
+    return rc;
+}
+
+mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
+    const mtc_train_config *c = x->cfg;
+    int B = c->micro_batch, T = c->model.seq_length;
+    mtc_grid_config gc;
+    mtc_grid_config_default(&gc);
+    gc.world_size = mtc_comm_size(world);
+    gc.tp = c->tp > 0 ? c->tp : 1;
+    gc.pp = c->pp > 0 ? c->pp : 1;
+    if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
+    MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
+    const mtc_grid_coord *co = mtc_grid_coords(x->grid);
+#define GROUP(kind) (mtc_grid_comm(x->grid, (kind), 0))
+#define NONTRIVIAL(comm) ((comm) && mtc_comm_size(comm) > 1 ? (comm) : NULL)
+    x->tp = NONTRIVIAL(GROUP(MTC_GROUP_TP));
+    x->dp = NONTRIVIAL(GROUP(MTC_GROUP_DP_CP));
+    x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
+    x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
+    x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));
+    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
+    x->intra = c->use_distributed_optimizer
+                   ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_INTRA_PARTIAL_DP_CP) : x->dp)
+                   : NULL;
+#undef NONTRIVIAL
+#undef GROUP
+    x->pp_size = gc.pp, x->pp_rank = co->pp;
+    x->dp_size = mtc_grid_spec_get(x->grid)->dp;
+    x->dp_rank = co->dp_cp;
+    x->nmb = c->global_batch / (B * x->dp_size);
+    x->world_rank = mtc_comm_rank(world);
+    MTC_CHECK(nn_pool_create(threads, &x->pool));
+    int P = x->pp_size;
+    x->vpp = P > 1 && c->vpp > 1 ? c->vpp : 1;
+    MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(train_chunk), (void **)&x->chunks));
+    pp_schedule_config sc = {.pp = P,
+                             .vpp = x->vpp > 1 ? x->vpp : 0,
+                             .num_microbatches = x->nmb,
+                             .group_size = c->microbatch_group_size};
+    int peak[64];
+    if (x->vpp > (int)(sizeof peak / sizeof peak[0]))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "virtual pipeline size %d is above %d", x->vpp,
+                         (int)(sizeof peak / sizeof peak[0]));
+    /* activation slots: each chunk's peak of microbatches between forward and backward */
+    MTC_CHECK(train_slot_counts(x, &sc, peak));
+    for (int k = 0; k < x->vpp; k++)
+        MTC_CHECK(train_chunk_init(x, k, peak[k]));
+    x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
+    if (P > 1) {
+        pp_executor_config ec = {.schedule = sc, .count = x->msg_count};
+        MTC_CHECK(pp_executor_init(&x->ex, &ec, x->pipe, NULL));
+    }
+    MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->tokens));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->targets));
+    size_t red_n = 0; /* red_buf: the largest chunk's packed group reduction */
+    for (int k = 0; k < x->vpp; k++)
+        for (unsigned bit = MTC_REDUCE_TP; bit <= MTC_REDUCE_EMBEDDING; bit <<= 1) {
+            const mtc_registry *r = &x->chunks[k].model->reg;
+            size_t n = 0;
+            for (int i = 0; i < r->count; i++)
+                if (r->params[i].reduce_groups & bit) n += r->params[i].local_numel;
+            if (n > red_n) red_n = n;
+        }
+    if (red_n) MTC_CHECK(mtc_mem_alloc(red_n * sizeof(float), (void **)&x->red_buf));
+    MTC_CHECK(train_norm_plan(x));
+    if (c->load_path) return train_load(x);
+    for (int k = 0; k < x->vpp; k++)
+        mtc_gpt_init_params(x->chunks[k].model, c->seed);
+    return MTC_OK;
+}
+
+size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
+    size_t act = 0;
+    memset(mem, 0, sizeof *mem);
+    for (int k = 0; k < x->vpp; k++) {
+        mtc_dp_memory m;
+        mtc_ddp_memory(x->chunks[k].ddp, &m);
+        mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
+        mem->optim_state_bytes += m.optim_state_bytes;
+        act += mtc_gpt_activation_bytes(x->chunks[k].model);
+    }
+    return act;
+}
+
+void train_teardown(train_rank *x) {
+    for (int k = 0; x->chunks && k < x->vpp; k++) {
+        train_chunk *ch = &x->chunks[k];
+        mtc_distopt_free(ch->dopt);
+        mtc_adamw_free(&ch->opt);
+        mtc_ddp_free(ch->ddp); /* before the model: it waits on the model's buffers */
+        mtc_gpt_free(ch->model);
+        free(ch->slot_of), free(ch->slot_busy);
+    }
+    free(x->chunks);
+    x->chunks = NULL;
+    mtc_grad_norm_plan_free(&x->norm_plan);
+    free(x->buf), free(x->tokens), free(x->targets), free(x->red_buf);
+    pp_executor_free(x->ex);
+    nn_pool_free(x->pool);
+    mtc_grid_free(x->grid);
+}
+
+mtc_result_t train_gather(train_rank *x, float *global) {
+    MTC_CHECK(train_params_wait(x));
+    const mtc_registry *r0 = &x->chunks[0].model->reg;
+    size_t big = 0;
+    for (int k = 0; k < x->vpp; k++)
+        for (int i = 0; i < x->chunks[k].model->reg.count; i++)
+            if (x->chunks[k].model->reg.params[i].local_numel > big)
+                big = x->chunks[k].model->reg.params[i].local_numel;
+    float *scratch;
+    MTC_CHECK(mtc_mem_alloc(big * (size_t)x->chunks[0].model->tp_size * sizeof(float),
+                            (void **)&scratch));
+    memset(global, 0, r0->global_total * sizeof(float));
+    mtc_result_t rc = MTC_OK;
+    for (int k = 0; k < x->vpp && rc == MTC_OK; k++) { /* chunks hold disjoint layers */
+        const mtc_gpt *m = x->chunks[k].model;
+        /* comm: all-gather(tp) per split parameter */
+        rc = mtc_gpt_gather(m, global, m->params, scratch);
+        for (int i = 0; rc == MTC_OK && i < m->reg.count; i++) /* the first copy counts */
+            if (m->reg.params[i].shared_copy)
+                memset(global + m->reg.params[i].global_offset, 0,
+                       m->reg.params[i].numel * sizeof(float));
+    }
+    free(scratch);
+    MTC_CHECK(rc);
+    /* comm: all-reduce(pp): each stage contributes its own parameters, zeros elsewhere */
+    if (x->pipe)
+        MTC_CHECK(
+            mtc_all_reduce(global, global, r0->global_total, MTC_DTYPE_F32, MTC_OP_SUM, x->pipe));
+    return MTC_OK;
+}
+
+/* --save: gather the shards; the last rank writes the serial-layout model. */
+mtc_result_t train_save(train_rank *x, int is_last, FILE *out) {
+    const mtc_train_config *c = x->cfg;
+    mtc_gpt *full = NULL;
+    MTC_CHECK(mtc_gpt_init(&c->model, 1, 1, NULL, &full));
+    mtc_result_t rc = train_gather(x, full->params);
+    if (rc == MTC_OK && is_last) {
+        rc = mtc_ckpt_save(full, c->save_path, c->train_iters, c->tokenizer);
+        if (rc == MTC_OK && !c->quiet && out) fprintf(out, "> saved model to %s\n", c->save_path);
+    }
+    mtc_gpt_free(full);
+    return rc;
+}
+
+/* One DDP per model chunk, as Megatron builds them: each chunk's layout. */
+void train_print_layout(const train_rank *x, FILE *out) {
+    for (int k = 0; k < x->vpp; k++) {
+        const mtc_ddp *d = x->chunks[k].ddp;
+        const dp_layout *l = &d->layout;
+        const mtc_registry *r = &x->chunks[k].model->reg;
+        int *shared = NULL;
+        if (train_shared_embedding(x, r, &shared) != MTC_OK) return;
+        dp_layout_config cfg = {.dp = l->dp,
+                                .bucket_size = d->cfg.bucket_size,
+                                .pad_high_busbw = d->cfg.pad_high_busbw,
+                                .use_distopt = d->cfg.use_distopt,
+                                .shared_embedding = shared};
+        fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d",
+                x->pp_rank, train_tp_rank(x));
+        if (x->vpp > 1) fprintf(out, ", model chunk %d of %d", k, x->vpp);
+        fprintf(out, "), as `mtc layout --param-numels ");
+        for (int i = 0; i < r->count; i++)
+            fprintf(out, "%s%zu", i ? "," : "", r->params[i].local_numel);
+        fprintf(out, " --data-parallel-size %d", l->dp);
+        if (cfg.bucket_size > 0)
+            fprintf(out, " --ddp-bucket-size %lld", (long long)cfg.bucket_size);
+        if (cfg.pad_high_busbw) fprintf(out, " --pad-buckets-for-high-nccl-busbw");
+        for (int i = 0; i < r->count; i++)
+            if (shared[i]) fprintf(out, " --shared-embedding-params %d", i);
+        if (!cfg.use_distopt) fprintf(out, " --no-distributed-optimizer");
+        fprintf(out, "` prints it:\n");
+        dp_layout_print(out, l, &cfg, shared);
+        fprintf(out, "> end of layout\n");
+        free(shared);
+    }
+}
