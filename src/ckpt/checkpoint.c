@@ -10,13 +10,13 @@
 
 static const char CKPT_MAGIC[8] = {'M', 'T', 'C', 'G', 'P', 'T', '1', '\n'};
 
-mtc_result_t mtc_ckpt_save(const mtc_gpt *m, const char *path, int64_t iteration,
+mtc_result_t mtc_ckpt_save(const mtc_model *m, const char *path, int64_t iteration,
                            const char *tokenizer) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f) return mtc_error(MTC_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    const mtc_gpt_config *c = &m->cfg;
+    const mtc_model_config *c = &m->cfg;
     const mtc_registry *r = &m->reg;
     fwrite(CKPT_MAGIC, 1, sizeof CKPT_MAGIC, f);
     fprintf(f,
@@ -67,7 +67,7 @@ static mtc_result_t ckpt_header(FILE *f, const char *path, mtc_ckpt_info *info, 
             MTC_ERR_FORMAT,
             "%s is not an mtc model (bad magic; expected a file written by mtc train --save)",
             path);
-    mtc_gpt_config *c = &info->cfg;
+    mtc_model_config *c = &info->cfg;
     char line[MTC_CKPT_TOKENIZER_MAX + 64];
     struct {
         const char *key;
@@ -167,14 +167,14 @@ static mtc_result_t ckpt_mismatch(const char *path, const char *what, long long 
         what, file, model);
 }
 
-mtc_result_t mtc_ckpt_load(mtc_gpt *m, const char *path, mtc_ckpt_info *info) {
+mtc_result_t mtc_ckpt_load(mtc_model *m, const char *path, mtc_ckpt_info *info) {
     FILE *f = fopen(path, "rb");
     if (!f) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     mtc_result_t rc;
     int count;
     size_t total;
     const mtc_registry *r = &m->reg;
-    const mtc_gpt_config *mc = &m->cfg, *fc = &info->cfg;
+    const mtc_model_config *mc = &m->cfg, *fc = &info->cfg;
     char line[512];
     MTC_CHECK_GOTO(ckpt_header(f, path, info, &count, &total), rc, out);
 #define SAME(field, name)                                                                          \

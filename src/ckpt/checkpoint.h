@@ -20,21 +20,21 @@
 #include <stdint.h>
 
 #include "core/result.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 #define MTC_CKPT_TOKENIZER_MAX 1024
 
 typedef struct {
-    mtc_gpt_config cfg; /* shapes only; dropout and init_std are not stored */
+    mtc_model_config cfg; /* shapes only; dropout and init_std are not stored */
     int64_t iteration;
     char tokenizer[MTC_CKPT_TOKENIZER_MAX];
 } mtc_ckpt_info;
 
-mtc_result_t mtc_ckpt_save(const mtc_gpt *m, const char *path, int64_t iteration,
+mtc_result_t mtc_ckpt_save(const mtc_model *m, const char *path, int64_t iteration,
                            const char *tokenizer);
 /* Reads only the header (to build a model of the right shape). */
 mtc_result_t mtc_ckpt_read_info(const char *path, mtc_ckpt_info *info);
 /* Loads the weights into m after checking the file matches m's registry. */
-mtc_result_t mtc_ckpt_load(mtc_gpt *m, const char *path, mtc_ckpt_info *info);
+mtc_result_t mtc_ckpt_load(mtc_model *m, const char *path, mtc_ckpt_info *info);
 
 #endif

@@ -126,20 +126,20 @@ int cli_cmd_generate(int argc, char **argv) {
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
     info.cfg.init_std = 0.02f;
     nn_pool *pool = NULL;
-    mtc_gpt *m = NULL;
+    mtc_model *m = NULL;
     mtc_result_t rc;
     MTC_CHECK_GOTO(nn_pool_create(threads, &pool), rc, fail);
-    MTC_CHECK_GOTO(mtc_gpt_init(&info.cfg, 1, 1, pool, &m), rc, fail);
+    MTC_CHECK_GOTO(mtc_model_init(&info.cfg, 1, 1, pool, &m), rc, fail);
     MTC_CHECK_GOTO(mtc_ckpt_load(m, load, &info), rc, fail);
 
     fputs(prompt, stdout);
-    mtc_gpt_pass pass = {0};
+    mtc_model_pass pass = {0};
     int Vp = info.cfg.padded_vocab_size;
     for (int step = 0; step < max_new; step++) {
         int t = n < T ? n : T;
         const int *ctx = ids + (n - t);
-        mtc_gpt_forward(m, 0, ctx, NULL, 1, t, &pass);
-        const float *row = mtc_gpt_logits(m) + (size_t)(t - 1) * Vp;
+        mtc_model_forward(m, 0, ctx, NULL, 1, t, &pass);
+        const float *row = mtc_model_logits(m) + (size_t)(t - 1) * Vp;
         float u = mtc_rng_uniform((uint64_t)seed, 0x67656e, (uint64_t)step);
         int next = sample_next(row, V, (float)temperature, top_k, probs, u);
         ids[n++] = next;
@@ -153,12 +153,12 @@ int cli_cmd_generate(int argc, char **argv) {
         fflush(stdout);
     }
     putchar('\n');
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     nn_pool_free(pool);
     free(ids), free(probs);
     return 0;
 fail:
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     nn_pool_free(pool);
     free(ids), free(probs);
     if (rc == MTC_ERR_FORMAT) return cli_usage_error("generate", "%s", mtc_error_detail());

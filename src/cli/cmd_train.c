@@ -271,7 +271,7 @@ int cli_cmd_train(int argc, char **argv) {
 
     mtc_train_config tc;
     memset(&tc, 0, sizeof tc);
-    mtc_gpt_config *mc = &tc.model;
+    mtc_model_config *mc = &tc.model;
     mc->num_layers = L, mc->hidden_size = C, mc->num_heads = NH;
     /* Megatron's default for SwiGLU keeps the parameter count of 4h */
     mc->ffn_hidden_size = F ? F : swiglu ? (int)((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4 * C;
@@ -322,7 +322,7 @@ int cli_cmd_train(int argc, char **argv) {
     mc->add_qkv_bias = qkv_bias;
     /* shape checks that need no data, before opening anything */
     mc->vocab_size = mc->padded_vocab_size = 1;
-    if (mtc_gpt_config_validate(mc) != MTC_OK)
+    if (mtc_model_config_validate(mc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     tc.micro_batch = mbs;
     tc.global_batch = gbs ? gbs : mbs;
@@ -345,7 +345,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    mc->padded_vocab_size = mtc_gpt_pad_vocab(1, divisible, tp);
+    mc->padded_vocab_size = mtc_model_pad_vocab(1, divisible, tp);
     if (mtc_train_validate_layout(&tc, world) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
 
@@ -368,7 +368,7 @@ int cli_cmd_train(int argc, char **argv) {
                                vocab, data_vocab);
     }
     mc->vocab_size = vocab ? vocab : data_vocab;
-    mc->padded_vocab_size = mtc_gpt_pad_vocab(mc->vocab_size, divisible, tp);
+    mc->padded_vocab_size = mtc_model_pad_vocab(mc->vocab_size, divisible, tp);
     char tokstr[MTC_CKPT_TOKENIZER_MAX] = "none";
     const data_tokenizer *tok = data_source_tokenizer(src);
     if (tok && data_tokenizer_serialize(tok, tokstr, sizeof tokstr) != MTC_OK) {
@@ -382,7 +382,7 @@ int cli_cmd_train(int argc, char **argv) {
             data_source_free(src);
             return cli_usage_error("train", "%s", mtc_error_detail());
         }
-        const mtc_gpt_config *fc = &info.cfg;
+        const mtc_model_config *fc = &info.cfg;
         if (fc->num_layers != mc->num_layers || fc->hidden_size != mc->hidden_size ||
             fc->num_heads != mc->num_heads || fc->ffn_hidden_size != mc->ffn_hidden_size ||
             fc->max_position_embeddings != mc->max_position_embeddings ||

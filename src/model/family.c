@@ -1,7 +1,7 @@
 /* model/family.c - the model families as tables: for every parameter role
  * its Hugging Face name, global shape, tensor-parallel split rule, whether
  * the configuration has it, its initialisation, and whether its gradient
- * is a partial sum under sequence parallelism. model/gpt.c registers a
+ * is a partial sum under sequence parallelism. model/model.c registers a
  * chunk's parameters by walking these tables; nothing else in mtc knows a
  * parameter by its name.
  *
@@ -81,12 +81,12 @@ static const role_desc GPT2_GLOBAL[] = {
 static const role_desc LLAMA_GLOBAL[] = {GLOBAL_ROLES(
     "model.embed_tokens.weight", "model.embed_positions.weight", "model.norm", "lm_head.weight")};
 
-int model_family_is_llama(const mtc_gpt_config *c) {
+int model_family_is_llama(const mtc_model_config *c) {
     return c->normalization == MTC_NORM_RMSNORM || c->swiglu ||
            c->position_embedding == MTC_POS_ROPE;
 }
 
-static int role_present(const role_desc *d, const mtc_gpt_config *c) {
+static int role_present(const role_desc *d, const mtc_model_config *c) {
     int bias = !c->disable_bias_linear;
     switch (d->has) {
     case HAS_ALWAYS: return 1;
@@ -99,8 +99,8 @@ static int role_present(const role_desc *d, const mtc_gpt_config *c) {
     return 0;
 }
 
-static int64_t dim_of(dim_sym s, const mtc_gpt_config *c) {
-    int64_t HS = mtc_gpt_head_size(c), NH = c->num_heads, NG = mtc_gpt_groups(c);
+static int64_t dim_of(dim_sym s, const mtc_model_config *c) {
+    int64_t HS = mtc_model_head_size(c), NH = c->num_heads, NG = mtc_model_groups(c);
     switch (s) {
     case D_1: return 0;
     case D_C: return c->hidden_size;
@@ -116,7 +116,7 @@ static int64_t dim_of(dim_sym s, const mtc_gpt_config *c) {
 
 /* Register one described parameter (name formatted with the layer). */
 static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *name, int layer,
-                             const mtc_gpt_config *c, const model_register_opts *o) {
+                             const mtc_model_config *c, const model_register_opts *o) {
     float std = c->init_std > 0 ? c->init_std : 0.02f;
     float std_out = std / sqrtf(2.0f * (float)c->num_layers);
     mtc_init_kind ik = d->init == INIT_ONES    ? MTC_INIT_ONES
@@ -129,8 +129,8 @@ static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *na
     int i = r->count - 1;
     mtc_param *p = &r->params[i];
     p->reduce_groups = MTC_REDUCE_DP_CP;
-    int64_t HS = mtc_gpt_head_size(c), F = c->ffn_hidden_size;
-    int64_t qkv[3] = {c->num_heads * HS, mtc_gpt_groups(c) * HS, mtc_gpt_groups(c) * HS};
+    int64_t HS = mtc_model_head_size(c), F = c->ffn_hidden_size;
+    int64_t qkv[3] = {c->num_heads * HS, mtc_model_groups(c) * HS, mtc_model_groups(c) * HS};
     int64_t fc1[2] = {F, F};
     switch (d->split) {
     case MTC_SPLIT_NONE:
@@ -152,7 +152,8 @@ static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *na
 
 /* Global roles of one end of the model: those at indices [from, to) of the table. */
 static mtc_result_t add_globals(mtc_registry *r, const role_desc *t, int from, int to,
-                                const mtc_gpt_config *c, const model_register_opts *o, int *pidx) {
+                                const mtc_model_config *c, const model_register_opts *o,
+                                int *pidx) {
     for (int k = from; k < to; k++) {
         const role_desc *d = &t[k];
         if (!role_present(d, c)) continue;
@@ -171,7 +172,7 @@ static mtc_result_t add_globals(mtc_registry *r, const role_desc *t, int from, i
     return MTC_OK;
 }
 
-int model_family_params_per_layer(const mtc_gpt_config *c) {
+int model_family_params_per_layer(const mtc_model_config *c) {
     const role_desc *t = model_family_is_llama(c) ? LLAMA_LAYER : GPT2_LAYER;
     int n = 0;
     for (int k = 0; k < MTC_NROLES; k++)
@@ -179,7 +180,7 @@ int model_family_params_per_layer(const mtc_gpt_config *c) {
     return n;
 }
 
-mtc_result_t model_family_register(mtc_registry *r, const mtc_gpt_config *c,
+mtc_result_t model_family_register(mtc_registry *r, const mtc_model_config *c,
                                    const model_register_opts *o, int *pidx, int *layer_first) {
     int llama = model_family_is_llama(c);
     const role_desc *lt = llama ? LLAMA_LAYER : GPT2_LAYER;

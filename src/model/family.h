@@ -4,7 +4,7 @@
 #ifndef MTC_MODEL_FAMILY_H
 #define MTC_MODEL_FAMILY_H
 
-#include "model/gpt.h"
+#include "model/model.h"
 #include "model/registry.h"
 
 typedef struct {
@@ -15,15 +15,15 @@ typedef struct {
 
 /* 1 when the configuration is Llama-style (RMSNorm, SwiGLU or RoPE): its
  * parameters are named as Hugging Face's LlamaForCausalLM. */
-int model_family_is_llama(const mtc_gpt_config *c);
+int model_family_is_llama(const mtc_model_config *c);
 /* Parameters of one layer in this configuration. */
-int model_family_params_per_layer(const mtc_gpt_config *c);
+int model_family_params_per_layer(const mtc_model_config *c);
 /* Adds the chunk's parameters to r (initialised with its tp / tp_rank) in
  * Megatron's forward order and lays the registry out. pidx
  * (MTC_NGLOBAL_ROLES) receives each global role's index or -1;
  * layer_first[l] for l in [first_layer, last_layer] the index of layer l's
  * first parameter (layer_first[last_layer] = one past the last layer's). */
-mtc_result_t model_family_register(mtc_registry *r, const mtc_gpt_config *c,
+mtc_result_t model_family_register(mtc_registry *r, const mtc_model_config *c,
                                    const model_register_opts *o, int *pidx, int *layer_first);
 
 #endif

@@ -52,7 +52,7 @@ typedef enum {
 
 typedef struct {
     char name[MTC_PARAM_NAME_MAX]; /* "h.3.attn.c_attn.weight" */
-    int role;                      /* the family table's role (model/gpt.h's enums) */
+    int role;                      /* the family table's role (model/model.h's enums) */
     mtc_split_rule split_rule;     /* the rule; split_dim / blocks below are its effect */
     int ndim;                      /* 1 or 2 */
     int64_t shape[2];              /* global shape; (out, in) for linear weights */

@@ -20,7 +20,7 @@
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
-    MTC_CHECK(mtc_gpt_config_validate(&c->model));
+    MTC_CHECK(mtc_model_config_validate(&c->model));
     if (c->micro_batch < 1) return mtc_error(E, "micro-batch-size=%d must be >= 1", c->micro_batch);
     if (c->global_batch < 1)
         return mtc_error(E, "global-batch-size=%d must be >= 1", c->global_batch);
@@ -71,7 +71,7 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length, 0,
                                       c->model.num_layers, vpp));
     int dp = spec.dp;
-    MTC_CHECK(mtc_gpt_validate_tp(&c->model, gc.tp, c->sequence_parallel));
+    MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
@@ -126,7 +126,7 @@ static void train_print_eval(FILE *out, int64_t iteration, double loss) {
 
 static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     const mtc_train_config *c = x->cfg;
-    const mtc_gpt *model = x->chunks[0].model;
+    const mtc_model *model = x->chunks[0].model;
     const mtc_ddp *ddp = x->chunks[0].ddp;
     int B = c->micro_batch, T = c->model.seq_length;
     char desc[512];
@@ -194,7 +194,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     mtc_dp_memory mem;
     size_t act_bytes = train_memory(x, &mem);
     if (out && c->optim_state_bytes_out) *c->optim_state_bytes_out = mem.optim_state_bytes;
-    double flops = mtc_gpt_flops(&c->model, c->global_batch);
+    double flops = mtc_model_flops(&c->model, c->global_batch);
     uint64_t consumed = 0;
     double sum_loss = 0, sum_ms = 0;
     int n_logged = 0, skipped = 0, nan_iters = 0;

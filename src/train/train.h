@@ -11,7 +11,7 @@
  * Loss is Megatron's: mean over every token of the global batch (each
  * token's loss scaled by 1/(global_batch*T)), gradients accumulated over
  * microbatches. Log lines go to `out` in Megatron's format (conventions.md
- * 2.8); FLOPs by mtc_gpt_flops (core_v0.14 formula).
+ * 2.8); FLOPs by mtc_model_flops (core_v0.14 formula).
  * Relies on model/, optim/, data/, comm/, grid/, dp/; the caller (cli/)
  * validates flags and opens the data source (shared read-only by the
  * rank-threads). */
@@ -23,12 +23,12 @@
 
 #include "core/result.h"
 #include "data/data.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "optim/optim.h"
 #include "pp/schedule.h"
 
 typedef struct {
-    mtc_gpt_config model;
+    mtc_model_config model;
     int micro_batch, global_batch;
     int64_t train_iters;
     mtc_lr_schedule lr;

@@ -21,7 +21,7 @@
  * that is per chunk in Megatron: its DDP (buffers, buckets) and its
  * optimizer state. */
 typedef struct {
-    mtc_gpt *model;
+    mtc_model *model;
     mtc_ddp *ddp;
     mtc_adamw opt;     /* plain data parallelism: AdamW over the whole buffer */
     mtc_distopt *dopt; /* --use-distributed-optimizer: AdamW over the owned shard */

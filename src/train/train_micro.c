@@ -57,12 +57,12 @@ mtc_result_t train_params_wait(train_rank *x) {
 }
 
 /* The pass of microbatch mb on chunk k in the running step (or evaluation). */
-static mtc_gpt_pass train_pass(const train_rank *x, int k, int mb) {
+static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
     const mtc_train_config *c = x->cfg;
     const train_chunk *ch = &x->chunks[k];
     float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length);
     int last = mb == x->nmb - 1;
-    mtc_gpt_pass pass = {
+    mtc_model_pass pass = {
         .train = x->cur_train,
         .seed = c->seed,
         .iteration = (uint64_t)x->cur_it,
@@ -109,15 +109,15 @@ static void train_slot_release(train_rank *x, int k, int mb) {
  * to mb_loss_sum). */
 static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *input, float *output) {
     train_rank *x = ctx;
-    mtc_gpt *m = x->chunks[k].model;
+    mtc_model *m = x->chunks[k].model;
     int B = x->cfg->micro_batch, T = x->cfg->model.seq_length, slot = 0;
     MTC_CHECK(train_slot_take(x, k, mb, &slot));
     size_t at = (size_t)mb * B * T;
-    if (input) memcpy(mtc_gpt_slot_input(m, slot), input, x->msg_count * sizeof(float));
-    mtc_gpt_pass pass = train_pass(x, k, mb);
-    x->mb_loss_sum += mtc_gpt_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
+    if (input) memcpy(mtc_model_slot_input(m, slot), input, x->msg_count * sizeof(float));
+    mtc_model_pass pass = train_pass(x, k, mb);
+    x->mb_loss_sum += mtc_model_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
     MTC_CHECK(m->error);
-    if (output) memcpy(output, mtc_gpt_slot_output(m, slot), x->msg_count * sizeof(float));
+    if (output) memcpy(output, mtc_model_slot_output(m, slot), x->msg_count * sizeof(float));
     if (!x->cur_train) train_slot_release(x, k, mb);
     return MTC_OK;
 }
@@ -126,7 +126,7 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
                                       float *input_grad) {
     train_rank *x = ctx;
     const mtc_train_config *c = x->cfg;
-    mtc_gpt *m = x->chunks[k].model;
+    mtc_model *m = x->chunks[k].model;
     int B = c->micro_batch, T = c->model.seq_length;
     int slot = x->ex ? x->chunks[k].slot_of[mb] : 0;
     if (slot < 0)
@@ -134,10 +134,10 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
                          mb, k);
     size_t at = (size_t)mb * B * T;
     float scale = 1.0f / ((float)c->global_batch * (float)T);
-    if (output_grad) memcpy(mtc_gpt_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
-    mtc_gpt_pass pass = train_pass(x, k, mb);
-    MTC_CHECK(mtc_gpt_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
-    if (input_grad) memcpy(input_grad, mtc_gpt_grad_buffer(m), x->msg_count * sizeof(float));
+    if (output_grad) memcpy(mtc_model_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
+    mtc_model_pass pass = train_pass(x, k, mb);
+    MTC_CHECK(mtc_model_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
+    if (input_grad) memcpy(input_grad, mtc_model_grad_buffer(m), x->msg_count * sizeof(float));
     train_slot_release(x, k, mb);
     return MTC_OK;
 }

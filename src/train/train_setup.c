@@ -103,19 +103,19 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     int L = c->model.num_layers, S = x->pp_size * x->vpp;
     int st = pp_virtual_stage(x->pp_size, x->pp_rank, k);
     layout_ctx lc = {x, k};
-    mtc_gpt_chunk_opts o = {.B = c->micro_batch,
-                            .nslots = nslots,
-                            .pool = x->pool,
-                            .tp = x->tp,
-                            .sequence_parallel = c->sequence_parallel,
-                            .first_layer = st * L / S,
-                            .last_layer = (st + 1) * L / S,
-                            .has_embedding = st == 0,
-                            .has_head = st == S - 1,
-                            .layout = c->use_distributed_optimizer ? train_layout : NULL,
-                            .layout_ctx = &lc};
-    MTC_CHECK(mtc_gpt_init_chunk(&c->model, &o, &ch->model));
-    mtc_gpt *m = ch->model;
+    mtc_model_chunk_opts o = {.B = c->micro_batch,
+                              .nslots = nslots,
+                              .pool = x->pool,
+                              .tp = x->tp,
+                              .sequence_parallel = c->sequence_parallel,
+                              .first_layer = st * L / S,
+                              .last_layer = (st + 1) * L / S,
+                              .has_embedding = st == 0,
+                              .has_head = st == S - 1,
+                              .layout = c->use_distributed_optimizer ? train_layout : NULL,
+                              .layout_ctx = &lc};
+    MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
+    mtc_model *m = ch->model;
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
     mtc_ddp_config dc = train_ddp_config(x, k, shared);
@@ -182,12 +182,12 @@ static mtc_result_t train_norm_plan(train_rank *x) {
 
 /* --load: every rank reads the file into a serial model and keeps its shards. */
 static mtc_result_t train_load(train_rank *x) {
-    mtc_gpt *full = NULL;
+    mtc_model *full = NULL;
     mtc_ckpt_info info;
-    MTC_CHECK(mtc_gpt_init(&x->cfg->model, 1, 1, NULL, &full));
+    MTC_CHECK(mtc_model_init(&x->cfg->model, 1, 1, NULL, &full));
     mtc_result_t rc = mtc_ckpt_load(full, x->cfg->load_path, &info);
     for (int k = 0; k < x->vpp; k++) {
-        mtc_gpt *m = x->chunks[k].model;
+        mtc_model *m = x->chunks[k].model;
         const mtc_registry *r = &m->reg;
         for (int i = 0; rc == MTC_OK && i < r->count; i++) {
             const mtc_param *p = &r->params[i];
@@ -196,7 +196,7 @@ static mtc_result_t train_load(train_rank *x) {
                     full->params[p->global_offset + mtc_registry_global_index(r, p, r->tp_rank, l)];
         }
     }
-    mtc_gpt_free(full);
+    mtc_model_free(full);
     return rc;
 }
 
@@ -266,7 +266,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     MTC_CHECK(train_norm_plan(x));
     if (c->load_path) return train_load(x);
     for (int k = 0; k < x->vpp; k++)
-        mtc_gpt_init_params(x->chunks[k].model, c->seed);
+        mtc_model_init_params(x->chunks[k].model, c->seed);
     return MTC_OK;
 }
 
@@ -278,7 +278,7 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
         mtc_ddp_memory(x->chunks[k].ddp, &m);
         mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
         mem->optim_state_bytes += m.optim_state_bytes;
-        act += mtc_gpt_activation_bytes(x->chunks[k].model);
+        act += mtc_model_activation_bytes(x->chunks[k].model);
     }
     return act;
 }
@@ -289,7 +289,7 @@ void train_teardown(train_rank *x) {
         mtc_distopt_free(ch->dopt);
         mtc_adamw_free(&ch->opt);
         mtc_ddp_free(ch->ddp); /* before the model: it waits on the model's buffers */
-        mtc_gpt_free(ch->model);
+        mtc_model_free(ch->model);
         free(ch->slot_of), free(ch->slot_busy);
     }
     free(x->chunks);
@@ -315,9 +315,9 @@ mtc_result_t train_gather(train_rank *x, float *global) {
     memset(global, 0, r0->global_total * sizeof(float));
     mtc_result_t rc = MTC_OK;
     for (int k = 0; k < x->vpp && rc == MTC_OK; k++) { /* chunks hold disjoint layers */
-        const mtc_gpt *m = x->chunks[k].model;
+        const mtc_model *m = x->chunks[k].model;
         /* comm: all-gather(tp) per split parameter */
-        rc = mtc_gpt_gather(m, global, m->params, scratch);
+        rc = mtc_model_gather(m, global, m->params, scratch);
         for (int i = 0; rc == MTC_OK && i < m->reg.count; i++) /* the first copy counts */
             if (m->reg.params[i].shared_copy)
                 memset(global + m->reg.params[i].global_offset, 0,
@@ -335,14 +335,14 @@ mtc_result_t train_gather(train_rank *x, float *global) {
 /* --save: gather the shards; the last rank writes the serial-layout model. */
 mtc_result_t train_save(train_rank *x, int is_last, FILE *out) {
     const mtc_train_config *c = x->cfg;
-    mtc_gpt *full = NULL;
-    MTC_CHECK(mtc_gpt_init(&c->model, 1, 1, NULL, &full));
+    mtc_model *full = NULL;
+    MTC_CHECK(mtc_model_init(&c->model, 1, 1, NULL, &full));
     mtc_result_t rc = train_gather(x, full->params);
     if (rc == MTC_OK && is_last) {
         rc = mtc_ckpt_save(full, c->save_path, c->train_iters, c->tokenizer);
         if (rc == MTC_OK && !c->quiet && out) fprintf(out, "> saved model to %s\n", c->save_path);
     }
-    mtc_gpt_free(full);
+    mtc_model_free(full);
     return rc;
 }
 

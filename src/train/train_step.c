@@ -16,7 +16,7 @@
 /* Sum the gradients of every parameter whose registry entry has `bit` over
  * `comm`: one packed all-reduce per chunk (layer norms and row-parallel
  * biases over TP under SP; the tied embedding over EMBEDDING_GROUP). */
-static mtc_result_t train_reduce_group(train_rank *x, const mtc_gpt *m, unsigned bit,
+static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsigned bit,
                                        mtc_comm_t comm) {
     const mtc_registry *r = &m->reg;
     float *g = m->grads;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "fixture.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "test.h"
 
 /* max |a-b| <= rtol * max|b| (+ a tiny floor), reported per tensor. */
@@ -28,21 +28,21 @@ int main(void) {
     T_CHECK(fixture_load(&fx, "tests/reference/gpt2_tiny.fixture") == 0);
     if (fx.count == 0) return T_DONE();
     const float *cf = fixture_get(&fx, "config")->data;
-    mtc_gpt_config cfg = {.num_layers = (int)cf[0],
-                          .hidden_size = (int)cf[1],
-                          .num_heads = (int)cf[2],
-                          .ffn_hidden_size = (int)cf[3],
-                          .seq_length = (int)cf[4],
-                          .max_position_embeddings = (int)cf[5],
-                          .vocab_size = (int)cf[6],
-                          .padded_vocab_size = (int)cf[7],
-                          .init_std = 0.02f};
+    mtc_model_config cfg = {.num_layers = (int)cf[0],
+                            .hidden_size = (int)cf[1],
+                            .num_heads = (int)cf[2],
+                            .ffn_hidden_size = (int)cf[3],
+                            .seq_length = (int)cf[4],
+                            .max_position_embeddings = (int)cf[5],
+                            .vocab_size = (int)cf[6],
+                            .padded_vocab_size = (int)cf[7],
+                            .init_std = 0.02f};
     int B = (int)cf[8], T = cfg.seq_length, N = B * T, Vp = cfg.padded_vocab_size;
-    T_CHECK(mtc_gpt_pad_vocab(cfg.vocab_size, 16, 1) == Vp);
+    T_CHECK(mtc_model_pad_vocab(cfg.vocab_size, 16, 1) == Vp);
     nn_pool *pool;
     T_CHECK(nn_pool_create(2, &pool) == MTC_OK);
-    mtc_gpt *m;
-    T_CHECK(mtc_gpt_init(&cfg, B, 1, pool, &m) == MTC_OK);
+    mtc_model *m;
+    T_CHECK(mtc_model_init(&cfg, B, 1, pool, &m) == MTC_OK);
 
     /* registry: backward order, last parameter at offset 0, contiguous */
     const mtc_registry *r = &m->reg;
@@ -65,14 +65,14 @@ int main(void) {
     for (int i = 0; i < N; i++)
         tokens[i] = (int)tk->data[i], targets[i] = (int)tg->data[i];
 
-    mtc_gpt_pass pass = {0};
-    mtc_gpt_forward(m, 0, tokens, NULL, B, T, &pass);
-    compare("logits", mtc_gpt_logits(m), fixture_get(&fx, "logits")->data, (size_t)N * Vp, 1e-5);
+    mtc_model_pass pass = {0};
+    mtc_model_forward(m, 0, tokens, NULL, B, T, &pass);
+    compare("logits", mtc_model_logits(m), fixture_get(&fx, "logits")->data, (size_t)N * Vp, 1e-5);
 
-    mtc_gpt_zero_grad(m);
-    double loss = mtc_gpt_forward(m, 0, tokens, targets, B, T, &pass) / N;
+    mtc_model_zero_grad(m);
+    double loss = mtc_model_forward(m, 0, tokens, targets, B, T, &pass) / N;
     T_CLOSE(loss, fixture_get(&fx, "loss")->data[0], 0, 1e-5);
-    mtc_gpt_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &pass);
+    mtc_model_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &pass);
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         char gname[96];
@@ -84,20 +84,20 @@ int main(void) {
     /* the fused training path (dlogits made in the forward) gives the same bits */
     float *g_plain = malloc(r->total * sizeof(float));
     memcpy(g_plain, m->grads, r->total * sizeof(float));
-    mtc_gpt_zero_grad(m);
-    mtc_gpt_pass fused = {.loss_scale = 1.0f / (float)N};
-    double loss2 = mtc_gpt_forward(m, 0, tokens, targets, B, T, &fused) / N;
-    mtc_gpt_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &fused);
+    mtc_model_zero_grad(m);
+    mtc_model_pass fused = {.loss_scale = 1.0f / (float)N};
+    double loss2 = mtc_model_forward(m, 0, tokens, targets, B, T, &fused) / N;
+    mtc_model_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &fused);
     T_CHECK(loss2 == loss);
     T_CHECK(!memcmp(g_plain, m->grads, r->total * sizeof(float)));
     free(g_plain);
     /* backward accumulates: a second pass doubles every gradient */
     float g0 = m->grads[r->params[2].offset];
-    mtc_gpt_forward(m, 0, tokens, targets, B, T, &pass);
-    mtc_gpt_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &pass);
+    mtc_model_forward(m, 0, tokens, targets, B, T, &pass);
+    mtc_model_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &pass);
     T_CLOSE(m->grads[r->params[2].offset], 2 * g0, 1e-9, 1e-5);
 
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     nn_pool_free(pool);
     fixture_free(&fx);
     return T_DONE();

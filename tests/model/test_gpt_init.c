@@ -8,26 +8,26 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "test.h"
 
 int main(void) {
-    mtc_gpt_config cfg = {.num_layers = 3,
-                          .hidden_size = 64,
-                          .num_heads = 4,
-                          .ffn_hidden_size = 256,
-                          .seq_length = 16,
-                          .max_position_embeddings = 32,
-                          .vocab_size = 300,
-                          .padded_vocab_size = mtc_gpt_pad_vocab(300, 128, 1),
-                          .init_std = 0.02f};
+    mtc_model_config cfg = {.num_layers = 3,
+                            .hidden_size = 64,
+                            .num_heads = 4,
+                            .ffn_hidden_size = 256,
+                            .seq_length = 16,
+                            .max_position_embeddings = 32,
+                            .vocab_size = 300,
+                            .padded_vocab_size = mtc_model_pad_vocab(300, 128, 1),
+                            .init_std = 0.02f};
     T_CHECK(cfg.padded_vocab_size == 384);
-    T_CHECK(mtc_gpt_pad_vocab(384, 128, 1) == 384 && mtc_gpt_pad_vocab(50257, 128, 2) == 50432);
+    T_CHECK(mtc_model_pad_vocab(384, 128, 1) == 384 && mtc_model_pad_vocab(50257, 128, 2) == 50432);
     nn_pool *pool;
     T_CHECK(nn_pool_create(2, &pool) == MTC_OK);
-    mtc_gpt *m;
-    T_CHECK(mtc_gpt_init(&cfg, 2, 1, pool, &m) == MTC_OK);
-    mtc_gpt_init_params(m, 1234);
+    mtc_model *m;
+    T_CHECK(mtc_model_init(&cfg, 2, 1, pool, &m) == MTC_OK);
+    mtc_model_init_params(m, 1234);
     const mtc_registry *r = &m->reg;
     float *serial = malloc(r->total * sizeof(float));
     mtc_registry_init_params(r, serial, 1234);
@@ -70,7 +70,7 @@ int main(void) {
     T_CHECK(r->params[0].reduce_groups & MTC_REDUCE_EMBEDDING);
     T_CHECK(mtc_registry_find(r, "h.2.mlp.c_proj.weight") >= 0 &&
             mtc_registry_find(r, "h.3.ln_1.weight") < 0);
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     nn_pool_free(pool);
     return T_DONE();
 }

@@ -1,6 +1,6 @@
 /* tests/model/test_gpt_tp_registry.c - the registry's TP split of the GPT:
  * for tp in {2, 4} and every parameter, the local -> global index maps of
- * the tp ranks (built by mtc_gpt_init_tp on shm rank-threads, SP on)
+ * the tp ranks (built by mtc_model_init_tp on shm rank-threads, SP on)
  * together hit every split parameter's global element exactly once; the fused
  * c_attn rows follow tp/layers.h's tp_qkv_row; split parameters hold 1/tp
  * of the elements and replicated ones are flagged tp_duplicate (and, under
@@ -11,38 +11,38 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "test.h"
 #include "tp/layers.h"
 
-static mtc_gpt_config GPT2 = {.num_layers = 2,
-                              .hidden_size = 16,
-                              .num_heads = 4,
-                              .ffn_hidden_size = 64,
-                              .seq_length = 8,
-                              .max_position_embeddings = 8,
-                              .vocab_size = 30,
-                              .padded_vocab_size = 32,
-                              .init_std = 0.02f};
+static mtc_model_config GPT2 = {.num_layers = 2,
+                                .hidden_size = 16,
+                                .num_heads = 4,
+                                .ffn_hidden_size = 64,
+                                .seq_length = 8,
+                                .max_position_embeddings = 8,
+                                .vocab_size = 30,
+                                .padded_vocab_size = 32,
+                                .init_std = 0.02f};
 /* Llama-style: GQA (8 heads, 4 groups, head size 8 != C/NH), SwiGLU,
  * RMSNorm, RoPE, untied head, no biases */
-static mtc_gpt_config LLAMA = {.num_layers = 2,
-                               .hidden_size = 16,
-                               .num_heads = 8,
-                               .num_query_groups = 4,
-                               .kv_channels = 8,
-                               .ffn_hidden_size = 24,
-                               .seq_length = 8,
-                               .max_position_embeddings = 8,
-                               .vocab_size = 30,
-                               .padded_vocab_size = 32,
-                               .init_std = 0.02f,
-                               .normalization = MTC_NORM_RMSNORM,
-                               .position_embedding = MTC_POS_ROPE,
-                               .swiglu = 1,
-                               .untie_embeddings = 1,
-                               .disable_bias_linear = 1};
-static mtc_gpt_config CFG;
+static mtc_model_config LLAMA = {.num_layers = 2,
+                                 .hidden_size = 16,
+                                 .num_heads = 8,
+                                 .num_query_groups = 4,
+                                 .kv_channels = 8,
+                                 .ffn_hidden_size = 24,
+                                 .seq_length = 8,
+                                 .max_position_embeddings = 8,
+                                 .vocab_size = 30,
+                                 .padded_vocab_size = 32,
+                                 .init_std = 0.02f,
+                                 .normalization = MTC_NORM_RMSNORM,
+                                 .position_embedding = MTC_POS_ROPE,
+                                 .swiglu = 1,
+                                 .untie_embeddings = 1,
+                                 .disable_bias_linear = 1};
+static mtc_model_config CFG;
 
 /* Which parameters are split over TP, by name (an oracle written out here,
  * not the family table). */
@@ -80,9 +80,9 @@ static rank_view g_view[4];
 static mtc_result_t rank_fn(mtc_comm_t world, void *arg) {
     (void)arg;
     int r = mtc_comm_rank(world);
-    mtc_gpt *m;
-    MTC_CHECK(mtc_gpt_init_tp(&CFG, 1, 1, NULL, world, 1, &m));
-    mtc_gpt_init_params(m, 77);
+    mtc_model *m;
+    MTC_CHECK(mtc_model_init_tp(&CFG, 1, 1, NULL, world, 1, &m));
+    mtc_model_init_params(m, 77);
     rank_view *v = &g_view[r];
     for (int i = 0; i < m->reg.count; i++) {
         const mtc_param *p = &m->reg.params[i];
@@ -97,16 +97,16 @@ static mtc_result_t rank_fn(mtc_comm_t world, void *arg) {
             v->val[i][l] = m->params[p->offset + l];
         }
     }
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     return MTC_OK;
 }
 
-static int check_config(const mtc_gpt_config *config) {
+static int check_config(const mtc_model_config *config) {
     CFG = *config;
-    mtc_gpt_config cfg = CFG;
-    mtc_gpt *serial;
-    T_CHECK(mtc_gpt_init(&cfg, 1, 1, NULL, &serial) == MTC_OK);
-    mtc_gpt_init_params(serial, 77);
+    mtc_model_config cfg = CFG;
+    mtc_model *serial;
+    T_CHECK(mtc_model_init(&cfg, 1, 1, NULL, &serial) == MTC_OK);
+    mtc_model_init_params(serial, 77);
     int C = cfg.hidden_size;
     for (int tp = 2; tp <= 4; tp *= 2) {
         mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = tp};
@@ -132,9 +132,9 @@ static int check_config(const mtc_gpt_config *config) {
                     size_t cols = (size_t)g->shape[1];
                     if (strstr(g->name, "c_attn."))
                         qkv_ok &= gi / cols == (size_t)tp_qkv_row((int)(l / cols), C, tp, r);
-                    int64_t HS = mtc_gpt_head_size(&cfg), F = cfg.ffn_hidden_size;
-                    int64_t qkv[3] = {cfg.num_heads * HS, mtc_gpt_groups(&cfg) * HS,
-                                      mtc_gpt_groups(&cfg) * HS};
+                    int64_t HS = mtc_model_head_size(&cfg), F = cfg.ffn_hidden_size;
+                    int64_t qkv[3] = {cfg.num_heads * HS, mtc_model_groups(&cfg) * HS,
+                                      mtc_model_groups(&cfg) * HS};
                     int64_t fc1[2] = {F, F};
                     if (strstr(g->name, "qkv_proj"))
                         qkv_ok &= gi / cols == fused_row(qkv, 3, tp, r, l / cols);
@@ -156,11 +156,11 @@ static int check_config(const mtc_gpt_config *config) {
     }
     /* a pipeline chunk: the last stage (layer 1, the final norm, and its own
      * wte copy when tied, the output layer when untied) */
-    mtc_gpt *last;
+    mtc_model *last;
     int gpt2 = !cfg.untie_embeddings;
-    mtc_gpt_chunk_opts o = {
+    mtc_model_chunk_opts o = {
         .B = 1, .nslots = 2, .first_layer = 1, .last_layer = 2, .has_embedding = 0, .has_head = 1};
-    T_CHECK(mtc_gpt_init_chunk(&cfg, &o, &last) == MTC_OK);
+    T_CHECK(mtc_model_init_chunk(&cfg, &o, &last) == MTC_OK);
     T_CHECKF(last->reg.count == (gpt2 ? 1 + 12 + 2 : 6 + 2), "last chunk holds %d params",
              last->reg.count);
     T_CHECK(last->g[MTC_ROLE_WPE] == NULL && last->layers[0].w[MTC_ROLE_QKV_W] == NULL);
@@ -178,8 +178,8 @@ static int check_config(const mtc_gpt_config *config) {
         T_CHECK(k >= 0 && serial->reg.params[k].offset == last->reg.params[i].global_offset);
     }
     T_CHECK(last->reg.global_total == serial->reg.total);
-    mtc_gpt_free(last);
-    mtc_gpt_free(serial);
+    mtc_model_free(last);
+    mtc_model_free(serial);
     return 0;
 }
 
@@ -187,8 +187,8 @@ int main(void) {
     check_config(&GPT2);
     check_config(&LLAMA);
     /* the Llama names and shapes, as Hugging Face's (q/k/v and gate/up fused) */
-    mtc_gpt *m;
-    T_CHECK(mtc_gpt_init(&LLAMA, 1, 1, NULL, &m) == MTC_OK);
+    mtc_model *m;
+    T_CHECK(mtc_model_init(&LLAMA, 1, 1, NULL, &m) == MTC_OK);
     const char *names[] = {"model.embed_tokens.weight",
                            "model.layers.0.input_layernorm.weight",
                            "model.layers.0.self_attn.qkv_proj.weight",
@@ -206,6 +206,6 @@ int main(void) {
     T_CHECK(m->reg.count == 1 + 2 * 6 + 2);
     T_CHECK(!strcmp(m->reg.params[m->reg.count - 2].name, "model.norm.weight"));
     T_CHECK(!strcmp(m->reg.params[m->reg.count - 1].name, "lm_head.weight"));
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     return T_DONE();
 }

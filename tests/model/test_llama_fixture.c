@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fixture.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "test.h"
 
 static void compare(const char *what, const float *a, const float *b, size_t n, double rtol) {
@@ -56,29 +56,29 @@ int main(void) {
     T_CHECK(fixture_load(&fx, "tests/reference/llama_tiny.fixture") == 0);
     if (fx.count == 0) return T_DONE();
     const float *cf = fixture_get(&fx, "config")->data; /* L C NH NG HS F V B T */
-    mtc_gpt_config cfg = {.num_layers = (int)cf[0],
-                          .hidden_size = (int)cf[1],
-                          .num_heads = (int)cf[2],
-                          .num_query_groups = (int)cf[3],
-                          .kv_channels = (int)cf[4],
-                          .ffn_hidden_size = (int)cf[5],
-                          .vocab_size = (int)cf[6],
-                          .padded_vocab_size = (int)cf[6],
-                          .seq_length = (int)cf[8],
-                          .max_position_embeddings = (int)cf[8],
-                          .init_std = 0.02f,
-                          .normalization = MTC_NORM_RMSNORM,
-                          .norm_epsilon = fixture_get(&fx, "norm_eps")->data[0],
-                          .position_embedding = MTC_POS_ROPE,
-                          .rotary_base = fixture_get(&fx, "rope_base")->data[0],
-                          .swiglu = 1,
-                          .untie_embeddings = 1,
-                          .disable_bias_linear = 1};
+    mtc_model_config cfg = {.num_layers = (int)cf[0],
+                            .hidden_size = (int)cf[1],
+                            .num_heads = (int)cf[2],
+                            .num_query_groups = (int)cf[3],
+                            .kv_channels = (int)cf[4],
+                            .ffn_hidden_size = (int)cf[5],
+                            .vocab_size = (int)cf[6],
+                            .padded_vocab_size = (int)cf[6],
+                            .seq_length = (int)cf[8],
+                            .max_position_embeddings = (int)cf[8],
+                            .init_std = 0.02f,
+                            .normalization = MTC_NORM_RMSNORM,
+                            .norm_epsilon = fixture_get(&fx, "norm_eps")->data[0],
+                            .position_embedding = MTC_POS_ROPE,
+                            .rotary_base = fixture_get(&fx, "rope_base")->data[0],
+                            .swiglu = 1,
+                            .untie_embeddings = 1,
+                            .disable_bias_linear = 1};
     int B = (int)cf[7], T = cfg.seq_length, N = B * T, V = cfg.vocab_size;
     nn_pool *pool;
     T_CHECK(nn_pool_create(2, &pool) == MTC_OK);
-    mtc_gpt *m;
-    T_CHECK(mtc_gpt_init(&cfg, B, 1, pool, &m) == MTC_OK);
+    mtc_model *m;
+    T_CHECK(mtc_model_init(&cfg, B, 1, pool, &m) == MTC_OK);
     const mtc_registry *r = &m->reg;
     T_CHECK(r->count == 1 + 6 * cfg.num_layers + 2);
     float *want = malloc(r->total * sizeof(float));
@@ -91,13 +91,13 @@ int main(void) {
     for (int i = 0; i < N; i++)
         tokens[i] = (int)tk->data[i], targets[i] = (int)tg->data[i];
 
-    mtc_gpt_pass pass = {0};
-    mtc_gpt_forward(m, 0, tokens, NULL, B, T, &pass);
-    compare("logits", mtc_gpt_logits(m), fixture_get(&fx, "logits")->data, (size_t)N * V, 1e-5);
-    double loss = mtc_gpt_forward(m, 0, tokens, targets, B, T, &pass) / N;
+    mtc_model_pass pass = {0};
+    mtc_model_forward(m, 0, tokens, NULL, B, T, &pass);
+    compare("logits", mtc_model_logits(m), fixture_get(&fx, "logits")->data, (size_t)N * V, 1e-5);
+    double loss = mtc_model_forward(m, 0, tokens, targets, B, T, &pass) / N;
     T_CLOSE(loss, fixture_get(&fx, "loss")->data[0], 0, 1e-5);
     pass.first_microbatch = 1;
-    mtc_gpt_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &pass);
+    mtc_model_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &pass);
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         char what[96];
@@ -109,13 +109,13 @@ int main(void) {
     }
     /* the fused training path (dlogits made in the forward) gives the same bits */
     memcpy(want, m->grads, r->total * sizeof(float));
-    mtc_gpt_pass fused = {.loss_scale = 1.0f / (float)N, .first_microbatch = 1};
-    double loss2 = mtc_gpt_forward(m, 0, tokens, targets, B, T, &fused) / N;
-    mtc_gpt_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &fused);
+    mtc_model_pass fused = {.loss_scale = 1.0f / (float)N, .first_microbatch = 1};
+    double loss2 = mtc_model_forward(m, 0, tokens, targets, B, T, &fused) / N;
+    mtc_model_backward(m, 0, tokens, targets, B, T, 1.0f / (float)N, &fused);
     T_CHECK(loss2 == loss);
     T_CHECK(!memcmp(want, m->grads, r->total * sizeof(float)));
     free(want);
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     nn_pool_free(pool);
     fixture_free(&fx);
     return T_DONE();

@@ -29,7 +29,7 @@
 
 #include "comm/comm.h"
 #include "data/data.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "test.h"
 #include "train/train.h"
 
@@ -50,7 +50,7 @@ static int g_layers = 2;
 static void base_config(mtc_train_config *c, float dropout, double *losses, double *norms,
                         float *params) {
     memset(c, 0, sizeof *c);
-    mtc_gpt_config *m = &c->model;
+    mtc_model_config *m = &c->model;
     m->num_layers = g_layers, m->hidden_size = 32, m->num_heads = 4, m->ffn_hidden_size = 128;
     m->seq_length = SEQ, m->max_position_embeddings = SEQ;
     m->vocab_size = 60, m->padded_vocab_size = V; /* the softmax covers the padding too */
@@ -95,8 +95,8 @@ static void parity_set_layers(int layers) {
     g_layers = layers;
     mtc_train_config c;
     base_config(&c, 0, NULL, NULL, NULL);
-    mtc_gpt *sm;
-    T_CHECK(mtc_gpt_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
+    mtc_model *sm;
+    T_CHECK(mtc_model_init(&c.model, 1, 1, NULL, &sm) == MTC_OK);
     g_nparams = sm->reg.global_total;
     free(g_skip);
     g_skip = calloc(g_nparams, 1);
@@ -108,7 +108,7 @@ static void parity_set_layers(int layers) {
         memset(g_skip + sm->reg.params[i].global_offset + c.model.hidden_size, 1,
                (size_t)c.model.hidden_size);
     }
-    mtc_gpt_free(sm);
+    mtc_model_free(sm);
 }
 
 /* Run a against the serial run s with the tolerances above; prints one line. */

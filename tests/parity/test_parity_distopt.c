@@ -45,7 +45,7 @@ static mtc_result_t run(result *r, const layout *y, int distopt) {
  * each requested range (as the all-gather would); the loss must equal the
  * normal forward's, and every param must be requested (the tied wte twice: embedding, head). */
 typedef struct {
-    mtc_gpt *m;
+    mtc_model *m;
     const float *real;
     int *seen;
 } need_ctx;
@@ -64,28 +64,28 @@ static mtc_result_t need_hook(void *ctx, int first, int last) {
 static void check_params_needed(int first_layer, int last_layer, int emb, int head) {
     mtc_train_config c;
     base_config(&c, 0, NULL, NULL, NULL);
-    mtc_gpt *m;
-    mtc_gpt_chunk_opts o = {.B = 1,
-                            .nslots = 1,
-                            .first_layer = first_layer,
-                            .last_layer = last_layer,
-                            .has_embedding = emb,
-                            .has_head = head};
-    T_CHECK(mtc_gpt_init_chunk(&c.model, &o, &m) == MTC_OK);
-    mtc_gpt_init_params(m, 5);
+    mtc_model *m;
+    mtc_model_chunk_opts o = {.B = 1,
+                              .nslots = 1,
+                              .first_layer = first_layer,
+                              .last_layer = last_layer,
+                              .has_embedding = emb,
+                              .has_head = head};
+    T_CHECK(mtc_model_init_chunk(&c.model, &o, &m) == MTC_OK);
+    mtc_model_init_params(m, 5);
     int tokens[SEQ], targets[SEQ];
     for (int t = 0; t < SEQ; t++)
         tokens[t] = (3 * t + 1) % 60, targets[t] = (5 * t + 2) % 60;
     size_t in = (size_t)SEQ * c.model.hidden_size;
     if (!emb)
         for (size_t i = 0; i < in; i++)
-            mtc_gpt_slot_input(m, 0)[i] = 0.01f * (float)(i % 17);
-    mtc_gpt_pass pass = {.seed = 1};
-    double want = mtc_gpt_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
+            mtc_model_slot_input(m, 0)[i] = 0.01f * (float)(i % 17);
+    mtc_model_pass pass = {.seed = 1};
+    double want = mtc_model_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
     float *out0 = NULL;
     if (!head) {
         out0 = malloc(in * sizeof(float));
-        memcpy(out0, mtc_gpt_slot_output(m, 0), in * sizeof(float));
+        memcpy(out0, mtc_model_slot_output(m, 0), in * sizeof(float));
     }
     float *real = malloc(m->reg.total * sizeof(float));
     memcpy(real, m->params, m->reg.total * sizeof(float));
@@ -93,7 +93,7 @@ static void check_params_needed(int first_layer, int last_layer, int emb, int he
         m->params[i] = NAN;
     need_ctx n = {m, real, calloc((size_t)m->reg.count, sizeof(int))};
     pass.params_needed = need_hook, pass.params_needed_ctx = &n;
-    double got = mtc_gpt_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
+    double got = mtc_model_forward(m, 0, tokens, head ? targets : NULL, 1, SEQ, &pass);
     int once = 1;
     for (int p = 0; p < m->reg.count; p++)
         once &= n.seen[p] >= 1; /* the tied wte twice */
@@ -102,11 +102,11 @@ static void check_params_needed(int first_layer, int last_layer, int emb, int he
     if (head)
         T_CHECKF(got == want, "loss %g with announced params, %g without", got, want);
     else
-        T_CHECK(!memcmp(out0, mtc_gpt_slot_output(m, 0), in * sizeof(float)));
+        T_CHECK(!memcmp(out0, mtc_model_slot_output(m, 0), in * sizeof(float)));
     printf("params_needed: layers [%d, %d)%s%s: %d params announced before use\n", first_layer,
            last_layer, emb ? " embedding" : "", head ? " head" : "", m->reg.count);
     free(n.seen), free(real), free(out0);
-    mtc_gpt_free(m);
+    mtc_model_free(m);
 }
 
 int main(void) {

@@ -1,35 +1,36 @@
-/* model/gpt.h - GPT-2 (pre-LN blocks, tied input/output embedding, vocabulary
- * padded to a multiple) on the parameter registry, with the forward and
- * backward pass of ONE microbatch on ONE model chunk.
+/* model/model.h - the transformer of both families (GPT-2 and Llama-style,
+ * model/family.c) on the parameter registry, with the forward and backward
+ * pass of ONE microbatch on ONE model chunk.
  *
  * A chunk is a range of transformer layers [first_layer, last_layer), with
- * or without the embedding (first stage) and the final layer norm + loss
- * (last stage), so pipeline parallelism can later run a model per chunk;
- * serial runs use one chunk holding everything. Activations of several
- * in-flight microbatches live in arena "slots" sized at start; nothing is
- * allocated in the step loop.
+ * or without the embedding (first stage) and the final norm + loss (last
+ * stage); serial runs use one chunk holding everything. Activations of
+ * several in-flight microbatches live in arena "slots" sized at start;
+ * nothing is allocated in the step loop.
  *
- * Block (Megatron/GPT-2, dropout as Megatron places it):
- *   x = drop_h(wte[tok] + wpe[pos])                      (embedding)
- *   x = x + drop_h(c_proj(attn(drop_a; c_attn(ln_1(x)))))
- *   x = x + drop_h(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))
- *   logits = ln_f(x) · wteᵀ                              (head, tied)
+ * Layer (pre-norm, dropout as Megatron places it; model/block.h):
+ *   x = drop_h(wte[tok] (+ wpe[pos] with learned positions))       (embedding)
+ *   x = x + drop_h(proj(core_attention(drop_a; RoPE(qkv(norm1(x))))))
+ *   x = x + drop_h(fc2(act(fc1(norm2(x)))))        act = GELU, or SwiGLU
+ *   logits = norm_f(x) · Wᵀ    W = wte (tied) or the output layer (untied)
+ * norm = LayerNorm or RMSNorm; grouped-query attention when NG < NH.
  * Dropout masks are keyed by (seed, layer, site, iteration) and the global
  * sample index (pass->b0), so any sharded layout draws the serial masks.
  *
- * Tensor and sequence parallelism (issue 5): the same code path runs on a
- * TP communicator through tp/layers.h (attention split by heads, MLP column
- * then row parallel, vocabulary-parallel embedding and cross-entropy, the
- * LM head on the rank's wte shard); with a NULL communicator (tp = 1) those
- * layers are bitwise the nn/ kernels, so the serial model is the tp = 1 case.
+ * Tensor and sequence parallelism: the same code path runs on a TP
+ * communicator through tp/layers.h (attention split by heads and key/value
+ * groups, MLP column then row parallel, vocabulary-parallel embedding,
+ * head and cross-entropy); with a NULL communicator (tp = 1) those layers
+ * are bitwise the nn/ kernels, so the serial model is the tp = 1 case.
  * Under SP the (B, T, C) tensors between TP regions hold T/tp positions;
  * dropout is keyed by global sample, position and head.
  *
- * Relies on nn/ kernels, tp/ layers and the registry; communicates only
- * inside the TP layers; does not reduce gradients over DP or TP (train/
- * does), load data or step the optimizer. */
-#ifndef MTC_MODEL_GPT_H
-#define MTC_MODEL_GPT_H
+ * Relies on nn/ kernels, tp/ layers, model/block.h and the registry;
+ * communicates only inside the TP layers; does not reduce gradients over
+ * any group (train/ does, reading the registry), load data or step the
+ * optimizer. */
+#ifndef MTC_MODEL_MODEL_H
+#define MTC_MODEL_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -75,33 +76,33 @@ typedef struct {
     int untie_embeddings;            /* --untie-embeddings-and-output-weights */
     int disable_bias_linear;         /* --disable-bias-linear */
     int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
-} mtc_gpt_config;
+} mtc_model_config;
 
 /* Derived shapes every layer uses (the config's zeros resolved). */
-static inline int mtc_gpt_groups(const mtc_gpt_config *c) {
+static inline int mtc_model_groups(const mtc_model_config *c) {
     return c->num_query_groups > 0 ? c->num_query_groups : c->num_heads;
 }
-static inline int mtc_gpt_head_size(const mtc_gpt_config *c) {
+static inline int mtc_model_head_size(const mtc_model_config *c) {
     return c->kv_channels > 0 ? c->kv_channels : c->hidden_size / c->num_heads;
 }
-static inline float mtc_gpt_norm_eps(const mtc_gpt_config *c) {
+static inline float mtc_model_norm_eps(const mtc_model_config *c) {
     return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
 }
 
 /* Megatron's padding: the smallest multiple of divisible_by (times tp) >= V. */
-int mtc_gpt_pad_vocab(int vocab_size, int divisible_by, int tp);
+int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp);
 /* Refuses impossible shapes with one line naming the value and the fix
  * (MTC_ERR_INVALID_ARGUMENT). */
-mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *cfg);
+mtc_result_t mtc_model_config_validate(const mtc_model_config *cfg);
 /* Model FLOPs of one iteration (Megatron's formula, no recompute; GPT-2
  * shapes give 72 B s L h^2 (1 + s/(12h) + V/(12hL)) with B the global
  * batch, V padded; GQA and SwiGLU counted as their GEMMs are). */
-double mtc_gpt_flops(const mtc_gpt_config *cfg, int64_t global_batch);
+double mtc_model_flops(const mtc_model_config *cfg, int64_t global_batch);
 /* The tensor-parallel split's rules for this model, one line each naming
  * the fix (heads, key/value groups, ffn, padded vocabulary by tp;
  * seq-length by tp under SP): the one check train/, cli/ and the model
  * use. */
-mtc_result_t mtc_gpt_validate_tp(const mtc_gpt_config *cfg, int tp, int sequence_parallel);
+mtc_result_t mtc_model_validate_tp(const mtc_model_config *cfg, int tp, int sequence_parallel);
 
 /* The parameters of one transformer layer, by role (model/family.c):
  * every family's layer is these roles, some absent (NULL) in a family or
@@ -130,7 +131,7 @@ typedef enum {
 typedef struct {
     float *w[MTC_NROLES]; /* views into the flat buffer; NULL when the role is absent */
     int first, last;      /* registry indices [first, last) of this layer's params */
-} mtc_gpt_layer;
+} mtc_model_layer;
 
 /* Parameters outside the layers. */
 typedef enum {
@@ -165,12 +166,12 @@ typedef struct {
      * becomes m->error. */
     mtc_result_t (*params_needed)(void *ctx, int first, int last);
     void *params_needed_ctx;
-} mtc_gpt_pass;
+} mtc_model_pass;
 
-typedef struct mtc_gpt_slot mtc_gpt_slot;
+typedef struct mtc_model_slot mtc_model_slot;
 
 typedef struct {
-    mtc_gpt_config cfg;
+    mtc_model_config cfg;
     int B, T;                    /* largest microbatch this model runs */
     int first_layer, last_layer; /* this chunk's layers */
     int has_embedding, has_head;
@@ -185,10 +186,10 @@ typedef struct {
         *dg[MTC_NGLOBAL_ROLES]; /* views of the global roles (NULL: none) */
     const float *head_w;        /* the LM head's weight: wte (tied) or the output layer */
     float *dhead_w;
-    mtc_gpt_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
-    nn_rope_table rope;              /* RoPE cos/sin (zeroed without rotary positions) */
+    mtc_model_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
+    nn_rope_table rope;                /* RoPE cos/sin (zeroed without rotary positions) */
     int nslots;
-    mtc_gpt_slot *slots;
+    mtc_model_slot *slots;
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
@@ -196,24 +197,24 @@ typedef struct {
     float *scratch;             /* TP layer scratch (max over the layers' needs) */
     mtc_arena arena;
     nn_pool *pool; /* not owned */
-} mtc_gpt;
+} mtc_model;
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
  * arena for `nslots` in-flight microbatches of (B, T = cfg->seq_length).
  * The whole model is one chunk. pool may be NULL. */
-mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                          mtc_gpt **out);
+mtc_result_t mtc_model_init(const mtc_model_config *cfg, int B, int nslots, nn_pool *pool,
+                            mtc_model **out);
 /* The same holding this TP rank's shards (tp = NULL: serial). Refuses
  * shapes the split cannot take (heads, ffn, padded vocabulary not
  * divisible by tp; seq-length by tp under SP) with INVALID_ARGUMENT.
  * sequence_parallel with tp 1 is ignored. */
-mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                             mtc_comm_t tp, int sequence_parallel, mtc_gpt **out);
+mtc_result_t mtc_model_init_tp(const mtc_model_config *cfg, int B, int nslots, nn_pool *pool,
+                               mtc_comm_t tp, int sequence_parallel, mtc_model **out);
 /* Where the flat buffers put each parameter: given the chunk's registry
  * (shapes in forward order), offsets[i] for param i and *total floats (the
  * distributed optimizer's padded layout). NULL = the registry's packing. */
-typedef mtc_result_t (*mtc_gpt_layout_fn)(void *ctx, const mtc_registry *reg, size_t *offsets,
-                                          size_t *total);
+typedef mtc_result_t (*mtc_model_layout_fn)(void *ctx, const mtc_registry *reg, size_t *offsets,
+                                            size_t *total);
 
 /* One pipeline chunk. */
 typedef struct {
@@ -223,9 +224,9 @@ typedef struct {
     int sequence_parallel;       /* ignored with tp 1 */
     int first_layer, last_layer; /* the chunk's layers [first, last) */
     int has_embedding, has_head; /* first / last virtual pipeline stage */
-    mtc_gpt_layout_fn layout;    /* NULL: packed backward order */
+    mtc_model_layout_fn layout;  /* NULL: packed backward order */
     void *layout_ctx;
-} mtc_gpt_chunk_opts;
+} mtc_model_chunk_opts;
 
 /* One pipeline chunk: layers [first_layer, last_layer), the embedding
  * when has_embedding, the final norm and the LM head when has_head (a tied
@@ -233,21 +234,21 @@ typedef struct {
  * offsets are the chunk's (laid out once, by o->layout when given, before
  * the buffers are allocated); global_offset / global_total are the whole
  * serial model's. */
-mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_opts *o,
-                                mtc_gpt **out);
+mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_chunk_opts *o,
+                                  mtc_model **out);
 /* Collective over the TP group: global (B-independent) parameters in the
  * serial layout: out (reg.global_total) gets every parameter's full value
  * at its global_offset (fused rows unshuffled). scratch: tp * (largest
  * local_numel) floats. from = m->params or m->grads. Parameters outside
  * the chunk are left untouched. */
-mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, float *scratch);
-void mtc_gpt_free(mtc_gpt *m);
+mtc_result_t mtc_model_gather(const mtc_model *m, float *out, const float *from, float *scratch);
+void mtc_model_free(mtc_model *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */
-void mtc_gpt_init_params(mtc_gpt *m, uint64_t seed);
-void mtc_gpt_zero_grad(mtc_gpt *m);
+void mtc_model_init_params(mtc_model *m, uint64_t seed);
+void mtc_model_zero_grad(mtc_model *m);
 /* Bytes of the activation arena actually used. */
-size_t mtc_gpt_activation_bytes(const mtc_gpt *m);
+size_t mtc_model_activation_bytes(const mtc_model *m);
 
 /* Forward of one microbatch, tokens/targets (B, T), B <= m->B, T <= m->T
  * (the whole microbatch on every TP rank; under SP T must be m->T).
@@ -256,29 +257,29 @@ size_t mtc_gpt_activation_bytes(const mtc_gpt *m);
  * hold probabilities or dlogits, consumed by the slot's backward; each
  * in-flight microbatch of a head chunk has its own, as Megatron keeps each
  * microbatch's softmax until its backward). Without targets: returns 0 and
- * the slot's logits are (B, T, Vp/tp) logits (mtc_gpt_logits: slot 0). */
-double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
-                       const mtc_gpt_pass *pass);
+ * the slot's logits are (B, T, Vp/tp) logits (mtc_model_logits: slot 0). */
+double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *targets, int B,
+                         int T, const mtc_model_pass *pass);
 /* Backward of the microbatch in `slot` (forward with targets first);
  * loss_scale = d(loss)/d(token loss), 1/(global_batch*T) for Megatron's
  * mean. Accumulates (+=) into m->grads, or overwrites them when
  * pass->first_microbatch. Returns the first communication error. Under SP
  * the layer-norm and row-parallel-bias gradients are partial (TP sums are
  * the caller's, see registry reduce_groups MTC_REDUCE_TP). */
-mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B,
-                              int T, float loss_scale, const mtc_gpt_pass *pass);
+mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                int B, int T, float loss_scale, const mtc_model_pass *pass);
 /* The logits of slot 0's last forward without targets (B, T, Vp/tp). */
-const float *mtc_gpt_logits(const mtc_gpt *m);
+const float *mtc_model_logits(const mtc_model *m);
 
 /* Pipeline hooks (a chunk without embedding or head). The chunk input of a
  * slot (B, T_loc, C): write it before the forward when the chunk has no
  * embedding. The chunk output (B, T, C) after the forward. The gradient
  * buffer (B, T, C): write d(output) into it before the backward when the
  * chunk has no head; after the backward it holds d(input). */
-float *mtc_gpt_slot_input(mtc_gpt *m, int slot);
-const float *mtc_gpt_slot_output(const mtc_gpt *m, int slot);
-static inline float *mtc_gpt_grad_buffer(mtc_gpt *m) { return m->dres; }
+float *mtc_model_slot_input(mtc_model *m, int slot);
+const float *mtc_model_slot_output(const mtc_model *m, int slot);
+static inline float *mtc_model_grad_buffer(mtc_model *m) { return m->dres; }
 /* The block shapes of this model's layers. */
-model_block_dims mtc_gpt_block_dims(const mtc_gpt *m);
+model_block_dims mtc_model_block_dims(const mtc_model *m);
 
 #endif

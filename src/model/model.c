@@ -1,9 +1,10 @@
-/* model/gpt.c - GPT-2 registry (with the TP split of every parameter),
- * flat buffers, activation slots, initial values and the gather of TP
- * shards back to global shapes; see gpt.h. The forward / backward pass is
- * in gpt_pass.c. Relies on nn/, tp/ (scratch sizes) and core/mem.h; never
- * allocates after mtc_gpt_init. */
-#include "model/gpt.h"
+/* model/model.c - a model chunk: its registry (model/family.c), flat
+ * buffers laid out once (the caller's layout hook), views by role,
+ * activation slots, initial values and the gather of TP shards back to
+ * global shapes; see model.h. The forward / backward pass is in
+ * model_pass.c. Relies on nn/, tp/ (scratch sizes) and core/mem.h; never
+ * allocates after mtc_model_init. */
+#include "model/model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,15 +13,15 @@
 
 #include "core/log.h"
 #include "model/family.h"
-#include "model/gpt_internal.h"
+#include "model/model_internal.h"
 #include "tp/mappings.h"
 
-int mtc_gpt_pad_vocab(int vocab_size, int divisible_by, int tp) {
+int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp) {
     int multiple = (divisible_by > 0 ? divisible_by : 1) * (tp > 0 ? tp : 1);
     return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
-mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *c) {
+mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (c->num_layers < 1) return mtc_error(E, "num-layers=%d must be >= 1", c->num_layers);
     if (c->hidden_size < 1) return mtc_error(E, "hidden-size=%d must be >= 1", c->hidden_size);
@@ -35,7 +36,7 @@ mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *c) {
             E, "hidden-size=%d is not divisible by num-attention-heads=%d (valid head counts:%s)",
             c->hidden_size, c->num_heads, valid);
     }
-    int NG = mtc_gpt_groups(c);
+    int NG = mtc_model_groups(c);
     if (c->num_query_groups < 0 || NG > c->num_heads || c->num_heads % NG)
         return mtc_error(E,
                          "num-attention-heads=%d is not divisible by num-query-groups=%d (each "
@@ -44,12 +45,12 @@ mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *c) {
     if (c->kv_channels < 0) return mtc_error(E, "kv-channels=%d must be >= 1", c->kv_channels);
     if (c->position_embedding == MTC_POS_ROPE) {
         float pct = c->rotary_percent > 0 ? c->rotary_percent : 1.0f;
-        int rot = (int)(mtc_gpt_head_size(c) * pct);
+        int rot = (int)(mtc_model_head_size(c) * pct);
         if (!(pct > 0 && pct <= 1) || rot < 2 || rot % 2)
             return mtc_error(E,
                              "rotary-percent=%g of head size %d gives %d rotary channels (need an "
                              "even number >= 2; adjust --rotary-percent or --kv-channels)",
-                             pct, mtc_gpt_head_size(c), rot);
+                             pct, mtc_model_head_size(c), rot);
         if (c->rotary_base < 0 || (c->rotary_base > 0 && c->rotary_base <= 1))
             return mtc_error(E, "rotary-base=%g must be > 1", c->rotary_base);
     }
@@ -76,15 +77,15 @@ mtc_result_t mtc_gpt_config_validate(const mtc_gpt_config *c) {
     return MTC_OK;
 }
 
-double mtc_gpt_flops(const mtc_gpt_config *c, int64_t global_batch) {
+double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
     /* Megatron's num_floating_point_operations (training.py) without MoE or
      * recomputation: 3 (fwd + 2 bwd) x 2 FLOPs per multiply-add over the QKV,
      * attention scores and values, projection, MLP and LM head GEMMs; it
      * reduces to 72 B s L h^2 (1 + s/(12h) + V/(12hL)) for GPT-2 shapes. */
     double B = (double)global_batch, s = c->seq_length, L = c->num_layers, h = c->hidden_size,
            V = c->padded_vocab_size;
-    double qd = (double)c->num_heads * mtc_gpt_head_size(c);
-    double kd = (double)mtc_gpt_groups(c) * mtc_gpt_head_size(c);
+    double qd = (double)c->num_heads * mtc_model_head_size(c);
+    double kd = (double)mtc_model_groups(c) * mtc_model_head_size(c);
     double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
     double per_token_layer = h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
     return 6.0 * B * s * (L * per_token_layer + h * V);
@@ -93,8 +94,8 @@ double mtc_gpt_flops(const mtc_gpt_config *c, int64_t global_batch) {
 /* The chunk's registry (model/family.c), with global offsets taken from
  * the serial layout of the whole model (so gathers and checkpoints address
  * global shapes). */
-static mtc_result_t gpt_register_chunk(mtc_gpt *m, int *layer_first) {
-    const mtc_gpt_config *c = &m->cfg;
+static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
+    const mtc_model_config *c = &m->cfg;
     model_register_opts o = {m->first_layer, m->last_layer, m->has_embedding, m->has_head,
                              m->tp.sequence_parallel};
     MTC_CHECK(mtc_registry_init(&m->reg, 8 + model_family_params_per_layer(c) * c->num_layers));
@@ -121,12 +122,12 @@ static mtc_result_t gpt_register_chunk(mtc_gpt *m, int *layer_first) {
 
 /* Point views of one flat buffer at the registry's offsets (NULL outside
  * the chunk or for an absent role). */
-static void gpt_bind(mtc_gpt *m, float *base, float **g, mtc_gpt_layer *layers) {
+static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *layers) {
     const mtc_registry *r = &m->reg;
     for (int k = 0; k < MTC_NGLOBAL_ROLES; k++)
         g[k] = m->pidx[k] >= 0 ? base + r->params[m->pidx[k]].offset : NULL;
     for (int l = m->first_layer; l < m->last_layer; l++) {
-        mtc_gpt_layer *y = &layers[l];
+        mtc_model_layer *y = &layers[l];
         for (int k = 0; k < MTC_NROLES; k++)
             y->w[k] = NULL;
         for (int i = y->first; i < y->last; i++)
@@ -134,7 +135,7 @@ static void gpt_bind(mtc_gpt *m, float *base, float **g, mtc_gpt_layer *layers) 
     }
 }
 
-static void gpt_bind_all(mtc_gpt *m) {
+static void gpt_bind_all(mtc_model *m) {
     gpt_bind(m, m->params, m->g, m->layers);
     gpt_bind(m, m->grads, m->dg, m->dlayers);
     int untied = m->pidx[MTC_ROLE_HEAD] >= 0;
@@ -144,12 +145,12 @@ static void gpt_bind_all(mtc_gpt *m) {
 
 /* The layer shapes the blocks need (positions: the attention region's
  * rows are the whole sequence, 0..T-1). */
-model_block_dims mtc_gpt_block_dims(const mtc_gpt *m) {
-    const mtc_gpt_config *c = &m->cfg;
+model_block_dims mtc_model_block_dims(const mtc_model *m) {
+    const mtc_model_config *c = &m->cfg;
     model_block_dims d = {.C = c->hidden_size,
                           .NH = c->num_heads,
-                          .NG = mtc_gpt_groups(c),
-                          .HS = mtc_gpt_head_size(c),
+                          .NG = mtc_model_groups(c),
+                          .HS = mtc_model_head_size(c),
                           .F = c->ffn_hidden_size,
                           .swiglu = c->swiglu,
                           .rope = c->position_embedding == MTC_POS_ROPE ? &m->rope : NULL};
@@ -159,10 +160,10 @@ model_block_dims mtc_gpt_block_dims(const mtc_gpt *m) {
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Floats of TP-layer scratch one pass needs (largest of every call). */
-static size_t gpt_scratch_floats(const mtc_gpt *m) {
-    const mtc_gpt_config *c = &m->cfg;
+static size_t gpt_scratch_floats(const mtc_model *m) {
+    const mtc_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->hidden_size;
-    model_block_dims d = mtc_gpt_block_dims(m);
+    model_block_dims d = mtc_model_block_dims(m);
     size_t s = model_attention_scratch_floats(&m->tp, B, T, &d);
     s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &d));
     s = max_sz(s, tp_vocab_embedding_scratch_floats(&m->tp, B, T, C));
@@ -172,14 +173,14 @@ static size_t gpt_scratch_floats(const mtc_gpt *m) {
 }
 
 /* Carve (or, with a NULL arena base, just count) the activation arena. */
-static size_t gpt_carve(mtc_gpt *m, char *base) {
-    const mtc_gpt_config *c = &m->cfg;
+static size_t gpt_carve(mtc_model *m, char *base) {
+    const mtc_model_config *c = &m->cfg;
     size_t tp = (size_t)m->tp_size;
     size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)c->hidden_size,
            F_tp = (size_t)c->ffn_hidden_size / tp, F1_tp = (c->swiglu ? 2 : 1) * F_tp,
-           NH_tp = (size_t)c->num_heads / tp, HS = (size_t)mtc_gpt_head_size(c), QD_tp = NH_tp * HS,
-           QKV_tp = QD_tp + 2 * ((size_t)mtc_gpt_groups(c) / tp) * HS,
-           REP_tp = mtc_gpt_groups(c) < c->num_heads ? 3 * QD_tp : 0,
+           NH_tp = (size_t)c->num_heads / tp, HS = (size_t)mtc_model_head_size(c),
+           QD_tp = NH_tp * HS, QKV_tp = QD_tp + 2 * ((size_t)mtc_model_groups(c) / tp) * HS,
+           REP_tp = mtc_model_groups(c) < c->num_heads ? 3 * QD_tp : 0,
            V_tp = (size_t)c->padded_vocab_size / tp, nl = (size_t)(m->last_layer - m->first_layer);
     size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
 #define TAKE(ptr, count)                                                                           \
@@ -189,7 +190,7 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
         off += ((size_t)(count) * sizeof(float) + 63) & ~(size_t)63;                               \
     } while (0)
     for (int s = 0; s < m->nslots; s++) {
-        mtc_gpt_slot *a = &m->slots[s];
+        mtc_model_slot *a = &m->slots[s];
         TAKE(a->encoded, Nl * C);
         TAKE(a->ln1, nl * Nl * C);
         TAKE(a->ln1_mean, nl * Nl);
@@ -222,7 +223,7 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
 }
 
 /* The TP split's own rules, one line each naming the fix. */
-mtc_result_t mtc_gpt_validate_tp(const mtc_gpt_config *c, int tp, int sp) {
+mtc_result_t mtc_model_validate_tp(const mtc_model_config *c, int tp, int sp) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (tp <= 1) return MTC_OK;
     if (c->num_heads % tp)
@@ -230,12 +231,12 @@ mtc_result_t mtc_gpt_validate_tp(const mtc_gpt_config *c, int tp, int sp) {
                          "num-attention-heads=%d is not divisible by tensor-model-parallel-size=%d "
                          "(use a tp that divides %d)",
                          c->num_heads, tp, c->num_heads);
-    if (mtc_gpt_groups(c) % tp)
+    if (mtc_model_groups(c) % tp)
         return mtc_error(E,
                          "num-query-groups=%d is not divisible by tensor-model-parallel-size=%d "
                          "(tensor parallelism splits the key/value groups; use a tp that divides "
                          "%d)",
-                         mtc_gpt_groups(c), tp, mtc_gpt_groups(c));
+                         mtc_model_groups(c), tp, mtc_model_groups(c));
     if (c->ffn_hidden_size % tp)
         return mtc_error(E, "ffn-hidden-size=%d is not divisible by tensor-model-parallel-size=%d",
                          c->ffn_hidden_size, tp);
@@ -252,8 +253,8 @@ mtc_result_t mtc_gpt_validate_tp(const mtc_gpt_config *c, int tp, int sp) {
     return MTC_OK;
 }
 
-mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_opts *o,
-                                mtc_gpt **out) {
+mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_chunk_opts *o,
+                                  mtc_model **out) {
     *out = NULL;
     int B = o->B, nslots = o->nslots, sequence_parallel = o->sequence_parallel;
     int first_layer = o->first_layer, last_layer = o->last_layer;
@@ -262,14 +263,14 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_o
     if (first_layer < 0 || last_layer > cfg->num_layers || first_layer > last_layer)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "chunk layers [%d, %d) outside [0, %d)",
                          first_layer, last_layer, cfg->num_layers);
-    MTC_CHECK(mtc_gpt_config_validate(cfg));
+    MTC_CHECK(mtc_model_config_validate(cfg));
     int tps = tp_size(tp);
     if (tps <= 1) sequence_parallel = 0;
-    MTC_CHECK(mtc_gpt_validate_tp(cfg, tps, sequence_parallel));
+    MTC_CHECK(mtc_model_validate_tp(cfg, tps, sequence_parallel));
     if (B < 1 || nslots < 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "micro batch %d and slots %d must be >= 1", B,
                          nslots);
-    mtc_gpt *m;
+    mtc_model *m;
     MTC_CHECK(mtc_mem_calloc(1, sizeof *m, (void **)&m));
     mtc_result_t rc = MTC_OK;
     m->cfg = *cfg;
@@ -288,10 +289,10 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_o
     m->nslots = nslots;
     m->pool = pool;
     MTC_CHECK_GOTO(
-        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->layers), rc,
+        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_model_layer), (void **)&m->layers), rc,
         fail);
     MTC_CHECK_GOTO(
-        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_gpt_layer), (void **)&m->dlayers), rc,
+        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_model_layer), (void **)&m->dlayers), rc,
         fail);
     int *first = NULL;
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers + 1, sizeof(int), (void **)&first), rc,
@@ -321,7 +322,7 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_o
     }
     if (cfg->position_embedding == MTC_POS_ROPE)
         MTC_CHECK_GOTO(nn_rope_table_init(&m->rope, cfg->max_position_embeddings,
-                                          mtc_gpt_head_size(cfg),
+                                          mtc_model_head_size(cfg),
                                           cfg->rotary_percent > 0 ? cfg->rotary_percent : 1.0f,
                                           cfg->rotary_base > 0 ? cfg->rotary_base : 10000.0f,
                                           cfg->rotary_interleaved),
@@ -329,7 +330,7 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_o
     size_t bytes = m->reg.total * sizeof(float);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->params), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_gpt_slot), (void **)&m->slots), rc,
+    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
     gpt_bind_all(m);
     size_t need = gpt_carve(m, NULL);
@@ -341,30 +342,30 @@ mtc_result_t mtc_gpt_init_chunk(const mtc_gpt_config *cfg, const mtc_gpt_chunk_o
     *out = m;
     return MTC_OK;
 fail:
-    mtc_gpt_free(m);
+    mtc_model_free(m);
     return rc;
 }
 
-mtc_result_t mtc_gpt_init_tp(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                             mtc_comm_t tp, int sequence_parallel, mtc_gpt **out) {
-    mtc_gpt_chunk_opts o = {.B = B,
-                            .nslots = nslots,
-                            .pool = pool,
-                            .tp = tp,
-                            .sequence_parallel = sequence_parallel,
-                            .first_layer = 0,
-                            .last_layer = cfg->num_layers,
-                            .has_embedding = 1,
-                            .has_head = 1};
-    return mtc_gpt_init_chunk(cfg, &o, out);
+mtc_result_t mtc_model_init_tp(const mtc_model_config *cfg, int B, int nslots, nn_pool *pool,
+                               mtc_comm_t tp, int sequence_parallel, mtc_model **out) {
+    mtc_model_chunk_opts o = {.B = B,
+                              .nslots = nslots,
+                              .pool = pool,
+                              .tp = tp,
+                              .sequence_parallel = sequence_parallel,
+                              .first_layer = 0,
+                              .last_layer = cfg->num_layers,
+                              .has_embedding = 1,
+                              .has_head = 1};
+    return mtc_model_init_chunk(cfg, &o, out);
 }
 
-mtc_result_t mtc_gpt_init(const mtc_gpt_config *cfg, int B, int nslots, nn_pool *pool,
-                          mtc_gpt **out) {
-    return mtc_gpt_init_tp(cfg, B, nslots, pool, NULL, 0, out);
+mtc_result_t mtc_model_init(const mtc_model_config *cfg, int B, int nslots, nn_pool *pool,
+                            mtc_model **out) {
+    return mtc_model_init_tp(cfg, B, nslots, pool, NULL, 0, out);
 }
 
-void mtc_gpt_free(mtc_gpt *m) {
+void mtc_model_free(mtc_model *m) {
     if (!m) return;
     size_t bytes = m->reg.total * sizeof(float);
     mtc_mem_free_big(m->params, bytes);
@@ -379,7 +380,7 @@ void mtc_gpt_free(mtc_gpt *m) {
 }
 
 typedef struct {
-    mtc_gpt *m;
+    mtc_model *m;
     uint64_t seed;
 } gpt_init_job;
 
@@ -400,17 +401,17 @@ static void gpt_init_task(int i, void *arg) {
     }
 }
 
-void mtc_gpt_init_params(mtc_gpt *m, uint64_t seed) {
+void mtc_model_init_params(mtc_model *m, uint64_t seed) {
     gpt_init_job j = {m, seed};
     nn_pool_run(m->pool, (int)((m->reg.total + GPT_INIT_CHUNK - 1) / GPT_INIT_CHUNK), gpt_init_task,
                 &j);
 }
 
-void mtc_gpt_zero_grad(mtc_gpt *m) { memset(m->grads, 0, m->reg.total * sizeof(float)); }
+void mtc_model_zero_grad(mtc_model *m) { memset(m->grads, 0, m->reg.total * sizeof(float)); }
 
-size_t mtc_gpt_activation_bytes(const mtc_gpt *m) { return m->arena.high_water; }
+size_t mtc_model_activation_bytes(const mtc_model *m) { return m->arena.high_water; }
 
-mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, float *scratch) {
+mtc_result_t mtc_model_gather(const mtc_model *m, float *out, const float *from, float *scratch) {
     const mtc_registry *r = &m->reg;
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
@@ -430,16 +431,16 @@ mtc_result_t mtc_gpt_gather(const mtc_gpt *m, float *out, const float *from, flo
     return MTC_OK;
 }
 
-float *mtc_gpt_slot_input(mtc_gpt *m, int slot) {
+float *mtc_model_slot_input(mtc_model *m, int slot) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots);
     return m->slots[slot].encoded;
 }
 
-const float *mtc_gpt_slot_output(const mtc_gpt *m, int slot) {
+const float *mtc_model_slot_output(const mtc_model *m, int slot) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots);
-    const mtc_gpt_slot *a = &m->slots[slot];
+    const mtc_model_slot *a = &m->slots[slot];
     int nl = m->last_layer - m->first_layer;
     return nl ? a->res3 + (size_t)(nl - 1) * m->B * m->T_loc * m->cfg.hidden_size : a->encoded;
 }
 
-const float *mtc_gpt_logits(const mtc_gpt *m) { return m->slots[0].logits; }
+const float *mtc_model_logits(const mtc_model *m) { return m->slots[0].logits; }

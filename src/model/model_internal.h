@@ -1,15 +1,15 @@
-/* model/gpt_internal.h - what gpt.c (registry, buffers, gathering) and
- * gpt_pass.c (forward / backward) share: the activation slot of one
+/* model/model_internal.h - what model.c (registry, buffers, gathering) and
+ * model_pass.c (forward / backward) share: the activation slot of one
  * in-flight microbatch. Not a public header. */
-#ifndef MTC_MODEL_GPT_INTERNAL_H
-#define MTC_MODEL_GPT_INTERNAL_H
+#ifndef MTC_MODEL_MODEL_INTERNAL_H
+#define MTC_MODEL_MODEL_INTERNAL_H
 
-#include "model/gpt.h"
+#include "model/model.h"
 
 /* Shapes are this TP rank's: T_loc = T/tp under sequence parallelism, C_tp,
  * NH_tp, F_tp = C/tp, NH/tp, F/tp. Per-layer arrays are strided by the
  * largest microbatch (m->B, m->T). */
-struct mtc_gpt_slot {
+struct mtc_model_slot {
     float *encoded;                   /* (B,T_loc,C) chunk input (embedding output) */
     float *ln1, *ln1_mean, *ln1_rstd; /* per layer (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *qkv;                       /* per layer (B,T,QD_tp+2KD_tp) */

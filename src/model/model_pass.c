@@ -1,14 +1,14 @@
-/* model/gpt_pass.c - the forward and backward pass of one microbatch on one
+/* model/model_pass.c - the forward and backward pass of one microbatch on one
  * chunk, composed from tp/layers.h exactly as that header describes
  * (serial = tp 1: the TP layers are then the nn/ kernels, bit for bit).
  * Relies on nn/ (layer norms, residuals, dropout) and tp/ (everything with
- * a weight matrix, the embedding and the loss); see gpt.h. Allocates
+ * a weight matrix, the embedding and the loss); see model.h. Allocates
  * nothing. Does not reduce parameter gradients over any group. */
 #include <math.h>
 #include <string.h>
 
 #include "core/log.h"
-#include "model/gpt_internal.h"
+#include "model/model_internal.h"
 
 /* Dropout sites inside a layer; the embedding uses layer -1. */
 enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 };
@@ -16,7 +16,7 @@ enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 
 /* Masks keyed by the global sample (b0), global position (t0 = the rank's
  * first position under SP) and, for attention, global head (the TP block
  * adds its first head): every layout draws the serial masks. */
-static nn_dropout_spec gpt_drop(const mtc_gpt *m, const mtc_gpt_pass *pass, int layer, int site,
+static nn_dropout_spec gpt_drop(const mtc_model *m, const mtc_model_pass *pass, int layer, int site,
                                 float p, int T) {
     nn_dropout_spec s;
     memset(&s, 0, sizeof s);
@@ -46,20 +46,20 @@ static nn_dropout_spec gpt_drop(const mtc_gpt *m, const mtc_gpt_pass *pass, int 
 
 /* The configured normalisation: LayerNorm (mean, rstd saved) or RMSNorm
  * (rstd saved; b and mean unused). */
-static void gpt_norm_forward(const mtc_gpt *m, float *out, float *mean, float *rstd,
+static void gpt_norm_forward(const mtc_model *m, float *out, float *mean, float *rstd,
                              const float *in, const float *w, const float *b, int N) {
-    const mtc_gpt_config *c = &m->cfg;
+    const mtc_model_config *c = &m->cfg;
     if (c->normalization == MTC_NORM_RMSNORM)
-        nn_rmsnorm_forward(m->pool, out, rstd, in, w, mtc_gpt_norm_eps(c), N, c->hidden_size);
+        nn_rmsnorm_forward(m->pool, out, rstd, in, w, mtc_model_norm_eps(c), N, c->hidden_size);
     else
-        nn_layernorm_forward_eps(m->pool, out, mean, rstd, in, w, b, mtc_gpt_norm_eps(c), N,
+        nn_layernorm_forward_eps(m->pool, out, mean, rstd, in, w, b, mtc_model_norm_eps(c), N,
                                  c->hidden_size);
 }
 
-static void gpt_norm_backward(const mtc_gpt *m, float *din, float *dw, float *db, const float *dout,
-                              const float *in, const float *w, const float *mean, const float *rstd,
-                              int N) {
-    const mtc_gpt_config *c = &m->cfg;
+static void gpt_norm_backward(const mtc_model *m, float *din, float *dw, float *db,
+                              const float *dout, const float *in, const float *w, const float *mean,
+                              const float *rstd, int N) {
+    const mtc_model_config *c = &m->cfg;
     if (c->normalization == MTC_NORM_RMSNORM)
         nn_rmsnorm_backward(m->pool, din, dw, dout, in, w, rstd, N, c->hidden_size);
     else
@@ -67,19 +67,19 @@ static void gpt_norm_backward(const mtc_gpt *m, float *din, float *dw, float *db
 }
 
 /* Registry index range [first, last) of a global role (empty when absent). */
-static void gpt_role_range(const mtc_gpt *m, int role, int *first, int *last) {
+static void gpt_role_range(const mtc_model *m, int role, int *first, int *last) {
     *first = m->pidx[role], *last = m->pidx[role] + 1;
     if (*first < 0) *first = *last = 0;
 }
 
 /* The activations of layer k (chunk-relative) of slot a. */
-static void gpt_layer_acts(const mtc_gpt *m, mtc_gpt_slot *a, size_t k, model_attention_acts *aa,
-                           model_mlp_acts *ma) {
-    const mtc_gpt_config *c = &m->cfg;
-    size_t p = (size_t)m->tp_size, sN = (size_t)m->B * m->T, HS = (size_t)mtc_gpt_head_size(c);
-    size_t QD = (size_t)c->num_heads / p * HS, KD = (size_t)mtc_gpt_groups(c) / p * HS;
+static void gpt_layer_acts(const mtc_model *m, mtc_model_slot *a, size_t k,
+                           model_attention_acts *aa, model_mlp_acts *ma) {
+    const mtc_model_config *c = &m->cfg;
+    size_t p = (size_t)m->tp_size, sN = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
+    size_t QD = (size_t)c->num_heads / p * HS, KD = (size_t)mtc_model_groups(c) / p * HS;
     size_t F = (size_t)c->ffn_hidden_size / p, F1 = (c->swiglu ? 2 : 1) * F;
-    int gqa = mtc_gpt_groups(c) < c->num_heads;
+    int gqa = mtc_model_groups(c) < c->num_heads;
     *aa = (model_attention_acts){m->in_total,
                                  0,
                                  a->qkv + k * sN * (QD + 2 * KD),
@@ -89,19 +89,19 @@ static void gpt_layer_acts(const mtc_gpt *m, mtc_gpt_slot *a, size_t k, model_at
     *ma = (model_mlp_acts){m->in_total, 0, a->fch + k * sN * F1, a->fchg + k * sN * F};
 }
 
-double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B, int T,
-                       const mtc_gpt_pass *pass) {
+double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *targets, int B,
+                         int T, const mtc_model_pass *pass) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T && B >= 1 && T >= 1);
     MTC_ASSERT(!m->tp.sequence_parallel || T == m->T);
-    const mtc_gpt_config *c = &m->cfg;
+    const mtc_model_config *c = &m->cfg;
     const tp_ctx *tp = &m->tp;
     int C = c->hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
     int N = B * T, Nl = B * Tl;
     /* per-layer strides use the largest shape */
     size_t sNl = (size_t)m->B * m->T_loc;
-    mtc_gpt_slot *a = &m->slots[slot];
-    model_block_dims bd = mtc_gpt_block_dims(m);
+    mtc_model_slot *a = &m->slots[slot];
+    model_block_dims bd = mtc_model_block_dims(m);
     int f0, f1;
 
 #define GPT_NEED(first, last)                                                                      \
@@ -122,7 +122,7 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
     const float *x = a->encoded;
     for (int l = m->first_layer; l < m->last_layer; l++) {
         size_t k = (size_t)(l - m->first_layer);
-        const mtc_gpt_layer *y = &m->layers[l];
+        const mtc_model_layer *y = &m->layers[l];
         float *const *w = y->w;
         float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl,
               *ln1r = a->ln1_rstd + k * sNl;
@@ -184,26 +184,26 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
     return sum;
 }
 
-static mtc_result_t gpt_ready(const mtc_gpt_pass *pass, int first, int last) {
+static mtc_result_t gpt_ready(const mtc_model_pass *pass, int first, int last) {
     return pass && pass->grads_ready && first < last
                ? pass->grads_ready(pass->grads_ready_ctx, first, last)
                : MTC_OK;
 }
 
-mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int *targets, int B,
-                              int T, float loss_scale, const mtc_gpt_pass *pass) {
+mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                int B, int T, float loss_scale, const mtc_model_pass *pass) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T);
-    const mtc_gpt_config *c = &m->cfg;
+    const mtc_model_config *c = &m->cfg;
     const tp_ctx *tp = &m->tp;
     int C = c->hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
     int N = B * T, Nl = B * Tl;
     size_t sNl = (size_t)m->B * m->T_loc, nC = (size_t)Nl * C;
-    mtc_gpt_slot *a = &m->slots[slot];
-    model_block_dims bd = mtc_gpt_block_dims(m);
+    mtc_model_slot *a = &m->slots[slot];
+    model_block_dims bd = mtc_model_block_dims(m);
     /* every backward kernel accumulates: the step's first microbatch starts
      * from zero (adding to +0 is exact, so this equals overwriting) */
-    if (pass && pass->first_microbatch) mtc_gpt_zero_grad(m);
+    if (pass && pass->first_microbatch) mtc_model_zero_grad(m);
 
     /* dres = d(loss)/d(chunk output) */
     if (m->has_head) {
