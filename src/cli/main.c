@@ -14,7 +14,8 @@ typedef struct {
 } cli_command;
 
 static const cli_command commands[] = {
-    {"train", cli_cmd_train, "train a GPT model (serial, or parallel over thread or MPI ranks)"},
+    {"train", cli_cmd_train,
+     "train a GPT-2 or Llama-style model (serial, or parallel over thread or MPI ranks)"},
     {"generate", cli_cmd_generate, "sample text from a saved model"},
     {"ranks", cli_cmd_ranks, "Megatron's process groups for a layout, as text, JSON or SVG"},
     {"schedule", cli_cmd_schedule, "Megatron's per-rank pipeline schedule, as text, JSON or SVG"},
