@@ -207,7 +207,7 @@ static size_t gpt_carve(mtc_gpt *m, char *base) {
         TAKE(a->ln1_mean, nl * Nl);
         TAKE(a->ln1_rstd, nl * Nl);
         TAKE(a->qkv, nl * N * 3 * C_tp);
-        TAKE(a->att, nl * B * NH_tp * T * T);
+        TAKE(a->lse, nl * B * NH_tp * T);
         TAKE(a->atty, nl * N * C_tp);
         TAKE(a->res2, nl * Nl * C);
         TAKE(a->ln2, nl * Nl * C);

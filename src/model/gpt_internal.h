@@ -13,7 +13,7 @@ struct mtc_gpt_slot {
     float *encoded;                   /* (B,T_loc,C) chunk input (embedding output) */
     float *ln1, *ln1_mean, *ln1_rstd; /* per layer (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *qkv;                       /* per layer (B,T,3C_tp) */
-    float *att;                       /* per layer (B,NH_tp,T,T) */
+    float *lse;                       /* per layer (B,NH_tp,T) attention log-sum-exp */
     float *atty;                      /* per layer (B,T,C_tp) */
     float *res2;                      /* per layer (B,T_loc,C) */
     float *ln2, *ln2_mean, *ln2_rstd;

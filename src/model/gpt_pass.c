@@ -81,7 +81,7 @@ double mtc_gpt_forward(mtc_gpt *m, int slot, const int *tokens, const int *targe
         float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
               *ln2r = a->ln2_rstd + k * sNl;
         tp_attention_acts aa = {m->in_total, 0, a->qkv + k * sN * 3 * (C / p),
-                                a->att + k * (size_t)m->B * (NH / p) * m->T * m->T,
+                                a->lse + k * (size_t)m->B * (NH / p) * m->T,
                                 a->atty + k * sN * (C / p)};
         tp_mlp_acts ma = {m->in_total, 0, a->fch + k * sN * (F / p), a->fchg + k * sN * (F / p)};
 
@@ -179,7 +179,7 @@ mtc_result_t mtc_gpt_backward(mtc_gpt *m, int slot, const int *tokens, const int
         float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
               *ln2r = a->ln2_rstd + k * sNl;
         tp_attention_acts aa = {m->in_total, 0, a->qkv + k * sN * 3 * (C / p),
-                                a->att + k * (size_t)m->B * (NH / p) * m->T * m->T,
+                                a->lse + k * (size_t)m->B * (NH / p) * m->T,
                                 a->atty + k * sN * (C / p)};
         tp_mlp_acts ma = {m->in_total, 0, a->fch + k * sN * (F / p), a->fchg + k * sN * (F / p)};
 

@@ -57,11 +57,12 @@ static const nn_dropout_spec *local_heads(nn_dropout_spec *d, const nn_dropout_s
 
 size_t tp_attention_scratch_floats(const tp_ctx *tp, int B, int T, int C, int NH) {
     int p = tp_size(tp->comm);
-    size_t N = (size_t)B * T, C_tp = (size_t)(C / p), NH_tp = (size_t)(NH / p);
+    size_t N = (size_t)B * T, C_tp = (size_t)(C / p);
     size_t lin = max_sz(tp_column_linear_scratch_floats(tp, 0, B, T, C, 3 * C),
                         tp_row_linear_scratch_floats(tp, 1, B, T, C, C));
-    /* backward: [datty (N, C_tp) | dqkv (N, 3C_tp) | attention scratch (B, NH_tp, T, T)] */
-    return 4 * N * C_tp + (size_t)B * NH_tp * T * T + lin;
+    /* backward: [datty (N, C_tp) | dqkv (N, 3C_tp) | linear scratch]; the tiled
+     * attention needs no scratch of its own */
+    return 4 * N * C_tp + lin;
 }
 
 mtc_result_t tp_attention_forward(const tp_ctx *tp, float *out, tp_attention_acts *acts,
@@ -71,12 +72,14 @@ mtc_result_t tp_attention_forward(const tp_ctx *tp, float *out, tp_attention_act
                                   int NH) {
     int p = tp_size(tp->comm), r = tp_rank(tp->comm);
     MTC_CHECK(attn_check(p, C, NH));
-    int NH_tp = NH / p, HS = C / NH;
+    int NH_tp = NH / p, HS = C / NH, C_tp = C / p;
     nn_dropout_spec d;
     /* comm: column-parallel (SP: all-gather T) */
     MTC_CHECK(tp_column_linear_forward(tp, acts->qkv, acts->in_total, in, qkvw, qkvb, scratch, 0, B,
                                        T, C, 3 * C));
-    nn_attention_forward(tp->pool, acts->atty, acts->att, acts->qkv, B, T, NH_tp, HS,
+    nn_attention_shape as = nn_attention_shape_qkv(B, T, NH_tp, HS);
+    const float *qkv = acts->qkv;
+    nn_attention_forward(tp->pool, acts->atty, acts->lse, qkv, qkv + C_tp, qkv + 2 * C_tp, &as,
                          local_heads(&d, drop, NH, r, NH_tp));
     /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
     return tp_row_linear_forward(tp, out, acts->atty, projw, projb, scratch, 1, B, T, C, C);
@@ -92,15 +95,17 @@ mtc_result_t tp_attention_backward(const tp_ctx *tp, float *din, float *dqkvw, f
     MTC_CHECK(attn_check(p, C, NH));
     int NH_tp = NH / p, HS = C / NH, C_tp = C / p;
     size_t N = (size_t)B * T;
-    float *datty = scratch;                        /* (B, T, C_tp) */
-    float *dqkv = datty + N * C_tp;                /* (B, T, 3*C_tp) */
-    float *attscr = dqkv + 3 * N * C_tp;           /* (B, NH_tp, T, T) */
-    float *s = attscr + (size_t)B * NH_tp * T * T; /* linear scratch */
+    float *datty = scratch;         /* (B, T, C_tp) */
+    float *dqkv = datty + N * C_tp; /* (B, T, 3*C_tp) */
+    float *s = dqkv + 3 * N * C_tp; /* linear scratch */
     nn_dropout_spec d;
     /* comm: row-parallel backward (SP: all-gather T) */
     MTC_CHECK(tp_row_linear_backward(tp, datty, dprojw, dprojb, dout, acts->atty, projw, s, 1, B, T,
                                      C, C));
-    nn_attention_backward(tp->pool, dqkv, attscr, datty, acts->qkv, acts->att, B, T, NH_tp, HS,
+    nn_attention_shape as = nn_attention_shape_qkv(B, T, NH_tp, HS);
+    const float *qkv = acts->qkv;
+    nn_attention_backward(tp->pool, dqkv, dqkv + C_tp, dqkv + 2 * C_tp, datty, qkv, qkv + C_tp,
+                          qkv + 2 * C_tp, acts->atty, acts->lse, &as,
                           local_heads(&d, drop, NH, r, NH_tp));
     /* comm: column-parallel backward (all-reduce; SP: reduce-scatter T) */
     return tp_column_linear_backward(tp, din, dqkvw, dqkvb, dqkv, acts->in_total,

@@ -200,7 +200,7 @@ typedef struct {
     float *in_total;    /* (B, T, C) gathered input under SP (unused without SP) */
     int in_total_saved; /* 1: in_total survives until backward; 0: backward re-gathers */
     float *qkv;         /* (B, T, 3*C_tp) [q_r | k_r | v_r] */
-    float *att;         /* (B, NH_tp, T, T) softmax probabilities */
+    float *lse;         /* (B, NH_tp, T) attention row log-sum-exp (nn_attention_forward) */
     float *atty;        /* (B, T, C_tp) attention output of the local heads */
 } tp_attention_acts;
 
