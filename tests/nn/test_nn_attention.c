@@ -423,6 +423,17 @@ static void test_merge(nn_pool *pool) {
     memset(op, 0, c.no * 4);
     nn_attention_merge(pool, o2, l2, op, lp, B, T, NH, HS, s->ldo);
     T_CHECK(same(o2, c.o, c.no) && same(l2, c.lse, c.nl));
+    /* two empty parts stay empty: out 0, lse -inf (no NaN) */
+    memset(o2, 0, c.no * 4);
+    for (size_t k = 0; k < c.nl; k++)
+        l2[k] = -INFINITY;
+    nn_attention_merge(pool, o2, l2, op, lp, B, T, NH, HS, s->ldo);
+    int empty_ok = 1;
+    for (size_t k = 0; k < c.nl; k++)
+        empty_ok &= l2[k] == -INFINITY;
+    for (size_t k = 0; k < c.no; k++)
+        empty_ok &= o2[k] == 0.0f;
+    T_CHECKF(empty_ok, "merging two empty parts must leave out 0 and lse -inf");
     free(o2), free(l2);
     free(o), free(lse), free(op), free(lp), free(dq);
     case_free(&c);
