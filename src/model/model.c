@@ -72,8 +72,8 @@ mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
         return mtc_error(E, "hidden-dropout=%g must be in [0, 1)", c->hidden_dropout);
     if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
         return mtc_error(E, "attention-dropout=%g must be in [0, 1)", c->attention_dropout);
-    double acts = (double)c->seq_length * c->seq_length * c->num_heads;
-    if (acts > 1e10) return mtc_error(E, "seq-length=%d is too long for this build", c->seq_length);
+    if (c->seq_length > (1 << 24))
+        return mtc_error(E, "seq-length=%d is above the supported %d", c->seq_length, 1 << 24);
     return MTC_OK;
 }
 
@@ -180,7 +180,6 @@ static size_t gpt_carve(mtc_model *m, char *base) {
            F_tp = (size_t)c->ffn_hidden_size / tp, F1_tp = (c->swiglu ? 2 : 1) * F_tp,
            NH_tp = (size_t)c->num_heads / tp, HS = (size_t)mtc_model_head_size(c),
            QD_tp = NH_tp * HS, QKV_tp = QD_tp + 2 * ((size_t)mtc_model_groups(c) / tp) * HS,
-           REP_tp = mtc_model_groups(c) < c->num_heads ? 3 * QD_tp : 0,
            V_tp = (size_t)c->padded_vocab_size / tp, nl = (size_t)(m->last_layer - m->first_layer);
     size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
 #define TAKE(ptr, count)                                                                           \
@@ -196,8 +195,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln1_mean, nl * Nl);
         TAKE(a->ln1_rstd, nl * Nl);
         TAKE(a->qkv, nl * N * QKV_tp);
-        TAKE(a->qkv_rep, REP_tp ? nl * N * REP_tp : 1);
-        TAKE(a->att, nl * B * NH_tp * T * T);
+        TAKE(a->lse, nl * B * NH_tp * T);
         TAKE(a->atty, nl * N * QD_tp);
         TAKE(a->res2, nl * Nl * C);
         TAKE(a->ln2, nl * Nl * C);

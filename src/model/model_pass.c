@@ -79,12 +79,8 @@ static void gpt_layer_acts(const mtc_model *m, mtc_model_slot *a, size_t k,
     size_t p = (size_t)m->tp_size, sN = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
     size_t QD = (size_t)c->num_heads / p * HS, KD = (size_t)mtc_model_groups(c) / p * HS;
     size_t F = (size_t)c->ffn_hidden_size / p, F1 = (c->swiglu ? 2 : 1) * F;
-    int gqa = mtc_model_groups(c) < c->num_heads;
-    *aa = (model_attention_acts){m->in_total,
-                                 0,
-                                 a->qkv + k * sN * (QD + 2 * KD),
-                                 gqa ? a->qkv_rep + k * sN * 3 * QD : NULL,
-                                 a->att + k * (size_t)m->B * (c->num_heads / p) * m->T * m->T,
+    *aa = (model_attention_acts){m->in_total, 0, a->qkv + k * sN * (QD + 2 * KD),
+                                 a->lse + k * (size_t)m->B * (c->num_heads / p) * m->T,
                                  a->atty + k * sN * QD};
     *ma = (model_mlp_acts){m->in_total, 0, a->fch + k * sN * F1, a->fchg + k * sN * F};
 }
