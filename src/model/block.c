@@ -65,9 +65,12 @@ size_t model_attention_scratch_floats(const tp_ctx *tp, int B, int T, const mode
     int QKV = (d->NH + 2 * d->NG) * d->HS, QD = d->NH * d->HS;
     size_t lin = max_sz(tp_column_linear_scratch_floats(tp, 0, B, T, d->C, QKV),
                         tp_row_linear_scratch_floats(tp, 1, B, T, QD, d->C));
-    /* backward: [datty (N, QD_tp) | dqkv (N, QKV_tp) | linear scratch]; the tiled
-     * attention needs no scratch of its own */
-    return N * s.QD + N * s.QKV + lin;
+    /* backward: [datty (N, QD_tp) | dqkv (N, QKV_tp) | linear scratch, which the
+     * context-parallel attention borrows between the two linears]; the tiled
+     * attention itself needs no scratch */
+    nn_attention_shape g = att_geometry(&s, B, T);
+    size_t cps = cp_attention_scratch_floats(d->cp, &g);
+    return N * s.QD + N * s.QKV + (lin > cps ? lin : cps);
 }
 
 mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attention_acts *acts,
@@ -90,8 +93,13 @@ mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attenti
     }
     nn_attention_shape g = att_geometry(&s, B, T);
     const float *qkv = acts->qkv;
-    nn_attention_forward(tp->pool, acts->atty, acts->lse, qkv, qkv + s.QD, qkv + s.QD + s.KD, &g,
-                         local_heads(&dl, drop, d->NH, r, s.NH));
+    if (d->cp && d->cp->cp > 1) /* comm: the CP attention's ring / gather / all-to-all */
+        MTC_CHECK(cp_attention_forward(d->cp, tp->pool, acts->atty, acts->lse, qkv, qkv + s.QD,
+                                       qkv + s.QD + s.KD, &g,
+                                       local_heads(&dl, drop, d->NH, r, s.NH), scratch));
+    else
+        nn_attention_forward(tp->pool, acts->atty, acts->lse, qkv, qkv + s.QD, qkv + s.QD + s.KD,
+                             &g, local_heads(&dl, drop, d->NH, r, s.NH));
     /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
     return tp_row_linear_forward(tp, out, acts->atty, projw, projb, scratch, 1, B, T, QD, d->C);
 }
@@ -115,9 +123,15 @@ mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw
                                      T, QD, d->C));
     nn_attention_shape g = att_geometry(&s, B, T);
     const float *qkv = acts->qkv;
-    nn_attention_backward(tp->pool, dqkv, dqkv + s.QD, dqkv + s.QD + s.KD, datty, qkv, qkv + s.QD,
-                          qkv + s.QD + s.KD, acts->atty, acts->lse, &g,
-                          local_heads(&dl, drop, d->NH, r, s.NH));
+    if (d->cp && d->cp->cp > 1) /* comm: the CP attention's, with dK, dV travelling back */
+        MTC_CHECK(cp_attention_backward(d->cp, tp->pool, dqkv, dqkv + s.QD, dqkv + s.QD + s.KD,
+                                        datty, qkv, qkv + s.QD, qkv + s.QD + s.KD, acts->atty,
+                                        acts->lse, &g, local_heads(&dl, drop, d->NH, r, s.NH),
+                                        lin));
+    else
+        nn_attention_backward(tp->pool, dqkv, dqkv + s.QD, dqkv + s.QD + s.KD, datty, qkv,
+                              qkv + s.QD, qkv + s.QD + s.KD, acts->atty, acts->lse, &g,
+                              local_heads(&dl, drop, d->NH, r, s.NH));
     if (d->rope) {
         nn_rope_backward(tp->pool, dqkv, dqkv, d->rope, d->pos, d->t0, B, T, s.NH, s.HS, s.QKV);
         nn_rope_backward(tp->pool, dqkv + s.QD, dqkv + s.QD, d->rope, d->pos, d->t0, B, T, s.NG,

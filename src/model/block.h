@@ -23,6 +23,7 @@
 #ifndef MTC_MODEL_BLOCK_H
 #define MTC_MODEL_BLOCK_H
 
+#include "cp/cp.h"
 #include "nn/llama.h"
 #include "nn/nn.h"
 #include "tp/layers.h"
@@ -36,6 +37,7 @@ typedef struct {
     const nn_rope_table *rope; /* NULL: no rotary positions */
     const int *pos;            /* global positions of the attention rows (NULL: t0 + t) */
     int t0;
+    const cp_ctx *cp; /* context parallelism of the core attention (NULL: none) */
 } model_block_dims;
 
 /* Activations one attention block keeps from forward to backward. */

@@ -153,7 +153,9 @@ model_block_dims mtc_model_block_dims(const mtc_model *m) {
                           .HS = mtc_model_head_size(c),
                           .F = c->ffn_hidden_size,
                           .swiglu = c->swiglu,
-                          .rope = c->position_embedding == MTC_POS_ROPE ? &m->rope : NULL};
+                          .rope = c->position_embedding == MTC_POS_ROPE ? &m->rope : NULL,
+                          .pos = m->cp.cp > 1 ? m->cp.pos : NULL,
+                          .cp = m->cp.cp > 1 ? &m->cp : NULL};
     return d;
 }
 
@@ -274,7 +276,14 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->cfg = *cfg;
     if (m->cfg.init_std <= 0) m->cfg.init_std = 0.02f;
     m->B = B;
-    m->T = cfg->seq_length;
+    int cps = o->cp ? mtc_comm_size(o->cp) : 1;
+    if (cps > 1 && cfg->seq_length % (2 * cps)) {
+        rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                       "seq-length=%d is not divisible by 2 x context-parallel-size=%d",
+                       cfg->seq_length, cps);
+        goto fail;
+    }
+    m->T = cfg->seq_length / cps;
     m->tp =
         (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool, .sequence_parallel = sequence_parallel};
     m->tp_size = tps;
@@ -317,6 +326,21 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
         m->reg.total = total;
         free(off);
         if (rc != MTC_OK) goto fail;
+    }
+    if (cps > 1) { /* positions of this CP rank's two chunks, and of every rank */
+        m->cp = (cp_ctx){.comm = o->cp,
+                         .cp = cps,
+                         .rank = mtc_comm_rank(o->cp),
+                         .type = o->cp_comm_type,
+                         .Tg = cfg->seq_length};
+        MTC_CHECK_GOTO(
+            mtc_mem_calloc((size_t)cfg->seq_length, sizeof(int), (void **)&m->cp.all_pos), rc,
+            fail);
+        for (int r = 0; r < cps; r++)
+            cp_positions(m->cp.all_pos + (size_t)r * m->T, cfg->seq_length, cps, r);
+        m->cp.pos = m->cp.all_pos + (size_t)m->cp.rank * m->T;
+    } else {
+        m->cp = (cp_ctx){.cp = 1, .Tg = cfg->seq_length};
     }
     if (cfg->position_embedding == MTC_POS_ROPE)
         MTC_CHECK_GOTO(nn_rope_table_init(&m->rope, cfg->max_position_embeddings,
@@ -373,6 +397,7 @@ void mtc_model_free(mtc_model *m) {
     free(m->dlayers);
     free(m->slots);
     nn_rope_table_free(&m->rope);
+    free(m->cp.all_pos);
     mtc_registry_free(&m->reg);
     free(m);
 }

@@ -28,10 +28,15 @@ static nn_dropout_spec gpt_drop(const mtc_model *m, const mtc_model_pass *pass, 
                    (uint64_t)site;
         s.b0 = pass->b0;
     }
-    s.Tg = T;
+    s.Tg = m->cp.cp > 1 ? m->cp.Tg : T;
     s.Cg = m->cfg.hidden_size;
     s.NHg = m->cfg.num_heads;
-    if (site != SITE_ATTN_PROBS && m->tp.sequence_parallel) s.t0 = m->tp_rank * (T / m->tp_size);
+    int sp_off =
+        site != SITE_ATTN_PROBS && m->tp.sequence_parallel ? m->tp_rank * (T / m->tp_size) : 0;
+    if (m->cp.cp > 1) /* rows are this CP rank's two chunks: their global positions */
+        s.tpos = m->cp.pos + sp_off;
+    else
+        s.t0 = sp_off;
     return s;
 }
 
@@ -111,7 +116,8 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
         GPT_NEED(e0, e1 + 1);
         /* comm: all-reduce(tp) */
         GPT_TRY(m, tp_vocab_embedding_forward(tp, a->encoded, tokens, m->g[MTC_ROLE_WTE],
-                                              m->g[MTC_ROLE_WPE], NULL, m->scratch, B, T, C, Vp));
+                                              m->g[MTC_ROLE_WPE], m->cp.cp > 1 ? m->cp.pos : NULL,
+                                              m->scratch, B, T, C, Vp));
         nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
         if (d.p > 0) nn_dropout_forward(a->encoded, a->encoded, B, Tl, C, &d);
     }
@@ -269,7 +275,8 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         if (d.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &d), dy = m->dtmp;
         /* comm: SP all-gather(tp) of dy */
         MTC_CHECK(tp_vocab_embedding_backward(tp, m->dg[MTC_ROLE_WTE], m->dg[MTC_ROLE_WPE], dy,
-                                              tokens, NULL, m->scratch, B, T, C, Vp));
+                                              tokens, m->cp.cp > 1 ? m->cp.pos : NULL, m->scratch,
+                                              B, T, C, Vp));
         int e0 = m->pidx[MTC_ROLE_WTE],
             e1 = m->pidx[MTC_ROLE_WPE] >= 0 ? m->pidx[MTC_ROLE_WPE] + 1 : e0 + 1;
         MTC_CHECK(gpt_ready(pass, e0, e1)); /* wte, wpe */
