@@ -30,13 +30,14 @@
  *
  * The tile products are the register-blocked fa_gemm below (AVX-512, AVX2
  * or plain vectors, whichever the build targets), not CBLAS: a 64 x 64 x 64
- * product is too small to pay for a BLAS call's packing (measured with
- * bench/kernels/bench_attention.c: 2-2.8x the untiled kernel with
- * OpenBLAS's generic x86 core, which is what it picks on this CPU). Every
- * path multiplies and adds separately (no FMA), in the same order, so the
- * vector widths agree bit for bit; with FMA one parity case
- * (test_parity_distopt, L=4 tp=2 pp=2 vpp=2) moved from 0.54 to 1.11 of its
- * tolerance through rounding alone.
+ * product is too small to pay for a BLAS call's packing. Measured with
+ * bench/kernels/bench_attention.c on a loaded machine: 1.3-2.8x the untiled
+ * kernel with the generic x86 core OpenBLAS 0.3.21 picks on our Sapphire
+ * Rapids CPUs, 0.7-0.9x of it when OPENBLAS_CORETYPE=SkylakeX gives the
+ * untiled kernel's large GEMMs AVX-512. Every path multiplies and adds
+ * separately (no FMA), in the same order, so all vector widths give the
+ * same bits; with FMA one parity case (test_parity_distopt, L=4 tp=2 pp=2
+ * vpp=2) moved from 0.54 to 1.11 of its tolerance through rounding alone.
  *
  * Limitations: the gradient is that of out only (lse is a saved statistic,
  * not differentiated); backward parallelism is B * NKV items, so a single
@@ -507,10 +508,15 @@ static void fa_merge_range(int i, void *vp) {
             float wa = expf(a - mx), wc = expf(c - mx), sum = wa + wc;
             float *o = mj->out + row * mj->ldo + (size_t)h * mj->HS;
             const float *p = mj->op + row * mj->ldo + (size_t)h * mj->HS;
+            mj->lse[li] = mx + logf(sum);
+            if (c == -INFINITY) continue; /* nothing to add (and out_part may be anything) */
+            if (a == -INFINITY) {         /* out had no key: take the part as it is */
+                memcpy(o, p, (size_t)mj->HS * sizeof(float));
+                continue;
+            }
             float fa = wa / sum, fc = wc / sum;
             for (int e = 0; e < mj->HS; e++)
                 o[e] = o[e] * fa + p[e] * fc;
-            mj->lse[li] = mx + logf(sum);
         }
     }
 }
