@@ -6,10 +6,10 @@
  * m = running row max, l = running row sum, O accumulated in `out`:
  *
  *   for each key tile j (FA_BC keys of kv head h / (NH/NKV)) with a visible key:
- *     S = scale Q_i K_jᵀ                    sgemm (FA_BR x FA_BC x HS)
+ *     S = scale Q_i K_jᵀ                    (FA_BR x FA_BC x HS)
  *     mask: key visible iff kpos <= qpos     (tiles wholly visible skip it)
  *     m' = max(m, rowmax S);  P = exp(S - m');  l = l e^(m - m') + rowsum P
- *     O = O e^(m - m') + (P * dropmask) V_j  sgemm (FA_BR x HS x FA_BC)
+ *     O = O e^(m - m') + (P * dropmask) V_j  (FA_BR x HS x FA_BC)
  *   O /= l;  lse = m + log l   (a row that sees no key: O = 0, lse = -inf)
  *
  * Backward (flash-attention-2), one pool item per (b, kv head), so that the
@@ -20,7 +20,7 @@
  *     D = rowsum(dO_i * O_i);  P = exp(scale Q_i K_jᵀ - lse_i) (masked)
  *     dA = dO_i V_jᵀ;  A = P * M;  dP = dA * M   (M = dropout keep-scale)
  *     dV_j += Aᵀ dO_i;  dS = P * (dP - D)
- *     dK_j += scale dSᵀ Q_i;  dQ_i += scale dS K_j     (five sgemms a tile)
+ *     dK_j += scale dSᵀ Q_i;  dQ_i += scale dS K_j     (five products a tile)
  *
  * rowsum(P * dP) = dO_i . O_i holds with dropout too (O = A V), and with
  * the out and lse of an lse-merge of several calls (context parallelism:
@@ -28,17 +28,22 @@
  * Dropout masks are regenerated per tile from nn_dropout_spec with the
  * global element numbering of nn.h, so they equal the untiled kernel's.
  *
- * Tile products are single-threaded CBLAS calls (nn_blas_sgemm). A 64 x 64
- * x 64 product is small for BLAS (packing dominates): a register-blocked
- * AVX-512/AVX2 tile kernel measured about 2x faster with OpenBLAS's generic
- * x86 core, but moved a marginal parity case (test_parity_distopt, L=4
- * tp=2 pp=2 vpp=2) past its tolerance through different rounding, so it is
- * not used here (see the git history of this file).
+ * The tile products are the register-blocked fa_gemm below (AVX-512, AVX2
+ * or plain vectors, whichever the build targets), not CBLAS: a 64 x 64 x 64
+ * product is too small to pay for a BLAS call's packing. Measured with
+ * bench/kernels/bench_attention.c on a loaded machine: 1.3-2.8x the untiled
+ * kernel with the generic x86 core OpenBLAS 0.3.21 picks on our Sapphire
+ * Rapids CPUs, 0.7-0.9x of it when OPENBLAS_CORETYPE=SkylakeX gives the
+ * untiled kernel's large GEMMs AVX-512. Every path multiplies and adds
+ * separately (no FMA), in the same order, so all vector widths give the
+ * same bits; with FMA one parity case (test_parity_distopt, L=4 tp=2 pp=2
+ * vpp=2) moved from 0.54 to 1.11 of its tolerance through rounding alone.
  *
  * Limitations: the gradient is that of out only (lse is a saved statistic,
  * not differentiated); backward parallelism is B * NKV items, so a single
- * kv head of one sequence runs on one thread; tiles are fixed at FA_BR x
- * FA_BC whatever HS; positions are ints shared by all batch rows; no bf16. */
+ * kv head of one sequence runs on one thread; heads larger than FA_HS_MAX
+ * fall back to CBLAS for the score tiles; tiles are fixed at FA_BR x FA_BC
+ * whatever HS; positions are ints shared by all batch rows; no bf16. */
 #include <math.h>
 #include <string.h>
 
@@ -51,6 +56,11 @@
 #endif
 #ifndef FA_BC
 #define FA_BC 64 /* keys per tile */
+#endif
+#define FA_HS_MAX 256 /* larger heads take the CBLAS path */
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
 #endif
 
 typedef struct {
@@ -82,6 +92,127 @@ static void fa_span(const nn_attention_shape *s, int kp, int i, int n, int *lo, 
         b = pos[i + r] > b ? pos[i + r] : b;
     }
     *lo = a, *hi = b;
+}
+
+/* ---- tile GEMM ----
+ * C (M, N) (+)= alpha sum_p a(r, p) B[p, :], a(r, p) = A[r * ars + p * aps]:
+ * ars = lda, aps = 1 reads A (M, K); ars = 1, aps = lda reads Aᵀ. Register
+ * blocks of 4 rows x 32 columns (x 64 with AVX-512); every element sums p in
+ * order, so results do not depend on the caller or the thread count. */
+static inline __attribute__((always_inline)) void fa_block(const int MR, const int NV, int K,
+                                                           float alpha, const float *A, int ars,
+                                                           int aps, const float *B, int ldb,
+                                                           float *C, int ldc, int acc) {
+    nn_v8 c[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            c[r][v] = NN_V8_SET1(0.0f);
+    for (int p = 0; p < K; p++) {
+        const float *b = B + (size_t)p * ldb;
+        nn_v8 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            bv[v] = NN_V8_LD(b + 8 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            nn_v8 a = NN_V8_SET1(A[(size_t)r * ars + (size_t)p * aps]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                c[r][v] = c[r][v] + a * bv[v];
+        }
+    }
+    nn_v8 al = NN_V8_SET1(alpha);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            float *o = C + (size_t)r * ldc + 8 * v;
+            nn_v8 x = c[r][v] * al;
+            NN_V8_ST(o, acc ? NN_V8_LD(o) + x : x);
+        }
+}
+
+#if defined(__AVX512F__)
+/* the same on 16-float vectors: blocks of MR rows x NV*16 columns */
+static inline __attribute__((always_inline)) void fa_block16(const int MR, const int NV, int K,
+                                                             float alpha, const float *A, int ars,
+                                                             int aps, const float *B, int ldb,
+                                                             float *C, int ldc, int acc) {
+    __m512 c[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            c[r][v] = _mm512_setzero_ps();
+    for (int p = 0; p < K; p++) {
+        const float *b = B + (size_t)p * ldb;
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            bv[v] = _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            __m512 a = _mm512_set1_ps(A[(size_t)r * ars + (size_t)p * aps]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                c[r][v] = _mm512_add_ps(c[r][v], _mm512_mul_ps(a, bv[v]));
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            float *o = C + (size_t)r * ldc + 16 * v;
+            __m512 x = _mm512_mul_ps(c[r][v], al);
+            _mm512_storeu_ps(o, acc ? _mm512_add_ps(_mm512_loadu_ps(o), x) : x);
+        }
+}
+#endif
+
+static inline __attribute__((always_inline)) void fa_rows(const int MR, int N, int K, float alpha,
+                                                          const float *A, int ars, int aps,
+                                                          const float *B, int ldb, float *C,
+                                                          int ldc, int acc) {
+    int c = 0;
+#if defined(__AVX512F__)
+    for (; c + 64 <= N; c += 64)
+        fa_block16(MR, 4, K, alpha, A, ars, aps, B + c, ldb, C + c, ldc, acc);
+    for (; c + 16 <= N; c += 16)
+        fa_block16(MR, 1, K, alpha, A, ars, aps, B + c, ldb, C + c, ldc, acc);
+#endif
+    for (; c + 32 <= N; c += 32)
+        fa_block(MR, 4, K, alpha, A, ars, aps, B + c, ldb, C + c, ldc, acc);
+    for (; c + 8 <= N; c += 8)
+        fa_block(MR, 1, K, alpha, A, ars, aps, B + c, ldb, C + c, ldc, acc);
+    for (int r = 0; r < MR; r++)
+        for (int cc = c; cc < N; cc++) {
+            float x = 0.0f;
+            for (int p = 0; p < K; p++)
+                x += A[(size_t)r * ars + (size_t)p * aps] * B[(size_t)p * ldb + cc];
+            float *o = C + (size_t)r * ldc + cc;
+            *o = acc ? *o + x * alpha : x * alpha;
+        }
+}
+
+static void fa_gemm(int M, int N, int K, float alpha, const float *A, int ars, int aps,
+                    const float *B, int ldb, float *C, int ldc, int acc) {
+    int r = 0;
+    for (; r + 4 <= M; r += 4)
+        fa_rows(4, N, K, alpha, A + (size_t)r * ars, ars, aps, B, ldb, C + (size_t)r * ldc, ldc,
+                acc);
+    for (; r < M; r++)
+        fa_rows(1, N, K, alpha, A + (size_t)r * ars, ars, aps, B, ldb, C + (size_t)r * ldc, ldc,
+                acc);
+}
+
+/* t (HS, FA_BC) = the kw rows of x (stride ld) transposed */
+static void fa_pack_t(float *t, const float *x, int ld, int kw, int HS) {
+    for (int c = 0; c < kw; c++)
+        for (int e = 0; e < HS; e++)
+            t[e * FA_BC + c] = x[(size_t)c * ld + e];
 }
 
 /* ---- row helpers (8-wide; sums in fixed lane order) ---- */
@@ -173,7 +304,7 @@ static void fa_fwd_item(int idx, void *vp) {
     const float *K = j->k + (size_t)b * Tk * s->ldk + (size_t)kvh * HS;
     const float *V = j->v + (size_t)b * Tk * s->ldv + (size_t)kvh * HS;
     float *O = j->out + ((size_t)b * T + i0) * s->ldo + (size_t)h * HS;
-    float S[FA_BR * FA_BC], mask[FA_BC], m[FA_BR], l[FA_BR];
+    float S[FA_BR * FA_BC], mask[FA_BC], m[FA_BR], l[FA_BR], Kt[FA_HS_MAX * FA_BC];
     int qp[FA_BR];
     for (int r = 0; r < rows; r++) {
         memset(O + (size_t)r * s->ldo, 0, (size_t)HS * sizeof(float));
@@ -186,8 +317,13 @@ static void fa_fwd_item(int idx, void *vp) {
         fa_span(s, 1, j0, kw, &klo, &khi);
         if (klo > qhi) continue; /* no key of the tile is visible to any row */
         int full = khi <= qlo;
-        nn_blas_sgemm(0, 1, rows, kw, HS, j->scale, Q, s->ldq, K + (size_t)j0 * s->ldk, s->ldk,
-                      0.0f, S, FA_BC);
+        if (HS <= FA_HS_MAX) {
+            fa_pack_t(Kt, K + (size_t)j0 * s->ldk, s->ldk, kw, HS);
+            fa_gemm(rows, kw, HS, j->scale, Q, s->ldq, 1, Kt, FA_BC, S, FA_BC, 0);
+        } else {
+            nn_blas_sgemm(0, 1, rows, kw, HS, j->scale, Q, s->ldq, K + (size_t)j0 * s->ldk, s->ldk,
+                          0.0f, S, FA_BC);
+        }
         for (int r = 0; r < rows; r++) {
             float *srow = S + r * FA_BC;
             int n = full ? kw : fa_visible(s, srow, qp[r], j0, kw);
@@ -214,8 +350,7 @@ static void fa_fwd_item(int idx, void *vp) {
                 fa_mul(srow, srow, mask, kw);
             }
         }
-        nn_blas_sgemm(0, 0, rows, HS, kw, 1.0f, S, FA_BC, V + (size_t)j0 * s->ldv, s->ldv, 1.0f, O,
-                      s->ldo);
+        fa_gemm(rows, HS, kw, 1.0f, S, FA_BC, 1, V + (size_t)j0 * s->ldv, s->ldv, O, s->ldo, 1);
     }
     float *L = j->lse + ((size_t)b * NH + h) * T + i0;
     for (int r = 0; r < rows; r++) {
@@ -274,11 +409,14 @@ static void fa_bwd_item(int idx, void *vp) {
                              HS);
     }
     float P[FA_BR * FA_BC], dP[FA_BR * FA_BC], A[FA_BR * FA_BC], mask[FA_BC], D[FA_BR];
+    float Kt[FA_HS_MAX * FA_BC], Vt[FA_HS_MAX * FA_BC];
+    int packed = HS <= FA_HS_MAX;
     int qp[FA_BR];
     for (int kb = 0; kb < j->nkb; kb++) {
         int j0 = kb * FA_BC, kw = Tk - j0 < FA_BC ? Tk - j0 : FA_BC, klo, khi;
         fa_span(s, 1, j0, kw, &klo, &khi);
         const float *Kj = K + (size_t)j0 * s->ldk, *Vj = V + (size_t)j0 * s->ldv;
+        if (packed) fa_pack_t(Kt, Kj, s->ldk, kw, HS), fa_pack_t(Vt, Vj, s->ldv, kw, HS);
         for (int qb = 0; qb < j->nqb; qb++) {
             int i0 = qb * FA_BR, rows = T - i0 < FA_BR ? T - i0 : FA_BR, qlo, qhi;
             fa_span(s, 0, i0, rows, &qlo, &qhi);
@@ -293,8 +431,15 @@ static void fa_bwd_item(int idx, void *vp) {
                 const float *Oi = j->o + qrow * s->ldo + hofs;
                 const float *dOi = j->dout + qrow * s->ldo + hofs;
                 const float *L = j->clse + ((size_t)b * NH + h) * T + i0;
-                nn_blas_sgemm(0, 1, rows, kw, HS, j->scale, Qi, s->ldq, Kj, s->ldk, 0.0f, P, FA_BC);
-                nn_blas_sgemm(0, 1, rows, kw, HS, 1.0f, dOi, s->ldo, Vj, s->ldv, 0.0f, dP, FA_BC);
+                if (packed) {
+                    fa_gemm(rows, kw, HS, j->scale, Qi, s->ldq, 1, Kt, FA_BC, P, FA_BC, 0);
+                    fa_gemm(rows, kw, HS, 1.0f, dOi, s->ldo, 1, Vt, FA_BC, dP, FA_BC, 0);
+                } else {
+                    nn_blas_sgemm(0, 1, rows, kw, HS, j->scale, Qi, s->ldq, Kj, s->ldk, 0.0f, P,
+                                  FA_BC);
+                    nn_blas_sgemm(0, 1, rows, kw, HS, 1.0f, dOi, s->ldo, Vj, s->ldv, 0.0f, dP,
+                                  FA_BC);
+                }
                 for (int r = 0; r < rows; r++) {
                     float *prow = P + r * FA_BC, *drow = dP + r * FA_BC;
                     if (L[r] == -INFINITY) { /* the row sees no key: P = 0, no NaN */
@@ -319,14 +464,14 @@ static void fa_bwd_item(int idx, void *vp) {
                     fa_softmax_bwd(drow, prow, D[r], kw);
                 }
                 if (dV) /* dV_j += Aᵀ dO_i */
-                    nn_blas_sgemm(1, 0, kw, HS, rows, 1.0f, j->drop ? A : P, FA_BC, dOi, s->ldo,
-                                  1.0f, dV + (size_t)j0 * s->ldv, s->ldv);
+                    fa_gemm(kw, HS, rows, 1.0f, j->drop ? A : P, 1, FA_BC, dOi, s->ldo,
+                            dV + (size_t)j0 * s->ldv, s->ldv, 1);
                 if (dK) /* dK_j += scale dSᵀ Q_i */
-                    nn_blas_sgemm(1, 0, kw, HS, rows, j->scale, dP, FA_BC, Qi, s->ldq, 1.0f,
-                                  dK + (size_t)j0 * s->ldk, s->ldk);
+                    fa_gemm(kw, HS, rows, j->scale, dP, 1, FA_BC, Qi, s->ldq,
+                            dK + (size_t)j0 * s->ldk, s->ldk, 1);
                 if (j->dq) /* dQ_i += scale dS K_j */
-                    nn_blas_sgemm(0, 0, rows, HS, kw, j->scale, dP, FA_BC, Kj, s->ldk, 1.0f,
-                                  j->dq + qrow * s->ldq + hofs, s->ldq);
+                    fa_gemm(rows, HS, kw, j->scale, dP, FA_BC, 1, Kj, s->ldk,
+                            j->dq + qrow * s->ldq + hofs, s->ldq, 1);
             }
         }
     }
@@ -363,10 +508,15 @@ static void fa_merge_range(int i, void *vp) {
             float wa = expf(a - mx), wc = expf(c - mx), sum = wa + wc;
             float *o = mj->out + row * mj->ldo + (size_t)h * mj->HS;
             const float *p = mj->op + row * mj->ldo + (size_t)h * mj->HS;
+            mj->lse[li] = mx + logf(sum);
+            if (c == -INFINITY) continue; /* nothing to add (and out_part may be anything) */
+            if (a == -INFINITY) {         /* out had no key: take the part as it is */
+                memcpy(o, p, (size_t)mj->HS * sizeof(float));
+                continue;
+            }
             float fa = wa / sum, fc = wc / sum;
             for (int e = 0; e < mj->HS; e++)
                 o[e] = o[e] * fa + p[e] * fc;
-            mj->lse[li] = mx + logf(sum);
         }
     }
 }

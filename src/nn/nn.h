@@ -161,7 +161,7 @@ static inline nn_attention_shape nn_attention_shape_qkv(int B, int T, int NH, in
  *   (((b0 + b) * NHg + h0 + h) * Tg + pos(i)) * Tg + kpos(j)
  * of nn_dropout_spec (its own tpos / t0 / kpos; a zero Tg / NHg means the
  * local T / NH), so pass the same spec to both calls. drop may be NULL.
- * Memory: no T x Tk buffer; three 64 x 64 tiles of stack per thread. */
+ * Memory: no T x Tk buffer; tiles of under 200 KB of stack per thread. */
 void nn_attention_forward(nn_pool *pool, float *out, float *lse, const float *q, const float *k,
                           const float *v, const nn_attention_shape *s, const nn_dropout_spec *drop);
 /* dq, dk, dv: the gradient of out only (= or += by s->accumulate; any may

@@ -227,6 +227,9 @@ static void test_fd(nn_pool *pool) {
     check_case("packed T=5", NULL, &c, &d0, 1);
     check_case("packed T=5 p=0.3", pool, &c, &d3, 1);
     case_free(&c);
+    case_init(&c, 1, 5, 5, 1, 1, 264, 1, 34); /* HS > FA_HS_MAX: the CBLAS score tiles */
+    check_case("packed HS=264 p=0.3", pool, &c, &d3, 11);
+    case_free(&c);
     case_init(&c, 1, 70, 70, 2, 2, 4, 1, 32); /* crosses a 64-row block */
     check_case("packed T=70", pool, &c, NULL, 7);
     case_free(&c);
@@ -423,6 +426,13 @@ static void test_merge(nn_pool *pool) {
     memset(op, 0, c.no * 4);
     nn_attention_merge(pool, o2, l2, op, lp, B, T, NH, HS, s->ldo);
     T_CHECK(same(o2, c.o, c.no) && same(l2, c.lse, c.nl));
+    /* an empty (out, lse) merged with a part becomes that part, bit for bit */
+    for (size_t k = 0; k < c.nl; k++)
+        l2[k] = -INFINITY;
+    for (size_t k = 0; k < c.no; k++)
+        o2[k] = (k % (size_t)s->ldo) < (size_t)(NH * HS) ? 0.0f : c.o[k];
+    nn_attention_merge(pool, o2, l2, c.o, c.lse, B, T, NH, HS, s->ldo);
+    T_CHECKF(same(o2, c.o, c.no) && same(l2, c.lse, c.nl), "merge into an empty result");
     /* two empty parts stay empty: out 0, lse -inf (no NaN) */
     memset(o2, 0, c.no * 4);
     for (size_t k = 0; k < c.nl; k++)
