@@ -1,0 +1,45 @@
+/* data/tok_bpe.h - byte-level BPE (GPT-2's algorithm), internal to data/:
+ * the model shared by GPT2BPETokenizer and HuggingFaceTokenizer. tok.c owns
+ * the handle; tok_bpe.c loads and runs the model. */
+#ifndef MTC_DATA_TOK_BPE_H
+#define MTC_DATA_TOK_BPE_H
+
+#include <stdint.h>
+
+#include "data/tokenizer.h"
+
+typedef struct {
+    int n_ids;             /* table size: largest id + 1 */
+    unsigned char **bytes; /* id -> raw bytes (NULL for an unused id) */
+    int *len;
+    /* raw bytes -> id: open addressing, slots hold id + 1 (0 empty) */
+    int *tok_slot;
+    size_t tok_cap;
+    /* merge (left id, right id) -> rank and merged id: open addressing */
+    uint64_t *merge_key; /* (left << 32 | right) + 1, 0 empty */
+    int *merge_rank, *merge_id;
+    size_t merge_cap;
+    int byte_id[256]; /* id of each single byte, -1 when missing */
+    /* added tokens, matched in the text before pre-tokenization */
+    int n_added;
+    unsigned char **added;
+    int *added_len, *added_id;
+    int add_prefix_space; /* HF ByteLevel option */
+    int ignore_merges;    /* HF BPE option: a word in the vocabulary is one id */
+    int eod;              /* <|endoftext|>, else -1 */
+    int vocab_size;
+} tok_bpe;
+
+/* GPT-2's files: vocab.json (byte-level string -> id) and merges.txt ("a b"
+ * per line after an optional "#version" line; rank = line order). */
+mtc_result_t tok_bpe_load_gpt2(tok_bpe *m, const char *vocab_file, const char *merge_file);
+/* A Hugging Face tokenizer.json whose model is byte-level BPE. */
+mtc_result_t tok_bpe_load_hf(tok_bpe *m, const char *path);
+void tok_bpe_free(tok_bpe *m);
+
+mtc_result_t tok_bpe_encode(const tok_bpe *m, data_tok_cache *cache, const char *text, size_t n,
+                            data_tok_ids *out);
+mtc_result_t tok_bpe_decode(const tok_bpe *m, const int *ids, size_t n, data_tok_text *out,
+                            size_t *unknown);
+
+#endif
