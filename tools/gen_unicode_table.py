@@ -78,12 +78,14 @@ def main():
       " * (N) and white space (White_Space); code points not listed are none. */\n"
       % version[:40])
     w('#include "data/unicode.h"\n\n')
+    w("/* clang-format off */\n")
     w("const data_unicode_range data_unicode_ranges[] = {\n")
     names = {LETTER: "DATA_UNICODE_LETTER", NUMBER: "DATA_UNICODE_NUMBER",
              SPACE: "DATA_UNICODE_SPACE"}
     for lo, hi, c in ranges:
         w("    {0x%X, 0x%X, %s},\n" % (lo, hi, names[c]))
     w("};\n")
+    w("/* clang-format on */\n")
     w("const int data_unicode_nranges = %d;\n" % len(ranges))
 
 

@@ -4,6 +4,7 @@
  * (N) and white space (White_Space); code points not listed are none. */
 #include "data/unicode.h"
 
+/* clang-format off */
 const data_unicode_range data_unicode_ranges[] = {
     {0x9, 0xD, DATA_UNICODE_SPACE},
     {0x20, 0x20, DATA_UNICODE_SPACE},
@@ -812,4 +813,5 @@ const data_unicode_range data_unicode_ranges[] = {
     {0x30000, 0x3134A, DATA_UNICODE_LETTER},
     {0x31350, 0x323AF, DATA_UNICODE_LETTER},
 };
+/* clang-format on */
 const int data_unicode_nranges = 806;
