@@ -283,7 +283,7 @@ int cli_cmd_preprocess(int argc, char **argv) {
     pre_job *jobs = calloc((size_t)workers, sizeof *jobs);
     pthread_t *threads = calloc((size_t)workers, sizeof *threads);
     char *line = NULL;
-    size_t line_cap = 0, line_no = 0, docs = 0, bytes = 0, next_log = (size_t)log_interval;
+    size_t line_cap = 0, line_no = 0, docs = 0, bytes = 0;
     mtc_result_t rc = MTC_OK;
     int status = 0;
     if (!batches || !jobs || !threads) {
@@ -310,9 +310,6 @@ int cli_cmd_preprocess(int argc, char **argv) {
             goto out;
         }
     }
-    fprintf(stderr, "mtc preprocess: %s with %s (vocabulary %d, eod %d), %d worker%s, %s ids\n",
-            input, data_tok_name(tok), data_tok_vocab_size(tok), data_tok_eod(tok), workers,
-            workers == 1 ? "" : "s", code == 8 ? "uint16" : "int32");
     double t0 = mtc_time_s();
     for (int eof = 0; !eof;) {
         int used = 0;
@@ -326,7 +323,7 @@ int cli_cmd_preprocess(int argc, char **argv) {
                     eof = 1;
                     break;
                 }
-                line_no++, bytes += (size_t)got;
+                line_no++;
                 size_t n = (size_t)got;
                 while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                     n--;
@@ -364,25 +361,21 @@ int cli_cmd_preprocess(int argc, char **argv) {
                 rc = mtc_error(b->err_rc, "%s:%zu: %s", input, b->err_line, b->err);
                 goto out;
             }
-            for (int key = 0; key < n_keys; key++) {
-                size_t id_off = 0, len_off = 0;
-                for (size_t d = 0; d < b->n_docs; d++) {
+            size_t id_off[PRE_MAX_KEYS] = {0}, len_off[PRE_MAX_KEYS] = {0};
+            for (size_t d = 0; d < b->n_docs; d++) {
+                for (int key = 0; key < n_keys; key++) {
                     int n_seqs = b->doc_seqs[key].ids[d];
                     size_t n_ids = 0;
                     for (int s = 0; s < n_seqs; s++)
-                        n_ids += (size_t)b->seq_lens[key].ids[len_off + (size_t)s];
-                    rc = data_indexed_builder_add_document(builders[key], b->ids[key].ids + id_off,
-                                                           b->seq_lens[key].ids + len_off,
-                                                           (size_t)n_seqs);
+                        n_ids += (size_t)b->seq_lens[key].ids[len_off[key] + (size_t)s];
+                    rc = data_indexed_builder_add_document(
+                        builders[key], b->ids[key].ids + id_off[key],
+                        b->seq_lens[key].ids + len_off[key], (size_t)n_seqs);
                     if (rc != MTC_OK) goto out;
-                    id_off += n_ids, len_off += (size_t)n_seqs;
+                    id_off[key] += n_ids, len_off[key] += (size_t)n_seqs;
                 }
-            }
-            docs += b->n_docs;
-            if (docs >= next_log) {
-                pre_progress(docs, bytes, t0, 0);
-                while (next_log <= docs)
-                    next_log += (size_t)log_interval;
+                bytes += b->lens[d] + 1, docs++;
+                if (docs % (size_t)log_interval == 0) pre_progress(docs, bytes, t0, 0);
             }
         }
     }
@@ -393,6 +386,9 @@ int cli_cmd_preprocess(int argc, char **argv) {
     for (int i = 0; i < n_keys; i++)
         if ((rc = data_indexed_builder_finish(builders[i])) != MTC_OK) goto out;
     pre_progress(docs, bytes, t0, 1);
+    fprintf(stderr, "mtc preprocess: %s (vocabulary %d, eod %d), %d worker%s, %s ids:\n",
+            data_tok_name(tok), data_tok_vocab_size(tok), data_tok_eod(tok), workers,
+            workers == 1 ? "" : "s", code == 8 ? "uint16" : "int32");
     for (int i = 0; i < n_keys; i++)
         printf("%s_%s_document.bin\n%s_%s_document.idx\n", prefix, keys[i], prefix, keys[i]);
 out:
