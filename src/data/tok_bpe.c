@@ -242,25 +242,36 @@ static mtc_result_t add_merge(tok_bpe *m, const char *a, size_t na, const char *
                               int rank, const char *name, int line) {
     int byte_of_cp[324];
     byte_unicode_tables(byte_of_cp);
-    char sa[256], sb[256];
-    if (na == 0 || nb == 0 || na >= sizeof sa || nb >= sizeof sb)
+    if (na == 0 || nb == 0)
         return mtc_error(MTC_ERR_FORMAT, "%s: merge %d is not two tokens \"a b\"", name, line);
+    char *sa = malloc(na + 1), *sb = malloc(nb + 1);
+    unsigned char *ra = NULL, *rb = NULL, *both = NULL;
+    int la = 0, lb = 0, left = -1, right = -1, merged = -1;
+    mtc_result_t rc = MTC_OK;
+    if (!sa || !sb) {
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading merges");
+        goto out;
+    }
     memcpy(sa, a, na), sa[na] = 0;
     memcpy(sb, b, nb), sb[nb] = 0;
-    unsigned char *ra = NULL, *rb = NULL;
-    int la, lb;
     if (unspell(sa, byte_of_cp, &ra, &la) != MTC_OK || unspell(sb, byte_of_cp, &rb, &lb)) {
-        free(ra);
-        return mtc_error(MTC_ERR_FORMAT,
-                         "%s: merge %d (\"%s %s\") is not in GPT-2's byte-level spelling", name,
-                         line, sa, sb);
+        rc = mtc_error(MTC_ERR_FORMAT,
+                       "%s: merge %d (\"%.40s %.40s\") is not in GPT-2's byte-level spelling", name,
+                       line, sa, sb);
+        goto out;
     }
-    unsigned char both[512];
+    both = malloc((size_t)(la + lb));
+    if (!both) {
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading merges");
+        goto out;
+    }
     memcpy(both, ra, (size_t)la);
     memcpy(both + la, rb, (size_t)lb);
-    int left = tok_find(m, ra, (size_t)la), right = tok_find(m, rb, (size_t)lb);
-    int merged = tok_find(m, both, (size_t)(la + lb));
-    free(ra), free(rb);
+    left = tok_find(m, ra, (size_t)la), right = tok_find(m, rb, (size_t)lb);
+    merged = tok_find(m, both, (size_t)(la + lb));
+out:
+    free(sa), free(sb), free(ra), free(rb), free(both);
+    if (rc != MTC_OK) return rc;
     if (left < 0 || right < 0 || merged < 0) return MTC_OK; /* unreachable merge: as GPT-2 */
     size_t i = merge_slot(m, left, right);
     if (m->merge_key[i]) return MTC_OK; /* a repeated merge keeps its first rank */
