@@ -405,6 +405,86 @@ static mtc_result_t check_pre_tokenizer(tok_bpe *m, const cJSON *pre, const char
     return MTC_OK;
 }
 
+/* post_processor: none, ByteLevel (adds nothing), TemplateProcessing (its
+ * "single" template: special tokens around the sequence), or a Sequence of
+ * those. Others (BertProcessing, RobertaProcessing) are refused. */
+static mtc_result_t read_post_processor(tok_bpe *m, const cJSON *pp, const char *path) {
+    const char *t = pp && !cJSON_IsNull(pp) ? json_type_name(pp) : NULL;
+    if (!t || !strcmp(t, "ByteLevel")) return MTC_OK;
+    if (!strcmp(t, "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors");
+        for (const cJSON *e = list ? list->child : NULL; e; e = e->next)
+            MTC_CHECK(read_post_processor(m, e, path));
+        return MTC_OK;
+    }
+    if (strcmp(t, "TemplateProcessing") != 0)
+        return mtc_error(MTC_ERR_FORMAT,
+                         "--tokenizer-model %s: post_processor %s is not supported (ByteLevel or "
+                         "TemplateProcessing only)",
+                         path, t);
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
+    int after = 0;
+    for (const cJSON *e = single ? single->child : NULL; e; e = e->next) {
+        if (cJSON_GetObjectItemCaseSensitive(e, "Sequence")) {
+            after = 1;
+            continue;
+        }
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "SpecialToken");
+        const cJSON *name = sp ? cJSON_GetObjectItemCaseSensitive(sp, "id") : NULL;
+        const cJSON *tok = cJSON_IsString(name)
+                               ? cJSON_GetObjectItemCaseSensitive(specials, name->valuestring)
+                               : NULL;
+        const cJSON *ids = tok ? cJSON_GetObjectItemCaseSensitive(tok, "ids") : NULL;
+        if (!cJSON_IsArray(ids))
+            return mtc_error(MTC_ERR_FORMAT,
+                             "--tokenizer-model %s: post_processor template names a special "
+                             "token without ids",
+                             path);
+        for (const cJSON *id = ids->child; id; id = id->next) {
+            int *n = after ? &m->n_suffix : &m->n_prefix;
+            if (*n == 8 || !cJSON_IsNumber(id))
+                return mtc_error(MTC_ERR_FORMAT,
+                                 "--tokenizer-model %s: post_processor template too long", path);
+            (after ? m->suffix : m->prefix)[(*n)++] = id->valueint;
+        }
+    }
+    return MTC_OK;
+}
+
+/* eos_token of PATH's folder's tokenizer_config.json (Megatron's eod), or
+ * -1 when there is no such file or entry. */
+static int config_eos(const tok_bpe *m, const char *path) {
+    const char *slash = strrchr(path, '/');
+    size_t dir = slash ? (size_t)(slash - path + 1) : 0;
+    char *cfg_path = malloc(dir + 32);
+    if (!cfg_path) return -1;
+    memcpy(cfg_path, path, dir);
+    strcpy(cfg_path + dir, "tokenizer_config.json");
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    int id = -1;
+    FILE *probe = fopen(cfg_path, "rb");
+    if (probe) {
+        fclose(probe);
+        if (data_file_read(cfg_path, &buf, &len) == MTC_OK) {
+            cJSON *cfg = cJSON_ParseWithLength((const char *)buf, len);
+            const cJSON *eos = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token");
+            if (cJSON_IsObject(eos)) eos = cJSON_GetObjectItemCaseSensitive(eos, "content");
+            if (cJSON_IsString(eos)) {
+                const char *s = eos->valuestring;
+                for (int a = 0; a < m->n_added && id < 0; a++)
+                    if ((size_t)m->added_len[a] == strlen(s) && !memcmp(m->added[a], s, strlen(s)))
+                        id = m->added_id[a];
+            }
+            cJSON_Delete(cfg);
+        }
+    }
+    free(buf);
+    free(cfg_path);
+    return id;
+}
+
 mtc_result_t tok_bpe_load_hf(tok_bpe *m, const char *path) {
     memset(m, 0, sizeof *m);
     m->eod = -1;
@@ -460,6 +540,11 @@ mtc_result_t tok_bpe_load_hf(tok_bpe *m, const char *path) {
     }
     if (added && !cJSON_IsArray(added)) added = NULL;
     MTC_CHECK_GOTO(load_vocab(m, vocab, added, path), rc, out);
+    MTC_CHECK_GOTO(
+        read_post_processor(m, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), path), rc,
+        out);
+    int eos = config_eos(m, path);
+    if (eos >= 0) m->eod = eos;
     MTC_CHECK_GOTO(alloc_merges(m, (size_t)cJSON_GetArraySize(merges)), rc, out);
     int rank = 0;
     for (const cJSON *e = merges->child; e; e = e->next, rank++) {
@@ -715,6 +800,8 @@ static mtc_result_t bpe_segment(const tok_bpe *m, data_tok_cache *cache, const u
 mtc_result_t tok_bpe_encode(const tok_bpe *m, data_tok_cache *cache, const char *text, size_t n,
                             data_tok_ids *out) {
     const unsigned char *s = (const unsigned char *)text;
+    for (int i = 0; i < m->n_prefix; i++)
+        MTC_CHECK(data_tok_ids_push(out, m->prefix[i]));
     size_t seg = 0;
     for (size_t i = 0; i < n && m->n_added;) {
         int best = -1;
@@ -732,7 +819,10 @@ mtc_result_t tok_bpe_encode(const tok_bpe *m, data_tok_cache *cache, const char 
         i += (size_t)m->added_len[best];
         seg = i;
     }
-    return bpe_segment(m, cache, s + seg, n - seg, out);
+    MTC_CHECK(bpe_segment(m, cache, s + seg, n - seg, out));
+    for (int i = 0; i < m->n_suffix; i++)
+        MTC_CHECK(data_tok_ids_push(out, m->suffix[i]));
+    return MTC_OK;
 }
 
 mtc_result_t tok_bpe_decode(const tok_bpe *m, const int *ids, size_t n, data_tok_text *out,

@@ -26,14 +26,18 @@ typedef struct {
     int *added_len, *added_id;
     int add_prefix_space; /* HF ByteLevel option */
     int ignore_merges;    /* HF BPE option: a word in the vocabulary is one id */
-    int eod;              /* <|endoftext|>, else -1 */
+    int eod;              /* eos_token of tokenizer_config.json, else <|endoftext|>, else -1 */
+    /* HF TemplateProcessing "single": ids added before and after each encode */
+    int n_prefix, n_suffix;
+    int prefix[8], suffix[8];
     int vocab_size;
 } tok_bpe;
 
 /* GPT-2's files: vocab.json (byte-level string -> id) and merges.txt ("a b"
  * per line after an optional "#version" line; rank = line order). */
 mtc_result_t tok_bpe_load_gpt2(tok_bpe *m, const char *vocab_file, const char *merge_file);
-/* A Hugging Face tokenizer.json whose model is byte-level BPE. */
+/* A Hugging Face tokenizer.json whose model is byte-level BPE; eod is the
+ * eos_token of a tokenizer_config.json in the same folder when there is one. */
 mtc_result_t tok_bpe_load_hf(tok_bpe *m, const char *path);
 void tok_bpe_free(tok_bpe *m);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data.h"
 #include "data/tokenizer.h"
@@ -16,6 +17,15 @@
 #include "test.h"
 
 #define CHECK(c) T_CHECK(c)
+/* Files go to a private folder: other worktrees may run this test at once. */
+static char dir_[64] = "/tmp/mtc_test_tok_XXXXXX";
+static const char *P(const char *name) {
+    static char bufs[8][160];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir_, name);
+    return b;
+}
 #define CHECK_OK(x) T_CHECKF((x) == MTC_OK, "%s", mtc_error_detail())
 
 static void test_unicode_classes(void) {
@@ -140,7 +150,7 @@ static void check_ids(data_tok *t, const char *text, const int *want, size_t n) 
 
 static void test_bpe_tiny(void) {
     mtc_result_t rc;
-    data_tok *t = open_hf_text(TINY_HF, "/tmp/mtc_test_tok_tiny.json", &rc);
+    data_tok *t = open_hf_text(TINY_HF, P("mtc_test_tok_tiny.json"), &rc);
     CHECK_OK(rc);
     CHECK(data_tok_vocab_size(t) == 10 && data_tok_eod(t) == 9);
     /* "abc": a b -> ab (rank 0) before b c (rank 3), then ab c -> abc */
@@ -163,7 +173,9 @@ static void test_bpe_tiny(void) {
     data_tok_ids_free(&ids);
     data_tok_text form = {0};
     CHECK_OK(data_tok_serialize(t, &form));
-    CHECK(!strcmp(form.s, "HuggingFaceTokenizer:/tmp/mtc_test_tok_tiny.json"));
+    char want_form[200];
+    snprintf(want_form, sizeof want_form, "HuggingFaceTokenizer:%s", P("mtc_test_tok_tiny.json"));
+    CHECK(!strcmp(form.s, want_form));
     data_tok *t2 = NULL;
     CHECK_OK(data_tok_deserialize(form.s, &t2));
     check_ids(t2, "abc", (const int[]){5}, 1);
@@ -181,12 +193,43 @@ static void test_bpe_tiny(void) {
         "not json",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        t = open_hf_text(bad[i], "/tmp/mtc_test_tok_bad.json", &rc);
+        t = open_hf_text(bad[i], P("mtc_test_tok_bad.json"), &rc);
         CHECK(rc == MTC_ERR_FORMAT && t == NULL);
-        CHECK(strstr(mtc_error_detail(), "/tmp/mtc_test_tok_bad.json") != NULL);
+        CHECK(strstr(mtc_error_detail(), P("mtc_test_tok_bad.json")) != NULL);
     }
-    remove("/tmp/mtc_test_tok_tiny.json");
-    remove("/tmp/mtc_test_tok_bad.json");
+    remove(P("mtc_test_tok_tiny.json"));
+    remove(P("mtc_test_tok_bad.json"));
+
+    /* TemplateProcessing adds its special tokens around every encode (Megatron's
+     * text_to_ids does); eod is tokenizer_config.json's eos_token */
+    const char *templ =
+        "{\"added_tokens\":[{\"id\":10,\"content\":\"<s>\"},{\"id\":11,\"content\":\"</s>\"}],"
+        "\"pre_tokenizer\":{\"type\":\"ByteLevel\"},"
+        "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+        "{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
+        "\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[10],\"tokens\":[\"<s>\"]}}},"
+        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":4,\"abc\":5},"
+        "\"merges\":[\"a b\",\"ab c\"]}}";
+    FILE *cfg = fopen(P("tokenizer_config.json"), "wb");
+    CHECK(cfg != NULL);
+    fputs("{\"eos_token\": {\"content\": \"</s>\"}}", cfg);
+    fclose(cfg);
+    t = open_hf_text(templ, P("mtc_test_tok_templ.json"), &rc);
+    CHECK_OK(rc);
+    CHECK(data_tok_eod(t) == 11 && data_tok_vocab_size(t) == 12);
+    data_tok_ids tids = {0};
+    CHECK_OK(data_tok_encode(t, NULL, "abc", 3, &tids, NULL));
+    CHECK(tids.n == 2 && tids.ids[0] == 10 && tids.ids[1] == 5);
+    data_tok_ids_free(&tids);
+    data_tok_free(t);
+    remove(P("tokenizer_config.json"));
+    remove(P("mtc_test_tok_templ.json"));
+    t = open_hf_text("{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"post_processor\":{\"type\":"
+                     "\"RobertaProcessing\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+                     "\"merges\":[]}}",
+                     P("mtc_test_tok_bad.json"), &rc);
+    CHECK(rc == MTC_ERR_FORMAT && strstr(mtc_error_detail(), "RobertaProcessing") != NULL);
+    remove(P("mtc_test_tok_bad.json"));
     data_tok_opts o = {.type = "HuggingFaceTokenizer", .tokenizer_model = "/nonexistent.json"};
     CHECK(data_tok_open(&o, &t) == MTC_ERR_IO);
     o = (data_tok_opts){.type = "GPT2BPETokenizer", .vocab_file = "v.json"};
@@ -295,7 +338,8 @@ static uint64_t u64_at(const unsigned char *p) {
 /* Documents: [2 sequences: 3 + 2 ids], [empty], [1 sequence: 1 id]. Megatron:
  * sequence_lengths 3 2 1, pointers 0 6 10 (uint16), document_indices 0 2 2 3. */
 static void test_builder(void) {
-    const char *prefix = "/tmp/mtc_test_builder";
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s", P("mtc_test_builder"));
     CHECK(data_indexed_dtype_for_vocab(50257) == 8 && data_indexed_dtype_for_vocab(65500) == 4);
     data_indexed_builder *b = NULL;
     CHECK_OK(data_indexed_builder_init(prefix, 8, &b));
@@ -308,8 +352,8 @@ static void test_builder(void) {
     CHECK_OK(data_indexed_builder_finish(b));
     data_indexed_builder_free(b);
     size_t ni, nb;
-    unsigned char *idx = slurp("/tmp/mtc_test_builder.idx", &ni);
-    unsigned char *bin = slurp("/tmp/mtc_test_builder.bin", &nb);
+    unsigned char *idx = slurp(P("mtc_test_builder.idx"), &ni);
+    unsigned char *bin = slurp(P("mtc_test_builder.bin"), &nb);
     CHECK(nb == 12 && bin[0] == 1 && bin[1] == 0 && bin[8] == 0xff && bin[9] == 0xff &&
           bin[10] == 7);
     CHECK(ni == 34 + 3 * 4 + 3 * 8 + 4 * 8);
@@ -327,22 +371,27 @@ static void test_builder(void) {
     CHECK(data_source_num_tokens(src) == 6);
     data_source_free(src);
     /* without finish nothing is left behind */
-    CHECK_OK(data_indexed_builder_init("/tmp/mtc_test_builder2", 4, &b));
+    CHECK_OK(data_indexed_builder_init(P("mtc_test_builder2"), 4, &b));
     data_indexed_builder_free(b);
-    FILE *f = fopen("/tmp/mtc_test_builder2.bin.tmp", "rb");
+    FILE *f = fopen(P("mtc_test_builder2.bin.tmp"), "rb");
     CHECK(f == NULL);
-    FILE *g = fopen("/tmp/mtc_test_builder2.bin", "rb");
+    FILE *g = fopen(P("mtc_test_builder2.bin"), "rb");
     CHECK(g == NULL);
-    remove("/tmp/mtc_test_builder.idx");
-    remove("/tmp/mtc_test_builder.bin");
+    remove(P("mtc_test_builder.idx"));
+    remove(P("mtc_test_builder.bin"));
 }
 
 int main(void) {
+    if (!mkdtemp(dir_)) {
+        perror("mkdtemp");
+        return 1;
+    }
     test_unicode_classes();
     test_pretokenize();
     test_bpe_tiny();
     test_char_utf8();
     test_null();
     test_builder();
+    rmdir(dir_);
     return T_DONE();
 }
