@@ -157,38 +157,40 @@ static int take_json_keys(int *argc, char **argv, const char **keys, int *n_keys
     return 0;
 }
 
-#define TOK_ARGS(o)                                                                                \
-    {"tokenizer-type",                                                                             \
-     NULL,                                                                                         \
-     MTC_ARG_STRING,                                                                               \
-     &(o).type,                                                                                    \
-     "S",                                                                                          \
-     "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer",                  \
-     0},                                                                                           \
-        {"vocab-file",                                                                             \
-         NULL,                                                                                     \
-         MTC_ARG_STRING,                                                                           \
-         &(o).vocab_file,                                                                          \
-         "FILE",                                                                                   \
-         "GPT2BPETokenizer: vocab.json",                                                           \
-         0},                                                                                       \
-        {"merge-file",                                                                             \
-         NULL,                                                                                     \
-         MTC_ARG_STRING,                                                                           \
-         &(o).merge_file,                                                                          \
-         "FILE",                                                                                   \
-         "GPT2BPETokenizer: merges.txt",                                                           \
-         0},                                                                                       \
-        {"tokenizer-model",                                                                        \
-         NULL,                                                                                     \
-         MTC_ARG_STRING,                                                                           \
-         &(o).tokenizer_model,                                                                     \
-         "FILE",                                                                                   \
-         "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)",                                  \
-         0},                                                                                       \
-    {                                                                                              \
-        "vocab-size", NULL, MTC_ARG_INT, &(o).vocab_size, "N", "NullTokenizer: vocabulary size", 0 \
-    }
+/* Megatron's tokenizer flags, shared by both commands: fills 5 entries. */
+enum { TOK_NARGS = 5 };
+static void tok_args(mtc_arg *a, data_tok_opts *o) {
+    a[0] = (mtc_arg){"tokenizer-type",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->type,
+                     "S",
+                     "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer",
+                     0};
+    a[1] = (mtc_arg){"vocab-file",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->vocab_file,
+                     "FILE",
+                     "GPT2BPETokenizer: vocab.json",
+                     0};
+    a[2] = (mtc_arg){"merge-file",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->merge_file,
+                     "FILE",
+                     "GPT2BPETokenizer: merges.txt",
+                     0};
+    a[3] = (mtc_arg){"tokenizer-model",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->tokenizer_model,
+                     "FILE",
+                     "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)",
+                     0};
+    a[4] = (mtc_arg){
+        "vocab-size", NULL, MTC_ARG_INT, &o->vocab_size, "N", "NullTokenizer: vocabulary size", 0};
+}
 
 /* Tokenizer errors are the user's (files, flags): exit 2, except memory. */
 static int tok_open_or_fail(const char *cmd, const data_tok_opts *o, data_tok **tok) {
@@ -217,13 +219,13 @@ int cli_cmd_preprocess(int argc, char **argv) {
     int k = take_json_keys(&argc, args_copy, keys, &n_keys);
     if (k < 0) {
         free(args_copy);
+        if (k == -1)
+            return cli_usage_error("preprocess", "--json-keys: at most %d keys", PRE_MAX_KEYS);
         return cli_usage_error("preprocess",
-                               k == -1 ? "--json-keys: at most %d keys"
-                                       : "--json-keys needs at least one key "
-                                         "(e.g. --json-keys text)%.0d",
-                               PRE_MAX_KEYS);
+                               "--json-keys needs at least one key (e.g. --json-keys text)");
     }
     mtc_arg args[] = {
+        [0 ... TOK_NARGS - 1] = {0}, /* the tokenizer flags, filled by tok_args */
         {"input", NULL, MTC_ARG_STRING, &input, "FILE", "JSON lines, one document per line", 0},
         {"json-keys", NULL, MTC_ARG_STRING, &json_keys_help, "KEY...",
          "keys to tokenize (default text)", 0},
@@ -235,9 +237,9 @@ int cli_cmd_preprocess(int argc, char **argv) {
          "progress every N documents (default 1000)", 0},
         {"split-sentences", NULL, MTC_ARG_FLAG, &split_sentences, NULL, "(not supported)", 0},
         {"partitions", NULL, MTC_ARG_INT, &partitions, "N", "(only 1)", 0},
-        TOK_ARGS(o),
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
+    tok_args(args, &o);
     int st = cli_parse("preprocess", "--input FILE.jsonl --output-prefix PREFIX --tokenizer-type T",
                        "Megatron's tools/preprocess_data.py: tokenize JSON lines into an indexed "
                        "dataset (PREFIX_text_document.bin/.idx) that mtc and Megatron read.",
@@ -491,7 +493,7 @@ int cli_cmd_tokenize(int argc, char **argv) {
     const char *input = NULL, *tok_string = NULL;
     int decode = 0, json = 0, stats = 0, print_tok = 0;
     mtc_arg args[] = {
-        TOK_ARGS(o),
+        [0 ... TOK_NARGS - 1] = {0}, /* the tokenizer flags, filled by tok_args */
         {"tokenizer-string", NULL, MTC_ARG_STRING, &tok_string, "S",
          "a tokenizer's text form (as --print-tokenizer shows) instead of the flags above", 0},
         {"input", NULL, MTC_ARG_STRING, &input, "FILE", "read FILE instead of stdin", 0},
@@ -502,6 +504,7 @@ int cli_cmd_tokenize(int argc, char **argv) {
          "print the tokenizer's text form on stderr", 0},
         {"stats", NULL, MTC_ARG_FLAG, &stats, NULL, "bytes, tokens and MB/s on stderr", 0},
     };
+    tok_args(args, &o);
     int st = cli_parse("tokenize", "--tokenizer-type T [...] [--decode] [--json-lines] < input",
                        "Encode text to token ids (one line of space-separated ids), or decode "
                        "ids to text, with any of mtc's tokenizers. CharLevelTokenizer takes its "
