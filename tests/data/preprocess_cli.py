@@ -5,7 +5,8 @@
    number (some empty, some lists of sentences with an empty one): the .bin/
    .idx read back by read_indexed.py (written from Megatron's
    indexed_dataset.py, not from mtc) hold exactly the expected documents,
-   sequences and eod; --workers 1 and --workers 3 write identical bytes.
+   sequences and eod, and the bytes equal those Megatron's IndexedDatasetBuilder
+   writes for them (read_indexed.py --rewrite); --workers 1 and 3 write the same.
 2. A vocabulary of 70000 gives int32 ids (Megatron's optimal_dtype), and
    --json-keys text title writes one dataset per key.
 3. A byte-level BPE tokenizer.json (HuggingFaceTokenizer) on Unicode text:
@@ -60,13 +61,17 @@ def null_docs(n, vocab):
 
 
 def read_back(prefix, expect, vocab):
+    """The expected documents, and the bytes Megatron's builder writes for them."""
     with open(expect + ".json", "w") as f:
         json.dump(expect_docs[expect], f)
     r = subprocess.run([sys.executable, os.path.join(HERE, "read_indexed.py"), prefix,
-                        "--expect", expect + ".json", "--vocab-size", str(vocab)],
-                       capture_output=True, text=True)
+                        "--expect", expect + ".json", "--vocab-size", str(vocab),
+                        "--rewrite", expect + "_megatron"], capture_output=True, text=True)
     print(r.stdout.strip())
     check(r.returncode == 0, "read_indexed %s: %s" % (prefix, r.stderr.strip()))
+    for ext in (".bin", ".idx"):
+        with open(prefix + ext, "rb") as a, open(expect + "_megatron" + ext, "rb") as b:
+            check(a.read() == b.read(), "%s%s differs from Megatron's builder's bytes" % (prefix, ext))
 
 
 def files_of(prefix):

@@ -5,11 +5,14 @@ indexed_dataset.py (_IndexWriter / _IndexReader), independently of mtc's C
 reader. Checks every invariant Megatron's writer guarantees, then either
 prints the documents as JSON or compares them with an expected file.
 
-    read_indexed.py PREFIX [--expect DOCS.json] [--vocab-size N]
+    read_indexed.py PREFIX [--expect DOCS.json] [--vocab-size N] [--rewrite OUT]
 
 DOCS.json: a list of documents, each a list of sequences, each a list of
 ids. --vocab-size N also checks the dtype is Megatron's optimal_dtype(N)
-(uint16 below 65500, else int32). Exit 0 when all holds, 1 otherwise.
+(uint16 below 65500, else int32). --rewrite OUT writes the documents again
+as Megatron's IndexedDatasetBuilder does (add_document per document, then
+finalize), to OUT.bin/.idx, so a test can compare bytes. Exit 0 when all
+holds, 1 otherwise.
 """
 import argparse
 import json
@@ -69,13 +72,41 @@ def read(prefix):
     return code, docs
 
 
+def rewrite(out, code, docs):
+    """IndexedDatasetBuilder(out.bin, dtype).add_document(...) per document; finalize."""
+    fmt, size = DTYPES[code]
+    lengths, doc_idx = [], [0]
+    with open(out + ".bin", "wb") as f:
+        for doc in docs:
+            ids = [i for seq in doc for i in seq]
+            f.write(struct.pack("<%d%s" % (len(ids), fmt), *ids))
+            lengths.extend(len(seq) for seq in doc)
+            doc_idx.append(len(lengths))
+    pointers, ptr = [], 0
+    for n in lengths:
+        pointers.append(ptr)
+        ptr += n * size
+    with open(out + ".idx", "wb") as f:
+        f.write(MAGIC)
+        f.write(struct.pack("<Q", 1))
+        f.write(struct.pack("<B", code))
+        f.write(struct.pack("<Q", len(lengths)))
+        f.write(struct.pack("<Q", len(doc_idx)))
+        f.write(struct.pack("<%di" % len(lengths), *lengths))
+        f.write(struct.pack("<%dq" % len(pointers), *pointers))
+        f.write(struct.pack("<%dq" % len(doc_idx), *doc_idx))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("prefix")
     ap.add_argument("--expect")
     ap.add_argument("--vocab-size", type=int)
+    ap.add_argument("--rewrite")
     a = ap.parse_args()
     code, docs = read(a.prefix)
+    if a.rewrite:
+        rewrite(a.rewrite, code, docs)
     if a.vocab_size is not None:
         want = 8 if a.vocab_size < 65500 else 4
         if code != want:
