@@ -170,6 +170,7 @@ with tempfile.TemporaryDirectory() as tmp:
     null = ["--tokenizer-type", "NullTokenizer", "--vocab-size", "1000"]
     cases = [
         (["--input", os.path.join(tmp, "missing.jsonl")] + null, "missing.jsonl"),
+        (["--input", tmp] + null, "is a folder"),
         (["--input", bad] + null, "bad.jsonl:3:"),
         (["--input", nokey] + null, 'nokey.jsonl:2: has no key "text"'),
         (["--input", notstr] + null, "notstr.jsonl:1:"),
