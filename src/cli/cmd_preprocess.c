@@ -264,6 +264,10 @@ int cli_cmd_preprocess(int argc, char **argv) {
                                "partitions=%d: only 1 is supported (use --workers "
                                "for parallelism)",
                                partitions);
+    struct stat sb;
+    if (stat(input, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return cli_usage_error("preprocess", "--input %s is a folder; give one JSON-lines file",
+                               input);
     FILE *in = fopen(input, "rb");
     if (!in)
         return cli_usage_error("preprocess", "--input %s: cannot open: %s", input, strerror(errno));
