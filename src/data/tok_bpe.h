@@ -1,9 +1,10 @@
 /* data/tok_bpe.h - byte-level BPE (GPT-2's algorithm), internal to data/:
  * the model shared by GPT2BPETokenizer and HuggingFaceTokenizer. tok.c owns
- * the handle; tok_bpe.c loads and runs the model. */
+ * the handle; tok_bpe_load.c loads the model, tok_bpe.c runs it. */
 #ifndef MTC_DATA_TOK_BPE_H
 #define MTC_DATA_TOK_BPE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "data/tokenizer.h"
@@ -40,6 +41,24 @@ mtc_result_t tok_bpe_load_gpt2(tok_bpe *m, const char *vocab_file, const char *m
  * eos_token of a tokenizer_config.json in the same folder when there is one. */
 mtc_result_t tok_bpe_load_hf(tok_bpe *m, const char *path);
 void tok_bpe_free(tok_bpe *m);
+
+/* id of the token with these raw bytes, -1 if none */
+int tok_bpe_find(const tok_bpe *m, const unsigned char *s, size_t n);
+/* slot of merge (left, right) in the merge table: holding it, or empty */
+size_t tok_bpe_merge_slot(const tok_bpe *m, int left, int right);
+
+static inline uint64_t tok_bpe_hash(const unsigned char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a, then a final mix */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+static inline uint64_t tok_bpe_hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
 
 mtc_result_t tok_bpe_encode(const tok_bpe *m, data_tok_cache *cache, const char *text, size_t n,
                             data_tok_ids *out);
