@@ -1,6 +1,6 @@
 /* data/tok.c - the data_tok handle (tokenizer.h): flag validation, the
  * byte, char (Unicode code points) and null tokenizers, and the text form
- * stored with a model. Byte-level BPE lives in tok_bpe.c.
+ * stored with a model. Byte-level BPE lives in tok_bpe_load.c / tok_bpe.c.
  *
  * Char: the vocabulary is the sorted set of code points of a corpus (a byte
  * that is not valid UTF-8 is its own symbol, 0x110000 + byte, so every
