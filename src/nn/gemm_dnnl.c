@@ -110,6 +110,11 @@ void nn_lowp_describe(const nn_lowp *lp, char *buf, size_t size) {
     (void)lp;
     snprintf(buf, size, "oneDNN not built in");
 }
+mtc_result_t nn_lowp_gemm_prepare(nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
+                                  int transB, int M, int N, int K, float alpha, int lda, int ldb,
+                                  int has_bias, float beta, int ldc) {
+    return mtc_error(MTC_ERR_UNSUPPORTED, LOWP_NO_DNNL);
+}
 mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
                           int transB, int M, int N, int K, float alpha, const void *A, int lda,
                           const void *B, int ldb, const void *bias, float beta, void *C, int ldc) {
@@ -371,9 +376,9 @@ static void lowp_gemm_k0(mtc_dtype_t ab, mtc_dtype_t cdt, int M, int N, const vo
         }
 }
 
-mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
-                          int transB, int M, int N, int K, float alpha, const void *A, int lda,
-                          const void *B, int ldb, const void *bias, float beta, void *C, int ldc) {
+static mtc_result_t lowp_validate(const nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
+                                  int transB, int M, int N, int K, float alpha, int lda, int ldb,
+                                  int has_bias, float beta, int ldc) {
     if (!lp) return mtc_error(MTC_ERR_INVALID_USAGE, "nn_lowp_gemm: no nn_lowp (nn_lowp_create)");
     if ((ab != MTC_DTYPE_BF16 && ab != MTC_DTYPE_F32) || (c != MTC_DTYPE_F32 && c != ab))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
@@ -383,7 +388,7 @@ mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_
     if (beta != 0.0f && beta != 1.0f)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "nn_lowp_gemm: beta=%g must be 0 or 1",
                          (double)beta);
-    if (bias && alpha != 1.0f)
+    if (has_bias && alpha != 1.0f)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "nn_lowp_gemm: alpha=%g with a bias (oneDNN would scale the bias too); "
                          "use alpha 1",
@@ -393,15 +398,18 @@ mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_
                          "nn_lowp_gemm: M=%d N=%d K=%d lda=%d ldb=%d ldc=%d (transA=%d "
                          "transB=%d): sizes must be >= 0 and each leading dimension >= its row",
                          M, N, K, lda, ldb, ldc, transA, transB);
-    if (M == 0 || N == 0) return MTC_OK;
-    if (K == 0) {
-        lowp_gemm_k0(ab, c, M, N, bias, beta, C, ldc);
-        return MTC_OK;
-    }
+    return MTC_OK;
+}
+
+/* The cache entry for a call (validated, M, N, K > 0), made if missing. */
+static mtc_result_t lowp_entry_get(nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
+                                   int transB, int M, int N, int K, float alpha, int lda, int ldb,
+                                   int has_bias, float beta, int ldc, int count_hit,
+                                   lowp_entry **out) {
     lowp_key k;
     memset(&k, 0, sizeof k);
     k.ab = ab, k.c = c, k.transA = !!transA, k.transB = !!transB, k.M = M, k.N = N, k.K = K;
-    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.bias = bias != NULL, k.beta = beta != 0.0f;
+    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.bias = !!has_bias, k.beta = beta != 0.0f;
     memcpy(&k.alpha, &alpha, sizeof k.alpha);
 
     lowp_entry *e = NULL, *victim = &lp->cache[0];
@@ -413,7 +421,7 @@ mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_
             victim = x;
     }
     if (e) {
-        lp->hits++;
+        lp->hits += count_hit;
     } else {
         LOWP_ONE_THREAD(); /* oneDNN plans for the thread count it sees now */
         if (victim->used) {
@@ -424,7 +432,34 @@ mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_
         e = victim;
     }
     e->last = ++lp->clock;
+    *out = e;
+    return MTC_OK;
+}
 
+mtc_result_t nn_lowp_gemm_prepare(nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
+                                  int transB, int M, int N, int K, float alpha, int lda, int ldb,
+                                  int has_bias, float beta, int ldc) {
+    MTC_CHECK(
+        lowp_validate(lp, ab, c, transA, transB, M, N, K, alpha, lda, ldb, has_bias, beta, ldc));
+    if (M == 0 || N == 0 || K == 0) return MTC_OK;
+    lowp_entry *e;
+    return lowp_entry_get(lp, ab, c, transA, transB, M, N, K, alpha, lda, ldb, has_bias, beta, ldc,
+                          0, &e);
+}
+
+mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
+                          int transB, int M, int N, int K, float alpha, const void *A, int lda,
+                          const void *B, int ldb, const void *bias, float beta, void *C, int ldc) {
+    MTC_CHECK(lowp_validate(lp, ab, c, transA, transB, M, N, K, alpha, lda, ldb, bias != NULL, beta,
+                            ldc));
+    if (M == 0 || N == 0) return MTC_OK;
+    if (K == 0) {
+        lowp_gemm_k0(ab, c, M, N, bias, beta, C, ldc);
+        return MTC_OK;
+    }
+    lowp_entry *e;
+    MTC_CHECK(lowp_entry_get(lp, ab, c, transA, transB, M, N, K, alpha, lda, ldb, bias != NULL,
+                             beta, ldc, 1, &e));
     lowp_call call = {lp, e, A, B, bias, C, mtc_dtype_size(ab), mtc_dtype_size(c), {0}};
     nn_pool_run(pool, e->tiles, lowp_tile_run, &call);
     for (int i = 0; i < e->tiles; i++)

@@ -24,12 +24,11 @@
  * Primitive cache. An nn_lowp (one per rank, used by one thread at a time)
  * keeps the primitives it has made, keyed by (dtypes, transposes, M, N, K,
  * lda, ldb, ldc, alpha, beta, bias): a GEMM's first call with a shape
- * creates its primitives (milliseconds), every later call only executes
- * them. A training step has a fixed set of shapes (about 20 for GPT), so
- * after the first step nothing is created; nn_lowp_stats says how many
- * were made, for tests and for callers that want to check that claim. The
- * cache holds NN_LOWP_CACHE entries and reuses the least recently used one
- * when full. */
+ * creates its primitives (milliseconds; nn_lowp_gemm_prepare does it
+ * ahead, at set-up), every later call only executes them. A training step has a fixed set of shapes
+ * (about 20 for GPT), so after the first step nothing is created; nn_lowp_stats says how many were
+ * made, for tests and for callers that want to check that claim. The cache holds NN_LOWP_CACHE
+ * entries and reuses the least recently used one when full. */
 #ifndef MTC_NN_LOWP_H
 #define MTC_NN_LOWP_H
 
@@ -93,6 +92,13 @@ void nn_lowp_describe(const nn_lowp *lp, char *buf, size_t size);
 mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
                           int transB, int M, int N, int K, float alpha, const void *A, int lda,
                           const void *B, int ldb, const void *bias, float beta, void *C, int ldc);
+
+/* Create (and cache) the primitives nn_lowp_gemm would use for this call,
+ * without computing: for set-up code that wants every primitive made
+ * before the first step. Validates like nn_lowp_gemm; has_bias 0 or 1. */
+mtc_result_t nn_lowp_gemm_prepare(nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_t c, int transA,
+                                  int transB, int M, int N, int K, float alpha, int lda, int ldb,
+                                  int has_bias, float beta, int ldc);
 
 /* bf16 x bf16 -> fp32 (the common case). */
 static inline mtc_result_t nn_gemm_bf16(nn_pool *pool, nn_lowp *lp, int transA, int transB, int M,

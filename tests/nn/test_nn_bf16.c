@@ -16,6 +16,7 @@
  *    two bf16 values is the exact derivative up to fp32 accumulation).
  * 5. refusals: beta not 0/1, short leading dimension, bias with alpha != 1.
  * Without oneDNN only 1 runs, and nn_lowp_create must refuse. */
+#include <dirent.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -229,6 +230,16 @@ static double gamma_k(int K) {
 }
 
 static nn_pool *pool1, *pool3;
+static int threads_at_start;
+
+static int count_threads(void) {
+    DIR *dir = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *de; dir && (de = readdir(dir));)
+        n += de->d_name[0] != '.';
+    if (dir) closedir(dir);
+    return n;
+}
 
 /* op(X)[r][c] of a row-major X with leading dimension ld */
 static double at(const float *X, int trans, int ld, int r, int c) {
@@ -412,6 +423,17 @@ static void test_cache_and_accumulate(nn_lowp *lp) {
     for (int i = 0; i < M * N; i++)
         if (!(fabs(C[i] - 3.0 * P[i]) <= 4 * 0x1p-24 * 3 * fabs(P[i]) + 1e-6)) bad++;
     T_CHECKF(bad == 0, "beta = 1 thrice: %d elements are not 3x the product", bad);
+    /* prepared at set-up: the first real call creates nothing */
+    long c4, h4, c5, h5;
+    T_CHECK(nn_lowp_gemm_prepare(lp, MTC_DTYPE_BF16, MTC_DTYPE_BF16, 0, 1, M, N, K, 1.0f, K, K, 1,
+                                 0.0f, N) == MTC_OK);
+    nn_lowp_stats(lp, &c4, &h4);
+    mtc_bf16 *Cb = calloc((size_t)M * N, 2);
+    T_CHECK(nn_lowp_gemm(pool3, lp, MTC_DTYPE_BF16, MTC_DTYPE_BF16, 0, 1, M, N, K, 1.0f, A, K, B, K,
+                         B, 0.0f, Cb, N) == MTC_OK);
+    nn_lowp_stats(lp, &c5, &h5);
+    T_CHECKF(c4 == c3 + 1 && c5 == c4 && h5 == h4 + 1, "prepare: created %ld %ld %ld", c3, c4, c5);
+    free(Cb);
     free(Af), free(Bf), free(A), free(B), free(C), free(P);
 }
 
@@ -565,6 +587,7 @@ static void test_linear(nn_lowp *lp, int N, int IN, int OUT, mtc_dtype_t dinp_dt
 }
 
 static void test_gemms(nn_lowp *lp) {
+    threads_at_start = count_threads(); /* main, and OpenBLAS's own idle thread */
     T_CHECK(nn_pool_create(1, &pool1) == MTC_OK && nn_pool_create(3, &pool3) == MTC_OK);
     for (size_t s = 0; s < NSHAPES; s++)
         for (int t = 0; t < 4; t++)
@@ -579,6 +602,11 @@ static void test_gemms(nn_lowp *lp) {
     test_refusals(lp);
     test_linear(lp, 7, 24, 10, MTC_DTYPE_F32);
     test_linear(lp, 9, 17, 33, MTC_DTYPE_BF16);
+    /* oneDNN ran inside the pools and started no OpenMP team: the process
+     * has the threads it had before plus pool3's two workers */
+    int nthr = count_threads();
+    T_CHECKF(nthr == threads_at_start + 2,
+             "%d threads in the process, expected %d + 2 pool workers", nthr, threads_at_start);
     char d[256];
     nn_lowp_describe(lp, d, sizeof d);
     long created, hits;
