@@ -13,8 +13,10 @@
  * shared machine does not fall on one path only), each timed over enough
  * calls to take about MIN_S seconds; the table gives the median GFLOP/s
  * over rounds and the ratios of the medians; primitives are created
- * before timing starts. The last lines sum over shapes (total flops over
- * total median time): the figure to choose a path by.
+ * before timing starts. The ALL lines sum over shapes (total flops over
+ * total median time): the figure to choose a path by. A first line gives
+ * one core's peak for fp32 FMAs and bf16 dot products, the ceiling of each
+ * path.
  *
  * usage: bench_gemm_bf16 [ROUNDS [THREADS... ]]   (defaults 5, "1 2")
  *   env: GEMM_N (rows, 1024), GEMM_V (50304), GEMM_MIN_S (0.2), GEMM_NO_HEAD=1 */
@@ -47,6 +49,63 @@ static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+
+/* Peak issue rate of 512-bit fp32 FMAs and bf16 dot products (16
+ * independent chains each, enough to cover their latency), medians of 21
+ * alternating bursts: the hardware ceiling of each path in FLOP/s. */
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define PEAK_CHAINS(OP)                                                                            \
+    do {                                                                                           \
+        for (long i = 0; i < it; i++)                                                              \
+            for (int k = 0; k < 16; k++)                                                           \
+                c[k] = OP;                                                                         \
+    } while (0)
+__attribute__((noinline)) static float peak_fma(long it, float x) {
+    __m512 c[16], a = _mm512_set1_ps(x), b = _mm512_set1_ps(1.0f);
+    for (int k = 0; k < 16; k++)
+        c[k] = a;
+    PEAK_CHAINS(_mm512_fmadd_ps(a, b, c[k]));
+    __m512 s = c[0];
+    for (int k = 1; k < 16; k++)
+        s = _mm512_add_ps(s, c[k]);
+    return _mm512_reduce_add_ps(s);
+}
+__attribute__((noinline)) static float peak_dpbf16(long it, float x) {
+    __m512 c[16], a = _mm512_set1_ps(x);
+    __m512bh ah = _mm512_cvtne2ps_pbh(a, a), bh = _mm512_cvtne2ps_pbh(a, a);
+    for (int k = 0; k < 16; k++)
+        c[k] = a;
+    PEAK_CHAINS(_mm512_dpbf16_ps(c[k], ah, bh));
+    __m512 s = c[0];
+    for (int k = 1; k < 16; k++)
+        s = _mm512_add_ps(s, c[k]);
+    return _mm512_reduce_add_ps(s);
+}
+static void peak_report(void) {
+    enum { BURSTS = 21 };
+    double fma[BURSTS], dp[BURSTS];
+    long it = 1000000;
+    float sink = 0;
+    for (int r = 0; r < BURSTS; r++) {
+        double t0 = now();
+        sink += peak_fma(it, 1e-9f);
+        double t1 = now();
+        sink += peak_dpbf16(it, 1e-9f);
+        double t2 = now();
+        fma[r] = it * 16.0 * 32 / (t1 - t0) / 1e9; /* 16 lanes x (mul + add) */
+        dp[r] = it * 16.0 * 64 / (t2 - t1) / 1e9;  /* 16 lanes x 2 pairs x (mul + add) */
+    }
+    qsort(fma, BURSTS, sizeof *fma, cmp_double);
+    qsort(dp, BURSTS, sizeof *dp, cmp_double);
+    printf("# one-core peak (median of %d bursts; best): vfmadd231ps zmm %.0f GFLOP/s (%.0f), "
+           "vdpbf16ps zmm %.0f GFLOP/s (%.0f)%s\n",
+           BURSTS, fma[BURSTS / 2], fma[BURSTS - 1], dp[BURSTS / 2], dp[BURSTS - 1],
+           sink == 12345.0f ? " " : "");
+}
+#else
+static void peak_report(void) { printf("# one-core peak: not built with AVX512-BF16\n"); }
+#endif
 
 static float *fA, *fB, *fC;
 static mtc_bf16 *hA, *hB;
@@ -129,6 +188,7 @@ int main(int argc, char **argv) {
     printf("# BLAS: %s\n# %s\n# N=%d C=%d V=%d, %d rounds, median GFLOP/s per path; ratio = "
            "path / openblas\n",
            blas, have_dnnl ? dnnl : mtc_error_detail(), N, C, V, rounds);
+    peak_report();
     printf("%-10s %5s %5s %5s %2s %2s %4s | %9s %9s %9s | %8s %8s\n", "gemm", "M", "N", "K", "tA",
            "tB", "thr", path_name[0], path_name[1], path_name[2], "f32/blas", "bf16/blas");
 

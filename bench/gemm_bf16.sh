@@ -4,8 +4,8 @@
 # GEMMs (N = 1024 rows, C = 384, 4C, vocab 50304; forward, input gradient,
 # weight gradient) at 1 and 2 threads, with the ratios to OpenBLAS.
 #
-# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for the program (a forced
-# Haswell core type halves sgemm on this machine). The program alternates
+# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for the program unless
+# CORETYPE is given (below). The program alternates
 # the three paths within each round and prints medians over rounds; see
 # bench/gemm_bf16.c for the method. On a shared machine rerun it and compare
 # columns of one run, not runs.
@@ -14,9 +14,10 @@
 #   env: ROUNDS (default 5), THREADS (default "1 2"), GEMM_NO_HEAD=1 (skip
 #        the LM head: about 10x quicker), GEMM_N, GEMM_V, GEMM_MIN_S;
 #        CORETYPE=Haswell|SkylakeX|... runs OpenBLAS with that OPENBLAS_CORETYPE
-#        instead (OpenBLAS 0.3.21 does not know AMD Zen 5 and falls back to
-#        its Prescott SSE3 kernels when the variable is unset: the banner line
-#        says which kernels it chose)
+#        instead (OpenBLAS 0.3.21 does not know the development VM's CPU,
+#        which CPUID calls GenuineIntel family 6 model 207, and falls back to
+#        its Prescott SSE3 kernels when the variable is unset: the banner
+#        line says which kernels it chose)
 set -eu
 BUILD=${1:-build}
 ROUNDS=${ROUNDS:-5}
