@@ -19,15 +19,17 @@
  * 1 (omp_set_num_threads is per thread), so oneDNN never starts an OpenMP
  * team of its own: no second set of spinning threads next to the pool, and
  * results do not depend on the number of threads (each element of C is
- * computed by the same primitive whatever the pool size).
+ * computed by the same primitive whatever the pool size). The calling
+ * thread's OpenMP thread count stays 1 afterwards (mtc uses no OpenMP).
  *
  * Primitive cache. An nn_lowp (one per rank, used by one thread at a time)
  * keeps the primitives it has made, keyed by (dtypes, transposes, M, N, K,
  * lda, ldb, ldc, alpha, beta, bias): a GEMM's first call with a shape
- * creates its primitives (milliseconds; nn_lowp_gemm_prepare does it
- * ahead, at set-up), every later call only executes them. A training step has a fixed set of shapes
- * (about 20 for GPT), so after the first step nothing is created; nn_lowp_stats says how many were
- * made, for tests and for callers that want to check that claim. The cache holds NN_LOWP_CACHE
+ * creates its primitives (milliseconds; nn_lowp_gemm_prepare does it ahead,
+ * at set-up), every later call only executes them. A training step has a
+ * fixed set of shapes (about 20 for GPT), so after the first step nothing
+ * is created; nn_lowp_stats says how many were made, for tests and for
+ * callers that want to check that claim. The cache holds NN_LOWP_CACHE
  * entries and reuses the least recently used one when full. */
 #ifndef MTC_NN_LOWP_H
 #define MTC_NN_LOWP_H
