@@ -67,6 +67,9 @@ const char *nn_lowp_convert_isa(void);
 /* ---- the oneDNN context ------------------------------------------------------- */
 
 typedef struct nn_lowp nn_lowp;
+/* The pool's own context for fp32 GEMMs (nn_sgemm and the linear layers
+ * route there when mtc has oneDNN and MTC_GEMM is not "openblas"), or NULL. */
+nn_lowp *nn_pool_lowp(const nn_pool *pool);
 #define NN_LOWP_CACHE 64
 
 /* 1 when mtc was built with oneDNN. */

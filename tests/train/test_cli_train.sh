@@ -48,11 +48,11 @@ expect_usage "generate without model" "--load" generate --prompt hi
     --metrics "$D/m.jsonl" --save "$D/model.bin" >"$D/log" 2>&1 || { bad "train failed"; cat "$D/log"; }
 grep -q "iteration      120/     120 | consumed samples:          960 |" "$D/log" && ok "log line" || { bad "log line"; cat "$D/log"; }
 grep -q "validation loss at iteration 120 | lm loss value: " "$D/log" && ok "validation line" || bad "validation line"
-grep -q "^> BLAS: OpenBLAS .*; kernels for " "$D/log" && ok "banner names the BLAS" || bad "BLAS banner line"
+grep -q "^> BLAS: .*OpenBLAS .*; kernels for " "$D/log" && ok "banner names the BLAS" || bad "BLAS banner line"
 [ "$(head -n 1 "$D/log")" = "building GPT model ..." ] && grep -q "^> model, optimizer state and data set up in [0-9.]* s$" "$D/log" \
     && ok "setup is announced before it starts and timed" || bad "setup lines"
 OPENBLAS_CORETYPE=Haswell "$MTC" train $TINY --train-iters 1 >"$D/blas.log" 2>&1
-grep -q "(forced by OPENBLAS_CORETYPE=Haswell: unset it" "$D/blas.log" && ok "banner names a forced OpenBLAS core type" || { bad "forced core type"; grep BLAS "$D/blas.log"; }
+grep -q "kernels for .* (OPENBLAS_CORETYPE=Haswell)" "$D/blas.log" && ok "banner names a forced OpenBLAS core type" || { bad "forced core type"; grep BLAS "$D/blas.log"; }
 first=$(head -n1 "$D/m.jsonl" | sed 's/.*"lm_loss": \([0-9.e+-]*\).*/\1/')
 last=$(tail -n1 "$D/m.jsonl" | sed 's/.*"lm_loss": \([0-9.e+-]*\).*/\1/')
 val=$(tail -n1 "$D/m.jsonl" | sed 's/.*"val_loss": \([0-9.e+-]*\).*/\1/')
