@@ -85,7 +85,8 @@
 #include "comm/comm.h"
 
 typedef struct comm_backend comm_backend;
-typedef struct comm_group comm_group; /* defined by each backend */
+typedef struct comm_group comm_group;       /* defined by each backend */
+typedef struct comm_wait_rec comm_wait_rec; /* watchdog.h */
 
 /* Pseudo-collectives that take a sequence number too (beyond mtc_coll_t). */
 enum { COMM_CALL_SPLIT = MTC_COLL_COUNT, COMM_CALL_CREATE, COMM_CALL_KIND_COUNT };
@@ -159,6 +160,7 @@ struct comm_backend {
     int shared_memory; /* 1: all ranks share one address space (shm: algo_direct works) */
     comm_group *world; /* the world group (members 0..world_size-1 in order) */
     int (*node_of)(const comm_backend *be, int world_rank);
+    comm_wait_rec *wait; /* this rank's wait record (watchdog.h); owned by the backend */
 };
 
 /* ---- constructors (called by launch.c) ---------------------------------- */

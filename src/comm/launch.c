@@ -14,10 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm_internal.h"
 #include "comm/shm.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 #define LAUNCH_MAX_RANKS 4096
 
@@ -36,6 +38,8 @@ static mtc_result_t resolve_settings(const mtc_launch_opts *opts, launch_setting
     const char *env = getenv("MTC_COMM_TIMEOUT");
     if (opts->timeout_s > 0) {
         s->timeout_s = opts->timeout_s;
+    } else if (comm_watch_default_timeout() > 0) {
+        s->timeout_s = comm_watch_default_timeout();
     } else if (env && env[0]) {
         char *end;
         double t = strtod(env, &end);
@@ -93,6 +97,73 @@ static void *rank_main(void *p) {
     return NULL;
 }
 
+/* The shm watchdog is the launching thread: it joins the rank threads as
+ * they end and, while any runs, checks every 20 ms whether the job is stuck:
+ * the world failed (a rank returned an error, e.g. its peers timed out
+ * waiting for a rank that never arrived) and some rank has not returned
+ * COMM_WATCH_GRACE_S later, or a rank is still waiting COMM_WATCH_GRACE_S
+ * past its call's deadline. Then it reports which rank is stuck and what it
+ * and the job were doing (comm_watch_fire: stderr, then the abort hook) and,
+ * if the hook returns, gives up on the stuck threads: detached, returns 1
+ * (*rc holds the failure). Returns 0 when every thread was joined. */
+static int watch_shm(shm_world *w, pthread_t *th, int n, mtc_result_t *rc) {
+    unsigned char *joined = calloc((size_t)n ? (size_t)n : 1, 1);
+    if (!joined) { /* no memory for the bookkeeping: plain joins */
+        for (int r = 0; r < n; r++)
+            pthread_join(th[r], NULL);
+        return 0;
+    }
+    const uint64_t grace = (uint64_t)(COMM_WATCH_GRACE_S * 1e9);
+    uint64_t failed_at = 0;
+    int left = n, abandoned = 0;
+    while (left > 0) {
+        for (int r = 0; r < n; r++)
+            if (!joined[r] && atomic_load(&w->exited[r]) && pthread_tryjoin_np(th[r], NULL) == 0)
+                joined[r] = 1, left--;
+        if (left == 0) break;
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        uint64_t now = mtc_time_ns();
+        if (!failed_at && atomic_load(&w->fail_state) == 2) failed_at = now;
+        int stuck = -1, past_deadline = 0;
+        for (int r = 0; r < n && stuck < 0; r++) {
+            if (joined[r] || atomic_load(&w->exited[r])) continue;
+            comm_wait_rec rec;
+            if (comm_wait_read(&w->waits[r], &rec) && rec.depth > 0 && rec.call.deadline_ns &&
+                now > rec.call.deadline_ns + grace)
+                stuck = r, past_deadline = 1;
+            else if (failed_at && now > failed_at + grace)
+                stuck = r;
+        }
+        if (stuck < 0) continue;
+        char what[400], report[1800];
+        int frank;
+        mtc_result_t frc = MTC_ERR_TIMEOUT;
+        const char *fmsg = NULL;
+        int failed = comm_shm_first_failure(w, &frank, &frc, &fmsg);
+        shm_describe_rank(w, stuck, what, sizeof what);
+        if (past_deadline || !failed)
+            snprintf(report, sizeof report,
+                     "rank %d is stuck: it %s, %.0f s past the deadline; ending the job without "
+                     "waiting for it",
+                     stuck, what, COMM_WATCH_GRACE_S);
+        else
+            snprintf(report, sizeof report,
+                     "rank %d is stuck: it has not returned %.0f s after the job failed and %s; "
+                     "the job failed on rank %d: %s; ending the job without waiting for rank %d",
+                     stuck, COMM_WATCH_GRACE_S, what, frank, fmsg, stuck);
+        comm_watch_fire(failed ? frc : MTC_ERR_TIMEOUT, report);
+        /* no hook, or it returned: give the caller its result now */
+        for (int r = 0; r < n; r++)
+            if (!joined[r]) pthread_detach(th[r]);
+        *rc = mtc_error(failed ? frc : MTC_ERR_TIMEOUT, "%s", report);
+        abandoned = 1;
+        break;
+    }
+    free(joined);
+    return abandoned;
+}
+
 static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_settings *s,
                                mtc_rank_fn fn, void *arg) {
     int n = opts->world_size;
@@ -123,13 +194,13 @@ static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_setting
             be->ops->abort(be, rc, mtc_error_detail());
         }
     }
-    for (int r = 0; r < started; r++)
-        pthread_join(th[r], NULL);
+    int abandoned = watch_shm(w, th, started, &rc);
     int frank;
     mtc_result_t frc;
     const char *fmsg;
     if (rc == MTC_OK && comm_shm_first_failure(w, &frank, &frc, &fmsg))
         rc = mtc_error(frc, "rank %d: %s", frank, fmsg);
+    if (abandoned) return rc; /* stuck threads still use w, jobs, th (and arg) */
     comm_shm_world_free(w);
     free(jobs);
     free(th);
@@ -147,6 +218,7 @@ static mtc_result_t launch_mpi(const mtc_launch_opts *opts, const launch_setting
     mtc_comm_t world = NULL;
     mtc_result_t rc = make_world(be, s, &world);
     if (rc == MTC_OK) rc = fn(world, arg);
+    comm_wait_exited(be->wait);
     if (rc != MTC_OK && be->world_size > 1) be->ops->abort(be, rc, mtc_error_detail());
     mtc_comm_free(world);
     comm_mpi_backend_finish(be, s->timeout_s);
