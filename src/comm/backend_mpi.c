@@ -152,7 +152,7 @@ static mtc_result_t mpi_wait(comm_group *g, MPI_Request *reqs, MPI_Status *st, i
             if (!marked) comm_wait_begin(g->wait, call, -1);
             comm_wait_timed_out(g->wait); /* askers now learn that this rank is blocked */
             marked = 0;
-            comm_mpi_watch_diagnose(g, ask, nask, w, sizeof w);
+            comm_mpi_watch_diagnose(g, call, ask, nask, w, sizeof w);
             rc = report_timeout(g, call, w);
             goto out;
         }

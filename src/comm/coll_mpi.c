@@ -175,10 +175,10 @@ mtc_result_t coll_mpi_reduce_scatter(comm_backend *be, comm_group *g, const void
         }
         out = g->scratch;
     }
-    MPI_DO(g,
-           MPI_Ireduce_scatter_block(sendbuf, out, (int)recvcount, mpi_type(dtype), o, g->comm,
-                                     &req_),
-           "MPI_Ireduce_scatter_block", call);
+    MPI_DO(
+        g,
+        MPI_Ireduce_scatter_block(sendbuf, out, (int)recvcount, mpi_type(dtype), o, g->comm, &req_),
+        "MPI_Ireduce_scatter_block", call);
     if (inplace) memcpy(recvbuf, out, bytes);
     return MTC_OK;
 }

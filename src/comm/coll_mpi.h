@@ -39,8 +39,8 @@ mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what,
  * indices of g) to buf. */
 mtc_result_t comm_mpi_watch_start(comm_backend *be);
 void comm_mpi_watch_stop(void);
-void comm_mpi_watch_diagnose(const comm_group *g, const int *peers, int npeers, char *buf,
-                             size_t len);
+void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const int *peers,
+                             int npeers, char *buf, size_t len);
 
 /* Record a sticky group error from an MPI error code and return it. */
 mtc_result_t coll_mpi_error(comm_group *g, int err, const char *what, const comm_call *call);

@@ -87,7 +87,7 @@ typedef struct {
     mtc_backend_kind_t backend; /* AUTO: mpi when started by an MPI launcher, else shm */
     int world_size;             /* shm: number of rank-threads (>= 1); mpi: ignored */
     int ranks_per_node;         /* 0: from the MPI library (mpi) or all ranks (shm) */
-    double timeout_s; /* 0: mtc_comm_set_default_timeout, else MTC_COMM_TIMEOUT, else 300 s */
+    double timeout_s;      /* 0: mtc_comm_set_default_timeout, else MTC_COMM_TIMEOUT, else 300 s */
     const char *algo_spec; /* NULL: MTC_COMM_ALGO; "ring" or "all_reduce=ring,all_gather=direct" */
     int pin_threads;       /* shm: pin rank-threads to cores when ranks <= cores (-1 auto) */
 } mtc_launch_opts;

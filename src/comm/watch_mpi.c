@@ -50,19 +50,19 @@ static struct {
     pthread_t thread;
     atomic_int stop, running;
     int n;
-    watch_answer *ans;  /* one outgoing answer per asking rank */
-    MPI_Request *areq;  /* its send */
-    int query[2];       /* what this rank sends when it asks */
+    watch_answer *ans; /* one outgoing answer per asking rank */
+    MPI_Request *areq; /* its send */
+    int query[2];      /* what this rank sends when it asks */
 } W = {.comm = MPI_COMM_NULL};
 
 static void fill_answer(watch_answer *a) {
     comm_wait_rec rec;
     int busy = comm_wait_read(W.be->wait, &rec);
     memset(a, 0, sizeof *a);
-    a->state = rec.exited          ? ANS_RETURNED
-               : !busy             ? ANS_RUNNING
-               : rec.depth > 0     ? ANS_WAITING
-                                   : ANS_TIMED_OUT;
+    a->state = rec.exited      ? ANS_RETURNED
+               : !busy         ? ANS_RUNNING
+               : rec.depth > 0 ? ANS_WAITING
+                               : ANS_TIMED_OUT;
     a->seq = (int64_t)rec.call.seq;
     a->kind = rec.call.kind, a->dtype = rec.call.dtype, a->op = rec.call.op;
     a->root = rec.call.root, a->count = (int64_t)rec.call.count;
@@ -170,8 +170,8 @@ static void say(char *buf, size_t len, size_t *off, const char *fmt, const char 
     if (n > 0) *off = *off + (size_t)n < len ? *off + (size_t)n : len - 1;
 }
 
-void comm_mpi_watch_diagnose(const comm_group *g, const int *peers, int npeers, char *buf,
-                             size_t len) {
+void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const int *peers,
+                             int npeers, char *buf, size_t len) {
     size_t off = strlen(buf);
     if (W.comm == MPI_COMM_NULL || npeers <= 0) return;
     const int *q = W.query; /* outlives a query send we stop waiting for */
@@ -194,9 +194,8 @@ void comm_mpi_watch_diagnose(const comm_group *g, const int *peers, int npeers, 
     while (left > 0 && mtc_time_ns() - t0 < WATCH_ASK_NS) {
         for (int i = 0; i < npeers; i++) {
             int done = 0;
-            if (req[i] != MPI_REQUEST_NULL && MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) ==
-                                                  MPI_SUCCESS &&
-                done)
+            if (req[i] != MPI_REQUEST_NULL &&
+                MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
                 left--;
         }
         if (left) comm_backoff_pause(&bo);
@@ -227,16 +226,21 @@ void comm_mpi_watch_diagnose(const comm_group *g, const int *peers, int npeers, 
         char d[160], pw[40] = "its peers";
         comm_call_describe(&c, d, sizeof d);
         if (a->peer_world >= 0) snprintf(pw, sizeof pw, "world rank %d", (int)a->peer_world);
-        if (a->state == ANS_WAITING || a->state == ANS_TIMED_OUT) {
+        int same = mine && mine->group_name && (uint64_t)a->seq == mine->seq &&
+                   !strcmp(a->name, mine->group_name);
+        if ((a->state == ANS_WAITING || a->state == ANS_TIMED_OUT) && same) {
+            say(buf, len, &off, "; %s %s in the same call", who,
+                a->state == ANS_WAITING ? "waits" : "timed out");
+        } else if (a->state == ANS_WAITING || a->state == ANS_TIMED_OUT) {
             snprintf(rest, sizeof rest, "%s in %s of %.63s (seq %lld) for %s",
-                     a->state == ANS_WAITING ? "waits" : "timed out", d, a->name,
-                     (long long)a->seq, pw);
+                     a->state == ANS_WAITING ? "waits" : "timed out", d, a->name, (long long)a->seq,
+                     pw);
             say(buf, len, &off, "; %s is itself blocked (it %s)", who, rest);
             snprintf(rest, sizeof rest, ": the cause is reported on %s", who);
             say(buf, len, &off, "%s%s", "", rest);
         } else if (a->state == ANS_RETURNED) {
-            say(buf, len, &off, "; %s has returned from its rank function%s: it is the cause",
-                who, "");
+            say(buf, len, &off, "; %s has returned from its rank function%s: it is the cause", who,
+                "");
         } else {
             say(buf, len, &off,
                 "; %s has not entered the call: it is not waiting in any mtc call (it runs "

@@ -120,8 +120,8 @@ void comm_wait_describe(const comm_wait_rec *w, char *buf, size_t len) {
     char d[160], peer[40] = "its peers";
     comm_call_describe(&w->call, d, sizeof d);
     if (w->peer_world >= 0) snprintf(peer, sizeof peer, "world rank %d", w->peer_world);
-    snprintf(buf, len, "%s in %s of %s (seq %llu) for %s", w->depth > 0 ? "waits" : "timed out",
-             d, w->name, (unsigned long long)w->call.seq, peer);
+    snprintf(buf, len, "%s in %s of %s (seq %llu) for %s", w->depth > 0 ? "waits" : "timed out", d,
+             w->name, (unsigned long long)w->call.seq, peer);
 }
 
 /* ---- back-off ------------------------------------------------------------------------ */
