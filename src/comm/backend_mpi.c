@@ -488,7 +488,8 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
         rc = mtc_error(MTC_ERR_SYSTEM, "mpi backend: MPI_Comm_dup(MPI_COMM_WORLD) failed");
     if (rc == MTC_OK) rc = group_wrap(&c->be, w, NULL, &c->be.world);
     if (rc == MTC_OK) rc = coll_mpi_init();
-    if (rc == MTC_OK) rc = comm_mpi_watch_start(&c->be);
+    /* the watchdog thread calls MPI beside the rank: only with THREAD_MULTIPLE */
+    if (rc == MTC_OK && provided >= MPI_THREAD_MULTIPLE) rc = comm_mpi_watch_start(&c->be);
     if (rc != MTC_OK) {
         comm_mpi_backend_finalize(&c->be);
         return rc;

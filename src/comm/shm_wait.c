@@ -199,7 +199,7 @@ static mtc_result_t report_timeout(comm_group *g, int me, const comm_call *call,
     char d[160], rest[700] = "";
     comm_call_describe(call, d, sizeof d);
     describe_members(g, me, call, rest, sizeof rest);
-    char waitfor[400] = "its peers";
+    char waitfor[520] = "its peers";
     if (who >= 0) {
         /* a peer that is itself blocked waiting is not the cause: say so,
          * and that its own report names the cause */
@@ -208,9 +208,21 @@ static mtc_result_t report_timeout(comm_group *g, int me, const comm_call *call,
         if (wr != g->members[me] && comm_wait_read(&g->w->waits[wr], &peer)) {
             char pd[220];
             comm_wait_describe(&peer, pd, sizeof pd);
+            /* one process: follow the chain of waits to the rank that is not waiting */
+            int end = wr, busy = 1;
+            comm_wait_rec next = peer;
+            for (int hop = 0; hop < g->w->n && busy && next.peer_world >= 0; hop++) {
+                end = next.peer_world;
+                busy = comm_wait_read(&g->w->waits[end], &next);
+            }
+            char root[120] = "";
+            if (end != wr && !busy)
+                snprintf(root, sizeof root,
+                         " (the chain of waits ends at world rank %d, which is in no mtc call)",
+                         end);
             snprintf(waitfor, sizeof waitfor,
-                     "rank %d, which is itself blocked (it %s): the cause is reported on rank %d",
-                     who, pd, who);
+                     "rank %d, which is itself blocked (it %s): the cause is reported on rank %d%s",
+                     who, pd, who, root);
         } else {
             snprintf(waitfor, sizeof waitfor, "rank %d", who);
         }
