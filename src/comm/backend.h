@@ -52,6 +52,11 @@
  *   MTC_ERR_INVALID_USAGE  when the backend sees that a peer entered the
  *                    same sequence number with another signature (both
  *                    ranks and both calls named, see comm_call_describe).
+ * This holds for every wait, native collectives included (mpi runs MPI's
+ * non-blocking forms and polls them). A wait that leaves its fast path
+ * fills the rank's wait record (`wait` below, watchdog.h) so peers' reports
+ * and the watchdog can tell a rank blocked waiting from one that never
+ * arrived; waits back off to sleeping (futex on shm, naps on mpi).
  * Errors are sticky per group for INVALID_USAGE (the group is unusable).
  * `enter` is called when a collective starts on this rank and `leave` when
  * it ends; shm publishes the call on a per-group board that peers read to

@@ -19,9 +19,17 @@
  * small message exchange per collective). Both errors are sticky for the
  * group. A process that dies is handled by the launcher: mpirun ends the job.
  *
- * Does not: choose algorithms, number calls, or time out inside MPI's own
- * blocking calls (communicator creation, and the native collectives, which
- * start only after the entry check has seen every member arrive). */
+ * Waiting: every wait polls MPI_Test (the native collectives are MPI's
+ * non-blocking forms, coll_mpi.c) for about 64 polls, then leaves a wait
+ * record and backs off to naps of up to 1 ms (watchdog.h), so a rank stuck
+ * waiting for seconds costs little CPU. At the deadline it asks the peers
+ * it waited for what they are doing (watch_mpi.c) and the report names the
+ * cause: a peer that does not answer or is in no mtc call, versus a peer
+ * blocked itself (whose own report names the cause).
+ *
+ * Does not: choose algorithms or number calls; time out inside
+ * MPI_Comm_split (blocking; the watchdog thread ends the job if it stays
+ * there past the deadline + 3 s). */
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>

@@ -19,9 +19,13 @@
  * collectives; each carries a sequence number and a signature (operation,
  * count, dtype, op, root) and a rank whose call differs from its peers' gets
  * MTC_ERR_INVALID_USAGE naming both ranks, the group and both calls.
- * A peer that does not arrive within the timeout (MTC_COMM_TIMEOUT seconds,
- * default 300; mtc_comm_set_timeout) gives MTC_ERR_TIMEOUT with a report of
- * who waits in which call. Details are in mtc_error_detail().
+ * A peer that does not arrive within the timeout (mtc_comm_set_default_timeout,
+ * else MTC_COMM_TIMEOUT seconds, else 300; per communicator
+ * mtc_comm_set_timeout) gives MTC_ERR_TIMEOUT with a report of who waits in
+ * which call, naming the rank that never arrived as the cause (or saying
+ * that the peer waited for is itself blocked and reports the cause); a
+ * watchdog ends jobs that cannot end by returning (see below). Details are
+ * in mtc_error_detail().
  *
  * Determinism: the same inputs, group and algorithm give bitwise identical
  * results on every rank and every run (reductions happen in a fixed order

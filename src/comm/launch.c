@@ -6,8 +6,12 @@
  * pinning (rank r on the r-th allowed CPU when ranks <= CPUs; pin_threads -1
  * = auto, 0 = never, 1 = always). A rank whose function fails aborts the
  * world so peers stop with MTC_ERR_REMOTE; launch then returns the first
- * failure with its detail. Relies on backend_shm.c / backend_mpi.c. Does not
- * parse command lines (cli/ does) or exit. */
+ * failure with its detail. On shm the launching thread is the watchdog
+ * (watch_shm): a rank thread still running 3 s after the job failed is
+ * reported and abandoned (or the abort hook ends the process), so a frozen
+ * rank cannot keep the process up. Relies on backend_shm.c /
+ * backend_mpi.c (whose watchdog is watch_mpi.c). Does not parse command
+ * lines (cli/ does) or exit. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>

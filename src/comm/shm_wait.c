@@ -8,7 +8,10 @@
  * the group's sticky error, the call board for a peer that entered the same
  * sequence number with another signature (MTC_ERR_INVALID_USAGE naming both
  * calls), and the deadline (MTC_ERR_TIMEOUT with a report of what every
- * member is doing). The fast path is only the condition check.
+ * member is doing). The fast path is only the condition check. The slow
+ * path fills the rank's wait record (watchdog.h), which timeout reports read
+ * to follow a chain of waits to the rank that is in no mtc call: that one is
+ * named as the cause, a peer blocked itself is not blamed.
  * Relies on shm.h (world and group layout, defined in backend_shm.c).
  * Does not move data. */
 #include <limits.h>
