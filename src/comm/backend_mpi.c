@@ -363,14 +363,18 @@ static mtc_result_t group_create(comm_backend *be, comm_group *parent, int color
     MPI_Comm c = MPI_COMM_NULL;
     *out = NULL;
     MTC_CHECK(group_health(parent));
-    /* MPI_Comm_split blocks without a deadline: the wait record lets the
-     * watchdog (watch_mpi.c) end the job if it never returns */
+    /* MPI_Comm_split and the MPI_Comm_dup in group_wrap block without a
+     * deadline: the wait record lets the watchdog (watch_mpi.c) end the job
+     * if they never return */
     comm_wait_begin(be->wait, call, -1);
     int err = MPI_Comm_split(parent->comm, color < 0 ? MPI_UNDEFINED : color, key, &c);
+    mtc_result_t rc = MTC_OK;
+    if (err != MPI_SUCCESS)
+        rc = coll_mpi_error(parent, err, "MPI_Comm_split", call);
+    else if (c != MPI_COMM_NULL)
+        rc = group_wrap(be, c, members, out);
     comm_wait_end(be->wait);
-    if (err != MPI_SUCCESS) return coll_mpi_error(parent, err, "MPI_Comm_split", call);
-    if (c == MPI_COMM_NULL) return MTC_OK;
-    MTC_CHECK(group_wrap(be, c, members, out));
+    if (rc != MTC_OK || c == MPI_COMM_NULL) return rc;
     comm_group *g = *out;
     if (g->n != n || g->me != my_index) {
         group_free(be, g);

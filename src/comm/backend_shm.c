@@ -343,8 +343,8 @@ void comm_shm_world_free(shm_world *w) {
 
 comm_backend *comm_shm_backend(shm_world *w, int r) { return &w->be[r]; }
 
-void comm_shm_rank_exited(shm_world *w, int r) {
-    comm_wait_exited(&w->waits[r]);
+void comm_shm_rank_exited(shm_world *w, int r, mtc_result_t rc) {
+    comm_wait_exited(&w->waits[r], rc);
     atomic_store(&w->exited[r], 1);
 }
 

@@ -96,7 +96,7 @@ static void *rank_main(void *p) {
     mtc_result_t rc = make_world(be, job->s, &world);
     if (rc == MTC_OK) rc = job->fn(world, job->arg);
     if (rc != MTC_OK) be->ops->abort(be, rc, mtc_error_detail());
-    comm_shm_rank_exited(job->w, job->rank);
+    comm_shm_rank_exited(job->w, job->rank, rc);
     mtc_comm_free(world);
     return NULL;
 }
@@ -222,7 +222,7 @@ static mtc_result_t launch_mpi(const mtc_launch_opts *opts, const launch_setting
     mtc_comm_t world = NULL;
     mtc_result_t rc = make_world(be, s, &world);
     if (rc == MTC_OK) rc = fn(world, arg);
-    comm_wait_exited(be->wait);
+    comm_wait_exited(be->wait, rc);
     if (rc != MTC_OK && be->world_size > 1) be->ops->abort(be, rc, mtc_error_detail());
     mtc_comm_free(world);
     comm_mpi_backend_finish(be, s->timeout_s);

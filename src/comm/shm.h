@@ -123,7 +123,7 @@ void comm_shm_world_free(shm_world *w);
 /* The backend of rank r (valid until the world is freed). */
 comm_backend *comm_shm_backend(shm_world *w, int r);
 /* Mark rank r as returned from its rank function (for timeout reports). */
-void comm_shm_rank_exited(shm_world *w, int r);
+void comm_shm_rank_exited(shm_world *w, int r, mtc_result_t rc);
 /* The first abort: 1 and its rank/code/message, or 0. */
 int comm_shm_first_failure(shm_world *w, int *rank, mtc_result_t *rc, const char **msg);
 /* What world rank r is doing, for the watchdog: "waits in X of G (seq s)

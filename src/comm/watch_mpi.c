@@ -21,6 +21,7 @@
  * answer takes longer than WATCH_ASK_NS (a heavily loaded node) is called
  * unresponsive; one process has one mpi backend, so the state is static. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,8 @@ static void fill_answer(watch_answer *a) {
                                : ANS_TIMED_OUT;
     a->seq = (int64_t)rec.call.seq;
     a->kind = rec.call.kind, a->dtype = rec.call.dtype, a->op = rec.call.op;
-    a->root = rec.call.root, a->count = (int64_t)rec.call.count;
+    a->root = rec.exited ? (int64_t)rec.exit_rc : rec.call.root; /* the result once returned */
+    a->count = (int64_t)rec.call.count;
     a->peer_world = rec.peer_world;
     a->age_ms = rec.since_ns ? (int64_t)((mtc_time_ns() - rec.since_ns) / 1000000) : 0;
     memcpy(a->name, rec.name, sizeof a->name);
@@ -163,36 +165,25 @@ void comm_mpi_watch_stop(void) {
 
 /* ---- asking ------------------------------------------------------------------ */
 
-static void say(char *buf, size_t len, size_t *off, const char *fmt, const char *who,
-                const char *rest) {
-    if (*off + 1 >= len) return;
-    int n = snprintf(buf + *off, len - *off, fmt, who, rest);
-    if (n > 0) *off = *off + (size_t)n < len ? *off + (size_t)n : len - 1;
-}
-
-void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const int *peers,
-                             int npeers, char *buf, size_t len) {
-    size_t off = strlen(buf);
-    if (W.comm == MPI_COMM_NULL || npeers <= 0) return;
-    const int *q = W.query; /* outlives a query send we stop waiting for */
-    watch_answer *ans = calloc((size_t)npeers, sizeof *ans);
-    MPI_Request *req = malloc(2 * (size_t)npeers * sizeof *req);
-    if (!ans || !req) {
-        free(ans), free(req);
+/* Ask world ranks world[0..n) at once; got[i] = 1 when rank i answered
+ * within WATCH_ASK_NS. */
+static void ask(const int *world, int n, watch_answer *ans, int *got) {
+    MPI_Request *req = malloc(2 * (size_t)n * sizeof *req);
+    if (!req) {
+        memset(got, 0, (size_t)n * sizeof *got);
         return;
     }
-    for (int i = 0; i < npeers; i++) {
-        int w = g->members[peers[i]];
-        req[i] = req[npeers + i] = MPI_REQUEST_NULL;
-        MPI_Irecv(&ans[i], (int)sizeof ans[i], MPI_BYTE, w, TAG_A, W.comm, &req[i]);
-        MPI_Isend(q, 2, MPI_INT, w, TAG_Q, W.comm, &req[npeers + i]);
+    for (int i = 0; i < n; i++) {
+        req[i] = req[n + i] = MPI_REQUEST_NULL;
+        MPI_Irecv(&ans[i], (int)sizeof ans[i], MPI_BYTE, world[i], TAG_A, W.comm, &req[i]);
+        /* W.query outlives a send we stop waiting for */
+        MPI_Isend(W.query, 2, MPI_INT, world[i], TAG_Q, W.comm, &req[n + i]);
     }
     uint64_t t0 = mtc_time_ns();
     comm_backoff bo;
     comm_backoff_init(&bo);
-    int left = npeers;
-    while (left > 0 && mtc_time_ns() - t0 < WATCH_ASK_NS) {
-        for (int i = 0; i < npeers; i++) {
+    for (int left = n; left > 0 && mtc_time_ns() - t0 < WATCH_ASK_NS;) {
+        for (int i = 0; i < n; i++) {
             int done = 0;
             if (req[i] != MPI_REQUEST_NULL &&
                 MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
@@ -200,56 +191,119 @@ void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const i
         }
         if (left) comm_backoff_pause(&bo);
     }
-    for (int i = 0; i < npeers; i++) {
-        char who[48], rest[300];
-        int w = g->members[peers[i]];
-        if (w == peers[i])
-            snprintf(who, sizeof who, "rank %d", peers[i]);
-        else
-            snprintf(who, sizeof who, "rank %d (world %d)", peers[i], w);
-        if (req[i] != MPI_REQUEST_NULL) {
+    for (int i = 0; i < n; i++) {
+        got[i] = req[i] == MPI_REQUEST_NULL;
+        if (!got[i]) {
             MPI_Cancel(&req[i]);
             MPI_Wait(&req[i], MPI_STATUS_IGNORE);
-            say(buf, len, &off,
-                "; %s does not answer (stopped, gone, or hung where its watchdog thread cannot "
-                "run)%s: it is the cause",
-                who, "");
+        }
+        if (req[n + i] != MPI_REQUEST_NULL) MPI_Request_free(&req[n + i]);
+    }
+    free(req);
+}
+
+static void append(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt, ...) {
+    size_t off = strlen(buf);
+    if (off + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + off, len - off, fmt, ap);
+    va_end(ap);
+}
+
+static int is_blocked(const watch_answer *a) {
+    return a->state == ANS_WAITING || a->state == ANS_TIMED_OUT;
+}
+
+/* "waits in all_reduce(count=8, f32, sum) of WORLD (seq 3) for world rank 2" */
+static void describe_answer(const watch_answer *a, char *buf, size_t len) {
+    comm_call c = {.seq = (uint64_t)a->seq,
+                   .kind = (int)a->kind,
+                   .dtype = (int)a->dtype,
+                   .op = (int)a->op,
+                   .root = (int)a->root,
+                   .count = (size_t)a->count};
+    char d[160], pw[40] = "its peers";
+    comm_call_describe(&c, d, sizeof d);
+    if (a->peer_world >= 0) snprintf(pw, sizeof pw, "world rank %d", (int)a->peer_world);
+    snprintf(buf, len, "%s in %s of %.63s (seq %lld) for %s",
+             a->state == ANS_WAITING ? "waits" : "timed out", d, a->name, (long long)a->seq, pw);
+}
+
+/* Why a rank that is not blocked is the cause; NULL when it is not (it
+ * failed already, so it is ending the job for a reason of its own). */
+static const char *cause_of(const watch_answer *a, int answered) {
+    if (!answered)
+        return "does not answer (stopped, gone, or hung where its watchdog thread cannot run)";
+    if (a->state == ANS_RETURNED)
+        return a->root == MTC_OK ? "has returned from its rank function (it skipped the call)"
+                                 : NULL;
+    return "has not entered the call: it is in no mtc call (it runs outside the communication "
+           "layer)";
+}
+
+void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const int *peers,
+                             int npeers, char *buf, size_t len) {
+    if (W.comm == MPI_COMM_NULL || npeers <= 0) return;
+    watch_answer *ans = calloc((size_t)npeers, sizeof *ans);
+    int *world = malloc(2 * (size_t)npeers * sizeof *world);
+    if (!ans || !world) {
+        free(ans), free(world);
+        return;
+    }
+    int *got = world + npeers;
+    for (int i = 0; i < npeers; i++)
+        world[i] = g->members[peers[i]];
+    ask(world, npeers, ans, got);
+    int next = -1; /* a blocked peer's peer: where the chain of waits goes on */
+    for (int i = 0; i < npeers; i++) {
+        char who[48], d[320];
+        if (world[i] == peers[i])
+            snprintf(who, sizeof who, "rank %d", peers[i]);
+        else
+            snprintf(who, sizeof who, "rank %d (world %d)", peers[i], world[i]);
+        const watch_answer *a = &ans[i];
+        if (got[i] && is_blocked(a)) {
+            int same = mine && mine->group_name && (uint64_t)a->seq == mine->seq &&
+                       !strcmp(a->name, mine->group_name);
+            if (same) {
+                append(buf, len, "; %s %s in the same call", who,
+                       a->state == ANS_WAITING ? "waits" : "timed out");
+            } else {
+                describe_answer(a, d, sizeof d);
+                append(buf, len, "; %s is itself blocked (it %s): the cause is reported on %s", who,
+                       d, who);
+            }
+            if (next < 0 && a->peer_world >= 0 && a->peer_world != W.be->world_rank)
+                next = (int)a->peer_world;
             continue;
         }
-        const watch_answer *a = &ans[i];
-        comm_call c = {.seq = (uint64_t)a->seq,
-                       .kind = (int)a->kind,
-                       .dtype = (int)a->dtype,
-                       .op = (int)a->op,
-                       .root = (int)a->root,
-                       .count = (size_t)a->count};
-        char d[160], pw[40] = "its peers";
-        comm_call_describe(&c, d, sizeof d);
-        if (a->peer_world >= 0) snprintf(pw, sizeof pw, "world rank %d", (int)a->peer_world);
-        int same = mine && mine->group_name && (uint64_t)a->seq == mine->seq &&
-                   !strcmp(a->name, mine->group_name);
-        if ((a->state == ANS_WAITING || a->state == ANS_TIMED_OUT) && same) {
-            say(buf, len, &off, "; %s %s in the same call", who,
-                a->state == ANS_WAITING ? "waits" : "timed out");
-        } else if (a->state == ANS_WAITING || a->state == ANS_TIMED_OUT) {
-            snprintf(rest, sizeof rest, "%s in %s of %.63s (seq %lld) for %s",
-                     a->state == ANS_WAITING ? "waits" : "timed out", d, a->name, (long long)a->seq,
-                     pw);
-            say(buf, len, &off, "; %s is itself blocked (it %s)", who, rest);
-            snprintf(rest, sizeof rest, ": the cause is reported on %s", who);
-            say(buf, len, &off, "%s%s", "", rest);
-        } else if (a->state == ANS_RETURNED) {
-            say(buf, len, &off, "; %s has returned from its rank function%s: it is the cause", who,
-                "");
-        } else {
-            say(buf, len, &off,
-                "; %s has not entered the call: it is not waiting in any mtc call (it runs "
-                "outside the communication layer)%s: it is the cause",
-                who, "");
-        }
+        const char *why = cause_of(a, got[i]);
+        if (why)
+            append(buf, len, "; %s %s: it is the cause", who, why);
+        else
+            append(buf, len, "; %s has failed already (%s)", who,
+                   mtc_result_name((mtc_result_t)a->root));
     }
-    for (int i = 0; i < npeers; i++)
-        if (req[npeers + i] != MPI_REQUEST_NULL) MPI_Request_free(&req[npeers + i]);
+    /* every peer asked is blocked: follow the chain (a few hops) to its end */
+    int named = strstr(buf, "it is the cause") != NULL;
+    for (int hop = 0; hop < 4 && !named && next >= 0; hop++) {
+        watch_answer a;
+        int ok = 0;
+        ask(&next, 1, &a, &ok);
+        if (ok && is_blocked(&a)) {
+            next = a.peer_world >= 0 && a.peer_world != W.be->world_rank ? (int)a.peer_world : -1;
+            continue;
+        }
+        const char *why = cause_of(&a, ok);
+        if (why)
+            append(buf, len,
+                   "; the chain of waits ends at world rank %d, which %s: it is the cause", next,
+                   why);
+        break;
+    }
     free(ans);
-    free(req);
+    free(world);
 }

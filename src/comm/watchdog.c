@@ -95,10 +95,11 @@ void comm_wait_timed_out(comm_wait_rec *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
-void comm_wait_exited(comm_wait_rec *r) {
+void comm_wait_exited(comm_wait_rec *r, mtc_result_t rc) {
     if (!r) return;
     pthread_mutex_lock(&r->mu);
     r->exited = 1;
+    r->exit_rc = rc;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -107,6 +108,7 @@ int comm_wait_read(comm_wait_rec *r, comm_wait_rec *out) {
     out->depth = r->depth;
     out->timed_out = r->timed_out;
     out->exited = r->exited;
+    out->exit_rc = r->exit_rc;
     out->call = r->call;
     memcpy(out->name, r->name, sizeof out->name);
     out->call.group_name = out->name;

@@ -28,10 +28,11 @@
 
 struct comm_wait_rec {
     pthread_mutex_t mu;
-    int depth;      /* waits in progress on this rank (a progress thread may wait too) */
-    int timed_out;  /* the last wait ended in a timeout (kept until the next wait) */
-    int exited;     /* the rank function returned */
-    comm_call call; /* the call waited in; call.group_name points to name */
+    int depth;            /* waits in progress on this rank (a progress thread may wait too) */
+    int timed_out;        /* the last wait ended in a timeout (kept until the next wait) */
+    int exited;           /* the rank function returned ... */
+    mtc_result_t exit_rc; /* ... with this result */
+    comm_call call;       /* the call waited in; call.group_name points to name */
     char name[64];
     int peer_world; /* world rank waited for; -1 several / unknown */
     uint64_t since_ns;
@@ -44,7 +45,7 @@ void comm_wait_rec_destroy(comm_wait_rec *r);
 void comm_wait_begin(comm_wait_rec *r, const comm_call *call, int peer_world);
 void comm_wait_end(comm_wait_rec *r);
 void comm_wait_timed_out(comm_wait_rec *r);
-void comm_wait_exited(comm_wait_rec *r);
+void comm_wait_exited(comm_wait_rec *r, mtc_result_t rc);
 /* A consistent copy (out->call.group_name points to out->name); returns
  * 1 when the rank is waiting or its last wait timed out. */
 int comm_wait_read(comm_wait_rec *r, comm_wait_rec *out);

@@ -21,6 +21,13 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 OUT=$TMP/out PIDF=$TMP/pid
 victim=$((NP - 1))
+# the ranks the reports name as the cause, one a line: "; rank 3 does not
+# answer (...): it is the cause" or "...; the chain of waits ends at world
+# rank 3, which ...: it is the cause" (WORLD only here: ranks are world ranks)
+causes() {
+    grep -o "; rank [0-9]*[^;]*: it is the cause\|ends at world rank [0-9]*, which[^;]*: it is the cause" "$OUT" |
+        sed 's/^; rank \([0-9]*\).*/\1/; s/^ends at world rank \([0-9]*\).*/\1/'
+}
 status=0
 for algo in "$@"; do
     i=0
@@ -49,9 +56,8 @@ for algo in "$@"; do
         elif [ -z "$stop" ]; then why="the last rank never stopped"
         elif [ $((end - stop)) -gt 7000 ]; then why="ended $((end - stop)) ms after the stop (> 2 s + 5 s)"
         elif ! grep -q "timeout in " "$OUT"; then why="no timeout report"
-        elif ! grep -q "rank $victim[ (][^;]*: it is the cause" "$OUT"; then why="no report names rank $victim as the cause"
-        elif grep -o "; rank [0-9]*[^;]*: it is the cause" "$OUT" | grep -vq "^; rank $victim[ (]"; then
-            why="a report blames another rank"
+        elif [ -z "$(causes)" ]; then why="no report names a cause"
+        elif causes | grep -vqx "$victim"; then why="a report blames rank(s) $(causes | grep -vx "$victim" | tr '\n' ' ')"
         else
             hot=$(sed -n 's/^mpi_stall: rank [0-9]* waited \([0-9.]*\) s using \([0-9.]*\) s of CPU$/\1 \2/p' "$OUT" |
                 awk '$1 > 1 && $2 > 0.3 * $1 { print }' | head -1)
