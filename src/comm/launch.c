@@ -121,12 +121,21 @@ static int watch_shm(shm_world *w, pthread_t *th, int n, mtc_result_t *rc) {
     uint64_t failed_at = 0;
     int left = n, abandoned = 0;
     while (left > 0) {
+        /* wait for the first running thread, waking every 20 ms to check */
+        int first = 0;
+        while (joined[first])
+            first++;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 20 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        if (pthread_timedjoin_np(th[first], NULL, &until) == 0) {
+            joined[first] = 1, left--;
+            continue;
+        }
         for (int r = 0; r < n; r++)
             if (!joined[r] && atomic_load(&w->exited[r]) && pthread_tryjoin_np(th[r], NULL) == 0)
                 joined[r] = 1, left--;
-        if (left == 0) break;
-        struct timespec nap = {0, 20 * 1000 * 1000};
-        nanosleep(&nap, NULL);
         uint64_t now = mtc_time_ns();
         if (!failed_at && atomic_load(&w->fail_state) == 2) failed_at = now;
         int stuck = -1, past_deadline = 0;

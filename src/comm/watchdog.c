@@ -73,7 +73,10 @@ void comm_wait_begin(comm_wait_rec *r, const comm_call *call, int peer_world) {
     r->depth++;
     r->timed_out = 0;
     r->call = *call;
-    snprintf(r->name, sizeof r->name, "%s", call->group_name ? call->group_name : "?");
+    const char *name = call->group_name ? call->group_name : "?";
+    size_t n = strnlen(name, sizeof r->name - 1);
+    memcpy(r->name, name, n);
+    r->name[n] = 0;
     r->call.group_name = r->name;
     r->peer_world = peer_world;
     r->since_ns = mtc_time_ns();

@@ -41,8 +41,16 @@ for algo in "$@"; do
         alive=""
         if [ -s "$PIDF" ]; then
             pid=$(cat "$PIDF")
-            # a zombie is dead (its reaper may be slow); anything else outlived the job
-            st=$(sed -n 's/^[0-9]* ([^)]*) \([A-Z]\).*/\1/p' /proc/"$pid"/stat 2>/dev/null)
+            # a zombie is dead (its reaper may be slow); a process still there 3 s
+            # after mpirun returned (mpirun's SIGCONT/SIGTERM/SIGKILL may trail it)
+            # outlived the job
+            n=0
+            while :; do
+                st=$(sed -n 's/^[0-9]* ([^)]*) \([A-Z]\).*/\1/p' /proc/"$pid"/stat 2>/dev/null)
+                { [ -z "$st" ] || [ "$st" = Z ] || [ $n -ge 30 ]; } && break
+                sleep 0.1
+                n=$((n + 1))
+            done
             if [ -n "$st" ] && [ "$st" != Z ]; then
                 kill -KILL "$pid" 2>/dev/null
                 alive="the stopped rank (pid $pid, state $st) outlived mpirun (killed now)"
