@@ -213,7 +213,10 @@ static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_setting
     const char *fmsg;
     if (rc == MTC_OK && comm_shm_first_failure(w, &frank, &frc, &fmsg))
         rc = mtc_error(frc, "rank %d: %s", frank, fmsg);
-    if (abandoned) return rc; /* stuck threads still use w, jobs, th (and arg) */
+    if (abandoned) { /* the stuck threads still use w and jobs (and arg): left alone */
+        free(th);
+        return rc;
+    }
     comm_shm_world_free(w);
     free(jobs);
     free(th);
