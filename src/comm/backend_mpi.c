@@ -114,13 +114,13 @@ static mtc_result_t report_timeout(comm_group *g, const comm_call *call, const c
  * in error reports. */
 static mtc_result_t mpi_wait(comm_group *g, MPI_Request *reqs, MPI_Status *st, int n,
                              const int *peers, int nname, const char *what, const char *pending,
-                             const comm_call *call) {
+                             size_t bytes, const comm_call *call) {
     uint64_t deadline = call ? call->deadline_ns : 0;
     int left = 0, marked = 0;
     for (int i = 0; i < n; i++)
         left += reqs[i] != MPI_REQUEST_NULL;
     comm_backoff bo;
-    comm_backoff_init(&bo);
+    comm_backoff_init(&bo, bytes);
     mtc_result_t rc = MTC_OK;
     for (long it = 0; left; it++) {
         for (int i = 0; i < n; i++) {
@@ -170,10 +170,10 @@ out:
     return rc;
 }
 
-mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what,
+mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what, size_t bytes,
                            const comm_call *call) {
     MPI_Status st;
-    return mpi_wait(g, req, &st, 1, NULL, 0, what, " (in MPI's own collective)", call);
+    return mpi_wait(g, req, &st, 1, NULL, 0, what, " (in MPI's own collective)", bytes, call);
 }
 
 static int mpi_tag(const comm_backend *be, uint32_t tag) {
@@ -214,7 +214,7 @@ static mtc_result_t p2p_round(comm_group *g, int dst, const char *sb, size_t sn,
         if (err != MPI_SUCCESS) return coll_mpi_error(g, err, "MPI_Isend", call);
     }
     const char *what = src >= 0 && dst >= 0 ? "sendrecv" : src >= 0 ? "recv" : "send";
-    MTC_CHECK(mpi_wait(g, req, st, 2, peers, 2, what, " (message not completed)", call));
+    MTC_CHECK(mpi_wait(g, req, st, 2, peers, 2, what, " (message not completed)", sn + rn, call));
     if (src >= 0) MTC_CHECK(recv_size_ok(g, src, &st[0], rn, call));
     return MTC_OK;
 }
@@ -274,7 +274,7 @@ static mtc_result_t mpi_enter(comm_backend *be, comm_group *g, const comm_call *
         k++;
     }
     MTC_CHECK(mpi_wait(g, g->reqs, g->stats, 2 * (g->n - 1), g->peers, g->n - 1, "the entry check",
-                       ", which has not entered this call", call));
+                       ", which has not entered this call", 0, call));
     for (int q = 0; q < g->n; q++) {
         const uint64_t *t = theirs + 4 * q;
         if (q == g->me || (t[0] == mine[0] && t[1] == mine[1] && t[2] == mine[2])) continue;
@@ -525,7 +525,7 @@ void comm_mpi_backend_finish(comm_backend *be, double timeout_s) {
     uint64_t limit = (uint64_t)((2 * timeout_s + 10) * 1e9);
     uint64_t t0 = mtc_time_ns();
     comm_backoff bo;
-    comm_backoff_init(&bo);
+    comm_backoff_init(&bo, 0);
     for (long it = 0;; it++) {
         int done = 0;
         if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) return;

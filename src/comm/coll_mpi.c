@@ -92,18 +92,18 @@ static mtc_result_t unsupported(const char *what, size_t count, mtc_dtype_t dt) 
         if ((g)->err_rc) return mtc_error((g)->err_rc, "%s", (g)->err_msg);                        \
     } while (0)
 /* Start MPI's non-blocking form and poll it against the call's deadline. */
-#define MPI_DO(g, call, what, c)                                                                   \
+#define MPI_DO(g, call, what, bytes, c)                                                            \
     do {                                                                                           \
         MPI_Request req_ = MPI_REQUEST_NULL;                                                       \
         int e_ = (call);                                                                           \
         if (e_ != MPI_SUCCESS) return coll_mpi_error((g), e_, (what), (c));                        \
-        MTC_CHECK(coll_mpi_wait((g), &req_, (what), (c)));                                         \
+        MTC_CHECK(coll_mpi_wait((g), &req_, (what), (bytes), (c)));                                \
     } while (0)
 
 mtc_result_t coll_mpi_barrier(comm_backend *be, comm_group *g, const comm_call *call) {
     (void)be;
     HEALTH(g);
-    MPI_DO(g, MPI_Ibarrier(g->comm, &req_), "MPI_Ibarrier", call);
+    MPI_DO(g, MPI_Ibarrier(g->comm, &req_), "MPI_Ibarrier", 0, call);
     return MTC_OK;
 }
 
@@ -114,7 +114,7 @@ mtc_result_t coll_mpi_broadcast(comm_backend *be, comm_group *g, void *buf, size
     if (count > INT_MAX) return unsupported("broadcast", count, dtype);
     if (count == 0) return MTC_OK;
     MPI_DO(g, MPI_Ibcast(buf, (int)count, mpi_type(dtype), root, g->comm, &req_), "MPI_Ibcast",
-           call);
+           count * mtc_dtype_size(dtype), call);
     return MTC_OK;
 }
 
@@ -130,7 +130,7 @@ mtc_result_t coll_mpi_reduce(comm_backend *be, comm_group *g, const void *sendbu
     MPI_DO(g,
            MPI_Ireduce(sb, g->me == root ? recvbuf : NULL, (int)count, mpi_type(dtype), o, root,
                        g->comm, &req_),
-           "MPI_Ireduce", call);
+           "MPI_Ireduce", count * mtc_dtype_size(dtype), call);
     return MTC_OK;
 }
 
@@ -144,7 +144,7 @@ mtc_result_t coll_mpi_all_reduce(comm_backend *be, comm_group *g, const void *se
     if (count == 0) return MTC_OK;
     const void *sb = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
     MPI_DO(g, MPI_Iallreduce(sb, recvbuf, (int)count, mpi_type(dtype), o, g->comm, &req_),
-           "MPI_Iallreduce", call);
+           "MPI_Iallreduce", count * mtc_dtype_size(dtype), call);
     return MTC_OK;
 }
 
@@ -178,7 +178,7 @@ mtc_result_t coll_mpi_reduce_scatter(comm_backend *be, comm_group *g, const void
     MPI_DO(
         g,
         MPI_Ireduce_scatter_block(sendbuf, out, (int)recvcount, mpi_type(dtype), o, g->comm, &req_),
-        "MPI_Ireduce_scatter_block", call);
+        "MPI_Ireduce_scatter_block", bytes * (size_t)g->n, call);
     if (inplace) memcpy(recvbuf, out, bytes);
     return MTC_OK;
 }
@@ -197,7 +197,7 @@ mtc_result_t coll_mpi_all_gather(comm_backend *be, comm_group *g, const void *se
                          : sendbuf;
     MPI_Datatype t = mpi_type(dtype);
     MPI_DO(g, MPI_Iallgather(sb, (int)sendcount, t, recvbuf, (int)sendcount, t, g->comm, &req_),
-           "MPI_Iallgather", call);
+           "MPI_Iallgather", bytes * (size_t)g->n, call);
     return MTC_OK;
 }
 
@@ -210,6 +210,6 @@ mtc_result_t coll_mpi_all_to_all(comm_backend *be, comm_group *g, const void *se
     if (count == 0) return MTC_OK;
     MPI_Datatype t = mpi_type(dtype);
     MPI_DO(g, MPI_Ialltoall(sendbuf, (int)count, t, recvbuf, (int)count, t, g->comm, &req_),
-           "MPI_Ialltoall", call);
+           "MPI_Ialltoall", count * mtc_dtype_size(dtype) * (size_t)g->n, call);
     return MTC_OK;
 }

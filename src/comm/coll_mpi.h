@@ -29,7 +29,7 @@ struct comm_group {
  * ending with MTC_ERR_TIMEOUT and a report at the call's deadline. The
  * request stays pending after a timeout (MPI cannot cancel collectives):
  * the group is failed and the job is expected to end. */
-mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what,
+mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what, size_t bytes,
                            const comm_call *call);
 
 /* watch_mpi.c: the watchdog thread (collective start: it duplicates

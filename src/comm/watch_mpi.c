@@ -181,7 +181,7 @@ static void ask(const int *world, int n, watch_answer *ans, int *got) {
     }
     uint64_t t0 = mtc_time_ns();
     comm_backoff bo;
-    comm_backoff_init(&bo);
+    comm_backoff_init(&bo, 0);
     for (int left = n; left > 0 && mtc_time_ns() - t0 < WATCH_ASK_NS;) {
         for (int i = 0; i < n; i++) {
             int done = 0;

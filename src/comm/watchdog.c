@@ -138,7 +138,7 @@ void comm_backoff_pause(comm_backoff *b) {
         uint64_t now = mtc_time_ns();
         if (!b->t0) b->t0 = now;
         if (now - b->t0 < COMM_SPIN_NS) return;
-        if (now - b->t0 < COMM_YIELD_NS) {
+        if (now - b->t0 < b->busy_ns) {
             sched_yield();
             return;
         }
