@@ -8,7 +8,11 @@
  * Asking that peer tells a rank blocked waiting itself (not the cause: its
  * own report names the cause) from one that is not in any mtc call (the
  * cause: it never arrived) and from one that does not answer at all
- * (stopped, gone, or hung hard: the cause too).
+ * (stopped, gone, or hung hard: the cause too). When every peer asked is
+ * blocked, the one it waits for is asked in turn (up to 4 hops), so even a
+ * rank whose neighbours are all blocked names the rank at the end of the
+ * chain. A rank that returned with an error is ending the job for its own
+ * reason and is not blamed.
  *
  *   asker (timed out)                 peer's watchdog thread
  *   Isend(query, tag Q) ------------> Irecv(ANY_SOURCE, tag Q) polled every 5 ms
