@@ -40,6 +40,7 @@ int cli_cmd_train(int argc, char **argv) {
     const char *metrics = NULL, *save = NULL, *load = NULL;
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
+    double dist_timeout_min = 0;
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
     int qkv_bias = 0, kv_channels = 0;
@@ -139,6 +140,10 @@ int cli_cmd_train(int argc, char **argv) {
          "context-parallel ranks (default 1): each sequence in 2cp chunks, rank c keeps chunks c "
          "and 2cp-1-c; seq-length % (2cp) == 0",
          0},
+        {"distributed-timeout-minutes", NULL, MTC_ARG_DOUBLE, &dist_timeout_min, "M",
+         "deadline of every collective and point-to-point call, in minutes (default "
+         "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
+         0},
         {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
          "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp)", 0},
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A P",
@@ -189,6 +194,11 @@ int cli_cmd_train(int argc, char **argv) {
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
     if (cp < 1) return cli_usage_error("train", "context-parallel-size=%d must be >= 1", cp);
+    if (mtc_args_seen(args, nargs, "distributed-timeout-minutes") &&
+        !(dist_timeout_min > 0 && dist_timeout_min <= 1e6))
+        return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
+                               dist_timeout_min);
+    if (dist_timeout_min > 0) mtc_comm_set_default_timeout(dist_timeout_min * 60.0);
     int cp_type = cp_comm_type_parse(cp_comm);
     if (!strcmp(cp_comm, "a2a+p2p") || hcp.n > 0)
         return cli_usage_error("train", "cp-comm-type a2a+p2p (hierarchical context parallelism) "
