@@ -41,6 +41,9 @@ int cli_cmd_train(int argc, char **argv) {
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
     double dist_timeout_min = 0;
+    const char *rc_gran = NULL, *rc_method = NULL;
+    int rc_layers = 0;
+    const char *rc_modules = NULL;
     const char *noop_s[3] = {NULL, NULL, NULL};
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
@@ -142,6 +145,16 @@ int cli_cmd_train(int argc, char **argv) {
          "context-parallel ranks (default 1): each sequence in 2cp chunks, rank c keeps chunks c "
          "and 2cp-1-c; seq-length % (2cp) == 0",
          0},
+        {"recompute-granularity", NULL, MTC_ARG_STRING, &rc_gran, "S",
+         "full: recompute layers from their inputs in backward (bit-identical results); "
+         "selective: the core attention (already kept as out + lse only)",
+         0},
+        {"recompute-method", NULL, MTC_ARG_STRING, &rc_method, "S",
+         "uniform (every layer) | block (the first --recompute-num-layers of each chunk)", 0},
+        {"recompute-num-layers", NULL, MTC_ARG_INT, &rc_layers, "N",
+         "layers per recompute unit (uniform) or recomputed per model chunk (block)", 0},
+        {"recompute-modules", NULL, MTC_ARG_STRING, &rc_modules, "M",
+         "with selective: core_attn (the default; mlp is not implemented)", 0},
         {"distributed-timeout-minutes", NULL, MTC_ARG_DOUBLE, &dist_timeout_min, "M",
          "deadline of every collective and point-to-point call, in minutes (default "
          "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
@@ -216,6 +229,34 @@ int cli_cmd_train(int argc, char **argv) {
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
     if (cp < 1) return cli_usage_error("train", "context-parallel-size=%d must be >= 1", cp);
+    /* Megatron's recomputation rules (arguments.py) */
+    int rc_full = 0, rc_block = 0;
+    if (rc_gran && strcmp(rc_gran, "full") && strcmp(rc_gran, "selective"))
+        return cli_usage_error(
+            "train", "recompute-granularity=%s is unknown (use full or selective)", rc_gran);
+    if (rc_method && strcmp(rc_method, "uniform") && strcmp(rc_method, "block"))
+        return cli_usage_error("train", "recompute-method=%s is unknown (use uniform or block)",
+                               rc_method);
+    if (rc_gran && !strcmp(rc_gran, "full")) {
+        if (!rc_method)
+            return cli_usage_error("train", "--recompute-granularity full needs --recompute-method "
+                                            "uniform or block");
+        if (rc_layers < 1)
+            return cli_usage_error("train", "--recompute-granularity full needs "
+                                            "--recompute-num-layers N >= 1");
+        rc_full = 1, rc_block = !strcmp(rc_method, "block");
+    } else if (rc_method || rc_layers) {
+        return cli_usage_error("train", "--recompute-method and --recompute-num-layers apply only "
+                                        "with --recompute-granularity full");
+    }
+    if (rc_modules && !(rc_gran && !strcmp(rc_gran, "selective")))
+        return cli_usage_error("train", "--recompute-modules applies only with "
+                                        "--recompute-granularity selective");
+    if (rc_modules && strcmp(rc_modules, "core_attn"))
+        return cli_usage_error("train",
+                               "recompute-modules=%s: only core_attn is implemented (mlp, "
+                               "layernorm and the MoE modules are not yet)",
+                               rc_modules);
     if (mtc_args_seen(args, nargs, "distributed-timeout-minutes") &&
         !(dist_timeout_min > 0 && dist_timeout_min <= 1e6))
         return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
@@ -397,6 +438,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
+    tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;

@@ -58,8 +58,8 @@ typedef struct {
         MTC_ROLE_FC2_B, P FC2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS, INIT_ZEROS, 1      \
     }
 
-static const role_desc GPT2_LAYER[] = {
-    LAYER_ROLES("transformer.h.%d.", "attn.c_attn", "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj")};
+static const role_desc GPT2_LAYER[] = {LAYER_ROLES(
+    "transformer.h.%d.", "attn.c_attn", "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj")};
 static const role_desc LLAMA_LAYER[] = {
     LAYER_ROLES("model.layers.%d.", "self_attn.qkv_proj", "self_attn.o_proj", "input_layernorm",
                 "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj")};
@@ -76,9 +76,8 @@ static const char *LLAMA_FC1_PLAIN[2] = {"model.layers.%d.mlp.up_proj.weight",
         MTC_ROLE_HEAD, HEAD, D_VP, D_C, MTC_SPLIT_VOCAB, HAS_UNTIED, INIT_STD, 0                   \
     }
 
-static const role_desc GPT2_GLOBAL[] = {
-    GLOBAL_ROLES("transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f",
-                 "lm_head.weight")};
+static const role_desc GPT2_GLOBAL[] = {GLOBAL_ROLES(
+    "transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f", "lm_head.weight")};
 static const role_desc LLAMA_GLOBAL[] = {GLOBAL_ROLES(
     "model.embed_tokens.weight", "model.embed_positions.weight", "model.norm", "lm_head.weight")};
 

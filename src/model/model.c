@@ -190,22 +190,27 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         (ptr) = p_;                                                                                \
         off += ((size_t)(count) * sizeof(float) + 63) & ~(size_t)63;                               \
     } while (0)
-    for (int s = 0; s < m->nslots; s++) {
-        mtc_model_slot *a = &m->slots[s];
-        TAKE(a->encoded, Nl * C);
-        TAKE(a->ln1, nl * Nl * C);
-        TAKE(a->ln1_mean, nl * Nl);
-        TAKE(a->ln1_rstd, nl * Nl);
-        TAKE(a->qkv, nl * N * QKV_tp);
-        TAKE(a->lse, nl * B * NH_tp * T);
-        TAKE(a->atty, nl * N * QD_tp);
-        TAKE(a->res2, nl * Nl * C);
-        TAKE(a->ln2, nl * Nl * C);
-        TAKE(a->ln2_mean, nl * Nl);
-        TAKE(a->ln2_rstd, nl * Nl);
-        TAKE(a->fch, nl * N * F1_tp);
-        TAKE(a->fchg, nl * N * F_tp);
-        TAKE(a->res3, nl * Nl * C);
+    size_t nr = (size_t)m->nrec, ns = nl - nr; /* recomputed and stored layers */
+    for (int s = -1; s < m->nslots; s++) {
+        /* s = -1: the recomputed layers' one shared set (when there are any) */
+        mtc_model_slot *a = s < 0 ? m->rc : &m->slots[s];
+        size_t k = s < 0 ? (nr ? 1 : 0) : ns;
+        if (s < 0 && !a) continue;
+        if (s >= 0) TAKE(a->encoded, Nl * C);
+        TAKE(a->ln1, k * Nl * C);
+        TAKE(a->ln1_mean, k * Nl);
+        TAKE(a->ln1_rstd, k * Nl);
+        TAKE(a->qkv, k * N * QKV_tp);
+        TAKE(a->lse, k * B * NH_tp * T);
+        TAKE(a->atty, k * N * QD_tp);
+        TAKE(a->res2, k * Nl * C);
+        TAKE(a->ln2, k * Nl * C);
+        TAKE(a->ln2_mean, k * Nl);
+        TAKE(a->ln2_rstd, k * Nl);
+        TAKE(a->fch, k * N * F1_tp);
+        TAKE(a->fchg, k * N * F_tp);
+        if (s < 0) continue;
+        TAKE(a->res3, nl * Nl * C); /* every layer's output: the next layer's input */
         TAKE(a->lnf, Nl * C);
         TAKE(a->lnf_mean, Nl);
         TAKE(a->lnf_rstd, Nl);
@@ -354,6 +359,10 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
+    m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
+    if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
+    if (m->nrec > 0)
+        MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof(mtc_model_slot), (void **)&m->rc), rc, fail);
     gpt_bind_all(m);
     size_t need = gpt_carve(m, NULL);
     MTC_CHECK_GOTO(mtc_arena_init(&m->arena, need + 4096), rc, fail);
@@ -396,6 +405,7 @@ void mtc_model_free(mtc_model *m) {
     free(m->layers);
     free(m->dlayers);
     free(m->slots);
+    free(m->rc);
     nn_rope_table_free(&m->rope);
     free(m->cp.all_pos);
     mtc_registry_free(&m->reg);

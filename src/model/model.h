@@ -192,6 +192,8 @@ typedef struct {
     cp_ctx cp; /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos) */
     int nslots;
     mtc_model_slot *slots;
+    int nrec;           /* the chunk's first nrec layers are recomputed in backward */
+    mtc_model_slot *rc; /* one layer's activations shared by the recomputed layers */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
@@ -230,6 +232,8 @@ typedef struct {
     int first_layer, last_layer; /* the chunk's layers [first, last) */
     int has_embedding, has_head; /* first / last virtual pipeline stage */
     mtc_model_layout_fn layout;  /* NULL: packed backward order */
+    int recompute_layers;        /* --recompute-granularity full: recompute the chunk's first
+                                    N layers from their inputs in backward (0: none) */
     void *layout_ctx;
 } mtc_model_chunk_opts;
 

@@ -77,17 +77,66 @@ static void gpt_role_range(const mtc_model *m, int role, int *first, int *last) 
     if (*first < 0) *first = *last = 0;
 }
 
-/* The activations of layer k (chunk-relative) of slot a. */
-static void gpt_layer_acts(const mtc_model *m, mtc_model_slot *a, size_t k,
-                           model_attention_acts *aa, model_mlp_acts *ma) {
+/* Where layer k (chunk-relative) of slot a keeps its activations: its own
+ * arrays in the slot, or, for a recomputed layer (k < m->nrec), the one
+ * set the model shares for recomputation (only the layer output res3 stays
+ * in the slot: it is the next layer's input, from which backward rebuilds
+ * the rest). */
+typedef struct {
+    float *ln1, *ln1m, *ln1r, *res2, *ln2, *ln2m, *ln2r, *res3;
+    model_attention_acts aa;
+    model_mlp_acts ma;
+} layer_view;
+
+static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k) {
     const mtc_model_config *c = &m->cfg;
     size_t p = (size_t)m->tp_size, sN = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
+    size_t sNl = (size_t)m->B * m->T_loc, C = (size_t)c->hidden_size;
     size_t QD = (size_t)c->num_heads / p * HS, KD = (size_t)mtc_model_groups(c) / p * HS;
     size_t F = (size_t)c->ffn_hidden_size / p, F1 = (c->swiglu ? 2 : 1) * F;
-    *aa = (model_attention_acts){m->in_total, 0, a->qkv + k * sN * (QD + 2 * KD),
-                                 a->lse + k * (size_t)m->B * (c->num_heads / p) * m->T,
-                                 a->atty + k * sN * QD};
-    *ma = (model_mlp_acts){m->in_total, 0, a->fch + k * sN * F1, a->fchg + k * sN * F};
+    const mtc_model_slot *s = (int)k < m->nrec ? m->rc : a;
+    size_t j = (int)k < m->nrec ? 0 : k - (size_t)m->nrec;
+    layer_view v;
+    v.ln1 = s->ln1 + j * sNl * C, v.ln1m = s->ln1_mean + j * sNl, v.ln1r = s->ln1_rstd + j * sNl;
+    v.res2 = s->res2 + j * sNl * C, v.ln2 = s->ln2 + j * sNl * C;
+    v.ln2m = s->ln2_mean + j * sNl, v.ln2r = s->ln2_rstd + j * sNl;
+    v.res3 = a->res3 + k * sNl * C;
+    v.aa = (model_attention_acts){m->in_total, 0, s->qkv + j * sN * (QD + 2 * KD),
+                                  s->lse + j * (size_t)m->B * (c->num_heads / p) * m->T,
+                                  s->atty + j * sN * QD};
+    v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1, s->fchg + j * sN * F};
+    return v;
+}
+
+/* The forward of layer l from its input x (B, T_loc, C) into the view's
+ * arrays (res3 = the layer output). Backward calls it again for a
+ * recomputed layer: the dropout masks come from the same counters, so the
+ * recomputed activations are the forward's bit for bit. */
+static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, layer_view *v,
+                                      const float *x, int l, int B, int T) {
+    const mtc_model_config *c = &m->cfg;
+    const tp_ctx *tp = &m->tp;
+    int C = c->hidden_size, Tl = m->tp.sequence_parallel ? T / m->tp_size : T, Nl = B * Tl;
+    model_block_dims bd = mtc_model_block_dims(m);
+    float *const *w = m->layers[l].w;
+    gpt_norm_forward(m, v->ln1, v->ln1m, v->ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
+    nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
+    /* comm: column- then row-parallel (SP: all-gather, reduce-scatter) */
+    MTC_CHECK(model_attention_forward(tp, m->fwd_tmp, &v->aa, v->ln1, w[MTC_ROLE_QKV_W],
+                                      w[MTC_ROLE_QKV_B], w[MTC_ROLE_PROJ_W], w[MTC_ROLE_PROJ_B],
+                                      da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
+    nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
+    if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dh);
+    nn_residual_forward(v->res2, x, m->fwd_tmp, (size_t)Nl * C);
+    gpt_norm_forward(m, v->ln2, v->ln2m, v->ln2r, v->res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B],
+                     Nl);
+    MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v->ma, v->ln2, w[MTC_ROLE_FC1_W],
+                                w[MTC_ROLE_FC1_B], w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch,
+                                B, T, &bd));
+    nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
+    if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dm);
+    nn_residual_forward(v->res3, v->res2, m->fwd_tmp, (size_t)Nl * C);
+    return MTC_OK;
 }
 
 double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *targets, int B,
@@ -99,10 +148,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     int C = c->hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
     int N = B * T, Nl = B * Tl;
-    /* per-layer strides use the largest shape */
-    size_t sNl = (size_t)m->B * m->T_loc;
     mtc_model_slot *a = &m->slots[slot];
-    model_block_dims bd = mtc_model_block_dims(m);
     int f0, f1;
 
 #define GPT_NEED(first, last)                                                                      \
@@ -123,36 +169,10 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     }
     const float *x = a->encoded;
     for (int l = m->first_layer; l < m->last_layer; l++) {
-        size_t k = (size_t)(l - m->first_layer);
-        const mtc_model_layer *y = &m->layers[l];
-        float *const *w = y->w;
-        float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl,
-              *ln1r = a->ln1_rstd + k * sNl;
-        float *res2 = a->res2 + k * sNl * C, *res3 = a->res3 + k * sNl * C;
-        float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
-              *ln2r = a->ln2_rstd + k * sNl;
-        model_attention_acts aa;
-        model_mlp_acts ma;
-        gpt_layer_acts(m, a, k, &aa, &ma);
-
-        GPT_NEED(y->first, y->last);
-        gpt_norm_forward(m, ln1, ln1m, ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
-        nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
-        /* comm: column- then row-parallel (SP: all-gather, reduce-scatter) */
-        GPT_TRY(m,
-                model_attention_forward(tp, m->fwd_tmp, &aa, ln1, w[MTC_ROLE_QKV_W],
-                                        w[MTC_ROLE_QKV_B], w[MTC_ROLE_PROJ_W], w[MTC_ROLE_PROJ_B],
-                                        da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
-        nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
-        if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dh);
-        nn_residual_forward(res2, x, m->fwd_tmp, (size_t)Nl * C);
-        gpt_norm_forward(m, ln2, ln2m, ln2r, res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B], Nl);
-        GPT_TRY(m, model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC1_B],
-                                     w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch, B, T, &bd));
-        nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
-        if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dm);
-        nn_residual_forward(res3, res2, m->fwd_tmp, (size_t)Nl * C);
-        x = res3;
+        layer_view v = gpt_layer_view(m, a, (size_t)(l - m->first_layer));
+        GPT_NEED(m->layers[l].first, m->layers[l].last);
+        GPT_TRY(m, gpt_layer_forward(m, pass, &v, x, l, B, T));
+        x = v.res3;
     }
     if (!m->has_head) return 0.0;
     gpt_role_range(m, MTC_ROLE_NORMF_W, &f0, &f1);
@@ -235,14 +255,14 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         float *const *w = m->layers[l].w;
         float *const *g = m->dlayers[l].w;
         const float *x = k ? a->res3 + (k - 1) * sNl * C : a->encoded;
-        float *ln1 = a->ln1 + k * sNl * C, *ln1m = a->ln1_mean + k * sNl,
-              *ln1r = a->ln1_rstd + k * sNl;
-        float *res2 = a->res2 + k * sNl * C;
-        float *ln2 = a->ln2 + k * sNl * C, *ln2m = a->ln2_mean + k * sNl,
-              *ln2r = a->ln2_rstd + k * sNl;
-        model_attention_acts aa;
-        model_mlp_acts ma;
-        gpt_layer_acts(m, a, k, &aa, &ma);
+        layer_view v = gpt_layer_view(m, a, k);
+        /* --recompute-granularity full: rebuild this layer's activations from
+         * its input (comm: the layer's forward collectives again) */
+        if ((int)k < m->nrec) MTC_CHECK(gpt_layer_forward(m, pass, &v, x, l, B, T));
+        float *ln1 = v.ln1, *ln1m = v.ln1m, *ln1r = v.ln1r, *res2 = v.res2;
+        float *ln2 = v.ln2, *ln2m = v.ln2m, *ln2r = v.ln2r;
+        model_attention_acts aa = v.aa;
+        model_mlp_acts ma = v.ma;
 
         /* MLP branch: dres holds d(res3) */
         const float *dy = m->dres;

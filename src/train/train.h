@@ -48,6 +48,9 @@ typedef struct {
     int cp;                    /* --context-parallel-size (0 = 1): each sequence in 2cp chunks,
                                   rank c keeping chunks c and 2cp-1-c */
     int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a */
+    int recompute_full;        /* --recompute-granularity full */
+    int recompute_block;       /* --recompute-method block (else uniform) */
+    int recompute_num_layers;  /* --recompute-num-layers */
     int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
                                   of num_layers/pp layers */
     int vpp;                   /* model chunks per pipeline rank (0/1 = not interleaved):

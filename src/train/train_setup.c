@@ -115,6 +115,11 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .has_embedding = st == 0,
                               .has_head = st == S - 1,
                               .layout = c->use_distributed_optimizer ? train_layout : NULL,
+                              /* full recomputation: uniform recomputes every layer of the
+                               * chunk, block its first recompute-num-layers */
+                              .recompute_layers = !c->recompute_full   ? 0
+                                                  : c->recompute_block ? c->recompute_num_layers
+                                                                       : L,
                               .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     mtc_model *m = ch->model;
