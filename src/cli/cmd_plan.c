@@ -67,7 +67,7 @@ int cli_cmd_plan(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, vocab = 50257, divisible = 128, mbs = 4, gbs = 0;
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
     int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
-    int mb_group = 0, pp_rank = -1, dp_rank = -1;
+    int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     double achieved = 0;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
     const char *norm = "LayerNorm", *posemb = "learned_absolute";
@@ -100,6 +100,14 @@ int cli_cmd_plan(int argc, char **argv) {
          "optimizer instances (default 1)", 0},
         {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL,
          "pad buckets to lcm(dp, 128, 65536)", 0},
+        {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
+         "only layouts with sequence parallelism where tp > 1 (default: both)", 0},
+        {"no-sequence-parallel", NULL, MTC_ARG_FLAG, &no_sp, NULL,
+         "only layouts without sequence parallelism", 0},
+        {"no-distributed-optimizer", NULL, MTC_ARG_FLAG, &no_do, NULL,
+         "only layouts without the distributed optimizer", 0},
+        {"no-interleaved", NULL, MTC_ARG_FLAG, &no_vpp, NULL,
+         "only the plain 1F1B schedule (no vpp > 1)", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
          "gradient reduction overlapped with the last backward", 0},
         {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N",
@@ -229,7 +237,16 @@ int cli_cmd_plan(int argc, char **argv) {
     /* the whole world must split: refuse a model no layout can take */
     mtc_plan_row *rows = NULL;
     int n = 0;
-    rc = mtc_plan_enumerate(&l, &m, threads, !distopt, &rows, &n);
+    if (sp && no_sp)
+        return cli_usage_error("plan",
+                               "give one of --sequence-parallel and --no-sequence-parallel");
+    if (distopt && no_do)
+        return cli_usage_error(
+            "plan", "give one of --use-distributed-optimizer and --no-distributed-optimizer");
+    mtc_plan_search search = {
+        .vary_sp = !sp && !no_sp, .vary_distopt = !distopt && !no_do, .vary_vpp = !no_vpp};
+    l.sequence_parallel = sp;
+    rc = mtc_plan_enumerate(&l, &m, threads, &search, &rows, &n);
     if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());
     if (rc != MTC_OK) return cli_fail("plan", rc);
     if (n == 0) {

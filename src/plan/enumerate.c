@@ -54,10 +54,14 @@ static int row_cmp(const void *a, const void *b) {
 }
 
 mtc_result_t mtc_plan_enumerate(const mtc_plan_layout *base, const mtc_plan_machine *m,
-                                int threads_per_rank, int vary_distopt, mtc_plan_row **rows,
+                                int threads_per_rank, const mtc_plan_search *s, mtc_plan_row **rows,
                                 int *nrows) {
+    int vary_distopt = s->vary_distopt;
     *rows = NULL, *nrows = 0;
     int W = base->world, L = base->model.num_layers, cap = 64, n = 0;
+    if (!s->vary_vpp && base->vpp > 1)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "plan: fixing vpp=%d is not supported",
+                         base->vpp);
     mtc_plan_row *r = malloc((size_t)cap * sizeof *r);
     if (!r) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layout table");
     double limit = m->mem_bytes / (m->is_cpu ? W : 1); /* a host's RAM is shared by its ranks */
@@ -65,9 +69,12 @@ mtc_result_t mtc_plan_enumerate(const mtc_plan_layout *base, const mtc_plan_mach
         if (W % tp) continue;
         for (int pp = 1; pp <= W / tp; pp++) {
             if ((W / tp) % pp || L % pp) continue;
-            for (int vpp = 1; vpp <= (pp > 1 ? L / pp : 1) && vpp <= 64; vpp++) {
+            int vmax = pp > 1 && s->vary_vpp ? L / pp : 1;
+            for (int vpp = 1; vpp <= vmax && vpp <= 64; vpp++) {
                 if ((L / pp) % vpp) continue;
-                for (int sp = 0; sp <= (tp > 1); sp++)
+                int sp0 = s->vary_sp ? 0 : base->sequence_parallel && tp > 1;
+                int sp1 = s->vary_sp ? tp > 1 : sp0;
+                for (int sp = sp0; sp <= sp1; sp++)
                     for (int d = 0; d <= (vary_distopt ? 1 : 0); d++) {
                         mtc_plan_layout l = *base;
                         l.tp = tp, l.pp = pp, l.vpp = vpp, l.sequence_parallel = sp;

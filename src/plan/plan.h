@@ -193,13 +193,19 @@ typedef struct {
     int fits;
 } mtc_plan_row;
 
+/* Which knobs the search varies (0 = keep base's value). */
+typedef struct {
+    int vary_sp;      /* with and without sequence parallelism (tp > 1) */
+    int vary_distopt; /* with and without the distributed optimizer (dp > 1) */
+    int vary_vpp;     /* interleaved schedules (every vpp dividing the layers per stage) */
+} mtc_plan_search;
+
 /* Every valid layout of base (model, world, batch, precision, recompute and
- * activation model kept; tp, pp, vpp, sp and the distributed optimizer
- * varied within the rules of `mtc ranks` and mtc train), with memory and
- * step time on the machine, sorted: fitting ones first, by step time.
- * *rows is malloc'ed (free it). vary_distopt 0: keep base's choice. */
+ * activation model kept; tp, pp and what s asks varied within the rules of
+ * `mtc ranks` and mtc train), with memory and step time on the machine,
+ * sorted: fitting ones first, by step time. *rows is malloc'ed (free it). */
 mtc_result_t mtc_plan_enumerate(const mtc_plan_layout *base, const mtc_plan_machine *m,
-                                int threads_per_rank, int vary_distopt, mtc_plan_row **rows,
+                                int threads_per_rank, const mtc_plan_search *s, mtc_plan_row **rows,
                                 int *nrows);
 /* "tp2-pp2-vpp1-dp2-sp-do" (short name of a layout, for tables and --explain). */
 void mtc_plan_layout_name(const mtc_plan_layout *l, char *buf, size_t n);

@@ -96,10 +96,20 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
                      : 0;
     k.gemm_f = (fl + fh) / rate;
     k.gemm_b = (2.0 * (fl + fh) + rec) / rate;
-    /* element-wise: the slot's activations written in forward, read and
-     * their gradients written in backward */
-    double slot = (double)mtc_plan_act_slot_bytes(l, nl, has_emb, has_head);
-    if (m->mem_bw > 0) k.elem_f = slot / m->mem_bw, k.elem_b = 2.0 * slot / m->mem_bw;
+    /* element-wise: the activations a forward touches (the table without
+     * recomputation: what is kept is what was written) once in forward,
+     * twice in backward (read, and the gradient written), once more for a
+     * recomputed forward (the attention share of it under selective) */
+    mtc_plan_layout nr = *l;
+    nr.recompute = MTC_PLAN_RECOMPUTE_NONE;
+    double touched = (double)mtc_plan_act_slot_bytes(&nr, nl, has_emb, has_head);
+    double again = l->recompute == MTC_PLAN_RECOMPUTE_FULL ? 1.0 : 0.0;
+    if (l->recompute == MTC_PLAN_RECOMPUTE_SELECTIVE) {
+        double as_h = 5.0 * c->num_heads * c->seq_length / h;
+        again = as_h / (34.0 + as_h);
+    }
+    if (m->mem_bw > 0)
+        k.elem_f = touched / m->mem_bw, k.elem_b = (2.0 + again) * touched / m->mem_bw;
     /* TP: per layer two all-reduces forward and two backward of (b, s, h);
      * under SP all-gather + reduce-scatter of the same volume, and the
      * backward re-gathers the two GEMM inputs */
@@ -115,7 +125,14 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
         k.tp_b = (2.0 * nl + ends) * ar + nl * regather +
                  (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? 2.0 * nl * ar : 0);
     }
-    if (l->pp > 1) k.p2p = mtc_plan_coll_time(MTC_PLAN_P2P, x / (sp ? t : 1), 2, ppl);
+    /* p2p: mtc sends (b, s/t, h) under SP, else the whole (b, s, h); Megatron
+     * on GPUs sends 1/t from each TP rank and all-gathers it over NVLink
+     * (the scatter-gather of Narayanan et al. 2021, section 4.1) */
+    if (l->pp > 1 && (sp || m->is_cpu))
+        k.p2p = mtc_plan_coll_time(MTC_PLAN_P2P, x / (sp ? t : 1), 2, ppl);
+    else if (l->pp > 1)
+        k.p2p = mtc_plan_coll_time(MTC_PLAN_P2P, x / t, 2, ppl) +
+                mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl);
     return k;
 }
 
