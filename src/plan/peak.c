@@ -1,12 +1,11 @@
 /* plan/peak.c - this machine as a plan/ machine description: the fp32
  * GEMM rate of one core and of all cores (nn_sgemm on a square 512 GEMM,
- * median of `iters`), the copy bandwidth (memcpy of 64 MiB, read + write
- * counted) and the shm collectives' alpha and beta (comm/bench.h: 8 B and
- * 1 MiB all-reduce on 2 rank-threads, and 8 B on twice as many ranks as
- * cores for the oversubscription penalty). A "device" of this machine is
- * one core; the planner gives a rank min(threads, cores / ranks) of them.
- * Timings on a shared machine vary run to run: the cache holds one
- * measurement; run `mtc bench-peak` again to refresh it. */
+ * the fastest of `iters`: other jobs on a shared machine only add time),
+ * the copy bandwidth (memcpy of 64 MiB, read + write counted, fastest) and the shm collectives'
+ * alpha and beta (comm/bench.h: 8 B and 1 MiB all-reduce on 2 rank-threads, and 8 B on twice as
+ * many ranks as cores for the oversubscription penalty). A "device" of this machine is one core;
+ * the planner gives a rank min(threads, cores / ranks) of them. Timings on a shared machine vary
+ * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,9 +20,10 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n) {
+/* The fastest repetition. */
+static double fastest(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
+    return v[0];
 }
 
 /* FLOP/s of an n x n x n sgemm on a pool of `threads`. */
@@ -43,7 +43,7 @@ static mtc_result_t gemm_rate(int threads, int n, int iters, double *out) {
         nn_sgemm(pool, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         t[it] = (double)(mtc_time_ns() - t0) * 1e-9;
     }
-    if (rc == MTC_OK) *out = 2.0 * n * n * (double)n / median(t, iters);
+    if (rc == MTC_OK) *out = 2.0 * n * n * (double)n / fastest(t, iters);
     free(a), free(b), free(c), free(t), nn_pool_free(pool);
     return rc;
 }
@@ -62,7 +62,7 @@ static mtc_result_t copy_bw(int iters, double *out) {
         memcpy(it % 2 ? a : b, it % 2 ? b : a, bytes);
         t[it] = (double)(mtc_time_ns() - t0) * 1e-9;
     }
-    *out = 2.0 * (double)bytes / median(t, iters);
+    *out = 2.0 * (double)bytes / fastest(t, iters);
     free(a), free(b), free(t);
     return MTC_OK;
 }

@@ -221,7 +221,8 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
 /* ---- this machine (plan/peak.c) ---- */
 
 /* Measure this host's fp32 GEMM rate (all cores and one core) and copy
- * bandwidth, and the shm collectives' alpha/beta, into a CPU machine
+ * bandwidth (fastest of iters), and the shm collectives' alpha/beta
+ * (medians of comm/bench.c), into a CPU machine
  * description (name "this"). iters >= 1. */
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *out, int iters, FILE *log);
 
