@@ -11,7 +11,9 @@
  * sizes its slots). Byte widths: fp32 (mtc today) 4 + 4 + 8 per element
  * (weights, gradients, Adam m and v); bf16 (Megatron mixed precision)
  * 2 + 4 + 12 (fp32 master copy with m and v), the optimizer terms on the
- * owned shard only under the distributed optimizer. */
+ * owned shard only under the distributed optimizer. Communication buffers:
+ * the pipeline executor's message slots (pp_executor_buffer_bytes) for
+ * mtc; one tensor each way per neighbour for Megatron. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,7 @@
 #include "grid/grid.h"
 #include "model/family.h"
 #include "plan/plan.h"
+#include "pp/executor.h"
 #include "pp/schedule.h"
 
 mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
@@ -27,6 +30,11 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
     if (l->tp < 1) l->tp = 1;
     if (l->pp < 1) l->pp = 1;
     if (l->cp < 1) l->cp = 1;
+    if (l->cp > 1)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "context-parallel-size=%d: the planner does not model context "
+                         "parallelism yet (mtc train does not run it either; use 1)",
+                         l->cp);
     if (l->vpp < 1 || l->pp == 1) l->vpp = 1;
     if (l->tp == 1) l->sequence_parallel = 0;
     if (l->micro_batch < 1) return mtc_error(E, "micro-batch-size=%d must be >= 1", l->micro_batch);
@@ -193,10 +201,20 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     out->param_bytes = (size_t)out->buffer_numel * (bf16 ? 2 : 4);
     out->grad_bytes = (size_t)out->buffer_numel * 4;
     out->optim_bytes = (size_t)out->optim_numel * (bf16 ? 12 : 8);
-    if (l->pp > 1) { /* one message buffer each way per neighbour: (B, T_loc, C) */
+    if (l->pp > 1) { /* pipeline messages of (B, T_loc, C) */
         size_t T_loc = (size_t)l->model.seq_length / (l->sequence_parallel ? l->tp : 1);
-        out->comm_bytes =
-            4 * (size_t)l->micro_batch * T_loc * (size_t)l->model.hidden_size * (bf16 ? 2 : 4);
+        size_t msg = (size_t)l->micro_batch * T_loc * (size_t)l->model.hidden_size;
+        if (l->act_model == MTC_PLAN_ACT_MTC) { /* mtc's executor: its live message slots */
+            pp_executor_config ec = {
+                .schedule = {.pp = l->pp,
+                             .vpp = l->vpp > 1 ? l->vpp : 0,
+                             .group_size = l->mb_group,
+                             .num_microbatches = l->global_batch / (l->micro_batch * l->dp)},
+                .count = msg};
+            MTC_CHECK(pp_executor_buffer_bytes(&out->comm_bytes, &ec, r));
+        } else { /* Megatron: one tensor each way to each neighbour */
+            out->comm_bytes = 4 * msg * (bf16 ? 2 : 4);
+        }
     }
     out->total_bytes =
         out->param_bytes + out->grad_bytes + out->optim_bytes + out->act_bytes + out->comm_bytes;
