@@ -1,9 +1,9 @@
 #!/bin/sh
 # tests/plan/plan_vs_train.sh - `mtc plan` against mtc's own allocation:
-# for layouts of a GPT-2 and a Llama-style model on 4 rank-threads (and on
-# 2 MPI processes when MPI is built), the parameters, gradients, optimizer
-# state and activation bytes `mtc train --metrics` reports for the last
-# rank equal `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp-1` to
+# for layouts of a GPT-2 and a Llama-style model on 4 rank-threads (with
+# the argument `mpi`: on 2 MPI processes, skipped when MPI is not built),
+# the parameters, gradients, optimizer state and activation bytes
+# `mtc train --metrics` reports for the last rank equal `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp-1` to
 # the byte, and the banner's parameter count equals the plan's. Bad input
 # exits 2 with one line. Uses a fixed machine file (no measurement).
 set -u
@@ -51,6 +51,17 @@ check() {
     ok "$name $lay: $(sed -n 's/.*\(> memory per rank.*\)/\1/p' "$D/log")"
 }
 
+if [ "${1:-threads}" = mpi ]; then # the ctest case test_plan_vs_train_mpi (label mpi)
+    if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && command -v "${MPIEXEC:-mpirun}" >/dev/null 2>&1; then
+        MPI="${MPIEXEC:-mpirun} --oversubscribe -np 2"
+        [ "$(id -u)" = 0 ] && MPI="${MPIEXEC:-mpirun} --allow-run-as-root --oversubscribe -np 2"
+        check "mpi gpt pp2" "$GPT" 2 1 2 1 0 0 1 timeout -k 5 120 $MPI
+        check "mpi llama dp2 distopt" "$LLAMA" 2 1 1 1 0 1 1 timeout -k 5 120 $MPI
+    else
+        echo "skipped: MPI not built"
+    fi
+    exit $fail
+fi
 check "gpt serial dp"      "$GPT"   4 1 1 1 0 0 1
 check "gpt tp pp sp distopt" "$GPT" 4 2 2 1 1 1 1
 check "gpt interleaved"    "$GPT"   4 1 2 2 0 1 1
@@ -59,14 +70,6 @@ check "gpt tp4"            "$GPT"   4 4 1 1 0 0 1
 check "gpt 1F1B pp4"       "$GPT"   4 1 4 1 0 0 1
 check "llama tp pp sp distopt" "$LLAMA" 4 2 2 1 1 1 1
 check "llama interleaved"  "$LLAMA" 4 1 2 2 0 0 1
-if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && command -v "${MPIEXEC:-mpirun}" >/dev/null 2>&1; then
-    MPI="${MPIEXEC:-mpirun} --oversubscribe -np 2"
-    [ "$(id -u)" = 0 ] && MPI="${MPIEXEC:-mpirun} --allow-run-as-root --oversubscribe -np 2"
-    check "mpi gpt pp2"     "$GPT"   2 1 2 1 0 0 1 timeout -k 5 120 $MPI
-    check "mpi llama dp2 distopt" "$LLAMA" 2 1 1 1 0 1 1 timeout -k 5 120 $MPI
-else
-    echo "skipped: the mpirun cases (MPI not built)"
-fi
 
 # bad input: exit 2, one line, before any work
 expect_usage() {
