@@ -2,10 +2,11 @@
 # tests/plan/plan_vs_train.sh - `mtc plan` against mtc's own allocation:
 # for layouts of a GPT-2 and a Llama-style model on 4 rank-threads (with
 # the argument `mpi`: on 2 MPI processes, skipped when MPI is not built),
-# the parameters, gradients, optimizer state and activation bytes
-# `mtc train --metrics` reports for the last rank equal `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp-1` to
-# the byte, and the banner's parameter count equals the plan's. Bad input
-# exits 2 with one line. Uses a fixed machine file (no measurement).
+# the parameters, gradients, optimizer state and activation bytes that
+# `mtc train --metrics` reports for the last rank equal those of
+# `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp-1` to the byte,
+# and the banner's parameter count equals the plan's. Bad input exits 2
+# with one line. Uses a fixed machine file (no measurement).
 set -u
 MTC=${MTC:-build/mtc}
 HOST=tests/plan/host_test.json
