@@ -74,7 +74,7 @@ static shapes shapes_of(const mtc_plan_layout *l) {
 }
 
 /* gpt_carve's per-slot rows. */
-static size_t mtc_slot(const mtc_plan_layout *l, size_t nl, int has_head) {
+static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
     shapes s = shapes_of(l);
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C, b = 0;
     b += take(Nl * C);                           /* encoded: chunk input */
@@ -97,7 +97,7 @@ static size_t mtc_slot(const mtc_plan_layout *l, size_t nl, int has_head) {
 }
 
 /* gpt_carve's shared rows and gpt_scratch_floats. */
-static size_t mtc_shared(const mtc_plan_layout *l) {
+static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     shapes s = shapes_of(l);
     const mtc_model_config *c = &l->model;
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C;
@@ -142,7 +142,7 @@ static double megatron_layer(const mtc_plan_layout *l) {
 }
 
 size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
-    if (l->act_model == MTC_PLAN_ACT_MTC) return mtc_slot(l, (size_t)nl, has_head);
+    if (l->act_model == MTC_PLAN_ACT_MTC) return arena_slot_bytes(l, (size_t)nl, has_head);
     const mtc_model_config *c = &l->model;
     double s = c->seq_length, b = l->micro_batch, h = c->hidden_size, t = l->tp > 0 ? l->tp : 1;
     double bytes = nl * megatron_layer(l);
@@ -153,7 +153,7 @@ size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embeddi
 
 size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head) {
     (void)has_head;
-    if (l->act_model == MTC_PLAN_ACT_MTC) return mtc_shared(l);
+    if (l->act_model == MTC_PLAN_ACT_MTC) return arena_shared_bytes(l);
     if (l->recompute != MTC_PLAN_RECOMPUTE_FULL || nl == 0) return 0;
     /* full recompute: one layer's activations exist again during its backward */
     mtc_plan_layout one = *l;
