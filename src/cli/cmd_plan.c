@@ -123,7 +123,9 @@ int cli_cmd_plan(int argc, char **argv) {
          "megatron)",
          0},
         {"machine", NULL, MTC_ARG_STRING, &machine, "NAME|FILE",
-         "this (default), a named cluster (see --help-machines) or a JSON file", 0},
+         "this (default, from mtc bench-peak), a named cluster (an unknown name lists them) or a "
+         "JSON file",
+         0},
         {"achieved-fraction", NULL, MTC_ARG_DOUBLE, &achieved, "X",
          "override the machine's achieved fraction of GEMM peak", 0},
         {"threads", NULL, MTC_ARG_INT, &threads, "N",
