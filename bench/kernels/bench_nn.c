@@ -89,11 +89,11 @@ int main(int argc, char **argv) {
     bench_sgemm(p1, p2, F, C, N, 1, 0);     /* fc dw */
     bench_sgemm(p1, p2, 1024, 1024, 1024, 0, 0);
 
-    size_t nC = (size_t)N * C, nF = (size_t)N * F, na = (size_t)B * NH * T * T;
+    size_t nC = (size_t)N * C, nF = (size_t)N * F, na = (size_t)B * NH * T;
     float *x = randv(nC, 4), *y = malloc(nC * 4), *g = randv(nC, 5), *w = randv(C, 6);
     float *b = randv(C, 7), *mr = malloc(2 * N * 4), *dw = calloc(C, 4), *db = calloc(C, 4);
     float *qkv = randv(3 * nC, 8), *dqkv = malloc(3 * nC * 4), *att = malloc(na * 4);
-    float *scr = malloc(na * 4), *h = randv(nF, 9), *hg = malloc(nF * 4);
+    float *h = randv(nF, 9), *hg = malloc(nF * 4);
     float *Wfc = randv((size_t)F * C, 10), *dWfc = calloc((size_t)F * C, 4), *dbf = calloc(F, 4);
     float *logits = malloc((size_t)N * V * 4), *wte = randv((size_t)V * C, 11);
     float *dwte = calloc((size_t)V * C, 4), *losses = malloc(N * 4);
@@ -116,11 +116,14 @@ int main(int argc, char **argv) {
     K("gelu bwd (N x 4C)", nn_gelu_backward(pn, hg, h, hg, nF));
     K("residual (N x C)", nn_residual_forward(y, x, g, nC));
     K("dropout fwd p=0.1 (N x C)", nn_dropout_forward(y, x, B, T, C, &d1));
-    K("attention fwd", nn_attention_forward(pn, y, att, qkv, B, T, NH, HS, &d0));
-    K("attention bwd", nn_attention_backward(pn, dqkv, scr, g, qkv, att, B, T, NH, HS, &d0));
-    K("attention fwd drop 0.1", nn_attention_forward(pn, y, att, qkv, B, T, NH, HS, &d1));
+    nn_attention_shape as = nn_attention_shape_qkv(B, T, NH, HS);
+    const float *aq = qkv, *ak = qkv + C, *av = qkv + 2 * C; /* att holds lse (B,NH,T) */
+    K("attention fwd", nn_attention_forward(pn, y, att, aq, ak, av, &as, &d0));
+    K("attention bwd",
+      nn_attention_backward(pn, dqkv, dqkv + C, dqkv + 2 * C, g, aq, ak, av, y, att, &as, &d0));
+    K("attention fwd drop 0.1", nn_attention_forward(pn, y, att, aq, ak, av, &as, &d1));
     K("attention bwd drop 0.1",
-      nn_attention_backward(pn, dqkv, scr, g, qkv, att, B, T, NH, HS, &d1));
+      nn_attention_backward(pn, dqkv, dqkv + C, dqkv + 2 * C, g, aq, ak, av, y, att, &as, &d1));
     K("lm head fwd (N x V)", nn_linear_forward(pn, logits, x, wte, NULL, N, C, V));
     K("softmax xent fwd", nn_softmax_xent_forward(pn, losses, logits, tg, N, V, V));
     K("softmax xent bwd", nn_softmax_xent_backward(pn, logits, tg, 1.0f / N, N, V, V));

@@ -14,6 +14,8 @@ int cli_cmd_ranks(int argc, char **argv);
 int cli_cmd_schedule(int argc, char **argv);
 int cli_cmd_layout(int argc, char **argv);
 int cli_cmd_bench_comm(int argc, char **argv);
+int cli_cmd_preprocess(int argc, char **argv);
+int cli_cmd_tokenize(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_bench_peak(int argc, char **argv);
 

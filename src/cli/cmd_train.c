@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "comm/comm.h"
+#include "cp/cp.h"
 #include "data/data.h"
 #include "ckpt/checkpoint.h"
 #include "train/train.h"
@@ -37,7 +38,8 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
-    const char *norm = "LayerNorm", *posemb = "learned_absolute";
+    const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
+    mtc_arg_ints hcp = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
     int qkv_bias = 0, kv_channels = 0;
@@ -134,9 +136,13 @@ int cli_cmd_train(int argc, char **argv) {
         {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N",
          "contiguous microbatches per virtual stage (default pp)", 0},
         {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N",
-         "accepted as 1 only: training with context parallelism is not implemented yet (`mtc "
-         "ranks` shows its groups)",
+         "context-parallel ranks (default 1): each sequence in 2cp chunks, rank c keeps chunks c "
+         "and 2cp-1-c; seq-length % (2cp) == 0",
          0},
+        {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
+         "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp)", 0},
+        {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A P",
+         "for a2a+p2p (not implemented: refused)", 0},
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
          "accepted as 1 only: mtc trains dense models (no MoE yet; `mtc ranks` shows the expert "
          "groups)",
@@ -182,12 +188,14 @@ int cli_cmd_train(int argc, char **argv) {
     if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
-    if (cp != 1)
+    if (cp < 1) return cli_usage_error("train", "context-parallel-size=%d must be >= 1", cp);
+    int cp_type = cp_comm_type_parse(cp_comm);
+    if (!strcmp(cp_comm, "a2a+p2p") || hcp.n > 0)
+        return cli_usage_error("train", "cp-comm-type a2a+p2p (hierarchical context parallelism) "
+                                        "is not implemented yet: use p2p, all_gather or a2a");
+    if (cp_type < 0)
         return cli_usage_error(
-            "train",
-            "context-parallel-size=%d: mtc train does not implement context parallelism yet (use "
-            "--cp 1; `mtc ranks --cp %d` shows its process groups)",
-            cp, cp);
+            "train", "cp-comm-type=%s is unknown (use p2p, all_gather, a2a or a2a+p2p)", cp_comm);
     if (ep != 1)
         return cli_usage_error(
             "train",
@@ -339,6 +347,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.threads = threads;
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
+    tc.cp = cp, tc.cp_comm_type = cp_type;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;

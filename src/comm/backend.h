@@ -52,6 +52,11 @@
  *   MTC_ERR_INVALID_USAGE  when the backend sees that a peer entered the
  *                    same sequence number with another signature (both
  *                    ranks and both calls named, see comm_call_describe).
+ * This holds for every wait, native collectives included (mpi runs MPI's
+ * non-blocking forms and polls them). A wait that leaves its fast path
+ * fills the rank's wait record (`wait` below, watchdog.h) so peers' reports
+ * and the watchdog can tell a rank blocked waiting from one that never
+ * arrived; waits back off to sleeping (futex on shm, naps on mpi).
  * Errors are sticky per group for INVALID_USAGE (the group is unusable).
  * `enter` is called when a collective starts on this rank and `leave` when
  * it ends; shm publishes the call on a per-group board that peers read to
@@ -85,7 +90,8 @@
 #include "comm/comm.h"
 
 typedef struct comm_backend comm_backend;
-typedef struct comm_group comm_group; /* defined by each backend */
+typedef struct comm_group comm_group;       /* defined by each backend */
+typedef struct comm_wait_rec comm_wait_rec; /* watchdog.h */
 
 /* Pseudo-collectives that take a sequence number too (beyond mtc_coll_t). */
 enum { COMM_CALL_SPLIT = MTC_COLL_COUNT, COMM_CALL_CREATE, COMM_CALL_KIND_COUNT };
@@ -159,6 +165,7 @@ struct comm_backend {
     int shared_memory; /* 1: all ranks share one address space (shm: algo_direct works) */
     comm_group *world; /* the world group (members 0..world_size-1 in order) */
     int (*node_of)(const comm_backend *be, int world_rank);
+    comm_wait_rec *wait; /* this rank's wait record (watchdog.h); owned by the backend */
 };
 
 /* ---- constructors (called by launch.c) ---------------------------------- */

@@ -19,9 +19,17 @@
  * small message exchange per collective). Both errors are sticky for the
  * group. A process that dies is handled by the launcher: mpirun ends the job.
  *
- * Does not: choose algorithms, number calls, or time out inside MPI's own
- * blocking calls (communicator creation, and the native collectives, which
- * start only after the entry check has seen every member arrive). */
+ * Waiting: every wait polls MPI_Test (the native collectives are MPI's
+ * non-blocking forms, coll_mpi.c) for about 64 polls, then leaves a wait
+ * record and backs off to naps of up to 1 ms (watchdog.h), so a rank stuck
+ * waiting for seconds costs little CPU. At the deadline it asks the peers
+ * it waited for what they are doing (watch_mpi.c) and the report names the
+ * cause: a peer that does not answer or is in no mtc call, versus a peer
+ * blocked itself (whose own report names the cause).
+ *
+ * Does not: choose algorithms or number calls; time out inside
+ * MPI_Comm_split (blocking; the watchdog thread ends the job if it stays
+ * there past the deadline + 3 s). */
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -33,13 +41,14 @@
 
 #include "comm/backend.h"
 #include "comm/coll_mpi.h"
+#include "comm/watchdog.h"
 #include "core/log.h"
 #include "core/timer.h"
 
 /* Largest message MPI moves in one call here (counts are int). */
 #define MPI_CHUNK ((size_t)1 << 30)
-/* MPI_Test spins before yielding the core between polls. */
-#define MPI_SPINS 2000
+/* Polls before a wait leaves its record (then it backs off, watchdog.h). */
+#define MPI_SPINS 64
 
 typedef struct {
     int own_init; /* we called MPI_Init_thread, so finalize calls MPI_Finalize */
@@ -47,6 +56,7 @@ typedef struct {
     int tag_ub;
     int *node;       /* node index of each world rank */
     MPI_Comm finish; /* a private dup of MPI_COMM_WORLD for the end-of-job barrier */
+    comm_wait_rec wait;
     comm_backend be;
 } mpi_ctx;
 
@@ -84,7 +94,7 @@ static void describe_peer(const comm_group *g, int peer, char *buf, size_t len) 
 }
 
 static mtc_result_t report_timeout(comm_group *g, const comm_call *call, const char *waiting_for) {
-    char d[160] = "?", msg[900];
+    char d[160] = "?", msg[1200];
     if (call) comm_call_describe(call, d, sizeof d);
     const char *name = call && call->group_name ? call->group_name : "?";
     if (!call || call->seq == 0)
@@ -104,35 +114,66 @@ static mtc_result_t report_timeout(comm_group *g, const comm_call *call, const c
  * in error reports. */
 static mtc_result_t mpi_wait(comm_group *g, MPI_Request *reqs, MPI_Status *st, int n,
                              const int *peers, int nname, const char *what, const char *pending,
-                             const comm_call *call) {
+                             size_t bytes, const comm_call *call) {
     uint64_t deadline = call ? call->deadline_ns : 0;
-    int left = 0;
+    int left = 0, marked = 0;
     for (int i = 0; i < n; i++)
         left += reqs[i] != MPI_REQUEST_NULL;
+    comm_backoff bo;
+    comm_backoff_init(&bo, bytes);
+    mtc_result_t rc = MTC_OK;
     for (long it = 0; left; it++) {
         for (int i = 0; i < n; i++) {
             if (reqs[i] == MPI_REQUEST_NULL) continue;
             int done = 0, err = MPI_Test(&reqs[i], &done, &st[i]);
-            if (err != MPI_SUCCESS) return coll_mpi_error(g, err, what, call);
+            if (err != MPI_SUCCESS) {
+                rc = coll_mpi_error(g, err, what, call);
+                goto out;
+            }
             if (done) left--;
         }
         if (!left) break;
-        if (it >= MPI_SPINS) sched_yield();
-        if (deadline && (it & 63) == 0 && mtc_time_ns() >= deadline) {
+        if (!marked && it == MPI_SPINS && call) { /* slow path: leave a wait record */
+            int who = -1;
+            for (int i = 0; i < nname && who < 0; i++)
+                if (reqs[i] != MPI_REQUEST_NULL) who = g->members[peers[i]];
+            comm_wait_begin(g->wait, call, who);
+            marked = 1;
+        }
+        comm_backoff_pause(&bo);
+        if (deadline && (it & 15) == 0 && mtc_time_ns() >= deadline) {
             char who[400] = "";
+            int ask[64], nask = 0;
             size_t off = 0;
             for (int i = 0; i < nname && off + 48 < sizeof who; i++) {
                 if (reqs[i] == MPI_REQUEST_NULL) continue;
                 char p[48];
                 describe_peer(g, peers[i], p, sizeof p);
                 off += (size_t)snprintf(who + off, sizeof who - off, "%s%s", off ? ", " : "", p);
+                if (nask < 64) ask[nask++] = peers[i];
             }
-            char w[480];
+            /* nobody named (MPI's own collective): ask every member */
+            for (int q = 0; !off && q < g->n && nask < 64; q++)
+                if (q != g->me) ask[nask++] = q;
+            char w[1000];
             snprintf(w, sizeof w, "%s%s", off ? who : "its peers", pending);
-            return report_timeout(g, call, w);
+            if (!marked) comm_wait_begin(g->wait, call, -1);
+            comm_wait_timed_out(g->wait); /* askers now learn that this rank is blocked */
+            marked = 0;
+            comm_mpi_watch_diagnose(g, call, ask, nask, w, sizeof w);
+            rc = report_timeout(g, call, w);
+            goto out;
         }
     }
-    return MTC_OK;
+out:
+    if (marked) comm_wait_end(g->wait);
+    return rc;
+}
+
+mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what, size_t bytes,
+                           const comm_call *call) {
+    MPI_Status st;
+    return mpi_wait(g, req, &st, 1, NULL, 0, what, " (in MPI's own collective)", bytes, call);
 }
 
 static int mpi_tag(const comm_backend *be, uint32_t tag) {
@@ -173,7 +214,7 @@ static mtc_result_t p2p_round(comm_group *g, int dst, const char *sb, size_t sn,
         if (err != MPI_SUCCESS) return coll_mpi_error(g, err, "MPI_Isend", call);
     }
     const char *what = src >= 0 && dst >= 0 ? "sendrecv" : src >= 0 ? "recv" : "send";
-    MTC_CHECK(mpi_wait(g, req, st, 2, peers, 2, what, " (message not completed)", call));
+    MTC_CHECK(mpi_wait(g, req, st, 2, peers, 2, what, " (message not completed)", sn + rn, call));
     if (src >= 0) MTC_CHECK(recv_size_ok(g, src, &st[0], rn, call));
     return MTC_OK;
 }
@@ -233,7 +274,7 @@ static mtc_result_t mpi_enter(comm_backend *be, comm_group *g, const comm_call *
         k++;
     }
     MTC_CHECK(mpi_wait(g, g->reqs, g->stats, 2 * (g->n - 1), g->peers, g->n - 1, "the entry check",
-                       ", which has not entered this call", call));
+                       ", which has not entered this call", 0, call));
     for (int q = 0; q < g->n; q++) {
         const uint64_t *t = theirs + 4 * q;
         if (q == g->me || (t[0] == mine[0] && t[1] == mine[1] && t[2] == mine[2])) continue;
@@ -289,9 +330,11 @@ static void group_free(comm_backend *be, comm_group *g) {
 }
 
 /* Wrap an MPI communicator we own (freed with the group). */
-static mtc_result_t group_wrap(MPI_Comm comm, const int *members, comm_group **out) {
+static mtc_result_t group_wrap(comm_backend *be, MPI_Comm comm, const int *members,
+                               comm_group **out) {
     comm_group *g = calloc(1, sizeof *g);
     if (!g) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory for a group");
+    g->wait = be->wait;
     g->comm = comm;
     g->shadow = MPI_COMM_NULL;
     MPI_Comm_rank(comm, &g->me);
@@ -320,10 +363,18 @@ static mtc_result_t group_create(comm_backend *be, comm_group *parent, int color
     MPI_Comm c = MPI_COMM_NULL;
     *out = NULL;
     MTC_CHECK(group_health(parent));
+    /* MPI_Comm_split and the MPI_Comm_dup in group_wrap block without a
+     * deadline: the wait record lets the watchdog (watch_mpi.c) end the job
+     * if they never return */
+    comm_wait_begin(be->wait, call, -1);
     int err = MPI_Comm_split(parent->comm, color < 0 ? MPI_UNDEFINED : color, key, &c);
-    if (err != MPI_SUCCESS) return coll_mpi_error(parent, err, "MPI_Comm_split", call);
-    if (c == MPI_COMM_NULL) return MTC_OK;
-    MTC_CHECK(group_wrap(c, members, out));
+    mtc_result_t rc = MTC_OK;
+    if (err != MPI_SUCCESS)
+        rc = coll_mpi_error(parent, err, "MPI_Comm_split", call);
+    else if (c != MPI_COMM_NULL)
+        rc = group_wrap(be, c, members, out);
+    comm_wait_end(be->wait);
+    if (rc != MTC_OK || c == MPI_COMM_NULL) return rc;
     comm_group *g = *out;
     if (g->n != n || g->me != my_index) {
         group_free(be, g);
@@ -435,6 +486,8 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
     c->check = !(chk && !strcmp(chk, "0"));
     c->be.ops = &mpi_ops;
     c->be.ctx = c;
+    comm_wait_rec_init(&c->wait);
+    c->be.wait = &c->wait;
     c->be.shared_memory = 0;
     c->be.node_of = node_of;
 
@@ -445,8 +498,10 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
         rc = mtc_error(MTC_ERR_SYSTEM, "mpi backend: MPI_Comm_dup(MPI_COMM_WORLD) failed");
     if (rc == MTC_OK && MPI_Comm_dup(MPI_COMM_WORLD, &w) != MPI_SUCCESS)
         rc = mtc_error(MTC_ERR_SYSTEM, "mpi backend: MPI_Comm_dup(MPI_COMM_WORLD) failed");
-    if (rc == MTC_OK) rc = group_wrap(w, NULL, &c->be.world);
+    if (rc == MTC_OK) rc = group_wrap(&c->be, w, NULL, &c->be.world);
     if (rc == MTC_OK) rc = coll_mpi_init();
+    /* the watchdog thread calls MPI beside the rank: only with THREAD_MULTIPLE */
+    if (rc == MTC_OK && provided >= MPI_THREAD_MULTIPLE) rc = comm_mpi_watch_start(&c->be);
     if (rc != MTC_OK) {
         comm_mpi_backend_finalize(&c->be);
         return rc;
@@ -469,13 +524,13 @@ void comm_mpi_backend_finish(comm_backend *be, double timeout_s) {
     if (MPI_Ibarrier(c->finish, &req) != MPI_SUCCESS) return;
     uint64_t limit = (uint64_t)((2 * timeout_s + 10) * 1e9);
     uint64_t t0 = mtc_time_ns();
+    comm_backoff bo;
+    comm_backoff_init(&bo, 0);
     for (long it = 0;; it++) {
         int done = 0;
         if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) return;
-        if (it < MPI_SPINS) continue;
-        struct timespec nap = {0, 200000};
-        nanosleep(&nap, NULL);
-        if ((it & 63) == 0 && mtc_time_ns() - t0 > limit) {
+        comm_backoff_pause(&bo);
+        if ((it & 15) == 0 && mtc_time_ns() - t0 > limit) {
             char msg[200];
             snprintf(msg, sizeof msg,
                      "this rank finished but the others did not reach the end of the job "
@@ -489,11 +544,13 @@ void comm_mpi_backend_finish(comm_backend *be, double timeout_s) {
 void comm_mpi_backend_finalize(comm_backend *be) {
     if (!be) return;
     mpi_ctx *c = be->ctx;
+    comm_mpi_watch_stop();
     if (c->finish != MPI_COMM_NULL) MPI_Comm_free(&c->finish);
     group_free(be, be->world);
     be->world = NULL;
     coll_mpi_fini();
     free(c->node);
+    comm_wait_rec_destroy(&c->wait);
     int own = c->own_init, fin = 0;
     free(c);
     MPI_Finalized(&fin);

@@ -296,9 +296,13 @@ mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed
     if ((e = getenv("MTC_SHM_YIELD"))) w->yield_iters = atoi(e);
     w->exited = calloc((size_t)n, sizeof *w->exited);
     w->be = calloc((size_t)n, sizeof *w->be);
+    w->waits = calloc((size_t)n, sizeof *w->waits);
     int *all = calloc((size_t)n, sizeof *all);
     mtc_result_t rc = MTC_ERR_OUT_OF_MEMORY;
-    if (w->exited && w->be && all) {
+    if (w->waits)
+        for (int i = 0; i < n; i++)
+            comm_wait_rec_init(&w->waits[i]);
+    if (w->exited && w->be && w->waits && all) {
         for (int i = 0; i < n; i++)
             all[i] = i;
         rc = group_alloc(w, all, n, &w->world);
@@ -319,6 +323,7 @@ mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed
         be->shared_memory = 1;
         be->world = w->world;
         be->node_of = shm_node_of;
+        be->wait = &w->waits[i];
     }
     *out = w;
     return MTC_OK;
@@ -327,6 +332,10 @@ mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed
 void comm_shm_world_free(shm_world *w) {
     if (!w) return;
     if (w->world) group_destroy(w->world);
+    if (w->waits)
+        for (int i = 0; i < w->n; i++)
+            comm_wait_rec_destroy(&w->waits[i]);
+    free(w->waits);
     free(w->exited);
     free(w->be);
     free(w);
@@ -334,7 +343,10 @@ void comm_shm_world_free(shm_world *w) {
 
 comm_backend *comm_shm_backend(shm_world *w, int r) { return &w->be[r]; }
 
-void comm_shm_rank_exited(shm_world *w, int r) { atomic_store(&w->exited[r], 1); }
+void comm_shm_rank_exited(shm_world *w, int r, mtc_result_t rc) {
+    comm_wait_exited(&w->waits[r], rc);
+    atomic_store(&w->exited[r], 1);
+}
 
 int comm_shm_first_failure(shm_world *w, int *rank, mtc_result_t *rc, const char **msg) {
     if (atomic_load(&w->fail_state) != 2) return 0;

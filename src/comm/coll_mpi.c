@@ -1,15 +1,17 @@
 /* comm/coll_mpi.c - the MPI library's own collectives as the mpi backend's
- * optional "native" entries (MTC_ALGO_NATIVE): MPI_Barrier, MPI_Bcast,
- * MPI_Reduce, MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather and
- * MPI_Alltoall on the group's MPI communicator, with bf16 reductions through
+ * optional "native" entries (MTC_ALGO_NATIVE): MPI_Ibarrier, MPI_Ibcast,
+ * MPI_Ireduce, MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather and
+ * MPI_Ialltoall on the group's MPI communicator, with bf16 reductions through
  * user-defined MPI operators (MPI has no bf16 type).
  *
- * Relies on backend_mpi.c for the group (coll_mpi.h) and its entry check:
- * these calls are MPI's blocking ones (the fast, tuned paths), so they
- * cannot time out themselves; comm.c runs the backend's `enter` first, which
- * waits (with the deadline) until every member has entered the same call,
- * after which MPI's collective can only fail if a process dies, and then
- * mpirun ends the job.
+ * Relies on backend_mpi.c for the group (coll_mpi.h), its entry check and
+ * coll_mpi_wait: every collective is MPI's non-blocking form, polled with
+ * back-off against the call's deadline, so a peer that stops (SIGSTOP, a
+ * hung node) or vanishes in the middle of one gives MTC_ERR_TIMEOUT with a
+ * report instead of blocking forever in MPI (the blocking forms hung 5 runs
+ * in 8 with a stopped peer). After a timeout the request stays pending
+ * inside MPI (collectives cannot be cancelled): the group is failed, and its
+ * buffers may still be written if the peer resumes, so the job must end.
  *
  * Does not: do AVG (comm.c passes SUM and divides), or take counts above
  * INT_MAX (returns MTC_ERR_UNSUPPORTED without communicating, decided from
@@ -89,16 +91,19 @@ static mtc_result_t unsupported(const char *what, size_t count, mtc_dtype_t dt) 
     do {                                                                                           \
         if ((g)->err_rc) return mtc_error((g)->err_rc, "%s", (g)->err_msg);                        \
     } while (0)
-#define MPI_DO(g, call, what, c)                                                                   \
+/* Start MPI's non-blocking form and poll it against the call's deadline. */
+#define MPI_DO(g, call, what, bytes, c)                                                            \
     do {                                                                                           \
+        MPI_Request req_ = MPI_REQUEST_NULL;                                                       \
         int e_ = (call);                                                                           \
         if (e_ != MPI_SUCCESS) return coll_mpi_error((g), e_, (what), (c));                        \
+        MTC_CHECK(coll_mpi_wait((g), &req_, (what), (bytes), (c)));                                \
     } while (0)
 
 mtc_result_t coll_mpi_barrier(comm_backend *be, comm_group *g, const comm_call *call) {
     (void)be;
     HEALTH(g);
-    MPI_DO(g, MPI_Barrier(g->comm), "MPI_Barrier", call);
+    MPI_DO(g, MPI_Ibarrier(g->comm, &req_), "MPI_Ibarrier", 0, call);
     return MTC_OK;
 }
 
@@ -108,7 +113,8 @@ mtc_result_t coll_mpi_broadcast(comm_backend *be, comm_group *g, void *buf, size
     HEALTH(g);
     if (count > INT_MAX) return unsupported("broadcast", count, dtype);
     if (count == 0) return MTC_OK;
-    MPI_DO(g, MPI_Bcast(buf, (int)count, mpi_type(dtype), root, g->comm), "MPI_Bcast", call);
+    MPI_DO(g, MPI_Ibcast(buf, (int)count, mpi_type(dtype), root, g->comm, &req_), "MPI_Ibcast",
+           count * mtc_dtype_size(dtype), call);
     return MTC_OK;
 }
 
@@ -122,9 +128,9 @@ mtc_result_t coll_mpi_reduce(comm_backend *be, comm_group *g, const void *sendbu
     if (count == 0) return MTC_OK;
     const void *sb = g->me == root && sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
     MPI_DO(g,
-           MPI_Reduce(sb, g->me == root ? recvbuf : NULL, (int)count, mpi_type(dtype), o, root,
-                      g->comm),
-           "MPI_Reduce", call);
+           MPI_Ireduce(sb, g->me == root ? recvbuf : NULL, (int)count, mpi_type(dtype), o, root,
+                       g->comm, &req_),
+           "MPI_Ireduce", count * mtc_dtype_size(dtype), call);
     return MTC_OK;
 }
 
@@ -137,8 +143,8 @@ mtc_result_t coll_mpi_all_reduce(comm_backend *be, comm_group *g, const void *se
     if (count > INT_MAX || o == MPI_OP_NULL) return unsupported("all_reduce", count, dtype);
     if (count == 0) return MTC_OK;
     const void *sb = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
-    MPI_DO(g, MPI_Allreduce(sb, recvbuf, (int)count, mpi_type(dtype), o, g->comm), "MPI_Allreduce",
-           call);
+    MPI_DO(g, MPI_Iallreduce(sb, recvbuf, (int)count, mpi_type(dtype), o, g->comm, &req_),
+           "MPI_Iallreduce", count * mtc_dtype_size(dtype), call);
     return MTC_OK;
 }
 
@@ -169,8 +175,10 @@ mtc_result_t coll_mpi_reduce_scatter(comm_backend *be, comm_group *g, const void
         }
         out = g->scratch;
     }
-    MPI_DO(g, MPI_Reduce_scatter_block(sendbuf, out, (int)recvcount, mpi_type(dtype), o, g->comm),
-           "MPI_Reduce_scatter_block", call);
+    MPI_DO(
+        g,
+        MPI_Ireduce_scatter_block(sendbuf, out, (int)recvcount, mpi_type(dtype), o, g->comm, &req_),
+        "MPI_Ireduce_scatter_block", bytes * (size_t)g->n, call);
     if (inplace) memcpy(recvbuf, out, bytes);
     return MTC_OK;
 }
@@ -188,8 +196,8 @@ mtc_result_t coll_mpi_all_gather(comm_backend *be, comm_group *g, const void *se
                          ? MPI_IN_PLACE
                          : sendbuf;
     MPI_Datatype t = mpi_type(dtype);
-    MPI_DO(g, MPI_Allgather(sb, (int)sendcount, t, recvbuf, (int)sendcount, t, g->comm),
-           "MPI_Allgather", call);
+    MPI_DO(g, MPI_Iallgather(sb, (int)sendcount, t, recvbuf, (int)sendcount, t, g->comm, &req_),
+           "MPI_Iallgather", bytes * (size_t)g->n, call);
     return MTC_OK;
 }
 
@@ -201,7 +209,7 @@ mtc_result_t coll_mpi_all_to_all(comm_backend *be, comm_group *g, const void *se
     if (count > INT_MAX) return unsupported("all_to_all", count, dtype);
     if (count == 0) return MTC_OK;
     MPI_Datatype t = mpi_type(dtype);
-    MPI_DO(g, MPI_Alltoall(sendbuf, (int)count, t, recvbuf, (int)count, t, g->comm), "MPI_Alltoall",
-           call);
+    MPI_DO(g, MPI_Ialltoall(sendbuf, (int)count, t, recvbuf, (int)count, t, g->comm, &req_),
+           "MPI_Ialltoall", count * mtc_dtype_size(dtype) * (size_t)g->n, call);
     return MTC_OK;
 }

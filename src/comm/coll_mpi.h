@@ -15,14 +15,32 @@ struct comm_group {
     int n, me;
     int *members;        /* world rank of each member */
     mtc_result_t err_rc; /* sticky error (MTC_OK when healthy) */
-    char err_msg[1024];
+    char err_msg[1200];
     uint64_t *sig;     /* entry check: 4 words mine, then 4 per member */
     MPI_Request *reqs; /* 2 n */
     MPI_Status *stats; /* 2 n */
     int *peers;        /* 2 n */
     void *scratch;     /* native in-place reduce-scatter staging */
     size_t scratch_bytes;
+    comm_wait_rec *wait; /* the rank's wait record (watchdog.h) */
 };
+
+/* Poll one request (a native collective's) to completion with back-off,
+ * ending with MTC_ERR_TIMEOUT and a report at the call's deadline. The
+ * request stays pending after a timeout (MPI cannot cancel collectives):
+ * the group is failed and the job is expected to end. */
+mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what, size_t bytes,
+                           const comm_call *call);
+
+/* watch_mpi.c: the watchdog thread (collective start: it duplicates
+ * MPI_COMM_WORLD), and asking peers what they do for a timeout report:
+ * appends "; rank 3 does not answer (...): it is the cause" or "; rank 0 is
+ * itself blocked (...): the cause is reported on rank 0" per peer (member
+ * indices of g) to buf. */
+mtc_result_t comm_mpi_watch_start(comm_backend *be);
+void comm_mpi_watch_stop(void);
+void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const int *peers,
+                             int npeers, char *buf, size_t len);
 
 /* Record a sticky group error from an MPI error code and return it. */
 mtc_result_t coll_mpi_error(comm_group *g, int err, const char *what, const comm_call *call);

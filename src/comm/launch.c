@@ -6,18 +6,24 @@
  * pinning (rank r on the r-th allowed CPU when ranks <= CPUs; pin_threads -1
  * = auto, 0 = never, 1 = always). A rank whose function fails aborts the
  * world so peers stop with MTC_ERR_REMOTE; launch then returns the first
- * failure with its detail. Relies on backend_shm.c / backend_mpi.c. Does not
- * parse command lines (cli/ does) or exit. */
+ * failure with its detail. On shm the launching thread is the watchdog
+ * (watch_shm): a rank thread still running 3 s after the job failed is
+ * reported and abandoned (or the abort hook ends the process), so a frozen
+ * rank cannot keep the process up. Relies on backend_shm.c /
+ * backend_mpi.c (whose watchdog is watch_mpi.c). Does not parse command
+ * lines (cli/ does) or exit. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm_internal.h"
 #include "comm/shm.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 #define LAUNCH_MAX_RANKS 4096
 
@@ -36,6 +42,8 @@ static mtc_result_t resolve_settings(const mtc_launch_opts *opts, launch_setting
     const char *env = getenv("MTC_COMM_TIMEOUT");
     if (opts->timeout_s > 0) {
         s->timeout_s = opts->timeout_s;
+    } else if (comm_watch_default_timeout() > 0) {
+        s->timeout_s = comm_watch_default_timeout();
     } else if (env && env[0]) {
         char *end;
         double t = strtod(env, &end);
@@ -88,9 +96,85 @@ static void *rank_main(void *p) {
     mtc_result_t rc = make_world(be, job->s, &world);
     if (rc == MTC_OK) rc = job->fn(world, job->arg);
     if (rc != MTC_OK) be->ops->abort(be, rc, mtc_error_detail());
-    comm_shm_rank_exited(job->w, job->rank);
+    comm_shm_rank_exited(job->w, job->rank, rc);
     mtc_comm_free(world);
     return NULL;
+}
+
+/* The shm watchdog is the launching thread: it joins the rank threads as
+ * they end and, while any runs, checks every 20 ms whether the job is stuck:
+ * the world failed (a rank returned an error, e.g. its peers timed out
+ * waiting for a rank that never arrived) and some rank has not returned
+ * COMM_WATCH_GRACE_S later, or a rank is still waiting COMM_WATCH_GRACE_S
+ * past its call's deadline. Then it reports which rank is stuck and what it
+ * and the job were doing (comm_watch_fire: stderr, then the abort hook) and,
+ * if the hook returns, gives up on the stuck threads: detached, returns 1
+ * (*rc holds the failure). Returns 0 when every thread was joined. */
+static int watch_shm(shm_world *w, pthread_t *th, int n, mtc_result_t *rc) {
+    unsigned char *joined = calloc((size_t)n ? (size_t)n : 1, 1);
+    if (!joined) { /* no memory for the bookkeeping: plain joins */
+        for (int r = 0; r < n; r++)
+            pthread_join(th[r], NULL);
+        return 0;
+    }
+    const uint64_t grace = (uint64_t)(COMM_WATCH_GRACE_S * 1e9);
+    uint64_t failed_at = 0;
+    int left = n, abandoned = 0;
+    while (left > 0) {
+        /* wait for the first running thread, waking every 20 ms to check */
+        int first = 0;
+        while (joined[first])
+            first++;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 20 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        if (pthread_timedjoin_np(th[first], NULL, &until) == 0) {
+            joined[first] = 1, left--;
+            continue;
+        }
+        for (int r = 0; r < n; r++)
+            if (!joined[r] && atomic_load(&w->exited[r]) && pthread_tryjoin_np(th[r], NULL) == 0)
+                joined[r] = 1, left--;
+        uint64_t now = mtc_time_ns();
+        if (!failed_at && atomic_load(&w->fail_state) == 2) failed_at = now;
+        int stuck = -1, past_deadline = 0;
+        for (int r = 0; r < n && stuck < 0; r++) {
+            if (joined[r] || atomic_load(&w->exited[r])) continue;
+            comm_wait_rec rec;
+            if (comm_wait_read(&w->waits[r], &rec) && rec.depth > 0 && rec.call.deadline_ns &&
+                now > rec.call.deadline_ns + grace)
+                stuck = r, past_deadline = 1;
+            else if (failed_at && now > failed_at + grace)
+                stuck = r;
+        }
+        if (stuck < 0) continue;
+        char what[400], report[1800];
+        int frank;
+        mtc_result_t frc = MTC_ERR_TIMEOUT;
+        const char *fmsg = NULL;
+        int failed = comm_shm_first_failure(w, &frank, &frc, &fmsg);
+        shm_describe_rank(w, stuck, what, sizeof what);
+        if (past_deadline || !failed)
+            snprintf(report, sizeof report,
+                     "rank %d is stuck: it %s, %.0f s past the deadline; ending the job without "
+                     "waiting for it",
+                     stuck, what, COMM_WATCH_GRACE_S);
+        else
+            snprintf(report, sizeof report,
+                     "rank %d is stuck: it has not returned %.0f s after the job failed and %s; "
+                     "the job failed on rank %d: %s; ending the job without waiting for rank %d",
+                     stuck, COMM_WATCH_GRACE_S, what, frank, fmsg, stuck);
+        comm_watch_fire(failed ? frc : MTC_ERR_TIMEOUT, report);
+        /* no hook, or it returned: give the caller its result now */
+        for (int r = 0; r < n; r++)
+            if (!joined[r]) pthread_detach(th[r]);
+        *rc = mtc_error(failed ? frc : MTC_ERR_TIMEOUT, "%s", report);
+        abandoned = 1;
+        break;
+    }
+    free(joined);
+    return abandoned;
 }
 
 static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_settings *s,
@@ -123,13 +207,16 @@ static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_setting
             be->ops->abort(be, rc, mtc_error_detail());
         }
     }
-    for (int r = 0; r < started; r++)
-        pthread_join(th[r], NULL);
+    int abandoned = watch_shm(w, th, started, &rc);
     int frank;
     mtc_result_t frc;
     const char *fmsg;
     if (rc == MTC_OK && comm_shm_first_failure(w, &frank, &frc, &fmsg))
         rc = mtc_error(frc, "rank %d: %s", frank, fmsg);
+    if (abandoned) { /* the stuck threads still use w and jobs (and arg): left alone */
+        free(th);
+        return rc;
+    }
     comm_shm_world_free(w);
     free(jobs);
     free(th);
@@ -147,6 +234,7 @@ static mtc_result_t launch_mpi(const mtc_launch_opts *opts, const launch_setting
     mtc_comm_t world = NULL;
     mtc_result_t rc = make_world(be, s, &world);
     if (rc == MTC_OK) rc = fn(world, arg);
+    comm_wait_exited(be->wait, rc);
     if (rc != MTC_OK && be->world_size > 1) be->ops->abort(be, rc, mtc_error_detail());
     mtc_comm_free(world);
     comm_mpi_backend_finish(be, s->timeout_s);

@@ -162,7 +162,18 @@ static double model_cost(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo, doub
                2 * fn * N * MPI_BETA + N * g;
     }
     case MTC_ALGO_PAIRWISE: return (n - 1) * a + f * N * b;
-    case MTC_ALGO_NATIVE: return 0.9 * ((n - 1) * a + f * N * b); /* the library knows best */
+    case MTC_ALGO_NATIVE: {
+        /* MPI's own collectives run as MPI_I* so they honour deadlines
+         * (coll_mpi.c); Open MPI 4.1's non-blocking forms stage through
+         * temporary buffers: in place, 256 KB-4 MB MPI_Iallreduce took
+         * 1.5-2x MPI_Allreduce (2 ranks, loaded VM) and mtc's ring beat it
+         * from 4 KB up (1 MB: 0.23-0.5 ms against 1.6 ms); at 8 B on 2
+         * ranks MPI_Iallreduce took 1.8-2.0 us against recdbl's 1.2 (the
+         * blocking form had 1.3-1.4). Hence 1.2 x the latency and twice
+         * the bytes of a ring: forced, it runs; chosen, rarely. */
+        double vol = coll == MTC_COLL_ALL_REDUCE ? 2 * f * N : f * N;
+        return 1.2 * (n - 1) * a + 2 * vol * b;
+    }
     default: return 1e30;
     }
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "comm/backend.h"
+#include "comm/watchdog.h"
 
 /* A futex word that waiters sleep on after a short spin. */
 typedef struct {
@@ -110,7 +111,8 @@ struct shm_world {
     int failed_rank;
     mtc_result_t failed_rc;
     char failed_msg[1024];
-    _Atomic int *exited; /* per world rank */
+    _Atomic int *exited;  /* per world rank */
+    comm_wait_rec *waits; /* per world rank (watchdog.h) */
     _Atomic uint32_t next_id;
     comm_backend *be; /* per world rank */
     comm_group *world;
@@ -121,9 +123,12 @@ void comm_shm_world_free(shm_world *w);
 /* The backend of rank r (valid until the world is freed). */
 comm_backend *comm_shm_backend(shm_world *w, int r);
 /* Mark rank r as returned from its rank function (for timeout reports). */
-void comm_shm_rank_exited(shm_world *w, int r);
+void comm_shm_rank_exited(shm_world *w, int r, mtc_result_t rc);
 /* The first abort: 1 and its rank/code/message, or 0. */
 int comm_shm_first_failure(shm_world *w, int *rank, mtc_result_t *rc, const char **msg);
+/* What world rank r is doing, for the watchdog: "waits in X of G (seq s)
+ * for ..." or "is outside the communication layer (last in WORLD: ...)". */
+void shm_describe_rank(shm_world *w, int r, char *buf, size_t len);
 
 /* ---- waiting (used by algo_direct.c too) --------------------------------- */
 

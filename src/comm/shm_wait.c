@@ -8,7 +8,10 @@
  * the group's sticky error, the call board for a peer that entered the same
  * sequence number with another signature (MTC_ERR_INVALID_USAGE naming both
  * calls), and the deadline (MTC_ERR_TIMEOUT with a report of what every
- * member is doing). The fast path is only the condition check.
+ * member is doing). The fast path is only the condition check. The slow
+ * path fills the rank's wait record (watchdog.h), which timeout reports read
+ * to follow a chain of waits to the rank that is in no mtc call: that one is
+ * named as the cause, a peer blocked itself is not blamed.
  * Relies on shm.h (world and group layout, defined in backend_shm.c).
  * Does not move data. */
 #include <limits.h>
@@ -199,13 +202,58 @@ static mtc_result_t report_timeout(comm_group *g, int me, const comm_call *call,
     char d[160], rest[700] = "";
     comm_call_describe(call, d, sizeof d);
     describe_members(g, me, call, rest, sizeof rest);
-    char waitfor[40] = "its peers";
-    if (who >= 0) snprintf(waitfor, sizeof waitfor, "rank %d", who);
+    char waitfor[520] = "its peers";
+    if (who >= 0) {
+        /* a peer that is itself blocked waiting is not the cause: say so,
+         * and that its own report names the cause */
+        comm_wait_rec peer;
+        int wr = g->members[who];
+        if (wr != g->members[me] && comm_wait_read(&g->w->waits[wr], &peer)) {
+            char pd[220];
+            comm_wait_describe(&peer, pd, sizeof pd);
+            /* one process: follow the chain of waits to the rank that is not waiting */
+            int end = wr, busy = 1;
+            comm_wait_rec next = peer;
+            for (int hop = 0; hop < g->w->n && busy && next.peer_world >= 0; hop++) {
+                end = next.peer_world;
+                busy = comm_wait_read(&g->w->waits[end], &next);
+            }
+            char root[120] = "";
+            if (end != wr && !busy)
+                snprintf(root, sizeof root,
+                         " (the chain of waits ends at world rank %d, which is in no mtc call)",
+                         end);
+            snprintf(waitfor, sizeof waitfor,
+                     "rank %d, which is itself blocked (it %s): the cause is reported on rank %d%s",
+                     who, pd, who, root);
+        } else {
+            snprintf(waitfor, sizeof waitfor, "rank %d", who);
+        }
+    }
     if (call->seq == 0)
-        return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s: rank %d waited in %s for rank %d",
-                         call->group_name, me, d, who);
+        return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s: rank %d waited in %s for %s",
+                         call->group_name, me, d, waitfor);
     return mtc_error(MTC_ERR_TIMEOUT, "timeout in %s (seq %llu): rank %d waited in %s for %s%s",
                      call->group_name, (unsigned long long)call->seq, me, d, waitfor, rest);
+}
+
+void shm_describe_rank(shm_world *w, int r, char *buf, size_t len) {
+    comm_wait_rec rec;
+    if (comm_wait_read(&w->waits[r], &rec) && rec.depth > 0) {
+        char d[240];
+        comm_wait_describe(&rec, d, sizeof d);
+        snprintf(buf, len, "%s", d);
+        return;
+    }
+    comm_group *g = w->world;
+    uint64_t e = atomic_load(&g->m[r].entered), l = atomic_load(&g->m[r].left);
+    comm_call c;
+    char d[160] = "no collective yet";
+    if (e && board_read(g, r, e, &c)) comm_call_describe(&c, d, sizeof d);
+    snprintf(buf, len,
+             "is outside the communication layer (not waiting in any mtc call; last %s WORLD: "
+             "%s (seq %llu))",
+             e > l ? "entered in" : "finished in", d, (unsigned long long)e);
 }
 
 mtc_result_t shm_wait(comm_group *g, int me, shm_event *ev, shm_cond_fn cond, void *arg,
@@ -220,27 +268,35 @@ mtc_result_t shm_wait(comm_group *g, int me, shm_event *ev, shm_cond_fn cond, vo
         sched_yield();
         if (cond(arg)) return MTC_OK;
     }
+    /* slow path: leave a wait record (peers' reports and the watchdog read it) */
+    comm_wait_rec *rec = call ? &w->waits[g->members[me]] : NULL;
+    comm_wait_begin(rec, call, who >= 0 ? g->members[who] : -1);
+    mtc_result_t rc = MTC_OK;
     for (;;) {
-        MTC_CHECK(shm_check_health(g, me));
-        MTC_CHECK(board_check(g, me, call));
+        if ((rc = shm_check_health(g, me)) != MTC_OK) break;
+        if ((rc = board_check(g, me, call)) != MTC_OK) break;
         uint64_t now = mtc_time_ns(), slice = SHM_SLICE_NS;
         if (call && call->deadline_ns) {
             if (now >= call->deadline_ns) {
-                if (cond(arg)) return MTC_OK;
-                return report_timeout(g, me, call, who);
+                if (cond(arg)) break;
+                rc = report_timeout(g, me, call, who);
+                comm_wait_timed_out(rec);
+                return rc;
             }
             if (call->deadline_ns - now < slice) slice = call->deadline_ns - now;
         }
         uint32_t s = atomic_load(&ev->seq);
-        if (cond(arg)) return MTC_OK;
+        if (cond(arg)) break;
         atomic_fetch_add(&ev->waiters, 1);
 #if !defined(__SANITIZE_THREAD__)
         atomic_thread_fence(memory_order_seq_cst); /* pairs with shm_event_signal */
 #endif
         if (!cond(arg)) futex_wait(&ev->seq, s, slice);
         atomic_fetch_sub(&ev->waiters, 1);
-        if (cond(arg)) return MTC_OK;
+        if (cond(arg)) break;
     }
+    comm_wait_end(rec);
+    return rc;
 }
 
 /* ---- phase syncs on the member arrival counters --------------------------- */

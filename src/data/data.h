@@ -133,4 +133,23 @@ int data_mock_token(uint64_t seed, int vocab_size, uint64_t pos);
 mtc_result_t data_indexed_write(const char *prefix, const int *tokens, const int *seq_lengths,
                                 size_t n_seqs, int dtype_code);
 
+/* Megatron's IndexedDatasetBuilder, streaming: documents are appended to
+ * PREFIX.bin.tmp as they come; finish writes PREFIX.idx.tmp (sequence
+ * lengths, pointers, document indices) and renames both into place. A
+ * document of several sequences (sentences) adds one length per sequence
+ * and one document index; an empty document (n_seqs 0) repeats the last
+ * document index, as Megatron's add_document does. _free without _finish
+ * removes the temporaries. */
+typedef struct data_indexed_builder data_indexed_builder;
+/* Megatron's DType.optimal_dtype(vocab_size): 8 (uint16) when vocab_size <
+ * 65500, else 4 (int32). */
+int data_indexed_dtype_for_vocab(int vocab_size);
+mtc_result_t data_indexed_builder_init(const char *prefix, int dtype_code,
+                                       data_indexed_builder **out);
+/* ids (sum of lengths) of one document of n_seqs sequences. */
+mtc_result_t data_indexed_builder_add_document(data_indexed_builder *b, const int *ids,
+                                               const int *lengths, size_t n_seqs);
+mtc_result_t data_indexed_builder_finish(data_indexed_builder *b);
+void data_indexed_builder_free(data_indexed_builder *b);
+
 #endif

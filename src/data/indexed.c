@@ -305,3 +305,146 @@ out:
     free(bb);
     return rc;
 }
+
+/* ---- streaming builder (Megatron's IndexedDatasetBuilder) ------------------------ */
+
+struct data_indexed_builder {
+    char *bin, *idx, *tmp_bin, *tmp_idx;
+    FILE *f;
+    data_ids_type type;
+    int code, finished;
+    int32_t *lens; /* sequence_lengths */
+    size_t n_lens, cap_lens;
+    int64_t *docs; /* document_indices, starting with 0 */
+    size_t n_docs, cap_docs;
+    unsigned char *buf;
+    size_t cap_buf;
+};
+
+int data_indexed_dtype_for_vocab(int vocab_size) { return vocab_size < 65500 ? 8 : 4; }
+
+static char *cat2(const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 1;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s%s", a, b);
+    return s;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t item) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * item);
+    if (!q) return -1;
+    *p = q, *cap = c;
+    return 0;
+}
+
+mtc_result_t data_indexed_builder_init(const char *prefix, int dtype_code,
+                                       data_indexed_builder **out) {
+    *out = NULL;
+    data_indexed_builder *b = calloc(1, sizeof *b);
+    if (!b) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing %s", prefix);
+    mtc_result_t rc = MTC_OK;
+    if (dtype_of_code(dtype_code, &b->type) != 0) {
+        rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                       "dtype code %d cannot hold token ids (use 1, 2, 3, 4, 5 or 8)", dtype_code);
+        goto fail;
+    }
+    b->code = dtype_code;
+    b->bin = cat2(prefix, ".bin"), b->idx = cat2(prefix, ".idx");
+    b->tmp_bin = cat2(prefix, ".bin.tmp"), b->tmp_idx = cat2(prefix, ".idx.tmp");
+    if (!b->bin || !b->idx || !b->tmp_bin || !b->tmp_idx ||
+        grow((void **)&b->docs, &b->cap_docs, 1, sizeof *b->docs)) {
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing %s", prefix);
+        goto fail;
+    }
+    b->docs[b->n_docs++] = 0;
+    b->f = fopen(b->tmp_bin, "wb");
+    if (!b->f) {
+        rc = mtc_error(MTC_ERR_IO, "%s: cannot create: %s", b->tmp_bin, strerror(errno));
+        goto fail;
+    }
+    *out = b;
+    return MTC_OK;
+fail:
+    data_indexed_builder_free(b);
+    return rc;
+}
+
+mtc_result_t data_indexed_builder_add_document(data_indexed_builder *b, const int *ids,
+                                               const int *lengths, size_t n_seqs) {
+    size_t total = 0;
+    for (size_t s = 0; s < n_seqs; s++) {
+        if (lengths[s] < 0)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT, "sequence %zu has negative length %d", s,
+                             lengths[s]);
+        total += (size_t)lengths[s];
+    }
+    size_t item = data_ids_size(b->type);
+    if (grow((void **)&b->buf, &b->cap_buf, total * item + 1, 1) ||
+        grow((void **)&b->lens, &b->cap_lens, b->n_lens + n_seqs, sizeof *b->lens) ||
+        grow((void **)&b->docs, &b->cap_docs, b->n_docs + 1, sizeof *b->docs))
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing %s", b->bin);
+    for (size_t i = 0; i < total; i++) {
+        if (!fits(ids[i], b->type))
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT, "token id %d does not fit dtype %s", ids[i],
+                             data_ids_name(b->type));
+        for (size_t k = 0; k < item; k++)
+            b->buf[i * item + k] = (unsigned char)((uint64_t)(int64_t)ids[i] >> (8 * k));
+    }
+    if (total && fwrite(b->buf, item, total, b->f) != total)
+        return mtc_error(MTC_ERR_IO, "%s: write failed: %s", b->tmp_bin, strerror(errno));
+    for (size_t s = 0; s < n_seqs; s++)
+        b->lens[b->n_lens++] = lengths[s];
+    b->docs[b->n_docs++] = (int64_t)b->n_lens;
+    return MTC_OK;
+}
+
+mtc_result_t data_indexed_builder_finish(data_indexed_builder *b) {
+    FILE *f = b->f;
+    b->f = NULL;
+    if (fclose(f) != 0)
+        return mtc_error(MTC_ERR_IO, "%s: write failed: %s", b->tmp_bin, strerror(errno));
+    size_t N = b->n_lens, D = b->n_docs;
+    size_t n_idx = IDX_HEADER + 12 * N + 8 * D;
+    unsigned char *ib = calloc(1, n_idx);
+    if (!ib) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing %s", b->idx);
+    memcpy(ib, IDX_MAGIC, 9);
+    wr_u64(ib + 9, 1);
+    ib[17] = (unsigned char)b->code;
+    wr_u64(ib + 18, N);
+    wr_u64(ib + 26, D);
+    unsigned char *lens = ib + IDX_HEADER, *ptrs = lens + 4 * N, *docs = ptrs + 8 * N;
+    uint64_t offset = 0, item = data_ids_size(b->type);
+    for (size_t s = 0; s < N; s++) {
+        for (int k = 0; k < 4; k++)
+            lens[4 * s + k] = (unsigned char)((uint32_t)b->lens[s] >> (8 * k));
+        wr_u64(ptrs + 8 * s, offset);
+        offset += (uint64_t)b->lens[s] * item;
+    }
+    for (size_t d = 0; d < D; d++)
+        wr_u64(docs + 8 * d, (uint64_t)b->docs[d]);
+    char *tmp = NULL;
+    mtc_result_t rc = write_tmp(b->idx, ib, n_idx, NULL, 0, &tmp);
+    free(ib);
+    free(tmp); /* same name as b->tmp_idx */
+    MTC_CHECK(rc);
+    if (rename(b->tmp_bin, b->bin) != 0 || rename(b->tmp_idx, b->idx) != 0)
+        return mtc_error(MTC_ERR_IO, "%s: cannot rename into place: %s", b->bin, strerror(errno));
+    b->finished = 1;
+    return MTC_OK;
+}
+
+void data_indexed_builder_free(data_indexed_builder *b) {
+    if (!b) return;
+    if (b->f) fclose(b->f);
+    if (!b->finished) {
+        if (b->tmp_bin) remove(b->tmp_bin);
+        if (b->tmp_idx) remove(b->tmp_idx);
+    }
+    free(b->bin), free(b->idx), free(b->tmp_bin), free(b->tmp_idx);
+    free(b->lens), free(b->docs), free(b->buf);
+    free(b);
+}

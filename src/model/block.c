@@ -30,44 +30,20 @@ static const nn_dropout_spec *local_heads(nn_dropout_spec *out, const nn_dropout
     return out;
 }
 
-/* rep (N, 3 QD): [q | k, v of each query head's group]. */
-static void gqa_repeat(float *rep, const float *qkv, size_t N, const att_shape *s) {
-    int per = s->NH / s->NG;
-    for (size_t n = 0; n < N; n++) {
-        const float *x = qkv + n * (size_t)s->QKV;
-        float *y = rep + n * 3 * (size_t)s->QD;
-        memcpy(y, x, (size_t)s->QD * sizeof(float));
-        for (int h = 0; h < s->NH; h++) {
-            size_t g = (size_t)(h / per) * s->HS;
-            memcpy(y + s->QD + (size_t)h * s->HS, x + s->QD + g, (size_t)s->HS * sizeof(float));
-            memcpy(y + 2 * s->QD + (size_t)h * s->HS, x + s->QD + s->KD + g,
-                   (size_t)s->HS * sizeof(float));
-        }
-    }
-}
-
-/* The inverse for gradients: dq copied, dk/dv of a group = the sum over
- * its query heads in head order. */
-static void gqa_reduce(float *dqkv, const float *drep, size_t N, const att_shape *s) {
-    int per = s->NH / s->NG;
-    for (size_t n = 0; n < N; n++) {
-        const float *y = drep + n * 3 * (size_t)s->QD;
-        float *x = dqkv + n * (size_t)s->QKV;
-        memcpy(x, y, (size_t)s->QD * sizeof(float));
-        for (int part = 1; part <= 2; part++) {
-            float *dst = x + s->QD + (size_t)(part - 1) * s->KD;
-            const float *src = y + (size_t)part * s->QD;
-            for (int g = 0; g < s->NG; g++) {
-                float *o = dst + (size_t)g * s->HS;
-                memcpy(o, src + (size_t)g * per * s->HS, (size_t)s->HS * sizeof(float));
-                for (int j = 1; j < per; j++) {
-                    const float *a = src + ((size_t)g * per + j) * s->HS;
-                    for (int c = 0; c < s->HS; c++)
-                        o[c] += a[c];
-                }
-            }
-        }
-    }
+/* The tiled kernel's view of the packed rows: queries [0, QD), keys
+ * [QD, QD + KD), values [QD + KD, QKV) of each row; positions 0..T-1. */
+static nn_attention_shape att_geometry(const att_shape *s, int B, int T) {
+    nn_attention_shape g = {.B = B,
+                            .T = T,
+                            .Tk = T,
+                            .NH = s->NH,
+                            .NKV = s->NG,
+                            .HS = s->HS,
+                            .ldq = s->QKV,
+                            .ldk = s->QKV,
+                            .ldv = s->QKV,
+                            .ldo = s->QD};
+    return g;
 }
 
 static mtc_result_t att_check(const tp_ctx *tp, const model_block_dims *d) {
@@ -89,10 +65,12 @@ size_t model_attention_scratch_floats(const tp_ctx *tp, int B, int T, const mode
     int QKV = (d->NH + 2 * d->NG) * d->HS, QD = d->NH * d->HS;
     size_t lin = max_sz(tp_column_linear_scratch_floats(tp, 0, B, T, d->C, QKV),
                         tp_row_linear_scratch_floats(tp, 1, B, T, QD, d->C));
-    /* backward: [datty (N, QD_tp) | dqkv (N, QKV_tp) | drep (N, 3 QD_tp) with GQA |
-     *            attention scratch (B, NH_tp, T, T) | linear scratch] */
-    size_t rep = d->NG < d->NH ? 3 * N * s.QD : 0;
-    return N * s.QD + N * s.QKV + rep + (size_t)B * s.NH * T * T + lin;
+    /* backward: [datty (N, QD_tp) | dqkv (N, QKV_tp) | linear scratch, which the
+     * context-parallel attention borrows between the two linears]; the tiled
+     * attention itself needs no scratch */
+    nn_attention_shape g = att_geometry(&s, B, T);
+    size_t cps = cp_attention_scratch_floats(d->cp, &g);
+    return N * s.QD + N * s.QKV + (lin > cps ? lin : cps);
 }
 
 mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attention_acts *acts,
@@ -113,13 +91,15 @@ mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attenti
         nn_rope_forward(tp->pool, acts->qkv + s.QD, acts->qkv + s.QD, d->rope, d->pos, d->t0, B, T,
                         s.NG, s.HS, s.QKV);
     }
-    const float *packed = acts->qkv;
-    if (s.NG < s.NH) {
-        gqa_repeat(acts->qkv_rep, acts->qkv, (size_t)B * T, &s);
-        packed = acts->qkv_rep;
-    }
-    nn_attention_forward(tp->pool, acts->atty, acts->att, packed, B, T, s.NH, s.HS,
-                         local_heads(&dl, drop, d->NH, r, s.NH));
+    nn_attention_shape g = att_geometry(&s, B, T);
+    const float *qkv = acts->qkv;
+    if (d->cp && d->cp->cp > 1) /* comm: the CP attention's ring / gather / all-to-all */
+        MTC_CHECK(cp_attention_forward(d->cp, tp->pool, acts->atty, acts->lse, qkv, qkv + s.QD,
+                                       qkv + s.QD + s.KD, &g,
+                                       local_heads(&dl, drop, d->NH, r, s.NH), scratch));
+    else
+        nn_attention_forward(tp->pool, acts->atty, acts->lse, qkv, qkv + s.QD, qkv + s.QD + s.KD,
+                             &g, local_heads(&dl, drop, d->NH, r, s.NH));
     /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
     return tp_row_linear_forward(tp, out, acts->atty, projw, projb, scratch, 1, B, T, QD, d->C);
 }
@@ -134,20 +114,24 @@ mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw
     att_shape s = att_local(tp, d);
     int r = tp_rank(tp->comm), QKV = (d->NH + 2 * d->NG) * d->HS, QD = d->NH * d->HS;
     size_t N = (size_t)B * T;
-    int gqa = s.NG < s.NH;
     float *datty = scratch;         /* (N, QD_tp) */
     float *dqkv = datty + N * s.QD; /* (N, QKV_tp) */
-    float *drep = dqkv + N * s.QKV; /* (N, 3 QD_tp) with GQA */
-    float *attscr = drep + (gqa ? 3 * N * s.QD : 0);
-    float *lin = attscr + (size_t)B * s.NH * T * T;
+    float *lin = dqkv + N * s.QKV;
     nn_dropout_spec dl;
     /* comm: row-parallel backward (SP: all-gather T) */
     MTC_CHECK(tp_row_linear_backward(tp, datty, dprojw, dprojb, dout, acts->atty, projw, lin, 1, B,
                                      T, QD, d->C));
-    nn_attention_backward(tp->pool, gqa ? drep : dqkv, attscr, datty,
-                          gqa ? acts->qkv_rep : acts->qkv, acts->att, B, T, s.NH, s.HS,
-                          local_heads(&dl, drop, d->NH, r, s.NH));
-    if (gqa) gqa_reduce(dqkv, drep, N, &s);
+    nn_attention_shape g = att_geometry(&s, B, T);
+    const float *qkv = acts->qkv;
+    if (d->cp && d->cp->cp > 1) /* comm: the CP attention's, with dK, dV travelling back */
+        MTC_CHECK(cp_attention_backward(d->cp, tp->pool, dqkv, dqkv + s.QD, dqkv + s.QD + s.KD,
+                                        datty, qkv, qkv + s.QD, qkv + s.QD + s.KD, acts->atty,
+                                        acts->lse, &g, local_heads(&dl, drop, d->NH, r, s.NH),
+                                        lin));
+    else
+        nn_attention_backward(tp->pool, dqkv, dqkv + s.QD, dqkv + s.QD + s.KD, datty, qkv,
+                              qkv + s.QD, qkv + s.QD + s.KD, acts->atty, acts->lse, &g,
+                              local_heads(&dl, drop, d->NH, r, s.NH));
     if (d->rope) {
         nn_rope_backward(tp->pool, dqkv, dqkv, d->rope, d->pos, d->t0, B, T, s.NH, s.HS, s.QKV);
         nn_rope_backward(tp->pool, dqkv + s.QD, dqkv + s.QD, d->rope, d->pos, d->t0, B, T, s.NG,

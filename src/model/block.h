@@ -12,9 +12,10 @@
  * (context parallelism replaces the core attention, mixture of experts the
  * MLP). The caller owns the norms, residuals and hidden dropout.
  *
- * Grouped-query attention (NG < NH): the key/value heads are repeated to
- * the query heads' count before the core attention, and the gradients of
- * the repeats summed back in a fixed order (head order inside a group).
+ * The core attention is the tiled (flash-style) kernel of nn/, which reads
+ * the packed [q_r | k_r | v_r] rows in place, serves grouped-query
+ * attention natively (query head h uses key/value head h / (NH/NG)) and
+ * keeps only the per-row log-sum-exp for backward: no T x T buffer.
  * RoPE rotates q and k in place right after the QKV linear with the rows'
  * GLOBAL positions (pos, or t0 + t); backward applies the inverse rotation
  * to dq and dk before the linear's backward.
@@ -22,6 +23,7 @@
 #ifndef MTC_MODEL_BLOCK_H
 #define MTC_MODEL_BLOCK_H
 
+#include "cp/cp.h"
 #include "nn/llama.h"
 #include "nn/nn.h"
 #include "tp/layers.h"
@@ -35,6 +37,7 @@ typedef struct {
     const nn_rope_table *rope; /* NULL: no rotary positions */
     const int *pos;            /* global positions of the attention rows (NULL: t0 + t) */
     int t0;
+    const cp_ctx *cp; /* context parallelism of the core attention (NULL: none) */
 } model_block_dims;
 
 /* Activations one attention block keeps from forward to backward. */
@@ -42,8 +45,7 @@ typedef struct {
     float *in_total;    /* (B, T, C) gathered input under SP (unused without SP) */
     int in_total_saved; /* 1: in_total survives until backward; 0: backward re-gathers */
     float *qkv;         /* (B, T, QD_tp + 2 KD_tp) [q_r | k_r | v_r], q and k rotated */
-    float *qkv_rep;     /* (B, T, 3 QD_tp) key/value heads repeated (GQA only, else unused) */
-    float *att;         /* (B, NH_tp, T, T) softmax probabilities */
+    float *lse;         /* (B, NH_tp, T) the attention's log-sum-exp per query row */
     float *atty;        /* (B, T, QD_tp) attention output of the local heads */
 } model_attention_acts;
 

@@ -72,8 +72,8 @@ mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
         return mtc_error(E, "hidden-dropout=%g must be in [0, 1)", c->hidden_dropout);
     if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
         return mtc_error(E, "attention-dropout=%g must be in [0, 1)", c->attention_dropout);
-    double acts = (double)c->seq_length * c->seq_length * c->num_heads;
-    if (acts > 1e10) return mtc_error(E, "seq-length=%d is too long for this build", c->seq_length);
+    if (c->seq_length > (1 << 24))
+        return mtc_error(E, "seq-length=%d is above the supported %d", c->seq_length, 1 << 24);
     return MTC_OK;
 }
 
@@ -153,7 +153,9 @@ model_block_dims mtc_model_block_dims(const mtc_model *m) {
                           .HS = mtc_model_head_size(c),
                           .F = c->ffn_hidden_size,
                           .swiglu = c->swiglu,
-                          .rope = c->position_embedding == MTC_POS_ROPE ? &m->rope : NULL};
+                          .rope = c->position_embedding == MTC_POS_ROPE ? &m->rope : NULL,
+                          .pos = m->cp.cp > 1 ? m->cp.pos : NULL,
+                          .cp = m->cp.cp > 1 ? &m->cp : NULL};
     return d;
 }
 
@@ -180,7 +182,6 @@ static size_t gpt_carve(mtc_model *m, char *base) {
            F_tp = (size_t)c->ffn_hidden_size / tp, F1_tp = (c->swiglu ? 2 : 1) * F_tp,
            NH_tp = (size_t)c->num_heads / tp, HS = (size_t)mtc_model_head_size(c),
            QD_tp = NH_tp * HS, QKV_tp = QD_tp + 2 * ((size_t)mtc_model_groups(c) / tp) * HS,
-           REP_tp = mtc_model_groups(c) < c->num_heads ? 3 * QD_tp : 0,
            V_tp = (size_t)c->padded_vocab_size / tp, nl = (size_t)(m->last_layer - m->first_layer);
     size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
 #define TAKE(ptr, count)                                                                           \
@@ -196,8 +197,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln1_mean, nl * Nl);
         TAKE(a->ln1_rstd, nl * Nl);
         TAKE(a->qkv, nl * N * QKV_tp);
-        TAKE(a->qkv_rep, REP_tp ? nl * N * REP_tp : 1);
-        TAKE(a->att, nl * B * NH_tp * T * T);
+        TAKE(a->lse, nl * B * NH_tp * T);
         TAKE(a->atty, nl * N * QD_tp);
         TAKE(a->res2, nl * Nl * C);
         TAKE(a->ln2, nl * Nl * C);
@@ -276,7 +276,14 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->cfg = *cfg;
     if (m->cfg.init_std <= 0) m->cfg.init_std = 0.02f;
     m->B = B;
-    m->T = cfg->seq_length;
+    int cps = o->cp ? mtc_comm_size(o->cp) : 1;
+    if (cps > 1 && cfg->seq_length % (2 * cps)) {
+        rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                       "seq-length=%d is not divisible by 2 x context-parallel-size=%d",
+                       cfg->seq_length, cps);
+        goto fail;
+    }
+    m->T = cfg->seq_length / cps;
     m->tp =
         (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool, .sequence_parallel = sequence_parallel};
     m->tp_size = tps;
@@ -319,6 +326,21 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
         m->reg.total = total;
         free(off);
         if (rc != MTC_OK) goto fail;
+    }
+    if (cps > 1) { /* positions of this CP rank's two chunks, and of every rank */
+        m->cp = (cp_ctx){.comm = o->cp,
+                         .cp = cps,
+                         .rank = mtc_comm_rank(o->cp),
+                         .type = o->cp_comm_type,
+                         .Tg = cfg->seq_length};
+        MTC_CHECK_GOTO(
+            mtc_mem_calloc((size_t)cfg->seq_length, sizeof(int), (void **)&m->cp.all_pos), rc,
+            fail);
+        for (int r = 0; r < cps; r++)
+            cp_positions(m->cp.all_pos + (size_t)r * m->T, cfg->seq_length, cps, r);
+        m->cp.pos = m->cp.all_pos + (size_t)m->cp.rank * m->T;
+    } else {
+        m->cp = (cp_ctx){.cp = 1, .Tg = cfg->seq_length};
     }
     if (cfg->position_embedding == MTC_POS_ROPE)
         MTC_CHECK_GOTO(nn_rope_table_init(&m->rope, cfg->max_position_embeddings,
@@ -375,6 +397,7 @@ void mtc_model_free(mtc_model *m) {
     free(m->dlayers);
     free(m->slots);
     nn_rope_table_free(&m->rope);
+    free(m->cp.all_pos);
     mtc_registry_free(&m->reg);
     free(m);
 }

@@ -38,6 +38,7 @@
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "core/result.h"
+#include "cp/cp.h"
 #include "model/block.h"
 #include "model/registry.h"
 #include "nn/llama.h"
@@ -178,7 +179,7 @@ typedef struct {
     int pidx[MTC_NGLOBAL_ROLES]; /* registry index of each global role, -1 outside the chunk */
     tp_ctx tp;                   /* TP communicator (NULL: tp 1), pool, sequence parallel */
     int tp_size, tp_rank;
-    int T_loc;          /* T / tp under sequence parallelism, else T */
+    int T_loc;          /* T / tp under sequence parallelism, else T (T = seq / cp) */
     mtc_result_t error; /* first communication error of a forward (sticky) */
     mtc_registry reg;
     float *params, *grads; /* flat, reg.total floats each, backward order */
@@ -188,6 +189,7 @@ typedef struct {
     float *dhead_w;
     mtc_model_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
     nn_rope_table rope;                /* RoPE cos/sin (zeroed without rotary positions) */
+    cp_ctx cp; /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos) */
     int nslots;
     mtc_model_slot *slots;
     /* shared scratch */
@@ -222,6 +224,9 @@ typedef struct {
     nn_pool *pool;               /* may be NULL */
     mtc_comm_t tp;               /* NULL: serial */
     int sequence_parallel;       /* ignored with tp 1 */
+    mtc_comm_t cp;               /* CONTEXT_PARALLEL_GROUP (NULL: cp 1): the chunk holds
+                                    seq/cp positions, chunks r and 2cp-1-r */
+    cp_comm_type cp_comm_type;   /* how its attention talks */
     int first_layer, last_layer; /* the chunk's layers [first, last) */
     int has_embedding, has_head; /* first / last virtual pipeline stage */
     mtc_model_layout_fn layout;  /* NULL: packed backward order */

@@ -13,8 +13,7 @@ struct mtc_model_slot {
     float *encoded;                   /* (B,T_loc,C) chunk input (embedding output) */
     float *ln1, *ln1_mean, *ln1_rstd; /* per layer (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *qkv;                       /* per layer (B,T,QD_tp+2KD_tp) */
-    float *qkv_rep;                   /* per layer (B,T,3QD_tp) GQA: k, v repeated */
-    float *att;                       /* per layer (B,NH_tp,T,T) */
+    float *lse;                       /* per layer (B,NH_tp,T) attention log-sum-exp */
     float *atty;                      /* per layer (B,T,QD_tp) */
     float *res2;                      /* per layer (B,T_loc,C) */
     float *ln2, *ln2_mean, *ln2_rstd;

@@ -28,10 +28,15 @@ static nn_dropout_spec gpt_drop(const mtc_model *m, const mtc_model_pass *pass, 
                    (uint64_t)site;
         s.b0 = pass->b0;
     }
-    s.Tg = T;
+    s.Tg = m->cp.cp > 1 ? m->cp.Tg : T;
     s.Cg = m->cfg.hidden_size;
     s.NHg = m->cfg.num_heads;
-    if (site != SITE_ATTN_PROBS && m->tp.sequence_parallel) s.t0 = m->tp_rank * (T / m->tp_size);
+    int sp_off =
+        site != SITE_ATTN_PROBS && m->tp.sequence_parallel ? m->tp_rank * (T / m->tp_size) : 0;
+    if (m->cp.cp > 1) /* rows are this CP rank's two chunks: their global positions */
+        s.tpos = m->cp.pos + sp_off;
+    else
+        s.t0 = sp_off;
     return s;
 }
 
@@ -79,12 +84,8 @@ static void gpt_layer_acts(const mtc_model *m, mtc_model_slot *a, size_t k,
     size_t p = (size_t)m->tp_size, sN = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
     size_t QD = (size_t)c->num_heads / p * HS, KD = (size_t)mtc_model_groups(c) / p * HS;
     size_t F = (size_t)c->ffn_hidden_size / p, F1 = (c->swiglu ? 2 : 1) * F;
-    int gqa = mtc_model_groups(c) < c->num_heads;
-    *aa = (model_attention_acts){m->in_total,
-                                 0,
-                                 a->qkv + k * sN * (QD + 2 * KD),
-                                 gqa ? a->qkv_rep + k * sN * 3 * QD : NULL,
-                                 a->att + k * (size_t)m->B * (c->num_heads / p) * m->T * m->T,
+    *aa = (model_attention_acts){m->in_total, 0, a->qkv + k * sN * (QD + 2 * KD),
+                                 a->lse + k * (size_t)m->B * (c->num_heads / p) * m->T,
                                  a->atty + k * sN * QD};
     *ma = (model_mlp_acts){m->in_total, 0, a->fch + k * sN * F1, a->fchg + k * sN * F};
 }
@@ -115,7 +116,8 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
         GPT_NEED(e0, e1 + 1);
         /* comm: all-reduce(tp) */
         GPT_TRY(m, tp_vocab_embedding_forward(tp, a->encoded, tokens, m->g[MTC_ROLE_WTE],
-                                              m->g[MTC_ROLE_WPE], NULL, m->scratch, B, T, C, Vp));
+                                              m->g[MTC_ROLE_WPE], m->cp.cp > 1 ? m->cp.pos : NULL,
+                                              m->scratch, B, T, C, Vp));
         nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
         if (d.p > 0) nn_dropout_forward(a->encoded, a->encoded, B, Tl, C, &d);
     }
@@ -273,7 +275,8 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         if (d.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &d), dy = m->dtmp;
         /* comm: SP all-gather(tp) of dy */
         MTC_CHECK(tp_vocab_embedding_backward(tp, m->dg[MTC_ROLE_WTE], m->dg[MTC_ROLE_WPE], dy,
-                                              tokens, NULL, m->scratch, B, T, C, Vp));
+                                              tokens, m->cp.cp > 1 ? m->cp.pos : NULL, m->scratch,
+                                              B, T, C, Vp));
         int e0 = m->pidx[MTC_ROLE_WTE],
             e1 = m->pidx[MTC_ROLE_WPE] >= 0 ? m->pidx[MTC_ROLE_WPE] + 1 : e0 + 1;
         MTC_CHECK(gpt_ready(pass, e0, e1)); /* wte, wpe */

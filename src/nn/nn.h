@@ -121,20 +121,63 @@ void nn_dropout_forward(float *out, const float *inp, int B, int T, int C,
 void nn_dropout_backward(float *dinp, const float *dout, int B, int T, int C,
                          const nn_dropout_spec *spec);
 
-/* ---- causal self-attention ------------------------------------------------------ */
+/* ---- attention (tiled, flash style: nn/flash_attention.c) ------------------------ */
 
-/* qkv (B,T,3*NH*HS) laid out [q | k | v], heads contiguous inside each;
- * out (B,T,NH*HS); att (B,NH,T,T) saved softmax probabilities P BEFORE
- * dropout (zeros above the diagonal; backward rebuilds the dropout mask from
- * drop, so pass the same spec to both). Scale 1/sqrt(HS); causal over local
- * positions (query i sees keys j <= i). drop may be NULL. In nn_dropout_spec
- * a zero Tg / Cg / NHg means "the local T / C / NH" (unsharded). */
-void nn_attention_forward(nn_pool *pool, float *out, float *att, const float *qkv, int B, int T,
-                          int NH, int HS, const nn_dropout_spec *drop);
-/* dqkv (B,T,3*NH*HS) =; scratch (B,NH,T,T) or larger. */
-void nn_attention_backward(nn_pool *pool, float *dqkv, float *scratch, const float *dout,
-                           const float *qkv, const float *att, int B, int T, int NH, int HS,
+/* Geometry of one attention call; rows are row-major with explicit strides
+ * (floats between consecutive positions), so the packed [q | k | v] rows
+ * and separate tensors both work:
+ *   query i, head h, batch b:     q + (b*T + i) * ldq + h*HS     (HS floats)
+ *   key j, kv head g, batch b:    k + (b*Tk + j) * ldk + g*HS    (v: ldv)
+ *   output / its gradient:        out + (b*T + i) * ldo + h*HS   (dout: ldo)
+ *   dq, dk, dv use the strides of q, k, v.
+ * Grouped-query attention: query head h reads kv head h / (NH/NKV).
+ * Causal mask by positions: key j is visible to query i iff
+ * kpos(j) <= qpos(i), qpos(i) = qpos ? qpos[i] : q0 + i, kpos likewise
+ * (shared by all batch rows). A query that sees no key gets out = 0 and
+ * lse = -inf. */
+typedef struct {
+    int B, T, Tk;           /* batch rows; query and key positions per batch row */
+    int NH, NKV, HS;        /* query heads, key/value heads (NH % NKV == 0), head size */
+    int ldq, ldk, ldv, ldo; /* row strides in floats */
+    int q0, k0;             /* first positions when qpos / kpos are NULL */
+    const int *qpos, *kpos; /* (T), (Tk) explicit positions, or NULL */
+    float scale;            /* scores = scale q.k; 0 means 1/sqrt(HS) */
+    int accumulate;         /* backward: 1 = dq, dk, dv +=; 0 = dq, dk, dv = */
+} nn_attention_shape;
+
+/* Causal self-attention of the packed rows qkv (B, T, 3*NH*HS) = [q | k | v]
+ * (heads contiguous inside each): pass q = qkv, k = qkv + NH*HS,
+ * v = qkv + 2*NH*HS, and likewise for dqkv. */
+static inline nn_attention_shape nn_attention_shape_qkv(int B, int T, int NH, int HS) {
+    int C = NH * HS;
+    nn_attention_shape s = {B, T, T, NH, NH, HS, 3 * C, 3 * C, 3 * C, C, 0, 0, NULL, NULL, 0.0f, 0};
+    return s;
+}
+
+/* out (rows of ldo) = softmax(scale q kᵀ, masked) with dropout, then v;
+ * lse (B, NH, T) = natural log of the row sums of exp(scale q kᵀ) over the
+ * visible keys (of the scaled scores, before dropout). Attention dropout
+ * element (b, h, i, j) is global element
+ *   (((b0 + b) * NHg + h0 + h) * Tg + pos(i)) * Tg + kpos(j)
+ * of nn_dropout_spec (its own tpos / t0 / kpos; a zero Tg / NHg means the
+ * local T / NH), so pass the same spec to both calls. drop may be NULL.
+ * Memory: no T x Tk buffer; tiles of under 200 KB of stack per thread. */
+void nn_attention_forward(nn_pool *pool, float *out, float *lse, const float *q, const float *k,
+                          const float *v, const nn_attention_shape *s, const nn_dropout_spec *drop);
+/* dq, dk, dv: the gradient of out only (= or += by s->accumulate; any may
+ * be NULL), from dout and the forward's out and lse, which may be the
+ * lse-merge of several calls over disjoint key sets (each part's backward
+ * then gives that part's dk, dv and its share of dq). */
+void nn_attention_backward(nn_pool *pool, float *dq, float *dk, float *dv, const float *dout,
+                           const float *q, const float *k, const float *v, const float *out,
+                           const float *lse, const nn_attention_shape *s,
                            const nn_dropout_spec *drop);
+/* Merge a partial result over another key set into (out, lse) by
+ * log-sum-exp: lse' = log(e^lse + e^lse_part), out' = out e^(lse - lse') +
+ * out_part e^(lse_part - lse'). out, out_part rows of ldo (B, T, NH*HS
+ * used); lse, lse_part (B, NH, T). Rows with both lse = -inf stay 0. */
+void nn_attention_merge(nn_pool *pool, float *out, float *lse, const float *out_part,
+                        const float *lse_part, int B, int T, int NH, int HS, int ldo);
 
 /* ---- softmax + cross-entropy (fused, in place) ---------------------------------- */
 

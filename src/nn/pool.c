@@ -23,9 +23,11 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/log.h"
+#include "nn/lowp.h"
 
 /* Spin budget before sleeping, in microseconds (env MTC_NN_SPIN_US, 0 = sleep
  * at once): long enough to cover the gap between back-to-back kernels,
@@ -46,6 +48,7 @@ struct nn_pool {
     int n;
     void (*fn)(int i, void *arg);
     void *arg;
+    nn_lowp *lp; /* fp32 GEMMs through oneDNN (NULL: OpenBLAS) */
 };
 
 static inline void pool_pause(void) {
@@ -112,12 +115,50 @@ static void *pool_worker(void *vp) {
     }
 }
 
+/* MTC_GEMM=openblas keeps every fp32 GEMM on OpenBLAS; the default uses
+ * oneDNN's matmul where mtc was built with it. The choice is fixed per
+ * process (not measured at start-up), so the same command gives the same
+ * bits run to run; bench/gemm_bf16.sh measures both. */
+static int pool_dnnl_wanted;
+static pthread_once_t pool_dnnl_once = PTHREAD_ONCE_INIT;
+static pthread_key_t pool_lp_key; /* the calling thread's context for a NULL pool */
+
+static void pool_lp_free(void *lp) { nn_lowp_free(lp); }
+
+static void pool_dnnl_init(void) {
+    const char *e = getenv("MTC_GEMM");
+    pool_dnnl_wanted = nn_lowp_available() && !(e && !strcmp(e, "openblas"));
+    pthread_key_create(&pool_lp_key, pool_lp_free);
+}
+
+static int pool_want_dnnl(void) {
+    pthread_once(&pool_dnnl_once, pool_dnnl_init);
+    return pool_dnnl_wanted;
+}
+
 void nn_blas_describe(char *buf, size_t size) {
     const char *forced = getenv("OPENBLAS_CORETYPE");
-    snprintf(buf, size, "%s; kernels for %s%s%s%s", openblas_get_config(), openblas_get_corename(),
-             forced && *forced ? " (forced by OPENBLAS_CORETYPE=" : "",
-             forced && *forced ? forced : "",
-             forced && *forced ? ": unset it if this CPU is newer)" : "");
+    char dnnl[128] = "";
+    if (pool_want_dnnl()) {
+        nn_lowp *lp = NULL;
+        if (nn_lowp_create(&lp) == MTC_OK) nn_lowp_describe(lp, dnnl, sizeof dnnl);
+        nn_lowp_free(lp);
+    }
+    snprintf(buf, size, "%s%s%s%s; kernels for %s%s%s%s", dnnl[0] ? "fp32 GEMMs by " : "", dnnl,
+             dnnl[0] ? " (MTC_GEMM=openblas for OpenBLAS); elementwise BLAS by " : "",
+             openblas_get_config(), openblas_get_corename(),
+             forced && *forced ? " (OPENBLAS_CORETYPE=" : "", forced && *forced ? forced : "",
+             forced && *forced ? ")" : "");
+}
+
+/* A NULL pool is the calling thread alone: its own context (freed when the
+ * thread exits), so every pool size and NULL compute the same bits. */
+nn_lowp *nn_pool_lowp(const nn_pool *pool) {
+    if (pool) return pool->lp;
+    if (!pool_want_dnnl()) return NULL;
+    nn_lowp *lp = pthread_getspecific(pool_lp_key);
+    if (!lp && nn_lowp_create(&lp) == MTC_OK) pthread_setspecific(pool_lp_key, lp);
+    return lp;
 }
 
 mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {
@@ -134,6 +175,7 @@ mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);
+    if (pool_want_dnnl() && nn_lowp_create(&p->lp) != MTC_OK) p->lp = NULL;
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) {
@@ -167,6 +209,7 @@ void nn_pool_free(nn_pool *p) {
             pthread_join(p->threads[t], NULL);
         free(p->threads);
     }
+    nn_lowp_free(p->lp);
     pthread_cond_destroy(&p->cv_work);
     pthread_cond_destroy(&p->cv_done);
     pthread_mutex_destroy(&p->mu);

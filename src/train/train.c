@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "cp/cp.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "dp/ddp.h"
@@ -65,6 +66,7 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     gc.world_size = world > 0 ? world : 1;
     gc.tp = c->tp > 0 ? c->tp : 1;
     gc.pp = c->pp > 0 ? c->pp : 1;
+    gc.cp = c->cp > 0 ? c->cp : 1;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
     int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
@@ -72,6 +74,22 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                                       c->model.num_layers, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
+    if (gc.cp > 1) { /* context parallelism on top of the TP split */
+        int T_cp = c->model.seq_length / gc.cp, NH = c->model.num_heads / gc.tp;
+        int NG = mtc_model_groups(&c->model) / gc.tp;
+        if (c->sequence_parallel && gc.tp > 1 && T_cp % gc.tp)
+            return mtc_error(E,
+                             "seq-length=%d / context-parallel-size=%d = %d positions per rank is "
+                             "not divisible by tensor-model-parallel-size=%d, which sequence "
+                             "parallelism needs",
+                             c->model.seq_length, gc.cp, T_cp, gc.tp);
+        if (c->cp_comm_type == CP_COMM_A2A && (NH % gc.cp || NG % gc.cp))
+            return mtc_error(E,
+                             "cp-comm-type a2a splits the heads over context-parallel-size=%d, but "
+                             "a tensor-parallel rank has %d query heads and %d key/value heads "
+                             "(use p2p or all_gather, or a cp dividing both)",
+                             gc.cp, NH, NG);
+    }
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
@@ -147,6 +165,12 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "param gather: %s; pad buckets for high busbw: %s\n",
                 ddp->instances, ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
                 c->pad_high_busbw ? "on" : "off");
+    if (model->cp.cp > 1)
+        fprintf(out,
+                "> context parallel: %d ranks, %s attention; each rank holds %d of %d positions "
+                "(chunks %d and %d of %d)\n",
+                model->cp.cp, cp_comm_type_name(model->cp.type), x->T_cp, T, model->cp.rank,
+                2 * model->cp.cp - 1 - model->cp.rank, 2 * model->cp.cp);
     char blas[256];
     nn_blas_describe(blas, sizeof blas);
     fprintf(out, "> BLAS: %s\n", blas);

@@ -45,6 +45,9 @@ typedef struct {
     /* ---- parallel layout (issue 5) ---- */
     int world_size;            /* shm rank-threads (ignored under mpirun); 0/1 = serial */
     int tp;                    /* --tensor-model-parallel-size (0 = 1) */
+    int cp;                    /* --context-parallel-size (0 = 1): each sequence in 2cp chunks,
+                                  rank c keeping chunks c and 2cp-1-c */
+    int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a */
     int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
                                   of num_layers/pp layers */
     int vpp;                   /* model chunks per pipeline rank (0/1 = not interleaved):

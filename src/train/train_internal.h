@@ -37,7 +37,10 @@ typedef struct {
     mtc_comm_t tp, dp, mp; /* NULL when of size 1 */
     mtc_comm_t pipe, embd; /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
     mtc_comm_t intra;      /* the distributed optimizer's shard group (NULL: size 1) */
+    mtc_comm_t cp;         /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
     int dp_size, dp_rank, nmb;
+    int T_cp;       /* positions per sample on this rank: seq-length / cp */
+    const int *pos; /* (T_cp) their global positions (chunk 0's model owns them) */
     int pp_size, pp_rank;
     int world_rank;
     pp_executor_t ex;             /* NULL when pp == 1 */
@@ -52,7 +55,7 @@ typedef struct {
     double mb_loss_sum;
     nn_pool *pool;
     int *buf;              /* (T+1) one sample */
-    int *tokens, *targets; /* (nmb, B, T) this DP rank's microbatches */
+    int *tokens, *targets; /* (nmb, B, T_cp) this DP rank's microbatches, this CP rank's rows */
     float *red_buf;        /* packed gradients of one reduction group (finalize_grads) */
     uint64_t valid_consumed;
     uint64_t comm_ns;  /* time in the step's explicit collectives */

@@ -12,15 +12,19 @@
 #include "train/train_internal.h"
 
 /* Fill tokens/targets of this DP rank's microbatch m of the global batch at
- * `consumed` (rows m*B .. m*B+B-1 of the buffers). */
+ * `consumed` (rows m*B .. m*B+B-1 of the buffers); with context
+ * parallelism only this CP rank's positions (its two chunks, Megatron's
+ * get_batch_on_this_cp_rank), tokens and shifted labels alike. */
 static mtc_result_t train_load_batch(train_rank *x, data_split split, uint64_t consumed, int m) {
-    int B = x->cfg->micro_batch, T = x->cfg->model.seq_length;
+    int B = x->cfg->micro_batch, T = x->T_cp;
     for (int j = 0; j < B; j++) {
         uint64_t idx = data_sample_index(consumed, m, x->dp_rank, j, B, x->dp_size);
         MTC_CHECK(data_source_sample(x->src, split, idx, x->buf));
         size_t at = ((size_t)m * B + j) * T;
-        memcpy(x->tokens + at, x->buf, (size_t)T * sizeof(int));
-        memcpy(x->targets + at, x->buf + 1, (size_t)T * sizeof(int));
+        for (int t = 0; t < T; t++) {
+            int p = x->pos ? x->pos[t] : t;
+            x->tokens[at + t] = x->buf[p], x->targets[at + t] = x->buf[p + 1];
+        }
     }
     return MTC_OK;
 }
@@ -110,7 +114,7 @@ static void train_slot_release(train_rank *x, int k, int mb) {
 static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *input, float *output) {
     train_rank *x = ctx;
     mtc_model *m = x->chunks[k].model;
-    int B = x->cfg->micro_batch, T = x->cfg->model.seq_length, slot = 0;
+    int B = x->cfg->micro_batch, T = x->T_cp, slot = 0;
     MTC_CHECK(train_slot_take(x, k, mb, &slot));
     size_t at = (size_t)mb * B * T;
     if (input) memcpy(mtc_model_slot_input(m, slot), input, x->msg_count * sizeof(float));
@@ -127,13 +131,14 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
     train_rank *x = ctx;
     const mtc_train_config *c = x->cfg;
     mtc_model *m = x->chunks[k].model;
-    int B = c->micro_batch, T = c->model.seq_length;
+    int B = c->micro_batch, T = x->T_cp;
     int slot = x->ex ? x->chunks[k].slot_of[mb] : 0;
     if (slot < 0)
         return mtc_error(MTC_ERR_INTERNAL, "backward of microbatch %d chunk %d before its forward",
                          mb, k);
     size_t at = (size_t)mb * B * T;
-    float scale = 1.0f / ((float)c->global_batch * (float)T);
+    /* the mean over every token of the global batch (all CP ranks' rows) */
+    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length);
     if (output_grad) memcpy(mtc_model_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
     mtc_model_pass pass = train_pass(x, k, mb);
     MTC_CHECK(mtc_model_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));

@@ -108,6 +108,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .pool = x->pool,
                               .tp = x->tp,
                               .sequence_parallel = c->sequence_parallel,
+                              .cp = x->cp,
+                              .cp_comm_type = (cp_comm_type)c->cp_comm_type,
                               .first_layer = st * L / S,
                               .last_layer = (st + 1) * L / S,
                               .has_embedding = st == 0,
@@ -208,6 +210,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     gc.world_size = mtc_comm_size(world);
     gc.tp = c->tp > 0 ? c->tp : 1;
     gc.pp = c->pp > 0 ? c->pp : 1;
+    gc.cp = c->cp > 0 ? c->cp : 1;
     if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
@@ -215,6 +218,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
 #define NONTRIVIAL(comm) ((comm) && mtc_comm_size(comm) > 1 ? (comm) : NULL)
     x->tp = NONTRIVIAL(GROUP(MTC_GROUP_TP));
     x->dp = NONTRIVIAL(GROUP(MTC_GROUP_DP_CP));
+    x->cp = NONTRIVIAL(GROUP(MTC_GROUP_CP));
     x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));
@@ -226,7 +230,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
 #undef GROUP
     x->pp_size = gc.pp, x->pp_rank = co->pp;
     x->dp_size = mtc_grid_spec_get(x->grid)->dp;
-    x->dp_rank = co->dp_cp;
+    x->dp_rank = co->dp; /* the data rank; CP ranks of one DP rank share its samples */
+    x->T_cp = T / gc.cp;
     x->nmb = c->global_batch / (B * x->dp_size);
     x->world_rank = mtc_comm_rank(world);
     MTC_CHECK(nn_pool_create(threads, &x->pool));
@@ -246,13 +251,14 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     for (int k = 0; k < x->vpp; k++)
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
+    x->pos = x->cp ? x->chunks[0].model->cp.pos : NULL;
     if (P > 1) {
         pp_executor_config ec = {.schedule = sc, .count = x->msg_count};
         MTC_CHECK(pp_executor_init(&x->ex, &ec, x->pipe, NULL));
     }
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
-    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->tokens));
-    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * T * sizeof(int), (void **)&x->targets));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * x->T_cp * sizeof(int), (void **)&x->tokens));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * x->T_cp * sizeof(int), (void **)&x->targets));
     size_t red_n = 0; /* red_buf: the largest chunk's packed group reduction */
     for (int k = 0; k < x->vpp; k++)
         for (unsigned bit = MTC_REDUCE_TP; bit <= MTC_REDUCE_EMBEDDING; bit <<= 1) {

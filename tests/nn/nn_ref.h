@@ -62,44 +62,55 @@ static inline double ref_keep(const nn_dropout_spec *s, uint64_t g) {
     return mtc_rng_uniform(s->seed, s->stream, g) >= s->p ? 1.0 / (1.0 - (double)s->p) : 0.0;
 }
 
-/* causal attention, unsharded global layout; att (B,NH,T,T) gets P (before
- * dropout); drop may be NULL. */
-static inline void ref_attention(double *out, double *att, const double *qkv, int B, int T, int NH,
-                                 int HS, const nn_dropout_spec *drop) {
-    int C = NH * HS, C3 = 3 * C;
-    double *p = malloc((size_t)T * sizeof(double));
-    for (int b = 0; b < B; b++)
+/* Attention from the formulas, in the geometry of nn_attention_shape (q, k,
+ * v, out with its strides; GQA, causal by positions): out and lse (B,NH,T;
+ * -inf and a zero row when no key is visible); drop may be NULL (dropout
+ * element numbering as in nn.h). */
+static inline void ref_attention(double *out, double *lse, const double *q, const double *k,
+                                 const double *v, const nn_attention_shape *s,
+                                 const nn_dropout_spec *drop) {
+    int T = s->T, Tk = s->Tk, NH = s->NH, HS = s->HS, G = s->NH / s->NKV;
+    double scale = s->scale != 0.0f ? s->scale : 1.0 / sqrt((double)HS);
+    double *p = malloc(((size_t)Tk + 1) * sizeof(double));
+    int Tg = drop && drop->Tg ? drop->Tg : T, NHg = drop && drop->NHg ? drop->NHg : NH;
+    for (int b = 0; b < s->B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
-                const double *q = qkv + ((size_t)b * T + i) * C3 + h * HS;
-                double mx = -INFINITY, s = 0;
-                for (int j = 0; j <= i; j++) {
-                    const double *k = qkv + ((size_t)b * T + j) * C3 + C + h * HS;
+                const double *qi = q + ((size_t)b * T + i) * s->ldq + (size_t)h * HS;
+                int qp = s->qpos ? s->qpos[i] : s->q0 + i;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < Tk; j++) {
+                    int kp = s->kpos ? s->kpos[j] : s->k0 + j;
+                    p[j] = -INFINITY;
+                    if (kp > qp) continue;
+                    const double *kj = k + ((size_t)b * Tk + j) * s->ldk + (size_t)(h / G) * HS;
                     double d = 0;
                     for (int e = 0; e < HS; e++)
-                        d += q[e] * k[e];
-                    p[j] = d / sqrt((double)HS);
+                        d += qi[e] * kj[e];
+                    p[j] = d * scale;
                     if (p[j] > mx) mx = p[j];
                 }
-                for (int j = 0; j <= i; j++)
-                    s += (p[j] = exp(p[j] - mx));
-                for (int j = 0; j <= i; j++)
-                    p[j] /= s;
-                if (att) {
-                    double *a = att + (((size_t)b * NH + h) * T + i) * T;
-                    for (int j = 0; j < T; j++)
-                        a[j] = j <= i ? p[j] : 0.0;
-                }
-                double *o = out + ((size_t)b * T + i) * C + h * HS;
+                double *o = out + ((size_t)b * T + i) * s->ldo + (size_t)h * HS;
                 for (int e = 0; e < HS; e++)
                     o[e] = 0;
-                for (int j = 0; j <= i; j++) {
-                    double a = p[j];
-                    if (drop && drop->p > 0)
-                        a *= ref_keep(drop, (((uint64_t)b * NH + h) * T + i) * T + j);
-                    const double *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * HS;
+                if (lse) lse[((size_t)b * NH + h) * T + i] = -INFINITY;
+                if (mx == -INFINITY) continue;
+                for (int j = 0; j < Tk; j++)
+                    sum += (p[j] = p[j] == -INFINITY ? 0.0 : exp(p[j] - mx));
+                if (lse) lse[((size_t)b * NH + h) * T + i] = mx + log(sum);
+                for (int j = 0; j < Tk; j++) {
+                    double a = p[j] / sum;
+                    if (a == 0) continue;
+                    if (drop && drop->p > 0) {
+                        uint64_t pos = drop->tpos ? drop->tpos[i] : drop->t0 + i;
+                        uint64_t kp = drop->kpos ? drop->kpos[j] : j;
+                        a *= ref_keep(
+                            drop,
+                            ((((uint64_t)drop->b0 + b) * NHg + drop->h0 + h) * Tg + pos) * Tg + kp);
+                    }
+                    const double *vj = v + ((size_t)b * Tk + j) * s->ldv + (size_t)(h / G) * HS;
                     for (int e = 0; e < HS; e++)
-                        o[e] += a * v[e];
+                        o[e] += a * vj[e];
                 }
             }
     free(p);

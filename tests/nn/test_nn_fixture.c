@@ -100,16 +100,18 @@ int main(void) {
     { /* attention */
         const float *dims = get("att.dims", 4);
         int B = (int)dims[0], T = (int)dims[1], NH = (int)dims[2], HS = (int)dims[3];
-        size_t nq = (size_t)B * T * 3 * NH * HS, no = nq / 3, na = (size_t)B * NH * T * T;
-        float *y = malloc(no * 4), *att = malloc(na * 4), *dqkv = malloc(nq * 4);
-        float *scr = malloc(na * 4);
+        size_t nq = (size_t)B * T * 3 * NH * HS, no = nq / 3, nl = (size_t)B * NH * T;
+        float *y = malloc(no * 4), *lse = malloc(nl * 4), *dqkv = malloc(nq * 4);
         const float *qkv = get("att.qkv", nq);
-        nn_attention_forward(pool, y, att, qkv, B, T, NH, HS, NULL);
+        nn_attention_shape s = nn_attention_shape_qkv(B, T, NH, HS);
+        int C = NH * HS;
+        nn_attention_forward(pool, y, lse, qkv, qkv + C, qkv + 2 * C, &s, NULL);
         close_all("attention y", y, get("att.y", no), no, 1e-5, 1e-5);
-        close_all("attention probabilities", att, get("att.p", na), na, 1e-6, 1e-5);
-        nn_attention_backward(pool, dqkv, scr, get("att.dy", no), qkv, att, B, T, NH, HS, NULL);
+        close_all("attention lse", lse, get("att.lse", nl), nl, 1e-5, 1e-6);
+        nn_attention_backward(pool, dqkv, dqkv + C, dqkv + 2 * C, get("att.dy", no), qkv, qkv + C,
+                              qkv + 2 * C, y, lse, &s, NULL);
         close_all("attention dqkv", dqkv, get("att.dqkv", nq), nq, 1e-5, 1e-4);
-        free(y), free(att), free(dqkv), free(scr);
+        free(y), free(lse), free(dqkv);
     }
     { /* cross-entropy over a padded vocabulary, mean over tokens */
         const float *dims = get("xent.dims", 3);

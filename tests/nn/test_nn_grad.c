@@ -2,7 +2,8 @@
  * reference (nn_ref.h), and its backward against central finite
  * differences of that reference: L = sum(out * g) for a fixed random g, so
  * dL/dx is what backward returns for dout = g. Also the += / = / NULL
- * conventions of the backward functions. */
+ * conventions of the backward functions. Attention has its own test,
+ * test_nn_attention.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,48 +179,6 @@ static void test_gelu(nn_pool *pool) {
     free(x), free(out), free(g), free(dx), free(c.x);
 }
 
-/* ---- attention ------------------------------------------------------------------ */
-typedef struct {
-    double *qkv, *out;
-    const float *g;
-    int B, T, NH, HS;
-    const nn_dropout_spec *drop;
-} att_ctx;
-static double att_loss(void *vp) {
-    att_ctx *c = vp;
-    ref_attention(c->out, NULL, c->qkv, c->B, c->T, c->NH, c->HS, c->drop);
-    return dot(c->out, c->g, (size_t)c->B * c->T * c->NH * c->HS);
-}
-
-static void test_attention_case(nn_pool *pool, int B, int T, int NH, int HS, float p,
-                                size_t stride) {
-    int C = NH * HS;
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    float *qkv = malloc(nq * 4), *out = malloc(no * 4), *att = malloc(na * 4);
-    float *g = malloc(no * 4), *dqkv = malloc(nq * 4), *scr = malloc(na * 4);
-    ref_fill(qkv, nq, 31 + T, 1.0f);
-    ref_fill(g, no, 32, 1.0f);
-    nn_dropout_spec drop = {.p = p, .seed = 5, .stream = 9};
-    nn_attention_forward(pool, out, att, qkv, B, T, NH, HS, &drop);
-    att_ctx c = {ref_d(qkv, nq), malloc(no * 8), g, B, T, NH, HS, &drop};
-    double *ratt = malloc(na * 8);
-    ref_attention(c.out, ratt, c.qkv, B, T, NH, HS, &drop);
-    T_CHECKF(max_rel(out, c.out, no) < 1e-4, "attention forward T=%d p=%g: %.3g", T, p,
-             max_rel(out, c.out, no));
-    double worst = 0;
-    for (size_t k = 0; k < na; k++)
-        worst = fmax(worst, fabs(att[k] - ratt[k]));
-    T_CHECKF(worst < 1e-6, "attention probabilities T=%d: abs err %.3g", T, worst);
-    memset(dqkv, 0x7f, nq * 4);
-    memset(scr, 0x7f, na * 4); /* garbage scratch must not leak in */
-    nn_attention_backward(pool, dqkv, scr, g, qkv, att, B, T, NH, HS, &drop);
-    char what[64];
-    snprintf(what, sizeof what, "attention dqkv T=%d p=%g", T, p);
-    check_fd(what, att_loss, &c, c.qkv, dqkv, nq, stride, 3e-3);
-    free(qkv), free(out), free(att), free(g), free(dqkv), free(scr), free(c.qkv), free(c.out);
-    free(ratt);
-}
-
 /* ---- softmax + cross-entropy -------------------------------------------------------- */
 typedef struct {
     double *x;
@@ -392,10 +351,6 @@ int main(void) {
     test_linear(NULL);
     test_linear(pool);
     test_gelu(pool);
-    test_attention_case(NULL, 2, 5, 2, 3, 0.0f, 1);
-    test_attention_case(pool, 2, 5, 2, 3, 0.3f, 1);
-    test_attention_case(pool, 1, 70, 2, 4, 0.0f, 7);   /* crosses a 64-row causal block */
-    test_attention_case(pool, 1, 270, 1, 4, 0.2f, 97); /* crosses a 256-key dropout tile */
     test_xent(pool);
     test_embeddings();
     test_optim();

@@ -151,7 +151,7 @@ static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
     ref_fill(g, nx, 4, 1.0f);
     float *r[2][8];
     nn_pool *pools[2] = {pa, pb};
-    size_t nW = (size_t)OUT * C, nq = (size_t)B * T * 3 * NH * HS, na = (size_t)B * NH * T * T;
+    size_t nW = (size_t)OUT * C, nq = (size_t)B * T * 3 * NH * HS, na = (size_t)B * NH * T;
     size_t nl = (size_t)N * Vp;
     float *W = malloc(nW * 4), *qkv = malloc(nq * 4), *logits = malloc(nl * 4);
     int *tg = malloc(N * sizeof(int));
@@ -173,10 +173,13 @@ static void test_kernels_threads(nn_pool *pa, nn_pool *pb) {
         float *ge = r[s][4] = malloc(2 * nx * 4);
         nn_gelu_forward(p, ge, x, nx);
         nn_gelu_backward(p, ge + nx, x, g, nx);
-        float *at = r[s][5] = malloc((nq / 3 + na) * 4);
-        nn_attention_forward(p, at, at + nq / 3, qkv, B, T, NH, HS, &drop);
-        float *dat = r[s][6] = malloc((nq + na) * 4);
-        nn_attention_backward(p, dat, dat + nq, at, qkv, at + nq / 3, B, T, NH, HS, &drop);
+        nn_attention_shape as = nn_attention_shape_qkv(B, T, NH, HS);
+        int Ca = NH * HS;
+        float *at = r[s][5] = malloc((nq / 3 + na) * 4); /* out | lse */
+        nn_attention_forward(p, at, at + nq / 3, qkv, qkv + Ca, qkv + 2 * Ca, &as, &drop);
+        float *dat = r[s][6] = malloc(nq * 4);
+        nn_attention_backward(p, dat, dat + Ca, dat + 2 * Ca, at, qkv, qkv + Ca, qkv + 2 * Ca, at,
+                              at + nq / 3, &as, &drop);
         float *xe = r[s][7] = malloc((nl + N) * 4);
         memcpy(xe, logits, nl * 4);
         nn_softmax_xent_forward(p, xe + nl, xe, tg, N, V, Vp);
@@ -331,64 +334,69 @@ static void slice_heads(float *dst, const float *src, int B, int T, int NH, int 
     (void)B;
 }
 
+/* forward and backward of the packed layout: out (B,T,C), lse (B,NH,T), dqkv (B,T,3C) */
+static void attention_packed(nn_pool *pool, float *out, float *lse, float *dqkv, const float *g,
+                             const float *qkv, int B, int T, int NH, int HS,
+                             const nn_dropout_spec *d) {
+    nn_attention_shape s = nn_attention_shape_qkv(B, T, NH, HS);
+    int C = NH * HS;
+    nn_attention_forward(pool, out, lse, qkv, qkv + C, qkv + 2 * C, &s, d);
+    nn_attention_backward(pool, dqkv, dqkv + C, dqkv + 2 * C, g, qkv, qkv + C, qkv + 2 * C, out,
+                          lse, &s, d);
+}
+
 static void test_attention_split(nn_pool *pool) {
     int B = 2, T = 37, NH = 4, HS = 8, C = NH * HS;
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    float *qkv = malloc(nq * 4), *out = malloc(no * 4), *att = malloc(na * 4), *g = malloc(no * 4);
-    float *dqkv = malloc(nq * 4), *scr = malloc(na * 4);
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = malloc(nq * 4), *out = malloc(no * 4), *lse = malloc(nl * 4), *g = malloc(no * 4);
+    float *dqkv = malloc(nq * 4);
     ref_fill(qkv, nq, 71, 1.0f), ref_fill(g, no, 72, 1.0f);
     nn_dropout_spec full = {.p = 0.2f, .seed = 8, .stream = 99};
-    nn_attention_forward(pool, out, att, qkv, B, T, NH, HS, &full);
-    nn_attention_backward(pool, dqkv, scr, g, qkv, att, B, T, NH, HS, &full);
+    attention_packed(pool, out, lse, dqkv, g, qkv, B, T, NH, HS, &full);
     /* (b0, bl, h0, nh): two head halves of all batches, then one batch, heads 1..3 */
     int cases[][4] = {{0, 2, 0, 2}, {0, 2, 2, 2}, {1, 1, 1, 3}};
     for (int cs = 0; cs < 3; cs++) {
         int b0 = cases[cs][0], bl = cases[cs][1], h0 = cases[cs][2], nh = cases[cs][3];
         size_t lq = (size_t)bl * T * 3 * nh * HS, lo = (size_t)bl * T * nh * HS;
-        size_t la = (size_t)bl * nh * T * T;
-        float *q = malloc(lq * 4), *o = malloc(lo * 4), *a = malloc(la * 4), *gl = malloc(lo * 4);
-        float *dq = malloc(lq * 4), *s = malloc(la * 4), *eo = malloc(lo * 4),
-              *edq = malloc(lq * 4);
+        size_t ll = (size_t)bl * nh * T;
+        float *q = malloc(lq * 4), *o = malloc(lo * 4), *a = malloc(ll * 4), *gl = malloc(lo * 4);
+        float *dq = malloc(lq * 4), *eo = malloc(lo * 4), *edq = malloc(lq * 4);
         slice_heads(q, qkv, B, T, NH, HS, 3, b0, bl, h0, nh);
         slice_heads(gl, g, B, T, NH, HS, 1, b0, bl, h0, nh);
         nn_dropout_spec loc = full;
         loc.b0 = b0, loc.h0 = h0, loc.NHg = NH, loc.Tg = T;
-        nn_attention_forward(pool, o, a, q, bl, T, nh, HS, &loc);
-        nn_attention_backward(pool, dq, s, gl, q, a, bl, T, nh, HS, &loc);
+        attention_packed(pool, o, a, dq, gl, q, bl, T, nh, HS, &loc);
         slice_heads(eo, out, B, T, NH, HS, 1, b0, bl, h0, nh);
         slice_heads(edq, dqkv, B, T, NH, HS, 3, b0, bl, h0, nh);
-        int ok_att = 1;
+        int ok_lse = 1;
         for (int b = 0; b < bl; b++)
             for (int h = 0; h < nh; h++)
-                ok_att &= same(a + ((size_t)b * nh + h) * T * T,
-                               att + ((size_t)(b0 + b) * NH + h0 + h) * T * T, (size_t)T * T);
-        T_CHECKF(same(o, eo, lo) && ok_att, "attention split %d: forward differs", cs);
+                ok_lse &= same(a + ((size_t)b * nh + h) * T,
+                               lse + ((size_t)(b0 + b) * NH + h0 + h) * T, (size_t)T);
+        T_CHECKF(same(o, eo, lo) && ok_lse, "attention split %d: forward differs", cs);
         T_CHECKF(same(dq, edq, lq), "attention split %d: backward differs", cs);
-        free(q), free(o), free(a), free(gl), free(dq), free(s), free(eo), free(edq);
+        free(q), free(o), free(a), free(gl), free(dq), free(eo), free(edq);
     }
     /* position arrays: explicit positions equal the implicit ones (t0 / keys 0..),
      * and a shifted window (CP-style global positions) draws another mask */
     int *pos = malloc(2 * (T + 10) * sizeof(int));
     for (int i = 0; i < T + 10; i++)
         pos[i] = i, pos[T + 10 + i] = 10 + i;
-    float *o2 = malloc(no * 4), *a2 = malloc(na * 4), *d2 = malloc(nq * 4);
+    float *o2 = malloc(no * 4), *l2 = malloc(nl * 4), *d2 = malloc(nq * 4);
     nn_dropout_spec ex = full;
     ex.tpos = pos, ex.kpos = pos;
-    nn_attention_forward(pool, o2, a2, qkv, B, T, NH, HS, &ex);
-    nn_attention_backward(pool, d2, scr, g, qkv, a2, B, T, NH, HS, &ex);
+    attention_packed(pool, o2, l2, d2, g, qkv, B, T, NH, HS, &ex);
     T_CHECKF(same(o2, out, no) && same(d2, dqkv, nq), "explicit positions differ from implicit");
     nn_dropout_spec w1 = full, w2 = full;
     w1.Tg = w2.Tg = T + 10, w1.t0 = 10, w1.kpos = pos + T + 10;
     w2.tpos = w2.kpos = pos + T + 10;
     float *o3 = malloc(no * 4), *d3 = malloc(nq * 4);
-    nn_attention_forward(pool, o2, a2, qkv, B, T, NH, HS, &w1);
-    nn_attention_backward(pool, d2, scr, g, qkv, a2, B, T, NH, HS, &w1);
-    nn_attention_forward(pool, o3, a2, qkv, B, T, NH, HS, &w2);
-    nn_attention_backward(pool, d3, scr, g, qkv, a2, B, T, NH, HS, &w2);
+    attention_packed(pool, o2, l2, d2, g, qkv, B, T, NH, HS, &w1);
+    attention_packed(pool, o3, l2, d3, g, qkv, B, T, NH, HS, &w2);
     T_CHECKF(same(o2, o3, no) && same(d2, d3, nq), "t0 and tpos windows differ");
     T_CHECKF(!same(o2, out, no), "a shifted position window drew the same mask");
-    free(pos), free(o2), free(a2), free(d2), free(o3), free(d3);
-    free(qkv), free(out), free(att), free(g), free(dqkv), free(scr);
+    free(pos), free(o2), free(l2), free(d2), free(o3), free(d3);
+    free(qkv), free(out), free(lse), free(g), free(dqkv);
 }
 
 int main(void) {

@@ -4,8 +4,9 @@ tests/nn/test_nn_fixture.c compares mtc's nn kernels with.
 
 PyTorch (float64) results for: LayerNorm (eps 1e-5) forward and backward,
 tanh GELU forward and backward, causal multi-head attention from a fused
-[q | k | v] tensor forward and backward, and cross-entropy over a padded
-vocabulary (mean over tokens) with its logit gradient. Inputs are rounded
+[q | k | v] tensor forward and backward (with the row log-sum-exp), and
+cross-entropy over a padded vocabulary (mean over tokens) with its logit
+gradient. Inputs are rounded
 to float32 first, because the C kernels read exactly those values.
 
 Format (little-endian, as gpt2_reference.py): b"MTCFIX1\\n", int32 count,
@@ -65,6 +66,8 @@ def main():
     y.backward(dy)
     put("att.dims", torch.tensor([B, T, NH, HS], dtype=torch.float64))
     put("att.qkv", qkv), put("att.dy", dy), put("att.y", y), put("att.p", p), put("att.dqkv", qkv.grad)
+    # per-row log-sum-exp of the masked scaled scores (B, NH, T), what the tiled kernel saves
+    put("att.lse", torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1))
 
     # cross-entropy, mean over tokens, vocabulary V padded to Vp
     N, V, Vp = 6, 11, 16

@@ -65,20 +65,22 @@ static void serial(job *j) {
     fill_const(j->dw2, (size_t)C * IN2, DW0), fill_const(j->db2, C, DW0);
     float *h = tt_alloc((size_t)N * W1), *a = tt_alloc((size_t)N * IN2);
     float *dh = tt_alloc((size_t)N * W1), *da = tt_alloc((size_t)N * IN2);
-    float *att = tt_alloc((size_t)B * NH * T * T), *scr = tt_alloc((size_t)B * NH * T * T);
+    float *lse = tt_alloc((size_t)B * NH * T);
+    nn_attention_shape as = nn_attention_shape_qkv(B, T, NH, HS);
     nn_linear_forward(NULL, h, j->x, j->w1, j->b1, N, C, W1);
     if (j->mlp)
         nn_gelu_forward(NULL, a, h, (size_t)N * F);
     else
-        nn_attention_forward(NULL, a, att, h, B, T, NH, HS, &DROP);
+        nn_attention_forward(NULL, a, lse, h, h + C, h + 2 * C, &as, &DROP);
     nn_linear_forward(NULL, j->out, a, j->w2, j->b2, N, IN2, C);
     nn_linear_backward(NULL, da, j->dw2, j->db2, j->dout, a, j->w2, N, IN2, C);
     if (j->mlp)
         nn_gelu_backward(NULL, dh, h, da, (size_t)N * F);
     else
-        nn_attention_backward(NULL, dh, scr, da, h, att, B, T, NH, HS, &DROP);
+        nn_attention_backward(NULL, dh, dh + C, dh + 2 * C, da, h, h + C, h + 2 * C, a, lse, &as,
+                              &DROP);
     nn_linear_backward(NULL, j->din, j->dw1, j->db1, dh, j->x, j->w1, N, C, W1);
-    free(h), free(a), free(dh), free(da), free(att), free(scr);
+    free(h), free(a), free(dh), free(da), free(lse);
 }
 
 static void check_qkv_mapping(int p, int r) {
@@ -115,7 +117,7 @@ static void block_rank(const job *j, mtc_comm_t comm) {
     float *dw2 = tt_alloc((size_t)C * IN2_p), *db2 = tt_alloc(C);
     float *in_total = tt_alloc((size_t)N * C);
     float *h = tt_alloc((size_t)N * W1_p), *a = tt_alloc((size_t)N * IN2_p);
-    float *att = tt_alloc((size_t)B * (NH / p) * T * T);
+    float *lse = tt_alloc((size_t)B * (NH / p) * T);
     size_t ns = j->mlp ? model_mlp_scratch_floats(&tp, B, T, &BD)
                        : model_attention_scratch_floats(&tp, B, T, &BD);
     float *scratch = tt_alloc(ns);
@@ -138,7 +140,7 @@ static void block_rank(const job *j, mtc_comm_t comm) {
     else
         memcpy(in, j->x, nloc * 4), memcpy(dout, j->dout, nloc * 4);
     mtc_result_t rc;
-    model_attention_acts aa = {in_total, j->saved, h, NULL, att, a};
+    model_attention_acts aa = {in_total, j->saved, h, lse, a};
     model_mlp_acts ma = {in_total, j->saved, h, a};
     if (j->mlp)
         rc = model_mlp_forward(&tp, out, &ma, in, w1, b1, w2, b2, scratch, B, T, &BD);
@@ -183,7 +185,7 @@ static void block_rank(const job *j, mtc_comm_t comm) {
 #undef WHAT
     free(in), free(out), free(dout), free(din), free(want), free(w1), free(b1), free(w2);
     free(b2), free(dw1), free(db1), free(dw2), free(db2), free(in_total), free(h), free(a);
-    free(att), free(scratch);
+    free(lse), free(scratch);
 }
 
 /* ---- tied LM head: embedding -> head (same wte) -> cross-entropy --------------------- */

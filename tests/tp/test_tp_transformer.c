@@ -46,7 +46,7 @@ static void fill_param(float *p, int k, size_t n, uint64_t first) {
 /* ---- serial layer ------------------------------------------------------------------ */
 
 typedef struct {
-    float *ln1, *m1, *r1, *qkv, *att, *atty, *ao, *res, *ln2, *m2, *r2, *fch, *fchg;
+    float *ln1, *m1, *r1, *qkv, *lse, *atty, *ao, *res, *ln2, *m2, *r2, *fch, *fchg;
 } acts;
 
 static void serial(job *j) {
@@ -66,7 +66,7 @@ static void serial(job *j) {
               tt_alloc(N),
               tt_alloc(N),
               tt_alloc(3 * nc),
-              tt_alloc((size_t)B * NH * T * T),
+              tt_alloc((size_t)B * NH * T),
               tt_alloc(nc),
               tt_alloc(nc),
               tt_alloc(nc),
@@ -77,7 +77,8 @@ static void serial(job *j) {
               tt_alloc((size_t)N * F)};
     nn_layernorm_forward(NULL, a.ln1, a.m1, a.r1, j->x, w[0], w[1], N, C);
     nn_linear_forward(NULL, a.qkv, a.ln1, w[2], w[3], N, C, 3 * C);
-    nn_attention_forward(NULL, a.atty, a.att, a.qkv, B, T, NH, HS, &DROP);
+    nn_attention_shape as = nn_attention_shape_qkv(B, T, NH, HS);
+    nn_attention_forward(NULL, a.atty, a.lse, a.qkv, a.qkv + C, a.qkv + 2 * C, &as, &DROP);
     nn_linear_forward(NULL, a.ao, a.atty, w[4], w[5], N, C, C);
     nn_residual_forward(a.res, j->x, a.ao, nc);
     nn_layernorm_forward(NULL, a.ln2, a.m2, a.r2, a.res, w[6], w[7], N, C);
@@ -87,14 +88,15 @@ static void serial(job *j) {
     nn_residual_forward(j->y, a.res, j->y, nc);
     /* backward */
     float *dres = tt_alloc(nc), *t1 = tt_alloc((size_t)N * F), *t2 = tt_alloc((size_t)N * F);
-    float *t3 = tt_alloc(3 * nc), *scr = tt_alloc((size_t)B * NH * T * T), *dln = tt_alloc(nc);
+    float *t3 = tt_alloc(3 * nc), *dln = tt_alloc(nc);
     nn_linear_backward(NULL, t1, j->g[10], j->g[11], j->dy, a.fchg, w[10], N, F, C);
     nn_gelu_backward(NULL, t2, a.fch, t1, (size_t)N * F);
     nn_linear_backward(NULL, dln, j->g[8], j->g[9], t2, a.ln2, w[8], N, C, F);
     nn_layernorm_backward(NULL, dres, j->g[6], j->g[7], dln, a.res, w[6], a.m2, a.r2, N, C);
     nn_residual_forward(dres, dres, j->dy, nc);
     nn_linear_backward(NULL, t1, j->g[4], j->g[5], dres, a.atty, w[4], N, C, C);
-    nn_attention_backward(NULL, t3, scr, t1, a.qkv, a.att, B, T, NH, HS, &DROP);
+    nn_attention_backward(NULL, t3, t3 + C, t3 + 2 * C, t1, a.qkv, a.qkv + C, a.qkv + 2 * C, a.atty,
+                          a.lse, &as, &DROP);
     nn_linear_backward(NULL, dln, j->g[2], j->g[3], t3, a.ln1, w[2], N, C, 3 * C);
     nn_layernorm_backward(NULL, j->dx, j->g[0], j->g[1], dln, j->x, w[0], a.m1, a.r1, N, C);
     nn_residual_forward(j->dx, j->dx, dres, nc);
@@ -103,7 +105,7 @@ static void serial(job *j) {
     float **all = (float **)&a;
     for (size_t k = 0; k < sizeof a / sizeof(float *); k++)
         free(all[k]);
-    free(dres), free(t1), free(t2), free(t3), free(scr), free(dln);
+    free(dres), free(t1), free(t2), free(t3), free(dln);
 }
 
 /* ---- TP layer -------------------------------------------------------------------- */
@@ -184,12 +186,8 @@ static mtc_result_t rank_main(mtc_comm_t comm, void *arg) {
     float *ln2 = tt_alloc(nl), *m2 = tt_alloc(NL), *r2 = tt_alloc(NL), *ao = tt_alloc(nl);
     float *dres = tt_alloc(nl), *dln = tt_alloc(nl), *tmp = tt_alloc(nl);
     float *in_total = tt_alloc((size_t)N * C); /* shared by both blocks: re-gathered */
-    model_attention_acts aa = {in_total,
-                               0,
-                               tt_alloc((size_t)N * 3 * C_p),
-                               NULL,
-                               tt_alloc((size_t)B * (NH / p) * T * T),
-                               tt_alloc((size_t)N * C_p)};
+    model_attention_acts aa = {in_total, 0, tt_alloc((size_t)N * 3 * C_p),
+                               tt_alloc((size_t)B * (NH / p) * T), tt_alloc((size_t)N * C_p)};
     model_mlp_acts ma = {in_total, 0, tt_alloc((size_t)N * F_p), tt_alloc((size_t)N * F_p)};
     size_t s1 = model_attention_scratch_floats(&tp, B, T, &BD);
     size_t s2 = model_mlp_scratch_floats(&tp, B, T, &BD);
@@ -247,7 +245,7 @@ static mtc_result_t rank_main(mtc_comm_t comm, void *arg) {
         free(w[k]), free(g[k]);
     free(x), free(y), free(dy), free(dx), free(ln1), free(m1), free(r1), free(res), free(ln2);
     free(m2), free(r2), free(ao), free(dres), free(dln), free(tmp), free(in_total), free(aa.qkv);
-    free(aa.att), free(aa.atty), free(ma.fch), free(ma.fchg), free(scratch), free(want);
+    free(aa.lse), free(aa.atty), free(ma.fch), free(ma.fchg), free(scratch), free(want);
     return MTC_OK;
 }
 

@@ -1,5 +1,7 @@
-/* nn/attention.c - causal self-attention of one device, forward and
- * backward, one (batch, head) pair per pool work item.
+/* tests/nn/attention_old.c - the untiled attention kernel mtc used before
+ * src/nn/flash_attention.c, kept only as a test oracle (and a benchmark
+ * baseline): it saves the (B, NH, T, T) probabilities. One (batch, head)
+ * pair per pool work item.
  *
  * Per (b, h), with Q, K, V (T, HS) read in place from qkv [q | k | v]:
  *   S = QKᵀ/sqrt(HS) -> P = softmax(causal S) -> A = dropout(P) -> out = A V
@@ -20,7 +22,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "nn/nn.h"
+#include "attention_old.h"
 #include "nn/nn_internal.h"
 
 #ifndef ATT_RB
@@ -128,8 +130,8 @@ static void att_fwd_pair(int idx, void *vp) {
     }
 }
 
-void nn_attention_forward(nn_pool *pool, float *out, float *att, const float *qkv, int B, int T,
-                          int NH, int HS, const nn_dropout_spec *drop) {
+void old_attention_forward(nn_pool *pool, float *out, float *att, const float *qkv, int B, int T,
+                           int NH, int HS, const nn_dropout_spec *drop) {
     att_job j = {.out = out,
                  .att = att,
                  .qkv = qkv,
@@ -214,9 +216,9 @@ static void att_bwd_pair(int idx, void *vp) {
     }
 }
 
-void nn_attention_backward(nn_pool *pool, float *dqkv, float *scratch, const float *dout,
-                           const float *qkv, const float *att, int B, int T, int NH, int HS,
-                           const nn_dropout_spec *drop) {
+void old_attention_backward(nn_pool *pool, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *att, int B, int T, int NH, int HS,
+                            const nn_dropout_spec *drop) {
     att_job j = {.dqkv = dqkv,
                  .scratch = scratch,
                  .dout = dout,

@@ -1,0 +1,586 @@
+/* cli/cmd_preprocess.c - `mtc preprocess` (Megatron's tools/preprocess_data.py)
+ * and `mtc tokenize` (encode or decode text with any tokenizer).
+ *
+ * preprocess: JSON lines in, PREFIX_<key>_document.bin/.idx out, one
+ * builder per --json-keys key (data_indexed_builder: the bytes Megatron's
+ * IndexedDatasetBuilder writes for the same ids).
+ *
+ *   main: read up to workers x BATCH lines ─▶ workers: parse + tokenize a
+ *   batch each (own word cache) ─▶ main: append the batches in line order,
+ *   progress on stderr ─▶ repeat; at the end write the .idx and rename.
+ *
+ * A document is one JSON object per line; its key holds a string (one
+ * sequence) or a list of strings (one sequence each, as after Megatron's
+ * --split-sentences); empty sequences are dropped and --append-eod adds eod
+ * to the last one. Blank lines are skipped. A bad line (not JSON, missing
+ * key, not a string) stops the run with its line number, exit 2, and
+ * nothing is left behind. Limitations: no --split-sentences (NLTK), no
+ * --partitions > 1. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "core/timer.h"
+#include "data/data.h"
+#include "data/tokenizer.h"
+
+enum { PRE_BATCH = 256, PRE_MAX_KEYS = 16 };
+
+typedef struct {
+    /* in: lines[0..n_lines), line_nos[i] counted from 1 in the file */
+    char **lines;
+    size_t *lens, *line_nos, n_lines;
+    /* out, per key: ids, sequence lengths, sequences per document */
+    data_tok_ids ids[PRE_MAX_KEYS], seq_lens[PRE_MAX_KEYS], doc_seqs[PRE_MAX_KEYS];
+    size_t n_docs;
+    /* first error: line number and one line of text */
+    size_t err_line;
+    mtc_result_t err_rc;
+    char err[512];
+} pre_batch;
+
+typedef struct {
+    const data_tok *tok;
+    const char *const *keys;
+    int n_keys, append_eod;
+    pre_batch *batch;
+    data_tok_cache *cache;
+} pre_job;
+
+static void pre_batch_clear(pre_batch *b, int n_keys) {
+    for (int k = 0; k < n_keys; k++)
+        b->ids[k].n = b->seq_lens[k].n = b->doc_seqs[k].n = 0;
+    b->n_docs = 0, b->err_line = 0, b->err_rc = MTC_OK, b->err[0] = 0;
+}
+
+static mtc_result_t pre_sentence(pre_job *j, int k, const char *s, size_t n, int *n_seqs) {
+    pre_batch *b = j->batch;
+    size_t before = b->ids[k].n;
+    MTC_CHECK(data_tok_encode(j->tok, j->cache, s, n, &b->ids[k], NULL));
+    size_t got = b->ids[k].n - before;
+    if (got > 0x7fffffff)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "a sequence of %zu tokens is too long", got);
+    if (got) { /* Megatron drops empty sentences */
+        MTC_CHECK(data_tok_ids_push(&b->seq_lens[k], (int)got));
+        (*n_seqs)++;
+    }
+    return MTC_OK;
+}
+
+/* One line -> one document per key. Sets b->err on bad input. */
+static mtc_result_t pre_line(pre_job *j, size_t i) {
+    pre_batch *b = j->batch;
+    size_t line = b->line_nos[i];
+    cJSON *doc = cJSON_ParseWithLength(b->lines[i], b->lens[i]);
+    mtc_result_t rc = MTC_OK;
+    if (!cJSON_IsObject(doc)) {
+        snprintf(b->err, sizeof b->err, "is not a JSON object (%s)",
+                 doc ? "valid JSON, but not {...}" : "JSON syntax error");
+        rc = MTC_ERR_INVALID_ARGUMENT;
+        goto out;
+    }
+    for (int k = 0; k < j->n_keys && rc == MTC_OK; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, j->keys[k]);
+        int n_seqs = 0;
+        if (!v) {
+            snprintf(b->err, sizeof b->err, "has no key \"%s\" (fix the line or --json-keys)",
+                     j->keys[k]);
+            rc = MTC_ERR_INVALID_ARGUMENT;
+        } else if (cJSON_IsString(v)) {
+            rc = pre_sentence(j, k, v->valuestring, strlen(v->valuestring), &n_seqs);
+        } else if (cJSON_IsArray(v)) {
+            for (const cJSON *e = v->child; e && rc == MTC_OK; e = e->next) {
+                if (!cJSON_IsString(e)) {
+                    snprintf(b->err, sizeof b->err, "key \"%s\" is a list with a non-string entry",
+                             j->keys[k]);
+                    rc = MTC_ERR_INVALID_ARGUMENT;
+                } else {
+                    rc = pre_sentence(j, k, e->valuestring, strlen(e->valuestring), &n_seqs);
+                }
+            }
+        } else {
+            snprintf(b->err, sizeof b->err, "key \"%s\" is neither a string nor a list of strings",
+                     j->keys[k]);
+            rc = MTC_ERR_INVALID_ARGUMENT;
+        }
+        if (rc == MTC_OK && n_seqs > 0 && j->append_eod) {
+            rc = data_tok_ids_push(&b->ids[k], data_tok_eod(j->tok));
+            b->seq_lens[k].ids[b->seq_lens[k].n - 1]++;
+        }
+        if (rc == MTC_OK) rc = data_tok_ids_push(&b->doc_seqs[k], n_seqs);
+        if (rc != MTC_OK && !b->err[0]) snprintf(b->err, sizeof b->err, "%s", mtc_error_detail());
+    }
+    if (rc == MTC_OK) b->n_docs++;
+out:
+    if (rc != MTC_OK) b->err_line = line, b->err_rc = rc;
+    cJSON_Delete(doc);
+    return rc;
+}
+
+static void *pre_worker(void *arg) {
+    pre_job *j = arg;
+    for (size_t i = 0; i < j->batch->n_lines; i++)
+        if (pre_line(j, i) != MTC_OK) break;
+    return NULL;
+}
+
+/* --json-keys takes the words that follow it (Megatron's nargs='+'), or a
+ * comma list; they are taken out of argv so the common parser sees the rest. */
+static int take_json_keys(int *argc, char **argv, const char **keys, int *n_keys) {
+    int w = 0;
+    for (int i = 0; i < *argc; i++) {
+        int inline_value = !strncmp(argv[i], "--json-keys=", 12);
+        if (strcmp(argv[i], "--json-keys") != 0 && !inline_value) {
+            argv[w++] = argv[i];
+            continue;
+        }
+        *n_keys = 0;
+        if (inline_value)
+            for (char *tok = strtok(argv[i] + 12, ","); tok; tok = strtok(NULL, ",")) {
+                if (*n_keys == PRE_MAX_KEYS) return -1;
+                keys[(*n_keys)++] = tok;
+            }
+        while (i + 1 < *argc && strncmp(argv[i + 1], "--", 2) != 0) {
+            char *s = argv[++i];
+            for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+                if (*n_keys == PRE_MAX_KEYS) return -1;
+                keys[(*n_keys)++] = tok;
+            }
+        }
+        if (*n_keys == 0) return -2;
+    }
+    *argc = w;
+    return 0;
+}
+
+/* Megatron's tokenizer flags, shared by both commands: fills 5 entries. */
+enum { TOK_NARGS = 5 };
+static void tok_args(mtc_arg *a, data_tok_opts *o) {
+    a[0] = (mtc_arg){"tokenizer-type",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->type,
+                     "S",
+                     "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer",
+                     0};
+    a[1] = (mtc_arg){"vocab-file",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->vocab_file,
+                     "FILE",
+                     "GPT2BPETokenizer: vocab.json",
+                     0};
+    a[2] = (mtc_arg){"merge-file",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->merge_file,
+                     "FILE",
+                     "GPT2BPETokenizer: merges.txt",
+                     0};
+    a[3] = (mtc_arg){"tokenizer-model",
+                     NULL,
+                     MTC_ARG_STRING,
+                     &o->tokenizer_model,
+                     "FILE",
+                     "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)",
+                     0};
+    a[4] = (mtc_arg){
+        "vocab-size", NULL, MTC_ARG_INT, &o->vocab_size, "N", "NullTokenizer: vocabulary size", 0};
+}
+
+/* Tokenizer errors are the user's (files, flags): exit 2, except memory. */
+static int tok_open_or_fail(const char *cmd, const data_tok_opts *o, data_tok **tok) {
+    mtc_result_t rc = data_tok_open(o, tok);
+    if (rc == MTC_OK) return -1;
+    if (rc == MTC_ERR_OUT_OF_MEMORY) return cli_fail(cmd, rc);
+    return cli_usage_error(cmd, "%s", mtc_error_detail());
+}
+
+static void pre_progress(size_t docs, size_t bytes, double t0, int final) {
+    double dt = mtc_time_s() - t0;
+    if (dt <= 0) dt = 1e-9;
+    fprintf(stderr, "mtc preprocess: %s %zu documents (%.0f docs/s, %.2f MB/s)\n",
+            final ? "done:" : "processed", docs, docs / dt, bytes / dt / 1048576.0);
+}
+
+int cli_cmd_preprocess(int argc, char **argv) {
+    data_tok_opts o = {0};
+    const char *input = NULL, *prefix = NULL, *keys[PRE_MAX_KEYS] = {"text"};
+    int n_keys = 1, append_eod = 0, workers = 1, log_interval = 1000, split_sentences = 0;
+    int partitions = 1;
+    const char *json_keys_help = NULL; /* --json-keys is taken out of argv before parsing */
+    char **args_copy = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!args_copy) return cli_fail("preprocess", MTC_ERR_OUT_OF_MEMORY);
+    memcpy(args_copy, argv, sizeof(char *) * (size_t)argc);
+    int k = take_json_keys(&argc, args_copy, keys, &n_keys);
+    if (k < 0) {
+        free(args_copy);
+        if (k == -1)
+            return cli_usage_error("preprocess", "--json-keys: at most %d keys", PRE_MAX_KEYS);
+        return cli_usage_error("preprocess",
+                               "--json-keys needs at least one key (e.g. --json-keys text)");
+    }
+    mtc_arg args[] = {
+        [0 ... TOK_NARGS - 1] = {0}, /* the tokenizer flags, filled by tok_args */
+        {"input", NULL, MTC_ARG_STRING, &input, "FILE", "JSON lines, one document per line", 0},
+        {"json-keys", NULL, MTC_ARG_STRING, &json_keys_help, "KEY...",
+         "keys to tokenize (default text)", 0},
+        {"output-prefix", NULL, MTC_ARG_STRING, &prefix, "PREFIX",
+         "writes PREFIX_<key>_document.bin/.idx", 0},
+        {"append-eod", NULL, MTC_ARG_FLAG, &append_eod, NULL, "end each document with eod", 0},
+        {"workers", NULL, MTC_ARG_INT, &workers, "N", "tokenizing threads (default 1)", 0},
+        {"log-interval", NULL, MTC_ARG_INT, &log_interval, "N",
+         "progress every N documents (default 1000)", 0},
+        {"split-sentences", NULL, MTC_ARG_FLAG, &split_sentences, NULL, "(not supported)", 0},
+        {"partitions", NULL, MTC_ARG_INT, &partitions, "N", "(only 1)", 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    tok_args(args, &o);
+    int st = cli_parse("preprocess", "--input FILE.jsonl --output-prefix PREFIX --tokenizer-type T",
+                       "Megatron's tools/preprocess_data.py: tokenize JSON lines into an indexed "
+                       "dataset (PREFIX_text_document.bin/.idx) that mtc and Megatron read.",
+                       args, nargs, argc, args_copy);
+    free(args_copy);
+    if (st >= 0) return st;
+    if (!input) return cli_usage_error("preprocess", "--input FILE.jsonl is required");
+    if (!prefix) return cli_usage_error("preprocess", "--output-prefix PREFIX is required");
+    if (!o.type)
+        return cli_usage_error("preprocess", "--tokenizer-type is required (one of %s)",
+                               data_tok_type_names());
+    if (workers < 1 || workers > 256)
+        return cli_usage_error("preprocess", "workers=%d must be in 1..256", workers);
+    if (log_interval < 1)
+        return cli_usage_error("preprocess", "log-interval=%d must be >= 1", log_interval);
+    if (split_sentences)
+        return cli_usage_error("preprocess", "--split-sentences (NLTK) is not supported; split "
+                                             "documents into lists of strings beforehand");
+    if (partitions != 1)
+        return cli_usage_error("preprocess",
+                               "partitions=%d: only 1 is supported (use --workers "
+                               "for parallelism)",
+                               partitions);
+    struct stat sb;
+    if (stat(input, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return cli_usage_error("preprocess", "--input %s is a folder; give one JSON-lines file",
+                               input);
+    FILE *in = fopen(input, "rb");
+    if (!in)
+        return cli_usage_error("preprocess", "--input %s: cannot open: %s", input, strerror(errno));
+    data_tok *tok = NULL;
+    if ((st = tok_open_or_fail("preprocess", &o, &tok)) >= 0) {
+        fclose(in);
+        return st;
+    }
+    if (append_eod && data_tok_eod(tok) < 0) {
+        fclose(in);
+        st = cli_usage_error("preprocess", "--append-eod: %s has no eod token (drop the flag)",
+                             data_tok_name(tok));
+        data_tok_free(tok);
+        return st;
+    }
+
+    int code = data_indexed_dtype_for_vocab(data_tok_vocab_size(tok));
+    data_indexed_builder *builders[PRE_MAX_KEYS] = {0};
+    pre_batch *batches = calloc((size_t)workers, sizeof *batches);
+    pre_job *jobs = calloc((size_t)workers, sizeof *jobs);
+    pthread_t *threads = calloc((size_t)workers, sizeof *threads);
+    char *line = NULL;
+    size_t line_cap = 0, line_no = 0, docs = 0, bytes = 0;
+    mtc_result_t rc = MTC_OK;
+    int status = 0;
+    if (!batches || !jobs || !threads) {
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n_keys; i++) {
+        char name[4096];
+        snprintf(name, sizeof name, "%s_%s_document", prefix, keys[i]);
+        rc = data_indexed_builder_init(name, code, &builders[i]);
+        if (rc == MTC_ERR_IO) {
+            status = cli_usage_error("preprocess", "--output-prefix: %s", mtc_error_detail());
+            goto out;
+        }
+        if (rc != MTC_OK) goto out;
+    }
+    for (int w = 0; w < workers; w++) {
+        batches[w].lines = calloc(PRE_BATCH, sizeof(char *));
+        batches[w].lens = calloc(PRE_BATCH, sizeof(size_t));
+        batches[w].line_nos = calloc(PRE_BATCH, sizeof(size_t));
+        jobs[w] = (pre_job){tok, keys, n_keys, append_eod, &batches[w], data_tok_cache_init()};
+        if (!batches[w].lines || !batches[w].lens || !batches[w].line_nos || !jobs[w].cache) {
+            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+            goto out;
+        }
+    }
+    double t0 = mtc_time_s();
+    for (int eof = 0; !eof;) {
+        int used = 0;
+        for (; used < workers && !eof; used++) { /* fill the batches */
+            pre_batch *b = &batches[used];
+            pre_batch_clear(b, n_keys);
+            b->n_lines = 0;
+            while (b->n_lines < PRE_BATCH) {
+                ssize_t got = getline(&line, &line_cap, in);
+                if (got < 0) {
+                    eof = 1;
+                    break;
+                }
+                line_no++;
+                size_t n = (size_t)got;
+                while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                    n--;
+                size_t sp = strspn(line, " \t\r\n");
+                if (sp >= n) continue; /* blank line */
+                char *copy = malloc(n + 1);
+                if (!copy) {
+                    rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading %s", input);
+                    goto out;
+                }
+                memcpy(copy, line, n), copy[n] = 0;
+                free(b->lines[b->n_lines]);
+                b->lines[b->n_lines] = copy, b->lens[b->n_lines] = n;
+                b->line_nos[b->n_lines] = line_no;
+                b->n_lines++;
+            }
+            if (!b->n_lines) break;
+        }
+        for (int w = 0; w < used; w++)
+            if (pthread_create(&threads[w], NULL, pre_worker, &jobs[w]) != 0) {
+                for (int v = 0; v < w; v++)
+                    pthread_join(threads[v], NULL);
+                rc = mtc_error(MTC_ERR_SYSTEM, "cannot start worker threads");
+                goto out;
+            }
+        for (int w = 0; w < used; w++)
+            pthread_join(threads[w], NULL);
+        for (int w = 0; w < used; w++) { /* in line order */
+            pre_batch *b = &batches[w];
+            if (b->err_rc == MTC_ERR_INVALID_ARGUMENT) {
+                status = cli_usage_error("preprocess", "%s:%zu: %s", input, b->err_line, b->err);
+                goto out;
+            }
+            if (b->err_rc != MTC_OK) {
+                rc = mtc_error(b->err_rc, "%s:%zu: %s", input, b->err_line, b->err);
+                goto out;
+            }
+            size_t id_off[PRE_MAX_KEYS] = {0}, len_off[PRE_MAX_KEYS] = {0};
+            for (size_t d = 0; d < b->n_docs; d++) {
+                for (int key = 0; key < n_keys; key++) {
+                    int n_seqs = b->doc_seqs[key].ids[d];
+                    size_t n_ids = 0;
+                    for (int s = 0; s < n_seqs; s++)
+                        n_ids += (size_t)b->seq_lens[key].ids[len_off[key] + (size_t)s];
+                    rc = data_indexed_builder_add_document(
+                        builders[key], b->ids[key].ids + id_off[key],
+                        b->seq_lens[key].ids + len_off[key], (size_t)n_seqs);
+                    if (rc != MTC_OK) goto out;
+                    id_off[key] += n_ids, len_off[key] += (size_t)n_seqs;
+                }
+                bytes += b->lens[d] + 1, docs++;
+                if (docs % (size_t)log_interval == 0) pre_progress(docs, bytes, t0, 0);
+            }
+        }
+    }
+    if (ferror(in)) {
+        rc = mtc_error(MTC_ERR_IO, "%s: read failed", input);
+        goto out;
+    }
+    for (int i = 0; i < n_keys; i++)
+        if ((rc = data_indexed_builder_finish(builders[i])) != MTC_OK) goto out;
+    pre_progress(docs, bytes, t0, 1);
+    fprintf(stderr, "mtc preprocess: %s (vocabulary %d, eod %d), %d worker%s, %s ids:\n",
+            data_tok_name(tok), data_tok_vocab_size(tok), data_tok_eod(tok), workers,
+            workers == 1 ? "" : "s", code == 8 ? "uint16" : "int32");
+    for (int i = 0; i < n_keys; i++)
+        printf("%s_%s_document.bin\n%s_%s_document.idx\n", prefix, keys[i], prefix, keys[i]);
+out:
+    if (rc != MTC_OK && status == 0) status = cli_fail("preprocess", rc);
+    for (int i = 0; i < n_keys; i++)
+        data_indexed_builder_free(builders[i]);
+    for (int w = 0; batches && jobs && w < workers; w++) {
+        for (int i = 0; batches[w].lines && i < PRE_BATCH; i++)
+            free(batches[w].lines[i]);
+        free(batches[w].lines), free(batches[w].lens), free(batches[w].line_nos);
+        for (int key = 0; key < n_keys; key++) {
+            data_tok_ids_free(&batches[w].ids[key]);
+            data_tok_ids_free(&batches[w].seq_lens[key]);
+            data_tok_ids_free(&batches[w].doc_seqs[key]);
+        }
+        data_tok_cache_free(jobs[w].cache);
+    }
+    free(batches), free(jobs), free(threads), free(line);
+    fclose(in);
+    data_tok_free(tok);
+    return status;
+}
+
+/* ---- mtc tokenize ----------------------------------------------------------------- */
+
+static mtc_result_t read_all(FILE *f, data_tok_text *t) {
+    char buf[65536];
+    size_t got;
+    MTC_CHECK(data_tok_text_append(t, "", 0));
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+        MTC_CHECK(data_tok_text_append(t, buf, got));
+    if (ferror(f)) return mtc_error(MTC_ERR_IO, "read failed: %s", strerror(errno));
+    return MTC_OK;
+}
+
+static mtc_result_t print_ids(const data_tok_ids *ids) {
+    for (size_t i = 0; i < ids->n; i++)
+        printf(i ? " %d" : "%d", ids->ids[i]);
+    putchar('\n');
+    return MTC_OK;
+}
+
+/* One unit of input: encode text -> ids line, or decode ids -> text. */
+static int tokenize_one(const data_tok *tok, data_tok_cache *cache, const char *s, size_t n,
+                        int decode, int json, size_t line, data_tok_ids *ids, data_tok_text *text,
+                        size_t *n_bytes, size_t *n_tokens) {
+    ids->n = 0, text->n = 0;
+    mtc_result_t rc = MTC_OK;
+    cJSON *j = NULL;
+    char where[64] = "";
+    if (line) snprintf(where, sizeof where, "line %zu: ", line);
+    if (decode) {
+        data_tok_opts no = {.type = "null", .vocab_size = 0x7fffffff};
+        data_tok *ids_reader = NULL;
+        rc = data_tok_open(&no, &ids_reader);
+        if (rc == MTC_OK) rc = data_tok_encode(ids_reader, NULL, s, n, ids, NULL);
+        data_tok_free(ids_reader);
+        if (rc == MTC_ERR_INVALID_ARGUMENT)
+            return cli_usage_error("tokenize", "%s--decode reads token ids: %s", where,
+                                   mtc_error_detail());
+        size_t unknown = 0;
+        if (rc == MTC_OK) rc = data_tok_decode(tok, ids->ids, ids->n, text, &unknown);
+        if (rc != MTC_OK) return cli_fail("tokenize", rc);
+        if (unknown)
+            return cli_usage_error("tokenize", "%s%zu ids are outside the vocabulary [0, %d)",
+                                   where, unknown, data_tok_vocab_size(tok));
+        if (json) {
+            cJSON *str = cJSON_CreateString(text->s);
+            char *out = str ? cJSON_PrintUnformatted(str) : NULL;
+            if (out) puts(out);
+            free(out);
+            cJSON_Delete(str);
+        } else {
+            fwrite(text->s, 1, text->n, stdout);
+        }
+        *n_tokens += ids->n, *n_bytes += text->n;
+        return -1;
+    }
+    if (json) {
+        j = cJSON_ParseWithLength(s, n);
+        if (!cJSON_IsString(j)) {
+            cJSON_Delete(j);
+            return cli_usage_error("tokenize", "%sexpected a JSON string per line (--json-lines)",
+                                   where);
+        }
+        s = j->valuestring, n = strlen(s);
+    }
+    rc = data_tok_encode(tok, cache, s, n, ids, NULL);
+    *n_bytes += n, *n_tokens += ids->n;
+    cJSON_Delete(j);
+    if (rc == MTC_ERR_INVALID_ARGUMENT)
+        return cli_usage_error("tokenize", "%s%s", where, mtc_error_detail());
+    if (rc != MTC_OK) return cli_fail("tokenize", rc);
+    print_ids(ids);
+    return -1;
+}
+
+int cli_cmd_tokenize(int argc, char **argv) {
+    data_tok_opts o = {0};
+    const char *input = NULL, *tok_string = NULL;
+    int decode = 0, json = 0, stats = 0, print_tok = 0;
+    mtc_arg args[] = {
+        [0 ... TOK_NARGS - 1] = {0}, /* the tokenizer flags, filled by tok_args */
+        {"tokenizer-string", NULL, MTC_ARG_STRING, &tok_string, "S",
+         "a tokenizer's text form (as --print-tokenizer shows) instead of the flags above", 0},
+        {"input", NULL, MTC_ARG_STRING, &input, "FILE", "read FILE instead of stdin", 0},
+        {"decode", NULL, MTC_ARG_FLAG, &decode, NULL, "ids in, text out", 0},
+        {"json-lines", NULL, MTC_ARG_FLAG, &json, NULL,
+         "one JSON string per line in (or out with --decode), one line of ids each", 0},
+        {"print-tokenizer", NULL, MTC_ARG_FLAG, &print_tok, NULL,
+         "print the tokenizer's text form on stderr", 0},
+        {"stats", NULL, MTC_ARG_FLAG, &stats, NULL, "bytes, tokens and MB/s on stderr", 0},
+    };
+    tok_args(args, &o);
+    int st = cli_parse("tokenize", "--tokenizer-type T [...] [--decode] [--json-lines] < input",
+                       "Encode text to token ids (one line of space-separated ids), or decode "
+                       "ids to text, with any of mtc's tokenizers. CharLevelTokenizer takes its "
+                       "vocabulary from the input.",
+                       args, (int)(sizeof args / sizeof args[0]), argc, argv);
+    if (st >= 0) return st;
+    if (!o.type && !tok_string)
+        return cli_usage_error("tokenize", "--tokenizer-type is required (one of %s)",
+                               data_tok_type_names());
+    FILE *in = input ? fopen(input, "rb") : stdin;
+    if (!in)
+        return cli_usage_error("tokenize", "--input %s: cannot open: %s", input, strerror(errno));
+    data_tok_text all = {0}, text = {0}, form = {0};
+    data_tok_ids ids = {0};
+    data_tok *tok = NULL;
+    data_tok_cache *cache = data_tok_cache_init();
+    mtc_result_t rc = read_all(in, &all);
+    if (input) fclose(in);
+    st = -1;
+    if (rc != MTC_OK || !cache) {
+        st = cli_fail("tokenize", rc != MTC_OK ? rc : MTC_ERR_OUT_OF_MEMORY);
+        goto out;
+    }
+    if (tok_string) {
+        if ((rc = data_tok_deserialize(tok_string, &tok)) != MTC_OK) {
+            st = cli_usage_error("tokenize", "--tokenizer-string: %s", mtc_error_detail());
+            goto out;
+        }
+    } else if (data_tok_parse_type(o.type) == DATA_TOK_CHAR) {
+        if (decode) {
+            st = cli_usage_error("tokenize", "CharLevelTokenizer --decode needs the vocabulary: "
+                                             "pass --tokenizer-string from --print-tokenizer");
+            goto out;
+        }
+        if ((rc = data_tok_init_char(all.s, all.n, &tok)) != MTC_OK) {
+            st = cli_fail("tokenize", rc);
+            goto out;
+        }
+    } else if ((st = tok_open_or_fail("tokenize", &o, &tok)) >= 0) {
+        goto out;
+    }
+    if (print_tok) {
+        if ((rc = data_tok_serialize(tok, &form)) != MTC_OK) {
+            st = cli_fail("tokenize", rc);
+            goto out;
+        }
+        fprintf(stderr, "%s\n", form.s);
+    }
+    size_t n_bytes = 0, n_tokens = 0;
+    double t0 = mtc_time_s();
+    if (json) {
+        size_t line = 0;
+        for (char *p = all.s, *end = all.s + all.n; p < end && st < 0;) {
+            char *nl = memchr(p, '\n', (size_t)(end - p));
+            size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+            line++;
+            st = tokenize_one(tok, cache, p, n, decode, 1, line, &ids, &text, &n_bytes, &n_tokens);
+            p += n + 1;
+        }
+    } else {
+        st = tokenize_one(tok, cache, all.s, all.n, decode, 0, 0, &ids, &text, &n_bytes, &n_tokens);
+    }
+    double dt = mtc_time_s() - t0;
+    if (st < 0 && stats)
+        fprintf(stderr, "mtc tokenize: %s: %zu bytes, %zu tokens, %.3f s, %.2f MB/s\n",
+                data_tok_name(tok), n_bytes, n_tokens, dt, n_bytes / (dt > 0 ? dt : 1e-9) / 1e6);
+out:
+    fflush(stdout);
+    data_tok_text_free(&all), data_tok_text_free(&text), data_tok_text_free(&form);
+    data_tok_ids_free(&ids);
+    data_tok_cache_free(cache);
+    data_tok_free(tok);
+    return st < 0 ? 0 : st;
+}

@@ -1,0 +1,74 @@
+/* cp/cp.h - context parallelism (Megatron-LM core_v0.18 with Transformer
+ * Engine's CP attention): each sequence is cut into 2*cp chunks of
+ * Tc = T / (2 cp) positions and CP rank c keeps chunks c and 2cp-1-c, in
+ * that order (the load-balanced split of get_batch_on_this_cp_rank), so
+ * every rank holds T_cp = T / cp rows whose positions stay global. Only the
+ * core attention communicates: every other layer is per token.
+ *
+ * The core attention over the CONTEXT_PARALLEL_GROUP (cp/attention.c), one
+ * of --cp-comm-type:
+ *   p2p         ring: K, V travel to rank r+1 each step; each step's
+ *               partial output is merged by log-sum-exp; backward sends
+ *               dK, dV around the ring with K, V and returns them home;
+ *   all_gather  K, V all-gathered, each local query attends to its causal
+ *               prefix; backward reduce-scatters dK, dV;
+ *   a2a         Ulysses: all-to-all turns (local rows, all local heads) into
+ *               (all rows, heads / cp), full attention, all-to-all back
+ *               (local query heads and key/value heads divisible by cp).
+ * Causality is by global positions (the tiled kernel's explicit-position
+ * mask), so every variant computes exactly the serial attention; tiles
+ * that no query of a block can see are skipped by the kernel, which is
+ * TE's step rule (steps 1..r use only the first KV chunk, steps > r only
+ * the second query chunk) at tile granularity. Attention dropout is keyed
+ * by global (query, key) positions: the serial masks.
+ *
+ * Limitations: the ring's exchange is a blocking sendrecv (not overlapped
+ * with the step's compute); a2a+p2p (hierarchical) is not implemented. */
+#ifndef MTC_CP_CP_H
+#define MTC_CP_CP_H
+
+#include "comm/comm.h"
+#include "nn/nn.h"
+
+typedef enum { CP_COMM_P2P = 0, CP_COMM_ALL_GATHER, CP_COMM_A2A } cp_comm_type;
+
+/* "p2p", "all_gather", "a2a"; -1 when unknown ("a2a+p2p" is refused by the
+ * caller with its own message). */
+int cp_comm_type_parse(const char *s);
+const char *cp_comm_type_name(cp_comm_type t);
+
+/* What the CP attention needs; cp = 1 (comm NULL) means no context
+ * parallelism. */
+typedef struct {
+    mtc_comm_t comm; /* CONTEXT_PARALLEL_GROUP, NULL when cp = 1 */
+    int cp, rank;
+    cp_comm_type type;
+    int Tg;         /* the whole sequence */
+    const int *pos; /* (Tg / cp) global positions of this rank's rows */
+    int *all_pos;   /* (Tg) every rank's positions, rank-major (owned by the caller) */
+} cp_ctx;
+
+/* pos (T / cp) = the global positions of CP rank `rank`'s rows:
+ * [rank*Tc, (rank+1)*Tc) then [(2cp-1-rank)*Tc, (2cp-rank)*Tc). T % (2 cp) == 0. */
+void cp_positions(int *pos, int T, int cp, int rank);
+
+/* Causal attention of this rank's queries over the whole sequence's keys.
+ * q, k, v and out are the local rows (s->T = s->Tk = T_cp, strides as in
+ * nn_attention_shape; positions come from cp->pos); lse (B, NH, T_cp).
+ * drop: as for nn_attention_forward with Tg = cp->Tg (tpos / kpos are set
+ * here). scratch: cp_attention_scratch_floats.
+ * comm: sendrecv ring / all-gather / all-to-all over cp->comm. */
+mtc_result_t cp_attention_forward(const cp_ctx *cp, nn_pool *pool, float *out, float *lse,
+                                  const float *q, const float *k, const float *v,
+                                  const nn_attention_shape *s, const nn_dropout_spec *drop,
+                                  float *scratch);
+/* dq, dk, dv (=) of the local rows from dout and the forward's merged out
+ * and lse. comm: the forward's, plus dK / dV travelling back. */
+mtc_result_t cp_attention_backward(const cp_ctx *cp, nn_pool *pool, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *lse,
+                                   const nn_attention_shape *s, const nn_dropout_spec *drop,
+                                   float *scratch);
+size_t cp_attention_scratch_floats(const cp_ctx *cp, const nn_attention_shape *s);
+
+#endif

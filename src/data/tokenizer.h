@@ -1,0 +1,127 @@
+/* data/tokenizer.h - Megatron's tokenizers, behind one handle.
+ *
+ *   --tokenizer-type        what it is                       vocabulary          eod
+ *   GPT2BPETokenizer        GPT-2 byte-level BPE from        50257 (max id + 1)  <|endoftext|>
+ *                           --vocab-file / --merge-file                          (50256)
+ *   HuggingFaceTokenizer    byte-level BPE from a tokenizer  max id + 1 over     <|endoftext|>,
+ *                           .json (--tokenizer-model)        vocab and added     else none
+ *   NullTokenizer           text is ids separated by white   --vocab-size N      N - 1
+ *                           space (Megatron core 0.18)
+ *   ByteLevelTokenizer      id = byte                        256                 none
+ *   CharLevelTokenizer      id = rank of a Unicode code      distinct code       none
+ *                           point in a corpus' sorted set    points
+ *
+ * Encoding is thread-safe on a shared handle: each thread passes its own
+ * data_tok_cache (or NULL, slower for BPE), which remembers the ids of words
+ * seen before. Byte-level BPE follows GPT-2 exactly: the pre-tokenizer
+ * regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * (hand-written, Unicode classes from unicode.h), the bytes-to-unicode map,
+ * merges applied lowest rank first. Added tokens (GPT2BPETokenizer's
+ * <|endoftext|>, a tokenizer.json's added_tokens) are matched in the text
+ * first, as Hugging Face tokenizers do (Megatron 0.18 builds both types on
+ * them), so "<|endoftext|>" in a document encodes as 50256.
+ *
+ * The older data_tokenizer (data.h: byte and byte-wise "char") stays for the
+ * callers that still use it; this handle is its replacement. */
+#ifndef MTC_DATA_TOKENIZER_H
+#define MTC_DATA_TOKENIZER_H
+
+#include <stddef.h>
+
+#include "core/result.h"
+
+typedef enum {
+    DATA_TOK_BYTE = 0,
+    DATA_TOK_CHAR,
+    DATA_TOK_GPT2BPE,
+    DATA_TOK_HUGGINGFACE,
+    DATA_TOK_NULL,
+} data_tok_kind;
+
+typedef struct data_tok data_tok;
+typedef struct data_tok_cache data_tok_cache;
+
+/* Megatron's tokenizer flags. */
+typedef struct {
+    const char *type;            /* --tokenizer-type (names above; also "byte", "char",
+                                    "gpt2", "hf", "null") */
+    const char *vocab_file;      /* --vocab-file (GPT2BPETokenizer: vocab.json) */
+    const char *merge_file;      /* --merge-file (GPT2BPETokenizer: merges.txt) */
+    const char *tokenizer_model; /* --tokenizer-model (HuggingFaceTokenizer: tokenizer.json) */
+    int vocab_size;              /* --vocab-size (NullTokenizer) */
+} data_tok_opts;
+
+/* Growable outputs; zero-initialize, free with data_tok_ids_free /
+ * data_tok_text_free. Encode and decode append. */
+typedef struct {
+    int *ids;
+    size_t n, cap;
+} data_tok_ids;
+typedef struct {
+    char *s; /* NUL-terminated */
+    size_t n, cap;
+} data_tok_text;
+mtc_result_t data_tok_ids_push(data_tok_ids *v, int id);
+void data_tok_ids_free(data_tok_ids *v);
+mtc_result_t data_tok_text_append(data_tok_text *t, const void *s, size_t n);
+void data_tok_text_free(data_tok_text *t);
+
+/* Kind of a --tokenizer-type name; -1 when unknown. */
+int data_tok_parse_type(const char *name);
+/* The valid --tokenizer-type names, for error messages. */
+const char *data_tok_type_names(void);
+
+/* Validates the flags for the type (missing or unreadable files, malformed
+ * vocab/merges/JSON, non-BPE tokenizer.json, bad vocab size) and loads the
+ * tokenizer. Errors are one line naming the value and the fix:
+ * MTC_ERR_INVALID_ARGUMENT (flags), MTC_ERR_IO (files), MTC_ERR_FORMAT
+ * (contents). CharLevelTokenizer cannot be opened from flags: use
+ * data_tok_init_char on the corpus. */
+mtc_result_t data_tok_open(const data_tok_opts *opts, data_tok **out);
+/* The char tokenizer of a corpus (every distinct code point, sorted; a byte
+ * that is not valid UTF-8 is a symbol of its own, so any bytes round-trip). */
+mtc_result_t data_tok_init_char(const char *text, size_t n, data_tok **out);
+void data_tok_free(data_tok *tok);
+
+data_tok_kind data_tok_kind_of(const data_tok *tok);
+/* Megatron's tokenizer.vocab_size (unpadded; padding to
+ * --make-vocab-size-divisible-by x tp is the model's business). */
+int data_tok_vocab_size(const data_tok *tok);
+/* Megatron's tokenizer.eod, or -1 when the tokenizer has none. */
+int data_tok_eod(const data_tok *tok);
+/* "GPT2BPETokenizer", ... */
+const char *data_tok_name(const data_tok *tok);
+
+/* Per-thread word cache for encode (bounded; NULL on out of memory). */
+data_tok_cache *data_tok_cache_init(void);
+void data_tok_cache_free(data_tok_cache *cache);
+
+/* Appends the ids of text[0..n) to out. Char: a code point outside the
+ * vocabulary becomes id 0 and is counted in *unknown (may be NULL).
+ * NullTokenizer: a word that is not an integer in [0, vocab_size) is
+ * MTC_ERR_INVALID_ARGUMENT. */
+mtc_result_t data_tok_encode(const data_tok *tok, data_tok_cache *cache, const char *text, size_t n,
+                             data_tok_ids *out, size_t *unknown);
+/* Appends the text of ids to out (NullTokenizer: ids joined by ' '). Ids
+ * outside the vocabulary (a model may emit padding ids) add nothing and are
+ * counted in *unknown (may be NULL). Decoding ids one at a time and
+ * concatenating gives the same bytes for every kind but NullTokenizer. */
+mtc_result_t data_tok_decode(const data_tok *tok, const int *ids, size_t n, data_tok_text *out,
+                             size_t *unknown);
+
+/* A one-line text form to store with a model, and back:
+ *   "byte", "char-utf8:<hex code point>,<hex code point>,..." (raw bytes are
+ *   0x110000 + byte), "char:<hex bytes>" (the older byte-wise char tokenizer,
+ *   still read), "null:<vocab size>", "GPT2BPETokenizer:<vocab file>|<merge
+ *   file>", "HuggingFaceTokenizer:<tokenizer.json>" (BPE kinds name their
+ *   files, which must still exist when read back). */
+mtc_result_t data_tok_serialize(const data_tok *tok, data_tok_text *out);
+mtc_result_t data_tok_deserialize(const char *s, data_tok **out);
+
+/* ---- details, exposed for tests ------------------------------------------------- */
+
+/* GPT-2's pre-tokenizer: the byte lengths of the pieces text[0..n) splits
+ * into (appended to out). */
+mtc_result_t data_tok_pretokenize(const char *text, size_t n, data_tok_ids *lengths);
+
+#endif
