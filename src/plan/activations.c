@@ -4,11 +4,12 @@
  * MTC: the buffers model/model.c (gpt_carve) carves per slot and once per
  * chunk, each rounded to 64 bytes as the carve does, fp32; the scratch is
  * the largest of the TP layers' *_scratch_floats (model/block.c,
- * tp/linear.c, tp/embedding.c, tp/mappings.h). When mtc's allocation
- * changes (a tiled attention without the (B, NH, T, T) probabilities, bf16
- * activations, recomputation), change the matching row here; the test
- * tests/plan/plan_vs_train.sh compares every term with mtc train's own
- * figures and fails on any difference.
+ * tp/linear.c, tp/embedding.c, tp/mappings.h). The attention is the tiled
+ * one (nn/attention.c): per layer it keeps the (B, NH/tp, T) log-sum-exp,
+ * not the (B, NH/tp, T, T) probabilities. When mtc's allocation changes
+ * (bf16 activations, recomputation, context parallelism's T/cp), change the
+ * matching row here; tests/plan/plan_vs_train.sh compares every term with
+ * mtc train's own figures and fails on any difference.
  *
  * MEGATRON: Korthikanti et al. 2022 (arXiv 2205.05198) per layer, plus
  * Megatron's report_theoretical_memory terms outside the layers (token
@@ -51,7 +52,7 @@ static size_t row_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) 
 }
 
 typedef struct {
-    size_t B, T, Tl, C, QKV_tp, QD_tp, REP_tp, NH_tp, F_tp, F1_tp, V_tp;
+    size_t B, T, Tl, C, QKV_tp, QD_tp, NH_tp, F_tp, F1_tp, V_tp;
     int p, sp;
 } shapes;
 
@@ -66,7 +67,6 @@ static shapes shapes_of(const mtc_plan_layout *l) {
     s.NH_tp = (size_t)c->num_heads / tp;
     s.QD_tp = s.NH_tp * HS;
     s.QKV_tp = s.QD_tp + 2 * ((size_t)mtc_model_groups(c) / tp) * HS;
-    s.REP_tp = mtc_model_groups(c) < c->num_heads ? 3 * s.QD_tp : 0;
     s.F_tp = (size_t)c->ffn_hidden_size / tp;
     s.F1_tp = (c->swiglu ? 2 : 1) * s.F_tp;
     s.V_tp = (size_t)c->padded_vocab_size / tp;
@@ -77,22 +77,21 @@ static shapes shapes_of(const mtc_plan_layout *l) {
 static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
     shapes s = shapes_of(l);
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C, b = 0;
-    b += take(Nl * C);                           /* encoded: chunk input */
-    b += take(nl * Nl * C);                      /* ln1 */
-    b += 2 * take(nl * Nl);                      /* ln1 mean, rstd */
-    b += take(nl * N * s.QKV_tp);                /* qkv */
-    b += take(s.REP_tp ? nl * N * s.REP_tp : 1); /* qkv_rep (GQA) */
-    b += take(nl * s.B * s.NH_tp * s.T * s.T);   /* att: (B, NH_tp, T, T) probabilities */
-    b += take(nl * N * s.QD_tp);                 /* atty */
-    b += take(nl * Nl * C);                      /* res2 */
-    b += take(nl * Nl * C);                      /* ln2 */
-    b += 2 * take(nl * Nl);                      /* ln2 mean, rstd */
-    b += take(nl * N * s.F1_tp);                 /* fch */
-    b += take(nl * N * s.F_tp);                  /* fchg */
-    b += take(nl * Nl * C);                      /* res3: layer outputs */
-    b += take(Nl * C) + 2 * take(Nl);            /* lnf, mean, rstd */
-    b += take(N);                                /* losses */
-    b += take(has_head ? N * s.V_tp : 1);        /* logits / dlogits */
+    b += take(Nl * C);                    /* encoded: chunk input */
+    b += take(nl * Nl * C);               /* ln1 */
+    b += 2 * take(nl * Nl);               /* ln1 mean, rstd */
+    b += take(nl * N * s.QKV_tp);         /* qkv */
+    b += take(nl * s.B * s.NH_tp * s.T);  /* lse: the tiled attention's (B, NH_tp, T) */
+    b += take(nl * N * s.QD_tp);          /* atty */
+    b += take(nl * Nl * C);               /* res2 */
+    b += take(nl * Nl * C);               /* ln2 */
+    b += 2 * take(nl * Nl);               /* ln2 mean, rstd */
+    b += take(nl * N * s.F1_tp);          /* fch */
+    b += take(nl * N * s.F_tp);           /* fchg */
+    b += take(nl * Nl * C);               /* res3: layer outputs */
+    b += take(Nl * C) + 2 * take(Nl);     /* lnf, mean, rstd */
+    b += take(N);                         /* losses */
+    b += take(has_head ? N * s.V_tp : 1); /* logits / dlogits */
     return b;
 }
 
@@ -104,8 +103,9 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     size_t QKV = (size_t)(c->num_heads + 2 * mtc_model_groups(c)) * mtc_model_head_size(c);
     size_t QD = (size_t)c->num_heads * mtc_model_head_size(c);
     size_t F = (size_t)c->ffn_hidden_size, F1 = (c->swiglu ? 2 : 1) * F;
-    size_t att = N * s.QD_tp + N * s.QKV_tp + (s.REP_tp ? 3 * N * s.QD_tp : 0) +
-                 s.B * s.NH_tp * s.T * s.T +
+    /* datty | dqkv | linear scratch (the tiled attention needs none; what
+     * context parallelism borrows there is not modelled: cp is 1) */
+    size_t att = N * s.QD_tp + N * s.QKV_tp +
                  max_sz(col_scr(s.p, s.sp, s.B, s.T, C, QKV), row_scr(s.p, s.sp, s.B, s.T, QD, C));
     size_t mlp = N * (s.F_tp + s.F1_tp) +
                  max_sz(col_scr(s.p, s.sp, s.B, s.T, C, F1), row_scr(s.p, s.sp, s.B, s.T, F, C));
