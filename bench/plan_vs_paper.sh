@@ -64,7 +64,7 @@ paste -d' ' "$D/rows" "$D/pred" | while read -r P a h L tp pp W B pub pred pub2 
         --json >"$D/all"
     # one line per layout: name fits step compute elementwise tp pp bubble dp (ms)
     sed -n 's/.*"layout": "\([^"]*\)".*"fits": \([01]\).*/\1 \2/p' "$D/all" >"$D/names"
-    sed -n 's/.*"step_ms": \([0-9.e+-]*\), "compute_ms": \([0-9.e+-]*\), "elementwise_ms": \([0-9.e+-]*\), "tp_comm_ms": \([0-9.e+-]*\), "pp_comm_ms": \([0-9.e+-]*\), "bubble_ms": \([0-9.e+-]*\), "dp_comm_ms": \([0-9.e+-]*\).*/\1 \2 \3 \4 \5 \6 \7/p' "$D/all" >"$D/terms"
+    sed -n 's/.*"step_ms": \([0-9.e+-]*\), "compute_ms": \([0-9.e+-]*\), "elementwise_ms": \([0-9.e+-]*\), "tp_comm_ms": \([0-9.e+-]*\), "cp_comm_ms": [0-9.e+-]*, "pp_comm_ms": \([0-9.e+-]*\), "bubble_ms": \([0-9.e+-]*\), "dp_comm_ms": \([0-9.e+-]*\).*/\1 \2 \3 \4 \5 \6 \7/p' "$D/all" >"$D/terms"
     paste -d' ' "$D/names" "$D/terms" >"$D/tab"
     first=$(head -1 "$D/tab")
     mine=$(awk -v l="$lay-dp$((W / tp / pp))" '$1 == l { print NR, $0; exit }' "$D/tab")

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cp/cp.h"
 #include "plan/plan.h"
 
 static const char *PLAN_USAGE = "--world-size N [model flags] [--machine NAME|FILE] [options]";
@@ -24,22 +25,23 @@ static void json_row(FILE *f, const mtc_plan_row *r, int last) {
     char name[96];
     mtc_plan_layout_name(l, name, sizeof name);
     fprintf(f,
-            "  {\"layout\": \"%s\", \"tp\": %d, \"pp\": %d, \"vpp\": %d, \"dp\": %d, "
+            "  {\"layout\": \"%s\", \"tp\": %d, \"cp\": %d, \"pp\": %d, \"vpp\": %d, \"dp\": %d, "
             "\"sequence_parallel\": %d, \"distributed_optimizer\": %d, \"fits\": %d,\n"
             "   \"memory\": {\"pp_rank\": %d, \"params\": %lld, \"param_bytes\": %zu, "
             "\"grad_bytes\": %zu, \"optim_state_bytes\": %zu, \"activation_bytes\": %zu, "
             "\"comm_bytes\": %zu, \"total_bytes\": %zu},\n"
             "   \"time\": {\"step_ms\": %.6g, \"compute_ms\": %.6g, \"elementwise_ms\": %.6g, "
-            "\"tp_comm_ms\": %.6g, \"pp_comm_ms\": %.6g, \"bubble_ms\": %.6g, \"dp_comm_ms\": "
+            "\"tp_comm_ms\": %.6g, \"cp_comm_ms\": %.6g, \"pp_comm_ms\": %.6g, \"bubble_ms\": "
+            "%.6g, \"dp_comm_ms\": "
             "%.6g, \"bubble_fraction\": %.6g},\n"
             "   \"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g}%s\n",
-            name, l->tp, l->pp, l->vpp, l->dp, l->sequence_parallel, l->distopt, r->fits,
+            name, l->tp, l->cp, l->pp, l->vpp, l->dp, l->sequence_parallel, l->distopt, r->fits,
             r->mem.pp_rank, (long long)r->mem.params, r->mem.param_bytes, r->mem.grad_bytes,
             r->mem.optim_bytes, r->mem.act_bytes, r->mem.comm_bytes, r->mem.total_bytes,
             r->time.step_s * 1e3, r->time.compute_s * 1e3, r->time.elementwise_s * 1e3,
-            r->time.tp_comm_s * 1e3, r->time.pp_comm_s * 1e3, r->time.bubble_s * 1e3,
-            r->time.dp_comm_s * 1e3, r->time.bubble_fraction, r->time.tflops_per_device,
-            r->time.hw_tflops_per_device, r->time.mfu, last ? "" : ",");
+            r->time.tp_comm_s * 1e3, r->time.cp_comm_s * 1e3, r->time.pp_comm_s * 1e3,
+            r->time.bubble_s * 1e3, r->time.dp_comm_s * 1e3, r->time.bubble_fraction,
+            r->time.tflops_per_device, r->time.hw_tflops_per_device, r->time.mfu, last ? "" : ",");
 }
 
 static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
@@ -68,6 +70,8 @@ int cli_cmd_plan(int argc, char **argv) {
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
     int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
+    int cp = 1;
+    const char *cp_comm = "p2p";
     double achieved = 0;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
     const char *norm = "LayerNorm", *posemb = "learned_absolute";
@@ -94,6 +98,10 @@ int cli_cmd_plan(int argc, char **argv) {
         {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N",
          "samples per iteration (default micro batch x world)", 0},
         {"world-size", NULL, MTC_ARG_INT, &world, "N", "ranks (GPUs or rank-threads)", 0},
+        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N",
+         "context-parallel ranks, kept in every layout (default 1)", 0},
+        {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
+         "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
         {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL,
          "only layouts with the distributed optimizer (default: both)", 0},
         {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N",
@@ -135,8 +143,8 @@ int cli_cmd_plan(int argc, char **argv) {
         {"pp-rank", NULL, MTC_ARG_INT, &pp_rank, "R",
          "with --explain: the memory of pipeline rank R (default: the largest)", 0},
         {"dp-rank", NULL, MTC_ARG_INT, &dp_rank, "R",
-         "with --explain and the distributed optimizer: the optimizer shard of data-parallel "
-         "rank R (default: the largest)",
+         "with --explain and the distributed optimizer: the optimizer shard of rank R of the "
+         "data x context-parallel group (default: the largest)",
          0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "JSON instead of the table", 0},
         {"top", NULL, MTC_ARG_INT, &top, "N", "rows of the table (default 20)", 0},
@@ -145,6 +153,10 @@ int cli_cmd_plan(int argc, char **argv) {
     int st = cli_parse("plan", PLAN_USAGE, PLAN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
     if (world < 1) return cli_usage_error("plan", "world-size=%d must be >= 1", world);
+    if (cp < 1) return cli_usage_error("plan", "context-parallel-size=%d must be >= 1", cp);
+    int cp_type = cp_comm_type_parse(cp_comm);
+    if (cp_type < 0)
+        return cli_usage_error("plan", "cp-comm-type=%s is not p2p, all_gather or a2a", cp_comm);
     if (bf16 && fp32) return cli_usage_error("plan", "give one of --bf16 and --fp32");
     if (top < 1) return cli_usage_error("plan", "top=%d must be >= 1", top);
     if (nd < 1)
@@ -180,7 +192,7 @@ int cli_cmd_plan(int argc, char **argv) {
     mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
     mc->untie_embeddings = untie, mc->disable_bias_linear = nobias;
     l.vocab_divisible = divisible;
-    l.world = world, l.tp = l.pp = l.vpp = l.cp = 1;
+    l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
     l.micro_batch = mbs, l.global_batch = gbs ? gbs : mbs * world, l.mb_group = mb_group;
     l.distopt = distopt, l.distopt_instances = nd, l.pad_high_busbw = pad_high;
     l.overlap_grad_reduce = overlap;
@@ -216,8 +228,10 @@ int cli_cmd_plan(int argc, char **argv) {
             return cli_usage_error("plan", "%s", mtc_error_detail());
         if (pp_rank >= l.pp)
             return cli_usage_error("plan", "pp-rank=%d is outside [0, %d)", pp_rank, l.pp);
-        if (dp_rank >= l.dp)
-            return cli_usage_error("plan", "dp-rank=%d is outside [0, %d)", dp_rank, l.dp);
+        if (dp_rank >= l.dp * l.cp)
+            return cli_usage_error("plan",
+                                   "dp-rank=%d is outside [0, %d) (data x context parallel)",
+                                   dp_rank, l.dp * l.cp);
         mtc_plan_row r;
         r.layout = l;
         rc = pp_rank >= 0 || dp_rank >= 0

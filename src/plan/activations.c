@@ -20,6 +20,7 @@
  * the CUDA caching allocator. */
 #include <math.h>
 
+#include "cp/cp.h"
 #include "plan/plan.h"
 
 /* ---- the MTC table ---- */
@@ -56,13 +57,40 @@ typedef struct {
     int p, sp;
 } shapes;
 
+/* cp/attention.c's cp_attention_scratch_floats for each communication type:
+ * p2p: max(two KV blocks + a partial output and lse, two [K|V|dK|dV]
+ * blocks); all_gather: local, gathered, reordered KV and its gradient;
+ * a2a: the head-scattered q|k|v and output buffers. Rows = B x T/cp. */
+static size_t cp_scr(const mtc_plan_layout *l, const shapes *s) {
+    size_t P = (size_t)(l->cp > 1 ? l->cp : 1);
+    if (P <= 1) return 0;
+    const mtc_model_config *c = &l->model;
+    size_t HS = (size_t)mtc_model_head_size(c), NG_tp = (size_t)mtc_model_groups(c) / (size_t)s->p;
+    size_t rows = s->B * s->T, KD = NG_tp * HS;
+    switch (l->cp_comm_type) {
+    case CP_COMM_P2P: {
+        size_t f = rows * 4 * KD + rows * s->QD_tp + s->B * s->NH_tp * s->T;
+        return max_sz(f, rows * 8 * KD);
+    }
+    case CP_COMM_ALL_GATHER: return rows * 2 * KD * (1 + 3 * P);
+    case CP_COMM_A2A: {
+        size_t nh = s->NH_tp / P, ng = NG_tp / P, W = (nh + 2 * ng) * HS;
+        size_t big = rows * P * W, obig = rows * P * nh * HS, per = s->B * nh * s->T;
+        return 4 * big + 4 * obig + 2 * per * P;
+    }
+    }
+    return 0;
+}
+
 static shapes shapes_of(const mtc_plan_layout *l) {
     const mtc_model_config *c = &l->model;
     shapes s;
     s.p = l->tp > 0 ? l->tp : 1;
     s.sp = l->sequence_parallel && s.p > 1;
     size_t tp = (size_t)s.p, HS = (size_t)mtc_model_head_size(c);
-    s.B = (size_t)l->micro_batch, s.T = (size_t)c->seq_length, s.Tl = s.sp ? s.T / tp : s.T;
+    int cp = l->cp > 1 ? l->cp : 1; /* a rank holds seq-length / cp positions */
+    s.B = (size_t)l->micro_batch, s.T = (size_t)c->seq_length / (size_t)cp;
+    s.Tl = s.sp ? s.T / tp : s.T;
     s.C = (size_t)c->hidden_size;
     s.NH_tp = (size_t)c->num_heads / tp;
     s.QD_tp = s.NH_tp * HS;
@@ -103,10 +131,10 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     size_t QKV = (size_t)(c->num_heads + 2 * mtc_model_groups(c)) * mtc_model_head_size(c);
     size_t QD = (size_t)c->num_heads * mtc_model_head_size(c);
     size_t F = (size_t)c->ffn_hidden_size, F1 = (c->swiglu ? 2 : 1) * F;
-    /* datty | dqkv | linear scratch (the tiled attention needs none; what
-     * context parallelism borrows there is not modelled: cp is 1) */
-    size_t att = N * s.QD_tp + N * s.QKV_tp +
-                 max_sz(col_scr(s.p, s.sp, s.B, s.T, C, QKV), row_scr(s.p, s.sp, s.B, s.T, QD, C));
+    /* datty | dqkv | linear scratch, which the context-parallel attention
+     * borrows between the two linears (the tiled attention needs none) */
+    size_t lin = max_sz(col_scr(s.p, s.sp, s.B, s.T, C, QKV), row_scr(s.p, s.sp, s.B, s.T, QD, C));
+    size_t att = N * s.QD_tp + N * s.QKV_tp + max_sz(lin, cp_scr(l, &s));
     size_t mlp = N * (s.F_tp + s.F1_tp) +
                  max_sz(col_scr(s.p, s.sp, s.B, s.T, C, F1), row_scr(s.p, s.sp, s.B, s.T, F, C));
     size_t emb = s.p == 1 || !s.sp ? 0 : s.B * s.T * C + seq_scr(s.B, s.T, C, s.p);
@@ -131,9 +159,13 @@ double mtc_plan_korthikanti_layer_bytes(double s, double b, double h, double a, 
  * (and SwiGLU's two fc1 halves) the same way. */
 static double megatron_layer(const mtc_plan_layout *l) {
     const mtc_model_config *c = &l->model;
-    double s = c->seq_length, b = l->micro_batch, h = c->hidden_size, a = c->num_heads;
+    double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;
+    double h = c->hidden_size, a = c->num_heads;
     int t = l->tp > 0 ? l->tp : 1, sp = l->sequence_parallel && t > 1;
-    double base = mtc_plan_korthikanti_layer_bytes(s, b, h, a, t, sp, l->recompute);
+    /* with context parallelism a rank's s/cp queries score all s keys: the
+     * 5as/h term keeps the whole sequence (a x cp heads of s/cp) */
+    double base =
+        mtc_plan_korthikanti_layer_bytes(s, b, h, a * (l->cp > 1 ? l->cp : 1), t, sp, l->recompute);
     if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) return base;
     double ffn_ratio = (double)c->ffn_hidden_size * (c->swiglu ? 1.5 : 1.0) / (4.0 * h);
     /* the ffn-sized rows of the 34: GELU input 8sbh/t and fc2 input 8sbh/t */
@@ -144,7 +176,8 @@ static double megatron_layer(const mtc_plan_layout *l) {
 size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
     if (l->act_model == MTC_PLAN_ACT_MTC) return arena_slot_bytes(l, (size_t)nl, has_head);
     const mtc_model_config *c = &l->model;
-    double s = c->seq_length, b = l->micro_batch, h = c->hidden_size, t = l->tp > 0 ? l->tp : 1;
+    double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;
+    double h = c->hidden_size, t = l->tp > 0 ? l->tp : 1;
     double bytes = nl * megatron_layer(l);
     if (has_embedding) bytes += (8.0 * s * b + s * b * h) / t; /* token ids, embedding dropout */
     if (has_head) bytes += 4.0 * s * b * h * (1.0 + c->padded_vocab_size / h) / t; /* fp32 logits */

@@ -13,7 +13,9 @@
 
 void mtc_plan_layout_name(const mtc_plan_layout *l, char *buf, size_t n) {
     int vpp = l->vpp > 1 ? l->vpp : 1;
-    snprintf(buf, n, "tp%d-pp%d%s%.0d-dp%d%s%s", l->tp, l->pp, vpp > 1 ? "-vpp" : "",
+    char cp[16] = "";
+    if (l->cp > 1) snprintf(cp, sizeof cp, "-cp%d", l->cp);
+    snprintf(buf, n, "tp%d%s-pp%d%s%.0d-dp%d%s%s", l->tp, cp, l->pp, vpp > 1 ? "-vpp" : "",
              vpp > 1 ? vpp : 0, l->dp, l->sequence_parallel ? "-sp" : "", l->distopt ? "-do" : "");
 }
 
@@ -33,14 +35,16 @@ mtc_result_t mtc_plan_layout_parse(mtc_plan_layout *l, const char *spec) {
             l->vpp = v;
         else if (sscanf(t, "pp=%d", &v) == 1 || sscanf(t, "pp%d", &v) == 1)
             l->pp = v;
+        else if (sscanf(t, "cp=%d", &v) == 1 || sscanf(t, "cp%d", &v) == 1)
+            l->cp = v;
         else if (sscanf(t, "dp=%d", &v) == 1 || sscanf(t, "dp%d", &v) == 1)
             ; /* derived from the world; accepted so a printed name parses back */
         else
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "layout '%s': '%s' is not tpN, ppN, vppN, dpN, sp or do (e.g. "
+                             "layout '%s': '%s' is not tpN, cpN, ppN, vppN, dpN, sp or do (e.g. "
                              "tp2-pp2-vpp2-sp-do or tp=2,pp=2)",
                              spec, t);
-        if ((t[0] == 't' || t[0] == 'p' || t[0] == 'v') && v < 1)
+        if ((t[0] == 't' || t[0] == 'p' || t[0] == 'v' || t[0] == 'c') && v < 1)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT, "layout '%s': '%s' must be >= 1", spec, t);
     }
     return MTC_OK;

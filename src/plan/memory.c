@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cp/cp.h"
 #include "dp/layout.h"
 #include "grid/grid.h"
 #include "model/family.h"
@@ -30,11 +31,6 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
     if (l->tp < 1) l->tp = 1;
     if (l->pp < 1) l->pp = 1;
     if (l->cp < 1) l->cp = 1;
-    if (l->cp > 1)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "context-parallel-size=%d: the planner does not model context "
-                         "parallelism yet (mtc train does not run it either; use 1)",
-                         l->cp);
     if (l->vpp < 1 || l->pp == 1) l->vpp = 1;
     if (l->tp == 1) l->sequence_parallel = 0;
     if (l->micro_batch < 1) return mtc_error(E, "micro-batch-size=%d must be >= 1", l->micro_batch);
@@ -55,6 +51,22 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
                                       l->model.num_layers, l->vpp > 1 ? l->vpp : 0));
     MTC_CHECK(mtc_model_validate_tp(&l->model, l->tp, l->sequence_parallel));
     l->dp = spec.dp;
+    if (l->cp > 1) { /* mtc train's rules for context parallelism on top of TP */
+        int T_cp = l->model.seq_length / l->cp, NH = l->model.num_heads / l->tp;
+        int NG = mtc_model_groups(&l->model) / l->tp;
+        if (l->sequence_parallel && T_cp % l->tp)
+            return mtc_error(E,
+                             "seq-length=%d / context-parallel-size=%d = %d positions per rank is "
+                             "not divisible by tensor-model-parallel-size=%d, which sequence "
+                             "parallelism needs",
+                             l->model.seq_length, l->cp, T_cp, l->tp);
+        if (l->cp_comm_type == CP_COMM_A2A && (NH % l->cp || NG % l->cp))
+            return mtc_error(E,
+                             "cp-comm-type a2a splits the heads over context-parallel-size=%d, but "
+                             "a tensor-parallel rank has %d query heads and %d key/value heads "
+                             "(use p2p or all_gather, or a cp dividing both)",
+                             l->cp, NH, NG);
+    }
     if (l->global_batch % (l->micro_batch * l->dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
@@ -160,7 +172,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         for (int i = 0; rc == MTC_OK && i < n; i++)
             sum += numels[i];
         if (rc == MTC_OK && l->distopt) {
-            dp_layout_config dc = {.dp = l->dp / nd,
+            dp_layout_config dc = {.dp = l->dp * l->cp / nd, /* gradients reduce over dp x cp */
                                    .bucket_size = dp_layout_bucket_size(
                                        l->ddp_bucket_size, l->dp, l->overlap_grad_reduce, r, k),
                                    .pad_high_busbw = l->pad_high_busbw,
@@ -202,7 +214,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     out->grad_bytes = (size_t)out->buffer_numel * 4;
     out->optim_bytes = (size_t)out->optim_numel * (bf16 ? 12 : 8);
     if (l->pp > 1) { /* pipeline messages of (B, T_loc, C) */
-        size_t T_loc = (size_t)l->model.seq_length / (l->sequence_parallel ? l->tp : 1);
+        size_t T_loc = (size_t)l->model.seq_length / l->cp / (l->sequence_parallel ? l->tp : 1);
         size_t msg = (size_t)l->micro_batch * T_loc * (size_t)l->model.hidden_size;
         if (l->act_model == MTC_PLAN_ACT_MTC) { /* mtc's executor: its live message slots */
             pp_executor_config ec = {

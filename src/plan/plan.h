@@ -50,7 +50,8 @@ typedef enum {
 typedef struct {
     mtc_model_config model;
     int vocab_divisible;        /* --make-vocab-size-divisible-by (0 = 128) */
-    int world, tp, pp, vpp, cp; /* vpp 0/1 = not interleaved; cp 1 in mtc today */
+    int world, tp, pp, vpp, cp; /* vpp 0/1 = not interleaved */
+    int cp_comm_type;           /* cp/cp.h: CP_COMM_P2P, CP_COMM_ALL_GATHER, CP_COMM_A2A */
     int dp;                     /* derived: world / (tp pp cp) (filled by mtc_plan_layout_check) */
     int sequence_parallel;
     int distopt, distopt_instances, pad_high_busbw;
@@ -88,7 +89,8 @@ typedef struct {
 /* Memory of pipeline rank pp_rank (every TP rank of a stage holds the same
  * amounts; with the distributed optimizer the DP ranks' shards differ by
  * the bucket padding, which holds no optimizer state: dp_rank -1 = the
- * largest shard, else that rank of the optimizer instance). Layout checked
+ * largest shard, else that rank of the dp x cp group, taken within its
+ * optimizer instance). Layout checked
  * first. */
 mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *l, int pp_rank, int dp_rank,
                                   mtc_plan_memory *out);
@@ -154,6 +156,7 @@ typedef struct {
     double compute_s;       /* GEMMs at the achieved rate, all microbatches */
     double elementwise_s;   /* memory-bound passes (activations, optimizer step) */
     double tp_comm_s;       /* TP / SP collectives on the critical path */
+    double cp_comm_s;       /* context-parallel attention's KV / head exchanges */
     double pp_comm_s;       /* stage-to-stage messages */
     double dp_comm_s;       /* gradient reduction (and param all-gather) exposed */
     double dp_comm_total_s; /* the same before overlap */

@@ -1,5 +1,6 @@
 /* plan/report.c - `mtc plan --explain`: every term of one prediction, with
  * the formula or the mtc buffer it comes from, so a reader can redo it. */
+#include "cp/cp.h"
 #include "plan/plan.h"
 
 static double mb(size_t b) { return (double)b / 1048576.0; }
@@ -46,6 +47,9 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
     fprintf(f, "  element-wise      %12.3f ms  activations and optimizer at %.3g GB/s\n",
             t->elementwise_s * 1e3, m->mem_bw * 1e-9);
     fprintf(f, "  TP collectives    %12.3f ms\n", t->tp_comm_s * 1e3);
+    if (l->cp > 1)
+        fprintf(f, "  CP exchanges      %12.3f ms  %s over %d ranks\n", t->cp_comm_s * 1e3,
+                cp_comm_type_name((cp_comm_type)l->cp_comm_type), l->cp);
     fprintf(f, "  pipeline p2p      %12.3f ms\n", t->pp_comm_s * 1e3);
     fprintf(f, "  pipeline bubble   %12.3f ms  %.1f%% of busy time (simulated schedule)\n",
             t->bubble_s * 1e3, 100 * t->bubble_fraction);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cp/cp.h"
 #include "plan/plan.h"
 #include "pp/executor.h"
 #include "pp/schedule.h"
@@ -76,18 +77,20 @@ static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, in
 }
 
 typedef struct {
-    double gemm_f, gemm_b, elem_f, elem_b, tp_f, tp_b, p2p;
+    double gemm_f, gemm_b, elem_f, elem_b, tp_f, tp_b, cp_f, cp_b, p2p;
 } chunk_cost;
 
 /* Costs of one microbatch on one chunk of nl layers. */
 static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *m, double rate,
                               int nl, int has_emb, int has_head, const mtc_plan_link *tpl,
-                              const mtc_plan_link *ppl) {
+                              const mtc_plan_link *cpl, const mtc_plan_link *ppl) {
     const mtc_model_config *c = &l->model;
     chunk_cost k;
     memset(&k, 0, sizeof k);
     int t = l->tp, sp = l->sequence_parallel;
-    double tok = (double)l->micro_batch * c->seq_length, h = c->hidden_size;
+    /* a rank's tokens: seq-length / cp of each sample; each still scores all
+     * seq-length keys, so layer_macs per token is the serial one */
+    double tok = (double)l->micro_batch * c->seq_length / l->cp, h = c->hidden_size;
     double fl = 2.0 * tok * nl * layer_macs(c) / t;
     double fh = has_head ? 2.0 * tok * h * c->padded_vocab_size / t : 0;
     double rec = l->recompute == MTC_PLAN_RECOMPUTE_FULL ? fl
@@ -125,6 +128,28 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
         k.tp_b = (2.0 * nl + ends) * ar + nl * regather +
                  (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? 2.0 * nl * ar : 0);
     }
+    /* CP, per layer: p2p passes KV blocks round the ring (cp - 1 steps
+     * forward, twice the bytes backward with dK, dV), all_gather gathers KV
+     * (forward and again backward) and reduce-scatters dKV, a2a moves q|k|v
+     * and the output between sequence and head splits (twice as much
+     * backward); blocking in mtc (Megatron overlaps the ring with compute,
+     * not modelled) */
+    if (l->cp > 1) {
+        int P = l->cp;
+        double kv = 2.0 * tok * mtc_model_groups(c) / t * mtc_model_head_size(c) * ab;
+        double qkvo = tok * ((c->num_heads * 2.0 + 2.0 * mtc_model_groups(c)) / t) *
+                      mtc_model_head_size(c) * ab;
+        double f = 0, b2 = 0;
+        if (l->cp_comm_type == CP_COMM_P2P)
+            f = (P - 1) * mtc_plan_coll_time(MTC_PLAN_P2P, kv, 2, cpl),
+            b2 = (P - 1) * mtc_plan_coll_time(MTC_PLAN_P2P, 2 * kv, 2, cpl);
+        else if (l->cp_comm_type == CP_COMM_ALL_GATHER)
+            f = mtc_plan_coll_time(MTC_PLAN_AG, kv * P, P, cpl),
+            b2 = f + mtc_plan_coll_time(MTC_PLAN_RS, kv * P, P, cpl);
+        else
+            f = mtc_plan_coll_time(MTC_PLAN_AG, qkvo, P, cpl), b2 = 2 * f; /* all-to-all ~ */
+        k.cp_f = nl * f, k.cp_b = nl * b2;
+    }
     /* p2p: mtc sends (b, s/t, h) under SP, else the whole (b, s, h); Megatron
      * on GPUs sends 1/t from each TP rank and all-gathers it over NVLink
      * (the scatter-gather of Narayanan et al. 2021, section 4.1) */
@@ -161,9 +186,10 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
                          l->precision == MTC_PLAN_BF16 ? "bf16" : "fp32");
     mtc_plan_machine mm = *m;
     if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */
-    int dp_stride = l->tp * l->cp, pp_stride = l->tp * l->cp * l->dp;
+    int pp_stride = l->tp * l->cp * l->dp;
     mtc_plan_link tpl = link_of(m, 1, l->tp, oversub);
-    mtc_plan_link dpl = link_of(m, dp_stride, l->dp, oversub);
+    mtc_plan_link cpl = link_of(m, l->tp, l->cp, oversub);
+    mtc_plan_link dpl = link_of(m, l->tp, l->dp * l->cp, oversub); /* the dp x cp group */
     mtc_plan_link ppl = link_of(m, pp_stride, l->pp, oversub);
     /* the slowest stage's chunk (head and embedding on their stages) */
     double tf = 0, tb = 0;
@@ -171,8 +197,9 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     memset(&worst, 0, sizeof worst);
     for (int st = 0; st < S; st++) {
         int nl = (st + 1) * L / S - st * L / S;
-        chunk_cost k = chunk_costs(l, &mm, rate, nl, st == 0, st == S - 1, &tpl, &ppl);
-        double f = k.gemm_f + k.elem_f + k.tp_f + k.p2p, b = k.gemm_b + k.elem_b + k.tp_b + k.p2p;
+        chunk_cost k = chunk_costs(l, &mm, rate, nl, st == 0, st == S - 1, &tpl, &cpl, &ppl);
+        double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p;
+        double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p;
         if (f + b > tf + tb) tf = f, tb = b, worst = k;
     }
     double makespan = M * v * (tf + tb);
@@ -209,6 +236,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     out->compute_s = M * v * (worst.gemm_f + worst.gemm_b);
     out->elementwise_s = M * v * (worst.elem_f + worst.elem_b);
     out->tp_comm_s = M * v * (worst.tp_f + worst.tp_b);
+    out->cp_comm_s = M * v * (worst.cp_f + worst.cp_b);
     out->pp_comm_s = M * v * 2 * worst.p2p;
     /* the optimizer step and the data-parallel reduction of the peak rank */
     mtc_plan_memory mem;
@@ -225,12 +253,13 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     double pb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
     int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;
     double dpt = 0, ag = 0;
-    if (l->dp > 1 && !l->distopt) dpt = mtc_plan_coll_time(MTC_PLAN_AR, gb, l->dp, &dpl);
-    if (l->dp > 1 && l->distopt) {
-        mtc_plan_link intra = link_of(m, dp_stride, l->dp / nd, oversub);
-        dpt = mtc_plan_coll_time(MTC_PLAN_RS, gb, l->dp / nd, &intra);
-        if (nd > 1) dpt += mtc_plan_coll_time(MTC_PLAN_AR, gb / (l->dp / nd), nd, &dpl);
-        ag = mtc_plan_coll_time(MTC_PLAN_AG, pb, l->dp / nd, &intra);
+    int dpc = l->dp * l->cp; /* gradients reduce over dp x cp */
+    if (dpc > 1 && !l->distopt) dpt = mtc_plan_coll_time(MTC_PLAN_AR, gb, dpc, &dpl);
+    if (dpc > 1 && l->distopt) {
+        mtc_plan_link intra = link_of(m, l->tp, dpc / nd, oversub);
+        dpt = mtc_plan_coll_time(MTC_PLAN_RS, gb, dpc / nd, &intra);
+        if (nd > 1) dpt += mtc_plan_coll_time(MTC_PLAN_AR, gb / (dpc / nd), nd, &dpl);
+        ag = mtc_plan_coll_time(MTC_PLAN_AG, pb, dpc / nd, &intra);
     }
     out->dp_comm_total_s = dpt + ag;
     double hidden = l->overlap_grad_reduce ? v * (worst.gemm_b + worst.elem_b) : 0;

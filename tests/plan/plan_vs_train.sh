@@ -2,9 +2,10 @@
 # tests/plan/plan_vs_train.sh - `mtc plan` against mtc's own allocation:
 # for layouts of a GPT-2 and a Llama-style model on 4 rank-threads (with
 # the argument `mpi`: on 2 MPI processes, skipped when MPI is not built),
+# context parallelism (p2p, all_gather, a2a) included,
 # the parameters, gradients, optimizer state and activation bytes that
 # `mtc train --metrics` reports for the last rank equal those of
-# `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp-1` to the byte,
+# `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp*cp-1` to the byte,
 # and the banner's parameter count equals the plan's. Bad input exits 2
 # with one line. Uses a fixed machine file (no measurement).
 set -u
@@ -23,11 +24,12 @@ LLAMA="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 -
 check() {
     name=$1 model=$2 world=$3 tp=$4 pp=$5 vpp=$6 sp=$7 do=$8 nd=$9
     shift 9
-    dp=$((world / tp / pp))
-    targs="" lay="tp$tp-pp$pp-vpp$vpp" pargs=""
+    cp=${CP:-1}
+    dp=$((world / tp / pp / cp))
+    targs="--cp $cp --cp-comm-type ${CPT:-p2p}" lay="tp$tp-pp$pp-vpp$vpp" pargs="$targs"
     [ "$sp" = 1 ] && targs="$targs --sequence-parallel" && lay="$lay-sp"
     [ "$do" = 1 ] && targs="$targs --use-distributed-optimizer --num-distributed-optimizer-instances $nd" \
-        && lay="$lay-do" && pargs="--use-distributed-optimizer --num-distributed-optimizer-instances $nd"
+        && lay="$lay-do" && pargs="$pargs --use-distributed-optimizer --num-distributed-optimizer-instances $nd"
     tmodel=$(echo "$model" | sed 's/--num-query-groups/--group-query-attention --num-query-groups/')
     if [ $# -gt 0 ]; then
         "$@" "$MTC" train $tmodel --tp $tp --pp $pp --vpp $vpp $targs --mock-data --train-iters 1 \
@@ -39,7 +41,7 @@ check() {
     if [ $? -ne 0 ]; then bad "$name: mtc train failed"; tail -3 "$D/log"; return; fi
     # the Llama flags spelled for plan (no --group-query-attention there)
     "$MTC" plan $model --world-size $world $pargs --machine $HOST --explain "$lay" \
-        --pp-rank $((pp - 1)) --dp-rank $((dp - 1)) --json >"$D/p.json" 2>"$D/perr"
+        --pp-rank $((pp - 1)) --dp-rank $((dp * cp - 1)) --json >"$D/p.json" 2>"$D/perr"
     if [ $? -ne 0 ]; then bad "$name: mtc plan failed: $(cat "$D/perr")"; return; fi
     for k in param_bytes grad_bytes optim_state_bytes activation_bytes; do
         m=$(tail -1 "$D/m.json" | sed -n "s/.*\"$k\": \([0-9]*\).*/\1/p")
@@ -71,6 +73,10 @@ check "gpt tp4"            "$GPT"   4 4 1 1 0 0 1
 check "gpt 1F1B pp4"       "$GPT"   4 1 4 1 0 0 1
 check "llama tp pp sp distopt" "$LLAMA" 4 2 2 1 1 1 1
 check "llama interleaved"  "$LLAMA" 4 1 2 2 0 0 1
+CP=2 CPT=p2p check "gpt cp2 p2p" "$GPT" 4 1 1 1 0 0 1
+CP=2 CPT=all_gather check "gpt tp2 cp2 sp all_gather distopt" "$GPT" 4 2 1 1 1 1 1
+CP=2 CPT=a2a check "llama cp2 a2a pp2" "$LLAMA" 4 1 2 1 0 0 1
+CP=2 CPT=p2p check "llama cp2 p2p distopt" "$LLAMA" 4 1 1 1 0 1 1
 
 # bad input: exit 2, one line, before any work
 expect_usage() {
@@ -83,7 +89,7 @@ expect_usage() {
     ok "$name: $(cat "$D/err")"
 }
 expect_usage "unknown machine" "neither a named machine" plan $GPT --world-size 4 --machine dgx-z900
-expect_usage "bad layout" "not tpN, ppN" plan $GPT --world-size 4 --machine $HOST --explain tp2-xx3
+expect_usage "bad layout" "not tpN, cpN, ppN" plan $GPT --world-size 4 --machine $HOST --explain tp2-xx3
 expect_usage "tp vs heads" "num-attention-heads=4 is not divisible by tensor-model-parallel-size=3" \
     plan $GPT --world-size 3 --machine $HOST --explain tp3
 expect_usage "batch vs dp" "global-batch-size=16 is not divisible" plan $GPT --world-size 4 \

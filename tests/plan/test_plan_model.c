@@ -2,7 +2,8 @@
  * its activation table against mtc's own arena:
  *   - Korthikanti et al. 2022: sbh(34 + 5as/h) per layer, /t with SP,
  *     sbh(10 + 24/t + 5as/(ht)) with TP alone, 34sbh/t selective, 2sbh full;
- *   - Megatron's table on a GPT layer (ffn 4h) is exactly those;
+ *   - Megatron's table on a GPT layer (ffn 4h) is exactly those (and s/cp
+ *     positions with context parallelism);
  *   - model FLOPs with full recompute = 96 B s L h^2 (1 + s/(12h)) + 6 B s h V
  *     (Narayanan et al.'s count with mtc's causal attention term);
  *   - alpha-beta collectives: all-reduce 2(n-1)/n x/bw + 2(n-1) lat, ...;
@@ -59,6 +60,12 @@ static void test_korthikanti(void) {
             1e-12);
     T_CLOSE((double)mtc_plan_act_slot_bytes(&l, 1, 0, 1),
             sbh * 34 / 8 + 4 * sbh * (1 + 51200 / h) / 8, 1, 1e-12);
+    /* context parallelism 2: half the positions per rank; without
+     * recomputation the 5as/h term keeps the whole sequence's keys */
+    l.world = 128, l.cp = 2, l.recompute = MTC_PLAN_RECOMPUTE_NONE;
+    T_CHECK(mtc_plan_layout_check(&l) == MTC_OK);
+    T_CLOSE((double)mtc_plan_act_slot_bytes(&l, 3, 0, 0), 3 * (sbh / 2) * (34 + 5 * a * s / h) / 8,
+            1, 1e-12);
 }
 
 static void test_flops(void) {
