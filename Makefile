@@ -34,7 +34,7 @@ test-asan: deps
 test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMTC_SANITIZE=thread -DMTC_WERROR=ON -DMTC_WITH_MPI=OFF $(CMAKE_ARGS) > build-tsan.cmake.log
 	@cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L tsan
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest --output-on-failure -j $(JOBS) -L tsan
 
 sanitize: test-asan test-tsan
 

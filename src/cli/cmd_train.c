@@ -40,6 +40,9 @@ int cli_cmd_train(int argc, char **argv) {
     const char *metrics = NULL, *save = NULL, *load = NULL;
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
+    double dist_timeout_min = 0;
+    const char *noop_s[3] = {NULL, NULL, NULL};
+    int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
     int qkv_bias = 0, kv_channels = 0;
@@ -81,7 +84,7 @@ int cli_cmd_train(int argc, char **argv) {
          "positions (default seq-length)", 0},
         {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
         {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N",
-         "samples per iteration (default micro batch)", 0},
+         "samples per iteration (default micro batch x data-parallel size, as Megatron)", 0},
         {"train-iters", NULL, MTC_ARG_I64, &iters, "N", "iterations (default 100)", 0},
         {"lr", NULL, MTC_ARG_DOUBLE, &lr, "X", "peak learning rate (default 1e-3)", 0},
         {"min-lr", NULL, MTC_ARG_DOUBLE, &min_lr, "X", "final learning rate (default 0)", 0},
@@ -139,6 +142,10 @@ int cli_cmd_train(int argc, char **argv) {
          "context-parallel ranks (default 1): each sequence in 2cp chunks, rank c keeps chunks c "
          "and 2cp-1-c; seq-length % (2cp) == 0",
          0},
+        {"distributed-timeout-minutes", NULL, MTC_ARG_DOUBLE, &dist_timeout_min, "M",
+         "deadline of every collective and point-to-point call, in minutes (default "
+         "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
+         0},
         {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
          "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp)", 0},
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A P",
@@ -173,6 +180,26 @@ int cli_cmd_train(int argc, char **argv) {
          "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with "
          "--vpp) before training",
          0},
+#define NOOP_STR(name, var)                                                                        \
+    {name, NULL, MTC_ARG_STRING, &var, "S", "accepted for Megatron scripts; no effect on CPU", 0}
+#define NOOP_FLAG(name, var)                                                                       \
+    { name, NULL, MTC_ARG_FLAG, &var, NULL, "accepted for Megatron scripts; no effect on CPU", 0 }
+        NOOP_STR("attention-backend", noop_s[0]),
+        NOOP_STR("transformer-impl", noop_s[1]),
+        NOOP_STR("distributed-backend", noop_s[2]),
+        NOOP_FLAG("use-mcore-models", noop_f[0]),
+        NOOP_FLAG("no-masked-softmax-fusion", noop_f[1]),
+        NOOP_FLAG("no-bias-gelu-fusion", noop_f[2]),
+        NOOP_FLAG("no-bias-swiglu-fusion", noop_f[3]),
+        NOOP_FLAG("no-bias-dropout-fusion", noop_f[4]),
+        NOOP_FLAG("no-rope-fusion", noop_f[5]),
+        NOOP_FLAG("use-flash-attn", noop_f[6]),
+        NOOP_FLAG("no-gradient-accumulation-fusion", noop_f[7]),
+        NOOP_FLAG("no-async-tensor-model-parallel-allreduce", noop_f[8]),
+        NOOP_FLAG("use-cpu-initialization", noop_f[9]),
+        NOOP_FLAG("tp-comm-overlap", noop_f[10]),
+#undef NOOP_STR
+#undef NOOP_FLAG
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)",
          0},
         {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration",
@@ -189,6 +216,11 @@ int cli_cmd_train(int argc, char **argv) {
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
     if (cp < 1) return cli_usage_error("train", "context-parallel-size=%d must be >= 1", cp);
+    if (mtc_args_seen(args, nargs, "distributed-timeout-minutes") &&
+        !(dist_timeout_min > 0 && dist_timeout_min <= 1e6))
+        return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
+                               dist_timeout_min);
+    if (dist_timeout_min > 0) mtc_comm_set_default_timeout(dist_timeout_min * 60.0);
     int cp_type = cp_comm_type_parse(cp_comm);
     if (!strcmp(cp_comm, "a2a+p2p") || hcp.n > 0)
         return cli_usage_error("train", "cp-comm-type a2a+p2p (hierarchical context parallelism) "
@@ -243,6 +275,19 @@ int cli_cmd_train(int argc, char **argv) {
                                le.name, le.rank, le.world, le.world, le.world);
     }
     if (le.kind == MTC_LAUNCHER_MPI && le.world > 1) world = le.world; /* the MPI size */
+    { /* GPU-only or Megatron-internal flags: one note naming them all */
+        char note[512] = "";
+        size_t n = 0;
+        for (int i = 0; i < nargs; i++)
+            if (args[i].seen && args[i].help && strstr(args[i].help, "no effect on CPU") &&
+                n + strlen(args[i].name) + 4 < sizeof note)
+                n += (size_t)snprintf(note + n, sizeof note - n, "%s--%s", n ? ", " : "",
+                                      args[i].name);
+        if (n && le.rank == 0) /* once per job, not once per rank */
+            fprintf(stderr, "note: %s concern GPUs or Megatron's internals and do not apply here\n",
+                    note);
+    }
+
     if (le.kind == MTC_LAUNCHER_MPI && !threads && le.local_world > 0) {
         threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / le.local_world;
         if (threads < 1) threads = 1;
@@ -333,7 +378,11 @@ int cli_cmd_train(int argc, char **argv) {
     if (mtc_model_config_validate(mc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     tc.micro_batch = mbs;
-    tc.global_batch = gbs ? gbs : mbs;
+    { /* Megatron's default: one microbatch per data-parallel rank */
+        int64_t model_ranks = (int64_t)tp * pp * cp;
+        int dp = model_ranks > 0 && world % model_ranks == 0 ? (int)(world / model_ranks) : 1;
+        tc.global_batch = gbs ? gbs : mbs * dp;
+    }
     tc.train_iters = iters;
     tc.lr = (mtc_lr_schedule){.lr = lr,
                               .min_lr = min_lr,

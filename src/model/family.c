@@ -5,8 +5,8 @@
  * chunk's parameters by walking these tables; nothing else in mtc knows a
  * parameter by its name.
  *
- * Families: GPT-2 (Hugging Face GPT2LMHeadModel names without the
- * "transformer." prefix, fused c_attn [q | k | v]) and Llama
+ * Families: GPT-2 (Hugging Face GPT2LMHeadModel names, fused c_attn
+ * [q | k | v], weights stored (out, in) where HF's Conv1D has (in, out)) and Llama
  * (LlamaForCausalLM names, with q/k/v fused as qkv_proj = [q | k | v] and,
  * under SwiGLU, gate/up fused as gate_up_proj = [gate | up]: one parameter
  * each, as Megatron's linear_qkv and linear_fc1, so the gradient-buffer
@@ -59,7 +59,7 @@ typedef struct {
     }
 
 static const role_desc GPT2_LAYER[] = {
-    LAYER_ROLES("h.%d.", "attn.c_attn", "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj")};
+    LAYER_ROLES("transformer.h.%d.", "attn.c_attn", "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj")};
 static const role_desc LLAMA_LAYER[] = {
     LAYER_ROLES("model.layers.%d.", "self_attn.qkv_proj", "self_attn.o_proj", "input_layernorm",
                 "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj")};
@@ -77,7 +77,8 @@ static const char *LLAMA_FC1_PLAIN[2] = {"model.layers.%d.mlp.up_proj.weight",
     }
 
 static const role_desc GPT2_GLOBAL[] = {
-    GLOBAL_ROLES("wte.weight", "wpe.weight", "ln_f", "lm_head.weight")};
+    GLOBAL_ROLES("transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f",
+                 "lm_head.weight")};
 static const role_desc LLAMA_GLOBAL[] = {GLOBAL_ROLES(
     "model.embed_tokens.weight", "model.embed_positions.weight", "model.norm", "lm_head.weight")};
 

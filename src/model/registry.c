@@ -120,11 +120,16 @@ int mtc_registry_find(const mtc_registry *reg, const char *name) {
     return -1;
 }
 
+const char *mtc_param_stream_name(const char *name) {
+    return strncmp(name, "transformer.", 12) ? name : name + 12;
+}
+
 void mtc_registry_init_range(const mtc_param *p, float *dst, size_t first, size_t n,
                              uint64_t seed) {
     switch (p->init) {
     case MTC_INIT_NORMAL:
-        mtc_rng_fill_normal(dst, n, seed, mtc_rng_stream_of(p->name), first, 0.0f, p->init_std);
+        mtc_rng_fill_normal(dst, n, seed, mtc_rng_stream_of(mtc_param_stream_name(p->name)), first,
+                            0.0f, p->init_std);
         break;
     case MTC_INIT_ZEROS: memset(dst, 0, n * sizeof(float)); break;
     case MTC_INIT_ONES:

@@ -116,6 +116,10 @@ int mtc_registry_find(const mtc_registry *reg, const char *name);
  * element i of parameter p = normal(seed, stream_of(name), i) * std, so a
  * shard of any layout draws the serial run's values. */
 void mtc_registry_init_params(const mtc_registry *reg, float *params, uint64_t seed);
+/* The name that keys a parameter's initial values: its name without
+ * Hugging Face GPT-2's "transformer." body prefix, so GPT-2's initial
+ * values stayed those of the names mtc used before it adopted the prefix. */
+const char *mtc_param_stream_name(const char *name);
 /* Fill one element range [first, first + n) of parameter p (any split of
  * the work gives the same values: the generator is counter-based). */
 void mtc_registry_init_range(const mtc_param *p, float *dst, size_t first, size_t n, uint64_t seed);

@@ -23,6 +23,12 @@ static void compare(const char *what, const float *a, const float *b, size_t n, 
              maxref);
 }
 
+/* The fixture (tests/reference/gpt2_reference.py) names tensors without
+ * Hugging Face's "transformer." prefix of the body. */
+static const char *fixture_name(const char *name) {
+    return strncmp(name, "transformer.", 12) ? name : name + 12;
+}
+
 int main(void) {
     fixture fx;
     T_CHECK(fixture_load(&fx, "tests/reference/gpt2_tiny.fixture") == 0);
@@ -47,16 +53,16 @@ int main(void) {
     /* registry: backward order, last parameter at offset 0, contiguous */
     const mtc_registry *r = &m->reg;
     T_CHECK(r->count == 4 + 12 * cfg.num_layers);
-    T_CHECK(!strcmp(r->params[r->count - 1].name, "ln_f.bias") &&
+    T_CHECK(!strcmp(r->params[r->count - 1].name, "transformer.ln_f.bias") &&
             r->params[r->count - 1].offset == 0);
-    T_CHECK(!strcmp(r->params[0].name, "wte.weight") &&
+    T_CHECK(!strcmp(r->params[0].name, "transformer.wte.weight") &&
             r->params[0].offset + r->params[0].numel == r->total);
     for (int i = 0; i + 1 < r->count; i++)
         T_CHECK(r->params[i + 1].offset + r->params[i + 1].numel == r->params[i].offset);
 
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
-        const fixture_tensor *t = fixture_get(&fx, p->name);
+        const fixture_tensor *t = fixture_get(&fx, fixture_name(p->name));
         T_CHECKF(t && t->n == p->numel, "fixture tensor %s", p->name);
         if (t && t->n == p->numel) memcpy(m->params + p->offset, t->data, p->numel * sizeof(float));
     }
@@ -76,7 +82,7 @@ int main(void) {
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         char gname[96];
-        snprintf(gname, sizeof gname, "grad.%s", p->name);
+        snprintf(gname, sizeof gname, "grad.%s", fixture_name(p->name));
         const fixture_tensor *t = fixture_get(&fx, gname);
         T_CHECKF(t && t->n == p->numel, "fixture gradient %s", gname);
         if (t && t->n == p->numel) compare(gname, m->grads + p->offset, t->data, p->numel, 1e-5);

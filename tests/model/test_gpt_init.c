@@ -34,7 +34,7 @@ int main(void) {
     T_CHECK(!memcmp(serial, m->params, r->total * sizeof(float)));
     free(serial);
 
-    int i = mtc_registry_find(r, "h.1.attn.c_attn.weight");
+    int i = mtc_registry_find(r, "transformer.h.1.attn.c_attn.weight");
     T_CHECK(i >= 0 && r->params[i].shape[0] == 192 && r->params[i].shape[1] == 64 &&
             r->params[i].is_2d);
     const float *w = m->params + r->params[i].offset;
@@ -64,12 +64,12 @@ int main(void) {
                      "%s: std %g (expected %g) mean %g", n, sd, expect, mean);
         }
     }
-    T_CHECK(mtc_registry_find(r, "wte.weight") == 0 &&
-            mtc_registry_find(r, "ln_f.bias") == r->count - 1);
+    T_CHECK(mtc_registry_find(r, "transformer.wte.weight") == 0 &&
+            mtc_registry_find(r, "transformer.ln_f.bias") == r->count - 1);
     T_CHECK(r->params[0].shape[0] == 384 && r->params[1].shape[0] == 32);
     T_CHECK(r->params[0].reduce_groups & MTC_REDUCE_EMBEDDING);
-    T_CHECK(mtc_registry_find(r, "h.2.mlp.c_proj.weight") >= 0 &&
-            mtc_registry_find(r, "h.3.ln_1.weight") < 0);
+    T_CHECK(mtc_registry_find(r, "transformer.h.2.mlp.c_proj.weight") >= 0 &&
+            mtc_registry_find(r, "transformer.h.3.ln_1.weight") < 0);
     mtc_model_free(m);
     nn_pool_free(pool);
     return T_DONE();

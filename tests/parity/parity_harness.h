@@ -102,7 +102,7 @@ static void parity_set_layers(int layers) {
     g_skip = calloc(g_nparams, 1);
     for (int l = 0; l < layers; l++) {
         char n[64];
-        snprintf(n, sizeof n, "h.%d.attn.c_attn.bias", l);
+        snprintf(n, sizeof n, "transformer.h.%d.attn.c_attn.bias", l);
         int i = mtc_registry_find(&sm->reg, n);
         T_CHECK(i >= 0);
         memset(g_skip + sm->reg.params[i].global_offset + c.model.hidden_size, 1,

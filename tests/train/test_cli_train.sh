@@ -83,4 +83,12 @@ XENV="RANK=0 WORLD_SIZE=two" expect_usage "bad WORLD_SIZE" "WORLD_SIZE='two' is 
 XENV=
 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "$MTC" train $TINY --train-iters 1 --log-interval 1 --eval-iters 0 >"$D/out" 2>&1 \
     && ok "torchrun world 1 trains" || { bad "torchrun world 1"; cat "$D/out"; }
+
+# Megatron's defaults: global batch = micro batch x data-parallel size; flags
+# that only concern GPUs are accepted with one note
+"$MTC" train $TINY --world-size 2 --train-iters 1 --log-interval 1 --eval-iters 0 \
+    --attention-backend flash --use-mcore-models --no-masked-softmax-fusion >"$D/out" 2>"$D/err" || { bad "no-op flags run"; cat "$D/err"; }
+grep -q "micro batch 4 x 1 microbatches x data-parallel 2 = global batch 8" "$D/out" && ok "global batch defaults to micro batch x dp" || { bad "global batch default"; grep "global batch" "$D/out"; }
+[ "$(grep -c '^note: --attention-backend, --use-mcore-models, --no-masked-softmax-fusion concern GPUs' "$D/err")" -eq 1 ] &&
+    ok "GPU-only flags: one note" || { bad "GPU-only flags note"; cat "$D/err"; }
 exit $fail
