@@ -16,6 +16,8 @@ int cli_cmd_layout(int argc, char **argv);
 int cli_cmd_bench_comm(int argc, char **argv);
 int cli_cmd_preprocess(int argc, char **argv);
 int cli_cmd_tokenize(int argc, char **argv);
+int cli_cmd_plan(int argc, char **argv);
+int cli_cmd_bench_peak(int argc, char **argv);
 
 /* "mtc CMD: error: MESSAGE" on stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -25,6 +25,8 @@ static const cli_command commands[] = {
     {"bench-comm", cli_cmd_bench_comm, "nccl-tests style benchmark of the collectives"},
     {"preprocess", cli_cmd_preprocess, "Megatron's preprocess_data.py: JSON lines to .bin/.idx"},
     {"tokenize", cli_cmd_tokenize, "encode text to token ids or decode them, any tokenizer"},
+    {"plan", cli_cmd_plan, "memory and step time of every valid layout on a machine, sorted"},
+    {"bench-peak", cli_cmd_bench_peak, "measure this machine's GEMM rate and links for mtc plan"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 

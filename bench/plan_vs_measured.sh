@@ -1,0 +1,80 @@
+#!/bin/sh
+# bench/plan_vs_measured.sh - `mtc plan`'s prediction beside a measured run
+# for layouts of the small GPT (4 layers, hidden 128, 4 heads, seq 128,
+# vocab 256 mock tokens, micro batch 2, global batch 16) on 2, 4 and 8
+# rank-threads and on 2 and 4 MPI processes: step time (the fastest logged
+# iteration after the first: other jobs on a shared machine only add time,
+# and `mtc bench-peak` takes its rates the same way) and memory per rank (the banner's
+# allocation, exact by construction, and the process's peak RSS over the
+# ranks it holds, which also counts code, BLAS buffers and data).
+# The machine is measured first (`mtc bench-peak` into a temporary file),
+# so the prediction and the runs see the same load. The machine is shared:
+# rerun before trusting a figure; the figures are not asserted anywhere.
+# Usage: bench/plan_vs_measured.sh [build-dir]   Env: ITERS (default 6), MPI (auto|off)
+set -eu
+BUILD=${1:-build}
+MTC=$BUILD/mtc
+[ -x "$MTC" ] || { echo "plan_vs_measured: $MTC not built (cmake --build $BUILD)" >&2; exit 2; }
+ITERS=${ITERS:-6}
+case $ITERS in '' | *[!0-9]*) echo "plan_vs_measured: ITERS=$ITERS must be an integer >= 2" >&2; exit 2 ;; esac
+[ "$ITERS" -ge 2 ] || { echo "plan_vs_measured: ITERS=$ITERS must be >= 2" >&2; exit 2; }
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+MODEL="--vocab-size 256 --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --micro-batch-size 2 --global-batch-size 16"
+TRAIN="--mock-data --train-iters $ITERS --log-interval 1 --eval-iters 0"
+"$MTC" bench-peak --output "$D/machine.json" | sed 's/^/# /'
+MPIRUN=""
+if [ "${MPI:-auto}" != off ] && command -v mpirun >/dev/null 2>&1; then
+    MPIRUN="mpirun --oversubscribe"
+    [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+fi
+printf "%-9s %-22s %10s %10s %7s | %9s %9s %7s | %9s %7s\n" launch layout "plan ms" "meas ms" ratio \
+    "plan MB" "alloc MB" ratio "RSS MB" ratio
+# run LAUNCH WORLD TP PP VPP SP DO
+run() {
+    launch=$1 world=$2 tp=$3 pp=$4 vpp=$5 sp=$6 do=$7
+    targs="--tp $tp --pp $pp --vpp $vpp" lay="tp$tp-pp$pp-vpp$vpp" pargs=""
+    [ "$sp" = 1 ] && targs="$targs --sequence-parallel" && lay="$lay-sp"
+    [ "$do" = 1 ] && targs="$targs --use-distributed-optimizer" && lay="$lay-do" &&
+        pargs="--use-distributed-optimizer"
+    if [ "$launch" = mpi ]; then
+        [ -n "$MPIRUN" ] || return 0
+        /usr/bin/time -f "%M" -o "$D/rss" $MPIRUN -np "$world" "$MTC" train $MODEL $TRAIN $targs \
+            --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
+        perproc=1 # GNU time's %M under mpirun: the largest single process of the job
+    else
+        /usr/bin/time -f "%M" -o "$D/rss" "$MTC" train $MODEL $TRAIN $targs --world-size "$world" \
+            --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
+        perproc=$world
+    fi
+    dp=$((world / tp / pp))
+    "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
+        --pp-rank $((pp - 1)) --dp-rank $((dp - 1)) --json >"$D/p" 2>"$D/perr" ||
+        { echo "$launch $lay: plan failed: $(cat "$D/perr")"; return 0; }
+    meas=$(sed -n 's/.*"elapsed_ms": \([0-9.]*\).*/\1/p' "$D/m" | tail -n +2 | sort -g | head -n 1)
+    alloc=$(tail -1 "$D/m" | sed 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/' |
+        awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
+    rss=$(tail -1 "$D/rss" | awk -v n="$perproc" '{ print $1 / 1024 / n }')
+    plan_ms=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p")
+    plan_mb=$(sed -n 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/p' "$D/p" |
+        awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
+    awk -v l="$launch" -v n="$world:$lay" -v pm="$plan_ms" -v mm="$meas" -v pb="$plan_mb" -v ab="$alloc" -v r="$rss" \
+        'BEGIN { printf "%-9s %-22s %10.1f %10.1f %7.2f | %9.2f %9.2f %7.3f | %9.1f %7.2f\n", l, n, pm, mm, pm / mm, pb, ab, pb / ab, r, pb / r }' | tee -a "$D/table"
+}
+run threads 2 1 1 1 0 0
+run threads 2 2 1 1 1 0
+run threads 2 1 2 1 0 0
+run threads 4 1 1 1 0 0
+run threads 4 2 1 1 1 1
+run threads 4 2 2 1 1 1
+run threads 4 1 2 2 0 1
+run threads 4 1 4 1 0 0
+run threads 8 2 2 1 1 1
+run threads 8 2 4 1 0 0
+run mpi 2 1 1 1 0 0
+run mpi 2 1 2 1 0 0
+run mpi 4 2 2 1 1 1
+echo "# ratio = plan / measured; target: step time within 20%, memory within 10% (alloc: the banner's"
+echo "# allocation; RSS: peak resident set per rank, under mpirun of the largest process)."
+awk '{ t = $5; m = $9; if (t < 0.8 || t > 1.25) bt++; if (m < 0.9 || m > 1.11) bm++; n++ }
+     END { printf "# %d layouts: step time off by more than 20%%: %d; allocation off by more than 10%%: %d\n", n, bt, bm }' "$D/table"

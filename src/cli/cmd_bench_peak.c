@@ -1,0 +1,53 @@
+/* cli/cmd_bench_peak.c - `mtc bench-peak`: measure this machine (GEMM rate
+ * per core, copy bandwidth, shm collective alpha/beta; plan/peak.c) and
+ * cache it as the machine description `mtc plan --machine this` reads. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "plan/plan.h"
+
+int cli_cmd_bench_peak(int argc, char **argv) {
+    int iters = 9, print = 0;
+    const char *out = NULL;
+    mtc_arg args[] = {
+        {"iters", NULL, MTC_ARG_INT, &iters, "N", "repetitions per measurement (median; default 9)",
+         0},
+        {"output", "o", MTC_ARG_STRING, &out, "FILE",
+         "where to write the description (default the cache, $MTC_CACHE_DIR/machine.json or "
+         "~/.cache/mtc/machine.json)",
+         0},
+        {"print", NULL, MTC_ARG_FLAG, &print, NULL, "print the cached description and exit", 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    int st = cli_parse("bench-peak", "[--iters N] [--output FILE]",
+                       "Measure this machine's fp32 GEMM rate, copy bandwidth and shared-memory\n"
+                       "collective latency / bandwidth, and cache them for `mtc plan`. Timings\n"
+                       "on a shared machine vary: run again to refresh.",
+                       args, nargs, argc, argv);
+    if (st >= 0) return st;
+    if (iters < 1 || iters > 1000)
+        return cli_usage_error("bench-peak", "iters=%d must be in 1..1000", iters);
+    char path[1024];
+    if (out)
+        snprintf(path, sizeof path, "%s", out);
+    else
+        mtc_plan_machine_cache_path(path, sizeof path);
+    mtc_plan_machine m;
+    if (print) {
+        mtc_result_t rc = mtc_plan_machine_load(out ? out : "this", &m);
+        if (rc == MTC_ERR_INVALID_ARGUMENT)
+            return cli_usage_error("bench-peak", "%s", mtc_error_detail());
+        if (rc != MTC_OK) return cli_fail("bench-peak", rc);
+        printf("%s: %s\n  %.2f GFLOP/s fp32 per core, %d cores, copy %.2f GB/s, shm lat %.2f us, "
+               "bw %.2f GB/s, oversubscription +%.2f us\n",
+               path, m.description, m.peak_flops_fp32 * 1e-9, m.devices_per_node, m.mem_bw * 1e-9,
+               m.intra.lat * 1e6, m.intra.bw * 1e-9, m.oversub_lat * 1e6);
+        return 0;
+    }
+    mtc_result_t rc = mtc_plan_measure_host(&m, iters, stdout);
+    if (rc == MTC_OK) rc = mtc_plan_machine_write(&m, path);
+    if (rc != MTC_OK) return cli_fail("bench-peak", rc);
+    printf("> wrote %s (figures taken now, on a machine that may be shared)\n", path);
+    return 0;
+}

@@ -1,0 +1,286 @@
+/* cli/cmd_plan.c - `mtc plan`: the valid layouts of a model on a world and
+ * a machine, each with memory per rank, predicted step time, TFLOP/s per
+ * device and MFU, sorted (fitting ones first, fastest first); --json for
+ * scripts; --explain LAYOUT prints every term of one prediction. The model
+ * lives in plan/ (plan/plan.h); this file parses flags and prints. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cp/cp.h"
+#include "plan/plan.h"
+
+static const char *PLAN_USAGE = "--world-size N [model flags] [--machine NAME|FILE] [options]";
+static const char *PLAN_ABOUT =
+    "Memory per rank and step time of every valid layout (tp x pp x vpp x dp, sequence\n"
+    "parallelism, distributed optimizer) of a model on N ranks of a machine, sorted;\n"
+    "layouts that do not fit in the device memory are marked. Machines: 'this' (measured\n"
+    "by `mtc bench-peak`, cached), the named GPU clusters, or a JSON file (docs/plan.md).\n"
+    "On this machine the memory terms are mtc's own allocation (the train banner's\n"
+    "figures); on GPU clusters activations follow Korthikanti et al. 2022 in bf16.";
+
+static void json_row(FILE *f, const mtc_plan_row *r, int last) {
+    const mtc_plan_layout *l = &r->layout;
+    char name[96];
+    mtc_plan_layout_name(l, name, sizeof name);
+    fprintf(f,
+            "  {\"layout\": \"%s\", \"tp\": %d, \"cp\": %d, \"pp\": %d, \"vpp\": %d, \"dp\": %d, "
+            "\"sequence_parallel\": %d, \"distributed_optimizer\": %d, \"fits\": %d,\n"
+            "   \"memory\": {\"pp_rank\": %d, \"params\": %lld, \"param_bytes\": %zu, "
+            "\"grad_bytes\": %zu, \"optim_state_bytes\": %zu, \"activation_bytes\": %zu, "
+            "\"comm_bytes\": %zu, \"total_bytes\": %zu},\n"
+            "   \"time\": {\"step_ms\": %.6g, \"compute_ms\": %.6g, \"elementwise_ms\": %.6g, "
+            "\"tp_comm_ms\": %.6g, \"cp_comm_ms\": %.6g, \"pp_comm_ms\": %.6g, \"bubble_ms\": "
+            "%.6g, \"dp_comm_ms\": "
+            "%.6g, \"bubble_fraction\": %.6g},\n"
+            "   \"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g}%s\n",
+            name, l->tp, l->cp, l->pp, l->vpp, l->dp, l->sequence_parallel, l->distopt, r->fits,
+            r->mem.pp_rank, (long long)r->mem.params, r->mem.param_bytes, r->mem.grad_bytes,
+            r->mem.optim_bytes, r->mem.act_bytes, r->mem.comm_bytes, r->mem.total_bytes,
+            r->time.step_s * 1e3, r->time.compute_s * 1e3, r->time.elementwise_s * 1e3,
+            r->time.tp_comm_s * 1e3, r->time.cp_comm_s * 1e3, r->time.pp_comm_s * 1e3,
+            r->time.bubble_s * 1e3, r->time.dp_comm_s * 1e3, r->time.bubble_fraction,
+            r->time.tflops_per_device, r->time.hw_tflops_per_device, r->time.mfu, last ? "" : ",");
+}
+
+static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
+                       const mtc_plan_machine *m) {
+    fprintf(f, "%4s  %-24s %10s %10s %10s %10s %10s %11s %9s %7s  %s\n", "rank", "layout",
+            "params MB", "grads MB", "optim MB", "acts MB", "total MB", "step ms", "TFLOP/s", "MFU",
+            "fits");
+    for (int i = 0; i < n && i < top; i++) {
+        const mtc_plan_row *r = &rows[i];
+        char name[96];
+        mtc_plan_layout_name(&r->layout, name, sizeof name);
+        fprintf(f, "%4d  %-24s %10.1f %10.1f %10.1f %10.1f %10.1f %11.3f %9.4g %6.1f%%  %s\n",
+                i + 1, name, r->mem.param_bytes / 1048576.0, r->mem.grad_bytes / 1048576.0,
+                r->mem.optim_bytes / 1048576.0, r->mem.act_bytes / 1048576.0,
+                r->mem.total_bytes / 1048576.0, r->time.step_s * 1e3, r->time.tflops_per_device,
+                100 * r->time.mfu, r->fits ? "yes" : "NO (out of memory)");
+    }
+    if (n > top) fprintf(f, "... %d more (--top %d)\n", n - top, n);
+    fprintf(f, "machine %s: %s; memory per %s %.1f GB\n", m->name, m->description,
+            m->is_cpu ? "rank = host RAM / ranks" : "device",
+            m->mem_bytes / 1e9 / (m->is_cpu ? rows[0].layout.world : 1));
+}
+
+int cli_cmd_plan(int argc, char **argv) {
+    int L = 4, C = 128, NH = 4, F = 0, T = 128, vocab = 50257, divisible = 128, mbs = 4, gbs = 0;
+    int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
+    int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
+    int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
+    int cp = 1;
+    const char *cp_comm = "p2p";
+    double achieved = 0;
+    const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
+    const char *norm = "LayerNorm", *posemb = "learned_absolute";
+    mtc_arg args[] = {
+        {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
+        {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
+        {"num-attention-heads", NULL, MTC_ARG_INT, &NH, "N", "attention heads (default 4)", 0},
+        {"ffn-hidden-size", NULL, MTC_ARG_INT, &F, "N", "MLP hidden size (default 4h)", 0},
+        {"seq-length", NULL, MTC_ARG_INT, &T, "N", "sequence length (default 128)", 0},
+        {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N", "vocabulary (default 50257)", 0},
+        {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N",
+         "pad the vocabulary to a multiple of N x tp (default 128)", 0},
+        {"normalization", NULL, MTC_ARG_STRING, &norm, "S", "LayerNorm|RMSNorm", 0},
+        {"position-embedding-type", NULL, MTC_ARG_STRING, &posemb, "S",
+         "learned_absolute|rope|none", 0},
+        {"swiglu", NULL, MTC_ARG_FLAG, &swiglu, NULL, "SwiGLU MLP", 0},
+        {"num-query-groups", NULL, MTC_ARG_INT, &groups, "G",
+         "key/value groups (grouped-query attention; default = heads)", 0},
+        {"kv-channels", NULL, MTC_ARG_INT, &kv, "N", "head size (default h / heads)", 0},
+        {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
+         "a separate output layer", 0},
+        {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL, "no linear biases", 0},
+        {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
+        {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N",
+         "samples per iteration (default micro batch x world)", 0},
+        {"world-size", NULL, MTC_ARG_INT, &world, "N", "ranks (GPUs or rank-threads)", 0},
+        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N",
+         "context-parallel ranks, kept in every layout (default 1)", 0},
+        {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
+         "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
+        {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL,
+         "only layouts with the distributed optimizer (default: both)", 0},
+        {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N",
+         "optimizer instances (default 1)", 0},
+        {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL,
+         "pad buckets to lcm(dp, 128, 65536)", 0},
+        {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
+         "only layouts with sequence parallelism where tp > 1 (default: both)", 0},
+        {"no-sequence-parallel", NULL, MTC_ARG_FLAG, &no_sp, NULL,
+         "only layouts without sequence parallelism", 0},
+        {"no-distributed-optimizer", NULL, MTC_ARG_FLAG, &no_do, NULL,
+         "only layouts without the distributed optimizer", 0},
+        {"no-interleaved", NULL, MTC_ARG_FLAG, &no_vpp, NULL,
+         "only the plain 1F1B schedule (no vpp > 1)", 0},
+        {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
+         "gradient reduction overlapped with the last backward", 0},
+        {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N",
+         "interleaved schedule's group (default pp)", 0},
+        {"bf16", NULL, MTC_ARG_FLAG, &bf16, NULL,
+         "bf16 weights with fp32 main grads and Adam state (default on GPU machines)", 0},
+        {"fp32", NULL, MTC_ARG_FLAG, &fp32, NULL, "fp32 everything (mtc today; default on 'this')",
+         0},
+        {"recompute-granularity", NULL, MTC_ARG_STRING, &recompute, "S",
+         "none|selective|full (default none)", 0},
+        {"activations", NULL, MTC_ARG_STRING, &acts, "S",
+         "mtc|megatron: mtc's arena or Korthikanti's table (default mtc on 'this', else "
+         "megatron)",
+         0},
+        {"machine", NULL, MTC_ARG_STRING, &machine, "NAME|FILE",
+         "this (default, from mtc bench-peak), a named cluster (an unknown name lists them) or a "
+         "JSON file",
+         0},
+        {"achieved-fraction", NULL, MTC_ARG_DOUBLE, &achieved, "X",
+         "override the machine's achieved fraction of GEMM peak", 0},
+        {"threads", NULL, MTC_ARG_INT, &threads, "N",
+         "threads per rank on this machine (default cores / ranks, as mtc train)", 0},
+        {"explain", NULL, MTC_ARG_STRING, &explain, "LAYOUT",
+         "every term of one layout, e.g. tp2-pp2-vpp2-sp-do or tp=2,pp=2", 0},
+        {"pp-rank", NULL, MTC_ARG_INT, &pp_rank, "R",
+         "with --explain: the memory of pipeline rank R (default: the largest)", 0},
+        {"dp-rank", NULL, MTC_ARG_INT, &dp_rank, "R",
+         "with --explain and the distributed optimizer: the optimizer shard of rank R of the "
+         "data x context-parallel group (default: the largest)",
+         0},
+        {"json", NULL, MTC_ARG_FLAG, &json, NULL, "JSON instead of the table", 0},
+        {"top", NULL, MTC_ARG_INT, &top, "N", "rows of the table (default 20)", 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    int st = cli_parse("plan", PLAN_USAGE, PLAN_ABOUT, args, nargs, argc, argv);
+    if (st >= 0) return st;
+    if (world < 1) return cli_usage_error("plan", "world-size=%d must be >= 1", world);
+    if (cp < 1) return cli_usage_error("plan", "context-parallel-size=%d must be >= 1", cp);
+    int cp_type = cp_comm_type_parse(cp_comm);
+    if (cp_type < 0)
+        return cli_usage_error("plan", "cp-comm-type=%s is not p2p, all_gather or a2a", cp_comm);
+    if (bf16 && fp32) return cli_usage_error("plan", "give one of --bf16 and --fp32");
+    if (top < 1) return cli_usage_error("plan", "top=%d must be >= 1", top);
+    if (nd < 1)
+        return cli_usage_error("plan", "num-distributed-optimizer-instances=%d must be >= 1", nd);
+    if (mtc_args_seen(args, nargs, "achieved-fraction") && !(achieved > 0 && achieved <= 1))
+        return cli_usage_error("plan", "achieved-fraction=%g must be in (0, 1]", achieved);
+    mtc_plan_machine m;
+    mtc_result_t rc = mtc_plan_machine_load(machine, &m);
+    if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());
+    if (rc != MTC_OK) return cli_fail("plan", rc);
+    if (achieved > 0) m.achieved = achieved;
+
+    mtc_plan_layout l;
+    memset(&l, 0, sizeof l);
+    mtc_model_config *mc = &l.model;
+    mc->num_layers = L, mc->hidden_size = C, mc->num_heads = NH, mc->seq_length = T;
+    mc->ffn_hidden_size = F ? F : swiglu ? (int)((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4 * C;
+    mc->max_position_embeddings = T, mc->vocab_size = vocab, mc->padded_vocab_size = vocab;
+    if (!strcmp(norm, "RMSNorm"))
+        mc->normalization = MTC_NORM_RMSNORM;
+    else if (strcmp(norm, "LayerNorm"))
+        return cli_usage_error("plan", "normalization=%s is unknown (use LayerNorm or RMSNorm)",
+                               norm);
+    if (!strcmp(posemb, "rope"))
+        mc->position_embedding = MTC_POS_ROPE;
+    else if (!strcmp(posemb, "none"))
+        mc->position_embedding = MTC_POS_NONE;
+    else if (strcmp(posemb, "learned_absolute"))
+        return cli_usage_error("plan",
+                               "position-embedding-type=%s is unknown (use learned_absolute, rope "
+                               "or none)",
+                               posemb);
+    mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
+    mc->untie_embeddings = untie, mc->disable_bias_linear = nobias;
+    l.vocab_divisible = divisible;
+    l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
+    l.micro_batch = mbs, l.global_batch = gbs ? gbs : mbs * world, l.mb_group = mb_group;
+    l.distopt = distopt, l.distopt_instances = nd, l.pad_high_busbw = pad_high;
+    l.overlap_grad_reduce = overlap;
+    l.precision = bf16       ? MTC_PLAN_BF16
+                  : fp32     ? MTC_PLAN_FP32
+                  : m.is_cpu ? MTC_PLAN_FP32
+                             : MTC_PLAN_BF16;
+    if (!strcmp(recompute, "full"))
+        l.recompute = MTC_PLAN_RECOMPUTE_FULL;
+    else if (!strcmp(recompute, "selective"))
+        l.recompute = MTC_PLAN_RECOMPUTE_SELECTIVE;
+    else if (strcmp(recompute, "none"))
+        return cli_usage_error("plan", "recompute-granularity=%s is not none, selective or full",
+                               recompute);
+    if (!acts)
+        l.act_model = m.is_cpu ? MTC_PLAN_ACT_MTC : MTC_PLAN_ACT_MEGATRON;
+    else if (!strcmp(acts, "mtc"))
+        l.act_model = MTC_PLAN_ACT_MTC;
+    else if (!strcmp(acts, "megatron"))
+        l.act_model = MTC_PLAN_ACT_MEGATRON;
+    else
+        return cli_usage_error("plan", "activations=%s is not mtc or megatron", acts);
+    if (l.act_model == MTC_PLAN_ACT_MTC &&
+        (l.precision != MTC_PLAN_FP32 || l.recompute != MTC_PLAN_RECOMPUTE_NONE))
+        return cli_usage_error("plan", "--activations mtc describes mtc's fp32 arena without "
+                                       "recomputation: use --activations megatron with --bf16 or "
+                                       "--recompute-granularity");
+    if (m.is_cpu && l.precision == MTC_PLAN_BF16 && !(m.peak_flops > 0))
+        return cli_usage_error("plan", "machine %s has no bf16 GEMM rate (use --fp32)", m.name);
+
+    if (explain) {
+        if (mtc_plan_layout_parse(&l, explain) != MTC_OK || mtc_plan_layout_check(&l) != MTC_OK)
+            return cli_usage_error("plan", "%s", mtc_error_detail());
+        if (pp_rank >= l.pp)
+            return cli_usage_error("plan", "pp-rank=%d is outside [0, %d)", pp_rank, l.pp);
+        if (dp_rank >= l.dp * l.cp)
+            return cli_usage_error("plan",
+                                   "dp-rank=%d is outside [0, %d) (data x context parallel)",
+                                   dp_rank, l.dp * l.cp);
+        mtc_plan_row r;
+        r.layout = l;
+        rc = pp_rank >= 0 || dp_rank >= 0
+                 ? mtc_plan_memory_rank(&l, pp_rank >= 0 ? pp_rank : l.pp - 1, dp_rank, &r.mem)
+                 : mtc_plan_memory_peak(&l, &r.mem);
+        if (rc == MTC_OK) rc = mtc_plan_time_step(&l, &m, threads, &r.time);
+        if (rc != MTC_OK) return cli_fail("plan", rc);
+        r.fits = (double)r.mem.total_bytes <= m.mem_bytes / (m.is_cpu ? l.world : 1);
+        if (json) {
+            fprintf(stdout, "[\n");
+            json_row(stdout, &r, 1);
+            fprintf(stdout, "]\n");
+        } else {
+            mtc_plan_explain(stdout, &l, &m, &r.mem, &r.time);
+            if (!r.fits) printf("does NOT fit in the device memory\n");
+        }
+        return 0;
+    }
+    /* the whole world must split: refuse a model no layout can take */
+    mtc_plan_row *rows = NULL;
+    int n = 0;
+    if (sp && no_sp)
+        return cli_usage_error("plan",
+                               "give one of --sequence-parallel and --no-sequence-parallel");
+    if (distopt && no_do)
+        return cli_usage_error(
+            "plan", "give one of --use-distributed-optimizer and --no-distributed-optimizer");
+    mtc_plan_search search = {
+        .vary_sp = !sp && !no_sp, .vary_distopt = !distopt && !no_do, .vary_vpp = !no_vpp};
+    l.sequence_parallel = sp;
+    rc = mtc_plan_enumerate(&l, &m, threads, &search, &rows, &n);
+    if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());
+    if (rc != MTC_OK) return cli_fail("plan", rc);
+    if (n == 0) {
+        free(rows);
+        mtc_plan_layout c1 = l; /* say why the simplest layout fails */
+        if (mtc_plan_layout_check(&c1) != MTC_OK)
+            return cli_usage_error("plan", "no valid layout on %d ranks: %s", world,
+                                   mtc_error_detail());
+        return cli_usage_error("plan", "no valid layout on %d ranks", world);
+    }
+    if (json) {
+        fprintf(stdout, "[\n");
+        for (int i = 0; i < n; i++)
+            json_row(stdout, &rows[i], i == n - 1);
+        fprintf(stdout, "]\n");
+    } else {
+        text_table(stdout, rows, n, top, &m);
+    }
+    free(rows);
+    return 0;
+}

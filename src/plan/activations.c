@@ -1,0 +1,195 @@
+/* plan/activations.c - the activation tables: what one in-flight
+ * microbatch keeps, in bytes, for a chunk of nl layers.
+ *
+ * MTC: the buffers model/model.c (gpt_carve) carves per slot and once per
+ * chunk, each rounded to 64 bytes as the carve does, fp32; the scratch is
+ * the largest of the TP layers' *_scratch_floats (model/block.c,
+ * tp/linear.c, tp/embedding.c, tp/mappings.h). The attention is the tiled
+ * one (nn/attention.c): per layer it keeps the (B, NH/tp, T) log-sum-exp,
+ * not the (B, NH/tp, T, T) probabilities. When mtc's allocation changes
+ * (bf16 activations, recomputation, context parallelism's T/cp), change the
+ * matching row here; tests/plan/plan_vs_train.sh compares every term with
+ * mtc train's own figures and fails on any difference.
+ *
+ * MEGATRON: Korthikanti et al. 2022 (arXiv 2205.05198) per layer, plus
+ * Megatron's report_theoretical_memory terms outside the layers (token
+ * ids and embedding dropout on the first stage, the fp32 logits of the
+ * output layer and cross-entropy on the last).
+ *
+ * Does not: model allocator fragmentation, the BLAS's own workspace, or
+ * the CUDA caching allocator. */
+#include <math.h>
+
+#include "cp/cp.h"
+#include "plan/plan.h"
+
+/* ---- the MTC table ---- */
+
+/* One carve row: `count` floats, rounded up to 64 bytes (gpt_carve's TAKE). */
+static size_t take(size_t count) { return (count * sizeof(float) + 63) & ~(size_t)63; }
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* tp/mappings.h's permutation scratch (the last-dim one is never sized: mtc
+ * uses gather_output 0 and input_is_parallel 1). */
+static size_t seq_scr(size_t B, size_t T, size_t C, int p) {
+    return p > 1 && B > 1 ? B * T * C : 0;
+}
+
+/* tp/linear.c: column-parallel (gather_output 0 everywhere mtc uses it). */
+static size_t col_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) {
+    if (p == 1) return 0;
+    size_t seq = seq_scr(B, T, IN, p);
+    size_t fwd = sp ? seq : 0, bwd = sp ? B * T * IN + seq : 0;
+    (void)OUT;
+    return max_sz(fwd, bwd);
+}
+
+/* tp/linear.c: row-parallel with input_is_parallel. */
+static size_t row_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) {
+    if (p == 1) return 0;
+    (void)IN;
+    return sp ? B * T * OUT + seq_scr(B, T, OUT, p) : 0;
+}
+
+typedef struct {
+    size_t B, T, Tl, C, QKV_tp, QD_tp, NH_tp, F_tp, F1_tp, V_tp;
+    int p, sp;
+} shapes;
+
+/* cp/attention.c's cp_attention_scratch_floats for each communication type:
+ * p2p: max(two KV blocks + a partial output and lse, two [K|V|dK|dV]
+ * blocks); all_gather: local, gathered, reordered KV and its gradient;
+ * a2a: the head-scattered q|k|v and output buffers. Rows = B x T/cp. */
+static size_t cp_scr(const mtc_plan_layout *l, const shapes *s) {
+    size_t P = (size_t)(l->cp > 1 ? l->cp : 1);
+    if (P <= 1) return 0;
+    const mtc_model_config *c = &l->model;
+    size_t HS = (size_t)mtc_model_head_size(c), NG_tp = (size_t)mtc_model_groups(c) / (size_t)s->p;
+    size_t rows = s->B * s->T, KD = NG_tp * HS;
+    switch (l->cp_comm_type) {
+    case CP_COMM_P2P: {
+        size_t f = rows * 4 * KD + rows * s->QD_tp + s->B * s->NH_tp * s->T;
+        return max_sz(f, rows * 8 * KD);
+    }
+    case CP_COMM_ALL_GATHER: return rows * 2 * KD * (1 + 3 * P);
+    case CP_COMM_A2A: {
+        size_t nh = s->NH_tp / P, ng = NG_tp / P, W = (nh + 2 * ng) * HS;
+        size_t big = rows * P * W, obig = rows * P * nh * HS, per = s->B * nh * s->T;
+        return 4 * big + 4 * obig + 2 * per * P;
+    }
+    }
+    return 0;
+}
+
+static shapes shapes_of(const mtc_plan_layout *l) {
+    const mtc_model_config *c = &l->model;
+    shapes s;
+    s.p = l->tp > 0 ? l->tp : 1;
+    s.sp = l->sequence_parallel && s.p > 1;
+    size_t tp = (size_t)s.p, HS = (size_t)mtc_model_head_size(c);
+    int cp = l->cp > 1 ? l->cp : 1; /* a rank holds seq-length / cp positions */
+    s.B = (size_t)l->micro_batch, s.T = (size_t)c->seq_length / (size_t)cp;
+    s.Tl = s.sp ? s.T / tp : s.T;
+    s.C = (size_t)c->hidden_size;
+    s.NH_tp = (size_t)c->num_heads / tp;
+    s.QD_tp = s.NH_tp * HS;
+    s.QKV_tp = s.QD_tp + 2 * ((size_t)mtc_model_groups(c) / tp) * HS;
+    s.F_tp = (size_t)c->ffn_hidden_size / tp;
+    s.F1_tp = (c->swiglu ? 2 : 1) * s.F_tp;
+    s.V_tp = (size_t)c->padded_vocab_size / tp;
+    return s;
+}
+
+/* gpt_carve's per-slot rows. */
+static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
+    shapes s = shapes_of(l);
+    size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C, b = 0;
+    b += take(Nl * C);                    /* encoded: chunk input */
+    b += take(nl * Nl * C);               /* ln1 */
+    b += 2 * take(nl * Nl);               /* ln1 mean, rstd */
+    b += take(nl * N * s.QKV_tp);         /* qkv */
+    b += take(nl * s.B * s.NH_tp * s.T);  /* lse: the tiled attention's (B, NH_tp, T) */
+    b += take(nl * N * s.QD_tp);          /* atty */
+    b += take(nl * Nl * C);               /* res2 */
+    b += take(nl * Nl * C);               /* ln2 */
+    b += 2 * take(nl * Nl);               /* ln2 mean, rstd */
+    b += take(nl * N * s.F1_tp);          /* fch */
+    b += take(nl * N * s.F_tp);           /* fchg */
+    b += take(nl * Nl * C);               /* res3: layer outputs */
+    b += take(Nl * C) + 2 * take(Nl);     /* lnf, mean, rstd */
+    b += take(N);                         /* losses */
+    b += take(has_head ? N * s.V_tp : 1); /* logits / dlogits */
+    return b;
+}
+
+/* gpt_carve's shared rows and gpt_scratch_floats. */
+static size_t arena_shared_bytes(const mtc_plan_layout *l) {
+    shapes s = shapes_of(l);
+    const mtc_model_config *c = &l->model;
+    size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C;
+    size_t QKV = (size_t)(c->num_heads + 2 * mtc_model_groups(c)) * mtc_model_head_size(c);
+    size_t QD = (size_t)c->num_heads * mtc_model_head_size(c);
+    size_t F = (size_t)c->ffn_hidden_size, F1 = (c->swiglu ? 2 : 1) * F;
+    /* datty | dqkv | linear scratch, which the context-parallel attention
+     * borrows between the two linears (the tiled attention needs none) */
+    size_t lin = max_sz(col_scr(s.p, s.sp, s.B, s.T, C, QKV), row_scr(s.p, s.sp, s.B, s.T, QD, C));
+    size_t att = N * s.QD_tp + N * s.QKV_tp + max_sz(lin, cp_scr(l, &s));
+    size_t mlp = N * (s.F_tp + s.F1_tp) +
+                 max_sz(col_scr(s.p, s.sp, s.B, s.T, C, F1), row_scr(s.p, s.sp, s.B, s.T, F, C));
+    size_t emb = s.p == 1 || !s.sp ? 0 : s.B * s.T * C + seq_scr(s.B, s.T, C, s.p);
+    size_t scratch = max_sz(max_sz(att, mlp), max_sz(emb, col_scr(s.p, s.sp, s.B, s.T, C, 0)));
+    scratch = max_sz(scratch, 3 * N);
+    return 4 * take(Nl * C) + take(s.sp ? N * C : 1) + take(scratch);
+}
+
+/* ---- the MEGATRON table ---- */
+
+double mtc_plan_korthikanti_layer_bytes(double s, double b, double h, double a, int t, int sp,
+                                        mtc_plan_recompute rc) {
+    if (t < 1) t = 1;
+    double attn = rc == MTC_PLAN_RECOMPUTE_NONE ? 5.0 * a * s / h : 0.0;
+    if (rc == MTC_PLAN_RECOMPUTE_FULL) return 2.0 * s * b * h / (sp ? t : 1);
+    if (sp || t == 1) return s * b * h * (34.0 + attn * 1.0) / t;
+    return s * b * h * (10.0 + 24.0 / t + attn / t);
+}
+
+/* Korthikanti's 34 assumes ffn = 4h; Megatron's report writes the layer as
+ * sbh(18 + 4 ffn/h) (SP, selective): scale the MLP share to the real ffn
+ * (and SwiGLU's two fc1 halves) the same way. */
+static double megatron_layer(const mtc_plan_layout *l) {
+    const mtc_model_config *c = &l->model;
+    double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;
+    double h = c->hidden_size, a = c->num_heads;
+    int t = l->tp > 0 ? l->tp : 1, sp = l->sequence_parallel && t > 1;
+    /* with context parallelism a rank's s/cp queries score all s keys: the
+     * 5as/h term keeps the whole sequence (a x cp heads of s/cp) */
+    double base =
+        mtc_plan_korthikanti_layer_bytes(s, b, h, a * (l->cp > 1 ? l->cp : 1), t, sp, l->recompute);
+    if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) return base;
+    double ffn_ratio = (double)c->ffn_hidden_size * (c->swiglu ? 1.5 : 1.0) / (4.0 * h);
+    /* the ffn-sized rows of the 34: GELU input 8sbh/t and fc2 input 8sbh/t */
+    double mlp = 16.0 * s * b * h / t;
+    return base + mlp * (ffn_ratio - 1.0);
+}
+
+size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
+    if (l->act_model == MTC_PLAN_ACT_MTC) return arena_slot_bytes(l, (size_t)nl, has_head);
+    const mtc_model_config *c = &l->model;
+    double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;
+    double h = c->hidden_size, t = l->tp > 0 ? l->tp : 1;
+    double bytes = nl * megatron_layer(l);
+    if (has_embedding) bytes += (8.0 * s * b + s * b * h) / t; /* token ids, embedding dropout */
+    if (has_head) bytes += 4.0 * s * b * h * (1.0 + c->padded_vocab_size / h) / t; /* fp32 logits */
+    return (size_t)llround(bytes);
+}
+
+size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head) {
+    (void)has_head;
+    if (l->act_model == MTC_PLAN_ACT_MTC) return arena_shared_bytes(l);
+    if (l->recompute != MTC_PLAN_RECOMPUTE_FULL || nl == 0) return 0;
+    /* full recompute: one layer's activations exist again during its backward */
+    mtc_plan_layout one = *l;
+    one.recompute = MTC_PLAN_RECOMPUTE_SELECTIVE;
+    return (size_t)llround(megatron_layer(&one));
+}

@@ -1,0 +1,199 @@
+/* plan/machine.c - machine descriptions: the JSON format of docs/plan.md,
+ * the compiled-in named machines (src/plan/machines.json, turned into a C
+ * string by src/plan/machines.cmake) and the `mtc bench-peak` cache of this
+ * machine. Relies on cJSON. Does not measure anything (plan/peak.c does). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "plan/plan.h"
+
+extern const char mtc_plan_machines_json[];
+
+static double num(const cJSON *o, const char *key, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+static mtc_result_t parse_link(const cJSON *o, const char *key, const char *origin,
+                               mtc_plan_link *out) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsObject(k))
+        return mtc_error(MTC_ERR_FORMAT, "%s: machine needs an \"%s\" object with bw_gbps, lat_us",
+                         origin, key);
+    out->bw = num(k, "bw_gbps", 0) * 1e9;
+    out->lat = num(k, "lat_us", 0) * 1e-6;
+    if (!(out->bw > 0) || out->lat < 0)
+        return mtc_error(MTC_ERR_FORMAT, "%s: \"%s\" needs bw_gbps > 0 and lat_us >= 0", origin,
+                         key);
+    return MTC_OK;
+}
+
+static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machine *m) {
+    memset(m, 0, sizeof *m);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0])
+        return mtc_error(MTC_ERR_FORMAT, "%s: a machine needs a \"name\"", origin);
+    snprintf(m->name, sizeof m->name, "%s", name->valuestring);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "description");
+    if (cJSON_IsString(d)) snprintf(m->description, sizeof m->description, "%s", d->valuestring);
+    m->is_cpu = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "is_cpu"));
+    m->devices_per_node = (int)num(o, "devices_per_node", 0);
+    m->peak_flops = num(o, "peak_tflops_bf16", 0) * 1e12;
+    m->peak_flops_fp32 = num(o, "peak_tflops_fp32", 0) * 1e12;
+    m->mem_bytes = num(o, "hbm_gb", 0) * 1e9;
+    m->mem_bw = num(o, "mem_bw_gbps", 0) * 1e9;
+    m->achieved = num(o, "achieved_fraction", 1.0);
+    m->oversub_lat = num(o, "oversub_lat_us", 0) * 1e-6;
+    if (m->devices_per_node < 1)
+        return mtc_error(MTC_ERR_FORMAT, "%s: machine %s needs devices_per_node >= 1", origin,
+                         m->name);
+    if (!(m->peak_flops > 0) && !(m->peak_flops_fp32 > 0))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: machine %s needs peak_tflops_bf16 or peak_tflops_fp32 > 0", origin,
+                         m->name);
+    if (!(m->achieved > 0 && m->achieved <= 1))
+        return mtc_error(MTC_ERR_FORMAT, "%s: machine %s: achieved_fraction=%g must be in (0, 1]",
+                         origin, m->name, m->achieved);
+    if (!(m->mem_bytes > 0))
+        return mtc_error(MTC_ERR_FORMAT, "%s: machine %s needs hbm_gb > 0", origin, m->name);
+    MTC_CHECK(parse_link(o, "intra", origin, &m->intra));
+    return parse_link(o, "inter", origin, &m->inter);
+}
+
+mtc_result_t mtc_plan_machine_parse(const char *json, const char *origin, mtc_plan_machine *out) {
+    cJSON *root = cJSON_Parse(json);
+    if (!root) return mtc_error(MTC_ERR_FORMAT, "%s is not valid JSON", origin);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "machines");
+    const cJSON *one = cJSON_IsArray(list) ? cJSON_GetArrayItem(list, 0) : root;
+    mtc_result_t rc = one ? parse_one(one, origin, out)
+                          : mtc_error(MTC_ERR_FORMAT, "%s holds no machine", origin);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static mtc_result_t read_text(const char *path, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return mtc_error(MTC_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    size_t got = s ? fread(s, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!s || got != (size_t)n) {
+        free(s);
+        return mtc_error(MTC_ERR_IO, "cannot read %s", path);
+    }
+    s[n] = 0;
+    *out = s;
+    return MTC_OK;
+}
+
+void mtc_plan_machine_cache_path(char *buf, size_t n) {
+    const char *dir = getenv("MTC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    if (dir && dir[0])
+        snprintf(buf, n, "%s/machine.json", dir);
+    else if (xdg && xdg[0])
+        snprintf(buf, n, "%s/mtc/machine.json", xdg);
+    else
+        snprintf(buf, n, "%s/.cache/mtc/machine.json", home && home[0] ? home : ".");
+}
+
+const char *mtc_plan_machine_names(void) {
+    static char names[512];
+    if (names[0]) return names;
+    cJSON *root = cJSON_Parse(mtc_plan_machines_json);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "machines"), *it;
+    size_t k = (size_t)snprintf(names, sizeof names, "this");
+    cJSON_ArrayForEach(it, list) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (cJSON_IsString(nm) && k + 2 + strlen(nm->valuestring) < sizeof names)
+            k += (size_t)snprintf(names + k, sizeof names - k, " %s", nm->valuestring);
+    }
+    cJSON_Delete(root);
+    return names;
+}
+
+mtc_result_t mtc_plan_machine_load(const char *name, mtc_plan_machine *out) {
+    if (!name || !name[0] || !strcmp(name, "this")) {
+        char path[1024];
+        mtc_plan_machine_cache_path(path, sizeof path);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "machine 'this' is not measured yet: run `mtc bench-peak` (writes %s) "
+                             "or pass --machine NAME|FILE (named: %s)",
+                             path, mtc_plan_machine_names());
+        char *text = NULL;
+        MTC_CHECK(read_text(path, &text));
+        mtc_result_t rc = mtc_plan_machine_parse(text, path, out);
+        free(text);
+        return rc;
+    }
+    cJSON *root = cJSON_Parse(mtc_plan_machines_json);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "machines"), *it;
+    mtc_result_t rc = MTC_ERR_INVALID_ARGUMENT;
+    cJSON_ArrayForEach(it, list) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, name)) {
+            rc = parse_one(it, "src/plan/machines.json", out);
+            break;
+        }
+    }
+    cJSON_Delete(root);
+    if (rc != MTC_ERR_INVALID_ARGUMENT) return rc;
+    struct stat st;
+    if (stat(name, &st) != 0)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "machine '%s' is neither a named machine (%s) nor a file", name,
+                         mtc_plan_machine_names());
+    char *text = NULL;
+    MTC_CHECK(read_text(name, &text));
+    rc = mtc_plan_machine_parse(text, name, out);
+    free(text);
+    return rc;
+}
+
+mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path) {
+    char tmp[1100], dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) { /* create the cache folder (and its parent) */
+        *slash = 0;
+        char *p = dir[0] == '/' ? dir + 1 : dir;
+        for (; (p = strchr(p, '/')); *p++ = '/') {
+            *p = 0;
+            mkdir(dir, 0755);
+        }
+        mkdir(dir, 0755);
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return mtc_error(MTC_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f,
+            "{\n  \"format\": \"mtc-machine-1\",\n  \"name\": \"%s\",\n  \"description\": \"%s\",\n"
+            "  \"is_cpu\": %s,\n  \"devices_per_node\": %d,\n  \"peak_tflops_bf16\": %.6g,\n"
+            "  \"peak_tflops_fp32\": %.6g,\n  \"hbm_gb\": %.6g,\n  \"mem_bw_gbps\": %.6g,\n"
+            "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
+            "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
+            "  \"oversub_lat_us\": %.6g,\n  \"achieved_fraction\": %.6g\n}\n",
+            m->name, m->description, m->is_cpu ? "true" : "false", m->devices_per_node,
+            m->peak_flops * 1e-12, m->peak_flops_fp32 * 1e-12, m->mem_bytes * 1e-9,
+            m->mem_bw * 1e-9, m->intra.bw * 1e-9, m->intra.lat * 1e6, m->inter.bw * 1e-9,
+            m->inter.lat * 1e6, m->oversub_lat * 1e6, m->achieved);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        remove(tmp);
+        return mtc_error(MTC_ERR_IO, "cannot write %s", tmp);
+    }
+    if (rename(tmp, path) != 0) {
+        remove(tmp);
+        return mtc_error(MTC_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    }
+    return MTC_OK;
+}

@@ -1,0 +1,246 @@
+/* plan/memory.c - the layout rules and the memory per rank of a layout.
+ *
+ * Parameters come from the model's own registry (model/family.c registers
+ * exactly what a chunk holds: tied-embedding copies on the last stage,
+ * biases and norms of the family), so the count is the banner's; the flat
+ * buffer size from dp/layout.h (the distributed optimizer's 64-element
+ * alignment, lcm(dp, 128) bucket padding and the embedding's own bucket);
+ * the optimizer state from the rank's shard of that layout. In-flight
+ * microbatches per chunk are the schedule's peak between a microbatch's
+ * forward and its backward (pp_schedule_build, as train/train_setup.c
+ * sizes its slots). Byte widths: fp32 (mtc today) 4 + 4 + 8 per element
+ * (weights, gradients, Adam m and v); bf16 (Megatron mixed precision)
+ * 2 + 4 + 12 (fp32 master copy with m and v), the optimizer terms on the
+ * owned shard only under the distributed optimizer. Communication buffers:
+ * the pipeline executor's message slots (pp_executor_buffer_bytes) for
+ * mtc; one tensor each way per neighbour for Megatron. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cp/cp.h"
+#include "dp/layout.h"
+#include "grid/grid.h"
+#include "model/family.h"
+#include "plan/plan.h"
+#include "pp/executor.h"
+#include "pp/schedule.h"
+
+mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    if (l->world < 1) return mtc_error(E, "world-size=%d must be >= 1", l->world);
+    if (l->tp < 1) l->tp = 1;
+    if (l->pp < 1) l->pp = 1;
+    if (l->cp < 1) l->cp = 1;
+    if (l->vpp < 1 || l->pp == 1) l->vpp = 1;
+    if (l->tp == 1) l->sequence_parallel = 0;
+    if (l->micro_batch < 1) return mtc_error(E, "micro-batch-size=%d must be >= 1", l->micro_batch);
+    if (l->global_batch < 1)
+        return mtc_error(E, "global-batch-size=%d must be >= 1", l->global_batch);
+    int div = l->vocab_divisible > 0 ? l->vocab_divisible : 128;
+    l->model.padded_vocab_size = mtc_model_pad_vocab(l->model.vocab_size, div, l->tp);
+    if (l->model.max_position_embeddings < l->model.seq_length)
+        l->model.max_position_embeddings = l->model.seq_length;
+    MTC_CHECK(mtc_model_config_validate(&l->model));
+    mtc_grid_config gc;
+    mtc_grid_config_default(&gc);
+    gc.world_size = l->world, gc.tp = l->tp, gc.pp = l->pp, gc.cp = l->cp;
+    if (l->distopt) gc.num_dist_opt_instances = l->distopt_instances;
+    mtc_grid_spec spec;
+    MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
+    MTC_CHECK(mtc_grid_validate_model(&spec, l->model.num_heads, l->model.seq_length, 0,
+                                      l->model.num_layers, l->vpp > 1 ? l->vpp : 0));
+    MTC_CHECK(mtc_model_validate_tp(&l->model, l->tp, l->sequence_parallel));
+    l->dp = spec.dp;
+    if (l->cp > 1) { /* mtc train's rules for context parallelism on top of TP */
+        int T_cp = l->model.seq_length / l->cp, NH = l->model.num_heads / l->tp;
+        int NG = mtc_model_groups(&l->model) / l->tp;
+        if (l->sequence_parallel && T_cp % l->tp)
+            return mtc_error(E,
+                             "seq-length=%d / context-parallel-size=%d = %d positions per rank is "
+                             "not divisible by tensor-model-parallel-size=%d, which sequence "
+                             "parallelism needs",
+                             l->model.seq_length, l->cp, T_cp, l->tp);
+        if (l->cp_comm_type == CP_COMM_A2A && (NH % l->cp || NG % l->cp))
+            return mtc_error(E,
+                             "cp-comm-type a2a splits the heads over context-parallel-size=%d, but "
+                             "a tensor-parallel rank has %d query heads and %d key/value heads "
+                             "(use p2p or all_gather, or a cp dividing both)",
+                             l->cp, NH, NG);
+    }
+    if (l->global_batch % (l->micro_batch * l->dp))
+        return mtc_error(E,
+                         "global-batch-size=%d is not divisible by micro-batch-size=%d x "
+                         "data-parallel size %d (use a multiple of %d)",
+                         l->global_batch, l->micro_batch, l->dp, l->micro_batch * l->dp);
+    int nd = l->distopt_instances > 1 ? l->distopt_instances : 1;
+    if (nd > 1 && !l->distopt)
+        return mtc_error(
+            E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    if (nd > 1 && l->dp % nd)
+        return mtc_error(E,
+                         "num-distributed-optimizer-instances=%d does not divide the data-parallel "
+                         "size %d (use a divisor of %d)",
+                         nd, l->dp, l->dp);
+    if (l->vpp > 64) return mtc_error(E, "virtual pipeline size %d is above 64", l->vpp);
+    if (l->pp > 1) {
+        pp_schedule_config sc = {.pp = l->pp,
+                                 .vpp = l->vpp > 1 ? l->vpp : 0,
+                                 .group_size = l->mb_group,
+                                 .num_microbatches = l->global_batch / (l->micro_batch * l->dp)};
+        MTC_CHECK(pp_schedule_validate(&sc));
+    }
+    return MTC_OK;
+}
+
+/* The schedule's peak of live microbatches per chunk of pipeline rank r. */
+static mtc_result_t plan_inflight(const mtc_plan_layout *l, int r, int *peak) {
+    for (int k = 0; k < l->vpp; k++)
+        peak[k] = 1;
+    if (l->pp == 1) return MTC_OK;
+    pp_schedule_config sc = {.pp = l->pp,
+                             .vpp = l->vpp > 1 ? l->vpp : 0,
+                             .group_size = l->mb_group,
+                             .num_microbatches = l->global_batch / (l->micro_batch * l->dp)};
+    pp_op *ops = calloc((size_t)pp_schedule_max_ops(&sc), sizeof *ops);
+    int *live = calloc((size_t)l->vpp, sizeof(int));
+    mtc_result_t rc = ops && live ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
+    pp_schedule_counts n = {0};
+    if (rc == MTC_OK) rc = pp_schedule_build(ops, &n, &sc, r);
+    for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
+        int k = ops[i].chunk;
+        live[k] += ops[i].kind == PP_OP_FORWARD ? 1 : -1;
+        if (live[k] > peak[k]) peak[k] = live[k];
+    }
+    free(ops), free(live);
+    return rc;
+}
+
+/* One chunk's parameter numels (forward order) from the model's registry,
+ * and which are the tied embedding the distributed optimizer buckets alone. */
+static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int last, int has_emb,
+                                      int has_head, int64_t **numels, int **shared, int *count) {
+    const mtc_model_config *c = &l->model;
+    mtc_registry reg;
+    int pidx[MTC_NGLOBAL_ROLES];
+    int *lf = calloc((size_t)c->num_layers + 1, sizeof(int));
+    if (!lf) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layer table");
+    mtc_result_t rc = mtc_registry_init(&reg, 8 + model_family_params_per_layer(c) * c->num_layers);
+    if (rc != MTC_OK) {
+        free(lf);
+        return rc;
+    }
+    reg.tp = l->tp, reg.tp_rank = 0;
+    model_register_opts o = {first, last, has_emb, has_head, l->sequence_parallel};
+    rc = model_family_register(&reg, c, &o, pidx, lf);
+    int n = reg.count;
+    *numels = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
+    *shared = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    if (rc == MTC_OK && (!*numels || !*shared))
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: parameter table");
+    for (int i = 0; rc == MTC_OK && i < n; i++) {
+        (*numels)[i] = (int64_t)reg.params[i].local_numel;
+        (*shared)[i] = l->pp > 1 && (reg.params[i].reduce_groups & MTC_REDUCE_EMBEDDING) != 0;
+    }
+    *count = n;
+    mtc_registry_free(&reg);
+    free(lf);
+    return rc;
+}
+
+mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank,
+                                  mtc_plan_memory *out) {
+    mtc_plan_layout lv = *lin;
+    mtc_plan_layout *l = &lv;
+    MTC_CHECK(mtc_plan_layout_check(l));
+    memset(out, 0, sizeof *out);
+    if (r < 0 || r >= l->pp)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "pipeline rank %d outside [0, %d)", r, l->pp);
+    out->pp_rank = r;
+    out->nchunks = l->vpp;
+    MTC_CHECK(plan_inflight(l, r, out->inflight));
+    int L = l->model.num_layers, S = l->pp * l->vpp;
+    int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;
+    int bf16 = l->precision == MTC_PLAN_BF16;
+    for (int k = 0; k < l->vpp; k++) {
+        int st = pp_virtual_stage(l->pp, r, k);
+        int first = st * L / S, last = (st + 1) * L / S, has_emb = st == 0, has_head = st == S - 1;
+        int64_t *numels = NULL;
+        int *shared = NULL, n = 0;
+        mtc_result_t rc =
+            plan_chunk_params(l, first, last, has_emb, has_head, &numels, &shared, &n);
+        int64_t sum = 0, buf = 0, held = 0;
+        for (int i = 0; rc == MTC_OK && i < n; i++)
+            sum += numels[i];
+        if (rc == MTC_OK && l->distopt) {
+            dp_layout_config dc = {.dp = l->dp * l->cp / nd, /* gradients reduce over dp x cp */
+                                   .bucket_size = dp_layout_bucket_size(
+                                       l->ddp_bucket_size, l->dp, l->overlap_grad_reduce, r, k),
+                                   .pad_high_busbw = l->pad_high_busbw,
+                                   .use_distopt = 1,
+                                   .shared_embedding = shared};
+            dp_layout lay;
+            memset(&lay, 0, sizeof lay);
+            rc = dp_layout_build(&lay, numels, n, &dc);
+            /* the optimizer state covers the param pieces of the shard, not
+             * its padding (distopt.c / ddp_for_each_held); the largest shard
+             * unless a DP rank is named */
+            for (int q = 0; rc == MTC_OK && q < lay.dp; q++) {
+                if (dp_rank >= 0 && q != dp_rank % lay.dp) continue;
+                int64_t h = 0;
+                for (int b = 0; b < lay.nbuckets; b++) {
+                    int cnt;
+                    const dp_shard_param *sp = dp_layout_shard_params(&lay, q, b, &cnt);
+                    for (int j = 0; j < cnt; j++)
+                        h += sp[j].gbuf_world.end - sp[j].gbuf_world.start;
+                }
+                if (h > held) held = h;
+            }
+            if (rc == MTC_OK) buf = lay.numel;
+            dp_layout_free(&lay);
+        } else {
+            buf = held = sum;
+        }
+        free(numels), free(shared);
+        MTC_CHECK(rc);
+        out->params += sum;
+        out->buffer_numel += buf;
+        out->optim_numel += held;
+        size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
+        if (k == 0) out->act_slot_bytes = slot;
+        out->act_bytes +=
+            slot * (size_t)out->inflight[k] + mtc_plan_act_shared_bytes(l, last - first, has_head);
+    }
+    out->param_bytes = (size_t)out->buffer_numel * (bf16 ? 2 : 4);
+    out->grad_bytes = (size_t)out->buffer_numel * 4;
+    out->optim_bytes = (size_t)out->optim_numel * (bf16 ? 12 : 8);
+    if (l->pp > 1) { /* pipeline messages of (B, T_loc, C) */
+        size_t T_loc = (size_t)l->model.seq_length / l->cp / (l->sequence_parallel ? l->tp : 1);
+        size_t msg = (size_t)l->micro_batch * T_loc * (size_t)l->model.hidden_size;
+        if (l->act_model == MTC_PLAN_ACT_MTC) { /* mtc's executor: its live message slots */
+            pp_executor_config ec = {
+                .schedule = {.pp = l->pp,
+                             .vpp = l->vpp > 1 ? l->vpp : 0,
+                             .group_size = l->mb_group,
+                             .num_microbatches = l->global_batch / (l->micro_batch * l->dp)},
+                .count = msg};
+            MTC_CHECK(pp_executor_buffer_bytes(&out->comm_bytes, &ec, r));
+        } else { /* Megatron: one tensor each way to each neighbour */
+            out->comm_bytes = 4 * msg * (bf16 ? 2 : 4);
+        }
+    }
+    out->total_bytes =
+        out->param_bytes + out->grad_bytes + out->optim_bytes + out->act_bytes + out->comm_bytes;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_plan_memory_peak(const mtc_plan_layout *l, mtc_plan_memory *out) {
+    mtc_plan_layout lv = *l;
+    MTC_CHECK(mtc_plan_layout_check(&lv));
+    memset(out, 0, sizeof *out);
+    for (int r = 0; r < lv.pp; r++) {
+        mtc_plan_memory m;
+        MTC_CHECK(mtc_plan_memory_rank(&lv, r, -1, &m));
+        if (r == 0 || m.total_bytes >= out->total_bytes) *out = m;
+    }
+    return MTC_OK;
+}

@@ -1,0 +1,149 @@
+/* plan/peak.c - this machine as a plan/ machine description: the fp32
+ * GEMM rate of one core and of all cores (nn_sgemm on a square 512 GEMM,
+ * the fastest of `iters`: other jobs on a shared machine only add time),
+ * the copy bandwidth (memcpy of 64 MiB, read + write counted, fastest) and the shm collectives'
+ * alpha and beta (comm/bench.h: 8 B and 1 MiB all-reduce on 2 rank-threads, and 8 B on twice as
+ * many ranks as cores for the oversubscription penalty). A "device" of this machine is one core;
+ * the planner gives a rank min(threads, cores / ranks) of them. Timings on a shared machine vary
+ * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/bench.h"
+#include "core/timer.h"
+#include "nn/nn.h"
+#include "plan/plan.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The fastest repetition. */
+static double fastest(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[0];
+}
+
+/* FLOP/s of an n x n x n sgemm on a pool of `threads`. */
+static mtc_result_t gemm_rate(int threads, int n, int iters, double *out) {
+    nn_pool *pool = NULL;
+    MTC_CHECK(nn_pool_create(threads, &pool));
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
+          *c = malloc(nn * sizeof(float));
+    double *t = malloc((size_t)iters * sizeof(double));
+    mtc_result_t rc = a && b && c && t ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak");
+    for (size_t i = 0; rc == MTC_OK && i < nn; i++)
+        a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f, c[i] = 0;
+    if (rc == MTC_OK) nn_sgemm(pool, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up */
+    for (int it = 0; rc == MTC_OK && it < iters; it++) {
+        uint64_t t0 = mtc_time_ns();
+        nn_sgemm(pool, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t[it] = (double)(mtc_time_ns() - t0) * 1e-9;
+    }
+    if (rc == MTC_OK) *out = 2.0 * n * n * (double)n / fastest(t, iters);
+    free(a), free(b), free(c), free(t), nn_pool_free(pool);
+    return rc;
+}
+
+static mtc_result_t copy_bw(int iters, double *out) {
+    size_t bytes = (size_t)64 << 20;
+    char *a = malloc(bytes), *b = malloc(bytes);
+    double *t = malloc((size_t)iters * sizeof(double));
+    if (!a || !b || !t) {
+        free(a), free(b), free(t);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: copy buffers");
+    }
+    memset(a, 1, bytes), memset(b, 2, bytes);
+    for (int it = 0; it < iters; it++) {
+        uint64_t t0 = mtc_time_ns();
+        memcpy(it % 2 ? a : b, it % 2 ? b : a, bytes);
+        t[it] = (double)(mtc_time_ns() - t0) * 1e-9;
+    }
+    *out = 2.0 * (double)bytes / fastest(t, iters);
+    free(a), free(b), free(t);
+    return MTC_OK;
+}
+
+typedef struct {
+    mtc_bench_opts b;
+    double us[MTC_BENCH_MAX_SIZES];
+} comm_job;
+
+static void comm_row(const mtc_bench_row *row, void *ctx) {
+    comm_job *j = ctx;
+    for (int i = 0; i < j->b.nsizes; i++)
+        if (j->b.sizes[i] == row->bytes) j->us[i] = row->time_us;
+}
+
+static mtc_result_t comm_rank(mtc_comm_t world, void *arg) {
+    comm_job *j = arg;
+    int ok = 1;
+    return mtc_bench_comm(world, &j->b, &ok);
+}
+
+/* Median all-reduce times (us) of the given sizes on `ranks` rank-threads. */
+static mtc_result_t comm_times(int ranks, const size_t *sizes, int n, int iters, double *us) {
+    comm_job j;
+    memset(&j, 0, sizeof j);
+    j.b.ops[0] = MTC_COLL_ALL_REDUCE, j.b.nops = 1;
+    j.b.algo = MTC_ALGO_AUTO;
+    for (int i = 0; i < n; i++)
+        j.b.sizes[i] = sizes[i];
+    j.b.nsizes = n, j.b.iters = iters, j.b.warmup = 3, j.b.dtype = MTC_DTYPE_F32;
+    j.b.row = comm_row, j.b.ctx = &j;
+    mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = ranks, .pin_threads = -1};
+    MTC_CHECK(mtc_launch(&lo, comm_rank, &j));
+    for (int i = 0; i < n; i++)
+        us[i] = j.us[i];
+    return MTC_OK;
+}
+
+mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
+    if (iters < 1) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "iters=%d must be >= 1", iters);
+    memset(m, 0, sizeof *m);
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    double one = 0, all = 0, bw = 0;
+    MTC_CHECK(gemm_rate(1, 512, iters, &one));
+    MTC_CHECK(gemm_rate(cores, 512, iters, &all));
+    MTC_CHECK(copy_bw(iters, &bw));
+    size_t sizes[2] = {8, (size_t)1 << 20};
+    double us[2] = {0, 0}, over[1] = {0};
+    MTC_CHECK(comm_times(2, sizes, 2, iters * 5, us));
+    MTC_CHECK(comm_times(2 * cores, sizes, 1, iters * 5, over));
+    snprintf(m->name, sizeof m->name, "this");
+    snprintf(m->description, sizeof m->description,
+             "this host as measured by mtc bench-peak: %d cores (one core = one device), shm "
+             "rank-threads",
+             cores);
+    m->is_cpu = 1;
+    m->devices_per_node = cores;
+    /* a core's rate: the all-core figure over the cores when it is the
+     * smaller (shared caches and memory bus), else the one-core figure */
+    double per_core = all / cores < one ? all / cores : one;
+    m->peak_flops_fp32 = per_core;
+    m->peak_flops = 0; /* bf16 GEMMs: not measured here */
+    m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */
+    m->mem_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    m->mem_bw = bw;
+    /* two ranks: all-reduce = 2 (n-1)/n bytes/bw + 2 (n-1) lat = bytes/bw + 2 lat */
+    m->intra.lat = us[0] * 1e-6 / 2;
+    double t1 = us[1] * 1e-6 - 2 * m->intra.lat;
+    m->intra.bw = t1 > 0 ? (double)sizes[1] / t1 : bw;
+    m->inter = m->intra; /* one host: no second node */
+    int n = 2 * cores;
+    double per_step = over[0] * 1e-6 / (2.0 * (n - 1));
+    m->oversub_lat = per_step > m->intra.lat ? per_step - m->intra.lat : 0;
+    if (log)
+        fprintf(log,
+                "> GEMM fp32 512^3: %.2f GFLOP/s on 1 core, %.2f GFLOP/s on %d cores; copy %.2f "
+                "GB/s\n> shm all-reduce on 2 ranks: 8 B %.2f us, 1 MiB %.2f us (lat %.2f us, bw "
+                "%.2f GB/s); 8 B on %d ranks %.2f us (oversubscription +%.2f us per step)\n",
+                one * 1e-9, all * 1e-9, cores, bw * 1e-9, us[0], us[1], m->intra.lat * 1e6,
+                m->intra.bw * 1e-9, n, over[0], m->oversub_lat * 1e6);
+    return MTC_OK;
+}

@@ -1,0 +1,232 @@
+/* plan/plan.h - the memory and step-time model of a layout (`mtc plan`).
+ *
+ * Memory per rank (plan/memory.c): parameters, gradients and optimizer
+ * state from the model's own parameter registry and the data-parallel
+ * buffer layout (dp/layout.h: the distributed optimizer's padding), so an
+ * mtc run's figures are the banner's to the byte; activations from a table
+ * of the buffers one in-flight microbatch keeps (plan/activations.c) times
+ * the schedule's in-flight peak per model chunk (pp/schedule.h).
+ * Two activation tables: MTC (this build's arena, fp32, exact) and
+ * MEGATRON (Korthikanti et al. 2022: sbh(34 + 5as/h) per layer and its
+ * SP / selective / full-recompute variants, what a GPU run keeps).
+ *
+ * Step time per rank (plan/time.c): GEMM FLOPs (Megatron's formula with
+ * recomputation) at the machine's achieved GEMM rate, element-wise passes
+ * at its memory bandwidth, each collective's volume on an alpha-beta model
+ * of the link its group crosses (intra- or inter-node, from where the
+ * group's ranks sit in Megatron's tp-cp-ep-dp-pp order), the pipeline
+ * bubble of the schedule mtc runs (pp_schedule_simulate) and the overlap
+ * mtc does (gradient reduction under the last backward).
+ *
+ * Machines (plan/machine.c): a small JSON description (docs/plan.md), the
+ * named GPU clusters of src/plan/machines.json compiled in, and this
+ * machine as measured by `mtc bench-peak` (cached).
+ *
+ * Pure computation: nothing here allocates model buffers or communicates. */
+#ifndef MTC_PLAN_PLAN_H
+#define MTC_PLAN_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/result.h"
+#include "model/model.h"
+
+typedef enum { MTC_PLAN_FP32 = 0, MTC_PLAN_BF16 } mtc_plan_precision;
+typedef enum {
+    MTC_PLAN_RECOMPUTE_NONE = 0,
+    MTC_PLAN_RECOMPUTE_SELECTIVE, /* attention core (Korthikanti's selective) */
+    MTC_PLAN_RECOMPUTE_FULL       /* every layer from its input */
+} mtc_plan_recompute;
+typedef enum {
+    MTC_PLAN_ACT_MTC = 0, /* this build's activation arena (model/model.c gpt_carve) */
+    MTC_PLAN_ACT_MEGATRON /* Korthikanti et al. 2022 / report_theoretical_memory */
+} mtc_plan_act_model;
+
+/* One layout of one model. The model's padded vocabulary is recomputed
+ * per layout from vocab_size and vocab_divisible (Megatron pads to a
+ * multiple of divisible x tp). */
+typedef struct {
+    mtc_model_config model;
+    int vocab_divisible;        /* --make-vocab-size-divisible-by (0 = 128) */
+    int world, tp, pp, vpp, cp; /* vpp 0/1 = not interleaved */
+    int cp_comm_type;           /* cp/cp.h: CP_COMM_P2P, CP_COMM_ALL_GATHER, CP_COMM_A2A */
+    int dp;                     /* derived: world / (tp pp cp) (filled by mtc_plan_layout_check) */
+    int sequence_parallel;
+    int distopt, distopt_instances, pad_high_busbw;
+    int overlap_grad_reduce;
+    int64_t ddp_bucket_size; /* 0 = Megatron's default */
+    int micro_batch, global_batch, mb_group;
+    mtc_plan_precision precision;
+    mtc_plan_recompute recompute;
+    mtc_plan_act_model act_model;
+} mtc_plan_layout;
+
+/* Megatron's and mtc's rules for the layout (grid, TP split, batch,
+ * schedule, distributed-optimizer instances): one line naming the value and
+ * the fix (INVALID_ARGUMENT). Fills l->dp and the padded vocabulary. */
+mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l);
+
+/* ---- memory ---- */
+
+typedef struct {
+    int pp_rank;
+    int64_t params;        /* parameters held (all chunks, no padding): the banner's count */
+    int64_t buffer_numel;  /* flat buffer elements, distributed-optimizer padding included */
+    int64_t optim_numel;   /* elements whose optimizer state this rank holds */
+    size_t param_bytes;    /* the weights this rank computes with */
+    size_t grad_bytes;     /* gradient buffer (fp32 main grads with bf16) */
+    size_t optim_bytes;    /* Adam m and v (+ fp32 master weights with bf16) */
+    size_t act_bytes;      /* activations of every in-flight microbatch + scratch */
+    size_t act_slot_bytes; /* one in-flight microbatch of chunk 0 */
+    size_t comm_bytes;     /* communication buffers (pipeline messages, reduction staging) */
+    size_t total_bytes;    /* sum of the above */
+    int inflight[64];      /* per chunk: the schedule's peak of live microbatches */
+    int nchunks;
+} mtc_plan_memory;
+
+/* Memory of pipeline rank pp_rank (every TP rank of a stage holds the same
+ * amounts; with the distributed optimizer the DP ranks' shards differ by
+ * the bucket padding, which holds no optimizer state: dp_rank -1 = the
+ * largest shard, else that rank of the dp x cp group, taken within its
+ * optimizer instance). Layout checked
+ * first. */
+mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *l, int pp_rank, int dp_rank,
+                                  mtc_plan_memory *out);
+/* The pipeline rank with the largest total (ties: the last). */
+mtc_result_t mtc_plan_memory_peak(const mtc_plan_layout *l, mtc_plan_memory *out);
+
+/* ---- activation tables (plan/activations.c) ---- */
+
+/* Bytes one in-flight microbatch keeps for nl layers of a chunk (with the
+ * embedding output / final norm and logits when has_head), and the chunk's
+ * shared scratch, under the layout's activation model. */
+size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head);
+size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head);
+/* Korthikanti et al. 2022, bytes per layer per microbatch (16-bit
+ * activations, 1-byte dropout masks): sbh(34 + 5as/h) without TP; with
+ * tensor parallelism t sbh(10 + 24/t + 5as/(ht)); with SP sbh(34 + 5as/h)/t;
+ * selective recompute drops the 5as/h term; full recompute keeps the
+ * layer input 2sbh (/t with SP). */
+double mtc_plan_korthikanti_layer_bytes(double s, double b, double h, double a, int t, int sp,
+                                        mtc_plan_recompute rc);
+
+/* ---- machines (plan/machine.c) ---- */
+
+typedef struct {
+    double bw;  /* bytes/s per rank (unidirectional bus bandwidth) */
+    double lat; /* seconds per message step */
+} mtc_plan_link;
+
+typedef struct {
+    char name[64];
+    char description[160];
+    int is_cpu;           /* ranks are threads / processes on cores (this machine) */
+    int devices_per_node; /* GPUs per node; for a CPU host, the cores */
+    double peak_flops;    /* per device, the precision's dense GEMM peak (FLOP/s) */
+    double peak_flops_fp32;
+    double achieved;  /* calibration: achieved fraction of the GEMM peak */
+    double mem_bytes; /* HBM (or host RAM) per device */
+    double mem_bw;    /* bytes/s per device for element-wise passes */
+    mtc_plan_link intra, inter;
+    double oversub_lat; /* extra seconds per sync when ranks outnumber cores (CPU) */
+} mtc_plan_machine;
+
+/* A named machine ("dgx-a100", "dgx-h100", ...) from the compiled-in
+ * table, or a JSON file path. "this" reads the `mtc bench-peak` cache
+ * (mtc_plan_machine_cache_path) and fails with a one-line hint when it is
+ * absent. */
+mtc_result_t mtc_plan_machine_load(const char *name_or_path, mtc_plan_machine *out);
+/* Parse a description (docs/plan.md) from JSON text. */
+mtc_result_t mtc_plan_machine_parse(const char *json, const char *origin, mtc_plan_machine *out);
+/* Write a description as JSON (the bench-peak cache). */
+mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path);
+/* $MTC_CACHE_DIR/machine.json, else $XDG_CACHE_HOME/mtc/machine.json, else
+ * $HOME/.cache/mtc/machine.json. */
+void mtc_plan_machine_cache_path(char *buf, size_t n);
+/* The names of the compiled-in machines, space separated. */
+const char *mtc_plan_machine_names(void);
+
+/* ---- step time (plan/time.c) ---- */
+
+typedef struct {
+    double flops_rank;      /* hardware FLOPs one rank executes per step (recompute included) */
+    double model_flops;     /* Megatron's model FLOPs of the step, all ranks (no recompute) */
+    double compute_s;       /* GEMMs at the achieved rate, all microbatches */
+    double elementwise_s;   /* memory-bound passes (activations, optimizer step) */
+    double tp_comm_s;       /* TP / SP collectives on the critical path */
+    double cp_comm_s;       /* context-parallel attention's KV / head exchanges */
+    double pp_comm_s;       /* stage-to-stage messages */
+    double dp_comm_s;       /* gradient reduction (and param all-gather) exposed */
+    double dp_comm_total_s; /* the same before overlap */
+    double bubble_s;        /* pipeline idle time of the simulated schedule */
+    double bubble_fraction;
+    double step_s;
+    double tflops_per_device;    /* Megatron's logged figure: model FLOPs / (step x world) */
+    double hw_tflops_per_device; /* with recompute FLOPs (Narayanan et al. count these) */
+    double mfu;                  /* model FLOPs / (step x world x peak) */
+} mtc_plan_time;
+
+/* Predicted step time of the layout on the machine. threads_per_rank 0 =
+ * cores / ranks (CPU), as mtc train does. */
+mtc_result_t mtc_plan_time_step(const mtc_plan_layout *l, const mtc_plan_machine *m,
+                                int threads_per_rank, mtc_plan_time *out);
+/* Alpha-beta time of one collective on n ranks over a link:
+ * all-reduce 2(n-1)/n bytes/bw + 2(n-1) lat, reduce-scatter and all-gather
+ * (n-1)/n bytes/bw + (n-1) lat (bytes: the full buffer), p2p bytes/bw + lat. */
+typedef enum { MTC_PLAN_AR = 0, MTC_PLAN_RS, MTC_PLAN_AG, MTC_PLAN_P2P } mtc_plan_coll;
+double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_link *link);
+/* The link a group crosses: ranks with the given stride and size in the
+ * tp-cp-ep-dp-pp order sit on one node when stride x size <= devices per
+ * node (a CPU host is one node). */
+const mtc_plan_link *mtc_plan_group_link(const mtc_plan_machine *m, int stride, int size);
+/* Megatron's num_floating_point_operations with recomputation: full
+ * recompute runs each layer's forward twice (8 instead of 6 FLOPs per
+ * multiply-add pair of the layers), selective the attention scores and
+ * values. Global batch, all ranks. */
+double mtc_plan_flops(const mtc_model_config *c, int64_t global_batch, mtc_plan_recompute rc);
+
+/* ---- layouts (plan/enumerate.c) ---- */
+
+typedef struct {
+    mtc_plan_layout layout;
+    mtc_plan_memory mem; /* the peak pipeline rank */
+    mtc_plan_time time;
+    int fits;
+} mtc_plan_row;
+
+/* Which knobs the search varies (0 = keep base's value). */
+typedef struct {
+    int vary_sp;      /* with and without sequence parallelism (tp > 1) */
+    int vary_distopt; /* with and without the distributed optimizer (dp > 1) */
+    int vary_vpp;     /* interleaved schedules (every vpp dividing the layers per stage) */
+} mtc_plan_search;
+
+/* Every valid layout of base (model, world, batch, precision, recompute and
+ * activation model kept; tp, pp and what s asks varied within the rules of
+ * `mtc ranks` and mtc train), with memory and step time on the machine,
+ * sorted: fitting ones first, by step time. *rows is malloc'ed (free it). */
+mtc_result_t mtc_plan_enumerate(const mtc_plan_layout *base, const mtc_plan_machine *m,
+                                int threads_per_rank, const mtc_plan_search *s, mtc_plan_row **rows,
+                                int *nrows);
+/* "tp2-pp2-vpp1-dp2-sp-do" (short name of a layout, for tables and --explain). */
+void mtc_plan_layout_name(const mtc_plan_layout *l, char *buf, size_t n);
+/* Parse "tp=2,pp=2,vpp=2,sp,distopt" (or the short name) onto a layout. */
+mtc_result_t mtc_plan_layout_parse(mtc_plan_layout *l, const char *spec);
+
+/* ---- reports (plan/report.c) ---- */
+
+/* Every term of one prediction, one per line. */
+void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine *m,
+                      const mtc_plan_memory *mem, const mtc_plan_time *t);
+
+/* ---- this machine (plan/peak.c) ---- */
+
+/* Measure this host's fp32 GEMM rate (all cores and one core) and copy
+ * bandwidth (fastest of iters), and the shm collectives' alpha/beta
+ * (medians of comm/bench.c), into a CPU machine
+ * description (name "this"). iters >= 1. */
+mtc_result_t mtc_plan_measure_host(mtc_plan_machine *out, int iters, FILE *log);
+
+#endif

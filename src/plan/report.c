@@ -1,0 +1,63 @@
+/* plan/report.c - `mtc plan --explain`: every term of one prediction, with
+ * the formula or the mtc buffer it comes from, so a reader can redo it. */
+#include "cp/cp.h"
+#include "plan/plan.h"
+
+static double mb(size_t b) { return (double)b / 1048576.0; }
+
+void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine *m,
+                      const mtc_plan_memory *mem, const mtc_plan_time *t) {
+    char name[96];
+    mtc_plan_layout_name(l, name, sizeof name);
+    const mtc_model_config *c = &l->model;
+    int M = l->global_batch / (l->micro_batch * l->dp);
+    fprintf(f, "layout %s on %s (%d ranks; %s, %s)\n", name, m->name, l->world,
+            l->precision == MTC_PLAN_BF16 ? "bf16 weights, fp32 main grads and Adam state"
+                                          : "fp32 weights, grads and Adam state",
+            l->act_model == MTC_PLAN_ACT_MTC ? "activations: mtc's arena"
+                                             : "activations: Korthikanti et al. 2022");
+    fprintf(f,
+            "model: L=%d h=%d a=%d ffn=%d s=%d V=%d (padded %d); micro batch %d x %d "
+            "microbatches x dp %d = global %d; recompute %s\n",
+            c->num_layers, c->hidden_size, c->num_heads, c->ffn_hidden_size, c->seq_length,
+            c->vocab_size, c->padded_vocab_size, l->micro_batch, M, l->dp, l->global_batch,
+            l->recompute == MTC_PLAN_RECOMPUTE_FULL        ? "full"
+            : l->recompute == MTC_PLAN_RECOMPUTE_SELECTIVE ? "selective"
+                                                           : "none");
+    fprintf(f, "memory of pipeline rank %d (the largest):\n", mem->pp_rank);
+    fprintf(f, "  parameters        %12.2f MB  %lld held (registry), buffer %lld elements%s\n",
+            mb(mem->param_bytes), (long long)mem->params, (long long)mem->buffer_numel,
+            l->distopt ? " (distributed-optimizer padding)" : "");
+    fprintf(f, "  gradients         %12.2f MB  buffer x 4 B\n", mb(mem->grad_bytes));
+    fprintf(f, "  optimizer state   %12.2f MB  %lld elements x %d B (%s)\n", mb(mem->optim_bytes),
+            (long long)mem->optim_numel, l->precision == MTC_PLAN_BF16 ? 12 : 8,
+            l->distopt ? "this rank's shard" : "every element");
+    fprintf(f, "  activations       %12.2f MB  chunk 0 slot %.2f MB; in flight per chunk:",
+            mb(mem->act_bytes), mb(mem->act_slot_bytes));
+    for (int k = 0; k < mem->nchunks; k++)
+        fprintf(f, " %d", mem->inflight[k]);
+    fprintf(f, "\n  comm buffers      %12.2f MB  pipeline messages\n", mb(mem->comm_bytes));
+    fprintf(f, "  total             %12.2f MB  of %.2f MB per %s\n", mb(mem->total_bytes),
+            m->mem_bytes / 1048576.0 / (m->is_cpu ? l->world : 1), m->is_cpu ? "rank" : "device");
+    fprintf(f, "step time:\n");
+    fprintf(
+        f, "  GEMMs             %12.3f ms  %.4g FLOPs per rank at %.4g TFLOP/s x %.3f achieved\n",
+        t->compute_s * 1e3, t->flops_rank,
+        (l->precision == MTC_PLAN_BF16 ? m->peak_flops : m->peak_flops_fp32) * 1e-12, m->achieved);
+    fprintf(f, "  element-wise      %12.3f ms  activations and optimizer at %.3g GB/s\n",
+            t->elementwise_s * 1e3, m->mem_bw * 1e-9);
+    fprintf(f, "  TP collectives    %12.3f ms\n", t->tp_comm_s * 1e3);
+    if (l->cp > 1)
+        fprintf(f, "  CP exchanges      %12.3f ms  %s over %d ranks\n", t->cp_comm_s * 1e3,
+                cp_comm_type_name((cp_comm_type)l->cp_comm_type), l->cp);
+    fprintf(f, "  pipeline p2p      %12.3f ms\n", t->pp_comm_s * 1e3);
+    fprintf(f, "  pipeline bubble   %12.3f ms  %.1f%% of busy time (simulated schedule)\n",
+            t->bubble_s * 1e3, 100 * t->bubble_fraction);
+    fprintf(f, "  DP reduction      %12.3f ms  exposed of %.3f ms%s\n", t->dp_comm_s * 1e3,
+            t->dp_comm_total_s * 1e3, l->overlap_grad_reduce ? " (overlapped with backward)" : "");
+    fprintf(f, "  step              %12.3f ms\n", t->step_s * 1e3);
+    fprintf(f,
+            "throughput: %.4g TFLOP/s per device (Megatron's model FLOPs), %.4g with recompute; "
+            "MFU %.1f%%\n",
+            t->tflops_per_device, t->hw_tflops_per_device, 100 * t->mfu);
+}

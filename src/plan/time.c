@@ -1,0 +1,274 @@
+/* plan/time.c - the step time of a layout on a machine.
+ *
+ *   per microbatch and model chunk (the slowest pipeline stage's):
+ *     t_fwd = GEMM FLOPs / rate + element-wise bytes / bw + TP collectives + p2p
+ *     t_bwd = 2 x GEMM FLOPs (+ the recomputed forward) / rate + ... + TP + p2p
+ *   step = the schedule's makespan for (t_fwd, t_bwd)     (pp = 1: M (t_fwd + t_bwd))
+ *        + optimizer pass + exposed gradient reduction (+ param all-gather)
+ *
+ * The schedule is simulated: on a CPU host with mtc's executor plans
+ * (pp_plan_simulate: blocking transfers as the shm backend's), on a GPU
+ * cluster with pp_schedule_simulate (Megatron's asynchronous p2p). The
+ * rate is the machine's GEMM peak x its achieved fraction; on a CPU host a
+ * rank gets min(threads, cores / ranks) cores. Collectives follow the
+ * alpha-beta forms of mtc_plan_coll_time on the link mtc_plan_group_link
+ * picks from where the group's ranks sit in tp-cp-ep-dp-pp order.
+ * Overlap: with --overlap-grad-reduce the data-parallel reduction hides
+ * under the last microbatch's backward (every chunk's); nothing else
+ * overlaps (mtc's TP collectives and pipeline transfers block).
+ * Limitations: one rate for every GEMM shape (small GEMMs run slower),
+ * no congestion between groups sharing a link, no kernel-launch costs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cp/cp.h"
+#include "plan/plan.h"
+#include "pp/executor.h"
+#include "pp/schedule.h"
+
+double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_link *k) {
+    if (n <= 1 && op != MTC_PLAN_P2P) return 0;
+    double bw = k->bw > 0 ? k->bw : 1e30;
+    switch (op) {
+    case MTC_PLAN_AR: return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * k->lat;
+    case MTC_PLAN_RS:
+    case MTC_PLAN_AG: return (double)(n - 1) / n * bytes / bw + (n - 1) * k->lat;
+    case MTC_PLAN_P2P: return bytes / bw + k->lat;
+    }
+    return 0;
+}
+
+const mtc_plan_link *mtc_plan_group_link(const mtc_plan_machine *m, int stride, int size) {
+    if (m->is_cpu || (long)stride * size <= m->devices_per_node) return &m->intra;
+    return &m->inter;
+}
+
+/* Per token of one layer: multiply-adds of the QKV, scores and values,
+ * projection and MLP GEMMs (mtc_model_flops's per_token_layer). */
+static double layer_macs(const mtc_model_config *c) {
+    double s = c->seq_length, h = c->hidden_size;
+    double qd = (double)c->num_heads * mtc_model_head_size(c);
+    double kd = (double)mtc_model_groups(c) * mtc_model_head_size(c);
+    double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
+    return h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
+}
+
+/* The attention scores and values share of layer_macs (selective recompute). */
+static double attn_core_macs(const mtc_model_config *c) {
+    return (double)c->num_heads * mtc_model_head_size(c) * c->seq_length;
+}
+
+double mtc_plan_flops(const mtc_model_config *c, int64_t global_batch, mtc_plan_recompute rc) {
+    double tokens = (double)global_batch * c->seq_length, L = c->num_layers;
+    double layers = L * layer_macs(c), head = (double)c->hidden_size * c->padded_vocab_size;
+    double f = 6.0 * tokens * (layers + head);
+    if (rc == MTC_PLAN_RECOMPUTE_FULL) f += 2.0 * tokens * layers;
+    if (rc == MTC_PLAN_RECOMPUTE_SELECTIVE) f += 2.0 * tokens * L * attn_core_macs(c);
+    return f;
+}
+
+/* A link with the oversubscription penalty of a CPU host running more
+ * rank-threads than cores. */
+static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, int oversub) {
+    mtc_plan_link k = *mtc_plan_group_link(m, stride, size);
+    if (oversub) k.lat += m->oversub_lat;
+    return k;
+}
+
+typedef struct {
+    double gemm_f, gemm_b, elem_f, elem_b, tp_f, tp_b, cp_f, cp_b, p2p;
+} chunk_cost;
+
+/* Costs of one microbatch on one chunk of nl layers. */
+static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *m, double rate,
+                              int nl, int has_emb, int has_head, const mtc_plan_link *tpl,
+                              const mtc_plan_link *cpl, const mtc_plan_link *ppl) {
+    const mtc_model_config *c = &l->model;
+    chunk_cost k;
+    memset(&k, 0, sizeof k);
+    int t = l->tp, sp = l->sequence_parallel;
+    /* a rank's tokens: seq-length / cp of each sample; each still scores all
+     * seq-length keys, so layer_macs per token is the serial one */
+    double tok = (double)l->micro_batch * c->seq_length / l->cp, h = c->hidden_size;
+    double fl = 2.0 * tok * nl * layer_macs(c) / t;
+    double fh = has_head ? 2.0 * tok * h * c->padded_vocab_size / t : 0;
+    double rec = l->recompute == MTC_PLAN_RECOMPUTE_FULL ? fl
+                 : l->recompute == MTC_PLAN_RECOMPUTE_SELECTIVE
+                     ? 2.0 * tok * nl * attn_core_macs(c) / t
+                     : 0;
+    k.gemm_f = (fl + fh) / rate;
+    k.gemm_b = (2.0 * (fl + fh) + rec) / rate;
+    /* element-wise: the activations a forward touches (the table without
+     * recomputation: what is kept is what was written) once in forward,
+     * twice in backward (read, and the gradient written), once more for a
+     * recomputed forward (the attention share of it under selective) */
+    mtc_plan_layout nr = *l;
+    nr.recompute = MTC_PLAN_RECOMPUTE_NONE;
+    double touched = (double)mtc_plan_act_slot_bytes(&nr, nl, has_emb, has_head);
+    double again = l->recompute == MTC_PLAN_RECOMPUTE_FULL ? 1.0 : 0.0;
+    if (l->recompute == MTC_PLAN_RECOMPUTE_SELECTIVE) {
+        double as_h = 5.0 * c->num_heads * c->seq_length / h;
+        again = as_h / (34.0 + as_h);
+    }
+    if (m->mem_bw > 0)
+        k.elem_f = touched / m->mem_bw, k.elem_b = (2.0 + again) * touched / m->mem_bw;
+    /* TP: per layer two all-reduces forward and two backward of (b, s, h);
+     * under SP all-gather + reduce-scatter of the same volume, and the
+     * backward re-gathers the two GEMM inputs */
+    double ab = l->precision == MTC_PLAN_BF16 ? 2 : 4, x = tok * h * ab;
+    if (t > 1) {
+        double ar = sp ? mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl) +
+                             mtc_plan_coll_time(MTC_PLAN_RS, x, t, tpl)
+                       : mtc_plan_coll_time(MTC_PLAN_AR, x, t, tpl);
+        double regather = sp ? 2 * mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl) : 0;
+        double ends = (has_emb ? 1 : 0) + (has_head ? 1 : 0);
+        double xent = has_head ? 3 * mtc_plan_coll_time(MTC_PLAN_AR, tok * 4, t, tpl) : 0;
+        k.tp_f = (2.0 * nl + ends) * ar + xent;
+        k.tp_b = (2.0 * nl + ends) * ar + nl * regather +
+                 (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? 2.0 * nl * ar : 0);
+    }
+    /* CP, per layer: p2p passes KV blocks round the ring (cp - 1 steps
+     * forward, twice the bytes backward with dK, dV), all_gather gathers KV
+     * (forward and again backward) and reduce-scatters dKV, a2a moves q|k|v
+     * and the output between sequence and head splits (twice as much
+     * backward); blocking in mtc (Megatron overlaps the ring with compute,
+     * not modelled) */
+    if (l->cp > 1) {
+        int P = l->cp;
+        double kv = 2.0 * tok * mtc_model_groups(c) / t * mtc_model_head_size(c) * ab;
+        double qkvo = tok * ((c->num_heads * 2.0 + 2.0 * mtc_model_groups(c)) / t) *
+                      mtc_model_head_size(c) * ab;
+        double f = 0, b2 = 0;
+        if (l->cp_comm_type == CP_COMM_P2P)
+            f = (P - 1) * mtc_plan_coll_time(MTC_PLAN_P2P, kv, 2, cpl),
+            b2 = (P - 1) * mtc_plan_coll_time(MTC_PLAN_P2P, 2 * kv, 2, cpl);
+        else if (l->cp_comm_type == CP_COMM_ALL_GATHER)
+            f = mtc_plan_coll_time(MTC_PLAN_AG, kv * P, P, cpl),
+            b2 = f + mtc_plan_coll_time(MTC_PLAN_RS, kv * P, P, cpl);
+        else
+            f = mtc_plan_coll_time(MTC_PLAN_AG, qkvo, P, cpl), b2 = 2 * f; /* all-to-all ~ */
+        k.cp_f = nl * f, k.cp_b = nl * b2;
+    }
+    /* p2p: mtc sends (b, s/t, h) under SP, else the whole (b, s, h); Megatron
+     * on GPUs sends 1/t from each TP rank and all-gathers it over NVLink
+     * (the scatter-gather of Narayanan et al. 2021, section 4.1) */
+    if (l->pp > 1 && (sp || m->is_cpu))
+        k.p2p = mtc_plan_coll_time(MTC_PLAN_P2P, x / (sp ? t : 1), 2, ppl);
+    else if (l->pp > 1)
+        k.p2p = mtc_plan_coll_time(MTC_PLAN_P2P, x / t, 2, ppl) +
+                mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl);
+    return k;
+}
+
+mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machine *m,
+                                int threads_per_rank, mtc_plan_time *out) {
+    mtc_plan_layout lv = *lin;
+    mtc_plan_layout *l = &lv;
+    MTC_CHECK(mtc_plan_layout_check(l));
+    memset(out, 0, sizeof *out);
+    int M = l->global_batch / (l->micro_batch * l->dp), v = l->vpp, S = l->pp * v;
+    int L = l->model.num_layers;
+    double peak = l->precision == MTC_PLAN_BF16 ? m->peak_flops : m->peak_flops_fp32;
+    double ach = m->achieved > 0 ? m->achieved : 1.0;
+    double devices = 1; /* compute units one rank uses */
+    int oversub = 0;
+    if (m->is_cpu) {
+        double cores = m->devices_per_node > 0 ? m->devices_per_node : 1;
+        double thr = threads_per_rank > 0 ? threads_per_rank : floor(cores / l->world);
+        if (thr < 1) thr = 1;
+        devices = fmin(thr, cores / l->world);
+        oversub = l->world * thr > cores;
+    }
+    double rate = peak * ach * devices;
+    if (!(rate > 0))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "machine %s has no GEMM rate for %s", m->name,
+                         l->precision == MTC_PLAN_BF16 ? "bf16" : "fp32");
+    mtc_plan_machine mm = *m;
+    if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */
+    int pp_stride = l->tp * l->cp * l->dp;
+    mtc_plan_link tpl = link_of(m, 1, l->tp, oversub);
+    mtc_plan_link cpl = link_of(m, l->tp, l->cp, oversub);
+    mtc_plan_link dpl = link_of(m, l->tp, l->dp * l->cp, oversub); /* the dp x cp group */
+    mtc_plan_link ppl = link_of(m, pp_stride, l->pp, oversub);
+    /* the slowest stage's chunk (head and embedding on their stages) */
+    double tf = 0, tb = 0;
+    chunk_cost worst;
+    memset(&worst, 0, sizeof worst);
+    for (int st = 0; st < S; st++) {
+        int nl = (st + 1) * L / S - st * L / S;
+        chunk_cost k = chunk_costs(l, &mm, rate, nl, st == 0, st == S - 1, &tpl, &cpl, &ppl);
+        double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p;
+        double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p;
+        if (f + b > tf + tb) tf = f, tb = b, worst = k;
+    }
+    double makespan = M * v * (tf + tb);
+    if (l->pp > 1) {
+        pp_schedule_config sc = {
+            .pp = l->pp, .vpp = v > 1 ? v : 0, .num_microbatches = M, .group_size = l->mb_group};
+        int max_ops = pp_schedule_max_ops(&sc);
+        mtc_result_t rc = MTC_OK;
+        if (m->is_cpu) {
+            pp_plan *plans = calloc((size_t)l->pp, sizeof *plans);
+            rc = plans ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: pipeline plans");
+            for (int r = 0; rc == MTC_OK && r < l->pp; r++)
+                rc = pp_plan_build(&plans[r], &sc, r);
+            if (rc == MTC_OK) rc = pp_plan_simulate(&makespan, plans, l->pp, tf, tb);
+            for (int r = 0; plans && r < l->pp; r++)
+                pp_plan_free(&plans[r]);
+            free(plans);
+        } else {
+            pp_op *ops = calloc((size_t)l->pp * max_ops, sizeof *ops);
+            pp_sim_span *spans = calloc((size_t)l->pp * max_ops, sizeof *spans);
+            pp_schedule_counts *counts = calloc((size_t)l->pp, sizeof *counts);
+            rc = ops && spans && counts ? MTC_OK
+                                        : mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: schedule");
+            for (int r = 0; rc == MTC_OK && r < l->pp; r++)
+                rc = pp_schedule_build(ops + (size_t)r * max_ops, &counts[r], &sc, r);
+            if (rc == MTC_OK) rc = pp_schedule_simulate(spans, &makespan, ops, counts, &sc, tf, tb);
+            free(ops), free(spans), free(counts);
+        }
+        MTC_CHECK(rc);
+    }
+    double busy = M * v * (tf + tb);
+    out->bubble_s = makespan - busy > 0 ? makespan - busy : 0;
+    out->bubble_fraction = busy > 0 ? out->bubble_s / busy : 0;
+    out->compute_s = M * v * (worst.gemm_f + worst.gemm_b);
+    out->elementwise_s = M * v * (worst.elem_f + worst.elem_b);
+    out->tp_comm_s = M * v * (worst.tp_f + worst.tp_b);
+    out->cp_comm_s = M * v * (worst.cp_f + worst.cp_b);
+    out->pp_comm_s = M * v * 2 * worst.p2p;
+    /* the optimizer step and the data-parallel reduction of the peak rank */
+    mtc_plan_memory mem;
+    MTC_CHECK(mtc_plan_memory_peak(l, &mem));
+    double opt = 0;
+    if (mm.mem_bw > 0) /* read g, read+write p, m, v (and the master copy) */
+        opt = (2.0 * mem.optim_bytes +
+               mem.grad_bytes * (double)mem.optim_numel /
+                   (double)(mem.buffer_numel ? mem.buffer_numel : 1) +
+               2.0 * mem.param_bytes) /
+              mm.mem_bw;
+    out->elementwise_s += opt;
+    double gb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
+    double pb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
+    int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;
+    double dpt = 0, ag = 0;
+    int dpc = l->dp * l->cp; /* gradients reduce over dp x cp */
+    if (dpc > 1 && !l->distopt) dpt = mtc_plan_coll_time(MTC_PLAN_AR, gb, dpc, &dpl);
+    if (dpc > 1 && l->distopt) {
+        mtc_plan_link intra = link_of(m, l->tp, dpc / nd, oversub);
+        dpt = mtc_plan_coll_time(MTC_PLAN_RS, gb, dpc / nd, &intra);
+        if (nd > 1) dpt += mtc_plan_coll_time(MTC_PLAN_AR, gb / (dpc / nd), nd, &dpl);
+        ag = mtc_plan_coll_time(MTC_PLAN_AG, pb, dpc / nd, &intra);
+    }
+    out->dp_comm_total_s = dpt + ag;
+    double hidden = l->overlap_grad_reduce ? v * (worst.gemm_b + worst.elem_b) : 0;
+    out->dp_comm_s = (dpt > hidden ? dpt - hidden : 0) + ag;
+    out->step_s = makespan + opt + out->dp_comm_s;
+    out->model_flops = mtc_model_flops(&l->model, l->global_batch);
+    out->flops_rank = mtc_plan_flops(&l->model, l->global_batch, l->recompute) / l->world;
+    out->tflops_per_device = out->model_flops / (out->step_s * l->world) * 1e-12;
+    out->hw_tflops_per_device = out->flops_rank / out->step_s * 1e-12;
+    out->mfu = out->model_flops / (out->step_s * l->world * peak * devices);
+    return MTC_OK;
+}

@@ -1,0 +1,106 @@
+#!/bin/sh
+# tests/plan/plan_vs_train.sh - `mtc plan` against mtc's own allocation:
+# for layouts of a GPT-2 and a Llama-style model on 4 rank-threads (with
+# the argument `mpi`: on 2 MPI processes, skipped when MPI is not built),
+# context parallelism (p2p, all_gather, a2a) included,
+# the parameters, gradients, optimizer state and activation bytes that
+# `mtc train --metrics` reports for the last rank equal those of
+# `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp*cp-1` to the byte,
+# and the banner's parameter count equals the plan's. Bad input exits 2
+# with one line. Uses a fixed machine file (no measurement).
+set -u
+MTC=${MTC:-build/mtc}
+HOST=tests/plan/host_test.json
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+GPT="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 200 --micro-batch-size 2 --global-batch-size 16"
+LLAMA="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 200 --micro-batch-size 2 --global-batch-size 16 --normalization RMSNorm --position-embedding-type rope --swiglu --untie-embeddings-and-output-weights --disable-bias-linear --num-query-groups 2"
+
+# check NAME MODEL WORLD TP PP VPP SP DO ND [LAUNCH...]
+check() {
+    name=$1 model=$2 world=$3 tp=$4 pp=$5 vpp=$6 sp=$7 do=$8 nd=$9
+    shift 9
+    cp=${CP:-1}
+    dp=$((world / tp / pp / cp))
+    targs="--cp $cp --cp-comm-type ${CPT:-p2p}" lay="tp$tp-pp$pp-vpp$vpp" pargs="$targs"
+    [ "$sp" = 1 ] && targs="$targs --sequence-parallel" && lay="$lay-sp"
+    [ "$do" = 1 ] && targs="$targs --use-distributed-optimizer --num-distributed-optimizer-instances $nd" \
+        && lay="$lay-do" && pargs="$pargs --use-distributed-optimizer --num-distributed-optimizer-instances $nd"
+    tmodel=$(echo "$model" | sed 's/--num-query-groups/--group-query-attention --num-query-groups/')
+    if [ $# -gt 0 ]; then
+        "$@" "$MTC" train $tmodel --tp $tp --pp $pp --vpp $vpp $targs --mock-data --train-iters 1 \
+            --eval-iters 0 --threads 1 --metrics "$D/m.json" >"$D/log" 2>&1
+    else
+        "$MTC" train $tmodel --world-size $world --tp $tp --pp $pp --vpp $vpp $targs --mock-data \
+            --train-iters 1 --eval-iters 0 --threads 1 --metrics "$D/m.json" >"$D/log" 2>&1
+    fi
+    if [ $? -ne 0 ]; then bad "$name: mtc train failed"; tail -3 "$D/log"; return; fi
+    # the Llama flags spelled for plan (no --group-query-attention there)
+    "$MTC" plan $model --world-size $world $pargs --machine $HOST --explain "$lay" \
+        --pp-rank $((pp - 1)) --dp-rank $((dp * cp - 1)) --json >"$D/p.json" 2>"$D/perr"
+    if [ $? -ne 0 ]; then bad "$name: mtc plan failed: $(cat "$D/perr")"; return; fi
+    for k in param_bytes grad_bytes optim_state_bytes activation_bytes; do
+        m=$(tail -1 "$D/m.json" | sed -n "s/.*\"$k\": \([0-9]*\).*/\1/p")
+        p=$(sed -n "s/.*\"$k\": \([0-9]*\).*/\1/p" "$D/p.json")
+        if [ -z "$m" ] || [ "$m" != "$p" ]; then bad "$name $lay: $k train '$m' plan '$p'"; return; fi
+    done
+    nb=$(sed -n 's/.*model parallel rank ([0-9]*, [0-9]*): \([0-9]*\)$/\1/p' "$D/log")
+    np=$(sed -n 's/.*"params": \([0-9]*\).*/\1/p' "$D/p.json")
+    if [ "$nb" != "$np" ]; then bad "$name $lay: banner parameters '$nb', plan '$np'"; return; fi
+    ok "$name $lay: $(sed -n 's/.*\(> memory per rank.*\)/\1/p' "$D/log")"
+}
+
+if [ "${1:-threads}" = mpi ]; then # the ctest case test_plan_vs_train_mpi (label mpi)
+    if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && command -v "${MPIEXEC:-mpirun}" >/dev/null 2>&1; then
+        MPI="${MPIEXEC:-mpirun} --oversubscribe -np 2"
+        [ "$(id -u)" = 0 ] && MPI="${MPIEXEC:-mpirun} --allow-run-as-root --oversubscribe -np 2"
+        check "mpi gpt pp2" "$GPT" 2 1 2 1 0 0 1 timeout -k 5 120 $MPI
+        check "mpi llama dp2 distopt" "$LLAMA" 2 1 1 1 0 1 1 timeout -k 5 120 $MPI
+    else
+        echo "skipped: MPI not built"
+    fi
+    exit $fail
+fi
+check "gpt serial dp"      "$GPT"   4 1 1 1 0 0 1
+check "gpt tp pp sp distopt" "$GPT" 4 2 2 1 1 1 1
+check "gpt interleaved"    "$GPT"   4 1 2 2 0 1 1
+check "gpt 2 instances"    "$GPT"   4 2 1 1 1 1 2
+check "gpt tp4"            "$GPT"   4 4 1 1 0 0 1
+check "gpt 1F1B pp4"       "$GPT"   4 1 4 1 0 0 1
+check "llama tp pp sp distopt" "$LLAMA" 4 2 2 1 1 1 1
+check "llama interleaved"  "$LLAMA" 4 1 2 2 0 0 1
+CP=2 CPT=p2p check "gpt cp2 p2p" "$GPT" 4 1 1 1 0 0 1
+CP=2 CPT=all_gather check "gpt tp2 cp2 sp all_gather distopt" "$GPT" 4 2 1 1 1 1 1
+CP=2 CPT=a2a check "llama cp2 a2a pp2" "$LLAMA" 4 1 2 1 0 0 1
+CP=2 CPT=p2p check "llama cp2 p2p distopt" "$LLAMA" 4 1 1 1 0 1 1
+
+# bad input: exit 2, one line, before any work
+expect_usage() {
+    name=$1 pat=$2; shift 2
+    "$MTC" "$@" >"$D/out" 2>"$D/err"
+    rc=$?
+    if [ $rc -ne 2 ]; then bad "$name: exit $rc, expected 2"; cat "$D/err"; return; fi
+    if [ "$(wc -l <"$D/err")" -ne 1 ] || ! grep -q -- "$pat" "$D/err"; then
+        bad "$name: stderr not one line matching '$pat'"; cat "$D/err"; return; fi
+    ok "$name: $(cat "$D/err")"
+}
+expect_usage "unknown machine" "neither a named machine" plan $GPT --world-size 4 --machine dgx-z900
+expect_usage "bad layout" "not tpN, cpN, ppN" plan $GPT --world-size 4 --machine $HOST --explain tp2-xx3
+expect_usage "tp vs heads" "num-attention-heads=4 is not divisible by tensor-model-parallel-size=3" \
+    plan $GPT --world-size 3 --machine $HOST --explain tp3
+expect_usage "batch vs dp" "global-batch-size=16 is not divisible" plan $GPT --world-size 4 \
+    --global-batch-size 16 --micro-batch-size 8 --machine $HOST --explain tp1
+expect_usage "mtc acts with bf16" "activations mtc" plan $GPT --world-size 4 --machine $HOST --bf16 --activations mtc
+MTC_CACHE_DIR="$D/nocache" expect_usage "this unmeasured" "run .mtc bench-peak" plan $GPT --world-size 4
+# the table lists every layout once, sorted by step time among fitting ones
+"$MTC" plan $GPT --world-size 4 --machine $HOST --json >"$D/all.json" || bad "plan --json failed"
+n=$(grep -c '"layout"' "$D/all.json")
+u=$(sed -n 's/.*"layout": "\([^"]*\)".*/\1/p' "$D/all.json" | sort -u | wc -l)
+[ "$n" -ge 10 ] && [ "$n" = "$u" ] && ok "enumeration: $n distinct layouts" || bad "enumeration: $n rows, $u distinct"
+sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/all.json" | sort -g -c 2>/dev/null \
+    && ok "rows sorted by step time" || bad "rows not sorted by step time"
+exit $fail
