@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/outfile.h"
 #include "grid/grid.h"
 
 static const char about[] =
@@ -151,19 +152,15 @@ static void print_rank(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G
 }
 
 static int write_svg(const char *path, const mtc_grid_spec *s, const mtc_grid_groups *G, int gpn) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return cli_fail("ranks", mtc_error(MTC_ERR_IO, "cannot write %s", tmp));
-    mtc_result_t rc = mtc_grid_render_svg(f, s, G, gpn);
-    if (fclose(f) != 0 && rc == MTC_OK) rc = mtc_error(MTC_ERR_IO, "cannot write %s", tmp);
-    if (rc == MTC_OK && rename(tmp, path) != 0)
-        rc = mtc_error(MTC_ERR_IO, "cannot rename %s to %s", tmp, path);
-    if (rc != MTC_OK) {
-        remove(tmp);
-        return cli_fail("ranks", rc);
-    }
-    return 0;
+    mtc_outfile o;
+    mtc_result_t rc = mtc_outfile_open(&o, path, "--svg");
+    if (rc != MTC_OK) return cli_fail("ranks", rc);
+    rc = mtc_grid_render_svg(o.f, s, G, gpn);
+    if (rc == MTC_OK)
+        rc = mtc_outfile_commit(&o);
+    else
+        mtc_outfile_abort(&o);
+    return rc == MTC_OK ? 0 : cli_fail("ranks", rc);
 }
 
 int cli_cmd_ranks(int argc, char **argv) {
@@ -208,6 +205,9 @@ int cli_cmd_ranks(int argc, char **argv) {
                        "[--json] [--svg FILE]",
                        about, args, nargs, argc, argv);
     if (st >= 0) return st;
+    char svg_real[MTC_PATH_MAX];
+    if (svg && mtc_outfile_check(svg, "--svg", svg_real, sizeof svg_real) != MTC_OK)
+        return cli_usage_error("ranks", "%s", mtc_error_detail());
     if (gpn < 1)
         return cli_usage_error("ranks", "--gpus-per-node is %d (valid: an integer >= 1, e.g. 8)",
                                gpn);

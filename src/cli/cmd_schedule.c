@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/outfile.h"
 #include "pp/schedule.h"
 
 #define T_FWD 1.0
@@ -125,18 +126,15 @@ static void schedule_text(const pp_schedule_config *cfg, const pp_op *ops,
 static int schedule_write_svg(const char *path, const pp_op *ops, const pp_schedule_counts *counts,
                               const pp_sim_span *spans, double makespan,
                               const pp_schedule_config *cfg) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return cli_fail("schedule", mtc_error(MTC_ERR_IO, "cannot write %s", tmp));
-    mtc_result_t rc = pp_schedule_svg(f, ops, counts, spans, makespan, cfg, T_FWD, T_BWD);
-    if (fclose(f) != 0 && rc == MTC_OK) rc = mtc_error(MTC_ERR_IO, "closing %s failed", tmp);
-    if (rc == MTC_OK && rename(tmp, path) != 0) rc = mtc_error(MTC_ERR_IO, "cannot rename %s", tmp);
-    if (rc != MTC_OK) {
-        remove(tmp);
-        return cli_fail("schedule", rc);
-    }
-    return 0;
+    mtc_outfile o;
+    mtc_result_t rc = mtc_outfile_open(&o, path, "--svg");
+    if (rc != MTC_OK) return cli_fail("schedule", rc);
+    rc = pp_schedule_svg(o.f, ops, counts, spans, makespan, cfg, T_FWD, T_BWD);
+    if (rc == MTC_OK)
+        rc = mtc_outfile_commit(&o);
+    else
+        mtc_outfile_abort(&o);
+    return rc == MTC_OK ? 0 : cli_fail("schedule", rc);
 }
 
 int cli_cmd_schedule(int argc, char **argv) {
@@ -177,6 +175,9 @@ int cli_cmd_schedule(int argc, char **argv) {
                   "runs it (no pipelining, 1F1B, or interleaved 1F1B with virtual stages).",
                   args, nargs, argc, argv);
     if (st >= 0) return st;
+    char svg_real[MTC_PATH_MAX];
+    if (svg && mtc_outfile_check(svg, "--svg", svg_real, sizeof svg_real) != MTC_OK)
+        return cli_usage_error("schedule", "%s", mtc_error_detail());
     if (!mtc_args_seen(args, nargs, "microbatches"))
         return cli_usage_error("schedule", "--microbatches M is required (e.g. --microbatches 8)");
     int vpp_seen = mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/outfile.h"
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "data/data.h"
@@ -44,6 +45,7 @@ int cli_cmd_train(int argc, char **argv) {
     const char *rc_gran = NULL, *rc_method = NULL;
     int rc_layers = 0;
     const char *rc_modules = NULL;
+    int check_nan = 1;
     const char *noop_s[3] = {NULL, NULL, NULL};
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
@@ -155,6 +157,9 @@ int cli_cmd_train(int argc, char **argv) {
          "layers per recompute unit (uniform) or recomputed per model chunk (block)", 0},
         {"recompute-modules", NULL, MTC_ARG_STRING, &rc_modules, "M",
          "with selective: core_attn (the default; mlp is not implemented)", 0},
+        {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &check_nan, NULL,
+         "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",
+         0},
         {"distributed-timeout-minutes", NULL, MTC_ARG_DOUBLE, &dist_timeout_min, "M",
          "deadline of every collective and point-to-point call, in minutes (default "
          "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
@@ -229,6 +234,13 @@ int cli_cmd_train(int argc, char **argv) {
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
     if (cp < 1) return cli_usage_error("train", "context-parallel-size=%d must be >= 1", cp);
+    char metrics_real[MTC_PATH_MAX];
+    if (metrics &&
+        mtc_outfile_check(metrics, "--metrics", metrics_real, sizeof metrics_real) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    if (metrics && save && !strcmp(metrics, save))
+        return cli_usage_error("train", "--metrics and --save are both %s (give each its own path)",
+                               metrics);
     /* Megatron's recomputation rules (arguments.py) */
     int rc_full = 0, rc_block = 0;
     if (rc_gran && strcmp(rc_gran, "full") && strcmp(rc_gran, "selective"))
@@ -438,6 +450,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
+    tc.no_check_nan = !check_nan;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;

@@ -26,7 +26,29 @@ mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
     if (c->num_layers < 1) return mtc_error(E, "num-layers=%d must be >= 1", c->num_layers);
     if (c->hidden_size < 1) return mtc_error(E, "hidden-size=%d must be >= 1", c->hidden_size);
     if (c->num_heads < 1) return mtc_error(E, "num-attention-heads=%d must be >= 1", c->num_heads);
-    if (c->hidden_size % c->num_heads) {
+        /* ranges first, so no product below can overflow (sizes as 64-bit) */
+#define RANGE(v, lo, hi, name)                                                                     \
+    if ((v) < (lo) || (v) > (hi))                                                                  \
+        return mtc_error(E, name "=%d is outside [%d, %d]", (v), (lo), (hi));
+    RANGE(c->num_layers, 1, 1 << 14, "num-layers");
+    RANGE(c->hidden_size, 1, 1 << 18, "hidden-size");
+    RANGE(c->num_heads, 1, 1 << 14, "num-attention-heads");
+    RANGE(c->ffn_hidden_size, 1, 1 << 22, "ffn-hidden-size");
+    RANGE(c->vocab_size, 1, 1 << 27, "vocab-size");
+    RANGE(c->max_position_embeddings, 1, 1 << 24, "max-position-embeddings");
+    RANGE(c->kv_channels, 0, 1 << 14, "kv-channels");
+#undef RANGE
+    {
+        double per_layer = (double)c->hidden_size * c->hidden_size * 4.0 +
+                           3.0 * c->hidden_size * (double)c->ffn_hidden_size;
+        double total = per_layer * c->num_layers + 2.0 * c->padded_vocab_size * c->hidden_size;
+        if (total > 1e14)
+            return mtc_error(E,
+                             "the model would have about %.3g parameters (above 1e14): lower "
+                             "num-layers, hidden-size or ffn-hidden-size",
+                             total);
+    }
+    if (!c->kv_channels && c->hidden_size % c->num_heads) {
         char valid[256] = "";
         size_t n = 0;
         for (int h = 1; h <= c->hidden_size && n + 12 < sizeof valid; h++)

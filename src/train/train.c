@@ -4,6 +4,7 @@
  * computes and communicates. */
 #include "train/train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,10 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
         return mtc_error(E, "ddp-bucket-size=%lld must be >= 0", (long long)c->ddp_bucket_size);
     if (c->train_iters < 1)
         return mtc_error(E, "train-iters=%lld must be >= 1", (long long)c->train_iters);
-    if (!(c->lr.lr >= 0)) return mtc_error(E, "lr=%g must be >= 0", c->lr.lr);
+    if (!(c->lr.lr >= 0 && c->lr.lr <= 1e3))
+        return mtc_error(E, "lr=%g must be a finite number in [0, 1000]", c->lr.lr);
+    if (!(c->clip_grad >= 0 && c->clip_grad <= 1e30))
+        return mtc_error(E, "clip-grad=%g must be a finite number >= 0 (0 = off)", c->clip_grad);
     if (!(c->lr.min_lr >= 0) || c->lr.min_lr > c->lr.lr)
         return mtc_error(E, "min-lr=%g must be in [0, lr=%g]", c->lr.min_lr, c->lr.lr);
     if (c->lr.warmup_iters < 0) return mtc_error(E, "lr-warmup-iters must be >= 0");
@@ -52,9 +56,11 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     if (!(c->adam.beta1 >= 0 && c->adam.beta1 < 1) || !(c->adam.beta2 >= 0 && c->adam.beta2 < 1))
         return mtc_error(E, "adam-beta1=%g and adam-beta2=%g must be in [0, 1)", c->adam.beta1,
                          c->adam.beta2);
-    if (!(c->adam.eps > 0)) return mtc_error(E, "adam-eps=%g must be > 0", c->adam.eps);
-    if (!(c->adam.weight_decay >= 0))
-        return mtc_error(E, "weight-decay=%g must be >= 0", c->adam.weight_decay);
+    if (!(c->adam.eps > 0 && c->adam.eps < 1))
+        return mtc_error(E, "adam-eps=%g must be in (0, 1)", c->adam.eps);
+    if (!(c->adam.weight_decay >= 0 && c->adam.weight_decay <= 1e3))
+        return mtc_error(E, "weight-decay=%g must be a finite number in [0, 1000]",
+                         c->adam.weight_decay);
     if (c->threads < 0) return mtc_error(E, "threads=%d must be >= 1 (0 = all cores)", c->threads);
     return MTC_OK;
 }
@@ -228,6 +234,15 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         double loss = 0, norm = 0;
         MTC_CHECK(train_step(x, it, consumed, &loss, &norm, &skipped));
         if (isnan(loss)) nan_iters++;
+        /* Megatron's --check-for-nan-in-loss-and-grad (on by default): a
+         * non-finite loss or gradient stops the run before anything is saved */
+        if (!c->no_check_nan && (!isfinite(loss) || !isfinite(norm)))
+            return mtc_error(MTC_ERR_INTERNAL,
+                             "found %s in the %s at iteration %lld (loss %g, grad norm %g): "
+                             "stopping without saving (lower --lr, raise --clip-grad's effect, or "
+                             "pass --no-check-for-nan-in-loss-and-grad to skip such steps)",
+                             isnan(loss) || isnan(norm) ? "NaN" : "Inf",
+                             !isfinite(loss) ? "loss" : "gradient norm", (long long)it, loss, norm);
         consumed += (uint64_t)c->global_batch;
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
         sum_loss += loss, sum_ms += ms, n_logged++;
@@ -274,7 +289,9 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                     "\"activation_bytes\": %zu",
                     mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
             fprintf(metrics, "}\n");
-            fflush(metrics);
+            if (fflush(metrics) != 0 || ferror(metrics))
+                return mtc_error(MTC_ERR_IO, "writing --metrics %s failed: %s", c->metrics_path,
+                                 strerror(errno));
         }
         if (log_now) sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0;
         if (log_now) comm_at_log = train_comm_ns(x);

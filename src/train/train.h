@@ -49,6 +49,7 @@ typedef struct {
                                   rank c keeping chunks c and 2cp-1-c */
     int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a */
     int recompute_full;        /* --recompute-granularity full */
+    int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */
     int recompute_num_layers;  /* --recompute-num-layers */
     int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages

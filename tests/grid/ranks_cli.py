@@ -116,9 +116,10 @@ with tempfile.TemporaryDirectory() as d:
     texts = {"".join(e.itertext()) for e in root.iter() if e.tag.endswith("text")}
     check(all(f"r{r}" in texts for r in range(1024)), "svg names every rank")
     check(not [f for f in os.listdir(d) if f != "grid.svg"], "no temporary file left")
-    # an SVG path that cannot be written: exit 1, no partial file
+    # an SVG path that cannot be written is bad input: exit 2 before any work, one line
     p = run(["--world-size", "8", "--svg", os.path.join(d, "missing", "x.svg")])
-    check(p.returncode == 1 and p.stdout == "", f"unwritable svg: {p.returncode}")
+    check(p.returncode == 2 and p.stdout == "" and "does not exist" in p.stderr,
+          f"unwritable svg: {p.returncode}")
     print(f"1024 ranks with --json and --svg: {dt * 1000:.0f} ms")
 
 print(f"{len(ex['configs'])} configs, {len(ex['invalid'])} invalid examples; {failures} failures")

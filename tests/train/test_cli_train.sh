@@ -91,4 +91,26 @@ RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "$MTC" train $TINY --train-iters 1 --log-interv
 grep -q "micro batch 4 x 1 microbatches x data-parallel 2 = global batch 8" "$D/out" && ok "global batch defaults to micro batch x dp" || { bad "global batch default"; grep "global batch" "$D/out"; }
 [ "$(grep -c '^note: --attention-backend, --use-mcore-models, --no-masked-softmax-fusion concern GPUs' "$D/err")" -eq 1 ] &&
     ok "GPU-only flags: one note" || { bad "GPU-only flags note"; cat "$D/err"; }
+
+# checked numbers and output paths (one line, exit 2, nothing written)
+expect_usage "huge hidden" "hidden-size=2147483647 is outside" train $TINY --hidden-size 2147483647
+expect_usage "lr inf" "lr=inf must be a finite number" train $TINY --lr inf
+expect_usage "clip nan" "clip-grad=nan must be a finite number" train $TINY --clip-grad nan
+expect_usage "weight decay inf" "weight-decay=inf must be a finite number" train $TINY --weight-decay inf
+mkfifo "$D/fifo"
+"$MTC" train $TINY --metrics "$D/fifo" >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && grep -q "is a FIFO, not a file mtc may replace" "$D/err" && [ -p "$D/fifo" ] &&
+    ok "--metrics onto a FIFO refused, FIFO kept" || { bad "metrics FIFO (status $st)"; cat "$D/err"; }
+"$MTC" ranks --world-size 4 --svg "$D/fifo" >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && [ -p "$D/fifo" ] && ok "ranks --svg onto a FIFO refused" || { bad "svg FIFO (status $st)"; cat "$D/err"; }
+"$MTC" ranks --world-size 4 --svg "$D/nodir/x.svg" >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && grep -q "does not exist" "$D/err" && ok "--svg into a missing folder refused" || { bad "svg missing folder"; cat "$D/err"; }
+echo keep >"$D/target.svg"
+ln -s "$D/target.svg" "$D/link.svg"
+"$MTC" ranks --world-size 4 --svg "$D/link.svg" >/dev/null 2>"$D/err" && [ -L "$D/link.svg" ] && grep -q "<svg" "$D/target.svg" &&
+    ok "--svg through a symlink writes its target, keeps the link" || { bad "svg symlink"; cat "$D/err"; }
+[ -z "$(ls -A "$D" | grep '^\.mtc-')" ] && ok "no temporary files left" || bad "temporary files left"
+"$MTC" train --mock-data --vocab-size 64 --threads 1 --lr 900 --train-iters 3 --log-interval 1 --eval-iters 0 --save "$D/nan.bin" >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 1 ] && grep -q "found NaN in the" "$D/err" && [ ! -e "$D/nan.bin" ] &&
+    ok "a NaN gradient stops the run, nothing saved" || { bad "NaN stop (status $st)"; tail -2 "$D/err"; }
 exit $fail
