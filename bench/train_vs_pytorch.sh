@@ -3,18 +3,32 @@
 # of mtc and of PyTorch on CPU, same model, same init scale, same threads,
 # measured in one run, with the sgemm throughput of this machine for scale.
 #
-# PyTorch runs as a careful user runs it: tcmalloc preloaded, OMP_WAIT_POLICY
-# =PASSIVE with 2 threads. For both programs OPENBLAS_CORETYPE and
-# OPENBLAS_L2_SIZE are unset in the command (a forced Haswell core type halves
-# sgemm on this machine). Model FLOPs: Megatron core_v0.14's
-# 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)) (V = padded vocabulary).
+# Rows (MODELS selects them, in this order):
+#   gpt        small-gpt         GPT-2, 6 layers, hidden 384, 6 heads, seq 256, vocab 50304, mb 4
+#   gpt2       gpt2-124M         GPT-2 124M, seq 64, vocab 50257 (padded 50304), mb 4
+#   llama      small-llama       Llama: 6 layers, hidden 384, 6 heads, SwiGLU ffn 1024, RoPE,
+#                                RMSNorm, untied head, no biases, seq 256, vocab 32000, mb 4
+#   llama-gqa  small-llama-gqa2  the same with grouped-query attention, 2 key/value groups
+# Dropout is 0 on both sides. Each row checks that mtc and PyTorch have the
+# same parameter count (printed after the table); a mismatch exits 1.
+#
+# PyTorch runs as a careful user runs it: tcmalloc preloaded, foreach AdamW,
+# OMP_WAIT_POLICY=PASSIVE with 2 threads. For both programs OPENBLAS_CORETYPE
+# and OPENBLAS_L2_SIZE are unset in the command (a forced Haswell core type
+# halves sgemm on this machine). Model FLOPs (both TF/s columns): mtc's
+# mtc_gpt_flops, Megatron's count of the GEMMs,
+#   6*B*s*(L*(h*(qd + 2*kd) + qd*s + qd*h + h*ffn) + h*V)
+# with qd = heads*head size, kd = groups*head size, ffn = 2F (GELU) or 3F
+# (SwiGLU) and V padded; for GPT-2 shapes it is core_v0.14's
+# 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)).
 # Timing: STEPS steps after 2 warm-up steps, in ROUNDS rounds that alternate
 # the two programs (mtc first in odd rounds, PyTorch first in even ones), so
 # a slow phase of a shared machine falls on both; the table gives the best
 # step of each program (the least disturbed) and the ratio of the medians.
 #
 # usage: bench/train_vs_pytorch.sh [path/to/mtc]
-#   env: STEPS (default 5), ROUNDS (default 3), THREADS (default "1 2")
+#   env: STEPS (default 5), ROUNDS (default 3), THREADS (default "1 2"),
+#        MODELS (default "gpt gpt2 llama llama-gqa")
 set -eu
 MTC=${1:-build/mtc}
 STEPS=${STEPS:-5}
@@ -25,10 +39,22 @@ for v in "STEPS=$STEPS" "ROUNDS=$ROUNDS"; do
     esac
 done
 [ -x "$MTC" ] || { echo "train_vs_pytorch.sh: no mtc at $MTC (build with make, or pass its path)" >&2; exit 2; }
+# key name L C NH NG F T V B family (NG key/value groups, F the MLP hidden size)
+ROWS="gpt small-gpt 6 384 6 6 1536 256 50304 4 gpt
+gpt2 gpt2-124M 12 768 12 12 3072 64 50257 4 gpt
+llama small-llama 6 384 6 6 1024 256 32000 4 llama
+llama-gqa small-llama-gqa2 6 384 6 2 1024 256 32000 4 llama"
+MODELS=${MODELS-gpt gpt2 llama llama-gqa}
+KEYS=$(echo "$ROWS" | awk '{ printf "%s%s", (NR > 1 ? " " : ""), $1 }')
+[ -n "$MODELS" ] || { echo "train_vs_pytorch.sh: MODELS is empty (choose from: $KEYS)" >&2; exit 2; }
+for m in $MODELS; do
+    echo "$ROWS" | awk -v m="$m" '$1 == m { f = 1 } END { exit f ? 0 : 1 }' ||
+        { echo "train_vs_pytorch.sh: MODELS entry '$m' is not a row (choose from: $KEYS)" >&2; exit 2; }
+done
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 TCM=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
-[ -e "$TCM" ] || TCM=
+[ -e "$TCM" ] || { TCM=; echo "train_vs_pytorch.sh: no tcmalloc (apt-get install libtcmalloc-minimal4): PyTorch runs on glibc malloc" >&2; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 CLEAN="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"
@@ -60,51 +86,63 @@ int main(int argc, char **argv) {
 CEOF
 cc -O2 -o "$T/sgemm" "$T/sgemm.c" $(pkg-config --cflags --libs openblas 2>/dev/null || echo -lopenblas)
 
-flops() { # L C T V B -> model FLOPs per step
-    awk -v L="$1" -v h="$2" -v s="$3" -v V="$4" -v B="$5" \
-        'BEGIN { printf "%.6e", 72*B*s*L*h*h*(1 + s/(12*h) + V/(12*h*L)) }'
+flops() { # L C NH NG F swiglu T Vp B -> model FLOPs per step (mtc_gpt_flops)
+    awk -v L="$1" -v h="$2" -v NH="$3" -v NG="$4" -v F="$5" -v sw="$6" -v s="$7" -v V="$8" -v B="$9" \
+        'BEGIN { hs = h / NH; qd = NH * hs; kd = NG * hs; ffn = F * (sw ? 3 : 2);
+                 printf "%.6e", 6*B*s*(L*(h*(qd + 2*kd) + qd*s + qd*h + h*ffn) + h*V) }'
 }
 
-mtc_step() { # L C NH T V B threads -> STEPS step times (ms), one per line
-    $CLEAN "$MTC" train --mock-data --vocab-size "$5" --make-vocab-size-divisible-by 128 \
-        --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --seq-length "$4" \
-        --max-position-embeddings "$4" --micro-batch-size "$6" --global-batch-size "$6" \
-        --train-iters $((STEPS + 2)) --log-interval 1 --eval-iters 0 --hidden-dropout 0 \
-        --attention-dropout 0 --threads "$7" --metrics "$T/m.jsonl" >/dev/null
+mtc_step() { # L C NH NG F T V B family threads -> STEPS step times (ms), one per line
+    extra=""
+    if [ "$9" = llama ]; then
+        extra="--normalization RMSNorm --position-embedding-type rope --swiglu
+             --untie-embeddings-and-output-weights --disable-bias-linear"
+        [ "$4" -lt "$3" ] && extra="$extra --group-query-attention --num-query-groups $4"
+    fi
+    $CLEAN "$MTC" train --mock-data --vocab-size "$7" --make-vocab-size-divisible-by 128 \
+        --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --ffn-hidden-size "$5" \
+        --seq-length "$6" --max-position-embeddings "$6" --micro-batch-size "$8" \
+        --global-batch-size "$8" $extra --train-iters $((STEPS + 2)) --log-interval 1 --eval-iters 0 \
+        --hidden-dropout 0 --attention-dropout 0 --threads "${10}" --metrics "$T/m.jsonl" >"$T/mtc.out"
+    sed -n 's/.*number of parameters on .*: \([0-9]*\)$/\1/p' "$T/mtc.out" >"$T/mtc.params"
     tail -n "$STEPS" "$T/m.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/'
 }
 
-torch_step() { # L C NH T V Vp B threads -> STEPS step times (ms), one per line
+torch_step() { # L C NH NG F T V Vp B family threads -> STEPS step times (ms), one per line
     omp=""
-    [ "$8" -gt 1 ] && omp="OMP_WAIT_POLICY=PASSIVE"
-    $CLEAN ${TCM:+LD_PRELOAD=$TCM} $omp OMP_NUM_THREADS="$8" \
-        "$PY" "$HERE/train_step.py" "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$STEPS" |
-        sed -n 's/^times //p' | tr ' ' '\n'
+    [ "${11}" -gt 1 ] && omp="OMP_WAIT_POLICY=PASSIVE"
+    $CLEAN ${TCM:+LD_PRELOAD=$TCM} $omp OMP_NUM_THREADS="${11}" \
+        "$PY" "$HERE/train_step.py" "$1" "$2" "$3" "$6" "$7" "$8" "$9" "${11}" "$STEPS" \
+        --family "${10}" --groups "$4" --ffn "$5" >"$T/torch.out"
+    sed -n 's/^params //p' "$T/torch.out" >"$T/torch.params"
+    sed -n 's/^times //p' "$T/torch.out" | tr ' ' '\n'
 }
 
 best() { sort -n "$1" | head -n 1; }
 median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-printf '%-22s %3s %8s %8s %9s %9s %8s %8s %8s %7s %7s\n' model thr "mtc ms" "torch ms" "mtc tok/s" \
-    "torch t/s" "mtc TF/s" "sgemm GF" "%sgemm" "speedup" "median"
+printf '%-22s %3s %8s %8s %9s %9s %8s %9s %8s %8s %7s %7s\n' model thr "mtc ms" "torch ms" "mtc tok/s" \
+    "torch t/s" "mtc TF/s" "trch TF/s" "sgemm GF" "%sgemm" "speedup" "median"
+: >"$T/params.txt"
 for th in ${THREADS:-1 2}; do
     peak=$($CLEAN "$T/sgemm" "$th")
-    # name L C NH T V B
-    for cfg in "small-gpt 6 384 6 256 50304 4" "gpt2-124M 12 768 12 64 50257 4"; do
-        set -- $cfg
-        name=$1 L=$2 C=$3 NH=$4 S=$5 V=$6 B=$7
+    for key in $MODELS; do
+        set -- $(echo "$ROWS" | awk -v m="$key" '$1 == m')
+        name=$2 L=$3 C=$4 NH=$5 NG=$6 FF=$7 S=$8 V=$9 B=${10} fam=${11}
         Vp=$(( (V + 127) / 128 * 128 ))
-        fl=$(flops "$L" "$C" "$S" "$Vp" "$B")
+        sw=0
+        [ "$fam" = llama ] && sw=1
+        fl=$(flops "$L" "$C" "$NH" "$NG" "$FF" "$sw" "$S" "$Vp" "$B")
         : >"$T/mtc.txt"
         : >"$T/torch.txt"
         r=1
         while [ "$r" -le "$ROUNDS" ]; do
             if [ $((r % 2)) -eq 1 ]; then
-                mtc_step "$L" "$C" "$NH" "$S" "$V" "$B" "$th" >>"$T/mtc.txt"
-                torch_step "$L" "$C" "$NH" "$S" "$V" "$Vp" "$B" "$th" >>"$T/torch.txt"
+                mtc_step "$L" "$C" "$NH" "$NG" "$FF" "$S" "$V" "$B" "$fam" "$th" >>"$T/mtc.txt"
+                torch_step "$L" "$C" "$NH" "$NG" "$FF" "$S" "$V" "$Vp" "$B" "$fam" "$th" >>"$T/torch.txt"
             else
-                torch_step "$L" "$C" "$NH" "$S" "$V" "$Vp" "$B" "$th" >>"$T/torch.txt"
-                mtc_step "$L" "$C" "$NH" "$S" "$V" "$B" "$th" >>"$T/mtc.txt"
+                torch_step "$L" "$C" "$NH" "$NG" "$FF" "$S" "$V" "$Vp" "$B" "$fam" "$th" >>"$T/torch.txt"
+                mtc_step "$L" "$C" "$NH" "$NG" "$FF" "$S" "$V" "$B" "$fam" "$th" >>"$T/mtc.txt"
             fi
             r=$((r + 1))
         done
@@ -113,8 +151,16 @@ for th in ${THREADS:-1 2}; do
         awk -v n="$name" -v th="$th" -v m="$m" -v p="$p" -v mm="$mm" -v pm="$pm" -v f="$fl" \
             -v tok=$((B * S)) -v pk="$peak" \
             'BEGIN { tf = f / (m * 1e-3) / 1e12;
-                     printf "%-22s %3d %8.1f %8.1f %9.0f %9.0f %8.3f %8.1f %7.1f%% %6.2fx %6.2fx\n",
-                            n, th, m, p, tok / (m * 1e-3), tok / (p * 1e-3), tf, pk,
-                            100 * tf * 1e3 / pk, p / m, pm / mm }'
+                     printf "%-22s %3d %8.1f %8.1f %9.0f %9.0f %8.3f %9.3f %8.1f %7.1f%% %6.2fx %6.2fx\n",
+                            n, th, m, p, tok / (m * 1e-3), tok / (p * 1e-3), tf, f / (p * 1e-3) / 1e12,
+                            pk, 100 * tf * 1e3 / pk, p / m, pm / mm }'
+        pa=$(cat "$T/mtc.params") pb=$(cat "$T/torch.params")
+        grep -q "^$name " "$T/params.txt" || echo "$name $pa $pb" >>"$T/params.txt"
+        if [ -z "$pa" ] || [ "$pa" != "$pb" ]; then
+            echo "train_vs_pytorch.sh: $name: parameter counts differ: mtc ${pa:-?}, PyTorch ${pb:-?}" >&2
+            exit 1
+        fi
     done
 done
+echo
+awk '{ printf "parameters %-22s mtc %11d  torch %11d  %s\n", $1, $2, $3, $2 == $3 ? "(equal)" : "(DIFFER)" }' "$T/params.txt"
