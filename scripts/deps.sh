@@ -4,6 +4,7 @@
 # exact command to run and exits 1, changing nothing.
 set -e
 PKGS="cmake make gcc pkg-config git clang-format libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin libdnnl-dev fortunes"
+# for bench/ only (not needed to build or test): python3-torch libtcmalloc-minimal4
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then

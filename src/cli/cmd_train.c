@@ -17,14 +17,18 @@
 
 static const char *TRAIN_USAGE = "[options]";
 static const char *TRAIN_ABOUT =
-    "Train a GPT-2 style model (pre-LN, tied embeddings) with AdamW on a text file or folder\n"
-    "(char or byte tokens), a Megatron .bin/.idx dataset, llm.c shards or --mock-data.\n"
-    "Flag names and the per-iteration log line are Megatron-LM's. Throughput uses Megatron\n"
-    "core_v0.14's model FLOPs 72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)), B = global batch.\n"
+    "Train a GPT-2 style model (LayerNorm, learned positions, GELU, tied embeddings) or a\n"
+    "Llama-style one (--normalization RMSNorm --position-embedding-type rope --swiglu\n"
+    "--group-query-attention --untie-embeddings-and-output-weights --disable-bias-linear) with\n"
+    "AdamW on a text file or folder (char or byte tokens), a Megatron .bin/.idx dataset, llm.c\n"
+    "shards or --mock-data. Flag names and the per-iteration log line are Megatron-LM's.\n"
+    "Throughput uses Megatron's model FLOPs (72*B*s*L*h^2*(1 + s/(12h) + V/(12hL)) for GPT-2\n"
+    "shapes; grouped-query attention and SwiGLU counted as their GEMMs), B = global batch.\n"
     "Parallel: --world-size N rank-threads (or mpirun -np N mtc train ...) split as\n"
-    "tp x pp x dp (Megatron's order tp-cp-ep-dp-pp); --vpp V runs the interleaved 1F1B\n"
-    "schedule with V model chunks per pipeline rank; every layout trains the serial run's\n"
-    "model on the serial run's global batches (tests/parity).";
+    "tp x cp x dp x pp (Megatron's order tp-cp-ep-dp-pp); --vpp V runs the interleaved 1F1B\n"
+    "schedule with V model chunks per pipeline rank; --cp N splits each sequence over N ranks\n"
+    "(load-balanced chunks, ring / all-gather / all-to-all attention); every layout trains the\n"
+    "serial run's model on the serial run's global batches (tests/parity).";
 
 int cli_cmd_train(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, maxpos = 0, mbs = 4, gbs = 0, vocab = 0;
