@@ -38,8 +38,14 @@ typedef struct {
     int log_interval, eval_interval, eval_iters;
     int threads;
     const char *metrics_path; /* NULL = none */
-    const char *save_path;    /* NULL = none */
-    const char *load_path;    /* NULL = fresh init */
+    const char *save_path;    /* checkpoint directory (ckpt/dist.h); NULL = none */
+    const char *load_path;    /* checkpoint directory or single-file model; NULL = fresh init */
+    int save_interval;        /* --save-interval N: a checkpoint every N iterations (0: at the
+                                 end only) */
+    int64_t ckpt_step;        /* --ckpt-step N: load iteration N (-1: the tracker's) */
+    int load_weights_file;    /* load_path is a single-file model (weights only, mtc_ckpt_load) */
+    int no_load_optim;        /* --no-load-optim: fresh AdamW moments */
+    int finetune;             /* --finetune: weights only, iteration 0 */
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
     /* ---- parallel layout (issue 5) ---- */
