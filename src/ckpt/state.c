@@ -114,7 +114,8 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
 mtc_result_t mtc_ckpt_config_check(const mtc_model_config *s, const mtc_model_config *r,
                                    const char *path) {
 #define CMP(f, flag)                                                                               \
-    if (strcmp(flag, "padded vocabulary") && s->f != r->f)                                         \
+    if (strcmp(flag, "padded vocabulary") && strcmp(flag, "seq-length") && s->f != r->f &&         \
+        (strncmp(flag, "rotary", 6) || r->position_embedding == MTC_POS_ROPE))                     \
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,                                                 \
                          "%s was saved with %s=%g but this run has %g (use the saved model's "     \
                          "sizes)",                                                                 \
@@ -170,5 +171,31 @@ mtc_result_t mtc_ckpt_dist_load_model(mtc_model *m, const char *dir) {
     if (rc == MTC_OK) rc = mtc_ckpt_dist_read(c, l.v, l.n);
     mtc_ckpt_pieces_free(&l);
     mtc_ckpt_dist_close(c);
+    return rc;
+}
+
+mtc_result_t mtc_ckpt_dist_save_model(const mtc_model *m, const char *dir, const char *tokenizer) {
+    MTC_CHECK(mtc_ckpt_dist_check_save_dir(dir));
+    MTC_CHECK(mtc_ckpt_dist_begin(dir, 0));
+    mtc_ckpt_pieces l = {0};
+    mtc_result_t rc = MTC_OK;
+    const mtc_registry *r = &m->reg;
+    for (int i = 0; rc == MTC_OK && i < r->count; i++) {
+        const mtc_param *p = &r->params[i];
+        rc = mtc_ckpt_param_pieces(&l, r, p, r->tp_rank, p->name, m->params + p->offset, 0,
+                                   p->local_numel);
+    }
+    if (rc == MTC_OK) rc = mtc_ckpt_dist_write_shard(dir, 0, 0, l.v, l.n);
+    mtc_ckpt_pieces_free(&l);
+    MTC_CHECK(rc);
+    cJSON *common = cJSON_CreateObject();
+    cJSON_AddNumberToObject(common, "iteration", 0);
+    cJSON_AddNumberToObject(common, "consumed_samples", 0);
+    cJSON_AddNumberToObject(common, "optimizer_step", 0);
+    cJSON_AddBoolToObject(common, "has_optimizer", 0);
+    cJSON_AddStringToObject(common, "tokenizer", tokenizer && tokenizer[0] ? tokenizer : "none");
+    cJSON_AddItemToObject(common, "model", mtc_ckpt_config_json(&m->cfg));
+    rc = mtc_ckpt_dist_commit(dir, 0, 1, common);
+    cJSON_Delete(common);
     return rc;
 }

@@ -34,7 +34,8 @@ cJSON *mtc_ckpt_config_json(const mtc_model_config *c);
 /* Back (dropout / init_std zero); FORMAT naming `path` when a field lacks. */
 mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_config *c);
 /* INVALID_ARGUMENT naming the first field where `run` differs from the
- * checkpoint's `saved` (the padded vocabulary may differ: TP pads it). */
+ * checkpoint's `saved` (the padded vocabulary may differ: TP pads it; the
+ * sequence length is not a shape). */
 mtc_result_t mtc_ckpt_config_check(const mtc_model_config *saved, const mtc_model_config *run,
                                    const char *path);
 
@@ -42,5 +43,8 @@ mtc_result_t mtc_ckpt_config_check(const mtc_model_config *saved, const mtc_mode
 mtc_result_t mtc_ckpt_dist_read_info(const char *dir, mtc_ckpt_info *info);
 /* Loads the weights of a serial model (tp 1, one chunk) from dir. */
 mtc_result_t mtc_ckpt_dist_load_model(mtc_model *m, const char *dir);
+/* Saves a serial model as DIR/iter_0000000 without optimizer state (what
+ * `mtc import` makes: --load DIR then trains it in any layout). */
+mtc_result_t mtc_ckpt_dist_save_model(const mtc_model *m, const char *dir, const char *tokenizer);
 
 #endif
