@@ -6,7 +6,8 @@
  * (model/, tp/) -> gradient reduction over DP in buckets, overlapped with the last microbatch's
  * backward (dp/ddp.h) -> TP all-reduce of sequence-parallel gradients -> global norm (TP duplicates
  * once) -> clip -> AdamW -> log / eval / metrics from the last rank (the
- * loss owner, as Megatron), then save (TP shards gathered).
+ * loss owner, as Megatron); checkpoints every --save-interval and at the end
+ * (train_ckpt.c: each rank writes its own pieces, no gather).
  *
  * Loss is Megatron's: mean over every token of the global batch (each
  * token's loss scaled by 1/(global_batch*T)), gradients accumulated over

@@ -5,8 +5,9 @@
  * buffers padded as Megatron's param_and_grad_buffer, the state of the
  * owned shard only, one DDP per chunk, an inter-instance group per chunk
  * with several optimizer instances), activation slots sized by the
- * schedule, the gradient-norm plan; and gathering / loading / saving the
- * global model and the --print-layout printer (checkpoints: train_ckpt.c). The DP layout is
+ * schedule, the gradient-norm plan; gathering the global model, loading a
+ * single-file model and the --print-layout printer (directory checkpoints:
+ * train_ckpt.c). The DP layout is
  * computed once, before the model allocates its buffers (the layout hook). Relies on model/, dp/,
  * pp/, grid/, comm/, optim/, ckpt/. */
 #include <stdlib.h>

@@ -72,6 +72,12 @@ grep -q "will not load any checkpoints" "$D/fresh.log" && grep -q '"iteration": 
 st=$?
 [ $st = 2 ] && grep -q "metadata.json was saved with hidden-size=32 but this run has 64" "$D/mis.log" &&
     ok "another model's checkpoint: exit 2 naming hidden-size" || { bad "mismatch (status $st)"; cat "$D/mis.log"; }
+# another TP size pads the vocabulary differently (60 -> 128 at tp1, 256 at tp2): it loads
+run pad.a 2 --make-vocab-size-divisible-by 128 --save "$D/pad.ck"
+run pad.b 4 --make-vocab-size-divisible-by 128 --world-size 2 --tp 2 --load "$D/pad.ck"
+grep -q "(padded 256)" "$D/pad.b.log" && grep -q "successfully loaded checkpoint .*iteration 2" "$D/pad.b.log" &&
+    grep -q '"iteration": 3,' "$D/pad.b.jsonl" && ok "vocabulary padded 128 -> 256 (tp1 -> tp2) loads and trains" ||
+    { bad "padded vocabulary change"; cat "$D/pad.b.log"; }
 # generate reads the directory (its latest iteration)
 "$MTC" generate --load "$D/serial.ck" --prompt "1 2 3" --max-new-tokens 4 --temperature 0 >"$D/g.log" 2>&1 &&
     ok "generate loads a checkpoint directory" || { bad "generate"; cat "$D/g.log"; }
