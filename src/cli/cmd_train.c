@@ -2,6 +2,7 @@
  * flag, shape and parallel layout before anything is allocated or written
  * (usage errors exit with status 2), then train/train.c does the work on
  * --world-size rank-threads, or on the MPI ranks when started by mpirun. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,7 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
-    int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0;
+    int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
     const char *norm = "LayerNorm", *posemb = "learned_absolute";
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
@@ -191,6 +192,10 @@ int cli_cmd_train(int argc, char **argv) {
          "do not load the optimizer state (fresh AdamW moments)", 0},
         {"no-load-rng", NULL, MTC_ARG_FLAG, &no_load_rng, NULL,
          "do not take the random seed from the checkpoint (use --seed)", 0},
+        {"override-opt-param-scheduler", NULL, MTC_ARG_FLAG, &override_sched, NULL,
+         "take the learning-rate schedule from these flags, not the checkpoint (which must "
+         "otherwise match)",
+         0},
         {"finetune", NULL, MTC_ARG_FLAG, &finetune, NULL,
          "load the weights only: iteration 0, no optimizer state, --seed", 0},
     };
@@ -298,6 +303,8 @@ int cli_cmd_train(int argc, char **argv) {
     int load_file = 0, have_ckpt = 0;
     mtc_model_config saved_cfg;
     char saved_tok[MTC_CKPT_TOKENIZER_MAX] = "";
+    int have_sched = 0, sched_style = -1;
+    double sched[4] = {0}; /* the checkpoint's max_lr, min_lr, warmup and decay steps */
     char saved_path[4300] = "";
     if (load) {
         struct stat lst;
@@ -322,6 +329,18 @@ int cli_cmd_train(int argc, char **argv) {
                 mtc_ckpt_config_parse(cJSON_GetObjectItem(common, "model"), saved_path, &saved_cfg);
             const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(common, "tokenizer"));
             snprintf(saved_tok, sizeof saved_tok, "%s", t ? t : "none");
+            const cJSON *sch = cJSON_GetObjectItem(common, "opt_param_scheduler");
+            if (cJSON_IsObject(sch)) {
+                have_sched = 1;
+                static const char *keys[4] = {"max_lr", "min_lr", "lr_warmup_steps",
+                                              "lr_decay_steps"};
+                for (int k = 0; k < 4; k++) {
+                    const cJSON *v = cJSON_GetObjectItem(sch, keys[k]);
+                    sched[k] = cJSON_IsNumber(v) ? v->valuedouble : -1;
+                }
+                const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(sch, "lr_decay_style"));
+                sched_style = st ? mtc_lr_style_parse(st) : -1;
+            }
             const char *sd = cJSON_GetStringValue(
                 cJSON_GetObjectItem(cJSON_GetObjectItem(common, "rng"), "seed"));
             if (prc == MTC_OK && !no_load_rng && !finetune && sd) {
@@ -418,6 +437,22 @@ int cli_cmd_train(int argc, char **argv) {
     tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    if (have_sched && !finetune && !override_sched) { /* Megatron's _check_and_set */
+        const mtc_lr_schedule *l = &tc.lr;
+        const char *names[4] = {"lr", "min-lr", "lr-warmup-iters", "lr-decay-iters"};
+        double now[4] = {l->lr, l->min_lr, (double)l->warmup_iters, (double)l->decay_iters};
+        for (int k = 0; k < 4; k++)
+            if (fabs(sched[k] - now[k]) > 1e-6 * fabs(now[k]))
+                return cli_usage_error("train",
+                                       "%s=%g but %s was saved with %g (pass the saved value, or "
+                                       "--override-opt-param-scheduler to use these flags)",
+                                       names[k], now[k], saved_path, sched[k]);
+        if (sched_style != (int)l->style)
+            return cli_usage_error("train",
+                                   "lr-decay-style=%s differs from %s's (pass the saved one, or "
+                                   "--override-opt-param-scheduler)",
+                                   style, saved_path);
+    }
     mc->padded_vocab_size = mtc_model_pad_vocab(1, divisible, tp);
     if (mtc_train_validate_layout(&tc, world) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());

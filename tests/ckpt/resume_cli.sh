@@ -78,6 +78,13 @@ run pad.b 4 --make-vocab-size-divisible-by 128 --world-size 2 --tp 2 --load "$D/
 grep -q "(padded 256)" "$D/pad.b.log" && grep -q "successfully loaded checkpoint .*iteration 2" "$D/pad.b.log" &&
     grep -q '"iteration": 3,' "$D/pad.b.jsonl" && ok "vocabulary padded 128 -> 256 (tp1 -> tp2) loads and trains" ||
     { bad "padded vocabulary change"; cat "$D/pad.b.log"; }
+# the learning-rate schedule must match the checkpoint's unless overridden (Megatron's check)
+"$MTC" train $TINY --train-iters 8 --lr-decay-iters 16 --load "$D/serial.ck" >"$D/sch.log" 2>&1
+st=$?
+[ $st = 2 ] && grep -q "lr-decay-iters=16 but .*metadata.json was saved with 8 (pass the saved value, or --override-opt-param-scheduler" "$D/sch.log" &&
+    ok "a different --lr-decay-iters is refused" || { bad "schedule check (status $st)"; cat "$D/sch.log"; }
+run sch2 6 --lr-decay-iters 16 --load "$D/serial.ck" --override-opt-param-scheduler
+grep -q '"iteration": 5,' "$D/sch2.jsonl" && ok "--override-opt-param-scheduler takes the flags" || bad "override"
 # generate reads the directory (its latest iteration)
 "$MTC" generate --load "$D/serial.ck" --prompt "1 2 3" --max-new-tokens 4 --temperature 0 >"$D/g.log" 2>&1 &&
     ok "generate loads a checkpoint directory" || { bad "generate"; cat "$D/g.log"; }
