@@ -437,22 +437,6 @@ int cli_cmd_train(int argc, char **argv) {
     tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    if (have_sched && !finetune && !override_sched) { /* Megatron's _check_and_set */
-        const mtc_lr_schedule *l = &tc.lr;
-        const char *names[4] = {"lr", "min-lr", "lr-warmup-iters", "lr-decay-iters"};
-        double now[4] = {l->lr, l->min_lr, (double)l->warmup_iters, (double)l->decay_iters};
-        for (int k = 0; k < 4; k++)
-            if (fabs(sched[k] - now[k]) > 1e-6 * fabs(now[k]))
-                return cli_usage_error("train",
-                                       "%s=%g but %s was saved with %g (pass the saved value, or "
-                                       "--override-opt-param-scheduler to use these flags)",
-                                       names[k], now[k], saved_path, sched[k]);
-        if (sched_style != (int)l->style)
-            return cli_usage_error("train",
-                                   "lr-decay-style=%s differs from %s's (pass the saved one, or "
-                                   "--override-opt-param-scheduler)",
-                                   style, saved_path);
-    }
     mc->padded_vocab_size = mtc_model_pad_vocab(1, divisible, tp);
     if (mtc_train_validate_layout(&tc, world) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
@@ -494,6 +478,24 @@ int cli_cmd_train(int argc, char **argv) {
             return cli_usage_error(
                 "train", "%s was saved with a different tokenizer than this data's", saved_path);
         }
+    }
+    if (have_sched && !finetune && !override_sched) { /* Megatron's _check_and_set */
+        const mtc_lr_schedule *l = &tc.lr;
+        const char *names[4] = {"lr", "min-lr", "lr-warmup-iters", "lr-decay-iters"};
+        double now[4] = {l->lr, l->min_lr, (double)l->warmup_iters, (double)l->decay_iters};
+        for (int k = 0; k < 4; k++)
+            if (fabs(sched[k] - now[k]) > 1e-6 * fabs(now[k]))
+                return data_source_free(src),
+                       cli_usage_error("train",
+                                       "%s=%g but %s was saved with %g (pass the saved value, or "
+                                       "--override-opt-param-scheduler to use these flags)",
+                                       names[k], now[k], saved_path, sched[k]);
+        if (sched_style != (int)l->style)
+            return data_source_free(src),
+                   cli_usage_error("train",
+                                   "lr-decay-style=%s differs from %s's (pass the saved one, or "
+                                   "--override-opt-param-scheduler)",
+                                   style, saved_path);
     }
     if (load && load_file) { /* refuse a mismatching checkpoint before training starts */
         mtc_ckpt_info info;
