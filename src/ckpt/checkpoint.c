@@ -6,7 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "ckpt/state.h"
+
+static int ckpt_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 static const char CKPT_MAGIC[8] = {'M', 'T', 'C', 'G', 'P', 'T', '1', '\n'};
 
@@ -150,6 +158,7 @@ static mtc_result_t ckpt_header(FILE *f, const char *path, mtc_ckpt_info *info, 
 }
 
 mtc_result_t mtc_ckpt_read_info(const char *path, mtc_ckpt_info *info) {
+    if (ckpt_is_dir(path)) return mtc_ckpt_dist_read_info(path, info);
     FILE *f = fopen(path, "rb");
     if (!f) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     int count;
@@ -168,6 +177,10 @@ static mtc_result_t ckpt_mismatch(const char *path, const char *what, long long 
 }
 
 mtc_result_t mtc_ckpt_load(mtc_model *m, const char *path, mtc_ckpt_info *info) {
+    if (ckpt_is_dir(path)) {
+        MTC_CHECK(mtc_ckpt_dist_read_info(path, info));
+        return mtc_ckpt_dist_load_model(m, path);
+    }
     FILE *f = fopen(path, "rb");
     if (!f) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     mtc_result_t rc;

@@ -13,7 +13,9 @@
  * half-written file under the real name. Loading checks the magic, the
  * header, every name and shape against the registry and the exact file
  * size, and refuses mismatches with one line naming the difference.
- * Does not store optimizer state (a later checkpoint issue does, sharded). */
+ * Does not store optimizer state: the directory checkpoints of ckpt/dist.h
+ * do (`mtc train --save DIR`). mtc_ckpt_read_info and mtc_ckpt_load also
+ * accept such a directory (its latest iteration's weights). */
 #ifndef MTC_CKPT_CHECKPOINT_H
 #define MTC_CKPT_CHECKPOINT_H
 

@@ -10,6 +10,8 @@
 /* Each returns the process exit status; argv[0] is the first option. */
 int cli_cmd_train(int argc, char **argv);
 int cli_cmd_generate(int argc, char **argv);
+int cli_cmd_export(int argc, char **argv); /* cmd_export.c, with import */
+int cli_cmd_import(int argc, char **argv);
 int cli_cmd_ranks(int argc, char **argv);
 int cli_cmd_schedule(int argc, char **argv);
 int cli_cmd_layout(int argc, char **argv);

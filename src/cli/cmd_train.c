@@ -2,11 +2,14 @@
  * flag, shape and parallel layout before anything is allocated or written
  * (usage errors exit with status 2), then train/train.c does the work on
  * --world-size rank-threads, or on the MPI ranks when started by mpirun. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/state.h"
 #include "cli/cli.h"
 #include "core/outfile.h"
 #include "comm/comm.h"
@@ -43,6 +46,8 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
+    int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
+    int64_t ckpt_step = -1;
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
     double dist_timeout_min = 0;
@@ -226,9 +231,28 @@ int cli_cmd_train(int argc, char **argv) {
          0},
         {"metrics", NULL, MTC_ARG_STRING, &metrics, "FILE", "one JSON object per logged iteration",
          0},
-        {"save", NULL, MTC_ARG_STRING, &save, "FILE", "write the trained weights here", 0},
-        {"load", NULL, MTC_ARG_STRING, &load, "FILE",
-         "start from these weights (fresh optimizer and iteration count, like --finetune)", 0},
+        {"save", NULL, MTC_ARG_STRING, &save, "DIR",
+         "checkpoint directory: DIR/iter_NNNNNNN/ (full training state, every rank writes its "
+         "pieces) at the end and every --save-interval iterations",
+         0},
+        {"save-interval", NULL, MTC_ARG_INT, &save_interval, "N",
+         "iterations between checkpoints (default: at the end only)", 0},
+        {"load", NULL, MTC_ARG_STRING, &load, "DIR",
+         "resume from DIR's latest checkpoint (any layout; a missing or empty DIR starts fresh); "
+         "a single-file model gives the weights only",
+         0},
+        {"ckpt-step", NULL, MTC_ARG_I64, &ckpt_step, "N", "load iteration N instead of the latest",
+         0},
+        {"no-load-optim", NULL, MTC_ARG_FLAG, &no_load_optim, NULL,
+         "do not load the optimizer state (fresh AdamW moments)", 0},
+        {"no-load-rng", NULL, MTC_ARG_FLAG, &no_load_rng, NULL,
+         "do not take the random seed from the checkpoint (use --seed)", 0},
+        {"override-opt-param-scheduler", NULL, MTC_ARG_FLAG, &override_sched, NULL,
+         "take the learning-rate schedule from these flags, not the checkpoint (which must "
+         "otherwise match)",
+         0},
+        {"finetune", NULL, MTC_ARG_FLAG, &finetune, NULL,
+         "load the weights only: iteration 0, no optimizer state, --seed", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
@@ -379,6 +403,72 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "tokenizer-type=%s is unknown (use char or byte)",
                                tokenizer);
 
+    if (save_interval < 0)
+        return cli_usage_error("train", "save-interval=%d must be >= 1", save_interval);
+    if (save_interval > 0 && !save)
+        return cli_usage_error("train", "--save-interval needs --save DIR");
+    if (mtc_args_seen(args, nargs, "ckpt-step") && (ckpt_step < 0 || !load))
+        return cli_usage_error("train", "ckpt-step=%lld needs --load DIR and must be >= 0",
+                               (long long)ckpt_step);
+    int load_file = 0, have_ckpt = 0;
+    mtc_model_config saved_cfg;
+    char saved_tok[MTC_CKPT_TOKENIZER_MAX] = "";
+    int have_sched = 0, sched_style = -1;
+    double sched[4] = {0}; /* the checkpoint's max_lr, min_lr, warmup and decay steps */
+    char saved_path[4300] = "";
+    if (load) {
+        struct stat lst;
+        load_file = stat(load, &lst) == 0 && S_ISREG(lst.st_mode);
+        int64_t it = 0;
+        if (!load_file && mtc_ckpt_dist_find(load, ckpt_step, &it, &have_ckpt) != MTC_OK)
+            return cli_usage_error("train", "%s", mtc_error_detail());
+        if (!load_file && !have_ckpt) { /* as Megatron: warn and start from scratch */
+            fprintf(stderr,
+                    "WARNING: could not find the metadata file %s/%s\n    will not load any "
+                    "checkpoints and will start from random\n",
+                    load, MTC_CKPT_TRACKER);
+            load = NULL;
+        }
+        if (have_ckpt) { /* read the common state now: a bad checkpoint stops here */
+            mtc_ckpt_dist *ck = NULL;
+            if (mtc_ckpt_dist_open(load, it, &ck) != MTC_OK)
+                return cli_usage_error("train", "%s", mtc_error_detail());
+            const cJSON *common = mtc_ckpt_dist_common(ck);
+            snprintf(saved_path, sizeof saved_path, "%s", mtc_ckpt_dist_path(ck));
+            mtc_result_t prc =
+                mtc_ckpt_config_parse(cJSON_GetObjectItem(common, "model"), saved_path, &saved_cfg);
+            const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(common, "tokenizer"));
+            snprintf(saved_tok, sizeof saved_tok, "%s", t ? t : "none");
+            const cJSON *sch = cJSON_GetObjectItem(common, "opt_param_scheduler");
+            if (cJSON_IsObject(sch)) {
+                have_sched = 1;
+                static const char *keys[4] = {"max_lr", "min_lr", "lr_warmup_steps",
+                                              "lr_decay_steps"};
+                for (int k = 0; k < 4; k++) {
+                    const cJSON *v = cJSON_GetObjectItem(sch, keys[k]);
+                    sched[k] = cJSON_IsNumber(v) ? v->valuedouble : -1;
+                }
+                const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(sch, "lr_decay_style"));
+                sched_style = st ? mtc_lr_style_parse(st) : -1;
+            }
+            const char *sd = cJSON_GetStringValue(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(common, "rng"), "seed"));
+            if (prc == MTC_OK && !no_load_rng && !finetune && sd) {
+                int64_t saved_seed = (int64_t)strtoull(sd, NULL, 10);
+                if (mtc_args_seen(args, nargs, "seed") && saved_seed != seed)
+                    fprintf(stderr,
+                            "mtc train: note: seed=%lld from the checkpoint replaces --seed %lld "
+                            "(dropout and data order continue the saved run; --no-load-rng keeps "
+                            "--seed)\n",
+                            (long long)saved_seed, (long long)seed);
+                seed = saved_seed;
+            }
+            mtc_ckpt_dist_close(ck);
+            if (prc != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
+            ckpt_step = it;
+        }
+    }
+
     mtc_train_config tc;
     memset(&tc, 0, sizeof tc);
     mtc_model_config *mc = &tc.model;
@@ -452,6 +542,8 @@ int cli_cmd_train(int argc, char **argv) {
     tc.log_interval = log_interval, tc.eval_interval = eval_interval, tc.eval_iters = eval_iters;
     tc.threads = threads;
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
+    tc.save_interval = save_interval, tc.ckpt_step = ckpt_step, tc.load_weights_file = load_file;
+    tc.no_load_optim = no_load_optim, tc.finetune = finetune;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
     tc.no_check_nan = !check_nan;
@@ -493,7 +585,36 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_fail("train", MTC_ERR_INTERNAL);
     }
     tc.tokenizer = tokstr;
-    if (load) { /* refuse a mismatching checkpoint before training starts */
+    if (have_ckpt) { /* refuse a mismatching checkpoint before training starts */
+        if (mtc_ckpt_config_check(&saved_cfg, mc, saved_path) != MTC_OK) {
+            data_source_free(src);
+            return cli_usage_error("train", "%s", mtc_error_detail());
+        }
+        if (strcmp(saved_tok, tokstr)) {
+            data_source_free(src);
+            return cli_usage_error(
+                "train", "%s was saved with a different tokenizer than this data's", saved_path);
+        }
+    }
+    if (have_sched && !finetune && !override_sched) { /* Megatron's _check_and_set */
+        const mtc_lr_schedule *l = &tc.lr;
+        const char *names[4] = {"lr", "min-lr", "lr-warmup-iters", "lr-decay-iters"};
+        double now[4] = {l->lr, l->min_lr, (double)l->warmup_iters, (double)l->decay_iters};
+        for (int k = 0; k < 4; k++)
+            if (fabs(sched[k] - now[k]) > 1e-6 * fabs(now[k]))
+                return data_source_free(src),
+                       cli_usage_error("train",
+                                       "%s=%g but %s was saved with %g (pass the saved value, or "
+                                       "--override-opt-param-scheduler to use these flags)",
+                                       names[k], now[k], saved_path, sched[k]);
+        if (sched_style != (int)l->style)
+            return data_source_free(src),
+                   cli_usage_error("train",
+                                   "lr-decay-style=%s differs from %s's (pass the saved one, or "
+                                   "--override-opt-param-scheduler)",
+                                   style, saved_path);
+    }
+    if (load && load_file) { /* refuse a mismatching checkpoint before training starts */
         mtc_ckpt_info info;
         if (mtc_ckpt_read_info(load, &info) != MTC_OK) {
             data_source_free(src);
@@ -521,8 +642,15 @@ int cli_cmd_train(int argc, char **argv) {
                 "train", "%s was saved with a different tokenizer than this data's", load);
         }
     }
+    /* the --save directory is checked (made, written) before any work, not
+     * after training: the last check, so a refused run writes nothing */
+    if (save && mtc_ckpt_dist_check_save_dir(save) != MTC_OK) {
+        data_source_free(src);
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    }
     mtc_result_t rc = mtc_train_run(&tc, src, stdout);
     data_source_free(src);
-    if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("train", "%s", mtc_error_detail());
+    if (rc == MTC_ERR_INVALID_ARGUMENT || rc == MTC_ERR_FORMAT)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     return rc == MTC_OK ? 0 : cli_fail("train", rc);
 }

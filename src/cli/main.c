@@ -19,6 +19,8 @@ static const cli_command commands[] = {
     {"train", cli_cmd_train,
      "train a GPT-2 or Llama-style model (serial, or parallel over thread or MPI ranks)"},
     {"generate", cli_cmd_generate, "sample text from a saved model"},
+    {"export", cli_cmd_export, "a checkpoint to Hugging Face safetensors or GGUF (llama.cpp)"},
+    {"import", cli_cmd_import, "a Hugging Face GPT-2 or Llama folder to an mtc checkpoint"},
     {"ranks", cli_cmd_ranks, "Megatron's process groups for a layout, as text, JSON or SVG"},
     {"schedule", cli_cmd_schedule, "Megatron's per-rank pipeline schedule, as text, JSON or SVG"},
     {"layout", cli_cmd_layout, "distributed-optimizer buffer, bucket and shard layout"},

@@ -17,7 +17,6 @@
 #include "core/timer.h"
 #include "dp/ddp.h"
 #include "grid/grid.h"
-#include "ckpt/checkpoint.h"
 #include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
@@ -225,11 +224,12 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     size_t act_bytes = train_memory(x, &mem);
     if (out && c->optim_state_bytes_out) *c->optim_state_bytes_out = mem.optim_state_bytes;
     double flops = mtc_model_flops(&c->model, c->global_batch);
-    uint64_t consumed = 0;
+    uint64_t consumed = x->start_consumed; /* a loaded checkpoint's, else 0 */
+    x->iteration = x->start_iteration, x->consumed = consumed;
     double sum_loss = 0, sum_ms = 0;
     int n_logged = 0, skipped = 0, nan_iters = 0;
     uint64_t comm_at_log = train_comm_ns(x);
-    for (int64_t it = 1; it <= c->train_iters; it++) {
+    for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
         uint64_t t0 = mtc_time_ns();
         double loss = 0, norm = 0;
         MTC_CHECK(train_step(x, it, consumed, &loss, &norm, &skipped));
@@ -244,6 +244,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                              isnan(loss) || isnan(norm) ? "NaN" : "Inf",
                              !isfinite(loss) ? "loss" : "gradient norm", (long long)it, loss, norm);
         consumed += (uint64_t)c->global_batch;
+        x->iteration = it, x->consumed = consumed;
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
         sum_loss += loss, sum_ms += ms, n_logged++;
         if (out && c->losses_out) c->losses_out[it - 1] = loss;
@@ -295,6 +296,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         }
         if (log_now) sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0;
         if (log_now) comm_at_log = train_comm_ns(x);
+        if (c->save_path && c->save_interval > 0 && it % c->save_interval == 0)
+            MTC_CHECK(train_ckpt_save(x, it, consumed, out));
     }
     return MTC_OK;
 }
@@ -313,7 +316,7 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         fflush(out);
     }
     uint64_t t0 = mtc_time_ns();
-    mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank);
+    mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank, out);
     x.setup_ns = mtc_time_ns() - t0;
     if (rc == MTC_OK && is_last && c->metrics_path) {
         metrics = fopen(c->metrics_path, "w");
@@ -321,7 +324,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     }
     /* a rank that failed to set up fails the launch; peers stop with REMOTE */
     if (rc == MTC_OK) rc = train_loop(&x, out, metrics, wsize);
-    if (rc == MTC_OK && c->save_path) rc = train_save(&x, is_last, out);
+    if (rc == MTC_OK && c->save_path && x.last_saved != x.iteration)
+        rc = train_ckpt_save(&x, x.iteration, x.consumed, out);
     if (rc == MTC_OK && c->params_out) { /* collective: every rank takes part */
         float *tmp = NULL;
         rc = is_last ? MTC_OK

@@ -6,7 +6,8 @@
  * (model/, tp/) -> gradient reduction over DP in buckets, overlapped with the last microbatch's
  * backward (dp/ddp.h) -> TP all-reduce of sequence-parallel gradients -> global norm (TP duplicates
  * once) -> clip -> AdamW -> log / eval / metrics from the last rank (the
- * loss owner, as Megatron), then save (TP shards gathered).
+ * loss owner, as Megatron); checkpoints every --save-interval and at the end
+ * (train_ckpt.c: each rank writes its own pieces, no gather).
  *
  * Loss is Megatron's: mean over every token of the global batch (each
  * token's loss scaled by 1/(global_batch*T)), gradients accumulated over
@@ -38,8 +39,14 @@ typedef struct {
     int log_interval, eval_interval, eval_iters;
     int threads;
     const char *metrics_path; /* NULL = none */
-    const char *save_path;    /* NULL = none */
-    const char *load_path;    /* NULL = fresh init */
+    const char *save_path;    /* checkpoint directory (ckpt/dist.h); NULL = none */
+    const char *load_path;    /* checkpoint directory or single-file model; NULL = fresh init */
+    int save_interval;        /* --save-interval N: a checkpoint every N iterations (0: at the
+                                 end only) */
+    int64_t ckpt_step;        /* --ckpt-step N: load iteration N (-1: the tracker's) */
+    int load_weights_file;    /* load_path is a single-file model (weights only, mtc_ckpt_load) */
+    int no_load_optim;        /* --no-load-optim: fresh AdamW moments */
+    int finetune;             /* --finetune: weights only, iteration 0 */
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
     /* ---- parallel layout (issue 5) ---- */

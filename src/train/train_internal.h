@@ -5,6 +5,7 @@
  *   train_micro.c  batches, activation slots, the pipeline callbacks, the
  *                  microbatches of one global batch, evaluation;
  *   train_step.c   finalize_model_grads, the gradient norm, the optimizer.
+ *   train_ckpt.c   directory checkpoints: save and load of the full state.
  *   train.c        the loop, logging and the launch. */
 #ifndef MTC_TRAIN_INTERNAL_H
 #define MTC_TRAIN_INTERNAL_H
@@ -34,6 +35,7 @@ typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
     mtc_grid_t grid;
+    mtc_comm_t world;      /* every rank (checkpoint barriers) */
     mtc_comm_t tp, dp, mp; /* NULL when of size 1 */
     mtc_comm_t pipe, embd; /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
     mtc_comm_t intra;      /* the distributed optimizer's shard group (NULL: size 1) */
@@ -47,6 +49,11 @@ typedef struct {
     int vpp;                      /* model chunks on this rank (1 without interleaving) */
     train_chunk *chunks;          /* (vpp) */
     int64_t step;                 /* optimizer steps taken: the LR schedule and the log read it */
+    int64_t start_iteration;      /* iterations done before this run (a loaded checkpoint's) */
+    uint64_t start_consumed;      /* samples consumed before this run */
+    int64_t iteration;            /* iterations done so far (the loop's) */
+    uint64_t consumed;            /* samples consumed so far */
+    int64_t last_saved;           /* iteration of the last checkpoint saved by this run, -1 none */
     size_t msg_count;             /* floats of one stage-to-stage message */
     mtc_grad_norm_plan norm_plan; /* what this rank counts in the global norm */
     /* the running pass (read by the microbatch callbacks) */
@@ -66,7 +73,8 @@ typedef struct {
 static inline int train_tp_rank(const train_rank *x) { return mtc_grid_coords(x->grid)->tp; }
 
 /* train_setup.c */
-mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads);
+/* out: the last rank's log (NULL elsewhere). */
+mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out);
 /* This rank's buffer bytes summed over its model chunks; returns the
  * activation arena bytes (all chunks' in-flight slots). */
 size_t train_memory(const train_rank *x, mtc_dp_memory *mem);
@@ -74,7 +82,6 @@ void train_teardown(train_rank *x);
 /* Collective over the world: the whole model's parameters in the serial
  * layout, on every rank. */
 mtc_result_t train_gather(train_rank *x, float *global);
-mtc_result_t train_save(train_rank *x, int is_last, FILE *out);
 /* --print-layout: this rank's buffer layout as `mtc layout` prints it,
  * preceded by the equivalent `mtc layout` command line. */
 void train_print_layout(const train_rank *x, FILE *out);
@@ -91,6 +98,14 @@ mtc_result_t train_dp_sum(train_rank *x, double *v);
 /* Wait for pending param all-gathers of the distributed optimizer (before
  * params are read outside a forward). */
 mtc_result_t train_params_wait(train_rank *x);
+
+/* train_ckpt.c */
+/* Collective over the world: the checkpoint of iteration `it` into
+ * cfg->save_path (out: the last rank's log, may be NULL). */
+mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE *out);
+/* --load DIR: this rank's state from the checkpoint (no-op when none is
+ * found); sets start_iteration, start_consumed and step unless --finetune. */
+mtc_result_t train_ckpt_load(train_rank *x, FILE *out);
 
 /* train_step.c */
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */

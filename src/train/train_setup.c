@@ -5,10 +5,11 @@
  * buffers padded as Megatron's param_and_grad_buffer, the state of the
  * owned shard only, one DDP per chunk, an inter-instance group per chunk
  * with several optimizer instances), activation slots sized by the
- * schedule, the gradient-norm plan; and gathering / loading / saving the
- * global model and the --print-layout printer. The DP layout is computed
- * once, before the model allocates its buffers (the layout hook). Relies on
- * model/, dp/, pp/, grid/, comm/, optim/, ckpt/. */
+ * schedule, the gradient-norm plan; gathering the global model, loading a
+ * single-file model and the --print-layout printer (directory checkpoints:
+ * train_ckpt.c). The DP layout is
+ * computed once, before the model allocates its buffers (the layout hook). Relies on model/, dp/,
+ * pp/, grid/, comm/, optim/, ckpt/. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,8 +188,9 @@ static mtc_result_t train_norm_plan(train_rank *x) {
     return MTC_OK;
 }
 
-/* --load: every rank reads the file into a serial model and keeps its shards. */
-static mtc_result_t train_load(train_rank *x) {
+/* --load FILE (a single-file model): every rank reads the file into a
+ * serial model and keeps its shards. */
+static mtc_result_t train_load_file(train_rank *x) {
     mtc_model *full = NULL;
     mtc_ckpt_info info;
     MTC_CHECK(mtc_model_init(&x->cfg->model, 1, 1, NULL, &full));
@@ -207,7 +209,7 @@ static mtc_result_t train_load(train_rank *x) {
     return rc;
 }
 
-mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
+mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out) {
     const mtc_train_config *c = x->cfg;
     int B = c->micro_batch, T = c->model.seq_length;
     mtc_grid_config gc;
@@ -218,6 +220,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
     gc.cp = c->cp > 0 ? c->cp : 1;
     if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
+    x->world = world;
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
 #define GROUP(kind) (mtc_grid_comm(x->grid, (kind), 0))
 #define NONTRIVIAL(comm) ((comm) && mtc_comm_size(comm) > 1 ? (comm) : NULL)
@@ -275,9 +278,13 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads) {
         }
     if (red_n) MTC_CHECK(mtc_mem_alloc(red_n * sizeof(float), (void **)&x->red_buf));
     MTC_CHECK(train_norm_plan(x));
-    if (c->load_path) return train_load(x);
+    /* initialised even when loading: vocabulary rows a checkpoint padded for
+     * another TP size lacks keep their initial values */
     for (int k = 0; k < x->vpp; k++)
         mtc_model_init_params(x->chunks[k].model, c->seed);
+    x->last_saved = -1;
+    if (c->load_path && c->load_weights_file) return train_load_file(x);
+    if (c->load_path) return train_ckpt_load(x, out);
     return MTC_OK;
 }
 
@@ -341,20 +348,6 @@ mtc_result_t train_gather(train_rank *x, float *global) {
         MTC_CHECK(
             mtc_all_reduce(global, global, r0->global_total, MTC_DTYPE_F32, MTC_OP_SUM, x->pipe));
     return MTC_OK;
-}
-
-/* --save: gather the shards; the last rank writes the serial-layout model. */
-mtc_result_t train_save(train_rank *x, int is_last, FILE *out) {
-    const mtc_train_config *c = x->cfg;
-    mtc_model *full = NULL;
-    MTC_CHECK(mtc_model_init(&c->model, 1, 1, NULL, &full));
-    mtc_result_t rc = train_gather(x, full->params);
-    if (rc == MTC_OK && is_last) {
-        rc = mtc_ckpt_save(full, c->save_path, c->train_iters, c->tokenizer);
-        if (rc == MTC_OK && !c->quiet && out) fprintf(out, "> saved model to %s\n", c->save_path);
-    }
-    mtc_model_free(full);
-    return rc;
 }
 
 /* One DDP per model chunk, as Megatron builds them: each chunk's layout. */

@@ -29,13 +29,13 @@ grep -q "^> distributed optimizer: 2 instance(s), state sharded over 2 rank(s); 
     --overlap-grad-reduce --overlap-param-gather --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "tp2 dp2 pp2 run"; cat "$D/b.log"; }
 same_losses "distopt tp=2 x dp=2 x pp=2 sp overlap param-gather" "$D/s.jsonl" "$D/b.jsonl"
 
-# --save gathers the shards (after the pending all-gathers); --load scatters into the padded layout
+# --save writes each rank's pieces (after the pending all-gathers); --load --finetune reads them into the padded layout
 "$MTC" train $TINY --save "$D/s.bin" >/dev/null 2>&1 || bad "serial --save"
 "$MTC" train $TINY --world-size 2 --use-distributed-optimizer --overlap-param-gather --save "$D/d.bin" >/dev/null 2>&1 || bad "distopt --save"
-"$MTC" train $TINY --load "$D/s.bin" --metrics "$D/ls.jsonl" >/dev/null 2>&1 || bad "serial --load"
-"$MTC" train $TINY --load "$D/d.bin" --metrics "$D/ld.jsonl" >/dev/null 2>&1 || bad "serial --load of the distopt save"
+"$MTC" train $TINY --load "$D/s.bin" --finetune --metrics "$D/ls.jsonl" >/dev/null 2>&1 || bad "serial --load"
+"$MTC" train $TINY --load "$D/d.bin" --finetune --metrics "$D/ld.jsonl" >/dev/null 2>&1 || bad "serial --load of the distopt save"
 same_losses "distopt --save = serial --save (continued serially)" "$D/ls.jsonl" "$D/ld.jsonl"
-"$MTC" train $TINY --load "$D/s.bin" --world-size 4 --tp 2 --use-distributed-optimizer --metrics "$D/lt.jsonl" >/dev/null 2>&1 || bad "distopt --load"
+"$MTC" train $TINY --load "$D/s.bin" --finetune --world-size 4 --tp 2 --use-distributed-optimizer --metrics "$D/lt.jsonl" >/dev/null 2>&1 || bad "distopt --load"
 same_losses "distopt tp=2 dp=2 --load = serial --load" "$D/ls.jsonl" "$D/lt.jsonl"
 if [ "$(head -c 60 "$D/ls.jsonl")" != "$(head -c 60 "$D/s.jsonl")" ]; then ok "--load changes the start"; else bad "--load had no effect"; fi
 

@@ -52,8 +52,8 @@ fi
 # the saved Llama loads in generate and, sharded, in training
 "$MTC" generate --load "$D/m.bin" --prompt "" --max-new-tokens 4 >"$D/g.log" 2>&1 &&
     ok "generate loads the tp=4 Llama save" || { bad "generate"; cat "$D/g.log"; }
-run ls 4 2 --load "$D/m.bin"
-run lt 4 2 --load "$D/m.bin" --world-size 2 --tp 2
+run ls 4 2 --load "$D/m.bin" --finetune
+run lt 4 2 --load "$D/m.bin" --finetune --world-size 2 --tp 2
 same_losses "llama --load serial = tp=2" "$D/ls.jsonl" "$D/lt.jsonl"
 
 # refusal: tp must divide the key/value groups (one line, exit 2, no work)

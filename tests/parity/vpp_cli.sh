@@ -47,11 +47,11 @@ else bad "banner parameter count: pp=2 '$pe', pp=2 vpp=2 '$pc'"; fi
 # save differs by AdamW-amplified rounding in near-zero-gradient elements,
 # see test_parity.c, which grows over 4 more steps past 2e-5)
 "$MTC" train $L4 --world-size 2 --tp 2 --sequence-parallel --save "$D/t.bin" >"$D/t.log" 2>&1 || { bad "tp=2 run"; cat "$D/t.log"; }
-"$MTC" train $L4 --load "$D/t.bin" --metrics "$D/lt.jsonl" >/dev/null 2>&1 || bad "--load of the tp save"
-"$MTC" train $L4 --load "$D/a.bin" --metrics "$D/la.jsonl" >/dev/null 2>&1 || bad "--load of the vpp save"
+"$MTC" train $L4 --load "$D/t.bin" --finetune --metrics "$D/lt.jsonl" >/dev/null 2>&1 || bad "--load of the tp save"
+"$MTC" train $L4 --load "$D/a.bin" --finetune --metrics "$D/la.jsonl" >/dev/null 2>&1 || bad "--load of the vpp save"
 same_losses "--load of the pp=2 vpp=2 save" "$D/lt.jsonl" "$D/la.jsonl"
-"$MTC" train $L4 --load "$D/s4.bin" --metrics "$D/ls.jsonl" >/dev/null 2>&1 || bad "serial --load"
-"$MTC" train $L4 --load "$D/s4.bin" --world-size 2 --pp 2 --vpp 2 --metrics "$D/lv.jsonl" >/dev/null 2>&1 || bad "vpp --load"
+"$MTC" train $L4 --load "$D/s4.bin" --finetune --metrics "$D/ls.jsonl" >/dev/null 2>&1 || bad "serial --load"
+"$MTC" train $L4 --load "$D/s4.bin" --finetune --world-size 2 --pp 2 --vpp 2 --metrics "$D/lv.jsonl" >/dev/null 2>&1 || bad "vpp --load"
 same_losses "--load into pp=2 vpp=2 chunks" "$D/ls.jsonl" "$D/lv.jsonl"
 
 # evaluation (forward-only interleaved order): the same validation losses

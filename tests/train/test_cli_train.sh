@@ -66,12 +66,17 @@ else bad "loss does not fall: first $first last $last val $val"; fi
 "$MTC" generate --load "$D/model.bin" --prompt "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g1" 2>&1 || bad "generate failed"
 "$MTC" generate --load "$D/model.bin" --prompt "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g2" 2>&1
 [ "$(wc -w <"$D/g1")" -eq 23 ] && cmp -s "$D/g1" "$D/g2" && ok "generate: $(cat "$D/g1")" || { bad "generate output"; cat "$D/g1"; }
-head -c 2000 "$D/model.bin" >"$D/trunc.bin"
+cp -r "$D/model.bin" "$D/trunc.bin"
+head -c 2000 "$D/model.bin/iter_0000120/__0.distcp" >"$D/trunc.bin/iter_0000120/__0.distcp"
 "$MTC" generate --load "$D/trunc.bin" --max-new-tokens 5 >/dev/null 2>"$D/err"
 [ $? -eq 2 ] && grep -q "truncated" "$D/err" && ok "truncated model refused: $(cat "$D/err")" || { bad "truncated model"; cat "$D/err"; }
-expect_usage "load mismatch" "differs from these flags" train $TINY --hidden-size 64 --load "$D/model.bin"
-"$MTC" train $TINY --train-iters 2 --log-interval 1 --eval-iters 0 --load "$D/model.bin" >"$D/log2" 2>&1 \
-    && ok "train --load" || { bad "train --load"; cat "$D/log2"; }
+expect_usage "load mismatch" "was saved with hidden-size=32 but this run has 64" train $TINY --hidden-size 64 --load "$D/model.bin"
+"$MTC" train $TINY --train-iters 2 --log-interval 1 --eval-iters 0 --load "$D/model.bin" --finetune >"$D/log2" 2>&1 \
+    && ok "train --load --finetune" || { bad "train --load"; cat "$D/log2"; }
+echo x >"$D/afile"
+"$MTC" train $TINY --train-iters 1 --save "$D/afile" >"$D/out" 2>"$D/err"
+[ $? -eq 2 ] && grep -q "afile exists and is not a directory" "$D/err" && [ ! -s "$D/out" ] &&
+    ok "--save naming a file is refused before training: $(cat "$D/err")" || { bad "--save a file"; cat "$D/err"; }
 
 # launchers: torchrun / srun variables saying several processes cannot form a
 # world without MPI: rank 0 says so in one line, the others exit 2 silently

@@ -1,0 +1,317 @@
+/* ckpt/gguf.c - GGUF export; see gguf.h.
+ *
+ *   header | key/values | tensor infos | pad to 32 | tensor 0 | pad | tensor 1 ...
+ *
+ * Limitations: F32 / F16 only (no quantisation); the whole model in memory;
+ * the vocabulary has no merges, so llama.cpp tokenizes text byte by byte
+ * (exactly mtc's byte and char tokenizers). */
+#include "ckpt/gguf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/family.h"
+
+enum { G_U32 = 4, G_I32 = 5, G_F32 = 6, G_BOOL = 7, G_STR = 8, G_ARR = 9 };
+#define ALIGN 32
+
+typedef struct {
+    char name[64];
+    int param;
+    int64_t r0, nrows;
+    int heads; /* > 0: permute rows per head of nrows/heads (RoPE pairs) */
+} gg_tensor;
+
+typedef struct {
+    FILE *f;
+    int ok;
+} gg_out;
+
+static void put(gg_out *o, const void *p, size_t n) {
+    if (o->ok && fwrite(p, 1, n, o->f) != n) o->ok = 0;
+}
+static void put_u32(gg_out *o, uint32_t v) { put(o, &v, 4); }
+static void put_u64(gg_out *o, uint64_t v) { put(o, &v, 8); }
+static void put_str(gg_out *o, const char *s) {
+    put_u64(o, strlen(s));
+    put(o, s, strlen(s));
+}
+static void kv_u32(gg_out *o, const char *k, uint32_t v) {
+    put_str(o, k), put_u32(o, G_U32), put_u32(o, v);
+}
+static void kv_f32(gg_out *o, const char *k, float v) {
+    put_str(o, k), put_u32(o, G_F32), put(o, &v, 4);
+}
+static void kv_str(gg_out *o, const char *k, const char *v) {
+    put_str(o, k), put_u32(o, G_STR), put_str(o, v);
+}
+static void kv_bool(gg_out *o, const char *k, int v) {
+    unsigned char b = (unsigned char)(v != 0);
+    put_str(o, k), put_u32(o, G_BOOL), put(o, &b, 1);
+}
+
+static uint16_t f32_to_f16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = u & 0x7fffff;
+    if (e == 0xff) return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
+    int ne = (int)e - 127 + 15;
+    if (ne >= 0x1f) return (uint16_t)(sign | 0x7c00);
+    if (ne <= 0) { /* subnormal or zero */
+        if (ne < -10) return (uint16_t)sign;
+        m |= 0x800000;
+        int shift = 14 - ne;
+        uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)ne << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++; /* may carry into the exponent */
+    return (uint16_t)half;
+}
+
+/* GPT-2's byte-to-unicode character of byte b, as UTF-8 into s (NUL-ended). */
+static void byte_char(int b, char *s) {
+    int cp;
+    if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff)) {
+        cp = b;
+    } else { /* the others in order, from 256 */
+        int n = 0;
+        for (int x = 0; x < b; x++)
+            if (!((x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || (x >= 0xae && x <= 0xff)))
+                n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        s[0] = (char)cp, s[1] = 0;
+    } else {
+        s[0] = (char)(0xc0 | (cp >> 6)), s[1] = (char)(0x80 | (cp & 0x3f)), s[2] = 0;
+    }
+}
+
+/* The byte of each token (-1: an id-only token) from mtc's serialized tokenizer. */
+static void token_bytes(const char *tok, int V, int *byte_of) {
+    for (int i = 0; i < V; i++)
+        byte_of[i] = -1;
+    if (tok && !strcmp(tok, "byte")) {
+        for (int i = 0; i < V && i < 256; i++)
+            byte_of[i] = i;
+    } else if (tok && !strncmp(tok, "char:", 5)) {
+        const char *h = tok + 5;
+        for (int i = 0; i < V && h[0] && h[1]; i++, h += 2) {
+            unsigned v;
+            if (sscanf(h, "%2x", &v) != 1) break;
+            byte_of[i] = (int)v;
+        }
+    }
+}
+
+static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
+    const mtc_model_config *c = &m->cfg;
+    const mtc_registry *r = &m->reg;
+    int V = c->vocab_size, k = 0, llama = model_family_is_llama(c);
+    char q[128];
+#define T(nm, p, a, b, h)                                                                          \
+    do {                                                                                           \
+        int p_ = (p);                                                                              \
+        if (p_ < 0) return mtc_error(MTC_ERR_INTERNAL, "no parameter for %s", nm);                 \
+        snprintf(t[k].name, sizeof t[k].name, "%s", nm);                                           \
+        t[k].param = p_, t[k].r0 = (a), t[k].nrows = (b) < 0 ? r->params[p_].shape[0] : (b);       \
+        t[k].heads = (h), k++;                                                                     \
+    } while (0)
+#define F(fmt, l) (snprintf(q, sizeof q, fmt, l), mtc_registry_find(r, q))
+    char nm[64];
+    if (!llama) {
+        if (c->disable_bias_linear || c->add_qkv_bias || c->untie_embeddings ||
+            mtc_model_groups(c) != c->num_heads || c->kv_channels)
+            return mtc_error(MTC_ERR_UNSUPPORTED,
+                             "llama.cpp's gpt2 has biases, a tied head and no grouped-query "
+                             "attention: this model differs");
+        T("token_embd.weight", mtc_registry_find(r, "wte.weight"), 0, V, 0);
+        T("position_embd.weight", mtc_registry_find(r, "wpe.weight"), 0, -1, 0);
+        static const char *G[][2] = {
+            {"attn_norm.weight", "ln_1.weight"},          {"attn_norm.bias", "ln_1.bias"},
+            {"attn_qkv.weight", "attn.c_attn.weight"},    {"attn_qkv.bias", "attn.c_attn.bias"},
+            {"attn_output.weight", "attn.c_proj.weight"}, {"attn_output.bias", "attn.c_proj.bias"},
+            {"ffn_norm.weight", "ln_2.weight"},           {"ffn_norm.bias", "ln_2.bias"},
+            {"ffn_up.weight", "mlp.c_fc.weight"},         {"ffn_up.bias", "mlp.c_fc.bias"},
+            {"ffn_down.weight", "mlp.c_proj.weight"},     {"ffn_down.bias", "mlp.c_proj.bias"}};
+        for (int l = 0; l < c->num_layers; l++)
+            for (size_t j = 0; j < sizeof G / sizeof G[0]; j++) {
+                snprintf(nm, sizeof nm, "blk.%d.%s", l, G[j][0]);
+                char src[96];
+                snprintf(src, sizeof src, "h.%d.%s", l, G[j][1]);
+                T(nm, mtc_registry_find(r, src), 0, -1, 0);
+            }
+        T("output_norm.weight", mtc_registry_find(r, "ln_f.weight"), 0, -1, 0);
+        T("output_norm.bias", mtc_registry_find(r, "ln_f.bias"), 0, -1, 0);
+        *n = k;
+        return MTC_OK;
+    }
+    if (c->normalization != MTC_NORM_RMSNORM || c->position_embedding != MTC_POS_ROPE ||
+        !c->swiglu || !c->disable_bias_linear || c->add_qkv_bias || c->rotary_interleaved ||
+        (c->rotary_percent > 0 && c->rotary_percent != 1.0f))
+        return mtc_error(MTC_ERR_UNSUPPORTED,
+                         "llama.cpp's llama has RMSNorm, RoPE on whole heads, SwiGLU and no "
+                         "biases: this model differs");
+    int64_t HS = mtc_model_head_size(c), QD = c->num_heads * HS, KD = mtc_model_groups(c) * HS;
+    int64_t FF = c->ffn_hidden_size;
+    T("token_embd.weight", mtc_registry_find(r, "model.embed_tokens.weight"), 0, V, 0);
+    for (int l = 0; l < c->num_layers; l++) {
+        int qkv = F("model.layers.%d.self_attn.qkv_proj.weight", l);
+        int gu = F("model.layers.%d.mlp.gate_up_proj.weight", l);
+#define B(s) (snprintf(nm, sizeof nm, "blk.%d.%s", l, s), nm)
+        T(B("attn_norm.weight"), F("model.layers.%d.input_layernorm.weight", l), 0, -1, 0);
+        T(B("attn_q.weight"), qkv, 0, QD, c->num_heads);
+        T(B("attn_k.weight"), qkv, QD, KD, mtc_model_groups(c));
+        T(B("attn_v.weight"), qkv, QD + KD, KD, 0);
+        T(B("attn_output.weight"), F("model.layers.%d.self_attn.o_proj.weight", l), 0, -1, 0);
+        T(B("ffn_norm.weight"), F("model.layers.%d.post_attention_layernorm.weight", l), 0, -1, 0);
+        T(B("ffn_gate.weight"), gu, 0, FF, 0);
+        T(B("ffn_up.weight"), gu, FF, FF, 0);
+        T(B("ffn_down.weight"), F("model.layers.%d.mlp.down_proj.weight", l), 0, -1, 0);
+#undef B
+    }
+    T("output_norm.weight", mtc_registry_find(r, "model.norm.weight"), 0, -1, 0);
+    if (c->untie_embeddings) T("output.weight", mtc_registry_find(r, "lm_head.weight"), 0, V, 0);
+#undef T
+#undef F
+    *n = k;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const char *path,
+                             const mtc_gguf_export_opts *o) {
+    const mtc_model_config *c = &m->cfg;
+    const mtc_registry *r = &m->reg;
+    int llama = model_family_is_llama(c), f16 = o && o->f16, V = c->vocab_size, nt = 0;
+    gg_tensor *t = calloc((size_t)(12 * c->num_layers + 8), sizeof *t);
+    int *byte_of = calloc((size_t)V, sizeof(int));
+    if (!t || !byte_of) {
+        free(t), free(byte_of);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "GGUF tables");
+    }
+    mtc_result_t rc = table(m, t, &nt);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    gg_out out = {rc == MTC_OK ? fopen(tmp, "wb") : NULL, 1};
+    if (rc == MTC_OK && !out.f)
+        rc = mtc_error(MTC_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    if (rc != MTC_OK) {
+        free(t), free(byte_of);
+        return rc;
+    }
+    const char *arch = llama ? "llama" : "gpt2";
+    char k[96];
+    /* general: 3; the architecture's: 7 or 12 (file_type included); tokenizer: 9 */
+    int nkv = 3 + (llama ? 12 : 7) + 9;
+    put(&out, "GGUF", 4);
+    put_u32(&out, 3);
+    put_u64(&out, (uint64_t)nt);
+    put_u64(&out, (uint64_t)nkv);
+    kv_str(&out, "general.architecture", arch);
+    kv_str(&out, "general.name", "mtc");
+    kv_u32(&out, "general.alignment", ALIGN);
+#define KA(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
+    kv_u32(&out, KA("context_length"), (uint32_t)c->max_position_embeddings);
+    kv_u32(&out, KA("embedding_length"), (uint32_t)c->hidden_size);
+    kv_u32(&out, KA("feed_forward_length"), (uint32_t)c->ffn_hidden_size);
+    kv_u32(&out, KA("block_count"), (uint32_t)c->num_layers);
+    kv_u32(&out, KA("attention.head_count"), (uint32_t)c->num_heads);
+    if (llama) {
+        kv_u32(&out, KA("attention.head_count_kv"), (uint32_t)mtc_model_groups(c));
+        kv_f32(&out, KA("attention.layer_norm_rms_epsilon"), mtc_model_norm_eps(c));
+        kv_u32(&out, KA("rope.dimension_count"), (uint32_t)mtc_model_head_size(c));
+        kv_f32(&out, KA("rope.freq_base"), c->rotary_base > 0 ? c->rotary_base : 10000.0f);
+        kv_u32(&out, KA("vocab_size"), (uint32_t)V);
+        kv_u32(&out, KA("attention.key_length"), (uint32_t)mtc_model_head_size(c));
+    } else {
+        kv_f32(&out, KA("attention.layer_norm_epsilon"), mtc_model_norm_eps(c));
+        kv_u32(&out, "general.file_type", f16 ? 1 : 0);
+    }
+#undef KA
+    if (llama) kv_u32(&out, "general.file_type", f16 ? 1 : 0);
+    /* the vocabulary: byte-level BPE without merges */
+    kv_str(&out, "tokenizer.ggml.model", "gpt2");
+    kv_str(&out, "tokenizer.ggml.pre", "gpt-2");
+    token_bytes(tokenizer, V, byte_of);
+    put_str(&out, "tokenizer.ggml.tokens");
+    put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, (uint64_t)V);
+    for (int i = 0; i < V; i++) {
+        char s[32];
+        if (byte_of[i] >= 0)
+            byte_char(byte_of[i], s);
+        else
+            snprintf(s, sizeof s, "<%d>", i);
+        put_str(&out, s);
+    }
+    put_str(&out, "tokenizer.ggml.token_type");
+    put_u32(&out, G_ARR), put_u32(&out, G_I32), put_u64(&out, (uint64_t)V);
+    for (int i = 0; i < V; i++)
+        put_u32(&out, 1);
+    put_str(&out, "tokenizer.ggml.merges");
+    put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, 0);
+    kv_u32(&out, "tokenizer.ggml.bos_token_id", 0);
+    kv_u32(&out, "tokenizer.ggml.eos_token_id", 0);
+    kv_bool(&out, "tokenizer.ggml.add_bos_token", 0);
+    kv_bool(&out, "tokenizer.ggml.add_eos_token", 0);
+    /* tensor infos */
+    uint64_t off = 0;
+    size_t maxn = 1;
+    for (int i = 0; i < nt; i++) {
+        const mtc_param *p = &r->params[t[i].param];
+        int two = p->ndim == 2;
+        int64_t cols = two ? p->shape[1] : 1;
+        put_str(&out, t[i].name);
+        put_u32(&out, two ? 2 : 1);
+        if (two) put_u64(&out, (uint64_t)cols);
+        put_u64(&out, (uint64_t)t[i].nrows);
+        int half = two && f16;
+        put_u32(&out, half ? 1 : 0);
+        put_u64(&out, off);
+        size_t n = (size_t)(t[i].nrows * cols);
+        off += ((uint64_t)n * (half ? 2 : 4) + ALIGN - 1) / ALIGN * ALIGN;
+        if (n > maxn) maxn = n;
+    }
+    long at = ftell(out.f);
+    static const char zeros[ALIGN];
+    put(&out, zeros, (size_t)((ALIGN - at % ALIGN) % ALIGN));
+    float *buf = malloc(maxn * sizeof(float));
+    uint16_t *h = malloc(maxn * sizeof(uint16_t));
+    if (!buf || !h) out.ok = 0;
+    for (int i = 0; out.ok && i < nt; i++) {
+        const mtc_param *p = &r->params[t[i].param];
+        int two = p->ndim == 2, half = two && f16;
+        int64_t cols = two ? p->shape[1] : 1, rows = t[i].nrows;
+        const float *src = m->params + p->offset + (size_t)(t[i].r0 * cols);
+        int64_t hd = t[i].heads > 0 ? rows / t[i].heads : 0;
+        for (int64_t rr = 0; rr < rows; rr++) {
+            int64_t from = rr;
+            if (hd) { /* rows of a head: new 2j = old j, new 2j+1 = old j + hd/2 */
+                int64_t head = rr / hd, j = rr % hd;
+                from = head * hd + (j % 2 ? j / 2 + hd / 2 : j / 2);
+            }
+            memcpy(buf + rr * cols, src + from * cols, (size_t)cols * sizeof(float));
+        }
+        size_t n = (size_t)(rows * cols), bytes = n * (half ? 2 : 4);
+        if (half) {
+            for (size_t j = 0; j < n; j++)
+                h[j] = f32_to_f16(buf[j]);
+            put(&out, h, bytes);
+        } else {
+            put(&out, buf, bytes);
+        }
+        put(&out, zeros, (ALIGN - bytes % ALIGN) % ALIGN);
+    }
+    free(buf), free(h), free(t), free(byte_of);
+    if (fclose(out.f) != 0) out.ok = 0;
+    if (!out.ok) {
+        remove(tmp);
+        return mtc_error(MTC_ERR_IO, "writing %s failed: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0)
+        return mtc_error(MTC_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    return MTC_OK;
+}

@@ -1,0 +1,554 @@
+/* ckpt/hf.c - Hugging Face safetensors export and import; see hf.h.
+ *
+ *   registry param ──(rows [r0, r0+n), transposed or not)──> HF tensor
+ *
+ * One table of such entries per family, built from the model's registry,
+ * drives both directions. Limitations: the whole model is in memory (a
+ * serial model); tensors are written one by one with stdio. */
+#include "ckpt/hf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/dist_internal.h"
+#include "core/dtype.h"
+#include "model/family.h"
+
+typedef struct {
+    char name[160];
+    int param;         /* registry index */
+    int64_t r0, nrows; /* rows of the param */
+    int transpose;     /* stored (in, out) */
+} hf_entry;
+
+typedef struct {
+    hf_entry *v;
+    int n, cap;
+} hf_table;
+
+static mtc_result_t add(hf_table *t, const mtc_registry *r, const char *name, int p, int64_t r0,
+                        int64_t nrows, int transpose) {
+    if (p < 0) return MTC_OK;
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        void *v = realloc(t->v, (size_t)cap * sizeof *t->v);
+        if (!v) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "tensor table");
+        t->v = v, t->cap = cap;
+    }
+    hf_entry *e = &t->v[t->n++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->param = p, e->r0 = r0, e->nrows = nrows < 0 ? r->params[p].shape[0] : nrows;
+    e->transpose = transpose;
+    return MTC_OK;
+}
+
+/* The whole table of a serial model. */
+static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
+    const mtc_model_config *c = &m->cfg;
+    const mtc_registry *r = &m->reg;
+    const mtc_result_t U = MTC_ERR_UNSUPPORTED;
+    int V = c->vocab_size;
+    char n[160], q[128];
+    if (!model_family_is_llama(c)) {
+        if (c->disable_bias_linear || c->add_qkv_bias || c->untie_embeddings ||
+            mtc_model_groups(c) != c->num_heads || c->kv_channels ||
+            c->position_embedding != MTC_POS_LEARNED)
+            return mtc_error(U, "GPT2LMHeadModel has biases, a tied head, learned positions and "
+                                "no grouped-query attention: this model differs (export a "
+                                "Llama-style model instead)");
+        MTC_CHECK(add(t, r, "transformer.wte.weight", mtc_registry_find(r, "wte.weight"), 0, V, 0));
+        MTC_CHECK(
+            add(t, r, "transformer.wpe.weight", mtc_registry_find(r, "wpe.weight"), 0, -1, 0));
+        static const struct {
+            const char *s;
+            int tr;
+        } L[] = {{"ln_1.weight", 0},      {"ln_1.bias", 0},          {"attn.c_attn.weight", 1},
+                 {"attn.c_attn.bias", 0}, {"attn.c_proj.weight", 1}, {"attn.c_proj.bias", 0},
+                 {"ln_2.weight", 0},      {"ln_2.bias", 0},          {"mlp.c_fc.weight", 1},
+                 {"mlp.c_fc.bias", 0},    {"mlp.c_proj.weight", 1},  {"mlp.c_proj.bias", 0}};
+        for (int l = 0; l < c->num_layers; l++)
+            for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
+                snprintf(q, sizeof q, "h.%d.%s", l, L[k].s);
+                snprintf(n, sizeof n, "transformer.%s", q);
+                int p = mtc_registry_find(r, q);
+                if (p < 0) return mtc_error(MTC_ERR_INTERNAL, "no parameter %s", q);
+                MTC_CHECK(add(t, r, n, p, 0, -1, L[k].tr));
+            }
+        MTC_CHECK(
+            add(t, r, "transformer.ln_f.weight", mtc_registry_find(r, "ln_f.weight"), 0, -1, 0));
+        MTC_CHECK(add(t, r, "transformer.ln_f.bias", mtc_registry_find(r, "ln_f.bias"), 0, -1, 0));
+        return MTC_OK;
+    }
+    if (c->normalization != MTC_NORM_RMSNORM || c->position_embedding != MTC_POS_ROPE ||
+        !c->swiglu || !c->disable_bias_linear || c->add_qkv_bias || c->rotary_interleaved ||
+        (c->rotary_percent > 0 && c->rotary_percent != 1.0f))
+        return mtc_error(U, "LlamaForCausalLM has RMSNorm, RoPE on whole heads rotating halves, "
+                            "SwiGLU and no biases: this model differs (use --normalization RMSNorm "
+                            "--position-embedding-type rope --swiglu --disable-bias-linear)");
+    int64_t HS = mtc_model_head_size(c), QD = c->num_heads * HS, KD = mtc_model_groups(c) * HS;
+    int64_t F = c->ffn_hidden_size;
+    MTC_CHECK(add(t, r, "model.embed_tokens.weight",
+                  mtc_registry_find(r, "model.embed_tokens.weight"), 0, V, 0));
+    for (int l = 0; l < c->num_layers; l++) {
+#define P(s) (snprintf(q, sizeof q, "model.layers.%d.%s", l, s), mtc_registry_find(r, q))
+#define N(s) (snprintf(n, sizeof n, "model.layers.%d.%s", l, s), n)
+        int qkv = P("self_attn.qkv_proj.weight"), gu = P("mlp.gate_up_proj.weight");
+        MTC_CHECK(add(t, r, N("input_layernorm.weight"), P("input_layernorm.weight"), 0, -1, 0));
+        MTC_CHECK(add(t, r, N("self_attn.q_proj.weight"), qkv, 0, QD, 0));
+        MTC_CHECK(add(t, r, N("self_attn.k_proj.weight"), qkv, QD, KD, 0));
+        MTC_CHECK(add(t, r, N("self_attn.v_proj.weight"), qkv, QD + KD, KD, 0));
+        MTC_CHECK(add(t, r, N("self_attn.o_proj.weight"), P("self_attn.o_proj.weight"), 0, -1, 0));
+        MTC_CHECK(add(t, r, N("post_attention_layernorm.weight"),
+                      P("post_attention_layernorm.weight"), 0, -1, 0));
+        MTC_CHECK(add(t, r, N("mlp.gate_proj.weight"), gu, 0, F, 0));
+        MTC_CHECK(add(t, r, N("mlp.up_proj.weight"), gu, F, F, 0));
+        MTC_CHECK(add(t, r, N("mlp.down_proj.weight"), P("mlp.down_proj.weight"), 0, -1, 0));
+#undef P
+#undef N
+    }
+    MTC_CHECK(add(t, r, "model.norm.weight", mtc_registry_find(r, "model.norm.weight"), 0, -1, 0));
+    if (c->untie_embeddings)
+        MTC_CHECK(add(t, r, "lm_head.weight", mtc_registry_find(r, "lm_head.weight"), 0, V, 0));
+    return MTC_OK;
+}
+
+/* HF shape of an entry; returns ndim. */
+static int entry_shape(const mtc_registry *r, const hf_entry *e, int64_t s[2]) {
+    const mtc_param *p = &r->params[e->param];
+    if (p->ndim == 1) {
+        s[0] = e->nrows, s[1] = 1;
+        return 1;
+    }
+    s[0] = e->transpose ? p->shape[1] : e->nrows;
+    s[1] = e->transpose ? e->nrows : p->shape[1];
+    return 2;
+}
+
+/* ---- config.json ------------------------------------------------------- */
+
+static cJSON *hf_config(const mtc_model_config *c, int bf16) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+    float eps = mtc_model_norm_eps(c);
+    if (!model_family_is_llama(c)) {
+        cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+        cJSON_AddStringToObject(j, "model_type", "gpt2");
+        cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+        cJSON_AddNumberToObject(j, "n_positions", c->max_position_embeddings);
+        cJSON_AddNumberToObject(j, "n_ctx", c->max_position_embeddings);
+        cJSON_AddNumberToObject(j, "n_embd", c->hidden_size);
+        cJSON_AddNumberToObject(j, "n_layer", c->num_layers);
+        cJSON_AddNumberToObject(j, "n_head", c->num_heads);
+        cJSON_AddNumberToObject(j, "n_inner", c->ffn_hidden_size);
+        cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+        cJSON_AddNumberToObject(j, "resid_pdrop", c->hidden_dropout);
+        cJSON_AddNumberToObject(j, "embd_pdrop", c->hidden_dropout);
+        cJSON_AddNumberToObject(j, "attn_pdrop", c->attention_dropout);
+        cJSON_AddNumberToObject(j, "layer_norm_epsilon", eps);
+        cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+    } else {
+        cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+        cJSON_AddStringToObject(j, "model_type", "llama");
+        cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+        cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
+        cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_hidden_size);
+        cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
+        cJSON_AddNumberToObject(j, "num_attention_heads", c->num_heads);
+        cJSON_AddNumberToObject(j, "num_key_value_heads", mtc_model_groups(c));
+        cJSON_AddNumberToObject(j, "head_dim", mtc_model_head_size(c));
+        cJSON_AddStringToObject(j, "hidden_act", "silu");
+        cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_position_embeddings);
+        cJSON_AddNumberToObject(j, "rms_norm_eps", eps);
+        cJSON_AddNumberToObject(j, "rope_theta", c->rotary_base > 0 ? c->rotary_base : 10000.0);
+        cJSON_AddBoolToObject(j, "tie_word_embeddings", !c->untie_embeddings);
+        cJSON_AddBoolToObject(j, "attention_bias", 0);
+        cJSON_AddBoolToObject(j, "mlp_bias", 0);
+        cJSON_AddNullToObject(j, "rope_scaling");
+    }
+    cJSON_AddNumberToObject(j, "initializer_range", c->init_std > 0 ? c->init_std : 0.02);
+    cJSON_AddStringToObject(j, "torch_dtype", bf16 ? "bfloat16" : "float32");
+    return j;
+}
+
+static double jnum(const cJSON *j, const char *key, double dflt) {
+    const cJSON *x = cJSON_GetObjectItem(j, key);
+    return cJSON_IsNumber(x) ? x->valuedouble : dflt;
+}
+
+static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, int divisible,
+                                    mtc_model_config *c) {
+    memset(c, 0, sizeof *c);
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(j, "model_type"));
+    const mtc_result_t F = MTC_ERR_FORMAT;
+    if (!type) return mtc_error(F, "%s has no model_type", path);
+    if (!strcmp(type, "gpt2")) {
+        const char *act = cJSON_GetStringValue(cJSON_GetObjectItem(j, "activation_function"));
+        if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+            return mtc_error(MTC_ERR_UNSUPPORTED,
+                             "%s: activation_function %s (mtc's GPT-2 uses the tanh GELU, "
+                             "gelu_new)",
+                             path, act);
+        c->num_layers = (int)jnum(j, "n_layer", 0), c->hidden_size = (int)jnum(j, "n_embd", 0);
+        c->num_heads = (int)jnum(j, "n_head", 0);
+        c->ffn_hidden_size = (int)jnum(j, "n_inner", 4.0 * c->hidden_size);
+        c->max_position_embeddings = (int)jnum(j, "n_positions", 1024);
+        c->norm_epsilon = (float)jnum(j, "layer_norm_epsilon", 1e-5);
+        c->rotary_base = 10000, c->rotary_percent = 1.0f; /* unused: mtc train's defaults */
+    } else if (!strcmp(type, "llama")) {
+        if (cJSON_IsTrue(cJSON_GetObjectItem(j, "attention_bias")) ||
+            cJSON_IsTrue(cJSON_GetObjectItem(j, "mlp_bias")) ||
+            cJSON_IsObject(cJSON_GetObjectItem(j, "rope_scaling")))
+            return mtc_error(MTC_ERR_UNSUPPORTED,
+                             "%s: attention_bias, mlp_bias or rope_scaling are not supported",
+                             path);
+        c->num_layers = (int)jnum(j, "num_hidden_layers", 0);
+        c->hidden_size = (int)jnum(j, "hidden_size", 0);
+        c->num_heads = (int)jnum(j, "num_attention_heads", 0);
+        c->num_query_groups = (int)jnum(j, "num_key_value_heads", c->num_heads);
+        if (c->num_query_groups == c->num_heads) c->num_query_groups = 0;
+        int hd = (int)jnum(j, "head_dim", c->num_heads ? c->hidden_size / c->num_heads : 0);
+        c->kv_channels = c->num_heads && hd != c->hidden_size / c->num_heads ? hd : 0;
+        c->ffn_hidden_size = (int)jnum(j, "intermediate_size", 0);
+        c->max_position_embeddings = (int)jnum(j, "max_position_embeddings", 2048);
+        c->norm_epsilon = (float)jnum(j, "rms_norm_eps", 1e-6);
+        c->rotary_base = (float)jnum(j, "rope_theta", 10000);
+        c->rotary_percent = 1.0f;
+        c->normalization = MTC_NORM_RMSNORM, c->position_embedding = MTC_POS_ROPE;
+        c->swiglu = 1, c->disable_bias_linear = 1;
+        c->untie_embeddings = !cJSON_IsTrue(cJSON_GetObjectItem(j, "tie_word_embeddings"));
+    } else {
+        return mtc_error(MTC_ERR_UNSUPPORTED, "%s: model_type %s (mtc imports gpt2 and llama)",
+                         path, type);
+    }
+    c->vocab_size = (int)jnum(j, "vocab_size", 0);
+    c->init_std = (float)jnum(j, "initializer_range", 0.02);
+    int T = seq > 0 ? seq : c->max_position_embeddings < 1024 ? c->max_position_embeddings : 1024;
+    c->seq_length = T;
+    if (c->vocab_size < 1) return mtc_error(F, "%s: vocab_size missing", path);
+    c->padded_vocab_size = mtc_model_pad_vocab(c->vocab_size, divisible > 0 ? divisible : 128, 1);
+    if (mtc_model_config_validate(c) != MTC_OK)
+        return mtc_error(F, "%s: %s", path, mtc_error_detail());
+    return MTC_OK;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+static void write_json_file(const char *path, const cJSON *j, mtc_result_t *rc) {
+    if (*rc != MTC_OK) return;
+    char *text = cJSON_Print(j);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
+        *rc = mtc_error(MTC_ERR_IO, "cannot write %s", path);
+    if (f && fclose(f) != 0) *rc = mtc_error(MTC_ERR_IO, "cannot write %s", path);
+    free(text);
+}
+
+/* Writes entries [a, b) as one safetensors file. */
+static mtc_result_t write_safetensors(const mtc_model *m, const hf_table *t, int a, int b,
+                                      const char *path, int bf16) {
+    const mtc_registry *r = &m->reg;
+    cJSON *h = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    size_t at = 0, es = bf16 ? 2 : 4, maxn = 0;
+    for (int i = a; i < b; i++) {
+        int64_t s[2];
+        int nd = entry_shape(r, &t->v[i], s);
+        cJSON *e = cJSON_AddObjectToObject(h, t->v[i].name);
+        cJSON_AddStringToObject(e, "dtype", bf16 ? "BF16" : "F32");
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < nd; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)s[d]));
+        size_t n = (size_t)(s[0] * s[1]);
+        cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(at + n * es)));
+        at += n * es;
+        if (n > maxn) maxn = n;
+    }
+    char *text = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    if (!text) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "safetensors header");
+    size_t hl = strlen(text), padded = (hl + 7) / 8 * 8;
+    FILE *f = fopen(path, "wb");
+    float *buf = malloc((maxn ? maxn : 1) * sizeof(float));
+    mtc_result_t rc =
+        f && buf ? MTC_OK : mtc_error(MTC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    unsigned char len8[8];
+    for (int k = 0; k < 8; k++)
+        len8[k] = (unsigned char)((uint64_t)padded >> (8 * k));
+    if (rc == MTC_OK && (fwrite(len8, 1, 8, f) != 8 || fwrite(text, 1, hl, f) != hl))
+        rc = mtc_error(MTC_ERR_IO, "writing %s failed", path);
+    for (size_t k = hl; rc == MTC_OK && k < padded; k++)
+        fputc(' ', f);
+    for (int i = a; rc == MTC_OK && i < b; i++) {
+        const hf_entry *e = &t->v[i];
+        const mtc_param *p = &r->params[e->param];
+        int64_t cols = p->ndim == 2 ? p->shape[1] : 1, n = e->nrows * cols;
+        const float *src = m->params + p->offset + (size_t)(e->r0 * cols);
+        for (int64_t rr = 0; rr < e->nrows; rr++)
+            for (int64_t cc = 0; cc < cols; cc++)
+                buf[e->transpose ? cc * e->nrows + rr : rr * cols + cc] = src[rr * cols + cc];
+        size_t ok;
+        if (bf16) {
+            mtc_bf16 *h16 = (mtc_bf16 *)buf; /* in place: element k only reads k >= k/2 */
+            for (int64_t k = 0; k < n; k++)
+                h16[k] = mtc_f32_to_bf16(buf[k]);
+            ok = fwrite(h16, 2, (size_t)n, f) == (size_t)n;
+        } else {
+            ok = fwrite(buf, 4, (size_t)n, f) == (size_t)n;
+        }
+        if (!ok) rc = mtc_error(MTC_ERR_IO, "writing %s failed: %s", path, strerror(errno));
+    }
+    if (f && fclose(f) != 0 && rc == MTC_OK) rc = mtc_error(MTC_ERR_IO, "writing %s failed", path);
+    free(text), free(buf);
+    return rc;
+}
+
+mtc_result_t mtc_hf_export(const mtc_model *m, const char *tokenizer, const char *outdir,
+                           const mtc_hf_export_opts *o) {
+    hf_table t = {0};
+    mtc_result_t rc = hf_table_build(m, &t);
+    if (rc == MTC_OK && mkdir(outdir, 0755) != 0 && errno != EEXIST)
+        rc = mtc_error(MTC_ERR_IO, "cannot create %s: %s", outdir, strerror(errno));
+    int64_t limit = o && o->max_shard_bytes > 0 ? o->max_shard_bytes : (int64_t)5 << 30;
+    int bf16 = o && o->bf16;
+    /* shards: entries [cut[k], cut[k+1]) */
+    int *cut = calloc((size_t)t.n + 2, sizeof(int)), ncut = 0;
+    int64_t sz = 0, total = 0;
+    if (!cut && rc == MTC_OK) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "shards");
+    for (int i = 0; rc == MTC_OK && i < t.n; i++) {
+        int64_t s[2];
+        entry_shape(&m->reg, &t.v[i], s);
+        int64_t b = s[0] * s[1] * (bf16 ? 2 : 4);
+        if (i > 0 && sz + b > limit) cut[++ncut] = i, sz = 0;
+        sz += b, total += b;
+    }
+    if (cut) cut[++ncut] = t.n;
+    char path[4200];
+    if (rc == MTC_OK && ncut == 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors", outdir);
+        rc = write_safetensors(m, &t, 0, t.n, path, bf16);
+    } else if (rc == MTC_OK) {
+        cJSON *idx = cJSON_CreateObject();
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(idx, "metadata"), "total_size",
+                                (double)total);
+        cJSON *wm = cJSON_AddObjectToObject(idx, "weight_map");
+        for (int k = 0; rc == MTC_OK && k < ncut; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, ncut);
+            snprintf(path, sizeof path, "%s/%s", outdir, name);
+            rc = write_safetensors(m, &t, cut[k], cut[k + 1], path, bf16);
+            for (int i = cut[k]; i < cut[k + 1]; i++)
+                cJSON_AddStringToObject(wm, t.v[i].name, name);
+        }
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", outdir);
+        write_json_file(path, idx, &rc);
+        cJSON_Delete(idx);
+    }
+    if (rc == MTC_OK) {
+        cJSON *cfg = hf_config(&m->cfg, bf16);
+        snprintf(path, sizeof path, "%s/config.json", outdir);
+        write_json_file(path, cfg, &rc);
+        cJSON_Delete(cfg);
+    }
+    if (rc == MTC_OK) {
+        snprintf(path, sizeof path, "%s/mtc_tokenizer.txt", outdir);
+        FILE *f = fopen(path, "w");
+        if (!f || fprintf(f, "%s\n", tokenizer && tokenizer[0] ? tokenizer : "none") < 0 ||
+            fclose(f) != 0)
+            rc = mtc_error(MTC_ERR_IO, "cannot write %s", path);
+    }
+    free(cut), free(t.v);
+    return rc;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+/* IEEE half to float (subnormals, infinities and NaN included). */
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    } else if (m) { /* subnormal: normalise */
+        e = 113;
+        while (!(m & 0x400))
+            m <<= 1, e--;
+        u = sign | (e << 23) | ((m & 0x3ff) << 13);
+    } else {
+        u = sign;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef struct {
+    char path[4200];
+    unsigned char *data; /* the whole file */
+    size_t size, data_at;
+    cJSON *header;
+} st_file;
+
+static mtc_result_t st_open(const char *path, st_file *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    char *text = NULL;
+    MTC_CHECK(ckpt_read_text(path, &text, &f->size));
+    f->data = (unsigned char *)text;
+    uint64_t n = 0;
+    for (int k = 0; f->size >= 8 && k < 8; k++)
+        n |= (uint64_t)f->data[k] << (8 * k);
+    if (f->size < 8 || n > 100000000 || n > f->size - 8)
+        return mtc_error(MTC_ERR_FORMAT, "%s is not a safetensors file (header length %llu)", path,
+                         (unsigned long long)n);
+    f->header = cJSON_ParseWithLength((const char *)f->data + 8, (size_t)n);
+    f->data_at = 8 + (size_t)n;
+    if (!cJSON_IsObject(f->header))
+        return mtc_error(MTC_ERR_FORMAT, "%s: the safetensors header is not a JSON object", path);
+    return MTC_OK;
+}
+
+static void st_close(st_file *f) {
+    cJSON_Delete(f->header);
+    free(f->data);
+    memset(f, 0, sizeof *f);
+}
+
+/* Fills dst (n floats) from tensor `name` of shape s (ndim nd). */
+static mtc_result_t st_read(const st_file *f, const char *name, int nd, const int64_t s[2],
+                            float *dst) {
+    const cJSON *e = cJSON_GetObjectItem(f->header, name);
+    if (!e) return mtc_error(MTC_ERR_FORMAT, "%s has no tensor %s", f->path, name);
+    const char *dt = cJSON_GetStringValue(cJSON_GetObjectItem(e, "dtype"));
+    const cJSON *sh = cJSON_GetObjectItem(e, "shape"),
+                *off = cJSON_GetObjectItem(e, "data_offsets");
+    int es = !dt ? 0 : !strcmp(dt, "F32") ? 4 : !strcmp(dt, "BF16") || !strcmp(dt, "F16") ? 2 : 0;
+    if (!es)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (F32, BF16 or F16)",
+                         f->path, name, dt ? dt : "?");
+    int ok = cJSON_GetArraySize(sh) == nd && cJSON_GetArraySize(off) == 2;
+    for (int d = 0; ok && d < nd; d++) {
+        const cJSON *x = cJSON_GetArrayItem(sh, d);
+        ok = cJSON_IsNumber(x) && x->valuedouble == (double)s[d];
+    }
+    if (!ok) {
+        char *got = cJSON_PrintUnformatted(sh);
+        mtc_result_t rc = mtc_error(MTC_ERR_FORMAT,
+                                    "%s: tensor %s has shape %s, the configuration gives (%lld, "
+                                    "%lld)",
+                                    f->path, name, got ? got : "?", (long long)s[0],
+                                    (long long)(nd == 2 ? s[1] : 1));
+        free(got);
+        return rc;
+    }
+    double b0 = cJSON_GetArrayItem(off, 0)->valuedouble,
+           b1 = cJSON_GetArrayItem(off, 1)->valuedouble;
+    size_t n = (size_t)(s[0] * (nd == 2 ? s[1] : 1));
+    if (!(b0 >= 0 && b1 == b0 + (double)(n * (size_t)es) && f->data_at + b1 <= f->size))
+        return mtc_error(MTC_ERR_FORMAT, "%s: tensor %s has data_offsets outside the file", f->path,
+                         name);
+    const unsigned char *p = f->data + f->data_at + (size_t)b0;
+    for (size_t k = 0; k < n; k++) {
+        if (es == 4) {
+            memcpy(&dst[k], p + 4 * k, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, p + 2 * k, 2);
+            dst[k] = !strcmp(dt, "BF16") ? mtc_bf16_to_f32(h) : f16_to_f32(h);
+        }
+    }
+    return MTC_OK;
+}
+
+mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mtc_model **out,
+                           char *tokenizer) {
+    *out = NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL;
+    MTC_CHECK(ckpt_read_text(path, &text, NULL));
+    cJSON *cj = cJSON_Parse(text);
+    free(text);
+    mtc_model_config cfg;
+    mtc_result_t rc = cj ? hf_config_parse(cj, path, seq_length, divisible_by, &cfg)
+                         : mtc_error(MTC_ERR_FORMAT, "%s is not JSON", path);
+    cJSON_Delete(cj);
+    MTC_CHECK(rc);
+    mtc_model *m = NULL;
+    MTC_CHECK(mtc_model_init(&cfg, 1, 1, NULL, &m));
+    hf_table t = {0};
+    rc = hf_table_build(m, &t);
+    /* the files: one, or the index's */
+    cJSON *wm = NULL, *idx = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    struct stat st;
+    if (rc == MTC_OK && stat(path, &st) == 0) {
+        rc = ckpt_read_text(path, &text, NULL);
+        idx = rc == MTC_OK ? cJSON_Parse(text) : NULL;
+        free(text);
+        wm = cJSON_GetObjectItem(idx, "weight_map");
+        if (rc == MTC_OK && !cJSON_IsObject(wm))
+            rc = mtc_error(MTC_ERR_FORMAT, "%s has no weight_map", path);
+    }
+    st_file f = {0};
+    float *buf = NULL;
+    size_t cap = 0;
+    for (int i = 0; rc == MTC_OK && i < t.n; i++) {
+        const hf_entry *e = &t.v[i];
+        const char *file =
+            wm ? cJSON_GetStringValue(cJSON_GetObjectItem(wm, e->name)) : "model.safetensors";
+        if (!file || strchr(file, '/')) {
+            rc = mtc_error(MTC_ERR_FORMAT, "%s/model.safetensors.index.json maps no file to %s",
+                           dir, e->name);
+            break;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (strcmp(path, f.path)) {
+            st_close(&f);
+            rc = st_open(path, &f);
+            if (rc != MTC_OK) break;
+        }
+        int64_t s[2];
+        int nd = entry_shape(&m->reg, e, s);
+        size_t n = (size_t)(s[0] * s[1]);
+        if (n > cap) {
+            free(buf);
+            buf = malloc(n * sizeof(float));
+            cap = buf ? n : 0;
+            if (!buf) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "reading %s", e->name);
+        }
+        if (rc == MTC_OK) rc = st_read(&f, e->name, nd, s, buf);
+        if (rc != MTC_OK) break;
+        const mtc_param *p = &m->reg.params[e->param];
+        int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+        float *dst = m->params + p->offset + (size_t)(e->r0 * cols);
+        for (int64_t rr = 0; rr < e->nrows; rr++)
+            for (int64_t cc = 0; cc < cols; cc++)
+                dst[rr * cols + cc] = buf[e->transpose ? cc * e->nrows + rr : rr * cols + cc];
+    }
+    st_close(&f);
+    cJSON_Delete(idx);
+    free(buf), free(t.v);
+    snprintf(tokenizer, MTC_CKPT_TOKENIZER_MAX, "none");
+    snprintf(path, sizeof path, "%s/mtc_tokenizer.txt", dir);
+    if (rc == MTC_OK && stat(path, &st) == 0 && ckpt_read_text(path, &text, NULL) == MTC_OK) {
+        text[strcspn(text, "\n")] = 0;
+        snprintf(tokenizer, MTC_CKPT_TOKENIZER_MAX, "%s", text);
+        free(text);
+    }
+    if (rc != MTC_OK) {
+        mtc_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return MTC_OK;
+}

@@ -1,0 +1,51 @@
+/* ckpt/hf.h - Hugging Face export and import: model.safetensors (sharded
+ * with model.safetensors.index.json above a size limit) and config.json,
+ * for GPT2LMHeadModel and LlamaForCausalLM.
+ *
+ * safetensors: 8-byte little-endian header length N, N bytes of JSON
+ * (padded with spaces to a multiple of 8) mapping each name to
+ * {"dtype", "shape", "data_offsets": [begin, end)} relative to the data that
+ * follows, contiguous from 0; "__metadata__": {"format": "pt"}.
+ *
+ * From mtc's registry (weights (out, in) as nn.Linear, fused [q|k|v] and
+ * [gate|up] rows, the vocabulary padded for Megatron):
+ *   GPT-2   transformer.{wte,wpe,h.N.*,ln_f}; the four Conv1D weights
+ *           (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) transposed to
+ *           (in, out); wte cut to the real vocabulary; the head tied (no
+ *           lm_head.weight).
+ *   Llama   model.embed_tokens, model.layers.N.{input_layernorm,
+ *           self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+ *           mlp.{gate,up,down}_proj}, model.norm, lm_head (untied only):
+ *           qkv_proj's row blocks become q/k/v_proj, gate_up_proj's
+ *           gate/up_proj; no RoPE permutation (both rotate halves).
+ * Import is the inverse (F32, BF16 or F16 tensors; padded vocabulary rows
+ * zero). Models outside these two shapes (e.g. GPT-2 without biases, Llama
+ * with biases or interleaved RoPE) are refused with UNSUPPORTED naming why.
+ * Relies on the registry, cJSON, core/dtype.h. Does not write Hugging Face
+ * tokenizer files (mtc's byte/char vocabularies are stored in
+ * mtc_tokenizer.txt, which import reads back). */
+#ifndef MTC_CKPT_HF_H
+#define MTC_CKPT_HF_H
+
+#include <stdint.h>
+
+#include "core/result.h"
+#include "model/model.h"
+
+typedef struct {
+    int bf16;                /* BF16 tensors instead of F32 */
+    int64_t max_shard_bytes; /* split above this (0: 5 GB, Hugging Face's default) */
+} mtc_hf_export_opts;
+
+/* Writes outdir/{model.safetensors | model-0000k-of-0000n.safetensors +
+ * index}, config.json and mtc_tokenizer.txt for a serial model m. */
+mtc_result_t mtc_hf_export(const mtc_model *m, const char *tokenizer, const char *outdir,
+                           const mtc_hf_export_opts *o);
+/* Reads such a folder into a new serial model (seq_length: the model's
+ * context for training, 0 = min(max positions, 1024); the vocabulary padded
+ * to a multiple of divisible_by). tokenizer (MTC_CKPT_TOKENIZER_MAX) gets
+ * mtc_tokenizer.txt or "none". */
+mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mtc_model **out,
+                           char *tokenizer);
+
+#endif

@@ -1,0 +1,108 @@
+/* cli/cmd_export.c - `mtc export` and `mtc import`: a checkpoint (directory
+ * or single-file model, its latest iteration's weights) to a Hugging Face
+ * folder (model.safetensors + config.json, ckpt/hf.h) or a GGUF file for
+ * llama.cpp (ckpt/gguf.h); and a Hugging Face folder back into an mtc
+ * checkpoint directory that `mtc train --load` resumes in any layout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/gguf.h"
+#include "ckpt/hf.h"
+#include "ckpt/state.h"
+#include "cli/cli.h"
+
+int cli_cmd_export(int argc, char **argv) {
+    const char *load = NULL, *format = NULL, *out = NULL, *dtype = "fp32";
+    int64_t shard = 0;
+    mtc_arg args[] = {
+        {"load", NULL, MTC_ARG_STRING, &load, "DIR",
+         "checkpoint directory (its latest iteration) or single-file model (required)", 0},
+        {"format", NULL, MTC_ARG_STRING, &format, "F", "safetensors or gguf (required)", 0},
+        {"out", NULL, MTC_ARG_STRING, &out, "PATH",
+         "output folder (safetensors) or file (gguf) (required)", 0},
+        {"dtype", NULL, MTC_ARG_STRING, &dtype, "T",
+         "fp32 or bf16 (safetensors), fp32 or fp16 (gguf) (default fp32)", 0},
+        {"max-shard-size", NULL, MTC_ARG_I64, &shard, "BYTES",
+         "split model.safetensors above this size, with an index (default 5 GB)", 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    int st = cli_parse("export", "--load DIR --format safetensors|gguf --out PATH [options]",
+                       "Export a checkpoint's weights for Hugging Face transformers "
+                       "(GPT2LMHeadModel, LlamaForCausalLM) or llama.cpp (GGUF).",
+                       args, nargs, argc, argv);
+    if (st >= 0) return st;
+    if (!load || !format || !out)
+        return cli_usage_error("export", "--load, --format and --out are required");
+    int gguf = !strcmp(format, "gguf");
+    if (!gguf && strcmp(format, "safetensors"))
+        return cli_usage_error("export", "format=%s is unknown (use safetensors or gguf)", format);
+    int half = !strcmp(dtype, gguf ? "fp16" : "bf16");
+    if (!half && strcmp(dtype, "fp32"))
+        return cli_usage_error("export", "dtype=%s is not available for %s (use fp32 or %s)", dtype,
+                               format, gguf ? "fp16" : "bf16");
+    if (shard < 0)
+        return cli_usage_error("export", "max-shard-size=%lld must be >= 1", (long long)shard);
+    mtc_ckpt_info info;
+    if (mtc_ckpt_read_info(load, &info) != MTC_OK)
+        return cli_usage_error("export", "%s", mtc_error_detail());
+    info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
+    mtc_model *m = NULL;
+    mtc_result_t rc = mtc_model_init(&info.cfg, 1, 1, NULL, &m);
+    if (rc == MTC_OK) rc = mtc_ckpt_load(m, load, &info);
+    if (rc == MTC_OK && gguf) {
+        mtc_gguf_export_opts go = {.f16 = half};
+        rc = mtc_gguf_export(m, info.tokenizer, out, &go);
+    } else if (rc == MTC_OK) {
+        mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard};
+        rc = mtc_hf_export(m, info.tokenizer, out, &ho);
+    }
+    mtc_model_free(m);
+    if (rc == MTC_ERR_FORMAT || rc == MTC_ERR_UNSUPPORTED || rc == MTC_ERR_INVALID_ARGUMENT)
+        return cli_usage_error("export", "%s", mtc_error_detail());
+    if (rc != MTC_OK) return cli_fail("export", rc);
+    printf("exported %s (iteration %lld) to %s\n", load, (long long)info.iteration, out);
+    return 0;
+}
+
+int cli_cmd_import(int argc, char **argv) {
+    const char *load = NULL, *save = NULL, *format = "safetensors";
+    int seq = 0, divisible = 128;
+    mtc_arg args[] = {
+        {"load", NULL, MTC_ARG_STRING, &load, "DIR",
+         "Hugging Face folder: config.json + model.safetensors (or its index) (required)", 0},
+        {"save", NULL, MTC_ARG_STRING, &save, "DIR",
+         "the mtc checkpoint directory to write (required)", 0},
+        {"format", NULL, MTC_ARG_STRING, &format, "F", "safetensors (default)", 0},
+        {"seq-length", NULL, MTC_ARG_INT, &seq, "N",
+         "context the checkpoint records (default min(max positions, 1024))", 0},
+        {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N",
+         "pad the vocabulary to a multiple (default 128)", 0},
+    };
+    int nargs = (int)(sizeof args / sizeof args[0]);
+    int st = cli_parse("import", "--load HF_DIR --save DIR [options]",
+                       "Build an mtc checkpoint (iteration 0, no optimizer state) from a Hugging "
+                       "Face GPT-2 or Llama folder; `mtc train --load DIR` then trains it in any "
+                       "layout.",
+                       args, nargs, argc, argv);
+    if (st >= 0) return st;
+    if (!load || !save) return cli_usage_error("import", "--load and --save are required");
+    if (strcmp(format, "safetensors"))
+        return cli_usage_error("import", "format=%s is unknown (use safetensors)", format);
+    if (seq < 0) return cli_usage_error("import", "seq-length=%d must be >= 1", seq);
+    if (divisible < 1)
+        return cli_usage_error("import", "make-vocab-size-divisible-by=%d must be >= 1", divisible);
+    mtc_model *m = NULL;
+    char tok[MTC_CKPT_TOKENIZER_MAX];
+    mtc_result_t rc = mtc_hf_import(load, seq, divisible, &m, tok);
+    if (rc == MTC_OK) rc = mtc_ckpt_dist_save_model(m, save, tok);
+    int L = m ? m->cfg.num_layers : 0;
+    mtc_model_free(m);
+    if (rc == MTC_ERR_FORMAT || rc == MTC_ERR_UNSUPPORTED || rc == MTC_ERR_INVALID_ARGUMENT ||
+        rc == MTC_ERR_IO)
+        return cli_usage_error("import", "%s", mtc_error_detail());
+    if (rc != MTC_OK) return cli_fail("import", rc);
+    printf("imported %s (%d layers) into %s/iter_0000000\n", load, L, save);
+    return 0;
+}

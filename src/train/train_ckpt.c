@@ -1,0 +1,218 @@
+/* train/train_ckpt.c - one rank's side of directory checkpoints (ckpt/dist.h):
+ * which pieces of its state it writes, which it reads, and the common state
+ * (iteration, consumed samples, optimizer step, scheduler, seed, arguments).
+ *
+ * Save (collective over the world, no gather):
+ *   rank 0: begin ── barrier ── every rank: write_shard ── barrier ──
+ *   rank 0: commit (metadata.json, rename, tracker) ── barrier
+ * Each element is written once: weights and plain-AdamW moments are
+ * replicated over data parallelism (and over TP for tp_duplicate params),
+ * so the replica that writes a tensor is picked by a hash of its key (the
+ * writes spread over the DP x CP ranks, and over TP for the duplicates); a
+ * distributed optimizer's shards are each rank's own (with several
+ * instances, one instance writes each piece, spread by the same hash); the
+ * last stage's copy of a tied embedding is never written.
+ * Load: every rank lists what it holds in its own layout (weights, and the
+ * moments of its whole buffer or of its optimizer shard) and reads the
+ * overlapping stored pieces: any tp x pp x vpp x dp x distopt layout loads
+ * into any other. Relies on ckpt/, dp/, optim/, comm/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/state.h"
+#include "core/timer.h"
+#include "train/train_internal.h"
+
+/* This replica writes a piece of hash h when h picks it among n. */
+static int picks(uint32_t h, int n, int r) { return n <= 1 || (int)(h % (uint32_t)n) == r; }
+
+static uint32_t key_hash(const char *key, uint32_t salt) {
+    return mtc_crc32c(salt, key, strlen(key));
+}
+
+static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_pieces *l,
+                                 int for_save, int with_optim) {
+    const mtc_model *m = ch->model;
+    const mtc_registry *r = &m->reg;
+    int tp_rank = train_tp_rank(x), tp = x->tp ? mtc_comm_size(x->tp) : 1;
+    char key[MTC_CKPT_KEY_MAX];
+    for (int i = 0; i < r->count; i++) {
+        const mtc_param *p = &r->params[i];
+        if (for_save && p->shared_copy) continue;
+        for (int which = 0; which < (with_optim && !ch->dopt ? 3 : 1); which++) {
+            mtc_ckpt_key(key, sizeof key, which, p->name);
+            uint32_t h = key_hash(key, 0);
+            if (for_save && !(picks(h, x->dp_size, x->dp_rank) &&
+                              (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
+                continue;
+            float *base = which == 0 ? m->params : which == 1 ? ch->opt.m : ch->opt.v;
+            MTC_CHECK(
+                mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base + p->offset, 0, p->local_numel));
+        }
+    }
+    if (!with_optim || !ch->dopt) return MTC_OK;
+    const mtc_distopt *o = ch->dopt;
+    mtc_comm_t inter = ch->ddp->comms.inter;
+    int nd = inter ? mtc_comm_size(inter) : 1, ir = inter ? mtc_comm_rank(inter) : 0;
+    for (int k = 0; k < o->npieces; k++) {
+        const mtc_distopt_piece *pc = &o->pieces[k];
+        const mtc_param *p = &r->params[pc->param];
+        if (for_save && p->shared_copy) continue;
+        size_t a = (size_t)pc->start - p->offset, b = a + (size_t)pc->n;
+        for (int which = 1; which <= 2; which++) {
+            mtc_ckpt_key(key, sizeof key, which, p->name);
+            uint32_t h = key_hash(key, (uint32_t)k);
+            if (for_save &&
+                !(picks(h, nd, ir) && (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
+                continue;
+            float *base = (which == 1 ? o->m : o->v) + pc->state;
+            MTC_CHECK(mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base, a, b));
+        }
+    }
+    return MTC_OK;
+}
+
+static mtc_result_t train_ckpt_pieces(train_rank *x, mtc_ckpt_pieces *l, int for_save,
+                                      int with_optim) {
+    for (int k = 0; k < x->vpp; k++)
+        MTC_CHECK(chunk_pieces(x, &x->chunks[k], l, for_save, with_optim));
+    return MTC_OK;
+}
+
+/* Everything that is not a tensor (Megatron's common.pt). */
+static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consumed) {
+    const mtc_train_config *c = x->cfg;
+    cJSON *j = cJSON_CreateObject();
+    char s[32];
+    cJSON_AddNumberToObject(j, "iteration", (double)it);
+    cJSON_AddNumberToObject(j, "consumed_samples", (double)consumed);
+    cJSON_AddNumberToObject(j, "optimizer_step", (double)x->step);
+    cJSON_AddBoolToObject(j, "has_optimizer", 1);
+    cJSON_AddStringToObject(j, "tokenizer", c->tokenizer ? c->tokenizer : "none");
+    cJSON_AddItemToObject(j, "model", mtc_ckpt_config_json(&c->model));
+    /* mtc's counter-based generator: dropout is keyed by (seed, iteration) */
+    cJSON *rng = cJSON_AddObjectToObject(j, "rng");
+    snprintf(s, sizeof s, "%llu", (unsigned long long)c->seed);
+    cJSON_AddStringToObject(rng, "seed", s);
+    cJSON_AddNumberToObject(rng, "position", (double)it);
+    cJSON *sch = cJSON_AddObjectToObject(j, "opt_param_scheduler");
+    static const char *styles[] = {"constant", "linear", "cosine"};
+    cJSON_AddNumberToObject(sch, "max_lr", c->lr.lr);
+    cJSON_AddNumberToObject(sch, "min_lr", c->lr.min_lr);
+    cJSON_AddNumberToObject(sch, "lr_warmup_steps", (double)c->lr.warmup_iters);
+    cJSON_AddNumberToObject(sch, "lr_decay_steps", (double)c->lr.decay_iters);
+    cJSON_AddStringToObject(sch, "lr_decay_style", styles[c->lr.style]);
+    cJSON_AddNumberToObject(sch, "num_steps", (double)x->step);
+    cJSON_AddNumberToObject(sch, "start_wd", c->adam.weight_decay);
+    cJSON_AddNumberToObject(sch, "end_wd", c->adam.weight_decay);
+    cJSON_AddStringToObject(sch, "wd_incr_style", "constant");
+    cJSON_AddNumberToObject(sch, "wd_incr_steps", (double)c->train_iters);
+    cJSON *a = cJSON_AddObjectToObject(j, "args");
+    cJSON_AddNumberToObject(a, "world_size", mtc_comm_size(x->world));
+    cJSON_AddNumberToObject(a, "tensor_model_parallel_size", c->tp > 0 ? c->tp : 1);
+    cJSON_AddNumberToObject(a, "pipeline_model_parallel_size", x->pp_size);
+    cJSON_AddNumberToObject(a, "virtual_pipeline_model_parallel_size", x->vpp);
+    cJSON_AddNumberToObject(a, "data_parallel_size", x->dp_size);
+    cJSON_AddBoolToObject(a, "sequence_parallel", c->sequence_parallel);
+    cJSON_AddBoolToObject(a, "use_distributed_optimizer", c->use_distributed_optimizer);
+    cJSON_AddNumberToObject(a, "num_distributed_optimizer_instances",
+                            c->num_distopt_instances > 1 ? c->num_distopt_instances : 1);
+    cJSON_AddNumberToObject(a, "micro_batch_size", c->micro_batch);
+    cJSON_AddNumberToObject(a, "global_batch_size", c->global_batch);
+    cJSON_AddNumberToObject(a, "train_iters", (double)c->train_iters);
+    cJSON_AddStringToObject(a, "seed", s);
+    cJSON_AddNumberToObject(a, "adam_beta1", c->adam.beta1);
+    cJSON_AddNumberToObject(a, "adam_beta2", c->adam.beta2);
+    cJSON_AddNumberToObject(a, "adam_eps", c->adam.eps);
+    cJSON_AddNumberToObject(a, "weight_decay", c->adam.weight_decay);
+    cJSON_AddNumberToObject(a, "clip_grad", c->clip_grad);
+    cJSON_AddNumberToObject(a, "hidden_dropout", c->model.hidden_dropout);
+    cJSON_AddNumberToObject(a, "attention_dropout", c->model.attention_dropout);
+    return j;
+}
+
+mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE *out) {
+    const mtc_train_config *c = x->cfg;
+    uint64_t t0 = mtc_time_ns();
+    /* comm: wait for the distributed optimizer's all-gathers */
+    MTC_CHECK(train_params_wait(x));
+    if (x->world_rank == 0) MTC_CHECK(mtc_ckpt_dist_begin(c->save_path, it));
+    MTC_CHECK(mtc_barrier(x->world)); /* comm: barrier(world) */
+    mtc_ckpt_pieces l = {0};
+    mtc_result_t rc = train_ckpt_pieces(x, &l, 1, 1);
+    if (rc == MTC_OK) rc = mtc_ckpt_dist_write_shard(c->save_path, it, x->world_rank, l.v, l.n);
+    mtc_ckpt_pieces_free(&l);
+    MTC_CHECK(rc);
+    MTC_CHECK(mtc_barrier(x->world)); /* every shard is durable */
+    if (x->world_rank == 0) {
+        cJSON *common = train_ckpt_common(x, it, consumed);
+        rc = common ? mtc_ckpt_dist_commit(c->save_path, it, mtc_comm_size(x->world), common)
+                    : mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint state");
+        cJSON_Delete(common);
+        MTC_CHECK(rc);
+    }
+    MTC_CHECK(mtc_barrier(x->world)); /* the tracker names the new checkpoint */
+    x->last_saved = it;
+    if (out && !c->quiet) {
+        char dir[4096];
+        mtc_ckpt_dist_dirname(dir, sizeof dir, c->save_path, it, 0);
+        fprintf(out, "  successfully saved checkpoint from iteration %7lld to %s [ %.3f s ]\n",
+                (long long)it, dir, (double)(mtc_time_ns() - t0) * 1e-9);
+        fflush(out);
+    }
+    return MTC_OK;
+}
+
+static int64_t common_int(const cJSON *j, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(j, key);
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (int64_t)v->valuedouble : -1;
+}
+
+mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
+    const mtc_train_config *c = x->cfg;
+    int found = 0;
+    int64_t it = 0;
+    MTC_CHECK(mtc_ckpt_dist_find(c->load_path, c->ckpt_step, &it, &found));
+    if (!found) return MTC_OK; /* the CLI warned: start from scratch */
+    uint64_t t0 = mtc_time_ns();
+    mtc_ckpt_dist *ck = NULL;
+    MTC_CHECK(mtc_ckpt_dist_open(c->load_path, it, &ck));
+    const cJSON *common = mtc_ckpt_dist_common(ck);
+    int64_t saved_it = common_int(common, "iteration");
+    int64_t consumed = common_int(common, "consumed_samples");
+    int64_t step = common_int(common, "optimizer_step");
+    mtc_result_t rc = MTC_OK;
+    if (saved_it != it || consumed < 0 || step < 0)
+        rc = mtc_error(MTC_ERR_FORMAT,
+                       "%s lacks the iteration, consumed samples or optimizer step (a corrupted "
+                       "checkpoint)",
+                       mtc_ckpt_dist_path(ck));
+    int with_optim = !c->finetune && !c->no_load_optim &&
+                     cJSON_IsTrue(cJSON_GetObjectItem(common, "has_optimizer"));
+    mtc_ckpt_pieces l = {0};
+    if (rc == MTC_OK) rc = train_ckpt_pieces(x, &l, 0, with_optim);
+    if (rc == MTC_OK) rc = mtc_ckpt_dist_read(ck, l.v, l.n);
+    mtc_ckpt_pieces_free(&l);
+    if (rc == MTC_OK && !c->finetune) {
+        x->start_iteration = it, x->start_consumed = (uint64_t)consumed;
+        x->step = step;
+    }
+    for (int k = 0; rc == MTC_OK && with_optim && k < x->vpp; k++) {
+        if (x->chunks[k].dopt)
+            x->chunks[k].dopt->step = step;
+        else
+            x->chunks[k].opt.step = step;
+    }
+    if (rc == MTC_OK && out && !c->quiet) {
+        fprintf(out,
+                "  successfully loaded checkpoint from %s [ iteration %lld, consumed samples "
+                "%lld%s%s, %.3f s ]\n",
+                mtc_ckpt_dist_path(ck), (long long)it, (long long)consumed,
+                with_optim ? ", optimizer state" : ", no optimizer state",
+                c->finetune ? ", finetune: iteration 0" : "", (double)(mtc_time_ns() - t0) * 1e-9);
+        fflush(out);
+    }
+    mtc_ckpt_dist_close(ck);
+    return rc;
+}

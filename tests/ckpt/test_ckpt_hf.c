@@ -1,0 +1,169 @@
+/* tests/ckpt/test_ckpt_hf.c - Hugging Face safetensors export and import.
+ *
+ * Two tiny models with every weight perturbed (no all-ones norms, no zero
+ * biases): a GPT-2 and a Llama (GQA 2 key/value groups over 4 heads,
+ * SwiGLU, RoPE, untied head). For each:
+ *   - export F32 -> import: every tensor bit for bit (the vocabulary's
+ *     padding rows are not exported and come back zero);
+ *   - sharded export (a 20 kB limit: several files and the index) -> the same;
+ *   - BF16 export -> import: each value is the bf16 rounding of the original;
+ *   - mtc's logits of fixed tokens against tests/data/ckpt/hf_logits.txt,
+ *     made by tests/reference/hf_reader.py (an independent reader of the
+ *     exported folder: the safetensors header parsed by hand, GPT-2 and
+ *     Llama written on Hugging Face's conventions in PyTorch) to 1e-5.
+ * `test_ckpt_hf --export DIR` writes DIR/gpt2 and DIR/llama for that script. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf.h"
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "test.h"
+
+#define T_LEN 8
+static const int TOKENS[T_LEN] = {3, 17, 42, 5, 60, 11, 0, 33};
+
+static mtc_model *make(int llama) {
+    mtc_model_config c = {.num_layers = 2,
+                          .hidden_size = 32,
+                          .num_heads = 4,
+                          .ffn_hidden_size = llama ? 48 : 128,
+                          .seq_length = T_LEN,
+                          .max_position_embeddings = 16,
+                          .vocab_size = 61,
+                          .padded_vocab_size = 64,
+                          .init_std = 0.2f};
+    if (llama) {
+        c.normalization = MTC_NORM_RMSNORM, c.position_embedding = MTC_POS_ROPE;
+        c.swiglu = 1, c.num_query_groups = 2, c.untie_embeddings = 1, c.disable_bias_linear = 1;
+        c.norm_epsilon = 1e-6f, c.rotary_base = 10000;
+    }
+    mtc_model *m = NULL;
+    if (mtc_model_init(&c, 1, 1, NULL, &m) != MTC_OK) return NULL;
+    mtc_model_init_params(m, 7);
+    for (size_t i = 0; i < m->reg.total; i++) /* every tensor non-trivial */
+        m->params[i] += 0.1f * mtc_rng_normal(99, 1, i);
+    return m;
+}
+
+static int is_vocab(const mtc_param *p) { return p->split_rule == MTC_SPLIT_VOCAB; }
+
+/* b's params against a's: exact (bf16 = 0) or a's bf16 rounding; the
+ * vocabulary's padding rows must be zero in b. */
+static void same_params(const char *what, const mtc_model *a, const mtc_model *b, int bf16) {
+    int bad = 0;
+    for (int i = 0; i < a->reg.count; i++) {
+        const mtc_param *p = &a->reg.params[i];
+        size_t real = is_vocab(p) ? (size_t)a->cfg.vocab_size * (size_t)p->shape[1] : p->numel;
+        for (size_t k = 0; k < p->numel; k++) {
+            float x = a->params[p->offset + k], y = b->params[p->offset + k];
+            float want = k >= real ? 0.0f : bf16 ? mtc_bf16_to_f32(mtc_f32_to_bf16(x)) : x;
+            if (memcmp(&want, &y, 4) && bad++ < 3)
+                fprintf(stderr, "%s: %s[%zu] = %.9g, expected %.9g\n", what, p->name, k, y, want);
+        }
+    }
+    T_CHECKF(bad == 0, "%s: %d values differ", what, bad);
+}
+
+static void round_trip(mtc_model *m, const char *dir, const mtc_hf_export_opts *o,
+                       const char *what) {
+    T_CHECK(mtc_hf_export(m, "byte", dir, o) == MTC_OK);
+    mtc_model *b = NULL;
+    char tok[MTC_CKPT_TOKENIZER_MAX];
+    mtc_result_t rc = mtc_hf_import(dir, T_LEN, 64, &b, tok);
+    T_CHECKF(rc == MTC_OK, "%s: %s", what, mtc_error_detail());
+    if (!b) return;
+    T_CHECK(!strcmp(tok, "byte"));
+    T_CHECK(
+        !memcmp(&b->reg.params[0].shape, &m->reg.params[0].shape, sizeof m->reg.params[0].shape));
+    same_params(what, m, b, o->bf16);
+    mtc_model_free(b);
+}
+
+/* The fixture's logits of model `name`: T_LEN x V values. */
+static int read_fixture(const char *name, float *out, int n) {
+    FILE *f = fopen("tests/data/ckpt/hf_logits.txt", "r");
+    if (!f) return 0;
+    char key[32];
+    int cnt, got = 0;
+    while (fscanf(f, "%31s %d", key, &cnt) == 2) {
+        int mine = !strcmp(key, name) && cnt == n;
+        for (int i = 0; i < cnt; i++) {
+            float v;
+            if (fscanf(f, "%f", &v) != 1) break;
+            if (mine) out[i] = v, got++;
+        }
+        if (mine) break;
+    }
+    fclose(f);
+    return got == n;
+}
+
+static void against_reference(mtc_model *m, const char *name) {
+    int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, n = T_LEN * V;
+    float *ref = malloc((size_t)n * sizeof(float));
+    T_CHECKF(read_fixture(name, ref, n), "tests/data/ckpt/hf_logits.txt lacks %s", name);
+    mtc_model_pass pass = {0};
+    mtc_model_forward(m, 0, TOKENS, NULL, 1, T_LEN, &pass);
+    const float *lg = mtc_model_logits(m);
+    double maxerr = 0, scale = 0;
+    for (int t = 0; t < T_LEN; t++)
+        for (int v = 0; v < V; v++) {
+            double e = fabs((double)lg[t * Vp + v] - ref[t * V + v]);
+            if (e > maxerr) maxerr = e;
+            if (fabs(ref[t * V + v]) > scale) scale = fabs(ref[t * V + v]);
+        }
+    T_CHECKF(maxerr <= 1e-5 * (scale > 1 ? scale : 1), "%s: logits differ by %.3g (scale %.3g)",
+             name, maxerr, scale);
+    printf("%s: logits of the exported model, PyTorch reader vs mtc: max error %.3g (scale %.3g)\n",
+           name, maxerr, scale);
+    free(ref);
+}
+
+int main(int argc, char **argv) {
+    mtc_model *g = make(0), *l = make(1);
+    T_CHECK(g && l);
+    if (!g || !l) return T_DONE();
+    if (argc == 3 && !strcmp(argv[1], "--export")) { /* for tests/reference/hf_reader.py */
+        char d[4096];
+        mtc_hf_export_opts o = {0};
+        snprintf(d, sizeof d, "%s/gpt2", argv[2]);
+        T_CHECK(mtc_hf_export(g, "byte", d, &o) == MTC_OK);
+        snprintf(d, sizeof d, "%s/llama", argv[2]);
+        T_CHECK(mtc_hf_export(l, "byte", d, &o) == MTC_OK);
+        printf("tokens:");
+        for (int i = 0; i < T_LEN; i++)
+            printf(" %d", TOKENS[i]);
+        printf("\n");
+        return T_DONE();
+    }
+    char tmpl[] = "/tmp/mtc_hf_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    T_CHECK(dir != NULL);
+    if (!dir) return T_DONE();
+    char d[4096];
+    for (int k = 0; k < 2; k++) {
+        mtc_model *m = k ? l : g;
+        const char *name = k ? "llama" : "gpt2";
+        mtc_hf_export_opts f32 = {0}, shards = {.max_shard_bytes = 20000}, bf = {.bf16 = 1};
+        snprintf(d, sizeof d, "%s/%s_f32", dir, name);
+        round_trip(m, d, &f32, "f32");
+        snprintf(d, sizeof d, "%s/%s_sharded/model.safetensors.index.json", dir, name);
+        char dd[4096];
+        snprintf(dd, sizeof dd, "%s/%s_sharded", dir, name);
+        round_trip(m, dd, &shards, "sharded");
+        T_CHECKF(access(d, R_OK) == 0, "%s has no index", dd);
+        snprintf(d, sizeof d, "%s/%s_bf16", dir, name);
+        round_trip(m, d, &bf, "bf16");
+        against_reference(m, name);
+    }
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    T_CHECK(system(cmd) == 0);
+    mtc_model_free(g), mtc_model_free(l);
+    return T_DONE();
+}

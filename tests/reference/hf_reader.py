@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""tests/reference/hf_reader.py - an independent reader of Hugging Face folders
+written by `mtc export --format safetensors` (or any GPT-2 / Llama folder):
+the safetensors container parsed by hand (8-byte little-endian header length,
+JSON header, raw little-endian data; sharded folders through
+model.safetensors.index.json), and GPT2LMHeadModel / LlamaForCausalLM written
+in PyTorch on Hugging Face's conventions (Conv1D (in, out) weights and tanh
+GELU for GPT-2; RMSNorm, RoPE rotating halves, grouped-query attention,
+SwiGLU and an optional untied lm_head for Llama), in float64. No
+`transformers` package is used.
+
+    /usr/bin/python3 tests/reference/hf_reader.py DIR NAME TOKEN...
+
+prints "NAME <count>" and the logits (tokens x vocab), the format of
+tests/data/ckpt/hf_logits.txt. Regenerate that fixture with:
+    d=$(mktemp -d); build/tests/test_ckpt_hf --export $d
+    (for m in gpt2 llama; do /usr/bin/python3 tests/reference/hf_reader.py $d/$m $m 3 17 42 5 60 11 0 33; done) > tests/data/ckpt/hf_logits.txt
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n].decode("utf-8"))
+    base = 8 + n
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b0, b1 = e["data_offsets"]
+        buf = bytearray(data[base + b0 : base + b1])
+        t = torch.frombuffer(buf, dtype=DTYPES[e["dtype"]]) if buf else torch.zeros(0)
+        out[name] = t.reshape(e["shape"]).to(torch.float64)
+    return out
+
+
+def read_folder(d):
+    idx = os.path.join(d, "model.safetensors.index.json")
+    tensors = {}
+    files = (sorted(set(json.load(open(idx))["weight_map"].values()))
+             if os.path.exists(idx) else ["model.safetensors"])
+    for f in files:
+        tensors.update(read_safetensors(os.path.join(d, f)))
+    return json.load(open(os.path.join(d, "config.json"))), tensors
+
+
+def causal_attention(q, k, v):  # (H, T, hd)
+    T = q.shape[1]
+    s = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def gpt2(cfg, w, ids):
+    C, H = cfg["n_embd"], cfg["n_head"]
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    T = len(ids)
+    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][:T]
+
+    def ln(x, p):
+        return torch.nn.functional.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps)
+
+    def conv1d(x, p):  # Hugging Face Conv1D: x @ W + b, W stored (in, out)
+        return x @ w[p + ".weight"] + w[p + ".bias"]
+
+    def gelu_new(x):
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    for l in range(cfg["n_layer"]):
+        p = "transformer.h.%d." % l
+        qkv = conv1d(ln(x, p + "ln_1"), p + "attn.c_attn")
+        q, k, v = (t.reshape(T, H, C // H).transpose(0, 1) for t in qkv.split(C, dim=-1))
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, C)
+        x = x + conv1d(y, p + "attn.c_proj")
+        x = x + conv1d(gelu_new(conv1d(ln(x, p + "ln_2"), p + "mlp.c_fc")), p + "mlp.c_proj")
+    x = ln(x, "transformer.ln_f")
+    return x @ w["transformer.wte.weight"].T  # tied head
+
+
+def llama(cfg, w, ids):
+    C, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    KV = cfg.get("num_key_value_heads", H)
+    hd = cfg.get("head_dim", C // H)
+    eps, theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
+    T = len(ids)
+    x = w["model.embed_tokens.weight"][ids]
+
+    def rms(x, p):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p + ".weight"]
+
+    def lin(x, p):  # nn.Linear: x @ W.T, W stored (out, in)
+        return x @ w[p + ".weight"].T
+
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+
+    def rope(t):  # (heads, T, hd): rotate the two halves
+        a, b = t[..., : hd // 2], t[..., hd // 2 :]
+        return t * cos + torch.cat([-b, a], -1) * sin
+
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        h = rms(x, p + "input_layernorm")
+        q = lin(h, p + "self_attn.q_proj").reshape(T, H, hd).transpose(0, 1)
+        k = lin(h, p + "self_attn.k_proj").reshape(T, KV, hd).transpose(0, 1)
+        v = lin(h, p + "self_attn.v_proj").reshape(T, KV, hd).transpose(0, 1)
+        q, k = rope(q), rope(k)
+        k, v = k.repeat_interleave(H // KV, 0), v.repeat_interleave(H // KV, 0)
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, H * hd)
+        x = x + lin(y, p + "self_attn.o_proj")
+        h = rms(x, p + "post_attention_layernorm")
+        x = x + lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"),
+                    p + "mlp.down_proj")
+    x = rms(x, "model.norm")
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ head.T
+
+
+def main():
+    d, name, ids = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3:]]
+    cfg, w = read_folder(d)
+    logits = gpt2(cfg, w, ids) if cfg["model_type"] == "gpt2" else llama(cfg, w, ids)
+    flat = logits.flatten().tolist()
+    print(name, len(flat))
+    print(" ".join("%.9g" % v for v in flat))
+
+
+if __name__ == "__main__":
+    main()
