@@ -129,8 +129,8 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
             return mtc_error(MTC_ERR_UNSUPPORTED,
                              "llama.cpp's gpt2 has biases, a tied head and no grouped-query "
                              "attention: this model differs");
-        T("token_embd.weight", mtc_registry_find(r, "wte.weight"), 0, V, 0);
-        T("position_embd.weight", mtc_registry_find(r, "wpe.weight"), 0, -1, 0);
+        T("token_embd.weight", mtc_registry_find(r, "transformer.wte.weight"), 0, V, 0);
+        T("position_embd.weight", mtc_registry_find(r, "transformer.wpe.weight"), 0, -1, 0);
         static const char *G[][2] = {
             {"attn_norm.weight", "ln_1.weight"},          {"attn_norm.bias", "ln_1.bias"},
             {"attn_qkv.weight", "attn.c_attn.weight"},    {"attn_qkv.bias", "attn.c_attn.bias"},
@@ -142,11 +142,11 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
             for (size_t j = 0; j < sizeof G / sizeof G[0]; j++) {
                 snprintf(nm, sizeof nm, "blk.%d.%s", l, G[j][0]);
                 char src[96];
-                snprintf(src, sizeof src, "h.%d.%s", l, G[j][1]);
+                snprintf(src, sizeof src, "transformer.h.%d.%s", l, G[j][1]);
                 T(nm, mtc_registry_find(r, src), 0, -1, 0);
             }
-        T("output_norm.weight", mtc_registry_find(r, "ln_f.weight"), 0, -1, 0);
-        T("output_norm.bias", mtc_registry_find(r, "ln_f.bias"), 0, -1, 0);
+        T("output_norm.weight", mtc_registry_find(r, "transformer.ln_f.weight"), 0, -1, 0);
+        T("output_norm.bias", mtc_registry_find(r, "transformer.ln_f.bias"), 0, -1, 0);
         *n = k;
         return MTC_OK;
     }

@@ -62,9 +62,10 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
             return mtc_error(U, "GPT2LMHeadModel has biases, a tied head, learned positions and "
                                 "no grouped-query attention: this model differs (export a "
                                 "Llama-style model instead)");
-        MTC_CHECK(add(t, r, "transformer.wte.weight", mtc_registry_find(r, "wte.weight"), 0, V, 0));
-        MTC_CHECK(
-            add(t, r, "transformer.wpe.weight", mtc_registry_find(r, "wpe.weight"), 0, -1, 0));
+        MTC_CHECK(add(t, r, "transformer.wte.weight",
+                      mtc_registry_find(r, "transformer.wte.weight"), 0, V, 0));
+        MTC_CHECK(add(t, r, "transformer.wpe.weight",
+                      mtc_registry_find(r, "transformer.wpe.weight"), 0, -1, 0));
         static const struct {
             const char *s;
             int tr;
@@ -74,15 +75,15 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
                  {"mlp.c_fc.bias", 0},    {"mlp.c_proj.weight", 1},  {"mlp.c_proj.bias", 0}};
         for (int l = 0; l < c->num_layers; l++)
             for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
-                snprintf(q, sizeof q, "h.%d.%s", l, L[k].s);
-                snprintf(n, sizeof n, "transformer.%s", q);
-                int p = mtc_registry_find(r, q);
-                if (p < 0) return mtc_error(MTC_ERR_INTERNAL, "no parameter %s", q);
+                snprintf(n, sizeof n, "transformer.h.%d.%s", l, L[k].s);
+                int p = mtc_registry_find(r, n); /* mtc's names are Hugging Face's */
+                if (p < 0) return mtc_error(MTC_ERR_INTERNAL, "no parameter %s", n);
                 MTC_CHECK(add(t, r, n, p, 0, -1, L[k].tr));
             }
-        MTC_CHECK(
-            add(t, r, "transformer.ln_f.weight", mtc_registry_find(r, "ln_f.weight"), 0, -1, 0));
-        MTC_CHECK(add(t, r, "transformer.ln_f.bias", mtc_registry_find(r, "ln_f.bias"), 0, -1, 0));
+        MTC_CHECK(add(t, r, "transformer.ln_f.weight",
+                      mtc_registry_find(r, "transformer.ln_f.weight"), 0, -1, 0));
+        MTC_CHECK(add(t, r, "transformer.ln_f.bias", mtc_registry_find(r, "transformer.ln_f.bias"),
+                      0, -1, 0));
         return MTC_OK;
     }
     if (c->normalization != MTC_NORM_RMSNORM || c->position_embedding != MTC_POS_ROPE ||

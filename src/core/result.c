@@ -19,6 +19,7 @@ const char *mtc_result_name(mtc_result_t rc) {
     case MTC_ERR_TIMEOUT: return "TIMEOUT";
     case MTC_ERR_UNSUPPORTED: return "UNSUPPORTED";
     case MTC_ERR_INTERNAL: return "INTERNAL";
+    case MTC_ERR_NUMERIC: return "NUMERIC";
     }
     return "UNKNOWN";
 }
@@ -46,6 +47,8 @@ const char *mtc_result_str(mtc_result_t rc) {
     case MTC_ERR_UNSUPPORTED:
         return "unsupported: this feature is not built in or not available here";
     case MTC_ERR_INTERNAL: return "internal error: a bug in mtc; please report it with the message";
+    case MTC_ERR_NUMERIC:
+        return "numeric error: training diverged; lower the learning rate or check the data";
     }
     return "unknown result code";
 }

@@ -22,6 +22,7 @@ typedef enum {
     MTC_ERR_TIMEOUT,     /* a peer did not arrive in time */
     MTC_ERR_UNSUPPORTED, /* not built in, or not available here */
     MTC_ERR_INTERNAL,    /* a bug in mtc */
+    MTC_ERR_NUMERIC,     /* the computation diverged (NaN or Inf in the loss or gradients) */
 } mtc_result_t;
 
 /* Short upper-case name of a code ("INVALID_ARGUMENT"). */

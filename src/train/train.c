@@ -237,7 +237,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         /* Megatron's --check-for-nan-in-loss-and-grad (on by default): a
          * non-finite loss or gradient stops the run before anything is saved */
         if (!c->no_check_nan && (!isfinite(loss) || !isfinite(norm)))
-            return mtc_error(MTC_ERR_INTERNAL,
+            return mtc_error(MTC_ERR_NUMERIC,
                              "found %s in the %s at iteration %lld (loss %g, grad norm %g): "
                              "stopping without saving (lower --lr, raise --clip-grad's effect, or "
                              "pass --no-check-for-nan-in-loss-and-grad to skip such steps)",

@@ -83,8 +83,8 @@ open(path, "wb").write(text)
 open(path + ".crc32c", "w").write("%08x\n" % crc32c(text))
 PY
 }
-fresh; edit 't["wte.weight"]["dtype"] = "bfloat16"'
-refused "a dtype" "tensor wte.weight has a dtype other than float32"
+fresh; edit 't["transformer.wte.weight"]["dtype"] = "bfloat16"'
+refused "a dtype" "tensor transformer.wte.weight has a dtype other than float32"
 fresh; edit 't["h.0.mlp.c_fc.weight"]["global_shape"] = [256, 32]'
 refused "a global shape" "tensor h.0.mlp.c_fc.weight is (256, 32) but this model's is (128, 32)"
 fresh; edit 't["h.1.ln_1.weight"]["pieces"][0]["offset"] = [30, 0]'

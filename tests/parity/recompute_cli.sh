@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/parity/recompute_cli.sh - activation recomputation is bit-identical
 # to none: for several layouts, training with --recompute-granularity full
-# (uniform, and block with 2 layers) saves exactly the same model file and
+# (uniform, and block with 2 layers) saves exactly the same checkpoint tensors and
 # logs exactly the same losses and grad norms as the run without, while the
 # banner's activation memory falls. Dropout is on (the recomputed forward
 # must redraw the same masks). Bad recompute flags exit 2 with one line.
@@ -15,13 +15,21 @@ L4="--num-layers 4"
 run() { # NAME ARGS...
     rn=$1
     shift
-    "$MTC" train $TINY $L4 --metrics "$D/$rn.jsonl" --save "$D/$rn.bin" "$@" >"$D/$rn.log" 2>&1 ||
+    "$MTC" train $TINY $L4 --metrics "$D/$rn.jsonl" --save "$D/$rn.ckpt" "$@" >"$D/$rn.log" 2>&1 ||
         { bad "$rn run"; cat "$D/$rn.log"; }
 }
 act() { sed -n 's/.*activations \([0-9.]*\)$/\1/p' "$D/$1.log"; }
+# the checkpoints' tensor files (every rank's pieces; metadata.json records
+# the flags, which differ by design)
+same_pieces() {
+    for f in "$D/$1.ckpt"/iter_*/*.distcp; do
+        cmp -s "$f" "$D/$2.ckpt/${f#"$D/$1.ckpt/"}" || return 1
+    done
+    ls "$D/$1.ckpt"/iter_*/*.distcp >/dev/null 2>&1
+}
 same_bits() { # NAME BASE OTHER
-    if cmp -s "$D/$2.bin" "$D/$3.bin" && cmp -s "$D/$2.jsonl.ll" "$D/$3.jsonl.ll"; then
-        ok "$1: the same model file and losses bit for bit (activations $(act "$2") -> $(act "$3") MB)"
+    if same_pieces "$2" "$3" && cmp -s "$D/$2.jsonl.ll" "$D/$3.jsonl.ll"; then
+        ok "$1: the same checkpoint tensors and losses bit for bit (activations $(act "$2") -> $(act "$3") MB)"
     else bad "$1: differs"; fi
 }
 ll() { grep -o '"lm_loss": [^,]*, "grad_norm": [^,]*' "$D/$1.jsonl" >"$D/$1.jsonl.ll"; }
