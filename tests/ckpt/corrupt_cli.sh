@@ -85,18 +85,18 @@ PY
 }
 fresh; edit 't["transformer.wte.weight"]["dtype"] = "bfloat16"'
 refused "a dtype" "tensor transformer.wte.weight has a dtype other than float32"
-fresh; edit 't["h.0.mlp.c_fc.weight"]["global_shape"] = [256, 32]'
-refused "a global shape" "tensor h.0.mlp.c_fc.weight is (256, 32) but this model's is (128, 32)"
-fresh; edit 't["h.1.ln_1.weight"]["pieces"][0]["offset"] = [30, 0]'
-refused "a piece outside its tensor" "tensor h.1.ln_1.weight has a piece outside its tensor"
-fresh; edit 'del t["h.1.attn.c_proj.weight"]'
-refused "a missing tensor" "holds no tensor h.1.attn.c_proj.weight"
-fresh; edit 't["h.1.attn.c_proj.weight"]["pieces"].pop()'
-refused "a missing piece" "tensor h.1.attn.c_proj.weight covers 0 of the 512 elements this rank needs"
-fresh; edit 't["h.0.ln_2.bias"]["pieces"][0]["byte_range"][1] += 4'
-refused "a wrong byte count" "tensor h.0.ln_2.bias has a piece outside its tensor or with a wrong byte count"
-fresh; edit 't["h.0.ln_2.bias"]["pieces"][0]["file"] = "../x"'
-refused "a path in a file name" "tensor h.0.ln_2.bias has a piece in a bad file name"
+fresh; edit 't["transformer.h.0.mlp.c_fc.weight"]["global_shape"] = [256, 32]'
+refused "a global shape" "tensor transformer.h.0.mlp.c_fc.weight is (256, 32) but this model's is (128, 32)"
+fresh; edit 't["transformer.h.1.ln_1.weight"]["pieces"][0]["offset"] = [30, 0]'
+refused "a piece outside its tensor" "tensor transformer.h.1.ln_1.weight has a piece outside its tensor"
+fresh; edit 'del t["transformer.h.1.attn.c_proj.weight"]'
+refused "a missing tensor" "holds no tensor transformer.h.1.attn.c_proj.weight"
+fresh; edit 't["transformer.h.1.attn.c_proj.weight"]["pieces"].pop()'
+refused "a missing piece" "tensor transformer.h.1.attn.c_proj.weight covers 0 of the 512 elements this rank needs"
+fresh; edit 't["transformer.h.0.ln_2.bias"]["pieces"][0]["byte_range"][1] += 4'
+refused "a wrong byte count" "tensor transformer.h.0.ln_2.bias has a piece outside its tensor or with a wrong byte count"
+fresh; edit 't["transformer.h.0.ln_2.bias"]["pieces"][0]["file"] = "../x"'
+refused "a path in a file name" "tensor transformer.h.0.ln_2.bias has a piece in a bad file name"
 fresh; edit 'm["common"]["model"]["num_layers"] = 2.5'
 refused "a bad configuration" "metadata.json was saved with num-layers"
 fresh; edit 'm["format"] = "other"'
