@@ -36,6 +36,10 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
     const mtc_model *m = ch->model;
     const mtc_registry *r = &m->reg;
     int tp_rank = train_tp_rank(x), tp = x->tp ? mtc_comm_size(x->tp) : 1;
+    /* parameters are replicated over DATA_PARALLEL_GROUP_WITH_CP (context
+     * parallelism splits the sequence, not the weights): one replica of
+     * that group writes each piece */
+    int rep_n = x->dp ? mtc_comm_size(x->dp) : 1, rep_r = x->dp ? mtc_comm_rank(x->dp) : 0;
     char key[MTC_CKPT_KEY_MAX];
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
@@ -43,8 +47,8 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
         for (int which = 0; which < (with_optim && !ch->dopt ? 3 : 1); which++) {
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, 0);
-            if (for_save && !(picks(h, x->dp_size, x->dp_rank) &&
-                              (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
+            if (for_save &&
+                !(picks(h, rep_n, rep_r) && (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
                 continue;
             float *base = which == 0 ? m->params : which == 1 ? ch->opt.m : ch->opt.v;
             MTC_CHECK(

@@ -36,6 +36,9 @@ case_ inst2-inst1 2e-5 "--world-size 4 --use-distributed-optimizer --num-distrib
     "--world-size 4 --use-distributed-optimizer"
 LLAMA="--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear"
 case_ llama-tp2-serial 2e-5 "$LLAMA --world-size 2 --tp 2" "$LLAMA"
+# context parallelism: weights replicated over CP, one replica of DP x CP writes each piece
+case_ cp2-serial 2e-5 "--world-size 2 --cp 2" ""
+case_ cp2dp2distopt-tp2 2e-5 "--world-size 4 --cp 2 --use-distributed-optimizer" "--world-size 2 --tp 2"
 if [ "$MTC_HAVE_MPI" = ON ] && [ -n "$MPIEXEC" ]; then
     "$MPIEXEC" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --train-iters 4 --tp 2 \
         --use-distributed-optimizer --save "$D/mpi.ck" >"$D/mpi.log" 2>&1 || { bad "mpirun save"; cat "$D/mpi.log"; }
