@@ -473,6 +473,8 @@ int cli_cmd_train(int argc, char **argv) {
     memset(&tc, 0, sizeof tc);
     mtc_model_config *mc = &tc.model;
     mc->num_layers = L, mc->hidden_size = C, mc->num_heads = NH;
+    if (C < 1 || C > (1 << 18))
+        return cli_usage_error("train", "hidden-size=%d is outside [1, %d]", C, 1 << 18);
     /* Megatron's default for SwiGLU keeps the parameter count of 4h */
     mc->ffn_hidden_size = F ? F : swiglu ? (int)((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4 * C;
     mc->seq_length = T;
