@@ -53,8 +53,9 @@ static void print_row(const mtc_bench_row *r, void *p) {
 /* "64", "4K", "1M", "2G" (powers of 1024) */
 static int parse_size(const char *s, size_t *out) {
     char *end;
+    if (!isdigit((unsigned char)*s)) return -1; /* strtoull would wrap "-8" */
     unsigned long long v = strtoull(s, &end, 10);
-    if (end == s) return -1;
+    if (end == s || v > (1ull << 34)) return -1;
     switch (toupper((unsigned char)*end)) {
     case 'K': v <<= 10, end++; break;
     case 'M': v <<= 20, end++; break;
@@ -62,7 +63,7 @@ static int parse_size(const char *s, size_t *out) {
     default: break;
     }
     if (toupper((unsigned char)*end) == 'B') end++;
-    if (*end || v == 0) return -1;
+    if (*end || v == 0 || v > (16ull << 30)) return -1; /* at most 16 GiB */
     *out = (size_t)v;
     return 0;
 }

@@ -79,7 +79,9 @@ int cli_cmd_generate(int argc, char **argv) {
     if (!load)
         return cli_usage_error("generate",
                                "--load FILE is required (a model saved by mtc train --save)");
-    if (max_new < 0) return cli_usage_error("generate", "max-new-tokens=%d must be >= 0", max_new);
+    if (max_new < 0 || max_new > (1 << 24))
+        return cli_usage_error("generate", "max-new-tokens=%d is outside [0, %d]", max_new,
+                               1 << 24);
     if (top_k < 0) return cli_usage_error("generate", "top-k=%d must be >= 0", top_k);
     if (!(temperature >= 0))
         return cli_usage_error("generate", "temperature=%g must be >= 0", temperature);

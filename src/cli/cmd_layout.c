@@ -21,10 +21,10 @@ static int layout_parse_numels(const char *s, int64_t **out, char *msg, size_t m
         char *end;
         errno = 0;
         long long x = strtoll(p, &end, 10);
-        if (end == p || errno || x < 1 || (*end && *end != ',')) {
+        if (end == p || errno || x < 1 || x > (1ll << 40) || (*end && *end != ',')) {
             snprintf(msg, msglen,
-                     "--param-numels: '%.*s' is not a positive integer (e.g. --param-numels "
-                     "4096,512,512)",
+                     "--param-numels: '%.*s' is not an integer in [1, 2^40] (e.g. "
+                     "--param-numels 4096,512,512)",
                      (int)strcspn(p, ","), p);
             free(v);
             return -1;
@@ -157,7 +157,8 @@ int cli_cmd_layout(int argc, char **argv) {
     if (!numels_arg)
         return cli_usage_error("layout",
                                "--param-numels is required (e.g. --param-numels 4096,512,512)");
-    if (dp < 1) return cli_usage_error("layout", "--data-parallel-size %d must be at least 1", dp);
+    if (dp < 1 || dp > (1 << 20))
+        return cli_usage_error("layout", "--data-parallel-size %d is outside [1, %d]", dp, 1 << 20);
     if (mtc_args_seen(args, nargs, "ddp-bucket-size") && bucket_size < 1)
         return cli_usage_error("layout",
                                "--ddp-bucket-size %lld must be at least 1 (omit it for one bucket)",

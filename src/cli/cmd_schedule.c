@@ -186,6 +186,12 @@ int cli_cmd_schedule(int argc, char **argv) {
                                            "--num-virtual-stages-per-pipeline-rank or "
                                            "--num-layers-per-virtual-pipeline-stage");
     if (vpp_seen && vpp < 1) return cli_usage_error("schedule", "--vpp %d must be at least 1", vpp);
+    /* sizes that keep every op count (2 * M * vpp per rank, pp ranks) in range and the
+     * output printable */
+    if (pp < 1 || pp > 4096) return cli_usage_error("schedule", "--pp %d is outside [1, 4096]", pp);
+    if (vpp > 1024) return cli_usage_error("schedule", "--vpp %d is outside [1, 1024]", vpp);
+    if (M < 1 || M > (1 << 20))
+        return cli_usage_error("schedule", "--microbatches %d is outside [1, %d]", M, 1 << 20);
     if (!vpp_seen) {
         pp_vpp_args va = {.pp = pp,
                           .num_layers = layers,

@@ -102,6 +102,11 @@ expect_usage "huge hidden" "hidden-size=2147483647 is outside" train $TINY --hid
 expect_usage "lr inf" "lr=inf must be a finite number" train $TINY --lr inf
 expect_usage "clip nan" "clip-grad=nan must be a finite number" train $TINY --clip-grad nan
 expect_usage "weight decay inf" "weight-decay=inf must be a finite number" train $TINY --weight-decay inf
+expect_usage "bench-comm negative size" "'-8' is not a size" bench-comm --sizes -8
+expect_usage "layout huge numel" "is not an integer in \[1, 2^40\]" layout --param-numels 9223372036854775807,10 --dp 2
+expect_usage "layout huge dp" "data-parallel-size 2147483647 is outside" layout --param-numels 10,10 --dp 2147483647
+expect_usage "schedule huge pp" "pp 100000 is outside" schedule --pp 100000 --microbatches 100000
+expect_usage "generate huge count" "max-new-tokens=2147483647 is outside" generate --load "$D/none" --max-new-tokens 2147483647
 mkfifo "$D/fifo"
 "$MTC" train $TINY --metrics "$D/fifo" >"$D/out" 2>"$D/err"; st=$?
 [ $st -eq 2 ] && grep -q "is a FIFO, not a file mtc may replace" "$D/err" && [ -p "$D/fifo" ] &&
