@@ -32,4 +32,10 @@ same_losses "mpi pp=2 vpp=2 tp=2" "$D/s4.jsonl" "$D/d.jsonl"
 timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --num-layers 8 --pp 4 --vpp 2 \
     --metrics "$D/e.jsonl" >"$D/e.log" 2>&1 || { bad "mpirun -np 4 pp=4 vpp=2"; cat "$D/e.log"; }
 same_losses "mpi pp=4 vpp=2" "$D/s8.jsonl" "$D/e.jsonl"
+# ranks started with different flags are refused, naming the flag and both values
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 1 "$MTC" train $TINY --lr 1e-2 : \
+    -np 1 "$MTC" train $TINY --lr 2e-2 >"$D/f.log" 2>&1
+st=$?
+[ $st -ne 0 ] && grep -q "ranks disagree on --lr: 0.01 on some, 0.02 on others" "$D/f.log" &&
+    ok "mpi ranks with different --lr refused (status $st)" || { bad "flag mismatch"; cat "$D/f.log"; }
 exit $fail
