@@ -8,14 +8,14 @@
 # microbatches per iteration), then samples serially from the gathered
 # weights.
 # A few minutes on 2 cores. Usage: scripts/demo.sh [path/to/mtc]
-# Environment: DEMO_DATA (any text file or folder), DEMO_ITERS (default 600),
+# Environment: DEMO_DATA (any text file or folder), DEMO_ITERS (default 1500),
 # DEMO_LAYOUT (default "--world-size 4 --tensor-model-parallel-size 2
 # --pipeline-model-parallel-size 2"; e.g. add --vpp 2 for the interleaved
 # schedule, or use "--world-size 4 --tensor-model-parallel-size 2" for tp x dp).
 set -e
 MTC=${1:-build/mtc}
 DATA=${DEMO_DATA:-/usr/share/games/fortunes}
-ITERS=${DEMO_ITERS:-600}
+ITERS=${DEMO_ITERS:-1500}
 LAYOUT=${DEMO_LAYOUT:-"--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"}
 OUT=$(dirname "$MTC")/fortunes-gpt.bin
 if [ ! -e "$DATA" ]; then
