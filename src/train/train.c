@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "core/log.h"
+#include "core/peak.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "dp/ddp.h"
@@ -202,8 +203,8 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             "iterations\n",
             B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
     if (c->peak_tflops > 0)
-        fprintf(out, "> MFU against a peak of %.4g TFLOP/s per rank (--peak-tflops)\n",
-                c->peak_tflops);
+        fprintf(out, "> MFU against a peak of %.4g TFLOP/s per rank (%s)\n", c->peak_tflops,
+                c->peak_source ? c->peak_source : "--peak-tflops");
     if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
     fflush(out);
 }
@@ -354,7 +355,25 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     int ranks_here = mpi ? 1 : world; /* mpi: refined below from the node map is not needed */
     int threads = c->threads > 0 ? c->threads : cores / ranks_here;
     if (threads < 1) threads = 1;
-    train_shared sh = {.cfg = c, .src = src, .out = out, .threads_per_rank = threads};
+    /* MFU: the cached machine peak shared by the ranks on this machine */
+    mtc_train_config cc = *c;
+    char peak_desc[512];
+    mtc_peak peak;
+    if (!(c->peak_tflops > 0) && mtc_peak_load(&peak) == MTC_OK) {
+        mtc_launcher_env env = {0};
+        int local =
+            mpi ? (mtc_launcher_detect(&env) == MTC_OK && env.local_world > 0 ? env.local_world : 1)
+                : world;
+        cc.peak_tflops = peak.fma_fp32_tflops / local;
+        char path[4096];
+        mtc_peak_cache_path(path, sizeof path);
+        snprintf(peak_desc, sizeof peak_desc,
+                 "fp32 FMA peak %.4g TFLOP/s of %d cores, %s, measured %s, / %d rank(s); %.100s",
+                 peak.fma_fp32_tflops, peak.cores, peak.isa, peak.measured_at, local, path);
+        cc.peak_source = peak_desc;
+    }
+    mtc_error_clear();
+    train_shared sh = {.cfg = &cc, .src = src, .out = out, .threads_per_rank = threads};
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
                           .world_size = world,
                           .pin_threads = threads > 1 ? 0 : -1};

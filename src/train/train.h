@@ -73,7 +73,9 @@ typedef struct {
     int64_t profile_step_end;   /*   --profile-step-start/-end count completed steps) */
     int timing_log_level;       /* --timing-log-level 0 (none), 1, 2 (per microbatch, p2p) */
     int timing_log_option;      /* --timing-log-option 0 max, 1 minmax, 2 all */
-    double peak_tflops;         /* > 0: MFU in the log line against this peak per rank */
+    double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;
+                                   0: the cached machine peak (core/peak.h) / ranks on it */
+    const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops) */
     /* ---- results for tests (written by the last rank; NULL = none) ---- */
     double *losses_out;            /* (train_iters) per-iteration lm loss */
     double *grad_norms_out;        /* (train_iters) */
