@@ -66,7 +66,7 @@ static const int timer_order[TRAIN_T_COUNT] = {
     TRAIN_T_P2P_FIRST + 4,    TRAIN_T_P2P_FIRST + 3,     TRAIN_T_P2P_FIRST + 2,
     TRAIN_T_P2P_FIRST + 5,    TRAIN_T_LAYERNORM_GRADS,   TRAIN_T_EMBEDDING_GRADS,
     TRAIN_T_ALL_GRADS_SYNC,   TRAIN_T_PARAMS_ALL_GATHER, TRAIN_T_OPTIMIZER_CLIP,
-    TRAIN_T_OPTIMIZER_INNER,  TRAIN_T_OPTIMIZER};
+    TRAIN_T_OPTIMIZER_INNER,  TRAIN_T_OPTIMIZER,         TRAIN_T_LOSS_REDUCE};
 
 mtc_result_t train_obs_setup(train_rank *x, mtc_comm_t world) {
     const mtc_train_config *c = x->cfg;
