@@ -12,6 +12,7 @@ int cli_cmd_train(int argc, char **argv);
 int cli_cmd_generate(int argc, char **argv);
 int cli_cmd_ranks(int argc, char **argv);
 int cli_cmd_schedule(int argc, char **argv);
+int cli_cmd_plot(int argc, char **argv);
 int cli_cmd_layout(int argc, char **argv);
 int cli_cmd_bench_comm(int argc, char **argv);
 int cli_cmd_preprocess(int argc, char **argv);
