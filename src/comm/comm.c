@@ -95,7 +95,7 @@ mtc_algo_t mtc_comm_get_algo(mtc_comm_t comm, mtc_coll_t coll) {
     return (unsigned)coll < MTC_COLL_COUNT ? comm->algo[coll] : MTC_ALGO_AUTO;
 }
 void mtc_comm_set_trace(mtc_comm_t comm, struct mtc_trace *trace) {
-    (comm->root ? comm->root : comm)->trace = trace;
+    atomic_store_explicit(&(comm->root ? comm->root : comm)->trace, trace, memory_order_release);
 }
 void mtc_comm_set_timeout(mtc_comm_t comm, double seconds) {
     comm->timeout_s = seconds > 0 ? seconds : COMM_DEFAULT_TIMEOUT_S;

@@ -5,6 +5,7 @@
 #ifndef MTC_COMM_COMM_INTERNAL_H
 #define MTC_COMM_COMM_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "comm/algo.h"
@@ -42,14 +43,16 @@ struct mtc_comm {
      * of the ones split from it and not yet freed, freed with the world
      * (cached intra/inter are not listed: their parent frees them) */
     mtc_comm_t root, live_prev, live_next, live;
-    struct mtc_trace *trace; /* set on the world only: every communicator of the rank uses it */
-    uint64_t *p2p_n;         /* (2*size) sends / receives per peer, counted while traced */
-    int trace_track;         /* the trace track of its non-blocking calls (0: none yet) */
+    /* set on the world only: every communicator of the rank uses it (the progress threads
+     * read it, hence atomic; acquire/release are plain moves on x86) */
+    struct mtc_trace *_Atomic trace;
+    uint64_t *p2p_n; /* (2*size) sends / receives per peer, counted while traced */
+    int trace_track; /* the trace track of its non-blocking calls (0: none yet) */
 };
 
 /* The rank's recorder (NULL when off: the one test a call pays). */
 static inline struct mtc_trace *comm_trace_of(const struct mtc_comm *c) {
-    return c->root ? c->root->trace : c->trace;
+    return atomic_load_explicit(c->root ? &c->root->trace : &c->trace, memory_order_acquire);
 }
 
 /* One operation as issued by the user (blocking or queued). */

@@ -336,8 +336,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     }
     if (is_last && c->comm_ms_out) *c->comm_ms_out = (double)train_comm_ns(&x) * 1e-6;
     if (metrics) fclose(metrics);
+    train_teardown(&x); /* first: it ends the progress threads that may still record */
     train_obs_free(&x);
-    train_teardown(&x);
     return rc;
 }
 
