@@ -14,6 +14,7 @@ int cli_cmd_export(int argc, char **argv); /* cmd_export.c, with import */
 int cli_cmd_import(int argc, char **argv);
 int cli_cmd_ranks(int argc, char **argv);
 int cli_cmd_schedule(int argc, char **argv);
+int cli_cmd_plot(int argc, char **argv);
 int cli_cmd_layout(int argc, char **argv);
 int cli_cmd_bench_comm(int argc, char **argv);
 int cli_cmd_preprocess(int argc, char **argv);

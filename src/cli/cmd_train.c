@@ -3,6 +3,7 @@
  * (usage errors exit with status 2), then train/train.c does the work on
  * --world-size rank-threads, or on the MPI ranks when started by mpirun. */
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,12 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t ckpt_step = -1;
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
+    /* observability (issue 18) */
+    int profile = 0, timing_level = 0;
+    int64_t prof_start = 10, prof_end = 12;
+    const char *prof_dir = NULL, *trace = NULL, *timing_opt = "minmax";
+    double peak_tflops = 0;
+    char trace_file[4096];
     double dist_timeout_min = 0;
     const char *rc_gran = NULL, *rc_method = NULL;
     int rc_layers = 0;
@@ -253,6 +260,26 @@ int cli_cmd_train(int argc, char **argv) {
          0},
         {"finetune", NULL, MTC_ARG_FLAG, &finetune, NULL,
          "load the weights only: iteration 0, no optimizer state, --seed", 0},
+        {"profile", NULL, MTC_ARG_FLAG, &profile, NULL,
+         "write a Chrome/Perfetto trace of every rank for iterations (start, end] to "
+         "--profile-dir/trace.json",
+         0},
+        {"profile-step-start", NULL, MTC_ARG_I64, &prof_start, "N",
+         "traced iterations begin after N completed ones (default 10)", 0},
+        {"profile-step-end", NULL, MTC_ARG_I64, &prof_end, "N",
+         "traced iterations end with iteration N (default 12)", 0},
+        {"profile-dir", NULL, MTC_ARG_STRING, &prof_dir, "DIR",
+         "where --profile writes trace.json (default .)", 0},
+        {"trace", NULL, MTC_ARG_STRING, &trace, "FILE",
+         "the trace to FILE (every iteration unless --profile-step-start/-end say)", 0},
+        {"timing-log-level", NULL, MTC_ARG_INT, &timing_level, "N",
+         "0: no timers; 1: forward-backward, grads sync, optimizer; 2: also per microbatch and "
+         "pipeline p2p (default 0)",
+         0},
+        {"timing-log-option", NULL, MTC_ARG_STRING, &timing_opt, "S",
+         "max|minmax|all: what the timer block shows across ranks (default minmax)", 0},
+        {"peak-tflops", NULL, MTC_ARG_DOUBLE, &peak_tflops, "X",
+         "this machine's peak TFLOP/s per rank: the log line adds model FLOPs utilization", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
@@ -511,6 +538,35 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "num-query-groups=%d must be >= 1", groups);
     if (!gqa && mtc_args_seen(args, nargs, "num-query-groups"))
         return cli_usage_error("train", "--num-query-groups needs --group-query-attention");
+    if (timing_level < 0 || timing_level > 2)
+        return cli_usage_error("train", "timing-log-level=%d must be 0, 1 or 2", timing_level);
+    int timing_option = !strcmp(timing_opt, "max")      ? 0
+                        : !strcmp(timing_opt, "minmax") ? 1
+                        : !strcmp(timing_opt, "all")    ? 2
+                                                        : -1;
+    if (timing_option < 0)
+        return cli_usage_error("train", "timing-log-option=%s must be max, minmax or all",
+                               timing_opt);
+    if (!(peak_tflops >= 0))
+        return cli_usage_error("train", "peak-tflops=%g must be > 0", peak_tflops);
+    int steps_given = mtc_args_seen(args, nargs, "profile-step-start") ||
+                      mtc_args_seen(args, nargs, "profile-step-end");
+    if (trace && !steps_given) prof_start = 0, prof_end = iters;
+    if ((profile || trace) && (prof_start < 0 || prof_end <= prof_start))
+        return cli_usage_error("train",
+                               "profile-step-start=%lld and profile-step-end=%lld must satisfy 0 "
+                               "<= start < end (iterations start+1..end are traced)",
+                               (long long)prof_start, (long long)prof_end);
+    if (profile && !trace) {
+        snprintf(trace_file, sizeof trace_file, "%s/trace.json", prof_dir ? prof_dir : ".");
+        if (prof_dir && mkdir(prof_dir, 0777) != 0 && errno != EEXIST)
+            return cli_usage_error("train", "profile-dir=%s cannot be created (%s)", prof_dir,
+                                   strerror(errno));
+        trace = trace_file;
+    }
+    tc.trace_path = trace, tc.profile_step_start = prof_start, tc.profile_step_end = prof_end;
+    tc.timing_log_level = timing_level, tc.timing_log_option = timing_option;
+    tc.peak_tflops = peak_tflops;
     if (kv_channels < 0)
         return cli_usage_error("train", "kv-channels=%d must be >= 1", kv_channels);
     mc->norm_epsilon = (float)norm_eps;

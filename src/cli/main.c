@@ -23,6 +23,7 @@ static const cli_command commands[] = {
     {"import", cli_cmd_import, "a Hugging Face GPT-2 or Llama folder to an mtc checkpoint"},
     {"ranks", cli_cmd_ranks, "Megatron's process groups for a layout, as text, JSON or SVG"},
     {"schedule", cli_cmd_schedule, "Megatron's per-rank pipeline schedule, as text, JSON or SVG"},
+    {"plot", cli_cmd_plot, "loss, learning rate, grad norm and tokens/s of metrics files, as SVG"},
     {"layout", cli_cmd_layout, "distributed-optimizer buffer, bucket and shard layout"},
     {"bench-comm", cli_cmd_bench_comm, "nccl-tests style benchmark of the collectives"},
     {"preprocess", cli_cmd_preprocess, "Megatron's preprocess_data.py: JSON lines to .bin/.idx"},

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "core/timer.h"
 
 static int is_reducing(int kind) {
     return kind == MTC_COLL_REDUCE || kind == MTC_COLL_ALL_REDUCE ||
@@ -45,7 +46,7 @@ static void run_single(const comm_op *op) {
     }
 }
 
-static mtc_result_t run_body(mtc_comm_t comm, const comm_op *op) {
+static mtc_result_t run_body(mtc_comm_t comm, const comm_op *op, mtc_algo_t *algo) {
     if (comm->size == 1) {
         run_single(op);
         return MTC_OK;
@@ -54,9 +55,8 @@ static mtc_result_t run_body(mtc_comm_t comm, const comm_op *op) {
     if (has_count && op->count == 0) return MTC_OK;
     comm_op o = *op;
     if (o.op == MTC_OP_AVG) o.op = MTC_OP_SUM;
-    mtc_algo_t algo;
-    MTC_CHECK(comm_algo_resolve(comm, &o, &algo));
-    MTC_CHECK(comm_algo_run(comm, algo, &o));
+    MTC_CHECK(comm_algo_resolve(comm, &o, algo));
+    MTC_CHECK(comm_algo_run(comm, *algo, &o));
     if (op->op == MTC_OP_AVG && is_reducing(op->kind)) {
         size_t n = op->kind == MTC_COLL_REDUCE_SCATTER_V ? op->recvcounts[comm->rank] : op->count;
         if (op->kind != MTC_COLL_REDUCE || comm->rank == op->root)
@@ -69,15 +69,19 @@ mtc_result_t comm_op_run(mtc_comm_t comm, const comm_op *op) {
     comm_call call;
     const comm_call *prev = comm->cur;
     uint32_t prev_tag = comm->cur_tag;
+    struct mtc_trace *tr = comm_trace_of(comm);
+    uint64_t t0 = tr ? mtc_time_ns() : 0;
+    mtc_algo_t algo = MTC_ALGO_AUTO;
     mtc_result_t rc = comm_call_begin(comm, op, &call);
     if (rc == MTC_OK) {
         comm->cur = &call;
         comm->cur_tag = 1 + (uint32_t)(call.seq % (1u << 30));
-        rc = run_body(comm, op);
+        rc = run_body(comm, op, &algo);
     }
     comm_call_end(comm, &call);
     comm->cur = prev;
     comm->cur_tag = prev_tag;
+    if (tr && rc == MTC_OK) comm_trace_coll(comm, tr, op, algo, t0);
     return rc;
 }
 

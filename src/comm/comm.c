@@ -94,6 +94,9 @@ void mtc_comm_set_algo(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo) {
 mtc_algo_t mtc_comm_get_algo(mtc_comm_t comm, mtc_coll_t coll) {
     return (unsigned)coll < MTC_COLL_COUNT ? comm->algo[coll] : MTC_ALGO_AUTO;
 }
+void mtc_comm_set_trace(mtc_comm_t comm, struct mtc_trace *trace) {
+    atomic_store_explicit(&(comm->root ? comm->root : comm)->trace, trace, memory_order_release);
+}
 void mtc_comm_set_timeout(mtc_comm_t comm, double seconds) {
     comm->timeout_s = seconds > 0 ? seconds : COMM_DEFAULT_TIMEOUT_S;
 }
@@ -160,6 +163,7 @@ void mtc_comm_free(mtc_comm_t comm) {
     mtc_comm_free(comm->inter);
     if (comm->owns_group) comm->be->ops->group_free(comm->be, comm->group);
     mtc_mem_free_big(comm->scratch, comm->scratch_bytes);
+    free(comm->p2p_n);
     free(comm->members);
     free(comm);
 }
@@ -390,8 +394,12 @@ mtc_result_t mtc_send(const void *buf, size_t count, mtc_dtype_t dtype, int peer
     comm_queue_drain(comm);
     comm_call c;
     p2p_call(comm, MTC_COLL_SEND, count, dtype, peer, &c);
-    return comm->be->ops->send(comm->be, comm->group, peer, 0, buf, count * mtc_dtype_size(dtype),
-                               &c);
+    struct mtc_trace *tr = comm_trace_of(comm);
+    uint64_t t0 = tr ? mtc_time_ns() : 0;
+    size_t bytes = count * mtc_dtype_size(dtype);
+    mtc_result_t rc = comm->be->ops->send(comm->be, comm->group, peer, 0, buf, bytes, &c);
+    if (tr && rc == MTC_OK) comm_trace_p2p(comm, tr, MTC_COLL_SEND, bytes, peer, -1, t0);
+    return rc;
 }
 
 mtc_result_t mtc_recv(void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_comm_t comm) {
@@ -399,8 +407,12 @@ mtc_result_t mtc_recv(void *buf, size_t count, mtc_dtype_t dtype, int peer, mtc_
     comm_queue_drain(comm);
     comm_call c;
     p2p_call(comm, MTC_COLL_RECV, count, dtype, peer, &c);
-    return comm->be->ops->recv(comm->be, comm->group, peer, 0, buf, count * mtc_dtype_size(dtype),
-                               &c);
+    struct mtc_trace *tr = comm_trace_of(comm);
+    uint64_t t0 = tr ? mtc_time_ns() : 0;
+    size_t bytes = count * mtc_dtype_size(dtype);
+    mtc_result_t rc = comm->be->ops->recv(comm->be, comm->group, peer, 0, buf, bytes, &c);
+    if (tr && rc == MTC_OK) comm_trace_p2p(comm, tr, MTC_COLL_RECV, bytes, -1, peer, t0);
+    return rc;
 }
 
 mtc_result_t mtc_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
@@ -411,6 +423,11 @@ mtc_result_t mtc_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *
     comm_call c;
     p2p_call(comm, MTC_COLL_SENDRECV, sendcount, dtype, dst, &c);
     size_t es = mtc_dtype_size(dtype);
-    return comm->be->ops->sendrecv(comm->be, comm->group, dst, 0, sendbuf, sendcount * es, src,
-                                   recvbuf, recvcount * es, &c);
+    struct mtc_trace *tr = comm_trace_of(comm);
+    uint64_t t0 = tr ? mtc_time_ns() : 0;
+    mtc_result_t rc = comm->be->ops->sendrecv(comm->be, comm->group, dst, 0, sendbuf,
+                                              sendcount * es, src, recvbuf, recvcount * es, &c);
+    if (tr && rc == MTC_OK)
+        comm_trace_p2p(comm, tr, MTC_COLL_SENDRECV, (sendcount + recvcount) * es, dst, src, t0);
+    return rc;
 }

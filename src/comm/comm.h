@@ -190,6 +190,17 @@ void mtc_comm_free(mtc_comm_t comm);
 void mtc_comm_set_algo(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo);
 mtc_algo_t mtc_comm_get_algo(mtc_comm_t comm, mtc_coll_t coll);
 void mtc_comm_set_timeout(mtc_comm_t comm, double seconds);
+/* Record every collective and point-to-point call of this rank (on any of
+ * its communicators, blocking or not) in `trace` (core/trace.h): spans with
+ * operation, group, bytes, algorithm and bus bandwidth while its window is
+ * open, flow arrows from each send to the matching receive (the n-th send
+ * from a to b on a communicator pairs with b's n-th receive from a, so every
+ * rank of the job must attach a recorder for the same calls), and per-group
+ * totals always. Local; comm may be any communicator of the rank (it is set
+ * on its world). NULL detaches; off costs one pointer test per call. The
+ * recorder must outlive the calls. */
+struct mtc_trace;
+void mtc_comm_set_trace(mtc_comm_t comm, struct mtc_trace *trace);
 /* The algorithm AUTO resolves to for this call shape (for reports/benchmarks). */
 mtc_algo_t mtc_comm_choose(mtc_comm_t comm, mtc_coll_t coll, size_t count, mtc_dtype_t dtype);
 

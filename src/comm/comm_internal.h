@@ -5,6 +5,7 @@
 #ifndef MTC_COMM_COMM_INTERNAL_H
 #define MTC_COMM_COMM_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "comm/algo.h"
@@ -42,7 +43,17 @@ struct mtc_comm {
      * of the ones split from it and not yet freed, freed with the world
      * (cached intra/inter are not listed: their parent frees them) */
     mtc_comm_t root, live_prev, live_next, live;
+    /* set on the world only: every communicator of the rank uses it (the progress threads
+     * read it, hence atomic; acquire/release are plain moves on x86) */
+    struct mtc_trace *_Atomic trace;
+    uint64_t *p2p_n; /* (2*size) sends / receives per peer, counted while traced */
+    int trace_track; /* the trace track of its non-blocking calls (0: none yet) */
 };
+
+/* The rank's recorder (NULL when off: the one test a call pays). */
+static inline struct mtc_trace *comm_trace_of(const struct mtc_comm *c) {
+    return atomic_load_explicit(c->root ? &c->root->trace : &c->trace, memory_order_acquire);
+}
 
 /* One operation as issued by the user (blocking or queued). */
 typedef struct {
@@ -55,6 +66,7 @@ typedef struct {
     int root;
     size_t sendcount; /* all_gather_v: this rank's block */
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+    int queued; /* 1: issued non-blocking (runs on the progress thread) */
 } comm_op;
 
 /* comm.c */
@@ -68,6 +80,13 @@ void comm_call_end(mtc_comm_t comm, comm_call *call);
 mtc_result_t comm_op_run(mtc_comm_t comm, const comm_op *op);
 /* Wait for queued operations, then run. */
 mtc_result_t comm_op_blocking(mtc_comm_t comm, const comm_op *op);
+
+/* comm_trace.c: record a finished call in the rank's recorder (tr != NULL). */
+void comm_trace_coll(mtc_comm_t comm, struct mtc_trace *tr, const comm_op *op, mtc_algo_t algo,
+                     uint64_t t0_ns);
+/* kind: MTC_COLL_SEND / RECV / SENDRECV; dst/src: peers (-1 when absent). */
+void comm_trace_p2p(mtc_comm_t comm, struct mtc_trace *tr, int kind, size_t bytes, int dst, int src,
+                    uint64_t t0_ns);
 
 /* request.c */
 mtc_result_t comm_queue_push(mtc_comm_t comm, const comm_op *op, mtc_request_t *req);

@@ -90,6 +90,7 @@ mtc_result_t comm_queue_push(mtc_comm_t comm, const comm_op *op, mtc_request_t *
     mtc_request_t r = calloc(1, sizeof *r);
     if (!r) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "cannot allocate a request");
     r->op = *op;
+    r->op.queued = 1;
     r->comm = comm;
     comm_queue *q = comm->queue;
     pthread_mutex_lock(&q->mu);

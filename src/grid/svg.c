@@ -103,7 +103,11 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
             mtc_grid_coord_of(&x, s, r);
             int cx = nx + PAD + (i % cols) * (CW + GAP),
                 cy = ny + PAD + 18 + (i / cols) * (CH + GAP);
-            double hue = fmod(tp_group[r] * 137.508, 360.0); /* golden angle: neighbours differ */
+            /* golden-angle hues, and six saturation/lightness pairs so groups whose hues
+             * come close (every 8th or 13th) still differ: distinct well beyond ten groups */
+            int g = tp_group[r];
+            double hue = fmod(g * 137.508, 360.0);
+            int sat = (g / 3) % 2 ? 45 : 65, light = 84 - 11 * (g % 3);
             const char *stage = stage_colours[x.pp % NSTAGE_COLOURS];
             fprintf(f,
                     "<g><title>rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | dp_cp %d | "
@@ -112,9 +116,9 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
                     tp_cross[r] ? " (crosses nodes)" : "");
             fprintf(f,
                     "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
-                    "fill=\"hsl(%.0f,60%%,82%%)\" "
+                    "fill=\"hsl(%.0f,%d%%,%d%%)\" "
                     "stroke=\"%s\" stroke-width=\"%s\"%s/>\n",
-                    cx, cy, CW, CH, hue, tp_cross[r] ? "#d00000" : "#555555",
+                    cx, cy, CW, CH, hue, sat, light, tp_cross[r] ? "#d00000" : "#555555",
                     tp_cross[r] ? "2.5" : "1", tp_cross[r] ? " stroke-dasharray=\"6 3\"" : "");
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"8\" height=\"%d\" fill=\"%s\"/>\n", cx + 1,
                     cy + 1, CH - 2, stage);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/timer.h"
 #include "pp/executor.h"
 
 struct pp_executor {
@@ -120,16 +121,36 @@ static float *slot_ptr(pp_executor_t ex, int slot) {
     return slot < 0 ? NULL : (float *)(ex->buf + (size_t)slot * ex->stride);
 }
 
-/* One phase: send `s` to dst and/or receive `r` from src on comm. */
-static mtc_result_t executor_phase(pp_executor_t ex, mtc_comm_t comm, pp_xfer s, int dst, pp_xfer r,
-                                   int src) {
+static const char *const p2p_names[PP_P2P_KIND_COUNT] = {
+    "forward-send",  "forward-recv",  "forward-send-forward-recv",
+    "backward-send", "backward-recv", "backward-send-backward-recv"};
+
+const char *pp_p2p_name(int kind) {
+    return kind >= 0 && kind < PP_P2P_KIND_COUNT ? p2p_names[kind] : "?";
+}
+
+/* One phase: send `s` to dst and/or receive `r` from src on comm; `base` is
+ * the phase's first pp_p2p_kind (forward or backward). */
+static mtc_result_t executor_phase(pp_executor_t ex, const pp_callbacks *cb, int base,
+                                   mtc_comm_t comm, pp_xfer s, int dst, pp_xfer r, int src) {
     size_t n = ex->cfg.count;
-    if (s.slot >= 0 && r.slot >= 0)
-        return mtc_sendrecv(slot_ptr(ex, s.slot), n, dst, slot_ptr(ex, r.slot), n, src,
-                            MTC_DTYPE_F32, comm);
-    if (s.slot >= 0) return mtc_send(slot_ptr(ex, s.slot), n, MTC_DTYPE_F32, dst, comm);
-    if (r.slot >= 0) return mtc_recv(slot_ptr(ex, r.slot), n, MTC_DTYPE_F32, src, comm);
-    return MTC_OK;
+    if (s.slot < 0 && r.slot < 0) return MTC_OK;
+    uint64_t t0 = cb->exchanged ? mtc_time_ns() : 0;
+    mtc_result_t rc;
+    int kind;
+    if (s.slot >= 0 && r.slot >= 0) {
+        kind = base + 2;
+        rc = mtc_sendrecv(slot_ptr(ex, s.slot), n, dst, slot_ptr(ex, r.slot), n, src, MTC_DTYPE_F32,
+                          comm);
+    } else if (s.slot >= 0) {
+        kind = base;
+        rc = mtc_send(slot_ptr(ex, s.slot), n, MTC_DTYPE_F32, dst, comm);
+    } else {
+        kind = base + 1;
+        rc = mtc_recv(slot_ptr(ex, r.slot), n, MTC_DTYPE_F32, src, comm);
+    }
+    if (cb->exchanged && rc == MTC_OK) cb->exchanged(cb->ctx, kind, t0, mtc_time_ns());
+    return rc;
 }
 
 mtc_result_t pp_executor_run(pp_executor_t ex, const pp_callbacks *cb, int forward_only,
@@ -152,8 +173,10 @@ mtc_result_t pp_executor_run(pp_executor_t ex, const pp_callbacks *cb, int forwa
                                    slot_ptr(ex, s->out_slot)));
             break;
         case PP_STEP_EXCHANGE:
-            MTC_CHECK(executor_phase(ex, ex->act, s->send_next, next, s->recv_prev, prev));
-            MTC_CHECK(executor_phase(ex, ex->grad, s->send_prev, prev, s->recv_next, next));
+            MTC_CHECK(executor_phase(ex, cb, PP_P2P_FORWARD_SEND, ex->act, s->send_next, next,
+                                     s->recv_prev, prev));
+            MTC_CHECK(executor_phase(ex, cb, PP_P2P_BACKWARD_SEND, ex->grad, s->send_prev, prev,
+                                     s->recv_next, next));
             continue;
         }
         if (trace)

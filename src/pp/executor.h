@@ -108,6 +108,8 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include "comm/comm.h"
 #include "core/result.h"
 #include "pp/schedule.h"
@@ -183,7 +185,23 @@ typedef struct {
     mtc_result_t (*backward)(void *ctx, int microbatch, int chunk, const float *output_grad,
                              float *input_grad); /* may be NULL for forward-only runs */
     void *ctx;
+    /* Optional (NULL: not called): each transfer phase that moved data, by
+     * Megatron's timer name of its p2p call (pp_p2p_name), with its start
+     * and end (mtc_time_ns). For timers and traces. */
+    void (*exchanged)(void *ctx, int p2p_kind, uint64_t t0_ns, uint64_t t1_ns);
 } pp_callbacks;
+
+/* The transfer phases, named as Megatron's p2p timers. */
+typedef enum {
+    PP_P2P_FORWARD_SEND = 0,   /* "forward-send": activation to the next stage */
+    PP_P2P_FORWARD_RECV,       /* "forward-recv" */
+    PP_P2P_FORWARD_SEND_RECV,  /* "forward-send-forward-recv" (one ring shift) */
+    PP_P2P_BACKWARD_SEND,      /* "backward-send": gradient to the previous stage */
+    PP_P2P_BACKWARD_RECV,      /* "backward-recv" */
+    PP_P2P_BACKWARD_SEND_RECV, /* "backward-send-backward-recv" */
+    PP_P2P_KIND_COUNT
+} pp_p2p_kind;
+const char *pp_p2p_name(int kind);
 
 typedef struct pp_executor *pp_executor_t;
 

@@ -4,7 +4,10 @@
  * to end, labelled F<m>.<c> or B<m>.<c>; forwards are blue, backwards green,
  * a darker shade per later model chunk; the row background is grey so idle
  * time (the bubble) shows as grey gaps. The title carries the configuration
- * and the bubble fraction of this timeline beside Megatron's (p-1)/(m*v).
+ * and the bubble fraction of this timeline beside Megatron's (p-1)/(m*v);
+ * a legend names the colours, and a thin band under each row marks its
+ * warm-up (up to its first backward), steady 1F1B phase (up to the end of
+ * its last forward) and cool-down.
  * Relies on pp_schedule_simulate for the spans. Does not compute anything
  * about the schedule itself. */
 #include "pp/schedule.h"
@@ -22,7 +25,7 @@ mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts
     double unit = makespan > 0 ? 1400.0 / makespan : 40.0; /* pixels per time unit */
     if (unit > 40.0) unit = 40.0;
     if (unit < 6.0) unit = 6.0;
-    const double left = 70.0, top = 56.0, row = 30.0, box = 24.0;
+    const double left = 70.0, top = 80.0, row = 30.0, box = 24.0;
     double width = left + makespan * unit + 20.0, height = top + pp * row + 30.0;
     pp_schedule_kind_t kind = pp_schedule_kind(cfg);
 
@@ -43,8 +46,50 @@ mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts
             "<text x=\"10\" y=\"40\" font-size=\"13\">bubble fraction: simulated %.4f, "
             "Megatron (p-1)/(m*v) = %.4f</text>\n",
             pp_sim_bubble_fraction(makespan, cfg, t_fwd, t_bwd), pp_bubble_formula(cfg));
+    /* legend: the fills of each op kind and chunk, then the phase bands */
+    int nchunks = cfg->vpp > 1 ? cfg->vpp : 1;
+    double lx = 10;
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < (nchunks < 4 ? nchunks : 4); c++) {
+            char name[32];
+            snprintf(name, sizeof name, nchunks > 1 ? "%s chunk %d" : "%s",
+                     k ? "backward" : "forward", c);
+            fprintf(f,
+                    "<rect x=\"%.1f\" y=\"50\" width=\"12\" height=\"12\" fill=\"%s\" "
+                    "stroke=\"#333\" stroke-width=\"0.5\"/><text x=\"%.1f\" y=\"60\" "
+                    "font-size=\"11\">%s</text>\n",
+                    lx, svg_fill(k ? PP_OP_BACKWARD : PP_OP_FORWARD, c), lx + 15, name);
+            lx += nchunks > 1 ? 130 : 85;
+        }
+    static const char *const phase_fill[3] = {"#f0a030", "#8060c0", "#30a0a0"};
+    static const char *const phase_name[3] = {"warm-up", "steady 1F1B", "cool-down"};
+    if (!cfg->forward_only)
+        for (int p = 0; p < 3; p++, lx += 105)
+            fprintf(f,
+                    "<rect x=\"%.1f\" y=\"54\" width=\"12\" height=\"4\" fill=\"%s\"/><text "
+                    "x=\"%.1f\" y=\"60\" font-size=\"11\">%s</text>\n",
+                    lx, phase_fill[p], lx + 15, phase_name[p]);
     for (int r = 0; r < pp; r++) {
         double y = top + r * row;
+        /* phase band: [0, first backward), [first backward, end of last forward), the rest */
+        double first_b = -1, last_f = 0, last = 0;
+        for (int i = 0; i < counts[r].nops; i++) {
+            const pp_op *op = &ops[(size_t)r * max_ops + i];
+            const pp_sim_span *sp = &spans[(size_t)r * max_ops + i];
+            if (op->kind == PP_OP_BACKWARD && first_b < 0) first_b = sp->start;
+            if (op->kind == PP_OP_FORWARD) last_f = sp->end;
+            if (sp->end > last) last = sp->end;
+        }
+        if (first_b >= 0) {
+            double edge[4] = {0, first_b, last_f > first_b ? last_f : first_b, last};
+            for (int p = 0; p < 3; p++)
+                if (edge[p + 1] > edge[p])
+                    fprintf(f,
+                            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"3\" "
+                            "fill=\"%s\"/>\n",
+                            left + edge[p] * unit, y + box + 1, (edge[p + 1] - edge[p]) * unit,
+                            phase_fill[p]);
+        }
         fprintf(f, "<text x=\"10\" y=\"%.1f\" font-size=\"12\">rank %d</text>\n", y + box * 0.7, r);
         fprintf(f,
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#e4e4e4\"/>\n",

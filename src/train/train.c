@@ -14,7 +14,9 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "core/log.h"
+#include "core/peak.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "dp/ddp.h"
 #include "grid/grid.h"
 #include "train/train_internal.h"
@@ -205,6 +207,9 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld "
             "iterations\n",
             B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
+    if (c->peak_tflops > 0)
+        fprintf(out, "> MFU against a peak of %.4g TFLOP/s per rank (%s)\n", c->peak_tflops,
+                c->peak_source ? c->peak_source : "--peak-tflops");
     if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
     fflush(out);
 }
@@ -230,9 +235,15 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     int n_logged = 0, skipped = 0, nan_iters = 0;
     uint64_t comm_at_log = train_comm_ns(x);
     for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
+        train_obs_iteration(x, it);
         uint64_t t0 = mtc_time_ns();
         double loss = 0, norm = 0;
         MTC_CHECK(train_step(x, it, consumed, &loss, &norm, &skipped));
+        char step_name[48];
+        snprintf(step_name, sizeof step_name, "iteration %lld", (long long)it);
+        if (mtc_trace_recording(x->obs.trace))
+            mtc_trace_span(x->obs.trace, MTC_TRACK_COMPUTE, step_name, "step", t0, mtc_time_ns(),
+                           NULL);
         if (isnan(loss)) nan_iters++;
         /* Megatron's --check-for-nan-in-loss-and-grad (on by default): a
          * non-finite loss or gradient stops the run before anything is saved */
@@ -255,6 +266,11 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / n_logged;
         double lr_now = mtc_lr_at(&c->lr, x->step);
         double tps = (double)c->global_batch * T / (avg_ms * 1e-3);
+        double tflops = flops / (avg_ms * 1e-3 * 1e12 * world);
+        char mfu[64] = "";
+        if (c->peak_tflops > 0)
+            snprintf(mfu, sizeof mfu, " model FLOPs utilization: %.2f%% |",
+                     100 * tflops / c->peak_tflops);
         if (log_now && out) {
             char stamp[32];
             time_t now = time(NULL);
@@ -262,15 +278,16 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
             fprintf(out,
                     " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per "
-                    "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | tokens per "
+                    "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4g |%s tokens per "
                     "second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E | "
                     "loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
                     "number of nan iterations: %3d |\n",
                     stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
-                    avg_ms, flops / (avg_ms * 1e-3 * 1e12 * world), tps, lr_now, c->global_batch,
-                    avg_loss, norm, skipped, nan_iters);
+                    avg_ms, tflops, mfu, tps, lr_now, c->global_batch, avg_loss, norm, skipped,
+                    nan_iters);
             fflush(out);
         }
+        if (log_now) MTC_CHECK(train_obs_log(x, out, n_logged));
         double vloss = 0;
         if (eval_now) {
             MTC_CHECK(train_evaluate(x, &vloss));
@@ -285,6 +302,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                         avg_loss, norm, lr_now, avg_ms, tps,
                         (double)(train_comm_ns(x) - comm_at_log) * 1e-6 / n_logged);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
+            if (log_now) train_obs_metrics(x, metrics, n_logged);
             fprintf(metrics,
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",
@@ -294,6 +312,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                 return mtc_error(MTC_ERR_IO, "writing --metrics %s failed: %s", c->metrics_path,
                                  strerror(errno));
         }
+        if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
         if (log_now) sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0;
         if (log_now) comm_at_log = train_comm_ns(x);
         if (c->save_path && c->save_interval > 0 && it % c->save_interval == 0)
@@ -398,8 +417,10 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         metrics = fopen(c->metrics_path, "w");
         if (!metrics) rc = mtc_error(MTC_ERR_IO, "cannot write metrics file %s", c->metrics_path);
     }
+    if (rc == MTC_OK) rc = train_obs_setup(&x, world);
     /* a rank that failed to set up fails the launch; peers stop with REMOTE */
     if (rc == MTC_OK) rc = train_loop(&x, out, metrics, wsize);
+    if (rc == MTC_OK) rc = train_obs_write(&x, is_last);
     if (rc == MTC_OK && c->save_path && x.last_saved != x.iteration)
         rc = train_ckpt_save(&x, x.iteration, x.consumed, out);
     if (rc == MTC_OK && c->params_out) { /* collective: every rank takes part */
@@ -412,7 +433,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     }
     if (is_last && c->comm_ms_out) *c->comm_ms_out = (double)train_comm_ns(&x) * 1e-6;
     if (metrics) fclose(metrics);
-    train_teardown(&x);
+    train_teardown(&x); /* first: it ends the progress threads that may still record */
+    train_obs_free(&x);
     return rc;
 }
 
@@ -430,7 +452,25 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     int ranks_here = mpi ? 1 : world; /* mpi: refined below from the node map is not needed */
     int threads = c->threads > 0 ? c->threads : cores / ranks_here;
     if (threads < 1) threads = 1;
-    train_shared sh = {.cfg = c, .src = src, .out = out, .threads_per_rank = threads};
+    /* MFU: the cached machine peak shared by the ranks on this machine */
+    mtc_train_config cc = *c;
+    char peak_desc[512];
+    mtc_peak peak;
+    if (!(c->peak_tflops > 0) && mtc_peak_load(&peak) == MTC_OK) {
+        mtc_launcher_env env = {0};
+        int local =
+            mpi ? (mtc_launcher_detect(&env) == MTC_OK && env.local_world > 0 ? env.local_world : 1)
+                : world;
+        cc.peak_tflops = peak.fma_fp32_tflops / local;
+        char path[4096];
+        mtc_peak_cache_path(path, sizeof path);
+        snprintf(peak_desc, sizeof peak_desc,
+                 "fp32 FMA peak %.4g TFLOP/s of %d cores, %s, measured %s, / %d rank(s); %.100s",
+                 peak.fma_fp32_tflops, peak.cores, peak.isa, peak.measured_at, local, path);
+        cc.peak_source = peak_desc;
+    }
+    mtc_error_clear();
+    train_shared sh = {.cfg = &cc, .src = src, .out = out, .threads_per_rank = threads};
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
                           .world_size = world,
                           .pin_threads = threads > 1 ? 0 : -1};

@@ -78,6 +78,15 @@ typedef struct {
     int num_distopt_instances;     /* --num-distributed-optimizer-instances (0 = 1) */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
+    /* ---- observability (issue 18; train/train_obs.c) ---- */
+    const char *trace_path;     /* NULL = none: Chrome Trace Event JSON of every rank */
+    int64_t profile_step_start; /* traced: iterations start < it <= end (Megatron's */
+    int64_t profile_step_end;   /*   --profile-step-start/-end count completed steps) */
+    int timing_log_level;       /* --timing-log-level 0 (none), 1, 2 (per microbatch, p2p) */
+    int timing_log_option;      /* --timing-log-option 0 max, 1 minmax, 2 all */
+    double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;
+                                   0: the cached machine peak (core/peak.h) / ranks on it */
+    const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops) */
     /* ---- results for tests (written by the last rank; NULL = none) ---- */
     double *losses_out;            /* (train_iters) per-iteration lm loss */
     double *grad_norms_out;        /* (train_iters) */

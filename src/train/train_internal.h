@@ -30,6 +30,32 @@ typedef struct {
     int *slot_busy;    /* (model->nslots) */
 } train_chunk;
 
+/* Megatron's timers (train_obs.c has their names and log levels). */
+typedef enum {
+    TRAIN_T_FORWARD_BACKWARD = 0,
+    TRAIN_T_FORWARD_COMPUTE,
+    TRAIN_T_BACKWARD_COMPUTE,
+    TRAIN_T_BATCH_GENERATOR,
+    TRAIN_T_P2P_FIRST, /* PP_P2P_KIND_COUNT pipeline transfer timers (pp/executor.h) */
+    TRAIN_T_ALL_GRADS_SYNC = TRAIN_T_P2P_FIRST + PP_P2P_KIND_COUNT,
+    TRAIN_T_LAYERNORM_GRADS,
+    TRAIN_T_EMBEDDING_GRADS,
+    TRAIN_T_PARAMS_ALL_GATHER,
+    TRAIN_T_OPTIMIZER_CLIP,
+    TRAIN_T_OPTIMIZER_INNER,
+    TRAIN_T_OPTIMIZER,
+    TRAIN_T_LOSS_REDUCE, /* the logged loss summed over DP: in the trace, not in the block */
+    TRAIN_T_COUNT
+} train_timer;
+
+/* What the rank saw of itself: timers (always), the trace recorder (NULL
+ * without --trace/--profile/--metrics). */
+typedef struct {
+    mtc_comm_t world;
+    struct mtc_trace *trace;
+    uint64_t timer_ns[TRAIN_T_COUNT]; /* since the last log */
+} train_obs;
+
 /* One rank's state. */
 typedef struct {
     const mtc_train_config *cfg;
@@ -67,6 +93,7 @@ typedef struct {
     uint64_t valid_consumed;
     uint64_t comm_ns;  /* time in the step's explicit collectives */
     uint64_t setup_ns; /* train_setup: buffers allocated, parameters initialised */
+    train_obs obs;
 } train_rank;
 
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
@@ -106,6 +133,26 @@ mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE 
 /* --load DIR: this rank's state from the checkpoint (no-op when none is
  * found); sets start_iteration, start_consumed and step unless --finetune. */
 mtc_result_t train_ckpt_load(train_rank *x, FILE *out);
+
+/* train_obs.c: timers, the trace, the timer block and the trace file. */
+mtc_result_t train_obs_setup(train_rank *x, mtc_comm_t world);
+void train_obs_free(train_rank *x);
+/* Open the trace window for iteration `it` when it is in the profiled range (closes otherwise). */
+void train_obs_iteration(train_rank *x, int64_t it);
+/* A span [t0, now] of timer `id` (timers count training passes only); name
+ * NULL = the timer's name. Returns now. */
+uint64_t train_obs_span(train_rank *x, train_timer id, uint64_t t0, const char *name,
+                        const char *args);
+/* The rank's pipeline transfer callback (pp_callbacks.exchanged). */
+void train_obs_exchanged(void *ctx, int kind, uint64_t t0, uint64_t t1);
+/* Collective over the world at each log: Megatron's timer block (per
+ * iteration of the `n` since the last log) and the measured bubble, on out
+ * (NULL on all but the logging rank); resets the timers. */
+mtc_result_t train_obs_log(train_rank *x, FILE *out, int n);
+/* ", \"comm_groups\": {...}" per iteration of the `n` since the last call; resets. */
+void train_obs_metrics(train_rank *x, FILE *metrics, int n);
+/* Collective over the world: every rank's events into the trace file (written by `is_last`). */
+mtc_result_t train_obs_write(train_rank *x, int is_last);
 
 /* train_step.c */
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */

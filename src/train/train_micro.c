@@ -5,10 +5,12 @@
  * backward callbacks the pipeline executor calls (called directly without
  * pipelining). Also evaluation. Relies on model/, pp/, dp/, data/. Does not
  * reduce gradients or step the optimizer (train_step.c). */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "train/train_internal.h"
 
 /* Fill tokens/targets of this DP rank's microbatch m of the global batch at
@@ -52,12 +54,27 @@ static mtc_result_t train_params_needed(void *ctx, int first, int last) {
 
 mtc_result_t train_params_wait(train_rank *x) {
     uint64_t t0 = mtc_time_ns();
+    int any = 0;
     mtc_result_t rc = MTC_OK;
     /* comm: wait for the all-gather(intra) of every bucket */
     for (int k = 0; k < x->vpp && rc == MTC_OK; k++)
-        if (x->chunks[k].dopt) rc = mtc_distopt_param_gather_wait(x->chunks[k].dopt);
+        if (x->chunks[k].dopt) rc = mtc_distopt_param_gather_wait(x->chunks[k].dopt), any = 1;
     x->comm_ns += mtc_time_ns() - t0;
+    if (any) train_obs_span(x, TRAIN_T_PARAMS_ALL_GATHER, t0, NULL, NULL);
     return rc;
+}
+
+/* The span of one microbatch's forward or backward on chunk k. */
+static void train_obs_mb_span(train_rank *x, train_timer id, uint64_t t0, const char *what, int mb,
+                              int k) {
+    char name[64], args[64];
+    if (!mtc_trace_recording(x->obs.trace)) {
+        train_obs_span(x, id, t0, NULL, NULL);
+        return;
+    }
+    snprintf(name, sizeof name, "%s mb %d chunk %d", what, mb, k);
+    snprintf(args, sizeof args, "\"mb\": %d, \"chunk\": %d, \"train\": %d", mb, k, x->cur_train);
+    train_obs_span(x, id, t0, name, args);
 }
 
 /* The pass of microbatch mb on chunk k in the running step (or evaluation). */
@@ -115,6 +132,7 @@ static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *inpu
     train_rank *x = ctx;
     mtc_model *m = x->chunks[k].model;
     int B = x->cfg->micro_batch, T = x->T_cp, slot = 0;
+    uint64_t t0 = mtc_time_ns();
     MTC_CHECK(train_slot_take(x, k, mb, &slot));
     size_t at = (size_t)mb * B * T;
     if (input) memcpy(mtc_model_slot_input(m, slot), input, x->msg_count * sizeof(float));
@@ -123,6 +141,7 @@ static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *inpu
     MTC_CHECK(m->error);
     if (output) memcpy(output, mtc_model_slot_output(m, slot), x->msg_count * sizeof(float));
     if (!x->cur_train) train_slot_release(x, k, mb);
+    train_obs_mb_span(x, TRAIN_T_FORWARD_COMPUTE, t0, "forward", mb, k);
     return MTC_OK;
 }
 
@@ -133,6 +152,7 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
     mtc_model *m = x->chunks[k].model;
     int B = c->micro_batch, T = x->T_cp;
     int slot = x->ex ? x->chunks[k].slot_of[mb] : 0;
+    uint64_t t0 = mtc_time_ns();
     if (slot < 0)
         return mtc_error(MTC_ERR_INTERNAL, "backward of microbatch %d chunk %d before its forward",
                          mb, k);
@@ -144,16 +164,19 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
     MTC_CHECK(mtc_model_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
     if (input_grad) memcpy(input_grad, mtc_model_grad_buffer(m), x->msg_count * sizeof(float));
     train_slot_release(x, k, mb);
+    train_obs_mb_span(x, TRAIN_T_BACKWARD_COMPUTE, t0, "backward", mb, k);
     return MTC_OK;
 }
 
 mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consumed, int train,
                                 int64_t it, double *loss_sum) {
+    x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
+    uint64_t t_fb = mtc_time_ns();
     for (int m = 0; m < x->nmb; m++)
         MTC_CHECK(train_load_batch(x, split, consumed, m));
-    x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
+    train_obs_span(x, TRAIN_T_BATCH_GENERATOR, t_fb, NULL, NULL);
     if (x->ex) {
-        pp_callbacks cb = {train_forward_cb, train_backward_cb, x};
+        pp_callbacks cb = {train_forward_cb, train_backward_cb, x, train_obs_exchanged};
         const mtc_train_config *c = x->cfg;
         int tr = train && c->trace_out && c->ntrace_out; /* each training step overwrites it */
         size_t max_ops = (size_t)2 * x->nmb * x->vpp;
@@ -168,6 +191,7 @@ mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consum
         }
     }
     *loss_sum = x->mb_loss_sum;
+    if (!train) train_obs_span(x, TRAIN_T_FORWARD_BACKWARD, t_fb, "evaluation forward", NULL);
     return MTC_OK;
 }
 

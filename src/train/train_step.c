@@ -17,8 +17,9 @@
  * `comm`: one packed all-reduce per chunk (layer norms and row-parallel
  * biases over TP under SP; the tied embedding over EMBEDDING_GROUP). */
 static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsigned bit,
-                                       mtc_comm_t comm) {
+                                       mtc_comm_t comm, train_timer id) {
     const mtc_registry *r = &m->reg;
+    uint64_t t_span = mtc_time_ns();
     float *g = m->grads;
     size_t k = 0;
     for (int i = 0; i < r->count; i++)
@@ -39,6 +40,7 @@ static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsign
                    r->params[i].local_numel * sizeof(float));
             k += r->params[i].local_numel;
         }
+    train_obs_span(x, id, t_span, NULL, NULL);
     return MTC_OK;
 }
 
@@ -51,10 +53,13 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
     for (int k = 0; k < x->vpp && x->dp; k++)
         MTC_CHECK(mtc_ddp_finish(x->chunks[k].ddp));
     x->comm_ns += mtc_time_ns() - t0;
+    if (x->dp) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
     for (int k = 0; k < x->vpp && x->tp; k++)
-        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_TP, x->tp));
+        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_TP, x->tp,
+                                     TRAIN_T_LAYERNORM_GRADS));
     for (int k = 0; k < x->vpp && x->embd; k++)
-        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_EMBEDDING, x->embd));
+        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_EMBEDDING, x->embd,
+                                     TRAIN_T_EMBEDDING_GRADS));
     return MTC_OK;
 }
 
@@ -62,6 +67,7 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
  * of the model counted once), summed over the shard group with the
  * distributed optimizer and over MODEL_PARALLEL_GROUP. */
 static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
+    uint64_t t_span = mtc_time_ns();
     double s = mtc_grad_norm_sumsq(&x->norm_plan, x->pool);
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(intra) with the distributed optimizer, all-reduce(MODEL_PARALLEL_GROUP) */
@@ -70,6 +76,7 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
     if (x->mp) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->mp));
     x->comm_ns += mtc_time_ns() - t0;
     *norm = sqrt(s);
+    train_obs_span(x, TRAIN_T_OPTIMIZER_CLIP, t_span, NULL, NULL);
     return MTC_OK;
 }
 
@@ -91,6 +98,7 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm) {
                            &c->adam);
     }
     x->comm_ns += mtc_time_ns() - t0;
+    train_obs_span(x, TRAIN_T_OPTIMIZER_INNER, t0, NULL, NULL);
     x->step++;
     return MTC_OK;
 }
@@ -99,14 +107,22 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
                         int *skipped) {
     const mtc_train_config *c = x->cfg;
     double loss_sum = 0;
+    uint64_t t_fb = mtc_time_ns();
     MTC_CHECK(train_microbatches(x, DATA_SPLIT_TRAIN, consumed, 1, it, &loss_sum));
+    train_obs_span(x, TRAIN_T_FORWARD_BACKWARD, t_fb, NULL, NULL);
     MTC_CHECK(train_finalize_grads(x));
+    uint64_t t_loss = mtc_time_ns();
     MTC_CHECK(train_dp_sum(x, &loss_sum));
+    train_obs_span(x, TRAIN_T_LOSS_REDUCE, t_loss, NULL, NULL);
     *loss = loss_sum / ((double)c->global_batch * c->model.seq_length);
+    uint64_t t_opt = mtc_time_ns();
     MTC_CHECK(train_grad_norm(x, norm));
     if (!isfinite(*norm)) { /* Megatron skips the update of a non-finite gradient */
         (*skipped)++;
+        train_obs_span(x, TRAIN_T_OPTIMIZER, t_opt, NULL, NULL);
         return MTC_OK;
     }
-    return train_optimizer_step(x, *norm);
+    MTC_CHECK(train_optimizer_step(x, *norm));
+    train_obs_span(x, TRAIN_T_OPTIMIZER, t_opt, NULL, NULL);
+    return MTC_OK;
 }

@@ -83,7 +83,7 @@ static mtc_result_t bench_rank_fn(mtc_comm_t world, void *arg) {
     pp_executor_config ec = {w->sc, w->count};
     pp_executor_t ex;
     MTC_CHECK(pp_executor_init(&ex, &ec, w->sc.pp > 1 ? world : NULL, NULL));
-    pp_callbacks cb = {bench_forward, bench_backward, &b};
+    pp_callbacks cb = {bench_forward, bench_backward, &b, NULL};
     mtc_result_t rc = pp_executor_run(ex, &cb, 0, NULL, NULL); /* warm-up */
     for (int i = 0; i < w->reps && rc == MTC_OK; i++) {
         MTC_CHECK_GOTO(mtc_barrier(world), rc, out);

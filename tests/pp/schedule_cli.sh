@@ -53,6 +53,10 @@ for c in d["configs"]:
     for r in c["ranks"]:
         if "rank %d" % r["rank"] not in texts: print("FAIL svg row", r["rank"]); fails += 1
     if not any("bubble fraction" in t for t in texts): print("FAIL svg bubble line"); fails += 1
+    # the colour legend, and the phase marks whenever backwards run
+    if not any(t == "forward" or t.startswith("forward chunk") for t in texts): print("FAIL svg legend"); fails += 1
+    has_b = any(o.startswith("B") for r in c["ranks"] for o in r["ops"].split())
+    if has_b and "warm-up" not in texts: print("FAIL svg phase legend"); fails += 1
 for c in d["invalid"]:
     p = subprocess.run(args_of(c) + ["--json"], capture_output=True, text=True)
     if p.returncode != 2 or p.stdout != "" or c["message"] not in p.stderr:

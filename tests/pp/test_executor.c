@@ -137,13 +137,13 @@ static mtc_result_t toy_rank_fn(mtc_comm_t world, void *arg) {
             ((float *)buf)[i] = NAN;
     }
     MTC_CHECK_GOTO(pp_executor_init(&ex, &ec, t.pp > 1 ? world : NULL, buf), rc, out);
-    pp_callbacks cb = {toy_forward, toy_backward, &t};
+    pp_callbacks cb = {toy_forward, toy_backward, &t, NULL};
     /* run 1: training */
     MTC_CHECK_GOTO(pp_executor_run(ex, &cb, 0, w->trace[t.rank], &w->ntrace[t.rank]), rc, out);
     if (t.rank == t.pp - 1) memcpy(w->loss, t.loss, (size_t)w->sc.num_microbatches * sizeof(float));
     /* run 2: evaluation; no backward may run */
     memset(t.loss, 0, (size_t)w->sc.num_microbatches * sizeof(float));
-    pp_callbacks cb_eval = {toy_forward, NULL, &t};
+    pp_callbacks cb_eval = {toy_forward, NULL, &t, NULL};
     MTC_CHECK_GOTO(pp_executor_run(ex, &cb_eval, 1, w->trace_eval[t.rank], &w->ntrace_eval[t.rank]),
                    rc, out);
     if (t.rank == t.pp - 1)

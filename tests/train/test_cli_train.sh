@@ -32,6 +32,15 @@ expect_usage "positions" "longer than max-position-embeddings=32" train $TINY --
 expect_usage "heads vs tp" "num-attention-heads=4 is not divisible by tensor-model-parallel-size=3" train $TINY --world-size 3 --tp 3
 expect_usage "world vs tp" "world-size=3\|world size" train $TINY --world-size 3 --tp 2
 expect_usage "sp seq" "not divisible" train $TINY --seq-length 30 --max-position-embeddings 32 --world-size 4 --tp 4 --sequence-parallel
+expect_usage "timing level" "timing-log-level=3 must be 0, 1 or 2" train $TINY --timing-log-level 3
+expect_usage "timing option" "timing-log-option=mean must be max, minmax or all" train $TINY --timing-log-option mean
+expect_usage "profile steps" "profile-step-start=4 and profile-step-end=2" train $TINY --profile --profile-step-start 4 --profile-step-end 2
+# --profile writes DIR/trace.json (Chrome trace events); the timer block follows the log line
+"$MTC" train $TINY --train-iters 2 --log-interval 2 --eval-iters 0 --world-size 2 --pp 2 --profile \
+    --profile-step-start 0 --profile-step-end 1 --profile-dir "$D/prof" --timing-log-level 1 >"$D/out" 2>"$D/err"
+if [ $? -eq 0 ] && grep -q '"traceEvents"' "$D/prof/trace.json" && grep -q '"ph": "X"' "$D/prof/trace.json" &&
+    grep -q '^(min, max) time across ranks (ms):' "$D/out"; then ok "--profile: trace.json and the timer block"
+else bad "--profile"; cat "$D/err"; fi
 expect_usage "batch" "global-batch-size=6 is not divisible" train $TINY --global-batch-size 6
 expect_usage "batch vs dp" "data-parallel size 2 (use a multiple of 8)" train $TINY --world-size 2 --global-batch-size 4
 expect_usage "decay style" "lr-decay-style=exp" train $TINY --lr-decay-style exp

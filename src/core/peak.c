@@ -1,0 +1,187 @@
+/* core/peak.c - measuring and caching the machine's fp32 FMA peak (see
+ * peak.h). The kernel keeps 8 independent accumulators per thread, so the
+ * FMA units' latency is hidden and the loop runs at their throughput; the
+ * vector width is what the build targets (-march=native by default).
+ * Relies on pthreads and cJSON. Limitations: fp32 only; a loaded machine
+ * measures low (the caller should measure on an idle one). */
+#include "core/peak.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/timer.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define PEAK_ISA "avx512"
+typedef __m512 peak_vec;
+#define PEAK_LANES 16
+#define PEAK_SET(x) _mm512_set1_ps(x)
+#define PEAK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define PEAK_SUM(v) _mm512_reduce_add_ps(v)
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PEAK_ISA "avx2+fma"
+typedef __m256 peak_vec;
+#define PEAK_LANES 8
+#define PEAK_SET(x) _mm256_set1_ps(x)
+#define PEAK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+static float peak_sum8(__m256 v) {
+    float f[8];
+    _mm256_storeu_ps(f, v);
+    return f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7];
+}
+#define PEAK_SUM(v) peak_sum8(v)
+#else
+#define PEAK_ISA "scalar"
+typedef float peak_vec;
+#define PEAK_LANES 1
+#define PEAK_SET(x) (x)
+#define PEAK_FMA(a, b, c) ((a) * (b) + (c))
+#define PEAK_SUM(v) (v)
+#endif
+
+typedef struct {
+    double seconds;
+    double flops;
+    float sink;
+} peak_job;
+
+static void *peak_thread(void *arg) {
+    peak_job *j = arg;
+    peak_vec acc[8], m = PEAK_SET(0.999999f), a = PEAK_SET(1e-7f);
+    for (int i = 0; i < 8; i++)
+        acc[i] = PEAK_SET((float)i);
+    const int inner = 1 << 14;
+    uint64_t t0 = mtc_time_ns(), until = t0 + (uint64_t)(j->seconds * 1e9), rounds = 0;
+    do {
+        for (int k = 0; k < inner; k++)
+            for (int i = 0; i < 8; i++)
+                acc[i] = PEAK_FMA(acc[i], m, a);
+        rounds++;
+    } while (mtc_time_ns() < until);
+    float s = 0;
+    for (int i = 0; i < 8; i++)
+        s += PEAK_SUM(acc[i]);
+    j->sink = s; /* keeps the loop */
+    j->flops = (double)rounds * inner * 8 * PEAK_LANES * 2;
+    j->seconds = (double)(mtc_time_ns() - t0) * 1e-9;
+    return NULL;
+}
+
+mtc_result_t mtc_peak_measure(mtc_peak *out, int threads, double seconds) {
+    memset(out, 0, sizeof *out);
+    if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1) threads = 1;
+    pthread_t *th = calloc((size_t)threads, sizeof *th);
+    peak_job *jobs = calloc((size_t)threads, sizeof *jobs);
+    if (!th || !jobs) {
+        free(th), free(jobs);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for %d peak threads", threads);
+    }
+    int started = 0;
+    for (int i = 0; i < threads; i++) {
+        jobs[i].seconds = seconds > 0 ? seconds : 0.5;
+        if (pthread_create(&th[i], NULL, peak_thread, &jobs[i]) != 0) break;
+        started++;
+    }
+    double tflops = 0;
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        tflops += jobs[i].flops / jobs[i].seconds * 1e-12;
+    }
+    free(th), free(jobs);
+    if (started < threads)
+        return mtc_error(MTC_ERR_SYSTEM, "could start only %d of %d peak threads", started,
+                         threads);
+    out->fma_fp32_tflops = tflops;
+    out->cores = threads;
+    snprintf(out->isa, sizeof out->isa, "%s", PEAK_ISA);
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(out->measured_at, sizeof out->measured_at, "%Y-%m-%d %H:%M:%S", gmtime_r(&now, &tmv));
+    return MTC_OK;
+}
+
+void mtc_peak_cache_path(char *buf, size_t len) {
+    const char *p = getenv("MTC_PEAK_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (p && p[0])
+        snprintf(buf, len, "%s", p);
+    else if (x && x[0])
+        snprintf(buf, len, "%s/mtc/peak.json", x);
+    else
+        snprintf(buf, len, "%s/.cache/mtc/peak.json", h && h[0] ? h : ".");
+}
+
+mtc_result_t mtc_peak_load(mtc_peak *out) {
+    memset(out, 0, sizeof *out);
+    char path[4096];
+    mtc_peak_cache_path(path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return mtc_error(MTC_ERR_IO, "no peak cache at %s", path);
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *doc = cJSON_Parse(text);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, "fma_fp32_tflops");
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) {
+        cJSON_Delete(doc);
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s is not an mtc peak cache (no positive fma_fp32_tflops): delete it "
+                         "and measure again",
+                         path);
+    }
+    out->fma_fp32_tflops = v->valuedouble;
+    v = cJSON_GetObjectItemCaseSensitive(doc, "gemm_tflops");
+    out->gemm_tflops = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    v = cJSON_GetObjectItemCaseSensitive(doc, "cores");
+    out->cores = cJSON_IsNumber(v) ? v->valueint : 0;
+    v = cJSON_GetObjectItemCaseSensitive(doc, "isa");
+    snprintf(out->isa, sizeof out->isa, "%s", cJSON_IsString(v) ? v->valuestring : "?");
+    v = cJSON_GetObjectItemCaseSensitive(doc, "measured_at");
+    snprintf(out->measured_at, sizeof out->measured_at, "%s",
+             cJSON_IsString(v) ? v->valuestring : "?");
+    cJSON_Delete(doc);
+    return MTC_OK;
+}
+
+mtc_result_t mtc_peak_save(const mtc_peak *p) {
+    char path[4096], tmp[4200];
+    mtc_peak_cache_path(path, sizeof path);
+    /* the directory (one level, as $XDG_CACHE_HOME/mtc) */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+            char *up = strrchr(dir, '/'); /* $HOME/.cache may be missing too */
+            if (up && up != dir) {
+                *up = 0;
+                mkdir(dir, 0777);
+                *up = '/';
+            }
+            mkdir(dir, 0777);
+        }
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return mtc_error(MTC_ERR_IO, "cannot write the peak cache %s", tmp);
+    fprintf(f,
+            "{\"fma_fp32_tflops\": %.6g, \"gemm_tflops\": %.6g, \"cores\": %d, \"isa\": \"%s\", "
+            "\"measured_at\": \"%s\"}\n",
+            p->fma_fp32_tflops, p->gemm_tflops, p->cores, p->isa, p->measured_at);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return mtc_error(MTC_ERR_IO, "cannot write the peak cache %s", path);
+    }
+    return MTC_OK;
+}

@@ -1,0 +1,37 @@
+/* core/peak.h - this machine's compute peak, for model FLOPs utilization.
+ *
+ * A peak is measured once (mtc_peak_measure: every core running independent
+ * fused multiply-adds on the widest vectors the build targets, fp32) and
+ * kept in a small JSON cache (mtc_peak_save / mtc_peak_load) so runs can
+ * print MFU without measuring. The cache lives at $MTC_PEAK_CACHE, else
+ * $XDG_CACHE_HOME/mtc/peak.json, else $HOME/.cache/mtc/peak.json. The figure
+ * is for the whole machine; a run divides it by the ranks sharing the
+ * machine. Whatever command measures and caches it (the planner's
+ * `mtc bench-peak`) should call these so every reader agrees.
+ * Does not measure GEMM throughput (nn/ would: the slot is in the cache as
+ * gemm_tflops, 0 when unknown) nor bf16. */
+#ifndef MTC_CORE_PEAK_H
+#define MTC_CORE_PEAK_H
+
+#include <stddef.h>
+
+#include "core/result.h"
+
+typedef struct {
+    double fma_fp32_tflops; /* the whole machine, every core */
+    double gemm_tflops;     /* measured fp32 GEMM (0: unknown) */
+    int cores;              /* threads the measurement ran */
+    char isa[32];           /* "avx512", "avx2+fma", "scalar" */
+    char measured_at[32];   /* UTC, "2026-12-01 10:30:00" */
+} mtc_peak;
+
+/* Where the cache is (buf gets the path). */
+void mtc_peak_cache_path(char *buf, size_t len);
+/* MTC_ERR_IO when there is no cache, MTC_ERR_FORMAT when it is not ours. */
+mtc_result_t mtc_peak_load(mtc_peak *out);
+/* Written to a temporary name and renamed; creates the directory. */
+mtc_result_t mtc_peak_save(const mtc_peak *p);
+/* Runs `threads` threads (0: every online core) for about `seconds`. */
+mtc_result_t mtc_peak_measure(mtc_peak *out, int threads, double seconds);
+
+#endif

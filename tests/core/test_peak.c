@@ -1,0 +1,38 @@
+/* tests/core/test_peak.c - the peak cache of core/peak.h: a missing cache
+ * is MTC_ERR_IO, a file that is not ours MTC_ERR_FORMAT, a measured peak
+ * is positive and comes back from the cache as saved. (The figure itself
+ * depends on the machine and its load: not asserted beyond > 0.) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/peak.h"
+#include "test.h"
+
+int main(void) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/mtc_test_peak_%d.json", (int)getpid());
+    setenv("MTC_PEAK_CACHE", path, 1);
+    char got[4096];
+    mtc_peak_cache_path(got, sizeof got);
+    T_CHECK(!strcmp(got, path));
+    mtc_peak p, q;
+    remove(path);
+    T_CHECK(mtc_peak_load(&q) == MTC_ERR_IO);
+    FILE *f = fopen(path, "w");
+    T_CHECK(f != NULL);
+    if (f) fputs("{\"something\": 1}\n", f), fclose(f);
+    T_CHECK(mtc_peak_load(&q) == MTC_ERR_FORMAT);
+    T_CHECK(mtc_peak_measure(&p, 1, 0.02) == MTC_OK);
+    T_CHECKF(p.fma_fp32_tflops > 0 && p.cores == 1, "%g TFLOP/s on %d cores", p.fma_fp32_tflops,
+             p.cores);
+    p.gemm_tflops = 0.125;
+    T_CHECK(mtc_peak_save(&p) == MTC_OK);
+    T_CHECK(mtc_peak_load(&q) == MTC_OK);
+    T_CLOSE(q.fma_fp32_tflops, p.fma_fp32_tflops, 0, 1e-5);
+    T_CHECK(q.gemm_tflops == 0.125 && q.cores == 1 && !strcmp(q.isa, p.isa) &&
+            !strcmp(q.measured_at, p.measured_at));
+    remove(path);
+    return T_DONE();
+}
