@@ -19,42 +19,7 @@
 #include "nn_ref.h"
 #include "test.h"
 
-typedef double (*loss_fn)(void *ctx);
-
-/* grad (analytic, float) against central differences of fn w.r.t. x (perturbed in place) */
-static void check_fd(const char *what, loss_fn fn, void *ctx, double *x, const float *grad,
-                     size_t n, double tol) {
-    double worst = 0;
-    size_t worst_k = 0;
-    for (size_t k = 0; k < n; k++) {
-        double x0 = x[k], h = 1e-5 * (fabs(x0) > 1 ? fabs(x0) : 1);
-        x[k] = x0 + h;
-        double lp = fn(ctx);
-        x[k] = x0 - h;
-        double lm = fn(ctx);
-        x[k] = x0;
-        double fd = (lp - lm) / (2 * h);
-        double err = fabs(fd - grad[k]) / (1e-3 + fabs(fd));
-        if (err > worst) worst = err, worst_k = k;
-    }
-    T_CHECKF(worst <= tol, "%s: worst relative error %.3g at %zu", what, worst, worst_k);
-}
-
-static double dot(const double *a, const float *g, size_t n) {
-    double s = 0;
-    for (size_t k = 0; k < n; k++)
-        s += a[k] * g[k];
-    return s;
-}
-
-static double max_rel(const float *a, const double *b, size_t n) {
-    double worst = 0;
-    for (size_t k = 0; k < n; k++) {
-        double e = fabs(a[k] - b[k]) / (1e-3 + fabs(b[k]));
-        if (e > worst) worst = e;
-    }
-    return worst;
-}
+#include "nn_fd.h"
 
 /* worst |a - b| / (atol + rtol |b|): <= 1 passes */
 static double worst_err(const float *a, const double *b, size_t n, double atol, double rtol) {
@@ -117,8 +82,8 @@ static void test_rmsnorm(nn_pool *pool) {
         nn_rmsnorm_backward(pool, dx, dw, g, x, w, rstd, N, C);
         for (int k = 0; k < C; k++)
             dw[k] -= 0.25f;
-        check_fd("rmsnorm dx", rms_loss, &c, c.x, dx, nx, 2e-3);
-        check_fd("rmsnorm dw", rms_loss, &c, c.w, dw, C, 2e-3);
+        check_fd("rmsnorm dx", rms_loss, &c, c.x, dx, nx, 1, 2e-3);
+        check_fd("rmsnorm dw", rms_loss, &c, c.w, dw, C, 1, 2e-3);
         /* NULL gradients skipped; dinp aliasing dout; out aliasing inp */
         float dw0[C], dw2[C], buf[N * C];
         memset(dw0, 0, sizeof dw0);
@@ -206,7 +171,7 @@ static void test_rope_case(nn_pool *pool, int interleaved, float percent) {
     /* backward: the gradient of every coordinate (outside ones pass through) */
     memcpy(dx, g, n * 4);
     nn_rope_backward(pool, dx + PRE, g + PRE, &tab, NULL, t0, B, T, NH, HS, STRIDE);
-    check_fd(what, rope_loss, &c, c.x, dx, n, 1e-4);
+    check_fd(what, rope_loss, &c, c.x, dx, n, 1, 1e-4);
     /* in place = out of place, forward and backward; backward undoes forward */
     memcpy(buf, x, n * 4);
     nn_rope_forward(pool, buf + PRE, buf + PRE, &tab, NULL, t0, B, T, NH, HS, STRIDE);
@@ -308,9 +273,9 @@ static void test_swiglu(nn_pool *pool) {
         memset(dx, 0x7f, ni * 4);
         nn_swiglu_backward(pool, dx, g, x, N, F);
         if (F < 100)
-            check_fd("swiglu dinp", sw_loss, &c, c.x, dx, ni, 2e-3);
+            check_fd("swiglu dinp", sw_loss, &c, c.x, dx, ni, 1, 2e-3);
         else { /* sampled: the silu derivative at the clamp values is checked above */
-            check_fd("swiglu dinp (first rows)", sw_loss, &c, c.x, dx, 2 * (size_t)F, 2e-3);
+            check_fd("swiglu dinp (first rows)", sw_loss, &c, c.x, dx, 2 * (size_t)F, 1, 2e-3);
         }
         free(x), free(out), free(g), free(dx), free(c.x), free(c.out);
     }
