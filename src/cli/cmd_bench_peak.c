@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/peak.h"
 #include "plan/plan.h"
 
 int cli_cmd_bench_peak(int argc, char **argv) {
@@ -49,5 +50,20 @@ int cli_cmd_bench_peak(int argc, char **argv) {
     if (rc == MTC_OK) rc = mtc_plan_machine_write(&m, path);
     if (rc != MTC_OK) return cli_fail("bench-peak", rc);
     printf("> wrote %s (figures taken now, on a machine that may be shared)\n", path);
+    if (out) return 0; /* an explicit --output file: nothing else is cached */
+    /* the same measurement feeds the log line's MFU (core/peak.h's cache):
+     * the FMA peak of every core, and the GEMM rate just measured */
+    mtc_peak pk;
+    rc = mtc_peak_measure(&pk, 0, 0.5);
+    if (rc == MTC_OK) {
+        pk.gemm_tflops = m.peak_flops_fp32 * m.devices_per_node * 1e-12;
+        rc = mtc_peak_save(&pk);
+    }
+    if (rc != MTC_OK) return cli_fail("bench-peak", rc);
+    char pp[1024];
+    mtc_peak_cache_path(pp, sizeof pp);
+    printf("> wrote %s (fp32 FMA peak %.3f TFLOP/s over %d cores: what `mtc train` reports MFU "
+           "against)\n",
+           pp, pk.fma_fp32_tflops, pk.cores);
     return 0;
 }
