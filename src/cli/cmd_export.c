@@ -12,6 +12,7 @@
 #include "ckpt/hf.h"
 #include "ckpt/state.h"
 #include "cli/cli.h"
+#include "core/outfile.h"
 
 int cli_cmd_export(int argc, char **argv) {
     const char *load = NULL, *format = NULL, *out = NULL, *dtype = "fp32";
@@ -35,6 +36,10 @@ int cli_cmd_export(int argc, char **argv) {
     if (st >= 0) return st;
     if (!load || !format || !out)
         return cli_usage_error("export", "--load, --format and --out are required");
+    char out_real[MTC_PATH_MAX];
+    if (!strcmp(format, "gguf") && mtc_outfile_check(out, "--out", out_real, sizeof out_real) !=
+                                       MTC_OK) /* one file; safetensors writes a folder */
+        return cli_usage_error("export", "%s", mtc_error_detail());
     int gguf = !strcmp(format, "gguf");
     if (!gguf && strcmp(format, "safetensors"))
         return cli_usage_error("export", "format=%s is unknown (use safetensors or gguf)", format);

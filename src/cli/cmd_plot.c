@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/outfile.h"
 #include "core/args.h"
 
 enum { PLOT_MAX_RUNS = 8, PLOT_SERIES = 5 }; /* loss, val loss, lr, grad norm, tokens/s */
@@ -193,6 +194,9 @@ int cli_cmd_plot(int argc, char **argv) {
                        sizeof err) != MTC_OK)
         return cli_usage_error("plot", "%s", err);
     if (!svg) return cli_usage_error("plot", "--svg FILE is required (where to draw)");
+    char svg_real[MTC_PATH_MAX];
+    if (mtc_outfile_check(svg, "--svg", svg_real, sizeof svg_real) != MTC_OK)
+        return cli_usage_error("plot", "%s", mtc_error_detail());
     if (nfiles < 1)
         return cli_usage_error("plot", "give at least one metrics file (mtc train --metrics FILE)");
     if (nfiles > PLOT_MAX_RUNS)
@@ -206,18 +210,13 @@ int cli_cmd_plot(int argc, char **argv) {
         st = plot_read(&runs[r]);
     }
     if (!st) {
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.tmp", svg);
-        FILE *f = fopen(tmp, "w");
-        if (!f) {
-            st = cli_usage_error("plot", "cannot write %s (check the directory)", svg);
-        } else {
-            plot_svg(f, runs, nfiles);
-            if (fclose(f) != 0 || rename(tmp, svg) != 0) {
-                remove(tmp);
-                st = cli_fail("plot", MTC_ERR_IO);
-            }
+        mtc_outfile o;
+        mtc_result_t rc = mtc_outfile_open(&o, svg, "--svg");
+        if (rc == MTC_OK) {
+            plot_svg(o.f, runs, nfiles);
+            rc = mtc_outfile_commit(&o);
         }
+        if (rc != MTC_OK) st = cli_fail("plot", rc);
     }
     for (int r = 0; r < nfiles; r++)
         for (int k = 0; k < PLOT_SERIES; k++)

@@ -564,6 +564,10 @@ int cli_cmd_train(int argc, char **argv) {
                                    strerror(errno));
         trace = trace_file;
     }
+    char trace_real[MTC_PATH_MAX];
+    if (trace && mtc_outfile_check(trace, profile ? "--profile-dir's trace.json" : "--trace",
+                                   trace_real, sizeof trace_real) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     tc.trace_path = trace, tc.profile_step_start = prof_start, tc.profile_step_end = prof_end;
     tc.timing_log_level = timing_level, tc.timing_log_option = timing_option;
     tc.peak_tflops = peak_tflops;

@@ -122,6 +122,12 @@ mkfifo "$D/fifo"
     ok "--metrics onto a FIFO refused, FIFO kept" || { bad "metrics FIFO (status $st)"; cat "$D/err"; }
 "$MTC" ranks --world-size 4 --svg "$D/fifo" >"$D/out" 2>"$D/err"; st=$?
 [ $st -eq 2 ] && [ -p "$D/fifo" ] && ok "ranks --svg onto a FIFO refused" || { bad "svg FIFO (status $st)"; cat "$D/err"; }
+for cmd in "train $TINY --trace" "plot $D/none.jsonl --svg" "export --load $D/none --format gguf --out"; do
+    # shellcheck disable=SC2086
+    "$MTC" $cmd "$D/fifo" >"$D/out" 2>"$D/err"; st=$?
+    [ $st -eq 2 ] && grep -q "is a FIFO, not a file mtc may replace" "$D/err" && [ -p "$D/fifo" ] &&
+        ok "${cmd%% *} output onto a FIFO refused" || { bad "${cmd%% *} FIFO (status $st)"; cat "$D/err"; }
+done
 "$MTC" ranks --world-size 4 --svg "$D/nodir/x.svg" >"$D/out" 2>"$D/err"; st=$?
 [ $st -eq 2 ] && grep -q "does not exist" "$D/err" && ok "--svg into a missing folder refused" || { bad "svg missing folder"; cat "$D/err"; }
 echo keep >"$D/target.svg"
