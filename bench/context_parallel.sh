@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench/context_parallel.sh - context parallelism: activation memory per
-# rank and training tokens/s for cp 1, 2, 4 and each comm type, at several
+# rank and training tokens/s for cp 1, 2, 4 and each comm type (a2a+p2p at
+# cp 4 with hierarchical sizes 2 2), at several
 # sequence lengths, printed side by side; then the longest sequence whose
 # activations fit a per-rank budget, cp 1 vs cp 4, and what the untiled
 # attention (the (B, NH, T, T) probabilities it kept per layer) would have
@@ -36,7 +37,9 @@ run() {
     seq=$1 cp=$2 type=$3
     thr=1
     [ "$cp" -eq 1 ] && thr=2
-    $CLEAN "$MTC" train $MODEL --seq-length "$seq" --max-position-embeddings "$seq" \
+    hier=
+    [ "$type" = a2a+p2p ] && hier="--hierarchical-context-parallel-sizes 2 $((cp / 2))"
+    $CLEAN "$MTC" train $MODEL $hier --seq-length "$seq" --max-position-embeddings "$seq" \
         --world-size "$cp" --cp "$cp" --cp-comm-type "$type" --threads "$thr" \
         --train-iters $((ITERS + 1)) --metrics "$T/m.jsonl" >"$T/log" 2>&1 || { echo "- -"; return; }
     act=$(sed -n 's/.*activations \([0-9.]*\)$/\1/p' "$T/log" | head -1)
@@ -52,7 +55,9 @@ for seq in $SEQS; do
     a1=$1 t1=$2
     printf "%7s %-14s %9s %12s %10s %12s\n" "$seq" "cp1" "$a1" "1.00" "$t1" "1.00"
     for cp in 2 4; do
-        for type in p2p all_gather a2a; do
+        types="p2p all_gather a2a"
+        [ "$cp" -eq 4 ] && types="$types a2a+p2p" # sizes 2 2
+        for type in $types; do
             set -- $(run "$seq" "$cp" "$type")
             printf "%7s %-14s %9s %12s %10s %12s\n" "$seq" "cp$cp $type" "$1" \
                 "$(awk -v a="$1" -v b="$a1" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-" }')" \

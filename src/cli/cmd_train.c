@@ -181,9 +181,11 @@ int cli_cmd_train(int argc, char **argv) {
          "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
          0},
         {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
-         "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp)", 0},
+         "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp) | "
+         "a2a+p2p (a2a inside groups of A ranks, ring across them)",
+         0},
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A P",
-         "for a2a+p2p (not implemented: refused)", 0},
+         "for a2a+p2p: A ranks in each all-to-all, P in the ring (A*P = cp)", 0},
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
          "accepted as 1 only: mtc trains dense models (no MoE yet; `mtc ranks` shows the expert "
          "groups)",
@@ -330,12 +332,21 @@ int cli_cmd_train(int argc, char **argv) {
                                dist_timeout_min);
     if (dist_timeout_min > 0) mtc_comm_set_default_timeout(dist_timeout_min * 60.0);
     int cp_type = cp_comm_type_parse(cp_comm);
-    if (!strcmp(cp_comm, "a2a+p2p") || hcp.n > 0)
-        return cli_usage_error("train", "cp-comm-type a2a+p2p (hierarchical context parallelism) "
-                                        "is not implemented yet: use p2p, all_gather or a2a");
     if (cp_type < 0)
         return cli_usage_error(
             "train", "cp-comm-type=%s is unknown (use p2p, all_gather, a2a or a2a+p2p)", cp_comm);
+    if (hcp.n && (hcp.n != 2 || hcp.v[0] < 1 || hcp.v[1] < 1 || hcp.v[0] * hcp.v[1] != cp))
+        return cli_usage_error("train",
+                               "hierarchical-context-parallel-sizes must be two sizes A P with "
+                               "A*P = context-parallel-size=%d (e.g. --hierarchical-context-"
+                               "parallel-sizes 2 %d)",
+                               cp, cp % 2 ? cp : cp / 2);
+    if (cp_type == CP_COMM_A2A_P2P && !hcp.n)
+        return cli_usage_error("train",
+                               "cp-comm-type a2a+p2p needs "
+                               "--hierarchical-context-parallel-sizes A P (A*P = "
+                               "context-parallel-size=%d)",
+                               cp);
     if (ep != 1)
         return cli_usage_error(
             "train",
@@ -608,6 +619,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.no_load_optim = no_load_optim, tc.finetune = finetune;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
+    if (hcp.n == 2) tc.hcp_inner = (int)hcp.v[0], tc.hcp_outer = (int)hcp.v[1];
     tc.no_check_nan = !check_nan;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;

@@ -241,23 +241,31 @@ mtc_result_t mtc_all_gather_v(const void *sendbuf, size_t sendcount, void *recvb
     return blocking(comm, &o);
 }
 
-mtc_result_t mtc_all_to_all_v(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
-                              void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
-                              mtc_dtype_t dtype, mtc_comm_t comm) {
+static mtc_result_t a2av_op(comm_op *o, const void *sendbuf, const size_t *sendcounts,
+                            const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                            const size_t *rdispls, mtc_dtype_t dtype, mtc_comm_t comm) {
     MTC_CHECK(check_counts(comm, sendcounts, recvcounts, "all_to_all_v"));
     if (sum(sendcounts, comm->size) && sendbuf == recvbuf)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "mtc_all_to_all_v: sendbuf == recvbuf; all-to-all is not in place");
-    comm_op o = {.kind = MTC_COLL_ALL_TO_ALL_V,
-                 .sendbuf = sendbuf,
-                 .recvbuf = recvbuf,
-                 .count = 0,
-                 .dtype = dtype,
-                 .root = -1,
-                 .sendcounts = sendcounts,
-                 .sdispls = sdispls,
-                 .recvcounts = recvcounts,
-                 .rdispls = rdispls};
+    *o = (comm_op){.kind = MTC_COLL_ALL_TO_ALL_V,
+                   .sendbuf = sendbuf,
+                   .recvbuf = recvbuf,
+                   .count = 0,
+                   .dtype = dtype,
+                   .root = -1,
+                   .sendcounts = sendcounts,
+                   .sdispls = sdispls,
+                   .recvcounts = recvcounts,
+                   .rdispls = rdispls};
+    return MTC_OK;
+}
+
+mtc_result_t mtc_all_to_all_v(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                              void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+                              mtc_dtype_t dtype, mtc_comm_t comm) {
+    comm_op o;
+    MTC_CHECK(a2av_op(&o, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype, comm));
     return blocking(comm, &o);
 }
 
@@ -299,6 +307,16 @@ mtc_result_t mtc_all_gather_start(const void *sendbuf, void *recvbuf, size_t sen
                  .count = sendcount,
                  .dtype = dtype,
                  .root = -1};
+    MTC_CHECK(check(comm, &o));
+    return comm_queue_push(comm, &o, req);
+}
+
+mtc_result_t mtc_all_to_all_v_start(const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, mtc_dtype_t dtype, mtc_comm_t comm,
+                                    mtc_request_t *req) {
+    comm_op o;
+    MTC_CHECK(a2av_op(&o, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype, comm));
     MTC_CHECK(check(comm, &o));
     return comm_queue_push(comm, &o, req);
 }

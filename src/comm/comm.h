@@ -261,6 +261,13 @@ mtc_result_t mtc_reduce_scatter_start(const void *sendbuf, void *recvbuf, size_t
                                       mtc_request_t *req);
 mtc_result_t mtc_all_gather_start(const void *sendbuf, void *recvbuf, size_t sendcount,
                                   mtc_dtype_t dtype, mtc_comm_t comm, mtc_request_t *req);
+/* The count and displacement arrays, like the buffers, must stay untouched
+ * until the request completes. With counts only to and from neighbours it is
+ * a non-blocking exchange (the context-parallel ring uses it so). */
+mtc_result_t mtc_all_to_all_v_start(const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, mtc_dtype_t dtype, mtc_comm_t comm,
+                                    mtc_request_t *req);
 /* Wait for completion and release the request (*req becomes NULL);
  * returns the collective's result. NULL request: MTC_OK. */
 mtc_result_t mtc_request_wait(mtc_request_t *req);

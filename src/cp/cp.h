@@ -14,7 +14,11 @@
  *               prefix; backward reduce-scatters dK, dV;
  *   a2a         Ulysses: all-to-all turns (local rows, all local heads) into
  *               (all rows, heads / cp), full attention, all-to-all back
- *               (local query heads and key/value heads divisible by cp).
+ *               (local query heads and key/value heads divisible by cp);
+ *   a2a+p2p     hierarchical: a2a inside the inner groups of A consecutive CP
+ *               ranks (HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0), then the p2p
+ *               ring across the outer ones (L1, P = cp / A) over the a2a'ed
+ *               rows (--hierarchical-context-parallel-sizes A P).
  * Causality is by global positions (the tiled kernel's explicit-position
  * mask), so every variant computes exactly the serial attention; tiles
  * that no query of a block can see are skipped by the kernel, which is
@@ -22,18 +26,19 @@
  * the second query chunk) at tile granularity. Attention dropout is keyed
  * by global (query, key) positions: the serial masks.
  *
- * Limitations: the ring's exchange is a blocking sendrecv (not overlapped
- * with the step's compute); a2a+p2p (hierarchical) is not implemented. */
+ * The ring's hops are non-blocking (an all-to-all-v with counts only for the
+ * two neighbours, carried by the communicator's progress thread): the K, V
+ * of step i+1 travel while step i computes, and in backward the running
+ * dK, dV of a block travel while the next step computes. */
 #ifndef MTC_CP_CP_H
 #define MTC_CP_CP_H
 
 #include "comm/comm.h"
 #include "nn/nn.h"
 
-typedef enum { CP_COMM_P2P = 0, CP_COMM_ALL_GATHER, CP_COMM_A2A } cp_comm_type;
+typedef enum { CP_COMM_P2P = 0, CP_COMM_ALL_GATHER, CP_COMM_A2A, CP_COMM_A2A_P2P } cp_comm_type;
 
-/* "p2p", "all_gather", "a2a"; -1 when unknown ("a2a+p2p" is refused by the
- * caller with its own message). */
+/* "p2p", "all_gather", "a2a", "a2a+p2p"; -1 when unknown. */
 int cp_comm_type_parse(const char *s);
 const char *cp_comm_type_name(cp_comm_type t);
 
@@ -43,9 +48,11 @@ typedef struct {
     mtc_comm_t comm; /* CONTEXT_PARALLEL_GROUP, NULL when cp = 1 */
     int cp, rank;
     cp_comm_type type;
-    int Tg;         /* the whole sequence */
-    const int *pos; /* (Tg / cp) global positions of this rank's rows */
-    int *all_pos;   /* (Tg) every rank's positions, rank-major (owned by the caller) */
+    mtc_comm_t inner, outer; /* a2a+p2p: HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0 / _L1 */
+    int inner_size;          /* a2a+p2p: A, the all-to-all's ranks */
+    int Tg;                  /* the whole sequence */
+    const int *pos;          /* (Tg / cp) global positions of this rank's rows */
+    int *all_pos;            /* (Tg) every rank's positions, rank-major (owned by the caller) */
 } cp_ctx;
 
 /* pos (T / cp) = the global positions of CP rank `rank`'s rows:

@@ -359,7 +359,15 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
                          .cp = cps,
                          .rank = mtc_comm_rank(o->cp),
                          .type = o->cp_comm_type,
+                         .inner = o->cp_inner,
+                         .outer = o->cp_outer,
+                         .inner_size = o->cp_inner ? mtc_comm_size(o->cp_inner) : 0,
                          .Tg = cfg->seq_length};
+        if (m->cp.type == CP_COMM_A2A_P2P && (!o->cp_inner || !o->cp_outer)) {
+            rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                           "cp-comm-type a2a+p2p without hierarchical context-parallel groups");
+            goto fail;
+        }
         MTC_CHECK_GOTO(
             mtc_mem_calloc((size_t)cfg->seq_length, sizeof(int), (void **)&m->cp.all_pos), rc,
             fail);

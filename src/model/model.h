@@ -222,18 +222,19 @@ typedef mtc_result_t (*mtc_model_layout_fn)(void *ctx, const mtc_registry *reg, 
 
 /* One pipeline chunk. */
 typedef struct {
-    int B, nslots;               /* largest microbatch, in-flight activation slots */
-    nn_pool *pool;               /* may be NULL */
-    mtc_comm_t tp;               /* NULL: serial */
-    int sequence_parallel;       /* ignored with tp 1 */
-    mtc_comm_t cp;               /* CONTEXT_PARALLEL_GROUP (NULL: cp 1): the chunk holds
-                                    seq/cp positions, chunks r and 2cp-1-r */
-    cp_comm_type cp_comm_type;   /* how its attention talks */
-    int first_layer, last_layer; /* the chunk's layers [first, last) */
-    int has_embedding, has_head; /* first / last virtual pipeline stage */
-    mtc_model_layout_fn layout;  /* NULL: packed backward order */
-    int recompute_layers;        /* --recompute-granularity full: recompute the chunk's first
-                                    N layers from their inputs in backward (0: none) */
+    int B, nslots;                 /* largest microbatch, in-flight activation slots */
+    nn_pool *pool;                 /* may be NULL */
+    mtc_comm_t tp;                 /* NULL: serial */
+    int sequence_parallel;         /* ignored with tp 1 */
+    mtc_comm_t cp;                 /* CONTEXT_PARALLEL_GROUP (NULL: cp 1): the chunk holds
+                                      seq/cp positions, chunks r and 2cp-1-r */
+    cp_comm_type cp_comm_type;     /* how its attention talks */
+    mtc_comm_t cp_inner, cp_outer; /* a2a+p2p: the a2a and the ring groups */
+    int first_layer, last_layer;   /* the chunk's layers [first, last) */
+    int has_embedding, has_head;   /* first / last virtual pipeline stage */
+    mtc_model_layout_fn layout;    /* NULL: packed backward order */
+    int recompute_layers;          /* --recompute-granularity full: recompute the chunk's first
+                                      N layers from their inputs in backward (0: none) */
     void *layout_ctx;
 } mtc_model_chunk_opts;
 

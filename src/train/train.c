@@ -96,6 +96,18 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                              "a tensor-parallel rank has %d query heads and %d key/value heads "
                              "(use p2p or all_gather, or a cp dividing both)",
                              gc.cp, NH, NG);
+        int A = c->hcp_inner;
+        if (c->cp_comm_type == CP_COMM_A2A_P2P && (A < 1 || A * c->hcp_outer != gc.cp))
+            return mtc_error(E,
+                             "cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P "
+                             "with A*P = context-parallel-size=%d",
+                             gc.cp);
+        if (c->cp_comm_type == CP_COMM_A2A_P2P && (NH % A || NG % A))
+            return mtc_error(E,
+                             "cp-comm-type a2a+p2p splits the heads over its all-to-all size "
+                             "A=%d, but a tensor-parallel rank has %d query heads and %d "
+                             "key/value heads (choose A dividing both)",
+                             A, NH, NG);
     }
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E,
@@ -374,6 +386,7 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"pipeline-model-parallel-size", c->pp},
         {"context-parallel-size", c->cp},
         {"cp-comm-type", c->cp_comm_type},
+        {"hierarchical-context-parallel-sizes", c->hcp_inner * 1000.0 + c->hcp_outer},
         {"virtual-pipeline-model-parallel-size", c->vpp},
         {"sequence-parallel", c->sequence_parallel},
         {"use-distributed-optimizer", c->use_distributed_optimizer},

@@ -54,7 +54,9 @@ typedef struct {
     int tp;                    /* --tensor-model-parallel-size (0 = 1) */
     int cp;                    /* --context-parallel-size (0 = 1): each sequence in 2cp chunks,
                                   rank c keeping chunks c and 2cp-1-c */
-    int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a */
+    int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a,
+                                  a2a+p2p */
+    int hcp_inner, hcp_outer;  /* --hierarchical-context-parallel-sizes A P (0: none) */
     int recompute_full;        /* --recompute-granularity full */
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */

@@ -111,6 +111,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .sequence_parallel = c->sequence_parallel,
                               .cp = x->cp,
                               .cp_comm_type = (cp_comm_type)c->cp_comm_type,
+                              .cp_inner = x->cp_inner,
+                              .cp_outer = x->cp_outer,
                               .first_layer = st * L / S,
                               .last_layer = (st + 1) * L / S,
                               .has_embedding = st == 0,
@@ -218,6 +220,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     gc.tp = c->tp > 0 ? c->tp : 1;
     gc.pp = c->pp > 0 ? c->pp : 1;
     gc.cp = c->cp > 0 ? c->cp : 1;
+    if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
     if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
@@ -227,6 +230,10 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->tp = NONTRIVIAL(GROUP(MTC_GROUP_TP));
     x->dp = NONTRIVIAL(GROUP(MTC_GROUP_DP_CP));
     x->cp = NONTRIVIAL(GROUP(MTC_GROUP_CP));
+    if (gc.n_hcp) {
+        x->cp_inner = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 0);
+        x->cp_outer = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 1);
+    }
     x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));

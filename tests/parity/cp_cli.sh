@@ -3,7 +3,7 @@
 # run (per-iteration lm loss and grad norm within 2e-5, parity_lib.sh; the
 # tiny model has hidden and attention dropout, so the masks keyed by global
 # positions are checked too): cp 2 and 4 with each comm type (p2p ring,
-# all_gather, a2a), cp2 x tp2 + SP, cp2 x pp2 x vpp2, cp2 x dp2 with the
+# all_gather, a2a), cp 4 a2a+p2p with sizes 2 2, 1 4 and 4 1, cp2 x tp2 + SP, cp2 x pp2 x vpp2, cp2 x dp2 with the
 # distributed optimizer and overlap, a Llama with GQA under a2a and p2p,
 # mpirun cp2 x tp2; the banner names the CP size; bad CP settings exit 2
 # with one line before any work.
@@ -31,6 +31,14 @@ run tpsp --world-size 4 --cp 2 --tp 2 --sequence-parallel
 same_losses "cp=2 x tp=2 sp" "$D/s.jsonl" "$D/tpsp.jsonl"
 run dopt --world-size 4 --cp 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
 same_losses "cp=2 x dp=2 distributed optimizer overlap" "$D/s.jsonl" "$D/dopt.jsonl"
+# a2a+p2p: the all-to-all inside pairs, the ring across them
+run cp4h --world-size 4 --cp 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2
+same_losses "cp=4 a2a+p2p 2x2" "$D/s.jsonl" "$D/cp4h.jsonl"
+grep -q "context parallel: 4 ranks, a2a+p2p" "$D/cp4h.log" && ok "banner: a2a+p2p" || { bad "banner a2a+p2p"; head -5 "$D/cp4h.log"; }
+run cp4h14 --world-size 4 --cp 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 1 4
+same_losses "cp=4 a2a+p2p 1x4 (ring only)" "$D/s.jsonl" "$D/cp4h14.jsonl"
+run cp4h41 --world-size 4 --cp 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 4 1
+same_losses "cp=4 a2a+p2p 4x1 (a2a only)" "$D/s.jsonl" "$D/cp4h41.jsonl"
 run s4 --num-layers 4
 run vpp --num-layers 4 --world-size 4 --cp 2 --pp 2 --vpp 2
 same_losses "cp=2 x pp=2 x vpp=2" "$D/s4.jsonl" "$D/vpp.jsonl"
@@ -41,6 +49,8 @@ LLAMA="--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hid
 run ls $LLAMA
 run la2a $LLAMA --world-size 4 --cp 4 --cp-comm-type a2a
 same_losses "llama GQA cp=4 a2a" "$D/ls.jsonl" "$D/la2a.jsonl"
+run lh $LLAMA --world-size 4 --cp 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2
+same_losses "llama GQA cp=4 a2a+p2p 2x2" "$D/ls.jsonl" "$D/lh.jsonl"
 run lp2p $LLAMA --world-size 4 --cp 2 --tp 2 --sequence-parallel
 same_losses "llama GQA cp=2 x tp=2 sp p2p (RoPE at global positions)" "$D/ls.jsonl" "$D/lp2p.jsonl"
 
@@ -64,6 +74,8 @@ refuse() { # NAME PATTERN ARGS...
 }
 refuse "odd chunks" "seq-length=16 is not divisible by 2" --world-size 3 --cp 3
 refuse "a2a heads" "cp-comm-type a2a splits the heads" --world-size 8 --cp 8 --seq-length 16 --cp-comm-type a2a
-refuse "hierarchical" "a2a+p2p (hierarchical context parallelism) is not implemented" --world-size 4 --cp 4 --cp-comm-type a2a+p2p
+refuse "hierarchical without sizes" "a2a+p2p needs --hierarchical-context-parallel-sizes" --world-size 4 --cp 4 --cp-comm-type a2a+p2p
+refuse "hierarchical sizes" "must be two sizes A P with A\*P = context-parallel-size=4" --world-size 4 --cp 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 3
+refuse "hierarchical heads" "a2a+p2p splits the heads over its all-to-all size A=8" --world-size 8 --cp 8 --seq-length 16 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 8 1
 refuse "unknown comm type" "cp-comm-type=ring is unknown" --world-size 2 --cp 2 --cp-comm-type ring
 exit $fail
