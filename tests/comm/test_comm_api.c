@@ -390,6 +390,25 @@ static mtc_result_t t_nonblocking(mtc_comm_t w) {
     for (int i = 0; i < 64 * n; i++)
         bad += g[i] != (float)i;
     T_CHECKF(bad == 0, "non-blocking n=%d: %zu wrong", n, bad);
+    /* all_to_all_v_start as a ring hop (the CP ring): 64 floats to r+1 from
+     * r-1, twice in flight at once, rank r sending r*1000 + i */
+    size_t hs[2][16] = {{0}}, hr[2][16] = {{0}};
+    float hop_in[2][64], hop_out[2][64];
+    mtc_request_t hq[2];
+    for (int h = 0; h < 2 && n <= 16; h++) {
+        for (int i = 0; i < 64; i++)
+            hop_in[h][i] = (float)(r * 1000 + h * 100 + i), hop_out[h][i] = -1;
+        hs[h][(r + 1) % n] = 64, hr[h][(r - 1 + n) % n] = 64;
+        T_CHECK(mtc_all_to_all_v_start(hop_in[h], hs[h], NULL, hop_out[h], hr[h], NULL,
+                                       MTC_DTYPE_F32, w, &hq[h]) == MTC_OK);
+    }
+    for (int h = 0; h < 2 && n <= 16; h++) {
+        T_CHECK(mtc_request_wait(&hq[h]) == MTC_OK);
+        int from = (r - 1 + n) % n;
+        for (int i = 0; i < 64; i++)
+            bad += hop_out[h][i] != (float)(from * 1000 + h * 100 + i);
+    }
+    T_CHECKF(bad == 0, "all_to_all_v_start ring hop n=%d: %zu wrong", n, bad);
     /* overlap across communicators: a queued all-reduce on one (progress
      * thread) while the rank runs blocking collectives on another */
     mtc_comm_t a, b2;
