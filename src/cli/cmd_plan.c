@@ -155,8 +155,12 @@ int cli_cmd_plan(int argc, char **argv) {
     if (world < 1) return cli_usage_error("plan", "world-size=%d must be >= 1", world);
     if (cp < 1) return cli_usage_error("plan", "context-parallel-size=%d must be >= 1", cp);
     int cp_type = cp_comm_type_parse(cp_comm);
-    if (cp_type < 0)
-        return cli_usage_error("plan", "cp-comm-type=%s is not p2p, all_gather or a2a", cp_comm);
+    if (cp_type < 0 || cp_type == CP_COMM_A2A_P2P)
+        return cli_usage_error(
+            "plan",
+            "cp-comm-type=%s: the planner models p2p, all_gather and a2a (for "
+            "a2a+p2p plan its two parts: a2a at the inner size, p2p at the outer)",
+            cp_comm);
     if (bf16 && fp32) return cli_usage_error("plan", "give one of --bf16 and --fp32");
     if (top < 1) return cli_usage_error("plan", "top=%d must be >= 1", top);
     if (nd < 1)

@@ -74,6 +74,7 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     gc.tp = c->tp > 0 ? c->tp : 1;
     gc.pp = c->pp > 0 ? c->pp : 1;
     gc.cp = c->cp > 0 ? c->cp : 1;
+    if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
     int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
