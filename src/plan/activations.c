@@ -58,8 +58,8 @@ typedef struct {
 } shapes;
 
 /* cp/attention.c's cp_attention_scratch_floats for each communication type:
- * p2p: max(two KV blocks + a partial output and lse, two [K|V|dK|dV]
- * blocks); all_gather: local, gathered, reordered KV and its gradient;
+ * p2p: max(two KV blocks + a partial output and lse, two KV blocks and three
+ * dK|dV blocks: the running sums in flight and this step's); all_gather: local, gathered, reordered KV and its gradient;
  * a2a: the head-scattered q|k|v and output buffers. Rows = B x T/cp. */
 static size_t cp_scr(const mtc_plan_layout *l, const shapes *s) {
     size_t P = (size_t)(l->cp > 1 ? l->cp : 1);
@@ -70,7 +70,7 @@ static size_t cp_scr(const mtc_plan_layout *l, const shapes *s) {
     switch (l->cp_comm_type) {
     case CP_COMM_P2P: {
         size_t f = rows * 4 * KD + rows * s->QD_tp + s->B * s->NH_tp * s->T;
-        return max_sz(f, rows * 8 * KD);
+        return max_sz(f, rows * 10 * KD);
     }
     case CP_COMM_ALL_GATHER: return rows * 2 * KD * (1 + 3 * P);
     case CP_COMM_A2A: {
