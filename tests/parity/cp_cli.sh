@@ -5,7 +5,7 @@
 # positions are checked too): cp 2 and 4 with each comm type (p2p ring,
 # all_gather, a2a), cp 4 a2a+p2p with sizes 2 2, 1 4 and 4 1, cp2 x tp2 + SP, cp2 x pp2 x vpp2, cp2 x dp2 with the
 # distributed optimizer and overlap, a Llama with GQA under a2a and p2p,
-# mpirun cp2 x tp2; the banner names the CP size; bad CP settings exit 2
+# mpirun cp2 x tp2 and cp4 a2a+p2p; the banner names the CP size; bad CP settings exit 2
 # with one line before any work.
 set -u
 MTC=${MTC:-build/mtc}
@@ -58,6 +58,10 @@ if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && [ -n "${MPIEXEC:-}" ]; then
     timeout 120 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --cp 2 --tp 2 \
         --metrics "$D/mpi.jsonl" >"$D/mpi.log" 2>&1 || { bad "mpirun cp=2 x tp=2"; cat "$D/mpi.log"; }
     same_losses "mpirun cp=2 x tp=2" "$D/s.jsonl" "$D/mpi.jsonl"
+    timeout 120 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --cp 4 \
+        --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2 \
+        --metrics "$D/mpih.jsonl" >"$D/mpih.log" 2>&1 || { bad "mpirun cp=4 a2a+p2p"; cat "$D/mpih.log"; }
+    same_losses "mpirun cp=4 a2a+p2p 2x2 (ring hops on the progress thread)" "$D/s.jsonl" "$D/mpih.jsonl"
 else
     echo "skip mpirun case: MPI not built"
 fi
