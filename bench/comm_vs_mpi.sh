@@ -2,20 +2,22 @@
 # bench/comm_vs_mpi.sh [BUILD_DIR] - mtc's collectives (shm rank-threads,
 # `mtc bench-comm --json`) against Open MPI's (bench_mpi_coll under mpirun,
 # as is and with GLIBC_TUNABLES=glibc.malloc.hugetlb=1), in one run, for
-# all_reduce, reduce_scatter, all_gather and all_to_all, 2 and 4 ranks,
+# all_reduce, reduce_scatter, all_gather, all_to_all and all_to_all_v
+# (uneven blocks, c +- c/4 by rank parity, as a MoE dispatch has them), 2
+# and 4 ranks,
 # sizes 8 B .. 256 MiB; prints one table per op with time, bus bandwidth and
 # the ratio mtc/MPI, then the issue's targets next to what was measured
 # (measured, not asserted: the machine is shared, so numbers are noisy).
 #
 # Environment: RANKS ("2 4"), OPS ("all_reduce reduce_scatter all_gather
-# all_to_all"), QUICK=1 (sizes up to 4 MiB only, fewer iterations),
+# all_to_all all_to_all_v"), QUICK=1 (sizes up to 4 MiB only, fewer iterations),
 # KEEP=DIR (keep the raw JSON lines there).
 set -eu
 BUILD=${1:-build}
 MTC=$BUILD/mtc
 MPIB=$BUILD/bench_mpi_coll
 RANKS=${RANKS:-"2 4"}
-OPS=${OPS:-"all_reduce reduce_scatter all_gather all_to_all"}
+OPS=${OPS:-"all_reduce reduce_scatter all_gather all_to_all all_to_all_v"}
 for f in "$MTC" "$MPIB"; do
     if [ ! -x "$f" ]; then
         echo "comm_vs_mpi: $f not found; build first (cmake --build $BUILD; bench_mpi_coll needs MPI)" >&2
@@ -128,6 +130,13 @@ for b, want, ref in ((1 << 20, 1.5, "mpi"), (64 << 20, 1.2, "mpi_huge"), (256 <<
                  "%.2fx (%.3f vs %.3f GB/s)" % (r, m["busbw_gbps"], q["busbw_gbps"]))
         else:
             line("%d ranks all_reduce %s busbw >= %.1fx %s" % (n, size(b), want, name), None, "not measured")
+m, q = get("mtc", "all_to_all_v", 2, 1 << 20), get("mpi", "all_to_all_v", 2, 1 << 20)
+if m and q and q["busbw_gbps"] > 0:
+    r = m["busbw_gbps"] / q["busbw_gbps"]
+    line("2 ranks all_to_all_v 1M busbw >= 1.2x MPI_Alltoallv", r >= 1.2,
+         "%.2fx (%.3f vs %.3f GB/s)" % (r, m["busbw_gbps"], q["busbw_gbps"]))
+else:
+    line("2 ranks all_to_all_v 1M busbw >= 1.2x MPI_Alltoallv", None, "not measured")
 for n, limit in ((4, 50.0), (8, 150.0)):
     ts = [r["time_us"] for (s, op, nn, b), r in data.items() if s == "mtc_small" and nn == n]
     if ts:

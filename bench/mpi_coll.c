@@ -1,5 +1,7 @@
 /* bench/mpi_coll.c - the MPI library's own collectives (MPI_Allreduce,
- * MPI_Reduce_scatter_block, MPI_Allgather, MPI_Alltoall), measured exactly as
+ * MPI_Reduce_scatter_block, MPI_Allgather, MPI_Alltoall, MPI_Alltoallv with
+ * comm/bench.c's uneven blocks: c + c/4 elements from rank s to d when s + d
+ * is even, c - c/4 when odd), measured exactly as
  * `mtc bench-comm` measures mtc's, so bench/comm_vs_mpi.sh can put the two
  * side by side.
  *
@@ -34,9 +36,9 @@
 #define LIB_NAME "mpi"
 #endif
 
-enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_TO_ALL, NOPS };
+enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_TO_ALL, OP_ALL_TO_ALL_V, NOPS };
 static const char *const op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather",
-                                           "all_to_all"};
+                                           "all_to_all", "all_to_all_v"};
 #define MAX_SIZES 64
 
 typedef struct {
@@ -71,6 +73,17 @@ static size_t count_for(int op, size_t bytes, int n) {
     return c ? c : 1;
 }
 
+/* all_to_all_v: see the header; counts and displacements (4n ints) */
+static int a2av_count(size_t c, int s, int d) { return (int)((s + d) % 2 ? c - c / 4 : c + c / 4); }
+static int *a2av;
+
+static void a2av_set(size_t c, int rank, int n) {
+    for (int j = 0, so = 0, ro = 0; j < n; j++) {
+        a2av[j] = a2av_count(c, rank, j), a2av[n + j] = so, so += a2av[j];
+        a2av[2 * n + j] = a2av_count(c, j, rank), a2av[3 * n + j] = ro, ro += a2av[2 * n + j];
+    }
+}
+
 static size_t bytes_for(int op, size_t count, int n) {
     return count * sizeof(float) * (op == OP_ALL_REDUCE ? 1 : (size_t)n);
 }
@@ -86,11 +99,24 @@ static int call(int op, const float *s, float *r, size_t cnt) {
     case OP_REDUCE_SCATTER:
         return MPI_Reduce_scatter_block(s, r, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     case OP_ALL_GATHER: return MPI_Allgather(s, c, MPI_FLOAT, r, c, MPI_FLOAT, MPI_COMM_WORLD);
+    case OP_ALL_TO_ALL_V: {
+        int n;
+        MPI_Comm_size(MPI_COMM_WORLD, &n);
+        return MPI_Alltoallv(s, a2av, a2av + n, MPI_FLOAT, r, a2av + 2 * n, a2av + 3 * n, MPI_FLOAT,
+                             MPI_COMM_WORLD);
+    }
     default: return MPI_Alltoall(s, c, MPI_FLOAT, r, c, MPI_FLOAT, MPI_COMM_WORLD);
     }
 }
 
 static void fill(int op, float *s, size_t cnt, int rank, int n) {
+    if (op == OP_ALL_TO_ALL_V) {
+        a2av_set(cnt, rank, n);
+        for (int d = 0; d < n; d++)
+            for (int i = 0; i < a2av[d]; i++)
+                s[a2av[n + d] + i] = val(rank, 2 * cnt * (size_t)d + (size_t)i);
+        return;
+    }
     size_t total = op == OP_REDUCE_SCATTER || op == OP_ALL_TO_ALL ? cnt * (size_t)n : cnt;
     for (size_t i = 0; i < total; i++)
         s[i] = val(rank, i);
@@ -110,6 +136,11 @@ static int check(int op, const float *r, size_t cnt, int rank, int n) {
     case OP_ALL_GATHER:
         for (size_t i = 0; i < cnt * (size_t)n; i++)
             bad += r[i] != val((int)(i / cnt), i % cnt);
+        break;
+    case OP_ALL_TO_ALL_V:
+        for (int p = 0; p < n; p++)
+            for (int i = 0; i < a2av[2 * n + p]; i++)
+                bad += r[a2av[3 * n + p] + i] != val(p, 2 * cnt * (size_t)rank + (size_t)i);
         break;
     default: /* block j came from rank j: its block `rank` */
         for (size_t i = 0; i < cnt * (size_t)n; i++)
@@ -182,7 +213,7 @@ static int parse(int argc, char **argv, int rank, opts_t *o) {
             if (!o->nops)
                 return (void)before, usage(rank,
                                            "unknown --op (all_reduce, reduce_scatter, all_gather, "
-                                           "all_to_all or all)",
+                                           "all_to_all, all_to_all_v or all)",
                                            v);
         } else if (!strcmp(a, "--sizes"))
             sizes = v;
@@ -230,11 +261,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.nsizes; i++)
         for (int k = 0; k < o.nops; k++) {
             size_t b = bytes_for(o.ops[k], count_for(o.ops[k], o.sizes[i], n), n);
+            b += b / 4; /* all_to_all_v's larger blocks */
             if (b > maxb) maxb = b;
         }
     float *s = malloc(maxb), *r = malloc(maxb);
     double *t = malloc((size_t)o.iters * sizeof *t);
-    if (!s || !r || !t) {
+    a2av = malloc(4 * (size_t)n * sizeof *a2av);
+    if (!s || !r || !t || !a2av) {
         fprintf(stderr, "bench_mpi_coll: no memory for 2 x %zu bytes\n", maxb);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -260,7 +293,7 @@ int main(int argc, char **argv) {
             if (rank == 0) row(&o, op, cnt, n, median(t, o.iters), all, &header);
         }
     }
-    free(s), free(r), free(t);
+    free(s), free(r), free(t), free(a2av);
     MPI_Finalize();
     return all_ok ? 0 : 1;
 }

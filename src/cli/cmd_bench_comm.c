@@ -15,7 +15,7 @@
 static const char about[] =
     "Measure the collectives like nccl-tests: size (bytes), count, median time of one call,\n"
     "algorithm bandwidth and bus bandwidth (all_reduce x 2(n-1)/n; reduce_scatter, all_gather,\n"
-    "all_to_all x (n-1)/n; broadcast, reduce x 1), and whether the result is right.";
+    "all_to_all, all_to_all_v x (n-1)/n; broadcast, reduce x 1), and whether the result is right.";
 
 typedef struct {
     int json, printed_header;
@@ -88,8 +88,8 @@ int cli_cmd_bench_comm(int argc, char **argv) {
     double timeout = 0;
     mtc_arg args[] = {
         {"op", NULL, MTC_ARG_STRING, &op, "OP",
-         "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce or all (default "
-         "all_reduce)",
+         "all_reduce, reduce_scatter, all_gather, all_to_all, all_to_all_v (uneven blocks: "
+         "c +- c/4 by rank parity), broadcast, reduce or all (default all_reduce)",
          0},
         {"algo", NULL, MTC_ARG_STRING, &algo, "ALGO",
          "auto, an algorithm (ring tree recdbl rabenseifner direct hier native pairwise) or all "
@@ -124,20 +124,20 @@ int cli_cmd_bench_comm(int argc, char **argv) {
 
     job j = {.rc_ok = 1};
     mtc_bench_opts *b = &j.b;
-    static const mtc_coll_t all_ops[] = {MTC_COLL_ALL_REDUCE, MTC_COLL_REDUCE_SCATTER,
-                                         MTC_COLL_ALL_GATHER, MTC_COLL_ALL_TO_ALL,
-                                         MTC_COLL_BROADCAST,  MTC_COLL_REDUCE};
+    static const mtc_coll_t all_ops[] = {
+        MTC_COLL_ALL_REDUCE, MTC_COLL_REDUCE_SCATTER, MTC_COLL_ALL_GATHER,  MTC_COLL_ALL_TO_ALL,
+        MTC_COLL_BROADCAST,  MTC_COLL_REDUCE,         MTC_COLL_ALL_TO_ALL_V};
     if (!strcmp(op, "all")) {
         for (int i = 0; i < 6; i++)
             b->ops[b->nops++] = all_ops[i];
     } else {
         int c = mtc_coll_parse(op), found = 0;
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 7; i++)
             found |= c == (int)all_ops[i];
         if (!found)
             return cli_usage_error("bench-comm",
                                    "--op %s is not one of all_reduce, reduce_scatter, "
-                                   "all_gather, all_to_all, broadcast, reduce, all",
+                                   "all_gather, all_to_all, all_to_all_v, broadcast, reduce, all",
                                    op);
         b->ops[b->nops++] = (mtc_coll_t)c;
     }

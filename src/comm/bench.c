@@ -21,7 +21,8 @@ double mtc_bench_bus_factor(mtc_coll_t op, int n) {
     case MTC_COLL_ALL_REDUCE: return n > 1 ? 2.0 * (n - 1) / n : 0;
     case MTC_COLL_REDUCE_SCATTER:
     case MTC_COLL_ALL_GATHER:
-    case MTC_COLL_ALL_TO_ALL: return (double)(n - 1) / n;
+    case MTC_COLL_ALL_TO_ALL:
+    case MTC_COLL_ALL_TO_ALL_V: return (double)(n - 1) / n;
     default: return 1.0;
     }
 }
@@ -36,27 +37,42 @@ static double sum_val(int n, size_t i) {
     return s;
 }
 
+static int per_block(mtc_coll_t op) {
+    return op == MTC_COLL_REDUCE_SCATTER || op == MTC_COLL_ALL_GATHER ||
+           op == MTC_COLL_ALL_TO_ALL || op == MTC_COLL_ALL_TO_ALL_V;
+}
+
 /* Elements per rank passed to the call, and the nccl-tests size in bytes. */
 static size_t count_for(mtc_coll_t op, size_t bytes, size_t es, int n) {
     size_t c = bytes / es;
-    if (op == MTC_COLL_REDUCE_SCATTER || op == MTC_COLL_ALL_GATHER || op == MTC_COLL_ALL_TO_ALL)
-        c /= (size_t)n;
+    if (per_block(op)) c /= (size_t)n;
     return c ? c : 1;
 }
 
 static size_t bytes_for(mtc_coll_t op, size_t count, size_t es, int n) {
-    if (op == MTC_COLL_REDUCE_SCATTER || op == MTC_COLL_ALL_GATHER || op == MTC_COLL_ALL_TO_ALL)
-        return count * es * (size_t)n;
-    return count * es;
+    return per_block(op) ? count * es * (size_t)n : count * es;
+}
+
+/* all_to_all_v: rank s sends c + c/4 elements to rank d when s + d is even,
+ * c - c/4 when odd (uneven blocks as a MoE dispatch has them; with an even
+ * number of ranks every rank still sends and receives n*c in all); element
+ * i of that block is val(s, 2c*d + i). v = [sendcounts | recvcounts] (2n). */
+static size_t a2av_count(size_t c, int s, int d) { return (s + d) % 2 ? c - c / 4 : c + c / 4; }
+
+static void a2av_counts(size_t *v, size_t c, int rank, int n) {
+    for (int j = 0; j < n; j++)
+        v[j] = a2av_count(c, rank, j), v[n + j] = a2av_count(c, j, rank);
 }
 
 static mtc_result_t call(mtc_comm_t c, mtc_coll_t op, const void *s, void *r, size_t n,
-                         mtc_dtype_t dt) {
+                         mtc_dtype_t dt, const size_t *v) {
     switch (op) {
     case MTC_COLL_ALL_REDUCE: return mtc_all_reduce(s, r, n, dt, MTC_OP_SUM, c);
     case MTC_COLL_REDUCE_SCATTER: return mtc_reduce_scatter(s, r, n, dt, MTC_OP_SUM, c);
     case MTC_COLL_ALL_GATHER: return mtc_all_gather(s, r, n, dt, c);
     case MTC_COLL_ALL_TO_ALL: return mtc_all_to_all(s, r, n, dt, c);
+    case MTC_COLL_ALL_TO_ALL_V:
+        return mtc_all_to_all_v(s, v, NULL, r, v + mtc_comm_size(c), NULL, dt, c);
     case MTC_COLL_BROADCAST: return mtc_broadcast(r, n, dt, 0, c);
     case MTC_COLL_REDUCE: return mtc_reduce(s, r, n, dt, MTC_OP_SUM, 0, c);
     default:
@@ -68,8 +84,11 @@ static void fill_inputs(mtc_coll_t op, void *s, void *r, size_t n, mtc_dtype_t d
                         int size) {
     size_t total =
         op == MTC_COLL_REDUCE_SCATTER || op == MTC_COLL_ALL_TO_ALL ? n * (size_t)size : n;
-    for (size_t i = 0; i < total; i++)
+    for (size_t i = 0; i < total && op != MTC_COLL_ALL_TO_ALL_V; i++)
         mtc_dtype_store(s, dt, i, val(rank, i));
+    for (int d = 0, o = 0; op == MTC_COLL_ALL_TO_ALL_V && d < size; d++)
+        for (size_t i = 0, k = a2av_count(n, rank, d); i < k; i++)
+            mtc_dtype_store(s, dt, (size_t)o++, val(rank, 2 * n * (size_t)d + i));
     if (op == MTC_COLL_BROADCAST)
         for (size_t i = 0; i < n; i++)
             mtc_dtype_store(r, dt, i, rank == 0 ? val(0, i) : 99);
@@ -100,6 +119,11 @@ static int check(mtc_coll_t op, const void *r, size_t n, mtc_dtype_t dt, int ran
         for (size_t i = 0; i < n * (size_t)size; i++)
             bad += mtc_dtype_load(r, dt, i) != val((int)(i / n), (size_t)rank * n + i % n);
         break;
+    case MTC_COLL_ALL_TO_ALL_V:
+        for (int p = 0, o = 0; p < size; p++)
+            for (size_t i = 0, k = a2av_count(n, p, rank); i < k; i++)
+                bad += mtc_dtype_load(r, dt, (size_t)o++) != val(p, 2 * n * (size_t)rank + i);
+        break;
     case MTC_COLL_BROADCAST:
         for (size_t i = 0; i < n; i++)
             bad += mtc_dtype_load(r, dt, i) != val(0, i);
@@ -112,16 +136,25 @@ static int check(mtc_coll_t op, const void *r, size_t n, mtc_dtype_t dt, int ran
 /* warmup, then iters timed calls (per-rank times into t) */
 static mtc_result_t timed_calls(mtc_comm_t c, const mtc_bench_opts *o, mtc_coll_t op, size_t cnt,
                                 char *s, char *r, double *t) {
-    fill_inputs(op, s, r, cnt, o->dtype, mtc_comm_rank(c), mtc_comm_size(c));
+    int n = mtc_comm_size(c);
+    size_t *v = NULL;
+    if (op == MTC_COLL_ALL_TO_ALL_V) {
+        MTC_CHECK(mtc_mem_alloc(2 * (size_t)n * sizeof *v, (void **)&v));
+        a2av_counts(v, cnt, mtc_comm_rank(c), n);
+    }
+    fill_inputs(op, s, r, cnt, o->dtype, mtc_comm_rank(c), n);
+    mtc_result_t rc = MTC_OK;
     for (int i = 0; i < o->warmup; i++)
-        MTC_CHECK(call(c, op, s, r, cnt, o->dtype));
-    MTC_CHECK(mtc_barrier(c));
+        MTC_CHECK_GOTO(call(c, op, s, r, cnt, o->dtype, v), rc, out);
+    MTC_CHECK_GOTO(mtc_barrier(c), rc, out);
     for (int i = 0; i < o->iters; i++) {
         uint64_t t0 = mtc_time_ns();
-        MTC_CHECK(call(c, op, s, r, cnt, o->dtype));
+        MTC_CHECK_GOTO(call(c, op, s, r, cnt, o->dtype, v), rc, out);
         t[i] = (double)(mtc_time_ns() - t0) * 1e-3;
     }
-    return MTC_OK;
+out:
+    free(v);
+    return rc;
 }
 
 /* algo AUTO leaves the communicator's setting alone (the selector, or what
@@ -168,6 +201,7 @@ mtc_result_t mtc_bench_comm(mtc_comm_t world, const mtc_bench_opts *o, int *all_
     for (int i = 0; i < o->nsizes; i++) {
         size_t b = bytes_for(MTC_COLL_ALL_TO_ALL,
                              count_for(MTC_COLL_ALL_TO_ALL, o->sizes[i], es, n), es, n);
+        b += b / 4; /* all_to_all_v's larger blocks */
         b = b > o->sizes[i] ? b : o->sizes[i];
         maxb = b > maxb ? b : maxb;
     }
