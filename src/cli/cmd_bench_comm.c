@@ -128,7 +128,7 @@ int cli_cmd_bench_comm(int argc, char **argv) {
         MTC_COLL_ALL_REDUCE, MTC_COLL_REDUCE_SCATTER, MTC_COLL_ALL_GATHER,  MTC_COLL_ALL_TO_ALL,
         MTC_COLL_BROADCAST,  MTC_COLL_REDUCE,         MTC_COLL_ALL_TO_ALL_V};
     if (!strcmp(op, "all")) {
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 7; i++)
             b->ops[b->nops++] = all_ops[i];
     } else {
         int c = mtc_coll_parse(op), found = 0;
