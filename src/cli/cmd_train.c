@@ -49,7 +49,8 @@ int cli_cmd_train(int argc, char **argv) {
     const char *metrics = NULL, *save = NULL, *load = NULL;
     int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
-    const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
+    const char *norm = "LayerNorm", *posemb = "learned_absolute";
+    mtc_arg_words cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
     /* observability (issue 18) */
     int profile = 0, timing_level = 0;
@@ -180,9 +181,10 @@ int cli_cmd_train(int argc, char **argv) {
          "deadline of every collective and point-to-point call, in minutes (default "
          "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
          0},
-        {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
+        {"cp-comm-type", NULL, MTC_ARG_WORDS, &cp_comm, "S [S ...]",
          "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp) | "
-         "a2a+p2p (a2a inside groups of A ranks, ring across them)",
+         "a2a+p2p (a2a inside groups of A ranks, ring across them); one value, or one per "
+         "layer",
          0},
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A P",
          "for a2a+p2p: A ranks in each all-to-all, P in the ring (A*P = cp)", 0},
@@ -331,17 +333,30 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
                                dist_timeout_min);
     if (dist_timeout_min > 0) mtc_comm_set_default_timeout(dist_timeout_min * 60.0);
-    int cp_type = cp_comm_type_parse(cp_comm);
-    if (cp_type < 0)
-        return cli_usage_error(
-            "train", "cp-comm-type=%s is unknown (use p2p, all_gather, a2a or a2a+p2p)", cp_comm);
+    /* one comm type, or one per layer (Megatron's nargs='+') */
+    static int cp_types[MTC_ARG_WORDS_MAX];
+    int cp_type = -1, cp_any_hier = 0;
+    for (int i = 0; i < cp_comm.n; i++) {
+        cp_types[i] = cp_comm_type_parse(cp_comm.v[i]);
+        if (cp_types[i] < 0)
+            return cli_usage_error(
+                "train", "cp-comm-type=%s is unknown (use p2p, all_gather, a2a or a2a+p2p)",
+                cp_comm.v[i]);
+        cp_any_hier |= cp_types[i] == CP_COMM_A2A_P2P;
+    }
+    cp_type = cp_types[0];
+    if (cp_comm.n != 1 && cp_comm.n != L)
+        return cli_usage_error("train",
+                               "cp-comm-type has %d values: give one, or one per layer "
+                               "(num-layers=%d)",
+                               cp_comm.n, L);
     if (hcp.n && (hcp.n != 2 || hcp.v[0] < 1 || hcp.v[1] < 1 || hcp.v[0] * hcp.v[1] != cp))
         return cli_usage_error("train",
                                "hierarchical-context-parallel-sizes must be two sizes A P with "
                                "A*P = context-parallel-size=%d (e.g. --hierarchical-context-"
                                "parallel-sizes 2 %d)",
                                cp, cp % 2 ? cp : cp / 2);
-    if (cp_type == CP_COMM_A2A_P2P && !hcp.n)
+    if (cp_any_hier && !hcp.n)
         return cli_usage_error("train",
                                "cp-comm-type a2a+p2p needs "
                                "--hierarchical-context-parallel-sizes A P (A*P = "
@@ -619,6 +634,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.no_load_optim = no_load_optim, tc.finetune = finetune;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
+    tc.cp_layer_types = cp_comm.n > 1 ? cp_types : NULL;
     if (hcp.n == 2) tc.hcp_inner = (int)hcp.v[0], tc.hcp_outer = (int)hcp.v[1];
     tc.no_check_nan = !check_nan;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;

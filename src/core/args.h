@@ -21,6 +21,8 @@ typedef enum {
     MTC_ARG_DOUBLE, /* double* */
     MTC_ARG_STRING, /* const char**: points into argv */
     MTC_ARG_INTS,   /* mtc_arg_ints*: comma- or space-separated integers */
+    MTC_ARG_WORDS,  /* mtc_arg_words*: the value and the words after it up to
+                       the next --flag (Megatron's nargs='+'), pointing into argv */
 } mtc_arg_type_t;
 
 #define MTC_ARG_INTS_MAX 64
@@ -28,6 +30,12 @@ typedef struct {
     int n;
     int64_t v[MTC_ARG_INTS_MAX];
 } mtc_arg_ints;
+
+#define MTC_ARG_WORDS_MAX 256
+typedef struct {
+    int n;
+    const char *v[MTC_ARG_WORDS_MAX];
+} mtc_arg_words;
 
 typedef struct {
     const char *name;  /* without dashes: "tensor-model-parallel-size" */

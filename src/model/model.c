@@ -181,6 +181,13 @@ model_block_dims mtc_model_block_dims(const mtc_model *m) {
     return d;
 }
 
+model_block_dims mtc_model_layer_dims(const mtc_model *m, int l) {
+    model_block_dims d = mtc_model_block_dims(m);
+    if (m->cp_layer && l >= m->first_layer && l < m->last_layer)
+        d.cp = &m->cp_layer[l - m->first_layer];
+    return d;
+}
+
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Floats of TP-layer scratch one pass needs (largest of every call). */
@@ -189,6 +196,10 @@ static size_t gpt_scratch_floats(const mtc_model *m) {
     int B = m->B, T = m->T, C = c->hidden_size;
     model_block_dims d = mtc_model_block_dims(m);
     size_t s = model_attention_scratch_floats(&m->tp, B, T, &d);
+    for (int l = m->first_layer; m->cp_layer && l < m->last_layer; l++) {
+        model_block_dims dl = mtc_model_layer_dims(m, l);
+        s = max_sz(s, model_attention_scratch_floats(&m->tp, B, T, &dl));
+    }
     s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &d));
     s = max_sz(s, tp_vocab_embedding_scratch_floats(&m->tp, B, T, C));
     s = max_sz(s, tp_column_linear_scratch_floats(&m->tp, 0, B, T, C, c->padded_vocab_size));
@@ -363,17 +374,28 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
                          .outer = o->cp_outer,
                          .inner_size = o->cp_inner ? mtc_comm_size(o->cp_inner) : 0,
                          .Tg = cfg->seq_length};
-        if (m->cp.type == CP_COMM_A2A_P2P && (!o->cp_inner || !o->cp_outer)) {
-            rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                           "cp-comm-type a2a+p2p without hierarchical context-parallel groups");
-            goto fail;
-        }
         MTC_CHECK_GOTO(
             mtc_mem_calloc((size_t)cfg->seq_length, sizeof(int), (void **)&m->cp.all_pos), rc,
             fail);
         for (int r = 0; r < cps; r++)
             cp_positions(m->cp.all_pos + (size_t)r * m->T, cfg->seq_length, cps, r);
         m->cp.pos = m->cp.all_pos + (size_t)m->cp.rank * m->T;
+        /* per-layer comm types: copies sharing the positions (owned by m->cp) */
+        int nl = last_layer - first_layer, hier = m->cp.type == CP_COMM_A2A_P2P;
+        if (o->cp_layer_types) {
+            MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nl, sizeof(cp_ctx), (void **)&m->cp_layer), rc,
+                           fail);
+            for (int l = 0; l < nl; l++) {
+                m->cp_layer[l] = m->cp;
+                m->cp_layer[l].type = (cp_comm_type)o->cp_layer_types[first_layer + l];
+                hier |= m->cp_layer[l].type == CP_COMM_A2A_P2P;
+            }
+        }
+        if (hier && (!o->cp_inner || !o->cp_outer)) {
+            rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                           "cp-comm-type a2a+p2p without hierarchical context-parallel groups");
+            goto fail;
+        }
     } else {
         m->cp = (cp_ctx){.cp = 1, .Tg = cfg->seq_length};
     }
@@ -438,6 +460,7 @@ void mtc_model_free(mtc_model *m) {
     free(m->rc);
     nn_rope_table_free(&m->rope);
     free(m->cp.all_pos);
+    free(m->cp_layer);
     mtc_registry_free(&m->reg);
     free(m);
 }

@@ -189,7 +189,8 @@ typedef struct {
     float *dhead_w;
     mtc_model_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
     nn_rope_table rope;                /* RoPE cos/sin (zeroed without rotary positions) */
-    cp_ctx cp; /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos) */
+    cp_ctx cp;        /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos) */
+    cp_ctx *cp_layer; /* [last_layer - first_layer] with per-layer comm types, else NULL */
     int nslots;
     mtc_model_slot *slots;
     int nrec;           /* the chunk's first nrec layers are recomputed in backward */
@@ -230,6 +231,7 @@ typedef struct {
                                       seq/cp positions, chunks r and 2cp-1-r */
     cp_comm_type cp_comm_type;     /* how its attention talks */
     mtc_comm_t cp_inner, cp_outer; /* a2a+p2p: the a2a and the ring groups */
+    const int *cp_layer_types;     /* per global layer (NULL: cp_comm_type for all) */
     int first_layer, last_layer;   /* the chunk's layers [first, last) */
     int has_embedding, has_head;   /* first / last virtual pipeline stage */
     mtc_model_layout_fn layout;    /* NULL: packed backward order */
@@ -289,7 +291,9 @@ const float *mtc_model_logits(const mtc_model *m);
 float *mtc_model_slot_input(mtc_model *m, int slot);
 const float *mtc_model_slot_output(const mtc_model *m, int slot);
 static inline float *mtc_model_grad_buffer(mtc_model *m) { return m->dres; }
-/* The block shapes of this model's layers. */
+/* The block shapes of this model's layers; layer l (global index) differs
+ * only in its CP comm type (--cp-comm-type one per layer). */
 model_block_dims mtc_model_block_dims(const mtc_model *m);
+model_block_dims mtc_model_layer_dims(const mtc_model *m, int l);
 
 #endif

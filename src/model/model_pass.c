@@ -117,7 +117,7 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     const mtc_model_config *c = &m->cfg;
     const tp_ctx *tp = &m->tp;
     int C = c->hidden_size, Tl = m->tp.sequence_parallel ? T / m->tp_size : T, Nl = B * Tl;
-    model_block_dims bd = mtc_model_block_dims(m);
+    model_block_dims bd = mtc_model_layer_dims(m, l);
     float *const *w = m->layers[l].w;
     gpt_norm_forward(m, v->ln1, v->ln1m, v->ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
     nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
@@ -222,7 +222,6 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
     int N = B * T, Nl = B * Tl;
     size_t sNl = (size_t)m->B * m->T_loc, nC = (size_t)Nl * C;
     mtc_model_slot *a = &m->slots[slot];
-    model_block_dims bd = mtc_model_block_dims(m);
     /* every backward kernel accumulates: the step's first microbatch starts
      * from zero (adding to +0 is exact, so this equals overwriting) */
     if (pass && pass->first_microbatch) mtc_model_zero_grad(m);
@@ -254,6 +253,7 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         size_t k = (size_t)(l - m->first_layer);
         float *const *w = m->layers[l].w;
         float *const *g = m->dlayers[l].w;
+        model_block_dims bd = mtc_model_layer_dims(m, l);
         const float *x = k ? a->res3 + (k - 1) * sNl * C : a->encoded;
         layer_view v = gpt_layer_view(m, a, k);
         /* --recompute-granularity full: rebuild this layer's activations from

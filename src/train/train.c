@@ -66,6 +66,39 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     return MTC_OK;
 }
 
+/* The per-layer CP comm types as one number, for the agreement check. */
+static double cp_types_key(const mtc_train_config *c) {
+    double k = 0;
+    for (int l = 0; c->cp_layer_types && l < c->model.num_layers; l++)
+        k = k * 5 + c->cp_layer_types[l] + 1;
+    return k;
+}
+
+/* One layer's CP comm type against the heads of a TP rank and the
+ * hierarchical sizes. */
+static mtc_result_t cp_validate_type(const mtc_train_config *c, int type, int cp, int NH, int NG) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    if (type == CP_COMM_A2A && (NH % cp || NG % cp))
+        return mtc_error(E,
+                         "cp-comm-type a2a splits the heads over context-parallel-size=%d, but "
+                         "a tensor-parallel rank has %d query heads and %d key/value heads "
+                         "(use p2p or all_gather, or a cp dividing both)",
+                         cp, NH, NG);
+    int A = c->hcp_inner;
+    if (type == CP_COMM_A2A_P2P && (A < 1 || A * c->hcp_outer != cp))
+        return mtc_error(E,
+                         "cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P "
+                         "with A*P = context-parallel-size=%d",
+                         cp);
+    if (type == CP_COMM_A2A_P2P && (NH % A || NG % A))
+        return mtc_error(E,
+                         "cp-comm-type a2a+p2p splits the heads over its all-to-all size "
+                         "A=%d, but a tensor-parallel rank has %d query heads and %d "
+                         "key/value heads (choose A dividing both)",
+                         A, NH, NG);
+    return MTC_OK;
+}
+
 mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     mtc_grid_config gc;
@@ -91,24 +124,11 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                              "not divisible by tensor-model-parallel-size=%d, which sequence "
                              "parallelism needs",
                              c->model.seq_length, gc.cp, T_cp, gc.tp);
-        if (c->cp_comm_type == CP_COMM_A2A && (NH % gc.cp || NG % gc.cp))
-            return mtc_error(E,
-                             "cp-comm-type a2a splits the heads over context-parallel-size=%d, but "
-                             "a tensor-parallel rank has %d query heads and %d key/value heads "
-                             "(use p2p or all_gather, or a cp dividing both)",
-                             gc.cp, NH, NG);
-        int A = c->hcp_inner;
-        if (c->cp_comm_type == CP_COMM_A2A_P2P && (A < 1 || A * c->hcp_outer != gc.cp))
-            return mtc_error(E,
-                             "cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P "
-                             "with A*P = context-parallel-size=%d",
-                             gc.cp);
-        if (c->cp_comm_type == CP_COMM_A2A_P2P && (NH % A || NG % A))
-            return mtc_error(E,
-                             "cp-comm-type a2a+p2p splits the heads over its all-to-all size "
-                             "A=%d, but a tensor-parallel rank has %d query heads and %d "
-                             "key/value heads (choose A dividing both)",
-                             A, NH, NG);
+        int nt = c->cp_layer_types ? c->model.num_layers : 1;
+        for (int l = 0; l < nt; l++) {
+            int t = c->cp_layer_types ? c->cp_layer_types[l] : c->cp_comm_type;
+            MTC_CHECK(cp_validate_type(c, t, gc.cp, NH, NG));
+        }
     }
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E,
@@ -185,12 +205,19 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "param gather: %s; pad buckets for high busbw: %s\n",
                 ddp->instances, ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
                 c->pad_high_busbw ? "on" : "off");
-    if (model->cp.cp > 1)
+    if (model->cp.cp > 1) {
+        char types[512] = "";
+        size_t o = 0;
+        for (int l = 0; c->cp_layer_types && l < c->model.num_layers && o < sizeof types; l++)
+            o += (size_t)snprintf(types + o, sizeof types - o, "%s%s", l ? " " : "",
+                                  cp_comm_type_name((cp_comm_type)c->cp_layer_types[l]));
         fprintf(out,
-                "> context parallel: %d ranks, %s attention; each rank holds %d of %d positions "
-                "(chunks %d and %d of %d)\n",
-                model->cp.cp, cp_comm_type_name(model->cp.type), x->T_cp, T, model->cp.rank,
-                2 * model->cp.cp - 1 - model->cp.rank, 2 * model->cp.cp);
+                "> context parallel: %d ranks, %s%s attention; each rank holds %d of %d "
+                "positions (chunks %d and %d of %d)\n",
+                model->cp.cp, c->cp_layer_types ? "per layer " : "",
+                c->cp_layer_types ? types : cp_comm_type_name(model->cp.type), x->T_cp, T,
+                model->cp.rank, 2 * model->cp.cp - 1 - model->cp.rank, 2 * model->cp.cp);
+    }
     char blas[256];
     nn_blas_describe(blas, sizeof blas);
     fprintf(out, "> BLAS: %s\n", blas);
@@ -388,6 +415,7 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"context-parallel-size", c->cp},
         {"cp-comm-type", c->cp_comm_type},
         {"hierarchical-context-parallel-sizes", c->hcp_inner * 1000.0 + c->hcp_outer},
+        {"cp-comm-type (per layer)", cp_types_key(c)},
         {"virtual-pipeline-model-parallel-size", c->vpp},
         {"sequence-parallel", c->sequence_parallel},
         {"use-distributed-optimizer", c->use_distributed_optimizer},

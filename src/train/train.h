@@ -56,6 +56,8 @@ typedef struct {
                                   rank c keeping chunks c and 2cp-1-c */
     int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a,
                                   a2a+p2p */
+    const int *cp_layer_types; /* one cp_comm_type per layer (num_layers), NULL: cp_comm_type
+                                  for every layer */
     int hcp_inner, hcp_outer;  /* --hierarchical-context-parallel-sizes A P (0: none) */
     int recompute_full;        /* --recompute-granularity full */
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */

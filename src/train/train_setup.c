@@ -113,6 +113,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .cp_comm_type = (cp_comm_type)c->cp_comm_type,
                               .cp_inner = x->cp_inner,
                               .cp_outer = x->cp_outer,
+                              .cp_layer_types = c->cp_layer_types,
                               .first_layer = st * L / S,
                               .last_layer = (st + 1) * L / S,
                               .has_embedding = st == 0,

@@ -162,6 +162,16 @@ static void test_args(void) {
     T_CHECKF(strstr(err, "'two'") != NULL, "%s", err);
     char *argv4[] = {"--lr"};
     T_CHECK(mtc_args_parse(args, n, 1, argv4, NULL, 0, NULL, err, sizeof err) != MTC_OK);
+    /* words: Megatron's nargs='+' (--cp-comm-type p2p a2a ...), up to the next flag */
+    mtc_arg_words w = {0};
+    mtc_arg wargs[] = {{"cp-comm-type", NULL, MTC_ARG_WORDS, &w, "S", "types", 0},
+                       {"tp", NULL, MTC_ARG_INT, &tp, "N", "tp", 0}};
+    char *argv5[] = {"--cp-comm-type", "p2p", "a2a", "all_gather", "--tp", "2"};
+    T_CHECK(mtc_args_parse(wargs, 2, 6, argv5, NULL, 0, NULL, err, sizeof err) == MTC_OK);
+    T_CHECK(w.n == 3 && !strcmp(w.v[0], "p2p") && !strcmp(w.v[2], "all_gather") && tp == 2);
+    char *argv6[] = {"--cp-comm-type=a2a", "p2p"}; /* --name=value takes one word */
+    T_CHECK(mtc_args_parse(wargs, 2, 2, argv6, NULL, 0, NULL, err, sizeof err) != MTC_OK);
+    T_CHECK(w.n == 1 && !strcmp(w.v[0], "a2a"));
     T_CHECK(mtc_edit_distance("kitten", "sitting") == 3);
 }
 

@@ -3,7 +3,8 @@
 # run (per-iteration lm loss and grad norm within 2e-5, parity_lib.sh; the
 # tiny model has hidden and attention dropout, so the masks keyed by global
 # positions are checked too): cp 2 and 4 with each comm type (p2p ring,
-# all_gather, a2a), cp 4 a2a+p2p with sizes 2 2, 1 4 and 4 1, cp2 x tp2 + SP, cp2 x pp2 x vpp2, cp2 x dp2 with the
+# all_gather, a2a), cp 4 a2a+p2p with sizes 2 2, 1 4 and 4 1, one comm type
+# per layer, cp2 x tp2 + SP, cp2 x pp2 x vpp2, cp2 x dp2 with the
 # distributed optimizer and overlap, a Llama with GQA under a2a and p2p,
 # mpirun cp2 x tp2 and cp4 a2a+p2p; the banner names the CP size; bad CP settings exit 2
 # with one line before any work.
@@ -42,6 +43,13 @@ same_losses "cp=4 a2a+p2p 4x1 (a2a only)" "$D/s.jsonl" "$D/cp4h41.jsonl"
 run s4 --num-layers 4
 run vpp --num-layers 4 --world-size 4 --cp 2 --pp 2 --vpp 2
 same_losses "cp=2 x pp=2 x vpp=2" "$D/s4.jsonl" "$D/vpp.jsonl"
+# one comm type per layer (Megatron's list form), across pipeline chunks
+run perlayer --num-layers 4 --world-size 4 --cp 4 --cp-comm-type p2p a2a all_gather a2a+p2p \
+    --hierarchical-context-parallel-sizes 2 2
+same_losses "cp=4 one comm type per layer" "$D/s4.jsonl" "$D/perlayer.jsonl"
+grep -q "per layer p2p a2a all_gather a2a+p2p attention" "$D/perlayer.log" && ok "banner: per-layer types" || { bad "banner per-layer"; head -5 "$D/perlayer.log"; }
+run perlayerpp --num-layers 4 --world-size 8 --cp 2 --pp 2 --vpp 2 --tp 2 --cp-comm-type all_gather a2a p2p a2a
+same_losses "cp=2 x tp=2 x pp=2 x vpp=2 per-layer types" "$D/s4.jsonl" "$D/perlayerpp.jsonl"
 
 LLAMA="--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 48 \
 --untie-embeddings-and-output-weights --disable-bias-linear --num-attention-heads 8 \
@@ -81,5 +89,6 @@ refuse "a2a heads" "cp-comm-type a2a splits the heads" --world-size 8 --cp 8 --s
 refuse "hierarchical without sizes" "a2a+p2p needs --hierarchical-context-parallel-sizes" --world-size 4 --cp 4 --cp-comm-type a2a+p2p
 refuse "hierarchical sizes" "must be two sizes A P with A\*P = context-parallel-size=4" --world-size 4 --cp 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 3
 refuse "hierarchical heads" "a2a+p2p splits the heads over its all-to-all size A=8" --world-size 8 --cp 8 --seq-length 16 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 8 1
+refuse "per-layer count" "cp-comm-type has 3 values: give one, or one per layer (num-layers=2)" --world-size 2 --cp 2 --cp-comm-type p2p a2a p2p
 refuse "unknown comm type" "cp-comm-type=ring is unknown" --world-size 2 --cp 2 --cp-comm-type ring
 exit $fail
