@@ -160,7 +160,17 @@ size_t model_mlp_scratch_floats(const tp_ctx *tp, int B, int T, const model_bloc
     size_t N = (size_t)B * T, F_tp = (size_t)(d->F / p), F1_tp = (size_t)(fc1_rows(d) / p);
     size_t lin = max_sz(tp_column_linear_scratch_floats(tp, 0, B, T, d->C, fc1_rows(d)),
                         tp_row_linear_scratch_floats(tp, 1, B, T, d->F, d->C));
-    return N * (F_tp + F1_tp) + lin; /* backward: [dfchg | dfch | linear scratch] */
+    /* forward: [act output | linear scratch]; backward: [dfchg | dfch, which
+     * first holds the recomputed act output | linear scratch] */
+    return N * (F_tp + F1_tp) + lin;
+}
+
+static void mlp_act(const tp_ctx *tp, float *act, const float *fch, size_t N, int F_tp,
+                    const model_block_dims *d) {
+    if (d->swiglu)
+        nn_swiglu_forward(tp->pool, act, fch, (int)N, F_tp);
+    else
+        nn_gelu_forward(tp->pool, act, fch, N * (size_t)F_tp);
 }
 
 mtc_result_t model_mlp_forward(const tp_ctx *tp, float *out, model_mlp_acts *acts, const float *in,
@@ -170,15 +180,13 @@ mtc_result_t model_mlp_forward(const tp_ctx *tp, float *out, model_mlp_acts *act
     MTC_CHECK(mlp_check(tp, d));
     int F_tp = d->F / tp_size(tp->comm);
     size_t N = (size_t)B * T;
+    float *act = scratch, *lin = scratch + N * (size_t)F_tp;
     /* comm: column-parallel (SP: all-gather T) */
     MTC_CHECK(tp_column_linear_forward(tp, acts->fch, acts->in_total, in, fc1w, fc1b, scratch, 0, B,
                                        T, d->C, fc1_rows(d)));
-    if (d->swiglu)
-        nn_swiglu_forward(tp->pool, acts->fchg, acts->fch, (int)N, F_tp);
-    else
-        nn_gelu_forward(tp->pool, acts->fchg, acts->fch, N * (size_t)F_tp);
+    mlp_act(tp, act, acts->fch, N, F_tp, d);
     /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
-    return tp_row_linear_forward(tp, out, acts->fchg, fc2w, fc2b, scratch, 1, B, T, d->F, d->C);
+    return tp_row_linear_forward(tp, out, act, fc2w, fc2b, lin, 1, B, T, d->F, d->C);
 }
 
 mtc_result_t model_mlp_backward(const tp_ctx *tp, float *din, float *dfc1w, float *dfc1b,
@@ -190,9 +198,10 @@ mtc_result_t model_mlp_backward(const tp_ctx *tp, float *din, float *dfc1w, floa
     int p = tp_size(tp->comm), F_tp = d->F / p;
     size_t N = (size_t)B * T, n = N * (size_t)F_tp;
     float *dfchg = scratch, *dfch = scratch + n, *lin = dfch + N * (size_t)(fc1_rows(d) / p);
+    mlp_act(tp, dfch, acts->fch, N, F_tp, d); /* fc2's input again, bit for bit */
     /* comm: row-parallel backward (SP: all-gather T) */
-    MTC_CHECK(tp_row_linear_backward(tp, dfchg, dfc2w, dfc2b, dout, acts->fchg, fc2w, lin, 1, B, T,
-                                     d->F, d->C));
+    MTC_CHECK(tp_row_linear_backward(tp, dfchg, dfc2w, dfc2b, dout, dfch, fc2w, lin, 1, B, T, d->F,
+                                     d->C));
     if (d->swiglu)
         nn_swiglu_backward(tp->pool, dfch, dfchg, acts->fch, (int)N, F_tp);
     else

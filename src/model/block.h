@@ -72,8 +72,9 @@ size_t model_attention_scratch_floats(const tp_ctx *tp, int B, int T, const mode
 typedef struct {
     float *in_total;    /* (B, T, C) gathered input under SP (unused without SP) */
     int in_total_saved; /* as for attention */
-    float *fch;         /* (B, T, F1_tp) fc1 output ([gate_r | up_r] with swiglu) */
-    float *fchg;        /* (B, T, F_tp) activation output */
+    float *fch;         /* (B, T, F1_tp) fc1 output ([gate_r | up_r] with swiglu); the
+                           activation's output is not kept: backward recomputes it, as
+                           Megatron's fused bias-GeLU / SwiGLU do */
 } model_mlp_acts;
 
 /* out (B, T_loc, C) = fc2(act(fc1(in))) including fc2's bias.

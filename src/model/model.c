@@ -241,7 +241,6 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln2_mean, k * Nl);
         TAKE(a->ln2_rstd, k * Nl);
         TAKE(a->fch, k * N * F1_tp);
-        TAKE(a->fchg, k * N * F_tp);
         if (s < 0) continue;
         TAKE(a->res3, nl * Nl * C); /* every layer's output: the next layer's input */
         TAKE(a->lnf, Nl * C);

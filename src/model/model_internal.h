@@ -17,7 +17,7 @@ struct mtc_model_slot {
     float *atty;                      /* per layer (B,T,QD_tp) */
     float *res2;                      /* per layer (B,T_loc,C) */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fchg;                /* per layer (B,T,F1_tp), (B,T,F_tp) */
+    float *fch;                       /* per layer (B,T,F1_tp) */
     float *res3;                      /* per layer (B,T_loc,C) layer output */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *losses;                    /* (B,T) */

@@ -104,7 +104,7 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
     v.aa = (model_attention_acts){m->in_total, 0, s->qkv + j * sN * (QD + 2 * KD),
                                   s->lse + j * (size_t)m->B * (c->num_heads / p) * m->T,
                                   s->atty + j * sN * QD};
-    v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1, s->fchg + j * sN * F};
+    v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1};
     return v;
 }
 

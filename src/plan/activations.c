@@ -59,8 +59,8 @@ typedef struct {
 
 /* cp/attention.c's cp_attention_scratch_floats for each communication type:
  * p2p: max(two KV blocks + a partial output and lse, two KV blocks and three
- * dK|dV blocks: the running sums in flight and this step's); all_gather: local, gathered, reordered KV and its gradient;
- * a2a: the head-scattered q|k|v and output buffers. Rows = B x T/cp. */
+ * dK|dV blocks: the running sums in flight and this step's); all_gather: local, gathered, reordered
+ * KV and its gradient; a2a: the head-scattered q|k|v and output buffers. Rows = B x T/cp. */
 static size_t cp_scr(const mtc_plan_layout *l, const shapes *s) {
     size_t P = (size_t)(l->cp > 1 ? l->cp : 1);
     if (P <= 1) return 0;
@@ -115,7 +115,6 @@ static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head
     b += take(nl * Nl * C);               /* ln2 */
     b += 2 * take(nl * Nl);               /* ln2 mean, rstd */
     b += take(nl * N * s.F1_tp);          /* fch */
-    b += take(nl * N * s.F_tp);           /* fchg */
     b += take(nl * Nl * C);               /* res3: layer outputs */
     b += take(Nl * C) + 2 * take(Nl);     /* lnf, mean, rstd */
     b += take(N);                         /* losses */

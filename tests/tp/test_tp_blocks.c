@@ -141,7 +141,7 @@ static void block_rank(const job *j, mtc_comm_t comm) {
         memcpy(in, j->x, nloc * 4), memcpy(dout, j->dout, nloc * 4);
     mtc_result_t rc;
     model_attention_acts aa = {in_total, j->saved, h, lse, a};
-    model_mlp_acts ma = {in_total, j->saved, h, a};
+    model_mlp_acts ma = {in_total, j->saved, h};
     if (j->mlp)
         rc = model_mlp_forward(&tp, out, &ma, in, w1, b1, w2, b2, scratch, B, T, &BD);
     else

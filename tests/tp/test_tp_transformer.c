@@ -188,7 +188,7 @@ static mtc_result_t rank_main(mtc_comm_t comm, void *arg) {
     float *in_total = tt_alloc((size_t)N * C); /* shared by both blocks: re-gathered */
     model_attention_acts aa = {in_total, 0, tt_alloc((size_t)N * 3 * C_p),
                                tt_alloc((size_t)B * (NH / p) * T), tt_alloc((size_t)N * C_p)};
-    model_mlp_acts ma = {in_total, 0, tt_alloc((size_t)N * F_p), tt_alloc((size_t)N * F_p)};
+    model_mlp_acts ma = {in_total, 0, tt_alloc((size_t)N * F_p)};
     size_t s1 = model_attention_scratch_floats(&tp, B, T, &BD);
     size_t s2 = model_mlp_scratch_floats(&tp, B, T, &BD);
     float *scratch = tt_alloc(s1 > s2 ? s1 : s2);
@@ -245,7 +245,7 @@ static mtc_result_t rank_main(mtc_comm_t comm, void *arg) {
         free(w[k]), free(g[k]);
     free(x), free(y), free(dy), free(dx), free(ln1), free(m1), free(r1), free(res), free(ln2);
     free(m2), free(r2), free(ao), free(dres), free(dln), free(tmp), free(in_total), free(aa.qkv);
-    free(aa.lse), free(aa.atty), free(ma.fch), free(ma.fchg), free(scratch), free(want);
+    free(aa.lse), free(aa.atty), free(ma.fch), free(scratch), free(want);
     return MTC_OK;
 }
 
