@@ -7,7 +7,8 @@
  *                       tracker.tmp -> fsync -> rename -> fsync SAVE
  *
  * Reading is in ckpt/dist_read.c. Relies on cJSON and POSIX file calls.
- * Limitations: float32 only; no background (asynchronous) writer. */
+ * The background writer of --async-save is ckpt/dist_async.c.
+ * Limitations: float32 only. */
 #include "ckpt/dist.h"
 
 #include <errno.h>

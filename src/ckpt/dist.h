@@ -86,6 +86,17 @@ mtc_result_t mtc_ckpt_dist_begin(const char *save, int64_t iteration);
  * with their index (__R.json), both fsynced. n may be 0. */
 mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int rank,
                                        const mtc_ckpt_piece *pieces, int n);
+/* --async-save: write_shard on a thread of its own. start copies the
+ * pieces' data (a snapshot: the caller may change its buffers at once) and
+ * starts the writer; done polls it without waiting (1 when finished, or for
+ * NULL); finish waits, frees and returns the write's result (NULL: MTC_OK).
+ * The caller commits after every rank's writer finished, as for the
+ * synchronous write_shard (ckpt/dist_async.c). */
+typedef struct mtc_ckpt_async mtc_ckpt_async;
+mtc_result_t mtc_ckpt_async_start(mtc_ckpt_async **out, const char *save, int64_t iteration,
+                                  int rank, const mtc_ckpt_piece *pieces, int n);
+int mtc_ckpt_async_done(const mtc_ckpt_async *a);
+mtc_result_t mtc_ckpt_async_finish(mtc_ckpt_async *a);
 /* One rank, after every rank's write_shard returned: merges the nranks
  * index files with `common` (the caller's JSON object, not consumed) into
  * metadata.json, commits the directory and updates the tracker. */

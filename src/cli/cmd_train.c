@@ -47,6 +47,7 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
+    int async_save = 0;
     int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
@@ -244,6 +245,10 @@ int cli_cmd_train(int argc, char **argv) {
          0},
         {"save-interval", NULL, MTC_ARG_INT, &save_interval, "N",
          "iterations between checkpoints (default: at the end only)", 0},
+        {"async-save", NULL, MTC_ARG_FLAG, &async_save, NULL,
+         "write checkpoints in the background from a snapshot of the state while training "
+         "goes on (the next save and the end of the run wait for it)",
+         0},
         {"load", NULL, MTC_ARG_STRING, &load, "DIR",
          "resume from DIR's latest checkpoint (any layout; a missing or empty DIR starts fresh); "
          "a single-file model gives the weights only",
@@ -434,6 +439,7 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "save-interval=%d must be >= 1", save_interval);
     if (save_interval > 0 && !save)
         return cli_usage_error("train", "--save-interval needs --save DIR");
+    if (async_save && !save) return cli_usage_error("train", "--async-save needs --save DIR");
     if (mtc_args_seen(args, nargs, "ckpt-step") && (ckpt_step < 0 || !load))
         return cli_usage_error("train", "ckpt-step=%lld needs --load DIR and must be >= 0",
                                (long long)ckpt_step);
@@ -605,7 +611,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.threads = threads;
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.save_interval = save_interval, tc.ckpt_step = ckpt_step, tc.load_weights_file = load_file;
-    tc.no_load_optim = no_load_optim, tc.finetune = finetune;
+    tc.no_load_optim = no_load_optim, tc.finetune = finetune, tc.async_save = async_save;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
     tc.no_check_nan = !check_nan;

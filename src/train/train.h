@@ -47,6 +47,8 @@ typedef struct {
     int load_weights_file;    /* load_path is a single-file model (weights only, mtc_ckpt_load) */
     int no_load_optim;        /* --no-load-optim: fresh AdamW moments */
     int finetune;             /* --finetune: weights only, iteration 0 */
+    int async_save;           /* --async-save: shards written by a thread per rank from a
+                                 snapshot; committed once every rank's writer finished */
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
     /* ---- parallel layout (issue 5) ---- */
