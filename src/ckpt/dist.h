@@ -121,6 +121,11 @@ const cJSON *mtc_ckpt_dist_common(const mtc_ckpt_dist *c);
 const char *mtc_ckpt_dist_path(const mtc_ckpt_dist *c);
 /* Whether the checkpoint holds a tensor of that key. */
 int mtc_ckpt_dist_has(const mtc_ckpt_dist *c, const char *key);
+/* progress(ctx, done, total) after each tensor mtc_ckpt_dist_read filled
+ * (elements of the targets), on the calling thread; NULL: none. */
+void mtc_ckpt_dist_set_progress(mtc_ckpt_dist *c,
+                                void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                                void *ctx);
 /* Fill every target from the stored pieces (see the file comment). */
 mtc_result_t mtc_ckpt_dist_read(mtc_ckpt_dist *c, const mtc_ckpt_piece *targets, int n);
 

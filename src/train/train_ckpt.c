@@ -176,6 +176,8 @@ mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE 
     const mtc_train_config *c = x->cfg;
     MTC_CHECK(train_ckpt_finalize(x, 1, out)); /* one save at a time */
     uint64_t t0 = mtc_time_ns();
+    mtc_progress_begin(&x->progress, "%s the checkpoint of iteration %lld",
+                       c->async_save ? "taking a snapshot for" : "saving", (long long)it);
     /* comm: wait for the distributed optimizer's all-gathers */
     MTC_CHECK(train_params_wait(x));
     if (x->world_rank == 0) MTC_CHECK(mtc_ckpt_dist_begin(c->save_path, it));
@@ -197,6 +199,7 @@ mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE 
         return rc;
     }
     x->last_saved = it;
+    mtc_progress_end(&x->progress);
     cJSON *common = x->world_rank == 0 ? train_ckpt_common(x, it, consumed) : NULL;
     if (p) {
         p->it = it, p->common = common, p->t0 = t0;
@@ -243,6 +246,10 @@ void train_ckpt_abandon(train_rank *x) {
     free(p);
 }
 
+static void train_load_progress(void *ctx, uint64_t done, uint64_t total) {
+    mtc_progress_update(ctx, (double)done, (double)total);
+}
+
 static int64_t common_int(const cJSON *j, const char *key) {
     const cJSON *v = cJSON_GetObjectItem(j, key);
     return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (int64_t)v->valuedouble : -1;
@@ -270,8 +277,11 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
     int with_optim = !c->finetune && !c->no_load_optim &&
                      cJSON_IsTrue(cJSON_GetObjectItem(common, "has_optimizer"));
     mtc_ckpt_pieces l = {0};
+    mtc_progress_begin(&x->progress, "loading checkpoint %s", mtc_ckpt_dist_path(ck));
+    mtc_ckpt_dist_set_progress(ck, train_load_progress, &x->progress);
     if (rc == MTC_OK) rc = train_ckpt_pieces(x, &l, 0, with_optim);
     if (rc == MTC_OK) rc = mtc_ckpt_dist_read(ck, l.v, l.n);
+    mtc_progress_end(&x->progress);
     mtc_ckpt_pieces_free(&l);
     if (rc == MTC_OK && !c->finetune) {
         x->start_iteration = it, x->start_consumed = (uint64_t)consumed;

@@ -11,6 +11,7 @@
 #define MTC_TRAIN_INTERNAL_H
 
 #include "comm/comm.h"
+#include "core/progress.h"
 #include "dp/ddp.h"
 #include "dp/distopt.h"
 #include "grid/grid.h"
@@ -94,6 +95,7 @@ typedef struct {
     uint64_t comm_ns;  /* time in the step's explicit collectives */
     uint64_t setup_ns; /* train_setup: buffers allocated, parameters initialised */
     struct train_ckpt_pending *ckpt_pending; /* --async-save: the save being written */
+    mtc_progress progress; /* set-up, load and save phases on stderr (rank 0; off elsewhere) */
     train_obs obs;
 } train_rank;
 
