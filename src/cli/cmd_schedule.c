@@ -171,6 +171,10 @@ static int schedule_from_trace(const char *path, int64_t iteration, int group, c
     if (t.vpp > 1) printf(" vpp=%d", t.vpp);
     printf(" microbatches=%d, %d ranks\n", t.microbatches, t.nrows);
     printf("notation: F<m>.<c> / B<m>.<c> = forward / backward of microbatch m on model chunk c\n");
+    if (t.dropped > 0)
+        printf("note: the ranks dropped %lld events at the trace's memory bound "
+               "(--trace-buffer-mb): later iterations are missing or partial\n",
+               (long long)t.dropped);
     double mean = 0, lo = 1, hi = 0;
     int same = 0;
     for (int r = 0; status == 0 && r < t.nrows; r++) {

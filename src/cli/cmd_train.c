@@ -56,6 +56,7 @@ int cli_cmd_train(int argc, char **argv) {
     int profile = 0, timing_level = 0;
     int64_t prof_start = 10, prof_end = 12;
     const char *prof_dir = NULL, *trace = NULL, *timing_opt = "minmax";
+    double trace_mb = 0;
     double peak_tflops = 0;
     char trace_file[4096];
     double dist_timeout_min = 0;
@@ -277,6 +278,10 @@ int cli_cmd_train(int argc, char **argv) {
          "where --profile writes trace.json (default .)", 0},
         {"trace", NULL, MTC_ARG_STRING, &trace, "FILE",
          "the trace to FILE (every iteration unless --profile-step-start/-end say)", 0},
+        {"trace-buffer-mb", NULL, MTC_ARG_DOUBLE, &trace_mb, "MB",
+         "per-rank bound of the trace in memory (default 256): later events are dropped and "
+         "counted, with a warning",
+         0},
         {"timing-log-level", NULL, MTC_ARG_INT, &timing_level, "N",
          "0: no timers; 1: forward-backward, grads sync, optimizer; 2: also per microbatch and "
          "pipeline p2p (default 0)",
@@ -570,11 +575,15 @@ int cli_cmd_train(int argc, char **argv) {
                                    strerror(errno));
         trace = trace_file;
     }
+    if (mtc_args_seen(args, nargs, "trace-buffer-mb") && !(trace_mb > 0 && trace_mb <= 1048576))
+        return cli_usage_error(
+            "train", "trace-buffer-mb=%g must be a size in MiB above 0 (e.g. 256)", trace_mb);
     char trace_real[MTC_PATH_MAX];
     if (trace && mtc_outfile_check(trace, profile ? "--profile-dir's trace.json" : "--trace",
                                    trace_real, sizeof trace_real) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     tc.trace_path = trace, tc.profile_step_start = prof_start, tc.profile_step_end = prof_end;
+    tc.trace_buffer_mb = trace_mb;
     tc.timing_log_level = timing_level, tc.timing_log_option = timing_option;
     tc.peak_tflops = peak_tflops;
     if (kv_channels < 0)

@@ -175,6 +175,7 @@ typedef struct {
     pp_trace_row *rows;
     int pp, vpp, microbatches; /* as the spans show them */
     double makespan;           /* ms from the earliest forward-backward start to the last end */
+    int64_t dropped;           /* events the ranks dropped at the trace's memory bound */
 } pp_trace_timeline;
 
 /* Iteration `iteration` (-1: the last traced) of a trace `mtc train --trace`

@@ -106,6 +106,7 @@ mtc_result_t pp_trace_timeline_load(pp_trace_timeline *t, const char *path, int6
                          path);
     }
     mtc_result_t rc = MTC_OK;
+    int64_t dropped = (int64_t)num(other, "dropped_events", 0);
     t->rows = calloc((size_t)W, sizeof *t->rows);
     double *step0 = calloc((size_t)W, sizeof(double)), *step1 = calloc((size_t)W, sizeof(double));
     if (!t->rows || !step0 || !step1) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "trace of %d ranks", W);
@@ -222,6 +223,7 @@ mtc_result_t pp_trace_timeline_load(pp_trace_timeline *t, const char *path, int6
         if (row->fb1 > end) end = row->fb1;
     }
     t->makespan = end;
+    t->dropped = dropped;
     if (t->vpp < 1) t->vpp = 1;
     qsort(t->rows, (size_t)t->nrows, sizeof *t->rows, row_cmp);
     return MTC_OK;

@@ -84,6 +84,7 @@ typedef struct {
     const char *trace_path;     /* NULL = none: Chrome Trace Event JSON of every rank */
     int64_t profile_step_start; /* traced: iterations start < it <= end (Megatron's */
     int64_t profile_step_end;   /*   --profile-step-start/-end count completed steps) */
+    double trace_buffer_mb;     /* --trace-buffer-mb: per-rank bound of trace text (0: 256) */
     int timing_log_level;       /* --timing-log-level 0 (none), 1, 2 (per microbatch, p2p) */
     int timing_log_option;      /* --timing-log-option 0 max, 1 minmax, 2 all */
     double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;

@@ -8,7 +8,12 @@
 #    boxes of a rank do not overlap and lie inside its forward-backward span
 #    (the grey background), and each row's bubble is the text's;
 #  - --iteration picks a traced iteration; one outside the trace, a file that
-#    is not a trace, a missing file and --microbatches with --from-trace exit 2.
+#    is not a trace, a missing file and --microbatches with --from-trace exit 2;
+#  - the trace's memory bound (mtc train --trace-buffer-mb): a bounded run of
+#    the 1F1B layout keeps a valid file whose otherData counts the dropped
+#    events per rank, kept + dropped equals the unbounded run's events on
+#    every rank, stderr warns with the total, and --from-trace notes it;
+#    --trace-buffer-mb 0 exits 2.
 set -u
 MTC=${MTC:?set MTC to the mtc binary}
 D=$(mktemp -d)
@@ -83,4 +88,30 @@ echo '{"traceEvents": []}' >"$D/other.json"
 expect2 "not an mtc trace" "is not a trace written by mtc train --trace" --from-trace "$D/other.json"
 expect2 "missing trace" "cannot read trace" --from-trace "$D/none.json"
 expect2 "--microbatches with --from-trace" "drop one of them" --from-trace "$D/p.json" --microbatches 4
+"$MTC" train $TINY --world-size 4 --pp 4 --global-batch-size 6 --trace "$D/b.json" --trace-buffer-mb 0.01 >"$D/b.log" 2>"$D/b.err" ||
+    { echo "FAIL bounded trace run"; cat "$D/b.err"; fail=1; }
+python3 - "$D/p.json" "$D/b.json" "$D/b.err" <<'PY' || fail=1
+import json, re, sys
+full, bounded = (json.load(open(p)) for p in sys.argv[1:3])
+err = open(sys.argv[3]).read()
+def per_rank(d):
+    n = [0] * d["otherData"]["world_size"]
+    for e in d["traceEvents"]: n[e["pid"]] += 1
+    return n
+drop = bounded["otherData"]["dropped_events_per_rank"]
+kept, want = per_rank(bounded), per_rank(full)
+bad = []
+if sum(drop) != bounded["otherData"]["dropped_events"] or not all(d > 0 for d in drop): bad.append(f"dropped {drop}")
+if [k + d for k, d in zip(kept, drop)] != want: bad.append(f"kept {kept} + dropped {drop} != {want}")
+if f"lacks {sum(drop)} events that 4 rank(s) recorded past --trace-buffer-mb 0.01 MiB" not in err: bad.append(f"warning: {err!r}")
+for x in bad: print("FAIL", x)
+print(("ok  " if not bad else "FAIL"), f"--trace-buffer-mb 0.01: kept {kept} + dropped {drop} = the unbounded run's events")
+sys.exit(1 if bad else 0)
+PY
+"$MTC" schedule --from-trace "$D/b.json" >"$D/bt.txt" 2>&1
+grep -q "^note: the ranks dropped [0-9]* events at the trace's memory bound" "$D/bt.txt" && echo "ok   --from-trace notes the dropped events" ||
+    { echo "FAIL no note of dropped events"; cat "$D/bt.txt"; fail=1; }
+"$MTC" train $TINY --global-batch-size 2 --trace "$D/z.json" --trace-buffer-mb 0 >"$D/z.out" 2>"$D/z.err"
+[ $? -eq 2 ] && grep -q "trace-buffer-mb=0 must be a size in MiB above 0" "$D/z.err" && echo "ok   --trace-buffer-mb 0: exit 2" ||
+    { echo "FAIL --trace-buffer-mb 0"; cat "$D/z.err"; fail=1; }
 exit $fail
