@@ -7,7 +7,8 @@
  *                       tracker.tmp -> fsync -> rename -> fsync SAVE
  *
  * Reading is in ckpt/dist_read.c. Relies on cJSON and POSIX file calls.
- * Limitations: float32 only; no background (asynchronous) writer. */
+ * The background writer of --async-save is ckpt/dist_async.c.
+ * Limitations: float32 only. */
 #include "ckpt/dist.h"
 
 #include <errno.h>
@@ -79,15 +80,19 @@ uint32_t mtc_crc32c(uint32_t crc, const void *buf, size_t n) {
 /* ---- fault injection ------------------------------------------------------ */
 
 static atomic_long fault_count;
+static long fault_limit;
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+static void fault_init(void) {
+    const char *e = getenv("MTC_CKPT_FAULT_AFTER");
+    fault_limit = e && *e ? atol(e) : 0;
+}
 
 int ckpt_fault_point(void) {
-    static long limit = -1;
-    if (limit < 0) {
-        const char *e = getenv("MTC_CKPT_FAULT_AFTER");
-        limit = e && *e ? atol(e) : 0;
-    }
-    if (limit <= 0) return 0;
-    return atomic_fetch_add(&fault_count, 1) + 1 == limit;
+    /* once for the process: rank threads and --async-save writers count together */
+    pthread_once(&fault_once, fault_init);
+    if (fault_limit <= 0) return 0;
+    return atomic_fetch_add(&fault_count, 1) + 1 == fault_limit;
 }
 
 void ckpt_fault_die(void) {

@@ -86,6 +86,17 @@ mtc_result_t mtc_ckpt_dist_begin(const char *save, int64_t iteration);
  * with their index (__R.json), both fsynced. n may be 0. */
 mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int rank,
                                        const mtc_ckpt_piece *pieces, int n);
+/* --async-save: write_shard on a thread of its own. start copies the
+ * pieces' data (a snapshot: the caller may change its buffers at once) and
+ * starts the writer; done polls it without waiting (1 when finished, or for
+ * NULL); finish waits, frees and returns the write's result (NULL: MTC_OK).
+ * The caller commits after every rank's writer finished, as for the
+ * synchronous write_shard (ckpt/dist_async.c). */
+typedef struct mtc_ckpt_async mtc_ckpt_async;
+mtc_result_t mtc_ckpt_async_start(mtc_ckpt_async **out, const char *save, int64_t iteration,
+                                  int rank, const mtc_ckpt_piece *pieces, int n);
+int mtc_ckpt_async_done(const mtc_ckpt_async *a);
+mtc_result_t mtc_ckpt_async_finish(mtc_ckpt_async *a);
 /* One rank, after every rank's write_shard returned: merges the nranks
  * index files with `common` (the caller's JSON object, not consumed) into
  * metadata.json, commits the directory and updates the tracker. */
@@ -110,6 +121,11 @@ const cJSON *mtc_ckpt_dist_common(const mtc_ckpt_dist *c);
 const char *mtc_ckpt_dist_path(const mtc_ckpt_dist *c);
 /* Whether the checkpoint holds a tensor of that key. */
 int mtc_ckpt_dist_has(const mtc_ckpt_dist *c, const char *key);
+/* progress(ctx, done, total) after each tensor mtc_ckpt_dist_read filled
+ * (elements of the targets), on the calling thread; NULL: none. */
+void mtc_ckpt_dist_set_progress(mtc_ckpt_dist *c,
+                                void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                                void *ctx);
 /* Fill every target from the stored pieces (see the file comment). */
 mtc_result_t mtc_ckpt_dist_read(mtc_ckpt_dist *c, const mtc_ckpt_piece *targets, int n);
 

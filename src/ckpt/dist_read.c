@@ -47,7 +47,15 @@ struct mtc_ckpt_dist {
     int *fds;
     uint64_t *fsize;
     int nfiles;
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 };
+
+void mtc_ckpt_dist_set_progress(mtc_ckpt_dist *c,
+                                void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                                void *ctx) {
+    c->progress = progress, c->progress_ctx = ctx;
+}
 
 mtc_result_t mtc_ckpt_dist_find(const char *dir, int64_t step, int64_t *iteration, int *found) {
     *found = 0, *iteration = 0;
@@ -357,6 +365,9 @@ mtc_result_t mtc_ckpt_dist_read(mtc_ckpt_dist *c, const mtc_ckpt_piece *targets,
         refs[i] = (target_ref){(int)(st - c->t), i};
     }
     if (rc == MTC_OK) qsort(refs, (size_t)n, sizeof *refs, ref_cmp);
+    uint64_t total = 0, done = 0; /* elements of the targets, for the progress report */
+    for (int i = 0; i < n; i++)
+        total += (uint64_t)(targets[i].flat1 - targets[i].flat0);
     for (int a = 0; rc == MTC_OK && a < n;) {
         int b = a;
         while (b < n && refs[b].tensor == refs[a].tensor)
@@ -412,7 +423,9 @@ mtc_result_t mtc_ckpt_dist_read(mtc_ckpt_dist *c, const mtc_ckpt_piece *targets,
                                "at (%lld, %lld) (an incomplete or inconsistent checkpoint)",
                                c->meta_path, t->key, (long long)copied[refs[j].target],
                                (long long)want, (long long)t->off[0], (long long)t->off[1]);
+            done += (uint64_t)(t->flat1 - t->flat0);
         }
+        if (c->progress) c->progress(c->progress_ctx, done, total);
         a = b;
     }
     free(buf), free(refs), free(copied);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -151,11 +152,12 @@ static void print_rank(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G
     }
 }
 
-static int write_svg(const char *path, const mtc_grid_spec *s, const mtc_grid_groups *G, int gpn) {
+static int write_svg(const char *path, const mtc_grid_spec *s, const mtc_grid_groups *G, int gpn,
+                     const mtc_grid_highlight *h) {
     mtc_outfile o;
     mtc_result_t rc = mtc_outfile_open(&o, path, "--svg");
     if (rc != MTC_OK) return cli_fail("ranks", rc);
-    rc = mtc_grid_render_svg(o.f, s, G, gpn);
+    rc = mtc_grid_render_svg_highlight(o.f, s, G, gpn, h);
     if (rc == MTC_OK)
         rc = mtc_outfile_commit(&o);
     else
@@ -163,10 +165,66 @@ static int write_svg(const char *path, const mtc_grid_spec *s, const mtc_grid_gr
     return rc == MTC_OK ? 0 : cli_fail("ranks", rc);
 }
 
+/* --highlight's group kinds: short names, and Megatron's names as printed. */
+static const struct {
+    const char *name;
+    mtc_grid_kind_t kind;
+} highlight_kinds[] = {
+    {"tp", MTC_GROUP_TP},       {"pp", MTC_GROUP_PP},
+    {"dp", MTC_GROUP_DP},       {"cp", MTC_GROUP_CP},
+    {"dp-cp", MTC_GROUP_DP_CP}, {"mp", MTC_GROUP_MP},
+    {"ep", MTC_GROUP_EP},       {"etp", MTC_GROUP_EXPT_TP},
+    {"edp", MTC_GROUP_EXPT_DP}, {"tp-dp", MTC_GROUP_TP_DP},
+    {"tp-cp", MTC_GROUP_TP_CP}, {"tp-dp-cp", MTC_GROUP_TP_DP_CP},
+    {"tp-ep", MTC_GROUP_TP_EP}, {"tp-ep-pp", MTC_GROUP_TP_EP_PP},
+    {"embd", MTC_GROUP_EMBD},   {"pos-embd", MTC_GROUP_POS_EMBD},
+};
+
+/* --highlight KIND (a short name or a group name) or R,R,...: fills h
+ * (ranks into buf, of cap entries); 0, or 2 after the usage message. */
+static int parse_highlight(const char *arg, const mtc_grid_groups *G, int world, int *buf, int cap,
+                           mtc_grid_highlight *h) {
+    memset(h, 0, sizeof *h);
+    if (arg[0] >= '0' && arg[0] <= '9') {
+        const char *s = arg;
+        while (*s) {
+            char *end;
+            long r = strtol(s, &end, 10);
+            if (end == s || (*end && *end != ',') || r < 0 || r >= world)
+                return cli_usage_error("ranks",
+                                       "--highlight %s: ranks are 0 to %d, separated by commas "
+                                       "(e.g. --highlight 0,3,5)",
+                                       arg, world - 1);
+            if (h->nranks == cap)
+                return cli_usage_error("ranks", "--highlight %s lists more than %d ranks", arg,
+                                       cap);
+            buf[h->nranks++] = (int)r;
+            s = *end ? end + 1 : end;
+        }
+        h->ranks = buf;
+        return 0;
+    }
+    for (size_t k = 0; k < sizeof highlight_kinds / sizeof highlight_kinds[0]; k++)
+        if (!strcmp(arg, highlight_kinds[k].name))
+            h->set = mtc_grid_groups_find(G, highlight_kinds[k].kind, 0);
+    for (int i = 0; !h->set && i < G->nsets; i++)
+        if (!strcasecmp(arg, G->sets[i].name)) h->set = &G->sets[i];
+    if (h->set) return 0;
+    char valid[512];
+    size_t len = 0;
+    for (size_t k = 0; k < sizeof highlight_kinds / sizeof highlight_kinds[0] && len < 400; k++)
+        len += (size_t)snprintf(valid + len, sizeof valid - len, "%s%s", k ? " " : "",
+                                highlight_kinds[k].name);
+    return cli_usage_error("ranks",
+                           "--highlight %s is neither a group kind of this layout nor a rank list "
+                           "(valid: %s, a group name as printed, or ranks such as 0,3,5)",
+                           arg, valid);
+}
+
 int cli_cmd_ranks(int argc, char **argv) {
     int world = 0, tp = 1, pp = 1, cp = 1, ep = 1, etp = 0, vpp = 0, nd = 1, json = 0, gpn = 8;
     int tp_pp_dp = 0, one_rank = -1;
-    const char *order = NULL, *svg = NULL;
+    const char *order = NULL, *svg = NULL, *highlight = NULL;
     mtc_arg_ints hcp = {0};
     mtc_arg args[] = {
         {"world-size", NULL, MTC_ARG_INT, &world, "N",
@@ -194,6 +252,10 @@ int cli_cmd_ranks(int argc, char **argv) {
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print Megatron-shaped JSON instead of the table",
          0},
         {"svg", NULL, MTC_ARG_STRING, &svg, "FILE", "also draw the rank grid into FILE", 0},
+        {"highlight", NULL, MTC_ARG_STRING, &highlight, "KIND|R,R..",
+         "in the SVG, outline every group of one kind (tp, pp, dp, cp, dp-cp, mp, ep, etp, edp, "
+         "... or a group name) in a colour per group, or emphasise a list of ranks",
+         0},
         {"rank", NULL, MTC_ARG_INT, &one_rank, "R", "print only rank R's coordinates and groups",
          0},
         {"gpus-per-node", NULL, MTC_ARG_INT, &gpn, "N",
@@ -251,7 +313,20 @@ int cli_cmd_ranks(int argc, char **argv) {
                                spec.cfg.world_size - 1);
     }
     int status = 0;
-    if (svg) status = write_svg(svg, &spec, &G, gpn);
+    mtc_grid_highlight hl = {0};
+    int *hl_ranks = NULL;
+    if (highlight && !svg) {
+        mtc_grid_groups_free(&G);
+        return cli_usage_error("ranks", "--highlight %s draws into the picture: add --svg FILE",
+                               highlight);
+    }
+    if (highlight) {
+        hl_ranks = malloc((size_t)spec.cfg.world_size * sizeof(int));
+        status = hl_ranks ? parse_highlight(highlight, &G, spec.cfg.world_size, hl_ranks,
+                                            spec.cfg.world_size, &hl)
+                          : cli_fail("ranks", mtc_error(MTC_ERR_OUT_OF_MEMORY, "rank list"));
+    }
+    if (svg && status == 0) status = write_svg(svg, &spec, &G, gpn, highlight ? &hl : NULL);
     if (status == 0) {
         if (json)
             print_json(stdout, &spec, &G);
@@ -260,6 +335,7 @@ int cli_cmd_ranks(int argc, char **argv) {
         else
             print_text(stdout, &spec, &G, gpn);
     }
+    free(hl_ranks);
     mtc_grid_groups_free(&G);
     return status;
 }

@@ -1,6 +1,7 @@
 /* cli/cmd_schedule.c - `mtc schedule`: Megatron's per-rank pipeline compute
  * order for a layout, as text, JSON (the shape of
- * tests/data/megatron/schedules.json) or an SVG timeline.
+ * tests/data/megatron/schedules.json) or an SVG timeline; with --from-trace,
+ * the order and durations a training run executed (pp/schedule_trace.c).
  * Relies on pp/schedule.h for everything it prints; only formats. Invalid
  * layouts exit 2 with Megatron's message on stderr and nothing on stdout. */
 #include <cjson/cJSON.h>
@@ -137,8 +138,81 @@ static int schedule_write_svg(const char *path, const pp_op *ops, const pp_sched
     return rc == MTC_OK ? 0 : cli_fail("schedule", rc);
 }
 
+/* --from-trace: what each rank executed in one iteration, its bubble, and
+ * whether its order is the one Megatron's schedule prescribes. */
+static int schedule_from_trace(const char *path, int64_t iteration, int group, const char *svg) {
+    pp_trace_timeline t;
+    mtc_result_t rc = pp_trace_timeline_load(&t, path, iteration);
+    if (rc == MTC_ERR_IO || rc == MTC_ERR_FORMAT || rc == MTC_ERR_INVALID_ARGUMENT)
+        return cli_usage_error("schedule", "%s", mtc_error_detail());
+    if (rc != MTC_OK) return cli_fail("schedule", rc);
+    int status = 0;
+    if (svg) {
+        mtc_outfile o;
+        rc = mtc_outfile_open(&o, svg, "--svg");
+        if (rc == MTC_OK) {
+            rc = pp_trace_timeline_svg(o.f, &t, path);
+            if (rc == MTC_OK)
+                rc = mtc_outfile_commit(&o);
+            else
+                mtc_outfile_abort(&o);
+        }
+        if (rc != MTC_OK) status = cli_fail("schedule", rc);
+    }
+    pp_schedule_config cfg = {.pp = t.pp,
+                              .vpp = t.vpp > 1 ? t.vpp : 0,
+                              .num_microbatches = t.microbatches > 0 ? t.microbatches : 1,
+                              .group_size = group};
+    int planned = pp_schedule_validate(&cfg) == MTC_OK;
+    int max_ops = planned ? pp_schedule_max_ops(&cfg) : 0;
+    pp_op *plan = planned ? calloc((size_t)max_ops, sizeof *plan) : NULL;
+    printf("executed schedule of iteration %lld (trace %s): pp=%d", (long long)t.iteration, path,
+           t.pp);
+    if (t.vpp > 1) printf(" vpp=%d", t.vpp);
+    printf(" microbatches=%d, %d ranks\n", t.microbatches, t.nrows);
+    printf("notation: F<m>.<c> / B<m>.<c> = forward / backward of microbatch m on model chunk c\n");
+    if (t.dropped > 0)
+        printf("note: the ranks dropped %lld events at the trace's memory bound "
+               "(--trace-buffer-mb): later iterations are missing or partial\n",
+               (long long)t.dropped);
+    double mean = 0, lo = 1, hi = 0;
+    int same = 0;
+    for (int r = 0; status == 0 && r < t.nrows; r++) {
+        const pp_trace_row *row = &t.rows[r];
+        pp_schedule_counts n = {0};
+        int match = plan && pp_schedule_build(plan, &n, &cfg, row->pp_stage) == MTC_OK &&
+                    n.nops == row->nops;
+        for (int i = 0; match && i < row->nops; i++)
+            match = plan[i].kind == row->ops[i].kind &&
+                    plan[i].microbatch == row->ops[i].microbatch &&
+                    plan[i].chunk == row->ops[i].chunk;
+        same += match;
+        printf("\n%s: forward-backward %.3f ms, forward/backward %.3f ms, bubble %.1f%%; %s\n ",
+               row->name, row->fb1 - row->fb0, row->busy, 100 * row->bubble,
+               match ? "the order Megatron's schedule prescribes"
+                     : "NOT the order Megatron's schedule prescribes");
+        for (int i = 0; i < row->nops; i++) {
+            const pp_trace_op *o = &row->ops[i];
+            printf(" %c%d.%d", o->kind == PP_OP_FORWARD ? 'F' : 'B', o->microbatch, o->chunk);
+        }
+        printf("\n");
+        mean += row->bubble / t.nrows;
+        lo = row->bubble < lo ? row->bubble : lo, hi = row->bubble > hi ? row->bubble : hi;
+    }
+    if (status == 0)
+        printf("\nbubble: measured mean %.1f%% (min %.1f%%, max %.1f%%); schedule "
+               "(p-1)/(%sm+p-1) = %.1f%%; %d of %d ranks ran Megatron's order\n",
+               100 * mean, 100 * lo, 100 * hi, t.vpp > 1 ? "v*" : "",
+               100 * pp_trace_bubble_formula(&t), same, t.nrows);
+    free(plan);
+    pp_trace_timeline_free(&t);
+    return status;
+}
+
 int cli_cmd_schedule(int argc, char **argv) {
     int pp = 1, vpp = 0, M = 0, group = 0, forward_only = 0, json = 0;
+    const char *from_trace = NULL;
+    int64_t iteration = -1;
     int layers = 0, layers_per_vstage = 0, vstages = 0, acc_emb = 0, acc_loss = 0, overlap = 1;
     const char *svg = NULL;
     mtc_arg args[] = {
@@ -165,12 +239,19 @@ int cli_cmd_schedule(int argc, char **argv) {
          "(default on) --no-overlap-p2p-communication requires P > 2 with vpp", 0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print JSON (schedules.json shape)", 0},
         {"svg", NULL, MTC_ARG_STRING, &svg, "FILE", "draw the simulated timeline to FILE", 0},
+        {"from-trace", NULL, MTC_ARG_STRING, &from_trace, "TRACE",
+         "the executed schedule of one iteration of a trace `mtc train --trace` wrote: measured "
+         "durations and bubbles per rank (with --svg: drawn)",
+         0},
+        {"iteration", NULL, MTC_ARG_I64, &iteration, "N",
+         "with --from-trace: the iteration to show (default the last traced)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st =
         cli_parse("schedule",
                   "--pp P [--vpp V] --microbatches M [--microbatch-group-size N] "
-                  "[--forward-only] [--json] [--svg FILE]",
+                  "[--forward-only] [--json] [--svg FILE] | --from-trace TRACE [--iteration N] "
+                  "[--svg FILE]",
                   "Print each pipeline rank's compute order exactly as Megatron-LM core_v0.18.0\n"
                   "runs it (no pipelining, 1F1B, or interleaved 1F1B with virtual stages).",
                   args, nargs, argc, argv);
@@ -178,6 +259,23 @@ int cli_cmd_schedule(int argc, char **argv) {
     char svg_real[MTC_PATH_MAX];
     if (svg && mtc_outfile_check(svg, "--svg", svg_real, sizeof svg_real) != MTC_OK)
         return cli_usage_error("schedule", "%s", mtc_error_detail());
+    if (mtc_args_seen(args, nargs, "iteration") && (!from_trace || iteration < 0))
+        return cli_usage_error("schedule",
+                               "--iteration %lld needs --from-trace TRACE and must be "
+                               ">= 1",
+                               (long long)iteration);
+    if (from_trace) {
+        static const char *const planned_only[] = {"microbatches", "forward-only", "json",
+                                                   "pipeline-model-parallel-size",
+                                                   "virtual-pipeline-model-parallel-size"};
+        for (size_t k = 0; k < sizeof planned_only / sizeof planned_only[0]; k++)
+            if (mtc_args_seen(args, nargs, planned_only[k]))
+                return cli_usage_error("schedule",
+                                       "--%s is for the planned schedule; --from-trace reads the "
+                                       "layout from the trace (drop one of them)",
+                                       planned_only[k]);
+        return schedule_from_trace(from_trace, iteration, group, svg);
+    }
     if (!mtc_args_seen(args, nargs, "microbatches"))
         return cli_usage_error("schedule", "--microbatches M is required (e.g. --microbatches 8)");
     int vpp_seen = mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size");

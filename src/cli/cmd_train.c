@@ -47,6 +47,7 @@ int cli_cmd_train(int argc, char **argv) {
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
+    int async_save = 0;
     int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
     const char *norm = "LayerNorm", *posemb = "learned_absolute";
@@ -56,6 +57,7 @@ int cli_cmd_train(int argc, char **argv) {
     int profile = 0, timing_level = 0;
     int64_t prof_start = 10, prof_end = 12;
     const char *prof_dir = NULL, *trace = NULL, *timing_opt = "minmax";
+    double trace_mb = 0;
     double peak_tflops = 0;
     char trace_file[4096];
     double dist_timeout_min = 0;
@@ -248,6 +250,10 @@ int cli_cmd_train(int argc, char **argv) {
          0},
         {"save-interval", NULL, MTC_ARG_INT, &save_interval, "N",
          "iterations between checkpoints (default: at the end only)", 0},
+        {"async-save", NULL, MTC_ARG_FLAG, &async_save, NULL,
+         "write checkpoints in the background from a snapshot of the state while training "
+         "goes on (the next save and the end of the run wait for it)",
+         0},
         {"load", NULL, MTC_ARG_STRING, &load, "DIR",
          "resume from DIR's latest checkpoint (any layout; a missing or empty DIR starts fresh); "
          "a single-file model gives the weights only",
@@ -276,6 +282,10 @@ int cli_cmd_train(int argc, char **argv) {
          "where --profile writes trace.json (default .)", 0},
         {"trace", NULL, MTC_ARG_STRING, &trace, "FILE",
          "the trace to FILE (every iteration unless --profile-step-start/-end say)", 0},
+        {"trace-buffer-mb", NULL, MTC_ARG_DOUBLE, &trace_mb, "MB",
+         "per-rank bound of the trace in memory (default 256): later events are dropped and "
+         "counted, with a warning",
+         0},
         {"timing-log-level", NULL, MTC_ARG_INT, &timing_level, "N",
          "0: no timers; 1: forward-backward, grads sync, optimizer; 2: also per microbatch and "
          "pipeline p2p (default 0)",
@@ -460,6 +470,7 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "save-interval=%d must be >= 1", save_interval);
     if (save_interval > 0 && !save)
         return cli_usage_error("train", "--save-interval needs --save DIR");
+    if (async_save && !save) return cli_usage_error("train", "--async-save needs --save DIR");
     if (mtc_args_seen(args, nargs, "ckpt-step") && (ckpt_step < 0 || !load))
         return cli_usage_error("train", "ckpt-step=%lld needs --load DIR and must be >= 0",
                                (long long)ckpt_step);
@@ -590,11 +601,15 @@ int cli_cmd_train(int argc, char **argv) {
                                    strerror(errno));
         trace = trace_file;
     }
+    if (mtc_args_seen(args, nargs, "trace-buffer-mb") && !(trace_mb > 0 && trace_mb <= 1048576))
+        return cli_usage_error(
+            "train", "trace-buffer-mb=%g must be a size in MiB above 0 (e.g. 256)", trace_mb);
     char trace_real[MTC_PATH_MAX];
     if (trace && mtc_outfile_check(trace, profile ? "--profile-dir's trace.json" : "--trace",
                                    trace_real, sizeof trace_real) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     tc.trace_path = trace, tc.profile_step_start = prof_start, tc.profile_step_end = prof_end;
+    tc.trace_buffer_mb = trace_mb;
     tc.timing_log_level = timing_level, tc.timing_log_option = timing_option;
     tc.peak_tflops = peak_tflops;
     if (kv_channels < 0)
@@ -631,7 +646,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.threads = threads;
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.save_interval = save_interval, tc.ckpt_step = ckpt_step, tc.load_weights_file = load_file;
-    tc.no_load_optim = no_load_optim, tc.finetune = finetune;
+    tc.no_load_optim = no_load_optim, tc.finetune = finetune, tc.async_save = async_save;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
     tc.cp_layer_types = cp_comm.n > 1 ? cp_types : NULL;

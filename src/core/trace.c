@@ -21,7 +21,10 @@ struct mtc_trace {
     uint64_t origin_ns;
     char *text;
     size_t len, cap;
-    int oom; /* a failed growth drops events instead of failing the run */
+    int oom;      /* a failed growth drops events instead of failing the run */
+    size_t limit; /* text bound; once reached, every later event is dropped */
+    int full;     /* the bound was reached */
+    uint64_t dropped;
     mtc_trace_group_stats groups[MTC_TRACE_MAX_GROUPS];
     int ngroups;
     int ntracks;
@@ -29,20 +32,31 @@ struct mtc_trace {
 
 /* Append one formatted event (caller holds mu). */
 static void trace_append(mtc_trace *t, const char *fmt, ...) {
+    if (t->full) {
+        t->dropped++;
+        return;
+    }
+    size_t len0 = t->len;
     for (int attempt = 0; attempt < 2; attempt++) {
         size_t room = t->cap - t->len;
         va_list ap;
         va_start(ap, fmt);
         int n = t->text ? vsnprintf(t->text + t->len, room, fmt, ap) : -1;
         va_end(ap);
+        if (n >= 0 && t->limit && len0 + (size_t)n > t->limit) { /* past the bound */
+            t->full = 1, t->dropped++;
+            t->text[len0] = 0; /* the kept text stays a whole prefix */
+            return;
+        }
         if (n >= 0 && (size_t)n < room) {
             t->len += (size_t)n;
             return;
         }
         size_t want = t->cap * 2 + (n > 0 ? (size_t)n : 0) + 4096;
+        if (t->limit && want > t->limit + 4096) want = t->limit + 4096; /* all the bound needs */
         char *p = realloc(t->text, want);
         if (!p) {
-            t->oom = 1;
+            t->oom = 1, t->dropped++;
             if (t->text) t->text[t->len] = 0;
             return;
         }
@@ -62,6 +76,7 @@ mtc_result_t mtc_trace_init(mtc_trace **out, int pid, const char *process_name) 
                  "%d, \"tid\": 0, \"args\": {\"sort_index\": %d}}",
                  pid, process_name, pid, pid);
     t->ntracks = MTC_TRACK_COMM_ASYNC;
+    t->limit = MTC_TRACE_DEFAULT_LIMIT;
     for (int k = 0; k < MTC_TRACK_COMM_ASYNC; k++)
         trace_append(t,
                      ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
@@ -83,6 +98,20 @@ void mtc_trace_free(mtc_trace *t) {
 }
 
 void mtc_trace_set_origin(mtc_trace *t, uint64_t origin_ns) { t->origin_ns = origin_ns; }
+
+void mtc_trace_set_limit(mtc_trace *t, size_t max_bytes) {
+    pthread_mutex_lock(&t->mu);
+    t->limit = max_bytes ? max_bytes : MTC_TRACE_DEFAULT_LIMIT;
+    if (t->limit < t->len) t->limit = t->len; /* what init recorded stays */
+    pthread_mutex_unlock(&t->mu);
+}
+
+uint64_t mtc_trace_dropped(const mtc_trace *t) {
+    pthread_mutex_lock((pthread_mutex_t *)&t->mu);
+    uint64_t n = t->dropped;
+    pthread_mutex_unlock((pthread_mutex_t *)&t->mu);
+    return n;
+}
 void mtc_trace_window(mtc_trace *t, int open) {
     pthread_mutex_lock(&t->mu);
     t->window = open;

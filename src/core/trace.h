@@ -13,7 +13,11 @@
  * (mtc_trace_set_origin), which aligns the ranks of one process exactly and
  * those of several processes on one host to the skew of a barrier.
  * Does not know about communicators or models: comm/ and train/ call it.
- * Off costs one pointer test per call at the call sites. */
+ * Off costs one pointer test per call at the call sites.
+ * Memory is bounded (mtc_trace_set_limit, MTC_TRACE_DEFAULT_LIMIT): once the
+ * text would pass the bound, that event and every later one are dropped
+ * and counted (mtc_trace_dropped), so what is kept is a complete prefix of
+ * the rank's events; group totals are kept regardless. */
 #ifndef MTC_CORE_TRACE_H
 #define MTC_CORE_TRACE_H
 
@@ -32,6 +36,7 @@ typedef enum {
 } mtc_trace_track;
 
 #define MTC_TRACE_MAX_GROUPS 32
+#define MTC_TRACE_DEFAULT_LIMIT ((size_t)256 << 20) /* bytes of event text per rank */
 
 /* Totals of one communicator name since the last mtc_trace_stats_reset. */
 typedef struct {
@@ -43,6 +48,11 @@ typedef struct {
 mtc_result_t mtc_trace_init(mtc_trace **out, int pid, const char *process_name);
 void mtc_trace_free(mtc_trace *t); /* NULL: no-op */
 void mtc_trace_set_origin(mtc_trace *t, uint64_t origin_ns);
+/* At most max_bytes of event text (the names recorded at init always fit);
+ * 0: MTC_TRACE_DEFAULT_LIMIT. */
+void mtc_trace_set_limit(mtc_trace *t, size_t max_bytes);
+/* Events dropped at the limit (or for want of memory) so far. */
+uint64_t mtc_trace_dropped(const mtc_trace *t);
 /* Open (1) or close (0) the window in which spans are recorded. */
 void mtc_trace_window(mtc_trace *t, int open);
 int mtc_trace_recording(const mtc_trace *t);

@@ -202,4 +202,18 @@ const int *mtc_grid_members(mtc_grid_t g, mtc_grid_kind_t kind, int level, int *
 mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *g,
                                  int gpus_per_node);
 
+/* What `mtc ranks --highlight` emphasises: every group of one kind (each
+ * group's cells outlined in a colour of its own, labelled with the group's
+ * index) and/or a list of ranks (outlined; the other cells faded). */
+typedef struct {
+    const mtc_grid_group_set *set; /* NULL: no group kind */
+    const int *ranks;              /* NULL: no rank list */
+    int nranks;
+} mtc_grid_highlight;
+
+/* As mtc_grid_render_svg, with h (NULL: nothing) emphasised. */
+mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
+                                           const mtc_grid_groups *g, int gpus_per_node,
+                                           const mtc_grid_highlight *h);
+
 #endif

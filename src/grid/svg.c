@@ -6,7 +6,10 @@
  *   left stripe = pipeline stage (legend); text = rank, dp replica and every
  *                 coordinate; hover title lists them too;
  *   red dashed outline = the cell's tensor-parallel group spans nodes;
- *   a table gives, per group kind, how many groups cross node boundaries.
+ *   a table gives, per group kind, how many groups cross node boundaries;
+ *   --highlight: a thick inner outline in one colour per group of the chosen
+ *   kind (with the group's index, "g3"), or around the listed ranks with the
+ *   other cells faded.
  * Relies on the spec (coordinates) and the built groups. Writes to a FILE*
  * the caller opened; does not choose file names or print errors. */
 #include <math.h>
@@ -31,8 +34,20 @@ static int crosses(const int *l, int n, int gpn) {
     return 0;
 }
 
+/* The outline colour of group g of the highlighted kind: golden-angle hues,
+ * dark and saturated (the fills are light), two lightness levels. */
+static void group_outline(char *buf, size_t n, int g) {
+    snprintf(buf, n, "hsl(%.0f,85%%,%d%%)", fmod(g * 137.508 + 20.0, 360.0), g % 2 ? 28 : 40);
+}
+
 mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid_groups *G,
                                  int gpn) {
+    return mtc_grid_render_svg_highlight(f, s, G, gpn, NULL);
+}
+
+mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
+                                           const mtc_grid_groups *G, int gpn,
+                                           const mtc_grid_highlight *h) {
     const mtc_grid_config *c = &s->cfg;
     const int W = c->world_size;
     if (gpn < 1)
@@ -56,7 +71,7 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
     const int node_w = 2 * PAD + cols * CW + (cols - 1) * GAP;
     const int node_h = 2 * PAD + 18 + rows * CH + (rows - 1) * GAP;
     const int title_h = 64;
-    const int legend_rows = G->nsets + 4;
+    const int legend_rows = G->nsets + 4 + (h && h->set ? 2 : 0) + (h && h->ranks ? 2 : 0);
     const int legend_w = 560;
     int width = MARGIN * 3 + node_w + legend_w;
     if (width < 900) width = 900;
@@ -109,11 +124,18 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
             double hue = fmod(g * 137.508, 360.0);
             int sat = (g / 3) % 2 ? 45 : 65, light = 84 - 11 * (g % 3);
             const char *stage = stage_colours[x.pp % NSTAGE_COLOURS];
-            fprintf(f,
-                    "<g><title>rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | dp_cp %d | "
-                    "TP group %d%s</title>\n",
-                    r, x.tp, x.cp, x.dp, x.pp, x.etp, x.ep, x.edp, x.dp_cp, tp_group[r],
-                    tp_cross[r] ? " (crosses nodes)" : "");
+            int listed = 0, hg = -1, hpos = 0;
+            for (int k = 0; h && h->ranks && k < h->nranks; k++)
+                listed |= h->ranks[k] == r;
+            if (h && h->set) hg = mtc_grid_group_of(h->set, r, &hpos);
+            fprintf(
+                f,
+                "<g%s><title>rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | dp_cp %d | "
+                "TP group %d%s",
+                h && h->ranks && !listed ? " opacity=\"0.3\"" : "", r, x.tp, x.cp, x.dp, x.pp,
+                x.etp, x.ep, x.edp, x.dp_cp, tp_group[r], tp_cross[r] ? " (crosses nodes)" : "");
+            if (hg >= 0) fprintf(f, " | %s %d, index %d", h->set->name, hg, hpos);
+            fprintf(f, "</title>\n");
             fprintf(f,
                     "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
                     "fill=\"hsl(%.0f,%d%%,%d%%)\" "
@@ -138,6 +160,20 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
             fprintf(f,
                     "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#444444\">replica %d</text>\n",
                     cx + 14, cy + 62, x.dp);
+            if (hg >= 0 || listed) { /* inside the cell's border, clear of the dashed one */
+                char col[32] = "#000000";
+                if (hg >= 0) group_outline(col, sizeof col, hg);
+                fprintf(f,
+                        "<rect class=\"highlight\" x=\"%d\" y=\"%d\" width=\"%d\" "
+                        "height=\"%d\" rx=\"3\" fill=\"none\" stroke=\"%s\" "
+                        "stroke-width=\"4\"/>\n",
+                        cx + 3, cy + 3, CW - 6, CH - 6, col);
+                if (hg >= 0)
+                    fprintf(f,
+                            "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"12\" "
+                            "font-weight=\"bold\" fill=\"%s\">g%d</text>\n",
+                            cx + CW - 8, cy + 60, col, hg);
+            }
             fprintf(f, "</g>\n");
         }
         fprintf(f, "</g>\n");
@@ -165,6 +201,27 @@ mtc_result_t mtc_grid_render_svg(FILE *f, const mtc_grid_spec *s, const mtc_grid
     fprintf(f, "<text x=\"%d\" y=\"%d\">the cell's TP group spans more than one node</text>\n",
             lx + 36, ly);
     ly += 22;
+    if (h && h->set) {
+        char col[32];
+        group_outline(col, sizeof col, 0);
+        fprintf(f,
+                "<rect x=\"%d\" y=\"%d\" width=\"28\" height=\"12\" fill=\"none\" stroke=\"%s\" "
+                "stroke-width=\"4\"/>\n<text x=\"%d\" y=\"%d\">highlight: %s, one outline colour "
+                "per group (gN = group N of %d)</text>\n",
+                lx, ly - 10, col, lx + 36, ly, h->set->name, h->set->count);
+        ly += 22;
+    }
+    if (h && h->ranks) {
+        fprintf(f,
+                "<rect x=\"%d\" y=\"%d\" width=\"28\" height=\"12\" fill=\"none\" "
+                "stroke=\"#000000\" stroke-width=\"4\"/>\n<text x=\"%d\" y=\"%d\">highlight: "
+                "ranks",
+                lx, ly - 10, lx + 36, ly);
+        for (int k = 0; k < h->nranks && k < 24; k++)
+            fprintf(f, "%s%d", k ? "," : " ", h->ranks[k]);
+        fprintf(f, "%s (the others faded)</text>\n", h->nranks > 24 ? ",..." : "");
+        ly += 22;
+    }
     fprintf(f, "<text x=\"%d\" y=\"%d\">left stripe: pipeline stage</text>\n", lx, ly);
     ly += 6;
     for (int p = 0; p < c->pp; p++) {

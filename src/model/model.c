@@ -467,6 +467,7 @@ void mtc_model_free(mtc_model *m) {
 typedef struct {
     mtc_model *m;
     uint64_t seed;
+    int first; /* task index of this slice's first task */
 } gpt_init_job;
 
 #define GPT_INIT_CHUNK ((size_t)1 << 18)
@@ -476,6 +477,7 @@ typedef struct {
 static void gpt_init_task(int i, void *arg) {
     gpt_init_job *j = arg;
     const mtc_registry *r = &j->m->reg;
+    i += j->first;
     size_t lo = (size_t)i * GPT_INIT_CHUNK, hi = lo + GPT_INIT_CHUNK;
     if (hi > r->total) hi = r->total;
     for (int k = 0; k < r->count; k++) {
@@ -487,9 +489,22 @@ static void gpt_init_task(int i, void *arg) {
 }
 
 void mtc_model_init_params(mtc_model *m, uint64_t seed) {
-    gpt_init_job j = {m, seed};
-    nn_pool_run(m->pool, (int)((m->reg.total + GPT_INIT_CHUNK - 1) / GPT_INIT_CHUNK), gpt_init_task,
-                &j);
+    mtc_model_init_params_progress(m, seed, NULL, NULL);
+}
+
+void mtc_model_init_params_progress(mtc_model *m, uint64_t seed,
+                                    void (*progress)(void *ctx, size_t done, size_t total),
+                                    void *ctx) {
+    int n = (int)((m->reg.total + GPT_INIT_CHUNK - 1) / GPT_INIT_CHUNK);
+    int slice = progress ? 32 : n; /* 8M elements between reports */
+    for (int a = 0; a < n; a += slice) {
+        gpt_init_job j = {m, seed, a};
+        nn_pool_run(m->pool, n - a < slice ? n - a : slice, gpt_init_task, &j);
+        if (progress) {
+            size_t done = (size_t)(a + slice) * GPT_INIT_CHUNK;
+            progress(ctx, done < m->reg.total ? done : m->reg.total, m->reg.total);
+        }
+    }
 }
 
 void mtc_model_zero_grad(mtc_model *m) { memset(m->grads, 0, m->reg.total * sizeof(float)); }

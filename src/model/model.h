@@ -258,6 +258,11 @@ void mtc_model_free(mtc_model *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */
 void mtc_model_init_params(mtc_model *m, uint64_t seed);
+/* The same, calling progress(ctx, done, total) (elements of this chunk's
+ * buffer) on the calling thread after each slice, for a progress bar. */
+void mtc_model_init_params_progress(mtc_model *m, uint64_t seed,
+                                    void (*progress)(void *ctx, size_t done, size_t total),
+                                    void *ctx);
 void mtc_model_zero_grad(mtc_model *m);
 /* Bytes of the activation arena actually used. */
 size_t mtc_model_activation_bytes(const mtc_model *m);

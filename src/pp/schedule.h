@@ -10,9 +10,11 @@
  *                      driven by Megatron's schedule table
  * plus Megatron's validity rules with its exact messages, the training-
  * argument rules that derive vpp, the stage/chunk helpers the executor needs,
- * a dependency-respecting timeline simulation and an SVG drawing of it.
- * Relies on: core/result.h only. Does not communicate, allocate behind the
- * caller's back (the caller passes the ops array) or print.
+ * a dependency-respecting timeline simulation and an SVG drawing of it, and
+ * the executed schedule read back from a training trace (its own SVG).
+ * Relies on: core/result.h (and cJSON for reading traces). Does not
+ * communicate, allocate behind the caller's back (the caller passes the ops
+ * array; a trace timeline owns its rows) or print.
  *
  * Conventions: chunk c of pp rank r holds virtual stage c*pp + r
  * (transformer_layer.py offset rule); vpp == 1 means "not interleaved"
@@ -21,6 +23,7 @@
 #define MTC_PP_SCHEDULE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "core/result.h"
@@ -140,5 +143,51 @@ double pp_bubble_formula(const pp_schedule_config *cfg);
 mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts *counts,
                              const pp_sim_span *spans, double makespan,
                              const pp_schedule_config *cfg, double t_fwd, double t_bwd);
+/* The fill of an op box (blue forwards, green backwards, darker per chunk). */
+const char *pp_schedule_svg_fill(pp_op_kind_t kind, int chunk);
+
+/* ---- the executed schedule, from a trace (pp/schedule_trace.c) ---- */
+typedef struct {
+    pp_op_kind_t kind;
+    int microbatch, chunk;
+    double t0, t1; /* ms after the timeline's origin */
+} pp_trace_op;
+
+typedef struct {
+    double t0, t1;
+    char op[24];    /* "all_reduce", "send", ... */
+    char group[64]; /* Megatron's group name */
+} pp_trace_comm;
+
+typedef struct {
+    int rank, pp_stage;
+    char name[128];      /* "rank 3 (tp 1 cp 0 dp 0 pp 1 ep 0)" */
+    double fb0, fb1;     /* its forward-backward span (ms) */
+    double busy, bubble; /* ms in forwards and backwards; 1 - busy / (fb1 - fb0) */
+    pp_trace_op *ops;    /* training forwards/backwards in start order */
+    pp_trace_comm *comm; /* communication calls inside the span */
+    int nops, ncomm, cap_ops, cap_comm;
+} pp_trace_row;
+
+typedef struct {
+    int64_t iteration;
+    int nrows; /* every rank of the trace, by pipeline stage then rank */
+    pp_trace_row *rows;
+    int pp, vpp, microbatches; /* as the spans show them */
+    double makespan;           /* ms from the earliest forward-backward start to the last end */
+    int64_t dropped;           /* events the ranks dropped at the trace's memory bound */
+} pp_trace_timeline;
+
+/* Iteration `iteration` (-1: the last traced) of a trace `mtc train --trace`
+ * wrote. IO when unreadable, FORMAT when not such a trace or without
+ * iteration spans, INVALID_ARGUMENT (naming the traced range) when that
+ * iteration is not in it. */
+mtc_result_t pp_trace_timeline_load(pp_trace_timeline *t, const char *path, int64_t iteration);
+void pp_trace_timeline_free(pp_trace_timeline *t);
+/* (p-1)/(v*m+p-1) for the timeline's sizes (0 without pipelining). */
+double pp_trace_bubble_formula(const pp_trace_timeline *t);
+/* Rows of measured op boxes, idle gaps, a communication lane per rank, the
+ * per-rank and mean bubble beside the formula; `source` names the trace. */
+mtc_result_t pp_trace_timeline_svg(FILE *f, const pp_trace_timeline *t, const char *source);
 
 #endif

@@ -12,7 +12,7 @@
  * about the schedule itself. */
 #include "pp/schedule.h"
 
-static const char *svg_fill(pp_op_kind_t kind, int chunk) {
+const char *pp_schedule_svg_fill(pp_op_kind_t kind, int chunk) {
     static const char *fwd[] = {"#9ec5f0", "#6fa6e3", "#4a86cf", "#2f66aa"};
     static const char *bwd[] = {"#a8dba0", "#7cc471", "#56a84b", "#3a8a33"};
     return kind == PP_OP_FORWARD ? fwd[chunk % 4] : bwd[chunk % 4];
@@ -58,7 +58,7 @@ mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts
                     "<rect x=\"%.1f\" y=\"50\" width=\"12\" height=\"12\" fill=\"%s\" "
                     "stroke=\"#333\" stroke-width=\"0.5\"/><text x=\"%.1f\" y=\"60\" "
                     "font-size=\"11\">%s</text>\n",
-                    lx, svg_fill(k ? PP_OP_BACKWARD : PP_OP_FORWARD, c), lx + 15, name);
+                    lx, pp_schedule_svg_fill(k ? PP_OP_BACKWARD : PP_OP_FORWARD, c), lx + 15, name);
             lx += nchunks > 1 ? 130 : 85;
         }
     static const char *const phase_fill[3] = {"#f0a030", "#8060c0", "#30a0a0"};
@@ -107,7 +107,8 @@ mtc_result_t pp_schedule_svg(FILE *f, const pp_op *ops, const pp_schedule_counts
                     "<g><title>rank %d %s t=[%g,%g)</title><rect x=\"%.1f\" y=\"%.1f\" "
                     "width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"#333\" "
                     "stroke-width=\"0.5\"/>",
-                    r, label, sp->start, sp->end, x, y, w, box, svg_fill(op->kind, op->chunk));
+                    r, label, sp->start, sp->end, x, y, w, box,
+                    pp_schedule_svg_fill(op->kind, op->chunk));
             if (fs >= 5.0)
                 fprintf(f,
                         "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.1f\" "

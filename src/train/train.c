@@ -355,6 +355,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
         if (log_now) sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0;
         if (log_now) comm_at_log = train_comm_ns(x);
+        /* an asynchronous save of an earlier iteration is committed once written */
+        if (c->async_save) MTC_CHECK(train_ckpt_finalize(x, 0, out));
         if (c->save_path && c->save_interval > 0 && it % c->save_interval == 0)
             MTC_CHECK(train_ckpt_save(x, it, consumed, out));
     }
@@ -451,6 +453,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         fprintf(out, "building GPT model ...\n");
         fflush(out);
     }
+    /* progress of the long phases on stderr, from rank 0 as Megatron prints */
+    mtc_progress_init(&x.progress, mtc_comm_rank(world) == 0 && !c->quiet ? stderr : NULL);
     uint64_t t0 = mtc_time_ns();
     MTC_CHECK(train_check_agreement(c, world, data_source_num_tokens(sh->src)));
     mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank, out);
@@ -465,7 +469,9 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     if (rc == MTC_OK) rc = train_obs_write(&x, is_last);
     if (rc == MTC_OK && c->save_path && x.last_saved != x.iteration)
         rc = train_ckpt_save(&x, x.iteration, x.consumed, out);
-    if (rc == MTC_OK && c->params_out) { /* collective: every rank takes part */
+    if (rc == MTC_OK) rc = train_ckpt_finalize(&x, 1, out); /* exit waits for --async-save */
+    train_ckpt_abandon(&x);                                 /* an error left one pending */
+    if (rc == MTC_OK && c->params_out) {                    /* collective: every rank takes part */
         float *tmp = NULL;
         rc = is_last ? MTC_OK
                      : mtc_mem_alloc(x.chunks[0].model->reg.global_total * sizeof(float),

@@ -47,6 +47,8 @@ typedef struct {
     int load_weights_file;    /* load_path is a single-file model (weights only, mtc_ckpt_load) */
     int no_load_optim;        /* --no-load-optim: fresh AdamW moments */
     int finetune;             /* --finetune: weights only, iteration 0 */
+    int async_save;           /* --async-save: shards written by a thread per rank from a
+                                 snapshot; committed once every rank's writer finished */
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
     /* ---- parallel layout (issue 5) ---- */
@@ -86,6 +88,7 @@ typedef struct {
     const char *trace_path;     /* NULL = none: Chrome Trace Event JSON of every rank */
     int64_t profile_step_start; /* traced: iterations start < it <= end (Megatron's */
     int64_t profile_step_end;   /*   --profile-step-start/-end count completed steps) */
+    double trace_buffer_mb;     /* --trace-buffer-mb: per-rank bound of trace text (0: 256) */
     int timing_log_level;       /* --timing-log-level 0 (none), 1, 2 (per microbatch, p2p) */
     int timing_log_option;      /* --timing-log-option 0 max, 1 minmax, 2 all */
     double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;

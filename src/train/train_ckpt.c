@@ -15,7 +15,11 @@
  * Load: every rank lists what it holds in its own layout (weights, and the
  * moments of its whole buffer or of its optimizer shard) and reads the
  * overlapping stored pieces: any tp x pp x vpp x dp x distopt layout loads
- * into any other. Relies on ckpt/, dp/, optim/, comm/. */
+ * into any other. --async-save: the write_shard step runs on a writer
+ * thread per rank from a snapshot of the pieces (ckpt/dist_async.c); the
+ * loop asks after each iteration (train_ckpt_finalize) and the barriers and
+ * commit follow once every writer finished, at the latest at the next save
+ * or the end of the run. Relies on ckpt/, dp/, optim/, comm/. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,36 +140,114 @@ static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consum
     return j;
 }
 
+/* --async-save: what the commit of a save being written needs. */
+struct train_ckpt_pending {
+    mtc_ckpt_async *writer; /* this rank's shard writer */
+    int64_t it;
+    cJSON *common; /* rank 0: the state as of the snapshot */
+    uint64_t t0;
+};
+
+/* Collective over the world, after every rank's shard is durable: rank 0
+ * commits (metadata.json, rename, tracker). */
+static mtc_result_t train_ckpt_commit(train_rank *x, int64_t it, const cJSON *common, uint64_t t0,
+                                      FILE *out) {
+    const mtc_train_config *c = x->cfg;
+    MTC_CHECK(mtc_barrier(x->world)); /* comm: barrier(world): every shard is durable */
+    if (x->world_rank == 0) {
+        mtc_result_t rc =
+            common ? mtc_ckpt_dist_commit(c->save_path, it, mtc_comm_size(x->world), common)
+                   : mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint state");
+        MTC_CHECK(rc);
+    }
+    MTC_CHECK(mtc_barrier(x->world)); /* the tracker names the new checkpoint */
+    if (out && !c->quiet) {
+        char dir[4096];
+        mtc_ckpt_dist_dirname(dir, sizeof dir, c->save_path, it, 0);
+        fprintf(out, "  successfully saved checkpoint from iteration %7lld to %s [ %.3f s%s ]\n",
+                (long long)it, dir, (double)(mtc_time_ns() - t0) * 1e-9,
+                c->async_save ? ", written in the background" : "");
+        fflush(out);
+    }
+    return MTC_OK;
+}
+
 mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE *out) {
     const mtc_train_config *c = x->cfg;
+    MTC_CHECK(train_ckpt_finalize(x, 1, out)); /* one save at a time */
     uint64_t t0 = mtc_time_ns();
+    mtc_progress_begin(&x->progress, "%s the checkpoint of iteration %lld",
+                       c->async_save ? "taking a snapshot for" : "saving", (long long)it);
     /* comm: wait for the distributed optimizer's all-gathers */
     MTC_CHECK(train_params_wait(x));
     if (x->world_rank == 0) MTC_CHECK(mtc_ckpt_dist_begin(c->save_path, it));
     MTC_CHECK(mtc_barrier(x->world)); /* comm: barrier(world) */
     mtc_ckpt_pieces l = {0};
     mtc_result_t rc = train_ckpt_pieces(x, &l, 1, 1);
-    if (rc == MTC_OK) rc = mtc_ckpt_dist_write_shard(c->save_path, it, x->world_rank, l.v, l.n);
+    struct train_ckpt_pending *p = NULL;
+    if (rc == MTC_OK && c->async_save) {
+        /* the pieces are copied now; the writer runs while training goes on */
+        p = calloc(1, sizeof *p);
+        rc = p ? mtc_ckpt_async_start(&p->writer, c->save_path, it, x->world_rank, l.v, l.n)
+               : mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for an asynchronous save");
+    } else if (rc == MTC_OK) {
+        rc = mtc_ckpt_dist_write_shard(c->save_path, it, x->world_rank, l.v, l.n);
+    }
     mtc_ckpt_pieces_free(&l);
-    MTC_CHECK(rc);
-    MTC_CHECK(mtc_barrier(x->world)); /* every shard is durable */
-    if (x->world_rank == 0) {
-        cJSON *common = train_ckpt_common(x, it, consumed);
-        rc = common ? mtc_ckpt_dist_commit(c->save_path, it, mtc_comm_size(x->world), common)
-                    : mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint state");
-        cJSON_Delete(common);
-        MTC_CHECK(rc);
+    if (rc != MTC_OK) {
+        free(p);
+        return rc;
     }
-    MTC_CHECK(mtc_barrier(x->world)); /* the tracker names the new checkpoint */
     x->last_saved = it;
-    if (out && !c->quiet) {
-        char dir[4096];
-        mtc_ckpt_dist_dirname(dir, sizeof dir, c->save_path, it, 0);
-        fprintf(out, "  successfully saved checkpoint from iteration %7lld to %s [ %.3f s ]\n",
-                (long long)it, dir, (double)(mtc_time_ns() - t0) * 1e-9);
-        fflush(out);
+    mtc_progress_end(&x->progress);
+    cJSON *common = x->world_rank == 0 ? train_ckpt_common(x, it, consumed) : NULL;
+    if (p) {
+        p->it = it, p->common = common, p->t0 = t0;
+        x->ckpt_pending = p;
+        return MTC_OK;
     }
-    return MTC_OK;
+    rc = train_ckpt_commit(x, it, common, t0, out);
+    cJSON_Delete(common);
+    return rc;
+}
+
+mtc_result_t train_ckpt_finalize(train_rank *x, int blocking, FILE *out) {
+    struct train_ckpt_pending *p = x->ckpt_pending;
+    if (!p) return MTC_OK; /* the same on every rank: saves happen at the same iterations */
+    if (!blocking) {
+        int32_t done = mtc_ckpt_async_done(p->writer);
+        /* comm: all-reduce(world) MIN: has every rank's writer finished? */
+        MTC_CHECK(mtc_all_reduce(&done, &done, 1, MTC_DTYPE_I32, MTC_OP_MIN, x->world));
+        if (!done) return MTC_OK;
+    }
+    x->ckpt_pending = NULL;
+    mtc_result_t rc = mtc_ckpt_async_finish(p->writer);
+    /* comm: all-reduce(world) MAX: a failed writer anywhere stops the commit everywhere */
+    int32_t failed = rc != MTC_OK;
+    mtc_result_t rr = mtc_all_reduce(&failed, &failed, 1, MTC_DTYPE_I32, MTC_OP_MAX, x->world);
+    if (rc == MTC_OK) rc = rr;
+    if (rc == MTC_OK && failed)
+        rc = mtc_error(MTC_ERR_REMOTE,
+                       "another rank failed to write its part of the checkpoint of iteration "
+                       "%lld (its message names the file)",
+                       (long long)p->it);
+    if (rc == MTC_OK) rc = train_ckpt_commit(x, p->it, p->common, p->t0, out);
+    cJSON_Delete(p->common);
+    free(p);
+    return rc;
+}
+
+void train_ckpt_abandon(train_rank *x) {
+    struct train_ckpt_pending *p = x->ckpt_pending;
+    if (!p) return;
+    x->ckpt_pending = NULL;
+    (void)mtc_ckpt_async_finish(p->writer); /* never committed: iter_N.tmp stays unnamed */
+    cJSON_Delete(p->common);
+    free(p);
+}
+
+static void train_load_progress(void *ctx, uint64_t done, uint64_t total) {
+    mtc_progress_update(ctx, (double)done, (double)total);
 }
 
 static int64_t common_int(const cJSON *j, const char *key) {
@@ -195,8 +277,11 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
     int with_optim = !c->finetune && !c->no_load_optim &&
                      cJSON_IsTrue(cJSON_GetObjectItem(common, "has_optimizer"));
     mtc_ckpt_pieces l = {0};
+    mtc_progress_begin(&x->progress, "loading checkpoint %s", mtc_ckpt_dist_path(ck));
+    mtc_ckpt_dist_set_progress(ck, train_load_progress, &x->progress);
     if (rc == MTC_OK) rc = train_ckpt_pieces(x, &l, 0, with_optim);
     if (rc == MTC_OK) rc = mtc_ckpt_dist_read(ck, l.v, l.n);
+    mtc_progress_end(&x->progress);
     mtc_ckpt_pieces_free(&l);
     if (rc == MTC_OK && !c->finetune) {
         x->start_iteration = it, x->start_consumed = (uint64_t)consumed;

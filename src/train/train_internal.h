@@ -11,6 +11,7 @@
 #define MTC_TRAIN_INTERNAL_H
 
 #include "comm/comm.h"
+#include "core/progress.h"
 #include "dp/ddp.h"
 #include "dp/distopt.h"
 #include "grid/grid.h"
@@ -94,6 +95,8 @@ typedef struct {
     uint64_t valid_consumed;
     uint64_t comm_ns;  /* time in the step's explicit collectives */
     uint64_t setup_ns; /* train_setup: buffers allocated, parameters initialised */
+    struct train_ckpt_pending *ckpt_pending; /* --async-save: the save being written */
+    mtc_progress progress; /* set-up, load and save phases on stderr (rank 0; off elsewhere) */
     train_obs obs;
 } train_rank;
 
@@ -134,6 +137,12 @@ mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE 
 /* --load DIR: this rank's state from the checkpoint (no-op when none is
  * found); sets start_iteration, start_consumed and step unless --finetune. */
 mtc_result_t train_ckpt_load(train_rank *x, FILE *out);
+/* --async-save, collective over the world: commits the pending save once
+ * every rank's writer finished: blocking waits for them; otherwise one
+ * all-reduce asks and nothing waits. No-op without a pending save. */
+mtc_result_t train_ckpt_finalize(train_rank *x, int blocking, FILE *out);
+/* Waits for this rank's writer without committing (an error path). */
+void train_ckpt_abandon(train_rank *x);
 
 /* train_obs.c: timers, the trace, the timer block and the trace file. */
 mtc_result_t train_obs_setup(train_rank *x, mtc_comm_t world);

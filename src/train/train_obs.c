@@ -77,6 +77,8 @@ mtc_result_t train_obs_setup(train_rank *x, mtc_comm_t world) {
     snprintf(name, sizeof name, "rank %d (tp %d cp %d dp %d pp %d ep %d)", x->world_rank, co->tp,
              co->cp, co->dp, co->pp, co->ep);
     MTC_CHECK(mtc_trace_init(&x->obs.trace, x->world_rank, name));
+    mtc_trace_set_limit(x->obs.trace,
+                        c->trace_buffer_mb > 0 ? (size_t)(c->trace_buffer_mb * 1048576.0) : 0);
     /* one origin: on one host every rank reads the same CLOCK_MONOTONIC, so
      * rank 0's reading after a barrier aligns them exactly; across hosts each
      * rank's own reading after the barrier (aligned to the barrier's skew) */
@@ -212,7 +214,30 @@ mtc_result_t train_obs_write(train_rank *x, int is_last) {
     int W = mtc_comm_size(w), me = mtc_comm_rank(w);
     size_t len;
     const char *text = mtc_trace_events(x->obs.trace, &len);
+    /* comm: all-gather(world) of the events each rank dropped at its bound */
+    int64_t mine = (int64_t)mtc_trace_dropped(x->obs.trace), *dropped = NULL, total = 0;
+    MTC_CHECK(mtc_mem_alloc((size_t)W * sizeof(int64_t), (void **)&dropped));
+    mtc_result_t rg = mtc_all_gather(&mine, dropped, 1, MTC_DTYPE_I64, w);
+    for (int r = 0; rg == MTC_OK && r < W; r++)
+        total += dropped[r];
+    if (rg != MTC_OK) {
+        free(dropped);
+        return rg;
+    }
+    if (is_last && total > 0) {
+        int n = 0;
+        for (int r = 0; r < W; r++)
+            n += dropped[r] > 0;
+        fprintf(stderr,
+                "WARNING: the trace %s lacks %lld events that %d rank(s) recorded past "
+                "--trace-buffer-mb %g MiB per rank (each rank kept its first events; raise the "
+                "bound or narrow --profile-step-start/--profile-step-end)\n",
+                c->trace_path, (long long)total, n,
+                c->trace_buffer_mb > 0 ? c->trace_buffer_mb
+                                       : (double)MTC_TRACE_DEFAULT_LIMIT / 1048576.0);
+    }
     if (!is_last) {
+        free(dropped);
         int64_t n = (int64_t)len;
         /* comm: send(world) of this rank's events to the last rank */
         MTC_CHECK(mtc_send(&n, 1, MTC_DTYPE_I64, W - 1, w));
@@ -229,12 +254,18 @@ mtc_result_t train_obs_write(train_rank *x, int is_last) {
     snprintf(tmp, sizeof tmp, "%s.tmp", c->trace_path);
     FILE *f = fopen(tmp, "w");
     mtc_result_t rc = f ? MTC_OK : mtc_error(MTC_ERR_IO, "cannot write trace file %s", tmp);
-    if (f)
+    if (f) {
         fprintf(f,
                 "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"producer\": \"mtc\", "
-                "\"world_size\": %d, \"profile_step_start\": %lld, \"profile_step_end\": %lld},\n"
-                "\"traceEvents\": [\n",
-                W, (long long)c->profile_step_start, (long long)c->profile_step_end);
+                "\"world_size\": %d, \"profile_step_start\": %lld, \"profile_step_end\": %lld, "
+                "\"dropped_events\": %lld, \"dropped_events_per_rank\": [",
+                W, (long long)c->profile_step_start, (long long)c->profile_step_end,
+                (long long)total);
+        for (int r = 0; r < W; r++)
+            fprintf(f, "%s%lld", r ? ", " : "", (long long)dropped[r]);
+        fprintf(f, "]},\n\"traceEvents\": [\n");
+    }
+    free(dropped);
     for (int r = 0; r < W; r++) { /* receive from everyone even after a write error */
         if (r == me) {
             if (f) fwrite(text, 1, len, f), fputs(r + 1 < W ? ",\n" : "\n", f);

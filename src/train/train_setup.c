@@ -126,6 +126,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                                        : L,
                               .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
+    /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
+    mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
     mtc_model *m = ch->model;
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
@@ -151,10 +153,12 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->ddp);
     free(shared);
     MTC_CHECK(rc);
+    mtc_progress_update(&x->progress, 3 * k + 2, 3 * x->vpp);
     if (c->use_distributed_optimizer)
         MTC_CHECK(mtc_distopt_init(ch->ddp, c->overlap_param_gather, &ch->dopt));
     else
         MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
+    mtc_progress_update(&x->progress, 3 * k + 3, 3 * x->vpp);
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * sizeof(int), (void **)&ch->slot_of));
     for (int i = 0; i < x->nmb; i++)
         ch->slot_of[i] = -1;
@@ -212,8 +216,20 @@ static mtc_result_t train_load_file(train_rank *x) {
     return rc;
 }
 
+typedef struct {
+    mtc_progress *p;
+    size_t before, total; /* elements of earlier chunks, of all chunks */
+} init_progress;
+
+static void train_init_progress(void *ctx, size_t done, size_t total) {
+    const init_progress *ip = ctx;
+    (void)total;
+    mtc_progress_update(ip->p, (double)(ip->before + done), (double)ip->total);
+}
+
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out) {
     const mtc_train_config *c = x->cfg;
+    mtc_progress_begin(&x->progress, "building GPT model (parameters, gradients, optimizer state)");
     int B = c->micro_batch, T = c->model.seq_length;
     mtc_grid_config gc;
     mtc_grid_config_default(&gc);
@@ -286,10 +302,20 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         }
     if (red_n) MTC_CHECK(mtc_mem_alloc(red_n * sizeof(float), (void **)&x->red_buf));
     MTC_CHECK(train_norm_plan(x));
+    mtc_progress_end(&x->progress);
     /* initialised even when loading: vocabulary rows a checkpoint padded for
      * another TP size lacks keep their initial values */
+    init_progress ip = {&x->progress, 0, 0};
     for (int k = 0; k < x->vpp; k++)
-        mtc_model_init_params(x->chunks[k].model, c->seed);
+        ip.total += x->chunks[k].model->reg.total;
+    char count[16];
+    mtc_progress_begin(&x->progress, "initialising %s parameters",
+                       mtc_progress_count(count, (double)ip.total));
+    for (int k = 0; k < x->vpp; k++) {
+        mtc_model_init_params_progress(x->chunks[k].model, c->seed, train_init_progress, &ip);
+        ip.before += x->chunks[k].model->reg.total;
+    }
+    mtc_progress_end(&x->progress);
     x->last_saved = -1;
     if (c->load_path && c->load_weights_file) return train_load_file(x);
     if (c->load_path) return train_ckpt_load(x, out);

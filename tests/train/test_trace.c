@@ -14,7 +14,10 @@
  *     same collectives (operation, bytes) in the same order;
  *   - the timer spans directly inside each iteration cover it within 5%;
  *   - the log has the timer block and the measured bubble.
- * And a run with neither --trace nor --metrics writes no file. */
+ * And a run with neither --trace nor --metrics writes no file; and the
+ * recorder's memory bound: past it every event is dropped and counted, the
+ * kept text is a whole prefix (valid JSON once bracketed) within the bound,
+ * and the group totals go on counting. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 
 #include "cJSON.h"
 #include "comm/comm.h"
+#include "core/trace.h"
 #include "data/data.h"
 #include "test.h"
 #include "train/train.h"
@@ -241,7 +245,50 @@ static void check_trace(const char *path) {
     cJSON_Delete(doc);
 }
 
+/* The recorder alone: 2000 spans against a bound of 16 KiB. */
+static void check_bound(void) {
+    mtc_trace *t = NULL;
+    T_CHECK(mtc_trace_init(&t, 3, "rank 3") == MTC_OK);
+    if (!t) return;
+    size_t base;
+    mtc_trace_events(t, &base);
+    mtc_trace_set_limit(t, 16384);
+    mtc_trace_window(t, 1);
+    int kept_before_full = 0;
+    for (int i = 0; i < 2000; i++) {
+        size_t before, after;
+        mtc_trace_events(t, &before);
+        mtc_trace_span(t, MTC_TRACK_COMPUTE, "forward mb 1 chunk 0", "forward-compute",
+                       (uint64_t)i * 1000, (uint64_t)i * 1000 + 500, "\"mb\": 1");
+        mtc_trace_stats_add(t, "TENSOR_MODEL_PARALLEL_GROUP", 100, 10);
+        mtc_trace_events(t, &after);
+        if (after > before) kept_before_full = i + 1;
+        T_CHECKF(after > before ? kept_before_full == i + 1 : 1, "event %d kept after a drop", i);
+    }
+    size_t len;
+    const char *text = mtc_trace_events(t, &len);
+    uint64_t dropped = mtc_trace_dropped(t);
+    T_CHECKF(len <= 16384 && len > 16384 - 512, "kept %zu bytes of a 16384 bound", len);
+    T_CHECKF(dropped > 0 && dropped + (uint64_t)kept_before_full == 2000,
+             "%llu dropped + %d kept != 2000", (unsigned long long)dropped, kept_before_full);
+    char *doc = malloc(len + 3);
+    if (doc) {
+        doc[0] = '[';
+        memcpy(doc + 1, text, len);
+        doc[len + 1] = ']', doc[len + 2] = 0;
+        cJSON *j = cJSON_Parse(doc);
+        T_CHECKF(j && cJSON_GetArraySize(j) == 4 + kept_before_full, "%d events parsed",
+                 j ? cJSON_GetArraySize(j) : -1);
+        cJSON_Delete(j);
+        free(doc);
+    }
+    const mtc_trace_group_stats *g;
+    T_CHECK(mtc_trace_stats(t, &g) == 1 && g[0].calls == 2000 && g[0].bytes == 200000);
+    mtc_trace_free(t);
+}
+
 int main(void) {
+    check_bound();
     data_source *src = NULL;
     data_source_opts o = {
         .mock = 1, .vocab_size = 60, .seq_length = 16, .seed = 7, .split = "100,0,0"};
