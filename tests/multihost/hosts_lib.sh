@@ -23,7 +23,8 @@
 # /etc/netns/mtcPID{a,b}/ and the temporary folder $MH_TMP.
 #
 # Settings (environment): MH_CPUS="0 1" the cores of host a and host b
-# (default: the first two allowed cores, the same core twice on one CPU);
+# (default: the first two allowed cores, the same core twice on one CPU;
+# a list such as "0,1 0,1" gives both hosts both cores);
 # MH_RATE (e.g. 10gbit): a tbf qdisc on both veth ends; MH_TIMEOUT seconds
 # around each mpirun (default 120).
 
@@ -131,7 +132,13 @@ mh_setup() {
             >/etc/netns/$ns/hosts
     done
     if [ -n "${MH_RATE:-}" ]; then mh_rate "$MH_RATE"; fi
-    # the launch agent: `AGENT HOST ORTED-COMMAND...` as ssh would run it
+    mh_write_agent
+}
+
+# The launch agent: `AGENT HOST ORTED-COMMAND...` as ssh would run it, on
+# that host's namespace, hostname and cores (MH_CPUA / MH_CPUB: call again
+# after changing them).
+mh_write_agent() {
     cat >"$MH_TMP/agent" <<EOF
 #!/bin/sh
 host=\$1
