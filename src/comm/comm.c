@@ -361,8 +361,8 @@ mtc_result_t comm_node_split(mtc_comm_t comm, mtc_comm_t *intra, mtc_comm_t *int
         if (rc == MTC_OK) {
             live_unlink(comm->intra); /* owned (and freed) by comm */
             snprintf(name, sizeof name, "%s/inter-node", comm->name);
-            rc = mtc_comm_split(comm, comm->intra->rank == 0 ? 0 : -1, comm->rank, name,
-                                &comm->inter);
+            /* the members of local rank k of every node (k = 0: the leaders) */
+            rc = mtc_comm_split(comm, comm->intra->rank, comm->rank, name, &comm->inter);
             live_unlink(comm->inter);
         }
         comm->node_split_done = rc == MTC_OK;

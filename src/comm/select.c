@@ -176,10 +176,16 @@ static double model_cost(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo, doub
         if (coll == MTC_COLL_ALL_REDUCE)
             return 2 * (local - 1) * la + 2 * fl * N * lb + 2 * (nodes - 1) * na + 2 * fn * N * nb +
                    N * g;
-        /* reduce-scatter / all-gather: N is the whole vector; the intra
-         * steps move all of it, the leaders their node's share */
-        return 3 * (local - 1) * la + 2 * N * lb + (nodes - 1) * na + fn * N * nb +
-               (coll == MTC_COLL_REDUCE_SCATTER ? N * g : 0);
+        /* reduce-scatter / all-gather: N is the whole vector; inside the
+         * node it moves once whole (reduce / broadcast) and once as the
+         * node's share (broadcast / all-gather), between the leaders each
+         * sends what the other nodes own. Their extra intra-node volume
+         * makes them lose to the flat ring above a few hundred KB while the
+         * network is only ~3x slower than shared memory (the constants
+         * here); they win on the latency of small vectors (fewer network
+         * steps), e.g. the distributed optimizer's buckets. */
+        return 2 * (local - 1) * la + N * (1 + (double)local / n) * lb + (nodes - 1) * na +
+               fn * N * nb + (coll == MTC_COLL_REDUCE_SCATTER ? N * g : 0);
     }
     case MTC_ALGO_PAIRWISE: return (n - 1) * a + f * N * b;
     case MTC_ALGO_NATIVE: {

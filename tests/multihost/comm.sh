@@ -11,7 +11,9 @@
 #   - a rank stopped with SIGSTOP on mtc-b (tests/mpi/mpi_stall.c) ends the
 #     job within deadline (2 s) + 5 s with a report blaming it on mtc-b;
 #   - oversubscription (2 ranks on each host's one core) is reported in one
-#     line (the run of the matrix on 2 x 2).
+#     line (the run of the matrix on 2 x 2);
+#   - the selector (mtc bench-comm --algo auto) picks the hierarchical
+#     all-reduce, reduce-scatter and all-gather across the hosts.
 # Root only: otherwise skipped (exit 77) with a notice.
 set -u
 MATRIX=$1 ERRORS=$2 STALL=$3
@@ -36,6 +38,23 @@ n=$(grep -c "^mtc: oversubscribed: 2 ranks on 1 core on mtc-a, 2 ranks on 1 core
 if [ "$MH_CPUA" = "$MH_CPUB" ] || [ "$n" = 1 ]; then
     ok "oversubscription reported once ($n line)"
 else bad "oversubscription line: $n, want 1"; grep oversub "$OUT"; fi
+
+# the selector: across 2 hosts x 2 ranks, medium and large all-reduce,
+# reduce-scatter and all-gather resolve to the hierarchical algorithm
+MTC=${MTC:-build/mtc}
+MTC=$(cd "$(dirname "$MTC")" && pwd)/$(basename "$MTC")
+# (the model's crossovers: all-reduce from ~16 KB up; reduce-scatter and
+# all-gather below a few hundred KB, src/comm/select.c)
+: >"$OUT"
+mh_run 2 "$MTC" bench-comm --op all_reduce --sizes 256K,4M --iters 2 --warmup 1 --json >>"$OUT" 2>&1
+for op in reduce_scatter all_gather; do
+    mh_run 2 "$MTC" bench-comm --op $op --sizes 16K,64K --iters 2 --warmup 1 --json >>"$OUT" 2>&1
+done
+for op in all_reduce reduce_scatter all_gather; do
+    n=$(grep -c "\"op\": \"$op\", \"algo\": \"auto\", \"resolved\": \"hier\".*\"ok\": true" "$OUT")
+    [ "$n" = 2 ] && ok "auto $op across hosts resolves to hier (both sizes, results right)" ||
+        { bad "auto $op: hier on $n of 2 sizes"; grep "\"$op\"" "$OUT" | head -4; }
+done
 
 # expect NAME STATUS PATTERN: the last run's status (0 / nonzero) and output
 expect() {
