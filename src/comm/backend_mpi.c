@@ -440,7 +440,7 @@ static const comm_backend_ops mpi_ops = {
     .all_to_all = coll_mpi_all_to_all,
 };
 
-/* Cores in this process's affinity mask (0 when unknown). */
+/* Cores in an affinity mask. */
 static int mask_cores(const cpu_set_t *set) { return CPU_COUNT(set); }
 
 /* Before MPI_Init, from the launcher's variables: when this node's ranks
@@ -507,9 +507,8 @@ static void oversubscription_check(mpi_ctx *c, MPI_Comm local, int set_yield) {
     fflush(stderr);
 }
 
-/* Node index of every world rank: from the shared-memory split, numbered
- * by the lowest world rank on each node, or fake nodes of ranks_per_node;
- * host names of every rank; then the oversubscription check. */
+/* node[w] = index of world rank w's node, nodes numbered by their lowest
+ * rank (lead[w] = the lowest rank on w's node); *count = the number. */
 static void number_nodes(const int *lead, int p, int *node, int *count) {
     for (int w = 0; w < p; w++) {
         int idx = 0;
@@ -524,6 +523,9 @@ static void number_nodes(const int *lead, int p, int *node, int *count) {
     }
 }
 
+/* Node index of every world rank: from the shared-memory split, or fake
+ * nodes of ranks_per_node; host names of every rank; then the
+ * oversubscription check. comm: split + all-gathers over the world. */
 static mtc_result_t nodes_init(mpi_ctx *c, int ranks_per_node, int set_yield) {
     int p = c->be.world_size, r = c->be.world_rank;
     int *lead = malloc((size_t)p * sizeof *lead);

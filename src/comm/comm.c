@@ -354,6 +354,9 @@ int comm_node_split_pending(mtc_comm_t comm) { return comm->node_split_done < 0;
 mtc_result_t comm_node_split(mtc_comm_t comm, mtc_comm_t *intra, mtc_comm_t *inter) {
     if (comm->node_split_done <= 0) {
         comm->node_split_done = -1; /* building: the splits' own all-gathers run flat */
+        mtc_comm_free(comm->intra); /* left by a split that failed half-way */
+        mtc_comm_free(comm->inter);
+        comm->intra = comm->inter = NULL;
         char name[96];
         int node = comm->be->node_of(comm->be, comm->members[comm->rank]);
         snprintf(name, sizeof name, "%s/intra-node", comm->name);
