@@ -546,7 +546,7 @@ static mtc_result_t nodes_init(mpi_ctx *c, int ranks_per_node, int set_yield) {
     char name[MPI_MAX_PROCESSOR_NAME + 1] = "", mine[sizeof c->host[0]] = "";
     int len = 0;
     if (err == MPI_SUCCESS) err = MPI_Get_processor_name(name, &len);
-    snprintf(mine, sizeof mine, "%s", name);
+    snprintf(mine, sizeof mine, "%.*s", (int)sizeof mine - 1, name);
     if (err == MPI_SUCCESS)
         err = MPI_Allgather(mine, (int)sizeof mine, MPI_CHAR, c->host, (int)sizeof mine, MPI_CHAR,
                             MPI_COMM_WORLD);
