@@ -47,9 +47,14 @@ void comm_reduce_local(void *inout, const void *in, size_t count, mtc_dtype_t dt
 void comm_copy(void *dst, const void *src, size_t bytes);
 /* buf[i] /= size for AVG (no-op for other ops). */
 void comm_finish_avg(void *buf, size_t count, mtc_dtype_t dtype, mtc_op_t op, int size);
-/* Sub-communicators for hierarchical algorithms: members on my node, and
- * the node leaders (NULL on non-leaders); built lazily, cached in comm. */
+/* Sub-communicators for hierarchical algorithms: members on my node
+ * (ordered by rank), and the members with my local rank on every node
+ * that has one (ordered by rank; for local rank 0, the node leaders);
+ * built lazily, cached in comm. */
 mtc_result_t comm_node_split(mtc_comm_t comm, mtc_comm_t *intra, mtc_comm_t *inter);
+/* 1 while comm_node_split is building them (its splits all-gather over comm:
+ * a hierarchical all-gather must then run flat instead of recursing). */
+int comm_node_split_pending(mtc_comm_t comm);
 
 /* ---- the algorithms ---------------------------------------------------------- */
 
@@ -74,6 +79,8 @@ mtc_result_t algo_recdbl_all_reduce(ALGO_ALL_REDUCE_ARGS);
 mtc_result_t algo_recdbl_all_gather(ALGO_ALL_GATHER_ARGS);
 mtc_result_t algo_rabenseifner_all_reduce(ALGO_ALL_REDUCE_ARGS);
 mtc_result_t algo_hier_all_reduce(ALGO_ALL_REDUCE_ARGS);
+mtc_result_t algo_hier_reduce_scatter(ALGO_REDUCE_SCATTER_ARGS);
+mtc_result_t algo_hier_all_gather(ALGO_ALL_GATHER_ARGS);
 /* pairwise exchange (linear in size) */
 mtc_result_t algo_pairwise_all_to_all_v(const void *sendbuf, const size_t *sendcounts,
                                         const size_t *sdispls, void *recvbuf,

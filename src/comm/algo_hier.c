@@ -1,5 +1,7 @@
-/* comm/algo_hier.c - two-level (hierarchical) all-reduce: reduce inside each
- * node, all-reduce among the node leaders, broadcast inside each node.
+/* comm/algo_hier.c - two-level (hierarchical) collectives: the intra-node
+ * step over shared memory, the inter-node step among one leader per node
+ * over the network, so the network carries each byte once per node instead
+ * of once per rank step.
  *
  * Relies on comm_node_split (algo.h) for the two sub-communicators, whose
  * node membership comes from the backend (MPI's shared-memory split, or
@@ -8,49 +10,190 @@
  * signature checks, timeouts and algorithm choice (the selector's, or the
  * one forced on the sub-communicator).
  *
- *   node A: a0 a1 a2      node B: b0 b1 b2       (leaders a0, b0)
- *   1. reduce(intra, root 0):   a0 = a0+a1+a2     b0 = b0+b1+b2
- *   2. all-reduce(leaders):     a0 = b0 = A+B     (divided by p for AVG)
- *   3. broadcast(intra, root 0): every rank gets the leaders' bits
+ * all-reduce, nodes of equal size L (vectors of at least 16 KiB):
+ *      node A: a0 a1        node B: b0 b1        vector = chunks [c0 | c1]
+ *   1. reduce-scatter-v(intra): a0 holds c0 of a0+a1, a1 holds c1 (b alike)
+ *   2. all-reduce(local rank k of every node): a0,b0 reduce c0; a1,b1 c1
+ *      (L streams between the nodes at once; divided by p for AVG)
+ *   3. all-gather-v(intra): every rank gets both chunks
+ * all-reduce, nodes of different sizes (or small vectors): one leader each
+ *   1. reduce(intra, root 0)   2. all-reduce(leaders)   3. broadcast(intra)
+ * reduce-scatter (rank r wants block r of the sum of p blocks)
+ *   0. each rank lays its p blocks out node by node (node-major order)
+ *   1. reduce(intra, root 0) of all p blocks to the leader
+ *   2. reduce-scatter-v(leaders): each leader gets its node's blocks summed
+ *   3. broadcast(intra) of the node's blocks; each rank keeps its own
+ * all-gather
+ *   1. all-gather(intra) of the node's blocks
+ *   2. all-gather-v(leaders) of every node's blocks (node-major order)
+ *   3. broadcast(intra) of all p blocks; each rank puts them in rank order
  *
- * Levels 1 and 2 reduce with SUM for AVG; the leaders divide once by the
- * whole size before the broadcast, so all ranks end with identical bits.
- * The order is fixed by (node layout, count) and the algorithms the
- * selector picks for that shape, so it is deterministic run to run.
+ * Levels reduce with SUM for AVG; the leaders divide once by the whole size
+ * before the broadcast, so all ranks end with identical bits. Nodes are
+ * ordered by their lowest rank (the leaders' order in the inter-node
+ * communicator) and members of a node by rank (the intra-node order), so
+ * any placement works, not only contiguous blocks of ranks. The order is
+ * fixed by (node layout, count) and the algorithms the selector picks for
+ * that shape, so it is deterministic run to run.
  *
- * Limitations: latency is the sum of three collectives; leaders carry all
- * inter-node traffic (no multi-leader split of the vector); when all ranks
- * share one node, or every node has one rank, the hierarchy is pointless and
- * this falls back to the ring (large) or recursive doubling (small) on comm. */
+ * Limitations: latency is the sum of three collectives; with nodes of
+ * different sizes the leaders carry all inter-node traffic; reduce-scatter
+ * and all-gather move all p blocks inside each node (cheap over shared
+ * memory, not over a network); when all ranks share one node, or every node
+ * has one rank, the hierarchy is pointless and this falls back to the flat
+ * ring (recursive doubling for small all-reduces). */
 #include "comm/algo.h"
 
 /* Below this many bytes the flat fallback uses recursive doubling. */
 enum { HIER_SMALL_BYTES = 16 << 10 };
 
+/* Block positions in node-major order: pos[r] = index of member r's block
+ * when blocks are laid out node by node (nodes by lowest rank, members by
+ * rank); node_size[j] = members of node j; *my_local = this rank's index in
+ * its node. Returns the number of nodes. */
+static int hier_layout(mtc_comm_t comm, int *pos, int *node_size, int *my_local) {
+    const int p = mtc_comm_size(comm), me = mtc_comm_rank(comm);
+    int raw[p], nj[p], local[p], nodes = 0;
+    for (int r = 0; r < p; r++) {
+        raw[r] = mtc_comm_node_of(comm, r);
+        nj[r] = -1, local[r] = 0;
+        for (int q = 0; q < r; q++)
+            if (raw[q] == raw[r]) {
+                nj[r] = nj[q];
+                local[r]++;
+            }
+        if (nj[r] < 0) nj[r] = nodes, node_size[nodes++] = 0;
+        node_size[nj[r]]++;
+    }
+    int off[p];
+    for (int j = 0, o = 0; j < nodes; j++)
+        off[j] = o, o += node_size[j];
+    for (int r = 0; r < p; r++)
+        pos[r] = off[nj[r]] + local[r];
+    *my_local = local[me];
+    return nodes;
+}
+
+/* The split, checked: the local-rank-0 communicator holds one rank per
+ * node (the leaders). *leader = 1 on them. */
+static mtc_result_t hier_split(mtc_comm_t comm, const char *what, mtc_comm_t *intra,
+                               mtc_comm_t *inter, int *leader) {
+    MTC_CHECK(comm_node_split(comm, intra, inter));
+    *leader = mtc_comm_rank(*intra) == 0;
+    if (!*inter || (*leader && mtc_comm_size(*inter) != mtc_comm_node_count(comm)))
+        return mtc_error(MTC_ERR_INTERNAL,
+                         "hier %s: rank %d of %s (local rank %d) has %s across nodes, want one "
+                         "member per node for the leaders (%d nodes)",
+                         what, mtc_comm_rank(comm), mtc_comm_name(comm), mtc_comm_rank(*intra),
+                         *inter ? "a wrong communicator" : "no communicator",
+                         mtc_comm_node_count(comm));
+    return MTC_OK;
+}
+
+static int hier_flat(mtc_comm_t comm) {
+    const int p = mtc_comm_size(comm), nodes = mtc_comm_node_count(comm);
+    return p == 1 || nodes <= 1 || nodes >= p || comm_node_split_pending(comm);
+}
+
+mtc_result_t algo_hier_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                      mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm) {
+    const int p = mtc_comm_size(comm);
+    if (recvcount == 0) return MTC_OK;
+    if (hier_flat(comm))
+        return algo_ring_reduce_scatter(sendbuf, recvbuf, recvcount, dtype, op, comm);
+    mtc_comm_t intra = NULL, inter = NULL;
+    int leader;
+    MTC_CHECK(hier_split(comm, "reduce_scatter", &intra, &inter, &leader));
+    int pos[p], node_size[p], my_local;
+    const int nodes = hier_layout(comm, pos, node_size, &my_local);
+    const int L = mtc_comm_size(intra);
+    const size_t B = recvcount * mtc_dtype_size(dtype);
+    char *S, *R, *T; /* node-major input, the node's reduction (leader), the node's blocks */
+    MTC_CHECK(comm_scratch(comm, (2 * (size_t)p + (size_t)L) * B, (void **)&S));
+    R = S + (size_t)p * B, T = R + (size_t)p * B;
+    for (int r = 0; r < p; r++)
+        comm_copy(S + (size_t)pos[r] * B, (const char *)sendbuf + (size_t)r * B, B);
+    const mtc_op_t sub = op == MTC_OP_AVG ? MTC_OP_SUM : op;
+    MTC_CHECK(mtc_reduce(S, R, (size_t)p * recvcount, dtype, sub, 0, intra));
+    if (leader) {
+        size_t counts[nodes];
+        for (int j = 0; j < nodes; j++)
+            counts[j] = (size_t)node_size[j] * recvcount;
+        MTC_CHECK(mtc_reduce_scatter_v(R, T, counts, dtype, sub, inter));
+        comm_finish_avg(T, (size_t)L * recvcount, dtype, op, p);
+    }
+    MTC_CHECK(mtc_broadcast(T, (size_t)L * recvcount, dtype, 0, intra));
+    comm_copy(recvbuf, T + (size_t)my_local * B, B);
+    return MTC_OK;
+}
+
+mtc_result_t algo_hier_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                  mtc_dtype_t dtype, mtc_comm_t comm) {
+    const int p = mtc_comm_size(comm);
+    if (sendcount == 0) return MTC_OK;
+    if (hier_flat(comm)) return algo_ring_all_gather(sendbuf, recvbuf, sendcount, dtype, comm);
+    mtc_comm_t intra = NULL, inter = NULL;
+    int leader;
+    MTC_CHECK(hier_split(comm, "all_gather", &intra, &inter, &leader));
+    int pos[p], node_size[p], my_local;
+    const int nodes = hier_layout(comm, pos, node_size, &my_local);
+    const int L = mtc_comm_size(intra);
+    const size_t B = sendcount * mtc_dtype_size(dtype);
+    char *G, *H; /* the node's blocks, every block in node-major order */
+    MTC_CHECK(comm_scratch(comm, ((size_t)L + (size_t)p) * B, (void **)&G));
+    H = G + (size_t)L * B;
+    MTC_CHECK(mtc_all_gather(sendbuf, G, sendcount, dtype, intra));
+    if (leader) {
+        size_t counts[nodes];
+        for (int j = 0; j < nodes; j++)
+            counts[j] = (size_t)node_size[j] * sendcount;
+        MTC_CHECK(mtc_all_gather_v(G, (size_t)L * sendcount, H, counts, NULL, dtype, inter));
+    }
+    MTC_CHECK(mtc_broadcast(H, (size_t)p * sendcount, dtype, 0, intra));
+    for (int r = 0; r < p; r++)
+        comm_copy((char *)recvbuf + (size_t)r * B, H + (size_t)pos[r] * B, B);
+    return MTC_OK;
+}
+
 mtc_result_t algo_hier_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
                                   mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm) {
     const int p = mtc_comm_size(comm);
     if (count == 0) return MTC_OK;
-    if (p == 1 || mtc_comm_node_count(comm) <= 1 || mtc_comm_node_count(comm) >= p) {
+    if (hier_flat(comm)) {
         if (count * mtc_dtype_size(dtype) < HIER_SMALL_BYTES)
             return algo_recdbl_all_reduce(sendbuf, recvbuf, count, dtype, op, comm);
         return algo_ring_all_reduce(sendbuf, recvbuf, count, dtype, op, comm);
     }
     mtc_comm_t intra = NULL, inter = NULL;
-    MTC_CHECK(comm_node_split(comm, &intra, &inter));
-    const int leader = mtc_comm_rank(intra) == 0;
-    if (leader != (inter != NULL))
-        return mtc_error(MTC_ERR_INTERNAL,
-                         "hier all_reduce: rank %d of %s is %s of its node but %s a leader "
-                         "communicator (comm_node_split must make local rank 0 the leader)",
-                         mtc_comm_rank(comm), mtc_comm_name(comm), leader ? "rank 0" : "not rank 0",
-                         inter ? "has" : "has no");
+    int leader;
+    MTC_CHECK(hier_split(comm, "all_reduce", &intra, &inter, &leader));
     const mtc_op_t sub = op == MTC_OP_AVG ? MTC_OP_SUM : op;
-
-    MTC_CHECK(mtc_reduce(sendbuf, recvbuf, count, dtype, sub, 0, intra));
-    if (leader) {
-        MTC_CHECK(mtc_all_reduce(recvbuf, recvbuf, count, dtype, sub, inter));
-        comm_finish_avg(recvbuf, count, dtype, op, p);
+    int pos[p], node_size[p], my_local;
+    const int nodes = hier_layout(comm, pos, node_size, &my_local);
+    const int L = mtc_comm_size(intra);
+    int uniform = 1;
+    for (int j = 1; j < nodes; j++)
+        uniform &= node_size[j] == node_size[0];
+    if (!uniform || count < (size_t)L || count * mtc_dtype_size(dtype) < HIER_SMALL_BYTES) {
+        /* one leader per node */
+        MTC_CHECK(mtc_reduce(sendbuf, recvbuf, count, dtype, sub, 0, intra));
+        if (leader) {
+            MTC_CHECK(mtc_all_reduce(recvbuf, recvbuf, count, dtype, sub, inter));
+            comm_finish_avg(recvbuf, count, dtype, op, p);
+        }
+        return mtc_broadcast(recvbuf, count, dtype, 0, intra);
     }
-    return mtc_broadcast(recvbuf, count, dtype, 0, intra);
+    /* every node alike: local rank k reduces chunk k of its node, all-reduces
+     * it with local rank k of every node (L streams between nodes at once),
+     * then the node gathers the chunks */
+    size_t counts[L];
+    for (int k = 0; k < L; k++)
+        counts[k] = count / (size_t)L + ((size_t)k < count % (size_t)L);
+    const size_t mine = counts[my_local];
+    char *T;
+    MTC_CHECK(comm_scratch(comm, mine * mtc_dtype_size(dtype), (void **)&T));
+    MTC_CHECK(mtc_reduce_scatter_v(sendbuf, T, counts, dtype, sub, intra));
+    MTC_CHECK(mtc_all_reduce(T, T, mine, dtype, sub, inter));
+    comm_finish_avg(T, mine, dtype, op, p);
+    return mtc_all_gather_v(T, mine, recvbuf, counts, NULL, dtype, intra);
 }

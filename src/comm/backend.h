@@ -80,7 +80,9 @@
  * ---- Nodes ---------------------------------------------------------------
  * node_of(world rank) gives the node index (0..node_count-1) for the
  * hierarchical algorithms; shm fakes nodes of ranks_per_node threads so
- * those algorithms are testable on one machine. */
+ * those algorithms are testable on one machine. host_of(world rank) names
+ * the rank's host in reports (mpi: MPI_Get_processor_name; NULL pointer on
+ * shm, whose nodes are fake). */
 #ifndef MTC_COMM_BACKEND_H
 #define MTC_COMM_BACKEND_H
 
@@ -165,6 +167,7 @@ struct comm_backend {
     int shared_memory; /* 1: all ranks share one address space (shm: algo_direct works) */
     comm_group *world; /* the world group (members 0..world_size-1 in order) */
     int (*node_of)(const comm_backend *be, int world_rank);
+    const char *(*host_of)(const comm_backend *be, int world_rank); /* NULL: no host names */
     comm_wait_rec *wait; /* this rank's wait record (watchdog.h); owned by the backend */
 };
 

@@ -27,6 +27,16 @@
  * cause: a peer that does not answer or is in no mtc call, versus a peer
  * blocked itself (whose own report names the cause).
  *
+ * Nodes and hosts: node membership comes from the shared-memory split; host
+ * names (MPI_Get_processor_name) are gathered once so reports say where a
+ * rank runs ("rank 3 on mtc-b") when the job spans hosts. Oversubscription
+ * (a node's ranks outnumber the cores of their affinity mask) is checked
+ * twice: before MPI_Init from the launcher's local-size variable, to set
+ * Open MPI's mpi_yield_when_idle (OMPI_MCA_mpi_yield_when_idle=1, when the
+ * user has not set it) so MPI's own polling yields the core; after it from
+ * the split, to make mtc's waits yield from the first poll
+ * (comm_backoff_set_yield) and to report it in one line from world rank 0.
+ *
  * Does not: choose algorithms or number calls; time out inside
  * MPI_Comm_split (blocking; the watchdog thread ends the job if it stays
  * there past the deadline + 3 s). */
@@ -54,11 +64,23 @@ typedef struct {
     int own_init; /* we called MPI_Init_thread, so finalize calls MPI_Finalize */
     int check;    /* signature check in enter */
     int tag_ub;
-    int *node;       /* node index of each world rank */
-    MPI_Comm finish; /* a private dup of MPI_COMM_WORLD for the end-of-job barrier */
+    int *node;        /* node index of each world rank (fake nodes with --ranks-per-node) */
+    int *node_real;   /* node index from the shared-memory split */
+    char (*host)[64]; /* MPI_Get_processor_name of each world rank */
+    char (*note)[72]; /* " on HOST" per world rank ("" when the job runs on one host) */
+    MPI_Comm finish;  /* a private dup of MPI_COMM_WORLD for the end-of-job barrier */
     comm_wait_rec wait;
     comm_backend be;
 } mpi_ctx;
+
+/* The process's one mpi backend, for comm_mpi_host_note. */
+static const mpi_ctx *the_ctx;
+
+const char *comm_mpi_host_note(int world_rank) {
+    const mpi_ctx *c = the_ctx;
+    if (!c || !c->note || world_rank < 0 || world_rank >= c->be.world_size) return "";
+    return c->note[world_rank];
+}
 
 /* ---- errors ----------------------------------------------------------------- */
 
@@ -79,30 +101,33 @@ mtc_result_t coll_mpi_error(comm_group *g, int err, const char *what, const comm
     int len = 0;
     MPI_Error_string(err, s, &len);
     if (call) comm_call_describe(call, d, sizeof d);
-    snprintf(msg, sizeof msg, "MPI error in %s of %s (rank %d, %s): %s", what,
-             call && call->group_name ? call->group_name : "?", g->me, d, s);
+    snprintf(msg, sizeof msg, "MPI error in %s of %s (rank %d%s, %s): %s", what,
+             call && call->group_name ? call->group_name : "?", g->me,
+             comm_mpi_host_note(g->members[g->me]), d, s);
     int cls = 0;
     MPI_Error_class(err, &cls);
     return group_fail(g, cls == MPI_ERR_TRUNCATE ? MTC_ERR_INVALID_USAGE : MTC_ERR_REMOTE, msg);
 }
 
 static void describe_peer(const comm_group *g, int peer, char *buf, size_t len) {
+    const char *on = comm_mpi_host_note(g->members[peer]);
     if (g->members[peer] == peer)
-        snprintf(buf, len, "rank %d", peer);
+        snprintf(buf, len, "rank %d%s", peer, on);
     else
-        snprintf(buf, len, "rank %d (world %d)", peer, g->members[peer]);
+        snprintf(buf, len, "rank %d (world %d)%s", peer, g->members[peer], on);
 }
 
 static mtc_result_t report_timeout(comm_group *g, const comm_call *call, const char *waiting_for) {
     char d[160] = "?", msg[1200];
     if (call) comm_call_describe(call, d, sizeof d);
     const char *name = call && call->group_name ? call->group_name : "?";
+    const char *on = comm_mpi_host_note(g->members[g->me]);
     if (!call || call->seq == 0)
-        snprintf(msg, sizeof msg, "timeout in %s: rank %d waited in %s for %s", name, g->me, d,
-                 waiting_for);
+        snprintf(msg, sizeof msg, "timeout in %s: rank %d%s waited in %s for %s", name, g->me, on,
+                 d, waiting_for);
     else
-        snprintf(msg, sizeof msg, "timeout in %s (seq %llu): rank %d waited in %s for %s", name,
-                 (unsigned long long)call->seq, g->me, d, waiting_for);
+        snprintf(msg, sizeof msg, "timeout in %s (seq %llu): rank %d%s waited in %s for %s", name,
+                 (unsigned long long)call->seq, g->me, on, d, waiting_for);
     return group_fail(g, MTC_ERR_TIMEOUT, msg);
 }
 
@@ -290,13 +315,14 @@ static mtc_result_t mpi_enter(comm_backend *be, comm_group *g, const comm_call *
         if (a > b) { /* lower rank first, so both ranks print the same line */
             ca = &other, cb = call, a = q, b = g->me;
         }
-        char da[160], db[160], msg[600];
+        char da[160], db[160], msg[700];
         comm_call_describe(ca, da, sizeof da);
         comm_call_describe(cb, db, sizeof db);
-        snprintf(msg, sizeof msg,
-                 "collective mismatch in %s (seq %llu): rank %d called %s but rank %d called %s",
-                 call->group_name ? call->group_name : "?", (unsigned long long)call->seq, a, da, b,
-                 db);
+        snprintf(
+            msg, sizeof msg,
+            "collective mismatch in %s (seq %llu): rank %d%s called %s but rank %d%s called %s",
+            call->group_name ? call->group_name : "?", (unsigned long long)call->seq, a,
+            comm_mpi_host_note(g->members[a]), da, b, comm_mpi_host_note(g->members[b]), db);
         return group_fail(g, MTC_ERR_INVALID_USAGE, msg);
     }
     return MTC_OK;
@@ -307,8 +333,9 @@ static void mpi_leave(comm_backend *be, comm_group *g, const comm_call *call) {
 }
 
 static void mpi_abort(comm_backend *be, mtc_result_t rc, const char *msg) {
-    fprintf(stderr, "mtc: rank %d failed with %s: %s\nmtc: aborting the MPI job\n", be->world_rank,
-            mtc_result_name(rc), msg ? msg : "");
+    fprintf(stderr, "mtc: rank %d%s failed with %s: %s\nmtc: aborting the MPI job\n",
+            be->world_rank, comm_mpi_host_note(be->world_rank), mtc_result_name(rc),
+            msg ? msg : "");
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, rc ? (int)rc : 1);
 }
@@ -413,48 +440,151 @@ static const comm_backend_ops mpi_ops = {
     .all_to_all = coll_mpi_all_to_all,
 };
 
-/* Node index of every world rank: from the shared-memory split, numbered
- * by the lowest world rank on each node, or fake nodes of ranks_per_node. */
-static mtc_result_t nodes_init(mpi_ctx *c, int ranks_per_node) {
-    int p = c->be.world_size, r = c->be.world_rank;
-    int *lead = malloc((size_t)p * sizeof *lead);
-    c->node = malloc((size_t)p * sizeof *c->node);
-    if (!lead || !c->node) {
-        free(lead);
-        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory for the node map");
+/* Cores in an affinity mask. */
+static int mask_cores(const cpu_set_t *set) { return CPU_COUNT(set); }
+
+/* Before MPI_Init, from the launcher's variables: when this node's ranks
+ * outnumber the cores they share (no binding by the launcher, so they all
+ * inherited this mask), ask Open MPI to yield the core when it polls idle
+ * (its blocking waits and progress spin otherwise: two ranks on one core
+ * took 1208 ms an iteration against 7.7 ms with yielding). A value the
+ * user set is kept. Returns 1 when this process set it. */
+static int yield_setting_before_init(void) {
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!v) v = getenv("MPI_LOCALNRANKS");
+    if (!v) v = getenv("PMIX_LOCAL_SIZE");
+    const char *bound = getenv("OMPI_MCA_orte_bound_at_launch");
+    cpu_set_t set;
+    int local = v ? atoi(v) : 0;
+    if (local < 2 || (bound && !strcmp(bound, "1")) || getenv("OMPI_MCA_mpi_yield_when_idle") ||
+        sched_getaffinity(0, sizeof set, &set) != 0 || local <= mask_cores(&set))
+        return 0;
+    return setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0) == 0;
+}
+
+/* After MPI_Init: on each node (the shared-memory split), how many ranks
+ * and how many distinct cores their masks allow; a node with more ranks
+ * than cores makes its ranks' waits yield at once, and world rank 0 says
+ * so in one line for every such node. comm: all-reduce(node), all-gather(world). */
+static void oversubscription_check(mpi_ctx *c, MPI_Comm local, int set_yield) {
+    int p = c->be.world_size, r = c->be.world_rank, nlocal = 0;
+    cpu_set_t mine, all;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) return;
+    MPI_Comm_size(local, &nlocal);
+    if (MPI_Allreduce(&mine, &all, (int)sizeof mine, MPI_BYTE, MPI_BOR, local) != MPI_SUCCESS)
+        return;
+    int me[2] = {nlocal, mask_cores(&all)}, *each = malloc(2 * (size_t)p * sizeof *each);
+    if (!each) return;
+    if (MPI_Allgather(me, 2, MPI_INT, each, 2, MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        free(each);
+        return;
     }
-    if (ranks_per_node > 0) {
-        for (int w = 0; w < p; w++)
-            lead[w] = w / ranks_per_node * ranks_per_node;
-    } else {
-        MPI_Comm local;
-        int err =
-            MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &local);
-        int first = r;
-        if (err == MPI_SUCCESS) err = MPI_Allreduce(&r, &first, 1, MPI_INT, MPI_MIN, local);
-        if (err == MPI_SUCCESS)
-            err = MPI_Allgather(&first, 1, MPI_INT, lead, 1, MPI_INT, MPI_COMM_WORLD);
-        if (err == MPI_SUCCESS) MPI_Comm_free(&local);
-        if (err != MPI_SUCCESS) {
-            free(lead);
-            return mtc_error(MTC_ERR_SYSTEM, "mpi backend: could not find the ranks of each node "
-                                             "(MPI_Comm_split_type failed); pass --ranks-per-node");
-        }
+    if (me[0] > me[1]) comm_backoff_set_yield(1);
+    char line[900] = "";
+    size_t off = 0;
+    int shown = 0;
+    for (int w = 0; w < p && r == 0; w++) {
+        int first = 1; /* the lowest world rank of its node speaks for the node */
+        for (int v = 0; v < w && first; v++)
+            first = c->node_real[v] != c->node_real[w];
+        if (!first || each[2 * w] <= each[2 * w + 1]) continue;
+        if (shown++ < 8 && off + 100 < sizeof line)
+            off += (size_t)snprintf(line + off, sizeof line - off, "%s%d ranks on %d core%s on %s",
+                                    shown > 1 ? ", " : "", each[2 * w], each[2 * w + 1],
+                                    each[2 * w + 1] == 1 ? "" : "s", c->host[w]);
     }
-    int nodes = 0;
+    free(each);
+    if (!shown) return;
+    const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
+    fprintf(stderr,
+            "mtc: oversubscribed: %s%s; waiting ranks yield the core (mtc's waits%s); give "
+            "each rank a core for speed\n",
+            line, shown > 8 ? ", ..." : "",
+            set_yield                  ? ", and Open MPI's: mpi_yield_when_idle=1 was set"
+            : y && strcmp(y, "0") != 0 ? ", and Open MPI's: mpi_yield_when_idle is set"
+                                       : "; Open MPI's spin: pass --mca mpi_yield_when_idle 1");
+    fflush(stderr);
+}
+
+/* node[w] = index of world rank w's node, nodes numbered by their lowest
+ * rank (lead[w] = the lowest rank on w's node); *count = the number. */
+static void number_nodes(const int *lead, int p, int *node, int *count) {
     for (int w = 0; w < p; w++) {
         int idx = 0;
         for (int v = 0; v < w; v++)
             idx += lead[v] == v && v < lead[w];
-        c->node[w] = lead[w] == w ? idx : -1;
+        node[w] = lead[w] == w ? idx : -1;
     }
+    *count = 0;
     for (int w = 0; w < p; w++) {
-        if (c->node[w] < 0) c->node[w] = c->node[lead[w]];
-        if (c->node[w] + 1 > nodes) nodes = c->node[w] + 1;
+        if (node[w] < 0) node[w] = node[lead[w]];
+        if (node[w] + 1 > *count) *count = node[w] + 1;
     }
-    c->be.node_count = nodes;
+}
+
+/* Node index of every world rank: from the shared-memory split, or fake
+ * nodes of ranks_per_node; host names of every rank; then the
+ * oversubscription check. comm: split + all-gathers over the world. */
+static mtc_result_t nodes_init(mpi_ctx *c, int ranks_per_node, int set_yield) {
+    int p = c->be.world_size, r = c->be.world_rank;
+    int *lead = malloc((size_t)p * sizeof *lead);
+    c->node = malloc((size_t)p * sizeof *c->node);
+    c->node_real = malloc((size_t)p * sizeof *c->node_real);
+    c->host = calloc((size_t)p, sizeof *c->host);
+    c->note = calloc((size_t)p, sizeof *c->note);
+    if (!lead || !c->node || !c->node_real || !c->host || !c->note) {
+        free(lead);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory for the node map");
+    }
+    MPI_Comm local = MPI_COMM_NULL;
+    int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &local);
+    int first = r;
+    if (err == MPI_SUCCESS) err = MPI_Allreduce(&r, &first, 1, MPI_INT, MPI_MIN, local);
+    if (err == MPI_SUCCESS)
+        err = MPI_Allgather(&first, 1, MPI_INT, lead, 1, MPI_INT, MPI_COMM_WORLD);
+    char name[MPI_MAX_PROCESSOR_NAME + 1] = "", mine[sizeof c->host[0]] = "";
+    int len = 0;
+    if (err == MPI_SUCCESS) err = MPI_Get_processor_name(name, &len);
+    snprintf(mine, sizeof mine, "%.*s", (int)sizeof mine - 1, name);
+    if (err == MPI_SUCCESS)
+        err = MPI_Allgather(mine, (int)sizeof mine, MPI_CHAR, c->host, (int)sizeof mine, MPI_CHAR,
+                            MPI_COMM_WORLD);
+    if (err != MPI_SUCCESS) {
+        if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+        free(lead);
+        return mtc_error(MTC_ERR_SYSTEM, "mpi backend: could not find the ranks of each node "
+                                         "(MPI_Comm_split_type failed); pass --ranks-per-node");
+    }
+    int real_nodes = 0;
+    number_nodes(lead, p, c->node_real, &real_nodes);
+    int hosts = 0;
+    for (int w = 0; w < p; w++) {
+        c->host[w][sizeof c->host[w] - 1] = 0;
+        int seen = 0;
+        for (int v = 0; v < w && !seen; v++)
+            seen = !strcmp(c->host[v], c->host[w]);
+        hosts += !seen;
+    }
+    for (int w = 0; w < p && hosts > 1; w++)
+        snprintf(c->note[w], sizeof c->note[w], " on %s", c->host[w]);
+    oversubscription_check(c, local, set_yield);
+    MPI_Comm_free(&local);
+    if (ranks_per_node > 0) {
+        for (int w = 0; w < p; w++)
+            lead[w] = w / ranks_per_node * ranks_per_node;
+        number_nodes(lead, p, c->node, &c->be.node_count);
+    } else {
+        memcpy(c->node, c->node_real, (size_t)p * sizeof *c->node);
+        c->be.node_count = real_nodes;
+    }
     free(lead);
     return MTC_OK;
+}
+
+static const char *host_of(const comm_backend *be, int world_rank) {
+    const mpi_ctx *c = be->ctx;
+    return c->host[world_rank];
 }
 
 mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **out) {
@@ -463,7 +593,9 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
     MPI_Initialized(&inited);
     mpi_ctx *c = calloc(1, sizeof *c);
     if (!c) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory");
+    int set_yield = 0;
     if (!inited) {
+        set_yield = yield_setting_before_init();
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
             free(c);
             return mtc_error(MTC_ERR_SYSTEM, "MPI_Init_thread failed; is this an MPI launch?");
@@ -490,8 +622,10 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
     c->be.wait = &c->wait;
     c->be.shared_memory = 0;
     c->be.node_of = node_of;
+    c->be.host_of = host_of;
+    the_ctx = c;
 
-    mtc_result_t rc = nodes_init(c, opts ? opts->ranks_per_node : 0);
+    mtc_result_t rc = nodes_init(c, opts ? opts->ranks_per_node : 0, set_yield);
     MPI_Comm w = MPI_COMM_NULL;
     c->finish = MPI_COMM_NULL;
     if (rc == MTC_OK && MPI_Comm_dup(MPI_COMM_WORLD, &c->finish) != MPI_SUCCESS)
@@ -550,6 +684,11 @@ void comm_mpi_backend_finalize(comm_backend *be) {
     be->world = NULL;
     coll_mpi_fini();
     free(c->node);
+    free(c->node_real);
+    free(c->host);
+    free(c->note);
+    if (the_ctx == c) the_ctx = NULL;
+    comm_backoff_set_yield(0);
     comm_wait_rec_destroy(&c->wait);
     int own = c->own_init, fin = 0;
     free(c);

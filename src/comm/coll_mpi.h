@@ -42,6 +42,11 @@ void comm_mpi_watch_stop(void);
 void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const int *peers,
                              int npeers, char *buf, size_t len);
 
+/* " on mtc-b": the host of world rank w for reports, when the job's ranks
+ * run on more than one host; "" otherwise (backend_mpi.c; the process's one
+ * mpi backend). Valid until the backend is finalized. */
+const char *comm_mpi_host_note(int world_rank);
+
 /* Record a sticky group error from an MPI error code and return it. */
 mtc_result_t coll_mpi_error(comm_group *g, int err, const char *what, const comm_call *call);
 

@@ -85,6 +85,13 @@ const char *mtc_comm_name(mtc_comm_t comm) { return comm->name; }
 const char *mtc_comm_backend_name(mtc_comm_t comm) { return comm->be->ops->name; }
 int mtc_comm_local_size(mtc_comm_t comm) { return comm->local_size; }
 int mtc_comm_node_count(mtc_comm_t comm) { return comm->node_count; }
+int mtc_comm_node_of(mtc_comm_t comm, int r) {
+    return r >= 0 && r < comm->size ? comm->be->node_of(comm->be, comm->members[r]) : -1;
+}
+const char *mtc_comm_host_of(mtc_comm_t comm, int r) {
+    if (r < 0 || r >= comm->size || !comm->be->host_of) return NULL;
+    return comm->be->host_of(comm->be, comm->members[r]);
+}
 
 void mtc_comm_set_algo(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo) {
     if ((unsigned)coll >= MTC_COLL_COUNT || (unsigned)algo >= MTC_ALGO_COUNT) return;
@@ -342,18 +349,27 @@ mtc_result_t comm_scratch(mtc_comm_t comm, size_t bytes, void **out) {
     return MTC_OK;
 }
 
+int comm_node_split_pending(mtc_comm_t comm) { return comm->node_split_done < 0; }
+
 mtc_result_t comm_node_split(mtc_comm_t comm, mtc_comm_t *intra, mtc_comm_t *inter) {
-    if (!comm->node_split_done) {
+    if (comm->node_split_done <= 0) {
+        comm->node_split_done = -1; /* building: the splits' own all-gathers run flat */
+        mtc_comm_free(comm->intra); /* left by a split that failed half-way */
+        mtc_comm_free(comm->inter);
+        comm->intra = comm->inter = NULL;
         char name[96];
         int node = comm->be->node_of(comm->be, comm->members[comm->rank]);
         snprintf(name, sizeof name, "%s/intra-node", comm->name);
-        MTC_CHECK(mtc_comm_split(comm, node, comm->rank, name, &comm->intra));
-        live_unlink(comm->intra); /* owned (and freed) by comm */
-        snprintf(name, sizeof name, "%s/inter-node", comm->name);
-        MTC_CHECK(
-            mtc_comm_split(comm, comm->intra->rank == 0 ? 0 : -1, comm->rank, name, &comm->inter));
-        live_unlink(comm->inter);
-        comm->node_split_done = 1;
+        mtc_result_t rc = mtc_comm_split(comm, node, comm->rank, name, &comm->intra);
+        if (rc == MTC_OK) {
+            live_unlink(comm->intra); /* owned (and freed) by comm */
+            snprintf(name, sizeof name, "%s/inter-node", comm->name);
+            /* the members of local rank k of every node (k = 0: the leaders) */
+            rc = mtc_comm_split(comm, comm->intra->rank, comm->rank, name, &comm->inter);
+            live_unlink(comm->inter);
+        }
+        comm->node_split_done = rc == MTC_OK;
+        MTC_CHECK(rc);
     }
     *intra = comm->intra;
     *inter = comm->inter;

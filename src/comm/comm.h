@@ -164,6 +164,11 @@ const char *mtc_comm_backend_name(mtc_comm_t comm); /* "shm" or "mpi" */
 /* Members on this rank's node / number of nodes spanned (for hierarchical). */
 int mtc_comm_local_size(mtc_comm_t comm);
 int mtc_comm_node_count(mtc_comm_t comm);
+/* Node of member r of comm: its index among the world's nodes (numbered by
+ * their lowest world rank; shm: fake nodes of ranks_per_node threads), and
+ * its host's name (mpi: MPI_Get_processor_name; NULL on shm). */
+int mtc_comm_node_of(mtc_comm_t comm, int r);
+const char *mtc_comm_host_of(mtc_comm_t comm, int r);
 
 /* Collective over parent: ranks with the same color form a communicator,
  * ordered by (key, parent rank). color < 0 gives *out = NULL. `name` labels

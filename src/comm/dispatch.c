@@ -80,12 +80,16 @@ mtc_result_t comm_algo_run(mtc_comm_t comm, mtc_algo_t algo, const comm_op *o) {
         default: return algo_ring_all_reduce(s, r, n, dt, o->op, comm);
         }
     case MTC_COLL_REDUCE_SCATTER:
-        return algo == MTC_ALGO_DIRECT ? algo_direct_reduce_scatter(s, r, n, dt, o->op, comm)
-                                       : algo_ring_reduce_scatter(s, r, n, dt, o->op, comm);
+        switch (algo) {
+        case MTC_ALGO_DIRECT: return algo_direct_reduce_scatter(s, r, n, dt, o->op, comm);
+        case MTC_ALGO_HIER: return algo_hier_reduce_scatter(s, r, n, dt, o->op, comm);
+        default: return algo_ring_reduce_scatter(s, r, n, dt, o->op, comm);
+        }
     case MTC_COLL_ALL_GATHER:
         switch (algo) {
         case MTC_ALGO_DIRECT: return algo_direct_all_gather(s, r, n, dt, comm);
         case MTC_ALGO_RECDBL: return algo_recdbl_all_gather(s, r, n, dt, comm);
+        case MTC_ALGO_HIER: return algo_hier_all_gather(s, r, n, dt, comm);
         default: return algo_ring_all_gather(s, r, n, dt, comm);
         }
     case MTC_COLL_ALL_TO_ALL:

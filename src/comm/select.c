@@ -32,6 +32,14 @@
  * cores once); ring/tree/recdbl matter on mpi. MPI constants are not
  * measured here (defaults from shared-memory Open MPI folklore); on mpi the
  * native collective is preferred anyway.
+ * Across nodes (an mpi group whose members span nodes) every step of a flat
+ * algorithm waits for the slowest link, the network: alpha and beta become
+ * NET_ALPHA / NET_BETA, while the hierarchical algorithm pays them only on
+ * its inter-node step (one leader per node) and MPI's intra-node constants
+ * elsewhere, so it wins whenever a node holds more than one member.
+ * NET_BETA is a 10 Gbit/s link (1.25 GB/s: 8e-4 us/B); NET_ALPHA a TCP
+ * round trip between two network namespaces of this machine (veth) under
+ * load, 30-50 us (bench/multihost.sh measures both).
  * Does not: time anything at run time (the model is static). */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,6 +57,9 @@
 #define MPI_ALPHA 2.0
 #define MPI_BETA 2.5e-4
 #define OVERSUB_SYNC 40.0
+/* Between nodes (Open MPI's TCP transport; see NET_* below the model). */
+#define NET_ALPHA 40.0
+#define NET_BETA 8e-4
 
 /* Which algorithms implement which operation (on some backend). */
 static const unsigned short algo_mask[MTC_COLL_COUNT] = {
@@ -58,8 +69,8 @@ static const unsigned short algo_mask[MTC_COLL_COUNT] = {
     [MTC_COLL_REDUCE] = A(DIRECT) | A(NATIVE) | A(TREE),
     [MTC_COLL_ALL_REDUCE] =
         A(DIRECT) | A(NATIVE) | A(RING) | A(TREE) | A(RECDBL) | A(RABENSEIFNER) | A(HIER),
-    [MTC_COLL_REDUCE_SCATTER] = A(DIRECT) | A(NATIVE) | A(RING),
-    [MTC_COLL_ALL_GATHER] = A(DIRECT) | A(NATIVE) | A(RING) | A(RECDBL),
+    [MTC_COLL_REDUCE_SCATTER] = A(DIRECT) | A(NATIVE) | A(RING) | A(HIER),
+    [MTC_COLL_ALL_GATHER] = A(DIRECT) | A(NATIVE) | A(RING) | A(RECDBL) | A(HIER),
     [MTC_COLL_ALL_TO_ALL] = A(DIRECT) | A(NATIVE) | A(PAIRWISE),
     [MTC_COLL_REDUCE_SCATTER_V] = A(DIRECT) | A(RING),
     [MTC_COLL_ALL_GATHER_V] = A(DIRECT) | A(RING),
@@ -125,7 +136,10 @@ static double model_cost(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo, doub
     double L = log2ceil(n), f = (double)(n - 1) / n;
     int mpi = !comm->be->shared_memory;
     int oversub = comm->be->shared_memory && comm->be->world_size > online_cpus();
+    int spans = mpi && comm->node_count > 1; /* flat algorithms cross the network */
     double a = mpi ? MPI_ALPHA : P2P_ALPHA, b = mpi ? MPI_BETA : P2P_BETA, g = GAMMA;
+    double la = a, lb = b; /* inside a node (the hierarchical algorithm's intra steps) */
+    if (spans) a = NET_ALPHA, b = NET_BETA;
     double S = DIRECT_SYNC * (1 + 0.25 * n);
     if (oversub) a += OVERSUB_SYNC, S += OVERSUB_SYNC;
     int small = N <= SHM_SMALL;
@@ -158,8 +172,20 @@ static double model_cost(mtc_comm_t comm, mtc_coll_t coll, mtc_algo_t algo, doub
          * every rank must make the same choice */
         int nodes = comm->node_count, local = (n + nodes - 1) / nodes;
         double fl = (double)(local - 1) / local, fn = (double)(nodes - 1) / nodes;
-        return 2 * (local - 1) * a + 2 * fl * N * b + 2 * (nodes - 1) * MPI_ALPHA +
-               2 * fn * N * MPI_BETA + N * g;
+        double na = mpi ? NET_ALPHA : MPI_ALPHA, nb = mpi ? NET_BETA : MPI_BETA;
+        if (coll == MTC_COLL_ALL_REDUCE)
+            return 2 * (local - 1) * la + 2 * fl * N * lb + 2 * (nodes - 1) * na + 2 * fn * N * nb +
+                   N * g;
+        /* reduce-scatter / all-gather: N is the whole vector; inside the
+         * node it moves once whole (reduce / broadcast) and once as the
+         * node's share (broadcast / all-gather), between the leaders each
+         * sends what the other nodes own. Their extra intra-node volume
+         * makes them lose to the flat ring above a few hundred KB while the
+         * network is only ~3x slower than shared memory (the constants
+         * here); they win on the latency of small vectors (fewer network
+         * steps), e.g. the distributed optimizer's buckets. */
+        return 2 * (local - 1) * la + N * (1 + (double)local / n) * lb + (nodes - 1) * na +
+               fn * N * nb + (coll == MTC_COLL_REDUCE_SCATTER ? N * g : 0);
     }
     case MTC_ALGO_PAIRWISE: return (n - 1) * a + f * N * b;
     case MTC_ALGO_NATIVE: {

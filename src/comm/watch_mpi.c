@@ -87,9 +87,9 @@ static void check_self(void) {
     char d[240], report[600];
     comm_wait_describe(&rec, d, sizeof d);
     snprintf(report, sizeof report,
-             "rank %d is stuck: it %s, %.0f s past the deadline, in a wait that did not end by "
+             "rank %d%s is stuck: it %s, %.0f s past the deadline, in a wait that did not end by "
              "itself; aborting the MPI job",
-             W.be->world_rank, d, COMM_WATCH_GRACE_S);
+             W.be->world_rank, comm_mpi_host_note(W.be->world_rank), d, COMM_WATCH_GRACE_S);
     comm_watch_fire(MTC_ERR_TIMEOUT, report);
     MPI_Abort(MPI_COMM_WORLD, (int)MTC_ERR_TIMEOUT);
 }
@@ -229,9 +229,11 @@ static void describe_answer(const watch_answer *a, char *buf, size_t len) {
                    .op = (int)a->op,
                    .root = (int)a->root,
                    .count = (size_t)a->count};
-    char d[160], pw[40] = "its peers";
+    char d[160], pw[40 + 72] = "its peers";
     comm_call_describe(&c, d, sizeof d);
-    if (a->peer_world >= 0) snprintf(pw, sizeof pw, "world rank %d", (int)a->peer_world);
+    if (a->peer_world >= 0)
+        snprintf(pw, sizeof pw, "world rank %d%s", (int)a->peer_world,
+                 comm_mpi_host_note((int)a->peer_world));
     snprintf(buf, len, "%s in %s of %.63s (seq %lld) for %s",
              a->state == ANS_WAITING ? "waits" : "timed out", d, a->name, (long long)a->seq, pw);
 }
@@ -263,11 +265,13 @@ void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const i
     ask(world, npeers, ans, got);
     int next = -1; /* a blocked peer's peer: where the chain of waits goes on */
     for (int i = 0; i < npeers; i++) {
-        char who[48], d[320];
+        char d[320];
+        char who[48 + 72];
         if (world[i] == peers[i])
-            snprintf(who, sizeof who, "rank %d", peers[i]);
+            snprintf(who, sizeof who, "rank %d%s", peers[i], comm_mpi_host_note(world[i]));
         else
-            snprintf(who, sizeof who, "rank %d (world %d)", peers[i], world[i]);
+            snprintf(who, sizeof who, "rank %d (world %d)%s", peers[i], world[i],
+                     comm_mpi_host_note(world[i]));
         const watch_answer *a = &ans[i];
         if (got[i] && is_blocked(a)) {
             int same = mine && mine->group_name && (uint64_t)a->seq == mine->seq &&
@@ -302,10 +306,11 @@ void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const i
             continue;
         }
         const char *why = cause_of(&a, ok);
+        const char *on = comm_mpi_host_note(next);
         if (why)
             append(buf, len,
-                   "; the chain of waits ends at world rank %d, which %s: it is the cause", next,
-                   why);
+                   "; the chain of waits ends at world rank %d, which%s%s%s %s: it is the cause",
+                   next, on[0] ? " is" : "", on, on[0] ? " and" : "", why);
         break;
     }
     free(ans);

@@ -131,13 +131,24 @@ void comm_wait_describe(const comm_wait_rec *w, char *buf, size_t len) {
 
 /* ---- back-off ------------------------------------------------------------------------ */
 
+static atomic_int yield_at_once;
+
+void comm_backoff_set_yield(int on) {
+    atomic_store_explicit(&yield_at_once, on != 0, memory_order_relaxed);
+}
+
 void comm_backoff_pause(comm_backoff *b) {
     if (b->nap_ns == 0) {
+        /* oversubscribed: every poll that found nothing gives the core away */
+        int give = atomic_load_explicit(&yield_at_once, memory_order_relaxed);
         /* read the clock every 16 polls: the spin stays a spin */
-        if ((++b->it & 15) != 0) return;
+        if ((++b->it & 15) != 0) {
+            if (give) sched_yield();
+            return;
+        }
         uint64_t now = mtc_time_ns();
         if (!b->t0) b->t0 = now;
-        if (now - b->t0 < COMM_SPIN_NS) return;
+        if (now - b->t0 < COMM_SPIN_NS && !give) return;
         if (now - b->t0 < b->busy_ns) {
             sched_yield();
             return;

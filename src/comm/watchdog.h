@@ -81,6 +81,11 @@ static inline void comm_backoff_init(comm_backoff *b, size_t bytes) {
     b->busy_ns = COMM_BUSY_NS + (uint64_t)bytes * COMM_BUSY_NS_PER_BYTE;
 }
 void comm_backoff_pause(comm_backoff *b);
+/* Process-wide: 1 when this process shares its cores with more ranks than
+ * there are cores (mpi backend, oversubscription_check): the spin phase is
+ * skipped and waits yield the core from the first poll, so the rank holding
+ * the core can run the work being waited for. */
+void comm_backoff_set_yield(int on);
 
 /* ---- the end of the line --------------------------------------------------- */
 

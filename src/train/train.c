@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -199,6 +200,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             mtc_comm_backend_name(mtc_grid_comm(x->grid, MTC_GROUP_TP, 0)), world,
             nn_pool_size(x->pool), model->tp.sequence_parallel ? "on" : "off",
             c->overlap_grad_reduce ? "on" : "off", bucket);
+    train_print_nodes(x, out);
     if (c->use_distributed_optimizer)
         fprintf(out,
                 "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap "
@@ -496,8 +498,17 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
         c->backend == MTC_BACKEND_MPI || (c->backend == MTC_BACKEND_AUTO && mtc_launched_by_mpi());
     int world = c->world_size > 0 ? c->world_size : 1;
     if (!mpi) MTC_CHECK(mtc_train_validate_layout(c, world));
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int ranks_here = mpi ? 1 : world; /* mpi: refined below from the node map is not needed */
+    /* the cores this process may use, shared by the ranks on this node
+     * (mpi: the launcher's local size; more threads than cores would only
+     * take turns) */
+    cpu_set_t mask;
+    int cores = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask)
+                                                              : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    mtc_launcher_env lenv = {0};
+    int ranks_here =
+        !mpi
+            ? world
+            : (mtc_launcher_detect(&lenv) == MTC_OK && lenv.local_world > 0 ? lenv.local_world : 1);
     int threads = c->threads > 0 ? c->threads : cores / ranks_here;
     if (threads < 1) threads = 1;
     /* MFU: the cached machine peak shared by the ranks on this machine */

@@ -103,6 +103,10 @@ typedef struct {
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
 static inline int train_tp_rank(const train_rank *x) { return mtc_grid_coords(x->grid)->tp; }
 
+/* train_nodes.c: the banner's node map, the groups that cross nodes and a
+ * warning when TP does (mpi only; nothing for thread-ranks). */
+void train_print_nodes(const train_rank *x, FILE *out);
+
 /* train_setup.c */
 /* out: the last rank's log (NULL elsewhere). */
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out);

@@ -16,6 +16,8 @@
  * shm: one mtc_launch per world size (1..8 rank-threads; fake nodes so the
  * hierarchical algorithm has two levels). Under mpirun (tests/mpi) the same
  * matrix runs on sub-communicators of sizes 1..N of the MPI world.
+ * With MTC_TEST_NODES=N (tests/multihost: ranks on N real hosts) the nodes
+ * are the MPI library's, and the world must span exactly N of them.
  * Reduced mode (MTC_TEST_QUICK=1, or a sanitizer build): fewer sizes and
  * dtype/op pairs, no ~1M case. */
 #include <stdatomic.h>
@@ -375,12 +377,13 @@ static const struct {
      case_reduce_scatter,
      1,
      1,
-     {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
+     {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_HIER, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
     {MTC_COLL_ALL_GATHER,
      case_all_gather,
      0,
      1,
-     {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_RECDBL, MTC_ALGO_DIRECT, MTC_ALGO_NATIVE}},
+     {MTC_ALGO_AUTO, MTC_ALGO_RING, MTC_ALGO_RECDBL, MTC_ALGO_HIER, MTC_ALGO_DIRECT,
+      MTC_ALGO_NATIVE}},
     {MTC_COLL_BROADCAST,
      case_broadcast,
      0,
@@ -571,6 +574,12 @@ static mtc_result_t shm_rank(mtc_comm_t world, void *arg) {
 /* Under mpirun: the matrix on the first k ranks, for k = 1..N. */
 static mtc_result_t mpi_rank(mtc_comm_t world, void *arg) {
     int n = mtc_comm_size(world), r = mtc_comm_rank(world);
+    const char *nodes = getenv("MTC_TEST_NODES");
+    if (nodes && nodes[0])
+        T_CHECKF(mtc_comm_node_count(world) == atoi(nodes),
+                 "rank %d (host %s): the world spans %d node(s), MTC_TEST_NODES says %s", r,
+                 mtc_comm_host_of(world, r) ? mtc_comm_host_of(world, r) : "?",
+                 mtc_comm_node_count(world), nodes);
     for (int k = 1; k <= n; k++) {
         mtc_comm_t c = NULL, chk = NULL;
         MTC_CHECK(mtc_comm_split(world, r < k ? 0 : -1, r, "MATRIX", &c));
@@ -592,7 +601,9 @@ int main(void) {
     double t0 = mtc_time_s();
     if (mtc_launched_by_mpi()) {
         o.backend = MTC_BACKEND_MPI;
-        o.ranks_per_node = 2; /* fake nodes, so hier has two levels on one machine */
+        /* fake nodes, so hier has two levels on one machine; real ones across hosts */
+        const char *nodes = getenv("MTC_TEST_NODES");
+        o.ranks_per_node = nodes && nodes[0] ? 0 : 2;
         rc = mtc_launch(&o, mpi_rank, &cfg);
         T_CHECKF(rc == MTC_OK, "mpi launch: %s: %s", mtc_result_name(rc), mtc_error_detail());
     } else {
