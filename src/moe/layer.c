@@ -1,0 +1,378 @@
+/* moe/layer.c - one MoE layer on one rank's tokens: router, capacity,
+ * losses, the permutation to expert-major order, the experts as grouped
+ * GEMMs, and the unpermute; see moe.h.
+ *
+ * Grouped GEMM: one nn_pool_run per projection covers every local expert;
+ * a task is (expert, block of 32 output rows) and calls single-threaded
+ * cblas_sgemm on it, so each element is computed by one call of a shape
+ * that depends only on the routing: the result does not depend on the
+ * number of threads. An expert with no rows has no task (no empty GEMM).
+ *
+ * Scratch (moe_scratch_floats): [xp (M, C) | y (M, C) | dx (M, C) |
+ * z (M, F) | dz (M, F) | dh (M, F1) | dlogits (N, E) | s (N, E) |
+ * dprobs (N, k) | tmp (2 N k) | prow (M)].
+ * Limitations: the experts are all local (no dispatcher communication). */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "moe/moe.h"
+#include "nn/llama.h"
+
+#define MOE_BLOCK 32
+
+static int f1_of(const moe_dims *d) { return d->swiglu ? 2 * d->F : d->F; }
+
+int moe_max_rows(const mtc_moe_config *m, int N, int E) {
+    int nk = N * mtc_moe_topk(m);
+    if (!m->pad_to_capacity) return nk;
+    int cap = moe_capacity(m, N, E);
+    int rows = E * (cap > N ? N : cap);
+    return rows > nk ? rows : nk;
+}
+
+static size_t al(size_t n) { return (n + 15) & ~(size_t)15; }
+
+size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
+    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    return al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) + al(M * d->F) +
+           al(NE);
+}
+
+void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
+    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    float *p = base;
+    a->logits = p, p += al(NE);
+    a->sel = (int *)p, p += al(Nk);
+    a->probs = p, p += al(Nk);
+    a->kept = (int *)p, p += al(Nk);
+    a->counts = (int *)p, p += al((size_t)d->E);
+    a->perm_tok = (int *)p, p += al(M);
+    a->perm_sel = (int *)p, p += al(M);
+    a->fch = p, p += al(M * f1_of(d));
+    a->fchg = p, p += al(M * d->F);
+    a->aux_cnt = p;
+    a->M = a->N = 0;
+}
+
+size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
+    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    return 3 * al(M * d->C) + 2 * al(M * d->F) + al(M * f1_of(d)) + 2 * al(NE) + al(Nk) +
+           al(2 * Nk) + al(M);
+}
+
+mtc_result_t moe_stats_init(moe_stats *s, int E) {
+    memset(s, 0, sizeof *s);
+    MTC_CHECK(mtc_mem_calloc((size_t)E, sizeof(double), (void **)&s->tokens));
+    MTC_CHECK(mtc_mem_calloc((size_t)E, sizeof(float), (void **)&s->bias_counts));
+    MTC_CHECK(mtc_mem_calloc((size_t)E, sizeof(double), (void **)&s->ga_counts));
+    return MTC_OK;
+}
+
+void moe_stats_free(moe_stats *s) {
+    if (!s) return;
+    free(s->tokens);
+    free(s->bias_counts);
+    free(s->ga_counts);
+    memset(s, 0, sizeof *s);
+}
+
+void moe_stats_reset(moe_stats *s, int E) {
+    s->lb_loss = s->z_loss = s->dropped = s->assigned = 0;
+    s->nmb = s->ga_steps = 0;
+    memset(s->tokens, 0, (size_t)E * sizeof(double));
+    memset(s->bias_counts, 0, (size_t)E * sizeof(float));
+    memset(s->ga_counts, 0, (size_t)E * sizeof(double));
+}
+
+/* ---- grouped GEMM ------------------------------------------------------------------- */
+
+typedef enum { GG_FWD = 0, GG_DATA, GG_WEIGHT } gg_mode;
+
+typedef struct {
+    gg_mode mode;
+    int E, IN, OUT;
+    const int *counts; /* (E) rows per expert */
+    const float *x;    /* FWD: in (M, IN); DATA: dout (M, OUT); WEIGHT: dout (M, OUT) */
+    const float *x2;   /* WEIGHT: in (M, IN) */
+    float *const *w;   /* [E] (OUT, IN): FWD/DATA read, WEIGHT accumulates */
+    float *const *b;   /* FWD: [E] (OUT) bias or NULL */
+    const float *rs;   /* FWD: (M) bias row scale or NULL (1) */
+    float *y;          /* FWD: (M, OUT); DATA: (M, IN) */
+} gg_job;
+
+/* Task i -> (expert, first row of its block) */
+static int gg_locate(const gg_job *j, int i, int *e_out, int *r0_out, int *row_off) {
+    int off = 0;
+    for (int e = 0; e < j->E; e++) {
+        int c = j->counts[e];
+        int span = j->mode == GG_WEIGHT ? (c ? j->OUT : 0) : c;
+        int nb = (span + MOE_BLOCK - 1) / MOE_BLOCK;
+        if (i < nb) {
+            *e_out = e, *r0_out = i * MOE_BLOCK, *row_off = off;
+            return span;
+        }
+        i -= nb;
+        off += c;
+    }
+    return -1;
+}
+
+static void gg_task(int i, void *arg) {
+    const gg_job *j = arg;
+    int e, r0, off;
+    int span = gg_locate(j, i, &e, &r0, &off);
+    if (span < 0) return;
+    int nr = span - r0 < MOE_BLOCK ? span - r0 : MOE_BLOCK, c = j->counts[e];
+    const float *w = j->w[e];
+    if (j->mode == GG_FWD) {
+        float *y = j->y + (size_t)(off + r0) * j->OUT;
+        const float *b = j->b ? j->b[e] : NULL;
+        for (int r = 0; r < nr; r++) {
+            float s = j->rs ? j->rs[off + r0 + r] : 1.0f;
+            for (int o = 0; o < j->OUT; o++)
+                y[(size_t)r * j->OUT + o] = b ? b[o] * s : 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, j->OUT, j->IN, 1.0f,
+                    j->x + (size_t)(off + r0) * j->IN, j->IN, w, j->IN, 1.0f, y, j->OUT);
+    } else if (j->mode == GG_DATA) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, j->IN, j->OUT, 1.0f,
+                    j->x + (size_t)(off + r0) * j->OUT, j->OUT, w, j->IN, 0.0f,
+                    j->y + (size_t)(off + r0) * j->IN, j->IN);
+    } else { /* dW[r0 : r0 + nr] += dout_e[:, r0 : r0 + nr]^T in_e */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, j->IN, c, 1.0f,
+                    j->x + (size_t)off * j->OUT + r0, j->OUT, j->x2 + (size_t)off * j->IN, j->IN,
+                    1.0f, j->w[e] + (size_t)r0 * j->IN, j->IN);
+    }
+}
+
+static void gg_run(nn_pool *pool, gg_job *j) {
+    int n = 0;
+    for (int e = 0; e < j->E; e++) {
+        int c = j->counts[e];
+        int span = j->mode == GG_WEIGHT ? (c ? j->OUT : 0) : c;
+        n += (span + MOE_BLOCK - 1) / MOE_BLOCK;
+    }
+    if (n) nn_pool_run(pool, n, gg_task, j);
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+typedef struct {
+    float *xp, *y, *dx, *z, *dz, *dh, *dlogits, *s, *dprobs, *prow;
+    void *tmp;
+} moe_scratch;
+
+static moe_scratch carve(float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
+    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    moe_scratch s;
+    float *p = base;
+    s.xp = p, p += al(M * d->C);
+    s.y = p, p += al(M * d->C);
+    s.dx = p, p += al(M * d->C);
+    s.z = p, p += al(M * d->F);
+    s.dz = p, p += al(M * d->F);
+    s.dh = p, p += al(M * f1_of(d));
+    s.dlogits = p, p += al(NE);
+    s.s = p, p += al(NE);
+    s.dprobs = p, p += al(Nk);
+    s.tmp = p, p += al(2 * Nk);
+    s.prow = p;
+    return s;
+}
+
+/* Expert-major rows: per expert, its kept tokens (and, with padding to
+ * capacity, the first other tokens up to cap) in token order. */
+static int build_perm(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int N) {
+    int k = d->k, cap = moe_capacity(m, N, d->E), M = 0;
+    int target = !m->pad_to_capacity ? -1 : cap > N ? N : cap;
+    for (int e = 0; e < d->E; e++) {
+        int routed = 0;
+        for (int i = 0; i < N * k; i++)
+            routed += a->sel[i] == e && a->kept[i];
+        int pad = target >= 0 ? target - routed : 0, c = 0;
+        for (int n = 0; n < N; n++) {
+            int slot = -1;
+            for (int j = 0; j < k; j++)
+                if (a->sel[n * k + j] == e && a->kept[n * k + j]) slot = n * k + j;
+            if (slot < 0 && pad <= 0) continue;
+            if (slot < 0) pad--;
+            a->perm_tok[M] = n, a->perm_sel[M] = slot, M++, c++;
+        }
+        a->counts[e] = c;
+    }
+    return M;
+}
+
+static void gather_rows(float *dst, const float *src, const int *tok, int M, int C) {
+    for (int r = 0; r < M; r++)
+        memcpy(dst + (size_t)r * C, src + (size_t)tok[r] * C, (size_t)C * sizeof(float));
+}
+
+/* Aux-loss counts for this microbatch (the group's all-reduce included)
+ * and the token total T they are over; 0 when there is no aux loss. */
+static mtc_result_t aux_prepare(moe_acts *a, moe_stats *st, float *s, const mtc_moe_config *m,
+                                const moe_dims *d, int N, const moe_pass *pass) {
+    a->aux_groups = 0;
+    if (!pass->train || m->lb == MOE_LB_NONE || !(m->aux_coeff > 0)) return MTC_OK;
+    int B = m->lb == MOE_LB_SEQ_AUX ? (pass->seq_B > 0 ? pass->seq_B : 1) : 0;
+    moe_aux_scores(s, a->aux_cnt, a->logits, m, N, d->E, B);
+    int gsize = pass->tpcp ? mtc_comm_size(pass->tpcp) : 1;
+    size_t nc = (size_t)(B ? B : 1) * d->E;
+    /* comm: all-reduce(TP x CP) of the counts (global_aux_loss: TP x DP x CP, the caller's group)
+     */
+    if (pass->tpcp)
+        MTC_CHECK(
+            mtc_all_reduce(a->aux_cnt, a->aux_cnt, nc, MTC_DTYPE_F32, MTC_OP_SUM, pass->tpcp));
+    a->aux_groups = B ? B : 1;
+    a->aux_total = (double)(B ? N / B : N) * gsize;
+    if (m->lb == MOE_LB_GLOBAL_AUX && st) { /* counts averaged over the step's microbatches */
+        if (pass->record) {
+            for (int e = 0; e < d->E; e++)
+                st->ga_counts[e] += a->aux_cnt[e];
+            st->ga_steps++;
+        }
+        int steps = st->ga_steps > 0 ? st->ga_steps : 1;
+        for (int e = 0; e < d->E; e++)
+            a->aux_cnt[e] = (float)(st->ga_counts[e] / steps);
+    }
+    return MTC_OK;
+}
+
+mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const float *in,
+                               const moe_weights *w, const mtc_moe_config *m, const moe_dims *d,
+                               int N, const moe_pass *pass, float *scratch) {
+    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d);
+    moe_scratch s = carve(scratch, m, d, N);
+    nn_pool *pool = pass->pool;
+    a->N = N;
+    nn_linear_forward(pool, a->logits, in, w->router, NULL, N, C, E);
+    if (pass->train && m->z_coeff > 0 && pass->record && st)
+        st->z_loss += moe_z_loss(a->logits, 1.0f, N, E);
+    moe_router_topk(a->sel, a->probs, a->logits, w->expert_bias, m, N, E);
+    moe_router_capacity(a->kept, a->probs, a->sel, m, N, E, s.tmp);
+    MTC_CHECK(aux_prepare(a, st, s.s, m, d, N, pass));
+    if (a->aux_groups && pass->record && st)
+        st->lb_loss +=
+            moe_aux_loss(s.s, a->aux_cnt, a->aux_total, a->aux_groups, m, N, E) / m->aux_coeff;
+    int M = a->M = build_perm(a, m, d, N);
+    if (pass->train && pass->record && st) {
+        st->nmb++;
+        for (int e = 0; e < E; e++)
+            st->bias_counts[e] += (float)a->counts[e];
+        for (int i = 0; i < N * k; i++) {
+            st->assigned += 1;
+            if (a->kept[i])
+                st->tokens[a->sel[i]] += 1;
+            else
+                st->dropped += 1;
+        }
+    }
+    for (int r = 0; r < M; r++)
+        s.prow[r] = a->perm_sel[r] >= 0 ? a->probs[a->perm_sel[r]] : 0.0f;
+    gather_rows(s.xp, in, a->perm_tok, M, C);
+    gg_job j1 = {GG_FWD, E,     C, F1, a->counts, s.xp, NULL, w->fc1w, d->bias ? w->fc1b : NULL,
+                 NULL,   a->fch};
+    gg_run(pool, &j1);
+    if (d->swiglu)
+        nn_swiglu_forward(pool, a->fchg, a->fch, M, F);
+    else
+        nn_gelu_forward(pool, a->fchg, a->fch, (size_t)M * F);
+    for (int r = 0; r < M; r++) /* probs multiply after the activation */
+        for (int f = 0; f < F; f++)
+            s.z[(size_t)r * F + f] = a->fchg[(size_t)r * F + f] * s.prow[r];
+    gg_job j2 = {GG_FWD, E,  F, C, a->counts, s.z, NULL, w->fc2w, d->bias ? w->fc2b : NULL,
+                 s.prow, s.y};
+    gg_run(pool, &j2);
+    memset(out, 0, (size_t)N * C * sizeof(float));
+    for (int r = 0; r < M; r++) { /* unpermute: each token's outputs summed in expert order */
+        float *o = out + (size_t)a->perm_tok[r] * C;
+        const float *y = s.y + (size_t)r * C;
+        for (int c = 0; c < C; c++)
+            o[c] += y[c];
+    }
+    return MTC_OK;
+}
+
+/* ---- backward ----------------------------------------------------------------------- */
+
+mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *dout,
+                                const moe_acts *a, const float *in, const moe_weights *w,
+                                const mtc_moe_config *m, const moe_dims *d, const moe_pass *pass,
+                                float *scratch) {
+    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), N = a->N, M = a->M;
+    moe_scratch s = carve(scratch, m, d, N);
+    nn_pool *pool = pass->pool;
+    for (int r = 0; r < M; r++)
+        s.prow[r] = a->perm_sel[r] >= 0 ? a->probs[a->perm_sel[r]] : 0.0f;
+    gather_rows(s.y, dout, a->perm_tok, M, C); /* dy of each permuted row */
+    for (int r = 0; r < M; r++)
+        for (int f = 0; f < F; f++)
+            s.z[(size_t)r * F + f] = a->fchg[(size_t)r * F + f] * s.prow[r];
+    /* fc2: dz = dy W2; dW2 += dy^T z; db2 += sum prob * dy */
+    gg_job jd = {GG_DATA, E, F, C, a->counts, s.y, NULL, w->fc2w, NULL, NULL, s.dz};
+    gg_run(pool, &jd);
+    gg_job jw = {GG_WEIGHT, E, F, C, a->counts, s.y, s.z, dw->fc2w, NULL, NULL, NULL};
+    gg_run(pool, &jw);
+    memset(s.dprobs, 0, (size_t)N * k * sizeof(float));
+    for (int e = 0, r0 = 0; e < E; r0 += a->counts[e], e++)
+        for (int r = r0; r < r0 + a->counts[e]; r++) {
+            const float *dy = s.y + (size_t)r * C;
+            double dp = 0;
+            for (int f = 0; f < F; f++)
+                dp += (double)s.dz[(size_t)r * F + f] * a->fchg[(size_t)r * F + f];
+            if (d->bias && w->fc2b[e]) {
+                for (int c = 0; c < C; c++)
+                    dp += (double)dy[c] * w->fc2b[e][c];
+                for (int c = 0; c < C; c++)
+                    dw->fc2b[e][c] += s.prow[r] * dy[c];
+            }
+            if (a->perm_sel[r] >= 0 && a->kept[a->perm_sel[r]])
+                s.dprobs[a->perm_sel[r]] = (float)dp;
+            for (int f = 0; f < F; f++)
+                s.dz[(size_t)r * F + f] *= s.prow[r];
+        }
+    if (d->swiglu)
+        nn_swiglu_backward(pool, s.dh, s.dz, a->fch, M, F);
+    else
+        nn_gelu_backward(pool, s.dh, a->fch, s.dz, (size_t)M * F);
+    /* fc1: dxp = dh W1; dW1 += dh^T xp; db1 += sum dh */
+    gather_rows(s.xp, in, a->perm_tok, M, C);
+    gg_job jd1 = {GG_DATA, E, C, F1, a->counts, s.dh, NULL, w->fc1w, NULL, NULL, s.dx};
+    gg_run(pool, &jd1);
+    gg_job jw1 = {GG_WEIGHT, E, C, F1, a->counts, s.dh, s.xp, dw->fc1w, NULL, NULL, NULL};
+    gg_run(pool, &jw1);
+    if (d->bias)
+        for (int e = 0, r0 = 0; e < E; r0 += a->counts[e], e++)
+            if (dw->fc1b[e])
+                for (int r = r0; r < r0 + a->counts[e]; r++)
+                    for (int f = 0; f < F1; f++)
+                        dw->fc1b[e][f] += s.dh[(size_t)r * F1 + f];
+    memset(din, 0, (size_t)N * C * sizeof(float));
+    for (int r = 0; r < M; r++) {
+        float *o = din + (size_t)a->perm_tok[r] * C;
+        const float *x = s.dx + (size_t)r * C;
+        for (int c = 0; c < C; c++)
+            o[c] += x[c];
+    }
+    /* router: d(logits) from the probabilities, the aux loss and the z-loss */
+    memset(s.dlogits, 0, (size_t)N * E * sizeof(float));
+    moe_router_topk_backward(s.dlogits, s.dprobs, a->sel, a->logits, m, N, E);
+    if (pass->train && a->aux_groups) {
+        int B = m->lb == MOE_LB_SEQ_AUX ? a->aux_groups : 0;
+        moe_aux_scores(s.s, NULL, a->logits, m, N, E, B); /* the counts are forward's */
+        moe_aux_loss_backward(s.dlogits, s.s, a->aux_cnt, a->aux_total, a->aux_groups, a->logits, m,
+                              N, E, pass->aux_scale);
+    }
+    if (pass->train && m->z_coeff > 0) {
+        int g = pass->tpcp ? mtc_comm_size(pass->tpcp) : 1;
+        moe_z_loss_backward(s.dlogits, a->logits, m->z_coeff / g, N, E, pass->aux_scale);
+    }
+    /* din += dlogits W_r; dW_r += dlogits^T in */
+    nn_sgemm(pool, 0, 0, N, C, E, 1.0f, s.dlogits, E, w->router, C, 1.0f, din, C);
+    if (dw->router) nn_sgemm(pool, 1, 0, E, C, N, 1.0f, s.dlogits, E, in, C, 1.0f, dw->router, C);
+    return MTC_OK;
+}
