@@ -222,9 +222,10 @@ typedef struct {
     float *in_total;            /* (B, T, C) SP gather buffer shared by all layers */
     float *scratch;             /* TP layer scratch (max over the layers' needs) */
     mtc_arena arena;
-    nn_pool *pool;        /* not owned */
-    moe_stats *moe_stats; /* [L] per MoE layer of the chunk (NULL: dense model) */
-    mtc_comm_t moe_tpcp;  /* the aux loss's TP x CP group (NULL: size 1) */
+    nn_pool *pool;         /* not owned */
+    moe_stats *moe_stats;  /* [L] per MoE layer of the chunk (NULL: dense model) */
+    mtc_comm_t moe_tpcp;   /* the aux and z losses' TP x CP group (NULL: size 1) */
+    mtc_comm_t moe_tpdpcp; /* global_aux_loss's TP x DP x CP group (NULL: size 1) */
 } mtc_model;
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "moe/moe.h"
+#include "moe/moe_cli.h"
 
 int mtc_moe_is_layer(const mtc_moe_config *m, int l) {
     if (!m || m->num_experts <= 0) return 0;
@@ -221,5 +222,66 @@ mtc_result_t mtc_moe_validate(const mtc_moe_config *m, int num_layers, int ffn, 
     if (m->pad_to_capacity && !(m->capacity_factor > 0))
         return mtc_error(E, "--moe-pad-expert-input-to-capacity needs "
                             "--moe-expert-capacity-factor");
+    return MTC_OK;
+}
+
+mtc_result_t moe_cli_resolve(const moe_cli_flags *f, int capacity_seen, mtc_moe_config *out) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    if (f->num_experts < 0 || f->num_experts > 4096)
+        return mtc_error(E, "num-experts=%d is outside [1, 4096]", f->num_experts);
+    out->num_experts = f->num_experts;
+    MTC_CHECK(mtc_moe_parse_layer_freq(out, f->layer_freq ? f->layer_freq : "1"));
+    if (f->topk < 1 || f->topk > 64)
+        return mtc_error(E, "moe-router-topk=%d is outside [1, 64]", f->topk);
+    out->topk = f->topk, out->ffn_hidden_size = f->ffn;
+    if (!strcmp(f->score, "softmax"))
+        out->score = MOE_SCORE_SOFTMAX;
+    else if (!strcmp(f->score, "sigmoid"))
+        out->score = MOE_SCORE_SIGMOID;
+    else
+        return mtc_error(E, "moe-router-score-function=%s is unknown (use softmax or sigmoid)",
+                         f->score);
+    static const char *lbs[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
+    int lb = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(f->lb, lbs[i])) lb = i;
+    if (lb < 0)
+        return mtc_error(E,
+                         "moe-router-load-balancing-type=%s is unknown (use aux_loss, "
+                         "seq_aux_loss, global_aux_loss or none; sinkhorn is not implemented)",
+                         f->lb);
+    out->lb = (moe_lb_type)lb;
+    if (!strcmp(f->drop, "probs"))
+        out->drop = MOE_DROP_PROBS;
+    else if (!strcmp(f->drop, "position"))
+        out->drop = MOE_DROP_POSITION;
+    else
+        return mtc_error(E, "moe-token-drop-policy=%s is unknown (use probs or position)", f->drop);
+    if (!strcmp(f->dispatcher, "allgather"))
+        out->dispatcher = MOE_DISPATCH_ALLGATHER;
+    else if (!strcmp(f->dispatcher, "alltoall"))
+        out->dispatcher = MOE_DISPATCH_ALLTOALL;
+    else
+        return mtc_error(E,
+                         "moe-token-dispatcher-type=%s is unknown (use allgather or alltoall; flex "
+                         "needs DeepEP GPUs)",
+                         f->dispatcher);
+    if (capacity_seen && !(f->capacity > 0 && f->capacity < 1e6))
+        return mtc_error(E, "moe-expert-capacity-factor=%g must be > 0 (omit it for dropless)",
+                         f->capacity);
+    if (!(f->scaling >= 0 && f->scaling < 1e6))
+        return mtc_error(E, "moe-router-topk-scaling-factor=%g must be > 0", f->scaling);
+    if (!(f->aux >= 0 && f->aux < 1e6))
+        return mtc_error(E, "moe-aux-loss-coeff=%g must be >= 0", f->aux);
+    if (!(f->z >= 0 && f->z < 1e6)) return mtc_error(E, "moe-z-loss-coeff=%g must be >= 0", f->z);
+    if (!(f->bias_rate >= 0 && f->bias_rate < 1))
+        return mtc_error(E, "moe-router-bias-update-rate=%g must be in [0, 1)", f->bias_rate);
+    out->pre_softmax = f->pre_softmax, out->topk_scaling = (float)f->scaling;
+    out->num_groups = f->num_groups, out->group_topk = f->group_topk;
+    out->expert_bias = f->expert_bias, out->bias_update_rate = (float)f->bias_rate;
+    out->aux_coeff = (float)f->aux, out->z_coeff = (float)f->z;
+    out->capacity_factor = capacity_seen ? (float)f->capacity : 0.0f;
+    out->pad_to_capacity = f->pad, out->shared_ffn = f->shared;
     return MTC_OK;
 }

@@ -38,13 +38,14 @@ static size_t al(size_t n) { return (n + 15) & ~(size_t)15; }
 
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
-    return al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) + al(M * d->F) +
-           al(NE);
+    return 16 + al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) +
+           al(M * d->F) + al(NE);
 }
 
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
     float *p = base;
+    a->h = (moe_acts_hdr *)p, p += 16;
     a->logits = p, p += al(NE);
     a->sel = (int *)p, p += al(Nk);
     a->probs = p, p += al(Nk);
@@ -55,7 +56,6 @@ void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_
     a->fch = p, p += al(M * f1_of(d));
     a->fchg = p, p += al(M * d->F);
     a->aux_cnt = p;
-    a->M = a->N = 0;
 }
 
 size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
@@ -216,19 +216,17 @@ static void gather_rows(float *dst, const float *src, const int *tok, int M, int
  * and the token total T they are over; 0 when there is no aux loss. */
 static mtc_result_t aux_prepare(moe_acts *a, moe_stats *st, float *s, const mtc_moe_config *m,
                                 const moe_dims *d, int N, const moe_pass *pass) {
-    a->aux_groups = 0;
+    a->h->aux_groups = 0;
     if (!pass->train || m->lb == MOE_LB_NONE || !(m->aux_coeff > 0)) return MTC_OK;
     int B = m->lb == MOE_LB_SEQ_AUX ? (pass->seq_B > 0 ? pass->seq_B : 1) : 0;
     moe_aux_scores(s, a->aux_cnt, a->logits, m, N, d->E, B);
-    int gsize = pass->tpcp ? mtc_comm_size(pass->tpcp) : 1;
+    mtc_comm_t g = m->lb == MOE_LB_GLOBAL_AUX ? pass->tpdpcp : pass->tpcp;
+    int gsize = g ? mtc_comm_size(g) : 1;
     size_t nc = (size_t)(B ? B : 1) * d->E;
-    /* comm: all-reduce(TP x CP) of the counts (global_aux_loss: TP x DP x CP, the caller's group)
-     */
-    if (pass->tpcp)
-        MTC_CHECK(
-            mtc_all_reduce(a->aux_cnt, a->aux_cnt, nc, MTC_DTYPE_F32, MTC_OP_SUM, pass->tpcp));
-    a->aux_groups = B ? B : 1;
-    a->aux_total = (double)(B ? N / B : N) * gsize;
+    /* comm: all-reduce(TP x CP) of the counts (global_aux_loss: TP x DP x CP) */
+    if (g) MTC_CHECK(mtc_all_reduce(a->aux_cnt, a->aux_cnt, nc, MTC_DTYPE_F32, MTC_OP_SUM, g));
+    a->h->aux_groups = B ? B : 1;
+    a->h->aux_total = (double)(B ? N / B : N) * gsize;
     if (m->lb == MOE_LB_GLOBAL_AUX && st) { /* counts averaged over the step's microbatches */
         if (pass->record) {
             for (int e = 0; e < d->E; e++)
@@ -248,17 +246,17 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
     int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d);
     moe_scratch s = carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
-    a->N = N;
+    a->h->N = N;
     nn_linear_forward(pool, a->logits, in, w->router, NULL, N, C, E);
     if (pass->train && m->z_coeff > 0 && pass->record && st)
         st->z_loss += moe_z_loss(a->logits, 1.0f, N, E);
     moe_router_topk(a->sel, a->probs, a->logits, w->expert_bias, m, N, E);
     moe_router_capacity(a->kept, a->probs, a->sel, m, N, E, s.tmp);
     MTC_CHECK(aux_prepare(a, st, s.s, m, d, N, pass));
-    if (a->aux_groups && pass->record && st)
-        st->lb_loss +=
-            moe_aux_loss(s.s, a->aux_cnt, a->aux_total, a->aux_groups, m, N, E) / m->aux_coeff;
-    int M = a->M = build_perm(a, m, d, N);
+    if (a->h->aux_groups && pass->record && st)
+        st->lb_loss += moe_aux_loss(s.s, a->aux_cnt, a->h->aux_total, a->h->aux_groups, m, N, E) /
+                       m->aux_coeff;
+    int M = a->h->M = build_perm(a, m, d, N);
     if (pass->train && pass->record && st) {
         st->nmb++;
         for (int e = 0; e < E; e++)
@@ -303,7 +301,7 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
                                 const moe_acts *a, const float *in, const moe_weights *w,
                                 const mtc_moe_config *m, const moe_dims *d, const moe_pass *pass,
                                 float *scratch) {
-    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), N = a->N, M = a->M;
+    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), N = a->h->N, M = a->h->M;
     moe_scratch s = carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
     for (int r = 0; r < M; r++)
@@ -361,11 +359,11 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
     /* router: d(logits) from the probabilities, the aux loss and the z-loss */
     memset(s.dlogits, 0, (size_t)N * E * sizeof(float));
     moe_router_topk_backward(s.dlogits, s.dprobs, a->sel, a->logits, m, N, E);
-    if (pass->train && a->aux_groups) {
-        int B = m->lb == MOE_LB_SEQ_AUX ? a->aux_groups : 0;
+    if (pass->train && a->h->aux_groups) {
+        int B = m->lb == MOE_LB_SEQ_AUX ? a->h->aux_groups : 0;
         moe_aux_scores(s.s, NULL, a->logits, m, N, E, B); /* the counts are forward's */
-        moe_aux_loss_backward(s.dlogits, s.s, a->aux_cnt, a->aux_total, a->aux_groups, a->logits, m,
-                              N, E, pass->aux_scale);
+        moe_aux_loss_backward(s.dlogits, s.s, a->aux_cnt, a->h->aux_total, a->h->aux_groups,
+                              a->logits, m, N, E, pass->aux_scale);
     }
     if (pass->train && m->z_coeff > 0) {
         int g = pass->tpcp ? mtc_comm_size(pass->tpcp) : 1;

@@ -98,23 +98,30 @@ typedef struct {
     float **fc2b;       /* [E] (C) or NULL entries */
 } moe_weights;
 
+/* The scalars of one forward, kept in the activation memory itself (a
+ * moe_acts is a view, rebuilt by whoever binds it again for backward). */
+typedef struct {
+    int M;          /* permuted rows */
+    int N;          /* tokens */
+    int aux_groups; /* 0: no aux loss; else 1, or the sequences of seq_aux_loss */
+    int pad_;
+    double aux_total; /* the token total T of the aux loss */
+} moe_acts_hdr;
+
 /* What one layer keeps from forward to backward (one microbatch). The
  * arrays are carved by moe_acts_bind from moe_acts_floats floats. */
 typedef struct {
-    float *logits;    /* (N, E) */
-    int *sel;         /* (N, k) chosen experts */
-    float *probs;     /* (N, k) their probabilities (0 when dropped) */
-    int *kept;        /* (N, k) 1 = processed, 0 = dropped by capacity */
-    int *counts;      /* (E) rows of each expert in the permuted order */
-    int *perm_tok;    /* (Mmax) token of each permuted row */
-    int *perm_sel;    /* (Mmax) its top-k slot n*k + j, -1 for padding rows */
-    float *fch;       /* (Mmax, F1) fc1 output */
-    float *fchg;      /* (Mmax, F) activation output (before the prob) */
-    float *aux_cnt;   /* (N, E) at most: the aux loss's counts as forward used them */
-    int aux_groups;   /* 0: no aux loss; else 1, or the sequences of seq_aux_loss */
-    double aux_total; /* the token total T of the aux loss */
-    int M;            /* permuted rows of the last forward */
-    int N;            /* tokens of the last forward */
+    moe_acts_hdr *h; /* M, N, the aux loss's groups and total */
+    float *logits;   /* (N, E) */
+    int *sel;        /* (N, k) chosen experts */
+    float *probs;    /* (N, k) their probabilities (0 when dropped) */
+    int *kept;       /* (N, k) 1 = processed, 0 = dropped by capacity */
+    int *counts;     /* (E) rows of each expert in the permuted order */
+    int *perm_tok;   /* (Mmax) token of each permuted row */
+    int *perm_sel;   /* (Mmax) its top-k slot n*k + j, -1 for padding rows */
+    float *fch;      /* (Mmax, F1) fc1 output */
+    float *fchg;     /* (Mmax, F) activation output (before the prob) */
+    float *aux_cnt;  /* (N, E) at most: the aux loss's counts as forward used them */
 } moe_acts;
 
 /* Per-layer statistics a step accumulates (train/ reads and resets them). */
@@ -132,11 +139,12 @@ typedef struct {
 
 /* How one call runs. */
 typedef struct {
-    int train;       /* the losses' gradients and the statistics */
-    int record;      /* 1: accumulate into stats (0 in a recomputation) */
-    float aux_scale; /* d(objective)/d(this microbatch's aux and z losses) */
-    int seq_B;       /* sequences in the N tokens (seq_aux_loss; rows are (B, T)) */
-    mtc_comm_t tpcp; /* group of the aux / z losses' counts (NULL: none) */
+    int train;         /* the losses' gradients and the statistics */
+    int record;        /* 1: accumulate into stats (0 in a recomputation) */
+    float aux_scale;   /* d(objective)/d(this microbatch's aux and z losses) */
+    int seq_B;         /* sequences in the N tokens (seq_aux_loss; rows are (B, T)) */
+    mtc_comm_t tpcp;   /* group of the aux / z losses' counts (NULL: none) */
+    mtc_comm_t tpdpcp; /* global_aux_loss's group (NULL: none) */
     nn_pool *pool;
 } moe_pass;
 
@@ -145,6 +153,8 @@ int moe_max_rows(const mtc_moe_config *m, int N, int E);
 /* Expert capacity of N local tokens (Megatron's get_capacity on N*k). */
 int moe_capacity(const mtc_moe_config *m, int N, int E);
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N);
+/* Binding reads nothing and writes nothing: the scalars of a forward survive a
+ * second binding of the same memory (backward binds again). */
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N);
 size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N);
 mtc_result_t moe_stats_init(moe_stats *s, int E);

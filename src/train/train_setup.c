@@ -123,6 +123,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                                        : L,
                               .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
+    train_moe_bind(x, ch->model);
     mtc_model *m = ch->model;
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
