@@ -343,12 +343,6 @@ int cli_cmd_train(int argc, char **argv) {
     if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    if (ep != 1 && moe_cfg.num_experts > 0)
-        return cli_usage_error("train",
-                               "expert-model-parallel-size=%d: mtc's MoE layers run every expert "
-                               "on every rank so far (use --ep 1; `mtc ranks --ep %d` shows the "
-                               "expert groups)",
-                               ep, ep);
     if (etp != 0 && etp != 1 && etp != tp)
         return cli_usage_error("train",
                                "expert-tensor-parallel-size=%d must be 1 or the tensor-parallel "
@@ -619,6 +613,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.no_load_optim = no_load_optim, tc.finetune = finetune;
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
+    tc.ep = ep, tc.etp = etp;
     tc.no_check_nan = !check_nan;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;

@@ -199,7 +199,8 @@ moe_dims mtc_model_moe_dims(const mtc_model *m) {
                   .k = mtc_moe_topk(&c->moe),
                   .F = mtc_model_moe_ffn(c),
                   .swiglu = c->swiglu,
-                  .bias = !c->disable_bias_linear};
+                  .bias = !c->disable_bias_linear,
+                  .ep = m->moe_ep ? mtc_comm_size(m->moe_ep) : 1};
     return d;
 }
 
@@ -361,6 +362,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->tp =
         (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool, .sequence_parallel = sequence_parallel};
     m->tp_size = tps;
+    m->moe_ep = o->ep && mtc_comm_size(o->ep) > 1 ? o->ep : NULL;
     m->tp_rank = tp_rank(m->tp.comm);
     m->T_loc = sequence_parallel ? m->T / tps : m->T;
     m->first_layer = first_layer;

@@ -226,6 +226,7 @@ typedef struct {
     moe_stats *moe_stats;  /* [L] per MoE layer of the chunk (NULL: dense model) */
     mtc_comm_t moe_tpcp;   /* the aux and z losses' TP x CP group (NULL: size 1) */
     mtc_comm_t moe_tpdpcp; /* global_aux_loss's TP x DP x CP group (NULL: size 1) */
+    mtc_comm_t moe_ep;     /* the dispatchers' EP group (NULL: size 1) */
 } mtc_model;
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
@@ -254,6 +255,8 @@ typedef struct {
     mtc_comm_t cp;               /* CONTEXT_PARALLEL_GROUP (NULL: cp 1): the chunk holds
                                     seq/cp positions, chunks r and 2cp-1-r */
     cp_comm_type cp_comm_type;   /* how its attention talks */
+    mtc_comm_t ep;               /* EXPERT_MODEL_PARALLEL_GROUP (NULL: ep 1): the MoE layers'
+                                    allgather / alltoall dispatchers run over it */
     int first_layer, last_layer; /* the chunk's layers [first, last) */
     int has_embedding, has_head; /* first / last virtual pipeline stage */
     mtc_model_layout_fn layout;  /* NULL: packed backward order */

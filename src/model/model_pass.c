@@ -127,6 +127,7 @@ static moe_pass gpt_moe_pass(const mtc_model *m, const mtc_model_pass *pass, int
                    .seq_B = B,
                    .tpcp = m->moe_tpcp,
                    .tpdpcp = m->moe_tpdpcp,
+                   .ep = m->moe_ep,
                    .pool = m->pool};
     /* global_aux_loss is over the whole data-parallel batch already: its
      * gradient is not averaged over DP again (Megatron's is, #3672) */

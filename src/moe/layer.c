@@ -36,14 +36,24 @@ int moe_max_rows(const mtc_moe_config *m, int N, int E) {
 
 static size_t al(size_t n) { return (n + 15) & ~(size_t)15; }
 
+static int ep_of(const moe_dims *d) { return d->ep > 1 ? d->ep : 1; }
+
+/* Rows the local experts can get: every EP rank's tokens, each rank's
+ * share bounded as the serial layer's. */
+static size_t rows_max(const mtc_moe_config *m, const moe_dims *d, int N) {
+    return (size_t)ep_of(d) * (size_t)moe_max_rows(m, N, d->E);
+}
+
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t Nk = P * N * d->k, Ng = P * N;
     return 16 + al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) +
-           al(M * d->F) + al(NE);
+           al(M * d->F) + al(NE) + (P > 1 ? al(Ng * d->C) : 0);
 }
 
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t Nk = P * N * d->k;
     float *p = base;
     a->h = (moe_acts_hdr *)p, p += 16;
     a->logits = p, p += al(NE);
@@ -55,13 +65,15 @@ void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_
     a->perm_sel = (int *)p, p += al(M);
     a->fch = p, p += al(M * f1_of(d));
     a->fchg = p, p += al(M * d->F);
-    a->aux_cnt = p;
+    a->aux_cnt = p, p += al(NE);
+    a->xg = P > 1 ? p : NULL;
 }
 
 size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t Nk = P * N * d->k, Ng = P * N;
     return 3 * al(M * d->C) + 2 * al(M * d->F) + al(M * f1_of(d)) + 2 * al(NE) + al(Nk) +
-           al(2 * Nk) + al(M);
+           al(2 * Nk) + al(M) + 2 * al(Ng * d->C);
 }
 
 mtc_result_t moe_stats_init(moe_stats *s, int E) {
@@ -163,11 +175,13 @@ static void gg_run(nn_pool *pool, gg_job *j) {
 
 typedef struct {
     float *xp, *y, *dx, *z, *dz, *dh, *dlogits, *s, *dprobs, *prow;
+    float *g1, *g2; /* (ep N, C) the gathered tokens' outputs / gradients */
     void *tmp;
 } moe_scratch;
 
 static moe_scratch carve(float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t M = (size_t)moe_max_rows(m, N, d->E), NE = (size_t)N * d->E, Nk = (size_t)N * d->k;
+    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t Nk = P * N * d->k, Ng = P * N;
     moe_scratch s;
     float *p = base;
     s.xp = p, p += al(M * d->C);
@@ -180,31 +194,61 @@ static moe_scratch carve(float *base, const mtc_moe_config *m, const moe_dims *d
     s.s = p, p += al(NE);
     s.dprobs = p, p += al(Nk);
     s.tmp = p, p += al(2 * Nk);
-    s.prow = p;
+    s.prow = p, p += al(M);
+    s.g1 = p, p += al(Ng * d->C);
+    s.g2 = p;
     return s;
 }
 
-/* Expert-major rows: per expert, its kept tokens (and, with padding to
- * capacity, the first other tokens up to cap) in token order. */
-static int build_perm(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int N) {
-    int k = d->k, cap = moe_capacity(m, N, d->E), M = 0;
+/* Rows of expert e from the N tokens at `base` (one EP rank's): its kept
+ * tokens and, with padding to capacity, the first other tokens up to cap,
+ * in token order; appended at perm[M...]. Returns the new M. */
+static int perm_segment(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int e, int base,
+                        int N, int M, int *count) {
+    int k = d->k, cap = moe_capacity(m, N, d->E);
     int target = !m->pad_to_capacity ? -1 : cap > N ? N : cap;
-    for (int e = 0; e < d->E; e++) {
-        int routed = 0;
-        for (int i = 0; i < N * k; i++)
-            routed += a->sel[i] == e && a->kept[i];
-        int pad = target >= 0 ? target - routed : 0, c = 0;
-        for (int n = 0; n < N; n++) {
-            int slot = -1;
-            for (int j = 0; j < k; j++)
-                if (a->sel[n * k + j] == e && a->kept[n * k + j]) slot = n * k + j;
-            if (slot < 0 && pad <= 0) continue;
-            if (slot < 0) pad--;
-            a->perm_tok[M] = n, a->perm_sel[M] = slot, M++, c++;
-        }
-        a->counts[e] = c;
+    const int *sel = a->sel + (size_t)base * k, *kept = a->kept + (size_t)base * k;
+    int routed = 0;
+    for (int i = 0; i < N * k; i++)
+        routed += sel[i] == e && kept[i];
+    int pad = target >= 0 ? target - routed : 0;
+    for (int n = 0; n < N; n++) {
+        int slot = -1;
+        for (int j = 0; j < k; j++)
+            if (sel[n * k + j] == e && kept[n * k + j]) slot = (base + n) * k + j;
+        if (slot < 0 && pad <= 0) continue;
+        if (slot < 0) pad--;
+        a->perm_tok[M] = base + n, a->perm_sel[M] = slot, M++, (*count)++;
     }
     return M;
+}
+
+/* Expert-major rows of the local experts [e0, e0 + El) over the P ranks'
+ * gathered tokens (rank-major, N each): counts[e - e0]. */
+static int build_perm(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int N, int P, int e0,
+                      int El) {
+    int M = 0;
+    for (int e = e0; e < e0 + El; e++) {
+        int c = 0;
+        for (int r = 0; r < P; r++)
+            M = perm_segment(a, m, d, e, r * N, N, M, &c);
+        a->counts[e - e0] = c;
+    }
+    return M;
+}
+
+/* Megatron's local_tokens_per_expert: the final routing map's tokens per
+ * expert over this rank's N tokens (padding included). */
+static void local_counts(float *cnt, moe_acts *a, const mtc_moe_config *m, const moe_dims *d,
+                         int base, int N) {
+    int cap = moe_capacity(m, N, d->E), target = !m->pad_to_capacity ? -1 : cap > N ? N : cap;
+    const int *sel = a->sel + (size_t)base * d->k, *kept = a->kept + (size_t)base * d->k;
+    for (int e = 0; e < d->E; e++) {
+        int routed = 0;
+        for (int i = 0; i < N * d->k; i++)
+            routed += sel[i] == e && kept[i];
+        cnt[e] += (float)(target > routed ? target : routed);
+    }
 }
 
 static void gather_rows(float *dst, const float *src, const int *tok, int M, int C) {
@@ -240,58 +284,83 @@ static mtc_result_t aux_prepare(moe_acts *a, moe_stats *st, float *s, const mtc_
     return MTC_OK;
 }
 
+/* The EP rank and group size of a call. */
+static void ep_where(const moe_pass *pass, const moe_dims *d, int *P, int *r) {
+    *P = pass->ep ? mtc_comm_size(pass->ep) : 1;
+    *r = pass->ep ? mtc_comm_rank(pass->ep) : 0;
+    MTC_ASSERT(*P == ep_of(d) && d->E % *P == 0);
+}
+
 mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const float *in,
                                const moe_weights *w, const mtc_moe_config *m, const moe_dims *d,
                                int N, const moe_pass *pass, float *scratch) {
-    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d);
+    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), P, r;
+    ep_where(pass, d, &P, &r);
+    int El = E / P, e0 = r * El, Ng = P * N;
     moe_scratch s = carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
     a->h->N = N;
+    /* routing of this rank's tokens, into its block of the gathered arrays */
+    int *sel = a->sel + (size_t)r * N * k, *kept = a->kept + (size_t)r * N * k;
+    float *probs = a->probs + (size_t)r * N * k;
     nn_linear_forward(pool, a->logits, in, w->router, NULL, N, C, E);
     if (pass->train && m->z_coeff > 0 && pass->record && st)
         st->z_loss += moe_z_loss(a->logits, 1.0f, N, E);
-    moe_router_topk(a->sel, a->probs, a->logits, w->expert_bias, m, N, E);
-    moe_router_capacity(a->kept, a->probs, a->sel, m, N, E, s.tmp);
+    moe_router_topk(sel, probs, a->logits, w->expert_bias, m, N, E);
+    moe_router_capacity(kept, probs, sel, m, N, E, s.tmp);
     MTC_CHECK(aux_prepare(a, st, s.s, m, d, N, pass));
     if (a->h->aux_groups && pass->record && st)
         st->lb_loss += moe_aux_loss(s.s, a->aux_cnt, a->h->aux_total, a->h->aux_groups, m, N, E) /
                        m->aux_coeff;
-    int M = a->h->M = build_perm(a, m, d, N);
     if (pass->train && pass->record && st) {
         st->nmb++;
-        for (int e = 0; e < E; e++)
-            st->bias_counts[e] += (float)a->counts[e];
+        local_counts(st->bias_counts, a, m, d, r * N, N);
         for (int i = 0; i < N * k; i++) {
             st->assigned += 1;
-            if (a->kept[i])
-                st->tokens[a->sel[i]] += 1;
+            if (kept[i])
+                st->tokens[sel[i]] += 1;
             else
                 st->dropped += 1;
         }
     }
-    for (int r = 0; r < M; r++)
-        s.prow[r] = a->perm_sel[r] >= 0 ? a->probs[a->perm_sel[r]] : 0.0f;
-    gather_rows(s.xp, in, a->perm_tok, M, C);
-    gg_job j1 = {GG_FWD, E,     C, F1, a->counts, s.xp, NULL, w->fc1w, d->bias ? w->fc1b : NULL,
-                 NULL,   a->fch};
+    const float *x = in;
+    if (P > 1) { /* comm: all-gather(EP) of the routing and the tokens (allgather dispatcher) */
+        MTC_CHECK(mtc_all_gather(sel, a->sel, (size_t)N * k, MTC_DTYPE_I32, pass->ep));
+        MTC_CHECK(mtc_all_gather(kept, a->kept, (size_t)N * k, MTC_DTYPE_I32, pass->ep));
+        MTC_CHECK(mtc_all_gather(probs, a->probs, (size_t)N * k, MTC_DTYPE_F32, pass->ep));
+        MTC_CHECK(mtc_all_gather(in, a->xg, (size_t)N * C, MTC_DTYPE_F32, pass->ep));
+        x = a->xg;
+    }
+    int M = a->h->M = build_perm(a, m, d, N, P, e0, El);
+    for (int q = 0; q < M; q++)
+        s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
+    gather_rows(s.xp, x, a->perm_tok, M, C);
+    gg_job j1 = {
+        GG_FWD, El,    C, F1, a->counts, s.xp, NULL, w->fc1w + e0, d->bias ? w->fc1b + e0 : NULL,
+        NULL,   a->fch};
     gg_run(pool, &j1);
     if (d->swiglu)
         nn_swiglu_forward(pool, a->fchg, a->fch, M, F);
     else
         nn_gelu_forward(pool, a->fchg, a->fch, (size_t)M * F);
-    for (int r = 0; r < M; r++) /* probs multiply after the activation */
+    for (int q = 0; q < M; q++) /* probs multiply after the activation */
         for (int f = 0; f < F; f++)
-            s.z[(size_t)r * F + f] = a->fchg[(size_t)r * F + f] * s.prow[r];
-    gg_job j2 = {GG_FWD, E,  F, C, a->counts, s.z, NULL, w->fc2w, d->bias ? w->fc2b : NULL,
-                 s.prow, s.y};
+            s.z[(size_t)q * F + f] = a->fchg[(size_t)q * F + f] * s.prow[q];
+    gg_job j2 = {
+        GG_FWD, El, F, C, a->counts, s.z, NULL, w->fc2w + e0, d->bias ? w->fc2b + e0 : NULL,
+        s.prow, s.y};
     gg_run(pool, &j2);
-    memset(out, 0, (size_t)N * C * sizeof(float));
-    for (int r = 0; r < M; r++) { /* unpermute: each token's outputs summed in expert order */
-        float *o = out + (size_t)a->perm_tok[r] * C;
-        const float *y = s.y + (size_t)r * C;
+    float *yg = P > 1 ? s.g1 : out; /* unpermute: each token's outputs summed in expert order */
+    memset(yg, 0, (size_t)Ng * C * sizeof(float));
+    for (int q = 0; q < M; q++) {
+        float *o = yg + (size_t)a->perm_tok[q] * C;
+        const float *y = s.y + (size_t)q * C;
         for (int c = 0; c < C; c++)
             o[c] += y[c];
     }
+    /* comm: reduce-scatter(EP): each rank's tokens summed over the ranks' experts */
+    if (P > 1)
+        MTC_CHECK(mtc_reduce_scatter(yg, out, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, pass->ep));
     return MTC_OK;
 }
 
@@ -301,64 +370,80 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
                                 const moe_acts *a, const float *in, const moe_weights *w,
                                 const mtc_moe_config *m, const moe_dims *d, const moe_pass *pass,
                                 float *scratch) {
-    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), N = a->h->N, M = a->h->M;
+    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), N = a->h->N, M = a->h->M, P, r;
+    ep_where(pass, d, &P, &r);
+    int El = E / P, e0 = r * El, Ng = P * N;
     moe_scratch s = carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
-    for (int r = 0; r < M; r++)
-        s.prow[r] = a->perm_sel[r] >= 0 ? a->probs[a->perm_sel[r]] : 0.0f;
-    gather_rows(s.y, dout, a->perm_tok, M, C); /* dy of each permuted row */
-    for (int r = 0; r < M; r++)
+    const float *dyg = dout, *x = P > 1 ? a->xg : in;
+    /* comm: all-gather(EP) of d(out) (the reduce-scatter's backward) */
+    if (P > 1) {
+        MTC_CHECK(mtc_all_gather(dout, s.g1, (size_t)N * C, MTC_DTYPE_F32, pass->ep));
+        dyg = s.g1;
+    }
+    for (int q = 0; q < M; q++)
+        s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
+    gather_rows(s.y, dyg, a->perm_tok, M, C); /* dy of each permuted row */
+    for (int q = 0; q < M; q++)
         for (int f = 0; f < F; f++)
-            s.z[(size_t)r * F + f] = a->fchg[(size_t)r * F + f] * s.prow[r];
+            s.z[(size_t)q * F + f] = a->fchg[(size_t)q * F + f] * s.prow[q];
     /* fc2: dz = dy W2; dW2 += dy^T z; db2 += sum prob * dy */
-    gg_job jd = {GG_DATA, E, F, C, a->counts, s.y, NULL, w->fc2w, NULL, NULL, s.dz};
+    gg_job jd = {GG_DATA, El, F, C, a->counts, s.y, NULL, w->fc2w + e0, NULL, NULL, s.dz};
     gg_run(pool, &jd);
-    gg_job jw = {GG_WEIGHT, E, F, C, a->counts, s.y, s.z, dw->fc2w, NULL, NULL, NULL};
+    gg_job jw = {GG_WEIGHT, El, F, C, a->counts, s.y, s.z, dw->fc2w + e0, NULL, NULL, NULL};
     gg_run(pool, &jw);
-    memset(s.dprobs, 0, (size_t)N * k * sizeof(float));
-    for (int e = 0, r0 = 0; e < E; r0 += a->counts[e], e++)
-        for (int r = r0; r < r0 + a->counts[e]; r++) {
-            const float *dy = s.y + (size_t)r * C;
+    memset(s.dprobs, 0, (size_t)Ng * k * sizeof(float));
+    for (int e = 0, r0 = 0; e < El; r0 += a->counts[e], e++)
+        for (int q = r0; q < r0 + a->counts[e]; q++) {
+            const float *dy = s.y + (size_t)q * C;
             double dp = 0;
             for (int f = 0; f < F; f++)
-                dp += (double)s.dz[(size_t)r * F + f] * a->fchg[(size_t)r * F + f];
-            if (d->bias && w->fc2b[e]) {
+                dp += (double)s.dz[(size_t)q * F + f] * a->fchg[(size_t)q * F + f];
+            if (d->bias && w->fc2b[e0 + e]) {
                 for (int c = 0; c < C; c++)
-                    dp += (double)dy[c] * w->fc2b[e][c];
+                    dp += (double)dy[c] * w->fc2b[e0 + e][c];
                 for (int c = 0; c < C; c++)
-                    dw->fc2b[e][c] += s.prow[r] * dy[c];
+                    dw->fc2b[e0 + e][c] += s.prow[q] * dy[c];
             }
-            if (a->perm_sel[r] >= 0 && a->kept[a->perm_sel[r]])
-                s.dprobs[a->perm_sel[r]] = (float)dp;
+            if (a->perm_sel[q] >= 0) s.dprobs[a->perm_sel[q]] = (float)dp;
             for (int f = 0; f < F; f++)
-                s.dz[(size_t)r * F + f] *= s.prow[r];
+                s.dz[(size_t)q * F + f] *= s.prow[q];
         }
     if (d->swiglu)
         nn_swiglu_backward(pool, s.dh, s.dz, a->fch, M, F);
     else
         nn_gelu_backward(pool, s.dh, a->fch, s.dz, (size_t)M * F);
     /* fc1: dxp = dh W1; dW1 += dh^T xp; db1 += sum dh */
-    gather_rows(s.xp, in, a->perm_tok, M, C);
-    gg_job jd1 = {GG_DATA, E, C, F1, a->counts, s.dh, NULL, w->fc1w, NULL, NULL, s.dx};
+    gather_rows(s.xp, x, a->perm_tok, M, C);
+    gg_job jd1 = {GG_DATA, El, C, F1, a->counts, s.dh, NULL, w->fc1w + e0, NULL, NULL, s.dx};
     gg_run(pool, &jd1);
-    gg_job jw1 = {GG_WEIGHT, E, C, F1, a->counts, s.dh, s.xp, dw->fc1w, NULL, NULL, NULL};
+    gg_job jw1 = {GG_WEIGHT, El, C, F1, a->counts, s.dh, s.xp, dw->fc1w + e0, NULL, NULL, NULL};
     gg_run(pool, &jw1);
     if (d->bias)
-        for (int e = 0, r0 = 0; e < E; r0 += a->counts[e], e++)
-            if (dw->fc1b[e])
-                for (int r = r0; r < r0 + a->counts[e]; r++)
+        for (int e = 0, r0 = 0; e < El; r0 += a->counts[e], e++)
+            if (dw->fc1b[e0 + e])
+                for (int q = r0; q < r0 + a->counts[e]; q++)
                     for (int f = 0; f < F1; f++)
-                        dw->fc1b[e][f] += s.dh[(size_t)r * F1 + f];
-    memset(din, 0, (size_t)N * C * sizeof(float));
-    for (int r = 0; r < M; r++) {
-        float *o = din + (size_t)a->perm_tok[r] * C;
-        const float *x = s.dx + (size_t)r * C;
+                        dw->fc1b[e0 + e][f] += s.dh[(size_t)q * F1 + f];
+    float *dxg = P > 1 ? s.g2 : din;
+    memset(dxg, 0, (size_t)Ng * C * sizeof(float));
+    for (int q = 0; q < M; q++) {
+        float *o = dxg + (size_t)a->perm_tok[q] * C;
+        const float *dx = s.dx + (size_t)q * C;
         for (int c = 0; c < C; c++)
-            o[c] += x[c];
+            o[c] += dx[c];
+    }
+    float *dprobs = s.dprobs;
+    if (P > 1) { /* comm: reduce-scatter(EP) of d(tokens) and d(probs) (the all-gathers') */
+        MTC_CHECK(mtc_reduce_scatter(dxg, din, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, pass->ep));
+        dprobs = s.dprobs + (size_t)r * N * k;
+        MTC_CHECK(mtc_reduce_scatter(s.dprobs, dprobs, (size_t)N * k, MTC_DTYPE_F32, MTC_OP_SUM,
+                                     pass->ep));
     }
     /* router: d(logits) from the probabilities, the aux loss and the z-loss */
+    const int *sel = a->sel + (size_t)r * N * k;
     memset(s.dlogits, 0, (size_t)N * E * sizeof(float));
-    moe_router_topk_backward(s.dlogits, s.dprobs, a->sel, a->logits, m, N, E);
+    moe_router_topk_backward(s.dlogits, dprobs, sel, a->logits, m, N, E);
     if (pass->train && a->h->aux_groups) {
         int B = m->lb == MOE_LB_SEQ_AUX ? a->h->aux_groups : 0;
         moe_aux_scores(s.s, NULL, a->logits, m, N, E, B); /* the counts are forward's */

@@ -86,6 +86,7 @@ typedef struct {
     int F;      /* expert ffn */
     int swiglu; /* fc1 has 2F rows [gate | up] */
     int bias;   /* experts have biases (GPT-2 with linear biases) */
+    int ep;     /* expert-parallel ranks (0 = 1): each owns E / ep experts */
 } moe_dims;
 
 /* Views of one layer's parameters (or of their gradients). */
@@ -113,15 +114,16 @@ typedef struct {
 typedef struct {
     moe_acts_hdr *h; /* M, N, the aux loss's groups and total */
     float *logits;   /* (N, E) */
-    int *sel;        /* (N, k) chosen experts */
-    float *probs;    /* (N, k) their probabilities (0 when dropped) */
-    int *kept;       /* (N, k) 1 = processed, 0 = dropped by capacity */
-    int *counts;     /* (E) rows of each expert in the permuted order */
+    int *sel;        /* (ep N, k) chosen experts of every EP rank's tokens (rank-major) */
+    float *probs;    /* (ep N, k) their probabilities (0 when dropped) */
+    int *kept;       /* (ep N, k) 1 = processed, 0 = dropped by capacity */
+    int *counts;     /* (E / ep) rows of each local expert in the permuted order */
     int *perm_tok;   /* (Mmax) token of each permuted row */
     int *perm_sel;   /* (Mmax) its top-k slot n*k + j, -1 for padding rows */
     float *fch;      /* (Mmax, F1) fc1 output */
     float *fchg;     /* (Mmax, F) activation output (before the prob) */
     float *aux_cnt;  /* (N, E) at most: the aux loss's counts as forward used them */
+    float *xg;       /* (ep N, C) the EP ranks' gathered tokens (NULL with ep 1) */
 } moe_acts;
 
 /* Per-layer statistics a step accumulates (train/ reads and resets them). */
@@ -145,6 +147,7 @@ typedef struct {
     int seq_B;         /* sequences in the N tokens (seq_aux_loss; rows are (B, T)) */
     mtc_comm_t tpcp;   /* group of the aux / z losses' counts (NULL: none) */
     mtc_comm_t tpdpcp; /* global_aux_loss's group (NULL: none) */
+    mtc_comm_t ep;     /* the dispatcher's EP group (NULL: all experts local); size d->ep */
     nn_pool *pool;
 } moe_pass;
 

@@ -74,11 +74,13 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     gc.tp = c->tp > 0 ? c->tp : 1;
     gc.pp = c->pp > 0 ? c->pp : 1;
     gc.cp = c->cp > 0 ? c->cp : 1;
+    gc.ep = c->ep > 0 ? c->ep : 1;
+    gc.etp = c->etp > 0 ? c->etp : 0;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
     int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
-    MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length, 0,
-                                      c->model.num_layers, vpp));
+    MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length,
+                                      c->model.moe.num_experts, c->model.num_layers, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
     if (gc.cp > 1) { /* context parallelism on top of the TP split */

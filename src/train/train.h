@@ -55,6 +55,8 @@ typedef struct {
     int cp;                    /* --context-parallel-size (0 = 1): each sequence in 2cp chunks,
                                   rank c keeping chunks c and 2cp-1-c */
     int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a */
+    int ep;                    /* --expert-model-parallel-size (0 = 1): MoE experts split */
+    int etp;                   /* --expert-tensor-parallel-size (0 = tp) */
     int recompute_full;        /* --recompute-granularity full */
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */

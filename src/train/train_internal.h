@@ -66,6 +66,7 @@ typedef struct {
     mtc_comm_t pipe, embd; /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
     mtc_comm_t intra;      /* the distributed optimizer's shard group (NULL: size 1) */
     mtc_comm_t cp;         /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
+    mtc_comm_t ep;         /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
     int dp_size, dp_rank, nmb;
     int T_cp;       /* positions per sample on this rank: seq-length / cp */
     const int *pos; /* (T_cp) their global positions (chunk 0's model owns them) */

@@ -111,6 +111,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .sequence_parallel = c->sequence_parallel,
                               .cp = x->cp,
                               .cp_comm_type = (cp_comm_type)c->cp_comm_type,
+                              .ep = x->ep,
                               .first_layer = st * L / S,
                               .last_layer = (st + 1) * L / S,
                               .has_embedding = st == 0,
@@ -219,6 +220,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     gc.tp = c->tp > 0 ? c->tp : 1;
     gc.pp = c->pp > 0 ? c->pp : 1;
     gc.cp = c->cp > 0 ? c->cp : 1;
+    gc.ep = c->ep > 0 ? c->ep : 1;
+    gc.etp = c->etp > 0 ? c->etp : 0;
     if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
@@ -228,6 +231,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->tp = NONTRIVIAL(GROUP(MTC_GROUP_TP));
     x->dp = NONTRIVIAL(GROUP(MTC_GROUP_DP_CP));
     x->cp = NONTRIVIAL(GROUP(MTC_GROUP_CP));
+    x->ep = NONTRIVIAL(GROUP(MTC_GROUP_EP));
     x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));

@@ -86,7 +86,8 @@ static void layer_setup(layer *L, const char *c) {
     m->drop = (moe_drop_policy)cfg[14], m->pad_to_capacity = (int)cfg[15];
     m->shared_ffn = (int)cfg[16], m->expert_bias = (int)cfg[18];
     L->g = cfg[17];
-    L->d = (moe_dims){HID, m->num_experts, m->topk, m->ffn_hidden_size, (int)cfg[3], (int)cfg[4]};
+    L->d =
+        (moe_dims){HID, m->num_experts, m->topk, m->ffn_hidden_size, (int)cfg[3], (int)cfg[4], 1};
     int E = L->d.E, F1 = (L->d.swiglu ? 2 : 1) * L->d.F, F = L->d.F;
     L->router = dup(get(c, "router", 1), (size_t)E * HID);
     L->drouter = dup(NULL, (size_t)E * HID);
