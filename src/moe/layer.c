@@ -12,17 +12,14 @@
  * z (M, F) | dz (M, F) | dh (M, F1) | dlogits (N, E) | s (N, E) |
  * dprobs (N, k) | tmp (2 N k) | prow (M)].
  * Limitations: the experts are all local (no dispatcher communication). */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
 #include "core/mem.h"
-#include "moe/moe.h"
+#include "moe/moe_internal.h"
 #include "nn/llama.h"
-
-#define MOE_BLOCK 32
 
 static int f1_of(const moe_dims *d) { return d->swiglu ? 2 * d->F : d->F; }
 
@@ -46,9 +43,9 @@ static size_t rows_max(const mtc_moe_config *m, const moe_dims *d, int N) {
 
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
-    size_t Nk = P * N * d->k, Ng = P * N;
+    size_t Nk = P * N * d->k, Ng = P * N, X = Ng > M ? Ng : M;
     return 16 + al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) +
-           al(M * d->F) + al(NE) + (P > 1 ? al(Ng * d->C) : 0);
+           al(M * d->F) + al(NE) + al(P * d->E) + al(M) + (P > 1 ? al(X * d->C) : 0);
 }
 
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
@@ -66,14 +63,18 @@ void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_
     a->fch = p, p += al(M * f1_of(d));
     a->fchg = p, p += al(M * d->F);
     a->aux_cnt = p, p += al(NE);
+    a->cnt_all = (int *)p, p += al(P * d->E);
+    a->rprob = p, p += al(M);
     a->xg = P > 1 ? p : NULL;
 }
 
 size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k, Ng = P * N;
+    size_t G = Ng * d->C > M * (d->C + 1) ? Ng * d->C : M * (d->C + 1);
+    /* as moe_carve: xp y dx | z dz | dh | dlogits s | dprobs | prow dprow | g1 g2 | tmp */
     return 3 * al(M * d->C) + 2 * al(M * d->F) + al(M * f1_of(d)) + 2 * al(NE) + al(Nk) +
-           al(2 * Nk) + al(M) + 2 * al(Ng * d->C);
+           2 * al(M) + 2 * al(G) + al(2 * Nk) + al(16 * P + 16);
 }
 
 mtc_result_t moe_stats_init(moe_stats *s, int E) {
@@ -100,88 +101,12 @@ void moe_stats_reset(moe_stats *s, int E) {
     memset(s->ga_counts, 0, (size_t)E * sizeof(double));
 }
 
-/* ---- grouped GEMM ------------------------------------------------------------------- */
-
-typedef enum { GG_FWD = 0, GG_DATA, GG_WEIGHT } gg_mode;
-
-typedef struct {
-    gg_mode mode;
-    int E, IN, OUT;
-    const int *counts; /* (E) rows per expert */
-    const float *x;    /* FWD: in (M, IN); DATA: dout (M, OUT); WEIGHT: dout (M, OUT) */
-    const float *x2;   /* WEIGHT: in (M, IN) */
-    float *const *w;   /* [E] (OUT, IN): FWD/DATA read, WEIGHT accumulates */
-    float *const *b;   /* FWD: [E] (OUT) bias or NULL */
-    const float *rs;   /* FWD: (M) bias row scale or NULL (1) */
-    float *y;          /* FWD: (M, OUT); DATA: (M, IN) */
-} gg_job;
-
-/* Task i -> (expert, first row of its block) */
-static int gg_locate(const gg_job *j, int i, int *e_out, int *r0_out, int *row_off) {
-    int off = 0;
-    for (int e = 0; e < j->E; e++) {
-        int c = j->counts[e];
-        int span = j->mode == GG_WEIGHT ? (c ? j->OUT : 0) : c;
-        int nb = (span + MOE_BLOCK - 1) / MOE_BLOCK;
-        if (i < nb) {
-            *e_out = e, *r0_out = i * MOE_BLOCK, *row_off = off;
-            return span;
-        }
-        i -= nb;
-        off += c;
-    }
-    return -1;
-}
-
-static void gg_task(int i, void *arg) {
-    const gg_job *j = arg;
-    int e, r0, off;
-    int span = gg_locate(j, i, &e, &r0, &off);
-    if (span < 0) return;
-    int nr = span - r0 < MOE_BLOCK ? span - r0 : MOE_BLOCK, c = j->counts[e];
-    const float *w = j->w[e];
-    if (j->mode == GG_FWD) {
-        float *y = j->y + (size_t)(off + r0) * j->OUT;
-        const float *b = j->b ? j->b[e] : NULL;
-        for (int r = 0; r < nr; r++) {
-            float s = j->rs ? j->rs[off + r0 + r] : 1.0f;
-            for (int o = 0; o < j->OUT; o++)
-                y[(size_t)r * j->OUT + o] = b ? b[o] * s : 0.0f;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, j->OUT, j->IN, 1.0f,
-                    j->x + (size_t)(off + r0) * j->IN, j->IN, w, j->IN, 1.0f, y, j->OUT);
-    } else if (j->mode == GG_DATA) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, j->IN, j->OUT, 1.0f,
-                    j->x + (size_t)(off + r0) * j->OUT, j->OUT, w, j->IN, 0.0f,
-                    j->y + (size_t)(off + r0) * j->IN, j->IN);
-    } else { /* dW[r0 : r0 + nr] += dout_e[:, r0 : r0 + nr]^T in_e */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, j->IN, c, 1.0f,
-                    j->x + (size_t)off * j->OUT + r0, j->OUT, j->x2 + (size_t)off * j->IN, j->IN,
-                    1.0f, j->w[e] + (size_t)r0 * j->IN, j->IN);
-    }
-}
-
-static void gg_run(nn_pool *pool, gg_job *j) {
-    int n = 0;
-    for (int e = 0; e < j->E; e++) {
-        int c = j->counts[e];
-        int span = j->mode == GG_WEIGHT ? (c ? j->OUT : 0) : c;
-        n += (span + MOE_BLOCK - 1) / MOE_BLOCK;
-    }
-    if (n) nn_pool_run(pool, n, gg_task, j);
-}
-
 /* ---- forward ------------------------------------------------------------------------ */
 
-typedef struct {
-    float *xp, *y, *dx, *z, *dz, *dh, *dlogits, *s, *dprobs, *prow;
-    float *g1, *g2; /* (ep N, C) the gathered tokens' outputs / gradients */
-    void *tmp;
-} moe_scratch;
-
-static moe_scratch carve(float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
+moe_scratch moe_carve(float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
-    size_t Nk = P * N * d->k, Ng = P * N;
+    size_t Nk = P * N * d->k, Ng = P * N,
+           G = Ng * d->C > M * (d->C + 1) ? Ng * d->C : M * (d->C + 1);
     moe_scratch s;
     float *p = base;
     s.xp = p, p += al(M * d->C);
@@ -193,18 +118,16 @@ static moe_scratch carve(float *base, const mtc_moe_config *m, const moe_dims *d
     s.dlogits = p, p += al(NE);
     s.s = p, p += al(NE);
     s.dprobs = p, p += al(Nk);
-    s.tmp = p, p += al(2 * Nk);
     s.prow = p, p += al(M);
-    s.g1 = p, p += al(Ng * d->C);
-    s.g2 = p;
+    s.dprow = p, p += al(M);
+    s.g1 = p, p += al(G);
+    s.g2 = p, p += al(G);
+    s.tmp = p;
     return s;
 }
 
-/* Rows of expert e from the N tokens at `base` (one EP rank's): its kept
- * tokens and, with padding to capacity, the first other tokens up to cap,
- * in token order; appended at perm[M...]. Returns the new M. */
-static int perm_segment(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int e, int base,
-                        int N, int M, int *count) {
+int moe_perm_segment(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int e, int base,
+                     int N, int M, int *count) {
     int k = d->k, cap = moe_capacity(m, N, d->E);
     int target = !m->pad_to_capacity ? -1 : cap > N ? N : cap;
     const int *sel = a->sel + (size_t)base * k, *kept = a->kept + (size_t)base * k;
@@ -231,7 +154,7 @@ static int build_perm(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, i
     for (int e = e0; e < e0 + El; e++) {
         int c = 0;
         for (int r = 0; r < P; r++)
-            M = perm_segment(a, m, d, e, r * N, N, M, &c);
+            M = moe_perm_segment(a, m, d, e, r * N, N, M, &c);
         a->counts[e - e0] = c;
     }
     return M;
@@ -249,11 +172,6 @@ static void local_counts(float *cnt, moe_acts *a, const mtc_moe_config *m, const
             routed += sel[i] == e && kept[i];
         cnt[e] += (float)(target > routed ? target : routed);
     }
-}
-
-static void gather_rows(float *dst, const float *src, const int *tok, int M, int C) {
-    for (int r = 0; r < M; r++)
-        memcpy(dst + (size_t)r * C, src + (size_t)tok[r] * C, (size_t)C * sizeof(float));
 }
 
 /* Aux-loss counts for this microbatch (the group's all-reduce included)
@@ -294,10 +212,10 @@ static void ep_where(const moe_pass *pass, const moe_dims *d, int *P, int *r) {
 mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const float *in,
                                const moe_weights *w, const mtc_moe_config *m, const moe_dims *d,
                                int N, const moe_pass *pass, float *scratch) {
-    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), P, r;
+    int E = d->E, k = d->k, C = d->C, P, r;
     ep_where(pass, d, &P, &r);
     int El = E / P, e0 = r * El, Ng = P * N;
-    moe_scratch s = carve(scratch, m, d, N);
+    moe_scratch s = moe_carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
     a->h->N = N;
     /* routing of this rank's tokens, into its block of the gathered arrays */
@@ -323,6 +241,8 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
                 st->dropped += 1;
         }
     }
+    if (P > 1 && m->dispatcher == MOE_DISPATCH_ALLTOALL)
+        return moe_a2a_forward(out, a, in, w, m, d, N, pass, &s);
     const float *x = in;
     if (P > 1) { /* comm: all-gather(EP) of the routing and the tokens (allgather dispatcher) */
         MTC_CHECK(mtc_all_gather(sel, a->sel, (size_t)N * k, MTC_DTYPE_I32, pass->ep));
@@ -334,22 +254,8 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
     int M = a->h->M = build_perm(a, m, d, N, P, e0, El);
     for (int q = 0; q < M; q++)
         s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
-    gather_rows(s.xp, x, a->perm_tok, M, C);
-    gg_job j1 = {
-        GG_FWD, El,    C, F1, a->counts, s.xp, NULL, w->fc1w + e0, d->bias ? w->fc1b + e0 : NULL,
-        NULL,   a->fch};
-    gg_run(pool, &j1);
-    if (d->swiglu)
-        nn_swiglu_forward(pool, a->fchg, a->fch, M, F);
-    else
-        nn_gelu_forward(pool, a->fchg, a->fch, (size_t)M * F);
-    for (int q = 0; q < M; q++) /* probs multiply after the activation */
-        for (int f = 0; f < F; f++)
-            s.z[(size_t)q * F + f] = a->fchg[(size_t)q * F + f] * s.prow[q];
-    gg_job j2 = {
-        GG_FWD, El, F, C, a->counts, s.z, NULL, w->fc2w + e0, d->bias ? w->fc2b + e0 : NULL,
-        s.prow, s.y};
-    gg_run(pool, &j2);
+    moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
+    moe_experts_forward(pool, s.y, a->fch, a->fchg, s.z, s.xp, s.prow, a->counts, El, e0, w, d, M);
     float *yg = P > 1 ? s.g1 : out; /* unpermute: each token's outputs summed in expert order */
     memset(yg, 0, (size_t)Ng * C * sizeof(float));
     for (int q = 0; q < M; q++) {
@@ -370,75 +276,45 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
                                 const moe_acts *a, const float *in, const moe_weights *w,
                                 const mtc_moe_config *m, const moe_dims *d, const moe_pass *pass,
                                 float *scratch) {
-    int E = d->E, k = d->k, C = d->C, F = d->F, F1 = f1_of(d), N = a->h->N, M = a->h->M, P, r;
+    int E = d->E, k = d->k, C = d->C, N = a->h->N, M = a->h->M, P, r;
     ep_where(pass, d, &P, &r);
     int El = E / P, e0 = r * El, Ng = P * N;
-    moe_scratch s = carve(scratch, m, d, N);
+    moe_scratch s = moe_carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
-    const float *dyg = dout, *x = P > 1 ? a->xg : in;
-    /* comm: all-gather(EP) of d(out) (the reduce-scatter's backward) */
-    if (P > 1) {
-        MTC_CHECK(mtc_all_gather(dout, s.g1, (size_t)N * C, MTC_DTYPE_F32, pass->ep));
-        dyg = s.g1;
-    }
-    for (int q = 0; q < M; q++)
-        s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
-    gather_rows(s.y, dyg, a->perm_tok, M, C); /* dy of each permuted row */
-    for (int q = 0; q < M; q++)
-        for (int f = 0; f < F; f++)
-            s.z[(size_t)q * F + f] = a->fchg[(size_t)q * F + f] * s.prow[q];
-    /* fc2: dz = dy W2; dW2 += dy^T z; db2 += sum prob * dy */
-    gg_job jd = {GG_DATA, El, F, C, a->counts, s.y, NULL, w->fc2w + e0, NULL, NULL, s.dz};
-    gg_run(pool, &jd);
-    gg_job jw = {GG_WEIGHT, El, F, C, a->counts, s.y, s.z, dw->fc2w + e0, NULL, NULL, NULL};
-    gg_run(pool, &jw);
-    memset(s.dprobs, 0, (size_t)Ng * k * sizeof(float));
-    for (int e = 0, r0 = 0; e < El; r0 += a->counts[e], e++)
-        for (int q = r0; q < r0 + a->counts[e]; q++) {
-            const float *dy = s.y + (size_t)q * C;
-            double dp = 0;
-            for (int f = 0; f < F; f++)
-                dp += (double)s.dz[(size_t)q * F + f] * a->fchg[(size_t)q * F + f];
-            if (d->bias && w->fc2b[e0 + e]) {
-                for (int c = 0; c < C; c++)
-                    dp += (double)dy[c] * w->fc2b[e0 + e][c];
-                for (int c = 0; c < C; c++)
-                    dw->fc2b[e0 + e][c] += s.prow[q] * dy[c];
-            }
-            if (a->perm_sel[q] >= 0) s.dprobs[a->perm_sel[q]] = (float)dp;
-            for (int f = 0; f < F; f++)
-                s.dz[(size_t)q * F + f] *= s.prow[q];
+    float *dprobs = s.dprobs + (size_t)r * N * k;
+    if (P > 1 && m->dispatcher == MOE_DISPATCH_ALLTOALL) {
+        MTC_CHECK(moe_a2a_backward(din, dprobs, dw, dout, a, w, m, d, pass, &s));
+    } else {
+        const float *dyg = dout, *x = P > 1 ? a->xg : in;
+        /* comm: all-gather(EP) of d(out) (the reduce-scatter's backward) */
+        if (P > 1) {
+            MTC_CHECK(mtc_all_gather(dout, s.g1, (size_t)N * C, MTC_DTYPE_F32, pass->ep));
+            dyg = s.g1;
         }
-    if (d->swiglu)
-        nn_swiglu_backward(pool, s.dh, s.dz, a->fch, M, F);
-    else
-        nn_gelu_backward(pool, s.dh, a->fch, s.dz, (size_t)M * F);
-    /* fc1: dxp = dh W1; dW1 += dh^T xp; db1 += sum dh */
-    gather_rows(s.xp, x, a->perm_tok, M, C);
-    gg_job jd1 = {GG_DATA, El, C, F1, a->counts, s.dh, NULL, w->fc1w + e0, NULL, NULL, s.dx};
-    gg_run(pool, &jd1);
-    gg_job jw1 = {GG_WEIGHT, El, C, F1, a->counts, s.dh, s.xp, dw->fc1w + e0, NULL, NULL, NULL};
-    gg_run(pool, &jw1);
-    if (d->bias)
-        for (int e = 0, r0 = 0; e < El; r0 += a->counts[e], e++)
-            if (dw->fc1b[e0 + e])
-                for (int q = r0; q < r0 + a->counts[e]; q++)
-                    for (int f = 0; f < F1; f++)
-                        dw->fc1b[e0 + e][f] += s.dh[(size_t)q * F1 + f];
-    float *dxg = P > 1 ? s.g2 : din;
-    memset(dxg, 0, (size_t)Ng * C * sizeof(float));
-    for (int q = 0; q < M; q++) {
-        float *o = dxg + (size_t)a->perm_tok[q] * C;
-        const float *dx = s.dx + (size_t)q * C;
-        for (int c = 0; c < C; c++)
-            o[c] += dx[c];
-    }
-    float *dprobs = s.dprobs;
-    if (P > 1) { /* comm: reduce-scatter(EP) of d(tokens) and d(probs) (the all-gathers') */
-        MTC_CHECK(mtc_reduce_scatter(dxg, din, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, pass->ep));
-        dprobs = s.dprobs + (size_t)r * N * k;
-        MTC_CHECK(mtc_reduce_scatter(s.dprobs, dprobs, (size_t)N * k, MTC_DTYPE_F32, MTC_OP_SUM,
-                                     pass->ep));
+        for (int q = 0; q < M; q++)
+            s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
+        moe_gather_rows(s.y, dyg, a->perm_tok, 0, M, C); /* dy of each permuted row */
+        moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
+        float *dprow = s.dprow;
+        moe_experts_backward(pool, s.dx, dprow, s.y, s.xp, a->fch, a->fchg, s.prow, a->counts, El,
+                             e0, w, dw, d, M, s.z, s.dz, s.dh);
+        memset(s.dprobs, 0, (size_t)Ng * k * sizeof(float));
+        for (int q = 0; q < M; q++)
+            if (a->perm_sel[q] >= 0) s.dprobs[a->perm_sel[q]] = dprow[q];
+        float *dxg = P > 1 ? s.g2 : din;
+        memset(dxg, 0, (size_t)Ng * C * sizeof(float));
+        for (int q = 0; q < M; q++) {
+            float *o = dxg + (size_t)a->perm_tok[q] * C;
+            const float *dx = s.dx + (size_t)q * C;
+            for (int c = 0; c < C; c++)
+                o[c] += dx[c];
+        }
+        if (P > 1) { /* comm: reduce-scatter(EP) of d(tokens) and d(probs) (the all-gathers') */
+            MTC_CHECK(
+                mtc_reduce_scatter(dxg, din, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, pass->ep));
+            MTC_CHECK(mtc_reduce_scatter(s.dprobs, dprobs, (size_t)N * k, MTC_DTYPE_F32, MTC_OP_SUM,
+                                         pass->ep));
+        }
     }
     /* router: d(logits) from the probabilities, the aux loss and the z-loss */
     const int *sel = a->sel + (size_t)r * N * k;

@@ -102,10 +102,10 @@ typedef struct {
 /* The scalars of one forward, kept in the activation memory itself (a
  * moe_acts is a view, rebuilt by whoever binds it again for backward). */
 typedef struct {
-    int M;          /* permuted rows */
-    int N;          /* tokens */
-    int aux_groups; /* 0: no aux loss; else 1, or the sequences of seq_aux_loss */
-    int pad_;
+    int M;            /* permuted rows */
+    int N;            /* tokens */
+    int aux_groups;   /* 0: no aux loss; else 1, or the sequences of seq_aux_loss */
+    int Ml;           /* alltoall: this rank's permuted rows (sent) */
     double aux_total; /* the token total T of the aux loss */
 } moe_acts_hdr;
 
@@ -123,7 +123,10 @@ typedef struct {
     float *fch;      /* (Mmax, F1) fc1 output */
     float *fchg;     /* (Mmax, F) activation output (before the prob) */
     float *aux_cnt;  /* (N, E) at most: the aux loss's counts as forward used them */
-    float *xg;       /* (ep N, C) the EP ranks' gathered tokens (NULL with ep 1) */
+    float *xg;       /* allgather: (ep N, C) the EP ranks' gathered tokens; alltoall: (M, C)
+                        the rows the local experts received, expert-major (NULL with ep 1) */
+    int *cnt_all;    /* alltoall: (ep, E) every EP rank's rows per expert */
+    float *rprob;    /* alltoall: (M) the received rows' probabilities */
 } moe_acts;
 
 /* Per-layer statistics a step accumulates (train/ reads and resets them). */
