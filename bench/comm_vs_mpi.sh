@@ -3,7 +3,8 @@
 # `mtc bench-comm --json`) against Open MPI's (bench_mpi_coll under mpirun,
 # as is and with GLIBC_TUNABLES=glibc.malloc.hugetlb=1), in one run, for
 # all_reduce, reduce_scatter, all_gather and all_to_all, 2 and 4 ranks,
-# sizes 8 B .. 256 MiB; prints one table per op with time, bus bandwidth and
+# sizes 8 B .. 256 MiB, plus all_to_all_v at 1 MiB per rank with uneven
+# splits against MPI_Alltoallv (bench/a2av.c); prints one table per op with time, bus bandwidth and
 # the ratio mtc/MPI, then the issue's targets next to what was measured
 # (measured, not asserted: the machine is shared, so numbers are noisy).
 #
@@ -65,6 +66,16 @@ for n in 4 8; do
     "$MTC" bench-comm --world-size "$n" --op all_reduce --sizes 8,64,512,4K --iters 200 --warmup 20 \
         --json | sed 's/^/{"src": "mtc_small", "row": /; s/$/}/' >>"$OUT/rows.jsonl"
 done
+
+# all-to-all-v at 1 MiB per rank, uneven splits (the MoE dispatch; bench/a2av.c)
+if [ -x "$BUILD/bench_a2av" ] && [ -x "$BUILD/bench_mpi_a2av" ]; then
+    for n in $RANKS; do
+        echo "  mtc shm    n=$n all_to_all_v 1M" >&2
+        "$BUILD/bench_a2av" --ranks "$n" --bytes 1048576 --iters 20 | sed 's/^/{"src": "mtc_a2av", "row": /; s/$/}/' >>"$OUT/rows.jsonl"
+        echo "  $MPIRUN n=$n MPI_Alltoallv 1M" >&2
+        $MPIRUN -np "$n" "$BUILD/bench_mpi_a2av" --bytes 1048576 --iters 20 | sed 's/^/{"src": "mpi_a2av", "row": /; s/$/}/' >>"$OUT/rows.jsonl"
+    done
+fi
 
 python3 - "$OUT/rows.jsonl" <<'EOF'
 import json, sys
@@ -133,6 +144,17 @@ for n, limit in ((4, 50.0), (8, 150.0)):
     if ts:
         line("%d rank-threads all_reduce 8 B-4 KiB <= %.0f us" % (n, limit), max(ts) <= limit,
              "worst %.1f us (%s)" % (max(ts), ", ".join("%.1f" % x for x in ts)))
+a2a = sorted({n for (s, op, n, b) in data if s == "mtc_a2av"})
+if a2a:
+    print("\n## all_to_all_v, 1 MiB per rank, uneven splits (bench/a2av.c)")
+    print("%5s %11s %7s | %11s %7s %6s" % ("ranks", "mtc us", "busbw", "ompi us", "busbw", "ratio"))
+    for n in a2a:
+        m, q = get("mtc_a2av", "all_to_all_v", n, 1 << 20), get("mpi_a2av", "all_to_all_v", n, 1 << 20)
+        r = m["busbw_gbps"] / q["busbw_gbps"] if m and q and q["busbw_gbps"] > 0 else None
+        print("%5d %11s %7.3f | %11s %7s %6s" % (n, t(m), m["busbw_gbps"], t(q) if q else "-",
+              "%.3f" % q["busbw_gbps"] if q else "-", "%.2f" % r if r else "-"))
+        line("%d ranks all_to_all_v 1 MiB busbw >= 1.2x Open MPI's MPI_Alltoallv" % n,
+             r >= 1.2 if r else None, "%.2fx" % r if r else "not measured")
 if bad:
     print("\nWRONG RESULTS in %d rows:" % len(bad))
     for x in bad:
