@@ -187,11 +187,11 @@ int cli_cmd_train(int argc, char **argv) {
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A P",
          "for a2a+p2p (not implemented: refused)", 0},
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
-         "expert-parallel ranks (default 1; the MoE layers run their experts on every rank so "
-         "far)",
+         "expert-parallel ranks (default 1): each owns num-experts/ep experts of every MoE "
+         "layer",
          0},
         {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
-         "expert-tensor-parallel ranks (default: the TP size)", 0},
+         "expert-tensor-parallel ranks (default: the TP size; 1 with MoE so far)", 0},
         MOE_CLI_ARGS(moe_f),
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
          "split layer norm / dropout / residual regions along the sequence over TP", 0},
