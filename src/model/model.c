@@ -116,9 +116,10 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
     double total = L * per_token_layer;
     if (c->moe.num_experts > 0) { /* an MoE layer: router, k experts and the shared expert */
         double act = c->swiglu ? 3.0 : 2.0, nm = mtc_moe_num_layers(&c->moe, c->num_layers);
-        double moe_mlp = h * c->moe.num_experts +
-                         h * act * ((double)mtc_moe_topk(&c->moe) * mtc_model_moe_ffn(c) +
-                                    (double)c->moe.shared_ffn);
+        double moe_mlp =
+            h * c->moe.num_experts +
+            h * act *
+                ((double)mtc_moe_topk(&c->moe) * mtc_model_moe_ffn(c) + (double)c->moe.shared_ffn);
         total += nm * (moe_mlp - h * ffn);
     }
     return 6.0 * B * s * (total + h * V);
