@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "data/data.h"
+#include "moe/moe_cli.h"
 #include "ckpt/checkpoint.h"
 #include "train/train.h"
 
@@ -70,6 +71,7 @@ int cli_cmd_train(int argc, char **argv) {
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
     int qkv_bias = 0, kv_channels = 0;
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
     mtc_arg args[] = {
         {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
         {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
@@ -191,11 +193,12 @@ int cli_cmd_train(int argc, char **argv) {
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A P",
          "for a2a+p2p: A ranks in each all-to-all, P in the ring (A*P = cp)", 0},
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
-         "accepted as 1 only: mtc trains dense models (no MoE yet; `mtc ranks` shows the expert "
-         "groups)",
+         "expert-parallel ranks (default 1): each owns num-experts/ep experts of every MoE "
+         "layer",
          0},
         {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
-         "accepted as 1 or the TP size only (no MoE yet)", 0},
+         "expert-tensor-parallel ranks (default: the TP size; 1 with MoE so far)", 0},
+        MOE_CLI_ARGS(moe_f),
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
          "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
@@ -372,16 +375,14 @@ int cli_cmd_train(int argc, char **argv) {
                                "--hierarchical-context-parallel-sizes A P (A*P = "
                                "context-parallel-size=%d)",
                                cp);
-    if (ep != 1)
-        return cli_usage_error(
-            "train",
-            "expert-model-parallel-size=%d: mtc train has no mixture-of-experts model yet (use "
-            "--ep 1; `mtc ranks --ep %d` shows the expert groups)",
-            ep, ep);
+    mtc_moe_config moe_cfg;
+    if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
+                        &moe_cfg) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (etp != 0 && etp != 1 && etp != tp)
         return cli_usage_error("train",
-                               "expert-tensor-parallel-size=%d: without experts it must be 1 or "
-                               "the tensor-parallel size %d",
+                               "expert-tensor-parallel-size=%d must be 1 or the tensor-parallel "
+                               "size %d so far",
                                etp, tp);
     if (vpp && (lpvs || vstages))
         return cli_usage_error(
@@ -623,6 +624,10 @@ int cli_cmd_train(int argc, char **argv) {
     mc->untie_embeddings = untie;
     mc->disable_bias_linear = nobias;
     mc->add_qkv_bias = qkv_bias;
+    mc->moe = moe_cfg;
+    if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, tp, sp, ep, etp ? etp : tp, !nobias) !=
+        MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     /* shape checks that need no data, before opening anything */
     mc->vocab_size = mc->padded_vocab_size = 1;
     if (mtc_model_config_validate(mc) != MTC_OK)
@@ -651,6 +656,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.cp = cp, tc.cp_comm_type = cp_type;
     tc.cp_layer_types = cp_comm.n > 1 ? cp_types : NULL;
     if (hcp.n == 2) tc.hcp_inner = (int)hcp.v[0], tc.hcp_outer = (int)hcp.v[1];
+    tc.ep = ep, tc.etp = etp;
     tc.no_check_nan = !check_nan;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;

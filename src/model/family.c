@@ -26,10 +26,27 @@ typedef enum {
     HAS_QKV_BIAS,    /* linear biases, or --add-qkv-bias */
     HAS_LEARNED_POS, /* --position-embedding-type learned_absolute */
     HAS_UNTIED,      /* --untie-embeddings-and-output-weights */
+    HAS_EXPERT_BIAS, /* --moe-router-enable-expert-bias */
+    HAS_SHARED,      /* --moe-shared-expert-intermediate-size */
+    HAS_SHARED_BIAS, /* a shared expert with linear biases */
 } has_rule;
 
 /* Global shape symbols. */
-typedef enum { D_1 = 0, D_C, D_QKV, D_QD, D_F1, D_F, D_VP, D_POS } dim_sym;
+typedef enum {
+    D_1 = 0,
+    D_C,
+    D_QKV,
+    D_QD,
+    D_F1,
+    D_F,
+    D_VP,
+    D_POS,
+    D_E,   /* experts */
+    D_EF1, /* an expert's fc1 rows (2 x moe-ffn with SwiGLU) */
+    D_EF,  /* moe-ffn-hidden-size */
+    D_SF1, /* the shared expert's fc1 rows */
+    D_SF,  /* moe-shared-expert-intermediate-size */
+} dim_sym;
 
 typedef enum { INIT_ONES = 0, INIT_ZEROS, INIT_STD, INIT_STD_OUT } init_rule;
 
@@ -63,6 +80,43 @@ static const role_desc GPT2_LAYER[] = {LAYER_ROLES(
 static const role_desc LLAMA_LAYER[] = {
     LAYER_ROLES("model.layers.%d.", "self_attn.qkv_proj", "self_attn.o_proj", "input_layernorm",
                 "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj")};
+/* An MoE layer's MLP (moe/moe.h): router, expert bias, shared expert, then
+ * per expert (second %d) fc1 and fc2, in Megatron's forward order. Named as
+ * Mixtral / Qwen-MoE lay them out, under mlp. (docs/model.md). */
+#define MOE_ROLES(P, R, SH, EX, FC1, FC2)                                                          \
+    {MTC_ROLE_ROUTER_W, P R ".weight", D_E, D_C, MTC_SPLIT_NONE, HAS_ALWAYS, INIT_STD, 1},         \
+        {MTC_ROLE_EXPERT_BIAS, P R ".expert_bias", D_E,        D_1,                                \
+         MTC_SPLIT_NONE,       HAS_EXPERT_BIAS,    INIT_ZEROS, 0},                                 \
+        {MTC_ROLE_SHARED_FC1_W, P SH FC1 ".weight", D_SF1,    D_C,                                 \
+         MTC_SPLIT_FC1,         HAS_SHARED,         INIT_STD, 0},                                  \
+        {MTC_ROLE_SHARED_FC1_B, P SH FC1 ".bias", D_SF1,      D_1,                                 \
+         MTC_SPLIT_FC1,         HAS_SHARED_BIAS,  INIT_ZEROS, 0},                                  \
+        {MTC_ROLE_SHARED_FC2_W, P SH FC2 ".weight", D_C,          D_SF,                            \
+         MTC_SPLIT_ROW,         HAS_SHARED,         INIT_STD_OUT, 0},                              \
+        {MTC_ROLE_SHARED_FC2_B, P SH FC2 ".bias", D_C,        D_1,                                 \
+         MTC_SPLIT_NONE,        HAS_SHARED_BIAS,  INIT_ZEROS, 1},                                  \
+        {MTC_ROLE_EXP_FC1_W, P EX FC1 ".weight", D_EF1,    D_C,                                    \
+         MTC_SPLIT_NONE,     HAS_ALWAYS,         INIT_STD, 0},                                     \
+        {MTC_ROLE_EXP_FC1_B, P EX FC1 ".bias", D_EF1,      D_1,                                    \
+         MTC_SPLIT_NONE,     HAS_LINEAR_BIAS,  INIT_ZEROS, 0},                                     \
+        {MTC_ROLE_EXP_FC2_W, P EX FC2 ".weight", D_C,          D_EF,                               \
+         MTC_SPLIT_NONE,     HAS_ALWAYS,         INIT_STD_OUT, 0},                                 \
+    {                                                                                              \
+        MTC_ROLE_EXP_FC2_B, P EX FC2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS,           \
+            INIT_ZEROS, 0                                                                          \
+    }
+#define MOE_NROLES (MTC_NROLES_ALL - MTC_NROLES)
+#define MOE_NSHARED (MTC_ROLE_EXP_FC1_W - MTC_NROLES) /* roles before the per-expert ones */
+
+static const role_desc GPT2_MOE[] = {MOE_ROLES(
+    "transformer.h.%d.", "mlp.router", "mlp.shared_expert.", "mlp.experts.%d.", "c_fc", "c_proj")};
+static const role_desc LLAMA_MOE[] = {MOE_ROLES("model.layers.%d.", "mlp.router",
+                                                "mlp.shared_expert.", "mlp.experts.%d.",
+                                                "gate_up_proj", "down_proj")};
+static const role_desc LLAMA_MOE_PLAIN[] = {MOE_ROLES("model.layers.%d.", "mlp.router",
+                                                      "mlp.shared_expert.", "mlp.experts.%d.",
+                                                      "up_proj", "down_proj")};
+
 /* Llama-named layers without SwiGLU: fc1 is a plain up projection */
 static const char *LLAMA_FC1_PLAIN[2] = {"model.layers.%d.mlp.up_proj.weight",
                                          "model.layers.%d.mlp.up_proj.bias"};
@@ -95,6 +149,9 @@ static int role_present(const role_desc *d, const mtc_model_config *c) {
     case HAS_QKV_BIAS: return bias || c->add_qkv_bias;
     case HAS_LEARNED_POS: return c->position_embedding == MTC_POS_LEARNED;
     case HAS_UNTIED: return c->untie_embeddings;
+    case HAS_EXPERT_BIAS: return c->moe.expert_bias;
+    case HAS_SHARED: return c->moe.shared_ffn > 0;
+    case HAS_SHARED_BIAS: return c->moe.shared_ffn > 0 && bias;
     }
     return 0;
 }
@@ -110,20 +167,27 @@ static int64_t dim_of(dim_sym s, const mtc_model_config *c) {
     case D_F: return c->ffn_hidden_size;
     case D_VP: return c->padded_vocab_size;
     case D_POS: return c->max_position_embeddings;
+    case D_E: return c->moe.num_experts;
+    case D_EF1: return (c->swiglu ? 2 : 1) * (int64_t)mtc_model_moe_ffn(c);
+    case D_EF: return mtc_model_moe_ffn(c);
+    case D_SF1: return (c->swiglu ? 2 : 1) * (int64_t)c->moe.shared_ffn;
+    case D_SF: return c->moe.shared_ffn;
     }
     return 0;
 }
 
-/* Register one described parameter (name formatted with the layer). */
-static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *name, int layer,
-                             const mtc_model_config *c, const model_register_opts *o) {
+/* Register one described parameter (name formatted with the layer and,
+ * for an expert's, the expert). */
+static mtc_result_t add_desc_x(mtc_registry *r, const role_desc *d, const char *name, int layer,
+                               int expert, const mtc_model_config *c,
+                               const model_register_opts *o) {
     float std = c->init_std > 0 ? c->init_std : 0.02f;
     float std_out = std / sqrtf(2.0f * (float)c->num_layers);
     mtc_init_kind ik = d->init == INIT_ONES    ? MTC_INIT_ONES
                        : d->init == INIT_ZEROS ? MTC_INIT_ZEROS
                                                : MTC_INIT_NORMAL;
     char n[MTC_PARAM_NAME_MAX];
-    snprintf(n, sizeof n, name, layer);
+    snprintf(n, sizeof n, name, layer, expert);
     MTC_CHECK(mtc_registry_add(r, n, layer, dim_of(d->rows, c), dim_of(d->cols, c), ik,
                                d->init == INIT_STD_OUT ? std_out : std));
     int i = r->count - 1;
@@ -131,6 +195,7 @@ static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *na
     p->reduce_groups = MTC_REDUCE_DP_CP;
     int64_t HS = mtc_model_head_size(c), F = c->ffn_hidden_size;
     int64_t qkv[3] = {c->num_heads * HS, mtc_model_groups(c) * HS, mtc_model_groups(c) * HS};
+    if (d->rows == D_SF1) F = c->moe.shared_ffn;
     int64_t fc1[2] = {F, F};
     switch (d->split) {
     case MTC_SPLIT_NONE:
@@ -147,8 +212,31 @@ static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *na
     }
     p->split_rule = d->split;
     p->role = d->role;
+    p->expert = expert;
     return MTC_OK;
 }
+
+static mtc_result_t add_desc(mtc_registry *r, const role_desc *d, const char *name, int layer,
+                             const mtc_model_config *c, const model_register_opts *o) {
+    return add_desc_x(r, d, name, layer, -1, c, o);
+}
+
+/* The MoE roles of layer l: router, bias and shared expert, then E
+ * experts' four roles each. */
+static mtc_result_t add_moe(mtc_registry *r, int l, const mtc_model_config *c,
+                            const model_register_opts *o) {
+    const role_desc *t = !model_family_is_llama(c) ? GPT2_MOE
+                         : c->swiglu               ? LLAMA_MOE
+                                                   : LLAMA_MOE_PLAIN;
+    for (int k = 0; k < MOE_NSHARED; k++)
+        if (role_present(&t[k], c)) MTC_CHECK(add_desc(r, &t[k], t[k].name, l, c, o));
+    for (int e = 0; e < c->moe.num_experts; e++)
+        for (int k = MOE_NSHARED; k < MOE_NROLES; k++)
+            if (role_present(&t[k], c)) MTC_CHECK(add_desc_x(r, &t[k], t[k].name, l, e, c, o));
+    return MTC_OK;
+}
+
+static int is_mlp_role(int role) { return role >= MTC_ROLE_FC1_W && role <= MTC_ROLE_FC2_B; }
 
 /* Global roles of one end of the model: those at indices [from, to) of the table. */
 static mtc_result_t add_globals(mtc_registry *r, const role_desc *t, int from, int to,
@@ -177,6 +265,7 @@ int model_family_params_per_layer(const mtc_model_config *c) {
     int n = 0;
     for (int k = 0; k < MTC_NROLES; k++)
         n += role_present(&t[k], c);
+    if (c->moe.num_experts > 0) n += MOE_NROLES * (c->moe.num_experts + 1);
     return n;
 }
 
@@ -194,11 +283,13 @@ mtc_result_t model_family_register(mtc_registry *r, const mtc_model_config *c,
         for (int k = 0; k < MTC_NROLES; k++) {
             const role_desc *d = &lt[k];
             if (!role_present(d, c)) continue;
+            if (is_mlp_role(d->role) && mtc_moe_is_layer(&c->moe, l)) continue;
             const char *name = d->name;
             if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_W) name = LLAMA_FC1_PLAIN[0];
             if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_B) name = LLAMA_FC1_PLAIN[1];
             MTC_CHECK(add_desc(r, d, name, l, c, o));
         }
+        if (mtc_moe_is_layer(&c->moe, l)) MTC_CHECK(add_moe(r, l, c, o));
     }
     layer_first[o->last_layer] = r->count;
     if (o->has_head) MTC_CHECK(add_globals(r, gt, 2, MTC_NGLOBAL_ROLES, c, o, pidx));

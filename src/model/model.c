@@ -96,6 +96,9 @@ mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
         return mtc_error(E, "attention-dropout=%g must be in [0, 1)", c->attention_dropout);
     if (c->seq_length > (1 << 24))
         return mtc_error(E, "seq-length=%d is above the supported %d", c->seq_length, 1 << 24);
+    if (c->moe.num_experts > 0) /* the layout-free MoE rules (train/ checks the layout's) */
+        MTC_CHECK(mtc_moe_validate(&c->moe, c->num_layers, c->ffn_hidden_size, 1, 0, 1, 1,
+                                   !c->disable_bias_linear));
     return MTC_OK;
 }
 
@@ -110,7 +113,16 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
     double kd = (double)mtc_model_groups(c) * mtc_model_head_size(c);
     double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
     double per_token_layer = h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
-    return 6.0 * B * s * (L * per_token_layer + h * V);
+    double total = L * per_token_layer;
+    if (c->moe.num_experts > 0) { /* an MoE layer: router, k experts and the shared expert */
+        double act = c->swiglu ? 3.0 : 2.0, nm = mtc_moe_num_layers(&c->moe, c->num_layers);
+        double moe_mlp =
+            h * c->moe.num_experts +
+            h * act *
+                ((double)mtc_moe_topk(&c->moe) * mtc_model_moe_ffn(c) + (double)c->moe.shared_ffn);
+        total += nm * (moe_mlp - h * ffn);
+    }
+    return 6.0 * B * s * (total + h * V);
 }
 
 /* The chunk's registry (model/family.c), with global offsets taken from
@@ -150,10 +162,16 @@ static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *laye
         g[k] = m->pidx[k] >= 0 ? base + r->params[m->pidx[k]].offset : NULL;
     for (int l = m->first_layer; l < m->last_layer; l++) {
         mtc_model_layer *y = &layers[l];
-        for (int k = 0; k < MTC_NROLES; k++)
+        for (int k = 0; k < MTC_NROLES_ALL; k++)
             y->w[k] = NULL;
-        for (int i = y->first; i < y->last; i++)
-            y->w[r->params[i].role] = base + r->params[i].offset;
+        int E = m->cfg.moe.num_experts;
+        for (int i = y->first; i < y->last; i++) {
+            const mtc_param *p = &r->params[i];
+            if (p->role >= MTC_ROLE_EXP_FC1_W) /* an expert's: (role, expert) */
+                y->xw[(p->role - MTC_ROLE_EXP_FC1_W) * E + p->expert] = base + p->offset;
+            else
+                y->w[p->role] = base + p->offset;
+        }
     }
 }
 
@@ -190,6 +208,30 @@ model_block_dims mtc_model_layer_dims(const mtc_model *m, int l) {
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+moe_dims mtc_model_moe_dims(const mtc_model *m) {
+    const mtc_model_config *c = &m->cfg;
+    moe_dims d = {.C = c->hidden_size,
+                  .E = c->moe.num_experts,
+                  .k = mtc_moe_topk(&c->moe),
+                  .F = mtc_model_moe_ffn(c),
+                  .swiglu = c->swiglu,
+                  .bias = !c->disable_bias_linear,
+                  .ep = m->moe_ep ? mtc_comm_size(m->moe_ep) : 1};
+    return d;
+}
+
+model_block_dims mtc_model_shared_dims(const mtc_model *m) {
+    model_block_dims d = mtc_model_block_dims(m);
+    d.F = m->cfg.moe.shared_ffn;
+    return d;
+}
+
+size_t mtc_model_moe_floats(const mtc_model *m) {
+    if (m->cfg.moe.num_experts <= 0) return 0;
+    moe_dims d = mtc_model_moe_dims(m);
+    return moe_acts_floats(&m->cfg.moe, &d, m->B * m->T_loc);
+}
+
 /* Floats of TP-layer scratch one pass needs (largest of every call). */
 static size_t gpt_scratch_floats(const mtc_model *m) {
     const mtc_model_config *c = &m->cfg;
@@ -204,6 +246,12 @@ static size_t gpt_scratch_floats(const mtc_model *m) {
     s = max_sz(s, tp_vocab_embedding_scratch_floats(&m->tp, B, T, C));
     s = max_sz(s, tp_column_linear_scratch_floats(&m->tp, 0, B, T, C, c->padded_vocab_size));
     s = max_sz(s, 3 * (size_t)B * T);
+    if (c->moe.num_experts > 0) {
+        moe_dims md = mtc_model_moe_dims(m);
+        s = max_sz(s, moe_scratch_floats(&c->moe, &md, B * m->T_loc));
+        model_block_dims sd = mtc_model_shared_dims(m);
+        if (sd.F > 0) s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &sd));
+    }
     return s;
 }
 
@@ -241,6 +289,9 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln2_mean, k * Nl);
         TAKE(a->ln2_rstd, k * Nl);
         TAKE(a->fch, k * N * F1_tp);
+        TAKE(a->moe, k * mtc_model_moe_floats(m));
+        size_t SF_tp = (size_t)c->moe.shared_ffn / tp, SF1_tp = (c->swiglu ? 2 : 1) * SF_tp;
+        TAKE(a->sfch, k * N * SF1_tp);
         if (s < 0) continue;
         TAKE(a->res3, nl * Nl * C); /* every layer's output: the next layer's input */
         TAKE(a->lnf, Nl * C);
@@ -263,6 +314,11 @@ static size_t gpt_carve(mtc_model *m, char *base) {
 mtc_result_t mtc_model_validate_tp(const mtc_model_config *c, int tp, int sp) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (tp <= 1) return MTC_OK;
+    if (c->moe.num_experts > 0)
+        return mtc_error(E,
+                         "tensor-model-parallel-size=%d with --num-experts: mtc's MoE layer runs "
+                         "without tensor parallelism so far (use --tp 1)",
+                         tp);
     if (c->num_heads % tp)
         return mtc_error(E,
                          "num-attention-heads=%d is not divisible by tensor-model-parallel-size=%d "
@@ -324,6 +380,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->tp =
         (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool, .sequence_parallel = sequence_parallel};
     m->tp_size = tps;
+    m->moe_ep = o->ep && mtc_comm_size(o->ep) > 1 ? o->ep : NULL;
     m->tp_rank = tp_rank(m->tp.comm);
     m->T_loc = sequence_parallel ? m->T / tps : m->T;
     m->first_layer = first_layer;
@@ -348,6 +405,20 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     }
     free(first);
     if (rc != MTC_OK) goto fail;
+    if (cfg->moe.num_experts > 0) { /* expert views and per-layer statistics */
+        size_t E = (size_t)cfg->moe.num_experts;
+        MTC_CHECK_GOTO(
+            mtc_mem_calloc((size_t)cfg->num_layers, sizeof(moe_stats), (void **)&m->moe_stats), rc,
+            fail);
+        for (int l = first_layer; l < last_layer; l++) {
+            if (!mtc_moe_is_layer(&cfg->moe, l)) continue;
+            MTC_CHECK_GOTO(mtc_mem_calloc(4 * E, sizeof(float *), (void **)&m->layers[l].xw), rc,
+                           fail);
+            MTC_CHECK_GOTO(mtc_mem_calloc(4 * E, sizeof(float *), (void **)&m->dlayers[l].xw), rc,
+                           fail);
+            MTC_CHECK_GOTO(moe_stats_init(&m->moe_stats[l], (int)E), rc, fail);
+        }
+    }
     if (o->layout) { /* the caller's buffer layout (the distributed optimizer's padding) */
         size_t *off = NULL, total = 0;
         MTC_CHECK_GOTO(mtc_mem_calloc((size_t)m->reg.count + 1, sizeof(size_t), (void **)&off), rc,
@@ -453,6 +524,12 @@ void mtc_model_free(mtc_model *m) {
     mtc_mem_free_big(m->params, bytes);
     mtc_mem_free_big(m->grads, bytes);
     mtc_arena_free(&m->arena);
+    for (int l = 0; l < m->cfg.num_layers && m->layers; l++) {
+        free(m->layers[l].xw);
+        if (m->dlayers) free(m->dlayers[l].xw);
+        if (m->moe_stats) moe_stats_free(&m->moe_stats[l]);
+    }
+    free(m->moe_stats);
     free(m->layers);
     free(m->dlayers);
     free(m->slots);

@@ -41,6 +41,7 @@
 #include "cp/cp.h"
 #include "model/block.h"
 #include "model/registry.h"
+#include "moe/moe.h"
 #include "nn/llama.h"
 #include "nn/nn.h"
 #include "tp/layers.h"
@@ -77,6 +78,7 @@ typedef struct {
     int untie_embeddings;            /* --untie-embeddings-and-output-weights */
     int disable_bias_linear;         /* --disable-bias-linear */
     int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
+    mtc_moe_config moe;              /* mixture of experts (num_experts 0: dense MLPs) */
 } mtc_model_config;
 
 /* Derived shapes every layer uses (the config's zeros resolved). */
@@ -85,6 +87,10 @@ static inline int mtc_model_groups(const mtc_model_config *c) {
 }
 static inline int mtc_model_head_size(const mtc_model_config *c) {
     return c->kv_channels > 0 ? c->kv_channels : c->hidden_size / c->num_heads;
+}
+/* An expert's MLP width: --moe-ffn-hidden-size, else ffn-hidden-size. */
+static inline int mtc_model_moe_ffn(const mtc_model_config *c) {
+    return c->moe.ffn_hidden_size > 0 ? c->moe.ffn_hidden_size : c->ffn_hidden_size;
 }
 static inline float mtc_model_norm_eps(const mtc_model_config *c) {
     return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
@@ -126,12 +132,28 @@ typedef enum {
     MTC_ROLE_FC1_B,
     MTC_ROLE_FC2_W,
     MTC_ROLE_FC2_B,
-    MTC_NROLES
+    MTC_NROLES,
+    /* an MoE layer (moe/moe.h) has these instead of fc1 / fc2: the router,
+     * the expert bias (not trained: moved after each step), the shared
+     * expert (a dense MLP), then E experts of four roles each */
+    MTC_ROLE_ROUTER_W = MTC_NROLES,
+    MTC_ROLE_EXPERT_BIAS,
+    MTC_ROLE_SHARED_FC1_W,
+    MTC_ROLE_SHARED_FC1_B,
+    MTC_ROLE_SHARED_FC2_W,
+    MTC_ROLE_SHARED_FC2_B,
+    MTC_ROLE_EXP_FC1_W, /* per expert (mtc_param.expert) */
+    MTC_ROLE_EXP_FC1_B,
+    MTC_ROLE_EXP_FC2_W,
+    MTC_ROLE_EXP_FC2_B,
+    MTC_NROLES_ALL
 } mtc_layer_role;
 
 typedef struct {
-    float *w[MTC_NROLES]; /* views into the flat buffer; NULL when the role is absent */
-    int first, last;      /* registry indices [first, last) of this layer's params */
+    float *w[MTC_NROLES_ALL]; /* views into the flat buffer; NULL when the role is absent */
+    float **xw;               /* MoE layer: (4, E) expert views, role EXP_FC1_W + r, expert e at
+                                 xw[r * E + e]; NULL for a dense layer */
+    int first, last;          /* registry indices [first, last) of this layer's params */
 } mtc_model_layer;
 
 /* Parameters outside the layers. */
@@ -201,7 +223,11 @@ typedef struct {
     float *in_total;            /* (B, T, C) SP gather buffer shared by all layers */
     float *scratch;             /* TP layer scratch (max over the layers' needs) */
     mtc_arena arena;
-    nn_pool *pool; /* not owned */
+    nn_pool *pool;         /* not owned */
+    moe_stats *moe_stats;  /* [L] per MoE layer of the chunk (NULL: dense model) */
+    mtc_comm_t moe_tpcp;   /* the aux and z losses' TP x CP group (NULL: size 1) */
+    mtc_comm_t moe_tpdpcp; /* global_aux_loss's TP x DP x CP group (NULL: size 1) */
+    mtc_comm_t moe_ep;     /* the dispatchers' EP group (NULL: size 1) */
 } mtc_model;
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
@@ -232,6 +258,8 @@ typedef struct {
     cp_comm_type cp_comm_type;     /* how its attention talks */
     mtc_comm_t cp_inner, cp_outer; /* a2a+p2p: the a2a and the ring groups */
     const int *cp_layer_types;     /* per global layer (NULL: cp_comm_type for all) */
+    mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: ep 1): the MoE layers'
+                                      allgather / alltoall dispatchers run over it */
     int first_layer, last_layer;   /* the chunk's layers [first, last) */
     int has_embedding, has_head;   /* first / last virtual pipeline stage */
     mtc_model_layout_fn layout;    /* NULL: packed backward order */

@@ -19,11 +19,19 @@ struct mtc_model_slot {
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch;                       /* per layer (B,T,F1_tp) */
     float *res3;                      /* per layer (B,T_loc,C) layer output */
+    float *moe;                       /* per layer moe_acts_floats: an MoE layer's router,
+                                         permutation and expert activations */
+    float *sfch;                      /* per layer the shared expert's (B,T,SF1_tp) */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *losses;                    /* (B,T) */
     float *logits;                    /* (B,T,Vp_tp) head chunk: logits, then probabilities or
                                          dlogits until this microbatch's backward */
     int dlogits_ready;                /* logits already hold dlogits (fused forward) */
 };
+
+/* The MoE layers' shapes (model.c), and the shared expert's block dims. */
+moe_dims mtc_model_moe_dims(const mtc_model *m);
+model_block_dims mtc_model_shared_dims(const mtc_model *m);
+size_t mtc_model_moe_floats(const mtc_model *m);
 
 #endif

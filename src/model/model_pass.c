@@ -86,6 +86,8 @@ typedef struct {
     float *ln1, *ln1m, *ln1r, *res2, *ln2, *ln2m, *ln2r, *res3;
     model_attention_acts aa;
     model_mlp_acts ma;
+    moe_acts moe;      /* an MoE layer's (unbound for a dense one) */
+    model_mlp_acts sa; /* its shared expert's */
 } layer_view;
 
 static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k) {
@@ -105,7 +107,93 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
                                   s->lse + j * (size_t)m->B * (c->num_heads / p) * m->T,
                                   s->atty + j * sN * QD};
     v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1};
+    if (c->moe.num_experts > 0) {
+        moe_dims md = mtc_model_moe_dims(m);
+        moe_acts_bind(&v.moe, s->moe + j * mtc_model_moe_floats(m), &c->moe, &md, (int)sNl);
+        size_t SF = (size_t)c->moe.shared_ffn / p, SF1 = (c->swiglu ? 2 : 1) * SF;
+        v.sa = (model_mlp_acts){m->in_total, 0, s->sfch + j * sN * SF1};
+    }
     return v;
+}
+
+/* One microbatch's share of the objective's MoE losses: loss_scale is
+ * 1 / (global batch x seq-length) per token, so B x seq-length of it is
+ * this microbatch's 1 / (microbatches in the global batch). */
+static moe_pass gpt_moe_pass(const mtc_model *m, const mtc_model_pass *pass, int record, int B,
+                             float loss_scale) {
+    moe_pass mp = {.train = pass && pass->train,
+                   .record = record,
+                   .aux_scale = loss_scale * (float)B * (float)m->cfg.seq_length,
+                   .seq_B = B,
+                   .tpcp = m->moe_tpcp,
+                   .tpdpcp = m->moe_tpdpcp,
+                   .ep = m->moe_ep,
+                   .pool = m->pool};
+    /* global_aux_loss is over the whole data-parallel batch already: its
+     * gradient is not averaged over DP again (Megatron's is, #3672) */
+    if (m->cfg.moe.lb == MOE_LB_GLOBAL_AUX && m->moe_tpdpcp)
+        mp.aux_scale *= (float)mtc_comm_size(m->moe_tpdpcp) /
+                        (float)(m->moe_tpcp ? mtc_comm_size(m->moe_tpcp) : 1);
+    return mp;
+}
+
+static moe_weights gpt_moe_weights(const mtc_model *m, const mtc_model_layer *y) {
+    int E = m->cfg.moe.num_experts;
+    moe_weights w = {y->w[MTC_ROLE_ROUTER_W],
+                     y->w[MTC_ROLE_EXPERT_BIAS],
+                     y->xw,
+                     y->xw + E,
+                     y->xw + 2 * E,
+                     y->xw + 3 * E};
+    return w;
+}
+
+/* An MoE layer's MLP: out (B, T_loc, C) = routed experts + shared expert,
+ * from in = the second norm's output. out must not be m->scratch. */
+static mtc_result_t gpt_moe_forward(mtc_model *m, const mtc_model_pass *pass, layer_view *v,
+                                    float *out, const float *in, int l, int B, int T, int record) {
+    const mtc_model_config *c = &m->cfg;
+    float *const *w = m->layers[l].w;
+    int Tl = m->tp.sequence_parallel ? T / m->tp_size : T, N = B * Tl;
+    moe_dims md = mtc_model_moe_dims(m);
+    moe_weights mw = gpt_moe_weights(m, &m->layers[l]);
+    moe_pass mp = gpt_moe_pass(m, pass, record, B, 0.0f);
+    MTC_CHECK(moe_layer_forward(out, &v->moe, &m->moe_stats[l], in, &mw, &c->moe, &md, N, &mp,
+                                m->scratch));
+    if (c->moe.shared_ffn > 0) { /* comm: the shared expert's TP linears */
+        model_block_dims sd = mtc_model_shared_dims(m);
+        MTC_CHECK(model_mlp_forward(&m->tp, m->dtmp, &v->sa, in, w[MTC_ROLE_SHARED_FC1_W],
+                                    w[MTC_ROLE_SHARED_FC1_B], w[MTC_ROLE_SHARED_FC2_W],
+                                    w[MTC_ROLE_SHARED_FC2_B], m->scratch, B, T, &sd));
+        nn_residual_forward(out, out, m->dtmp, (size_t)N * c->hidden_size);
+    }
+    return MTC_OK;
+}
+
+/* din (B, T_loc, C) = d(in) of gpt_moe_forward; gradients +=. Uses
+ * m->fwd_tmp for the shared expert's part. */
+static mtc_result_t gpt_moe_backward(mtc_model *m, const mtc_model_pass *pass, layer_view *v,
+                                     float *din, const float *dy, const float *in, int l, int B,
+                                     int T, float loss_scale) {
+    const mtc_model_config *c = &m->cfg;
+    float *const *w = m->layers[l].w;
+    float *const *g = m->dlayers[l].w;
+    int Tl = m->tp.sequence_parallel ? T / m->tp_size : T, N = B * Tl;
+    moe_dims md = mtc_model_moe_dims(m);
+    moe_weights mw = gpt_moe_weights(m, &m->layers[l]);
+    moe_weights dw = gpt_moe_weights(m, &m->dlayers[l]);
+    dw.expert_bias = NULL;
+    moe_pass mp = gpt_moe_pass(m, pass, 0, B, loss_scale);
+    MTC_CHECK(moe_layer_backward(din, &dw, dy, &v->moe, in, &mw, &c->moe, &md, &mp, m->scratch));
+    if (c->moe.shared_ffn > 0) {
+        model_block_dims sd = mtc_model_shared_dims(m);
+        MTC_CHECK(model_mlp_backward(
+            &m->tp, m->fwd_tmp, g[MTC_ROLE_SHARED_FC1_W], g[MTC_ROLE_SHARED_FC1_B],
+            g[MTC_ROLE_SHARED_FC2_W], g[MTC_ROLE_SHARED_FC2_B], dy, &v->sa, in,
+            w[MTC_ROLE_SHARED_FC1_W], w[MTC_ROLE_SHARED_FC2_W], m->scratch, B, T, &sd));
+        nn_residual_forward(din, din, m->fwd_tmp, (size_t)N * c->hidden_size);
+    }
+    return MTC_OK;
 }
 
 /* The forward of layer l from its input x (B, T_loc, C) into the view's
@@ -113,7 +201,7 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
  * recomputed layer: the dropout masks come from the same counters, so the
  * recomputed activations are the forward's bit for bit. */
 static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, layer_view *v,
-                                      const float *x, int l, int B, int T) {
+                                      const float *x, int l, int B, int T, int record) {
     const mtc_model_config *c = &m->cfg;
     const tp_ctx *tp = &m->tp;
     int C = c->hidden_size, Tl = m->tp.sequence_parallel ? T / m->tp_size : T, Nl = B * Tl;
@@ -130,9 +218,12 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     nn_residual_forward(v->res2, x, m->fwd_tmp, (size_t)Nl * C);
     gpt_norm_forward(m, v->ln2, v->ln2m, v->ln2r, v->res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B],
                      Nl);
-    MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v->ma, v->ln2, w[MTC_ROLE_FC1_W],
-                                w[MTC_ROLE_FC1_B], w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch,
-                                B, T, &bd));
+    if (mtc_moe_is_layer(&c->moe, l))
+        MTC_CHECK(gpt_moe_forward(m, pass, v, m->fwd_tmp, v->ln2, l, B, T, record));
+    else
+        MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v->ma, v->ln2, w[MTC_ROLE_FC1_W],
+                                    w[MTC_ROLE_FC1_B], w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B],
+                                    m->scratch, B, T, &bd));
     nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
     if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dm);
     nn_residual_forward(v->res3, v->res2, m->fwd_tmp, (size_t)Nl * C);
@@ -171,7 +262,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     for (int l = m->first_layer; l < m->last_layer; l++) {
         layer_view v = gpt_layer_view(m, a, (size_t)(l - m->first_layer));
         GPT_NEED(m->layers[l].first, m->layers[l].last);
-        GPT_TRY(m, gpt_layer_forward(m, pass, &v, x, l, B, T));
+        GPT_TRY(m, gpt_layer_forward(m, pass, &v, x, l, B, T, 1));
         x = v.res3;
     }
     if (!m->has_head) return 0.0;
@@ -258,7 +349,7 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         layer_view v = gpt_layer_view(m, a, k);
         /* --recompute-granularity full: rebuild this layer's activations from
          * its input (comm: the layer's forward collectives again) */
-        if ((int)k < m->nrec) MTC_CHECK(gpt_layer_forward(m, pass, &v, x, l, B, T));
+        if ((int)k < m->nrec) MTC_CHECK(gpt_layer_forward(m, pass, &v, x, l, B, T, 0));
         float *ln1 = v.ln1, *ln1m = v.ln1m, *ln1r = v.ln1r, *res2 = v.res2;
         float *ln2 = v.ln2, *ln2m = v.ln2m, *ln2r = v.ln2r;
         model_attention_acts aa = v.aa;
@@ -268,9 +359,13 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         const float *dy = m->dres;
         nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
         if (dm.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dm), dy = m->dtmp;
-        MTC_CHECK(model_mlp_backward(tp, m->dtmp2, g[MTC_ROLE_FC1_W], g[MTC_ROLE_FC1_B],
-                                     g[MTC_ROLE_FC2_W], g[MTC_ROLE_FC2_B], dy, &ma, ln2,
-                                     w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC2_W], m->scratch, B, T, &bd));
+        if (mtc_moe_is_layer(&c->moe, l))
+            MTC_CHECK(gpt_moe_backward(m, pass, &v, m->dtmp2, dy, ln2, l, B, T, loss_scale));
+        else
+            MTC_CHECK(model_mlp_backward(tp, m->dtmp2, g[MTC_ROLE_FC1_W], g[MTC_ROLE_FC1_B],
+                                         g[MTC_ROLE_FC2_W], g[MTC_ROLE_FC2_B], dy, &ma, ln2,
+                                         w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC2_W], m->scratch, B, T,
+                                         &bd));
         gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM2_W], g[MTC_ROLE_NORM2_B], m->dtmp2, res2,
                           w[MTC_ROLE_NORM2_W], ln2m, ln2r, Nl);
         nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(res2) */

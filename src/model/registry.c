@@ -45,6 +45,7 @@ mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, in
     p->init_std = init_std;
     p->is_2d = p->ndim == 2;
     p->split_dim = -1;
+    p->expert = -1;
     p->split_blocks = 1;
     p->block_rows[0] = shape0;
     p->local_numel = p->numel;

@@ -109,11 +109,13 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     gc.pp = c->pp > 0 ? c->pp : 1;
     gc.cp = c->cp > 0 ? c->cp : 1;
     if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
+    gc.ep = c->ep > 0 ? c->ep : 1;
+    gc.etp = c->etp > 0 ? c->etp : 0;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
     int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
-    MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length, 0,
-                                      c->model.num_layers, vpp));
+    MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length,
+                                      c->model.moe.num_experts, c->model.num_layers, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
     if (gc.cp > 1) { /* context parallelism on top of the TP split */
@@ -236,6 +238,22 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
             c->model.num_layers, c->model.hidden_size, c->model.num_heads, c->model.ffn_hidden_size,
             T, c->model.vocab_size, c->model.padded_vocab_size);
+    if (c->model.moe.num_experts > 0) {
+        const mtc_moe_config *mc = &c->model.moe;
+        double total = (double)model->reg.global_total;
+        char cap[64] = "dropless";
+        if (mc->capacity_factor > 0)
+            snprintf(cap, sizeof cap, "capacity factor %g (%s%s)", mc->capacity_factor,
+                     mc->drop == MOE_DROP_POSITION ? "position" : "probs",
+                     mc->pad_to_capacity ? ", padded" : "");
+        fprintf(out,
+                "> mixture of experts: %d of %d layers, %d experts (ffn %d), top-%d %s, %s; "
+                "parameters: %.0f total, %.0f active per token\n",
+                mtc_moe_num_layers(mc, c->model.num_layers), c->model.num_layers, mc->num_experts,
+                mtc_model_moe_ffn(&c->model), mtc_moe_topk(mc),
+                mc->score == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", cap, total,
+                train_moe_active_params(&c->model, total));
+    }
     mtc_dp_memory mem;
     size_t act = train_memory(x, &mem);
     fprintf(out,
@@ -273,7 +291,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     double flops = mtc_model_flops(&c->model, c->global_batch);
     uint64_t consumed = x->start_consumed; /* a loaded checkpoint's, else 0 */
     x->iteration = x->start_iteration, x->consumed = consumed;
-    double sum_loss = 0, sum_ms = 0;
+    double sum_loss = 0, sum_ms = 0, sum_lb = 0, sum_z = 0;
+    train_moe_summary moe;
     int n_logged = 0, skipped = 0, nan_iters = 0;
     uint64_t comm_at_log = train_comm_ns(x);
     for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
@@ -281,6 +300,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         uint64_t t0 = mtc_time_ns();
         double loss = 0, norm = 0;
         MTC_CHECK(train_step(x, it, consumed, &loss, &norm, &skipped));
+        MTC_CHECK(train_moe_collect(x, &moe)); /* comm: all-reduce(world) with experts */
+        sum_lb += moe.lb_loss, sum_z += moe.z_loss;
         char step_name[48];
         snprintf(step_name, sizeof step_name, "iteration %lld", (long long)it);
         if (mtc_trace_recording(x->obs.trace))
@@ -313,6 +334,13 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         if (c->peak_tflops > 0)
             snprintf(mfu, sizeof mfu, " model FLOPs utilization: %.2f%% |",
                      100 * tflops / c->peak_tflops);
+        char moe_fields[96] = ""; /* Megatron's, after the lm loss */
+        if (moe.has_lb)
+            snprintf(moe_fields, sizeof moe_fields, " load_balancing_loss: %.6E |",
+                     sum_lb / n_logged);
+        if (moe.has_z)
+            snprintf(moe_fields + strlen(moe_fields), sizeof moe_fields - strlen(moe_fields),
+                     " z_loss: %.6E |", sum_z / n_logged);
         if (log_now && out) {
             char stamp[32];
             time_t now = time(NULL);
@@ -321,12 +349,12 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             fprintf(out,
                     " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per "
                     "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4g |%s tokens per "
-                    "second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E | "
-                    "loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
+                    "second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E "
+                    "|%s loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
                     "number of nan iterations: %3d |\n",
                     stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
-                    avg_ms, tflops, mfu, tps, lr_now, c->global_batch, avg_loss, norm, skipped,
-                    nan_iters);
+                    avg_ms, tflops, mfu, tps, lr_now, c->global_batch, avg_loss, moe_fields, norm,
+                    skipped, nan_iters);
             fflush(out);
         }
         if (log_now) MTC_CHECK(train_obs_log(x, out, n_logged));
@@ -344,6 +372,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                         avg_loss, norm, lr_now, avg_ms, tps,
                         (double)(train_comm_ns(x) - comm_at_log) * 1e-6 / n_logged);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
+            if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
             fprintf(metrics,
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
@@ -355,7 +384,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                                  strerror(errno));
         }
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
-        if (log_now) sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0;
+        if (log_now)
+            sum_loss = sum_ms = sum_lb = sum_z = 0, n_logged = 0, skipped = 0, nan_iters = 0;
         if (log_now) comm_at_log = train_comm_ns(x);
         /* an asynchronous save of an earlier iteration is committed once written */
         if (c->async_save) MTC_CHECK(train_ckpt_finalize(x, 0, out));

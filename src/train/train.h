@@ -61,6 +61,8 @@ typedef struct {
     const int *cp_layer_types; /* one cp_comm_type per layer (num_layers), NULL: cp_comm_type
                                   for every layer */
     int hcp_inner, hcp_outer;  /* --hierarchical-context-parallel-sizes A P (0: none) */
+    int ep;                    /* --expert-model-parallel-size (0 = 1): MoE experts split */
+    int etp;                   /* --expert-tensor-parallel-size (0 = tp) */
     int recompute_full;        /* --recompute-granularity full */
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */

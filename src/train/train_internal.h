@@ -68,6 +68,7 @@ typedef struct {
     mtc_comm_t intra;      /* the distributed optimizer's shard group (NULL: size 1) */
     mtc_comm_t cp;         /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
     mtc_comm_t cp_inner, cp_outer; /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0/_L1 (a2a+p2p) */
+    mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
     int dp_size, dp_rank, nmb;
     int T_cp;       /* positions per sample on this rank: seq-length / cp */
     const int *pos; /* (T_cp) their global positions (chunk 0's model owns them) */
@@ -167,6 +168,33 @@ mtc_result_t train_obs_log(train_rank *x, FILE *out, int n);
 void train_obs_metrics(train_rank *x, FILE *metrics, int n);
 /* Collective over the world: every rank's events into the trace file (written by `is_last`). */
 mtc_result_t train_obs_write(train_rank *x, int is_last);
+
+/* train_moe.c: the MoE layers' groups, statistics, expert bias, logging */
+#define TRAIN_MOE_MAX_LAYERS 256
+typedef struct {
+    int layer;
+    double min, max, p50, p90; /* tokens per expert over the step */
+    double dropped_fraction;   /* dropped (token, expert) assignments / all */
+} train_moe_layer_stats;
+typedef struct {
+    int has_lb, has_z;
+    double lb_loss, z_loss; /* Megatron's logged load_balancing_loss, z_loss */
+    int nlayers;
+    train_moe_layer_stats layer[TRAIN_MOE_MAX_LAYERS];
+} train_moe_summary;
+/* Set the model's MoE loss groups (from the grid). */
+void train_moe_bind(train_rank *x, mtc_model *m);
+/* Zero the step's statistics (before the microbatches). */
+void train_moe_step_begin(train_rank *x);
+/* After finalize_model_grads: the expert-bias update. comm: all-reduce(TP x DP x CP). */
+mtc_result_t train_moe_finalize(train_rank *x);
+/* Collective over the world: this step's MoE losses and token statistics. */
+mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out);
+/* ", \"load_balancing_loss\": ..., \"moe_layers\": [...]" (nothing for a dense model):
+ * the losses averaged since the last log, the last step's per-layer token statistics. */
+void train_moe_metrics(const train_moe_summary *s, FILE *metrics, double lb, double z);
+/* Parameters one token uses: total minus the unchosen experts' (E - k per MoE layer). */
+double train_moe_active_params(const mtc_model_config *c, double total);
 
 /* train_step.c */
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */

@@ -114,6 +114,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .cp_inner = x->cp_inner,
                               .cp_outer = x->cp_outer,
                               .cp_layer_types = c->cp_layer_types,
+                              .ep = x->ep,
                               .first_layer = st * L / S,
                               .last_layer = (st + 1) * L / S,
                               .has_embedding = st == 0,
@@ -128,6 +129,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
+    train_moe_bind(x, ch->model);
     mtc_model *m = ch->model;
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
@@ -238,6 +240,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     gc.pp = c->pp > 0 ? c->pp : 1;
     gc.cp = c->cp > 0 ? c->cp : 1;
     if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
+    gc.ep = c->ep > 0 ? c->ep : 1;
+    gc.etp = c->etp > 0 ? c->etp : 0;
     if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
@@ -251,6 +255,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         x->cp_inner = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 0);
         x->cp_outer = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 1);
     }
+    x->ep = NONTRIVIAL(GROUP(MTC_GROUP_EP));
     x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));

@@ -108,9 +108,11 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     const mtc_train_config *c = x->cfg;
     double loss_sum = 0;
     uint64_t t_fb = mtc_time_ns();
+    train_moe_step_begin(x);
     MTC_CHECK(train_microbatches(x, DATA_SPLIT_TRAIN, consumed, 1, it, &loss_sum));
     train_obs_span(x, TRAIN_T_FORWARD_BACKWARD, t_fb, NULL, NULL);
     MTC_CHECK(train_finalize_grads(x));
+    MTC_CHECK(train_moe_finalize(x)); /* comm: all-reduce(TP x DP x CP) of the expert counts */
     uint64_t t_loss = mtc_time_ns();
     MTC_CHECK(train_dp_sum(x, &loss_sum));
     train_obs_span(x, TRAIN_T_LOSS_REDUCE, t_loss, NULL, NULL);

@@ -46,8 +46,8 @@ expect_usage "batch vs dp" "data-parallel size 2 (use a multiple of 8)" train $T
 expect_usage "decay style" "lr-decay-style=exp" train $TINY --lr-decay-style exp
 expect_usage "no data" "no data" train --num-layers 2
 expect_usage "cp zero" "context-parallel-size=0 must be >= 1" train $TINY --world-size 2 --cp 0
-expect_usage "ep not yet" "no mixture-of-experts model yet (use --ep 1" train $TINY --world-size 2 --expert-model-parallel-size 2
-expect_usage "etp without experts" "expert-tensor-parallel-size=2: without experts" train $TINY --etp 2
+expect_usage "ep without experts" "expert-model-parallel-size=2 needs --num-experts" train $TINY --world-size 2 --expert-model-parallel-size 2
+expect_usage "etp not tp" "expert-tensor-parallel-size=2 must be 1 or the tensor-parallel size 1" train $TINY --etp 2
 expect_usage "missing data" "nonexistent" train --data-path "$D/nonexistent" --num-layers 2
 expect_usage "generate without model" "--load" generate --prompt hi
 

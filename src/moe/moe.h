@@ -1,0 +1,210 @@
+/* moe/moe.h - mixture of experts (Megatron-LM core_v0.18's MoELayer): the
+ * configuration with Megatron's flags and validation, the router (top-k
+ * with softmax / sigmoid scores, pre-softmax, scaling, group-limited
+ * routing, expert bias), the load-balancing losses (aux_loss,
+ * seq_aux_loss, global_aux_loss) and z-loss, expert capacity with the
+ * probs / position drop policies and padding to capacity, the experts (the
+ * model's MLP: GELU, or SwiGLU) run as one grouped GEMM per projection over
+ * all local experts, and the shared expert.
+ *
+ *   in (N, C) ─router─> logits (N, E) ─top-k─> (expert, prob) x k per token
+ *      ─capacity─> kept / dropped ─permute (expert-major, token order)─>
+ *      grouped fc1 ─act─> * prob ─grouped fc2 (+ prob * b2)─> unpermute
+ *      (sum of each token's k outputs) [+ shared expert MLP(in)] = out
+ *
+ * The losses reach the router's logits in backward with the gradient scale
+ * of one microbatch's share of the global batch (moe_pass.aux_scale), as
+ * Megatron's MoEAuxLossAutoScaler does with loss_scale / num_microbatches
+ * followed by the data-parallel average.
+ *
+ * Relies on nn/ (GEMM, activations) and tp/layers.h (the shared expert is a
+ * dense tensor-parallel MLP through model/block.h's caller). This header
+ * does not know the model: model/ binds the weights and keeps the
+ * activations; train/ applies the expert-bias update after the step.
+ * Limitations: serial experts only (EP = ETP = 1); see docs/moe.md. */
+#ifndef MTC_MOE_MOE_H
+#define MTC_MOE_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "core/result.h"
+#include "nn/nn.h"
+
+typedef enum { MOE_SCORE_SOFTMAX = 0, MOE_SCORE_SIGMOID } moe_score_fn;
+typedef enum { MOE_LB_AUX = 0, MOE_LB_SEQ_AUX, MOE_LB_GLOBAL_AUX, MOE_LB_NONE } moe_lb_type;
+typedef enum { MOE_DROP_PROBS = 0, MOE_DROP_POSITION } moe_drop_policy;
+typedef enum { MOE_DISPATCH_ALLGATHER = 0, MOE_DISPATCH_ALLTOALL } moe_dispatcher;
+
+#define MOE_PATTERN_MAX 1024
+
+/* Megatron's MoE flags (a zeroed struct = a dense model). */
+typedef struct {
+    int num_experts; /* --num-experts E (0: dense) */
+    int layer_freq;  /* --moe-layer-freq k: layer l is MoE when l % k == 0 (0 = 1) */
+    int pattern_len; /* --moe-layer-freq [1,0,...]: one entry per layer (0: use freq) */
+    uint8_t pattern[MOE_PATTERN_MAX];
+    int ffn_hidden_size;       /* --moe-ffn-hidden-size (0: the model's ffn-hidden-size) */
+    int topk;                  /* --moe-router-topk (0 = 2) */
+    moe_score_fn score;        /* --moe-router-score-function */
+    int pre_softmax;           /* --moe-router-pre-softmax */
+    float topk_scaling;        /* --moe-router-topk-scaling-factor (0: none) */
+    int num_groups;            /* --moe-router-num-groups (0: no group-limited routing) */
+    int group_topk;            /* --moe-router-group-topk */
+    int expert_bias;           /* --moe-router-enable-expert-bias */
+    float bias_update_rate;    /* --moe-router-bias-update-rate (0 = 1e-3) */
+    moe_lb_type lb;            /* --moe-router-load-balancing-type */
+    float aux_coeff;           /* --moe-aux-loss-coeff */
+    float z_coeff;             /* --moe-z-loss-coeff (0: off) */
+    float capacity_factor;     /* --moe-expert-capacity-factor (<= 0: dropless) */
+    moe_drop_policy drop;      /* --moe-token-drop-policy */
+    int pad_to_capacity;       /* --moe-pad-expert-input-to-capacity */
+    int shared_ffn;            /* --moe-shared-expert-intermediate-size (0: none) */
+    moe_dispatcher dispatcher; /* --moe-token-dispatcher-type */
+} mtc_moe_config;
+
+static inline int mtc_moe_topk(const mtc_moe_config *m) { return m->topk > 0 ? m->topk : 2; }
+/* Is transformer layer l (0-based) an MoE layer? */
+int mtc_moe_is_layer(const mtc_moe_config *m, int l);
+int mtc_moe_num_layers(const mtc_moe_config *m, int num_layers);
+/* Parse --moe-layer-freq: "2" or Megatron's list "[1,0,1,0]" (also
+ * "([1]*3+[0]*1)*2" style repeats). One line in err on failure. */
+mtc_result_t mtc_moe_parse_layer_freq(mtc_moe_config *m, const char *s);
+/* Megatron's MoE rules (arguments.py, moe_layer.py, router.py), one line
+ * each naming the value and the fix. ffn = the model's ffn-hidden-size. */
+mtc_result_t mtc_moe_validate(const mtc_moe_config *m, int num_layers, int ffn, int tp, int sp,
+                              int ep, int etp, int add_bias_linear);
+
+/* ---- one MoE layer ----------------------------------------------------------------- */
+
+/* Shapes of one layer (global sizes; serial experts: E_local = E). */
+typedef struct {
+    int C;      /* hidden */
+    int E;      /* experts */
+    int k;      /* top-k */
+    int F;      /* expert ffn */
+    int swiglu; /* fc1 has 2F rows [gate | up] */
+    int bias;   /* experts have biases (GPT-2 with linear biases) */
+    int ep;     /* expert-parallel ranks (0 = 1): each owns E / ep experts */
+} moe_dims;
+
+/* Views of one layer's parameters (or of their gradients). */
+typedef struct {
+    float *router;      /* (E, C) */
+    float *expert_bias; /* (E) or NULL: not trained, moved after the step */
+    float **fc1w;       /* [E] (F1, C) */
+    float **fc1b;       /* [E] (F1) or NULL entries */
+    float **fc2w;       /* [E] (C, F) */
+    float **fc2b;       /* [E] (C) or NULL entries */
+} moe_weights;
+
+/* The scalars of one forward, kept in the activation memory itself (a
+ * moe_acts is a view, rebuilt by whoever binds it again for backward). */
+typedef struct {
+    int M;            /* permuted rows */
+    int N;            /* tokens */
+    int aux_groups;   /* 0: no aux loss; else 1, or the sequences of seq_aux_loss */
+    int Ml;           /* alltoall: this rank's permuted rows (sent) */
+    double aux_total; /* the token total T of the aux loss */
+} moe_acts_hdr;
+
+/* What one layer keeps from forward to backward (one microbatch). The
+ * arrays are carved by moe_acts_bind from moe_acts_floats floats. */
+typedef struct {
+    moe_acts_hdr *h; /* M, N, the aux loss's groups and total */
+    float *logits;   /* (N, E) */
+    int *sel;        /* (ep N, k) chosen experts of every EP rank's tokens (rank-major) */
+    float *probs;    /* (ep N, k) their probabilities (0 when dropped) */
+    int *kept;       /* (ep N, k) 1 = processed, 0 = dropped by capacity */
+    int *counts;     /* (E / ep) rows of each local expert in the permuted order */
+    int *perm_tok;   /* (Mmax) token of each permuted row */
+    int *perm_sel;   /* (Mmax) its top-k slot n*k + j, -1 for padding rows */
+    float *fch;      /* (Mmax, F1) fc1 output */
+    float *fchg;     /* (Mmax, F) activation output (before the prob) */
+    float *aux_cnt;  /* (N, E) at most: the aux loss's counts as forward used them */
+    float *xg;       /* allgather: (ep N, C) the EP ranks' gathered tokens; alltoall: (M, C)
+                        the rows the local experts received, expert-major (NULL with ep 1) */
+    int *cnt_all;    /* alltoall: (ep, E) every EP rank's rows per expert */
+    float *rprob;    /* alltoall: (M) the received rows' probabilities */
+} moe_acts;
+
+/* Per-layer statistics a step accumulates (train/ reads and resets them). */
+typedef struct {
+    double lb_loss;     /* sum over microbatches of the load-balancing loss / coeff */
+    double z_loss;      /* sum over microbatches of the z-loss / coeff */
+    int nmb;            /* microbatches recorded */
+    double *tokens;     /* (E) kept tokens per expert (padding excluded) */
+    double dropped;     /* dropped (token, expert) assignments */
+    double assigned;    /* all (token, expert) assignments */
+    float *bias_counts; /* (E) Megatron's local_tokens_per_expert for the expert bias */
+    double *ga_counts;  /* (E) global_aux_loss's counts accumulated over the step */
+    int ga_steps;
+} moe_stats;
+
+/* How one call runs. */
+typedef struct {
+    int train;         /* the losses' gradients and the statistics */
+    int record;        /* 1: accumulate into stats (0 in a recomputation) */
+    float aux_scale;   /* d(objective)/d(this microbatch's aux and z losses) */
+    int seq_B;         /* sequences in the N tokens (seq_aux_loss; rows are (B, T)) */
+    mtc_comm_t tpcp;   /* group of the aux / z losses' counts (NULL: none) */
+    mtc_comm_t tpdpcp; /* global_aux_loss's group (NULL: none) */
+    mtc_comm_t ep;     /* the dispatcher's EP group (NULL: all experts local); size d->ep */
+    nn_pool *pool;
+} moe_pass;
+
+/* Rows of the permuted order at most (dropless: N*k; with padding E*cap). */
+int moe_max_rows(const mtc_moe_config *m, int N, int E);
+/* Expert capacity of N local tokens (Megatron's get_capacity on N*k). */
+int moe_capacity(const mtc_moe_config *m, int N, int E);
+size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N);
+/* Binding reads nothing and writes nothing: the scalars of a forward survive a
+ * second binding of the same memory (backward binds again). */
+void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N);
+size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N);
+mtc_result_t moe_stats_init(moe_stats *s, int E);
+void moe_stats_free(moe_stats *s);
+void moe_stats_reset(moe_stats *s, int E);
+
+/* out (N, C) = the routed experts' sum for each token of in (N, C) (no
+ * shared expert: the caller adds it). comm: all-reduce(tpcp) of the aux
+ * loss's counts when pass->tpcp. */
+mtc_result_t moe_layer_forward(float *out, moe_acts *acts, moe_stats *stats, const float *in,
+                               const moe_weights *w, const mtc_moe_config *m, const moe_dims *d,
+                               int N, const moe_pass *pass, float *scratch);
+/* din (N, C) =; gradients += (router, experts). */
+mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *dout,
+                                const moe_acts *acts, const float *in, const moe_weights *w,
+                                const mtc_moe_config *m, const moe_dims *d, const moe_pass *pass,
+                                float *scratch);
+
+/* ---- router pieces (moe/router.c; exposed for the tests) --------------------------- */
+
+/* The top-k choice of each token from logits (N, E): sel, probs (N, k). */
+void moe_router_topk(int *sel, float *probs, const float *logits, const float *expert_bias,
+                     const mtc_moe_config *m, int N, int E);
+/* dlogits (N, E) += d(probs)/d(logits)^T dprobs (N, k). */
+void moe_router_topk_backward(float *dlogits, const float *dprobs, const int *sel,
+                              const float *logits, const mtc_moe_config *m, int N, int E);
+/* Capacity: kept (N, k), probs of dropped slots zeroed; tmp 2 N k ints. */
+void moe_router_capacity(int *kept, float *probs, const int *sel, const mtc_moe_config *m, int N,
+                         int E, void *tmp);
+/* Scores of the aux loss (softmax, or normalised sigmoid) into s (N, E),
+ * and their own top-k counts per expert (E) over the N tokens (or per
+ * sequence, (B, E), when seq_B != 0 with rows (B, N/B)); cnt NULL: scores only. */
+void moe_aux_scores(float *s, float *cnt, const float *logits, const mtc_moe_config *m, int N,
+                    int E, int seq_B);
+/* Megatron's switch load-balancing loss and z-loss (values with their
+ * coefficients), and their gradients scaled by g into dlogits. */
+double moe_aux_loss(const float *s, const float *cnt, double total_tokens, int groups,
+                    const mtc_moe_config *m, int N, int E);
+void moe_aux_loss_backward(float *dlogits, const float *s, const float *cnt, double total_tokens,
+                           int groups, const float *logits, const mtc_moe_config *m, int N, int E,
+                           float g);
+double moe_z_loss(const float *logits, float coeff, int N, int E);
+void moe_z_loss_backward(float *dlogits, const float *logits, float coeff, int N, int E, float g);
+/* The expert-bias step: bias += rate * sign(mean(counts) - counts). */
+void moe_expert_bias_update(float *bias, const float *counts, float rate, int E);
+
+#endif

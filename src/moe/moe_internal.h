@@ -1,0 +1,51 @@
+/* moe/moe_internal.h - what the files of moe/ share (not a public header):
+ * layer.c (sizes, routing, statistics, the allgather dispatcher),
+ * experts.c (the grouped-GEMM experts), dispatch_a2a.c (the alltoall
+ * dispatcher). */
+#ifndef MTC_MOE_MOE_INTERNAL_H
+#define MTC_MOE_MOE_INTERNAL_H
+
+#include "moe/moe.h"
+
+/* The layer's scratch (moe_scratch_floats): rows are permuted rows (at
+ * most rows_max), W = C + 1 packs a row's token with its probability. */
+typedef struct {
+    float *xp, *y, *dx, *z, *dz, *dh, *dlogits, *s, *dprobs, *prow, *dprow;
+    float *g1, *g2; /* (ep N, C) gathered outputs / gradients; alltoall: (rows, C + 1) */
+    void *tmp;      /* 2 N k ints (capacity), or the alltoall's 6 ep split arrays */
+} moe_scratch;
+
+moe_scratch moe_carve(float *base, const mtc_moe_config *m, const moe_dims *d, int N);
+/* Rows of expert e from the N tokens starting at global token `base`
+ * appended at perm[M...]; returns the new M. */
+int moe_perm_segment(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int e, int base,
+                     int N, int M, int *count);
+/* dst (M, W) = rows tok[r] - base of src. */
+void moe_gather_rows(float *dst, const float *src, const int *tok, int base, int M, int W);
+
+/* y (M, C) = prow * (fc2(act(fc1 xp)) + b2) over the rows of local experts
+ * [e0, e0 + El) (counts[e] rows each, expert-major); fch, fchg saved; z
+ * scratch (M, F). */
+void moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
+                         const float *xp, const float *prow, const int *counts, int El, int e0,
+                         const moe_weights *w, const moe_dims *d, int M);
+/* dxp (M, C) =, dprow (M) = d(row's prob); expert gradients +=; dy (M, C)
+ * read only; z, dz (M, F), dh (M, F1) scratch. */
+void moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const float *dy, const float *xp,
+                          const float *fch, const float *fchg, const float *prow, const int *counts,
+                          int El, int e0, const moe_weights *w, const moe_weights *dw,
+                          const moe_dims *d, int M, float *z, float *dz, float *dh);
+
+/* The alltoall dispatcher around the experts, after routing (this rank's
+ * N tokens routed into a->sel/probs/kept at block r). out (N, C) =.
+ * comm: all-gather(EP) of the counts, all-to-all-v(EP) there and back. */
+mtc_result_t moe_a2a_forward(float *out, moe_acts *a, const float *in, const moe_weights *w,
+                             const mtc_moe_config *m, const moe_dims *d, int N,
+                             const moe_pass *pass, moe_scratch *s);
+/* din (N, C) = the experts' part; dprobs (N, k) = d(this rank's probs).
+ * comm: all-to-all-v(EP) there and back. */
+mtc_result_t moe_a2a_backward(float *din, float *dprobs, const moe_weights *dw, const float *dout,
+                              const moe_acts *a, const moe_weights *w, const mtc_moe_config *m,
+                              const moe_dims *d, const moe_pass *pass, moe_scratch *s);
+
+#endif
