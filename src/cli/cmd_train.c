@@ -45,12 +45,13 @@ int cli_cmd_train(int argc, char **argv) {
     int vpp = 0, lpvs = 0, vstages = 0, mb_group = 0;
     int distopt = 0, overlap_pg = 0, nd = 1, pad_high = 0, print_layout = 0;
     int64_t bucket = 0;
-    const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
+    const char *data_path = NULL, *split = "969,30,1", *tokenizer = NULL, *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
     int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
+    data_tok_opts tok_opts = {0};
     /* observability (issue 18) */
     int profile = 0, timing_level = 0;
     int64_t prof_start = 10, prof_end = 12;
@@ -128,8 +129,6 @@ int cli_cmd_train(int argc, char **argv) {
          "text file or folder, PREFIX of .bin/.idx, or llm.c .bin", 0},
         {"split", NULL, MTC_ARG_STRING, &split, "W,W,W",
          "train,valid,test weights (default 969,30,1)", 0},
-        {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
-         "char|byte for text data (default char)", 0},
         {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N",
          "vocabulary (default: from the data; 50257 with --mock-data)", 0},
         {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N",
@@ -214,6 +213,18 @@ int cli_cmd_train(int argc, char **argv) {
          "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with "
          "--vpp) before training",
          0},
+        /* Megatron's tokenizer flags (issue 16) */
+        {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
+         "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|ByteLevelTokenizer|"
+         "CharLevelTokenizer (default CharLevelTokenizer for text; for a Megatron dataset the "
+         "PREFIX.tokenizer beside it)",
+         0},
+        {"vocab-file", NULL, MTC_ARG_STRING, &tok_opts.vocab_file, "FILE",
+         "GPT2BPETokenizer: vocab.json (GPT-2's encoder.json)", 0},
+        {"merge-file", NULL, MTC_ARG_STRING, &tok_opts.merge_file, "FILE",
+         "GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe)", 0},
+        {"tokenizer-model", NULL, MTC_ARG_STRING, &tok_opts.tokenizer_model, "FILE",
+         "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)", 0},
 #define NOOP_STR(name, var)                                                                        \
     {name, NULL, MTC_ARG_STRING, &var, "S", "accepted for Megatron scripts; no effect on CPU", 0}
 #define NOOP_FLAG(name, var)                                                                       \
@@ -426,9 +437,12 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "make-vocab-size-divisible-by=%d must be >= 1", divisible);
     if (vocab < 0) return cli_usage_error("train", "vocab-size=%d must be >= 1", vocab);
     if (T < 1) return cli_usage_error("train", "seq-length=%d must be >= 1", T);
-    if (data_path && data_tokenizer_parse(tokenizer) < 0)
-        return cli_usage_error("train", "tokenizer-type=%s is unknown (use char or byte)",
-                               tokenizer);
+    if (tokenizer && data_tok_parse_type(tokenizer) < 0)
+        return cli_usage_error("train", "tokenizer-type=%s is unknown (use one of %s)", tokenizer,
+                               data_tok_type_names());
+    if (tokenizer && data_tok_parse_type(tokenizer) == DATA_TOK_NULL && vocab < 1)
+        return cli_usage_error("train", "--tokenizer-type NullTokenizer needs --vocab-size N");
+    tok_opts.vocab_size = vocab;
 
     if (save_interval < 0)
         return cli_usage_error("train", "save-interval=%d must be >= 1", save_interval);
@@ -622,8 +636,9 @@ int cli_cmd_train(int argc, char **argv) {
 
     data_source_opts dopts = {.data_path = data_path,
                               .mock = mock,
-                              .vocab_size = mock ? (vocab ? vocab : 50257) : vocab,
+                              .vocab_size = mock && !vocab && !tokenizer ? 50257 : vocab,
                               .tokenizer = tokenizer,
+                              .tok = &tok_opts,
                               .seq_length = T,
                               .seed = (uint64_t)seed,
                               .split = split};
@@ -641,10 +656,21 @@ int cli_cmd_train(int argc, char **argv) {
     mc->vocab_size = vocab ? vocab : data_vocab;
     mc->padded_vocab_size = mtc_model_pad_vocab(mc->vocab_size, divisible, tp);
     char tokstr[MTC_CKPT_TOKENIZER_MAX] = "none";
-    const data_tokenizer *tok = data_source_tokenizer(src);
-    if (tok && data_tokenizer_serialize(tok, tokstr, sizeof tokstr) != MTC_OK) {
-        data_source_free(src);
-        return cli_fail("train", MTC_ERR_INTERNAL);
+    const data_tok *tok = data_source_tokenizer(src);
+    if (tok) { /* the tokenizer's text form, stored with the model */
+        data_tok_text form = {0};
+        mtc_result_t trc = data_tok_serialize(tok, &form);
+        int fits = trc == MTC_OK && form.n < sizeof tokstr;
+        if (fits) memcpy(tokstr, form.s, form.n + 1);
+        data_tok_text_free(&form);
+        if (!fits) {
+            data_source_free(src);
+            if (trc != MTC_OK) return cli_fail("train", trc);
+            return cli_usage_error("train",
+                                   "the %s of %d symbols is too large to store with the model "
+                                   "(use ByteLevelTokenizer or a BPE tokenizer)",
+                                   data_tok_name(tok), data_tok_vocab_size(tok));
+        }
     }
     tc.tokenizer = tokstr;
     if (have_ckpt) { /* refuse a mismatching checkpoint before training starts */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/result.h"
+#include "data/tokenizer.h"
 
 /* ---- tokenizers ------------------------------------------------------------------ */
 
@@ -55,12 +56,16 @@ mtc_result_t data_tokenizer_deserialize(data_tokenizer *tok, const char *s);
 typedef struct data_source data_source;
 
 typedef struct {
-    const char *data_path; /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
-                              llm.c shard or glob of shards; NULL with mock */
-    int mock;              /* --mock-data */
-    int vocab_size;        /* mock: ids in [0, vocab_size); others: checked against the data */
-    const char *tokenizer; /* for text: "char" (default) or "byte" */
-    int seq_length;        /* T: samples are T + 1 tokens */
+    const char *data_path;    /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
+                                 llm.c shard or glob of shards; NULL with mock */
+    int mock;                 /* --mock-data */
+    int vocab_size;           /* mock: ids in [0, vocab_size); others: checked against the data */
+    const char *tokenizer;    /* --tokenizer-type; NULL: char for text, the PREFIX.tokenizer
+                                 beside a Megatron dataset, none for other id sources */
+    const data_tok_opts *tok; /* the other tokenizer flags (files, NullTokenizer's size); may
+                                 be NULL. A tokenizer given for an id source or mock data is
+                                 its vocabulary (Megatron's), checked against the ids */
+    int seq_length;           /* T: samples are T + 1 tokens */
     uint64_t seed;
     const char *split; /* "949,50,1" (default "969,30,1"); weights train,valid,test */
 } data_source_opts;
@@ -70,11 +75,12 @@ typedef struct {
  * wrong); too little data for one sample is MTC_ERR_INVALID_ARGUMENT. */
 mtc_result_t data_source_open(const data_source_opts *opts, data_source **out);
 void data_source_free(data_source *src);
-/* Tokenizer of a text source, or of a Megatron dataset with a
- * PREFIX.tokenizer file beside it (tools/txt_to_indexed.py writes one);
- * NULL for other token-id sources. */
-const data_tokenizer *data_source_tokenizer(const data_source *src);
-/* Largest token id + 1 seen (or the declared vocabulary). */
+/* Tokenizer of a text source, the one the flags gave, or of a Megatron
+ * dataset with a PREFIX.tokenizer file beside it (tools/txt_to_indexed.py
+ * writes one); NULL for other token-id sources. Owned by the source. */
+const data_tok *data_source_tokenizer(const data_source *src);
+/* The declared --vocab-size, else the tokenizer's vocabulary (as Megatron),
+ * else the largest token id + 1 seen. */
 int data_source_vocab_size(const data_source *src);
 uint64_t data_source_num_tokens(const data_source *src);
 

@@ -9,8 +9,11 @@
  *   4. a file starting with an llm.c shard magic: one shard;
  *   5. any other *.bin: refused (neither format); any other file: text;
  *   6. nothing there, but PREFIX.bin / PREFIX.idx exist: Megatron prefix.
- * A Megatron dataset may have PREFIX.tokenizer beside it (the tokenizer's
- * text form, written by tools/txt_to_indexed.py); then it can be decoded.
+ * Tokenizer: the one --tokenizer-type (and its files) names, for every kind
+ * of source (text is encoded with it; for ids it is the vocabulary, as in
+ * Megatron); by default char for text, and for a Megatron dataset the
+ * PREFIX.tokenizer beside it when there is one (the tokenizer's text form,
+ * written by tools/txt_to_indexed.py).
  * Samples: window w covers stream tokens [w*T, w*T + T] (T+1 tokens: inputs
  * and targets shifted by one); windows are split by --split and visited in
  * data_permute order with key epoch * 4 + split. Everything after open is
@@ -29,8 +32,7 @@ typedef enum { SRC_MOCK, SRC_TEXT, SRC_INDEXED, SRC_LLMC } source_kind;
 struct data_source {
     source_kind kind;
     data_stream st;
-    data_tokenizer tok;
-    int has_tok; /* text sources, and indexed ones with a PREFIX.tokenizer */
+    data_tok *tok; /* text sources, flags' tokenizer, or an indexed one's PREFIX.tokenizer */
     int vocab_size;
     uint64_t n_tokens, n_windows, bounds[4];
     int T;
@@ -78,7 +80,7 @@ static mtc_result_t load_sidecar_tokenizer(data_source *src, const char *prefix)
     }
     if (len) memcpy(text, buf, len);
     text[len] = '\0';
-    rc = data_tokenizer_deserialize(&src->tok, text);
+    rc = data_tok_deserialize(text, &src->tok);
     free(text);
     if (rc != MTC_OK) {
         char detail[256];
@@ -86,7 +88,6 @@ static mtc_result_t load_sidecar_tokenizer(data_source *src, const char *prefix)
         rc = mtc_error(rc, "%s: %s", path, detail);
         goto out;
     }
-    src->has_tok = 1;
 out:
     free(buf);
     free(path);
@@ -98,12 +99,12 @@ static mtc_result_t open_indexed_prefix(data_source *src, const char *path, size
     if (!prefix) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
     src->kind = SRC_INDEXED;
     mtc_result_t rc = data_indexed_open(&src->st, prefix);
-    if (rc == MTC_OK) rc = load_sidecar_tokenizer(src, prefix);
+    if (rc == MTC_OK && !src->tok) rc = load_sidecar_tokenizer(src, prefix);
     free(prefix);
     return rc;
 }
 
-static mtc_result_t open_glob(data_source *src, const char *pattern, data_tokenizer_kind kind) {
+static mtc_result_t open_glob(data_source *src, const char *pattern) {
     glob_t g;
     int r = glob(pattern, 0, NULL, &g);
     if (r == GLOB_NOMATCH || (r == 0 && g.gl_pathc == 0)) {
@@ -128,21 +129,21 @@ static mtc_result_t open_glob(data_source *src, const char *pattern, data_tokeni
             rc = data_llmc_open(&src->st, paths[i]);
     } else {
         src->kind = SRC_TEXT;
-        rc = data_text_open(&src->st, &src->tok, kind, paths, n);
+        rc = data_text_open(&src->st, &src->tok, paths, n);
     }
     globfree(&g);
     return rc;
 }
 
-static mtc_result_t open_path(data_source *src, const char *path, data_tokenizer_kind kind) {
-    if (strpbrk(path, "*?[")) return open_glob(src, path, kind);
+static mtc_result_t open_path(data_source *src, const char *path) {
+    if (strpbrk(path, "*?[")) return open_glob(src, path);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         char **paths;
         size_t n;
         MTC_CHECK(data_text_list_folder(path, &paths, &n));
         src->kind = SRC_TEXT;
-        mtc_result_t rc = n ? data_text_open(&src->st, &src->tok, kind, paths, n)
+        mtc_result_t rc = n ? data_text_open(&src->st, &src->tok, paths, n)
                             : mtc_error(MTC_ERR_INVALID_ARGUMENT,
                                         "--data-path %s: the folder holds no text files", path);
         data_paths_free(paths, n);
@@ -172,7 +173,7 @@ static mtc_result_t open_path(data_source *src, const char *path, data_tokenizer
         }
         src->kind = SRC_TEXT;
         char *one[1] = {(char *)path};
-        return data_text_open(&src->st, &src->tok, kind, one, 1);
+        return data_text_open(&src->st, &src->tok, one, 1);
     }
     char *idx = with_ext(path, 0, ".idx"), *bin = with_ext(path, 0, ".bin");
     int prefix = idx && bin && (is_file(idx) || is_file(bin));
@@ -198,7 +199,10 @@ static void describe(data_source *src, const char *path) {
         snprintf(src->desc, sizeof src->desc,
                  "text: %s (%zu file%s), %llu tokens, %s tokenizer with %d symbols", path,
                  src->st.n_seg, src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens,
-                 src->tok.kind == DATA_TOKENIZER_CHAR ? "char" : "byte", src->tok.vocab_size);
+                 data_tok_kind_of(src->tok) == DATA_TOK_CHAR   ? "char"
+                 : data_tok_kind_of(src->tok) == DATA_TOK_BYTE ? "byte"
+                                                               : data_tok_name(src->tok),
+                 data_tok_vocab_size(src->tok));
         break;
     case SRC_INDEXED:
         snprintf(src->desc, sizeof src->desc,
@@ -224,11 +228,13 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
                          opts->vocab_size);
     double weights[3];
     MTC_CHECK(data_split_parse(opts->split ? opts->split : "969,30,1", weights));
-    int kind = data_tokenizer_parse(opts->tokenizer ? opts->tokenizer : "char");
+    data_tok_opts topts = opts->tok ? *opts->tok : (data_tok_opts){0};
+    topts.type = opts->tokenizer;
+    int kind = opts->tokenizer ? data_tok_parse_type(opts->tokenizer) : DATA_TOK_CHAR;
     if (kind < 0)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "--tokenizer-type %s is unknown (use byte or char)", opts->tokenizer);
-    if (opts->mock && opts->vocab_size <= 0)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--tokenizer-type %s is unknown (use one of %s)",
+                         opts->tokenizer, data_tok_type_names());
+    if (opts->mock && opts->vocab_size <= 0 && kind == DATA_TOK_CHAR)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "--mock-data needs --vocab-size (the range of the mock token ids)");
     if (!opts->mock && (!opts->data_path || !*opts->data_path))
@@ -241,27 +247,31 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
     src->seed = opts->seed;
     mtc_result_t rc = MTC_OK;
     const char *path = opts->mock ? "mock" : opts->data_path;
+    /* a tokenizer from flags (char is built from the text itself) */
+    int flag_tok = kind != DATA_TOK_CHAR;
+    if (flag_tok) MTC_CHECK_GOTO(data_tok_open(&topts, &src->tok), rc, fail);
     if (opts->mock) {
         src->kind = SRC_MOCK;
-        src->vocab_size = opts->vocab_size;
+        src->vocab_size = opts->vocab_size > 0 ? opts->vocab_size : data_tok_vocab_size(src->tok);
         src->n_tokens = DATA_MOCK_TOKENS;
     } else {
-        MTC_CHECK_GOTO(open_path(src, opts->data_path, (data_tokenizer_kind)kind), rc, fail);
-        if (src->kind == SRC_TEXT) src->has_tok = 1;
+        MTC_CHECK_GOTO(open_path(src, opts->data_path), rc, fail);
         src->n_tokens = src->st.n_tokens;
         int64_t max_id;
         MTC_CHECK_GOTO(data_stream_check_ids(&src->st, opts->vocab_size, &max_id), rc, fail);
-        if (src->kind == SRC_INDEXED && src->has_tok && max_id >= src->tok.vocab_size) {
+        int tok_v = src->tok ? data_tok_vocab_size(src->tok) : 0;
+        if (src->kind != SRC_TEXT && src->tok && max_id >= tok_v) {
             rc = mtc_error(MTC_ERR_FORMAT,
-                           "%s: token id %lld is outside the %d symbols of the tokenizer "
-                           "beside it (.tokenizer)",
-                           src->st.seg[0].name, (long long)max_id, src->tok.vocab_size);
+                           "%s: token id %lld is outside the %d ids of the tokenizer (%s%s)",
+                           src->st.seg[0].name, (long long)max_id, tok_v,
+                           flag_tok ? "--tokenizer-type " : "the .tokenizer beside it: ",
+                           data_tok_name(src->tok));
             goto fail;
         }
         if (opts->vocab_size > 0)
             src->vocab_size = opts->vocab_size;
-        else if (src->has_tok && src->tok.vocab_size > max_id)
-            src->vocab_size = src->tok.vocab_size;
+        else if (src->tok && tok_v > max_id)
+            src->vocab_size = tok_v;
         else
             src->vocab_size = (int)(max_id + 1);
     }
@@ -285,12 +295,11 @@ fail:
 void data_source_free(data_source *src) {
     if (!src) return;
     data_stream_free(&src->st);
+    data_tok_free(src->tok);
     free(src);
 }
 
-const data_tokenizer *data_source_tokenizer(const data_source *src) {
-    return src->has_tok ? &src->tok : NULL;
-}
+const data_tok *data_source_tokenizer(const data_source *src) { return src->tok; }
 
 int data_source_vocab_size(const data_source *src) { return src->vocab_size; }
 uint64_t data_source_num_tokens(const data_source *src) { return src->n_tokens; }

@@ -15,6 +15,7 @@
 
 #include "core/result.h"
 #include "data/data.h"
+#include "data/tokenizer.h"
 
 typedef enum {
     DATA_IDS_U8 = 0,
@@ -77,11 +78,10 @@ int data_llmc_probe(const char *path);
 /* 1 when the file starts with the .idx magic, 0 otherwise. */
 int data_indexed_probe(const char *path);
 
-/* Text files (text.c): reads them all, builds the tokenizer (char: the
- * distinct bytes of all files; byte: 0..255) and appends one uint8 segment
- * per file. */
-mtc_result_t data_text_open(data_stream *st, data_tokenizer *tok, data_tokenizer_kind kind,
-                            char *const *paths, size_t n_paths);
+/* Text files (text.c): reads them all and appends one segment per file,
+ * tokenized with *tok; when *tok is NULL, first builds the char tokenizer of
+ * all files together (every distinct code point) into *tok (caller frees). */
+mtc_result_t data_text_open(data_stream *st, data_tok **tok, char *const *paths, size_t n_paths);
 /* Regular files under a folder, recursively, sorted by name; skips names
  * starting with '.', strfile indexes (*.dat) and files already seen through
  * another name (symlinks). *paths is a malloc'ed array of malloc'ed strings. */
