@@ -197,10 +197,10 @@ static void describe(data_source *src, const char *path) {
         break;
     case SRC_TEXT:
         snprintf(src->desc, sizeof src->desc,
-                 "text: %s (%zu file%s), %llu tokens, %s tokenizer with %d symbols", path,
-                 src->st.n_seg, src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens,
-                 data_tok_kind_of(src->tok) == DATA_TOK_CHAR   ? "char"
-                 : data_tok_kind_of(src->tok) == DATA_TOK_BYTE ? "byte"
+                 "text: %s (%zu file%s), %llu tokens, %s with %d symbols", path, src->st.n_seg,
+                 src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens,
+                 data_tok_kind_of(src->tok) == DATA_TOK_CHAR   ? "char tokenizer"
+                 : data_tok_kind_of(src->tok) == DATA_TOK_BYTE ? "byte tokenizer"
                                                                : data_tok_name(src->tok),
                  data_tok_vocab_size(src->tok));
         break;

@@ -138,6 +138,14 @@ mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text
  * vocab.json / tokenizer.json, 1 merges.txt; NULL otherwise. */
 const char *data_tok_file(const data_tok *tok, int which);
 
+/* Writes the tokenizer as Hugging Face files into the existing folder dir
+ * (tok_export.c says which for each kind): tokenizer.json and
+ * tokenizer_config.json (model_max_length when > 0), and for GPT-2 also
+ * vocab.json and merges.txt. MTC_ERR_UNSUPPORTED for a kind with no Hugging
+ * Face equivalent (NullTokenizer, a char vocabulary with multi-byte
+ * characters); MTC_ERR_IO when a file cannot be read or written. */
+mtc_result_t data_tok_write_hf(const data_tok *tok, const char *dir, int model_max_length);
+
 /* ---- details, exposed for tests ------------------------------------------------- */
 
 /* GPT-2's pre-tokenizer: the byte lengths of the pieces text[0..n) splits
