@@ -34,6 +34,116 @@ static const char *TRAIN_ABOUT =
     "(load-balanced chunks, ring / all-gather / all-to-all attention); every layout trains the\n"
     "serial run's model on the serial run's global batches (tests/parity).";
 
+/* Megatron's schedule in its units (training.py get_optimizer_param_scheduler
+ * and the argument rules of arguments.py): scheduler steps are samples, one
+ * global batch per iteration. Fills tc->lr (and train_iters for
+ * --train-samples); a bad combination is a usage error (returns 2). */
+static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
+                          int64_t train_samples, double fraction, int64_t warmup_samples,
+                          int64_t decay_samples, double init_lr, const char *wsd_style,
+                          int64_t wsd_iters, int64_t wsd_samples, const char *wd_style,
+                          double start_wd, double end_wd, double wd) {
+    mtc_lr_schedule *l = &tc->lr;
+    int64_t gbs = tc->global_batch;
+    int seen_fraction = mtc_args_seen(args, nargs, "lr-warmup-fraction");
+    int by_samples = mtc_args_seen(args, nargs, "train-samples");
+    if (gbs < 1) return 0; /* mtc_train_validate reports it */
+    if (by_samples) {
+        if (mtc_args_seen(args, nargs, "train-iters"))
+            return cli_usage_error("train", "--train-samples and --train-iters exclude each other "
+                                            "(Megatron: expected sample-based training)");
+        if (mtc_args_seen(args, nargs, "lr-decay-iters") ||
+            mtc_args_seen(args, nargs, "lr-warmup-iters") ||
+            mtc_args_seen(args, nargs, "lr-wsd-decay-iters"))
+            return cli_usage_error("train", "with --train-samples give the schedule in samples "
+                                            "(--lr-decay-samples, --lr-warmup-samples or "
+                                            "--lr-warmup-fraction, --lr-wsd-decay-samples)");
+        if (train_samples < gbs)
+            return cli_usage_error("train",
+                                   "train-samples=%lld is less than one global batch of %lld",
+                                   (long long)train_samples, (long long)gbs);
+        if (seen_fraction && warmup_samples)
+            return cli_usage_error("train", "give one of --lr-warmup-fraction and "
+                                            "--lr-warmup-samples");
+        tc->train_iters = train_samples / gbs; /* update_train_iters */
+        l->decay_samples = decay_samples > 0 ? decay_samples : train_samples;
+        l->warmup_samples =
+            seen_fraction ? fraction * (double)l->decay_samples : (double)warmup_samples;
+        l->wsd_decay_samples = wsd_samples;
+        l->wd_incr_samples = train_samples;
+        l->warmup_iters = 0;
+        l->decay_iters = l->decay_samples / gbs > 0 ? l->decay_samples / gbs : 1;
+    } else {
+        if (mtc_args_seen(args, nargs, "lr-decay-samples") ||
+            mtc_args_seen(args, nargs, "lr-warmup-samples") ||
+            mtc_args_seen(args, nargs, "lr-wsd-decay-samples"))
+            return cli_usage_error("train", "--lr-*-samples need sample-based training "
+                                            "(--train-samples); with --train-iters use the "
+                                            "-iters forms");
+        if (seen_fraction && l->warmup_iters)
+            return cli_usage_error("train",
+                                   "give one of --lr-warmup-fraction and --lr-warmup-iters");
+        l->decay_samples = l->decay_iters * gbs;
+        l->warmup_samples =
+            seen_fraction ? fraction * (double)l->decay_samples : (double)(l->warmup_iters * gbs);
+        l->wsd_decay_samples = wsd_iters * gbs;
+        l->wd_incr_samples = tc->train_iters * gbs;
+        l->wsd_decay_iters = wsd_iters, l->wd_incr_iters = tc->train_iters;
+    }
+    l->step_samples = gbs;
+    l->init_lr = init_lr;
+    if (seen_fraction && !(fraction >= 0 && fraction < 1))
+        return cli_usage_error("train", "lr-warmup-fraction=%g must be in [0, 1)", fraction);
+    if (warmup_samples < 0 || decay_samples < 0 || wsd_iters < 0 || wsd_samples < 0)
+        return cli_usage_error("train", "the --lr-*-samples and --lr-wsd-decay-* values must be "
+                                        ">= 0");
+    if (!(init_lr >= 0 && init_lr <= l->lr))
+        return cli_usage_error("train", "lr-warmup-init=%g must be in [0, lr=%g]", init_lr, l->lr);
+    if (l->style != MTC_LR_CONSTANT && l->warmup_samples >= (double)l->decay_samples)
+        return cli_usage_error("train",
+                               "the warm-up (%g samples) must end before the decay does (%lld "
+                               "samples): lower --lr-warmup-* or raise the decay",
+                               l->warmup_samples, (long long)l->decay_samples);
+    int ws = mtc_wsd_style_parse(wsd_style);
+    if (ws < 0)
+        return cli_usage_error(
+            "train",
+            "lr-wsd-decay-style=%s is unknown (use exponential, linear, cosine or "
+            "minus_sqrt)",
+            wsd_style);
+    l->wsd_style = (mtc_wsd_style)ws;
+    if (l->style == MTC_LR_WSD &&
+        !(l->wsd_decay_samples > 0 && l->wsd_decay_samples <= l->decay_samples))
+        return cli_usage_error("train",
+                               "--lr-decay-style WSD needs --lr-wsd-decay-%s N: the annealing at "
+                               "the end of the decay (at most the decay itself)",
+                               by_samples ? "samples" : "iters");
+    int wds = mtc_wd_style_parse(wd_style);
+    if (wds < 0)
+        return cli_usage_error(
+            "train", "weight-decay-incr-style=%s is unknown (use constant, linear or cosine)",
+            wd_style);
+    int seen_start = mtc_args_seen(args, nargs, "start-weight-decay");
+    int seen_end = mtc_args_seen(args, nargs, "end-weight-decay");
+    if (wds == MTC_WD_CONSTANT && (seen_start || seen_end))
+        return cli_usage_error("train", "--start-weight-decay/--end-weight-decay need "
+                                        "--weight-decay-incr-style linear or cosine");
+    if (wds != MTC_WD_CONSTANT && !(seen_start && seen_end))
+        return cli_usage_error("train",
+                               "--weight-decay-incr-style %s needs --start-weight-decay "
+                               "and --end-weight-decay",
+                               wd_style);
+    if (wds != MTC_WD_CONSTANT && !(start_wd >= 0 && end_wd >= start_wd && end_wd <= 1e3))
+        return cli_usage_error("train",
+                               "start-weight-decay=%g and end-weight-decay=%g must satisfy 0 <= "
+                               "start <= end",
+                               start_wd, end_wd);
+    l->wd_style = (mtc_wd_style)wds;
+    l->start_wd = wds == MTC_WD_CONSTANT ? wd : start_wd;
+    l->end_wd = wds == MTC_WD_CONSTANT ? wd : end_wd;
+    return 0;
+}
+
 int cli_cmd_train(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, maxpos = 0, mbs = 4, gbs = 0, vocab = 0;
     int64_t iters = 100, warmup = 0, decay = 0;
@@ -52,6 +162,11 @@ int cli_cmd_train(int argc, char **argv) {
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
+    int64_t sch_train_samples = 0, sch_warmup_samples = 0, sch_decay_samples = 0;
+    int64_t sch_wsd_iters = 0, sch_wsd_samples = 0, sch_exit_interval = 0;
+    double sch_warmup_fraction = 0, sch_init_lr = 0, sch_start_wd = 0, sch_end_wd = 0;
+    double sch_exit_mins = 0;
+    const char *sch_wsd_style = "exponential", *sch_wd_style = "constant";
     /* observability (issue 18) */
     int profile = 0, timing_level = 0;
     int64_t prof_start = 10, prof_end = 12;
@@ -115,7 +230,7 @@ int cli_cmd_train(int argc, char **argv) {
         {"lr-decay-iters", NULL, MTC_ARG_I64, &decay, "N", "decay iterations (default train-iters)",
          0},
         {"lr-decay-style", NULL, MTC_ARG_STRING, &style, "S",
-         "constant|linear|cosine (default linear)", 0},
+         "constant|linear|cosine|inverse-square-root|WSD (default linear)", 0},
         {"weight-decay", NULL, MTC_ARG_DOUBLE, &wd, "X",
          "AdamW weight decay on 2-D weights (default 0.01)", 0},
         {"clip-grad", NULL, MTC_ARG_DOUBLE, &clip, "X",
@@ -213,6 +328,36 @@ int cli_cmd_train(int argc, char **argv) {
          "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with "
          "--vpp) before training",
          0},
+        /* Megatron's schedule flags (issue 16; optim/optim.h has the formulas) */
+        {"train-samples", NULL, MTC_ARG_I64, &sch_train_samples, "N",
+         "sample-based training: N samples (train-iters = N / global batch); excludes "
+         "--train-iters",
+         0},
+        {"lr-warmup-fraction", NULL, MTC_ARG_DOUBLE, &sch_warmup_fraction, "F",
+         "warm-up over this fraction of the decay steps (instead of --lr-warmup-iters/-samples)",
+         0},
+        {"lr-warmup-samples", NULL, MTC_ARG_I64, &sch_warmup_samples, "N",
+         "sample-based: linear warm-up samples (default 0)", 0},
+        {"lr-decay-samples", NULL, MTC_ARG_I64, &sch_decay_samples, "N",
+         "sample-based: decay samples (default train-samples)", 0},
+        {"lr-warmup-init", NULL, MTC_ARG_DOUBLE, &sch_init_lr, "X",
+         "learning rate at the start of warm-up (default 0)", 0},
+        {"lr-wsd-decay-style", NULL, MTC_ARG_STRING, &sch_wsd_style, "S",
+         "WSD's annealing: exponential|linear|cosine|minus_sqrt (default exponential)", 0},
+        {"lr-wsd-decay-iters", NULL, MTC_ARG_I64, &sch_wsd_iters, "N",
+         "WSD: iterations of annealing at the end of the decay", 0},
+        {"lr-wsd-decay-samples", NULL, MTC_ARG_I64, &sch_wsd_samples, "N",
+         "WSD, sample-based: samples of annealing at the end of the decay", 0},
+        {"start-weight-decay", NULL, MTC_ARG_DOUBLE, &sch_start_wd, "X",
+         "weight decay at the start (with --weight-decay-incr-style linear|cosine)", 0},
+        {"end-weight-decay", NULL, MTC_ARG_DOUBLE, &sch_end_wd, "X",
+         "weight decay at the end of training (with --weight-decay-incr-style linear|cosine)", 0},
+        {"weight-decay-incr-style", NULL, MTC_ARG_STRING, &sch_wd_style, "S",
+         "constant|linear|cosine (default constant: --weight-decay throughout)", 0},
+        {"exit-interval", NULL, MTC_ARG_I64, &sch_exit_interval, "N",
+         "stop (and save, with --save) after the first iteration divisible by N", 0},
+        {"exit-duration-in-mins", NULL, MTC_ARG_DOUBLE, &sch_exit_mins, "M",
+         "stop (and save, with --save) once training has run M minutes", 0},
         /* Megatron's tokenizer flags (issue 16) */
         {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
          "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|ByteLevelTokenizer|"
@@ -426,8 +571,10 @@ int cli_cmd_train(int argc, char **argv) {
     }
     int lr_style = mtc_lr_style_parse(style);
     if (lr_style < 0)
-        return cli_usage_error(
-            "train", "lr-decay-style=%s is unknown (use constant, linear or cosine)", style);
+        return cli_usage_error("train",
+                               "lr-decay-style=%s is unknown (use constant, linear, cosine, "
+                               "inverse-square-root or WSD)",
+                               style);
     if (mock && data_path)
         return cli_usage_error(
             "train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
@@ -612,6 +759,16 @@ int cli_cmd_train(int argc, char **argv) {
                               .warmup_iters = warmup,
                               .decay_iters = decay ? decay : iters,
                               .style = (mtc_lr_style)lr_style};
+    if (train_schedule(&tc, args, nargs, sch_train_samples, sch_warmup_fraction, sch_warmup_samples,
+                       sch_decay_samples, sch_init_lr, sch_wsd_style, sch_wsd_iters,
+                       sch_wsd_samples, sch_wd_style, sch_start_wd, sch_end_wd, wd) != 0)
+        return 2;
+    tc.exit_interval = sch_exit_interval, tc.exit_duration_mins = sch_exit_mins;
+    if (sch_exit_interval < 0)
+        return cli_usage_error("train", "exit-interval=%lld must be >= 1",
+                               (long long)sch_exit_interval);
+    if (!(sch_exit_mins >= 0 && sch_exit_mins < 1e9))
+        return cli_usage_error("train", "exit-duration-in-mins=%g must be > 0", sch_exit_mins);
     tc.adam = (mtc_adamw_config){(float)b1, (float)b2, (float)eps, (float)wd};
     tc.clip_grad = (float)clip;
     tc.seed = (uint64_t)seed;
@@ -686,8 +843,15 @@ int cli_cmd_train(int argc, char **argv) {
     }
     if (have_sched && !finetune && !override_sched) { /* Megatron's _check_and_set */
         const mtc_lr_schedule *l = &tc.lr;
-        const char *names[4] = {"lr", "min-lr", "lr-warmup-iters", "lr-decay-iters"};
-        double now[4] = {l->lr, l->min_lr, (double)l->warmup_iters, (double)l->decay_iters};
+        /* Megatron's state is in samples; say it in the units the flags use */
+        int by_samples = sch_train_samples > 0;
+        double unit = by_samples ? 1.0 : (double)l->step_samples;
+        const char *names[4] = {"lr", "min-lr",
+                                by_samples ? "lr-warmup-samples" : "lr-warmup-iters",
+                                by_samples ? "lr-decay-samples" : "lr-decay-iters"};
+        double now[4] = {l->lr, l->min_lr, l->warmup_samples / unit,
+                         (double)l->decay_samples / unit};
+        sched[2] /= unit, sched[3] /= unit;
         for (int k = 0; k < 4; k++)
             if (fabs(sched[k] - now[k]) > 1e-6 * fabs(now[k]))
                 return data_source_free(src),
