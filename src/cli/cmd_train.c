@@ -162,6 +162,7 @@ int cli_cmd_train(int argc, char **argv) {
     const char *norm = "LayerNorm", *posemb = "learned_absolute", *cp_comm = "p2p";
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
+    mtc_arg_strings data_paths = {0};
     int64_t sch_train_samples = 0, sch_warmup_samples = 0, sch_decay_samples = 0;
     int64_t sch_wsd_iters = 0, sch_wsd_samples = 0, sch_exit_interval = 0;
     double sch_warmup_fraction = 0, sch_init_lr = 0, sch_start_wd = 0, sch_end_wd = 0;
@@ -240,8 +241,10 @@ int cli_cmd_train(int argc, char **argv) {
         {"adam-eps", NULL, MTC_ARG_DOUBLE, &eps, "X", "(default 1e-8)", 0},
         {"seed", NULL, MTC_ARG_I64, &seed, "N",
          "initialisation, dropout and data order (default 1234)", 0},
-        {"data-path", NULL, MTC_ARG_STRING, &data_path, "PATH",
-         "text file or folder, PREFIX of .bin/.idx, or llm.c .bin", 0},
+        {"data-path", NULL, MTC_ARG_STRINGS, &data_paths, "PATH",
+         "text file or folder, PREFIX of .bin/.idx, llm.c .bin, or Megatron's blend "
+         "W1 PREFIX1 W2 PREFIX2 ... (GPTDataset / BlendedDataset sample order)",
+         0},
         {"split", NULL, MTC_ARG_STRING, &split, "W,W,W",
          "train,valid,test weights (default 969,30,1)", 0},
         {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N",
@@ -575,6 +578,7 @@ int cli_cmd_train(int argc, char **argv) {
                                "lr-decay-style=%s is unknown (use constant, linear, cosine, "
                                "inverse-square-root or WSD)",
                                style);
+    data_path = data_paths.n ? data_paths.v[0] : NULL;
     if (mock && data_path)
         return cli_usage_error(
             "train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
@@ -792,6 +796,14 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "%s", mtc_error_detail());
 
     data_source_opts dopts = {.data_path = data_path,
+                              .blend = data_paths.n > 1 ? data_paths.v : NULL,
+                              .n_blend = data_paths.n > 1 ? data_paths.n : 0,
+                              /* Megatron's train / valid / test sizes
+                                 (get_train_valid_test_num_samples) */
+                              .num_samples = {(uint64_t)tc.train_iters * (uint64_t)tc.global_batch,
+                                              (uint64_t)(tc.train_iters / eval_interval + 1) *
+                                                  (uint64_t)eval_iters * (uint64_t)tc.global_batch,
+                                              (uint64_t)eval_iters * (uint64_t)tc.global_batch},
                               .mock = mock,
                               .vocab_size = mock && !vocab && !tokenizer ? 50257 : vocab,
                               .tokenizer = tokenizer,

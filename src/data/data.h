@@ -54,6 +54,7 @@ mtc_result_t data_tokenizer_deserialize(data_tokenizer *tok, const char *s);
 /* ---- token sources ----------------------------------------------------------------- */
 
 typedef struct data_source data_source;
+#define MTC_DATA_BLEND_MAX 32 /* datasets in one --data-path blend */
 
 typedef struct {
     const char *data_path;    /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
@@ -65,7 +66,13 @@ typedef struct {
     const data_tok_opts *tok; /* the other tokenizer flags (files, NullTokenizer's size); may
                                  be NULL. A tokenizer given for an id source or mock data is
                                  its vocabulary (Megatron's), checked against the ids */
-    int seq_length;           /* T: samples are T + 1 tokens */
+    const char *const *blend; /* Megatron's --data-path list "W1 P1 W2 P2 ..." of dataset
+                                 prefixes (n_blend words; then data_path is unused) */
+    int n_blend;
+    uint64_t num_samples[3]; /* samples each split will be asked for (Megatron's
+                                train/valid/test sizes; 0: one epoch). Megatron datasets are
+                                indexed for exactly these, as GPTDataset does */
+    int seq_length;          /* T: samples are T + 1 tokens */
     uint64_t seed;
     const char *split; /* "949,50,1" (default "969,30,1"); weights train,valid,test */
 } data_source_opts;

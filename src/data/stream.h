@@ -71,6 +71,9 @@ mtc_result_t data_file_read(const char *path, unsigned char **buf, size_t *len);
 
 /* Megatron .bin/.idx with this prefix (indexed.c). */
 mtc_result_t data_indexed_open(data_stream *st, const char *prefix);
+/* The sequence lengths of the Megatron dataset PREFIX (validated as
+ * data_indexed_open does; malloc'ed). */
+mtc_result_t data_indexed_lengths(const char *prefix, int32_t **lengths, uint64_t *n_seq);
 /* llm.c token shard (llmc.c). */
 mtc_result_t data_llmc_open(data_stream *st, const char *path);
 /* 1 when the file starts with an llm.c token-shard magic, 0 otherwise. */
