@@ -21,8 +21,9 @@
  * first, as Hugging Face tokenizers do (Megatron 0.18 builds both types on
  * them), so "<|endoftext|>" in a document encodes as 50256.
  *
- * The older data_tokenizer (data.h: byte and byte-wise "char") stays for the
- * callers that still use it; this handle is its replacement. */
+ * Data sources, mtc train, generate and export use this handle; the older
+ * data_tokenizer (data.h: byte and byte-wise "char") is kept only for its
+ * unit test and old checkpoints' "char:" form, which this handle also reads. */
 #ifndef MTC_DATA_TOKENIZER_H
 #define MTC_DATA_TOKENIZER_H
 
