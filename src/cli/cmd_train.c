@@ -180,6 +180,11 @@ int cli_cmd_train(int argc, char **argv) {
     const char *rc_modules = NULL;
     int check_nan = 1;
     const char *noop_s[3] = {NULL, NULL, NULL};
+    /* issue 16: Megatron flags without effect here, and ones refused */
+    const char *noop_s2[6] = {NULL}, *refuse_s[3] = {NULL};
+    int noop_f2[5] = {0}, refuse_f[2] = {0};
+    mtc_arg_strings refuse_ramp = {0};
+    static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
@@ -391,6 +396,24 @@ int cli_cmd_train(int argc, char **argv) {
         NOOP_FLAG("no-async-tensor-model-parallel-allreduce", noop_f[8]),
         NOOP_FLAG("use-cpu-initialization", noop_f[9]),
         NOOP_FLAG("tp-comm-overlap", noop_f[10]),
+        NOOP_STR("tensorboard-dir", noop_s2[0]),
+        NOOP_STR("data-cache-path", noop_s2[1]),
+        NOOP_STR("ckpt-format", noop_s2[2]),
+        NOOP_STR("tiktoken-pattern", noop_s2[3]),
+        NOOP_STR("num-workers", noop_s2[4]),
+        NOOP_STR("empty-unused-memory-level", noop_s2[5]),
+        NOOP_FLAG("cross-entropy-loss-fusion", noop_f2[0]),
+        NOOP_FLAG("manual-gc", noop_f2[1]),
+        NOOP_FLAG("no-create-attention-mask-in-dataloader", noop_f2[2]),
+        NOOP_FLAG("no-mmap-bin-files", noop_f2[3]),
+        NOOP_FLAG("log-throughput", noop_f2[4]),
+        /* flags that would change results and are not implemented: refused after parsing */
+        {"apply-layernorm-1p", NULL, MTC_ARG_FLAG, &refuse_f[0], NULL, REFUSED, 0},
+        {"calculate-per-token-loss", NULL, MTC_ARG_FLAG, &refuse_f[1], NULL, REFUSED, 0},
+        {"decoupled-lr", NULL, MTC_ARG_STRING, &refuse_s[0], "X", REFUSED, 0},
+        {"decoupled-min-lr", NULL, MTC_ARG_STRING, &refuse_s[1], "X", REFUSED, 0},
+        {"step-batch-size-schedule", NULL, MTC_ARG_STRING, &refuse_s[2], "S", REFUSED, 0},
+        {"rampup-batch-size", NULL, MTC_ARG_STRINGS, &refuse_ramp, "S", REFUSED, 0},
 #undef NOOP_STR
 #undef NOOP_FLAG
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)",
@@ -443,6 +466,12 @@ int cli_cmd_train(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
+    for (int i = 0; i < nargs; i++) /* results would differ from Megatron's: say so, once */
+        if (args[i].seen && args[i].help == REFUSED)
+            return cli_usage_error("train",
+                                   "--%s changes what Megatron computes and is not implemented in "
+                                   "mtc: drop it (the run would not match Megatron's)",
+                                   args[i].name);
 
     if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
@@ -588,6 +617,9 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "make-vocab-size-divisible-by=%d must be >= 1", divisible);
     if (vocab < 0) return cli_usage_error("train", "vocab-size=%d must be >= 1", vocab);
     if (T < 1) return cli_usage_error("train", "seq-length=%d must be >= 1", T);
+    /* Megatron's GPT-3 example gives the files without --tokenizer-type */
+    if (!tokenizer && tok_opts.vocab_file && tok_opts.merge_file) tokenizer = "GPT2BPETokenizer";
+    if (!tokenizer && tok_opts.tokenizer_model) tokenizer = "HuggingFaceTokenizer";
     if (tokenizer && data_tok_parse_type(tokenizer) < 0)
         return cli_usage_error("train", "tokenizer-type=%s is unknown (use one of %s)", tokenizer,
                                data_tok_type_names());
