@@ -24,7 +24,7 @@
 #include "core/result.h"
 #include "model/model.h"
 
-#define MTC_CKPT_TOKENIZER_MAX 1024
+#define MTC_CKPT_TOKENIZER_MAX 16384
 
 typedef struct {
     mtc_model_config cfg; /* shapes only; dropout and init_std are not stored */

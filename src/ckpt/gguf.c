@@ -2,9 +2,10 @@
  *
  *   header | key/values | tensor infos | pad to 32 | tensor 0 | pad | tensor 1 ...
  *
- * Limitations: F32 / F16 only (no quantisation); the whole model in memory;
- * the vocabulary has no merges, so llama.cpp tokenizes text byte by byte
- * (exactly mtc's byte and char tokenizers). */
+ * Limitations: F32 / F16 only (no quantisation); the whole model in memory.
+ * Without merges (byte and char vocabularies) llama.cpp tokenizes text byte
+ * by byte, which is exactly mtc's byte tokenizer and a char one whose text
+ * is single-byte characters. */
 #include "ckpt/gguf.h"
 
 #include <errno.h>
@@ -187,6 +188,10 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     const mtc_model_config *c = &m->cfg;
     const mtc_registry *r = &m->reg;
     int llama = model_family_is_llama(c), f16 = o && o->f16, V = c->vocab_size, nt = 0;
+    const mtc_gguf_vocab *vo = o ? o->vocab : NULL;
+    if (vo && vo->n_tokens != V)
+        return mtc_error(MTC_ERR_INTERNAL, "GGUF vocabulary of %d tokens for a model of %d",
+                         vo->n_tokens, V);
     gg_tensor *t = calloc((size_t)(12 * c->num_layers + 8), sizeof *t);
     int *byte_of = calloc((size_t)V, sizeof(int));
     if (!t || !byte_of) {
@@ -241,20 +246,24 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, (uint64_t)V);
     for (int i = 0; i < V; i++) {
         char s[32];
-        if (byte_of[i] >= 0)
-            byte_char(byte_of[i], s);
+        if (vo)
+            put_str(&out, vo->tokens[i]);
+        else if (byte_of[i] >= 0)
+            byte_char(byte_of[i], s), put_str(&out, s);
         else
-            snprintf(s, sizeof s, "<%d>", i);
-        put_str(&out, s);
+            snprintf(s, sizeof s, "<%d>", i), put_str(&out, s);
     }
     put_str(&out, "tokenizer.ggml.token_type");
     put_u32(&out, G_ARR), put_u32(&out, G_I32), put_u64(&out, (uint64_t)V);
     for (int i = 0; i < V; i++)
-        put_u32(&out, 1);
+        put_u32(&out, vo ? (uint32_t)vo->types[i] : MTC_GGUF_TOKEN_NORMAL);
     put_str(&out, "tokenizer.ggml.merges");
-    put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, 0);
-    kv_u32(&out, "tokenizer.ggml.bos_token_id", 0);
-    kv_u32(&out, "tokenizer.ggml.eos_token_id", 0);
+    size_t n_merges = vo ? vo->n_merges : 0;
+    put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, (uint64_t)n_merges);
+    for (size_t i = 0; i < n_merges; i++)
+        put_str(&out, vo->merges[i]);
+    kv_u32(&out, "tokenizer.ggml.bos_token_id", vo && vo->bos >= 0 ? (uint32_t)vo->bos : 0);
+    kv_u32(&out, "tokenizer.ggml.eos_token_id", vo && vo->eos >= 0 ? (uint32_t)vo->eos : 0);
     kv_bool(&out, "tokenizer.ggml.add_bos_token", 0);
     kv_bool(&out, "tokenizer.ggml.add_eos_token", 0);
     /* tensor infos */

@@ -12,9 +12,11 @@
  * output_norm, output (untied). llama.cpp rotates adjacent pairs where mtc
  * and Hugging Face rotate halves, so the rows of Q and K are permuted per
  * head (new row 2j = old j, 2j+1 = old j + hd/2).
- * Tokenizer: mtc's byte or char vocabulary as a byte-level BPE vocabulary
- * without merges (tokenizer.ggml.model "gpt2": each byte is its GPT-2
- * byte-to-unicode character), token-id models as "<id>" tokens.
+ * Tokenizer (tokenizer.ggml.model "gpt2", pre "gpt-2"): the caller's
+ * mtc_gguf_vocab when given (a GPT-2 BPE vocabulary with its merges, or a
+ * byte/char one without merges: tokens spelled in GPT-2's byte-to-unicode
+ * alphabet); else from the tokenizer's text form: "byte" and the byte-wise
+ * "char:" as single-byte tokens, anything else as "<id>" tokens.
  * Relies on the registry and the configuration; refuses (UNSUPPORTED) what
  * the two architectures cannot express, as ckpt/hf.h does. */
 #ifndef MTC_CKPT_GGUF_H
@@ -23,8 +25,21 @@
 #include "core/result.h"
 #include "model/model.h"
 
+/* tokenizer.ggml.* as llama.cpp reads them (ckpt/ does not know tokenizers:
+ * the caller fills this from data/tokenizer.h). */
+enum { MTC_GGUF_TOKEN_NORMAL = 1, MTC_GGUF_TOKEN_CONTROL = 3, MTC_GGUF_TOKEN_UNUSED = 5 };
 typedef struct {
-    int f16; /* F16 matrices instead of F32 */
+    int n_tokens;        /* must equal the model's vocab_size */
+    char *const *tokens; /* n_tokens strings in GPT-2's byte-to-unicode spelling */
+    const int *types;    /* n_tokens MTC_GGUF_TOKEN_* */
+    char *const *merges; /* n_merges "a b" strings, rank order */
+    size_t n_merges;
+    int bos, eos; /* -1: none (then 0 is written, as before) */
+} mtc_gguf_vocab;
+
+typedef struct {
+    int f16;                     /* F16 matrices instead of F32 */
+    const mtc_gguf_vocab *vocab; /* NULL: derived from the tokenizer's text form */
 } mtc_gguf_export_opts;
 
 mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const char *path,

@@ -13,6 +13,80 @@
 #include "ckpt/state.h"
 #include "cli/cli.h"
 #include "core/outfile.h"
+#include "data/tokenizer.h"
+
+/* llama.cpp's view of the model's tokenizer: every id below V spelled in
+ * GPT-2's byte alphabet (an id without bytes, or beyond the tokenizer's
+ * vocabulary, as an unused "[PAD<id>]"), added tokens as control tokens, the
+ * BPE merges in rank order, eod as bos and eos. */
+typedef struct {
+    mtc_gguf_vocab v;
+    char **tokens, **merges;
+    int *types;
+} gguf_vocab_owned;
+
+static void gguf_vocab_free(gguf_vocab_owned *g) {
+    for (int i = 0; g->tokens && i < g->v.n_tokens; i++)
+        free(g->tokens[i]);
+    for (size_t i = 0; g->merges && i < g->v.n_merges; i++)
+        free(g->merges[i]);
+    free(g->tokens), free(g->merges), free(g->types);
+}
+
+static char *spell_id(const data_tok *tok, int id) {
+    unsigned char scratch[8];
+    const unsigned char *b;
+    int n = data_tok_piece(tok, id, scratch, &b);
+    data_tok_text t = {0};
+    if (n <= 0 || data_tok_gpt2_spell(b, (size_t)n, &t) != MTC_OK) {
+        data_tok_text_free(&t);
+        return NULL;
+    }
+    return t.s;
+}
+
+static mtc_result_t gguf_vocab_build(const data_tok *tok, int V, gguf_vocab_owned *g) {
+    memset(g, 0, sizeof *g);
+    int *pairs = NULL;
+    size_t n_merges = 0;
+    MTC_CHECK(data_tok_merges(tok, &pairs, &n_merges));
+    g->tokens = calloc((size_t)V, sizeof *g->tokens);
+    g->types = calloc((size_t)V, sizeof *g->types);
+    g->merges = calloc(n_merges ? n_merges : 1, sizeof *g->merges);
+    g->v.n_tokens = V;
+    mtc_result_t rc = MTC_OK;
+    if (!g->tokens || !g->types || !g->merges) rc = MTC_ERR_OUT_OF_MEMORY;
+    for (int i = 0; rc == MTC_OK && i < V; i++) {
+        g->tokens[i] = spell_id(tok, i);
+        g->types[i] = data_tok_is_added(tok, i) ? MTC_GGUF_TOKEN_CONTROL : MTC_GGUF_TOKEN_NORMAL;
+        if (!g->tokens[i]) { /* no bytes: a placeholder llama.cpp never produces */
+            char s[32];
+            snprintf(s, sizeof s, "[PAD%d]", i);
+            g->tokens[i] = strdup(s);
+            g->types[i] = MTC_GGUF_TOKEN_UNUSED;
+            if (!g->tokens[i]) rc = MTC_ERR_OUT_OF_MEMORY;
+        }
+    }
+    for (size_t k = 0; rc == MTC_OK && k < n_merges; k++) {
+        char *a = spell_id(tok, pairs[2 * k]), *b = spell_id(tok, pairs[2 * k + 1]);
+        size_t n = a && b ? strlen(a) + strlen(b) + 2 : 0;
+        g->merges[k] = n ? malloc(n) : NULL;
+        if (g->merges[k])
+            snprintf(g->merges[k], n, "%s %s", a, b);
+        else
+            rc = MTC_ERR_OUT_OF_MEMORY;
+        g->v.n_merges = k + 1;
+        free(a), free(b);
+    }
+    free(pairs);
+    g->v.tokens = g->tokens, g->v.types = g->types, g->v.merges = g->merges;
+    g->v.bos = g->v.eos = data_tok_eod(tok) < V ? data_tok_eod(tok) : -1;
+    if (rc != MTC_OK) {
+        gguf_vocab_free(g);
+        return mtc_error(rc, "out of memory building the GGUF vocabulary");
+    }
+    return MTC_OK;
+}
 
 int cli_cmd_export(int argc, char **argv) {
     const char *load = NULL, *format = NULL, *out = NULL, *dtype = "fp32";
@@ -53,16 +127,36 @@ int cli_cmd_export(int argc, char **argv) {
     if (mtc_ckpt_read_info(load, &info) != MTC_OK)
         return cli_usage_error("export", "%s", mtc_error_detail());
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
+    /* the tokenizer saved with the model (BPE ones read their files again) */
+    data_tok *tok = NULL;
+    if (strcmp(info.tokenizer, "none") && data_tok_deserialize(info.tokenizer, &tok) != MTC_OK)
+        return cli_usage_error("export",
+                               "%s: cannot load the tokenizer saved with the model: %s (restore "
+                               "its files)",
+                               load, mtc_error_detail());
     mtc_model *m = NULL;
+    gguf_vocab_owned gv = {0};
     mtc_result_t rc = mtc_model_init(&info.cfg, 1, 1, NULL, &m);
     if (rc == MTC_OK) rc = mtc_ckpt_load(m, load, &info);
     if (rc == MTC_OK && gguf) {
         mtc_gguf_export_opts go = {.f16 = half};
-        rc = mtc_gguf_export(m, info.tokenizer, out, &go);
+        if (tok && data_tok_kind_of(tok) != DATA_TOK_NULL &&
+            (rc = gguf_vocab_build(tok, info.cfg.vocab_size, &gv)) == MTC_OK)
+            go.vocab = &gv.v;
+        if (rc == MTC_OK) rc = mtc_gguf_export(m, info.tokenizer, out, &go);
     } else if (rc == MTC_OK) {
         mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard};
         rc = mtc_hf_export(m, info.tokenizer, out, &ho);
+        if (rc == MTC_OK && tok) {
+            mtc_result_t trc = data_tok_write_hf(tok, out, info.cfg.max_position_embeddings);
+            if (trc == MTC_ERR_UNSUPPORTED)
+                fprintf(stderr, "mtc export: note: %s\n", mtc_error_detail());
+            else
+                rc = trc;
+        }
     }
+    gguf_vocab_free(&gv);
+    data_tok_free(tok);
     mtc_model_free(m);
     if (rc == MTC_ERR_FORMAT || rc == MTC_ERR_UNSUPPORTED || rc == MTC_ERR_INVALID_ARGUMENT)
         return cli_usage_error("export", "%s", mtc_error_detail());

@@ -35,6 +35,116 @@ static const char *TRAIN_ABOUT =
     "(load-balanced chunks, ring / all-gather / all-to-all attention); every layout trains the\n"
     "serial run's model on the serial run's global batches (tests/parity).";
 
+/* Megatron's schedule in its units (training.py get_optimizer_param_scheduler
+ * and the argument rules of arguments.py): scheduler steps are samples, one
+ * global batch per iteration. Fills tc->lr (and train_iters for
+ * --train-samples); a bad combination is a usage error (returns 2). */
+static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
+                          int64_t train_samples, double fraction, int64_t warmup_samples,
+                          int64_t decay_samples, double init_lr, const char *wsd_style,
+                          int64_t wsd_iters, int64_t wsd_samples, const char *wd_style,
+                          double start_wd, double end_wd, double wd) {
+    mtc_lr_schedule *l = &tc->lr;
+    int64_t gbs = tc->global_batch;
+    int seen_fraction = mtc_args_seen(args, nargs, "lr-warmup-fraction");
+    int by_samples = mtc_args_seen(args, nargs, "train-samples");
+    if (gbs < 1) return 0; /* mtc_train_validate reports it */
+    if (by_samples) {
+        if (mtc_args_seen(args, nargs, "train-iters"))
+            return cli_usage_error("train", "--train-samples and --train-iters exclude each other "
+                                            "(Megatron: expected sample-based training)");
+        if (mtc_args_seen(args, nargs, "lr-decay-iters") ||
+            mtc_args_seen(args, nargs, "lr-warmup-iters") ||
+            mtc_args_seen(args, nargs, "lr-wsd-decay-iters"))
+            return cli_usage_error("train", "with --train-samples give the schedule in samples "
+                                            "(--lr-decay-samples, --lr-warmup-samples or "
+                                            "--lr-warmup-fraction, --lr-wsd-decay-samples)");
+        if (train_samples < gbs)
+            return cli_usage_error("train",
+                                   "train-samples=%lld is less than one global batch of %lld",
+                                   (long long)train_samples, (long long)gbs);
+        if (seen_fraction && warmup_samples)
+            return cli_usage_error("train", "give one of --lr-warmup-fraction and "
+                                            "--lr-warmup-samples");
+        tc->train_iters = train_samples / gbs; /* update_train_iters */
+        l->decay_samples = decay_samples > 0 ? decay_samples : train_samples;
+        l->warmup_samples =
+            seen_fraction ? fraction * (double)l->decay_samples : (double)warmup_samples;
+        l->wsd_decay_samples = wsd_samples;
+        l->wd_incr_samples = train_samples;
+        l->warmup_iters = 0;
+        l->decay_iters = l->decay_samples / gbs > 0 ? l->decay_samples / gbs : 1;
+    } else {
+        if (mtc_args_seen(args, nargs, "lr-decay-samples") ||
+            mtc_args_seen(args, nargs, "lr-warmup-samples") ||
+            mtc_args_seen(args, nargs, "lr-wsd-decay-samples"))
+            return cli_usage_error("train", "--lr-*-samples need sample-based training "
+                                            "(--train-samples); with --train-iters use the "
+                                            "-iters forms");
+        if (seen_fraction && l->warmup_iters)
+            return cli_usage_error("train",
+                                   "give one of --lr-warmup-fraction and --lr-warmup-iters");
+        l->decay_samples = l->decay_iters * gbs;
+        l->warmup_samples =
+            seen_fraction ? fraction * (double)l->decay_samples : (double)(l->warmup_iters * gbs);
+        l->wsd_decay_samples = wsd_iters * gbs;
+        l->wd_incr_samples = tc->train_iters * gbs;
+        l->wsd_decay_iters = wsd_iters, l->wd_incr_iters = tc->train_iters;
+    }
+    l->step_samples = gbs;
+    l->init_lr = init_lr;
+    if (seen_fraction && !(fraction >= 0 && fraction < 1))
+        return cli_usage_error("train", "lr-warmup-fraction=%g must be in [0, 1)", fraction);
+    if (warmup_samples < 0 || decay_samples < 0 || wsd_iters < 0 || wsd_samples < 0)
+        return cli_usage_error("train", "the --lr-*-samples and --lr-wsd-decay-* values must be "
+                                        ">= 0");
+    if (!(init_lr >= 0 && init_lr <= l->lr))
+        return cli_usage_error("train", "lr-warmup-init=%g must be in [0, lr=%g]", init_lr, l->lr);
+    if (l->style != MTC_LR_CONSTANT && l->warmup_samples >= (double)l->decay_samples)
+        return cli_usage_error("train",
+                               "the warm-up (%g samples) must end before the decay does (%lld "
+                               "samples): lower --lr-warmup-* or raise the decay",
+                               l->warmup_samples, (long long)l->decay_samples);
+    int ws = mtc_wsd_style_parse(wsd_style);
+    if (ws < 0)
+        return cli_usage_error(
+            "train",
+            "lr-wsd-decay-style=%s is unknown (use exponential, linear, cosine or "
+            "minus_sqrt)",
+            wsd_style);
+    l->wsd_style = (mtc_wsd_style)ws;
+    if (l->style == MTC_LR_WSD &&
+        !(l->wsd_decay_samples > 0 && l->wsd_decay_samples <= l->decay_samples))
+        return cli_usage_error("train",
+                               "--lr-decay-style WSD needs --lr-wsd-decay-%s N: the annealing at "
+                               "the end of the decay (at most the decay itself)",
+                               by_samples ? "samples" : "iters");
+    int wds = mtc_wd_style_parse(wd_style);
+    if (wds < 0)
+        return cli_usage_error(
+            "train", "weight-decay-incr-style=%s is unknown (use constant, linear or cosine)",
+            wd_style);
+    int seen_start = mtc_args_seen(args, nargs, "start-weight-decay");
+    int seen_end = mtc_args_seen(args, nargs, "end-weight-decay");
+    if (wds == MTC_WD_CONSTANT && (seen_start || seen_end))
+        return cli_usage_error("train", "--start-weight-decay/--end-weight-decay need "
+                                        "--weight-decay-incr-style linear or cosine");
+    if (wds != MTC_WD_CONSTANT && !(seen_start && seen_end))
+        return cli_usage_error("train",
+                               "--weight-decay-incr-style %s needs --start-weight-decay "
+                               "and --end-weight-decay",
+                               wd_style);
+    if (wds != MTC_WD_CONSTANT && !(start_wd >= 0 && end_wd >= start_wd && end_wd <= 1e3))
+        return cli_usage_error("train",
+                               "start-weight-decay=%g and end-weight-decay=%g must satisfy 0 <= "
+                               "start <= end",
+                               start_wd, end_wd);
+    l->wd_style = (mtc_wd_style)wds;
+    l->start_wd = wds == MTC_WD_CONSTANT ? wd : start_wd;
+    l->end_wd = wds == MTC_WD_CONSTANT ? wd : end_wd;
+    return 0;
+}
+
 int cli_cmd_train(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, maxpos = 0, mbs = 4, gbs = 0, vocab = 0;
     int64_t iters = 100, warmup = 0, decay = 0;
@@ -46,14 +156,21 @@ int cli_cmd_train(int argc, char **argv) {
     int vpp = 0, lpvs = 0, vstages = 0, mb_group = 0;
     int distopt = 0, overlap_pg = 0, nd = 1, pad_high = 0, print_layout = 0;
     int64_t bucket = 0;
-    const char *data_path = NULL, *split = "969,30,1", *tokenizer = "char", *style = "linear";
+    const char *data_path = NULL, *split = "969,30,1", *tokenizer = NULL, *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
     int async_save = 0;
     int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
     const char *norm = "LayerNorm", *posemb = "learned_absolute";
-    mtc_arg_words cp_comm = {1, {"p2p"}};
+    mtc_arg_strings cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
+    data_tok_opts tok_opts = {0};
+    mtc_arg_strings data_paths = {0};
+    int64_t sch_train_samples = 0, sch_warmup_samples = 0, sch_decay_samples = 0;
+    int64_t sch_wsd_iters = 0, sch_wsd_samples = 0, sch_exit_interval = 0;
+    double sch_warmup_fraction = 0, sch_init_lr = 0, sch_start_wd = 0, sch_end_wd = 0;
+    double sch_exit_mins = 0;
+    const char *sch_wsd_style = "exponential", *sch_wd_style = "constant";
     /* observability (issue 18) */
     int profile = 0, timing_level = 0;
     int64_t prof_start = 10, prof_end = 12;
@@ -67,6 +184,11 @@ int cli_cmd_train(int argc, char **argv) {
     const char *rc_modules = NULL;
     int check_nan = 1;
     const char *noop_s[3] = {NULL, NULL, NULL};
+    /* issue 16: Megatron flags without effect here, and ones refused */
+    const char *noop_s2[6] = {NULL}, *refuse_s[3] = {NULL};
+    int noop_f2[5] = {0}, refuse_f[2] = {0};
+    mtc_arg_strings refuse_ramp = {0};
+    static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
@@ -119,7 +241,7 @@ int cli_cmd_train(int argc, char **argv) {
         {"lr-decay-iters", NULL, MTC_ARG_I64, &decay, "N", "decay iterations (default train-iters)",
          0},
         {"lr-decay-style", NULL, MTC_ARG_STRING, &style, "S",
-         "constant|linear|cosine (default linear)", 0},
+         "constant|linear|cosine|inverse-square-root|WSD (default linear)", 0},
         {"weight-decay", NULL, MTC_ARG_DOUBLE, &wd, "X",
          "AdamW weight decay on 2-D weights (default 0.01)", 0},
         {"clip-grad", NULL, MTC_ARG_DOUBLE, &clip, "X",
@@ -129,12 +251,12 @@ int cli_cmd_train(int argc, char **argv) {
         {"adam-eps", NULL, MTC_ARG_DOUBLE, &eps, "X", "(default 1e-8)", 0},
         {"seed", NULL, MTC_ARG_I64, &seed, "N",
          "initialisation, dropout and data order (default 1234)", 0},
-        {"data-path", NULL, MTC_ARG_STRING, &data_path, "PATH",
-         "text file or folder, PREFIX of .bin/.idx, or llm.c .bin", 0},
+        {"data-path", NULL, MTC_ARG_STRINGS, &data_paths, "PATH",
+         "text file or folder, PREFIX of .bin/.idx, llm.c .bin, or Megatron's blend "
+         "W1 PREFIX1 W2 PREFIX2 ... (GPTDataset / BlendedDataset sample order)",
+         0},
         {"split", NULL, MTC_ARG_STRING, &split, "W,W,W",
          "train,valid,test weights (default 969,30,1)", 0},
-        {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
-         "char|byte for text data (default char)", 0},
         {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N",
          "vocabulary (default: from the data; 50257 with --mock-data)", 0},
         {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N",
@@ -185,7 +307,7 @@ int cli_cmd_train(int argc, char **argv) {
          "deadline of every collective and point-to-point call, in minutes (default "
          "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
          0},
-        {"cp-comm-type", NULL, MTC_ARG_WORDS, &cp_comm, "S [S ...]",
+        {"cp-comm-type", NULL, MTC_ARG_STRINGS, &cp_comm, "S [S ...]",
          "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp) | "
          "a2a+p2p (a2a inside groups of A ranks, ring across them); one value, or one per "
          "layer",
@@ -223,6 +345,48 @@ int cli_cmd_train(int argc, char **argv) {
          "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with "
          "--vpp) before training",
          0},
+        /* Megatron's schedule flags (issue 16; optim/optim.h has the formulas) */
+        {"train-samples", NULL, MTC_ARG_I64, &sch_train_samples, "N",
+         "sample-based training: N samples (train-iters = N / global batch); excludes "
+         "--train-iters",
+         0},
+        {"lr-warmup-fraction", NULL, MTC_ARG_DOUBLE, &sch_warmup_fraction, "F",
+         "warm-up over this fraction of the decay steps (instead of --lr-warmup-iters/-samples)",
+         0},
+        {"lr-warmup-samples", NULL, MTC_ARG_I64, &sch_warmup_samples, "N",
+         "sample-based: linear warm-up samples (default 0)", 0},
+        {"lr-decay-samples", NULL, MTC_ARG_I64, &sch_decay_samples, "N",
+         "sample-based: decay samples (default train-samples)", 0},
+        {"lr-warmup-init", NULL, MTC_ARG_DOUBLE, &sch_init_lr, "X",
+         "learning rate at the start of warm-up (default 0)", 0},
+        {"lr-wsd-decay-style", NULL, MTC_ARG_STRING, &sch_wsd_style, "S",
+         "WSD's annealing: exponential|linear|cosine|minus_sqrt (default exponential)", 0},
+        {"lr-wsd-decay-iters", NULL, MTC_ARG_I64, &sch_wsd_iters, "N",
+         "WSD: iterations of annealing at the end of the decay", 0},
+        {"lr-wsd-decay-samples", NULL, MTC_ARG_I64, &sch_wsd_samples, "N",
+         "WSD, sample-based: samples of annealing at the end of the decay", 0},
+        {"start-weight-decay", NULL, MTC_ARG_DOUBLE, &sch_start_wd, "X",
+         "weight decay at the start (with --weight-decay-incr-style linear|cosine)", 0},
+        {"end-weight-decay", NULL, MTC_ARG_DOUBLE, &sch_end_wd, "X",
+         "weight decay at the end of training (with --weight-decay-incr-style linear|cosine)", 0},
+        {"weight-decay-incr-style", NULL, MTC_ARG_STRING, &sch_wd_style, "S",
+         "constant|linear|cosine (default constant: --weight-decay throughout)", 0},
+        {"exit-interval", NULL, MTC_ARG_I64, &sch_exit_interval, "N",
+         "stop (and save, with --save) after the first iteration divisible by N", 0},
+        {"exit-duration-in-mins", NULL, MTC_ARG_DOUBLE, &sch_exit_mins, "M",
+         "stop (and save, with --save) once training has run M minutes", 0},
+        /* Megatron's tokenizer flags (issue 16) */
+        {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
+         "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|ByteLevelTokenizer|"
+         "CharLevelTokenizer (default CharLevelTokenizer for text; for a Megatron dataset the "
+         "PREFIX.tokenizer beside it)",
+         0},
+        {"vocab-file", NULL, MTC_ARG_STRING, &tok_opts.vocab_file, "FILE",
+         "GPT2BPETokenizer: vocab.json (GPT-2's encoder.json)", 0},
+        {"merge-file", NULL, MTC_ARG_STRING, &tok_opts.merge_file, "FILE",
+         "GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe)", 0},
+        {"tokenizer-model", NULL, MTC_ARG_STRING, &tok_opts.tokenizer_model, "FILE",
+         "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)", 0},
 #define NOOP_STR(name, var)                                                                        \
     {name, NULL, MTC_ARG_STRING, &var, "S", "accepted for Megatron scripts; no effect on CPU", 0}
 #define NOOP_FLAG(name, var)                                                                       \
@@ -241,6 +405,24 @@ int cli_cmd_train(int argc, char **argv) {
         NOOP_FLAG("no-async-tensor-model-parallel-allreduce", noop_f[8]),
         NOOP_FLAG("use-cpu-initialization", noop_f[9]),
         NOOP_FLAG("tp-comm-overlap", noop_f[10]),
+        NOOP_STR("tensorboard-dir", noop_s2[0]),
+        NOOP_STR("data-cache-path", noop_s2[1]),
+        NOOP_STR("ckpt-format", noop_s2[2]),
+        NOOP_STR("tiktoken-pattern", noop_s2[3]),
+        NOOP_STR("num-workers", noop_s2[4]),
+        NOOP_STR("empty-unused-memory-level", noop_s2[5]),
+        NOOP_FLAG("cross-entropy-loss-fusion", noop_f2[0]),
+        NOOP_FLAG("manual-gc", noop_f2[1]),
+        NOOP_FLAG("no-create-attention-mask-in-dataloader", noop_f2[2]),
+        NOOP_FLAG("no-mmap-bin-files", noop_f2[3]),
+        NOOP_FLAG("log-throughput", noop_f2[4]),
+        /* flags that would change results and are not implemented: refused after parsing */
+        {"apply-layernorm-1p", NULL, MTC_ARG_FLAG, &refuse_f[0], NULL, REFUSED, 0},
+        {"calculate-per-token-loss", NULL, MTC_ARG_FLAG, &refuse_f[1], NULL, REFUSED, 0},
+        {"decoupled-lr", NULL, MTC_ARG_STRING, &refuse_s[0], "X", REFUSED, 0},
+        {"decoupled-min-lr", NULL, MTC_ARG_STRING, &refuse_s[1], "X", REFUSED, 0},
+        {"step-batch-size-schedule", NULL, MTC_ARG_STRING, &refuse_s[2], "S", REFUSED, 0},
+        {"rampup-batch-size", NULL, MTC_ARG_STRINGS, &refuse_ramp, "S", REFUSED, 0},
 #undef NOOP_STR
 #undef NOOP_FLAG
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)",
@@ -301,6 +483,12 @@ int cli_cmd_train(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
+    for (int i = 0; i < nargs; i++) /* results would differ from Megatron's: say so, once */
+        if (args[i].seen && args[i].help == REFUSED)
+            return cli_usage_error("train",
+                                   "--%s changes what Megatron computes and is not implemented in "
+                                   "mtc: drop it (the run would not match Megatron's)",
+                                   args[i].name);
 
     if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
@@ -347,7 +535,7 @@ int cli_cmd_train(int argc, char **argv) {
                                dist_timeout_min);
     if (dist_timeout_min > 0) mtc_comm_set_default_timeout(dist_timeout_min * 60.0);
     /* one comm type, or one per layer (Megatron's nargs='+') */
-    static int cp_types[MTC_ARG_WORDS_MAX];
+    static int cp_types[MTC_ARG_STRINGS_MAX];
     int cp_type = -1, cp_any_hier = 0;
     for (int i = 0; i < cp_comm.n; i++) {
         cp_types[i] = cp_comm_type_parse(cp_comm.v[i]);
@@ -452,8 +640,11 @@ int cli_cmd_train(int argc, char **argv) {
     }
     int lr_style = mtc_lr_style_parse(style);
     if (lr_style < 0)
-        return cli_usage_error(
-            "train", "lr-decay-style=%s is unknown (use constant, linear or cosine)", style);
+        return cli_usage_error("train",
+                               "lr-decay-style=%s is unknown (use constant, linear, cosine, "
+                               "inverse-square-root or WSD)",
+                               style);
+    data_path = data_paths.n ? data_paths.v[0] : NULL;
     if (mock && data_path)
         return cli_usage_error(
             "train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
@@ -463,9 +654,15 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "make-vocab-size-divisible-by=%d must be >= 1", divisible);
     if (vocab < 0) return cli_usage_error("train", "vocab-size=%d must be >= 1", vocab);
     if (T < 1) return cli_usage_error("train", "seq-length=%d must be >= 1", T);
-    if (data_path && data_tokenizer_parse(tokenizer) < 0)
-        return cli_usage_error("train", "tokenizer-type=%s is unknown (use char or byte)",
-                               tokenizer);
+    /* Megatron's GPT-3 example gives the files without --tokenizer-type */
+    if (!tokenizer && tok_opts.vocab_file && tok_opts.merge_file) tokenizer = "GPT2BPETokenizer";
+    if (!tokenizer && tok_opts.tokenizer_model) tokenizer = "HuggingFaceTokenizer";
+    if (tokenizer && data_tok_parse_type(tokenizer) < 0)
+        return cli_usage_error("train", "tokenizer-type=%s is unknown (use one of %s)", tokenizer,
+                               data_tok_type_names());
+    if (tokenizer && data_tok_parse_type(tokenizer) == DATA_TOK_NULL && vocab < 1)
+        return cli_usage_error("train", "--tokenizer-type NullTokenizer needs --vocab-size N");
+    tok_opts.vocab_size = vocab;
 
     if (save_interval < 0)
         return cli_usage_error("train", "save-interval=%d must be >= 1", save_interval);
@@ -644,6 +841,16 @@ int cli_cmd_train(int argc, char **argv) {
                               .warmup_iters = warmup,
                               .decay_iters = decay ? decay : iters,
                               .style = (mtc_lr_style)lr_style};
+    if (train_schedule(&tc, args, nargs, sch_train_samples, sch_warmup_fraction, sch_warmup_samples,
+                       sch_decay_samples, sch_init_lr, sch_wsd_style, sch_wsd_iters,
+                       sch_wsd_samples, sch_wd_style, sch_start_wd, sch_end_wd, wd) != 0)
+        return 2;
+    tc.exit_interval = sch_exit_interval, tc.exit_duration_mins = sch_exit_mins;
+    if (sch_exit_interval < 0)
+        return cli_usage_error("train", "exit-interval=%lld must be >= 1",
+                               (long long)sch_exit_interval);
+    if (!(sch_exit_mins >= 0 && sch_exit_mins < 1e9))
+        return cli_usage_error("train", "exit-duration-in-mins=%g must be > 0", sch_exit_mins);
     tc.adam = (mtc_adamw_config){(float)b1, (float)b2, (float)eps, (float)wd};
     tc.clip_grad = (float)clip;
     tc.seed = (uint64_t)seed;
@@ -670,9 +877,18 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "%s", mtc_error_detail());
 
     data_source_opts dopts = {.data_path = data_path,
+                              .blend = data_paths.n > 1 ? data_paths.v : NULL,
+                              .n_blend = data_paths.n > 1 ? data_paths.n : 0,
+                              /* Megatron's train / valid / test sizes
+                                 (get_train_valid_test_num_samples) */
+                              .num_samples = {(uint64_t)tc.train_iters * (uint64_t)tc.global_batch,
+                                              (uint64_t)(tc.train_iters / eval_interval + 1) *
+                                                  (uint64_t)eval_iters * (uint64_t)tc.global_batch,
+                                              (uint64_t)eval_iters * (uint64_t)tc.global_batch},
                               .mock = mock,
-                              .vocab_size = mock ? (vocab ? vocab : 50257) : vocab,
+                              .vocab_size = mock && !vocab && !tokenizer ? 50257 : vocab,
                               .tokenizer = tokenizer,
+                              .tok = &tok_opts,
                               .seq_length = T,
                               .seed = (uint64_t)seed,
                               .split = split};
@@ -690,10 +906,21 @@ int cli_cmd_train(int argc, char **argv) {
     mc->vocab_size = vocab ? vocab : data_vocab;
     mc->padded_vocab_size = mtc_model_pad_vocab(mc->vocab_size, divisible, tp);
     char tokstr[MTC_CKPT_TOKENIZER_MAX] = "none";
-    const data_tokenizer *tok = data_source_tokenizer(src);
-    if (tok && data_tokenizer_serialize(tok, tokstr, sizeof tokstr) != MTC_OK) {
-        data_source_free(src);
-        return cli_fail("train", MTC_ERR_INTERNAL);
+    const data_tok *tok = data_source_tokenizer(src);
+    if (tok) { /* the tokenizer's text form, stored with the model */
+        data_tok_text form = {0};
+        mtc_result_t trc = data_tok_serialize(tok, &form);
+        int fits = trc == MTC_OK && form.n < sizeof tokstr;
+        if (fits) memcpy(tokstr, form.s, form.n + 1);
+        data_tok_text_free(&form);
+        if (!fits) {
+            data_source_free(src);
+            if (trc != MTC_OK) return cli_fail("train", trc);
+            return cli_usage_error("train",
+                                   "the %s of %d symbols is too large to store with the model "
+                                   "(use ByteLevelTokenizer or a BPE tokenizer)",
+                                   data_tok_name(tok), data_tok_vocab_size(tok));
+        }
     }
     tc.tokenizer = tokstr;
     if (have_ckpt) { /* refuse a mismatching checkpoint before training starts */
@@ -709,8 +936,15 @@ int cli_cmd_train(int argc, char **argv) {
     }
     if (have_sched && !finetune && !override_sched) { /* Megatron's _check_and_set */
         const mtc_lr_schedule *l = &tc.lr;
-        const char *names[4] = {"lr", "min-lr", "lr-warmup-iters", "lr-decay-iters"};
-        double now[4] = {l->lr, l->min_lr, (double)l->warmup_iters, (double)l->decay_iters};
+        /* Megatron's state is in samples; say it in the units the flags use */
+        int by_samples = sch_train_samples > 0;
+        double unit = by_samples ? 1.0 : (double)l->step_samples;
+        const char *names[4] = {"lr", "min-lr",
+                                by_samples ? "lr-warmup-samples" : "lr-warmup-iters",
+                                by_samples ? "lr-decay-samples" : "lr-decay-iters"};
+        double now[4] = {l->lr, l->min_lr, l->warmup_samples / unit,
+                         (double)l->decay_samples / unit};
+        sched[2] /= unit, sched[3] /= unit;
         for (int k = 0; k < 4; k++)
             if (fabs(sched[k] - now[k]) > 1e-6 * fabs(now[k]))
                 return data_source_free(src),

@@ -189,14 +189,14 @@ mtc_result_t mtc_args_parse(mtc_arg *args, int nargs, int argc, char **argv,
                 i++;
             break;
         }
-        case MTC_ARG_WORDS: {
-            mtc_arg_words *dst = opt->dest;
-            dst->n = 0; /* the last occurrence wins */
+        case MTC_ARG_STRINGS: {
+            mtc_arg_strings *dst = opt->dest;
+            dst->n = 0; /* a repeated flag replaces, as for the other types */
             dst->v[dst->n++] = val;
             while (!eq && i + 1 < argc && argv[i + 1][0] != '-') {
-                if (dst->n == MTC_ARG_WORDS_MAX) {
+                if (dst->n == MTC_ARG_STRINGS_MAX) {
                     snprintf(err, errlen, "--%s takes at most %d values", opt->name,
-                             MTC_ARG_WORDS_MAX);
+                             MTC_ARG_STRINGS_MAX);
                     return MTC_ERR_INVALID_ARGUMENT;
                 }
                 dst->v[dst->n++] = argv[++i];

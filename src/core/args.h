@@ -15,14 +15,14 @@
 #include "core/result.h"
 
 typedef enum {
-    MTC_ARG_FLAG,   /* int*: set to 1 (--no-NAME sets 0) */
-    MTC_ARG_INT,    /* int* */
-    MTC_ARG_I64,    /* int64_t* */
-    MTC_ARG_DOUBLE, /* double* */
-    MTC_ARG_STRING, /* const char**: points into argv */
-    MTC_ARG_INTS,   /* mtc_arg_ints*: comma- or space-separated integers */
-    MTC_ARG_WORDS,  /* mtc_arg_words*: the value and the words after it up to
-                       the next --flag (Megatron's nargs='+'), pointing into argv */
+    MTC_ARG_FLAG,    /* int*: set to 1 (--no-NAME sets 0) */
+    MTC_ARG_INT,     /* int* */
+    MTC_ARG_I64,     /* int64_t* */
+    MTC_ARG_DOUBLE,  /* double* */
+    MTC_ARG_STRING,  /* const char**: points into argv */
+    MTC_ARG_INTS,    /* mtc_arg_ints*: comma- or space-separated integers */
+    MTC_ARG_STRINGS, /* mtc_arg_strings*: the value and the words after it up to the next
+                        --flag (Megatron's nargs='*': --data-path 0.3 A 0.7 B) */
 } mtc_arg_type_t;
 
 #define MTC_ARG_INTS_MAX 64
@@ -31,11 +31,11 @@ typedef struct {
     int64_t v[MTC_ARG_INTS_MAX];
 } mtc_arg_ints;
 
-#define MTC_ARG_WORDS_MAX 256
+#define MTC_ARG_STRINGS_MAX 256
 typedef struct {
     int n;
-    const char *v[MTC_ARG_WORDS_MAX];
-} mtc_arg_words;
+    const char *v[MTC_ARG_STRINGS_MAX]; /* point into argv */
+} mtc_arg_strings;
 
 typedef struct {
     const char *name;  /* without dashes: "tensor-model-parallel-size" */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/result.h"
+#include "data/tokenizer.h"
 
 /* ---- tokenizers ------------------------------------------------------------------ */
 
@@ -53,14 +54,25 @@ mtc_result_t data_tokenizer_deserialize(data_tokenizer *tok, const char *s);
 /* ---- token sources ----------------------------------------------------------------- */
 
 typedef struct data_source data_source;
+#define MTC_DATA_BLEND_MAX 32 /* datasets in one --data-path blend */
 
 typedef struct {
-    const char *data_path; /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
-                              llm.c shard or glob of shards; NULL with mock */
-    int mock;              /* --mock-data */
-    int vocab_size;        /* mock: ids in [0, vocab_size); others: checked against the data */
-    const char *tokenizer; /* for text: "char" (default) or "byte" */
-    int seq_length;        /* T: samples are T + 1 tokens */
+    const char *data_path;    /* text file or folder, Megatron prefix (PREFIX.bin + PREFIX.idx),
+                                 llm.c shard or glob of shards; NULL with mock */
+    int mock;                 /* --mock-data */
+    int vocab_size;           /* mock: ids in [0, vocab_size); others: checked against the data */
+    const char *tokenizer;    /* --tokenizer-type; NULL: char for text, the PREFIX.tokenizer
+                                 beside a Megatron dataset, none for other id sources */
+    const data_tok_opts *tok; /* the other tokenizer flags (files, NullTokenizer's size); may
+                                 be NULL. A tokenizer given for an id source or mock data is
+                                 its vocabulary (Megatron's), checked against the ids */
+    const char *const *blend; /* Megatron's --data-path list "W1 P1 W2 P2 ..." of dataset
+                                 prefixes (n_blend words; then data_path is unused) */
+    int n_blend;
+    uint64_t num_samples[3]; /* samples each split will be asked for (Megatron's
+                                train/valid/test sizes; 0: one epoch). Megatron datasets are
+                                indexed for exactly these, as GPTDataset does */
+    int seq_length;          /* T: samples are T + 1 tokens */
     uint64_t seed;
     const char *split; /* "949,50,1" (default "969,30,1"); weights train,valid,test */
 } data_source_opts;
@@ -70,11 +82,12 @@ typedef struct {
  * wrong); too little data for one sample is MTC_ERR_INVALID_ARGUMENT. */
 mtc_result_t data_source_open(const data_source_opts *opts, data_source **out);
 void data_source_free(data_source *src);
-/* Tokenizer of a text source, or of a Megatron dataset with a
- * PREFIX.tokenizer file beside it (tools/txt_to_indexed.py writes one);
- * NULL for other token-id sources. */
-const data_tokenizer *data_source_tokenizer(const data_source *src);
-/* Largest token id + 1 seen (or the declared vocabulary). */
+/* Tokenizer of a text source, the one the flags gave, or of a Megatron
+ * dataset with a PREFIX.tokenizer file beside it (tools/txt_to_indexed.py
+ * writes one); NULL for other token-id sources. Owned by the source. */
+const data_tok *data_source_tokenizer(const data_source *src);
+/* The declared --vocab-size, else the tokenizer's vocabulary (as Megatron),
+ * else the largest token id + 1 seen. */
 int data_source_vocab_size(const data_source *src);
 uint64_t data_source_num_tokens(const data_source *src);
 

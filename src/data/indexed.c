@@ -448,3 +448,31 @@ void data_indexed_builder_free(data_indexed_builder *b) {
     free(b->lens), free(b->docs), free(b->buf);
     free(b);
 }
+
+mtc_result_t data_indexed_lengths(const char *prefix, int32_t **lengths, uint64_t *n_seq) {
+    *lengths = NULL, *n_seq = 0;
+    size_t n = strlen(prefix) + 5;
+    char *idx = malloc(n);
+    unsigned char *ib = NULL;
+    size_t ilen = 0;
+    if (!idx) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory opening %s", prefix);
+    snprintf(idx, n, "%s.idx", prefix);
+    mtc_result_t rc = data_file_read(idx, &ib, &ilen);
+    data_ids_type type;
+    uint64_t n_tok = 0;
+    if (rc == MTC_OK) rc = idx_validate(idx, ib, ilen, &type, &n_tok); /* as data_indexed_open */
+    if (rc == MTC_OK) {
+        uint64_t N = rd_u64(ib + 18);
+        int32_t *l = malloc((N ? N : 1) * sizeof *l);
+        if (!l) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading %s", idx);
+        for (uint64_t s = 0; l && s < N; s++) {
+            const unsigned char *p = ib + IDX_HEADER + 4 * s;
+            l[s] = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                             (uint32_t)p[3] << 24);
+        }
+        *lengths = l, *n_seq = N;
+    }
+    free(ib);
+    free(idx);
+    return rc;
+}

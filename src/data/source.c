@@ -9,19 +9,24 @@
  *   4. a file starting with an llm.c shard magic: one shard;
  *   5. any other *.bin: refused (neither format); any other file: text;
  *   6. nothing there, but PREFIX.bin / PREFIX.idx exist: Megatron prefix.
- * A Megatron dataset may have PREFIX.tokenizer beside it (the tokenizer's
- * text form, written by tools/txt_to_indexed.py); then it can be decoded.
+ * Tokenizer: the one --tokenizer-type (and its files) names, for every kind
+ * of source (text is encoded with it; for ids it is the vocabulary, as in
+ * Megatron); by default char for text, and for a Megatron dataset the
+ * PREFIX.tokenizer beside it when there is one (the tokenizer's text form,
+ * written by tools/txt_to_indexed.py).
  * Samples: window w covers stream tokens [w*T, w*T + T] (T+1 tokens: inputs
  * and targets shifted by one); windows are split by --split and visited in
  * data_permute order with key epoch * 4 + split. Everything after open is
  * read-only, so rank-threads may share one source. */
 #include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "data/data.h"
+#include "data/gpt_dataset.h"
 #include "data/stream.h"
 
 typedef enum { SRC_MOCK, SRC_TEXT, SRC_INDEXED, SRC_LLMC } source_kind;
@@ -29,13 +34,20 @@ typedef enum { SRC_MOCK, SRC_TEXT, SRC_INDEXED, SRC_LLMC } source_kind;
 struct data_source {
     source_kind kind;
     data_stream st;
-    data_tokenizer tok;
-    int has_tok; /* text sources, and indexed ones with a PREFIX.tokenizer */
+    data_tok *tok; /* text sources, flags' tokenizer, or an indexed one's PREFIX.tokenizer */
     int vocab_size;
     uint64_t n_tokens, n_windows, bounds[4];
     int T;
     uint64_t seed;
     char desc[512];
+    /* Megatron datasets (.bin/.idx): GPTDataset / BlendedDataset order */
+    int n_ds;        /* prefixes, one stream segment each (0: windows, above) */
+    data_gpt *gpt;   /* n_ds */
+    int32_t **lens;  /* n_ds: sequence lengths */
+    uint64_t **pos;  /* n_ds: first token of each sequence in the stream */
+    double *weights; /* n_ds normalized weights; NULL: one dataset, no blend */
+    int16_t *blend_ds[3];
+    uint64_t *blend_sample[3], size[3];
 };
 
 static int ends_with(const char *s, const char *suffix) {
@@ -78,7 +90,7 @@ static mtc_result_t load_sidecar_tokenizer(data_source *src, const char *prefix)
     }
     if (len) memcpy(text, buf, len);
     text[len] = '\0';
-    rc = data_tokenizer_deserialize(&src->tok, text);
+    rc = data_tok_deserialize(text, &src->tok);
     free(text);
     if (rc != MTC_OK) {
         char detail[256];
@@ -86,7 +98,6 @@ static mtc_result_t load_sidecar_tokenizer(data_source *src, const char *prefix)
         rc = mtc_error(rc, "%s: %s", path, detail);
         goto out;
     }
-    src->has_tok = 1;
 out:
     free(buf);
     free(path);
@@ -98,12 +109,12 @@ static mtc_result_t open_indexed_prefix(data_source *src, const char *path, size
     if (!prefix) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
     src->kind = SRC_INDEXED;
     mtc_result_t rc = data_indexed_open(&src->st, prefix);
-    if (rc == MTC_OK) rc = load_sidecar_tokenizer(src, prefix);
+    if (rc == MTC_OK && !src->tok) rc = load_sidecar_tokenizer(src, prefix);
     free(prefix);
     return rc;
 }
 
-static mtc_result_t open_glob(data_source *src, const char *pattern, data_tokenizer_kind kind) {
+static mtc_result_t open_glob(data_source *src, const char *pattern) {
     glob_t g;
     int r = glob(pattern, 0, NULL, &g);
     if (r == GLOB_NOMATCH || (r == 0 && g.gl_pathc == 0)) {
@@ -128,21 +139,21 @@ static mtc_result_t open_glob(data_source *src, const char *pattern, data_tokeni
             rc = data_llmc_open(&src->st, paths[i]);
     } else {
         src->kind = SRC_TEXT;
-        rc = data_text_open(&src->st, &src->tok, kind, paths, n);
+        rc = data_text_open(&src->st, &src->tok, paths, n);
     }
     globfree(&g);
     return rc;
 }
 
-static mtc_result_t open_path(data_source *src, const char *path, data_tokenizer_kind kind) {
-    if (strpbrk(path, "*?[")) return open_glob(src, path, kind);
+static mtc_result_t open_path(data_source *src, const char *path) {
+    if (strpbrk(path, "*?[")) return open_glob(src, path);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         char **paths;
         size_t n;
         MTC_CHECK(data_text_list_folder(path, &paths, &n));
         src->kind = SRC_TEXT;
-        mtc_result_t rc = n ? data_text_open(&src->st, &src->tok, kind, paths, n)
+        mtc_result_t rc = n ? data_text_open(&src->st, &src->tok, paths, n)
                             : mtc_error(MTC_ERR_INVALID_ARGUMENT,
                                         "--data-path %s: the folder holds no text files", path);
         data_paths_free(paths, n);
@@ -172,7 +183,7 @@ static mtc_result_t open_path(data_source *src, const char *path, data_tokenizer
         }
         src->kind = SRC_TEXT;
         char *one[1] = {(char *)path};
-        return data_text_open(&src->st, &src->tok, kind, one, 1);
+        return data_text_open(&src->st, &src->tok, one, 1);
     }
     char *idx = with_ext(path, 0, ".idx"), *bin = with_ext(path, 0, ".bin");
     int prefix = idx && bin && (is_file(idx) || is_file(bin));
@@ -186,7 +197,6 @@ static mtc_result_t open_path(data_source *src, const char *path, data_tokenizer
 }
 
 static void describe(data_source *src, const char *path) {
-    const char *first = src->st.n_seg ? src->st.seg[0].name : path;
     switch (src->kind) {
     case SRC_MOCK:
         snprintf(src->desc, sizeof src->desc,
@@ -196,22 +206,122 @@ static void describe(data_source *src, const char *path) {
         break;
     case SRC_TEXT:
         snprintf(src->desc, sizeof src->desc,
-                 "text: %s (%zu file%s), %llu tokens, %s tokenizer with %d symbols", path,
-                 src->st.n_seg, src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens,
-                 src->tok.kind == DATA_TOKENIZER_CHAR ? "char" : "byte", src->tok.vocab_size);
+                 "text: %s (%zu file%s), %llu tokens, %s with %d symbols", path, src->st.n_seg,
+                 src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens,
+                 data_tok_kind_of(src->tok) == DATA_TOK_CHAR   ? "char tokenizer"
+                 : data_tok_kind_of(src->tok) == DATA_TOK_BYTE ? "byte tokenizer"
+                                                               : data_tok_name(src->tok),
+                 data_tok_vocab_size(src->tok));
         break;
-    case SRC_INDEXED:
-        snprintf(src->desc, sizeof src->desc,
-                 "Megatron indexed dataset: %s, %llu tokens of %s, vocabulary %d", first,
+    case SRC_INDEXED: {
+        int n = snprintf(src->desc, sizeof src->desc,
+                         "Megatron indexed dataset%s: ", src->n_ds > 1 ? "s (BlendedDataset)" : "");
+        for (int d = 0; d < src->n_ds && n < (int)sizeof src->desc - 80; d++) {
+            n += snprintf(src->desc + n, sizeof src->desc - (size_t)n, "%s%s", d ? ", " : "",
+                          src->st.seg[d].name);
+            if (src->weights)
+                n += snprintf(src->desc + n, sizeof src->desc - (size_t)n, " (weight %.3g)",
+                              src->weights[d]);
+        }
+        snprintf(src->desc + n, sizeof src->desc - (size_t)n,
+                 ", %llu tokens of %s, vocabulary %d; GPTDataset order, seed %llu",
                  (unsigned long long)src->n_tokens, data_ids_name(src->st.seg[0].type),
-                 src->vocab_size);
+                 src->vocab_size, (unsigned long long)src->seed);
         break;
+    }
     case SRC_LLMC:
         snprintf(src->desc, sizeof src->desc,
                  "llm.c shards: %s (%zu shard%s), %llu tokens, vocabulary %d", path, src->st.n_seg,
                  src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens, src->vocab_size);
         break;
     }
+}
+
+/* Megatron's get_blend_from_list: "W1 P1 W2 P2 ..." (every other word a
+ * number) into weights and prefixes; a lone prefix has no weight. */
+static mtc_result_t parse_blend(const data_source_opts *o, double *w, const char **paths, int *n) {
+    int k = o->n_blend;
+    *n = 0;
+    if (k == 1) {
+        paths[0] = o->blend[0];
+        w[0] = 1, *n = 1;
+        return MTC_OK;
+    }
+    for (int i = 0; i + 1 < k && k % 2 == 0; i += 2) {
+        char *end;
+        double v = strtod(o->blend[i], &end);
+        if (end == o->blend[i] || *end || !(v >= 0 && v < 1e30)) break;
+        w[*n] = v, paths[(*n)++] = o->blend[i + 1];
+    }
+    if (k % 2 || *n != k / 2)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "--data-path %s ...: give weights and prefixes in pairs (--data-path 0.3 "
+                         "PREFIX_A 0.7 PREFIX_B); a blend without weights is not supported",
+                         o->blend[0]);
+    double sum = 0;
+    for (int i = 0; i < *n; i++)
+        sum += w[i];
+    if (!(sum > 0))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--data-path: the blend's weights sum to 0");
+    for (int i = 0; i < *n; i++)
+        w[i] /= sum; /* normalize() */
+    return MTC_OK;
+}
+
+/* GPTDataset indices for every prefix (stream segment k = dataset k), and
+ * the blend's (sizes per dataset as BlendedMegatronDatasetBuilder asks). */
+static mtc_result_t megatron_setup(data_source *src, const char *const *paths,
+                                   const double weights[3], const uint64_t want[3], int blend) {
+    double b[3][2];
+    int has[3];
+    data_gpt_split_matrix(weights, b, has);
+    src->gpt = calloc((size_t)src->n_ds, sizeof *src->gpt);
+    src->lens = calloc((size_t)src->n_ds, sizeof *src->lens);
+    src->pos = calloc((size_t)src->n_ds, sizeof *src->pos);
+    if (!src->gpt || !src->lens || !src->pos)
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory indexing the data");
+    for (int d = 0; d < src->n_ds; d++) {
+        uint64_t n_seq = 0, at = src->st.seg[d].start;
+        MTC_CHECK(data_indexed_lengths(paths[d], &src->lens[d], &n_seq));
+        src->pos[d] = malloc((n_seq ? n_seq : 1) * sizeof *src->pos[d]);
+        if (!src->pos[d]) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory indexing data");
+        for (uint64_t q = 0; q < n_seq; q++)
+            src->pos[d][q] = at, at += (uint64_t)src->lens[d][q];
+        data_gpt *g = &src->gpt[d];
+        g->len = src->lens[d], g->pos = src->pos[d], g->n_seq = n_seq;
+        uint64_t ask[3];
+        for (int s = 0; s < 3; s++) /* _get_size_per_split_per_dataset, surplus 0.005 */
+            ask[s] = blend && want[s]
+                         ? (uint64_t)ceil(ceil((double)want[s] * src->weights[d]) * 1.005)
+                         : want[s];
+        MTC_CHECK(data_gpt_build(g, b, has, ask, src->T, (uint32_t)src->seed));
+    }
+    static const char *names[] = {"train", "valid", "test"};
+    for (int s = 0; s < 3; s++) {
+        if (!blend) {
+            src->size[s] = src->gpt[0].sp[s].n;
+            continue;
+        }
+        uint64_t size = want[s];
+        for (int d = 0; d < src->n_ds; d++) {
+            if (!has[s]) break;
+            if (src->gpt[d].sp[s].n == 0 && src->weights[d] > 0)
+                return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                                 "--data-path %s: no %s sample of %d+1 tokens in its share of "
+                                 "--split (give the split more weight or use more data)",
+                                 paths[d], names[s], src->T);
+            /* one epoch of each when no size was asked for: as far as every dataset lasts */
+            uint64_t lasts = src->weights[d] > 0
+                                 ? (uint64_t)((double)src->gpt[d].sp[s].n / src->weights[d])
+                                 : UINT64_MAX;
+            if (!want[s] && (d == 0 || lasts < size)) size = lasts;
+        }
+        src->size[s] = has[s] ? size : 0;
+        if (src->size[s])
+            MTC_CHECK(data_gpt_blend(src->weights, src->n_ds, src->size[s], &src->blend_ds[s],
+                                     &src->blend_sample[s]));
+    }
+    return MTC_OK;
 }
 
 mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
@@ -224,14 +334,16 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
                          opts->vocab_size);
     double weights[3];
     MTC_CHECK(data_split_parse(opts->split ? opts->split : "969,30,1", weights));
-    int kind = data_tokenizer_parse(opts->tokenizer ? opts->tokenizer : "char");
+    data_tok_opts topts = opts->tok ? *opts->tok : (data_tok_opts){0};
+    topts.type = opts->tokenizer;
+    int kind = opts->tokenizer ? data_tok_parse_type(opts->tokenizer) : DATA_TOK_CHAR;
     if (kind < 0)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "--tokenizer-type %s is unknown (use byte or char)", opts->tokenizer);
-    if (opts->mock && opts->vocab_size <= 0)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--tokenizer-type %s is unknown (use one of %s)",
+                         opts->tokenizer, data_tok_type_names());
+    if (opts->mock && opts->vocab_size <= 0 && kind == DATA_TOK_CHAR)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "--mock-data needs --vocab-size (the range of the mock token ids)");
-    if (!opts->mock && (!opts->data_path || !*opts->data_path))
+    if (!opts->mock && opts->n_blend <= 0 && (!opts->data_path || !*opts->data_path))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "no data: pass --data-path (text file or folder, Megatron prefix, llm.c "
                          "shards) or --mock-data");
@@ -241,27 +353,66 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
     src->seed = opts->seed;
     mtc_result_t rc = MTC_OK;
     const char *path = opts->mock ? "mock" : opts->data_path;
+    /* a tokenizer from flags (char is built from the text itself) */
+    int flag_tok = kind != DATA_TOK_CHAR;
+    if (flag_tok) MTC_CHECK_GOTO(data_tok_open(&topts, &src->tok), rc, fail);
     if (opts->mock) {
         src->kind = SRC_MOCK;
-        src->vocab_size = opts->vocab_size;
+        src->vocab_size = opts->vocab_size > 0 ? opts->vocab_size : data_tok_vocab_size(src->tok);
         src->n_tokens = DATA_MOCK_TOKENS;
-    } else {
-        MTC_CHECK_GOTO(open_path(src, opts->data_path, (data_tokenizer_kind)kind), rc, fail);
-        if (src->kind == SRC_TEXT) src->has_tok = 1;
+    } else if (opts->n_blend > 0) { /* Megatron's --data-path list: prefixes */
+        double w[MTC_DATA_BLEND_MAX];
+        const char *paths[MTC_DATA_BLEND_MAX];
+        if (opts->n_blend > 2 * MTC_DATA_BLEND_MAX) {
+            rc = mtc_error(MTC_ERR_INVALID_ARGUMENT, "--data-path: at most %d datasets",
+                           MTC_DATA_BLEND_MAX);
+            goto fail;
+        }
+        int n = 0;
+        MTC_CHECK_GOTO(parse_blend(opts, w, paths, &n), rc, fail);
+        for (int d = 0; d < n; d++) {
+            size_t before = src->st.n_seg;
+            MTC_CHECK_GOTO(open_path(src, paths[d]), rc, fail);
+            if (src->kind != SRC_INDEXED || src->st.n_seg != before + 1) {
+                rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                               "--data-path %s: a blend is of Megatron datasets (PREFIX of "
+                               "PREFIX.bin + PREFIX.idx)",
+                               paths[d]);
+                goto fail;
+            }
+        }
+        src->n_ds = n;
+        if (n > 1) {
+            src->weights = malloc((size_t)n * sizeof *src->weights);
+            if (!src->weights) {
+                rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+            memcpy(src->weights, w, (size_t)n * sizeof *w);
+        }
+        path = paths[0];
+    }
+    if (!opts->mock && opts->n_blend <= 0) {
+        MTC_CHECK_GOTO(open_path(src, opts->data_path), rc, fail);
+        if (src->kind == SRC_INDEXED) src->n_ds = 1;
+    }
+    if (!opts->mock) {
         src->n_tokens = src->st.n_tokens;
         int64_t max_id;
         MTC_CHECK_GOTO(data_stream_check_ids(&src->st, opts->vocab_size, &max_id), rc, fail);
-        if (src->kind == SRC_INDEXED && src->has_tok && max_id >= src->tok.vocab_size) {
+        int tok_v = src->tok ? data_tok_vocab_size(src->tok) : 0;
+        if (src->kind != SRC_TEXT && src->tok && max_id >= tok_v) {
             rc = mtc_error(MTC_ERR_FORMAT,
-                           "%s: token id %lld is outside the %d symbols of the tokenizer "
-                           "beside it (.tokenizer)",
-                           src->st.seg[0].name, (long long)max_id, src->tok.vocab_size);
+                           "%s: token id %lld is outside the %d ids of the tokenizer (%s%s)",
+                           src->st.seg[0].name, (long long)max_id, tok_v,
+                           flag_tok ? "--tokenizer-type " : "the .tokenizer beside it: ",
+                           data_tok_name(src->tok));
             goto fail;
         }
         if (opts->vocab_size > 0)
             src->vocab_size = opts->vocab_size;
-        else if (src->has_tok && src->tok.vocab_size > max_id)
-            src->vocab_size = src->tok.vocab_size;
+        else if (src->tok && tok_v > max_id)
+            src->vocab_size = tok_v;
         else
             src->vocab_size = (int)(max_id + 1);
     }
@@ -274,6 +425,20 @@ mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
     }
     src->n_windows = (src->n_tokens - 1) / (uint64_t)src->T;
     data_split_bounds(weights, src->n_windows, src->bounds);
+    if (src->n_ds > 0) {
+        const char *paths[MTC_DATA_BLEND_MAX];
+        char *prefixes[MTC_DATA_BLEND_MAX] = {0};
+        for (int d = 0; d < src->n_ds; d++) { /* the stream segment's name is PREFIX.bin */
+            const char *bin = src->st.seg[d].name;
+            size_t len = strlen(bin);
+            prefixes[d] = len > 4 ? strndup(bin, len - 4) : NULL;
+            paths[d] = prefixes[d] ? prefixes[d] : bin;
+        }
+        rc = megatron_setup(src, paths, weights, opts->num_samples, src->weights != NULL);
+        for (int d = 0; d < src->n_ds; d++)
+            free(prefixes[d]);
+        if (rc != MTC_OK) goto fail;
+    }
     describe(src, path);
     *out = src;
     return MTC_OK;
@@ -285,19 +450,30 @@ fail:
 void data_source_free(data_source *src) {
     if (!src) return;
     data_stream_free(&src->st);
+    data_tok_free(src->tok);
+    for (int d = 0; src->gpt && d < src->n_ds; d++)
+        data_gpt_free(&src->gpt[d]);
+    for (int d = 0; src->lens && d < src->n_ds; d++)
+        free(src->lens[d]), free(src->pos[d]);
+    for (int s = 0; s < 3; s++)
+        free(src->blend_ds[s]), free(src->blend_sample[s]);
+    free(src->gpt), free(src->lens), free(src->pos), free(src->weights);
     free(src);
 }
 
-const data_tokenizer *data_source_tokenizer(const data_source *src) {
-    return src->has_tok ? &src->tok : NULL;
-}
+const data_tok *data_source_tokenizer(const data_source *src) { return src->tok; }
 
 int data_source_vocab_size(const data_source *src) { return src->vocab_size; }
 uint64_t data_source_num_tokens(const data_source *src) { return src->n_tokens; }
 const char *data_source_describe(const data_source *src) { return src->desc; }
 
+static void read_stream(void *st, uint64_t pos, size_t n, int *out) {
+    data_stream_read(st, pos, n, out);
+}
+
 uint64_t data_source_split_size(const data_source *src, data_split split) {
     if ((unsigned)split > DATA_SPLIT_TEST) return 0;
+    if (src->n_ds > 0) return src->size[split];
     return src->bounds[split + 1] - src->bounds[split];
 }
 
@@ -313,6 +489,18 @@ mtc_result_t data_source_sample(const data_source *src, data_split split, uint64
                          "the %s split is empty (%llu windows of %d+1 tokens in all); give it a "
                          "larger --split weight or use more data",
                          names[split], (unsigned long long)src->n_windows, src->T);
+    if (src->n_ds > 0) { /* Megatron's sample (a request past the built size wraps) */
+        uint64_t i = index % n, k = i;
+        int d = 0;
+        if (src->weights) d = src->blend_ds[split][i], k = src->blend_sample[split][i];
+        const data_gpt *g = &src->gpt[d];
+        k %= g->sp[split].n;
+        size_t at = data_gpt_read(g, (int)split, k, src->T, read_stream, (void *)&src->st, tokens);
+        for (; at < (size_t)src->T + 1;
+             at++) /* only past the very end of the data (Megatron pads) */
+            tokens[at] = 0;
+        return MTC_OK;
+    }
     uint64_t epoch = index / n, i = index % n;
     uint64_t w = src->bounds[split] + data_permute(i, n, src->seed, epoch * 4 + (uint64_t)split);
     uint64_t first = w * (uint64_t)src->T;

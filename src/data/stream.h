@@ -15,6 +15,7 @@
 
 #include "core/result.h"
 #include "data/data.h"
+#include "data/tokenizer.h"
 
 typedef enum {
     DATA_IDS_U8 = 0,
@@ -70,6 +71,9 @@ mtc_result_t data_file_read(const char *path, unsigned char **buf, size_t *len);
 
 /* Megatron .bin/.idx with this prefix (indexed.c). */
 mtc_result_t data_indexed_open(data_stream *st, const char *prefix);
+/* The sequence lengths of the Megatron dataset PREFIX (validated as
+ * data_indexed_open does; malloc'ed). */
+mtc_result_t data_indexed_lengths(const char *prefix, int32_t **lengths, uint64_t *n_seq);
 /* llm.c token shard (llmc.c). */
 mtc_result_t data_llmc_open(data_stream *st, const char *path);
 /* 1 when the file starts with an llm.c token-shard magic, 0 otherwise. */
@@ -77,11 +81,10 @@ int data_llmc_probe(const char *path);
 /* 1 when the file starts with the .idx magic, 0 otherwise. */
 int data_indexed_probe(const char *path);
 
-/* Text files (text.c): reads them all, builds the tokenizer (char: the
- * distinct bytes of all files; byte: 0..255) and appends one uint8 segment
- * per file. */
-mtc_result_t data_text_open(data_stream *st, data_tokenizer *tok, data_tokenizer_kind kind,
-                            char *const *paths, size_t n_paths);
+/* Text files (text.c): reads them all and appends one segment per file,
+ * tokenized with *tok; when *tok is NULL, first builds the char tokenizer of
+ * all files together (every distinct code point) into *tok (caller frees). */
+mtc_result_t data_text_open(data_stream *st, data_tok **tok, char *const *paths, size_t n_paths);
 /* Regular files under a folder, recursively, sorted by name; skips names
  * starting with '.', strfile indexes (*.dat) and files already seen through
  * another name (symlinks). *paths is a malloc'ed array of malloc'ed strings. */

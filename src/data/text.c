@@ -6,15 +6,18 @@
  * /usr/share/games/fortunes), and anything already seen through another
  * name (symlinks such as fortunes' "*.u8" are deduplicated by device and
  * inode). Files are concatenated as they are, with no separator.
- * Each file becomes one uint8 segment of token ids (both tokenizers have
- * at most 256 ids), so memory is one byte per character. */
+ * Each file is tokenized as a whole (data/tokenizer.h: char by default, or
+ * any of Megatron's tokenizers) into one segment of ids in the narrowest
+ * type that holds the vocabulary (uint8 for byte and small char ones). */
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "data/stream.h"
+#include "data/tokenizer.h"
 
 typedef struct {
     char **paths;
@@ -134,36 +137,75 @@ mtc_result_t data_text_list_folder(const char *dir, char ***paths, size_t *n_pat
     return MTC_OK;
 }
 
-mtc_result_t data_text_open(data_stream *st, data_tokenizer *tok, data_tokenizer_kind kind,
-                            char *const *paths, size_t n_paths) {
+/* The narrowest id type holding every id below vocab_size. */
+static data_ids_type ids_type_for(int vocab_size) {
+    return vocab_size <= 256 ? DATA_IDS_U8 : vocab_size <= 65536 ? DATA_IDS_U16 : DATA_IDS_I32;
+}
+
+/* ids -> a malloc'ed array of type t (narrowing in place). */
+static void *narrow_ids(int *ids, size_t n, data_ids_type t) {
+    if (t == DATA_IDS_U8) {
+        unsigned char *u = (unsigned char *)ids;
+        for (size_t k = 0; k < n; k++)
+            u[k] = (unsigned char)ids[k];
+    } else if (t == DATA_IDS_U16) {
+        uint16_t *u = (uint16_t *)ids;
+        for (size_t k = 0; k < n; k++)
+            u[k] = (uint16_t)ids[k];
+    }
+    return ids;
+}
+
+mtc_result_t data_text_open(data_stream *st, data_tok **tok, char *const *paths, size_t n_paths) {
     unsigned char **bufs = calloc(n_paths ? n_paths : 1, sizeof *bufs);
     size_t *lens = calloc(n_paths ? n_paths : 1, sizeof *lens);
+    char *all = NULL;
+    data_tok_cache *cache = NULL;
     mtc_result_t rc = MTC_OK;
     if (!bufs || !lens) {
         rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading text");
         goto out;
     }
-    unsigned char present[256] = {0};
+    size_t total = 0;
     for (size_t i = 0; i < n_paths; i++) {
         MTC_CHECK_GOTO(data_file_read(paths[i], &bufs[i], &lens[i]), rc, out);
-        for (size_t k = 0; k < lens[i]; k++)
-            present[bufs[i][k]] = 1;
+        total += lens[i];
     }
-    if (kind == DATA_TOKENIZER_BYTE) {
-        data_tokenizer_init_byte(tok);
-    } else {
-        unsigned char chars[256];
-        size_t nc = 0;
-        for (int c = 0; c < 256; c++)
-            if (present[c]) chars[nc++] = (unsigned char)c;
-        data_tokenizer_init_char(tok, chars, nc);
+    if (!*tok) { /* the char vocabulary of all files together */
+        all = malloc(total ? total : 1);
+        if (!all) {
+            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading text");
+            goto out;
+        }
+        size_t at = 0;
+        for (size_t i = 0; i < n_paths; i++)
+            if (lens[i]) memcpy(all + at, bufs[i], lens[i]), at += lens[i];
+        MTC_CHECK_GOTO(data_tok_init_char(all, total, tok), rc, out);
     }
+    if (!(cache = data_tok_cache_init())) {
+        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for the tokenizer's cache");
+        goto out;
+    }
+    data_ids_type type = ids_type_for(data_tok_vocab_size(*tok));
     for (size_t i = 0; i < n_paths; i++) {
         if (lens[i] == 0) continue;
-        for (size_t k = 0; k < lens[i]; k++)
-            bufs[i][k] = (unsigned char)tok->id_of[bufs[i][k]];
-        rc = data_stream_add(st, paths[i], bufs[i], DATA_IDS_U8, lens[i], bufs[i], lens[i], 0);
-        bufs[i] = NULL; /* owned by the stream now */
+        data_tok_ids ids = {0};
+        rc = data_tok_encode(*tok, cache, (const char *)bufs[i], lens[i], &ids, NULL);
+        free(bufs[i]);
+        bufs[i] = NULL;
+        if (rc != MTC_OK) {
+            char detail[256];
+            snprintf(detail, sizeof detail, "%s", mtc_error_detail());
+            data_tok_ids_free(&ids);
+            rc = mtc_error(rc, "%s: %s", paths[i], detail);
+            goto out;
+        }
+        if (ids.n == 0) {
+            data_tok_ids_free(&ids);
+            continue;
+        }
+        void *owned = narrow_ids(ids.ids, ids.n, type);
+        rc = data_stream_add(st, paths[i], owned, type, ids.n, owned, 0, 0); /* owned now */
         if (rc != MTC_OK) goto out;
     }
 out:
@@ -172,5 +214,7 @@ out:
             free(bufs[i]);
     free(bufs);
     free(lens);
+    free(all);
+    data_tok_cache_free(cache);
     return rc;
 }

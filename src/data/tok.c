@@ -71,6 +71,13 @@ static char *dup_str(const char *s) {
     return d;
 }
 
+/* The absolute path of a file the tokenizer came from: a model stores it,
+ * and is loaded again from other working directories. */
+static char *dup_path(const char *s) {
+    char *r = realpath(s, NULL);
+    return r ? r : dup_str(s);
+}
+
 static mtc_result_t tok_new(data_tok_kind kind, data_tok **out) {
     data_tok *t = calloc(1, sizeof *t);
     if (!t) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
@@ -114,7 +121,7 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
                              !o->vocab_file ? "--vocab-file" : "--merge-file");
         MTC_CHECK(tok_new(DATA_TOK_GPT2BPE, &t));
         MTC_CHECK_GOTO(tok_bpe_load_gpt2(&t->bpe, o->vocab_file, o->merge_file), rc, fail);
-        t->file_a = dup_str(o->vocab_file), t->file_b = dup_str(o->merge_file);
+        t->file_a = dup_path(o->vocab_file), t->file_b = dup_path(o->merge_file);
         break;
     case DATA_TOK_HUGGINGFACE:
         if (!o->tokenizer_model)
@@ -122,7 +129,7 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
                              "HuggingFaceTokenizer needs --tokenizer-model tokenizer.json");
         MTC_CHECK(tok_new(DATA_TOK_HUGGINGFACE, &t));
         MTC_CHECK_GOTO(tok_bpe_load_hf(&t->bpe, o->tokenizer_model), rc, fail);
-        t->file_a = dup_str(o->tokenizer_model);
+        t->file_a = dup_path(o->tokenizer_model);
         break;
     }
     if (t->kind == DATA_TOK_GPT2BPE || t->kind == DATA_TOK_HUGGINGFACE) {
@@ -415,4 +422,90 @@ mtc_result_t data_tok_deserialize(const char *s, data_tok **out) {
                      "tokenizer \"%.40s\" is not a known text form (byte, char-utf8:, char:, "
                      "null:, GPT2BPETokenizer:, HuggingFaceTokenizer:)",
                      s);
+}
+
+/* ---- the vocabulary, for exporters ------------------------------------------------ */
+
+int data_tok_piece(const data_tok *t, int id, unsigned char scratch[8], const unsigned char **out) {
+    *out = NULL;
+    if (id < 0 || id >= t->vocab_size) return -1;
+    switch (t->kind) {
+    case DATA_TOK_BYTE: scratch[0] = (unsigned char)id, *out = scratch; return 1;
+    case DATA_TOK_CHAR:
+        *out = scratch;
+        if (t->char_bytes || t->chars[id] >= DATA_UNICODE_RAW_BASE) {
+            scratch[0] = (unsigned char)(t->chars[id] & 0xff);
+            return 1;
+        }
+        return (int)data_unicode_encode(t->chars[id], scratch);
+    case DATA_TOK_GPT2BPE:
+    case DATA_TOK_HUGGINGFACE:
+        if (id >= t->bpe.n_ids || !t->bpe.bytes[id]) return -1;
+        *out = t->bpe.bytes[id];
+        return t->bpe.len[id];
+    case DATA_TOK_NULL: return -1;
+    }
+    return -1;
+}
+
+int data_tok_is_added(const data_tok *t, int id) {
+    if (t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE) return 0;
+    for (int i = 0; i < t->bpe.n_added; i++)
+        if (t->bpe.added_id[i] == id) return 1;
+    return 0;
+}
+
+typedef struct {
+    int rank, left, right;
+} merge_entry;
+
+static int cmp_merge(const void *a, const void *b) {
+    const merge_entry *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+mtc_result_t data_tok_merges(const data_tok *t, int **pairs, size_t *n) {
+    *pairs = NULL, *n = 0;
+    if (t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE) return MTC_OK;
+    const tok_bpe *m = &t->bpe;
+    size_t k = 0;
+    for (size_t i = 0; i < m->merge_cap; i++)
+        k += m->merge_key[i] != 0;
+    merge_entry *e = malloc((k ? k : 1) * sizeof *e);
+    int *p = malloc((k ? 2 * k : 1) * sizeof *p);
+    if (!e || !p) {
+        free(e), free(p);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory listing %zu merges", k);
+    }
+    k = 0;
+    for (size_t i = 0; i < m->merge_cap; i++)
+        if (m->merge_key[i]) {
+            uint64_t key = m->merge_key[i] - 1;
+            e[k++] = (merge_entry){m->merge_rank[i], (int)(key >> 32), (int)(key & 0xffffffffu)};
+        }
+    qsort(e, k, sizeof *e, cmp_merge);
+    for (size_t i = 0; i < k; i++)
+        p[2 * i] = e[i].left, p[2 * i + 1] = e[i].right;
+    free(e);
+    *pairs = p, *n = k;
+    return MTC_OK;
+}
+
+mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text *out) {
+    MTC_CHECK(data_tok_text_append(out, "", 0));
+    for (size_t i = 0; i < n; i++) {
+        int b = s[i], cp = b;
+        if (!((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae)) {
+            cp = 256; /* the non-printable bytes take 256, 257, ... in byte order */
+            for (int x = 0; x < b; x++)
+                cp += !((x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || x >= 0xae);
+        }
+        unsigned char u[4];
+        MTC_CHECK(data_tok_text_append(out, u, data_unicode_encode((uint32_t)cp, u)));
+    }
+    return MTC_OK;
+}
+
+const char *data_tok_file(const data_tok *t, int which) {
+    return which == 0 ? t->file_a : which == 1 ? t->file_b : NULL;
 }

@@ -21,8 +21,9 @@
  * first, as Hugging Face tokenizers do (Megatron 0.18 builds both types on
  * them), so "<|endoftext|>" in a document encodes as 50256.
  *
- * The older data_tokenizer (data.h: byte and byte-wise "char") stays for the
- * callers that still use it; this handle is its replacement. */
+ * Data sources, mtc train, generate and export use this handle; the older
+ * data_tokenizer (data.h: byte and byte-wise "char") is kept only for its
+ * unit test and old checkpoints' "char:" form, which this handle also reads. */
 #ifndef MTC_DATA_TOKENIZER_H
 #define MTC_DATA_TOKENIZER_H
 
@@ -117,6 +118,34 @@ mtc_result_t data_tok_decode(const data_tok *tok, const int *ids, size_t n, data
  *   files, which must still exist when read back). */
 mtc_result_t data_tok_serialize(const data_tok *tok, data_tok_text *out);
 mtc_result_t data_tok_deserialize(const char *s, data_tok **out);
+
+/* ---- the vocabulary, for exporters (GGUF, Hugging Face) ------------------------ */
+
+/* The raw bytes of token id (BPE: its vocabulary entry, an added token its
+ * text; byte: the byte; char: the code point's UTF-8, a raw-byte symbol its
+ * byte), in *out (possibly scratch); returns the length, or -1 for an id
+ * with no bytes (NullTokenizer, an unused BPE id, outside the vocabulary). */
+int data_tok_piece(const data_tok *tok, int id, unsigned char scratch[8],
+                   const unsigned char **out);
+/* 1 when id is an added (special) token of a BPE tokenizer, e.g. <|endoftext|>. */
+int data_tok_is_added(const data_tok *tok, int id);
+/* The BPE merges in rank order: (*pairs)[2k], (*pairs)[2k+1] are the ids of
+ * merge k's two parts (malloc'd; none for the other kinds). */
+mtc_result_t data_tok_merges(const data_tok *tok, int **pairs, size_t *n);
+/* Appends bytes s[0..n) spelled in GPT-2's byte-to-unicode alphabet (each
+ * byte one printable character; a space is U+0120), as vocab.json does. */
+mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text *out);
+/* The absolute path of the file a BPE tokenizer was read from: which 0 is
+ * vocab.json / tokenizer.json, 1 merges.txt; NULL otherwise. */
+const char *data_tok_file(const data_tok *tok, int which);
+
+/* Writes the tokenizer as Hugging Face files into the existing folder dir
+ * (tok_export.c says which for each kind): tokenizer.json and
+ * tokenizer_config.json (model_max_length when > 0), and for GPT-2 also
+ * vocab.json and merges.txt. MTC_ERR_UNSUPPORTED for a kind with no Hugging
+ * Face equivalent (NullTokenizer, a char vocabulary with multi-byte
+ * characters); MTC_ERR_IO when a file cannot be read or written. */
+mtc_result_t data_tok_write_hf(const data_tok *tok, const char *dir, int model_max_length);
 
 /* ---- details, exposed for tests ------------------------------------------------- */
 

@@ -19,24 +19,65 @@ struct optim_chunk {
     int param; /* registry index */
 };
 
-int mtc_lr_style_parse(const char *s) {
-    if (!s) return -1;
-    if (!strcmp(s, "constant")) return MTC_LR_CONSTANT;
-    if (!strcmp(s, "linear")) return MTC_LR_LINEAR;
-    if (!strcmp(s, "cosine")) return MTC_LR_COSINE;
+static const char *const LR_STYLES[] = {"constant", "linear", "cosine", "inverse-square-root",
+                                        "WSD"};
+static const char *const WSD_STYLES[] = {"exponential", "linear", "cosine", "minus_sqrt"};
+static const char *const WD_STYLES[] = {"constant", "linear", "cosine"};
+
+static int find_name(const char *s, const char *const *names, int n) {
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) return i;
     return -1;
 }
 
+int mtc_lr_style_parse(const char *s) { return find_name(s, LR_STYLES, 5); }
+const char *mtc_lr_style_name(mtc_lr_style style) {
+    return (unsigned)style < 5 ? LR_STYLES[style] : "?";
+}
+int mtc_wsd_style_parse(const char *s) { return find_name(s, WSD_STYLES, 4); }
+int mtc_wd_style_parse(const char *s) { return find_name(s, WD_STYLES, 3); }
+
 double mtc_lr_at(const mtc_lr_schedule *s, int64_t step) {
-    if (s->warmup_iters > 0 && step <= s->warmup_iters)
-        return s->lr * (double)step / (double)s->warmup_iters;
-    if (s->style == MTC_LR_CONSTANT) return s->lr;
-    if (step > s->decay_iters) return s->min_lr;
-    int64_t span = s->decay_iters - s->warmup_iters;
-    if (span <= 0) return s->min_lr;
-    double r = (double)(step - s->warmup_iters) / (double)span;
-    double coeff = s->style == MTC_LR_LINEAR ? 1.0 - r : 0.5 * (cos(M_PI * r) + 1.0);
-    return s->min_lr + coeff * (s->lr - s->min_lr);
+    int samples = s->step_samples > 0;
+    double n = samples ? (double)step * (double)s->step_samples : (double)step;
+    double W = samples ? s->warmup_samples : (double)s->warmup_iters;
+    double D = samples ? (double)s->decay_samples : (double)s->decay_iters;
+    double S = samples ? (double)s->wsd_decay_samples : (double)s->wsd_decay_iters;
+    double max_lr = s->lr, min_lr = s->min_lr;
+    if (W > 0 && n <= W) return s->init_lr + (max_lr - s->init_lr) * n / W;
+    if (s->style == MTC_LR_CONSTANT) return max_lr;
+    if (n > D) return min_lr;
+    if (s->style == MTC_LR_INVERSE_SQRT) {
+        double lr = max_lr * sqrt(W > 1 ? W : 1) / sqrt(n > 1 ? n : 1);
+        return lr > min_lr ? lr : min_lr;
+    }
+    if (D - W <= 0) return min_lr;
+    double r = (n - W) / (D - W), coeff = 1.0;
+    if (s->style == MTC_LR_LINEAR) {
+        coeff = 1.0 - r;
+    } else if (s->style == MTC_LR_COSINE) {
+        coeff = 0.5 * (cos(M_PI * r) + 1.0);
+    } else if (s->style == MTC_LR_WSD && n > D - S && S > 0) {
+        double q = (n - (D - S)) / S;
+        switch (s->wsd_style) {
+        case MTC_WSD_LINEAR: coeff = 1.0 - q; break;
+        case MTC_WSD_COSINE: coeff = 0.5 * (cos(M_PI * q) + 1.0); break;
+        case MTC_WSD_EXPONENTIAL: coeff = 2.0 * pow(0.5, q) - 1.0; break;
+        case MTC_WSD_MINUS_SQRT: coeff = 1.0 - sqrt(q); break;
+        }
+    }
+    return min_lr + coeff * (max_lr - min_lr);
+}
+
+double mtc_wd_at(const mtc_lr_schedule *s, int64_t step, double wd) {
+    if (s->wd_style == MTC_WD_CONSTANT) return wd;
+    int samples = s->step_samples > 0;
+    double n = samples ? (double)step * (double)s->step_samples : (double)step;
+    double I = samples ? (double)s->wd_incr_samples : (double)s->wd_incr_iters;
+    if (n > I || I <= 0) return s->end_wd;
+    double q = n / I;
+    double coeff = s->wd_style == MTC_WD_LINEAR ? q : 0.5 * (cos(M_PI * (1 - q)) + 1.0);
+    return s->start_wd + coeff * (s->end_wd - s->start_wd);
 }
 
 mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg) {

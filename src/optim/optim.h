@@ -1,12 +1,24 @@
 /* optim/optim.h - learning-rate schedule, global-norm gradient clipping and
  * the AdamW step driver, with Megatron's semantics.
  *
- * LR (megatron/core/optimizer_param_scheduler.py, iteration-based):
- *   step <= warmup (warmup > 0):  lr * step / warmup
- *   constant:                     lr
- *   step > decay_iters:           min_lr
- *   else r = (step - warmup) / (decay_iters - warmup),
- *        linear: min + (lr - min)(1 - r);  cosine: min + (lr - min)(1 + cos(pi r))/2
+ * LR and weight decay: Megatron's OptimizerParamScheduler
+ * (megatron/core/optimizer_param_scheduler.py). It counts "steps" n: with
+ * step_samples > 0 (what `mtc train` sets: the global batch, as Megatron's
+ * scheduler.step(increment = global batch)) n = optimizer steps x
+ * step_samples against the *_samples fields; with step_samples 0 n is the
+ * optimizer step against the *_iters fields. With W warm-up, D decay steps:
+ *   n <= W (W > 0):      init_lr + (lr - init_lr) * n / W
+ *   constant:            lr
+ *   n > D:               min_lr
+ *   inverse-square-root: max(min_lr, lr * sqrt(max(W, 1)) / sqrt(max(n, 1)))
+ *   else r = (n - W) / (D - W), lr_at = min_lr + coeff * (lr - min_lr) with
+ *     linear 1 - r; cosine (1 + cos(pi r)) / 2; WSD: 1 until n <= D - S
+ *     (S the WSD decay steps), then with q = (n - (D - S)) / S: linear 1 - q,
+ *     cosine (1 + cos(pi q)) / 2, exponential 2 * 0.5^q - 1, minus_sqrt
+ *     1 - sqrt(q).
+ * Weight decay (get_wd): n > I (increment steps): end_wd; constant: end_wd;
+ *   else q = n / I: start_wd + (end_wd - start_wd) * (linear q | cosine
+ *   (1 + cos(pi (1 - q))) / 2).
  * `step` is the number of optimizer steps already taken, so iteration k
  * updates with lr_at(k - 1) and Megatron's log line shows lr_at(k).
  *
@@ -26,17 +38,51 @@
 #include "model/registry.h"
 #include "nn/nn.h"
 
-typedef enum { MTC_LR_CONSTANT = 0, MTC_LR_LINEAR, MTC_LR_COSINE } mtc_lr_style;
+typedef enum {
+    MTC_LR_CONSTANT = 0,
+    MTC_LR_LINEAR,
+    MTC_LR_COSINE,
+    MTC_LR_INVERSE_SQRT,
+    MTC_LR_WSD
+} mtc_lr_style;
+/* --lr-wsd-decay-style (Megatron's default: exponential) */
+typedef enum {
+    MTC_WSD_EXPONENTIAL = 0,
+    MTC_WSD_LINEAR,
+    MTC_WSD_COSINE,
+    MTC_WSD_MINUS_SQRT
+} mtc_wsd_style;
+/* --weight-decay-incr-style */
+typedef enum { MTC_WD_CONSTANT = 0, MTC_WD_LINEAR, MTC_WD_COSINE } mtc_wd_style;
 
 typedef struct {
-    double lr, min_lr;
-    int64_t warmup_iters, decay_iters;
+    double lr, min_lr;                 /* max_lr, min_lr */
+    int64_t warmup_iters, decay_iters; /* steps when step_samples == 0 */
     mtc_lr_style style;
+    /* the rest may stay zero */
+    double init_lr;            /* --lr-warmup-init */
+    int64_t wsd_decay_iters;   /* WSD annealing steps when step_samples == 0 */
+    mtc_wsd_style wsd_style;   /* WSD's annealing shape */
+    int64_t step_samples;      /* > 0: scheduler steps are samples, this many per optimizer step */
+    double warmup_samples;     /* lr_warmup_steps (fractional with --lr-warmup-fraction) */
+    int64_t decay_samples;     /* lr_decay_steps */
+    int64_t wsd_decay_samples; /* wsd_decay_steps */
+    mtc_wd_style wd_style;     /* weight decay increment; constant: the AdamW weight_decay */
+    double start_wd, end_wd;
+    int64_t wd_incr_iters, wd_incr_samples; /* wd_incr_steps (iterations / samples form) */
 } mtc_lr_schedule;
 
-/* "constant" | "linear" | "cosine"; -1 when unknown. */
+/* "constant" | "linear" | "cosine" | "inverse-square-root" | "WSD"; -1 when unknown. */
 int mtc_lr_style_parse(const char *s);
+const char *mtc_lr_style_name(mtc_lr_style style);
+/* "exponential" | "linear" | "cosine" | "minus_sqrt"; -1 when unknown. */
+int mtc_wsd_style_parse(const char *s);
+/* "constant" | "linear" | "cosine"; -1 when unknown. */
+int mtc_wd_style_parse(const char *s);
+/* Learning rate after `step` optimizer steps. */
 double mtc_lr_at(const mtc_lr_schedule *s, int64_t step);
+/* Weight decay after `step` optimizer steps; `wd` when wd_style is constant. */
+double mtc_wd_at(const mtc_lr_schedule *s, int64_t step, double wd);
 
 typedef struct {
     float beta1, beta2, eps, weight_decay;

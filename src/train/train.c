@@ -294,7 +294,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     double sum_loss = 0, sum_ms = 0, sum_lb = 0, sum_z = 0;
     train_moe_summary moe;
     int n_logged = 0, skipped = 0, nan_iters = 0;
-    uint64_t comm_at_log = train_comm_ns(x);
+    uint64_t comm_at_log = train_comm_ns(x), loop_t0 = mtc_time_ns();
     for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
         train_obs_iteration(x, it);
         uint64_t t0 = mtc_time_ns();
@@ -391,6 +391,27 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         if (c->async_save) MTC_CHECK(train_ckpt_finalize(x, 0, out));
         if (c->save_path && c->save_interval > 0 && it % c->save_interval == 0)
             MTC_CHECK(train_ckpt_save(x, it, consumed, out));
+        /* Megatron's exits; the caller then saves as Megatron does */
+        char why[96] = "";
+        if (c->exit_duration_mins > 0) { /* comm: all-reduce(world): every rank decides alike */
+            double mins = (double)(mtc_time_ns() - loop_t0) / 6e10,
+                   done = mins > c->exit_duration_mins;
+            MTC_CHECK(mtc_all_reduce(&done, &done, 1, MTC_DTYPE_F64, MTC_OP_MAX, x->world));
+            if (done) snprintf(why, sizeof why, "exiting program after %g minutes", mins);
+        }
+        if (!why[0] && c->exit_interval > 0 && it % c->exit_interval == 0)
+            snprintf(why, sizeof why, "exiting program at iteration %lld", (long long)it);
+        if (why[0]) {
+            if (out) {
+                char stamp[32];
+                time_t now = time(NULL);
+                struct tm tmv;
+                strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
+                fprintf(out, "[%s] datetime: %s \n", why, stamp);
+                fflush(out);
+            }
+            break;
+        }
     }
     return MTC_OK;
 }

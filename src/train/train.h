@@ -96,6 +96,10 @@ typedef struct {
     double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;
                                    0: the cached machine peak (core/peak.h) / ranks on it */
     const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops) */
+    /* ---- Megatron's exits (issue 16) ---- */
+    int64_t exit_interval;     /* --exit-interval N: stop after an iteration divisible by N */
+    double exit_duration_mins; /* --exit-duration-in-mins: stop once training has run this
+                                  long (every rank decides alike: a MAX all-reduce) */
     /* ---- results for tests (written by the last rank; NULL = none) ---- */
     double *losses_out;            /* (train_iters) per-iteration lm loss */
     double *grad_norms_out;        /* (train_iters) */

@@ -105,17 +105,27 @@ static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consum
     cJSON_AddStringToObject(rng, "seed", s);
     cJSON_AddNumberToObject(rng, "position", (double)it);
     cJSON *sch = cJSON_AddObjectToObject(j, "opt_param_scheduler");
-    static const char *styles[] = {"constant", "linear", "cosine"};
-    cJSON_AddNumberToObject(sch, "max_lr", c->lr.lr);
-    cJSON_AddNumberToObject(sch, "min_lr", c->lr.min_lr);
-    cJSON_AddNumberToObject(sch, "lr_warmup_steps", (double)c->lr.warmup_iters);
-    cJSON_AddNumberToObject(sch, "lr_decay_steps", (double)c->lr.decay_iters);
-    cJSON_AddStringToObject(sch, "lr_decay_style", styles[c->lr.style]);
-    cJSON_AddNumberToObject(sch, "num_steps", (double)x->step);
-    cJSON_AddNumberToObject(sch, "start_wd", c->adam.weight_decay);
-    cJSON_AddNumberToObject(sch, "end_wd", c->adam.weight_decay);
-    cJSON_AddStringToObject(sch, "wd_incr_style", "constant");
-    cJSON_AddNumberToObject(sch, "wd_incr_steps", (double)c->train_iters);
+    /* Megatron's state_dict, in its units (samples when the schedule runs on them) */
+    const mtc_lr_schedule *l = &c->lr;
+    int smp = l->step_samples > 0;
+    static const char *wd_styles[] = {"constant", "linear", "cosine"};
+    cJSON_AddNumberToObject(sch, "max_lr", l->lr);
+    cJSON_AddNumberToObject(sch, "min_lr", l->min_lr);
+    cJSON_AddNumberToObject(sch, "lr_warmup_steps",
+                            smp ? l->warmup_samples : (double)l->warmup_iters);
+    cJSON_AddNumberToObject(sch, "lr_decay_steps",
+                            (double)(smp ? l->decay_samples : l->decay_iters));
+    cJSON_AddStringToObject(sch, "lr_decay_style", mtc_lr_style_name(l->style));
+    cJSON_AddNumberToObject(sch, "num_steps",
+                            (double)x->step * (smp ? (double)l->step_samples : 1.0));
+    /* a schedule filled by mtc train carries both ends; other callers only AdamW's */
+    int bare = l->wd_style == MTC_WD_CONSTANT && l->start_wd == 0 && l->end_wd == 0;
+    cJSON_AddNumberToObject(sch, "start_wd", bare ? c->adam.weight_decay : l->start_wd);
+    cJSON_AddNumberToObject(sch, "end_wd", bare ? c->adam.weight_decay : l->end_wd);
+    cJSON_AddStringToObject(sch, "wd_incr_style", wd_styles[l->wd_style]);
+    cJSON_AddNumberToObject(sch, "wd_incr_steps",
+                            smp ? (double)l->wd_incr_samples
+                                : (double)(l->wd_incr_iters ? l->wd_incr_iters : c->train_iters));
     cJSON *a = cJSON_AddObjectToObject(j, "args");
     cJSON_AddNumberToObject(a, "world_size", mtc_comm_size(x->world));
     cJSON_AddNumberToObject(a, "tensor_model_parallel_size", c->tp > 0 ? c->tp : 1);

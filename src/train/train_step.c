@@ -87,15 +87,17 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm) {
     const mtc_train_config *c = x->cfg;
     float lr = (float)mtc_lr_at(&c->lr, x->step);
     float clip = mtc_grad_clip_coeff(norm, c->clip_grad);
-    mtc_distopt_hparams hp = {c->adam.beta1, c->adam.beta2, c->adam.eps, c->adam.weight_decay};
+    /* Megatron's weight-decay increment (constant: --weight-decay throughout) */
+    mtc_adamw_config adam = c->adam;
+    adam.weight_decay = (float)mtc_wd_at(&c->lr, x->step, c->adam.weight_decay);
+    mtc_distopt_hparams hp = {adam.beta1, adam.beta2, adam.eps, adam.weight_decay};
     uint64_t t0 = mtc_time_ns();
     for (int k = 0; k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
         if (ch->dopt) /* comm: all-gather(intra) per bucket (waited for here without overlap) */
             MTC_CHECK(mtc_distopt_step(ch->dopt, lr, clip, &hp));
         else
-            mtc_adamw_step(&ch->opt, x->pool, ch->model->params, ch->model->grads, lr, clip,
-                           &c->adam);
+            mtc_adamw_step(&ch->opt, x->pool, ch->model->params, ch->model->grads, lr, clip, &adam);
     }
     x->comm_ns += mtc_time_ns() - t0;
     train_obs_span(x, TRAIN_T_OPTIMIZER_INNER, t0, NULL, NULL);

@@ -16,8 +16,8 @@ for fam in gpt2 llama; do
         [ -s "$D/$fam.hf/model.safetensors" ] && [ -s "$D/$fam.hf/config.json" ] && ok "$fam: export" || { bad "$fam export"; cat "$D/e.log"; }
     "$MTC" import --load "$D/$fam.hf" --save "$D/$fam.imp" >"$D/i.log" 2>&1 &&
         [ "$(cat "$D/$fam.imp/latest_checkpointed_iteration.txt")" = 0 ] && ok "$fam: import" || { bad "$fam import"; cat "$D/i.log"; }
-    "$MTC" generate --load "$D/$fam.ck" --prompt "1 2 3" --max-new-tokens 12 --temperature 0 >"$D/g1" 2>&1
-    "$MTC" generate --load "$D/$fam.imp" --prompt "1 2 3" --max-new-tokens 12 --temperature 0 >"$D/g2" 2>&1
+    "$MTC" generate --load "$D/$fam.ck" --prompt-ids "1 2 3" --max-new-tokens 12 --temperature 0 >"$D/g1" 2>&1
+    "$MTC" generate --load "$D/$fam.imp" --prompt-ids "1 2 3" --max-new-tokens 12 --temperature 0 >"$D/g2" 2>&1
     [ -s "$D/g1" ] && cmp -s "$D/g1" "$D/g2" && ok "$fam: greedy text of the imported model = the original's: $(cat "$D/g1")" ||
         { bad "$fam generate"; cat "$D/g1" "$D/g2"; }
     "$MTC" export --load "$D/$fam.ck" --format safetensors --dtype bf16 --max-shard-size 30000 --out "$D/$fam.bf" >"$D/e.log" 2>&1 &&

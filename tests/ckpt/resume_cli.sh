@@ -89,6 +89,6 @@ st=$?
 run sch2 6 --lr-decay-iters 16 --load "$D/serial.ck" --override-opt-param-scheduler
 grep -q '"iteration": 5,' "$D/sch2.jsonl" && ok "--override-opt-param-scheduler takes the flags" || bad "override"
 # generate reads the directory (its latest iteration)
-"$MTC" generate --load "$D/serial.ck" --prompt "1 2 3" --max-new-tokens 4 --temperature 0 >"$D/g.log" 2>&1 &&
+"$MTC" generate --load "$D/serial.ck" --prompt-ids "1 2 3" --max-new-tokens 4 --temperature 0 >"$D/g.log" 2>&1 &&
     ok "generate loads a checkpoint directory" || { bad "generate"; cat "$D/g.log"; }
 exit $fail

@@ -163,8 +163,8 @@ static void test_args(void) {
     char *argv4[] = {"--lr"};
     T_CHECK(mtc_args_parse(args, n, 1, argv4, NULL, 0, NULL, err, sizeof err) != MTC_OK);
     /* words: Megatron's nargs='+' (--cp-comm-type p2p a2a ...), up to the next flag */
-    mtc_arg_words w = {0};
-    mtc_arg wargs[] = {{"cp-comm-type", NULL, MTC_ARG_WORDS, &w, "S", "types", 0},
+    mtc_arg_strings w = {0};
+    mtc_arg wargs[] = {{"cp-comm-type", NULL, MTC_ARG_STRINGS, &w, "S", "types", 0},
                        {"tp", NULL, MTC_ARG_INT, &tp, "N", "tp", 0}};
     char *argv5[] = {"--cp-comm-type", "p2p", "a2a", "all_gather", "--tp", "2"};
     T_CHECK(mtc_args_parse(wargs, 2, 6, argv5, NULL, 0, NULL, err, sizeof err) == MTC_OK);

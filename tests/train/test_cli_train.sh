@@ -72,9 +72,11 @@ if awk -v f="$first" -v l="$last" -v v="$val" 'BEGIN { exit !(l < f - 0.5 && v <
 else bad "loss does not fall: first $first last $last val $val"; fi
 
 # generate: deterministic per seed, refuses corrupted files
-"$MTC" generate --load "$D/model.bin" --prompt "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g1" 2>&1 || bad "generate failed"
-"$MTC" generate --load "$D/model.bin" --prompt "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g2" 2>&1
+"$MTC" generate --load "$D/model.bin" --prompt-ids "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g1" 2>&1 || bad "generate failed"
+"$MTC" generate --load "$D/model.bin" --prompt-ids "1 2 3" --max-new-tokens 20 --seed 7 >"$D/g2" 2>&1
 [ "$(wc -w <"$D/g1")" -eq 23 ] && cmp -s "$D/g1" "$D/g2" && ok "generate: $(cat "$D/g1")" || { bad "generate output"; cat "$D/g1"; }
+expect_usage "text prompt on an id model" "has no tokenizer, so --prompt text cannot be encoded: give --prompt-ids" generate --load "$D/model.bin" --prompt "hello"
+expect_usage "bad prompt id" "prompt-ids: \"99999\" is not a token id" generate --load "$D/model.bin" --prompt-ids "1 99999"
 cp -r "$D/model.bin" "$D/trunc.bin"
 head -c 2000 "$D/model.bin/iter_0000120/__0.distcp" >"$D/trunc.bin/iter_0000120/__0.distcp"
 "$MTC" generate --load "$D/trunc.bin" --max-new-tokens 5 >/dev/null 2>"$D/err"

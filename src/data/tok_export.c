@@ -1,0 +1,205 @@
+/* data/tok_export.c - a tokenizer as Hugging Face files, for `mtc export
+ * --format hf` (tokenizer.h: data_tok_write_hf).
+ *
+ *   GPT2BPETokenizer      vocab.json + merges.txt (copied as they are, for
+ *                         GPT2Tokenizer), tokenizer.json (generated: BPE,
+ *                         ByteLevel pre-tokenizer / decoder, <|endoftext|> as
+ *                         an added special token), tokenizer_config.json
+ *   HuggingFaceTokenizer  its tokenizer.json (and the tokenizer_config.json
+ *                         beside it) copied as they are
+ *   ByteLevelTokenizer    tokenizer.json: byte-level BPE of the 256 bytes,
+ *                         no merges (encodes every byte to itself)
+ *   CharLevelTokenizer    the same when every symbol is one byte; a
+ *                         vocabulary with multi-byte characters has no
+ *                         Hugging Face equivalent (returns MTC_ERR_UNSUPPORTED)
+ *   NullTokenizer         MTC_ERR_UNSUPPORTED
+ * Every file is written under a temporary name and renamed. Relies on cJSON;
+ * knows nothing of models. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include "data/stream.h"
+#include "data/tokenizer.h"
+
+static mtc_result_t write_file(const char *dir, const char *name, const void *data, size_t n) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return mtc_error(MTC_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    int ok = fwrite(data, 1, n, f) == n;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return mtc_error(MTC_ERR_IO, "writing %s failed: %s", path, strerror(errno));
+    }
+    return MTC_OK;
+}
+
+static mtc_result_t copy_file(const char *from, const char *dir, const char *name) {
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    MTC_CHECK(data_file_read(from, &buf, &n));
+    mtc_result_t rc = write_file(dir, name, buf ? buf : (unsigned char *)"", n);
+    free(buf);
+    return rc;
+}
+
+static mtc_result_t write_json(const char *dir, const char *name, cJSON *j) {
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    if (!s) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing %s", name);
+    mtc_result_t rc = write_file(dir, name, s, strlen(s));
+    cJSON_free(s);
+    return rc;
+}
+
+/* The GPT-2 spelling of token id's bytes into t (reset first); -1 without. */
+static int spelled(const data_tok *tok, int id, data_tok_text *t) {
+    unsigned char scratch[8];
+    const unsigned char *b;
+    int n = data_tok_piece(tok, id, scratch, &b);
+    t->n = 0;
+    if (n <= 0 || data_tok_gpt2_spell(b, (size_t)n, t) != MTC_OK) return -1;
+    return 0;
+}
+
+static cJSON *byte_level(int prefix_space) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "ByteLevel");
+    cJSON_AddBoolToObject(p, "add_prefix_space", prefix_space);
+    cJSON_AddBoolToObject(p, "trim_offsets", 1);
+    cJSON_AddBoolToObject(p, "use_regex", 1);
+    return p;
+}
+
+/* tokenizer.json of a byte-level BPE built from the handle's own tables. */
+static mtc_result_t write_tokenizer_json(const data_tok *tok, const char *dir) {
+    int V = data_tok_vocab_size(tok);
+    int *pairs = NULL;
+    size_t n_merges = 0;
+    data_tok_text a = {0}, b = {0};
+    mtc_result_t rc = data_tok_merges(tok, &pairs, &n_merges);
+    if (rc != MTC_OK) return rc;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddNullToObject(root, "truncation");
+    cJSON_AddNullToObject(root, "padding");
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON_AddNullToObject(root, "normalizer");
+    cJSON_AddItemToObject(root, "pre_tokenizer", byte_level(0));
+    cJSON_AddItemToObject(root, "post_processor", byte_level(1));
+    cJSON_AddItemToObject(root, "decoder", byte_level(1));
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddNullToObject(model, "continuing_subword_prefix");
+    cJSON_AddNullToObject(model, "end_of_word_suffix");
+    cJSON_AddBoolToObject(model, "fuse_unk", 0);
+    cJSON_AddBoolToObject(model, "byte_fallback", 0);
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
+    cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+    for (int id = 0; id < V && rc == MTC_OK; id++) {
+        if (data_tok_is_added(tok, id)) {
+            unsigned char scratch[8];
+            const unsigned char *p;
+            int n = data_tok_piece(tok, id, scratch, &p);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "id", id);
+            char *content = malloc((size_t)(n > 0 ? n : 0) + 1);
+            if (!content) {
+                cJSON_Delete(e);
+                rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing tokenizer.json");
+                break;
+            }
+            if (n > 0) memcpy(content, p, (size_t)n);
+            content[n > 0 ? n : 0] = 0;
+            cJSON_AddStringToObject(e, "content", content);
+            free(content);
+            cJSON_AddBoolToObject(e, "single_word", 0);
+            cJSON_AddBoolToObject(e, "lstrip", 0);
+            cJSON_AddBoolToObject(e, "rstrip", 0);
+            cJSON_AddBoolToObject(e, "normalized", 1);
+            cJSON_AddBoolToObject(e, "special", 1);
+            cJSON_AddItemToArray(added, e);
+            /* GPT-2's vocab.json also lists it (as "<|endoftext|>"): keep it there */
+        }
+        if (spelled(tok, id, &a) == 0 && !cJSON_GetObjectItemCaseSensitive(vocab, a.s))
+            cJSON_AddNumberToObject(vocab, a.s, id);
+    }
+    for (size_t k = 0; k < n_merges && rc == MTC_OK; k++) {
+        if (spelled(tok, pairs[2 * k], &a) || spelled(tok, pairs[2 * k + 1], &b)) {
+            rc = mtc_error(MTC_ERR_INTERNAL, "merge %zu names an id without bytes", k);
+            break;
+        }
+        data_tok_text both = {0};
+        rc = data_tok_text_append(&both, a.s, a.n);
+        if (rc == MTC_OK) rc = data_tok_text_append(&both, " ", 1);
+        if (rc == MTC_OK) rc = data_tok_text_append(&both, b.s, b.n);
+        if (rc == MTC_OK) cJSON_AddItemToArray(merges, cJSON_CreateString(both.s));
+        data_tok_text_free(&both);
+    }
+    if (rc == MTC_OK) rc = write_json(dir, "tokenizer.json", root);
+    cJSON_Delete(root);
+    free(pairs);
+    data_tok_text_free(&a), data_tok_text_free(&b);
+    return rc;
+}
+
+static mtc_result_t write_config(const data_tok *tok, const char *dir, int model_max_length) {
+    cJSON *c = cJSON_CreateObject();
+    int gpt2 = data_tok_kind_of(tok) == DATA_TOK_GPT2BPE;
+    cJSON_AddStringToObject(c, "tokenizer_class",
+                            gpt2 ? "GPT2Tokenizer" : "PreTrainedTokenizerFast");
+    if (gpt2) {
+        cJSON_AddBoolToObject(c, "add_prefix_space", 0);
+        const char *eot = "<|endoftext|>";
+        cJSON_AddStringToObject(c, "bos_token", eot);
+        cJSON_AddStringToObject(c, "eos_token", eot);
+        cJSON_AddStringToObject(c, "unk_token", eot);
+    }
+    if (model_max_length > 0) cJSON_AddNumberToObject(c, "model_max_length", model_max_length);
+    mtc_result_t rc = write_json(dir, "tokenizer_config.json", c);
+    cJSON_Delete(c);
+    return rc;
+}
+
+mtc_result_t data_tok_write_hf(const data_tok *tok, const char *dir, int model_max_length) {
+    switch (data_tok_kind_of(tok)) {
+    case DATA_TOK_HUGGINGFACE: {
+        const char *json = data_tok_file(tok, 0);
+        MTC_CHECK(copy_file(json, dir, "tokenizer.json"));
+        char cfg[4200];
+        const char *slash = strrchr(json, '/');
+        snprintf(cfg, sizeof cfg, "%.*stokenizer_config.json", slash ? (int)(slash - json + 1) : 0,
+                 json);
+        FILE *f = fopen(cfg, "rb");
+        if (!f) return MTC_OK; /* none beside it */
+        fclose(f);
+        return copy_file(cfg, dir, "tokenizer_config.json");
+    }
+    case DATA_TOK_GPT2BPE:
+        MTC_CHECK(copy_file(data_tok_file(tok, 0), dir, "vocab.json"));
+        MTC_CHECK(copy_file(data_tok_file(tok, 1), dir, "merges.txt"));
+        break;
+    case DATA_TOK_CHAR:
+        for (int id = 0; id < data_tok_vocab_size(tok); id++) {
+            unsigned char scratch[8];
+            const unsigned char *p;
+            if (data_tok_piece(tok, id, scratch, &p) != 1)
+                return mtc_error(MTC_ERR_UNSUPPORTED,
+                                 "the CharLevelTokenizer has multi-byte characters, which no "
+                                 "Hugging Face tokenizer encodes one id each (only "
+                                 "mtc_tokenizer.txt is written)");
+        }
+        break;
+    case DATA_TOK_BYTE: break;
+    case DATA_TOK_NULL:
+        return mtc_error(MTC_ERR_UNSUPPORTED, "NullTokenizer has no Hugging Face equivalent");
+    }
+    MTC_CHECK(write_tokenizer_json(tok, dir));
+    return write_config(tok, dir, model_max_length);
+}
