@@ -62,6 +62,9 @@ int cli_cmd_train(int argc, char **argv) {
     int rc_layers = 0;
     const char *rc_modules = NULL;
     int check_nan = 1;
+    /* mixed precision (issue 17) */
+    int bf16 = 0, fp16 = 0, grad_bf16 = 0, acc_fp32 = 1, ls_window = 1000, hyst = 2;
+    double loss_scale = 0, init_ls = 4294967296.0, min_ls = 1.0;
     const char *noop_s[3] = {NULL, NULL, NULL};
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
@@ -198,6 +201,28 @@ int cli_cmd_train(int argc, char **argv) {
          "with --overlap-grad-reduce, elements per gradient bucket (default max(4e7, 1e6 x dp)); "
          "as Megatron, one bucket without overlap and on pipeline stages > 0",
          0},
+        {"bf16", NULL, MTC_ARG_FLAG, &bf16, NULL,
+         "bf16 mixed precision: bf16 GEMMs (oneDNN) on bf16 copies of fp32 main params, fp32 "
+         "main grads, norms, softmax and loss; no loss scaler",
+         0},
+        {"fp16", NULL, MTC_ARG_FLAG, &fp16, NULL,
+         "fp16 mixed precision: fp16-rounded params and activations (fp32 arithmetic), fp32 "
+         "main params, the dynamic loss scaler",
+         0},
+        {"accumulate-allreduce-grads-in-fp32", NULL, MTC_ARG_FLAG, &acc_fp32, NULL,
+         "main grads in fp32 (on: mtc always accumulates and reduces them in fp32)", 0},
+        {"grad-reduce-in-bf16", NULL, MTC_ARG_FLAG, &grad_bf16, NULL,
+         "reduce gradients in bf16 (not implemented yet: refused)", 0},
+        {"loss-scale", NULL, MTC_ARG_DOUBLE, &loss_scale, "S",
+         "a constant loss scale (default: dynamic with --fp16, none with --bf16)", 0},
+        {"initial-loss-scale", NULL, MTC_ARG_DOUBLE, &init_ls, "S",
+         "the dynamic scaler's first scale (default 2^32)", 0},
+        {"min-loss-scale", NULL, MTC_ARG_DOUBLE, &min_ls, "S",
+         "the dynamic scaler's floor (default 1)", 0},
+        {"loss-scale-window", NULL, MTC_ARG_INT, &ls_window, "N",
+         "iterations without inf/NaN before the scale doubles (default 1000)", 0},
+        {"hysteresis", NULL, MTC_ARG_INT, &hyst, "N",
+         "inf/NaN iterations before the scale halves (default 2)", 0},
         {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL,
          "shard AdamW state over data-parallel ranks: reduce-scatter gradients per bucket, update "
          "the owned shard, all-gather params",
@@ -609,6 +634,12 @@ int cli_cmd_train(int argc, char **argv) {
     tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
     tc.cp = cp, tc.cp_comm_type = cp_type;
     tc.no_check_nan = !check_nan;
+    if (!acc_fp32 && !grad_bf16)
+        return cli_usage_error("train", "--no-accumulate-allreduce-grads-in-fp32 is not supported: "
+                                        "mtc keeps main grads in fp32 (drop the flag)");
+    tc.bf16 = bf16, tc.fp16 = fp16, tc.grad_reduce_in_bf16 = grad_bf16;
+    tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
+    tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;

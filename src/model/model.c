@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "model/family.h"
 #include "model/model_internal.h"
+#include "nn/lowp.h"
 #include "tp/mappings.h"
 
 int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp) {
@@ -158,7 +159,7 @@ static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *laye
 }
 
 static void gpt_bind_all(mtc_model *m) {
-    gpt_bind(m, m->params, m->g, m->layers);
+    gpt_bind(m, m->params_c ? m->params_c : m->params, m->g, m->layers);
     gpt_bind(m, m->grads, m->dg, m->dlayers);
     int untied = m->pidx[MTC_ROLE_HEAD] >= 0;
     m->head_w = untied ? m->g[MTC_ROLE_HEAD] : m->g[MTC_ROLE_WTE];
@@ -280,6 +281,63 @@ mtc_result_t mtc_model_validate_tp(const mtc_model_config *c, int tp, int sp) {
     return MTC_OK;
 }
 
+/* --bf16 / --fp16: the rounded parameter copies, the oneDNN context and
+ * the conversion scratch of the TP layers (the widest GEMM operand: the
+ * whole sequence times the widest row the chunk multiplies). */
+static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec) {
+    const mtc_model_config *c = &m->cfg;
+    size_t tp = (size_t)m->tp_size, N = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
+    size_t F1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->ffn_hidden_size / tp);
+    size_t QKV_tp = ((size_t)c->num_heads / tp + 2 * ((size_t)mtc_model_groups(c) / tp)) * HS;
+    size_t w = max_sz((size_t)c->hidden_size, max_sz(QKV_tp, F1_tp));
+    if (m->has_head) w = max_sz(w, (size_t)c->padded_vocab_size / tp);
+    m->precision = prec;
+    m->lowp.prec = prec;
+    m->lowp.cap = prec == TP_PREC_BF16 ? (N * w + 1) / 2 : N * w;
+    m->lowp.nw = m->reg.total;
+    m->lp_version = 1;
+    MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(float), 1, (void **)&m->params_c));
+    MTC_CHECK(mtc_mem_calloc((size_t)m->reg.count + 1, sizeof(uint64_t), (void **)&m->lp_seen));
+    MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xa));
+    MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xb));
+    if (prec == TP_PREC_BF16) {
+        MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(mtc_bf16), 1, (void **)&m->params16));
+        MTC_CHECK(nn_lowp_create(&m->lowp.lp));
+    }
+    memset(m->params_c, 0, m->reg.total * sizeof(float));
+    m->lowp.w32 = m->params_c;
+    m->lowp.w16 = m->params16;
+    m->tp.lowp = &m->lowp;
+    return MTC_OK;
+}
+
+void model_lowp_refresh(mtc_model *m, int first, int last) {
+    if (m->precision == TP_PREC_F32) return;
+    for (int i = first; i < last; i++) {
+        if (m->lp_seen[i] == m->lp_version) continue;
+        const mtc_param *p = &m->reg.params[i];
+        float *c = m->params_c + p->offset;
+        const float *f = m->params + p->offset;
+        if (m->precision == TP_PREC_BF16) {
+            nn_f32_to_bf16(m->params16 + p->offset, f, p->local_numel);
+            nn_bf16_to_f32(c, m->params16 + p->offset, p->local_numel);
+        } else {
+            memcpy(c, f, p->local_numel * sizeof(float));
+            nn_round_f16(c, p->local_numel);
+        }
+        m->lp_seen[i] = m->lp_version;
+    }
+}
+
+void model_lowp_round(const mtc_model *m, float *x, size_t n) {
+    if (m->precision == TP_PREC_BF16)
+        nn_round_bf16(x, n);
+    else if (m->precision == TP_PREC_FP16)
+        nn_round_f16(x, n);
+}
+
+void mtc_model_params_changed(mtc_model *m) { m->lp_version++; }
+
 mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_chunk_opts *o,
                                   mtc_model **out) {
     *out = NULL;
@@ -381,6 +439,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
+    if (o->precision != TP_PREC_F32) MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision), rc, fail);
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
     if (m->nrec > 0)
@@ -423,6 +482,12 @@ void mtc_model_free(mtc_model *m) {
     size_t bytes = m->reg.total * sizeof(float);
     mtc_mem_free_big(m->params, bytes);
     mtc_mem_free_big(m->grads, bytes);
+    mtc_mem_free_big(m->params_c, bytes);
+    mtc_mem_free_big(m->params16, m->reg.total * sizeof(mtc_bf16));
+    mtc_mem_free_big(m->lowp.xa, m->lowp.cap * sizeof(float));
+    mtc_mem_free_big(m->lowp.xb, m->lowp.cap * sizeof(float));
+    nn_lowp_free(m->lowp.lp);
+    free(m->lp_seen);
     mtc_arena_free(&m->arena);
     free(m->layers);
     free(m->dlayers);

@@ -201,6 +201,19 @@ typedef struct {
     float *scratch;             /* TP layer scratch (max over the layers' needs) */
     mtc_arena arena;
     nn_pool *pool; /* not owned */
+    /* ---- mixed precision (--bf16 / --fp16): params and grads above stay
+     * fp32 (the optimizer's main params and main grads); the layers read
+     * params_c, the main params rounded to bf16 / fp16 (kept in fp32
+     * storage for the fp32 kernels: norms, embeddings, biases), and with
+     * bf16 the GEMMs read params16, the same values as bf16. Both are
+     * refreshed from params lazily, per parameter, the first time a
+     * forward needs it after mtc_model_params_changed. */
+    tp_precision precision;
+    float *params_c;     /* (reg.total) NULL in fp32 */
+    mtc_bf16 *params16;  /* (reg.total) bf16 only */
+    tp_lowp lowp;        /* the TP layers' view of the above and their conversion scratch */
+    uint64_t lp_version; /* bumped by mtc_model_params_changed */
+    uint64_t *lp_seen;   /* (reg.count) version each parameter's copies were made from */
 } mtc_model;
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
@@ -234,6 +247,7 @@ typedef struct {
     mtc_model_layout_fn layout;  /* NULL: packed backward order */
     int recompute_layers;        /* --recompute-granularity full: recompute the chunk's first
                                     N layers from their inputs in backward (0: none) */
+    tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
     void *layout_ctx;
 } mtc_model_chunk_opts;
 
@@ -256,6 +270,10 @@ void mtc_model_free(mtc_model *m);
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */
 void mtc_model_init_params(mtc_model *m, uint64_t seed);
 void mtc_model_zero_grad(mtc_model *m);
+/* The fp32 params changed (an optimizer step, a load): with --bf16 /
+ * --fp16 the rounded copies are made again as the next forward reaches
+ * each parameter. A no-op in fp32. */
+void mtc_model_params_changed(mtc_model *m);
 /* Bytes of the activation arena actually used. */
 size_t mtc_model_activation_bytes(const mtc_model *m);
 

@@ -26,4 +26,10 @@ struct mtc_model_slot {
     int dlogits_ready;                /* logits already hold dlogits (fused forward) */
 };
 
+/* --bf16 / --fp16: make params [first, last)'s rounded copies current
+ * (model.c); a no-op in fp32. */
+void model_lowp_refresh(mtc_model *m, int first, int last);
+/* Round an activation to the model's precision in place (no-op in fp32). */
+void model_lowp_round(const mtc_model *m, float *x, size_t n);
+
 #endif

@@ -59,6 +59,8 @@ static void gpt_norm_forward(const mtc_model *m, float *out, float *mean, float 
     else
         nn_layernorm_forward_eps(m->pool, out, mean, rstd, in, w, b, mtc_model_norm_eps(c), N,
                                  c->hidden_size);
+    /* --bf16 / --fp16: computed in fp32, stored as the low-precision tensor */
+    model_lowp_round(m, out, (size_t)N * c->hidden_size);
 }
 
 static void gpt_norm_backward(const mtc_model *m, float *din, float *dw, float *db,
@@ -128,6 +130,7 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
     if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dh);
     nn_residual_forward(v->res2, x, m->fwd_tmp, (size_t)Nl * C);
+    model_lowp_round(m, v->res2, (size_t)Nl * C);
     gpt_norm_forward(m, v->ln2, v->ln2m, v->ln2r, v->res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B],
                      Nl);
     MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v->ma, v->ln2, w[MTC_ROLE_FC1_W],
@@ -136,6 +139,7 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
     if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dm);
     nn_residual_forward(v->res3, v->res2, m->fwd_tmp, (size_t)Nl * C);
+    model_lowp_round(m, v->res3, (size_t)Nl * C);
     return MTC_OK;
 }
 
@@ -155,6 +159,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     do {                                                                                           \
         if (pass && pass->params_needed && (first) < (last))                                       \
             GPT_TRY(m, pass->params_needed(pass->params_needed_ctx, (first), (last)));             \
+        model_lowp_refresh(m, (first), (last));                                                    \
     } while (0)
     if (m->has_embedding) {
         int e0 = m->pidx[MTC_ROLE_WTE],
@@ -166,6 +171,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
                                               m->scratch, B, T, C, Vp));
         nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
         if (d.p > 0) nn_dropout_forward(a->encoded, a->encoded, B, Tl, C, &d);
+        model_lowp_round(m, a->encoded, (size_t)Nl * C);
     }
     const float *x = a->encoded;
     for (int l = m->first_layer; l < m->last_layer; l++) {

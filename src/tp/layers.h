@@ -44,14 +44,37 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "core/dtype.h"
 #include "core/result.h"
 #include "nn/nn.h"
+
+/* Mixed precision of the linear layers (--bf16, --fp16; model/ sets it up).
+ * bf16: each GEMM takes bf16 inputs (the activation converted on the way
+ * in, the weight from the bf16 copy w16 at the same offset as in w32) and
+ * accumulates in fp32 through oneDNN; weight and bias gradients accumulate
+ * into the fp32 main-grad buffer; the output is rounded to bf16 (a bf16
+ * tensor kept in fp32 storage). fp16: the same roundings to fp16 with the
+ * GEMM in fp32 (this CPU has no fp16 arithmetic); the backward also rounds
+ * the incoming gradient to fp16, so a loss scale too large overflows to inf
+ * there as on a GPU. */
+typedef enum { TP_PREC_F32 = 0, TP_PREC_BF16, TP_PREC_FP16 } tp_precision;
+struct nn_lowp;
+typedef struct {
+    tp_precision prec;
+    struct nn_lowp *lp;  /* bf16: the rank's oneDNN context */
+    const float *w32;    /* the compute parameters every weight pointer points into */
+    const mtc_bf16 *w16; /* bf16: their copy, same offsets */
+    size_t nw;           /* floats of w32 */
+    void *xa, *xb;       /* conversion scratch, cap floats each (the input, the gradient) */
+    size_t cap;
+} tp_lowp;
 
 /* What every TP layer call needs. */
 typedef struct {
     mtc_comm_t comm;       /* the TP group (TENSOR_MODEL_PARALLEL_GROUP); NULL = tp 1 */
     nn_pool *pool;         /* this rank's kernel threads; NULL = the calling thread */
     int sequence_parallel; /* --sequence-parallel */
+    tp_lowp *lowp;         /* NULL: fp32 */
 } tp_ctx;
 
 /* ---- ColumnParallelLinear: W split along its output dim ------------------------------ */

@@ -19,6 +19,7 @@
 #include "core/trace.h"
 #include "dp/ddp.h"
 #include "grid/grid.h"
+#include "nn/lowp.h"
 #include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
@@ -32,6 +33,30 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
                          "data-parallel size 1 (use a multiple of %d)",
                          c->global_batch, c->micro_batch, c->micro_batch);
+    if (c->bf16 && c->fp16)
+        return mtc_error(E,
+                         "--bf16 and --fp16 were both given: choose one (Megatron refuses both)");
+    if (c->grad_reduce_in_bf16 && !c->bf16)
+        return mtc_error(E, "--grad-reduce-in-bf16 needs --bf16");
+    if (c->grad_reduce_in_bf16)
+        return mtc_error(MTC_ERR_UNSUPPORTED,
+                         "--grad-reduce-in-bf16 is not implemented yet: gradients are reduced in "
+                         "fp32 (--accumulate-allreduce-grads-in-fp32, the default); drop the flag");
+    if (c->fp16 || c->bf16) { /* the scaler's own checks, before any work */
+        mtc_grad_scaler gs;
+        if (c->loss_scale != 0)
+            MTC_CHECK(mtc_grad_scaler_init_constant(&gs, c->loss_scale));
+        else if (c->fp16)
+            MTC_CHECK(mtc_grad_scaler_init_dynamic(
+                &gs, c->initial_loss_scale != 0 ? c->initial_loss_scale : MTC_LOSS_SCALE_INITIAL,
+                c->min_loss_scale != 0 ? c->min_loss_scale : MTC_LOSS_SCALE_MIN,
+                c->loss_scale_window != 0 ? c->loss_scale_window : MTC_LOSS_SCALE_WINDOW,
+                c->hysteresis != 0 ? c->hysteresis : MTC_LOSS_SCALE_HYSTERESIS));
+    }
+    if (c->bf16 && !nn_lowp_available())
+        return mtc_error(MTC_ERR_UNSUPPORTED,
+                         "--bf16 needs oneDNN and this mtc was built without it: install "
+                         "libdnnl-dev (scripts/deps.sh does) and re-run cmake");
     if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
     if (c->pp < 0) return mtc_error(E, "pipeline-model-parallel-size=%d must be >= 1", c->pp);
     if (c->ddp_bucket_size < 0)
@@ -232,7 +257,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     uint64_t consumed = x->start_consumed; /* a loaded checkpoint's, else 0 */
     x->iteration = x->start_iteration, x->consumed = consumed;
     double sum_loss = 0, sum_ms = 0;
-    int n_logged = 0, skipped = 0, nan_iters = 0;
+    int n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
     uint64_t comm_at_log = train_comm_ns(x);
     for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
         train_obs_iteration(x, it);
@@ -244,10 +269,13 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         if (mtc_trace_recording(x->obs.trace))
             mtc_trace_span(x->obs.trace, MTC_TRACK_COMPUTE, step_name, "step", t0, mtc_time_ns(),
                            NULL);
+        int skipped_now = x->scaler_skipped; /* --fp16: inf/NaN grads, step skipped */
         if (isnan(loss)) nan_iters++;
+        if (out && c->loss_scales_out) c->loss_scales_out[it - 1] = x->loss_scale;
         /* Megatron's --check-for-nan-in-loss-and-grad (on by default): a
-         * non-finite loss or gradient stops the run before anything is saved */
-        if (!c->no_check_nan && (!isfinite(loss) || !isfinite(norm)))
+         * non-finite loss or gradient stops the run before anything is saved
+         * (the loss scaler's overflows excepted: those steps are skipped) */
+        if (!c->no_check_nan && (!isfinite(loss) || (!isfinite(norm) && !skipped_now)))
             return mtc_error(MTC_ERR_NUMERIC,
                              "found %s in the %s at iteration %lld (loss %g, grad norm %g): "
                              "stopping without saving (lower --lr, raise --clip-grad's effect, or "
@@ -257,13 +285,15 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         consumed += (uint64_t)c->global_batch;
         x->iteration = it, x->consumed = consumed;
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
-        sum_loss += loss, sum_ms += ms, n_logged++;
+        /* Megatron averages the loss over the advanced (not skipped) iterations */
+        if (!skipped_now) sum_loss += loss, n_advanced++;
+        sum_ms += ms, n_logged++;
         if (out && c->losses_out) c->losses_out[it - 1] = loss;
         if (out && c->grad_norms_out) c->grad_norms_out[it - 1] = norm;
 
         int log_now = it % c->log_interval == 0 || it == c->train_iters;
         int eval_now = do_eval && it % c->eval_interval == 0;
-        double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / n_logged;
+        double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / (n_advanced ? n_advanced : 1);
         double lr_now = mtc_lr_at(&c->lr, x->step);
         double tps = (double)c->global_batch * T / (avg_ms * 1e-3);
         double tflops = flops / (avg_ms * 1e-3 * 1e12 * world);
@@ -276,15 +306,19 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             time_t now = time(NULL);
             struct tm tmv;
             strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
+            /* Megatron prints the scaler's scale after this step's update (1.0
+             * without one) and no grad norm for a step the scaler skipped */
+            char gn[48] = "";
+            if (!skipped_now) snprintf(gn, sizeof gn, " grad norm: %.3f |", norm);
             fprintf(out,
                     " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per "
                     "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4g |%s tokens per "
                     "second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E | "
-                    "loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
+                    "loss scale: %.1f |%s number of skipped iterations: %3d | "
                     "number of nan iterations: %3d |\n",
                     stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
-                    avg_ms, tflops, mfu, tps, lr_now, c->global_batch, avg_loss, norm, skipped,
-                    nan_iters);
+                    avg_ms, tflops, mfu, tps, lr_now, c->global_batch, avg_loss,
+                    (double)x->loss_scale, gn, skipped, nan_iters);
             fflush(out);
         }
         if (log_now) MTC_CHECK(train_obs_log(x, out, n_logged));
@@ -313,7 +347,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                                  strerror(errno));
         }
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
-        if (log_now) sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0;
+        if (log_now)
+            sum_loss = sum_ms = 0, n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
         if (log_now) comm_at_log = train_comm_ns(x);
         if (c->save_path && c->save_interval > 0 && it % c->save_interval == 0)
             MTC_CHECK(train_ckpt_save(x, it, consumed, out));

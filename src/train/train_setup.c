@@ -121,6 +121,9 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_layers = !c->recompute_full   ? 0
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
+                              .precision = c->bf16   ? TP_PREC_BF16
+                                           : c->fp16 ? TP_PREC_FP16
+                                                     : TP_PREC_F32,
                               .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     mtc_model *m = ch->model;
@@ -209,6 +212,28 @@ static mtc_result_t train_load_file(train_rank *x) {
     return rc;
 }
 
+/* Megatron's choice of scaler: --loss-scale S gives the constant one
+ * (with --fp16 or --bf16), --fp16 alone the dynamic one, bf16 and fp32
+ * none (loss scale 1). */
+mtc_result_t train_scaler_init(train_rank *x) {
+    const mtc_train_config *c = x->cfg;
+    x->loss_scale = 1.0f;
+    x->use_scaler = 0;
+    if ((c->fp16 || c->bf16) && c->loss_scale > 0)
+        MTC_CHECK(mtc_grad_scaler_init_constant(&x->scaler, c->loss_scale));
+    else if (c->fp16)
+        MTC_CHECK(mtc_grad_scaler_init_dynamic(
+            &x->scaler, c->initial_loss_scale > 0 ? c->initial_loss_scale : MTC_LOSS_SCALE_INITIAL,
+            c->min_loss_scale > 0 ? c->min_loss_scale : MTC_LOSS_SCALE_MIN,
+            c->loss_scale_window > 0 ? c->loss_scale_window : MTC_LOSS_SCALE_WINDOW,
+            c->hysteresis > 0 ? c->hysteresis : MTC_LOSS_SCALE_HYSTERESIS));
+    else
+        return MTC_OK;
+    x->use_scaler = 1;
+    x->loss_scale = x->scaler.scale;
+    return MTC_OK;
+}
+
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out) {
     const mtc_train_config *c = x->cfg;
     int B = c->micro_batch, T = c->model.seq_length;
@@ -243,6 +268,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->nmb = c->global_batch / (B * x->dp_size);
     x->world_rank = mtc_comm_rank(world);
     MTC_CHECK(nn_pool_create(threads, &x->pool));
+    MTC_CHECK(train_scaler_init(x));
     int P = x->pp_size;
     x->vpp = P > 1 && c->vpp > 1 ? c->vpp : 1;
     MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(train_chunk), (void **)&x->chunks));
