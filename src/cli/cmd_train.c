@@ -637,6 +637,9 @@ int cli_cmd_train(int argc, char **argv) {
     if (!acc_fp32 && !grad_bf16)
         return cli_usage_error("train", "--no-accumulate-allreduce-grads-in-fp32 is not supported: "
                                         "mtc keeps main grads in fp32 (drop the flag)");
+    if (ls_window < 1)
+        return cli_usage_error("train", "loss-scale-window=%d must be >= 1", ls_window);
+    if (hyst < 1) return cli_usage_error("train", "hysteresis=%d must be >= 1", hyst);
     tc.bf16 = bf16, tc.fp16 = fp16, tc.grad_reduce_in_bf16 = grad_bf16;
     tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;

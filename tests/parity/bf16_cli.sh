@@ -1,0 +1,78 @@
+#!/bin/sh
+# tests/parity/bf16_cli.sh - mixed precision from the command line:
+#  - bf16 training follows fp32 on real text (fortunes, char tokenizer, 300
+#    steps): final validation loss within 2%;
+#  - a bf16 run resumed from its checkpoint continues bit for bit (the
+#    checkpoint holds the fp32 main params, not their bf16 copies), and the
+#    same checkpoint loads into fp32 and back into bf16;
+#  - --fp16 with Megatron's dynamic scaler: the first iterations overflow
+#    at 2^32 and are skipped and counted, the logged loss scale halves after
+#    `hysteresis` overflows, training then goes on with a finite loss;
+#  - bad precision flags exit 2 with one line before any work.
+set -u
+MTC=${MTC:-build/mtc}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+. "${MTC_SOURCE_DIR:-.}/tests/parity/parity_lib.sh"
+FORT=/usr/share/games/fortunes
+if [ ! -e "$FORT" ]; then
+    echo "skip: $FORT missing (apt-get install fortunes; scripts/deps.sh does)"
+    exit 0
+fi
+SMALL="--data-path $FORT --tokenizer-type char --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --micro-batch-size 8 --global-batch-size 16 --lr 2e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 20 --hidden-dropout 0 --attention-dropout 0 --split 98,2,0 --eval-iters 4 --threads 2"
+vloss() { sed -n 's/.*validation loss at iteration .* lm loss value: \([^ ]*\) .*/\1/p' "$1" | tail -1; }
+
+# 1. bf16 follows fp32
+"$MTC" train $SMALL --train-iters 300 --log-interval 100 --eval-interval 300 >"$D/f32.log" 2>&1 || { bad "fp32 run"; cat "$D/f32.log"; }
+"$MTC" train $SMALL --train-iters 300 --log-interval 100 --eval-interval 300 --bf16 >"$D/b16.log" 2>&1 || { bad "bf16 run"; cat "$D/b16.log"; }
+a=$(vloss "$D/f32.log") b=$(vloss "$D/b16.log")
+if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= 0.02 && a < 3.5) }'; then
+    ok "bf16 final validation loss $b within 2% of fp32's $a (300 steps on fortunes)"
+else bad "bf16 validation loss $b vs fp32 $a"; fi
+
+# 2. checkpoints keep the fp32 main params
+ll() { grep -o '"lm_loss": [^,]*, "grad_norm": [^,]*' "$1"; }
+R="$SMALL --train-iters 8 --log-interval 1 --eval-iters 0 --lr-warmup-iters 0 --lr-decay-style constant --lr-decay-iters 100"
+"$MTC" train $R --bf16 --metrics "$D/full.jsonl" >"$D/full.log" 2>&1 || bad "bf16 8 iterations"
+"$MTC" train $R --bf16 --train-iters 4 --save "$D/ck" >"$D/s.log" 2>&1 || bad "bf16 save"
+"$MTC" train $R --bf16 --load "$D/ck" --metrics "$D/res.jsonl" >"$D/res.log" 2>&1 || { bad "bf16 resume"; cat "$D/res.log"; }
+if [ "$(ll "$D/full.jsonl" | tail -4)" = "$(ll "$D/res.jsonl")" ] && [ -n "$(ll "$D/res.jsonl")" ]; then
+    ok "bf16 resumed from its checkpoint: iterations 5-8 bit for bit"
+else bad "bf16 resume differs"; ll "$D/full.jsonl"; ll "$D/res.jsonl"; fi
+"$MTC" train $R --load "$D/ck" --metrics "$D/f.jsonl" --save "$D/ck32" >"$D/f.log" 2>&1 || { bad "fp32 load of a bf16 checkpoint"; cat "$D/f.log"; }
+"$MTC" train $R --bf16 --train-iters 12 --load "$D/ck32" --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "bf16 load of an fp32 checkpoint"; cat "$D/b.log"; }
+if [ "$(ll "$D/f.jsonl" | wc -l)" -eq 4 ] && [ "$(ll "$D/b.jsonl" | wc -l)" -eq 4 ] &&
+    paste -d' ' "$D/res.jsonl" "$D/f.jsonl" | head -1 | awk '{ for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0 }
+        END { d = (v[0] - v[1]) / v[0]; if (d < 0) d = -d; exit !(n == 2 && d < 0.01) }'; then
+    ok "a bf16 checkpoint trains on in fp32 (first loss within 1% of bf16's) and back in bf16"
+else bad "bf16 -> fp32 -> bf16 checkpoints"; fi
+
+# 3. fp16 and the dynamic loss scaler
+"$MTC" train $R --fp16 --train-iters 12 --log-interval 1 >"$D/h.log" 2>&1 || { bad "fp16 run"; cat "$D/h.log"; }
+scales=$(sed -n 's/.*loss scale: \([0-9.]*\) |.*/\1/p' "$D/h.log" | tr '\n' ' ')
+skips=$(sed -n 's/.*number of skipped iterations: *\([0-9]*\) |.*/\1/p' "$D/h.log" | tr '\n' ' ')
+first=$(echo "$scales" | cut -d' ' -f1) second=$(echo "$scales" | cut -d' ' -f2)
+if [ "$first" = "4294967296.0" ] && [ "$second" = "2147483648.0" ] && [ "$(echo "$skips" | cut -d' ' -f1-2)" = "1 1" ] &&
+    grep -q "iteration *12/.*lm loss: [0-9]" "$D/h.log" && ! grep -q "iteration *1/.*grad norm" "$D/h.log"; then
+    ok "fp16: overflows at 2^32 skipped and counted, the scale halves after hysteresis 2 (scales: $scales)"
+else bad "fp16 scaler log: scales $scales skipped $skips"; cat "$D/h.log"; fi
+"$MTC" train $R --fp16 --loss-scale 128 --train-iters 3 --log-interval 1 >"$D/c.log" 2>&1 &&
+    [ "$(grep -c 'loss scale: 128.0 |' "$D/c.log")" -eq 3 ] && ok "--loss-scale 128: a constant scale, logged" ||
+    { bad "constant loss scale"; cat "$D/c.log"; }
+
+# 4. bad flags
+refuse() { # NAME PATTERN ARGS...
+    name=$1 pat=$2
+    shift 2
+    "$MTC" train $TINY --metrics "$D/never.jsonl" "$@" >"$D/r.out" 2>"$D/r.err"
+    st=$?
+    if [ $st -eq 2 ] && [ "$(wc -l <"$D/r.err")" -eq 1 ] && grep -q -- "$pat" "$D/r.err" && [ ! -e "$D/never.jsonl" ]; then
+        ok "refused: $name"
+    else bad "$name: status $st"; cat "$D/r.err"; fi
+}
+refuse "--bf16 with --fp16" "choose one" --bf16 --fp16
+refuse "--grad-reduce-in-bf16" "grad-reduce-in-bf16" --bf16 --grad-reduce-in-bf16
+refuse "--hysteresis 0" "hysteresis=0" --fp16 --hysteresis 0
+refuse "--min-loss-scale above the initial" "min-loss-scale=8" --fp16 --initial-loss-scale 4 --min-loss-scale 8
+refuse "--loss-scale -1" "loss-scale=-1" --fp16 --loss-scale -1
+exit $fail
