@@ -177,6 +177,8 @@ typedef struct {
     pp_schedule_config schedule; /* pp, vpp, num_microbatches, group_size;
                                     forward_only is chosen per run */
     size_t count;                /* floats per message (per microbatch) */
+    int activations_bf16;        /* --bf16: forward messages hold bf16 values and travel as
+                                    bf16 (half the bytes, exact); gradients stay fp32 */
 } pp_executor_config;
 
 typedef struct {

@@ -91,6 +91,9 @@ static mtc_result_t lin_forward(const tp_ctx *tp, float *out, const float *x, co
     return lin_forward_r(tp, out, x, w, b, N, IN, OUT, 1);
 }
 
+/* --bf16: the forward's activations travel as bf16 (mappings.h). */
+static int lin_wire_bf16(const tp_ctx *tp) { return tp->lowp && tp->lowp->prec == TP_PREC_BF16; }
+
 /* After a reduction: the sum rounded as the bf16 / fp16 tensor it is. */
 static void lin_round_out(const tp_ctx *tp, float *out, size_t n) {
     if (tp->lowp && tp->lowp->prec != TP_PREC_F32) lin_round(tp->lowp, out, n);
@@ -153,8 +156,12 @@ mtc_result_t tp_column_linear_forward(const tp_ctx *tp, float *out, float *in_to
         if (!in_total)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "column-parallel linear under sequence parallelism needs in_total");
-        /* comm: all-gather(tp) along T */
-        MTC_CHECK(tp_gather_from_seq_forward(in_total, in, scratch, B, T, IN, comm));
+        /* comm: all-gather(tp) along T (bf16 with --bf16) */
+        if (lin_wire_bf16(tp))
+            MTC_CHECK(
+                tp_seq_all_gather_bf16(in_total, in, tp->lowp->xa, tp->lowp->xb, B, T, IN, comm));
+        else
+            MTC_CHECK(tp_gather_from_seq_forward(in_total, in, scratch, B, T, IN, comm));
         x = in_total;
     } /* else copy_to_region: identity in forward */
     if (!gather_output || p == 1) return lin_forward(tp, out, x, w, b, N, IN, OUT_tp);
@@ -258,7 +265,9 @@ mtc_result_t tp_row_linear_forward(const tp_ctx *tp, float *out, const float *in
     if (sp) {
         float *partial = s; /* (B, T, OUT) */
         MTC_CHECK(lin_forward_r(tp, partial, x, w, NULL, N, IN_tp, OUT, 0));
-        /* comm: reduce-scatter(tp) along T */
+        /* comm: reduce-scatter(tp) along T (fp32 partial sums even with --bf16:
+         * one rounding of the sum, as the serial GEMM's; Megatron's bf16
+         * reduction rounds each partial too) */
         MTC_CHECK(
             tp_reduce_scatter_to_seq_forward(out, partial, s + (size_t)N * OUT, B, T, OUT, comm));
         add_bias(out, b, (size_t)B * (T / p), OUT);
@@ -266,7 +275,7 @@ mtc_result_t tp_row_linear_forward(const tp_ctx *tp, float *out, const float *in
         return MTC_OK;
     }
     MTC_CHECK(lin_forward_r(tp, out, x, w, NULL, N, IN_tp, OUT, 0));
-    /* comm: all-reduce(tp) (reduce_from_region) */
+    /* comm: all-reduce(tp) (reduce_from_region; fp32 partial sums, as above) */
     MTC_CHECK(tp_reduce_from_region_forward(out, out, (size_t)N * OUT, comm));
     add_bias(out, b, (size_t)N, OUT);
     lin_round_out(tp, out, (size_t)N * OUT);

@@ -60,7 +60,18 @@ else bad "fp16 scaler log: scales $scales skipped $skips"; cat "$D/h.log"; fi
     [ "$(grep -c 'loss scale: 128.0 |' "$D/c.log")" -eq 3 ] && ok "--loss-scale 128: a constant scale, logged" ||
     { bad "constant loss scale"; cat "$D/c.log"; }
 
-# 4. bad flags
+# 4. bytes on the wire: pipeline activations travel as bf16 (half the
+# bytes), as do the sequence-parallel all-gathers of the forward
+gb() { grep -o "\"$2\": {\"bytes\": [0-9]*" "$D/$1.jsonl" | head -1 | sed 's/.*: //'; }
+W="$TINY --world-size 4 --tp 2 --sequence-parallel --pp 2 --train-iters 1"
+"$MTC" train $W --metrics "$D/w32.jsonl" >"$D/w32.log" 2>&1 || bad "fp32 tp2 sp pp2"
+"$MTC" train $W --bf16 --metrics "$D/w16.jsonl" >"$D/w16.log" 2>&1 || bad "bf16 tp2 sp pp2"
+pa=$(gb w32 PIPELINE_ACTIVATIONS) pb=$(gb w16 PIPELINE_ACTIVATIONS) ta=$(gb w32 TENSOR_MODEL_PARALLEL_GROUP) tb=$(gb w16 TENSOR_MODEL_PARALLEL_GROUP)
+if [ -n "$pa" ] && [ -n "$pb" ] && [ "$pb" -gt 0 ] && [ $((pb * 2)) -eq "$pa" ] && [ -n "$ta" ] && [ -n "$tb" ] && [ "$tb" -lt "$ta" ]; then
+    ok "bf16 on the wire: pipeline activations $pa -> $pb bytes, TP group $ta -> $tb"
+else bad "bf16 wire bytes: pipeline $pa -> $pb, TP $ta -> $tb"; fi
+
+# 5. bad flags
 refuse() { # NAME PATTERN ARGS...
     name=$1 pat=$2
     shift 2
