@@ -38,10 +38,6 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
                          "--bf16 and --fp16 were both given: choose one (Megatron refuses both)");
     if (c->grad_reduce_in_bf16 && !c->bf16)
         return mtc_error(E, "--grad-reduce-in-bf16 needs --bf16");
-    if (c->grad_reduce_in_bf16)
-        return mtc_error(MTC_ERR_UNSUPPORTED,
-                         "--grad-reduce-in-bf16 is not implemented yet: gradients are reduced in "
-                         "fp32 (--accumulate-allreduce-grads-in-fp32, the default); drop the flag");
     if (c->fp16 || c->bf16) { /* the scaler's own checks, before any work */
         mtc_grad_scaler gs;
         if (c->loss_scale != 0)

@@ -38,6 +38,7 @@ static mtc_ddp_config train_ddp_config(const train_rank *x, int k, const int *sh
                              c->ddp_bucket_size, x->dp_size, c->overlap_grad_reduce, x->pp_rank, k),
                          .pad_high_busbw = c->use_distributed_optimizer && c->pad_high_busbw,
                          .scale = MTC_DDP_GRAD_SUM,
+                         .grad_reduce_bf16 = c->grad_reduce_in_bf16,
                          .shared_embedding = c->use_distributed_optimizer ? shared : NULL};
     return dc;
 }

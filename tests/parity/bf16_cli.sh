@@ -71,6 +71,18 @@ if [ -n "$pa" ] && [ -n "$pb" ] && [ "$pb" -gt 0 ] && [ $((pb * 2)) -eq "$pa" ] 
     ok "bf16 on the wire: pipeline activations $pa -> $pb bytes, TP group $ta -> $tb"
 else bad "bf16 wire bytes: pipeline $pa -> $pb, TP $ta -> $tb"; fi
 
+# --grad-reduce-in-bf16: the data-parallel reduction carries half the bytes
+# (besides the 8-byte loss all-reduce of each step's log), and training stays within the bf16 parity bound of the fp32 reduction
+dpb() { grep -o '"DATA_PARALLEL_GROUP_WITH_CP": {"bytes": [0-9]*' "$D/$1.jsonl" | head -1 | sed 's/.*: //'; }
+"$MTC" train $TINY --world-size 2 --bf16 --metrics "$D/r32.jsonl" >"$D/r32.log" 2>&1 || bad "bf16 dp2"
+"$MTC" train $TINY --world-size 2 --bf16 --grad-reduce-in-bf16 --metrics "$D/r16.jsonl" >"$D/r16.log" 2>&1 || bad "bf16 dp2 --grad-reduce-in-bf16"
+ra=$(dpb r32) rb=$(dpb r16)
+if [ -n "$ra" ] && [ -n "$rb" ] && [ "$rb" -gt 8 ] && [ $(((rb - 8) * 2)) -eq $((ra - 8)) ] &&
+    paste -d' ' "$D/r32.jsonl" "$D/r16.jsonl" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0
+        d = (v[0] - v[1]) / v[0]; if (d < 0) d = -d; if (d > 2e-4) bad = 1 } END { exit bad }'; then
+    ok "--grad-reduce-in-bf16: DP bytes $ra -> $rb, losses within 2e-4 of the fp32 reduction"
+else bad "--grad-reduce-in-bf16: DP bytes $ra -> $rb"; paste -d'\n' "$D/r32.jsonl" "$D/r16.jsonl"; fi
+
 # 5. bad flags
 refuse() { # NAME PATTERN ARGS...
     name=$1 pat=$2
@@ -82,7 +94,7 @@ refuse() { # NAME PATTERN ARGS...
     else bad "$name: status $st"; cat "$D/r.err"; fi
 }
 refuse "--bf16 with --fp16" "choose one" --bf16 --fp16
-refuse "--grad-reduce-in-bf16" "grad-reduce-in-bf16" --bf16 --grad-reduce-in-bf16
+refuse "--grad-reduce-in-bf16 without --bf16" "needs --bf16" --grad-reduce-in-bf16
 refuse "--hysteresis 0" "hysteresis=0" --fp16 --hysteresis 0
 refuse "--min-loss-scale above the initial" "min-loss-scale=8" --fp16 --initial-loss-scale 4 --min-loss-scale 8
 refuse "--loss-scale -1" "loss-scale=-1" --fp16 --loss-scale -1
