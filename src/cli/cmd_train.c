@@ -175,7 +175,10 @@ int cli_cmd_train(int argc, char **argv) {
         {"recompute-num-layers", NULL, MTC_ARG_INT, &rc_layers, "N",
          "layers per recompute unit (uniform) or recomputed per model chunk (block)", 0},
         {"recompute-modules", NULL, MTC_ARG_STRING, &rc_modules, "M",
-         "with selective: core_attn (the default; mlp is not implemented)", 0},
+         "with selective: core_attn (the default; a no-op, attention keeps no probabilities) "
+         "and/or "
+         "mlp (each MLP's forward again in backward), comma-separated",
+         0},
         {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &check_nan, NULL,
          "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",
          0},
@@ -345,11 +348,24 @@ int cli_cmd_train(int argc, char **argv) {
     if (rc_modules && !(rc_gran && !strcmp(rc_gran, "selective")))
         return cli_usage_error("train", "--recompute-modules applies only with "
                                         "--recompute-granularity selective");
-    if (rc_modules && strcmp(rc_modules, "core_attn"))
-        return cli_usage_error("train",
-                               "recompute-modules=%s: only core_attn is implemented (mlp, "
-                               "layernorm and the MoE modules are not yet)",
-                               rc_modules);
+    /* --recompute-modules: a comma- or space-separated list (Megatron's
+     * default core_attn, a no-op here: the tiled attention keeps no
+     * probabilities; mlp recomputes each MLP in backward) */
+    int rc_mlp = 0;
+    if (rc_modules) {
+        char mods[256];
+        snprintf(mods, sizeof mods, "%s", rc_modules);
+        for (char *sv = NULL, *t = strtok_r(mods, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv)) {
+            if (!strcmp(t, "mlp"))
+                rc_mlp = 1;
+            else if (strcmp(t, "core_attn"))
+                return cli_usage_error("train",
+                                       "recompute-modules=%s: %s is not implemented (use "
+                                       "core_attn and/or mlp; layernorm and the MoE modules are "
+                                       "not yet)",
+                                       rc_modules, t);
+        }
+    }
     if (mtc_args_seen(args, nargs, "distributed-timeout-minutes") &&
         !(dist_timeout_min > 0 && dist_timeout_min <= 1e6))
         return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
@@ -645,6 +661,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
+    tc.recompute_mlp = rc_mlp;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;

@@ -230,8 +230,8 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln2, k * Nl * C);
         TAKE(a->ln2_mean, k * Nl);
         TAKE(a->ln2_rstd, k * Nl);
-        TAKE(a->fch, k * N * F1_tp);
-        TAKE(a->fchg, k * N * F_tp);
+        TAKE(a->fch, m->rec_mlp ? 0 : k * N * F1_tp); /* rec_mlp: the shared set below */
+        TAKE(a->fchg, m->rec_mlp ? 0 : k * N * F_tp);
         if (s < 0) continue;
         TAKE(a->res3, nl * Nl * C); /* every layer's output: the next layer's input */
         TAKE(a->lnf, Nl * C);
@@ -239,6 +239,10 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->lnf_rstd, Nl);
         TAKE(a->losses, N);
         TAKE(a->logits, m->has_head ? N * V_tp : 1);
+    }
+    if (m->rec_mlp) {
+        TAKE(m->mlp_fch, N * F1_tp);
+        TAKE(m->mlp_fchg, N * F_tp);
     }
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->dres, Nl * C);
@@ -440,6 +444,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
     if (o->precision != TP_PREC_F32) MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision), rc, fail);
+    m->rec_mlp = o->recompute_mlp;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
     if (m->nrec > 0)

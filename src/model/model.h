@@ -194,6 +194,8 @@ typedef struct {
     mtc_model_slot *slots;
     int nrec;           /* the chunk's first nrec layers are recomputed in backward */
     mtc_model_slot *rc; /* one layer's activations shared by the recomputed layers */
+    int rec_mlp;        /* --recompute-modules mlp: the MLP's inner activations are not kept */
+    float *mlp_fch, *mlp_fchg; /* rec_mlp: one layer's (B,T,F1_tp), (B,T,F_tp) for all */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
@@ -248,6 +250,8 @@ typedef struct {
     int recompute_layers;        /* --recompute-granularity full: recompute the chunk's first
                                     N layers from their inputs in backward (0: none) */
     tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
+    int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp:
+                                    each layer's MLP forward runs again in its backward */
     void *layout_ctx;
 } mtc_model_chunk_opts;
 

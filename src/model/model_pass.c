@@ -107,6 +107,8 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
                                   s->lse + j * (size_t)m->B * (c->num_heads / p) * m->T,
                                   s->atty + j * sN * QD};
     v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1, s->fchg + j * sN * F};
+    if (m->rec_mlp) /* --recompute-modules mlp: one set, refilled in backward */
+        v.ma.fch = m->mlp_fch, v.ma.fchg = m->mlp_fchg;
     return v;
 }
 
@@ -270,6 +272,13 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         model_attention_acts aa = v.aa;
         model_mlp_acts ma = v.ma;
 
+        /* --recompute-modules mlp: the MLP forward again from its saved input
+         * ln2 (comm: its collectives again), the output thrown away; the same
+         * arithmetic, so the refilled activations are the forward's bits */
+        if (m->rec_mlp && (int)k >= m->nrec)
+            MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W],
+                                        w[MTC_ROLE_FC1_B], w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B],
+                                        m->scratch, B, T, &bd));
         /* MLP branch: dres holds d(res3) */
         const float *dy = m->dres;
         nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);

@@ -411,6 +411,10 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"num-distributed-optimizer-instances", c->num_distopt_instances},
         {"recompute-granularity full", c->recompute_full},
         {"recompute-num-layers", c->recompute_num_layers},
+        {"recompute-modules mlp", c->recompute_mlp},
+        {"bf16", c->bf16},
+        {"fp16", c->fp16},
+        {"grad-reduce-in-bf16", c->grad_reduce_in_bf16},
         {"data (tokens in the data set)", (double)data_tokens},
     };
     enum { NF = sizeof f / sizeof f[0] };

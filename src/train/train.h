@@ -59,6 +59,7 @@ typedef struct {
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */
     int recompute_num_layers;  /* --recompute-num-layers */
+    int recompute_mlp;         /* --recompute-granularity selective --recompute-modules mlp */
     int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
                                   of num_layers/pp layers */
     int vpp;                   /* model chunks per pipeline rank (0/1 = not interleaved):

@@ -122,6 +122,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_layers = !c->recompute_full   ? 0
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
+                              .recompute_mlp = c->recompute_mlp,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
                                                      : TP_PREC_F32,
