@@ -315,6 +315,24 @@ static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec) {
     return MTC_OK;
 }
 
+/* --bf16: every GEMM shape of the chunk's linear layers prepared now. */
+static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
+    const mtc_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->hidden_size, HS = mtc_model_head_size(c);
+    int QD = c->num_heads * HS, QKV = (c->num_heads + 2 * mtc_model_groups(c)) * HS;
+    int F = c->ffn_hidden_size, F1 = (c->swiglu ? 2 : 1) * F;
+    const tp_ctx *tp = &m->tp;
+    if (m->last_layer > m->first_layer) {
+        float *const *w = m->layers[m->first_layer].w;
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, QKV, w[MTC_ROLE_QKV_B] != NULL));
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, QD, C, w[MTC_ROLE_PROJ_B] != NULL));
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, F1, w[MTC_ROLE_FC1_B] != NULL));
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, F, C, w[MTC_ROLE_FC2_B] != NULL));
+    }
+    if (m->has_head) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, c->padded_vocab_size, 0));
+    return MTC_OK;
+}
+
 void model_lowp_refresh(mtc_model *m, int first, int last) {
     if (m->precision == TP_PREC_F32) return;
     for (int i = first; i < last; i++) {
@@ -450,6 +468,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     if (m->nrec > 0)
         MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof(mtc_model_slot), (void **)&m->rc), rc, fail);
     gpt_bind_all(m);
+    if (m->precision == TP_PREC_BF16) MTC_CHECK_GOTO(gpt_lowp_prepare(m), rc, fail);
     size_t need = gpt_carve(m, NULL);
     MTC_CHECK_GOTO(mtc_arena_init(&m->arena, need + 4096), rc, fail);
     void *base;

@@ -77,6 +77,14 @@ typedef struct {
     tp_lowp *lowp;         /* NULL: fp32 */
 } tp_ctx;
 
+/* --bf16: create the oneDNN primitives of one linear layer's three GEMMs
+ * (forward, input gradient, weight gradient) ahead, at set-up, so that no
+ * step creates any (nn_lowp_stats counts them). column: 1 column-parallel,
+ * 0 row-parallel (input parallel); IN, OUT the full sizes; B, T as the
+ * layer is called (T the whole sequence). A no-op without --bf16. */
+mtc_result_t tp_linear_bf16_prepare(const tp_ctx *tp, int column, int B, int T, int IN, int OUT,
+                                    int has_bias);
+
 /* ---- ColumnParallelLinear: W split along its output dim ------------------------------ */
 
 /* out (B, T, OUT_tp), or (B, T, OUT) with gather_output, = in · wᵀ + b.

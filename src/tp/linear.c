@@ -124,6 +124,22 @@ static mtc_result_t lin_backward(const tp_ctx *tp, float *dinp, float *dw, float
     return MTC_OK;
 }
 
+mtc_result_t tp_linear_bf16_prepare(const tp_ctx *tp, int column, int B, int T, int IN, int OUT,
+                                    int has_bias) {
+    const tp_lowp *q = tp->lowp;
+    if (!q || q->prec != TP_PREC_BF16) return MTC_OK;
+    int p = tp_size(tp->comm), N = B * T;
+    int in = column ? IN : IN / p, out = column ? OUT / p : OUT;
+    int bias = has_bias && (column || p == 1); /* row-parallel adds its bias after the reduction */
+    /* forward, dgrad, wgrad: the three GEMMs of lin_forward / lin_backward */
+    MTC_CHECK(nn_lowp_gemm_prepare(q->lp, MTC_DTYPE_BF16, MTC_DTYPE_F32, 0, 1, N, out, in, 1.0f, in,
+                                   in, bias, 0.0f, out));
+    MTC_CHECK(nn_lowp_gemm_prepare(q->lp, MTC_DTYPE_BF16, MTC_DTYPE_F32, 0, 0, N, in, out, 1.0f,
+                                   out, in, 0, 0.0f, in));
+    return nn_lowp_gemm_prepare(q->lp, MTC_DTYPE_BF16, MTC_DTYPE_F32, 1, 0, out, in, N, 1.0f, out,
+                                in, 0, 1.0f, in);
+}
+
 /* ---- column-parallel ------------------------------------------------------------------ */
 
 size_t tp_column_linear_scratch_floats(const tp_ctx *tp, int gather_output, int B, int T, int IN,

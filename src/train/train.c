@@ -222,6 +222,33 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             "activations %.2f\n",
             (double)mem.param_bytes / 1048576.0, (double)mem.grad_bytes / 1048576.0,
             (double)mem.optim_state_bytes / 1048576.0, (double)act / 1048576.0);
+    if (c->bf16 || c->fp16) {
+        /* what mixed precision adds on this rank, beside the lines above */
+        size_t copies = 0, scratch = 0;
+        long made = 0;
+        for (int k = 0; k < x->vpp; k++) {
+            const mtc_model *m = x->chunks[k].model;
+            copies += m->reg.total * (sizeof(float) + (m->params16 ? sizeof(mtc_bf16) : 0));
+            scratch += 2 * m->lowp.cap * sizeof(float);
+            long cr = 0, hits = 0;
+            if (m->lowp.lp) nn_lowp_stats(m->lowp.lp, &cr, &hits);
+            made += cr;
+        }
+        char gemm[160] = "fp32 GEMMs on fp16-rounded inputs";
+        if (c->bf16) {
+            char impl[96] = "";
+            if (x->chunks[0].model->lowp.lp)
+                nn_lowp_describe(x->chunks[0].model->lowp.lp, impl, sizeof impl);
+            snprintf(gemm, sizeof gemm, "bf16 GEMMs by %s, %ld primitives made at set-up", impl,
+                     made);
+        }
+        fprintf(out,
+                "> mixed precision: %s; %s; parameters and gradients above are the fp32 main "
+                "params and grads; compute copies %.2f MB, conversion scratch %.2f MB; "
+                "activations above are %s values in fp32 storage (Megatron's tensors: half)\n",
+                c->bf16 ? "bf16" : "fp16", gemm, (double)copies / 1048576.0,
+                (double)scratch / 1048576.0, c->bf16 ? "bf16" : "fp16");
+    }
     fprintf(out, "> model, optimizer state and data set up in %.2f s\n",
             (double)x->setup_ns * 1e-9);
     fprintf(out,
@@ -337,6 +364,15 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",
                     mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
+            if (c->bf16) { /* oneDNN primitives made so far: constant after set-up */
+                long made = 0;
+                for (int k = 0; k < x->vpp; k++) {
+                    long cr = 0, hits = 0;
+                    nn_lowp_stats(x->chunks[k].model->lowp.lp, &cr, &hits);
+                    made += cr;
+                }
+                fprintf(metrics, ", \"lowp_primitives\": %ld", made);
+            }
             fprintf(metrics, "}\n");
             if (fflush(metrics) != 0 || ferror(metrics))
                 return mtc_error(MTC_ERR_IO, "writing --metrics %s failed: %s", c->metrics_path,

@@ -83,6 +83,16 @@ if [ -n "$ra" ] && [ -n "$rb" ] && [ "$rb" -gt 8 ] && [ $(((rb - 8) * 2)) -eq $(
     ok "--grad-reduce-in-bf16: DP bytes $ra -> $rb, losses within 2e-4 of the fp32 reduction"
 else bad "--grad-reduce-in-bf16: DP bytes $ra -> $rb"; paste -d'\n' "$D/r32.jsonl" "$D/r16.jsonl"; fi
 
+# oneDNN primitives: all made at set-up (the banner's count), none in the step loop
+for lay in "" "--world-size 2 --tp 2 --sequence-parallel" "--world-size 2 --pp 2"; do
+    "$MTC" train $TINY $lay --bf16 --metrics "$D/pr.jsonl" >"$D/pr.log" 2>&1 || bad "bf16 $lay"
+    made=$(sed -n 's/.* \([0-9]*\) primitives made at set-up.*/\1/p' "$D/pr.log")
+    counts=$(grep -o '"lowp_primitives": [0-9]*' "$D/pr.jsonl" | sed 's/.*: //' | sort -u)
+    if [ -n "$made" ] && [ "$made" -gt 0 ] && [ "$counts" = "$made" ] && [ "$(grep -c lowp_primitives "$D/pr.jsonl")" -eq 4 ]; then
+        ok "bf16 ${lay:-serial}: $made oneDNN primitives made at set-up, none in 4 steps"
+    else bad "bf16 ${lay:-serial}: primitives at set-up '$made', per step '$counts'"; fi
+done
+
 # 5. bad flags
 refuse() { # NAME PATTERN ARGS...
     name=$1 pat=$2
