@@ -43,24 +43,50 @@ static void add_bias(float *out, const float *b, size_t N, int OUT) {
 
 /* ---- the local GEMMs, in the context's precision (layers.h, tp_lowp) ------------------- */
 
+/* Conversions on the pool: tasks of at least LIN_CVT floats, cut by size
+ * only (the bits do not depend on the cut). */
+#define LIN_CVT (1 << 16)
+typedef struct {
+    void *out;
+    const float *in;
+    size_t n, per;
+    int op; /* 0: fp32 -> bf16, 1: round to bf16 in place, 2: round to fp16 in place */
+} lin_cvt_job;
+
+static void lin_cvt_task(int i, void *arg) {
+    lin_cvt_job *j = arg;
+    size_t a = (size_t)i * j->per, n = j->n - a < j->per ? j->n - a : j->per;
+    if (j->op == 0)
+        nn_f32_to_bf16((mtc_bf16 *)j->out + a, j->in + a, n);
+    else if (j->op == 1)
+        nn_round_bf16((float *)j->out + a, n);
+    else
+        nn_round_f16((float *)j->out + a, n);
+}
+
+static void lin_cvt(const tp_ctx *tp, int op, void *out, const float *in, size_t n) {
+    int tasks = nn_pool_size(tp->pool);
+    size_t per = (n + (size_t)tasks - 1) / (size_t)tasks;
+    if (per < LIN_CVT) per = LIN_CVT;
+    lin_cvt_job j = {out, in, n, per, op};
+    nn_pool_run(tp->pool, (int)((n + per - 1) / per), lin_cvt_task, &j);
+}
+
 static const mtc_bf16 *lin_w16(const tp_lowp *q, const float *w) {
     if (!w) return NULL;
     MTC_ASSERT(w >= q->w32 && w < q->w32 + q->nw);
     return q->w16 + (w - q->w32);
 }
 
-static void lin_round(const tp_lowp *q, float *x, size_t n) {
-    if (q->prec == TP_PREC_BF16)
-        nn_round_bf16(x, n);
-    else
-        nn_round_f16(x, n);
+static void lin_round(const tp_ctx *tp, float *x, size_t n) {
+    lin_cvt(tp, tp->lowp->prec == TP_PREC_BF16 ? 1 : 2, x, x, n);
 }
 
 /* fp16: a rounded copy of x in buf (cap floats). */
-static const float *lin_f16_copy(const tp_lowp *q, void *buf, const float *x, size_t n) {
-    MTC_ASSERT(n <= q->cap);
+static const float *lin_f16_copy(const tp_ctx *tp, void *buf, const float *x, size_t n) {
+    MTC_ASSERT(n <= tp->lowp->cap);
     memcpy(buf, x, n * sizeof(float));
-    nn_round_f16(buf, n);
+    lin_cvt(tp, 2, buf, buf, n);
     return buf;
 }
 
@@ -76,13 +102,13 @@ static mtc_result_t lin_forward_r(const tp_ctx *tp, float *out, const float *x, 
     }
     if (q->prec == TP_PREC_BF16) {
         MTC_ASSERT(nx <= 2 * q->cap);
-        nn_f32_to_bf16(q->xa, x, nx);
+        lin_cvt(tp, 0, q->xa, x, nx);
         MTC_CHECK(nn_linear_bf16_forward(tp->pool, q->lp, out, MTC_DTYPE_F32, q->xa, lin_w16(q, w),
                                          lin_w16(q, b), N, IN, OUT));
     } else {
-        nn_linear_forward(tp->pool, out, lin_f16_copy(q, q->xa, x, nx), w, b, N, IN, OUT);
+        nn_linear_forward(tp->pool, out, lin_f16_copy(tp, q->xa, x, nx), w, b, N, IN, OUT);
     }
-    if (round) lin_round(q, out, (size_t)N * OUT);
+    if (round) lin_round(tp, out, (size_t)N * OUT);
     return MTC_OK;
 }
 
@@ -96,15 +122,16 @@ static int lin_wire_bf16(const tp_ctx *tp) { return tp->lowp && tp->lowp->prec =
 
 /* After a reduction: the sum rounded as the bf16 / fp16 tensor it is. */
 static void lin_round_out(const tp_ctx *tp, float *out, size_t n) {
-    if (tp->lowp && tp->lowp->prec != TP_PREC_F32) lin_round(tp->lowp, out, n);
+    if (tp->lowp && tp->lowp->prec != TP_PREC_F32) lin_round(tp, out, n);
 }
 
 /* nn_linear_backward in the context's precision: the gradient dout and the
  * input x enter the GEMMs rounded, dinp comes out in fp32 and dw, db
- * accumulate in fp32. */
+ * accumulate in fp32. dout_ready: the previous call converted this same
+ * dout already (the column-parallel wgrad after its dgrad). */
 static mtc_result_t lin_backward(const tp_ctx *tp, float *dinp, float *dw, float *db,
                                  const float *dout, const float *x, const float *w, int N, int IN,
-                                 int OUT) {
+                                 int OUT, int dout_ready) {
     const tp_lowp *q = tp->lowp;
     size_t nd = (size_t)N * OUT, nx = (size_t)N * IN;
     if (!q || q->prec == TP_PREC_F32 || (!dinp && !dw)) { /* a bias alone: fp32 column sums */
@@ -113,13 +140,13 @@ static mtc_result_t lin_backward(const tp_ctx *tp, float *dinp, float *dw, float
     }
     if (q->prec == TP_PREC_BF16) {
         MTC_ASSERT(nd <= 2 * q->cap && (!dw || nx <= 2 * q->cap));
-        nn_f32_to_bf16(q->xb, dout, nd);
-        if (dw) nn_f32_to_bf16(q->xa, x, nx);
+        if (!dout_ready) lin_cvt(tp, 0, q->xb, dout, nd);
+        if (dw) lin_cvt(tp, 0, q->xa, x, nx);
         return nn_linear_bf16_backward(tp->pool, q->lp, dinp, MTC_DTYPE_F32, dw, db, q->xb,
                                        dw ? q->xa : NULL, lin_w16(q, w), N, IN, OUT);
     }
-    const float *g = lin_f16_copy(q, q->xb, dout, nd);
-    nn_linear_backward(tp->pool, dinp, dw, db, g, dw ? lin_f16_copy(q, q->xa, x, nx) : NULL, w, N,
+    const float *g = dout_ready ? q->xb : lin_f16_copy(tp, q->xb, dout, nd);
+    nn_linear_backward(tp->pool, dinp, dw, db, g, dw ? lin_f16_copy(tp, q->xa, x, nx) : NULL, w, N,
                        IN, OUT);
     return MTC_OK;
 }
@@ -220,7 +247,7 @@ mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, 
     if (din) {
         /* dgrad (reads no input: the all-gather may still be writing it): no SP
          * straight into din, SP into the full-sequence buffer */
-        MTC_CHECK(lin_backward(tp, sp ? dfull : din, NULL, NULL, g, NULL, w, N, IN, OUT_tp));
+        MTC_CHECK(lin_backward(tp, sp ? dfull : din, NULL, NULL, g, NULL, w, N, IN, OUT_tp, 0));
     }
     if (regather) MTC_CHECK(tp_seq_all_gather_finish(in_total, perm, B, T, IN, comm, &req));
     if (din) {
@@ -230,7 +257,9 @@ mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, 
             MTC_CHECK(mtc_all_reduce_start(din, din, (size_t)N * IN, MTC_DTYPE_F32, MTC_OP_SUM,
                                            comm, &req));
     }
-    mtc_result_t rc = dw || db ? lin_backward(tp, NULL, dw, db, g, x, w, N, IN, OUT_tp) : MTC_OK;
+    /* the dgrad above converted g already (nothing between touches it) */
+    mtc_result_t rc =
+        dw || db ? lin_backward(tp, NULL, dw, db, g, x, w, N, IN, OUT_tp, din != NULL) : MTC_OK;
     mtc_result_t rw = mtc_request_wait(&req);
     return rc != MTC_OK ? rc : rw;
 }
@@ -326,7 +355,7 @@ mtc_result_t tp_row_linear_backward(const tp_ctx *tp, float *din, float *dw, flo
         dx = din ? s + (size_t)N * IN_tp : NULL;
         s += 2 * (size_t)N * IN_tp;
     }
-    MTC_CHECK(lin_backward(tp, dx, dw, NULL, g, x, w, N, IN_tp, OUT));
+    MTC_CHECK(lin_backward(tp, dx, dw, NULL, g, x, w, N, IN_tp, OUT, 0));
     /* comm: all-gather(tp) of the input-gradient columns (scatter_to_region backward) */
     if (scatter && din) MTC_CHECK(tp_scatter_to_region_backward(din, dx, s, N, IN, comm));
     return MTC_OK;
