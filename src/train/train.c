@@ -352,12 +352,18 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         }
         if (metrics && (log_now || eval_now)) {
             fprintf(metrics, "{\"iteration\": %lld", (long long)it);
+            /* a skipped step has no grad norm (Megatron's None): JSON null */
+            char gnj[32] = "null";
+            if (!skipped_now && isfinite(norm)) snprintf(gnj, sizeof gnj, "%.9g", norm);
             if (log_now)
                 fprintf(metrics,
-                        ", \"lm_loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"elapsed_ms\": "
+                        ", \"lm_loss\": %.9g, \"grad_norm\": %s, \"lr\": %.9g, \"elapsed_ms\": "
                         "%.3f, \"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
-                        avg_loss, norm, lr_now, avg_ms, tps,
+                        avg_loss, gnj, lr_now, avg_ms, tps,
                         (double)(train_comm_ns(x) - comm_at_log) * 1e-6 / n_logged);
+            if (log_now && x->use_scaler)
+                fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_iterations\": %d",
+                        (double)x->loss_scale, skipped);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
             fprintf(metrics,

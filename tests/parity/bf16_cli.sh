@@ -8,6 +8,10 @@
 #  - --fp16 with Megatron's dynamic scaler: the first iterations overflow
 #    at 2^32 and are skipped and counted, the logged loss scale halves after
 #    `hysteresis` overflows, training then goes on with a finite loss;
+#  - an fp16 run resumes bit for bit (the loss scaler's state is saved);
+#  - bf16 on the wire (pipeline activations, SP all-gathers,
+#    --grad-reduce-in-bf16) halves those bytes; every oneDNN primitive is
+#    made at set-up, none in the step loop;
 #  - bad precision flags exit 2 with one line before any work.
 set -u
 MTC=${MTC:-build/mtc}
@@ -59,6 +63,16 @@ else bad "fp16 scaler log: scales $scales skipped $skips"; cat "$D/h.log"; fi
 "$MTC" train $R --fp16 --loss-scale 128 --train-iters 3 --log-interval 1 >"$D/c.log" 2>&1 &&
     [ "$(grep -c 'loss scale: 128.0 |' "$D/c.log")" -eq 3 ] && ok "--loss-scale 128: a constant scale, logged" ||
     { bad "constant loss scale"; cat "$D/c.log"; }
+
+# the scaler's state is in the checkpoint: an fp16 run resumed goes on bit for bit
+"$MTC" train $R --fp16 --train-iters 12 --metrics "$D/h12.jsonl" >"$D/h12.log" 2>&1 || bad "fp16 12"
+"$MTC" train $R --fp16 --train-iters 6 --save "$D/hck" >"$D/h6.log" 2>&1 || bad "fp16 save"
+"$MTC" train $R --fp16 --train-iters 12 --load "$D/hck" --metrics "$D/hres.jsonl" >"$D/hres.log" 2>&1 || bad "fp16 resume"
+sl() { grep -o '"lm_loss": [^,]*, "grad_norm": [^,]*' "$1"; }
+if [ -n "$(sl "$D/hres.jsonl")" ] && [ "$(sl "$D/h12.jsonl" | tail -6)" = "$(sl "$D/hres.jsonl")" ] &&
+    [ "$(grep -o 'loss scale: [0-9.]*' "$D/h12.log" | tail -6)" = "$(grep -o 'loss scale: [0-9.]*' "$D/hres.log")" ]; then
+    ok "fp16 resumed: iterations 7-12 and their loss scales bit for bit (the scaler state is saved)"
+else bad "fp16 resume differs"; fi
 
 # 4. bytes on the wire: pipeline activations travel as bf16 (half the
 # bytes), as do the sequence-parallel all-gathers of the forward
