@@ -33,7 +33,7 @@ struct pp_executor {
     char *buf;
     size_t stride, buf_bytes;
     int owns_buf;
-    mtc_bf16 *wire; /* activations_bf16: [send | recv] staging, count each */
+    mtc_bf16 *wire; /* set_activations_bf16: [send | recv] staging, count each */
 };
 
 static size_t slot_stride(size_t count) { return (count * sizeof(float) + 63) & ~(size_t)63; }
@@ -107,11 +107,6 @@ mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg,
         MTC_CHECK_GOTO(mtc_mem_alloc_big(ex->buf_bytes, 0, (void **)&ex->buf), rc, fail);
         ex->owns_buf = 1;
     }
-    if (cfg->activations_bf16 &&
-        !(ex->wire = malloc(2 * (cfg->count ? cfg->count : 1) * sizeof(mtc_bf16)))) {
-        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for the pipeline's bf16 staging");
-        goto fail;
-    }
     if (pp > 1) {
         /* collective over the pipeline group: two channels in the same order */
         MTC_CHECK_GOTO(mtc_comm_split(pipe, 0, rank, "PIPELINE_ACTIVATIONS", &ex->act), rc, fail);
@@ -122,6 +117,13 @@ mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg,
 fail:
     pp_executor_free(ex);
     return rc;
+}
+
+mtc_result_t pp_executor_set_activations_bf16(pp_executor_t ex) {
+    if (ex->wire) return MTC_OK;
+    ex->wire = malloc(2 * (ex->cfg.count ? ex->cfg.count : 1) * sizeof(mtc_bf16));
+    return ex->wire ? MTC_OK
+                    : mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for the pipeline's bf16 staging");
 }
 
 static float *slot_ptr(pp_executor_t ex, int slot) {

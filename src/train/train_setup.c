@@ -289,9 +289,9 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
     x->pos = x->cp ? x->chunks[0].model->cp.pos : NULL;
     if (P > 1) {
-        pp_executor_config ec = {
-            .schedule = sc, .count = x->msg_count, .activations_bf16 = c->bf16};
+        pp_executor_config ec = {.schedule = sc, .count = x->msg_count};
         MTC_CHECK(pp_executor_init(&x->ex, &ec, x->pipe, NULL));
+        if (c->bf16) MTC_CHECK(pp_executor_set_activations_bf16(x->ex));
     }
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * x->T_cp * sizeof(int), (void **)&x->tokens));
