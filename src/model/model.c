@@ -333,29 +333,54 @@ static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
     return MTC_OK;
 }
 
+/* The compute copies of elements [a, a + n) of the flat buffers, or the
+ * rounding of an activation in place, on the pool in tasks of GPT_LP_TASK
+ * elements (the bits do not depend on the cut). */
+#define GPT_LP_TASK ((size_t)1 << 16)
+typedef struct {
+    const mtc_model *m; /* the buffers' pointees are written, not the model */
+    float *x;           /* model_lowp_round: the activation; NULL: the params' copies */
+    size_t a, n;
+} gpt_lp_job;
+
+static void gpt_lp_task(int i, void *arg) {
+    gpt_lp_job *j = arg;
+    size_t lo = (size_t)i * GPT_LP_TASK, n = j->n - lo < GPT_LP_TASK ? j->n - lo : GPT_LP_TASK;
+    const mtc_model *m = j->m;
+    if (j->x) {
+        if (m->precision == TP_PREC_BF16)
+            nn_round_bf16(j->x + lo, n);
+        else
+            nn_round_f16(j->x + lo, n);
+        return;
+    }
+    size_t o = j->a + lo;
+    if (m->precision == TP_PREC_BF16) {
+        nn_f32_to_bf16(m->params16 + o, m->params + o, n);
+        nn_bf16_to_f32(m->params_c + o, m->params16 + o, n);
+    } else {
+        memcpy(m->params_c + o, m->params + o, n * sizeof(float));
+        nn_round_f16(m->params_c + o, n);
+    }
+}
+
+static void gpt_lp_run(const mtc_model *m, float *x, size_t a, size_t n) {
+    gpt_lp_job j = {m, x, a, n};
+    nn_pool_run(m->pool, (int)((n + GPT_LP_TASK - 1) / GPT_LP_TASK), gpt_lp_task, &j);
+}
+
 void model_lowp_refresh(mtc_model *m, int first, int last) {
     if (m->precision == TP_PREC_F32) return;
     for (int i = first; i < last; i++) {
         if (m->lp_seen[i] == m->lp_version) continue;
         const mtc_param *p = &m->reg.params[i];
-        float *c = m->params_c + p->offset;
-        const float *f = m->params + p->offset;
-        if (m->precision == TP_PREC_BF16) {
-            nn_f32_to_bf16(m->params16 + p->offset, f, p->local_numel);
-            nn_bf16_to_f32(c, m->params16 + p->offset, p->local_numel);
-        } else {
-            memcpy(c, f, p->local_numel * sizeof(float));
-            nn_round_f16(c, p->local_numel);
-        }
+        gpt_lp_run(m, NULL, p->offset, p->local_numel);
         m->lp_seen[i] = m->lp_version;
     }
 }
 
 void model_lowp_round(const mtc_model *m, float *x, size_t n) {
-    if (m->precision == TP_PREC_BF16)
-        nn_round_bf16(x, n);
-    else if (m->precision == TP_PREC_FP16)
-        nn_round_f16(x, n);
+    if (m->precision != TP_PREC_F32) gpt_lp_run(m, x, 0, n);
 }
 
 void mtc_model_params_changed(mtc_model *m) { m->lp_version++; }
