@@ -21,8 +21,12 @@ projections scaled by 1/sqrt(2L), norms at 1 (and 0), no dropout, AdamW
   "pytorch ms_per_step ..." (best and median step),
   "times t1 t2 ..." (every timed step, ms, sorted).
 
+With --bf16 the forward runs under torch.autocast("cpu", dtype=torch.bfloat16)
+(fp32 weights and AdamW, bf16 matmuls and activations where autocast casts),
+the PyTorch user's bf16 mixed precision on CPU.
+
 usage: train_step.py LAYERS HIDDEN HEADS SEQ VOCAB PADDED_VOCAB MICRO_BATCH THREADS STEPS
-                     [--family gpt|llama] [--groups NG] [--ffn F]
+                     [--family gpt|llama] [--groups NG] [--ffn F] [--bf16]
 """
 import argparse
 import math
@@ -169,6 +173,7 @@ def main():
     ap.add_argument("--family", choices=("gpt", "llama"), default="gpt")
     ap.add_argument("--groups", type=int, default=0, help="key/value heads (llama; default: heads)")
     ap.add_argument("--ffn", type=int, default=0, help="SwiGLU hidden size (llama; default int(8h/3/64)*64)")
+    ap.add_argument("--bf16", action="store_true", help="forward under torch.autocast(cpu, bfloat16)")
     a = ap.parse_args()
     L, C, NH, T, V, Vp, B = a.layers, a.hidden, a.heads, a.seq, a.vocab, a.padded_vocab, a.micro_batch
     torch.set_num_threads(a.threads)
@@ -192,7 +197,11 @@ def main():
     for _ in range(a.steps + 2):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        if a.bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(idx, tgt)
+        else:
+            loss = model(idx, tgt)
         loss.backward()
         opt.step()
         times.append((time.perf_counter() - t0) * 1e3)

@@ -9,6 +9,9 @@
 #   llama      small-llama       Llama: 6 layers, hidden 384, 6 heads, SwiGLU ffn 1024, RoPE,
 #                                RMSNorm, untied head, no biases, seq 256, vocab 32000, mb 4
 #   llama-gqa  small-llama-gqa2  the same with grouped-query attention, 2 key/value groups
+# Precisions (PRECISIONS, default "fp32 bf16"): fp32 rows, and bf16 rows of
+# mtc --bf16 against PyTorch's torch.autocast("cpu", dtype=torch.bfloat16)
+# with the same tuning; after the table, mtc bf16 against mtc fp32 per row.
 # Dropout is 0 on both sides. Each row checks that mtc and PyTorch have the
 # same parameter count (printed after the table); a mismatch exits 1.
 #
@@ -28,7 +31,7 @@
 #
 # usage: bench/train_vs_pytorch.sh [path/to/mtc]
 #   env: STEPS (default 5), ROUNDS (default 3), THREADS (default "1 2"),
-#        MODELS (default "gpt gpt2 llama llama-gqa")
+#        MODELS (default "gpt gpt2 llama llama-gqa"), PRECISIONS (default "fp32 bf16")
 set -eu
 MTC=${1:-build/mtc}
 STEPS=${STEPS:-5}
@@ -45,6 +48,11 @@ gpt2 gpt2-124M 12 768 12 12 3072 64 50257 4 gpt
 llama small-llama 6 384 6 6 1024 256 32000 4 llama
 llama-gqa small-llama-gqa2 6 384 6 2 1024 256 32000 4 llama"
 MODELS=${MODELS-gpt gpt2 llama llama-gqa}
+PRECISIONS=${PRECISIONS-fp32 bf16}
+for p in $PRECISIONS; do
+    case $p in fp32 | bf16) ;; *) echo "train_vs_pytorch.sh: PRECISIONS entry '$p' is not fp32 or bf16" >&2; exit 2 ;; esac
+done
+[ -n "$PRECISIONS" ] || { echo "train_vs_pytorch.sh: PRECISIONS is empty (fp32 and/or bf16)" >&2; exit 2; }
 KEYS=$(echo "$ROWS" | awk '{ printf "%s%s", (NR > 1 ? " " : ""), $1 }')
 [ -n "$MODELS" ] || { echo "train_vs_pytorch.sh: MODELS is empty (choose from: $KEYS)" >&2; exit 2; }
 for m in $MODELS; do
@@ -103,7 +111,7 @@ mtc_step() { # L C NH NG F T V B family threads -> STEPS step times (ms), one pe
         --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --ffn-hidden-size "$5" \
         --seq-length "$6" --max-position-embeddings "$6" --micro-batch-size "$8" \
         --global-batch-size "$8" $extra --train-iters $((STEPS + 2)) --log-interval 1 --eval-iters 0 \
-        --hidden-dropout 0 --attention-dropout 0 --threads "${10}" --metrics "$T/m.jsonl" >"$T/mtc.out"
+        --hidden-dropout 0 --attention-dropout 0 --threads "${10}" --metrics "$T/m.jsonl" $PFLAG >"$T/mtc.out"
     sed -n 's/.*number of parameters on .*: \([0-9]*\)$/\1/p' "$T/mtc.out" >"$T/mtc.params"
     tail -n "$STEPS" "$T/m.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/'
 }
@@ -113,7 +121,7 @@ torch_step() { # L C NH NG F T V Vp B family threads -> STEPS step times (ms), o
     [ "${11}" -gt 1 ] && omp="OMP_WAIT_POLICY=PASSIVE"
     $CLEAN ${TCM:+LD_PRELOAD=$TCM} $omp OMP_NUM_THREADS="${11}" \
         "$PY" "$HERE/train_step.py" "$1" "$2" "$3" "$6" "$7" "$8" "$9" "${11}" "$STEPS" \
-        --family "${10}" --groups "$4" --ffn "$5" >"$T/torch.out"
+        --family "${10}" --groups "$4" --ffn "$5" $PFLAG >"$T/torch.out"
     sed -n 's/^params //p' "$T/torch.out" >"$T/torch.params"
     sed -n 's/^times //p' "$T/torch.out" | tr ' ' '\n'
 }
@@ -121,12 +129,16 @@ torch_step() { # L C NH NG F T V Vp B family threads -> STEPS step times (ms), o
 best() { sort -n "$1" | head -n 1; }
 median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-printf '%-22s %3s %8s %8s %9s %9s %8s %9s %8s %8s %7s %7s\n' model thr "mtc ms" "torch ms" "mtc tok/s" \
+printf '%-22s %4s %3s %8s %8s %9s %9s %8s %9s %8s %8s %7s %7s\n' model prec thr "mtc ms" "torch ms" "mtc tok/s" \
     "torch t/s" "mtc TF/s" "trch TF/s" "sgemm GF" "%sgemm" "speedup" "median"
 : >"$T/params.txt"
+: >"$T/prec.txt"
 for th in ${THREADS:-1 2}; do
     peak=$($CLEAN "$T/sgemm" "$th")
     for key in $MODELS; do
+    for prec in $PRECISIONS; do
+        PFLAG=
+        [ "$prec" = bf16 ] && PFLAG=--bf16
         set -- $(echo "$ROWS" | awk -v m="$key" '$1 == m')
         name=$2 L=$3 C=$4 NH=$5 NG=$6 FF=$7 S=$8 V=$9 B=${10} fam=${11}
         Vp=$(( (V + 127) / 128 * 128 ))
@@ -148,12 +160,13 @@ for th in ${THREADS:-1 2}; do
         done
         m=$(best "$T/mtc.txt") p=$(best "$T/torch.txt")
         mm=$(median "$T/mtc.txt") pm=$(median "$T/torch.txt")
-        awk -v n="$name" -v th="$th" -v m="$m" -v p="$p" -v mm="$mm" -v pm="$pm" -v f="$fl" \
+        awk -v n="$name" -v pr="$prec" -v th="$th" -v m="$m" -v p="$p" -v mm="$mm" -v pm="$pm" -v f="$fl" \
             -v tok=$((B * S)) -v pk="$peak" \
             'BEGIN { tf = f / (m * 1e-3) / 1e12;
-                     printf "%-22s %3d %8.1f %8.1f %9.0f %9.0f %8.3f %9.3f %8.1f %7.1f%% %6.2fx %6.2fx\n",
-                            n, th, m, p, tok / (m * 1e-3), tok / (p * 1e-3), tf, f / (p * 1e-3) / 1e12,
+                     printf "%-22s %4s %3d %8.1f %8.1f %9.0f %9.0f %8.3f %9.3f %8.1f %7.1f%% %6.2fx %6.2fx\n",
+                            n, pr, th, m, p, tok / (m * 1e-3), tok / (p * 1e-3), tf, f / (p * 1e-3) / 1e12,
                             pk, 100 * tf * 1e3 / pk, p / m, pm / mm }'
+        echo "$name $th $prec $m $p" >>"$T/prec.txt"
         pa=$(cat "$T/mtc.params") pb=$(cat "$T/torch.params")
         grep -q "^$name " "$T/params.txt" || echo "$name $pa $pb" >>"$T/params.txt"
         if [ -z "$pa" ] || [ "$pa" != "$pb" ]; then
@@ -161,6 +174,11 @@ for th in ${THREADS:-1 2}; do
             exit 1
         fi
     done
+    done
 done
 echo
+# mtc bf16 against mtc fp32 (and PyTorch autocast against its fp32), best steps
+awk '{ k = $1 " " $2; if ($3 == "fp32") { mf[k] = $4; pf[k] = $5 } else { mb[k] = $4; pb[k] = $5 } ; keys[k] = 1 }
+     END { for (k in keys) if ((k in mf) && (k in mb))
+               printf "bf16 vs fp32 %-26s mtc %.2fx  torch %.2fx (fp32 ms / bf16 ms)\n", k, mf[k] / mb[k], pf[k] / pb[k] }' "$T/prec.txt" | sort
 awk '{ printf "parameters %-22s mtc %11d  torch %11d  %s\n", $1, $2, $3, $2 == $3 ? "(equal)" : "(DIFFER)" }' "$T/params.txt"

@@ -183,6 +183,9 @@ int cli_cmd_train(int argc, char **argv) {
     int rc_layers = 0;
     const char *rc_modules = NULL;
     int check_nan = 1;
+    /* mixed precision (issue 17) */
+    int bf16 = 0, fp16 = 0, grad_bf16 = 0, acc_fp32 = 1, ls_window = 1000, hyst = 2;
+    double loss_scale = 0, init_ls = 4294967296.0, min_ls = 1.0;
     const char *noop_s[3] = {NULL, NULL, NULL};
     /* issue 16: Megatron flags without effect here, and ones refused */
     const char *noop_s2[6] = {NULL}, *refuse_s[3] = {NULL};
@@ -299,7 +302,10 @@ int cli_cmd_train(int argc, char **argv) {
         {"recompute-num-layers", NULL, MTC_ARG_INT, &rc_layers, "N",
          "layers per recompute unit (uniform) or recomputed per model chunk (block)", 0},
         {"recompute-modules", NULL, MTC_ARG_STRING, &rc_modules, "M",
-         "with selective: core_attn (the default; mlp is not implemented)", 0},
+         "with selective: core_attn (the default; a no-op, attention keeps no probabilities) "
+         "and/or "
+         "mlp (each MLP's forward again in backward), comma-separated",
+         0},
         {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &check_nan, NULL,
          "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",
          0},
@@ -329,6 +335,29 @@ int cli_cmd_train(int argc, char **argv) {
          "with --overlap-grad-reduce, elements per gradient bucket (default max(4e7, 1e6 x dp)); "
          "as Megatron, one bucket without overlap and on pipeline stages > 0",
          0},
+        {"bf16", NULL, MTC_ARG_FLAG, &bf16, NULL,
+         "bf16 mixed precision: bf16 GEMMs (oneDNN) on bf16 copies of fp32 main params, fp32 "
+         "main grads, norms, softmax and loss; no loss scaler",
+         0},
+        {"fp16", NULL, MTC_ARG_FLAG, &fp16, NULL,
+         "fp16 mixed precision: fp16-rounded params and activations (fp32 arithmetic), fp32 "
+         "main params, the dynamic loss scaler",
+         0},
+        {"accumulate-allreduce-grads-in-fp32", NULL, MTC_ARG_FLAG, &acc_fp32, NULL,
+         "main grads in fp32 (on: mtc always accumulates and reduces them in fp32)", 0},
+        {"grad-reduce-in-bf16", NULL, MTC_ARG_FLAG, &grad_bf16, NULL,
+         "with --bf16, reduce gradients over data parallelism in bf16 (accumulation stays fp32)",
+         0},
+        {"loss-scale", NULL, MTC_ARG_DOUBLE, &loss_scale, "S",
+         "a constant loss scale (default: dynamic with --fp16, none with --bf16)", 0},
+        {"initial-loss-scale", NULL, MTC_ARG_DOUBLE, &init_ls, "S",
+         "the dynamic scaler's first scale (default 2^32)", 0},
+        {"min-loss-scale", NULL, MTC_ARG_DOUBLE, &min_ls, "S",
+         "the dynamic scaler's floor (default 1)", 0},
+        {"loss-scale-window", NULL, MTC_ARG_INT, &ls_window, "N",
+         "iterations without inf/NaN before the scale doubles (default 1000)", 0},
+        {"hysteresis", NULL, MTC_ARG_INT, &hyst, "N",
+         "inf/NaN iterations before the scale halves (default 2)", 0},
         {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL,
          "shard AdamW state over data-parallel ranks: reduce-scatter gradients per bucket, update "
          "the owned shard, all-gather params",
@@ -524,11 +553,24 @@ int cli_cmd_train(int argc, char **argv) {
     if (rc_modules && !(rc_gran && !strcmp(rc_gran, "selective")))
         return cli_usage_error("train", "--recompute-modules applies only with "
                                         "--recompute-granularity selective");
-    if (rc_modules && strcmp(rc_modules, "core_attn"))
-        return cli_usage_error("train",
-                               "recompute-modules=%s: only core_attn is implemented (mlp, "
-                               "layernorm and the MoE modules are not yet)",
-                               rc_modules);
+    /* --recompute-modules: a comma- or space-separated list (Megatron's
+     * default core_attn, a no-op here: the tiled attention keeps no
+     * probabilities; mlp recomputes each MLP in backward) */
+    int rc_mlp = 0;
+    if (rc_modules) {
+        char mods[256];
+        snprintf(mods, sizeof mods, "%s", rc_modules);
+        for (char *sv = NULL, *t = strtok_r(mods, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv)) {
+            if (!strcmp(t, "mlp"))
+                rc_mlp = 1;
+            else if (strcmp(t, "core_attn"))
+                return cli_usage_error("train",
+                                       "recompute-modules=%s: %s is not implemented (use "
+                                       "core_attn and/or mlp; layernorm and the MoE modules are "
+                                       "not yet)",
+                                       rc_modules, t);
+        }
+    }
     if (mtc_args_seen(args, nargs, "distributed-timeout-minutes") &&
         !(dist_timeout_min > 0 && dist_timeout_min <= 1e6))
         return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
@@ -865,7 +907,17 @@ int cli_cmd_train(int argc, char **argv) {
     if (hcp.n == 2) tc.hcp_inner = (int)hcp.v[0], tc.hcp_outer = (int)hcp.v[1];
     tc.ep = ep, tc.etp = etp;
     tc.no_check_nan = !check_nan;
+    if (!acc_fp32 && !grad_bf16)
+        return cli_usage_error("train", "--no-accumulate-allreduce-grads-in-fp32 is not supported: "
+                                        "mtc keeps main grads in fp32 (drop the flag)");
+    if (ls_window < 1)
+        return cli_usage_error("train", "loss-scale-window=%d must be >= 1", ls_window);
+    if (hyst < 1) return cli_usage_error("train", "hysteresis=%d must be >= 1", hyst);
+    tc.bf16 = bf16, tc.fp16 = fp16, tc.grad_reduce_in_bf16 = grad_bf16;
+    tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
+    tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
+    tc.recompute_mlp = rc_mlp;
     tc.vpp = vpp, tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "nn/lowp.h"
 #include "nn/nn.h"
 
 struct ddp_bucket {
@@ -103,6 +104,10 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
         fail);
     for (int b = 0; b < d->layout.nbuckets; b++)
         d->buckets[b].nparams = d->layout.bucket_param_off[b + 1] - d->layout.bucket_param_off[b];
+    if (d->cfg.grad_reduce_bf16)
+        MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(d->layout.numel > 0 ? d->layout.numel : 1),
+                                      sizeof(uint16_t), (void **)&d->g16),
+                       rc, fail);
 
     if (params) { /* the caller laid its buffers out at this layout (model's layout hook) */
         for (int i = 0; i < n; i++)
@@ -151,6 +156,7 @@ void mtc_ddp_free(mtc_ddp *d) {
         mtc_mem_free_big(d->grads, bytes);
     }
     dp_layout_free(&d->layout);
+    free(d->g16);
     free(d->is_2d), free(d->tp_duplicate), free(d->ready), free(d->buckets);
     free(d);
 }
@@ -171,17 +177,24 @@ static mtc_result_t ddp_launch(mtc_ddp *d, int b) {
     if (d->cfg.scale == MTC_DDP_GRAD_AVG && d->dp_size > 1)
         nn_scale(g, 1.0f / (float)d->dp_size, n);
     ddp_bucket *bk = &d->buckets[b];
+    /* --grad-reduce-in-bf16: the collective runs on the bucket's bf16 copy */
+    void *buf = g;
+    mtc_dtype_t dt = MTC_DTYPE_F32;
+    size_t esz = sizeof(float);
+    if (d->g16) {
+        nn_f32_to_bf16(d->g16 + r.start, g, n);
+        buf = d->g16 + r.start, dt = MTC_DTYPE_BF16, esz = sizeof(uint16_t);
+    }
     if (!d->cfg.use_distopt) {
         if (d->comms.dp)
-            MTC_CHECK(
-                mtc_all_reduce_start(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.dp, &bk->req));
+            MTC_CHECK(mtc_all_reduce_start(buf, buf, n, dt, MTC_OP_SUM, d->comms.dp, &bk->req));
         return MTC_OK;
     }
     if (!d->comms.intra) return MTC_OK;
     size_t shard = n / (size_t)d->layout.dp;
     /* in place: recvbuf = sendbuf + rank * recvcount */
-    return mtc_reduce_scatter_start(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
-                                    MTC_OP_SUM, d->comms.intra, &bk->req);
+    return mtc_reduce_scatter_start(buf, (char *)buf + (size_t)d->shard_rank * shard * esz, shard,
+                                    dt, MTC_OP_SUM, d->comms.intra, &bk->req);
 }
 
 /* Launch complete buckets in index order. */
@@ -209,8 +222,9 @@ static mtc_result_t ddp_chain_inter(mtc_ddp *d, int block) {
         }
         MTC_CHECK(mtc_request_wait(&bk->req));
         dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, b);
-        float *g = d->grads + s.start;
-        MTC_CHECK(mtc_all_reduce_start(g, g, (size_t)(s.end - s.start), MTC_DTYPE_F32, MTC_OP_SUM,
+        void *g = d->g16 ? (void *)(d->g16 + s.start) : (void *)(d->grads + s.start);
+        MTC_CHECK(mtc_all_reduce_start(g, g, (size_t)(s.end - s.start),
+                                       d->g16 ? MTC_DTYPE_BF16 : MTC_DTYPE_F32, MTC_OP_SUM,
                                        d->comms.inter, &bk->req_inter));
         d->next_inter++;
     }
@@ -262,6 +276,12 @@ mtc_result_t mtc_ddp_finish(mtc_ddp *d) {
     }
     mtc_result_t wrc = ddp_wait_all(d);
     if (rc == MTC_OK) rc = wrc;
+    if (rc == MTC_OK && d->g16 && (d->comms.dp || d->comms.intra)) /* widen what was reduced */
+        for (int b = 0; b < d->layout.nbuckets; b++) {
+            dp_range s = d->cfg.use_distopt ? dp_layout_shard_range(&d->layout, d->shard_rank, b)
+                                            : d->layout.bucket[b];
+            nn_bf16_to_f32(d->grads + s.start, d->g16 + s.start, (size_t)(s.end - s.start));
+        }
     ddp_reset_step(d);
     if (rc == MTC_OK && missing >= 0)
         rc = mtc_error(MTC_ERR_INVALID_USAGE,

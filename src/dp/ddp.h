@@ -76,6 +76,8 @@ typedef struct {
     int64_t bucket_size;     /* elements, <= 0: one bucket (see dp_layout_bucket_size) */
     int pad_high_busbw;      /* pad buckets to lcm(dp, 128, 65536) */
     mtc_ddp_grad_scale scale;
+    int grad_reduce_bf16; /* --grad-reduce-in-bf16: each bucket (and shard) is rounded to bf16,
+                             reduced as bf16 and widened back into the fp32 grads */
     /* per param (forward order), nonzero = Megatron's `shared_embedding`
      * (tied word embedding on the first/last stage with pp > 1; NOT set when
      * pp == 1); may be NULL. Read during init only. */
@@ -111,6 +113,7 @@ typedef struct {
     /* per param (forward order), copied from the registry */
     unsigned char *is_2d, *tp_duplicate, *ready;
     ddp_bucket *buckets; /* [layout.nbuckets] */
+    uint16_t *g16;       /* grad_reduce_bf16: the bf16 staging of the grads (layout.numel) */
     int next_launch;     /* buckets [0, next_launch) have been launched this step */
     int next_inter;      /* ... and [0, next_inter) have their inter-instance all-reduce */
 } mtc_ddp;

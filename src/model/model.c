@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "model/family.h"
 #include "model/model_internal.h"
+#include "nn/lowp.h"
 #include "tp/mappings.h"
 
 int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp) {
@@ -176,7 +177,7 @@ static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *laye
 }
 
 static void gpt_bind_all(mtc_model *m) {
-    gpt_bind(m, m->params, m->g, m->layers);
+    gpt_bind(m, m->params_c ? m->params_c : m->params, m->g, m->layers);
     gpt_bind(m, m->grads, m->dg, m->dlayers);
     int untied = m->pidx[MTC_ROLE_HEAD] >= 0;
     m->head_w = untied ? m->g[MTC_ROLE_HEAD] : m->g[MTC_ROLE_WTE];
@@ -288,7 +289,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln2, k * Nl * C);
         TAKE(a->ln2_mean, k * Nl);
         TAKE(a->ln2_rstd, k * Nl);
-        TAKE(a->fch, k * N * F1_tp);
+        TAKE(a->fch, m->rec_mlp ? 0 : k * N * F1_tp); /* rec_mlp: the shared set below */
         TAKE(a->moe, k * mtc_model_moe_floats(m));
         size_t SF_tp = (size_t)c->moe.shared_ffn / tp, SF1_tp = (c->swiglu ? 2 : 1) * SF_tp;
         TAKE(a->sfch, k * N * SF1_tp);
@@ -299,6 +300,9 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->lnf_rstd, Nl);
         TAKE(a->losses, N);
         TAKE(a->logits, m->has_head ? N * V_tp : 1);
+    }
+    if (m->rec_mlp) {
+        TAKE(m->mlp_fch, N * F1_tp);
     }
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->dres, Nl * C);
@@ -345,6 +349,106 @@ mtc_result_t mtc_model_validate_tp(const mtc_model_config *c, int tp, int sp) {
                          c->seq_length, tp);
     return MTC_OK;
 }
+
+/* --bf16 / --fp16: the rounded parameter copies, the oneDNN context and
+ * the conversion scratch of the TP layers (the widest GEMM operand: the
+ * whole sequence times the widest row the chunk multiplies). */
+static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec) {
+    const mtc_model_config *c = &m->cfg;
+    size_t tp = (size_t)m->tp_size, N = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
+    size_t F1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->ffn_hidden_size / tp);
+    size_t QKV_tp = ((size_t)c->num_heads / tp + 2 * ((size_t)mtc_model_groups(c) / tp)) * HS;
+    size_t w = max_sz((size_t)c->hidden_size, max_sz(QKV_tp, F1_tp));
+    if (m->has_head) w = max_sz(w, (size_t)c->padded_vocab_size / tp);
+    m->precision = prec;
+    m->lowp.prec = prec;
+    m->lowp.cap = prec == TP_PREC_BF16 ? (N * w + 1) / 2 : N * w;
+    m->lowp.nw = m->reg.total;
+    m->lp_version = 1;
+    MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(float), 1, (void **)&m->params_c));
+    MTC_CHECK(mtc_mem_calloc((size_t)m->reg.count + 1, sizeof(uint64_t), (void **)&m->lp_seen));
+    MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xa));
+    MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xb));
+    if (prec == TP_PREC_BF16) {
+        MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(mtc_bf16), 1, (void **)&m->params16));
+        MTC_CHECK(nn_lowp_create(&m->lowp.lp));
+    }
+    memset(m->params_c, 0, m->reg.total * sizeof(float));
+    m->lowp.w32 = m->params_c;
+    m->lowp.w16 = m->params16;
+    m->tp.lowp = &m->lowp;
+    return MTC_OK;
+}
+
+/* --bf16: every GEMM shape of the chunk's linear layers prepared now. */
+static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
+    const mtc_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->hidden_size, HS = mtc_model_head_size(c);
+    int QD = c->num_heads * HS, QKV = (c->num_heads + 2 * mtc_model_groups(c)) * HS;
+    int F = c->ffn_hidden_size, F1 = (c->swiglu ? 2 : 1) * F;
+    const tp_ctx *tp = &m->tp;
+    if (m->last_layer > m->first_layer) {
+        float *const *w = m->layers[m->first_layer].w;
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, QKV, w[MTC_ROLE_QKV_B] != NULL));
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, QD, C, w[MTC_ROLE_PROJ_B] != NULL));
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, F1, w[MTC_ROLE_FC1_B] != NULL));
+        MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, F, C, w[MTC_ROLE_FC2_B] != NULL));
+    }
+    if (m->has_head) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, c->padded_vocab_size, 0));
+    return MTC_OK;
+}
+
+/* The compute copies of elements [a, a + n) of the flat buffers, or the
+ * rounding of an activation in place, on the pool in tasks of GPT_LP_TASK
+ * elements (the bits do not depend on the cut). */
+#define GPT_LP_TASK ((size_t)1 << 16)
+typedef struct {
+    const mtc_model *m; /* the buffers' pointees are written, not the model */
+    float *x;           /* model_lowp_round: the activation; NULL: the params' copies */
+    size_t a, n;
+} gpt_lp_job;
+
+static void gpt_lp_task(int i, void *arg) {
+    gpt_lp_job *j = arg;
+    size_t lo = (size_t)i * GPT_LP_TASK, n = j->n - lo < GPT_LP_TASK ? j->n - lo : GPT_LP_TASK;
+    const mtc_model *m = j->m;
+    if (j->x) {
+        if (m->precision == TP_PREC_BF16)
+            nn_round_bf16(j->x + lo, n);
+        else
+            nn_round_f16(j->x + lo, n);
+        return;
+    }
+    size_t o = j->a + lo;
+    if (m->precision == TP_PREC_BF16) {
+        nn_f32_to_bf16(m->params16 + o, m->params + o, n);
+        nn_bf16_to_f32(m->params_c + o, m->params16 + o, n);
+    } else {
+        memcpy(m->params_c + o, m->params + o, n * sizeof(float));
+        nn_round_f16(m->params_c + o, n);
+    }
+}
+
+static void gpt_lp_run(const mtc_model *m, float *x, size_t a, size_t n) {
+    gpt_lp_job j = {m, x, a, n};
+    nn_pool_run(m->pool, (int)((n + GPT_LP_TASK - 1) / GPT_LP_TASK), gpt_lp_task, &j);
+}
+
+void model_lowp_refresh(mtc_model *m, int first, int last) {
+    if (m->precision == TP_PREC_F32) return;
+    for (int i = first; i < last; i++) {
+        if (m->lp_seen[i] == m->lp_version) continue;
+        const mtc_param *p = &m->reg.params[i];
+        gpt_lp_run(m, NULL, p->offset, p->local_numel);
+        m->lp_seen[i] = m->lp_version;
+    }
+}
+
+void model_lowp_round(const mtc_model *m, float *x, size_t n) {
+    if (m->precision != TP_PREC_F32) gpt_lp_run(m, x, 0, n);
+}
+
+void mtc_model_params_changed(mtc_model *m) { m->lp_version++; }
 
 mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_chunk_opts *o,
                                   mtc_model **out) {
@@ -481,11 +585,14 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
+    if (o->precision != TP_PREC_F32) MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision), rc, fail);
+    m->rec_mlp = o->recompute_mlp;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
     if (m->nrec > 0)
         MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof(mtc_model_slot), (void **)&m->rc), rc, fail);
     gpt_bind_all(m);
+    if (m->precision == TP_PREC_BF16) MTC_CHECK_GOTO(gpt_lowp_prepare(m), rc, fail);
     size_t need = gpt_carve(m, NULL);
     MTC_CHECK_GOTO(mtc_arena_init(&m->arena, need + 4096), rc, fail);
     void *base;
@@ -523,6 +630,12 @@ void mtc_model_free(mtc_model *m) {
     size_t bytes = m->reg.total * sizeof(float);
     mtc_mem_free_big(m->params, bytes);
     mtc_mem_free_big(m->grads, bytes);
+    mtc_mem_free_big(m->params_c, bytes);
+    mtc_mem_free_big(m->params16, m->reg.total * sizeof(mtc_bf16));
+    mtc_mem_free_big(m->lowp.xa, m->lowp.cap * sizeof(float));
+    mtc_mem_free_big(m->lowp.xb, m->lowp.cap * sizeof(float));
+    nn_lowp_free(m->lowp.lp);
+    free(m->lp_seen);
     mtc_arena_free(&m->arena);
     for (int l = 0; l < m->cfg.num_layers && m->layers; l++) {
         free(m->layers[l].xw);

@@ -217,6 +217,8 @@ typedef struct {
     mtc_model_slot *slots;
     int nrec;           /* the chunk's first nrec layers are recomputed in backward */
     mtc_model_slot *rc; /* one layer's activations shared by the recomputed layers */
+    int rec_mlp;        /* --recompute-modules mlp: the MLP's inner activations are not kept */
+    float *mlp_fch;     /* rec_mlp: one layer's (B,T,F1_tp) for all */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
@@ -228,6 +230,19 @@ typedef struct {
     mtc_comm_t moe_tpcp;   /* the aux and z losses' TP x CP group (NULL: size 1) */
     mtc_comm_t moe_tpdpcp; /* global_aux_loss's TP x DP x CP group (NULL: size 1) */
     mtc_comm_t moe_ep;     /* the dispatchers' EP group (NULL: size 1) */
+    /* ---- mixed precision (--bf16 / --fp16): params and grads above stay
+     * fp32 (the optimizer's main params and main grads); the layers read
+     * params_c, the main params rounded to bf16 / fp16 (kept in fp32
+     * storage for the fp32 kernels: norms, embeddings, biases), and with
+     * bf16 the GEMMs read params16, the same values as bf16. Both are
+     * refreshed from params lazily, per parameter, the first time a
+     * forward needs it after mtc_model_params_changed. */
+    tp_precision precision;
+    float *params_c;     /* (reg.total) NULL in fp32 */
+    mtc_bf16 *params16;  /* (reg.total) bf16 only */
+    tp_lowp lowp;        /* the TP layers' view of the above and their conversion scratch */
+    uint64_t lp_version; /* bumped by mtc_model_params_changed */
+    uint64_t *lp_seen;   /* (reg.count) version each parameter's copies were made from */
 } mtc_model;
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
@@ -265,6 +280,9 @@ typedef struct {
     mtc_model_layout_fn layout;    /* NULL: packed backward order */
     int recompute_layers;          /* --recompute-granularity full: recompute the chunk's first
                                       N layers from their inputs in backward (0: none) */
+    tp_precision precision;        /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
+    int recompute_mlp;             /* --recompute-granularity selective --recompute-modules mlp:
+                                      each layer's MLP forward runs again in its backward */
     void *layout_ctx;
 } mtc_model_chunk_opts;
 
@@ -292,6 +310,10 @@ void mtc_model_init_params_progress(mtc_model *m, uint64_t seed,
                                     void (*progress)(void *ctx, size_t done, size_t total),
                                     void *ctx);
 void mtc_model_zero_grad(mtc_model *m);
+/* The fp32 params changed (an optimizer step, a load): with --bf16 /
+ * --fp16 the rounded copies are made again as the next forward reaches
+ * each parameter. A no-op in fp32. */
+void mtc_model_params_changed(mtc_model *m);
 /* Bytes of the activation arena actually used. */
 size_t mtc_model_activation_bytes(const mtc_model *m);
 

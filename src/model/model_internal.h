@@ -33,5 +33,10 @@ struct mtc_model_slot {
 moe_dims mtc_model_moe_dims(const mtc_model *m);
 model_block_dims mtc_model_shared_dims(const mtc_model *m);
 size_t mtc_model_moe_floats(const mtc_model *m);
+/* --bf16 / --fp16: make params [first, last)'s rounded copies current
+ * (model.c); a no-op in fp32. */
+void model_lowp_refresh(mtc_model *m, int first, int last);
+/* Round an activation to the model's precision in place (no-op in fp32). */
+void model_lowp_round(const mtc_model *m, float *x, size_t n);
 
 #endif

@@ -59,6 +59,8 @@ static void gpt_norm_forward(const mtc_model *m, float *out, float *mean, float 
     else
         nn_layernorm_forward_eps(m->pool, out, mean, rstd, in, w, b, mtc_model_norm_eps(c), N,
                                  c->hidden_size);
+    /* --bf16 / --fp16: computed in fp32, stored as the low-precision tensor */
+    model_lowp_round(m, out, (size_t)N * c->hidden_size);
 }
 
 static void gpt_norm_backward(const mtc_model *m, float *din, float *dw, float *db,
@@ -107,6 +109,8 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
                                   s->lse + j * (size_t)m->B * (c->num_heads / p) * m->T,
                                   s->atty + j * sN * QD};
     v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1};
+    if (m->rec_mlp) /* --recompute-modules mlp: one set, refilled in backward */
+        v.ma.fch = m->mlp_fch;
     if (c->moe.num_experts > 0) {
         moe_dims md = mtc_model_moe_dims(m);
         moe_acts_bind(&v.moe, s->moe + j * mtc_model_moe_floats(m), &c->moe, &md, (int)sNl);
@@ -216,6 +220,7 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
     if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dh);
     nn_residual_forward(v->res2, x, m->fwd_tmp, (size_t)Nl * C);
+    model_lowp_round(m, v->res2, (size_t)Nl * C);
     gpt_norm_forward(m, v->ln2, v->ln2m, v->ln2r, v->res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B],
                      Nl);
     if (mtc_moe_is_layer(&c->moe, l))
@@ -227,6 +232,7 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
     if (dm.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dm);
     nn_residual_forward(v->res3, v->res2, m->fwd_tmp, (size_t)Nl * C);
+    model_lowp_round(m, v->res3, (size_t)Nl * C);
     return MTC_OK;
 }
 
@@ -246,6 +252,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     do {                                                                                           \
         if (pass && pass->params_needed && (first) < (last))                                       \
             GPT_TRY(m, pass->params_needed(pass->params_needed_ctx, (first), (last)));             \
+        model_lowp_refresh(m, (first), (last));                                                    \
     } while (0)
     if (m->has_embedding) {
         int e0 = m->pidx[MTC_ROLE_WTE],
@@ -257,6 +264,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
                                               m->scratch, B, T, C, Vp));
         nn_dropout_spec d = gpt_drop(m, pass, -1, SITE_EMBED, c->hidden_dropout, T);
         if (d.p > 0) nn_dropout_forward(a->encoded, a->encoded, B, Tl, C, &d);
+        model_lowp_round(m, a->encoded, (size_t)Nl * C);
     }
     const float *x = a->encoded;
     for (int l = m->first_layer; l < m->last_layer; l++) {
@@ -355,6 +363,13 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         model_attention_acts aa = v.aa;
         model_mlp_acts ma = v.ma;
 
+        /* --recompute-modules mlp: the MLP forward again from its saved input
+         * ln2 (comm: its collectives again), the output thrown away; the same
+         * arithmetic, so the refilled activations are the forward's bits */
+        if (m->rec_mlp && (int)k >= m->nrec)
+            MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W],
+                                        w[MTC_ROLE_FC1_B], w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B],
+                                        m->scratch, B, T, &bd));
         /* MLP branch: dres holds d(res3) */
         const float *dy = m->dres;
         nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);

@@ -137,3 +137,25 @@ void nn_f16_to_f32(float *out, const nn_f16 *in, size_t n) {
     for (; i < n; i++)
         out[i] = nn_f16_to_f32_1(in[i]);
 }
+
+/* Round in place through a small stack block: the vector conversions above
+ * do the work, so the bits are theirs. */
+#define ROUND_BLOCK 512
+
+void nn_round_bf16(float *x, size_t n) {
+    mtc_bf16 h[ROUND_BLOCK];
+    for (size_t i = 0; i < n; i += ROUND_BLOCK) {
+        size_t k = n - i < ROUND_BLOCK ? n - i : ROUND_BLOCK;
+        nn_f32_to_bf16(h, x + i, k);
+        nn_bf16_to_f32(x + i, h, k);
+    }
+}
+
+void nn_round_f16(float *x, size_t n) {
+    nn_f16 h[ROUND_BLOCK];
+    for (size_t i = 0; i < n; i += ROUND_BLOCK) {
+        size_t k = n - i < ROUND_BLOCK ? n - i : ROUND_BLOCK;
+        nn_f32_to_f16(h, x + i, k);
+        nn_f16_to_f32(x + i, h, k);
+    }
+}

@@ -57,6 +57,10 @@ void nn_bf16_to_f32(float *out, const mtc_bf16 *in, size_t n);
 void nn_f32_to_f16(nn_f16 *out, const float *in, size_t n);
 /* fp16 -> fp32, exact (a NaN comes back quiet). */
 void nn_f16_to_f32(float *out, const nn_f16 *in, size_t n);
+/* x = the nearest bf16 (fp16) value of x, in place, with the rules above:
+ * what a tensor stored in that type holds, kept in fp32 storage. */
+void nn_round_bf16(float *x, size_t n);
+void nn_round_f16(float *x, size_t n);
 /* Scalar forms (the reference the vector paths must match). */
 nn_f16 nn_f32_to_f16_1(float f);
 float nn_f16_to_f32_1(nn_f16 h);

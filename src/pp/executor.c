@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "nn/lowp.h"
 #include "core/timer.h"
 #include "pp/executor.h"
 
@@ -32,6 +33,7 @@ struct pp_executor {
     char *buf;
     size_t stride, buf_bytes;
     int owns_buf;
+    mtc_bf16 *wire; /* set_activations_bf16: [send | recv] staging, count each */
 };
 
 static size_t slot_stride(size_t count) { return (count * sizeof(float) + 63) & ~(size_t)63; }
@@ -117,6 +119,13 @@ fail:
     return rc;
 }
 
+mtc_result_t pp_executor_set_activations_bf16(pp_executor_t ex) {
+    if (ex->wire) return MTC_OK;
+    ex->wire = malloc(2 * (ex->cfg.count ? ex->cfg.count : 1) * sizeof(mtc_bf16));
+    return ex->wire ? MTC_OK
+                    : mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for the pipeline's bf16 staging");
+}
+
 static float *slot_ptr(pp_executor_t ex, int slot) {
     return slot < 0 ? NULL : (float *)(ex->buf + (size_t)slot * ex->stride);
 }
@@ -138,7 +147,17 @@ static mtc_result_t executor_phase(pp_executor_t ex, const pp_callbacks *cb, int
     uint64_t t0 = cb->exchanged ? mtc_time_ns() : 0;
     mtc_result_t rc;
     int kind;
-    if (s.slot >= 0 && r.slot >= 0) {
+    if (ex->wire && base == PP_P2P_FORWARD_SEND) { /* activations as bf16 */
+        mtc_bf16 *ws = ex->wire, *wr = ex->wire + n;
+        if (s.slot >= 0) nn_f32_to_bf16(ws, slot_ptr(ex, s.slot), n);
+        if (s.slot >= 0 && r.slot >= 0)
+            kind = base + 2, rc = mtc_sendrecv(ws, n, dst, wr, n, src, MTC_DTYPE_BF16, comm);
+        else if (s.slot >= 0)
+            kind = base, rc = mtc_send(ws, n, MTC_DTYPE_BF16, dst, comm);
+        else
+            kind = base + 1, rc = mtc_recv(wr, n, MTC_DTYPE_BF16, src, comm);
+        if (rc == MTC_OK && r.slot >= 0) nn_bf16_to_f32(slot_ptr(ex, r.slot), wr, n);
+    } else if (s.slot >= 0 && r.slot >= 0) {
         kind = base + 2;
         rc = mtc_sendrecv(slot_ptr(ex, s.slot), n, dst, slot_ptr(ex, r.slot), n, src, MTC_DTYPE_F32,
                           comm);
@@ -200,5 +219,6 @@ void pp_executor_free(pp_executor_t ex) {
     pp_plan_free(&ex->plan[0]);
     pp_plan_free(&ex->plan[1]);
     if (ex->owns_buf) mtc_mem_free_big(ex->buf, ex->buf_bytes);
+    free(ex->wire);
     free(ex);
 }

@@ -218,6 +218,10 @@ mtc_result_t pp_executor_buffer_bytes(size_t *bytes, const pp_executor_config *c
  * = the executor allocates it. */
 mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg, mtc_comm_t pipe,
                               void *buffer);
+/* --bf16: the forward messages (activations) hold bf16 values in fp32
+ * storage and travel as bf16, half the bytes and exact; gradients stay
+ * fp32. Call after init, before the first run, on every pipeline rank. */
+mtc_result_t pp_executor_set_activations_bf16(pp_executor_t ex);
 
 /* One iteration: every forward and backward of this rank in schedule order,
  * with the transfers between them. forward_only: evaluation (forwards only,

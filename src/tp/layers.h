@@ -44,15 +44,46 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "core/dtype.h"
 #include "core/result.h"
 #include "nn/nn.h"
+
+/* Mixed precision of the linear layers (--bf16, --fp16; model/ sets it up).
+ * bf16: each GEMM takes bf16 inputs (the activation converted on the way
+ * in, the weight from the bf16 copy w16 at the same offset as in w32) and
+ * accumulates in fp32 through oneDNN; weight and bias gradients accumulate
+ * into the fp32 main-grad buffer; the output is rounded to bf16 (a bf16
+ * tensor kept in fp32 storage). fp16: the same roundings to fp16 with the
+ * GEMM in fp32 (this CPU has no fp16 arithmetic); the backward also rounds
+ * the incoming gradient to fp16, so a loss scale too large overflows to inf
+ * there as on a GPU. */
+typedef enum { TP_PREC_F32 = 0, TP_PREC_BF16, TP_PREC_FP16 } tp_precision;
+struct nn_lowp;
+typedef struct {
+    tp_precision prec;
+    struct nn_lowp *lp;  /* bf16: the rank's oneDNN context */
+    const float *w32;    /* the compute parameters every weight pointer points into */
+    const mtc_bf16 *w16; /* bf16: their copy, same offsets */
+    size_t nw;           /* floats of w32 */
+    void *xa, *xb;       /* conversion scratch, cap floats each (the input, the gradient) */
+    size_t cap;
+} tp_lowp;
 
 /* What every TP layer call needs. */
 typedef struct {
     mtc_comm_t comm;       /* the TP group (TENSOR_MODEL_PARALLEL_GROUP); NULL = tp 1 */
     nn_pool *pool;         /* this rank's kernel threads; NULL = the calling thread */
     int sequence_parallel; /* --sequence-parallel */
+    tp_lowp *lowp;         /* NULL: fp32 */
 } tp_ctx;
+
+/* --bf16: create the oneDNN primitives of one linear layer's three GEMMs
+ * (forward, input gradient, weight gradient) ahead, at set-up, so that no
+ * step creates any (nn_lowp_stats counts them). column: 1 column-parallel,
+ * 0 row-parallel (input parallel); IN, OUT the full sizes; B, T as the
+ * layer is called (T the whole sequence). A no-op without --bf16. */
+mtc_result_t tp_linear_bf16_prepare(const tp_ctx *tp, int column, int B, int T, int IN, int OUT,
+                                    int has_bias);
 
 /* ---- ColumnParallelLinear: W split along its output dim ------------------------------ */
 

@@ -17,6 +17,8 @@
  * is always added), no async all-gather overlap in forward. */
 #include <string.h>
 
+#include "core/log.h"
+#include "nn/lowp.h"
 #include "tp/layers.h"
 #include "tp/mappings.h"
 
@@ -37,6 +39,132 @@ static void add_bias(float *out, const float *b, size_t N, int OUT) {
         for (int j = 0; j < OUT; j++)
             o[j] += b[j];
     }
+}
+
+/* ---- the local GEMMs, in the context's precision (layers.h, tp_lowp) ------------------- */
+
+/* Conversions on the pool: tasks of at least LIN_CVT floats, cut by size
+ * only (the bits do not depend on the cut). */
+#define LIN_CVT (1 << 16)
+typedef struct {
+    void *out;
+    const float *in;
+    size_t n, per;
+    int op; /* 0: fp32 -> bf16, 1: round to bf16 in place, 2: round to fp16 in place */
+} lin_cvt_job;
+
+static void lin_cvt_task(int i, void *arg) {
+    lin_cvt_job *j = arg;
+    size_t a = (size_t)i * j->per, n = j->n - a < j->per ? j->n - a : j->per;
+    if (j->op == 0)
+        nn_f32_to_bf16((mtc_bf16 *)j->out + a, j->in + a, n);
+    else if (j->op == 1)
+        nn_round_bf16((float *)j->out + a, n);
+    else
+        nn_round_f16((float *)j->out + a, n);
+}
+
+static void lin_cvt(const tp_ctx *tp, int op, void *out, const float *in, size_t n) {
+    int tasks = nn_pool_size(tp->pool);
+    size_t per = (n + (size_t)tasks - 1) / (size_t)tasks;
+    if (per < LIN_CVT) per = LIN_CVT;
+    lin_cvt_job j = {out, in, n, per, op};
+    nn_pool_run(tp->pool, (int)((n + per - 1) / per), lin_cvt_task, &j);
+}
+
+static const mtc_bf16 *lin_w16(const tp_lowp *q, const float *w) {
+    if (!w) return NULL;
+    MTC_ASSERT(w >= q->w32 && w < q->w32 + q->nw);
+    return q->w16 + (w - q->w32);
+}
+
+static void lin_round(const tp_ctx *tp, float *x, size_t n) {
+    lin_cvt(tp, tp->lowp->prec == TP_PREC_BF16 ? 1 : 2, x, x, n);
+}
+
+/* fp16: a rounded copy of x in buf (cap floats). */
+static const float *lin_f16_copy(const tp_ctx *tp, void *buf, const float *x, size_t n) {
+    MTC_ASSERT(n <= tp->lowp->cap);
+    memcpy(buf, x, n * sizeof(float));
+    lin_cvt(tp, 2, buf, buf, n);
+    return buf;
+}
+
+/* out (N, OUT) = x (N, IN) · wᵀ + b, rounded to the context's type when
+ * `round` (a partial sum that is still to be reduced stays fp32). */
+static mtc_result_t lin_forward_r(const tp_ctx *tp, float *out, const float *x, const float *w,
+                                  const float *b, int N, int IN, int OUT, int round) {
+    const tp_lowp *q = tp->lowp;
+    size_t nx = (size_t)N * IN;
+    if (!q || q->prec == TP_PREC_F32) {
+        nn_linear_forward(tp->pool, out, x, w, b, N, IN, OUT);
+        return MTC_OK;
+    }
+    if (q->prec == TP_PREC_BF16) {
+        MTC_ASSERT(nx <= 2 * q->cap);
+        lin_cvt(tp, 0, q->xa, x, nx);
+        MTC_CHECK(nn_linear_bf16_forward(tp->pool, q->lp, out, MTC_DTYPE_F32, q->xa, lin_w16(q, w),
+                                         lin_w16(q, b), N, IN, OUT));
+    } else {
+        nn_linear_forward(tp->pool, out, lin_f16_copy(tp, q->xa, x, nx), w, b, N, IN, OUT);
+    }
+    if (round) lin_round(tp, out, (size_t)N * OUT);
+    return MTC_OK;
+}
+
+static mtc_result_t lin_forward(const tp_ctx *tp, float *out, const float *x, const float *w,
+                                const float *b, int N, int IN, int OUT) {
+    return lin_forward_r(tp, out, x, w, b, N, IN, OUT, 1);
+}
+
+/* --bf16: the forward's activations travel as bf16 (mappings.h). */
+static int lin_wire_bf16(const tp_ctx *tp) { return tp->lowp && tp->lowp->prec == TP_PREC_BF16; }
+
+/* After a reduction: the sum rounded as the bf16 / fp16 tensor it is. */
+static void lin_round_out(const tp_ctx *tp, float *out, size_t n) {
+    if (tp->lowp && tp->lowp->prec != TP_PREC_F32) lin_round(tp, out, n);
+}
+
+/* nn_linear_backward in the context's precision: the gradient dout and the
+ * input x enter the GEMMs rounded, dinp comes out in fp32 and dw, db
+ * accumulate in fp32. dout_ready: the previous call converted this same
+ * dout already (the column-parallel wgrad after its dgrad). */
+static mtc_result_t lin_backward(const tp_ctx *tp, float *dinp, float *dw, float *db,
+                                 const float *dout, const float *x, const float *w, int N, int IN,
+                                 int OUT, int dout_ready) {
+    const tp_lowp *q = tp->lowp;
+    size_t nd = (size_t)N * OUT, nx = (size_t)N * IN;
+    if (!q || q->prec == TP_PREC_F32 || (!dinp && !dw)) { /* a bias alone: fp32 column sums */
+        nn_linear_backward(tp->pool, dinp, dw, db, dout, x, w, N, IN, OUT);
+        return MTC_OK;
+    }
+    if (q->prec == TP_PREC_BF16) {
+        MTC_ASSERT(nd <= 2 * q->cap && (!dw || nx <= 2 * q->cap));
+        if (!dout_ready) lin_cvt(tp, 0, q->xb, dout, nd);
+        if (dw) lin_cvt(tp, 0, q->xa, x, nx);
+        return nn_linear_bf16_backward(tp->pool, q->lp, dinp, MTC_DTYPE_F32, dw, db, q->xb,
+                                       dw ? q->xa : NULL, lin_w16(q, w), N, IN, OUT);
+    }
+    const float *g = dout_ready ? q->xb : lin_f16_copy(tp, q->xb, dout, nd);
+    nn_linear_backward(tp->pool, dinp, dw, db, g, dw ? lin_f16_copy(tp, q->xa, x, nx) : NULL, w, N,
+                       IN, OUT);
+    return MTC_OK;
+}
+
+mtc_result_t tp_linear_bf16_prepare(const tp_ctx *tp, int column, int B, int T, int IN, int OUT,
+                                    int has_bias) {
+    const tp_lowp *q = tp->lowp;
+    if (!q || q->prec != TP_PREC_BF16) return MTC_OK;
+    int p = tp_size(tp->comm), N = B * T;
+    int in = column ? IN : IN / p, out = column ? OUT / p : OUT;
+    int bias = has_bias && (column || p == 1); /* row-parallel adds its bias after the reduction */
+    /* forward, dgrad, wgrad: the three GEMMs of lin_forward / lin_backward */
+    MTC_CHECK(nn_lowp_gemm_prepare(q->lp, MTC_DTYPE_BF16, MTC_DTYPE_F32, 0, 1, N, out, in, 1.0f, in,
+                                   in, bias, 0.0f, out));
+    MTC_CHECK(nn_lowp_gemm_prepare(q->lp, MTC_DTYPE_BF16, MTC_DTYPE_F32, 0, 0, N, in, out, 1.0f,
+                                   out, in, 0, 0.0f, in));
+    return nn_lowp_gemm_prepare(q->lp, MTC_DTYPE_BF16, MTC_DTYPE_F32, 1, 0, out, in, N, 1.0f, out,
+                                in, 0, 1.0f, in);
 }
 
 /* ---- column-parallel ------------------------------------------------------------------ */
@@ -71,16 +199,17 @@ mtc_result_t tp_column_linear_forward(const tp_ctx *tp, float *out, float *in_to
         if (!in_total)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "column-parallel linear under sequence parallelism needs in_total");
-        /* comm: all-gather(tp) along T */
-        MTC_CHECK(tp_gather_from_seq_forward(in_total, in, scratch, B, T, IN, comm));
+        /* comm: all-gather(tp) along T (bf16 with --bf16) */
+        if (lin_wire_bf16(tp))
+            MTC_CHECK(
+                tp_seq_all_gather_bf16(in_total, in, tp->lowp->xa, tp->lowp->xb, B, T, IN, comm));
+        else
+            MTC_CHECK(tp_gather_from_seq_forward(in_total, in, scratch, B, T, IN, comm));
         x = in_total;
     } /* else copy_to_region: identity in forward */
-    if (!gather_output || p == 1) {
-        nn_linear_forward(tp->pool, out, x, w, b, N, IN, OUT_tp);
-        return MTC_OK;
-    }
+    if (!gather_output || p == 1) return lin_forward(tp, out, x, w, b, N, IN, OUT_tp);
     float *y = scratch; /* (N, OUT_tp) */
-    nn_linear_forward(tp->pool, y, x, w, b, N, IN, OUT_tp);
+    MTC_CHECK(lin_forward(tp, y, x, w, b, N, IN, OUT_tp));
     /* comm: all-gather(tp) of the output columns */
     return tp_gather_from_region_forward(out, y, scratch + (size_t)N * OUT_tp, N, OUT, comm);
 }
@@ -118,7 +247,7 @@ mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, 
     if (din) {
         /* dgrad (reads no input: the all-gather may still be writing it): no SP
          * straight into din, SP into the full-sequence buffer */
-        nn_linear_backward(tp->pool, sp ? dfull : din, NULL, NULL, g, NULL, w, N, IN, OUT_tp);
+        MTC_CHECK(lin_backward(tp, sp ? dfull : din, NULL, NULL, g, NULL, w, N, IN, OUT_tp, 0));
     }
     if (regather) MTC_CHECK(tp_seq_all_gather_finish(in_total, perm, B, T, IN, comm, &req));
     if (din) {
@@ -128,8 +257,11 @@ mtc_result_t tp_column_linear_backward(const tp_ctx *tp, float *din, float *dw, 
             MTC_CHECK(mtc_all_reduce_start(din, din, (size_t)N * IN, MTC_DTYPE_F32, MTC_OP_SUM,
                                            comm, &req));
     }
-    if (dw || db) nn_linear_backward(tp->pool, NULL, dw, db, g, x, w, N, IN, OUT_tp);
-    return mtc_request_wait(&req);
+    /* the dgrad above converted g already (nothing between touches it) */
+    mtc_result_t rc =
+        dw || db ? lin_backward(tp, NULL, dw, db, g, x, w, N, IN, OUT_tp, din != NULL) : MTC_OK;
+    mtc_result_t rw = mtc_request_wait(&req);
+    return rc != MTC_OK ? rc : rw;
 }
 
 /* ---- row-parallel ------------------------------------------------------------------------ */
@@ -166,10 +298,8 @@ mtc_result_t tp_row_linear_forward(const tp_ctx *tp, float *out, const float *in
     int p = tp_size(comm), sp = tp->sequence_parallel && p > 1;
     MTC_CHECK(row_check(tp, input_is_parallel, T, IN));
     int IN_tp = IN / p, N = B * T;
-    if (p == 1) { /* the serial layer: bias inside the GEMM, as nn does it */
-        nn_linear_forward(tp->pool, out, in, w, b, N, IN, OUT);
-        return MTC_OK;
-    }
+    if (p == 1) /* the serial layer: bias inside the GEMM, as nn does it */
+        return lin_forward(tp, out, in, w, b, N, IN, OUT);
     float *s = scratch;
     const float *x = in; /* (N, IN_tp) */
     if (!input_is_parallel) {
@@ -179,17 +309,21 @@ mtc_result_t tp_row_linear_forward(const tp_ctx *tp, float *out, const float *in
     }
     if (sp) {
         float *partial = s; /* (B, T, OUT) */
-        nn_linear_forward(tp->pool, partial, x, w, NULL, N, IN_tp, OUT);
-        /* comm: reduce-scatter(tp) along T */
+        MTC_CHECK(lin_forward_r(tp, partial, x, w, NULL, N, IN_tp, OUT, 0));
+        /* comm: reduce-scatter(tp) along T (fp32 partial sums even with --bf16:
+         * one rounding of the sum, as the serial GEMM's; Megatron's bf16
+         * reduction rounds each partial too) */
         MTC_CHECK(
             tp_reduce_scatter_to_seq_forward(out, partial, s + (size_t)N * OUT, B, T, OUT, comm));
         add_bias(out, b, (size_t)B * (T / p), OUT);
+        lin_round_out(tp, out, (size_t)B * (T / p) * OUT);
         return MTC_OK;
     }
-    nn_linear_forward(tp->pool, out, x, w, NULL, N, IN_tp, OUT);
-    /* comm: all-reduce(tp) (reduce_from_region) */
+    MTC_CHECK(lin_forward_r(tp, out, x, w, NULL, N, IN_tp, OUT, 0));
+    /* comm: all-reduce(tp) (reduce_from_region; fp32 partial sums, as above) */
     MTC_CHECK(tp_reduce_from_region_forward(out, out, (size_t)N * OUT, comm));
     add_bias(out, b, (size_t)N, OUT);
+    lin_round_out(tp, out, (size_t)N * OUT);
     return MTC_OK;
 }
 
@@ -221,7 +355,7 @@ mtc_result_t tp_row_linear_backward(const tp_ctx *tp, float *din, float *dw, flo
         dx = din ? s + (size_t)N * IN_tp : NULL;
         s += 2 * (size_t)N * IN_tp;
     }
-    nn_linear_backward(tp->pool, dx, dw, NULL, g, x, w, N, IN_tp, OUT);
+    MTC_CHECK(lin_backward(tp, dx, dw, NULL, g, x, w, N, IN_tp, OUT, 0));
     /* comm: all-gather(tp) of the input-gradient columns (scatter_to_region backward) */
     if (scatter && din) MTC_CHECK(tp_scatter_to_region_backward(din, dx, s, N, IN, comm));
     return MTC_OK;

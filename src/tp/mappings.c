@@ -13,6 +13,8 @@
 
 #include <string.h>
 
+#include "nn/lowp.h"
+
 static mtc_result_t check_div(int n, int tp, const char *what) {
     if (tp > 1 && n % tp != 0)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
@@ -259,4 +261,25 @@ mtc_result_t tp_reduce_scatter_to_seq_forward(float *out, const float *in, float
 mtc_result_t tp_reduce_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B,
                                                int T, int C, mtc_comm_t tp) {
     return tp_seq_all_gather(din, dout, scratch, B, T, C, tp);
+}
+
+/* ---- bf16 on the wire ------------------------------------------------------------------ */
+
+mtc_result_t tp_seq_all_gather_bf16(float *out, const float *in, mtc_bf16 *s1, mtc_bf16 *s2, int B,
+                                    int T, int C, mtc_comm_t tp) {
+    int p = tp_size(tp);
+    MTC_CHECK(check_div(T, p, "seq-length"));
+    size_t inner = (size_t)(T / p) * C, local = (size_t)B * inner;
+    if (p == 1) {
+        copy_if(out, in, local);
+        return MTC_OK;
+    }
+    nn_f32_to_bf16(s1, in, local);
+    MTC_CHECK(mtc_all_gather(s1, s2, local, MTC_DTYPE_BF16, tp));
+    /* s2 [tp][B][inner] -> out [B][tp][inner], widened on the way */
+    for (int r = 0; r < p; r++)
+        for (int b = 0; b < B; b++)
+            nn_bf16_to_f32(out + ((size_t)b * p + r) * inner, s2 + ((size_t)r * B + b) * inner,
+                           inner);
+    return MTC_OK;
 }

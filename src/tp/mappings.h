@@ -35,6 +35,7 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "core/dtype.h"
 #include "core/result.h"
 
 /* Size of a TP communicator (1 for NULL) and this rank's index in it. */
@@ -147,5 +148,13 @@ mtc_result_t tp_reduce_scatter_to_seq_forward(float *out, const float *in, float
 /* din (B, T, C), dout (B, T_tp, C).  comm: all-gather(tp) in backward */
 mtc_result_t tp_reduce_scatter_to_seq_backward(float *din, const float *dout, float *scratch, int B,
                                                int T, int C, mtc_comm_t tp);
+
+/* ---- the sequence all-gather with bf16 on the wire (--bf16) ----------------------------
+ * in holds bf16 values in fp32 storage: they travel as bf16 (half the
+ * bytes) and come back widened, exactly. Scratch s1 (B*T_tp*C) and s2
+ * (B*T*C) of mtc_bf16. out (B, T, C) <- in (B, T_tp, C).
+ * comm: all-gather(tp), bf16 */
+mtc_result_t tp_seq_all_gather_bf16(float *out, const float *in, mtc_bf16 *s1, mtc_bf16 *s2, int B,
+                                    int T, int C, mtc_comm_t tp);
 
 #endif

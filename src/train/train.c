@@ -20,6 +20,7 @@
 #include "core/trace.h"
 #include "dp/ddp.h"
 #include "grid/grid.h"
+#include "nn/lowp.h"
 #include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
@@ -33,6 +34,26 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
                          "data-parallel size 1 (use a multiple of %d)",
                          c->global_batch, c->micro_batch, c->micro_batch);
+    if (c->bf16 && c->fp16)
+        return mtc_error(E,
+                         "--bf16 and --fp16 were both given: choose one (Megatron refuses both)");
+    if (c->grad_reduce_in_bf16 && !c->bf16)
+        return mtc_error(E, "--grad-reduce-in-bf16 needs --bf16");
+    if (c->fp16 || c->bf16) { /* the scaler's own checks, before any work */
+        mtc_grad_scaler gs;
+        if (c->loss_scale != 0)
+            MTC_CHECK(mtc_grad_scaler_init_constant(&gs, c->loss_scale));
+        else if (c->fp16)
+            MTC_CHECK(mtc_grad_scaler_init_dynamic(
+                &gs, c->initial_loss_scale != 0 ? c->initial_loss_scale : MTC_LOSS_SCALE_INITIAL,
+                c->min_loss_scale != 0 ? c->min_loss_scale : MTC_LOSS_SCALE_MIN,
+                c->loss_scale_window != 0 ? c->loss_scale_window : MTC_LOSS_SCALE_WINDOW,
+                c->hysteresis != 0 ? c->hysteresis : MTC_LOSS_SCALE_HYSTERESIS));
+    }
+    if (c->bf16 && !nn_lowp_available())
+        return mtc_error(MTC_ERR_UNSUPPORTED,
+                         "--bf16 needs oneDNN and this mtc was built without it: install "
+                         "libdnnl-dev (scripts/deps.sh does) and re-run cmake");
     if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
     if (c->pp < 0) return mtc_error(E, "pipeline-model-parallel-size=%d must be >= 1", c->pp);
     if (c->ddp_bucket_size < 0)
@@ -261,6 +282,33 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             "activations %.2f\n",
             (double)mem.param_bytes / 1048576.0, (double)mem.grad_bytes / 1048576.0,
             (double)mem.optim_state_bytes / 1048576.0, (double)act / 1048576.0);
+    if (c->bf16 || c->fp16) {
+        /* what mixed precision adds on this rank, beside the lines above */
+        size_t copies = 0, scratch = 0;
+        long made = 0;
+        for (int k = 0; k < x->vpp; k++) {
+            const mtc_model *m = x->chunks[k].model;
+            copies += m->reg.total * (sizeof(float) + (m->params16 ? sizeof(mtc_bf16) : 0));
+            scratch += 2 * m->lowp.cap * sizeof(float);
+            long cr = 0, hits = 0;
+            if (m->lowp.lp) nn_lowp_stats(m->lowp.lp, &cr, &hits);
+            made += cr;
+        }
+        char gemm[160] = "fp32 GEMMs on fp16-rounded inputs";
+        if (c->bf16) {
+            char impl[96] = "";
+            if (x->chunks[0].model->lowp.lp)
+                nn_lowp_describe(x->chunks[0].model->lowp.lp, impl, sizeof impl);
+            snprintf(gemm, sizeof gemm, "bf16 GEMMs by %s, %ld primitives made at set-up", impl,
+                     made);
+        }
+        fprintf(out,
+                "> mixed precision: %s; %s; parameters and gradients above are the fp32 main "
+                "params and grads; compute copies %.2f MB, conversion scratch %.2f MB; "
+                "activations above are %s values in fp32 storage (Megatron's tensors: half)\n",
+                c->bf16 ? "bf16" : "fp16", gemm, (double)copies / 1048576.0,
+                (double)scratch / 1048576.0, c->bf16 ? "bf16" : "fp16");
+    }
     fprintf(out, "> model, optimizer state and data set up in %.2f s\n",
             (double)x->setup_ns * 1e-9);
     fprintf(out,
@@ -293,7 +341,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     x->iteration = x->start_iteration, x->consumed = consumed;
     double sum_loss = 0, sum_ms = 0, sum_lb = 0, sum_z = 0;
     train_moe_summary moe;
-    int n_logged = 0, skipped = 0, nan_iters = 0;
+    int n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
     uint64_t comm_at_log = train_comm_ns(x), loop_t0 = mtc_time_ns();
     for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
         train_obs_iteration(x, it);
@@ -307,10 +355,13 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         if (mtc_trace_recording(x->obs.trace))
             mtc_trace_span(x->obs.trace, MTC_TRACK_COMPUTE, step_name, "step", t0, mtc_time_ns(),
                            NULL);
+        int skipped_now = x->scaler_skipped; /* --fp16: inf/NaN grads, step skipped */
         if (isnan(loss)) nan_iters++;
+        if (out && c->loss_scales_out) c->loss_scales_out[it - 1] = x->loss_scale;
         /* Megatron's --check-for-nan-in-loss-and-grad (on by default): a
-         * non-finite loss or gradient stops the run before anything is saved */
-        if (!c->no_check_nan && (!isfinite(loss) || !isfinite(norm)))
+         * non-finite loss or gradient stops the run before anything is saved
+         * (the loss scaler's overflows excepted: those steps are skipped) */
+        if (!c->no_check_nan && (!isfinite(loss) || (!isfinite(norm) && !skipped_now)))
             return mtc_error(MTC_ERR_NUMERIC,
                              "found %s in the %s at iteration %lld (loss %g, grad norm %g): "
                              "stopping without saving (lower --lr, raise --clip-grad's effect, or "
@@ -320,13 +371,15 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         consumed += (uint64_t)c->global_batch;
         x->iteration = it, x->consumed = consumed;
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
-        sum_loss += loss, sum_ms += ms, n_logged++;
+        /* Megatron averages the loss over the advanced (not skipped) iterations */
+        if (!skipped_now) sum_loss += loss, n_advanced++;
+        sum_ms += ms, n_logged++;
         if (out && c->losses_out) c->losses_out[it - 1] = loss;
         if (out && c->grad_norms_out) c->grad_norms_out[it - 1] = norm;
 
         int log_now = it % c->log_interval == 0 || it == c->train_iters;
         int eval_now = do_eval && it % c->eval_interval == 0;
-        double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / n_logged;
+        double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / (n_advanced ? n_advanced : 1);
         double lr_now = mtc_lr_at(&c->lr, x->step);
         double tps = (double)c->global_batch * T / (avg_ms * 1e-3);
         double tflops = flops / (avg_ms * 1e-3 * 1e12 * world);
@@ -346,15 +399,22 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             time_t now = time(NULL);
             struct tm tmv;
             strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
-            fprintf(out,
-                    " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per "
-                    "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4g |%s tokens per "
-                    "second: %.1f | learning rate: %.6E | global batch size: %5d | lm loss: %.6E "
-                    "|%s loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
-                    "number of nan iterations: %3d |\n",
-                    stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
-                    avg_ms, tflops, mfu, tps, lr_now, c->global_batch, avg_loss, moe_fields, norm,
-                    skipped, nan_iters);
+            /* Megatron prints the scaler's scale after this step's update (1.0
+             * without one) and no grad norm for a step the scaler skipped */
+            char gn[48] = "", lm[48] = "";
+            if (!skipped_now) snprintf(gn, sizeof gn, " grad norm: %.3f |", norm);
+            /* and, as Megatron, no lm loss when every iteration since the
+             * last line was skipped (its average would be 0) */
+            if (n_advanced) snprintf(lm, sizeof lm, " lm loss: %.6E |", avg_loss);
+            fprintf(
+                out,
+                " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per "
+                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4g |%s tokens per "
+                "second: %.1f | learning rate: %.6E | global batch size: %5d |%s%s loss scale: "
+                "%.1f |%s number of skipped iterations: %3d | number of nan iterations: %3d |\n",
+                stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
+                avg_ms, tflops, mfu, tps, lr_now, c->global_batch, lm, moe_fields,
+                (double)x->loss_scale, gn, skipped, nan_iters);
             fflush(out);
         }
         if (log_now) MTC_CHECK(train_obs_log(x, out, n_logged));
@@ -365,12 +425,18 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         }
         if (metrics && (log_now || eval_now)) {
             fprintf(metrics, "{\"iteration\": %lld", (long long)it);
+            /* a skipped step has no grad norm (Megatron's None): JSON null */
+            char gnj[32] = "null";
+            if (!skipped_now && isfinite(norm)) snprintf(gnj, sizeof gnj, "%.9g", norm);
             if (log_now)
                 fprintf(metrics,
-                        ", \"lm_loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"elapsed_ms\": "
+                        ", \"lm_loss\": %.9g, \"grad_norm\": %s, \"lr\": %.9g, \"elapsed_ms\": "
                         "%.3f, \"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
-                        avg_loss, norm, lr_now, avg_ms, tps,
+                        avg_loss, gnj, lr_now, avg_ms, tps,
                         (double)(train_comm_ns(x) - comm_at_log) * 1e-6 / n_logged);
+            if (log_now && x->use_scaler)
+                fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_iterations\": %d",
+                        (double)x->loss_scale, skipped);
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
@@ -378,14 +444,25 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",
                     mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
+            if (c->bf16) { /* oneDNN primitives made so far: constant after set-up */
+                long made = 0;
+                for (int k = 0; k < x->vpp; k++) {
+                    long cr = 0, hits = 0;
+                    nn_lowp_stats(x->chunks[k].model->lowp.lp, &cr, &hits);
+                    made += cr;
+                }
+                fprintf(metrics, ", \"lowp_primitives\": %ld", made);
+            }
             fprintf(metrics, "}\n");
             if (fflush(metrics) != 0 || ferror(metrics))
                 return mtc_error(MTC_ERR_IO, "writing --metrics %s failed: %s", c->metrics_path,
                                  strerror(errno));
         }
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
-        if (log_now)
-            sum_loss = sum_ms = sum_lb = sum_z = 0, n_logged = 0, skipped = 0, nan_iters = 0;
+        if (log_now) {
+            sum_loss = sum_ms = sum_lb = sum_z = 0;
+            n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
+        }
         if (log_now) comm_at_log = train_comm_ns(x);
         /* an asynchronous save of an earlier iteration is committed once written */
         if (c->async_save) MTC_CHECK(train_ckpt_finalize(x, 0, out));
@@ -477,6 +554,10 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"num-distributed-optimizer-instances", c->num_distopt_instances},
         {"recompute-granularity full", c->recompute_full},
         {"recompute-num-layers", c->recompute_num_layers},
+        {"recompute-modules mlp", c->recompute_mlp},
+        {"bf16", c->bf16},
+        {"fp16", c->fp16},
+        {"grad-reduce-in-bf16", c->grad_reduce_in_bf16},
         {"data (tokens in the data set)", (double)data_tokens},
     };
     enum { NF = sizeof f / sizeof f[0] };

@@ -67,6 +67,7 @@ typedef struct {
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */
     int recompute_num_layers;  /* --recompute-num-layers */
+    int recompute_mlp;         /* --recompute-granularity selective --recompute-modules mlp */
     int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
                                   of num_layers/pp layers */
     int vpp;                   /* model chunks per pipeline rank (0/1 = not interleaved):
@@ -86,6 +87,16 @@ typedef struct {
     int num_distopt_instances;     /* --num-distributed-optimizer-instances (0 = 1) */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
+    /* ---- mixed precision (issue 17; docs/mixed-precision.md) ---- */
+    int bf16;                  /* --bf16: bf16 compute copies, fp32 main params and grads */
+    int fp16;                  /* --fp16: fp16-rounded compute copies, loss scaling */
+    int grad_reduce_in_bf16;   /* --grad-reduce-in-bf16: DP reductions in bf16 */
+    double loss_scale;         /* --loss-scale S: constant scale (0: dynamic with --fp16) */
+    double initial_loss_scale; /* --initial-loss-scale (0: 2^32) */
+    double min_loss_scale;     /* --min-loss-scale (0: 1) */
+    int loss_scale_window;     /* --loss-scale-window (0: 1000) */
+    int hysteresis;            /* --hysteresis (0: 2) */
+    float *loss_scales_out;    /* (train_iters) the loss scale each iteration ran with (tests) */
     /* ---- observability (issue 18; train/train_obs.c) ---- */
     const char *trace_path;     /* NULL = none: Chrome Trace Event JSON of every rank */
     int64_t profile_step_start; /* traced: iterations start < it <= end (Megatron's */

@@ -145,6 +145,14 @@ static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consum
     cJSON_AddNumberToObject(a, "adam_eps", c->adam.eps);
     cJSON_AddNumberToObject(a, "weight_decay", c->adam.weight_decay);
     cJSON_AddNumberToObject(a, "clip_grad", c->clip_grad);
+    cJSON_AddBoolToObject(a, "bf16", c->bf16);
+    cJSON_AddBoolToObject(a, "fp16", c->fp16);
+    if (x->use_scaler && x->scaler.dynamic) { /* Megatron's grad_scaler state_dict */
+        cJSON *gs = cJSON_AddObjectToObject(j, "grad_scaler");
+        cJSON_AddNumberToObject(gs, "scale", (double)x->scaler.scale);
+        cJSON_AddNumberToObject(gs, "growth_tracker", x->scaler.growth_tracker);
+        cJSON_AddNumberToObject(gs, "hysteresis_tracker", x->scaler.hysteresis_tracker);
+    }
     cJSON_AddNumberToObject(a, "hidden_dropout", c->model.hidden_dropout);
     cJSON_AddNumberToObject(a, "attention_dropout", c->model.attention_dropout);
     return j;
@@ -296,6 +304,25 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
     if (rc == MTC_OK && !c->finetune) {
         x->start_iteration = it, x->start_consumed = (uint64_t)consumed;
         x->step = step;
+    }
+    /* --fp16: the dynamic scaler goes on where it was (a checkpoint without
+     * one, e.g. from bf16 or fp32, leaves the --initial-loss-scale start) */
+    const cJSON *gs = cJSON_GetObjectItem(common, "grad_scaler");
+    if (rc == MTC_OK && with_optim && x->use_scaler && x->scaler.dynamic && cJSON_IsObject(gs)) {
+        const cJSON *sc = cJSON_GetObjectItem(gs, "scale"),
+                    *gt = cJSON_GetObjectItem(gs, "growth_tracker"),
+                    *ht = cJSON_GetObjectItem(gs, "hysteresis_tracker");
+        if (!cJSON_IsNumber(sc) || !(sc->valuedouble > 0) || !cJSON_IsNumber(gt) ||
+            !cJSON_IsNumber(ht))
+            rc =
+                mtc_error(MTC_ERR_FORMAT, "%s: grad_scaler needs a positive scale and two trackers",
+                          mtc_ckpt_dist_path(ck));
+        else {
+            x->scaler.scale = (float)sc->valuedouble;
+            x->scaler.growth_tracker = (int)gt->valuedouble;
+            x->scaler.hysteresis_tracker = (int)ht->valuedouble;
+            x->loss_scale = x->scaler.scale;
+        }
     }
     for (int k = 0; rc == MTC_OK && with_optim && k < x->vpp; k++) {
         if (x->chunks[k].dopt)

@@ -15,6 +15,7 @@
 #include "dp/ddp.h"
 #include "dp/distopt.h"
 #include "grid/grid.h"
+#include "optim/grad_scaler.h"
 #include "optim/optim.h"
 #include "pp/executor.h"
 #include "train/train.h"
@@ -99,6 +100,11 @@ typedef struct {
     struct train_ckpt_pending *ckpt_pending; /* --async-save: the save being written */
     mtc_progress progress; /* set-up, load and save phases on stderr (rank 0; off elsewhere) */
     train_obs obs;
+    /* --fp16's loss scaler (grad_scaler.h); loss_scale = its scale, 1 without */
+    int use_scaler;
+    mtc_grad_scaler scaler;
+    float loss_scale;
+    int scaler_skipped; /* the last step found inf/NaN gradients and was skipped */
 } train_rank;
 
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
@@ -115,6 +121,9 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
  * activation arena bytes (all chunks' in-flight slots). */
 size_t train_memory(const train_rank *x, mtc_dp_memory *mem);
 void train_teardown(train_rank *x);
+/* The --fp16 / --loss-scale scaler (use_scaler, loss_scale); the flags are
+ * checked by mtc_train_validate, so this only fails on internal misuse. */
+mtc_result_t train_scaler_init(train_rank *x);
 /* Collective over the world: the whole model's parameters in the serial
  * layout, on every rank. */
 mtc_result_t train_gather(train_rank *x, float *global);

@@ -81,7 +81,9 @@ static void train_obs_mb_span(train_rank *x, train_timer id, uint64_t t0, const 
 static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
     const mtc_train_config *c = x->cfg;
     const train_chunk *ch = &x->chunks[k];
-    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length);
+    /* --fp16: the loss is multiplied by the loss scale (a power of 2 with the
+     * dynamic scaler, so the product is exact) */
+    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length) * x->loss_scale;
     int last = mb == x->nmb - 1;
     mtc_model_pass pass = {
         .train = x->cur_train,
@@ -157,8 +159,9 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
         return mtc_error(MTC_ERR_INTERNAL, "backward of microbatch %d chunk %d before its forward",
                          mb, k);
     size_t at = (size_t)mb * B * T;
-    /* the mean over every token of the global batch (all CP ranks' rows) */
-    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length);
+    /* the mean over every token of the global batch (all CP ranks' rows),
+     * times the --fp16 loss scale */
+    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length) * x->loss_scale;
     if (output_grad) memcpy(mtc_model_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
     mtc_model_pass pass = train_pass(x, k, mb);
     MTC_CHECK(mtc_model_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
@@ -171,6 +174,8 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
 mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consumed, int train,
                                 int64_t it, double *loss_sum) {
     x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
+    for (int k = 0; k < x->vpp; k++) /* --bf16 / --fp16: copies from the params as they are now */
+        mtc_model_params_changed(x->chunks[k].model);
     uint64_t t_fb = mtc_time_ns();
     for (int m = 0; m < x->nmb; m++)
         MTC_CHECK(train_load_batch(x, split, consumed, m));

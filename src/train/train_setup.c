@@ -38,6 +38,7 @@ static mtc_ddp_config train_ddp_config(const train_rank *x, int k, const int *sh
                              c->ddp_bucket_size, x->dp_size, c->overlap_grad_reduce, x->pp_rank, k),
                          .pad_high_busbw = c->use_distributed_optimizer && c->pad_high_busbw,
                          .scale = MTC_DDP_GRAD_SUM,
+                         .grad_reduce_bf16 = c->grad_reduce_in_bf16,
                          .shared_embedding = c->use_distributed_optimizer ? shared : NULL};
     return dc;
 }
@@ -125,6 +126,10 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_layers = !c->recompute_full   ? 0
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
+                              .recompute_mlp = c->recompute_mlp,
+                              .precision = c->bf16   ? TP_PREC_BF16
+                                           : c->fp16 ? TP_PREC_FP16
+                                                     : TP_PREC_F32,
                               .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
@@ -229,6 +234,28 @@ static void train_init_progress(void *ctx, size_t done, size_t total) {
     mtc_progress_update(ip->p, (double)(ip->before + done), (double)ip->total);
 }
 
+/* Megatron's choice of scaler: --loss-scale S gives the constant one
+ * (with --fp16 or --bf16), --fp16 alone the dynamic one, bf16 and fp32
+ * none (loss scale 1). */
+mtc_result_t train_scaler_init(train_rank *x) {
+    const mtc_train_config *c = x->cfg;
+    x->loss_scale = 1.0f;
+    x->use_scaler = 0;
+    if ((c->fp16 || c->bf16) && c->loss_scale > 0)
+        MTC_CHECK(mtc_grad_scaler_init_constant(&x->scaler, c->loss_scale));
+    else if (c->fp16)
+        MTC_CHECK(mtc_grad_scaler_init_dynamic(
+            &x->scaler, c->initial_loss_scale > 0 ? c->initial_loss_scale : MTC_LOSS_SCALE_INITIAL,
+            c->min_loss_scale > 0 ? c->min_loss_scale : MTC_LOSS_SCALE_MIN,
+            c->loss_scale_window > 0 ? c->loss_scale_window : MTC_LOSS_SCALE_WINDOW,
+            c->hysteresis > 0 ? c->hysteresis : MTC_LOSS_SCALE_HYSTERESIS));
+    else
+        return MTC_OK;
+    x->use_scaler = 1;
+    x->loss_scale = x->scaler.scale;
+    return MTC_OK;
+}
+
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out) {
     const mtc_train_config *c = x->cfg;
     mtc_progress_begin(&x->progress, "building GPT model (parameters, gradients, optimizer state)");
@@ -272,6 +299,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->nmb = c->global_batch / (B * x->dp_size);
     x->world_rank = mtc_comm_rank(world);
     MTC_CHECK(nn_pool_create(threads, &x->pool));
+    MTC_CHECK(train_scaler_init(x));
     int P = x->pp_size;
     x->vpp = P > 1 && c->vpp > 1 ? c->vpp : 1;
     MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(train_chunk), (void **)&x->chunks));
@@ -292,6 +320,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     if (P > 1) {
         pp_executor_config ec = {.schedule = sc, .count = x->msg_count};
         MTC_CHECK(pp_executor_init(&x->ex, &ec, x->pipe, NULL));
+        if (c->bf16) MTC_CHECK(pp_executor_set_activations_bf16(x->ex));
     }
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * x->T_cp * sizeof(int), (void **)&x->tokens));

@@ -83,10 +83,10 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
 /* AdamW with clipping folded in, on every chunk: the whole buffer, or the
  * owned shard followed by the param all-gather (left running with
  * --overlap-param-gather until the next forward needs the params). */
-static mtc_result_t train_optimizer_step(train_rank *x, double norm) {
+static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unscale) {
     const mtc_train_config *c = x->cfg;
     float lr = (float)mtc_lr_at(&c->lr, x->step);
-    float clip = mtc_grad_clip_coeff(norm, c->clip_grad);
+    float clip = mtc_grad_clip_coeff(norm, c->clip_grad) * unscale;
     /* Megatron's weight-decay increment (constant: --weight-decay throughout) */
     mtc_adamw_config adam = c->adam;
     adam.weight_decay = (float)mtc_wd_at(&c->lr, x->step, c->adam.weight_decay);
@@ -121,12 +121,31 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     *loss = loss_sum / ((double)c->global_batch * c->model.seq_length);
     uint64_t t_opt = mtc_time_ns();
     MTC_CHECK(train_grad_norm(x, norm));
+    float unscale = 1.0f;
+    x->scaler_skipped = 0;
+    if (x->use_scaler) {
+        /* Megatron's fp16 optimizer: unscale the main grads (folded into the
+         * update, the norm scaled the same way), found_inf from the norm
+         * summed over every group that holds gradients, the scaler updated,
+         * then the step skipped when found_inf. */
+        int found_inf = !isfinite(*norm);
+        unscale = mtc_grad_scaler_inv_scale(&x->scaler);
+        mtc_grad_scaler_update(&x->scaler, found_inf);
+        x->loss_scale = x->scaler.scale;
+        if (found_inf) {
+            (*skipped)++;
+            x->scaler_skipped = 1;
+            train_obs_span(x, TRAIN_T_OPTIMIZER, t_opt, NULL, NULL);
+            return MTC_OK;
+        }
+        *norm *= unscale;
+    }
     if (!isfinite(*norm)) { /* Megatron skips the update of a non-finite gradient */
         (*skipped)++;
         train_obs_span(x, TRAIN_T_OPTIMIZER, t_opt, NULL, NULL);
         return MTC_OK;
     }
-    MTC_CHECK(train_optimizer_step(x, *norm));
+    MTC_CHECK(train_optimizer_step(x, *norm, unscale));
     train_obs_span(x, TRAIN_T_OPTIMIZER, t_opt, NULL, NULL);
     return MTC_OK;
 }

@@ -37,7 +37,7 @@ GPT3="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --
  --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
  --data-path $D/my_text_document --vocab-file $V/vocab.json --merge-file $V/merges.txt --split 949,50,1
  --log-interval 5 --save-interval 10 --eval-interval 10 --save $D/g3 --load $D/g3 --eval-iters 2 --tensorboard-dir $D/tb"
-MISSING_GPT3="--step-batch-size-schedule --fp16"
+MISSING_GPT3="--step-batch-size-schedule"
 # examples/llama/train_llama3_8b_h100_fp8.sh (mock-data branch), shrunk; fp8 flags are in its fp8 branch only
 LLAMA="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --group-query-attention --num-query-groups 2
  --kv-channels 16 --seq-length 64 --max-position-embeddings 64 --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0
@@ -51,7 +51,7 @@ LLAMA="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 
  --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1 --log-interval 5 --eval-iters 4 --eval-interval 10
  --save-interval 10 --log-throughput --profile --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist
  --distributed-timeout-minutes 60 --save $D/ll --load $D/ll --tensorboard-dir $D/tb"
-MISSING_LLAMA="--apply-layernorm-1p --decoupled-lr --decoupled-min-lr --bf16 --grad-reduce-in-bf16 --calculate-per-token-loss"
+MISSING_LLAMA="--apply-layernorm-1p --decoupled-lr --decoupled-min-lr --calculate-per-token-loss"
 
 # without FLAG and its value (if the next word is not a flag)
 drop() { echo " $1 " | tr '\n' ' ' | sed -E "s/ $2( [^-][^ ]*)? / /"; }
