@@ -545,7 +545,9 @@ int cli_cmd_tokenize(int argc, char **argv) {
             goto out;
         }
         if ((rc = data_tok_init_char(all.s, all.n, &tok)) != MTC_OK) {
-            st = cli_fail("tokenize", rc);
+            st = rc == MTC_ERR_INVALID_ARGUMENT
+                     ? cli_usage_error("tokenize", "%s", mtc_error_detail())
+                     : cli_fail("tokenize", rc);
             goto out;
         }
     } else if ((st = tok_open_or_fail("tokenize", &o, &tok)) >= 0) {
