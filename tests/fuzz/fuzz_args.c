@@ -3,7 +3,7 @@
  * compute (mtc ranks, schedule, layout, plan) through their real entry
  * points (src/cli, main() renamed). Input = the words of a command line,
  * one per line; the first picks the command ("args" = the parser alone).
- * Commands run in fuzz_dir() with stdout in a file there; a word holding
+ * Commands run in fuzz_dir() with stdout in a file there; an input holding
  * '/' is skipped (an output option must not reach outside the folder), and
  * plan is given a built-in machine (measuring this host is not fuzzing). */
 #include <fcntl.h>
@@ -44,8 +44,9 @@ static void parse_alone(int argc, char **argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int out_fd = -1;
     if (out_fd < 0) {
-        if (chdir(fuzz_dir())) abort();
-        out_fd = open("stdout.txt", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/stdout.txt", fuzz_dir());
+        out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (out_fd < 0) abort();
         fflush(stdout);
         dup2(out_fd, 1);
@@ -59,6 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (char *w = strtok(text, "\n"); w && argc < MAX_WORDS; w = strtok(NULL, "\n"))
         argv[argc++] = w;
     argv[argc] = NULL;
+    /* relative output paths land in the private folder; libFuzzer reads its
+     * corpus by relative paths, so the working folder is restored after */
+    int cwd = open(".", O_RDONLY | O_DIRECTORY);
+    if (cwd < 0 || chdir(fuzz_dir())) abort();
     if (argc > 0) {
         const char *cmd = argv[0];
         int n = argc - 1;
@@ -77,6 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else
             parse_alone(argc, argv);
     }
+    if (fchdir(cwd)) abort();
+    close(cwd);
     fflush(stdout);
     if (ftruncate(1, 0) == 0) lseek(1, 0, SEEK_SET);
     free(text);

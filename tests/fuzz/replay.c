@@ -6,8 +6,7 @@
  * MTC_FUZZ_VERBOSE=1 prints each input's last error detail (a seed the
  * reader refuses covers little). Exit status 1 also when an argument
  * names nothing or holds no input, so a corpus that went missing is a
- * failure, not a pass. Paths are made absolute first: a target may change
- * the working folder (fuzz_args.c). */
+ * failure, not a pass. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
