@@ -105,8 +105,12 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
     if (!cJSON_IsNumber(x))                                                                        \
         return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration lacks %s", path, #f);        \
     if (!cfg_number_fits(x->valuedouble, (__typeof__(c->f))0.5 == 0))                              \
-        return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration's %s=%g is out of range",    \
-                         path, #f, x->valuedouble);                                                \
+        return mtc_error(MTC_ERR_FORMAT,                                                           \
+                         "%s: the model configuration holds %s=%g, which is not %s (a "            \
+                         "corrupted checkpoint)",                                                  \
+                         path, #f, x->valuedouble,                                                 \
+                         (__typeof__(c->f))0.5 == 0 ? "an integer in int range"                    \
+                                                    : "a finite float");                           \
     c->f = (__typeof__(c->f))x->valuedouble;
     CFG_INTS(GET)
     CFG_FLOATS(GET)
