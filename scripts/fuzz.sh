@@ -61,4 +61,4 @@ if [ -n "$failed" ]; then
     echo "mtc fuzz: FAILED:$failed (inputs in $B/artifacts/, logs in $B/fuzz-<target>.log)" >&2
     exit 1
 fi
-echo "mtc fuzz: no crash, leak, hang or sanitizer report in$(echo " $TARGETS" | wc -w) targets x ${SECS}s"
+echo "mtc fuzz: no crash, leak, hang or sanitizer report in $(echo $TARGETS | wc -w) targets x ${SECS}s"

@@ -116,7 +116,8 @@ static mtc_result_t shm_split_exchange(comm_backend *be, comm_group *g, const in
 
 mtc_result_t shm_member_small(comm_group *g, int me, char **out) {
     shm_member *m = &g->m[me];
-    if (!m->small) MTC_CHECK(mtc_mem_alloc_big(2 * SHM_SMALL, 1, (void **)&m->small));
+    /* not prefaulted: a member of a large group touches only what it stages */
+    if (!m->small) MTC_CHECK(mtc_mem_alloc_big(2 * SHM_SMALL, 0, (void **)&m->small));
     *out = m->small;
     return MTC_OK;
 }
