@@ -133,8 +133,9 @@ static mtc_result_t r_env_algo(mtc_comm_t w, void *p) {
  * than the 64 members below which sleep slices do not back off: the last
  * rank enters a ring all-gather (point-to-point waits) while all others
  * wait in the direct all-reduce's phase sync, which that rank never
- * reaches. Only the call board can tell, and every rank must get the
- * mismatch naming the last rank's call (not a timeout). */
+ * reaches. Only the call board can tell (whichever side reads it first),
+ * and every rank must get the mismatch naming the last rank's call, not a
+ * timeout. */
 #define BIG_GROUP 150
 static mtc_result_t r_big_mismatch(mtc_comm_t w, void *p) {
     (void)p;
