@@ -329,8 +329,8 @@ mtc_result_t shm_wait(comm_group *g, int me, shm_event *ev, shm_cond_fn cond, vo
  * phase costs O(n) in all. A slot serves target t until one of t + 8, t +
  * 16, ... claims it, and nobody can still arrive at t by then (direct
  * collectives keep members within one epoch, 4 targets, of each other).
- * Should a signal ever be missed, waiters still see the condition within a
- * sleep slice: this is about speed, never about correctness. */
+ * Should the count ever stall, waiters still read every member's counter
+ * on every 64th check (all_arrived), slow but correct. */
 #define SHM_DONE_SLOTS 8u
 #define SHM_DONE_BITS 24
 #define SHM_DONE_MASK ((1ull << SHM_DONE_BITS) - 1)
