@@ -7,7 +7,7 @@ ifeq ($(CI),true)
 CMAKE_ARGS += -DMTC_WERROR=ON
 endif
 
-.PHONY: all build deps test run sanitize test-asan test-tsan bench clean format check-format check-standalone
+.PHONY: all build deps test run sanitize test-asan test-tsan fuzz bench clean format check-format check-standalone
 
 all: build
 
@@ -38,8 +38,15 @@ test-tsan: deps
 
 sanitize: test-asan test-tsan
 
+# libFuzzer targets of tests/fuzz (clang, ASan+UBSan), FUZZ_SECONDS each (60)
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+fuzz:
+	@sh scripts/deps.sh fuzz
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) sh scripts/fuzz.sh
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan *.cmake.log
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz *.cmake.log
 
 format:
 	git ls-files '*.c' '*.h' | xargs clang-format -i

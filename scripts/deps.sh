@@ -1,9 +1,11 @@
 #!/bin/sh
 # Install the Debian packages mtc needs, if any are missing.
+# `deps.sh fuzz` adds what `make fuzz` needs (clang and its libFuzzer runtime).
 # As root (or with passwordless sudo) it runs apt-get; otherwise it prints the
 # exact command to run and exits 1, changing nothing.
 set -e
 PKGS="cmake make gcc pkg-config git clang-format libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin libdnnl-dev fortunes iproute2"
+[ "$1" = fuzz ] && PKGS="$PKGS clang libclang-rt-dev"
 # for bench/ only (not needed to build or test): python3-torch libtcmalloc-minimal4
 missing=""
 for p in $PKGS; do

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt/state.h"
+#include "core/outfile.h"
 
 static int ckpt_is_dir(const char *path) {
     struct stat st;
@@ -159,8 +160,8 @@ static mtc_result_t ckpt_header(FILE *f, const char *path, mtc_ckpt_info *info, 
 
 mtc_result_t mtc_ckpt_read_info(const char *path, mtc_ckpt_info *info) {
     if (ckpt_is_dir(path)) return mtc_ckpt_dist_read_info(path, info);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    FILE *f;
+    MTC_CHECK(mtc_infile_open(path, &f));
     int count;
     size_t total;
     mtc_result_t rc = ckpt_header(f, path, info, &count, &total);
@@ -181,8 +182,8 @@ mtc_result_t mtc_ckpt_load(mtc_model *m, const char *path, mtc_ckpt_info *info) 
         MTC_CHECK(mtc_ckpt_dist_read_info(path, info));
         return mtc_ckpt_dist_load_model(m, path);
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    FILE *f;
+    MTC_CHECK(mtc_infile_open(path, &f));
     mtc_result_t rc;
     int count;
     size_t total;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ckpt/dist_internal.h"
+#include "core/outfile.h"
 
 /* ---- CRC-32C ------------------------------------------------------------ */
 
@@ -291,8 +292,8 @@ mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int 
 
 static mtc_result_t read_small_file(const char *path, char **out, size_t *len) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    FILE *f;
+    MTC_CHECK(mtc_infile_open(path, &f));
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);

@@ -8,6 +8,9 @@
 #include "ckpt/hf.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,9 +185,27 @@ static double jnum(const cJSON *j, const char *key, double dflt) {
     return cJSON_IsNumber(x) ? x->valuedouble : dflt;
 }
 
+/* config.json numbers for int and float fields: a value the field cannot
+ * hold (3e13 layers, 1e400, 2.5 heads) names itself in *bad (the first one)
+ * and reads as 0, instead of an undefined conversion. */
+static int jint(const cJSON *j, const char **bad, const char *key, double dflt) {
+    double v = jnum(j, key, dflt);
+    if (v >= INT_MIN && v <= INT_MAX && v == floor(v)) return (int)v;
+    if (!*bad) *bad = key;
+    return 0;
+}
+
+static float jflt(const cJSON *j, const char **bad, const char *key, double dflt) {
+    double v = jnum(j, key, dflt);
+    if (isfinite(v) && fabs(v) <= FLT_MAX) return (float)v;
+    if (!*bad) *bad = key;
+    return 0;
+}
+
 static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, int divisible,
                                     mtc_model_config *c) {
     memset(c, 0, sizeof *c);
+    const char *bad = NULL; /* the first number that does not fit its field */
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(j, "model_type"));
     const mtc_result_t F = MTC_ERR_FORMAT;
     if (!type) return mtc_error(F, "%s has no model_type", path);
@@ -195,11 +216,11 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
                              "%s: activation_function %s (mtc's GPT-2 uses the tanh GELU, "
                              "gelu_new)",
                              path, act);
-        c->num_layers = (int)jnum(j, "n_layer", 0), c->hidden_size = (int)jnum(j, "n_embd", 0);
-        c->num_heads = (int)jnum(j, "n_head", 0);
-        c->ffn_hidden_size = (int)jnum(j, "n_inner", 4.0 * c->hidden_size);
-        c->max_position_embeddings = (int)jnum(j, "n_positions", 1024);
-        c->norm_epsilon = (float)jnum(j, "layer_norm_epsilon", 1e-5);
+        c->num_layers = jint(j, &bad, "n_layer", 0), c->hidden_size = jint(j, &bad, "n_embd", 0);
+        c->num_heads = jint(j, &bad, "n_head", 0);
+        c->ffn_hidden_size = jint(j, &bad, "n_inner", 4.0 * c->hidden_size);
+        c->max_position_embeddings = jint(j, &bad, "n_positions", 1024);
+        c->norm_epsilon = jflt(j, &bad, "layer_norm_epsilon", 1e-5);
         c->rotary_base = 10000, c->rotary_percent = 1.0f; /* unused: mtc train's defaults */
     } else if (!strcmp(type, "llama")) {
         if (cJSON_IsTrue(cJSON_GetObjectItem(j, "attention_bias")) ||
@@ -208,17 +229,17 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
             return mtc_error(MTC_ERR_UNSUPPORTED,
                              "%s: attention_bias, mlp_bias or rope_scaling are not supported",
                              path);
-        c->num_layers = (int)jnum(j, "num_hidden_layers", 0);
-        c->hidden_size = (int)jnum(j, "hidden_size", 0);
-        c->num_heads = (int)jnum(j, "num_attention_heads", 0);
-        c->num_query_groups = (int)jnum(j, "num_key_value_heads", c->num_heads);
+        c->num_layers = jint(j, &bad, "num_hidden_layers", 0);
+        c->hidden_size = jint(j, &bad, "hidden_size", 0);
+        c->num_heads = jint(j, &bad, "num_attention_heads", 0);
+        c->num_query_groups = jint(j, &bad, "num_key_value_heads", c->num_heads);
         if (c->num_query_groups == c->num_heads) c->num_query_groups = 0;
-        int hd = (int)jnum(j, "head_dim", c->num_heads ? c->hidden_size / c->num_heads : 0);
-        c->kv_channels = c->num_heads && hd != c->hidden_size / c->num_heads ? hd : 0;
-        c->ffn_hidden_size = (int)jnum(j, "intermediate_size", 0);
-        c->max_position_embeddings = (int)jnum(j, "max_position_embeddings", 2048);
-        c->norm_epsilon = (float)jnum(j, "rms_norm_eps", 1e-6);
-        c->rotary_base = (float)jnum(j, "rope_theta", 10000);
+        int hd = jint(j, &bad, "head_dim", c->num_heads > 0 ? c->hidden_size / c->num_heads : 0);
+        c->kv_channels = c->num_heads > 0 && hd != c->hidden_size / c->num_heads ? hd : 0;
+        c->ffn_hidden_size = jint(j, &bad, "intermediate_size", 0);
+        c->max_position_embeddings = jint(j, &bad, "max_position_embeddings", 2048);
+        c->norm_epsilon = jflt(j, &bad, "rms_norm_eps", 1e-6);
+        c->rotary_base = jflt(j, &bad, "rope_theta", 10000);
         c->rotary_percent = 1.0f;
         c->normalization = MTC_NORM_RMSNORM, c->position_embedding = MTC_POS_ROPE;
         c->swiglu = 1, c->disable_bias_linear = 1;
@@ -227,8 +248,11 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
         return mtc_error(MTC_ERR_UNSUPPORTED, "%s: model_type %s (mtc imports gpt2 and llama)",
                          path, type);
     }
-    c->vocab_size = (int)jnum(j, "vocab_size", 0);
-    c->init_std = (float)jnum(j, "initializer_range", 0.02);
+    c->vocab_size = jint(j, &bad, "vocab_size", 0);
+    c->init_std = jflt(j, &bad, "initializer_range", 0.02);
+    if (bad)
+        return mtc_error(F, "%s: %s is not a number its field can hold (a corrupted config.json?)",
+                         path, bad);
     int T = seq > 0 ? seq : c->max_position_embeddings < 1024 ? c->max_position_embeddings : 1024;
     c->seq_length = T;
     if (c->vocab_size < 1) return mtc_error(F, "%s: vocab_size missing", path);

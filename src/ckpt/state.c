@@ -2,6 +2,9 @@
  * as JSON, and loading a serial model; see state.h. */
 #include "ckpt/state.h"
 
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +89,14 @@ cJSON *mtc_ckpt_config_json(const mtc_model_config *c) {
     return j;
 }
 
+/* A stored number converts to its field without undefined behaviour: an
+ * integer in int range, or a finite float. */
+static int cfg_number_fits(double v, int integer) {
+    if (!isfinite(v)) return 0;
+    if (integer) return v >= INT_MIN && v <= INT_MAX && v == floor(v);
+    return fabs(v) <= FLT_MAX;
+}
+
 mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_config *c) {
     memset(c, 0, sizeof *c);
     const cJSON *x;
@@ -93,6 +104,13 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
     x = cJSON_GetObjectItem(j, #f);                                                                \
     if (!cJSON_IsNumber(x))                                                                        \
         return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration lacks %s", path, #f);        \
+    if (!cfg_number_fits(x->valuedouble, (__typeof__(c->f))0.5 == 0))                              \
+        return mtc_error(MTC_ERR_FORMAT,                                                           \
+                         "%s: the model configuration holds %s=%g, which is not %s (a "            \
+                         "corrupted checkpoint)",                                                  \
+                         path, #f, x->valuedouble,                                                 \
+                         (__typeof__(c->f))0.5 == 0 ? "an integer in int range"                    \
+                                                    : "a finite float");                           \
     c->f = (__typeof__(c->f))x->valuedouble;
     CFG_INTS(GET)
     CFG_FLOATS(GET)

@@ -53,9 +53,10 @@ static int series_add(plot_series *s, double x, double y) {
 
 /* 0, or an exit status after the one-line error. */
 static int plot_read(plot_run *r) {
-    FILE *f = fopen(r->path, "r");
-    if (!f)
-        return cli_usage_error("plot", "cannot read %s (give metrics files of mtc train)", r->path);
+    FILE *f;
+    if (mtc_infile_open(r->path, &f) != MTC_OK)
+        return cli_usage_error("plot", "cannot read %s: %s (give metrics files of mtc train)",
+                               r->path, mtc_error_detail());
     char line[1 << 16];
     int lineno = 0, points = 0;
     while (fgets(line, sizeof line, f)) {

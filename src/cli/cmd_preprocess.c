@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "core/outfile.h"
 #include "core/timer.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
@@ -268,9 +269,9 @@ int cli_cmd_preprocess(int argc, char **argv) {
     if (stat(input, &sb) == 0 && S_ISDIR(sb.st_mode))
         return cli_usage_error("preprocess", "--input %s is a folder; give one JSON-lines file",
                                input);
-    FILE *in = fopen(input, "rb");
-    if (!in)
-        return cli_usage_error("preprocess", "--input %s: cannot open: %s", input, strerror(errno));
+    FILE *in;
+    if (mtc_infile_open(input, &in) != MTC_OK)
+        return cli_usage_error("preprocess", "--input: %s", mtc_error_detail());
     data_tok *tok = NULL;
     if ((st = tok_open_or_fail("preprocess", &o, &tok)) >= 0) {
         fclose(in);
@@ -301,7 +302,7 @@ int cli_cmd_preprocess(int argc, char **argv) {
         char name[4096];
         snprintf(name, sizeof name, "%s_%s_document", prefix, keys[i]);
         rc = data_indexed_builder_init(name, code, &builders[i]);
-        if (rc == MTC_ERR_IO) {
+        if (rc == MTC_ERR_IO || rc == MTC_ERR_INVALID_ARGUMENT) {
             status = cli_usage_error("preprocess", "--output-prefix: %s", mtc_error_detail());
             goto out;
         }
@@ -519,9 +520,9 @@ int cli_cmd_tokenize(int argc, char **argv) {
     if (!o.type && !tok_string)
         return cli_usage_error("tokenize", "--tokenizer-type is required (one of %s)",
                                data_tok_type_names());
-    FILE *in = input ? fopen(input, "rb") : stdin;
-    if (!in)
-        return cli_usage_error("tokenize", "--input %s: cannot open: %s", input, strerror(errno));
+    FILE *in = stdin;
+    if (input && mtc_infile_open(input, &in) != MTC_OK)
+        return cli_usage_error("tokenize", "--input: %s", mtc_error_detail());
     data_tok_text all = {0}, text = {0}, form = {0};
     data_tok_ids ids = {0};
     data_tok *tok = NULL;
@@ -545,7 +546,9 @@ int cli_cmd_tokenize(int argc, char **argv) {
             goto out;
         }
         if ((rc = data_tok_init_char(all.s, all.n, &tok)) != MTC_OK) {
-            st = cli_fail("tokenize", rc);
+            st = rc == MTC_ERR_INVALID_ARGUMENT
+                     ? cli_usage_error("tokenize", "%s", mtc_error_detail())
+                     : cli_fail("tokenize", rc);
             goto out;
         }
     } else if ((st = tok_open_or_fail("tokenize", &o, &tok)) >= 0) {

@@ -124,6 +124,11 @@ typedef struct comm_backend_ops {
                                  const int *members, int n, int my_index, const comm_call *call,
                                  comm_group **out);
     void (*group_free)(comm_backend *be, comm_group *g);
+    /* Optional: comm_split's exchange. Every member of g passes its (color,
+     * key) and gets all members' pairs in member order (all: 2 * size ints),
+     * in time linear in the group size. NULL: comm.c runs an all-gather. */
+    mtc_result_t (*split_exchange)(comm_backend *be, comm_group *g, const int mine[2], int *all,
+                                   const comm_call *call);
 
     /* -- point-to-point (blocking) -- */
     mtc_result_t (*send)(comm_backend *be, comm_group *g, int peer, uint32_t tag, const void *buf,

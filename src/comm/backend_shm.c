@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/algo.h"
 #include "comm/shm.h"
@@ -27,11 +28,13 @@ static int shm_node_of(const comm_backend *be, int world_rank) {
 
 static mtc_result_t group_alloc(shm_world *w, const int *members, int n, comm_group **out) {
     *out = NULL;
+    if (n >= 1 << 24) /* shm_wait.c counts arrivals in 24 bits */
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "a group of %d rank-threads is too large", n);
     comm_group *g = calloc(1, sizeof *g);
-    int *mem = malloc((size_t)n * sizeof *mem);
+    int *mem = malloc((size_t)n * sizeof *mem), *ck = malloc(2 * (size_t)n * sizeof *ck);
     shm_member *m = aligned_alloc(64, ((size_t)n * sizeof *m + 63) & ~(size_t)63);
-    if (!g || !mem || !m) {
-        free(g), free(mem), free(m);
+    if (!g || !mem || !m || !ck) {
+        free(g), free(mem), free(m), free(ck);
         return mtc_error(MTC_ERR_OUT_OF_MEMORY, "cannot allocate a group of %d ranks", n);
     }
     memset(m, 0, (size_t)n * sizeof *m);
@@ -42,6 +45,7 @@ static mtc_result_t group_alloc(shm_world *w, const int *members, int n, comm_gr
     g->n = n;
     g->members = mem;
     g->m = m;
+    g->split_ck = ck;
     g->id = atomic_fetch_add(&w->next_id, 1);
     atomic_store(&g->refs, n);
     *out = g;
@@ -54,6 +58,7 @@ static void group_destroy(comm_group *g) {
         mtc_mem_free_big(g->m[i].small, 2 * SHM_SMALL);
     }
     free(g->m);
+    free(g->split_ck);
     free(g->members);
     free(g);
 }
@@ -75,7 +80,6 @@ static mtc_result_t shm_group_create(comm_backend *be, comm_group *parent, int c
     (void)color, (void)key;
     shm_world *w = be->ctx;
     int me = call->rank;
-    uint64_t e = ++parent->m[me].epoch;
     mtc_result_t rc = MTC_OK;
     *out = NULL;
     if (my_index == 0) {
@@ -83,8 +87,7 @@ static mtc_result_t shm_group_create(comm_backend *be, comm_group *parent, int c
         rc = group_alloc(w, members, n, &g);
         atomic_store(&parent->m[me].xchg, rc == MTC_OK ? g : NULL);
     }
-    shm_arrive(parent, me, e, 0);
-    MTC_CHECK(shm_wait_all(parent, me, e, 0, call));
+    MTC_CHECK(shm_sync_all(parent, me, call));
     if (my_index >= 0) {
         int leader = index_of(parent, members[0]);
         *out = atomic_load(&parent->m[leader].xchg);
@@ -92,14 +95,29 @@ static mtc_result_t shm_group_create(comm_backend *be, comm_group *parent, int c
             rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "rank %d could not allocate the new group",
                            leader);
     }
-    shm_arrive(parent, me, e, 1);
-    mtc_result_t rc2 = shm_wait_all(parent, me, e, 1, call);
+    mtc_result_t rc2 = shm_sync_all(parent, me, call);
     return rc != MTC_OK ? rc : rc2;
+}
+
+/* Each member leaves (color, key) in the parent's dense array; after one
+ * sync every member copies the whole array (sequential reads: one slot per
+ * member 640 bytes apart made this a cache miss per member and rank). The
+ * array is not rewritten before every member has read it: the next write
+ * comes after group_create's syncs. */
+static mtc_result_t shm_split_exchange(comm_backend *be, comm_group *g, const int mine[2], int *all,
+                                       const comm_call *call) {
+    (void)be;
+    int me = call->rank;
+    g->split_ck[2 * me] = mine[0], g->split_ck[2 * me + 1] = mine[1];
+    MTC_CHECK(shm_sync_all(g, me, call));
+    memcpy(all, g->split_ck, 2 * (size_t)g->n * sizeof *all);
+    return MTC_OK;
 }
 
 mtc_result_t shm_member_small(comm_group *g, int me, char **out) {
     shm_member *m = &g->m[me];
-    if (!m->small) MTC_CHECK(mtc_mem_alloc_big(2 * SHM_SMALL, 1, (void **)&m->small));
+    /* not prefaulted: a member of a large group touches only what it stages */
+    if (!m->small) MTC_CHECK(mtc_mem_alloc_big(2 * SHM_SMALL, 0, (void **)&m->small));
     *out = m->small;
     return MTC_OK;
 }
@@ -267,6 +285,7 @@ static const comm_backend_ops shm_ops = {
     .name = "shm",
     .group_create = shm_group_create,
     .group_free = shm_group_free,
+    .split_exchange = shm_split_exchange,
     .send = shm_send,
     .recv = shm_recv,
     .sendrecv = shm_sendrecv,
@@ -290,6 +309,10 @@ mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed
      * ranks against 70-220 us for spin-then-sleep alone. */
     w->spin_iters = oversubscribed ? 16 : 4000;
     w->yield_iters = oversubscribed ? 50 : 0;
+    /* Far more rank-threads than cores (1024 on 2: 0.4 s less set-up with
+     * no yields), a yield mostly hands the core to another waiter. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && n > 32 * cores) w->yield_iters = 0;
     /* tuning knobs for measurements (not a user interface) */
     const char *e;
     if ((e = getenv("MTC_SHM_SPIN"))) w->spin_iters = atoi(e);

@@ -233,7 +233,10 @@ static mtc_result_t split_body(mtc_comm_t parent, int color, int key, const char
                  .recvbuf = all,
                  .count = 2,
                  .dtype = MTC_DTYPE_I32};
-    mtc_result_t rc = comm_op_run(parent, &g);
+    mtc_result_t rc =
+        parent->be->ops->split_exchange
+            ? parent->be->ops->split_exchange(parent->be, parent->group, mine, all, call)
+            : comm_op_run(parent, &g);
     int n = 0, my_index = -1;
     if (rc == MTC_OK && color >= 0) {
         /* members of my color ordered by (key, parent rank): insertion sort */

@@ -82,8 +82,10 @@ typedef struct {
     shm_pub pub[2];
     char *small;      /* owner-allocated, 2 x SHM_SMALL bytes, fixed */
     shm_line line[2]; /* tiny collectives, by epoch parity */
-    /* split exchange: the new group this member leads, read by its members */
+    /* split exchange: the new group this member leads, read by its members,
+     * and the set-up syncs it has passed */
     _Atomic(struct comm_group *) xchg;
+    uint64_t syncs; /* owner-only */
 } __attribute__((aligned(64))) shm_member;
 
 /* Bytes a member can stage in its `small` block per collective. */
@@ -95,7 +97,12 @@ struct comm_group {
     int *members; /* world ranks */
     uint32_t id;
     _Atomic int refs;
-    shm_event ev;          /* rung on every direct phase */
+    shm_event ev;            /* rung when a phase completes (shm_arrive) and on direct lines */
+    _Atomic uint64_t synced; /* shm_sync_all arrivals so far */
+    /* per arrival target (mod SHM_DONE_SLOTS): target << SHM_DONE_BITS | how
+     * many members from index 0 up are known to have arrived there */
+    _Atomic uint64_t done[8];
+    int *split_ck;         /* (color, key) of every member, 2n, dense: read whole by each */
     _Atomic int err_state; /* 0 none, 1 being written, 2 set */
     mtc_result_t err_rc;
     char err_msg[1024];
@@ -146,6 +153,13 @@ mtc_result_t shm_group_fail(comm_group *g, mtc_result_t rc, const char *msg);
 void shm_arrive(comm_group *g, int me, uint64_t epoch, int phase);
 /* Wait until every member has arrived at (epoch, phase) or later. */
 mtc_result_t shm_wait_all(comm_group *g, int me, uint64_t epoch, int phase, const comm_call *call);
+/* A barrier over every member for group set-up (split, create): one shared
+ * counter, and only the last arriver rings the group event, so its cost is
+ * linear in the group size (shm_arrive wakes every sleeper on every
+ * arrival, quadratic over a barrier of thousands of rank-threads). Every
+ * member calls it the same number of times; after an error the group is not
+ * used again. */
+mtc_result_t shm_sync_all(comm_group *g, int me, const comm_call *call);
 /* Wait until member `who` has arrived at (epoch, phase) or later. */
 mtc_result_t shm_wait_one(comm_group *g, int me, int who, uint64_t epoch, int phase,
                           const comm_call *call);

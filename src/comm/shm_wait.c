@@ -3,7 +3,8 @@
  *
  * A wait spins briefly (a few microseconds; shorter and with yields when
  * there are more rank-threads than cores, where spinning starves the peer
- * we wait for), then sleeps on a futex in slices of SHM_SLICE_MS. Between
+ * we wait for), then sleeps on a futex in slices of SHM_SLICE_NS (longer in
+ * groups of more than 64, see shm_wait). Between
  * slices it checks, in this order: the world abort flag (MTC_ERR_REMOTE),
  * the group's sticky error, the call board for a peer that entered the same
  * sequence number with another signature (MTC_ERR_INVALID_USAGE naming both
@@ -27,6 +28,7 @@
 #include "core/timer.h"
 
 #define SHM_SLICE_NS (20ull * 1000 * 1000)
+#define SHM_SLICE_MAX_NS (1000ull * 1000 * 1000)
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -138,10 +140,18 @@ mtc_result_t shm_mismatch(comm_group *g, int a, const comm_call *ca, int b, cons
     return shm_group_fail(g, MTC_ERR_INVALID_USAGE, msg);
 }
 
-static mtc_result_t board_check(comm_group *g, int me, const comm_call *call) {
+/* Checks the next SHM_BOARD_SCAN members from *cursor on (wrapping), so a
+ * wake-up costs O(1) whatever the group size: in a group of thousands of
+ * rank-threads a full scan on every wake made set-up quadratic. A mismatch
+ * is still found within n / SHM_BOARD_SCAN wake-ups or slices. */
+#define SHM_BOARD_SCAN 64
+static mtc_result_t board_check(comm_group *g, int me, const comm_call *call, int *cursor) {
     if (!call || call->seq == 0) return MTC_OK;
     comm_call peer;
-    for (int p = 0; p < g->n; p++) {
+    int n = g->n < SHM_BOARD_SCAN ? g->n : SHM_BOARD_SCAN;
+    for (int i = 0; i < n; i++) {
+        int p = *cursor;
+        *cursor = p + 1 < g->n ? p + 1 : 0;
         if (p == me || atomic_load(&g->m[p].entered) < call->seq) continue;
         if (board_read(g, p, call->seq, &peer) && !comm_call_same(&peer, call))
             return shm_mismatch(g, me, call, p, &peer);
@@ -272,10 +282,19 @@ mtc_result_t shm_wait(comm_group *g, int me, shm_event *ev, shm_cond_fn cond, vo
     comm_wait_rec *rec = call ? &w->waits[g->members[me]] : NULL;
     comm_wait_begin(rec, call, who >= 0 ? g->members[who] : -1);
     mtc_result_t rc = MTC_OK;
+    int cursor = 0;
+    /* Sleepers wake every slice to look for aborts, mismatches and the
+     * deadline. In a large group that polling is itself the load (thousands
+     * of sleepers waking 50 times a second while the rank they wait for
+     * needs the CPU), so there the slice backs off, doubling up to 20 ms per
+     * 64 members (at most 1 s); groups of up to 64 keep 20 ms. */
+    uint64_t cur = SHM_SLICE_NS, cap = SHM_SLICE_NS * (uint64_t)((g->n + 63) / 64);
+    if (cap > SHM_SLICE_MAX_NS) cap = SHM_SLICE_MAX_NS;
     for (;;) {
         if ((rc = shm_check_health(g, me)) != MTC_OK) break;
-        if ((rc = board_check(g, me, call)) != MTC_OK) break;
-        uint64_t now = mtc_time_ns(), slice = SHM_SLICE_NS;
+        if ((rc = board_check(g, me, call, &cursor)) != MTC_OK) break;
+        uint64_t now = mtc_time_ns(), slice = cur;
+        cur = cur * 2 < cap ? cur * 2 : cap;
         if (call && call->deadline_ns) {
             if (now >= call->deadline_ns) {
                 if (cond(arg)) break;
@@ -301,19 +320,78 @@ mtc_result_t shm_wait(comm_group *g, int me, shm_event *ev, shm_cond_fn cond, vo
 
 /* ---- phase syncs on the member arrival counters --------------------------- */
 
+/* Ringing the group event on every arrival woke every sleeping member on
+ * every arrival: p^2 wake-ups per phase, which made set-up of thousands of
+ * rank-threads take minutes. Instead the members share, per target, a count
+ * of the members from index 0 up known to have arrived there (or later);
+ * each arrival advances it as far as it can, and only the arrival that
+ * takes it to n rings the event, once. The count only moves forward, so a
+ * phase costs O(n) in all. A slot serves target t until one of t + 8, t +
+ * 16, ... claims it, and nobody can still arrive at t by then (direct
+ * collectives keep members within one epoch, 4 targets, of each other).
+ * Should the count ever stall, waiters still read every member's counter
+ * on every 64th check (all_arrived), slow but correct. */
+#define SHM_DONE_SLOTS 8u
+#define SHM_DONE_BITS 24
+#define SHM_DONE_MASK ((1ull << SHM_DONE_BITS) - 1)
+
+static void done_advance(comm_group *g, _Atomic uint64_t *slot, uint64_t target) {
+    uint64_t v = atomic_load_explicit(slot, memory_order_acquire);
+    for (;;) {
+        uint64_t t = v >> SHM_DONE_BITS, c = v & SHM_DONE_MASK;
+        if (t > target) return; /* a later target owns the slot */
+        if (t < target) {       /* claim it, counting from member 0 */
+            atomic_compare_exchange_weak_explicit(slot, &v, target << SHM_DONE_BITS,
+                                                  memory_order_acq_rel, memory_order_acquire);
+            continue;
+        }
+        if (c >= (uint64_t)g->n) return;
+        /* seq_cst, as the arrival's store: of two members arriving at once,
+         * at least one sees the other (no store-buffer reordering) */
+        if (atomic_load_explicit(&g->m[c].arrive, memory_order_seq_cst) < target) return;
+        if (atomic_compare_exchange_weak_explicit(slot, &v, v + 1, memory_order_acq_rel,
+                                                  memory_order_acquire) &&
+            c + 1 == (uint64_t)g->n) {
+            shm_event_signal(&g->ev);
+            return;
+        }
+    }
+}
+
 void shm_arrive(comm_group *g, int me, uint64_t epoch, int phase) {
-    atomic_store(&g->m[me].arrive, epoch * 4 + (uint64_t)phase);
-    shm_event_signal(&g->ev);
+    uint64_t target = epoch * 4 + (uint64_t)phase;
+    atomic_store(&g->m[me].arrive, target);
+    shm_event_signal(&g->m[me].bell); /* shm_wait_one waits on it */
+    /* my arrival counts for my target and for every earlier one still open */
+    for (unsigned s = 0; s < SHM_DONE_SLOTS; s++) {
+        _Atomic uint64_t *slot = &g->done[s];
+        uint64_t t = atomic_load_explicit(slot, memory_order_acquire) >> SHM_DONE_BITS;
+        if (target % SHM_DONE_SLOTS == s)
+            done_advance(g, slot, target);
+        else if (t && t < target)
+            done_advance(g, slot, t);
+    }
 }
 
 typedef struct {
     comm_group *g;
     uint64_t target;
-    int next; /* members below this index have arrived */
+    int next;       /* members below this index have arrived */
+    unsigned polls; /* all_arrived calls */
 } all_arg;
 
 static int all_arrived(void *arg) {
     all_arg *a = arg;
+    /* the target's slot answers in O(1): complete, or taken by a later
+     * target (everyone is past this one). Reading every member's counter on
+     * every check was a cache miss per member: quadratic over a phase. The
+     * full scan stays as a rare fallback (see shm_arrive). */
+    uint64_t v =
+        atomic_load_explicit(&a->g->done[a->target % SHM_DONE_SLOTS], memory_order_acquire);
+    if ((v >> SHM_DONE_BITS) > a->target ||
+        ((v >> SHM_DONE_BITS) == a->target && (v & SHM_DONE_MASK) >= (uint64_t)a->g->n))
+        return 1;
+    if (++a->polls % 64) return 0;
     for (; a->next < a->g->n; a->next++)
         if (atomic_load_explicit(&a->g->m[a->next].arrive, memory_order_acquire) < a->target)
             return 0;
@@ -321,8 +399,27 @@ static int all_arrived(void *arg) {
 }
 
 mtc_result_t shm_wait_all(comm_group *g, int me, uint64_t epoch, int phase, const comm_call *call) {
-    all_arg a = {g, epoch * 4 + (uint64_t)phase, 0};
+    all_arg a = {g, epoch * 4 + (uint64_t)phase, 0, 0};
     return shm_wait(g, me, &g->ev, all_arrived, &a, call, -1);
+}
+
+typedef struct {
+    comm_group *g;
+    uint64_t target;
+} sync_arg;
+
+static int synced(void *arg) {
+    sync_arg *a = arg;
+    return atomic_load_explicit(&a->g->synced, memory_order_acquire) >= a->target;
+}
+
+mtc_result_t shm_sync_all(comm_group *g, int me, const comm_call *call) {
+    /* round k completes at k * n arrivals: nobody arrives for round k + 1
+     * before every member has arrived for round k */
+    sync_arg a = {g, ++g->m[me].syncs * (uint64_t)g->n};
+    if (atomic_fetch_add_explicit(&g->synced, 1, memory_order_acq_rel) + 1 == a.target)
+        shm_event_signal(&g->ev);
+    return shm_wait(g, me, &g->ev, synced, &a, call, -1);
 }
 
 static int one_arrived(void *arg) {
@@ -332,8 +429,8 @@ static int one_arrived(void *arg) {
 
 mtc_result_t shm_wait_one(comm_group *g, int me, int who, uint64_t epoch, int phase,
                           const comm_call *call) {
-    all_arg a = {g, epoch * 4 + (uint64_t)phase, who};
-    return shm_wait(g, me, &g->ev, one_arrived, &a, call, who);
+    all_arg a = {g, epoch * 4 + (uint64_t)phase, who, 0};
+    return shm_wait(g, me, &g->m[who].bell, one_arrived, &a, call, who);
 }
 
 mtc_result_t shm_check_pub(comm_group *g, int me, int who, uint64_t epoch, const comm_call *call) {

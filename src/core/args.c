@@ -60,7 +60,10 @@ static int parse_i64(const char *s, int64_t *out) {
             d *= 1e6, end++;
         else if (*end == 'G')
             d *= 1e9, end++;
-        if (*end || d != (double)(long long)d) return -1;
+        /* range first: converting a double outside long long is undefined */
+        if (*end || !(d >= -9223372036854775808.0 && d < 9223372036854775808.0) ||
+            d != (double)(long long)d)
+            return -1;
         v = (long long)d;
     }
     *out = v;

@@ -19,6 +19,32 @@ static const char *kind_of(mode_t m) {
                          : "not a regular file";
 }
 
+mtc_result_t mtc_infile_open(const char *path, FILE **out) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s is %s, not a regular file (pass a file)",
+                         path, kind_of(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    FILE *f = fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(e));
+    }
+    *out = f;
+    return MTC_OK;
+}
+
 /* dir (cap) = the folder of path ("." when none). */
 static void dir_of(const char *path, char *dir, size_t cap) {
     const char *slash = strrchr(path, '/');

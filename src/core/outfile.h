@@ -38,4 +38,12 @@ mtc_result_t mtc_outfile_open(mtc_outfile *o, const char *path, const char *what
 mtc_result_t mtc_outfile_commit(mtc_outfile *o);
 void mtc_outfile_abort(mtc_outfile *o);
 
+/* Inputs: fopen(path, "rb") that never blocks on what it opens. The open is
+ * non-blocking (a FIFO's open waits for a writer forever) and anything but
+ * a regular file is refused (a FIFO, device - /dev/zero never ends -,
+ * socket or directory): MTC_ERR_INVALID_ARGUMENT "PATH is a FIFO, not a
+ * regular file (pass a file)"; a failed open is MTC_ERR_IO "cannot open
+ * PATH: <reason>". The FILE reads blocking as usual. */
+mtc_result_t mtc_infile_open(const char *path, FILE **out);
+
 #endif

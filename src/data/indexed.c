@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/outfile.h"
 #include "data/data.h"
 #include "data/stream.h"
 
@@ -353,8 +354,19 @@ mtc_result_t data_indexed_builder_init(const char *prefix, int dtype_code,
         goto fail;
     }
     b->code = dtype_code;
-    b->bin = cat2(prefix, ".bin"), b->idx = cat2(prefix, ".idx");
-    b->tmp_bin = cat2(prefix, ".bin.tmp"), b->tmp_idx = cat2(prefix, ".idx.tmp");
+    /* the outputs may be new or regular files, or symlinks written through;
+     * a FIFO, device or directory there is refused before any work */
+    char *want_bin = cat2(prefix, ".bin"), *want_idx = cat2(prefix, ".idx");
+    char real_bin[MTC_PATH_MAX], real_idx[MTC_PATH_MAX];
+    if (want_bin && want_idx) {
+        rc = mtc_outfile_check(want_bin, "output", real_bin, sizeof real_bin);
+        if (rc == MTC_OK) rc = mtc_outfile_check(want_idx, "output", real_idx, sizeof real_idx);
+        if (rc == MTC_OK) b->bin = cat2(real_bin, ""), b->idx = cat2(real_idx, "");
+    }
+    free(want_bin), free(want_idx);
+    if (rc != MTC_OK) goto fail;
+    if (b->bin) b->tmp_bin = cat2(b->bin, ".tmp");
+    if (b->idx) b->tmp_idx = cat2(b->idx, ".tmp");
     if (!b->bin || !b->idx || !b->tmp_bin || !b->tmp_idx ||
         grow((void **)&b->docs, &b->cap_docs, 1, sizeof *b->docs)) {
         rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing %s", prefix);

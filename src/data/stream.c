@@ -185,7 +185,8 @@ mtc_result_t data_stream_check_ids(const data_stream *st, int vocab_size, int64_
 
 mtc_result_t data_file_map(const char *path, void **map, size_t *len) {
     *map = NULL, *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* non-blocking: the open of a FIFO would wait for a writer */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return mtc_error(MTC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -215,13 +216,19 @@ void data_file_unmap(void *map, size_t len) {
 
 mtc_result_t data_file_read(const char *path, unsigned char **buf, size_t *len) {
     *buf = NULL, *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* non-blocking open, regular files only: a FIFO's open would wait for a
+     * writer, a device such as /dev/zero would read forever */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return mtc_error(MTC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     mtc_result_t rc = MTC_OK;
     unsigned char *p = NULL;
     if (fstat(fd, &sb) != 0) {
         rc = mtc_error(MTC_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        rc = mtc_error(MTC_ERR_IO, "%s: not a regular file", path);
         goto out;
     }
     size_t want = (size_t)sb.st_size, got = 0;

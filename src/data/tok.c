@@ -167,6 +167,12 @@ static mtc_result_t char_from_points(uint32_t *cps, size_t n, data_tok **out) {
 
 mtc_result_t data_tok_init_char(const char *text, size_t n, data_tok **out) {
     *out = NULL;
+    /* an empty vocabulary could be neither used nor stored (its text form
+     * would not read back) */
+    if (n == 0)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "the text is empty: CharLevelTokenizer takes its vocabulary from the "
+                         "text (give a non-empty corpus)");
     /* a bitmap over code points and raw bytes, then the set bits in order */
     size_t nbits = DATA_UNICODE_RAW_BASE + 256;
     uint64_t *seen = calloc((nbits + 63) / 64, sizeof *seen);
@@ -354,7 +360,7 @@ static mtc_result_t parse_char_form(const char *s, int utf8, data_tok **out) {
     if (!cps) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading a tokenizer");
     mtc_result_t rc = MTC_OK;
     const char *p = s;
-    while (*p && rc == MTC_OK) {
+    while (rc == MTC_OK && *p) {
         char *end;
         errno = 0;
         unsigned long v;
@@ -368,7 +374,7 @@ static mtc_result_t parse_char_form(const char *s, int utf8, data_tok **out) {
             v = strtoul(two, &end, 16);
             if (!isxdigit((unsigned char)two[0]) || !isxdigit((unsigned char)two[1]))
                 rc = MTC_ERR_FORMAT;
-            p += 2;
+            p += p[1] ? 2 : 1; /* an odd digit count must not step over the NUL */
         }
         if (rc == MTC_OK && k > 0 && v <= cps[k - 1]) rc = MTC_ERR_FORMAT; /* strictly ascending */
         if (rc == MTC_OK) cps[k++] = (uint32_t)v;

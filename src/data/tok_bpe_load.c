@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "data/stream.h"
+#include "core/outfile.h"
 #include "data/tok_bpe.h"
 #include "data/unicode.h"
 
@@ -401,8 +402,8 @@ static int config_eos(const tok_bpe *m, const char *path) {
     unsigned char *buf = NULL;
     size_t len = 0;
     int id = -1;
-    FILE *probe = fopen(cfg_path, "rb");
-    if (probe) {
+    FILE *probe = NULL;
+    if (mtc_infile_open(cfg_path, &probe) == MTC_OK) {
         fclose(probe);
         if (data_file_read(cfg_path, &buf, &len) == MTC_OK) {
             cJSON *cfg = cJSON_ParseWithLength((const char *)buf, len);

@@ -80,7 +80,8 @@ const char *data_tok_type_names(void);
  * data_tok_init_char on the corpus. */
 mtc_result_t data_tok_open(const data_tok_opts *opts, data_tok **out);
 /* The char tokenizer of a corpus (every distinct code point, sorted; a byte
- * that is not valid UTF-8 is a symbol of its own, so any bytes round-trip). */
+ * that is not valid UTF-8 is a symbol of its own, so any bytes round-trip).
+ * An empty text is MTC_ERR_INVALID_ARGUMENT. */
 mtc_result_t data_tok_init_char(const char *text, size_t n, data_tok **out);
 void data_tok_free(data_tok *tok);
 

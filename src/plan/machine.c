@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "plan/plan.h"
+#include "core/outfile.h"
 
 extern const char mtc_plan_machines_json[];
 
@@ -76,8 +77,8 @@ mtc_result_t mtc_plan_machine_parse(const char *json, const char *origin, mtc_pl
 }
 
 static mtc_result_t read_text(const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mtc_error(MTC_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    FILE *f;
+    MTC_CHECK(mtc_infile_open(path, &f));
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);

@@ -98,7 +98,7 @@ refused "a wrong byte count" "tensor transformer.h.0.ln_2.bias has a piece outsi
 fresh; edit 't["transformer.h.0.ln_2.bias"]["pieces"][0]["file"] = "../x"'
 refused "a path in a file name" "tensor transformer.h.0.ln_2.bias has a piece in a bad file name"
 fresh; edit 'm["common"]["model"]["num_layers"] = 2.5'
-refused "a bad configuration" "metadata.json was saved with num-layers"
+refused "a bad configuration" "num_layers=2.5, which is not an integer"
 fresh; edit 'm["format"] = "other"'
 refused "another format" "is not an mtc checkpoint index"
 exit $fail

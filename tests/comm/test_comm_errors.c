@@ -4,7 +4,8 @@
  * group; a rank that skips a collective makes the others time out with a
  * report naming it; a failing rank aborts the others with REMOTE and launch
  * returns its error; forcing an algorithm that cannot run is refused with
- * the valid choices; bad MTC_COMM_ALGO specs are refused. */
+ * the valid choices; bad MTC_COMM_ALGO specs are refused; a mismatch that
+ * only the call board shows is found in a group of 150. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -128,6 +129,35 @@ static mtc_result_t r_env_algo(mtc_comm_t w, void *p) {
     return MTC_OK;
 }
 
+/* A group larger than the board scan window (64 members per wake-up) and
+ * than the 64 members below which sleep slices do not back off: the last
+ * rank enters a ring all-gather (point-to-point waits) while all others
+ * wait in the direct all-reduce's phase sync, which that rank never
+ * reaches. Only the call board can tell (whichever side reads it first),
+ * and every rank must get the mismatch naming the last rank's call, not a
+ * timeout. */
+#define BIG_GROUP 150
+static mtc_result_t r_big_mismatch(mtc_comm_t w, void *p) {
+    (void)p;
+    int r = mtc_comm_rank(w);
+    MTC_CHECK(mtc_barrier(w)); /* thread start-up with the default timeout */
+    mtc_comm_set_timeout(w, 60);
+    float x[64] = {0}, *y = calloc(64 * BIG_GROUP, sizeof *y);
+    mtc_result_t rc;
+    if (r == BIG_GROUP - 1) {
+        mtc_comm_set_algo(w, MTC_COLL_ALL_GATHER, MTC_ALGO_RING);
+        rc = mtc_all_gather(x, y, 64, MTC_DTYPE_F32, w);
+    } else {
+        mtc_comm_set_algo(w, MTC_COLL_ALL_REDUCE, MTC_ALGO_DIRECT);
+        rc = mtc_all_reduce(x, y, 64, MTC_DTYPE_F32, MTC_OP_SUM, w);
+    }
+    const char *d = mtc_error_detail();
+    T_CHECKF(rc == MTC_ERR_INVALID_USAGE, "rank %d got %s: %s", r, mtc_result_name(rc), d);
+    T_CHECKF(strstr(d, "rank 149 called all_gather(count=64, f32)"), "rank %d detail: %s", r, d);
+    free(y);
+    return MTC_OK;
+}
+
 static mtc_result_t r_nothing(mtc_comm_t w, void *p) {
     (void)w, (void)p;
     return MTC_OK;
@@ -145,6 +175,9 @@ int main(void) {
     }
     o.world_size = 3;
     T_CHECK(mtc_launch(&o, r_timeout, NULL) == MTC_OK);
+    o.world_size = BIG_GROUP;
+    T_CHECK(mtc_launch(&o, r_big_mismatch, NULL) == MTC_OK);
+    o.world_size = 3; /* r_abort keeps one time per rank */
 
     double elapsed[3] = {0};
     o.timeout_s = 60;

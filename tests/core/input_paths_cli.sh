@@ -1,0 +1,69 @@
+#!/bin/sh
+# tests/core/input_paths_cli.sh - inputs that are FIFOs or devices are
+# refused at once with exit status 2 (a FIFO's open would wait for a writer
+# forever, /dev/zero would read forever), and `mtc preprocess` outputs
+# follow the output-path rules (a FIFO, device or directory there is
+# refused before any work; a symlink to a file is written through). Every
+# case runs under `timeout`: a hang fails the test instead of stalling it.
+set -u
+MTC=${MTC:-build/mtc}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+mkfifo "$D/fifo"
+echo '{"text": "hello world"}' >"$D/in.jsonl"
+echo "hello" >"$D/in.txt"
+
+# refused NAME PATTERN ARGS...: exit 2 within 20 s, stderr matching PATTERN, the FIFO kept
+refused() {
+    name=$1 pat=$2; shift 2
+    timeout 20 "$MTC" "$@" </dev/null >"$D/out" 2>"$D/err"; st=$?
+    if [ $st -eq 124 ]; then bad "$name: hung (killed after 20 s)"; return; fi
+    if [ $st -ne 2 ] || ! grep -q -- "$pat" "$D/err" || [ ! -p "$D/fifo" ]; then
+        bad "$name: status $st"; cat "$D/err"; return; fi
+    ok "$name: $(tail -1 "$D/err")"
+}
+F="is a FIFO, not a regular file"
+refused "generate --load FIFO" "$F" generate --load "$D/fifo" --prompt 1
+refused "generate --load /dev/zero" "is a character device, not a regular file" generate --load /dev/zero --prompt 1
+refused "export --load FIFO" "$F" export --load "$D/fifo" --format safetensors --out "$D/hf"
+refused "tokenize --input FIFO" "$F" tokenize --tokenizer-type ByteLevelTokenizer --input "$D/fifo"
+refused "tokenize --vocab-file FIFO" "vocab-file" tokenize --tokenizer-type GPT2BPETokenizer \
+    --vocab-file "$D/fifo" --merge-file "$D/fifo" --input "$D/in.txt"
+refused "tokenize --tokenizer-model FIFO" "tokenizer-model" tokenize --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model "$D/fifo" --input "$D/in.txt"
+refused "preprocess --input FIFO" "$F" preprocess --input "$D/fifo" --output-prefix "$D/p" \
+    --tokenizer-type ByteLevelTokenizer
+refused "plot of a FIFO" "$F" plot "$D/fifo" --svg "$D/x.svg"
+refused "plan --machine FIFO" "$F" plan --world-size 8 --machine "$D/fifo"
+
+# preprocess outputs: PREFIX_text_document.{bin,idx}
+P="$D/out_text_document"
+mv "$D/fifo" "$P.bin"
+timeout 20 "$MTC" preprocess --input "$D/in.jsonl" --output-prefix "$D/out" --tokenizer-type ByteLevelTokenizer \
+    >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && [ -p "$P.bin" ] && [ ! -e "$P.idx" ] && grep -q "is a FIFO, not a file mtc may replace" "$D/err" &&
+    ok "preprocess output onto a FIFO refused, FIFO kept" || { bad "preprocess FIFO output (status $st)"; cat "$D/err"; }
+rm -f "$P.bin"
+ln -s /dev/null "$P.idx"
+timeout 20 "$MTC" preprocess --input "$D/in.jsonl" --output-prefix "$D/out" --tokenizer-type ByteLevelTokenizer \
+    >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && [ -L "$P.idx" ] && [ -c /dev/null ] && grep -q "character device" "$D/err" &&
+    ok "preprocess output through a symlink to a device refused, link kept" || { bad "preprocess device link (status $st)"; cat "$D/err"; }
+rm -f "$P.idx"
+mkdir "$P.bin"
+timeout 20 "$MTC" preprocess --input "$D/in.jsonl" --output-prefix "$D/out" --tokenizer-type ByteLevelTokenizer \
+    >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && [ -d "$P.bin" ] && grep -q "is a directory" "$D/err" &&
+    ok "preprocess output onto a directory refused before work" || { bad "preprocess dir output (status $st)"; cat "$D/err"; }
+rmdir "$P.bin"
+: >"$D/real.idx"
+ln -s "$D/real.idx" "$P.idx"
+timeout 20 "$MTC" preprocess --input "$D/in.jsonl" --output-prefix "$D/out" --tokenizer-type ByteLevelTokenizer \
+    >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 0 ] && [ -L "$P.idx" ] && [ -s "$D/real.idx" ] && [ -s "$P.bin" ] &&
+    ok "preprocess output through a symlink writes its target, keeps the link" || { bad "preprocess symlink (status $st)"; cat "$D/err"; }
+[ -z "$(ls -A "$D" | grep '\.tmp')" ] && ok "no temporary files left" || bad "temporary files left: $(ls -A "$D")"
+exit $fail
