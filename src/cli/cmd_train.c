@@ -149,6 +149,8 @@ int cli_cmd_train(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, maxpos = 0, mbs = 4, gbs = 0, vocab = 0;
     int64_t iters = 100, warmup = 0, decay = 0;
     double lr = 1e-3, min_lr = 0, wd = 0.01, clip = 1.0, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    double decoupled_lr = -1, decoupled_min_lr = -1;
+    int per_token_loss = 0;
     double hdrop = 0.1, adrop = 0.1;
     int64_t seed = 1234;
     int eval_interval = 1000, eval_iters = 100, log_interval = 100, world = 1, divisible = 128;
@@ -189,7 +191,7 @@ int cli_cmd_train(int argc, char **argv) {
     const char *noop_s[3] = {NULL, NULL, NULL};
     /* issue 16: Megatron flags without effect here, and ones refused */
     const char *noop_s2[6] = {NULL}, *refuse_s[3] = {NULL};
-    int noop_f2[5] = {0}, refuse_f[2] = {0};
+    int noop_f2[5] = {0}, refuse_f[1] = {0};
     mtc_arg_strings refuse_ramp = {0};
     static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
@@ -447,9 +449,14 @@ int cli_cmd_train(int argc, char **argv) {
         NOOP_FLAG("log-throughput", noop_f2[4]),
         /* flags that would change results and are not implemented: refused after parsing */
         {"apply-layernorm-1p", NULL, MTC_ARG_FLAG, &refuse_f[0], NULL, REFUSED, 0},
-        {"calculate-per-token-loss", NULL, MTC_ARG_FLAG, &refuse_f[1], NULL, REFUSED, 0},
-        {"decoupled-lr", NULL, MTC_ARG_STRING, &refuse_s[0], "X", REFUSED, 0},
-        {"decoupled-min-lr", NULL, MTC_ARG_STRING, &refuse_s[1], "X", REFUSED, 0},
+        {"calculate-per-token-loss", NULL, MTC_ARG_FLAG, &per_token_loss, NULL,
+         "the loss as the sum over tokens / the tokens of the global batch (what mtc computes "
+         "always: every token counts, so Megatron's per-microbatch mean is the same number)",
+         0},
+        {"decoupled-lr", NULL, MTC_ARG_DOUBLE, &decoupled_lr, "X",
+         "max learning rate of the word embedding and output layer (same schedule)", 0},
+        {"decoupled-min-lr", NULL, MTC_ARG_DOUBLE, &decoupled_min_lr, "X",
+         "their min learning rate (default --min-lr)", 0},
         {"step-batch-size-schedule", NULL, MTC_ARG_STRING, &refuse_s[2], "S", REFUSED, 0},
         {"rampup-batch-size", NULL, MTC_ARG_STRINGS, &refuse_ramp, "S", REFUSED, 0},
 #undef NOOP_STR
@@ -519,6 +526,14 @@ int cli_cmd_train(int argc, char **argv) {
                                    "mtc: drop it (the run would not match Megatron's)",
                                    args[i].name);
 
+    (void)per_token_loss;
+    if (mtc_args_seen(args, nargs, "decoupled-lr") && !(decoupled_lr >= 0))
+        return cli_usage_error("train", "decoupled-lr=%g must be >= 0", decoupled_lr);
+    if (mtc_args_seen(args, nargs, "decoupled-min-lr") &&
+        (!(decoupled_min_lr >= 0) || !mtc_args_seen(args, nargs, "decoupled-lr")))
+        return cli_usage_error("train",
+                               "decoupled-min-lr=%g must be >= 0 and goes with --decoupled-lr",
+                               decoupled_min_lr);
     if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
@@ -893,7 +908,8 @@ int cli_cmd_train(int argc, char **argv) {
                                (long long)sch_exit_interval);
     if (!(sch_exit_mins >= 0 && sch_exit_mins < 1e9))
         return cli_usage_error("train", "exit-duration-in-mins=%g must be > 0", sch_exit_mins);
-    tc.adam = (mtc_adamw_config){(float)b1, (float)b2, (float)eps, (float)wd};
+    tc.adam = (mtc_adamw_config){
+        .beta1 = (float)b1, .beta2 = (float)b2, .eps = (float)eps, .weight_decay = (float)wd};
     tc.clip_grad = (float)clip;
     tc.seed = (uint64_t)seed;
     tc.log_interval = log_interval, tc.eval_interval = eval_interval, tc.eval_iters = eval_iters;
@@ -905,6 +921,8 @@ int cli_cmd_train(int argc, char **argv) {
     tc.cp = cp, tc.cp_comm_type = cp_type;
     tc.cp_layer_types = cp_comm.n > 1 ? cp_types : NULL;
     if (hcp.n == 2) tc.hcp_inner = (int)hcp.v[0], tc.hcp_outer = (int)hcp.v[1];
+    tc.decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
+    tc.decoupled_lr = decoupled_lr, tc.decoupled_min_lr = decoupled_min_lr;
     tc.ep = ep, tc.etp = etp;
     tc.no_check_nan = !check_nan;
     if (!acc_fp32 && !grad_bf16)

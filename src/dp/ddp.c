@@ -93,10 +93,12 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
 
     size_t np = (size_t)n;
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->is_2d), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->emb_or_out), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->tp_duplicate), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->ready), rc, fail);
     for (int i = 0; i < n; i++) {
         d->is_2d[i] = reg->params[i].is_2d != 0;
+        d->emb_or_out[i] = reg->params[i].emb_or_out != 0;
         d->tp_duplicate[i] = reg->params[i].tp_duplicate != 0;
     }
     MTC_CHECK_GOTO(
@@ -157,7 +159,7 @@ void mtc_ddp_free(mtc_ddp *d) {
     }
     dp_layout_free(&d->layout);
     free(d->g16);
-    free(d->is_2d), free(d->tp_duplicate), free(d->ready), free(d->buckets);
+    free(d->is_2d), free(d->emb_or_out), free(d->tp_duplicate), free(d->ready), free(d->buckets);
     free(d);
 }
 

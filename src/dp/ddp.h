@@ -111,7 +111,7 @@ typedef struct {
     float *params, *grads; /* layout.numel floats each */
     int owns_buffers;
     /* per param (forward order), copied from the registry */
-    unsigned char *is_2d, *tp_duplicate, *ready;
+    unsigned char *is_2d, *emb_or_out, *tp_duplicate, *ready;
     ddp_bucket *buckets; /* [layout.nbuckets] */
     uint16_t *g16;       /* grad_reduce_bf16: the bf16 staging of the grads (layout.numel) */
     int next_launch;     /* buckets [0, next_launch) have been launched this step */

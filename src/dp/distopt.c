@@ -48,6 +48,7 @@ mtc_result_t mtc_distopt_init(mtc_ddp *d, int overlap_param_gather, mtc_distopt 
             pc->n = sp[k].gbuf_world.end - sp[k].gbuf_world.start;
             pc->state = o->n;
             pc->decay = d->is_2d[sp[k].param];
+            pc->decoupled = d->emb_or_out[sp[k].param];
             o->n += pc->n;
         }
     }
@@ -125,10 +126,10 @@ mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
     o->step++;
     for (int k = 0; k < o->npieces; k++) {
         const mtc_distopt_piece *pc = &o->pieces[k];
-        nn_adamw_update_scaled(d->params + pc->start, d->grads + pc->start, o->m + pc->state,
-                               o->v + pc->state, (size_t)pc->n, grad_scale, lr, hp->beta1,
-                               hp->beta2, hp->eps, pc->decay ? hp->weight_decay : 0.0f,
-                               (int)o->step);
+        nn_adamw_update_scaled(
+            d->params + pc->start, d->grads + pc->start, o->m + pc->state, o->v + pc->state,
+            (size_t)pc->n, grad_scale, pc->decoupled && hp->decoupled ? hp->lr_decoupled : lr,
+            hp->beta1, hp->beta2, hp->eps, pc->decay ? hp->weight_decay : 0.0f, (int)o->step);
     }
     MTC_CHECK(distopt_gather_start(o));
     if (!o->overlap_param_gather) MTC_CHECK(mtc_distopt_param_gather_wait(o));

@@ -35,6 +35,8 @@
 
 typedef struct {
     float beta1, beta2, eps, weight_decay;
+    int decoupled; /* --decoupled-lr given: emb_or_out params step at lr_decoupled */
+    float lr_decoupled;
 } mtc_distopt_hparams;
 
 /* One param's piece of this rank's shard. */
@@ -44,6 +46,7 @@ typedef struct {
     int64_t n;     /* elements */
     int64_t state; /* offset in m and v */
     int decay;     /* weight decay applies (2-D param) */
+    int decoupled; /* --decoupled-lr applies (embedding or output layer) */
 } mtc_distopt_piece;
 
 typedef struct {

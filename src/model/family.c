@@ -212,6 +212,7 @@ static mtc_result_t add_desc_x(mtc_registry *r, const role_desc *d, const char *
     }
     p->split_rule = d->split;
     p->role = d->role;
+    p->emb_or_out = d->role == MTC_ROLE_WTE || d->role == MTC_ROLE_HEAD;
     p->expert = expert;
     return MTC_OK;
 }

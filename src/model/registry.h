@@ -61,6 +61,8 @@ typedef struct {
     mtc_init_kind init;
     float init_std; /* for MTC_INIT_NORMAL */
     int is_2d;      /* weight decay applies (Megatron: not bias, not 1-D) */
+    int emb_or_out; /* word embedding or output layer: Megatron's is_embedding_or_output_parameter
+                       (--decoupled-lr applies to it) */
     int expert;     /* -1, or the expert of an MoE expert's parameter (moe/moe.h) */
     /* ---- filled by the parallel issues (serial: none / 0 / 1) ---- */
     int split_dim;    /* -1 = not split; else the dim split over TP */

@@ -15,8 +15,9 @@
 
 struct optim_chunk {
     size_t offset, n;
-    int decay; /* weight decay applies */
-    int param; /* registry index */
+    int decay;     /* weight decay applies */
+    int decoupled; /* --decoupled-lr applies (embedding or output layer) */
+    int param;     /* registry index */
 };
 
 static const char *const LR_STYLES[] = {"constant", "linear", "cosine", "inverse-square-root",
@@ -99,6 +100,7 @@ mtc_result_t mtc_adamw_init(mtc_adamw *opt, const mtc_registry *reg) {
             c->offset = p->offset + off;
             c->n = p->local_numel - off < OPTIM_CHUNK ? p->local_numel - off : OPTIM_CHUNK;
             c->decay = p->is_2d;
+            c->decoupled = p->emb_or_out;
             c->param = i;
         }
     }
@@ -128,9 +130,10 @@ static void adamw_task(int i, void *arg) {
     optim_job *j = arg;
     const optim_chunk *c = &j->opt->chunks[i];
     nn_adamw_update_scaled(j->params + c->offset, j->grads + c->offset, j->opt->m + c->offset,
-                           j->opt->v + c->offset, c->n, j->scale, j->lr, j->cfg->beta1,
-                           j->cfg->beta2, j->cfg->eps, c->decay ? j->cfg->weight_decay : 0.0f,
-                           (int)j->opt->step);
+                           j->opt->v + c->offset, c->n, j->scale,
+                           c->decoupled && j->cfg->decoupled ? j->cfg->lr_decoupled : j->lr,
+                           j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
+                           c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
 }
 
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,

@@ -86,6 +86,9 @@ double mtc_wd_at(const mtc_lr_schedule *s, int64_t step, double wd);
 
 typedef struct {
     float beta1, beta2, eps, weight_decay;
+    int decoupled; /* --decoupled-lr given: the word embedding and output layer
+                      (emb_or_out params) step at lr_decoupled (0: at the common lr) */
+    float lr_decoupled;
 } mtc_adamw_config;
 
 typedef struct optim_chunk optim_chunk;

@@ -61,6 +61,9 @@ typedef struct {
     const int *cp_layer_types; /* one cp_comm_type per layer (num_layers), NULL: cp_comm_type
                                   for every layer */
     int hcp_inner, hcp_outer;  /* --hierarchical-context-parallel-sizes A P (0: none) */
+    int decoupled;             /* --decoupled-lr given */
+    double decoupled_lr;       /* its max lr of the word embedding and output layer */
+    double decoupled_min_lr;   /* --decoupled-min-lr (< 0: --min-lr) */
     int ep;                    /* --expert-model-parallel-size (0 = 1): MoE experts split */
     int etp;                   /* --expert-tensor-parallel-size (0 = tp) */
     int recompute_full;        /* --recompute-granularity full */

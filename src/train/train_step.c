@@ -90,7 +90,14 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unsca
     /* Megatron's weight-decay increment (constant: --weight-decay throughout) */
     mtc_adamw_config adam = c->adam;
     adam.weight_decay = (float)mtc_wd_at(&c->lr, x->step, c->adam.weight_decay);
-    mtc_distopt_hparams hp = {adam.beta1, adam.beta2, adam.eps, adam.weight_decay};
+    if (c->decoupled) { /* Megatron's param group with max_lr = --decoupled-lr */
+        mtc_lr_schedule dl = c->lr;
+        dl.lr = c->decoupled_lr;
+        if (c->decoupled_min_lr >= 0) dl.min_lr = c->decoupled_min_lr;
+        adam.decoupled = 1, adam.lr_decoupled = (float)mtc_lr_at(&dl, x->step);
+    }
+    mtc_distopt_hparams hp = {adam.beta1,        adam.beta2,     adam.eps,
+                              adam.weight_decay, adam.decoupled, adam.lr_decoupled};
     uint64_t t0 = mtc_time_ns();
     for (int k = 0; k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];

@@ -59,7 +59,7 @@ static void base_config(mtc_train_config *c, float dropout, double *losses, doub
     c->micro_batch = MBS, c->global_batch = GBS, c->train_iters = K;
     c->lr = (mtc_lr_schedule){
         .lr = 1e-2, .min_lr = 0, .warmup_iters = 0, .decay_iters = K, .style = MTC_LR_CONSTANT};
-    c->adam = (mtc_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
+    c->adam = (mtc_adamw_config){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     c->clip_grad = 1.0f;
     c->seed = 1234;
     c->log_interval = 1000, c->eval_interval = 1000, c->eval_iters = 0;

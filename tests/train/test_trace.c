@@ -302,7 +302,7 @@ int main(void) {
     c.micro_batch = 2, c.global_batch = 2 * MB * 2, c.train_iters = K;
     c.lr = (mtc_lr_schedule){
         .lr = 1e-3, .min_lr = 0, .warmup_iters = 0, .decay_iters = K, .style = MTC_LR_CONSTANT};
-    c.adam = (mtc_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
+    c.adam = (mtc_adamw_config){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     c.clip_grad = 1.0f, c.seed = 1234, c.log_interval = K, c.eval_interval = 1000;
     c.threads = 1, c.quiet = 1, c.backend = MTC_BACKEND_SHM;
     c.world_size = W, c.tp = 2, c.pp = 2, c.vpp = VPP, c.overlap_grad_reduce = 1;
