@@ -191,7 +191,7 @@ int cli_cmd_train(int argc, char **argv) {
     const char *noop_s[3] = {NULL, NULL, NULL};
     /* issue 16: Megatron flags without effect here, and ones refused */
     const char *noop_s2[6] = {NULL}, *refuse_s[3] = {NULL};
-    int noop_f2[5] = {0}, refuse_f[1] = {0};
+    int noop_f2[5] = {0}, ln1p = 0;
     mtc_arg_strings refuse_ramp = {0};
     static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
@@ -448,7 +448,11 @@ int cli_cmd_train(int argc, char **argv) {
         NOOP_FLAG("no-mmap-bin-files", noop_f2[3]),
         NOOP_FLAG("log-throughput", noop_f2[4]),
         /* flags that would change results and are not implemented: refused after parsing */
-        {"apply-layernorm-1p", NULL, MTC_ARG_FLAG, &refuse_f[0], NULL, REFUSED, 0},
+        {"apply-layernorm-1p", NULL, MTC_ARG_FLAG, &ln1p, NULL,
+         "Megatron's zero-centred norm weight (1 + w): accepted, the same training here (norm "
+         "weights take no weight decay and Adam is shift-invariant, so w trains as gamma - 1 "
+         "would); mtc keeps gamma itself",
+         0},
         {"calculate-per-token-loss", NULL, MTC_ARG_FLAG, &per_token_loss, NULL,
          "the loss as the sum over tokens / the tokens of the global batch (what mtc computes "
          "always: every token counts, so Megatron's per-microbatch mean is the same number)",
@@ -526,7 +530,7 @@ int cli_cmd_train(int argc, char **argv) {
                                    "mtc: drop it (the run would not match Megatron's)",
                                    args[i].name);
 
-    (void)per_token_loss;
+    (void)per_token_loss, (void)ln1p;
     if (mtc_args_seen(args, nargs, "decoupled-lr") && !(decoupled_lr >= 0))
         return cli_usage_error("train", "decoupled-lr=%g must be >= 0", decoupled_lr);
     if (mtc_args_seen(args, nargs, "decoupled-min-lr") &&

@@ -5,7 +5,9 @@
 # decoupled values equal to --lr/--min-lr give the run without them bit for
 # bit; another value changes the run; tp2 with the distributed optimizer and
 # pp2 (the tied embedding on two stages) give the serial decoupled run's
-# losses; bad values exit 2 with one line.
+# losses; bad values exit 2 with one line. And --apply-layernorm-1p, which
+# mtc accepts as the same training (norm weights have no weight decay and
+# Adam is shift-invariant), gives the run without it bit for bit.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -29,6 +31,9 @@ run dectp --decoupled-lr 5e-2 --decoupled-min-lr 0 --world-size 4 --tp 2 --use-d
 same_losses "decoupled lr, tp=2 x dp=2 distributed optimizer" "$D/dec.jsonl" "$D/dectp.jsonl"
 run decpp --decoupled-lr 5e-2 --decoupled-min-lr 0 --world-size 2 --pp 2
 same_losses "decoupled lr, pp=2 (tied embedding on both stages)" "$D/dec.jsonl" "$D/decpp.jsonl"
+run ln1p --apply-layernorm-1p
+[ "$(losses "$D/base.jsonl")" = "$(losses "$D/ln1p.jsonl")" ] && ok "--apply-layernorm-1p: the same run" ||
+    bad "--apply-layernorm-1p changed the run"
 for bad_args in "--decoupled-lr -1" "--decoupled-min-lr 1e-4"; do
     # shellcheck disable=SC2086
     "$MTC" train $T $bad_args >"$D/r.out" 2>"$D/r.err"

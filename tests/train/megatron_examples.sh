@@ -51,7 +51,7 @@ LLAMA="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 
  --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1 --log-interval 5 --eval-iters 4 --eval-interval 10
  --save-interval 10 --log-throughput --profile --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist
  --distributed-timeout-minutes 60 --save $D/ll --load $D/ll --tensorboard-dir $D/tb"
-MISSING_LLAMA="--apply-layernorm-1p"
+MISSING_LLAMA=""
 
 # without FLAG and its value (if the next word is not a flag)
 drop() { echo " $1 " | tr '\n' ' ' | sed -E "s/ $2( [^-][^ ]*)? / /"; }
