@@ -17,6 +17,7 @@ MTC=$(cd "$(dirname "$MTC")" && pwd)/$(basename "$MTC")
 OUT=$MH_TMP/out
 DEADLINE=5
 LIMIT=$((DEADLINE + 3 + 10))
+: >"$OUT" # before the job starts: the polling below must not race its redirect
 MH_TIMEOUT=120 MTC_COMM_TIMEOUT=$DEADLINE mh_run 2 -x MTC_COMM_TIMEOUT -- "$MTC" train $TINY --tp 2 \
     --train-iters 100000 --log-interval 1 >"$OUT" 2>&1 &
 job=$!
