@@ -199,7 +199,7 @@ mtc_result_t pp_trace_timeline_load(pp_trace_timeline *t, const char *path, int6
         pp_trace_row *row = &t->rows[r];
         if (row->fb0 >= 0 && (origin < 0 || row->fb0 < origin)) origin = row->fb0;
         if (row->pp_stage + 1 > t->pp) t->pp = row->pp_stage + 1;
-        qsort(row->ops, (size_t)row->nops, sizeof *row->ops, op_cmp);
+        if (row->nops > 1) qsort(row->ops, (size_t)row->nops, sizeof *row->ops, op_cmp);
         for (int i = 0; i < row->nops; i++) {
             if (row->ops[i].chunk + 1 > t->vpp) t->vpp = row->ops[i].chunk + 1;
             if (row->ops[i].microbatch + 1 > t->microbatches)
@@ -225,7 +225,7 @@ mtc_result_t pp_trace_timeline_load(pp_trace_timeline *t, const char *path, int6
     t->makespan = end;
     t->dropped = dropped;
     if (t->vpp < 1) t->vpp = 1;
-    qsort(t->rows, (size_t)t->nrows, sizeof *t->rows, row_cmp);
+    if (t->nrows > 1) qsort(t->rows, (size_t)t->nrows, sizeof *t->rows, row_cmp);
     return MTC_OK;
 }
 
