@@ -42,7 +42,12 @@ static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machi
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "description");
     if (cJSON_IsString(d)) snprintf(m->description, sizeof m->description, "%s", d->valuestring);
     m->is_cpu = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "is_cpu"));
-    m->devices_per_node = (int)num(o, "devices_per_node", 0);
+    double dpn = num(o, "devices_per_node", 0);
+    if (!(dpn >= 1 && dpn <= 1 << 20)) /* checked before the cast: a huge value is no int */
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: machine %s needs devices_per_node in [1, 1048576] (got %g)", origin,
+                         m->name, dpn);
+    m->devices_per_node = (int)dpn;
     m->peak_flops = num(o, "peak_tflops_bf16", 0) * 1e12;
     m->peak_flops_fp32 = num(o, "peak_tflops_fp32", 0) * 1e12;
     m->mem_bytes = num(o, "hbm_gb", 0) * 1e9;
