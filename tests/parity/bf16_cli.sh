@@ -114,15 +114,6 @@ for lay in "" "--world-size 2 --tp 2 --sequence-parallel" "--world-size 2 --pp 2
 done
 
 # 5. bad flags
-refuse() { # NAME PATTERN ARGS...
-    name=$1 pat=$2
-    shift 2
-    "$MTC" train $TINY --metrics "$D/never.jsonl" "$@" >"$D/r.out" 2>"$D/r.err"
-    st=$?
-    if [ $st -eq 2 ] && [ "$(wc -l <"$D/r.err")" -eq 1 ] && grep -q -- "$pat" "$D/r.err" && [ ! -e "$D/never.jsonl" ]; then
-        ok "refused: $name"
-    else bad "$name: status $st"; cat "$D/r.err"; fi
-}
 refuse "--bf16 with --fp16" "choose one" --bf16 --fp16
 refuse "--grad-reduce-in-bf16 without --bf16" "needs --bf16" --grad-reduce-in-bf16
 refuse "--hysteresis 0" "hysteresis=0" --fp16 --hysteresis 0

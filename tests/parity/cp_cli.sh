@@ -75,15 +75,6 @@ else
 fi
 
 # refusals: one line, exit 2, nothing written
-refuse() { # NAME PATTERN ARGS...
-    name=$1 pat=$2
-    shift 2
-    "$MTC" train $TINY --metrics "$D/never.jsonl" "$@" >"$D/r.out" 2>"$D/r.err"
-    st=$?
-    if [ $st -eq 2 ] && [ "$(wc -l <"$D/r.err")" -eq 1 ] && grep -q -- "$pat" "$D/r.err" && [ ! -e "$D/never.jsonl" ]; then
-        ok "$name refused: $(cat "$D/r.err")"
-    else bad "$name (status $st)"; cat "$D/r.err"; fi
-}
 refuse "odd chunks" "seq-length=16 is not divisible by 2" --world-size 3 --cp 3
 refuse "a2a heads" "cp-comm-type a2a splits the heads" --world-size 8 --cp 8 --seq-length 16 --cp-comm-type a2a
 refuse "hierarchical without sizes" "a2a+p2p needs --hierarchical-context-parallel-sizes" --world-size 4 --cp 4 --cp-comm-type a2a+p2p

@@ -83,15 +83,6 @@ else
 fi
 
 # refusals: one line, exit 2, nothing written
-refuse() { # NAME PATTERN ARGS...
-    name=$1 pat=$2
-    shift 2
-    "$MTC" train $TINY --metrics "$D/never.jsonl" "$@" >"$D/r.out" 2>"$D/r.err"
-    st=$?
-    if [ $st -eq 2 ] && [ "$(wc -l <"$D/r.err")" -eq 1 ] && grep -q -- "$pat" "$D/r.err" && [ ! -e "$D/never.jsonl" ]; then
-        ok "$name refused: $(cat "$D/r.err")"
-    else bad "$name (status $st)"; cat "$D/r.err"; fi
-}
 refuse "experts % ep" "num-experts=6 is not divisible by expert-model-parallel-size=4" --world-size 4 --num-experts 6 --ep 4
 refuse "ep without experts" "expert-model-parallel-size=2 needs --num-experts" --world-size 2 --ep 2
 refuse "expert bias with softmax" "enable-expert-bias needs --moe-router-score-function sigmoid" --num-experts 4 --moe-router-enable-expert-bias

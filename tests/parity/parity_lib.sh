@@ -14,3 +14,15 @@ same_losses() {
         END { exit (bad || lines != 4) }'; then ok "$1: 4 iterations, loss and grad norm within 2e-5"
     else bad "$1"; paste -d'\n' "$2" "$3"; fi
 }
+
+# refuse NAME PATTERN ARGS...: `mtc train $TINY ARGS` must exit 2 with one
+# line on stderr matching PATTERN, before writing its --metrics file.
+refuse() {
+    name=$1 pat=$2
+    shift 2
+    "$MTC" train $TINY --metrics "$D/never.jsonl" "$@" >"$D/r.out" 2>"$D/r.err"
+    st=$?
+    if [ $st -eq 2 ] && [ "$(wc -l <"$D/r.err")" -eq 1 ] && grep -q -- "$pat" "$D/r.err" && [ ! -e "$D/never.jsonl" ]; then
+        ok "$name refused: $(cat "$D/r.err")"
+    else bad "$name (status $st)"; cat "$D/r.err"; fi
+}

@@ -57,15 +57,6 @@ done
 "$MTC" train $TINY $L4 --recompute-granularity selective --train-iters 1 >"$D/sel.log" 2>&1 &&
     ok "selective (core_attn) trains" || { bad "selective"; cat "$D/sel.log"; }
 
-refuse() { # NAME PATTERN ARGS...
-    name=$1 pat=$2
-    shift 2
-    "$MTC" train $TINY --metrics "$D/never.jsonl" "$@" >"$D/r.out" 2>"$D/r.err"
-    st=$?
-    if [ $st -eq 2 ] && [ "$(wc -l <"$D/r.err")" -eq 1 ] && grep -q -- "$pat" "$D/r.err" && [ ! -e "$D/never.jsonl" ]; then
-        ok "$name refused: $(cat "$D/r.err")"
-    else bad "$name (status $st)"; cat "$D/r.err"; fi
-}
 refuse "full without method" "needs --recompute-method" --recompute-granularity full --recompute-num-layers 1
 refuse "full without layers" "needs --recompute-num-layers" --recompute-granularity full --recompute-method block
 refuse "method without full" "apply only with --recompute-granularity full" --recompute-method uniform
