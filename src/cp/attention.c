@@ -89,6 +89,7 @@ typedef struct {
     mtc_comm_t comm;
     int P, r;
     const int *qpos, *bpos;
+    size_t *counts; /* 4P: the two hops' send and receive counts (cp_ctx.hop_counts) */
 } cp_ring;
 
 /* A non-blocking hop: n floats to rank r+1, n from rank r-1, as an
@@ -99,11 +100,12 @@ typedef struct {
     mtc_request_t req;
 } ring_hop;
 
-static mtc_result_t hop_init(ring_hop *h, int P) {
-    h->req = NULL, h->sc = NULL;
-    MTC_CHECK(mtc_mem_calloc(2 * (size_t)P, sizeof(size_t), (void **)&h->sc));
-    h->rc = h->sc + P;
-    return MTC_OK;
+/* hop `which` (0 or 1) of the ring: its counts are that half of R->counts,
+ * allocated once with the model (nothing is allocated per step) */
+static void hop_init(ring_hop *h, const cp_ring *R, int which) {
+    h->req = NULL;
+    h->sc = R->counts + (size_t)which * 2 * R->P;
+    h->rc = h->sc + R->P;
 }
 
 static mtc_result_t hop_start(const cp_ring *R, ring_hop *h, const float *send, float *recv,
@@ -116,9 +118,8 @@ static mtc_result_t hop_start(const cp_ring *R, ring_hop *h, const float *send, 
                                   &h->req);
 }
 
-static void hop_free(ring_hop *h) {
+static void hop_end(ring_hop *h) {
     mtc_request_wait(&h->req); /* only after an error: nothing may stay in flight */
-    free(h->sc);
 }
 
 /* The dropout spec of one call: base (Tg and head offset set) with the
@@ -151,7 +152,7 @@ static mtc_result_t ring_forward(const cp_ring *R, nn_pool *pool, float *out, fl
     g.qpos = R->qpos, g.kpos = R->qpos;
     nn_dropout_spec d;
     ring_hop kv;
-    MTC_CHECK(hop_init(&kv, P));
+    hop_init(&kv, R, 0);
     mtc_result_t rc = MTC_OK;
     pack2(cur, 2 * KD, k, s->ldk, KD, v, s->ldv, KD, rows);
     if (P > 1) MTC_CHECK_GOTO(hop_start(R, &kv, cur, nxt, n), rc, done);
@@ -168,7 +169,7 @@ static mtc_result_t ring_forward(const cp_ring *R, nn_pool *pool, float *out, fl
         nn_attention_merge(pool, out, lse, opart, lpart, s->B, T, s->NH, s->HS, s->ldo);
     }
 done:
-    hop_free(&kv);
+    hop_end(&kv);
     return rc;
 }
 
@@ -190,12 +191,9 @@ static mtc_result_t ring_backward(const cp_ring *R, nn_pool *pool, float *dq, fl
     g.accumulate = 0;
     nn_dropout_spec d;
     ring_hop kv, dkv;
-    MTC_CHECK(hop_init(&kv, P));
-    mtc_result_t rc = hop_init(&dkv, P);
-    if (rc != MTC_OK) {
-        free(kv.sc);
-        return rc;
-    }
+    hop_init(&kv, R, 0);
+    hop_init(&dkv, R, 1);
+    mtc_result_t rc = MTC_OK;
     pack2(kvc, W, k, s->ldk, KD, v, s->ldv, KD, rows);
     if (P > 1) MTC_CHECK_GOTO(hop_start(R, &kv, kvc, kvn, n), rc, done);
     nn_attention_backward(pool, dq, acc, acc + KD, dout, q, kvc, kvc + KD, out, lse, &g,
@@ -224,13 +222,13 @@ static mtc_result_t ring_backward(const cp_ring *R, nn_pool *pool, float *dq, fl
     }
     unpack2(dk, s->ldk, KD, dv, s->ldv, KD, acc, W, rows);
 done:
-    hop_free(&kv);
-    hop_free(&dkv);
+    hop_end(&kv);
+    hop_end(&dkv);
     return rc;
 }
 
 static cp_ring ring_of(const cp_ctx *cp) {
-    return (cp_ring){cp->comm, cp->cp, cp->rank, cp->pos, cp->all_pos};
+    return (cp_ring){cp->comm, cp->cp, cp->rank, cp->pos, cp->all_pos, cp->hop_counts};
 }
 
 static mtc_result_t p2p_forward(const cp_ctx *cp, nn_pool *pool, float *out, float *lse,
@@ -359,7 +357,8 @@ static a2a_geom a2a_of(const cp_ctx *cp, const nn_attention_shape *s) {
 
 /* the ring across the outer group over the a2a'ed rows */
 static cp_ring a2a_ring(const cp_ctx *cp, const a2a_geom *a) {
-    return (cp_ring){cp->outer, cp->cp / a->P, cp->rank / a->P, a->pos, cp->all_pos};
+    return (cp_ring){cp->outer, cp->cp / a->P, cp->rank / a->P,
+                     a->pos,    cp->all_pos,   cp->hop_counts};
 }
 
 /* send (P, B, T, W): block j = this rank's rows of share j's [q | k | v]

@@ -53,6 +53,7 @@ typedef struct {
     int Tg;                  /* the whole sequence */
     const int *pos;          /* (Tg / cp) global positions of this rank's rows */
     int *all_pos;            /* (Tg) every rank's positions, rank-major (owned by the caller) */
+    size_t *hop_counts;      /* (4 cp) the ring hops' count arrays (owned by the caller) */
 } cp_ctx;
 
 /* pos (T / cp) = the global positions of CP rank `rank`'s rows:

@@ -554,6 +554,8 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
         for (int r = 0; r < cps; r++)
             cp_positions(m->cp.all_pos + (size_t)r * m->T, cfg->seq_length, cps, r);
         m->cp.pos = m->cp.all_pos + (size_t)m->cp.rank * m->T;
+        MTC_CHECK_GOTO(mtc_mem_calloc(4 * (size_t)cps, sizeof(size_t), (void **)&m->cp.hop_counts),
+                       rc, fail);
         /* per-layer comm types: copies sharing the positions (owned by m->cp) */
         int nl = last_layer - first_layer, hier = m->cp.type == CP_COMM_A2A_P2P;
         if (o->cp_layer_types) {
@@ -649,6 +651,7 @@ void mtc_model_free(mtc_model *m) {
     free(m->rc);
     nn_rope_table_free(&m->rope);
     free(m->cp.all_pos);
+    free(m->cp.hop_counts);
     free(m->cp_layer);
     mtc_registry_free(&m->reg);
     free(m);
