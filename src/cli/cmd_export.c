@@ -190,8 +190,9 @@ int cli_cmd_import(int argc, char **argv) {
     if (strcmp(format, "safetensors"))
         return cli_usage_error("import", "format=%s is unknown (use safetensors)", format);
     if (seq < 0) return cli_usage_error("import", "seq-length=%d must be >= 1", seq);
-    if (divisible < 1)
-        return cli_usage_error("import", "make-vocab-size-divisible-by=%d must be >= 1", divisible);
+    if (divisible < 1 || divisible > MTC_MODEL_MAX_VOCAB_DIVISOR)
+        return cli_usage_error("import", "make-vocab-size-divisible-by=%d is outside [1, %d]",
+                               divisible, MTC_MODEL_MAX_VOCAB_DIVISOR);
     mtc_model *m = NULL;
     char tok[MTC_CKPT_TOKENIZER_MAX];
     mtc_result_t rc = mtc_hf_import(load, seq, divisible, &m, tok);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cp/cp.h"
+#include "grid/grid.h"
 #include "plan/plan.h"
 
 static const char *PLAN_USAGE = "--world-size N [model flags] [--machine NAME|FILE] [options]";
@@ -153,7 +154,13 @@ int cli_cmd_plan(int argc, char **argv) {
     int st = cli_parse("plan", PLAN_USAGE, PLAN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
     if (world < 1) return cli_usage_error("plan", "world-size=%d must be >= 1", world);
+    if (world > MTC_GRID_MAX_WORLD) /* before enumerating the layouts of a huge world */
+        return cli_usage_error("plan", "world-size=%d is too large (valid: at most %d)", world,
+                               MTC_GRID_MAX_WORLD);
     if (cp < 1) return cli_usage_error("plan", "context-parallel-size=%d must be >= 1", cp);
+    if (divisible < 1 || divisible > MTC_MODEL_MAX_VOCAB_DIVISOR)
+        return cli_usage_error("plan", "make-vocab-size-divisible-by=%d is outside [1, %d]",
+                               divisible, MTC_MODEL_MAX_VOCAB_DIVISOR);
     int cp_type = cp_comm_type_parse(cp_comm);
     if (cp_type < 0 || cp_type == CP_COMM_A2A_P2P)
         return cli_usage_error(

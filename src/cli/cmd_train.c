@@ -711,8 +711,9 @@ int cli_cmd_train(int argc, char **argv) {
             "train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
     if (!mock && !data_path)
         return cli_usage_error("train", "no data: pass --data-path FILE|DIR|PREFIX or --mock-data");
-    if (divisible < 1)
-        return cli_usage_error("train", "make-vocab-size-divisible-by=%d must be >= 1", divisible);
+    if (divisible < 1 || divisible > MTC_MODEL_MAX_VOCAB_DIVISOR)
+        return cli_usage_error("train", "make-vocab-size-divisible-by=%d is outside [1, %d]",
+                               divisible, MTC_MODEL_MAX_VOCAB_DIVISOR);
     if (vocab < 0) return cli_usage_error("train", "vocab-size=%d must be >= 1", vocab);
     if (T < 1) return cli_usage_error("train", "seq-length=%d must be >= 1", T);
     /* Megatron's GPT-3 example gives the files without --tokenizer-type */

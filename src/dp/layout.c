@@ -10,6 +10,7 @@
  * or group params into buffers by dtype / expert-ness (one call per buffer). */
 #include "dp/layout.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,28 +118,48 @@ static int layout_piece(dp_shard_param *out, const dp_layout *l, int p, int64_t 
     return 1;
 }
 
-/* Two passes over (rank, bucket): count the pieces, then write them. */
+/* Two passes over (rank, bucket): count the pieces, then write them. The
+ * params of a bucket sit in buffer order without overlap, so the ones a
+ * shard touches are a run of them, found by one cursor per bucket that
+ * only moves forward: O(dp x nbuckets + pieces), not O(dp x nparams). */
 static mtc_result_t layout_build_shards(dp_layout *l) {
     int nshards = l->dp * l->nbuckets;
     l->shard_off = calloc((size_t)nshards + 1, sizeof(int));
-    if (!l->shard_off) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout shard index");
+    int *cursor = malloc(sizeof(int) * (size_t)(l->nbuckets ? l->nbuckets : 1));
+    if (!l->shard_off || !cursor) {
+        free(cursor);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout shard index");
+    }
     for (int pass = 0; pass < 2; pass++) {
         int n = 0;
+        for (int b = 0; b < l->nbuckets; b++)
+            cursor[b] = l->bucket_param_off[b];
         for (int r = 0; r < l->dp; r++)
             for (int b = 0; b < l->nbuckets; b++) {
                 dp_range world = dp_layout_shard_range(l, r, b);
                 l->shard_off[r * l->nbuckets + b] = n;
+                int first = cursor[b], end = l->bucket_param_off[b + 1];
+                while (first < end && l->param[l->bucket_params[first]].end <= world.start)
+                    first++;
+                int last = first;
+                while (last < end && l->param[l->bucket_params[last]].start < world.end)
+                    last++;
+                cursor[b] = first;
                 /* ascending param index = reverse of the bucket's buffer order */
-                for (int k = l->bucket_param_off[b + 1] - 1; k >= l->bucket_param_off[b]; k--)
+                for (int k = last - 1; k >= first; k--)
                     n += layout_piece(pass ? &l->shard_params[n] : NULL, l, l->bucket_params[k],
                                       world.start, world.end - world.start);
             }
         l->shard_off[nshards] = n;
         if (pass == 0) {
             l->shard_params = malloc(sizeof(dp_shard_param) * (size_t)(n ? n : 1));
-            if (!l->shard_params) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout shards");
+            if (!l->shard_params) {
+                free(cursor);
+                return mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout shards");
+            }
         }
     }
+    free(cursor);
     return MTC_OK;
 }
 
@@ -171,7 +192,7 @@ mtc_result_t dp_layout_build(dp_layout *out, const int64_t *numels, int nparams,
         return mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout of %d params", nparams);
     }
     mtc_result_t rc = layout_place_params(l, numels, cfg);
-    if (rc == MTC_OK && l->use_distopt) rc = layout_build_shards(l);
+    if (rc == MTC_OK && l->use_distopt && !cfg->placement_only) rc = layout_build_shards(l);
     if (rc != MTC_OK) dp_layout_free(l);
     return rc;
 }
@@ -199,4 +220,88 @@ int64_t dp_layout_shard_numel(const dp_layout *l, int rank) {
         total += r.end - r.start;
     }
     return total;
+}
+
+/* The padding of a layout seen per rank: gap(q) = the padding inside rank
+ * q's shards. Each gap adds len to one shard or, spanning several, a run
+ * of whole shards; kept as +len at q and -len at q_end, summed by a sweep
+ * in rank order, so the cost follows the gaps, not dp. */
+typedef struct {
+    int q;
+    int64_t delta;
+} layout_event;
+
+typedef struct {
+    layout_event *e;
+    int n, cap, rank; /* rank >= 0: only sum that rank's padding */
+    int64_t rank_gap;
+} layout_gaps;
+
+static int event_cmp(const void *a, const void *b) {
+    int x = ((const layout_event *)a)->q, y = ((const layout_event *)b)->q;
+    return (x > y) - (x < y);
+}
+
+static int gaps_add(layout_gaps *g, int q, int q_end, int64_t len) {
+    if (g->rank >= 0) {
+        if (g->rank >= q && g->rank < q_end) g->rank_gap += len;
+        return 1;
+    }
+    if (g->n + 2 > g->cap) {
+        int nc = g->cap ? 2 * g->cap : 64;
+        layout_event *ne = realloc(g->e, sizeof *ne * (size_t)nc);
+        if (!ne) return 0;
+        g->e = ne, g->cap = nc;
+    }
+    g->e[g->n++] = (layout_event){q, len};
+    g->e[g->n++] = (layout_event){q_end, -len};
+    return 1;
+}
+
+/* The padding [gs, ge) of bucket b: a partial shard at each end, whole
+ * shards between. */
+static int gaps_add_range(layout_gaps *g, const dp_layout *l, int b, int64_t gs, int64_t ge) {
+    if (ge <= gs) return 1;
+    int64_t bs = l->bucket[b].start, size = (l->bucket[b].end - bs) / l->dp;
+    int q0 = (int)((gs - bs) / size), q1 = (int)((ge - 1 - bs) / size);
+    if (q0 == q1) return gaps_add(g, q0, q0 + 1, ge - gs);
+    int ok = gaps_add(g, q0, q0 + 1, bs + (int64_t)(q0 + 1) * size - gs);
+    if (ok && q1 > q0 + 1) ok = gaps_add(g, q0 + 1, q1, size);
+    if (ok) ok = gaps_add(g, q1, q1 + 1, ge - (bs + (int64_t)q1 * size));
+    return ok;
+}
+
+int64_t dp_layout_held_numel(const dp_layout *l, int rank) {
+    if (!l->use_distopt || l->dp < 1) return 0;
+    int64_t total = 0; /* every shard's size, padding included */
+    layout_gaps g = {.rank = rank};
+    int ok = 1;
+    for (int b = 0; b < l->nbuckets && ok; b++) {
+        total += (l->bucket[b].end - l->bucket[b].start) / l->dp;
+        int64_t pos = l->bucket[b].start; /* params of b in buffer order; gaps between */
+        for (int k = l->bucket_param_off[b]; k < l->bucket_param_off[b + 1] && ok; k++) {
+            dp_range p = l->param[l->bucket_params[k]];
+            ok = gaps_add_range(&g, l, b, pos, p.start);
+            pos = p.end;
+        }
+        if (ok) ok = gaps_add_range(&g, l, b, pos, l->bucket[b].end);
+    }
+    if (!ok) {
+        free(g.e);
+        return -1;
+    }
+    if (rank >= 0) return total - g.rank_gap;
+    qsort(g.e, (size_t)g.n, sizeof *g.e, event_cmp);
+    int64_t least = INT64_MAX, cur = 0;
+    int prev = 0;
+    for (int i = 0; i < g.n;) {
+        int q = g.e[i].q;
+        if (q > prev && cur < least) least = cur; /* ranks [prev, q) have cur */
+        for (; i < g.n && g.e[i].q == q; i++)
+            cur += g.e[i].delta;
+        prev = q;
+    }
+    if (prev < l->dp && cur < least) least = cur;
+    free(g.e);
+    return total - least;
 }

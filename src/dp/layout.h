@@ -41,6 +41,7 @@ typedef struct {
     int64_t bucket_size; /* elements; <= 0 = one bucket (Megatron's None) */
     int pad_high_busbw;  /* pad_buckets_for_high_nccl_busbw */
     int use_distopt;     /* use_distributed_optimizer */
+    int placement_only;  /* skip the per-rank shard tables (O(dp x buckets)): the planner */
     const int
         *shared_embedding; /* per param (forward order), nonzero = tied embedding; may be NULL */
 } dp_layout_config;
@@ -95,6 +96,11 @@ dp_range dp_layout_shard_range(const dp_layout *layout, int rank, int bucket);
 const dp_shard_param *dp_layout_shard_params(const dp_layout *layout, int rank, int bucket, int *n);
 /* Elements rank r owns over all buckets (its optimizer-state size). */
 int64_t dp_layout_shard_numel(const dp_layout *layout, int rank);
+/* Elements of params (padding left out) in rank r's shards over all
+ * buckets, from the gaps between params alone: no shard tables needed, so
+ * it works on a placement_only layout. rank < 0: the largest over ranks.
+ * 0 on a layout without the distributed optimizer, -1 out of memory. */
+int64_t dp_layout_held_numel(const dp_layout *layout, int rank);
 
 /* Print the layout as `mtc layout` does (text): buffer, buckets, params
  * (is_shared per param may be NULL), and with the distributed optimizer

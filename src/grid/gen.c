@@ -218,9 +218,18 @@ int mtc_grid_is_last_stage(const mtc_grid_spec *s, int rank) {
 }
 
 int grid_divisors_near(char *buf, size_t len, int n, int near, int max) {
-    int div[256], nd = 0;
-    for (int d = 1; d <= n && nd < 256; d++)
-        if (n % d == 0) div[nd++] = d;
+    /* the divisors up to sqrt(n) and their partners, ascending (an int has
+     * at most 1600 divisors; the 256 smallest are kept) */
+    int small[2048], big[2048], ns = 0, nb = 0, div[256], nd = 0;
+    for (int d = 1; (long)d * d <= n; d++)
+        if (n % d == 0) {
+            small[ns++] = d;
+            if (d != n / d) big[nb++] = n / d;
+        }
+    for (int i = 0; i < ns && nd < 256; i++)
+        div[nd++] = small[i];
+    for (int i = nb - 1; i >= 0 && nd < 256; i--)
+        div[nd++] = big[i];
     /* keep the `max` closest to `near` (ties: the smaller) */
     int keep[256] = {0}, kept = 0;
     while (kept < max && kept < nd) {

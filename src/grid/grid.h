@@ -27,8 +27,9 @@
 #include "core/result.h"
 
 #define MTC_GRID_ORDER_DEFAULT "tp-cp-ep-dp-pp"
-#define MTC_GRID_ORDER_MAX 64 /* characters of an order string */
-#define MTC_GRID_MAX_HCP 8    /* levels of hierarchical context parallelism */
+#define MTC_GRID_ORDER_MAX 64        /* characters of an order string */
+#define MTC_GRID_MAX_HCP 8           /* levels of hierarchical context parallelism */
+#define MTC_GRID_MAX_WORLD (1 << 20) /* ranks of one job */
 
 /* What the user asks for, with Megatron's defaults spelled as 0/NULL. */
 typedef struct {

@@ -119,10 +119,10 @@ static mtc_result_t check_sizes(const mtc_grid_config *c) {
         if (f[i].v < f[i].min)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--%s is %d (valid: an integer >= %d)",
                              f[i].flag, f[i].v, f[i].min > 0 ? f[i].min : 1);
-    if (c->world_size > (1 << 20))
+    if (c->world_size > MTC_GRID_MAX_WORLD)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "--world-size %d is too large (valid: at most %d)", c->world_size,
-                         1 << 20);
+                         MTC_GRID_MAX_WORLD);
     if (c->n_hcp < 0 || c->n_hcp > MTC_GRID_MAX_HCP)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "--hierarchical-context-parallel-sizes has %d levels (valid: at most %d)",

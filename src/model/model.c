@@ -6,7 +6,9 @@
  * allocates after mtc_model_init. */
 #include "model/model.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +20,11 @@
 #include "tp/mappings.h"
 
 int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp) {
-    int multiple = (divisible_by > 0 ? divisible_by : 1) * (tp > 0 ? tp : 1);
-    return (vocab_size + multiple - 1) / multiple * multiple;
+    /* 64-bit: a huge --make-vocab-size-divisible-by times tp must not
+       overflow; a result past INT_MAX saturates and validation names it */
+    int64_t multiple = (int64_t)(divisible_by > 0 ? divisible_by : 1) * (tp > 0 ? tp : 1);
+    int64_t padded = ((int64_t)vocab_size + multiple - 1) / multiple * multiple;
+    return padded > INT_MAX ? INT_MAX : (int)padded;
 }
 
 mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
@@ -90,6 +95,12 @@ mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
     if (c->vocab_size < 1) return mtc_error(E, "vocab-size=%d must be >= 1", c->vocab_size);
     if (c->padded_vocab_size < c->vocab_size)
         return mtc_error(E, "padded vocabulary %d is smaller than vocab-size=%d",
+                         c->padded_vocab_size, c->vocab_size);
+    if (c->padded_vocab_size > (1 << 28))
+        return mtc_error(E,
+                         "padded vocabulary %d (vocab-size=%d rounded up to a multiple of "
+                         "make-vocab-size-divisible-by x tensor-model-parallel-size) is above "
+                         "2^28: lower --make-vocab-size-divisible-by",
                          c->padded_vocab_size, c->vocab_size);
     if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1))
         return mtc_error(E, "hidden-dropout=%g must be in [0, 1)", c->hidden_dropout);

@@ -97,6 +97,8 @@ static inline float mtc_model_norm_eps(const mtc_model_config *c) {
 }
 
 /* Megatron's padding: the smallest multiple of divisible_by (times tp) >= V. */
+/* --make-vocab-size-divisible-by is at most this (padded vocab <= 2^28) */
+#define MTC_MODEL_MAX_VOCAB_DIVISOR (1 << 20)
 int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp);
 /* Refuses impossible shapes with one line naming the value and the fix
  * (MTC_ERR_INVALID_ARGUMENT). */

@@ -177,6 +177,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
                                        l->ddp_bucket_size, l->dp, l->overlap_grad_reduce, r, k),
                                    .pad_high_busbw = l->pad_high_busbw,
                                    .use_distopt = 1,
+                                   .placement_only = 1, /* held from the gaps: O(params) */
                                    .shared_embedding = shared};
             dp_layout lay;
             memset(&lay, 0, sizeof lay);
@@ -184,16 +185,9 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
             /* the optimizer state covers the param pieces of the shard, not
              * its padding (distopt.c / ddp_for_each_held); the largest shard
              * unless a DP rank is named */
-            for (int q = 0; rc == MTC_OK && q < lay.dp; q++) {
-                if (dp_rank >= 0 && q != dp_rank % lay.dp) continue;
-                int64_t h = 0;
-                for (int b = 0; b < lay.nbuckets; b++) {
-                    int cnt;
-                    const dp_shard_param *sp = dp_layout_shard_params(&lay, q, b, &cnt);
-                    for (int j = 0; j < cnt; j++)
-                        h += sp[j].gbuf_world.end - sp[j].gbuf_world.start;
-                }
-                if (h > held) held = h;
+            if (rc == MTC_OK) {
+                held = dp_layout_held_numel(&lay, dp_rank >= 0 ? dp_rank % lay.dp : -1);
+                if (held < 0) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: shard gaps");
             }
             if (rc == MTC_OK) buf = lay.numel;
             dp_layout_free(&lay);

@@ -184,6 +184,26 @@ static int check_invariants(const dp_layout *l, const int64_t *numels,
     for (int i = 0; i < n; i++)
         ok &= covered[i] == numels[i];
     free(covered);
+    /* the held count from the gaps alone equals the pieces, rank by rank */
+    int64_t most = 0;
+    for (int r = 0; r < cfg->dp; r++) {
+        int64_t h = 0;
+        for (int b = 0; b < l->nbuckets; b++) {
+            int np;
+            const dp_shard_param *sp = dp_layout_shard_params(l, r, b, &np);
+            for (int k = 0; k < np; k++)
+                h += sp[k].gbuf_world.end - sp[k].gbuf_world.start;
+        }
+        ok &= dp_layout_held_numel(l, r) == h;
+        if (h > most) most = h;
+    }
+    ok &= dp_layout_held_numel(l, -1) == most;
+    dp_layout_config placement = *cfg;
+    placement.placement_only = 1;
+    dp_layout p;
+    if (dp_layout_build(&p, numels, n, &placement) != MTC_OK) return 0;
+    ok &= !p.shard_off && p.numel == l->numel && dp_layout_held_numel(&p, -1) == most;
+    dp_layout_free(&p);
     return ok;
 }
 
