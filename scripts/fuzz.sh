@@ -28,11 +28,13 @@ mkdir -p "$B/artifacts"
 one_target() {
     t=$1
     mkdir -p "$B/corpus/$t"
+    rm -f "$B/fuzz-$t.status" # no earlier run's status can stand for this one
     # UBSan reports abort (-fno-sanitize-recover), so libFuzzer sees them as crashes
+    st=0
     UBSAN_OPTIONS=print_stacktrace=1 "$B/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=60 \
         -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$B/artifacts/$t-" \
-        "$B/corpus/$t" "$(pwd)/tests/fuzz/corpus/$t" >"$B/fuzz-$t.log" 2>&1
-    echo $? >"$B/fuzz-$t.status"
+        "$B/corpus/$t" "$(pwd)/tests/fuzz/corpus/$t" >"$B/fuzz-$t.log" 2>&1 || st=$?
+    echo $st >"$B/fuzz-$t.status"
 }
 # FUZZ_JOBS targets at a time (CI: one per core), each for SECS
 JOBS_AT_ONCE=${FUZZ_JOBS:-1}

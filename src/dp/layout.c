@@ -291,7 +291,7 @@ int64_t dp_layout_held_numel(const dp_layout *l, int rank) {
         return -1;
     }
     if (rank >= 0) return total - g.rank_gap;
-    qsort(g.e, (size_t)g.n, sizeof *g.e, event_cmp);
+    if (g.n) qsort(g.e, (size_t)g.n, sizeof *g.e, event_cmp);
     int64_t least = INT64_MAX, cur = 0;
     int prev = 0;
     for (int i = 0; i < g.n;) {
