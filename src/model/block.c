@@ -160,9 +160,11 @@ size_t model_mlp_scratch_floats(const tp_ctx *tp, int B, int T, const model_bloc
     size_t N = (size_t)B * T, F_tp = (size_t)(d->F / p), F1_tp = (size_t)(fc1_rows(d) / p);
     size_t lin = max_sz(tp_column_linear_scratch_floats(tp, 0, B, T, d->C, fc1_rows(d)),
                         tp_row_linear_scratch_floats(tp, 1, B, T, d->F, d->C));
-    /* forward: [act output | linear scratch]; backward: [dfchg | dfch, which
-     * first holds the recomputed act output | linear scratch] */
-    return N * (F_tp + F1_tp) + lin;
+    /* forward: [act output | linear scratch]; backward: [the recomputed act
+     * output, overwritten by its own gradient (fc2's weight gradient is taken
+     * first) and, GELU, by dfch in place | SwiGLU: dfch (N, 2F) | linear
+     * scratch] */
+    return N * (d->swiglu ? F_tp + F1_tp : F_tp) + lin;
 }
 
 static void mlp_act(const tp_ctx *tp, float *act, const float *fch, size_t N, int F_tp,
@@ -197,10 +199,13 @@ mtc_result_t model_mlp_backward(const tp_ctx *tp, float *din, float *dfc1w, floa
     MTC_CHECK(mlp_check(tp, d));
     int p = tp_size(tp->comm), F_tp = d->F / p;
     size_t N = (size_t)B * T, n = N * (size_t)F_tp;
-    float *dfchg = scratch, *dfch = scratch + n, *lin = dfch + N * (size_t)(fc1_rows(d) / p);
-    mlp_act(tp, dfch, acts->fch, N, F_tp, d); /* fc2's input again, bit for bit */
+    /* one (N, F_tp) buffer: fc2's input again (bit for bit), then its
+     * gradient over it, then (GELU) fc1's output gradient in place */
+    float *dfchg = scratch, *dfch = d->swiglu ? scratch + n : scratch;
+    float *lin = dfch + N * (size_t)(fc1_rows(d) / p);
+    mlp_act(tp, dfchg, acts->fch, N, F_tp, d);
     /* comm: row-parallel backward (SP: all-gather T) */
-    MTC_CHECK(tp_row_linear_backward(tp, dfchg, dfc2w, dfc2b, dout, dfch, fc2w, lin, 1, B, T, d->F,
+    MTC_CHECK(tp_row_linear_backward(tp, dfchg, dfc2w, dfc2b, dout, dfchg, fc2w, lin, 1, B, T, d->F,
                                      d->C));
     if (d->swiglu)
         nn_swiglu_backward(tp->pool, dfch, dfchg, acts->fch, (int)N, F_tp);

@@ -290,14 +290,12 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         size_t k = s < 0 ? (nr ? 1 : 0) : ns;
         if (s < 0 && !a) continue;
         if (s >= 0) TAKE(a->encoded, Nl * C);
-        TAKE(a->ln1, k * Nl * C);
         TAKE(a->ln1_mean, k * Nl);
         TAKE(a->ln1_rstd, k * Nl);
         TAKE(a->qkv, k * N * QKV_tp);
         TAKE(a->lse, k * B * NH_tp * T);
         TAKE(a->atty, k * N * QD_tp);
         TAKE(a->res2, k * Nl * C);
-        TAKE(a->ln2, k * Nl * C);
         TAKE(a->ln2_mean, k * Nl);
         TAKE(a->ln2_rstd, k * Nl);
         TAKE(a->fch, m->rec_mlp ? 0 : k * N * F1_tp); /* rec_mlp: the shared set below */
@@ -316,6 +314,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(m->mlp_fch, N * F1_tp);
     }
     TAKE(m->fwd_tmp, Nl * C);
+    TAKE(m->ln_tmp, Nl * C); /* a layer norm's output: forward's, then backward's rebuilt */
     TAKE(m->dres, Nl * C);
     TAKE(m->dtmp, Nl * C);
     TAKE(m->dtmp2, Nl * C);

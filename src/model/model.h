@@ -223,6 +223,7 @@ typedef struct {
     float *mlp_fch;     /* rec_mlp: one layer's (B,T,F1_tp) for all */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
+    float *ln_tmp;              /* (B, T_loc, C) a layer norm output (not kept per layer) */
     float *dres, *dtmp, *dtmp2; /* (B, T_loc, C) */
     float *in_total;            /* (B, T, C) SP gather buffer shared by all layers */
     float *scratch;             /* TP layer scratch (max over the layers' needs) */

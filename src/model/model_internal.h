@@ -10,13 +10,14 @@
  * NH_tp, F_tp = C/tp, NH/tp, F/tp. Per-layer arrays are strided by the
  * largest microbatch (m->B, m->T). */
 struct mtc_model_slot {
-    float *encoded;                   /* (B,T_loc,C) chunk input (embedding output) */
-    float *ln1, *ln1_mean, *ln1_rstd; /* per layer (B,T_loc,C), (B,T_loc), (B,T_loc) */
-    float *qkv;                       /* per layer (B,T,QD_tp+2KD_tp) */
-    float *lse;                       /* per layer (B,NH_tp,T) attention log-sum-exp */
-    float *atty;                      /* per layer (B,T,QD_tp) */
-    float *res2;                      /* per layer (B,T_loc,C) */
-    float *ln2, *ln2_mean, *ln2_rstd;
+    float *encoded;             /* (B,T_loc,C) chunk input (embedding output) */
+    float *ln1_mean, *ln1_rstd; /* per layer (B,T_loc), (B,T_loc); the norms' outputs are
+                                   rebuilt in backward (m->ln_tmp), not kept */
+    float *qkv;                 /* per layer (B,T,QD_tp+2KD_tp) */
+    float *lse;                 /* per layer (B,NH_tp,T) attention log-sum-exp */
+    float *atty;                /* per layer (B,T,QD_tp) */
+    float *res2;                /* per layer (B,T_loc,C) */
+    float *ln2_mean, *ln2_rstd;
     float *fch;                       /* per layer (B,T,F1_tp) */
     float *res3;                      /* per layer (B,T_loc,C) layer output */
     float *moe;                       /* per layer moe_acts_floats: an MoE layer's router,

@@ -101,8 +101,11 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
     const mtc_model_slot *s = (int)k < m->nrec ? m->rc : a;
     size_t j = (int)k < m->nrec ? 0 : k - (size_t)m->nrec;
     layer_view v;
-    v.ln1 = s->ln1 + j * sNl * C, v.ln1m = s->ln1_mean + j * sNl, v.ln1r = s->ln1_rstd + j * sNl;
-    v.res2 = s->res2 + j * sNl * C, v.ln2 = s->ln2 + j * sNl * C;
+    /* the norms' outputs share one buffer: backward rebuilds each from the
+     * layer input / res2 just before its use (gpt_norm_forward is
+     * deterministic, so the rebuilt rows are the forward's bits) */
+    v.ln1 = m->ln_tmp, v.ln1m = s->ln1_mean + j * sNl, v.ln1r = s->ln1_rstd + j * sNl;
+    v.res2 = s->res2 + j * sNl * C, v.ln2 = m->ln_tmp;
     v.ln2m = s->ln2_mean + j * sNl, v.ln2r = s->ln2_rstd + j * sNl;
     v.res3 = a->res3 + k * sNl * C;
     v.aa = (model_attention_acts){m->in_total, 0, s->qkv + j * sN * (QD + 2 * KD),
@@ -363,7 +366,8 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         model_attention_acts aa = v.aa;
         model_mlp_acts ma = v.ma;
 
-        /* --recompute-modules mlp: the MLP forward again from its saved input
+        gpt_norm_forward(m, ln2, ln2m, ln2r, res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B], Nl);
+        /* --recompute-modules mlp: the MLP forward again from its input
          * ln2 (comm: its collectives again), the output thrown away; the same
          * arithmetic, so the refilled activations are the forward's bits */
         if (m->rec_mlp && (int)k >= m->nrec)
@@ -390,6 +394,7 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
         if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dh), dy = m->dtmp;
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
+        gpt_norm_forward(m, ln1, ln1m, ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
         MTC_CHECK(model_attention_backward(tp, m->dtmp2, g[MTC_ROLE_QKV_W], g[MTC_ROLE_QKV_B],
                                            g[MTC_ROLE_PROJ_W], g[MTC_ROLE_PROJ_B], dy, &aa, ln1,
                                            w[MTC_ROLE_QKV_W], w[MTC_ROLE_PROJ_W],

@@ -138,10 +138,11 @@ static void colsum_tile(int i, void *vp) {
 void nn_linear_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
                         const float *inp, const float *w, int N, int IN, int OUT) {
     if (N <= 0) return;
-    if (dinp) /* dinp (N,IN) = dout (N,OUT) · w (OUT,IN) */
-        nn_sgemm(pool, 0, 0, N, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
+    /* the weight gradient first: it is the last reader of inp, so dinp may alias inp */
     if (dw) /* dw (OUT,IN) += doutᵀ (OUT,N) · inp (N,IN) */
         nn_sgemm(pool, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
+    if (dinp) /* dinp (N,IN) = dout (N,OUT) · w (OUT,IN) */
+        nn_sgemm(pool, 0, 0, N, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
     if (db) {
         colsum_job c = {db, dout, N, OUT, 0};
         c.tiles = nn_split_count((size_t)OUT, 128);

@@ -78,13 +78,15 @@ void nn_layernorm_backward(nn_pool *pool, float *dinp, float *dw, float *db, con
 /* out (N,OUT); inp (N,IN); w (OUT,IN) as nn.Linear; bias (OUT) or NULL. */
 void nn_linear_forward(nn_pool *pool, float *out, const float *inp, const float *w,
                        const float *bias, int N, int IN, int OUT);
-/* dinp (N,IN) =; dw (OUT,IN) +=; db (OUT) +=. */
+/* dinp (N,IN) =; dw (OUT,IN) +=; db (OUT) +=. dinp may alias inp (dw is taken
+ * first). */
 void nn_linear_backward(nn_pool *pool, float *dinp, float *dw, float *db, const float *dout,
                         const float *inp, const float *w, int N, int IN, int OUT);
 
 /* ---- GELU (tanh form) ------------------------------------------------------- */
 
 void nn_gelu_forward(nn_pool *pool, float *out, const float *inp, size_t n);
+/* dinp may alias dout (elementwise). */
 void nn_gelu_backward(nn_pool *pool, float *dinp, const float *inp, const float *dout, size_t n);
 
 /* ---- residual ---------------------------------------------------------------- */

@@ -106,13 +106,11 @@ static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head
     shapes s = shapes_of(l);
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C, b = 0;
     b += take(Nl * C);                    /* encoded: chunk input */
-    b += take(nl * Nl * C);               /* ln1 */
-    b += 2 * take(nl * Nl);               /* ln1 mean, rstd */
+    b += 2 * take(nl * Nl);               /* ln1 mean, rstd (its output: ln_tmp) */
     b += take(nl * N * s.QKV_tp);         /* qkv */
     b += take(nl * s.B * s.NH_tp * s.T);  /* lse: the tiled attention's (B, NH_tp, T) */
     b += take(nl * N * s.QD_tp);          /* atty */
     b += take(nl * Nl * C);               /* res2 */
-    b += take(nl * Nl * C);               /* ln2 */
     b += 2 * take(nl * Nl);               /* ln2 mean, rstd */
     b += take(nl * N * s.F1_tp);          /* fch */
     b += take(nl * Nl * C);               /* res3: layer outputs */
@@ -134,12 +132,14 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
      * borrows between the two linears (the tiled attention needs none) */
     size_t lin = max_sz(col_scr(s.p, s.sp, s.B, s.T, C, QKV), row_scr(s.p, s.sp, s.B, s.T, QD, C));
     size_t att = N * s.QD_tp + N * s.QKV_tp + max_sz(lin, cp_scr(l, &s));
-    size_t mlp = N * (s.F_tp + s.F1_tp) +
+    /* one (N, F) buffer for GELU, [act | dfch (N, 2F)] for SwiGLU */
+    size_t mlp = N * (c->swiglu ? s.F_tp + s.F1_tp : s.F_tp) +
                  max_sz(col_scr(s.p, s.sp, s.B, s.T, C, F1), row_scr(s.p, s.sp, s.B, s.T, F, C));
     size_t emb = s.p == 1 || !s.sp ? 0 : s.B * s.T * C + seq_scr(s.B, s.T, C, s.p);
     size_t scratch = max_sz(max_sz(att, mlp), max_sz(emb, col_scr(s.p, s.sp, s.B, s.T, C, 0)));
     scratch = max_sz(scratch, 3 * N);
-    return 4 * take(Nl * C) + take(s.sp ? N * C : 1) + take(scratch);
+    /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
+    return 5 * take(Nl * C) + take(s.sp ? N * C : 1) + take(scratch);
 }
 
 /* ---- the MEGATRON table ---- */
