@@ -124,6 +124,10 @@ typedef struct comm_backend_ops {
                                  const int *members, int n, int my_index, const comm_call *call,
                                  comm_group **out);
     void (*group_free)(comm_backend *be, comm_group *g);
+    /* Optional: g's members' world ranks in member order, valid while g
+     * lives; a communicator then keeps no copy of its own (thousands of
+     * thread-ranks in world-sized groups would hold quadratic copies). */
+    const int *(*group_members)(const comm_group *g);
     /* Optional: comm_split's exchange. Every member of g passes its (color,
      * key) and gets all members' pairs in member order (all: 2 * size ints),
      * in time linear in the group size. NULL: comm.c runs an all-gather. */

@@ -421,10 +421,13 @@ static int node_of(const comm_backend *be, int world_rank) {
     return c->node[world_rank];
 }
 
+static const int *mpi_group_members(const comm_group *g) { return g->members; }
+
 static const comm_backend_ops mpi_ops = {
     .name = "mpi",
     .group_create = group_create,
     .group_free = group_free,
+    .group_members = mpi_group_members,
     .send = mpi_send,
     .recv = mpi_recv,
     .sendrecv = mpi_sendrecv,

@@ -281,10 +281,13 @@ static mtc_result_t shm_sendrecv(comm_backend *be, comm_group *g, int dst, uint3
     return rc != MTC_OK ? rc : rc2;
 }
 
+static const int *shm_group_members(const comm_group *g) { return g->members; }
+
 static const comm_backend_ops shm_ops = {
     .name = "shm",
     .group_create = shm_group_create,
     .group_free = shm_group_free,
+    .group_members = shm_group_members,
     .split_exchange = shm_split_exchange,
     .send = shm_send,
     .recv = shm_recv,

@@ -114,17 +114,20 @@ mtc_result_t comm_new(comm_backend *be, comm_group *group, const int *members, i
                       const char *name, const mtc_comm_t from, mtc_comm_t *out) {
     *out = NULL;
     mtc_comm_t c = calloc(1, sizeof *c);
-    int *mem = malloc((size_t)n * sizeof *mem);
-    if (!c || !mem) {
+    const int *shared = be->ops->group_members && group ? be->ops->group_members(group) : NULL;
+    if (shared && memcmp(shared, members, (size_t)n * sizeof *shared)) shared = NULL;
+    int *mem = shared ? NULL : malloc((size_t)n * sizeof *mem);
+    if (!c || (!shared && !mem)) {
         free(c), free(mem);
         return mtc_error(MTC_ERR_OUT_OF_MEMORY, "cannot allocate a communicator of %d ranks", n);
     }
-    memcpy(mem, members, (size_t)n * sizeof *mem);
+    if (mem) memcpy(mem, members, (size_t)n * sizeof *mem);
     c->be = be;
     c->group = group;
     c->rank = rank;
     c->size = n;
-    c->members = mem;
+    c->members = shared ? shared : mem;
+    c->members_copy = mem;
     c->owns_group = 1;
     snprintf(c->name, sizeof c->name, "%s", name && name[0] ? name : "unnamed group");
     c->timeout_s = from ? from->timeout_s : COMM_DEFAULT_TIMEOUT_S;
@@ -171,7 +174,7 @@ void mtc_comm_free(mtc_comm_t comm) {
     if (comm->owns_group) comm->be->ops->group_free(comm->be, comm->group);
     mtc_mem_free_big(comm->scratch, comm->scratch_bytes);
     free(comm->p2p_n);
-    free(comm->members);
+    free(comm->members_copy);
     free(comm);
 }
 

@@ -19,7 +19,8 @@ struct mtc_comm {
     comm_backend *be;
     comm_group *group;
     int rank, size;
-    int *members; /* world rank of each member */
+    const int *members; /* world rank of each member (the group's own list or a copy) */
+    int *members_copy;  /* the copy, when the backend does not share its list */
     char name[64];
     uint64_t seq; /* number of the last collective started */
     double timeout_s;

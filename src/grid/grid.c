@@ -7,8 +7,11 @@
  * INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP, kept in Megatron's order).
  * Ranks outside every list of a kind (embedding groups on middle stages)
  * pass color -1 and get no communicator.
- * Keeps only this rank's lists, not the whole table (1024 thread-ranks would
- * otherwise hold 1024 copies). Does not use the communicators itself. */
+ * The whole table is built once per process and shared, reference-counted,
+ * by the grids of its thread-ranks (4096 thread-ranks would otherwise build
+ * and hold 4096 copies: quadratic memory); each slot points at its list in
+ * it. Does not use the communicators itself. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,25 +21,83 @@
 typedef struct {
     mtc_grid_kind_t kind;
     int level;
-    mtc_comm_t comm; /* NULL when not a member */
-    int n;           /* members of this rank's list (0 when not a member) */
-    int *members;    /* world ranks in list order */
+    mtc_comm_t comm;    /* NULL when not a member */
+    int n;              /* members of this rank's list (0 when not a member) */
+    const int *members; /* world ranks in list order (in the shared table) */
 } grid_slot;
+
+/* The groups of one configuration, shared by the grids built from it. */
+typedef struct {
+    mtc_grid_spec spec; /* the key: cfg (order pointer aside) and order_full */
+    mtc_grid_groups G;
+    int refs;
+} grid_table;
 
 struct mtc_grid {
     mtc_grid_spec spec;
     mtc_grid_coord coord;
     int nslots;
     grid_slot *slots;
+    grid_table *table;
 };
+
+static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
+static grid_table *table_shared; /* the one the process's ranks share */
+
+static int table_matches(const grid_table *t, const mtc_grid_spec *s) {
+    const mtc_grid_config *a = &t->spec.cfg, *b = &s->cfg;
+    int same = a->world_size == b->world_size && a->tp == b->tp && a->pp == b->pp &&
+               a->cp == b->cp && a->ep == b->ep && a->etp == b->etp && a->vpp == b->vpp &&
+               a->num_dist_opt_instances == b->num_dist_opt_instances && a->n_hcp == b->n_hcp &&
+               !strcmp(t->spec.order_full, s->order_full);
+    for (int i = 0; same && i < a->n_hcp && i < MTC_GRID_MAX_HCP; i++)
+        same = a->hcp[i] == b->hcp[i];
+    return same;
+}
+
+static mtc_result_t table_acquire(const mtc_grid_spec *s, grid_table **out) {
+    pthread_mutex_lock(&table_mu);
+    grid_table *t = table_shared;
+    if (t && table_matches(t, s)) {
+        t->refs++;
+        pthread_mutex_unlock(&table_mu);
+        *out = t;
+        return MTC_OK;
+    }
+    /* built under the lock: the other ranks want the same table */
+    mtc_result_t rc = MTC_OK;
+    t = calloc(1, sizeof *t);
+    if (!t) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid table");
+    if (rc == MTC_OK) {
+        t->spec = *s;
+        t->spec.cfg.order = t->spec.order;
+        t->refs = 1;
+        rc = mtc_grid_groups_build(&t->G, &t->spec);
+        if (rc != MTC_OK) free(t), t = NULL;
+    }
+    if (rc == MTC_OK && !table_shared) table_shared = t; /* else: a second configuration, private */
+    pthread_mutex_unlock(&table_mu);
+    *out = t;
+    return rc;
+}
+
+static void table_release(grid_table *t) {
+    if (!t) return;
+    pthread_mutex_lock(&table_mu);
+    int last = --t->refs == 0;
+    if (last && table_shared == t) table_shared = NULL;
+    pthread_mutex_unlock(&table_mu);
+    if (!last) return;
+    mtc_grid_groups_free(&t->G);
+    free(t);
+}
 
 void mtc_grid_free(mtc_grid_t g) {
     if (!g) return;
-    for (int i = 0; i < g->nslots; i++) {
+    for (int i = 0; i < g->nslots; i++)
         mtc_comm_free(g->slots[i].comm);
-        free(g->slots[i].members);
-    }
     free(g->slots);
+    table_release(g->table);
     free(g);
 }
 
@@ -51,31 +112,25 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
                          W);
     mtc_grid_t g = calloc(1, sizeof *g);
     if (!g) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid");
-    mtc_grid_groups G = {0};
     mtc_result_t rc = mtc_grid_spec_init(&g->spec, &c);
     if (rc != MTC_OK) goto fail;
     g->spec.cfg.order = g->spec.order; /* the copy must point into itself */
     mtc_grid_coord_of(&g->coord, &g->spec, rank);
-    MTC_CHECK_GOTO(mtc_grid_groups_build(&G, &g->spec), rc, fail);
-    g->slots = calloc((size_t)G.nsets, sizeof *g->slots);
+    MTC_CHECK_GOTO(table_acquire(&g->spec, &g->table), rc, fail);
+    const mtc_grid_groups *G = &g->table->G;
+    g->slots = calloc((size_t)G->nsets, sizeof *g->slots);
     if (!g->slots) {
         rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid slots");
         goto fail;
     }
-    for (int i = 0; i < G.nsets; i++) {
-        const mtc_grid_group_set *set = &G.sets[i];
+    for (int i = 0; i < G->nsets; i++) {
+        const mtc_grid_group_set *set = &G->sets[i];
         grid_slot *sl = &g->slots[g->nslots++];
         sl->kind = set->kind, sl->level = set->level;
         int pos, idx = mtc_grid_group_of(set, rank, &pos);
         if (idx >= 0) {
             sl->n = set->size;
-            sl->members = malloc((size_t)set->size * sizeof(int));
-            if (!sl->members) {
-                rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid members");
-                goto fail; /* peers then fail in split with a remote error */
-            }
-            memcpy(sl->members, set->ranks + (size_t)idx * set->size,
-                   (size_t)set->size * sizeof(int));
+            sl->members = set->ranks + (size_t)idx * set->size;
         }
         /* comm: split(world) - collective, every rank calls it for every kind */
         MTC_CHECK_GOTO(mtc_comm_split(world, idx, idx >= 0 ? pos : 0, set->name, &sl->comm), rc,
@@ -85,11 +140,9 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
     snprintf(coords, sizeof coords, "tp%d cp%d dp%d pp%d ep%d etp%d edp%d", g->coord.tp,
              g->coord.cp, g->coord.dp, g->coord.pp, g->coord.ep, g->coord.etp, g->coord.edp);
     mtc_log_set_rank(rank, coords);
-    mtc_grid_groups_free(&G);
     *out = g;
     return MTC_OK;
 fail:
-    mtc_grid_groups_free(&G);
     mtc_grid_free(g);
     return rc;
 }
