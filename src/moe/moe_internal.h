@@ -1,6 +1,6 @@
 /* moe/moe_internal.h - what the files of moe/ share (not a public header):
  * layer.c (sizes, routing, statistics, the allgather dispatcher),
- * experts.c (the grouped-GEMM experts), dispatch_a2a.c (the alltoall
+ * experts.c (the blocked-GEMM experts), dispatch_a2a.c (the alltoall
  * dispatcher). */
 #ifndef MTC_MOE_MOE_INTERNAL_H
 #define MTC_MOE_MOE_INTERNAL_H
