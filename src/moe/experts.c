@@ -51,7 +51,10 @@ static mtc_result_t gx_rows(const gx *g, int c, int K, int N, const float *X, co
     if (!t) return MTC_OK;
     memcpy(g->sa, X + (size_t)r * K, (size_t)t * K * sizeof(float));
     memset(g->sa + (size_t)t * K, 0, (size_t)(tp - t) * K * sizeof(float));
-    if (beta != 0.0f) memcpy(g->sc, Y + (size_t)r * N, (size_t)t * N * sizeof(float));
+    if (beta != 0.0f) { /* the padding rows start at zero too: no stale values in the sums */
+        memcpy(g->sc, Y + (size_t)r * N, (size_t)t * N * sizeof(float));
+        memset(g->sc + (size_t)t * N, 0, (size_t)(tp - t) * N * sizeof(float));
+    }
     MTC_CHECK(gx_gemm(g, 0, tW, tp, N, K, g->sa, K, W, ldw, beta, g->sc, N));
     memcpy(Y + (size_t)r * N, g->sc, (size_t)t * N * sizeof(float));
     return MTC_OK;
