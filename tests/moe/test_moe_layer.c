@@ -23,6 +23,7 @@
 #include "model/fixture.h"
 #include "moe/moe.h"
 #include "moe/moe_internal.h"
+#include "nn/lowp.h"
 #include "test.h"
 
 #define FIXTURE "tests/reference/moe_tiny.fixture"
@@ -325,7 +326,7 @@ static void check_imbalanced(void) {
 #define BC 24 /* hidden */
 #define BF 20 /* expert ffn */
 #define BE 3
-static const int bcounts[BE] = {MOE_BLOCK + 45, 0, MOE_PAD + 7};
+static int bcounts[BE] = {MOE_BLOCK + 45, 0, MOE_PAD + 7};
 #define BM (MOE_BLOCK + 45 + MOE_PAD + 7)
 
 typedef struct {
@@ -416,6 +417,22 @@ static void check_blocks(void) {
     T_CHECK(s == 0); /* the empty expert */
     printf("  blocked GEMMs ok (rows %d %d %d, worst rel %.2g)\n", bcounts[0], bcounts[1],
            bcounts[2], worst);
+    /* with oneDNN, any row counts make a few shapes per projection (six of
+     * them: fc1, fc2 forward, data and weight gradients; MOE_BLOCK / MOE_PAD
+     * each), well inside the primitive cache that the dense layers share */
+    nn_lowp *lp = nn_pool_lowp(p1);
+    if (lp) {
+        for (int t = 0; t < 16; t++) {
+            bcounts[0] = (int)((blk_rand(&sd) + 1.0f) * 0.5f * (BM - 1));
+            bcounts[1] = (int)((blk_rand(&sd) + 1.0f) * 0.5f * (BM - bcounts[0]));
+            bcounts[2] = BM - bcounts[0] - bcounts[1];
+            blk_run(&b3, p1, stage);
+        }
+        long made = 0, hits = 0;
+        nn_lowp_stats(lp, &made, &hits);
+        T_CHECKF(made <= NN_LOWP_CACHE / 2, "blocked expert GEMMs: %ld oneDNN shapes (cache %d)",
+                 made, NN_LOWP_CACHE);
+    }
     nn_pool_free(p1);
     nn_pool_free(p3);
     free(stage);
