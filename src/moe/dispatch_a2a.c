@@ -102,8 +102,8 @@ mtc_result_t moe_a2a_forward(float *out, moe_acts *a, const float *in, const moe
         for (int i = 0; i < P; i++)
             a->counts[e] += a->cnt_all[i * E + e0 + e];
     }
-    moe_experts_forward(pass->pool, s->y, a->fch, a->fchg, s->z, a->xg, a->rprob, a->counts, El, e0,
-                        w, d, Mr);
+    MTC_CHECK(moe_experts_forward(pass->pool, s->y, a->fch, a->fchg, s->z, s->stage, a->xg,
+                                  a->rprob, a->counts, El, e0, w, d, Mr));
     sort_chunks(s->g2, s->y, a->cnt_all, P, E, e0, El, C, 0);
     /* comm: all-to-all-v(EP) of the outputs back to their tokens' ranks */
     MTC_CHECK(
@@ -130,8 +130,9 @@ mtc_result_t moe_a2a_backward(float *din, float *dprobs, const moe_weights *dw, 
     MTC_CHECK(
         mtc_all_to_all_v(s->g1, sp.scb, sp.sdb, s->g2, sp.rcb, sp.rdb, MTC_DTYPE_F32, pass->ep));
     sort_chunks(s->y, s->g2, a->cnt_all, P, E, e0, El, C, 1);
-    moe_experts_backward(pass->pool, s->dx, s->dprow, s->y, a->xg, a->fch, a->fchg, a->rprob,
-                         a->counts, El, e0, w, dw, d, Mr, s->z, s->dz, s->dh);
+    MTC_CHECK(moe_experts_backward(pass->pool, s->dx, s->dprow, s->y, a->xg, a->fch, a->fchg,
+                                   a->rprob, a->counts, El, e0, w, dw, d, Mr, s->z, s->dz, s->dh,
+                                   s->stage));
     for (int q = 0; q < Mr; q++) {
         memcpy(s->g1 + (size_t)q * W, s->dx + (size_t)q * C, (size_t)C * sizeof(float));
         s->g1[(size_t)q * W + C] = s->dprow[q];

@@ -1,97 +1,111 @@
-/* moe/experts.c - the local experts as grouped GEMMs (see moe_internal.h):
- * one nn_pool_run per projection covers every local expert; a task is
- * (expert, block of 32 output rows) and calls single-threaded cblas_sgemm
- * on it, so each element is computed by one call whose shape depends only
- * on the routing, never on the number of threads. An expert with no rows
- * has no task. The router's probability multiplies after the activation
- * and scales fc2's bias: p * (fc2(act(fc1 x)) + b2), as Megatron's
- * grouped MLP. Does not communicate or allocate. */
-#include <cblas.h>
+/* moe/experts.c - the local experts' GEMMs (see moe_internal.h), through the
+ * same GEMM as the dense MLP: oneDNN's matmul where mtc has it (nn_lowp),
+ * OpenBLAS (nn_sgemm) otherwise. oneDNN caches one primitive per shape and
+ * the experts' row counts change every step, so with oneDNN an expert's
+ * rows go in blocks of MOE_BLOCK rows and its last block is padded (zero
+ * rows, in the caller's stage buffer) to a multiple of MOE_PAD: a handful
+ * of shapes per projection, made once. The weight gradient sums its blocks
+ * in row order. Each GEMM is tiled over the pool by its shape only (nn/),
+ * so the bits never depend on the number of threads. oneDNN 2.x has no
+ * grouped matmul, hence a loop of these blocks rather than one call per
+ * projection. An expert with no rows costs nothing.
+ * The router's probability multiplies after the activation and scales
+ * fc2's bias: p * (fc2(act(fc1 x)) + b2), as Megatron's grouped MLP.
+ * Does not communicate or allocate. */
 #include <string.h>
 
 #include "moe/moe_internal.h"
 #include "nn/llama.h"
+#include "nn/lowp.h"
 
-#define MOE_BLOCK 32
-
-/* ---- grouped GEMM ------------------------------------------------------------------- */
-
-typedef enum { GG_FWD = 0, GG_DATA, GG_WEIGHT } gg_mode;
+/* ---- blocked GEMMs ------------------------------------------------------------------ */
 
 typedef struct {
-    gg_mode mode;
-    int E, IN, OUT;
-    const int *counts; /* (E) rows per expert */
-    const float *x;    /* FWD: in (M, IN); DATA: dout (M, OUT); WEIGHT: dout (M, OUT) */
-    const float *x2;   /* WEIGHT: in (M, IN) */
-    float *const *w;   /* [E] (OUT, IN): FWD/DATA read, WEIGHT accumulates */
-    float *const *b;   /* FWD: [E] (OUT) bias or NULL */
-    const float *rs;   /* FWD: (M) bias row scale or NULL (1) */
-    float *y;          /* FWD: (M, OUT); DATA: (M, IN) */
-} gg_job;
+    nn_pool *pool;
+    nn_lowp *lp;    /* NULL: OpenBLAS, whole experts at once */
+    float *sa, *sc; /* (MOE_BLOCK, max(C, F1)) each */
+} gx;
 
-/* Task i -> (expert, first row of its block) */
-static int gg_locate(const gg_job *j, int i, int *e_out, int *r0_out, int *row_off) {
-    int off = 0;
-    for (int e = 0; e < j->E; e++) {
-        int c = j->counts[e];
-        int span = j->mode == GG_WEIGHT ? (c ? j->OUT : 0) : c;
-        int nb = (span + MOE_BLOCK - 1) / MOE_BLOCK;
-        if (i < nb) {
-            *e_out = e, *r0_out = i * MOE_BLOCK, *row_off = off;
-            return span;
-        }
-        i -= nb;
-        off += c;
-    }
-    return -1;
+static mtc_result_t gx_gemm(const gx *g, int tA, int tB, int M, int N, int K, const float *A,
+                            int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (g->lp)
+        return nn_lowp_gemm(g->pool, g->lp, MTC_DTYPE_F32, MTC_DTYPE_F32, tA, tB, M, N, K, 1.0f, A,
+                            lda, B, ldb, NULL, beta, C, ldc);
+    nn_sgemm(g->pool, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    return MTC_OK;
 }
 
-static void gg_task(int i, void *arg) {
-    const gg_job *j = arg;
-    int e, r0, off;
-    int span = gg_locate(j, i, &e, &r0, &off);
-    if (span < 0) return;
-    int nr = span - r0 < MOE_BLOCK ? span - r0 : MOE_BLOCK, c = j->counts[e];
-    const float *w = j->w[e];
-    if (j->mode == GG_FWD) {
-        float *y = j->y + (size_t)(off + r0) * j->OUT;
-        const float *b = j->b ? j->b[e] : NULL;
-        for (int r = 0; r < nr; r++) {
-            float s = j->rs ? j->rs[off + r0 + r] : 1.0f;
-            for (int o = 0; o < j->OUT; o++)
-                y[(size_t)r * j->OUT + o] = b ? b[o] * s : 0.0f;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, j->OUT, j->IN, 1.0f,
-                    j->x + (size_t)(off + r0) * j->IN, j->IN, w, j->IN, 1.0f, y, j->OUT);
-    } else if (j->mode == GG_DATA) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, j->IN, j->OUT, 1.0f,
-                    j->x + (size_t)(off + r0) * j->OUT, j->OUT, w, j->IN, 0.0f,
-                    j->y + (size_t)(off + r0) * j->IN, j->IN);
-    } else { /* dW[r0 : r0 + nr] += dout_e[:, r0 : r0 + nr]^T in_e */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, j->IN, c, 1.0f,
-                    j->x + (size_t)off * j->OUT + r0, j->OUT, j->x2 + (size_t)off * j->IN, j->IN,
-                    1.0f, j->w[e] + (size_t)r0 * j->IN, j->IN);
+static int pad_rows(int t) { return (t + MOE_PAD - 1) / MOE_PAD * MOE_PAD; }
+
+/* Y (c, N) = X (c, K) op(W) + beta Y; W (OUT, IN) row-major as nn.Linear,
+ * op = transpose when tW (forward: K = IN) or not (data gradient: N = IN). */
+static mtc_result_t gx_rows(const gx *g, int c, int K, int N, const float *X, const float *W,
+                            int tW, float beta, float *Y) {
+    int ldw = tW ? K : N, r = 0;
+    if (c <= 0) return MTC_OK;
+    if (!g->lp) return gx_gemm(g, 0, tW, c, N, K, X, K, W, ldw, beta, Y, N);
+    for (; r + MOE_BLOCK <= c; r += MOE_BLOCK)
+        MTC_CHECK(gx_gemm(g, 0, tW, MOE_BLOCK, N, K, X + (size_t)r * K, K, W, ldw, beta,
+                          Y + (size_t)r * N, N));
+    int t = c - r, tp = pad_rows(t);
+    if (!t) return MTC_OK;
+    memcpy(g->sa, X + (size_t)r * K, (size_t)t * K * sizeof(float));
+    memset(g->sa + (size_t)t * K, 0, (size_t)(tp - t) * K * sizeof(float));
+    if (beta != 0.0f) { /* the padding rows start at zero too: no stale values in the sums */
+        memcpy(g->sc, Y + (size_t)r * N, (size_t)t * N * sizeof(float));
+        memset(g->sc + (size_t)t * N, 0, (size_t)(tp - t) * N * sizeof(float));
     }
+    MTC_CHECK(gx_gemm(g, 0, tW, tp, N, K, g->sa, K, W, ldw, beta, g->sc, N));
+    memcpy(Y + (size_t)r * N, g->sc, (size_t)t * N * sizeof(float));
+    return MTC_OK;
 }
 
-static void gg_run(nn_pool *pool, gg_job *j) {
-    int n = 0;
-    for (int e = 0; e < j->E; e++) {
-        int c = j->counts[e];
-        int span = j->mode == GG_WEIGHT ? (c ? j->OUT : 0) : c;
-        n += (span + MOE_BLOCK - 1) / MOE_BLOCK;
-    }
-    if (n) nn_pool_run(pool, n, gg_task, j);
+/* dW (OUT, IN) += D (c, OUT)^T X (c, IN), the rows summed in blocks, in order. */
+static mtc_result_t gx_weight(const gx *g, int c, int OUT, int IN, const float *D, const float *X,
+                              float *dW) {
+    int r = 0;
+    if (c <= 0) return MTC_OK;
+    if (!g->lp) return gx_gemm(g, 1, 0, OUT, IN, c, D, OUT, X, IN, 1.0f, dW, IN);
+    for (; r + MOE_BLOCK <= c; r += MOE_BLOCK)
+        MTC_CHECK(gx_gemm(g, 1, 0, OUT, IN, MOE_BLOCK, D + (size_t)r * OUT, OUT, X + (size_t)r * IN,
+                          IN, 1.0f, dW, IN));
+    int t = c - r, tp = pad_rows(t);
+    if (!t) return MTC_OK;
+    memcpy(g->sa, D + (size_t)r * OUT, (size_t)t * OUT * sizeof(float));
+    memset(g->sa + (size_t)t * OUT, 0, (size_t)(tp - t) * OUT * sizeof(float));
+    memcpy(g->sc, X + (size_t)r * IN, (size_t)t * IN * sizeof(float));
+    memset(g->sc + (size_t)t * IN, 0, (size_t)(tp - t) * IN * sizeof(float));
+    return gx_gemm(g, 1, 0, OUT, IN, tp, g->sa, OUT, g->sc, IN, 1.0f, dW, IN);
 }
 
-void moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
-                         const float *xp, const float *prow, const int *counts, int El, int e0,
-                         const moe_weights *w, const moe_dims *d, int M) {
+static gx gx_make(nn_pool *pool, float *stage, const moe_dims *d) {
+    int F1 = d->swiglu ? 2 * d->F : d->F, mx = d->C > F1 ? d->C : F1;
+    gx g = {pool, nn_pool_lowp(pool), stage, stage + (size_t)MOE_BLOCK * mx};
+    return g;
+}
+
+size_t moe_stage_floats(const moe_dims *d) {
+    int F1 = d->swiglu ? 2 * d->F : d->F, mx = d->C > F1 ? d->C : F1;
+    return 2 * (size_t)MOE_BLOCK * mx;
+}
+
+/* ---- the experts -------------------------------------------------------------------- */
+
+mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
+                                 float *stage, const float *xp, const float *prow,
+                                 const int *counts, int El, int e0, const moe_weights *w,
+                                 const moe_dims *d, int M) {
     int C = d->C, F = d->F, F1 = d->swiglu ? 2 * F : F;
-    gg_job j1 = {GG_FWD, El, C, F1, counts, xp, NULL, w->fc1w + e0, d->bias ? w->fc1b + e0 : NULL,
-                 NULL,   fch};
-    gg_run(pool, &j1);
+    gx g = gx_make(pool, stage, d);
+    for (int e = 0, off = 0; e < El; off += counts[e], e++) { /* fch = xp W1^T + b1 */
+        const float *b = d->bias ? w->fc1b[e0 + e] : NULL;
+        float *h = fch + (size_t)off * F1;
+        if (b)
+            for (int q = 0; q < counts[e]; q++)
+                memcpy(h + (size_t)q * F1, b, (size_t)F1 * sizeof(float));
+        MTC_CHECK(gx_rows(&g, counts[e], C, F1, xp + (size_t)off * C, w->fc1w[e0 + e], 1,
+                          b ? 1.0f : 0.0f, h));
+    }
     if (d->swiglu)
         nn_swiglu_forward(pool, fchg, fch, M, F);
     else
@@ -99,35 +113,48 @@ void moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float
     for (int q = 0; q < M; q++)
         for (int f = 0; f < F; f++)
             z[(size_t)q * F + f] = fchg[(size_t)q * F + f] * prow[q];
-    gg_job j2 = {GG_FWD, El, F, C, counts, z, NULL, w->fc2w + e0, d->bias ? w->fc2b + e0 : NULL,
-                 prow,   y};
-    gg_run(pool, &j2);
+    for (int e = 0, off = 0; e < El; off += counts[e], e++) { /* y = z W2^T + p b2 */
+        const float *b = d->bias ? w->fc2b[e0 + e] : NULL;
+        float *o = y + (size_t)off * C;
+        if (b)
+            for (int q = 0; q < counts[e]; q++)
+                for (int c = 0; c < C; c++)
+                    o[(size_t)q * C + c] = b[c] * prow[off + q];
+        MTC_CHECK(gx_rows(&g, counts[e], F, C, z + (size_t)off * F, w->fc2w[e0 + e], 1,
+                          b ? 1.0f : 0.0f, o));
+    }
+    return MTC_OK;
 }
 
-void moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const float *dy, const float *xp,
-                          const float *fch, const float *fchg, const float *prow, const int *counts,
-                          int El, int e0, const moe_weights *w, const moe_weights *dw,
-                          const moe_dims *d, int M, float *z, float *dz, float *dh) {
+mtc_result_t moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const float *dy,
+                                  const float *xp, const float *fch, const float *fchg,
+                                  const float *prow, const int *counts, int El, int e0,
+                                  const moe_weights *w, const moe_weights *dw, const moe_dims *d,
+                                  int M, float *z, float *dz, float *dh, float *stage) {
     int C = d->C, F = d->F, F1 = d->swiglu ? 2 * F : F;
+    gx g = gx_make(pool, stage, d);
     for (int q = 0; q < M; q++)
         for (int f = 0; f < F; f++)
             z[(size_t)q * F + f] = fchg[(size_t)q * F + f] * prow[q];
     /* fc2: dz = dy W2; dW2 += dy^T z; db2 += sum prob * dy */
-    gg_job jd = {GG_DATA, El, F, C, counts, dy, NULL, w->fc2w + e0, NULL, NULL, dz};
-    gg_run(pool, &jd);
-    gg_job jw = {GG_WEIGHT, El, F, C, counts, dy, z, dw->fc2w + e0, NULL, NULL, NULL};
-    gg_run(pool, &jw);
+    for (int e = 0, off = 0; e < El; off += counts[e], e++) {
+        MTC_CHECK(gx_rows(&g, counts[e], C, F, dy + (size_t)off * C, w->fc2w[e0 + e], 0, 0.0f,
+                          dz + (size_t)off * F));
+        if (dw->fc2w[e0 + e])
+            MTC_CHECK(gx_weight(&g, counts[e], C, F, dy + (size_t)off * C, z + (size_t)off * F,
+                                dw->fc2w[e0 + e]));
+    }
     for (int e = 0, r0 = 0; e < El; r0 += counts[e], e++)
         for (int q = r0; q < r0 + counts[e]; q++) {
-            const float *g = dy + (size_t)q * C;
+            const float *gq = dy + (size_t)q * C;
             double dp = 0;
             for (int f = 0; f < F; f++)
                 dp += (double)dz[(size_t)q * F + f] * fchg[(size_t)q * F + f];
             if (d->bias && w->fc2b[e0 + e]) {
                 for (int c = 0; c < C; c++)
-                    dp += (double)g[c] * w->fc2b[e0 + e][c];
+                    dp += (double)gq[c] * w->fc2b[e0 + e][c];
                 for (int c = 0; c < C; c++)
-                    dw->fc2b[e0 + e][c] += prow[q] * g[c];
+                    dw->fc2b[e0 + e][c] += prow[q] * gq[c];
             }
             dprow[q] = (float)dp;
             for (int f = 0; f < F; f++)
@@ -138,16 +165,20 @@ void moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const float *
     else
         nn_gelu_backward(pool, dh, fch, dz, (size_t)M * F);
     /* fc1: dxp = dh W1; dW1 += dh^T xp; db1 += sum dh */
-    gg_job jd1 = {GG_DATA, El, C, F1, counts, dh, NULL, w->fc1w + e0, NULL, NULL, dxp};
-    gg_run(pool, &jd1);
-    gg_job jw1 = {GG_WEIGHT, El, C, F1, counts, dh, xp, dw->fc1w + e0, NULL, NULL, NULL};
-    gg_run(pool, &jw1);
+    for (int e = 0, off = 0; e < El; off += counts[e], e++) {
+        MTC_CHECK(gx_rows(&g, counts[e], F1, C, dh + (size_t)off * F1, w->fc1w[e0 + e], 0, 0.0f,
+                          dxp + (size_t)off * C));
+        if (dw->fc1w[e0 + e])
+            MTC_CHECK(gx_weight(&g, counts[e], F1, C, dh + (size_t)off * F1, xp + (size_t)off * C,
+                                dw->fc1w[e0 + e]));
+    }
     if (d->bias)
         for (int e = 0, r0 = 0; e < El; r0 += counts[e], e++)
             if (dw->fc1b[e0 + e])
                 for (int q = r0; q < r0 + counts[e]; q++)
                     for (int f = 0; f < F1; f++)
                         dw->fc1b[e0 + e][f] += dh[(size_t)q * F1 + f];
+    return MTC_OK;
 }
 
 void moe_gather_rows(float *dst, const float *src, const int *tok, int base, int M, int W) {

@@ -72,9 +72,9 @@ size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k, Ng = P * N;
     size_t G = Ng * d->C > M * (d->C + 1) ? Ng * d->C : M * (d->C + 1);
-    /* as moe_carve: xp y dx | z dz | dh | dlogits s | dprobs | prow dprow | g1 g2 | tmp */
+    /* as moe_carve: xp y dx | z dz | dh | dlogits s | dprobs | prow dprow | g1 g2 | stage | tmp */
     return 3 * al(M * d->C) + 2 * al(M * d->F) + al(M * f1_of(d)) + 2 * al(NE) + al(Nk) +
-           2 * al(M) + 2 * al(G) + al(2 * Nk) + al(16 * P + 16);
+           2 * al(M) + 2 * al(G) + al(moe_stage_floats(d)) + al(2 * Nk) + al(16 * P + 16);
 }
 
 mtc_result_t moe_stats_init(moe_stats *s, int E) {
@@ -122,6 +122,7 @@ moe_scratch moe_carve(float *base, const mtc_moe_config *m, const moe_dims *d, i
     s.dprow = p, p += al(M);
     s.g1 = p, p += al(G);
     s.g2 = p, p += al(G);
+    s.stage = p, p += al(moe_stage_floats(d));
     s.tmp = p;
     return s;
 }
@@ -255,7 +256,8 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
     for (int q = 0; q < M; q++)
         s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
     moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
-    moe_experts_forward(pool, s.y, a->fch, a->fchg, s.z, s.xp, s.prow, a->counts, El, e0, w, d, M);
+    MTC_CHECK(moe_experts_forward(pool, s.y, a->fch, a->fchg, s.z, s.stage, s.xp, s.prow, a->counts,
+                                  El, e0, w, d, M));
     float *yg = P > 1 ? s.g1 : out; /* unpermute: each token's outputs summed in expert order */
     memset(yg, 0, (size_t)Ng * C * sizeof(float));
     for (int q = 0; q < M; q++) {
@@ -296,8 +298,8 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
         moe_gather_rows(s.y, dyg, a->perm_tok, 0, M, C); /* dy of each permuted row */
         moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
         float *dprow = s.dprow;
-        moe_experts_backward(pool, s.dx, dprow, s.y, s.xp, a->fch, a->fchg, s.prow, a->counts, El,
-                             e0, w, dw, d, M, s.z, s.dz, s.dh);
+        MTC_CHECK(moe_experts_backward(pool, s.dx, dprow, s.y, s.xp, a->fch, a->fchg, s.prow,
+                                       a->counts, El, e0, w, dw, d, M, s.z, s.dz, s.dh, s.stage));
         memset(s.dprobs, 0, (size_t)Ng * k * sizeof(float));
         for (int q = 0; q < M; q++)
             if (a->perm_sel[q] >= 0) s.dprobs[a->perm_sel[q]] = dprow[q];

@@ -1,6 +1,6 @@
 /* moe/moe_internal.h - what the files of moe/ share (not a public header):
  * layer.c (sizes, routing, statistics, the allgather dispatcher),
- * experts.c (the grouped-GEMM experts), dispatch_a2a.c (the alltoall
+ * experts.c (the blocked-GEMM experts), dispatch_a2a.c (the alltoall
  * dispatcher). */
 #ifndef MTC_MOE_MOE_INTERNAL_H
 #define MTC_MOE_MOE_INTERNAL_H
@@ -12,6 +12,7 @@
 typedef struct {
     float *xp, *y, *dx, *z, *dz, *dh, *dlogits, *s, *dprobs, *prow, *dprow;
     float *g1, *g2; /* (ep N, C) gathered outputs / gradients; alltoall: (rows, C + 1) */
+    float *stage;   /* moe_stage_floats: the experts' padded last blocks */
     void *tmp;      /* 2 N k ints (capacity), or the alltoall's 6 ep split arrays */
 } moe_scratch;
 
@@ -23,18 +24,27 @@ int moe_perm_segment(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, in
 /* dst (M, W) = rows tok[r] - base of src. */
 void moe_gather_rows(float *dst, const float *src, const int *tok, int base, int M, int W);
 
+/* The experts' GEMMs go in blocks of MOE_BLOCK rows of an expert, the last
+ * one padded to a multiple of MOE_PAD rows (experts.c). */
+#define MOE_BLOCK 256
+#define MOE_PAD 64
+/* Floats of the stage buffer the experts need (two MOE_BLOCK row blocks). */
+size_t moe_stage_floats(const moe_dims *d);
+
 /* y (M, C) = prow * (fc2(act(fc1 xp)) + b2) over the rows of local experts
  * [e0, e0 + El) (counts[e] rows each, expert-major); fch, fchg saved; z
- * scratch (M, F). */
-void moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
-                         const float *xp, const float *prow, const int *counts, int El, int e0,
-                         const moe_weights *w, const moe_dims *d, int M);
+ * scratch (M, F); stage (moe_stage_floats) scratch. */
+mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
+                                 float *stage, const float *xp, const float *prow,
+                                 const int *counts, int El, int e0, const moe_weights *w,
+                                 const moe_dims *d, int M);
 /* dxp (M, C) =, dprow (M) = d(row's prob); expert gradients +=; dy (M, C)
- * read only; z, dz (M, F), dh (M, F1) scratch. */
-void moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const float *dy, const float *xp,
-                          const float *fch, const float *fchg, const float *prow, const int *counts,
-                          int El, int e0, const moe_weights *w, const moe_weights *dw,
-                          const moe_dims *d, int M, float *z, float *dz, float *dh);
+ * read only; z, dz (M, F), dh (M, F1), stage scratch. */
+mtc_result_t moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const float *dy,
+                                  const float *xp, const float *fch, const float *fchg,
+                                  const float *prow, const int *counts, int El, int e0,
+                                  const moe_weights *w, const moe_weights *dw, const moe_dims *d,
+                                  int M, float *z, float *dz, float *dh, float *stage);
 
 /* The alltoall dispatcher around the experts, after routing (this rank's
  * N tokens routed into a->sel/probs/kept at block r). out (N, C) =.
