@@ -59,14 +59,17 @@ static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
             return cli_usage_error("train", "with --train-samples give the schedule in samples "
                                             "(--lr-decay-samples, --lr-warmup-samples or "
                                             "--lr-warmup-fraction, --lr-wsd-decay-samples)");
-        if (train_samples < gbs)
+        if (!tc->batch_schedule && train_samples < gbs)
             return cli_usage_error("train",
                                    "train-samples=%lld is less than one global batch of %lld",
                                    (long long)train_samples, (long long)gbs);
         if (seen_fraction && warmup_samples)
             return cli_usage_error("train", "give one of --lr-warmup-fraction and "
                                             "--lr-warmup-samples");
-        tc->train_iters = train_samples / gbs; /* update_train_iters */
+        /* update_train_iters: under a schedule, iterations while consumed < N */
+        tc->train_iters = tc->batch_schedule ? mtc_batch_schedule_iters(tc->batch_schedule,
+                                                                        (uint64_t)train_samples)
+                                             : train_samples / gbs;
         l->decay_samples = decay_samples > 0 ? decay_samples : train_samples;
         l->warmup_samples =
             seen_fraction ? fraction * (double)l->decay_samples : (double)warmup_samples;
@@ -145,6 +148,19 @@ static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
     return 0;
 }
 
+/* Megatron's train split size: train-iters x --global-batch-size; under a
+ * --step-batch-size-schedule at least the samples the schedule consumes
+ * (Megatron's default global batch there is micro batch x dp, which would
+ * leave the later iterations without data). */
+static uint64_t train_num_samples(const mtc_train_config *tc) {
+    uint64_t n = (uint64_t)tc->train_iters * (uint64_t)tc->global_batch;
+    if (tc->batch_schedule) {
+        uint64_t used = mtc_batch_schedule_walk(tc->batch_schedule, 0, tc->train_iters, NULL);
+        if (used > n) n = used;
+    }
+    return n;
+}
+
 int cli_cmd_train(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, maxpos = 0, mbs = 4, gbs = 0, vocab = 0;
     int64_t iters = 100, warmup = 0, decay = 0;
@@ -190,9 +206,11 @@ int cli_cmd_train(int argc, char **argv) {
     double loss_scale = 0, init_ls = 4294967296.0, min_ls = 1.0;
     const char *noop_s[3] = {NULL, NULL, NULL};
     /* issue 16: Megatron flags without effect here, and ones refused */
-    const char *noop_s2[6] = {NULL}, *refuse_s[3] = {NULL};
+    const char *noop_s2[6] = {NULL};
     int noop_f2[5] = {0}, ln1p = 0;
-    mtc_arg_strings refuse_ramp = {0};
+    mtc_arg_strings ramp = {0};
+    const char *bs_text = NULL;
+    static mtc_batch_schedule bsched; /* read by the rank-threads for the whole run */
     static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
@@ -461,8 +479,15 @@ int cli_cmd_train(int argc, char **argv) {
          "max learning rate of the word embedding and output layer (same schedule)", 0},
         {"decoupled-min-lr", NULL, MTC_ARG_DOUBLE, &decoupled_min_lr, "X",
          "their min learning rate (default --min-lr)", 0},
-        {"step-batch-size-schedule", NULL, MTC_ARG_STRING, &refuse_s[2], "S", REFUSED, 0},
-        {"rampup-batch-size", NULL, MTC_ARG_STRINGS, &refuse_ramp, "S", REFUSED, 0},
+        {"step-batch-size-schedule", NULL, MTC_ARG_STRING, &bs_text, "S",
+         "Megatron's step-wise global batch \"THRESHOLD:BS ...\": thresholds in tokens (K M B T "
+         "suffixes), the first 0; each iteration runs the batch of the last threshold <= the "
+         "tokens consumed",
+         0},
+        {"rampup-batch-size", NULL, MTC_ARG_STRINGS, &ramp, "START INCR SAMPLES",
+         "deprecated and ignored, as in Megatron (a warning says so): use "
+         "--step-batch-size-schedule",
+         0},
 #undef NOOP_STR
 #undef NOOP_FLAG
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)",
@@ -891,6 +916,36 @@ int cli_cmd_train(int argc, char **argv) {
     mc->vocab_size = mc->padded_vocab_size = 1;
     if (mtc_model_config_validate(mc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    if (bs_text) { /* Megatron always passes seq_length: thresholds are tokens */
+        if (mtc_batch_schedule_parse(&bsched, bs_text, T) != MTC_OK)
+            return cli_usage_error("train", "%s", mtc_error_detail());
+        int64_t last = bsched.batch[bsched.n - 1];
+        /* Megatron refuses both flags, yet its GPT-3 example passes both with
+         * the schedule's last batch: accepted when they agree */
+        if (mtc_args_seen(args, nargs, "global-batch-size") && gbs != last)
+            return cli_usage_error("train",
+                                   "global-batch-size=%d differs from the last "
+                                   "step-batch-size-schedule batch %lld: drop --global-batch-size "
+                                   "(Megatron refuses both) or make it %lld",
+                                   gbs, (long long)last, (long long)last);
+        if (mtc_args_seen(args, nargs, "global-batch-size") && le.rank == 0)
+            fprintf(stderr,
+                    "note: --global-batch-size %d is the step-batch-size-schedule's last batch: "
+                    "accepted (Megatron refuses both flags); it is the evaluation batch\n",
+                    gbs);
+        tc.batch_schedule = &bsched;
+    }
+    if (mtc_args_seen(args, nargs, "rampup-batch-size")) {
+        if (ramp.n != 3)
+            return cli_usage_error("train",
+                                   "rampup-batch-size takes 3 values (start batch, increment, "
+                                   "ramp-up samples), got %d",
+                                   ramp.n);
+        if (le.rank == 0) /* Megatron's init_num_microbatches_calculator ignores it */
+            fprintf(stderr, "WARNING: rampup_batch_size is deprecated and will be removed in a "
+                            "future release. Use step_batch_size_schedule instead. (mtc, as "
+                            "Megatron, ignores --rampup-batch-size)\n");
+    }
     tc.micro_batch = mbs;
     { /* Megatron's default: one microbatch per data-parallel rank */
         int64_t model_ranks = (int64_t)tp * pp * cp;
@@ -956,7 +1011,7 @@ int cli_cmd_train(int argc, char **argv) {
                               .n_blend = data_paths.n > 1 ? data_paths.n : 0,
                               /* Megatron's train / valid / test sizes
                                  (get_train_valid_test_num_samples) */
-                              .num_samples = {(uint64_t)tc.train_iters * (uint64_t)tc.global_batch,
+                              .num_samples = {train_num_samples(&tc),
                                               (uint64_t)(tc.train_iters / eval_interval + 1) *
                                                   (uint64_t)eval_iters * (uint64_t)tc.global_batch,
                                               (uint64_t)eval_iters * (uint64_t)tc.global_batch},
