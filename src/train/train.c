@@ -200,11 +200,21 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                          "num-distributed-optimizer-instances=%d does not divide the data-parallel "
                          "size %d (use a divisor of %d)",
                          nd, dp, dp);
-    if (gc.pp > 1) {
+    if (gc.pp > 1 && (!bs || c->eval_iters > 0)) {
         pp_schedule_config sc = {.pp = gc.pp,
                                  .vpp = vpp,
                                  .group_size = c->microbatch_group_size,
                                  .num_microbatches = c->global_batch / (c->micro_batch * dp)};
+        char why[256] = "";
+        if (bs && pp_schedule_validate(&sc) != MTC_OK) /* only evaluation runs this batch */
+            snprintf(why, sizeof why, "%s", mtc_error_detail());
+        if (why[0])
+            return mtc_error(E,
+                             "the evaluation batch (global-batch-size=%d, Megatron's eval batch) "
+                             "does not fit the pipeline schedule: %s (pass --global-batch-size "
+                             "equal to the step-batch-size-schedule's last batch, or "
+                             "--eval-iters 0)",
+                             c->global_batch, why);
         MTC_CHECK(pp_schedule_validate(&sc));
     }
     if (c->vpp > 1 && gc.pp == 1)

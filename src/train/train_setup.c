@@ -313,9 +313,14 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     /* activation slots: each chunk's peak of microbatches between forward
      * and backward, over every microbatch count the run can have (the
      * evaluation batch and each usable --step-batch-size-schedule entry) */
-    MTC_CHECK(train_slot_counts(x, &sc, peak));
-    x->nmb_max = sc.num_microbatches;
     const mtc_batch_schedule *bs = c->batch_schedule;
+    for (int k = 0; k < x->vpp; k++)
+        peak[k] = 1;
+    x->nmb_max = 1;
+    if (!bs || c->eval_iters > 0) { /* the evaluation's (and without a schedule, training's) */
+        MTC_CHECK(train_slot_counts(x, &sc, peak));
+        x->nmb_max = sc.num_microbatches;
+    }
     for (int e = 0; bs && e < bs->n; e++) {
         pp_schedule_config se = sc;
         se.num_microbatches = (int)(bs->batch[e] / (B * x->dp_size));
