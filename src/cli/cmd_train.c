@@ -183,7 +183,7 @@ int cli_cmd_train(int argc, char **argv) {
     mtc_arg_strings cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
-    mtc_arg_strings data_paths = {0};
+    mtc_arg_strings data_paths = {0}, split_paths[3] = {{0}};
     int64_t sch_train_samples = 0, sch_warmup_samples = 0, sch_decay_samples = 0;
     int64_t sch_wsd_iters = 0, sch_wsd_samples = 0, sch_exit_interval = 0;
     double sch_warmup_fraction = 0, sch_init_lr = 0, sch_start_wd = 0, sch_end_wd = 0;
@@ -278,6 +278,14 @@ int cli_cmd_train(int argc, char **argv) {
          "text file or folder, PREFIX of .bin/.idx, llm.c .bin, or Megatron's blend "
          "W1 PREFIX1 W2 PREFIX2 ... (GPTDataset / BlendedDataset sample order)",
          0},
+        {"train-data-path", NULL, MTC_ARG_STRINGS, &split_paths[0], "PATH",
+         "the training split's own data: a PREFIX or a blend W1 PREFIX1 ... (all of its "
+         "documents; excludes --data-path and --split, as Megatron)",
+         0},
+        {"valid-data-path", NULL, MTC_ARG_STRINGS, &split_paths[1], "PATH",
+         "the validation split's own data (as --train-data-path)", 0},
+        {"test-data-path", NULL, MTC_ARG_STRINGS, &split_paths[2], "PATH",
+         "the test split's own data (as --train-data-path)", 0},
         {"split", NULL, MTC_ARG_STRING, &split, "W,W,W",
          "train,valid,test weights (default 969,30,1)", 0},
         {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N",
@@ -731,10 +739,23 @@ int cli_cmd_train(int argc, char **argv) {
                                "inverse-square-root or WSD)",
                                style);
     data_path = data_paths.n ? data_paths.v[0] : NULL;
+    int per_split = split_paths[0].n || split_paths[1].n || split_paths[2].n;
+    if (per_split && (mock || data_path)) /* Megatron: "A single data source must be provided" */
+        return cli_usage_error("train",
+                               "--train-data-path/--valid-data-path/--test-data-path exclude %s "
+                               "(give one data source)",
+                               mock ? "--mock-data" : "--data-path");
+    if (per_split && mtc_args_seen(args, nargs, "split"))
+        return cli_usage_error("train", "--split does not apply to --train-data-path/"
+                                        "--valid-data-path/--test-data-path (each split reads "
+                                        "all of its data; Megatron refuses both): drop --split");
+    if (per_split && !split_paths[0].n)
+        return cli_usage_error("train", "--valid-data-path/--test-data-path need "
+                                        "--train-data-path (the data to train on)");
     if (mock && data_path)
         return cli_usage_error(
             "train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
-    if (!mock && !data_path)
+    if (!mock && !data_path && !per_split)
         return cli_usage_error("train", "no data: pass --data-path FILE|DIR|PREFIX or --mock-data");
     if (divisible < 1 || divisible > MTC_MODEL_MAX_VOCAB_DIVISOR)
         return cli_usage_error("train", "make-vocab-size-divisible-by=%d is outside [1, %d]",
@@ -1006,22 +1027,25 @@ int cli_cmd_train(int argc, char **argv) {
     if (mtc_train_validate_layout(&tc, world) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
 
-    data_source_opts dopts = {.data_path = data_path,
-                              .blend = data_paths.n > 1 ? data_paths.v : NULL,
-                              .n_blend = data_paths.n > 1 ? data_paths.n : 0,
-                              /* Megatron's train / valid / test sizes
-                                 (get_train_valid_test_num_samples) */
-                              .num_samples = {train_num_samples(&tc),
-                                              (uint64_t)(tc.train_iters / eval_interval + 1) *
-                                                  (uint64_t)eval_iters * (uint64_t)tc.global_batch,
-                                              (uint64_t)eval_iters * (uint64_t)tc.global_batch},
-                              .mock = mock,
-                              .vocab_size = mock && !vocab && !tokenizer ? 50257 : vocab,
-                              .tokenizer = tokenizer,
-                              .tok = &tok_opts,
-                              .seq_length = T,
-                              .seed = (uint64_t)seed,
-                              .split = split};
+    data_source_opts dopts = {
+        .data_path = data_path,
+        .blend = data_paths.n > 1 ? data_paths.v : NULL,
+        .n_blend = data_paths.n > 1 ? data_paths.n : 0,
+        /* Megatron's train / valid / test sizes
+           (get_train_valid_test_num_samples) */
+        .num_samples = {train_num_samples(&tc),
+                        (uint64_t)(tc.train_iters / eval_interval + 1) * (uint64_t)eval_iters *
+                            (uint64_t)tc.global_batch,
+                        (uint64_t)eval_iters * (uint64_t)tc.global_batch},
+        .mock = mock,
+        .vocab_size = mock && !vocab && !tokenizer ? 50257 : vocab,
+        .tokenizer = tokenizer,
+        .tok = &tok_opts,
+        .seq_length = T,
+        .seed = (uint64_t)seed,
+        .split = split,
+        .split_paths = {split_paths[0].v, split_paths[1].v, split_paths[2].v},
+        .n_split_paths = {split_paths[0].n, split_paths[1].n, split_paths[2].n}};
     data_source *src = NULL;
     if (data_source_open(&dopts, &src) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
