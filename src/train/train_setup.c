@@ -312,7 +312,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
                          (int)(sizeof peak / sizeof peak[0]));
     /* activation slots: each chunk's peak of microbatches between forward
      * and backward, over every microbatch count the run can have (the
-     * evaluation batch and each usable --step-batch-size-schedule entry) */
+     * evaluation batch and each --step-batch-size-schedule entry reached) */
     const mtc_batch_schedule *bs = c->batch_schedule;
     for (int k = 0; k < x->vpp; k++)
         peak[k] = 1;
@@ -321,13 +321,14 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         MTC_CHECK(train_slot_counts(x, &sc, peak));
         x->nmb_max = sc.num_microbatches;
     }
+    /* the entries the run reaches (those mtc_train_validate_layout checked;
+     * the same schedule gives a resumed run the same ones) */
+    int reached[MTC_BATCH_SCHEDULE_MAX] = {0};
+    if (bs) mtc_batch_schedule_walk(bs, 0, c->train_iters, reached);
     for (int e = 0; bs && e < bs->n; e++) {
         pp_schedule_config se = sc;
         se.num_microbatches = (int)(bs->batch[e] / (B * x->dp_size));
-        if (bs->batch[e] % (B * x->dp_size) || (P > 1 && pp_schedule_validate(&se) != MTC_OK)) {
-            mtc_error_clear(); /* an entry this run never reaches (validated up front) */
-            continue;
-        }
+        if (!reached[e]) continue;
         if (se.num_microbatches > x->nmb_max) x->nmb_max = se.num_microbatches;
         MTC_CHECK(train_slot_counts(x, &se, pk));
         for (int k = 0; k < x->vpp; k++)
