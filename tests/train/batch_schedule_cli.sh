@@ -7,7 +7,7 @@
 #    runs (3 iterations of 4, saved; then 2 of 8 loaded from it): the same
 #    samples in the same order, the LR unchanged (constant);
 #  - every layout (dp 2, pp 2, pp 2 interleaved, tp 2, cp 2, the distributed
-#    optimizer) equals the serial schedule run;
+#    optimizer, dp 2 x pp 2, MoE with ep 2) equals the serial schedule run;
 #  - the log's global batch size and learning rate in samples: with
 #    --train-samples 28 and a linear decay over 28 samples the lr after
 #    iteration k is lr * (1 - consumed_k / 28) (Megatron steps the scheduler
@@ -52,8 +52,8 @@ cmp -s "$D/chained.txt" "$D/serial.txt" && ok "schedule = 3 iterations of batch 
     { bad "schedule vs chained constant runs"; paste "$D/chained.txt" "$D/serial.txt"; }
 
 # each layout against the serial schedule run (relative 1e-5)
-close() { # FILE: every loss within 1e-5 of serial's
-    [ "$(wc -l <"$1")" -eq 5 ] && paste "$1" "$D/serial.txt" |
+close() { # FILE [REFERENCE]: every loss within 1e-5 of the reference's (serial's)
+    [ "$(wc -l <"$1")" -eq 5 ] && paste "$1" "${2:-$D/serial.txt}" |
         awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $2) bad = 1 } END { exit bad }'
 }
 for lay in "dp2:--world-size 2" "pp2:--world-size 2 --pp 2" "vpp2:--world-size 2 --pp 2 --vpp 2" \
@@ -66,6 +66,15 @@ for lay in "dp2:--world-size 2" "pp2:--world-size 2 --pp 2" "vpp2:--world-size 2
     close "$D/$name.txt" && ok "$name = serial under the schedule" ||
         { bad "$name differs from serial"; paste "$D/$name.txt" "$D/serial.txt"; }
 done
+
+# MoE: expert parallelism against the serial MoE run
+MOE="--num-experts 4 --moe-router-topk 2"
+# shellcheck disable=SC2086
+run moe_serial --train-iters 5 --step-batch-size-schedule "$SCHED" $MOE
+# shellcheck disable=SC2086
+run moe_ep2 --train-iters 5 --step-batch-size-schedule "$SCHED" $MOE --world-size 2 --expert-model-parallel-size 2
+close "$D/moe_ep2.txt" "$D/moe_serial.txt" && ok "MoE ep2 = serial MoE under the schedule" ||
+    { bad "MoE ep2 differs"; paste "$D/moe_ep2.txt" "$D/moe_serial.txt"; }
 
 # the LR scheduler counts samples: linear decay over --train-samples 28
 run lr --train-samples 28 --step-batch-size-schedule "$SCHED" --lr-decay-style linear --lr 1e-3 --min-lr 0
