@@ -59,14 +59,17 @@ static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
             return cli_usage_error("train", "with --train-samples give the schedule in samples "
                                             "(--lr-decay-samples, --lr-warmup-samples or "
                                             "--lr-warmup-fraction, --lr-wsd-decay-samples)");
-        if (train_samples < gbs)
+        if (!tc->batch_schedule && train_samples < gbs)
             return cli_usage_error("train",
                                    "train-samples=%lld is less than one global batch of %lld",
                                    (long long)train_samples, (long long)gbs);
         if (seen_fraction && warmup_samples)
             return cli_usage_error("train", "give one of --lr-warmup-fraction and "
                                             "--lr-warmup-samples");
-        tc->train_iters = train_samples / gbs; /* update_train_iters */
+        /* update_train_iters: under a schedule, iterations while consumed < N */
+        tc->train_iters = tc->batch_schedule ? mtc_batch_schedule_iters(tc->batch_schedule,
+                                                                        (uint64_t)train_samples)
+                                             : train_samples / gbs;
         l->decay_samples = decay_samples > 0 ? decay_samples : train_samples;
         l->warmup_samples =
             seen_fraction ? fraction * (double)l->decay_samples : (double)warmup_samples;
@@ -145,6 +148,19 @@ static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
     return 0;
 }
 
+/* Megatron's train split size: train-iters x --global-batch-size; under a
+ * --step-batch-size-schedule at least the samples the schedule consumes
+ * (Megatron's default global batch there is micro batch x dp, which would
+ * leave the later iterations without data). */
+static uint64_t train_num_samples(const mtc_train_config *tc) {
+    uint64_t n = (uint64_t)tc->train_iters * (uint64_t)tc->global_batch;
+    if (tc->batch_schedule) {
+        uint64_t used = mtc_batch_schedule_walk(tc->batch_schedule, 0, tc->train_iters, NULL);
+        if (used > n) n = used;
+    }
+    return n;
+}
+
 int cli_cmd_train(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, maxpos = 0, mbs = 4, gbs = 0, vocab = 0;
     int64_t iters = 100, warmup = 0, decay = 0;
@@ -167,7 +183,7 @@ int cli_cmd_train(int argc, char **argv) {
     mtc_arg_strings cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
-    mtc_arg_strings data_paths = {0};
+    mtc_arg_strings data_paths = {0}, split_paths[3] = {{0}};
     int64_t sch_train_samples = 0, sch_warmup_samples = 0, sch_decay_samples = 0;
     int64_t sch_wsd_iters = 0, sch_wsd_samples = 0, sch_exit_interval = 0;
     double sch_warmup_fraction = 0, sch_init_lr = 0, sch_start_wd = 0, sch_end_wd = 0;
@@ -190,9 +206,11 @@ int cli_cmd_train(int argc, char **argv) {
     double loss_scale = 0, init_ls = 4294967296.0, min_ls = 1.0;
     const char *noop_s[3] = {NULL, NULL, NULL};
     /* issue 16: Megatron flags without effect here, and ones refused */
-    const char *noop_s2[6] = {NULL}, *refuse_s[3] = {NULL};
+    const char *noop_s2[6] = {NULL};
     int noop_f2[5] = {0}, ln1p = 0;
-    mtc_arg_strings refuse_ramp = {0};
+    mtc_arg_strings ramp = {0};
+    const char *bs_text = NULL;
+    static mtc_batch_schedule bsched; /* read by the rank-threads for the whole run */
     static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
@@ -260,6 +278,14 @@ int cli_cmd_train(int argc, char **argv) {
          "text file or folder, PREFIX of .bin/.idx, llm.c .bin, or Megatron's blend "
          "W1 PREFIX1 W2 PREFIX2 ... (GPTDataset / BlendedDataset sample order)",
          0},
+        {"train-data-path", NULL, MTC_ARG_STRINGS, &split_paths[0], "PATH",
+         "the training split's own data: a PREFIX or a blend W1 PREFIX1 ... (all of its "
+         "documents; excludes --data-path and --split, as Megatron)",
+         0},
+        {"valid-data-path", NULL, MTC_ARG_STRINGS, &split_paths[1], "PATH",
+         "the validation split's own data (as --train-data-path)", 0},
+        {"test-data-path", NULL, MTC_ARG_STRINGS, &split_paths[2], "PATH",
+         "the test split's own data (as --train-data-path)", 0},
         {"split", NULL, MTC_ARG_STRING, &split, "W,W,W",
          "train,valid,test weights (default 969,30,1)", 0},
         {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N",
@@ -461,8 +487,15 @@ int cli_cmd_train(int argc, char **argv) {
          "max learning rate of the word embedding and output layer (same schedule)", 0},
         {"decoupled-min-lr", NULL, MTC_ARG_DOUBLE, &decoupled_min_lr, "X",
          "their min learning rate (default --min-lr)", 0},
-        {"step-batch-size-schedule", NULL, MTC_ARG_STRING, &refuse_s[2], "S", REFUSED, 0},
-        {"rampup-batch-size", NULL, MTC_ARG_STRINGS, &refuse_ramp, "S", REFUSED, 0},
+        {"step-batch-size-schedule", NULL, MTC_ARG_STRING, &bs_text, "S",
+         "Megatron's step-wise global batch \"THRESHOLD:BS ...\": thresholds in tokens (K M B T "
+         "suffixes), the first 0; each iteration runs the batch of the last threshold <= the "
+         "tokens consumed",
+         0},
+        {"rampup-batch-size", NULL, MTC_ARG_STRINGS, &ramp, "START INCR SAMPLES",
+         "deprecated and ignored, as in Megatron (a warning says so): use "
+         "--step-batch-size-schedule",
+         0},
 #undef NOOP_STR
 #undef NOOP_FLAG
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads per rank (default cores / ranks)",
@@ -706,10 +739,23 @@ int cli_cmd_train(int argc, char **argv) {
                                "inverse-square-root or WSD)",
                                style);
     data_path = data_paths.n ? data_paths.v[0] : NULL;
+    int per_split = split_paths[0].n || split_paths[1].n || split_paths[2].n;
+    if (per_split && (mock || data_path)) /* Megatron: "A single data source must be provided" */
+        return cli_usage_error("train",
+                               "--train-data-path/--valid-data-path/--test-data-path exclude %s "
+                               "(give one data source)",
+                               mock ? "--mock-data" : "--data-path");
+    if (per_split && mtc_args_seen(args, nargs, "split"))
+        return cli_usage_error("train", "--split does not apply to --train-data-path/"
+                                        "--valid-data-path/--test-data-path (each split reads "
+                                        "all of its data; Megatron refuses both): drop --split");
+    if (per_split && !split_paths[0].n)
+        return cli_usage_error("train", "--valid-data-path/--test-data-path need "
+                                        "--train-data-path (the data to train on)");
     if (mock && data_path)
         return cli_usage_error(
             "train", "--mock-data and --data-path=%s exclude each other (pick one)", data_path);
-    if (!mock && !data_path)
+    if (!mock && !data_path && !per_split)
         return cli_usage_error("train", "no data: pass --data-path FILE|DIR|PREFIX or --mock-data");
     if (divisible < 1 || divisible > MTC_MODEL_MAX_VOCAB_DIVISOR)
         return cli_usage_error("train", "make-vocab-size-divisible-by=%d is outside [1, %d]",
@@ -891,6 +937,36 @@ int cli_cmd_train(int argc, char **argv) {
     mc->vocab_size = mc->padded_vocab_size = 1;
     if (mtc_model_config_validate(mc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    if (bs_text) { /* Megatron always passes seq_length: thresholds are tokens */
+        if (mtc_batch_schedule_parse(&bsched, bs_text, T) != MTC_OK)
+            return cli_usage_error("train", "%s", mtc_error_detail());
+        int64_t last = bsched.batch[bsched.n - 1];
+        /* Megatron refuses both flags, yet its GPT-3 example passes both with
+         * the schedule's last batch: accepted when they agree */
+        if (mtc_args_seen(args, nargs, "global-batch-size") && gbs != last)
+            return cli_usage_error("train",
+                                   "global-batch-size=%d differs from the last "
+                                   "step-batch-size-schedule batch %lld: drop --global-batch-size "
+                                   "(Megatron refuses both) or make it %lld",
+                                   gbs, (long long)last, (long long)last);
+        if (mtc_args_seen(args, nargs, "global-batch-size") && le.rank == 0)
+            fprintf(stderr,
+                    "note: --global-batch-size %d is the step-batch-size-schedule's last batch: "
+                    "accepted (Megatron refuses both flags); it is the evaluation batch\n",
+                    gbs);
+        tc.batch_schedule = &bsched;
+    }
+    if (mtc_args_seen(args, nargs, "rampup-batch-size")) {
+        if (ramp.n != 3)
+            return cli_usage_error("train",
+                                   "rampup-batch-size takes 3 values (start batch, increment, "
+                                   "ramp-up samples), got %d",
+                                   ramp.n);
+        if (le.rank == 0) /* Megatron's init_num_microbatches_calculator ignores it */
+            fprintf(stderr, "WARNING: rampup_batch_size is deprecated and will be removed in a "
+                            "future release. Use step_batch_size_schedule instead. (mtc, as "
+                            "Megatron, ignores --rampup-batch-size)\n");
+    }
     tc.micro_batch = mbs;
     { /* Megatron's default: one microbatch per data-parallel rank */
         int64_t model_ranks = (int64_t)tp * pp * cp;
@@ -951,22 +1027,25 @@ int cli_cmd_train(int argc, char **argv) {
     if (mtc_train_validate_layout(&tc, world) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
 
-    data_source_opts dopts = {.data_path = data_path,
-                              .blend = data_paths.n > 1 ? data_paths.v : NULL,
-                              .n_blend = data_paths.n > 1 ? data_paths.n : 0,
-                              /* Megatron's train / valid / test sizes
-                                 (get_train_valid_test_num_samples) */
-                              .num_samples = {(uint64_t)tc.train_iters * (uint64_t)tc.global_batch,
-                                              (uint64_t)(tc.train_iters / eval_interval + 1) *
-                                                  (uint64_t)eval_iters * (uint64_t)tc.global_batch,
-                                              (uint64_t)eval_iters * (uint64_t)tc.global_batch},
-                              .mock = mock,
-                              .vocab_size = mock && !vocab && !tokenizer ? 50257 : vocab,
-                              .tokenizer = tokenizer,
-                              .tok = &tok_opts,
-                              .seq_length = T,
-                              .seed = (uint64_t)seed,
-                              .split = split};
+    data_source_opts dopts = {
+        .data_path = data_path,
+        .blend = data_paths.n > 1 ? data_paths.v : NULL,
+        .n_blend = data_paths.n > 1 ? data_paths.n : 0,
+        /* Megatron's train / valid / test sizes
+           (get_train_valid_test_num_samples) */
+        .num_samples = {train_num_samples(&tc),
+                        (uint64_t)(tc.train_iters / eval_interval + 1) * (uint64_t)eval_iters *
+                            (uint64_t)tc.global_batch,
+                        (uint64_t)eval_iters * (uint64_t)tc.global_batch},
+        .mock = mock,
+        .vocab_size = mock && !vocab && !tokenizer ? 50257 : vocab,
+        .tokenizer = tokenizer,
+        .tok = &tok_opts,
+        .seq_length = T,
+        .seed = (uint64_t)seed,
+        .split = split,
+        .split_paths = {split_paths[0].v, split_paths[1].v, split_paths[2].v},
+        .n_split_paths = {split_paths[0].n, split_paths[1].n, split_paths[2].n}};
     data_source *src = NULL;
     if (data_source_open(&dopts, &src) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());

@@ -75,6 +75,13 @@ typedef struct {
     int seq_length;          /* T: samples are T + 1 tokens */
     uint64_t seed;
     const char *split; /* "949,50,1" (default "969,30,1"); weights train,valid,test */
+    /* Megatron's --train-data-path / --valid-data-path / --test-data-path
+     * (blend_per_split): split s is read from its own path or "W1 P1 ..."
+     * blend, every document of it (no --split), indexed for num_samples[s];
+     * n_split_paths[s] 0: that split is empty. Any given: data_path, blend
+     * and mock are unused. */
+    const char *const *split_paths[3];
+    int n_split_paths[3];
 } data_source_opts;
 
 /* Opens and validates (truncated, mis-sized or corrupted files are refused

@@ -48,6 +48,7 @@ struct data_source {
     double *weights; /* n_ds normalized weights; NULL: one dataset, no blend */
     int16_t *blend_ds[3];
     uint64_t *blend_sample[3], size[3];
+    data_source *per_split[3]; /* --train/valid/test-data-path: each split's own source */
 };
 
 static int ends_with(const char *s, const char *suffix) {
@@ -324,8 +325,52 @@ static mtc_result_t megatron_setup(data_source *src, const char *const *paths,
     return MTC_OK;
 }
 
+/* Megatron's blend_per_split: split s from its own source, opened with
+ * only that split (split_spoof (0, 1): every document) and its size. */
+static mtc_result_t open_per_split(const data_source_opts *opts, data_source **out) {
+    static const char *const only[3] = {"1,0,0", "0,1,0", "0,0,1"};
+    static const char *const names[3] = {"train", "valid", "test"};
+    data_source *src = calloc(1, sizeof *src);
+    if (!src) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory opening data");
+    src->T = opts->seq_length, src->seed = opts->seed;
+    mtc_result_t rc = MTC_OK;
+    size_t n = 0;
+    for (int s = 0; s < 3; s++) {
+        if (opts->n_split_paths[s] <= 0) continue;
+        data_source_opts o = *opts;
+        memset(o.split_paths, 0, sizeof o.split_paths);
+        memset(o.n_split_paths, 0, sizeof o.n_split_paths);
+        o.mock = 0, o.split = only[s];
+        o.data_path = opts->split_paths[s][0];
+        o.blend = opts->n_split_paths[s] > 1 ? opts->split_paths[s] : NULL;
+        o.n_blend = opts->n_split_paths[s] > 1 ? opts->n_split_paths[s] : 0;
+        for (int k = 0; k < 3; k++)
+            o.num_samples[k] = k == s ? opts->num_samples[s] : 0;
+        rc = data_source_open(&o, &src->per_split[s]);
+        if (rc != MTC_OK) {
+            char why[400];
+            snprintf(why, sizeof why, "%s", mtc_error_detail());
+            rc = mtc_error(rc, "--%s-data-path: %s", names[s], why);
+            goto fail;
+        }
+        const data_source *p = src->per_split[s];
+        if (p->vocab_size > src->vocab_size) src->vocab_size = p->vocab_size;
+        src->n_tokens += p->n_tokens;
+        if (n < sizeof src->desc - 16)
+            n += (size_t)snprintf(src->desc + n, sizeof src->desc - n, "%s%s: %s", n ? "; " : "",
+                                  names[s], p->desc);
+    }
+    *out = src;
+    return MTC_OK;
+fail:
+    data_source_free(src);
+    return rc;
+}
+
 mtc_result_t data_source_open(const data_source_opts *opts, data_source **out) {
     *out = NULL;
+    if (opts->n_split_paths[0] > 0 || opts->n_split_paths[1] > 0 || opts->n_split_paths[2] > 0)
+        return open_per_split(opts, out);
     if (opts->seq_length <= 0)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--seq-length %d must be positive",
                          opts->seq_length);
@@ -449,6 +494,8 @@ fail:
 
 void data_source_free(data_source *src) {
     if (!src) return;
+    for (int s = 0; s < 3; s++)
+        data_source_free(src->per_split[s]);
     data_stream_free(&src->st);
     data_tok_free(src->tok);
     for (int d = 0; src->gpt && d < src->n_ds; d++)
@@ -461,7 +508,11 @@ void data_source_free(data_source *src) {
     free(src);
 }
 
-const data_tok *data_source_tokenizer(const data_source *src) { return src->tok; }
+const data_tok *data_source_tokenizer(const data_source *src) {
+    for (int s = 0; s < 3 && !src->tok; s++) /* per split: the first split's (train's) */
+        if (src->per_split[s]) return data_source_tokenizer(src->per_split[s]);
+    return src->tok;
+}
 
 int data_source_vocab_size(const data_source *src) { return src->vocab_size; }
 uint64_t data_source_num_tokens(const data_source *src) { return src->n_tokens; }
@@ -473,6 +524,8 @@ static void read_stream(void *st, uint64_t pos, size_t n, int *out) {
 
 uint64_t data_source_split_size(const data_source *src, data_split split) {
     if ((unsigned)split > DATA_SPLIT_TEST) return 0;
+    if (src->per_split[0] || src->per_split[1] || src->per_split[2])
+        return src->per_split[split] ? data_source_split_size(src->per_split[split], split) : 0;
     if (src->n_ds > 0) return src->size[split];
     return src->bounds[split + 1] - src->bounds[split];
 }
@@ -483,6 +536,8 @@ mtc_result_t data_source_sample(const data_source *src, data_split split, uint64
     if ((unsigned)split > DATA_SPLIT_TEST)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "split %d is not train, valid or test",
                          (int)split);
+    if (src->per_split[split])
+        return data_source_sample(src->per_split[split], split, index, tokens);
     uint64_t n = data_source_split_size(src, split);
     if (n == 0)
         return mtc_error(MTC_ERR_INVALID_USAGE,

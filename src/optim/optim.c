@@ -40,7 +40,11 @@ int mtc_wd_style_parse(const char *s) { return find_name(s, WD_STYLES, 3); }
 
 double mtc_lr_at(const mtc_lr_schedule *s, int64_t step) {
     int samples = s->step_samples > 0;
-    double n = samples ? (double)step * (double)s->step_samples : (double)step;
+    return mtc_lr_at_n(s, samples ? (double)step * (double)s->step_samples : (double)step);
+}
+
+double mtc_lr_at_n(const mtc_lr_schedule *s, double n) {
+    int samples = s->step_samples > 0;
     double W = samples ? s->warmup_samples : (double)s->warmup_iters;
     double D = samples ? (double)s->decay_samples : (double)s->decay_iters;
     double S = samples ? (double)s->wsd_decay_samples : (double)s->wsd_decay_iters;
@@ -71,9 +75,13 @@ double mtc_lr_at(const mtc_lr_schedule *s, int64_t step) {
 }
 
 double mtc_wd_at(const mtc_lr_schedule *s, int64_t step, double wd) {
+    int samples = s->step_samples > 0;
+    return mtc_wd_at_n(s, samples ? (double)step * (double)s->step_samples : (double)step, wd);
+}
+
+double mtc_wd_at_n(const mtc_lr_schedule *s, double n, double wd) {
     if (s->wd_style == MTC_WD_CONSTANT) return wd;
     int samples = s->step_samples > 0;
-    double n = samples ? (double)step * (double)s->step_samples : (double)step;
     double I = samples ? (double)s->wd_incr_samples : (double)s->wd_incr_iters;
     if (n > I || I <= 0) return s->end_wd;
     double q = n / I;

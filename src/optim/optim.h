@@ -83,6 +83,12 @@ int mtc_wd_style_parse(const char *s);
 double mtc_lr_at(const mtc_lr_schedule *s, int64_t step);
 /* Weight decay after `step` optimizer steps; `wd` when wd_style is constant. */
 double mtc_wd_at(const mtc_lr_schedule *s, int64_t step, double wd);
+/* The same after n scheduler steps (Megatron's num_steps: samples when
+ * step_samples > 0), for batch sizes that change between steps
+ * (--step-batch-size-schedule: n = the sum of the batches of the steps
+ * taken). */
+double mtc_lr_at_n(const mtc_lr_schedule *s, double n);
+double mtc_wd_at_n(const mtc_lr_schedule *s, double n, double wd);
 
 typedef struct {
     float beta1, beta2, eps, weight_decay;

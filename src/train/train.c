@@ -96,6 +96,15 @@ static double cp_types_key(const mtc_train_config *c) {
     return k;
 }
 
+/* The --step-batch-size-schedule as one number, for the agreement check. */
+static double schedule_key(const mtc_train_config *c) {
+    double k = 0;
+    for (int e = 0; c->batch_schedule && e < c->batch_schedule->n; e++)
+        k = k * 1.000003 + (double)c->batch_schedule->threshold[e] * 7 +
+            (double)c->batch_schedule->batch[e];
+    return k;
+}
+
 /* One layer's CP comm type against the heads of a TP rank and the
  * hierarchical sizes. */
 static mtc_result_t cp_validate_type(const mtc_train_config *c, int type, int cp, int NH, int NG) {
@@ -159,6 +168,29 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
                          "data-parallel size %d (use a multiple of %d)",
                          c->global_batch, c->micro_batch, dp, c->micro_batch * dp);
+    /* every --step-batch-size-schedule entry the run reaches (from 0
+     * samples), where Megatron checks the one in force at each iteration */
+    const mtc_batch_schedule *bs = c->batch_schedule;
+    int reached[MTC_BATCH_SCHEDULE_MAX] = {0};
+    if (bs) mtc_batch_schedule_walk(bs, 0, c->train_iters, reached);
+    for (int e = 0; bs && e < bs->n; e++) {
+        if (!reached[e]) continue;
+        int64_t b = bs->batch[e], mbdp = (int64_t)c->micro_batch * dp;
+        if (b % mbdp)
+            return mtc_error(E,
+                             "step-batch-size-schedule batch %lld (from %llu samples) is not "
+                             "divisible by micro-batch-size=%d x data-parallel size %d (use a "
+                             "multiple of %lld)",
+                             (long long)b, (unsigned long long)bs->threshold[e], c->micro_batch, dp,
+                             (long long)mbdp);
+        if (gc.pp > 1) {
+            pp_schedule_config sc = {.pp = gc.pp,
+                                     .vpp = vpp,
+                                     .group_size = c->microbatch_group_size,
+                                     .num_microbatches = (int)(b / mbdp)};
+            MTC_CHECK(pp_schedule_validate(&sc));
+        }
+    }
     int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
     if (nd > 1 && !c->use_distributed_optimizer)
         return mtc_error(
@@ -168,11 +200,21 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                          "num-distributed-optimizer-instances=%d does not divide the data-parallel "
                          "size %d (use a divisor of %d)",
                          nd, dp, dp);
-    if (gc.pp > 1) {
+    if (gc.pp > 1 && (!bs || c->eval_iters > 0)) {
         pp_schedule_config sc = {.pp = gc.pp,
                                  .vpp = vpp,
                                  .group_size = c->microbatch_group_size,
                                  .num_microbatches = c->global_batch / (c->micro_batch * dp)};
+        char why[256] = "";
+        if (bs && pp_schedule_validate(&sc) != MTC_OK) /* only evaluation runs this batch */
+            snprintf(why, sizeof why, "%s", mtc_error_detail());
+        if (why[0])
+            return mtc_error(E,
+                             "the evaluation batch (global-batch-size=%d, Megatron's eval batch) "
+                             "does not fit the pipeline schedule: %s (pass --global-batch-size "
+                             "equal to the step-batch-size-schedule's last batch, or "
+                             "--eval-iters 0)",
+                             c->global_batch, why);
         MTC_CHECK(pp_schedule_validate(&sc));
     }
     if (c->vpp > 1 && gc.pp == 1)
@@ -311,10 +353,23 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     }
     fprintf(out, "> model, optimizer state and data set up in %.2f s\n",
             (double)x->setup_ns * 1e-9);
-    fprintf(out,
-            "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld "
-            "iterations\n",
-            B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
+    if (c->batch_schedule)
+        fprintf(out,
+                "> micro batch %d x data-parallel %d; the global batch follows the step batch "
+                "size schedule below (evaluation batch %d); %lld iterations\n",
+                B, x->dp_size, c->global_batch, (long long)c->train_iters);
+    else
+        fprintf(out,
+                "> micro batch %d x %d microbatches x data-parallel %d = global batch %d; %lld "
+                "iterations\n",
+                B, x->nmb, x->dp_size, c->global_batch, (long long)c->train_iters);
+    for (int e = 0; c->batch_schedule && e < c->batch_schedule->n; e++)
+        fprintf(out, "%s >= %llu samples (%llu tokens) -> global batch %lld, %lld microbatches\n",
+                e ? "" : "> step batch size schedule:\n",
+                (unsigned long long)c->batch_schedule->threshold[e],
+                (unsigned long long)c->batch_schedule->threshold[e] * (unsigned long long)T,
+                (long long)c->batch_schedule->batch[e],
+                (long long)(c->batch_schedule->batch[e] / ((int64_t)B * x->dp_size)));
     if (c->peak_tflops > 0)
         fprintf(out, "> MFU against a peak of %.4g TFLOP/s per rank (%s)\n", c->peak_tflops,
                 c->peak_source ? c->peak_source : "--peak-tflops");
@@ -336,14 +391,19 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     mtc_dp_memory mem;
     size_t act_bytes = train_memory(x, &mem);
     if (out && c->optim_state_bytes_out) *c->optim_state_bytes_out = mem.optim_state_bytes;
-    double flops = mtc_model_flops(&c->model, c->global_batch);
     uint64_t consumed = x->start_consumed; /* a loaded checkpoint's, else 0 */
     x->iteration = x->start_iteration, x->consumed = consumed;
-    double sum_loss = 0, sum_ms = 0, sum_lb = 0, sum_z = 0;
+    double sum_loss = 0, sum_ms = 0, sum_lb = 0, sum_z = 0, sum_flops = 0, sum_samples = 0;
+    int64_t prev_batch = train_batch_at(c, consumed);
     train_moe_summary moe;
     int n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
     uint64_t comm_at_log = train_comm_ns(x), loop_t0 = mtc_time_ns();
     for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
+        /* Megatron saves a checkpoint before the microbatch count changes */
+        int64_t batch = train_batch_at(c, consumed);
+        if (batch != prev_batch && it > 1 && c->save_path && x->last_saved != it - 1)
+            MTC_CHECK(train_ckpt_save(x, it - 1, consumed, out));
+        prev_batch = batch;
         train_obs_iteration(x, it);
         uint64_t t0 = mtc_time_ns();
         double loss = 0, norm = 0;
@@ -368,7 +428,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                              "pass --no-check-for-nan-in-loss-and-grad to skip such steps)",
                              isnan(loss) || isnan(norm) ? "NaN" : "Inf",
                              !isfinite(loss) ? "loss" : "gradient norm", (long long)it, loss, norm);
-        consumed += (uint64_t)c->global_batch;
+        consumed += (uint64_t)x->cur_batch;
+        sum_flops += mtc_model_flops(&c->model, x->cur_batch), sum_samples += (double)x->cur_batch;
         x->iteration = it, x->consumed = consumed;
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
         /* Megatron averages the loss over the advanced (not skipped) iterations */
@@ -380,9 +441,9 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         int log_now = it % c->log_interval == 0 || it == c->train_iters;
         int eval_now = do_eval && it % c->eval_interval == 0;
         double avg_ms = sum_ms / n_logged, avg_loss = sum_loss / (n_advanced ? n_advanced : 1);
-        double lr_now = mtc_lr_at(&c->lr, x->step);
-        double tps = (double)c->global_batch * T / (avg_ms * 1e-3);
-        double tflops = flops / (avg_ms * 1e-3 * 1e12 * world);
+        double lr_now = mtc_lr_at_n(&c->lr, train_sched_steps(x));
+        double tps = sum_samples * T / (sum_ms * 1e-3);
+        double tflops = sum_flops / (sum_ms * 1e-3 * 1e12 * world);
         char mfu[64] = "";
         if (c->peak_tflops > 0)
             snprintf(mfu, sizeof mfu, " model FLOPs utilization: %.2f%% |",
@@ -413,7 +474,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                 "second: %.1f | learning rate: %.6E | global batch size: %5d |%s%s loss scale: "
                 "%.1f |%s number of skipped iterations: %3d | number of nan iterations: %3d |\n",
                 stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
-                avg_ms, tflops, mfu, tps, lr_now, c->global_batch, lm, moe_fields,
+                avg_ms, tflops, mfu, tps, lr_now, (int)x->cur_batch, lm, moe_fields,
                 (double)x->loss_scale, gn, skipped, nan_iters);
             fflush(out);
         }
@@ -460,7 +521,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         }
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
         if (log_now) {
-            sum_loss = sum_ms = sum_lb = sum_z = 0;
+            sum_loss = sum_ms = sum_lb = sum_z = sum_flops = sum_samples = 0;
             n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
         }
         if (log_now) comm_at_log = train_comm_ns(x);
@@ -530,6 +591,7 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"disable-bias-linear", m->disable_bias_linear},
         {"micro-batch-size", c->micro_batch},
         {"global-batch-size", c->global_batch},
+        {"step-batch-size-schedule", schedule_key(c)},
         {"train-iters", (double)c->train_iters},
         {"lr", c->lr.lr},
         {"min-lr", c->lr.min_lr},

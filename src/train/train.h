@@ -27,10 +27,16 @@
 #include "model/model.h"
 #include "optim/optim.h"
 #include "pp/schedule.h"
+#include "train/batch_schedule.h"
 
 typedef struct {
     mtc_model_config model;
     int micro_batch, global_batch;
+    /* --step-batch-size-schedule (NULL: global_batch every iteration): the
+     * batch of each iteration from the samples consumed before it (the
+     * microbatch count follows); global_batch is then Megatron's
+     * args.global_batch_size, the evaluation batch */
+    const mtc_batch_schedule *batch_schedule;
     int64_t train_iters;
     mtc_lr_schedule lr;
     mtc_adamw_config adam;

@@ -116,8 +116,7 @@ static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consum
     cJSON_AddNumberToObject(sch, "lr_decay_steps",
                             (double)(smp ? l->decay_samples : l->decay_iters));
     cJSON_AddStringToObject(sch, "lr_decay_style", mtc_lr_style_name(l->style));
-    cJSON_AddNumberToObject(sch, "num_steps",
-                            (double)x->step * (smp ? (double)l->step_samples : 1.0));
+    cJSON_AddNumberToObject(sch, "num_steps", train_sched_steps(x));
     /* a schedule filled by mtc train carries both ends; other callers only AdamW's */
     int bare = l->wd_style == MTC_WD_CONSTANT && l->start_wd == 0 && l->end_wd == 0;
     cJSON_AddNumberToObject(sch, "start_wd", bare ? c->adam.weight_decay : l->start_wd);
@@ -304,6 +303,13 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
     if (rc == MTC_OK && !c->finetune) {
         x->start_iteration = it, x->start_consumed = (uint64_t)consumed;
         x->step = step;
+        /* the scheduler's samples (batch sizes may have changed); a
+         * checkpoint without them had one batch size throughout */
+        const cJSON *ns =
+            cJSON_GetObjectItem(cJSON_GetObjectItem(common, "opt_param_scheduler"), "num_steps");
+        x->sched_n = c->lr.step_samples > 0 && cJSON_IsNumber(ns) && ns->valuedouble >= 0
+                         ? ns->valuedouble
+                         : (double)step * (double)c->lr.step_samples;
     }
     /* --fp16: the dynamic scaler goes on where it was (a checkpoint without
      * one, e.g. from bf16 or fp32, leaves the --initial-loss-scale start) */

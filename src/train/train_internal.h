@@ -70,12 +70,17 @@ typedef struct {
     mtc_comm_t cp;         /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
     mtc_comm_t cp_inner, cp_outer; /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0/_L1 (a2a+p2p) */
     mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
-    int dp_size, dp_rank, nmb;
-    int T_cp;       /* positions per sample on this rank: seq-length / cp */
-    const int *pos; /* (T_cp) their global positions (chunk 0's model owns them) */
+    int dp_size, dp_rank, nmb;     /* nmb: microbatches of the running pass */
+    int nmb_max;                   /* what the buffers hold (every batch the run can have) */
+    int64_t cur_batch;             /* global batch of the running pass (nmb x B x dp) */
+    double sched_n;                /* Megatron's scheduler num_steps: samples of the steps taken */
+    int T_cp;                      /* positions per sample on this rank: seq-length / cp */
+    const int *pos;                /* (T_cp) their global positions (chunk 0's model owns them) */
     int pp_size, pp_rank;
     int world_rank;
-    pp_executor_t ex;             /* NULL when pp == 1 */
+    pp_executor_t ex; /* NULL when pp == 1; the one for nmb microbatches */
+    pp_executor_t ex_of[MTC_BATCH_SCHEDULE_MAX + 1]; /* executors made so far, by count */
+    int ex_nmb[MTC_BATCH_SCHEDULE_MAX + 1], nex;
     int vpp;                      /* model chunks on this rank (1 without interleaving) */
     train_chunk *chunks;          /* (vpp) */
     int64_t step;                 /* optimizer steps taken: the LR schedule and the log read it */
@@ -110,6 +115,17 @@ typedef struct {
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
 static inline int train_tp_rank(const train_rank *x) { return mtc_grid_coords(x->grid)->tp; }
 
+/* The global batch of the iteration after `consumed` samples. */
+static inline int64_t train_batch_at(const mtc_train_config *c, uint64_t consumed) {
+    return c->batch_schedule ? mtc_batch_schedule_at(c->batch_schedule, consumed) : c->global_batch;
+}
+
+/* Megatron's scheduler num_steps (samples when the schedule counts them,
+ * else optimizer steps): what the learning rate and weight decay read. */
+static inline double train_sched_steps(const train_rank *x) {
+    return x->cfg->lr.step_samples > 0 ? x->sched_n : (double)x->step;
+}
+
 /* train_nodes.c: the banner's node map, the groups that cross nodes and a
  * warning when TP does (mpi only; nothing for thread-ranks). */
 void train_print_nodes(const train_rank *x, FILE *out);
@@ -121,6 +137,10 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
  * activation arena bytes (all chunks' in-flight slots). */
 size_t train_memory(const train_rank *x, mtc_dp_memory *mem);
 void train_teardown(train_rank *x);
+/* The running pass has `batch` samples (nmb = batch / (B x dp)): with pp > 1
+ * the executor of that many microbatches (made on first use, collective over
+ * PIPELINE_MODEL_PARALLEL_GROUP, which switches at the same iteration). */
+mtc_result_t train_set_batch(train_rank *x, int64_t batch);
 /* The --fp16 / --loss-scale scaler (use_scaler, loss_scale); the flags are
  * checked by mtc_train_validate, so this only fails on internal misuse. */
 mtc_result_t train_scaler_init(train_rank *x);

@@ -83,7 +83,7 @@ static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
     const train_chunk *ch = &x->chunks[k];
     /* --fp16: the loss is multiplied by the loss scale (a power of 2 with the
      * dynamic scaler, so the product is exact) */
-    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length) * x->loss_scale;
+    float scale = 1.0f / ((float)x->cur_batch * (float)c->model.seq_length) * x->loss_scale;
     int last = mb == x->nmb - 1;
     mtc_model_pass pass = {
         .train = x->cur_train,
@@ -161,7 +161,7 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
     size_t at = (size_t)mb * B * T;
     /* the mean over every token of the global batch (all CP ranks' rows),
      * times the --fp16 loss scale */
-    float scale = 1.0f / ((float)c->global_batch * (float)c->model.seq_length) * x->loss_scale;
+    float scale = 1.0f / ((float)x->cur_batch * (float)c->model.seq_length) * x->loss_scale;
     if (output_grad) memcpy(mtc_model_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
     mtc_model_pass pass = train_pass(x, k, mb);
     MTC_CHECK(mtc_model_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
@@ -206,6 +206,9 @@ mtc_result_t train_evaluate(train_rank *x, double *loss) {
     const mtc_train_config *c = x->cfg;
     int T = c->model.seq_length;
     double sum = 0;
+    /* Megatron's eval_global_batch_size: --global-batch-size (by default
+     * micro batch x dp), also under a --step-batch-size-schedule */
+    MTC_CHECK(train_set_batch(x, c->global_batch));
     for (int it = 0; it < c->eval_iters; it++) {
         double s = 0;
         MTC_CHECK(train_microbatches(x, DATA_SPLIT_VALID, x->valid_consumed, 0, 0, &s));

@@ -166,8 +166,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     else
         MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
     mtc_progress_update(&x->progress, 3 * k + 3, 3 * x->vpp);
-    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * sizeof(int), (void **)&ch->slot_of));
-    for (int i = 0; i < x->nmb; i++)
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * sizeof(int), (void **)&ch->slot_of));
+    for (int i = 0; i < x->nmb_max; i++)
         ch->slot_of[i] = -1;
     return mtc_mem_calloc((size_t)nslots, sizeof(int), (void **)&ch->slot_busy);
 }
@@ -296,7 +296,6 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->dp_size = mtc_grid_spec_get(x->grid)->dp;
     x->dp_rank = co->dp; /* the data rank; CP ranks of one DP rank share its samples */
     x->T_cp = T / gc.cp;
-    x->nmb = c->global_batch / (B * x->dp_size);
     x->world_rank = mtc_comm_rank(world);
     MTC_CHECK(nn_pool_create(threads, &x->pool));
     MTC_CHECK(train_scaler_init(x));
@@ -305,26 +304,45 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(train_chunk), (void **)&x->chunks));
     pp_schedule_config sc = {.pp = P,
                              .vpp = x->vpp > 1 ? x->vpp : 0,
-                             .num_microbatches = x->nmb,
+                             .num_microbatches = c->global_batch / (B * x->dp_size),
                              .group_size = c->microbatch_group_size};
-    int peak[64];
+    int peak[64], pk[64];
     if (x->vpp > (int)(sizeof peak / sizeof peak[0]))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "virtual pipeline size %d is above %d", x->vpp,
                          (int)(sizeof peak / sizeof peak[0]));
-    /* activation slots: each chunk's peak of microbatches between forward and backward */
-    MTC_CHECK(train_slot_counts(x, &sc, peak));
+    /* activation slots: each chunk's peak of microbatches between forward
+     * and backward, over every microbatch count the run can have (the
+     * evaluation batch and each --step-batch-size-schedule entry reached) */
+    const mtc_batch_schedule *bs = c->batch_schedule;
+    for (int k = 0; k < x->vpp; k++)
+        peak[k] = 1;
+    x->nmb_max = 1;
+    if (!bs || c->eval_iters > 0) { /* the evaluation's (and without a schedule, training's) */
+        MTC_CHECK(train_slot_counts(x, &sc, peak));
+        x->nmb_max = sc.num_microbatches;
+    }
+    /* the entries the run reaches (those mtc_train_validate_layout checked;
+     * the same schedule gives a resumed run the same ones) */
+    int reached[MTC_BATCH_SCHEDULE_MAX] = {0};
+    if (bs) mtc_batch_schedule_walk(bs, 0, c->train_iters, reached);
+    for (int e = 0; bs && e < bs->n; e++) {
+        pp_schedule_config se = sc;
+        se.num_microbatches = (int)(bs->batch[e] / (B * x->dp_size));
+        if (!reached[e]) continue;
+        if (se.num_microbatches > x->nmb_max) x->nmb_max = se.num_microbatches;
+        MTC_CHECK(train_slot_counts(x, &se, pk));
+        for (int k = 0; k < x->vpp; k++)
+            if (pk[k] > peak[k]) peak[k] = pk[k];
+    }
+    x->nmb = sc.num_microbatches; /* train_set_batch sets the pass's */
     for (int k = 0; k < x->vpp; k++)
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
     x->pos = x->cp ? x->chunks[0].model->cp.pos : NULL;
-    if (P > 1) {
-        pp_executor_config ec = {.schedule = sc, .count = x->msg_count};
-        MTC_CHECK(pp_executor_init(&x->ex, &ec, x->pipe, NULL));
-        if (c->bf16) MTC_CHECK(pp_executor_set_activations_bf16(x->ex));
-    }
+    MTC_CHECK(train_set_batch(x, train_batch_at(c, 0)));
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
-    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * x->T_cp * sizeof(int), (void **)&x->tokens));
-    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb * B * x->T_cp * sizeof(int), (void **)&x->targets));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * B * x->T_cp * sizeof(int), (void **)&x->tokens));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * B * x->T_cp * sizeof(int), (void **)&x->targets));
     size_t red_n = 0; /* red_buf: the largest chunk's packed group reduction */
     for (int k = 0; k < x->vpp; k++)
         for (unsigned bit = MTC_REDUCE_TP; bit <= MTC_REDUCE_EMBEDDING; bit <<= 1) {
@@ -369,6 +387,36 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
     return act;
 }
 
+mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
+    const mtc_train_config *c = x->cfg;
+    int nmb = (int)(batch / ((int64_t)c->micro_batch * x->dp_size));
+    if (nmb < 1 || nmb > x->nmb_max || batch % ((int64_t)c->micro_batch * x->dp_size))
+        return mtc_error(MTC_ERR_INVALID_USAGE,
+                         "global batch %lld does not fit micro-batch-size=%d x data-parallel "
+                         "size %d (up to %d microbatches); a checkpoint from another batch "
+                         "schedule?",
+                         (long long)batch, c->micro_batch, x->dp_size, x->nmb_max);
+    x->nmb = nmb, x->cur_batch = batch;
+    if (x->pp_size == 1) return MTC_OK;
+    for (int i = 0; i < x->nex; i++)
+        if (x->ex_nmb[i] == nmb) {
+            x->ex = x->ex_of[i];
+            return MTC_OK;
+        }
+    if (x->nex == (int)(sizeof x->ex_of / sizeof x->ex_of[0]))
+        return mtc_error(MTC_ERR_INTERNAL, "more microbatch counts than schedule entries");
+    pp_executor_config ec = {.schedule = {.pp = x->pp_size,
+                                          .vpp = x->vpp > 1 ? x->vpp : 0,
+                                          .num_microbatches = nmb,
+                                          .group_size = c->microbatch_group_size},
+                             .count = x->msg_count};
+    /* comm: collective over PIPELINE_MODEL_PARALLEL_GROUP */
+    MTC_CHECK(pp_executor_init(&x->ex_of[x->nex], &ec, x->pipe, NULL));
+    if (c->bf16) MTC_CHECK(pp_executor_set_activations_bf16(x->ex_of[x->nex]));
+    x->ex = x->ex_of[x->nex], x->ex_nmb[x->nex++] = nmb;
+    return MTC_OK;
+}
+
 void train_teardown(train_rank *x) {
     for (int k = 0; x->chunks && k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
@@ -382,7 +430,9 @@ void train_teardown(train_rank *x) {
     x->chunks = NULL;
     mtc_grad_norm_plan_free(&x->norm_plan);
     free(x->buf), free(x->tokens), free(x->targets), free(x->red_buf);
-    pp_executor_free(x->ex);
+    for (int i = 0; i < x->nex; i++)
+        pp_executor_free(x->ex_of[i]);
+    x->nex = 0, x->ex = NULL;
     nn_pool_free(x->pool);
     mtc_grid_free(x->grid);
 }

@@ -85,16 +85,17 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
  * --overlap-param-gather until the next forward needs the params). */
 static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unscale) {
     const mtc_train_config *c = x->cfg;
-    float lr = (float)mtc_lr_at(&c->lr, x->step);
+    double n = train_sched_steps(x); /* Megatron's num_steps */
+    float lr = (float)mtc_lr_at_n(&c->lr, n);
     float clip = mtc_grad_clip_coeff(norm, c->clip_grad) * unscale;
     /* Megatron's weight-decay increment (constant: --weight-decay throughout) */
     mtc_adamw_config adam = c->adam;
-    adam.weight_decay = (float)mtc_wd_at(&c->lr, x->step, c->adam.weight_decay);
+    adam.weight_decay = (float)mtc_wd_at_n(&c->lr, n, c->adam.weight_decay);
     if (c->decoupled) { /* Megatron's param group with max_lr = --decoupled-lr */
         mtc_lr_schedule dl = c->lr;
         dl.lr = c->decoupled_lr;
         if (c->decoupled_min_lr >= 0) dl.min_lr = c->decoupled_min_lr;
-        adam.decoupled = 1, adam.lr_decoupled = (float)mtc_lr_at(&dl, x->step);
+        adam.decoupled = 1, adam.lr_decoupled = (float)mtc_lr_at_n(&dl, n);
     }
     mtc_distopt_hparams hp = {adam.beta1,        adam.beta2,     adam.eps,
                               adam.weight_decay, adam.decoupled, adam.lr_decoupled};
@@ -109,6 +110,7 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unsca
     x->comm_ns += mtc_time_ns() - t0;
     train_obs_span(x, TRAIN_T_OPTIMIZER_INNER, t0, NULL, NULL);
     x->step++;
+    x->sched_n += (double)x->cur_batch; /* scheduler.step(increment = this global batch) */
     return MTC_OK;
 }
 
@@ -117,6 +119,8 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     const mtc_train_config *c = x->cfg;
     double loss_sum = 0;
     uint64_t t_fb = mtc_time_ns();
+    /* Megatron's update_num_microbatches(consumed_samples) */
+    MTC_CHECK(train_set_batch(x, train_batch_at(c, consumed)));
     train_moe_step_begin(x);
     MTC_CHECK(train_microbatches(x, DATA_SPLIT_TRAIN, consumed, 1, it, &loss_sum));
     train_obs_span(x, TRAIN_T_FORWARD_BACKWARD, t_fb, NULL, NULL);
@@ -125,7 +129,7 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     uint64_t t_loss = mtc_time_ns();
     MTC_CHECK(train_dp_sum(x, &loss_sum));
     train_obs_span(x, TRAIN_T_LOSS_REDUCE, t_loss, NULL, NULL);
-    *loss = loss_sum / ((double)c->global_batch * c->model.seq_length);
+    *loss = loss_sum / ((double)x->cur_batch * c->model.seq_length);
     uint64_t t_opt = mtc_time_ns();
     MTC_CHECK(train_grad_norm(x, norm));
     float unscale = 1.0f;

@@ -32,12 +32,12 @@ done >"$D/docs.jsonl"
 
 # examples/gpt3/train_gpt3_175b_distributed.sh, sizes shrunk (96 layers -> 2, 12288 -> 64, ...)
 GPT3="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 --attention-backend auto
- --micro-batch-size 1 --global-batch-size 16 --step-batch-size-schedule 0:16 --train-iters 30 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
+ --micro-batch-size 1 --global-batch-size 16 --step-batch-size-schedule 0:8,8K:16 --train-iters 30 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
  --init-method-std 0.006 --clip-grad 1.0 --fp16 --lr 6.0e-4 --lr-decay-style cosine --min-lr 6.0e-5 --lr-warmup-fraction .001 --lr-decay-iters 25
  --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
  --data-path $D/my_text_document --vocab-file $V/vocab.json --merge-file $V/merges.txt --split 949,50,1
  --log-interval 5 --save-interval 10 --eval-interval 10 --save $D/g3 --load $D/g3 --eval-iters 2 --tensorboard-dir $D/tb"
-MISSING_GPT3="--step-batch-size-schedule"
+MISSING_GPT3=""
 # examples/llama/train_llama3_8b_h100_fp8.sh (mock-data branch), shrunk; fp8 flags are in its fp8 branch only
 LLAMA="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --group-query-attention --num-query-groups 2
  --kv-channels 16 --seq-length 64 --max-position-embeddings 64 --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0
@@ -82,6 +82,13 @@ run_example() { # NAME WORLD "ARGS" "MISSING"
 }
 run_example gpt3 4 "$GPT3" "$MISSING_GPT3"
 [ -d "$D/g3/iter_0000010" ] && [ -d "$D/g3/iter_0000030" ] && ok "gpt3: checkpoints at --save-interval 10 and the end" || bad "gpt3 checkpoints"
+# the schedule (shrunk from "0:16 2.4B:320 ... 12B:1536"): 8 samples until 8K tokens = 125 samples, then 16
+# (16 iterations of 8 reach 128; logged every 5 iterations)
+grep -q "iteration       15/      30 | consumed samples:          120 .* global batch size:     8 |" "$D/gpt3.log" &&
+    grep -q "iteration       20/      30 | consumed samples:          192 .* global batch size:    16 |" "$D/gpt3.log" &&
+    [ -d "$D/g3/iter_0000016" ] &&
+    ok "gpt3: --step-batch-size-schedule 0:8,8K:16 switches at iteration 17 (saved at 16, as Megatron)" ||
+    { bad "gpt3 batch schedule"; grep "iteration  *[12][05]/" "$D/gpt3.log" | cut -c1-200; }
 resume=$(drop "$GPT3" --train-iters)
 for f in $MISSING_GPT3; do resume=$(drop "$resume" "$f"); done
 # shellcheck disable=SC2086
