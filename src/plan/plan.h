@@ -126,6 +126,12 @@ typedef struct {
     int devices_per_node; /* GPUs per node; for a CPU host, the cores */
     double peak_flops;    /* per device, the precision's dense GEMM peak (FLOP/s) */
     double peak_flops_fp32;
+    /* CPU (bench-peak): per core, mtc-sized GEMMs with every core busy, per
+     * second of CPU time (0 = use peak_flops_fp32) */
+    double shape_flops_fp32;
+    /* CPU: the fraction of a core a compute-bound thread got over a
+     * step-long window (the load; 0 = not measured: 1) */
+    double cpu_share;
     double achieved;  /* calibration: achieved fraction of the GEMM peak */
     double mem_bytes; /* HBM (or host RAM) per device */
     double mem_bw;    /* bytes/s per device for element-wise passes */

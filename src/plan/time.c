@@ -180,12 +180,23 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
         devices = fmin(thr, cores / l->world);
         oversub = l->world * thr > cores;
     }
-    double rate = peak * ach * devices;
+    /* a CPU host's GEMMs run at the rate bench-peak measured at mtc-sized
+     * shapes with every core busy (per second of CPU time), not at the
+     * 512^3 burst, times the share of a core a compute-bound thread got
+     * while bench-peak ran (other jobs' load; 1 on an idle host); the
+     * element-wise passes get the same share */
+    double gemm = peak, share = 1;
+    if (m->is_cpu && l->precision != MTC_PLAN_BF16 && m->shape_flops_fp32 > 0) {
+        gemm = m->shape_flops_fp32;
+        if (m->cpu_share > 0) share = m->cpu_share;
+    }
+    double rate = gemm * ach * devices * share;
     if (!(rate > 0))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "machine %s has no GEMM rate for %s", m->name,
                          l->precision == MTC_PLAN_BF16 ? "bf16" : "fp32");
     mtc_plan_machine mm = *m;
     if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */
+    mm.mem_bw *= share;
     int pp_stride = l->tp * l->cp * l->dp;
     mtc_plan_link tpl = link_of(m, 1, l->tp, oversub);
     mtc_plan_link cpl = link_of(m, l->tp, l->cp, oversub);
