@@ -158,6 +158,9 @@ const char *mtc_plan_machine_names(void);
 
 typedef struct {
     double flops_rank;      /* hardware FLOPs one rank executes per step (recompute included) */
+    double gemm_rate;       /* FLOP/s one rank's GEMMs run at (devices x rate x share) */
+    double devices;         /* compute units a rank gets (CPU: cores / ranks, at most 1 each) */
+    double cpu_share;       /* CPU: share of those a compute-bound rank gets under load (else 1) */
     double model_flops;     /* Megatron's model FLOPs of the step, all ranks (no recompute) */
     double compute_s;       /* GEMMs at the achieved rate, all microbatches */
     double elementwise_s;   /* memory-bound passes (activations, optimizer step) */

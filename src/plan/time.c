@@ -167,6 +167,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     mtc_plan_layout *l = &lv;
     MTC_CHECK(mtc_plan_layout_check(l));
     memset(out, 0, sizeof *out);
+    out->cpu_share = 1;
     int M = l->global_batch / (l->micro_batch * l->dp), v = l->vpp, S = l->pp * v;
     int L = l->model.num_layers;
     double peak = l->precision == MTC_PLAN_BF16 ? m->peak_flops : m->peak_flops_fp32;
@@ -276,6 +277,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     double hidden = l->overlap_grad_reduce ? v * (worst.gemm_b + worst.elem_b) : 0;
     out->dp_comm_s = (dpt > hidden ? dpt - hidden : 0) + ag;
     out->step_s = makespan + opt + out->dp_comm_s;
+    out->gemm_rate = rate, out->devices = devices, out->cpu_share = share;
     out->model_flops = mtc_model_flops(&l->model, l->global_batch);
     out->flops_rank = mtc_plan_flops(&l->model, l->global_batch, l->recompute) / l->world;
     out->tflops_per_device = out->model_flops / (out->step_s * l->world) * 1e-12;
