@@ -1,6 +1,8 @@
 /* plan/peak.c - this machine as a plan/ machine description: the fp32
  * GEMM rate of one core and of all cores (nn_sgemm on a square 512 GEMM,
- * the fastest of `iters`: other jobs on a shared machine only add time),
+ * the fastest of `iters`: other jobs on a shared machine only add time), the
+ * rate at mtc's GEMM shapes and the share of a core the load leaves
+ * (gemm_step_rates),
  * the copy bandwidth (memcpy of 64 MiB, read + write counted, fastest) and the shm collectives'
  * alpha and beta (comm/bench.h: 8 B and 1 MiB all-reduce on 2 rank-threads, and 8 B on twice as
  * many ranks as cores for the oversubscription penalty). A "device" of this machine is one core;

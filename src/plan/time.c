@@ -10,13 +10,15 @@
  * (pp_plan_simulate: blocking transfers as the shm backend's), on a GPU
  * cluster with pp_schedule_simulate (Megatron's asynchronous p2p). The
  * rate is the machine's GEMM peak x its achieved fraction; on a CPU host a
- * rank gets min(threads, cores / ranks) cores. Collectives follow the
+ * rank gets min(threads, cores / ranks) cores, each at the rate bench-peak
+ * measured at mtc's shapes, times the share of a core the load left. Collectives follow the
  * alpha-beta forms of mtc_plan_coll_time on the link mtc_plan_group_link
  * picks from where the group's ranks sit in tp-cp-ep-dp-pp order.
  * Overlap: with --overlap-grad-reduce the data-parallel reduction hides
  * under the last microbatch's backward (every chunk's); nothing else
  * overlaps (mtc's TP collectives and pipeline transfers block).
- * Limitations: one rate for every GEMM shape (small GEMMs run slower),
+ * Limitations: one rate for every GEMM shape (one shape measured on a CPU
+ * host), TP ranks' larger share under load not modelled,
  * no congestion between groups sharing a link, no kernel-launch costs. */
 #include <math.h>
 #include <stdlib.h>
