@@ -7,10 +7,14 @@
 # and `mtc bench-peak` takes its rates the same way) and memory per rank (the banner's
 # allocation, exact by construction, and the process's peak RSS over the
 # ranks it holds, which also counts code, BLAS buffers and data).
-# The machine is measured first (`mtc bench-peak` into a temporary file),
-# so the prediction and the runs see the same load. The machine is shared:
-# rerun before trusting a figure; the figures are not asserted anywhere.
-# Usage: bench/plan_vs_measured.sh [build-dir]   Env: ITERS (default 6), MPI (auto|off)
+# ROUNDS rounds: each measures the machine (`mtc bench-peak` into a temporary
+# file: the GEMM rate at mtc's shapes and the share of a core a compute-bound
+# thread gets under the current load) and then runs every layout, so the
+# prediction and the runs see the same load; the table shows per layout the
+# median prediction and the median measurement over the rounds. The machine
+# is shared: the figures move with the load and are not asserted anywhere.
+# Usage: bench/plan_vs_measured.sh [build-dir]
+# Env: ITERS (default 6), ROUNDS (default 3), MPI (auto|off)
 set -eu
 BUILD=${1:-build}
 MTC=$BUILD/mtc
@@ -18,18 +22,18 @@ MTC=$BUILD/mtc
 ITERS=${ITERS:-6}
 case $ITERS in '' | *[!0-9]*) echo "plan_vs_measured: ITERS=$ITERS must be an integer >= 2" >&2; exit 2 ;; esac
 [ "$ITERS" -ge 2 ] || { echo "plan_vs_measured: ITERS=$ITERS must be >= 2" >&2; exit 2; }
+ROUNDS=${ROUNDS:-3}
+case $ROUNDS in '' | *[!0-9]*) echo "plan_vs_measured: ROUNDS=$ROUNDS must be an integer >= 1" >&2; exit 2 ;; esac
+[ "$ROUNDS" -ge 1 ] || { echo "plan_vs_measured: ROUNDS=$ROUNDS must be >= 1" >&2; exit 2; }
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 MODEL="--vocab-size 256 --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --micro-batch-size 2 --global-batch-size 16"
 TRAIN="--mock-data --train-iters $ITERS --log-interval 1 --eval-iters 0"
-"$MTC" bench-peak --output "$D/machine.json" | sed 's/^/# /'
 MPIRUN=""
 if [ "${MPI:-auto}" != off ] && command -v mpirun >/dev/null 2>&1; then
     MPIRUN="mpirun --oversubscribe"
     [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 fi
-printf "%-9s %-22s %10s %10s %7s | %9s %9s %7s | %9s %7s\n" launch layout "plan ms" "meas ms" ratio \
-    "plan MB" "alloc MB" ratio "RSS MB" ratio
 # run LAUNCH WORLD TP PP VPP SP DO
 run() {
     launch=$1 world=$2 tp=$3 pp=$4 vpp=$5 sp=$6 do=$7
@@ -58,9 +62,9 @@ run() {
     plan_ms=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p")
     plan_mb=$(sed -n 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/p' "$D/p" |
         awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
-    awk -v l="$launch" -v n="$world:$lay" -v pm="$plan_ms" -v mm="$meas" -v pb="$plan_mb" -v ab="$alloc" -v r="$rss" \
-        'BEGIN { printf "%-9s %-22s %10.1f %10.1f %7.2f | %9.2f %9.2f %7.3f | %9.1f %7.2f\n", l, n, pm, mm, pm / mm, pb, ab, pb / ab, r, pb / r }' | tee -a "$D/table"
+    echo "$launch $world:$lay $plan_ms $meas $plan_mb $alloc $rss" >>"$D/raw"
 }
+rows() {
 run threads 2 1 1 1 0 0
 run threads 2 2 1 1 1 0
 run threads 2 1 2 1 0 0
@@ -74,6 +78,27 @@ run threads 8 2 4 1 0 0
 run mpi 2 1 1 1 0 0
 run mpi 2 1 2 1 0 0
 run mpi 4 2 2 1 1 1
+}
+: >"$D/raw"
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+    "$MTC" bench-peak --output "$D/machine.json" | sed -n "s/^> GEMM fp32 256/# round $r: GEMM fp32 256/p"
+    rows
+    r=$((r + 1))
+done
+printf "%-9s %-22s %10s %10s %7s | %9s %9s %7s | %9s %7s\n" launch layout "plan ms" "meas ms" ratio \
+    "plan MB" "alloc MB" ratio "RSS MB" ratio
+# per layout, in first-seen order: medians over the rounds
+awk '{ k = $1 " " $2; if (!(k in n)) order[++nk] = k; i = ++n[k]
+       pm[k, i] = $3; mm[k, i] = $4; pb[k] = $5; ab[k] = $6; rs[k, i] = $7 }
+     function med(a, k, c,   i, j, t, v) {
+         for (i = 1; i <= c; i++) v[i] = a[k, i]
+         for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+         return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
+     END { for (o = 1; o <= nk; o++) { k = order[o]; split(k, f, " "); c = n[k]
+         p = med(pm, k, c); m = med(mm, k, c); r = med(rs, k, c)
+         printf "%-9s %-22s %10.1f %10.1f %7.2f | %9.2f %9.2f %7.3f | %9.1f %7.2f\n", f[1], f[2], p, m, p / m, pb[k], ab[k], pb[k] / ab[k], r, pb[k] / r } }' "$D/raw" | tee "$D/table"
+echo "# medians over $ROUNDS rounds (plan: each round's own bench-peak)."
 echo "# ratio = plan / measured; target: step time within 20%, memory within 10% (alloc: the banner's"
 echo "# allocation; RSS: peak resident set per rank, under mpirun of the largest process)."
 awk '{ t = $5; m = $9; if (t < 0.8 || t > 1.25) bt++; if (m < 0.9 || m > 1.11) bm++; n++ }

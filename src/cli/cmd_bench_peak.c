@@ -40,10 +40,12 @@ int cli_cmd_bench_peak(int argc, char **argv) {
         if (rc == MTC_ERR_INVALID_ARGUMENT)
             return cli_usage_error("bench-peak", "%s", mtc_error_detail());
         if (rc != MTC_OK) return cli_fail("bench-peak", rc);
-        printf("%s: %s\n  %.2f GFLOP/s fp32 per core, %d cores, copy %.2f GB/s, shm lat %.2f us, "
-               "bw %.2f GB/s, oversubscription +%.2f us\n",
-               path, m.description, m.peak_flops_fp32 * 1e-9, m.devices_per_node, m.mem_bw * 1e-9,
-               m.intra.lat * 1e6, m.intra.bw * 1e-9, m.oversub_lat * 1e6);
+        printf("%s: %s\n  %.2f GFLOP/s fp32 per core (512^3), %.2f at mtc's shapes, %.2f of a core "
+               "under the load then, %d cores, copy %.2f GB/s, shm lat %.2f us, bw %.2f GB/s, "
+               "oversubscription +%.2f us\n",
+               path, m.description, m.peak_flops_fp32 * 1e-9, m.shape_flops_fp32 * 1e-9,
+               m.cpu_share, m.devices_per_node, m.mem_bw * 1e-9, m.intra.lat * 1e6,
+               m.intra.bw * 1e-9, m.oversub_lat * 1e6);
         return 0;
     }
     mtc_result_t rc = mtc_plan_measure_host(&m, iters, stdout);

@@ -34,7 +34,7 @@ static void json_row(FILE *f, const mtc_plan_row *r, int last) {
             "   \"time\": {\"step_ms\": %.6g, \"compute_ms\": %.6g, \"elementwise_ms\": %.6g, "
             "\"tp_comm_ms\": %.6g, \"cp_comm_ms\": %.6g, \"pp_comm_ms\": %.6g, \"bubble_ms\": "
             "%.6g, \"dp_comm_ms\": "
-            "%.6g, \"bubble_fraction\": %.6g},\n"
+            "%.6g, \"bubble_fraction\": %.6g, \"gemm_tflops\": %.6g, \"cpu_share\": %.4g},\n"
             "   \"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g}%s\n",
             name, l->tp, l->cp, l->pp, l->vpp, l->dp, l->sequence_parallel, l->distopt, r->fits,
             r->mem.pp_rank, (long long)r->mem.params, r->mem.param_bytes, r->mem.grad_bytes,
@@ -42,7 +42,8 @@ static void json_row(FILE *f, const mtc_plan_row *r, int last) {
             r->time.step_s * 1e3, r->time.compute_s * 1e3, r->time.elementwise_s * 1e3,
             r->time.tp_comm_s * 1e3, r->time.cp_comm_s * 1e3, r->time.pp_comm_s * 1e3,
             r->time.bubble_s * 1e3, r->time.dp_comm_s * 1e3, r->time.bubble_fraction,
-            r->time.tflops_per_device, r->time.hw_tflops_per_device, r->time.mfu, last ? "" : ",");
+            r->time.gemm_rate * 1e-12, r->time.cpu_share, r->time.tflops_per_device,
+            r->time.hw_tflops_per_device, r->time.mfu, last ? "" : ",");
 }
 
 static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,

@@ -50,6 +50,13 @@ static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machi
     m->devices_per_node = (int)dpn;
     m->peak_flops = num(o, "peak_tflops_bf16", 0) * 1e12;
     m->peak_flops_fp32 = num(o, "peak_tflops_fp32", 0) * 1e12;
+    m->shape_flops_fp32 = num(o, "shape_tflops_fp32", 0) * 1e12;
+    m->cpu_share = num(o, "cpu_share", 0);
+    if (!(m->shape_flops_fp32 >= 0 && m->cpu_share >= 0 && m->cpu_share <= 1))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: machine %s: need shape_tflops_fp32 >= 0 (got %g) and cpu_share in "
+                         "[0, 1] (got %g)",
+                         origin, m->name, m->shape_flops_fp32 * 1e-12, m->cpu_share);
     m->mem_bytes = num(o, "hbm_gb", 0) * 1e9;
     m->mem_bw = num(o, "mem_bw_gbps", 0) * 1e9;
     m->achieved = num(o, "achieved_fraction", 1.0);
@@ -184,14 +191,17 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
     fprintf(f,
             "{\n  \"format\": \"mtc-machine-1\",\n  \"name\": \"%s\",\n  \"description\": \"%s\",\n"
             "  \"is_cpu\": %s,\n  \"devices_per_node\": %d,\n  \"peak_tflops_bf16\": %.6g,\n"
-            "  \"peak_tflops_fp32\": %.6g,\n  \"hbm_gb\": %.6g,\n  \"mem_bw_gbps\": %.6g,\n"
+            "  \"peak_tflops_fp32\": %.6g,\n  \"shape_tflops_fp32\": %.6g,\n  "
+            "\"cpu_share\": %.4g,\n  \"hbm_gb\": "
+            "%.6g,\n  \"mem_bw_gbps\": %.6g,\n"
             "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
             "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
             "  \"oversub_lat_us\": %.6g,\n  \"achieved_fraction\": %.6g\n}\n",
             m->name, m->description, m->is_cpu ? "true" : "false", m->devices_per_node,
-            m->peak_flops * 1e-12, m->peak_flops_fp32 * 1e-12, m->mem_bytes * 1e-9,
-            m->mem_bw * 1e-9, m->intra.bw * 1e-9, m->intra.lat * 1e6, m->inter.bw * 1e-9,
-            m->inter.lat * 1e6, m->oversub_lat * 1e6, m->achieved);
+            m->peak_flops * 1e-12, m->peak_flops_fp32 * 1e-12, m->shape_flops_fp32 * 1e-12,
+            m->cpu_share, m->mem_bytes * 1e-9, m->mem_bw * 1e-9, m->intra.bw * 1e-9,
+            m->intra.lat * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6, m->oversub_lat * 1e6,
+            m->achieved);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
         remove(tmp);

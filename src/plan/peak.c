@@ -1,13 +1,17 @@
 /* plan/peak.c - this machine as a plan/ machine description: the fp32
  * GEMM rate of one core and of all cores (nn_sgemm on a square 512 GEMM,
- * the fastest of `iters`: other jobs on a shared machine only add time),
+ * the fastest of `iters`: other jobs on a shared machine only add time), the
+ * rate at mtc's GEMM shapes and the share of a core the load leaves
+ * (gemm_step_rates),
  * the copy bandwidth (memcpy of 64 MiB, read + write counted, fastest) and the shm collectives'
  * alpha and beta (comm/bench.h: 8 B and 1 MiB all-reduce on 2 rank-threads, and 8 B on twice as
  * many ranks as cores for the oversubscription penalty). A "device" of this machine is one core;
  * the planner gives a rank min(threads, cores / ranks) of them. Timings on a shared machine vary
  * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/bench.h"
@@ -45,6 +49,108 @@ static mtc_result_t gemm_rate(int threads, int n, int iters, double *out) {
     }
     if (rc == MTC_OK) *out = 2.0 * n * n * (double)n / fastest(t, iters);
     free(a), free(b), free(c), free(t), nn_pool_free(pool);
+    return rc;
+}
+
+/* The GEMMs of a training step: every core runs, on its own thread and
+ * buffers, the three GEMMs of a linear layer at a small model's shape
+ * (forward C = A B, backward dA = dC B^T and dW = A^T dC; M = 256 tokens,
+ * K = 128, N = 512, the fc1 of the planner's test GPT) for a window as
+ * long as a step (~0.2 s), all cores at once, `windows` times. Each thread
+ * times itself on its CPU clock and on the wall clock:
+ *   shape: FLOPs / CPU seconds, per core (the rate at mtc's shapes while a
+ *          rank has its core, every core busy), the best window;
+ *   share: FLOP/s of wall time over that, the best window: the fraction of
+ *          a core a compute-bound thread gets over a step while other jobs
+ *          load the machine (1 on an idle host). Linux shares the cores
+ *          between sessions (autogroups) first, so a rank-thread of a later
+ *          `mtc train` run from the same session gets this share too. */
+enum { HOG_M = 256, HOG_K = 128, HOG_N = 512 };
+
+typedef struct {
+    float *a, *b, *c, *da, *dw;
+    int reps;
+    double cpu_s, wall_s;
+} hog_arg;
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *hog_thread(void *vp) {
+    hog_arg *h = vp;
+    double c0 = thread_cpu_s();
+    uint64_t t0 = mtc_time_ns();
+    for (int r = 0; r < h->reps; r++) {
+        nn_sgemm(NULL, 0, 0, HOG_M, HOG_N, HOG_K, 1.0f, h->a, HOG_K, h->b, HOG_N, 0.0f, h->c,
+                 HOG_N);
+        nn_sgemm(NULL, 0, 1, HOG_M, HOG_K, HOG_N, 1.0f, h->c, HOG_N, h->b, HOG_N, 0.0f, h->da,
+                 HOG_K);
+        nn_sgemm(NULL, 1, 0, HOG_K, HOG_N, HOG_M, 1.0f, h->a, HOG_K, h->c, HOG_N, 0.0f, h->dw,
+                 HOG_N);
+    }
+    h->cpu_s = thread_cpu_s() - c0;
+    h->wall_s = (double)(mtc_time_ns() - t0) * 1e-9;
+    return NULL;
+}
+
+static mtc_result_t gemm_step_rates(int cores, double burst_per_core, int windows, double *shape,
+                                    double *share) {
+    double rep_flops = 3.0 * 2.0 * HOG_M * HOG_N * (double)HOG_K;
+    int reps = (int)(0.2 * burst_per_core / rep_flops) + 1;
+    if (reps > 2000) reps = 2000;
+    hog_arg *h = calloc((size_t)cores, sizeof *h);
+    pthread_t *th = calloc((size_t)cores, sizeof *th);
+    mtc_result_t rc = h && th ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: GEMMs");
+    for (int i = 0; rc == MTC_OK && i < cores; i++) {
+        h[i].a = calloc((size_t)HOG_M * HOG_K, sizeof(float));
+        h[i].b = calloc((size_t)HOG_K * HOG_N, sizeof(float));
+        h[i].c = calloc((size_t)HOG_M * HOG_N, sizeof(float));
+        h[i].da = calloc((size_t)HOG_M * HOG_K, sizeof(float));
+        h[i].dw = calloc((size_t)HOG_K * HOG_N, sizeof(float));
+        if (!h[i].a || !h[i].b || !h[i].c || !h[i].da || !h[i].dw)
+            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: GEMM buffers");
+        for (size_t k = 0; rc == MTC_OK && k < (size_t)HOG_M * HOG_K; k++)
+            h[i].a[k] = (float)(k % 7) * 0.01f;
+        for (size_t k = 0; rc == MTC_OK && k < (size_t)HOG_K * HOG_N; k++)
+            h[i].b[k] = (float)(k % 5) * 0.01f;
+    }
+    if (rc == MTC_OK) { /* warm-up: oneDNN makes its kernels on first use */
+        h[0].reps = 1;
+        hog_thread(&h[0]);
+    }
+    double best_rate = 0, best_wall = 0;
+    for (int w = 0; rc == MTC_OK && w < windows; w++) {
+        int started = 0;
+        for (int i = 0; i < cores; i++) {
+            h[i].reps = reps;
+            if (pthread_create(&th[i], NULL, hog_thread, &h[i]) != 0) break;
+            started++;
+        }
+        for (int i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+        if (started < cores) {
+            rc = mtc_error(MTC_ERR_SYSTEM, "bench-peak: could not start %d threads", cores);
+            break;
+        }
+        double cpu = 0, wall = 0; /* FLOP/s per core of CPU time and of wall time */
+        for (int i = 0; i < cores; i++) {
+            cpu += h[i].cpu_s;
+            wall += h[i].wall_s > 0 ? rep_flops * reps / h[i].wall_s / cores : 0;
+        }
+        double rate = cpu > 0 ? rep_flops * reps * cores / cpu : 0;
+        if (rate > best_rate) best_rate = rate;
+        if (wall > best_wall) best_wall = wall;
+    }
+    for (int i = 0; h && i < cores; i++)
+        free(h[i].a), free(h[i].b), free(h[i].c), free(h[i].da), free(h[i].dw);
+    free(h), free(th);
+    if (rc == MTC_OK) {
+        double sh = best_rate > 0 ? best_wall / best_rate : 0;
+        *shape = best_rate, *share = sh > 1 ? 1 : sh;
+    }
     return rc;
 }
 
@@ -126,6 +232,8 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
      * smaller (shared caches and memory bus), else the one-core figure */
     double per_core = all / cores < one ? all / cores : one;
     m->peak_flops_fp32 = per_core;
+    MTC_CHECK(gemm_step_rates(cores, per_core, iters / 3 > 3 ? iters / 3 : 3, &m->shape_flops_fp32,
+                              &m->cpu_share));
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
     m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */
     m->mem_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
@@ -138,6 +246,11 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     int n = 2 * cores;
     double per_step = over[0] * 1e-6 / (2.0 * (n - 1));
     m->oversub_lat = per_step > m->intra.lat ? per_step - m->intra.lat : 0;
+    if (log)
+        fprintf(log,
+                "> GEMM fp32 %dx%dx%d forward and backward on every core for 0.2 s: %.2f GFLOP/s "
+                "per core of CPU time; a compute-bound thread got %.2f of a core (the load)\n",
+                HOG_M, HOG_N, HOG_K, m->shape_flops_fp32 * 1e-9, m->cpu_share);
     if (log)
         fprintf(log,
                 "> GEMM fp32 512^3: %.2f GFLOP/s on 1 core, %.2f GFLOP/s on %d cores; copy %.2f "

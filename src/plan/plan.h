@@ -126,6 +126,12 @@ typedef struct {
     int devices_per_node; /* GPUs per node; for a CPU host, the cores */
     double peak_flops;    /* per device, the precision's dense GEMM peak (FLOP/s) */
     double peak_flops_fp32;
+    /* CPU (bench-peak): per core, mtc-sized GEMMs with every core busy, per
+     * second of CPU time (0 = use peak_flops_fp32) */
+    double shape_flops_fp32;
+    /* CPU: the fraction of a core a compute-bound thread got over a
+     * step-long window (the load; 0 = not measured: 1) */
+    double cpu_share;
     double achieved;  /* calibration: achieved fraction of the GEMM peak */
     double mem_bytes; /* HBM (or host RAM) per device */
     double mem_bw;    /* bytes/s per device for element-wise passes */
@@ -152,6 +158,9 @@ const char *mtc_plan_machine_names(void);
 
 typedef struct {
     double flops_rank;      /* hardware FLOPs one rank executes per step (recompute included) */
+    double gemm_rate;       /* FLOP/s one rank's GEMMs run at (devices x rate x share) */
+    double devices;         /* compute units a rank gets (CPU: cores / ranks, at most 1 each) */
+    double cpu_share;       /* CPU: share of those a compute-bound rank gets under load (else 1) */
     double model_flops;     /* Megatron's model FLOPs of the step, all ranks (no recompute) */
     double compute_s;       /* GEMMs at the achieved rate, all microbatches */
     double elementwise_s;   /* memory-bound passes (activations, optimizer step) */

@@ -40,10 +40,20 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
     fprintf(f, "  total             %12.2f MB  of %.2f MB per %s\n", mb(mem->total_bytes),
             m->mem_bytes / 1048576.0 / (m->is_cpu ? l->world : 1), m->is_cpu ? "rank" : "device");
     fprintf(f, "step time:\n");
-    fprintf(
-        f, "  GEMMs             %12.3f ms  %.4g FLOPs per rank at %.4g TFLOP/s x %.3f achieved\n",
-        t->compute_s * 1e3, t->flops_rank,
-        (l->precision == MTC_PLAN_BF16 ? m->peak_flops : m->peak_flops_fp32) * 1e-12, m->achieved);
+    if (m->is_cpu)
+        fprintf(f,
+                "  GEMMs             %12.3f ms  %.4g FLOPs per rank at %.4g TFLOP/s (%.4g per "
+                "core at mtc's shapes x %.3g cores x %.3f share of a core under load)\n",
+                t->compute_s * 1e3, t->flops_rank, t->gemm_rate * 1e-12,
+                (m->shape_flops_fp32 > 0 ? m->shape_flops_fp32 : m->peak_flops_fp32) * 1e-12,
+                t->devices, t->cpu_share);
+    else
+        fprintf(f,
+                "  GEMMs             %12.3f ms  %.4g FLOPs per rank at %.4g TFLOP/s x %.3f "
+                "achieved\n",
+                t->compute_s * 1e3, t->flops_rank,
+                (l->precision == MTC_PLAN_BF16 ? m->peak_flops : m->peak_flops_fp32) * 1e-12,
+                m->achieved);
     fprintf(f, "  element-wise      %12.3f ms  activations and optimizer at %.3g GB/s\n",
             t->elementwise_s * 1e3, m->mem_bw * 1e-9);
     fprintf(f, "  TP collectives    %12.3f ms\n", t->tp_comm_s * 1e3);

@@ -10,13 +10,15 @@
  * (pp_plan_simulate: blocking transfers as the shm backend's), on a GPU
  * cluster with pp_schedule_simulate (Megatron's asynchronous p2p). The
  * rate is the machine's GEMM peak x its achieved fraction; on a CPU host a
- * rank gets min(threads, cores / ranks) cores. Collectives follow the
+ * rank gets min(threads, cores / ranks) cores, each at the rate bench-peak
+ * measured at mtc's shapes, times the share of a core the load left. Collectives follow the
  * alpha-beta forms of mtc_plan_coll_time on the link mtc_plan_group_link
  * picks from where the group's ranks sit in tp-cp-ep-dp-pp order.
  * Overlap: with --overlap-grad-reduce the data-parallel reduction hides
  * under the last microbatch's backward (every chunk's); nothing else
  * overlaps (mtc's TP collectives and pipeline transfers block).
- * Limitations: one rate for every GEMM shape (small GEMMs run slower),
+ * Limitations: one rate for every GEMM shape (one shape measured on a CPU
+ * host), TP ranks' larger share under load not modelled,
  * no congestion between groups sharing a link, no kernel-launch costs. */
 #include <math.h>
 #include <stdlib.h>
@@ -167,6 +169,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     mtc_plan_layout *l = &lv;
     MTC_CHECK(mtc_plan_layout_check(l));
     memset(out, 0, sizeof *out);
+    out->cpu_share = 1;
     int M = l->global_batch / (l->micro_batch * l->dp), v = l->vpp, S = l->pp * v;
     int L = l->model.num_layers;
     double peak = l->precision == MTC_PLAN_BF16 ? m->peak_flops : m->peak_flops_fp32;
@@ -180,12 +183,23 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
         devices = fmin(thr, cores / l->world);
         oversub = l->world * thr > cores;
     }
-    double rate = peak * ach * devices;
+    /* a CPU host's GEMMs run at the rate bench-peak measured at mtc-sized
+     * shapes with every core busy (per second of CPU time), not at the
+     * 512^3 burst, times the share of a core a compute-bound thread got
+     * while bench-peak ran (other jobs' load; 1 on an idle host); the
+     * element-wise passes get the same share */
+    double gemm = peak, share = 1;
+    if (m->is_cpu && l->precision != MTC_PLAN_BF16 && m->shape_flops_fp32 > 0) {
+        gemm = m->shape_flops_fp32;
+        if (m->cpu_share > 0) share = m->cpu_share;
+    }
+    double rate = gemm * ach * devices * share;
     if (!(rate > 0))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "machine %s has no GEMM rate for %s", m->name,
                          l->precision == MTC_PLAN_BF16 ? "bf16" : "fp32");
     mtc_plan_machine mm = *m;
     if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */
+    mm.mem_bw *= share;
     int pp_stride = l->tp * l->cp * l->dp;
     mtc_plan_link tpl = link_of(m, 1, l->tp, oversub);
     mtc_plan_link cpl = link_of(m, l->tp, l->cp, oversub);
@@ -265,6 +279,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     double hidden = l->overlap_grad_reduce ? v * (worst.gemm_b + worst.elem_b) : 0;
     out->dp_comm_s = (dpt > hidden ? dpt - hidden : 0) + ag;
     out->step_s = makespan + opt + out->dp_comm_s;
+    out->gemm_rate = rate, out->devices = devices, out->cpu_share = share;
     out->model_flops = mtc_model_flops(&l->model, l->global_batch);
     out->flops_rank = mtc_plan_flops(&l->model, l->global_batch, l->recompute) / l->world;
     out->tflops_per_device = out->model_flops / (out->step_s * l->world) * 1e-12;

@@ -212,6 +212,43 @@ static void test_paper_table(void) {
     }
 }
 
+/* A CPU host: GEMMs at shape_tflops_fp32 x the cores a rank gets x the
+ * measured share of a core (bench-peak's load probe), element-wise passes
+ * at the bandwidth x the same share; without a shape rate the 512^3 peak. */
+static const char *host_json(double shape, double share) {
+    static char buf[640];
+    snprintf(buf, sizeof buf,
+             "{\"name\": \"h\", \"is_cpu\": true, \"devices_per_node\": 2, "
+             "\"peak_tflops_fp32\": 0.05, \"shape_tflops_fp32\": %g, \"cpu_share\": %g, "
+             "\"hbm_gb\": 8, \"mem_bw_gbps\": 4, \"intra\": {\"bw_gbps\": 10, \"lat_us\": 0.5}, "
+             "\"inter\": {\"bw_gbps\": 10, \"lat_us\": 0.5}}",
+             shape, share);
+    return buf;
+}
+
+static void test_cpu_rate(void) {
+    mtc_plan_layout l = gpt(4, 128, 4, 128, 256, 2, 2, 16); /* dp 2, one core each */
+    T_CHECK(mtc_plan_layout_check(&l) == MTC_OK);
+    double tok = 16.0 / 2 * 128, h = 128, V = l.model.padded_vocab_size;
+    double macs = h * 3 * h + h * 128 + h * h + h * 4 * h * 2; /* qkv, scores+values, proj, mlp */
+    double fl = 6.0 * tok * (4 * macs + h * V);                /* fwd + 2 x bwd, one rank */
+    mtc_plan_machine m;
+    mtc_plan_time a, b, c;
+    T_CHECK(mtc_plan_machine_parse(host_json(0.1, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &a) == MTC_OK);
+    T_CHECKF(fabs(a.compute_s / (fl / 0.1e12) - 1) < 1e-9, "compute %g vs %g", a.compute_s,
+             fl / 0.1e12);
+    T_CHECK(mtc_plan_machine_parse(host_json(0.1, 0.25), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &b) == MTC_OK);
+    T_CHECK(fabs(b.compute_s / a.compute_s - 4) < 1e-9);
+    T_CHECK(fabs(b.elementwise_s / a.elementwise_s - 4) < 1e-9);
+    T_CHECK(mtc_plan_machine_parse(host_json(0, 0), "t", &m) == MTC_OK); /* an old cache */
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &c) == MTC_OK);
+    T_CHECK(fabs(c.compute_s / a.compute_s - 2) < 1e-9); /* the 0.05 peak */
+    T_CHECK(mtc_plan_machine_parse(host_json(0.1, 1.5), "t", &m) == MTC_ERR_FORMAT);
+    T_CHECK(strstr(mtc_error_detail(), "cpu_share") != NULL);
+}
+
 int main(void) {
     test_korthikanti();
     test_flops();
@@ -220,5 +257,6 @@ int main(void) {
     test_inflight();
     test_mtc_table();
     test_paper_table();
+    test_cpu_rate();
     return T_DONE();
 }

@@ -1,0 +1,31 @@
+#!/bin/sh
+# tests/plan/bench_peak.sh - `mtc bench-peak --output FILE` writes a machine
+# description `mtc plan` reads back: the GEMM rate at mtc's shapes
+# (shape_tflops_fp32 > 0) and the share of a core under load (0 < cpu_share
+# <= 1) are present, and `--explain` prints the rate a rank gets from them.
+# No timing is asserted (the machine is shared); the ranges are what the
+# measurement defines. Bad --iters exits 2 with one line.
+set -u
+MTC=${MTC:-build/mtc}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+if "$MTC" bench-peak --iters 1 --output "$D/m.json" >"$D/log" 2>&1; then ok "bench-peak ran"; else bad "bench-peak: $(tail -2 "$D/log")"; fi
+shape=$(sed -n 's/.*"shape_tflops_fp32": \([0-9.e+-]*\),.*/\1/p' "$D/m.json")
+share=$(sed -n 's/.*"cpu_share": \([0-9.e+-]*\),.*/\1/p' "$D/m.json")
+if awk -v s="${shape:-0}" 'BEGIN { exit !(s > 0) }'; then ok "shape_tflops_fp32 $shape > 0"; else bad "shape_tflops_fp32 '$shape'"; fi
+if awk -v s="${share:-0}" 'BEGIN { exit !(s > 0 && s <= 1) }'; then ok "cpu_share $share in (0, 1]"; else bad "cpu_share '$share'"; fi
+M="--vocab-size 256 --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --global-batch-size 8"
+if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 >"$D/e" 2>&1 &&
+    grep -q "per core at mtc's shapes x 1 cores x .* share of a core under load" "$D/e"; then
+    ok "explain shows the rate"
+else
+    bad "explain: $(grep GEMMs "$D/e")"
+fi
+"$MTC" bench-peak --iters 0 --output "$D/x.json" >"$D/o" 2>"$D/err"
+st=$?
+if [ "$st" = 2 ] && [ "$(wc -l <"$D/err")" -le 2 ] && grep -q "iters=0" "$D/err"; then ok "--iters 0 refused"; else bad "--iters 0: status $st: $(cat "$D/err")"; fi
+exit $fail
