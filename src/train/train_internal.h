@@ -139,7 +139,8 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem);
 void train_teardown(train_rank *x);
 /* The running pass has `batch` samples (nmb = batch / (B x dp)): with pp > 1
  * the executor of that many microbatches (made on first use, collective over
- * PIPELINE_MODEL_PARALLEL_GROUP, which switches at the same iteration). */
+ * PIPELINE_MODEL_PARALLEL_GROUP: set-up calls it for every batch the run
+ * will have, so in the step loop it only picks one). */
 mtc_result_t train_set_batch(train_rank *x, int64_t batch);
 /* The --fp16 / --loss-scale scaler (use_scaler, loss_scale); the flags are
  * checked by mtc_train_validate, so this only fails on internal misuse. */

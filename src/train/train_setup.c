@@ -339,6 +339,11 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
     x->pos = x->cp ? x->chunks[0].model->cp.pos : NULL;
+    /* every executor the run will use, made now (each is collective over
+     * PIPELINE_MODEL_PARALLEL_GROUP and allocates): the step loop only picks */
+    for (int e = 0; bs && e < bs->n; e++)
+        if (reached[e]) MTC_CHECK(train_set_batch(x, bs->batch[e]));
+    if (!bs || c->eval_iters > 0) MTC_CHECK(train_set_batch(x, c->global_batch));
     MTC_CHECK(train_set_batch(x, train_batch_at(c, 0)));
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * B * x->T_cp * sizeof(int), (void **)&x->tokens));

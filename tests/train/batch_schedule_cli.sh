@@ -20,11 +20,10 @@
 #    deprecation warning.
 set -u
 MTC=${MTC:?path of the mtc binary}
+SRC=${MTC_SOURCE_DIR:?source folder}
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+. "$SRC/tests/train/train_lib.sh"
 COMMON="--mock-data --vocab-size 64 --make-vocab-size-divisible-by 32 --num-layers 4 --hidden-size 32
  --num-attention-heads 4 --seq-length 16 --micro-batch-size 2 --log-interval 1 --eval-iters 0
  --threads 1 --hidden-dropout 0 --attention-dropout 0 --lr-decay-style constant"
@@ -93,19 +92,6 @@ cmp -s "$D/resumed.txt" "$D/serial.txt" && grep -q "iteration        3/       5 
 [ -d "$D/r/iter_0000003" ] && [ -d "$D/r/iter_0000005" ] && ok "a checkpoint before the batch changes (iteration 3), as Megatron" ||
     { bad "no checkpoint at iteration 3"; ls "$D/r"; }
 
-refused() { # NAME PATTERN ARGS...: exit 2 with one error line matching PATTERN
-    name=$1 pat=$2
-    shift 2
-    # shellcheck disable=SC2086
-    "$MTC" train $COMMON "$@" >"$D/out" 2>"$D/err"
-    rc=$?
-    if [ $rc -eq 2 ] && [ "$(grep -c . "$D/err")" -eq 1 ] && grep -q "error: .*$pat" "$D/err"; then
-        ok "$name refused: $(cat "$D/err")"
-    else
-        bad "$name: exit $rc"
-        cat "$D/err"
-    fi
-}
 refused "batch 6 with micro batch 2 x dp 2" "batch 6 .*divisible by micro-batch-size=2 x data-parallel size 2" \
     --train-iters 5 --world-size 2 --step-batch-size-schedule "0:4 192:6"
 run unreached --train-iters 5 --world-size 2 --step-batch-size-schedule "0:4 192:8 1M:6"

@@ -18,9 +18,7 @@ MTC=${MTC:?path of the mtc binary}
 SRC=${MTC_SOURCE_DIR:?source folder}
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+. "$SRC/tests/train/train_lib.sh"
 V=$SRC/tests/data/gpt2_tiny
 i=0
 while [ $i -lt 200 ]; do
@@ -70,19 +68,6 @@ mean=$(head -n 2 "$D/onb.txt" | awk '{ s += $1 } END { printf "%.6E", s / 2 }')
 grep -q "data: train: Megatron indexed dataset: .*a_text_document.bin.*; valid: Megatron indexed dataset: .*b_text_document.bin" "$D/frozen.log" &&
     ok "the banner names each split's data" || { bad "banner"; grep "data:" "$D/frozen.log"; }
 
-refused() { # NAME PATTERN ARGS...
-    name=$1 pat=$2
-    shift 2
-    # shellcheck disable=SC2086
-    "$MTC" train $COMMON "$@" >"$D/out" 2>"$D/err"
-    rc=$?
-    if [ $rc -eq 2 ] && [ "$(grep -c . "$D/err")" -eq 1 ] && grep -q "error: .*$pat" "$D/err"; then
-        ok "$name refused: $(cat "$D/err")"
-    else
-        bad "$name: exit $rc"
-        cat "$D/err"
-    fi
-}
 refused "with --data-path" "exclude --data-path" --train-data-path "$A" --data-path "$B"
 refused "with --mock-data" "exclude --mock-data" --train-data-path "$A" --mock-data
 refused "with --split" "drop --split" --train-data-path "$A" --split 90,10,0
