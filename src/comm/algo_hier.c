@@ -16,6 +16,14 @@
  *   2. all-reduce(local rank k of every node): a0,b0 reduce c0; a1,b1 c1
  *      (L streams between the nodes at once; divided by p for AVG)
  *   3. all-gather-v(intra): every rank gets both chunks
+ *   From 8 MiB up the vector is cut into 4 MiB segments, each run through
+ *   1-3, with step 2 of segment s on the inter-node communicator's progress
+ *   thread while this thread does steps 1 and 3 of its neighbours:
+ *      intra: RS0 RS1 . AG0 RS2 . AG1 RS3 ...
+ *      inter:     AR0 ...... AR1 ...... AR2 ...
+ *   so the link is busy while the node reduces and gathers (and a
+ *   rendezvous hand-shake of one segment waits behind the data of another
+ *   instead of stalling the link).
  * all-reduce, nodes of different sizes (or small vectors): one leader each
  *   1. reduce(intra, root 0)   2. all-reduce(leaders)   3. broadcast(intra)
  * reduce-scatter (rank r wants block r of the sum of p blocks)
@@ -36,7 +44,7 @@
  * fixed by (node layout, count) and the algorithms the selector picks for
  * that shape, so it is deterministic run to run.
  *
- * Limitations: latency is the sum of three collectives; with nodes of
+ * Limitations: below 8 MiB latency is the sum of three collectives; with nodes of
  * different sizes the leaders carry all inter-node traffic; reduce-scatter
  * and all-gather move all p blocks inside each node (cheap over shared
  * memory, not over a network); when all ranks share one node, or every node
@@ -46,6 +54,10 @@
 
 /* Below this many bytes the flat fallback uses recursive doubling. */
 enum { HIER_SMALL_BYTES = 16 << 10 };
+/* The pipelined all-reduce's segment (whole vector, all local chunks) and
+ * the most segments a call is cut into. */
+#define HIER_SEGMENT_BYTES ((size_t)4 << 20)
+#define HIER_MAX_SEGMENTS 64
 
 /* Block positions in node-major order: pos[r] = index of member r's block
  * when blocks are laid out node by node (nodes by lowest rank, members by
@@ -155,6 +167,81 @@ mtc_result_t algo_hier_all_gather(const void *sendbuf, void *recvbuf, size_t sen
     return MTC_OK;
 }
 
+/* Nodes alike, L local ranks: the vector is cut into segments of about
+ * HIER_SEGMENT_BYTES (the same cut on every rank: it depends on count and
+ * dtype only) and each segment into L chunks. For segment s, local rank k
+ * reduces chunk k of its node (reduce-scatter-v inside), all-reduces it
+ * with local rank k of every node (L streams between the nodes), and the
+ * node gathers the chunks (all-gather-v inside). The inter-node all-reduce
+ * of segment s runs on the inter-node communicator's progress thread
+ * (mtc_all_reduce_start) while this thread reduces segment s+1 and gathers
+ * segment s-1 inside the node, so the network and the node's memory work at
+ * the same time. Intra-node calls keep one order on every rank: RS 0, RS 1,
+ * AG 0, RS 2, AG 1, ..., AG K-1. Segments are disjoint, so in place
+ * (sendbuf == recvbuf) is safe: gathering segment s-1 writes where
+ * segment s+1 is no longer read. */
+static mtc_result_t hier_all_reduce_streams(const void *sendbuf, void *recvbuf, size_t count,
+                                            mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm,
+                                            mtc_comm_t intra, mtc_comm_t inter, int my_local) {
+    const int p = mtc_comm_size(comm), L = mtc_comm_size(intra);
+    const mtc_op_t sub = op == MTC_OP_AVG ? MTC_OP_SUM : op;
+    const size_t esz = mtc_dtype_size(dtype);
+    size_t nseg = count * esz / HIER_SEGMENT_BYTES;
+    if (nseg > HIER_MAX_SEGMENTS) nseg = HIER_MAX_SEGMENTS;
+    if (nseg > count / (size_t)L) nseg = count / (size_t)L;
+    if (nseg < 1) nseg = 1;
+    /* segment s: seg_len[s] elements from seg_off[s]; chunk k of it:
+     * counts[s][k] elements; my chunks lie one after another in T */
+    size_t seg_off[nseg], counts[nseg][L], mine[nseg], tpos[nseg], total = 0;
+    for (size_t s = 0, off = 0; s < nseg; s++) {
+        const size_t n = count / nseg + (s < count % nseg);
+        seg_off[s] = off;
+        off += n;
+        for (int k = 0; k < L; k++)
+            counts[s][k] = n / (size_t)L + ((size_t)k < n % (size_t)L);
+        mine[s] = counts[s][my_local];
+        tpos[s] = total;
+        total += mine[s];
+    }
+    char *T;
+    MTC_CHECK(comm_scratch(comm, total * esz, (void **)&T));
+    const char *in = sendbuf;
+    char *out = recvbuf;
+    if (nseg == 1) { /* nothing to overlap: no hand-over to a progress thread */
+        MTC_CHECK(mtc_reduce_scatter_v(in, T, counts[0], dtype, sub, intra));
+        MTC_CHECK(mtc_all_reduce(T, T, mine[0], dtype, sub, inter));
+        comm_finish_avg(T, mine[0], dtype, op, p);
+        return mtc_all_gather_v(T, mine[0], out, counts[0], NULL, dtype, intra);
+    }
+    mtc_request_t req[nseg];
+    for (size_t s = 0; s < nseg; s++)
+        req[s] = NULL;
+    mtc_result_t rc = MTC_OK;
+    /* next segment to reduce (s) and to gather (g); at most two inter-node
+     * all-reduces in flight */
+    for (size_t s = 0, g = 0; rc == MTC_OK && g < nseg;) {
+        if (s < nseg && s <= g + 1) {
+            char *t = T + tpos[s] * esz;
+            rc = mtc_reduce_scatter_v(in + seg_off[s] * esz, t, counts[s], dtype, sub, intra);
+            if (rc == MTC_OK) rc = mtc_all_reduce_start(t, t, mine[s], dtype, sub, inter, &req[s]);
+            s++;
+            continue;
+        }
+        char *t = T + tpos[g] * esz;
+        rc = mtc_request_wait(&req[g]);
+        if (rc == MTC_OK) {
+            comm_finish_avg(t, mine[g], dtype, op, p);
+            rc =
+                mtc_all_gather_v(t, mine[g], out + seg_off[g] * esz, counts[g], NULL, dtype, intra);
+        }
+        g++;
+    }
+    /* after an error: wait for what is still in flight (it writes T) */
+    for (size_t s = 0; s < nseg; s++)
+        if (req[s]) (void)mtc_request_wait(&req[s]);
+    return rc;
+}
+
 mtc_result_t algo_hier_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
                                   mtc_dtype_t dtype, mtc_op_t op, mtc_comm_t comm) {
     const int p = mtc_comm_size(comm);
@@ -183,17 +270,6 @@ mtc_result_t algo_hier_all_reduce(const void *sendbuf, void *recvbuf, size_t cou
         }
         return mtc_broadcast(recvbuf, count, dtype, 0, intra);
     }
-    /* every node alike: local rank k reduces chunk k of its node, all-reduces
-     * it with local rank k of every node (L streams between nodes at once),
-     * then the node gathers the chunks */
-    size_t counts[L];
-    for (int k = 0; k < L; k++)
-        counts[k] = count / (size_t)L + ((size_t)k < count % (size_t)L);
-    const size_t mine = counts[my_local];
-    char *T;
-    MTC_CHECK(comm_scratch(comm, mine * mtc_dtype_size(dtype), (void **)&T));
-    MTC_CHECK(mtc_reduce_scatter_v(sendbuf, T, counts, dtype, sub, intra));
-    MTC_CHECK(mtc_all_reduce(T, T, mine, dtype, sub, inter));
-    comm_finish_avg(T, mine, dtype, op, p);
-    return mtc_all_gather_v(T, mine, recvbuf, counts, NULL, dtype, intra);
+    return hier_all_reduce_streams(sendbuf, recvbuf, count, dtype, op, comm, intra, inter,
+                                   my_local);
 }

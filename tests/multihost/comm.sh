@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/multihost/comm.sh MATRIX ERRORS STALL - the communication library on
+# tests/multihost/comm.sh MATRIX ERRORS STALL PIPELINE - the communication library on
 # two hosts (network namespaces, hosts_lib.sh): mtc-a and mtc-b, Open MPI over
 # TCP between them and shared memory inside each.
 #   - the collective matrix (tests/comm/test_coll_matrix.c: every algorithm,
@@ -16,7 +16,7 @@
 #     all-reduce, reduce-scatter and all-gather across the hosts.
 # Root only: otherwise skipped (exit 77) with a notice.
 set -u
-MATRIX=$1 ERRORS=$2 STALL=$3
+MATRIX=$1 ERRORS=$2 STALL=$3 PIPELINE=$4
 . "${MTC_SOURCE_DIR:-.}/tests/multihost/hosts_lib.sh"
 mh_require
 mh_setup
@@ -31,6 +31,11 @@ else bad "collective matrix, 2 hosts x 1 rank"; tail -30 "$OUT"; fi
 if mh_run 2 -x MTC_TEST_NODES=2 -- "$MATRIX" >"$OUT" 2>&1; then
     ok "collective matrix, 2 hosts x 2 ranks: $(grep -m1 passed "$OUT")"
 else bad "collective matrix, 2 hosts x 2 ranks"; tail -30 "$OUT"; fi
+# every one of the 4 ranks reports no failure
+if mh_run 2 -x MTC_TEST_NODES=2 -- "$PIPELINE" >"$MH_TMP/pipe" 2>&1 &&
+    [ "$(grep -c " passed, 0 failed" "$MH_TMP/pipe")" = 4 ]; then
+    ok "pipelined hierarchical all-reduce, 2 hosts x 2 ranks: $(grep -m1 passed "$MH_TMP/pipe")"
+else bad "pipelined hierarchical all-reduce, 2 hosts x 2 ranks"; tail -20 "$MH_TMP/pipe"; fi
 # with ranks_per_node 0 the matrix reaches the hierarchical cases only
 # where sub-communicators span both hosts (sizes 3 and 4): they ran
 grep -q "^p=4 (mpi)" "$OUT" && ok "the matrix ran on 4 ranks across the hosts" || bad "no p=4 run"; 
