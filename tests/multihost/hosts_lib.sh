@@ -154,11 +154,15 @@ EOF
 }
 
 # mh_rate RATE: limit both ends of the link (tbf), or "off" to remove it.
+# The bucket (4 MB) holds 3 ms at 10 Gbit/s, far above one 64 KB TSO
+# packet, and the queue (latency 50 ms) does not drop a TCP window: neither
+# caps TCP below the rate (bench/multihost.sh measures raw TCP beside).
+MH_TBF="burst 4mb latency 50ms"
 mh_rate() {
     for ns in $MH_NSA $MH_NSB; do
         ip netns exec $ns tc qdisc del dev mh0 root 2>/dev/null
         [ "$1" = off ] && continue
-        ip netns exec $ns tc qdisc add dev mh0 root tbf rate "$1" burst 4mb latency 50ms ||
+        ip netns exec $ns tc qdisc add dev mh0 root tbf rate "$1" $MH_TBF ||
             { echo "FAIL: tc tbf rate $1"; return 1; }
     done
 }
