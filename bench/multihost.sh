@@ -51,13 +51,12 @@ J=$MH_TMP/bench.jsonl
 : >"$J"
 echo "# bench/multihost.sh: 2 hosts x $RANKS ranks (cores: mtc-a $MH_CPUA, mtc-b $MH_CPUB), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# link: tc tbf rate R $MH_TBF on both veth ends (hosts_lib.sh mh_rate); TCP buffers (min default max): wmem $(sysctl -n net.ipv4.tcp_wmem | tr -s '\t' ' '), rmem $(sysctl -n net.ipv4.tcp_rmem | tr -s '\t' ' ')"
-# ceiling STREAMS [--both]: raw TCP, mtc-a -> mtc-b (--both: and back at once)
-port=5600
+# ceiling STREAMS [--both]: raw TCP, mtc-a -> mtc-b (--both: and back at once);
+# one run at a time, so one port (inside the namespaces) serves them all
 ceiling() {
-    port=$((port + 1))
-    mh_on b "$TCPB" recv $port "$1" >/dev/null 2>&1 &
+    mh_on b "$TCPB" recv 5601 "$1" >/dev/null 2>&1 &
     sleep 0.3
-    mh_on a "$TCPB" send "${MH_NET}2" $port "$1" $((128 << 20)) ${2:-}
+    mh_on a "$TCPB" send "${MH_NET}2" 5601 "$1" $((128 << 20)) ${2:-}
     wait
 }
 # REPS rounds, the ceiling measured before and after every round of the

@@ -50,6 +50,8 @@
  * memory, not over a network); when all ranks share one node, or every node
  * has one rank, the hierarchy is pointless and this falls back to the flat
  * ring (recursive doubling for small all-reduces). */
+#include <stdio.h>
+
 #include "comm/algo.h"
 
 /* Below this many bytes the flat fallback uses recursive doubling. */
@@ -236,10 +238,14 @@ static mtc_result_t hier_all_reduce_streams(const void *sendbuf, void *recvbuf, 
         }
         g++;
     }
-    /* after an error: wait for what is still in flight (it writes T) */
+    if (rc == MTC_OK) return MTC_OK;
+    /* after an error: wait for what is still in flight (it writes T), and
+     * report the first error, not the waits' */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mtc_error_detail());
     for (size_t s = 0; s < nseg; s++)
         if (req[s]) (void)mtc_request_wait(&req[s]);
-    return rc;
+    return mtc_error(rc, "%s", why);
 }
 
 mtc_result_t algo_hier_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
