@@ -74,7 +74,7 @@ int cli_cmd_plan(int argc, char **argv) {
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     int cp = 1;
     const char *cp_comm = "p2p";
-    double achieved = 0;
+    double achieved = 0, hdrop = 0.1, adrop = 0.1;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
     const char *norm = "LayerNorm", *posemb = "learned_absolute";
     mtc_arg args[] = {
@@ -96,6 +96,9 @@ int cli_cmd_plan(int argc, char **argv) {
         {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
          "a separate output layer", 0},
         {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL, "no linear biases", 0},
+        {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P",
+         "as mtc train (default 0.1): on this machine its masks cost time", 0},
+        {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "as mtc train (default 0.1)", 0},
         {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
         {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N",
          "samples per iteration (default micro batch x world)", 0},
@@ -171,6 +174,9 @@ int cli_cmd_plan(int argc, char **argv) {
             cp_comm);
     if (bf16 && fp32) return cli_usage_error("plan", "give one of --bf16 and --fp32");
     if (top < 1) return cli_usage_error("plan", "top=%d must be >= 1", top);
+    if (!(hdrop >= 0 && hdrop < 1) || !(adrop >= 0 && adrop < 1))
+        return cli_usage_error(
+            "plan", "hidden-dropout=%g and attention-dropout=%g must be in [0, 1)", hdrop, adrop);
     if (nd < 1)
         return cli_usage_error("plan", "num-distributed-optimizer-instances=%d must be >= 1", nd);
     if (mtc_args_seen(args, nargs, "achieved-fraction") && !(achieved > 0 && achieved <= 1))
@@ -202,6 +208,7 @@ int cli_cmd_plan(int argc, char **argv) {
                                "or none)",
                                posemb);
     mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
+    mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
     mc->untie_embeddings = untie, mc->disable_bias_linear = nobias;
     l.vocab_divisible = divisible;
     l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;

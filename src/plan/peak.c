@@ -154,6 +154,17 @@ static mtc_result_t gemm_step_rates(int cores, double burst_per_core, int window
     return rc;
 }
 
+/* VmRSS of this process (bytes; 0 when /proc is absent). */
+static double resident_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
 static mtc_result_t copy_bw(int iters, double *out) {
     size_t bytes = (size_t)64 << 20;
     char *a = malloc(bytes), *b = malloc(bytes);
@@ -215,6 +226,10 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     double one = 0, all = 0, bw = 0;
     MTC_CHECK(gemm_rate(1, 512, iters, &one));
+    /* the resident set of a process that has run a pool's GEMMs and no
+     * model yet (code, BLAS / oneDNN / OpenMP state): every mtc process
+     * holds this besides its allocation */
+    double base_rss = resident_bytes();
     MTC_CHECK(gemm_rate(cores, 512, iters, &all));
     MTC_CHECK(copy_bw(iters, &bw));
     size_t sizes[2] = {8, (size_t)1 << 20};
@@ -234,6 +249,8 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     m->peak_flops_fp32 = per_core;
     MTC_CHECK(gemm_step_rates(cores, per_core, iters / 3 > 3 ? iters / 3 : 3, &m->shape_flops_fp32,
                               &m->cpu_share));
+    MTC_CHECK(mtc_plan_measure_kernels(&m->kern, cores, 5, m->shape_flops_fp32));
+    m->kern.base_rss = base_rss;
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
     m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */
     m->mem_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
@@ -251,6 +268,18 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
                 "> GEMM fp32 %dx%dx%d forward and backward on every core for 0.2 s: %.2f GFLOP/s "
                 "per core of CPU time; a compute-bound thread got %.2f of a core (the load)\n",
                 HOG_M, HOG_N, HOG_K, m->shape_flops_fp32 * 1e-9, m->cpu_share);
+    const mtc_plan_kernels *k = &m->kern;
+    if (log)
+        fprintf(
+            log,
+            "> kernels (ns per element, one thread, every core busy, CPU time): norm %.2f / "
+            "%.2f, GELU %.2f / %.2f, dropout %.2f, residual %.2f, cross-entropy %.2f, Adam "
+            "%.2f; attention per 64x64 tile %.0f + %.1f HS / %.0f + %.1f HS, dropout %.2f per "
+            "score; a layer's linears %.2f GFLOP/s + %.2f us per call; process resident %.1f MB\n",
+            k->norm_fwd * 1e9, k->norm_bwd * 1e9, k->gelu_fwd * 1e9, k->gelu_bwd * 1e9,
+            k->dropout * 1e9, k->resid * 1e9, k->xent * 1e9, k->adam * 1e9, k->attn_fwd_tile * 1e9,
+            k->attn_fwd_hs * 1e9, k->attn_bwd_tile * 1e9, k->attn_bwd_hs * 1e9, k->attn_drop * 1e9,
+            k->gemm_rate * 1e-9, k->gemm_call * 1e6, k->base_rss / 1048576.0);
     if (log)
         fprintf(log,
                 "> GEMM fp32 512^3: %.2f GFLOP/s on 1 core, %.2f GFLOP/s on %d cores; copy %.2f "

@@ -119,6 +119,28 @@ typedef struct {
     double lat; /* seconds per message step */
 } mtc_plan_link;
 
+/* CPU host: what mtc's kernels cost here (plan/kernels.c, `mtc bench-peak`),
+ * per CPU second of one thread with every core busy. measured 0 = absent
+ * (GPU machines, an older cache): the element-wise passes are then priced
+ * at mem_bw. */
+typedef struct {
+    int measured;
+    double norm_fwd, norm_bwd; /* s per element of (N, C) */
+    double gelu_fwd, gelu_bwd; /* s per element of (N, F) */
+    double dropout;            /* s per element (mask drawn and applied) */
+    double resid;              /* s per element (out = a + b) */
+    double xent;               /* s per logit (fused softmax cross-entropy) */
+    double adam;               /* s per parameter (AdamW with the clip folded in) */
+    double gradnorm;           /* s per gradient element: its sum of squares and the zeroing */
+    double attn_fwd_tile, attn_fwd_hs; /* s per 64 x 64 causal tile computed: tile + hs x HS */
+    double attn_bwd_tile, attn_bwd_hs; /* the same, backward */
+    double attn_drop;                  /* s per visible score with attention dropout (fwd + bwd) */
+    double gemm_call;                  /* s per GEMM call beyond its FLOPs at gemm_rate */
+    double gemm_rate; /* FLOP/s of the linear layers' GEMMs fitted with gemm_call */
+    double base_rss;  /* bytes resident in a process before any model (code,
+                         BLAS / oneDNN / OpenMP state, bench-peak's pool) */
+} mtc_plan_kernels;
+
 typedef struct {
     char name[64];
     char description[160];
@@ -136,7 +158,8 @@ typedef struct {
     double mem_bytes; /* HBM (or host RAM) per device */
     double mem_bw;    /* bytes/s per device for element-wise passes */
     mtc_plan_link intra, inter;
-    double oversub_lat; /* extra seconds per sync when ranks outnumber cores (CPU) */
+    double oversub_lat;    /* extra seconds per sync when ranks outnumber cores (CPU) */
+    mtc_plan_kernels kern; /* CPU: kernel costs (measured 0 on GPU machines) */
 } mtc_plan_machine;
 
 /* A named machine ("dgx-a100", "dgx-h100", ...) from the compiled-in
@@ -237,5 +260,11 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
  * (medians of comm/bench.c), into a CPU machine
  * description (name "this"). iters >= 1. */
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *out, int iters, FILE *log);
+/* Time mtc's non-GEMM kernels and its small GEMMs' per-call cost on every
+ * core at once, on each thread's CPU clock, best of `rounds`
+ * (plan/kernels.c); gemm_rate: the shape rate (FLOP/s per core) the GEMM's
+ * per-call cost is taken beyond. */
+mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds,
+                                      double gemm_rate);
 
 #endif
