@@ -8,6 +8,7 @@
  * many ranks as cores for the oversubscription penalty). A "device" of this machine is one core;
  * the planner gives a rank min(threads, cores / ranks) of them. Timings on a shared machine vary
  * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it. */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,10 +227,6 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     double one = 0, all = 0, bw = 0;
     MTC_CHECK(gemm_rate(1, 512, iters, &one));
-    /* the resident set of a process that has run a pool's GEMMs and no
-     * model yet (code, BLAS / oneDNN / OpenMP state): every mtc process
-     * holds this besides its allocation */
-    double base_rss = resident_bytes();
     MTC_CHECK(gemm_rate(cores, 512, iters, &all));
     MTC_CHECK(copy_bw(iters, &bw));
     size_t sizes[2] = {8, (size_t)1 << 20};
@@ -250,7 +247,13 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     MTC_CHECK(gemm_step_rates(cores, per_core, iters / 3 > 3 ? iters / 3 : 3, &m->shape_flops_fp32,
                               &m->cpu_share));
     MTC_CHECK(mtc_plan_measure_kernels(&m->kern, cores, 5, m->shape_flops_fp32));
-    m->kern.base_rss = base_rss;
+    /* the resident set of a process that has run mtc's kernels, a pool's
+     * GEMMs and shm rank-threads but holds no model (code, BLAS / oneDNN /
+     * OpenMP state; the 64 MiB copy buffers are unmapped again): every mtc
+     * process holds this besides its allocation; glibc keeps freed heap
+     * pages resident until trimmed */
+    malloc_trim(0); /* the freed measurement buffers are not the process's */
+    m->kern.base_rss = resident_bytes();
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
     m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */
     m->mem_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;

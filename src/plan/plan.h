@@ -186,7 +186,11 @@ typedef struct {
     double cpu_share;       /* CPU: share of those a compute-bound rank gets under load (else 1) */
     double model_flops;     /* Megatron's model FLOPs of the step, all ranks (no recompute) */
     double compute_s;       /* GEMMs at the achieved rate, all microbatches */
-    double elementwise_s;   /* memory-bound passes (activations, optimizer step) */
+    double elementwise_s;   /* memory-bound passes (activations, optimizer step); on a CPU
+                               host with measured kernels every non-GEMM kernel */
+    double attention_s;     /* CPU kernels: the tiled attention's share of elementwise_s */
+    double optimizer_s;     /* the optimizer step's share of elementwise_s */
+    int kernels;            /* 1: priced with the machine's measured kernels (mtc_plan_kernels) */
     double tp_comm_s;       /* TP / SP collectives on the critical path */
     double cp_comm_s;       /* context-parallel attention's KV / head exchanges */
     double pp_comm_s;       /* stage-to-stage messages */

@@ -80,6 +80,7 @@ static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, in
 
 typedef struct {
     double gemm_f, gemm_b, elem_f, elem_b, tp_f, tp_b, cp_f, cp_b, p2p;
+    double attn; /* CPU kernels: the tiled attention's share of elem_f + elem_b */
 } chunk_cost;
 
 /* One linear layer's GEMMs on a CPU host: `calls` calls of the FLOPs of
@@ -112,7 +113,7 @@ static double causal_tiles(double T) {
  * the rank's columns; with CP a rank holds T / cp queries of every key. */
 static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k, int nl,
                              int has_emb, int has_head, double *gf, double *gb, double *ef,
-                             double *eb) {
+                             double *eb, double *attn) {
     const mtc_model_config *c = &l->model;
     double t = l->tp, cp = l->cp > 1 ? l->cp : 1, B = l->micro_batch;
     double T = c->seq_length / cp, N = B * T, Nl = l->sequence_parallel ? N / t : N;
@@ -137,7 +138,7 @@ static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k
         2 * xc * k->norm_fwd + 2 * xc * hd + 2 * xc * k->resid + N * F * k->gelu_fwd + af + ad / 2;
     double lb = 2 * xc * (k->norm_fwd + k->norm_bwd) + 2 * xc * hd + 2 * xc * k->resid +
                 N * F * (k->gelu_fwd + k->gelu_bwd) + ab + ad / 2;
-    *ef = nl * lf, *eb = nl * lb;
+    *ef = nl * lf, *eb = nl * lb, *attn = nl * (af + ab + ad);
     if (has_emb) *ef += xc * (k->resid + hd), *eb += xc * (k->resid + hd);
     if (has_head) *ef += xc * k->norm_fwd + N * Vp * k->xent, *eb += xc * k->norm_bwd;
 }
@@ -163,8 +164,9 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
     k.gemm_f = (fl + fh) / rate;
     k.gemm_b = (2.0 * (fl + fh) + rec) / rate;
     if (cpu_slow > 0) { /* a CPU host with measured kernels: mtc's own passes */
-        double gf, gb, ef, eb;
-        cpu_kernel_costs(l, &m->kern, nl, has_emb, has_head, &gf, &gb, &ef, &eb);
+        double gf, gb, ef, eb, at;
+        cpu_kernel_costs(l, &m->kern, nl, has_emb, has_head, &gf, &gb, &ef, &eb, &at);
+        k.attn = at * cpu_slow * (rec > 0 ? 1.5 : 1); /* recompute: the forward's third again */
         k.gemm_f = gf * cpu_slow, k.gemm_b = (gb + (rec > 0 ? gf : 0)) * cpu_slow;
         k.elem_f = ef * cpu_slow, k.elem_b = (eb + (rec > 0 ? ef : 0)) * cpu_slow;
     }
@@ -322,6 +324,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     out->bubble_fraction = busy > 0 ? out->bubble_s / busy : 0;
     out->compute_s = M * v * (worst.gemm_f + worst.gemm_b);
     out->elementwise_s = M * v * (worst.elem_f + worst.elem_b);
+    out->attention_s = M * v * worst.attn;
     out->tp_comm_s = M * v * (worst.tp_f + worst.tp_b);
     out->cp_comm_s = M * v * (worst.cp_f + worst.cp_b);
     out->pp_comm_s = M * v * 2 * worst.p2p;
@@ -340,6 +343,8 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
                2.0 * mem.param_bytes) /
               mm.mem_bw;
     out->elementwise_s += opt;
+    out->optimizer_s = opt;
+    out->kernels = cpu_slow > 0;
     double gb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
     double pb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
     int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;
