@@ -27,7 +27,8 @@ static mtc_result_t parse_link(const cJSON *o, const char *key, const char *orig
                          origin, key);
     out->bw = num(k, "bw_gbps", 0) * 1e9;
     out->lat = num(k, "lat_us", 0) * 1e-6;
-    if (!(out->bw > 0) || out->lat < 0)
+    out->sync = num(k, "sync_us", 0) * 1e-6;
+    if (!(out->bw > 0) || out->lat < 0 || out->sync < 0)
         return mtc_error(MTC_ERR_FORMAT, "%s: \"%s\" needs bw_gbps > 0 and lat_us >= 0", origin,
                          key);
     return MTC_OK;
@@ -237,14 +238,14 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
             "  \"peak_tflops_fp32\": %.6g,\n  \"shape_tflops_fp32\": %.6g,\n  "
             "\"cpu_share\": %.4g,\n  \"hbm_gb\": "
             "%.6g,\n  \"mem_bw_gbps\": %.6g,\n"
-            "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
-            "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
+            "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
+            "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
             "  \"oversub_lat_us\": %.6g,\n  \"achieved_fraction\": %.6g",
             m->name, m->description, m->is_cpu ? "true" : "false", m->devices_per_node,
             m->peak_flops * 1e-12, m->peak_flops_fp32 * 1e-12, m->shape_flops_fp32 * 1e-12,
             m->cpu_share, m->mem_bytes * 1e-9, m->mem_bw * 1e-9, m->intra.bw * 1e-9,
-            m->intra.lat * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6, m->oversub_lat * 1e6,
-            m->achieved);
+            m->intra.lat * 1e6, m->intra.sync * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6,
+            m->inter.sync * 1e6, m->oversub_lat * 1e6, m->achieved);
     if (m->kern.measured) {
         fprintf(f, ",\n  \"kernels_ns\": {");
         for (int i = 0; i < NKERN; i++)

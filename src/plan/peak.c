@@ -219,6 +219,82 @@ static mtc_result_t comm_times(int ranks, const size_t *sizes, int n, int iters,
     return MTC_OK;
 }
 
+/* Collectives between compute phases, as training issues them: each of 2
+ * rank-threads runs a 256 x 128 x 128 GEMM (~0.1 ms, on buffers that push
+ * the message out of cache) then a collective, BUSY_ITERS times, timing
+ * each call: what a collective costs inside a step (the peers' skew, the
+ * spin-then-sleep wait's wake-up, cold buffers, the algorithm's copies)
+ * rather than back to back: an 8 B all-reduce, and an
+ * all-gather and a reduce-scatter of a 128 KiB (b, s, h) tensor, the size
+ * of the planner's test GPT's TP messages. */
+enum { BUSY_M = 256, BUSY_K = 128, BUSY_ITERS = 200, BUSY_BYTES = 128 << 10, BUSY_OPS = 3 };
+
+typedef struct {
+    int op;           /* 0: all-reduce 8 B, 1: all-gather, 2: reduce-scatter of BUSY_BYTES */
+    double call_s[2]; /* per rank: the median time of one call */
+} busy_job;
+
+static mtc_result_t busy_call(const busy_job *j, float *x, float *y, mtc_comm_t w) {
+    size_t n = BUSY_BYTES / sizeof(float);
+    if (j->op == 0) return mtc_all_reduce(x, y, 2, MTC_DTYPE_F32, MTC_OP_SUM, w);
+    if (j->op == 1) return mtc_all_gather(x, y, n / 2, MTC_DTYPE_F32, w);
+    return mtc_reduce_scatter(x, y, n / 2, MTC_DTYPE_F32, MTC_OP_SUM, w);
+}
+
+static mtc_result_t busy_rank(mtc_comm_t world, void *arg) {
+    busy_job *j = arg;
+    int r = mtc_comm_rank(world);
+    float *a = calloc((size_t)BUSY_M * BUSY_K, sizeof(float));
+    float *b = calloc((size_t)BUSY_K * BUSY_K, sizeof(float));
+    float *c = calloc((size_t)BUSY_M * BUSY_K, sizeof(float));
+    float *x = calloc(BUSY_BYTES / sizeof(float), sizeof(float));
+    float *y = calloc(BUSY_BYTES / sizeof(float), sizeof(float));
+    double *t = calloc(BUSY_ITERS, sizeof(double));
+    mtc_result_t rc =
+        a && b && c && x && y && t ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: busy");
+    for (int i = 0; rc == MTC_OK && i < 5; i++) { /* warm-up */
+        nn_sgemm(NULL, 0, 0, BUSY_M, BUSY_K, BUSY_K, 1.0f, a, BUSY_K, b, BUSY_K, 0.0f, c, BUSY_K);
+        rc = busy_call(j, x, y, world);
+    }
+    if (rc == MTC_OK) rc = mtc_barrier(world);
+    for (int i = 0; rc == MTC_OK && i < BUSY_ITERS; i++) {
+        nn_sgemm(NULL, 0, 0, BUSY_M, BUSY_K, BUSY_K, 1.0f, a, BUSY_K, b, BUSY_K, 0.0f, c, BUSY_K);
+        uint64_t t0 = mtc_time_ns();
+        rc = busy_call(j, x, y, world);
+        t[i] = (double)(mtc_time_ns() - t0) * 1e-9;
+    }
+    if (rc == MTC_OK) {
+        qsort(t, BUSY_ITERS, sizeof t[0], cmp_double);
+        j->call_s[r] = t[BUSY_ITERS / 2];
+        rc = mtc_barrier(world);
+    }
+    free(a), free(b), free(c), free(x), free(y), free(t);
+    return rc;
+}
+
+/* Seconds each op costs between compute phases on 2 rank-threads: per
+ * call the median over the calls (a preempted peer's rare long waits are
+ * the load's, which cpu_share prices), the larger of the two ranks' (the
+ * one that arrives first waits); the median of `reps` runs. */
+static mtc_result_t busy_coll(int reps, double out[BUSY_OPS]) {
+    double v[BUSY_OPS][9];
+    if (reps > 9) reps = 9;
+    for (int k = 0; k < reps; k++)
+        for (int op = 0; op < BUSY_OPS; op++) {
+            busy_job j;
+            memset(&j, 0, sizeof j);
+            j.op = op;
+            mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = 2, .pin_threads = -1};
+            MTC_CHECK(mtc_launch(&lo, busy_rank, &j));
+            v[op][k] = j.call_s[0] > j.call_s[1] ? j.call_s[0] : j.call_s[1];
+        }
+    for (int op = 0; op < BUSY_OPS; op++) {
+        qsort(v[op], (size_t)reps, sizeof v[op][0], cmp_double);
+        out[op] = v[op][reps / 2];
+    }
+    return MTC_OK;
+}
+
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     if (iters < 1) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "iters=%d must be >= 1", iters);
     memset(m, 0, sizeof *m);
@@ -233,6 +309,8 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     double us[2] = {0, 0}, over[1] = {0};
     MTC_CHECK(comm_times(2, sizes, 2, iters * 5, us));
     MTC_CHECK(comm_times(2 * cores, sizes, 1, iters * 5, over));
+    double busy[BUSY_OPS] = {0, 0, 0};
+    MTC_CHECK(busy_coll(5, busy));
     snprintf(m->name, sizeof m->name, "this");
     snprintf(m->description, sizeof m->description,
              "this host as measured by mtc bench-peak: %d cores (one core = one device), shm "
@@ -262,6 +340,15 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     m->intra.lat = us[0] * 1e-6 / 2;
     double t1 = us[1] * 1e-6 - 2 * m->intra.lat;
     m->intra.bw = t1 > 0 ? (double)sizes[1] / t1 : bw;
+    /* a collective between compute phases waits for its peer once per call
+     * (the skew, the wake-up): each op's call beyond its alpha-beta time
+     * (all-reduce: 2 steps; all-gather, reduce-scatter on 2 ranks: one step
+     * moving half the tensor), the median of the three */
+    double half = (double)BUSY_BYTES / 2 / m->intra.bw,
+           sy[BUSY_OPS] = {busy[0] - 2 * m->intra.lat, busy[1] - m->intra.lat - half,
+                           busy[2] - m->intra.lat - half};
+    qsort(sy, BUSY_OPS, sizeof sy[0], cmp_double);
+    m->intra.sync = sy[1] > 0 ? sy[1] : 0;
     m->inter = m->intra; /* one host: no second node */
     int n = 2 * cores;
     double per_step = over[0] * 1e-6 / (2.0 * (n - 1));
@@ -284,11 +371,15 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
             k->attn_fwd_hs * 1e9, k->attn_bwd_tile * 1e9, k->attn_bwd_hs * 1e9, k->attn_drop * 1e9,
             k->gemm_rate * 1e-9, k->gemm_call * 1e6, k->base_rss / 1048576.0);
     if (log)
-        fprintf(log,
-                "> GEMM fp32 512^3: %.2f GFLOP/s on 1 core, %.2f GFLOP/s on %d cores; copy %.2f "
-                "GB/s\n> shm all-reduce on 2 ranks: 8 B %.2f us, 1 MiB %.2f us (lat %.2f us, bw "
-                "%.2f GB/s); 8 B on %d ranks %.2f us (oversubscription +%.2f us per step)\n",
-                one * 1e-9, all * 1e-9, cores, bw * 1e-9, us[0], us[1], m->intra.lat * 1e6,
-                m->intra.bw * 1e-9, n, over[0], m->oversub_lat * 1e6);
+        fprintf(
+            log,
+            "> GEMM fp32 512^3: %.2f GFLOP/s on 1 core, %.2f GFLOP/s on %d cores; copy %.2f "
+            "GB/s\n> shm all-reduce on 2 ranks: 8 B %.2f us, 1 MiB %.2f us (lat %.2f us, bw "
+            "%.2f GB/s); 8 B on %d ranks %.2f us (oversubscription +%.2f us per step); 8 B between "
+            "GEMMs %.2f us, 128 KiB all-gather %.2f us and reduce-scatter %.2f us (a call waits "
+            "%.2f us for its peer)\n",
+            one * 1e-9, all * 1e-9, cores, bw * 1e-9, us[0], us[1], m->intra.lat * 1e6,
+            m->intra.bw * 1e-9, n, over[0], m->oversub_lat * 1e6, busy[0] * 1e6, busy[1] * 1e6,
+            busy[2] * 1e6, m->intra.sync * 1e6);
     return MTC_OK;
 }

@@ -117,6 +117,10 @@ double mtc_plan_korthikanti_layer_bytes(double s, double b, double h, double a, 
 typedef struct {
     double bw;  /* bytes/s per rank (unidirectional bus bandwidth) */
     double lat; /* seconds per message step */
+    /* CPU (bench-peak, collectives between compute phases on 2
+     * rank-threads): seconds a call waits for its peer (skew, the
+     * spin-then-sleep wake-up), once per call (0 on GPU machines) */
+    double sync;
 } mtc_plan_link;
 
 /* CPU host: what mtc's kernels cost here (plan/kernels.c, `mtc bench-peak`),
@@ -210,7 +214,8 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *l, const mtc_plan_machine
                                 int threads_per_rank, mtc_plan_time *out);
 /* Alpha-beta time of one collective on n ranks over a link:
  * all-reduce 2(n-1)/n bytes/bw + 2(n-1) lat, reduce-scatter and all-gather
- * (n-1)/n bytes/bw + (n-1) lat (bytes: the full buffer), p2p bytes/bw + lat. */
+ * (n-1)/n bytes/bw + (n-1) lat (bytes: the full buffer), p2p bytes/bw + lat;
+ * each plus the link's sync once per call (0 on GPU machines). */
 typedef enum { MTC_PLAN_AR = 0, MTC_PLAN_RS, MTC_PLAN_AG, MTC_PLAN_P2P } mtc_plan_coll;
 double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_link *link);
 /* The link a group crosses: ranks with the given stride and size in the

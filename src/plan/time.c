@@ -33,10 +33,10 @@ double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_
     if (n <= 1 && op != MTC_PLAN_P2P) return 0;
     double bw = k->bw > 0 ? k->bw : 1e30;
     switch (op) {
-    case MTC_PLAN_AR: return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * k->lat;
+    case MTC_PLAN_AR: return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * k->lat + k->sync;
     case MTC_PLAN_RS:
-    case MTC_PLAN_AG: return (double)(n - 1) / n * bytes / bw + (n - 1) * k->lat;
-    case MTC_PLAN_P2P: return bytes / bw + k->lat;
+    case MTC_PLAN_AG: return (double)(n - 1) / n * bytes / bw + (n - 1) * k->lat + k->sync;
+    case MTC_PLAN_P2P: return bytes / bw + k->lat + k->sync;
     }
     return 0;
 }
@@ -71,7 +71,8 @@ double mtc_plan_flops(const mtc_model_config *c, int64_t global_batch, mtc_plan_
 }
 
 /* A link with the oversubscription penalty of a CPU host running more
- * rank-threads than cores. */
+ * rank-threads than cores (the wait for a peer between compute phases is
+ * the link's sync, in mtc_plan_coll_time). */
 static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, int oversub) {
     mtc_plan_link k = *mtc_plan_group_link(m, stride, size);
     if (oversub) k.lat += m->oversub_lat;
@@ -269,8 +270,11 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     /* a CPU host whose kernels bench-peak timed: each kernel's CPU seconds
      * over the cores the rank gets and the share the load leaves */
     double cpu_slow = 0;
+    /* with more rank-threads than cores a rank runs at a whole core while
+     * it has one; the cores are shared below (cores_busy) */
+    int shared_cores = m->is_cpu && devices < 1;
     if (m->is_cpu && l->precision != MTC_PLAN_BF16 && m->kern.measured && m->kern.gemm_rate > 0)
-        cpu_slow = 1.0 / (devices * share);
+        cpu_slow = 1.0 / ((shared_cores ? 1.0 : devices) * share);
     mtc_plan_machine mm = *m;
     if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */
     mm.mem_bw *= share;
@@ -280,7 +284,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     mtc_plan_link dpl = link_of(m, l->tp, l->dp * l->cp, oversub); /* the dp x cp group */
     mtc_plan_link ppl = link_of(m, pp_stride, l->pp, oversub);
     /* the slowest stage's chunk (head and embedding on their stages) */
-    double tf = 0, tb = 0;
+    double tf = 0, tb = 0, work = 0; /* work: one pipeline replica's busy seconds */
     chunk_cost worst;
     memset(&worst, 0, sizeof worst);
     for (int st = 0; st < S; st++) {
@@ -290,6 +294,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
         double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p;
         double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p;
         if (f + b > tf + tb) tf = f, tb = b, worst = k;
+        work += M * (f + b);
     }
     double makespan = M * v * (tf + tb);
     if (l->pp > 1) {
@@ -318,6 +323,15 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
             free(ops), free(spans), free(counts);
         }
         MTC_CHECK(rc);
+    }
+    /* CPU kernels on shared cores: a rank idle in the pipeline's bubble or
+     * waiting for a peer leaves its core to another, so the step is the
+     * schedule's makespan at a whole core per rank or the world's busy
+     * seconds over the cores, whichever is longer */
+    if (cpu_slow > 0 && shared_cores) {
+        double cores = m->devices_per_node > 0 ? m->devices_per_node : 1;
+        double all = work * ((double)l->world / l->pp) / cores;
+        if (all > makespan) makespan = all;
     }
     double busy = M * v * (tf + tb);
     out->bubble_s = makespan - busy > 0 ? makespan - busy : 0;
