@@ -326,6 +326,21 @@ static void test_cpu_kernels(void) {
     T_CHECK(mtc_plan_time_step(&ld, &m, 0, &t) == MTC_OK);
     double drop = M * (L * 4 + 2) * N * h * 1e-9;
     T_CHECKF(fabs(t.elementwise_s / drop - 1) < 1e-9, "dropout %g vs %g", t.elementwise_s, drop);
+    /* 4 rank-threads on 2 cores (dp 4, M = 2): each runs at a whole core
+     * while it has one, the step is the world's work over the cores */
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
+    mtc_plan_layout l4 = gpt(4, 128, 4, 128, 256, 4, 2, 16);
+    T_CHECK(mtc_plan_layout_check(&l4) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l4, &m, 0, &t) == MTC_OK);
+    double w4 = 2 * L * 2 * N * F * 1e-9; /* one rank's GELU seconds at a whole core */
+    T_CHECKF(fabs((t.step_s - t.dp_comm_s - t.compute_s * 4 / 2) / (w4 * 4 / 2) - 1) < 1e-9,
+             "shared cores %g vs %g", t.step_s - t.dp_comm_s, w4 * 2);
+    /* the wait for a peer: once per call, on every collective */
+    mtc_plan_link k = {.bw = 1e9, .lat = 1e-6, .sync = 5e-6};
+    T_CHECK(fabs(mtc_plan_coll_time(MTC_PLAN_AR, 1e6, 2, &k) - (1e-3 + 2e-6 + 5e-6)) < 1e-12);
+    T_CHECK(fabs(mtc_plan_coll_time(MTC_PLAN_AG, 1e6, 4, &k) - (0.75e-3 + 3e-6 + 5e-6)) < 1e-12);
+    T_CHECK(fabs(mtc_plan_coll_time(MTC_PLAN_P2P, 1e6, 2, &k) - (1e-3 + 1e-6 + 5e-6)) < 1e-12);
+    T_CHECK(mtc_plan_coll_time(MTC_PLAN_AR, 1e6, 1, &k) == 0);
     /* bad or missing entries are a format error naming the key */
     T_CHECK(mtc_plan_machine_parse(kern_json("dropout", -1, 1), "t", &m) == MTC_ERR_FORMAT);
     T_CHECK(strstr(mtc_error_detail(), "dropout") != NULL);
