@@ -17,9 +17,15 @@
  * Overlap: with --overlap-grad-reduce the data-parallel reduction hides
  * under the last microbatch's backward (every chunk's); nothing else
  * overlaps (mtc's TP collectives and pipeline transfers block).
- * Limitations: one rate for every GEMM shape (one shape measured on a CPU
- * host), TP ranks' larger share under load not modelled,
- * no congestion between groups sharing a link, no kernel-launch costs. */
+ * On a CPU host with measured kernels (bench-peak's kernels_ns) the GEMM
+ * and element-wise terms are instead every pass mtc runs at its timed cost
+ * (cpu_kernel_costs), ranks on shared cores run at a whole core and the
+ * step is at least the world's work over the cores, and each collective
+ * pays its wait for the peer (the link's sync).
+ * Limitations: on GPU machines one rate for every GEMM shape; on a CPU
+ * host one shape per kernel; TP ranks' larger share under load not
+ * modelled, no congestion between groups sharing a link, no kernel-launch
+ * costs on GPUs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
