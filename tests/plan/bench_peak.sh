@@ -36,6 +36,23 @@ if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 >"$D/e"
 else
     bad "explain: $(grep GEMMs "$D/e")"
 fi
+# the resident estimate: the allocation + the process's base over its ranks
+if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 --ranks-per-process 1 >"$D/e1" 2>&1 &&
+    grep -q "resident per rank (estimate): .* / 1 ranks per process" "$D/e1"; then
+    ok "explain shows the resident estimate"
+else
+    bad "resident: $(tail -2 "$D/e1")"
+fi
+for arg in "--ranks-per-process 3" "--hidden-dropout 1" "--attention-dropout -0.5"; do
+    "$MTC" plan $M --world-size 2 --machine "$D/m.json" $arg >"$D/o" 2>"$D/err"
+    st=$?
+    named=$(echo "$arg" | sed 's/^--\([a-z-]*\) \(.*\)/\1=\2/') # the value as the error names it
+    if [ "$st" = 2 ] && [ "$(wc -l <"$D/err")" -le 2 ] && grep -q -- "$named" "$D/err"; then
+        ok "plan $arg refused"
+    else
+        bad "plan $arg: status $st: $(cat "$D/err")"
+    fi
+done
 "$MTC" bench-peak --iters 0 --output "$D/x.json" >"$D/o" 2>"$D/err"
 st=$?
 if [ "$st" = 2 ] && [ "$(wc -l <"$D/err")" -le 2 ] && grep -q "iters=0" "$D/err"; then ok "--iters 0 refused"; else bad "--iters 0: status $st: $(cat "$D/err")"; fi
