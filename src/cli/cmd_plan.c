@@ -21,13 +21,15 @@ static const char *PLAN_ABOUT =
     "On this machine the memory terms are mtc's own allocation (the train banner's\n"
     "figures); on GPU clusters activations follow Korthikanti et al. 2022 in bf16.";
 
-/* Resident memory per rank on a CPU host: the allocation plus the
- * measured resident set of a process without a model (bench-peak's
- * base_rss), shared by the ranks of a process (rank-threads: all of them;
- * mpirun: 1). 0 where nothing was measured. */
+/* Resident memory per rank on a CPU host: the allocation, what a
+ * rank-thread adds (bench-peak's rank_rss: its stack, arena, oneDNN state)
+ * and the measured resident set of a process without a model (base_rss),
+ * shared by the ranks of a process (rank-threads: all of them; mpirun: 1).
+ * 0 where nothing was measured. */
 static double rss_per_rank(const mtc_plan_row *r, const mtc_plan_machine *m, int rpp) {
     if (!(m->kern.base_rss > 0)) return 0;
-    return (double)r->mem.total_bytes + m->kern.base_rss / (rpp > 0 ? rpp : r->layout.world);
+    int n = rpp > 0 ? rpp : r->layout.world;
+    return (double)r->mem.total_bytes + (n > 1 ? m->kern.rank_rss : 0) + m->kern.base_rss / n;
 }
 
 static void json_row(FILE *f, const mtc_plan_row *r, double rss, int last) {
@@ -283,9 +285,10 @@ int cli_cmd_plan(int argc, char **argv) {
             mtc_plan_explain(stdout, &l, &m, &r.mem, &r.time);
             if (m.kern.base_rss > 0)
                 printf("resident per rank (estimate): %.2f MB = total + a process's %.1f MB "
-                       "without a model (bench-peak) / %d ranks per process\n",
+                       "without a model (bench-peak) / %d ranks per process%s\n",
                        rss_per_rank(&r, &m, rpp) / 1048576.0, m.kern.base_rss / 1048576.0,
-                       rpp > 0 ? rpp : l.world);
+                       rpp > 0 ? rpp : l.world,
+                       (rpp > 0 ? rpp : l.world) > 1 ? " + a rank-thread's own" : "");
             if (!r.fits) printf("does NOT fit in the device memory\n");
         }
         return 0;

@@ -295,6 +295,47 @@ static mtc_result_t busy_coll(int reps, double out[BUSY_OPS]) {
     return MTC_OK;
 }
 
+static double resident_bytes(void);
+
+/* The resident set a rank-thread adds to its process beyond its model:
+ * its stack (the tiled attention keeps its tiles there), its malloc arena,
+ * oneDNN's per-thread state. Each rank runs a GEMM and an attention
+ * forward on buffers it frees, then rank 0 reads the process's VmRSS while
+ * every rank is alive. */
+typedef struct {
+    double rss;
+} rss_job;
+
+static mtc_result_t rss_rank(mtc_comm_t world, void *arg) {
+    rss_job *j = arg;
+    enum { T = 128, C = 128 };
+    float *qkv = calloc((size_t)T * 3 * C, sizeof(float)), *out = calloc((size_t)T * C, 4);
+    float *lse = calloc((size_t)2 * T, sizeof(float)), *c = calloc((size_t)T * 3 * C, 4);
+    mtc_result_t rc = qkv && out && lse && c ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "rss");
+    if (rc == MTC_OK) {
+        nn_sgemm(NULL, 0, 0, T, C, C, 1.0f, qkv, 3 * C, qkv, 3 * C, 0.0f, c, C);
+        nn_attention_shape sh = nn_attention_shape_qkv(1, T, 2, C / 2);
+        nn_attention_forward(NULL, out, lse, qkv, qkv + C, qkv + 2 * C, &sh, NULL);
+    }
+    free(qkv), free(out), free(lse), free(c);
+    if (rc == MTC_OK) rc = mtc_barrier(world);
+    if (rc == MTC_OK && mtc_comm_rank(world) == 0) j->rss = resident_bytes();
+    if (rc == MTC_OK) rc = mtc_barrier(world);
+    return rc;
+}
+
+/* Bytes of resident set per rank-thread: R = 2 and R = 2 x cores ranks. */
+static mtc_result_t rank_rss(int cores, double *out) {
+    rss_job a = {0}, b = {0};
+    int n = 2 * cores > 2 ? 2 * cores : 3;
+    mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = 2, .pin_threads = -1};
+    MTC_CHECK(mtc_launch(&lo, rss_rank, &a));
+    lo.world_size = n;
+    MTC_CHECK(mtc_launch(&lo, rss_rank, &b));
+    *out = b.rss > a.rss ? (b.rss - a.rss) / (n - 2) : 0;
+    return MTC_OK;
+}
+
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     if (iters < 1) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "iters=%d must be >= 1", iters);
     memset(m, 0, sizeof *m);
@@ -332,6 +373,7 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
      * pages resident until trimmed */
     malloc_trim(0); /* the freed measurement buffers are not the process's */
     m->kern.base_rss = resident_bytes();
+    MTC_CHECK(rank_rss(cores, &m->kern.rank_rss));
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
     m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */
     m->mem_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
@@ -360,16 +402,17 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
                 HOG_M, HOG_N, HOG_K, m->shape_flops_fp32 * 1e-9, m->cpu_share);
     const mtc_plan_kernels *k = &m->kern;
     if (log)
-        fprintf(
-            log,
-            "> kernels (ns per element, one thread, every core busy, CPU time): norm %.2f / "
-            "%.2f, GELU %.2f / %.2f, dropout %.2f, residual %.2f, cross-entropy %.2f, Adam "
-            "%.2f; attention per 64x64 tile %.0f + %.1f HS / %.0f + %.1f HS, dropout %.2f per "
-            "score; a layer's linears %.2f GFLOP/s + %.2f us per call; process resident %.1f MB\n",
-            k->norm_fwd * 1e9, k->norm_bwd * 1e9, k->gelu_fwd * 1e9, k->gelu_bwd * 1e9,
-            k->dropout * 1e9, k->resid * 1e9, k->xent * 1e9, k->adam * 1e9, k->attn_fwd_tile * 1e9,
-            k->attn_fwd_hs * 1e9, k->attn_bwd_tile * 1e9, k->attn_bwd_hs * 1e9, k->attn_drop * 1e9,
-            k->gemm_rate * 1e-9, k->gemm_call * 1e6, k->base_rss / 1048576.0);
+        fprintf(log,
+                "> kernels (ns per element, one thread, every core busy, CPU time): norm %.2f / "
+                "%.2f, GELU %.2f / %.2f, dropout %.2f, residual %.2f, cross-entropy %.2f, Adam "
+                "%.2f; attention per 64x64 tile %.0f + %.1f HS / %.0f + %.1f HS, dropout %.2f per "
+                "score; a layer's linears %.2f GFLOP/s + %.2f us per call; process resident %.1f "
+                "MB + %.2f MB per rank-thread\n",
+                k->norm_fwd * 1e9, k->norm_bwd * 1e9, k->gelu_fwd * 1e9, k->gelu_bwd * 1e9,
+                k->dropout * 1e9, k->resid * 1e9, k->xent * 1e9, k->adam * 1e9,
+                k->attn_fwd_tile * 1e9, k->attn_fwd_hs * 1e9, k->attn_bwd_tile * 1e9,
+                k->attn_bwd_hs * 1e9, k->attn_drop * 1e9, k->gemm_rate * 1e-9, k->gemm_call * 1e6,
+                k->base_rss / 1048576.0, k->rank_rss / 1048576.0);
     if (log)
         fprintf(
             log,

@@ -143,6 +143,7 @@ typedef struct {
     double gemm_rate; /* FLOP/s of the linear layers' GEMMs fitted with gemm_call */
     double base_rss;  /* bytes resident in a process before any model (code,
                          BLAS / oneDNN / OpenMP state, bench-peak's pool) */
+    double rank_rss;  /* bytes a rank-thread adds (stack, malloc arena, oneDNN state) */
 } mtc_plan_kernels;
 
 typedef struct {
