@@ -16,7 +16,8 @@
 # median prediction and the median measurement over the rounds. The machine
 # is shared: the figures move with the load and are not asserted anywhere.
 # Usage: bench/plan_vs_measured.sh [build-dir]
-# Env: ITERS (default 6), ROUNDS (default 3), MPI (auto|off)
+# Env: ITERS (default 6), ROUNDS (default 3), MPI (auto|off), CPU (1: also the plan at a
+# share of 1 beside each rank-thread layout's CPU seconds per step, a check the load moves less)
 set -eu
 BUILD=${1:-build}
 MTC=$BUILD/mtc
@@ -49,9 +50,20 @@ run() {
             --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
         perproc=1 # GNU time's %M under mpirun: the largest single process of the job
     else
-        /usr/bin/time -f "%M" -o "$D/rss" "$MTC" train $MODEL $TRAIN $targs --world-size "$world" \
+        /usr/bin/time -f "%M %U %S" -o "$D/rss" "$MTC" train $MODEL $TRAIN $targs --world-size "$world" \
             --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
         perproc=$world
+        if [ "${CPU:-0}" = 1 ]; then # CPU seconds per step: ITERS iterations less 2
+            /usr/bin/time -f "%M %U %S" -o "$D/rss2" "$MTC" train $MODEL --mock-data --train-iters 2 \
+                --log-interval 1 --eval-iters 0 $targs --world-size "$world" >"$D/log2" 2>&1
+            cpu=$(awk -v w="$world" -v c="$CORES" -v n="$ITERS" 'NR == FNR { a = $2 + $3; next }
+                { b = $2 + $3 } END { f = w > c ? w / c : 1; print (a - b) / (n - 2) / w * f * 1e3 }' \
+                "$D/rss" "$D/rss2")
+            "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine1.json" --explain "$lay" \
+                --json >"$D/p1" 2>>"$D/perr"
+            plan1=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p1")
+            echo "$launch $world:$lay $plan1 $cpu" >>"$D/rawcpu"
+        fi
     fi
     dp=$((world / tp / pp))
     "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
@@ -100,9 +112,12 @@ run mpi 2 1 2 1 0 0
 run mpi 4 2 2 1 1 1
 }
 : >"$D/raw"
+: >"$D/rawcpu"
+CORES=$(nproc 2>/dev/null || echo 2)
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     "$MTC" bench-peak --output "$D/machine.json" | sed -n "s/^> GEMM fp32 256/# round $r: GEMM fp32 256/p"
+    sed 's/"cpu_share": [0-9.e+-]*/"cpu_share": 1/' "$D/machine.json" >"$D/machine1.json"
     rows
     r=$((r + 1))
 done
@@ -126,3 +141,16 @@ echo "# process without a model / ranks per process)."
 awk '{ t = $5; m = $9; q = $13; if (t < 0.8 || t > 1.25) bt++; if (m < 0.9 || m > 1.11) bm++
        if (q < 0.9 || q > 1.11) bq++; n++ }
      END { printf "# %d layouts: step time off by more than 20%%: %d; allocation off by more than 10%%: %d; RSS off by more than 10%%: %d\n", n, bt, bm, bq }' "$D/table"
+if [ "${CPU:-0}" = 1 ]; then
+    echo "# CPU=1, a check the load moves less (rank-threads): the plan at a share of 1 beside the CPU"
+    echo "# seconds per step per rank (ITERS - 2 iterations, x ranks / cores when they outnumber the"
+    echo "# cores; spin-waits count, sleeping waits and the bubble do not), medians over the rounds"
+    printf "%-9s %-22s %10s %10s %7s\n" launch layout "plan@1 ms" "CPU ms" ratio
+    awk '{ k = $1 " " $2; if (!(k in n)) order[++nk] = k; i = ++n[k]; pm[k, i] = $3; cm[k, i] = $4 }
+         function med(a, k, c,   i, j, t, v) {
+             for (i = 1; i <= c; i++) v[i] = a[k, i]
+             for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+             return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
+         END { for (o = 1; o <= nk; o++) { k = order[o]; split(k, f, " "); p = med(pm, k, n[k]); c = med(cm, k, n[k])
+             printf "%-9s %-22s %10.1f %10.1f %7.2f\n", f[1], f[2], p, c, c > 0 ? p / c : 0 } }' "$D/rawcpu"
+fi
