@@ -13,9 +13,10 @@
  *   of `rounds` rounds, the mean over the threads
  *   -> seconds per element (norm, GELU, dropout, residual, cross-entropy,
  *      Adam), per 64 x 64 attention tile a + b HS (two head sizes), per
- *      visible score with attention dropout (with minus without), and a
- *      GEMM's fixed cost per call (a 256 x 128 x 128 linear layer's time
- *      beyond its FLOPs at the shape rate: t = calls c + FLOPs / R).
+ *      visible score with attention dropout (with minus without), and the
+ *      linear layers' GEMMs as t = calls c + FLOPs / R (a layer's four
+ *      linears on their own buffers against four 256 x 128 x 128 ones,
+ *      interleaved).
  *
  * Limitations: one shape per kernel (the elements of a 256 x 128 row
  * block), serial kernels (a rank with several threads is assumed to divide
@@ -246,8 +247,7 @@ static double tiles_at(int T) {
     return nb * (nb + 1) / 2;
 }
 
-mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds,
-                                      double gemm_rate) {
+mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds) {
     if (cores < 1) cores = 1;
     if (rounds < 1) rounds = 1;
     if (rounds > KROUNDS) rounds = KROUNDS;
@@ -304,15 +304,14 @@ mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int roun
      * the model's: 12 calls, 12 x the FLOPs of) the 256 x 128 x 128 one
      * (3 calls): the layer's extra 8 x FLOPs over four small ones cost
      * t_layer - 4 t_small, so R is measured with the calls' cost cancelled
-     * (gemm_rate, the hog's one GEMM whose operands stay in cache, is
-     * not used). */
+     * (peak.c's shape rate, one GEMM whose operands stay in cache, is not
+     * used). */
     double fs = 3 * 2.0 * N * KC * KC;
     double fl = 3 * 2.0 * N * ((double)KC * 3 * KC + KC * KC + KC * KF + KF * KC);
     double extra = s[K_LAYER] - 4 * s[K_GEMM_S];
     out->gemm_rate = extra > 0 ? (fl - 4 * fs) / extra : fl / s[K_LAYER];
     out->gemm_call = (s[K_GEMM_S] - fs / out->gemm_rate) / 3;
     if (out->gemm_call < 0) out->gemm_call = 0, out->gemm_rate = fl / s[K_LAYER];
-    (void)gemm_rate;
     out->measured = 1;
     return MTC_OK;
 }

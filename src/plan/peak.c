@@ -5,7 +5,9 @@
  * (gemm_step_rates),
  * the copy bandwidth (memcpy of 64 MiB, read + write counted, fastest) and the shm collectives'
  * alpha and beta (comm/bench.h: 8 B and 1 MiB all-reduce on 2 rank-threads, and 8 B on twice as
- * many ranks as cores for the oversubscription penalty). A "device" of this machine is one core;
+ * many ranks as cores for the oversubscription penalty), what a collective waits for its peer
+ * between compute phases (busy_coll), mtc's own kernels (plan/kernels.c) and the resident set
+ * of a process without a model and of one rank-thread. A "device" of this machine is one core;
  * the planner gives a rank min(threads, cores / ranks) of them. Timings on a shared machine vary
  * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it. */
 #include <malloc.h>
@@ -365,7 +367,7 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     m->peak_flops_fp32 = per_core;
     MTC_CHECK(gemm_step_rates(cores, per_core, iters / 3 > 3 ? iters / 3 : 3, &m->shape_flops_fp32,
                               &m->cpu_share));
-    MTC_CHECK(mtc_plan_measure_kernels(&m->kern, cores, 5, m->shape_flops_fp32));
+    MTC_CHECK(mtc_plan_measure_kernels(&m->kern, cores, 5));
     /* the resident set of a process that has run mtc's kernels, a pool's
      * GEMMs and shm rank-threads but holds no model (code, BLAS / oneDNN /
      * OpenMP state; the 64 MiB copy buffers are unmapped again): every mtc

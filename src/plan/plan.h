@@ -270,11 +270,9 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
  * (medians of comm/bench.c), into a CPU machine
  * description (name "this"). iters >= 1. */
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *out, int iters, FILE *log);
-/* Time mtc's non-GEMM kernels and its small GEMMs' per-call cost on every
- * core at once, on each thread's CPU clock, best of `rounds`
- * (plan/kernels.c); gemm_rate: the shape rate (FLOP/s per core) the GEMM's
- * per-call cost is taken beyond. */
-mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds,
-                                      double gemm_rate);
+/* Time mtc's non-GEMM kernels and its linear layers' GEMMs on every core
+ * at once, on each thread's CPU clock, the median of `rounds`
+ * (plan/kernels.c). */
+mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds);
 
 #endif
