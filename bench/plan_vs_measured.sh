@@ -152,5 +152,5 @@ if [ "${CPU:-0}" = 1 ]; then
              for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
              return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
          END { for (o = 1; o <= nk; o++) { k = order[o]; split(k, f, " "); p = med(pm, k, n[k]); c = med(cm, k, n[k])
-             printf "%-9s %-22s %10.1f %10.1f %7.2f\n", f[1], f[2], p, c, c > 0 ? p / c : 0 } }' "$D/rawcpu"
+             printf "%-9s %-22s %10.1f %10.1f %7.2f\n", f[1], f[2], p, c, (c > 0 ? p / c : 0) } }' "$D/rawcpu"
 fi
