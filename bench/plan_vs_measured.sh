@@ -6,7 +6,9 @@
 # iteration after the first: other jobs on a shared machine only add time,
 # and `mtc bench-peak` takes its rates the same way) and memory per rank (the banner's
 # allocation, exact by construction, and the process's peak RSS over the
-# ranks it holds, which also counts code, BLAS buffers and data).
+# ranks it holds, which also counts code, BLAS buffers and data: predicted
+# from the allocations and bench-peak's resident set of a process without
+# a model).
 # ROUNDS rounds: each measures the machine (`mtc bench-peak` into a temporary
 # file: the GEMM rate at mtc's shapes and the share of a core a compute-bound
 # thread gets under the current load) and then runs every layout, so the
@@ -14,7 +16,8 @@
 # median prediction and the median measurement over the rounds. The machine
 # is shared: the figures move with the load and are not asserted anywhere.
 # Usage: bench/plan_vs_measured.sh [build-dir]
-# Env: ITERS (default 6), ROUNDS (default 3), MPI (auto|off)
+# Env: ITERS (default 6), ROUNDS (default 3), MPI (auto|off), CPU (1: also the plan at a
+# share of 1 beside each rank-thread layout's CPU seconds per step, a check the load moves less)
 set -eu
 BUILD=${1:-build}
 MTC=$BUILD/mtc
@@ -47,14 +50,43 @@ run() {
             --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
         perproc=1 # GNU time's %M under mpirun: the largest single process of the job
     else
-        /usr/bin/time -f "%M" -o "$D/rss" "$MTC" train $MODEL $TRAIN $targs --world-size "$world" \
+        /usr/bin/time -f "%M %U %S" -o "$D/rss" "$MTC" train $MODEL $TRAIN $targs --world-size "$world" \
             --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
         perproc=$world
+        if [ "${CPU:-0}" = 1 ]; then # CPU seconds per step: ITERS iterations less 2
+            /usr/bin/time -f "%M %U %S" -o "$D/rss2" "$MTC" train $MODEL --mock-data --train-iters 2 \
+                --log-interval 1 --eval-iters 0 $targs --world-size "$world" >"$D/log2" 2>&1
+            cpu=$(awk -v w="$world" -v c="$CORES" -v n="$ITERS" 'NR == FNR { a = $2 + $3; next }
+                { b = $2 + $3 } END { f = w > c ? w / c : 1; print (a - b) / (n - 2) / w * f * 1e3 }' \
+                "$D/rss" "$D/rss2")
+            "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine1.json" --explain "$lay" \
+                --json >"$D/p1" 2>>"$D/perr"
+            plan1=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p1")
+            echo "$launch $world:$lay $plan1 $cpu" >>"$D/rawcpu"
+        fi
     fi
     dp=$((world / tp / pp))
     "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
         --pp-rank $((pp - 1)) --dp-rank $((dp - 1)) --json >"$D/p" 2>"$D/perr" ||
         { echo "$launch $lay: plan failed: $(cat "$D/perr")"; return 0; }
+    # resident memory: under mpirun the largest process holds one rank (the
+    # peak one: the explained one); rank-threads share one process, so its
+    # resident set per rank is the mean over the pipeline ranks' allocations
+    # plus the process's fixed resident set (bench-peak's base_rss) / world
+    if [ "$launch" = mpi ]; then
+        "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
+            --ranks-per-process 1 --json >"$D/pr" 2>>"$D/perr"
+        plan_rss=$(sed -n 's/.*"rss_bytes": \([0-9.e+]*\)}.*/\1/p' "$D/pr" | awk '{ print $1 / 1048576 }')
+    else
+        plan_rss=0 r=0
+        while [ "$r" -lt "$pp" ]; do
+            "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
+                --pp-rank "$r" --json >"$D/pr" 2>>"$D/perr"
+            plan_rss=$(sed -n 's/.*"rss_bytes": \([0-9.e+]*\)}.*/\1/p' "$D/pr" |
+                awk -v a="$plan_rss" -v p="$pp" '{ print a + $1 / 1048576 / p }')
+            r=$((r + 1))
+        done
+    fi
     meas=$(sed -n 's/.*"elapsed_ms": \([0-9.]*\).*/\1/p' "$D/m" | tail -n +2 | sort -g | head -n 1)
     alloc=$(tail -1 "$D/m" | sed 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/' |
         awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
@@ -62,7 +94,7 @@ run() {
     plan_ms=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p")
     plan_mb=$(sed -n 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/p' "$D/p" |
         awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
-    echo "$launch $world:$lay $plan_ms $meas $plan_mb $alloc $rss" >>"$D/raw"
+    echo "$launch $world:$lay $plan_ms $meas $plan_mb $alloc $rss $plan_rss" >>"$D/raw"
 }
 rows() {
 run threads 2 1 1 1 0 0
@@ -80,26 +112,45 @@ run mpi 2 1 2 1 0 0
 run mpi 4 2 2 1 1 1
 }
 : >"$D/raw"
+: >"$D/rawcpu"
+CORES=$(nproc 2>/dev/null || echo 2)
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     "$MTC" bench-peak --output "$D/machine.json" | sed -n "s/^> GEMM fp32 256/# round $r: GEMM fp32 256/p"
+    sed 's/"cpu_share": [0-9.e+-]*/"cpu_share": 1/' "$D/machine.json" >"$D/machine1.json"
     rows
     r=$((r + 1))
 done
-printf "%-9s %-22s %10s %10s %7s | %9s %9s %7s | %9s %7s\n" launch layout "plan ms" "meas ms" ratio \
-    "plan MB" "alloc MB" ratio "RSS MB" ratio
+printf "%-9s %-22s %10s %10s %7s | %9s %9s %7s | %9s %9s %7s\n" launch layout "plan ms" "meas ms" ratio \
+    "plan MB" "alloc MB" ratio "plan RSS" "RSS MB" ratio
 # per layout, in first-seen order: medians over the rounds
 awk '{ k = $1 " " $2; if (!(k in n)) order[++nk] = k; i = ++n[k]
-       pm[k, i] = $3; mm[k, i] = $4; pb[k] = $5; ab[k] = $6; rs[k, i] = $7 }
+       pm[k, i] = $3; mm[k, i] = $4; pb[k] = $5; ab[k] = $6; rs[k, i] = $7; pr[k, i] = $8 }
      function med(a, k, c,   i, j, t, v) {
          for (i = 1; i <= c; i++) v[i] = a[k, i]
          for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
          return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
      END { for (o = 1; o <= nk; o++) { k = order[o]; split(k, f, " "); c = n[k]
-         p = med(pm, k, c); m = med(mm, k, c); r = med(rs, k, c)
-         printf "%-9s %-22s %10.1f %10.1f %7.2f | %9.2f %9.2f %7.3f | %9.1f %7.2f\n", f[1], f[2], p, m, p / m, pb[k], ab[k], pb[k] / ab[k], r, pb[k] / r } }' "$D/raw" | tee "$D/table"
+         p = med(pm, k, c); m = med(mm, k, c); r = med(rs, k, c); q = med(pr, k, c)
+         printf "%-9s %-22s %10.1f %10.1f %7.2f | %9.2f %9.2f %7.3f | %9.1f %9.1f %7.2f\n", f[1], f[2], p, m, p / m, pb[k], ab[k], pb[k] / ab[k], q, r, q / r } }' "$D/raw" | tee "$D/table"
 echo "# medians over $ROUNDS rounds (plan: each round's own bench-peak)."
 echo "# ratio = plan / measured; target: step time within 20%, memory within 10% (alloc: the banner's"
-echo "# allocation; RSS: peak resident set per rank, under mpirun of the largest process)."
-awk '{ t = $5; m = $9; if (t < 0.8 || t > 1.25) bt++; if (m < 0.9 || m > 1.11) bm++; n++ }
-     END { printf "# %d layouts: step time off by more than 20%%: %d; allocation off by more than 10%%: %d\n", n, bt, bm }' "$D/table"
+echo "# allocation; RSS: peak resident set per rank, under mpirun of the largest process; plan RSS:"
+echo "# the allocation (mean over pipeline ranks for rank-threads) + bench-peak's resident set of a"
+echo "# process without a model / ranks per process)."
+awk '{ t = $5; m = $9; q = $13; if (t < 0.8 || t > 1.25) bt++; if (m < 0.9 || m > 1.11) bm++
+       if (q < 0.9 || q > 1.11) bq++; n++ }
+     END { printf "# %d layouts: step time off by more than 20%%: %d; allocation off by more than 10%%: %d; RSS off by more than 10%%: %d\n", n, bt, bm, bq }' "$D/table"
+if [ "${CPU:-0}" = 1 ]; then
+    echo "# CPU=1, a check the load moves less (rank-threads): the plan at a share of 1 beside the CPU"
+    echo "# seconds per step per rank (ITERS - 2 iterations, x ranks / cores when they outnumber the"
+    echo "# cores; spin-waits count, sleeping waits and the bubble do not), medians over the rounds"
+    printf "%-9s %-22s %10s %10s %7s\n" launch layout "plan@1 ms" "CPU ms" ratio
+    awk '{ k = $1 " " $2; if (!(k in n)) order[++nk] = k; i = ++n[k]; pm[k, i] = $3; cm[k, i] = $4 }
+         function med(a, k, c,   i, j, t, v) {
+             for (i = 1; i <= c; i++) v[i] = a[k, i]
+             for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+             return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
+         END { for (o = 1; o <= nk; o++) { k = order[o]; split(k, f, " "); p = med(pm, k, n[k]); c = med(cm, k, n[k])
+             printf "%-9s %-22s %10.1f %10.1f %7.2f\n", f[1], f[2], p, c, (c > 0 ? p / c : 0) } }' "$D/rawcpu"
+fi

@@ -21,11 +21,13 @@ int cli_cmd_bench_peak(int argc, char **argv) {
         {"print", NULL, MTC_ARG_FLAG, &print, NULL, "print the cached description and exit", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("bench-peak", "[--iters N] [--output FILE]",
-                       "Measure this machine's fp32 GEMM rate, copy bandwidth and shared-memory\n"
-                       "collective latency / bandwidth, and cache them for `mtc plan`. Timings\n"
-                       "on a shared machine vary: run again to refresh.",
-                       args, nargs, argc, argv);
+    int st =
+        cli_parse("bench-peak", "[--iters N] [--output FILE]",
+                  "Measure this machine's fp32 GEMM rate, copy bandwidth, shared-memory\n"
+                  "collective latency / bandwidth, the cost of mtc's kernels and the resident\n"
+                  "set of a process, and cache them for `mtc plan`. Timings on a shared\n"
+                  "machine vary: run again to refresh.",
+                  args, nargs, argc, argv);
     if (st >= 0) return st;
     if (iters < 1 || iters > 1000)
         return cli_usage_error("bench-peak", "iters=%d must be in 1..1000", iters);
@@ -46,6 +48,15 @@ int cli_cmd_bench_peak(int argc, char **argv) {
                path, m.description, m.peak_flops_fp32 * 1e-9, m.shape_flops_fp32 * 1e-9,
                m.cpu_share, m.devices_per_node, m.mem_bw * 1e-9, m.intra.lat * 1e6,
                m.intra.bw * 1e-9, m.oversub_lat * 1e6);
+        if (m.kern.measured)
+            printf("  kernels: a layer's linears %.2f GFLOP/s + %.2f us per call, attention "
+                   "%.0f + %.1f HS / %.0f + %.1f HS ns per tile, GELU %.2f / %.2f ns, dropout "
+                   "%.2f ns per element; collectives wait %.2f us for their peer; a process "
+                   "without a model holds %.1f MB\n",
+                   m.kern.gemm_rate * 1e-9, m.kern.gemm_call * 1e6, m.kern.attn_fwd_tile * 1e9,
+                   m.kern.attn_fwd_hs * 1e9, m.kern.attn_bwd_tile * 1e9, m.kern.attn_bwd_hs * 1e9,
+                   m.kern.gelu_fwd * 1e9, m.kern.gelu_bwd * 1e9, m.kern.dropout * 1e9,
+                   m.intra.sync * 1e6, m.kern.base_rss / 1048576.0);
         return 0;
     }
     mtc_result_t rc = mtc_plan_measure_host(&m, iters, stdout);

@@ -21,7 +21,18 @@ static const char *PLAN_ABOUT =
     "On this machine the memory terms are mtc's own allocation (the train banner's\n"
     "figures); on GPU clusters activations follow Korthikanti et al. 2022 in bf16.";
 
-static void json_row(FILE *f, const mtc_plan_row *r, int last) {
+/* Resident memory per rank on a CPU host: the allocation, what a
+ * rank-thread adds (bench-peak's rank_rss: its stack, arena, oneDNN state)
+ * and the measured resident set of a process without a model (base_rss),
+ * shared by the ranks of a process (rank-threads: all of them; mpirun: 1).
+ * 0 where nothing was measured. */
+static double rss_per_rank(const mtc_plan_row *r, const mtc_plan_machine *m, int rpp) {
+    if (!(m->kern.base_rss > 0)) return 0;
+    int n = rpp > 0 ? rpp : r->layout.world;
+    return (double)r->mem.total_bytes + (n > 1 ? m->kern.rank_rss : 0) + m->kern.base_rss / n;
+}
+
+static void json_row(FILE *f, const mtc_plan_row *r, double rss, int last) {
     const mtc_plan_layout *l = &r->layout;
     char name[96];
     mtc_plan_layout_name(l, name, sizeof name);
@@ -30,7 +41,7 @@ static void json_row(FILE *f, const mtc_plan_row *r, int last) {
             "\"sequence_parallel\": %d, \"distributed_optimizer\": %d, \"fits\": %d,\n"
             "   \"memory\": {\"pp_rank\": %d, \"params\": %lld, \"param_bytes\": %zu, "
             "\"grad_bytes\": %zu, \"optim_state_bytes\": %zu, \"activation_bytes\": %zu, "
-            "\"comm_bytes\": %zu, \"total_bytes\": %zu},\n"
+            "\"comm_bytes\": %zu, \"total_bytes\": %zu, \"rss_bytes\": %.0f},\n"
             "   \"time\": {\"step_ms\": %.6g, \"compute_ms\": %.6g, \"elementwise_ms\": %.6g, "
             "\"tp_comm_ms\": %.6g, \"cp_comm_ms\": %.6g, \"pp_comm_ms\": %.6g, \"bubble_ms\": "
             "%.6g, \"dp_comm_ms\": "
@@ -38,7 +49,7 @@ static void json_row(FILE *f, const mtc_plan_row *r, int last) {
             "   \"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g}%s\n",
             name, l->tp, l->cp, l->pp, l->vpp, l->dp, l->sequence_parallel, l->distopt, r->fits,
             r->mem.pp_rank, (long long)r->mem.params, r->mem.param_bytes, r->mem.grad_bytes,
-            r->mem.optim_bytes, r->mem.act_bytes, r->mem.comm_bytes, r->mem.total_bytes,
+            r->mem.optim_bytes, r->mem.act_bytes, r->mem.comm_bytes, r->mem.total_bytes, rss,
             r->time.step_s * 1e3, r->time.compute_s * 1e3, r->time.elementwise_s * 1e3,
             r->time.tp_comm_s * 1e3, r->time.cp_comm_s * 1e3, r->time.pp_comm_s * 1e3,
             r->time.bubble_s * 1e3, r->time.dp_comm_s * 1e3, r->time.bubble_fraction,
@@ -72,9 +83,9 @@ int cli_cmd_plan(int argc, char **argv) {
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
     int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
-    int cp = 1;
+    int cp = 1, rpp = 0;
     const char *cp_comm = "p2p";
-    double achieved = 0;
+    double achieved = 0, hdrop = 0.1, adrop = 0.1;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
     const char *norm = "LayerNorm", *posemb = "learned_absolute";
     mtc_arg args[] = {
@@ -96,6 +107,9 @@ int cli_cmd_plan(int argc, char **argv) {
         {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
          "a separate output layer", 0},
         {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL, "no linear biases", 0},
+        {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P",
+         "as mtc train (default 0.1): on this machine its masks cost time", 0},
+        {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "as mtc train (default 0.1)", 0},
         {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
         {"global-batch-size", NULL, MTC_ARG_INT, &gbs, "N",
          "samples per iteration (default micro batch x world)", 0},
@@ -140,6 +154,10 @@ int cli_cmd_plan(int argc, char **argv) {
          "override the machine's achieved fraction of GEMM peak", 0},
         {"threads", NULL, MTC_ARG_INT, &threads, "N",
          "threads per rank on this machine (default cores / ranks, as mtc train)", 0},
+        {"ranks-per-process", NULL, MTC_ARG_INT, &rpp, "N",
+         "ranks sharing a process's fixed resident memory on this machine (default world "
+         "size: rank-threads; 1 under mpirun)",
+         0},
         {"explain", NULL, MTC_ARG_STRING, &explain, "LAYOUT",
          "every term of one layout, e.g. tp2-pp2-vpp2-sp-do or tp=2,pp=2", 0},
         {"pp-rank", NULL, MTC_ARG_INT, &pp_rank, "R",
@@ -171,6 +189,12 @@ int cli_cmd_plan(int argc, char **argv) {
             cp_comm);
     if (bf16 && fp32) return cli_usage_error("plan", "give one of --bf16 and --fp32");
     if (top < 1) return cli_usage_error("plan", "top=%d must be >= 1", top);
+    if (rpp < 0 || rpp > world)
+        return cli_usage_error("plan", "ranks-per-process=%d must be in [1, world-size=%d]", rpp,
+                               world);
+    if (!(hdrop >= 0 && hdrop < 1) || !(adrop >= 0 && adrop < 1))
+        return cli_usage_error(
+            "plan", "hidden-dropout=%g and attention-dropout=%g must be in [0, 1)", hdrop, adrop);
     if (nd < 1)
         return cli_usage_error("plan", "num-distributed-optimizer-instances=%d must be >= 1", nd);
     if (mtc_args_seen(args, nargs, "achieved-fraction") && !(achieved > 0 && achieved <= 1))
@@ -202,6 +226,7 @@ int cli_cmd_plan(int argc, char **argv) {
                                "or none)",
                                posemb);
     mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
+    mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
     mc->untie_embeddings = untie, mc->disable_bias_linear = nobias;
     l.vocab_divisible = divisible;
     l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
@@ -254,10 +279,16 @@ int cli_cmd_plan(int argc, char **argv) {
         r.fits = (double)r.mem.total_bytes <= m.mem_bytes / (m.is_cpu ? l.world : 1);
         if (json) {
             fprintf(stdout, "[\n");
-            json_row(stdout, &r, 1);
+            json_row(stdout, &r, rss_per_rank(&r, &m, rpp), 1);
             fprintf(stdout, "]\n");
         } else {
             mtc_plan_explain(stdout, &l, &m, &r.mem, &r.time);
+            if (m.kern.base_rss > 0)
+                printf("resident per rank (estimate): %.2f MB = total + a process's %.1f MB "
+                       "without a model (bench-peak) / %d ranks per process%s\n",
+                       rss_per_rank(&r, &m, rpp) / 1048576.0, m.kern.base_rss / 1048576.0,
+                       rpp > 0 ? rpp : l.world,
+                       (rpp > 0 ? rpp : l.world) > 1 ? " + a rank-thread's own" : "");
             if (!r.fits) printf("does NOT fit in the device memory\n");
         }
         return 0;
@@ -288,7 +319,7 @@ int cli_cmd_plan(int argc, char **argv) {
     if (json) {
         fprintf(stdout, "[\n");
         for (int i = 0; i < n; i++)
-            json_row(stdout, &rows[i], i == n - 1);
+            json_row(stdout, &rows[i], rss_per_rank(&rows[i], &m, rpp), i == n - 1);
         fprintf(stdout, "]\n");
     } else {
         text_table(stdout, rows, n, top, &m);

@@ -27,9 +27,53 @@ static mtc_result_t parse_link(const cJSON *o, const char *key, const char *orig
                          origin, key);
     out->bw = num(k, "bw_gbps", 0) * 1e9;
     out->lat = num(k, "lat_us", 0) * 1e-6;
-    if (!(out->bw > 0) || out->lat < 0)
+    out->sync = num(k, "sync_us", 0) * 1e-6;
+    if (!(out->bw > 0) || out->lat < 0 || out->sync < 0)
         return mtc_error(MTC_ERR_FORMAT, "%s: \"%s\" needs bw_gbps > 0 and lat_us >= 0", origin,
                          key);
+    return MTC_OK;
+}
+
+/* The optional "kernels_ns" object (CPU hosts; docs/plan.md): nanoseconds
+ * per element of each kernel. Absent: kern.measured = 0. */
+static const char *const KERN_KEYS[] = {
+    "norm_fwd",      "norm_bwd",    "gelu_fwd",  "gelu_bwd",      "dropout",
+    "resid",         "xent",        "adam",      "attn_fwd_tile", "attn_fwd_hs",
+    "attn_bwd_tile", "attn_bwd_hs", "attn_drop", "gemm_call",     "gradnorm"};
+
+static double *kern_field(mtc_plan_kernels *k, int i) {
+    double *f[] = {&k->norm_fwd,      &k->norm_bwd,    &k->gelu_fwd,      &k->gelu_bwd,
+                   &k->dropout,       &k->resid,       &k->xent,          &k->adam,
+                   &k->attn_fwd_tile, &k->attn_fwd_hs, &k->attn_bwd_tile, &k->attn_bwd_hs,
+                   &k->attn_drop,     &k->gemm_call,   &k->gradnorm};
+    return f[i];
+}
+
+enum { NKERN = (int)(sizeof KERN_KEYS / sizeof KERN_KEYS[0]) };
+
+static mtc_result_t parse_kernels(const cJSON *o, const char *origin, mtc_plan_machine *m) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kernels_ns");
+    if (!k) return MTC_OK;
+    if (!cJSON_IsObject(k))
+        return mtc_error(MTC_ERR_FORMAT, "%s: machine %s: \"kernels_ns\" must be an object", origin,
+                         m->name);
+    for (int i = 0; i < NKERN; i++) {
+        double v = num(k, KERN_KEYS[i], -1);
+        if (!(v >= 0))
+            return mtc_error(MTC_ERR_FORMAT,
+                             "%s: machine %s: kernels_ns needs \"%s\" >= 0 (run mtc bench-peak "
+                             "again)",
+                             origin, m->name, KERN_KEYS[i]);
+        *kern_field(&m->kern, i) = v * 1e-9;
+    }
+    m->kern.gemm_rate = num(k, "gemm_gflops", 0) * 1e9;
+    m->kern.base_rss = num(k, "base_rss_mb", 0) * 1048576.0;
+    m->kern.rank_rss = num(k, "rank_rss_mb", 0) * 1048576.0;
+    if (!(m->kern.gemm_rate >= 0 && m->kern.base_rss >= 0 && m->kern.rank_rss >= 0))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: machine %s: kernels_ns needs gemm_gflops >= 0 and base_rss_mb >= 0",
+                         origin, m->name);
+    m->kern.measured = 1;
     return MTC_OK;
 }
 
@@ -73,6 +117,7 @@ static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machi
                          origin, m->name, m->achieved);
     if (!(m->mem_bytes > 0))
         return mtc_error(MTC_ERR_FORMAT, "%s: machine %s needs hbm_gb > 0", origin, m->name);
+    MTC_CHECK(parse_kernels(o, origin, m));
     MTC_CHECK(parse_link(o, "intra", origin, &m->intra));
     return parse_link(o, "inter", origin, &m->inter);
 }
@@ -194,14 +239,24 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
             "  \"peak_tflops_fp32\": %.6g,\n  \"shape_tflops_fp32\": %.6g,\n  "
             "\"cpu_share\": %.4g,\n  \"hbm_gb\": "
             "%.6g,\n  \"mem_bw_gbps\": %.6g,\n"
-            "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
-            "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g},\n"
-            "  \"oversub_lat_us\": %.6g,\n  \"achieved_fraction\": %.6g\n}\n",
+            "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
+            "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
+            "  \"oversub_lat_us\": %.6g,\n  \"achieved_fraction\": %.6g",
             m->name, m->description, m->is_cpu ? "true" : "false", m->devices_per_node,
             m->peak_flops * 1e-12, m->peak_flops_fp32 * 1e-12, m->shape_flops_fp32 * 1e-12,
             m->cpu_share, m->mem_bytes * 1e-9, m->mem_bw * 1e-9, m->intra.bw * 1e-9,
-            m->intra.lat * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6, m->oversub_lat * 1e6,
-            m->achieved);
+            m->intra.lat * 1e6, m->intra.sync * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6,
+            m->inter.sync * 1e6, m->oversub_lat * 1e6, m->achieved);
+    if (m->kern.measured) {
+        fprintf(f, ",\n  \"kernels_ns\": {");
+        for (int i = 0; i < NKERN; i++)
+            fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", KERN_KEYS[i],
+                    *kern_field((mtc_plan_kernels *)&m->kern, i) * 1e9);
+        fprintf(f, ", \"gemm_gflops\": %.6g, \"base_rss_mb\": %.6g, \"rank_rss_mb\": %.6g}",
+                m->kern.gemm_rate * 1e-9, m->kern.base_rss / 1048576.0,
+                m->kern.rank_rss / 1048576.0);
+    }
+    fprintf(f, "\n}\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
         remove(tmp);

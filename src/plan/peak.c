@@ -5,9 +5,12 @@
  * (gemm_step_rates),
  * the copy bandwidth (memcpy of 64 MiB, read + write counted, fastest) and the shm collectives'
  * alpha and beta (comm/bench.h: 8 B and 1 MiB all-reduce on 2 rank-threads, and 8 B on twice as
- * many ranks as cores for the oversubscription penalty). A "device" of this machine is one core;
+ * many ranks as cores for the oversubscription penalty), what a collective waits for its peer
+ * between compute phases (busy_coll), mtc's own kernels (plan/kernels.c) and the resident set
+ * of a process without a model and of one rank-thread. A "device" of this machine is one core;
  * the planner gives a rank min(threads, cores / ranks) of them. Timings on a shared machine vary
  * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it. */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +157,17 @@ static mtc_result_t gemm_step_rates(int cores, double burst_per_core, int window
     return rc;
 }
 
+/* VmRSS of this process (bytes; 0 when /proc is absent). */
+static double resident_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
 static mtc_result_t copy_bw(int iters, double *out) {
     size_t bytes = (size_t)64 << 20;
     char *a = malloc(bytes), *b = malloc(bytes);
@@ -207,6 +221,123 @@ static mtc_result_t comm_times(int ranks, const size_t *sizes, int n, int iters,
     return MTC_OK;
 }
 
+/* Collectives between compute phases, as training issues them: each of 2
+ * rank-threads runs a 256 x 128 x 128 GEMM (~0.1 ms, on buffers that push
+ * the message out of cache) then a collective, BUSY_ITERS times, timing
+ * each call: what a collective costs inside a step (the peers' skew, the
+ * spin-then-sleep wait's wake-up, cold buffers, the algorithm's copies)
+ * rather than back to back: an 8 B all-reduce, and an
+ * all-gather and a reduce-scatter of a 128 KiB (b, s, h) tensor, the size
+ * of the planner's test GPT's TP messages. */
+enum { BUSY_M = 256, BUSY_K = 128, BUSY_ITERS = 200, BUSY_BYTES = 128 << 10, BUSY_OPS = 3 };
+
+typedef struct {
+    int op;           /* 0: all-reduce 8 B, 1: all-gather, 2: reduce-scatter of BUSY_BYTES */
+    double call_s[2]; /* per rank: the median time of one call */
+} busy_job;
+
+static mtc_result_t busy_call(const busy_job *j, float *x, float *y, mtc_comm_t w) {
+    size_t n = BUSY_BYTES / sizeof(float);
+    if (j->op == 0) return mtc_all_reduce(x, y, 2, MTC_DTYPE_F32, MTC_OP_SUM, w);
+    if (j->op == 1) return mtc_all_gather(x, y, n / 2, MTC_DTYPE_F32, w);
+    return mtc_reduce_scatter(x, y, n / 2, MTC_DTYPE_F32, MTC_OP_SUM, w);
+}
+
+static mtc_result_t busy_rank(mtc_comm_t world, void *arg) {
+    busy_job *j = arg;
+    int r = mtc_comm_rank(world);
+    float *a = calloc((size_t)BUSY_M * BUSY_K, sizeof(float));
+    float *b = calloc((size_t)BUSY_K * BUSY_K, sizeof(float));
+    float *c = calloc((size_t)BUSY_M * BUSY_K, sizeof(float));
+    float *x = calloc(BUSY_BYTES / sizeof(float), sizeof(float));
+    float *y = calloc(BUSY_BYTES / sizeof(float), sizeof(float));
+    double *t = calloc(BUSY_ITERS, sizeof(double));
+    mtc_result_t rc =
+        a && b && c && x && y && t ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: busy");
+    for (int i = 0; rc == MTC_OK && i < 5; i++) { /* warm-up */
+        nn_sgemm(NULL, 0, 0, BUSY_M, BUSY_K, BUSY_K, 1.0f, a, BUSY_K, b, BUSY_K, 0.0f, c, BUSY_K);
+        rc = busy_call(j, x, y, world);
+    }
+    if (rc == MTC_OK) rc = mtc_barrier(world);
+    for (int i = 0; rc == MTC_OK && i < BUSY_ITERS; i++) {
+        nn_sgemm(NULL, 0, 0, BUSY_M, BUSY_K, BUSY_K, 1.0f, a, BUSY_K, b, BUSY_K, 0.0f, c, BUSY_K);
+        uint64_t t0 = mtc_time_ns();
+        rc = busy_call(j, x, y, world);
+        t[i] = (double)(mtc_time_ns() - t0) * 1e-9;
+    }
+    if (rc == MTC_OK) {
+        qsort(t, BUSY_ITERS, sizeof t[0], cmp_double);
+        j->call_s[r] = t[BUSY_ITERS / 2];
+        rc = mtc_barrier(world);
+    }
+    free(a), free(b), free(c), free(x), free(y), free(t);
+    return rc;
+}
+
+/* Seconds each op costs between compute phases on 2 rank-threads: per
+ * call the median over the calls (a preempted peer's rare long waits are
+ * the load's, which cpu_share prices), the larger of the two ranks' (the
+ * one that arrives first waits); the median of `reps` runs. */
+static mtc_result_t busy_coll(int reps, double out[BUSY_OPS]) {
+    double v[BUSY_OPS][9];
+    if (reps > 9) reps = 9;
+    for (int k = 0; k < reps; k++)
+        for (int op = 0; op < BUSY_OPS; op++) {
+            busy_job j;
+            memset(&j, 0, sizeof j);
+            j.op = op;
+            mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = 2, .pin_threads = -1};
+            MTC_CHECK(mtc_launch(&lo, busy_rank, &j));
+            v[op][k] = j.call_s[0] > j.call_s[1] ? j.call_s[0] : j.call_s[1];
+        }
+    for (int op = 0; op < BUSY_OPS; op++) {
+        qsort(v[op], (size_t)reps, sizeof v[op][0], cmp_double);
+        out[op] = v[op][reps / 2];
+    }
+    return MTC_OK;
+}
+
+static double resident_bytes(void);
+
+/* The resident set a rank-thread adds to its process beyond its model:
+ * its stack (the tiled attention keeps its tiles there), its malloc arena,
+ * oneDNN's per-thread state. Each rank runs a GEMM and an attention
+ * forward on buffers it frees, then rank 0 reads the process's VmRSS while
+ * every rank is alive. */
+typedef struct {
+    double rss;
+} rss_job;
+
+static mtc_result_t rss_rank(mtc_comm_t world, void *arg) {
+    rss_job *j = arg;
+    enum { T = 128, C = 128 };
+    float *qkv = calloc((size_t)T * 3 * C, sizeof(float)), *out = calloc((size_t)T * C, 4);
+    float *lse = calloc((size_t)2 * T, sizeof(float)), *c = calloc((size_t)T * 3 * C, 4);
+    mtc_result_t rc = qkv && out && lse && c ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "rss");
+    if (rc == MTC_OK) {
+        nn_sgemm(NULL, 0, 0, T, C, C, 1.0f, qkv, 3 * C, qkv, 3 * C, 0.0f, c, C);
+        nn_attention_shape sh = nn_attention_shape_qkv(1, T, 2, C / 2);
+        nn_attention_forward(NULL, out, lse, qkv, qkv + C, qkv + 2 * C, &sh, NULL);
+    }
+    free(qkv), free(out), free(lse), free(c);
+    if (rc == MTC_OK) rc = mtc_barrier(world);
+    if (rc == MTC_OK && mtc_comm_rank(world) == 0) j->rss = resident_bytes();
+    if (rc == MTC_OK) rc = mtc_barrier(world);
+    return rc;
+}
+
+/* Bytes of resident set per rank-thread: R = 2 and R = 2 x cores ranks. */
+static mtc_result_t rank_rss(int cores, double *out) {
+    rss_job a = {0}, b = {0};
+    int n = 2 * cores > 2 ? 2 * cores : 3;
+    mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = 2, .pin_threads = -1};
+    MTC_CHECK(mtc_launch(&lo, rss_rank, &a));
+    lo.world_size = n;
+    MTC_CHECK(mtc_launch(&lo, rss_rank, &b));
+    *out = b.rss > a.rss ? (b.rss - a.rss) / (n - 2) : 0;
+    return MTC_OK;
+}
+
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     if (iters < 1) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "iters=%d must be >= 1", iters);
     memset(m, 0, sizeof *m);
@@ -221,6 +352,8 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     double us[2] = {0, 0}, over[1] = {0};
     MTC_CHECK(comm_times(2, sizes, 2, iters * 5, us));
     MTC_CHECK(comm_times(2 * cores, sizes, 1, iters * 5, over));
+    double busy[BUSY_OPS] = {0, 0, 0};
+    MTC_CHECK(busy_coll(5, busy));
     snprintf(m->name, sizeof m->name, "this");
     snprintf(m->description, sizeof m->description,
              "this host as measured by mtc bench-peak: %d cores (one core = one device), shm "
@@ -234,6 +367,15 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     m->peak_flops_fp32 = per_core;
     MTC_CHECK(gemm_step_rates(cores, per_core, iters / 3 > 3 ? iters / 3 : 3, &m->shape_flops_fp32,
                               &m->cpu_share));
+    MTC_CHECK(mtc_plan_measure_kernels(&m->kern, cores, 5));
+    /* the resident set of a process that has run mtc's kernels, a pool's
+     * GEMMs and shm rank-threads but holds no model (code, BLAS / oneDNN /
+     * OpenMP state; the 64 MiB copy buffers are unmapped again): every mtc
+     * process holds this besides its allocation; glibc keeps freed heap
+     * pages resident until trimmed */
+    malloc_trim(0); /* the freed measurement buffers are not the process's */
+    m->kern.base_rss = resident_bytes();
+    MTC_CHECK(rank_rss(cores, &m->kern.rank_rss));
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
     m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */
     m->mem_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
@@ -242,6 +384,15 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     m->intra.lat = us[0] * 1e-6 / 2;
     double t1 = us[1] * 1e-6 - 2 * m->intra.lat;
     m->intra.bw = t1 > 0 ? (double)sizes[1] / t1 : bw;
+    /* a collective between compute phases waits for its peer once per call
+     * (the skew, the wake-up): each op's call beyond its alpha-beta time
+     * (all-reduce: 2 steps; all-gather, reduce-scatter on 2 ranks: one step
+     * moving half the tensor), the median of the three */
+    double half = (double)BUSY_BYTES / 2 / m->intra.bw,
+           sy[BUSY_OPS] = {busy[0] - 2 * m->intra.lat, busy[1] - m->intra.lat - half,
+                           busy[2] - m->intra.lat - half};
+    qsort(sy, BUSY_OPS, sizeof sy[0], cmp_double);
+    m->intra.sync = sy[1] > 0 ? sy[1] : 0;
     m->inter = m->intra; /* one host: no second node */
     int n = 2 * cores;
     double per_step = over[0] * 1e-6 / (2.0 * (n - 1));
@@ -251,12 +402,29 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
                 "> GEMM fp32 %dx%dx%d forward and backward on every core for 0.2 s: %.2f GFLOP/s "
                 "per core of CPU time; a compute-bound thread got %.2f of a core (the load)\n",
                 HOG_M, HOG_N, HOG_K, m->shape_flops_fp32 * 1e-9, m->cpu_share);
+    const mtc_plan_kernels *k = &m->kern;
     if (log)
         fprintf(log,
-                "> GEMM fp32 512^3: %.2f GFLOP/s on 1 core, %.2f GFLOP/s on %d cores; copy %.2f "
-                "GB/s\n> shm all-reduce on 2 ranks: 8 B %.2f us, 1 MiB %.2f us (lat %.2f us, bw "
-                "%.2f GB/s); 8 B on %d ranks %.2f us (oversubscription +%.2f us per step)\n",
-                one * 1e-9, all * 1e-9, cores, bw * 1e-9, us[0], us[1], m->intra.lat * 1e6,
-                m->intra.bw * 1e-9, n, over[0], m->oversub_lat * 1e6);
+                "> kernels (ns per element, one thread, every core busy, CPU time): norm %.2f / "
+                "%.2f, GELU %.2f / %.2f, dropout %.2f, residual %.2f, cross-entropy %.2f, Adam "
+                "%.2f; attention per 64x64 tile %.0f + %.1f HS / %.0f + %.1f HS, dropout %.2f per "
+                "score; a layer's linears %.2f GFLOP/s + %.2f us per call; process resident %.1f "
+                "MB + %.2f MB per rank-thread\n",
+                k->norm_fwd * 1e9, k->norm_bwd * 1e9, k->gelu_fwd * 1e9, k->gelu_bwd * 1e9,
+                k->dropout * 1e9, k->resid * 1e9, k->xent * 1e9, k->adam * 1e9,
+                k->attn_fwd_tile * 1e9, k->attn_fwd_hs * 1e9, k->attn_bwd_tile * 1e9,
+                k->attn_bwd_hs * 1e9, k->attn_drop * 1e9, k->gemm_rate * 1e-9, k->gemm_call * 1e6,
+                k->base_rss / 1048576.0, k->rank_rss / 1048576.0);
+    if (log)
+        fprintf(
+            log,
+            "> GEMM fp32 512^3: %.2f GFLOP/s on 1 core, %.2f GFLOP/s on %d cores; copy %.2f "
+            "GB/s\n> shm all-reduce on 2 ranks: 8 B %.2f us, 1 MiB %.2f us (lat %.2f us, bw "
+            "%.2f GB/s); 8 B on %d ranks %.2f us (oversubscription +%.2f us per step); 8 B between "
+            "GEMMs %.2f us, 128 KiB all-gather %.2f us and reduce-scatter %.2f us (a call waits "
+            "%.2f us for its peer)\n",
+            one * 1e-9, all * 1e-9, cores, bw * 1e-9, us[0], us[1], m->intra.lat * 1e6,
+            m->intra.bw * 1e-9, n, over[0], m->oversub_lat * 1e6, busy[0] * 1e6, busy[1] * 1e6,
+            busy[2] * 1e6, m->intra.sync * 1e6);
     return MTC_OK;
 }

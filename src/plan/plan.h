@@ -117,7 +117,34 @@ double mtc_plan_korthikanti_layer_bytes(double s, double b, double h, double a, 
 typedef struct {
     double bw;  /* bytes/s per rank (unidirectional bus bandwidth) */
     double lat; /* seconds per message step */
+    /* CPU (bench-peak, collectives between compute phases on 2
+     * rank-threads): seconds a call waits for its peer (skew, the
+     * spin-then-sleep wake-up), once per call (0 on GPU machines) */
+    double sync;
 } mtc_plan_link;
+
+/* CPU host: what mtc's kernels cost here (plan/kernels.c, `mtc bench-peak`),
+ * per CPU second of one thread with every core busy. measured 0 = absent
+ * (GPU machines, an older cache): the element-wise passes are then priced
+ * at mem_bw. */
+typedef struct {
+    int measured;
+    double norm_fwd, norm_bwd; /* s per element of (N, C) */
+    double gelu_fwd, gelu_bwd; /* s per element of (N, F) */
+    double dropout;            /* s per element (mask drawn and applied) */
+    double resid;              /* s per element (out = a + b) */
+    double xent;               /* s per logit (fused softmax cross-entropy) */
+    double adam;               /* s per parameter (AdamW with the clip folded in) */
+    double gradnorm;           /* s per gradient element: its sum of squares and the zeroing */
+    double attn_fwd_tile, attn_fwd_hs; /* s per 64 x 64 causal tile computed: tile + hs x HS */
+    double attn_bwd_tile, attn_bwd_hs; /* the same, backward */
+    double attn_drop;                  /* s per visible score with attention dropout (fwd + bwd) */
+    double gemm_call;                  /* s per GEMM call beyond its FLOPs at gemm_rate */
+    double gemm_rate; /* FLOP/s of the linear layers' GEMMs fitted with gemm_call */
+    double base_rss;  /* bytes resident in a process before any model (code,
+                         BLAS / oneDNN / OpenMP state, bench-peak's pool) */
+    double rank_rss;  /* bytes a rank-thread adds (stack, malloc arena, oneDNN state) */
+} mtc_plan_kernels;
 
 typedef struct {
     char name[64];
@@ -136,7 +163,8 @@ typedef struct {
     double mem_bytes; /* HBM (or host RAM) per device */
     double mem_bw;    /* bytes/s per device for element-wise passes */
     mtc_plan_link intra, inter;
-    double oversub_lat; /* extra seconds per sync when ranks outnumber cores (CPU) */
+    double oversub_lat;    /* extra seconds per sync when ranks outnumber cores (CPU) */
+    mtc_plan_kernels kern; /* CPU: kernel costs (measured 0 on GPU machines) */
 } mtc_plan_machine;
 
 /* A named machine ("dgx-a100", "dgx-h100", ...) from the compiled-in
@@ -163,7 +191,11 @@ typedef struct {
     double cpu_share;       /* CPU: share of those a compute-bound rank gets under load (else 1) */
     double model_flops;     /* Megatron's model FLOPs of the step, all ranks (no recompute) */
     double compute_s;       /* GEMMs at the achieved rate, all microbatches */
-    double elementwise_s;   /* memory-bound passes (activations, optimizer step) */
+    double elementwise_s;   /* memory-bound passes (activations, optimizer step); on a CPU
+                               host with measured kernels every non-GEMM kernel */
+    double attention_s;     /* CPU kernels: the tiled attention's share of elementwise_s */
+    double optimizer_s;     /* the optimizer step's share of elementwise_s */
+    int kernels;            /* 1: priced with the machine's measured kernels (mtc_plan_kernels) */
     double tp_comm_s;       /* TP / SP collectives on the critical path */
     double cp_comm_s;       /* context-parallel attention's KV / head exchanges */
     double pp_comm_s;       /* stage-to-stage messages */
@@ -183,7 +215,8 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *l, const mtc_plan_machine
                                 int threads_per_rank, mtc_plan_time *out);
 /* Alpha-beta time of one collective on n ranks over a link:
  * all-reduce 2(n-1)/n bytes/bw + 2(n-1) lat, reduce-scatter and all-gather
- * (n-1)/n bytes/bw + (n-1) lat (bytes: the full buffer), p2p bytes/bw + lat. */
+ * (n-1)/n bytes/bw + (n-1) lat (bytes: the full buffer), p2p bytes/bw + lat;
+ * each plus the link's sync once per call (0 on GPU machines). */
 typedef enum { MTC_PLAN_AR = 0, MTC_PLAN_RS, MTC_PLAN_AG, MTC_PLAN_P2P } mtc_plan_coll;
 double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_link *link);
 /* The link a group crosses: ranks with the given stride and size in the
@@ -237,5 +270,9 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
  * (medians of comm/bench.c), into a CPU machine
  * description (name "this"). iters >= 1. */
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *out, int iters, FILE *log);
+/* Time mtc's non-GEMM kernels and its linear layers' GEMMs on every core
+ * at once, on each thread's CPU clock, the median of `rounds`
+ * (plan/kernels.c). */
+mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds);
 
 #endif

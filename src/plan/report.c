@@ -40,7 +40,14 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
     fprintf(f, "  total             %12.2f MB  of %.2f MB per %s\n", mb(mem->total_bytes),
             m->mem_bytes / 1048576.0 / (m->is_cpu ? l->world : 1), m->is_cpu ? "rank" : "device");
     fprintf(f, "step time:\n");
-    if (m->is_cpu)
+    if (t->kernels)
+        fprintf(f,
+                "  GEMMs             %12.3f ms  linear layers at %.4g GFLOP/s + %.3g us per call "
+                "(a layer's linears as bench-peak timed them) per core at mtc's shapes x %.3g "
+                "cores x %.3f share of a core under load\n",
+                t->compute_s * 1e3, m->kern.gemm_rate * 1e-9, m->kern.gemm_call * 1e6, t->devices,
+                t->cpu_share);
+    else if (m->is_cpu)
         fprintf(f,
                 "  GEMMs             %12.3f ms  %.4g FLOPs per rank at %.4g TFLOP/s (%.4g per "
                 "core at mtc's shapes x %.3g cores x %.3f share of a core under load)\n",
@@ -54,8 +61,27 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
                 t->compute_s * 1e3, t->flops_rank,
                 (l->precision == MTC_PLAN_BF16 ? m->peak_flops : m->peak_flops_fp32) * 1e-12,
                 m->achieved);
-    fprintf(f, "  element-wise      %12.3f ms  activations and optimizer at %.3g GB/s\n",
-            t->elementwise_s * 1e3, m->mem_bw * 1e-9);
+    if (t->kernels) {
+        fprintf(f,
+                "  other kernels     %12.3f ms  mtc's non-GEMM kernels at bench-peak's costs, the "
+                "same cores and share:\n",
+                t->elementwise_s * 1e3);
+        fprintf(f,
+                "    attention       %12.3f ms  tiled: 64x64 causal tiles x (%.0f + %.0f HS) ns "
+                "forward, (%.0f + %.0f HS) ns backward%s\n",
+                t->attention_s * 1e3, m->kern.attn_fwd_tile * 1e9, m->kern.attn_fwd_hs * 1e9,
+                m->kern.attn_bwd_tile * 1e9, m->kern.attn_bwd_hs * 1e9,
+                c->attention_dropout > 0 ? ", dropout masks per visible score" : "");
+        fprintf(f,
+                "    per element     %12.3f ms  norms, GELU, dropout, residuals, embedding, "
+                "cross-entropy\n",
+                (t->elementwise_s - t->attention_s - t->optimizer_s) * 1e3);
+        fprintf(f, "    optimizer       %12.3f ms  AdamW on the shard, gradient norm and zeroing\n",
+                t->optimizer_s * 1e3);
+    } else {
+        fprintf(f, "  element-wise      %12.3f ms  activations and optimizer at %.3g GB/s\n",
+                t->elementwise_s * 1e3, m->mem_bw * 1e-9);
+    }
     fprintf(f, "  TP collectives    %12.3f ms\n", t->tp_comm_s * 1e3);
     if (l->cp > 1)
         fprintf(f, "  CP exchanges      %12.3f ms  %s over %d ranks\n", t->cp_comm_s * 1e3,

@@ -17,9 +17,15 @@
  * Overlap: with --overlap-grad-reduce the data-parallel reduction hides
  * under the last microbatch's backward (every chunk's); nothing else
  * overlaps (mtc's TP collectives and pipeline transfers block).
- * Limitations: one rate for every GEMM shape (one shape measured on a CPU
- * host), TP ranks' larger share under load not modelled,
- * no congestion between groups sharing a link, no kernel-launch costs. */
+ * On a CPU host with measured kernels (bench-peak's kernels_ns) the GEMM
+ * and element-wise terms are instead every pass mtc runs at its timed cost
+ * (cpu_kernel_costs), ranks on shared cores run at a whole core and the
+ * step is at least the world's work over the cores, and each collective
+ * pays its wait for the peer (the link's sync).
+ * Limitations: on GPU machines one rate for every GEMM shape; on a CPU
+ * host one shape per kernel; TP ranks' larger share under load not
+ * modelled, no congestion between groups sharing a link, no kernel-launch
+ * costs on GPUs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +39,10 @@ double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_
     if (n <= 1 && op != MTC_PLAN_P2P) return 0;
     double bw = k->bw > 0 ? k->bw : 1e30;
     switch (op) {
-    case MTC_PLAN_AR: return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * k->lat;
+    case MTC_PLAN_AR: return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * k->lat + k->sync;
     case MTC_PLAN_RS:
-    case MTC_PLAN_AG: return (double)(n - 1) / n * bytes / bw + (n - 1) * k->lat;
-    case MTC_PLAN_P2P: return bytes / bw + k->lat;
+    case MTC_PLAN_AG: return (double)(n - 1) / n * bytes / bw + (n - 1) * k->lat + k->sync;
+    case MTC_PLAN_P2P: return bytes / bw + k->lat + k->sync;
     }
     return 0;
 }
@@ -71,7 +77,8 @@ double mtc_plan_flops(const mtc_model_config *c, int64_t global_batch, mtc_plan_
 }
 
 /* A link with the oversubscription penalty of a CPU host running more
- * rank-threads than cores. */
+ * rank-threads than cores (the wait for a peer between compute phases is
+ * the link's sync, in mtc_plan_coll_time). */
 static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, int oversub) {
     mtc_plan_link k = *mtc_plan_group_link(m, stride, size);
     if (oversub) k.lat += m->oversub_lat;
@@ -80,12 +87,74 @@ static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, in
 
 typedef struct {
     double gemm_f, gemm_b, elem_f, elem_b, tp_f, tp_b, cp_f, cp_b, p2p;
+    double attn; /* CPU kernels: the tiled attention's share of elem_f + elem_b */
 } chunk_cost;
+
+/* One linear layer's GEMMs on a CPU host: `calls` calls of the FLOPs of
+ * (rows, in) x (in, out) each, at the fitted rate plus the per-call cost
+ * (plan/kernels.c). */
+static double lin_s(const mtc_plan_kernels *k, double rows, double in, double out, int calls) {
+    return calls * (2.0 * rows * in * out / k->gemm_rate + k->gemm_call);
+}
+
+/* Causal 64 x 64 tiles the tiled attention computes for T queries against
+ * T keys (nn/flash_attention.c: FA_BR = FA_BC = 64; a tile with a visible
+ * key is computed whole). */
+static double causal_tiles(double T) {
+    double nb = ceil(T / 64.0);
+    return nb * (nb + 1) / 2;
+}
+
+/* CPU seconds of one microbatch on a chunk of nl layers, from the kernels
+ * mtc runs (model/model_pass.c, model/block.c) at the costs bench-peak
+ * measured: GEMMs (linear layers; forward one call each, backward dX and
+ * dW), the tiled attention (tiles computed, and attention dropout's masks
+ * per visible score), and per layer: two norms (forward; backward rebuilds
+ * each output and runs its backward), three hidden-dropout sites on the
+ * embedding, attention and MLP outputs (masks drawn in forward, again in
+ * backward), two residual adds each way, GELU forward, and backward
+ * (recomputed: forward again, then the derivative); the embedding's
+ * gather and scatter-add (priced as the residual's per-element pass), the
+ * head's final norm, logits GEMM and fused cross-entropy. Under SP the
+ * norms, dropout and residuals see T / tp positions, the GEMMs all T with
+ * the rank's columns; with CP a rank holds T / cp queries of every key. */
+static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k, int nl,
+                             int has_emb, int has_head, double *gf, double *gb, double *ef,
+                             double *eb, double *attn) {
+    const mtc_model_config *c = &l->model;
+    double t = l->tp, cp = l->cp > 1 ? l->cp : 1, B = l->micro_batch;
+    double T = c->seq_length / cp, N = B * T, Nl = l->sequence_parallel ? N / t : N;
+    double C = c->hidden_size, HS = mtc_model_head_size(c), NH_t = c->num_heads / t;
+    double QD = NH_t * HS, QKV = QD + 2.0 * mtc_model_groups(c) / t * HS;
+    double F = c->ffn_hidden_size / t, F1 = (c->swiglu ? 2 : 1) * F, Vp = c->padded_vocab_size / t;
+    double hd = c->hidden_dropout > 0 ? k->dropout : 0;
+    /* GEMMs of a layer: qkv, proj, fc1, fc2 */
+    double g1 = lin_s(k, N, C, QKV, 1) + lin_s(k, N, QD, C, 1) + lin_s(k, N, C, F1, 1) +
+                lin_s(k, N, F, C, 1);
+    double head1 = has_head ? lin_s(k, N, C, Vp, 1) : 0;
+    *gf = nl * g1 + head1, *gb = 2 * (nl * g1 + head1);
+    /* attention: B x NH/tp (b, head) items of causal tiles over the whole
+     * sequence, a CP rank's share 1 / cp of them */
+    double tiles = B * NH_t * causal_tiles(c->seq_length) / cp;
+    double scores = B * NH_t * (double)c->seq_length * (c->seq_length + 1) / 2 / cp;
+    double af = tiles * (k->attn_fwd_tile + k->attn_fwd_hs * HS);
+    double ab = tiles * (k->attn_bwd_tile + k->attn_bwd_hs * HS);
+    double ad = c->attention_dropout > 0 ? scores * k->attn_drop : 0; /* forward + backward */
+    double xc = Nl * C;
+    double lf =
+        2 * xc * k->norm_fwd + 2 * xc * hd + 2 * xc * k->resid + N * F * k->gelu_fwd + af + ad / 2;
+    double lb = 2 * xc * (k->norm_fwd + k->norm_bwd) + 2 * xc * hd + 2 * xc * k->resid +
+                N * F * (k->gelu_fwd + k->gelu_bwd) + ab + ad / 2;
+    *ef = nl * lf, *eb = nl * lb, *attn = nl * (af + ab + ad);
+    if (has_emb) *ef += xc * (k->resid + hd), *eb += xc * (k->resid + hd);
+    if (has_head) *ef += xc * k->norm_fwd + N * Vp * k->xent, *eb += xc * k->norm_bwd;
+}
 
 /* Costs of one microbatch on one chunk of nl layers. */
 static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *m, double rate,
-                              int nl, int has_emb, int has_head, const mtc_plan_link *tpl,
-                              const mtc_plan_link *cpl, const mtc_plan_link *ppl) {
+                              double cpu_slow, int nl, int has_emb, int has_head,
+                              const mtc_plan_link *tpl, const mtc_plan_link *cpl,
+                              const mtc_plan_link *ppl) {
     const mtc_model_config *c = &l->model;
     chunk_cost k;
     memset(&k, 0, sizeof k);
@@ -101,6 +170,13 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
                      : 0;
     k.gemm_f = (fl + fh) / rate;
     k.gemm_b = (2.0 * (fl + fh) + rec) / rate;
+    if (cpu_slow > 0) { /* a CPU host with measured kernels: mtc's own passes */
+        double gf, gb, ef, eb, at;
+        cpu_kernel_costs(l, &m->kern, nl, has_emb, has_head, &gf, &gb, &ef, &eb, &at);
+        k.attn = at * cpu_slow * (rec > 0 ? 1.5 : 1); /* recompute: the forward's third again */
+        k.gemm_f = gf * cpu_slow, k.gemm_b = (gb + (rec > 0 ? gf : 0)) * cpu_slow;
+        k.elem_f = ef * cpu_slow, k.elem_b = (eb + (rec > 0 ? ef : 0)) * cpu_slow;
+    }
     /* element-wise: the activations a forward touches (the table without
      * recomputation: what is kept is what was written) once in forward,
      * twice in backward (read, and the gradient written), once more for a
@@ -113,7 +189,7 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
         double as_h = 5.0 * c->num_heads * c->seq_length / h;
         again = as_h / (34.0 + as_h);
     }
-    if (m->mem_bw > 0)
+    if (m->mem_bw > 0 && !(cpu_slow > 0))
         k.elem_f = touched / m->mem_bw, k.elem_b = (2.0 + again) * touched / m->mem_bw;
     /* TP: per layer two all-reduces forward and two backward of (b, s, h);
      * under SP all-gather + reduce-scatter of the same volume, and the
@@ -197,6 +273,14 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     if (!(rate > 0))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "machine %s has no GEMM rate for %s", m->name,
                          l->precision == MTC_PLAN_BF16 ? "bf16" : "fp32");
+    /* a CPU host whose kernels bench-peak timed: each kernel's CPU seconds
+     * over the cores the rank gets and the share the load leaves */
+    double cpu_slow = 0;
+    /* with more rank-threads than cores a rank runs at a whole core while
+     * it has one; the cores are shared below (cores_busy) */
+    int shared_cores = m->is_cpu && devices < 1;
+    if (m->is_cpu && l->precision != MTC_PLAN_BF16 && m->kern.measured && m->kern.gemm_rate > 0)
+        cpu_slow = 1.0 / ((shared_cores ? 1.0 : devices) * share);
     mtc_plan_machine mm = *m;
     if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */
     mm.mem_bw *= share;
@@ -206,15 +290,17 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     mtc_plan_link dpl = link_of(m, l->tp, l->dp * l->cp, oversub); /* the dp x cp group */
     mtc_plan_link ppl = link_of(m, pp_stride, l->pp, oversub);
     /* the slowest stage's chunk (head and embedding on their stages) */
-    double tf = 0, tb = 0;
+    double tf = 0, tb = 0, work = 0; /* work: one pipeline replica's busy seconds */
     chunk_cost worst;
     memset(&worst, 0, sizeof worst);
     for (int st = 0; st < S; st++) {
         int nl = (st + 1) * L / S - st * L / S;
-        chunk_cost k = chunk_costs(l, &mm, rate, nl, st == 0, st == S - 1, &tpl, &cpl, &ppl);
+        chunk_cost k =
+            chunk_costs(l, &mm, rate, cpu_slow, nl, st == 0, st == S - 1, &tpl, &cpl, &ppl);
         double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p;
         double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p;
         if (f + b > tf + tb) tf = f, tb = b, worst = k;
+        work += M * (f + b);
     }
     double makespan = M * v * (tf + tb);
     if (l->pp > 1) {
@@ -244,11 +330,21 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
         }
         MTC_CHECK(rc);
     }
+    /* CPU kernels on shared cores: a rank idle in the pipeline's bubble or
+     * waiting for a peer leaves its core to another, so the step is the
+     * schedule's makespan at a whole core per rank or the world's busy
+     * seconds over the cores, whichever is longer */
+    if (cpu_slow > 0 && shared_cores) {
+        double cores = m->devices_per_node > 0 ? m->devices_per_node : 1;
+        double all = work * ((double)l->world / l->pp) / cores;
+        if (all > makespan) makespan = all;
+    }
     double busy = M * v * (tf + tb);
     out->bubble_s = makespan - busy > 0 ? makespan - busy : 0;
     out->bubble_fraction = busy > 0 ? out->bubble_s / busy : 0;
     out->compute_s = M * v * (worst.gemm_f + worst.gemm_b);
     out->elementwise_s = M * v * (worst.elem_f + worst.elem_b);
+    out->attention_s = M * v * worst.attn;
     out->tp_comm_s = M * v * (worst.tp_f + worst.tp_b);
     out->cp_comm_s = M * v * (worst.cp_f + worst.cp_b);
     out->pp_comm_s = M * v * 2 * worst.p2p;
@@ -256,13 +352,19 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     mtc_plan_memory mem;
     MTC_CHECK(mtc_plan_memory_peak(l, &mem));
     double opt = 0;
-    if (mm.mem_bw > 0) /* read g, read+write p, m, v (and the master copy) */
+    if (cpu_slow > 0) /* AdamW on the shard; the gradient norm and zeroing over the buffer */
+        opt =
+            ((double)mem.optim_numel * m->kern.adam + (double)mem.buffer_numel * m->kern.gradnorm) *
+            cpu_slow;
+    else if (mm.mem_bw > 0) /* read g, read+write p, m, v (and the master copy) */
         opt = (2.0 * mem.optim_bytes +
                mem.grad_bytes * (double)mem.optim_numel /
                    (double)(mem.buffer_numel ? mem.buffer_numel : 1) +
                2.0 * mem.param_bytes) /
               mm.mem_bw;
     out->elementwise_s += opt;
+    out->optimizer_s = opt;
+    out->kernels = cpu_slow > 0;
     double gb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
     double pb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
     int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;

@@ -2,7 +2,9 @@
 # tests/plan/bench_peak.sh - `mtc bench-peak --output FILE` writes a machine
 # description `mtc plan` reads back: the GEMM rate at mtc's shapes
 # (shape_tflops_fp32 > 0) and the share of a core under load (0 < cpu_share
-# <= 1) are present, and `--explain` prints the rate a rank gets from them.
+# <= 1) are present, every kernel's cost (kernels_ns) and the resident set
+# of a process without a model are positive, and `--explain` prints the
+# rate a rank gets from them and the tiled attention's term.
 # No timing is asserted (the machine is shared); the ranges are what the
 # measurement defines. Bad --iters exits 2 with one line.
 set -u
@@ -18,13 +20,39 @@ shape=$(sed -n 's/.*"shape_tflops_fp32": \([0-9.e+-]*\),.*/\1/p' "$D/m.json")
 share=$(sed -n 's/.*"cpu_share": \([0-9.e+-]*\),.*/\1/p' "$D/m.json")
 if awk -v s="${shape:-0}" 'BEGIN { exit !(s > 0) }'; then ok "shape_tflops_fp32 $shape > 0"; else bad "shape_tflops_fp32 '$shape'"; fi
 if awk -v s="${share:-0}" 'BEGIN { exit !(s > 0 && s <= 1) }'; then ok "cpu_share $share in (0, 1]"; else bad "cpu_share '$share'"; fi
+# the kernels' costs: every one measured (> 0 but the GEMM's per-call cost,
+# which the fit may put at 0), and the resident set of a process
+for key in norm_fwd norm_bwd gelu_fwd gelu_bwd dropout resid xent adam attn_drop gradnorm gemm_gflops base_rss_mb; do
+    v=$(sed -n "s/.*\"$key\": \([0-9.e+-]*\)[,}].*/\1/p" "$D/m.json")
+    if awk -v s="${v:-0}" 'BEGIN { exit !(s > 0) }'; then :; else bad "kernels_ns $key '$v'"; fi
+done
+v=$(sed -n 's/.*"gemm_call": \([0-9.e+-]*\)[,}].*/\1/p' "$D/m.json")
+if awk -v s="${v:--1}" 'BEGIN { exit !(s >= 0) }'; then ok "kernels_ns measured"; else bad "gemm_call '$v'"; fi
 M="--vocab-size 256 --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --global-batch-size 8"
 if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 >"$D/e" 2>&1 &&
-    grep -q "per core at mtc's shapes x 1 cores x .* share of a core under load" "$D/e"; then
+    grep -q "per core at mtc.s shapes x 1 cores x .* share of a core under load" "$D/e" &&
+    grep -q "attention .* tiled: 64x64 causal tiles" "$D/e"; then
     ok "explain shows the rate"
 else
     bad "explain: $(grep GEMMs "$D/e")"
 fi
+# the resident estimate: the allocation + the process's base over its ranks
+if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 --ranks-per-process 1 >"$D/e1" 2>&1 &&
+    grep -q "resident per rank (estimate): .* / 1 ranks per process" "$D/e1"; then
+    ok "explain shows the resident estimate"
+else
+    bad "resident: $(tail -2 "$D/e1")"
+fi
+for arg in "--ranks-per-process 3" "--hidden-dropout 1" "--attention-dropout -0.5"; do
+    "$MTC" plan $M --world-size 2 --machine "$D/m.json" $arg >"$D/o" 2>"$D/err"
+    st=$?
+    named=$(echo "$arg" | sed 's/^--\([a-z-]*\) \(.*\)/\1=\2/') # the value as the error names it
+    if [ "$st" = 2 ] && [ "$(wc -l <"$D/err")" -le 2 ] && grep -q -- "$named" "$D/err"; then
+        ok "plan $arg refused"
+    else
+        bad "plan $arg: status $st: $(cat "$D/err")"
+    fi
+done
 "$MTC" bench-peak --iters 0 --output "$D/x.json" >"$D/o" 2>"$D/err"
 st=$?
 if [ "$st" = 2 ] && [ "$(wc -l <"$D/err")" -le 2 ] && grep -q "iters=0" "$D/err"; then ok "--iters 0 refused"; else bad "--iters 0: status $st: $(cat "$D/err")"; fi

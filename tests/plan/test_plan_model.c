@@ -13,9 +13,13 @@
  *   - 1F1B keeps min(pp - rank, M) microbatches in flight on rank `rank`;
  *   - the MTC table equals mtc_model_activation_bytes of real models
  *     (GPT-2 and a GQA/SwiGLU Llama, several slot counts);
+ *   - a CPU host with measured kernels: each kernel's count in closed form;
  *   - Narayanan et al. 2021 Table 1 within 15% with the shipped constant. The tp > 1 and
  *     pipeline layouts are compared with mtc train in plan_vs_train.sh. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "plan/plan.h"
@@ -249,6 +253,114 @@ static void test_cpu_rate(void) {
     T_CHECK(strstr(mtc_error_detail(), "cpu_share") != NULL);
 }
 
+/* A CPU host with measured kernels (bench-peak's kernels_ns): every pass
+ * mtc runs priced at its cost. One kernel at a time is non-zero, so each
+ * term is its count in closed form: GELU runs forward once and again in
+ * backward (recomputed) on (N, F) per layer; the tiled attention computes
+ * the causal 64 x 64 tiles (3 of 4 at T = 128) of every (b, head); the
+ * GEMMs are the linears' FLOPs (the attention core is the tiles', not a
+ * GEMM's) at gemm_gflops; Adam on every element; all / the share. */
+static const char *kern_json(const char *key, double value, double share) {
+    static const char *keys[] = {"norm_fwd",      "norm_bwd",    "gelu_fwd",      "gelu_bwd",
+                                 "dropout",       "resid",       "xent",          "adam",
+                                 "attn_fwd_tile", "attn_fwd_hs", "attn_bwd_tile", "attn_bwd_hs",
+                                 "attn_drop",     "gemm_call",   "gradnorm"};
+    static char buf[1400];
+    int k = snprintf(buf, sizeof buf,
+                     "{\"name\": \"h\", \"is_cpu\": true, \"devices_per_node\": 2, "
+                     "\"peak_tflops_fp32\": 0.05, \"shape_tflops_fp32\": 0.1, \"cpu_share\": %g, "
+                     "\"hbm_gb\": 8, \"mem_bw_gbps\": 4, \"intra\": {\"bw_gbps\": 10, \"lat_us\": "
+                     "0.5}, \"inter\": {\"bw_gbps\": 10, \"lat_us\": 0.5}, \"kernels_ns\": {",
+                     share);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        k += snprintf(buf + k, sizeof buf - (size_t)k, "\"%s\": %g, ", keys[i],
+                      strcmp(keys[i], key) ? 0.0 : value);
+    snprintf(buf + k, sizeof buf - (size_t)k, "\"gemm_gflops\": 100, \"base_rss_mb\": 20}}");
+    return buf;
+}
+
+static void test_cpu_kernels(void) {
+    mtc_plan_layout l = gpt(4, 128, 4, 128, 256, 2, 2, 16); /* dp 2, one core each, M = 4 */
+    T_CHECK(mtc_plan_layout_check(&l) == MTC_OK);
+    double N = 2 * 128, h = 128, F = 512, V = 256, M = 4, L = 4;
+    mtc_plan_machine m;
+    mtc_plan_time t, t2;
+    /* GELU: 1 ns per element, forward + recomputed forward in backward */
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
+    T_CHECK(m.kern.measured && fabs(m.kern.base_rss - 20 * 1048576.0) < 1);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    T_CHECK(t.kernels == 1);
+    double gelu = M * L * 2 * N * F * 1e-9;
+    T_CHECKF(fabs(t.elementwise_s / gelu - 1) < 1e-9, "gelu %g vs %g", t.elementwise_s, gelu);
+    /* the linears' FLOPs (qkv, proj, fc1, fc2, head), forward and 2 x backward */
+    double fl = 6.0 * M * N * (L * (h * 3 * h + h * h + 2 * h * F) + h * V);
+    T_CHECKF(fabs(t.compute_s / (fl / 100e9) - 1) < 1e-9, "gemm %g vs %g", t.compute_s, fl / 100e9);
+    /* half a core: twice the time */
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 0.5), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t2) == MTC_OK);
+    T_CHECK(fabs(t2.elementwise_s / t.elementwise_s - 2) < 1e-9);
+    T_CHECK(fabs(t2.compute_s / t.compute_s - 2) < 1e-9);
+    /* attention: 1 us per forward tile, 3 tiles per (b, head), 2 x 4 of them */
+    T_CHECK(mtc_plan_machine_parse(kern_json("attn_fwd_tile", 1000, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    double att = M * L * 2 * 4 * 3 * 1e-6;
+    T_CHECKF(fabs(t.attention_s / att - 1) < 1e-9 && fabs(t.elementwise_s / att - 1) < 1e-9,
+             "attention %g vs %g", t.attention_s, att);
+    /* GEMM calls: 3 per linear, 17 linears a microbatch */
+    T_CHECK(mtc_plan_machine_parse(kern_json("gemm_call", 1000, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t2) == MTC_OK);
+    T_CHECK(fabs(t2.compute_s - t.compute_s - M * 17 * 3 * 1e-6) < 1e-12);
+    /* Adam: every element of the 842496 (no distributed optimizer) */
+    T_CHECK(mtc_plan_machine_parse(kern_json("adam", 1, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    mtc_plan_memory mem;
+    T_CHECK(mtc_plan_memory_peak(&l, &mem) == MTC_OK);
+    T_CHECK(fabs(t.optimizer_s - (double)mem.optim_numel * 1e-9) < 1e-12);
+    /* hidden dropout: the attention and MLP outputs of every layer and the
+     * embedding, masks drawn forward and again backward; off at p = 0 */
+    T_CHECK(mtc_plan_machine_parse(kern_json("dropout", 1, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    T_CHECK(t.elementwise_s == 0);
+    mtc_plan_layout ld = l;
+    ld.model.hidden_dropout = 0.1f;
+    T_CHECK(mtc_plan_time_step(&ld, &m, 0, &t) == MTC_OK);
+    double drop = M * (L * 4 + 2) * N * h * 1e-9;
+    T_CHECKF(fabs(t.elementwise_s / drop - 1) < 1e-9, "dropout %g vs %g", t.elementwise_s, drop);
+    /* 4 rank-threads on 2 cores (dp 4, M = 2): each runs at a whole core
+     * while it has one, the step is the world's work over the cores */
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
+    mtc_plan_layout l4 = gpt(4, 128, 4, 128, 256, 4, 2, 16);
+    T_CHECK(mtc_plan_layout_check(&l4) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l4, &m, 0, &t) == MTC_OK);
+    double w4 = 2 * L * 2 * N * F * 1e-9; /* one rank's GELU seconds at a whole core */
+    T_CHECKF(fabs((t.step_s - t.dp_comm_s - t.compute_s * 4 / 2) / (w4 * 4 / 2) - 1) < 1e-9,
+             "shared cores %g vs %g", t.step_s - t.dp_comm_s, w4 * 2);
+    /* the wait for a peer: once per call, on every collective */
+    mtc_plan_link k = {.bw = 1e9, .lat = 1e-6, .sync = 5e-6};
+    T_CHECK(fabs(mtc_plan_coll_time(MTC_PLAN_AR, 1e6, 2, &k) - (1e-3 + 2e-6 + 5e-6)) < 1e-12);
+    T_CHECK(fabs(mtc_plan_coll_time(MTC_PLAN_AG, 1e6, 4, &k) - (0.75e-3 + 3e-6 + 5e-6)) < 1e-12);
+    T_CHECK(fabs(mtc_plan_coll_time(MTC_PLAN_P2P, 1e6, 2, &k) - (1e-3 + 1e-6 + 5e-6)) < 1e-12);
+    T_CHECK(mtc_plan_coll_time(MTC_PLAN_AR, 1e6, 1, &k) == 0);
+    /* bad or missing entries are a format error naming the key */
+    T_CHECK(mtc_plan_machine_parse(kern_json("dropout", -1, 1), "t", &m) == MTC_ERR_FORMAT);
+    T_CHECK(strstr(mtc_error_detail(), "dropout") != NULL);
+    /* written and read back: the same costs */
+    T_CHECK(mtc_plan_machine_parse(kern_json("attn_bwd_hs", 512.5, 1), "t", &m) == MTC_OK);
+    char path[] = "/tmp/mtc_plan_kernXXXXXX";
+    int fd = mkstemp(path);
+    T_CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    T_CHECK(mtc_plan_machine_write(&m, path) == MTC_OK);
+    mtc_plan_machine back;
+    T_CHECK(mtc_plan_machine_load(path, &back) == MTC_OK);
+    T_CHECK(back.kern.measured && fabs(back.kern.attn_bwd_hs - 512.5e-9) < 1e-15);
+    T_CHECK(fabs(back.kern.gemm_rate - 100e9) < 1 &&
+            fabs(back.kern.base_rss - m.kern.base_rss) < 1);
+    remove(path);
+    /* a GPU machine keeps the bandwidth model */
+    T_CHECK(mtc_plan_machine_load("dgx-a100", &m) == MTC_OK && !m.kern.measured);
+}
+
 int main(void) {
     test_korthikanti();
     test_flops();
@@ -258,5 +370,6 @@ int main(void) {
     test_mtc_table();
     test_paper_table();
     test_cpu_rate();
+    test_cpu_kernels();
     return T_DONE();
 }
