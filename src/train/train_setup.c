@@ -16,6 +16,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "nn/lowp.h"
 #include "train/train_internal.h"
 
 /* 1 for the params Megatron marks shared_embedding: those the registry
@@ -127,6 +128,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
                               .recompute_mlp = c->recompute_mlp,
+                              .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
                                                      : TP_PREC_F32,
@@ -256,6 +258,35 @@ mtc_result_t train_scaler_init(train_rank *x) {
     return MTC_OK;
 }
 
+/* --bf16: the GEMM engine. --bf16-gemm auto: world rank 0 times both
+ * engines once on the model's MLP up-projection (the widest of its usual
+ * GEMMs: B x T_cp rows, ffn / tp columns, hidden deep) and broadcasts the
+ * rates, so every rank runs the same engine. Without
+ * oneDNN auto is fp32. comm: broadcast(world) with auto. */
+static mtc_result_t train_bf16_engine(train_rank *x) {
+    const mtc_train_config *c = x->cfg;
+    x->bf16_gemm = c->bf16 ? c->bf16_gemm : NN_BF16_GEMM_AUTO;
+    if (!c->bf16 || x->bf16_gemm != NN_BF16_GEMM_AUTO) return MTC_OK;
+    if (!nn_lowp_available()) {
+        x->bf16_gemm = NN_BF16_GEMM_F32;
+        return MTC_OK;
+    }
+    const mtc_model_config *mc = &c->model;
+    int tp = c->tp > 0 ? c->tp : 1;
+    int M = c->micro_batch * x->T_cp, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
+    int K = mc->hidden_size;
+    double v[2] = {0, 0};
+    if (x->world_rank == 0) MTC_CHECK(nn_bf16_gemm_measure(x->pool, M, N, K, &v[0], &v[1]));
+    MTC_CHECK(mtc_broadcast(v, 2, MTC_DTYPE_F64, 0, x->world));
+    x->bf16_gf[0] = v[0], x->bf16_gf[1] = v[1];
+    x->bf16_shape[0] = M < 1024 ? M : 1024, x->bf16_shape[1] = N, x->bf16_shape[2] = K;
+    /* oneDNN bf16 only when clearly faster (10%): the fp32 engine needs no
+     * bf16 copy of the weights, and a margin keeps the choice stable run to
+     * run where the two are close (the engines' sums differ in order) */
+    x->bf16_gemm = v[0] > 1.1 * v[1] ? NN_BF16_GEMM_DNNL : NN_BF16_GEMM_F32;
+    return MTC_OK;
+}
+
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out) {
     const mtc_train_config *c = x->cfg;
     mtc_progress_begin(&x->progress, "building GPT model (parameters, gradients, optimizer state)");
@@ -335,6 +366,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
             if (pk[k] > peak[k]) peak[k] = pk[k];
     }
     x->nmb = sc.num_microbatches; /* train_set_batch sets the pass's */
+    MTC_CHECK(train_bf16_engine(x));
     for (int k = 0; k < x->vpp; k++)
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;

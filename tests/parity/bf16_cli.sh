@@ -12,6 +12,9 @@
 #  - bf16 on the wire (pipeline activations, SP all-gathers,
 #    --grad-reduce-in-bf16) halves those bytes; every oneDNN primitive is
 #    made at set-up, none in the step loop;
+#  - the GEMM engines (--bf16-gemm dnnl-bf16 / fp32) train alike, auto says
+#    in the banner what it measured and which it chose, the fp32 engine
+#    keeps no bf16 weight copy;
 #  - bad precision flags exit 2 with one line before any work.
 set -u
 MTC=${MTC:-build/mtc}
@@ -105,7 +108,7 @@ else bad "--grad-reduce-in-bf16: DP bytes $ra -> $rb"; paste -d'\n' "$D/r32.json
 
 # oneDNN primitives: all made at set-up (the banner's count), none in the step loop
 for lay in "" "--world-size 2 --tp 2 --sequence-parallel" "--world-size 2 --pp 2"; do
-    "$MTC" train $TINY $lay --bf16 --metrics "$D/pr.jsonl" >"$D/pr.log" 2>&1 || bad "bf16 $lay"
+    "$MTC" train $TINY $lay --bf16 --bf16-gemm dnnl-bf16 --metrics "$D/pr.jsonl" >"$D/pr.log" 2>&1 || bad "bf16 $lay"
     made=$(sed -n 's/.* \([0-9]*\) primitives made at set-up.*/\1/p' "$D/pr.log")
     counts=$(grep -o '"lowp_primitives": [0-9]*' "$D/pr.jsonl" | sed 's/.*: //' | sort -u)
     if [ -n "$made" ] && [ "$made" -gt 0 ] && [ "$counts" = "$made" ] && [ "$(grep -c lowp_primitives "$D/pr.jsonl")" -eq 4 ]; then
@@ -113,7 +116,27 @@ for lay in "" "--world-size 2 --tp 2 --sequence-parallel" "--world-size 2 --pp 2
     else bad "bf16 ${lay:-serial}: primitives at set-up '$made', per step '$counts'"; fi
 done
 
-# 5. bad flags
+# 5. the GEMM engines: the same products (exact in fp32), fp32 sums in
+# another order, so the losses agree within the bf16 parity bound (2e-4)
+E="$TINY --train-iters 6 --bf16"
+"$MTC" train $E --bf16-gemm dnnl-bf16 --metrics "$D/ed.jsonl" >"$D/ed.log" 2>&1 || bad "--bf16-gemm dnnl-bf16"
+"$MTC" train $E --bf16-gemm fp32 --metrics "$D/ef.jsonl" >"$D/ef.log" 2>&1 || bad "--bf16-gemm fp32"
+"$MTC" train $E --metrics "$D/ea.jsonl" >"$D/ea.log" 2>&1 || bad "--bf16-gemm auto"
+mb() { sed -n 's/.*compute copies \([0-9.]*\) MB.*/\1/p' "$1"; }
+if [ "$(grep -c lm_loss "$D/ef.jsonl")" -eq 6 ] &&
+    paste -d' ' "$D/ed.jsonl" "$D/ef.jsonl" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0
+        d = (v[0] - v[1]) / v[0]; if (d < 0) d = -d; if (n != 2 || d > 2e-4) bad = 1 } END { exit bad }' &&
+    grep -q "GEMM engine dnnl-bf16 (set by --bf16-gemm)" "$D/ed.log" && grep -q "GEMM engine fp32 (set by --bf16-gemm)" "$D/ef.log" &&
+    awk -v a="$(mb "$D/ed.log")" -v b="$(mb "$D/ef.log")" 'BEGIN { exit !(b > 0 && a > 1.4 * b) }'; then
+    ok "--bf16-gemm dnnl-bf16 and fp32: 6 losses within 2e-4, compute copies $(mb "$D/ed.log") -> $(mb "$D/ef.log") MB (no bf16 copy)"
+else bad "--bf16-gemm engines differ"; paste -d'\n' "$D/ed.jsonl" "$D/ef.jsonl"; grep "mixed precision" "$D/ed.log" "$D/ef.log"; fi
+if grep -Eq "GEMM engine (fp32|dnnl-bf16) \(measured on [0-9]+x[0-9]+x[0-9]+: oneDNN bf16 [0-9.]+ GFLOP/s, fp32 [0-9.]+ GFLOP/s, bf16/fp32 [0-9.]+" "$D/ea.log"; then
+    ok "--bf16-gemm auto: $(sed -n 's/.*GEMM engine \([^ ]*\) (measured on \([^;]*\);.*/\1 (\2)/p' "$D/ea.log")"
+else bad "--bf16-gemm auto banner"; grep "mixed precision" "$D/ea.log"; fi
+
+# 6. bad flags
+refuse "--bf16-gemm with an unknown engine" "is not auto, dnnl-bf16 or fp32" --bf16 --bf16-gemm amx
+refuse "--bf16-gemm without --bf16" "needs --bf16" --bf16-gemm fp32
 refuse "--bf16 with --fp16" "choose one" --bf16 --fp16
 refuse "--grad-reduce-in-bf16 without --bf16" "needs --bf16" --grad-reduce-in-bf16
 refuse "--hysteresis 0" "hysteresis=0" --fp16 --hysteresis 0
