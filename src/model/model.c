@@ -6,12 +6,15 @@
  * allocates after mtc_model_init. */
 #include "model/model.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "model/family.h"
@@ -432,7 +435,9 @@ static void gpt_lp_task(int i, void *arg) {
         return;
     }
     size_t o = j->a + lo;
-    if (m->params16) { /* bf16 for oneDNN, and the same values in fp32 */
+    if (m->main_sharded) { /* params_c was gathered: only oneDNN's bf16 copy to make */
+        if (m->params16) nn_f32_to_bf16(m->params16 + o, m->params_c + o, n);
+    } else if (m->params16) { /* bf16 for oneDNN, and the same values in fp32 */
         nn_f32_to_bf16(m->params16 + o, m->params + o, n);
         nn_bf16_to_f32(m->params_c + o, m->params16 + o, n);
     } else {
@@ -457,6 +462,35 @@ void model_lowp_refresh(mtc_model *m, int first, int last) {
         gpt_lp_run(m, NULL, p->offset, p->local_numel);
         m->lp_seen[i] = m->lp_version;
     }
+}
+
+/* Pages [a, b) bytes of params, aligned inward, released and protected. */
+static mtc_result_t gpt_release(mtc_model *m, size_t a, size_t b, size_t page) {
+    size_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    if (hi <= lo) return MTC_OK;
+    char *base = (char *)m->params;
+    if (madvise(base + lo, hi - lo, MADV_DONTNEED) != 0 ||
+        mprotect(base + lo, hi - lo, PROT_NONE) != 0)
+        return mtc_error(MTC_ERR_SYSTEM, "releasing %zu bytes of fp32 main params: %s", hi - lo,
+                         strerror(errno));
+    m->main_released += hi - lo;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2], int nkeep) {
+    if (m->precision != TP_PREC_BF16)
+        return mtc_error(MTC_ERR_INVALID_USAGE, "fp32 main params are sharded only with --bf16");
+    m->lp_version++;
+    model_lowp_refresh(m, 0, m->reg.count);
+    m->main_sharded = 1;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), cur = 0;
+    size_t end = (m->reg.total * sizeof(float) + page - 1) / page * page; /* the mapping's */
+    for (int i = 0; i < nkeep; i++) {
+        size_t s = (size_t)keep[i][0] * sizeof(float), e = (size_t)keep[i][1] * sizeof(float);
+        if (s > cur) MTC_CHECK(gpt_release(m, cur, s, page));
+        if (e > cur) cur = e;
+    }
+    return gpt_release(m, cur, end, page);
 }
 
 void model_lowp_round(const mtc_model *m, float *x, size_t n) {

@@ -247,7 +247,22 @@ typedef struct {
     tp_lowp lowp;        /* the TP layers' view of the above and their conversion scratch */
     uint64_t lp_version; /* bumped by mtc_model_params_changed */
     uint64_t *lp_seen;   /* (reg.count) version each parameter's copies were made from */
+    /* --bf16 with the distributed optimizer (mtc_model_shard_main_params):
+     * params is valid only in this rank's shard, the optimizer's all-gather
+     * writes params_c, and a refresh only makes params16 from params_c */
+    int main_sharded;
+    size_t main_released; /* bytes of params given back to the OS */
 } mtc_model;
+
+/* --bf16 with the distributed optimizer: keep fp32 main params only for
+ * the element ranges keep[i] = [start, end) (this rank's shard, sorted),
+ * as Megatron. Makes every compute copy current from params first; then
+ * the pages of params outside the ranges are given back to the OS and made
+ * inaccessible (a stray read faults instead of reading stale values), and
+ * from then on the compute copy params_c is written by whoever gathers the
+ * owners' bf16 params (mtc_distopt_gather_into). MTC_ERR_INVALID_USAGE
+ * outside --bf16; MTC_ERR_SYSTEM if the kernel refuses. */
+mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2], int nkeep);
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
  * arena for `nslots` in-flight microbatches of (B, T = cfg->seq_length).

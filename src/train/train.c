@@ -367,6 +367,16 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "activations above are %s values in fp32 storage (Megatron's tensors: half)\n",
                 c->bf16 ? "bf16" : "fp16", gemm, (double)copies / 1048576.0,
                 (double)scratch / 1048576.0, c->bf16 ? "bf16" : "fp16");
+        if (x->chunks[0].model->main_sharded) {
+            size_t released = 0;
+            for (int k = 0; k < x->vpp; k++)
+                released += x->chunks[k].model->main_released;
+            fprintf(out,
+                    "> fp32 main params: only this rank's distributed-optimizer shard (%.2f MB "
+                    "above; %.2f MB of the full buffer given back); the param all-gather carries "
+                    "the owners' bf16-rounded params into the compute copies\n",
+                    (double)mem.param_bytes / 1048576.0, (double)released / 1048576.0);
+        }
     }
     fprintf(out, "> model, optimizer state and data set up in %.2f s\n",
             (double)x->setup_ns * 1e-9);

@@ -4,7 +4,8 @@
 #    steps): final validation loss within 2%;
 #  - a bf16 run resumed from its checkpoint continues bit for bit (the
 #    checkpoint holds the fp32 main params, not their bf16 copies), and the
-#    same checkpoint loads into fp32 and back into bf16;
+#    same checkpoint loads into fp32 and back into bf16; the same with the
+#    distributed optimizer, whose fp32 main params are each rank's shard;
 #  - --fp16 with Megatron's dynamic scaler: the first iterations overflow
 #    at 2^32 and are skipped and counted, the logged loss scale halves after
 #    `hysteresis` overflows, training then goes on with a finite loss;
@@ -45,20 +46,44 @@ fi
 
 # 2. checkpoints keep the fp32 main params
 ll() { grep -o '"lm_loss": [^,]*, "grad_norm": [^,]*' "$1"; }
+# (an engine pinned: auto measures at set-up, and the bit-for-bit checks
+# need the same engine in both runs)
+B16="--bf16 --bf16-gemm dnnl-bf16"
 R="$SMALL --train-iters 8 --log-interval 1 --eval-iters 0 --lr-warmup-iters 0 --lr-decay-style constant --lr-decay-iters 100"
-"$MTC" train $R --bf16 --metrics "$D/full.jsonl" >"$D/full.log" 2>&1 || bad "bf16 8 iterations"
-"$MTC" train $R --bf16 --train-iters 4 --save "$D/ck" >"$D/s.log" 2>&1 || bad "bf16 save"
-"$MTC" train $R --bf16 --load "$D/ck" --metrics "$D/res.jsonl" >"$D/res.log" 2>&1 || { bad "bf16 resume"; cat "$D/res.log"; }
+"$MTC" train $R $B16 --metrics "$D/full.jsonl" >"$D/full.log" 2>&1 || bad "bf16 8 iterations"
+"$MTC" train $R $B16 --train-iters 4 --save "$D/ck" >"$D/s.log" 2>&1 || bad "bf16 save"
+"$MTC" train $R $B16 --load "$D/ck" --metrics "$D/res.jsonl" >"$D/res.log" 2>&1 || { bad "bf16 resume"; cat "$D/res.log"; }
 if [ "$(ll "$D/full.jsonl" | tail -4)" = "$(ll "$D/res.jsonl")" ] && [ -n "$(ll "$D/res.jsonl")" ]; then
     ok "bf16 resumed from its checkpoint: iterations 5-8 bit for bit"
 else bad "bf16 resume differs"; ll "$D/full.jsonl"; ll "$D/res.jsonl"; fi
 "$MTC" train $R --load "$D/ck" --metrics "$D/f.jsonl" --save "$D/ck32" >"$D/f.log" 2>&1 || { bad "fp32 load of a bf16 checkpoint"; cat "$D/f.log"; }
-"$MTC" train $R --bf16 --train-iters 12 --load "$D/ck32" --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "bf16 load of an fp32 checkpoint"; cat "$D/b.log"; }
+"$MTC" train $R $B16 --train-iters 12 --load "$D/ck32" --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "bf16 load of an fp32 checkpoint"; cat "$D/b.log"; }
 if [ "$(ll "$D/f.jsonl" | wc -l)" -eq 4 ] && [ "$(ll "$D/b.jsonl" | wc -l)" -eq 4 ] &&
     paste -d' ' "$D/res.jsonl" "$D/f.jsonl" | head -1 | awk '{ for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0 }
         END { d = (v[0] - v[1]) / v[0]; if (d < 0) d = -d; exit !(n == 2 && d < 0.01) }'; then
     ok "a bf16 checkpoint trains on in fp32 (first loss within 1% of bf16's) and back in bf16"
 else bad "bf16 -> fp32 -> bf16 checkpoints"; fi
+
+# 2b. --bf16 with the distributed optimizer keeps fp32 main params only for
+# each rank's shard: its checkpoint (written from the shards) resumes bit
+# for bit, loads into a serial fp32 run, and an fp32 checkpoint loads into it
+DO="$R --bf16 --bf16-gemm fp32 --world-size 2 --use-distributed-optimizer"
+"$MTC" train $DO --metrics "$D/dfull.jsonl" >"$D/dfull.log" 2>&1 || { bad "bf16 distopt 8 iterations"; cat "$D/dfull.log"; }
+"$MTC" train $DO --train-iters 4 --save "$D/dck" >"$D/ds.log" 2>&1 || bad "bf16 distopt save"
+"$MTC" train $DO --load "$D/dck" --metrics "$D/dres.jsonl" >"$D/dres.log" 2>&1 || { bad "bf16 distopt resume"; cat "$D/dres.log"; }
+kept=$(sed -n 's/.*fp32 main params: only this rank.s distributed-optimizer shard (\([0-9.]*\) MB above; \([0-9.]*\) MB.*/\1 \2/p' "$D/dfull.log" | head -1)
+if [ -n "$kept" ] && awk -v k="$kept" 'BEGIN { split(k, v, " "); exit !(v[2] > 0.4 * (v[1] + v[2])) }' &&
+    [ -n "$(ll "$D/dres.jsonl")" ] && [ "$(ll "$D/dfull.jsonl" | tail -4)" = "$(ll "$D/dres.jsonl")" ]; then
+    ok "bf16 distopt dp2: fp32 main params of the shard only (kept / released MB: $kept), resumed bit for bit"
+else bad "bf16 distopt shard / resume: '$kept'"; ll "$D/dfull.jsonl"; ll "$D/dres.jsonl"; fi
+"$MTC" train $R --load "$D/dck" --metrics "$D/df.jsonl" >"$D/df.log" 2>&1 || { bad "fp32 serial load of a bf16 distopt checkpoint"; cat "$D/df.log"; }
+"$MTC" train $R --world-size 2 --use-distributed-optimizer --train-iters 4 --save "$D/fck" >"$D/fs.log" 2>&1 || bad "fp32 distopt save"
+"$MTC" train $DO --load "$D/fck" --metrics "$D/db.jsonl" >"$D/db.log" 2>&1 || { bad "bf16 distopt load of an fp32 checkpoint"; cat "$D/db.log"; }
+first() { grep -o '"lm_loss": [^,]*' "$1" | head -1 | sed 's/.*: //'; }
+a=$(first "$D/dres.jsonl") b=$(first "$D/df.jsonl") c=$(first "$D/db.jsonl")
+if [ -n "$a" ] && [ -n "$b" ] && [ -n "$c" ] && awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; e = (a - c) / a; if (e < 0) e = -e; exit !(d < 0.01 && e < 0.01) }'; then
+    ok "the sharded bf16 checkpoint trains on in serial fp32 ($b vs $a), an fp32 distopt one in bf16 distopt ($c)"
+else bad "bf16 distopt checkpoints across precisions: $a $b $c"; fi
 
 # 3. fp16 and the dynamic loss scaler
 "$MTC" train $R --fp16 --train-iters 12 --log-interval 1 >"$D/h.log" 2>&1 || { bad "fp16 run"; cat "$D/h.log"; }
