@@ -366,8 +366,8 @@ int cli_cmd_train(int argc, char **argv) {
          "as Megatron, one bucket without overlap and on pipeline stages > 0",
          0},
         {"bf16", NULL, MTC_ARG_FLAG, &bf16, NULL,
-         "bf16 mixed precision: bf16 GEMMs (oneDNN) on bf16 copies of fp32 main params, fp32 "
-         "main grads, norms, softmax and loss; no loss scaler",
+         "bf16 mixed precision: GEMMs on bf16 values of the fp32 main params with fp32 "
+         "accumulation (--bf16-gemm), fp32 main grads, norms, softmax and loss; no loss scaler",
          0},
         {"bf16-gemm", NULL, MTC_ARG_STRING, &bf16_gemm, "E",
          "with --bf16, the GEMM engine: dnnl-bf16 (oneDNN bf16 matmul), fp32 (fp32 GEMMs on "

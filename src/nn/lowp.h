@@ -61,6 +61,10 @@ void nn_f16_to_f32(float *out, const nn_f16 *in, size_t n);
  * what a tensor stored in that type holds, kept in fp32 storage. */
 void nn_round_bf16(float *x, size_t n);
 void nn_round_f16(float *x, size_t n);
+/* The same out of place, in one pass over memory: out = the nearest bf16
+ * (fp16) value of each in (out == in allowed, other overlaps not). */
+void nn_round_bf16_to(float *out, const float *in, size_t n);
+void nn_round_f16_to(float *out, const float *in, size_t n);
 /* Scalar forms (the reference the vector paths must match). */
 nn_f16 nn_f32_to_f16_1(float f);
 float nn_f16_to_f32_1(nn_f16 h);

@@ -50,7 +50,7 @@ typedef struct {
     void *out;
     const float *in;
     size_t n, per;
-    int op; /* 0: fp32 -> bf16, 1: round to bf16 in place, 2: round to fp16 in place */
+    int op; /* 0: fp32 -> bf16, 1: round to bf16, 2: round to fp16 (in place or into out) */
 } lin_cvt_job;
 
 static void lin_cvt_task(int i, void *arg) {
@@ -59,9 +59,9 @@ static void lin_cvt_task(int i, void *arg) {
     if (j->op == 0)
         nn_f32_to_bf16((mtc_bf16 *)j->out + a, j->in + a, n);
     else if (j->op == 1)
-        nn_round_bf16((float *)j->out + a, n);
+        nn_round_bf16_to((float *)j->out + a, j->in + a, n);
     else
-        nn_round_f16((float *)j->out + a, n);
+        nn_round_f16_to((float *)j->out + a, j->in + a, n);
 }
 
 static void lin_cvt(const tp_ctx *tp, int op, void *out, const float *in, size_t n) {
@@ -86,11 +86,11 @@ static void lin_round(const tp_ctx *tp, float *x, size_t n) {
  * fp32 operands, fp16 or bf16 with f32_gemm). */
 static int lin_dnnl_bf16(const tp_lowp *q) { return q->prec == TP_PREC_BF16 && !q->f32_gemm; }
 
-/* fp16, bf16 with f32_gemm: a rounded copy of x in buf (cap floats). */
+/* fp16, bf16 with f32_gemm: a rounded copy of x in buf (cap floats), one
+ * pass over memory. */
 static const float *lin_round_copy(const tp_ctx *tp, void *buf, const float *x, size_t n) {
     MTC_ASSERT(n <= tp->lowp->cap);
-    memcpy(buf, x, n * sizeof(float));
-    lin_round(tp, buf, n);
+    lin_cvt(tp, tp->lowp->prec == TP_PREC_BF16 ? 1 : 2, buf, x, n);
     return buf;
 }
 

@@ -421,6 +421,18 @@ static void test_f32_engine(nn_lowp *lp) {
     test_f32_engine_case(lp, (shape){64, 64, 64}, 0, 1, 0, &beyond);
     T_CHECKF(beyond > 64 * 64 / 2, "an fp32 operand: only %d of %d beyond the bound", beyond,
              64 * 64);
+    /* the out-of-place rounding the fp32 engine copies its operands with */
+    float in[1000], a[1000], b[1000];
+    mtc_rng_fill_normal(in, 1000, 77, 1, 0, 0.0f, 1.0f);
+    in[3] = 1e-40f, in[4] = NAN, in[5] = INFINITY; /* a subnormal, NaN, inf */
+    memcpy(a, in, sizeof a);
+    nn_round_bf16(a, 1000);
+    nn_round_bf16_to(b, in, 1000);
+    T_CHECK(!memcmp(a, b, sizeof a));
+    memcpy(a, in, sizeof a);
+    nn_round_f16(a, 1000);
+    nn_round_f16_to(b, in, 1000);
+    T_CHECK(!memcmp(a, b, sizeof a));
     /* names, and the set-up probe gives both rates */
     T_CHECK(nn_bf16_gemm_parse("auto") == NN_BF16_GEMM_AUTO);
     T_CHECK(nn_bf16_gemm_parse("dnnl-bf16") == NN_BF16_GEMM_DNNL);

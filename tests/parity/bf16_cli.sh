@@ -25,7 +25,7 @@ trap 'rm -rf "$D"' EXIT
 FORT=/usr/share/games/fortunes
 DATA="--data-path $FORT --tokenizer-type char"
 [ -e "$FORT" ] || DATA="--mock-data --vocab-size 128" # section 1 needs the real text
-if "$MTC" train $TINY --bf16 --train-iters 1 2>&1 | grep -q "needs oneDNN"; then
+if "$MTC" train $TINY --bf16 --bf16-gemm dnnl-bf16 --train-iters 1 2>&1 | grep -q "needs oneDNN"; then
     echo "skip: this mtc was built without oneDNN (--bf16 needs libdnnl-dev; scripts/deps.sh installs it)"
     exit 0
 fi
