@@ -29,9 +29,18 @@
 # a slow phase of a shared machine falls on both; the table gives the best
 # step of each program (the least disturbed) and the ratio of the medians.
 #
+# Recomputation row (RECOMPUTE, e.g. "none selective full"; empty: skipped):
+# mtc alone, GPT-2 124M at sequence RC_SEQ (default 1024), micro batch 1,
+# RC_THREADS threads (default 2), RC_PREC (fp32 or bf16, default fp32); per
+# granularity the median step, its ratio to "none", the banner's activation
+# arena (the analytic activation memory) and the process's peak resident
+# set (/usr/bin/time), ROUNDS rounds in alternating order. selective is
+# --recompute-modules core_attn,mlp; full is uniform, 1 layer per unit.
+#
 # usage: bench/train_vs_pytorch.sh [path/to/mtc]
 #   env: STEPS (default 5), ROUNDS (default 3), THREADS (default "1 2"),
-#        MODELS (default "gpt gpt2 llama llama-gqa"), PRECISIONS (default "fp32 bf16")
+#        MODELS (default "gpt gpt2 llama llama-gqa"; may be empty with RECOMPUTE),
+#        PRECISIONS (default "fp32 bf16"), RECOMPUTE, RC_SEQ, RC_THREADS, RC_PREC (above)
 set -eu
 MTC=${1:-build/mtc}
 STEPS=${STEPS:-5}
@@ -54,7 +63,7 @@ for p in $PRECISIONS; do
 done
 [ -n "$PRECISIONS" ] || { echo "train_vs_pytorch.sh: PRECISIONS is empty (fp32 and/or bf16)" >&2; exit 2; }
 KEYS=$(echo "$ROWS" | awk '{ printf "%s%s", (NR > 1 ? " " : ""), $1 }')
-[ -n "$MODELS" ] || { echo "train_vs_pytorch.sh: MODELS is empty (choose from: $KEYS)" >&2; exit 2; }
+[ -n "$MODELS" ] || [ -n "${RECOMPUTE-}" ] || { echo "train_vs_pytorch.sh: MODELS is empty (choose from: $KEYS)" >&2; exit 2; }
 for m in $MODELS; do
     echo "$ROWS" | awk -v m="$m" '$1 == m { f = 1 } END { exit f ? 0 : 1 }' ||
         { echo "train_vs_pytorch.sh: MODELS entry '$m' is not a row (choose from: $KEYS)" >&2; exit 2; }
@@ -182,3 +191,48 @@ awk '{ k = $1 " " $2; if ($3 == "fp32") { mf[k] = $4; pf[k] = $5 } else { mb[k] 
      END { for (k in keys) if ((k in mf) && (k in mb))
                printf "bf16 vs fp32 %-26s mtc %.2fx  torch %.2fx (fp32 ms / bf16 ms)\n", k, mf[k] / mb[k], pf[k] / pb[k] }' "$T/prec.txt" | sort
 awk '{ printf "parameters %-22s mtc %11d  torch %11d  %s\n", $1, $2, $3, $2 == $3 ? "(equal)" : "(DIFFER)" }' "$T/params.txt"
+
+# ---- recomputation: step time and memory of none / selective / full ----
+RECOMPUTE=${RECOMPUTE-}
+[ -n "$RECOMPUTE" ] || exit 0
+RC_SEQ=${RC_SEQ:-1024} RC_THREADS=${RC_THREADS:-2} RC_PREC=${RC_PREC:-fp32}
+[ -x /usr/bin/time ] || { echo "train_vs_pytorch.sh: RECOMPUTE needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
+rc_flags() {
+    case $1 in
+    none) echo "" ;;
+    selective) echo "--recompute-granularity selective --recompute-modules core_attn,mlp" ;;
+    full) echo "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" ;;
+    *) echo "train_vs_pytorch.sh: RECOMPUTE entry '$1' is not none, selective or full" >&2; exit 2 ;;
+    esac
+}
+for g in $RECOMPUTE; do rc_flags "$g" >/dev/null || exit 2; done
+PF=
+[ "$RC_PREC" = bf16 ] && PF=--bf16
+rc_run() { # granularity -> appends step times to $T/rc.$1, peak RSS (KB) to $T/rss.$1
+    $CLEAN /usr/bin/time -f "%M" -o "$T/time.out" "$MTC" train --mock-data --vocab-size 50257 \
+        --make-vocab-size-divisible-by 128 --num-layers 12 --hidden-size 768 --num-attention-heads 12 \
+        --seq-length "$RC_SEQ" --max-position-embeddings "$RC_SEQ" --micro-batch-size 1 \
+        --global-batch-size 1 --train-iters $((STEPS + 1)) --log-interval 1 --eval-iters 0 \
+        --hidden-dropout 0 --attention-dropout 0 --threads "$RC_THREADS" $PF $(rc_flags "$1") \
+        --metrics "$T/rc.jsonl" >"$T/rc.out" 2>&1 || { cat "$T/rc.out" >&2; exit 1; }
+    tail -n "$STEPS" "$T/rc.jsonl" | sed 's/.*"elapsed_ms": \([0-9.]*\).*/\1/' >>"$T/rc.$1"
+    tail -n 1 "$T/time.out" >>"$T/rss.$1"
+    sed -n 's/.*activations \([0-9.]*\)$/\1/p' "$T/rc.out" | head -n 1 >"$T/act.$1"
+}
+for g in $RECOMPUTE; do : >"$T/rc.$g"; : >"$T/rss.$g"; done
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+    order=$RECOMPUTE
+    [ $((r % 2)) -eq 0 ] && order=$(echo "$RECOMPUTE" | tr ' ' '\n' | sed '1!G;h;$!d' | tr '\n' ' ')
+    for g in $order; do rc_run "$g"; done
+    r=$((r + 1))
+done
+echo
+printf '%-30s %-10s %9s %8s %12s %8s %12s\n' "recomputation ($RC_PREC)" granularity "median ms" "x none" "activ. MB" "none/x" "peak RSS MB"
+first=${RECOMPUTE%% *}
+m0=$(median "$T/rc.$first") a0=$(cat "$T/act.$first")
+for g in $RECOMPUTE; do
+    m=$(median "$T/rc.$g") a=$(cat "$T/act.$g") rss=$(sort -n "$T/rss.$g" | tail -n 1)
+    awk -v n="gpt2-124M seq $RC_SEQ thr $RC_THREADS" -v g="$g" -v m="$m" -v m0="$m0" -v a="$a" -v a0="$a0" -v rss="$rss" \
+        'BEGIN { printf "%-30s %-10s %9.1f %7.2fx %12.1f %7.2fx %12.1f\n", n, g, m, m / m0, a, a0 / a, rss / 1024 }'
+done

@@ -17,6 +17,7 @@
 #include "cp/cp.h"
 #include "data/data.h"
 #include "moe/moe_cli.h"
+#include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
 #include "train/train.h"
 
@@ -203,6 +204,7 @@ int cli_cmd_train(int argc, char **argv) {
     int check_nan = 1;
     /* mixed precision (issue 17) */
     int bf16 = 0, fp16 = 0, grad_bf16 = 0, acc_fp32 = 1, ls_window = 1000, hyst = 2;
+    const char *bf16_gemm = NULL;
     double loss_scale = 0, init_ls = 4294967296.0, min_ls = 1.0;
     const char *noop_s[3] = {NULL, NULL, NULL};
     /* issue 16: Megatron flags without effect here, and ones refused */
@@ -364,8 +366,13 @@ int cli_cmd_train(int argc, char **argv) {
          "as Megatron, one bucket without overlap and on pipeline stages > 0",
          0},
         {"bf16", NULL, MTC_ARG_FLAG, &bf16, NULL,
-         "bf16 mixed precision: bf16 GEMMs (oneDNN) on bf16 copies of fp32 main params, fp32 "
-         "main grads, norms, softmax and loss; no loss scaler",
+         "bf16 mixed precision: GEMMs on bf16 values of the fp32 main params with fp32 "
+         "accumulation (--bf16-gemm), fp32 main grads, norms, softmax and loss; no loss scaler",
+         0},
+        {"bf16-gemm", NULL, MTC_ARG_STRING, &bf16_gemm, "E",
+         "with --bf16, the GEMM engine: dnnl-bf16 (oneDNN bf16 matmul), fp32 (fp32 GEMMs on "
+         "bf16-valued operands: the same products, exact in fp32) or auto (default: the faster "
+         "on this CPU, measured at set-up)",
          0},
         {"fp16", NULL, MTC_ARG_FLAG, &fp16, NULL,
          "fp16 mixed precision: fp16-rounded params and activations (fp32 arithmetic), fp32 "
@@ -1012,6 +1019,12 @@ int cli_cmd_train(int argc, char **argv) {
     if (ls_window < 1)
         return cli_usage_error("train", "loss-scale-window=%d must be >= 1", ls_window);
     if (hyst < 1) return cli_usage_error("train", "hysteresis=%d must be >= 1", hyst);
+    if (bf16_gemm && nn_bf16_gemm_parse(bf16_gemm) < 0)
+        return cli_usage_error("train", "--bf16-gemm %s is not auto, dnnl-bf16 or fp32", bf16_gemm);
+    if (bf16_gemm && !bf16)
+        return cli_usage_error("train", "--bf16-gemm %s needs --bf16 (add it or drop the flag)",
+                               bf16_gemm);
+    tc.bf16_gemm = bf16_gemm ? nn_bf16_gemm_parse(bf16_gemm) : NN_BF16_GEMM_AUTO;
     tc.bf16 = bf16, tc.fp16 = fp16, tc.grad_reduce_in_bf16 = grad_bf16;
     tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;

@@ -7,14 +7,17 @@
  *   params: | b0: r0'| r1'| ... | b1: r0'| r1'| ... |   every rank
  *
  * Relies on dp/ddp.h for the buffers, layout and communicators, and on
- * nn_adamw_update for the element-wise update. Limitations: fp32 params
- * only; one buffer (no expert buffers). */
+ * nn_adamw_update for the element-wise update. With a compute copy
+ * (--bf16) the updated shard is rounded into the copy and the copy is
+ * gathered instead (distopt.h). Limitations: one buffer (no expert
+ * buffers). */
 #include "dp/distopt.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/mem.h"
+#include "nn/lowp.h"
 #include "nn/nn.h"
 
 mtc_result_t mtc_distopt_init(mtc_ddp *d, int overlap_param_gather, mtc_distopt **out) {
@@ -99,14 +102,16 @@ mtc_result_t mtc_distopt_param_gather_wait(mtc_distopt *o) {
     return first;
 }
 
-/* comm: all-gather(intra) of every bucket's shards, in forward order. */
-static mtc_result_t distopt_gather_start(mtc_distopt *o) {
+void mtc_distopt_gather_into(mtc_distopt *o, float *copy) { o->copy = copy; }
+
+/* comm: all-gather(intra) of every bucket's shards of buf, in forward order. */
+static mtc_result_t distopt_gather_start(mtc_distopt *o, float *buf) {
     mtc_ddp *d = o->ddp;
     if (!d->comms.intra) return MTC_OK;
     for (int b = d->layout.nbuckets - 1; b >= 0; b--) {
         dp_range bk = d->layout.bucket[b];
         size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
-        float *base = d->params + bk.start;
+        float *base = buf + bk.start;
         /* in place: sendbuf = recvbuf + rank * sendcount */
         MTC_CHECK(mtc_all_gather_start(base + (size_t)d->shard_rank * shard, base, shard,
                                        MTC_DTYPE_F32, d->comms.intra, &o->gather[b]));
@@ -130,8 +135,23 @@ mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
             d->params + pc->start, d->grads + pc->start, o->m + pc->state, o->v + pc->state,
             (size_t)pc->n, grad_scale, pc->decoupled && hp->decoupled ? hp->lr_decoupled : lr,
             hp->beta1, hp->beta2, hp->eps, pc->decay ? hp->weight_decay : 0.0f, (int)o->step);
+        if (o->copy) { /* the owner's bf16 params, rounded from its fp32 main shard */
+            memcpy(o->copy + pc->start, d->params + pc->start, (size_t)pc->n * sizeof(float));
+            nn_round_bf16(o->copy + pc->start, (size_t)pc->n);
+        }
     }
-    MTC_CHECK(distopt_gather_start(o));
+    MTC_CHECK(distopt_gather_start(o, o->copy ? o->copy : d->params));
     if (!o->overlap_param_gather) MTC_CHECK(mtc_distopt_param_gather_wait(o));
     return MTC_OK;
+}
+
+mtc_result_t mtc_distopt_gather_main(mtc_distopt *o, float *full) {
+    mtc_ddp *d = o->ddp;
+    MTC_CHECK(mtc_distopt_param_gather_wait(o));
+    memset(full, 0, (size_t)d->layout.numel * sizeof(float));
+    for (int k = 0; k < o->npieces; k++)
+        memcpy(full + o->pieces[k].start, d->params + o->pieces[k].start,
+               (size_t)o->pieces[k].n * sizeof(float));
+    MTC_CHECK(distopt_gather_start(o, full));
+    return mtc_distopt_param_gather_wait(o);
 }

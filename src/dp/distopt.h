@@ -22,9 +22,15 @@
  * comm: all-gather(INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP) per bucket,
  * non-blocking, issued in forward order (last bucket first) so the first
  * layers' params arrive first.
+ * With a compute copy (mtc_distopt_gather_into, --bf16): each step rounds
+ * the updated shard to bf16 into the copy and the all-gather fills the
+ * copy, not the param buffer, which then holds fp32 main params only in
+ * this rank's shard (Megatron's fp32 main params of the owned shard and
+ * bf16 model params gathered from the owners; the gathered values are bf16
+ * values in fp32 storage, the same values as a bf16 gather).
  * Relies on dp/ddp.h, dp/layout.h, nn_adamw_update. Does not: save or load
- * optimizer state (m, v are exposed with the piece map for ckpt/), handle
- * bf16 params with fp32 main copies, or schedule the LR. */
+ * optimizer state (m, v are exposed with the piece map for ckpt/), or
+ * schedule the LR. */
 #ifndef MTC_DP_DISTOPT_H
 #define MTC_DP_DISTOPT_H
 
@@ -58,6 +64,7 @@ typedef struct {
     int64_t n;
     int64_t step;          /* optimizer steps taken */
     mtc_request_t *gather; /* [nbuckets] pending all-gathers */
+    float *copy;           /* NULL, or the bf16 compute copy the all-gather fills */
 } mtc_distopt;
 
 /* Optimizer state for d's shard (zeroed). d must use the distributed
@@ -76,6 +83,17 @@ void mtc_distopt_free(mtc_distopt *o);
  * mtc_ddp_finish first). comm: all-gather(intra) per bucket. */
 mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
                               const mtc_distopt_hparams *hp);
+
+/* From now on gather into copy (the layout's numel floats, same offsets as
+ * the param buffer): each step rounds this rank's updated pieces to bf16
+ * into copy, then all-gathers copy per bucket. The param buffer outside
+ * the shard is not read or written again (its owner may release it). */
+void mtc_distopt_gather_into(mtc_distopt *o, float *copy);
+
+/* The fp32 main params of every bucket, assembled from the shards into
+ * full (the layout's numel floats): for checks and exports, not the step.
+ * Blocking. comm: all-gather(intra) per bucket. */
+mtc_result_t mtc_distopt_gather_main(mtc_distopt *o, float *full);
 
 /* Wait until bucket b's params (or param p's bucket, or all) are gathered.
  * No-op when nothing is pending. */

@@ -6,12 +6,15 @@
  * allocates after mtc_model_init. */
 #include "model/model.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "model/family.h"
@@ -363,23 +366,25 @@ mtc_result_t mtc_model_validate_tp(const mtc_model_config *c, int tp, int sp) {
 /* --bf16 / --fp16: the rounded parameter copies, the oneDNN context and
  * the conversion scratch of the TP layers (the widest GEMM operand: the
  * whole sequence times the widest row the chunk multiplies). */
-static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec) {
+static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm) {
     const mtc_model_config *c = &m->cfg;
     size_t tp = (size_t)m->tp_size, N = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
     size_t F1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->ffn_hidden_size / tp);
     size_t QKV_tp = ((size_t)c->num_heads / tp + 2 * ((size_t)mtc_model_groups(c) / tp)) * HS;
     size_t w = max_sz((size_t)c->hidden_size, max_sz(QKV_tp, F1_tp));
     if (m->has_head) w = max_sz(w, (size_t)c->padded_vocab_size / tp);
+    int dnnl = prec == TP_PREC_BF16 && !f32_gemm; /* bf16 operands: half the scratch */
     m->precision = prec;
     m->lowp.prec = prec;
-    m->lowp.cap = prec == TP_PREC_BF16 ? (N * w + 1) / 2 : N * w;
+    m->lowp.f32_gemm = prec == TP_PREC_BF16 && f32_gemm;
+    m->lowp.cap = dnnl ? (N * w + 1) / 2 : N * w;
     m->lowp.nw = m->reg.total;
     m->lp_version = 1;
     MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(float), 1, (void **)&m->params_c));
     MTC_CHECK(mtc_mem_calloc((size_t)m->reg.count + 1, sizeof(uint64_t), (void **)&m->lp_seen));
     MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xa));
     MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xb));
-    if (prec == TP_PREC_BF16) {
+    if (dnnl) {
         MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(mtc_bf16), 1, (void **)&m->params16));
         MTC_CHECK(nn_lowp_create(&m->lowp.lp));
     }
@@ -430,12 +435,17 @@ static void gpt_lp_task(int i, void *arg) {
         return;
     }
     size_t o = j->a + lo;
-    if (m->precision == TP_PREC_BF16) {
+    if (m->main_sharded) { /* params_c was gathered: only oneDNN's bf16 copy to make */
+        if (m->params16) nn_f32_to_bf16(m->params16 + o, m->params_c + o, n);
+    } else if (m->params16) { /* bf16 for oneDNN, and the same values in fp32 */
         nn_f32_to_bf16(m->params16 + o, m->params + o, n);
         nn_bf16_to_f32(m->params_c + o, m->params16 + o, n);
     } else {
         memcpy(m->params_c + o, m->params + o, n * sizeof(float));
-        nn_round_f16(m->params_c + o, n);
+        if (m->precision == TP_PREC_BF16)
+            nn_round_bf16(m->params_c + o, n);
+        else
+            nn_round_f16(m->params_c + o, n);
     }
 }
 
@@ -452,6 +462,35 @@ void model_lowp_refresh(mtc_model *m, int first, int last) {
         gpt_lp_run(m, NULL, p->offset, p->local_numel);
         m->lp_seen[i] = m->lp_version;
     }
+}
+
+/* Pages [a, b) bytes of params, aligned inward, released and protected. */
+static mtc_result_t gpt_release(mtc_model *m, size_t a, size_t b, size_t page) {
+    size_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    if (hi <= lo) return MTC_OK;
+    char *base = (char *)m->params;
+    if (madvise(base + lo, hi - lo, MADV_DONTNEED) != 0 ||
+        mprotect(base + lo, hi - lo, PROT_NONE) != 0)
+        return mtc_error(MTC_ERR_SYSTEM, "releasing %zu bytes of fp32 main params: %s", hi - lo,
+                         strerror(errno));
+    m->main_released += hi - lo;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2], int nkeep) {
+    if (m->precision != TP_PREC_BF16)
+        return mtc_error(MTC_ERR_INVALID_USAGE, "fp32 main params are sharded only with --bf16");
+    m->lp_version++;
+    model_lowp_refresh(m, 0, m->reg.count);
+    m->main_sharded = 1;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), cur = 0;
+    size_t end = (m->reg.total * sizeof(float) + page - 1) / page * page; /* the mapping's */
+    for (int i = 0; i < nkeep; i++) {
+        size_t s = (size_t)keep[i][0] * sizeof(float), e = (size_t)keep[i][1] * sizeof(float);
+        if (s > cur) MTC_CHECK(gpt_release(m, cur, s, page));
+        if (e > cur) cur = e;
+    }
+    return gpt_release(m, cur, end, page);
 }
 
 void model_lowp_round(const mtc_model *m, float *x, size_t n) {
@@ -597,7 +636,8 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
-    if (o->precision != TP_PREC_F32) MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision), rc, fail);
+    if (o->precision != TP_PREC_F32)
+        MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision, o->bf16_gemm_f32), rc, fail);
     m->rec_mlp = o->recompute_mlp;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;

@@ -237,16 +237,32 @@ typedef struct {
      * fp32 (the optimizer's main params and main grads); the layers read
      * params_c, the main params rounded to bf16 / fp16 (kept in fp32
      * storage for the fp32 kernels: norms, embeddings, biases), and with
-     * bf16 the GEMMs read params16, the same values as bf16. Both are
+     * bf16 on oneDNN the GEMMs read params16, the same values as bf16
+     * (not allocated with bf16_gemm_f32: its GEMMs read params_c). Both are
      * refreshed from params lazily, per parameter, the first time a
      * forward needs it after mtc_model_params_changed. */
     tp_precision precision;
     float *params_c;     /* (reg.total) NULL in fp32 */
-    mtc_bf16 *params16;  /* (reg.total) bf16 only */
+    mtc_bf16 *params16;  /* (reg.total) bf16 on oneDNN only */
     tp_lowp lowp;        /* the TP layers' view of the above and their conversion scratch */
     uint64_t lp_version; /* bumped by mtc_model_params_changed */
     uint64_t *lp_seen;   /* (reg.count) version each parameter's copies were made from */
+    /* --bf16 with the distributed optimizer (mtc_model_shard_main_params):
+     * params is valid only in this rank's shard, the optimizer's all-gather
+     * writes params_c, and a refresh only makes params16 from params_c */
+    int main_sharded;
+    size_t main_released; /* bytes of params given back to the OS */
 } mtc_model;
+
+/* --bf16 with the distributed optimizer: keep fp32 main params only for
+ * the element ranges keep[i] = [start, end) (this rank's shard, sorted),
+ * as Megatron. Makes every compute copy current from params first; then
+ * the pages of params outside the ranges are given back to the OS and made
+ * inaccessible (a stray read faults instead of reading stale values), and
+ * from then on the compute copy params_c is written by whoever gathers the
+ * owners' bf16 params (mtc_distopt_gather_into). MTC_ERR_INVALID_USAGE
+ * outside --bf16; MTC_ERR_SYSTEM if the kernel refuses. */
+mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2], int nkeep);
 
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
  * arena for `nslots` in-flight microbatches of (B, T = cfg->seq_length).
@@ -286,6 +302,8 @@ typedef struct {
     tp_precision precision;        /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
     int recompute_mlp;             /* --recompute-granularity selective --recompute-modules mlp:
                                       each layer's MLP forward runs again in its backward */
+    int bf16_gemm_f32;             /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
+                                      oneDNN bf16 (nn_bf16_gemm; 0: oneDNN bf16) */
     void *layout_ctx;
 } mtc_model_chunk_opts;
 

@@ -142,20 +142,23 @@ void nn_f16_to_f32(float *out, const nn_f16 *in, size_t n) {
  * do the work, so the bits are theirs. */
 #define ROUND_BLOCK 512
 
-void nn_round_bf16(float *x, size_t n) {
+void nn_round_bf16_to(float *out, const float *in, size_t n) {
     mtc_bf16 h[ROUND_BLOCK];
     for (size_t i = 0; i < n; i += ROUND_BLOCK) {
         size_t k = n - i < ROUND_BLOCK ? n - i : ROUND_BLOCK;
-        nn_f32_to_bf16(h, x + i, k);
-        nn_bf16_to_f32(x + i, h, k);
+        nn_f32_to_bf16(h, in + i, k);
+        nn_bf16_to_f32(out + i, h, k);
     }
 }
 
-void nn_round_f16(float *x, size_t n) {
+void nn_round_f16_to(float *out, const float *in, size_t n) {
     nn_f16 h[ROUND_BLOCK];
     for (size_t i = 0; i < n; i += ROUND_BLOCK) {
         size_t k = n - i < ROUND_BLOCK ? n - i : ROUND_BLOCK;
-        nn_f32_to_f16(h, x + i, k);
-        nn_f16_to_f32(x + i, h, k);
+        nn_f32_to_f16(h, in + i, k);
+        nn_f16_to_f32(out + i, h, k);
     }
 }
+
+void nn_round_bf16(float *x, size_t n) { nn_round_bf16_to(x, x, n); }
+void nn_round_f16(float *x, size_t n) { nn_round_f16_to(x, x, n); }

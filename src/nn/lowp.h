@@ -61,6 +61,10 @@ void nn_f16_to_f32(float *out, const nn_f16 *in, size_t n);
  * what a tensor stored in that type holds, kept in fp32 storage. */
 void nn_round_bf16(float *x, size_t n);
 void nn_round_f16(float *x, size_t n);
+/* The same out of place, in one pass over memory: out = the nearest bf16
+ * (fp16) value of each in (out == in allowed, other overlaps not). */
+void nn_round_bf16_to(float *out, const float *in, size_t n);
+void nn_round_f16_to(float *out, const float *in, size_t n);
 /* Scalar forms (the reference the vector paths must match). */
 nn_f16 nn_f32_to_f16_1(float f);
 float nn_f16_to_f32_1(nn_f16 h);
@@ -124,6 +128,30 @@ static inline mtc_result_t nn_gemm_f32_dnnl(nn_pool *pool, nn_lowp *lp, int tran
     return nn_lowp_gemm(pool, lp, MTC_DTYPE_F32, MTC_DTYPE_F32, transA, transB, M, N, K, alpha, A,
                         lda, B, ldb, NULL, beta, C, ldc);
 }
+
+/* ---- which GEMMs a --bf16 model runs (--bf16-gemm) -------------------------------- */
+
+/* A product of two bf16 values is exact in fp32, so an fp32 GEMM of
+ * bf16-valued operands accumulated in fp32 computes what a bf16 GEMM with
+ * fp32 accumulation computes (up to the order of the fp32 sums). A --bf16
+ * model can therefore run its GEMMs either through oneDNN's bf16 matmul
+ * (NN_BF16_GEMM_DNNL: bf16 operands, half the bytes) or as fp32 GEMMs
+ * (NN_BF16_GEMM_F32: nn_sgemm, on the fp32-stored bf16 compute weights and
+ * bf16-rounded activations), whichever this CPU runs faster: on a CPU whose
+ * bf16 dot product (vdpbf16ps) has half the fp32 FMA rate, fp32 wins. */
+typedef enum { NN_BF16_GEMM_AUTO = 0, NN_BF16_GEMM_DNNL, NN_BF16_GEMM_F32 } nn_bf16_gemm;
+/* "auto", "dnnl-bf16", "fp32". */
+const char *nn_bf16_gemm_name(nn_bf16_gemm e);
+/* The engine named s (one of the names above); -1 when s names none. */
+int nn_bf16_gemm_parse(const char *s);
+/* Times C (M,N) = A (M,K) · Bᵀ once per engine as the linear forward runs
+ * it (oneDNN bf16 with fp32 output; nn_sgemm), alternating, and gives each
+ * engine's best rate in GFLOP/s (the operands are filled here; M is capped
+ * at 1024 rows to keep this short: about 10 GEMMs of that shape). For
+ * set-up code, never the step loop. Without oneDNN *gf_bf16 is 0.
+ * MTC_ERR_OUT_OF_MEMORY, or oneDNN's error. */
+mtc_result_t nn_bf16_gemm_measure(nn_pool *pool, int M, int N, int K, double *gf_bf16,
+                                  double *gf_f32);
 
 /* ---- bf16 linear: out = inp · wᵀ + bias -------------------------------------------- */
 

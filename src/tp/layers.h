@@ -56,14 +56,18 @@
  * tensor kept in fp32 storage). fp16: the same roundings to fp16 with the
  * GEMM in fp32 (this CPU has no fp16 arithmetic); the backward also rounds
  * the incoming gradient to fp16, so a loss scale too large overflows to inf
- * there as on a GPU. */
+ * there as on a GPU. bf16 with f32_gemm (--bf16-gemm fp32, or auto where
+ * it measured faster): the fp16 scheme with bf16 roundings, the GEMMs in
+ * fp32 on bf16-valued operands (exact products, fp32 accumulation: the
+ * bf16 GEMM's semantics), no w16, no oneDNN context. */
 typedef enum { TP_PREC_F32 = 0, TP_PREC_BF16, TP_PREC_FP16 } tp_precision;
 struct nn_lowp;
 typedef struct {
     tp_precision prec;
-    struct nn_lowp *lp;  /* bf16: the rank's oneDNN context */
+    struct nn_lowp *lp;  /* bf16: the rank's oneDNN context (NULL with f32_gemm) */
+    int f32_gemm;        /* bf16: fp32 GEMMs on bf16-valued operands instead of oneDNN bf16 */
     const float *w32;    /* the compute parameters every weight pointer points into */
-    const mtc_bf16 *w16; /* bf16: their copy, same offsets */
+    const mtc_bf16 *w16; /* bf16 without f32_gemm: their copy, same offsets */
     size_t nw;           /* floats of w32 */
     void *xa, *xb;       /* conversion scratch, cap floats each (the input, the gradient) */
     size_t cap;
@@ -81,7 +85,8 @@ typedef struct {
  * (forward, input gradient, weight gradient) ahead, at set-up, so that no
  * step creates any (nn_lowp_stats counts them). column: 1 column-parallel,
  * 0 row-parallel (input parallel); IN, OUT the full sizes; B, T as the
- * layer is called (T the whole sequence). A no-op without --bf16. */
+ * layer is called (T the whole sequence). A no-op without --bf16 and with
+ * f32_gemm (nn_sgemm makes its own as the fp32 model does). */
 mtc_result_t tp_linear_bf16_prepare(const tp_ctx *tp, int column, int B, int T, int IN, int OUT,
                                     int has_bias);
 

@@ -50,7 +50,7 @@ typedef struct {
     void *out;
     const float *in;
     size_t n, per;
-    int op; /* 0: fp32 -> bf16, 1: round to bf16 in place, 2: round to fp16 in place */
+    int op; /* 0: fp32 -> bf16, 1: round to bf16, 2: round to fp16 (in place or into out) */
 } lin_cvt_job;
 
 static void lin_cvt_task(int i, void *arg) {
@@ -59,9 +59,9 @@ static void lin_cvt_task(int i, void *arg) {
     if (j->op == 0)
         nn_f32_to_bf16((mtc_bf16 *)j->out + a, j->in + a, n);
     else if (j->op == 1)
-        nn_round_bf16((float *)j->out + a, n);
+        nn_round_bf16_to((float *)j->out + a, j->in + a, n);
     else
-        nn_round_f16((float *)j->out + a, n);
+        nn_round_f16_to((float *)j->out + a, j->in + a, n);
 }
 
 static void lin_cvt(const tp_ctx *tp, int op, void *out, const float *in, size_t n) {
@@ -82,11 +82,15 @@ static void lin_round(const tp_ctx *tp, float *x, size_t n) {
     lin_cvt(tp, tp->lowp->prec == TP_PREC_BF16 ? 1 : 2, x, x, n);
 }
 
-/* fp16: a rounded copy of x in buf (cap floats). */
-static const float *lin_f16_copy(const tp_ctx *tp, void *buf, const float *x, size_t n) {
+/* The GEMM runs through oneDNN's bf16 matmul (else: nn_sgemm on rounded
+ * fp32 operands, fp16 or bf16 with f32_gemm). */
+static int lin_dnnl_bf16(const tp_lowp *q) { return q->prec == TP_PREC_BF16 && !q->f32_gemm; }
+
+/* fp16, bf16 with f32_gemm: a rounded copy of x in buf (cap floats), one
+ * pass over memory. */
+static const float *lin_round_copy(const tp_ctx *tp, void *buf, const float *x, size_t n) {
     MTC_ASSERT(n <= tp->lowp->cap);
-    memcpy(buf, x, n * sizeof(float));
-    lin_cvt(tp, 2, buf, buf, n);
+    lin_cvt(tp, tp->lowp->prec == TP_PREC_BF16 ? 1 : 2, buf, x, n);
     return buf;
 }
 
@@ -100,13 +104,13 @@ static mtc_result_t lin_forward_r(const tp_ctx *tp, float *out, const float *x, 
         nn_linear_forward(tp->pool, out, x, w, b, N, IN, OUT);
         return MTC_OK;
     }
-    if (q->prec == TP_PREC_BF16) {
+    if (lin_dnnl_bf16(q)) {
         MTC_ASSERT(nx <= 2 * q->cap);
         lin_cvt(tp, 0, q->xa, x, nx);
         MTC_CHECK(nn_linear_bf16_forward(tp->pool, q->lp, out, MTC_DTYPE_F32, q->xa, lin_w16(q, w),
                                          lin_w16(q, b), N, IN, OUT));
     } else {
-        nn_linear_forward(tp->pool, out, lin_f16_copy(tp, q->xa, x, nx), w, b, N, IN, OUT);
+        nn_linear_forward(tp->pool, out, lin_round_copy(tp, q->xa, x, nx), w, b, N, IN, OUT);
     }
     if (round) lin_round(tp, out, (size_t)N * OUT);
     return MTC_OK;
@@ -138,23 +142,23 @@ static mtc_result_t lin_backward(const tp_ctx *tp, float *dinp, float *dw, float
         nn_linear_backward(tp->pool, dinp, dw, db, dout, x, w, N, IN, OUT);
         return MTC_OK;
     }
-    if (q->prec == TP_PREC_BF16) {
+    if (lin_dnnl_bf16(q)) {
         MTC_ASSERT(nd <= 2 * q->cap && (!dw || nx <= 2 * q->cap));
         if (!dout_ready) lin_cvt(tp, 0, q->xb, dout, nd);
         if (dw) lin_cvt(tp, 0, q->xa, x, nx);
         return nn_linear_bf16_backward(tp->pool, q->lp, dinp, MTC_DTYPE_F32, dw, db, q->xb,
                                        dw ? q->xa : NULL, lin_w16(q, w), N, IN, OUT);
     }
-    const float *g = dout_ready ? q->xb : lin_f16_copy(tp, q->xb, dout, nd);
-    nn_linear_backward(tp->pool, dinp, dw, db, g, dw ? lin_f16_copy(tp, q->xa, x, nx) : NULL, w, N,
-                       IN, OUT);
+    const float *g = dout_ready ? q->xb : lin_round_copy(tp, q->xb, dout, nd);
+    nn_linear_backward(tp->pool, dinp, dw, db, g, dw ? lin_round_copy(tp, q->xa, x, nx) : NULL, w,
+                       N, IN, OUT);
     return MTC_OK;
 }
 
 mtc_result_t tp_linear_bf16_prepare(const tp_ctx *tp, int column, int B, int T, int IN, int OUT,
                                     int has_bias) {
     const tp_lowp *q = tp->lowp;
-    if (!q || q->prec != TP_PREC_BF16) return MTC_OK;
+    if (!q || !lin_dnnl_bf16(q)) return MTC_OK;
     int p = tp_size(tp->comm), N = B * T;
     int in = column ? IN : IN / p, out = column ? OUT / p : OUT;
     int bias = has_bias && (column || p == 1); /* row-parallel adds its bias after the reduction */

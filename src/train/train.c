@@ -50,10 +50,13 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
                 c->loss_scale_window != 0 ? c->loss_scale_window : MTC_LOSS_SCALE_WINDOW,
                 c->hysteresis != 0 ? c->hysteresis : MTC_LOSS_SCALE_HYSTERESIS));
     }
-    if (c->bf16 && !nn_lowp_available())
+    if (c->bf16 && c->bf16_gemm == NN_BF16_GEMM_DNNL && !nn_lowp_available())
         return mtc_error(MTC_ERR_UNSUPPORTED,
-                         "--bf16 needs oneDNN and this mtc was built without it: install "
-                         "libdnnl-dev (scripts/deps.sh does) and re-run cmake");
+                         "--bf16-gemm dnnl-bf16 needs oneDNN and this mtc was built without it: "
+                         "install libdnnl-dev (scripts/deps.sh does) and re-run cmake, or use "
+                         "--bf16-gemm fp32");
+    if (c->bf16_gemm < NN_BF16_GEMM_AUTO || c->bf16_gemm > NN_BF16_GEMM_F32)
+        return mtc_error(E, "bf16-gemm=%d is not an engine (auto, dnnl-bf16, fp32)", c->bf16_gemm);
     if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
     if (c->pp < 0) return mtc_error(E, "pipeline-model-parallel-size=%d must be >= 1", c->pp);
     if (c->ddp_bucket_size < 0)
@@ -336,13 +339,27 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             if (m->lowp.lp) nn_lowp_stats(m->lowp.lp, &cr, &hits);
             made += cr;
         }
-        char gemm[160] = "fp32 GEMMs on fp16-rounded inputs";
-        if (c->bf16) {
+        char gemm[400] = "fp32 GEMMs on fp16-rounded inputs", why[200] = "set by --bf16-gemm";
+        if (c->bf16 && x->bf16_gf[1] > 0)
+            snprintf(why, sizeof why,
+                     "measured on %dx%dx%d: oneDNN bf16 %.1f GFLOP/s, fp32 %.1f GFLOP/s, bf16/fp32 "
+                     "%.2f; --bf16-gemm overrides",
+                     x->bf16_shape[0], x->bf16_shape[1], x->bf16_shape[2], x->bf16_gf[0],
+                     x->bf16_gf[1], x->bf16_gf[0] / x->bf16_gf[1]);
+        else if (c->bf16 && c->bf16_gemm == NN_BF16_GEMM_AUTO)
+            snprintf(why, sizeof why, "mtc was built without oneDNN");
+        if (c->bf16 && x->bf16_gemm == NN_BF16_GEMM_DNNL) {
             char impl[96] = "";
             if (x->chunks[0].model->lowp.lp)
                 nn_lowp_describe(x->chunks[0].model->lowp.lp, impl, sizeof impl);
-            snprintf(gemm, sizeof gemm, "bf16 GEMMs by %s, %ld primitives made at set-up", impl,
-                     made);
+            snprintf(gemm, sizeof gemm,
+                     "GEMM engine dnnl-bf16 (%s): bf16 GEMMs by %s, %ld primitives made at set-up",
+                     why, impl, made);
+        } else if (c->bf16) {
+            snprintf(gemm, sizeof gemm,
+                     "GEMM engine fp32 (%s): fp32 GEMMs on bf16-valued weights and inputs (exact "
+                     "products, fp32 accumulation)",
+                     why);
         }
         fprintf(out,
                 "> mixed precision: %s; %s; parameters and gradients above are the fp32 main "
@@ -350,6 +367,16 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "activations above are %s values in fp32 storage (Megatron's tensors: half)\n",
                 c->bf16 ? "bf16" : "fp16", gemm, (double)copies / 1048576.0,
                 (double)scratch / 1048576.0, c->bf16 ? "bf16" : "fp16");
+        if (x->chunks[0].model->main_sharded) {
+            size_t released = 0;
+            for (int k = 0; k < x->vpp; k++)
+                released += x->chunks[k].model->main_released;
+            fprintf(out,
+                    "> fp32 main params: only this rank's distributed-optimizer shard (%.2f MB "
+                    "above; %.2f MB of the full buffer given back); the param all-gather carries "
+                    "the owners' bf16-rounded params into the compute copies\n",
+                    (double)mem.param_bytes / 1048576.0, (double)released / 1048576.0);
+        }
     }
     fprintf(out, "> model, optimizer state and data set up in %.2f s\n",
             (double)x->setup_ns * 1e-9);

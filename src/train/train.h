@@ -100,6 +100,7 @@ typedef struct {
     int bf16;                  /* --bf16: bf16 compute copies, fp32 main params and grads */
     int fp16;                  /* --fp16: fp16-rounded compute copies, loss scaling */
     int grad_reduce_in_bf16;   /* --grad-reduce-in-bf16: DP reductions in bf16 */
+    int bf16_gemm;             /* --bf16-gemm: nn_bf16_gemm (0 auto: measured at set-up) */
     double loss_scale;         /* --loss-scale S: constant scale (0: dynamic with --fp16) */
     double initial_loss_scale; /* --initial-loss-scale (0: 2^32) */
     double min_loss_scale;     /* --min-loss-scale (0: 1) */

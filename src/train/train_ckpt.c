@@ -45,10 +45,13 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
      * that group writes each piece */
     int rep_n = x->dp ? mtc_comm_size(x->dp) : 1, rep_r = x->dp ? mtc_comm_rank(x->dp) : 0;
     char key[MTC_CKPT_KEY_MAX];
+    /* --bf16 distopt: the fp32 main params are each rank's shard, written
+     * with the moments below */
+    int sharded = m->main_sharded && ch->dopt;
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         if (for_save && p->shared_copy) continue;
-        for (int which = 0; which < (with_optim && !ch->dopt ? 3 : 1); which++) {
+        for (int which = sharded; which < (with_optim && !ch->dopt ? 3 : 1); which++) {
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, 0);
             if (for_save &&
@@ -59,7 +62,7 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
                 mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base + p->offset, 0, p->local_numel));
         }
     }
-    if (!with_optim || !ch->dopt) return MTC_OK;
+    if ((!with_optim && !sharded) || !ch->dopt) return MTC_OK;
     const mtc_distopt *o = ch->dopt;
     mtc_comm_t inter = ch->ddp->comms.inter;
     int nd = inter ? mtc_comm_size(inter) : 1, ir = inter ? mtc_comm_rank(inter) : 0;
@@ -68,13 +71,15 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
         const mtc_param *p = &r->params[pc->param];
         if (for_save && p->shared_copy) continue;
         size_t a = (size_t)pc->start - p->offset, b = a + (size_t)pc->n;
-        for (int which = 1; which <= 2; which++) {
+        for (int which = sharded ? 0 : 1; which <= (with_optim ? 2 : 0); which++) {
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, (uint32_t)k);
             if (for_save &&
                 !(picks(h, nd, ir) && (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
                 continue;
-            float *base = (which == 1 ? o->m : o->v) + pc->state;
+            /* base: local element a of the piece */
+            float *base =
+                which == 0 ? m->params + pc->start : (which == 1 ? o->m : o->v) + pc->state;
             MTC_CHECK(mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base, a, b));
         }
     }

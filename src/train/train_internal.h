@@ -110,6 +110,11 @@ typedef struct {
     mtc_grad_scaler scaler;
     float loss_scale;
     int scaler_skipped; /* the last step found inf/NaN gradients and was skipped */
+    /* --bf16: the GEMM engine (nn_bf16_gemm, never AUTO once set up) and, when
+     * measured, each engine's rate in GFLOP/s on the model's widest shape */
+    int bf16_gemm;
+    double bf16_gf[2]; /* oneDNN bf16, fp32 (0: not measured) */
+    int bf16_shape[3]; /* the measured GEMM's M, N, K */
 } train_rank;
 
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */

@@ -16,6 +16,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "nn/lowp.h"
 #include "train/train_internal.h"
 
 /* 1 for the params Megatron marks shared_embedding: those the registry
@@ -127,6 +128,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
                               .recompute_mlp = c->recompute_mlp,
+                              .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
                                                      : TP_PREC_F32,
@@ -256,6 +258,67 @@ mtc_result_t train_scaler_init(train_rank *x) {
     return MTC_OK;
 }
 
+/* --bf16: the GEMM engine. --bf16-gemm auto: world rank 0 times both
+ * engines once on the model's MLP up-projection (the widest of its usual
+ * GEMMs: B x T_cp rows, ffn / tp columns, hidden deep) and broadcasts the
+ * rates, so every rank runs the same engine. Without
+ * oneDNN auto is fp32. comm: broadcast(world) with auto. */
+static mtc_result_t train_bf16_engine(train_rank *x) {
+    const mtc_train_config *c = x->cfg;
+    x->bf16_gemm = c->bf16 ? c->bf16_gemm : NN_BF16_GEMM_AUTO;
+    if (!c->bf16 || x->bf16_gemm != NN_BF16_GEMM_AUTO) return MTC_OK;
+    if (!nn_lowp_available()) {
+        x->bf16_gemm = NN_BF16_GEMM_F32;
+        return MTC_OK;
+    }
+    const mtc_model_config *mc = &c->model;
+    int tp = c->tp > 0 ? c->tp : 1;
+    int M = c->micro_batch * x->T_cp, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
+    int K = mc->hidden_size;
+    double v[2] = {0, 0};
+    if (x->world_rank == 0) MTC_CHECK(nn_bf16_gemm_measure(x->pool, M, N, K, &v[0], &v[1]));
+    MTC_CHECK(mtc_broadcast(v, 2, MTC_DTYPE_F64, 0, x->world));
+    x->bf16_gf[0] = v[0], x->bf16_gf[1] = v[1];
+    x->bf16_shape[0] = M < 1024 ? M : 1024, x->bf16_shape[1] = N, x->bf16_shape[2] = K;
+    /* oneDNN bf16 only when clearly faster (10%): the fp32 engine needs no
+     * bf16 copy of the weights, and a margin keeps the choice stable run to
+     * run where the two are close (the engines' sums differ in order) */
+    x->bf16_gemm = v[0] > 1.1 * v[1] ? NN_BF16_GEMM_DNNL : NN_BF16_GEMM_F32;
+    return MTC_OK;
+}
+
+static int keep_cmp(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* --bf16 --use-distributed-optimizer, after the params are initialised or
+ * loaded: each rank keeps fp32 main params only for its optimizer shard
+ * and the param all-gather carries the owners' bf16-rounded params into
+ * every rank's compute copy (Megatron's layout: 4/dp bytes of fp32 main
+ * params per parameter). Not with MoE (expert params step outside the
+ * distributed optimizer's shard). */
+static mtc_result_t train_shard_main(train_rank *x) {
+    const mtc_train_config *c = x->cfg;
+    if (!c->bf16 || !c->use_distributed_optimizer || c->model.moe.num_experts > 0) return MTC_OK;
+    for (int k = 0; k < x->vpp; k++) {
+        train_chunk *ch = &x->chunks[k];
+        const mtc_distopt *o = ch->dopt;
+        if (!o) continue;
+        int64_t(*keep)[2] = calloc((size_t)(o->npieces ? o->npieces : 1), sizeof *keep);
+        if (!keep) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "shard ranges of a rank");
+        for (int i = 0; i < o->npieces; i++)
+            keep[i][0] = o->pieces[i].start, keep[i][1] = o->pieces[i].start + o->pieces[i].n;
+        qsort(keep, (size_t)o->npieces, sizeof *keep, keep_cmp);
+        mtc_result_t rc =
+            mtc_model_shard_main_params(ch->model, (const int64_t(*)[2])keep, o->npieces);
+        free(keep);
+        MTC_CHECK(rc);
+        mtc_distopt_gather_into(ch->dopt, ch->model->params_c);
+    }
+    return MTC_OK;
+}
+
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out) {
     const mtc_train_config *c = x->cfg;
     mtc_progress_begin(&x->progress, "building GPT model (parameters, gradients, optimizer state)");
@@ -335,6 +398,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
             if (pk[k] > peak[k]) peak[k] = pk[k];
     }
     x->nmb = sc.num_microbatches; /* train_set_batch sets the pass's */
+    MTC_CHECK(train_bf16_engine(x));
     for (int k = 0; k < x->vpp; k++)
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
@@ -374,9 +438,11 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     }
     mtc_progress_end(&x->progress);
     x->last_saved = -1;
-    if (c->load_path && c->load_weights_file) return train_load_file(x);
-    if (c->load_path) return train_ckpt_load(x, out);
-    return MTC_OK;
+    if (c->load_path && c->load_weights_file)
+        MTC_CHECK(train_load_file(x));
+    else if (c->load_path)
+        MTC_CHECK(train_ckpt_load(x, out));
+    return train_shard_main(x);
 }
 
 size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
@@ -387,6 +453,7 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
         mtc_ddp_memory(x->chunks[k].ddp, &m);
         mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
         mem->optim_state_bytes += m.optim_state_bytes;
+        mem->param_bytes -= x->chunks[k].model->main_released; /* --bf16 distopt: the shard */
         act += mtc_model_activation_bytes(x->chunks[k].model);
     }
     return act;
@@ -455,16 +522,27 @@ mtc_result_t train_gather(train_rank *x, float *global) {
                             (void **)&scratch));
     memset(global, 0, r0->global_total * sizeof(float));
     mtc_result_t rc = MTC_OK;
+    float *full = NULL; /* --bf16 distopt: the fp32 main params from the shards */
     for (int k = 0; k < x->vpp && rc == MTC_OK; k++) { /* chunks hold disjoint layers */
         const mtc_model *m = x->chunks[k].model;
+        const float *src = m->params;
+        if (m->main_sharded) {
+            free(full);
+            full = NULL;
+            rc = mtc_mem_alloc(x->chunks[k].ddp->layout.numel * sizeof(float), (void **)&full);
+            /* comm: all-gather(intra) per bucket */
+            if (rc == MTC_OK) rc = mtc_distopt_gather_main(x->chunks[k].dopt, full);
+            src = full;
+        }
         /* comm: all-gather(tp) per split parameter */
-        rc = mtc_model_gather(m, global, m->params, scratch);
+        if (rc == MTC_OK) rc = mtc_model_gather(m, global, src, scratch);
         for (int i = 0; rc == MTC_OK && i < m->reg.count; i++) /* the first copy counts */
             if (m->reg.params[i].shared_copy)
                 memset(global + m->reg.params[i].global_offset, 0,
                        m->reg.params[i].numel * sizeof(float));
     }
     free(scratch);
+    free(full);
     MTC_CHECK(rc);
     /* comm: all-reduce(pp): each stage contributes its own parameters, zeros elsewhere */
     if (x->pipe)

@@ -1,6 +1,7 @@
 /* tests/model/test_model_lowp.c - the whole GPT under --bf16 and --fp16
  * against PyTorch's float64 reference (tests/reference/gpt2_tiny.fixture):
- * logits, loss and every gradient within the precision's bound, and an
+ * logits, loss and every gradient within the precision's bound (bf16 on
+ * both GEMM engines: oneDNN bf16, and fp32 GEMMs on bf16 values), and an
  * fp32 model with the same params fails the bf16 model's exactness check
  * (the copies and roundings are really there).
  *
@@ -48,7 +49,7 @@ static const char *fixture_name(const char *name) {
 
 static int is_bf16_value(float f) { return mtc_bf16_to_f32(mtc_f32_to_bf16(f)) == f; }
 
-static void run(const fixture *fx, tp_precision prec, double u, const char *tag) {
+static void run(const fixture *fx, tp_precision prec, int f32_gemm, double u, const char *tag) {
     const float *cf = fixture_get(fx, "config")->data;
     mtc_model_config cfg = {.num_layers = (int)cf[0],
                             .hidden_size = (int)cf[1],
@@ -69,7 +70,8 @@ static void run(const fixture *fx, tp_precision prec, double u, const char *tag)
                               .last_layer = cfg.num_layers,
                               .has_embedding = 1,
                               .has_head = 1,
-                              .precision = prec};
+                              .precision = prec,
+                              .bf16_gemm_f32 = f32_gemm};
     mtc_model *m;
     T_CHECK(mtc_model_init_chunk(&cfg, &o, &m) == MTC_OK);
     const mtc_registry *r = &m->reg;
@@ -94,8 +96,10 @@ static void run(const fixture *fx, tp_precision prec, double u, const char *tag)
     if (prec == TP_PREC_BF16) { /* exactness: bf16 compute weights and logits */
         size_t bad = 0;
         for (size_t i = 0; i < r->total; i++)
-            bad +=
-                !is_bf16_value(m->params_c[i]) || mtc_bf16_to_f32(m->params16[i]) != m->params_c[i];
+            bad += !is_bf16_value(m->params_c[i]) ||
+                   (m->params16 && mtc_bf16_to_f32(m->params16[i]) != m->params_c[i]);
+        /* the fp32 engine keeps no bf16 copy; oneDNN's needs one */
+        T_CHECK(f32_gemm ? m->params16 == NULL && m->lowp.lp == NULL : m->params16 != NULL);
         for (size_t i = 0; i < (size_t)N * Vp; i++)
             bad += !is_bf16_value(mtc_model_logits(m)[i]);
         T_CHECKF(bad == 0, "%zu compute weights or logits are not bf16 values", bad);
@@ -142,10 +146,11 @@ int main(void) {
     T_CHECK(fixture_load(&fx, "tests/reference/gpt2_tiny.fixture") == 0);
     if (fx.count == 0) return T_DONE();
     if (nn_lowp_available())
-        run(&fx, TP_PREC_BF16, 0x1p-8, "bf16");
+        run(&fx, TP_PREC_BF16, 0, 0x1p-8, "bf16 (oneDNN bf16 GEMMs)");
     else
-        printf("skip bf16: mtc was built without oneDNN\n");
-    run(&fx, TP_PREC_FP16, 0x1p-11, "fp16");
+        printf("skip bf16 on oneDNN: mtc was built without oneDNN\n");
+    run(&fx, TP_PREC_BF16, 1, 0x1p-8, "bf16 (fp32 GEMMs on bf16 values)");
+    run(&fx, TP_PREC_FP16, 0, 0x1p-11, "fp16");
     fixture_free(&fx);
     return T_DONE();
 }

@@ -376,6 +376,77 @@ static void gemm_f32_case(nn_lowp *lp, shape s, int tA, int tB, float beta) {
     free(A), free(B), free(C1), free(C2);
 }
 
+/* The --bf16 fp32 engine (lowp.h, nn_bf16_gemm): nn_sgemm on bf16-valued
+ * fp32 operands against oneDNN's bf16 GEMM on the same values. Products
+ * of bf16 values are exact in fp32, so the two differ only by their fp32
+ * summation errors, each below gamma_K times the sum of |products|: the
+ * bound 2 gamma_K S, about 2^-16 relative for these K, is 2^8 times tighter
+ * than one bf16 rounding of a product would allow. A case with an operand
+ * that is not bf16-valued shows the bound has teeth: there the engines
+ * differ (oneDNN rounds it, fp32 does not) by far more. */
+static void test_f32_engine_case(nn_lowp *lp, shape s, int tA, int tB, int bf16_valued,
+                                 int *beyond) {
+    int M = s.M, N = s.N, K = s.K, lda = tA ? M : K, ldb = tB ? K : N, ldc = N;
+    uint64_t seed = 9000u * M + 10u * N + K;
+    float *A = make_operand(M, K, tA, lda, seed, bf16_valued),
+          *B = make_operand(K, N, tB, ldb, seed + 1, 1);
+    size_t nA = (size_t)(tA ? K : M) * lda, nB = (size_t)(tB ? N : K) * ldb, nC = (size_t)M * N;
+    mtc_bf16 *A16 = to_bf16(A, nA), *B16 = to_bf16(B, nB);
+    float *C1 = malloc(nC * sizeof *C1), *C2 = malloc(nC * sizeof *C2);
+    T_CHECK(nn_gemm_bf16(pool3, lp, tA, tB, M, N, K, 1.0f, A16, lda, B16, ldb, 0.0f, C1, ldc) ==
+            MTC_OK);
+    nn_sgemm(pool3, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C2, ldc);
+    int bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double S = 0;
+            for (int k = 0; k < K; k++)
+                S += fabs(at(A, tA, lda, i, k) * at(B, tB, ldb, k, j));
+            size_t c = (size_t)i * ldc + j;
+            bad += !(fabs((double)C1[c] - C2[c]) <= 2 * gamma_k(K) * S + 1e-30);
+        }
+    if (bf16_valued)
+        T_CHECKF(bad == 0, "fp32 engine M%d N%d K%d tA%d tB%d: %d elements beyond 2 gamma_K", M, N,
+                 K, tA, tB, bad);
+    else
+        *beyond += bad;
+    free(A), free(B), free(A16), free(B16), free(C1), free(C2);
+}
+
+static void test_f32_engine(nn_lowp *lp) {
+    for (size_t i = 0; i < NSHAPES; i++)
+        for (int t = 0; t < 4; t++)
+            test_f32_engine_case(lp, shapes[i], t & 1, t >> 1, 1, NULL);
+    int beyond = 0;
+    test_f32_engine_case(lp, (shape){64, 64, 64}, 0, 1, 0, &beyond);
+    T_CHECKF(beyond > 64 * 64 / 2, "an fp32 operand: only %d of %d beyond the bound", beyond,
+             64 * 64);
+    /* the out-of-place rounding the fp32 engine copies its operands with */
+    float in[1000], a[1000], b[1000];
+    mtc_rng_fill_normal(in, 1000, 77, 1, 0, 0.0f, 1.0f);
+    in[3] = 1e-40f, in[4] = NAN, in[5] = INFINITY; /* a subnormal, NaN, inf */
+    memcpy(a, in, sizeof a);
+    nn_round_bf16(a, 1000);
+    nn_round_bf16_to(b, in, 1000);
+    T_CHECK(!memcmp(a, b, sizeof a));
+    memcpy(a, in, sizeof a);
+    nn_round_f16(a, 1000);
+    nn_round_f16_to(b, in, 1000);
+    T_CHECK(!memcmp(a, b, sizeof a));
+    /* names, and the set-up probe gives both rates */
+    T_CHECK(nn_bf16_gemm_parse("auto") == NN_BF16_GEMM_AUTO);
+    T_CHECK(nn_bf16_gemm_parse("dnnl-bf16") == NN_BF16_GEMM_DNNL);
+    T_CHECK(nn_bf16_gemm_parse("fp32") == NN_BF16_GEMM_F32);
+    T_CHECK(nn_bf16_gemm_parse("bf16") == -1 && nn_bf16_gemm_parse(NULL) == -1);
+    T_CHECK(!strcmp(nn_bf16_gemm_name(NN_BF16_GEMM_F32), "fp32"));
+    double g16 = 0, g32 = 0;
+    T_CHECK(nn_bf16_gemm_measure(pool1, 256, 256, 256, &g16, &g32) == MTC_OK);
+    T_CHECKF(g16 > 0 && g32 > 0, "probe rates bf16 %g, fp32 %g GFLOP/s", g16, g32);
+    printf("ok   fp32 engine within 2 gamma_K of oneDNN bf16 on %d cases; probe 256^3: bf16 %.1f, "
+           "fp32 %.1f GFLOP/s (ratio %.2f, under whatever load the machine has)\n",
+           (int)NSHAPES * 4, g16, g32, g16 / g32);
+}
+
 /* Pools of 1 and 3 threads give the same bits (tiles depend on the shape
  * only), including shapes cut into 2 and 4 tiles by rows and by columns. */
 static void test_thread_invariance(nn_lowp *lp) {
@@ -602,6 +673,7 @@ static void test_gemms(nn_lowp *lp) {
     test_refusals(lp);
     test_linear(lp, 7, 24, 10, MTC_DTYPE_F32);
     test_linear(lp, 9, 17, 33, MTC_DTYPE_BF16);
+    test_f32_engine(lp);
     /* oneDNN ran inside the pools and started no OpenMP team: the process
      * has the threads it had before plus pool3's two workers */
     int nthr = count_threads();

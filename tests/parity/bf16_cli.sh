@@ -4,7 +4,8 @@
 #    steps): final validation loss within 2%;
 #  - a bf16 run resumed from its checkpoint continues bit for bit (the
 #    checkpoint holds the fp32 main params, not their bf16 copies), and the
-#    same checkpoint loads into fp32 and back into bf16;
+#    same checkpoint loads into fp32 and back into bf16; the same with the
+#    distributed optimizer, whose fp32 main params are each rank's shard;
 #  - --fp16 with Megatron's dynamic scaler: the first iterations overflow
 #    at 2^32 and are skipped and counted, the logged loss scale halves after
 #    `hysteresis` overflows, training then goes on with a finite loss;
@@ -12,6 +13,9 @@
 #  - bf16 on the wire (pipeline activations, SP all-gathers,
 #    --grad-reduce-in-bf16) halves those bytes; every oneDNN primitive is
 #    made at set-up, none in the step loop;
+#  - the GEMM engines (--bf16-gemm dnnl-bf16 / fp32) train alike, auto says
+#    in the banner what it measured and which it chose, the fp32 engine
+#    keeps no bf16 weight copy;
 #  - bad precision flags exit 2 with one line before any work.
 set -u
 MTC=${MTC:-build/mtc}
@@ -21,7 +25,7 @@ trap 'rm -rf "$D"' EXIT
 FORT=/usr/share/games/fortunes
 DATA="--data-path $FORT --tokenizer-type char"
 [ -e "$FORT" ] || DATA="--mock-data --vocab-size 128" # section 1 needs the real text
-if "$MTC" train $TINY --bf16 --train-iters 1 2>&1 | grep -q "needs oneDNN"; then
+if "$MTC" train $TINY --bf16 --bf16-gemm dnnl-bf16 --train-iters 1 2>&1 | grep -q "needs oneDNN"; then
     echo "skip: this mtc was built without oneDNN (--bf16 needs libdnnl-dev; scripts/deps.sh installs it)"
     exit 0
 fi
@@ -42,20 +46,44 @@ fi
 
 # 2. checkpoints keep the fp32 main params
 ll() { grep -o '"lm_loss": [^,]*, "grad_norm": [^,]*' "$1"; }
+# (an engine pinned: auto measures at set-up, and the bit-for-bit checks
+# need the same engine in both runs)
+B16="--bf16 --bf16-gemm dnnl-bf16"
 R="$SMALL --train-iters 8 --log-interval 1 --eval-iters 0 --lr-warmup-iters 0 --lr-decay-style constant --lr-decay-iters 100"
-"$MTC" train $R --bf16 --metrics "$D/full.jsonl" >"$D/full.log" 2>&1 || bad "bf16 8 iterations"
-"$MTC" train $R --bf16 --train-iters 4 --save "$D/ck" >"$D/s.log" 2>&1 || bad "bf16 save"
-"$MTC" train $R --bf16 --load "$D/ck" --metrics "$D/res.jsonl" >"$D/res.log" 2>&1 || { bad "bf16 resume"; cat "$D/res.log"; }
+"$MTC" train $R $B16 --metrics "$D/full.jsonl" >"$D/full.log" 2>&1 || bad "bf16 8 iterations"
+"$MTC" train $R $B16 --train-iters 4 --save "$D/ck" >"$D/s.log" 2>&1 || bad "bf16 save"
+"$MTC" train $R $B16 --load "$D/ck" --metrics "$D/res.jsonl" >"$D/res.log" 2>&1 || { bad "bf16 resume"; cat "$D/res.log"; }
 if [ "$(ll "$D/full.jsonl" | tail -4)" = "$(ll "$D/res.jsonl")" ] && [ -n "$(ll "$D/res.jsonl")" ]; then
     ok "bf16 resumed from its checkpoint: iterations 5-8 bit for bit"
 else bad "bf16 resume differs"; ll "$D/full.jsonl"; ll "$D/res.jsonl"; fi
 "$MTC" train $R --load "$D/ck" --metrics "$D/f.jsonl" --save "$D/ck32" >"$D/f.log" 2>&1 || { bad "fp32 load of a bf16 checkpoint"; cat "$D/f.log"; }
-"$MTC" train $R --bf16 --train-iters 12 --load "$D/ck32" --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "bf16 load of an fp32 checkpoint"; cat "$D/b.log"; }
+"$MTC" train $R $B16 --train-iters 12 --load "$D/ck32" --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "bf16 load of an fp32 checkpoint"; cat "$D/b.log"; }
 if [ "$(ll "$D/f.jsonl" | wc -l)" -eq 4 ] && [ "$(ll "$D/b.jsonl" | wc -l)" -eq 4 ] &&
     paste -d' ' "$D/res.jsonl" "$D/f.jsonl" | head -1 | awk '{ for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0 }
         END { d = (v[0] - v[1]) / v[0]; if (d < 0) d = -d; exit !(n == 2 && d < 0.01) }'; then
     ok "a bf16 checkpoint trains on in fp32 (first loss within 1% of bf16's) and back in bf16"
 else bad "bf16 -> fp32 -> bf16 checkpoints"; fi
+
+# 2b. --bf16 with the distributed optimizer keeps fp32 main params only for
+# each rank's shard: its checkpoint (written from the shards) resumes bit
+# for bit, loads into a serial fp32 run, and an fp32 checkpoint loads into it
+DO="$R --bf16 --bf16-gemm fp32 --world-size 2 --use-distributed-optimizer"
+"$MTC" train $DO --metrics "$D/dfull.jsonl" >"$D/dfull.log" 2>&1 || { bad "bf16 distopt 8 iterations"; cat "$D/dfull.log"; }
+"$MTC" train $DO --train-iters 4 --save "$D/dck" >"$D/ds.log" 2>&1 || bad "bf16 distopt save"
+"$MTC" train $DO --load "$D/dck" --metrics "$D/dres.jsonl" >"$D/dres.log" 2>&1 || { bad "bf16 distopt resume"; cat "$D/dres.log"; }
+kept=$(sed -n 's/.*fp32 main params: only this rank.s distributed-optimizer shard (\([0-9.]*\) MB above; \([0-9.]*\) MB.*/\1 \2/p' "$D/dfull.log" | head -1)
+if [ -n "$kept" ] && awk -v k="$kept" 'BEGIN { split(k, v, " "); exit !(v[2] > 0.4 * (v[1] + v[2])) }' &&
+    [ -n "$(ll "$D/dres.jsonl")" ] && [ "$(ll "$D/dfull.jsonl" | tail -4)" = "$(ll "$D/dres.jsonl")" ]; then
+    ok "bf16 distopt dp2: fp32 main params of the shard only (kept / released MB: $kept), resumed bit for bit"
+else bad "bf16 distopt shard / resume: '$kept'"; ll "$D/dfull.jsonl"; ll "$D/dres.jsonl"; fi
+"$MTC" train $R --load "$D/dck" --metrics "$D/df.jsonl" >"$D/df.log" 2>&1 || { bad "fp32 serial load of a bf16 distopt checkpoint"; cat "$D/df.log"; }
+"$MTC" train $R --world-size 2 --use-distributed-optimizer --train-iters 4 --save "$D/fck" >"$D/fs.log" 2>&1 || bad "fp32 distopt save"
+"$MTC" train $DO --load "$D/fck" --metrics "$D/db.jsonl" >"$D/db.log" 2>&1 || { bad "bf16 distopt load of an fp32 checkpoint"; cat "$D/db.log"; }
+first() { grep -o '"lm_loss": [^,]*' "$1" | head -1 | sed 's/.*: //'; }
+a=$(first "$D/dres.jsonl") b=$(first "$D/df.jsonl") c=$(first "$D/db.jsonl")
+if [ -n "$a" ] && [ -n "$b" ] && [ -n "$c" ] && awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; e = (a - c) / a; if (e < 0) e = -e; exit !(d < 0.01 && e < 0.01) }'; then
+    ok "the sharded bf16 checkpoint trains on in serial fp32 ($b vs $a), an fp32 distopt one in bf16 distopt ($c)"
+else bad "bf16 distopt checkpoints across precisions: $a $b $c"; fi
 
 # 3. fp16 and the dynamic loss scaler
 "$MTC" train $R --fp16 --train-iters 12 --log-interval 1 >"$D/h.log" 2>&1 || { bad "fp16 run"; cat "$D/h.log"; }
@@ -105,7 +133,7 @@ else bad "--grad-reduce-in-bf16: DP bytes $ra -> $rb"; paste -d'\n' "$D/r32.json
 
 # oneDNN primitives: all made at set-up (the banner's count), none in the step loop
 for lay in "" "--world-size 2 --tp 2 --sequence-parallel" "--world-size 2 --pp 2"; do
-    "$MTC" train $TINY $lay --bf16 --metrics "$D/pr.jsonl" >"$D/pr.log" 2>&1 || bad "bf16 $lay"
+    "$MTC" train $TINY $lay --bf16 --bf16-gemm dnnl-bf16 --metrics "$D/pr.jsonl" >"$D/pr.log" 2>&1 || bad "bf16 $lay"
     made=$(sed -n 's/.* \([0-9]*\) primitives made at set-up.*/\1/p' "$D/pr.log")
     counts=$(grep -o '"lowp_primitives": [0-9]*' "$D/pr.jsonl" | sed 's/.*: //' | sort -u)
     if [ -n "$made" ] && [ "$made" -gt 0 ] && [ "$counts" = "$made" ] && [ "$(grep -c lowp_primitives "$D/pr.jsonl")" -eq 4 ]; then
@@ -113,7 +141,27 @@ for lay in "" "--world-size 2 --tp 2 --sequence-parallel" "--world-size 2 --pp 2
     else bad "bf16 ${lay:-serial}: primitives at set-up '$made', per step '$counts'"; fi
 done
 
-# 5. bad flags
+# 5. the GEMM engines: the same products (exact in fp32), fp32 sums in
+# another order, so the losses agree within the bf16 parity bound (2e-4)
+E="$TINY --train-iters 6 --bf16"
+"$MTC" train $E --bf16-gemm dnnl-bf16 --metrics "$D/ed.jsonl" >"$D/ed.log" 2>&1 || bad "--bf16-gemm dnnl-bf16"
+"$MTC" train $E --bf16-gemm fp32 --metrics "$D/ef.jsonl" >"$D/ef.log" 2>&1 || bad "--bf16-gemm fp32"
+"$MTC" train $E --metrics "$D/ea.jsonl" >"$D/ea.log" 2>&1 || bad "--bf16-gemm auto"
+mb() { sed -n 's/.*compute copies \([0-9.]*\) MB.*/\1/p' "$1"; }
+if [ "$(grep -c lm_loss "$D/ef.jsonl")" -eq 6 ] &&
+    paste -d' ' "$D/ed.jsonl" "$D/ef.jsonl" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0
+        d = (v[0] - v[1]) / v[0]; if (d < 0) d = -d; if (n != 2 || d > 2e-4) bad = 1 } END { exit bad }' &&
+    grep -q "GEMM engine dnnl-bf16 (set by --bf16-gemm)" "$D/ed.log" && grep -q "GEMM engine fp32 (set by --bf16-gemm)" "$D/ef.log" &&
+    awk -v a="$(mb "$D/ed.log")" -v b="$(mb "$D/ef.log")" 'BEGIN { exit !(b > 0 && a > 1.4 * b) }'; then
+    ok "--bf16-gemm dnnl-bf16 and fp32: 6 losses within 2e-4, compute copies $(mb "$D/ed.log") -> $(mb "$D/ef.log") MB (no bf16 copy)"
+else bad "--bf16-gemm engines differ"; paste -d'\n' "$D/ed.jsonl" "$D/ef.jsonl"; grep "mixed precision" "$D/ed.log" "$D/ef.log"; fi
+if grep -Eq "GEMM engine (fp32|dnnl-bf16) \(measured on [0-9]+x[0-9]+x[0-9]+: oneDNN bf16 [0-9.]+ GFLOP/s, fp32 [0-9.]+ GFLOP/s, bf16/fp32 [0-9.]+" "$D/ea.log"; then
+    ok "--bf16-gemm auto: $(sed -n 's/.*GEMM engine \([^ ]*\) (measured on \([^;]*\);.*/\1 (\2)/p' "$D/ea.log")"
+else bad "--bf16-gemm auto banner"; grep "mixed precision" "$D/ea.log"; fi
+
+# 6. bad flags
+refuse "--bf16-gemm with an unknown engine" "is not auto, dnnl-bf16 or fp32" --bf16 --bf16-gemm amx
+refuse "--bf16-gemm without --bf16" "needs --bf16" --bf16-gemm fp32
 refuse "--bf16 with --fp16" "choose one" --bf16 --fp16
 refuse "--grad-reduce-in-bf16 without --bf16" "needs --bf16" --grad-reduce-in-bf16
 refuse "--hysteresis 0" "hysteresis=0" --fp16 --hysteresis 0

@@ -24,7 +24,11 @@
  * run's exactly (its grad norm sums the stages' squares in another order).
  * The serial fp32 run is also compared: its params must fall outside the
  * per-element bound (measured: 17x it), so the bound separates bf16 from
- * fp32 and the test fails if a layout silently ran in fp32. */
+ * fp32 and the test fails if a layout silently ran in fp32.
+ * Both GEMM engines (--bf16-gemm dnnl-bf16, fp32) run every layout against
+ * their own serial run, and the two serial runs are held to the same bound
+ * against each other: the engines compute the same products (exact in
+ * fp32) and differ only in the order of the fp32 sums, as layouts do. */
 #include "nn/lowp.h"
 #include "parity_harness.h"
 
@@ -33,10 +37,11 @@ typedef struct {
     int tp, sp, pp, dp, cp, distopt, overlap, opg;
 } layout;
 
-static mtc_result_t run(result *r, const layout *y, int bf16) {
+static mtc_result_t run(result *r, const layout *y, int bf16, nn_bf16_gemm engine) {
     mtc_train_config c;
     base_config(&c, 0.1f, r->loss, r->norm, r->params);
     c.bf16 = bf16;
+    c.bf16_gemm = bf16 ? (int)engine : 0;
     c.tp = y->tp, c.sequence_parallel = y->sp, c.pp = y->pp, c.cp = y->cp;
     c.world_size =
         (y->tp ? y->tp : 1) * (y->pp ? y->pp : 1) * (y->dp ? y->dp : 1) * (y->cp ? y->cp : 1);
@@ -80,14 +85,18 @@ int main(void) {
         printf("skip: mtc was built without oneDNN (--bf16 needs libdnnl-dev)\n");
         return 0;
     }
-    result serial, fp32, r;
+    result serial, serial32, fp32, r;
     serial.params = calloc(g_nparams, sizeof(float));
+    serial32.params = calloc(g_nparams, sizeof(float));
     fp32.params = calloc(g_nparams, sizeof(float));
     r.params = calloc(g_nparams, sizeof(float));
     layout none = {"serial", 0, 0, 0, 0, 0, 0, 0, 0};
-    T_CHECK(run(&serial, &none, 1) == MTC_OK);
-    T_CHECK(run(&fp32, &none, 0) == MTC_OK);
+    T_CHECK(run(&serial, &none, 1, NN_BF16_GEMM_DNNL) == MTC_OK);
+    T_CHECK(run(&serial32, &none, 1, NN_BF16_GEMM_F32) == MTC_OK);
+    T_CHECK(run(&fp32, &none, 0, NN_BF16_GEMM_AUTO) == MTC_OK);
     int fails = 0;
+    /* the two engines: the same products, fp32 sums in another order */
+    fails += !compare_bf16("serial fp32-GEMM engine", &serial32, &serial, 0);
     /* the bounds separate bf16 from fp32: the fp32 run must fail them */
     double fl = 0;
     for (int k = 0; k < K; k++)
@@ -114,11 +123,14 @@ int main(void) {
         {"dp2 x tp2 distopt", 2, 0, 0, 2, 0, 1, 0, 0},
         {"cp2", 0, 0, 0, 0, 2, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
-        T_CHECK(run(&r, &L[i], 1) == MTC_OK);
-        fails += !compare_bf16(L[i].name, &r, &serial, L[i].pp > 1);
-    }
-    free(serial.params), free(fp32.params), free(r.params);
+    for (int e = 0; e < 2; e++)
+        for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", e ? "fp32-GEMM" : "dnnl-bf16", L[i].name);
+            T_CHECK(run(&r, &L[i], 1, e ? NN_BF16_GEMM_F32 : NN_BF16_GEMM_DNNL) == MTC_OK);
+            fails += !compare_bf16(name, &r, e ? &serial32 : &serial, L[i].pp > 1);
+        }
+    free(serial.params), free(serial32.params), free(fp32.params), free(r.params);
     free(g_skip);
     data_source_free(g_src);
     (void)compare; /* the harness's fp32 comparison; this test has its own bounds */
