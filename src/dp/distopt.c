@@ -86,7 +86,8 @@ mtc_result_t mtc_distopt_param_gather_wait_param(mtc_distopt *o, int p) {
     if (p < 0 || p >= o->ddp->layout.nparams)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "param index %d outside [0, %d)", p,
                          o->ddp->layout.nparams);
-    return mtc_request_wait(&o->gather[o->ddp->layout.param_bucket[p]]);
+    int b = o->ddp->layout.param_bucket[p];
+    return b < 0 ? MTC_OK : mtc_request_wait(&o->gather[b]); /* -1: not in this buffer */
 }
 
 mtc_result_t mtc_distopt_param_gather_wait(mtc_distopt *o) {

@@ -147,6 +147,13 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     MTC_CHECK(mtc_registry_init(&m->reg, 8 + model_family_params_per_layer(c) * c->num_layers));
     m->reg.tp = m->tp_size, m->reg.tp_rank = m->tp_rank;
     MTC_CHECK(model_family_register(&m->reg, c, &o, m->pidx, layer_first));
+    if (m->moe_ep) { /* EP rank r holds only its experts: the others take no storage */
+        int e0, El;
+        moe_local_expert_range(c->moe.num_experts, mtc_comm_size(m->moe_ep),
+                               mtc_comm_rank(m->moe_ep), &e0, &El);
+        mtc_registry_split_ep(&m->reg, e0, e0 + El);
+        mtc_registry_layout(&m->reg);
+    }
     mtc_registry full;
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;
@@ -179,8 +186,10 @@ static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *laye
         int E = m->cfg.moe.num_experts;
         for (int i = y->first; i < y->last; i++) {
             const mtc_param *p = &r->params[i];
-            if (p->role >= MTC_ROLE_EXP_FC1_W) /* an expert's: (role, expert) */
-                y->xw[(p->role - MTC_ROLE_EXP_FC1_W) * E + p->expert] = base + p->offset;
+            if (p->role >=
+                MTC_ROLE_EXP_FC1_W) /* an expert's: (role, expert); NULL off its EP rank */
+                y->xw[(p->role - MTC_ROLE_EXP_FC1_W) * E + p->expert] =
+                    mtc_param_absent(p) ? NULL : base + p->offset;
             else
                 y->w[p->role] = base + p->offset;
         }
@@ -719,6 +728,7 @@ mtc_result_t mtc_model_gather(const mtc_model *m, float *out, const float *from,
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         float *dst = out + p->global_offset;
+        if (mtc_param_absent(p)) continue; /* another EP rank's expert: left as it is */
         if (p->split_dim < 0 || m->tp_size <= 1) {
             memcpy(dst, from + p->offset, p->numel * sizeof(float));
             continue;

@@ -215,7 +215,8 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
                                int N, const moe_pass *pass, float *scratch) {
     int E = d->E, k = d->k, C = d->C, P, r;
     ep_where(pass, d, &P, &r);
-    int El = E / P, e0 = r * El, Ng = P * N;
+    int El, e0, Ng = P * N;
+    moe_local_expert_range(E, P, r, &e0, &El);
     moe_scratch s = moe_carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
     a->h->N = N;
@@ -280,7 +281,8 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
                                 float *scratch) {
     int E = d->E, k = d->k, C = d->C, N = a->h->N, M = a->h->M, P, r;
     ep_where(pass, d, &P, &r);
-    int El = E / P, e0 = r * El, Ng = P * N;
+    int El, e0, Ng = P * N;
+    moe_local_expert_range(E, P, r, &e0, &El);
     moe_scratch s = moe_carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
     float *dprobs = s.dprobs + (size_t)r * N * k;

@@ -65,6 +65,12 @@ typedef struct {
 } mtc_moe_config;
 
 static inline int mtc_moe_topk(const mtc_moe_config *m) { return m->topk > 0 ? m->topk : 2; }
+/* The experts EP rank r of ep holds (Megatron: [r E/ep, (r+1) E/ep)):
+ * *first and *count; E % ep == 0 was validated. */
+static inline void moe_local_expert_range(int E, int ep, int r, int *first, int *count) {
+    int n = ep > 1 ? E / ep : E;
+    *first = ep > 1 ? r * n : 0, *count = n;
+}
 /* Is transformer layer l (0-based) an MoE layer? */
 int mtc_moe_is_layer(const mtc_moe_config *m, int l);
 int mtc_moe_num_layers(const mtc_moe_config *m, int num_layers);

@@ -48,31 +48,59 @@ typedef struct {
     int k;
 } layout_ctx;
 
+/* Experts split over EP (EP > 1 with experts): Megatron's expert-parallel
+ * buffers, separate from the dense ones. */
+static int train_ep_split(const train_rank *x) {
+    return x->ep && x->cfg->model.moe.num_experts > 0;
+}
+
+/* The buffer layout of `which` params of registry r for config dc over
+ * shard groups of dp ranks (into l, numel floats). */
+static mtc_result_t train_buffer_layout(const mtc_registry *r, const mtc_ddp_config *dc, int dp,
+                                        dp_layout *l) {
+    int64_t *numels = NULL;
+    memset(l, 0, sizeof *l);
+    MTC_CHECK(
+        mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int64_t), (void **)&numels));
+    for (int i = 0; i < r->count; i++)
+        numels[i] =
+            mtc_ddp_holds(r, &r->params[i], dc->params) ? (int64_t)r->params[i].local_numel : 0;
+    dp_layout_config cfg = {.dp = dc->use_distopt ? dp : 1,
+                            .bucket_size = dc->bucket_size,
+                            .pad_high_busbw = dc->pad_high_busbw,
+                            .use_distopt = dc->use_distopt,
+                            .skip_empty = 1,
+                            .shared_embedding = dc->shared_embedding};
+    mtc_result_t rc = dp_layout_build(l, numels, r->count, &cfg);
+    free(numels);
+    return rc;
+}
+
 /* The model's layout hook: the distributed optimizer's padded buffer layout
- * of this chunk (the one mtc_ddp_init computes from the same config). */
+ * of this chunk (the one mtc_ddp_init computes from the same config), and
+ * with EP > 1 the expert-parallel buffer after the dense one. */
 static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offsets, size_t *total) {
     const layout_ctx *lc = arg;
+    const train_rank *x = lc->x;
     int *shared = NULL;
-    MTC_CHECK(train_shared_embedding(lc->x, r, &shared));
-    mtc_ddp_config dc = train_ddp_config(lc->x, lc->k, shared);
-    int64_t *numels = NULL;
-    mtc_result_t rc =
-        mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int64_t), (void **)&numels);
+    MTC_CHECK(train_shared_embedding(x, r, &shared));
+    mtc_ddp_config dc = train_ddp_config(x, lc->k, shared);
+    int split = train_ep_split(x);
+    if (split) dc.params = MTC_DDP_PARAMS_DENSE;
+    dp_layout l, lx;
+    memset(&lx, 0, sizeof lx);
+    mtc_result_t rc = train_buffer_layout(r, &dc, x->intra ? mtc_comm_size(x->intra) : 1, &l);
+    if (rc == MTC_OK && split) {
+        dc.params = MTC_DDP_PARAMS_EXPERT, dc.shared_embedding = NULL;
+        rc = train_buffer_layout(r, &dc, x->edp ? mtc_comm_size(x->edp) : 1, &lx);
+    }
     for (int i = 0; rc == MTC_OK && i < r->count; i++)
-        numels[i] = (int64_t)r->params[i].local_numel;
-    dp_layout_config cfg = {.dp = lc->x->intra ? mtc_comm_size(lc->x->intra) : 1,
-                            .bucket_size = dc.bucket_size,
-                            .pad_high_busbw = dc.pad_high_busbw,
-                            .use_distopt = 1,
-                            .shared_embedding = shared};
-    dp_layout l;
-    memset(&l, 0, sizeof l);
-    if (rc == MTC_OK) rc = dp_layout_build(&l, numels, r->count, &cfg);
-    for (int i = 0; rc == MTC_OK && i < r->count; i++)
-        offsets[i] = (size_t)l.param[i].start;
-    if (rc == MTC_OK) *total = (size_t)l.numel;
-    dp_layout_free(&l);
-    free(numels), free(shared);
+        offsets[i] = lx.nparams && lx.param_bucket[i] >= 0
+                         ? (size_t)l.numel + (size_t)lx.param[i].start
+                         : (size_t)l.param[i].start;
+    if (rc == MTC_OK) *total = (size_t)l.numel + (size_t)lx.numel;
+    dp_layout_free(&l), dp_layout_free(&lx);
+    free(shared);
     return rc;
 }
 
@@ -105,32 +133,33 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     int L = c->model.num_layers, S = x->pp_size * x->vpp;
     int st = pp_virtual_stage(x->pp_size, x->pp_rank, k);
     layout_ctx lc = {x, k};
-    mtc_model_chunk_opts o = {.B = c->micro_batch,
-                              .nslots = nslots,
-                              .pool = x->pool,
-                              .tp = x->tp,
-                              .sequence_parallel = c->sequence_parallel,
-                              .cp = x->cp,
-                              .cp_comm_type = (cp_comm_type)c->cp_comm_type,
-                              .cp_inner = x->cp_inner,
-                              .cp_outer = x->cp_outer,
-                              .cp_layer_types = c->cp_layer_types,
-                              .ep = x->ep,
-                              .first_layer = st * L / S,
-                              .last_layer = (st + 1) * L / S,
-                              .has_embedding = st == 0,
-                              .has_head = st == S - 1,
-                              .layout = c->use_distributed_optimizer ? train_layout : NULL,
-                              /* full recomputation: uniform recomputes every layer of the
-                               * chunk, block its first recompute-num-layers */
-                              .recompute_layers = !c->recompute_full   ? 0
-                                                  : c->recompute_block ? c->recompute_num_layers
-                                                                       : L,
-                              .recompute_mlp = c->recompute_mlp,
-                              .precision = c->bf16   ? TP_PREC_BF16
-                                           : c->fp16 ? TP_PREC_FP16
-                                                     : TP_PREC_F32,
-                              .layout_ctx = &lc};
+    mtc_model_chunk_opts o = {
+        .B = c->micro_batch,
+        .nslots = nslots,
+        .pool = x->pool,
+        .tp = x->tp,
+        .sequence_parallel = c->sequence_parallel,
+        .cp = x->cp,
+        .cp_comm_type = (cp_comm_type)c->cp_comm_type,
+        .cp_inner = x->cp_inner,
+        .cp_outer = x->cp_outer,
+        .cp_layer_types = c->cp_layer_types,
+        .ep = x->ep,
+        .first_layer = st * L / S,
+        .last_layer = (st + 1) * L / S,
+        .has_embedding = st == 0,
+        .has_head = st == S - 1,
+        .layout = c->use_distributed_optimizer || train_ep_split(x) ? train_layout : NULL,
+        /* full recomputation: uniform recomputes every layer of the
+         * chunk, block its first recompute-num-layers */
+        .recompute_layers = !c->recompute_full   ? 0
+                            : c->recompute_block ? c->recompute_num_layers
+                                                 : L,
+        .recompute_mlp = c->recompute_mlp,
+        .precision = c->bf16   ? TP_PREC_BF16
+                     : c->fp16 ? TP_PREC_FP16
+                               : TP_PREC_F32,
+        .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
@@ -157,13 +186,29 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                 "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &inter);
     }
     mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = inter};
+    int split = train_ep_split(x), nexp = 0;
+    if (split) dc.params = MTC_DDP_PARAMS_DENSE;
     if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->ddp);
+    for (int i = 0; split && i < m->reg.count; i++)
+        nexp += mtc_ddp_holds(&m->reg, &m->reg.params[i], MTC_DDP_PARAMS_EXPERT);
+    if (rc == MTC_OK && nexp) {
+        /* Megatron's expert buffer: reduced over EXPERT_DATA_PARALLEL_GROUP,
+         * pre-scaled (when averaging) by 1/|dp x cp| as the dense one, and
+         * sharded over that group by its own distributed-optimizer instance */
+        mtc_ddp_config xc = dc;
+        xc.params = MTC_DDP_PARAMS_EXPERT, xc.shared_embedding = NULL;
+        xc.base = (size_t)ch->ddp->layout.numel;
+        xc.avg_size = x->dp ? mtc_comm_size(x->dp) : 1;
+        mtc_ddp_comms xcomms = {.dp = x->edp, .intra = x->edp, .inter = NULL};
+        rc = mtc_ddp_init(&m->reg, &xc, &xcomms, m->params, m->grads, &ch->xddp);
+    }
     free(shared);
     MTC_CHECK(rc);
     mtc_progress_update(&x->progress, 3 * k + 2, 3 * x->vpp);
-    if (c->use_distributed_optimizer)
+    if (c->use_distributed_optimizer) {
         MTC_CHECK(mtc_distopt_init(ch->ddp, c->overlap_param_gather, &ch->dopt));
-    else
+        if (ch->xddp) MTC_CHECK(mtc_distopt_init(ch->xddp, c->overlap_param_gather, &ch->xdopt));
+    } else
         MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
     mtc_progress_update(&x->progress, 3 * k + 3, 3 * x->vpp);
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * sizeof(int), (void **)&ch->slot_of));
@@ -180,23 +225,27 @@ static mtc_result_t train_norm_plan(train_rank *x) {
     for (int k = 0; k < x->vpp; k++) {
         const train_chunk *ch = &x->chunks[k];
         const mtc_registry *r = &ch->model->reg;
-        if (!ch->dopt) {
+        if (!ch->dopt) { /* expert-parallel params in their own sum (reduced over other groups) */
             for (int i = r->count - 1; i >= 0; i--)
                 if (mtc_param_counted_here(&r->params[i], tp_rank))
-                    MTC_CHECK(mtc_grad_norm_plan_add(&x->norm_plan,
-                                                     ch->model->grads + r->params[i].offset,
-                                                     r->params[i].local_numel));
+                    MTC_CHECK(mtc_grad_norm_plan_add(
+                        mtc_param_expert_parallel(r, &r->params[i]) ? &x->xnorm_plan
+                                                                    : &x->norm_plan,
+                        ch->model->grads + r->params[i].offset, r->params[i].local_numel));
             continue;
         }
-        const mtc_ddp *d = ch->ddp;
-        for (int b = 0; b < d->layout.nbuckets; b++) {
-            int n;
-            const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, b, &n);
-            for (int j = 0; j < n; j++)
-                if (mtc_param_counted_here(&r->params[sp[j].param], tp_rank))
-                    MTC_CHECK(mtc_grad_norm_plan_add(
-                        &x->norm_plan, d->grads + sp[j].gbuf_world.start,
-                        (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
+        for (int which = 0; which < 2; which++) {
+            const mtc_ddp *d = which ? ch->xddp : ch->ddp;
+            for (int b = 0; d && b < d->layout.nbuckets; b++) {
+                int n;
+                const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, b, &n);
+                for (int j = 0; j < n; j++)
+                    if (mtc_param_counted_here(&r->params[sp[j].param], tp_rank))
+                        MTC_CHECK(mtc_grad_norm_plan_add(
+                            which ? &x->xnorm_plan : &x->norm_plan,
+                            d->grads + sp[j].gbuf_world.start,
+                            (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
+            }
         }
     }
     return MTC_OK;
@@ -283,6 +332,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         x->cp_outer = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 1);
     }
     x->ep = NONTRIVIAL(GROUP(MTC_GROUP_EP));
+    x->edp = NONTRIVIAL(GROUP(MTC_GROUP_EXPT_DP));
+    x->xmp = NONTRIVIAL(GROUP(MTC_GROUP_TP_EP_PP));
     x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));
@@ -384,9 +435,13 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
     memset(mem, 0, sizeof *mem);
     for (int k = 0; k < x->vpp; k++) {
         mtc_dp_memory m;
-        mtc_ddp_memory(x->chunks[k].ddp, &m);
-        mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
-        mem->optim_state_bytes += m.optim_state_bytes;
+        for (int which = 0; which < 2; which++) {
+            const mtc_ddp *d = which ? x->chunks[k].xddp : x->chunks[k].ddp;
+            if (!d) continue;
+            mtc_ddp_memory(d, &m);
+            mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
+            mem->optim_state_bytes += m.optim_state_bytes;
+        }
         act += mtc_model_activation_bytes(x->chunks[k].model);
     }
     return act;
@@ -425,8 +480,10 @@ mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
 void train_teardown(train_rank *x) {
     for (int k = 0; x->chunks && k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
+        mtc_distopt_free(ch->xdopt);
         mtc_distopt_free(ch->dopt);
         mtc_adamw_free(&ch->opt);
+        mtc_ddp_free(ch->xddp);
         mtc_ddp_free(ch->ddp); /* before the model: it waits on the model's buffers */
         mtc_model_free(ch->model);
         free(ch->slot_of), free(ch->slot_busy);
@@ -434,6 +491,7 @@ void train_teardown(train_rank *x) {
     free(x->chunks);
     x->chunks = NULL;
     mtc_grad_norm_plan_free(&x->norm_plan);
+    mtc_grad_norm_plan_free(&x->xnorm_plan);
     free(x->buf), free(x->tokens), free(x->targets), free(x->red_buf);
     for (int i = 0; i < x->nex; i++)
         pp_executor_free(x->ex_of[i]);
@@ -466,6 +524,18 @@ mtc_result_t train_gather(train_rank *x, float *global) {
     }
     free(scratch);
     MTC_CHECK(rc);
+    if (train_ep_split(x)) { /* experts from their EP rank, the rest from EP rank 0 */
+        for (int k = 0; k < x->vpp && mtc_comm_rank(x->ep) != 0; k++) {
+            const mtc_registry *r = &x->chunks[k].model->reg;
+            for (int i = 0; i < r->count; i++)
+                if (r->params[i].expert < 0)
+                    memset(global + r->params[i].global_offset, 0,
+                           r->params[i].numel * sizeof(float));
+        }
+        /* comm: all-reduce(EXPERT_MODEL_PARALLEL_GROUP): one nonzero copy of each element */
+        MTC_CHECK(
+            mtc_all_reduce(global, global, r0->global_total, MTC_DTYPE_F32, MTC_OP_SUM, x->ep));
+    }
     /* comm: all-reduce(pp): each stage contributes its own parameters, zeros elsewhere */
     if (x->pipe)
         MTC_CHECK(
