@@ -12,6 +12,11 @@
 # summation order flips a near-tied top-k by iteration 3, and the runs then
 # part by more than 2e-5 while staying equally valid); mpirun ep 2 with
 # both dispatchers. Megatron's MoE rules are refused with one line, exit 2.
+# Experts sharded over EP: the banner's parameter count drops by the experts
+# other EP ranks hold; dp 2 x ep 2 (expert-DP 1) and dp 4 x ep 2 (expert-DP
+# 2) with the distributed optimizer (its expert instance sharded over
+# expert-DP); a checkpoint saved at ep 2 (4 iterations) loads at ep 1 and at
+# ep 4 (and ep 2 x dp 2 distopt) and continues as the serial 8-iteration run.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -43,6 +48,9 @@ pair() {
     same_moe "$pn" "$D/s_$key.jsonl" "$D/$pn.jsonl"
 }
 M=$(echo "$MOE" | tr ' ' '~')
+# dp 2 x ep 2 (expert-DP 1) and dp 4 x ep 2 (expert-DP 2) with the distributed optimizer
+pair dp2_ep2_distopt base "$M" --world-size 2 --ep 2 --use-distributed-optimizer
+pair dp4_ep2_distopt base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --moe-token-dispatcher-type alltoall
 pair dp2 base "$M" --world-size 2
 pair dp2_distopt base "$M" --world-size 2 --use-distributed-optimizer
 pair pp2 base "$M" --world-size 2 --pp 2
@@ -71,6 +79,28 @@ grep -q "lm loss: [0-9.E+-]* | load_balancing_loss: [0-9.E+-]* | z_loss: [0-9.E+
     && ok "log line: load_balancing_loss and z_loss after the lm loss" || { bad "log line"; grep iteration "$D/ep2_alltoall.log" | head -1; }
 grep -q '"moe_layers": \[{"layer": 0, "tokens_per_expert": {"min": [0-9]*, "max": [0-9]*, "p50": [0-9]*, "p90": [0-9]*}, "dropped_fraction": 0}' "$D/ep2_alltoall.jsonl" \
     && ok "--metrics: per-layer tokens per expert and dropped fraction" || { bad "metrics"; head -1 "$D/ep2_alltoall.jsonl"; }
+
+# the experts are sharded: 2 layers x 4 experts of 8352 parameters (fc1 128 x 32 + 128,
+# fc2 32 x 128 + 32); ep 2 holds 2 of them per layer, ep 4 one
+count() { sed -n 's/.*number of parameters on (tensor, pipeline) model parallel rank (0, 0): \([0-9]*\).*/\1/p' "$1"; }
+cs=$(count "$D/s_base.log") c2=$(count "$D/ep2_alltoall.log") c4=$(count "$D/ep4_alltoall.log")
+[ -n "$cs" ] && [ "$((cs - c2))" = $((2 * 2 * 8352)) ] && [ "$((cs - c4))" = $((2 * 3 * 8352)) ] \
+    && ok "banner: ep 2 / ep 4 ranks hold E/ep experts ($cs, $c2, $c4 parameters)" || bad "parameter counts $cs $c2 $c4"
+
+# checkpoints: saved at ep 2 (+ dp 2 with the distributed optimizer), loaded at ep 1, 4, 2 x dp 2
+CK="$MOE --lr-decay-iters 8"
+run ck_full $CK --train-iters 8
+run ck_a $CK --train-iters 4 --world-size 4 --ep 2 --use-distributed-optimizer --save "$D/ck"
+run ck_a1 $CK --train-iters 4 --world-size 2 --ep 2 --save "$D/ck1"
+tail -4 "$D/ck_full.jsonl" >"$D/ck_tail.jsonl"
+for ld in "ep1:" "ep4:--world-size 4 --ep 4" "ep2dp2:--world-size 4 --ep 2 --use-distributed-optimizer" "ep4_plain:--world-size 4 --ep 4 --moe-token-dispatcher-type alltoall"; do
+    nm=${ld%%:*} args=${ld#*:}
+    src=ck; [ "$nm" = ep4_plain ] && src=ck1
+    run "ck_$nm" $CK --train-iters 8 $args --load "$D/$src"
+    grep -q "successfully loaded checkpoint from .*iteration 4, consumed samples 32, optimizer state" "$D/ck_$nm.log" \
+        || { bad "ckpt $nm: no load line"; tail -3 "$D/ck_$nm.log"; }
+    same_moe "checkpoint saved at ep 2 ($src), loaded at $nm, iterations 5-8" "$D/ck_tail.jsonl" "$D/ck_$nm.jsonl"
+done
 
 if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && [ -n "${MPIEXEC:-}" ]; then
     for disp in allgather alltoall; do
