@@ -101,6 +101,19 @@ for ld in "ep1:" "ep4:--world-size 4 --ep 4" "ep2dp2:--world-size 4 --ep 2 --use
         || { bad "ckpt $nm: no load line"; tail -3 "$D/ck_$nm.log"; }
     same_moe "checkpoint saved at ep 2 ($src), loaded at $nm, iterations 5-8" "$D/ck_tail.jsonl" "$D/ck_$nm.jsonl"
 done
+# the checkpoint's metadata records the MoE flags: --load refuses the ones that change the
+# model, one line and exit 2, takes changed training-only ones; generate adopts them
+refuse "--load without the MoE flags" "was saved with num-experts=4 but this run has 0 (pass the saved model's MoE flags)" --lr-decay-iters 8 --train-iters 8 --load "$D/ck"
+refuse "--load with another router" "was saved with moe-router-pre-softmax=0 but this run has 1" $CK --moe-router-pre-softmax --train-iters 8 --load "$D/ck"
+refuse "--load with another layer pattern" "was saved with moe-layer-freq=\[1,1\] but this run has \[1,0\]" $CK --moe-layer-freq "[1,0]" --train-iters 8 --load "$D/ck"
+run ck_train_flags $CK --moe-z-loss-coeff 0.01 --moe-expert-capacity-factor 2.0 --train-iters 6 --load "$D/ck"
+grep -q "successfully loaded checkpoint" "$D/ck_train_flags.log" && ok "--load with other training-only MoE flags (z-loss, capacity)" || { bad "training-only MoE flags"; tail -3 "$D/ck_train_flags.log"; }
+"$MTC" generate --load "$D/ck" --prompt-ids 1,2,3 --max-new-tokens 3 >"$D/gen.out" 2>"$D/gen.err" && [ -s "$D/gen.out" ] \
+    && ok "generate adopts the saved MoE model: $(cat "$D/gen.out")" || { bad "generate of an MoE checkpoint"; cat "$D/gen.err"; }
+"$MTC" export --load "$D/ck" --format safetensors --out "$D/x.safetensors" >"$D/ex.out" 2>"$D/ex.err"
+st=$?
+[ $st = 2 ] && [ "$(wc -l <"$D/ex.err")" -eq 1 ] && grep -q "holds a mixture-of-experts model (num-experts=4)" "$D/ex.err" \
+    && ok "export refuses an MoE checkpoint: $(cat "$D/ex.err")" || { bad "export of an MoE checkpoint (status $st)"; cat "$D/ex.err"; }
 
 if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && [ -n "${MPIEXEC:-}" ]; then
     for disp in allgather alltoall; do
