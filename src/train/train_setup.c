@@ -543,22 +543,29 @@ mtc_result_t train_gather(train_rank *x, float *global) {
     return MTC_OK;
 }
 
-/* One DDP per model chunk, as Megatron builds them: each chunk's layout. */
-void train_print_layout(const train_rank *x, FILE *out) {
-    for (int k = 0; k < x->vpp; k++) {
-        const mtc_ddp *d = x->chunks[k].ddp;
-        const dp_layout *l = &d->layout;
-        const mtc_registry *r = &x->chunks[k].model->reg;
-        int *shared = NULL;
-        if (train_shared_embedding(x, r, &shared) != MTC_OK) return;
-        dp_layout_config cfg = {.dp = l->dp,
-                                .bucket_size = d->cfg.bucket_size,
-                                .pad_high_busbw = d->cfg.pad_high_busbw,
-                                .use_distopt = d->cfg.use_distopt,
-                                .shared_embedding = shared};
-        fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d",
-                x->pp_rank, train_tp_rank(x));
-        if (x->vpp > 1) fprintf(out, ", model chunk %d of %d", k, x->vpp);
+/* The header and layout of one of chunk k's buffers. */
+static void train_print_buffer(const train_rank *x, int k, const mtc_ddp *d, const int *shared,
+                               FILE *out) {
+    const dp_layout *l = &d->layout;
+    const mtc_registry *r = &x->chunks[k].model->reg;
+    dp_layout_config cfg = {.dp = l->dp,
+                            .bucket_size = d->cfg.bucket_size,
+                            .pad_high_busbw = d->cfg.pad_high_busbw,
+                            .use_distopt = d->cfg.use_distopt,
+                            .skip_empty = 1,
+                            .shared_embedding = shared};
+    int split = train_ep_split(x);
+    fprintf(out, "> %sgradient buffer layout of the last rank (pipeline stage %d, tensor rank %d",
+            d->cfg.params == MTC_DDP_PARAMS_EXPERT ? "expert-parallel "
+            : split                                ? "dense "
+                                                   : "",
+            x->pp_rank, train_tp_rank(x));
+    if (x->vpp > 1) fprintf(out, ", model chunk %d of %d", k, x->vpp);
+    if (split) { /* params of the other buffer, or of another EP rank, have no place here */
+        fprintf(out, ", %s group of %d ranks):\n",
+                d->cfg.params == MTC_DDP_PARAMS_EXPERT ? "expert-data-parallel" : "data-parallel",
+                d->comms.dp ? mtc_comm_size(d->comms.dp) : 1);
+    } else {
         fprintf(out, "), as `mtc layout --param-numels ");
         for (int i = 0; i < r->count; i++)
             fprintf(out, "%s%zu", i ? "," : "", r->params[i].local_numel);
@@ -570,8 +577,19 @@ void train_print_layout(const train_rank *x, FILE *out) {
             if (shared[i]) fprintf(out, " --shared-embedding-params %d", i);
         if (!cfg.use_distopt) fprintf(out, " --no-distributed-optimizer");
         fprintf(out, "` prints it:\n");
-        dp_layout_print(out, l, &cfg, shared);
-        fprintf(out, "> end of layout\n");
+    }
+    dp_layout_print(out, l, &cfg, shared);
+    fprintf(out, "> end of layout\n");
+}
+
+/* One DDP per model chunk, as Megatron builds them: each chunk's layout
+ * (and with EP > 1 its expert-parallel buffer's). */
+void train_print_layout(const train_rank *x, FILE *out) {
+    for (int k = 0; k < x->vpp; k++) {
+        int *shared = NULL;
+        if (train_shared_embedding(x, &x->chunks[k].model->reg, &shared) != MTC_OK) return;
+        train_print_buffer(x, k, x->chunks[k].ddp, shared, out);
+        if (x->chunks[k].xddp) train_print_buffer(x, k, x->chunks[k].xddp, shared, out);
         free(shared);
     }
 }
