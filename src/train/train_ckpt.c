@@ -58,8 +58,9 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
         for (int which = 0; which < (with_optim && !ch->dopt ? 3 : 1); which++) {
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, 0);
+            /* (expert-DP holds an expert's TP duplicates too: it alone picks) */
             if (for_save && !(picks(h, xp ? xrep_n : rep_n, xp ? xrep_r : rep_r) &&
-                              (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
+                              (!p->tp_duplicate || xp || picks(h >> 16, tp, tp_rank))))
                 continue;
             float *base = which == 0 ? m->params : which == 1 ? ch->opt.m : ch->opt.v;
             MTC_CHECK(
@@ -78,6 +79,7 @@ static mtc_result_t dopt_pieces(train_rank *x, const mtc_distopt *o, const mtc_r
     char key[MTC_CKPT_KEY_MAX];
     mtc_comm_t inter = o->ddp->comms.inter;
     int nd = inter ? mtc_comm_size(inter) : 1, ir = inter ? mtc_comm_rank(inter) : 0;
+    int xbuf = o->ddp->cfg.params == MTC_DDP_PARAMS_EXPERT; /* shards over expert-DP: disjoint */
     for (int k = 0; k < o->npieces; k++) {
         const mtc_distopt_piece *pc = &o->pieces[k];
         const mtc_param *p = &r->params[pc->param];
@@ -88,7 +90,7 @@ static mtc_result_t dopt_pieces(train_rank *x, const mtc_distopt *o, const mtc_r
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, (uint32_t)k);
             if (for_save &&
-                !(picks(h, nd, ir) && (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
+                !(picks(h, nd, ir) && (!p->tp_duplicate || xbuf || picks(h >> 16, tp, tp_rank))))
                 continue;
             float *base = (which == 1 ? o->m : o->v) + pc->state;
             MTC_CHECK(mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base, a, b));

@@ -219,7 +219,13 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
 
 /* What this rank counts in the global norm: every chunk's buffer (plain DP)
  * or owned shard pieces (distributed optimizer), in buffer order, less what
- * the registry says is counted elsewhere. */
+ * the registry says is counted elsewhere. An expert-parallel param's
+ * replicas are its expert-DP group (TP ranks included when etp < tp), which
+ * the expert sum never adds up over (or shards), so a TP duplicate counts. */
+static int train_norm_counts(const mtc_registry *r, const mtc_param *p, int tp_rank) {
+    return mtc_param_expert_parallel(r, p) ? !p->shared_copy : mtc_param_counted_here(p, tp_rank);
+}
+
 static mtc_result_t train_norm_plan(train_rank *x) {
     int tp_rank = train_tp_rank(x);
     for (int k = 0; k < x->vpp; k++) {
@@ -227,7 +233,7 @@ static mtc_result_t train_norm_plan(train_rank *x) {
         const mtc_registry *r = &ch->model->reg;
         if (!ch->dopt) { /* expert-parallel params in their own sum (reduced over other groups) */
             for (int i = r->count - 1; i >= 0; i--)
-                if (mtc_param_counted_here(&r->params[i], tp_rank))
+                if (train_norm_counts(r, &r->params[i], tp_rank))
                     MTC_CHECK(mtc_grad_norm_plan_add(
                         mtc_param_expert_parallel(r, &r->params[i]) ? &x->xnorm_plan
                                                                     : &x->norm_plan,
@@ -240,7 +246,7 @@ static mtc_result_t train_norm_plan(train_rank *x) {
                 int n;
                 const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, b, &n);
                 for (int j = 0; j < n; j++)
-                    if (mtc_param_counted_here(&r->params[sp[j].param], tp_rank))
+                    if (train_norm_counts(r, &r->params[sp[j].param], tp_rank))
                         MTC_CHECK(mtc_grad_norm_plan_add(
                             which ? &x->xnorm_plan : &x->norm_plan,
                             d->grads + sp[j].gbuf_world.start,
