@@ -51,6 +51,11 @@ M=$(echo "$MOE" | tr ' ' '~')
 # dp 2 x ep 2 (expert-DP 1) and dp 4 x ep 2 (expert-DP 2) with the distributed optimizer
 pair dp2_ep2_distopt base "$M" --world-size 2 --ep 2 --use-distributed-optimizer
 pair dp4_ep2_distopt base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --moe-token-dispatcher-type alltoall
+# two dense optimizer instances beside the expert one; several expert buckets with both overlaps;
+# a pipeline stage without MoE layers (no expert buffer there) under ep 2
+pair ep2_inst2 base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --num-distributed-optimizer-instances 2
+pair ep2_buckets_overlap base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 2000
+pair ep2_pp2_half freq "$M~--moe-layer-freq~[1,0]" --world-size 4 --ep 2 --pp 2 --use-distributed-optimizer
 pair dp2 base "$M" --world-size 2
 pair dp2_distopt base "$M" --world-size 2 --use-distributed-optimizer
 pair pp2 base "$M" --world-size 2 --pp 2
