@@ -8,7 +8,8 @@
  *
  * Relies on dp/ddp.h for the buffers, layout and communicators, and on
  * nn_adamw_update for the element-wise update. Limitations: fp32 params
- * only; one buffer (no expert buffers). */
+ * only; one buffer per instance (train/ gives the expert-parallel buffer an
+ * instance of its own, sharded over expert-DP, as Megatron). */
 #include "dp/distopt.h"
 
 #include <stdlib.h>

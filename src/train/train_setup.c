@@ -4,7 +4,9 @@
  * --use-distributed-optimizer Megatron-LM core_v0.18.0 distrib_optimizer.py:
  * buffers padded as Megatron's param_and_grad_buffer, the state of the
  * owned shard only, one DDP per chunk, an inter-instance group per chunk
- * with several optimizer instances), activation slots sized by the
+ * with several optimizer instances; with EP > 1 a second DDP per chunk, and
+ * instance, for its local experts over EXPERT_DATA_PARALLEL_GROUP, laid
+ * after the dense buffer), activation slots sized by the
  * schedule, the gradient-norm plan; gathering the global model, loading a
  * single-file model and the --print-layout printer (directory checkpoints:
  * train_ckpt.c). The DP layout is
