@@ -77,13 +77,15 @@ typedef struct {
     mtc_comm_t cp_inner, cp_outer; /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0/_L1 (a2a+p2p) */
     mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
     mtc_comm_t edp;                /* EXPERT_DATA_PARALLEL_GROUP (NULL: size 1) */
-    mtc_comm_t xmp;                /* EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (NULL: 1) */
-    int dp_size, dp_rank, nmb;     /* nmb: microbatches of the running pass */
-    int nmb_max;                   /* what the buffers hold (every batch the run can have) */
-    int64_t cur_batch;             /* global batch of the running pass (nmb x B x dp) */
-    double sched_n;                /* Megatron's scheduler num_steps: samples of the steps taken */
-    int T_cp;                      /* positions per sample on this rank: seq-length / cp */
-    const int *pos;                /* (T_cp) their global positions (chunk 0's model owns them) */
+    mtc_comm_t xintra;         /* the expert buffer's shard group: EDP, or its intra-instance slice
+                                  (HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0) with several instances */
+    mtc_comm_t xmp;            /* EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (NULL: 1) */
+    int dp_size, dp_rank, nmb; /* nmb: microbatches of the running pass */
+    int nmb_max;               /* what the buffers hold (every batch the run can have) */
+    int64_t cur_batch;         /* global batch of the running pass (nmb x B x dp) */
+    double sched_n;            /* Megatron's scheduler num_steps: samples of the steps taken */
+    int T_cp;                  /* positions per sample on this rank: seq-length / cp */
+    const int *pos;            /* (T_cp) their global positions (chunk 0's model owns them) */
     int pp_size, pp_rank;
     int world_rank;
     pp_executor_t ex; /* NULL when pp == 1; the one for nmb microbatches */

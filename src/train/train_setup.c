@@ -94,7 +94,7 @@ static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offse
     mtc_result_t rc = train_buffer_layout(r, &dc, x->intra ? mtc_comm_size(x->intra) : 1, &l);
     if (rc == MTC_OK && split) {
         dc.params = MTC_DDP_PARAMS_EXPERT, dc.shared_embedding = NULL;
-        rc = train_buffer_layout(r, &dc, x->edp ? mtc_comm_size(x->edp) : 1, &lx);
+        rc = train_buffer_layout(r, &dc, x->xintra ? mtc_comm_size(x->xintra) : 1, &lx);
     }
     for (int i = 0; rc == MTC_OK && i < r->count; i++)
         offsets[i] = lx.nparams && lx.param_bucket[i] >= 0
@@ -201,8 +201,20 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
         xc.params = MTC_DDP_PARAMS_EXPERT, xc.shared_embedding = NULL;
         xc.base = (size_t)ch->ddp->layout.numel;
         xc.avg_size = x->dp ? mtc_comm_size(x->dp) : 1;
-        mtc_ddp_comms xcomms = {.dp = x->edp, .intra = x->edp, .inter = NULL};
-        rc = mtc_ddp_init(&m->reg, &xc, &xcomms, m->params, m->grads, &ch->xddp);
+        /* with several instances (Megatron's intra_expt_dp_group): shards over the
+         * intra-instance slice of EDP, then an all-reduce over the ranks of the
+         * same slice position (one communicator per chunk, as the dense one) */
+        mtc_comm_t xintra = x->edp, xinter = NULL;
+        int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
+        if (c->use_distributed_optimizer && nd > 1 && x->edp) {
+            xintra = mtc_grid_comm(x->grid, MTC_GROUP_HIER_EXPT_DP, 0);
+            if (xintra && mtc_comm_size(xintra) < mtc_comm_size(x->edp))
+                /* comm: split(EXPERT_DATA_PARALLEL_GROUP) */
+                rc = mtc_comm_split(x->edp, mtc_comm_rank(xintra), mtc_comm_rank(x->edp),
+                                    "EXPERT_INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &xinter);
+        }
+        mtc_ddp_comms xcomms = {.dp = x->edp, .intra = xintra, .inter = xinter};
+        if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &xc, &xcomms, m->params, m->grads, &ch->xddp);
     }
     free(shared);
     MTC_CHECK(rc);
@@ -349,6 +361,9 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->intra = c->use_distributed_optimizer
                    ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_INTRA_PARTIAL_DP_CP) : x->dp)
                    : NULL;
+    x->xintra = c->use_distributed_optimizer
+                    ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_HIER_EXPT_DP) : x->edp)
+                    : NULL;
 #undef NONTRIVIAL
 #undef GROUP
     x->pp_size = gc.pp, x->pp_rank = co->pp;

@@ -70,9 +70,9 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
  * of the model counted once), summed over the shard group with the
  * distributed optimizer and over MODEL_PARALLEL_GROUP; with EP > 1 the
  * expert-parallel buffers' squares (xnorm_plan) as Megatron's expert
- * optimizer: over EXPERT_DATA_PARALLEL_GROUP with the distributed
- * optimizer, then over EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (every
- * expert once), added to the dense sum. */
+ * optimizer: over its shard group (EXPERT_DATA_PARALLEL_GROUP, or its
+ * intra-instance slice) with the distributed optimizer, then over
+ * EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (every expert once), added to the dense sum. */
 static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
     uint64_t t_span = mtc_time_ns();
     double s = mtc_grad_norm_sumsq(&x->norm_plan, x->pool);
@@ -83,10 +83,10 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
         MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->intra));
     if (x->mp) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->mp));
     if (x->ep && x->cfg->model.moe.num_experts > 0) {
-        /* comm: all-reduce(EXPERT_DATA_PARALLEL_GROUP) with the distributed optimizer,
+        /* comm: all-reduce(the expert shard group: EXPERT_DATA_PARALLEL_GROUP or its
+         * intra-instance slice) with the distributed optimizer,
          * all-reduce(EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP) */
-        if (x->edp && x->cfg->use_distributed_optimizer)
-            MTC_CHECK(mtc_all_reduce(&sx, &sx, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->edp));
+        if (x->xintra) MTC_CHECK(mtc_all_reduce(&sx, &sx, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->xintra));
         if (x->xmp) MTC_CHECK(mtc_all_reduce(&sx, &sx, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->xmp));
         s += sx;
     }

@@ -15,8 +15,9 @@
 # Experts sharded over EP: the banner's parameter count drops by the experts
 # other EP ranks hold; dp 2 x ep 2 (expert-DP 1) and dp 4 x ep 2 (expert-DP
 # 2) with the distributed optimizer (its expert instance sharded over
-# expert-DP); a checkpoint saved at ep 2 (4 iterations) loads at ep 1 and at
-# ep 4 (and ep 2 x dp 2 distopt) and continues as the serial 8-iteration run.
+# expert-DP, also in two instances); a checkpoint saved at ep 2 (4 iterations)
+# loads at ep 1 and at ep 4 (and ep 2 x dp 2 distopt) and continues as the
+# serial 8-iteration run; the MoE flags in its metadata are checked on --load.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -54,6 +55,9 @@ pair dp4_ep2_distopt base "$M" --world-size 4 --ep 2 --use-distributed-optimizer
 # two dense optimizer instances beside the expert one; several expert buckets with both overlaps;
 # a pipeline stage without MoE layers (no expert buffer there) under ep 2
 pair ep2_inst2 base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --num-distributed-optimizer-instances 2
+# 8 ranks, expert-DP 4 in two instances: expert shards over the intra-instance slice, then an
+# all-reduce across the instances (Megatron's intra_expt_dp_group)
+pair ep2_edp4_inst2 gb16 "$M~--global-batch-size~16" --world-size 8 --ep 2 --use-distributed-optimizer --num-distributed-optimizer-instances 2 --overlap-grad-reduce --ddp-bucket-size 3000
 pair ep2_buckets_overlap base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 2000
 pair ep2_pp2_half freq "$M~--moe-layer-freq~[1,0]" --world-size 4 --ep 2 --pp 2 --use-distributed-optimizer
 pair dp2 base "$M" --world-size 2
@@ -106,6 +110,13 @@ for ld in "ep1:" "ep4:--world-size 4 --ep 4" "ep2dp2:--world-size 4 --ep 2 --use
         || { bad "ckpt $nm: no load line"; tail -3 "$D/ck_$nm.log"; }
     same_moe "checkpoint saved at ep 2 ($src), loaded at $nm, iterations 5-8" "$D/ck_tail.jsonl" "$D/ck_$nm.jsonl"
 done
+# two optimizer instances (expert shards on the intra-instance slice of expert-DP) -> serial
+run ck16_full $CK --global-batch-size 16 --train-iters 8
+run ck16_a $CK --global-batch-size 16 --train-iters 4 --world-size 8 --ep 2 --use-distributed-optimizer --num-distributed-optimizer-instances 2 --save "$D/ck16"
+run ck16_b $CK --global-batch-size 16 --train-iters 8 --load "$D/ck16"
+tail -4 "$D/ck16_full.jsonl" >"$D/ck16_tail.jsonl"
+same_moe "checkpoint saved at ep 2 x expert-DP 4 in two instances, loaded serially" "$D/ck16_tail.jsonl" "$D/ck16_b.jsonl"
+
 # the checkpoint's metadata records the MoE flags: --load refuses the ones that change the
 # model, one line and exit 2, takes changed training-only ones; generate adopts them
 refuse "--load without the MoE flags" "was saved with num-experts=4 but this run has 0 (pass the saved model's MoE flags)" --lr-decay-iters 8 --train-iters 8 --load "$D/ck"
