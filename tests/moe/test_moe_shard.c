@@ -10,7 +10,8 @@
  *    alignment, the others the distributed optimizer's 64-alignment;
  *  - mtc_ddp over MTC_DDP_PARAMS_DENSE / _EXPERT: the two buffers hold
  *    disjoint params whose sizes add up to the registry's, and the expert
- *    one accepts the model's buffers at its base offset. */
+ *    one accepts the model's buffers at its base offset; averaging scales
+ *    it by 1/avg_size (Megatron's 1/|dp x cp| for expert buffers). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +138,20 @@ static void test_split(void) {
                 p->offset + p->local_numel <= (in_x ? r.total : 15));
     }
     mtc_ddp_free(exp), mtc_ddp_free(dense);
+    /* Megatron's expert scaling when averaging: 1/|dp x cp| (avg_size), not 1/|expert-dp| */
+    for (int avg = 0; avg <= 4; avg += 4) {
+        mtc_ddp_config ac = {
+            .params = MTC_DDP_PARAMS_EXPERT, .scale = MTC_DDP_GRAD_AVG, .avg_size = avg};
+        T_CHECK(mtc_ddp_init(&r, &ac, &none, NULL, NULL, &exp) == MTC_OK);
+        for (int64_t i = 0; i < exp->layout.numel; i++)
+            exp->grads[i] = 1.0f;
+        T_CHECK(mtc_ddp_finish(exp) == MTC_OK);
+        float want = avg ? 1.0f / (float)avg : 1.0f; /* avg 0: |dp| = 1 here, no scaling */
+        for (int64_t i = 0; i < exp->layout.numel; i++)
+            T_CHECKF(exp->grads[i] == want, "avg_size %d: grad %lld = %g", avg, (long long)i,
+                     exp->grads[i]);
+        mtc_ddp_free(exp), exp = NULL;
+    }
     free(params), free(grads);
     mtc_registry_free(&r);
 }
