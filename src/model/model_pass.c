@@ -135,6 +135,8 @@ static moe_pass gpt_moe_pass(const mtc_model *m, const mtc_model_pass *pass, int
                    .tpcp = m->moe_tpcp,
                    .tpdpcp = m->moe_tpdpcp,
                    .ep = m->moe_ep,
+                   .etp = m->moe_etp,
+                   .tpep = m->moe_tpep,
                    .pool = m->pool};
     /* global_aux_loss is over the whole data-parallel batch already: its
      * gradient is not averaged over DP again (Megatron's is, #3672) */

@@ -87,6 +87,9 @@ typedef struct {
     size_t total;        /* floats in the flat buffers */
     size_t global_total; /* floats of the serial layout (sum of numel) */
     int tp, tp_rank;     /* the TP split the local shards follow (1, 0 when serial) */
+    int etp;             /* experts' split (0 or 1: whole experts; else etp = tp: an expert's
+                            fc1 split as MTC_SPLIT_FC1 and fc2 as MTC_SPLIT_ROW over the TP
+                            ranks, the global tensor being the whole expert) */
 } mtc_registry;
 
 mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity);
