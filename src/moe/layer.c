@@ -218,6 +218,7 @@ static mtc_comm_t ep_where(const moe_pass *pass, const moe_dims *d, int *P, int 
     int ep = pass->ep ? mtc_comm_size(pass->ep) : 1;
     MTC_ASSERT(*P == grp_of(d) && ep == ep_of(d) && d->E % ep == 0);
     MTC_ASSERT((pass->etp ? mtc_comm_size(pass->etp) : 1) == (d->etp > 1 ? d->etp : 1));
+    MTC_ASSERT(d->etp <= 1 || !d->bias); /* validated: each ETP rank would add fc2's bias */
     *El = d->E / ep;
     *e0 = (pass->ep ? mtc_comm_rank(pass->ep) : 0) * *El;
     return g;
