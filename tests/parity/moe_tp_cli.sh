@@ -10,7 +10,9 @@
 #    sigmoid routing with the expert bias.
 #  - etp = tp = 2 (fc1 column- and fc2 row-split over the expert-TP group;
 #    --disable-bias-linear, Megatron's rule): ep 1 and ep 2 with both
-#    dispatchers, pp 2, a Llama-style SwiGLU MoE (split [gate | up] blocks).
+#    dispatchers, pp 2, cp 2, a Llama-style SwiGLU MoE (split [gate | up]
+#    blocks); a checkpoint saved at tp 2 etp 2 ep 2 loaded serially and at
+#    tp 2 etp 1.
 #  - capacity: Megatron computes it on each rank's own tokens, under SP the
 #    TP rank's half sequences, so a capacity run at tp 2 drops other tokens
 #    than the serial run. Every tp 2 layout of one capacity model is checked
@@ -86,6 +88,26 @@ pair tp2_etp2_ep2_distopt nb "$NB" --world-size 4 $SP --ep 2 --use-distributed-o
 LL="--normalization~RMSNorm~--position-embedding-type~rope~--swiglu~--ffn-hidden-size~48~--disable-bias-linear~--untie-embeddings-and-output-weights~$MOE~--moe-layer-freq~[0,1]~--moe-router-pre-softmax"
 pair llama_tp2_etp2_ep2 llama "$LL" --world-size 4 $SP --ep 2 --moe-token-dispatcher-type alltoall
 pair llama_tp2_etp2_shared llama_sh "$LL~--moe-shared-expert-intermediate-size~32" --world-size 2 $SP
+
+pair tp2_etp2_cp2 nb3 "$NB~--lr~1e-3" --world-size 4 $SP --cp 2 --moe-token-dispatcher-type alltoall
+
+# ---- checkpoints: the ETP slices save whole experts; any layout loads them ----
+# 2 iterations at tp 2 etp 2 ep 2 saved, then iterations 3 and 4 serially and
+# at tp 2 etp 1 from the checkpoint against the serial run's 3 and 4
+CK="$(echo "$NB" | tr '~' ' ') --lr-decay-iters 4"
+T2=$(echo "$TINY" | sed 's/--train-iters 4/--train-iters 2/')
+timeout -k 5 120 "$MTC" train $T2 $CK --world-size 4 $SP --ep 2 --save "$D/ck" >"$D/ck.log" 2>&1 || { bad "save at tp 2 etp 2 ep 2"; tail -3 "$D/ck.log"; }
+run ck_serial $CK
+for lay in serial tp2_etp1; do
+    case $lay in serial) la="" ;; *) la="--world-size 2 $SP --etp 1" ;; esac
+    run "ck_load_$lay" $CK $la --load "$D/ck"
+    tail -2 "$D/ck_serial.jsonl" >"$D/ck_ref.tail"
+    if [ "$(wc -l <"$D/ck_load_$lay.jsonl")" -eq 2 ] && paste -d' ' "$D/ck_ref.tail" "$D/ck_load_$lay.jsonl" | awk '
+        { n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":" || $i == "\"grad_norm\":" || $i == "\"load_balancing_loss\":" || $i == "\"z_loss\":") { v[n++] = $(i + 1) + 0 } }
+        { h = n / 2; if (h < 2) bad = 1; for (k = 0; k < h; k++) { a = v[k]; b = v[k + h]; d = a - b; if (d < 0) d = -d; if (d > 2e-5 * (b < 0 ? -b : b)) bad = 1 } }
+        END { exit bad }'; then ok "saved at tp 2 etp 2 ep 2, loaded $lay: iterations 3 and 4 within 2e-5"
+    else bad "checkpoint loaded $lay"; cat "$D/ck_load_$lay.jsonl" | cut -c1-200; fi
+done
 
 # ---- capacity: against the tp 2, etp 1, ep 1 run (per-rank capacity) ----
 REF_cap="--world-size 2 $SP --etp 1" REF_pos=$REF_cap REF_pad=$REF_cap
