@@ -11,7 +11,7 @@
 #  - etp = tp = 2 (fc1 column- and fc2 row-split over the expert-TP group;
 #    --disable-bias-linear, Megatron's rule): ep 1 and ep 2 with both
 #    dispatchers, pp 2, cp 2, a Llama-style SwiGLU MoE (split [gate | up]
-#    blocks); a checkpoint saved at tp 2 etp 2 ep 2 loaded serially and at
+#    blocks, with --recompute-modules mlp too); a checkpoint saved at tp 2 etp 2 ep 2 loaded serially and at
 #    tp 2 etp 1.
 #  - capacity: Megatron computes it on each rank's own tokens, under SP the
 #    TP rank's half sequences, so a capacity run at tp 2 drops other tokens
@@ -87,6 +87,8 @@ pair tp2_etp2_pp2 nb "$NB" --world-size 4 $SP --etp 2 --pp 2 --moe-token-dispatc
 pair tp2_etp2_ep2_distopt nb "$NB" --world-size 4 $SP --ep 2 --use-distributed-optimizer --overlap-grad-reduce
 LL="--normalization~RMSNorm~--position-embedding-type~rope~--swiglu~--ffn-hidden-size~48~--disable-bias-linear~--untie-embeddings-and-output-weights~$MOE~--moe-layer-freq~[0,1]~--moe-router-pre-softmax"
 pair llama_tp2_etp2_ep2 llama "$LL" --world-size 4 $SP --ep 2 --moe-token-dispatcher-type alltoall
+# --recompute-modules mlp recomputes the dense layer's MLP and leaves the MoE layer's (Megatron)
+pair llama_tp2_etp2_recompute_mlp llama "$LL" --world-size 2 $SP --recompute-granularity selective --recompute-modules mlp
 pair llama_tp2_etp2_shared llama_sh "$LL~--moe-shared-expert-intermediate-size~32" --world-size 2 $SP
 
 pair tp2_etp2_cp2 nb3 "$NB~--lr~1e-3" --world-size 4 $SP --cp 2 --moe-token-dispatcher-type alltoall
