@@ -83,7 +83,11 @@ void mtc_registry_split_ep(mtc_registry *reg, int first, int end) {
     reg->expert_first = first, reg->expert_end = end, reg->ep_split = 1;
     for (int i = 0; i < reg->count; i++) {
         mtc_param *p = &reg->params[i];
-        if (p->expert >= 0 && (p->expert < first || p->expert >= end)) p->local_numel = 0;
+        if (p->expert < 0) continue;
+        if (p->expert < first || p->expert >= end) p->local_numel = 0;
+        /* the expert buffer's expert-DP reduction holds the TP ranks' partial
+         * sums (etp 1 under SP): a TP sum on top would pair other experts */
+        p->reduce_groups &= ~(unsigned)MTC_REDUCE_TP;
     }
 }
 

@@ -147,6 +147,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
         .cp_outer = x->cp_outer,
         .cp_layer_types = c->cp_layer_types,
         .ep = x->ep,
+        .etp = mtc_grid_comm(x->grid, MTC_GROUP_EXPT_TP, 0),
+        .tp_ep = mtc_grid_comm(x->grid, MTC_GROUP_TP_EP, 0),
         .first_layer = st * L / S,
         .last_layer = (st + 1) * L / S,
         .has_embedding = st == 0,
