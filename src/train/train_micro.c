@@ -102,8 +102,9 @@ static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
         .b0 = (int)data_sample_index(0, mb, x->dp_rank, 0, c->micro_batch, x->dp_size),
         .loss_scale = x->cur_train ? scale : 0.0f,
         .first_microbatch = mb == 0,
-        .grads_ready =
-            x->cur_train && last && c->overlap_grad_reduce && x->dp ? train_grads_ready : NULL,
+        .grads_ready = x->cur_train && last && c->overlap_grad_reduce && (x->dp || x->edp)
+                           ? train_grads_ready
+                           : NULL,
         .grads_ready_ctx = (void *)ch,
         /* --overlap-param-gather: wait per param group in the forward */
         .params_needed = ch->dopt && c->overlap_param_gather ? train_params_needed : NULL,

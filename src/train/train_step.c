@@ -51,12 +51,14 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(dp), or reduce-scatter(intra) with the distributed optimizer */
     /* comm: the expert buffers: all-reduce or reduce-scatter(EXPERT_DATA_PARALLEL_GROUP) */
-    for (int k = 0; k < x->vpp && x->dp; k++) {
+    /* (expert-DP can exceed 1 with DP x CP 1: tp 4, etp 1, ep 2) */
+    int any = x->dp || x->edp;
+    for (int k = 0; k < x->vpp && any; k++) {
         MTC_CHECK(mtc_ddp_finish(x->chunks[k].ddp));
         if (x->chunks[k].xddp) MTC_CHECK(mtc_ddp_finish(x->chunks[k].xddp));
     }
     x->comm_ns += mtc_time_ns() - t0;
-    if (x->dp) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
+    if (any) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
     for (int k = 0; k < x->vpp && x->tp; k++)
         MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_TP, x->tp,
                                      TRAIN_T_LAYERNORM_GRADS));

@@ -7,12 +7,13 @@
 #  - etp 1 (whole experts on every TP rank; GPT-2 with biases): tp 2; tp 2 x
 #    ep 2 with both dispatchers; tp 2 x pp 2; tp 2 x dp 2 with the
 #    distributed optimizer; a shared expert split over TP; seq_aux_loss;
-#    sigmoid routing with the expert bias.
+#    sigmoid routing with the expert bias; tp 4 x ep 2 (expert-DP of TP
+#    ranks with DP x CP 1), with the distributed optimizer too.
 #  - etp = tp = 2 (fc1 column- and fc2 row-split over the expert-TP group;
 #    --disable-bias-linear, Megatron's rule): ep 1 and ep 2 with both
 #    dispatchers, pp 2, cp 2, a Llama-style SwiGLU MoE (split [gate | up]
 #    blocks, with --recompute-modules mlp too); a checkpoint saved at tp 2 etp 2 ep 2 loaded serially and at
-#    tp 2 etp 1.
+#    tp 2 etp 1, one saved at tp 4 etp 1 ep 2 (distributed optimizer) loaded at tp 2 etp 2 ep 2.
 #  - capacity: Megatron computes it on each rank's own tokens, under SP the
 #    TP rank's half sequences, so a capacity run at tp 2 drops other tokens
 #    than the serial run. Every tp 2 layout of one capacity model is checked
@@ -77,6 +78,13 @@ pair tp2_etp1_shared_ep2 shared "$MOE~--moe-shared-expert-intermediate-size~48" 
 pair tp2_etp1_seq_aux seq "--num-experts~4~--moe-aux-loss-coeff~0.01~--moe-router-load-balancing-type~seq_aux_loss" --world-size 2 $SP --etp 1
 SIG="--num-experts~4~--moe-router-score-function~sigmoid~--moe-router-enable-expert-bias~--moe-router-bias-update-rate~0.01~--moe-router-load-balancing-type~none"
 pair tp2_etp1_sigmoid_bias_ep2 sig "$SIG" --world-size 4 $SP --etp 1 --ep 2
+# tp 4 x etp 1 x ep 2: each EP group lies inside a TP group and expert-DP (2 ranks, with
+# DP x CP 1) holds TP ranks, whose copies of an expert are replicas summed by the expert
+# buffer alone (a TP sum on top would add another EP rank's expert)
+for disp in allgather alltoall; do
+    pair "tp4_etp1_ep2_$disp" base "$B1" --world-size 4 --tp 4 --sequence-parallel --etp 1 --ep 2 --moe-token-dispatcher-type $disp
+done
+pair tp4_etp1_ep2_distopt base "$B1" --world-size 4 --tp 4 --sequence-parallel --etp 1 --ep 2 --use-distributed-optimizer --overlap-grad-reduce
 
 # ---- etp = tp = 2: experts split over the expert-TP group ----
 for disp in allgather alltoall; do
@@ -110,6 +118,16 @@ for lay in serial tp2_etp1; do
         END { exit bad }'; then ok "saved at tp 2 etp 2 ep 2, loaded $lay: iterations 3 and 4 within 2e-5"
     else bad "checkpoint loaded $lay"; cat "$D/ck_load_$lay.jsonl" | cut -c1-200; fi
 done
+# saved at tp 4 etp 1 ep 2 with the distributed optimizer (whole experts, written by one
+# rank of their expert-DP group of TP ranks, optimizer state from the expert instance),
+# loaded at tp 2 etp 2 ep 2 (the experts' ETP slices) and continuing as the serial run
+timeout -k 5 120 "$MTC" train $T2 $CK --world-size 4 --tp 4 --sequence-parallel --etp 1 --ep 2 --use-distributed-optimizer --save "$D/ck4" >"$D/ck4.log" 2>&1 || { bad "save at tp 4 etp 1 ep 2"; tail -3 "$D/ck4.log"; }
+run ck4_load $CK --world-size 4 $SP --ep 2 --load "$D/ck4"
+if [ "$(wc -l <"$D/ck4_load.jsonl")" -eq 2 ] && paste -d' ' "$D/ck_ref.tail" "$D/ck4_load.jsonl" | awk '
+    { n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":" || $i == "\"grad_norm\":" || $i == "\"load_balancing_loss\":" || $i == "\"z_loss\":") { v[n++] = $(i + 1) + 0 } }
+    { h = n / 2; if (h < 2) bad = 1; for (k = 0; k < h; k++) { a = v[k]; b = v[k + h]; d = a - b; if (d < 0) d = -d; if (d > 2e-5 * (b < 0 ? -b : b)) bad = 1 } }
+    END { exit bad }'; then ok "saved at tp 4 etp 1 ep 2 (distributed optimizer), loaded at tp 2 etp 2 ep 2: iterations 3 and 4 within 2e-5"
+else bad "checkpoint saved at tp 4 etp 1 ep 2"; cut -c1-200 "$D/ck4_load.jsonl"; fi
 
 # ---- capacity: against the tp 2, etp 1, ep 1 run (per-rank capacity) ----
 REF_cap="--world-size 2 $SP --etp 1" REF_pos=$REF_cap REF_pad=$REF_cap
