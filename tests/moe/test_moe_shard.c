@@ -5,7 +5,8 @@
  *  - mtc_registry_split_ep: another rank's expert keeps its name, shape
  *    and global offset but takes no local storage, its own experts are
  *    held whole, dense parameters are untouched, the layout packs only
- *    what is held;
+ *    what is held; every expert param loses its TP sum (expert-DP sums
+ *    the TP copies), dense ones keep theirs;
  *  - dp_layout with skip_empty: absent params get no bucket and no
  *    alignment, the others the distributed optimizer's 64-alignment;
  *  - mtc_ddp over MTC_DDP_PARAMS_DENSE / _EXPERT: the two buffers hold
@@ -66,6 +67,9 @@ static void test_split(void) {
     T_CHECK(serial_total == 10 + 5 + NEXP * (W1 + W2));
     for (int i = 0; i < r.count; i++)
         T_CHECK(!mtc_param_expert_parallel(&r, &r.params[i])); /* not split: all dense */
+    /* as etp 1 under SP marks them (model/family.c): every param summed over TP */
+    for (int i = 0; i < r.count; i++)
+        r.params[i].reduce_groups |= MTC_REDUCE_TP;
     /* EP rank 1 of 2 holds experts 2 and 3 */
     int first, count;
     moe_local_expert_range(NEXP, 2, 1, &first, &count);
@@ -80,6 +84,9 @@ static void test_split(void) {
         T_CHECKF(p->local_numel == (held ? p->numel : 0), "%s local %zu", p->name, p->local_numel);
         T_CHECK(mtc_param_expert_parallel(&r, p) == (p->expert >= 2));
         T_CHECKF(p->global_offset == goff[i], "%s global offset moved", p->name);
+        /* an expert's TP copies are expert-DP replicas: no TP sum left; dense ones keep it */
+        T_CHECKF(!(p->reduce_groups & MTC_REDUCE_TP) == (p->expert >= 0), "%s reduce_groups %u",
+                 p->name, p->reduce_groups);
         T_CHECK(p->numel == (size_t)(p->expert < 0 ? (i == 0 ? 10 : 5) : (i % 2 ? W1 : W2)));
     }
 
