@@ -20,7 +20,8 @@
 #    against the tp 2, ep 1, etp 1 run instead (the same tokens dropped:
 #    equal dropped fractions, losses and grad norms), with probs and position
 #    policies and padding to capacity.
-#  - mpirun: tp 2 etp 2 with both dispatchers, tp 2 etp 1.
+#  - mpirun: tp 2 etp 2 with both dispatchers, tp 2 etp 1; 4 processes at
+#    tp 2 etp 2 ep 2 with the distributed optimizer.
 # Refusals of the layouts Megatron (or mtc) does not train: one line, exit 2.
 set -u
 MTC=${MTC:-build/mtc}
@@ -160,6 +161,9 @@ if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && [ -n "${MPIEXEC:-}" ]; then
         mpi "mpi_tp2_etp2_$disp" nb $(echo "$NB" | tr '~' ' ') $SP --moe-token-dispatcher-type $disp
     done
     mpi mpi_tp2_etp1 base $(echo "$B1" | tr '~' ' ') $SP --etp 1
+    # 4 processes: EP-sharded experts with their expert buffer and optimizer instance
+    timeout -k 5 120 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --metrics "$D/mpi4.jsonl" $(echo "$NB" | tr '~' ' ') $SP --ep 2 --use-distributed-optimizer --moe-token-dispatcher-type alltoall >"$D/mpi4.log" 2>&1 || { bad "mpirun -np 4 tp 2 etp 2 ep 2"; tail -5 "$D/mpi4.log"; }
+    same_moe "mpirun -np 4 tp 2 etp 2 ep 2 distributed optimizer" "$D/s_nb.jsonl" "$D/mpi4.jsonl"
 else
     echo "skip mpirun cases: MPI not built"
 fi
