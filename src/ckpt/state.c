@@ -80,29 +80,36 @@ mtc_result_t mtc_ckpt_param_pieces(mtc_ckpt_pieces *l, const mtc_registry *reg, 
  * function: a --load with another value is refused). The training-only
  * ones (losses, capacity, dispatcher, bias rate) are recorded and may
  * change on --load, as Megatron allows. */
+/* clang-format off */
 #define MOE_INTS(X)                                                                                \
     X(num_experts, "num-experts", 1)                                                               \
-    X(ffn_hidden_size, "moe-ffn-hidden-size", 1) X(topk, "moe-router-topk", 1)                     \
-        X(pre_softmax, "moe-router-pre-softmax", 1) X(num_groups, "moe-router-num-groups", 1)      \
-            X(group_topk, "moe-router-group-topk", 1)                                              \
-                X(expert_bias, "moe-router-enable-expert-bias", 1)                                 \
-                    X(shared_ffn, "moe-shared-expert-intermediate-size", 1)                        \
-                        X(pad_to_capacity, "moe-pad-expert-input-to-capacity", 0)
+    X(ffn_hidden_size, "moe-ffn-hidden-size", 1)                                                   \
+    X(topk, "moe-router-topk", 1)                                                                  \
+    X(pre_softmax, "moe-router-pre-softmax", 1)                                                    \
+    X(num_groups, "moe-router-num-groups", 1)                                                      \
+    X(group_topk, "moe-router-group-topk", 1)                                                      \
+    X(expert_bias, "moe-router-enable-expert-bias", 1)                                             \
+    X(shared_ffn, "moe-shared-expert-intermediate-size", 1)                                        \
+    X(pad_to_capacity, "moe-pad-expert-input-to-capacity", 0)
 #define MOE_FLOATS(X)                                                                              \
     X(topk_scaling, "moe-router-topk-scaling-factor", 1)                                           \
-    X(bias_update_rate, "moe-router-bias-update-rate", 0) X(aux_coeff, "moe-aux-loss-coeff", 0)    \
-        X(z_coeff, "moe-z-loss-coeff", 0) X(capacity_factor, "moe-expert-capacity-factor", 0)
+    X(bias_update_rate, "moe-router-bias-update-rate", 0)                                          \
+    X(aux_coeff, "moe-aux-loss-coeff", 0)                                                          \
+    X(z_coeff, "moe-z-loss-coeff", 0)                                                              \
+    X(capacity_factor, "moe-expert-capacity-factor", 0)
+/* clang-format on */
 /* Enum fields as Megatron's strings: (field, key, flag, names, count, refused on change). */
 static const char *const moe_score_names[] = {"softmax", "sigmoid"};
 static const char *const moe_lb_names[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
 static const char *const moe_drop_names[] = {"probs", "position"};
 static const char *const moe_disp_names[] = {"allgather", "alltoall"};
+/* clang-format off */
 #define MOE_ENUMS(X)                                                                               \
     X(score, "moe_router_score_function", "moe-router-score-function", moe_score_names, 2, 1)      \
     X(lb, "moe_router_load_balancing_type", "moe-router-load-balancing-type", moe_lb_names, 4, 0)  \
-        X(drop, "moe_token_drop_policy", "moe-token-drop-policy", moe_drop_names, 2, 0)            \
-            X(dispatcher, "moe_token_dispatcher_type", "moe-token-dispatcher-type",                \
-              moe_disp_names, 2, 0)
+    X(drop, "moe_token_drop_policy", "moe-token-drop-policy", moe_drop_names, 2, 0)                \
+    X(dispatcher, "moe_token_dispatcher_type", "moe-token-dispatcher-type", moe_disp_names, 2, 0)
+/* clang-format on */
 
 /* The MoE layers as Megatron's list form "[1,0,1,0]" of num_layers entries. */
 static void moe_pattern_string(char *buf, size_t len, const mtc_moe_config *m, int layers) {
