@@ -11,7 +11,7 @@
 #    ranks with DP x CP 1), with the distributed optimizer too.
 #  - etp = tp = 2 (fc1 column- and fc2 row-split over the expert-TP group;
 #    --disable-bias-linear, Megatron's rule): ep 1 and ep 2 with both
-#    dispatchers, pp 2, cp 2, a Llama-style SwiGLU MoE (split [gate | up]
+#    dispatchers, pp 2, cp 2 (and cp 2 x ep 2 at etp 1 and 2), a Llama-style SwiGLU MoE (split [gate | up]
 #    blocks, with --recompute-modules mlp too); a checkpoint saved at tp 2 etp 2 ep 2 loaded serially and at
 #    tp 2 etp 1, one saved at tp 4 etp 1 ep 2 (distributed optimizer) loaded at tp 2 etp 2 ep 2.
 #  - capacity: Megatron computes it on each rank's own tokens, under SP the
@@ -101,6 +101,10 @@ pair llama_tp2_etp2_recompute_mlp llama "$LL" --world-size 2 $SP --recompute-gra
 pair llama_tp2_etp2_shared llama_sh "$LL~--moe-shared-expert-intermediate-size~32" --world-size 2 $SP
 
 pair tp2_etp2_cp2 nb3 "$NB~--lr~1e-3" --world-size 4 $SP --cp 2 --moe-token-dispatcher-type alltoall
+# both generators at once on 8 ranks: tp 2 x cp 2 x dp 2 dense, ep 2 with etp 1 (expert-DP 4)
+# or etp 2 (expert-DP 2) for the experts
+pair tp2_etp1_cp2_ep2 base "$B1" --world-size 8 $SP --etp 1 --cp 2 --ep 2 --moe-token-dispatcher-type alltoall
+pair tp2_etp2_cp2_ep2_distopt nb3 "$NB~--lr~1e-3" --world-size 8 $SP --cp 2 --ep 2 --use-distributed-optimizer
 
 # ---- checkpoints: the ETP slices save whole experts; any layout loads them ----
 # 2 iterations at tp 2 etp 2 ep 2 saved, then iterations 3 and 4 serially and
