@@ -2,9 +2,10 @@
 # bench/moe.sh [BUILD_DIR] - tokens/s of a small MoE (8 experts, top-2, expert
 # ffn F) against the dense model with the same active parameters (ffn 2F),
 # on 2 rank-threads: dense dp 2, MoE ep 1 (dp 2), MoE ep 2 with the allgather
-# and the alltoall dispatcher; for each MoE run the share of the step spent
-# in the EP group's collectives (dispatch and combine, from --metrics'
-# comm_groups). Prints mtc's figure, the dense one and the ratio. Measured,
+# and the alltoall dispatcher, and at tp 2 + SP (no biases) dense against MoE
+# etp 1 and etp 2 with both dispatchers; for each MoE run the share of the
+# step spent in the expert groups' collectives (dispatch and combine, from
+# --metrics' comm_groups). Prints mtc's figure, the dense one and the ratio. Measured,
 # not asserted: on a shared machine the figures move with the load.
 # Environment: ITERS (default 12), HIDDEN (256), FFN (expert ffn, 512),
 # SEQ (256), LAYERS (4).
@@ -30,6 +31,12 @@ run dense --ffn-hidden-size $((2 * F))
 run ep1 $MOE
 run ep2_allgather $MOE --ep 2 --moe-token-dispatcher-type allgather
 run ep2_alltoall $MOE --ep 2 --moe-token-dispatcher-type alltoall
+# tensor parallelism (tp 2 + SP, no linear biases: etp 2 refuses expert biases)
+TP="--tp 2 --sequence-parallel --disable-bias-linear"
+run tp2_dense $TP --ffn-hidden-size $((2 * F))
+run tp2_etp1 $MOE $TP --etp 1
+run tp2_etp2_allgather $MOE $TP --moe-token-dispatcher-type allgather
+run tp2_etp2_alltoall $MOE $TP --moe-token-dispatcher-type alltoall
 python3 - "$D" <<'P'
 import json, sys
 d = sys.argv[1]
@@ -37,12 +44,24 @@ def last(n):
     rows = [json.loads(l) for l in open(f"{d}/{n}.jsonl") if l.strip()]
     return rows[-1]
 dense = last("dense")
-print(f"{'run':<22} {'tokens/s':>10} {'vs dense':>9} {'ms/iter':>9} {'EP comm ms':>11} {'EP share':>9}")
+print(f"{'run':<22} {'tokens/s':>10} {'vs dense':>9} {'ms/iter':>9} {'MoE comm ms':>11} {'share':>9}")
 print(f"{'dense (ffn 2F)':<22} {dense['tokens_per_s']:>10.0f} {1.0:>9.2f} {dense['elapsed_ms']:>9.1f} {'-':>11} {'-':>9}")
+# the expert groups' collectives: the allgather dispatcher's ETP x EP group
+# (EP itself at etp 1), the alltoall's EP and ETP groups
+groups = ("EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_PARALLEL_GROUP", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP")
+def expert_ms(r):
+    return sum(r.get("comm_groups", {}).get(g, {}).get("ms", 0.0) for g in groups)
 for n in ("ep1", "ep2_allgather", "ep2_alltoall"):
     r = last(n)
-    ep = r.get("comm_groups", {}).get("EXPERT_MODEL_PARALLEL_GROUP", {}).get("ms", 0.0)
+    ep = expert_ms(r)
     print(f"{'moe ' + n:<22} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / dense['tokens_per_s']:>9.2f} "
           f"{r['elapsed_ms']:>9.1f} {ep:>11.1f} {100 * ep / r['elapsed_ms']:>8.1f}%")
 print("target (issue 14): MoE at ep 2 >= 0.7x the dense model's tokens/s")
+tdense = last("tp2_dense")
+print(f"{'dense tp 2 (ffn 2F)':<22} {tdense['tokens_per_s']:>10.0f} {1.0:>9.2f} {tdense['elapsed_ms']:>9.1f} {'-':>11} {'-':>9}")
+for n in ("tp2_etp1", "tp2_etp2_allgather", "tp2_etp2_alltoall"):
+    r = last(n)
+    ep = expert_ms(r)
+    print(f"{'moe ' + n:<22} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / tdense['tokens_per_s']:>9.2f} "
+          f"{r['elapsed_ms']:>9.1f} {ep:>11.1f} {100 * ep / r['elapsed_ms']:>8.1f}%")
 P

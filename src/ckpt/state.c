@@ -74,6 +74,145 @@ mtc_result_t mtc_ckpt_param_pieces(mtc_ckpt_pieces *l, const mtc_registry *reg, 
     X(rotary_base, "rotary-base")                                                                  \
     X(rotary_percent, "rotary-percent")
 
+/* ---- the MoE flags (a "moe" object, absent for a dense model) ---------- */
+
+/* Integer fields, float fields: (field, Megatron flag, changes the model's
+ * function: a --load with another value is refused). The training-only
+ * ones (losses, capacity, dispatcher, bias rate) are recorded and may
+ * change on --load, as Megatron allows. */
+/* clang-format off */
+#define MOE_INTS(X)                                                                                \
+    X(num_experts, "num-experts", 1)                                                               \
+    X(ffn_hidden_size, "moe-ffn-hidden-size", 1)                                                   \
+    X(topk, "moe-router-topk", 1)                                                                  \
+    X(pre_softmax, "moe-router-pre-softmax", 1)                                                    \
+    X(num_groups, "moe-router-num-groups", 1)                                                      \
+    X(group_topk, "moe-router-group-topk", 1)                                                      \
+    X(expert_bias, "moe-router-enable-expert-bias", 1)                                             \
+    X(shared_ffn, "moe-shared-expert-intermediate-size", 1)                                        \
+    X(pad_to_capacity, "moe-pad-expert-input-to-capacity", 0)
+#define MOE_FLOATS(X)                                                                              \
+    X(topk_scaling, "moe-router-topk-scaling-factor", 1)                                           \
+    X(bias_update_rate, "moe-router-bias-update-rate", 0)                                          \
+    X(aux_coeff, "moe-aux-loss-coeff", 0)                                                          \
+    X(z_coeff, "moe-z-loss-coeff", 0)                                                              \
+    X(capacity_factor, "moe-expert-capacity-factor", 0)
+/* clang-format on */
+/* Enum fields as Megatron's strings: (field, key, flag, names, count, refused on change). */
+static const char *const moe_score_names[] = {"softmax", "sigmoid"};
+static const char *const moe_lb_names[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
+static const char *const moe_drop_names[] = {"probs", "position"};
+static const char *const moe_disp_names[] = {"allgather", "alltoall"};
+/* clang-format off */
+#define MOE_ENUMS(X)                                                                               \
+    X(score, "moe_router_score_function", "moe-router-score-function", moe_score_names, 2, 1)      \
+    X(lb, "moe_router_load_balancing_type", "moe-router-load-balancing-type", moe_lb_names, 4, 0)  \
+    X(drop, "moe_token_drop_policy", "moe-token-drop-policy", moe_drop_names, 2, 0)                \
+    X(dispatcher, "moe_token_dispatcher_type", "moe-token-dispatcher-type", moe_disp_names, 2, 0)
+/* clang-format on */
+
+/* The MoE layers as Megatron's list form "[1,0,1,0]" of num_layers entries. */
+static void moe_pattern_string(char *buf, size_t len, const mtc_moe_config *m, int layers) {
+    size_t k = 0;
+    buf[k++] = '[';
+    for (int l = 0; l < layers && k + 3 < len; l++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%d", l ? "," : "", mtc_moe_is_layer(m, l));
+    snprintf(buf + k, len - k, "]");
+}
+
+static cJSON *moe_json(const mtc_model_config *c) {
+    const mtc_moe_config *m = &c->moe;
+    cJSON *j = cJSON_CreateObject();
+#define ADD(f, flag, fixed) cJSON_AddNumberToObject(j, #f, (double)m->f);
+    MOE_INTS(ADD)
+    MOE_FLOATS(ADD)
+#undef ADD
+#define ADD(f, key, flag, names, n, fixed)                                                         \
+    cJSON_AddStringToObject(j, key, (int)m->f >= 0 && (int)m->f < n ? names[m->f] : "?");
+    MOE_ENUMS(ADD)
+#undef ADD
+    char pat[2 * MOE_PATTERN_MAX + 4];
+    moe_pattern_string(pat, sizeof pat, m, c->num_layers);
+    cJSON_AddStringToObject(j, "moe_layer_freq", pat);
+    return j;
+}
+
+static int cfg_number_fits(double v, int integer);
+
+static mtc_result_t moe_parse(const cJSON *j, const char *path, mtc_model_config *c) {
+    mtc_moe_config *m = &c->moe;
+    const cJSON *x;
+#define GET(f, flag, fixed)                                                                        \
+    x = cJSON_GetObjectItem(j, #f);                                                                \
+    if (!cJSON_IsNumber(x) || !cfg_number_fits(x->valuedouble, (__typeof__(m->f))0.5 == 0))        \
+        return mtc_error(MTC_ERR_FORMAT, "%s: the MoE configuration lacks a valid %s", path, #f);  \
+    m->f = (__typeof__(m->f))x->valuedouble;
+    MOE_INTS(GET)
+    MOE_FLOATS(GET)
+#undef GET
+    const char *v;
+#define GET(f, key, flag, names, n, fixed)                                                         \
+    v = cJSON_GetStringValue(cJSON_GetObjectItem(j, key));                                         \
+    for (int i = 0; v && i <= n; i++)                                                              \
+        if (i == n)                                                                                \
+            return mtc_error(MTC_ERR_FORMAT, "%s: the MoE configuration has %s=%s (unknown)",      \
+                             path, key, v);                                                        \
+        else if (!strcmp(v, names[i])) {                                                           \
+            m->f = (__typeof__(m->f))i;                                                            \
+            break;                                                                                 \
+        }                                                                                          \
+    if (!v) return mtc_error(MTC_ERR_FORMAT, "%s: the MoE configuration lacks %s", path, key);
+    MOE_ENUMS(GET)
+#undef GET
+    v = cJSON_GetStringValue(cJSON_GetObjectItem(j, "moe_layer_freq"));
+    if (!v || mtc_moe_parse_layer_freq(m, v) != MTC_OK)
+        return mtc_error(MTC_ERR_FORMAT, "%s: the MoE configuration has no valid moe_layer_freq",
+                         path);
+    return MTC_OK;
+}
+
+/* A saved MoE flag that changes the model differs from this run's. */
+static mtc_result_t moe_check(const mtc_model_config *s, const mtc_model_config *r,
+                              const char *path) {
+    /* the defaults as the values they stand for (top-k 0 = 2, ffn 0 = the model's) */
+    mtc_moe_config ea = s->moe, eb = r->moe;
+    ea.topk = mtc_moe_topk(&s->moe), eb.topk = mtc_moe_topk(&r->moe);
+    ea.ffn_hidden_size = mtc_model_moe_ffn(s), eb.ffn_hidden_size = mtc_model_moe_ffn(r);
+    const mtc_moe_config *a = &ea, *b = &eb;
+    if (a->num_experts != b->num_experts)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "%s was saved with num-experts=%d but this run has %d (pass the saved "
+                         "model's MoE flags)",
+                         path, a->num_experts, b->num_experts);
+    if (a->num_experts == 0) return MTC_OK;
+#define CMP(f, flag, fixed)                                                                        \
+    if (fixed && a->f != b->f)                                                                     \
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,                                                 \
+                         "%s was saved with %s=%g but this run has %g (pass the saved model's "    \
+                         "MoE flags)",                                                             \
+                         path, flag, (double)a->f, (double)b->f);
+    MOE_INTS(CMP)
+    MOE_FLOATS(CMP)
+#undef CMP
+#define CMP(f, key, flag, names, n, fixed)                                                         \
+    if (fixed && a->f != b->f)                                                                     \
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,                                                 \
+                         "%s was saved with %s=%s but this run has %s (pass the saved model's "    \
+                         "MoE flags)",                                                             \
+                         path, flag, names[a->f], names[b->f]);
+    MOE_ENUMS(CMP)
+#undef CMP
+    char pa[2 * MOE_PATTERN_MAX + 4], pb[2 * MOE_PATTERN_MAX + 4];
+    moe_pattern_string(pa, sizeof pa, a, s->num_layers);
+    moe_pattern_string(pb, sizeof pb, b, r->num_layers);
+    if (strcmp(pa, pb))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "%s was saved with moe-layer-freq=%s but this run has %s (pass the saved "
+                         "model's MoE flags)",
+                         path, pa, pb);
+    return MTC_OK;
+}
+
 cJSON *mtc_ckpt_config_json(const mtc_model_config *c) {
     cJSON *j = cJSON_CreateObject();
 #define ADD(f, flag) cJSON_AddNumberToObject(j, #f, (double)c->f);
@@ -86,6 +225,7 @@ cJSON *mtc_ckpt_config_json(const mtc_model_config *c) {
                             c->position_embedding == MTC_POS_ROPE   ? "rope"
                             : c->position_embedding == MTC_POS_NONE ? "none"
                                                                     : "learned_absolute");
+    if (c->moe.num_experts > 0) cJSON_AddItemToObject(j, "moe", moe_json(c));
     return j;
 }
 
@@ -123,6 +263,8 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
     c->position_embedding = !strcmp(p, "rope")   ? MTC_POS_ROPE
                             : !strcmp(p, "none") ? MTC_POS_NONE
                                                  : MTC_POS_LEARNED;
+    const cJSON *moe = cJSON_GetObjectItem(j, "moe"); /* absent: a dense model (or an old save) */
+    if (moe) MTC_CHECK(moe_parse(moe, path, c));
     if (mtc_model_config_validate(c) != MTC_OK)
         return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration is invalid: %s", path,
                          mtc_error_detail());
@@ -146,7 +288,7 @@ mtc_result_t mtc_ckpt_config_check(const mtc_model_config *s, const mtc_model_co
                          "%s was saved with another --normalization or --position-embedding-type "
                          "(use the saved model's)",
                          path);
-    return MTC_OK;
+    return moe_check(s, r, path);
 }
 
 /* ---- a serial model ---------------------------------------------------- */

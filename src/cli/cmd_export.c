@@ -126,6 +126,12 @@ int cli_cmd_export(int argc, char **argv) {
     mtc_ckpt_info info;
     if (mtc_ckpt_read_info(load, &info) != MTC_OK)
         return cli_usage_error("export", "%s", mtc_error_detail());
+    if (info.cfg.moe.num_experts > 0) /* the checkpoint's metadata records its MoE flags */
+        return cli_usage_error("export",
+                               "%s holds a mixture-of-experts model (num-experts=%d), which mtc "
+                               "export does not write yet (use the checkpoint with mtc train or "
+                               "mtc generate)",
+                               load, info.cfg.moe.num_experts);
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
     /* the tokenizer saved with the model (BPE ones read their files again) */
     data_tok *tok = NULL;

@@ -37,6 +37,12 @@ struct ddp_bucket {
 static int ddp_size(mtc_comm_t c) { return c ? mtc_comm_size(c) : 1; }
 static int ddp_rank(mtc_comm_t c) { return c ? mtc_comm_rank(c) : 0; }
 
+int mtc_ddp_holds(const mtc_registry *reg, const mtc_param *p, mtc_ddp_params which) {
+    if (p->local_numel == 0) return 0;
+    if (which == MTC_DDP_PARAMS_ALL) return 1;
+    return mtc_param_expert_parallel(reg, p) == (which == MTC_DDP_PARAMS_EXPERT);
+}
+
 static mtc_result_t ddp_check_sizes(const mtc_ddp_config *cfg, const mtc_ddp_comms *c) {
     int dp = ddp_size(c->dp), intra = ddp_size(c->intra ? c->intra : c->dp);
     if (dp % intra != 0)
@@ -83,8 +89,11 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t), (void **)&numels), rc,
                    fail);
     for (int i = 0; i < n; i++)
-        numels[i] = (int64_t)reg->params[i].local_numel;
-    dp_layout_config lc = {.dp = cfg->use_distopt ? ddp_size(d->comms.intra) : d->dp_size,
+        numels[i] = mtc_ddp_holds(reg, &reg->params[i], cfg->params)
+                        ? (int64_t)reg->params[i].local_numel
+                        : 0;
+    dp_layout_config lc = {.skip_empty = 1,
+                           .dp = cfg->use_distopt ? ddp_size(d->comms.intra) : d->dp_size,
                            .bucket_size = cfg->bucket_size,
                            .pad_high_busbw = cfg->pad_high_busbw,
                            .use_distopt = cfg->use_distopt,
@@ -113,15 +122,16 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
 
     if (params) { /* the caller laid its buffers out at this layout (model's layout hook) */
         for (int i = 0; i < n; i++)
-            if (reg->params[i].offset != (size_t)d->layout.param[i].start) {
+            if (d->layout.param_bucket[i] >= 0 &&
+                reg->params[i].offset != cfg->base + (size_t)d->layout.param[i].start) {
                 rc = mtc_error(MTC_ERR_INVALID_USAGE,
-                               "param %s sits at %zu in the given buffers but at %lld in the DDP "
-                               "layout (lay the model out with the same configuration)",
-                               reg->params[i].name, reg->params[i].offset,
+                               "param %s sits at %zu in the given buffers but at %zu + %lld in "
+                               "the DDP layout (lay the model out with the same configuration)",
+                               reg->params[i].name, reg->params[i].offset, cfg->base,
                                (long long)d->layout.param[i].start);
                 goto fail;
             }
-        d->params = params, d->grads = grads;
+        d->params = params + cfg->base, d->grads = grads + cfg->base;
     } else {
         size_t bytes = (size_t)d->layout.numel * sizeof(float);
         MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&d->params), rc, fail);
@@ -165,8 +175,9 @@ void mtc_ddp_free(mtc_ddp *d) {
 
 void mtc_ddp_assign_offsets(const mtc_ddp *d, mtc_registry *reg) {
     for (int i = 0; i < reg->count && i < d->layout.nparams; i++)
-        reg->params[i].offset = (size_t)d->layout.param[i].start;
-    reg->total = (size_t)d->layout.numel;
+        if (d->layout.param_bucket[i] >= 0)
+            reg->params[i].offset = d->cfg.base + (size_t)d->layout.param[i].start;
+    reg->total = d->cfg.base + (size_t)d->layout.numel;
 }
 
 void mtc_ddp_zero_grad(mtc_ddp *d) { memset(d->grads, 0, (size_t)d->layout.numel * sizeof(float)); }
@@ -176,8 +187,8 @@ static mtc_result_t ddp_launch(mtc_ddp *d, int b) {
     dp_range r = d->layout.bucket[b];
     float *g = d->grads + r.start;
     size_t n = (size_t)(r.end - r.start);
-    if (d->cfg.scale == MTC_DDP_GRAD_AVG && d->dp_size > 1)
-        nn_scale(g, 1.0f / (float)d->dp_size, n);
+    int avg = d->cfg.avg_size > 0 ? d->cfg.avg_size : d->dp_size;
+    if (d->cfg.scale == MTC_DDP_GRAD_AVG && avg > 1) nn_scale(g, 1.0f / (float)avg, n);
     ddp_bucket *bk = &d->buckets[b];
     /* --grad-reduce-in-bf16: the collective runs on the bucket's bf16 copy */
     void *buf = g;
@@ -237,7 +248,7 @@ mtc_result_t mtc_ddp_param_grad_ready(mtc_ddp *d, int p) {
     if (p < 0 || p >= d->layout.nparams)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "param index %d outside [0, %d)", p,
                          d->layout.nparams);
-    if (!d->cfg.overlap_grad_reduce) return MTC_OK;
+    if (!d->cfg.overlap_grad_reduce || d->layout.param_bucket[p] < 0) return MTC_OK;
     if (d->ready[p])
         return mtc_error(MTC_ERR_INVALID_USAGE,
                          "param %d marked grad-ready twice in one step; mark each param once, "
@@ -269,7 +280,7 @@ mtc_result_t mtc_ddp_finish(mtc_ddp *d) {
     int missing = -1;
     if (d->cfg.overlap_grad_reduce)
         for (int p = d->layout.nparams - 1; p >= 0 && missing < 0; p--)
-            if (!d->ready[p]) missing = p;
+            if (!d->ready[p] && d->layout.param_bucket[p] >= 0) missing = p;
     if (missing < 0) {
         /* launch the rest in order; then every reduce-scatter gets its inter all-reduce */
         for (; d->next_launch < d->layout.nbuckets && rc == MTC_OK; d->next_launch++)

@@ -52,7 +52,8 @@
  * Relies on dp/layout.h, comm/comm.h, nn/nn.h (nn_sumsq, nn_scale) and the
  * registry. Does not: run the optimizer (dp/distopt.h or optim/), handle
  * expert buffers or the embedding/SP all-reduces of finalize_model_grads
- * (a second mtc_ddp over the expert-dp group can serve expert params),
+ * (a second mtc_ddp over the expert-dp group, MTC_DDP_PARAMS_EXPERT, serves
+ * the expert-parallel params; each takes the registry's param indices),
  * or reduce in bf16. */
 #ifndef MTC_DP_DDP_H
 #define MTC_DP_DDP_H
@@ -70,14 +71,27 @@ typedef enum {
     MTC_DDP_GRAD_AVG,     /* local grads are per-rank means: scale by 1/|dp| then sum */
 } mtc_ddp_grad_scale;
 
+/* Which of the registry's params a buffer holds (Megatron keeps expert
+ * params in buffers of their own when EP > 1). */
+typedef enum {
+    MTC_DDP_PARAMS_ALL = 0, /* every param this rank holds */
+    MTC_DDP_PARAMS_DENSE,   /* all but the expert-parallel ones (mtc_param_expert_parallel) */
+    MTC_DDP_PARAMS_EXPERT,  /* only the expert-parallel ones: reduced over expert-DP */
+} mtc_ddp_params;
+
 typedef struct {
     int use_distopt;         /* --use-distributed-optimizer: reduce-scatter into shards */
     int overlap_grad_reduce; /* --overlap-grad-reduce: launch buckets during backward */
     int64_t bucket_size;     /* elements, <= 0: one bucket (see dp_layout_bucket_size) */
     int pad_high_busbw;      /* pad buckets to lcm(dp, 128, 65536) */
     mtc_ddp_grad_scale scale;
-    int grad_reduce_bf16; /* --grad-reduce-in-bf16: each bucket (and shard) is rounded to bf16,
-                             reduced as bf16 and widened back into the fp32 grads */
+    int avg_size;          /* MTC_DDP_GRAD_AVG divides by this (0: |dp|); Megatron's expert
+                              buffers use 1/|dp x cp| too, not 1/|expert-dp| */
+    mtc_ddp_params params; /* which params: the others (and held-nowhere experts) get no room */
+    size_t base;           /* where this buffer starts in the model's flat buffers: the params'
+                              registry offsets are base + their place in this buffer */
+    int grad_reduce_bf16;  /* --grad-reduce-in-bf16: each bucket (and shard) is rounded to bf16,
+                              reduced as bf16 and widened back into the fp32 grads */
     /* per param (forward order), nonzero = Megatron's `shared_embedding`
      * (tied word embedding on the first/last stage with pp > 1; NOT set when
      * pp == 1); may be NULL. Read during init only. */
@@ -128,9 +142,12 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
                           const mtc_ddp_comms *comms, float *params, float *grads, mtc_ddp **out);
 /* Waits for any collective still running. NULL is a no-op. */
 void mtc_ddp_free(mtc_ddp *d);
+/* 1 when a buffer of `which` params holds p (p held by this rank). */
+int mtc_ddp_holds(const mtc_registry *reg, const mtc_param *p, mtc_ddp_params which);
 
-/* Rewrite reg->params[i].offset = d->layout.param[i].start and reg->total =
- * d->layout.numel, so the model's views follow the padded layout. */
+/* Rewrite reg->params[i].offset = base + d->layout.param[i].start (this
+ * buffer's params) and reg->total = base + d->layout.numel, so the model's
+ * views follow the padded layout. */
 void mtc_ddp_assign_offsets(const mtc_ddp *d, mtc_registry *reg);
 
 /* Zero the whole grad buffer (padding included) for a new step. */

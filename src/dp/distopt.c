@@ -9,8 +9,9 @@
  * Relies on dp/ddp.h for the buffers, layout and communicators, and on
  * nn_adamw_update for the element-wise update. With a compute copy
  * (--bf16) the updated shard is rounded into the copy and the copy is
- * gathered instead (distopt.h). Limitations: one buffer (no expert
- * buffers). */
+ * gathered instead (distopt.h). One buffer per instance: train/ gives the
+ * expert-parallel buffer an instance of its own, sharded over expert-DP,
+ * as Megatron. */
 #include "dp/distopt.h"
 
 #include <stdlib.h>
@@ -89,7 +90,8 @@ mtc_result_t mtc_distopt_param_gather_wait_param(mtc_distopt *o, int p) {
     if (p < 0 || p >= o->ddp->layout.nparams)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "param index %d outside [0, %d)", p,
                          o->ddp->layout.nparams);
-    return mtc_request_wait(&o->gather[o->ddp->layout.param_bucket[p]]);
+    int b = o->ddp->layout.param_bucket[p];
+    return b < 0 ? MTC_OK : mtc_request_wait(&o->gather[b]); /* -1: not in this buffer */
 }
 
 mtc_result_t mtc_distopt_param_gather_wait(mtc_distopt *o) {

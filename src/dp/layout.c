@@ -71,6 +71,11 @@ static mtc_result_t layout_place_params(dp_layout *l, const int64_t *numels,
     int64_t start = 0, end = 0;
     for (int i = l->nparams - 1; i >= 0; i--) {
         /* Megatron splits tied embeddings out only with the distributed optimizer */
+        if (cfg->skip_empty && numels[i] == 0) { /* not in this buffer */
+            l->param[i] = (dp_range){start, start};
+            l->param_bucket[i] = -1;
+            continue;
+        }
         int shared = l->use_distopt && cfg->shared_embedding && cfg->shared_embedding[i];
         if (l->use_distopt) start = layout_round_up(start, 64);
         if (shared && w.in_bucket > 0) start = layout_close_bucket(&w, start);
@@ -90,13 +95,14 @@ static mtc_result_t layout_place_params(dp_layout *l, const int64_t *numels,
         l->numel_unpadded += l->bucket_numel_unpadded[b];
     /* bucket -> params, in buffer order (descending forward index) */
     for (int i = 0; i < l->nparams; i++)
-        l->bucket_param_off[l->param_bucket[i] + 1]++;
+        if (l->param_bucket[i] >= 0) l->bucket_param_off[l->param_bucket[i] + 1]++;
     for (int b = 0; b < l->nbuckets; b++)
         l->bucket_param_off[b + 1] += l->bucket_param_off[b];
-    int *fill = calloc((size_t)l->nbuckets, sizeof(int));
+    int *fill = calloc((size_t)(l->nbuckets ? l->nbuckets : 1), sizeof(int));
     if (!fill) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout bucket index");
     for (int i = l->nparams - 1; i >= 0; i--) {
         int b = l->param_bucket[i];
+        if (b < 0) continue;
         l->bucket_params[l->bucket_param_off[b] + fill[b]++] = i;
     }
     free(fill);
@@ -173,7 +179,7 @@ mtc_result_t dp_layout_build(dp_layout *out, const int64_t *numels, int nparams,
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "data-parallel-size=%d must be at least 1",
                          cfg->dp);
     for (int i = 0; i < nparams; i++)
-        if (numels[i] < 1)
+        if (numels[i] < (cfg->skip_empty ? 0 : 1))
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "param %d has %lld elements; every param needs at least 1", i,
                              (long long)numels[i]);

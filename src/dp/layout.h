@@ -42,6 +42,9 @@ typedef struct {
     int pad_high_busbw;  /* pad_buckets_for_high_nccl_busbw */
     int use_distopt;     /* use_distributed_optimizer */
     int placement_only;  /* skip the per-rank shard tables (O(dp x buckets)): the planner */
+    int skip_empty;      /* a param of 0 elements is not in this buffer (the dense or the
+                            expert-parallel one, or an expert another EP rank holds): it gets
+                            an empty range, no bucket (param_bucket -1) and no alignment */
     const int
         *shared_embedding; /* per param (forward order), nonzero = tied embedding; may be NULL */
 } dp_layout_config;
@@ -59,7 +62,7 @@ typedef struct {
     int64_t numel;                  /* buffer size, padding included */
     int64_t numel_unpadded;         /* sum of per-bucket unpadded sizes */
     dp_range *param;                /* [nparams] the param's place in the buffer */
-    int *param_bucket;              /* [nparams] its bucket */
+    int *param_bucket;              /* [nparams] its bucket; -1 for a skip_empty param */
     dp_range *bucket;               /* [nbuckets] padded bucket extents */
     int64_t *bucket_numel_unpadded; /* [nbuckets] */
     /* params of bucket b, in buffer (backward) order:
@@ -72,7 +75,8 @@ typedef struct {
     dp_shard_param *shard_params;
 } dp_layout;
 
-/* Build the layout of params numels[0..nparams) (forward order, each > 0).
+/* Build the layout of params numels[0..nparams) (forward order, each > 0,
+ * or >= 0 with skip_empty).
  * INVALID_ARGUMENT with a message naming the bad value otherwise. On failure
  * *out is left empty (safe to dp_layout_free). */
 mtc_result_t dp_layout_build(dp_layout *out, const int64_t *numels, int nparams,

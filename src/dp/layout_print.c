@@ -30,7 +30,11 @@ void dp_layout_print(FILE *f, const dp_layout *l, const dp_layout_config *cfg,
     }
     fprintf(f, "\nparams (forward index: place in the buffer):\n");
     for (int i = 0; i < l->nparams; i++)
-        fprintf(f, "  param %d: [%lld, %lld) bucket %d%s\n", i, (long long)l->param[i].start,
+        if (l->param_bucket[i] < 0)
+            fprintf(f, "  param %d: not in this buffer\n", i);
+        else
+            fprintf(
+                f, "  param %d: [%lld, %lld) bucket %d%s\n", i, (long long)l->param[i].start,
                 (long long)l->param[i].end, l->param_bucket[i],
                 is_shared && is_shared[i]
                     ? (l->use_distopt

@@ -196,11 +196,23 @@ static mtc_result_t add_desc_x(mtc_registry *r, const role_desc *d, const char *
     int64_t HS = mtc_model_head_size(c), F = c->ffn_hidden_size;
     int64_t qkv[3] = {c->num_heads * HS, mtc_model_groups(c) * HS, mtc_model_groups(c) * HS};
     if (d->rows == D_SF1) F = c->moe.shared_ffn;
+    if (d->rows == D_EF1) F = mtc_model_moe_ffn(c);
     int64_t fc1[2] = {F, F};
-    switch (d->split) {
+    mtc_split_rule split = d->split;
+    if (expert >= 0 && r->etp > 1) /* the expert-TP split: the global tensor is the whole expert */
+        split = d->role == MTC_ROLE_EXP_FC1_W || d->role == MTC_ROLE_EXP_FC1_B ? MTC_SPLIT_FC1
+                : d->role == MTC_ROLE_EXP_FC2_W                                ? MTC_SPLIT_ROW
+                                                                               : MTC_SPLIT_NONE;
+    switch (split) {
     case MTC_SPLIT_NONE:
         p->tp_duplicate = r->tp > 1;
         if (o->sequence_parallel && d->sp_partial) p->reduce_groups |= MTC_REDUCE_TP;
+        /* a whole expert (etp 1) replicated over TP sees only its TP rank's
+         * sequence shard: its gradient is a partial sum over TP. With ep 1 it
+         * stays in the dense buffer and TP x DP x CP is its expert-DP group;
+         * with ep > 1 mtc_registry_split_ep drops this TP sum again (the
+         * expert buffer's expert-DP reduction holds the TP ranks) */
+        if (expert >= 0 && o->sequence_parallel && r->tp > 1) p->reduce_groups |= MTC_REDUCE_TP;
         break;
     case MTC_SPLIT_QKV: mtc_registry_split(r, i, 0, 3, qkv); break;
     case MTC_SPLIT_FC1:
@@ -210,7 +222,7 @@ static mtc_result_t add_desc_x(mtc_registry *r, const role_desc *d, const char *
     case MTC_SPLIT_VOCAB: mtc_registry_split(r, i, 0, 1, NULL); break;
     case MTC_SPLIT_ROW: mtc_registry_split(r, i, 1, 1, NULL); break;
     }
-    p->split_rule = d->split;
+    p->split_rule = split;
     p->role = d->role;
     p->emb_or_out = d->role == MTC_ROLE_WTE || d->role == MTC_ROLE_HEAD;
     p->expert = expert;

@@ -149,7 +149,15 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
                              m->tp.sequence_parallel};
     MTC_CHECK(mtc_registry_init(&m->reg, 8 + model_family_params_per_layer(c) * c->num_layers));
     m->reg.tp = m->tp_size, m->reg.tp_rank = m->tp_rank;
+    m->reg.etp = m->moe_etp ? mtc_comm_size(m->moe_etp) : 1;
     MTC_CHECK(model_family_register(&m->reg, c, &o, m->pidx, layer_first));
+    if (m->moe_ep) { /* EP rank r holds only its experts: the others take no storage */
+        int e0, El;
+        moe_local_expert_range(c->moe.num_experts, mtc_comm_size(m->moe_ep),
+                               mtc_comm_rank(m->moe_ep), &e0, &El);
+        mtc_registry_split_ep(&m->reg, e0, e0 + El);
+        mtc_registry_layout(&m->reg);
+    }
     mtc_registry full;
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;
@@ -182,8 +190,10 @@ static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *laye
         int E = m->cfg.moe.num_experts;
         for (int i = y->first; i < y->last; i++) {
             const mtc_param *p = &r->params[i];
-            if (p->role >= MTC_ROLE_EXP_FC1_W) /* an expert's: (role, expert) */
-                y->xw[(p->role - MTC_ROLE_EXP_FC1_W) * E + p->expert] = base + p->offset;
+            if (p->role >=
+                MTC_ROLE_EXP_FC1_W) /* an expert's: (role, expert); NULL off its EP rank */
+                y->xw[(p->role - MTC_ROLE_EXP_FC1_W) * E + p->expert] =
+                    mtc_param_absent(p) ? NULL : base + p->offset;
             else
                 y->w[p->role] = base + p->offset;
         }
@@ -231,7 +241,9 @@ moe_dims mtc_model_moe_dims(const mtc_model *m) {
                   .F = mtc_model_moe_ffn(c),
                   .swiglu = c->swiglu,
                   .bias = !c->disable_bias_linear,
-                  .ep = m->moe_ep ? mtc_comm_size(m->moe_ep) : 1};
+                  .ep = m->moe_ep ? mtc_comm_size(m->moe_ep) : 1,
+                  .etp = m->moe_etp ? mtc_comm_size(m->moe_etp) : 1};
+    d.F /= d.etp; /* this ETP rank's columns of fc1, rows of fc2 */
     return d;
 }
 
@@ -331,10 +343,11 @@ static size_t gpt_carve(mtc_model *m, char *base) {
 mtc_result_t mtc_model_validate_tp(const mtc_model_config *c, int tp, int sp) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (tp <= 1) return MTC_OK;
-    if (c->moe.num_experts > 0)
+    if (c->moe.num_experts > 0 && !sp)
         return mtc_error(E,
-                         "tensor-model-parallel-size=%d with --num-experts: mtc's MoE layer runs "
-                         "without tensor parallelism so far (use --tp 1)",
+                         "tensor-model-parallel-size=%d with --num-experts needs "
+                         "--sequence-parallel (Megatron's MoE layer refuses TP without SP in "
+                         "training)",
                          tp);
     if (c->num_heads % tp)
         return mtc_error(E,
@@ -534,6 +547,15 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
         (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool, .sequence_parallel = sequence_parallel};
     m->tp_size = tps;
     m->moe_ep = o->ep && mtc_comm_size(o->ep) > 1 ? o->ep : NULL;
+    m->moe_etp = o->etp && mtc_comm_size(o->etp) > 1 ? o->etp : NULL;
+    m->moe_tpep = o->tp_ep && mtc_comm_size(o->tp_ep) > 1 ? o->tp_ep : NULL;
+    if (m->moe_etp && cfg->moe.num_experts > 0 && mtc_comm_size(m->moe_etp) != tps) {
+        rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                       "expert-tensor-parallel-size=%d must be 1 or tensor-model-parallel-size=%d "
+                       "(mtc splits experts over the TP ranks themselves)",
+                       mtc_comm_size(m->moe_etp), tps);
+        goto fail;
+    }
     m->tp_rank = tp_rank(m->tp.comm);
     m->T_loc = sequence_parallel ? m->T / tps : m->T;
     m->first_layer = first_layer;
@@ -759,6 +781,7 @@ mtc_result_t mtc_model_gather(const mtc_model *m, float *out, const float *from,
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         float *dst = out + p->global_offset;
+        if (mtc_param_absent(p)) continue; /* another EP rank's expert: left as it is */
         if (p->split_dim < 0 || m->tp_size <= 1) {
             memcpy(dst, from + p->offset, p->numel * sizeof(float));
             continue;

@@ -233,6 +233,8 @@ typedef struct {
     mtc_comm_t moe_tpcp;   /* the aux and z losses' TP x CP group (NULL: size 1) */
     mtc_comm_t moe_tpdpcp; /* global_aux_loss's TP x DP x CP group (NULL: size 1) */
     mtc_comm_t moe_ep;     /* the dispatchers' EP group (NULL: size 1) */
+    mtc_comm_t moe_etp;    /* the experts' ETP group (NULL: size 1) */
+    mtc_comm_t moe_tpep;   /* the allgather dispatcher's ETP x EP group (NULL: size 1) */
     /* ---- mixed precision (--bf16 / --fp16): params and grads above stay
      * fp32 (the optimizer's main params and main grads); the layers read
      * params_c, the main params rounded to bf16 / fp16 (kept in fp32
@@ -294,6 +296,11 @@ typedef struct {
     const int *cp_layer_types;     /* per global layer (NULL: cp_comm_type for all) */
     mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: ep 1): the MoE layers'
                                       allgather / alltoall dispatchers run over it */
+    mtc_comm_t etp;                /* EXPERT_TENSOR_PARALLEL_GROUP (NULL: etp 1): splits each
+                                      expert's fc1 by columns and fc2 by rows; 1 or the TP group
+                                      itself (etp = tp) */
+    mtc_comm_t tp_ep;              /* EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP (NULL: size 1): the
+                                      allgather dispatcher's group */
     int first_layer, last_layer;   /* the chunk's layers [first, last) */
     int has_embedding, has_head;   /* first / last virtual pipeline stage */
     mtc_model_layout_fn layout;    /* NULL: packed backward order */

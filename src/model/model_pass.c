@@ -135,6 +135,8 @@ static moe_pass gpt_moe_pass(const mtc_model *m, const mtc_model_pass *pass, int
                    .tpcp = m->moe_tpcp,
                    .tpdpcp = m->moe_tpdpcp,
                    .ep = m->moe_ep,
+                   .etp = m->moe_etp,
+                   .tpep = m->moe_tpep,
                    .pool = m->pool};
     /* global_aux_loss is over the whole data-parallel batch already: its
      * gradient is not averaged over DP again (Megatron's is, #3672) */
@@ -369,8 +371,9 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         gpt_norm_forward(m, ln2, ln2m, ln2r, res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B], Nl);
         /* --recompute-modules mlp: the MLP forward again from its input
          * ln2 (comm: its collectives again), the output thrown away; the same
-         * arithmetic, so the refilled activations are the forward's bits */
-        if (m->rec_mlp && (int)k >= m->nrec)
+         * arithmetic, so the refilled activations are the forward's bits.
+         * An MoE layer keeps its own (Megatron's "mlp" module skips MoELayer) */
+        if (m->rec_mlp && (int)k >= m->nrec && !mtc_moe_is_layer(&c->moe, l))
             MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W],
                                         w[MTC_ROLE_FC1_B], w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B],
                                         m->scratch, B, T, &bd));

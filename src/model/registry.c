@@ -2,6 +2,7 @@
  * core/rng.h for layout-invariant initial values. */
 #include "model/registry.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity) {
     reg->params = p;
     reg->capacity = capacity;
     reg->tp = 1;
+    reg->expert_first = 0, reg->expert_end = INT_MAX;
     return MTC_OK;
 }
 
@@ -75,6 +77,18 @@ void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int nblocks, co
     if (reg->tp <= 1) return;
     q->split_dim = split_dim;
     q->local_numel = q->numel / (size_t)reg->tp;
+}
+
+void mtc_registry_split_ep(mtc_registry *reg, int first, int end) {
+    reg->expert_first = first, reg->expert_end = end, reg->ep_split = 1;
+    for (int i = 0; i < reg->count; i++) {
+        mtc_param *p = &reg->params[i];
+        if (p->expert < 0) continue;
+        if (p->expert < first || p->expert >= end) p->local_numel = 0;
+        /* the expert buffer's expert-DP reduction holds the TP ranks' partial
+         * sums (etp 1 under SP): a TP sum on top would pair other experts */
+        p->reduce_groups &= ~(unsigned)MTC_REDUCE_TP;
+    }
 }
 
 size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, int rank,

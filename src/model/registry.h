@@ -84,9 +84,17 @@ typedef struct {
     mtc_param *params; /* in registration (forward) order */
     int count;
     int capacity;
-    size_t total;        /* floats in the flat buffers */
-    size_t global_total; /* floats of the serial layout (sum of numel) */
-    int tp, tp_rank;     /* the TP split the local shards follow (1, 0 when serial) */
+    size_t total; /* floats in the flat buffers */
+    /* expert parallelism: this rank holds only experts [expert_first,
+     * expert_end) (mtc_registry_split_ep); the others keep their global
+     * entry (name, shape, global_offset) with local_numel 0 */
+    int expert_first, expert_end; /* [0, INT_MAX) when not split */
+    int ep_split;                 /* mtc_registry_split_ep was called (ep > 1) */
+    size_t global_total;          /* floats of the serial layout (sum of numel) */
+    int tp, tp_rank;              /* the TP split the local shards follow (1, 0 when serial) */
+    int etp; /* experts' split (0 or 1: whole experts; else etp = tp: an expert's fc1 split
+                as MTC_SPLIT_FC1 and fc2 as MTC_SPLIT_ROW over the TP ranks, the global
+                tensor being the whole expert) */
 } mtc_registry;
 
 mtc_result_t mtc_registry_init(mtc_registry *reg, int capacity);
@@ -103,6 +111,22 @@ mtc_result_t mtc_registry_add(mtc_registry *reg, const char *name, int layer, in
  * Each rows[b] must be divisible by tp (the caller validated the shapes).
  * reduce_groups / tp_duplicate are set by the caller. */
 void mtc_registry_split(mtc_registry *reg, int p, int split_dim, int nblocks, const int64_t *rows);
+/* Expert-parallel split (before mtc_registry_layout): the parameters of
+ * experts outside [first, end) are not held by this rank (local_numel 0,
+ * mtc_param_absent), those inside are held whole (or as their ETP slice at
+ * etp = tp, reg->etp). Expert e's tensors keep their global names, so a
+ * checkpoint stores every expert once. Clears MTC_REDUCE_TP on every
+ * expert param: their gradients are summed over expert-DP alone (which
+ * holds the TP ranks' copies when etp < tp). */
+void mtc_registry_split_ep(mtc_registry *reg, int first, int end);
+/* p is registered globally but this rank holds none of it (an expert of
+ * another EP rank). */
+static inline int mtc_param_absent(const mtc_param *p) { return p->local_numel == 0; }
+/* p belongs in the expert-parallel gradient buffer (an expert's parameter
+ * with the experts split over EP, held here). */
+static inline int mtc_param_expert_parallel(const mtc_registry *reg, const mtc_param *p) {
+    return p->expert >= 0 && reg->ep_split && p->local_numel > 0;
+}
 /* Global element index (row-major in the global shape) of local element
  * `local` of p on TP rank r (of reg->tp). */
 size_t mtc_registry_global_index(const mtc_registry *reg, const mtc_param *p, int r, size_t local);

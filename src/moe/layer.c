@@ -11,7 +11,9 @@
  * Scratch (moe_scratch_floats): [xp (M, C) | y (M, C) | dx (M, C) |
  * z (M, F) | dz (M, F) | dh (M, F1) | dlogits (N, E) | s (N, E) |
  * dprobs (N, k) | tmp (2 N k) | prow (M)].
- * Limitations: the experts are all local (no dispatcher communication). */
+ * With expert parallelism the allgather dispatcher gathers over the
+ * ETP x EP group (Megatron's tp_ep group); the alltoall one is
+ * dispatch_a2a.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,22 +36,24 @@ int moe_max_rows(const mtc_moe_config *m, int N, int E) {
 static size_t al(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static int ep_of(const moe_dims *d) { return d->ep > 1 ? d->ep : 1; }
+/* Ranks whose tokens one rank's experts can see: its ETP x EP group. */
+static int grp_of(const moe_dims *d) { return ep_of(d) * (d->etp > 1 ? d->etp : 1); }
 
-/* Rows the local experts can get: every EP rank's tokens, each rank's
- * share bounded as the serial layer's. */
+/* Rows the local experts can get: every ETP x EP rank's tokens, each
+ * rank's share bounded as the serial layer's. */
 static size_t rows_max(const mtc_moe_config *m, const moe_dims *d, int N) {
-    return (size_t)ep_of(d) * (size_t)moe_max_rows(m, N, d->E);
+    return (size_t)grp_of(d) * (size_t)moe_max_rows(m, N, d->E);
 }
 
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t P = (size_t)grp_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k, Ng = P * N, X = Ng > M ? Ng : M;
     return 16 + al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) +
            al(M * d->F) + al(NE) + al(P * d->E) + al(M) + (P > 1 ? al(X * d->C) : 0);
 }
 
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t P = (size_t)grp_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k;
     float *p = base;
     a->h = (moe_acts_hdr *)p, p += 16;
@@ -69,12 +73,12 @@ void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_
 }
 
 size_t moe_scratch_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t P = (size_t)grp_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k, Ng = P * N;
     size_t G = Ng * d->C > M * (d->C + 1) ? Ng * d->C : M * (d->C + 1);
     /* as moe_carve: xp y dx | z dz | dh | dlogits s | dprobs | prow dprow | g1 g2 | stage | tmp */
     return 3 * al(M * d->C) + 2 * al(M * d->F) + al(M * f1_of(d)) + 2 * al(NE) + al(Nk) +
-           2 * al(M) + 2 * al(G) + al(moe_stage_floats(d)) + al(2 * Nk) + al(16 * P + 16);
+           2 * al(M) + 2 * al(G) + al(moe_stage_floats(d)) + al(2 * Nk) + MOE_A2A_TMP(P, d->E);
 }
 
 mtc_result_t moe_stats_init(moe_stats *s, int E) {
@@ -104,7 +108,7 @@ void moe_stats_reset(moe_stats *s, int E) {
 /* ---- forward ------------------------------------------------------------------------ */
 
 moe_scratch moe_carve(float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
-    size_t P = (size_t)ep_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
+    size_t P = (size_t)grp_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k, Ng = P * N,
            G = Ng * d->C > M * (d->C + 1) ? Ng * d->C : M * (d->C + 1);
     moe_scratch s;
@@ -203,19 +207,28 @@ static mtc_result_t aux_prepare(moe_acts *a, moe_stats *st, float *s, const mtc_
     return MTC_OK;
 }
 
-/* The EP rank and group size of a call. */
-static void ep_where(const moe_pass *pass, const moe_dims *d, int *P, int *r) {
-    *P = pass->ep ? mtc_comm_size(pass->ep) : 1;
-    *r = pass->ep ? mtc_comm_rank(pass->ep) : 0;
-    MTC_ASSERT(*P == ep_of(d) && d->E % *P == 0);
+/* Where a call runs: the allgather group (ETP x EP; EP when etp 1) and
+ * this rank's place in it, and the local experts [e0, e0 + El) of its EP
+ * rank. */
+static mtc_comm_t ep_where(const moe_pass *pass, const moe_dims *d, int *P, int *r, int *El,
+                           int *e0) {
+    mtc_comm_t g = pass->tpep ? pass->tpep : pass->ep;
+    *P = g ? mtc_comm_size(g) : 1;
+    *r = g ? mtc_comm_rank(g) : 0;
+    int ep = pass->ep ? mtc_comm_size(pass->ep) : 1;
+    MTC_ASSERT(*P == grp_of(d) && ep == ep_of(d) && d->E % ep == 0);
+    MTC_ASSERT((pass->etp ? mtc_comm_size(pass->etp) : 1) == (d->etp > 1 ? d->etp : 1));
+    MTC_ASSERT(d->etp <= 1 || !d->bias); /* validated: each ETP rank would add fc2's bias */
+    moe_local_expert_range(d->E, ep, pass->ep ? mtc_comm_rank(pass->ep) : 0, e0, El);
+    return g;
 }
 
 mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const float *in,
                                const moe_weights *w, const mtc_moe_config *m, const moe_dims *d,
                                int N, const moe_pass *pass, float *scratch) {
-    int E = d->E, k = d->k, C = d->C, P, r;
-    ep_where(pass, d, &P, &r);
-    int El = E / P, e0 = r * El, Ng = P * N;
+    int E = d->E, k = d->k, C = d->C, P, r, El, e0;
+    mtc_comm_t g = ep_where(pass, d, &P, &r, &El, &e0);
+    int Ng = P * N;
     moe_scratch s = moe_carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
     a->h->N = N;
@@ -245,11 +258,11 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
     if (P > 1 && m->dispatcher == MOE_DISPATCH_ALLTOALL)
         return moe_a2a_forward(out, a, in, w, m, d, N, pass, &s);
     const float *x = in;
-    if (P > 1) { /* comm: all-gather(EP) of the routing and the tokens (allgather dispatcher) */
-        MTC_CHECK(mtc_all_gather(sel, a->sel, (size_t)N * k, MTC_DTYPE_I32, pass->ep));
-        MTC_CHECK(mtc_all_gather(kept, a->kept, (size_t)N * k, MTC_DTYPE_I32, pass->ep));
-        MTC_CHECK(mtc_all_gather(probs, a->probs, (size_t)N * k, MTC_DTYPE_F32, pass->ep));
-        MTC_CHECK(mtc_all_gather(in, a->xg, (size_t)N * C, MTC_DTYPE_F32, pass->ep));
+    if (P > 1) { /* comm: all-gather(ETP x EP) of the routing and the tokens (allgather) */
+        MTC_CHECK(mtc_all_gather(sel, a->sel, (size_t)N * k, MTC_DTYPE_I32, g));
+        MTC_CHECK(mtc_all_gather(kept, a->kept, (size_t)N * k, MTC_DTYPE_I32, g));
+        MTC_CHECK(mtc_all_gather(probs, a->probs, (size_t)N * k, MTC_DTYPE_F32, g));
+        MTC_CHECK(mtc_all_gather(in, a->xg, (size_t)N * C, MTC_DTYPE_F32, g));
         x = a->xg;
     }
     int M = a->h->M = build_perm(a, m, d, N, P, e0, El);
@@ -266,9 +279,9 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
         for (int c = 0; c < C; c++)
             o[c] += y[c];
     }
-    /* comm: reduce-scatter(EP): each rank's tokens summed over the ranks' experts */
-    if (P > 1)
-        MTC_CHECK(mtc_reduce_scatter(yg, out, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, pass->ep));
+    /* comm: reduce-scatter(ETP x EP): each rank's tokens summed over the ranks'
+     * experts and, with etp > 1, over the row-parallel fc2's partial sums */
+    if (P > 1) MTC_CHECK(mtc_reduce_scatter(yg, out, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, g));
     return MTC_OK;
 }
 
@@ -278,9 +291,9 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
                                 const moe_acts *a, const float *in, const moe_weights *w,
                                 const mtc_moe_config *m, const moe_dims *d, const moe_pass *pass,
                                 float *scratch) {
-    int E = d->E, k = d->k, C = d->C, N = a->h->N, M = a->h->M, P, r;
-    ep_where(pass, d, &P, &r);
-    int El = E / P, e0 = r * El, Ng = P * N;
+    int E = d->E, k = d->k, C = d->C, N = a->h->N, M = a->h->M, P, r, El, e0;
+    mtc_comm_t g = ep_where(pass, d, &P, &r, &El, &e0);
+    int Ng = P * N;
     moe_scratch s = moe_carve(scratch, m, d, N);
     nn_pool *pool = pass->pool;
     float *dprobs = s.dprobs + (size_t)r * N * k;
@@ -288,9 +301,9 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
         MTC_CHECK(moe_a2a_backward(din, dprobs, dw, dout, a, w, m, d, pass, &s));
     } else {
         const float *dyg = dout, *x = P > 1 ? a->xg : in;
-        /* comm: all-gather(EP) of d(out) (the reduce-scatter's backward) */
+        /* comm: all-gather(ETP x EP) of d(out) (the reduce-scatter's backward) */
         if (P > 1) {
-            MTC_CHECK(mtc_all_gather(dout, s.g1, (size_t)N * C, MTC_DTYPE_F32, pass->ep));
+            MTC_CHECK(mtc_all_gather(dout, s.g1, (size_t)N * C, MTC_DTYPE_F32, g));
             dyg = s.g1;
         }
         for (int q = 0; q < M; q++)
@@ -311,11 +324,10 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
             for (int c = 0; c < C; c++)
                 o[c] += dx[c];
         }
-        if (P > 1) { /* comm: reduce-scatter(EP) of d(tokens) and d(probs) (the all-gathers') */
+        if (P > 1) { /* comm: reduce-scatter(ETP x EP) of d(tokens) and d(probs) */
+            MTC_CHECK(mtc_reduce_scatter(dxg, din, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, g));
             MTC_CHECK(
-                mtc_reduce_scatter(dxg, din, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, pass->ep));
-            MTC_CHECK(mtc_reduce_scatter(s.dprobs, dprobs, (size_t)N * k, MTC_DTYPE_F32, MTC_OP_SUM,
-                                         pass->ep));
+                mtc_reduce_scatter(s.dprobs, dprobs, (size_t)N * k, MTC_DTYPE_F32, MTC_OP_SUM, g));
         }
     }
     /* router: d(logits) from the probabilities, the aux loss and the z-loss */

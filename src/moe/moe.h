@@ -21,7 +21,8 @@
  * dense tensor-parallel MLP through model/block.h's caller). This header
  * does not know the model: model/ binds the weights and keeps the
  * activations; train/ applies the expert-bias update after the step.
- * Limitations: serial experts only (EP = ETP = 1); see docs/moe.md. */
+ * Expert and expert-tensor parallelism: see moe_pass (the groups) and
+ * docs/moe.md section 4. */
 #ifndef MTC_MOE_MOE_H
 #define MTC_MOE_MOE_H
 
@@ -65,6 +66,12 @@ typedef struct {
 } mtc_moe_config;
 
 static inline int mtc_moe_topk(const mtc_moe_config *m) { return m->topk > 0 ? m->topk : 2; }
+/* The experts EP rank r of ep holds (Megatron: [r E/ep, (r+1) E/ep)):
+ * *first and *count; E % ep == 0 was validated. */
+static inline void moe_local_expert_range(int E, int ep, int r, int *first, int *count) {
+    int n = ep > 1 ? E / ep : E;
+    *first = ep > 1 ? r * n : 0, *count = n;
+}
 /* Is transformer layer l (0-based) an MoE layer? */
 int mtc_moe_is_layer(const mtc_moe_config *m, int l);
 int mtc_moe_num_layers(const mtc_moe_config *m, int num_layers);
@@ -87,6 +94,8 @@ typedef struct {
     int swiglu; /* fc1 has 2F rows [gate | up] */
     int bias;   /* experts have biases (GPT-2 with linear biases) */
     int ep;     /* expert-parallel ranks (0 = 1): each owns E / ep experts */
+    int etp;    /* expert-tensor-parallel ranks (0 = 1): F is then this rank's F / etp
+                   columns of fc1 ([gate_r | up_r] with SwiGLU) and rows of fc2 */
 } moe_dims;
 
 /* Views of one layer's parameters (or of their gradients). */
@@ -114,18 +123,18 @@ typedef struct {
 typedef struct {
     moe_acts_hdr *h; /* M, N, the aux loss's groups and total */
     float *logits;   /* (N, E) */
-    int *sel;        /* (ep N, k) chosen experts of every EP rank's tokens (rank-major) */
-    float *probs;    /* (ep N, k) their probabilities (0 when dropped) */
-    int *kept;       /* (ep N, k) 1 = processed, 0 = dropped by capacity */
+    int *sel;        /* (G N, k) chosen experts of the G = etp x ep ranks' tokens (rank-major) */
+    float *probs;    /* (G N, k) their probabilities (0 when dropped) */
+    int *kept;       /* (G N, k) 1 = processed, 0 = dropped by capacity */
     int *counts;     /* (E / ep) rows of each local expert in the permuted order */
     int *perm_tok;   /* (Mmax) token of each permuted row */
     int *perm_sel;   /* (Mmax) its top-k slot n*k + j, -1 for padding rows */
     float *fch;      /* (Mmax, F1) fc1 output */
     float *fchg;     /* (Mmax, F) activation output (before the prob) */
     float *aux_cnt;  /* (N, E) at most: the aux loss's counts as forward used them */
-    float *xg;       /* allgather: (ep N, C) the EP ranks' gathered tokens; alltoall: (M, C)
+    float *xg;       /* allgather: (G N, C) the ETP x EP ranks' tokens; alltoall: (M, C)
                         the rows the local experts received, expert-major (NULL with ep 1) */
-    int *cnt_all;    /* alltoall: (ep, E) every EP rank's rows per expert */
+    int *cnt_all;    /* alltoall: (etp, ep, E) every rank's rows per expert */
     float *rprob;    /* alltoall: (M) the received rows' probabilities */
 } moe_acts;
 
@@ -151,6 +160,8 @@ typedef struct {
     mtc_comm_t tpcp;   /* group of the aux / z losses' counts (NULL: none) */
     mtc_comm_t tpdpcp; /* global_aux_loss's group (NULL: none) */
     mtc_comm_t ep;     /* the dispatcher's EP group (NULL: all experts local); size d->ep */
+    mtc_comm_t etp;    /* the experts' ETP group (NULL: whole experts); size d->etp */
+    mtc_comm_t tpep;   /* allgather's ETP x EP group (NULL: ep when etp 1); size ep x etp */
     nn_pool *pool;
 } moe_pass;
 

@@ -13,8 +13,12 @@ typedef struct {
     float *xp, *y, *dx, *z, *dz, *dh, *dlogits, *s, *dprobs, *prow, *dprow;
     float *g1, *g2; /* (ep N, C) gathered outputs / gradients; alltoall: (rows, C + 1) */
     float *stage;   /* moe_stage_floats: the experts' padded last blocks */
-    void *tmp;      /* 2 N k ints (capacity), or the alltoall's 6 ep split arrays */
+    void *tmp;      /* 2 N k ints (capacity), or the alltoall's split arrays and counts */
 } moe_scratch;
+
+/* Floats of the alltoall dispatcher's split arrays and gathered counts
+ * in the scratch's tmp (G = etp x ep ranks, E experts). */
+#define MOE_A2A_TMP(G, E) ((((size_t)(G)*24 + 16 + 15) & ~(size_t)15) + (size_t)(G) * (E) + 16)
 
 moe_scratch moe_carve(float *base, const mtc_moe_config *m, const moe_dims *d, int N);
 /* Rows of expert e from the N tokens starting at global token `base`

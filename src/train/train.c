@@ -151,6 +151,18 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                                       c->model.moe.num_experts, c->model.num_layers, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
+    int etp = gc.etp > 0 ? gc.etp : gc.tp;
+    for (int r = 0; c->model.moe.num_experts > 0 && etp > 1 && etp == gc.tp && r < gc.world_size;
+         r++) {
+        /* the experts' ETP slices follow the TP split (model/family.c): with
+         * train's order (Megatron's default, tp first in both generators)
+         * each ETP group is a TP group, rank for rank */
+        mtc_grid_coord co;
+        mtc_grid_coord_of(&co, &spec, r);
+        for (int t = 0; t < etp; t++)
+            MTC_ASSERT(mtc_grid_rank_dense(&spec, t, co.cp, co.dp, co.pp) ==
+                       mtc_grid_rank_expert(&spec, t, co.ep, co.edp, co.pp));
+    }
     if (gc.cp > 1) { /* context parallelism on top of the TP split */
         int T_cp = c->model.seq_length / gc.cp, NH = c->model.num_heads / gc.tp;
         int NG = mtc_model_groups(&c->model) / gc.tp;

@@ -35,6 +35,9 @@ static uint32_t key_hash(const char *key, uint32_t salt) {
     return mtc_crc32c(salt, key, strlen(key));
 }
 
+static mtc_result_t dopt_pieces(train_rank *x, const mtc_distopt *o, const mtc_model *m,
+                                mtc_ckpt_pieces *l, int for_save, int with_optim, int sharded);
+
 static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_pieces *l,
                                  int for_save, int with_optim) {
     const mtc_model *m = ch->model;
@@ -44,6 +47,8 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
      * parallelism splits the sequence, not the weights): one replica of
      * that group writes each piece */
     int rep_n = x->dp ? mtc_comm_size(x->dp) : 1, rep_r = x->dp ? mtc_comm_rank(x->dp) : 0;
+    /* an expert split over EP is replicated over EXPERT_DATA_PARALLEL_GROUP only */
+    int xrep_n = x->edp ? mtc_comm_size(x->edp) : 1, xrep_r = x->edp ? mtc_comm_rank(x->edp) : 0;
     char key[MTC_CKPT_KEY_MAX];
     /* --bf16 distopt: the fp32 main params are each rank's shard, written
      * with the moments below */
@@ -51,11 +56,14 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         if (for_save && p->shared_copy) continue;
+        if (mtc_param_absent(p)) continue; /* another EP rank's expert */
+        int xp = mtc_param_expert_parallel(r, p);
         for (int which = sharded; which < (with_optim && !ch->dopt ? 3 : 1); which++) {
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, 0);
-            if (for_save &&
-                !(picks(h, rep_n, rep_r) && (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
+            /* (expert-DP holds an expert's TP duplicates too: it alone picks) */
+            if (for_save && !(picks(h, xp ? xrep_n : rep_n, xp ? xrep_r : rep_r) &&
+                              (!p->tp_duplicate || xp || picks(h >> 16, tp, tp_rank))))
                 continue;
             float *base = which == 0 ? m->params : which == 1 ? ch->opt.m : ch->opt.v;
             MTC_CHECK(
@@ -63,23 +71,35 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
         }
     }
     if ((!with_optim && !sharded) || !ch->dopt) return MTC_OK;
-    const mtc_distopt *o = ch->dopt;
-    mtc_comm_t inter = ch->ddp->comms.inter;
+    MTC_CHECK(dopt_pieces(x, ch->dopt, m, l, for_save, with_optim, sharded));
+    return ch->xdopt ? dopt_pieces(x, ch->xdopt, m, l, for_save, with_optim, 0) : MTC_OK;
+}
+
+/* The distributed optimizer's m and v of instance o (dense or expert), and
+ * with sharded (--bf16 distopt) the fp32 main params of its shard. */
+static mtc_result_t dopt_pieces(train_rank *x, const mtc_distopt *o, const mtc_model *m,
+                                mtc_ckpt_pieces *l, int for_save, int with_optim, int sharded) {
+    const mtc_registry *r = &m->reg;
+    int tp_rank = train_tp_rank(x), tp = x->tp ? mtc_comm_size(x->tp) : 1;
+    char key[MTC_CKPT_KEY_MAX];
+    mtc_comm_t inter = o->ddp->comms.inter;
     int nd = inter ? mtc_comm_size(inter) : 1, ir = inter ? mtc_comm_rank(inter) : 0;
+    int xbuf = o->ddp->cfg.params == MTC_DDP_PARAMS_EXPERT; /* shards over expert-DP: disjoint */
     for (int k = 0; k < o->npieces; k++) {
         const mtc_distopt_piece *pc = &o->pieces[k];
         const mtc_param *p = &r->params[pc->param];
         if (for_save && p->shared_copy) continue;
-        size_t a = (size_t)pc->start - p->offset, b = a + (size_t)pc->n;
+        /* the piece's place in the param (the buffer starts at base in the model's) */
+        size_t a = o->ddp->cfg.base + (size_t)pc->start - p->offset, b = a + (size_t)pc->n;
         for (int which = sharded ? 0 : 1; which <= (with_optim ? 2 : 0); which++) {
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, (uint32_t)k);
             if (for_save &&
-                !(picks(h, nd, ir) && (!p->tp_duplicate || picks(h >> 16, tp, tp_rank))))
+                !(picks(h, nd, ir) && (!p->tp_duplicate || xbuf || picks(h >> 16, tp, tp_rank))))
                 continue;
             /* base: local element a of the piece */
-            float *base =
-                which == 0 ? m->params + pc->start : (which == 1 ? o->m : o->v) + pc->state;
+            float *base = which == 0 ? m->params + o->ddp->cfg.base + pc->start
+                                     : (which == 1 ? o->m : o->v) + pc->state;
             MTC_CHECK(mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base, a, b));
         }
     }
@@ -336,9 +356,10 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
         }
     }
     for (int k = 0; rc == MTC_OK && with_optim && k < x->vpp; k++) {
-        if (x->chunks[k].dopt)
+        if (x->chunks[k].dopt) {
             x->chunks[k].dopt->step = step;
-        else
+            if (x->chunks[k].xdopt) x->chunks[k].xdopt->step = step;
+        } else
             x->chunks[k].opt.step = step;
     }
     if (rc == MTC_OK && out && !c->quiet) {

@@ -28,8 +28,14 @@ typedef struct {
     mtc_ddp *ddp;
     mtc_adamw opt;     /* plain data parallelism: AdamW over the whole buffer */
     mtc_distopt *dopt; /* --use-distributed-optimizer: AdamW over the owned shard */
-    int *slot_of;      /* (nmb) activation slot of each microbatch, -1: none */
-    int *slot_busy;    /* (model->nslots) */
+    /* with EP > 1, Megatron's expert-parallel buffer: the chunk's local
+     * experts (after the dense buffer in the model's flat buffers), reduced
+     * over EXPERT_DATA_PARALLEL_GROUP, with its own distributed-optimizer
+     * instance sharding it over that group; NULL without local experts */
+    mtc_ddp *xddp;
+    mtc_distopt *xdopt;
+    int *slot_of;   /* (nmb) activation slot of each microbatch, -1: none */
+    int *slot_busy; /* (model->nslots) */
 } train_chunk;
 
 /* Megatron's timers (train_obs.c has their names and log levels). */
@@ -70,27 +76,32 @@ typedef struct {
     mtc_comm_t cp;         /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
     mtc_comm_t cp_inner, cp_outer; /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0/_L1 (a2a+p2p) */
     mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
-    int dp_size, dp_rank, nmb;     /* nmb: microbatches of the running pass */
-    int nmb_max;                   /* what the buffers hold (every batch the run can have) */
-    int64_t cur_batch;             /* global batch of the running pass (nmb x B x dp) */
-    double sched_n;                /* Megatron's scheduler num_steps: samples of the steps taken */
-    int T_cp;                      /* positions per sample on this rank: seq-length / cp */
-    const int *pos;                /* (T_cp) their global positions (chunk 0's model owns them) */
+    mtc_comm_t edp;                /* EXPERT_DATA_PARALLEL_GROUP (NULL: size 1) */
+    mtc_comm_t xintra;         /* the expert buffer's shard group: EDP, or its intra-instance slice
+                                  (HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0) with several instances */
+    mtc_comm_t xmp;            /* EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (NULL: 1) */
+    int dp_size, dp_rank, nmb; /* nmb: microbatches of the running pass */
+    int nmb_max;               /* what the buffers hold (every batch the run can have) */
+    int64_t cur_batch;         /* global batch of the running pass (nmb x B x dp) */
+    double sched_n;            /* Megatron's scheduler num_steps: samples of the steps taken */
+    int T_cp;                  /* positions per sample on this rank: seq-length / cp */
+    const int *pos;            /* (T_cp) their global positions (chunk 0's model owns them) */
     int pp_size, pp_rank;
     int world_rank;
     pp_executor_t ex; /* NULL when pp == 1; the one for nmb microbatches */
     pp_executor_t ex_of[MTC_BATCH_SCHEDULE_MAX + 1]; /* executors made so far, by count */
     int ex_nmb[MTC_BATCH_SCHEDULE_MAX + 1], nex;
-    int vpp;                      /* model chunks on this rank (1 without interleaving) */
-    train_chunk *chunks;          /* (vpp) */
-    int64_t step;                 /* optimizer steps taken: the LR schedule and the log read it */
-    int64_t start_iteration;      /* iterations done before this run (a loaded checkpoint's) */
-    uint64_t start_consumed;      /* samples consumed before this run */
-    int64_t iteration;            /* iterations done so far (the loop's) */
-    uint64_t consumed;            /* samples consumed so far */
-    int64_t last_saved;           /* iteration of the last checkpoint saved by this run, -1 none */
-    size_t msg_count;             /* floats of one stage-to-stage message */
-    mtc_grad_norm_plan norm_plan; /* what this rank counts in the global norm */
+    int vpp;                       /* model chunks on this rank (1 without interleaving) */
+    train_chunk *chunks;           /* (vpp) */
+    int64_t step;                  /* optimizer steps taken: the LR schedule and the log read it */
+    int64_t start_iteration;       /* iterations done before this run (a loaded checkpoint's) */
+    uint64_t start_consumed;       /* samples consumed before this run */
+    int64_t iteration;             /* iterations done so far (the loop's) */
+    uint64_t consumed;             /* samples consumed so far */
+    int64_t last_saved;            /* iteration of the last checkpoint saved by this run, -1 none */
+    size_t msg_count;              /* floats of one stage-to-stage message */
+    mtc_grad_norm_plan norm_plan;  /* what this rank counts in the global norm */
+    mtc_grad_norm_plan xnorm_plan; /* ... of the expert-parallel buffers (EP > 1) */
     /* the running pass (read by the microbatch callbacks) */
     int64_t cur_it;
     int cur_train;

@@ -41,14 +41,20 @@ mtc_result_t train_dp_sum(train_rank *x, double *v) {
 
 /* The DDP overlap hook: gradients of params [first, last) are final. */
 static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
-    return mtc_ddp_grads_ready((mtc_ddp *)ctx, first, last);
+    const train_chunk *ch = ctx; /* each buffer takes its own params of the range */
+    MTC_CHECK(mtc_ddp_grads_ready(ch->ddp, first, last));
+    return ch->xddp ? mtc_ddp_grads_ready(ch->xddp, first, last) : MTC_OK;
 }
 
-/* The forward's params_needed hook (ctx: the chunk's mtc_distopt): wait for
- * the all-gather of the buckets holding params [first, last). */
+/* The forward's params_needed hook (ctx: the chunk): wait for the
+ * all-gather of the buckets holding params [first, last), dense or expert. */
 static mtc_result_t train_params_needed(void *ctx, int first, int last) {
-    for (int p = first; p < last; p++)
-        if (p >= 0) MTC_CHECK(mtc_distopt_param_gather_wait_param((mtc_distopt *)ctx, p));
+    const train_chunk *ch = ctx;
+    for (int p = first; p < last; p++) {
+        if (p < 0) continue;
+        MTC_CHECK(mtc_distopt_param_gather_wait_param(ch->dopt, p));
+        if (ch->xdopt) MTC_CHECK(mtc_distopt_param_gather_wait_param(ch->xdopt, p));
+    }
     return MTC_OK;
 }
 
@@ -58,7 +64,11 @@ mtc_result_t train_params_wait(train_rank *x) {
     mtc_result_t rc = MTC_OK;
     /* comm: wait for the all-gather(intra) of every bucket */
     for (int k = 0; k < x->vpp && rc == MTC_OK; k++)
-        if (x->chunks[k].dopt) rc = mtc_distopt_param_gather_wait(x->chunks[k].dopt), any = 1;
+        if (x->chunks[k].dopt) {
+            rc = mtc_distopt_param_gather_wait(x->chunks[k].dopt), any = 1;
+            if (rc == MTC_OK && x->chunks[k].xdopt)
+                rc = mtc_distopt_param_gather_wait(x->chunks[k].xdopt);
+        }
     x->comm_ns += mtc_time_ns() - t0;
     if (any) train_obs_span(x, TRAIN_T_PARAMS_ALL_GATHER, t0, NULL, NULL);
     return rc;
@@ -92,12 +102,13 @@ static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
         .b0 = (int)data_sample_index(0, mb, x->dp_rank, 0, c->micro_batch, x->dp_size),
         .loss_scale = x->cur_train ? scale : 0.0f,
         .first_microbatch = mb == 0,
-        .grads_ready =
-            x->cur_train && last && c->overlap_grad_reduce && x->dp ? train_grads_ready : NULL,
-        .grads_ready_ctx = ch->ddp,
+        .grads_ready = x->cur_train && last && c->overlap_grad_reduce && (x->dp || x->edp)
+                           ? train_grads_ready
+                           : NULL,
+        .grads_ready_ctx = (void *)ch,
         /* --overlap-param-gather: wait per param group in the forward */
         .params_needed = ch->dopt && c->overlap_param_gather ? train_params_needed : NULL,
-        .params_needed_ctx = ch->dopt};
+        .params_needed_ctx = (void *)ch};
     return pass;
 }
 

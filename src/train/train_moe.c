@@ -77,7 +77,6 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out) {
     size_t n = stats_len(c);
     double *v;
     MTC_CHECK(mtc_mem_calloc(n, sizeof(double), (void **)&v));
-    int tp_rank = mtc_grid_coords(x->grid)->tp;
     for (int k = 0; k < x->vpp; k++) {
         mtc_model *m = x->chunks[k].model;
         for (int l = m->first_layer; l < m->last_layer; l++) {
@@ -86,7 +85,7 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out) {
             int nmb = s->nmb > 0 ? s->nmb : 1;
             v[0] += s->lb_loss / nmb;
             v[1] += s->z_loss / nmb;
-            if (tp_rank != 0) continue; /* token counts once per TP group */
+            /* every rank routes its own tokens (its DP, CP and, under SP, TP shard) */
             double *row = v + 2 + (size_t)l * (E + 2);
             for (int e = 0; e < E; e++)
                 row[e] += s->tokens[e];

@@ -4,7 +4,9 @@
  * --use-distributed-optimizer Megatron-LM core_v0.18.0 distrib_optimizer.py:
  * buffers padded as Megatron's param_and_grad_buffer, the state of the
  * owned shard only, one DDP per chunk, an inter-instance group per chunk
- * with several optimizer instances), activation slots sized by the
+ * with several optimizer instances; with EP > 1 a second DDP per chunk, and
+ * instance, for its local experts over EXPERT_DATA_PARALLEL_GROUP, laid
+ * after the dense buffer), activation slots sized by the
  * schedule, the gradient-norm plan; gathering the global model, loading a
  * single-file model and the --print-layout printer (directory checkpoints:
  * train_ckpt.c). The DP layout is
@@ -49,31 +51,59 @@ typedef struct {
     int k;
 } layout_ctx;
 
+/* Experts split over EP (EP > 1 with experts): Megatron's expert-parallel
+ * buffers, separate from the dense ones. */
+static int train_ep_split(const train_rank *x) {
+    return x->ep && x->cfg->model.moe.num_experts > 0;
+}
+
+/* The buffer layout of `which` params of registry r for config dc over
+ * shard groups of dp ranks (into l, numel floats). */
+static mtc_result_t train_buffer_layout(const mtc_registry *r, const mtc_ddp_config *dc, int dp,
+                                        dp_layout *l) {
+    int64_t *numels = NULL;
+    memset(l, 0, sizeof *l);
+    MTC_CHECK(
+        mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int64_t), (void **)&numels));
+    for (int i = 0; i < r->count; i++)
+        numels[i] =
+            mtc_ddp_holds(r, &r->params[i], dc->params) ? (int64_t)r->params[i].local_numel : 0;
+    dp_layout_config cfg = {.dp = dc->use_distopt ? dp : 1,
+                            .bucket_size = dc->bucket_size,
+                            .pad_high_busbw = dc->pad_high_busbw,
+                            .use_distopt = dc->use_distopt,
+                            .skip_empty = 1,
+                            .shared_embedding = dc->shared_embedding};
+    mtc_result_t rc = dp_layout_build(l, numels, r->count, &cfg);
+    free(numels);
+    return rc;
+}
+
 /* The model's layout hook: the distributed optimizer's padded buffer layout
- * of this chunk (the one mtc_ddp_init computes from the same config). */
+ * of this chunk (the one mtc_ddp_init computes from the same config), and
+ * with EP > 1 the expert-parallel buffer after the dense one. */
 static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offsets, size_t *total) {
     const layout_ctx *lc = arg;
+    const train_rank *x = lc->x;
     int *shared = NULL;
-    MTC_CHECK(train_shared_embedding(lc->x, r, &shared));
-    mtc_ddp_config dc = train_ddp_config(lc->x, lc->k, shared);
-    int64_t *numels = NULL;
-    mtc_result_t rc =
-        mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int64_t), (void **)&numels);
+    MTC_CHECK(train_shared_embedding(x, r, &shared));
+    mtc_ddp_config dc = train_ddp_config(x, lc->k, shared);
+    int split = train_ep_split(x);
+    if (split) dc.params = MTC_DDP_PARAMS_DENSE;
+    dp_layout l, lx;
+    memset(&lx, 0, sizeof lx);
+    mtc_result_t rc = train_buffer_layout(r, &dc, x->intra ? mtc_comm_size(x->intra) : 1, &l);
+    if (rc == MTC_OK && split) {
+        dc.params = MTC_DDP_PARAMS_EXPERT, dc.shared_embedding = NULL;
+        rc = train_buffer_layout(r, &dc, x->xintra ? mtc_comm_size(x->xintra) : 1, &lx);
+    }
     for (int i = 0; rc == MTC_OK && i < r->count; i++)
-        numels[i] = (int64_t)r->params[i].local_numel;
-    dp_layout_config cfg = {.dp = lc->x->intra ? mtc_comm_size(lc->x->intra) : 1,
-                            .bucket_size = dc.bucket_size,
-                            .pad_high_busbw = dc.pad_high_busbw,
-                            .use_distopt = 1,
-                            .shared_embedding = shared};
-    dp_layout l;
-    memset(&l, 0, sizeof l);
-    if (rc == MTC_OK) rc = dp_layout_build(&l, numels, r->count, &cfg);
-    for (int i = 0; rc == MTC_OK && i < r->count; i++)
-        offsets[i] = (size_t)l.param[i].start;
-    if (rc == MTC_OK) *total = (size_t)l.numel;
-    dp_layout_free(&l);
-    free(numels), free(shared);
+        offsets[i] = lx.nparams && lx.param_bucket[i] >= 0
+                         ? (size_t)l.numel + (size_t)lx.param[i].start
+                         : (size_t)l.param[i].start;
+    if (rc == MTC_OK) *total = (size_t)l.numel + (size_t)lx.numel;
+    dp_layout_free(&l), dp_layout_free(&lx);
+    free(shared);
     return rc;
 }
 
@@ -106,33 +136,36 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     int L = c->model.num_layers, S = x->pp_size * x->vpp;
     int st = pp_virtual_stage(x->pp_size, x->pp_rank, k);
     layout_ctx lc = {x, k};
-    mtc_model_chunk_opts o = {.B = c->micro_batch,
-                              .nslots = nslots,
-                              .pool = x->pool,
-                              .tp = x->tp,
-                              .sequence_parallel = c->sequence_parallel,
-                              .cp = x->cp,
-                              .cp_comm_type = (cp_comm_type)c->cp_comm_type,
-                              .cp_inner = x->cp_inner,
-                              .cp_outer = x->cp_outer,
-                              .cp_layer_types = c->cp_layer_types,
-                              .ep = x->ep,
-                              .first_layer = st * L / S,
-                              .last_layer = (st + 1) * L / S,
-                              .has_embedding = st == 0,
-                              .has_head = st == S - 1,
-                              .layout = c->use_distributed_optimizer ? train_layout : NULL,
-                              /* full recomputation: uniform recomputes every layer of the
-                               * chunk, block its first recompute-num-layers */
-                              .recompute_layers = !c->recompute_full   ? 0
-                                                  : c->recompute_block ? c->recompute_num_layers
-                                                                       : L,
-                              .recompute_mlp = c->recompute_mlp,
-                              .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
-                              .precision = c->bf16   ? TP_PREC_BF16
-                                           : c->fp16 ? TP_PREC_FP16
-                                                     : TP_PREC_F32,
-                              .layout_ctx = &lc};
+    mtc_model_chunk_opts o = {
+        .B = c->micro_batch,
+        .nslots = nslots,
+        .pool = x->pool,
+        .tp = x->tp,
+        .sequence_parallel = c->sequence_parallel,
+        .cp = x->cp,
+        .cp_comm_type = (cp_comm_type)c->cp_comm_type,
+        .cp_inner = x->cp_inner,
+        .cp_outer = x->cp_outer,
+        .cp_layer_types = c->cp_layer_types,
+        .ep = x->ep,
+        .etp = mtc_grid_comm(x->grid, MTC_GROUP_EXPT_TP, 0),
+        .tp_ep = mtc_grid_comm(x->grid, MTC_GROUP_TP_EP, 0),
+        .first_layer = st * L / S,
+        .last_layer = (st + 1) * L / S,
+        .has_embedding = st == 0,
+        .has_head = st == S - 1,
+        .layout = c->use_distributed_optimizer || train_ep_split(x) ? train_layout : NULL,
+        /* full recomputation: uniform recomputes every layer of the
+         * chunk, block its first recompute-num-layers */
+        .recompute_layers = !c->recompute_full   ? 0
+                            : c->recompute_block ? c->recompute_num_layers
+                                                 : L,
+        .recompute_mlp = c->recompute_mlp,
+        .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
+        .precision = c->bf16   ? TP_PREC_BF16
+                     : c->fp16 ? TP_PREC_FP16
+                               : TP_PREC_F32,
+        .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
@@ -159,13 +192,41 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                 "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &inter);
     }
     mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = inter};
+    int split = train_ep_split(x), nexp = 0;
+    if (split) dc.params = MTC_DDP_PARAMS_DENSE;
     if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->ddp);
+    for (int i = 0; split && i < m->reg.count; i++)
+        nexp += mtc_ddp_holds(&m->reg, &m->reg.params[i], MTC_DDP_PARAMS_EXPERT);
+    if (rc == MTC_OK && nexp) {
+        /* Megatron's expert buffer: reduced over EXPERT_DATA_PARALLEL_GROUP,
+         * pre-scaled (when averaging) by 1/|dp x cp| as the dense one, and
+         * sharded over that group by its own distributed-optimizer instance */
+        mtc_ddp_config xc = dc;
+        xc.params = MTC_DDP_PARAMS_EXPERT, xc.shared_embedding = NULL;
+        xc.base = (size_t)ch->ddp->layout.numel;
+        xc.avg_size = x->dp ? mtc_comm_size(x->dp) : 1;
+        /* with several instances (Megatron's intra_expt_dp_group): shards over the
+         * intra-instance slice of EDP, then an all-reduce over the ranks of the
+         * same slice position (one communicator per chunk, as the dense one) */
+        mtc_comm_t xintra = x->edp, xinter = NULL;
+        int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
+        if (c->use_distributed_optimizer && nd > 1 && x->edp) {
+            xintra = mtc_grid_comm(x->grid, MTC_GROUP_HIER_EXPT_DP, 0);
+            if (xintra && mtc_comm_size(xintra) < mtc_comm_size(x->edp))
+                /* comm: split(EXPERT_DATA_PARALLEL_GROUP) */
+                rc = mtc_comm_split(x->edp, mtc_comm_rank(xintra), mtc_comm_rank(x->edp),
+                                    "EXPERT_INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &xinter);
+        }
+        mtc_ddp_comms xcomms = {.dp = x->edp, .intra = xintra, .inter = xinter};
+        if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &xc, &xcomms, m->params, m->grads, &ch->xddp);
+    }
     free(shared);
     MTC_CHECK(rc);
     mtc_progress_update(&x->progress, 3 * k + 2, 3 * x->vpp);
-    if (c->use_distributed_optimizer)
+    if (c->use_distributed_optimizer) {
         MTC_CHECK(mtc_distopt_init(ch->ddp, c->overlap_param_gather, &ch->dopt));
-    else
+        if (ch->xddp) MTC_CHECK(mtc_distopt_init(ch->xddp, c->overlap_param_gather, &ch->xdopt));
+    } else
         MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
     mtc_progress_update(&x->progress, 3 * k + 3, 3 * x->vpp);
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * sizeof(int), (void **)&ch->slot_of));
@@ -176,29 +237,39 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
 
 /* What this rank counts in the global norm: every chunk's buffer (plain DP)
  * or owned shard pieces (distributed optimizer), in buffer order, less what
- * the registry says is counted elsewhere. */
+ * the registry says is counted elsewhere. An expert-parallel param's
+ * replicas are its expert-DP group (TP ranks included when etp < tp), which
+ * the expert sum never adds up over (or shards), so a TP duplicate counts. */
+static int train_norm_counts(const mtc_registry *r, const mtc_param *p, int tp_rank) {
+    return mtc_param_expert_parallel(r, p) ? !p->shared_copy : mtc_param_counted_here(p, tp_rank);
+}
+
 static mtc_result_t train_norm_plan(train_rank *x) {
     int tp_rank = train_tp_rank(x);
     for (int k = 0; k < x->vpp; k++) {
         const train_chunk *ch = &x->chunks[k];
         const mtc_registry *r = &ch->model->reg;
-        if (!ch->dopt) {
+        if (!ch->dopt) { /* expert-parallel params in their own sum (reduced over other groups) */
             for (int i = r->count - 1; i >= 0; i--)
-                if (mtc_param_counted_here(&r->params[i], tp_rank))
-                    MTC_CHECK(mtc_grad_norm_plan_add(&x->norm_plan,
-                                                     ch->model->grads + r->params[i].offset,
-                                                     r->params[i].local_numel));
+                if (train_norm_counts(r, &r->params[i], tp_rank))
+                    MTC_CHECK(mtc_grad_norm_plan_add(
+                        mtc_param_expert_parallel(r, &r->params[i]) ? &x->xnorm_plan
+                                                                    : &x->norm_plan,
+                        ch->model->grads + r->params[i].offset, r->params[i].local_numel));
             continue;
         }
-        const mtc_ddp *d = ch->ddp;
-        for (int b = 0; b < d->layout.nbuckets; b++) {
-            int n;
-            const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, b, &n);
-            for (int j = 0; j < n; j++)
-                if (mtc_param_counted_here(&r->params[sp[j].param], tp_rank))
-                    MTC_CHECK(mtc_grad_norm_plan_add(
-                        &x->norm_plan, d->grads + sp[j].gbuf_world.start,
-                        (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
+        for (int which = 0; which < 2; which++) {
+            const mtc_ddp *d = which ? ch->xddp : ch->ddp;
+            for (int b = 0; d && b < d->layout.nbuckets; b++) {
+                int n;
+                const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, b, &n);
+                for (int j = 0; j < n; j++)
+                    if (train_norm_counts(r, &r->params[sp[j].param], tp_rank))
+                        MTC_CHECK(mtc_grad_norm_plan_add(
+                            which ? &x->xnorm_plan : &x->norm_plan,
+                            d->grads + sp[j].gbuf_world.start,
+                            (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
+            }
         }
     }
     return MTC_OK;
@@ -346,6 +417,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         x->cp_outer = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 1);
     }
     x->ep = NONTRIVIAL(GROUP(MTC_GROUP_EP));
+    x->edp = NONTRIVIAL(GROUP(MTC_GROUP_EXPT_DP));
+    x->xmp = NONTRIVIAL(GROUP(MTC_GROUP_TP_EP_PP));
     x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));
@@ -353,6 +426,9 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->intra = c->use_distributed_optimizer
                    ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_INTRA_PARTIAL_DP_CP) : x->dp)
                    : NULL;
+    x->xintra = c->use_distributed_optimizer
+                    ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_HIER_EXPT_DP) : x->edp)
+                    : NULL;
 #undef NONTRIVIAL
 #undef GROUP
     x->pp_size = gc.pp, x->pp_rank = co->pp;
@@ -450,9 +526,13 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
     memset(mem, 0, sizeof *mem);
     for (int k = 0; k < x->vpp; k++) {
         mtc_dp_memory m;
-        mtc_ddp_memory(x->chunks[k].ddp, &m);
-        mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
-        mem->optim_state_bytes += m.optim_state_bytes;
+        for (int which = 0; which < 2; which++) {
+            const mtc_ddp *d = which ? x->chunks[k].xddp : x->chunks[k].ddp;
+            if (!d) continue;
+            mtc_ddp_memory(d, &m);
+            mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
+            mem->optim_state_bytes += m.optim_state_bytes;
+        }
         mem->param_bytes -= x->chunks[k].model->main_released; /* --bf16 distopt: the shard */
         act += mtc_model_activation_bytes(x->chunks[k].model);
     }
@@ -492,8 +572,10 @@ mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
 void train_teardown(train_rank *x) {
     for (int k = 0; x->chunks && k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
+        mtc_distopt_free(ch->xdopt);
         mtc_distopt_free(ch->dopt);
         mtc_adamw_free(&ch->opt);
+        mtc_ddp_free(ch->xddp);
         mtc_ddp_free(ch->ddp); /* before the model: it waits on the model's buffers */
         mtc_model_free(ch->model);
         free(ch->slot_of), free(ch->slot_busy);
@@ -501,6 +583,7 @@ void train_teardown(train_rank *x) {
     free(x->chunks);
     x->chunks = NULL;
     mtc_grad_norm_plan_free(&x->norm_plan);
+    mtc_grad_norm_plan_free(&x->xnorm_plan);
     free(x->buf), free(x->tokens), free(x->targets), free(x->red_buf);
     for (int i = 0; i < x->nex; i++)
         pp_executor_free(x->ex_of[i]);
@@ -544,6 +627,18 @@ mtc_result_t train_gather(train_rank *x, float *global) {
     free(scratch);
     free(full);
     MTC_CHECK(rc);
+    if (train_ep_split(x)) { /* experts from their EP rank, the rest from EP rank 0 */
+        for (int k = 0; k < x->vpp && mtc_comm_rank(x->ep) != 0; k++) {
+            const mtc_registry *r = &x->chunks[k].model->reg;
+            for (int i = 0; i < r->count; i++)
+                if (r->params[i].expert < 0)
+                    memset(global + r->params[i].global_offset, 0,
+                           r->params[i].numel * sizeof(float));
+        }
+        /* comm: all-reduce(EXPERT_MODEL_PARALLEL_GROUP): one nonzero copy of each element */
+        MTC_CHECK(
+            mtc_all_reduce(global, global, r0->global_total, MTC_DTYPE_F32, MTC_OP_SUM, x->ep));
+    }
     /* comm: all-reduce(pp): each stage contributes its own parameters, zeros elsewhere */
     if (x->pipe)
         MTC_CHECK(
@@ -551,22 +646,29 @@ mtc_result_t train_gather(train_rank *x, float *global) {
     return MTC_OK;
 }
 
-/* One DDP per model chunk, as Megatron builds them: each chunk's layout. */
-void train_print_layout(const train_rank *x, FILE *out) {
-    for (int k = 0; k < x->vpp; k++) {
-        const mtc_ddp *d = x->chunks[k].ddp;
-        const dp_layout *l = &d->layout;
-        const mtc_registry *r = &x->chunks[k].model->reg;
-        int *shared = NULL;
-        if (train_shared_embedding(x, r, &shared) != MTC_OK) return;
-        dp_layout_config cfg = {.dp = l->dp,
-                                .bucket_size = d->cfg.bucket_size,
-                                .pad_high_busbw = d->cfg.pad_high_busbw,
-                                .use_distopt = d->cfg.use_distopt,
-                                .shared_embedding = shared};
-        fprintf(out, "> gradient buffer layout of the last rank (pipeline stage %d, tensor rank %d",
-                x->pp_rank, train_tp_rank(x));
-        if (x->vpp > 1) fprintf(out, ", model chunk %d of %d", k, x->vpp);
+/* The header and layout of one of chunk k's buffers. */
+static void train_print_buffer(const train_rank *x, int k, const mtc_ddp *d, const int *shared,
+                               FILE *out) {
+    const dp_layout *l = &d->layout;
+    const mtc_registry *r = &x->chunks[k].model->reg;
+    dp_layout_config cfg = {.dp = l->dp,
+                            .bucket_size = d->cfg.bucket_size,
+                            .pad_high_busbw = d->cfg.pad_high_busbw,
+                            .use_distopt = d->cfg.use_distopt,
+                            .skip_empty = 1,
+                            .shared_embedding = shared};
+    int split = train_ep_split(x);
+    fprintf(out, "> %sgradient buffer layout of the last rank (pipeline stage %d, tensor rank %d",
+            d->cfg.params == MTC_DDP_PARAMS_EXPERT ? "expert-parallel "
+            : split                                ? "dense "
+                                                   : "",
+            x->pp_rank, train_tp_rank(x));
+    if (x->vpp > 1) fprintf(out, ", model chunk %d of %d", k, x->vpp);
+    if (split) { /* params of the other buffer, or of another EP rank, have no place here */
+        fprintf(out, ", %s group of %d ranks):\n",
+                d->cfg.params == MTC_DDP_PARAMS_EXPERT ? "expert-data-parallel" : "data-parallel",
+                d->comms.dp ? mtc_comm_size(d->comms.dp) : 1);
+    } else {
         fprintf(out, "), as `mtc layout --param-numels ");
         for (int i = 0; i < r->count; i++)
             fprintf(out, "%s%zu", i ? "," : "", r->params[i].local_numel);
@@ -578,8 +680,19 @@ void train_print_layout(const train_rank *x, FILE *out) {
             if (shared[i]) fprintf(out, " --shared-embedding-params %d", i);
         if (!cfg.use_distopt) fprintf(out, " --no-distributed-optimizer");
         fprintf(out, "` prints it:\n");
-        dp_layout_print(out, l, &cfg, shared);
-        fprintf(out, "> end of layout\n");
+    }
+    dp_layout_print(out, l, &cfg, shared);
+    fprintf(out, "> end of layout\n");
+}
+
+/* One DDP per model chunk, as Megatron builds them: each chunk's layout
+ * (and with EP > 1 its expert-parallel buffer's). */
+void train_print_layout(const train_rank *x, FILE *out) {
+    for (int k = 0; k < x->vpp; k++) {
+        int *shared = NULL;
+        if (train_shared_embedding(x, &x->chunks[k].model->reg, &shared) != MTC_OK) return;
+        train_print_buffer(x, k, x->chunks[k].ddp, shared, out);
+        if (x->chunks[k].xddp) train_print_buffer(x, k, x->chunks[k].xddp, shared, out);
         free(shared);
     }
 }

@@ -50,10 +50,15 @@ static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsign
 static mtc_result_t train_finalize_grads(train_rank *x) {
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(dp), or reduce-scatter(intra) with the distributed optimizer */
-    for (int k = 0; k < x->vpp && x->dp; k++)
+    /* comm: the expert buffers: all-reduce or reduce-scatter(EXPERT_DATA_PARALLEL_GROUP) */
+    /* (expert-DP can exceed 1 with DP x CP 1: tp 4, etp 1, ep 2) */
+    int any = x->dp || x->edp;
+    for (int k = 0; k < x->vpp && any; k++) {
         MTC_CHECK(mtc_ddp_finish(x->chunks[k].ddp));
+        if (x->chunks[k].xddp) MTC_CHECK(mtc_ddp_finish(x->chunks[k].xddp));
+    }
     x->comm_ns += mtc_time_ns() - t0;
-    if (x->dp) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
+    if (any) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
     for (int k = 0; k < x->vpp && x->tp; k++)
         MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_TP, x->tp,
                                      TRAIN_T_LAYERNORM_GRADS));
@@ -65,15 +70,28 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
 
 /* Global gradient norm: this rank's held elements (norm_plan, each element
  * of the model counted once), summed over the shard group with the
- * distributed optimizer and over MODEL_PARALLEL_GROUP. */
+ * distributed optimizer and over MODEL_PARALLEL_GROUP; with EP > 1 the
+ * expert-parallel buffers' squares (xnorm_plan) as Megatron's expert
+ * optimizer: over its shard group (EXPERT_DATA_PARALLEL_GROUP, or its
+ * intra-instance slice) with the distributed optimizer, then over
+ * EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (every expert once), added to the dense sum. */
 static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
     uint64_t t_span = mtc_time_ns();
     double s = mtc_grad_norm_sumsq(&x->norm_plan, x->pool);
+    double sx = x->xnorm_plan.n ? mtc_grad_norm_sumsq(&x->xnorm_plan, x->pool) : 0.0;
     uint64_t t0 = mtc_time_ns();
     /* comm: all-reduce(intra) with the distributed optimizer, all-reduce(MODEL_PARALLEL_GROUP) */
     if (x->intra && x->cfg->use_distributed_optimizer)
         MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->intra));
     if (x->mp) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->mp));
+    if (x->ep && x->cfg->model.moe.num_experts > 0) {
+        /* comm: all-reduce(the expert shard group: EXPERT_DATA_PARALLEL_GROUP or its
+         * intra-instance slice) with the distributed optimizer,
+         * all-reduce(EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP) */
+        if (x->xintra) MTC_CHECK(mtc_all_reduce(&sx, &sx, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->xintra));
+        if (x->xmp) MTC_CHECK(mtc_all_reduce(&sx, &sx, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->xmp));
+        s += sx;
+    }
     x->comm_ns += mtc_time_ns() - t0;
     *norm = sqrt(s);
     train_obs_span(x, TRAIN_T_OPTIMIZER_CLIP, t_span, NULL, NULL);
@@ -102,9 +120,11 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unsca
     uint64_t t0 = mtc_time_ns();
     for (int k = 0; k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
-        if (ch->dopt) /* comm: all-gather(intra) per bucket (waited for here without overlap) */
+        if (ch->dopt) { /* comm: all-gather(intra) per bucket (waited for here without overlap) */
             MTC_CHECK(mtc_distopt_step(ch->dopt, lr, clip, &hp));
-        else
+            /* comm: all-gather(EXPERT_DATA_PARALLEL_GROUP) per expert bucket */
+            if (ch->xdopt) MTC_CHECK(mtc_distopt_step(ch->xdopt, lr, clip, &hp));
+        } else
             mtc_adamw_step(&ch->opt, x->pool, ch->model->params, ch->model->grads, lr, clip, &adam);
     }
     x->comm_ns += mtc_time_ns() - t0;

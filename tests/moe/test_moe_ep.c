@@ -62,7 +62,7 @@ static mtc_result_t run(const ep_case *c, mtc_comm_t ep, int rank, params *p, fl
     if (c->routing == 2) m.capacity_factor = 0.75f, m.pad_to_capacity = 1;
     m.dispatcher = c->disp;
     int P = ep ? mtc_comm_size(ep) : 1;
-    moe_dims d = {HID, NE, 2, FF, 0, 1, P};
+    moe_dims d = {HID, NE, 2, FF, 0, 1, P, 1};
     float x[NTOK * HID], dout[NTOK * HID];
     for (int i = 0; i < NTOK * HID; i++) {
         x[i] = c->routing == 1 ? 1.0f + 0.1f * val(6, rank, i) : 2.0f * val(6, rank, i);

@@ -91,8 +91,8 @@ static void layer_setup(layer *L, const char *c) {
     m->drop = (moe_drop_policy)cfg[14], m->pad_to_capacity = (int)cfg[15];
     m->shared_ffn = (int)cfg[16], m->expert_bias = (int)cfg[18];
     L->g = cfg[17];
-    L->d =
-        (moe_dims){HID, m->num_experts, m->topk, m->ffn_hidden_size, (int)cfg[3], (int)cfg[4], 1};
+    L->d = (moe_dims){HID,         m->num_experts, m->topk, m->ffn_hidden_size,
+                      (int)cfg[3], (int)cfg[4],    1,       1};
     int E = L->d.E, F1 = (L->d.swiglu ? 2 : 1) * L->d.F, F = L->d.F;
     L->router = dup(get(c, "router", 1), (size_t)E * HID);
     L->drouter = dup(NULL, (size_t)E * HID);
@@ -351,7 +351,7 @@ static void blk_run(blk_case *b, nn_pool *pool, float *stage) {
     memset(b->g1, 0, sizeof b->g1), memset(b->gb1, 0, sizeof b->gb1);
     memset(b->g2, 0, sizeof b->g2), memset(b->gb2, 0, sizeof b->gb2);
     moe_weights w = {NULL, NULL, p1, q1, p2, q2}, dw = {NULL, NULL, g1, h1, g2, h2};
-    moe_dims d = {BC, BE, 1, BF, 0, 1, 0};
+    moe_dims d = {BC, BE, 1, BF, 0, 1, 0, 1};
     T_CHECK(moe_experts_forward(pool, b->y, b->fch, b->fchg, b->z, stage, b->xp, b->prow, bcounts,
                                 BE, 0, &w, &d, BM) == MTC_OK);
     T_CHECK(moe_experts_backward(pool, b->dxp, b->dprow, b->dy, b->xp, b->fch, b->fchg, b->prow,
@@ -369,7 +369,7 @@ static void check_blocks(void) {
             fl[i][j] = 0.5f * blk_rand(&sd);
     for (int q = 0; q < BM; q++)
         b.prow[q] = 0.25f + 0.5f * (blk_rand(&sd) + 1.0f) / 2;
-    moe_dims d = {BC, BE, 1, BF, 0, 1, 0};
+    moe_dims d = {BC, BE, 1, BF, 0, 1, 0, 1};
     float *stage = calloc(moe_stage_floats(&d), sizeof(float));
     nn_pool *p1, *p3;
     T_CHECK(stage && nn_pool_create(1, &p1) == MTC_OK && nn_pool_create(3, &p3) == MTC_OK);

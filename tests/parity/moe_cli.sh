@@ -12,6 +12,12 @@
 # summation order flips a near-tied top-k by iteration 3, and the runs then
 # part by more than 2e-5 while staying equally valid); mpirun ep 2 with
 # both dispatchers. Megatron's MoE rules are refused with one line, exit 2.
+# Experts sharded over EP: the banner's parameter count drops by the experts
+# other EP ranks hold; dp 2 x ep 2 (expert-DP 1) and dp 4 x ep 2 (expert-DP
+# 2) with the distributed optimizer (its expert instance sharded over
+# expert-DP, also in two instances); a checkpoint saved at ep 2 (4 iterations)
+# loads at ep 1 and at ep 4 (and ep 2 x dp 2 distopt) and continues as the
+# serial 8-iteration run; the MoE flags in its metadata are checked on --load.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -43,6 +49,17 @@ pair() {
     same_moe "$pn" "$D/s_$key.jsonl" "$D/$pn.jsonl"
 }
 M=$(echo "$MOE" | tr ' ' '~')
+# dp 2 x ep 2 (expert-DP 1) and dp 4 x ep 2 (expert-DP 2) with the distributed optimizer
+pair dp2_ep2_distopt base "$M" --world-size 2 --ep 2 --use-distributed-optimizer
+pair dp4_ep2_distopt base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --moe-token-dispatcher-type alltoall
+# two dense optimizer instances beside the expert one; several expert buckets with both overlaps;
+# a pipeline stage without MoE layers (no expert buffer there) under ep 2
+pair ep2_inst2 base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --num-distributed-optimizer-instances 2
+# 8 ranks, expert-DP 4 in two instances: expert shards over the intra-instance slice, then an
+# all-reduce across the instances (Megatron's intra_expt_dp_group)
+pair ep2_edp4_inst2 gb16 "$M~--global-batch-size~16" --world-size 8 --ep 2 --use-distributed-optimizer --num-distributed-optimizer-instances 2 --overlap-grad-reduce --ddp-bucket-size 3000
+pair ep2_buckets_overlap base "$M" --world-size 4 --ep 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 2000
+pair ep2_pp2_half freq "$M~--moe-layer-freq~[1,0]" --world-size 4 --ep 2 --pp 2 --use-distributed-optimizer
 pair dp2 base "$M" --world-size 2
 pair dp2_distopt base "$M" --world-size 2 --use-distributed-optimizer
 pair pp2 base "$M" --world-size 2 --pp 2
@@ -71,6 +88,48 @@ grep -q "lm loss: [0-9.E+-]* | load_balancing_loss: [0-9.E+-]* | z_loss: [0-9.E+
     && ok "log line: load_balancing_loss and z_loss after the lm loss" || { bad "log line"; grep iteration "$D/ep2_alltoall.log" | head -1; }
 grep -q '"moe_layers": \[{"layer": 0, "tokens_per_expert": {"min": [0-9]*, "max": [0-9]*, "p50": [0-9]*, "p90": [0-9]*}, "dropped_fraction": 0}' "$D/ep2_alltoall.jsonl" \
     && ok "--metrics: per-layer tokens per expert and dropped fraction" || { bad "metrics"; head -1 "$D/ep2_alltoall.jsonl"; }
+
+# the experts are sharded: 2 layers x 4 experts of 8352 parameters (fc1 128 x 32 + 128,
+# fc2 32 x 128 + 32); ep 2 holds 2 of them per layer, ep 4 one
+count() { sed -n 's/.*number of parameters on (tensor, pipeline) model parallel rank (0, 0): \([0-9]*\).*/\1/p' "$1"; }
+cs=$(count "$D/s_base.log") c2=$(count "$D/ep2_alltoall.log") c4=$(count "$D/ep4_alltoall.log")
+[ -n "$cs" ] && [ "$((cs - c2))" = $((2 * 2 * 8352)) ] && [ "$((cs - c4))" = $((2 * 3 * 8352)) ] \
+    && ok "banner: ep 2 / ep 4 ranks hold E/ep experts ($cs, $c2, $c4 parameters)" || bad "parameter counts $cs $c2 $c4"
+
+# checkpoints: saved at ep 2 (+ dp 2 with the distributed optimizer), loaded at ep 1, 4, 2 x dp 2
+CK="$MOE --lr-decay-iters 8"
+run ck_full $CK --train-iters 8
+run ck_a $CK --train-iters 4 --world-size 4 --ep 2 --use-distributed-optimizer --save "$D/ck"
+run ck_a1 $CK --train-iters 4 --world-size 2 --ep 2 --save "$D/ck1"
+tail -4 "$D/ck_full.jsonl" >"$D/ck_tail.jsonl"
+for ld in "ep1:" "ep4:--world-size 4 --ep 4" "ep2dp2:--world-size 4 --ep 2 --use-distributed-optimizer" "ep4_plain:--world-size 4 --ep 4 --moe-token-dispatcher-type alltoall"; do
+    nm=${ld%%:*} args=${ld#*:}
+    src=ck; [ "$nm" = ep4_plain ] && src=ck1
+    run "ck_$nm" $CK --train-iters 8 $args --load "$D/$src"
+    grep -q "successfully loaded checkpoint from .*iteration 4, consumed samples 32, optimizer state" "$D/ck_$nm.log" \
+        || { bad "ckpt $nm: no load line"; tail -3 "$D/ck_$nm.log"; }
+    same_moe "checkpoint saved at ep 2 ($src), loaded at $nm, iterations 5-8" "$D/ck_tail.jsonl" "$D/ck_$nm.jsonl"
+done
+# two optimizer instances (expert shards on the intra-instance slice of expert-DP) -> serial
+run ck16_full $CK --global-batch-size 16 --train-iters 8
+run ck16_a $CK --global-batch-size 16 --train-iters 4 --world-size 8 --ep 2 --use-distributed-optimizer --num-distributed-optimizer-instances 2 --save "$D/ck16"
+run ck16_b $CK --global-batch-size 16 --train-iters 8 --load "$D/ck16"
+tail -4 "$D/ck16_full.jsonl" >"$D/ck16_tail.jsonl"
+same_moe "checkpoint saved at ep 2 x expert-DP 4 in two instances, loaded serially" "$D/ck16_tail.jsonl" "$D/ck16_b.jsonl"
+
+# the checkpoint's metadata records the MoE flags: --load refuses the ones that change the
+# model, one line and exit 2, takes changed training-only ones; generate adopts them
+refuse "--load without the MoE flags" "was saved with num-experts=4 but this run has 0 (pass the saved model's MoE flags)" --lr-decay-iters 8 --train-iters 8 --load "$D/ck"
+refuse "--load with another router" "was saved with moe-router-pre-softmax=0 but this run has 1" $CK --moe-router-pre-softmax --train-iters 8 --load "$D/ck"
+refuse "--load with another layer pattern" "was saved with moe-layer-freq=\[1,1\] but this run has \[1,0\]" $CK --moe-layer-freq "[1,0]" --train-iters 8 --load "$D/ck"
+run ck_train_flags $CK --moe-z-loss-coeff 0.01 --moe-expert-capacity-factor 2.0 --train-iters 6 --load "$D/ck"
+grep -q "successfully loaded checkpoint" "$D/ck_train_flags.log" && ok "--load with other training-only MoE flags (z-loss, capacity)" || { bad "training-only MoE flags"; tail -3 "$D/ck_train_flags.log"; }
+"$MTC" generate --load "$D/ck" --prompt-ids 1,2,3 --max-new-tokens 3 >"$D/gen.out" 2>"$D/gen.err" && [ -s "$D/gen.out" ] \
+    && ok "generate adopts the saved MoE model: $(cat "$D/gen.out")" || { bad "generate of an MoE checkpoint"; cat "$D/gen.err"; }
+"$MTC" export --load "$D/ck" --format safetensors --out "$D/x.safetensors" >"$D/ex.out" 2>"$D/ex.err"
+st=$?
+[ $st = 2 ] && [ "$(wc -l <"$D/ex.err")" -eq 1 ] && grep -q "holds a mixture-of-experts model (num-experts=4)" "$D/ex.err" \
+    && ok "export refuses an MoE checkpoint: $(cat "$D/ex.err")" || { bad "export of an MoE checkpoint (status $st)"; cat "$D/ex.err"; }
 
 if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && [ -n "${MPIEXEC:-}" ]; then
     for disp in allgather alltoall; do
