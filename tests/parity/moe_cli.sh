@@ -23,31 +23,9 @@ MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 . "${MTC_SOURCE_DIR:-.}/tests/parity/parity_lib.sh"
+. "${MTC_SOURCE_DIR:-.}/tests/parity/moe_lib.sh"
 MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
 
-# same_moe NAME SERIAL.jsonl LAYOUT.jsonl: lm_loss, grad_norm and the MoE losses
-same_moe() {
-    if [ ! -s "$2" ] || [ ! -s "$3" ]; then bad "$1: missing metrics"; return; fi
-    if paste -d' ' "$2" "$3" | awk '
-        { n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":" || $i == "\"grad_norm\":" || $i == "\"load_balancing_loss\":" || $i == "\"z_loss\":") { v[n++] = $(i + 1) + 0 } }
-        { h = n / 2; if (h < 2) bad = 1; for (k = 0; k < h; k++) { a = v[k]; b = v[k + h]; d = a - b; if (d < 0) d = -d; if (d > 2e-5 * (b < 0 ? -b : b)) bad = 1 } ; lines++ }
-        END { exit (bad || lines != 4) }'; then ok "$1: 4 iterations, loss, grad norm and MoE losses within 2e-5"
-    else bad "$1"; paste -d'\n' "$2" "$3" | cut -c1-200; fi
-}
-run() { # NAME ARGS...
-    rn=$1
-    shift
-    timeout -k 5 120 "$MTC" train $TINY --metrics "$D/$rn.jsonl" "$@" >"$D/$rn.log" 2>&1 || { bad "$rn run"; tail -5 "$D/$rn.log"; }
-}
-# pair NAME KEY MODEL LAYOUT ARGS...: the layout against the serial run of
-# the same model flags (MODEL: words joined by ~), run once per KEY
-pair() {
-    pn=$1 key=$2 model=$(echo "$3" | tr '~' ' ')
-    shift 3
-    [ -s "$D/s_$key.jsonl" ] || run "s_$key" $model
-    run "$pn" $model "$@"
-    same_moe "$pn" "$D/s_$key.jsonl" "$D/$pn.jsonl"
-}
 M=$(echo "$MOE" | tr ' ' '~')
 # dp 2 x ep 2 (expert-DP 1) and dp 4 x ep 2 (expert-DP 2) with the distributed optimizer
 pair dp2_ep2_distopt base "$M" --world-size 2 --ep 2 --use-distributed-optimizer
