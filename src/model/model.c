@@ -76,8 +76,10 @@ mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
     if (c->kv_channels < 0) return mtc_error(E, "kv-channels=%d must be >= 1", c->kv_channels);
     if (c->position_embedding == MTC_POS_ROPE) {
         float pct = c->rotary_percent > 0 ? c->rotary_percent : 1.0f;
+        if (!(pct > 0 && pct <= 1)) /* before the product: inf or NaN is no int */
+            return mtc_error(E, "rotary-percent=%g must be in (0, 1]", pct);
         int rot = (int)(mtc_model_head_size(c) * pct);
-        if (!(pct > 0 && pct <= 1) || rot < 2 || rot % 2)
+        if (rot < 2 || rot % 2)
             return mtc_error(E,
                              "rotary-percent=%g of head size %d gives %d rotary channels (need an "
                              "even number >= 2; adjust --rotary-percent or --kv-channels)",

@@ -4,6 +4,7 @@
  * backward, and the expert-bias step. Ties in every top-k go to the lower
  * index (PyTorch leaves them unspecified). Does not communicate (the
  * caller all-reduces the counts) and allocates nothing. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,10 @@ void moe_router_topk_backward(float *dlogits, const float *dprobs, const int *se
 
 int moe_capacity(const mtc_moe_config *m, int N, int E) {
     if (!(m->capacity_factor > 0)) return 0;
-    return (int)ceil(((double)N * mtc_moe_topk(m) / E) * m->capacity_factor);
+    double cap = ceil(((double)N * mtc_moe_topk(m) / E) * m->capacity_factor);
+    /* an expert gets each of the N tokens at most once: a capacity past
+     * what an int holds drops nothing, as N does */
+    return cap < (double)(INT_MAX / 8) ? (int)cap : N;
 }
 
 typedef struct {
