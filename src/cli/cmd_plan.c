@@ -176,6 +176,12 @@ int cli_cmd_plan(int argc, char **argv) {
     if (world > MTC_GRID_MAX_WORLD) /* before enumerating the layouts of a huge world */
         return cli_usage_error("plan", "world-size=%d is too large (valid: at most %d)", world,
                                MTC_GRID_MAX_WORLD);
+    /* every layout (and each of its virtual-stage splits) registers the
+     * model's layers: the planner stops at 1024 layers (Megatron's largest
+     * published models have 128) */
+    if (L > 1024)
+        return cli_usage_error(
+            "plan", "num-layers=%d is more than mtc plan models (valid: at most 1024)", L);
     if (cp < 1) return cli_usage_error("plan", "context-parallel-size=%d must be >= 1", cp);
     if (divisible < 1 || divisible > MTC_MODEL_MAX_VOCAB_DIVISOR)
         return cli_usage_error("plan", "make-vocab-size-divisible-by=%d is outside [1, %d]",

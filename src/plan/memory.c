@@ -124,7 +124,10 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
     int pidx[MTC_NGLOBAL_ROLES];
     int *lf = calloc((size_t)c->num_layers + 1, sizeof(int));
     if (!lf) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layer table");
-    mtc_result_t rc = mtc_registry_init(&reg, 8 + model_family_params_per_layer(c) * c->num_layers);
+    /* the chunk's layers only: sized for the whole model, vpp chunks of an
+     * L-layer model cost O(L^2) (fuzz_args: 8256 layers took over a minute) */
+    mtc_result_t rc =
+        mtc_registry_init(&reg, 8 + model_family_params_per_layer(c) * (last - first));
     if (rc != MTC_OK) {
         free(lf);
         return rc;
