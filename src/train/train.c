@@ -544,6 +544,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",
                     mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
+            MTC_CHECK(train_obs_rss(x, metrics));
             if (c->bf16) { /* oneDNN primitives made so far: constant after set-up */
                 long made = 0;
                 for (int k = 0; k < x->vpp; k++) {
@@ -558,6 +559,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                 return mtc_error(MTC_ERR_IO, "writing --metrics %s failed: %s", c->metrics_path,
                                  strerror(errno));
         }
+        /* the other ranks' part of the peak-RSS all-gather of a metrics record */
+        if (c->metrics_path && !metrics && (log_now || eval_now)) MTC_CHECK(train_obs_rss(x, NULL));
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
         if (log_now) {
             sum_loss = sum_ms = sum_lb = sum_z = sum_flops = sum_samples = 0;
