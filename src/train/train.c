@@ -663,6 +663,12 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"fp16", c->fp16},
         {"grad-reduce-in-bf16", c->grad_reduce_in_bf16},
         {"data (tokens in the data set)", (double)data_tokens},
+        /* the logged and evaluated iterations run collectives on every rank */
+        {"log-interval", c->log_interval},
+        {"eval-interval", c->eval_interval},
+        {"eval-iters", c->eval_iters},
+        {"metrics (given or not)", c->metrics_path != NULL},
+        {"timing-log-level", c->timing_log_level},
     };
     enum { NF = sizeof f / sizeof f[0] };
     double lo[NF], hi[NF];
