@@ -3,6 +3,8 @@
  * device and MFU, sorted (fitting ones first, fastest first); --json for
  * scripts; --explain LAYOUT prints every term of one prediction. The model
  * lives in plan/ (plan/plan.h); this file parses flags and prints. */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,7 +220,10 @@ int cli_cmd_plan(int argc, char **argv) {
     memset(&l, 0, sizeof l);
     mtc_model_config *mc = &l.model;
     mc->num_layers = L, mc->hidden_size = C, mc->num_heads = NH, mc->seq_length = T;
-    mc->ffn_hidden_size = F ? F : swiglu ? (int)((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4 * C;
+    /* the default in double: a hidden size past INT_MAX / 4 must reach the
+     * range check, not overflow (fuzz_args: --hidden-size 2000000000) */
+    double F_def = swiglu ? floor((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4.0 * C;
+    mc->ffn_hidden_size = F ? F : F_def > INT_MAX ? INT_MAX : (int)F_def;
     mc->max_position_embeddings = T, mc->vocab_size = vocab, mc->padded_vocab_size = vocab;
     if (!strcmp(norm, "RMSNorm"))
         mc->normalization = MTC_NORM_RMSNORM;
