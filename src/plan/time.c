@@ -68,13 +68,14 @@ static double mlp_macs(const mtc_model_config *c) {
     return (double)c->hidden_size * c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
 }
 
-/* Per token of one MoE layer's MLP, Megatron's count: the router (h x E),
- * topk experts and the shared expert, each h x F x (3 SwiGLU, else 2). */
+/* Per token of one MoE layer's MLP, Megatron's count (core_v0.18.0
+ * training.py): topk routed experts and the shared expert, each h x F x (3
+ * SwiGLU, else 2); no router term (the step time prices the router's GEMM
+ * apart). */
 static double moe_macs(const mtc_model_config *c) {
     const mtc_moe_config *m = &c->moe;
     double act = c->swiglu ? 3.0 : 2.0, h = c->hidden_size;
-    return h * m->num_experts +
-           h * act * ((double)mtc_moe_topk(m) * mtc_model_moe_ffn(c) + (double)m->shared_ffn);
+    return h * act * ((double)mtc_moe_topk(m) * mtc_model_moe_ffn(c) + (double)m->shared_ffn);
 }
 
 /* Multiply-adds per token of layers [first, last): dense layers' and MoE

@@ -370,7 +370,12 @@ static void test_moe(void) {
     mtc_plan_layout l = gpt(4, 64, 4, 32, 256, 4, 2, 16);
     l.model.moe.num_experts = 8, l.model.moe.topk = 2, l.model.moe.layer_freq = 2;
     l.model.moe.shared_ffn = 128;
-    /* the planner's count (per layer, recompute off) is Megatron's */
+    /* the planner's count (per layer, recompute off) is Megatron's (core_v0.18.0):
+     * 6 B s [L (4 h^2 + h s) + 2 dense x 2 h ffn + 2 MoE x 2 h (k ffn + shared) + h V] */
+    double B = 16, s = 32, h = 64, V = 256;
+    double meg = 6 * B * s *
+                 (4 * (4 * h * h + h * s) + 2 * 2 * h * 256 + 2 * 2 * h * (2 * 256 + 128) + h * V);
+    T_CLOSE(mtc_model_flops(&l.model, 16), meg, 0, 1e-12);
     T_CLOSE(mtc_plan_flops(&l.model, 16, MTC_PLAN_RECOMPUTE_NONE), mtc_model_flops(&l.model, 16), 0,
             1e-12);
     mtc_plan_machine m;
