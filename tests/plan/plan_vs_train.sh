@@ -64,6 +64,9 @@ if [ "${1:-threads}" = mpi ]; then # the ctest case test_plan_vs_train_mpi (labe
         [ "$(id -u)" = 0 ] && MPI="${MPIEXEC:-mpirun} --allow-run-as-root --oversubscribe -np 2"
         check "mpi gpt pp2" "$GPT" 2 1 2 1 0 0 1 timeout -k 5 120 $MPI
         check "mpi llama dp2 distopt" "$LLAMA" 2 1 1 1 0 1 1 timeout -k 5 120 $MPI
+        EP=2 check "mpi moe ep2 alltoall distopt" \
+            "$GPT --num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall" \
+            2 1 1 1 0 1 1 timeout -k 5 120 $MPI
     else
         echo "skipped: MPI not built"
     fi
