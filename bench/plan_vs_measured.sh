@@ -89,13 +89,14 @@ run() {
             --ranks-per-process 1 --json >"$D/pr" 2>>"$D/perr"
         plan_rss=$(sed -n 's/.*"rss_bytes": \([0-9.e+]*\)}.*/\1/p' "$D/pr" | awk '{ print $1 / 1048576 }')
     else
-        plan_rss=0 r=0
-        while [ "$r" -lt "$pp" ]; do
+        # (its own counter: sh has no locals, and the rounds loop counts with r)
+        plan_rss=0 q=0
+        while [ "$q" -lt "$pp" ]; do
             "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
-                --pp-rank "$r" --json >"$D/pr" 2>>"$D/perr"
+                --pp-rank "$q" --json >"$D/pr" 2>>"$D/perr"
             plan_rss=$(sed -n 's/.*"rss_bytes": \([0-9.e+]*\)}.*/\1/p' "$D/pr" |
                 awk -v a="$plan_rss" -v p="$pp" '{ print a + $1 / 1048576 / p }')
-            r=$((r + 1))
+            q=$((q + 1))
         done
     fi
     meas=$(sed -n 's/.*"elapsed_ms": \([0-9.]*\).*/\1/p' "$D/m" | tail -n +2 | sort -g | head -n 1)

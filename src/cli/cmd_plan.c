@@ -180,7 +180,8 @@ int cli_cmd_plan(int argc, char **argv) {
          "with --explain: the memory of pipeline rank R (default: the largest)", 0},
         {"dp-rank", NULL, MTC_ARG_INT, &dp_rank, "R",
          "with --explain and the distributed optimizer: the optimizer shard of rank R of the "
-         "data x context-parallel group (default: the largest)",
+         "data x context-parallel group, and with ep > 1 the expert shard of its last TP rank "
+         "(default: the largest)",
          0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "JSON instead of the table", 0},
         {"top", NULL, MTC_ARG_INT, &top, "N", "rows of the table (default 20)", 0},
@@ -271,6 +272,14 @@ int cli_cmd_plan(int argc, char **argv) {
         mc->padded_vocab_size = vocab > 0 ? vocab : 1;
         if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, 1, 0, 1, 1, !nobias) != MTC_OK)
             return cli_usage_error("plan", "%s", mtc_error_detail());
+        /* every layout registers each expert of its chunks: the planner stops at
+         * 65536 expert MLPs (DeepSeek-V3 has 256 x 58) */
+        long long xm = (long long)moe_cfg.num_experts * mtc_moe_num_layers(&moe_cfg, L);
+        if (xm > 65536)
+            return cli_usage_error("plan",
+                                   "num-experts=%d x %d MoE layers = %lld expert MLPs is more than "
+                                   "mtc plan models (valid: at most 65536)",
+                                   moe_cfg.num_experts, mtc_moe_num_layers(&moe_cfg, L), xm);
     }
     l.ep = ep, l.etp = etp;
     l.vocab_divisible = divisible;
