@@ -145,9 +145,13 @@ static moe_shape moe_shape_of(const mtc_plan_layout *l) {
 
 /* The experts' GEMMs on a CPU host (moe/experts.c): per local expert its
  * rows in blocks of 256, the last padded to a multiple of 64, one call per
- * block and projection; forward fc1 + fc2 (backward: dX and dW of each). */
-static double moe_expert_gemm_s(const mtc_plan_kernels *k, const moe_shape *s) {
+ * block and projection; forward fc1 + fc2 (backward: dX and dW of each).
+ * An expert's rows vary with the routing (only padded-to-capacity inputs
+ * are exact): the padding adds half a 64-row block on average, at least
+ * the balanced count's own. */
+static double moe_expert_gemm_s(const mtc_plan_kernels *k, const moe_shape *s, int exact) {
     double re = s->rows / (s->El > 0 ? s->El : 1), pad = ceil(re / 64.0) * 64.0;
+    if (!exact && re > 0 && re + 32 > pad) pad = re + 32;
     double calls = ceil(pad / 256.0);
     return s->El * (2.0 * pad * s->C * (s->F1e + s->Fe) / k->gemm_rate + 2 * calls * k->gemm_call);
 }
@@ -250,16 +254,24 @@ static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k
         moe_shape ms = moe_shape_of(l);
         const mtc_moe_config *m = &c->moe;
         double SF = m->shared_ffn / t, SF1 = (c->swiglu ? 2 : 1) * SF;
-        double mg = lin_s(k, ms.Nl, C, ms.E, 1) + moe_expert_gemm_s(k, &ms) +
+        double mg = lin_s(k, ms.Nl, C, ms.E, 1) + moe_expert_gemm_s(k, &ms, m->pad_to_capacity) +
                     (SF > 0 ? lin_s(k, N, C, SF1, 1) + lin_s(k, N, SF, C, 1) : 0);
         double dense = lin_s(k, N, C, F1, 1) + lin_s(k, N, F, C, 1);
         /* the router's scores and top-k (a fused softmax's cost per logit),
-         * the rows' gather and weighted scatter back (a residual's per
-         * element), the experts' activation; the shared expert's GELU */
-        double me_f = ms.Nl * ms.E * k->xent + 2 * ms.rows * C * k->resid +
-                      ms.rows * ms.Fe * k->gelu_fwd + N * SF * k->gelu_fwd;
-        double me_b = ms.Nl * ms.E * k->xent + 2 * ms.rows * C * k->resid +
-                      (ms.rows * ms.Fe + N * SF) * (k->gelu_fwd + k->gelu_bwd);
+         * the rows' gather and weighted scatter back, the experts' activation
+         * and their per-row loops (moe/experts.c), each priced as a
+         * residual's pass per element: forward the probability scaling
+         * (rows x F) and the bias fills (rows x (F1 + C)); backward the
+         * scaling again, the probability's gradient (a double-precision
+         * dot, two passes), d(z) x prob, the biases' gradients (rows x (2 C
+         * + F1)); the shared expert's GELU */
+        double bias = c->disable_bias_linear ? 0 : 1, rows = ms.rows;
+        double me_f = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid +
+                      rows * ms.Fe * k->gelu_fwd + N * SF * k->gelu_fwd +
+                      rows * (ms.Fe + bias * (ms.F1e + C)) * k->resid;
+        double me_b = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid +
+                      (rows * ms.Fe + N * SF) * (k->gelu_fwd + k->gelu_bwd) +
+                      rows * (4 * ms.Fe + bias * (2 * C + ms.F1e)) * k->resid;
         *gf += nm * (mg - dense), *gb += 2 * nm * (mg - dense);
         *ef += nm * (me_f - N * F * k->gelu_fwd);
         *eb += nm * (me_b - N * F * (k->gelu_fwd + k->gelu_bwd));
