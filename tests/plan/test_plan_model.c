@@ -405,8 +405,34 @@ static void test_moe(void) {
     T_CHECK(mtc_plan_layout_check(&l) == MTC_ERR_INVALID_ARGUMENT);
 }
 
+/* MoE on a CPU host with measured kernels: an MoE layer's expert rows
+ * replace the dense MLP's in the GELU and GEMM counts, in closed form. */
+static void test_cpu_kernels_moe(void) {
+    mtc_plan_layout l = gpt(4, 128, 4, 128, 256, 2, 2, 16); /* dp 2, one core each, M = 4 */
+    l.model.moe.num_experts = 8, l.model.moe.topk = 2, l.model.moe.layer_freq = 1;
+    double N = 2 * 128, h = 128, F = 512, V = 256, M = 4, L = 4, E = 8, rows = N * 2;
+    mtc_plan_machine m;
+    mtc_plan_time t;
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    double gelu = M * L * 2 * rows * F * 1e-9; /* the experts' rows, no dense MLP */
+    T_CHECKF(fabs(t.elementwise_s / gelu - 1) < 1e-9, "moe gelu %g vs %g", t.elementwise_s, gelu);
+    /* GEMMs: qkv, proj, the router (N x h x E), 8 experts of 64 rows each
+     * plus half a 64-row block of routing imbalance (fc1 + fc2), the head */
+    double fl = 6.0 * M * (L * (N * h * 4 * h + N * h * E + E * (64 + 32) * h * 2 * F) + N * h * V);
+    T_CHECKF(fabs(t.compute_s / (fl / 100e9) - 1) < 1e-9, "moe gemm %g vs %g", t.compute_s,
+             fl / 100e9);
+    /* padded to a capacity of exactly 64 rows: no imbalance */
+    l.model.moe.capacity_factor = 1, l.model.moe.pad_to_capacity = 1;
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    fl = 6.0 * M * (L * (N * h * 4 * h + N * h * E + E * 64 * h * 2 * F) + N * h * V);
+    T_CHECKF(fabs(t.compute_s / (fl / 100e9) - 1) < 1e-9, "moe padded gemm %g vs %g", t.compute_s,
+             fl / 100e9);
+}
+
 int main(void) {
     test_korthikanti();
+    test_cpu_kernels_moe();
     test_moe();
     test_flops();
     test_collectives();
