@@ -18,6 +18,13 @@
  * bubble of the schedule mtc runs (pp_schedule_simulate) and the overlap
  * mtc does (gradient reduction under the last backward).
  *
+ * Mixture of experts (model.moe): the registry split over EP and ETP as
+ * model/model.c splits it, the expert-parallel buffer over expert-DP with
+ * its own distributed-optimizer instance (train/train_setup.c), the MoE
+ * rows of the arena (moe_acts_floats, moe_scratch_floats); in the step
+ * time the router, the experts' rows (tokens x topk x etp, capacity-bounded),
+ * the dispatcher's collectives and the expert-DP reduction.
+ *
  * Machines (plan/machine.c): a small JSON description (docs/plan.md), the
  * named GPU clusters of src/plan/machines.json compiled in, and this
  * machine as measured by `mtc bench-peak` (cached).
