@@ -186,8 +186,8 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     size_t emb = s.p == 1 || !s.sp ? 0 : s.B * s.T * C + seq_scr(s.B, s.T, C, s.p);
     size_t scratch = max_sz(max_sz(att, mlp), max_sz(emb, col_scr(s.p, s.sp, s.B, s.T, C, 0)));
     scratch = max_sz(scratch, 3 * N);
-    scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* MoE layers */
     /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
+    scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* and the MoE layers' scratch */
     return 5 * take(Nl * C) + take(s.sp ? N * C : 1) + take(scratch);
 }
 

@@ -221,9 +221,9 @@ static double causal_tiles(double T) {
  * head's final norm, logits GEMM and fused cross-entropy. Under SP the
  * norms, dropout and residuals see T / tp positions, the GEMMs all T with
  * the rank's columns; with CP a rank holds T / cp queries of every key. */
-static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k, int nl, int nm,
+static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k, int nl,
                              int has_emb, int has_head, double *gf, double *gb, double *ef,
-                             double *eb, double *attn, double *moe_g, double *moe_e) {
+                             double *eb, double *attn) {
     const mtc_model_config *c = &l->model;
     double t = l->tp, cp = l->cp > 1 ? l->cp : 1, B = l->micro_batch;
     double T = c->seq_length / cp, N = B * T, Nl = l->sequence_parallel ? N / t : N;
@@ -249,36 +249,44 @@ static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k
     double lb = 2 * xc * (k->norm_fwd + k->norm_bwd) + 2 * xc * hd + 2 * xc * k->resid +
                 N * F * (k->gelu_fwd + k->gelu_bwd) + ab + ad / 2;
     *ef = nl * lf, *eb = nl * lb, *attn = nl * (af + ab + ad);
-    *moe_g = *moe_e = 0;
-    if (nm > 0) { /* an MoE layer's MLP instead of fc1, GELU, fc2 */
-        moe_shape ms = moe_shape_of(l);
-        const mtc_moe_config *m = &c->moe;
-        double SF = m->shared_ffn / t, SF1 = (c->swiglu ? 2 : 1) * SF;
-        double mg = lin_s(k, ms.Nl, C, ms.E, 1) + moe_expert_gemm_s(k, &ms, m->pad_to_capacity) +
-                    (SF > 0 ? lin_s(k, N, C, SF1, 1) + lin_s(k, N, SF, C, 1) : 0);
-        double dense = lin_s(k, N, C, F1, 1) + lin_s(k, N, F, C, 1);
-        /* the router's scores and top-k (a fused softmax's cost per logit),
-         * the rows' gather and weighted scatter back, the experts' activation
-         * and their per-row loops (moe/experts.c), each priced as a
-         * residual's pass per element: forward the probability scaling
-         * (rows x F) and the bias fills (rows x (F1 + C)); backward the
-         * scaling again, the probability's gradient (a double-precision
-         * dot, two passes), d(z) x prob, the biases' gradients (rows x (2 C
-         * + F1)); the shared expert's GELU */
-        double bias = c->disable_bias_linear ? 0 : 1, rows = ms.rows;
-        double me_f = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid +
-                      rows * ms.Fe * k->gelu_fwd + N * SF * k->gelu_fwd +
-                      rows * (ms.Fe + bias * (ms.F1e + C)) * k->resid;
-        double me_b = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid +
-                      (rows * ms.Fe + N * SF) * (k->gelu_fwd + k->gelu_bwd) +
-                      rows * (4 * ms.Fe + bias * (2 * C + ms.F1e)) * k->resid;
-        *gf += nm * (mg - dense), *gb += 2 * nm * (mg - dense);
-        *ef += nm * (me_f - N * F * k->gelu_fwd);
-        *eb += nm * (me_b - N * F * (k->gelu_fwd + k->gelu_bwd));
-        *moe_g = 3 * nm * mg, *moe_e = nm * (me_f + me_b);
-    }
     if (has_emb) *ef += xc * (k->resid + hd), *eb += xc * (k->resid + hd);
     if (has_head) *ef += xc * k->norm_fwd + N * Vp * k->xent, *eb += xc * k->norm_bwd;
+}
+
+/* What nm MoE layers change in cpu_kernel_costs' figures (differences
+ * against their dense MLPs into gf, gb, ef, eb) and their own MoE GEMM and
+ * kernel seconds (moe_g, moe_e), CPU seconds of one microbatch: an MoE
+ * layer's MLP instead of fc1, GELU, fc2. */
+static void cpu_moe_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k, int nm, double *gf,
+                          double *gb, double *ef, double *eb, double *moe_g, double *moe_e) {
+    const mtc_model_config *c = &l->model;
+    double t = l->tp, cp = l->cp > 1 ? l->cp : 1, B = l->micro_batch;
+    double N = B * (c->seq_length / cp), C = c->hidden_size;
+    double F = c->ffn_hidden_size / t, F1 = (c->swiglu ? 2 : 1) * F;
+    moe_shape ms = moe_shape_of(l);
+    const mtc_moe_config *m = &c->moe;
+    double SF = m->shared_ffn / t, SF1 = (c->swiglu ? 2 : 1) * SF;
+    double mg = lin_s(k, ms.Nl, C, ms.E, 1) + moe_expert_gemm_s(k, &ms, m->pad_to_capacity) +
+                (SF > 0 ? lin_s(k, N, C, SF1, 1) + lin_s(k, N, SF, C, 1) : 0);
+    double dense = lin_s(k, N, C, F1, 1) + lin_s(k, N, F, C, 1);
+    /* the router's scores and top-k (a fused softmax's cost per logit),
+     * the rows' gather and weighted scatter back, the experts' activation
+     * and their per-row loops (moe/experts.c), each priced as a
+     * residual's pass per element: forward the probability scaling
+     * (rows x F) and the bias fills (rows x (F1 + C)); backward the
+     * scaling again, the probability's gradient (a double-precision
+     * dot, two passes), d(z) x prob, the biases' gradients (rows x (2 C
+     * + F1)); the shared expert's GELU */
+    double bias = c->disable_bias_linear ? 0 : 1, rows = ms.rows;
+    double me_f = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid + rows * ms.Fe * k->gelu_fwd +
+                  N * SF * k->gelu_fwd + rows * (ms.Fe + bias * (ms.F1e + C)) * k->resid;
+    double me_b = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid +
+                  (rows * ms.Fe + N * SF) * (k->gelu_fwd + k->gelu_bwd) +
+                  rows * (4 * ms.Fe + bias * (2 * C + ms.F1e)) * k->resid;
+    *gf = nm * (mg - dense), *gb = 2 * nm * (mg - dense);
+    *ef = nm * (me_f - N * F * k->gelu_fwd);
+    *eb = nm * (me_b - N * F * (k->gelu_fwd + k->gelu_bwd));
+    *moe_g = 3 * nm * mg, *moe_e = nm * (me_f + me_b);
 }
 
 /* Costs of one microbatch on one chunk of nl layers. */
@@ -297,31 +305,39 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
      * seq-length keys, so layer_macs per token is the serial one */
     double tok = (double)l->micro_batch * c->seq_length / l->cp, h = c->hidden_size;
     double fl = 2.0 * tok * nl * layer_macs(c) / t;
-    if (nm > 0) { /* MoE layers: the rank's router, expert rows and shared expert */
-        moe_shape ms = moe_shape_of(l);
-        double mf = 2.0 * (ms.Nl * h * ms.E + ms.rows * h * (ms.F1e + ms.Fe) +
-                           tok * h * c->moe.shared_ffn * (c->swiglu ? 3.0 : 2.0) / t);
-        fl += nm * (mf - 2.0 * tok * mlp_macs(c) / t);
-        k.moe_flops = 3 * nm * mf, k.moe_rows = ms.rows;
-        k.moe_gemm = k.moe_flops / rate;
-        moe_dispatch_s(l, &ms, &moel[0], &moel[1], &moel[2], &k.moe_f, &k.moe_b);
-        k.moe_f *= nm, k.moe_b *= nm;
-    }
     double fh = has_head ? 2.0 * tok * h * c->padded_vocab_size / t : 0;
     double rec = l->recompute == MTC_PLAN_RECOMPUTE_FULL ? fl
                  : l->recompute == MTC_PLAN_RECOMPUTE_SELECTIVE
                      ? 2.0 * tok * nl * attn_core_macs(c) / t
                      : 0;
+    if (nm > 0) { /* MoE layers: the rank's router, expert rows and shared expert */
+        moe_shape ms = moe_shape_of(l);
+        double mf = 2.0 * (ms.Nl * h * ms.E + ms.rows * h * (ms.F1e + ms.Fe) +
+                           tok * h * c->moe.shared_ffn * (c->swiglu ? 3.0 : 2.0) / t);
+        double dfl = nm * (mf - 2.0 * tok * mlp_macs(c) / t);
+        fl += dfl;
+        if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) rec += dfl;
+        k.moe_flops = 3 * nm * mf, k.moe_rows = ms.rows;
+        k.moe_gemm = k.moe_flops / rate;
+        moe_dispatch_s(l, &ms, &moel[0], &moel[1], &moel[2], &k.moe_f, &k.moe_b);
+        k.moe_f *= nm, k.moe_b *= nm;
+    }
     k.gemm_f = (fl + fh) / rate;
     k.gemm_b = (2.0 * (fl + fh) + rec) / rate;
     if (cpu_slow > 0) { /* a CPU host with measured kernels: mtc's own passes */
         double gf, gb, ef, eb, at;
-        double mg = 0, me = 0;
-        cpu_kernel_costs(l, &m->kern, nl, nm, has_emb, has_head, &gf, &gb, &ef, &eb, &at, &mg, &me);
-        k.moe_gemm = mg * cpu_slow, k.moe_elem = me * cpu_slow;
+        cpu_kernel_costs(l, &m->kern, nl, has_emb, has_head, &gf, &gb, &ef, &eb, &at);
         k.attn = at * cpu_slow * (rec > 0 ? 1.5 : 1); /* recompute: the forward's third again */
         k.gemm_f = gf * cpu_slow, k.gemm_b = (gb + (rec > 0 ? gf : 0)) * cpu_slow;
         k.elem_f = ef * cpu_slow, k.elem_b = (eb + (rec > 0 ? ef : 0)) * cpu_slow;
+    }
+
+    if (cpu_slow > 0 && nm > 0) { /* the MoE layers' passes (cpu_moe_costs) */
+        double gf, gb, ef, eb, mg, me;
+        cpu_moe_costs(l, &m->kern, nm, &gf, &gb, &ef, &eb, &mg, &me);
+        k.moe_gemm = mg * cpu_slow, k.moe_elem = me * cpu_slow;
+        k.gemm_f += gf * cpu_slow, k.gemm_b += (gb + (rec > 0 ? gf : 0)) * cpu_slow;
+        k.elem_f += ef * cpu_slow, k.elem_b += (eb + (rec > 0 ? ef : 0)) * cpu_slow;
     }
     /* element-wise: the activations a forward touches (the table without
      * recomputation: what is kept is what was written) once in forward,
@@ -348,12 +364,21 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
         double regather = sp ? 2 * mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl) : 0;
         double ends = (has_emb ? 1 : 0) + (has_head ? 1 : 0);
         double xent = has_head ? 3 * mtc_plan_coll_time(MTC_PLAN_AR, tok * 4, t, tpl) : 0;
-        /* an MoE layer's MLP collectives are its dispatcher's (moe_f, moe_b);
-         * a shared expert keeps the dense MLP's TP pair */
-        double mlps = nl - (c->moe.shared_ffn > 0 ? 0 : nm);
-        k.tp_f = (nl + mlps + ends) * ar + xent;
-        k.tp_b = (nl + mlps + ends) * ar + (nl + mlps) / 2 * regather +
-                 (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? (nl + mlps) * ar : 0);
+        k.tp_f = (2.0 * nl + ends) * ar + xent;
+        k.tp_b = (2.0 * nl + ends) * ar + nl * regather +
+                 (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? 2.0 * nl * ar : 0);
+    }
+
+    if (t > 1 && nm > 0 && c->moe.shared_ffn == 0) {
+        /* an MoE layer's MLP has no TP pair of collectives: its dispatcher's
+         * (moe_f, moe_b) move the tokens; a shared expert keeps the pair */
+        double ar = sp ? mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl) +
+                             mtc_plan_coll_time(MTC_PLAN_RS, x, t, tpl)
+                       : mtc_plan_coll_time(MTC_PLAN_AR, x, t, tpl);
+        double regather = sp ? 2 * mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl) : 0;
+        k.tp_f -= nm * ar;
+        k.tp_b -=
+            nm * ar + nm / 2.0 * regather + (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? nm * ar : 0);
     }
     /* CP, per layer: p2p passes KV blocks round the ring (cp - 1 steps
      * forward, twice the bytes backward with dK, dV), all_gather gathers KV
