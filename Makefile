@@ -40,10 +40,11 @@ sanitize: test-asan test-tsan
 
 # libFuzzer targets of tests/fuzz (clang, ASan+UBSan), FUZZ_SECONDS each (60)
 FUZZ_SECONDS ?= 60
+FUZZ_SEED    ?= 1
 FUZZ_JOBS ?= 1
 fuzz:
 	@sh scripts/deps.sh fuzz
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) sh scripts/fuzz.sh
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_SEED=$(FUZZ_SEED) sh scripts/fuzz.sh
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz *.cmake.log

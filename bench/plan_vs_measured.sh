@@ -59,7 +59,7 @@ run() {
         [ -n "$MPIRUN" ] || return 0
         /usr/bin/time -f "%M" -o "$D/rss" $MPIRUN -np "$world" "$MTC" train $MODEL $TRAIN $targs \
             --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
-        perproc=1 # GNU time's %M under mpirun: the largest single process of the job
+        perproc=1 # replaced below by the rank processes' own peaks (--metrics)
     else
         /usr/bin/time -f "%M %U %S" -o "$D/rss" "$MTC" train $MODEL $TRAIN $targs --world-size "$world" \
             --metrics "$D/m" >"$D/log" 2>&1 || { echo "$launch $lay failed:"; tail -3 "$D/log"; return 0; }
@@ -103,6 +103,10 @@ run() {
     alloc=$(tail -1 "$D/m" | sed 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/' |
         awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
     rss=$(tail -1 "$D/rss" | awk -v n="$perproc" '{ print $1 / 1024 / n }')
+    if [ "$launch" = mpi ]; then # the largest rank process's own peak, from --metrics
+        rss=$(tail -1 "$D/m" | sed -n 's/.*"peak_rss_bytes": \[\([0-9, ]*\)\].*/\1/p' |
+            awk -F', ' '{ m = 0; for (i = 1; i <= NF; i++) if ($i > m) m = $i; print m / 1048576 }')
+    fi
     plan_ms=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p")
     plan_mb=$(sed -n 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/p' "$D/p" |
         awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')

@@ -9,9 +9,16 @@
 # or memory blow-up (2 GB) fails the run and leaves the input in
 # build-fuzz/artifacts/; fix the reader, then commit the input as
 # tests/fuzz/corpus/<target>/regress-<what> so the replay test keeps it.
+# FUZZ_SEED (default 1) seeds libFuzzer's mutations, so a run is
+# reproducible: the same seed from the same corpus tries the same inputs in
+# the same order, and a longer run covers a shorter one's (CI runs seed 1
+# for 60 s; engineers run it for longer, and other seeds, before they land).
+# FUZZ_SEED=0 takes a random seed (libFuzzer prints it in the log).
 set -e
 cd "$(dirname "$0")/.."
 SECS=${1:-${FUZZ_SECONDS:-60}}
+SEED=${FUZZ_SEED:-1}
+case $SEED in '' | *[!0-9]*) echo "mtc fuzz: FUZZ_SEED=$SEED must be a number (0: random)" >&2; exit 2 ;; esac
 B=${FUZZ_BUILD:-build-fuzz}
 case $B in /*) ;; *) B=$(pwd)/$B ;; esac # absolute: fuzz_args changes the working folder
 TARGETS=${FUZZ_TARGETS:-$(sed -n 's/^set(MTC_FUZZ_TARGETS \(.*\))$/\1/p' tests/fuzz/CMakeLists.txt)}
@@ -31,7 +38,7 @@ one_target() {
     rm -f "$B/fuzz-$t.status" # no earlier run's status can stand for this one
     # UBSan reports abort (-fno-sanitize-recover), so libFuzzer sees them as crashes
     st=0
-    UBSAN_OPTIONS=print_stacktrace=1 "$B/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=60 \
+    UBSAN_OPTIONS=print_stacktrace=1 "$B/fuzz/fuzz_$t" -seed="$SEED" -max_total_time="$SECS" -timeout=60 \
         -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$B/artifacts/$t-" \
         "$B/corpus/$t" "$(pwd)/tests/fuzz/corpus/$t" >"$B/fuzz-$t.log" 2>&1 || st=$?
     echo $st >"$B/fuzz-$t.status"
@@ -48,7 +55,7 @@ while [ $# -gt 0 ]; do
         shift
         k=$((k + 1))
     done
-    echo "mtc fuzz:$batch for ${SECS}s"
+    echo "mtc fuzz:$batch for ${SECS}s, seed $SEED"
     wait
 done
 failed=""

@@ -494,6 +494,52 @@ static mtc_result_t st_read(const st_file *f, const char *name, int nd, const in
     return MTC_OK;
 }
 
+/* The fewest bytes a checkpoint of c can hold: every stored parameter at 2
+ * bytes, the vocabulary unpadded. Counted from one layer's registry times
+ * the layers, so a config.json asking for a million layers costs nothing. */
+static mtc_result_t hf_min_bytes(const mtc_model_config *c, double *bytes) {
+    mtc_registry reg;
+    int pidx[MTC_NGLOBAL_ROLES], lf[2];
+    MTC_CHECK(mtc_registry_init(&reg, 8 + model_family_params_per_layer(c)));
+    reg.tp = 1, reg.tp_rank = 0;
+    model_register_opts o = {0, 1, 1, 1, 0};
+    mtc_result_t rc = model_family_register(&reg, c, &o, pidx, lf);
+    double other = 0, layer = 0;
+    for (int i = 0; rc == MTC_OK && i < reg.count; i++)
+        *(reg.params[i].layer >= 0 ? &layer : &other) += (double)reg.params[i].numel;
+    mtc_registry_free(&reg);
+    double pad = (double)(c->padded_vocab_size - c->vocab_size) * c->hidden_size;
+    *bytes = 2 * (other + layer * c->num_layers - pad * (c->untie_embeddings ? 2 : 1));
+    return rc;
+}
+
+/* Bytes of the weight files: model.safetensors, or the distinct files of
+ * the index's weight_map (at most 4096 of them). */
+static double hf_file_bytes(const char *dir, const cJSON *wm) {
+    char path[4200];
+    struct stat st;
+    if (!wm) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        return stat(path, &st) == 0 ? (double)st.st_size : 0;
+    }
+    double total = 0;
+    const char *seen[4096];
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) {
+        const char *file = cJSON_GetStringValue(e);
+        if (!file || strchr(file, '/')) continue; /* refused when read */
+        int k = 0;
+        while (k < n && strcmp(seen[k], file))
+            k++;
+        if (k < n || n == 4096) continue;
+        seen[n++] = file;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (stat(path, &st) == 0) total += (double)st.st_size;
+    }
+    return total;
+}
+
 mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mtc_model **out,
                            char *tokenizer) {
     *out = NULL;
@@ -508,15 +554,11 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
                          : mtc_error(MTC_ERR_FORMAT, "%s is not JSON", path);
     cJSON_Delete(cj);
     MTC_CHECK(rc);
-    mtc_model *m = NULL;
-    MTC_CHECK(mtc_model_init(&cfg, 1, 1, NULL, &m));
-    hf_table t = {0};
-    rc = hf_table_build(m, &t);
     /* the files: one, or the index's */
     cJSON *wm = NULL, *idx = NULL;
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     struct stat st;
-    if (rc == MTC_OK && stat(path, &st) == 0) {
+    if (stat(path, &st) == 0) {
         rc = ckpt_read_text(path, &text, NULL);
         idx = rc == MTC_OK ? cJSON_Parse(text) : NULL;
         free(text);
@@ -524,6 +566,24 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
         if (rc == MTC_OK && !cJSON_IsObject(wm))
             rc = mtc_error(MTC_ERR_FORMAT, "%s has no weight_map", path);
     }
+    /* a config.json describing more weights than the files hold is refused
+     * before the model is allocated */
+    double need = 0, have = 0;
+    if (rc == MTC_OK) rc = hf_min_bytes(&cfg, &need);
+    if (rc == MTC_OK && need > (have = hf_file_bytes(dir, wm)))
+        rc = mtc_error(MTC_ERR_FORMAT,
+                       "%s/config.json describes %.0f parameters (%.0f bytes at least), but the "
+                       "safetensors files hold %.0f bytes: config.json does not belong to these "
+                       "weights",
+                       dir, need / 2, need, have);
+    mtc_model *m = NULL;
+    if (rc == MTC_OK) rc = mtc_model_init(&cfg, 1, 1, NULL, &m);
+    if (rc != MTC_OK) {
+        cJSON_Delete(idx);
+        return rc;
+    }
+    hf_table t = {0};
+    rc = hf_table_build(m, &t);
     st_file f = {0};
     float *buf = NULL;
     size_t cap = 0;

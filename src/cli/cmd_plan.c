@@ -31,7 +31,10 @@ static const char *PLAN_ABOUT =
 static double rss_per_rank(const mtc_plan_row *r, const mtc_plan_machine *m, int rpp) {
     if (!(m->kern.base_rss > 0)) return 0;
     int n = rpp > 0 ? rpp : r->layout.world;
-    return (double)r->mem.total_bytes + (n > 1 ? m->kern.rank_rss : 0) + m->kern.base_rss / n;
+    /* several processes (mpirun): each also holds what the MPI library adds */
+    double mpi = n < r->layout.world ? m->kern.mpi_rss : 0;
+    return (double)r->mem.total_bytes + (n > 1 ? m->kern.rank_rss : 0) +
+           (m->kern.base_rss + mpi) / n;
 }
 
 static void json_row(FILE *f, const mtc_plan_row *r, double rss, int last) {
@@ -337,12 +340,16 @@ int cli_cmd_plan(int argc, char **argv) {
             fprintf(stdout, "]\n");
         } else {
             mtc_plan_explain(stdout, &l, &m, &r.mem, &r.time);
+            int per = rpp > 0 ? rpp : l.world;
+            char mpi[64] = "";
+            if (per < l.world)
+                snprintf(mpi, sizeof mpi, " + an MPI process's %.1f MB",
+                         m.kern.mpi_rss / 1048576.0);
             if (m.kern.base_rss > 0)
-                printf("resident per rank (estimate): %.2f MB = total + a process's %.1f MB "
-                       "without a model (bench-peak) / %d ranks per process%s\n",
-                       rss_per_rank(&r, &m, rpp) / 1048576.0, m.kern.base_rss / 1048576.0,
-                       rpp > 0 ? rpp : l.world,
-                       (rpp > 0 ? rpp : l.world) > 1 ? " + a rank-thread's own" : "");
+                printf("resident per rank (estimate): %.2f MB = total + (a process's %.1f MB "
+                       "without a model%s, bench-peak) / %d ranks per process%s\n",
+                       rss_per_rank(&r, &m, rpp) / 1048576.0, m.kern.base_rss / 1048576.0, mpi, per,
+                       per > 1 ? " + a rank-thread's own" : "");
             if (!r.fits) printf("does NOT fit in the device memory\n");
         }
         return 0;

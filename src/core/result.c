@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char error_detail[1024];
 
@@ -53,11 +54,16 @@ const char *mtc_result_str(mtc_result_t rc) {
     return "unknown result code";
 }
 
+/* Formats into a copy first: callers may pass mtc_error_detail() itself as
+ * an argument ("%s: %s", path, mtc_error_detail()), which vsnprintf must
+ * not read while it writes the same buffer. */
 mtc_result_t mtc_error(mtc_result_t rc, const char *fmt, ...) {
+    char text[sizeof error_detail];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(error_detail, sizeof error_detail, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(error_detail, text, sizeof text);
     return rc;
 }
 

@@ -69,10 +69,14 @@ static mtc_result_t parse_kernels(const cJSON *o, const char *origin, mtc_plan_m
     m->kern.gemm_rate = num(k, "gemm_gflops", 0) * 1e9;
     m->kern.base_rss = num(k, "base_rss_mb", 0) * 1048576.0;
     m->kern.rank_rss = num(k, "rank_rss_mb", 0) * 1048576.0;
-    if (!(m->kern.gemm_rate >= 0 && m->kern.base_rss >= 0 && m->kern.rank_rss >= 0))
-        return mtc_error(MTC_ERR_FORMAT,
-                         "%s: machine %s: kernels_ns needs gemm_gflops >= 0 and base_rss_mb >= 0",
-                         origin, m->name);
+    m->kern.mpi_rss = num(k, "mpi_rss_mb", 0) * 1048576.0;
+    if (!(m->kern.gemm_rate >= 0 && m->kern.base_rss >= 0 && m->kern.rank_rss >= 0 &&
+          m->kern.mpi_rss >= 0))
+        return mtc_error(
+            MTC_ERR_FORMAT,
+            "%s: machine %s: kernels_ns needs gemm_gflops, base_rss_mb, rank_rss_mb and "
+            "mpi_rss_mb >= 0",
+            origin, m->name);
     m->kern.measured = 1;
     return MTC_OK;
 }
@@ -252,9 +256,11 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
         for (int i = 0; i < NKERN; i++)
             fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", KERN_KEYS[i],
                     *kern_field((mtc_plan_kernels *)&m->kern, i) * 1e9);
-        fprintf(f, ", \"gemm_gflops\": %.6g, \"base_rss_mb\": %.6g, \"rank_rss_mb\": %.6g}",
+        fprintf(f,
+                ", \"gemm_gflops\": %.6g, \"base_rss_mb\": %.6g, \"rank_rss_mb\": %.6g, "
+                "\"mpi_rss_mb\": %.6g}",
                 m->kern.gemm_rate * 1e-9, m->kern.base_rss / 1048576.0,
-                m->kern.rank_rss / 1048576.0);
+                m->kern.rank_rss / 1048576.0, m->kern.mpi_rss / 1048576.0);
     }
     fprintf(f, "\n}\n");
     int bad = ferror(f);

@@ -172,6 +172,7 @@ typedef struct {
     double base_rss;  /* bytes resident in a process before any model (code,
                          BLAS / oneDNN / OpenMP state, bench-peak's pool) */
     double rank_rss;  /* bytes a rank-thread adds (stack, malloc arena, oneDNN state) */
+    double mpi_rss;   /* bytes an MPI process adds (the library, its shared memory); 0 unknown */
 } mtc_plan_kernels;
 
 typedef struct {

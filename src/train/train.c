@@ -544,6 +544,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",
                     mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
+            MTC_CHECK(train_obs_rss(x, metrics));
             if (c->bf16) { /* oneDNN primitives made so far: constant after set-up */
                 long made = 0;
                 for (int k = 0; k < x->vpp; k++) {
@@ -558,6 +559,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                 return mtc_error(MTC_ERR_IO, "writing --metrics %s failed: %s", c->metrics_path,
                                  strerror(errno));
         }
+        /* the other ranks' part of the peak-RSS all-gather of a metrics record */
+        if (c->metrics_path && !metrics && (log_now || eval_now)) MTC_CHECK(train_obs_rss(x, NULL));
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
         if (log_now) {
             sum_loss = sum_ms = sum_lb = sum_z = sum_flops = sum_samples = 0;
@@ -660,6 +663,12 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"fp16", c->fp16},
         {"grad-reduce-in-bf16", c->grad_reduce_in_bf16},
         {"data (tokens in the data set)", (double)data_tokens},
+        /* the logged and evaluated iterations run collectives on every rank */
+        {"log-interval", c->log_interval},
+        {"eval-interval", c->eval_interval},
+        {"eval-iters", c->eval_iters},
+        {"metrics (given or not)", c->metrics_path != NULL},
+        {"timing-log-level", c->timing_log_level},
     };
     enum { NF = sizeof f / sizeof f[0] };
     double lo[NF], hi[NF];

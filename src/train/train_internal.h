@@ -212,6 +212,11 @@ void train_obs_exchanged(void *ctx, int kind, uint64_t t0, uint64_t t1);
 mtc_result_t train_obs_log(train_rank *x, FILE *out, int n);
 /* ", \"comm_groups\": {...}" per iteration of the `n` since the last call; resets. */
 void train_obs_metrics(train_rank *x, FILE *metrics, int n);
+/* Collective over the world (every rank, at each --metrics record): the
+ * peak resident set of each rank's process, as ", \"peak_rss_bytes\": [..],
+ * \"rss_processes\": P" on metrics (NULL on all but the writing rank).
+ * Thread-ranks share a process: each shows its process's peak. */
+mtc_result_t train_obs_rss(train_rank *x, FILE *metrics);
 /* Collective over the world: every rank's events into the trace file (written by `is_last`). */
 mtc_result_t train_obs_write(train_rank *x, int is_last);
 

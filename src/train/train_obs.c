@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/mem.h"
@@ -187,6 +189,50 @@ mtc_result_t train_obs_log(train_rank *x, FILE *out, int n) {
     fflush(out);
     free(all);
     return MTC_OK;
+}
+
+/* This process's peak resident set in bytes: VmHWM of /proc/self/status,
+ * or getrusage's ru_maxrss (kB on Linux) where there is no /proc. */
+static int64_t peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+    }
+    return (int64_t)kb * 1024;
+}
+
+mtc_result_t train_obs_rss(train_rank *x, FILE *metrics) {
+    int W = mtc_comm_size(x->obs.world);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the host name */
+    for (const char *p = host; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    int64_t mine[3] = {(int64_t)(h >> 1), (int64_t)getpid(), peak_rss_bytes()}, *all = NULL;
+    MTC_CHECK(mtc_mem_alloc((size_t)W * 3 * sizeof(int64_t), (void **)&all));
+    /* comm: all-gather(world) of (host, process, peak) */
+    mtc_result_t rc = mtc_all_gather(mine, all, 3, MTC_DTYPE_I64, x->obs.world);
+    if (rc == MTC_OK && metrics) {
+        int procs = 0;
+        fprintf(metrics, ", \"peak_rss_bytes\": [");
+        for (int r = 0; r < W; r++) {
+            const int64_t *e = all + 3 * (size_t)r;
+            int seen = 0;
+            for (int q = 0; q < r && !seen; q++)
+                seen = all[3 * (size_t)q] == e[0] && all[3 * (size_t)q + 1] == e[1];
+            procs += !seen;
+            fprintf(metrics, "%s%lld", r ? ", " : "", (long long)e[2]);
+        }
+        fprintf(metrics, "], \"rss_processes\": %d", procs);
+    }
+    free(all);
+    return rc;
 }
 
 void train_obs_metrics(train_rank *x, FILE *metrics, int n) {

@@ -84,6 +84,33 @@ static void round_trip(mtc_model *m, const char *dir, const mtc_hf_export_opts *
     mtc_model_free(b);
 }
 
+/* A config.json whose layers the files cannot hold (here 10000) is
+ * refused before anything is allocated. */
+static void too_many_layers(const char *dir, const char *key) {
+    char path[4200], text[8192];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    char *at = strstr(text, key), *num = at ? at + strlen(key) : NULL;
+    T_CHECKF(num != NULL, "%s has no %s", path, key);
+    if (!num) return;
+    while (*num == ':' || *num == ' ' || *num == '\t')
+        num++;
+    char rest[8192];
+    snprintf(rest, sizeof rest, "10000%s", num + strspn(num, "0123456789"));
+    snprintf(num, sizeof text - (size_t)(num - text), "%s", rest);
+    f = fopen(path, "w");
+    T_CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+    mtc_model *b = NULL;
+    char tok[MTC_CKPT_TOKENIZER_MAX];
+    mtc_result_t rc = mtc_hf_import(dir, T_LEN, 64, &b, tok);
+    T_CHECKF(rc == MTC_ERR_FORMAT && !b && strstr(mtc_error_detail(), "does not belong"),
+             "%s with 10000 layers: %d %s", dir, (int)rc, mtc_error_detail());
+    printf("%s\n", mtc_error_detail());
+}
+
 /* The fixture's logits of model `name`: T_LEN x V values. */
 static int read_fixture(const char *name, float *out, int n) {
     FILE *f = fopen("tests/data/ckpt/hf_logits.txt", "r");
@@ -160,6 +187,7 @@ int main(int argc, char **argv) {
         snprintf(d, sizeof d, "%s/%s_bf16", dir, name);
         round_trip(m, d, &bf, "bf16");
         against_reference(m, name);
+        too_many_layers(d, k ? "\"num_hidden_layers\"" : "\"n_layer\"");
     }
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -51,6 +51,22 @@ else bad "optimizer state bytes '$S1' '$S2' '$S4'"; fi
 grep -q '"param_bytes": [0-9]*, "grad_bytes": [0-9]*, "optim_state_bytes": [0-9]*, "activation_bytes": [1-9]' "$D/c.jsonl" \
     && ok "metrics memory fields" || bad "metrics memory fields"
 
+# measured peak RSS: one process for 4 thread-ranks, each rank showing its
+# process's peak when it read it, at least the last rank's own allocation
+if awk '/"peak_rss_bytes"/ {
+        n = 0
+        if (!match($0, /"peak_rss_bytes": \[[0-9, ]*\]/)) exit 1
+        k = split(substr($0, RSTART + 19, RLENGTH - 20), v, ", ")
+        match($0, /"rss_processes": [0-9]+/); p = substr($0, RSTART + 17, RLENGTH - 17)
+        own = 0
+        split("param_bytes grad_bytes optim_state_bytes activation_bytes", f, " ")
+        for (i = 1; i <= 4; i++) { match($0, "\"" f[i] "\": [0-9]+"); own += substr($0, RSTART + length(f[i]) + 4, RLENGTH - length(f[i]) - 4) }
+        if (k != 4 || p != 1 || own <= 0) exit 1
+        for (i = 1; i <= 4; i++) if (v[i] < own) exit 1
+        found = 1
+    } END { exit !found }' "$D/e.jsonl"; then ok "metrics peak_rss_bytes: 4 thread-ranks, 1 process, above the allocation"
+else bad "metrics peak_rss_bytes: $(grep -o '"peak_rss_bytes": [^]]*], "rss_processes": [0-9]*' "$D/e.jsonl" | head -1)"; fi
+
 # --print-layout against `mtc layout --json` of the printed command line
 if command -v python3 >/dev/null; then
     python3 - "$MTC" "$D/a.log" <<'PY' && ok "--print-layout = mtc layout --json (params, buckets, shards)" || bad "--print-layout"

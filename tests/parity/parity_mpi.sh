@@ -20,6 +20,10 @@ grep -q "backend: mpi" "$D/a.log" && ok "ran on the mpi backend" || { bad "backe
 timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --tp 2 --overlap-grad-reduce \
     --ddp-bucket-size 700 --metrics "$D/b.jsonl" >"$D/b.log" 2>&1 || { bad "mpirun -np 4"; cat "$D/b.log"; }
 same_losses "mpi tp=2 dp=2 overlap bucket=700" "$D/s.jsonl" "$D/b.jsonl"
+# measured peak RSS: 4 processes, each its own figure, all positive
+grep -q '"peak_rss_bytes": \[[1-9][0-9]*, [1-9][0-9]*, [1-9][0-9]*, [1-9][0-9]*\], "rss_processes": 4' "$D/b.jsonl" &&
+    ok "metrics peak_rss_bytes: 4 processes" ||
+    bad "metrics peak_rss_bytes under mpirun: $(grep -o '"peak_rss_bytes": [^]]*], "rss_processes": [0-9]*' "$D/b.jsonl" | head -1)"
 timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY --pp 2 --tp 2 \
     --metrics "$D/c.jsonl" >"$D/c.log" 2>&1 || { bad "mpirun -np 4 pp"; cat "$D/c.log"; }
 same_losses "mpi pp=2 tp=2" "$D/s.jsonl" "$D/c.jsonl"

@@ -36,9 +36,14 @@ if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 >"$D/e"
 else
     bad "explain: $(grep GEMMs "$D/e")"
 fi
+# with MPI built, what an MPI process adds (bench-peak runs itself under mpiexec)
+v=$(sed -n 's/.*"mpi_rss_mb": \([0-9.e+-]*\)[,}].*/\1/p' "$D/m.json")
+if [ "${MTC_HAVE_MPI:-OFF}" = ON ]; then
+    if awk -v s="${v:-0}" 'BEGIN { exit !(s > 0) }'; then ok "mpi_rss_mb $v > 0"; else bad "mpi_rss_mb '$v' with MPI: $(grep -i mpi "$D/log")"; fi
+elif [ "${v:-0}" = 0 ]; then ok "mpi_rss_mb 0 without MPI"; else bad "mpi_rss_mb '$v' without MPI"; fi
 # the resident estimate: the allocation + the process's base over its ranks
 if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 --ranks-per-process 1 >"$D/e1" 2>&1 &&
-    grep -q "resident per rank (estimate): .* / 1 ranks per process" "$D/e1"; then
+    grep -q "resident per rank (estimate): .* + an MPI process's .* / 1 ranks per process" "$D/e1"; then
     ok "explain shows the resident estimate"
 else
     bad "resident: $(tail -2 "$D/e1")"
