@@ -15,9 +15,13 @@
 # prediction and the runs see the same load; the table shows per layout the
 # median prediction and the median measurement over the rounds. The machine
 # is shared: the figures move with the load and are not asserted anywhere.
+# MoE rows: the same GPT with 8 experts top-2 in every layer (expert ffn 4h)
+# at ep 1 / 2 / 4, etp 1 / tp, with the allgather and the alltoall
+# dispatcher, one with dp 2 x ep 2 and the distributed optimizer.
 # Usage: bench/plan_vs_measured.sh [build-dir]
 # Env: ITERS (default 6), ROUNDS (default 3), MPI (auto|off), CPU (1: also the plan at a
-# share of 1 beside each rank-thread layout's CPU seconds per step, a check the load moves less)
+# share of 1 beside each rank-thread layout's CPU seconds per step, a check the load moves less),
+# ROWS (all, dense or moe; default all)
 set -eu
 BUILD=${1:-build}
 MTC=$BUILD/mtc
@@ -26,6 +30,8 @@ ITERS=${ITERS:-6}
 case $ITERS in '' | *[!0-9]*) echo "plan_vs_measured: ITERS=$ITERS must be an integer >= 2" >&2; exit 2 ;; esac
 [ "$ITERS" -ge 2 ] || { echo "plan_vs_measured: ITERS=$ITERS must be >= 2" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
+ROWS=${ROWS:-all}
+case $ROWS in all | dense | moe) ;; *) echo "plan_vs_measured: ROWS=$ROWS must be all, dense or moe" >&2; exit 2 ;; esac
 case $ROUNDS in '' | *[!0-9]*) echo "plan_vs_measured: ROUNDS=$ROUNDS must be an integer >= 1" >&2; exit 2 ;; esac
 [ "$ROUNDS" -ge 1 ] || { echo "plan_vs_measured: ROUNDS=$ROUNDS must be >= 1" >&2; exit 2; }
 D=$(mktemp -d)
@@ -37,13 +43,18 @@ if [ "${MPI:-auto}" != off ] && command -v mpirun >/dev/null 2>&1; then
     MPIRUN="mpirun --oversubscribe"
     [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 fi
-# run LAUNCH WORLD TP PP VPP SP DO
+# run LAUNCH WORLD TP PP VPP SP DO [EP ETP DISPATCHER]: with EP, the MoE model
 run() {
-    launch=$1 world=$2 tp=$3 pp=$4 vpp=$5 sp=$6 do=$7
-    targs="--tp $tp --pp $pp --vpp $vpp" lay="tp$tp-pp$pp-vpp$vpp" pargs=""
+    launch=$1 world=$2 tp=$3 pp=$4 vpp=$5 sp=$6 do=$7 ep=${8:-} etp=${9:-} disp=${10:-allgather}
+    targs="--tp $tp --pp $pp --vpp $vpp" lay="tp$tp-pp$pp-vpp$vpp" pargs="" key=""
+    if [ -n "$ep" ]; then # flags both commands take; the layout name carries ep / etp
+        moe="--num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type $disp"
+        targs="$targs $moe --ep $ep --etp $etp" pargs="$moe" lay="$lay-ep$ep-etp$etp"
+        key=$([ "$disp" = alltoall ] && echo "-a2a" || echo "-ag")
+    fi
     [ "$sp" = 1 ] && targs="$targs --sequence-parallel" && lay="$lay-sp"
     [ "$do" = 1 ] && targs="$targs --use-distributed-optimizer" && lay="$lay-do" &&
-        pargs="--use-distributed-optimizer"
+        pargs="$pargs --use-distributed-optimizer"
     if [ "$launch" = mpi ]; then
         [ -n "$MPIRUN" ] || return 0
         /usr/bin/time -f "%M" -o "$D/rss" $MPIRUN -np "$world" "$MTC" train $MODEL $TRAIN $targs \
@@ -62,7 +73,7 @@ run() {
             "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine1.json" --explain "$lay" \
                 --json >"$D/p1" 2>>"$D/perr"
             plan1=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p1")
-            echo "$launch $world:$lay $plan1 $cpu" >>"$D/rawcpu"
+            echo "$launch $world:$lay$key $plan1 $cpu" >>"$D/rawcpu"
         fi
     fi
     dp=$((world / tp / pp))
@@ -78,13 +89,14 @@ run() {
             --ranks-per-process 1 --json >"$D/pr" 2>>"$D/perr"
         plan_rss=$(sed -n 's/.*"rss_bytes": \([0-9.e+]*\)}.*/\1/p' "$D/pr" | awk '{ print $1 / 1048576 }')
     else
-        plan_rss=0 r=0
-        while [ "$r" -lt "$pp" ]; do
+        # (its own counter: sh has no locals, and the rounds loop counts with r)
+        plan_rss=0 q=0
+        while [ "$q" -lt "$pp" ]; do
             "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
-                --pp-rank "$r" --json >"$D/pr" 2>>"$D/perr"
+                --pp-rank "$q" --json >"$D/pr" 2>>"$D/perr"
             plan_rss=$(sed -n 's/.*"rss_bytes": \([0-9.e+]*\)}.*/\1/p' "$D/pr" |
                 awk -v a="$plan_rss" -v p="$pp" '{ print a + $1 / 1048576 / p }')
-            r=$((r + 1))
+            q=$((q + 1))
         done
     fi
     meas=$(sed -n 's/.*"elapsed_ms": \([0-9.]*\).*/\1/p' "$D/m" | tail -n +2 | sort -g | head -n 1)
@@ -98,9 +110,25 @@ run() {
     plan_ms=$(sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/p")
     plan_mb=$(sed -n 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/p' "$D/p" |
         awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
-    echo "$launch $world:$lay $plan_ms $meas $plan_mb $alloc $rss $plan_rss" >>"$D/raw"
+    echo "$launch $world:$lay$key $plan_ms $meas $plan_mb $alloc $rss $plan_rss" >>"$D/raw"
 }
 rows() {
+[ "$ROWS" = moe ] || dense_rows
+[ "$ROWS" = dense ] || moe_rows
+}
+moe_rows() {
+run threads 2 1 1 1 0 0 1 1 allgather
+run threads 2 1 1 1 0 0 2 1 allgather
+run threads 2 1 1 1 0 0 2 1 alltoall
+run threads 2 2 1 1 1 0 2 1 allgather
+run threads 4 1 1 1 0 0 2 1 allgather
+run threads 4 1 1 1 0 0 2 1 alltoall
+run threads 4 1 1 1 0 1 2 1 allgather
+run threads 4 1 1 1 0 0 4 1 alltoall
+run threads 4 2 1 1 1 1 2 1 alltoall
+run mpi 2 1 1 1 0 0 2 1 alltoall
+}
+dense_rows() {
 run threads 2 1 1 1 0 0
 run threads 2 2 1 1 1 0
 run threads 2 1 2 1 0 0
@@ -125,7 +153,7 @@ while [ "$r" -le "$ROUNDS" ]; do
     rows
     r=$((r + 1))
 done
-printf "%-9s %-22s %10s %10s %7s | %9s %9s %7s | %9s %9s %7s\n" launch layout "plan ms" "meas ms" ratio \
+printf "%-9s %-30s %10s %10s %7s | %9s %9s %7s | %9s %9s %7s\n" launch layout "plan ms" "meas ms" ratio \
     "plan MB" "alloc MB" ratio "plan RSS" "RSS MB" ratio
 # per layout, in first-seen order: medians over the rounds
 awk '{ k = $1 " " $2; if (!(k in n)) order[++nk] = k; i = ++n[k]
@@ -136,7 +164,7 @@ awk '{ k = $1 " " $2; if (!(k in n)) order[++nk] = k; i = ++n[k]
          return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
      END { for (o = 1; o <= nk; o++) { k = order[o]; split(k, f, " "); c = n[k]
          p = med(pm, k, c); m = med(mm, k, c); r = med(rs, k, c); q = med(pr, k, c)
-         printf "%-9s %-22s %10.1f %10.1f %7.2f | %9.2f %9.2f %7.3f | %9.1f %9.1f %7.2f\n", f[1], f[2], p, m, p / m, pb[k], ab[k], pb[k] / ab[k], q, r, q / r } }' "$D/raw" | tee "$D/table"
+         printf "%-9s %-30s %10.1f %10.1f %7.2f | %9.2f %9.2f %7.3f | %9.1f %9.1f %7.2f\n", f[1], f[2], p, m, p / m, pb[k], ab[k], pb[k] / ab[k], q, r, q / r } }' "$D/raw" | tee "$D/table"
 echo "# medians over $ROUNDS rounds (plan: each round's own bench-peak)."
 echo "# ratio = plan / measured; target: step time within 20%, memory within 10% (alloc: the banner's"
 echo "# allocation; RSS: peak resident set per rank, under mpirun of the largest process; plan RSS:"
@@ -149,12 +177,12 @@ if [ "${CPU:-0}" = 1 ]; then
     echo "# CPU=1, a check the load moves less (rank-threads): the plan at a share of 1 beside the CPU"
     echo "# seconds per step per rank (ITERS - 2 iterations, x ranks / cores when they outnumber the"
     echo "# cores; spin-waits count, sleeping waits and the bubble do not), medians over the rounds"
-    printf "%-9s %-22s %10s %10s %7s\n" launch layout "plan@1 ms" "CPU ms" ratio
+    printf "%-9s %-30s %10s %10s %7s\n" launch layout "plan@1 ms" "CPU ms" ratio
     awk '{ k = $1 " " $2; if (!(k in n)) order[++nk] = k; i = ++n[k]; pm[k, i] = $3; cm[k, i] = $4 }
          function med(a, k, c,   i, j, t, v) {
              for (i = 1; i <= c; i++) v[i] = a[k, i]
              for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
              return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
          END { for (o = 1; o <= nk; o++) { k = order[o]; split(k, f, " "); p = med(pm, k, n[k]); c = med(cm, k, n[k])
-             printf "%-9s %-22s %10.1f %10.1f %7.2f\n", f[1], f[2], p, c, (c > 0 ? p / c : 0) } }' "$D/rawcpu"
+             printf "%-9s %-30s %10.1f %10.1f %7.2f\n", f[1], f[2], p, c, (c > 0 ? p / c : 0) } }' "$D/rawcpu"
 fi

@@ -12,12 +12,14 @@
 #include "cli/cli.h"
 #include "cp/cp.h"
 #include "grid/grid.h"
+#include "moe/moe_cli.h"
 #include "plan/plan.h"
 
 static const char *PLAN_USAGE = "--world-size N [model flags] [--machine NAME|FILE] [options]";
 static const char *PLAN_ABOUT =
     "Memory per rank and step time of every valid layout (tp x pp x vpp x dp, sequence\n"
-    "parallelism, distributed optimizer) of a model on N ranks of a machine, sorted;\n"
+    "parallelism, distributed optimizer; with --num-experts ep and etp) of a model on N\n"
+    "ranks of a machine, sorted;\n"
     "layouts that do not fit in the device memory are marked. Machines: 'this' (measured\n"
     "by `mtc bench-peak`, cached), the named GPU clusters, or a JSON file (docs/plan.md).\n"
     "On this machine the memory terms are mtc's own allocation (the train banner's\n"
@@ -43,35 +45,43 @@ static void json_row(FILE *f, const mtc_plan_row *r, double rss, int last) {
     mtc_plan_layout_name(l, name, sizeof name);
     fprintf(f,
             "  {\"layout\": \"%s\", \"tp\": %d, \"cp\": %d, \"pp\": %d, \"vpp\": %d, \"dp\": %d, "
+            "\"ep\": %d, \"etp\": %d, \"edp\": %d, "
             "\"sequence_parallel\": %d, \"distributed_optimizer\": %d, \"fits\": %d,\n"
             "   \"memory\": {\"pp_rank\": %d, \"params\": %lld, \"param_bytes\": %zu, "
             "\"grad_bytes\": %zu, \"optim_state_bytes\": %zu, \"activation_bytes\": %zu, "
-            "\"comm_bytes\": %zu, \"total_bytes\": %zu, \"rss_bytes\": %.0f},\n"
+            "\"comm_bytes\": %zu, \"expert_params\": %lld, \"expert_buffer_numel\": %lld, "
+            "\"expert_optim_numel\": %lld, \"moe_activation_bytes\": %zu, "
+            "\"total_bytes\": %zu, \"rss_bytes\": %.0f},\n"
             "   \"time\": {\"step_ms\": %.6g, \"compute_ms\": %.6g, \"elementwise_ms\": %.6g, "
             "\"tp_comm_ms\": %.6g, \"cp_comm_ms\": %.6g, \"pp_comm_ms\": %.6g, \"bubble_ms\": "
             "%.6g, \"dp_comm_ms\": "
-            "%.6g, \"bubble_fraction\": %.6g, \"gemm_tflops\": %.6g, \"cpu_share\": %.4g},\n"
+            "%.6g, \"moe_gemm_ms\": %.6g, \"moe_comm_ms\": %.6g, \"edp_comm_ms\": %.6g, "
+            "\"bubble_fraction\": %.6g, \"gemm_tflops\": %.6g, \"cpu_share\": %.4g},\n"
             "   \"tflops_per_device\": %.6g, \"hw_tflops_per_device\": %.6g, \"mfu\": %.6g}%s\n",
-            name, l->tp, l->cp, l->pp, l->vpp, l->dp, l->sequence_parallel, l->distopt, r->fits,
-            r->mem.pp_rank, (long long)r->mem.params, r->mem.param_bytes, r->mem.grad_bytes,
-            r->mem.optim_bytes, r->mem.act_bytes, r->mem.comm_bytes, r->mem.total_bytes, rss,
-            r->time.step_s * 1e3, r->time.compute_s * 1e3, r->time.elementwise_s * 1e3,
-            r->time.tp_comm_s * 1e3, r->time.cp_comm_s * 1e3, r->time.pp_comm_s * 1e3,
-            r->time.bubble_s * 1e3, r->time.dp_comm_s * 1e3, r->time.bubble_fraction,
-            r->time.gemm_rate * 1e-12, r->time.cpu_share, r->time.tflops_per_device,
-            r->time.hw_tflops_per_device, r->time.mfu, last ? "" : ",");
+            name, l->tp, l->cp, l->pp, l->vpp, l->dp, l->ep > 1 ? l->ep : 1, l->etp, l->edp,
+            l->sequence_parallel, l->distopt, r->fits, r->mem.pp_rank, (long long)r->mem.params,
+            r->mem.param_bytes, r->mem.grad_bytes, r->mem.optim_bytes, r->mem.act_bytes,
+            r->mem.comm_bytes, (long long)r->mem.expert_params,
+            (long long)r->mem.expert_buffer_numel, (long long)r->mem.expert_optim_numel,
+            r->mem.moe_act_bytes, r->mem.total_bytes, rss, r->time.step_s * 1e3,
+            r->time.compute_s * 1e3, r->time.elementwise_s * 1e3, r->time.tp_comm_s * 1e3,
+            r->time.cp_comm_s * 1e3, r->time.pp_comm_s * 1e3, r->time.bubble_s * 1e3,
+            r->time.dp_comm_s * 1e3, r->time.moe_gemm_s * 1e3, r->time.moe_comm_s * 1e3,
+            r->time.edp_comm_total_s * 1e3, r->time.bubble_fraction, r->time.gemm_rate * 1e-12,
+            r->time.cpu_share, r->time.tflops_per_device, r->time.hw_tflops_per_device, r->time.mfu,
+            last ? "" : ",");
 }
 
 static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
                        const mtc_plan_machine *m) {
-    fprintf(f, "%4s  %-24s %10s %10s %10s %10s %10s %11s %9s %7s  %s\n", "rank", "layout",
+    fprintf(f, "%4s  %-30s %10s %10s %10s %10s %10s %11s %9s %7s  %s\n", "rank", "layout",
             "params MB", "grads MB", "optim MB", "acts MB", "total MB", "step ms", "TFLOP/s", "MFU",
             "fits");
     for (int i = 0; i < n && i < top; i++) {
         const mtc_plan_row *r = &rows[i];
         char name[96];
         mtc_plan_layout_name(&r->layout, name, sizeof name);
-        fprintf(f, "%4d  %-24s %10.1f %10.1f %10.1f %10.1f %10.1f %11.3f %9.4g %6.1f%%  %s\n",
+        fprintf(f, "%4d  %-30s %10.1f %10.1f %10.1f %10.1f %10.1f %11.3f %9.4g %6.1f%%  %s\n",
                 i + 1, name, r->mem.param_bytes / 1048576.0, r->mem.grad_bytes / 1048576.0,
                 r->mem.optim_bytes / 1048576.0, r->mem.act_bytes / 1048576.0,
                 r->mem.total_bytes / 1048576.0, r->time.step_s * 1e3, r->time.tflops_per_device,
@@ -88,7 +98,8 @@ int cli_cmd_plan(int argc, char **argv) {
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
     int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
-    int cp = 1, rpp = 0;
+    int cp = 1, rpp = 0, ep = 1, etp = 0;
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
     const char *cp_comm = "p2p";
     double achieved = 0, hdrop = 0.1, adrop = 0.1;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
@@ -123,6 +134,11 @@ int cli_cmd_plan(int argc, char **argv) {
          "context-parallel ranks, kept in every layout (default 1)", 0},
         {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
          "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
+        MOE_CLI_ARGS(moe_f),
+        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
+         "expert-parallel ranks, fixed in every layout (default: every valid ep)", 0},
+        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
+         "expert-tensor-parallel ranks: 1 or the TP size, fixed (default: both)", 0},
         {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL,
          "only layouts with the distributed optimizer (default: both)", 0},
         {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N",
@@ -169,7 +185,8 @@ int cli_cmd_plan(int argc, char **argv) {
          "with --explain: the memory of pipeline rank R (default: the largest)", 0},
         {"dp-rank", NULL, MTC_ARG_INT, &dp_rank, "R",
          "with --explain and the distributed optimizer: the optimizer shard of rank R of the "
-         "data x context-parallel group (default: the largest)",
+         "data x context-parallel group, and with ep > 1 the expert shard of its last TP rank "
+         "(default: the largest)",
          0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "JSON instead of the table", 0},
         {"top", NULL, MTC_ARG_INT, &top, "N", "rows of the table (default 20)", 0},
@@ -210,6 +227,22 @@ int cli_cmd_plan(int argc, char **argv) {
         return cli_usage_error("plan", "num-distributed-optimizer-instances=%d must be >= 1", nd);
     if (mtc_args_seen(args, nargs, "achieved-fraction") && !(achieved > 0 && achieved <= 1))
         return cli_usage_error("plan", "achieved-fraction=%g must be in (0, 1]", achieved);
+    /* MoE: mtc train's flags and rules (moe/moe_cli.h, mtc_moe_validate in
+     * the layout check) */
+    mtc_moe_config moe_cfg;
+    if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
+                        &moe_cfg) != MTC_OK)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
+    int ep_seen = mtc_args_seen(args, nargs, "expert-model-parallel-size");
+    int etp_seen = mtc_args_seen(args, nargs, "expert-tensor-parallel-size");
+    if (ep < 1) return cli_usage_error("plan", "expert-model-parallel-size=%d must be >= 1", ep);
+    if (etp_seen && etp < 1)
+        return cli_usage_error("plan", "expert-tensor-parallel-size=%d must be >= 1", etp);
+    if (moe_cfg.num_experts == 0 && ep > 1)
+        return cli_usage_error("plan",
+                               "expert-model-parallel-size=%d needs --num-experts (expert "
+                               "parallelism splits experts; the model has none)",
+                               ep);
     mtc_plan_machine m;
     mtc_result_t rc = mtc_plan_machine_load(machine, &m);
     if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());
@@ -242,6 +275,21 @@ int cli_cmd_plan(int argc, char **argv) {
     mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
     mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
     mc->untie_embeddings = untie, mc->disable_bias_linear = nobias;
+    mc->moe = moe_cfg;
+    if (moe_cfg.num_experts > 0) { /* the layout-free MoE rules, before any layout */
+        mc->padded_vocab_size = vocab > 0 ? vocab : 1;
+        if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, 1, 0, 1, 1, !nobias) != MTC_OK)
+            return cli_usage_error("plan", "%s", mtc_error_detail());
+        /* every layout registers each expert of its chunks: the planner stops at
+         * 65536 expert MLPs (DeepSeek-V3 has 256 x 58) */
+        long long xm = (long long)moe_cfg.num_experts * mtc_moe_num_layers(&moe_cfg, L);
+        if (xm > 65536)
+            return cli_usage_error("plan",
+                                   "num-experts=%d x %d MoE layers = %lld expert MLPs is more than "
+                                   "mtc plan models (valid: at most 65536)",
+                                   moe_cfg.num_experts, mtc_moe_num_layers(&moe_cfg, L), xm);
+    }
+    l.ep = ep, l.etp = etp;
     l.vocab_divisible = divisible;
     l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
     l.micro_batch = mbs, l.global_batch = gbs ? gbs : mbs * world, l.mb_group = mb_group;
@@ -320,8 +368,11 @@ int cli_cmd_plan(int argc, char **argv) {
     if (distopt && no_do)
         return cli_usage_error(
             "plan", "give one of --use-distributed-optimizer and --no-distributed-optimizer");
-    mtc_plan_search search = {
-        .vary_sp = !sp && !no_sp, .vary_distopt = !distopt && !no_do, .vary_vpp = !no_vpp};
+    mtc_plan_search search = {.vary_sp = !sp && !no_sp,
+                              .vary_distopt = !distopt && !no_do,
+                              .vary_vpp = !no_vpp,
+                              .vary_ep = !ep_seen,
+                              .vary_etp = !etp_seen};
     l.sequence_parallel = sp;
     rc = mtc_plan_enumerate(&l, &m, threads, &search, &rows, &n);
     if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());

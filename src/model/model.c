@@ -131,12 +131,14 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
     double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
     double per_token_layer = h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
     double total = L * per_token_layer;
-    if (c->moe.num_experts > 0) { /* an MoE layer: router, k experts and the shared expert */
+    if (c->moe.num_experts > 0) {
+        /* an MoE layer: k routed experts and the shared expert; core_v0.18.0's
+         * count has no router term (training.py: routed experts + shared
+         * experts in the MLP sum) */
         double act = c->swiglu ? 3.0 : 2.0, nm = mtc_moe_num_layers(&c->moe, c->num_layers);
         double moe_mlp =
-            h * c->moe.num_experts +
             h * act *
-                ((double)mtc_moe_topk(&c->moe) * mtc_model_moe_ffn(c) + (double)c->moe.shared_ffn);
+            ((double)mtc_moe_topk(&c->moe) * mtc_model_moe_ffn(c) + (double)c->moe.shared_ffn);
         total += nm * (moe_mlp - h * ffn);
     }
     return 6.0 * B * s * (total + h * V);

@@ -21,6 +21,7 @@
 #include <math.h>
 
 #include "cp/cp.h"
+#include "moe/moe.h"
 #include "plan/plan.h"
 
 /* ---- the MTC table ---- */
@@ -101,6 +102,53 @@ static shapes shapes_of(const mtc_plan_layout *l) {
     return s;
 }
 
+/* model/model.c mtc_model_moe_dims: the experts' shapes on a rank of the
+ * layout (F: this ETP rank's columns), and the tokens a MoE layer routes
+ * per microbatch (B x T_loc: T / cp, / tp under SP). */
+static moe_dims moe_dims_of(const mtc_plan_layout *l) {
+    const mtc_model_config *c = &l->model;
+    int etp = l->etp > 0 ? l->etp : 1;
+    moe_dims d = {.C = c->hidden_size,
+                  .E = c->moe.num_experts,
+                  .k = mtc_moe_topk(&c->moe),
+                  .F = mtc_model_moe_ffn(c) / etp,
+                  .swiglu = c->swiglu,
+                  .bias = !c->disable_bias_linear,
+                  .ep = l->ep > 1 ? l->ep : 1,
+                  .etp = etp};
+    return d;
+}
+
+static int moe_tokens(const shapes *s) { return (int)(s->B * s->Tl); }
+
+/* gpt_carve's MoE rows of one slot: a->moe (moe_acts_floats per layer)
+ * and a->sfch (the shared expert's fc1 output, (B, T, SF1/tp) per layer). */
+static size_t arena_moe_bytes(const mtc_plan_layout *l, size_t nl) {
+    const mtc_model_config *c = &l->model;
+    if (c->moe.num_experts <= 0) return 0;
+    shapes s = shapes_of(l);
+    moe_dims d = moe_dims_of(l);
+    size_t SF_tp = (size_t)c->moe.shared_ffn / (size_t)s.p, SF1_tp = (c->swiglu ? 2 : 1) * SF_tp;
+    return take(nl * moe_acts_floats(&c->moe, &d, moe_tokens(&s))) + take(nl * s.B * s.T * SF1_tp);
+}
+
+/* gpt_scratch_floats's MoE terms: the MoE layer's scratch
+ * (moe_scratch_floats) and the shared expert's MLP (model_mlp_scratch_floats
+ * of width shared-ffn). */
+static size_t arena_moe_scratch(const mtc_plan_layout *l, const shapes *s) {
+    const mtc_model_config *c = &l->model;
+    if (c->moe.num_experts <= 0) return 0;
+    moe_dims md = moe_dims_of(l);
+    size_t scr = moe_scratch_floats(&c->moe, &md, moe_tokens(s));
+    size_t N = s->B * s->T, C = s->C, SF = (size_t)c->moe.shared_ffn, SF_tp = SF / s->p;
+    size_t SF1 = (c->swiglu ? 2 : 1) * SF;
+    if (SF > 0)
+        scr = max_sz(scr, N * (c->swiglu ? SF_tp + SF1 / s->p : SF_tp) +
+                              max_sz(col_scr(s->p, s->sp, s->B, s->T, C, SF1),
+                                     row_scr(s->p, s->sp, s->B, s->T, SF, C)));
+    return scr;
+}
+
 /* gpt_carve's per-slot rows. */
 static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
     shapes s = shapes_of(l);
@@ -139,6 +187,7 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     size_t scratch = max_sz(max_sz(att, mlp), max_sz(emb, col_scr(s.p, s.sp, s.B, s.T, C, 0)));
     scratch = max_sz(scratch, 3 * N);
     /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
+    scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* and the MoE layers' scratch */
     return 5 * take(Nl * C) + take(s.sp ? N * C : 1) + take(scratch);
 }
 
@@ -172,7 +221,58 @@ static double megatron_layer(const mtc_plan_layout *l) {
     return base + mlp * (ffn_ratio - 1.0);
 }
 
+/* Megatron, one MoE layer beyond the dense layer it replaces: the dense
+ * MLP's ffn-sized rows (16 sbh ffn_ratio / t) give way to the router's fp32
+ * logits (4 E bytes per local token), the dispatched rows (2 bytes x (h +
+ * F1/etp + F/etp) each: permuted input, fc1 output, activation output) and
+ * the shared expert's ffn-sized rows. Rows per rank for balanced routing:
+ * the local tokens s b / t (SP) x topk x etp (the ETP ranks all run every
+ * row of the ETP x EP group's local experts) x the capacity factor when it
+ * drops (below 1) or pads. */
+static double megatron_moe_extra(const mtc_plan_layout *l) {
+    const mtc_model_config *c = &l->model;
+    const mtc_moe_config *m = &c->moe;
+    if (m->num_experts <= 0) return 0;
+    double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;
+    double h = c->hidden_size, t = l->tp > 0 ? l->tp : 1, etp = l->etp > 0 ? l->etp : 1;
+    double act = c->swiglu ? 1.5 : 1.0;
+    double dense = 16.0 * s * b * h / t * ((double)c->ffn_hidden_size * act / (4.0 * h));
+    double shared = 16.0 * s * b * h / t * ((double)m->shared_ffn * act / (4.0 * h));
+    double cf = m->capacity_factor > 0 ? m->capacity_factor : 1;
+    double fill = m->pad_to_capacity ? cf : cf < 1 ? cf : 1;
+    double rows = s * b / t * mtc_moe_topk(m) * etp * fill;
+    double F = mtc_model_moe_ffn(c) / etp, F1 = (c->swiglu ? 2 : 1) * F;
+    return 4.0 * s * b / t * m->num_experts + rows * 2.0 * (h + F1 + F) + shared - dense;
+}
+
+static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head);
+
+/* The MoE layers' bytes of a chunk's slot: MTC, the arena's MoE rows;
+ * MEGATRON, beyond the dense layers the table counts (may be negative),
+ * the chunk's share of the MoE layers (a chunk's own pattern is not known
+ * here). */
+static double moe_slot_bytes(const mtc_plan_layout *l, int nl) {
+    const mtc_model_config *c = &l->model;
+    if (c->moe.num_experts <= 0 || nl <= 0) return 0;
+    if (l->act_model == MTC_PLAN_ACT_MTC) return (double)arena_moe_bytes(l, (size_t)nl);
+    if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) return 0; /* the layer input only */
+    double nm = (double)nl * mtc_moe_num_layers(&c->moe, c->num_layers) / c->num_layers;
+    return nm * megatron_moe_extra(l);
+}
+
+size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl) {
+    double x = moe_slot_bytes(l, nl);
+    return x > 0 ? (size_t)llround(x) : 0;
+}
+
 size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
+    double x = (double)dense_slot_bytes(l, nl, has_embedding, has_head) + moe_slot_bytes(l, nl);
+    return x > 0 ? (size_t)llround(x) : 0;
+}
+
+/* The dense table (MoE layers counted as dense ones: moe_slot_bytes adds
+ * their difference). */
+static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
     if (l->act_model == MTC_PLAN_ACT_MTC) return arena_slot_bytes(l, (size_t)nl, has_head);
     const mtc_model_config *c = &l->model;
     double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;

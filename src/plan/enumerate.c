@@ -15,8 +15,12 @@ void mtc_plan_layout_name(const mtc_plan_layout *l, char *buf, size_t n) {
     int vpp = l->vpp > 1 ? l->vpp : 1;
     char cp[16] = "";
     if (l->cp > 1) snprintf(cp, sizeof cp, "-cp%d", l->cp);
-    snprintf(buf, n, "tp%d%s-pp%d%s%.0d-dp%d%s%s", l->tp, cp, l->pp, vpp > 1 ? "-vpp" : "",
-             vpp > 1 ? vpp : 0, l->dp, l->sequence_parallel ? "-sp" : "", l->distopt ? "-do" : "");
+    char ep[32] = ""; /* MoE: the expert generator's sizes */
+    if (l->model.moe.num_experts > 0)
+        snprintf(ep, sizeof ep, "-ep%d-etp%d", l->ep > 1 ? l->ep : 1, l->etp > 0 ? l->etp : l->tp);
+    snprintf(buf, n, "tp%d%s-pp%d%s%.0d-dp%d%s%s%s", l->tp, cp, l->pp, vpp > 1 ? "-vpp" : "",
+             vpp > 1 ? vpp : 0, l->dp, ep, l->sequence_parallel ? "-sp" : "",
+             l->distopt ? "-do" : "");
 }
 
 mtc_result_t mtc_plan_layout_parse(mtc_plan_layout *l, const char *spec) {
@@ -29,6 +33,10 @@ mtc_result_t mtc_plan_layout_parse(mtc_plan_layout *l, const char *spec) {
             l->sequence_parallel = 1;
         else if (!strcmp(t, "do") || !strcmp(t, "distopt"))
             l->distopt = 1;
+        else if (sscanf(t, "etp=%d", &v) == 1 || sscanf(t, "etp%d", &v) == 1)
+            l->etp = v;
+        else if (sscanf(t, "ep=%d", &v) == 1 || sscanf(t, "ep%d", &v) == 1)
+            l->ep = v;
         else if (sscanf(t, "tp=%d", &v) == 1 || sscanf(t, "tp%d", &v) == 1)
             l->tp = v;
         else if (sscanf(t, "vpp=%d", &v) == 1 || sscanf(t, "vpp%d", &v) == 1)
@@ -40,11 +48,12 @@ mtc_result_t mtc_plan_layout_parse(mtc_plan_layout *l, const char *spec) {
         else if (sscanf(t, "dp=%d", &v) == 1 || sscanf(t, "dp%d", &v) == 1)
             ; /* derived from the world; accepted so a printed name parses back */
         else
-            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "layout '%s': '%s' is not tpN, cpN, ppN, vppN, dpN, sp or do (e.g. "
-                             "tp2-pp2-vpp2-sp-do or tp=2,pp=2)",
-                             spec, t);
-        if ((t[0] == 't' || t[0] == 'p' || t[0] == 'v' || t[0] == 'c') && v < 1)
+            return mtc_error(
+                MTC_ERR_INVALID_ARGUMENT,
+                "layout '%s': '%s' is not tpN, cpN, ppN, vppN, dpN, epN, etpN, sp or do "
+                "(e.g. tp2-pp2-vpp2-sp-do or tp=2,pp=2,ep=2)",
+                spec, t);
+        if ((t[0] == 't' || t[0] == 'p' || t[0] == 'v' || t[0] == 'c' || t[0] == 'e') && v < 1)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT, "layout '%s': '%s' must be >= 1", spec, t);
     }
     return MTC_OK;
@@ -78,33 +87,48 @@ mtc_result_t mtc_plan_enumerate(const mtc_plan_layout *base, const mtc_plan_mach
                 if ((L / pp) % vpp) continue;
                 int sp0 = s->vary_sp ? 0 : base->sequence_parallel && tp > 1;
                 int sp1 = s->vary_sp ? tp > 1 : sp0;
-                for (int sp = sp0; sp <= sp1; sp++)
-                    for (int d = 0; d <= (vary_distopt ? 1 : 0); d++) {
-                        mtc_plan_layout l = *base;
-                        l.tp = tp, l.pp = pp, l.vpp = vpp, l.sequence_parallel = sp;
-                        l.distopt = vary_distopt ? d : base->distopt;
-                        if (mtc_plan_layout_check(&l) != MTC_OK) continue;
-                        if (vary_distopt && d && l.dp == 1) continue; /* same as plain */
-                        if (n == cap) {
-                            mtc_plan_row *g = realloc(r, (size_t)(cap *= 2) * sizeof *r);
-                            if (!g) {
-                                free(r);
-                                return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layout table");
+                /* MoE: ep over the divisors of the experts (the grid refuses those
+                 * not dividing the world / (etp pp)), etp 1 and = tp */
+                int moe = base->model.moe.num_experts > 0;
+                int epmax = moe && s->vary_ep ? base->model.moe.num_experts : 1;
+                for (int ep = 1; ep <= epmax; ep++)
+                    for (int et = 0; et <= (moe && s->vary_etp && tp > 1 ? 1 : 0); et++)
+                        for (int sp = sp0; sp <= sp1; sp++)
+                            for (int d = 0; d <= (vary_distopt ? 1 : 0); d++) {
+                                if (epmax > 1 && base->model.moe.num_experts % ep) continue;
+                                mtc_plan_layout l = *base;
+                                l.tp = tp, l.pp = pp, l.vpp = vpp, l.sequence_parallel = sp;
+                                l.distopt = vary_distopt ? d : base->distopt;
+                                if (epmax > 1) l.ep = ep;
+                                if (moe && s->vary_etp)
+                                    l.etp = et ? tp : 1;
+                                else if (base->etp == 0)
+                                    l.etp = 0; /* the TP size of this layout */
+                                if (mtc_plan_layout_check(&l) != MTC_OK) continue;
+                                if (vary_distopt && d && l.dp == 1 &&
+                                    (!moe || l.ep == 1 || l.edp == 1))
+                                    continue; /* same as plain */
+                                if (n == cap) {
+                                    mtc_plan_row *g = realloc(r, (size_t)(cap *= 2) * sizeof *r);
+                                    if (!g) {
+                                        free(r);
+                                        return mtc_error(MTC_ERR_OUT_OF_MEMORY,
+                                                         "plan: layout table");
+                                    }
+                                    r = g;
+                                }
+                                mtc_plan_row *x = &r[n];
+                                x->layout = l;
+                                mtc_result_t rc = mtc_plan_memory_peak(&l, &x->mem);
+                                if (rc == MTC_OK)
+                                    rc = mtc_plan_time_step(&l, m, threads_per_rank, &x->time);
+                                if (rc != MTC_OK) {
+                                    free(r);
+                                    return rc;
+                                }
+                                x->fits = (double)x->mem.total_bytes <= limit;
+                                n++;
                             }
-                            r = g;
-                        }
-                        mtc_plan_row *x = &r[n];
-                        x->layout = l;
-                        mtc_result_t rc = mtc_plan_memory_peak(&l, &x->mem);
-                        if (rc == MTC_OK)
-                            rc = mtc_plan_time_step(&l, m, threads_per_rank, &x->time);
-                        if (rc != MTC_OK) {
-                            free(r);
-                            return rc;
-                        }
-                        x->fits = (double)x->mem.total_bytes <= limit;
-                        n++;
-                    }
             }
         }
     }

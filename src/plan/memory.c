@@ -41,16 +41,29 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
     if (l->model.max_position_embeddings < l->model.seq_length)
         l->model.max_position_embeddings = l->model.seq_length;
     MTC_CHECK(mtc_model_config_validate(&l->model));
+    /* mtc train's expert rules: etp is 1 or the TP size (0: the TP size) */
+    if (l->ep < 1) l->ep = 1;
+    if (l->etp < 0 || (l->etp > 1 && l->etp != l->tp))
+        return mtc_error(E,
+                         "expert-tensor-parallel-size=%d must be 1 or the tensor-parallel size %d "
+                         "so far",
+                         l->etp, l->tp);
+    if (l->etp == 0) l->etp = l->tp;
     mtc_grid_config gc;
     mtc_grid_config_default(&gc);
     gc.world_size = l->world, gc.tp = l->tp, gc.pp = l->pp, gc.cp = l->cp;
+    gc.ep = l->ep, gc.etp = l->etp;
     if (l->distopt) gc.num_dist_opt_instances = l->distopt_instances;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
-    MTC_CHECK(mtc_grid_validate_model(&spec, l->model.num_heads, l->model.seq_length, 0,
-                                      l->model.num_layers, l->vpp > 1 ? l->vpp : 0));
+    MTC_CHECK(mtc_grid_validate_model(&spec, l->model.num_heads, l->model.seq_length,
+                                      l->model.moe.num_experts, l->model.num_layers,
+                                      l->vpp > 1 ? l->vpp : 0));
     MTC_CHECK(mtc_model_validate_tp(&l->model, l->tp, l->sequence_parallel));
-    l->dp = spec.dp;
+    const mtc_model_config *mc = &l->model;
+    MTC_CHECK(mtc_moe_validate(&mc->moe, mc->num_layers, mc->ffn_hidden_size, l->tp,
+                               l->sequence_parallel, l->ep, l->etp, !mc->disable_bias_linear));
+    l->dp = spec.dp, l->edp = spec.edp;
     if (l->cp > 1) { /* mtc train's rules for context parallelism on top of TP */
         int T_cp = l->model.seq_length / l->cp, NH = l->model.num_heads / l->tp;
         int NG = mtc_model_groups(&l->model) / l->tp;
@@ -116,9 +129,13 @@ static mtc_result_t plan_inflight(const mtc_plan_layout *l, int r, int *peak) {
 }
 
 /* One chunk's parameter numels (forward order) from the model's registry,
- * and which are the tied embedding the distributed optimizer buckets alone. */
+ * which are the tied embedding the distributed optimizer buckets alone,
+ * and which go to the expert-parallel buffer: as model/model.c registers
+ * a chunk (reg.etp = the ETP size, mtc_registry_split_ep with ep > 1 for
+ * the E/ep experts an EP rank holds; every EP rank holds as many). */
 static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int last, int has_emb,
-                                      int has_head, int64_t **numels, int **shared, int *count) {
+                                      int has_head, int64_t **numels, int **shared, int **expert,
+                                      int *count) {
     const mtc_model_config *c = &l->model;
     mtc_registry reg;
     int pidx[MTC_NGLOBAL_ROLES];
@@ -133,20 +150,69 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
         return rc;
     }
     reg.tp = l->tp, reg.tp_rank = 0;
+    int E = c->moe.num_experts;
+    if (E > 0) reg.etp = l->etp;
     model_register_opts o = {first, last, has_emb, has_head, l->sequence_parallel};
     rc = model_family_register(&reg, c, &o, pidx, lf);
+    if (rc == MTC_OK && E > 0 && l->ep > 1) {
+        int e0, El;
+        moe_local_expert_range(E, l->ep, 0, &e0, &El);
+        mtc_registry_split_ep(&reg, e0, e0 + El);
+    }
     int n = reg.count;
     *numels = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
     *shared = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    if (rc == MTC_OK && (!*numels || !*shared))
+    *expert = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    if (rc == MTC_OK && (!*numels || !*shared || !*expert))
         rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: parameter table");
     for (int i = 0; rc == MTC_OK && i < n; i++) {
-        (*numels)[i] = (int64_t)reg.params[i].local_numel;
-        (*shared)[i] = l->pp > 1 && (reg.params[i].reduce_groups & MTC_REDUCE_EMBEDDING) != 0;
+        const mtc_param *p = &reg.params[i];
+        (*numels)[i] = (int64_t)p->local_numel;
+        (*shared)[i] = l->pp > 1 && (p->reduce_groups & MTC_REDUCE_EMBEDDING) != 0;
+        (*expert)[i] =
+            p->expert >= 0 && p->local_numel > 0 ? 1 + mtc_param_expert_parallel(&reg, p) : 0;
     }
     *count = n;
     mtc_registry_free(&reg);
     free(lf);
+    return rc;
+}
+
+/* One buffer of a chunk (the dense one, or the expert-parallel one): its
+ * elements, distributed-optimizer padding included, and the optimizer
+ * elements of shard rank `rank` of `dp` (-1: the largest), as
+ * train/train_setup.c lays it out (skip_empty: the other buffer's params
+ * and other EP ranks' experts take no room). */
+static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels, int n,
+                                const int *shared, int dp, int r, int k, int rank, int64_t *buf,
+                                int64_t *held) {
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += numels[i];
+    if (!l->distopt) {
+        *buf = *held = sum;
+        return MTC_OK;
+    }
+    dp_layout_config dc = {.dp = dp,
+                           .bucket_size = dp_layout_bucket_size(l->ddp_bucket_size, l->dp,
+                                                                l->overlap_grad_reduce, r, k),
+                           .pad_high_busbw = l->pad_high_busbw,
+                           .use_distopt = 1,
+                           .placement_only = 1, /* held from the gaps: O(params) */
+                           .skip_empty = 1,
+                           .shared_embedding = shared};
+    dp_layout lay;
+    memset(&lay, 0, sizeof lay);
+    mtc_result_t rc = dp_layout_build(&lay, numels, n, &dc);
+    /* the optimizer state covers the param pieces of the shard, not
+     * its padding (distopt.c / ddp_for_each_held); the largest shard
+     * unless a DP rank is named */
+    if (rc == MTC_OK) {
+        *held = dp_layout_held_numel(&lay, rank >= 0 ? rank % lay.dp : -1);
+        if (*held < 0) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: shard gaps");
+    }
+    if (rc == MTC_OK) *buf = lay.numel;
+    dp_layout_free(&lay);
     return rc;
 }
 
@@ -164,48 +230,45 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     int L = l->model.num_layers, S = l->pp * l->vpp;
     int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;
     int bf16 = l->precision == MTC_PLAN_BF16;
+    int nparts = l->dp * l->cp / nd; /* the dense buffer's shard group (dp x cp, an instance) */
+    int xparts = l->edp / nd;        /* the expert buffer's (expert-DP, an instance) */
+    /* the expert shard of DP position dp_rank: its last TP rank's expert-DP
+     * rank (tp-cp-dp order within a stage, etp-ep-edp in the expert one) */
+    int xrank = dp_rank >= 0 ? (dp_rank * l->tp + l->tp - 1) / (l->etp * l->ep) : -1;
     for (int k = 0; k < l->vpp; k++) {
         int st = pp_virtual_stage(l->pp, r, k);
         int first = st * L / S, last = (st + 1) * L / S, has_emb = st == 0, has_head = st == S - 1;
-        int64_t *numels = NULL;
-        int *shared = NULL, n = 0;
+        int64_t *numels = NULL, *xnum = NULL;
+        int *shared = NULL, *expert = NULL, n = 0;
         mtc_result_t rc =
-            plan_chunk_params(l, first, last, has_emb, has_head, &numels, &shared, &n);
-        int64_t sum = 0, buf = 0, held = 0;
+            plan_chunk_params(l, first, last, has_emb, has_head, &numels, &shared, &expert, &n);
+        int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0;
         for (int i = 0; rc == MTC_OK && i < n; i++)
-            sum += numels[i];
-        if (rc == MTC_OK && l->distopt) {
-            dp_layout_config dc = {.dp = l->dp * l->cp / nd, /* gradients reduce over dp x cp */
-                                   .bucket_size = dp_layout_bucket_size(
-                                       l->ddp_bucket_size, l->dp, l->overlap_grad_reduce, r, k),
-                                   .pad_high_busbw = l->pad_high_busbw,
-                                   .use_distopt = 1,
-                                   .placement_only = 1, /* held from the gaps: O(params) */
-                                   .shared_embedding = shared};
-            dp_layout lay;
-            memset(&lay, 0, sizeof lay);
-            rc = dp_layout_build(&lay, numels, n, &dc);
-            /* the optimizer state covers the param pieces of the shard, not
-             * its padding (distopt.c / ddp_for_each_held); the largest shard
-             * unless a DP rank is named */
-            if (rc == MTC_OK) {
-                held = dp_layout_held_numel(&lay, dp_rank >= 0 ? dp_rank % lay.dp : -1);
-                if (held < 0) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: shard gaps");
-            }
-            if (rc == MTC_OK) buf = lay.numel;
-            dp_layout_free(&lay);
-        } else {
-            buf = held = sum;
+            sum += numels[i], xsum += expert[i] ? numels[i] : 0;
+        if (rc == MTC_OK) {
+            xnum = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
+            if (!xnum) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: expert table");
         }
-        free(numels), free(shared);
+        for (int i = 0; rc == MTC_OK && i < n; i++) /* split the two buffers' params apart */
+            if (expert[i] == 2) xnum[i] = numels[i], numels[i] = 0;
+        if (rc == MTC_OK)
+            rc = plan_buffer(l, numels, n, shared, nparts, r, k, dp_rank, &buf, &held);
+        if (rc == MTC_OK && xsum > 0 && l->ep > 1) /* train's expert DDP exists */
+            rc = plan_buffer(l, xnum, n, NULL, xparts, r, k, xrank, &xbuf, &xheld);
+        free(numels), free(shared), free(expert), free(xnum);
         MTC_CHECK(rc);
         out->params += sum;
-        out->buffer_numel += buf;
-        out->optim_numel += held;
+        out->expert_params += xsum;
+        out->buffer_numel += buf + xbuf;
+        out->optim_numel += held + xheld;
+        out->expert_buffer_numel += xbuf;
+        out->expert_optim_numel += xheld;
         size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
+        size_t moe = mtc_plan_act_moe_slot_bytes(l, last - first);
         if (k == 0) out->act_slot_bytes = slot;
         out->act_bytes +=
             slot * (size_t)out->inflight[k] + mtc_plan_act_shared_bytes(l, last - first, has_head);
+        out->moe_act_bytes += moe * (size_t)out->inflight[k];
     }
     out->param_bytes = (size_t)out->buffer_numel * (bf16 ? 2 : 4);
     out->grad_bytes = (size_t)out->buffer_numel * 4;

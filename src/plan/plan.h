@@ -18,6 +18,13 @@
  * bubble of the schedule mtc runs (pp_schedule_simulate) and the overlap
  * mtc does (gradient reduction under the last backward).
  *
+ * Mixture of experts (model.moe): the registry split over EP and ETP as
+ * model/model.c splits it, the expert-parallel buffer over expert-DP with
+ * its own distributed-optimizer instance (train/train_setup.c), the MoE
+ * rows of the arena (moe_acts_floats, moe_scratch_floats); in the step
+ * time the router, the experts' rows (tokens x topk x etp, capacity-bounded),
+ * the dispatcher's collectives and the expert-DP reduction.
+ *
  * Machines (plan/machine.c): a small JSON description (docs/plan.md), the
  * named GPU clusters of src/plan/machines.json compiled in, and this
  * machine as measured by `mtc bench-peak` (cached).
@@ -53,6 +60,11 @@ typedef struct {
     int world, tp, pp, vpp, cp; /* vpp 0/1 = not interleaved */
     int cp_comm_type;           /* cp/cp.h: CP_COMM_P2P, CP_COMM_ALL_GATHER, CP_COMM_A2A */
     int dp;                     /* derived: world / (tp pp cp) (filled by mtc_plan_layout_check) */
+    /* mixture of experts (model.moe.num_experts > 0): Megatron's expert
+     * generator, world = etp x ep x edp x pp */
+    int ep;  /* --expert-model-parallel-size (0 = 1) */
+    int etp; /* --expert-tensor-parallel-size: 1 or tp (0 = tp; resolved by the check) */
+    int edp; /* derived: expert-data-parallel size world / (etp ep pp) */
     int sequence_parallel;
     int distopt, distopt_instances, pad_high_busbw;
     int overlap_grad_reduce;
@@ -81,8 +93,17 @@ typedef struct {
     size_t act_bytes;      /* activations of every in-flight microbatch + scratch */
     size_t act_slot_bytes; /* one in-flight microbatch of chunk 0 */
     size_t comm_bytes;     /* communication buffers (pipeline messages, reduction staging) */
-    size_t total_bytes;    /* sum of the above */
-    int inflight[64];      /* per chunk: the schedule's peak of live microbatches */
+    /* mixture of experts, parts of the figures above: the expert-parallel
+     * buffer (ep > 1: the local experts, reduced over expert-DP and sharded
+     * by their own distributed-optimizer instance) and the MoE layers'
+     * activations (routing, dispatched rows, expert fc1 / act, dispatch
+     * buffers, shared expert) of every in-flight microbatch */
+    int64_t expert_params;       /* expert parameters held (local experts only) */
+    int64_t expert_buffer_numel; /* the expert-parallel buffer (0 with ep 1: experts are dense) */
+    int64_t expert_optim_numel;  /* its optimizer-state elements on this rank */
+    size_t moe_act_bytes;        /* MoE share of act_bytes */
+    size_t total_bytes;          /* sum of the above */
+    int inflight[64];            /* per chunk: the schedule's peak of live microbatches */
     int nchunks;
 } mtc_plan_memory;
 
@@ -104,6 +125,13 @@ mtc_result_t mtc_plan_memory_peak(const mtc_plan_layout *l, mtc_plan_memory *out
  * shared scratch, under the layout's activation model. */
 size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head);
 size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head);
+/* The MoE layers' part of mtc_plan_act_slot_bytes: per in-flight
+ * microbatch their routing, dispatched rows, expert fc1 / activation
+ * outputs, gathered tokens (allgather) or received rows (alltoall) and the
+ * shared expert's fc1 output; MTC: moe_acts_floats per layer as
+ * model/model.c carves it (the arena sizes every layer of a chunk alike);
+ * MEGATRON: the MoE layers' rows for balanced routing (docs/plan.md). */
+size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl);
 /* Korthikanti et al. 2022, bytes per layer per microbatch (16-bit
  * activations, 1-byte dropout masks): sbh(34 + 5as/h) without TP; with
  * tensor parallelism t sbh(10 + 24/t + 5as/(ht)); with SP sbh(34 + 5as/h)/t;
@@ -202,7 +230,14 @@ typedef struct {
     double pp_comm_s;       /* stage-to-stage messages */
     double dp_comm_s;       /* gradient reduction (and param all-gather) exposed */
     double dp_comm_total_s; /* the same before overlap */
-    double bubble_s;        /* pipeline idle time of the simulated schedule */
+    /* mixture of experts (parts of compute_s, elementwise_s, dp_comm_s) */
+    double moe_gemm_s;       /* expert GEMMs, router, shared expert */
+    double moe_elem_s;       /* routing, permutation, expert activations */
+    double moe_comm_s;       /* the token dispatcher's collectives on the critical path */
+    double edp_comm_total_s; /* expert-DP gradient reduction (and param all-gather) */
+    double moe_rows;         /* dispatched rows one rank's experts run per microbatch per layer */
+    double moe_flops_rank;   /* expert + router + shared expert FLOPs of one rank per step */
+    double bubble_s;         /* pipeline idle time of the simulated schedule */
     double bubble_fraction;
     double step_s;
     double tflops_per_device;    /* Megatron's logged figure: model FLOPs / (step x world) */
@@ -216,9 +251,16 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *l, const mtc_plan_machine
                                 int threads_per_rank, mtc_plan_time *out);
 /* Alpha-beta time of one collective on n ranks over a link:
  * all-reduce 2(n-1)/n bytes/bw + 2(n-1) lat, reduce-scatter and all-gather
- * (n-1)/n bytes/bw + (n-1) lat (bytes: the full buffer), p2p bytes/bw + lat;
+ * (n-1)/n bytes/bw + (n-1) lat (bytes: the full buffer), all-to-all the same
+ * (bytes: what one rank sends and receives in all, pairwise exchange), p2p bytes/bw + lat;
  * each plus the link's sync once per call (0 on GPU machines). */
-typedef enum { MTC_PLAN_AR = 0, MTC_PLAN_RS, MTC_PLAN_AG, MTC_PLAN_P2P } mtc_plan_coll;
+typedef enum {
+    MTC_PLAN_AR = 0,
+    MTC_PLAN_RS,
+    MTC_PLAN_AG,
+    MTC_PLAN_P2P,
+    MTC_PLAN_A2A
+} mtc_plan_coll;
 double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_link *link);
 /* The link a group crosses: ranks with the given stride and size in the
  * tp-cp-ep-dp-pp order sit on one node when stride x size <= devices per
@@ -244,6 +286,8 @@ typedef struct {
     int vary_sp;      /* with and without sequence parallelism (tp > 1) */
     int vary_distopt; /* with and without the distributed optimizer (dp > 1) */
     int vary_vpp;     /* interleaved schedules (every vpp dividing the layers per stage) */
+    int vary_ep;      /* MoE: every ep dividing num-experts and the world / (etp pp) */
+    int vary_etp;     /* MoE: etp 1 and etp = tp */
 } mtc_plan_search;
 
 /* Every valid layout of base (model, world, batch, precision, recompute and
@@ -253,9 +297,11 @@ typedef struct {
 mtc_result_t mtc_plan_enumerate(const mtc_plan_layout *base, const mtc_plan_machine *m,
                                 int threads_per_rank, const mtc_plan_search *s, mtc_plan_row **rows,
                                 int *nrows);
-/* "tp2-pp2-vpp1-dp2-sp-do" (short name of a layout, for tables and --explain). */
+/* "tp2-pp2-vpp1-dp2-sp-do" (short name of a layout, for tables and --explain;
+ * MoE models add "-ep2-etp1"). */
 void mtc_plan_layout_name(const mtc_plan_layout *l, char *buf, size_t n);
-/* Parse "tp=2,pp=2,vpp=2,sp,distopt" (or the short name) onto a layout. */
+/* Parse "tp=2,pp=2,vpp=2,sp,distopt" (or the short name, epN and etpN
+ * included) onto a layout. */
 mtc_result_t mtc_plan_layout_parse(mtc_plan_layout *l, const char *spec);
 
 /* ---- reports (plan/report.c) ---- */

@@ -1,6 +1,7 @@
 /* plan/report.c - `mtc plan --explain`: every term of one prediction, with
  * the formula or the mtc buffer it comes from, so a reader can redo it. */
 #include "cp/cp.h"
+#include "moe/moe.h"
 #include "plan/plan.h"
 
 static double mb(size_t b) { return (double)b / 1048576.0; }
@@ -36,7 +37,38 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
             mb(mem->act_bytes), mb(mem->act_slot_bytes));
     for (int k = 0; k < mem->nchunks; k++)
         fprintf(f, " %d", mem->inflight[k]);
-    fprintf(f, "\n  comm buffers      %12.2f MB  pipeline messages\n", mb(mem->comm_bytes));
+    fprintf(f, "\n");
+    const mtc_moe_config *moe = &c->moe;
+    if (moe->num_experts > 0) {
+        int ep = l->ep > 1 ? l->ep : 1;
+        fprintf(f,
+                "  mixture of experts: %d of %d layers, %d experts (ffn %d), top-%d, %s, %s "
+                "dispatcher; ep %d x etp %d, expert-DP %d\n",
+                mtc_moe_num_layers(moe, c->num_layers), c->num_layers, moe->num_experts,
+                mtc_model_moe_ffn(c), mtc_moe_topk(moe),
+                moe->capacity_factor > 0 ? "capacity-bounded" : "dropless",
+                moe->dispatcher == MOE_DISPATCH_ALLTOALL ? "alltoall" : "allgather", ep, l->etp,
+                l->edp);
+        fprintf(f, "    expert params   %12lld      held: the %d local experts%s\n",
+                (long long)mem->expert_params, moe->num_experts / ep,
+                l->etp > 1 ? " (their ETP slices)" : "");
+        if (mem->expert_buffer_numel > 0)
+            fprintf(f,
+                    "    expert buffer   %12.2f MB  %lld elements (params + grads in the totals), "
+                    "reduced over expert-DP %d; optimizer state of %lld elements (%s)\n",
+                    mb((size_t)mem->expert_buffer_numel * 4), (long long)mem->expert_buffer_numel,
+                    l->edp, (long long)mem->expert_optim_numel,
+                    l->distopt ? "its own distributed-optimizer instance's shard" : "all");
+        else
+            fprintf(f, "    expert buffer   %12s      ep 1: the experts live in the dense buffer\n",
+                    "-");
+        fprintf(f,
+                "    MoE activations %12.2f MB  of the activations above: routing, dispatched "
+                "rows, expert fc1 / act, %s, shared expert\n",
+                mb(mem->moe_act_bytes),
+                moe->dispatcher == MOE_DISPATCH_ALLTOALL ? "received rows" : "gathered tokens");
+    }
+    fprintf(f, "  comm buffers      %12.2f MB  pipeline messages\n", mb(mem->comm_bytes));
     fprintf(f, "  total             %12.2f MB  of %.2f MB per %s\n", mb(mem->total_bytes),
             m->mem_bytes / 1048576.0 / (m->is_cpu ? l->world : 1), m->is_cpu ? "rank" : "device");
     fprintf(f, "step time:\n");
@@ -82,6 +114,30 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
         fprintf(f, "  element-wise      %12.3f ms  activations and optimizer at %.3g GB/s\n",
                 t->elementwise_s * 1e3, m->mem_bw * 1e-9);
     }
+    if (moe->num_experts > 0) {
+        int ep = l->ep > 1 ? l->ep : 1;
+        fprintf(f,
+                "  MoE GEMMs         %12.3f ms  of the GEMMs: router, expert rows, shared expert "
+                "(%.4g FLOPs per rank; %.0f rows per layer per microbatch = local tokens x top-%d "
+                "x etp %d%s)\n",
+                t->moe_gemm_s * 1e3, t->moe_flops_rank, t->moe_rows, mtc_moe_topk(moe), l->etp,
+                moe->capacity_factor > 0 ? " x capacity" : "");
+        if (t->kernels)
+            fprintf(f,
+                    "  MoE kernels       %12.3f ms  of the other kernels: router scores, the rows' "
+                    "gather and scatter, expert activations\n",
+                    t->moe_elem_s * 1e3);
+        if (moe->dispatcher == MOE_DISPATCH_ALLTOALL)
+            fprintf(f,
+                    "  MoE dispatch      %12.3f ms  all-to-all over EP %d there and back, "
+                    "all-gather-v / reduce-scatter-v over ETP %d, counts (each way)\n",
+                    t->moe_comm_s * 1e3, ep, l->etp);
+        else
+            fprintf(f,
+                    "  MoE dispatch      %12.3f ms  all-gather + reduce-scatter of the tokens over "
+                    "ETP x EP %d, routing all-gathers (each way)\n",
+                    t->moe_comm_s * 1e3, ep * l->etp);
+    }
     fprintf(f, "  TP collectives    %12.3f ms\n", t->tp_comm_s * 1e3);
     if (l->cp > 1)
         fprintf(f, "  CP exchanges      %12.3f ms  %s over %d ranks\n", t->cp_comm_s * 1e3,
@@ -91,6 +147,9 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
             t->bubble_s * 1e3, 100 * t->bubble_fraction);
     fprintf(f, "  DP reduction      %12.3f ms  exposed of %.3f ms%s\n", t->dp_comm_s * 1e3,
             t->dp_comm_total_s * 1e3, l->overlap_grad_reduce ? " (overlapped with backward)" : "");
+    if (t->edp_comm_total_s > 0)
+        fprintf(f, "    expert-DP       %12.3f ms  of it: the expert buffer over expert-DP %d\n",
+                t->edp_comm_total_s * 1e3, l->edp);
     fprintf(f, "  step              %12.3f ms\n", t->step_s * 1e3);
     fprintf(f,
             "throughput: %.4g TFLOP/s per device (Megatron's model FLOPs), %.4g with recompute; "

@@ -41,7 +41,8 @@ double mtc_plan_coll_time(mtc_plan_coll op, double bytes, int n, const mtc_plan_
     switch (op) {
     case MTC_PLAN_AR: return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * k->lat + k->sync;
     case MTC_PLAN_RS:
-    case MTC_PLAN_AG: return (double)(n - 1) / n * bytes / bw + (n - 1) * k->lat + k->sync;
+    case MTC_PLAN_AG:
+    case MTC_PLAN_A2A: return (double)(n - 1) / n * bytes / bw + (n - 1) * k->lat + k->sync;
     case MTC_PLAN_P2P: return bytes / bw + k->lat + k->sync;
     }
     return 0;
@@ -62,6 +63,30 @@ static double layer_macs(const mtc_model_config *c) {
     return h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
 }
 
+/* The dense MLP's share of layer_macs, which an MoE layer replaces. */
+static double mlp_macs(const mtc_model_config *c) {
+    return (double)c->hidden_size * c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
+}
+
+/* Per token of one MoE layer's MLP, Megatron's count (core_v0.18.0
+ * training.py): topk routed experts and the shared expert, each h x F x (3
+ * SwiGLU, else 2); no router term (the step time prices the router's GEMM
+ * apart). */
+static double moe_macs(const mtc_model_config *c) {
+    const mtc_moe_config *m = &c->moe;
+    double act = c->swiglu ? 3.0 : 2.0, h = c->hidden_size;
+    return h * act * ((double)mtc_moe_topk(m) * mtc_model_moe_ffn(c) + (double)m->shared_ffn);
+}
+
+/* Multiply-adds per token of layers [first, last): dense layers' and MoE
+ * layers' (their MLP replaced by moe_macs). */
+static double layers_macs(const mtc_model_config *c, int first, int last) {
+    double n = last - first, nm = 0;
+    for (int i = first; c->moe.num_experts > 0 && i < last; i++)
+        nm += mtc_moe_is_layer(&c->moe, i);
+    return n * layer_macs(c) + nm * (nm > 0 ? moe_macs(c) - mlp_macs(c) : 0);
+}
+
 /* The attention scores and values share of layer_macs (selective recompute). */
 static double attn_core_macs(const mtc_model_config *c) {
     return (double)c->num_heads * mtc_model_head_size(c) * c->seq_length;
@@ -69,7 +94,8 @@ static double attn_core_macs(const mtc_model_config *c) {
 
 double mtc_plan_flops(const mtc_model_config *c, int64_t global_batch, mtc_plan_recompute rc) {
     double tokens = (double)global_batch * c->seq_length, L = c->num_layers;
-    double layers = L * layer_macs(c), head = (double)c->hidden_size * c->padded_vocab_size;
+    double layers = layers_macs(c, 0, c->num_layers),
+           head = (double)c->hidden_size * c->padded_vocab_size;
     double f = 6.0 * tokens * (layers + head);
     if (rc == MTC_PLAN_RECOMPUTE_FULL) f += 2.0 * tokens * layers;
     if (rc == MTC_PLAN_RECOMPUTE_SELECTIVE) f += 2.0 * tokens * L * attn_core_macs(c);
@@ -88,7 +114,84 @@ static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, in
 typedef struct {
     double gemm_f, gemm_b, elem_f, elem_b, tp_f, tp_b, cp_f, cp_b, p2p;
     double attn; /* CPU kernels: the tiled attention's share of elem_f + elem_b */
+    /* MoE layers (parts of the above but moe_f / moe_b, the dispatcher's
+     * collectives, which are apart): forward + backward */
+    double moe_gemm, moe_elem, moe_f, moe_b, moe_rows, moe_flops;
 } chunk_cost;
+
+/* One MoE layer on one rank, per microbatch (docs/plan.md, "Mixture of
+ * experts"): Nl local tokens (B T / cp, / tp under SP); the experts' rows
+ * for balanced routing, rows = Nl x topk x etp (every ETP rank runs all
+ * rows its ETP x EP group routes to its experts) x the capacity factor
+ * when it drops (< 1) or pads; F_e = moe-ffn / etp. */
+typedef struct {
+    double Nl, rows, El, C, E, F1e, Fe, k;
+} moe_shape;
+
+static moe_shape moe_shape_of(const mtc_plan_layout *l) {
+    const mtc_model_config *c = &l->model;
+    const mtc_moe_config *m = &c->moe;
+    moe_shape s;
+    double t = l->tp, etp = l->etp > 0 ? l->etp : 1, ep = l->ep > 1 ? l->ep : 1;
+    s.Nl = (double)l->micro_batch * c->seq_length / l->cp / (l->sequence_parallel ? t : 1);
+    double cf = m->capacity_factor > 0 ? m->capacity_factor : 1;
+    double fill = m->pad_to_capacity ? cf : cf < 1 ? cf : 1;
+    s.k = mtc_moe_topk(m);
+    s.rows = s.Nl * s.k * etp * fill;
+    s.El = m->num_experts / ep, s.C = c->hidden_size, s.E = m->num_experts;
+    s.Fe = mtc_model_moe_ffn(c) / etp, s.F1e = (c->swiglu ? 2 : 1) * s.Fe;
+    return s;
+}
+
+/* The experts' GEMMs on a CPU host (moe/experts.c): per local expert its
+ * rows in blocks of 256, the last padded to a multiple of 64, one call per
+ * block and projection; forward fc1 + fc2 (backward: dX and dW of each).
+ * An expert's rows vary with the routing (only padded-to-capacity inputs
+ * are exact): the padding adds half a 64-row block on average, at least
+ * the balanced count's own. */
+static double moe_expert_gemm_s(const mtc_plan_kernels *k, const moe_shape *s, int exact) {
+    double re = s->rows / (s->El > 0 ? s->El : 1), pad = ceil(re / 64.0) * 64.0;
+    if (!exact && re > 0 && re + 32 > pad) pad = re + 32;
+    double calls = ceil(pad / 256.0);
+    return s->El * (2.0 * pad * s->C * (s->F1e + s->Fe) / k->gemm_rate + 2 * calls * k->gemm_call);
+}
+
+/* The dispatcher's collectives of one MoE layer, forward and backward
+ * (moe/layer.c, moe/dispatch_a2a.c), fp32:
+ *   allgather over ETP x EP (P ranks): forward all-gather of the tokens and
+ *     of the routing (selection, kept, probabilities), reduce-scatter of the
+ *     outputs; backward all-gather of d(out), reduce-scatter of d(tokens)
+ *     and d(probs);
+ *   alltoall: all-to-all(EP) of the rows (with their probability) to the
+ *     experts' ranks, all-gather-v(ETP) of the received rows, reduce-scatter-
+ *     v(ETP) of fc2's partial sums, all-to-all(EP) back; backward the same
+ *     in reverse; the rows-per-expert counts all-gathered over EP and ETP. */
+static void moe_dispatch_s(const mtc_plan_layout *l, const moe_shape *s, const mtc_plan_link *tpep,
+                           const mtc_plan_link *epl, const mtc_plan_link *etpl, double *f,
+                           double *b) {
+    int ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 0 ? l->etp : 1, P = ep * etp;
+    *f = *b = 0;
+    if (P <= 1) return;
+    if (l->model.moe.dispatcher == MOE_DISPATCH_ALLGATHER) {
+        double x = P * s->Nl * s->C * 4, r = P * s->Nl * s->k * 4;
+        *f = mtc_plan_coll_time(MTC_PLAN_AG, x, P, tpep) +
+             3 * mtc_plan_coll_time(MTC_PLAN_AG, r, P, tpep) +
+             mtc_plan_coll_time(MTC_PLAN_RS, x, P, tpep);
+        *b = mtc_plan_coll_time(MTC_PLAN_AG, x, P, tpep) +
+             mtc_plan_coll_time(MTC_PLAN_RS, x, P, tpep) +
+             mtc_plan_coll_time(MTC_PLAN_RS, r, P, tpep);
+        return;
+    }
+    double sent = s->rows / etp; /* rows this rank routes (each to one expert's rank) */
+    double counts = mtc_plan_coll_time(MTC_PLAN_AG, ep * s->E * 4, ep, epl) +
+                    mtc_plan_coll_time(MTC_PLAN_AG, P * s->E * 4, etp, etpl);
+    double a2a = mtc_plan_coll_time(MTC_PLAN_A2A, sent * (s->C + 1) * 4, ep, epl) +
+                 mtc_plan_coll_time(MTC_PLAN_A2A, sent * s->C * 4, ep, epl);
+    double etpx = mtc_plan_coll_time(MTC_PLAN_AG, s->rows * (s->C + 1) * 4, etp, etpl) +
+                  mtc_plan_coll_time(MTC_PLAN_RS, s->rows * s->C * 4, etp, etpl);
+    *f = counts + a2a + etpx;
+    *b = a2a + etpx;
+}
 
 /* One linear layer's GEMMs on a CPU host: `calls` calls of the FLOPs of
  * (rows, in) x (in, out) each, at the fitted rate plus the per-call cost
@@ -150,11 +253,50 @@ static void cpu_kernel_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k
     if (has_head) *ef += xc * k->norm_fwd + N * Vp * k->xent, *eb += xc * k->norm_bwd;
 }
 
+/* What nm MoE layers change in cpu_kernel_costs' figures (differences
+ * against their dense MLPs into gf, gb, ef, eb) and their own MoE GEMM and
+ * kernel seconds (moe_g, moe_e), CPU seconds of one microbatch: an MoE
+ * layer's MLP instead of fc1, GELU, fc2. */
+static void cpu_moe_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k, int nm, double *gf,
+                          double *gb, double *ef, double *eb, double *moe_g, double *moe_e) {
+    const mtc_model_config *c = &l->model;
+    double t = l->tp, cp = l->cp > 1 ? l->cp : 1, B = l->micro_batch;
+    double N = B * (c->seq_length / cp), C = c->hidden_size;
+    double F = c->ffn_hidden_size / t, F1 = (c->swiglu ? 2 : 1) * F;
+    moe_shape ms = moe_shape_of(l);
+    const mtc_moe_config *m = &c->moe;
+    double SF = m->shared_ffn / t, SF1 = (c->swiglu ? 2 : 1) * SF;
+    double mg = lin_s(k, ms.Nl, C, ms.E, 1) + moe_expert_gemm_s(k, &ms, m->pad_to_capacity) +
+                (SF > 0 ? lin_s(k, N, C, SF1, 1) + lin_s(k, N, SF, C, 1) : 0);
+    double dense = lin_s(k, N, C, F1, 1) + lin_s(k, N, F, C, 1);
+    /* the router's scores and top-k (a fused softmax's cost per logit),
+     * the rows' gather and weighted scatter back, the experts' activation
+     * and their per-row loops (moe/experts.c), each priced as a
+     * residual's pass per element: forward the probability scaling
+     * (rows x F) and the bias fills (rows x (F1 + C)); backward the
+     * scaling again, the probability's gradient (a double-precision
+     * dot, two passes), d(z) x prob, the biases' gradients (rows x (2 C
+     * + F1)); the shared expert's GELU */
+    double bias = c->disable_bias_linear ? 0 : 1, rows = ms.rows;
+    double me_f = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid + rows * ms.Fe * k->gelu_fwd +
+                  N * SF * k->gelu_fwd + rows * (ms.Fe + bias * (ms.F1e + C)) * k->resid;
+    double me_b = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid +
+                  (rows * ms.Fe + N * SF) * (k->gelu_fwd + k->gelu_bwd) +
+                  rows * (4 * ms.Fe + bias * (2 * C + ms.F1e)) * k->resid;
+    *gf = nm * (mg - dense), *gb = 2 * nm * (mg - dense);
+    *ef = nm * (me_f - N * F * k->gelu_fwd);
+    *eb = nm * (me_b - N * F * (k->gelu_fwd + k->gelu_bwd));
+    *moe_g = 3 * nm * mg, *moe_e = nm * (me_f + me_b);
+}
+
 /* Costs of one microbatch on one chunk of nl layers. */
 static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *m, double rate,
-                              double cpu_slow, int nl, int has_emb, int has_head,
+                              double cpu_slow, int first, int last, int has_emb, int has_head,
                               const mtc_plan_link *tpl, const mtc_plan_link *cpl,
-                              const mtc_plan_link *ppl) {
+                              const mtc_plan_link *ppl, const mtc_plan_link *moel) {
+    int nl = last - first, nm = 0;
+    for (int i = first; l->model.moe.num_experts > 0 && i < last; i++)
+        nm += mtc_moe_is_layer(&l->model.moe, i);
     const mtc_model_config *c = &l->model;
     chunk_cost k;
     memset(&k, 0, sizeof k);
@@ -168,6 +310,18 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
                  : l->recompute == MTC_PLAN_RECOMPUTE_SELECTIVE
                      ? 2.0 * tok * nl * attn_core_macs(c) / t
                      : 0;
+    if (nm > 0) { /* MoE layers: the rank's router, expert rows and shared expert */
+        moe_shape ms = moe_shape_of(l);
+        double mf = 2.0 * (ms.Nl * h * ms.E + ms.rows * h * (ms.F1e + ms.Fe) +
+                           tok * h * c->moe.shared_ffn * (c->swiglu ? 3.0 : 2.0) / t);
+        double dfl = nm * (mf - 2.0 * tok * mlp_macs(c) / t);
+        fl += dfl;
+        if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) rec += dfl;
+        k.moe_flops = 3 * nm * mf, k.moe_rows = ms.rows;
+        k.moe_gemm = k.moe_flops / rate;
+        moe_dispatch_s(l, &ms, &moel[0], &moel[1], &moel[2], &k.moe_f, &k.moe_b);
+        k.moe_f *= nm, k.moe_b *= nm;
+    }
     k.gemm_f = (fl + fh) / rate;
     k.gemm_b = (2.0 * (fl + fh) + rec) / rate;
     if (cpu_slow > 0) { /* a CPU host with measured kernels: mtc's own passes */
@@ -176,6 +330,14 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
         k.attn = at * cpu_slow * (rec > 0 ? 1.5 : 1); /* recompute: the forward's third again */
         k.gemm_f = gf * cpu_slow, k.gemm_b = (gb + (rec > 0 ? gf : 0)) * cpu_slow;
         k.elem_f = ef * cpu_slow, k.elem_b = (eb + (rec > 0 ? ef : 0)) * cpu_slow;
+    }
+
+    if (cpu_slow > 0 && nm > 0) { /* the MoE layers' passes (cpu_moe_costs) */
+        double gf, gb, ef, eb, mg, me;
+        cpu_moe_costs(l, &m->kern, nm, &gf, &gb, &ef, &eb, &mg, &me);
+        k.moe_gemm = mg * cpu_slow, k.moe_elem = me * cpu_slow;
+        k.gemm_f += gf * cpu_slow, k.gemm_b += (gb + (rec > 0 ? gf : 0)) * cpu_slow;
+        k.elem_f += ef * cpu_slow, k.elem_b += (eb + (rec > 0 ? ef : 0)) * cpu_slow;
     }
     /* element-wise: the activations a forward touches (the table without
      * recomputation: what is kept is what was written) once in forward,
@@ -205,6 +367,18 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
         k.tp_f = (2.0 * nl + ends) * ar + xent;
         k.tp_b = (2.0 * nl + ends) * ar + nl * regather +
                  (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? 2.0 * nl * ar : 0);
+    }
+
+    if (t > 1 && nm > 0 && c->moe.shared_ffn == 0) {
+        /* an MoE layer's MLP has no TP pair of collectives: its dispatcher's
+         * (moe_f, moe_b) move the tokens; a shared expert keeps the pair */
+        double ar = sp ? mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl) +
+                             mtc_plan_coll_time(MTC_PLAN_RS, x, t, tpl)
+                       : mtc_plan_coll_time(MTC_PLAN_AR, x, t, tpl);
+        double regather = sp ? 2 * mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl) : 0;
+        k.tp_f -= nm * ar;
+        k.tp_b -=
+            nm * ar + nm / 2.0 * regather + (l->recompute == MTC_PLAN_RECOMPUTE_FULL ? nm * ar : 0);
     }
     /* CP, per layer: p2p passes KV blocks round the ring (cp - 1 steps
      * forward, twice the bytes backward with dK, dV), all_gather gathers KV
@@ -289,16 +463,20 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     mtc_plan_link cpl = link_of(m, l->tp, l->cp, oversub);
     mtc_plan_link dpl = link_of(m, l->tp, l->dp * l->cp, oversub); /* the dp x cp group */
     mtc_plan_link ppl = link_of(m, pp_stride, l->pp, oversub);
+    /* MoE groups in the expert generator's etp-ep-edp-pp order: ETP x EP
+     * (allgather), EP (stride etp) and ETP (alltoall) */
+    int etp = l->etp > 0 ? l->etp : 1, ep = l->ep > 1 ? l->ep : 1;
+    mtc_plan_link moel[3] = {link_of(m, 1, etp * ep, oversub), link_of(m, etp, ep, oversub),
+                             link_of(m, 1, etp, oversub)};
     /* the slowest stage's chunk (head and embedding on their stages) */
     double tf = 0, tb = 0, work = 0; /* work: one pipeline replica's busy seconds */
     chunk_cost worst;
     memset(&worst, 0, sizeof worst);
     for (int st = 0; st < S; st++) {
-        int nl = (st + 1) * L / S - st * L / S;
-        chunk_cost k =
-            chunk_costs(l, &mm, rate, cpu_slow, nl, st == 0, st == S - 1, &tpl, &cpl, &ppl);
-        double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p;
-        double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p;
+        chunk_cost k = chunk_costs(l, &mm, rate, cpu_slow, st * L / S, (st + 1) * L / S, st == 0,
+                                   st == S - 1, &tpl, &cpl, &ppl, moel);
+        double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p + k.moe_f;
+        double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p + k.moe_b;
         if (f + b > tf + tb) tf = f, tb = b, worst = k;
         work += M * (f + b);
     }
@@ -348,6 +526,11 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     out->tp_comm_s = M * v * (worst.tp_f + worst.tp_b);
     out->cp_comm_s = M * v * (worst.cp_f + worst.cp_b);
     out->pp_comm_s = M * v * 2 * worst.p2p;
+    out->moe_gemm_s = M * v * worst.moe_gemm;
+    out->moe_elem_s = M * v * worst.moe_elem;
+    out->moe_comm_s = M * v * (worst.moe_f + worst.moe_b);
+    out->moe_rows = worst.moe_rows;
+    out->moe_flops_rank = M * v * worst.moe_flops;
     /* the optimizer step and the data-parallel reduction of the peak rank */
     mtc_plan_memory mem;
     MTC_CHECK(mtc_plan_memory_peak(l, &mem));
@@ -365,8 +548,10 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     out->elementwise_s += opt;
     out->optimizer_s = opt;
     out->kernels = cpu_slow > 0;
-    double gb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
-    double pb = (double)mem.buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
+    /* the dense buffer here; the expert-parallel one (ep > 1) below */
+    double dense_numel = (double)(mem.buffer_numel - mem.expert_buffer_numel);
+    double gb = dense_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
+    double pb = gb;
     int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;
     double dpt = 0, ag = 0;
     int dpc = l->dp * l->cp; /* gradients reduce over dp x cp */
@@ -376,6 +561,24 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
         dpt = mtc_plan_coll_time(MTC_PLAN_RS, gb, dpc / nd, &intra);
         if (nd > 1) dpt += mtc_plan_coll_time(MTC_PLAN_AR, gb / (dpc / nd), nd, &dpl);
         ag = mtc_plan_coll_time(MTC_PLAN_AG, pb, dpc / nd, &intra);
+    }
+    /* the expert buffer over expert-DP (etp-ep-edp order: stride etp x ep),
+     * its own distributed-optimizer instance as the dense one's */
+    double xb = (double)mem.expert_buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
+    int edp = l->edp;
+    if (xb > 0 && edp > 1) {
+        mtc_plan_link el = link_of(m, etp * ep, edp, oversub);
+        double xt = 0, xa = 0;
+        if (!l->distopt)
+            xt = mtc_plan_coll_time(MTC_PLAN_AR, xb, edp, &el);
+        else {
+            mtc_plan_link intra = link_of(m, etp * ep, edp / nd, oversub);
+            xt = mtc_plan_coll_time(MTC_PLAN_RS, xb, edp / nd, &intra);
+            if (nd > 1) xt += mtc_plan_coll_time(MTC_PLAN_AR, xb / (edp / nd), nd, &el);
+            xa = mtc_plan_coll_time(MTC_PLAN_AG, xb, edp / nd, &intra);
+        }
+        out->edp_comm_total_s = xt + xa;
+        dpt += xt, ag += xa;
     }
     out->dp_comm_total_s = dpt + ag;
     double hidden = l->overlap_grad_reduce ? v * (worst.gemm_b + worst.elem_b) : 0;

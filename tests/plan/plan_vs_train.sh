@@ -27,6 +27,10 @@ check() {
     cp=${CP:-1}
     dp=$((world / tp / pp / cp))
     targs="--cp $cp --cp-comm-type ${CPT:-p2p}" lay="tp$tp-pp$pp-vpp$vpp" pargs="$targs"
+    # MoE layouts: EP (and ETP) given in the environment, spelled as mtc train's
+    # flags for the run and in the layout name for the plan
+    [ -n "${EP:-}" ] && targs="$targs --ep $EP" && lay="$lay-ep$EP"
+    [ -n "${ETP:-}" ] && targs="$targs --etp $ETP" && lay="$lay-etp$ETP"
     [ "$sp" = 1 ] && targs="$targs --sequence-parallel" && lay="$lay-sp"
     [ "$do" = 1 ] && targs="$targs --use-distributed-optimizer --num-distributed-optimizer-instances $nd" \
         && lay="$lay-do" && pargs="$pargs --use-distributed-optimizer --num-distributed-optimizer-instances $nd"
@@ -60,6 +64,9 @@ if [ "${1:-threads}" = mpi ]; then # the ctest case test_plan_vs_train_mpi (labe
         [ "$(id -u)" = 0 ] && MPI="${MPIEXEC:-mpirun} --allow-run-as-root --oversubscribe -np 2"
         check "mpi gpt pp2" "$GPT" 2 1 2 1 0 0 1 timeout -k 5 120 $MPI
         check "mpi llama dp2 distopt" "$LLAMA" 2 1 1 1 0 1 1 timeout -k 5 120 $MPI
+        EP=2 check "mpi moe ep2 alltoall distopt" \
+            "$GPT --num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall" \
+            2 1 1 1 0 1 1 timeout -k 5 120 $MPI
     else
         echo "skipped: MPI not built"
     fi
@@ -77,6 +84,19 @@ CP=2 CPT=p2p check "gpt cp2 p2p" "$GPT" 4 1 1 1 0 0 1
 CP=2 CPT=all_gather check "gpt tp2 cp2 sp all_gather distopt" "$GPT" 4 2 1 1 1 1 1
 CP=2 CPT=a2a check "llama cp2 a2a pp2" "$LLAMA" 4 1 2 1 0 0 1
 CP=2 CPT=p2p check "llama cp2 p2p distopt" "$LLAMA" 4 1 1 1 0 1 1
+# mixture of experts: the local experts' parameters, the expert-parallel
+# buffer over expert-DP with its own optimizer instance, the MoE activations
+MOE="--num-experts 8 --moe-router-topk 2"
+EP=1 check "gpt moe ep1 distopt" "$GPT $MOE" 4 1 1 1 0 1 1
+EP=2 check "gpt moe ep2" "$GPT $MOE" 4 1 1 1 0 0 1
+EP=2 ETP=1 check "gpt moe tp2 sp ep2 etp1 distopt" "$GPT $MOE" 4 2 1 1 1 1 1
+EP=2 ETP=2 check "gpt moe tp2 sp etp2 alltoall capacity distopt" \
+    "$GPT $MOE --disable-bias-linear --moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity" 4 2 1 1 1 1 1
+EP=2 check "gpt moe ep2 2 instances" "$GPT $MOE" 4 1 1 1 0 1 2
+EP=2 check "llama moe pp2 vpp2 shared alltoall" \
+    "$LLAMA $MOE --moe-layer-freq 2 --moe-ffn-hidden-size 96 --moe-shared-expert-intermediate-size 64 --moe-token-dispatcher-type alltoall" 4 1 2 2 0 1 1
+EP=4 check "llama moe ep4 topk1 sigmoid" \
+    "$LLAMA --num-experts 4 --moe-router-topk 1 --moe-router-score-function sigmoid --moe-expert-capacity-factor 1.0" 4 1 1 1 0 1 1
 
 # bad input: exit 2, one line, before any work
 expect_usage() {
@@ -95,6 +115,19 @@ expect_usage "tp vs heads" "num-attention-heads=4 is not divisible by tensor-mod
 expect_usage "batch vs dp" "global-batch-size=16 is not divisible" plan $GPT --world-size 4 \
     --global-batch-size 16 --micro-batch-size 8 --machine $HOST --explain tp1
 expect_usage "mtc acts with bf16" "activations mtc" plan $GPT --world-size 4 --machine $HOST --bf16 --activations mtc
+expect_usage "moe ep vs experts" "num-experts=8 is not divisible by expert-model-parallel-size=3" \
+    plan $GPT --world-size 6 --global-batch-size 12 --num-experts 8 --ep 3 --machine $HOST --explain tp1
+expect_usage "moe etp not 1 or tp" "expert-tensor-parallel-size=2 must be 1 or the tensor-parallel size 1" \
+    plan $GPT --world-size 4 --num-experts 8 --machine $HOST --explain tp1-etp2
+expect_usage "moe tp without sp" "needs --sequence-parallel" \
+    plan $GPT --world-size 4 --num-experts 8 --machine $HOST --explain tp2-ep2
+expect_usage "moe ep without experts" "needs --num-experts" plan $GPT --world-size 4 --ep 2 --machine $HOST
+expect_usage "moe bad dispatcher" "moe-token-dispatcher-type=flex is unknown" \
+    plan $GPT --world-size 4 --num-experts 8 --moe-token-dispatcher-type flex --machine $HOST
+expect_usage "moe topk above experts" "moe-router-topk=9 must be in" \
+    plan $GPT --world-size 4 --num-experts 8 --moe-router-topk 9 --machine $HOST
+expect_usage "moe ep no layout" "no valid layout on 4 ranks" \
+    plan $GPT --world-size 4 --num-experts 6 --ep 4 --machine $HOST
 MTC_CACHE_DIR="$D/nocache" expect_usage "this unmeasured" "run .mtc bench-peak" plan $GPT --world-size 4
 # the table lists every layout once, sorted by step time among fitting ones
 "$MTC" plan $GPT --world-size 4 --machine $HOST --json >"$D/all.json" || bad "plan --json failed"
@@ -103,4 +136,18 @@ u=$(sed -n 's/.*"layout": "\([^"]*\)".*/\1/p' "$D/all.json" | sort -u | wc -l)
 [ "$n" -ge 10 ] && [ "$n" = "$u" ] && ok "enumeration: $n distinct layouts" || bad "enumeration: $n rows, $u distinct"
 sed -n 's/.*"step_ms": \([0-9.e+-]*\),.*/\1/p' "$D/all.json" | sort -g -c 2>/dev/null \
     && ok "rows sorted by step time" || bad "rows not sorted by step time"
+# MoE (no biases, so etp 2 is valid): every ep dividing the experts and etp 1 / tp
+# appear, once each, and
+# --ep fixes it
+"$MTC" plan $GPT $MOE --disable-bias-linear --world-size 4 --machine $HOST --json >"$D/moe.json" || bad "moe plan --json failed"
+n=$(grep -c '"layout"' "$D/moe.json")
+u=$(sed -n 's/.*"layout": "\([^"]*\)".*/\1/p' "$D/moe.json" | sort -u | wc -l)
+eps=$(sed -n 's/.*"ep": \([0-9]*\),.*/\1/p' "$D/moe.json" | sort -u | tr '\n' ' ')
+etps=$(grep '"tp": 2,' "$D/moe.json" | sed -n 's/.*"etp": \([0-9]*\),.*/\1/p' | sort -u | tr '\n' ' ')
+[ "$n" = "$u" ] && [ "$eps" = "1 2 4 " ] && [ "$etps" = "1 2 " ] \
+    && ok "moe enumeration: $n distinct layouts, ep $eps, etp at tp 2: $etps" \
+    || bad "moe enumeration: $n rows, $u distinct, ep '$eps', etp at tp 2 '$etps'"
+"$MTC" plan $GPT $MOE --world-size 4 --ep 2 --machine $HOST --json >"$D/moe2.json" || bad "moe plan --ep 2 failed"
+eps=$(sed -n 's/.*"ep": \([0-9]*\),.*/\1/p' "$D/moe2.json" | sort -u | tr '\n' ' ')
+[ "$eps" = "2 " ] && ok "moe --ep 2 fixes ep" || bad "moe --ep 2: ep values '$eps'"
 exit $fail

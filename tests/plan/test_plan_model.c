@@ -14,8 +14,13 @@
  *   - the MTC table equals mtc_model_activation_bytes of real models
  *     (GPT-2 and a GQA/SwiGLU Llama, several slot counts);
  *   - a CPU host with measured kernels: each kernel's count in closed form;
- *   - Narayanan et al. 2021 Table 1 within 15% with the shipped constant. The tp > 1 and
- *     pipeline layouts are compared with mtc train in plan_vs_train.sh. */
+ *   - Narayanan et al. 2021 Table 1 within 15% with the shipped constant;
+ *   - MoE: the planner's FLOPs equal mtc_model_flops (Megatron's MoE formula,
+ *     two implementations), a layer's rows = tokens x topk x etp, an EP rank
+ *     holds 1/ep of the experts (an expert-parallel buffer only with ep > 1),
+ *     the dispatcher costs nothing on one rank and the expert-DP reduction
+ *     only over expert-DP. The tp > 1, pipeline and MoE layouts are compared
+ *     with mtc train in plan_vs_train.sh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,8 +366,74 @@ static void test_cpu_kernels(void) {
     T_CHECK(mtc_plan_machine_load("dgx-a100", &m) == MTC_OK && !m.kern.measured);
 }
 
+static void test_moe(void) {
+    mtc_plan_layout l = gpt(4, 64, 4, 32, 256, 4, 2, 16);
+    l.model.moe.num_experts = 8, l.model.moe.topk = 2, l.model.moe.layer_freq = 2;
+    l.model.moe.shared_ffn = 128;
+    /* the planner's count (per layer, recompute off) is Megatron's (core_v0.18.0):
+     * 6 B s [L (4 h^2 + h s) + 2 dense x 2 h ffn + 2 MoE x 2 h (k ffn + shared) + h V] */
+    double B = 16, s = 32, h = 64, V = 256;
+    double meg = 6 * B * s *
+                 (4 * (4 * h * h + h * s) + 2 * 2 * h * 256 + 2 * 2 * h * (2 * 256 + 128) + h * V);
+    T_CLOSE(mtc_model_flops(&l.model, 16), meg, 0, 1e-12);
+    T_CLOSE(mtc_plan_flops(&l.model, 16, MTC_PLAN_RECOMPUTE_NONE), mtc_model_flops(&l.model, 16), 0,
+            1e-12);
+    mtc_plan_machine m;
+    T_CHECK(mtc_plan_machine_load("dgx-a100", &m) == MTC_OK);
+    l.act_model = MTC_PLAN_ACT_MEGATRON;
+    mtc_plan_memory m1, m2;
+    mtc_plan_time t1, t2;
+    l.ep = 1;
+    T_CHECK(mtc_plan_memory_rank(&l, 0, -1, &m1) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t1) == MTC_OK);
+    l.ep = 2;
+    T_CHECK(mtc_plan_memory_rank(&l, 0, -1, &m2) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t2) == MTC_OK);
+    /* 2 MoE layers x 8 experts x (fc1 64x256 + 256, fc2 256x64 + 64) */
+    int64_t all = 2 * 8 * (64 * 256 + 256 + 256 * 64 + 64);
+    T_CHECK(m1.expert_params == all && m2.expert_params == all / 2);
+    T_CHECK(m1.params - m2.params == all / 2);
+    T_CHECK(m1.expert_buffer_numel == 0 && m2.expert_buffer_numel == all / 2);
+    /* rows of a layer: (2 x 32 tokens) x top-2 x etp 1 */
+    T_CLOSE(t1.moe_rows, 2.0 * 32 * 2, 0, 1e-12);
+    T_CHECK(t1.moe_comm_s == 0 && t2.moe_comm_s > 0);
+    T_CHECK(t1.edp_comm_total_s == 0 && t2.edp_comm_total_s > 0); /* edp = 4 / 2 */
+    l.world = 2, l.global_batch = 4;                              /* ep 2 = world: edp 1 */
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t2) == MTC_OK);
+    T_CHECK(t2.edp_comm_total_s == 0);
+    l.ep = 3; /* refused with the grid's rule */
+    T_CHECK(mtc_plan_layout_check(&l) == MTC_ERR_INVALID_ARGUMENT);
+}
+
+/* MoE on a CPU host with measured kernels: an MoE layer's expert rows
+ * replace the dense MLP's in the GELU and GEMM counts, in closed form. */
+static void test_cpu_kernels_moe(void) {
+    mtc_plan_layout l = gpt(4, 128, 4, 128, 256, 2, 2, 16); /* dp 2, one core each, M = 4 */
+    l.model.moe.num_experts = 8, l.model.moe.topk = 2, l.model.moe.layer_freq = 1;
+    double N = 2 * 128, h = 128, F = 512, V = 256, M = 4, L = 4, E = 8, rows = N * 2;
+    mtc_plan_machine m;
+    mtc_plan_time t;
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    double gelu = M * L * 2 * rows * F * 1e-9; /* the experts' rows, no dense MLP */
+    T_CHECKF(fabs(t.elementwise_s / gelu - 1) < 1e-9, "moe gelu %g vs %g", t.elementwise_s, gelu);
+    /* GEMMs: qkv, proj, the router (N x h x E), 8 experts of 64 rows each
+     * plus half a 64-row block of routing imbalance (fc1 + fc2), the head */
+    double fl = 6.0 * M * (L * (N * h * 4 * h + N * h * E + E * (64 + 32) * h * 2 * F) + N * h * V);
+    T_CHECKF(fabs(t.compute_s / (fl / 100e9) - 1) < 1e-9, "moe gemm %g vs %g", t.compute_s,
+             fl / 100e9);
+    /* padded to a capacity of exactly 64 rows: no imbalance */
+    l.model.moe.capacity_factor = 1, l.model.moe.pad_to_capacity = 1;
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    fl = 6.0 * M * (L * (N * h * 4 * h + N * h * E + E * 64 * h * 2 * F) + N * h * V);
+    T_CHECKF(fabs(t.compute_s / (fl / 100e9) - 1) < 1e-9, "moe padded gemm %g vs %g", t.compute_s,
+             fl / 100e9);
+}
+
 int main(void) {
     test_korthikanti();
+    test_cpu_kernels_moe();
+    test_moe();
     test_flops();
     test_collectives();
     test_bytes_per_param();
