@@ -263,6 +263,13 @@ size_t mtc_model_moe_floats(const mtc_model *m) {
     return moe_acts_floats(&m->cfg.moe, &d, m->B * m->T_loc);
 }
 
+/* Rows of the fused head's chunk buffer: the chunk, or every token when
+ * the microbatch has fewer. */
+static size_t gpt_head_rows(const mtc_model *m) {
+    size_t N = (size_t)m->B * m->T;
+    return (size_t)m->head_chunk < N ? (size_t)m->head_chunk : N;
+}
+
 /* Floats of TP-layer scratch one pass needs (largest of every call). */
 static size_t gpt_scratch_floats(const mtc_model *m) {
     const mtc_model_config *c = &m->cfg;
@@ -275,8 +282,9 @@ static size_t gpt_scratch_floats(const mtc_model *m) {
     }
     s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &d));
     s = max_sz(s, tp_vocab_embedding_scratch_floats(&m->tp, B, T, C));
+    /* the head: a generation forward's column-parallel linear, and the fused chunked loss */
     s = max_sz(s, tp_column_linear_scratch_floats(&m->tp, 0, B, T, C, c->padded_vocab_size));
-    s = max_sz(s, 3 * (size_t)B * T);
+    s = max_sz(s, tp_vocab_head_xent_scratch_floats(&m->tp, m->head_chunk, B, T, C));
     if (c->moe.num_experts > 0) {
         moe_dims md = mtc_model_moe_dims(m);
         s = max_sz(s, moe_scratch_floats(&c->moe, &md, B * m->T_loc));
@@ -327,8 +335,11 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->lnf_mean, Nl);
         TAKE(a->lnf_rstd, Nl);
         TAKE(a->losses, N);
-        TAKE(a->logits, m->has_head ? N * V_tp : 1);
+        TAKE(a->dlnf, m->has_head ? Nl * C : 1);
+        if (m->full_logits && m->has_head) TAKE(a->logits, N * V_tp);
     }
+    /* the fused head's one chunk of logits, shared by every slot */
+    TAKE(m->head_logits, m->has_head ? gpt_head_rows(m) * V_tp : 1);
     if (m->rec_mlp) {
         TAKE(m->mlp_fch, N * F1_tp);
     }
@@ -388,13 +399,16 @@ static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm)
     size_t tp = (size_t)m->tp_size, N = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
     size_t F1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->ffn_hidden_size / tp);
     size_t QKV_tp = ((size_t)c->num_heads / tp + 2 * ((size_t)mtc_model_groups(c) / tp)) * HS;
-    size_t w = max_sz((size_t)c->hidden_size, max_sz(QKV_tp, F1_tp));
-    if (m->has_head) w = max_sz(w, (size_t)c->padded_vocab_size / tp);
+    size_t w = max_sz((size_t)c->hidden_size, max_sz(QKV_tp, F1_tp)), V_tp = 0;
+    if (m->has_head) V_tp = (size_t)c->padded_vocab_size / tp;
+    /* the head's widest operand: a chunk of logits, or all of them for a
+     * generation forward */
+    size_t n = max_sz(N * w, (m->full_logits ? N : gpt_head_rows(m)) * V_tp);
     int dnnl = prec == TP_PREC_BF16 && !f32_gemm; /* bf16 operands: half the scratch */
     m->precision = prec;
     m->lowp.prec = prec;
     m->lowp.f32_gemm = prec == TP_PREC_BF16 && f32_gemm;
-    m->lowp.cap = dnnl ? (N * w + 1) / 2 : N * w;
+    m->lowp.cap = dnnl ? (n + 1) / 2 : n;
     m->lowp.nw = m->reg.total;
     m->lp_version = 1;
     MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(float), 1, (void **)&m->params_c));
@@ -426,7 +440,13 @@ static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
         MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, F1, w[MTC_ROLE_FC1_B] != NULL));
         MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, F, C, w[MTC_ROLE_FC2_B] != NULL));
     }
-    if (m->has_head) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, c->padded_vocab_size, 0));
+    if (!m->has_head) return MTC_OK;
+    if (m->full_logits) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, c->padded_vocab_size, 0));
+    /* the fused head's chunks (tp/head.c: local GEMMs), and the last, shorter one */
+    const tp_ctx local = {NULL, tp->pool, 0, tp->lowp};
+    int V_tp = c->padded_vocab_size / m->tp_size, rows = (int)gpt_head_rows(m), tail = B * T % rows;
+    MTC_CHECK(tp_linear_bf16_prepare(&local, 1, 1, rows, C, V_tp, 0));
+    if (tail) MTC_CHECK(tp_linear_bf16_prepare(&local, 1, 1, tail, C, V_tp, 0));
     return MTC_OK;
 }
 
@@ -568,6 +588,8 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->has_head = o->has_head;
     m->nslots = nslots;
     m->pool = pool;
+    m->full_logits = o->logits;
+    m->head_chunk = o->head_chunk > 0 ? o->head_chunk : MTC_MODEL_HEAD_CHUNK;
     MTC_CHECK_GOTO(
         mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_model_layer), (void **)&m->layers), rc,
         fail);
@@ -694,7 +716,8 @@ mtc_result_t mtc_model_init_tp(const mtc_model_config *cfg, int B, int nslots, n
                               .first_layer = 0,
                               .last_layer = cfg->num_layers,
                               .has_embedding = 1,
-                              .has_head = 1};
+                              .has_head = 1,
+                              .logits = 1};
     return mtc_model_init_chunk(cfg, &o, out);
 }
 

@@ -174,12 +174,15 @@ typedef struct {
     uint64_t seed;        /* dropout seed */
     uint64_t iteration;   /* 1-based training iteration: new masks each step */
     int b0;               /* position of row 0 in the global batch */
-    int first_microbatch; /* backward OVERWRITES the gradients instead of
-                             accumulating (the step's first microbatch), so
-                             the buffer never needs a zeroing pass */
-    float loss_scale;     /* > 0: the forward with targets also makes dlogits
-                             (one sweep over the logits); backward must then be
-                             given the same scale */
+    int first_microbatch; /* the step's first microbatch: the gradients start
+                             from zero (its training forward zeroes them, as
+                             the fused head accumulates the head's weight
+                             gradient there; otherwise its backward does) */
+    float loss_scale;     /* > 0 (training): the forward with targets also makes
+                             the head's gradients, chunk by chunk (the input
+                             gradient kept in the slot, the weight gradient
+                             accumulated); backward must then be given the same
+                             scale */
     /* Backward calls grads_ready(ctx, first, last) as soon as the gradients
      * of params [first, last) (forward indices) are complete for this
      * microbatch (gradient-reduction overlap); NULL = no calls. */
@@ -217,6 +220,9 @@ typedef struct {
     cp_ctx *cp_layer; /* [last_layer - first_layer] with per-layer comm types, else NULL */
     int nslots;
     mtc_model_slot *slots;
+    int head_chunk;     /* tokens per LM-head chunk (tp_vocab_head_xent) */
+    int full_logits;    /* the slots keep (B, T, Vp/tp) logits for forwards without targets */
+    float *head_logits; /* (head_chunk, Vp/tp) the one chunk buffer all slots share */
     int nrec;           /* the chunk's first nrec layers are recomputed in backward */
     mtc_model_slot *rc; /* one layer's activations shared by the recomputed layers */
     int rec_mlp;        /* --recompute-modules mlp: the MLP's inner activations are not kept */
@@ -312,7 +318,17 @@ typedef struct {
     int bf16_gemm_f32;             /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
                                       oneDNN bf16 (nn_bf16_gemm; 0: oneDNN bf16) */
     void *layout_ctx;
+    int logits;     /* 1: keep each slot's (B, T, Vp/tp) logits for forwards without targets
+                       (mtc_model_logits: generation, tests); 0: training and evaluation only,
+                       the head runs in chunks and no (tokens x vocabulary) buffer exists */
+    int head_chunk; /* tokens per LM-head chunk (0: MTC_MODEL_HEAD_CHUNK) */
 } mtc_model_chunk_opts;
+
+/* Tokens per chunk of the fused LM head + cross-entropy: a constant, not a
+ * fraction of the microbatch, so every layout with the same tokens per rank
+ * sums the head's weight gradient in the same order. 128 tokens of GPT-2's
+ * 50304-column vocabulary are 25 MB of logits instead of 206 MB for 1024. */
+#define MTC_MODEL_HEAD_CHUNK 128
 
 /* One pipeline chunk: layers [first_layer, last_layer), the embedding
  * when has_embedding, the final norm and the LM head when has_head (a tied
@@ -348,19 +364,24 @@ size_t mtc_model_activation_bytes(const mtc_model *m);
 /* Forward of one microbatch, tokens/targets (B, T), B <= m->B, T <= m->T
  * (the whole microbatch on every TP rank; under SP T must be m->T).
  * A communication error sets m->error and returns NaN.
- * With targets: returns the sum of per-token losses (the slot's logits now
- * hold probabilities or dlogits, consumed by the slot's backward; each
- * in-flight microbatch of a head chunk has its own, as Megatron keeps each
- * microbatch's softmax until its backward). Without targets: returns 0 and
- * the slot's logits are (B, T, Vp/tp) logits (mtc_model_logits: slot 0). */
+ * With targets: returns the sum of per-token losses, computed chunk by
+ * chunk (MTC_MODEL_HEAD_CHUNK tokens) through one shared buffer; with
+ * pass->loss_scale > 0 the same sweep makes the head's gradients: the final
+ * norm's output gradient kept in the slot until its backward, and the head
+ * weight gradient accumulated into m->grads (zeroed first when
+ * pass->first_microbatch). Without targets (a model built with
+ * opts.logits, as mtc_model_init's are; otherwise MTC_ERR_INVALID_USAGE in
+ * m->error and NaN): returns 0 and the slot's logits are (B, T, Vp/tp)
+ * logits (mtc_model_logits: slot 0). */
 double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *targets, int B,
                          int T, const mtc_model_pass *pass);
 /* Backward of the microbatch in `slot` (forward with targets first);
  * loss_scale = d(loss)/d(token loss), 1/(global_batch*T) for Megatron's
- * mean. Accumulates (+=) into m->grads, or overwrites them when
- * pass->first_microbatch. Returns the first communication error. Under SP
- * the layer-norm and row-parallel-bias gradients are partial (TP sums are
- * the caller's, see registry reduce_groups MTC_REDUCE_TP). */
+ * mean. Accumulates (+=) into m->grads, which start from zero when
+ * pass->first_microbatch (zeroed here unless the training forward did;
+ * after a forward without loss_scale the head's chunks run again here). Returns the first
+ * communication error. Under SP the layer-norm and row-parallel-bias gradients are partial (TP sums
+ * are the caller's, see registry reduce_groups MTC_REDUCE_TP). */
 mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
                                 int B, int T, float loss_scale, const mtc_model_pass *pass);
 /* The logits of slot 0's last forward without targets (B, T, Vp/tp). */

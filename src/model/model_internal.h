@@ -25,9 +25,12 @@ struct mtc_model_slot {
     float *sfch;                      /* per layer the shared expert's (B,T,SF1_tp) */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T_loc,C), (B,T_loc), (B,T_loc) */
     float *losses;                    /* (B,T) */
-    float *logits;                    /* (B,T,Vp_tp) head chunk: logits, then probabilities or
-                                         dlogits until this microbatch's backward */
-    int dlogits_ready;                /* logits already hold dlogits (fused forward) */
+    float *dlnf;                      /* (B,T_loc,C) d(loss)/d(lnf) from the training forward's
+                                         fused head, until this microbatch's backward */
+    float *logits;                    /* (B,T,Vp_tp) with opts.logits only: a forward without
+                                         targets' logits (generation); else NULL */
+    int dlnf_ready;                   /* dlnf holds this microbatch's head gradient */
+    int zeroed;                       /* the forward zeroed the gradients (first microbatch) */
 };
 
 /* The MoE layers' shapes (model.c), and the shared expert's block dims. */

@@ -252,6 +252,14 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     int N = B * T, Nl = B * Tl;
     mtc_model_slot *a = &m->slots[slot];
     int f0, f1;
+    a->dlnf_ready = a->zeroed = 0;
+    /* a training pass's first microbatch: the gradients start from zero
+     * before the fused head below accumulates its weight gradient (every
+     * kernel after this accumulates; adding to +0 is exact) */
+    if (pass && pass->first_microbatch && pass->loss_scale > 0 && targets) {
+        mtc_model_zero_grad(m);
+        a->zeroed = 1;
+    }
 
 #define GPT_NEED(first, last)                                                                      \
     do {                                                                                           \
@@ -287,23 +295,31 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
 #undef GPT_NEED
     gpt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->g[MTC_ROLE_NORMF_W],
                      m->g[MTC_ROLE_NORMF_B], Nl);
-    /* LM head on the rank's vocabulary shard (wte tied, or the output
-     * layer): logits (B, T, Vp/tp). comm: SP all-gather */
-    GPT_TRY(m, tp_column_linear_forward(tp, a->logits, m->in_total, a->lnf, m->head_w, NULL,
-                                        m->scratch, 0, B, T, C, Vp));
-    a->dlogits_ready = 0;
-    if (!targets) return 0.0;
-    /* The softmax covers the whole padded vocabulary, as Megatron's
-     * vocab_parallel_cross_entropy over the output layer's padded logits
-     * (targets are < vocab_size: the data readers check).
-     * comm: all-reduce(tp) MAX and SUM */
-    if (pass && pass->loss_scale > 0) {
-        GPT_TRY(m, tp_vocab_xent_forward_backward(tp, a->losses, a->logits, targets,
-                                                  pass->loss_scale, NULL, m->scratch, N, Vp, Vp));
-        a->dlogits_ready = 1;
-    } else {
-        GPT_TRY(m, tp_vocab_xent_forward(tp, a->losses, a->logits, targets, m->scratch, N, Vp, Vp));
+    if (!targets) {
+        /* generation: the LM head on the rank's vocabulary shard (wte tied,
+         * or the output layer): logits (B, T, Vp/tp). comm: SP all-gather */
+        if (!m->full_logits) {
+            GPT_TRY(m, mtc_error(MTC_ERR_INVALID_USAGE,
+                                 "a forward without targets needs a model built with logits "
+                                 "(mtc_model_chunk_opts.logits = 1)"));
+        }
+        GPT_TRY(m, tp_column_linear_forward(tp, a->logits, m->in_total, a->lnf, m->head_w, NULL,
+                                            m->scratch, 0, B, T, C, Vp));
+        return 0.0;
     }
+    /* The head and the loss fused, head_chunk tokens at a time: the
+     * softmax covers the whole padded vocabulary, as Megatron's
+     * vocab_parallel_cross_entropy over the output layer's padded logits
+     * (targets are < vocab_size: the data readers check). Training also
+     * makes d(lnf) for the backward and accumulates the head's weight
+     * gradient here. comm: SP all-gather; per chunk all-reduce(tp) MAX and
+     * SUM; training: all-reduce(tp) of d(lnf), SP reduce-scatter */
+    float scale = pass && pass->loss_scale > 0 ? pass->loss_scale : 0.0f;
+    GPT_TRY(m, tp_vocab_head_xent(tp, a->losses, scale > 0 ? a->dlnf : NULL,
+                                  scale > 0 ? m->dhead_w : NULL, m->head_logits, m->in_total,
+                                  a->lnf, m->head_w, targets, scale, m->scratch, m->head_chunk, B,
+                                  T, C, Vp, Vp));
+    a->dlnf_ready = scale > 0;
     double sum = 0;
     for (int i = 0; i < N; i++)
         sum += a->losses[i];
@@ -323,12 +339,14 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
     const tp_ctx *tp = &m->tp;
     int C = c->hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
-    int N = B * T, Nl = B * Tl;
+    int Nl = B * Tl;
     size_t sNl = (size_t)m->B * m->T_loc, nC = (size_t)Nl * C;
     mtc_model_slot *a = &m->slots[slot];
     /* every backward kernel accumulates: the step's first microbatch starts
-     * from zero (adding to +0 is exact, so this equals overwriting) */
-    if (pass && pass->first_microbatch) mtc_model_zero_grad(m);
+     * from zero (adding to +0 is exact, so this equals overwriting), zeroed
+     * here unless its training forward did */
+    if (pass && pass->first_microbatch && !a->zeroed) mtc_model_zero_grad(m);
+    a->zeroed = 0;
 
     /* dres = d(loss)/d(chunk output) */
     if (m->has_head) {
@@ -336,13 +354,14 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         const float *xlast = m->last_layer > m->first_layer
                                  ? a->res3 + (size_t)(m->last_layer - m->first_layer - 1) * sNl * C
                                  : a->encoded;
-        if (!a->dlogits_ready)
-            MTC_CHECK(tp_vocab_xent_backward(tp, a->logits, targets, loss_scale, NULL, N, Vp, Vp));
-        a->dlogits_ready = 0;
-        /* comm: all-reduce(tp) of d(norm_f out); SP: all-gather + reduce-scatter */
-        MTC_CHECK(tp_column_linear_backward(tp, m->dtmp, m->dhead_w, NULL, a->logits, m->in_total,
-                                            0, a->lnf, m->head_w, m->scratch, 0, B, T, C, Vp));
-        gpt_norm_backward(m, m->dres, m->dg[MTC_ROLE_NORMF_W], m->dg[MTC_ROLE_NORMF_B], m->dtmp,
+        /* after a forward without the loss scale, the fused head again, now
+         * with its gradients (comm: as in the forward) */
+        if (!a->dlnf_ready)
+            MTC_CHECK(tp_vocab_head_xent(tp, a->losses, a->dlnf, m->dhead_w, m->head_logits,
+                                         m->in_total, a->lnf, m->head_w, targets, loss_scale,
+                                         m->scratch, m->head_chunk, B, T, C, Vp, Vp));
+        a->dlnf_ready = 0;
+        gpt_norm_backward(m, m->dres, m->dg[MTC_ROLE_NORMF_W], m->dg[MTC_ROLE_NORMF_B], a->dlnf,
                           xlast, m->g[MTC_ROLE_NORMF_W], a->lnf_mean, a->lnf_rstd, Nl);
         /* the final norm and the output layer (or, on a stage without the
          * embedding, its tied wte copy) are final now */

@@ -14,7 +14,8 @@
  * MEGATRON: Korthikanti et al. 2022 (arXiv 2205.05198) per layer, plus
  * Megatron's report_theoretical_memory terms outside the layers (token
  * ids and embedding dropout on the first stage, the fp32 logits of the
- * output layer and cross-entropy on the last).
+ * output layer and cross-entropy on the last; mtc has no such tensor: its
+ * head runs in chunks, tp/head.c).
  *
  * Does not: model allocator fragmentation, the BLAS's own workspace, or
  * the CUDA caching allocator. */
@@ -149,6 +150,12 @@ static size_t arena_moe_scratch(const mtc_plan_layout *l, const shapes *s) {
     return scr;
 }
 
+/* model.c gpt_head_rows: the fused head's chunk, at most every token. */
+static size_t head_rows(const shapes *s) {
+    size_t N = s->B * s->T;
+    return N < MTC_MODEL_HEAD_CHUNK ? N : MTC_MODEL_HEAD_CHUNK;
+}
+
 /* gpt_carve's per-slot rows. */
 static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
     shapes s = shapes_of(l);
@@ -164,7 +171,7 @@ static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head
     b += take(nl * Nl * C);               /* res3: layer outputs */
     b += take(Nl * C) + 2 * take(Nl);     /* lnf, mean, rstd */
     b += take(N);                         /* losses */
-    b += take(has_head ? N * s.V_tp : 1); /* logits / dlogits */
+    b += take(has_head ? (Nl * s.C) : 1); /* dlnf: the fused head's d(input) */
     return b;
 }
 
@@ -184,7 +191,11 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     size_t mlp = N * (c->swiglu ? s.F_tp + s.F1_tp : s.F_tp) +
                  max_sz(col_scr(s.p, s.sp, s.B, s.T, C, F1), row_scr(s.p, s.sp, s.B, s.T, F, C));
     size_t emb = s.p == 1 || !s.sp ? 0 : s.B * s.T * C + seq_scr(s.B, s.T, C, s.p);
-    size_t scratch = max_sz(max_sz(att, mlp), max_sz(emb, col_scr(s.p, s.sp, s.B, s.T, C, 0)));
+    /* tp/head.c: [SP: dX (N, C)] then [permutation | the chunk's 3 x rows] */
+    size_t head =
+        (s.sp ? N * C : 0) + max_sz(s.sp ? seq_scr(s.B, s.T, C, s.p) : 0, 3 * head_rows(&s));
+    size_t scratch =
+        max_sz(max_sz(att, mlp), max_sz(emb, max_sz(col_scr(s.p, s.sp, s.B, s.T, C, 0), head)));
     scratch = max_sz(scratch, 3 * N);
     /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
     scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* and the MoE layers' scratch */
@@ -284,8 +295,10 @@ static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embeddi
 }
 
 size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head) {
-    (void)has_head;
-    if (l->act_model == MTC_PLAN_ACT_MTC) return arena_shared_bytes(l);
+    if (l->act_model == MTC_PLAN_ACT_MTC) { /* + the fused head's one chunk of logits */
+        shapes s = shapes_of(l);
+        return arena_shared_bytes(l) + take(has_head ? head_rows(&s) * s.V_tp : 1);
+    }
     if (l->recompute != MTC_PLAN_RECOMPUTE_FULL || nl == 0) return 0;
     /* full recompute: one layer's activations exist again during its backward */
     mtc_plan_layout one = *l;

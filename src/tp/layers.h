@@ -28,8 +28,9 @@
  *              ln_2 -> tp_mlp -> dropout + residual, all on (B, T_loc, C).
  *       Without SP these tensors are replicated on every TP rank and the
  *       dropout masks, keyed globally, are identical there, as they must be.
- *   ln_f -> tp_column_linear(w = the rank's wte shard, no bias,
- *       gather_output 0) -> logits (B, T, V_tp) -> tp_vocab_xent_*.
+ *   ln_f -> tp_vocab_head_xent: tp_column_linear(w = the rank's wte shard,
+ *       no bias, gather_output 0) -> logits -> tp_vocab_xent_*, a chunk of
+ *       tokens at a time (generation: tp_column_linear -> (B, T, V_tp)).
  *   Gradient finalisation: under SP all-reduce(tp) the gradients of the
  *   layer norms (ln_1, ln_2, ln_f) and of the c_proj biases (partial sums
  *   of local tokens); every other TP gradient is complete as left here.
@@ -199,6 +200,27 @@ mtc_result_t tp_vocab_xent_forward_backward(const tp_ctx *tp, float *losses, flo
                                             const int *targets, float scale,
                                             const float *token_scale, float *scratch, int N, int V,
                                             int Vp);
+
+/* ---- the LM head fused with the cross-entropy (tp/head.c) ---------------------------- */
+
+/* The head logits = in · wᵀ (no bias) and the vocabulary-parallel
+ * cross-entropy, `chunk` tokens at a time through one (chunk, V_tp) buffer,
+ * so no (B*T, V_tp) tensor is made. in (B, T_loc, C); w (V_tp, C) this
+ * rank's vocabulary rows; in_total (B, T, C) receives the gathered input
+ * under SP (unused without). losses (B*T) as tp_vocab_xent_forward.
+ * scale > 0 (training): din (B, T_loc, C) = d(Σ scale*loss)/d(in), as the
+ * column-parallel backward would give it from the unchunked dlogits, and
+ * dw (V_tp, C) += the weight gradient; scale = 0: din, dw untouched (may be
+ * NULL). logits (chunk, V_tp) scratch; chunk < 1 or > B*T: one chunk.
+ * scratch: tp_vocab_head_xent_scratch_floats.
+ * comm: SP all-gather(tp) of in; per chunk the cross-entropy's all-reduce
+ * MAX and SUM (tp); with a gradient, at the end all-reduce(tp) of din, or
+ * under SP reduce-scatter(tp) along T. */
+mtc_result_t tp_vocab_head_xent(const tp_ctx *tp, float *losses, float *din, float *dw,
+                                float *logits, float *in_total, const float *in, const float *w,
+                                const int *targets, float scale, float *scratch, int chunk, int B,
+                                int T, int C, int V, int Vp);
+size_t tp_vocab_head_xent_scratch_floats(const tp_ctx *tp, int chunk, int B, int T, int C);
 
 /* Local kernel pieces of the vocabulary-parallel cross-entropy (no
  * communication), over x (N, V_tp) whose column j is global column v0 + j;

@@ -71,7 +71,8 @@ static void run(const fixture *fx, tp_precision prec, int f32_gemm, double u, co
                               .has_embedding = 1,
                               .has_head = 1,
                               .precision = prec,
-                              .bf16_gemm_f32 = f32_gemm};
+                              .bf16_gemm_f32 = f32_gemm,
+                              .logits = 1};
     mtc_model *m;
     T_CHECK(mtc_model_init_chunk(&cfg, &o, &m) == MTC_OK);
     const mtc_registry *r = &m->reg;

@@ -151,7 +151,14 @@ static void test_inflight(void) {
 static void arena_case(const char *what, mtc_model_config c, int B, int nslots) {
     c.max_position_embeddings = c.seq_length, c.padded_vocab_size = c.vocab_size;
     mtc_model *m = NULL;
-    T_CHECK(mtc_model_init(&c, B, nslots, NULL, &m) == MTC_OK);
+    /* a training model, as mtc train builds it (no generation logits) */
+    mtc_model_chunk_opts o = {.B = B,
+                              .nslots = nslots,
+                              .first_layer = 0,
+                              .last_layer = c.num_layers,
+                              .has_embedding = 1,
+                              .has_head = 1};
+    T_CHECK(mtc_model_init_chunk(&c, &o, &m) == MTC_OK);
     if (!m) return;
     mtc_plan_layout l;
     memset(&l, 0, sizeof l);
