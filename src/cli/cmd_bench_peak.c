@@ -7,19 +7,9 @@
 
 #include "cli/cli.h"
 #include "comm/comm.h"
+#include "core/mem.h"
 #include "core/peak.h"
 #include "plan/plan.h"
-
-/* VmRSS of this process in bytes (0 without /proc). */
-static double vm_rss(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024;
-}
 
 typedef struct {
     double before, added;
@@ -34,7 +24,7 @@ static mtc_result_t mpi_probe_rank(mtc_comm_t world, void *arg) {
     static float buf[N];
     MTC_CHECK(mtc_all_reduce(buf, buf, N, MTC_DTYPE_F32, MTC_OP_SUM, world));
     MTC_CHECK(mtc_barrier(world));
-    double added = vm_rss() - p->before;
+    double added = mtc_mem_proc_status("VmRSS") - p->before;
     MTC_CHECK(mtc_all_reduce(&added, &p->added, 1, MTC_DTYPE_F64, MTC_OP_MAX, world));
     p->rank = mtc_comm_rank(world);
     return mtc_barrier(world);
@@ -43,7 +33,7 @@ static mtc_result_t mpi_probe_rank(mtc_comm_t world, void *arg) {
 /* `mtc bench-peak --mpi-rss-probe`, which bench-peak runs under mpiexec:
  * prints the resident set an MPI process adds to a plain one. */
 static int mpi_rss_probe(void) {
-    mpi_probe p = {.before = vm_rss()};
+    mpi_probe p = {.before = mtc_mem_proc_status("VmRSS")};
     mtc_launch_opts lo = {.backend = MTC_BACKEND_MPI};
     mtc_result_t rc = mtc_launch(&lo, mpi_probe_rank, &p);
     if (rc != MTC_OK) return cli_fail("bench-peak", rc);

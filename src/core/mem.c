@@ -5,6 +5,7 @@
 #include "core/mem.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,4 +89,18 @@ float *mtc_arena_floats(mtc_arena *a, size_t count) {
     void *p;
     if (mtc_arena_alloc(a, count * sizeof(float), 64, &p) != MTC_OK) return NULL;
     return p;
+}
+
+double mtc_mem_proc_status(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t n = strlen(field);
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') {
+            kb = atof(line + n + 1);
+            break;
+        }
+    if (f) fclose(f);
+    return kb * 1024;
 }

@@ -19,6 +19,9 @@ void mtc_mem_free_big(void *p, size_t bytes);
 
 /* Checked malloc/calloc for small things (setup only). */
 mtc_result_t mtc_mem_alloc(size_t bytes, void **out);
+/* A memory line of /proc/self/status in bytes ("VmRSS": resident now,
+ * "VmHWM": the peak); 0 where there is no /proc or no such line. */
+double mtc_mem_proc_status(const char *field);
 mtc_result_t mtc_mem_calloc(size_t n, size_t size, void **out);
 
 typedef struct {

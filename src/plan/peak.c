@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "comm/bench.h"
+#include "core/mem.h"
 #include "core/timer.h"
 #include "nn/nn.h"
 #include "plan/plan.h"
@@ -157,17 +158,6 @@ static mtc_result_t gemm_step_rates(int cores, double burst_per_core, int window
     return rc;
 }
 
-/* VmRSS of this process (bytes; 0 when /proc is absent). */
-static double resident_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6)) kb = atof(line + 6);
-    if (f) fclose(f);
-    return kb * 1024;
-}
-
 static mtc_result_t copy_bw(int iters, double *out) {
     size_t bytes = (size_t)64 << 20;
     char *a = malloc(bytes), *b = malloc(bytes);
@@ -297,8 +287,6 @@ static mtc_result_t busy_coll(int reps, double out[BUSY_OPS]) {
     return MTC_OK;
 }
 
-static double resident_bytes(void);
-
 /* The resident set a rank-thread adds to its process beyond its model:
  * its stack (the tiled attention keeps its tiles there), its malloc arena,
  * oneDNN's per-thread state. Each rank runs a GEMM and an attention
@@ -321,7 +309,7 @@ static mtc_result_t rss_rank(mtc_comm_t world, void *arg) {
     }
     free(qkv), free(out), free(lse), free(c);
     if (rc == MTC_OK) rc = mtc_barrier(world);
-    if (rc == MTC_OK && mtc_comm_rank(world) == 0) j->rss = resident_bytes();
+    if (rc == MTC_OK && mtc_comm_rank(world) == 0) j->rss = mtc_mem_proc_status("VmRSS");
     if (rc == MTC_OK) rc = mtc_barrier(world);
     return rc;
 }
@@ -374,7 +362,7 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
      * process holds this besides its allocation; glibc keeps freed heap
      * pages resident until trimmed */
     malloc_trim(0); /* the freed measurement buffers are not the process's */
-    m->kern.base_rss = resident_bytes();
+    m->kern.base_rss = mtc_mem_proc_status("VmRSS");
     MTC_CHECK(rank_rss(cores, &m->kern.rank_rss));
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
     m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */

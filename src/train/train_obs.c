@@ -191,20 +191,13 @@ mtc_result_t train_obs_log(train_rank *x, FILE *out, int n) {
     return MTC_OK;
 }
 
-/* This process's peak resident set in bytes: VmHWM of /proc/self/status,
- * or getrusage's ru_maxrss (kB on Linux) where there is no /proc. */
+/* This process's peak resident set in bytes: VmHWM, or getrusage's
+ * ru_maxrss (kB on Linux) where there is no /proc. */
 static int64_t peak_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb < 0) {
-        struct rusage ru;
-        kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
-    }
-    return (int64_t)kb * 1024;
+    double b = mtc_mem_proc_status("VmHWM");
+    struct rusage ru;
+    if (b <= 0 && getrusage(RUSAGE_SELF, &ru) == 0) b = (double)ru.ru_maxrss * 1024;
+    return (int64_t)b;
 }
 
 mtc_result_t train_obs_rss(train_rank *x, FILE *metrics) {
