@@ -2,9 +2,11 @@
 # bench/plan_vs_measured.sh - `mtc plan`'s prediction beside a measured run
 # for layouts of the small GPT (4 layers, hidden 128, 4 heads, seq 128,
 # vocab 256 mock tokens, micro batch 2, global batch 16) on 2, 4 and 8
-# rank-threads and on 2 and 4 MPI processes: step time (the fastest logged
-# iteration after the first: other jobs on a shared machine only add time,
-# and `mtc bench-peak` takes its rates the same way) and memory per rank (the banner's
+# rank-threads and on 2 and 4 MPI processes: step time (the median logged
+# iteration after the first, which makes oneDNN's kernels and faults the
+# pages in: the typical step, as the plan's kernel costs are bench-peak's
+# medians; the fastest of 5 moved by 10-20% from one run of a layout to
+# the next here, the median of 11 by a few %) and memory per rank (the banner's
 # allocation, exact by construction, and the process's peak RSS over the
 # ranks it holds, which also counts code, BLAS buffers and data: predicted
 # from the allocations and bench-peak's resident set of a process without
@@ -19,14 +21,14 @@
 # at ep 1 / 2 / 4, etp 1 / tp, with the allgather and the alltoall
 # dispatcher, one with dp 2 x ep 2 and the distributed optimizer.
 # Usage: bench/plan_vs_measured.sh [build-dir]
-# Env: ITERS (default 6), ROUNDS (default 3), MPI (auto|off), CPU (1: also the plan at a
+# Env: ITERS (default 12), ROUNDS (default 3), MPI (auto|off), CPU (1: also the plan at a
 # share of 1 beside each rank-thread layout's CPU seconds per step, a check the load moves less),
 # ROWS (all, dense or moe; default all)
 set -eu
 BUILD=${1:-build}
 MTC=$BUILD/mtc
 [ -x "$MTC" ] || { echo "plan_vs_measured: $MTC not built (cmake --build $BUILD)" >&2; exit 2; }
-ITERS=${ITERS:-6}
+ITERS=${ITERS:-12}
 case $ITERS in '' | *[!0-9]*) echo "plan_vs_measured: ITERS=$ITERS must be an integer >= 2" >&2; exit 2 ;; esac
 [ "$ITERS" -ge 2 ] || { echo "plan_vs_measured: ITERS=$ITERS must be >= 2" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
@@ -99,7 +101,8 @@ run() {
             q=$((q + 1))
         done
     fi
-    meas=$(sed -n 's/.*"elapsed_ms": \([0-9.]*\).*/\1/p' "$D/m" | tail -n +2 | sort -g | head -n 1)
+    meas=$(sed -n 's/.*"elapsed_ms": \([0-9.]*\).*/\1/p' "$D/m" | tail -n +2 | sort -g |
+        awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     alloc=$(tail -1 "$D/m" | sed 's/.*"param_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\), "optim_state_bytes": \([0-9]*\), "activation_bytes": \([0-9]*\).*/\1 \2 \3 \4/' |
         awk '{ print ($1 + $2 + $3 + $4) / 1048576 }')
     rss=$(tail -1 "$D/rss" | awk -v n="$perproc" '{ print $1 / 1024 / n }')

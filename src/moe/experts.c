@@ -37,6 +37,14 @@ static mtc_result_t gx_gemm(const gx *g, int tA, int tB, int M, int N, int K, co
 
 static int pad_rows(int t) { return (t + MOE_PAD - 1) / MOE_PAD * MOE_PAD; }
 
+int moe_gemm_rows(int rows, int blocked, int *calls) {
+    if (rows <= 0) return *calls = 0;
+    if (!blocked) return *calls = 1, rows;
+    int full = rows / MOE_BLOCK, t = rows - full * MOE_BLOCK;
+    *calls = full + (t > 0);
+    return full * MOE_BLOCK + pad_rows(t);
+}
+
 /* Y (c, N) = X (c, K) op(W) + beta Y; W (OUT, IN) row-major as nn.Linear,
  * op = transpose when tW (forward: K = IN) or not (data gradient: N = IN). */
 static mtc_result_t gx_rows(const gx *g, int c, int K, int N, const float *X, const float *W,

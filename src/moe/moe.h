@@ -169,6 +169,10 @@ typedef struct {
 int moe_max_rows(const mtc_moe_config *m, int N, int E);
 /* Expert capacity of N local tokens (Megatron's get_capacity on N*k). */
 int moe_capacity(const mtc_moe_config *m, int N, int E);
+/* Rows one expert's GEMMs compute for its `rows` rows, and the calls of
+ * each projection in *calls: with oneDNN (`blocked`) blocks of 256 rows,
+ * the last padded to a multiple of 64; else one call on the rows. */
+int moe_gemm_rows(int rows, int blocked, int *calls);
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N);
 /* Binding reads nothing and writes nothing: the scalars of a forward survive a
  * second binding of the same memory (backward binds again). */

@@ -28,6 +28,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "moe/moe.h"
+#include "nn/lowp.h"
 #include "nn/nn.h"
 #include "plan/plan.h"
 
@@ -51,8 +53,26 @@ enum {
     K_GEMM_S,
     K_LAYER,
     K_NORM2,
+    K_MOE_F,
+    K_MOE_B,
     K_N
 };
+enum { KE = 8, KK = 2 }; /* the MoE layer: 8 experts, top-2, (KC, KF) GELU MLPs with biases */
+
+/* One serial MoE layer (moe/moe.h) on its own weights, activations and
+ * scratch, and what its GEMMs are (from the routing its forward made). */
+typedef struct {
+    mtc_moe_config m;
+    moe_dims d;
+    float *mem; /* everything below, one allocation */
+    float *fc1w[KE], *fc1b[KE], *fc2w[KE], *fc2b[KE], *dfc1w[KE], *dfc1b[KE], *dfc2w[KE],
+        *dfc2b[KE];
+    float *router, *drouter, *in, *out, *dout, *din, *acts, *scratch;
+    moe_weights w, dw;
+    moe_acts a;
+    double rows;             /* rows the experts ran (the routing's, unpadded) */
+    double flops_f, calls_f; /* forward GEMMs: router and experts' padded blocks */
+} kern_moe;
 
 typedef struct {
     float *x, *y, *z, *w, *b, *mean, *rstd, *dw, *db, *qkv, *dqkv, *out, *lse, *logits, *loss;
@@ -61,6 +81,7 @@ typedef struct {
     float *evict;                    /* KEVICT floats read between calls */
     double clock_s;                  /* the CPU clock's cost per call */
     int *tgt;
+    kern_moe moe;
     double s[KROUNDS][K_N]; /* CPU seconds per repetition, per round */
     int round;
 } kern_arg;
@@ -151,6 +172,20 @@ static double run_kernel(kern_arg *a, int k, int reps) {
             memset(a->m, 0, (size_t)KADAM * sizeof(float));
             break;
         }
+        case K_MOE_F: { /* routing, permutation, the experts, the weighted sum */
+            kern_moe *e = &a->moe;
+            moe_pass p = {.train = 1};
+            (void)moe_layer_forward(e->out, &e->a, NULL, e->in, &e->w, &e->m, &e->d, N, &p,
+                                    e->scratch);
+            break;
+        }
+        case K_MOE_B: {
+            kern_moe *e = &a->moe;
+            moe_pass p = {.train = 1};
+            (void)moe_layer_backward(e->din, &e->dw, e->dout, &e->a, e->in, &e->w, &e->m, &e->d, &p,
+                                     e->scratch);
+            break;
+        }
         case K_GEMM_S: { /* a linear layer, forward and backward: (N, C) -> (N, OUT) */
             int OUT = KC;
             float *o = a->big, *wt = a->big + (size_t)3 * N * KF,
@@ -221,12 +256,56 @@ static float *fill(size_t n, int seed) {
     return x;
 }
 
+/* A serial MoE layer of KE experts over the N = KB x KT tokens: weights,
+ * gradients, activations and scratch in one block; one forward routes the
+ * tokens (router weights and inputs filled as the others: the experts get
+ * uneven rows, as a step's routing gives them) and records the GEMMs the
+ * layer then runs. */
+static int moe_alloc(kern_moe *e, int seed) {
+    const int N = KB * KT, C = KC, F = KF;
+    memset(e, 0, sizeof *e);
+    e->m.num_experts = KE, e->m.topk = KK, e->m.ffn_hidden_size = F, e->m.lb = MOE_LB_NONE;
+    e->d = (moe_dims){.C = C, .E = KE, .k = KK, .F = F, .bias = 1, .ep = 1, .etp = 1};
+    size_t acts = moe_acts_floats(&e->m, &e->d, N), scr = moe_scratch_floats(&e->m, &e->d, N);
+    size_t per = 2 * ((size_t)F * C + F + (size_t)C * F + C); /* an expert and its gradient */
+    size_t n = KE * per + 2 * (size_t)KE * C + 4 * (size_t)N * C + acts + scr;
+    float *p = e->mem = malloc(n * sizeof(float));
+    if (!p) return 0;
+    for (size_t i = 0; i < n; i++) /* as fill(): small values of both signs */
+        p[i] = (float)((i * 2654435761u + (unsigned)seed) % 1000) * 1e-3f - 0.5f;
+    for (int x = 0; x < KE; x++) {
+        e->fc1w[x] = p, p += (size_t)F * C, e->fc1b[x] = p, p += F;
+        e->fc2w[x] = p, p += (size_t)C * F, e->fc2b[x] = p, p += C;
+        e->dfc1w[x] = p, p += (size_t)F * C, e->dfc1b[x] = p, p += F;
+        e->dfc2w[x] = p, p += (size_t)C * F, e->dfc2b[x] = p, p += C;
+    }
+    e->router = p, p += (size_t)KE * C, e->drouter = p, p += (size_t)KE * C;
+    e->in = p, p += (size_t)N * C, e->out = p, p += (size_t)N * C;
+    e->dout = p, p += (size_t)N * C, e->din = p, p += (size_t)N * C;
+    e->acts = p, p += acts, e->scratch = p;
+    e->w = (moe_weights){e->router, NULL, e->fc1w, e->fc1b, e->fc2w, e->fc2b};
+    e->dw = (moe_weights){e->drouter, NULL, e->dfc1w, e->dfc1b, e->dfc2w, e->dfc2b};
+    moe_acts_bind(&e->a, e->acts, &e->m, &e->d, N);
+    moe_pass pass = {.train = 1};
+    if (moe_layer_forward(e->out, &e->a, NULL, e->in, &e->w, &e->m, &e->d, N, &pass, e->scratch) !=
+        MTC_OK)
+        return 0;
+    int blocked = nn_pool_lowp(NULL) != NULL;
+    e->flops_f = 2.0 * N * C * KE, e->calls_f = 1; /* the router's logits */
+    for (int x = 0, calls; x < KE; x++) {
+        double r = moe_gemm_rows(e->a.counts[x], blocked, &calls);
+        e->rows += e->a.counts[x];
+        e->flops_f += 2.0 * r * ((double)C * F + (double)F * C), e->calls_f += 2.0 * calls;
+    }
+    return e->rows > 0;
+}
+
 static void kern_free(kern_arg *a) {
     free(a->x), free(a->y), free(a->z), free(a->w), free(a->b), free(a->mean), free(a->rstd);
     free(a->dw), free(a->db), free(a->qkv), free(a->dqkv), free(a->out), free(a->lse);
     free(a->logits), free(a->loss), free(a->p), free(a->g), free(a->m), free(a->v), free(a->big);
     free(a->tgt), free(a->lx), free(a->lo), free(a->lw), free(a->ldw), free(a->ldx);
-    free(a->evict);
+    free(a->evict), free(a->moe.mem);
 }
 
 static int kern_alloc(kern_arg *a, int seed) {
@@ -243,6 +322,7 @@ static int kern_alloc(kern_arg *a, int seed) {
     a->lx = fill(4 * N * KF, seed + 9), a->lo = fill(4 * N * KF, 0);
     a->lw = fill((size_t)4 * KF * KC, seed + 10), a->ldw = fill((size_t)4 * KF * KC, 0);
     a->ldx = fill(N * KF, 0), a->evict = fill(KEVICT, seed + 11);
+    if (!moe_alloc(&a->moe, seed + 12)) return 0;
     if (!a->x || !a->y || !a->z || !a->w || !a->b || !a->mean || !a->rstd || !a->dw || !a->db ||
         !a->qkv || !a->dqkv || !a->out || !a->lse || !a->logits || !a->loss || !a->p || !a->g ||
         !a->m || !a->v || !a->big || !a->tgt || !a->lx || !a->lo || !a->lw || !a->ldw || !a->ldx ||
@@ -301,11 +381,14 @@ mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int roun
         if (started < cores)
             rc = mtc_error(MTC_ERR_SYSTEM, "bench-peak: could not start %d threads", cores);
     }
-    double s[K_N];
+    double s[K_N], mrows = 0, mflops = 0, mcalls = 0;
     memset(s, 0, sizeof s);
-    for (int i = 0; rc == MTC_OK && i < cores; i++)
+    for (int i = 0; rc == MTC_OK && i < cores; i++) {
         for (int k = 0; k < K_N; k++)
             s[k] += median_round(&a[i], k, rounds) / cores;
+        mrows += a[i].moe.rows / cores, mflops += a[i].moe.flops_f / cores;
+        mcalls += a[i].moe.calls_f / cores;
+    }
     for (int i = 0; a && i < cores; i++)
         kern_free(&a[i]);
     free(a), free(th);
@@ -345,6 +428,16 @@ mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int roun
     out->gemm_rate = extra > 0 ? (fl - 4 * fs) / extra : fl / s[K_LAYER];
     out->gemm_call = (s[K_GEMM_S] - fs / out->gemm_rate) / 3;
     if (out->gemm_call < 0) out->gemm_call = 0, out->gemm_rate = fl / s[K_LAYER];
+    /* the MoE layer: what its GEMMs leave at the rate and call cost just
+     * fitted (forward the router and one call per expert block and
+     * projection; backward twice the FLOPs and the calls: dX and dW) is
+     * the routing, permutation, row copies, activation, probability
+     * loops and the weighted sum, per row and element of the row's
+     * (C + F1 + F) */
+    double rel = mrows * (KC + 2.0 * KF);
+    double mf = s[K_MOE_F] - (mflops / out->gemm_rate + mcalls * out->gemm_call);
+    double mb = s[K_MOE_B] - 2 * (mflops / out->gemm_rate + mcalls * out->gemm_call);
+    out->moe_row_fwd = mf > 0 ? mf / rel : 0, out->moe_row_bwd = mb > 0 ? mb / rel : 0;
     out->measured = 1;
     return MTC_OK;
 }

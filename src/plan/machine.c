@@ -37,15 +37,16 @@ static mtc_result_t parse_link(const cJSON *o, const char *key, const char *orig
 /* The optional "kernels_ns" object (CPU hosts; docs/plan.md): nanoseconds
  * per element of each kernel. Absent: kern.measured = 0. */
 static const char *const KERN_KEYS[] = {
-    "norm_fwd",      "norm_bwd",    "gelu_fwd",  "gelu_bwd",      "dropout",
-    "resid",         "xent",        "adam",      "attn_fwd_tile", "attn_fwd_hs",
-    "attn_bwd_tile", "attn_bwd_hs", "attn_drop", "gemm_call",     "gradnorm"};
+    "norm_fwd",  "norm_bwd",  "gelu_fwd",      "gelu_bwd",    "dropout",       "resid",
+    "xent",      "adam",      "attn_fwd_tile", "attn_fwd_hs", "attn_bwd_tile", "attn_bwd_hs",
+    "attn_drop", "gemm_call", "gradnorm",      "moe_row_fwd", "moe_row_bwd"};
 
 static double *kern_field(mtc_plan_kernels *k, int i) {
     double *f[] = {&k->norm_fwd,      &k->norm_bwd,    &k->gelu_fwd,      &k->gelu_bwd,
                    &k->dropout,       &k->resid,       &k->xent,          &k->adam,
                    &k->attn_fwd_tile, &k->attn_fwd_hs, &k->attn_bwd_tile, &k->attn_bwd_hs,
-                   &k->attn_drop,     &k->gemm_call,   &k->gradnorm};
+                   &k->attn_drop,     &k->gemm_call,   &k->gradnorm,      &k->moe_row_fwd,
+                   &k->moe_row_bwd};
     return f[i];
 }
 

@@ -396,13 +396,15 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
                 "> kernels (ns per element, one thread, every core busy, CPU time): norm %.2f / "
                 "%.2f, GELU %.2f / %.2f, dropout %.2f, residual %.2f, cross-entropy %.2f, Adam "
                 "%.2f; attention per 64x64 tile %.0f + %.1f HS / %.0f + %.1f HS, dropout %.2f per "
-                "score; a layer's linears %.2f GFLOP/s + %.2f us per call; process resident %.1f "
-                "MB + %.2f MB per rank-thread\n",
+                "score; a layer's linears %.2f GFLOP/s + %.2f us per call; an MoE layer beside its "
+                "GEMMs %.2f / %.2f per row element; process resident %.1f MB + %.2f MB per "
+                "rank-thread\n",
                 k->norm_fwd * 1e9, k->norm_bwd * 1e9, k->gelu_fwd * 1e9, k->gelu_bwd * 1e9,
                 k->dropout * 1e9, k->resid * 1e9, k->xent * 1e9, k->adam * 1e9,
                 k->attn_fwd_tile * 1e9, k->attn_fwd_hs * 1e9, k->attn_bwd_tile * 1e9,
                 k->attn_bwd_hs * 1e9, k->attn_drop * 1e9, k->gemm_rate * 1e-9, k->gemm_call * 1e6,
-                k->base_rss / 1048576.0, k->rank_rss / 1048576.0);
+                k->moe_row_fwd * 1e9, k->moe_row_bwd * 1e9, k->base_rss / 1048576.0,
+                k->rank_rss / 1048576.0);
     if (log)
         fprintf(
             log,

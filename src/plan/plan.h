@@ -169,10 +169,14 @@ typedef struct {
     double attn_drop;                  /* s per visible score with attention dropout (fwd + bwd) */
     double gemm_call;                  /* s per GEMM call beyond its FLOPs at gemm_rate */
     double gemm_rate; /* FLOP/s of the linear layers' GEMMs fitted with gemm_call */
-    double base_rss;  /* bytes resident in a process before any model (code,
-                         BLAS / oneDNN / OpenMP state, bench-peak's pool) */
-    double rank_rss;  /* bytes a rank-thread adds (stack, malloc arena, oneDNN state) */
-    double mpi_rss;   /* bytes an MPI process adds (the library, its shared memory); 0 unknown */
+    /* an MoE layer's work beside its GEMMs (routing, permutation, row
+     * copies, activation, probability loops, weighted sum), s per routed
+     * row and element of (C + F1 + F): forward, backward */
+    double moe_row_fwd, moe_row_bwd;
+    double base_rss; /* bytes resident in a process before any model (code,
+                        BLAS / oneDNN / OpenMP state, bench-peak's pool) */
+    double rank_rss; /* bytes a rank-thread adds (stack, malloc arena, oneDNN state) */
+    double mpi_rss;  /* bytes an MPI process adds (the library, its shared memory); 0 unknown */
 } mtc_plan_kernels;
 
 typedef struct {

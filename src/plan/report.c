@@ -123,10 +123,12 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
                 t->moe_gemm_s * 1e3, t->moe_flops_rank, t->moe_rows, mtc_moe_topk(moe), l->etp,
                 moe->capacity_factor > 0 ? " x capacity" : "");
         if (t->kernels)
-            fprintf(f,
-                    "  MoE kernels       %12.3f ms  of the other kernels: router scores, the rows' "
-                    "gather and scatter, expert activations\n",
-                    t->moe_elem_s * 1e3);
+            fprintf(
+                f,
+                "  MoE kernels       %12.3f ms  of the other kernels: routing, permutation, the "
+                "rows' copies, activation and probability loops, weighted sum (%.2f / %.2f ns "
+                "per row element, bench-peak's MoE layer)\n",
+                t->moe_elem_s * 1e3, m->kern.moe_row_fwd * 1e9, m->kern.moe_row_bwd * 1e9);
         if (moe->dispatcher == MOE_DISPATCH_ALLTOALL)
             fprintf(f,
                     "  MoE dispatch      %12.3f ms  all-to-all over EP %d there and back, "

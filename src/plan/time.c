@@ -269,20 +269,20 @@ static void cpu_moe_costs(const mtc_plan_layout *l, const mtc_plan_kernels *k, i
     double mg = lin_s(k, ms.Nl, C, ms.E, 1) + moe_expert_gemm_s(k, &ms, m->pad_to_capacity) +
                 (SF > 0 ? lin_s(k, N, C, SF1, 1) + lin_s(k, N, SF, C, 1) : 0);
     double dense = lin_s(k, N, C, F1, 1) + lin_s(k, N, F, C, 1);
-    /* the router's scores and top-k (a fused softmax's cost per logit),
-     * the rows' gather and weighted scatter back, the experts' activation
-     * and their per-row loops (moe/experts.c), each priced as a
-     * residual's pass per element: forward the probability scaling
-     * (rows x F) and the bias fills (rows x (F1 + C)); backward the
-     * scaling again, the probability's gradient (a double-precision
-     * dot, two passes), d(z) x prob, the biases' gradients (rows x (2 C
-     * + F1)); the shared expert's GELU */
-    double bias = c->disable_bias_linear ? 0 : 1, rows = ms.rows;
-    double me_f = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid + rows * ms.Fe * k->gelu_fwd +
-                  N * SF * k->gelu_fwd + rows * (ms.Fe + bias * (ms.F1e + C)) * k->resid;
-    double me_b = ms.Nl * ms.E * k->xent + 2 * rows * C * k->resid +
-                  (rows * ms.Fe + N * SF) * (k->gelu_fwd + k->gelu_bwd) +
-                  rows * (4 * ms.Fe + bias * (2 * C + ms.F1e)) * k->resid;
+    /* the rest of the layer, timed by bench-peak on a serial MoE layer
+     * (plan/kernels.c: what its forward and backward take beyond their
+     * GEMMs): the routing, the permutation, the rows' gather, staging and
+     * weighted sum, the experts' activation and probability loops, per
+     * routed row and element of (C + F1 + F) (the F1 + F per expert rank
+     * of an ETP group); alltoall adds the packing of the rows it sends
+     * and receives (rows x C each way, a residual's pass per element);
+     * the shared expert's GELU */
+    double rows = ms.rows, rel = rows * (C + ms.F1e + ms.Fe);
+    double pack = m->dispatcher == MOE_DISPATCH_ALLTOALL && (l->ep > 1 || l->etp > 1)
+                      ? 2 * rows * C * k->resid
+                      : 0;
+    double me_f = rel * k->moe_row_fwd + pack + N * SF * k->gelu_fwd;
+    double me_b = rel * k->moe_row_bwd + pack + N * SF * (k->gelu_fwd + k->gelu_bwd);
     *gf = nm * (mg - dense), *gb = 2 * nm * (mg - dense);
     *ef = nm * (me_f - N * F * k->gelu_fwd);
     *eb = nm * (me_b - N * F * (k->gelu_fwd + k->gelu_bwd));

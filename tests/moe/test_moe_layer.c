@@ -466,6 +466,20 @@ static void check_parse(void) {
     T_CHECK(mtc_moe_validate(&dense, 2, 32, 1, 0, 2, 1, 0) != MTC_OK); /* EP without experts */
 }
 
+/* The rows an expert's GEMMs compute (the planner prices them): blocks of
+ * 256, the last padded to a multiple of 64; one call without oneDNN. */
+static void check_gemm_rows(void) {
+    static const int in[][4] = {/* rows, blocked, padded rows, calls */
+                                {0, 1, 0, 0},     {1, 1, 64, 1},    {64, 1, 64, 1},
+                                {65, 1, 128, 1},  {256, 1, 256, 1}, {257, 1, 320, 2},
+                                {600, 1, 640, 3}, {300, 0, 300, 1}, {0, 0, 0, 0}};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        int calls = -1, r = moe_gemm_rows(in[i][0], in[i][1], &calls);
+        T_CHECKF(r == in[i][2] && calls == in[i][3], "moe_gemm_rows(%d, %d) = %d, %d calls",
+                 in[i][0], in[i][1], r, calls);
+    }
+}
+
 int main(void) {
     if (fixture_load(&fx, FIXTURE) != 0) {
         fprintf(stderr, "cannot read %s (run tests/reference/moe_reference.py)\n", FIXTURE);
@@ -485,6 +499,7 @@ int main(void) {
     check_threads();
     check_imbalanced();
     check_blocks();
+    check_gemm_rows();
     check_parse();
     nn_pool_free(pool);
     fixture_free(&fx);

@@ -22,7 +22,7 @@ if awk -v s="${shape:-0}" 'BEGIN { exit !(s > 0) }'; then ok "shape_tflops_fp32 
 if awk -v s="${share:-0}" 'BEGIN { exit !(s > 0 && s <= 1) }'; then ok "cpu_share $share in (0, 1]"; else bad "cpu_share '$share'"; fi
 # the kernels' costs: every one measured (> 0 but the GEMM's per-call cost,
 # which the fit may put at 0), and the resident set of a process
-for key in norm_fwd norm_bwd gelu_fwd gelu_bwd dropout resid xent adam attn_drop gradnorm gemm_gflops base_rss_mb; do
+for key in norm_fwd norm_bwd gelu_fwd gelu_bwd dropout resid xent adam attn_drop gradnorm moe_row_fwd moe_row_bwd gemm_gflops base_rss_mb; do
     v=$(sed -n "s/.*\"$key\": \([0-9.e+-]*\)[,}].*/\1/p" "$D/m.json")
     if awk -v s="${v:-0}" 'BEGIN { exit !(s > 0) }'; then :; else bad "kernels_ns $key '$v'"; fi
 done

@@ -273,10 +273,10 @@ static void test_cpu_rate(void) {
  * GEMMs are the linears' FLOPs (the attention core is the tiles', not a
  * GEMM's) at gemm_gflops; Adam on every element; all / the share. */
 static const char *kern_json(const char *key, double value, double share) {
-    static const char *keys[] = {"norm_fwd",      "norm_bwd",    "gelu_fwd",      "gelu_bwd",
-                                 "dropout",       "resid",       "xent",          "adam",
-                                 "attn_fwd_tile", "attn_fwd_hs", "attn_bwd_tile", "attn_bwd_hs",
-                                 "attn_drop",     "gemm_call",   "gradnorm"};
+    static const char *keys[] = {
+        "norm_fwd",  "norm_bwd",  "gelu_fwd",      "gelu_bwd",    "dropout",       "resid",
+        "xent",      "adam",      "attn_fwd_tile", "attn_fwd_hs", "attn_bwd_tile", "attn_bwd_hs",
+        "attn_drop", "gemm_call", "gradnorm",      "moe_row_fwd", "moe_row_bwd"};
     static char buf[1400];
     int k = snprintf(buf, sizeof buf,
                      "{\"name\": \"h\", \"is_cpu\": true, \"devices_per_node\": 2, "
@@ -413,17 +413,35 @@ static void test_moe(void) {
 }
 
 /* MoE on a CPU host with measured kernels: an MoE layer's expert rows
- * replace the dense MLP's in the GELU and GEMM counts, in closed form. */
+ * replace the dense MLP's GELU and GEMMs, in closed form; the layer's
+ * work beside its GEMMs is bench-peak's cost per routed row and element of
+ * (h + F1 + F), forward and backward. */
 static void test_cpu_kernels_moe(void) {
     mtc_plan_layout l = gpt(4, 128, 4, 128, 256, 2, 2, 16); /* dp 2, one core each, M = 4 */
     l.model.moe.num_experts = 8, l.model.moe.topk = 2, l.model.moe.layer_freq = 1;
     double N = 2 * 128, h = 128, F = 512, V = 256, M = 4, L = 4, E = 8, rows = N * 2;
     mtc_plan_machine m;
     mtc_plan_time t;
+    /* no dense MLP, no shared expert: no GELU of the model's own */
     T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
     T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
-    double gelu = M * L * 2 * rows * F * 1e-9; /* the experts' rows, no dense MLP */
+    T_CHECKF(fabs(t.elementwise_s) < 1e-15, "moe gelu %g", t.elementwise_s);
+    const char *row_keys[] = {"moe_row_fwd", "moe_row_bwd"};
+    for (int i = 0; i < 2; i++) {
+        T_CHECK(mtc_plan_machine_parse(kern_json(row_keys[i], 1, 1), "t", &m) == MTC_OK);
+        T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+        double row = M * L * rows * (h + F + F) * 1e-9;
+        T_CHECKF(fabs(t.elementwise_s / row - 1) < 1e-9 && fabs(t.moe_elem_s / row - 1) < 1e-9,
+                 "moe %s %g (of it MoE %g) vs %g", row_keys[i], t.elementwise_s, t.moe_elem_s, row);
+    }
+    /* every other layer MoE: the dense ones keep their GELU */
+    l.model.moe.layer_freq = 2;
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    double gelu = M * L / 2 * 2 * N * F * 1e-9;
     T_CHECKF(fabs(t.elementwise_s / gelu - 1) < 1e-9, "moe gelu %g vs %g", t.elementwise_s, gelu);
+    l.model.moe.layer_freq = 1;
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
     /* GEMMs: qkv, proj, the router (N x h x E), 8 experts of 64 rows each
      * plus half a 64-row block of routing imbalance (fc1 + fc2), the head */
     double fl = 6.0 * M * (L * (N * h * 4 * h + N * h * E + E * (64 + 32) * h * 2 * F) + N * h * V);
