@@ -110,6 +110,14 @@ static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machi
     m->mem_bw = num(o, "mem_bw_gbps", 0) * 1e9;
     m->achieved = num(o, "achieved_fraction", 1.0);
     m->oversub_lat = num(o, "oversub_lat_us", 0) * 1e-6;
+    m->oversub_sync = num(o, "oversub_sync_us", 0) * 1e-6;
+    m->oversub_frac = num(o, "oversub_frac", 0);
+    if (!(m->oversub_sync >= 0 && m->oversub_sync < 1 && m->oversub_frac >= 0 &&
+          m->oversub_frac <= 10))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: machine %s: need oversub_sync_us in [0, 1e6) (got %g) and "
+                         "oversub_frac in [0, 10] (got %g)",
+                         origin, m->name, m->oversub_sync * 1e6, m->oversub_frac);
     if (m->devices_per_node < 1)
         return mtc_error(MTC_ERR_FORMAT, "%s: machine %s needs devices_per_node >= 1", origin,
                          m->name);
@@ -246,12 +254,14 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
             "%.6g,\n  \"mem_bw_gbps\": %.6g,\n"
             "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
             "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
-            "  \"oversub_lat_us\": %.6g,\n  \"achieved_fraction\": %.6g",
+            "  \"oversub_lat_us\": %.6g,\n  \"oversub_sync_us\": %.6g,\n  \"oversub_frac\": "
+            "%.6g,\n  \"achieved_fraction\": %.6g",
             m->name, m->description, m->is_cpu ? "true" : "false", m->devices_per_node,
             m->peak_flops * 1e-12, m->peak_flops_fp32 * 1e-12, m->shape_flops_fp32 * 1e-12,
             m->cpu_share, m->mem_bytes * 1e-9, m->mem_bw * 1e-9, m->intra.bw * 1e-9,
             m->intra.lat * 1e6, m->intra.sync * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6,
-            m->inter.sync * 1e6, m->oversub_lat * 1e6, m->achieved);
+            m->inter.sync * 1e6, m->oversub_lat * 1e6, m->oversub_sync * 1e6, m->oversub_frac,
+            m->achieved);
     if (m->kern.measured) {
         fprintf(f, ",\n  \"kernels_ns\": {");
         for (int i = 0; i < NKERN; i++)

@@ -196,7 +196,11 @@ typedef struct {
     double mem_bytes; /* HBM (or host RAM) per device */
     double mem_bw;    /* bytes/s per device for element-wise passes */
     mtc_plan_link intra, inter;
-    double oversub_lat;    /* extra seconds per sync when ranks outnumber cores (CPU) */
+    double oversub_lat; /* extra seconds per sync when ranks outnumber cores (CPU) */
+    /* CPU, ranks outnumbering the cores between compute phases: the wall
+     * seconds a collective adds (waits for a descheduled peer, wake-ups)
+     * and the fraction the compute grows by (0: not measured) */
+    double oversub_sync, oversub_frac;
     mtc_plan_kernels kern; /* CPU: kernel costs (measured 0 on GPU machines) */
 } mtc_plan_machine;
 

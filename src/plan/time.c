@@ -104,10 +104,13 @@ double mtc_plan_flops(const mtc_model_config *c, int64_t global_batch, mtc_plan_
 
 /* A link with the oversubscription penalty of a CPU host running more
  * rank-threads than cores (the wait for a peer between compute phases is
- * the link's sync, in mtc_plan_coll_time). */
-static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, int oversub) {
+ * the link's sync, in mtc_plan_coll_time): per message step the measured
+ * latency, per call `ovs` more (what bench-peak's oversubscribed probe
+ * measured a call to add to the wall time, as a rank's share of it). */
+static mtc_plan_link link_of(const mtc_plan_machine *m, int stride, int size, int oversub,
+                             double ovs) {
     mtc_plan_link k = *mtc_plan_group_link(m, stride, size);
-    if (oversub) k.lat += m->oversub_lat;
+    if (oversub) k.lat += m->oversub_lat, k.sync += ovs;
     return k;
 }
 
@@ -455,19 +458,28 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     int shared_cores = m->is_cpu && devices < 1;
     if (m->is_cpu && l->precision != MTC_PLAN_BF16 && m->kern.measured && m->kern.gemm_rate > 0)
         cpu_slow = 1.0 / ((shared_cores ? 1.0 : devices) * share);
+    /* ranks on shared cores between collectives: each call adds the
+     * measured wall time (bench-peak's probe, a call of every rank at
+     * once), a rank's share of it cores / world, and the compute grows by
+     * the measured fraction (peers descheduled mid-phase, switches) */
+    double ovs = 0;
+    if (cpu_slow > 0 && shared_cores) {
+        cpu_slow *= 1 + m->oversub_frac;
+        ovs = m->oversub_sync * m->devices_per_node / l->world;
+    }
     mtc_plan_machine mm = *m;
     if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */
     mm.mem_bw *= share;
     int pp_stride = l->tp * l->cp * l->dp;
-    mtc_plan_link tpl = link_of(m, 1, l->tp, oversub);
-    mtc_plan_link cpl = link_of(m, l->tp, l->cp, oversub);
-    mtc_plan_link dpl = link_of(m, l->tp, l->dp * l->cp, oversub); /* the dp x cp group */
-    mtc_plan_link ppl = link_of(m, pp_stride, l->pp, oversub);
+    mtc_plan_link tpl = link_of(m, 1, l->tp, oversub, ovs);
+    mtc_plan_link cpl = link_of(m, l->tp, l->cp, oversub, ovs);
+    mtc_plan_link dpl = link_of(m, l->tp, l->dp * l->cp, oversub, ovs); /* the dp x cp group */
+    mtc_plan_link ppl = link_of(m, pp_stride, l->pp, oversub, ovs);
     /* MoE groups in the expert generator's etp-ep-edp-pp order: ETP x EP
      * (allgather), EP (stride etp) and ETP (alltoall) */
     int etp = l->etp > 0 ? l->etp : 1, ep = l->ep > 1 ? l->ep : 1;
-    mtc_plan_link moel[3] = {link_of(m, 1, etp * ep, oversub), link_of(m, etp, ep, oversub),
-                             link_of(m, 1, etp, oversub)};
+    mtc_plan_link moel[3] = {link_of(m, 1, etp * ep, oversub, ovs),
+                             link_of(m, etp, ep, oversub, ovs), link_of(m, 1, etp, oversub, ovs)};
     /* the slowest stage's chunk (head and embedding on their stages) */
     double tf = 0, tb = 0, work = 0; /* work: one pipeline replica's busy seconds */
     chunk_cost worst;
@@ -557,7 +569,7 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     int dpc = l->dp * l->cp; /* gradients reduce over dp x cp */
     if (dpc > 1 && !l->distopt) dpt = mtc_plan_coll_time(MTC_PLAN_AR, gb, dpc, &dpl);
     if (dpc > 1 && l->distopt) {
-        mtc_plan_link intra = link_of(m, l->tp, dpc / nd, oversub);
+        mtc_plan_link intra = link_of(m, l->tp, dpc / nd, oversub, ovs);
         dpt = mtc_plan_coll_time(MTC_PLAN_RS, gb, dpc / nd, &intra);
         if (nd > 1) dpt += mtc_plan_coll_time(MTC_PLAN_AR, gb / (dpc / nd), nd, &dpl);
         ag = mtc_plan_coll_time(MTC_PLAN_AG, pb, dpc / nd, &intra);
@@ -567,12 +579,12 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     double xb = (double)mem.expert_buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
     int edp = l->edp;
     if (xb > 0 && edp > 1) {
-        mtc_plan_link el = link_of(m, etp * ep, edp, oversub);
+        mtc_plan_link el = link_of(m, etp * ep, edp, oversub, ovs);
         double xt = 0, xa = 0;
         if (!l->distopt)
             xt = mtc_plan_coll_time(MTC_PLAN_AR, xb, edp, &el);
         else {
-            mtc_plan_link intra = link_of(m, etp * ep, edp / nd, oversub);
+            mtc_plan_link intra = link_of(m, etp * ep, edp / nd, oversub, ovs);
             xt = mtc_plan_coll_time(MTC_PLAN_RS, xb, edp / nd, &intra);
             if (nd > 1) xt += mtc_plan_coll_time(MTC_PLAN_AR, xb / (edp / nd), nd, &el);
             xa = mtc_plan_coll_time(MTC_PLAN_AG, xb, edp / nd, &intra);
