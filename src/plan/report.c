@@ -72,14 +72,21 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
     fprintf(f, "  total             %12.2f MB  of %.2f MB per %s\n", mb(mem->total_bytes),
             m->mem_bytes / 1048576.0 / (m->is_cpu ? l->world : 1), m->is_cpu ? "rank" : "device");
     fprintf(f, "step time:\n");
-    if (t->kernels)
+    if (t->kernels) {
         fprintf(f,
                 "  GEMMs             %12.3f ms  linear layers at %.4g GFLOP/s + %.3g us per call "
                 "(a layer's linears as bench-peak timed them) per core at mtc's shapes x %.3g "
                 "cores x %.3f share of a core under load\n",
                 t->compute_s * 1e3, m->kern.gemm_rate * 1e-9, m->kern.gemm_call * 1e6, t->devices,
                 t->cpu_share);
-    else if (m->is_cpu)
+        if (t->devices < 1)
+            fprintf(f,
+                    "  (%d ranks on %d cores: a rank runs at a whole core while it has one; the "
+                    "compute +%.1f%% and each collective +%.1f us x %d / %d, bench-peak's "
+                    "oversubscribed probe)\n",
+                    l->world, m->devices_per_node, m->oversub_frac * 100, m->oversub_sync * 1e6,
+                    m->devices_per_node, l->world);
+    } else if (m->is_cpu)
         fprintf(f,
                 "  GEMMs             %12.3f ms  %.4g FLOPs per rank at %.4g TFLOP/s (%.4g per "
                 "core at mtc's shapes x %.3g cores x %.3f share of a core under load)\n",

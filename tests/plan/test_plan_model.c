@@ -412,6 +412,38 @@ static void test_moe(void) {
     T_CHECK(mtc_plan_layout_check(&l) == MTC_ERR_INVALID_ARGUMENT);
 }
 
+/* Rank-threads outnumbering the cores: the compute grows by bench-peak's
+ * oversub_frac and each collective call pays oversub_sync x cores / world
+ * (the probe's wall time per call of every rank, a rank's share). */
+static void test_cpu_oversub(void) {
+    mtc_plan_layout l = gpt(4, 128, 4, 128, 256, 2, 2, 16);
+    l.world = 8, l.tp = 2, l.dp = 4; /* 8 ranks on the 2 cores of kern_json */
+    T_CHECK(mtc_plan_layout_check(&l) == MTC_OK);
+    mtc_plan_machine m;
+    mtc_plan_time t0, t1, t2;
+    T_CHECK(mtc_plan_machine_parse(kern_json("gelu_fwd", 1, 1), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t0) == MTC_OK);
+    m.oversub_frac = 0.5;
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t1) == MTC_OK);
+    T_CHECKF(fabs(t1.compute_s / t0.compute_s - 1.5) < 1e-9 &&
+                 fabs(t1.elementwise_s / t0.elementwise_s - 1.5) < 1e-9,
+             "oversub_frac: compute %g vs %g", t1.compute_s, t0.compute_s);
+    m.oversub_frac = 0, m.oversub_sync = 1e-3;
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t2) == MTC_OK);
+    /* TP per microbatch: 2 x 4 layers + embedding + head all-reduces forward
+     * and again backward, 3 cross-entropy ones; M = 2 microbatches */
+    double calls = 2 * (2 * (2 * 4 + 2) + 3);
+    T_CHECKF(fabs(t2.tp_comm_s - t0.tp_comm_s - calls * 1e-3 * 2 / 8) < 1e-12,
+             "oversub_sync: tp %g vs %g", t2.tp_comm_s, t0.tp_comm_s);
+    /* as many ranks as cores: neither applies */
+    mtc_plan_layout l2 = gpt(4, 128, 4, 128, 256, 2, 2, 16);
+    m.oversub_frac = 0.5;
+    T_CHECK(mtc_plan_time_step(&l2, &m, 0, &t1) == MTC_OK);
+    m.oversub_frac = 0, m.oversub_sync = 0;
+    T_CHECK(mtc_plan_time_step(&l2, &m, 0, &t2) == MTC_OK);
+    T_CHECK(t1.step_s == t2.step_s);
+}
+
 /* MoE on a CPU host with measured kernels: an MoE layer's expert rows
  * replace the dense MLP's GELU and GEMMs, in closed form; the layer's
  * work beside its GEMMs is bench-peak's cost per routed row and element of
@@ -458,6 +490,7 @@ static void test_cpu_kernels_moe(void) {
 int main(void) {
     test_korthikanti();
     test_cpu_kernels_moe();
+    test_cpu_oversub();
     test_moe();
     test_flops();
     test_collectives();
