@@ -78,9 +78,10 @@ run() {
             echo "$launch $world:$lay$key $plan1 $cpu" >>"$D/rawcpu"
         fi
     fi
-    dp=$((world / tp / pp))
+    dp=$((world / tp / pp)) rpp=""
+    [ "$launch" = mpi ] && rpp="--ranks-per-process 1" # processes: their own oversubscription
     "$MTC" plan $MODEL --world-size "$world" $pargs --machine "$D/machine.json" --explain "$lay" \
-        --pp-rank $((pp - 1)) --dp-rank $((dp - 1)) --json >"$D/p" 2>"$D/perr" ||
+        --pp-rank $((pp - 1)) --dp-rank $((dp - 1)) $rpp --json >"$D/p" 2>"$D/perr" ||
         { echo "$launch $lay: plan failed: $(cat "$D/perr")"; return 0; }
     # resident memory: under mpirun the largest process holds one rank (the
     # peak one: the explained one); rank-threads share one process, so its

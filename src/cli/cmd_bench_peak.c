@@ -30,6 +30,19 @@ static mtc_result_t mpi_probe_rank(mtc_comm_t world, void *arg) {
     return mtc_barrier(world);
 }
 
+typedef struct {
+    double sync, frac;
+    int rank;
+} ovs_mpi;
+
+static mtc_result_t mpi_ovs_rank(mtc_comm_t world, void *arg) {
+    ovs_mpi *p = arg;
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    MTC_CHECK(mtc_plan_oversub_probe(world, cores, 3, &p->sync, &p->frac));
+    p->rank = mtc_comm_rank(world);
+    return MTC_OK;
+}
+
 /* `mtc bench-peak --mpi-rss-probe`, which bench-peak runs under mpiexec:
  * prints the resident set an MPI process adds to a plain one. */
 static int mpi_rss_probe(void) {
@@ -41,10 +54,22 @@ static int mpi_rss_probe(void) {
     return 0;
 }
 
-/* The resident set an MPI process adds (the MPI library, its shared-memory
- * segments), measured by running this program's probe under mpiexec on 2
- * processes; 0 without the MPI backend or when it cannot run. */
-static double mpi_rss(FILE *log) {
+/* `mtc bench-peak --mpi-oversub-probe`, run under mpiexec on twice as many
+ * processes as cores: prints the oversubscription probe's fit
+ * (mtc_plan_oversub_probe) for MPI processes. */
+static int mpi_oversub_probe(void) {
+    ovs_mpi p = {0};
+    mtc_launch_opts lo = {.backend = MTC_BACKEND_MPI};
+    mtc_result_t rc = mtc_launch(&lo, mpi_ovs_rank, &p);
+    if (rc != MTC_OK) return cli_fail("bench-peak", rc);
+    if (p.rank == 0) printf("mpi_oversub %.9g %.9g\n", p.sync, p.frac);
+    return 0;
+}
+
+/* Runs this program's `bench-peak FLAG` under mpiexec on np processes and
+ * reads the line "KEY v..." it prints into v[0..nv); 0 when it did not
+ * run (no MPI backend, no mpiexec, a failure, 60 s passed). */
+static int mpi_run_probe(int np, const char *flag, const char *key, double *v, int nv) {
 #if defined(MTC_HAVE_MPI) && defined(MTC_MPIEXEC)
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -58,16 +83,37 @@ static double mpi_rss(FILE *log) {
     snprintf(cmd, sizeof cmd,
              "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" "
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "OMPI_MCA_rmaps_base_oversubscribe=1 timeout -k 5 60 '%s' -np 2 '%s' bench-peak "
-             "--mpi-rss-probe 2>/dev/null",
-             MTC_MPIEXEC, exe);
+             "OMPI_MCA_rmaps_base_oversubscribe=1 timeout -k 5 60 '%s' -np %d '%s' bench-peak "
+             "%s 2>/dev/null",
+             MTC_MPIEXEC, np, exe, flag);
     FILE *p = popen(cmd, "r");
-    double v = 0;
     char line[256];
+    int got = 0;
+    size_t kl = strlen(key);
     while (p && fgets(line, sizeof line, p))
-        if (sscanf(line, "mpi_rss_bytes %lf", &v) == 1) break;
+        if (!strncmp(line, key, kl) && line[kl] == ' ') {
+            char *q = line + kl;
+            for (got = 0; got < nv; got++) {
+                int used = 0;
+                if (sscanf(q, "%lf%n", &v[got], &used) != 1) break;
+                q += used;
+            }
+            break;
+        }
     int st = p ? pclose(p) : -1;
-    if (st != 0 || !(v > 0)) v = 0;
+    return st == 0 && got == nv;
+#else
+    (void)np, (void)flag, (void)key, (void)v, (void)nv;
+    return 0;
+#endif
+}
+
+/* The resident set an MPI process adds (the MPI library, its shared-memory
+ * segments): the probe under mpiexec on 2 processes; 0 when it cannot run. */
+static double mpi_rss(FILE *log) {
+#if defined(MTC_HAVE_MPI) && defined(MTC_MPIEXEC)
+    double v = 0;
+    if (!mpi_run_probe(2, "--mpi-rss-probe", "mpi_rss_bytes", &v, 1) || !(v > 0)) v = 0;
     if (log)
         fprintf(log, "> an MPI process (%s -np 2) holds %.1f MB more than a plain one%s\n",
                 MTC_MPIEXEC, v / 1048576.0, v > 0 ? "" : " (the probe did not run)");
@@ -78,8 +124,31 @@ static double mpi_rss(FILE *log) {
 #endif
 }
 
+/* The oversubscription probe on MPI processes (twice as many as cores);
+ * both 0 when it cannot run (the plan then prices processes as threads). */
+static void mpi_oversub(FILE *log, double *sync, double *frac) {
+    double v[2] = {0, 0};
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), np = MTC_PLAN_OVERSUB_PER_CORE * cores;
+    if (cores < 1 || np > 64 || !mpi_run_probe(np, "--mpi-oversub-probe", "mpi_oversub", v, 2) ||
+        !(v[0] >= 0) || !(v[1] >= 0))
+        v[0] = v[1] = 0;
+    *sync = v[0], *frac = v[1];
+#if defined(MTC_HAVE_MPI) && defined(MTC_MPIEXEC)
+    if (log)
+        fprintf(
+            log,
+            "> %d MPI processes on %d cores between GEMMs: +%.1f us per call and +%.1f%% of the "
+            "compute%s\n",
+            np, cores, v[0] * 1e6, v[1] * 100,
+            v[0] > 0 || v[1] > 0 ? "" : " (the probe did not run: priced as threads)");
+#else
+    (void)log;
+#endif
+}
+
 int cli_cmd_bench_peak(int argc, char **argv) {
     if (argc == 1 && !strcmp(argv[0], "--mpi-rss-probe")) return mpi_rss_probe();
+    if (argc == 1 && !strcmp(argv[0], "--mpi-oversub-probe")) return mpi_oversub_probe();
     int iters = 9, print = 0;
     const char *out = NULL;
     mtc_arg args[] = {
@@ -132,6 +201,7 @@ int cli_cmd_bench_peak(int argc, char **argv) {
     }
     mtc_result_t rc = mtc_plan_measure_host(&m, iters, stdout);
     if (rc == MTC_OK) m.kern.mpi_rss = mpi_rss(stdout);
+    if (rc == MTC_OK) mpi_oversub(stdout, &m.mpi_oversub_sync, &m.mpi_oversub_frac);
     if (rc == MTC_OK) rc = mtc_plan_machine_write(&m, path);
     if (rc != MTC_OK) return cli_fail("bench-peak", rc);
     printf("> wrote %s (figures taken now, on a machine that may be shared)\n", path);

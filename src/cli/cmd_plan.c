@@ -176,8 +176,9 @@ int cli_cmd_plan(int argc, char **argv) {
         {"threads", NULL, MTC_ARG_INT, &threads, "N",
          "threads per rank on this machine (default cores / ranks, as mtc train)", 0},
         {"ranks-per-process", NULL, MTC_ARG_INT, &rpp, "N",
-         "ranks sharing a process's fixed resident memory on this machine (default world "
-         "size: rank-threads; 1 under mpirun)",
+         "ranks of one process on this machine (default world size: rank-threads; 1 under "
+         "mpirun): they share its fixed resident memory, and MPI processes outnumbering the "
+         "cores are priced with bench-peak's MPI probe",
          0},
         {"explain", NULL, MTC_ARG_STRING, &explain, "LAYOUT",
          "every term of one layout, e.g. tp2-pp2-vpp2-sp-do or tp=2,pp=2", 0},
@@ -314,6 +315,7 @@ int cli_cmd_plan(int argc, char **argv) {
         l.act_model = MTC_PLAN_ACT_MEGATRON;
     else
         return cli_usage_error("plan", "activations=%s is not mtc or megatron", acts);
+    l.ranks_per_process = rpp;
     if (l.act_model == MTC_PLAN_ACT_MTC &&
         (l.precision != MTC_PLAN_FP32 || l.recompute != MTC_PLAN_RECOMPUTE_NONE))
         return cli_usage_error("plan", "--activations mtc describes mtc's fp32 arena without "

@@ -112,12 +112,17 @@ static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machi
     m->oversub_lat = num(o, "oversub_lat_us", 0) * 1e-6;
     m->oversub_sync = num(o, "oversub_sync_us", 0) * 1e-6;
     m->oversub_frac = num(o, "oversub_frac", 0);
-    if (!(m->oversub_sync >= 0 && m->oversub_sync < 1 && m->oversub_frac >= 0 &&
-          m->oversub_frac <= 10))
-        return mtc_error(MTC_ERR_FORMAT,
-                         "%s: machine %s: need oversub_sync_us in [0, 1e6) (got %g) and "
-                         "oversub_frac in [0, 10] (got %g)",
-                         origin, m->name, m->oversub_sync * 1e6, m->oversub_frac);
+    m->mpi_oversub_sync = num(o, "mpi_oversub_sync_us", 0) * 1e-6;
+    m->mpi_oversub_frac = num(o, "mpi_oversub_frac", 0);
+    double ovs[2][2] = {{m->oversub_sync, m->oversub_frac},
+                        {m->mpi_oversub_sync, m->mpi_oversub_frac}};
+    for (int i = 0; i < 2; i++)
+        if (!(ovs[i][0] >= 0 && ovs[i][0] < 1 && ovs[i][1] >= 0 && ovs[i][1] <= 10))
+            return mtc_error(MTC_ERR_FORMAT,
+                             "%s: machine %s: need %soversub_sync_us in [0, 1e6) (got %g) and "
+                             "%soversub_frac in [0, 10] (got %g)",
+                             origin, m->name, i ? "mpi_" : "", ovs[i][0] * 1e6, i ? "mpi_" : "",
+                             ovs[i][1]);
     if (m->devices_per_node < 1)
         return mtc_error(MTC_ERR_FORMAT, "%s: machine %s needs devices_per_node >= 1", origin,
                          m->name);
@@ -255,13 +260,14 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
             "  \"intra\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
             "  \"inter\": {\"bw_gbps\": %.6g, \"lat_us\": %.6g, \"sync_us\": %.6g},\n"
             "  \"oversub_lat_us\": %.6g,\n  \"oversub_sync_us\": %.6g,\n  \"oversub_frac\": "
-            "%.6g,\n  \"achieved_fraction\": %.6g",
+            "%.6g,\n  \"mpi_oversub_sync_us\": %.6g,\n  \"mpi_oversub_frac\": %.6g,\n  "
+            "\"achieved_fraction\": %.6g",
             m->name, m->description, m->is_cpu ? "true" : "false", m->devices_per_node,
             m->peak_flops * 1e-12, m->peak_flops_fp32 * 1e-12, m->shape_flops_fp32 * 1e-12,
             m->cpu_share, m->mem_bytes * 1e-9, m->mem_bw * 1e-9, m->intra.bw * 1e-9,
             m->intra.lat * 1e6, m->intra.sync * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6,
             m->inter.sync * 1e6, m->oversub_lat * 1e6, m->oversub_sync * 1e6, m->oversub_frac,
-            m->achieved);
+            m->mpi_oversub_sync * 1e6, m->mpi_oversub_frac, m->achieved);
     if (m->kern.measured) {
         fprintf(f, ",\n  \"kernels_ns\": {");
         for (int i = 0; i < NKERN; i++)

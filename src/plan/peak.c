@@ -287,20 +287,8 @@ static mtc_result_t busy_coll(int reps, double out[BUSY_OPS]) {
     return MTC_OK;
 }
 
-/* Rank-threads outnumbering the cores, each looping over a GEMM then an
- * 8 B all-reduce of the world (as oversubscribed training alternates
- * compute and collectives): the wall time of an iteration beyond the
- * cores' share of the GEMMs' CPU time (sum over the ranks / cores) is what
- * oversubscription adds: waits for a descheduled peer, wake-ups, context
- * switches. Measured with two GEMM sizes (256 x 128 x 128 and 256 x 512 x
- * 512: ~0.05 and ~1 ms) and fitted as a fixed cost per call plus a
- * fraction of the compute. */
-enum { OVS_RANKS_PER_CORE = 2, OVS_ITERS = 2000 }; /* ~0.3 and ~0.6 s: many scheduler slices */
-
-typedef struct {
-    int k, iters;
-    double wall, gemm_cpu[256]; /* seconds: rank 0's loop, each rank's GEMMs */
-} ovs_job;
+/* Ranks outnumbering the cores (mtc_plan_oversub_probe; plan.h). */
+enum { OVS_ITERS = 2000, OVS_REPS = 9 }; /* ~0.3 and ~0.6 s a run: many scheduler slices */
 
 static double thread_cpu(void) {
     struct timespec ts;
@@ -308,9 +296,11 @@ static double thread_cpu(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static mtc_result_t ovs_rank(mtc_comm_t world, void *arg) {
-    ovs_job *j = arg;
-    int r = mtc_comm_rank(world), K = j->k;
+/* One run: iters x (a 256 x K x K GEMM, an 8 B all-reduce of the world);
+ * on rank 0 *extra = the wall time per iteration beyond the GEMMs' CPU
+ * time (summed over the ranks) / cores, *ideal = the latter. */
+static mtc_result_t ovs_run(mtc_comm_t world, int cores, int K, int iters, double *extra,
+                            double *ideal) {
     float *a = calloc((size_t)BUSY_M * K, sizeof(float)), *b = calloc((size_t)K * K, 4);
     float *c = calloc((size_t)BUSY_M * K, sizeof(float)), x[2] = {1, 2}, y[2];
     mtc_result_t rc = a && b && c ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak");
@@ -320,55 +310,63 @@ static mtc_result_t ovs_rank(mtc_comm_t world, void *arg) {
     }
     if (rc == MTC_OK) rc = mtc_barrier(world);
     uint64_t t0 = mtc_time_ns();
-    double g = 0;
-    for (int i = 0; rc == MTC_OK && i < j->iters; i++) {
+    double g = 0, gsum = 0;
+    for (int i = 0; rc == MTC_OK && i < iters; i++) {
         double c0 = thread_cpu();
         nn_sgemm(NULL, 0, 0, BUSY_M, K, K, 1.0f, a, K, b, K, 0.0f, c, K);
         g += thread_cpu() - c0;
         rc = mtc_all_reduce(x, y, 2, MTC_DTYPE_F32, MTC_OP_SUM, world);
     }
     if (rc == MTC_OK) rc = mtc_barrier(world);
-    if (r == 0) j->wall = (double)(mtc_time_ns() - t0) * 1e-9;
-    j->gemm_cpu[r] = g;
+    double wall = (double)(mtc_time_ns() - t0) * 1e-9;
+    if (rc == MTC_OK) rc = mtc_all_reduce(&g, &gsum, 1, MTC_DTYPE_F64, MTC_OP_SUM, world);
+    *ideal = gsum / cores / iters, *extra = wall / iters - *ideal;
     free(a), free(b), free(c);
     return rc;
 }
 
-/* One run: (wall per iteration - the GEMMs' CPU seconds / cores) and the
- * ideal (the GEMMs' share of the cores), per iteration. */
-static mtc_result_t ovs_run(int cores, int K, int iters, double *extra, double *ideal) {
-    ovs_job j;
-    memset(&j, 0, sizeof j);
-    j.k = K, j.iters = iters;
-    int n = OVS_RANKS_PER_CORE * cores;
-    if (n > 256) n = 256;
-    mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = n, .pin_threads = -1};
-    MTC_CHECK(mtc_launch(&lo, ovs_rank, &j));
-    double g = 0;
-    for (int i = 0; i < n; i++)
-        g += j.gemm_cpu[i];
-    *ideal = g / cores / iters, *extra = j.wall / iters - *ideal;
-    return MTC_OK;
-}
-
-/* The fit, the median of `reps` runs of each size: *sync seconds per call,
- * *frac of the compute. */
-static mtc_result_t oversub_probe(int cores, int reps, double *sync, double *frac) {
-    double e1[9], i1[9], e2[9], i2[9];
-    if (reps > 9) reps = 9;
+mtc_result_t mtc_plan_oversub_probe(mtc_comm_t world, int cores, int reps, double *sync,
+                                    double *frac) {
+    double e1[OVS_REPS], i1[OVS_REPS], e2[OVS_REPS], i2[OVS_REPS];
+    if (cores < 1) cores = 1;
+    if (reps < 1) reps = 1;
+    if (reps > OVS_REPS) reps = OVS_REPS;
     for (int k = 0; k < reps; k++) {
-        MTC_CHECK(ovs_run(cores, BUSY_K, OVS_ITERS, &e1[k], &i1[k]));
-        MTC_CHECK(ovs_run(cores, 4 * BUSY_K, OVS_ITERS / 10, &e2[k], &i2[k]));
+        MTC_CHECK(ovs_run(world, cores, BUSY_K, OVS_ITERS, &e1[k], &i1[k]));
+        MTC_CHECK(ovs_run(world, cores, 4 * BUSY_K, OVS_ITERS / 10, &e2[k], &i2[k]));
     }
-    qsort(e1, (size_t)reps, sizeof e1[0], cmp_double),
-        qsort(i1, (size_t)reps, sizeof i1[0], cmp_double);
-    qsort(e2, (size_t)reps, sizeof e2[0], cmp_double),
-        qsort(i2, (size_t)reps, sizeof i2[0], cmp_double);
+    size_t n = (size_t)reps;
+    qsort(e1, n, sizeof e1[0], cmp_double), qsort(i1, n, sizeof i1[0], cmp_double);
+    qsort(e2, n, sizeof e2[0], cmp_double), qsort(i2, n, sizeof i2[0], cmp_double);
     double a1 = e1[reps / 2], x1 = i1[reps / 2], a2 = e2[reps / 2], x2 = i2[reps / 2];
     double b = x2 > x1 ? (a2 - a1) / (x2 - x1) : 0;
     if (b < 0) b = 0;
     double a = a1 - b * x1;
     *sync = a > 0 ? a : 0, *frac = b;
+    return MTC_OK;
+}
+
+typedef struct {
+    int cores;
+    double sync, frac;
+} ovs_job;
+
+static mtc_result_t ovs_rank(mtc_comm_t world, void *arg) {
+    ovs_job *j = arg;
+    double s, f;
+    MTC_CHECK(mtc_plan_oversub_probe(world, j->cores, 3, &s, &f));
+    if (mtc_comm_rank(world) == 0) j->sync = s, j->frac = f;
+    return MTC_OK;
+}
+
+/* The probe on twice as many rank-threads as cores. */
+static mtc_result_t oversub_threads(int cores, double *sync, double *frac) {
+    ovs_job j = {.cores = cores};
+    mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM,
+                          .world_size = MTC_PLAN_OVERSUB_PER_CORE * cores,
+                          .pin_threads = -1};
+    MTC_CHECK(mtc_launch(&lo, ovs_rank, &j));
+    *sync = j.sync, *frac = j.frac;
     return MTC_OK;
 }
 
@@ -428,7 +426,7 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     double busy[BUSY_OPS] = {0, 0, 0};
     MTC_CHECK(busy_coll(5, busy));
     double ovs_sync = 0, ovs_frac = 0;
-    MTC_CHECK(oversub_probe(cores, 3, &ovs_sync, &ovs_frac));
+    MTC_CHECK(oversub_threads(cores, &ovs_sync, &ovs_frac));
     snprintf(m->name, sizeof m->name, "this");
     snprintf(m->description, sizeof m->description,
              "this host as measured by mtc bench-peak: %d cores (one core = one device), shm "
@@ -504,7 +502,7 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
             "and +%.1f%% of the compute\n",
             one * 1e-9, all * 1e-9, cores, bw * 1e-9, us[0], us[1], m->intra.lat * 1e6,
             m->intra.bw * 1e-9, n, over[0], m->oversub_lat * 1e6, busy[0] * 1e6, busy[1] * 1e6,
-            busy[2] * 1e6, m->intra.sync * 1e6, OVS_RANKS_PER_CORE * cores, cores,
+            busy[2] * 1e6, m->intra.sync * 1e6, MTC_PLAN_OVERSUB_PER_CORE * cores, cores,
             m->oversub_sync * 1e6, m->oversub_frac * 100);
     return MTC_OK;
 }

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "comm/comm.h"
 #include "core/result.h"
 #include "model/model.h"
 
@@ -73,6 +74,7 @@ typedef struct {
     mtc_plan_precision precision;
     mtc_plan_recompute recompute;
     mtc_plan_act_model act_model;
+    int ranks_per_process; /* CPU: ranks of one process (0 = the world: rank-threads; 1: mpirun) */
 } mtc_plan_layout;
 
 /* Megatron's and mtc's rules for the layout (grid, TP split, batch,
@@ -201,7 +203,8 @@ typedef struct {
      * seconds a collective adds (waits for a descheduled peer, wake-ups)
      * and the fraction the compute grows by (0: not measured) */
     double oversub_sync, oversub_frac;
-    mtc_plan_kernels kern; /* CPU: kernel costs (measured 0 on GPU machines) */
+    double mpi_oversub_sync, mpi_oversub_frac; /* the same for MPI processes (0: as threads) */
+    mtc_plan_kernels kern;                     /* CPU: kernel costs (measured 0 on GPU machines) */
 } mtc_plan_machine;
 
 /* A named machine ("dgx-a100", "dgx-h100", ...) from the compiled-in
@@ -325,6 +328,18 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
  * (medians of comm/bench.c), into a CPU machine
  * description (name "this"). iters >= 1. */
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *out, int iters, FILE *log);
+/* bench-peak's oversubscription probe, collective over `world` (every
+ * rank runs it): ranks sharing `cores` cores alternate a GEMM and an 8 B
+ * all-reduce of the world (2000 x ~0.05 ms and 200 x ~1 ms GEMMs, `reps`
+ * runs of each); the wall time per iteration beyond the cores' share of the
+ * GEMMs' CPU time, fitted as *sync seconds per call + *frac of the compute
+ * (medians over the runs; the same on every rank). bench-peak runs it on
+ * MTC_PLAN_OVERSUB_PER_CORE x cores rank-threads, and under mpiexec on as
+ * many MPI processes. */
+#define MTC_PLAN_OVERSUB_PER_CORE 2
+mtc_result_t mtc_plan_oversub_probe(mtc_comm_t world, int cores, int reps, double *sync,
+                                    double *frac);
+
 /* Time mtc's non-GEMM kernels and its linear layers' GEMMs on every core
  * at once, on each thread's CPU clock, the median of `rounds`
  * (plan/kernels.c). */

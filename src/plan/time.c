@@ -463,9 +463,11 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
      * once), a rank's share of it cores / world, and the compute grows by
      * the measured fraction (peers descheduled mid-phase, switches) */
     double ovs = 0;
-    if (cpu_slow > 0 && shared_cores) {
-        cpu_slow *= 1 + m->oversub_frac;
-        ovs = m->oversub_sync * m->devices_per_node / l->world;
+    if (cpu_slow > 0 && shared_cores) { /* MPI processes: their own probe's, when it ran */
+        int procs = l->ranks_per_process > 0 ? l->world / l->ranks_per_process : 1;
+        int mpi = procs > 1 && (m->mpi_oversub_sync > 0 || m->mpi_oversub_frac > 0);
+        cpu_slow *= 1 + (mpi ? m->mpi_oversub_frac : m->oversub_frac);
+        ovs = (mpi ? m->mpi_oversub_sync : m->oversub_sync) * m->devices_per_node / l->world;
     }
     mtc_plan_machine mm = *m;
     if (m->is_cpu && devices < 1) mm.mem_bw = m->mem_bw * devices; /* shared memory bus */

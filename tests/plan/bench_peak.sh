@@ -41,6 +41,25 @@ v=$(sed -n 's/.*"mpi_rss_mb": \([0-9.e+-]*\)[,}].*/\1/p' "$D/m.json")
 if [ "${MTC_HAVE_MPI:-OFF}" = ON ]; then
     if awk -v s="${v:-0}" 'BEGIN { exit !(s > 0) }'; then ok "mpi_rss_mb $v > 0"; else bad "mpi_rss_mb '$v' with MPI: $(grep -i mpi "$D/log")"; fi
 elif [ "${v:-0}" = 0 ]; then ok "mpi_rss_mb 0 without MPI"; else bad "mpi_rss_mb '$v' without MPI"; fi
+# the oversubscription probes: rank-threads always (their fit is >= 0, a
+# part may be 0), MPI processes with MPI built (0 without: priced as threads)
+for key in oversub_sync_us oversub_frac mpi_oversub_sync_us mpi_oversub_frac; do
+    v=$(sed -n "s/.*\"$key\": \([0-9.e+-]*\)[,}]*\$/\1/p" "$D/m.json")
+    if awk -v s="${v:--1}" 'BEGIN { exit !(s >= 0) }'; then :; else bad "$key '$v'"; fi
+done
+a=$(sed -n 's/.*"mpi_oversub_sync_us": \([0-9.e+-]*\),*$/\1/p' "$D/m.json")
+b=$(sed -n 's/.*"mpi_oversub_frac": \([0-9.e+-]*\),*$/\1/p' "$D/m.json")
+if [ "${MTC_HAVE_MPI:-OFF}" = ON ]; then
+    if grep -q "MPI processes on .* cores between GEMMs" "$D/log" && ! grep -q "probe did not run: priced" "$D/log"; then
+        ok "MPI oversubscription probe ran ($a us, $b)"
+    else bad "mpi_oversub '$a' '$b' with MPI: $(grep -i mpi "$D/log")"; fi
+elif [ "${a:-0}" = 0 ] && [ "${b:-0}" = 0 ]; then ok "mpi_oversub 0 without MPI"; else bad "mpi_oversub '$a' '$b' without MPI"; fi
+if "$MTC" plan $M --world-size 4 --machine "$D/m.json" --explain tp1-pp1 >"$D/e4" 2>&1 &&
+    grep -q "(4 ranks on .* cores: .* oversubscribed probe)" "$D/e4"; then
+    ok "explain shows the oversubscription terms"
+else
+    bad "explain oversubscribed: $(sed -n 2,4p "$D/e4")"
+fi
 # the resident estimate: the allocation + the process's base over its ranks
 if "$MTC" plan $M --world-size 2 --machine "$D/m.json" --explain tp1-pp1 --ranks-per-process 1 >"$D/e1" 2>&1 &&
     grep -q "resident per rank (estimate): .* + an MPI process's .* / 1 ranks per process" "$D/e1"; then

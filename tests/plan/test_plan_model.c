@@ -435,6 +435,16 @@ static void test_cpu_oversub(void) {
     double calls = 2 * (2 * (2 * 4 + 2) + 3);
     T_CHECKF(fabs(t2.tp_comm_s - t0.tp_comm_s - calls * 1e-3 * 2 / 8) < 1e-12,
              "oversub_sync: tp %g vs %g", t2.tp_comm_s, t0.tp_comm_s);
+    /* MPI processes (one rank each) take their own probe's figures */
+    m.oversub_sync = 0, m.mpi_oversub_frac = 0.25;
+    l.ranks_per_process = 1;
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t1) == MTC_OK);
+    T_CHECKF(fabs(t1.compute_s / t0.compute_s - 1.25) < 1e-9, "mpi oversub_frac: %g vs %g",
+             t1.compute_s, t0.compute_s);
+    l.ranks_per_process = 8; /* one process of rank-threads: the threads' (0 here) */
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t1) == MTC_OK);
+    T_CHECK(fabs(t1.compute_s / t0.compute_s - 1) < 1e-9);
+    m.mpi_oversub_frac = 0;
     /* as many ranks as cores: neither applies */
     mtc_plan_layout l2 = gpt(4, 128, 4, 128, 256, 2, 2, 16);
     m.oversub_frac = 0.5;
