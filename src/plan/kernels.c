@@ -82,6 +82,7 @@ typedef struct {
     double clock_s;                  /* the CPU clock's cost per call */
     int *tgt;
     kern_moe moe;
+    int moe_phase;          /* 1: only the MoE layer (K_MOE_F, K_MOE_B); 0: every other kernel */
     double s[KROUNDS][K_N]; /* CPU seconds per repetition, per round */
     int round;
 } kern_arg;
@@ -222,7 +223,8 @@ static void *kern_thread(void *vp) {
         c0 = cpu_now(), c1 = cpu_now() - c0 < c1 ? cpu_now() - c0 : c1;
     a->clock_s = c1 < 1e-5 ? c1 : 0;
     for (int k = 0; k < K_N; k++) {
-        if (k == K_LAYER) continue;       /* with K_GEMM_S below */
+        if (k == K_LAYER) continue; /* with K_GEMM_S below */
+        if ((k == K_MOE_F || k == K_MOE_B) != a->moe_phase) continue;
         double one = run_kernel(a, k, 1); /* warm-up (oneDNN makes its kernels) and size */
         one = run_kernel(a, k, 1);
         int reps = one > 0 ? (int)(0.01 / one) + 1 : 50;
@@ -308,7 +310,7 @@ static void kern_free(kern_arg *a) {
     free(a->evict), free(a->moe.mem);
 }
 
-static int kern_alloc(kern_arg *a, int seed) {
+static int kern_alloc(kern_arg *a, int seed, int moe_phase) {
     size_t N = (size_t)KB * KT;
     a->x = fill(N * KC, seed), a->y = fill(N * KC, seed + 1), a->z = fill(N * KC, seed + 2);
     a->w = fill(KC, seed + 3), a->b = fill(KF, seed + 4), a->mean = fill(N, 0);
@@ -322,7 +324,8 @@ static int kern_alloc(kern_arg *a, int seed) {
     a->lx = fill(4 * N * KF, seed + 9), a->lo = fill(4 * N * KF, 0);
     a->lw = fill((size_t)4 * KF * KC, seed + 10), a->ldw = fill((size_t)4 * KF * KC, 0);
     a->ldx = fill(N * KF, 0), a->evict = fill(KEVICT, seed + 11);
-    if (!moe_alloc(&a->moe, seed + 12)) return 0;
+    a->moe_phase = moe_phase;
+    if (moe_phase && !moe_alloc(&a->moe, seed + 12)) return 0;
     if (!a->x || !a->y || !a->z || !a->w || !a->b || !a->mean || !a->rstd || !a->dw || !a->db ||
         !a->qkv || !a->dqkv || !a->out || !a->lse || !a->logits || !a->loss || !a->p || !a->g ||
         !a->m || !a->v || !a->big || !a->tgt || !a->lx || !a->lo || !a->lw || !a->ldw || !a->ldx ||
@@ -360,15 +363,15 @@ static double tiles_at(int T) {
     return nb * (nb + 1) / 2;
 }
 
-mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds) {
-    if (cores < 1) cores = 1;
-    if (rounds < 1) rounds = 1;
-    if (rounds > KROUNDS) rounds = KROUNDS;
+/* The kernels of one phase on every core, `rounds` rounds: s[k] the mean
+ * over the threads of each kernel's median round; the MoE layer's rows and
+ * GEMMs (moe_phase) likewise. */
+static mtc_result_t measure(int cores, int rounds, int moe_phase, double s[K_N], kern_moe *moe) {
     kern_arg *a = calloc((size_t)cores, sizeof *a);
     pthread_t *th = calloc((size_t)cores, sizeof *th);
     mtc_result_t rc = a && th ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: kernels");
     for (int i = 0; rc == MTC_OK && i < cores; i++)
-        if (!kern_alloc(&a[i], 17 * i + 1))
+        if (!kern_alloc(&a[i], 17 * i + 1, moe_phase))
             rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: kernel buffers");
     for (int r = 0; rc == MTC_OK && r < rounds; r++) {
         int started = 0;
@@ -381,18 +384,51 @@ mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int roun
         if (started < cores)
             rc = mtc_error(MTC_ERR_SYSTEM, "bench-peak: could not start %d threads", cores);
     }
-    double s[K_N], mrows = 0, mflops = 0, mcalls = 0;
-    memset(s, 0, sizeof s);
+    memset(s, 0, K_N * sizeof s[0]);
+    memset(moe, 0, sizeof *moe);
     for (int i = 0; rc == MTC_OK && i < cores; i++) {
         for (int k = 0; k < K_N; k++)
             s[k] += median_round(&a[i], k, rounds) / cores;
-        mrows += a[i].moe.rows / cores, mflops += a[i].moe.flops_f / cores;
-        mcalls += a[i].moe.calls_f / cores;
+        moe->rows += a[i].moe.rows / cores, moe->flops_f += a[i].moe.flops_f / cores;
+        moe->calls_f += a[i].moe.calls_f / cores;
     }
     for (int i = 0; a && i < cores; i++)
         kern_free(&a[i]);
     free(a), free(th);
-    MTC_CHECK(rc);
+    return rc;
+}
+
+static void clamp_args(int *cores, int *rounds) {
+    if (*cores < 1) *cores = 1;
+    if (*rounds < 1) *rounds = 1;
+    if (*rounds > KROUNDS) *rounds = KROUNDS;
+}
+
+mtc_result_t mtc_plan_measure_moe_kernels(mtc_plan_kernels *out, int cores, int rounds) {
+    clamp_args(&cores, &rounds);
+    if (!(out->gemm_rate > 0))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "bench-peak: the MoE layer needs the GEMM fit");
+    double s[K_N];
+    kern_moe e;
+    MTC_CHECK(measure(cores, rounds, 1, s, &e));
+    /* what the layer's GEMMs leave at the rate and call cost fitted
+     * (forward the router and one call per expert block and projection;
+     * backward twice the FLOPs and the calls: dX and dW) is the routing,
+     * permutation, row copies, activation, probability loops and the
+     * weighted sum, per row and element of the row's (C + F1 + F) */
+    double rel = e.rows * (KC + 2.0 * KF),
+           g = e.flops_f / out->gemm_rate + e.calls_f * out->gemm_call;
+    double mf = s[K_MOE_F] - g, mb = s[K_MOE_B] - 2 * g;
+    out->moe_row_fwd = mf > 0 && rel > 0 ? mf / rel : 0;
+    out->moe_row_bwd = mb > 0 && rel > 0 ? mb / rel : 0;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds) {
+    clamp_args(&cores, &rounds);
+    double s[K_N];
+    kern_moe unused;
+    MTC_CHECK(measure(cores, rounds, 0, s, &unused));
     memset(out, 0, sizeof *out);
     double N = (double)KB * KT;
     out->norm_fwd = s[K_NORM_F] / (N * KC), out->norm_bwd = s[K_NORM_B] / (N * KC);
@@ -428,16 +464,6 @@ mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int roun
     out->gemm_rate = extra > 0 ? (fl - 4 * fs) / extra : fl / s[K_LAYER];
     out->gemm_call = (s[K_GEMM_S] - fs / out->gemm_rate) / 3;
     if (out->gemm_call < 0) out->gemm_call = 0, out->gemm_rate = fl / s[K_LAYER];
-    /* the MoE layer: what its GEMMs leave at the rate and call cost just
-     * fitted (forward the router and one call per expert block and
-     * projection; backward twice the FLOPs and the calls: dX and dW) is
-     * the routing, permutation, row copies, activation, probability
-     * loops and the weighted sum, per row and element of the row's
-     * (C + F1 + F) */
-    double rel = mrows * (KC + 2.0 * KF);
-    double mf = s[K_MOE_F] - (mflops / out->gemm_rate + mcalls * out->gemm_call);
-    double mb = s[K_MOE_B] - 2 * (mflops / out->gemm_rate + mcalls * out->gemm_call);
-    out->moe_row_fwd = mf > 0 ? mf / rel : 0, out->moe_row_bwd = mb > 0 ? mb / rel : 0;
     out->measured = 1;
     return MTC_OK;
 }

@@ -425,8 +425,6 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     MTC_CHECK(comm_times(2 * cores, sizes, 1, iters * 5, over));
     double busy[BUSY_OPS] = {0, 0, 0};
     MTC_CHECK(busy_coll(5, busy));
-    double ovs_sync = 0, ovs_frac = 0;
-    MTC_CHECK(oversub_threads(cores, &ovs_sync, &ovs_frac));
     snprintf(m->name, sizeof m->name, "this");
     snprintf(m->description, sizeof m->description,
              "this host as measured by mtc bench-peak: %d cores (one core = one device), shm "
@@ -449,6 +447,11 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     malloc_trim(0); /* the freed measurement buffers are not the process's */
     m->kern.base_rss = mtc_mem_proc_status("VmRSS");
     MTC_CHECK(rank_rss(cores, &m->kern.rank_rss));
+    /* after the resident set: what these leave behind (oneDNN's kernels
+     * for their shapes, the probe's threads' state) is not every process's */
+    MTC_CHECK(mtc_plan_measure_moe_kernels(&m->kern, cores, 5));
+    double ovs_sync = 0, ovs_frac = 0;
+    MTC_CHECK(oversub_threads(cores, &ovs_sync, &ovs_frac));
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
     m->achieved = 1.0; /* the rate is measured, not a data-sheet peak */
     m->mem_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;

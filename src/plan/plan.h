@@ -344,5 +344,10 @@ mtc_result_t mtc_plan_oversub_probe(mtc_comm_t world, int cores, int reps, doubl
  * at once, on each thread's CPU clock, the median of `rounds`
  * (plan/kernels.c). */
 mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds);
+/* Then an MoE layer's cost beside its GEMMs (out's moe_row_fwd / _bwd; the
+ * GEMM fit of mtc_plan_measure_kernels must be in out). Apart, so that
+ * what it leaves resident (oneDNN's kernels for the experts' shapes) is
+ * not counted in a process's base resident set. */
+mtc_result_t mtc_plan_measure_moe_kernels(mtc_plan_kernels *out, int cores, int rounds);
 
 #endif
