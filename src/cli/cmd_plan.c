@@ -98,6 +98,7 @@ int cli_cmd_plan(int argc, char **argv) {
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
     int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
+    int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
     moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
     const char *cp_comm = "p2p";
@@ -155,6 +156,12 @@ int cli_cmd_plan(int argc, char **argv) {
          "only the plain 1F1B schedule (no vpp > 1)", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
          "gradient reduction overlapped with the last backward", 0},
+        {"overlap-param-gather", NULL, MTC_ARG_FLAG, &overlap_ag, NULL,
+         "the distributed optimizer's parameter all-gather overlapped with the forward", 0},
+        {"tp-comm-overlap", NULL, MTC_ARG_FLAG, &tp_overlap, NULL,
+         "GPU machines: a sequence-parallel layer's TP collectives overlapped with its GEMMs "
+         "(Megatron's, TransformerEngine's userbuffers; mtc has none)",
+         0},
         {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N",
          "interleaved schedule's group (default pp)", 0},
         {"bf16", NULL, MTC_ARG_FLAG, &bf16, NULL,
@@ -249,6 +256,18 @@ int cli_cmd_plan(int argc, char **argv) {
     if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());
     if (rc != MTC_OK) return cli_fail("plan", rc);
     if (achieved > 0) m.achieved = achieved;
+    if (tp_overlap && m.is_cpu)
+        return cli_usage_error("plan",
+                               "tp-comm-overlap: machine %s is a CPU host, where mtc's TP "
+                               "collectives block; the overlap is Megatron's on GPU machines "
+                               "(--machine dgx-h100, ...)",
+                               m.name);
+    if (tp_overlap && no_sp)
+        return cli_usage_error("plan", "tp-comm-overlap needs sequence parallelism (Megatron's "
+                                       "rule): drop --no-sequence-parallel");
+    if (overlap_ag && no_do)
+        return cli_usage_error("plan", "overlap-param-gather needs the distributed optimizer "
+                                       "(Megatron's rule): drop --no-distributed-optimizer");
 
     mtc_plan_layout l;
     memset(&l, 0, sizeof l);
@@ -296,6 +315,7 @@ int cli_cmd_plan(int argc, char **argv) {
     l.micro_batch = mbs, l.global_batch = gbs ? gbs : mbs * world, l.mb_group = mb_group;
     l.distopt = distopt, l.distopt_instances = nd, l.pad_high_busbw = pad_high;
     l.overlap_grad_reduce = overlap;
+    l.overlap_param_gather = overlap_ag, l.tp_comm_overlap = tp_overlap;
     l.precision = bf16       ? MTC_PLAN_BF16
                   : fp32     ? MTC_PLAN_FP32
                   : m.is_cpu ? MTC_PLAN_FP32

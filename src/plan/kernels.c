@@ -18,11 +18,18 @@
  *      visible score with attention dropout (with minus without), and the
  *      linear layers' GEMMs as t = calls c + FLOPs / R (a layer's four
  *      linears on their own buffers against four 256 x 128 x 128 ones,
- *      interleaved).
+ *      interleaved);
+ *   then (mtc_plan_measure_moe_kernels) a real serial MoE layer (8
+ *   experts of 128 -> 512, top-2, 256 tokens, routed unevenly by its
+ *   router): its forward and backward less its GEMMs at that fit ->
+ *   seconds per routed row and element of (C + F1 + F), forward and
+ *   backward (the routing, permutation, staging copies of the padded
+ *   blocks, activation, probability loops, weighted sum).
  *
  * Limitations: one shape per kernel (the elements of a 256 x 128 row
- * block), serial kernels (a rank with several threads is assumed to divide
- * them evenly: pool fork/join not priced), LayerNorm stands for RMSNorm. */
+ * block; the MoE layer's other sizes scale by its rows' elements), serial kernels (a rank with
+ * several threads is assumed to divide them evenly: pool fork/join not priced), LayerNorm stands
+ * for RMSNorm. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

@@ -69,6 +69,12 @@ typedef struct {
     int sequence_parallel;
     int distopt, distopt_instances, pad_high_busbw;
     int overlap_grad_reduce;
+    /* Megatron's overlaps mtc does not have (GPU machines): the
+     * distributed optimizer's parameter all-gather under the forward
+     * (--overlap-param-gather), the TP collectives of a sequence-parallel
+     * layer under its GEMMs (--tp-comm-overlap, TransformerEngine's
+     * userbuffers) */
+    int overlap_param_gather, tp_comm_overlap;
     int64_t ddp_bucket_size; /* 0 = Megatron's default */
     int micro_batch, global_batch, mb_group;
     mtc_plan_precision precision;

@@ -147,15 +147,20 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
                     "ETP x EP %d, routing all-gathers (each way)\n",
                     t->moe_comm_s * 1e3, ep * l->etp);
     }
-    fprintf(f, "  TP collectives    %12.3f ms\n", t->tp_comm_s * 1e3);
+    fprintf(f, "  TP collectives    %12.3f ms%s\n", t->tp_comm_s * 1e3,
+            l->tp_comm_overlap && l->sequence_parallel && l->tp > 1 && !m->is_cpu
+                ? "  exposed: what each layer's GEMMs do not cover (--tp-comm-overlap)"
+                : "");
     if (l->cp > 1)
         fprintf(f, "  CP exchanges      %12.3f ms  %s over %d ranks\n", t->cp_comm_s * 1e3,
                 cp_comm_type_name((cp_comm_type)l->cp_comm_type), l->cp);
     fprintf(f, "  pipeline p2p      %12.3f ms\n", t->pp_comm_s * 1e3);
     fprintf(f, "  pipeline bubble   %12.3f ms  %.1f%% of busy time (simulated schedule)\n",
             t->bubble_s * 1e3, 100 * t->bubble_fraction);
-    fprintf(f, "  DP reduction      %12.3f ms  exposed of %.3f ms%s\n", t->dp_comm_s * 1e3,
-            t->dp_comm_total_s * 1e3, l->overlap_grad_reduce ? " (overlapped with backward)" : "");
+    fprintf(f, "  DP reduction      %12.3f ms  exposed of %.3f ms%s%s\n", t->dp_comm_s * 1e3,
+            t->dp_comm_total_s * 1e3, l->overlap_grad_reduce ? " (overlapped with backward)" : "",
+            l->overlap_param_gather && l->distopt ? " (parameter all-gather under the forward)"
+                                                  : "");
     if (t->edp_comm_total_s > 0)
         fprintf(f, "    expert-DP       %12.3f ms  of it: the expert buffer over expert-DP %d\n",
                 t->edp_comm_total_s * 1e3, l->edp);

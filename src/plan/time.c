@@ -15,8 +15,11 @@
  * alpha-beta forms of mtc_plan_coll_time on the link mtc_plan_group_link
  * picks from where the group's ranks sit in tp-cp-ep-dp-pp order.
  * Overlap: with --overlap-grad-reduce the data-parallel reduction hides
- * under the last microbatch's backward (every chunk's); nothing else
- * overlaps (mtc's TP collectives and pipeline transfers block).
+ * under the last microbatch's backward (every chunk's), with
+ * --overlap-param-gather the distributed optimizer's all-gather under the
+ * first microbatch's forward; on GPU machines --tp-comm-overlap hides a
+ * sequence-parallel layer's TP collectives under its GEMMs (Megatron's;
+ * mtc's TP collectives and pipeline transfers block).
  * On a CPU host with measured kernels (bench-peak's kernels_ns) the GEMM
  * and element-wise terms are instead every pass mtc runs at its timed cost
  * (cpu_kernel_costs), ranks on shared cores run at a whole core and the
@@ -413,6 +416,13 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
     else if (l->pp > 1)
         k.p2p = mtc_plan_coll_time(MTC_PLAN_P2P, x / t, 2, ppl) +
                 mtc_plan_coll_time(MTC_PLAN_AG, x, t, tpl);
+    /* --tp-comm-overlap (Megatron on GPUs, sequence parallelism): each
+     * all-gather / reduce-scatter is split and pipelined with the GEMM that
+     * consumes or produces it, so only what the GEMMs cannot cover shows */
+    if (l->tp_comm_overlap && sp && t > 1 && !m->is_cpu) {
+        k.tp_f = k.tp_f > k.gemm_f ? k.tp_f - k.gemm_f : 0;
+        k.tp_b = k.tp_b > k.gemm_b ? k.tp_b - k.gemm_b : 0;
+    }
     return k;
 }
 
@@ -596,7 +606,11 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     }
     out->dp_comm_total_s = dpt + ag;
     double hidden = l->overlap_grad_reduce ? v * (worst.gemm_b + worst.elem_b) : 0;
-    out->dp_comm_s = (dpt > hidden ? dpt - hidden : 0) + ag;
+    /* --overlap-param-gather: the all-gathers run under the first
+     * microbatch's forward of every chunk */
+    double ag_hidden =
+        l->overlap_param_gather && l->distopt ? v * (worst.gemm_f + worst.elem_f) : 0;
+    out->dp_comm_s = (dpt > hidden ? dpt - hidden : 0) + (ag > ag_hidden ? ag - ag_hidden : 0);
     out->step_s = makespan + opt + out->dp_comm_s;
     out->gemm_rate = rate, out->devices = devices, out->cpu_share = share;
     out->model_flops = mtc_model_flops(&l->model, l->global_batch);

@@ -128,6 +128,12 @@ expect_usage "moe topk above experts" "moe-router-topk=9 must be in" \
     plan $GPT --world-size 4 --num-experts 8 --moe-router-topk 9 --machine $HOST
 expect_usage "moe ep no layout" "no valid layout on 4 ranks" \
     plan $GPT --world-size 4 --num-experts 6 --ep 4 --machine $HOST
+expect_usage "tp overlap on a CPU host" "tp-comm-overlap: machine .* is a CPU host" \
+    plan $GPT --world-size 4 --machine $HOST --tp-comm-overlap
+expect_usage "tp overlap without sp" "tp-comm-overlap needs sequence parallelism" \
+    plan $GPT --world-size 4 --machine dgx-h100 --tp-comm-overlap --no-sequence-parallel
+expect_usage "param gather without distopt" "overlap-param-gather needs the distributed optimizer" \
+    plan $GPT --world-size 4 --machine dgx-h100 --overlap-param-gather --no-distributed-optimizer
 MTC_CACHE_DIR="$D/nocache" expect_usage "this unmeasured" "run .mtc bench-peak" plan $GPT --world-size 4
 # the table lists every layout once, sorted by step time among fitting ones
 "$MTC" plan $GPT --world-size 4 --machine $HOST --json >"$D/all.json" || bad "plan --json failed"

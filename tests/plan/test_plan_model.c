@@ -412,6 +412,54 @@ static void test_moe(void) {
     T_CHECK(mtc_plan_layout_check(&l) == MTC_ERR_INVALID_ARGUMENT);
 }
 
+/* Megatron's overlaps on a GPU machine, in closed form from the terms
+ * without them: --tp-comm-overlap leaves of a sequence-parallel chunk's TP
+ * collectives what its GEMMs do not cover (forward and backward apart);
+ * --overlap-param-gather hides the parameter all-gather under the first
+ * microbatch's forward (GEMMs and element-wise passes). */
+static void test_gpu_overlaps(void) {
+    mtc_plan_layout l = gpt(4, 4096, 32, 2048, 32000, 4, 1, 32);
+    l.tp = 2, l.sequence_parallel = 1, l.distopt = 1, l.precision = MTC_PLAN_BF16;
+    l.act_model = MTC_PLAN_ACT_MEGATRON;
+    T_CHECK(mtc_plan_layout_check(&l) == MTC_OK); /* dp 2, M = 16 */
+    mtc_plan_machine g;
+    T_CHECK(mtc_plan_machine_load("dgx-h100", &g) == MTC_OK);
+    mtc_plan_time t0, t1;
+    T_CHECK(mtc_plan_time_step(&l, &g, 0, &t0) == MTC_OK);
+    T_CHECK(t0.tp_comm_s > 0 && t0.tp_comm_s < t0.compute_s / 3); /* NVLink: hidden whole */
+    l.tp_comm_overlap = 1;
+    T_CHECK(mtc_plan_time_step(&l, &g, 0, &t1) == MTC_OK);
+    T_CHECK(t1.tp_comm_s == 0);
+    T_CLOSE(t1.step_s, t0.step_s - t0.tp_comm_s, 0, 1e-12);
+    /* a slow link: what the GEMMs leave (forward: compute / 3, backward 2 / 3) */
+    mtc_plan_machine slow = g;
+    slow.intra.bw = 1e8, slow.intra.lat = 0;
+    l.tp_comm_overlap = 0;
+    T_CHECK(mtc_plan_time_step(&l, &slow, 0, &t0) == MTC_OK);
+    l.tp_comm_overlap = 1;
+    T_CHECK(mtc_plan_time_step(&l, &slow, 0, &t1) == MTC_OK);
+    T_CHECK(t0.tp_comm_s > t0.compute_s);
+    T_CLOSE(t1.tp_comm_s, t0.tp_comm_s - t0.compute_s, 0, 1e-9);
+    /* not without sequence parallelism */
+    l.sequence_parallel = 0;
+    T_CHECK(mtc_plan_layout_check(&l) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &slow, 0, &t1) == MTC_OK);
+    l.tp_comm_overlap = 0;
+    T_CHECK(mtc_plan_time_step(&l, &slow, 0, &t0) == MTC_OK);
+    T_CHECK(t1.tp_comm_s == t0.tp_comm_s);
+    /* the parameter all-gather: on 2 ranks the reduce-scatter and the
+     * all-gather cost the same, half of the total each */
+    l.sequence_parallel = 1;
+    T_CHECK(mtc_plan_time_step(&l, &slow, 0, &t0) == MTC_OK);
+    l.overlap_param_gather = 1;
+    T_CHECK(mtc_plan_time_step(&l, &slow, 0, &t1) == MTC_OK);
+    double half = t0.dp_comm_total_s / 2, M = 16;
+    double fwd = (t0.compute_s + t0.elementwise_s - t0.optimizer_s) / (3 * M);
+    T_CLOSE(t0.dp_comm_s, 2 * half, 0, 1e-12);
+    T_CLOSE(t1.dp_comm_s, half + (half > fwd ? half - fwd : 0), 0, 1e-9);
+    T_CHECK(t1.dp_comm_s < t0.dp_comm_s);
+}
+
 /* Rank-threads outnumbering the cores: the compute grows by bench-peak's
  * oversub_frac and each collective call pays oversub_sync x cores / world
  * (the probe's wall time per call of every rank, a rank's share). */
@@ -501,6 +549,7 @@ int main(void) {
     test_korthikanti();
     test_cpu_kernels_moe();
     test_cpu_oversub();
+    test_gpu_overlaps();
     test_moe();
     test_flops();
     test_collectives();
