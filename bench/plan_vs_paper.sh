@@ -38,13 +38,12 @@ D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 
 # Per table: MACHINE, S (sequence), V (vocabulary), COMMON (the published
-# run's flags), SEARCH (the flags of the planner's search), FLOPS (paper:
+# run's flags, which also bound the planner's search), FLOPS (paper:
 # the paper's count; megatron: the planner's), rows in $D/rows:
 # params(B) heads hidden layers tp pp GPUs batch published-TFLOP/s-per-GPU
 set_a100() {
     MACHINE=dgx-a100 S=2048 V=51200 FLOPS=paper
     COMMON="--machine $MACHINE --seq-length $S --vocab-size $V --micro-batch-size 1 --bf16 --recompute-granularity full --no-sequence-parallel --no-distributed-optimizer"
-    SEARCH=""
     cat >"$D/rows" <<'ROWS'
 1.7 24 2304 24 1 1 32 512 137
 3.6 32 3072 30 2 1 64 512 138
@@ -61,7 +60,6 @@ ROWS
 set_h100() {
     MACHINE=dgx-h100 S=4096 V=131072 FLOPS=megatron
     COMMON="--machine $MACHINE --seq-length $S --vocab-size $V --untie-embeddings-and-output-weights --micro-batch-size 1 --bf16 --recompute-granularity selective --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap"
-    SEARCH=""
     cat >"$D/rows" <<'ROWS'
 1.7 16 2048 24 1 1 48 192 408.8
 7.1 32 4096 30 2 1 96 192 465.9
@@ -75,23 +73,16 @@ set_h100() {
 ROWS
 }
 model() { echo "--num-attention-heads $2 --hidden-size $3 --num-layers $4 --world-size $7 --global-batch-size $8"; }
-# the published layout's name as the planner spells it
-published() { # tp pp GPUs
-    l="tp$1-pp$2-dp$(($3 / $1 / $2))"
+# the published layout's features as the planner spells them (h100: sequence
+# parallelism where tp > 1, the distributed optimizer), after its sizes
+features() { # tp
     if [ "$FLOPS" = megatron ]; then
-        [ "$1" -gt 1 ] && l="$l-sp"
-        l="$l-do"
+        [ "$1" -gt 1 ] && printf -- -sp
+        printf -- -do
     fi
-    echo "$l"
 }
-explain_name() { # tp pp
-    l="tp$1-pp$2"
-    if [ "$FLOPS" = megatron ]; then
-        [ "$1" -gt 1 ] && l="$l-sp"
-        l="$l-do"
-    fi
-    echo "$l"
-}
+published() { echo "tp$1-pp$2-dp$(($3 / $1 / $2))$(features "$1")"; } # tp pp GPUs: as listed
+explain_name() { echo "tp$1-pp$2$(features "$1")"; }                 # tp pp: for --explain
 # predict ACHIEVED: one line per row "pred published step_ms"
 predict() {
     while read -r P a h L tp pp W B pub; do
@@ -121,7 +112,7 @@ run_table() {
     printf "%8s %-16s %5s %6s | %9s %9s %7s | %-6s %s\n" params layout GPUs batch "published" predicted "error" first "planner's choice (same world and batch, $1)"
     paste -d' ' "$D/rows" "$D/pred" | while read -r P a h L tp pp W B pub pred pub2 step; do
         lay=$(published "$tp" "$pp" "$W")
-        "$MTC" plan $COMMON $SEARCH $(model "$P" "$a" "$h" "$L" "$tp" "$pp" "$W" "$B") \
+        "$MTC" plan $COMMON $(model "$P" "$a" "$h" "$L" "$tp" "$pp" "$W" "$B") \
             --achieved-fraction "$best" --json >"$D/all"
         # one line per layout: name fits step compute elementwise tp pp bubble dp (ms)
         sed -n 's/.*"layout": "\([^"]*\)".*"fits": \([01]\).*/\1 \2/p' "$D/all" >"$D/names"
