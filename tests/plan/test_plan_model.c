@@ -228,6 +228,43 @@ static void test_paper_table(void) {
     }
 }
 
+/* Megatron-LM README's H100 weak-scaling table with the shipped dgx-h100
+ * constant: every row's predicted TFLOP/s per GPU (as Megatron logs it)
+ * within 15% of the published figure, and every published layout fits in
+ * 80 GB, with the README's features (bench/plan_vs_paper.sh, TABLE=h100). */
+static void test_paper_table_h100(void) {
+    static const struct {
+        int a, h, L, tp, pp, W, B;
+        double pub;
+    } rows[] = {
+        {16, 2048, 24, 1, 1, 48, 192, 408.8},        {32, 4096, 30, 2, 1, 96, 192, 465.9},
+        {48, 6144, 32, 4, 1, 192, 192, 489.1},       {56, 7168, 48, 8, 1, 384, 192, 459.6},
+        {64, 8192, 84, 8, 2, 768, 384, 419.7},       {80, 10240, 92, 8, 4, 1536, 768, 420.5},
+        {96, 12288, 96, 8, 6, 2304, 1152, 432.8},    {128, 16384, 96, 8, 8, 3072, 1536, 474.4},
+        {144, 18432, 112, 8, 16, 6144, 3072, 459.9},
+    };
+    mtc_plan_machine m;
+    T_CHECK(mtc_plan_machine_load("dgx-h100", &m) == MTC_OK);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mtc_plan_layout l =
+            gpt(rows[i].L, rows[i].h, rows[i].a, 4096, 131072, rows[i].W, 1, rows[i].B);
+        l.model.untie_embeddings = 1;
+        l.tp = rows[i].tp, l.pp = rows[i].pp, l.precision = MTC_PLAN_BF16;
+        l.sequence_parallel = rows[i].tp > 1, l.distopt = 1;
+        l.overlap_grad_reduce = l.overlap_param_gather = l.tp_comm_overlap = 1;
+        l.act_model = MTC_PLAN_ACT_MEGATRON, l.recompute = MTC_PLAN_RECOMPUTE_SELECTIVE;
+        T_CHECK(mtc_plan_layout_check(&l) == MTC_OK);
+        mtc_plan_time t;
+        mtc_plan_memory mem;
+        T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+        T_CHECK(mtc_plan_memory_peak(&l, &mem) == MTC_OK);
+        T_CHECKF(fabs(t.tflops_per_device / rows[i].pub - 1) <= 0.15,
+                 "row %zu (h %d): predicted %.1f, published %.1f", i, rows[i].h,
+                 t.tflops_per_device, rows[i].pub);
+        T_CHECKF((double)mem.total_bytes < m.mem_bytes, "row %zu: %zu bytes", i, mem.total_bytes);
+    }
+}
+
 /* A CPU host: GEMMs at shape_tflops_fp32 x the cores a rank gets x the
  * measured share of a core (bench-peak's load probe), element-wise passes
  * at the bandwidth x the same share; without a shape rate the 512^3 peak. */
@@ -550,6 +587,7 @@ int main(void) {
     test_cpu_kernels_moe();
     test_cpu_oversub();
     test_gpu_overlaps();
+    test_paper_table_h100();
     test_moe();
     test_flops();
     test_collectives();
