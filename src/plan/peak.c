@@ -354,7 +354,7 @@ typedef struct {
 static mtc_result_t ovs_rank(mtc_comm_t world, void *arg) {
     ovs_job *j = arg;
     double s, f;
-    MTC_CHECK(mtc_plan_oversub_probe(world, j->cores, 3, &s, &f));
+    MTC_CHECK(mtc_plan_oversub_probe(world, j->cores, 5, &s, &f));
     if (mtc_comm_rank(world) == 0) j->sync = s, j->frac = f;
     return MTC_OK;
 }
