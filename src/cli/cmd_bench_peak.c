@@ -11,58 +11,43 @@
 #include "core/peak.h"
 #include "plan/plan.h"
 
+/* What bench-peak measures by running itself under mpiexec: the resident
+ * set an MPI process adds (`--mpi-rss-probe`, 2 processes) and the
+ * oversubscription probe's fit on MPI processes (`--mpi-oversub-probe`,
+ * twice as many as cores). */
 typedef struct {
-    double before, added;
+    int oversub;          /* 0: the resident set; 1: the oversubscription probe */
+    double before, added; /* VmRSS before MPI, and the most a process added */
+    double sync, frac;    /* mtc_plan_oversub_probe's fit */
     int rank;
 } mpi_probe;
 
-/* One MPI process's part of the probe: a 1 MiB all-reduce (the transport's
- * buffers touched), then the resident set it added, max over processes. */
 static mtc_result_t mpi_probe_rank(mtc_comm_t world, void *arg) {
     mpi_probe *p = arg;
+    p->rank = mtc_comm_rank(world);
+    if (p->oversub)
+        return mtc_plan_oversub_probe(world, (int)sysconf(_SC_NPROCESSORS_ONLN), 3, &p->sync,
+                                      &p->frac);
+    /* a 1 MiB all-reduce (the transport's buffers touched), then the
+     * resident set it added, max over processes */
     enum { N = 1 << 18 };
     static float buf[N];
     MTC_CHECK(mtc_all_reduce(buf, buf, N, MTC_DTYPE_F32, MTC_OP_SUM, world));
     MTC_CHECK(mtc_barrier(world));
     double added = mtc_mem_proc_status("VmRSS") - p->before;
     MTC_CHECK(mtc_all_reduce(&added, &p->added, 1, MTC_DTYPE_F64, MTC_OP_MAX, world));
-    p->rank = mtc_comm_rank(world);
     return mtc_barrier(world);
 }
 
-typedef struct {
-    double sync, frac;
-    int rank;
-} ovs_mpi;
-
-static mtc_result_t mpi_ovs_rank(mtc_comm_t world, void *arg) {
-    ovs_mpi *p = arg;
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    MTC_CHECK(mtc_plan_oversub_probe(world, cores, 3, &p->sync, &p->frac));
-    p->rank = mtc_comm_rank(world);
-    return MTC_OK;
-}
-
-/* `mtc bench-peak --mpi-rss-probe`, which bench-peak runs under mpiexec:
- * prints the resident set an MPI process adds to a plain one. */
-static int mpi_rss_probe(void) {
-    mpi_probe p = {.before = mtc_mem_proc_status("VmRSS")};
+/* One of the probes, in a process mpiexec started: rank 0 prints its line
+ * ("mpi_rss_bytes B" or "mpi_oversub SYNC FRAC") for mpi_run_probe. */
+static int mpi_probe_main(int oversub) {
+    mpi_probe p = {.oversub = oversub, .before = mtc_mem_proc_status("VmRSS")};
     mtc_launch_opts lo = {.backend = MTC_BACKEND_MPI};
     mtc_result_t rc = mtc_launch(&lo, mpi_probe_rank, &p);
     if (rc != MTC_OK) return cli_fail("bench-peak", rc);
-    if (p.rank == 0) printf("mpi_rss_bytes %.0f\n", p.added);
-    return 0;
-}
-
-/* `mtc bench-peak --mpi-oversub-probe`, run under mpiexec on twice as many
- * processes as cores: prints the oversubscription probe's fit
- * (mtc_plan_oversub_probe) for MPI processes. */
-static int mpi_oversub_probe(void) {
-    ovs_mpi p = {0};
-    mtc_launch_opts lo = {.backend = MTC_BACKEND_MPI};
-    mtc_result_t rc = mtc_launch(&lo, mpi_ovs_rank, &p);
-    if (rc != MTC_OK) return cli_fail("bench-peak", rc);
-    if (p.rank == 0) printf("mpi_oversub %.9g %.9g\n", p.sync, p.frac);
+    if (p.rank == 0 && oversub) printf("mpi_oversub %.9g %.9g\n", p.sync, p.frac);
+    if (p.rank == 0 && !oversub) printf("mpi_rss_bytes %.0f\n", p.added);
     return 0;
 }
 
@@ -129,9 +114,10 @@ static double mpi_rss(FILE *log) {
 static void mpi_oversub(FILE *log, double *sync, double *frac) {
     double v[2] = {0, 0};
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), np = MTC_PLAN_OVERSUB_PER_CORE * cores;
-    if (cores < 1 || np > 64 || !mpi_run_probe(np, "--mpi-oversub-probe", "mpi_oversub", v, 2) ||
-        !(v[0] >= 0) || !(v[1] >= 0))
-        v[0] = v[1] = 0;
+    int ran = cores >= 1 && np <= 64 &&
+              mpi_run_probe(np, "--mpi-oversub-probe", "mpi_oversub", v, 2) && v[0] >= 0 &&
+              v[1] >= 0;
+    if (!ran) v[0] = v[1] = 0;
     *sync = v[0], *frac = v[1];
 #if defined(MTC_HAVE_MPI) && defined(MTC_MPIEXEC)
     if (log)
@@ -140,15 +126,15 @@ static void mpi_oversub(FILE *log, double *sync, double *frac) {
             "> %d MPI processes on %d cores between GEMMs: +%.1f us per call and +%.1f%% of the "
             "compute%s\n",
             np, cores, v[0] * 1e6, v[1] * 100,
-            v[0] > 0 || v[1] > 0 ? "" : " (the probe did not run: priced as threads)");
+            ran ? "" : " (the probe did not run: priced as threads)");
 #else
     (void)log;
 #endif
 }
 
 int cli_cmd_bench_peak(int argc, char **argv) {
-    if (argc == 1 && !strcmp(argv[0], "--mpi-rss-probe")) return mpi_rss_probe();
-    if (argc == 1 && !strcmp(argv[0], "--mpi-oversub-probe")) return mpi_oversub_probe();
+    if (argc == 1 && !strcmp(argv[0], "--mpi-rss-probe")) return mpi_probe_main(0);
+    if (argc == 1 && !strcmp(argv[0], "--mpi-oversub-probe")) return mpi_probe_main(1);
     int iters = 9, print = 0;
     const char *out = NULL;
     mtc_arg args[] = {

@@ -7,6 +7,9 @@
 /* Nanoseconds from CLOCK_MONOTONIC. */
 uint64_t mtc_time_ns(void);
 static inline double mtc_time_s(void) { return (double)mtc_time_ns() * 1e-9; }
+/* Seconds of CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID):
+ * preemption by other work does not count. */
+double mtc_thread_cpu_s(void);
 
 /* A stopwatch that accumulates over start/stop pairs. */
 typedef struct {

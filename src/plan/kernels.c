@@ -33,8 +33,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/timer.h"
 #include "moe/moe.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
@@ -66,8 +66,15 @@ enum {
 };
 enum { KE = 8, KK = 2 }; /* the MoE layer: 8 experts, top-2, (KC, KF) GELU MLPs with biases */
 
+/* What an MoE layer's GEMMs are, from the routing its forward made: the
+ * rows the experts ran (unpadded), the forward's FLOPs and calls (the
+ * router's and the experts' padded blocks). */
+typedef struct {
+    double rows, flops_f, calls_f;
+} moe_gemms;
+
 /* One serial MoE layer (moe/moe.h) on its own weights, activations and
- * scratch, and what its GEMMs are (from the routing its forward made). */
+ * scratch. */
 typedef struct {
     mtc_moe_config m;
     moe_dims d;
@@ -77,8 +84,7 @@ typedef struct {
     float *router, *drouter, *in, *out, *dout, *din, *acts, *scratch;
     moe_weights w, dw;
     moe_acts a;
-    double rows;             /* rows the experts ran (the routing's, unpadded) */
-    double flops_f, calls_f; /* forward GEMMs: router and experts' padded blocks */
+    moe_gemms g;
 } kern_moe;
 
 typedef struct {
@@ -94,12 +100,6 @@ typedef struct {
     int round;
 } kern_arg;
 
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static nn_dropout_spec drop_spec(float p, int NH) {
     nn_dropout_spec d;
     memset(&d, 0, sizeof d);
@@ -111,7 +111,7 @@ static nn_dropout_spec drop_spec(float p, int NH) {
 static double run_kernel(kern_arg *a, int k, int reps) {
     nn_dropout_spec d = drop_spec(0.1f, 4);
     const int N = KB * KT;
-    double t0 = cpu_now();
+    double t0 = mtc_thread_cpu_s();
     for (int r = 0; r < reps; r++) {
         switch (k) {
         case K_NORM_F:
@@ -204,7 +204,7 @@ static double run_kernel(kern_arg *a, int k, int reps) {
         }
         }
     }
-    return (cpu_now() - t0) / reps;
+    return (mtc_thread_cpu_s() - t0) / reps;
 }
 
 /* Push this thread's data out of its core's cache (a layer's activations
@@ -225,9 +225,9 @@ static double cold_call(kern_arg *a, int k) {
 
 static void *kern_thread(void *vp) {
     kern_arg *a = vp;
-    double c0 = cpu_now(), c1 = cpu_now();
+    double c0 = mtc_thread_cpu_s(), c1 = mtc_thread_cpu_s();
     for (int i = 0; i < 20; i++) /* the clock's cost: the fastest pair of reads */
-        c0 = cpu_now(), c1 = cpu_now() - c0 < c1 ? cpu_now() - c0 : c1;
+        c0 = mtc_thread_cpu_s(), c1 = mtc_thread_cpu_s() - c0 < c1 ? mtc_thread_cpu_s() - c0 : c1;
     a->clock_s = c1 < 1e-5 ? c1 : 0;
     for (int k = 0; k < K_N; k++) {
         if (k == K_LAYER) continue; /* with K_GEMM_S below */
@@ -258,10 +258,15 @@ static void *kern_thread(void *vp) {
     return NULL;
 }
 
+/* Small values of both signs, a different pattern per seed. */
+static void fill_in(float *x, size_t n, int seed) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((i * 2654435761u + (unsigned)seed) % 1000) * 1e-3f - 0.5f;
+}
+
 static float *fill(size_t n, int seed) {
     float *x = malloc(n * sizeof(float));
-    for (size_t i = 0; x && i < n; i++)
-        x[i] = (float)((i * 2654435761u + (unsigned)seed) % 1000) * 1e-3f - 0.5f;
+    if (x) fill_in(x, n, seed);
     return x;
 }
 
@@ -280,8 +285,7 @@ static int moe_alloc(kern_moe *e, int seed) {
     size_t n = KE * per + 2 * (size_t)KE * C + 4 * (size_t)N * C + acts + scr;
     float *p = e->mem = malloc(n * sizeof(float));
     if (!p) return 0;
-    for (size_t i = 0; i < n; i++) /* as fill(): small values of both signs */
-        p[i] = (float)((i * 2654435761u + (unsigned)seed) % 1000) * 1e-3f - 0.5f;
+    fill_in(p, n, seed);
     for (int x = 0; x < KE; x++) {
         e->fc1w[x] = p, p += (size_t)F * C, e->fc1b[x] = p, p += F;
         e->fc2w[x] = p, p += (size_t)C * F, e->fc2b[x] = p, p += C;
@@ -300,13 +304,14 @@ static int moe_alloc(kern_moe *e, int seed) {
         MTC_OK)
         return 0;
     int blocked = nn_pool_lowp(NULL) != NULL;
-    e->flops_f = 2.0 * N * C * KE, e->calls_f = 1; /* the router's logits */
+    moe_gemms *g = &e->g;
+    g->flops_f = 2.0 * N * C * KE, g->calls_f = 1; /* the router's logits */
     for (int x = 0, calls; x < KE; x++) {
         double r = moe_gemm_rows(e->a.counts[x], blocked, &calls);
-        e->rows += e->a.counts[x];
-        e->flops_f += 2.0 * r * ((double)C * F + (double)F * C), e->calls_f += 2.0 * calls;
+        g->rows += e->a.counts[x];
+        g->flops_f += 2.0 * r * ((double)C * F + (double)F * C), g->calls_f += 2.0 * calls;
     }
-    return e->rows > 0;
+    return g->rows > 0;
 }
 
 static void kern_free(kern_arg *a) {
@@ -371,9 +376,9 @@ static double tiles_at(int T) {
 }
 
 /* The kernels of one phase on every core, `rounds` rounds: s[k] the mean
- * over the threads of each kernel's median round; the MoE layer's rows and
- * GEMMs (moe_phase) likewise. */
-static mtc_result_t measure(int cores, int rounds, int moe_phase, double s[K_N], kern_moe *moe) {
+ * over the threads of each kernel's median round; the MoE layer's GEMMs
+ * (moe_phase) the mean over the threads. */
+static mtc_result_t measure(int cores, int rounds, int moe_phase, double s[K_N], moe_gemms *moe) {
     kern_arg *a = calloc((size_t)cores, sizeof *a);
     pthread_t *th = calloc((size_t)cores, sizeof *th);
     mtc_result_t rc = a && th ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "bench-peak: kernels");
@@ -396,8 +401,8 @@ static mtc_result_t measure(int cores, int rounds, int moe_phase, double s[K_N],
     for (int i = 0; rc == MTC_OK && i < cores; i++) {
         for (int k = 0; k < K_N; k++)
             s[k] += median_round(&a[i], k, rounds) / cores;
-        moe->rows += a[i].moe.rows / cores, moe->flops_f += a[i].moe.flops_f / cores;
-        moe->calls_f += a[i].moe.calls_f / cores;
+        moe->rows += a[i].moe.g.rows / cores, moe->flops_f += a[i].moe.g.flops_f / cores;
+        moe->calls_f += a[i].moe.g.calls_f / cores;
     }
     for (int i = 0; a && i < cores; i++)
         kern_free(&a[i]);
@@ -416,7 +421,7 @@ mtc_result_t mtc_plan_measure_moe_kernels(mtc_plan_kernels *out, int cores, int 
     if (!(out->gemm_rate > 0))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "bench-peak: the MoE layer needs the GEMM fit");
     double s[K_N];
-    kern_moe e;
+    moe_gemms e;
     MTC_CHECK(measure(cores, rounds, 1, s, &e));
     /* what the layer's GEMMs leave at the rate and call cost fitted
      * (forward the router and one call per expert block and projection;
@@ -434,8 +439,8 @@ mtc_result_t mtc_plan_measure_moe_kernels(mtc_plan_kernels *out, int cores, int 
 mtc_result_t mtc_plan_measure_kernels(mtc_plan_kernels *out, int cores, int rounds) {
     clamp_args(&cores, &rounds);
     double s[K_N];
-    kern_moe unused;
-    MTC_CHECK(measure(cores, rounds, 0, s, &unused));
+    moe_gemms none;
+    MTC_CHECK(measure(cores, rounds, 0, s, &none));
     memset(out, 0, sizeof *out);
     double N = (double)KB * KT;
     out->norm_fwd = s[K_NORM_F] / (N * KC), out->norm_bwd = s[K_NORM_B] / (N * KC);

@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm/bench.h"
@@ -77,15 +76,9 @@ typedef struct {
     double cpu_s, wall_s;
 } hog_arg;
 
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *hog_thread(void *vp) {
     hog_arg *h = vp;
-    double c0 = thread_cpu_s();
+    double c0 = mtc_thread_cpu_s();
     uint64_t t0 = mtc_time_ns();
     for (int r = 0; r < h->reps; r++) {
         nn_sgemm(NULL, 0, 0, HOG_M, HOG_N, HOG_K, 1.0f, h->a, HOG_K, h->b, HOG_N, 0.0f, h->c,
@@ -95,7 +88,7 @@ static void *hog_thread(void *vp) {
         nn_sgemm(NULL, 1, 0, HOG_K, HOG_N, HOG_M, 1.0f, h->a, HOG_K, h->c, HOG_N, 0.0f, h->dw,
                  HOG_N);
     }
-    h->cpu_s = thread_cpu_s() - c0;
+    h->cpu_s = mtc_thread_cpu_s() - c0;
     h->wall_s = (double)(mtc_time_ns() - t0) * 1e-9;
     return NULL;
 }
@@ -290,12 +283,6 @@ static mtc_result_t busy_coll(int reps, double out[BUSY_OPS]) {
 /* Ranks outnumbering the cores (mtc_plan_oversub_probe; plan.h). */
 enum { OVS_ITERS = 2000, OVS_REPS = 9 }; /* ~0.3 and ~0.6 s a run: many scheduler slices */
 
-static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One run: iters x (a 256 x K x K GEMM, an 8 B all-reduce of the world);
  * on rank 0 *extra = the wall time per iteration beyond the GEMMs' CPU
  * time (summed over the ranks) / cores, *ideal = the latter. */
@@ -312,9 +299,9 @@ static mtc_result_t ovs_run(mtc_comm_t world, int cores, int K, int iters, doubl
     uint64_t t0 = mtc_time_ns();
     double g = 0, gsum = 0;
     for (int i = 0; rc == MTC_OK && i < iters; i++) {
-        double c0 = thread_cpu();
+        double c0 = mtc_thread_cpu_s();
         nn_sgemm(NULL, 0, 0, BUSY_M, K, K, 1.0f, a, K, b, K, 0.0f, c, K);
-        g += thread_cpu() - c0;
+        g += mtc_thread_cpu_s() - c0;
         rc = mtc_all_reduce(x, y, 2, MTC_DTYPE_F32, MTC_OP_SUM, world);
     }
     if (rc == MTC_OK) rc = mtc_barrier(world);
@@ -335,10 +322,8 @@ mtc_result_t mtc_plan_oversub_probe(mtc_comm_t world, int cores, int reps, doubl
         MTC_CHECK(ovs_run(world, cores, BUSY_K, OVS_ITERS, &e1[k], &i1[k]));
         MTC_CHECK(ovs_run(world, cores, 4 * BUSY_K, OVS_ITERS / 10, &e2[k], &i2[k]));
     }
-    size_t n = (size_t)reps;
-    qsort(e1, n, sizeof e1[0], cmp_double), qsort(i1, n, sizeof i1[0], cmp_double);
-    qsort(e2, n, sizeof e2[0], cmp_double), qsort(i2, n, sizeof i2[0], cmp_double);
-    double a1 = e1[reps / 2], x1 = i1[reps / 2], a2 = e2[reps / 2], x2 = i2[reps / 2];
+    double a1 = mtc_median(e1, reps), x1 = mtc_median(i1, reps);
+    double a2 = mtc_median(e2, reps), x2 = mtc_median(i2, reps);
     double b = x2 > x1 ? (a2 - a1) / (x2 - x1) : 0;
     if (b < 0) b = 0;
     double a = a1 - b * x1;
