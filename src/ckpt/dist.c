@@ -23,7 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/dist_internal.h"
+#include "ckpt/tok_files.h"
 #include "core/outfile.h"
 
 /* ---- CRC-32C ------------------------------------------------------------ */
@@ -321,9 +323,17 @@ mtc_result_t mtc_ckpt_dist_commit(const char *save, int64_t iteration, int nrank
     mtc_ckpt_dist_dirname(fin, sizeof fin, save, iteration, 0);
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "format", "mtc-dist-1");
-    cJSON_AddItemToObject(meta, "common", cJSON_Duplicate(common, 1));
+    cJSON *cm = cJSON_Duplicate(common, 1);
+    cJSON_AddItemToObject(meta, "common", cm);
     cJSON *tensors = cJSON_AddObjectToObject(meta, "tensors");
     mtc_result_t rc = MTC_OK;
+    /* the tokenizer's files are copied beside the weights (tok_files.h) */
+    const char *tok = cJSON_GetStringValue(cJSON_GetObjectItem(cm, "tokenizer"));
+    char *form = tok ? malloc(MTC_CKPT_TOKENIZER_MAX) : NULL;
+    if (tok && !form) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint tokenizer");
+    if (form) rc = mtc_ckpt_tok_embed(tok, dir, form, MTC_CKPT_TOKENIZER_MAX);
+    if (form && rc == MTC_OK) cJSON_ReplaceItemInObject(cm, "tokenizer", cJSON_CreateString(form));
+    free(form);
     for (int r = 0; rc == MTC_OK && r < nranks; r++) {
         snprintf(path, sizeof path, "%s/__%d.json", dir, r);
         char *text = NULL;

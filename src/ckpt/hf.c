@@ -20,6 +20,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/dist_internal.h"
+#include "ckpt/tok_files.h"
 #include "core/dtype.h"
 #include "model/family.h"
 
@@ -623,13 +624,9 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
     st_close(&f);
     cJSON_Delete(idx);
     free(buf), free(t.v);
+    /* mtc's own vocabularies, else tokenizer.json or vocab.json + merges.txt */
     snprintf(tokenizer, MTC_CKPT_TOKENIZER_MAX, "none");
-    snprintf(path, sizeof path, "%s/mtc_tokenizer.txt", dir);
-    if (rc == MTC_OK && stat(path, &st) == 0 && ckpt_read_text(path, &text, NULL) == MTC_OK) {
-        text[strcspn(text, "\n")] = 0;
-        snprintf(tokenizer, MTC_CKPT_TOKENIZER_MAX, "%s", text);
-        free(text);
-    }
+    if (rc == MTC_OK) rc = mtc_ckpt_tok_import(dir, tokenizer, MTC_CKPT_TOKENIZER_MAX);
     if (rc != MTC_OK) {
         mtc_model_free(m);
         return rc;

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/tok_files.h"
+
 void mtc_ckpt_key(char *buf, size_t len, int which, const char *name) {
     static const char *prefix[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
     snprintf(buf, len, "%s%s", prefix[which], name);
@@ -293,33 +295,42 @@ mtc_result_t mtc_ckpt_config_check(const mtc_model_config *s, const mtc_model_co
 
 /* ---- a serial model ---------------------------------------------------- */
 
-static mtc_result_t open_latest(const char *dir, mtc_ckpt_dist **c, int64_t *it) {
+static mtc_result_t open_latest(const char *dir, int64_t step, mtc_ckpt_dist **c, int64_t *it) {
     int found = 0;
-    MTC_CHECK(mtc_ckpt_dist_find(dir, -1, it, &found));
+    MTC_CHECK(mtc_ckpt_dist_find(dir, step, it, &found));
     if (!found)
         return mtc_error(MTC_ERR_FORMAT, "%s holds no checkpoint (no %s)", dir, MTC_CKPT_TRACKER);
     return mtc_ckpt_dist_open(dir, *it, c);
 }
 
-mtc_result_t mtc_ckpt_dist_read_info(const char *dir, mtc_ckpt_info *info) {
+mtc_result_t mtc_ckpt_dist_read_info_at(const char *dir, int64_t step, mtc_ckpt_info *info) {
     memset(info, 0, sizeof *info);
     mtc_ckpt_dist *c = NULL;
     int64_t it;
-    MTC_CHECK(open_latest(dir, &c, &it));
+    MTC_CHECK(open_latest(dir, step, &c, &it));
     const cJSON *common = mtc_ckpt_dist_common(c);
     mtc_result_t rc = mtc_ckpt_config_parse(cJSON_GetObjectItem(common, "model"),
                                             mtc_ckpt_dist_path(c), &info->cfg);
     const char *tok = cJSON_GetStringValue(cJSON_GetObjectItem(common, "tokenizer"));
-    snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tok ? tok : "none");
+    /* the tokenizer's files are the copies in the iteration folder */
+    char iter_dir[4200];
+    mtc_ckpt_dist_dirname(iter_dir, sizeof iter_dir, dir, it, 0);
+    if (rc == MTC_OK)
+        rc = mtc_ckpt_tok_resolve(tok ? tok : "none", iter_dir, info->tokenizer,
+                                  sizeof info->tokenizer);
     info->iteration = it;
     mtc_ckpt_dist_close(c);
     return rc;
 }
 
-mtc_result_t mtc_ckpt_dist_load_model(mtc_model *m, const char *dir) {
+mtc_result_t mtc_ckpt_dist_read_info(const char *dir, mtc_ckpt_info *info) {
+    return mtc_ckpt_dist_read_info_at(dir, -1, info);
+}
+
+mtc_result_t mtc_ckpt_dist_load_model_at(mtc_model *m, const char *dir, int64_t step) {
     mtc_ckpt_dist *c = NULL;
     int64_t it;
-    MTC_CHECK(open_latest(dir, &c, &it));
+    MTC_CHECK(open_latest(dir, step, &c, &it));
     mtc_ckpt_pieces l = {0};
     mtc_result_t rc = MTC_OK;
     const mtc_registry *r = &m->reg;
@@ -332,6 +343,10 @@ mtc_result_t mtc_ckpt_dist_load_model(mtc_model *m, const char *dir) {
     mtc_ckpt_pieces_free(&l);
     mtc_ckpt_dist_close(c);
     return rc;
+}
+
+mtc_result_t mtc_ckpt_dist_load_model(mtc_model *m, const char *dir) {
+    return mtc_ckpt_dist_load_model_at(m, dir, -1);
 }
 
 mtc_result_t mtc_ckpt_dist_save_model(const mtc_model *m, const char *dir, const char *tokenizer) {

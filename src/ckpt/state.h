@@ -39,10 +39,15 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
 mtc_result_t mtc_ckpt_config_check(const mtc_model_config *saved, const mtc_model_config *run,
                                    const char *path);
 
-/* Info of the checkpoint in directory dir (the tracker's iteration). */
+/* Info of the checkpoint in directory dir (the tracker's iteration); its
+ * tokenizer form names the copies in the iteration folder (tok_files.h). */
 mtc_result_t mtc_ckpt_dist_read_info(const char *dir, mtc_ckpt_info *info);
 /* Loads the weights of a serial model (tp 1, one chunk) from dir. */
 mtc_result_t mtc_ckpt_dist_load_model(mtc_model *m, const char *dir);
+/* The same for iteration `step` (-1: the tracker's); a step with no
+ * iteration folder is INVALID_ARGUMENT naming it. */
+mtc_result_t mtc_ckpt_dist_read_info_at(const char *dir, int64_t step, mtc_ckpt_info *info);
+mtc_result_t mtc_ckpt_dist_load_model_at(mtc_model *m, const char *dir, int64_t step);
 /* Saves a serial model as DIR/iter_0000000 without optimizer state (what
  * `mtc import` makes: --load DIR then trains it in any layout). */
 mtc_result_t mtc_ckpt_dist_save_model(const mtc_model *m, const char *dir, const char *tokenizer);

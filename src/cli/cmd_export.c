@@ -202,6 +202,13 @@ int cli_cmd_import(int argc, char **argv) {
     mtc_model *m = NULL;
     char tok[MTC_CKPT_TOKENIZER_MAX];
     mtc_result_t rc = mtc_hf_import(load, seq, divisible, &m, tok);
+    data_tok *t = NULL; /* the folder's tokenizer, copied into the checkpoint when mtc reads it */
+    if (rc == MTC_OK && strcmp(tok, "none") && data_tok_deserialize(tok, &t) != MTC_OK) {
+        fprintf(stderr, "mtc import: note: %s: its tokenizer is not imported: %s\n", load,
+                mtc_error_detail());
+        snprintf(tok, sizeof tok, "none");
+    }
+    data_tok_free(t);
     if (rc == MTC_OK) rc = mtc_ckpt_dist_save_model(m, save, tok);
     int L = m ? m->cfg.num_layers : 0;
     mtc_model_free(m);

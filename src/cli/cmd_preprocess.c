@@ -3,7 +3,8 @@
  *
  * preprocess: JSON lines in, PREFIX_<key>_document.bin/.idx out, one
  * builder per --json-keys key (data_indexed_builder: the bytes Megatron's
- * IndexedDatasetBuilder writes for the same ids).
+ * IndexedDatasetBuilder writes for the same ids), and beside them
+ * PREFIX_<key>_document.tokenizer (mtc's, which Megatron ignores).
  *
  *   main: read up to workers x BATCH lines ─▶ workers: parse + tokenize a
  *   batch each (own word cache) ─▶ main: append the batches in line order,
@@ -157,6 +158,24 @@ static int take_json_keys(int *argc, char **argv, const char **keys, int *n_keys
     }
     *argc = w;
     return 0;
+}
+
+/* PREFIX_<key>_document.tokenizer: the tokenizer's text form (BPE kinds name
+ * their files by absolute path), which mtc train reads beside the dataset so
+ * that the model it saves can take --prompt text. */
+static mtc_result_t pre_write_tokenizer(const data_tok *tok, const char *prefix, const char *key) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s_%s_document.tokenizer", prefix, key);
+    data_tok_text form = {0};
+    MTC_CHECK(data_tok_serialize(tok, &form));
+    mtc_outfile o;
+    mtc_result_t rc = mtc_outfile_open(&o, path, "the dataset's tokenizer");
+    if (rc == MTC_OK) {
+        fprintf(o.f, "%s\n", form.s);
+        rc = mtc_outfile_commit(&o);
+    }
+    data_tok_text_free(&form);
+    return rc;
 }
 
 /* Megatron's tokenizer flags, shared by both commands: fills 5 entries. */
@@ -393,12 +412,15 @@ int cli_cmd_preprocess(int argc, char **argv) {
     }
     for (int i = 0; i < n_keys; i++)
         if ((rc = data_indexed_builder_finish(builders[i])) != MTC_OK) goto out;
+    for (int i = 0; i < n_keys; i++) /* PREFIX.tokenizer: what mtc train decodes the ids with */
+        if ((rc = pre_write_tokenizer(tok, prefix, keys[i])) != MTC_OK) goto out;
     pre_progress(docs, bytes, t0, 1);
     fprintf(stderr, "mtc preprocess: %s (vocabulary %d, eod %d), %d worker%s, %s ids:\n",
             data_tok_name(tok), data_tok_vocab_size(tok), data_tok_eod(tok), workers,
             workers == 1 ? "" : "s", code == 8 ? "uint16" : "int32");
     for (int i = 0; i < n_keys; i++)
-        printf("%s_%s_document.bin\n%s_%s_document.idx\n", prefix, keys[i], prefix, keys[i]);
+        printf("%s_%s_document.bin\n%s_%s_document.idx\n%s_%s_document.tokenizer\n", prefix,
+               keys[i], prefix, keys[i], prefix, keys[i]);
 out:
     if (rc != MTC_OK && status == 0) status = cli_fail("preprocess", rc);
     for (int i = 0; i < n_keys; i++)

@@ -19,6 +19,7 @@
 #include "moe/moe_cli.h"
 #include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/tok_files.h"
 #include "train/train.h"
 
 static const char *TRAIN_USAGE = "[options]";
@@ -816,7 +817,10 @@ int cli_cmd_train(int argc, char **argv) {
             mtc_result_t prc =
                 mtc_ckpt_config_parse(cJSON_GetObjectItem(common, "model"), saved_path, &saved_cfg);
             const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(common, "tokenizer"));
-            snprintf(saved_tok, sizeof saved_tok, "%s", t ? t : "none");
+            char iter_dir[MTC_PATH_MAX]; /* its tokenizer's files are copies in there */
+            mtc_ckpt_dist_dirname(iter_dir, sizeof iter_dir, load, it, 0);
+            if (mtc_ckpt_tok_resolve(t ? t : "none", iter_dir, saved_tok, sizeof saved_tok))
+                return cli_usage_error("train", "%s", mtc_error_detail());
             const cJSON *sch = cJSON_GetObjectItem(common, "opt_param_scheduler");
             if (cJSON_IsObject(sch)) {
                 have_sched = 1;
@@ -1096,7 +1100,7 @@ int cli_cmd_train(int argc, char **argv) {
             data_source_free(src);
             return cli_usage_error("train", "%s", mtc_error_detail());
         }
-        if (strcmp(saved_tok, tokstr)) {
+        if (!mtc_ckpt_tok_same(saved_tok, tokstr)) {
             data_source_free(src);
             return cli_usage_error(
                 "train", "%s was saved with a different tokenizer than this data's", saved_path);
@@ -1149,7 +1153,7 @@ int cli_cmd_train(int argc, char **argv) {
                 mc->hidden_size, mc->num_heads, mc->ffn_hidden_size, mc->max_position_embeddings,
                 mc->vocab_size, mc->padded_vocab_size);
         }
-        if (strcmp(info.tokenizer, tokstr)) {
+        if (!mtc_ckpt_tok_same(info.tokenizer, tokstr)) {
             data_source_free(src);
             return cli_usage_error(
                 "train", "%s was saved with a different tokenizer than this data's", load);

@@ -236,6 +236,17 @@ static void describe(data_source *src, const char *path) {
                  src->st.n_seg == 1 ? "" : "s", (unsigned long long)src->n_tokens, src->vocab_size);
         break;
     }
+    if (src->kind == SRC_INDEXED || src->kind == SRC_LLMC) { /* ids: say what decodes them */
+        size_t n = strlen(src->desc);
+        if (src->tok)
+            snprintf(src->desc + n, sizeof src->desc - n, "; tokenizer %s",
+                     data_tok_name(src->tok));
+        else
+            snprintf(src->desc + n, sizeof src->desc - n,
+                     "; no tokenizer, so the model will take --prompt-ids only (give "
+                     "--tokenizer-type and its files, or write PREFIX.tokenizer with mtc "
+                     "preprocess)");
+    }
 }
 
 /* Megatron's get_blend_from_list: "W1 P1 W2 P2 ..." (every other word a

@@ -94,8 +94,10 @@ with tempfile.TemporaryDirectory() as tmp:
         check(r.returncode == 0, "preprocess null workers=%d: %s" % (w, r.stderr))
         check("processed 1000 documents" in r.stderr, "progress line: %r" % r.stderr[-300:])
         out[w] = prefix + "_text_document"
-        check(files_of(prefix) == [out[w] + ".bin", out[w] + ".idx"],
+        check(files_of(prefix) == [out[w] + ".bin", out[w] + ".idx", out[w] + ".tokenizer"],
               "outputs %s" % files_of(prefix))
+        with open(out[w] + ".tokenizer") as f:  # what mtc train decodes the ids with
+            check(f.read() == "null:1000\n", "the .tokenizer beside the dataset")
     expect_docs[os.path.join(tmp, "null")] = docs
     read_back(out[1], os.path.join(tmp, "null"), 1000)
     for ext in (".bin", ".idx"):
