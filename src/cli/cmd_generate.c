@@ -1,8 +1,11 @@
 /* cli/cmd_generate.c - `mtc generate`: sample text from a model saved by
  * `mtc train --save`. Autoregressive, one full forward of the last
  * seq-length tokens per new token (no KV cache: models here are small),
- * temperature and top-k sampling with the counter-based generator keyed by
- * (--seed, step), so a seed always gives the same text. The prompt is
+ * Hugging Face's sampling (repetition penalty, temperature, top-k, top-p,
+ * stopping at the end-of-document token) with the counter-based generator
+ * keyed by (--seed, step), so a seed always gives the same text: the
+ * sampling is serial and the model's forward gives the same logits for
+ * any --threads. The prompt is
  * encoded and the output decoded with the tokenizer stored with the model
  * (any of data/tokenizer.h); output is printed whole UTF-8 characters at a
  * time (a character split over several BPE or byte tokens appears when it
@@ -12,41 +15,95 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/outfile.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/state.h"
 
-/* Index drawn from softmax(logits / temperature) restricted to the top k. */
-static int sample_next(const float *logits, int V, float temperature, int top_k, float *probs,
+/* Hugging Face's sampling knobs, applied in its order: repetition penalty
+ * (a logits processor), then temperature, top-k and top-p (warpers). */
+typedef struct {
+    float temperature; /* 0: greedy (top-k and top-p then do nothing, as in HF) */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1: off */
+    float penalty;     /* 1: off */
+} gen_sampling;
+
+/* HF's RepetitionPenaltyLogitsProcessor: each token already in the context
+ * (prompt and generated) has its logit divided by the penalty when positive
+ * and multiplied by it when negative, once however often it occurs. */
+static void repetition_penalty(float *logits, int V, const int *ids, size_t n, float penalty,
+                               unsigned char *seen) {
+    if (penalty == 1.0f) return;
+    memset(seen, 0, (size_t)V);
+    for (size_t k = 0; k < n; k++) {
+        int id = ids[k];
+        if (id < 0 || id >= V || seen[id]) continue;
+        seen[id] = 1;
+        logits[id] = logits[id] < 0 ? logits[id] * penalty : logits[id] / penalty;
+    }
+}
+
+static const float *g_probs; /* qsort's comparison reads the probabilities */
+static int by_prob_desc(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_probs[i] != g_probs[j]) return g_probs[i] > g_probs[j] ? -1 : 1;
+    return i < j ? -1 : i > j; /* ties by id: the same order on every run */
+}
+
+/* Index drawn with u in [0, 1) from softmax(logits / temperature) restricted
+ * to the top k, then to the smallest set of likeliest tokens whose
+ * probability reaches top_p (HF's TopPLogitsWarper: a token is dropped when
+ * the tokens likelier than it already hold top_p; at least one is kept).
+ * The arithmetic does not depend on threads. */
+static int sample_next(const float *logits, int V, const gen_sampling *g, float *probs, int *order,
                        float u) {
-    if (temperature <= 0) { /* greedy */
+    if (g->temperature <= 0) { /* greedy */
         int best = 0;
         for (int i = 1; i < V; i++)
             if (logits[i] > logits[best]) best = i;
         return best;
     }
     float cut = -INFINITY;
-    if (top_k > 0 && top_k < V) { /* k-th largest logit */
+    if (g->top_k > 0 && g->top_k < V) { /* k-th largest logit */
         memcpy(probs, logits, (size_t)V * sizeof(float));
-        for (int k = 0; k < top_k; k++) {
+        for (int k = 0; k < g->top_k; k++) {
             int best = k;
             for (int i = k + 1; i < V; i++)
                 if (probs[i] > probs[best]) best = i;
             float t = probs[k];
             probs[k] = probs[best], probs[best] = t;
         }
-        cut = probs[top_k - 1];
+        cut = probs[g->top_k - 1];
     }
     float mx = -INFINITY;
     for (int i = 0; i < V; i++)
         if (logits[i] > mx) mx = logits[i];
     double sum = 0;
     for (int i = 0; i < V; i++) {
-        probs[i] = logits[i] >= cut ? expf((logits[i] - mx) / temperature) : 0.0f;
+        probs[i] = logits[i] >= cut ? expf((logits[i] - mx) / g->temperature) : 0.0f;
         sum += probs[i];
+    }
+    if (g->top_p < 1.0f) {
+        for (int i = 0; i < V; i++)
+            order[i] = i;
+        g_probs = probs;
+        qsort(order, (size_t)V, sizeof *order, by_prob_desc);
+        double above = 0, kept = 0;
+        for (int r = 0; r < V; r++) {
+            float p = probs[order[r]];
+            if (r > 0 && above >= g->top_p * sum)
+                probs[order[r]] = 0;
+            else
+                kept += p;
+            above += p;
+        }
+        sum = kept;
     }
     double r = u * sum, acc = 0;
     int last = 0;
@@ -92,13 +149,15 @@ static mtc_result_t parse_ids(const char *s, int V, data_tok_ids *ids) {
 }
 
 int cli_cmd_generate(int argc, char **argv) {
-    const char *load = NULL, *prompt = NULL, *prompt_ids = NULL;
-    int max_new = 200, top_k = 0, threads = 1;
-    double temperature = 1.0;
-    int64_t seed = 1234;
+    const char *load = NULL, *prompt = NULL, *prompt_ids = NULL, *logits_path = NULL;
+    int max_new = 200, top_k = 0, threads = 1, ignore_eos = 0, print_ids = 0;
+    double temperature = 1.0, top_p = 1.0, penalty = 1.0;
+    int64_t seed = 1234, ckpt_step = -1;
     mtc_arg args[] = {
-        {"load", NULL, MTC_ARG_STRING, &load, "FILE",
-         "model written by mtc train --save (required)", 0},
+        {"load", NULL, MTC_ARG_STRING, &load, "PATH",
+         "checkpoint directory written by mtc train --save or mtc import (required)", 0},
+        {"ckpt-step", NULL, MTC_ARG_I64, &ckpt_step, "N",
+         "load iteration N of the directory instead of its latest", 0},
         {"prompt", NULL, MTC_ARG_STRING, &prompt, "TEXT",
          "text to continue, encoded with the model's tokenizer", 0},
         {"prompt-ids", NULL, MTC_ARG_STRING, &prompt_ids, "IDS",
@@ -106,32 +165,59 @@ int cli_cmd_generate(int argc, char **argv) {
          "has a tokenizer)",
          0},
         {"max-new-tokens", NULL, MTC_ARG_INT, &max_new, "N", "tokens to generate (default 200)", 0},
+        {"ignore-eos", NULL, MTC_ARG_FLAG, &ignore_eos, NULL,
+         "go on past the end-of-document token (default: stop there, as Hugging Face does)", 0},
         {"temperature", NULL, MTC_ARG_DOUBLE, &temperature, "X",
          "softmax temperature, 0 = greedy (default 1.0)", 0},
         {"top-k", NULL, MTC_ARG_INT, &top_k, "K",
          "sample among the K likeliest tokens, 0 = all (default 0)", 0},
-        {"seed", NULL, MTC_ARG_I64, &seed, "N", "sampling seed (default 1234)", 0},
+        {"top-p", NULL, MTC_ARG_DOUBLE, &top_p, "P",
+         "sample among the likeliest tokens holding probability P, 1 = all (default 1.0)", 0},
+        {"repetition-penalty", NULL, MTC_ARG_DOUBLE, &penalty, "X",
+         "Hugging Face's: a token already present has its logit divided by X when positive, "
+         "multiplied when negative; 1 = off (default 1.0)",
+         0},
+        {"print-ids", NULL, MTC_ARG_FLAG, &print_ids, NULL,
+         "print the token ids (prompt, then new ones) instead of text", 0},
+        {"output-logits", NULL, MTC_ARG_STRING, &logits_path, "FILE",
+         "write each step's raw logits (Hugging Face's output_logits), the uniform draw and the "
+         "token as JSON lines",
+         0},
+        {"seed", NULL, MTC_ARG_I64, &seed, "N",
+         "sampling seed; the same seed gives the same tokens whatever --threads (default 1234)", 0},
         {"threads", NULL, MTC_ARG_INT, &threads, "N", "threads (default 1)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("generate", "--load FILE [options]", "Sample text from a saved model.", args,
+    int st = cli_parse("generate", "--load DIR [options]", "Sample text from a saved model.", args,
                        nargs, argc, argv);
     if (st >= 0) return st;
     if (!load)
         return cli_usage_error("generate",
-                               "--load FILE is required (a model saved by mtc train --save)");
+                               "--load DIR is required (a checkpoint saved by mtc train --save)");
     if (max_new < 0 || max_new > (1 << 24))
         return cli_usage_error("generate", "max-new-tokens=%d is outside [0, %d]", max_new,
                                1 << 24);
     if (top_k < 0) return cli_usage_error("generate", "top-k=%d must be >= 0", top_k);
+    if (!(top_p > 0 && top_p <= 1))
+        return cli_usage_error("generate", "top-p=%g must be in (0, 1] (1 = off)", top_p);
+    if (!(penalty > 0) || isinf(penalty))
+        return cli_usage_error("generate", "repetition-penalty=%g must be > 0 (1 = off)", penalty);
     if (!(temperature >= 0))
         return cli_usage_error("generate", "temperature=%g must be >= 0", temperature);
     if (threads < 1) return cli_usage_error("generate", "threads=%d must be >= 1", threads);
     if (prompt && prompt_ids)
         return cli_usage_error("generate", "give --prompt TEXT or --prompt-ids IDS, not both");
+    struct stat lst;
+    int load_dir = stat(load, &lst) == 0 && S_ISDIR(lst.st_mode);
+    if (mtc_args_seen(args, nargs, "ckpt-step") && (ckpt_step < 0 || !load_dir))
+        return cli_usage_error("generate",
+                               "ckpt-step=%lld needs a checkpoint directory as --load and must be "
+                               ">= 0",
+                               (long long)ckpt_step);
 
     mtc_ckpt_info info;
-    if (mtc_ckpt_read_info(load, &info) != MTC_OK)
+    if ((load_dir ? mtc_ckpt_dist_read_info_at(load, ckpt_step, &info)
+                  : mtc_ckpt_read_info(load, &info)) != MTC_OK)
         return cli_usage_error("generate", "%s", mtc_error_detail());
     data_tok *tok = NULL;
     int have_tok = strcmp(info.tokenizer, "none") != 0;
@@ -143,16 +229,26 @@ int cli_cmd_generate(int argc, char **argv) {
                                "text cannot be encoded: give --prompt-ids \"ID ID ...\"",
                                load);
 
+    mtc_outfile lf = {0};
+    if (logits_path && mtc_outfile_open(&lf, logits_path, "--output-logits") != MTC_OK) {
+        data_tok_free(tok);
+        return cli_usage_error("generate", "%s", mtc_error_detail());
+    }
     int T = info.cfg.seq_length, V = info.cfg.vocab_size;
+    int eod = tok && data_tok_eod(tok) < V ? data_tok_eod(tok) : -1;
+    gen_sampling g = {(float)temperature, top_k, (float)top_p, (float)penalty};
     data_tok_ids pids = {0};
     data_tok_text out = {0};
-    size_t printed = 0;
-    float *probs = malloc((size_t)info.cfg.padded_vocab_size * sizeof(float));
+    size_t printed = 0, n_prompt = 0;
+    int Vp = info.cfg.padded_vocab_size;
+    float *probs = malloc((size_t)Vp * sizeof(float)), *row = malloc((size_t)Vp * sizeof(float));
+    int *order = malloc((size_t)Vp * sizeof(int));
+    unsigned char *seen = malloc((size_t)Vp);
     nn_pool *pool = NULL;
     mtc_model *m = NULL;
     mtc_result_t rc = MTC_OK;
     int status = 0;
-    if (!probs) {
+    if (!probs || !row || !order || !seen) {
         rc = MTC_ERR_OUT_OF_MEMORY;
         goto fail;
     }
@@ -185,8 +281,8 @@ int cli_cmd_generate(int argc, char **argv) {
     }
     if (pids.n == 0) { /* no prompt: the eod (GPT-2's way), else a newline, else id 0 */
         int start = 0;
-        if (have_tok && data_tok_eod(tok) >= 0 && data_tok_eod(tok) < V) {
-            start = data_tok_eod(tok);
+        if (eod >= 0) {
+            start = eod;
         } else if (have_tok) {
             data_tok_ids nl = {0};
             if (data_tok_encode(tok, NULL, "\n", 1, &nl, NULL) == MTC_OK && nl.n == 1 &&
@@ -196,14 +292,20 @@ int cli_cmd_generate(int argc, char **argv) {
         }
         MTC_CHECK_GOTO(data_tok_ids_push(&pids, start), rc, fail);
     }
+    n_prompt = pids.n;
 
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
     info.cfg.init_std = 0.02f;
     MTC_CHECK_GOTO(nn_pool_create(threads, &pool), rc, fail);
     MTC_CHECK_GOTO(mtc_model_init(&info.cfg, 1, 1, pool, &m), rc, fail);
-    MTC_CHECK_GOTO(mtc_ckpt_load(m, load, &info), rc, fail);
+    MTC_CHECK_GOTO(load_dir ? mtc_ckpt_dist_load_model_at(m, load, ckpt_step)
+                            : mtc_ckpt_load(m, load, &info),
+                   rc, fail);
 
-    if (prompt) { /* the prompt as given */
+    if (print_ids) {
+        for (size_t k = 0; k < pids.n; k++)
+            printf("%s%d", k ? " " : "", pids.ids[k]);
+    } else if (prompt) { /* the prompt as given */
         fputs(prompt, stdout);
     } else if (prompt_ids && have_tok) {
         MTC_CHECK_GOTO(data_tok_decode(tok, pids.ids, pids.n, &out, NULL), rc, fail);
@@ -214,43 +316,64 @@ int cli_cmd_generate(int argc, char **argv) {
             printf("%s%d", k ? " " : "", pids.ids[k]);
     }
     mtc_model_pass pass = {0};
-    int Vp = info.cfg.padded_vocab_size;
     MTC_CHECK_GOTO(data_tok_text_append(&out, "", 0), rc, fail);
     for (int step = 0; step < max_new; step++) {
         int n = (int)pids.n, t = n < T ? n : T;
         const int *ctx = pids.ids + (n - t);
         mtc_model_forward(m, 0, ctx, NULL, 1, t, &pass);
-        const float *row = mtc_model_logits(m) + (size_t)(t - 1) * Vp;
+        memcpy(row, mtc_model_logits(m) + (size_t)(t - 1) * Vp, (size_t)V * sizeof(float));
+        repetition_penalty(row, V, pids.ids, pids.n, g.penalty, seen);
         float u = mtc_rng_uniform((uint64_t)seed, 0x67656e, (uint64_t)step);
-        int next = sample_next(row, V, (float)temperature, top_k, probs, u);
+        if (lf.f) { /* the logits before the penalty: HF's output_logits */
+            const float *raw = mtc_model_logits(m) + (size_t)(t - 1) * Vp;
+            fprintf(lf.f, "{\"step\": %d, \"u\": %.9g, \"logits\": [", step, (double)u);
+            for (int i = 0; i < V; i++)
+                fprintf(lf.f, "%s%.9g", i ? ", " : "", (double)raw[i]);
+        }
+        int next = sample_next(row, V, &g, probs, order, u);
+        if (lf.f) fprintf(lf.f, "], \"token\": %d}\n", next);
         MTC_CHECK_GOTO(data_tok_ids_push(&pids, next), rc, fail);
-        if (have_tok) { /* print what forms whole characters */
+        int stop = next == eod && !ignore_eos;
+        if (print_ids || !have_tok) {
+            printf("%s%d", print_ids || prompt_ids || step ? " " : "", next);
+        } else if (!stop) { /* print what forms whole characters; the eod is not text */
             MTC_CHECK_GOTO(data_tok_decode(tok, &next, 1, &out, NULL), rc, fail);
             size_t upto = utf8_complete(out.s, out.n);
             if (upto > printed) fwrite(out.s + printed, 1, upto - printed, stdout);
             if (upto > printed) printed = upto;
-        } else {
-            printf("%s%d", step || prompt_ids ? " " : "", next);
         }
         fflush(stdout);
+        if (stop) break;
     }
-    if (have_tok && out.n > printed) fwrite(out.s + printed, 1, out.n - printed, stdout);
+    if (have_tok && !print_ids && out.n > printed)
+        fwrite(out.s + printed, 1, out.n - printed, stdout);
     putchar('\n');
+    if (lf.f && mtc_outfile_commit(&lf) != MTC_OK) {
+        status = cli_usage_error("generate", "%s", mtc_error_detail());
+        goto done;
+    }
+    if (pids.n > n_prompt && pids.ids[pids.n - 1] == eod && eod >= 0 && !ignore_eos)
+        fprintf(stderr,
+                "mtc generate: stopped at the end-of-document token %d after %zu new "
+                "tokens (--ignore-eos to go on)\n",
+                eod, pids.n - n_prompt);
 done:
+    if (lf.f) mtc_outfile_abort(&lf);
     mtc_model_free(m);
     nn_pool_free(pool);
     data_tok_free(tok);
     data_tok_ids_free(&pids);
     data_tok_text_free(&out);
-    free(probs);
+    free(probs), free(row), free(order), free(seen);
     return status;
 fail:
+    if (lf.f) mtc_outfile_abort(&lf);
     mtc_model_free(m);
     nn_pool_free(pool);
     data_tok_free(tok);
     data_tok_ids_free(&pids);
     data_tok_text_free(&out);
-    free(probs);
+    free(probs), free(row), free(order), free(seen);
     if (rc == MTC_ERR_FORMAT) return cli_usage_error("generate", "%s", mtc_error_detail());
     return cli_fail("generate", rc);
 }
