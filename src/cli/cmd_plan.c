@@ -88,6 +88,18 @@ static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
                 100 * r->time.mfu, r->fits ? "yes" : "NO (out of memory)");
     }
     if (n > top) fprintf(f, "... %d more (--top %d)\n", n - top, n);
+    fprintf(f,
+            "legend: tpN tensor-parallel ranks, cpN context-parallel, ppN pipeline stages, vppN\n"
+            "  virtual stages per rank (interleaved 1F1B), dpN data-parallel replicas, epN\n"
+            "  expert-parallel, etpN expert tensor-parallel, sp sequence parallelism, do the\n"
+            "  distributed optimizer; MB per rank of the largest pipeline rank; step ms one\n"
+            "  iteration; TFLOP/s model FLOPs per device; MFU model FLOPs over the machine's\n"
+            "  peak, as mtc train logs it%s\n",
+            rows[0].layout.act_model == MTC_PLAN_ACT_MEGATRON
+                ? (rows[0].layout.flash_attention
+                       ? "; activations with flash attention (--no-flash-attention: without)"
+                       : "; activations without flash attention")
+                : "");
     fprintf(f, "machine %s: %s; memory per %s %.1f GB\n", m->name, m->description,
             m->is_cpu ? "rank = host RAM / ranks" : "device",
             m->mem_bytes / 1e9 / (m->is_cpu ? rows[0].layout.world : 1));
@@ -100,6 +112,7 @@ int cli_cmd_plan(int argc, char **argv) {
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
+    int no_flash = 0, use_flash = 0; /* flash attention's activations (GPU machines' default) */
     moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
     const char *cp_comm = "p2p";
     double achieved = 0, hdrop = 0.1, adrop = 0.1;
@@ -132,7 +145,15 @@ int cli_cmd_plan(int argc, char **argv) {
          "samples per iteration (default micro batch x world)", 0},
         {"world-size", NULL, MTC_ARG_INT, &world, "N", "ranks (GPUs or rank-threads)", 0},
         {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N",
-         "context-parallel ranks, kept in every layout (default 1)", 0},
+         "context-parallel ranks, kept in every layout (default: every valid cp on GPU "
+         "machines, 1 on 'this')",
+         0},
+        {"no-flash-attention", NULL, MTC_ARG_FLAG, &no_flash, NULL,
+         "GPU machines: price the attention's 5as/h activations (scores, probabilities, mask) "
+         "as without flash or fused attention (default there: flash attention's log-sum-exp)",
+         0},
+        {"use-flash-attn", NULL, MTC_ARG_FLAG, &use_flash, NULL,
+         "Megatron's flag: flash attention's activations on any machine", 0},
         {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
          "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
         MOE_CLI_ARGS(moe_f),
@@ -336,6 +357,9 @@ int cli_cmd_plan(int argc, char **argv) {
     else
         return cli_usage_error("plan", "activations=%s is not mtc or megatron", acts);
     l.ranks_per_process = rpp;
+    if (use_flash && no_flash)
+        return cli_usage_error("plan", "give one of --use-flash-attn and --no-flash-attention");
+    l.flash_attention = use_flash || (!m.is_cpu && !no_flash);
     if (l.act_model == MTC_PLAN_ACT_MTC &&
         (l.precision != MTC_PLAN_FP32 || l.recompute != MTC_PLAN_RECOMPUTE_NONE))
         return cli_usage_error("plan", "--activations mtc describes mtc's fp32 arena without "
@@ -394,7 +418,9 @@ int cli_cmd_plan(int argc, char **argv) {
                               .vary_distopt = !distopt && !no_do,
                               .vary_vpp = !no_vpp,
                               .vary_ep = !ep_seen,
-                              .vary_etp = !etp_seen};
+                              .vary_etp = !etp_seen,
+                              .vary_cp = !m.is_cpu &&
+                                         !mtc_args_seen(args, nargs, "context-parallel-size")};
     l.sequence_parallel = sp;
     rc = mtc_plan_enumerate(&l, &m, threads, &search, &rows, &n);
     if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());

@@ -25,6 +25,16 @@ typedef struct {
     char measured_at[32];   /* UTC, "2026-12-01 10:30:00" */
 } mtc_peak;
 
+/* Model FLOPs utilization, the one definition `mtc train` logs and `mtc
+ * plan` predicts: Megatron's model FLOPs (no recomputation) per second per
+ * rank over the peak FLOP/s of one rank (a host's peak divided by the ranks
+ * sharing it; a GPU's data-sheet peak). 0 when the peak is unknown. */
+static inline double mtc_mfu(double model_flops, double seconds, int ranks,
+                             double peak_flops_per_rank) {
+    if (!(peak_flops_per_rank > 0) || !(seconds > 0) || ranks < 1) return 0;
+    return model_flops / (seconds * ranks) / peak_flops_per_rank;
+}
+
 /* Where the cache is (buf gets the path). */
 void mtc_peak_cache_path(char *buf, size_t len);
 /* MTC_ERR_IO when there is no cache, MTC_ERR_FORMAT when it is not ours. */

@@ -223,9 +223,15 @@ static double megatron_layer(const mtc_plan_layout *l) {
     int t = l->tp > 0 ? l->tp : 1, sp = l->sequence_parallel && t > 1;
     /* with context parallelism a rank's s/cp queries score all s keys: the
      * 5as/h term keeps the whole sequence (a x cp heads of s/cp) */
+    /* flash attention: the attention core's memory is selective
+     * recomputation's (it recomputes the probabilities in backward), plus the
+     * fp32 log-sum-exp of each (head, query) */
+    int flash = l->flash_attention && l->recompute == MTC_PLAN_RECOMPUTE_NONE;
     double base =
-        mtc_plan_korthikanti_layer_bytes(s, b, h, a * (l->cp > 1 ? l->cp : 1), t, sp, l->recompute);
+        mtc_plan_korthikanti_layer_bytes(s, b, h, a * (l->cp > 1 ? l->cp : 1), t, sp,
+                                         flash ? MTC_PLAN_RECOMPUTE_SELECTIVE : l->recompute);
     if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) return base;
+    if (l->flash_attention) base += 4.0 * a * s * b / t;
     double ffn_ratio = (double)c->ffn_hidden_size * (c->swiglu ? 1.5 : 1.0) / (4.0 * h);
     /* the ffn-sized rows of the 34: GELU input 8sbh/t and fc2 input 8sbh/t */
     double mlp = 16.0 * s * b * h / t;

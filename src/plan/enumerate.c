@@ -3,8 +3,8 @@
  * (grid rules of `mtc ranks`, the TP split, batch divisibility, the
  * schedule's rules); the varied knobs are tp, pp, vpp (the divisors of the
  * layers per stage), sequence parallelism and, when asked, the distributed
- * optimizer. Micro batch, precision, recomputation and the activation
- * model stay the caller's. */
+ * optimizer, and when asked cp. Micro batch, precision, recomputation and
+ * the activation model stay the caller's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,9 +66,45 @@ static int row_cmp(const void *a, const void *b) {
     return x->mem.total_bytes < y->mem.total_bytes ? -1 : x->mem.total_bytes > y->mem.total_bytes;
 }
 
+static mtc_result_t enumerate_cp(const mtc_plan_layout *base, const mtc_plan_machine *m,
+                                 int threads_per_rank, const mtc_plan_search *s,
+                                 mtc_plan_row **rows, int *nrows);
+
+/* With vary_cp: the layouts of every cp dividing the world (the layout
+ * check refuses the sizes the sequence or the grid does not take), merged. */
 mtc_result_t mtc_plan_enumerate(const mtc_plan_layout *base, const mtc_plan_machine *m,
                                 int threads_per_rank, const mtc_plan_search *s, mtc_plan_row **rows,
                                 int *nrows) {
+    if (!s->vary_cp) return enumerate_cp(base, m, threads_per_rank, s, rows, nrows);
+    *rows = NULL, *nrows = 0;
+    mtc_plan_row *all = NULL;
+    int n = 0;
+    for (int cp = 1; cp <= base->world; cp++) {
+        if (base->world % cp) continue;
+        mtc_plan_layout b = *base;
+        b.cp = cp;
+        mtc_plan_row *r = NULL;
+        int k = 0;
+        mtc_result_t rc = enumerate_cp(&b, m, threads_per_rank, s, &r, &k);
+        mtc_plan_row *g = rc == MTC_OK && k ? realloc(all, (size_t)(n + k) * sizeof *all) : all;
+        if (rc == MTC_OK && k && !g) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layout table");
+        if (rc != MTC_OK) {
+            free(r), free(all);
+            return rc;
+        }
+        all = g;
+        if (k) memcpy(all + n, r, (size_t)k * sizeof *r);
+        n += k;
+        free(r);
+    }
+    if (n) qsort(all, (size_t)n, sizeof *all, row_cmp);
+    *rows = all, *nrows = n;
+    return MTC_OK;
+}
+
+static mtc_result_t enumerate_cp(const mtc_plan_layout *base, const mtc_plan_machine *m,
+                                 int threads_per_rank, const mtc_plan_search *s,
+                                 mtc_plan_row **rows, int *nrows) {
     int vary_distopt = s->vary_distopt;
     *rows = NULL, *nrows = 0;
     int W = base->world, L = base->model.num_layers, cap = 64, n = 0;

@@ -11,6 +11,7 @@
 
 #include "plan/plan.h"
 #include "core/outfile.h"
+#include "core/peak.h"
 
 extern const char mtc_plan_machines_json[];
 
@@ -100,6 +101,7 @@ static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machi
     m->peak_flops = num(o, "peak_tflops_bf16", 0) * 1e12;
     m->peak_flops_fp32 = num(o, "peak_tflops_fp32", 0) * 1e12;
     m->shape_flops_fp32 = num(o, "shape_tflops_fp32", 0) * 1e12;
+    m->fma_flops_fp32 = num(o, "fma_tflops_fp32", 0) * 1e12;
     m->cpu_share = num(o, "cpu_share", 0);
     if (!(m->shape_flops_fp32 >= 0 && m->cpu_share >= 0 && m->cpu_share <= 1))
         return mtc_error(MTC_ERR_FORMAT,
@@ -209,6 +211,12 @@ mtc_result_t mtc_plan_machine_load(const char *name, mtc_plan_machine *out) {
         MTC_CHECK(read_text(path, &text));
         mtc_result_t rc = mtc_plan_machine_parse(text, path, out);
         free(text);
+        /* MFU against the FMA peak bench-peak cached for mtc train */
+        mtc_peak pk;
+        if (rc == MTC_OK && !(out->fma_flops_fp32 > 0) && mtc_peak_load(&pk) == MTC_OK &&
+            pk.cores > 0)
+            out->fma_flops_fp32 = pk.fma_fp32_tflops * 1e12 / pk.cores;
+        if (rc == MTC_OK) mtc_error_clear(); /* no FMA cache: the GEMM rates stand in */
         return rc;
     }
     cJSON *root = cJSON_Parse(mtc_plan_machines_json);

@@ -80,6 +80,9 @@ typedef struct {
     mtc_plan_precision precision;
     mtc_plan_recompute recompute;
     mtc_plan_act_model act_model;
+    /* MEGATRON table: flash (fused) attention keeps the softmax's
+     * log-sum-exp, not the 5as/h term of scores, probabilities and mask */
+    int flash_attention;
     int ranks_per_process; /* CPU: ranks of one process (0 = the world: rank-threads; 1: mpirun) */
 } mtc_plan_layout;
 
@@ -197,6 +200,9 @@ typedef struct {
     /* CPU (bench-peak): per core, mtc-sized GEMMs with every core busy, per
      * second of CPU time (0 = use peak_flops_fp32) */
     double shape_flops_fp32;
+    /* CPU: per core, the fp32 FMA peak (core/peak.h's cache, what `mtc
+     * train` reports MFU against; 0 = unknown: the GEMM rates instead) */
+    double fma_flops_fp32;
     /* CPU: the fraction of a core a compute-bound thread got over a
      * step-long window (the load; 0 = not measured: 1) */
     double cpu_share;
@@ -259,7 +265,8 @@ typedef struct {
     double step_s;
     double tflops_per_device;    /* Megatron's logged figure: model FLOPs / (step x world) */
     double hw_tflops_per_device; /* with recompute FLOPs (Narayanan et al. count these) */
-    double mfu;                  /* model FLOPs / (step x world x peak) */
+    double mfu;                  /* mtc_mfu (core/peak.h): model FLOPs / (step x world x a
+                                    rank's peak: the device's, or a host's over its ranks) */
 } mtc_plan_time;
 
 /* Predicted step time of the layout on the machine. threads_per_rank 0 =
@@ -305,6 +312,7 @@ typedef struct {
     int vary_vpp;     /* interleaved schedules (every vpp dividing the layers per stage) */
     int vary_ep;      /* MoE: every ep dividing num-experts and the world / (etp pp) */
     int vary_etp;     /* MoE: etp 1 and etp = tp */
+    int vary_cp;      /* every context-parallel size the grid and sequence allow */
 } mtc_plan_search;
 
 /* Every valid layout of base (model, world, batch, precision, recompute and

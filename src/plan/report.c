@@ -16,7 +16,9 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
             l->precision == MTC_PLAN_BF16 ? "bf16 weights, fp32 main grads and Adam state"
                                           : "fp32 weights, grads and Adam state",
             l->act_model == MTC_PLAN_ACT_MTC ? "activations: mtc's arena"
-                                             : "activations: Korthikanti et al. 2022");
+            : l->flash_attention ? "activations: Korthikanti et al. 2022 with flash attention "
+                                   "(its log-sum-exp instead of the 5as/h term)"
+                                 : "activations: Korthikanti et al. 2022");
     fprintf(f,
             "model: L=%d h=%d a=%d ffn=%d s=%d V=%d (padded %d); micro batch %d x %d "
             "microbatches x dp %d = global %d; recompute %s\n",

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/peak.h"
 #include "cp/cp.h"
 #include "plan/plan.h"
 #include "pp/executor.h"
@@ -617,6 +618,16 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     out->flops_rank = mtc_plan_flops(&l->model, l->global_batch, l->recompute) / l->world;
     out->tflops_per_device = out->model_flops / (out->step_s * l->world) * 1e-12;
     out->hw_tflops_per_device = out->flops_rank / out->step_s * 1e-12;
-    out->mfu = out->model_flops / (out->step_s * l->world * peak * devices);
+    /* a rank's peak: the device's; on a host the machine's FMA peak over its
+     * ranks, as mtc train (never below the GEMM rates the time used, so a
+     * prediction stays under 100%) */
+    double rank_peak = peak * devices;
+    if (m->is_cpu) {
+        double core = fmax(m->fma_flops_fp32, fmax(m->peak_flops_fp32, m->shape_flops_fp32));
+        if (l->precision == MTC_PLAN_BF16) core = fmax(core, m->peak_flops);
+        double cores = m->devices_per_node > 0 ? m->devices_per_node : 1;
+        rank_peak = core * cores / l->world;
+    }
+    out->mfu = mtc_mfu(out->model_flops, out->step_s, l->world, rank_peak);
     return MTC_OK;
 }

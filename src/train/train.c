@@ -486,7 +486,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         char mfu[64] = "";
         if (c->peak_tflops > 0)
             snprintf(mfu, sizeof mfu, " model FLOPs utilization: %.2f%% |",
-                     100 * tflops / c->peak_tflops);
+                     100 * mtc_mfu(sum_flops, sum_ms * 1e-3, world, c->peak_tflops * 1e12));
         char moe_fields[96] = ""; /* Megatron's, after the lm loss */
         if (moe.has_lb)
             snprintf(moe_fields, sizeof moe_fields, " load_balancing_loss: %.6E |",
