@@ -211,6 +211,7 @@ int cli_cmd_train(int argc, char **argv) {
     /* issue 16: Megatron flags without effect here, and ones refused */
     const char *noop_s2[6] = {NULL};
     int noop_f2[5] = {0}, ln1p = 0;
+    mtc_tb_flags tb_flags = MTC_TB_FLAGS_DEFAULTS; /* --tensorboard-dir (train/tensorboard.h) */
     mtc_arg_strings ramp = {0};
     const char *bs_text = NULL;
     static mtc_batch_schedule bsched; /* read by the rank-threads for the whole run */
@@ -471,11 +472,21 @@ int cli_cmd_train(int argc, char **argv) {
         NOOP_FLAG("no-async-tensor-model-parallel-allreduce", noop_f[8]),
         NOOP_FLAG("use-cpu-initialization", noop_f[9]),
         NOOP_FLAG("tp-comm-overlap", noop_f[10]),
-        NOOP_STR("tensorboard-dir", noop_s2[0]),
-        NOOP_STR("data-cache-path", noop_s2[1]),
-        NOOP_STR("ckpt-format", noop_s2[2]),
+        MTC_TB_CLI_ARGS(tb_flags),
+        /* accepted with a note saying what each would do (the "not here:" help) */
+        {"data-cache-path", NULL, MTC_ARG_STRING, &noop_s2[1], "DIR",
+         "not here: Megatron saves the GPTDataset's document, sample and shuffle indices there "
+         "(.npy) to reuse; mtc builds them in memory at start and keeps no cache",
+         0},
+        {"ckpt-format", NULL, MTC_ARG_STRING, &noop_s2[2], "S",
+         "not here: Megatron's checkpoint format (torch_dist, torch, ...); mtc writes its own "
+         "resharding directory format (iter_N/metadata.json + __R.distcp) whatever is given",
+         0},
         NOOP_STR("tiktoken-pattern", noop_s2[3]),
-        NOOP_STR("num-workers", noop_s2[4]),
+        {"num-workers", NULL, MTC_ARG_STRING, &noop_s2[4], "N",
+         "not here: Megatron's DataLoader worker processes; mtc reads each sample from the "
+         "memory-mapped dataset on the training thread",
+         0},
         NOOP_STR("empty-unused-memory-level", noop_s2[5]),
         NOOP_FLAG("cross-entropy-loss-fusion", noop_f2[0]),
         NOOP_FLAG("manual-gc", noop_f2[1]),
@@ -722,6 +733,9 @@ int cli_cmd_train(int argc, char **argv) {
         if (n && le.rank == 0) /* once per job, not once per rank */
             fprintf(stderr, "note: %s concern GPUs or Megatron's internals and do not apply here\n",
                     note);
+        for (int i = 0; i < nargs && le.rank == 0; i++) /* what the others would do */
+            if (args[i].seen && args[i].help && !strncmp(args[i].help, "not here: ", 10))
+                fprintf(stderr, "note: --%s is accepted, %s\n", args[i].name, args[i].help + 10);
     }
 
     if (le.kind == MTC_LAUNCHER_MPI && !threads && le.local_world > 0) {
@@ -902,6 +916,11 @@ int cli_cmd_train(int argc, char **argv) {
     if (timing_option < 0)
         return cli_usage_error("train", "timing-log-option=%s must be max, minmax or all",
                                timing_opt);
+    if (tb_flags.log_interval < 1)
+        return cli_usage_error("train", "tensorboard-log-interval=%d must be >= 1",
+                               tb_flags.log_interval);
+    if (tb_flags.dir && mtc_tb_check_dir(tb_flags.dir) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (!(peak_tflops >= 0))
         return cli_usage_error("train", "peak-tflops=%g must be > 0", peak_tflops);
     int steps_given = mtc_args_seen(args, nargs, "profile-step-start") ||
@@ -930,6 +949,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.trace_buffer_mb = trace_mb;
     tc.timing_log_level = timing_level, tc.timing_log_option = timing_option;
     tc.peak_tflops = peak_tflops;
+    tc.tensorboard = tb_flags;
     if (kv_channels < 0)
         return cli_usage_error("train", "kv-channels=%d must be >= 1", kv_channels);
     mc->norm_epsilon = (float)norm_eps;

@@ -517,11 +517,16 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                 (double)x->loss_scale, gn, skipped, nan_iters);
             fflush(out);
         }
+        MTC_CHECK(
+            train_tb_step(x, it, consumed, loss, norm, skipped_now, lr_now, world,
+                          mem.param_bytes + mem.grad_bytes + mem.optim_state_bytes + act_bytes));
         if (log_now) MTC_CHECK(train_obs_log(x, out, n_logged));
+        if (log_now) MTC_CHECK(train_tb_log(x, it, avg_ms * 1e-3, tflops));
         double vloss = 0;
         if (eval_now) {
             MTC_CHECK(train_evaluate(x, &vloss));
             if (out) train_print_eval(out, it, vloss), fflush(out);
+            MTC_CHECK(train_tb_eval(x, it, consumed, vloss));
         }
         if (metrics && (log_now || eval_now)) {
             fprintf(metrics, "{\"iteration\": %lld", (long long)it);
@@ -708,6 +713,11 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         if (!metrics) rc = mtc_error(MTC_ERR_IO, "cannot write metrics file %s", c->metrics_path);
     }
     if (rc == MTC_OK) rc = train_obs_setup(&x, world);
+    if (rc == MTC_OK && is_last && c->tensorboard.dir) { /* Megatron's writer: the last rank */
+        rc = mtc_tb_open(c->tensorboard.dir, &x.obs.tb);
+        if (rc == MTC_OK && out && !c->quiet)
+            fprintf(out, "> TensorBoard events: %s\n", mtc_tb_path(x.obs.tb));
+    }
     /* a rank that failed to set up fails the launch; peers stop with REMOTE */
     if (rc == MTC_OK) rc = train_loop(&x, out, metrics, wsize);
     if (rc == MTC_OK) rc = train_obs_write(&x, is_last);
@@ -725,6 +735,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     }
     if (is_last && c->comm_ms_out) *c->comm_ms_out = (double)train_comm_ns(&x) * 1e-6;
     if (metrics) fclose(metrics);
+    mtc_result_t tbc = mtc_tb_close(x.obs.tb);
+    if (rc == MTC_OK) rc = tbc;
     train_teardown(&x); /* first: it ends the progress threads that may still record */
     train_obs_free(&x);
     return rc;

@@ -28,6 +28,7 @@
 #include "optim/optim.h"
 #include "pp/schedule.h"
 #include "train/batch_schedule.h"
+#include "train/tensorboard.h"
 
 typedef struct {
     mtc_model_config model;
@@ -117,6 +118,7 @@ typedef struct {
     double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;
                                    0: the cached machine peak (core/peak.h) / ranks on it */
     const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops) */
+    mtc_tb_flags tensorboard;   /* --tensorboard-dir and its flags (train/train_tb.c) */
     /* ---- Megatron's exits (issue 16) ---- */
     int64_t exit_interval;     /* --exit-interval N: stop after an iteration divisible by N */
     double exit_duration_mins; /* --exit-duration-in-mins: stop once training has run this

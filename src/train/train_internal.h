@@ -62,6 +62,7 @@ typedef struct {
     mtc_comm_t world;
     struct mtc_trace *trace;
     uint64_t timer_ns[TRAIN_T_COUNT]; /* since the last log */
+    struct mtc_tb *tb;                /* --tensorboard-dir: the last rank's writer, else NULL */
 } train_obs;
 
 /* One rank's state. */
@@ -194,6 +195,14 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out);
 mtc_result_t train_ckpt_finalize(train_rank *x, int blocking, FILE *out);
 /* Waits for this rank's writer without committing (an error path). */
 void train_ckpt_abandon(train_rank *x);
+
+/* train_tb.c: Megatron's TensorBoard scalars (nothing without a writer):
+ * each iteration's, each log line's (then flushed), a timer's, an evaluation's. */
+mtc_result_t train_tb_step(train_rank *x, int64_t it, uint64_t consumed, double loss, double norm,
+                           int skipped, double lr, int world, size_t alloc_bytes);
+mtc_result_t train_tb_log(train_rank *x, int64_t it, double iter_s, double tflops);
+mtc_result_t train_tb_timer(train_rank *x, const char *name, double max_ms);
+mtc_result_t train_tb_eval(train_rank *x, int64_t it, uint64_t consumed, double vloss);
 
 /* train_obs.c: timers, the trace, the timer block and the trace file. */
 mtc_result_t train_obs_setup(train_rank *x, mtc_comm_t world);

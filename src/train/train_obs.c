@@ -158,6 +158,7 @@ mtc_result_t train_obs_log(train_rank *x, FILE *out, int n) {
             lo = v < lo ? v : lo, hi = v > hi ? v : hi;
         }
         if (hi <= 0) continue; /* as Megatron: only timers that ran */
+        if (rc == MTC_OK) rc = train_tb_timer(x, train_timer_name(id), hi); /* TensorBoard */
         char label[96];
         timer_label(label, sizeof label, train_timer_name(id));
         if (opt == 0) fprintf(out, "\n    %s: %.2f", label, hi);
@@ -188,7 +189,7 @@ mtc_result_t train_obs_log(train_rank *x, FILE *out, int n) {
     }
     fflush(out);
     free(all);
-    return MTC_OK;
+    return rc;
 }
 
 /* This process's peak resident set in bytes: VmHWM, or getrusage's
