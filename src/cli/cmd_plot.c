@@ -2,7 +2,9 @@
  * the curves of `mtc train --metrics` files against iterations, in four
  * panels (lm loss with the validation loss dashed, learning rate, grad
  * norm, tokens per second), one colour per file and a legend naming the
- * files, so runs of different layouts can be compared in one picture.
+ * files, so runs of different layouts can be compared in one picture; a
+ * file resuming the one given before it (mtc train --load of its
+ * checkpoint) continues that curve. Both axes carry 1-2-5 ticks.
  * Relies on cJSON for the lines. Bad input (a missing file, a line that is
  * not JSON, a file without a single iteration) is refused before anything is
  * written, with exit status 2. Does not smooth or resample: every logged
@@ -35,6 +37,8 @@ typedef struct {
 typedef struct {
     const char *path;
     plot_series s[PLOT_SERIES];
+    double first, last, gap; /* logged iterations: the first, the last, the widest step */
+    int parent;              /* the run this one resumed (joined to it), -1 for none */
 } plot_run;
 
 static int series_add(plot_series *s, double x, double y) {
@@ -59,6 +63,8 @@ static int plot_read(plot_run *r) {
                                r->path, mtc_error_detail());
     char line[1 << 16];
     int lineno = 0, points = 0;
+    double prev = NAN;
+    r->first = INFINITY, r->last = -INFINITY, r->gap = 1, r->parent = -1;
     while (fgets(line, sizeof line, f)) {
         lineno++;
         if (strspn(line, " \t\r\n") == strlen(line)) continue;
@@ -70,6 +76,10 @@ static int plot_read(plot_run *r) {
             return cli_usage_error("plot", "%s:%d is not a metrics line (no \"iteration\")",
                                    r->path, lineno);
         }
+        double x = it->valuedouble;
+        r->first = fmin(r->first, x), r->last = fmax(r->last, x);
+        if (x - prev > r->gap) r->gap = x - prev;
+        prev = x;
         for (int k = 0; k < PLOT_SERIES; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, series_key[k]);
             if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) {
@@ -124,9 +134,47 @@ static void plot_escape(FILE *f, const char *s) {
     }
 }
 
+/* A run given right after another that starts later than it and no later
+ * than one logging step after its end is its resumption (mtc train --load
+ * of the other's checkpoint): drawn as one curve in the parent's colour, the
+ * resumed file's points replacing the parent's from its first iteration on
+ * (as TensorBoard purges what a restart repeats). */
+static void plot_join(plot_run *runs, int nr) {
+    for (int r = 1; r < nr; r++) {
+        const plot_run *p = &runs[r - 1];
+        if (runs[r].first > p->first && runs[r].first <= p->last + p->gap) runs[r].parent = r - 1;
+    }
+}
+
+/* The first run of r's chain, and whether point i of run r's series k is
+ * drawn (not repeated by a later run of its chain). */
+static int plot_root(const plot_run *runs, int r) {
+    while (runs[r].parent >= 0)
+        r = runs[r].parent;
+    return r;
+}
+static double plot_until(const plot_run *runs, int nr, int r) {
+    return r + 1 < nr && runs[r + 1].parent == r ? runs[r + 1].first : INFINITY;
+}
+
+/* "Nice" ticks covering [lo, hi]: a step of 1, 2 or 5 x 10^k giving 4 to 10
+ * ticks; writes up to max values, returns the count. */
+static int plot_ticks(double lo, double hi, int integer, double *t, int max) {
+    double span = hi - lo, step = pow(10, floor(log10(span / 5)));
+    if (span / step > 10)
+        step *= 5;
+    else if (span / step > 5)
+        step *= 2;
+    if (integer && step < 1) step = 1;
+    int n = 0;
+    for (double v = ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9 && n < max; v += step)
+        t[n++] = fabs(v) < step * 1e-9 ? 0 : v;
+    return n;
+}
+
 static void plot_svg(FILE *f, const plot_run *runs, int nr) {
     const int W = 900, PH = 200, TOP = 30 + 18 * nr, L = 90, R = 20, GAP = 45;
-    const int H = TOP + 4 * (PH + GAP);
+    const int H = TOP + 4 * (PH + GAP) + 20; /* the last axis' name */
     double xr[2], yr[4][2];
     plot_ranges(runs, nr, xr, yr);
     fprintf(f,
@@ -135,13 +183,18 @@ static void plot_svg(FILE *f, const plot_run *runs, int nr) {
             "font-family=\"sans-serif\" font-size=\"12\">\n"
             "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
             W, H, W, H);
-    for (int r = 0; r < nr; r++) { /* legend */
+    for (int r = 0; r < nr; r++) { /* legend: a resumed run beside its parent */
         int y = 20 + 18 * r;
-        fprintf(f,
-                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
-                "<text x=\"%d\" y=\"%d\">",
-                L, y - 4, L + 30, y - 4, colours[r], L + 38, y);
+        if (runs[r].parent < 0)
+            fprintf(f,
+                    "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
+                    "stroke-width=\"3\"/>",
+                    L, y - 4, L + 30, y - 4, colours[r]);
+        fprintf(f, "<text x=\"%d\" y=\"%d\">%s", L + 38, y, runs[r].parent < 0 ? "" : "+ ");
         plot_escape(f, runs[r].path);
+        if (runs[r].parent >= 0)
+            fprintf(f, " (resumed: from iteration %.0f on, joined to the curve above)",
+                    runs[r].first);
         fputs("</text>\n", f);
     }
     for (int p = 0; p < 4; p++) {
@@ -149,25 +202,53 @@ static void plot_svg(FILE *f, const plot_run *runs, int nr) {
         fprintf(f,
                 "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>\n"
                 "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
-                "stroke=\"#444\"/>\n"
-                "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>\n"
-                "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>\n"
-                "<text x=\"%d\" y=\"%d\">%.0f</text>\n"
-                "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.0f (iteration)</text>\n",
-                L, y0 - 6, panel_title[p], L, y0, pw, PH, L - 6, y0 + 12, yr[p][1], L - 6, y0 + PH,
-                yr[p][0], L, y0 + PH + 16, xr[0], L + pw, y0 + PH + 16, xr[1]);
-        for (int r = 0; r < nr; r++)
+                "stroke=\"#444\"/>\n",
+                L, y0 - 6, panel_title[p], L, y0, pw, PH);
+        double t[16];
+        int nt = plot_ticks(yr[p][0], yr[p][1], 0, t, 16);
+        for (int i = 0; i < nt; i++) { /* y ticks, labels and light grid lines */
+            double y = y0 + PH - PH * (t[i] - yr[p][0]) / (yr[p][1] - yr[p][0]);
+            fprintf(f,
+                    "<line class=\"ytick\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" "
+                    "stroke=\"#ddd\"/><line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" "
+                    "stroke=\"#444\"/><text class=\"ylabel%d\" x=\"%d\" y=\"%.1f\" "
+                    "text-anchor=\"end\">%.6g</text>\n",
+                    L, y, L + pw, y, L - 4, y, L, y, p, L - 6, y + 4, t[i]);
+        }
+        nt = plot_ticks(xr[0], xr[1], 1, t, 16);
+        for (int i = 0; i < nt; i++) { /* x ticks: iterations */
+            double x = L + pw * (t[i] - xr[0]) / (xr[1] - xr[0]);
+            fprintf(
+                f,
+                "<line class=\"xtick\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" "
+                "stroke=\"#444\"/><text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.0f</text>\n",
+                x, y0 + PH, x, y0 + PH + 4, x, y0 + PH + 16, t[i]);
+        }
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">iteration</text>\n", L + pw,
+                y0 + PH + 30);
+        for (int r = 0; r < nr; r++) {
+            if (runs[r].parent >= 0) continue; /* drawn with its parent's chain */
             for (int k = 0; k < PLOT_SERIES; k++) {
-                const plot_series *s = &runs[r].s[k];
-                if (series_panel[k] != p || !s->n) continue;
-                fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"",
-                        colours[r], k == 1 ? " stroke-dasharray=\"6 3\"" : "");
-                for (int i = 0; i < s->n; i++)
-                    fprintf(f, "%s%.1f,%.1f", i ? " " : "",
-                            L + pw * (s->x[i] - xr[0]) / (xr[1] - xr[0]),
-                            y0 + PH - PH * (s->y[i] - yr[p][0]) / (yr[p][1] - yr[p][0]));
-                fputs("\"/>\n", f);
+                if (series_panel[k] != p) continue;
+                int any = 0;
+                for (int c = r; c < nr && (c == r || plot_root(runs, c) == r); c++) {
+                    const plot_series *s = &runs[c].s[k];
+                    double until = plot_until(runs, nr, c);
+                    for (int i = 0; i < s->n; i++) {
+                        if (s->x[i] >= until) continue;
+                        if (!any)
+                            fprintf(f,
+                                    "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s "
+                                    "points=\"",
+                                    colours[r], k == 1 ? " stroke-dasharray=\"6 3\"" : "");
+                        fprintf(f, "%s%.1f,%.1f", any++ ? " " : "",
+                                L + pw * (s->x[i] - xr[0]) / (xr[1] - xr[0]),
+                                y0 + PH - PH * (s->y[i] - yr[p][0]) / (yr[p][1] - yr[p][0]));
+                    }
+                }
+                if (any) fputs("\"/>\n", f);
             }
+        }
     }
     fputs("</svg>\n", f);
 }
@@ -210,6 +291,7 @@ int cli_cmd_plot(int argc, char **argv) {
         runs[r].path = files[r];
         st = plot_read(&runs[r]);
     }
+    if (!st) plot_join(runs, nfiles);
     if (!st) {
         mtc_outfile o;
         mtc_result_t rc = mtc_outfile_open(&o, svg, "--svg");

@@ -18,8 +18,10 @@
 
 #include "grid/grid.h"
 
-#define CW 118 /* cell width */
-#define CH 66  /* cell height */
+#define CW 132 /* cell width */
+#define CH 82  /* cell height: four text rows clear of the highlight outline */
+/* DejaVu Sans Mono advances 0.602 em: pixels of n characters at `size` px */
+#define TEXT_W(n, size) ((int)ceil((double)(n)*0.61 * (size)))
 #define GAP 6
 #define PAD 14 /* node box padding */
 #define MARGIN 20
@@ -72,7 +74,23 @@ mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
     const int node_h = 2 * PAD + 18 + rows * CH + (rows - 1) * GAP;
     const int title_h = 64;
     const int legend_rows = G->nsets + 4 + (h && h->set ? 2 : 0) + (h && h->ranks ? 2 : 0);
-    const int legend_w = 560;
+    /* the legend is as wide as its longest line (11 px text; nothing clipped) */
+    int legend_chars = 80; /* the fixed lines and five stage swatches a row */
+    for (int i = 0; i < G->nsets; i++) {
+        int n = snprintf(NULL, 0, "%s %dx%d: %d of %d cross nodes", G->sets[i].name,
+                         G->sets[i].count, G->sets[i].size, G->sets[i].count, G->sets[i].count);
+        if (n > legend_chars) legend_chars = n;
+    }
+    if (h && h->set) {
+        int n = 6 + snprintf(NULL, 0,
+                             "highlight: %s, one outline colour per group (gN = group N "
+                             "of %d)",
+                             h->set->name, h->set->count);
+        if (n > legend_chars) legend_chars = n;
+    }
+    if (h && h->ranks && 6 + 30 + 6 * (h->nranks < 24 ? h->nranks : 24) > legend_chars)
+        legend_chars = 6 + 30 + 6 * (h->nranks < 24 ? h->nranks : 24);
+    const int legend_w = TEXT_W(legend_chars, 11) + MARGIN;
     int width = MARGIN * 3 + node_w + legend_w;
     if (width < 900) width = 900;
     int grid_h = nodes * (node_h + GAP);
@@ -122,7 +140,8 @@ mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
              * come close (every 8th or 13th) still differ: distinct well beyond ten groups */
             int g = tp_group[r];
             double hue = fmod(g * 137.508, 360.0);
-            int sat = (g / 3) % 2 ? 45 : 65, light = 84 - 11 * (g % 3);
+            int sat = (g / 3) % 2 ? 45 : 65,
+                light = 86 - 8 * (g % 3); /* black text stays >= 4.5:1 */
             const char *stage = stage_colours[x.pp % NSTAGE_COLOURS];
             int listed = 0, hg = -1, hpos = 0;
             for (int k = 0; h && h->ranks && k < h->nranks; k++)
@@ -146,20 +165,26 @@ mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
                     cy + 1, CH - 2, stage);
             fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">r%d</text>\n",
                     cx + 14, cy + 16, r);
+            /* the stage as dark text on a white pill outlined in its colour:
+             * readable on every fill */
+            const char *end = c->pp > 1 && x.pp == 0           ? " first"
+                              : c->pp > 1 && x.pp == c->pp - 1 ? " last"
+                                                               : "";
+            char ppl[32];
+            int pn = snprintf(ppl, sizeof ppl, "pp%d%s", x.pp, end), pw = TEXT_W(pn, 11) + 8;
             fprintf(f,
-                    "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"%s\" "
-                    "font-weight=\"bold\">pp%d%s</text>\n",
-                    cx + CW - 6, cy + 16, stage, x.pp,
-                    c->pp > 1 && x.pp == 0           ? " first"
-                    : c->pp > 1 && x.pp == c->pp - 1 ? " last"
-                                                     : "");
-            fprintf(f, "<text x=\"%d\" y=\"%d\">tp%d cp%d dp%d</text>\n", cx + 14, cy + 34, x.tp,
+                    "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"15\" rx=\"4\" "
+                    "fill=\"#ffffff\" stroke=\"%s\" stroke-width=\"2\"/>\n"
+                    "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#111111\" "
+                    "font-weight=\"bold\">%s</text>\n",
+                    cx + CW - 7 - pw, cy + 6, pw, stage, cx + CW - 11, cy + 17, ppl);
+            fprintf(f, "<text x=\"%d\" y=\"%d\">tp%d cp%d dp%d</text>\n", cx + 14, cy + 35, x.tp,
                     x.cp, x.dp);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#444444\">e: tp%d ep%d dp%d</text>\n",
-                    cx + 14, cy + 50, x.etp, x.ep, x.edp);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#111111\">e: tp%d ep%d dp%d</text>\n",
+                    cx + 14, cy + 51, x.etp, x.ep, x.edp);
             fprintf(f,
-                    "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#444444\">replica %d</text>\n",
-                    cx + 14, cy + 62, x.dp);
+                    "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#111111\">replica %d</text>\n",
+                    cx + 14, cy + 67, x.dp);
             if (hg >= 0 || listed) { /* inside the cell's border, clear of the dashed one */
                 char col[32] = "#000000";
                 if (hg >= 0) group_outline(col, sizeof col, hg);
@@ -168,11 +193,15 @@ mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
                         "height=\"%d\" rx=\"3\" fill=\"none\" stroke=\"%s\" "
                         "stroke-width=\"4\"/>\n",
                         cx + 3, cy + 3, CW - 6, CH - 6, col);
-                if (hg >= 0)
+                if (hg >= 0) { /* gN: dark text on a white pill in the group's colour */
+                    int gw = TEXT_W(snprintf(NULL, 0, "g%d", hg), 12) + 8;
                     fprintf(f,
+                            "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"16\" rx=\"4\" "
+                            "fill=\"#ffffff\" stroke=\"%s\" stroke-width=\"2\"/>\n"
                             "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"12\" "
-                            "font-weight=\"bold\" fill=\"%s\">g%d</text>\n",
-                            cx + CW - 8, cy + 60, col, hg);
+                            "font-weight=\"bold\" fill=\"#111111\">g%d</text>\n",
+                            cx + CW - 10 - gw, cy + 56, gw, col, cx + CW - 14, cy + 68, hg);
+                }
             }
             fprintf(f, "</g>\n");
         }

@@ -1,8 +1,8 @@
 /* pp/schedule_svg.c - draw a simulated pipeline timeline as one SVG file.
  *
  * Ranks are rows (rank 0 on top); each op is a box from its simulated start
- * to end, labelled F<m>.<c> or B<m>.<c>; forwards are blue, backwards green,
- * a darker shade per later model chunk; the row background is grey so idle
+ * to end, labelled F<m>.<c> or B<m>.<c>; forwards in cool hues, backwards in
+ * warm ones, one hue per model chunk (pp_schedule_svg_fill); the row background is grey so idle
  * time (the bubble) shows as grey gaps. The title carries the configuration
  * and the bubble fraction of this timeline beside Megatron's (p-1)/(m*v);
  * a legend names the colours, and a thin band under each row marks its
@@ -12,9 +12,13 @@
  * about the schedule itself. */
 #include "pp/schedule.h"
 
+/* One hue per model chunk, light enough for black labels: forwards in cool
+ * hues (blue, violet, cyan, magenta), backwards in warm ones (green, amber,
+ * yellow-green, rose), every pair at least 30 degrees of hue apart; chunks k and
+ * k + 4 share a colour (their labels F<m>.<c> still differ). */
 const char *pp_schedule_svg_fill(pp_op_kind_t kind, int chunk) {
-    static const char *fwd[] = {"#9ec5f0", "#6fa6e3", "#4a86cf", "#2f66aa"};
-    static const char *bwd[] = {"#a8dba0", "#7cc471", "#56a84b", "#3a8a33"};
+    static const char *fwd[] = {"#8fbbe8", "#c4a4ec", "#7ed8d8", "#eea6dc"};
+    static const char *bwd[] = {"#96d98c", "#f3c070", "#bbd369", "#ee8c99"};
     return kind == PP_OP_FORWARD ? fwd[chunk % 4] : bwd[chunk % 4];
 }
 

@@ -37,4 +37,38 @@ expect_usage "no svg" "--svg FILE is required" plot "$D/a.jsonl"
 expect_usage "missing file" "cannot read $D/none.jsonl" plot "$D/none.jsonl" --svg "$D/never.svg"
 echo 'not json' >"$D/c.jsonl"
 expect_usage "not metrics" "c.jsonl:1 is not a metrics line" plot "$D/c.jsonl" --svg "$D/never.svg"
+# a resumed run continues its parent's curve; every panel has ticks on both axes
+B="--mock-data --vocab-size 64 --num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2 --threads 1 --log-interval 1 --eval-iters 0 --lr-decay-iters 20"
+# shellcheck disable=SC2086
+"$MTC" train $B --train-iters 8 --save "$D/ck" --metrics "$D/p1.jsonl" >/dev/null 2>&1 || bad "train part 1"
+# shellcheck disable=SC2086
+"$MTC" train $B --train-iters 16 --load "$D/ck" --metrics "$D/p2.jsonl" >/dev/null 2>&1 || bad "train part 2"
+"$MTC" plot "$D/p1.jsonl" "$D/p2.jsonl" "$D/b.jsonl" --svg "$D/r.svg" 2>"$D/err" || { bad "plot resumed"; cat "$D/err"; }
+python3 - "$D/r.svg" "$D/p1.jsonl" "$D/p2.jsonl" <<'PY' && ok "resumed run joined; 1-2-5 ticks on both axes of every panel" || bad "joined curve / ticks"
+import json, math, sys, xml.etree.ElementTree as E
+root = E.parse(sys.argv[1]).getroot()
+tag = lambda e: e.tag.split("}")[-1]
+lines = [e for e in root.iter() if tag(e) == "polyline"]
+# p1 + p2 as one curve per series (4) and b.jsonl's 5
+assert len(lines) == 9, len(lines)
+iters = [json.loads(l)["iteration"] for f in sys.argv[2:4] for l in open(f)]
+first = lines[0].get("points").split()
+assert len(first) == len(iters) == 16, (len(first), len(iters))
+xs = [float(p.split(",")[0]) for p in first]
+assert all(a < b for a, b in zip(xs, xs[1:])), "x not increasing along the joined curve"
+texts = ["".join(e.itertext()) for e in root.iter() if tag(e) == "text"]
+assert any("p2.jsonl (resumed: from iteration 9 on" in t for t in texts), "legend"
+for kind in ("xtick", "ytick"):
+    n = len([e for e in root.iter() if e.get("class") == kind])
+    assert n >= 4 * 3, (kind, n)
+# each panel's y labels: 3+ evenly spaced multiples of one 1, 2 or 5 x 10^k step
+for p in range(4):
+    v = sorted(float("".join(e.itertext())) for e in root.iter() if e.get("class") == "ylabel%d" % p)
+    assert len(v) >= 3, (p, v)
+    step = v[1] - v[0]
+    assert all(abs((b - a) - step) < 1e-6 * step for a, b in zip(v, v[1:])), (p, v)
+    m = step / 10 ** math.floor(math.log10(step))
+    assert min(abs(m - k) for k in (1, 2, 5)) < 1e-6, (p, step)
+    assert all(abs(x / step - round(x / step)) < 1e-6 for x in v), (p, v)
+PY
 exit $fail
