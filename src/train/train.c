@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -331,6 +332,12 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 mtc_model_moe_ffn(&c->model), mtc_moe_topk(mc),
                 mc->score == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", cap, total,
                 train_moe_active_params(&c->model, total));
+        const mtc_grid_spec *gs = mtc_grid_spec_get(x->grid);
+        fprintf(out,
+                "> expert parallel: ep %d x etp %d x expert-DP %d (x pp %d = world %d); %d local "
+                "experts per rank, expert gradients reduced over the %d expert-DP ranks\n",
+                gs->cfg.ep, gs->cfg.etp, gs->edp, gs->cfg.pp, gs->cfg.world_size,
+                mc->num_experts / (gs->cfg.ep > 0 ? gs->cfg.ep : 1), gs->edp);
     }
     mtc_dp_memory mem;
     size_t act = train_memory(x, &mem);
@@ -721,6 +728,10 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     /* a rank that failed to set up fails the launch; peers stop with REMOTE */
     if (rc == MTC_OK) rc = train_loop(&x, out, metrics, wsize);
     if (rc == MTC_OK) rc = train_obs_write(&x, is_last);
+    struct stat tst; /* where the trace went and how large it is */
+    if (rc == MTC_OK && out && !c->quiet && c->trace_path && stat(c->trace_path, &tst) == 0)
+        fprintf(out, "> trace: wrote %s (%.1f MB; chrome://tracing or ui.perfetto.dev)\n",
+                c->trace_path, (double)tst.st_size / 1048576.0);
     if (rc == MTC_OK && c->save_path && x.last_saved != x.iteration)
         rc = train_ckpt_save(&x, x.iteration, x.consumed, out);
     if (rc == MTC_OK) rc = train_ckpt_finalize(&x, 1, out); /* exit waits for --async-save */
