@@ -21,8 +21,13 @@ deps:
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-run: deps build
-	sh scripts/demo.sh $(BUILD)/mtc
+# the demo: quiet until it starts (the build's output goes to $(BUILD).build.log,
+# shown when the build fails); only the mtc binary is built, not the tests
+run: deps
+	@echo "== building mtc (log: $(BUILD).build.log)"
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) > $(BUILD).cmake.log 2>&1 || { cat $(BUILD).cmake.log; exit 1; }
+	@cmake --build $(BUILD) -j $(JOBS) --target mtc > $(BUILD).build.log 2>&1 || { tail -n 40 $(BUILD).build.log; echo "make run: the build failed; the whole log is $(BUILD).build.log" >&2; exit 1; }
+	@sh scripts/demo.sh $(BUILD)/mtc
 
 # Sanitizer builds: ASan+UBSan over everything but the MPI tests, TSan over
 # the thread-rank (shm) tests.
@@ -47,7 +52,7 @@ fuzz:
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_SEED=$(FUZZ_SEED) sh scripts/fuzz.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-fuzz *.cmake.log
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz *.cmake.log *.build.log
 
 format:
 	git ls-files '*.c' '*.h' | xargs clang-format -i
