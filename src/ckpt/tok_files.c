@@ -126,6 +126,21 @@ mtc_result_t mtc_ckpt_tok_embed(const char *form, const char *dir, char *out, si
     return tok_join(out, cap, k, names, n);
 }
 
+mtc_result_t mtc_ckpt_tok_export_form(const char *form, char *out, size_t cap) {
+    char buf[PATH_MAX * TOK_MAX_FILES + 8], *f[TOK_MAX_FILES];
+    int n = 0, k = tok_split(form, buf, sizeof buf, f, &n);
+    if (k < 0) {
+        if (strlen(form) >= cap)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the tokenizer's text form is too long");
+        memcpy(out, form, strlen(form) + 1);
+        return MTC_OK;
+    }
+    char *names[TOK_MAX_FILES];
+    for (int i = 0; i < n; i++)
+        names[i] = (char *)TOK_KINDS[k].names[i];
+    return tok_join(out, cap, k, names, n);
+}
+
 mtc_result_t mtc_ckpt_tok_resolve(const char *form, const char *dir, char *out, size_t cap) {
     char buf[PATH_MAX * TOK_MAX_FILES + 8], *f[TOK_MAX_FILES];
     char abs[TOK_MAX_FILES][PATH_MAX + 32], base[PATH_MAX];

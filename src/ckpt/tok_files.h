@@ -36,6 +36,11 @@ mtc_result_t mtc_ckpt_tok_resolve(const char *form, const char *dir, char *out, 
  * file it was copied from). */
 int mtc_ckpt_tok_same(const char *a, const char *b);
 
+/* The form to store beside an export that holds the tokenizer's own files
+ * under their Hugging Face names (data_tok_write_hf): a BPE form names those
+ * relatively ("GPT2BPETokenizer:vocab.json|merges.txt"); others unchanged. */
+mtc_result_t mtc_ckpt_tok_export_form(const char *form, char *out, size_t cap);
+
 /* The form of a Hugging Face folder's tokenizer (out: cap bytes, absolute
  * file names): mtc_tokenizer.txt when it names no files (mtc's byte, char and
  * null vocabularies), else tokenizer.json (HuggingFaceTokenizer), else

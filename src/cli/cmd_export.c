@@ -11,6 +11,7 @@
 #include "ckpt/gguf.h"
 #include "ckpt/hf.h"
 #include "ckpt/state.h"
+#include "ckpt/tok_files.h"
 #include "cli/cli.h"
 #include "core/outfile.h"
 #include "data/tokenizer.h"
@@ -152,7 +153,10 @@ int cli_cmd_export(int argc, char **argv) {
         if (rc == MTC_OK) rc = mtc_gguf_export(m, info.tokenizer, out, &go);
     } else if (rc == MTC_OK) {
         mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard};
-        rc = mtc_hf_export(m, info.tokenizer, out, &ho);
+        /* mtc_tokenizer.txt names the folder's own tokenizer files, no path */
+        char form[MTC_CKPT_TOKENIZER_MAX];
+        rc = mtc_ckpt_tok_export_form(info.tokenizer, form, sizeof form);
+        if (rc == MTC_OK) rc = mtc_hf_export(m, form, out, &ho);
         if (rc == MTC_OK && tok) {
             mtc_result_t trc = data_tok_write_hf(tok, out, info.cfg.max_position_embeddings);
             if (trc == MTC_ERR_UNSUPPORTED)

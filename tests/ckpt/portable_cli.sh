@@ -84,10 +84,13 @@ EOF
 
 # import: a Hugging Face folder with only the tokenizer's native files
 "$MTC" export --load "$D/elsewhere/bpe" --format safetensors --out "$D/hfexp" >"$D/e.log" 2>&1 || { bad "export"; cat "$D/e.log"; }
+[ "$(cat "$D/hfexp/mtc_tokenizer.txt")" = "GPT2BPETokenizer:vocab.json|merges.txt" ] &&
+    ok "the export's mtc_tokenizer.txt names its own files" || { bad "export mtc_tokenizer.txt"; cat "$D/hfexp/mtc_tokenizer.txt"; }
+cp -r "$D/hfexp" "$D/hfexp3"
 rm -f "$D/hfexp/mtc_tokenizer.txt"
 cp -r "$D/hfexp" "$D/hfexp2"
 rm -f "$D/hfexp2/tokenizer.json" "$D/hfexp2/tokenizer_config.json"
-for k in hfexp hfexp2; do
+for k in hfexp hfexp2 hfexp3; do
     "$MTC" import --load "$D/$k" --save "$D/imp_$k" >"$D/i.log" 2>&1 || { bad "$k: import"; cat "$D/i.log"; }
     rm -rf "$D/$k"
     # shellcheck disable=SC2086
