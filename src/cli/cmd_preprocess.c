@@ -1,7 +1,8 @@
 /* cli/cmd_preprocess.c - `mtc preprocess` (Megatron's tools/preprocess_data.py)
  * and `mtc tokenize` (encode or decode text with any tokenizer).
  *
- * preprocess: JSON lines in, PREFIX_<key>_document.bin/.idx out, one
+ * preprocess: JSON lines (or plain text with --text-documents,
+ * cli/preprocess_text.h) in, PREFIX_<key>_document.bin/.idx out, one
  * builder per --json-keys key (data_indexed_builder: the bytes Megatron's
  * IndexedDatasetBuilder writes for the same ids), and beside them
  * PREFIX_<key>_document.tokenizer (mtc's, which Megatron ignores).
@@ -26,6 +27,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "cli/preprocess_text.h"
 #include "core/outfile.h"
 #include "core/timer.h"
 #include "data/data.h"
@@ -50,6 +52,7 @@ typedef struct {
     const data_tok *tok;
     const char *const *keys;
     int n_keys, append_eod;
+    int text; /* --text-documents: a batch's lines are documents of plain text */
     pre_batch *batch;
     data_tok_cache *cache;
 } pre_job;
@@ -124,10 +127,29 @@ out:
     return rc;
 }
 
+/* --text-documents: document i is plain text, one sequence of key 0. */
+static mtc_result_t pre_text_doc(pre_job *j, size_t i) {
+    pre_batch *b = j->batch;
+    int n_seqs = 0;
+    mtc_result_t rc = pre_sentence(j, 0, b->lines[i], b->lens[i], &n_seqs);
+    if (rc == MTC_OK && n_seqs > 0 && j->append_eod) {
+        rc = data_tok_ids_push(&b->ids[0], data_tok_eod(j->tok));
+        b->seq_lens[0].ids[b->seq_lens[0].n - 1]++;
+    }
+    if (rc == MTC_OK) rc = data_tok_ids_push(&b->doc_seqs[0], n_seqs);
+    if (rc == MTC_OK) {
+        b->n_docs++;
+        return MTC_OK;
+    }
+    snprintf(b->err, sizeof b->err, "%s", mtc_error_detail());
+    b->err_line = b->line_nos[i], b->err_rc = rc;
+    return rc;
+}
+
 static void *pre_worker(void *arg) {
     pre_job *j = arg;
     for (size_t i = 0; i < j->batch->n_lines; i++)
-        if (pre_line(j, i) != MTC_OK) break;
+        if ((j->text ? pre_text_doc(j, i) : pre_line(j, i)) != MTC_OK) break;
     return NULL;
 }
 
@@ -180,14 +202,19 @@ static mtc_result_t pre_write_tokenizer(const data_tok *tok, const char *prefix,
 
 /* Megatron's tokenizer flags, shared by both commands: fills 5 entries. */
 enum { TOK_NARGS = 5 };
-static void tok_args(mtc_arg *a, data_tok_opts *o) {
-    a[0] = (mtc_arg){"tokenizer-type",
-                     NULL,
-                     MTC_ARG_STRING,
-                     &o->type,
-                     "S",
-                     "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer",
-                     0};
+static void tok_args(mtc_arg *a, data_tok_opts *o, int char_too) {
+    /* the names data/ accepts (its one table, data_tok_type_names); preprocess
+     * cannot build CharLevelTokenizer, whose vocabulary comes from a corpus */
+    static char names[2][256];
+    snprintf(names[char_too], sizeof names[0], "%s", data_tok_type_names());
+    char *c = char_too ? NULL : strstr(names[0], "CharLevelTokenizer");
+    if (c) {
+        size_t n = strlen("CharLevelTokenizer");
+        while (c > names[0] && (c[-1] == ' ' || c[-1] == ','))
+            c--, n++;
+        memmove(c, c + n, strlen(c + n) + 1);
+    }
+    a[0] = (mtc_arg){"tokenizer-type", NULL, MTC_ARG_STRING, &o->type, "S", names[char_too], 0};
     a[1] = (mtc_arg){"vocab-file",
                      NULL,
                      MTC_ARG_STRING,
@@ -233,6 +260,7 @@ int cli_cmd_preprocess(int argc, char **argv) {
     const char *input = NULL, *prefix = NULL, *keys[PRE_MAX_KEYS] = {"text"};
     int n_keys = 1, append_eod = 0, workers = 1, log_interval = 1000, split_sentences = 0;
     int partitions = 1;
+    const char *text_docs = NULL;      /* --text-documents lines|paragraphs (preprocess_text.h) */
     const char *json_keys_help = NULL; /* --json-keys is taken out of argv before parsing */
     char **args_copy = malloc(sizeof(char *) * (size_t)(argc + 1));
     if (!args_copy) return cli_fail("preprocess", MTC_ERR_OUT_OF_MEMORY);
@@ -247,7 +275,12 @@ int cli_cmd_preprocess(int argc, char **argv) {
     }
     mtc_arg args[] = {
         [0 ... TOK_NARGS - 1] = {0}, /* the tokenizer flags, filled by tok_args */
-        {"input", NULL, MTC_ARG_STRING, &input, "FILE", "JSON lines, one document per line", 0},
+        {"input", NULL, MTC_ARG_STRING, &input, "PATH",
+         "JSON lines, one document per line (with --text-documents: a text file or folder)", 0},
+        {"text-documents", NULL, MTC_ARG_STRING, &text_docs, "lines|paragraphs",
+         "plain text in: a document per non-blank line, or per paragraph up to a blank line "
+         "(default: JSON lines)",
+         0},
         {"json-keys", NULL, MTC_ARG_STRING, &json_keys_help, "KEY...",
          "keys to tokenize (default text)", 0},
         {"output-prefix", NULL, MTC_ARG_STRING, &prefix, "PREFIX",
@@ -260,10 +293,14 @@ int cli_cmd_preprocess(int argc, char **argv) {
         {"partitions", NULL, MTC_ARG_INT, &partitions, "N", "(only 1)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    tok_args(args, &o);
-    int st = cli_parse("preprocess", "--input FILE.jsonl --output-prefix PREFIX --tokenizer-type T",
-                       "Megatron's tools/preprocess_data.py: tokenize JSON lines into an indexed "
-                       "dataset (PREFIX_text_document.bin/.idx) that mtc and Megatron read.",
+    tok_args(args, &o, 0);
+    int st = cli_parse("preprocess",
+                       "--input FILE.jsonl [--text-documents lines|paragraphs] --output-prefix "
+                       "PREFIX --tokenizer-type T",
+                       "Megatron's tools/preprocess_data.py: tokenize JSON lines (or plain text "
+                       "with --text-documents) into an indexed dataset "
+                       "(PREFIX_text_document.bin/.idx) that mtc and Megatron read, and "
+                       "PREFIX_text_document.tokenizer that mtc train stores with the model.",
                        args, nargs, argc, args_copy);
     free(args_copy);
     if (st >= 0) return st;
@@ -285,19 +322,29 @@ int cli_cmd_preprocess(int argc, char **argv) {
                                "for parallelism)",
                                partitions);
     struct stat sb;
-    if (stat(input, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return cli_usage_error("preprocess", "--input %s is a folder; give one JSON-lines file",
+    if (!text_docs && stat(input, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return cli_usage_error("preprocess",
+                               "--input %s is a folder; give one JSON-lines file (or "
+                               "--text-documents lines|paragraphs for a folder of text)",
                                input);
-    FILE *in;
-    if (mtc_infile_open(input, &in) != MTC_OK)
+    if (text_docs && json_keys_help)
+        return cli_usage_error("preprocess", "--json-keys is for JSON lines; --text-documents "
+                                             "writes PREFIX_text_document");
+    FILE *in = NULL;
+    pre_text_reader rd = {0};
+    if (text_docs && pre_text_open(&rd, text_docs, input) != MTC_OK)
+        return cli_usage_error("preprocess", "%s", mtc_error_detail());
+    if (!text_docs && mtc_infile_open(input, &in) != MTC_OK)
         return cli_usage_error("preprocess", "--input: %s", mtc_error_detail());
     data_tok *tok = NULL;
     if ((st = tok_open_or_fail("preprocess", &o, &tok)) >= 0) {
-        fclose(in);
+        if (in) fclose(in);
+        pre_text_close(&rd);
         return st;
     }
     if (append_eod && data_tok_eod(tok) < 0) {
-        fclose(in);
+        if (in) fclose(in);
+        pre_text_close(&rd);
         st = cli_usage_error("preprocess", "--append-eod: %s has no eod token (drop the flag)",
                              data_tok_name(tok));
         data_tok_free(tok);
@@ -331,7 +378,8 @@ int cli_cmd_preprocess(int argc, char **argv) {
         batches[w].lines = calloc(PRE_BATCH, sizeof(char *));
         batches[w].lens = calloc(PRE_BATCH, sizeof(size_t));
         batches[w].line_nos = calloc(PRE_BATCH, sizeof(size_t));
-        jobs[w] = (pre_job){tok, keys, n_keys, append_eod, &batches[w], data_tok_cache_init()};
+        jobs[w] = (pre_job){
+            tok, keys, n_keys, append_eod, text_docs != NULL, &batches[w], data_tok_cache_init()};
         if (!batches[w].lines || !batches[w].lens || !batches[w].line_nos || !jobs[w].cache) {
             rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
             goto out;
@@ -345,12 +393,17 @@ int cli_cmd_preprocess(int argc, char **argv) {
             pre_batch_clear(b, n_keys);
             b->n_lines = 0;
             while (b->n_lines < PRE_BATCH) {
-                ssize_t got = getline(&line, &line_cap, in);
+                ssize_t got = text_docs ? pre_text_next(&rd, &line, &line_cap)
+                                        : getline(&line, &line_cap, in);
+                if (got == -2) {
+                    rc = mtc_error(MTC_ERR_IO, "%s", mtc_error_detail());
+                    goto out;
+                }
                 if (got < 0) {
                     eof = 1;
                     break;
                 }
-                line_no++;
+                line_no = text_docs ? rd.doc_line : line_no + 1;
                 size_t n = (size_t)got;
                 while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                     n--;
@@ -381,7 +434,12 @@ int cli_cmd_preprocess(int argc, char **argv) {
         for (int w = 0; w < used; w++) { /* in line order */
             pre_batch *b = &batches[w];
             if (b->err_rc == MTC_ERR_INVALID_ARGUMENT) {
-                status = cli_usage_error("preprocess", "%s:%zu: %s", input, b->err_line, b->err);
+                status = cli_usage_error(
+                    "preprocess", "%s:%zu: %s%s", text_docs ? rd.path : input, b->err_line, b->err,
+                    !text_docs && strstr(b->err, "not a JSON object")
+                        ? " (for plain text add --text-documents lines|paragraphs; mtc train "
+                          "--data-path also reads text files as they are)"
+                        : "");
                 goto out;
             }
             if (b->err_rc != MTC_OK) {
@@ -406,7 +464,7 @@ int cli_cmd_preprocess(int argc, char **argv) {
             }
         }
     }
-    if (ferror(in)) {
+    if (in && ferror(in)) {
         rc = mtc_error(MTC_ERR_IO, "%s: read failed", input);
         goto out;
     }
@@ -437,7 +495,8 @@ out:
         data_tok_cache_free(jobs[w].cache);
     }
     free(batches), free(jobs), free(threads), free(line);
-    fclose(in);
+    if (in) fclose(in);
+    pre_text_close(&rd);
     data_tok_free(tok);
     return status;
 }
@@ -532,7 +591,7 @@ int cli_cmd_tokenize(int argc, char **argv) {
          "print the tokenizer's text form on stderr", 0},
         {"stats", NULL, MTC_ARG_FLAG, &stats, NULL, "bytes, tokens and MB/s on stderr", 0},
     };
-    tok_args(args, &o);
+    tok_args(args, &o, 1);
     int st = cli_parse("tokenize", "--tokenizer-type T [...] [--decode] [--json-lines] < input",
                        "Encode text to token ids (one line of space-separated ids), or decode "
                        "ids to text, with any of mtc's tokenizers. CharLevelTokenizer takes its "
