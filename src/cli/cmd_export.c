@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/gguf.h"
@@ -213,6 +214,14 @@ int cli_cmd_import(int argc, char **argv) {
         snprintf(tok, sizeof tok, "none");
     }
     data_tok_free(t);
+    char spm[MTC_PATH_MAX + 32]; /* a SentencePiece model mtc has no tokenizer for */
+    snprintf(spm, sizeof spm, "%s/tokenizer.model", load);
+    if (rc == MTC_OK && !strcmp(tok, "none") && access(spm, R_OK) == 0)
+        fprintf(stderr,
+                "mtc import: note: %s is a SentencePiece model, which mtc does not read: the "
+                "checkpoint has no tokenizer (give the folder a byte-level BPE tokenizer.json, "
+                "or use --prompt-ids)\n",
+                spm);
     if (rc == MTC_OK) rc = mtc_ckpt_dist_save_model(m, save, tok);
     int L = m ? m->cfg.num_layers : 0;
     mtc_model_free(m);
