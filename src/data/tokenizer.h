@@ -116,7 +116,8 @@ mtc_result_t data_tok_decode(const data_tok *tok, const int *ids, size_t n, data
  *   0x110000 + byte), "char:<hex bytes>" (the older byte-wise char tokenizer,
  *   still read), "null:<vocab size>", "GPT2BPETokenizer:<vocab file>|<merge
  *   file>", "HuggingFaceTokenizer:<tokenizer.json>" (BPE kinds name their
- *   files, which must still exist when read back). */
+ *   files, which must exist when read back; a checkpoint keeps copies and
+ *   names them relatively, ckpt/tok_files.h). */
 mtc_result_t data_tok_serialize(const data_tok *tok, data_tok_text *out);
 mtc_result_t data_tok_deserialize(const char *s, data_tok **out);
 
