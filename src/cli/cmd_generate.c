@@ -49,11 +49,14 @@ static void repetition_penalty(float *logits, int V, const int *ids, size_t n, f
     }
 }
 
-static const float *g_probs; /* qsort's comparison reads the probabilities */
+typedef struct {
+    float p;
+    int id;
+} gen_cand;
 static int by_prob_desc(const void *a, const void *b) {
-    int i = *(const int *)a, j = *(const int *)b;
-    if (g_probs[i] != g_probs[j]) return g_probs[i] > g_probs[j] ? -1 : 1;
-    return i < j ? -1 : i > j; /* ties by id: the same order on every run */
+    const gen_cand *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id; /* ties by id: the same order on every run */
 }
 
 /* Index drawn with u in [0, 1) from softmax(logits / temperature) restricted
@@ -61,8 +64,8 @@ static int by_prob_desc(const void *a, const void *b) {
  * probability reaches top_p (HF's TopPLogitsWarper: a token is dropped when
  * the tokens likelier than it already hold top_p; at least one is kept).
  * The arithmetic does not depend on threads. */
-static int sample_next(const float *logits, int V, const gen_sampling *g, float *probs, int *order,
-                       float u) {
+static int sample_next(const float *logits, int V, const gen_sampling *g, float *probs,
+                       gen_cand *order, float u) {
     if (g->temperature <= 0) { /* greedy */
         int best = 0;
         for (int i = 1; i < V; i++)
@@ -91,14 +94,13 @@ static int sample_next(const float *logits, int V, const gen_sampling *g, float 
     }
     if (g->top_p < 1.0f) {
         for (int i = 0; i < V; i++)
-            order[i] = i;
-        g_probs = probs;
+            order[i] = (gen_cand){probs[i], i};
         qsort(order, (size_t)V, sizeof *order, by_prob_desc);
         double above = 0, kept = 0;
         for (int r = 0; r < V; r++) {
-            float p = probs[order[r]];
+            float p = order[r].p;
             if (r > 0 && above >= g->top_p * sum)
-                probs[order[r]] = 0;
+                probs[order[r].id] = 0;
             else
                 kept += p;
             above += p;
@@ -242,7 +244,7 @@ int cli_cmd_generate(int argc, char **argv) {
     size_t printed = 0, n_prompt = 0;
     int Vp = info.cfg.padded_vocab_size;
     float *probs = malloc((size_t)Vp * sizeof(float)), *row = malloc((size_t)Vp * sizeof(float));
-    int *order = malloc((size_t)Vp * sizeof(int));
+    gen_cand *order = malloc((size_t)Vp * sizeof *order);
     unsigned char *seen = malloc((size_t)Vp);
     nn_pool *pool = NULL;
     mtc_model *m = NULL;
