@@ -188,14 +188,16 @@ int cli_cmd_bench_peak(int argc, char **argv) {
     mtc_result_t rc = mtc_plan_measure_host(&m, iters, stdout);
     if (rc == MTC_OK) m.kern.mpi_rss = mpi_rss(stdout);
     if (rc == MTC_OK) mpi_oversub(stdout, &m.mpi_oversub_sync, &m.mpi_oversub_frac);
+    /* the FMA peak of every core: plan's and train's MFU denominator (mtc_mfu) */
+    mtc_peak pk;
+    if (rc == MTC_OK) rc = mtc_peak_measure(&pk, 0, 0.5);
+    if (rc == MTC_OK && pk.cores > 0) m.fma_flops_fp32 = pk.fma_fp32_tflops * 1e12 / pk.cores;
     if (rc == MTC_OK) rc = mtc_plan_machine_write(&m, path);
     if (rc != MTC_OK) return cli_fail("bench-peak", rc);
     printf("> wrote %s (figures taken now, on a machine that may be shared)\n", path);
     if (out) return 0; /* an explicit --output file: nothing else is cached */
     /* the same measurement feeds the log line's MFU (core/peak.h's cache):
      * the FMA peak of every core, and the GEMM rate just measured */
-    mtc_peak pk;
-    rc = mtc_peak_measure(&pk, 0, 0.5);
     if (rc == MTC_OK) {
         pk.gemm_tflops = m.peak_flops_fp32 * m.devices_per_node * 1e-12;
         rc = mtc_peak_save(&pk);

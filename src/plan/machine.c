@@ -276,6 +276,8 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
             m->intra.lat * 1e6, m->intra.sync * 1e6, m->inter.bw * 1e-9, m->inter.lat * 1e6,
             m->inter.sync * 1e6, m->oversub_lat * 1e6, m->oversub_sync * 1e6, m->oversub_frac,
             m->mpi_oversub_sync * 1e6, m->mpi_oversub_frac, m->achieved);
+    if (m->fma_flops_fp32 > 0) /* MFU's denominator (mtc_mfu) */
+        fprintf(f, ",\n  \"fma_tflops_fp32\": %.6g", m->fma_flops_fp32 * 1e-12);
     if (m->kern.measured) {
         fprintf(f, ",\n  \"kernels_ns\": {");
         for (int i = 0; i < NKERN; i++)

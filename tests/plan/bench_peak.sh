@@ -20,6 +20,9 @@ shape=$(sed -n 's/.*"shape_tflops_fp32": \([0-9.e+-]*\),.*/\1/p' "$D/m.json")
 share=$(sed -n 's/.*"cpu_share": \([0-9.e+-]*\),.*/\1/p' "$D/m.json")
 if awk -v s="${shape:-0}" 'BEGIN { exit !(s > 0) }'; then ok "shape_tflops_fp32 $shape > 0"; else bad "shape_tflops_fp32 '$shape'"; fi
 if awk -v s="${share:-0}" 'BEGIN { exit !(s > 0 && s <= 1) }'; then ok "cpu_share $share in (0, 1]"; else bad "cpu_share '$share'"; fi
+# the per-core FMA peak: MFU's denominator in plan and train (core/peak.h mtc_mfu)
+fma=$(sed -n 's/.*"fma_tflops_fp32": \([0-9.e+-]*\)[,}]*.*/\1/p' "$D/m.json")
+if awk -v s="${fma:-0}" 'BEGIN { exit !(s > 0) }'; then ok "fma_tflops_fp32 $fma > 0"; else bad "fma_tflops_fp32 '$fma'"; fi
 # the kernels' costs: every one measured (> 0 but the GEMM's per-call cost,
 # which the fit may put at 0), and the resident set of a process
 for key in norm_fwd norm_bwd gelu_fwd gelu_bwd dropout resid xent adam attn_drop gradnorm moe_row_fwd moe_row_bwd gemm_gflops base_rss_mb; do
