@@ -5,10 +5,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cblas.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <time.h>
+
 #include "cli/cli.h"
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "core/peak.h"
+#include "nn/nn.h"
 #include "plan/plan.h"
 
 /* What bench-peak measures by running itself under mpiexec: the resident
@@ -132,10 +138,78 @@ static void mpi_oversub(FILE *log, double *sync, double *frac) {
 #endif
 }
 
+/* ---- the fp32 GEMM engines (nn/gemm_engine.c) ----
+ * OpenBLAS picks its kernels when it loads (OPENBLAS_CORETYPE, else the
+ * CPU), so its other core type is measured by this program run again with
+ * the variable unset (`bench-peak --gemm-probe`, printing "gemm_probe CORE
+ * GFLOPS"); oneDNN and the environment's OpenBLAS are measured here. */
+#define GEMM_ROUNDS 5
+
+static int gemm_probe_main(void) {
+    double gf = 0;
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    mtc_result_t rc = nn_gemm_engine_measure(cores > 0 ? cores : 1, GEMM_ROUNDS, NULL, &gf);
+    if (rc != MTC_OK) return cli_fail("bench-peak", rc);
+    printf("gemm_probe %s %.6g\n", openblas_get_corename(), gf);
+    return 0;
+}
+
+static void gemm_blas_add(mtc_peak *pk, const char *core, double gf) {
+    for (int i = 0; i < pk->blas_count; i++)
+        if (!strcasecmp(pk->blas[i].core, core)) return;
+    if (pk->blas_count >= MTC_PEAK_BLAS_CORES || !(gf > 0)) return;
+    mtc_peak_blas *b = &pk->blas[pk->blas_count++];
+    snprintf(b->core, sizeof b->core, "%s", core);
+    b->gflops = gf;
+}
+
+static mtc_result_t gemm_engines(mtc_peak *pk, FILE *log) {
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    double gd = 0, gb = 0;
+    MTC_CHECK(nn_gemm_engine_measure(cores, GEMM_ROUNDS, &gd, &gb));
+    pk->gemm_dnnl_gflops = gd;
+    pk->gemm_threads = cores;
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(pk->gemm_measured_at, sizeof pk->gemm_measured_at, "%Y-%m-%d %H:%M:%S",
+             gmtime_r(&now, &tmv));
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    const char *core = openblas_get_corename();
+    gemm_blas_add(pk, core, gb);
+    if (log)
+        fprintf(log,
+                "> fp32 GEMM engines on %d threads: oneDNN %.1f GFLOP/s, OpenBLAS %s%s%s%s %.1f\n",
+                cores, gd, core, forced && *forced ? " (OPENBLAS_CORETYPE=" : "",
+                forced && *forced ? forced : "", forced && *forced ? ")" : "", gb);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (forced && *forced && n > 0 && !strchr(exe, '\'')) {
+        exe[n] = 0;
+        char cmd[4300], line[256], name[64];
+        snprintf(
+            cmd, sizeof cmd,
+            "env -u OPENBLAS_CORETYPE timeout -k 5 120 '%s' bench-peak --gemm-probe 2>/dev/null",
+            exe);
+        FILE *p = popen(cmd, "r");
+        double g = 0;
+        int got = 0;
+        while (p && fgets(line, sizeof line, p))
+            if (sscanf(line, "gemm_probe %63s %lf", name, &g) == 2) got = 1;
+        if (p) pclose(p);
+        if (got) gemm_blas_add(pk, name, g);
+        if (log)
+            fprintf(log, "> OpenBLAS with its own core type (OPENBLAS_CORETYPE unset): %s\n",
+                    got ? line + strlen("gemm_probe ") : "the probe did not run\n");
+    }
+    return MTC_OK;
+}
+
 int cli_cmd_bench_peak(int argc, char **argv) {
     if (argc == 1 && !strcmp(argv[0], "--mpi-rss-probe")) return mpi_probe_main(0);
     if (argc == 1 && !strcmp(argv[0], "--mpi-oversub-probe")) return mpi_probe_main(1);
-    int iters = 9, print = 0;
+    if (argc == 1 && !strcmp(argv[0], "--gemm-probe")) return gemm_probe_main();
+    int iters = 9, print = 0, engines_only = 0;
     const char *out = NULL;
     mtc_arg args[] = {
         {"iters", NULL, MTC_ARG_INT, &iters, "N", "repetitions per measurement (median; default 9)",
@@ -145,6 +219,8 @@ int cli_cmd_bench_peak(int argc, char **argv) {
          "~/.cache/mtc/machine.json)",
          0},
         {"print", NULL, MTC_ARG_FLAG, &print, NULL, "print the cached description and exit", 0},
+        {"gemm-engines", NULL, MTC_ARG_FLAG, &engines_only, NULL,
+         "measure only the fp32 GEMM engines (oneDNN, OpenBLAS) and update the peak cache", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st =
@@ -163,6 +239,23 @@ int cli_cmd_bench_peak(int argc, char **argv) {
     else
         mtc_plan_machine_cache_path(path, sizeof path);
     mtc_plan_machine m;
+    if (engines_only) {
+        mtc_peak pk;
+        mtc_result_t rc = mtc_peak_load(&pk);
+        if (rc != MTC_OK) rc = mtc_peak_measure(&pk, 0, 0.5); /* no cache yet: the FMA peak too */
+        if (rc == MTC_OK) {
+            pk.blas_count = 0;
+            rc = gemm_engines(&pk, stdout);
+        }
+        if (rc == MTC_OK) rc = mtc_peak_save(&pk);
+        if (rc != MTC_OK) return cli_fail("bench-peak", rc);
+        char why[200], pp[1024];
+        mtc_peak_cache_path(pp, sizeof pp);
+        nn_gemm_engine e = nn_gemm_engine_choose(why, sizeof why);
+        printf("> wrote %s; fp32 GEMM engine of later runs here: %s (%s)\n", pp,
+               nn_gemm_engine_name(e), why);
+        return 0;
+    }
     if (print) {
         mtc_result_t rc = mtc_plan_machine_load(out ? out : "this", &m);
         if (rc == MTC_ERR_INVALID_ARGUMENT)
@@ -198,6 +291,7 @@ int cli_cmd_bench_peak(int argc, char **argv) {
     if (out) return 0; /* an explicit --output file: nothing else is cached */
     /* the same measurement feeds the log line's MFU (core/peak.h's cache):
      * the FMA peak of every core, and the GEMM rate just measured */
+    if (rc == MTC_OK) rc = gemm_engines(&pk, stdout);
     if (rc == MTC_OK) {
         pk.gemm_tflops = m.peak_flops_fp32 * m.devices_per_node * 1e-12;
         rc = mtc_peak_save(&pk);
@@ -208,5 +302,8 @@ int cli_cmd_bench_peak(int argc, char **argv) {
     printf("> wrote %s (fp32 FMA peak %.3f TFLOP/s over %d cores: what `mtc train` reports MFU "
            "against)\n",
            pp, pk.fma_fp32_tflops, pk.cores);
+    char why[200];
+    nn_gemm_engine e = nn_gemm_engine_choose(why, sizeof why);
+    printf("> fp32 GEMM engine of later runs here: %s (%s)\n", nn_gemm_engine_name(e), why);
     return 0;
 }

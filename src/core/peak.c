@@ -173,6 +173,23 @@ mtc_result_t mtc_peak_load(mtc_peak *out) {
     v = cJSON_GetObjectItemCaseSensitive(doc, "measured_at");
     snprintf(out->measured_at, sizeof out->measured_at, "%s",
              cJSON_IsString(v) ? v->valuestring : "?");
+    /* "gemm_engines": {"threads": 2, "dnnl": 226, "openblas": {"Cooperlake": 341}} */
+    const cJSON *ge = cJSON_GetObjectItemCaseSensitive(doc, "gemm_engines");
+    v = cJSON_GetObjectItemCaseSensitive(ge, "dnnl");
+    out->gemm_dnnl_gflops = cJSON_IsNumber(v) && v->valuedouble > 0 ? v->valuedouble : 0;
+    v = cJSON_GetObjectItemCaseSensitive(ge, "measured_at");
+    snprintf(out->gemm_measured_at, sizeof out->gemm_measured_at, "%s",
+             cJSON_IsString(v) ? v->valuestring : "?");
+    v = cJSON_GetObjectItemCaseSensitive(ge, "threads");
+    out->gemm_threads = cJSON_IsNumber(v) ? v->valueint : 0;
+    const cJSON *ob = cJSON_GetObjectItemCaseSensitive(ge, "openblas"), *e;
+    cJSON_ArrayForEach(e, ob) {
+        if (out->blas_count >= MTC_PEAK_BLAS_CORES) break;
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || !e->string) continue;
+        mtc_peak_blas *b = &out->blas[out->blas_count++];
+        snprintf(b->core, sizeof b->core, "%s", e->string);
+        b->gflops = e->valuedouble;
+    }
     cJSON_Delete(doc);
     return MTC_OK;
 }
@@ -201,8 +218,13 @@ mtc_result_t mtc_peak_save(const mtc_peak *p) {
     if (!f) return mtc_error(MTC_ERR_IO, "cannot write the peak cache %s", tmp);
     fprintf(f,
             "{\"fma_fp32_tflops\": %.6g, \"gemm_tflops\": %.6g, \"cores\": %d, \"isa\": \"%s\", "
-            "\"measured_at\": \"%s\"}\n",
-            p->fma_fp32_tflops, p->gemm_tflops, p->cores, p->isa, p->measured_at);
+            "\"measured_at\": \"%s\", \"gemm_engines\": {\"measured_at\": \"%s\", \"threads\": %d, "
+            "\"dnnl\": %.6g, \"openblas\": {",
+            p->fma_fp32_tflops, p->gemm_tflops, p->cores, p->isa, p->measured_at,
+            p->gemm_measured_at, p->gemm_threads, p->gemm_dnnl_gflops);
+    for (int i = 0; i < p->blas_count && i < MTC_PEAK_BLAS_CORES; i++)
+        fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", p->blas[i].core, p->blas[i].gflops);
+    fprintf(f, "}}}\n");
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         remove(tmp);
         return mtc_error(MTC_ERR_IO, "cannot write the peak cache %s", path);

@@ -8,8 +8,9 @@
  * is for the whole machine; a run divides it by the ranks sharing the
  * machine. Whatever command measures and caches it (the planner's
  * `mtc bench-peak`) should call these so every reader agrees.
- * Does not measure GEMM throughput (nn/ would: the slot is in the cache as
- * gemm_tflops, 0 when unknown) nor bf16. */
+ * Does not measure GEMM throughput itself: nn/gemm_engine.c does, and the
+ * cache keeps its figures (gemm_tflops, and the fp32 GEMM engines' rates
+ * from which every process picks its engine, nn_gemm_engine_choose) nor bf16. */
 #ifndef MTC_CORE_PEAK_H
 #define MTC_CORE_PEAK_H
 
@@ -17,12 +18,27 @@
 
 #include "core/result.h"
 
+/* One OpenBLAS core type's measured fp32 GEMM rate (its kernels are chosen
+ * when the library loads: by the CPU, or by OPENBLAS_CORETYPE). */
+#define MTC_PEAK_BLAS_CORES 4
+typedef struct {
+    char core[32]; /* openblas_get_corename(), e.g. "Cooperlake", "Haswell" */
+    double gflops; /* the whole machine, every core (0: not measured) */
+} mtc_peak_blas;
+
 typedef struct {
     double fma_fp32_tflops; /* the whole machine, every core */
     double gemm_tflops;     /* measured fp32 GEMM (0: unknown) */
     int cores;              /* threads the measurement ran */
     char isa[32];           /* "avx512", "avx2+fma", "scalar" */
     char measured_at[32];   /* UTC, "2026-12-01 10:30:00" */
+    /* fp32 GEMM engines at a transformer linear layer's three GEMMs on every
+     * core (nn_gemm_engine_measure); 0 / no entries: not measured */
+    double gemm_dnnl_gflops;
+    int gemm_threads;          /* the pool size they ran on */
+    char gemm_measured_at[32]; /* UTC, as measured_at */
+    int blas_count;
+    mtc_peak_blas blas[MTC_PEAK_BLAS_CORES];
 } mtc_peak;
 
 /* Model FLOPs utilization, the one definition `mtc train` logs and `mtc

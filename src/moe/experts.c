@@ -97,6 +97,84 @@ size_t moe_stage_floats(const moe_dims *d) {
     return 2 * (size_t)MOE_BLOCK * mx;
 }
 
+/* ---- the per-row probability loops ------------------------------------------------
+ * Rows go in blocks of 64 (by the row count only), so the bits never depend
+ * on the pool size. The elementwise products keep the serial loops' bits;
+ * the probability gradient's dot adds exact float x float products in
+ * double on 8 lanes summed in a fixed order: it differs from the serial
+ * double sum by a few double ulps, far below the float it is rounded to. */
+typedef float moe_v8 __attribute__((vector_size(32)));
+typedef double moe_v8d __attribute__((vector_size(64)));
+#define MOE_LD(p)                                                                                  \
+    ({                                                                                             \
+        moe_v8 v_;                                                                                 \
+        memcpy(&v_, (p), sizeof v_);                                                               \
+        v_;                                                                                        \
+    })
+#define MOE_ST(p, v)                                                                               \
+    do {                                                                                           \
+        moe_v8 s_ = (v);                                                                           \
+        memcpy((p), &s_, sizeof s_);                                                               \
+    } while (0)
+
+/* y (n) = x (n) * p */
+static void moe_vscale(float *y, const float *x, float p, int n) {
+    moe_v8 pv = {p, p, p, p, p, p, p, p};
+    int f = 0;
+    for (; f + 8 <= n; f += 8)
+        MOE_ST(y + f, MOE_LD(x + f) * pv);
+    for (; f < n; f++)
+        y[f] = x[f] * p;
+}
+
+/* sum of a[f] * b[f] in double */
+static double moe_ddot(const float *a, const float *b, int n) {
+    moe_v8d acc = {0};
+    int f = 0;
+    for (; f + 8 <= n; f += 8)
+        acc += __builtin_convertvector(MOE_LD(a + f), moe_v8d) *
+               __builtin_convertvector(MOE_LD(b + f), moe_v8d);
+    double s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; f < n; f++)
+        s += (double)a[f] * b[f];
+    return s;
+}
+
+typedef struct {
+    float *z, *dz, *dprow;
+    const float *fchg, *prow, *dy;
+    const int *counts;
+    const moe_weights *w;
+    int El, e0, M, F, C, bias, tiles, bwd;
+} moe_rows_job;
+
+/* forward: z = fchg * p; backward: dprow = dz . fchg (+ dy . b2), then dz *= p */
+static void moe_rows_tile(int i, void *vp) {
+    const moe_rows_job *j = vp;
+    size_t lo, hi;
+    lo = (size_t)i * 64, hi = lo + 64 < (size_t)j->M ? lo + 64 : (size_t)j->M;
+    int e = 0, end = j->El > 0 ? j->counts[0] : 0;
+    for (int q = (int)lo; q < (int)hi; q++) {
+        size_t o = (size_t)q * j->F;
+        if (!j->bwd) {
+            moe_vscale(j->z + o, j->fchg + o, j->prow[q], j->F);
+            continue;
+        }
+        while (e + 1 < j->El && q >= end)
+            end += j->counts[++e];
+        double dp = moe_ddot(j->dz + o, j->fchg + o, j->F);
+        const float *b2 = j->bias ? j->w->fc2b[j->e0 + e] : NULL;
+        if (b2) dp += moe_ddot(j->dy + (size_t)q * j->C, b2, j->C);
+        j->dprow[q] = (float)dp;
+        moe_vscale(j->dz + o, j->dz + o, j->prow[q], j->F);
+    }
+}
+
+static void moe_rows_run(nn_pool *pool, moe_rows_job *j) {
+    j->tiles = j->M > 0 ? (j->M + 63) / 64 : 0;
+    nn_pool_run(pool, j->tiles, moe_rows_tile, j);
+}
+
 /* ---- the experts -------------------------------------------------------------------- */
 
 mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
@@ -118,9 +196,8 @@ mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fch
         nn_swiglu_forward(pool, fchg, fch, M, F);
     else
         nn_gelu_forward(pool, fchg, fch, (size_t)M * F);
-    for (int q = 0; q < M; q++)
-        for (int f = 0; f < F; f++)
-            z[(size_t)q * F + f] = fchg[(size_t)q * F + f] * prow[q];
+    moe_rows_job rj = {.z = z, .fchg = fchg, .prow = prow, .M = M, .F = F}; /* z = fchg * p */
+    moe_rows_run(pool, &rj);
     for (int e = 0, off = 0; e < El; off += counts[e], e++) { /* y = z W2^T + p b2 */
         const float *b = d->bias ? w->fc2b[e0 + e] : NULL;
         float *o = y + (size_t)off * C;
@@ -141,9 +218,8 @@ mtc_result_t moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const
                                   int M, float *z, float *dz, float *dh, float *stage) {
     int C = d->C, F = d->F, F1 = d->swiglu ? 2 * F : F;
     gx g = gx_make(pool, stage, d);
-    for (int q = 0; q < M; q++)
-        for (int f = 0; f < F; f++)
-            z[(size_t)q * F + f] = fchg[(size_t)q * F + f] * prow[q];
+    moe_rows_job zj = {.z = z, .fchg = fchg, .prow = prow, .M = M, .F = F};
+    moe_rows_run(pool, &zj);
     /* fc2: dz = dy W2; dW2 += dy^T z; db2 += sum prob * dy */
     for (int e = 0, off = 0; e < El; off += counts[e], e++) {
         MTC_CHECK(gx_rows(&g, counts[e], C, F, dy + (size_t)off * C, w->fc2w[e0 + e], 0, 0.0f,
@@ -152,22 +228,37 @@ mtc_result_t moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const
             MTC_CHECK(gx_weight(&g, counts[e], C, F, dy + (size_t)off * C, z + (size_t)off * F,
                                 dw->fc2w[e0 + e]));
     }
-    for (int e = 0, r0 = 0; e < El; r0 += counts[e], e++)
-        for (int q = r0; q < r0 + counts[e]; q++) {
-            const float *gq = dy + (size_t)q * C;
-            double dp = 0;
-            for (int f = 0; f < F; f++)
-                dp += (double)dz[(size_t)q * F + f] * fchg[(size_t)q * F + f];
-            if (d->bias && w->fc2b[e0 + e]) {
-                for (int c = 0; c < C; c++)
-                    dp += (double)gq[c] * w->fc2b[e0 + e][c];
-                for (int c = 0; c < C; c++)
-                    dw->fc2b[e0 + e][c] += prow[q] * gq[c];
+    /* db2 += sum prob * dy (rows in order: lanes are columns) */
+    for (int e = 0, r0 = 0; d->bias && e < El; r0 += counts[e], e++)
+        if (w->fc2b[e0 + e])
+            for (int q = r0; q < r0 + counts[e]; q++) {
+                const float *gq = dy + (size_t)q * C;
+                float *db = dw->fc2b[e0 + e];
+                moe_v8 pv = {prow[q], prow[q], prow[q], prow[q],
+                             prow[q], prow[q], prow[q], prow[q]};
+                int c = 0;
+                for (; c + 8 <= C; c += 8)
+                    MOE_ST(db + c, MOE_LD(db + c) + pv * MOE_LD(gq + c));
+                for (; c < C; c++)
+                    db[c] += prow[q] * gq[c];
             }
-            dprow[q] = (float)dp;
-            for (int f = 0; f < F; f++)
-                dz[(size_t)q * F + f] *= prow[q];
-        }
+    /* dprow = dz . fchg (+ dy . b2); dz *= prob */
+    moe_rows_job bj = {.z = z,
+                       .dz = dz,
+                       .dprow = dprow,
+                       .fchg = fchg,
+                       .prow = prow,
+                       .dy = dy,
+                       .counts = counts,
+                       .w = w,
+                       .El = El,
+                       .e0 = e0,
+                       .M = M,
+                       .F = F,
+                       .C = C,
+                       .bias = d->bias,
+                       .bwd = 1};
+    moe_rows_run(pool, &bj);
     if (d->swiglu)
         nn_swiglu_backward(pool, dh, dz, fch, M, F);
     else

@@ -33,6 +33,32 @@ int nn_pool_size(const nn_pool *pool); /* 1 for NULL */
  * the core its kernels were chosen for, naming OPENBLAS_CORETYPE when that
  * forces it (a Haswell core type halves sgemm on a Zen machine). */
 void nn_blas_describe(char *buf, size_t size);
+
+/* ---- the fp32 GEMM engine (gemm_engine.c) ---------------------------------- */
+
+/* Which library runs nn_sgemm and the fp32 linear layers: oneDNN's matmul
+ * (where mtc is built with it) or OpenBLAS. Both split a GEMM into the same
+ * shape-only blocks on the pool (bits independent of the thread count);
+ * their bits differ from each other. */
+typedef enum { NN_GEMM_AUTO = 0, NN_GEMM_DNNL, NN_GEMM_OPENBLAS } nn_gemm_engine;
+/* "auto", "dnnl", "openblas". */
+const char *nn_gemm_engine_name(nn_gemm_engine e);
+/* The process's engine, decided once: MTC_GEMM=dnnl|openblas; else the
+ * faster one in bench-peak's cache (core/peak.h) for the OpenBLAS core this
+ * process loaded; else oneDNN (OpenBLAS without it). why gets the reason,
+ * for the banner. */
+nn_gemm_engine nn_gemm_engine_choose(char *why, size_t size);
+/* The engine pools use (the choice above unless forced). */
+nn_gemm_engine nn_gemm_engine_current(void);
+/* Pools created from now on use engine e (NN_GEMM_AUTO: the process's
+ * choice again). For measurements; not thread-safe against pool creation. */
+void nn_gemm_engine_force(nn_gemm_engine e);
+/* Alternates the engines, `rounds` times, on a pool of `threads`, over a
+ * transformer linear layer's three GEMMs (forward, input and weight
+ * gradient at 1024 tokens, 512 x 1536), and gives each engine's best round
+ * in GFLOP/s. gf_dnnl NULL: OpenBLAS alone; without oneDNN *gf_dnnl = 0.
+ * Ends with the engine unforced (NN_GEMM_AUTO). */
+mtc_result_t nn_gemm_engine_measure(int threads, int rounds, double *gf_dnnl, double *gf_blas);
 /* Run fn(i, arg) for i in [0, n) across the pool and wait. A call from
  * inside a job, or while another thread's job holds the pool, runs inline.
  * Idle workers spin MTC_NN_SPIN_US microseconds (default 20) then sleep. */

@@ -115,40 +115,55 @@ static void *pool_worker(void *vp) {
     }
 }
 
-/* MTC_GEMM=openblas keeps every fp32 GEMM on OpenBLAS; the default uses
- * oneDNN's matmul where mtc was built with it. The choice is fixed per
- * process (not measured at start-up), so the same command gives the same
- * bits run to run; bench/gemm_bf16.sh measures both. */
+/* The fp32 GEMM engine is fixed once per process (nn_gemm_engine_choose,
+ * gemm_engine.c: MTC_GEMM, else bench-peak's cached measurement, else
+ * oneDNN), so the same command with the same cache gives the same bits run
+ * to run. nn_gemm_engine_force overrides it for pools created afterwards
+ * (the measurement itself). */
 static int pool_dnnl_wanted;
+static atomic_int pool_forced; /* nn_gemm_engine: 0 = not forced */
+static char pool_engine_why[160];
 static pthread_once_t pool_dnnl_once = PTHREAD_ONCE_INIT;
 static pthread_key_t pool_lp_key; /* the calling thread's context for a NULL pool */
 
 static void pool_lp_free(void *lp) { nn_lowp_free(lp); }
 
 static void pool_dnnl_init(void) {
-    const char *e = getenv("MTC_GEMM");
-    pool_dnnl_wanted = nn_lowp_available() && !(e && !strcmp(e, "openblas"));
+    nn_gemm_engine e = nn_gemm_engine_choose(pool_engine_why, sizeof pool_engine_why);
+    pool_dnnl_wanted = e == NN_GEMM_DNNL;
     pthread_key_create(&pool_lp_key, pool_lp_free);
 }
 
 static int pool_want_dnnl(void) {
     pthread_once(&pool_dnnl_once, pool_dnnl_init);
+    int f = atomic_load(&pool_forced);
+    if (f) return f == NN_GEMM_DNNL && nn_lowp_available();
     return pool_dnnl_wanted;
+}
+
+void nn_gemm_engine_force(nn_gemm_engine e) {
+    pthread_once(&pool_dnnl_once, pool_dnnl_init);
+    atomic_store(&pool_forced, (int)e);
+}
+
+nn_gemm_engine nn_gemm_engine_current(void) {
+    return pool_want_dnnl() ? NN_GEMM_DNNL : NN_GEMM_OPENBLAS;
 }
 
 void nn_blas_describe(char *buf, size_t size) {
     const char *forced = getenv("OPENBLAS_CORETYPE");
     char dnnl[128] = "";
-    if (pool_want_dnnl()) {
+    int want = pool_want_dnnl();
+    if (want) {
         nn_lowp *lp = NULL;
         if (nn_lowp_create(&lp) == MTC_OK) nn_lowp_describe(lp, dnnl, sizeof dnnl);
         nn_lowp_free(lp);
     }
-    snprintf(buf, size, "%s%s%s%s; kernels for %s%s%s%s", dnnl[0] ? "fp32 GEMMs by " : "", dnnl,
-             dnnl[0] ? " (MTC_GEMM=openblas for OpenBLAS); elementwise BLAS by " : "",
-             openblas_get_config(), openblas_get_corename(),
-             forced && *forced ? " (OPENBLAS_CORETYPE=" : "", forced && *forced ? forced : "",
-             forced && *forced ? ")" : "");
+    snprintf(buf, size, "fp32 GEMM engine %s (%s); %s%s%s by %s; kernels for %s%s%s%s",
+             want ? "oneDNN" : "OpenBLAS", pool_engine_why, dnnl,
+             dnnl[0] ? ", elementwise BLAS" : "", dnnl[0] ? "" : "GEMMs", openblas_get_config(),
+             openblas_get_corename(), forced && *forced ? " (OPENBLAS_CORETYPE=" : "",
+             forced && *forced ? forced : "", forced && *forced ? ")" : "");
 }
 
 /* A NULL pool is the calling thread alone: its own context (freed when the

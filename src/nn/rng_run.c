@@ -5,8 +5,10 @@
  * key/counter mapping (key = seed, counter = (block lo, block hi, stream lo,
  * stream hi), value i = word i%4 of block i/4, uniform = (u32 >> 8) 2^-24).
  * Lanes hold consecutive blocks; the block's high word is computed per lane
- * so runs may cross a 2^32-block boundary. Without AVX2 it is the scalar
- * Philox from core/rng.h, one block per four values. */
+ * so runs may cross a 2^32-block boundary. With AVX-512 sixteen blocks (64
+ * values) go at a time, then the AVX2 path; without AVX2 it is the scalar
+ * Philox from core/rng.h, one block per four values. Every path computes
+ * the same integers, so the values never depend on the path. */
 #include <string.h>
 
 #include "core/rng.h"
@@ -70,6 +72,60 @@ static void philox8_uniform(float *dst, uint64_t first_block, uint64_t seed, uin
 }
 #endif
 
+#if defined(__AVX512F__)
+/* the same on 16 lanes: dst[4 l + q] = word q of block first_block + l, l < 16 */
+static void philox16_uniform(float *dst, uint64_t first_block, uint64_t seed, uint64_t stream) {
+    uint32_t lo[16], hi[16];
+    for (int l = 0; l < 16; l++) {
+        uint64_t b = first_block + (uint64_t)l;
+        lo[l] = (uint32_t)b;
+        hi[l] = (uint32_t)(b >> 32);
+    }
+    __m512i c0 = _mm512_loadu_si512(lo), c1 = _mm512_loadu_si512(hi);
+    __m512i c2 = _mm512_set1_epi32((int)(uint32_t)stream);
+    __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(stream >> 32));
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u),
+                  m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
+    for (int r = 0; r < 10; r++) {
+        __m512i pe0 = _mm512_mul_epu32(c0, m0),
+                po0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
+        __m512i pe1 = _mm512_mul_epu32(c2, m1),
+                po1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
+        __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe0, 32), po0);
+        __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe1, 32), po1);
+        __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, pe0, _mm512_slli_epi64(po0, 32));
+        __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, pe1, _mm512_slli_epi64(po1, 32));
+        __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
+        __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
+        c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    const __m512 u24 = _mm512_set1_ps(U24);
+    __m512 w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c0, 8)), u24);
+    __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c1, 8)), u24);
+    __m512 w2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c2, 8)), u24);
+    __m512 w3 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c3, 8)), u24);
+    /* within each 128-bit lane j: B0 = block 4j, B1 = 4j+1, B2 = 4j+2, B3 = 4j+3 */
+    __m512 t0 = _mm512_unpacklo_ps(w0, w1), t1 = _mm512_unpackhi_ps(w0, w1);
+    __m512 t2 = _mm512_unpacklo_ps(w2, w3), t3 = _mm512_unpackhi_ps(w2, w3);
+    __m512 B0 = _mm512_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 B1 = _mm512_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m512 B2 = _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 B3 = _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    /* a 4 x 4 transpose of 128-bit lanes: output v holds blocks 4v .. 4v+3 */
+    __m512 X = _mm512_shuffle_f32x4(B0, B1, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 Y = _mm512_shuffle_f32x4(B2, B3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 Xh = _mm512_shuffle_f32x4(B0, B1, _MM_SHUFFLE(3, 2, 3, 2));
+    __m512 Yh = _mm512_shuffle_f32x4(B2, B3, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm512_storeu_ps(dst, _mm512_shuffle_f32x4(X, Y, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_ps(dst + 16, _mm512_shuffle_f32x4(X, Y, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm512_storeu_ps(dst + 32, _mm512_shuffle_f32x4(Xh, Yh, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_ps(dst + 48, _mm512_shuffle_f32x4(Xh, Yh, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+#endif
+
 static void block1(uint32_t w[4], uint64_t block, uint64_t seed, uint64_t stream) {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
@@ -85,8 +141,12 @@ void nn_rng_uniform_run(float *dst, size_t n, uint64_t seed, uint64_t stream, ui
         for (unsigned q = (unsigned)(first & 3); q < 4 && k < n; q++, k++)
             dst[k] = (float)(w[q] >> 8) * U24;
     }
+#if defined(__AVX512F__)
+    for (; k + 64 <= n; k += 64) /* first + k is a multiple of 4 here */
+        philox16_uniform(dst + k, (first + k) >> 2, seed, stream);
+#endif
 #if defined(__AVX2__)
-    for (; k + 32 <= n; k += 32) /* first + k is a multiple of 4 here */
+    for (; k + 32 <= n; k += 32)
         philox8_uniform(dst + k, (first + k) >> 2, seed, stream);
 #endif
     while (k < n) {

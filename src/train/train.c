@@ -301,7 +301,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 c->cp_layer_types ? types : cp_comm_type_name(model->cp.type), x->T_cp, T,
                 model->cp.rank, 2 * model->cp.cp - 1 - model->cp.rank, 2 * model->cp.cp);
     }
-    char blas[256];
+    char blas[512]; /* nn_blas_describe: the fp32 GEMM engine and why, the BLAS */
     nn_blas_describe(blas, sizeof blas);
     fprintf(out, "> BLAS: %s\n", blas);
     fprintf(out, "> data: %s\n", data_source_describe(x->src));
