@@ -28,6 +28,7 @@
 #include "core/outfile.h"
 #include "core/timer.h"
 #include "data/data.h"
+#include "data/tok_cli.h"
 #include "data/tokenizer.h"
 
 enum { PRE_BATCH = 256, PRE_MAX_KEYS = 16 };
@@ -159,15 +160,19 @@ static int take_json_keys(int *argc, char **argv, const char **keys, int *n_keys
     return 0;
 }
 
-/* Megatron's tokenizer flags, shared by both commands: fills 5 entries. */
-enum { TOK_NARGS = 5 };
-static void tok_args(mtc_arg *a, data_tok_opts *o) {
+/* Megatron's tokenizer flags, shared by both commands: fills TOK_NARGS entries. */
+enum { TOK_NARGS = 5 + DATA_TOK_CLI_NARGS };
+static void tok_args(mtc_arg *a, data_tok_opts *o, mtc_arg_strings *special) {
+    mtc_arg ext[] = {DATA_TOK_CLI_ARGS(*o, *special)};
+    memcpy(a + 5, ext, sizeof ext);
     a[0] = (mtc_arg){"tokenizer-type",
                      NULL,
                      MTC_ARG_STRING,
                      &o->type,
                      "S",
-                     "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer",
+                     "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer, "
+                     "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
+                     "TikTokenizer",
                      0};
     a[1] = (mtc_arg){"vocab-file",
                      NULL,
@@ -188,10 +193,16 @@ static void tok_args(mtc_arg *a, data_tok_opts *o) {
                      MTC_ARG_STRING,
                      &o->tokenizer_model,
                      "FILE",
-                     "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)",
+                     "HuggingFaceTokenizer: tokenizer.json (byte-level BPE); SentencePiece kinds: "
+                     "tokenizer.model; TikTokenizer: its JSON vocabulary",
                      0};
-    a[4] = (mtc_arg){
-        "vocab-size", NULL, MTC_ARG_INT, &o->vocab_size, "N", "NullTokenizer: vocabulary size", 0};
+    a[4] = (mtc_arg){"vocab-size",
+                     NULL,
+                     MTC_ARG_INT,
+                     &o->vocab_size,
+                     "N",
+                     "NullTokenizer, TikTokenizer (default 131072): vocabulary size",
+                     0};
 }
 
 /* Tokenizer errors are the user's (files, flags): exit 2, except memory. */
@@ -241,13 +252,15 @@ int cli_cmd_preprocess(int argc, char **argv) {
         {"partitions", NULL, MTC_ARG_INT, &partitions, "N", "(only 1)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    tok_args(args, &o);
+    mtc_arg_strings special = {0};
+    tok_args(args, &o, &special);
     int st = cli_parse("preprocess", "--input FILE.jsonl --output-prefix PREFIX --tokenizer-type T",
                        "Megatron's tools/preprocess_data.py: tokenize JSON lines into an indexed "
                        "dataset (PREFIX_text_document.bin/.idx) that mtc and Megatron read.",
                        args, nargs, argc, args_copy);
     free(args_copy);
     if (st >= 0) return st;
+    data_tok_cli_special(&o, &special);
     if (!input) return cli_usage_error("preprocess", "--input FILE.jsonl is required");
     if (!prefix) return cli_usage_error("preprocess", "--output-prefix PREFIX is required");
     if (!o.type)
@@ -510,13 +523,15 @@ int cli_cmd_tokenize(int argc, char **argv) {
          "print the tokenizer's text form on stderr", 0},
         {"stats", NULL, MTC_ARG_FLAG, &stats, NULL, "bytes, tokens and MB/s on stderr", 0},
     };
-    tok_args(args, &o);
+    mtc_arg_strings special = {0};
+    tok_args(args, &o, &special);
     int st = cli_parse("tokenize", "--tokenizer-type T [...] [--decode] [--json-lines] < input",
                        "Encode text to token ids (one line of space-separated ids), or decode "
                        "ids to text, with any of mtc's tokenizers. CharLevelTokenizer takes its "
                        "vocabulary from the input.",
                        args, (int)(sizeof args / sizeof args[0]), argc, argv);
     if (st >= 0) return st;
+    data_tok_cli_special(&o, &special);
     if (!o.type && !tok_string)
         return cli_usage_error("tokenize", "--tokenizer-type is required (one of %s)",
                                data_tok_type_names());

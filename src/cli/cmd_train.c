@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "data/data.h"
+#include "data/tok_cli.h"
 #include "moe/moe_cli.h"
 #include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
@@ -184,6 +185,7 @@ int cli_cmd_train(int argc, char **argv) {
     mtc_arg_strings cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
+    mtc_arg_strings tok_special = {0};
     mtc_arg_strings data_paths = {0}, split_paths[3] = {{0}};
     int64_t sch_train_samples = 0, sch_warmup_samples = 0, sch_decay_samples = 0;
     int64_t sch_wsd_iters = 0, sch_wsd_samples = 0, sch_exit_interval = 0;
@@ -443,7 +445,8 @@ int cli_cmd_train(int argc, char **argv) {
         /* Megatron's tokenizer flags (issue 16) */
         {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
          "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|ByteLevelTokenizer|"
-         "CharLevelTokenizer (default CharLevelTokenizer for text; for a Megatron dataset the "
+         "CharLevelTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|"
+         "TikTokenizer (default CharLevelTokenizer for text; for a Megatron dataset the "
          "PREFIX.tokenizer beside it)",
          0},
         {"vocab-file", NULL, MTC_ARG_STRING, &tok_opts.vocab_file, "FILE",
@@ -451,7 +454,10 @@ int cli_cmd_train(int argc, char **argv) {
         {"merge-file", NULL, MTC_ARG_STRING, &tok_opts.merge_file, "FILE",
          "GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe)", 0},
         {"tokenizer-model", NULL, MTC_ARG_STRING, &tok_opts.tokenizer_model, "FILE",
-         "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)", 0},
+         "HuggingFaceTokenizer: tokenizer.json (byte-level BPE); SentencePiece kinds: "
+         "tokenizer.model; TikTokenizer: its JSON vocabulary",
+         0},
+        DATA_TOK_CLI_ARGS(tok_opts, tok_special), /* SentencePiece, tiktoken (data/tok_cli.h) */
 #define NOOP_STR(name, var)                                                                        \
     {name, NULL, MTC_ARG_STRING, &var, "S", "accepted for Megatron scripts; no effect on CPU", 0}
 #define NOOP_FLAG(name, var)                                                                       \
@@ -473,7 +479,6 @@ int cli_cmd_train(int argc, char **argv) {
         NOOP_STR("tensorboard-dir", noop_s2[0]),
         NOOP_STR("data-cache-path", noop_s2[1]),
         NOOP_STR("ckpt-format", noop_s2[2]),
-        NOOP_STR("tiktoken-pattern", noop_s2[3]),
         NOOP_STR("num-workers", noop_s2[4]),
         NOOP_STR("empty-unused-memory-level", noop_s2[5]),
         NOOP_FLAG("cross-entropy-loss-fusion", noop_f2[0]),
@@ -779,6 +784,7 @@ int cli_cmd_train(int argc, char **argv) {
     if (tokenizer && data_tok_parse_type(tokenizer) == DATA_TOK_NULL && vocab < 1)
         return cli_usage_error("train", "--tokenizer-type NullTokenizer needs --vocab-size N");
     tok_opts.vocab_size = vocab;
+    data_tok_cli_special(&tok_opts, &tok_special);
 
     if (save_interval < 0)
         return cli_usage_error("train", "save-interval=%d must be >= 1", save_interval);

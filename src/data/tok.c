@@ -13,7 +13,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include <cjson/cJSON.h>
 #include "data/tok_bpe.h"
+#include "data/tok_ext.h"
 #include "data/unicode.h"
 
 struct data_tok {
@@ -23,6 +25,12 @@ struct data_tok {
     int char_bytes;        /* char read from the older "char:<hex>" form: ids are bytes */
     tok_bpe bpe;           /* GPT2BPETokenizer, HuggingFaceTokenizer */
     char *file_a, *file_b; /* BPE: the files it came from, for serialize */
+    tok_spm *spm;          /* SentencePiece kinds */
+    tok_tt *tt;            /* TikTokenizer */
+    const char *type_name; /* the --tokenizer-type it was opened as (a static string) */
+    char **special;        /* --tokenizer-special-tokens, for serialize */
+    int n_special;
+    int tt_num_special; /* TikTokenizer's --tiktoken-num-special-tokens, for serialize */
 };
 
 void data_tok_ids_free(data_tok_ids *v) {
@@ -50,7 +58,22 @@ static const struct {
     {"byte", DATA_TOK_BYTE},
     {"CharLevelTokenizer", DATA_TOK_CHAR},
     {"char", DATA_TOK_CHAR},
+    {"SentencePieceTokenizer", DATA_TOK_SENTENCEPIECE},
+    {"GPTSentencePieceTokenizer", DATA_TOK_SENTENCEPIECE},
+    {"Llama2Tokenizer", DATA_TOK_SENTENCEPIECE},
+    {"TikTokenizer", DATA_TOK_TIKTOKEN},
 };
+
+/* The canonical spelling of a type name (NULL when unknown). */
+static const char *type_canonical(const char *name) {
+    for (size_t i = 0; name && i < sizeof TYPE_NAMES / sizeof TYPE_NAMES[0]; i++)
+        if (!strcasecmp(name, TYPE_NAMES[i].name)) {
+            /* the short aliases stand for the entry before them */
+            if (islower((unsigned char)TYPE_NAMES[i].name[0])) return TYPE_NAMES[i - 1].name;
+            return TYPE_NAMES[i].name;
+        }
+    return NULL;
+}
 
 int data_tok_parse_type(const char *name) {
     if (!name) return -1;
@@ -61,7 +84,8 @@ int data_tok_parse_type(const char *name) {
 
 const char *data_tok_type_names(void) {
     return "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer, "
-           "CharLevelTokenizer";
+           "CharLevelTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+           "Llama2Tokenizer, TikTokenizer";
 }
 
 static char *dup_str(const char *s) {
@@ -83,6 +107,54 @@ static mtc_result_t tok_new(data_tok_kind kind, data_tok **out) {
     if (!t) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
     t->kind = kind, t->eod = -1;
     *out = t;
+    return MTC_OK;
+}
+
+/* SentencePiece / TikTokenizer: the files, the special tokens kept for the
+ * text form. */
+static mtc_result_t open_ext(data_tok *t, const data_tok_opts *o) {
+    const char *name = type_canonical(o->type);
+    if (!o->tokenizer_model)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s needs --tokenizer-model %s", name,
+                         t->kind == DATA_TOK_TIKTOKEN ? "VOCAB.json (Megatron's tiktoken list)"
+                                                      : "tokenizer.model (SentencePiece)");
+    FILE *f = fopen(o->tokenizer_model, "rb");
+    if (!f)
+        return mtc_error(MTC_ERR_IO, "--tokenizer-model %s cannot be read: %s (give the %s file)",
+                         o->tokenizer_model, strerror(errno),
+                         t->kind == DATA_TOK_TIKTOKEN ? "tiktoken vocabulary" : "SentencePiece");
+    fclose(f);
+    if (o->n_special_tokens > 0) {
+        t->special = calloc((size_t)o->n_special_tokens, sizeof *t->special);
+        if (!t->special) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
+        for (int i = 0; i < o->n_special_tokens; i++) {
+            t->special[i] = dup_str(o->special_tokens[i]);
+            if (!t->special[i]) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+            t->n_special = i + 1;
+        }
+    }
+    t->file_a = dup_path(o->tokenizer_model);
+    if (!t->file_a) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
+    if (t->kind == DATA_TOK_SENTENCEPIECE) {
+        if (o->tiktoken_pattern || o->tiktoken_num_special)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "--tiktoken-pattern / --tiktoken-num-special-tokens are for "
+                             "TikTokenizer, not %s (drop them)",
+                             name);
+        MTC_CHECK(tok_spm_open(t->file_a, o->spm_legacy, o->special_tokens, o->n_special_tokens,
+                               &t->spm));
+        t->vocab_size = tok_spm_vocab_size(t->spm), t->eod = tok_spm_eod(t->spm);
+        return MTC_OK;
+    }
+    if (o->spm_legacy)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "--tokenizer-sentencepiece-legacy is for the SentencePiece tokenizers, "
+                         "not TikTokenizer (drop it)");
+    t->tt_num_special = o->tiktoken_num_special ? o->tiktoken_num_special : 1000;
+    MTC_CHECK(tok_tt_open(t->file_a, o->tiktoken_pattern ? o->tiktoken_pattern : "v2",
+                          t->tt_num_special, o->vocab_size ? o->vocab_size : 131072,
+                          o->special_tokens, o->n_special_tokens, &t->tt));
+    t->vocab_size = tok_tt_vocab_size(t->tt), t->eod = tok_tt_eod(t->tt);
     return MTC_OK;
 }
 
@@ -131,7 +203,13 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
         MTC_CHECK_GOTO(tok_bpe_load_hf(&t->bpe, o->tokenizer_model), rc, fail);
         t->file_a = dup_path(o->tokenizer_model);
         break;
+    case DATA_TOK_SENTENCEPIECE:
+    case DATA_TOK_TIKTOKEN:
+        MTC_CHECK(tok_new((data_tok_kind)kind, &t));
+        MTC_CHECK_GOTO(open_ext(t, o), rc, fail);
+        break;
     }
+    t->type_name = type_canonical(o->type);
     if (t->kind == DATA_TOK_GPT2BPE || t->kind == DATA_TOK_HUGGINGFACE) {
         t->vocab_size = t->bpe.vocab_size, t->eod = t->bpe.eod;
         if (!t->file_a || (t->kind == DATA_TOK_GPT2BPE && !t->file_b)) {
@@ -202,6 +280,11 @@ mtc_result_t data_tok_init_char(const char *text, size_t n, data_tok **out) {
 void data_tok_free(data_tok *t) {
     if (!t) return;
     tok_bpe_free(&t->bpe);
+    tok_spm_free(t->spm);
+    tok_tt_free(t->tt);
+    for (int i = 0; i < t->n_special; i++)
+        free(t->special[i]);
+    free(t->special);
     free(t->chars), free(t->file_a), free(t->file_b);
     free(t);
 }
@@ -217,6 +300,8 @@ const char *data_tok_name(const data_tok *t) {
     case DATA_TOK_GPT2BPE: return "GPT2BPETokenizer";
     case DATA_TOK_HUGGINGFACE: return "HuggingFaceTokenizer";
     case DATA_TOK_NULL: return "NullTokenizer";
+    case DATA_TOK_SENTENCEPIECE:
+    case DATA_TOK_TIKTOKEN: return t->type_name;
     }
     return "?";
 }
@@ -288,6 +373,8 @@ mtc_result_t data_tok_encode(const data_tok *t, data_tok_cache *cache, const cha
     case DATA_TOK_NULL: return null_encode(t, text, n, out);
     case DATA_TOK_GPT2BPE:
     case DATA_TOK_HUGGINGFACE: return tok_bpe_encode(&t->bpe, cache, text, n, out);
+    case DATA_TOK_SENTENCEPIECE: return tok_spm_encode(t->spm, text, n, out);
+    case DATA_TOK_TIKTOKEN: return tok_tt_encode(t->tt, text, n, out);
     }
     return mtc_error(MTC_ERR_INTERNAL, "unknown tokenizer kind %d", (int)t->kind);
 }
@@ -295,6 +382,8 @@ mtc_result_t data_tok_encode(const data_tok *t, data_tok_cache *cache, const cha
 mtc_result_t data_tok_decode(const data_tok *t, const int *ids, size_t n, data_tok_text *out,
                              size_t *unknown) {
     MTC_CHECK(data_tok_text_append(out, "", 0)); /* a NUL even for no ids */
+    if (t->kind == DATA_TOK_SENTENCEPIECE) return tok_spm_decode(t->spm, ids, n, out, unknown);
+    if (t->kind == DATA_TOK_TIKTOKEN) return tok_tt_decode(t->tt, ids, n, out, unknown);
     for (size_t i = 0; i < n && t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE;
          i++) {
         int id = ids[i];
@@ -319,6 +408,68 @@ mtc_result_t data_tok_decode(const data_tok *t, const int *ids, size_t n, data_t
 }
 
 /* ---- text form ------------------------------------------------------------------- */
+
+/* "<Type>:{JSON}": the file and every option that changes the ids. */
+static mtc_result_t serialize_ext(const data_tok *t, data_tok_text *out) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", t->file_a);
+    if (t->kind == DATA_TOK_SENTENCEPIECE) {
+        cJSON_AddBoolToObject(j, "legacy", tok_spm_legacy(t->spm));
+    } else {
+        cJSON_AddStringToObject(j, "pattern", tok_tt_pattern(t->tt));
+        cJSON_AddNumberToObject(j, "num_special_tokens", t->tt_num_special);
+        cJSON_AddNumberToObject(j, "vocab_size", t->vocab_size);
+    }
+    cJSON *sp = cJSON_AddArrayToObject(j, "special_tokens");
+    for (int i = 0; i < t->n_special; i++)
+        cJSON_AddItemToArray(sp, cJSON_CreateString(t->special[i]));
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing a tokenizer");
+    mtc_result_t rc = data_tok_text_append(out, t->type_name, strlen(t->type_name));
+    if (rc == MTC_OK) rc = data_tok_text_append(out, ":", 1);
+    if (rc == MTC_OK) rc = data_tok_text_append(out, s, strlen(s));
+    cJSON_free(s);
+    return rc;
+}
+
+static mtc_result_t deserialize_ext(const char *name, const char *json, data_tok **out) {
+    cJSON *j = cJSON_Parse(json);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(j, "special_tokens");
+    if (!cJSON_IsString(model) || (sp && !cJSON_IsArray(sp))) {
+        cJSON_Delete(j);
+        return mtc_error(MTC_ERR_FORMAT, "tokenizer \"%.60s\": expected %s:{\"model\": FILE, ...}",
+                         json, name);
+    }
+    int n = cJSON_GetArraySize(sp);
+    const char **special = calloc((size_t)(n > 0 ? n : 1), sizeof *special);
+    if (!special) {
+        cJSON_Delete(j);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading a tokenizer");
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(sp, i);
+        special[i] = cJSON_IsString(e) ? e->valuestring : "";
+    }
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+    data_tok_opts o = {
+        .type = name,
+        .tokenizer_model = model->valuestring,
+        .spm_legacy = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "legacy")),
+        .tiktoken_pattern = cJSON_IsString(pat) ? pat->valuestring : NULL,
+        .tiktoken_num_special =
+            (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "num_special_tokens")),
+        .vocab_size = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "vocab_size")),
+        .special_tokens = special,
+        .n_special_tokens = n,
+    };
+    if (o.tiktoken_num_special < 0) o.tiktoken_num_special = 0;
+    mtc_result_t rc = data_tok_open(&o, out);
+    free(special);
+    cJSON_Delete(j);
+    return rc;
+}
 
 mtc_result_t data_tok_serialize(const data_tok *t, data_tok_text *out) {
     char buf[32];
@@ -350,6 +501,8 @@ mtc_result_t data_tok_serialize(const data_tok *t, data_tok_text *out) {
     case DATA_TOK_HUGGINGFACE:
         MTC_CHECK(data_tok_text_append(out, "HuggingFaceTokenizer:", 21));
         return data_tok_text_append(out, t->file_a, strlen(t->file_a));
+    case DATA_TOK_SENTENCEPIECE:
+    case DATA_TOK_TIKTOKEN: return serialize_ext(t, out);
     }
     return mtc_error(MTC_ERR_INTERNAL, "unknown tokenizer kind %d", (int)t->kind);
 }
@@ -412,6 +565,14 @@ mtc_result_t data_tok_deserialize(const char *s, data_tok **out) {
         o.type = "HuggingFaceTokenizer", o.tokenizer_model = s + 21;
         return data_tok_open(&o, out);
     }
+    const char *colon = strchr(s, ':');
+    if (colon && colon - s < 40) {
+        char name[40];
+        memcpy(name, s, (size_t)(colon - s)), name[colon - s] = 0;
+        int kind = data_tok_parse_type(name);
+        if (kind == DATA_TOK_SENTENCEPIECE || kind == DATA_TOK_TIKTOKEN)
+            return deserialize_ext(name, colon + 1, out);
+    }
     if (!strncmp(s, "GPT2BPETokenizer:", 17)) {
         const char *bar = strchr(s + 17, '|');
         if (!bar) return mtc_error(MTC_ERR_FORMAT, "tokenizer \"%.60s\": expected VOCAB|MERGES", s);
@@ -426,7 +587,8 @@ mtc_result_t data_tok_deserialize(const char *s, data_tok **out) {
     }
     return mtc_error(MTC_ERR_FORMAT,
                      "tokenizer \"%.40s\" is not a known text form (byte, char-utf8:, char:, "
-                     "null:, GPT2BPETokenizer:, HuggingFaceTokenizer:)",
+                     "null:, GPT2BPETokenizer:, HuggingFaceTokenizer:, <SentencePiece type>:, "
+                     "TikTokenizer:)",
                      s);
 }
 
@@ -450,6 +612,19 @@ int data_tok_piece(const data_tok *t, int id, unsigned char scratch[8], const un
         *out = t->bpe.bytes[id];
         return t->bpe.len[id];
     case DATA_TOK_NULL: return -1;
+    case DATA_TOK_SENTENCEPIECE: {
+        const tok_spm_proc *p = tok_spm_processor(t->spm);
+        if (id >= tok_spm_proc_size(p)) { /* a legacy special token beyond the pieces */
+            int k = tok_spm_special_index(t->spm, id);
+            if (k < 0) return -1;
+            *out = (const unsigned char *)tok_spm_special(t->spm, k);
+            return (int)strlen(tok_spm_special(t->spm, k));
+        }
+        size_t n;
+        *out = (const unsigned char *)tok_spm_proc_piece(p, id, &n);
+        return (int)n;
+    }
+    case DATA_TOK_TIKTOKEN: return tok_tt_piece(t->tt, id, out);
     }
     return -1;
 }

@@ -199,6 +199,10 @@ mtc_result_t data_tok_write_hf(const data_tok *tok, const char *dir, int model_m
     case DATA_TOK_BYTE: break;
     case DATA_TOK_NULL:
         return mtc_error(MTC_ERR_UNSUPPORTED, "NullTokenizer has no Hugging Face equivalent");
+    case DATA_TOK_SENTENCEPIECE:
+    case DATA_TOK_TIKTOKEN:
+        return mtc_error(MTC_ERR_UNSUPPORTED, "%s: no tokenizer.json written yet",
+                         data_tok_name(tok));
     }
     MTC_CHECK(write_tokenizer_json(tok, dir));
     return write_config(tok, dir, model_max_length);
