@@ -78,7 +78,7 @@ static int b64_decode(const char *s, unsigned char *out) {
     for (; *s && *s != '='; s++) {
         int v = b64val((unsigned char)*s);
         if (v < 0) return -1;
-        acc = acc << 6 | v, bits += 6;
+        acc = (acc << 6 | v) & 0xffffff, bits += 6;
         if (bits >= 8) bits -= 8, out[n++] = (unsigned char)(acc >> bits & 0xff);
     }
     return n;
@@ -266,19 +266,26 @@ static tok_ucat cat_at(text_t x, size_t i, size_t *len) {
     *len = data_unicode_decode(x.s + i, x.n - i, &cp);
     return cp >= DATA_UNICODE_RAW_BASE ? TOK_UCAT_OTHER : tok_ucat_of(cp);
 }
-static int is_letter(tok_ucat c) { return c >= TOK_UCAT_LU && c <= TOK_UCAT_LO; }
+/* the classes as bit sets over tok_ucat (one table test each) */
+#define UC(c) (1u << TOK_UCAT_##c)
+enum {
+    SET_LETTER = UC(LU) | UC(LL) | UC(LT) | UC(LM) | UC(LO),
+    SET_UPPER =
+        UC(LU) | UC(LT) | UC(LM) | UC(LO) | UC(M), /* v2's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
+    SET_LOWER = UC(LL) | UC(LM) | UC(LO) | UC(M),  /* v2's [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
+    SET_LN = SET_LETTER | UC(N),
+    SET_SLN = SET_LN | UC(SPACE),
+};
+#undef UC
+static int in_set(unsigned set, tok_ucat c) { return (int)(set >> (unsigned)c & 1u); }
+static int is_letter(tok_ucat c) { return in_set(SET_LETTER, c); }
 static int is_crlf(text_t x, size_t i) { return x.s[i] == '\r' || x.s[i] == '\n'; }
 /* [^\r\n\p{L}\p{N}] */
-static int is_p(text_t x, size_t i, tok_ucat c) {
-    return !is_crlf(x, i) && !is_letter(c) && c != TOK_UCAT_N;
-}
+static int is_p(text_t x, size_t i, tok_ucat c) { return !is_crlf(x, i) && !in_set(SET_LN, c); }
 /* [^\s\p{L}\p{N}] */
-static int is_q(tok_ucat c) { return c != TOK_UCAT_SPACE && !is_letter(c) && c != TOK_UCAT_N; }
-/* v2's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
-static int is_upper(tok_ucat c) { return c != TOK_UCAT_LL && (is_letter(c) || c == TOK_UCAT_M); }
-static int is_lower(tok_ucat c) {
-    return c != TOK_UCAT_LU && c != TOK_UCAT_LT && (is_letter(c) || c == TOK_UCAT_M);
-}
+static int is_q(tok_ucat c) { return !in_set(SET_SLN, c); }
+static int is_upper(tok_ucat c) { return in_set(SET_UPPER, c); }
+static int is_lower(tok_ucat c) { return in_set(SET_LOWER, c); }
 
 /* end of the run from i of characters that pred accepts */
 static size_t run(text_t x, size_t i, int (*pred)(tok_ucat)) {
@@ -338,11 +345,11 @@ static size_t match_v1(text_t x, size_t i) {
 /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ from j: the
  * greedy first part gives back characters until the second can start */
 static size_t upper_lower(text_t x, size_t j) {
-    size_t k = j, l, cand = (size_t)-1;
-    for (;;) { /* the last start of the second part within the first's run, or after it */
-        tok_ucat c = k < x.n ? cat_at(x, k, &l) : TOK_UCAT_OTHER;
-        if (k < x.n && is_lower(c)) cand = k;
-        if (k >= x.n || !is_upper(c)) break;
+    size_t k = j, l = 0, cand = (size_t)-1;
+    while (k < x.n) { /* the last start of the second part within the first's run, or after it */
+        tok_ucat c = cat_at(x, k, &l);
+        if (is_lower(c)) cand = k;
+        if (!is_upper(c)) break;
         k += l;
     }
     if (cand == (size_t)-1) return 0;
