@@ -225,7 +225,7 @@ int cli_cmd_generate(int argc, char **argv) {
         int next = sample_next(row, V, (float)temperature, top_k, probs, u);
         MTC_CHECK_GOTO(data_tok_ids_push(&pids, next), rc, fail);
         if (have_tok) { /* print what forms whole characters */
-            MTC_CHECK_GOTO(data_tok_decode(tok, &next, 1, &out, NULL), rc, fail);
+            MTC_CHECK_GOTO(data_tok_decode_continue(tok, &next, 1, &out, NULL), rc, fail);
             size_t upto = utf8_complete(out.s, out.n);
             if (upto > printed) fwrite(out.s + printed, 1, upto - printed, stdout);
             if (upto > printed) printed = upto;

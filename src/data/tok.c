@@ -379,10 +379,19 @@ mtc_result_t data_tok_encode(const data_tok *t, data_tok_cache *cache, const cha
     return mtc_error(MTC_ERR_INTERNAL, "unknown tokenizer kind %d", (int)t->kind);
 }
 
+mtc_result_t data_tok_decode_continue(const data_tok *t, const int *ids, size_t n,
+                                      data_tok_text *out, size_t *unknown) {
+    if (t->kind == DATA_TOK_SENTENCEPIECE) {
+        MTC_CHECK(data_tok_text_append(out, "", 0));
+        return tok_spm_decode(t->spm, ids, n, 1, out, unknown);
+    }
+    return data_tok_decode(t, ids, n, out, unknown);
+}
+
 mtc_result_t data_tok_decode(const data_tok *t, const int *ids, size_t n, data_tok_text *out,
                              size_t *unknown) {
     MTC_CHECK(data_tok_text_append(out, "", 0)); /* a NUL even for no ids */
-    if (t->kind == DATA_TOK_SENTENCEPIECE) return tok_spm_decode(t->spm, ids, n, out, unknown);
+    if (t->kind == DATA_TOK_SENTENCEPIECE) return tok_spm_decode(t->spm, ids, n, 0, out, unknown);
     if (t->kind == DATA_TOK_TIKTOKEN) return tok_tt_decode(t->tt, ids, n, out, unknown);
     for (size_t i = 0; i < n && t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE;
          i++) {

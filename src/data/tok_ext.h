@@ -25,12 +25,13 @@ const char *tok_spm_special(const tok_spm *s, int i);
 int tok_spm_special_index(const tok_spm *s, int id);
 const tok_spm_proc *tok_spm_processor(const tok_spm *s);
 mtc_result_t tok_spm_encode(const tok_spm *s, const char *text, size_t n, data_tok_ids *out);
-/* Into an empty out: the processor's decode of the whole sequence; appended
- * to a non-empty out: each piece's own bytes (a leading "▁" kept as a space,
- * byte pieces raw), so decoding one id at a time concatenates to the same
- * text as decoding all at once (valid UTF-8 assumed). */
-mtc_result_t tok_spm_decode(const tok_spm *s, const int *ids, size_t n, data_tok_text *out,
-                            size_t *unknown);
+/* Appends to out. Not continuing: the processor's decode of the sequence
+ * (legacy: Megatron's joining around special tokens). continuing: ids that
+ * go on a text already decoded: each piece's own bytes ("▁" a space even
+ * first, byte pieces raw), so decoding one id at a time concatenates to the
+ * text of the whole (valid UTF-8 assumed). */
+mtc_result_t tok_spm_decode(const tok_spm *s, const int *ids, size_t n, int continuing,
+                            data_tok_text *out, size_t *unknown);
 
 typedef struct tok_tt tok_tt;
 /* Megatron's TikTokenizer: path a JSON list of {rank, token_bytes,

@@ -200,13 +200,12 @@ static int py_space(unsigned char c) {
     return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31);
 }
 
-mtc_result_t tok_spm_decode(const tok_spm *s, const int *ids, size_t n, data_tok_text *out,
-                            size_t *unknown) {
+mtc_result_t tok_spm_decode(const tok_spm *s, const int *ids, size_t n, int continuing,
+                            data_tok_text *out, size_t *unknown) {
     MTC_CHECK(data_tok_text_append(out, "", 0));
     int *keep = malloc((n ? n : 1) * sizeof *keep);
     if (!keep) return spm_oom();
     size_t k = 0, base = out->n;
-    int continuing = out->n > 0;
     mtc_result_t rc = MTC_OK;
     for (size_t i = 0; i <= n && rc == MTC_OK; i++) {
         int sp = i < n && s->legacy ? tok_spm_special_index(s, ids[i]) : -1;

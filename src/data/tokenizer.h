@@ -124,9 +124,15 @@ mtc_result_t data_tok_encode(const data_tok *tok, data_tok_cache *cache, const c
  * outside the vocabulary (a model may emit padding ids) add nothing and are
  * counted in *unknown (may be NULL). Decoding ids one at a time and
  * concatenating gives the same bytes for every kind but NullTokenizer and
- * legacy SentencePiece (tok_ext.h says how SentencePiece continues a text). */
+ * SentencePiece (use data_tok_decode_continue after the first). */
 mtc_result_t data_tok_decode(const data_tok *tok, const int *ids, size_t n, data_tok_text *out,
                              size_t *unknown);
+/* The same for ids that continue a text decoded before (mtc generate's
+ * stream): SentencePiece keeps a leading "▁" as a space and byte pieces raw
+ * (its whole-sequence decode drops the first and turns broken UTF-8 into
+ * U+FFFD); every other kind decodes as data_tok_decode. */
+mtc_result_t data_tok_decode_continue(const data_tok *tok, const int *ids, size_t n,
+                                      data_tok_text *out, size_t *unknown);
 
 /* A one-line text form to store with a model, and back:
  *   "byte", "char-utf8:<hex code point>,<hex code point>,..." (raw bytes are
