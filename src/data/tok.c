@@ -639,6 +639,7 @@ int data_tok_piece(const data_tok *t, int id, unsigned char scratch[8], const un
 }
 
 int data_tok_is_added(const data_tok *t, int id) {
+    if (t->kind == DATA_TOK_TIKTOKEN) return id >= 0 && id < tok_tt_num_special(t->tt);
     if (t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE) return 0;
     for (int i = 0; i < t->bpe.n_added; i++)
         if (t->bpe.added_id[i] == id) return 1;
@@ -656,6 +657,7 @@ static int cmp_merge(const void *a, const void *b) {
 
 mtc_result_t data_tok_merges(const data_tok *t, int **pairs, size_t *n) {
     *pairs = NULL, *n = 0;
+    if (t->kind == DATA_TOK_TIKTOKEN) return tok_tt_merges(t->tt, pairs, n);
     if (t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE) return MTC_OK;
     const tok_bpe *m = &t->bpe;
     size_t k = 0;
@@ -695,6 +697,9 @@ mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text
     }
     return MTC_OK;
 }
+
+const struct tok_spm *data_tok_spm(const data_tok *t) { return t->spm; }
+const struct tok_tt *data_tok_tiktoken(const data_tok *t) { return t->tt; }
 
 const char *data_tok_file(const data_tok *t, int which) {
     return which == 0 ? t->file_a : which == 1 ? t->file_b : NULL;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/stream.h"
 #include "data/tok_ext.h"
 
 #define SPM_SEPARATOR "\xe2\x96\x81" /* U+2581, the processor's space */
@@ -240,4 +241,113 @@ mtc_result_t tok_spm_decode(const tok_spm *s, const int *ids, size_t n, int cont
         out->n = base + (b - a), out->s[out->n] = 0;
     }
     return rc;
+}
+
+/* ---- the model proto's few fields exports need --------------------------------- */
+
+/* protobuf varint at *p (< end); 0 when malformed */
+static int pb_varint(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+    *v = 0;
+    for (int shift = 0; *p < end && shift < 64; shift += 7) {
+        unsigned char b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return 1;
+    }
+    return 0;
+}
+
+/* Calls fn(field, wire type, varint value, bytes, length) for each field of
+ * the message [p, end); 0 when malformed. */
+typedef void (*pb_fn)(void *ctx, int field, int wt, uint64_t v, const unsigned char *b, size_t n);
+static int pb_walk(const unsigned char *p, const unsigned char *end, pb_fn fn, void *ctx) {
+    while (p < end) {
+        uint64_t key, v = 0;
+        if (!pb_varint(&p, end, &key)) return 0;
+        int wt = (int)(key & 7), field = (int)(key >> 3);
+        const unsigned char *b = NULL;
+        size_t n = 0;
+        if (wt == 0) {
+            if (!pb_varint(&p, end, &v)) return 0;
+        } else if (wt == 2) {
+            if (!pb_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+            b = p, n = (size_t)v, p += n;
+        } else if (wt == 5) {
+            if (end - p < 4) return 0;
+            b = p, n = 4, p += 4;
+        } else if (wt == 1) {
+            if (end - p < 8) return 0;
+            b = p, n = 8, p += 8;
+        } else {
+            return 0;
+        }
+        fn(ctx, field, wt, v, b, n);
+    }
+    return 1;
+}
+
+typedef struct {
+    tok_spm_model *m;
+    int piece_type, n_pieces, ok;
+} proto_ctx;
+
+static void on_piece(void *c, int field, int wt, uint64_t v, const unsigned char *b, size_t n) {
+    (void)b, (void)n;
+    if (field == 3 && wt == 0) ((proto_ctx *)c)->piece_type = (int)v;
+}
+static void on_trainer(void *c, int field, int wt, uint64_t v, const unsigned char *b, size_t n) {
+    (void)b, (void)n;
+    tok_spm_model *m = ((proto_ctx *)c)->m;
+    if (field == 3 && wt == 0) m->model_type = (int)v;
+    if (field == 35 && wt == 0) m->byte_fallback = v != 0;
+    if (field == 24 && wt == 0) m->whitespace_as_suffix = v != 0;
+}
+static void on_normalizer(void *c, int field, int wt, uint64_t v, const unsigned char *b,
+                          size_t n) {
+    tok_spm_model *m = ((proto_ctx *)c)->m;
+    if (field == 1 && wt == 2) m->identity = n == 8 && !memcmp(b, "identity", 8);
+    if (field == 2 && wt == 2) m->has_charsmap = n > 0;
+    if (field == 3 && wt == 0) m->add_dummy_prefix = v != 0;
+    if (field == 4 && wt == 0) m->remove_extra_whitespaces = v != 0;
+    if (field == 5 && wt == 0) m->escape_whitespaces = v != 0;
+}
+static void on_model(void *c, int field, int wt, uint64_t v, const unsigned char *b, size_t n) {
+    (void)v;
+    proto_ctx *x = c;
+    if (wt != 2) return;
+    if (field == 1) {
+        x->piece_type = 1; /* NORMAL when absent */
+        if (!pb_walk(b, b + n, on_piece, x)) x->ok = 0;
+        if (x->n_pieces < x->m->n_pieces) x->m->type[x->n_pieces] = x->piece_type;
+        x->n_pieces++;
+    } else if (field == 2 && !pb_walk(b, b + n, on_trainer, x)) {
+        x->ok = 0;
+    } else if (field == 3 && !pb_walk(b, b + n, on_normalizer, x)) {
+        x->ok = 0;
+    }
+}
+
+mtc_result_t tok_spm_read_model(const char *path, int n_pieces, tok_spm_model *m) {
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    memset(m, 0, sizeof *m);
+    m->model_type = 1, m->add_dummy_prefix = m->remove_extra_whitespaces = 1; /* proto defaults */
+    m->escape_whitespaces = 1;
+    MTC_CHECK(data_file_read(path, &buf, &n));
+    m->type = calloc((size_t)(n_pieces > 0 ? n_pieces : 1), sizeof *m->type);
+    m->n_pieces = n_pieces;
+    if (!m->type) {
+        free(buf);
+        return spm_oom();
+    }
+    proto_ctx x = {.m = m, .ok = 1};
+    int ok = pb_walk(buf, buf + n, on_model, &x) && x.ok && x.n_pieces == n_pieces;
+    free(buf);
+    if (!ok) {
+        free(m->type), m->type = NULL;
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: its model proto does not parse (%d pieces seen, the "
+                         "library has %d)",
+                         path, x.n_pieces, n_pieces);
+    }
+    return MTC_OK;
 }

@@ -475,3 +475,54 @@ mtc_result_t tok_tt_decode(const tok_tt *t, const int *ids, size_t n, data_tok_t
     }
     return MTC_OK;
 }
+
+/* ---- merges for exporters -------------------------------------------------------- */
+
+mtc_result_t tok_tt_merges(const tok_tt *t, int **pairs, size_t *n) {
+    *pairs = NULL, *n = 0;
+    size_t cap = 0, k = 0;
+    int *p = NULL;
+    for (int r = 256; r < t->n_ranks; r++) {
+        size_t first = k;
+        for (int cut = 1; cut < t->len[r]; cut++) {
+            int a = rank_of(t, t->bytes[r], (size_t)cut);
+            int b = rank_of(t, t->bytes[r] + cut, (size_t)(t->len[r] - cut));
+            if (a < 0 || b < 0) continue;
+            if (k == cap) {
+                cap = cap ? 2 * cap : 1024;
+                int *q = realloc(p, 2 * cap * sizeof *q);
+                if (!q) {
+                    free(p);
+                    return tt_oom();
+                }
+                p = q;
+            }
+            p[2 * k] = a + t->num_special, p[2 * k + 1] = b + t->num_special, k++;
+        }
+        /* within one token: by the left part's rank, then the right's (insertion sort:
+         * a token has few splits) */
+        for (size_t i = first + 1; i < k; i++)
+            for (size_t j = i;
+                 j > first && (p[2 * j - 2] > p[2 * j] ||
+                               (p[2 * j - 2] == p[2 * j] && p[2 * j - 1] > p[2 * j + 1]));
+                 j--) {
+                int a = p[2 * j], b = p[2 * j + 1];
+                p[2 * j] = p[2 * j - 2], p[2 * j + 1] = p[2 * j - 1];
+                p[2 * j - 2] = a, p[2 * j - 1] = b;
+            }
+    }
+    *pairs = p, *n = k;
+    return MTC_OK;
+}
+
+const char *tok_tt_regex(const tok_tt *t) {
+    /* Megatron's patterns, v1's possessive ?+ and ++ written greedy (JavaScript has no
+     * possessive quantifiers; these match the same, as tiktoken_ref.js explains) */
+    return t->v2
+               ? "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}"
+                 "\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{"
+                 "Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+                 "\\s+(?!\\S)|\\s+"
+               : "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|"
+                 "\\s+(?!\\S)|\\s+";
+}
