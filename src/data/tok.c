@@ -700,6 +700,9 @@ mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text
 
 const struct tok_spm *data_tok_spm(const data_tok *t) { return t->spm; }
 const struct tok_tt *data_tok_tiktoken(const data_tok *t) { return t->tt; }
+const char *data_tok_tiktoken_pattern(const data_tok *t) {
+    return t->tt ? tok_tt_pattern(t->tt) : NULL;
+}
 
 const char *data_tok_file(const data_tok *t, int which) {
     return which == 0 ? t->file_a : which == 1 ? t->file_b : NULL;

@@ -110,8 +110,7 @@ mtc_result_t tok_spm_tokenizer_json(const tok_spm *s, const char *path, char **j
     *json = NULL;
     const tok_spm_proc *p = tok_spm_processor(s);
     int V = tok_spm_proc_size(p);
-    tok_spm_model md;
-    MTC_CHECK(tok_spm_read_model(path, V, &md));
+    const tok_spm_model md = *tok_spm_model_of(s);
     const char *why = md.model_type != 2 ? "it is not a BPE model (unigram, word and char models "
                                            "are not written)"
                       : md.has_charsmap || !md.identity ? "its normalisation is not identity"
@@ -119,20 +118,15 @@ mtc_result_t tok_spm_tokenizer_json(const tok_spm *s, const char *path, char **j
                       : md.whitespace_as_suffix || !md.escape_whitespaces
                           ? "it puts white space as a suffix or keeps it unescaped"
                           : NULL;
-    if (why) {
-        free(md.type);
+    if (why)
         return mtc_error(MTC_ERR_UNSUPPORTED,
                          "SentencePiece model %s: no tokenizer.json written because %s (Llama-"
                          "style models are: BPE, identity, --remove_extra_whitespaces=false)",
                          path, why);
-    }
     spm_merge *mg = NULL;
     size_t n_mg = 0;
     mtc_result_t rc = spm_merges(p, &mg, &n_mg);
-    if (rc != MTC_OK) {
-        free(md.type);
-        return rc;
-    }
+    if (rc != MTC_OK) return rc;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "version", "1.0");
     cJSON_AddNullToObject(root, "truncation");
@@ -221,6 +215,31 @@ mtc_result_t tok_spm_tokenizer_json(const tok_spm *s, const char *path, char **j
         if (!*json) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing tokenizer.json");
     }
     cJSON_Delete(root);
-    free(mg), free(md.type);
+    free(mg);
     return rc;
+}
+
+/* ---- GGUF ("llama") --------------------------------------------------------------- */
+
+int data_tok_spm_piece_info(const data_tok *tok, int id, float *score, int *type) {
+    const tok_spm *s = data_tok_spm(tok);
+    if (!s || id < 0) return -1;
+    const tok_spm_proc *p = tok_spm_processor(s);
+    if (id >= tok_spm_proc_size(p)) { /* a legacy special token beyond the pieces */
+        if (tok_spm_special_index(s, id) < 0) return -1;
+        *score = 0, *type = 3;
+        return 0;
+    }
+    *score = tok_spm_proc_score(p, id), *type = tok_spm_model_of(s)->type[id];
+    return 0;
+}
+
+int data_tok_spm_add_space_prefix(const data_tok *tok) {
+    const tok_spm *s = data_tok_spm(tok);
+    return s && tok_spm_model_of(s)->add_dummy_prefix;
+}
+
+int data_tok_spm_unk(const data_tok *tok) {
+    const tok_spm *s = data_tok_spm(tok);
+    return s ? tok_spm_proc_unk(tok_spm_processor(s)) : -1;
 }

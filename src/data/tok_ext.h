@@ -33,6 +33,8 @@ typedef struct {
     int identity, has_charsmap, add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;
 } tok_spm_model;
 mtc_result_t tok_spm_read_model(const char *path, int n_pieces, tok_spm_model *m);
+/* the fields read when the tokenizer was opened */
+const tok_spm_model *tok_spm_model_of(const tok_spm *s);
 
 /* tokenizer.json of a Llama-style model (BPE, identity, no white space
  * removal): *json malloc'd (cJSON_free it); MTC_ERR_UNSUPPORTED otherwise.

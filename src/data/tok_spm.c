@@ -37,6 +37,7 @@ struct tok_spm {
     char **special; /* legacy: special token texts, in the order given */
     size_t *special_len;
     int *special_id;
+    tok_spm_model md; /* the proto's fields exports need */
 };
 
 static mtc_result_t spm_oom(void) {
@@ -66,6 +67,11 @@ mtc_result_t tok_spm_open(const char *path, int legacy, const char *const *speci
     s->proc = p, s->legacy = legacy;
     s->n_pieces = s->vocab_size = tok_spm_proc_size(p);
     s->sep_id = tok_spm_proc_piece_id(p, SPM_SEPARATOR, strlen(SPM_SEPARATOR));
+    mtc_result_t rc = tok_spm_read_model(path, s->n_pieces, &s->md);
+    if (rc != MTC_OK) {
+        tok_spm_free(s);
+        return rc;
+    }
     if (n_special > 0) {
         s->special = calloc((size_t)n_special, sizeof *s->special);
         s->special_len = calloc((size_t)n_special, sizeof *s->special_len);
@@ -105,6 +111,7 @@ void tok_spm_free(tok_spm *s) {
     for (int i = 0; i < s->n_special; i++)
         free(s->special[i]);
     free(s->special), free(s->special_len), free(s->special_id);
+    free(s->md.type);
     free(s);
 }
 
@@ -115,6 +122,7 @@ int tok_spm_legacy(const tok_spm *s) { return s->legacy; }
 int tok_spm_n_special(const tok_spm *s) { return s->n_special; }
 const char *tok_spm_special(const tok_spm *s, int i) { return s->special[i]; }
 const tok_spm_proc *tok_spm_processor(const tok_spm *s) { return s->proc; }
+const tok_spm_model *tok_spm_model_of(const tok_spm *s) { return &s->md; }
 
 /* the processor's ids of text[0..n), appended */
 static mtc_result_t proc_encode(const tok_spm *s, const char *text, size_t n, data_tok_ids *out,

@@ -156,6 +156,15 @@ int data_tok_is_added(const data_tok *tok, int id);
 /* The BPE merges in rank order: (*pairs)[2k], (*pairs)[2k+1] are the ids of
  * merge k's two parts (malloc'd; none for the other kinds). */
 mtc_result_t data_tok_merges(const data_tok *tok, int **pairs, size_t *n);
+/* SentencePiece kinds, for GGUF's "llama" vocabulary (the piece text is
+ * data_tok_piece's): the piece's score and type (SentencePiece's numbering,
+ * which GGUF shares: 1 normal 2 unknown 3 control 4 user defined 5 unused
+ * 6 byte); -1 for an id that is no piece or another kind. */
+int data_tok_spm_piece_info(const data_tok *tok, int id, float *score, int *type);
+int data_tok_spm_add_space_prefix(const data_tok *tok); /* the model's add_dummy_prefix */
+int data_tok_spm_unk(const data_tok *tok);              /* unk id, -1 for other kinds */
+/* TikTokenizer's split pattern, "v1" or "v2" (NULL for other kinds) */
+const char *data_tok_tiktoken_pattern(const data_tok *tok);
 /* Appends bytes s[0..n) spelled in GPT-2's byte-to-unicode alphabet (each
  * byte one printable character; a space is U+0120), as vocab.json does. */
 mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text *out);

@@ -10,7 +10,12 @@
 #   2. a unigram model: the export says in one note why no tokenizer.json
 #      is written, and writes none;
 #   3. TikTokenizer (v1 and v2, 64 special tokens, a 20000-entry vocabulary
-#      from js-tiktoken's cl100k_base as tok_tiktoken.sh makes it): the same.
+#      from js-tiktoken's cl100k_base as tok_tiktoken.sh makes it): the same;
+#   4. GGUF, read by llama.cpp's own tokenizer (npm node-llama-cpp, through
+#      llama_cpp_tokenize.mjs): the SentencePiece model as a "llama" (SPM)
+#      vocabulary and TikTokenizer v2 as BPE with the "tekken" pre-tokenizer
+#      encode to mtc's ids (texts holding special token texts left out:
+#      Megatron matches them, a text-only tokenize does not); v1 gets a note.
 # npm packages go to a cache under the build folder; skipped (exit 77) only
 # when npm cannot reach its registry.
 set -u
@@ -23,13 +28,15 @@ cache="$BUILD/npm-cache/tokexport"
 mods="$cache/node_modules"
 work="$BUILD/tok-export-test"
 rm -rf "$work" && mkdir -p "$cache" "$work"
-if [ ! -f "$mods/@huggingface/tokenizers/package.json" ] || [ ! -f "$mods/js-tiktoken/package.json" ]; then
+if [ ! -f "$mods/@huggingface/tokenizers/package.json" ] || [ ! -f "$mods/js-tiktoken/package.json" ] ||
+    [ ! -f "$mods/node-llama-cpp/package.json" ]; then
     if ! command -v npm >/dev/null 2>&1 || ! timeout 60 npm ping >/dev/null 2>&1; then
         echo "SKIP: npm cannot reach its registry (or is not installed); nothing was compared"
         exit 77
     fi
     [ -f "$cache/package.json" ] || echo '{"name": "mtc-test-cache", "private": true}' >"$cache/package.json"
-    (cd "$cache" && timeout 300 npm install --no-audit --no-fund @huggingface/tokenizers@0.2.0 js-tiktoken@1.0.21) \
+    (cd "$cache" && timeout 600 npm install --omit=optional --ignore-scripts --no-audit --no-fund \
+        @huggingface/tokenizers@0.2.0 js-tiktoken@1.0.21 node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1) \
         >"$work/npm.log" 2>&1 || { echo "FAIL: npm install (registry reachable):"; tail -5 "$work/npm.log"; exit 1; }
 fi
 fail=0
@@ -91,5 +98,36 @@ for pat in v1 v2; do
     cmp -s "$work/mtc_tt_$pat.txt" "$work/tt.$pat.ref" || { echo "FAIL: tiktoken $pat ids differ from js-tiktoken's"; fail=1; }
 done
 
-[ $fail -eq 0 ] && echo "tok_export: ok ($(wc -l <"$work/cases.jsonl") cases: SentencePiece BPE ($n_out with control piece texts left out), TikTokenizer v1 and v2)"
+# 4. GGUF in llama.cpp
+LL="--normalization RMSNorm --position-embedding-type rope --swiglu --untie-embeddings-and-output-weights --disable-bias-linear"
+grep -v '<unk>\|<s>\|</s>\|<mask>\|<pad>\|<cls>\|<sep>\|<SPECIAL_' "$work/cases.jsonl" >"$work/cases_text.jsonl"
+# gguf NAME CASES EXPECTED-IDS TOKENIZER-FLAGS...
+gguf() {
+    name=$1 cases=$2 want=$3
+    shift 3
+    # shellcheck disable=SC2086
+    "$MTC" train $B $LL "$@" --save "$work/g_$name" >"$work/gtrain_$name.log" 2>&1 &&
+        "$MTC" export --load "$work/g_$name" --format gguf --out "$work/$name.gguf" >"$work/gexport_$name.log" 2>&1 ||
+        { echo "FAIL: $name gguf: $(tail -2 "$work/gtrain_$name.log" "$work/gexport_$name.log")"; fail=1; return; }
+    node "$SRC/tests/data/llama_cpp_tokenize.mjs" "$mods" "$work/$name.gguf" "$cases" "$work/lc_$name.txt" \
+        >"$work/lc_$name.log" 2>&1 || { echo "FAIL: $name: llama.cpp: $(cat "$work/lc_$name.log")"; fail=1; return; }
+    grep -q " 0 detokenize differences" "$work/lc_$name.log" || { echo "FAIL: $name: $(cat "$work/lc_$name.log")"; fail=1; }
+    "$MTC" tokenize "$@" --json-lines --input "$cases" >"$work/gm_$name.txt"
+    cmp -s "$work/gm_$name.txt" "$work/lc_$name.txt" || {
+        echo "FAIL: $name: llama.cpp's ids on the exported GGUF differ from mtc's"
+        awk 'NR == FNR { a[FNR] = $0; next } a[FNR] != $0 { print "case " FNR ": mtc " substr(a[FNR], 1, 100) "\n        llama.cpp " substr($0, 1, 100); exit }' \
+            "$work/gm_$name.txt" "$work/lc_$name.txt"
+        fail=1
+    }
+}
+gguf spm "$work/cases.jsonl" "" --tokenizer-type Llama2Tokenizer --tokenizer-model "$work/llama.model"
+gguf tt "$work/cases_text.jsonl" "" --tokenizer-type TikTokenizer --tokenizer-model "$work/tt.json" --vocab-size 20064 \
+    --tiktoken-num-special-tokens 64
+"$MTC" train $B $LL --tokenizer-type TikTokenizer --tokenizer-model "$work/tt.json" --vocab-size 20064 \
+    --tiktoken-num-special-tokens 64 --tiktoken-pattern v1 --save "$work/g_v1" >/dev/null 2>&1
+"$MTC" export --load "$work/g_v1" --format gguf --out "$work/v1.gguf" >/dev/null 2>"$work/v1.err" &&
+    grep -q "note: llama.cpp has no pre-tokenizer for TikTokenizer's v1" "$work/v1.err" ||
+    { echo "FAIL: v1 GGUF export without its note: $(cat "$work/v1.err")"; fail=1; }
+
+[ $fail -eq 0 ] && echo "tok_export: ok ($(wc -l <"$work/cases.jsonl") cases: SentencePiece BPE ($n_out with control piece texts left out), TikTokenizer v1 and v2; GGUF in llama.cpp: SentencePiece, TikTokenizer v2)"
 exit $fail
