@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "data/data.h"
+#include "cli/train_compat.h"
 #include "data/tok_cli.h"
 #include "moe/moe_cli.h"
 #include "nn/lowp.h"
@@ -221,6 +222,7 @@ int cli_cmd_train(int argc, char **argv) {
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
     int qkv_bias = 0, kv_channels = 0;
     moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
+    train_compat compat = {0};
     mtc_arg args[] = {
         {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
         {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
@@ -360,6 +362,7 @@ int cli_cmd_train(int argc, char **argv) {
          "expert-tensor-parallel ranks (default: the TP size): 1 (whole experts) or the TP size",
          0},
         MOE_CLI_ARGS(moe_f),
+        TRAIN_COMPAT_ARGS(compat), /* the example scripts' last flags (cli/train_compat.h) */
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
          "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
@@ -671,6 +674,8 @@ int cli_cmd_train(int argc, char **argv) {
                                "context-parallel-size=%d)",
                                cp);
     mtc_moe_config moe_cfg;
+    if ((st = train_compat_apply(&compat, use_rope ? "rope" : posemb, &moe_f.dispatcher)) >= 0)
+        return st;
     if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
@@ -723,6 +728,7 @@ int cli_cmd_train(int argc, char **argv) {
                 n + strlen(args[i].name) + 4 < sizeof note)
                 n += (size_t)snprintf(note + n, sizeof note - n, "%s--%s", n ? ", " : "",
                                       args[i].name);
+        if (le.rank == 0) train_compat_note(&compat);
         if (n && le.rank == 0) /* once per job, not once per rank */
             fprintf(stderr, "note: %s concern GPUs or Megatron's internals and do not apply here\n",
                     note);
