@@ -12,6 +12,9 @@
  *                                  names the GPU backends it stands for
  *   --moe-flex-dispatcher-backend  deepep|hybridep, checked, in that note
  *   --moe-router-dtype fp32        mtc's router is fp32; fp64 is refused
+ *   --moe-grouped-gemm             accepted: mtc's experts always run as one
+ *                                  GEMM loop over the experts (moe/experts.c),
+ *                                  which is what the flag asks for
  *   TensorBoard / W&B / Megatron-internal / GPU-only flags: accepted, and
  *                                  named in cmd_train's one note ("no effect
  *                                  on CPU" in their help is that note's mark)
@@ -31,6 +34,7 @@ typedef struct {
     const char *flex_backend, *router_dtype;
     const char *s[4]; /* wandb-project, wandb-exp-name, dist-ckpt-strictness, cuda-graph-impl */
     int f[10];
+    int grouped_gemm;
     int i[2];           /* manual-gc-interval, logging-level */
     mtc_arg_ints ranks; /* profile-ranks */
     int flex;           /* set by train_compat_apply: flex was asked for */
@@ -38,13 +42,22 @@ typedef struct {
 
 #define TC_NOTE "accepted for Megatron scripts; no effect on CPU"
 #define TRAIN_COMPAT_ARGS(c)                                                                       \
-    {"no-position-embedding",                                                                      \
+    {"moe-grouped-gemm",                                                                           \
      NULL,                                                                                         \
      MTC_ARG_FLAG,                                                                                 \
-     &(c).no_posemb,                                                                               \
+     &(c).grouped_gemm,                                                                            \
      NULL,                                                                                         \
-     "Megatron's deprecated spelling, accepted with --position-embedding-type rope",               \
+     "the local experts' GEMMs as one grouped pass over the experts: what mtc's expert path "      \
+     "always runs (moe/experts.c: one GEMM loop over the experts' rows, oneDNN 2.x having no "     \
+     "grouped matmul), the same numbers as Megatron's GroupedMLP",                                 \
      0},                                                                                           \
+        {"no-position-embedding",                                                                  \
+         NULL,                                                                                     \
+         MTC_ARG_FLAG,                                                                             \
+         &(c).no_posemb,                                                                           \
+         NULL,                                                                                     \
+         "Megatron's deprecated spelling, accepted with --position-embedding-type rope",           \
+         0},                                                                                       \
         {"moe-flex-dispatcher-backend",                                                            \
          NULL,                                                                                     \
          MTC_ARG_STRING,                                                                           \

@@ -78,7 +78,7 @@ MIXTRAL="--use-mcore-models --disable-bias-linear --seq-length 32 --max-position
  --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --expert-model-parallel-size 8 --use-distributed-optimizer --sequence-parallel
  --log-interval 5 --save-interval 10 --eval-interval 10 --eval-iters 2 --save $D/mx --load $D/mx --tensorboard-dir $D/mx/tensorboard
  --no-load-optim --no-load-rng --wandb-project Mixtral --wandb-exp-name Mixtral_8x7B"
-MISSING_MIXTRAL="--moe-grouped-gemm"
+MISSING_MIXTRAL=""
 
 # without FLAG and its value (if the next word is not a flag)
 drop() { echo " $1 " | tr '\n' ' ' | sed -E "s/ $2( [^-][^ ]*)? / /"; }
