@@ -132,6 +132,7 @@ static mtc_result_t load_vocab(tok_tt *t, const char *path, int want) {
             rc = tt_oom();
             break;
         }
+        t->n_ranks = i + 1; /* owned from here on, whatever follows (tok_tt_free) */
         int k = b64_decode(b->valuestring, t->bytes[i]);
         if (k <= 0 || (i < 256 && (k != 1 || t->bytes[i][0] != i))) {
             rc = mtc_error(MTC_ERR_FORMAT,
@@ -154,7 +155,6 @@ static mtc_result_t load_vocab(tok_tt *t, const char *path, int want) {
             break;
         }
         t->slot[s] = i + 1;
-        t->n_ranks = i + 1;
     }
     cJSON_Delete(j);
     return rc;
