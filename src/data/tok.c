@@ -1,6 +1,8 @@
 /* data/tok.c - the data_tok handle (tokenizer.h): flag validation, the
  * byte, char (Unicode code points) and null tokenizers, and the text form
- * stored with a model. Byte-level BPE lives in tok_bpe_load.c / tok_bpe.c.
+ * stored with a model. Byte-level BPE lives in tok_bpe_load.c / tok_bpe.c,
+ * SentencePiece and TikTokenizer in tok_spm.c / tok_tiktoken.c, wired to
+ * the handle by tok_ext.c (the layout: tok_handle.h).
  *
  * Char: the vocabulary is the sorted set of code points of a corpus (a byte
  * that is not valid UTF-8 is its own symbol, 0x110000 + byte, so every
@@ -13,25 +15,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include <cjson/cJSON.h>
 #include "data/tok_bpe.h"
 #include "data/tok_ext.h"
+#include "data/tok_handle.h"
 #include "data/unicode.h"
-
-struct data_tok {
-    data_tok_kind kind;
-    int vocab_size, eod;
-    uint32_t *chars;       /* char: sorted code points (vocab_size) */
-    int char_bytes;        /* char read from the older "char:<hex>" form: ids are bytes */
-    tok_bpe bpe;           /* GPT2BPETokenizer, HuggingFaceTokenizer */
-    char *file_a, *file_b; /* BPE: the files it came from, for serialize */
-    tok_spm *spm;          /* SentencePiece kinds */
-    tok_tt *tt;            /* TikTokenizer */
-    const char *type_name; /* the --tokenizer-type it was opened as (a static string) */
-    char **special;        /* --tokenizer-special-tokens, for serialize */
-    int n_special;
-    int tt_num_special; /* TikTokenizer's --tiktoken-num-special-tokens, for serialize */
-};
 
 void data_tok_ids_free(data_tok_ids *v) {
     if (!v) return;
@@ -65,7 +52,7 @@ static const struct {
 };
 
 /* The canonical spelling of a type name (NULL when unknown). */
-static const char *type_canonical(const char *name) {
+const char *tok_type_canonical(const char *name) {
     for (size_t i = 0; name && i < sizeof TYPE_NAMES / sizeof TYPE_NAMES[0]; i++)
         if (!strcasecmp(name, TYPE_NAMES[i].name)) {
             /* the short aliases stand for the entry before them */
@@ -88,7 +75,7 @@ const char *data_tok_type_names(void) {
            "Llama2Tokenizer, TikTokenizer";
 }
 
-static char *dup_str(const char *s) {
+char *tok_dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
     if (d) memcpy(d, s, n);
@@ -97,64 +84,16 @@ static char *dup_str(const char *s) {
 
 /* The absolute path of a file the tokenizer came from: a model stores it,
  * and is loaded again from other working directories. */
-static char *dup_path(const char *s) {
+char *tok_dup_path(const char *s) {
     char *r = realpath(s, NULL);
-    return r ? r : dup_str(s);
+    return r ? r : tok_dup_str(s);
 }
 
-static mtc_result_t tok_new(data_tok_kind kind, data_tok **out) {
+mtc_result_t tok_new(data_tok_kind kind, data_tok **out) {
     data_tok *t = calloc(1, sizeof *t);
     if (!t) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
     t->kind = kind, t->eod = -1;
     *out = t;
-    return MTC_OK;
-}
-
-/* SentencePiece / TikTokenizer: the files, the special tokens kept for the
- * text form. */
-static mtc_result_t open_ext(data_tok *t, const data_tok_opts *o) {
-    const char *name = type_canonical(o->type);
-    if (!o->tokenizer_model)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s needs --tokenizer-model %s", name,
-                         t->kind == DATA_TOK_TIKTOKEN ? "VOCAB.json (Megatron's tiktoken list)"
-                                                      : "tokenizer.model (SentencePiece)");
-    FILE *f = fopen(o->tokenizer_model, "rb");
-    if (!f)
-        return mtc_error(MTC_ERR_IO, "--tokenizer-model %s cannot be read: %s (give the %s file)",
-                         o->tokenizer_model, strerror(errno),
-                         t->kind == DATA_TOK_TIKTOKEN ? "tiktoken vocabulary" : "SentencePiece");
-    fclose(f);
-    if (o->n_special_tokens > 0) {
-        t->special = calloc((size_t)o->n_special_tokens, sizeof *t->special);
-        if (!t->special) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
-        for (int i = 0; i < o->n_special_tokens; i++) {
-            t->special[i] = dup_str(o->special_tokens[i]);
-            if (!t->special[i]) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
-            t->n_special = i + 1;
-        }
-    }
-    t->file_a = dup_path(o->tokenizer_model);
-    if (!t->file_a) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
-    if (t->kind == DATA_TOK_SENTENCEPIECE) {
-        if (o->tiktoken_pattern || o->tiktoken_num_special)
-            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "--tiktoken-pattern / --tiktoken-num-special-tokens are for "
-                             "TikTokenizer, not %s (drop them)",
-                             name);
-        MTC_CHECK(tok_spm_open(t->file_a, o->spm_legacy, o->special_tokens, o->n_special_tokens,
-                               &t->spm));
-        t->vocab_size = tok_spm_vocab_size(t->spm), t->eod = tok_spm_eod(t->spm);
-        return MTC_OK;
-    }
-    if (o->spm_legacy)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "--tokenizer-sentencepiece-legacy is for the SentencePiece tokenizers, "
-                         "not TikTokenizer (drop it)");
-    t->tt_num_special = o->tiktoken_num_special ? o->tiktoken_num_special : 1000;
-    MTC_CHECK(tok_tt_open(t->file_a, o->tiktoken_pattern ? o->tiktoken_pattern : "v2",
-                          t->tt_num_special, o->vocab_size ? o->vocab_size : 131072,
-                          o->special_tokens, o->n_special_tokens, &t->tt));
-    t->vocab_size = tok_tt_vocab_size(t->tt), t->eod = tok_tt_eod(t->tt);
     return MTC_OK;
 }
 
@@ -193,7 +132,7 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
                              !o->vocab_file ? "--vocab-file" : "--merge-file");
         MTC_CHECK(tok_new(DATA_TOK_GPT2BPE, &t));
         MTC_CHECK_GOTO(tok_bpe_load_gpt2(&t->bpe, o->vocab_file, o->merge_file), rc, fail);
-        t->file_a = dup_path(o->vocab_file), t->file_b = dup_path(o->merge_file);
+        t->file_a = tok_dup_path(o->vocab_file), t->file_b = tok_dup_path(o->merge_file);
         break;
     case DATA_TOK_HUGGINGFACE:
         if (!o->tokenizer_model)
@@ -201,15 +140,15 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
                              "HuggingFaceTokenizer needs --tokenizer-model tokenizer.json");
         MTC_CHECK(tok_new(DATA_TOK_HUGGINGFACE, &t));
         MTC_CHECK_GOTO(tok_bpe_load_hf(&t->bpe, o->tokenizer_model), rc, fail);
-        t->file_a = dup_path(o->tokenizer_model);
+        t->file_a = tok_dup_path(o->tokenizer_model);
         break;
     case DATA_TOK_SENTENCEPIECE:
     case DATA_TOK_TIKTOKEN:
         MTC_CHECK(tok_new((data_tok_kind)kind, &t));
-        MTC_CHECK_GOTO(open_ext(t, o), rc, fail);
+        MTC_CHECK_GOTO(tok_open_ext(t, o), rc, fail);
         break;
     }
-    t->type_name = type_canonical(o->type);
+    t->type_name = tok_type_canonical(o->type);
     if (t->kind == DATA_TOK_GPT2BPE || t->kind == DATA_TOK_HUGGINGFACE) {
         t->vocab_size = t->bpe.vocab_size, t->eod = t->bpe.eod;
         if (!t->file_a || (t->kind == DATA_TOK_GPT2BPE && !t->file_b)) {
@@ -379,15 +318,6 @@ mtc_result_t data_tok_encode(const data_tok *t, data_tok_cache *cache, const cha
     return mtc_error(MTC_ERR_INTERNAL, "unknown tokenizer kind %d", (int)t->kind);
 }
 
-mtc_result_t data_tok_decode_continue(const data_tok *t, const int *ids, size_t n,
-                                      data_tok_text *out, size_t *unknown) {
-    if (t->kind == DATA_TOK_SENTENCEPIECE) {
-        MTC_CHECK(data_tok_text_append(out, "", 0));
-        return tok_spm_decode(t->spm, ids, n, 1, out, unknown);
-    }
-    return data_tok_decode(t, ids, n, out, unknown);
-}
-
 mtc_result_t data_tok_decode(const data_tok *t, const int *ids, size_t n, data_tok_text *out,
                              size_t *unknown) {
     MTC_CHECK(data_tok_text_append(out, "", 0)); /* a NUL even for no ids */
@@ -417,68 +347,6 @@ mtc_result_t data_tok_decode(const data_tok *t, const int *ids, size_t n, data_t
 }
 
 /* ---- text form ------------------------------------------------------------------- */
-
-/* "<Type>:{JSON}": the file and every option that changes the ids. */
-static mtc_result_t serialize_ext(const data_tok *t, data_tok_text *out) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "model", t->file_a);
-    if (t->kind == DATA_TOK_SENTENCEPIECE) {
-        cJSON_AddBoolToObject(j, "legacy", tok_spm_legacy(t->spm));
-    } else {
-        cJSON_AddStringToObject(j, "pattern", tok_tt_pattern(t->tt));
-        cJSON_AddNumberToObject(j, "num_special_tokens", t->tt_num_special);
-        cJSON_AddNumberToObject(j, "vocab_size", t->vocab_size);
-    }
-    cJSON *sp = cJSON_AddArrayToObject(j, "special_tokens");
-    for (int i = 0; i < t->n_special; i++)
-        cJSON_AddItemToArray(sp, cJSON_CreateString(t->special[i]));
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!s) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing a tokenizer");
-    mtc_result_t rc = data_tok_text_append(out, t->type_name, strlen(t->type_name));
-    if (rc == MTC_OK) rc = data_tok_text_append(out, ":", 1);
-    if (rc == MTC_OK) rc = data_tok_text_append(out, s, strlen(s));
-    cJSON_free(s);
-    return rc;
-}
-
-static mtc_result_t deserialize_ext(const char *name, const char *json, data_tok **out) {
-    cJSON *j = cJSON_Parse(json);
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
-    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(j, "special_tokens");
-    if (!cJSON_IsString(model) || (sp && !cJSON_IsArray(sp))) {
-        cJSON_Delete(j);
-        return mtc_error(MTC_ERR_FORMAT, "tokenizer \"%.60s\": expected %s:{\"model\": FILE, ...}",
-                         json, name);
-    }
-    int n = cJSON_GetArraySize(sp);
-    const char **special = calloc((size_t)(n > 0 ? n : 1), sizeof *special);
-    if (!special) {
-        cJSON_Delete(j);
-        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading a tokenizer");
-    }
-    for (int i = 0; i < n; i++) {
-        const cJSON *e = cJSON_GetArrayItem(sp, i);
-        special[i] = cJSON_IsString(e) ? e->valuestring : "";
-    }
-    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
-    data_tok_opts o = {
-        .type = name,
-        .tokenizer_model = model->valuestring,
-        .spm_legacy = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "legacy")),
-        .tiktoken_pattern = cJSON_IsString(pat) ? pat->valuestring : NULL,
-        .tiktoken_num_special =
-            (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "num_special_tokens")),
-        .vocab_size = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "vocab_size")),
-        .special_tokens = special,
-        .n_special_tokens = n,
-    };
-    if (o.tiktoken_num_special < 0) o.tiktoken_num_special = 0;
-    mtc_result_t rc = data_tok_open(&o, out);
-    free(special);
-    cJSON_Delete(j);
-    return rc;
-}
 
 mtc_result_t data_tok_serialize(const data_tok *t, data_tok_text *out) {
     char buf[32];
@@ -511,7 +379,7 @@ mtc_result_t data_tok_serialize(const data_tok *t, data_tok_text *out) {
         MTC_CHECK(data_tok_text_append(out, "HuggingFaceTokenizer:", 21));
         return data_tok_text_append(out, t->file_a, strlen(t->file_a));
     case DATA_TOK_SENTENCEPIECE:
-    case DATA_TOK_TIKTOKEN: return serialize_ext(t, out);
+    case DATA_TOK_TIKTOKEN: return tok_serialize_ext(t, out);
     }
     return mtc_error(MTC_ERR_INTERNAL, "unknown tokenizer kind %d", (int)t->kind);
 }
@@ -580,7 +448,7 @@ mtc_result_t data_tok_deserialize(const char *s, data_tok **out) {
         memcpy(name, s, (size_t)(colon - s)), name[colon - s] = 0;
         int kind = data_tok_parse_type(name);
         if (kind == DATA_TOK_SENTENCEPIECE || kind == DATA_TOK_TIKTOKEN)
-            return deserialize_ext(name, colon + 1, out);
+            return tok_deserialize_ext(name, colon + 1, out);
     }
     if (!strncmp(s, "GPT2BPETokenizer:", 17)) {
         const char *bar = strchr(s + 17, '|');
@@ -696,12 +564,6 @@ mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text
         MTC_CHECK(data_tok_text_append(out, u, data_unicode_encode((uint32_t)cp, u)));
     }
     return MTC_OK;
-}
-
-const struct tok_spm *data_tok_spm(const data_tok *t) { return t->spm; }
-const struct tok_tt *data_tok_tiktoken(const data_tok *t) { return t->tt; }
-const char *data_tok_tiktoken_pattern(const data_tok *t) {
-    return t->tt ? tok_tt_pattern(t->tt) : NULL;
 }
 
 const char *data_tok_file(const data_tok *t, int which) {
