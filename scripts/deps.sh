@@ -4,7 +4,7 @@
 # As root (or with passwordless sudo) it runs apt-get; otherwise it prints the
 # exact command to run and exits 1, changing nothing.
 set -e
-PKGS="cmake make gcc pkg-config git clang-format libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin libdnnl-dev fortunes iproute2 librsvg2-bin"
+PKGS="cmake make gcc pkg-config git clang-format libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin libdnnl-dev fortunes iproute2 librsvg2-bin g++ libsentencepiece-dev sentencepiece python3-sentencepiece"
 [ "$1" = fuzz ] && PKGS="$PKGS clang libclang-rt-dev"
 # for bench/ only (not needed to build or test): python3-torch libtcmalloc-minimal4
 missing=""

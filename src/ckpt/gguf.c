@@ -212,6 +212,9 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     char k[96];
     /* general: 3; the architecture's: 7 or 12 (file_type included); tokenizer: 9 */
     int nkv = 3 + (llama ? 12 : 7) + 9;
+    if (vo && vo->model && !strcmp(vo->model, "llama"))
+        nkv--; /* no merges (pre: add_space_prefix) */
+    nkv += (vo && vo->scores) + (vo && vo->has_unk);
     put(&out, "GGUF", 4);
     put_u32(&out, 3);
     put_u64(&out, (uint64_t)nt);
@@ -239,8 +242,17 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
 #undef KA
     if (llama) kv_u32(&out, "general.file_type", f16 ? 1 : 0);
     /* the vocabulary: byte-level BPE without merges */
-    kv_str(&out, "tokenizer.ggml.model", "gpt2");
-    kv_str(&out, "tokenizer.ggml.pre", "gpt-2");
+    int spm = vo && vo->model && !strcmp(vo->model, "llama");
+    kv_str(&out, "tokenizer.ggml.model", vo && vo->model ? vo->model : "gpt2");
+    if (!spm) kv_str(&out, "tokenizer.ggml.pre", vo && vo->pre ? vo->pre : "gpt-2");
+    if (spm) kv_bool(&out, "tokenizer.ggml.add_space_prefix", vo->add_space_prefix);
+    if (vo && vo->scores) {
+        put_str(&out, "tokenizer.ggml.scores");
+        put_u32(&out, G_ARR), put_u32(&out, G_F32), put_u64(&out, (uint64_t)V);
+        for (int i = 0; i < V; i++)
+            put(&out, &vo->scores[i], 4);
+    }
+    if (vo && vo->has_unk) kv_u32(&out, "tokenizer.ggml.unknown_token_id", (uint32_t)vo->unk);
     token_bytes(tokenizer, V, byte_of);
     put_str(&out, "tokenizer.ggml.tokens");
     put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, (uint64_t)V);
@@ -257,11 +269,13 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     put_u32(&out, G_ARR), put_u32(&out, G_I32), put_u64(&out, (uint64_t)V);
     for (int i = 0; i < V; i++)
         put_u32(&out, vo ? (uint32_t)vo->types[i] : MTC_GGUF_TOKEN_NORMAL);
-    put_str(&out, "tokenizer.ggml.merges");
     size_t n_merges = vo ? vo->n_merges : 0;
-    put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, (uint64_t)n_merges);
-    for (size_t i = 0; i < n_merges; i++)
-        put_str(&out, vo->merges[i]);
+    if (!spm) {
+        put_str(&out, "tokenizer.ggml.merges");
+        put_u32(&out, G_ARR), put_u32(&out, G_STR), put_u64(&out, (uint64_t)n_merges);
+        for (size_t i = 0; i < n_merges; i++)
+            put_str(&out, vo->merges[i]);
+    }
     kv_u32(&out, "tokenizer.ggml.bos_token_id", vo && vo->bos >= 0 ? (uint32_t)vo->bos : 0);
     kv_u32(&out, "tokenizer.ggml.eos_token_id", vo && vo->eos >= 0 ? (uint32_t)vo->eos : 0);
     kv_bool(&out, "tokenizer.ggml.add_bos_token", 0);

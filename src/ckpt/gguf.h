@@ -28,6 +28,7 @@
 /* tokenizer.ggml.* as llama.cpp reads them (ckpt/ does not know tokenizers:
  * the caller fills this from data/tokenizer.h). */
 enum { MTC_GGUF_TOKEN_NORMAL = 1, MTC_GGUF_TOKEN_CONTROL = 3, MTC_GGUF_TOKEN_UNUSED = 5 };
+/* (also 2 unknown, 4 user defined, 6 byte: SentencePiece's own piece types) */
 typedef struct {
     int n_tokens;        /* must equal the model's vocab_size */
     char *const *tokens; /* n_tokens strings in GPT-2's byte-to-unicode spelling */
@@ -35,6 +36,12 @@ typedef struct {
     char *const *merges; /* n_merges "a b" strings, rank order */
     size_t n_merges;
     int bos, eos; /* -1: none (then 0 is written, as before) */
+    /* SentencePiece and tiktoken vocabularies (data/tok_ext.h); NULL/0 keep GPT-2's */
+    const char *model;    /* tokenizer.ggml.model: NULL "gpt2", or "llama" (SentencePiece) */
+    const char *pre;      /* tokenizer.ggml.pre: NULL "gpt-2" (ignored for "llama") */
+    const float *scores;  /* n_tokens tokenizer.ggml.scores, or NULL */
+    int has_unk, unk;     /* tokenizer.ggml.unknown_token_id, when has_unk */
+    int add_space_prefix; /* "llama": tokenizer.ggml.add_space_prefix */
 } mtc_gguf_vocab;
 
 typedef struct {

@@ -25,6 +25,7 @@ typedef struct {
     mtc_gguf_vocab v;
     char **tokens, **merges;
     int *types;
+    float *scores; /* SentencePiece */
 } gguf_vocab_owned;
 
 static void gguf_vocab_free(gguf_vocab_owned *g) {
@@ -32,7 +33,41 @@ static void gguf_vocab_free(gguf_vocab_owned *g) {
         free(g->tokens[i]);
     for (size_t i = 0; g->merges && i < g->v.n_merges; i++)
         free(g->merges[i]);
-    free(g->tokens), free(g->merges), free(g->types);
+    free(g->tokens), free(g->merges), free(g->types), free(g->scores);
+}
+
+/* SentencePiece as llama.cpp's "llama" (SPM) vocabulary: the pieces as they
+ * are, their scores and types, no merges (data/tokenizer.h). */
+static mtc_result_t gguf_vocab_spm(const data_tok *tok, int V, gguf_vocab_owned *g) {
+    memset(g, 0, sizeof *g);
+    g->tokens = calloc((size_t)V, sizeof *g->tokens);
+    g->types = calloc((size_t)V, sizeof *g->types);
+    g->scores = calloc((size_t)V, sizeof *g->scores);
+    g->v.n_tokens = V;
+    int ok = g->tokens && g->types && g->scores;
+    for (int i = 0; ok && i < V; i++) {
+        unsigned char scratch[8];
+        const unsigned char *b;
+        int n = data_tok_piece(tok, i, scratch, &b);
+        if (n > 0 && data_tok_spm_piece_info(tok, i, &g->scores[i], &g->types[i]) == 0) {
+            g->tokens[i] = strndup((const char *)b, (size_t)n);
+        } else { /* padding beyond the vocabulary */
+            char s[32];
+            snprintf(s, sizeof s, "[PAD%d]", i);
+            g->tokens[i] = strdup(s);
+            g->types[i] = MTC_GGUF_TOKEN_UNUSED, g->scores[i] = 0;
+        }
+        ok = g->tokens[i] != NULL;
+    }
+    g->v.tokens = g->tokens, g->v.types = g->types, g->v.scores = g->scores;
+    g->v.model = "llama", g->v.add_space_prefix = data_tok_spm_add_space_prefix(tok);
+    g->v.unk = data_tok_spm_unk(tok), g->v.has_unk = g->v.unk >= 0 && g->v.unk < V;
+    g->v.bos = g->v.eos = data_tok_eod(tok) < V ? data_tok_eod(tok) : -1;
+    if (!ok) {
+        gguf_vocab_free(g);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory building the GGUF vocabulary");
+    }
+    return MTC_OK;
 }
 
 static char *spell_id(const data_tok *tok, int id) {
@@ -48,6 +83,7 @@ static char *spell_id(const data_tok *tok, int id) {
 }
 
 static mtc_result_t gguf_vocab_build(const data_tok *tok, int V, gguf_vocab_owned *g) {
+    if (data_tok_kind_of(tok) == DATA_TOK_SENTENCEPIECE) return gguf_vocab_spm(tok, V, g);
     memset(g, 0, sizeof *g);
     int *pairs = NULL;
     size_t n_merges = 0;
@@ -83,6 +119,11 @@ static mtc_result_t gguf_vocab_build(const data_tok *tok, int V, gguf_vocab_owne
     free(pairs);
     g->v.tokens = g->tokens, g->v.types = g->types, g->v.merges = g->merges;
     g->v.bos = g->v.eos = data_tok_eod(tok) < V ? data_tok_eod(tok) : -1;
+    /* TikTokenizer v2 is Mistral's tekken pattern, which llama.cpp knows by that name */
+    if (data_tok_kind_of(tok) == DATA_TOK_TIKTOKEN) g->v.pre = "tekken";
+    if (data_tok_kind_of(tok) == DATA_TOK_TIKTOKEN && strcmp(data_tok_tiktoken_pattern(tok), "v2"))
+        fprintf(stderr, "mtc export: note: llama.cpp has no pre-tokenizer for TikTokenizer's v1 "
+                        "pattern: the GGUF names tekken (v2), which splits some texts otherwise\n");
     if (rc != MTC_OK) {
         gguf_vocab_free(g);
         return mtc_error(rc, "out of memory building the GGUF vocabulary");

@@ -339,7 +339,7 @@ int cli_cmd_generate(int argc, char **argv) {
         if (print_ids || !have_tok) {
             printf("%s%d", print_ids || prompt_ids || step ? " " : "", next);
         } else if (!stop) { /* print what forms whole characters; the eod is not text */
-            MTC_CHECK_GOTO(data_tok_decode(tok, &next, 1, &out, NULL), rc, fail);
+            MTC_CHECK_GOTO(data_tok_decode_continue(tok, &next, 1, &out, NULL), rc, fail);
             size_t upto = utf8_complete(out.s, out.n);
             if (upto > printed) fwrite(out.s + printed, 1, upto - printed, stdout);
             if (upto > printed) printed = upto;

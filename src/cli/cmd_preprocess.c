@@ -31,6 +31,7 @@
 #include "core/outfile.h"
 #include "core/timer.h"
 #include "data/data.h"
+#include "data/tok_cli.h"
 #include "data/tokenizer.h"
 
 enum { PRE_BATCH = 256, PRE_MAX_KEYS = 16 };
@@ -200,9 +201,11 @@ static mtc_result_t pre_write_tokenizer(const data_tok *tok, const char *prefix,
     return rc;
 }
 
-/* Megatron's tokenizer flags, shared by both commands: fills 5 entries. */
-enum { TOK_NARGS = 5 };
-static void tok_args(mtc_arg *a, data_tok_opts *o, int char_too) {
+/* Megatron's tokenizer flags, shared by both commands: fills TOK_NARGS entries. */
+enum { TOK_NARGS = 5 + DATA_TOK_CLI_NARGS };
+static void tok_args(mtc_arg *a, data_tok_opts *o, mtc_arg_strings *special, int char_too) {
+    mtc_arg ext[] = {DATA_TOK_CLI_ARGS(*o, *special)};
+    memcpy(a + 5, ext, sizeof ext);
     /* the names data/ accepts (its one table, data_tok_type_names); preprocess
      * cannot build CharLevelTokenizer, whose vocabulary comes from a corpus */
     static char names[2][256];
@@ -234,10 +237,16 @@ static void tok_args(mtc_arg *a, data_tok_opts *o, int char_too) {
                      MTC_ARG_STRING,
                      &o->tokenizer_model,
                      "FILE",
-                     "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)",
+                     "HuggingFaceTokenizer: tokenizer.json (byte-level BPE); SentencePiece kinds: "
+                     "tokenizer.model; TikTokenizer: its JSON vocabulary",
                      0};
-    a[4] = (mtc_arg){
-        "vocab-size", NULL, MTC_ARG_INT, &o->vocab_size, "N", "NullTokenizer: vocabulary size", 0};
+    a[4] = (mtc_arg){"vocab-size",
+                     NULL,
+                     MTC_ARG_INT,
+                     &o->vocab_size,
+                     "N",
+                     "NullTokenizer, TikTokenizer (default 131072): vocabulary size",
+                     0};
 }
 
 /* Tokenizer errors are the user's (files, flags): exit 2, except memory. */
@@ -293,7 +302,8 @@ int cli_cmd_preprocess(int argc, char **argv) {
         {"partitions", NULL, MTC_ARG_INT, &partitions, "N", "(only 1)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    tok_args(args, &o, 0);
+    mtc_arg_strings special = {0};
+    tok_args(args, &o, &special, 0);
     int st = cli_parse("preprocess",
                        "--input FILE.jsonl [--text-documents lines|paragraphs] --output-prefix "
                        "PREFIX --tokenizer-type T",
@@ -304,6 +314,7 @@ int cli_cmd_preprocess(int argc, char **argv) {
                        args, nargs, argc, args_copy);
     free(args_copy);
     if (st >= 0) return st;
+    data_tok_cli_special(&o, &special);
     if (!input) return cli_usage_error("preprocess", "--input FILE.jsonl is required");
     if (!prefix) return cli_usage_error("preprocess", "--output-prefix PREFIX is required");
     if (!o.type)
@@ -591,13 +602,15 @@ int cli_cmd_tokenize(int argc, char **argv) {
          "print the tokenizer's text form on stderr", 0},
         {"stats", NULL, MTC_ARG_FLAG, &stats, NULL, "bytes, tokens and MB/s on stderr", 0},
     };
-    tok_args(args, &o, 1);
+    mtc_arg_strings special = {0};
+    tok_args(args, &o, &special, 1);
     int st = cli_parse("tokenize", "--tokenizer-type T [...] [--decode] [--json-lines] < input",
                        "Encode text to token ids (one line of space-separated ids), or decode "
                        "ids to text, with any of mtc's tokenizers. CharLevelTokenizer takes its "
                        "vocabulary from the input.",
                        args, (int)(sizeof args / sizeof args[0]), argc, argv);
     if (st >= 0) return st;
+    data_tok_cli_special(&o, &special);
     if (!o.type && !tok_string)
         return cli_usage_error("tokenize", "--tokenizer-type is required (one of %s)",
                                data_tok_type_names());

@@ -16,6 +16,8 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "data/data.h"
+#include "cli/train_compat.h"
+#include "data/tok_cli.h"
 #include "moe/moe_cli.h"
 #include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
@@ -185,6 +187,7 @@ int cli_cmd_train(int argc, char **argv) {
     mtc_arg_strings cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
+    mtc_arg_strings tok_special = {0};
     mtc_arg_strings data_paths = {0}, split_paths[3] = {{0}};
     int64_t sch_train_samples = 0, sch_warmup_samples = 0, sch_decay_samples = 0;
     int64_t sch_wsd_iters = 0, sch_wsd_samples = 0, sch_exit_interval = 0;
@@ -221,6 +224,7 @@ int cli_cmd_train(int argc, char **argv) {
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
     int qkv_bias = 0, kv_channels = 0;
     moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
+    train_compat compat = {0};
     mtc_arg args[] = {
         {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
         {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
@@ -360,6 +364,7 @@ int cli_cmd_train(int argc, char **argv) {
          "expert-tensor-parallel ranks (default: the TP size): 1 (whole experts) or the TP size",
          0},
         MOE_CLI_ARGS(moe_f),
+        TRAIN_COMPAT_ARGS(compat), /* the example scripts' last flags (cli/train_compat.h) */
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
          "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
@@ -445,7 +450,8 @@ int cli_cmd_train(int argc, char **argv) {
         /* Megatron's tokenizer flags (issue 16) */
         {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
          "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|ByteLevelTokenizer|"
-         "CharLevelTokenizer (default CharLevelTokenizer for text; for a Megatron dataset the "
+         "CharLevelTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|"
+         "TikTokenizer (default CharLevelTokenizer for text; for a Megatron dataset the "
          "PREFIX.tokenizer beside it)",
          0},
         {"vocab-file", NULL, MTC_ARG_STRING, &tok_opts.vocab_file, "FILE",
@@ -453,7 +459,10 @@ int cli_cmd_train(int argc, char **argv) {
         {"merge-file", NULL, MTC_ARG_STRING, &tok_opts.merge_file, "FILE",
          "GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe)", 0},
         {"tokenizer-model", NULL, MTC_ARG_STRING, &tok_opts.tokenizer_model, "FILE",
-         "HuggingFaceTokenizer: tokenizer.json (byte-level BPE)", 0},
+         "HuggingFaceTokenizer: tokenizer.json (byte-level BPE); SentencePiece kinds: "
+         "tokenizer.model; TikTokenizer: its JSON vocabulary",
+         0},
+        DATA_TOK_CLI_ARGS(tok_opts, tok_special), /* SentencePiece, tiktoken (data/tok_cli.h) */
 #define NOOP_STR(name, var)                                                                        \
     {name, NULL, MTC_ARG_STRING, &var, "S", "accepted for Megatron scripts; no effect on CPU", 0}
 #define NOOP_FLAG(name, var)                                                                       \
@@ -482,7 +491,6 @@ int cli_cmd_train(int argc, char **argv) {
          "not here: Megatron's checkpoint format (torch_dist, torch, ...); mtc writes its own "
          "resharding directory format (iter_N/metadata.json + __R.distcp) whatever is given",
          0},
-        NOOP_STR("tiktoken-pattern", noop_s2[3]),
         {"num-workers", NULL, MTC_ARG_STRING, &noop_s2[4], "N",
          "not here: Megatron's DataLoader worker processes; mtc reads each sample from the "
          "memory-mapped dataset on the training thread",
@@ -678,6 +686,8 @@ int cli_cmd_train(int argc, char **argv) {
                                "context-parallel-size=%d)",
                                cp);
     mtc_moe_config moe_cfg;
+    if ((st = train_compat_apply(&compat, use_rope ? "rope" : posemb, &moe_f.dispatcher)) >= 0)
+        return st;
     if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
@@ -730,6 +740,7 @@ int cli_cmd_train(int argc, char **argv) {
                 n + strlen(args[i].name) + 4 < sizeof note)
                 n += (size_t)snprintf(note + n, sizeof note - n, "%s--%s", n ? ", " : "",
                                       args[i].name);
+        if (le.rank == 0) train_compat_note(&compat);
         if (n && le.rank == 0) /* once per job, not once per rank */
             fprintf(stderr, "note: %s concern GPUs or Megatron's internals and do not apply here\n",
                     note);
@@ -794,6 +805,7 @@ int cli_cmd_train(int argc, char **argv) {
     if (tokenizer && data_tok_parse_type(tokenizer) == DATA_TOK_NULL && vocab < 1)
         return cli_usage_error("train", "--tokenizer-type NullTokenizer needs --vocab-size N");
     tok_opts.vocab_size = vocab;
+    data_tok_cli_special(&tok_opts, &tok_special);
 
     if (save_interval < 0)
         return cli_usage_error("train", "save-interval=%d must be >= 1", save_interval);

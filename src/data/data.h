@@ -118,8 +118,9 @@ static inline uint64_t data_sample_index(uint64_t consumed, int m, int r, int j,
 /* One line for the start-up banner: kind, files, tokens, vocabulary. */
 const char *data_source_describe(const data_source *src);
 
-/* --split weights: up to three non-negative numbers separated by ',' or '/'
- * ("949,50,1", "98,2"); missing ones are 0; normalized to sum to 1. */
+/* --split weights as Megatron parses them: up to three numbers taken out
+ * with the regex [.0-9]+, whatever separates them ("949,50,1", "98/2",
+ * "'99,1,0'"); missing ones are 0; normalized to sum to 1. */
 mtc_result_t data_split_parse(const char *split, double weights[3]);
 /* Megatron's _get_split_indices over n windows: each bound is the previous
  * plus round-half-even(weight * n), then all but bounds[0] are shifted so

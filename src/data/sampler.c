@@ -17,41 +17,44 @@
 #include "data/data.h"
 
 mtc_result_t data_split_parse(const char *split, double weights[3]) {
+    /* Megatron's parse_and_normalize_split: the numbers are re.findall(r"[.0-9]+"),
+     * whatever stands between them (so a quoted "'99,1,0'" from a shell array
+     * works), each float()ed, padded with zeros to 3, then normalized */
     double w[3] = {0, 0, 0};
     int n = 0;
-    const char *p = split;
-    if (!p || !*p)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--split is empty (use weights like 949,50,1)");
+    const char *p = split ? split : "";
     while (*p) {
-        while (*p == ' ')
+        if (!((*p >= '0' && *p <= '9') || *p == '.')) {
             p++;
-        char *end;
-        double v = strtod(p, &end);
-        if (end == p || n == 3 || !(v >= 0) || isinf(v))
+            continue;
+        }
+        const char *q = p;
+        while ((*q >= '0' && *q <= '9') || *q == '.')
+            q++;
+        char num[64], *end;
+        int len = (int)(q - p);
+        if (len >= (int)sizeof num)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "--split \"%s\": expected up to 3 non-negative weights like 949,50,1",
+                             "--split \"%s\": number %.20s... is too long", split, p);
+        memcpy(num, p, (size_t)len), num[len] = 0;
+        double v = strtod(num, &end);
+        if (*end || isinf(v))
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "--split \"%s\": %s is not a number (use weights like 949,50,1)",
+                             split, num);
+        if (n == 3)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "--split \"%s\": more than 3 weights (train,valid,test like 949,50,1)",
                              split);
         w[n++] = v;
-        p = end;
-        while (*p == ' ')
-            p++;
-        if (*p == ',' || *p == '/') {
-            p++;
-            if (!*p)
-                return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                                 "--split \"%s\": trailing separator (use weights like 949,50,1)",
-                                 split);
-        } else if (*p) {
-            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "--split \"%s\": expected up to 3 non-negative weights like 949,50,1",
-                             split);
-        }
+        p = q;
     }
     double sum = w[0] + w[1] + w[2];
     if (!(sum > 0))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "--split \"%s\": the weights sum to 0 (give the train split a weight)",
-                         split);
+                         "--split \"%s\": the weights sum to 0 (give the train split a weight, "
+                         "like 949,50,1)",
+                         split ? split : "");
     for (int i = 0; i < 3; i++)
         weights[i] = w[i] / sum;
     return MTC_OK;

@@ -1,6 +1,8 @@
 /* data/tok.c - the data_tok handle (tokenizer.h): flag validation, the
  * byte, char (Unicode code points) and null tokenizers, and the text form
- * stored with a model. Byte-level BPE lives in tok_bpe_load.c / tok_bpe.c.
+ * stored with a model. Byte-level BPE lives in tok_bpe_load.c / tok_bpe.c,
+ * SentencePiece and TikTokenizer in tok_spm.c / tok_tiktoken.c, wired to
+ * the handle by tok_ext.c (the layout: tok_handle.h).
  *
  * Char: the vocabulary is the sorted set of code points of a corpus (a byte
  * that is not valid UTF-8 is its own symbol, 0x110000 + byte, so every
@@ -14,16 +16,9 @@
 #include <strings.h>
 
 #include "data/tok_bpe.h"
+#include "data/tok_ext.h"
+#include "data/tok_handle.h"
 #include "data/unicode.h"
-
-struct data_tok {
-    data_tok_kind kind;
-    int vocab_size, eod;
-    uint32_t *chars;       /* char: sorted code points (vocab_size) */
-    int char_bytes;        /* char read from the older "char:<hex>" form: ids are bytes */
-    tok_bpe bpe;           /* GPT2BPETokenizer, HuggingFaceTokenizer */
-    char *file_a, *file_b; /* BPE: the files it came from, for serialize */
-};
 
 void data_tok_ids_free(data_tok_ids *v) {
     if (!v) return;
@@ -50,7 +45,22 @@ static const struct {
     {"byte", DATA_TOK_BYTE},
     {"CharLevelTokenizer", DATA_TOK_CHAR},
     {"char", DATA_TOK_CHAR},
+    {"SentencePieceTokenizer", DATA_TOK_SENTENCEPIECE},
+    {"GPTSentencePieceTokenizer", DATA_TOK_SENTENCEPIECE},
+    {"Llama2Tokenizer", DATA_TOK_SENTENCEPIECE},
+    {"TikTokenizer", DATA_TOK_TIKTOKEN},
 };
+
+/* The canonical spelling of a type name (NULL when unknown). */
+const char *tok_type_canonical(const char *name) {
+    for (size_t i = 0; name && i < sizeof TYPE_NAMES / sizeof TYPE_NAMES[0]; i++)
+        if (!strcasecmp(name, TYPE_NAMES[i].name)) {
+            /* the short aliases stand for the entry before them */
+            if (islower((unsigned char)TYPE_NAMES[i].name[0])) return TYPE_NAMES[i - 1].name;
+            return TYPE_NAMES[i].name;
+        }
+    return NULL;
+}
 
 int data_tok_parse_type(const char *name) {
     if (!name) return -1;
@@ -61,10 +71,11 @@ int data_tok_parse_type(const char *name) {
 
 const char *data_tok_type_names(void) {
     return "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer, ByteLevelTokenizer, "
-           "CharLevelTokenizer";
+           "CharLevelTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+           "Llama2Tokenizer, TikTokenizer";
 }
 
-static char *dup_str(const char *s) {
+char *tok_dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
     if (d) memcpy(d, s, n);
@@ -73,12 +84,12 @@ static char *dup_str(const char *s) {
 
 /* The absolute path of a file the tokenizer came from: a model stores it,
  * and is loaded again from other working directories. */
-static char *dup_path(const char *s) {
+char *tok_dup_path(const char *s) {
     char *r = realpath(s, NULL);
-    return r ? r : dup_str(s);
+    return r ? r : tok_dup_str(s);
 }
 
-static mtc_result_t tok_new(data_tok_kind kind, data_tok **out) {
+mtc_result_t tok_new(data_tok_kind kind, data_tok **out) {
     data_tok *t = calloc(1, sizeof *t);
     if (!t) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for a tokenizer");
     t->kind = kind, t->eod = -1;
@@ -121,7 +132,7 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
                              !o->vocab_file ? "--vocab-file" : "--merge-file");
         MTC_CHECK(tok_new(DATA_TOK_GPT2BPE, &t));
         MTC_CHECK_GOTO(tok_bpe_load_gpt2(&t->bpe, o->vocab_file, o->merge_file), rc, fail);
-        t->file_a = dup_path(o->vocab_file), t->file_b = dup_path(o->merge_file);
+        t->file_a = tok_dup_path(o->vocab_file), t->file_b = tok_dup_path(o->merge_file);
         break;
     case DATA_TOK_HUGGINGFACE:
         if (!o->tokenizer_model)
@@ -129,9 +140,15 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
                              "HuggingFaceTokenizer needs --tokenizer-model tokenizer.json");
         MTC_CHECK(tok_new(DATA_TOK_HUGGINGFACE, &t));
         MTC_CHECK_GOTO(tok_bpe_load_hf(&t->bpe, o->tokenizer_model), rc, fail);
-        t->file_a = dup_path(o->tokenizer_model);
+        t->file_a = tok_dup_path(o->tokenizer_model);
+        break;
+    case DATA_TOK_SENTENCEPIECE:
+    case DATA_TOK_TIKTOKEN:
+        MTC_CHECK(tok_new((data_tok_kind)kind, &t));
+        MTC_CHECK_GOTO(tok_open_ext(t, o), rc, fail);
         break;
     }
+    t->type_name = tok_type_canonical(o->type);
     if (t->kind == DATA_TOK_GPT2BPE || t->kind == DATA_TOK_HUGGINGFACE) {
         t->vocab_size = t->bpe.vocab_size, t->eod = t->bpe.eod;
         if (!t->file_a || (t->kind == DATA_TOK_GPT2BPE && !t->file_b)) {
@@ -202,6 +219,11 @@ mtc_result_t data_tok_init_char(const char *text, size_t n, data_tok **out) {
 void data_tok_free(data_tok *t) {
     if (!t) return;
     tok_bpe_free(&t->bpe);
+    tok_spm_free(t->spm);
+    tok_tt_free(t->tt);
+    for (int i = 0; i < t->n_special; i++)
+        free(t->special[i]);
+    free(t->special);
     free(t->chars), free(t->file_a), free(t->file_b);
     free(t);
 }
@@ -217,6 +239,8 @@ const char *data_tok_name(const data_tok *t) {
     case DATA_TOK_GPT2BPE: return "GPT2BPETokenizer";
     case DATA_TOK_HUGGINGFACE: return "HuggingFaceTokenizer";
     case DATA_TOK_NULL: return "NullTokenizer";
+    case DATA_TOK_SENTENCEPIECE:
+    case DATA_TOK_TIKTOKEN: return t->type_name;
     }
     return "?";
 }
@@ -288,6 +312,8 @@ mtc_result_t data_tok_encode(const data_tok *t, data_tok_cache *cache, const cha
     case DATA_TOK_NULL: return null_encode(t, text, n, out);
     case DATA_TOK_GPT2BPE:
     case DATA_TOK_HUGGINGFACE: return tok_bpe_encode(&t->bpe, cache, text, n, out);
+    case DATA_TOK_SENTENCEPIECE: return tok_spm_encode(t->spm, text, n, out);
+    case DATA_TOK_TIKTOKEN: return tok_tt_encode(t->tt, text, n, out);
     }
     return mtc_error(MTC_ERR_INTERNAL, "unknown tokenizer kind %d", (int)t->kind);
 }
@@ -295,6 +321,8 @@ mtc_result_t data_tok_encode(const data_tok *t, data_tok_cache *cache, const cha
 mtc_result_t data_tok_decode(const data_tok *t, const int *ids, size_t n, data_tok_text *out,
                              size_t *unknown) {
     MTC_CHECK(data_tok_text_append(out, "", 0)); /* a NUL even for no ids */
+    if (t->kind == DATA_TOK_SENTENCEPIECE) return tok_spm_decode(t->spm, ids, n, 0, out, unknown);
+    if (t->kind == DATA_TOK_TIKTOKEN) return tok_tt_decode(t->tt, ids, n, out, unknown);
     for (size_t i = 0; i < n && t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE;
          i++) {
         int id = ids[i];
@@ -350,6 +378,8 @@ mtc_result_t data_tok_serialize(const data_tok *t, data_tok_text *out) {
     case DATA_TOK_HUGGINGFACE:
         MTC_CHECK(data_tok_text_append(out, "HuggingFaceTokenizer:", 21));
         return data_tok_text_append(out, t->file_a, strlen(t->file_a));
+    case DATA_TOK_SENTENCEPIECE:
+    case DATA_TOK_TIKTOKEN: return tok_serialize_ext(t, out);
     }
     return mtc_error(MTC_ERR_INTERNAL, "unknown tokenizer kind %d", (int)t->kind);
 }
@@ -412,6 +442,14 @@ mtc_result_t data_tok_deserialize(const char *s, data_tok **out) {
         o.type = "HuggingFaceTokenizer", o.tokenizer_model = s + 21;
         return data_tok_open(&o, out);
     }
+    const char *colon = strchr(s, ':');
+    if (colon && colon - s < 40) {
+        char name[40];
+        memcpy(name, s, (size_t)(colon - s)), name[colon - s] = 0;
+        int kind = data_tok_parse_type(name);
+        if (kind == DATA_TOK_SENTENCEPIECE || kind == DATA_TOK_TIKTOKEN)
+            return tok_deserialize_ext(name, colon + 1, out);
+    }
     if (!strncmp(s, "GPT2BPETokenizer:", 17)) {
         const char *bar = strchr(s + 17, '|');
         if (!bar) return mtc_error(MTC_ERR_FORMAT, "tokenizer \"%.60s\": expected VOCAB|MERGES", s);
@@ -426,7 +464,8 @@ mtc_result_t data_tok_deserialize(const char *s, data_tok **out) {
     }
     return mtc_error(MTC_ERR_FORMAT,
                      "tokenizer \"%.40s\" is not a known text form (byte, char-utf8:, char:, "
-                     "null:, GPT2BPETokenizer:, HuggingFaceTokenizer:)",
+                     "null:, GPT2BPETokenizer:, HuggingFaceTokenizer:, <SentencePiece type>:, "
+                     "TikTokenizer:)",
                      s);
 }
 
@@ -450,11 +489,25 @@ int data_tok_piece(const data_tok *t, int id, unsigned char scratch[8], const un
         *out = t->bpe.bytes[id];
         return t->bpe.len[id];
     case DATA_TOK_NULL: return -1;
+    case DATA_TOK_SENTENCEPIECE: {
+        const tok_spm_proc *p = tok_spm_processor(t->spm);
+        if (id >= tok_spm_proc_size(p)) { /* a legacy special token beyond the pieces */
+            int k = tok_spm_special_index(t->spm, id);
+            if (k < 0) return -1;
+            *out = (const unsigned char *)tok_spm_special(t->spm, k);
+            return (int)strlen(tok_spm_special(t->spm, k));
+        }
+        size_t n;
+        *out = (const unsigned char *)tok_spm_proc_piece(p, id, &n);
+        return (int)n;
+    }
+    case DATA_TOK_TIKTOKEN: return tok_tt_piece(t->tt, id, out);
     }
     return -1;
 }
 
 int data_tok_is_added(const data_tok *t, int id) {
+    if (t->kind == DATA_TOK_TIKTOKEN) return id >= 0 && id < tok_tt_num_special(t->tt);
     if (t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE) return 0;
     for (int i = 0; i < t->bpe.n_added; i++)
         if (t->bpe.added_id[i] == id) return 1;
@@ -472,6 +525,7 @@ static int cmp_merge(const void *a, const void *b) {
 
 mtc_result_t data_tok_merges(const data_tok *t, int **pairs, size_t *n) {
     *pairs = NULL, *n = 0;
+    if (t->kind == DATA_TOK_TIKTOKEN) return tok_tt_merges(t->tt, pairs, n);
     if (t->kind != DATA_TOK_GPT2BPE && t->kind != DATA_TOK_HUGGINGFACE) return MTC_OK;
     const tok_bpe *m = &t->bpe;
     size_t k = 0;

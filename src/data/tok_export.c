@@ -13,6 +13,12 @@
  *                         vocabulary with multi-byte characters has no
  *                         Hugging Face equivalent (returns MTC_ERR_UNSUPPORTED)
  *   NullTokenizer         MTC_ERR_UNSUPPORTED
+ *   TikTokenizer          tokenizer.json: byte-level BPE, merges as Hugging
+ *                         Face's tiktoken converter derives them, its split
+ *                         pattern as a Split pre-tokenizer, the special tokens
+ *                         as added tokens at their ids
+ *   SentencePiece kinds   tok_export_spm.c (BPE Llama-style models; others
+ *                         MTC_ERR_UNSUPPORTED)
  * Every file is written under a temporary name and renamed. Relies on cJSON;
  * knows nothing of models. */
 #include <errno.h>
@@ -22,6 +28,7 @@
 
 #include <cjson/cJSON.h>
 #include "data/stream.h"
+#include "data/tok_ext.h"
 #include "data/tokenizer.h"
 
 static mtc_result_t write_file(const char *dir, const char *name, const void *data, size_t n) {
@@ -75,8 +82,29 @@ static cJSON *byte_level(int prefix_space) {
     return p;
 }
 
-/* tokenizer.json of a byte-level BPE built from the handle's own tables. */
+/* TikTokenizer: its pattern as a Split, then bytes to GPT-2's alphabet */
+static cJSON *tiktoken_pre(const data_tok *tok) {
+    cJSON *seq = cJSON_CreateObject();
+    cJSON_AddStringToObject(seq, "type", "Sequence");
+    cJSON *l = cJSON_AddArrayToObject(seq, "pretokenizers");
+    cJSON *split = cJSON_CreateObject();
+    cJSON_AddStringToObject(split, "type", "Split");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex",
+                            tok_tt_regex(data_tok_tiktoken(tok)));
+    cJSON_AddStringToObject(split, "behavior", "Isolated");
+    cJSON_AddBoolToObject(split, "invert", 0);
+    cJSON_AddItemToArray(l, split);
+    cJSON *bl = byte_level(0);
+    cJSON_ReplaceItemInObject(bl, "use_regex", cJSON_CreateBool(0));
+    cJSON_AddItemToArray(l, bl);
+    return seq;
+}
+
+/* tokenizer.json of a byte-level BPE built from the handle's own tables
+ * (TikTokenizer: its split pattern, its special tokens only as added tokens:
+ * their text may also be a vocabulary entry of its own). */
 static mtc_result_t write_tokenizer_json(const data_tok *tok, const char *dir) {
+    int tiktoken = data_tok_kind_of(tok) == DATA_TOK_TIKTOKEN;
     int V = data_tok_vocab_size(tok);
     int *pairs = NULL;
     size_t n_merges = 0;
@@ -89,7 +117,7 @@ static mtc_result_t write_tokenizer_json(const data_tok *tok, const char *dir) {
     cJSON_AddNullToObject(root, "padding");
     cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
     cJSON_AddNullToObject(root, "normalizer");
-    cJSON_AddItemToObject(root, "pre_tokenizer", byte_level(0));
+    cJSON_AddItemToObject(root, "pre_tokenizer", tiktoken ? tiktoken_pre(tok) : byte_level(0));
     cJSON_AddItemToObject(root, "post_processor", byte_level(1));
     cJSON_AddItemToObject(root, "decoder", byte_level(1));
     cJSON *model = cJSON_AddObjectToObject(root, "model");
@@ -122,10 +150,11 @@ static mtc_result_t write_tokenizer_json(const data_tok *tok, const char *dir) {
             cJSON_AddBoolToObject(e, "single_word", 0);
             cJSON_AddBoolToObject(e, "lstrip", 0);
             cJSON_AddBoolToObject(e, "rstrip", 0);
-            cJSON_AddBoolToObject(e, "normalized", 1);
+            cJSON_AddBoolToObject(e, "normalized", !tiktoken);
             cJSON_AddBoolToObject(e, "special", 1);
             cJSON_AddItemToArray(added, e);
             /* GPT-2's vocab.json also lists it (as "<|endoftext|>"): keep it there */
+            if (tiktoken) continue;
         }
         if (spelled(tok, id, &a) == 0 && !cJSON_GetObjectItemCaseSensitive(vocab, a.s))
             cJSON_AddNumberToObject(vocab, a.s, id);
@@ -154,6 +183,26 @@ static mtc_result_t write_config(const data_tok *tok, const char *dir, int model
     int gpt2 = data_tok_kind_of(tok) == DATA_TOK_GPT2BPE;
     cJSON_AddStringToObject(c, "tokenizer_class",
                             gpt2 ? "GPT2Tokenizer" : "PreTrainedTokenizerFast");
+    if (data_tok_kind_of(tok) == DATA_TOK_TIKTOKEN) { /* Megatron's fixed special ids */
+        cJSON_AddStringToObject(c, "unk_token", "<unk>");
+        cJSON_AddStringToObject(c, "bos_token", "<s>");
+        cJSON_AddStringToObject(c, "eos_token", "</s>");
+        cJSON_AddStringToObject(c, "pad_token", "<pad>");
+    }
+    if (data_tok_kind_of(tok) == DATA_TOK_SENTENCEPIECE) {
+        const tok_spm_proc *p = tok_spm_processor(data_tok_spm(tok));
+        const char *names[] = {"unk_token", "bos_token", "eos_token"};
+        int ids[] = {tok_spm_proc_unk(p), tok_spm_proc_bos(p), tok_spm_proc_eos(p)};
+        for (int i = 0; i < 3; i++) {
+            if (ids[i] < 0) continue;
+            size_t n;
+            const char *piece = tok_spm_proc_piece(p, ids[i], &n);
+            char buf[64];
+            snprintf(buf, sizeof buf, "%.*s", (int)(n < 63 ? n : 63), piece);
+            cJSON_AddStringToObject(c, names[i], buf);
+        }
+        cJSON_AddBoolToObject(c, "add_bos_token", 0); /* Megatron's text_to_ids adds none */
+    }
     if (gpt2) {
         cJSON_AddBoolToObject(c, "add_prefix_space", 0);
         const char *eot = "<|endoftext|>";
@@ -199,6 +248,15 @@ mtc_result_t data_tok_write_hf(const data_tok *tok, const char *dir, int model_m
     case DATA_TOK_BYTE: break;
     case DATA_TOK_NULL:
         return mtc_error(MTC_ERR_UNSUPPORTED, "NullTokenizer has no Hugging Face equivalent");
+    case DATA_TOK_TIKTOKEN: break;
+    case DATA_TOK_SENTENCEPIECE: {
+        char *json = NULL;
+        MTC_CHECK(tok_spm_tokenizer_json(data_tok_spm(tok), data_tok_file(tok, 0), &json));
+        mtc_result_t rc = write_file(dir, "tokenizer.json", json, strlen(json));
+        cJSON_free(json);
+        MTC_CHECK(rc);
+        return write_config(tok, dir, model_max_length);
+    }
     }
     MTC_CHECK(write_tokenizer_json(tok, dir));
     return write_config(tok, dir, model_max_length);

@@ -10,6 +10,13 @@
  *   ByteLevelTokenizer      id = byte                        256                 none
  *   CharLevelTokenizer      id = rank of a Unicode code      distinct code       none
  *                           point in a corpus' sorted set    points
+ *   SentencePieceTokenizer  a SentencePiece .model           its pieces (+ legacy its eos id
+ *   (GPTSentencePiece-      (--tokenizer-model) through      special tokens)
+ *   Tokenizer, Llama2-      libsentencepiece (tok_spm.c)
+ *   Tokenizer: the same)
+ *   TikTokenizer            Megatron's tiktoken JSON         --vocab-size        </s> (2)
+ *                           vocabulary, v1/v2 split          (default 131072)
+ *                           (tok_tiktoken.c)
  *
  * Encoding is thread-safe on a shared handle: each thread passes its own
  * data_tok_cache (or NULL, slower for BPE), which remembers the ids of words
@@ -37,6 +44,8 @@ typedef enum {
     DATA_TOK_GPT2BPE,
     DATA_TOK_HUGGINGFACE,
     DATA_TOK_NULL,
+    DATA_TOK_SENTENCEPIECE, /* SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer */
+    DATA_TOK_TIKTOKEN,      /* TikTokenizer */
 } data_tok_kind;
 
 typedef struct data_tok data_tok;
@@ -44,12 +53,19 @@ typedef struct data_tok_cache data_tok_cache;
 
 /* Megatron's tokenizer flags. */
 typedef struct {
-    const char *type;            /* --tokenizer-type (names above; also "byte", "char",
-                                    "gpt2", "hf", "null") */
-    const char *vocab_file;      /* --vocab-file (GPT2BPETokenizer: vocab.json) */
-    const char *merge_file;      /* --merge-file (GPT2BPETokenizer: merges.txt) */
-    const char *tokenizer_model; /* --tokenizer-model (HuggingFaceTokenizer: tokenizer.json) */
-    int vocab_size;              /* --vocab-size (NullTokenizer) */
+    const char *type;             /* --tokenizer-type (names above; also "byte", "char",
+                                     "gpt2", "hf", "null") */
+    const char *vocab_file;       /* --vocab-file (GPT2BPETokenizer: vocab.json) */
+    const char *merge_file;       /* --merge-file (GPT2BPETokenizer: merges.txt) */
+    const char *tokenizer_model;  /* --tokenizer-model (HuggingFaceTokenizer: tokenizer.json) */
+    int vocab_size;               /* --vocab-size (NullTokenizer; TikTokenizer: the whole
+                                     vocabulary, 0 = Megatron's 131072) */
+    int spm_legacy;               /* --tokenizer-sentencepiece-legacy */
+    const char *tiktoken_pattern; /* --tiktoken-pattern v1|v2 (NULL = v2) */
+    int tiktoken_num_special;     /* --tiktoken-num-special-tokens (0 = Megatron's 1000) */
+    const char *const *special_tokens; /* --tokenizer-special-tokens (legacy SentencePiece,
+                                          TikTokenizer) */
+    int n_special_tokens;
 } data_tok_opts;
 
 /* Growable outputs; zero-initialize, free with data_tok_ids_free /
@@ -107,9 +123,16 @@ mtc_result_t data_tok_encode(const data_tok *tok, data_tok_cache *cache, const c
 /* Appends the text of ids to out (NullTokenizer: ids joined by ' '). Ids
  * outside the vocabulary (a model may emit padding ids) add nothing and are
  * counted in *unknown (may be NULL). Decoding ids one at a time and
- * concatenating gives the same bytes for every kind but NullTokenizer. */
+ * concatenating gives the same bytes for every kind but NullTokenizer and
+ * SentencePiece (use data_tok_decode_continue after the first). */
 mtc_result_t data_tok_decode(const data_tok *tok, const int *ids, size_t n, data_tok_text *out,
                              size_t *unknown);
+/* The same for ids that continue a text decoded before (mtc generate's
+ * stream): SentencePiece keeps a leading "▁" as a space and byte pieces raw
+ * (its whole-sequence decode drops the first and turns broken UTF-8 into
+ * U+FFFD); every other kind decodes as data_tok_decode. */
+mtc_result_t data_tok_decode_continue(const data_tok *tok, const int *ids, size_t n,
+                                      data_tok_text *out, size_t *unknown);
 
 /* A one-line text form to store with a model, and back:
  *   "byte", "char-utf8:<hex code point>,<hex code point>,..." (raw bytes are
@@ -134,6 +157,15 @@ int data_tok_is_added(const data_tok *tok, int id);
 /* The BPE merges in rank order: (*pairs)[2k], (*pairs)[2k+1] are the ids of
  * merge k's two parts (malloc'd; none for the other kinds). */
 mtc_result_t data_tok_merges(const data_tok *tok, int **pairs, size_t *n);
+/* SentencePiece kinds, for GGUF's "llama" vocabulary (the piece text is
+ * data_tok_piece's): the piece's score and type (SentencePiece's numbering,
+ * which GGUF shares: 1 normal 2 unknown 3 control 4 user defined 5 unused
+ * 6 byte); -1 for an id that is no piece or another kind. */
+int data_tok_spm_piece_info(const data_tok *tok, int id, float *score, int *type);
+int data_tok_spm_add_space_prefix(const data_tok *tok); /* the model's add_dummy_prefix */
+int data_tok_spm_unk(const data_tok *tok);              /* unk id, -1 for other kinds */
+/* TikTokenizer's split pattern, "v1" or "v2" (NULL for other kinds) */
+const char *data_tok_tiktoken_pattern(const data_tok *tok);
 /* Appends bytes s[0..n) spelled in GPT-2's byte-to-unicode alphabet (each
  * byte one printable character; a space is U+0120), as vocab.json does. */
 mtc_result_t data_tok_gpt2_spell(const unsigned char *s, size_t n, data_tok_text *out);

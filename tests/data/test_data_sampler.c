@@ -48,6 +48,12 @@ static void test_split_bounds(void) {
         {"1/1", 5, {0, 3, 5, 5}},             /* 2.5 -> 2 twice (half to even), then +1 */
         {"3,1", 7, {0, 5, 7, 7}},             /* 5.25 -> 5, 1.75 -> 2 */
         {"0,1,0", 9, {0, 0, 9, 9}},
+        /* Megatron takes the numbers out with the regex [.0-9]+: separators are anything */
+        {"'99,1,0'", 100, {0, 99, 100, 100}}, /* a shell array's quotes reach the program */
+        {"1,,2", 3, {0, 1, 3, 3}},
+        {"-1,2", 3, {0, 1, 3, 3}}, /* the minus is no part of a number there */
+        {"1;2", 3, {0, 1, 3, 3}},
+        {"1,2,", 3, {0, 1, 3, 3}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         double w[3];
@@ -58,7 +64,7 @@ static void test_split_bounds(void) {
                  (unsigned long long)cases[c].n, (unsigned long long)b[0], (unsigned long long)b[1],
                  (unsigned long long)b[2], (unsigned long long)b[3]);
     }
-    const char *bad[] = {"", "a,b", "1,2,3,4", "0,0,0", "1,,2", "-1,2", "1,2,", "nan", "1;2"};
+    const char *bad[] = {"", "a,b", "1,2,3,4", "0,0,0", "nan", "1.2.3,1", ".,1", "'0,0'"};
     for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
         double w[3];
         T_CHECKF(data_split_parse(bad[c], w) == MTC_ERR_INVALID_ARGUMENT, "\"%s\" accepted",
@@ -300,7 +306,7 @@ static void test_mock(void) {
     T_CHECK(data_source_open(&o, &a) == MTC_ERR_INVALID_ARGUMENT && !a);
     o.vocab_size = V, o.seq_length = 0;
     T_CHECK(data_source_open(&o, &a) == MTC_ERR_INVALID_ARGUMENT && !a);
-    o.seq_length = T, o.split = "1,x";
+    o.seq_length = T, o.split = "1.2.3"; /* float("1.2.3") fails in Megatron too */
     T_CHECK(data_source_open(&o, &a) == MTC_ERR_INVALID_ARGUMENT && !a);
     data_source_opts none = {.seq_length = 4};
     T_CHECK(data_source_open(&none, &a) == MTC_ERR_INVALID_ARGUMENT && !a);

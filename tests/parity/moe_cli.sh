@@ -128,7 +128,7 @@ refuse "pad without capacity" "pad-expert-input-to-capacity needs --moe-expert-c
 refuse "tp without sp" "with --num-experts needs --sequence-parallel" --world-size 2 --tp 2 --num-experts 4
 refuse "groups" "num-experts=4 is not divisible by moe-router-num-groups=3" --num-experts 4 --moe-router-num-groups 3 --moe-router-group-topk 1
 refuse "topk > experts" "moe-router-topk=5 must be in \[1, num-experts=4\]" --num-experts 4 --moe-router-topk 5
-refuse "dispatcher" "moe-token-dispatcher-type=flex is unknown" --num-experts 4 --moe-token-dispatcher-type flex
+refuse "dispatcher" "moe-token-dispatcher-type=allreduce is unknown" --num-experts 4 --moe-token-dispatcher-type allreduce
 refuse "layer freq" "moe-layer-freq=\[1,2\] is neither an integer nor a list" --num-experts 4 --moe-layer-freq "[1,2]"
 refuse "layer freq length" "moe-layer-freq has 3 entries but num-layers=2" --num-experts 4 --moe-layer-freq "[1,0,1]"
 refuse "capacity" "moe-expert-capacity-factor=0 must be > 0" --num-experts 4 --moe-expert-capacity-factor 0

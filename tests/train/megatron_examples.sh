@@ -1,12 +1,21 @@
 #!/bin/sh
 # tests/train/megatron_examples.sh - Megatron-LM's own example scripts
-# (examples/gpt3/train_gpt3_175b_distributed.sh and
-# examples/llama/train_llama3_8b_h100_fp8.sh, core 0.18), shrunk to tiny
+# (examples/gpt3/train_gpt3_175b_distributed.sh,
+# examples/llama/train_llama3_8b_h100_fp8.sh with DTYPE=bf16 and
+# examples/mixtral/train_mixtral_8x7b_distributed.sh, core 0.18), shrunk to tiny
 # sizes, run through `mtc train` with every flag the scripts pass and only
 # the launcher line changed (`torchrun ... pretrain_gpt.py` -> `mtc train
 # --world-size N`). The GPT-3 script reads a Megatron dataset made by `mtc
 # preprocess` with a GPT-2-format vocabulary (tests/data/gpt2_tiny, offline);
-# the Llama script uses its --mock-data / NullTokenizer branch.
+# the Llama script uses its --mock-data / NullTokenizer branch, with the
+# script's own --split "'99,1,0'" (bash hands the quotes to the program;
+# Megatron's regex takes the numbers out). Mixtral runs its 4-node layout
+# (32 ranks: pipeline 4 x expert 8, alltoall dispatcher, distributed
+# optimizer) on a dataset preprocessed with its Llama2Tokenizer (the
+# committed SentencePiece model tests/data/spm/fortunes_unigram400.model),
+# once more with --moe-token-dispatcher-type flex (the same losses: flex is
+# the alltoall dispatcher here), and --no-position-embedding is refused
+# without rope, as Megatron does.
 # Checked: each trains (loss falls, checkpoints written at --save-interval,
 # a second run resumes from --load), and the flags mtc does not implement
 # yet are refused in one line with exit 2 (not silently ignored); the list
@@ -47,11 +56,29 @@ LLAMA="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 
  --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16 --grad-reduce-in-bf16
  --cross-entropy-loss-fusion --calculate-per-token-loss --manual-gc --empty-unused-memory-level 1 --exit-duration-in-mins 235
  --tensor-model-parallel-size 2 --context-parallel-size 1 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
- --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --data-cache-path $D/cache --tiktoken-pattern v2 --split 99,1,0
+ --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --data-cache-path $D/cache --tiktoken-pattern v2 --split '99,1,0'
  --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1 --log-interval 5 --eval-iters 4 --eval-interval 10
  --save-interval 10 --log-throughput --profile --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist
  --distributed-timeout-minutes 60 --save $D/ll --load $D/ll --tensorboard-dir $D/tb"
 MISSING_LLAMA=""
+# examples/mixtral/train_mixtral_8x7b_distributed.sh on its 4 nodes x 8 GPUs, shrunk (32 layers -> 4, 4096 -> 32,
+# seq 4096 -> 32, global batch 256 -> 16, 500000 iterations -> 20); the W&B flags as with WANDB_API_KEY set
+SPM=$SRC/tests/data/spm/fortunes_unigram400.model
+"$MTC" preprocess --input "$D/docs.jsonl" --json-keys text --output-prefix "$D/mx" --tokenizer-type Llama2Tokenizer \
+    --tokenizer-model "$SPM" --append-eod --workers 1 >"$D/pre.log" 2>&1 || { bad "preprocess (Llama2Tokenizer)"; cat "$D/pre.log"; }
+MIXTRAL="--use-mcore-models --disable-bias-linear --seq-length 32 --max-position-embeddings 64 --num-layers 4 --hidden-size 32
+ --ffn-hidden-size 64 --num-attention-heads 4 --init-method-std 0.01 --attention-dropout 0.0 --hidden-dropout 0.0 --normalization RMSNorm
+ --position-embedding-type rope --swiglu --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2
+ --no-masked-softmax-fusion --no-position-embedding --rotary-base 1000000
+ --num-experts 8 --moe-router-topk 2 --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 1e-2
+ --moe-grouped-gemm --moe-token-dispatcher-type alltoall --overlap-param-gather --overlap-grad-reduce
+ --tokenizer-type Llama2Tokenizer --tokenizer-model $SPM --data-path $D/mx_text_document --split 99990,8,2
+ --micro-batch-size 1 --global-batch-size 16 --lr 1e-4 --train-iters 20 --lr-decay-iters 20 --lr-decay-style cosine --min-lr 1.0e-5
+ --weight-decay 0.1 --lr-warmup-iters 2 --clip-grad 1.0 --bf16
+ --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --expert-model-parallel-size 8 --use-distributed-optimizer --sequence-parallel
+ --log-interval 5 --save-interval 10 --eval-interval 10 --eval-iters 2 --save $D/mx --load $D/mx --tensorboard-dir $D/mx/tensorboard
+ --no-load-optim --no-load-rng --wandb-project Mixtral --wandb-exp-name Mixtral_8x7B"
+MISSING_MIXTRAL=""
 
 # without FLAG and its value (if the next word is not a flag)
 drop() { echo " $1 " | tr '\n' ' ' | sed -E "s/ $2( [^-][^ ]*)? / /"; }
@@ -100,4 +127,25 @@ grep -q "GPT2BPETokenizer\|vocabulary 377" "$D/gpt3.log" && ok "gpt3: --vocab-fi
 run_example llama 2 "$LLAMA" "$MISSING_LLAMA"
 grep -q "iteration       30/      30" "$D/llama.log" && ok "llama: --train-samples 240 / 8 = 30 iterations" || bad "llama: iterations"
 [ -f "$D/prof/trace.json" ] && ok "llama: --profile wrote a trace" || bad "llama: trace"
+run_example mixtral 32 "$MIXTRAL" "$MISSING_MIXTRAL"
+[ -d "$D/mx/iter_0000010" ] && [ -d "$D/mx/iter_0000020" ] && ok "mixtral: checkpoints at --save-interval 10 and the end" ||
+    bad "mixtral checkpoints"
+grep -q "vocabulary 400" "$D/mixtral.log" && ok "mixtral: Llama2Tokenizer's 400 pieces are the vocabulary" ||
+    { bad "mixtral: vocabulary"; grep "data:\|model:" "$D/mixtral.log"; }
+mx=$MIXTRAL
+for f in $MISSING_MIXTRAL; do mx=$(drop "$mx" "$f"); done
+mx=$(drop "$(drop "$(drop "$(drop "$mx" --save)" --load)" --save-interval)" --moe-token-dispatcher-type)
+# shellcheck disable=SC2086
+"$MTC" train --world-size 32 --threads 1 $mx --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep \
+    >"$D/flex.log" 2>&1 || { bad "mixtral flex"; tail -n 3 "$D/flex.log"; }
+grep "lm loss:" "$D/mixtral.log" | sed 's/.*\(lm loss: [^|]*\).*/\1/' >"$D/a2a.loss"
+grep "lm loss:" "$D/flex.log" | sed 's/.*\(lm loss: [^|]*\).*/\1/' >"$D/flex.loss"
+[ -s "$D/a2a.loss" ] && cmp -s "$D/a2a.loss" "$D/flex.loss" &&
+    grep -q "^note: --moe-token-dispatcher-type flex runs the alltoall dispatcher.*HybridEP" "$D/flex.log" &&
+    ok "mixtral: flex gives alltoall's losses, with one note naming HybridEP" || { bad "mixtral flex losses / note"; cat "$D/flex.loss"; }
+# shellcheck disable=SC2086
+"$MTC" train --world-size 32 --threads 1 $(drop "$mx" --position-embedding-type) >"$D/nope.log" 2>"$D/nope.err"
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$D/nope.err")" -eq 1 ] && grep -q "no-position-embedding is deprecated" "$D/nope.err" &&
+    ok "mixtral: --no-position-embedding without rope refused as Megatron does" || { bad "no-position-embedding: exit $rc"; cat "$D/nope.err"; }
 exit $fail
