@@ -13,6 +13,7 @@
 #include "cp/cp.h"
 #include "grid/grid.h"
 #include "moe/moe_cli.h"
+#include "pp/layout_cli.h"
 #include "plan/plan.h"
 
 static const char *PLAN_USAGE = "--world-size N [model flags] [--machine NAME|FILE] [options]";
@@ -100,7 +101,8 @@ int cli_cmd_plan(int argc, char **argv) {
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
-    moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
+    pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
     const char *cp_comm = "p2p";
     double achieved = 0, hdrop = 0.1, adrop = 0.1;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
@@ -136,6 +138,7 @@ int cli_cmd_plan(int argc, char **argv) {
         {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
          "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
         MOE_CLI_ARGS(moe_f),
+        PP_LAYOUT_CLI_ARGS(split_f),
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
          "expert-parallel ranks, fixed in every layout (default: every valid ep)", 0},
         {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
@@ -310,6 +313,10 @@ int cli_cmd_plan(int argc, char **argv) {
                                    moe_cfg.num_experts, mtc_moe_num_layers(&moe_cfg, L), xm);
     }
     l.ep = ep, l.etp = etp;
+    if (pp_layout_cli_resolve(
+            &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
+            mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &l.split) != MTC_OK)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
     l.vocab_divisible = divisible;
     l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
     l.micro_batch = mbs, l.global_batch = gbs ? gbs : mbs * world, l.mb_group = mb_group;

@@ -17,6 +17,7 @@
 #include "cp/cp.h"
 #include "data/data.h"
 #include "moe/moe_cli.h"
+#include "pp/layout_cli.h"
 #include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
 #include "train/train.h"
@@ -218,7 +219,9 @@ int cli_cmd_train(int argc, char **argv) {
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
     int qkv_bias = 0, kv_channels = 0;
-    moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
+    pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
+    pp_layout_args pp_split = {0};
     mtc_arg args[] = {
         {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
         {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
@@ -358,6 +361,7 @@ int cli_cmd_train(int argc, char **argv) {
          "expert-tensor-parallel ranks (default: the TP size): 1 (whole experts) or the TP size",
          0},
         MOE_CLI_ARGS(moe_f),
+        PP_LAYOUT_CLI_ARGS(split_f),
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
          "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
@@ -685,8 +689,13 @@ int cli_cmd_train(int argc, char **argv) {
     if (mb_group < 0)
         return cli_usage_error(
             "train", "microbatch-group-size-per-virtual-pipeline-stage=%d must be >= 1", mb_group);
+    if (pp_layout_cli_resolve(
+            &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
+            mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &pp_split) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     { /* Megatron's training rules deriving vpp (arguments.py) */
         pp_vpp_args va = {.pp = pp,
+                          .split = &pp_split,
                           .num_layers = L,
                           .layers_per_virtual_stage = lpvs,
                           .virtual_stages_per_rank = vpp ? vpp : vstages,
@@ -1031,7 +1040,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.recompute_mlp = rc_mlp;
-    tc.vpp = vpp, tc.microbatch_group_size = mb_group;
+    tc.vpp = vpp, tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
     tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
