@@ -218,7 +218,7 @@ int cli_cmd_train(int argc, char **argv) {
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
-    int qkv_bias = 0, kv_channels = 0;
+    int qkv_bias = 0, kv_channels = 0, qk_norm = 0;
     moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
     pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
     pp_layout_args pp_split = {0};
@@ -254,6 +254,8 @@ int cli_cmd_train(int argc, char **argv) {
          "no biases in the linear layers (Llama)", 0},
         {"add-qkv-bias", NULL, MTC_ARG_FLAG, &qkv_bias, NULL,
          "a QKV bias even with --disable-bias-linear (Qwen)", 0},
+        {"qk-layernorm", NULL, MTC_ARG_FLAG, &qk_norm, NULL,
+         "normalise each query and key head (--normalization's kind) before RoPE", 0},
         {"init-method-std", NULL, MTC_ARG_DOUBLE, &init_std, "X",
          "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0},
         {"max-position-embeddings", NULL, MTC_ARG_INT, &maxpos, "N",
@@ -945,7 +947,7 @@ int cli_cmd_train(int argc, char **argv) {
     mc->kv_channels = kv_channels;
     mc->untie_embeddings = untie;
     mc->disable_bias_linear = nobias;
-    mc->add_qkv_bias = qkv_bias;
+    mc->add_qkv_bias = qkv_bias, mc->qk_layernorm = qk_norm;
     mc->moe = moe_cfg;
     if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, tp, sp, ep, etp ? etp : tp, !nobias) !=
         MTC_OK)

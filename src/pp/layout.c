@@ -423,6 +423,11 @@ mtc_result_t pp_layout_describe(char *buf, size_t len, const pp_layout_args *a, 
                                 int pp, int vpp) {
     if (vpp < 1) vpp = 1;
     int S = pp * vpp, ncol = vpp + 1;
+    if ((long)(pp + 1) * ncol > 65536) { /* no table of millions of cells */
+        MTC_CHECK(pp_layout_validate(a, num_layers, pp, vpp));
+        snprintf(buf, len, "(%d stages: too many for a table)", S);
+        return MTC_OK;
+    }
     pp_layout_stage *st = calloc((size_t)S, sizeof *st);
     /* rows: an optional header and at most pp rank rows */
     char(*cells)[CELL] = calloc((size_t)(pp + 1) * ncol, CELL);
@@ -454,8 +459,9 @@ mtc_result_t pp_layout_describe(char *buf, size_t len, const pp_layout_args *a, 
             snprintf(row, CELL, "PP rank %d", r);
         nrow++, r = r1;
     }
-    int w[1024 + 1] = {0};
-    for (int c = 0; rc == MTC_OK && c < ncol && c <= 1024; c++)
+    int *w = rc == MTC_OK ? calloc((size_t)ncol, sizeof(int)) : NULL;
+    if (rc == MTC_OK && !w) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "layout table");
+    for (int c = 0; rc == MTC_OK && c < ncol; c++)
         for (int i = 0; i < nrow; i++) {
             int n = (int)strlen(cells[(size_t)i * ncol + c]);
             if (n > w[c]) w[c] = n;
@@ -465,7 +471,7 @@ mtc_result_t pp_layout_describe(char *buf, size_t len, const pp_layout_args *a, 
     if (len) buf[0] = 0;
     for (int i = 0; rc == MTC_OK && len && i < nrow; i++) {
         size_t line = o;
-        for (int c = 0; c < ncol && c <= 1024; c++) {
+        for (int c = 0; c < ncol; c++) {
             snprintf(buf + o, len - o, "%*s%-*s", c ? indent : 0, "", w[c],
                      cells[(size_t)i * ncol + c]);
             o += strlen(buf + o);
@@ -477,7 +483,7 @@ mtc_result_t pp_layout_describe(char *buf, size_t len, const pp_layout_args *a, 
             o += strlen(buf + o);
         }
     }
-    free(st), free(cells);
+    free(st), free(cells), free(w);
     return rc;
 }
 
@@ -526,4 +532,11 @@ void pp_layout_suggest(char *buf, size_t len, int num_layers, int pp, int vpp) {
     else
         snprintf(buf, len, " (for an uneven split: e.g. --decoder-first-pipeline-num-layers %d)",
                  bf);
+}
+
+unsigned pp_layout_fingerprint(const char *layout) {
+    unsigned h = 2166136261u;
+    for (const char *c = layout; c && *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    return layout ? h : 0;
 }

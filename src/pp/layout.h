@@ -95,6 +95,10 @@ mtc_result_t pp_layout_describe(char *buf, size_t len, const pp_layout_args *a, 
  * num-layers 9)" or "" when no uneven flags fit. */
 void pp_layout_suggest(char *buf, size_t len, int num_layers, int pp, int vpp);
 
+/* A 32-bit FNV-1a hash of a layout string (0 for NULL), for comparing the
+ * flags MPI ranks parsed on their own. */
+unsigned pp_layout_fingerprint(const char *layout);
+
 /* One line naming the split: "even", "first 3, last 5", "account for
  * embedding+loss" or the layout string. */
 void pp_layout_name(char *buf, size_t len, const pp_layout_args *a);

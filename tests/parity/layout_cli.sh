@@ -4,7 +4,8 @@
 # 2e-5 of the serial run for pp 2 with --decoder-first-pipeline-num-layers
 # (dp 1 and dp 2 + the distributed optimizer), pp 2 x vpp 2 with a layout
 # string (tp 2 + SP too, and one with embedding-only and loss-only stages),
-# pp 4 with the embedding and loss counted as layers; the even split written
+# pp 4 with the embedding and loss counted as layers, and under mpirun when
+# MPI is built; the even split written
 # as a layout string is the very same run as no flag; the banner shows the
 # parsed layout; layouts that would drop or duplicate a layer, an MTP 'm'
 # and Megatron's conflicts are refused with one line before training.
@@ -45,6 +46,13 @@ run le $L4 --global-batch-size 16 --world-size 4 --pp 2 --use-distributed-optimi
 same_losses "dp 2 distopt layout E|tt|tt|L (embedding-only, loss-only stages)" "$D/s4b.jsonl" "$D/le.jsonl"
 run a $L6 --world-size 4 --pp 4 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
 same_losses "pp 4, embedding and loss counted as layers" "$D/s6.jsonl" "$D/a.jsonl"
+
+# under mpirun (each process parses the layout; the ranks compare it)
+if [ "${MTC_HAVE_MPI:-OFF}" = ON ] && command -v "${MPIEXEC:-mpirun}" >/dev/null 2>&1; then
+    timeout -k 5 120 "${MPIEXEC:-mpirun}" --allow-run-as-root --oversubscribe -np 2 "$MTC" train $L5 --pp 2 \
+        --pipeline-model-parallel-layout 'Et|t|tt|tL' --metrics "$D/mpi.jsonl" >"$D/mpi.log" 2>&1 || { bad "mpirun layout"; tail -3 "$D/mpi.log"; }
+    same_losses "mpirun pp 2 x vpp 2 layout Et|t|tt|tL" "$D/s5.jsonl" "$D/mpi.jsonl"
+else echo "notice: MPI not built: the mpirun layout case skipped"; fi
 
 # the even split spelled as a layout string: the same run, value for value
 run e $L4 --world-size 2 --pp 2 --vpp 2
