@@ -97,7 +97,7 @@ static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
 int cli_cmd_plan(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, vocab = 50257, divisible = 128, mbs = 4, gbs = 0;
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
-    int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
+    int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0, qkn = 0;
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
@@ -126,6 +126,7 @@ int cli_cmd_plan(int argc, char **argv) {
         {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
          "a separate output layer", 0},
         {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL, "no linear biases", 0},
+        {"qk-layernorm", NULL, MTC_ARG_FLAG, &qkn, NULL, "per-head norms of q and k", 0},
         {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P",
          "as mtc train (default 0.1): on this machine its masks cost time", 0},
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "as mtc train (default 0.1)", 0},
@@ -297,7 +298,7 @@ int cli_cmd_plan(int argc, char **argv) {
                                posemb);
     mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
     mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
-    mc->untie_embeddings = untie, mc->disable_bias_linear = nobias;
+    mc->untie_embeddings = untie, mc->disable_bias_linear = nobias, mc->qk_layernorm = qkn;
     mc->moe = moe_cfg;
     if (moe_cfg.num_experts > 0) { /* the layout-free MoE rules, before any layout */
         mc->padded_vocab_size = vocab > 0 ? vocab : 1;
