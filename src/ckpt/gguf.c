@@ -124,6 +124,9 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     } while (0)
 #define F(fmt, l) (snprintf(q, sizeof q, fmt, l), mtc_registry_find(r, q))
     char nm[64];
+    if (c->qk_layernorm)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 and llama have no "
+                                              "q/k norms (mtc does not export qwen3 yet)");
     if (!llama) {
         if (c->disable_bias_linear || c->add_qkv_bias || c->untie_embeddings ||
             mtc_model_groups(c) != c->num_heads || c->kv_channels)

@@ -59,6 +59,9 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
     int V = c->vocab_size;
     char n[160], q[128];
+    if (c->qk_layernorm)
+        return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel and LlamaForCausalLM have no q/k "
+                            "norms, and mtc does not export Qwen3's q_norm / k_norm yet");
     if (!model_family_is_llama(c)) {
         if (c->disable_bias_linear || c->add_qkv_bias || c->untie_embeddings ||
             mtc_model_groups(c) != c->num_heads || c->kv_channels ||

@@ -70,7 +70,8 @@ mtc_result_t mtc_ckpt_param_pieces(mtc_ckpt_pieces *l, const mtc_registry *reg, 
     X(kv_channels, "kv-channels")                                                                  \
     X(untie_embeddings, "untie-embeddings-and-output-weights")                                     \
     X(disable_bias_linear, "disable-bias-linear")                                                  \
-    X(add_qkv_bias, "add-qkv-bias")
+    X(add_qkv_bias, "add-qkv-bias")                                                                \
+    X(qk_layernorm, "qk-layernorm")
 #define CFG_FLOATS(X)                                                                              \
     X(norm_epsilon, "norm-epsilon")                                                                \
     X(rotary_base, "rotary-base")                                                                  \

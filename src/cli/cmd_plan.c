@@ -13,6 +13,7 @@
 #include "cp/cp.h"
 #include "grid/grid.h"
 #include "moe/moe_cli.h"
+#include "pp/layout_cli.h"
 #include "plan/plan.h"
 
 static const char *PLAN_USAGE = "--world-size N [model flags] [--machine NAME|FILE] [options]";
@@ -108,12 +109,13 @@ static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
 int cli_cmd_plan(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, vocab = 50257, divisible = 128, mbs = 4, gbs = 0;
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
-    int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0;
+    int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0, qkn = 0;
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
     int no_flash = 0, use_flash = 0; /* flash attention's activations (GPU machines' default) */
-    moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
+    pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
     const char *cp_comm = "p2p";
     double achieved = 0, hdrop = 0.1, adrop = 0.1;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
@@ -137,6 +139,7 @@ int cli_cmd_plan(int argc, char **argv) {
         {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
          "a separate output layer", 0},
         {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL, "no linear biases", 0},
+        {"qk-layernorm", NULL, MTC_ARG_FLAG, &qkn, NULL, "per-head norms of q and k", 0},
         {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P",
          "as mtc train (default 0.1): on this machine its masks cost time", 0},
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "as mtc train (default 0.1)", 0},
@@ -157,6 +160,7 @@ int cli_cmd_plan(int argc, char **argv) {
         {"cp-comm-type", NULL, MTC_ARG_STRING, &cp_comm, "S",
          "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
         MOE_CLI_ARGS(moe_f),
+        PP_LAYOUT_CLI_ARGS(split_f),
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
          "expert-parallel ranks, fixed in every layout (default: every valid ep)", 0},
         {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
@@ -315,7 +319,7 @@ int cli_cmd_plan(int argc, char **argv) {
                                posemb);
     mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
     mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
-    mc->untie_embeddings = untie, mc->disable_bias_linear = nobias;
+    mc->untie_embeddings = untie, mc->disable_bias_linear = nobias, mc->qk_layernorm = qkn;
     mc->moe = moe_cfg;
     if (moe_cfg.num_experts > 0) { /* the layout-free MoE rules, before any layout */
         mc->padded_vocab_size = vocab > 0 ? vocab : 1;
@@ -331,6 +335,10 @@ int cli_cmd_plan(int argc, char **argv) {
                                    moe_cfg.num_experts, mtc_moe_num_layers(&moe_cfg, L), xm);
     }
     l.ep = ep, l.etp = etp;
+    if (pp_layout_cli_resolve(
+            &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
+            mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &l.split) != MTC_OK)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
     l.vocab_divisible = divisible;
     l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
     l.micro_batch = mbs, l.global_batch = gbs ? gbs : mbs * world, l.mb_group = mb_group;

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "core/outfile.h"
+#include "pp/layout_cli.h"
 #include "pp/schedule.h"
 
 #define T_FWD 1.0
@@ -213,7 +214,9 @@ int cli_cmd_schedule(int argc, char **argv) {
     int pp = 1, vpp = 0, M = 0, group = 0, forward_only = 0, json = 0;
     const char *from_trace = NULL;
     int64_t iteration = -1;
-    int layers = 0, layers_per_vstage = 0, vstages = 0, acc_emb = 0, acc_loss = 0, overlap = 1;
+    int layers = 0, layers_per_vstage = 0, vstages = 0, overlap = 1;
+    pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
+    pp_layout_args split = {0};
     const char *svg = NULL;
     mtc_arg args[] = {
         {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "P", "pipeline stages (default 1)",
@@ -231,10 +234,7 @@ int cli_cmd_schedule(int argc, char **argv) {
          "derive vpp = L/P/K (Megatron training rule)", 0},
         {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V",
          "vpp as Megatron training takes it", 0},
-        {"account-for-embedding-in-pipeline-split", NULL, MTC_ARG_FLAG, &acc_emb, NULL,
-         "count the embedding as a layer in the split", 0},
-        {"account-for-loss-in-pipeline-split", NULL, MTC_ARG_FLAG, &acc_loss, NULL,
-         "count the loss as a layer in the split", 0},
+        PP_LAYOUT_CLI_ARGS(split_f),
         {"overlap-p2p-communication", NULL, MTC_ARG_FLAG, &overlap, NULL,
          "(default on) --no-overlap-p2p-communication requires P > 2 with vpp", 0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print JSON (schedules.json shape)", 0},
@@ -290,17 +290,27 @@ int cli_cmd_schedule(int argc, char **argv) {
     if (vpp > 1024) return cli_usage_error("schedule", "--vpp %d is outside [1, 1024]", vpp);
     if (M < 1 || M > (1 << 20))
         return cli_usage_error("schedule", "--microbatches %d is outside [1, %d]", M, 1 << 20);
-    if (!vpp_seen) {
+    if (pp_layout_cli_resolve(
+            &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
+            mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &split) != MTC_OK)
+        return cli_usage_error("schedule", "%s", mtc_error_detail());
+    if (split.layout && !layers && pp_layout_num_layers(&layers, split.layout) != MTC_OK)
+        return cli_usage_error("schedule", "%s", mtc_error_detail());
+    if (!vpp_seen || split.layout) {
         pp_vpp_args va = {.pp = pp,
                           .num_layers = layers,
                           .layers_per_virtual_stage = layers_per_vstage,
-                          .virtual_stages_per_rank = vstages,
-                          .account_for_embedding = acc_emb,
-                          .account_for_loss = acc_loss,
-                          .overlap_p2p_comm = overlap};
+                          .virtual_stages_per_rank = vpp_seen ? vpp : vstages,
+                          .overlap_p2p_comm = overlap,
+                          .split = &split};
         if (pp_vpp_from_args(&vpp, &va) != MTC_OK)
             return cli_usage_error("schedule", "%s", mtc_error_detail());
     }
+    /* the layers of each (rank, chunk), when the layer count is known */
+    char table[8192] = "";
+    if (layers > 0 &&
+        pp_layout_describe(table, sizeof table, &split, layers, pp, vpp > 1 ? vpp : 1) != MTC_OK)
+        return cli_usage_error("schedule", "%s", mtc_error_detail());
     pp_schedule_config cfg = {.pp = pp,
                               .vpp = vpp > 1 ? vpp : 0,
                               .num_microbatches = M,
@@ -333,9 +343,15 @@ int cli_cmd_schedule(int argc, char **argv) {
     if (status == 0) {
         if (json)
             status = schedule_json(&cfg, ops, counts, max_ops);
-        else
+        else {
             schedule_text(&cfg, ops, counts, max_ops,
                           pp_sim_bubble_fraction(makespan, &cfg, T_FWD, T_BWD));
+            if (table[0]) {
+                char name[256];
+                pp_layout_name(name, sizeof name, &split);
+                printf("\nlayers of %d (pipeline split: %s):\n%s\n", layers, name, table);
+            }
+        }
     }
 out:
     free(ops), free(spans), free(counts);

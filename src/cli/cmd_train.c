@@ -19,6 +19,7 @@
 #include "cli/train_compat.h"
 #include "data/tok_cli.h"
 #include "moe/moe_cli.h"
+#include "pp/layout_cli.h"
 #include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/tok_files.h"
@@ -222,8 +223,10 @@ int cli_cmd_train(int argc, char **argv) {
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
-    int qkv_bias = 0, kv_channels = 0;
-    moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
+    int qkv_bias = 0, kv_channels = 0, qk_norm = 0;
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
+    pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
+    pp_layout_args pp_split = {0};
     train_compat compat = {0};
     mtc_arg args[] = {
         {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
@@ -257,6 +260,8 @@ int cli_cmd_train(int argc, char **argv) {
          "no biases in the linear layers (Llama)", 0},
         {"add-qkv-bias", NULL, MTC_ARG_FLAG, &qkv_bias, NULL,
          "a QKV bias even with --disable-bias-linear (Qwen)", 0},
+        {"qk-layernorm", NULL, MTC_ARG_FLAG, &qk_norm, NULL,
+         "normalise each query and key head (--normalization's kind) before RoPE", 0},
         {"init-method-std", NULL, MTC_ARG_DOUBLE, &init_std, "X",
          "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0},
         {"max-position-embeddings", NULL, MTC_ARG_INT, &maxpos, "N",
@@ -365,6 +370,7 @@ int cli_cmd_train(int argc, char **argv) {
          0},
         MOE_CLI_ARGS(moe_f),
         TRAIN_COMPAT_ARGS(compat), /* the example scripts' last flags (cli/train_compat.h) */
+        PP_LAYOUT_CLI_ARGS(split_f),
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
          "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &overlap, NULL,
@@ -707,8 +713,13 @@ int cli_cmd_train(int argc, char **argv) {
     if (mb_group < 0)
         return cli_usage_error(
             "train", "microbatch-group-size-per-virtual-pipeline-stage=%d must be >= 1", mb_group);
+    if (pp_layout_cli_resolve(
+            &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
+            mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &pp_split) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     { /* Megatron's training rules deriving vpp (arguments.py) */
         pp_vpp_args va = {.pp = pp,
+                          .split = &pp_split,
                           .num_layers = L,
                           .layers_per_virtual_stage = lpvs,
                           .virtual_stages_per_rank = vpp ? vpp : vstages,
@@ -972,7 +983,7 @@ int cli_cmd_train(int argc, char **argv) {
     mc->kv_channels = kv_channels;
     mc->untie_embeddings = untie;
     mc->disable_bias_linear = nobias;
-    mc->add_qkv_bias = qkv_bias;
+    mc->add_qkv_bias = qkv_bias, mc->qk_layernorm = qk_norm;
     mc->moe = moe_cfg;
     if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, tp, sp, ep, etp ? etp : tp, !nobias) !=
         MTC_OK)
@@ -1067,7 +1078,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.recompute_mlp = rc_mlp;
-    tc.vpp = vpp, tc.microbatch_group_size = mb_group;
+    tc.vpp = vpp, tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
     tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;

@@ -59,6 +59,62 @@ static mtc_result_t att_check(const tp_ctx *tp, const model_block_dims *d) {
     return MTC_OK;
 }
 
+/* ---- --qk-layernorm ------------------------------------------------------------------- */
+
+/* Rows [q_r | k_r | v_r] of qkv: copy part (off, width) of each of the N
+ * rows to / from a contiguous (N, width) array. */
+static void qkn_gather(float *dst, const float *qkv, size_t N, int ld, int off, int width) {
+    for (size_t n = 0; n < N; n++)
+        memcpy(dst + n * width, qkv + n * ld + off, (size_t)width * sizeof(float));
+}
+static void qkn_scatter(float *qkv, const float *src, size_t N, int ld, int off, int width) {
+    for (size_t n = 0; n < N; n++)
+        memcpy(qkv + n * ld + off, src + n * width, (size_t)width * sizeof(float));
+}
+
+/* qkv's q and k parts normalised per head in place (saving their inputs
+ * and statistics in q->in, q->stat); tmp (N * QD_tp). */
+static void qkn_forward(const tp_ctx *tp, model_attention_acts *acts, float *tmp,
+                        const att_shape *s, size_t N, const model_qk_norm *q) {
+    size_t nq = N * s->NH, nk = N * s->NG;
+    float *mean = q->stat, *rstd = q->stat + nq + nk;
+    for (int part = 0; part < 2; part++) {
+        int off = part ? s->QD : 0, width = part ? s->KD : s->QD;
+        size_t rows = part ? nk : nq, o = part ? nq : 0;
+        float *in = q->in + (part ? N * s->QD : 0);
+        const float *w = part ? q->kw : q->qw, *b = part ? q->kb : q->qb;
+        qkn_gather(in, acts->qkv, N, s->QKV, off, width);
+        if (q->rms)
+            nn_rmsnorm_forward(tp->pool, tmp, rstd + o, in, w, q->eps, (int)rows, s->HS);
+        else
+            nn_layernorm_forward_eps(tp->pool, tmp, mean + o, rstd + o, in, w, b, q->eps, (int)rows,
+                                     s->HS);
+        qkn_scatter(acts->qkv, tmp, N, s->QKV, off, width);
+    }
+}
+
+/* dqkv's q and k parts through the norms' backward in place; tmp (2 N QD_tp). */
+static void qkn_backward(const tp_ctx *tp, float *dqkv, float *tmp, const att_shape *s, size_t N,
+                         const model_qk_norm *q) {
+    size_t nq = N * s->NH, nk = N * s->NG;
+    const float *mean = q->stat, *rstd = q->stat + nq + nk;
+    float *dy = tmp, *dx = tmp + N * s->QD;
+    for (int part = 0; part < 2; part++) {
+        int off = part ? s->QD : 0, width = part ? s->KD : s->QD;
+        size_t rows = part ? nk : nq, o = part ? nq : 0;
+        const float *in = q->in + (part ? N * s->QD : 0);
+        const float *w = part ? q->kw : q->qw;
+        float *dw = part ? q->dkw : q->dqw, *db = part ? q->dkb : q->dqb;
+        qkn_gather(dy, dqkv, N, s->QKV, off, width);
+        if (q->rms)
+            nn_rmsnorm_backward(tp->pool, dx, dw, dy, in, w, rstd + o, (int)rows, s->HS);
+        else
+            nn_layernorm_backward(tp->pool, dx, dw, db, dy, in, w, mean + o, rstd + o, (int)rows,
+                                  s->HS);
+        qkn_scatter(dqkv, dx, N, s->QKV, off, width);
+    }
+}
+
 size_t model_attention_scratch_floats(const tp_ctx *tp, int B, int T, const model_block_dims *d) {
     att_shape s = att_local(tp, d);
     size_t N = (size_t)B * T;
@@ -70,7 +126,8 @@ size_t model_attention_scratch_floats(const tp_ctx *tp, int B, int T, const mode
      * attention itself needs no scratch */
     nn_attention_shape g = att_geometry(&s, B, T);
     size_t cps = cp_attention_scratch_floats(d->cp, &g);
-    return N * s.QD + N * s.QKV + (lin > cps ? lin : cps);
+    size_t qkn = d->qk_norm ? 2 * N * s.QD : 0; /* the norms' backward temporaries */
+    return N * s.QD + N * s.QKV + qkn + (lin > cps ? lin : cps);
 }
 
 mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attention_acts *acts,
@@ -85,6 +142,7 @@ mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attenti
     /* comm: column-parallel (SP: all-gather T) */
     MTC_CHECK(tp_column_linear_forward(tp, acts->qkv, acts->in_total, in, qkvw, qkvb, scratch, 0, B,
                                        T, d->C, QKV));
+    if (d->qk_norm) qkn_forward(tp, acts, scratch, &s, (size_t)B * T, d->qk_norm);
     if (d->rope) { /* q heads, then k heads, of every row */
         nn_rope_forward(tp->pool, acts->qkv, acts->qkv, d->rope, d->pos, d->t0, B, T, s.NH, s.HS,
                         s.QKV);
@@ -116,7 +174,8 @@ mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw
     size_t N = (size_t)B * T;
     float *datty = scratch;         /* (N, QD_tp) */
     float *dqkv = datty + N * s.QD; /* (N, QKV_tp) */
-    float *lin = dqkv + N * s.QKV;
+    float *qkn = dqkv + N * s.QKV;  /* (2 N QD_tp) with qk_norm */
+    float *lin = qkn + (d->qk_norm ? 2 * N * s.QD : 0);
     nn_dropout_spec dl;
     /* comm: row-parallel backward (SP: all-gather T) */
     MTC_CHECK(tp_row_linear_backward(tp, datty, dprojw, dprojb, dout, acts->atty, projw, lin, 1, B,
@@ -137,6 +196,7 @@ mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw
         nn_rope_backward(tp->pool, dqkv + s.QD, dqkv + s.QD, d->rope, d->pos, d->t0, B, T, s.NG,
                          s.HS, s.QKV);
     }
+    if (d->qk_norm) qkn_backward(tp, dqkv, qkn, &s, N, d->qk_norm);
     /* comm: column-parallel backward (all-reduce; SP: reduce-scatter T) */
     return tp_column_linear_backward(tp, din, dqkvw, dqkvb, dqkv, acts->in_total,
                                      acts->in_total_saved, in, qkvw, lin, 0, B, T, d->C, QKV);

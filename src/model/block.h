@@ -28,6 +28,23 @@
 #include "nn/nn.h"
 #include "tp/layers.h"
 
+/* --qk-layernorm: a norm of each q and k head's HS values after the QKV
+ * linear and before RoPE, as Megatron's q_layernorm / k_layernorm
+ * (LayerNorm or RMSNorm following --normalization, its epsilon). The
+ * weights (HS) are replicated over TP: backward adds this rank's heads'
+ * share into the gradients, which the caller's gradient reduction sums
+ * over TP. */
+typedef struct {
+    int rms; /* RMSNorm, else LayerNorm */
+    float eps;
+    const float *qw, *qb, *kw, *kb; /* (HS); the biases NULL with RMSNorm */
+    float *dqw, *dqb, *dkw, *dkb;   /* (HS) gradients, += */
+    /* the activations kept for backward: q | k before their norms
+     * (B*T*QD_tp, then B*T*KD_tp floats) and the norms' mean | rstd
+     * (2 x B*T*(NH_tp + NG_tp)) */
+    float *in, *stat;
+} model_qk_norm;
+
 /* Shapes and options of one layer (global sizes; the block divides by tp). */
 typedef struct {
     int C;                     /* hidden size */
@@ -37,7 +54,8 @@ typedef struct {
     const nn_rope_table *rope; /* NULL: no rotary positions */
     const int *pos;            /* global positions of the attention rows (NULL: t0 + t) */
     int t0;
-    const cp_ctx *cp; /* context parallelism of the core attention (NULL: none) */
+    const cp_ctx *cp;             /* context parallelism of the core attention (NULL: none) */
+    const model_qk_norm *qk_norm; /* NULL: none */
 } model_block_dims;
 
 /* Activations one attention block keeps from forward to backward. */

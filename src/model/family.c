@@ -29,6 +29,8 @@ typedef enum {
     HAS_EXPERT_BIAS, /* --moe-router-enable-expert-bias */
     HAS_SHARED,      /* --moe-shared-expert-intermediate-size */
     HAS_SHARED_BIAS, /* a shared expert with linear biases */
+    HAS_QK_NORM,     /* --qk-layernorm */
+    HAS_QK_NORM_B,   /* --qk-layernorm with LayerNorm */
 } has_rule;
 
 /* Global shape symbols. */
@@ -46,6 +48,7 @@ typedef enum {
     D_EF,  /* moe-ffn-hidden-size */
     D_SF1, /* the shared expert's fc1 rows */
     D_SF,  /* moe-shared-expert-intermediate-size */
+    D_HS,  /* head size (kv-channels) */
 } dim_sym;
 
 typedef enum { INIT_ONES = 0, INIT_ZEROS, INIT_STD, INIT_STD_OUT } init_rule;
@@ -57,10 +60,14 @@ typedef struct {
     mtc_split_rule split;
     has_rule has;
     init_rule init;
-    int sp_partial; /* gradient partial over TP under SP: norms and row-parallel biases */
+    /* gradient partial over TP: 1 under SP (norms and row-parallel
+     * biases), 2 always (the q/k norms see only the rank's heads) */
+    int sp_partial;
 } role_desc;
 
-#define LAYER_ROLES(P, QKV, PROJ, N1, N2, FC1, FC2)                                                  \
+/* The q/k norms come last (registration order only decides buffer offsets);
+ * named q_norm / k_norm as Hugging Face's Qwen3 (self_attn.q_norm). */
+#define LAYER_ROLES(P, QKV, PROJ, N1, N2, FC1, FC2, QN, KN)                                          \
     {MTC_ROLE_NORM1_W, P N1 ".weight", D_C, D_1, MTC_SPLIT_NONE, HAS_ALWAYS, INIT_ONES, 1},          \
         {MTC_ROLE_NORM1_B, P N1 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_NORM_BIAS, INIT_ZEROS, 1},    \
         {MTC_ROLE_QKV_W, P QKV ".weight", D_QKV, D_C, MTC_SPLIT_QKV, HAS_ALWAYS, INIT_STD, 0},       \
@@ -71,15 +78,22 @@ typedef struct {
         {MTC_ROLE_NORM2_B, P N2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_NORM_BIAS, INIT_ZEROS, 1},    \
         {MTC_ROLE_FC1_W, P FC1 ".weight", D_F1, D_C, MTC_SPLIT_FC1, HAS_ALWAYS, INIT_STD, 0},        \
         {MTC_ROLE_FC1_B, P FC1 ".bias", D_F1, D_1, MTC_SPLIT_FC1, HAS_LINEAR_BIAS, INIT_ZEROS, 0},   \
-        {MTC_ROLE_FC2_W, P FC2 ".weight", D_C, D_F, MTC_SPLIT_ROW, HAS_ALWAYS, INIT_STD_OUT, 0}, {   \
-        MTC_ROLE_FC2_B, P FC2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS, INIT_ZEROS, 1      \
+        {MTC_ROLE_FC2_W, P FC2 ".weight", D_C, D_F, MTC_SPLIT_ROW, HAS_ALWAYS, INIT_STD_OUT, 0},     \
+        {MTC_ROLE_FC2_B, P FC2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS, INIT_ZEROS, 1},   \
+        {MTC_ROLE_QNORM_W, P QN ".weight", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM, INIT_ONES, 2},    \
+        {MTC_ROLE_QNORM_B, P QN ".bias", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM_B, INIT_ZEROS, 2},   \
+        {MTC_ROLE_KNORM_W, P KN ".weight", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM, INIT_ONES, 2},    \
+    {                                                                                                \
+        MTC_ROLE_KNORM_B, P KN ".bias", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM_B, INIT_ZEROS, 2      \
     }
 
-static const role_desc GPT2_LAYER[] = {LAYER_ROLES(
-    "transformer.h.%d.", "attn.c_attn", "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj")};
+static const role_desc GPT2_LAYER[] = {LAYER_ROLES("transformer.h.%d.", "attn.c_attn",
+                                                   "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc",
+                                                   "mlp.c_proj", "attn.q_norm", "attn.k_norm")};
 static const role_desc LLAMA_LAYER[] = {
     LAYER_ROLES("model.layers.%d.", "self_attn.qkv_proj", "self_attn.o_proj", "input_layernorm",
-                "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj")};
+                "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj", "self_attn.q_norm",
+                "self_attn.k_norm")};
 /* An MoE layer's MLP (moe/moe.h): router, expert bias, shared expert, then
  * per expert (second %d) fc1 and fc2, in Megatron's forward order. Named as
  * Mixtral / Qwen-MoE lay them out, under mlp. (docs/model.md). */
@@ -152,6 +166,8 @@ static int role_present(const role_desc *d, const mtc_model_config *c) {
     case HAS_EXPERT_BIAS: return c->moe.expert_bias;
     case HAS_SHARED: return c->moe.shared_ffn > 0;
     case HAS_SHARED_BIAS: return c->moe.shared_ffn > 0 && bias;
+    case HAS_QK_NORM: return c->qk_layernorm;
+    case HAS_QK_NORM_B: return c->qk_layernorm && c->normalization == MTC_NORM_LAYERNORM;
     }
     return 0;
 }
@@ -172,6 +188,7 @@ static int64_t dim_of(dim_sym s, const mtc_model_config *c) {
     case D_EF: return mtc_model_moe_ffn(c);
     case D_SF1: return (c->swiglu ? 2 : 1) * (int64_t)c->moe.shared_ffn;
     case D_SF: return c->moe.shared_ffn;
+    case D_HS: return HS;
     }
     return 0;
 }
@@ -206,7 +223,8 @@ static mtc_result_t add_desc_x(mtc_registry *r, const role_desc *d, const char *
     switch (split) {
     case MTC_SPLIT_NONE:
         p->tp_duplicate = r->tp > 1;
-        if (o->sequence_parallel && d->sp_partial) p->reduce_groups |= MTC_REDUCE_TP;
+        if ((o->sequence_parallel && d->sp_partial) || (d->sp_partial == 2 && r->tp > 1))
+            p->reduce_groups |= MTC_REDUCE_TP;
         /* a whole expert (etp 1) replicated over TP sees only its TP rank's
          * sequence shard: its gradient is a partial sum over TP. With ep 1 it
          * stays in the dense buffer and TP x DP x CP is its expert-DP group;

@@ -275,9 +275,12 @@ static size_t gpt_scratch_floats(const mtc_model *m) {
     const mtc_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->hidden_size;
     model_block_dims d = mtc_model_block_dims(m);
+    model_qk_norm qn = {0}; /* --qk-layernorm: only its presence sizes the scratch */
+    if (c->qk_layernorm) d.qk_norm = &qn;
     size_t s = model_attention_scratch_floats(&m->tp, B, T, &d);
     for (int l = m->first_layer; m->cp_layer && l < m->last_layer; l++) {
         model_block_dims dl = mtc_model_layer_dims(m, l);
+        dl.qk_norm = d.qk_norm;
         s = max_sz(s, model_attention_scratch_floats(&m->tp, B, T, &dl));
     }
     s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &d));
@@ -322,6 +325,11 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->qkv, k * N * QKV_tp);
         TAKE(a->lse, k * B * NH_tp * T);
         TAKE(a->atty, k * N * QD_tp);
+        if (c->qk_layernorm) { /* model/block.h model_qk_norm */
+            size_t KD_tp = (QKV_tp - QD_tp) / 2, NG_tp = (size_t)mtc_model_groups(c) / tp;
+            TAKE(a->qk_in, k * N * (QD_tp + KD_tp));
+            TAKE(a->qk_stat, k * 2 * N * (NH_tp + NG_tp));
+        }
         TAKE(a->res2, k * Nl * C);
         TAKE(a->ln2_mean, k * Nl);
         TAKE(a->ln2_rstd, k * Nl);

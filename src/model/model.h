@@ -78,7 +78,8 @@ typedef struct {
     int untie_embeddings;            /* --untie-embeddings-and-output-weights */
     int disable_bias_linear;         /* --disable-bias-linear */
     int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
-    mtc_moe_config moe;              /* mixture of experts (num_experts 0: dense MLPs) */
+    int qk_layernorm;   /* --qk-layernorm: per-head norm of q and k (model/qk_norm.h) */
+    mtc_moe_config moe; /* mixture of experts (num_experts 0: dense MLPs) */
 } mtc_model_config;
 
 /* Derived shapes every layer uses (the config's zeros resolved). */
@@ -134,6 +135,10 @@ typedef enum {
     MTC_ROLE_FC1_B,
     MTC_ROLE_FC2_W,
     MTC_ROLE_FC2_B,
+    MTC_ROLE_QNORM_W, /* --qk-layernorm: (HS) per-head norms of q and k, after the */
+    MTC_ROLE_QNORM_B, /* QKV linear and before RoPE; replicated over TP, */
+    MTC_ROLE_KNORM_W, /* gradients summed over TP (Megatron's finalize_model_grads) */
+    MTC_ROLE_KNORM_B,
     MTC_NROLES,
     /* an MoE layer (moe/moe.h) has these instead of fc1 / fc2: the router,
      * the expert bias (not trained: moved after each step), the shared

@@ -16,6 +16,8 @@ struct mtc_model_slot {
     float *qkv;                 /* per layer (B,T,QD_tp+2KD_tp) */
     float *lse;                 /* per layer (B,NH_tp,T) attention log-sum-exp */
     float *atty;                /* per layer (B,T,QD_tp) */
+    float *qk_in, *qk_stat;     /* --qk-layernorm, per layer: (B,T,QD_tp+KD_tp) q | k before
+                                   the norms, 2 x (B,T,NH_tp+NG_tp) their mean | rstd */
     float *res2;                /* per layer (B,T_loc,C) */
     float *ln2_mean, *ln2_rstd;
     float *fch;                       /* per layer (B,T,F1_tp) */

@@ -88,9 +88,31 @@ typedef struct {
     float *ln1, *ln1m, *ln1r, *res2, *ln2, *ln2m, *ln2r, *res3;
     model_attention_acts aa;
     model_mlp_acts ma;
-    moe_acts moe;      /* an MoE layer's (unbound for a dense one) */
-    model_mlp_acts sa; /* its shared expert's */
+    moe_acts moe;           /* an MoE layer's (unbound for a dense one) */
+    model_mlp_acts sa;      /* its shared expert's */
+    float *qk_in, *qk_stat; /* --qk-layernorm's (model_qk_norm.in, .stat) */
 } layer_view;
+
+/* --qk-layernorm: layer l's q/k norms for the block (bd->qk_norm = q). */
+static void gpt_qk_norm(const mtc_model *m, int l, const layer_view *v, model_qk_norm *q,
+                        model_block_dims *bd) {
+    const mtc_model_config *c = &m->cfg;
+    if (!c->qk_layernorm) return;
+    float *const *w = m->layers[l].w, *const *g = m->dlayers[l].w;
+    *q = (model_qk_norm){.rms = c->normalization == MTC_NORM_RMSNORM,
+                         .eps = mtc_model_norm_eps(c),
+                         .qw = w[MTC_ROLE_QNORM_W],
+                         .qb = w[MTC_ROLE_QNORM_B],
+                         .kw = w[MTC_ROLE_KNORM_W],
+                         .kb = w[MTC_ROLE_KNORM_B],
+                         .dqw = g[MTC_ROLE_QNORM_W],
+                         .dqb = g[MTC_ROLE_QNORM_B],
+                         .dkw = g[MTC_ROLE_KNORM_W],
+                         .dkb = g[MTC_ROLE_KNORM_B],
+                         .in = v->qk_in,
+                         .stat = v->qk_stat};
+    bd->qk_norm = q;
+}
 
 static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k) {
     const mtc_model_config *c = &m->cfg;
@@ -111,6 +133,12 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
     v.aa = (model_attention_acts){m->in_total, 0, s->qkv + j * sN * (QD + 2 * KD),
                                   s->lse + j * (size_t)m->B * (c->num_heads / p) * m->T,
                                   s->atty + j * sN * QD};
+    v.qk_in = v.qk_stat = NULL;
+    if (c->qk_layernorm) {
+        size_t NHG = (size_t)(c->num_heads + mtc_model_groups(c)) / p;
+        v.qk_in = s->qk_in + j * sN * (QD + KD);
+        v.qk_stat = s->qk_stat + j * 2 * sN * NHG;
+    }
     v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1};
     if (m->rec_mlp) /* --recompute-modules mlp: one set, refilled in backward */
         v.ma.fch = m->mlp_fch;
@@ -215,6 +243,8 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     const tp_ctx *tp = &m->tp;
     int C = c->hidden_size, Tl = m->tp.sequence_parallel ? T / m->tp_size : T, Nl = B * Tl;
     model_block_dims bd = mtc_model_layer_dims(m, l);
+    model_qk_norm qn;
+    gpt_qk_norm(m, l, v, &qn, &bd);
     float *const *w = m->layers[l].w;
     gpt_norm_forward(m, v->ln1, v->ln1m, v->ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
     nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
@@ -379,6 +409,8 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         model_block_dims bd = mtc_model_layer_dims(m, l);
         const float *x = k ? a->res3 + (k - 1) * sNl * C : a->encoded;
         layer_view v = gpt_layer_view(m, a, k);
+        model_qk_norm qn;
+        gpt_qk_norm(m, l, &v, &qn, &bd);
         /* --recompute-granularity full: rebuild this layer's activations from
          * its input (comm: the layer's forward collectives again) */
         if ((int)k < m->nrec) MTC_CHECK(gpt_layer_forward(m, pass, &v, x, l, B, T, 0));

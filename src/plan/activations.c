@@ -160,11 +160,16 @@ static size_t head_rows(const shapes *s) {
 static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
     shapes s = shapes_of(l);
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C, b = 0;
-    b += take(Nl * C);                    /* encoded: chunk input */
-    b += 2 * take(nl * Nl);               /* ln1 mean, rstd (its output: ln_tmp) */
-    b += take(nl * N * s.QKV_tp);         /* qkv */
-    b += take(nl * s.B * s.NH_tp * s.T);  /* lse: the tiled attention's (B, NH_tp, T) */
-    b += take(nl * N * s.QD_tp);          /* atty */
+    b += take(Nl * C);                   /* encoded: chunk input */
+    b += 2 * take(nl * Nl);              /* ln1 mean, rstd (its output: ln_tmp) */
+    b += take(nl * N * s.QKV_tp);        /* qkv */
+    b += take(nl * s.B * s.NH_tp * s.T); /* lse: the tiled attention's (B, NH_tp, T) */
+    b += take(nl * N * s.QD_tp);         /* atty */
+    if (l->model.qk_layernorm) {         /* qk_in, qk_stat (model/block.h model_qk_norm) */
+        size_t NG_tp = (size_t)mtc_model_groups(&l->model) / s.p, KD_tp = (s.QKV_tp - s.QD_tp) / 2;
+        b += take(nl * N * (s.QD_tp + KD_tp));
+        b += take(nl * 2 * N * (s.NH_tp + NG_tp));
+    }
     b += take(nl * Nl * C);               /* res2 */
     b += 2 * take(nl * Nl);               /* ln2 mean, rstd */
     b += take(nl * N * s.F1_tp);          /* fch */
@@ -187,6 +192,7 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
      * borrows between the two linears (the tiled attention needs none) */
     size_t lin = max_sz(col_scr(s.p, s.sp, s.B, s.T, C, QKV), row_scr(s.p, s.sp, s.B, s.T, QD, C));
     size_t att = N * s.QD_tp + N * s.QKV_tp + max_sz(lin, cp_scr(l, &s));
+    if (c->qk_layernorm) att += 2 * N * s.QD_tp; /* the q/k norms' backward temporaries */
     /* one (N, F) buffer for GELU, [act | dfch (N, 2F)] for SwiGLU */
     size_t mlp = N * (c->swiglu ? s.F_tp + s.F1_tp : s.F_tp) +
                  max_sz(col_scr(s.p, s.sp, s.B, s.T, C, F1), row_scr(s.p, s.sp, s.B, s.T, F, C));

@@ -117,10 +117,12 @@ static mtc_result_t enumerate_cp(const mtc_plan_layout *base, const mtc_plan_mac
     for (int tp = 1; tp <= W; tp++) {
         if (W % tp) continue;
         for (int pp = 1; pp <= W / tp; pp++) {
-            if ((W / tp) % pp || L % pp) continue;
-            int vmax = pp > 1 && s->vary_vpp ? L / pp : 1;
+            /* an uneven split or a layout string: pp/layout.c decides (in the check) */
+            int split = pp_layout_given(&base->split);
+            if ((W / tp) % pp || (!split && L % pp)) continue;
+            int vmax = pp > 1 && s->vary_vpp ? (L + pp - 1) / pp : 1;
             for (int vpp = 1; vpp <= vmax && vpp <= 64; vpp++) {
-                if ((L / pp) % vpp) continue;
+                if (!split && (L / pp) % vpp) continue;
                 int sp0 = s->vary_sp ? 0 : base->sequence_parallel && tp > 1;
                 int sp1 = s->vary_sp ? tp > 1 : sp0;
                 /* MoE: ep over the divisors of the experts (the grid refuses those

@@ -56,9 +56,11 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
     if (l->distopt) gc.num_dist_opt_instances = l->distopt_instances;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
-    MTC_CHECK(mtc_grid_validate_model(&spec, l->model.num_heads, l->model.seq_length,
-                                      l->model.moe.num_experts, l->model.num_layers,
-                                      l->vpp > 1 ? l->vpp : 0));
+    MTC_CHECK(mtc_grid_validate_model(
+        &spec, l->model.num_heads, l->model.seq_length, l->model.moe.num_experts,
+        pp_layout_given(&l->split) ? 0 : l->model.num_layers, l->vpp > 1 ? l->vpp : 0));
+    if (pp_layout_given(&l->split))
+        MTC_CHECK(pp_layout_validate(&l->split, l->model.num_layers, l->pp, l->vpp));
     MTC_CHECK(mtc_model_validate_tp(&l->model, l->tp, l->sequence_parallel));
     const mtc_model_config *mc = &l->model;
     MTC_CHECK(mtc_moe_validate(&mc->moe, mc->num_layers, mc->ffn_hidden_size, l->tp,
@@ -227,7 +229,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     out->pp_rank = r;
     out->nchunks = l->vpp;
     MTC_CHECK(plan_inflight(l, r, out->inflight));
-    int L = l->model.num_layers, S = l->pp * l->vpp;
+    int L = l->model.num_layers;
     int nd = l->distopt && l->distopt_instances > 1 ? l->distopt_instances : 1;
     int bf16 = l->precision == MTC_PLAN_BF16;
     int nparts = l->dp * l->cp / nd; /* the dense buffer's shard group (dp x cp, an instance) */
@@ -237,7 +239,10 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     int xrank = dp_rank >= 0 ? (dp_rank * l->tp + l->tp - 1) / (l->etp * l->ep) : -1;
     for (int k = 0; k < l->vpp; k++) {
         int st = pp_virtual_stage(l->pp, r, k);
-        int first = st * L / S, last = (st + 1) * L / S, has_emb = st == 0, has_head = st == S - 1;
+        pp_layout_stage ls; /* pp/layout.c */
+        MTC_CHECK(pp_layout_stage_get(&ls, &l->split, L, l->pp, l->vpp, st));
+        int first = ls.first_layer, last = first + ls.num_layers;
+        int has_emb = ls.has_embedding, has_head = ls.has_loss;
         int64_t *numels = NULL, *xnum = NULL;
         int *shared = NULL, *expert = NULL, n = 0;
         mtc_result_t rc =

@@ -40,6 +40,7 @@
 #include "comm/comm.h"
 #include "core/result.h"
 #include "model/model.h"
+#include "pp/layout.h"
 
 typedef enum { MTC_PLAN_FP32 = 0, MTC_PLAN_BF16 } mtc_plan_precision;
 typedef enum {
@@ -59,6 +60,7 @@ typedef struct {
     mtc_model_config model;
     int vocab_divisible;        /* --make-vocab-size-divisible-by (0 = 128) */
     int world, tp, pp, vpp, cp; /* vpp 0/1 = not interleaved */
+    pp_layout_args split;       /* uneven pipeline split / layout string (zero = even) */
     int cp_comm_type;           /* cp/cp.h: CP_COMM_P2P, CP_COMM_ALL_GATHER, CP_COMM_A2A */
     int dp;                     /* derived: world / (tp pp cp) (filled by mtc_plan_layout_check) */
     /* mixture of experts (model.moe.num_experts > 0): Megatron's expert

@@ -27,6 +27,13 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
             l->recompute == MTC_PLAN_RECOMPUTE_FULL        ? "full"
             : l->recompute == MTC_PLAN_RECOMPUTE_SELECTIVE ? "selective"
                                                            : "none");
+    if (l->pp > 1) { /* the layers of each (rank, chunk): pp/layout.c */
+        char name[256], table[4096];
+        pp_layout_name(name, sizeof name, &l->split);
+        if (pp_layout_describe(table, sizeof table, &l->split, c->num_layers, l->pp, l->vpp) ==
+            MTC_OK)
+            fprintf(f, "pipeline split (%s):\n%s\n", name, table);
+    }
     fprintf(f, "memory of pipeline rank %d (the largest):\n", mem->pp_rank);
     fprintf(f, "  parameters        %12.2f MB  %lld held (registry), buffer %lld elements%s\n",
             mb(mem->param_bytes), (long long)mem->params, (long long)mem->buffer_numel,

@@ -498,8 +498,11 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     chunk_cost worst;
     memset(&worst, 0, sizeof worst);
     for (int st = 0; st < S; st++) {
-        chunk_cost k = chunk_costs(l, &mm, rate, cpu_slow, st * L / S, (st + 1) * L / S, st == 0,
-                                   st == S - 1, &tpl, &cpl, &ppl, moel);
+        pp_layout_stage ls; /* pp/layout.c */
+        MTC_CHECK(pp_layout_stage_get(&ls, &l->split, L, l->pp, v, st));
+        chunk_cost k =
+            chunk_costs(l, &mm, rate, cpu_slow, ls.first_layer, ls.first_layer + ls.num_layers,
+                        ls.has_embedding, ls.has_loss, &tpl, &cpl, &ppl, moel);
         double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p + k.moe_f;
         double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p + k.moe_b;
         if (f + b > tf + tb) tf = f, tb = b, worst = k;

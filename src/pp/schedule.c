@@ -13,6 +13,7 @@
  * the p2p calls themselves (only the compute order, which Megatron's overlap
  * variants leave unchanged). */
 #include "pp/schedule.h"
+#include "pp/layout.h"
 
 #include <stdio.h>
 
@@ -185,21 +186,42 @@ mtc_result_t pp_schedule_build(pp_op *ops, pp_schedule_counts *counts,
 
 mtc_result_t pp_vpp_from_args(int *vpp, const pp_vpp_args *a) {
     *vpp = 1;
+    const pp_layout_args none = {.account_for_embedding = a->account_for_embedding,
+                                 .account_for_loss = a->account_for_loss};
+    const pp_layout_args *sp = a->split ? a->split : &none;
+    int uneven = sp->first_num_layers || sp->last_num_layers;
     if (a->layers_per_virtual_stage < 0 || a->virtual_stages_per_rank < 0 || a->num_layers < 0)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "layer and stage counts must be positive");
-    if (a->layers_per_virtual_stage > 0 && a->virtual_stages_per_rank > 0)
+    if ((a->layers_per_virtual_stage > 0) + (a->virtual_stages_per_rank > 0) + !!sp->layout > 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "No more than one of the following arguments can be set at the same "
                          "time: --num-layers-per-virtual-pipeline-stage, "
                          "--num-virtual-stages-per-pipeline-rank,--pipeline-model-parallel-layout. "
                          "args.num_layers_per_virtual_pipeline_stage=%d, "
                          "args.num_virtual_stages_per_pipeline_rank=%d, "
-                         "args.pipeline_model_parallel_layout=None.",
-                         a->layers_per_virtual_stage, a->virtual_stages_per_rank);
+                         "args.pipeline_model_parallel_layout=%s.",
+                         a->layers_per_virtual_stage, a->virtual_stages_per_rank,
+                         sp->layout ? sp->layout : "None");
     int pp = a->pp < 1 ? 1 : a->pp;
-    int L = a->num_layers + (a->account_for_embedding ? 1 : 0) + (a->account_for_loss ? 1 : 0);
+    int L = a->num_layers + (sp->account_for_embedding ? 1 : 0) + (sp->account_for_loss ? 1 : 0);
     int v = 0; /* 0 = None */
-    if (a->layers_per_virtual_stage > 0) {
+    if (sp->layout) {
+        int ns = 0;
+        MTC_CHECK(pp_layout_num_stages(&ns, sp->layout));
+        if (ns % pp)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "The length of pipeline_model_parallel_layout must be divisible by "
+                             "pipeline_model_parallel_size (num_stages=%d, "
+                             "args.pipeline_model_parallel_size=%d): '%s' (give a multiple of %d "
+                             "stages separated by |)",
+                             ns, pp, sp->layout, pp);
+        v = ns / pp;
+    } else if (a->layers_per_virtual_stage > 0) {
+        if (uneven)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "please use --num-virtual-stages-per-pipeline-rank to specify "
+                             "virtual pipeline parallel degree when enable uneven pipeline "
+                             "parallelism");
         if (a->num_layers <= 0)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "--num-layers-per-virtual-pipeline-stage needs --num-layers");
@@ -214,10 +236,17 @@ mtc_result_t pp_vpp_from_args(int *vpp, const pp_vpp_args *a) {
         v = L / pp / a->layers_per_virtual_stage;
     } else if (a->virtual_stages_per_rank > 0) {
         v = a->virtual_stages_per_rank;
-    } else if (a->num_layers > 0 && L % pp != 0) {
+    } else if (!uneven && a->num_layers > 0 && L % pp != 0) {
+        char hint[160] = "";
+        pp_layout_suggest(hint, sizeof hint, a->num_layers, pp, 1);
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "Number of layers should be divisible by the pipeline-model-parallel "
-                         "size");
+                         "size (num-layers=%d%s, pipeline-model-parallel-size=%d)%s",
+                         a->num_layers,
+                         sp->account_for_embedding || sp->account_for_loss
+                             ? " plus the embedding/loss counted as layers"
+                             : "",
+                         pp, hint);
     }
     if (v == 1) v = 0;
     if (v > 1) {

@@ -108,6 +108,9 @@ typedef struct {
     int account_for_embedding;    /* --account-for-embedding-in-pipeline-split */
     int account_for_loss;         /* --account-for-loss-in-pipeline-split */
     int overlap_p2p_comm;         /* training default 1; 0 requires pp > 2 */
+    /* the uneven split flags and the layout string (pp/layout.h), NULL =
+     * none; with a split the two account_for fields above are not read */
+    const struct pp_layout_args *split;
 } pp_vpp_args;
 
 /* vpp as training derives it (1 when it ends up None); Megatron's assertion

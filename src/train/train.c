@@ -148,8 +148,12 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
     int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
+    /* the layer split: the grid's even rule, or pp/layout.c's for the uneven flags */
+    int split = pp_layout_given(&c->pp_split);
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length,
-                                      c->model.moe.num_experts, c->model.num_layers, vpp));
+                                      c->model.moe.num_experts, split ? 0 : c->model.num_layers,
+                                      vpp));
+    if (split) MTC_CHECK(pp_layout_check_trainable(&c->pp_split, c->model.num_layers, gc.pp, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
     int etp = gc.etp > 0 ? gc.etp : gc.tp;
@@ -317,6 +321,13 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     fprintf(out, "> model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d)\n",
             c->model.num_layers, c->model.hidden_size, c->model.num_heads, c->model.ffn_hidden_size,
             T, c->model.vocab_size, c->model.padded_vocab_size);
+    if (x->pp_size > 1) { /* Megatron logs the parsed layout's table (pp/layout.c) */
+        char name[256], table[4096];
+        pp_layout_name(name, sizeof name, &c->pp_split);
+        if (pp_layout_describe(table, sizeof table, &c->pp_split, c->model.num_layers, x->pp_size,
+                               x->vpp) == MTC_OK)
+            fprintf(out, "> pipeline split (%s):\n%s\n", name, table);
+    }
     if (c->model.moe.num_experts > 0) {
         const mtc_moe_config *mc = &c->model.moe;
         double total = (double)model->reg.global_total;
@@ -643,6 +654,7 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"kv-channels", m->kv_channels},
         {"untie-embeddings-and-output-weights", m->untie_embeddings},
         {"disable-bias-linear", m->disable_bias_linear},
+        {"qk-layernorm", m->qk_layernorm},
         {"micro-batch-size", c->micro_batch},
         {"global-batch-size", c->global_batch},
         {"step-batch-size-schedule", schedule_key(c)},
@@ -665,6 +677,11 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"hierarchical-context-parallel-sizes", c->hcp_inner * 1000.0 + c->hcp_outer},
         {"cp-comm-type (per layer)", cp_types_key(c)},
         {"virtual-pipeline-model-parallel-size", c->vpp},
+        {"decoder-first-pipeline-num-layers", c->pp_split.first_num_layers},
+        {"decoder-last-pipeline-num-layers", c->pp_split.last_num_layers},
+        {"account-for-embedding-in-pipeline-split", c->pp_split.account_for_embedding},
+        {"account-for-loss-in-pipeline-split", c->pp_split.account_for_loss},
+        {"pipeline-model-parallel-layout (hash)", pp_layout_fingerprint(c->pp_split.layout)},
         {"sequence-parallel", c->sequence_parallel},
         {"use-distributed-optimizer", c->use_distributed_optimizer},
         {"num-distributed-optimizer-instances", c->num_distopt_instances},

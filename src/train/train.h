@@ -26,6 +26,7 @@
 #include "data/data.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "pp/layout.h"
 #include "pp/schedule.h"
 #include "train/batch_schedule.h"
 #include "train/tensorboard.h"
@@ -84,6 +85,7 @@ typedef struct {
                                   interleaved 1F1B, rank r chunk c = virtual stage c*pp + r
                                   of num_layers/(pp*vpp) layers */
     int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
+    pp_layout_args pp_split;   /* uneven split / layout string (pp/layout.h; 0 = even) */
     int sequence_parallel;     /* --sequence-parallel (ignored with a warning when tp = 1) */
     int overlap_grad_reduce;   /* --overlap-grad-reduce */
     int64_t ddp_bucket_size;   /* --ddp-bucket-size in elements (0 = Megatron's default; used only

@@ -133,8 +133,10 @@ static mtc_result_t train_slot_counts(const train_rank *x, const pp_schedule_con
 static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     const mtc_train_config *c = x->cfg;
     train_chunk *ch = &x->chunks[k];
-    int L = c->model.num_layers, S = x->pp_size * x->vpp;
-    int st = pp_virtual_stage(x->pp_size, x->pp_rank, k);
+    int L = c->model.num_layers;
+    pp_layout_stage ls; /* the chunk's layers: pp/layout.c */
+    MTC_CHECK(pp_layout_stage_get(&ls, &c->pp_split, L, x->pp_size, x->vpp,
+                                  pp_virtual_stage(x->pp_size, x->pp_rank, k)));
     layout_ctx lc = {x, k};
     mtc_model_chunk_opts o = {
         .B = c->micro_batch,
@@ -150,10 +152,10 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
         .ep = x->ep,
         .etp = mtc_grid_comm(x->grid, MTC_GROUP_EXPT_TP, 0),
         .tp_ep = mtc_grid_comm(x->grid, MTC_GROUP_TP_EP, 0),
-        .first_layer = st * L / S,
-        .last_layer = (st + 1) * L / S,
-        .has_embedding = st == 0,
-        .has_head = st == S - 1,
+        .first_layer = ls.first_layer,
+        .last_layer = ls.first_layer + ls.num_layers,
+        .has_embedding = ls.has_embedding,
+        .has_head = ls.has_loss,
         .layout = c->use_distributed_optimizer || train_ep_split(x) ? train_layout : NULL,
         /* full recomputation: uniform recomputes every layer of the
          * chunk, block its first recompute-num-layers */

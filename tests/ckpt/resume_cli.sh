@@ -3,7 +3,8 @@
 # run against 4 iterations, --save, then --load and 4 more, bit for bit
 # (the printed loss and grad norm) in the same layout and within the parity
 # tolerance (2e-5, tests/parity) after changing layout: tp2 x pp2 x dp2 with
-# the distributed optimizer -> dp8, dp4 -> tp2 x pp2, vpp 2 -> vpp 1, two
+# the distributed optimizer -> dp8, dp4 -> tp2 x pp2, vpp 2 -> vpp 1, an
+# uneven pipeline split -> a layout string -> serial, two
 # optimizer instances -> one, a GQA/SwiGLU Llama tp2 -> serial, and MPI
 # ranks -> thread ranks. Also the flags: --finetune, --no-load-optim,
 # --ckpt-step, --save-interval, a missing --load directory.
@@ -32,6 +33,11 @@ case_ tp2pp2dp2 0 "$W8 --overlap-param-gather" "$W8 --overlap-param-gather"
 case_ tp2pp2dp2-dp8 2e-5 "$W8" "--world-size 8 --use-distributed-optimizer"
 case_ dp4-tp2pp2 2e-5 "--world-size 4" "--world-size 4 --tp 2 --pp 2"
 case_ vpp2-vpp1 2e-5 "--world-size 2 --pp 2 --vpp 2" "--world-size 2 --pp 2"
+# pipeline layouts (pp/layout.c): an uneven split -> a layout string with an
+# embedding-only stage over virtual stages -> the serial run
+case_ uneven-layout 2e-5 "--world-size 2 --pp 2 --decoder-first-pipeline-num-layers 1" \
+    "--world-size 2 --pp 2 --pipeline-model-parallel-layout E|tt|t|tL"
+case_ layout-serial 2e-5 "--world-size 4 --pp 2 --use-distributed-optimizer --pipeline-model-parallel-layout Et|t|tt|L" ""
 case_ inst2-inst1 2e-5 "--world-size 4 --use-distributed-optimizer --num-distributed-optimizer-instances 2" \
     "--world-size 4 --use-distributed-optimizer"
 LLAMA="--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear"

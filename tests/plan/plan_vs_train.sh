@@ -6,7 +6,8 @@
 # the parameters, gradients, optimizer state and activation bytes that
 # `mtc train --metrics` reports for the last rank equal those of
 # `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp*cp-1` to the byte,
-# and the banner's parameter count equals the plan's. Bad input exits 2
+# and the banner's parameter count equals the plan's (uneven pipeline splits
+# included). Bad input exits 2
 # with one line. Uses a fixed machine file (no measurement).
 set -u
 MTC=${MTC:-build/mtc}
@@ -80,6 +81,10 @@ check "gpt tp4"            "$GPT"   4 4 1 1 0 0 1
 check "gpt 1F1B pp4"       "$GPT"   4 1 4 1 0 0 1
 check "llama tp pp sp distopt" "$LLAMA" 4 2 2 1 1 1 1
 check "llama interleaved"  "$LLAMA" 4 1 2 2 0 0 1
+# uneven pipeline splits (pp/layout.c): the last rank holds 3 layers + head
+check "gpt uneven first 1 distopt" "$GPT --decoder-first-pipeline-num-layers 1" 4 1 2 1 0 1 1
+check "llama qk-layernorm tp2 sp" "$LLAMA --qk-layernorm" 4 2 1 1 1 0 1
+check "gpt account-for embedding, 5 layers" "$GPT --num-layers 5 --account-for-embedding-in-pipeline-split" 4 1 2 1 0 0 1
 CP=2 CPT=p2p check "gpt cp2 p2p" "$GPT" 4 1 1 1 0 0 1
 CP=2 CPT=all_gather check "gpt tp2 cp2 sp all_gather distopt" "$GPT" 4 2 1 1 1 1 1
 CP=2 CPT=a2a check "llama cp2 a2a pp2" "$LLAMA" 4 1 2 1 0 0 1

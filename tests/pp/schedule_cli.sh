@@ -73,6 +73,30 @@ p = subprocess.run([mtc, "schedule", "--pp", "2", "--num-layers", "8",
                     "--num-layers-per-virtual-pipeline-stage", "2", "--microbatches", "4", "--json"],
                    capture_output=True, text=True)
 if p.returncode != 0 or json.loads(p.stdout)["vpp"] != 2: print("FAIL derived vpp", p.stdout, p.stderr); fails += 1
+# a layout string derives vpp (stages / pp) and the layer count; the text
+# output lists each rank's layers per chunk, equal rows merged (pp/layout.c)
+p = subprocess.run([mtc, "schedule", "--pp", "4", "--microbatches", "8", "--json",
+                    "--pipeline-model-parallel-layout", "Et*3|(tt|)*5,t|L"], capture_output=True, text=True)
+if p.returncode != 0 or json.loads(p.stdout)["vpp"] != 2: print("FAIL layout vpp", p.stdout, p.stderr); fails += 1
+p = subprocess.run([mtc, "schedule", "--pp", "4", "--microbatches", "8",
+                    "--pipeline-model-parallel-layout", "Et*3|(tt|)*5,t|L"], capture_output=True, text=True)
+rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
+want = [["PP", "rank", "0", "embedding,decoder*3", "decoder*2"], ["PP", "rank", "1", "decoder*2", "decoder*2"],
+        ["PP", "rank", "2", "decoder*2", "decoder"], ["PP", "rank", "3", "decoder*2", "loss"]]
+if p.returncode != 0 or "layers of 14 (pipeline split: layout Et*3|(tt|)*5,t|L)" not in p.stdout or rows != want:
+    print("FAIL layout table", p.stdout, p.stderr); fails += 1
+p = subprocess.run([mtc, "schedule", "--pp", "4", "--microbatches", "4", "--num-layers", "10",
+                    "--decoder-first-pipeline-num-layers", "1"], capture_output=True, text=True)
+rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
+if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder"], ["PP", "rank", "1-2", "decoder*3"],
+                                 ["PP", "rank", "3", "decoder*3,loss"]]:
+    print("FAIL uneven table", p.stdout, p.stderr); fails += 1
+for extra, msg in ((["--num-layers", "10"], "Number of layers should be divisible"),
+                   (["--pipeline-model-parallel-layout", "Et|tL|t"], "must be divisible by pipeline_model_parallel_size"),
+                   (["--pipeline-model-parallel-layout", "Et|t|t|tmL"], "multi-token prediction is not available")):
+    p = subprocess.run([mtc, "schedule", "--pp", "4", "--microbatches", "4"] + extra, capture_output=True, text=True)
+    if p.returncode != 2 or p.stdout != "" or msg not in p.stderr:
+        print("FAIL split refusal", extra, p.returncode, p.stderr); fails += 1
 print("schedule CLI:", "ok" if fails == 0 else "%d failures" % fails)
 sys.exit(1 if fails else 0)
 EOF
