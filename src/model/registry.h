@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/result.h"
+#include "grid/grid.h" /* MTC_REDUCE_*: which group sums a gradient */
 
 #define MTC_PARAM_NAME_MAX 64
 #define MTC_PARAM_MAX_BLOCKS 4
@@ -31,14 +32,6 @@ typedef enum {
     MTC_INIT_ZEROS,
     MTC_INIT_ONES,
 } mtc_init_kind;
-
-/* Which groups a gradient is summed over (bit set); filled by the parallel
- * issues. Serial runs reduce over nothing. */
-enum {
-    MTC_REDUCE_DP_CP = 1u << 0,     /* every dense parameter */
-    MTC_REDUCE_TP = 1u << 1,        /* layer-norm weights under sequence parallelism */
-    MTC_REDUCE_EMBEDDING = 1u << 2, /* tied input/output embedding across PP stages */
-};
 
 /* How a parameter is split over tensor parallelism (Megatron's layers). */
 typedef enum {

@@ -174,22 +174,14 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
     mtc_ddp_config dc = train_ddp_config(x, k, shared);
-    /* the inter-instance group: position j of every intra slice, one
-     * communicator per chunk, because each DDP chains its inter all-reduces
-     * when polling finds a reduce-scatter done (timing-dependent), so two
-     * chunks' all-reduces on one communicator could be issued in different
-     * orders on different ranks. Freed with the rank's world by mtc_launch
-     * (after the DDPs that wait on it). */
+    /* the intra group as built, even of size 1 (as many instances as dp
+     * ranks); the inter-instance group: the grid's, one per chunk */
     mtc_comm_t inter = NULL, intra = NULL;
     mtc_result_t rc = MTC_OK;
+    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
     if (c->use_distributed_optimizer) {
-        /* the intra group as built, even of size 1 (as many instances as dp ranks) */
-        int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
         intra = nd > 1 ? mtc_grid_comm(x->grid, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0) : x->dp;
-        if (intra && x->dp && mtc_comm_size(intra) < mtc_comm_size(x->dp))
-            /* comm: split(DATA_PARALLEL_GROUP_WITH_CP) */
-            rc = mtc_comm_split(x->dp, mtc_comm_rank(intra), mtc_comm_rank(x->dp),
-                                "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &inter);
+        inter = mtc_grid_comm(x->grid, MTC_GROUP_INTER_DIST_OPT, k);
     }
     mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = inter};
     int split = train_ep_split(x), nexp = 0;
@@ -209,13 +201,9 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
          * intra-instance slice of EDP, then an all-reduce over the ranks of the
          * same slice position (one communicator per chunk, as the dense one) */
         mtc_comm_t xintra = x->edp, xinter = NULL;
-        int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
         if (c->use_distributed_optimizer && nd > 1 && x->edp) {
             xintra = mtc_grid_comm(x->grid, MTC_GROUP_HIER_EXPT_DP, 0);
-            if (xintra && mtc_comm_size(xintra) < mtc_comm_size(x->edp))
-                /* comm: split(EXPERT_DATA_PARALLEL_GROUP) */
-                rc = mtc_comm_split(x->edp, mtc_comm_rank(xintra), mtc_comm_rank(x->edp),
-                                    "EXPERT_INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &xinter);
+            xinter = mtc_grid_comm(x->grid, MTC_GROUP_EXPT_INTER_DIST_OPT, k);
         }
         mtc_ddp_comms xcomms = {.dp = x->edp, .intra = xintra, .inter = xinter};
         if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &xc, &xcomms, m->params, m->grads, &ch->xddp);
@@ -404,13 +392,14 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     gc.ep = c->ep > 0 ? c->ep : 1;
     gc.etp = c->etp > 0 ? c->etp : 0;
     if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
+    gc.vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0; /* one inter-instance group per chunk */
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
 #define GROUP(kind) (mtc_grid_comm(x->grid, (kind), 0))
 #define NONTRIVIAL(comm) ((comm) && mtc_comm_size(comm) > 1 ? (comm) : NULL)
-    x->tp = NONTRIVIAL(GROUP(MTC_GROUP_TP));
-    x->dp = NONTRIVIAL(GROUP(MTC_GROUP_DP_CP));
+    x->tp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_TP);
+    x->dp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_DP_CP);
     x->cp = NONTRIVIAL(GROUP(MTC_GROUP_CP));
     if (gc.n_hcp) {
         x->cp_inner = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 0);
@@ -421,7 +410,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->xmp = NONTRIVIAL(GROUP(MTC_GROUP_TP_EP_PP));
     x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
-    x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));
+    x->embd = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_EMBEDDING);
     int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
     x->intra = c->use_distributed_optimizer
                    ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_INTRA_PARTIAL_DP_CP) : x->dp)

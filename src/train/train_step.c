@@ -59,12 +59,18 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
     }
     x->comm_ns += mtc_time_ns() - t0;
     if (any) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
-    for (int k = 0; k < x->vpp && x->tp; k++)
-        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_TP, x->tp,
-                                     TRAIN_T_LAYERNORM_GRADS));
-    for (int k = 0; k < x->vpp && x->embd; k++)
-        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_EMBEDDING, x->embd,
-                                     TRAIN_T_EMBEDDING_GRADS));
+    /* the registry's other bits, each over the group the grid maps it to */
+    static const struct {
+        unsigned bit;
+        train_timer timer;
+    } groups[] = {{MTC_REDUCE_TP, TRAIN_T_LAYERNORM_GRADS},
+                  {MTC_REDUCE_EMBEDDING, TRAIN_T_EMBEDDING_GRADS}};
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        mtc_comm_t comm = mtc_grid_reduce_comm(x->grid, groups[g].bit);
+        for (int k = 0; k < x->vpp && comm; k++)
+            MTC_CHECK(
+                train_reduce_group(x, x->chunks[k].model, groups[g].bit, comm, groups[g].timer));
+    }
     return MTC_OK;
 }
 
