@@ -266,7 +266,7 @@ static void train_print_eval(FILE *out, int64_t iteration, double loss) {
 static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     const mtc_train_config *c = x->cfg;
     const mtc_model *model = x->chunks[0].model;
-    const mtc_ddp *ddp = x->chunks[0].ddp;
+    const mtc_ddp *ddp = x->chunks[0].buf[TRAIN_GBUF_DENSE].ddp;
     int B = c->micro_batch, T = c->model.seq_length;
     char desc[512];
     mtc_grid_describe(desc, sizeof desc, mtc_grid_spec_get(x->grid));
