@@ -1006,13 +1006,16 @@ int cli_cmd_train(int argc, char **argv) {
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.save_interval = save_interval, tc.ckpt_step = ckpt_step, tc.load_weights_file = load_file;
     tc.no_load_optim = no_load_optim, tc.finetune = finetune, tc.async_save = async_save;
-    tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
-    tc.cp = cp, tc.cp_comm_type = cp_type;
+    tc.world_size = world, tc.sequence_parallel = sp;
+    mtc_grid_config_default(&tc.grid); /* the layout, once */
+    tc.grid.tp = tp, tc.grid.pp = pp, tc.grid.cp = cp, tc.grid.ep = ep, tc.grid.etp = etp;
+    tc.grid.vpp = vpp, tc.grid.num_dist_opt_instances = nd;
+    if (hcp.n == 2)
+        tc.grid.n_hcp = 2, tc.grid.hcp[0] = (int)hcp.v[0], tc.grid.hcp[1] = (int)hcp.v[1];
+    tc.cp_comm_type = cp_type;
     tc.cp_layer_types = cp_comm.n > 1 ? cp_types : NULL;
-    if (hcp.n == 2) tc.hcp_inner = (int)hcp.v[0], tc.hcp_outer = (int)hcp.v[1];
     tc.decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
     tc.decoupled_lr = decoupled_lr, tc.decoupled_min_lr = decoupled_min_lr;
-    tc.ep = ep, tc.etp = etp;
     tc.no_check_nan = !check_nan;
     if (!acc_fp32 && !grad_bf16)
         return cli_usage_error("train", "--no-accumulate-allreduce-grads-in-fp32 is not supported: "
@@ -1031,10 +1034,10 @@ int cli_cmd_train(int argc, char **argv) {
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.recompute_mlp = rc_mlp;
-    tc.vpp = vpp, tc.microbatch_group_size = mb_group;
+    tc.microbatch_group_size = mb_group;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
-    tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
+    tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     mc->padded_vocab_size = mtc_model_pad_vocab(1, divisible, tp);

@@ -57,8 +57,6 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
                          "--bf16-gemm fp32");
     if (c->bf16_gemm < NN_BF16_GEMM_AUTO || c->bf16_gemm > NN_BF16_GEMM_F32)
         return mtc_error(E, "bf16-gemm=%d is not an engine (auto, dnnl-bf16, fp32)", c->bf16_gemm);
-    if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
-    if (c->pp < 0) return mtc_error(E, "pipeline-model-parallel-size=%d must be >= 1", c->pp);
     if (c->ddp_bucket_size < 0)
         return mtc_error(E, "ddp-bucket-size=%lld must be >= 0", (long long)c->ddp_bucket_size);
     if (c->train_iters < 1)
@@ -118,8 +116,8 @@ static mtc_result_t cp_validate_type(const mtc_train_config *c, int type, int cp
                          "a tensor-parallel rank has %d query heads and %d key/value heads "
                          "(use p2p or all_gather, or a cp dividing both)",
                          cp, NH, NG);
-    int A = c->hcp_inner;
-    if (type == CP_COMM_A2A_P2P && (A < 1 || A * c->hcp_outer != cp))
+    int A = c->grid.n_hcp == 2 ? c->grid.hcp[0] : 0;
+    if (type == CP_COMM_A2A_P2P && (A < 1 || A * c->grid.hcp[1] != cp))
         return mtc_error(E,
                          "cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P "
                          "with A*P = context-parallel-size=%d",
@@ -135,18 +133,19 @@ static mtc_result_t cp_validate_type(const mtc_train_config *c, int type, int cp
 
 mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
-    mtc_grid_config gc;
-    mtc_grid_config_default(&gc);
+    /* train's own rules on the grid's sizes first (the grid's checks word them otherwise) */
+    if (c->grid.vpp > 1 && c->grid.pp <= 1)
+        return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size "
+                            "should be greater than 1");
+    int nd = c->grid.num_dist_opt_instances > 1 ? c->grid.num_dist_opt_instances : 1;
+    if (nd > 1 && !c->use_distributed_optimizer)
+        return mtc_error(
+            E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    mtc_grid_config gc = c->grid;
     gc.world_size = world > 0 ? world : 1;
-    gc.tp = c->tp > 0 ? c->tp : 1;
-    gc.pp = c->pp > 0 ? c->pp : 1;
-    gc.cp = c->cp > 0 ? c->cp : 1;
-    if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
-    gc.ep = c->ep > 0 ? c->ep : 1;
-    gc.etp = c->etp > 0 ? c->etp : 0;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
-    int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
+    int vpp = gc.pp > 1 && gc.vpp > 1 ? gc.vpp : 0;
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length,
                                       c->model.moe.num_experts, c->model.num_layers, vpp));
     int dp = spec.dp;
@@ -206,10 +205,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
             MTC_CHECK(pp_schedule_validate(&sc));
         }
     }
-    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
-    if (nd > 1 && !c->use_distributed_optimizer)
-        return mtc_error(
-            E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
     if (nd > 1 && dp % nd)
         return mtc_error(E,
                          "num-distributed-optimizer-instances=%d does not divide the data-parallel "
@@ -232,9 +227,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                              c->global_batch, why);
         MTC_CHECK(pp_schedule_validate(&sc));
     }
-    if (c->vpp > 1 && gc.pp == 1)
-        return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size "
-                            "should be greater than 1");
     return MTC_OK;
 }
 
@@ -646,16 +638,16 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"weight-decay", c->adam.weight_decay},
         {"clip-grad", c->clip_grad},
         {"seed", (double)c->seed},
-        {"tensor-model-parallel-size", c->tp},
-        {"pipeline-model-parallel-size", c->pp},
-        {"context-parallel-size", c->cp},
+        {"tensor-model-parallel-size", c->grid.tp},
+        {"pipeline-model-parallel-size", c->grid.pp},
+        {"context-parallel-size", c->grid.cp},
         {"cp-comm-type", c->cp_comm_type},
-        {"hierarchical-context-parallel-sizes", c->hcp_inner * 1000.0 + c->hcp_outer},
+        {"hierarchical-context-parallel-sizes", c->grid.hcp[0] * 1000.0 + c->grid.hcp[1]},
         {"cp-comm-type (per layer)", cp_types_key(c)},
-        {"virtual-pipeline-model-parallel-size", c->vpp},
+        {"virtual-pipeline-model-parallel-size", c->grid.vpp},
         {"sequence-parallel", c->sequence_parallel},
         {"use-distributed-optimizer", c->use_distributed_optimizer},
-        {"num-distributed-optimizer-instances", c->num_distopt_instances},
+        {"num-distributed-optimizer-instances", c->grid.num_dist_opt_instances},
         {"recompute-granularity full", c->recompute_full},
         {"recompute-num-layers", c->recompute_num_layers},
         {"recompute-modules mlp", c->recompute_mlp},

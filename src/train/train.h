@@ -24,6 +24,7 @@
 
 #include "core/result.h"
 #include "data/data.h"
+#include "grid/grid.h"
 #include "model/model.h"
 #include "optim/optim.h"
 #include "pp/schedule.h"
@@ -58,30 +59,25 @@ typedef struct {
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
     /* ---- parallel layout (issue 5) ---- */
-    int world_size;            /* shm rank-threads (ignored under mpirun); 0/1 = serial */
-    int tp;                    /* --tensor-model-parallel-size (0 = 1) */
-    int cp;                    /* --context-parallel-size (0 = 1): each sequence in 2cp chunks,
-                                  rank c keeping chunks c and 2cp-1-c */
+    int world_size; /* shm rank-threads (ignored under mpirun); 0/1 = serial */
+    /* tp, pp, cp (with --hierarchical-context-parallel-sizes), ep, etp, vpp
+     * and the distributed-optimizer instances: the grid's configuration as
+     * the command line gave it (mtc_grid_config_default, then the flags;
+     * its world_size is ignored: the run's world is world_size above, or
+     * the MPI size) */
+    mtc_grid_config grid;
     int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a,
                                   a2a+p2p */
     const int *cp_layer_types; /* one cp_comm_type per layer (num_layers), NULL: cp_comm_type
                                   for every layer */
-    int hcp_inner, hcp_outer;  /* --hierarchical-context-parallel-sizes A P (0: none) */
     int decoupled;             /* --decoupled-lr given */
     double decoupled_lr;       /* its max lr of the word embedding and output layer */
     double decoupled_min_lr;   /* --decoupled-min-lr (< 0: --min-lr) */
-    int ep;                    /* --expert-model-parallel-size (0 = 1): MoE experts split */
-    int etp;                   /* --expert-tensor-parallel-size (0 = tp) */
     int recompute_full;        /* --recompute-granularity full */
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */
     int recompute_num_layers;  /* --recompute-num-layers */
     int recompute_mlp;         /* --recompute-granularity selective --recompute-modules mlp */
-    int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
-                                  of num_layers/pp layers */
-    int vpp;                   /* model chunks per pipeline rank (0/1 = not interleaved):
-                                  interleaved 1F1B, rank r chunk c = virtual stage c*pp + r
-                                  of num_layers/(pp*vpp) layers */
     int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
     int sequence_parallel;     /* --sequence-parallel (ignored with a warning when tp = 1) */
     int overlap_grad_reduce;   /* --overlap-grad-reduce */
@@ -93,7 +89,6 @@ typedef struct {
                                       the owned shard, AdamW there, all-gather params */
     int overlap_param_gather;      /* --overlap-param-gather: the all-gathers run until the
                                       next step's forward needs the params */
-    int num_distopt_instances;     /* --num-distributed-optimizer-instances (0 = 1) */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
     /* ---- mixed precision (issue 17; docs/mixed-precision.md) ---- */

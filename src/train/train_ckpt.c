@@ -156,14 +156,15 @@ static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consum
                                 : (double)(l->wd_incr_iters ? l->wd_incr_iters : c->train_iters));
     cJSON *a = cJSON_AddObjectToObject(j, "args");
     cJSON_AddNumberToObject(a, "world_size", mtc_comm_size(x->world));
-    cJSON_AddNumberToObject(a, "tensor_model_parallel_size", c->tp > 0 ? c->tp : 1);
+    cJSON_AddNumberToObject(a, "tensor_model_parallel_size", c->grid.tp);
     cJSON_AddNumberToObject(a, "pipeline_model_parallel_size", x->pp_size);
     cJSON_AddNumberToObject(a, "virtual_pipeline_model_parallel_size", x->vpp);
     cJSON_AddNumberToObject(a, "data_parallel_size", x->dp_size);
     cJSON_AddBoolToObject(a, "sequence_parallel", c->sequence_parallel);
     cJSON_AddBoolToObject(a, "use_distributed_optimizer", c->use_distributed_optimizer);
     cJSON_AddNumberToObject(a, "num_distributed_optimizer_instances",
-                            c->num_distopt_instances > 1 ? c->num_distopt_instances : 1);
+                            c->grid.num_dist_opt_instances > 1 ? c->grid.num_dist_opt_instances
+                                                               : 1);
     cJSON_AddNumberToObject(a, "micro_batch_size", c->micro_batch);
     cJSON_AddNumberToObject(a, "global_batch_size", c->global_batch);
     cJSON_AddNumberToObject(a, "train_iters", (double)c->train_iters);

@@ -99,7 +99,7 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out) {
         return rc;
     }
     int nl = mtc_moe_num_layers(&c->moe, L);
-    int tp = x->cfg->tp > 0 ? x->cfg->tp : 1, cp = x->cfg->cp > 0 ? x->cfg->cp : 1;
+    int tp = x->cfg->grid.tp, cp = x->cfg->grid.cp;
     /* aux: partial over TP x CP (summed), averaged over DP; z: averaged over TP x DP x CP */
     out->lb_loss = v[0] / ((double)x->dp_size * nl);
     out->z_loss = v[1] / ((double)x->dp_size * tp * cp * nl);

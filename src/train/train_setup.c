@@ -151,7 +151,7 @@ static mtc_result_t train_slot_counts(const train_rank *x, const pp_schedule_con
  * and the grid's inter-instance group of that chunk (several instances). */
 static mtc_ddp_comms train_gbuf_comms(const train_rank *x, int k, int b) {
     const mtc_train_config *c = x->cfg;
-    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
+    int nd = mtc_grid_spec_get(x->grid)->nd;
     mtc_ddp_comms comms = {.dp = x->gbuf[b].dp};
     if (b == TRAIN_GBUF_DENSE && c->use_distributed_optimizer) {
         comms.intra = nd > 1 ? mtc_grid_comm(x->grid, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0) : x->dp;
@@ -348,7 +348,7 @@ static mtc_result_t train_bf16_engine(train_rank *x) {
         return MTC_OK;
     }
     const mtc_model_config *mc = &c->model;
-    int tp = c->tp > 0 ? c->tp : 1;
+    int tp = c->grid.tp;
     int M = c->micro_batch * x->T_cp, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
     int K = mc->hidden_size;
     double v[2] = {0, 0};
@@ -399,17 +399,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     const mtc_train_config *c = x->cfg;
     mtc_progress_begin(&x->progress, "building GPT model (parameters, gradients, optimizer state)");
     int B = c->micro_batch, T = c->model.seq_length;
-    mtc_grid_config gc;
-    mtc_grid_config_default(&gc);
+    mtc_grid_config gc = c->grid;
     gc.world_size = mtc_comm_size(world);
-    gc.tp = c->tp > 0 ? c->tp : 1;
-    gc.pp = c->pp > 0 ? c->pp : 1;
-    gc.cp = c->cp > 0 ? c->cp : 1;
-    if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
-    gc.ep = c->ep > 0 ? c->ep : 1;
-    gc.etp = c->etp > 0 ? c->etp : 0;
-    if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
-    gc.vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0; /* one inter-instance group per chunk */
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
@@ -432,8 +423,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
      * one (Megatron's expert optimizer): reduced and sharded over
      * EXPERT_DATA_PARALLEL_GROUP (or its intra-instance slice), each expert
      * held once over EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP */
-    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1,
-        dopt = c->use_distributed_optimizer;
+    int nd = mtc_grid_spec_get(x->grid)->nd, dopt = c->use_distributed_optimizer;
     x->nbuf = train_ep_split(x) ? 2 : 1;
     x->gbuf[TRAIN_GBUF_DENSE] = (train_gbuf_kind){
         .params = x->nbuf > 1 ? MTC_DDP_PARAMS_DENSE : MTC_DDP_PARAMS_ALL,
@@ -457,7 +447,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     MTC_CHECK(nn_pool_create(threads, &x->pool));
     MTC_CHECK(train_scaler_init(x));
     int P = x->pp_size;
-    x->vpp = P > 1 && c->vpp > 1 ? c->vpp : 1;
+    x->vpp = mtc_grid_chunks(x->grid);
     MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(train_chunk), (void **)&x->chunks));
     pp_schedule_config sc = {.pp = P,
                              .vpp = x->vpp > 1 ? x->vpp : 0,
