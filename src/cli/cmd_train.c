@@ -669,11 +669,8 @@ int cli_cmd_train(int argc, char **argv) {
     if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    if (etp != 0 && etp != 1 && etp != tp)
-        return cli_usage_error("train",
-                               "expert-tensor-parallel-size=%d must be 1 or the tensor-parallel "
-                               "size %d so far",
-                               etp, tp);
+    if (mtc_moe_validate_etp(etp, tp) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (vpp && (lpvs || vstages))
         return cli_usage_error(
             "train",

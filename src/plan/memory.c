@@ -43,11 +43,7 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
     MTC_CHECK(mtc_model_config_validate(&l->model));
     /* mtc train's expert rules: etp is 1 or the TP size (0: the TP size) */
     if (l->ep < 1) l->ep = 1;
-    if (l->etp < 0 || (l->etp > 1 && l->etp != l->tp))
-        return mtc_error(E,
-                         "expert-tensor-parallel-size=%d must be 1 or the tensor-parallel size %d "
-                         "so far",
-                         l->etp, l->tp);
+    MTC_CHECK(mtc_moe_validate_etp(l->etp, l->tp));
     if (l->etp == 0) l->etp = l->tp;
     mtc_grid_config gc;
     mtc_grid_config_default(&gc);

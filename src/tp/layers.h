@@ -47,6 +47,7 @@
 #include "comm/comm.h"
 #include "core/dtype.h"
 #include "core/result.h"
+#include "grid/grid.h"
 #include "nn/nn.h"
 
 /* Mixed precision of the linear layers (--bf16, --fp16; model/ sets it up).
@@ -81,6 +82,9 @@ typedef struct {
     int sequence_parallel; /* --sequence-parallel */
     tp_lowp *lowp;         /* NULL: fp32 */
 } tp_ctx;
+
+/* The context from the rank's grid (tp/context.c); grid NULL: serial. */
+tp_ctx tp_ctx_from_grid(mtc_grid_t grid, nn_pool *pool, int sequence_parallel);
 
 /* --bf16: create the oneDNN primitives of one linear layer's three GEMMs
  * (forward, input gradient, weight gradient) ahead, at set-up, so that no

@@ -106,31 +106,6 @@ static double schedule_key(const mtc_train_config *c) {
     return k;
 }
 
-/* One layer's CP comm type against the heads of a TP rank and the
- * hierarchical sizes. */
-static mtc_result_t cp_validate_type(const mtc_train_config *c, int type, int cp, int NH, int NG) {
-    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
-    if (type == CP_COMM_A2A && (NH % cp || NG % cp))
-        return mtc_error(E,
-                         "cp-comm-type a2a splits the heads over context-parallel-size=%d, but "
-                         "a tensor-parallel rank has %d query heads and %d key/value heads "
-                         "(use p2p or all_gather, or a cp dividing both)",
-                         cp, NH, NG);
-    int A = c->grid.n_hcp == 2 ? c->grid.hcp[0] : 0;
-    if (type == CP_COMM_A2A_P2P && (A < 1 || A * c->grid.hcp[1] != cp))
-        return mtc_error(E,
-                         "cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P "
-                         "with A*P = context-parallel-size=%d",
-                         cp);
-    if (type == CP_COMM_A2A_P2P && (NH % A || NG % A))
-        return mtc_error(E,
-                         "cp-comm-type a2a+p2p splits the heads over its all-to-all size "
-                         "A=%d, but a tensor-parallel rank has %d query heads and %d "
-                         "key/value heads (choose A dividing both)",
-                         A, NH, NG);
-    return MTC_OK;
-}
-
 mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     /* train's own rules on the grid's sizes first (the grid's checks word them otherwise) */
@@ -162,21 +137,10 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
             MTC_ASSERT(mtc_grid_rank_dense(&spec, t, co.cp, co.dp, co.pp) ==
                        mtc_grid_rank_expert(&spec, t, co.ep, co.edp, co.pp));
     }
-    if (gc.cp > 1) { /* context parallelism on top of the TP split */
-        int T_cp = c->model.seq_length / gc.cp, NH = c->model.num_heads / gc.tp;
-        int NG = mtc_model_groups(&c->model) / gc.tp;
-        if (c->sequence_parallel && gc.tp > 1 && T_cp % gc.tp)
-            return mtc_error(E,
-                             "seq-length=%d / context-parallel-size=%d = %d positions per rank is "
-                             "not divisible by tensor-model-parallel-size=%d, which sequence "
-                             "parallelism needs",
-                             c->model.seq_length, gc.cp, T_cp, gc.tp);
-        int nt = c->cp_layer_types ? c->model.num_layers : 1;
-        for (int l = 0; l < nt; l++) {
-            int t = c->cp_layer_types ? c->cp_layer_types[l] : c->cp_comm_type;
-            MTC_CHECK(cp_validate_type(c, t, gc.cp, NH, NG));
-        }
-    }
+    /* context parallelism's own rules on top of the TP split (cp/) */
+    MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
+                          c->model.seq_length, c->model.num_heads, mtc_model_groups(&c->model),
+                          c->sequence_parallel));
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "

@@ -88,18 +88,17 @@ typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
     mtc_grid_t grid;
-    mtc_comm_t world;      /* every rank (checkpoint barriers) */
-    mtc_comm_t tp, dp;     /* NULL when of size 1 */
-    mtc_comm_t pipe, embd; /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
-    mtc_comm_t cp;         /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
-    mtc_comm_t cp_inner, cp_outer; /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0/_L1 (a2a+p2p) */
-    mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
-    int dp_size, dp_rank, nmb;     /* nmb: microbatches of the running pass */
-    int nmb_max;                   /* what the buffers hold (every batch the run can have) */
-    int64_t cur_batch;             /* global batch of the running pass (nmb x B x dp) */
-    double sched_n;                /* Megatron's scheduler num_steps: samples of the steps taken */
-    int T_cp;                      /* positions per sample on this rank: seq-length / cp */
-    const int *pos;                /* (T_cp) their global positions (chunk 0's model owns them) */
+    mtc_comm_t world;          /* every rank (checkpoint barriers) */
+    mtc_comm_t tp, dp;         /* NULL when of size 1 */
+    mtc_comm_t pipe, embd;     /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
+    mtc_comm_t cp;             /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
+    mtc_comm_t ep;             /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
+    int dp_size, dp_rank, nmb; /* nmb: microbatches of the running pass */
+    int nmb_max;               /* what the buffers hold (every batch the run can have) */
+    int64_t cur_batch;         /* global batch of the running pass (nmb x B x dp) */
+    double sched_n;            /* Megatron's scheduler num_steps: samples of the steps taken */
+    int T_cp;                  /* positions per sample on this rank: seq-length / cp */
+    const int *pos;            /* (T_cp) their global positions (chunk 0's model owns them) */
     int pp_size, pp_rank;
     int world_rank;
     pp_executor_t ex; /* NULL when pp == 1; the one for nmb microbatches */
@@ -254,8 +253,6 @@ typedef struct {
     int nlayers;
     train_moe_layer_stats layer[TRAIN_MOE_MAX_LAYERS];
 } train_moe_summary;
-/* Set the model's MoE loss groups (from the grid). */
-void train_moe_bind(train_rank *x, mtc_model *m);
 /* Zero the step's statistics (before the microbatches). */
 void train_moe_step_begin(train_rank *x);
 /* After finalize_model_grads: the expert-bias update. comm: all-reduce(TP x DP x CP). */

@@ -1,7 +1,5 @@
 /* train/train_moe.c - what a training step does for mixture-of-experts
  * layers beyond the model's forward and backward (moe/moe.h):
- *  - the groups the MoE losses count over (TP x CP for aux_loss and
- *    seq_aux_loss and the z-loss, TP x DP x CP for global_aux_loss);
  *  - the per-step statistics reset, and the expert-bias update after the
  *    gradients are final (Megatron does it in finalize_model_grads):
  *    counts all-reduced over TP x DP x CP, bias += rate * sign(mean - n);
@@ -19,13 +17,6 @@
 #include "core/mem.h"
 #include "train/train_internal.h"
 
-static mtc_comm_t nontrivial(mtc_comm_t c) { return c && mtc_comm_size(c) > 1 ? c : NULL; }
-
-void train_moe_bind(train_rank *x, mtc_model *m) {
-    m->moe_tpcp = nontrivial(mtc_grid_comm(x->grid, MTC_GROUP_TP_CP, 0));
-    m->moe_tpdpcp = nontrivial(mtc_grid_comm(x->grid, MTC_GROUP_TP_DP_CP, 0));
-}
-
 static int has_moe(const train_rank *x) { return x->cfg->model.moe.num_experts > 0; }
 
 void train_moe_step_begin(train_rank *x) {
@@ -42,9 +33,9 @@ mtc_result_t train_moe_finalize(train_rank *x) {
     const mtc_moe_config *mc = &x->cfg->model.moe;
     if (!has_moe(x) || !mc->expert_bias) return MTC_OK;
     float rate = mc->bias_update_rate > 0 ? mc->bias_update_rate : 1e-3f;
-    mtc_comm_t g = nontrivial(mtc_grid_comm(x->grid, MTC_GROUP_TP_DP_CP, 0));
     for (int k = 0; k < x->vpp; k++) {
         mtc_model *m = x->chunks[k].model;
+        mtc_comm_t g = m->moe.tpdpcp; /* the model's MoE groups (moe/groups.c) */
         for (int l = m->first_layer; l < m->last_layer; l++) {
             if (!mtc_moe_is_layer(mc, l)) continue;
             moe_stats *s = &m->moe_stats[l];

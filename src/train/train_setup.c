@@ -177,16 +177,10 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     mtc_model_chunk_opts o = {.B = c->micro_batch,
                               .nslots = nslots,
                               .pool = x->pool,
-                              .tp = x->tp,
+                              .grid = x->grid,
                               .sequence_parallel = c->sequence_parallel,
-                              .cp = x->cp,
                               .cp_comm_type = (cp_comm_type)c->cp_comm_type,
-                              .cp_inner = x->cp_inner,
-                              .cp_outer = x->cp_outer,
                               .cp_layer_types = c->cp_layer_types,
-                              .ep = x->ep,
-                              .etp = mtc_grid_comm(x->grid, MTC_GROUP_EXPT_TP, 0),
-                              .tp_ep = mtc_grid_comm(x->grid, MTC_GROUP_TP_EP, 0),
                               .first_layer = st * L / S,
                               .last_layer = (st + 1) * L / S,
                               .has_embedding = st == 0,
@@ -207,7 +201,6 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
-    train_moe_bind(x, ch->model);
     mtc_model *m = ch->model;
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
@@ -409,10 +402,6 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->tp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_TP);
     x->dp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_DP_CP);
     x->cp = NONTRIVIAL(GROUP(MTC_GROUP_CP));
-    if (gc.n_hcp) {
-        x->cp_inner = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 0);
-        x->cp_outer = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 1);
-    }
     x->ep = NONTRIVIAL(GROUP(MTC_GROUP_EP));
     x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_EMBEDDING);
