@@ -181,6 +181,29 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     return rc;
 }
 
+mtc_result_t mtc_model_param_counts(const mtc_model_config *c, double *total, double *active) {
+    mtc_registry full;
+    int fpidx[MTC_NGLOBAL_ROLES];
+    int *ffirst = NULL;
+    MTC_CHECK(mtc_mem_calloc((size_t)c->num_layers + 1, sizeof(int), (void **)&ffirst));
+    model_register_opts fo = {0, c->num_layers, 1, 1, 0};
+    mtc_result_t rc =
+        mtc_registry_init(&full, 8 + model_family_params_per_layer(c) * c->num_layers);
+    if (rc == MTC_OK) rc = model_family_register(&full, c, &fo, fpidx, ffirst);
+    size_t experts = 0; /* every expert's parameters (integers: the sums below are exact) */
+    for (int i = 0; rc == MTC_OK && i < full.count; i++)
+        if (full.params[i].expert >= 0) experts += full.params[i].numel;
+    if (rc == MTC_OK) {
+        double E = c->moe.num_experts, k = E > 0 ? mtc_moe_topk(&c->moe) : 0;
+        *total = (double)full.global_total;
+        /* a token runs k of each MoE layer's E experts */
+        *active = E > 0 ? *total - (E - k) * (double)(experts / (size_t)E) : *total;
+    }
+    mtc_registry_free(&full);
+    free(ffirst);
+    return rc;
+}
+
 /* Point views of one flat buffer at the registry's offsets (NULL outside
  * the chunk or for an absent role). */
 static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *layers) {

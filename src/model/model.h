@@ -270,6 +270,10 @@ typedef struct {
  * outside --bf16; MTC_ERR_SYSTEM if the kernel refuses. */
 mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2], int nkeep);
 
+/* The whole model's parameter count and the parameters one token uses
+ * (k of each MoE layer's E experts), from the serial model's registry. */
+mtc_result_t mtc_model_param_counts(const mtc_model_config *cfg, double *total, double *active);
+
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
  * arena for `nslots` in-flight microbatches of (B, T = cfg->seq_length).
  * The whole model is one chunk. pool may be NULL. */

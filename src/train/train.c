@@ -274,7 +274,9 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
             T, c->model.vocab_size, c->model.padded_vocab_size);
     if (c->model.moe.num_experts > 0) {
         const mtc_moe_config *mc = &c->model.moe;
-        double total = (double)model->reg.global_total;
+        double total = (double)model->reg.global_total, active = total;
+        if (mtc_model_param_counts(&c->model, &total, &active) != MTC_OK) /* out of memory */
+            MTC_WARN("the banner's active parameter count: %s", mtc_error_detail());
         char cap[64] = "dropless";
         if (mc->capacity_factor > 0)
             snprintf(cap, sizeof cap, "capacity factor %g (%s%s)", mc->capacity_factor,
@@ -285,8 +287,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "parameters: %.0f total, %.0f active per token\n",
                 mtc_moe_num_layers(mc, c->model.num_layers), c->model.num_layers, mc->num_experts,
                 mtc_model_moe_ffn(&c->model), mtc_moe_topk(mc),
-                mc->score == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", cap, total,
-                train_moe_active_params(&c->model, total));
+                mc->score == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", cap, total, active);
     }
     mtc_dp_memory mem;
     size_t act = train_memory(x, &mem);

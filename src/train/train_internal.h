@@ -262,8 +262,6 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out);
 /* ", \"load_balancing_loss\": ..., \"moe_layers\": [...]" (nothing for a dense model):
  * the losses averaged since the last log, the last step's per-layer token statistics. */
 void train_moe_metrics(const train_moe_summary *s, FILE *metrics, double lb, double z);
-/* Parameters one token uses: total minus the unchosen experts' (E - k per MoE layer). */
-double train_moe_active_params(const mtc_model_config *c, double total);
 
 /* train_step.c */
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */

@@ -7,8 +7,7 @@
  *    layer, summed over the loss's group, averaged over DP and over the
  *    microbatches, then averaged over the MoE layers) and, for --metrics,
  *    per layer tokens-per-expert min / max / p50 / p90 and the dropped
- *    fraction, all from one all-reduce over the world;
- *  - the banner's total and active parameter counts.
+ *    fraction, all from one all-reduce over the world.
  * Dense models make every function here a no-op. */
 #include <math.h>
 #include <stdlib.h>
@@ -114,15 +113,6 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out) {
     free(sorted);
     free(v);
     return MTC_OK;
-}
-
-double train_moe_active_params(const mtc_model_config *c, double total) {
-    double C = c->hidden_size, F = mtc_model_moe_ffn(c), E = c->moe.num_experts;
-    double k = mtc_moe_topk(&c->moe);
-    double per_expert = (c->swiglu ? 3.0 : 2.0) * C * F;
-    if (!c->disable_bias_linear) per_expert += (c->swiglu ? 2.0 : 1.0) * F + C;
-    double inactive = (E - k) * per_expert * mtc_moe_num_layers(&c->moe, c->num_layers);
-    return total - inactive;
 }
 
 void train_moe_metrics(const train_moe_summary *s, FILE *f, double lb, double z) {
