@@ -65,6 +65,31 @@ static mtc_result_t ddp_check_sizes(const mtc_ddp_config *cfg, const mtc_ddp_com
     return MTC_OK;
 }
 
+dp_layout_config mtc_ddp_layout_config(const mtc_ddp_config *cfg, int dp) {
+    return (dp_layout_config){.skip_empty = 1,
+                              .dp = dp,
+                              .bucket_size = cfg->bucket_size,
+                              .pad_high_busbw = cfg->pad_high_busbw,
+                              .use_distopt = cfg->use_distopt,
+                              .shared_embedding = cfg->shared_embedding};
+}
+
+mtc_result_t mtc_ddp_layout(const mtc_registry *reg, const mtc_ddp_config *cfg, int dp,
+                            dp_layout *out) {
+    int n = reg->count;
+    int64_t *numels = NULL;
+    memset(out, 0, sizeof *out);
+    MTC_CHECK(mtc_mem_calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t), (void **)&numels));
+    for (int i = 0; i < n; i++)
+        numels[i] = mtc_ddp_holds(reg, &reg->params[i], cfg->params)
+                        ? (int64_t)reg->params[i].local_numel
+                        : 0;
+    dp_layout_config lc = mtc_ddp_layout_config(cfg, dp);
+    mtc_result_t rc = dp_layout_build(out, numels, n, &lc);
+    free(numels);
+    return rc;
+}
+
 mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
                           const mtc_ddp_comms *comms, float *params, float *grads, mtc_ddp **out) {
     *out = NULL;
@@ -75,7 +100,6 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     MTC_CHECK(ddp_check_sizes(cfg, comms));
     mtc_result_t rc;
     mtc_ddp *d = NULL;
-    int64_t *numels = NULL;
     MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof *d, (void **)&d), rc, fail);
     d->cfg = *cfg;
     d->cfg.shared_embedding = NULL;
@@ -86,19 +110,10 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     d->shard_rank = cfg->use_distopt ? ddp_rank(d->comms.intra) : 0;
 
     int n = reg->count;
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t), (void **)&numels), rc,
-                   fail);
-    for (int i = 0; i < n; i++)
-        numels[i] = mtc_ddp_holds(reg, &reg->params[i], cfg->params)
-                        ? (int64_t)reg->params[i].local_numel
-                        : 0;
-    dp_layout_config lc = {.skip_empty = 1,
-                           .dp = cfg->use_distopt ? ddp_size(d->comms.intra) : d->dp_size,
-                           .bucket_size = cfg->bucket_size,
-                           .pad_high_busbw = cfg->pad_high_busbw,
-                           .use_distopt = cfg->use_distopt,
-                           .shared_embedding = cfg->shared_embedding};
-    MTC_CHECK_GOTO(dp_layout_build(&d->layout, numels, n, &lc), rc, fail);
+    MTC_CHECK_GOTO(mtc_ddp_layout(reg, cfg,
+                                  cfg->use_distopt ? ddp_size(d->comms.intra) : d->dp_size,
+                                  &d->layout),
+                   rc, fail);
 
     size_t np = (size_t)n;
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->is_2d), rc, fail);
@@ -138,11 +153,9 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
         MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&d->grads), rc, fail);
         d->owns_buffers = 1;
     }
-    free(numels);
     *out = d;
     return MTC_OK;
 fail:
-    free(numels);
     mtc_ddp_free(d);
     return rc;
 }

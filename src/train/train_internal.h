@@ -34,18 +34,6 @@ typedef struct {
     mtc_grad_norm_plan norm; /* what this rank counts of it in the global norm */
 } train_gbuf;
 
-/* What one kind of buffer shares over the rank's chunks (every rank has
- * every kind of its run, with or without params of it: the norm's sums
- * are collective). */
-typedef struct {
-    mtc_ddp_params params; /* which registry params the buffers hold */
-    mtc_comm_t dp;         /* the group the buffer is reduced over (NULL: size 1) */
-    mtc_comm_t shard;      /* the distributed optimizer's shard group: its members hold disjoint
-                              pieces of the buffer (NULL: plain DP, or size 1) */
-    mtc_comm_t norm;       /* the group whose members hold disjoint params of the kind: the
-                              norm's squares are summed over it (NULL: size 1) */
-} train_gbuf_kind;
-
 /* One model chunk (virtual pipeline stage c*pp + pp_rank) and everything
  * that is per chunk in Megatron: its gradient buffers (DDP, optimizer
  * shard) and its optimizer state. */
@@ -91,7 +79,6 @@ typedef struct {
     mtc_comm_t world;          /* every rank (checkpoint barriers) */
     mtc_comm_t tp, dp;         /* NULL when of size 1 */
     mtc_comm_t pipe, embd;     /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
-    mtc_comm_t cp;             /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
     mtc_comm_t ep;             /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
     int dp_size, dp_rank, nmb; /* nmb: microbatches of the running pass */
     int nmb_max;               /* what the buffers hold (every batch the run can have) */
@@ -114,7 +101,9 @@ typedef struct {
     int64_t last_saved;      /* iteration of the last checkpoint saved by this run, -1 none */
     size_t msg_count;        /* floats of one stage-to-stage message */
     int nbuf;                /* kinds of gradient buffer: 1, 2 with EP > 1 */
-    train_gbuf_kind gbuf[TRAIN_GBUF_MAX]; /* their groups */
+    mtc_ddp_kind gbuf[TRAIN_GBUF_MAX]; /* their groups (dp/groups.c; every rank has every kind
+                                          of its run, with or without params of it: the norm's
+                                          sums are collective) */
     /* the running pass (read by the microbatch callbacks) */
     int64_t cur_it;
     int cur_train;

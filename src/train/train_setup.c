@@ -57,28 +57,6 @@ static int train_ep_split(const train_rank *x) {
     return x->ep && x->cfg->model.moe.num_experts > 0;
 }
 
-/* The buffer layout of `which` params of registry r for config dc over
- * shard groups of dp ranks (into l, numel floats). */
-static mtc_result_t train_buffer_layout(const mtc_registry *r, const mtc_ddp_config *dc, int dp,
-                                        dp_layout *l) {
-    int64_t *numels = NULL;
-    memset(l, 0, sizeof *l);
-    MTC_CHECK(
-        mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int64_t), (void **)&numels));
-    for (int i = 0; i < r->count; i++)
-        numels[i] =
-            mtc_ddp_holds(r, &r->params[i], dc->params) ? (int64_t)r->params[i].local_numel : 0;
-    dp_layout_config cfg = {.dp = dc->use_distopt ? dp : 1,
-                            .bucket_size = dc->bucket_size,
-                            .pad_high_busbw = dc->pad_high_busbw,
-                            .use_distopt = dc->use_distopt,
-                            .skip_empty = 1,
-                            .shared_embedding = dc->shared_embedding};
-    mtc_result_t rc = dp_layout_build(l, numels, r->count, &cfg);
-    free(numels);
-    return rc;
-}
-
 /* Chunk k's configuration of its buffer of kind b (shared: from
  * train_shared_embedding; base: where the buffer starts in the model's flat
  * buffers, after the kinds before it). */
@@ -112,7 +90,7 @@ static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offse
     for (int b = 0; rc == MTC_OK && b < x->nbuf; b++) {
         mtc_ddp_config dc = train_gbuf_config(x, lc->k, b, shared, base);
         mtc_comm_t sh = x->gbuf[b].shard;
-        rc = train_buffer_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
+        rc = mtc_ddp_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
         for (int i = 0; rc == MTC_OK && i < r->count; i++)
             if (b == 0 || (l[b].nparams && l[b].param_bucket[i] >= 0))
                 offsets[i] = base + (size_t)l[b].param[i].start;
@@ -144,26 +122,6 @@ static mtc_result_t train_slot_counts(const train_rank *x, const pp_schedule_con
     }
     free(ops), free(live);
     return rc;
-}
-
-/* The DDP's groups of chunk k's buffer of kind b: the reduction group, the
- * shard group as built (even of size 1: as many instances as dp ranks)
- * and the grid's inter-instance group of that chunk (several instances). */
-static mtc_ddp_comms train_gbuf_comms(const train_rank *x, int k, int b) {
-    const mtc_train_config *c = x->cfg;
-    int nd = mtc_grid_spec_get(x->grid)->nd;
-    mtc_ddp_comms comms = {.dp = x->gbuf[b].dp};
-    if (b == TRAIN_GBUF_DENSE && c->use_distributed_optimizer) {
-        comms.intra = nd > 1 ? mtc_grid_comm(x->grid, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0) : x->dp;
-        comms.inter = mtc_grid_comm(x->grid, MTC_GROUP_INTER_DIST_OPT, k);
-    } else if (b == TRAIN_GBUF_EXPERT) {
-        comms.intra = comms.dp;
-        if (c->use_distributed_optimizer && nd > 1 && comms.dp) {
-            comms.intra = mtc_grid_comm(x->grid, MTC_GROUP_HIER_EXPT_DP, 0);
-            comms.inter = mtc_grid_comm(x->grid, MTC_GROUP_EXPT_INTER_DIST_OPT, k);
-        }
-    }
-    return comms;
 }
 
 /* Chunk k: the model (laid out for its DDP), the DDP on the model's
@@ -212,7 +170,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
             held = mtc_ddp_holds(&m->reg, &m->reg.params[i], x->gbuf[b].params);
         if (!held) continue; /* a chunk without local experts */
         mtc_ddp_config dc = train_gbuf_config(x, k, b, shared, base);
-        mtc_ddp_comms comms = train_gbuf_comms(x, k, b);
+        mtc_ddp_comms comms =
+            mtc_ddp_kind_comms(x->grid, &x->gbuf[b], c->use_distributed_optimizer, k);
         rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->buf[b].ddp);
         if (rc == MTC_OK) base += (size_t)ch->buf[b].ddp->layout.numel;
     }
@@ -397,37 +356,15 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
-#define GROUP(kind) (mtc_grid_comm(x->grid, (kind), 0))
-#define NONTRIVIAL(comm) ((comm) && mtc_comm_size(comm) > 1 ? (comm) : NULL)
+    /* the groups train itself talks over: the registry's reductions, the
+     * pipeline's, the experts' (gathering the model) */
     x->tp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_TP);
     x->dp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_DP_CP);
-    x->cp = NONTRIVIAL(GROUP(MTC_GROUP_CP));
-    x->ep = NONTRIVIAL(GROUP(MTC_GROUP_EP));
-    x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
     x->embd = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_EMBEDDING);
-    /* the kinds of gradient buffer: the dense one, reduced over
-     * DATA_PARALLEL_GROUP_WITH_CP, sharded with the distributed optimizer
-     * over it (or its intra-instance slice), each param held once over
-     * MODEL_PARALLEL_GROUP; with experts split over EP the expert-parallel
-     * one (Megatron's expert optimizer): reduced and sharded over
-     * EXPERT_DATA_PARALLEL_GROUP (or its intra-instance slice), each expert
-     * held once over EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP */
-    int nd = mtc_grid_spec_get(x->grid)->nd, dopt = c->use_distributed_optimizer;
-    x->nbuf = train_ep_split(x) ? 2 : 1;
-    x->gbuf[TRAIN_GBUF_DENSE] = (train_gbuf_kind){
-        .params = x->nbuf > 1 ? MTC_DDP_PARAMS_DENSE : MTC_DDP_PARAMS_ALL,
-        .dp = x->dp,
-        .shard = dopt ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_INTRA_PARTIAL_DP_CP) : x->dp) : NULL,
-        .norm = NONTRIVIAL(GROUP(MTC_GROUP_MP))};
-    mtc_comm_t edp = NONTRIVIAL(GROUP(MTC_GROUP_EXPT_DP));
-    if (x->nbuf > 1)
-        x->gbuf[TRAIN_GBUF_EXPERT] = (train_gbuf_kind){
-            .params = MTC_DDP_PARAMS_EXPERT,
-            .dp = edp,
-            .shard = dopt ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_HIER_EXPT_DP) : edp) : NULL,
-            .norm = NONTRIVIAL(GROUP(MTC_GROUP_TP_EP_PP))};
-#undef NONTRIVIAL
-#undef GROUP
+    x->pipe = mtc_grid_comm_nontrivial(x->grid, MTC_GROUP_PP, 0);
+    x->ep = mtc_grid_comm_nontrivial(x->grid, MTC_GROUP_EP, 0);
+    /* the kinds of gradient buffer and their groups (dp/groups.c) */
+    x->nbuf = mtc_ddp_kinds(x->grid, c->use_distributed_optimizer, train_ep_split(x), x->gbuf);
     x->pp_size = gc.pp, x->pp_rank = co->pp;
     x->dp_size = mtc_grid_spec_get(x->grid)->dp;
     x->dp_rank = co->dp; /* the data rank; CP ranks of one DP rank share its samples */
@@ -475,7 +412,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     for (int k = 0; k < x->vpp; k++)
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
-    x->pos = x->cp ? x->chunks[0].model->cp.pos : NULL;
+    x->pos = x->chunks[0].model->cp.cp > 1 ? x->chunks[0].model->cp.pos : NULL;
     /* every executor the run will use, made now (each is collective over
      * PIPELINE_MODEL_PARALLEL_GROUP and allocates): the step loop only picks */
     for (int e = 0; bs && e < bs->n; e++)

@@ -89,7 +89,7 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
     for (int b = 0; b < x->nbuf; b++) {
         /* comm: all-reduce(the kind's shard group) with the distributed optimizer,
          * all-reduce(MODEL_PARALLEL_GROUP or EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP) */
-        const train_gbuf_kind *kd = &x->gbuf[b];
+        const mtc_ddp_kind *kd = &x->gbuf[b];
         if (kd->shard)
             MTC_CHECK(mtc_all_reduce(&s[b], &s[b], 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->shard));
         if (kd->norm)
