@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cp/cp.h"
+#include "dp/ddp.h"
 #include "dp/layout.h"
 #include "grid/grid.h"
 #include "model/family.h"
@@ -189,14 +190,14 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels,
         *buf = *held = sum;
         return MTC_OK;
     }
-    dp_layout_config dc = {.dp = dp,
-                           .bucket_size = dp_layout_bucket_size(l->ddp_bucket_size, l->dp,
-                                                                l->overlap_grad_reduce, r, k),
-                           .pad_high_busbw = l->pad_high_busbw,
-                           .use_distopt = 1,
-                           .placement_only = 1, /* held from the gaps: O(params) */
-                           .skip_empty = 1,
-                           .shared_embedding = shared};
+    /* the DDP's own layout configuration (dp/ddp.h), as train builds its buffers */
+    mtc_ddp_config ddc = {.use_distopt = 1,
+                          .bucket_size = dp_layout_bucket_size(l->ddp_bucket_size, l->dp,
+                                                               l->overlap_grad_reduce, r, k),
+                          .pad_high_busbw = l->pad_high_busbw,
+                          .shared_embedding = shared};
+    dp_layout_config dc = mtc_ddp_layout_config(&ddc, dp);
+    dc.placement_only = 1; /* held from the gaps: O(params) */
     dp_layout lay;
     memset(&lay, 0, sizeof lay);
     mtc_result_t rc = dp_layout_build(&lay, numels, n, &dc);
