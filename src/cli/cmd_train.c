@@ -190,7 +190,7 @@ int cli_cmd_train(int argc, char **argv) {
     double sch_warmup_fraction = 0, sch_init_lr = 0, sch_start_wd = 0, sch_end_wd = 0;
     double sch_exit_mins = 0;
     const char *sch_wsd_style = "exponential", *sch_wd_style = "constant";
-    /* observability (issue 18) */
+    /* observability */
     int profile = 0, timing_level = 0;
     int64_t prof_start = 10, prof_end = 12;
     const char *prof_dir = NULL, *trace = NULL, *timing_opt = "minmax";
@@ -202,18 +202,17 @@ int cli_cmd_train(int argc, char **argv) {
     int rc_layers = 0;
     const char *rc_modules = NULL;
     int check_nan = 1;
-    /* mixed precision (issue 17) */
+    /* mixed precision */
     int bf16 = 0, fp16 = 0, grad_bf16 = 0, acc_fp32 = 1, ls_window = 1000, hyst = 2;
     const char *bf16_gemm = NULL;
     double loss_scale = 0, init_ls = 4294967296.0, min_ls = 1.0;
     const char *noop_s[3] = {NULL, NULL, NULL};
-    /* issue 16: Megatron flags without effect here, and ones refused */
+    /* Megatron flags without effect here */
     const char *noop_s2[6] = {NULL};
     int noop_f2[5] = {0}, ln1p = 0;
     mtc_arg_strings ramp = {0};
     const char *bs_text = NULL;
     static mtc_batch_schedule bsched; /* read by the rank-threads for the whole run */
-    static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
     double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
     int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
@@ -410,7 +409,7 @@ int cli_cmd_train(int argc, char **argv) {
          "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with "
          "--vpp) before training",
          0},
-        /* Megatron's schedule flags (issue 16; optim/optim.h has the formulas) */
+        /* Megatron's schedule flags (optim/optim.h has the formulas) */
         {"train-samples", NULL, MTC_ARG_I64, &sch_train_samples, "N",
          "sample-based training: N samples (train-iters = N / global batch); excludes "
          "--train-iters",
@@ -440,7 +439,7 @@ int cli_cmd_train(int argc, char **argv) {
          "stop (and save, with --save) after the first iteration divisible by N", 0},
         {"exit-duration-in-mins", NULL, MTC_ARG_DOUBLE, &sch_exit_mins, "M",
          "stop (and save, with --save) once training has run M minutes", 0},
-        /* Megatron's tokenizer flags (issue 16) */
+        /* Megatron's tokenizer flags */
         {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
          "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|ByteLevelTokenizer|"
          "CharLevelTokenizer (default CharLevelTokenizer for text; for a Megatron dataset the "
@@ -564,12 +563,6 @@ int cli_cmd_train(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
-    for (int i = 0; i < nargs; i++) /* results would differ from Megatron's: say so, once */
-        if (args[i].seen && args[i].help == REFUSED)
-            return cli_usage_error("train",
-                                   "--%s changes what Megatron computes and is not implemented in "
-                                   "mtc: drop it (the run would not match Megatron's)",
-                                   args[i].name);
 
     (void)per_token_loss, (void)ln1p;
     if (mtc_args_seen(args, nargs, "decoupled-lr") && !(decoupled_lr >= 0))

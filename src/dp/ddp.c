@@ -339,42 +339,6 @@ static void ddp_for_each_held(mtc_ddp *d, ddp_range_fn fn, void *arg) {
     }
 }
 
-typedef struct {
-    int tp_rank;
-    double sum;
-} ddp_norm_acc;
-
-static void ddp_sumsq_range(mtc_ddp *d, int64_t start, int64_t n, int p, void *arg) {
-    ddp_norm_acc *a = arg;
-    if (d->tp_duplicate[p] && a->tp_rank != 0) return;
-    a->sum += nn_sumsq(d->grads + start, (size_t)n);
-}
-
-mtc_result_t mtc_ddp_grad_norm(mtc_ddp *d, int tp_rank, mtc_comm_t mp, double *norm) {
-    ddp_norm_acc a = {.tp_rank = tp_rank};
-    ddp_for_each_held(d, ddp_sumsq_range, &a);
-    double s = a.sum;
-    if (d->cfg.use_distopt && d->comms.intra && mtc_comm_size(d->comms.intra) > 1)
-        MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, d->comms.intra));
-    if (mp && mtc_comm_size(mp) > 1)
-        MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, mp));
-    *norm = sqrt(s);
-    return MTC_OK;
-}
-
-static void ddp_scale_range(mtc_ddp *d, int64_t start, int64_t n, int p, void *arg) {
-    nn_scale(d->grads + start, *(const float *)arg, (size_t)n);
-}
-
-float mtc_ddp_grad_clip(mtc_ddp *d, double norm, float max_norm) {
-    if (max_norm <= 0) return 1.0f;
-    double coeff = (double)max_norm / (norm + 1e-6);
-    if (!(coeff < 1.0)) return 1.0f;
-    float f = (float)coeff;
-    ddp_for_each_held(d, ddp_scale_range, &f);
-    return f;
-}
-
 static void ddp_count_range(mtc_ddp *d, int64_t start, int64_t n, int p, void *arg) {
     *(int64_t *)arg += n;
 }

@@ -202,20 +202,6 @@ int mtc_ddp_buckets_launched(const mtc_ddp *d);
  * comm: all-reduce(dp) or reduce-scatter(intra) [+ all-reduce(inter)]. */
 mtc_result_t mtc_ddp_finish(mtc_ddp *d);
 
-/* Global L2 norm of the reduced gradient (after mtc_ddp_finish). Each
- * element is counted once: params flagged tp_duplicate count only on
- * tp_rank 0; with the distributed optimizer each rank sums its shard and
- * the squares are all-reduced over the intra group (each instance holds the
- * whole gradient). mp may be NULL, else the partial sums are also
- * all-reduced over it (the model-parallel TP x PP group).
- * comm: all-reduce(intra) [distributed optimizer], all-reduce(mp). */
-mtc_result_t mtc_ddp_grad_norm(mtc_ddp *d, int tp_rank, mtc_comm_t mp, double *norm);
-/* Megatron's clip_grad_norm_fp32: coeff = max_norm / (norm + 1e-6), applied
- * (as float) to the reduced gradient this rank holds (its shards, or the
- * whole buffer) when coeff < 1. Returns the factor applied (1 when none;
- * max_norm <= 0 disables clipping). */
-float mtc_ddp_grad_clip(mtc_ddp *d, double norm, float max_norm);
-
 /* Param elements whose reduced gradient (and optimizer state) this rank
  * holds: its shards' param pieces (padding excluded) with the distributed
  * optimizer, every param without. Summed over the intra group it is the

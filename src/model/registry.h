@@ -1,4 +1,6 @@
-/* model/registry.h - the parameter registry (DESIGN.md section 4).
+/* model/registry.h - the parameter registry: the one table that drives
+ * initialisation, splits, reductions, the norm and checkpoints
+ * (docs/architecture.md).
  *
  * Every model parameter is registered once, with its global name (Hugging
  * Face GPT-2 naming), global shape, initialisation rule and the fields the

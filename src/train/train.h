@@ -1,18 +1,23 @@
-/* train/train.h - the training loop on any tp x pp (x vpp) x dp layout
- * (serial = world 1; pipelines through pp/executor.h, interleaved with vpp
- * model chunks per rank, rank r chunk c = virtual stage c*pp + r): ranks started by mtc_launch (shm
- * rank-threads, or MPI ranks under mpirun), Megatron's groups from grid/, data -> microbatches
- * (Megatron's data_sample_index, this DP rank's share) -> forward/backward over the TP group
- * (model/, tp/) -> gradient reduction over DP in buckets, overlapped with the last microbatch's
- * backward (dp/ddp.h) -> TP all-reduce of sequence-parallel gradients -> global norm (TP duplicates
- * once) -> clip -> AdamW -> log / eval / metrics from the last rank (the
- * loss owner, as Megatron); checkpoints every --save-interval and at the end
- * (train_ckpt.c: each rank writes its own pieces, no gather).
+/* train/train.h - the training loop on any layout of the grid (tp, cp, dp,
+ * pp with vpp model chunks per rank, ep, etp; serial = world 1): ranks
+ * started by mtc_launch (shm rank-threads, or MPI ranks under mpirun), the
+ * grid built from cfg->grid (grid/), each model chunk given the grid and its
+ * layers (model/, which derives the TP, CP and MoE contexts in tp/, cp/,
+ * moe/), its gradient buffers from dp/; then per step: data -> microbatches
+ * (Megatron's data_sample_index, this DP rank's share) -> forward/backward
+ * (through pp/executor.h with pp > 1) -> the buffers reduced in buckets,
+ * overlapped with the last microbatch's backward (dp/ddp.h) -> the
+ * registry's other reductions over the grid's groups
+ * (mtc_grid_reduce_comm) -> global norm -> clip -> AdamW (optim/, or the
+ * distributed optimizer's shard, dp/distopt.h) -> log / eval / metrics from
+ * the last rank (the loss owner, as Megatron); checkpoints every
+ * --save-interval and at the end (train_ckpt.c: each rank writes its own
+ * pieces, no gather).
  *
  * Loss is Megatron's: mean over every token of the global batch (each
  * token's loss scaled by 1/(global_batch*T)), gradients accumulated over
  * microbatches. Log lines go to `out` in Megatron's format (conventions.md
- * 2.8); FLOPs by mtc_model_flops (core_v0.14 formula).
+ * 2.8); FLOPs by mtc_model_flops (Megatron's formula).
  * Relies on model/, optim/, data/, comm/, grid/, dp/; the caller (cli/)
  * validates flags and opens the data source (shared read-only by the
  * rank-threads). */
@@ -58,7 +63,7 @@ typedef struct {
                                  snapshot; committed once every rank's writer finished */
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
-    /* ---- parallel layout (issue 5) ---- */
+    /* ---- parallel layout ---- */
     int world_size; /* shm rank-threads (ignored under mpirun); 0/1 = serial */
     /* tp, pp, cp (with --hierarchical-context-parallel-sizes), ep, etp, vpp
      * and the distributed-optimizer instances: the grid's configuration as
@@ -84,14 +89,14 @@ typedef struct {
     int64_t ddp_bucket_size;   /* --ddp-bucket-size in elements (0 = Megatron's default; used only
                                   with overlap) */
     int backend;               /* mtc_backend_kind_t (0 = auto) */
-    /* ---- distributed optimizer (issue 7; train/optimizer_step.c) ---- */
+    /* ---- distributed optimizer (dp/distopt.h; train/train_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
                                       the owned shard, AdamW there, all-gather params */
     int overlap_param_gather;      /* --overlap-param-gather: the all-gathers run until the
                                       next step's forward needs the params */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
-    /* ---- mixed precision (issue 17; docs/mixed-precision.md) ---- */
+    /* ---- mixed precision (docs/mixed-precision.md) ---- */
     int bf16;                  /* --bf16: bf16 compute copies, fp32 main params and grads */
     int fp16;                  /* --fp16: fp16-rounded compute copies, loss scaling */
     int grad_reduce_in_bf16;   /* --grad-reduce-in-bf16: DP reductions in bf16 */
@@ -102,7 +107,7 @@ typedef struct {
     int loss_scale_window;     /* --loss-scale-window (0: 1000) */
     int hysteresis;            /* --hysteresis (0: 2) */
     float *loss_scales_out;    /* (train_iters) the loss scale each iteration ran with (tests) */
-    /* ---- observability (issue 18; train/train_obs.c) ---- */
+    /* ---- observability (train/train_obs.c) ---- */
     const char *trace_path;     /* NULL = none: Chrome Trace Event JSON of every rank */
     int64_t profile_step_start; /* traced: iterations start < it <= end (Megatron's */
     int64_t profile_step_end;   /*   --profile-step-start/-end count completed steps) */
@@ -112,7 +117,7 @@ typedef struct {
     double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;
                                    0: the cached machine peak (core/peak.h) / ranks on it */
     const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops) */
-    /* ---- Megatron's exits (issue 16) ---- */
+    /* ---- Megatron's exits ---- */
     int64_t exit_interval;     /* --exit-interval N: stop after an iteration divisible by N */
     double exit_duration_mins; /* --exit-duration-in-mins: stop once training has run this
                                   long (every rank decides alike: a MAX all-reduce) */
