@@ -151,17 +151,12 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     const mtc_model_config *c = &m->cfg;
     model_register_opts o = {m->first_layer, m->last_layer, m->has_embedding, m->has_head,
                              m->tp.sequence_parallel};
-    MTC_CHECK(mtc_registry_init(&m->reg, 8 + model_family_params_per_layer(c) * c->num_layers));
-    m->reg.tp = m->tp_size, m->reg.tp_rank = m->tp_rank;
-    m->reg.etp = m->moe.etp ? mtc_comm_size(m->moe.etp) : 1;
-    MTC_CHECK(model_family_register(&m->reg, c, &o, m->pidx, layer_first));
-    if (m->moe.ep) { /* EP rank r holds only its experts: the others take no storage */
-        int e0, El;
-        moe_local_expert_range(c->moe.num_experts, mtc_comm_size(m->moe.ep),
-                               mtc_comm_rank(m->moe.ep), &e0, &El);
-        mtc_registry_split_ep(&m->reg, e0, e0 + El);
-        mtc_registry_layout(&m->reg);
-    }
+    model_rank_split rs = {.tp = m->tp_size,
+                           .tp_rank = m->tp_rank,
+                           .etp = m->moe.etp ? mtc_comm_size(m->moe.etp) : 1,
+                           .ep = m->moe.ep ? mtc_comm_size(m->moe.ep) : 1,
+                           .ep_rank = m->moe.ep ? mtc_comm_rank(m->moe.ep) : 0};
+    MTC_CHECK(model_family_register_rank(&m->reg, c, &o, &rs, m->pidx, layer_first));
     mtc_registry full;
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;

@@ -135,27 +135,16 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
                                       int *count) {
     const mtc_model_config *c = &l->model;
     mtc_registry reg;
+    memset(&reg, 0, sizeof reg);
     int pidx[MTC_NGLOBAL_ROLES];
     int *lf = calloc((size_t)c->num_layers + 1, sizeof(int));
     if (!lf) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layer table");
-    /* the chunk's layers only: sized for the whole model, vpp chunks of an
-     * L-layer model cost O(L^2) (fuzz_args: 8256 layers took over a minute) */
-    mtc_result_t rc =
-        mtc_registry_init(&reg, 8 + model_family_params_per_layer(c) * (last - first));
-    if (rc != MTC_OK) {
-        free(lf);
-        return rc;
-    }
-    reg.tp = l->tp, reg.tp_rank = 0;
+    /* the model's own registration of the chunk (model/family.h), on TP and
+     * EP rank 0 (every EP rank holds as many experts) */
     int E = c->moe.num_experts;
-    if (E > 0) reg.etp = l->etp;
     model_register_opts o = {first, last, has_emb, has_head, l->sequence_parallel};
-    rc = model_family_register(&reg, c, &o, pidx, lf);
-    if (rc == MTC_OK && E > 0 && l->ep > 1) {
-        int e0, El;
-        moe_local_expert_range(E, l->ep, 0, &e0, &El);
-        mtc_registry_split_ep(&reg, e0, e0 + El);
-    }
+    model_rank_split rs = {.tp = l->tp, .etp = E > 0 ? l->etp : 0, .ep = E > 0 ? l->ep : 1};
+    mtc_result_t rc = model_family_register_rank(&reg, c, &o, &rs, pidx, lf);
     int n = reg.count;
     *numels = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
     *shared = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
