@@ -111,18 +111,7 @@ static mtc_result_t plan_inflight(const mtc_plan_layout *l, int r, int *peak) {
                              .vpp = l->vpp > 1 ? l->vpp : 0,
                              .group_size = l->mb_group,
                              .num_microbatches = l->global_batch / (l->micro_batch * l->dp)};
-    pp_op *ops = calloc((size_t)pp_schedule_max_ops(&sc), sizeof *ops);
-    int *live = calloc((size_t)l->vpp, sizeof(int));
-    mtc_result_t rc = ops && live ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
-    pp_schedule_counts n = {0};
-    if (rc == MTC_OK) rc = pp_schedule_build(ops, &n, &sc, r);
-    for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
-        int k = ops[i].chunk;
-        live[k] += ops[i].kind == PP_OP_FORWARD ? 1 : -1;
-        if (live[k] > peak[k]) peak[k] = live[k];
-    }
-    free(ops), free(live);
-    return rc;
+    return pp_schedule_peak_inflight(&sc, r, l->vpp, peak);
 }
 
 /* One chunk's parameter numels (forward order) from the model's registry,

@@ -107,21 +107,7 @@ static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offse
  * this rank's training order (at least 1). */
 static mtc_result_t train_slot_counts(const train_rank *x, const pp_schedule_config *sc,
                                       int *peak) {
-    for (int k = 0; k < x->vpp; k++)
-        peak[k] = 1;
-    if (sc->pp == 1) return MTC_OK;
-    pp_op *ops = calloc((size_t)pp_schedule_max_ops(sc), sizeof *ops);
-    int *live = calloc((size_t)x->vpp, sizeof(int));
-    mtc_result_t rc = ops && live ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
-    pp_schedule_counts n = {0};
-    if (rc == MTC_OK) rc = pp_schedule_build(ops, &n, sc, x->pp_rank);
-    for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
-        int k = ops[i].chunk;
-        live[k] += ops[i].kind == PP_OP_FORWARD ? 1 : -1;
-        if (live[k] > peak[k]) peak[k] = live[k];
-    }
-    free(ops), free(live);
-    return rc;
+    return pp_schedule_peak_inflight(sc, x->pp_rank, x->vpp, peak);
 }
 
 /* Chunk k: the model (laid out for its DDP), the DDP on the model's
