@@ -628,7 +628,6 @@ int cli_cmd_train(int argc, char **argv) {
         !(dist_timeout_min > 0 && dist_timeout_min <= 1e6))
         return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
                                dist_timeout_min);
-    if (dist_timeout_min > 0) mtc_comm_set_default_timeout(dist_timeout_min * 60.0);
     /* one comm type, or one per layer (Megatron's nargs='+') */
     static int cp_types[MTC_ARG_STRINGS_MAX];
     int cp_type = -1, cp_any_hier = 0;
@@ -997,7 +996,8 @@ int cli_cmd_train(int argc, char **argv) {
     tc.save_interval = save_interval, tc.ckpt_step = ckpt_step, tc.load_weights_file = load_file;
     tc.no_load_optim = no_load_optim, tc.finetune = finetune, tc.async_save = async_save;
     tc.world_size = world, tc.sequence_parallel = sp;
-    mtc_grid_config_default(&tc.grid); /* the layout, once */
+    tc.comm_timeout_s = dist_timeout_min > 0 ? dist_timeout_min * 60.0 : 0; /* the launch's */
+    mtc_grid_config_default(&tc.grid);                                      /* the layout, once */
     tc.grid.tp = tp, tc.grid.pp = pp, tc.grid.cp = cp, tc.grid.ep = ep, tc.grid.etp = etp;
     tc.grid.vpp = vpp, tc.grid.num_dist_opt_instances = nd;
     if (hcp.n == 2)

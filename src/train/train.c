@@ -731,6 +731,7 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     train_shared sh = {.cfg = &cc, .src = src, .out = out, .threads_per_rank = threads};
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
                           .world_size = world,
+                          .timeout_s = c->comm_timeout_s,
                           .pin_threads = threads > 1 ? 0 : -1};
     return mtc_launch(&lo, train_rank_main, &sh);
 }

@@ -89,6 +89,8 @@ typedef struct {
     int64_t ddp_bucket_size;   /* --ddp-bucket-size in elements (0 = Megatron's default; used only
                                   with overlap) */
     int backend;               /* mtc_backend_kind_t (0 = auto) */
+    double comm_timeout_s;     /* --distributed-timeout-minutes x 60: every collective's deadline
+                                  (0: the launcher's default, MTC_COMM_TIMEOUT or 300 s) */
     /* ---- distributed optimizer (dp/distopt.h; train/train_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
                                       the owned shard, AdamW there, all-gather params */
