@@ -6,6 +6,7 @@
  * seq_aux_loss and the z-loss, TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP for
  * global_aux_loss); and the one home of the ETP rule. Relies on grid/;
  * does not communicate. */
+#include "core/log.h"
 #include "moe/moe.h"
 
 void moe_groups_from_grid(moe_groups *g, mtc_grid_t grid) {
@@ -16,6 +17,20 @@ void moe_groups_from_grid(moe_groups *g, mtc_grid_t grid) {
     g->tpep = mtc_grid_comm_nontrivial(grid, MTC_GROUP_TP_EP, 0);
     g->tpcp = mtc_grid_comm_nontrivial(grid, MTC_GROUP_TP_CP, 0);
     g->tpdpcp = mtc_grid_comm_nontrivial(grid, MTC_GROUP_TP_DP_CP, 0);
+}
+
+void moe_assert_etp_groups(const mtc_grid_spec *spec) {
+    int tp = spec->cfg.tp, etp = spec->cfg.etp > 0 ? spec->cfg.etp : tp;
+    for (int r = 0; etp > 1 && etp == tp && r < spec->cfg.world_size; r++) {
+        /* the experts' ETP slices follow the TP split (model/family.c): with
+         * train's order (Megatron's default, tp first in both generators)
+         * each ETP group is a TP group, rank for rank */
+        mtc_grid_coord co;
+        mtc_grid_coord_of(&co, spec, r);
+        for (int t = 0; t < etp; t++)
+            MTC_ASSERT(mtc_grid_rank_dense(spec, t, co.cp, co.dp, co.pp) ==
+                       mtc_grid_rank_expert(spec, t, co.ep, co.edp, co.pp));
+    }
 }
 
 mtc_result_t mtc_moe_validate_etp(int etp, int tp) {

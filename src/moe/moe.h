@@ -86,6 +86,10 @@ mtc_result_t mtc_moe_validate(const mtc_moe_config *m, int num_layers, int ffn, 
 /* The ETP rule (moe/groups.c): expert-tensor-parallel-size etp is 1 or the
  * TP size (0: the TP size); mtc splits experts over the TP ranks themselves. */
 mtc_result_t mtc_moe_validate_etp(int etp, int tp);
+/* Internal invariant behind etp = tp: on spec's order each
+ * EXPERT_TENSOR_PARALLEL_GROUP is a TENSOR_MODEL_PARALLEL_GROUP, rank for
+ * rank (an assert: train's orders always satisfy it). */
+void moe_assert_etp_groups(const mtc_grid_spec *spec);
 
 /* A rank's MoE groups (moe/groups.c), each NULL when of size 1. */
 typedef struct {

@@ -125,17 +125,9 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                                       c->model.moe.num_experts, c->model.num_layers, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
-    int etp = gc.etp > 0 ? gc.etp : gc.tp;
-    for (int r = 0; c->model.moe.num_experts > 0 && etp > 1 && etp == gc.tp && r < gc.world_size;
-         r++) {
-        /* the experts' ETP slices follow the TP split (model/family.c): with
-         * train's order (Megatron's default, tp first in both generators)
-         * each ETP group is a TP group, rank for rank */
-        mtc_grid_coord co;
-        mtc_grid_coord_of(&co, &spec, r);
-        for (int t = 0; t < etp; t++)
-            MTC_ASSERT(mtc_grid_rank_dense(&spec, t, co.cp, co.dp, co.pp) ==
-                       mtc_grid_rank_expert(&spec, t, co.ep, co.edp, co.pp));
+    if (c->model.moe.num_experts > 0) {
+        MTC_CHECK(mtc_moe_validate_etp(c->grid.etp, gc.tp));
+        moe_assert_etp_groups(&spec);
     }
     /* context parallelism's own rules on top of the TP split (cp/) */
     MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
