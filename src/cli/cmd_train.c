@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "data/data.h"
+#include "model/model_cli.h"
 #include "moe/moe_cli.h"
 #include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
@@ -180,7 +181,6 @@ int cli_cmd_train(int argc, char **argv) {
     int async_save = 0;
     int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
-    const char *norm = "LayerNorm", *posemb = "learned_absolute";
     mtc_arg_strings cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
@@ -214,44 +214,15 @@ int cli_cmd_train(int argc, char **argv) {
     const char *bs_text = NULL;
     static mtc_batch_schedule bsched; /* read by the rank-threads for the whole run */
     int noop_f[11] = {0};
-    double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
-    int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
-    int qkv_bias = 0, kv_channels = 0;
-    moe_cli_flags moe_f = MOE_CLI_DEFAULTS; /* mixture of experts (moe/moe_cli.h) */
+    model_cli_flags model_f = MODEL_CLI_DEFAULTS; /* the architecture (model/model_cli.h) */
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS;       /* mixture of experts (moe/moe_cli.h) */
     mtc_arg args[] = {
         {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
         {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
         {"num-attention-heads", NULL, MTC_ARG_INT, &NH, "N", "attention heads (default 4)", 0},
         {"ffn-hidden-size", NULL, MTC_ARG_INT, &F, "N", "MLP hidden size (default 4*hidden)", 0},
         {"seq-length", NULL, MTC_ARG_INT, &T, "N", "sequence length (default 128)", 0},
-        {"normalization", NULL, MTC_ARG_STRING, &norm, "S",
-         "LayerNorm|RMSNorm (default LayerNorm; RMSNorm for Llama)", 0},
-        {"norm-epsilon", NULL, MTC_ARG_DOUBLE, &norm_eps, "X", "norm epsilon (default 1e-5)", 0},
-        {"position-embedding-type", NULL, MTC_ARG_STRING, &posemb, "S",
-         "learned_absolute|rope|none (default learned_absolute; rope for Llama)", 0},
-        {"use-rotary-position-embeddings", NULL, MTC_ARG_FLAG, &use_rope, NULL,
-         "the same as --position-embedding-type rope", 0},
-        {"rotary-base", NULL, MTC_ARG_DOUBLE, &rot_base, "X", "RoPE base (default 10000)", 0},
-        {"rotary-percent", NULL, MTC_ARG_DOUBLE, &rot_pct, "X",
-         "fraction of each head's channels rotated (default 1.0)", 0},
-        {"rotary-interleaved", NULL, MTC_ARG_FLAG, &rot_inter, NULL,
-         "rotate adjacent channel pairs instead of the two halves (default off, as HF Llama)", 0},
-        {"swiglu", NULL, MTC_ARG_FLAG, &swiglu, NULL,
-         "SwiGLU MLP: fc1 = [gate | up], silu(gate) * up (ffn default int(8h/3/64)*64)", 0},
-        {"group-query-attention", NULL, MTC_ARG_FLAG, &gqa, NULL,
-         "grouped-query attention with --num-query-groups key/value heads", 0},
-        {"num-query-groups", NULL, MTC_ARG_INT, &groups, "G",
-         "key/value groups with --group-query-attention (default 1)", 0},
-        {"kv-channels", NULL, MTC_ARG_INT, &kv_channels, "N",
-         "head size (default hidden-size / num-attention-heads)", 0},
-        {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
-         "a separate output layer instead of the input embedding (Llama)", 0},
-        {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL,
-         "no biases in the linear layers (Llama)", 0},
-        {"add-qkv-bias", NULL, MTC_ARG_FLAG, &qkv_bias, NULL,
-         "a QKV bias even with --disable-bias-linear (Qwen)", 0},
-        {"init-method-std", NULL, MTC_ARG_DOUBLE, &init_std, "X",
-         "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0},
+        MODEL_CLI_ARGS(model_f), /* the architecture (model/model_cli.h) */
         {"max-position-embeddings", NULL, MTC_ARG_INT, &maxpos, "N",
          "positions (default seq-length)", 0},
         {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
@@ -843,41 +814,13 @@ int cli_cmd_train(int argc, char **argv) {
     if (C < 1 || C > (1 << 18))
         return cli_usage_error("train", "hidden-size=%d is outside [1, %d]", C, 1 << 18);
     /* Megatron's default for SwiGLU keeps the parameter count of 4h */
-    mc->ffn_hidden_size = F ? F : swiglu ? (int)((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4 * C;
+    mc->ffn_hidden_size = F ? F : model_cli_default_ffn(C, model_f.swiglu);
     mc->seq_length = T;
     mc->max_position_embeddings = maxpos ? maxpos : T;
     mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
-    mc->init_std = (float)init_std;
-    if (!strcmp(norm, "LayerNorm"))
-        mc->normalization = MTC_NORM_LAYERNORM;
-    else if (!strcmp(norm, "RMSNorm"))
-        mc->normalization = MTC_NORM_RMSNORM;
-    else
-        return cli_usage_error("train", "normalization=%s is unknown (use LayerNorm or RMSNorm)",
-                               norm);
-    if (use_rope) posemb = "rope";
-    if (!strcmp(posemb, "learned_absolute"))
-        mc->position_embedding = MTC_POS_LEARNED;
-    else if (!strcmp(posemb, "rope"))
-        mc->position_embedding = MTC_POS_ROPE;
-    else if (!strcmp(posemb, "none"))
-        mc->position_embedding = MTC_POS_NONE;
-    else
-        return cli_usage_error(
-            "train", "position-embedding-type=%s is unknown (use learned_absolute, rope or none)",
-            posemb);
-    if (!(init_std > 0 && init_std < 10))
-        return cli_usage_error("train", "init-method-std=%g must be in (0, 10)", init_std);
-    if (!(norm_eps > 0 && norm_eps < 1))
-        return cli_usage_error("train", "norm-epsilon=%g must be in (0, 1)", norm_eps);
-    if (!(rot_base > 1 && rot_base < 1e12))
-        return cli_usage_error("train", "rotary-base=%g must be in (1, 1e12)", rot_base);
-    if (!(rot_pct > 0 && rot_pct <= 1))
-        return cli_usage_error("train", "rotary-percent=%g must be in (0, 1]", rot_pct);
-    if (gqa && groups < 1)
-        return cli_usage_error("train", "num-query-groups=%d must be >= 1", groups);
-    if (!gqa && mtc_args_seen(args, nargs, "num-query-groups"))
-        return cli_usage_error("train", "--num-query-groups needs --group-query-attention");
+    if (model_cli_resolve(&model_f, mtc_args_seen(args, nargs, "num-query-groups"),
+                          MODEL_CLI_GROUPS_NEED_GQA, mc) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (timing_level < 0 || timing_level > 2)
         return cli_usage_error("train", "timing-log-level=%d must be 0, 1 or 2", timing_level);
     int timing_option = !strcmp(timing_opt, "max")      ? 0
@@ -915,20 +858,9 @@ int cli_cmd_train(int argc, char **argv) {
     tc.trace_buffer_mb = trace_mb;
     tc.timing_log_level = timing_level, tc.timing_log_option = timing_option;
     tc.peak_tflops = peak_tflops;
-    if (kv_channels < 0)
-        return cli_usage_error("train", "kv-channels=%d must be >= 1", kv_channels);
-    mc->norm_epsilon = (float)norm_eps;
-    mc->rotary_base = (float)rot_base, mc->rotary_percent = (float)rot_pct;
-    mc->rotary_interleaved = rot_inter;
-    mc->swiglu = swiglu;
-    mc->num_query_groups = gqa ? groups : 0;
-    mc->kv_channels = kv_channels;
-    mc->untie_embeddings = untie;
-    mc->disable_bias_linear = nobias;
-    mc->add_qkv_bias = qkv_bias;
     mc->moe = moe_cfg;
-    if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, tp, sp, ep, etp ? etp : tp, !nobias) !=
-        MTC_OK)
+    if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, tp, sp, ep, etp ? etp : tp,
+                         !model_f.nobias) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     /* shape checks that need no data, before opening anything */
     mc->vocab_size = mc->padded_vocab_size = 1;
