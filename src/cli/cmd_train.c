@@ -600,34 +600,12 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
                                dist_timeout_min);
     /* one comm type, or one per layer (Megatron's nargs='+') */
-    static int cp_types[MTC_ARG_STRINGS_MAX];
-    int cp_type = -1, cp_any_hier = 0;
-    for (int i = 0; i < cp_comm.n; i++) {
-        cp_types[i] = cp_comm_type_parse(cp_comm.v[i]);
-        if (cp_types[i] < 0)
-            return cli_usage_error(
-                "train", "cp-comm-type=%s is unknown (use p2p, all_gather, a2a or a2a+p2p)",
-                cp_comm.v[i]);
-        cp_any_hier |= cp_types[i] == CP_COMM_A2A_P2P;
-    }
-    cp_type = cp_types[0];
-    if (cp_comm.n != 1 && cp_comm.n != L)
-        return cli_usage_error("train",
-                               "cp-comm-type has %d values: give one, or one per layer "
-                               "(num-layers=%d)",
-                               cp_comm.n, L);
-    if (hcp.n && (hcp.n != 2 || hcp.v[0] < 1 || hcp.v[1] < 1 || hcp.v[0] * hcp.v[1] != cp))
-        return cli_usage_error("train",
-                               "hierarchical-context-parallel-sizes must be two sizes A P with "
-                               "A*P = context-parallel-size=%d (e.g. --hierarchical-context-"
-                               "parallel-sizes 2 %d)",
-                               cp, cp % 2 ? cp : cp / 2);
-    if (cp_any_hier && !hcp.n)
-        return cli_usage_error("train",
-                               "cp-comm-type a2a+p2p needs "
-                               "--hierarchical-context-parallel-sizes A P (A*P = "
-                               "context-parallel-size=%d)",
-                               cp);
+    static int cp_types[MTC_ARG_STRINGS_MAX]; /* read by the rank-threads for the whole run */
+    int cp_per_layer = 0;
+    if (cp_options_resolve(cp_comm.v, cp_comm.n, L, cp, hcp.v, hcp.n, cp_types, &cp_per_layer) !=
+        MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    int cp_type = cp_types[0];
     mtc_moe_config moe_cfg;
     if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &moe_cfg) != MTC_OK)
@@ -935,7 +913,7 @@ int cli_cmd_train(int argc, char **argv) {
     if (hcp.n == 2)
         tc.grid.n_hcp = 2, tc.grid.hcp[0] = (int)hcp.v[0], tc.grid.hcp[1] = (int)hcp.v[1];
     tc.cp_comm_type = cp_type;
-    tc.cp_layer_types = cp_comm.n > 1 ? cp_types : NULL;
+    tc.cp_layer_types = cp_per_layer ? cp_types : NULL;
     tc.decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
     tc.decoupled_lr = decoupled_lr, tc.decoupled_min_lr = decoupled_min_lr;
     tc.no_check_nan = !check_nan;

@@ -54,6 +54,36 @@ mtc_result_t cp_validate(const mtc_grid_config *g, int type, const int *layer_ty
     return MTC_OK;
 }
 
+mtc_result_t cp_options_resolve(const char *const *names, int nnames, int num_layers, int cp,
+                                const int64_t *hcp, int nhcp, int *types, int *any_per_layer) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    int hier = 0;
+    for (int i = 0; i < nnames; i++) {
+        types[i] = cp_comm_type_parse(names[i]);
+        if (types[i] < 0)
+            return mtc_error(E, "cp-comm-type=%s is unknown (use p2p, all_gather, a2a or a2a+p2p)",
+                             names[i]);
+        hier |= types[i] == CP_COMM_A2A_P2P;
+    }
+    if (nnames != 1 && nnames != num_layers)
+        return mtc_error(E,
+                         "cp-comm-type has %d values: give one, or one per layer (num-layers=%d)",
+                         nnames, num_layers);
+    if (nhcp && (nhcp != 2 || hcp[0] < 1 || hcp[1] < 1 || hcp[0] * hcp[1] != cp))
+        return mtc_error(E,
+                         "hierarchical-context-parallel-sizes must be two sizes A P with A*P = "
+                         "context-parallel-size=%d (e.g. --hierarchical-context-parallel-sizes 2 "
+                         "%d)",
+                         cp, cp % 2 ? cp : cp / 2);
+    if (hier && !nhcp)
+        return mtc_error(E,
+                         "cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P "
+                         "(A*P = context-parallel-size=%d)",
+                         cp);
+    *any_per_layer = nnames > 1;
+    return MTC_OK;
+}
+
 mtc_result_t cp_ctx_init(cp_ctx *cp, cp_ctx **layers, mtc_grid_t grid, int seq_length,
                          cp_comm_type type, const int *layer_types, int first_layer,
                          int last_layer) {

@@ -64,6 +64,13 @@ typedef struct {
  * the command line gave them; nothing to check at cp 1. */
 mtc_result_t cp_validate(const mtc_grid_config *g, int type, const int *layer_types, int num_layers,
                          int seq_length, int heads, int groups, int sequence_parallel);
+/* The command line's CP options, checked (cp/context.c): --cp-comm-type's
+ * nnames values (one, or one per layer of num_layers) into types[nnames],
+ * and --hierarchical-context-parallel-sizes (nhcp values, A*P = cp, needed
+ * by a2a+p2p); *any_per_layer = one type per layer. One-line
+ * INVALID_ARGUMENT naming the value and the fix. */
+mtc_result_t cp_options_resolve(const char *const *names, int nnames, int num_layers, int cp,
+                                const int64_t *hcp, int nhcp, int *types, int *any_per_layer);
 /* This rank's CP context for the layers [first_layer, last_layer) of a
  * model of seq_length positions, from its grid (NULL, or cp 1: no context
  * parallelism): the group, the positions and, with layer_types (one per
