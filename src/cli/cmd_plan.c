@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cp/cp.h"
 #include "grid/grid.h"
+#include "model/model_cli.h"
 #include "moe/moe_cli.h"
 #include "pp/layout_cli.h"
 #include "plan/plan.h"
@@ -109,7 +110,8 @@ static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
 int cli_cmd_plan(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, vocab = 50257, divisible = 128, mbs = 4, gbs = 0;
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
-    int fp32 = 0, swiglu = 0, groups = 0, untie = 0, nobias = 0, kv = 0, pad_high = 0, qkn = 0;
+    int fp32 = 0, pad_high = 0;
+    model_cli_flags model_f = MODEL_CLI_DEFAULTS; /* the architecture (model/model_cli.h) */
     int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
@@ -119,7 +121,6 @@ int cli_cmd_plan(int argc, char **argv) {
     const char *cp_comm = "p2p";
     double achieved = 0, hdrop = 0.1, adrop = 0.1;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
-    const char *norm = "LayerNorm", *posemb = "learned_absolute";
     mtc_arg args[] = {
         {"num-layers", NULL, MTC_ARG_INT, &L, "N", "transformer layers (default 4)", 0},
         {"hidden-size", NULL, MTC_ARG_INT, &C, "N", "hidden size (default 128)", 0},
@@ -129,17 +130,8 @@ int cli_cmd_plan(int argc, char **argv) {
         {"vocab-size", NULL, MTC_ARG_INT, &vocab, "N", "vocabulary (default 50257)", 0},
         {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &divisible, "N",
          "pad the vocabulary to a multiple of N x tp (default 128)", 0},
-        {"normalization", NULL, MTC_ARG_STRING, &norm, "S", "LayerNorm|RMSNorm", 0},
-        {"position-embedding-type", NULL, MTC_ARG_STRING, &posemb, "S",
-         "learned_absolute|rope|none", 0},
-        {"swiglu", NULL, MTC_ARG_FLAG, &swiglu, NULL, "SwiGLU MLP", 0},
-        {"num-query-groups", NULL, MTC_ARG_INT, &groups, "G",
-         "key/value groups (grouped-query attention; default = heads)", 0},
-        {"kv-channels", NULL, MTC_ARG_INT, &kv, "N", "head size (default h / heads)", 0},
-        {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
-         "a separate output layer", 0},
-        {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL, "no linear biases", 0},
-        {"qk-layernorm", NULL, MTC_ARG_FLAG, &qkn, NULL, "per-head norms of q and k", 0},
+        MODEL_CLI_ARGS(model_f), /* mtc train's (model/model_cli.h); --num-query-groups alone
+                                    implies --group-query-attention here */
         {"hidden-dropout", NULL, MTC_ARG_DOUBLE, &hdrop, "P",
          "as mtc train (default 0.1): on this machine its masks cost time", 0},
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &adrop, "P", "as mtc train (default 0.1)", 0},
@@ -298,32 +290,17 @@ int cli_cmd_plan(int argc, char **argv) {
     memset(&l, 0, sizeof l);
     mtc_model_config *mc = &l.model;
     mc->num_layers = L, mc->hidden_size = C, mc->num_heads = NH, mc->seq_length = T;
-    /* the default in double: a hidden size past INT_MAX / 4 must reach the
-     * range check, not overflow (fuzz_args: --hidden-size 2000000000) */
-    double F_def = swiglu ? floor((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4.0 * C;
-    mc->ffn_hidden_size = F ? F : F_def > INT_MAX ? INT_MAX : (int)F_def;
+    mc->ffn_hidden_size = F ? F : model_cli_default_ffn(C, model_f.swiglu);
     mc->max_position_embeddings = T, mc->vocab_size = vocab, mc->padded_vocab_size = vocab;
-    if (!strcmp(norm, "RMSNorm"))
-        mc->normalization = MTC_NORM_RMSNORM;
-    else if (strcmp(norm, "LayerNorm"))
-        return cli_usage_error("plan", "normalization=%s is unknown (use LayerNorm or RMSNorm)",
-                               norm);
-    if (!strcmp(posemb, "rope"))
-        mc->position_embedding = MTC_POS_ROPE;
-    else if (!strcmp(posemb, "none"))
-        mc->position_embedding = MTC_POS_NONE;
-    else if (strcmp(posemb, "learned_absolute"))
-        return cli_usage_error("plan",
-                               "position-embedding-type=%s is unknown (use learned_absolute, rope "
-                               "or none)",
-                               posemb);
-    mc->swiglu = swiglu, mc->num_query_groups = groups, mc->kv_channels = kv;
+    if (model_cli_resolve(&model_f, mtc_args_seen(args, nargs, "num-query-groups"),
+                          MODEL_CLI_GROUPS_IMPLY_GQA, mc) != MTC_OK)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
     mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
-    mc->untie_embeddings = untie, mc->disable_bias_linear = nobias, mc->qk_layernorm = qkn;
     mc->moe = moe_cfg;
     if (moe_cfg.num_experts > 0) { /* the layout-free MoE rules, before any layout */
         mc->padded_vocab_size = vocab > 0 ? vocab : 1;
-        if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, 1, 0, 1, 1, !nobias) != MTC_OK)
+        if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, 1, 0, 1, 1, !model_f.nobias) !=
+            MTC_OK)
             return cli_usage_error("plan", "%s", mtc_error_detail());
         /* every layout registers each expert of its chunks: the planner stops at
          * 65536 expert MLPs (DeepSeek-V3 has 256 x 58) */

@@ -18,6 +18,7 @@
 #include "data/data.h"
 #include "cli/train_compat.h"
 #include "data/tok_cli.h"
+#include "model/model_cli.h"
 #include "moe/moe_cli.h"
 #include "pp/layout_cli.h"
 #include "nn/lowp.h"
@@ -184,7 +185,6 @@ int cli_cmd_train(int argc, char **argv) {
     int async_save = 0;
     int save_interval = 0, no_load_optim = 0, no_load_rng = 0, finetune = 0, override_sched = 0;
     int64_t ckpt_step = -1;
-    const char *norm = "LayerNorm", *posemb = "learned_absolute";
     mtc_arg_strings cp_comm = {1, {"p2p"}};
     mtc_arg_ints hcp = {0};
     data_tok_opts tok_opts = {0};
@@ -195,7 +195,7 @@ int cli_cmd_train(int argc, char **argv) {
     double sch_warmup_fraction = 0, sch_init_lr = 0, sch_start_wd = 0, sch_end_wd = 0;
     double sch_exit_mins = 0;
     const char *sch_wsd_style = "exponential", *sch_wd_style = "constant";
-    /* observability (issue 18) */
+    /* observability */
     int profile = 0, timing_level = 0;
     int64_t prof_start = 10, prof_end = 12;
     const char *prof_dir = NULL, *trace = NULL, *timing_opt = "minmax";
@@ -207,23 +207,20 @@ int cli_cmd_train(int argc, char **argv) {
     int rc_layers = 0;
     const char *rc_modules = NULL;
     int check_nan = 1;
-    /* mixed precision (issue 17) */
+    /* mixed precision */
     int bf16 = 0, fp16 = 0, grad_bf16 = 0, acc_fp32 = 1, ls_window = 1000, hyst = 2;
     const char *bf16_gemm = NULL;
     double loss_scale = 0, init_ls = 4294967296.0, min_ls = 1.0;
     const char *noop_s[3] = {NULL, NULL, NULL};
-    /* issue 16: Megatron flags without effect here, and ones refused */
+    /* Megatron flags without effect here */
     const char *noop_s2[6] = {NULL};
     int noop_f2[5] = {0}, ln1p = 0;
     mtc_tb_flags tb_flags = MTC_TB_FLAGS_DEFAULTS; /* --tensorboard-dir (train/tensorboard.h) */
     mtc_arg_strings ramp = {0};
     const char *bs_text = NULL;
     static mtc_batch_schedule bsched; /* read by the rank-threads for the whole run */
-    static const char *const REFUSED = "Megatron's; not implemented in mtc: refused";
     int noop_f[11] = {0};
-    double norm_eps = 1e-5, rot_base = 10000, rot_pct = 1.0, init_std = 0.02;
-    int rot_inter = 0, use_rope = 0, swiglu = 0, gqa = 0, groups = 1, untie = 0, nobias = 0;
-    int qkv_bias = 0, kv_channels = 0, qk_norm = 0;
+    model_cli_flags model_f = MODEL_CLI_DEFAULTS;   /* the architecture (model/model_cli.h) */
     moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
     pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
     pp_layout_args pp_split = {0};
@@ -234,36 +231,7 @@ int cli_cmd_train(int argc, char **argv) {
         {"num-attention-heads", NULL, MTC_ARG_INT, &NH, "N", "attention heads (default 4)", 0},
         {"ffn-hidden-size", NULL, MTC_ARG_INT, &F, "N", "MLP hidden size (default 4*hidden)", 0},
         {"seq-length", NULL, MTC_ARG_INT, &T, "N", "sequence length (default 128)", 0},
-        {"normalization", NULL, MTC_ARG_STRING, &norm, "S",
-         "LayerNorm|RMSNorm (default LayerNorm; RMSNorm for Llama)", 0},
-        {"norm-epsilon", NULL, MTC_ARG_DOUBLE, &norm_eps, "X", "norm epsilon (default 1e-5)", 0},
-        {"position-embedding-type", NULL, MTC_ARG_STRING, &posemb, "S",
-         "learned_absolute|rope|none (default learned_absolute; rope for Llama)", 0},
-        {"use-rotary-position-embeddings", NULL, MTC_ARG_FLAG, &use_rope, NULL,
-         "the same as --position-embedding-type rope", 0},
-        {"rotary-base", NULL, MTC_ARG_DOUBLE, &rot_base, "X", "RoPE base (default 10000)", 0},
-        {"rotary-percent", NULL, MTC_ARG_DOUBLE, &rot_pct, "X",
-         "fraction of each head's channels rotated (default 1.0)", 0},
-        {"rotary-interleaved", NULL, MTC_ARG_FLAG, &rot_inter, NULL,
-         "rotate adjacent channel pairs instead of the two halves (default off, as HF Llama)", 0},
-        {"swiglu", NULL, MTC_ARG_FLAG, &swiglu, NULL,
-         "SwiGLU MLP: fc1 = [gate | up], silu(gate) * up (ffn default int(8h/3/64)*64)", 0},
-        {"group-query-attention", NULL, MTC_ARG_FLAG, &gqa, NULL,
-         "grouped-query attention with --num-query-groups key/value heads", 0},
-        {"num-query-groups", NULL, MTC_ARG_INT, &groups, "G",
-         "key/value groups with --group-query-attention (default 1)", 0},
-        {"kv-channels", NULL, MTC_ARG_INT, &kv_channels, "N",
-         "head size (default hidden-size / num-attention-heads)", 0},
-        {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untie, NULL,
-         "a separate output layer instead of the input embedding (Llama)", 0},
-        {"disable-bias-linear", NULL, MTC_ARG_FLAG, &nobias, NULL,
-         "no biases in the linear layers (Llama)", 0},
-        {"add-qkv-bias", NULL, MTC_ARG_FLAG, &qkv_bias, NULL,
-         "a QKV bias even with --disable-bias-linear (Qwen)", 0},
-        {"qk-layernorm", NULL, MTC_ARG_FLAG, &qk_norm, NULL,
-         "normalise each query and key head (--normalization's kind) before RoPE", 0},
-        {"init-method-std", NULL, MTC_ARG_DOUBLE, &init_std, "X",
-         "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0},
+        MODEL_CLI_ARGS(model_f), /* the architecture (model/model_cli.h) */
         {"max-position-embeddings", NULL, MTC_ARG_INT, &maxpos, "N",
          "positions (default seq-length)", 0},
         {"micro-batch-size", NULL, MTC_ARG_INT, &mbs, "N", "samples per microbatch (default 4)", 0},
@@ -423,7 +391,7 @@ int cli_cmd_train(int argc, char **argv) {
          "print the last rank's gradient buffer layout (as `mtc layout`; one per model chunk with "
          "--vpp) before training",
          0},
-        /* Megatron's schedule flags (issue 16; optim/optim.h has the formulas) */
+        /* Megatron's schedule flags (optim/optim.h has the formulas) */
         {"train-samples", NULL, MTC_ARG_I64, &sch_train_samples, "N",
          "sample-based training: N samples (train-iters = N / global batch); excludes "
          "--train-iters",
@@ -453,7 +421,7 @@ int cli_cmd_train(int argc, char **argv) {
          "stop (and save, with --save) after the first iteration divisible by N", 0},
         {"exit-duration-in-mins", NULL, MTC_ARG_DOUBLE, &sch_exit_mins, "M",
          "stop (and save, with --save) once training has run M minutes", 0},
-        /* Megatron's tokenizer flags (issue 16) */
+        /* Megatron's tokenizer flags */
         {"tokenizer-type", NULL, MTC_ARG_STRING, &tokenizer, "S",
          "GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer|ByteLevelTokenizer|"
          "CharLevelTokenizer|SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|"
@@ -590,12 +558,6 @@ int cli_cmd_train(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
-    for (int i = 0; i < nargs; i++) /* results would differ from Megatron's: say so, once */
-        if (args[i].seen && args[i].help == REFUSED)
-            return cli_usage_error("train",
-                                   "--%s changes what Megatron computes and is not implemented in "
-                                   "mtc: drop it (the run would not match Megatron's)",
-                                   args[i].name);
 
     (void)per_token_loss, (void)ln1p;
     if (mtc_args_seen(args, nargs, "decoupled-lr") && !(decoupled_lr >= 0))
@@ -661,47 +623,22 @@ int cli_cmd_train(int argc, char **argv) {
         !(dist_timeout_min > 0 && dist_timeout_min <= 1e6))
         return cli_usage_error("train", "distributed-timeout-minutes=%g must be in (0, 1e6]",
                                dist_timeout_min);
-    if (dist_timeout_min > 0) mtc_comm_set_default_timeout(dist_timeout_min * 60.0);
     /* one comm type, or one per layer (Megatron's nargs='+') */
-    static int cp_types[MTC_ARG_STRINGS_MAX];
-    int cp_type = -1, cp_any_hier = 0;
-    for (int i = 0; i < cp_comm.n; i++) {
-        cp_types[i] = cp_comm_type_parse(cp_comm.v[i]);
-        if (cp_types[i] < 0)
-            return cli_usage_error(
-                "train", "cp-comm-type=%s is unknown (use p2p, all_gather, a2a or a2a+p2p)",
-                cp_comm.v[i]);
-        cp_any_hier |= cp_types[i] == CP_COMM_A2A_P2P;
-    }
-    cp_type = cp_types[0];
-    if (cp_comm.n != 1 && cp_comm.n != L)
-        return cli_usage_error("train",
-                               "cp-comm-type has %d values: give one, or one per layer "
-                               "(num-layers=%d)",
-                               cp_comm.n, L);
-    if (hcp.n && (hcp.n != 2 || hcp.v[0] < 1 || hcp.v[1] < 1 || hcp.v[0] * hcp.v[1] != cp))
-        return cli_usage_error("train",
-                               "hierarchical-context-parallel-sizes must be two sizes A P with "
-                               "A*P = context-parallel-size=%d (e.g. --hierarchical-context-"
-                               "parallel-sizes 2 %d)",
-                               cp, cp % 2 ? cp : cp / 2);
-    if (cp_any_hier && !hcp.n)
-        return cli_usage_error("train",
-                               "cp-comm-type a2a+p2p needs "
-                               "--hierarchical-context-parallel-sizes A P (A*P = "
-                               "context-parallel-size=%d)",
-                               cp);
+    static int cp_types[MTC_ARG_STRINGS_MAX]; /* read by the rank-threads for the whole run */
+    int cp_per_layer = 0;
+    if (cp_options_resolve(cp_comm.v, cp_comm.n, L, cp, hcp.v, hcp.n, cp_types, &cp_per_layer) !=
+        MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    int cp_type = cp_types[0];
     mtc_moe_config moe_cfg;
-    if ((st = train_compat_apply(&compat, use_rope ? "rope" : posemb, &moe_f.dispatcher)) >= 0)
+    if ((st = train_compat_apply(&compat, model_f.use_rope ? "rope" : model_f.posemb,
+                                 &moe_f.dispatcher)) >= 0)
         return st;
     if (moe_cli_resolve(&moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    if (etp != 0 && etp != 1 && etp != tp)
-        return cli_usage_error("train",
-                               "expert-tensor-parallel-size=%d must be 1 or the tensor-parallel "
-                               "size %d so far",
-                               etp, tp);
+    if (mtc_moe_validate_etp(etp, tp) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (vpp && (lpvs || vstages))
         return cli_usage_error(
             "train",
@@ -895,41 +832,13 @@ int cli_cmd_train(int argc, char **argv) {
     if (C < 1 || C > (1 << 18))
         return cli_usage_error("train", "hidden-size=%d is outside [1, %d]", C, 1 << 18);
     /* Megatron's default for SwiGLU keeps the parameter count of 4h */
-    mc->ffn_hidden_size = F ? F : swiglu ? (int)((4.0 * C * 2.0 / 3.0) / 64) * 64 : 4 * C;
+    mc->ffn_hidden_size = F ? F : model_cli_default_ffn(C, model_f.swiglu);
     mc->seq_length = T;
     mc->max_position_embeddings = maxpos ? maxpos : T;
     mc->hidden_dropout = (float)hdrop, mc->attention_dropout = (float)adrop;
-    mc->init_std = (float)init_std;
-    if (!strcmp(norm, "LayerNorm"))
-        mc->normalization = MTC_NORM_LAYERNORM;
-    else if (!strcmp(norm, "RMSNorm"))
-        mc->normalization = MTC_NORM_RMSNORM;
-    else
-        return cli_usage_error("train", "normalization=%s is unknown (use LayerNorm or RMSNorm)",
-                               norm);
-    if (use_rope) posemb = "rope";
-    if (!strcmp(posemb, "learned_absolute"))
-        mc->position_embedding = MTC_POS_LEARNED;
-    else if (!strcmp(posemb, "rope"))
-        mc->position_embedding = MTC_POS_ROPE;
-    else if (!strcmp(posemb, "none"))
-        mc->position_embedding = MTC_POS_NONE;
-    else
-        return cli_usage_error(
-            "train", "position-embedding-type=%s is unknown (use learned_absolute, rope or none)",
-            posemb);
-    if (!(init_std > 0 && init_std < 10))
-        return cli_usage_error("train", "init-method-std=%g must be in (0, 10)", init_std);
-    if (!(norm_eps > 0 && norm_eps < 1))
-        return cli_usage_error("train", "norm-epsilon=%g must be in (0, 1)", norm_eps);
-    if (!(rot_base > 1 && rot_base < 1e12))
-        return cli_usage_error("train", "rotary-base=%g must be in (1, 1e12)", rot_base);
-    if (!(rot_pct > 0 && rot_pct <= 1))
-        return cli_usage_error("train", "rotary-percent=%g must be in (0, 1]", rot_pct);
-    if (gqa && groups < 1)
-        return cli_usage_error("train", "num-query-groups=%d must be >= 1", groups);
-    if (!gqa && mtc_args_seen(args, nargs, "num-query-groups"))
-        return cli_usage_error("train", "--num-query-groups needs --group-query-attention");
+    if (model_cli_resolve(&model_f, mtc_args_seen(args, nargs, "num-query-groups"),
+                          MODEL_CLI_GROUPS_NEED_GQA, mc) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (timing_level < 0 || timing_level > 2)
         return cli_usage_error("train", "timing-log-level=%d must be 0, 1 or 2", timing_level);
     int timing_option = !strcmp(timing_opt, "max")      ? 0
@@ -973,20 +882,9 @@ int cli_cmd_train(int argc, char **argv) {
     tc.timing_log_level = timing_level, tc.timing_log_option = timing_option;
     tc.peak_tflops = peak_tflops;
     tc.tensorboard = tb_flags;
-    if (kv_channels < 0)
-        return cli_usage_error("train", "kv-channels=%d must be >= 1", kv_channels);
-    mc->norm_epsilon = (float)norm_eps;
-    mc->rotary_base = (float)rot_base, mc->rotary_percent = (float)rot_pct;
-    mc->rotary_interleaved = rot_inter;
-    mc->swiglu = swiglu;
-    mc->num_query_groups = gqa ? groups : 0;
-    mc->kv_channels = kv_channels;
-    mc->untie_embeddings = untie;
-    mc->disable_bias_linear = nobias;
-    mc->add_qkv_bias = qkv_bias, mc->qk_layernorm = qk_norm;
     mc->moe = moe_cfg;
-    if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, tp, sp, ep, etp ? etp : tp, !nobias) !=
-        MTC_OK)
+    if (mtc_moe_validate(&moe_cfg, L, mc->ffn_hidden_size, tp, sp, ep, etp ? etp : tp,
+                         !model_f.nobias) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     /* shape checks that need no data, before opening anything */
     mc->vocab_size = mc->padded_vocab_size = 1;
@@ -1053,13 +951,17 @@ int cli_cmd_train(int argc, char **argv) {
     tc.metrics_path = metrics, tc.save_path = save, tc.load_path = load;
     tc.save_interval = save_interval, tc.ckpt_step = ckpt_step, tc.load_weights_file = load_file;
     tc.no_load_optim = no_load_optim, tc.finetune = finetune, tc.async_save = async_save;
-    tc.world_size = world, tc.tp = tp, tc.pp = pp, tc.sequence_parallel = sp;
-    tc.cp = cp, tc.cp_comm_type = cp_type;
-    tc.cp_layer_types = cp_comm.n > 1 ? cp_types : NULL;
-    if (hcp.n == 2) tc.hcp_inner = (int)hcp.v[0], tc.hcp_outer = (int)hcp.v[1];
+    tc.world_size = world, tc.sequence_parallel = sp;
+    tc.comm_timeout_s = dist_timeout_min > 0 ? dist_timeout_min * 60.0 : 0; /* the launch's */
+    mtc_grid_config_default(&tc.grid);                                      /* the layout, once */
+    tc.grid.tp = tp, tc.grid.pp = pp, tc.grid.cp = cp, tc.grid.ep = ep, tc.grid.etp = etp;
+    tc.grid.vpp = vpp, tc.grid.num_dist_opt_instances = nd;
+    if (hcp.n == 2)
+        tc.grid.n_hcp = 2, tc.grid.hcp[0] = (int)hcp.v[0], tc.grid.hcp[1] = (int)hcp.v[1];
+    tc.cp_comm_type = cp_type;
+    tc.cp_layer_types = cp_per_layer ? cp_types : NULL;
     tc.decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
     tc.decoupled_lr = decoupled_lr, tc.decoupled_min_lr = decoupled_min_lr;
-    tc.ep = ep, tc.etp = etp;
     tc.no_check_nan = !check_nan;
     if (!acc_fp32 && !grad_bf16)
         return cli_usage_error("train", "--no-accumulate-allreduce-grads-in-fp32 is not supported: "
@@ -1078,10 +980,10 @@ int cli_cmd_train(int argc, char **argv) {
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
     tc.recompute_mlp = rc_mlp;
-    tc.vpp = vpp, tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
+    tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
-    tc.num_distopt_instances = nd, tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
+    tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     mc->padded_vocab_size = mtc_model_pad_vocab(1, divisible, tp);

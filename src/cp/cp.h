@@ -34,6 +34,7 @@
 #define MTC_CP_CP_H
 
 #include "comm/comm.h"
+#include "grid/grid.h"
 #include "nn/nn.h"
 
 typedef enum { CP_COMM_P2P = 0, CP_COMM_ALL_GATHER, CP_COMM_A2A, CP_COMM_A2A_P2P } cp_comm_type;
@@ -55,6 +56,31 @@ typedef struct {
     int *all_pos;            /* (Tg) every rank's positions, rank-major (owned by the caller) */
     size_t *hop_counts;      /* (4 cp) the ring hops' count arrays (owned by the caller) */
 } cp_ctx;
+
+/* CP's rules on a layout (cp/context.c), before anything is built: each
+ * layer's comm type (type, or layer_types[num_layers]) against the heads
+ * and groups of a TP rank (heads / tp, groups / tp) and the hierarchical
+ * sizes, and T/cp divisible by tp under sequence parallelism. g's sizes as
+ * the command line gave them; nothing to check at cp 1. */
+mtc_result_t cp_validate(const mtc_grid_config *g, int type, const int *layer_types, int num_layers,
+                         int seq_length, int heads, int groups, int sequence_parallel);
+/* The command line's CP options, checked (cp/context.c): --cp-comm-type's
+ * nnames values (one, or one per layer of num_layers) into types[nnames],
+ * and --hierarchical-context-parallel-sizes (nhcp values, A*P = cp, needed
+ * by a2a+p2p); *any_per_layer = one type per layer. One-line
+ * INVALID_ARGUMENT naming the value and the fix. */
+mtc_result_t cp_options_resolve(const char *const *names, int nnames, int num_layers, int cp,
+                                const int64_t *hcp, int nhcp, int *types, int *any_per_layer);
+/* This rank's CP context for the layers [first_layer, last_layer) of a
+ * model of seq_length positions, from its grid (NULL, or cp 1: no context
+ * parallelism): the group, the positions and, with layer_types (one per
+ * global layer), *layers = one context per chunk layer (else NULL). Freed
+ * by cp_ctx_free. INVALID_ARGUMENT for a sequence 2cp does not divide or
+ * a2a+p2p without hierarchical groups. */
+mtc_result_t cp_ctx_init(cp_ctx *cp, cp_ctx **layers, mtc_grid_t grid, int seq_length,
+                         cp_comm_type type, const int *layer_types, int first_layer,
+                         int last_layer);
+void cp_ctx_free(cp_ctx *cp, cp_ctx **layers);
 
 /* pos (T / cp) = the global positions of CP rank `rank`'s rows:
  * [rank*Tc, (rank+1)*Tc) then [(2cp-1-rank)*Tc, (2cp-rank)*Tc). T % (2 cp) == 0. */

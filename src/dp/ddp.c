@@ -65,6 +65,31 @@ static mtc_result_t ddp_check_sizes(const mtc_ddp_config *cfg, const mtc_ddp_com
     return MTC_OK;
 }
 
+dp_layout_config mtc_ddp_layout_config(const mtc_ddp_config *cfg, int dp) {
+    return (dp_layout_config){.skip_empty = 1,
+                              .dp = dp,
+                              .bucket_size = cfg->bucket_size,
+                              .pad_high_busbw = cfg->pad_high_busbw,
+                              .use_distopt = cfg->use_distopt,
+                              .shared_embedding = cfg->shared_embedding};
+}
+
+mtc_result_t mtc_ddp_layout(const mtc_registry *reg, const mtc_ddp_config *cfg, int dp,
+                            dp_layout *out) {
+    int n = reg->count;
+    int64_t *numels = NULL;
+    memset(out, 0, sizeof *out);
+    MTC_CHECK(mtc_mem_calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t), (void **)&numels));
+    for (int i = 0; i < n; i++)
+        numels[i] = mtc_ddp_holds(reg, &reg->params[i], cfg->params)
+                        ? (int64_t)reg->params[i].local_numel
+                        : 0;
+    dp_layout_config lc = mtc_ddp_layout_config(cfg, dp);
+    mtc_result_t rc = dp_layout_build(out, numels, n, &lc);
+    free(numels);
+    return rc;
+}
+
 mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
                           const mtc_ddp_comms *comms, float *params, float *grads, mtc_ddp **out) {
     *out = NULL;
@@ -75,7 +100,6 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     MTC_CHECK(ddp_check_sizes(cfg, comms));
     mtc_result_t rc;
     mtc_ddp *d = NULL;
-    int64_t *numels = NULL;
     MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof *d, (void **)&d), rc, fail);
     d->cfg = *cfg;
     d->cfg.shared_embedding = NULL;
@@ -86,19 +110,10 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     d->shard_rank = cfg->use_distopt ? ddp_rank(d->comms.intra) : 0;
 
     int n = reg->count;
-    MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t), (void **)&numels), rc,
-                   fail);
-    for (int i = 0; i < n; i++)
-        numels[i] = mtc_ddp_holds(reg, &reg->params[i], cfg->params)
-                        ? (int64_t)reg->params[i].local_numel
-                        : 0;
-    dp_layout_config lc = {.skip_empty = 1,
-                           .dp = cfg->use_distopt ? ddp_size(d->comms.intra) : d->dp_size,
-                           .bucket_size = cfg->bucket_size,
-                           .pad_high_busbw = cfg->pad_high_busbw,
-                           .use_distopt = cfg->use_distopt,
-                           .shared_embedding = cfg->shared_embedding};
-    MTC_CHECK_GOTO(dp_layout_build(&d->layout, numels, n, &lc), rc, fail);
+    MTC_CHECK_GOTO(mtc_ddp_layout(reg, cfg,
+                                  cfg->use_distopt ? ddp_size(d->comms.intra) : d->dp_size,
+                                  &d->layout),
+                   rc, fail);
 
     size_t np = (size_t)n;
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->is_2d), rc, fail);
@@ -138,11 +153,9 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
         MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&d->grads), rc, fail);
         d->owns_buffers = 1;
     }
-    free(numels);
     *out = d;
     return MTC_OK;
 fail:
-    free(numels);
     mtc_ddp_free(d);
     return rc;
 }
@@ -324,42 +337,6 @@ static void ddp_for_each_held(mtc_ddp *d, ddp_range_fn fn, void *arg) {
             fn(d, sp[k].gbuf_world.start, sp[k].gbuf_world.end - sp[k].gbuf_world.start,
                sp[k].param, arg);
     }
-}
-
-typedef struct {
-    int tp_rank;
-    double sum;
-} ddp_norm_acc;
-
-static void ddp_sumsq_range(mtc_ddp *d, int64_t start, int64_t n, int p, void *arg) {
-    ddp_norm_acc *a = arg;
-    if (d->tp_duplicate[p] && a->tp_rank != 0) return;
-    a->sum += nn_sumsq(d->grads + start, (size_t)n);
-}
-
-mtc_result_t mtc_ddp_grad_norm(mtc_ddp *d, int tp_rank, mtc_comm_t mp, double *norm) {
-    ddp_norm_acc a = {.tp_rank = tp_rank};
-    ddp_for_each_held(d, ddp_sumsq_range, &a);
-    double s = a.sum;
-    if (d->cfg.use_distopt && d->comms.intra && mtc_comm_size(d->comms.intra) > 1)
-        MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, d->comms.intra));
-    if (mp && mtc_comm_size(mp) > 1)
-        MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, mp));
-    *norm = sqrt(s);
-    return MTC_OK;
-}
-
-static void ddp_scale_range(mtc_ddp *d, int64_t start, int64_t n, int p, void *arg) {
-    nn_scale(d->grads + start, *(const float *)arg, (size_t)n);
-}
-
-float mtc_ddp_grad_clip(mtc_ddp *d, double norm, float max_norm) {
-    if (max_norm <= 0) return 1.0f;
-    double coeff = (double)max_norm / (norm + 1e-6);
-    if (!(coeff < 1.0)) return 1.0f;
-    float f = (float)coeff;
-    ddp_for_each_held(d, ddp_scale_range, &f);
-    return f;
 }
 
 static void ddp_count_range(mtc_ddp *d, int64_t start, int64_t n, int p, void *arg) {

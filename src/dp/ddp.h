@@ -64,6 +64,7 @@
 #include "comm/comm.h"
 #include "core/result.h"
 #include "dp/layout.h"
+#include "grid/grid.h"
 #include "model/registry.h"
 
 typedef enum {
@@ -104,6 +105,37 @@ typedef struct {
     mtc_comm_t intra; /* INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP; NULL = dp */
     mtc_comm_t inter; /* inter-instance group (size = instances); NULL with one instance */
 } mtc_ddp_comms;
+
+/* One kind of gradient buffer of a rank (dp/groups.c): which params, and
+ * its groups (NULL: size 1). */
+typedef struct {
+    mtc_ddp_params params;
+    int expert;       /* the expert-parallel buffers (after the dense one in a chunk) */
+    mtc_comm_t dp;    /* reduction: DATA_PARALLEL_GROUP_WITH_CP / EXPERT_DATA_PARALLEL_GROUP */
+    mtc_comm_t shard; /* the distributed optimizer's shard group (its members hold disjoint
+                         pieces; NULL without the distributed optimizer) */
+    mtc_comm_t norm;  /* members hold disjoint params of the kind: MODEL_PARALLEL_GROUP /
+                         EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP */
+} mtc_ddp_kind;
+
+/* The kinds of buffer of a rank from its grid into out[0..1]: the dense
+ * one (every param, or all but the expert-parallel ones with
+ * expert_split), and with expert_split (experts split over EP) the
+ * expert-parallel one. Returns how many. */
+int mtc_ddp_kinds(mtc_grid_t grid, int use_distopt, int expert_split, mtc_ddp_kind *out);
+/* The DDP's communicators of model chunk `chunk`'s buffer of that kind:
+ * the intra group as built (even of size 1), the grid's inter-instance
+ * group of the chunk with several optimizer instances. */
+mtc_ddp_comms mtc_ddp_kind_comms(mtc_grid_t grid, const mtc_ddp_kind *kind, int use_distopt,
+                                 int chunk);
+/* The layout a buffer of cfg->params params of reg has over shard groups
+ * of `dp` ranks (the intra group's size with the distributed optimizer;
+ * without it the layout has no padding): what mtc_ddp_init builds, for a
+ * model's layout hook to place its params the same way. */
+mtc_result_t mtc_ddp_layout(const mtc_registry *reg, const mtc_ddp_config *cfg, int dp,
+                            dp_layout *out);
+/* The dp_layout configuration of a DDP configuration over `dp` shard ranks. */
+dp_layout_config mtc_ddp_layout_config(const mtc_ddp_config *cfg, int dp);
 
 /* Bytes this rank holds for the buffer's params. */
 typedef struct {
@@ -169,20 +201,6 @@ int mtc_ddp_buckets_launched(const mtc_ddp *d);
  * is a caller bug: INVALID_USAGE naming it (after waiting for the rest).
  * comm: all-reduce(dp) or reduce-scatter(intra) [+ all-reduce(inter)]. */
 mtc_result_t mtc_ddp_finish(mtc_ddp *d);
-
-/* Global L2 norm of the reduced gradient (after mtc_ddp_finish). Each
- * element is counted once: params flagged tp_duplicate count only on
- * tp_rank 0; with the distributed optimizer each rank sums its shard and
- * the squares are all-reduced over the intra group (each instance holds the
- * whole gradient). mp may be NULL, else the partial sums are also
- * all-reduced over it (the model-parallel TP x PP group).
- * comm: all-reduce(intra) [distributed optimizer], all-reduce(mp). */
-mtc_result_t mtc_ddp_grad_norm(mtc_ddp *d, int tp_rank, mtc_comm_t mp, double *norm);
-/* Megatron's clip_grad_norm_fp32: coeff = max_norm / (norm + 1e-6), applied
- * (as float) to the reduced gradient this rank holds (its shards, or the
- * whole buffer) when coeff < 1. Returns the factor applied (1 when none;
- * max_norm <= 0 disables clipping). */
-float mtc_ddp_grad_clip(mtc_ddp *d, double norm, float max_norm);
 
 /* Param elements whose reduced gradient (and optimizer state) this rank
  * holds: its shards' param pieces (padding excluded) with the distributed

@@ -9,9 +9,10 @@
  * with --num-distributed-optimizer-instances > 1). Per step:
  *
  *   mtc_ddp_finish(d);                          reduced grads in the shard
- *   mtc_ddp_grad_norm(d, tp_rank, mp, &norm);   optional clipping:
- *   mtc_ddp_grad_clip(d, norm, max_norm);
- *   mtc_distopt_step(o, lr, 1, &hp);             AdamW on the shard + all-gather
+ *   the global norm over the shard pieces       (optim/optim.h's norm plan)
+ *   mtc_distopt_step(o, lr, clip, &hp);          AdamW on the shard with the
+ *                                               clipping factor folded in,
+ *                                               then the all-gather
  *   ... next forward: mtc_distopt_param_gather_wait_param(o, p) before
  *       reading param p (no-op without --overlap-param-gather).
  *

@@ -10,7 +10,12 @@
  * The whole table is built once per process and shared, reference-counted,
  * by the grids of its thread-ranks (4096 thread-ranks would otherwise build
  * and hold 4096 copies: quadratic memory); each slot points at its list in
- * it. Does not use the communicators itself. */
+ * it. With several distributed-optimizer instances it also splits the
+ * inter-instance groups (dense and expert), one per model chunk: each DDP
+ * chains its inter-instance all-reduces when polling finds a reduce-scatter
+ * done (timing-dependent), so two chunks' all-reduces on one communicator
+ * could be issued in different orders on different ranks. Does not use the
+ * communicators itself. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +97,47 @@ static void table_release(grid_table *t) {
     free(t);
 }
 
+static const grid_slot *slot_find(mtc_grid_t g, mtc_grid_kind_t kind, int level) {
+    for (int i = 0; i < g->nslots; i++)
+        if (g->slots[i].kind == kind && g->slots[i].level == level) return &g->slots[i];
+    return NULL;
+}
+
+/* The members of `of` that share this rank's position in `slice` (a
+ * subgroup of `of`), in `of`'s order: one communicator per chunk, as slots
+ * (kind, level = chunk). Collective over `of`. */
+static mtc_result_t grid_split_slices(mtc_grid_t g, mtc_comm_t of, mtc_comm_t slice,
+                                      mtc_grid_kind_t kind, const char *name, int nchunks) {
+    for (int k = 0; k < nchunks; k++) {
+        grid_slot *sl = &g->slots[g->nslots++];
+        sl->kind = kind, sl->level = k;
+        /* comm: split(of) */
+        MTC_CHECK(mtc_comm_split(of, mtc_comm_rank(slice), mtc_comm_rank(of), name, &sl->comm));
+    }
+    return MTC_OK;
+}
+
+/* nd > 1: the dense shard's inter-instance group splits
+ * DATA_PARALLEL_GROUP_WITH_CP by the position in
+ * INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP; with ep > 1 the expert
+ * shard's splits EXPERT_DATA_PARALLEL_GROUP by the position in
+ * HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0 (when that is smaller). */
+static mtc_result_t grid_split_inter(mtc_grid_t g, int nchunks) {
+    if (g->spec.nd <= 1) return MTC_OK;
+    const grid_slot *dp = slot_find(g, MTC_GROUP_DP_CP, 0),
+                    *ip = slot_find(g, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0);
+    if (dp && ip && dp->comm && ip->comm && mtc_comm_size(ip->comm) < mtc_comm_size(dp->comm))
+        MTC_CHECK(grid_split_slices(g, dp->comm, ip->comm, MTC_GROUP_INTER_DIST_OPT,
+                                    "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", nchunks));
+    const grid_slot *edp = slot_find(g, MTC_GROUP_EXPT_DP, 0),
+                    *x0 = slot_find(g, MTC_GROUP_HIER_EXPT_DP, 0);
+    if (g->spec.cfg.ep > 1 && edp && x0 && edp->comm && x0->comm && mtc_comm_size(edp->comm) > 1 &&
+        mtc_comm_size(x0->comm) < mtc_comm_size(edp->comm))
+        MTC_CHECK(grid_split_slices(g, edp->comm, x0->comm, MTC_GROUP_EXPT_INTER_DIST_OPT,
+                                    "EXPERT_INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", nchunks));
+    return MTC_OK;
+}
+
 void mtc_grid_free(mtc_grid_t g) {
     if (!g) return;
     for (int i = 0; i < g->nslots; i++)
@@ -114,11 +160,12 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
     if (!g) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid");
     mtc_result_t rc = mtc_grid_spec_init(&g->spec, &c);
     if (rc != MTC_OK) goto fail;
+    int nchunks = g->spec.cfg.vpp > 1 ? g->spec.cfg.vpp : 1;
     g->spec.cfg.order = g->spec.order; /* the copy must point into itself */
     mtc_grid_coord_of(&g->coord, &g->spec, rank);
     MTC_CHECK_GOTO(table_acquire(&g->spec, &g->table), rc, fail);
     const mtc_grid_groups *G = &g->table->G;
-    g->slots = calloc((size_t)G->nsets, sizeof *g->slots);
+    g->slots = calloc((size_t)G->nsets + 2 * (size_t)nchunks, sizeof *g->slots);
     if (!g->slots) {
         rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid slots");
         goto fail;
@@ -136,6 +183,7 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
         MTC_CHECK_GOTO(mtc_comm_split(world, idx, idx >= 0 ? pos : 0, set->name, &sl->comm), rc,
                        fail);
     }
+    MTC_CHECK_GOTO(grid_split_inter(g, nchunks), rc, fail);
     char coords[96];
     snprintf(coords, sizeof coords, "tp%d cp%d dp%d pp%d ep%d etp%d edp%d", g->coord.tp,
              g->coord.cp, g->coord.dp, g->coord.pp, g->coord.ep, g->coord.etp, g->coord.edp);
@@ -150,16 +198,26 @@ fail:
 const mtc_grid_spec *mtc_grid_spec_get(mtc_grid_t g) { return &g->spec; }
 const mtc_grid_coord *mtc_grid_coords(mtc_grid_t g) { return &g->coord; }
 
-static const grid_slot *slot_find(mtc_grid_t g, mtc_grid_kind_t kind, int level) {
-    for (int i = 0; i < g->nslots; i++)
-        if (g->slots[i].kind == kind && g->slots[i].level == level) return &g->slots[i];
-    return NULL;
-}
-
 mtc_comm_t mtc_grid_comm(mtc_grid_t g, mtc_grid_kind_t kind, int level) {
     const grid_slot *s = slot_find(g, kind, level);
     return s ? s->comm : NULL;
 }
+
+mtc_comm_t mtc_grid_comm_nontrivial(mtc_grid_t g, mtc_grid_kind_t kind, int level) {
+    mtc_comm_t c = mtc_grid_comm(g, kind, level);
+    return c && mtc_comm_size(c) > 1 ? c : NULL;
+}
+
+mtc_comm_t mtc_grid_reduce_comm(mtc_grid_t g, unsigned bit) {
+    switch (bit) {
+    case MTC_REDUCE_DP_CP: return mtc_grid_comm_nontrivial(g, MTC_GROUP_DP_CP, 0);
+    case MTC_REDUCE_TP: return mtc_grid_comm_nontrivial(g, MTC_GROUP_TP, 0);
+    case MTC_REDUCE_EMBEDDING: return mtc_grid_comm_nontrivial(g, MTC_GROUP_EMBD, 0);
+    default: return NULL;
+    }
+}
+
+int mtc_grid_chunks(mtc_grid_t g) { return g->spec.cfg.vpp > 1 ? g->spec.cfg.vpp : 1; }
 
 const int *mtc_grid_members(mtc_grid_t g, mtc_grid_kind_t kind, int level, int *n) {
     const grid_slot *s = slot_find(g, kind, level);

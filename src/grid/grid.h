@@ -141,6 +141,12 @@ typedef enum {
     MTC_GROUP_EXPT_DP,             /* EXPERT_DATA_PARALLEL_GROUP */
     MTC_GROUP_HIER_EXPT_DP,        /* HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0/L1, nd > 1 */
     MTC_GROUP_INTRA_DIST_OPT,      /* INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP */
+    /* built by mtc_grid_init only (no rank list in mtc_grid_groups), one
+     * communicator per model chunk (level = chunk), nd > 1: */
+    MTC_GROUP_INTER_DIST_OPT,      /* the dense shard's inter-instance all-reduce: position j of
+                                      every INTRA_PARTIAL slice of one dp-cp list */
+    MTC_GROUP_EXPT_INTER_DIST_OPT, /* the same for the expert shard (ep > 1): position j of every
+                                      HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0 slice */
     MTC_GROUP_KIND_COUNT
 } mtc_grid_kind_t;
 
@@ -180,6 +186,15 @@ int mtc_grid_groups_dist_opt_consistent(const mtc_grid_groups *g, int world_size
 
 /* ---- the per-rank grid object ------------------------------------------ */
 
+/* Which groups a parameter's gradient is summed over (a bit set the model's
+ * registry keeps per parameter, model/registry.h); mtc_grid_reduce_comm
+ * maps a bit to this rank's group. Serial runs reduce over nothing. */
+enum {
+    MTC_REDUCE_DP_CP = 1u << 0,     /* every dense parameter */
+    MTC_REDUCE_TP = 1u << 1,        /* layer-norm weights under sequence parallelism */
+    MTC_REDUCE_EMBEDDING = 1u << 2, /* tied input/output embedding across PP stages */
+};
+
 typedef struct mtc_grid *mtc_grid_t;
 
 /* Collective over world: validate cfg (world_size 0 = the communicator's
@@ -192,6 +207,15 @@ const mtc_grid_coord *mtc_grid_coords(mtc_grid_t g);
 /* The rank's communicator of that kind/level; NULL if not a member (e.g.
  * EMBEDDING_GROUP on a middle stage) or not built (e.g. nd == 1). */
 mtc_comm_t mtc_grid_comm(mtc_grid_t g, mtc_grid_kind_t kind, int level);
+/* The group that sums the gradients tagged with one MTC_REDUCE_* bit:
+ * DATA_PARALLEL_GROUP_WITH_CP, TENSOR_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP;
+ * NULL when the rank's group has one member (nothing to sum) or for
+ * another value. */
+mtc_comm_t mtc_grid_reduce_comm(mtc_grid_t g, unsigned bit);
+/* The communicator of that kind/level when it has more than one member, else NULL. */
+mtc_comm_t mtc_grid_comm_nontrivial(mtc_grid_t g, mtc_grid_kind_t kind, int level);
+/* Model chunks the grid holds per-chunk groups for (vpp, 1 when none). */
+int mtc_grid_chunks(mtc_grid_t g);
 /* The rank's list of that group (world ranks) and its length; NULL if none. */
 const int *mtc_grid_members(mtc_grid_t g, mtc_grid_kind_t kind, int level, int *n);
 

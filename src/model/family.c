@@ -327,3 +327,21 @@ mtc_result_t model_family_register(mtc_registry *r, const mtc_model_config *c,
     mtc_registry_layout(r);
     return MTC_OK;
 }
+
+mtc_result_t model_family_register_rank(mtc_registry *r, const mtc_model_config *c,
+                                        const model_register_opts *o, const model_rank_split *s,
+                                        int *pidx, int *layer_first) {
+    /* the chunk's layers only: sized for the whole model, vpp chunks of an
+     * L-layer model cost O(L^2) */
+    MTC_CHECK(mtc_registry_init(r, 8 + model_family_params_per_layer(c) *
+                                           (o->last_layer - o->first_layer)));
+    r->tp = s->tp, r->tp_rank = s->tp_rank, r->etp = s->etp;
+    MTC_CHECK(model_family_register(r, c, o, pidx, layer_first));
+    if (s->ep > 1) { /* EP rank r holds only its experts: the others take no storage */
+        int e0, El;
+        moe_local_expert_range(c->moe.num_experts, s->ep, s->ep_rank, &e0, &El);
+        mtc_registry_split_ep(r, e0, e0 + El);
+        mtc_registry_layout(r);
+    }
+    return MTC_OK;
+}

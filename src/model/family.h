@@ -26,4 +26,18 @@ int model_family_params_per_layer(const mtc_model_config *c);
 mtc_result_t model_family_register(mtc_registry *r, const mtc_model_config *c,
                                    const model_register_opts *o, int *pidx, int *layer_first);
 
+/* Which shards a rank holds: its TP rank of tp, the experts' ETP split
+ * (reg.etp), and its EP rank of ep (ep > 1: only its E/ep experts). */
+typedef struct {
+    int tp, tp_rank, etp, ep, ep_rank;
+} model_rank_split;
+/* The one registration of a chunk as a rank holds it (the model's buffers
+ * and the planner's memory both read it): r initialised for the chunk's
+ * layers, the family's parameters, the EP rank's experts (the others with
+ * no storage), laid out. pidx and layer_first as model_family_register;
+ * free r with mtc_registry_free, also on failure. */
+mtc_result_t model_family_register_rank(mtc_registry *r, const mtc_model_config *c,
+                                        const model_register_opts *o, const model_rank_split *s,
+                                        int *pidx, int *layer_first);
+
 #endif

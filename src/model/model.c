@@ -151,17 +151,12 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     const mtc_model_config *c = &m->cfg;
     model_register_opts o = {m->first_layer, m->last_layer, m->has_embedding, m->has_head,
                              m->tp.sequence_parallel};
-    MTC_CHECK(mtc_registry_init(&m->reg, 8 + model_family_params_per_layer(c) * c->num_layers));
-    m->reg.tp = m->tp_size, m->reg.tp_rank = m->tp_rank;
-    m->reg.etp = m->moe_etp ? mtc_comm_size(m->moe_etp) : 1;
-    MTC_CHECK(model_family_register(&m->reg, c, &o, m->pidx, layer_first));
-    if (m->moe_ep) { /* EP rank r holds only its experts: the others take no storage */
-        int e0, El;
-        moe_local_expert_range(c->moe.num_experts, mtc_comm_size(m->moe_ep),
-                               mtc_comm_rank(m->moe_ep), &e0, &El);
-        mtc_registry_split_ep(&m->reg, e0, e0 + El);
-        mtc_registry_layout(&m->reg);
-    }
+    model_rank_split rs = {.tp = m->tp_size,
+                           .tp_rank = m->tp_rank,
+                           .etp = m->moe.etp ? mtc_comm_size(m->moe.etp) : 1,
+                           .ep = m->moe.ep ? mtc_comm_size(m->moe.ep) : 1,
+                           .ep_rank = m->moe.ep ? mtc_comm_rank(m->moe.ep) : 0};
+    MTC_CHECK(model_family_register_rank(&m->reg, c, &o, &rs, m->pidx, layer_first));
     mtc_registry full;
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;
@@ -176,6 +171,29 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
         m->reg.params[i].global_offset = full.params[k].global_offset;
     }
     m->reg.global_total = full.global_total;
+    mtc_registry_free(&full);
+    free(ffirst);
+    return rc;
+}
+
+mtc_result_t mtc_model_param_counts(const mtc_model_config *c, double *total, double *active) {
+    mtc_registry full;
+    int fpidx[MTC_NGLOBAL_ROLES];
+    int *ffirst = NULL;
+    MTC_CHECK(mtc_mem_calloc((size_t)c->num_layers + 1, sizeof(int), (void **)&ffirst));
+    model_register_opts fo = {0, c->num_layers, 1, 1, 0};
+    mtc_result_t rc =
+        mtc_registry_init(&full, 8 + model_family_params_per_layer(c) * c->num_layers);
+    if (rc == MTC_OK) rc = model_family_register(&full, c, &fo, fpidx, ffirst);
+    size_t experts = 0; /* every expert's parameters (integers: the sums below are exact) */
+    for (int i = 0; rc == MTC_OK && i < full.count; i++)
+        if (full.params[i].expert >= 0) experts += full.params[i].numel;
+    if (rc == MTC_OK) {
+        double E = c->moe.num_experts, k = E > 0 ? mtc_moe_topk(&c->moe) : 0;
+        *total = (double)full.global_total;
+        /* a token runs k of each MoE layer's E experts */
+        *active = E > 0 ? *total - (E - k) * (double)(experts / (size_t)E) : *total;
+    }
     mtc_registry_free(&full);
     free(ffirst);
     return rc;
@@ -245,8 +263,8 @@ moe_dims mtc_model_moe_dims(const mtc_model *m) {
                   .F = mtc_model_moe_ffn(c),
                   .swiglu = c->swiglu,
                   .bias = !c->disable_bias_linear,
-                  .ep = m->moe_ep ? mtc_comm_size(m->moe_ep) : 1,
-                  .etp = m->moe_etp ? mtc_comm_size(m->moe_etp) : 1};
+                  .ep = m->moe.ep ? mtc_comm_size(m->moe.ep) : 1,
+                  .etp = m->moe.etp ? mtc_comm_size(m->moe.etp) : 1};
     d.F /= d.etp; /* this ETP rank's columns of fc1, rows of fc2 */
     return d;
 }
@@ -550,13 +568,13 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     int B = o->B, nslots = o->nslots, sequence_parallel = o->sequence_parallel;
     int first_layer = o->first_layer, last_layer = o->last_layer;
     nn_pool *pool = o->pool;
-    mtc_comm_t tp = o->tp;
     if (first_layer < 0 || last_layer > cfg->num_layers || first_layer > last_layer)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "chunk layers [%d, %d) outside [0, %d)",
                          first_layer, last_layer, cfg->num_layers);
     MTC_CHECK(mtc_model_config_validate(cfg));
-    int tps = tp_size(tp);
-    if (tps <= 1) sequence_parallel = 0;
+    tp_ctx tp = tp_ctx_from_grid(o->grid, pool, sequence_parallel);
+    int tps = tp_size(tp.comm);
+    sequence_parallel = tp.sequence_parallel;
     MTC_CHECK(mtc_model_validate_tp(cfg, tps, sequence_parallel));
     if (B < 1 || nslots < 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "micro batch %d and slots %d must be >= 1", B,
@@ -567,27 +585,18 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->cfg = *cfg;
     if (m->cfg.init_std <= 0) m->cfg.init_std = 0.02f;
     m->B = B;
-    int cps = o->cp ? mtc_comm_size(o->cp) : 1;
-    if (cps > 1 && cfg->seq_length % (2 * cps)) {
-        rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                       "seq-length=%d is not divisible by 2 x context-parallel-size=%d",
-                       cfg->seq_length, cps);
-        goto fail;
-    }
-    m->T = cfg->seq_length / cps;
-    m->tp =
-        (tp_ctx){.comm = tps > 1 ? tp : NULL, .pool = pool, .sequence_parallel = sequence_parallel};
+    /* each strategy's context from the grid: positions and comm types (cp/),
+     * TP (tp/), the MoE groups (moe/) */
+    MTC_CHECK_GOTO(cp_ctx_init(&m->cp, &m->cp_layer, o->grid, cfg->seq_length, o->cp_comm_type,
+                               o->cp_layer_types, first_layer, last_layer),
+                   rc, fail);
+    m->T = cfg->seq_length / m->cp.cp;
+    m->tp = tp;
     m->tp_size = tps;
-    m->moe_ep = o->ep && mtc_comm_size(o->ep) > 1 ? o->ep : NULL;
-    m->moe_etp = o->etp && mtc_comm_size(o->etp) > 1 ? o->etp : NULL;
-    m->moe_tpep = o->tp_ep && mtc_comm_size(o->tp_ep) > 1 ? o->tp_ep : NULL;
-    if (m->moe_etp && cfg->moe.num_experts > 0 && mtc_comm_size(m->moe_etp) != tps) {
-        rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                       "expert-tensor-parallel-size=%d must be 1 or tensor-model-parallel-size=%d "
-                       "(mtc splits experts over the TP ranks themselves)",
-                       mtc_comm_size(m->moe_etp), tps);
-        goto fail;
-    }
+    moe_groups_from_grid(&m->moe, o->grid);
+    if (cfg->moe.num_experts > 0)
+        MTC_CHECK_GOTO(mtc_moe_validate_etp(m->moe.etp ? mtc_comm_size(m->moe.etp) : 1, tps), rc,
+                       fail);
     m->tp_rank = tp_rank(m->tp.comm);
     m->T_loc = sequence_parallel ? m->T / tps : m->T;
     m->first_layer = first_layer;
@@ -644,42 +653,6 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
         free(off);
         if (rc != MTC_OK) goto fail;
     }
-    if (cps > 1) { /* positions of this CP rank's two chunks, and of every rank */
-        m->cp = (cp_ctx){.comm = o->cp,
-                         .cp = cps,
-                         .rank = mtc_comm_rank(o->cp),
-                         .type = o->cp_comm_type,
-                         .inner = o->cp_inner,
-                         .outer = o->cp_outer,
-                         .inner_size = o->cp_inner ? mtc_comm_size(o->cp_inner) : 0,
-                         .Tg = cfg->seq_length};
-        MTC_CHECK_GOTO(
-            mtc_mem_calloc((size_t)cfg->seq_length, sizeof(int), (void **)&m->cp.all_pos), rc,
-            fail);
-        for (int r = 0; r < cps; r++)
-            cp_positions(m->cp.all_pos + (size_t)r * m->T, cfg->seq_length, cps, r);
-        m->cp.pos = m->cp.all_pos + (size_t)m->cp.rank * m->T;
-        MTC_CHECK_GOTO(mtc_mem_calloc(4 * (size_t)cps, sizeof(size_t), (void **)&m->cp.hop_counts),
-                       rc, fail);
-        /* per-layer comm types: copies sharing the positions (owned by m->cp) */
-        int nl = last_layer - first_layer, hier = m->cp.type == CP_COMM_A2A_P2P;
-        if (o->cp_layer_types) {
-            MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nl, sizeof(cp_ctx), (void **)&m->cp_layer), rc,
-                           fail);
-            for (int l = 0; l < nl; l++) {
-                m->cp_layer[l] = m->cp;
-                m->cp_layer[l].type = (cp_comm_type)o->cp_layer_types[first_layer + l];
-                hier |= m->cp_layer[l].type == CP_COMM_A2A_P2P;
-            }
-        }
-        if (hier && (!o->cp_inner || !o->cp_outer)) {
-            rc = mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                           "cp-comm-type a2a+p2p without hierarchical context-parallel groups");
-            goto fail;
-        }
-    } else {
-        m->cp = (cp_ctx){.cp = 1, .Tg = cfg->seq_length};
-    }
     if (cfg->position_embedding == MTC_POS_ROPE)
         MTC_CHECK_GOTO(nn_rope_table_init(&m->rope, cfg->max_position_embeddings,
                                           mtc_model_head_size(cfg),
@@ -715,11 +688,11 @@ fail:
 }
 
 mtc_result_t mtc_model_init_tp(const mtc_model_config *cfg, int B, int nslots, nn_pool *pool,
-                               mtc_comm_t tp, int sequence_parallel, mtc_model **out) {
+                               mtc_grid_t grid, int sequence_parallel, mtc_model **out) {
     mtc_model_chunk_opts o = {.B = B,
                               .nslots = nslots,
                               .pool = pool,
-                              .tp = tp,
+                              .grid = grid,
                               .sequence_parallel = sequence_parallel,
                               .first_layer = 0,
                               .last_layer = cfg->num_layers,
@@ -757,9 +730,7 @@ void mtc_model_free(mtc_model *m) {
     free(m->slots);
     free(m->rc);
     nn_rope_table_free(&m->rope);
-    free(m->cp.all_pos);
-    free(m->cp.hop_counts);
-    free(m->cp_layer);
+    cp_ctx_free(&m->cp, &m->cp_layer);
     mtc_registry_free(&m->reg);
     free(m);
 }

@@ -209,7 +209,8 @@ typedef struct {
     int first_layer, last_layer; /* this chunk's layers */
     int has_embedding, has_head;
     int pidx[MTC_NGLOBAL_ROLES]; /* registry index of each global role, -1 outside the chunk */
-    tp_ctx tp;                   /* TP communicator (NULL: tp 1), pool, sequence parallel */
+    tp_ctx tp;                   /* TP communicator (NULL: tp 1), pool, sequence parallel
+                                    (tp/context.c) */
     int tp_size, tp_rank;
     int T_loc;          /* T / tp under sequence parallelism, else T (T = seq / cp) */
     mtc_result_t error; /* first communication error of a forward (sticky) */
@@ -221,7 +222,8 @@ typedef struct {
     float *dhead_w;
     mtc_model_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
     nn_rope_table rope;                /* RoPE cos/sin (zeroed without rotary positions) */
-    cp_ctx cp;        /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos) */
+    cp_ctx cp;        /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos)
+                         (cp/context.c) */
     cp_ctx *cp_layer; /* [last_layer - first_layer] with per-layer comm types, else NULL */
     int nslots;
     mtc_model_slot *slots;
@@ -239,13 +241,9 @@ typedef struct {
     float *in_total;            /* (B, T, C) SP gather buffer shared by all layers */
     float *scratch;             /* TP layer scratch (max over the layers' needs) */
     mtc_arena arena;
-    nn_pool *pool;         /* not owned */
-    moe_stats *moe_stats;  /* [L] per MoE layer of the chunk (NULL: dense model) */
-    mtc_comm_t moe_tpcp;   /* the aux and z losses' TP x CP group (NULL: size 1) */
-    mtc_comm_t moe_tpdpcp; /* global_aux_loss's TP x DP x CP group (NULL: size 1) */
-    mtc_comm_t moe_ep;     /* the dispatchers' EP group (NULL: size 1) */
-    mtc_comm_t moe_etp;    /* the experts' ETP group (NULL: size 1) */
-    mtc_comm_t moe_tpep;   /* the allgather dispatcher's ETP x EP group (NULL: size 1) */
+    nn_pool *pool;        /* not owned */
+    moe_stats *moe_stats; /* [L] per MoE layer of the chunk (NULL: dense model) */
+    moe_groups moe;       /* the MoE layers' groups (moe/groups.c; all NULL for a dense model) */
     /* ---- mixed precision (--bf16 / --fp16): params and grads above stay
      * fp32 (the optimizer's main params and main grads); the layers read
      * params_c, the main params rounded to bf16 / fp16 (kept in fp32
@@ -277,17 +275,21 @@ typedef struct {
  * outside --bf16; MTC_ERR_SYSTEM if the kernel refuses. */
 mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2], int nkeep);
 
+/* The whole model's parameter count and the parameters one token uses
+ * (k of each MoE layer's E experts), from the serial model's registry. */
+mtc_result_t mtc_model_param_counts(const mtc_model_config *cfg, double *total, double *active);
+
 /* Builds the registry and flat buffers (zeroed) and sizes the activation
  * arena for `nslots` in-flight microbatches of (B, T = cfg->seq_length).
  * The whole model is one chunk. pool may be NULL. */
 mtc_result_t mtc_model_init(const mtc_model_config *cfg, int B, int nslots, nn_pool *pool,
                             mtc_model **out);
-/* The same holding this TP rank's shards (tp = NULL: serial). Refuses
- * shapes the split cannot take (heads, ffn, padded vocabulary not
- * divisible by tp; seq-length by tp under SP) with INVALID_ARGUMENT.
- * sequence_parallel with tp 1 is ignored. */
+/* The same holding this rank's shards of the grid's TP split (grid NULL:
+ * serial). Refuses shapes the split cannot take (heads, ffn, padded
+ * vocabulary not divisible by tp; seq-length by tp under SP) with
+ * INVALID_ARGUMENT. sequence_parallel with tp 1 is ignored. */
 mtc_result_t mtc_model_init_tp(const mtc_model_config *cfg, int B, int nslots, nn_pool *pool,
-                               mtc_comm_t tp, int sequence_parallel, mtc_model **out);
+                               mtc_grid_t grid, int sequence_parallel, mtc_model **out);
 /* Where the flat buffers put each parameter: given the chunk's registry
  * (shapes in forward order), offsets[i] for param i and *total floats (the
  * distributed optimizer's padded layout). NULL = the registry's packing. */
@@ -296,32 +298,24 @@ typedef mtc_result_t (*mtc_model_layout_fn)(void *ctx, const mtc_registry *reg, 
 
 /* One pipeline chunk. */
 typedef struct {
-    int B, nslots;                 /* largest microbatch, in-flight activation slots */
-    nn_pool *pool;                 /* may be NULL */
-    mtc_comm_t tp;                 /* NULL: serial */
-    int sequence_parallel;         /* ignored with tp 1 */
-    mtc_comm_t cp;                 /* CONTEXT_PARALLEL_GROUP (NULL: cp 1): the chunk holds
-                                      seq/cp positions, chunks r and 2cp-1-r */
-    cp_comm_type cp_comm_type;     /* how its attention talks */
-    mtc_comm_t cp_inner, cp_outer; /* a2a+p2p: the a2a and the ring groups */
-    const int *cp_layer_types;     /* per global layer (NULL: cp_comm_type for all) */
-    mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: ep 1): the MoE layers'
-                                      allgather / alltoall dispatchers run over it */
-    mtc_comm_t etp;                /* EXPERT_TENSOR_PARALLEL_GROUP (NULL: etp 1): splits each
-                                      expert's fc1 by columns and fc2 by rows; 1 or the TP group
-                                      itself (etp = tp) */
-    mtc_comm_t tp_ep;              /* EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP (NULL: size 1): the
-                                      allgather dispatcher's group */
-    int first_layer, last_layer;   /* the chunk's layers [first, last) */
-    int has_embedding, has_head;   /* first / last virtual pipeline stage */
-    mtc_model_layout_fn layout;    /* NULL: packed backward order */
-    int recompute_layers;          /* --recompute-granularity full: recompute the chunk's first
-                                      N layers from their inputs in backward (0: none) */
-    tp_precision precision;        /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
-    int recompute_mlp;             /* --recompute-granularity selective --recompute-modules mlp:
-                                      each layer's MLP forward runs again in its backward */
-    int bf16_gemm_f32;             /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
-                                      oneDNN bf16 (nn_bf16_gemm; 0: oneDNN bf16) */
+    int B, nslots;               /* largest microbatch, in-flight activation slots */
+    nn_pool *pool;               /* may be NULL */
+    mtc_grid_t grid;             /* the rank's grid (NULL: serial): the TP (tp/), CP (cp/)
+                                    and MoE (moe/) contexts are derived from it; the chunk
+                                    holds seq/cp positions, chunks r and 2cp-1-r */
+    int sequence_parallel;       /* ignored with tp 1 */
+    cp_comm_type cp_comm_type;   /* how its attention talks */
+    const int *cp_layer_types;   /* per global layer (NULL: cp_comm_type for all) */
+    int first_layer, last_layer; /* the chunk's layers [first, last) */
+    int has_embedding, has_head; /* first / last virtual pipeline stage */
+    mtc_model_layout_fn layout;  /* NULL: packed backward order */
+    int recompute_layers;        /* --recompute-granularity full: recompute the chunk's first
+                                    N layers from their inputs in backward (0: none) */
+    tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
+    int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp:
+                                    each layer's MLP forward runs again in its backward */
+    int bf16_gemm_f32;           /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
+                                    oneDNN bf16 (nn_bf16_gemm; 0: oneDNN bf16) */
     void *layout_ctx;
     int logits;     /* 1: keep each slot's (B, T, Vp/tp) logits for forwards without targets
                        (mtc_model_logits: generation, tests); 0: training and evaluation only,

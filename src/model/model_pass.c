@@ -160,17 +160,17 @@ static moe_pass gpt_moe_pass(const mtc_model *m, const mtc_model_pass *pass, int
                    .record = record,
                    .aux_scale = loss_scale * (float)B * (float)m->cfg.seq_length,
                    .seq_B = B,
-                   .tpcp = m->moe_tpcp,
-                   .tpdpcp = m->moe_tpdpcp,
-                   .ep = m->moe_ep,
-                   .etp = m->moe_etp,
-                   .tpep = m->moe_tpep,
+                   .tpcp = m->moe.tpcp,
+                   .tpdpcp = m->moe.tpdpcp,
+                   .ep = m->moe.ep,
+                   .etp = m->moe.etp,
+                   .tpep = m->moe.tpep,
                    .pool = m->pool};
     /* global_aux_loss is over the whole data-parallel batch already: its
      * gradient is not averaged over DP again (Megatron's is, #3672) */
-    if (m->cfg.moe.lb == MOE_LB_GLOBAL_AUX && m->moe_tpdpcp)
-        mp.aux_scale *= (float)mtc_comm_size(m->moe_tpdpcp) /
-                        (float)(m->moe_tpcp ? mtc_comm_size(m->moe_tpcp) : 1);
+    if (m->cfg.moe.lb == MOE_LB_GLOBAL_AUX && m->moe.tpdpcp)
+        mp.aux_scale *= (float)mtc_comm_size(m->moe.tpdpcp) /
+                        (float)(m->moe.tpcp ? mtc_comm_size(m->moe.tpcp) : 1);
     return mp;
 }
 

@@ -1,4 +1,6 @@
-/* model/registry.h - the parameter registry (DESIGN.md section 4).
+/* model/registry.h - the parameter registry: the one table that drives
+ * initialisation, splits, reductions, the norm and checkpoints
+ * (docs/architecture.md).
  *
  * Every model parameter is registered once, with its global name (Hugging
  * Face GPT-2 naming), global shape, initialisation rule and the fields the
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #include "core/result.h"
+#include "grid/grid.h" /* MTC_REDUCE_*: which group sums a gradient */
 
 #define MTC_PARAM_NAME_MAX 64
 #define MTC_PARAM_MAX_BLOCKS 4
@@ -31,14 +34,6 @@ typedef enum {
     MTC_INIT_ZEROS,
     MTC_INIT_ONES,
 } mtc_init_kind;
-
-/* Which groups a gradient is summed over (bit set); filled by the parallel
- * issues. Serial runs reduce over nothing. */
-enum {
-    MTC_REDUCE_DP_CP = 1u << 0,     /* every dense parameter */
-    MTC_REDUCE_TP = 1u << 1,        /* layer-norm weights under sequence parallelism */
-    MTC_REDUCE_EMBEDDING = 1u << 2, /* tied input/output embedding across PP stages */
-};
 
 /* How a parameter is split over tensor parallelism (Megatron's layers). */
 typedef enum {

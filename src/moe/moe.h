@@ -31,6 +31,7 @@
 
 #include "comm/comm.h"
 #include "core/result.h"
+#include "grid/grid.h"
 #include "nn/nn.h"
 
 typedef enum { MOE_SCORE_SOFTMAX = 0, MOE_SCORE_SIGMOID } moe_score_fn;
@@ -82,6 +83,24 @@ mtc_result_t mtc_moe_parse_layer_freq(mtc_moe_config *m, const char *s);
  * each naming the value and the fix. ffn = the model's ffn-hidden-size. */
 mtc_result_t mtc_moe_validate(const mtc_moe_config *m, int num_layers, int ffn, int tp, int sp,
                               int ep, int etp, int add_bias_linear);
+/* The ETP rule (moe/groups.c): expert-tensor-parallel-size etp is 1 or the
+ * TP size (0: the TP size); mtc splits experts over the TP ranks themselves. */
+mtc_result_t mtc_moe_validate_etp(int etp, int tp);
+/* Internal invariant behind etp = tp: on spec's order each
+ * EXPERT_TENSOR_PARALLEL_GROUP is a TENSOR_MODEL_PARALLEL_GROUP, rank for
+ * rank (an assert: train's orders always satisfy it). */
+void moe_assert_etp_groups(const mtc_grid_spec *spec);
+
+/* A rank's MoE groups (moe/groups.c), each NULL when of size 1. */
+typedef struct {
+    mtc_comm_t ep;     /* EXPERT_MODEL_PARALLEL_GROUP: the dispatchers' */
+    mtc_comm_t etp;    /* EXPERT_TENSOR_PARALLEL_GROUP: splits each expert (1 or the TP group) */
+    mtc_comm_t tpep;   /* EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP: the allgather dispatcher's */
+    mtc_comm_t tpcp;   /* TENSOR_AND_CONTEXT_PARALLEL_GROUP: the aux and z losses' counts */
+    mtc_comm_t tpdpcp; /* TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP: global_aux_loss's */
+} moe_groups;
+/* From the rank's grid (NULL: serial, every group NULL). */
+void moe_groups_from_grid(moe_groups *g, mtc_grid_t grid);
 
 /* ---- one MoE layer ----------------------------------------------------------------- */
 

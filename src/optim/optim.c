@@ -177,11 +177,17 @@ static void plan_task(int i, void *arg) {
     plan->partial[i] = nn_sumsq(plan->base[i], plan->len[i]);
 }
 
-double mtc_grad_norm_sumsq(mtc_grad_norm_plan *plan, nn_pool *pool) {
-    nn_pool_run(pool, plan->n, plan_task, plan);
-    double s = 0;
+void mtc_grad_norm_sumsq_add(mtc_grad_norm_plan *plan, nn_pool *pool, double *sum) {
+    if (plan->n) nn_pool_run(pool, plan->n, plan_task, plan);
+    double s = *sum;
     for (int i = 0; i < plan->n; i++)
         s += plan->partial[i];
+    *sum = s;
+}
+
+double mtc_grad_norm_sumsq(mtc_grad_norm_plan *plan, nn_pool *pool) {
+    double s = 0;
+    mtc_grad_norm_sumsq_add(plan, pool, &s);
     return s;
 }
 

@@ -119,7 +119,7 @@ void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, 
 
 /* The gradient elements one rank counts in the global norm: the ranges it
  * holds (its whole buffers with plain DP, its shards with the distributed
- * optimizer), over every model chunk, minus what the registry says is
+ * optimizer), of one model chunk, minus what the registry says is
  * counted elsewhere (mtc_param_counted_here). Built once at set-up; the
  * sum runs over fixed 16K-element pieces in the order they were added, so
  * it does not depend on the pool size. The caller sums the result over the
@@ -141,6 +141,9 @@ static inline int mtc_param_counted_here(const mtc_param *p, int tp_rank) {
 mtc_result_t mtc_grad_norm_plan_add(mtc_grad_norm_plan *plan, const float *grads, size_t n);
 /* Sum of squares of every piece (double, fixed order). */
 double mtc_grad_norm_sumsq(mtc_grad_norm_plan *plan, nn_pool *pool);
+/* The same added piece by piece to *sum: plans summed one after another
+ * into one sum give the bits of one plan holding all their pieces. */
+void mtc_grad_norm_sumsq_add(mtc_grad_norm_plan *plan, nn_pool *pool, double *sum);
 void mtc_grad_norm_plan_free(mtc_grad_norm_plan *plan);
 /* Megatron's clipping factor: max_norm / (norm + 1e-6) when that is < 1,
  * else 1; max_norm <= 0 disables clipping. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cp/cp.h"
+#include "dp/ddp.h"
 #include "dp/layout.h"
 #include "grid/grid.h"
 #include "model/family.h"
@@ -43,11 +44,7 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
     MTC_CHECK(mtc_model_config_validate(&l->model));
     /* mtc train's expert rules: etp is 1 or the TP size (0: the TP size) */
     if (l->ep < 1) l->ep = 1;
-    if (l->etp < 0 || (l->etp > 1 && l->etp != l->tp))
-        return mtc_error(E,
-                         "expert-tensor-parallel-size=%d must be 1 or the tensor-parallel size %d "
-                         "so far",
-                         l->etp, l->tp);
+    MTC_CHECK(mtc_moe_validate_etp(l->etp, l->tp));
     if (l->etp == 0) l->etp = l->tp;
     mtc_grid_config gc;
     mtc_grid_config_default(&gc);
@@ -116,18 +113,7 @@ static mtc_result_t plan_inflight(const mtc_plan_layout *l, int r, int *peak) {
                              .vpp = l->vpp > 1 ? l->vpp : 0,
                              .group_size = l->mb_group,
                              .num_microbatches = l->global_batch / (l->micro_batch * l->dp)};
-    pp_op *ops = calloc((size_t)pp_schedule_max_ops(&sc), sizeof *ops);
-    int *live = calloc((size_t)l->vpp, sizeof(int));
-    mtc_result_t rc = ops && live ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
-    pp_schedule_counts n = {0};
-    if (rc == MTC_OK) rc = pp_schedule_build(ops, &n, &sc, r);
-    for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
-        int k = ops[i].chunk;
-        live[k] += ops[i].kind == PP_OP_FORWARD ? 1 : -1;
-        if (live[k] > peak[k]) peak[k] = live[k];
-    }
-    free(ops), free(live);
-    return rc;
+    return pp_schedule_peak_inflight(&sc, r, l->vpp, peak);
 }
 
 /* One chunk's parameter numels (forward order) from the model's registry,
@@ -140,27 +126,16 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
                                       int *count) {
     const mtc_model_config *c = &l->model;
     mtc_registry reg;
+    memset(&reg, 0, sizeof reg);
     int pidx[MTC_NGLOBAL_ROLES];
     int *lf = calloc((size_t)c->num_layers + 1, sizeof(int));
     if (!lf) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layer table");
-    /* the chunk's layers only: sized for the whole model, vpp chunks of an
-     * L-layer model cost O(L^2) (fuzz_args: 8256 layers took over a minute) */
-    mtc_result_t rc =
-        mtc_registry_init(&reg, 8 + model_family_params_per_layer(c) * (last - first));
-    if (rc != MTC_OK) {
-        free(lf);
-        return rc;
-    }
-    reg.tp = l->tp, reg.tp_rank = 0;
+    /* the model's own registration of the chunk (model/family.h), on TP and
+     * EP rank 0 (every EP rank holds as many experts) */
     int E = c->moe.num_experts;
-    if (E > 0) reg.etp = l->etp;
     model_register_opts o = {first, last, has_emb, has_head, l->sequence_parallel};
-    rc = model_family_register(&reg, c, &o, pidx, lf);
-    if (rc == MTC_OK && E > 0 && l->ep > 1) {
-        int e0, El;
-        moe_local_expert_range(E, l->ep, 0, &e0, &El);
-        mtc_registry_split_ep(&reg, e0, e0 + El);
-    }
+    model_rank_split rs = {.tp = l->tp, .etp = E > 0 ? l->etp : 0, .ep = E > 0 ? l->ep : 1};
+    mtc_result_t rc = model_family_register_rank(&reg, c, &o, &rs, pidx, lf);
     int n = reg.count;
     *numels = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
     *shared = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
@@ -195,14 +170,14 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels,
         *buf = *held = sum;
         return MTC_OK;
     }
-    dp_layout_config dc = {.dp = dp,
-                           .bucket_size = dp_layout_bucket_size(l->ddp_bucket_size, l->dp,
-                                                                l->overlap_grad_reduce, r, k),
-                           .pad_high_busbw = l->pad_high_busbw,
-                           .use_distopt = 1,
-                           .placement_only = 1, /* held from the gaps: O(params) */
-                           .skip_empty = 1,
-                           .shared_embedding = shared};
+    /* the DDP's own layout configuration (dp/ddp.h), as train builds its buffers */
+    mtc_ddp_config ddc = {.use_distopt = 1,
+                          .bucket_size = dp_layout_bucket_size(l->ddp_bucket_size, l->dp,
+                                                               l->overlap_grad_reduce, r, k),
+                          .pad_high_busbw = l->pad_high_busbw,
+                          .shared_embedding = shared};
+    dp_layout_config dc = mtc_ddp_layout_config(&ddc, dp);
+    dc.placement_only = 1; /* held from the gaps: O(params) */
     dp_layout lay;
     memset(&lay, 0, sizeof lay);
     mtc_result_t rc = dp_layout_build(&lay, numels, n, &dc);

@@ -193,4 +193,10 @@ double pp_trace_bubble_formula(const pp_trace_timeline *t);
  * per-rank and mean bubble beside the formula; `source` names the trace. */
 mtc_result_t pp_trace_timeline_svg(FILE *f, const pp_trace_timeline *t, const char *source);
 
+/* Per model chunk (nchunks), the most microbatches pipeline rank `rank`
+ * holds between their forward and backward in sc's schedule, at least 1
+ * (pp/inflight.c): train's activation slots, the planner's in-flight count. */
+mtc_result_t pp_schedule_peak_inflight(const pp_schedule_config *sc, int rank, int nchunks,
+                                       int *peak);
+
 #endif

@@ -1,9 +1,11 @@
 /* tp/layers.h - the tensor- and sequence-parallel layers of Megatron core
  * (tensor_parallel/layers.py, cross_entropy.py) as forward/backward pairs
  * on plain float buffers: column- and row-parallel linear, the
- * vocabulary-parallel embedding and cross-entropy, and the attention and
- * MLP blocks built from them (the model calls these; it owns the layer
- * norms, residuals and hidden dropout).
+ * vocabulary-parallel embedding and cross-entropy, the fused QKV shard
+ * mapping, and the TP context a rank derives from its grid (context.c).
+ * The attention and MLP blocks are composed from the linears in
+ * model/block.c (model_attention_*, model_mlp_*); the model owns the layer
+ * norms, residuals and hidden dropout.
  *
  * Shapes use the llm.c letters with shards spelled out: B batch, T the
  * FULL sequence length, T_tp = T/tp, C hidden, NH heads, F the MLP width,
@@ -22,15 +24,18 @@
  * here allocates or keeps a pointer past the call.
  *
  * GPT-2 under TP, as model/ composes these (r = TP rank):
- *   x (B, T_loc, C) = tp_vocab_embedding(tokens), then hidden dropout keyed
- *       by global position (t0 = r*T_tp under SP);
- *   per layer: ln_1 (nn, local rows) -> tp_attention -> dropout + residual;
- *              ln_2 -> tp_mlp -> dropout + residual, all on (B, T_loc, C).
+ *   x (B, T_loc, C) = tp_vocab_embedding_forward(tokens), then hidden
+ *       dropout keyed by global position (t0 = r*T_tp under SP);
+ *   per layer: ln_1 (nn, local rows) -> model_attention_forward (column-
+ *              parallel QKV, attention, row-parallel c_proj) -> dropout +
+ *              residual; ln_2 -> model_mlp_forward -> dropout + residual,
+ *              all on (B, T_loc, C).
  *       Without SP these tensors are replicated on every TP rank and the
  *       dropout masks, keyed globally, are identical there, as they must be.
- *   ln_f -> tp_vocab_head_xent: tp_column_linear(w = the rank's wte shard,
- *       no bias, gather_output 0) -> logits -> tp_vocab_xent_*, a chunk of
- *       tokens at a time (generation: tp_column_linear -> (B, T, V_tp)).
+ *   ln_f -> tp_vocab_head_xent: tp_column_linear_forward (w = the rank's
+ *       wte shard, no bias, gather_output 0) -> logits -> tp_vocab_xent_*,
+ *       a chunk of tokens at a time (generation: tp_column_linear_forward ->
+ *       (B, T, V_tp)).
  *   Gradient finalisation: under SP all-reduce(tp) the gradients of the
  *   layer norms (ln_1, ln_2, ln_f) and of the c_proj biases (partial sums
  *   of local tokens); every other TP gradient is complete as left here.
@@ -47,6 +52,7 @@
 #include "comm/comm.h"
 #include "core/dtype.h"
 #include "core/result.h"
+#include "grid/grid.h"
 #include "nn/nn.h"
 
 /* Mixed precision of the linear layers (--bf16, --fp16; model/ sets it up).
@@ -81,6 +87,9 @@ typedef struct {
     int sequence_parallel; /* --sequence-parallel */
     tp_lowp *lowp;         /* NULL: fp32 */
 } tp_ctx;
+
+/* The context from the rank's grid (tp/context.c); grid NULL: serial. */
+tp_ctx tp_ctx_from_grid(mtc_grid_t grid, nn_pool *pool, int sequence_parallel);
 
 /* --bf16: create the oneDNN primitives of one linear layer's three GEMMs
  * (forward, input gradient, weight gradient) ahead, at set-up, so that no

@@ -58,8 +58,6 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
                          "--bf16-gemm fp32");
     if (c->bf16_gemm < NN_BF16_GEMM_AUTO || c->bf16_gemm > NN_BF16_GEMM_F32)
         return mtc_error(E, "bf16-gemm=%d is not an engine (auto, dnnl-bf16, fp32)", c->bf16_gemm);
-    if (c->tp < 0) return mtc_error(E, "tensor-model-parallel-size=%d must be >= 1", c->tp);
-    if (c->pp < 0) return mtc_error(E, "pipeline-model-parallel-size=%d must be >= 1", c->pp);
     if (c->ddp_bucket_size < 0)
         return mtc_error(E, "ddp-bucket-size=%lld must be >= 0", (long long)c->ddp_bucket_size);
     if (c->train_iters < 1)
@@ -109,45 +107,21 @@ static double schedule_key(const mtc_train_config *c) {
     return k;
 }
 
-/* One layer's CP comm type against the heads of a TP rank and the
- * hierarchical sizes. */
-static mtc_result_t cp_validate_type(const mtc_train_config *c, int type, int cp, int NH, int NG) {
-    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
-    if (type == CP_COMM_A2A && (NH % cp || NG % cp))
-        return mtc_error(E,
-                         "cp-comm-type a2a splits the heads over context-parallel-size=%d, but "
-                         "a tensor-parallel rank has %d query heads and %d key/value heads "
-                         "(use p2p or all_gather, or a cp dividing both)",
-                         cp, NH, NG);
-    int A = c->hcp_inner;
-    if (type == CP_COMM_A2A_P2P && (A < 1 || A * c->hcp_outer != cp))
-        return mtc_error(E,
-                         "cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P "
-                         "with A*P = context-parallel-size=%d",
-                         cp);
-    if (type == CP_COMM_A2A_P2P && (NH % A || NG % A))
-        return mtc_error(E,
-                         "cp-comm-type a2a+p2p splits the heads over its all-to-all size "
-                         "A=%d, but a tensor-parallel rank has %d query heads and %d "
-                         "key/value heads (choose A dividing both)",
-                         A, NH, NG);
-    return MTC_OK;
-}
-
 mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
-    mtc_grid_config gc;
-    mtc_grid_config_default(&gc);
+    /* train's own rules on the grid's sizes first (the grid's checks word them otherwise) */
+    if (c->grid.vpp > 1 && c->grid.pp <= 1)
+        return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size "
+                            "should be greater than 1");
+    int nd = c->grid.num_dist_opt_instances > 1 ? c->grid.num_dist_opt_instances : 1;
+    if (nd > 1 && !c->use_distributed_optimizer)
+        return mtc_error(
+            E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    mtc_grid_config gc = c->grid;
     gc.world_size = world > 0 ? world : 1;
-    gc.tp = c->tp > 0 ? c->tp : 1;
-    gc.pp = c->pp > 0 ? c->pp : 1;
-    gc.cp = c->cp > 0 ? c->cp : 1;
-    if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
-    gc.ep = c->ep > 0 ? c->ep : 1;
-    gc.etp = c->etp > 0 ? c->etp : 0;
     mtc_grid_spec spec;
     MTC_CHECK(mtc_grid_spec_init(&spec, &gc));
-    int vpp = gc.pp > 1 && c->vpp > 1 ? c->vpp : 0;
+    int vpp = gc.pp > 1 && gc.vpp > 1 ? gc.vpp : 0;
     /* the layer split: the grid's even rule, or pp/layout.c's for the uneven flags */
     int split = pp_layout_given(&c->pp_split);
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length,
@@ -156,33 +130,14 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     if (split) MTC_CHECK(pp_layout_check_trainable(&c->pp_split, c->model.num_layers, gc.pp, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
-    int etp = gc.etp > 0 ? gc.etp : gc.tp;
-    for (int r = 0; c->model.moe.num_experts > 0 && etp > 1 && etp == gc.tp && r < gc.world_size;
-         r++) {
-        /* the experts' ETP slices follow the TP split (model/family.c): with
-         * train's order (Megatron's default, tp first in both generators)
-         * each ETP group is a TP group, rank for rank */
-        mtc_grid_coord co;
-        mtc_grid_coord_of(&co, &spec, r);
-        for (int t = 0; t < etp; t++)
-            MTC_ASSERT(mtc_grid_rank_dense(&spec, t, co.cp, co.dp, co.pp) ==
-                       mtc_grid_rank_expert(&spec, t, co.ep, co.edp, co.pp));
+    if (c->model.moe.num_experts > 0) {
+        MTC_CHECK(mtc_moe_validate_etp(c->grid.etp, gc.tp));
+        moe_assert_etp_groups(&spec);
     }
-    if (gc.cp > 1) { /* context parallelism on top of the TP split */
-        int T_cp = c->model.seq_length / gc.cp, NH = c->model.num_heads / gc.tp;
-        int NG = mtc_model_groups(&c->model) / gc.tp;
-        if (c->sequence_parallel && gc.tp > 1 && T_cp % gc.tp)
-            return mtc_error(E,
-                             "seq-length=%d / context-parallel-size=%d = %d positions per rank is "
-                             "not divisible by tensor-model-parallel-size=%d, which sequence "
-                             "parallelism needs",
-                             c->model.seq_length, gc.cp, T_cp, gc.tp);
-        int nt = c->cp_layer_types ? c->model.num_layers : 1;
-        for (int l = 0; l < nt; l++) {
-            int t = c->cp_layer_types ? c->cp_layer_types[l] : c->cp_comm_type;
-            MTC_CHECK(cp_validate_type(c, t, gc.cp, NH, NG));
-        }
-    }
+    /* context parallelism's own rules on top of the TP split (cp/) */
+    MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
+                          c->model.seq_length, c->model.num_heads, mtc_model_groups(&c->model),
+                          c->sequence_parallel));
     if (c->global_batch % (c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
@@ -211,10 +166,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
             MTC_CHECK(pp_schedule_validate(&sc));
         }
     }
-    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
-    if (nd > 1 && !c->use_distributed_optimizer)
-        return mtc_error(
-            E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
     if (nd > 1 && dp % nd)
         return mtc_error(E,
                          "num-distributed-optimizer-instances=%d does not divide the data-parallel "
@@ -237,9 +188,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                              c->global_batch, why);
         MTC_CHECK(pp_schedule_validate(&sc));
     }
-    if (c->vpp > 1 && gc.pp == 1)
-        return mtc_error(E, "When interleaved schedule is used, pipeline-model-parallel size "
-                            "should be greater than 1");
     return MTC_OK;
 }
 
@@ -271,7 +219,7 @@ static void train_print_eval(FILE *out, int64_t iteration, double loss) {
 static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     const mtc_train_config *c = x->cfg;
     const mtc_model *model = x->chunks[0].model;
-    const mtc_ddp *ddp = x->chunks[0].ddp;
+    const mtc_ddp *ddp = x->chunks[0].buf[TRAIN_GBUF_DENSE].ddp;
     int B = c->micro_batch, T = c->model.seq_length;
     char desc[512];
     mtc_grid_describe(desc, sizeof desc, mtc_grid_spec_get(x->grid));
@@ -330,7 +278,9 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     }
     if (c->model.moe.num_experts > 0) {
         const mtc_moe_config *mc = &c->model.moe;
-        double total = (double)model->reg.global_total;
+        double total = (double)model->reg.global_total, active = total;
+        if (mtc_model_param_counts(&c->model, &total, &active) != MTC_OK) /* out of memory */
+            MTC_WARN("the banner's active parameter count: %s", mtc_error_detail());
         char cap[64] = "dropless";
         if (mc->capacity_factor > 0)
             snprintf(cap, sizeof cap, "capacity factor %g (%s%s)", mc->capacity_factor,
@@ -341,8 +291,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "parameters: %.0f total, %.0f active per token\n",
                 mtc_moe_num_layers(mc, c->model.num_layers), c->model.num_layers, mc->num_experts,
                 mtc_model_moe_ffn(&c->model), mtc_moe_topk(mc),
-                mc->score == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", cap, total,
-                train_moe_active_params(&c->model, total));
+                mc->score == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", cap, total, active);
         const mtc_grid_spec *gs = mtc_grid_spec_get(x->grid);
         fprintf(out,
                 "> expert parallel: ep %d x etp %d x expert-DP %d (x pp %d = world %d); %d local "
@@ -670,13 +619,13 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"weight-decay", c->adam.weight_decay},
         {"clip-grad", c->clip_grad},
         {"seed", (double)c->seed},
-        {"tensor-model-parallel-size", c->tp},
-        {"pipeline-model-parallel-size", c->pp},
-        {"context-parallel-size", c->cp},
+        {"tensor-model-parallel-size", c->grid.tp},
+        {"pipeline-model-parallel-size", c->grid.pp},
+        {"context-parallel-size", c->grid.cp},
         {"cp-comm-type", c->cp_comm_type},
-        {"hierarchical-context-parallel-sizes", c->hcp_inner * 1000.0 + c->hcp_outer},
+        {"hierarchical-context-parallel-sizes", c->grid.hcp[0] * 1000.0 + c->grid.hcp[1]},
         {"cp-comm-type (per layer)", cp_types_key(c)},
-        {"virtual-pipeline-model-parallel-size", c->vpp},
+        {"virtual-pipeline-model-parallel-size", c->grid.vpp},
         {"decoder-first-pipeline-num-layers", c->pp_split.first_num_layers},
         {"decoder-last-pipeline-num-layers", c->pp_split.last_num_layers},
         {"account-for-embedding-in-pipeline-split", c->pp_split.account_for_embedding},
@@ -684,7 +633,7 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"pipeline-model-parallel-layout (hash)", pp_layout_fingerprint(c->pp_split.layout)},
         {"sequence-parallel", c->sequence_parallel},
         {"use-distributed-optimizer", c->use_distributed_optimizer},
-        {"num-distributed-optimizer-instances", c->num_distopt_instances},
+        {"num-distributed-optimizer-instances", c->grid.num_dist_opt_instances},
         {"recompute-granularity full", c->recompute_full},
         {"recompute-num-layers", c->recompute_num_layers},
         {"recompute-modules mlp", c->recompute_mlp},
@@ -814,6 +763,7 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     train_shared sh = {.cfg = &cc, .src = src, .out = out, .threads_per_rank = threads};
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
                           .world_size = world,
+                          .timeout_s = c->comm_timeout_s,
                           .pin_threads = threads > 1 ? 0 : -1};
     return mtc_launch(&lo, train_rank_main, &sh);
 }

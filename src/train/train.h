@@ -1,18 +1,23 @@
-/* train/train.h - the training loop on any tp x pp (x vpp) x dp layout
- * (serial = world 1; pipelines through pp/executor.h, interleaved with vpp
- * model chunks per rank, rank r chunk c = virtual stage c*pp + r): ranks started by mtc_launch (shm
- * rank-threads, or MPI ranks under mpirun), Megatron's groups from grid/, data -> microbatches
- * (Megatron's data_sample_index, this DP rank's share) -> forward/backward over the TP group
- * (model/, tp/) -> gradient reduction over DP in buckets, overlapped with the last microbatch's
- * backward (dp/ddp.h) -> TP all-reduce of sequence-parallel gradients -> global norm (TP duplicates
- * once) -> clip -> AdamW -> log / eval / metrics from the last rank (the
- * loss owner, as Megatron); checkpoints every --save-interval and at the end
- * (train_ckpt.c: each rank writes its own pieces, no gather).
+/* train/train.h - the training loop on any layout of the grid (tp, cp, dp,
+ * pp with vpp model chunks per rank, ep, etp; serial = world 1): ranks
+ * started by mtc_launch (shm rank-threads, or MPI ranks under mpirun), the
+ * grid built from cfg->grid (grid/), each model chunk given the grid and its
+ * layers (model/, which derives the TP, CP and MoE contexts in tp/, cp/,
+ * moe/), its gradient buffers from dp/; then per step: data -> microbatches
+ * (Megatron's data_sample_index, this DP rank's share) -> forward/backward
+ * (through pp/executor.h with pp > 1) -> the buffers reduced in buckets,
+ * overlapped with the last microbatch's backward (dp/ddp.h) -> the
+ * registry's other reductions over the grid's groups
+ * (mtc_grid_reduce_comm) -> global norm -> clip -> AdamW (optim/, or the
+ * distributed optimizer's shard, dp/distopt.h) -> log / eval / metrics from
+ * the last rank (the loss owner, as Megatron); checkpoints every
+ * --save-interval and at the end (train_ckpt.c: each rank writes its own
+ * pieces, no gather).
  *
  * Loss is Megatron's: mean over every token of the global batch (each
  * token's loss scaled by 1/(global_batch*T)), gradients accumulated over
  * microbatches. Log lines go to `out` in Megatron's format (conventions.md
- * 2.8); FLOPs by mtc_model_flops (core_v0.14 formula).
+ * 2.8); FLOPs by mtc_model_flops (Megatron's formula).
  * Relies on model/, optim/, data/, comm/, grid/, dp/; the caller (cli/)
  * validates flags and opens the data source (shared read-only by the
  * rank-threads). */
@@ -24,6 +29,7 @@
 
 #include "core/result.h"
 #include "data/data.h"
+#include "grid/grid.h"
 #include "model/model.h"
 #include "optim/optim.h"
 #include "pp/layout.h"
@@ -59,31 +65,26 @@ typedef struct {
                                  snapshot; committed once every rank's writer finished */
     const char *tokenizer;    /* serialized tokenizer stored with --save */
     int quiet;                /* no banner */
-    /* ---- parallel layout (issue 5) ---- */
-    int world_size;            /* shm rank-threads (ignored under mpirun); 0/1 = serial */
-    int tp;                    /* --tensor-model-parallel-size (0 = 1) */
-    int cp;                    /* --context-parallel-size (0 = 1): each sequence in 2cp chunks,
-                                  rank c keeping chunks c and 2cp-1-c */
+    /* ---- parallel layout ---- */
+    int world_size; /* shm rank-threads (ignored under mpirun); 0/1 = serial */
+    /* tp, pp, cp (with --hierarchical-context-parallel-sizes), ep, etp, vpp
+     * and the distributed-optimizer instances: the grid's configuration as
+     * the command line gave it (mtc_grid_config_default, then the flags;
+     * its world_size is ignored: the run's world is world_size above, or
+     * the MPI size) */
+    mtc_grid_config grid;
     int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a,
                                   a2a+p2p */
     const int *cp_layer_types; /* one cp_comm_type per layer (num_layers), NULL: cp_comm_type
                                   for every layer */
-    int hcp_inner, hcp_outer;  /* --hierarchical-context-parallel-sizes A P (0: none) */
     int decoupled;             /* --decoupled-lr given */
     double decoupled_lr;       /* its max lr of the word embedding and output layer */
     double decoupled_min_lr;   /* --decoupled-min-lr (< 0: --min-lr) */
-    int ep;                    /* --expert-model-parallel-size (0 = 1): MoE experts split */
-    int etp;                   /* --expert-tensor-parallel-size (0 = tp) */
     int recompute_full;        /* --recompute-granularity full */
     int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
     int recompute_block;       /* --recompute-method block (else uniform) */
     int recompute_num_layers;  /* --recompute-num-layers */
     int recompute_mlp;         /* --recompute-granularity selective --recompute-modules mlp */
-    int pp;                    /* --pipeline-model-parallel-size (0 = 1): 1F1B over stages
-                                  of num_layers/pp layers */
-    int vpp;                   /* model chunks per pipeline rank (0/1 = not interleaved):
-                                  interleaved 1F1B, rank r chunk c = virtual stage c*pp + r
-                                  of num_layers/(pp*vpp) layers */
     int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
     pp_layout_args pp_split;   /* uneven split / layout string (pp/layout.h; 0 = even) */
     int sequence_parallel;     /* --sequence-parallel (ignored with a warning when tp = 1) */
@@ -91,15 +92,16 @@ typedef struct {
     int64_t ddp_bucket_size;   /* --ddp-bucket-size in elements (0 = Megatron's default; used only
                                   with overlap) */
     int backend;               /* mtc_backend_kind_t (0 = auto) */
-    /* ---- distributed optimizer (issue 7; train/optimizer_step.c) ---- */
+    double comm_timeout_s;     /* --distributed-timeout-minutes x 60: every collective's deadline
+                                  (0: the launcher's default, MTC_COMM_TIMEOUT or 300 s) */
+    /* ---- distributed optimizer (dp/distopt.h; train/train_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
                                       the owned shard, AdamW there, all-gather params */
     int overlap_param_gather;      /* --overlap-param-gather: the all-gathers run until the
                                       next step's forward needs the params */
-    int num_distopt_instances;     /* --num-distributed-optimizer-instances (0 = 1) */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
-    /* ---- mixed precision (issue 17; docs/mixed-precision.md) ---- */
+    /* ---- mixed precision (docs/mixed-precision.md) ---- */
     int bf16;                  /* --bf16: bf16 compute copies, fp32 main params and grads */
     int fp16;                  /* --fp16: fp16-rounded compute copies, loss scaling */
     int grad_reduce_in_bf16;   /* --grad-reduce-in-bf16: DP reductions in bf16 */
@@ -110,7 +112,7 @@ typedef struct {
     int loss_scale_window;     /* --loss-scale-window (0: 1000) */
     int hysteresis;            /* --hysteresis (0: 2) */
     float *loss_scales_out;    /* (train_iters) the loss scale each iteration ran with (tests) */
-    /* ---- observability (issue 18; train/train_obs.c) ---- */
+    /* ---- observability (train/train_obs.c) ---- */
     const char *trace_path;     /* NULL = none: Chrome Trace Event JSON of every rank */
     int64_t profile_step_start; /* traced: iterations start < it <= end (Megatron's */
     int64_t profile_step_end;   /*   --profile-step-start/-end count completed steps) */
@@ -121,7 +123,7 @@ typedef struct {
                                    0: the cached machine peak (core/peak.h) / ranks on it */
     const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops) */
     mtc_tb_flags tensorboard;   /* --tensorboard-dir and its flags (train/train_tb.c) */
-    /* ---- Megatron's exits (issue 16) ---- */
+    /* ---- Megatron's exits ---- */
     int64_t exit_interval;     /* --exit-interval N: stop after an iteration divisible by N */
     double exit_duration_mins; /* --exit-duration-in-mins: stop once training has run this
                                   long (every rank decides alike: a MAX all-reduce) */

@@ -48,17 +48,19 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
      * that group writes each piece */
     int rep_n = x->dp ? mtc_comm_size(x->dp) : 1, rep_r = x->dp ? mtc_comm_rank(x->dp) : 0;
     /* an expert split over EP is replicated over EXPERT_DATA_PARALLEL_GROUP only */
-    int xrep_n = x->edp ? mtc_comm_size(x->edp) : 1, xrep_r = x->edp ? mtc_comm_rank(x->edp) : 0;
+    mtc_comm_t edp = x->gbuf[TRAIN_GBUF_EXPERT].dp;
+    int xrep_n = edp ? mtc_comm_size(edp) : 1, xrep_r = edp ? mtc_comm_rank(edp) : 0;
     char key[MTC_CKPT_KEY_MAX];
     /* --bf16 distopt: the fp32 main params are each rank's shard, written
      * with the moments below */
-    int sharded = m->main_sharded && ch->dopt;
+    const mtc_distopt *dopt = ch->buf[TRAIN_GBUF_DENSE].dopt;
+    int sharded = m->main_sharded && dopt;
     for (int i = 0; i < r->count; i++) {
         const mtc_param *p = &r->params[i];
         if (for_save && p->shared_copy) continue;
         if (mtc_param_absent(p)) continue; /* another EP rank's expert */
         int xp = mtc_param_expert_parallel(r, p);
-        for (int which = sharded; which < (with_optim && !ch->dopt ? 3 : 1); which++) {
+        for (int which = sharded; which < (with_optim && !dopt ? 3 : 1); which++) {
             mtc_ckpt_key(key, sizeof key, which, p->name);
             uint32_t h = key_hash(key, 0);
             /* (expert-DP holds an expert's TP duplicates too: it alone picks) */
@@ -70,9 +72,11 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
                 mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base + p->offset, 0, p->local_numel));
         }
     }
-    if ((!with_optim && !sharded) || !ch->dopt) return MTC_OK;
-    MTC_CHECK(dopt_pieces(x, ch->dopt, m, l, for_save, with_optim, sharded));
-    return ch->xdopt ? dopt_pieces(x, ch->xdopt, m, l, for_save, with_optim, 0) : MTC_OK;
+    if ((!with_optim && !sharded) || !dopt) return MTC_OK;
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++) /* the fp32 main params: the dense shard's */
+        if (ch->buf[b].dopt)
+            MTC_CHECK(dopt_pieces(x, ch->buf[b].dopt, m, l, for_save, with_optim, b ? 0 : sharded));
+    return MTC_OK;
 }
 
 /* The distributed optimizer's m and v of instance o (dense or expert), and
@@ -152,14 +156,15 @@ static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consum
                                 : (double)(l->wd_incr_iters ? l->wd_incr_iters : c->train_iters));
     cJSON *a = cJSON_AddObjectToObject(j, "args");
     cJSON_AddNumberToObject(a, "world_size", mtc_comm_size(x->world));
-    cJSON_AddNumberToObject(a, "tensor_model_parallel_size", c->tp > 0 ? c->tp : 1);
+    cJSON_AddNumberToObject(a, "tensor_model_parallel_size", c->grid.tp);
     cJSON_AddNumberToObject(a, "pipeline_model_parallel_size", x->pp_size);
     cJSON_AddNumberToObject(a, "virtual_pipeline_model_parallel_size", x->vpp);
     cJSON_AddNumberToObject(a, "data_parallel_size", x->dp_size);
     cJSON_AddBoolToObject(a, "sequence_parallel", c->sequence_parallel);
     cJSON_AddBoolToObject(a, "use_distributed_optimizer", c->use_distributed_optimizer);
     cJSON_AddNumberToObject(a, "num_distributed_optimizer_instances",
-                            c->num_distopt_instances > 1 ? c->num_distopt_instances : 1);
+                            c->grid.num_dist_opt_instances > 1 ? c->grid.num_dist_opt_instances
+                                                               : 1);
     cJSON_AddNumberToObject(a, "micro_batch_size", c->micro_batch);
     cJSON_AddNumberToObject(a, "global_batch_size", c->global_batch);
     cJSON_AddNumberToObject(a, "train_iters", (double)c->train_iters);
@@ -356,9 +361,9 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
         }
     }
     for (int k = 0; rc == MTC_OK && with_optim && k < x->vpp; k++) {
-        if (x->chunks[k].dopt) {
-            x->chunks[k].dopt->step = step;
-            if (x->chunks[k].xdopt) x->chunks[k].xdopt->step = step;
+        if (c->use_distributed_optimizer) {
+            for (int b = 0; b < x->nbuf; b++)
+                if (x->chunks[k].buf[b].dopt) x->chunks[k].buf[b].dopt->step = step;
         } else
             x->chunks[k].opt.step = step;
     }

@@ -20,20 +20,27 @@
 #include "pp/executor.h"
 #include "train/train.h"
 
+/* The gradient buffers of a chunk, as Megatron builds them: the dense one
+ * (every parameter without expert parallelism) and, with EP > 1, the
+ * expert-parallel one (the chunk's local experts, after the dense buffer in
+ * the model's flat buffers). Finalize, the norm, clipping and the
+ * optimizer step loop over them. */
+enum { TRAIN_GBUF_DENSE = 0, TRAIN_GBUF_EXPERT, TRAIN_GBUF_MAX };
+
+/* One chunk's buffer of one kind. */
+typedef struct {
+    mtc_ddp *ddp;            /* its reduction (NULL: the chunk has no such params) */
+    mtc_distopt *dopt;       /* --use-distributed-optimizer: AdamW over the owned shard */
+    mtc_grad_norm_plan norm; /* what this rank counts of it in the global norm */
+} train_gbuf;
+
 /* One model chunk (virtual pipeline stage c*pp + pp_rank) and everything
- * that is per chunk in Megatron: its DDP (buffers, buckets) and its
- * optimizer state. */
+ * that is per chunk in Megatron: its gradient buffers (DDP, optimizer
+ * shard) and its optimizer state. */
 typedef struct {
     mtc_model *model;
-    mtc_ddp *ddp;
-    mtc_adamw opt;     /* plain data parallelism: AdamW over the whole buffer */
-    mtc_distopt *dopt; /* --use-distributed-optimizer: AdamW over the owned shard */
-    /* with EP > 1, Megatron's expert-parallel buffer: the chunk's local
-     * experts (after the dense buffer in the model's flat buffers), reduced
-     * over EXPERT_DATA_PARALLEL_GROUP, with its own distributed-optimizer
-     * instance sharding it over that group; NULL without local experts */
-    mtc_ddp *xddp;
-    mtc_distopt *xdopt;
+    train_gbuf buf[TRAIN_GBUF_MAX]; /* by kind (train_rank's nbuf of them) */
+    mtc_adamw opt;  /* plain data parallelism: AdamW over the model's whole buffer */
     int *slot_of;   /* (nmb) activation slot of each microbatch, -1: none */
     int *slot_busy; /* (model->nslots) */
 } train_chunk;
@@ -70,17 +77,10 @@ typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
     mtc_grid_t grid;
-    mtc_comm_t world;      /* every rank (checkpoint barriers) */
-    mtc_comm_t tp, dp, mp; /* NULL when of size 1 */
-    mtc_comm_t pipe, embd; /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
-    mtc_comm_t intra;      /* the distributed optimizer's shard group (NULL: size 1) */
-    mtc_comm_t cp;         /* CONTEXT_PARALLEL_GROUP (NULL: size 1) */
-    mtc_comm_t cp_inner, cp_outer; /* HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0/_L1 (a2a+p2p) */
-    mtc_comm_t ep;                 /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
-    mtc_comm_t edp;                /* EXPERT_DATA_PARALLEL_GROUP (NULL: size 1) */
-    mtc_comm_t xintra;         /* the expert buffer's shard group: EDP, or its intra-instance slice
-                                  (HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0) with several instances */
-    mtc_comm_t xmp;            /* EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (NULL: 1) */
+    mtc_comm_t world;          /* every rank (checkpoint barriers) */
+    mtc_comm_t tp, dp;         /* NULL when of size 1 */
+    mtc_comm_t pipe, embd;     /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
+    mtc_comm_t ep;             /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
     int dp_size, dp_rank, nmb; /* nmb: microbatches of the running pass */
     int nmb_max;               /* what the buffers hold (every batch the run can have) */
     int64_t cur_batch;         /* global batch of the running pass (nmb x B x dp) */
@@ -92,17 +92,19 @@ typedef struct {
     pp_executor_t ex; /* NULL when pp == 1; the one for nmb microbatches */
     pp_executor_t ex_of[MTC_BATCH_SCHEDULE_MAX + 1]; /* executors made so far, by count */
     int ex_nmb[MTC_BATCH_SCHEDULE_MAX + 1], nex;
-    int vpp;                       /* model chunks on this rank (1 without interleaving) */
-    train_chunk *chunks;           /* (vpp) */
-    int64_t step;                  /* optimizer steps taken: the LR schedule and the log read it */
-    int64_t start_iteration;       /* iterations done before this run (a loaded checkpoint's) */
-    uint64_t start_consumed;       /* samples consumed before this run */
-    int64_t iteration;             /* iterations done so far (the loop's) */
-    uint64_t consumed;             /* samples consumed so far */
-    int64_t last_saved;            /* iteration of the last checkpoint saved by this run, -1 none */
-    size_t msg_count;              /* floats of one stage-to-stage message */
-    mtc_grad_norm_plan norm_plan;  /* what this rank counts in the global norm */
-    mtc_grad_norm_plan xnorm_plan; /* ... of the expert-parallel buffers (EP > 1) */
+    int vpp;                 /* model chunks on this rank (1 without interleaving) */
+    train_chunk *chunks;     /* (vpp) */
+    int64_t step;            /* optimizer steps taken: the LR schedule and the log read it */
+    int64_t start_iteration; /* iterations done before this run (a loaded checkpoint's) */
+    uint64_t start_consumed; /* samples consumed before this run */
+    int64_t iteration;       /* iterations done so far (the loop's) */
+    uint64_t consumed;       /* samples consumed so far */
+    int64_t last_saved;      /* iteration of the last checkpoint saved by this run, -1 none */
+    size_t msg_count;        /* floats of one stage-to-stage message */
+    int nbuf;                /* kinds of gradient buffer: 1, 2 with EP > 1 */
+    mtc_ddp_kind gbuf[TRAIN_GBUF_MAX]; /* their groups (dp/groups.c; every rank has every kind
+                                          of its run, with or without params of it: the norm's
+                                          sums are collective) */
     /* the running pass (read by the microbatch callbacks) */
     int64_t cur_it;
     int cur_train;
@@ -131,6 +133,13 @@ typedef struct {
 
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
 static inline int train_tp_rank(const train_rank *x) { return mtc_grid_coords(x->grid)->tp; }
+
+/* Some kind of gradient buffer is reduced over more than this rank. */
+static inline int train_reduces(const train_rank *x) {
+    for (int b = 0; b < x->nbuf; b++)
+        if (x->gbuf[b].dp) return 1;
+    return 0;
+}
 
 /* The global batch of the iteration after `consumed` samples. */
 static inline int64_t train_batch_at(const mtc_train_config *c, uint64_t consumed) {
@@ -242,8 +251,6 @@ typedef struct {
     int nlayers;
     train_moe_layer_stats layer[TRAIN_MOE_MAX_LAYERS];
 } train_moe_summary;
-/* Set the model's MoE loss groups (from the grid). */
-void train_moe_bind(train_rank *x, mtc_model *m);
 /* Zero the step's statistics (before the microbatches). */
 void train_moe_step_begin(train_rank *x);
 /* After finalize_model_grads: the expert-bias update. comm: all-reduce(TP x DP x CP). */
@@ -253,8 +260,6 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out);
 /* ", \"load_balancing_loss\": ..., \"moe_layers\": [...]" (nothing for a dense model):
  * the losses averaged since the last log, the last step's per-layer token statistics. */
 void train_moe_metrics(const train_moe_summary *s, FILE *metrics, double lb, double z);
-/* Parameters one token uses: total minus the unchosen experts' (E - k per MoE layer). */
-double train_moe_active_params(const mtc_model_config *c, double total);
 
 /* train_step.c */
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */

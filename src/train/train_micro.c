@@ -42,8 +42,9 @@ mtc_result_t train_dp_sum(train_rank *x, double *v) {
 /* The DDP overlap hook: gradients of params [first, last) are final. */
 static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
     const train_chunk *ch = ctx; /* each buffer takes its own params of the range */
-    MTC_CHECK(mtc_ddp_grads_ready(ch->ddp, first, last));
-    return ch->xddp ? mtc_ddp_grads_ready(ch->xddp, first, last) : MTC_OK;
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].ddp) MTC_CHECK(mtc_ddp_grads_ready(ch->buf[b].ddp, first, last));
+    return MTC_OK;
 }
 
 /* The forward's params_needed hook (ctx: the chunk): wait for the
@@ -52,8 +53,8 @@ static mtc_result_t train_params_needed(void *ctx, int first, int last) {
     const train_chunk *ch = ctx;
     for (int p = first; p < last; p++) {
         if (p < 0) continue;
-        MTC_CHECK(mtc_distopt_param_gather_wait_param(ch->dopt, p));
-        if (ch->xdopt) MTC_CHECK(mtc_distopt_param_gather_wait_param(ch->xdopt, p));
+        for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+            if (ch->buf[b].dopt) MTC_CHECK(mtc_distopt_param_gather_wait_param(ch->buf[b].dopt, p));
     }
     return MTC_OK;
 }
@@ -64,11 +65,9 @@ mtc_result_t train_params_wait(train_rank *x) {
     mtc_result_t rc = MTC_OK;
     /* comm: wait for the all-gather(intra) of every bucket */
     for (int k = 0; k < x->vpp && rc == MTC_OK; k++)
-        if (x->chunks[k].dopt) {
-            rc = mtc_distopt_param_gather_wait(x->chunks[k].dopt), any = 1;
-            if (rc == MTC_OK && x->chunks[k].xdopt)
-                rc = mtc_distopt_param_gather_wait(x->chunks[k].xdopt);
-        }
+        for (int b = 0; b < x->nbuf && rc == MTC_OK; b++)
+            if (x->chunks[k].buf[b].dopt)
+                rc = mtc_distopt_param_gather_wait(x->chunks[k].buf[b].dopt), any = 1;
     x->comm_ns += mtc_time_ns() - t0;
     if (any) train_obs_span(x, TRAIN_T_PARAMS_ALL_GATHER, t0, NULL, NULL);
     return rc;
@@ -102,12 +101,13 @@ static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
         .b0 = (int)data_sample_index(0, mb, x->dp_rank, 0, c->micro_batch, x->dp_size),
         .loss_scale = x->cur_train ? scale : 0.0f,
         .first_microbatch = mb == 0,
-        .grads_ready = x->cur_train && last && c->overlap_grad_reduce && (x->dp || x->edp)
+        .grads_ready = x->cur_train && last && c->overlap_grad_reduce && train_reduces(x)
                            ? train_grads_ready
                            : NULL,
         .grads_ready_ctx = (void *)ch,
         /* --overlap-param-gather: wait per param group in the forward */
-        .params_needed = ch->dopt && c->overlap_param_gather ? train_params_needed : NULL,
+        .params_needed =
+            c->use_distributed_optimizer && c->overlap_param_gather ? train_params_needed : NULL,
         .params_needed_ctx = (void *)ch};
     return pass;
 }

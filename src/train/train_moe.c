@@ -1,7 +1,5 @@
 /* train/train_moe.c - what a training step does for mixture-of-experts
  * layers beyond the model's forward and backward (moe/moe.h):
- *  - the groups the MoE losses count over (TP x CP for aux_loss and
- *    seq_aux_loss and the z-loss, TP x DP x CP for global_aux_loss);
  *  - the per-step statistics reset, and the expert-bias update after the
  *    gradients are final (Megatron does it in finalize_model_grads):
  *    counts all-reduced over TP x DP x CP, bias += rate * sign(mean - n);
@@ -9,8 +7,7 @@
  *    layer, summed over the loss's group, averaged over DP and over the
  *    microbatches, then averaged over the MoE layers) and, for --metrics,
  *    per layer tokens-per-expert min / max / p50 / p90 and the dropped
- *    fraction, all from one all-reduce over the world;
- *  - the banner's total and active parameter counts.
+ *    fraction, all from one all-reduce over the world.
  * Dense models make every function here a no-op. */
 #include <math.h>
 #include <stdlib.h>
@@ -18,13 +15,6 @@
 
 #include "core/mem.h"
 #include "train/train_internal.h"
-
-static mtc_comm_t nontrivial(mtc_comm_t c) { return c && mtc_comm_size(c) > 1 ? c : NULL; }
-
-void train_moe_bind(train_rank *x, mtc_model *m) {
-    m->moe_tpcp = nontrivial(mtc_grid_comm(x->grid, MTC_GROUP_TP_CP, 0));
-    m->moe_tpdpcp = nontrivial(mtc_grid_comm(x->grid, MTC_GROUP_TP_DP_CP, 0));
-}
 
 static int has_moe(const train_rank *x) { return x->cfg->model.moe.num_experts > 0; }
 
@@ -42,9 +32,9 @@ mtc_result_t train_moe_finalize(train_rank *x) {
     const mtc_moe_config *mc = &x->cfg->model.moe;
     if (!has_moe(x) || !mc->expert_bias) return MTC_OK;
     float rate = mc->bias_update_rate > 0 ? mc->bias_update_rate : 1e-3f;
-    mtc_comm_t g = nontrivial(mtc_grid_comm(x->grid, MTC_GROUP_TP_DP_CP, 0));
     for (int k = 0; k < x->vpp; k++) {
         mtc_model *m = x->chunks[k].model;
+        mtc_comm_t g = m->moe.tpdpcp; /* the model's MoE groups (moe/groups.c) */
         for (int l = m->first_layer; l < m->last_layer; l++) {
             if (!mtc_moe_is_layer(mc, l)) continue;
             moe_stats *s = &m->moe_stats[l];
@@ -99,7 +89,7 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out) {
         return rc;
     }
     int nl = mtc_moe_num_layers(&c->moe, L);
-    int tp = x->cfg->tp > 0 ? x->cfg->tp : 1, cp = x->cfg->cp > 0 ? x->cfg->cp : 1;
+    int tp = x->cfg->grid.tp, cp = x->cfg->grid.cp;
     /* aux: partial over TP x CP (summed), averaged over DP; z: averaged over TP x DP x CP */
     out->lb_loss = v[0] / ((double)x->dp_size * nl);
     out->z_loss = v[1] / ((double)x->dp_size * tp * cp * nl);
@@ -123,15 +113,6 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out) {
     free(sorted);
     free(v);
     return MTC_OK;
-}
-
-double train_moe_active_params(const mtc_model_config *c, double total) {
-    double C = c->hidden_size, F = mtc_model_moe_ffn(c), E = c->moe.num_experts;
-    double k = mtc_moe_topk(&c->moe);
-    double per_expert = (c->swiglu ? 3.0 : 2.0) * C * F;
-    if (!c->disable_bias_linear) per_expert += (c->swiglu ? 2.0 : 1.0) * F + C;
-    double inactive = (E - k) * per_expert * mtc_moe_num_layers(&c->moe, c->num_layers);
-    return total - inactive;
 }
 
 void train_moe_metrics(const train_moe_summary *s, FILE *f, double lb, double z) {

@@ -57,52 +57,48 @@ static int train_ep_split(const train_rank *x) {
     return x->ep && x->cfg->model.moe.num_experts > 0;
 }
 
-/* The buffer layout of `which` params of registry r for config dc over
- * shard groups of dp ranks (into l, numel floats). */
-static mtc_result_t train_buffer_layout(const mtc_registry *r, const mtc_ddp_config *dc, int dp,
-                                        dp_layout *l) {
-    int64_t *numels = NULL;
-    memset(l, 0, sizeof *l);
-    MTC_CHECK(
-        mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int64_t), (void **)&numels));
-    for (int i = 0; i < r->count; i++)
-        numels[i] =
-            mtc_ddp_holds(r, &r->params[i], dc->params) ? (int64_t)r->params[i].local_numel : 0;
-    dp_layout_config cfg = {.dp = dc->use_distopt ? dp : 1,
-                            .bucket_size = dc->bucket_size,
-                            .pad_high_busbw = dc->pad_high_busbw,
-                            .use_distopt = dc->use_distopt,
-                            .skip_empty = 1,
-                            .shared_embedding = dc->shared_embedding};
-    mtc_result_t rc = dp_layout_build(l, numels, r->count, &cfg);
-    free(numels);
-    return rc;
+/* Chunk k's configuration of its buffer of kind b (shared: from
+ * train_shared_embedding; base: where the buffer starts in the model's flat
+ * buffers, after the kinds before it). */
+static mtc_ddp_config train_gbuf_config(const train_rank *x, int k, int b, const int *shared,
+                                        size_t base) {
+    mtc_ddp_config dc = train_ddp_config(x, k, shared);
+    dc.params = x->gbuf[b].params;
+    if (b == TRAIN_GBUF_EXPERT) {
+        /* Megatron's expert buffer: reduced over EXPERT_DATA_PARALLEL_GROUP,
+         * pre-scaled (when averaging) by 1/|dp x cp| as the dense one, and
+         * sharded over that group by its own distributed-optimizer instance */
+        dc.shared_embedding = NULL;
+        dc.base = base;
+        dc.avg_size = x->dp ? mtc_comm_size(x->dp) : 1;
+    }
+    return dc;
 }
 
-/* The model's layout hook: the distributed optimizer's padded buffer layout
- * of this chunk (the one mtc_ddp_init computes from the same config), and
- * with EP > 1 the expert-parallel buffer after the dense one. */
+/* The model's layout hook: each kind of buffer's layout (the distributed
+ * optimizer's padding; the one mtc_ddp_init computes from the same
+ * config), one after the other. */
 static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offsets, size_t *total) {
     const layout_ctx *lc = arg;
     const train_rank *x = lc->x;
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, r, &shared));
-    mtc_ddp_config dc = train_ddp_config(x, lc->k, shared);
-    int split = train_ep_split(x);
-    if (split) dc.params = MTC_DDP_PARAMS_DENSE;
-    dp_layout l, lx;
-    memset(&lx, 0, sizeof lx);
-    mtc_result_t rc = train_buffer_layout(r, &dc, x->intra ? mtc_comm_size(x->intra) : 1, &l);
-    if (rc == MTC_OK && split) {
-        dc.params = MTC_DDP_PARAMS_EXPERT, dc.shared_embedding = NULL;
-        rc = train_buffer_layout(r, &dc, x->xintra ? mtc_comm_size(x->xintra) : 1, &lx);
+    dp_layout l[TRAIN_GBUF_MAX];
+    memset(l, 0, sizeof l);
+    mtc_result_t rc = MTC_OK;
+    size_t base = 0;
+    for (int b = 0; rc == MTC_OK && b < x->nbuf; b++) {
+        mtc_ddp_config dc = train_gbuf_config(x, lc->k, b, shared, base);
+        mtc_comm_t sh = x->gbuf[b].shard;
+        rc = mtc_ddp_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
+        for (int i = 0; rc == MTC_OK && i < r->count; i++)
+            if (b == 0 || (l[b].nparams && l[b].param_bucket[i] >= 0))
+                offsets[i] = base + (size_t)l[b].param[i].start;
+        base += (size_t)l[b].numel;
     }
-    for (int i = 0; rc == MTC_OK && i < r->count; i++)
-        offsets[i] = lx.nparams && lx.param_bucket[i] >= 0
-                         ? (size_t)l.numel + (size_t)lx.param[i].start
-                         : (size_t)l.param[i].start;
-    if (rc == MTC_OK) *total = (size_t)l.numel + (size_t)lx.numel;
-    dp_layout_free(&l), dp_layout_free(&lx);
+    if (rc == MTC_OK) *total = base;
+    for (int b = 0; b < x->nbuf; b++)
+        dp_layout_free(&l[b]);
     free(shared);
     return rc;
 }
@@ -111,21 +107,7 @@ static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offse
  * this rank's training order (at least 1). */
 static mtc_result_t train_slot_counts(const train_rank *x, const pp_schedule_config *sc,
                                       int *peak) {
-    for (int k = 0; k < x->vpp; k++)
-        peak[k] = 1;
-    if (sc->pp == 1) return MTC_OK;
-    pp_op *ops = calloc((size_t)pp_schedule_max_ops(sc), sizeof *ops);
-    int *live = calloc((size_t)x->vpp, sizeof(int));
-    mtc_result_t rc = ops && live ? MTC_OK : mtc_error(MTC_ERR_OUT_OF_MEMORY, "schedule of a rank");
-    pp_schedule_counts n = {0};
-    if (rc == MTC_OK) rc = pp_schedule_build(ops, &n, sc, x->pp_rank);
-    for (int i = 0; rc == MTC_OK && i < n.nops; i++) {
-        int k = ops[i].chunk;
-        live[k] += ops[i].kind == PP_OP_FORWARD ? 1 : -1;
-        if (live[k] > peak[k]) peak[k] = live[k];
-    }
-    free(ops), free(live);
-    return rc;
+    return pp_schedule_peak_inflight(sc, x->pp_rank, x->vpp, peak);
 }
 
 /* Chunk k: the model (laid out for its DDP), the DDP on the model's
@@ -138,96 +120,57 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     MTC_CHECK(pp_layout_stage_get(&ls, &c->pp_split, L, x->pp_size, x->vpp,
                                   pp_virtual_stage(x->pp_size, x->pp_rank, k)));
     layout_ctx lc = {x, k};
-    mtc_model_chunk_opts o = {
-        .B = c->micro_batch,
-        .nslots = nslots,
-        .pool = x->pool,
-        .tp = x->tp,
-        .sequence_parallel = c->sequence_parallel,
-        .cp = x->cp,
-        .cp_comm_type = (cp_comm_type)c->cp_comm_type,
-        .cp_inner = x->cp_inner,
-        .cp_outer = x->cp_outer,
-        .cp_layer_types = c->cp_layer_types,
-        .ep = x->ep,
-        .etp = mtc_grid_comm(x->grid, MTC_GROUP_EXPT_TP, 0),
-        .tp_ep = mtc_grid_comm(x->grid, MTC_GROUP_TP_EP, 0),
-        .first_layer = ls.first_layer,
-        .last_layer = ls.first_layer + ls.num_layers,
-        .has_embedding = ls.has_embedding,
-        .has_head = ls.has_loss,
-        .layout = c->use_distributed_optimizer || train_ep_split(x) ? train_layout : NULL,
-        /* full recomputation: uniform recomputes every layer of the
-         * chunk, block its first recompute-num-layers */
-        .recompute_layers = !c->recompute_full   ? 0
-                            : c->recompute_block ? c->recompute_num_layers
-                                                 : L,
-        .recompute_mlp = c->recompute_mlp,
-        .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
-        .precision = c->bf16   ? TP_PREC_BF16
-                     : c->fp16 ? TP_PREC_FP16
-                               : TP_PREC_F32,
-        .layout_ctx = &lc};
+    mtc_model_chunk_opts o = {.B = c->micro_batch,
+                              .nslots = nslots,
+                              .pool = x->pool,
+                              .grid = x->grid,
+                              .sequence_parallel = c->sequence_parallel,
+                              .cp_comm_type = (cp_comm_type)c->cp_comm_type,
+                              .cp_layer_types = c->cp_layer_types,
+                              .first_layer = ls.first_layer,
+                              .last_layer = ls.first_layer + ls.num_layers,
+                              .has_embedding = ls.has_embedding,
+                              .has_head = ls.has_loss,
+                              .layout =
+                                  c->use_distributed_optimizer || x->nbuf > 1 ? train_layout : NULL,
+                              /* full recomputation: uniform recomputes every layer of the
+                               * chunk, block its first recompute-num-layers */
+                              .recompute_layers = !c->recompute_full   ? 0
+                                                  : c->recompute_block ? c->recompute_num_layers
+                                                                       : L,
+                              .recompute_mlp = c->recompute_mlp,
+                              .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
+                              .precision = c->bf16   ? TP_PREC_BF16
+                                           : c->fp16 ? TP_PREC_FP16
+                                                     : TP_PREC_F32,
+                              .layout_ctx = &lc};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
-    train_moe_bind(x, ch->model);
     mtc_model *m = ch->model;
     int *shared = NULL;
     MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
-    mtc_ddp_config dc = train_ddp_config(x, k, shared);
-    /* the inter-instance group: position j of every intra slice, one
-     * communicator per chunk, because each DDP chains its inter all-reduces
-     * when polling finds a reduce-scatter done (timing-dependent), so two
-     * chunks' all-reduces on one communicator could be issued in different
-     * orders on different ranks. Freed with the rank's world by mtc_launch
-     * (after the DDPs that wait on it). */
-    mtc_comm_t inter = NULL, intra = NULL;
     mtc_result_t rc = MTC_OK;
-    if (c->use_distributed_optimizer) {
-        /* the intra group as built, even of size 1 (as many instances as dp ranks) */
-        int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
-        intra = nd > 1 ? mtc_grid_comm(x->grid, MTC_GROUP_INTRA_PARTIAL_DP_CP, 0) : x->dp;
-        if (intra && x->dp && mtc_comm_size(intra) < mtc_comm_size(x->dp))
-            /* comm: split(DATA_PARALLEL_GROUP_WITH_CP) */
-            rc = mtc_comm_split(x->dp, mtc_comm_rank(intra), mtc_comm_rank(x->dp),
-                                "INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &inter);
-    }
-    mtc_ddp_comms comms = {.dp = x->dp, .intra = intra, .inter = inter};
-    int split = train_ep_split(x), nexp = 0;
-    if (split) dc.params = MTC_DDP_PARAMS_DENSE;
-    if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->ddp);
-    for (int i = 0; split && i < m->reg.count; i++)
-        nexp += mtc_ddp_holds(&m->reg, &m->reg.params[i], MTC_DDP_PARAMS_EXPERT);
-    if (rc == MTC_OK && nexp) {
-        /* Megatron's expert buffer: reduced over EXPERT_DATA_PARALLEL_GROUP,
-         * pre-scaled (when averaging) by 1/|dp x cp| as the dense one, and
-         * sharded over that group by its own distributed-optimizer instance */
-        mtc_ddp_config xc = dc;
-        xc.params = MTC_DDP_PARAMS_EXPERT, xc.shared_embedding = NULL;
-        xc.base = (size_t)ch->ddp->layout.numel;
-        xc.avg_size = x->dp ? mtc_comm_size(x->dp) : 1;
-        /* with several instances (Megatron's intra_expt_dp_group): shards over the
-         * intra-instance slice of EDP, then an all-reduce over the ranks of the
-         * same slice position (one communicator per chunk, as the dense one) */
-        mtc_comm_t xintra = x->edp, xinter = NULL;
-        int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
-        if (c->use_distributed_optimizer && nd > 1 && x->edp) {
-            xintra = mtc_grid_comm(x->grid, MTC_GROUP_HIER_EXPT_DP, 0);
-            if (xintra && mtc_comm_size(xintra) < mtc_comm_size(x->edp))
-                /* comm: split(EXPERT_DATA_PARALLEL_GROUP) */
-                rc = mtc_comm_split(x->edp, mtc_comm_rank(xintra), mtc_comm_rank(x->edp),
-                                    "EXPERT_INTER_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", &xinter);
-        }
-        mtc_ddp_comms xcomms = {.dp = x->edp, .intra = xintra, .inter = xinter};
-        if (rc == MTC_OK) rc = mtc_ddp_init(&m->reg, &xc, &xcomms, m->params, m->grads, &ch->xddp);
+    size_t base = 0;
+    for (int b = 0; rc == MTC_OK && b < x->nbuf; b++) {
+        int held = b == TRAIN_GBUF_DENSE; /* the dense buffer always exists */
+        for (int i = 0; !held && i < m->reg.count; i++)
+            held = mtc_ddp_holds(&m->reg, &m->reg.params[i], x->gbuf[b].params);
+        if (!held) continue; /* a chunk without local experts */
+        mtc_ddp_config dc = train_gbuf_config(x, k, b, shared, base);
+        mtc_ddp_comms comms =
+            mtc_ddp_kind_comms(x->grid, &x->gbuf[b], c->use_distributed_optimizer, k);
+        rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->buf[b].ddp);
+        if (rc == MTC_OK) base += (size_t)ch->buf[b].ddp->layout.numel;
     }
     free(shared);
     MTC_CHECK(rc);
     mtc_progress_update(&x->progress, 3 * k + 2, 3 * x->vpp);
     if (c->use_distributed_optimizer) {
-        MTC_CHECK(mtc_distopt_init(ch->ddp, c->overlap_param_gather, &ch->dopt));
-        if (ch->xddp) MTC_CHECK(mtc_distopt_init(ch->xddp, c->overlap_param_gather, &ch->xdopt));
+        for (int b = 0; b < x->nbuf; b++)
+            if (ch->buf[b].ddp)
+                MTC_CHECK(
+                    mtc_distopt_init(ch->buf[b].ddp, c->overlap_param_gather, &ch->buf[b].dopt));
     } else
         MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
     mtc_progress_update(&x->progress, 3 * k + 3, 3 * x->vpp);
@@ -249,27 +192,27 @@ static int train_norm_counts(const mtc_registry *r, const mtc_param *p, int tp_r
 static mtc_result_t train_norm_plan(train_rank *x) {
     int tp_rank = train_tp_rank(x);
     for (int k = 0; k < x->vpp; k++) {
-        const train_chunk *ch = &x->chunks[k];
+        train_chunk *ch = &x->chunks[k];
         const mtc_registry *r = &ch->model->reg;
-        if (!ch->dopt) { /* expert-parallel params in their own sum (reduced over other groups) */
+        if (!x->cfg->use_distributed_optimizer) { /* each param in its buffer's sum */
             for (int i = r->count - 1; i >= 0; i--)
                 if (train_norm_counts(r, &r->params[i], tp_rank))
                     MTC_CHECK(mtc_grad_norm_plan_add(
-                        mtc_param_expert_parallel(r, &r->params[i]) ? &x->xnorm_plan
-                                                                    : &x->norm_plan,
+                        &ch->buf[mtc_param_expert_parallel(r, &r->params[i]) ? TRAIN_GBUF_EXPERT
+                                                                             : TRAIN_GBUF_DENSE]
+                             .norm,
                         ch->model->grads + r->params[i].offset, r->params[i].local_numel));
             continue;
         }
-        for (int which = 0; which < 2; which++) {
-            const mtc_ddp *d = which ? ch->xddp : ch->ddp;
-            for (int b = 0; d && b < d->layout.nbuckets; b++) {
+        for (int b = 0; b < x->nbuf; b++) { /* the owned shard pieces */
+            const mtc_ddp *d = ch->buf[b].ddp;
+            for (int u = 0; d && u < d->layout.nbuckets; u++) {
                 int n;
-                const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, b, &n);
+                const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, u, &n);
                 for (int j = 0; j < n; j++)
                     if (train_norm_counts(r, &r->params[sp[j].param], tp_rank))
                         MTC_CHECK(mtc_grad_norm_plan_add(
-                            which ? &x->xnorm_plan : &x->norm_plan,
-                            d->grads + sp[j].gbuf_world.start,
+                            &ch->buf[b].norm, d->grads + sp[j].gbuf_world.start,
                             (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
             }
         }
@@ -345,7 +288,7 @@ static mtc_result_t train_bf16_engine(train_rank *x) {
         return MTC_OK;
     }
     const mtc_model_config *mc = &c->model;
-    int tp = c->tp > 0 ? c->tp : 1;
+    int tp = c->grid.tp;
     int M = c->micro_batch * x->T_cp, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
     int K = mc->hidden_size;
     double v[2] = {0, 0};
@@ -376,7 +319,7 @@ static mtc_result_t train_shard_main(train_rank *x) {
     if (!c->bf16 || !c->use_distributed_optimizer || c->model.moe.num_experts > 0) return MTC_OK;
     for (int k = 0; k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
-        const mtc_distopt *o = ch->dopt;
+        mtc_distopt *o = ch->buf[TRAIN_GBUF_DENSE].dopt;
         if (!o) continue;
         int64_t(*keep)[2] = calloc((size_t)(o->npieces ? o->npieces : 1), sizeof *keep);
         if (!keep) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "shard ranges of a rank");
@@ -387,7 +330,7 @@ static mtc_result_t train_shard_main(train_rank *x) {
             mtc_model_shard_main_params(ch->model, (const int64_t(*)[2])keep, o->npieces);
         free(keep);
         MTC_CHECK(rc);
-        mtc_distopt_gather_into(ch->dopt, ch->model->params_c);
+        mtc_distopt_gather_into(o, ch->model->params_c);
     }
     return MTC_OK;
 }
@@ -396,43 +339,20 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     const mtc_train_config *c = x->cfg;
     mtc_progress_begin(&x->progress, "building GPT model (parameters, gradients, optimizer state)");
     int B = c->micro_batch, T = c->model.seq_length;
-    mtc_grid_config gc;
-    mtc_grid_config_default(&gc);
+    mtc_grid_config gc = c->grid;
     gc.world_size = mtc_comm_size(world);
-    gc.tp = c->tp > 0 ? c->tp : 1;
-    gc.pp = c->pp > 0 ? c->pp : 1;
-    gc.cp = c->cp > 0 ? c->cp : 1;
-    if (c->hcp_inner > 0) gc.n_hcp = 2, gc.hcp[0] = c->hcp_inner, gc.hcp[1] = c->hcp_outer;
-    gc.ep = c->ep > 0 ? c->ep : 1;
-    gc.etp = c->etp > 0 ? c->etp : 0;
-    if (c->use_distributed_optimizer) gc.num_dist_opt_instances = c->num_distopt_instances;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
-#define GROUP(kind) (mtc_grid_comm(x->grid, (kind), 0))
-#define NONTRIVIAL(comm) ((comm) && mtc_comm_size(comm) > 1 ? (comm) : NULL)
-    x->tp = NONTRIVIAL(GROUP(MTC_GROUP_TP));
-    x->dp = NONTRIVIAL(GROUP(MTC_GROUP_DP_CP));
-    x->cp = NONTRIVIAL(GROUP(MTC_GROUP_CP));
-    if (gc.n_hcp) {
-        x->cp_inner = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 0);
-        x->cp_outer = mtc_grid_comm(x->grid, MTC_GROUP_HIER_CP, 1);
-    }
-    x->ep = NONTRIVIAL(GROUP(MTC_GROUP_EP));
-    x->edp = NONTRIVIAL(GROUP(MTC_GROUP_EXPT_DP));
-    x->xmp = NONTRIVIAL(GROUP(MTC_GROUP_TP_EP_PP));
-    x->mp = NONTRIVIAL(GROUP(MTC_GROUP_MP));
-    x->pipe = NONTRIVIAL(GROUP(MTC_GROUP_PP));
-    x->embd = NONTRIVIAL(GROUP(MTC_GROUP_EMBD));
-    int nd = c->num_distopt_instances > 1 ? c->num_distopt_instances : 1;
-    x->intra = c->use_distributed_optimizer
-                   ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_INTRA_PARTIAL_DP_CP) : x->dp)
-                   : NULL;
-    x->xintra = c->use_distributed_optimizer
-                    ? NONTRIVIAL(nd > 1 ? GROUP(MTC_GROUP_HIER_EXPT_DP) : x->edp)
-                    : NULL;
-#undef NONTRIVIAL
-#undef GROUP
+    /* the groups train itself talks over: the registry's reductions, the
+     * pipeline's, the experts' (gathering the model) */
+    x->tp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_TP);
+    x->dp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_DP_CP);
+    x->embd = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_EMBEDDING);
+    x->pipe = mtc_grid_comm_nontrivial(x->grid, MTC_GROUP_PP, 0);
+    x->ep = mtc_grid_comm_nontrivial(x->grid, MTC_GROUP_EP, 0);
+    /* the kinds of gradient buffer and their groups (dp/groups.c) */
+    x->nbuf = mtc_ddp_kinds(x->grid, c->use_distributed_optimizer, train_ep_split(x), x->gbuf);
     x->pp_size = gc.pp, x->pp_rank = co->pp;
     x->dp_size = mtc_grid_spec_get(x->grid)->dp;
     x->dp_rank = co->dp; /* the data rank; CP ranks of one DP rank share its samples */
@@ -441,7 +361,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     MTC_CHECK(nn_pool_create(threads, &x->pool));
     MTC_CHECK(train_scaler_init(x));
     int P = x->pp_size;
-    x->vpp = P > 1 && c->vpp > 1 ? c->vpp : 1;
+    x->vpp = mtc_grid_chunks(x->grid);
     MTC_CHECK(mtc_mem_calloc((size_t)x->vpp, sizeof(train_chunk), (void **)&x->chunks));
     pp_schedule_config sc = {.pp = P,
                              .vpp = x->vpp > 1 ? x->vpp : 0,
@@ -480,7 +400,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     for (int k = 0; k < x->vpp; k++)
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
-    x->pos = x->cp ? x->chunks[0].model->cp.pos : NULL;
+    x->pos = x->chunks[0].model->cp.cp > 1 ? x->chunks[0].model->cp.pos : NULL;
     /* every executor the run will use, made now (each is collective over
      * PIPELINE_MODEL_PARALLEL_GROUP and allocates): the step loop only picks */
     for (int e = 0; bs && e < bs->n; e++)
@@ -528,8 +448,8 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
     memset(mem, 0, sizeof *mem);
     for (int k = 0; k < x->vpp; k++) {
         mtc_dp_memory m;
-        for (int which = 0; which < 2; which++) {
-            const mtc_ddp *d = which ? x->chunks[k].xddp : x->chunks[k].ddp;
+        for (int b = 0; b < x->nbuf; b++) {
+            const mtc_ddp *d = x->chunks[k].buf[b].ddp;
             if (!d) continue;
             mtc_ddp_memory(d, &m);
             mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
@@ -574,18 +494,18 @@ mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
 void train_teardown(train_rank *x) {
     for (int k = 0; x->chunks && k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
-        mtc_distopt_free(ch->xdopt);
-        mtc_distopt_free(ch->dopt);
+        for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--)
+            mtc_distopt_free(ch->buf[b].dopt);
         mtc_adamw_free(&ch->opt);
-        mtc_ddp_free(ch->xddp);
-        mtc_ddp_free(ch->ddp); /* before the model: it waits on the model's buffers */
+        for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--) {
+            mtc_ddp_free(ch->buf[b].ddp); /* before the model: it waits on the model's buffers */
+            mtc_grad_norm_plan_free(&ch->buf[b].norm);
+        }
         mtc_model_free(ch->model);
         free(ch->slot_of), free(ch->slot_busy);
     }
     free(x->chunks);
     x->chunks = NULL;
-    mtc_grad_norm_plan_free(&x->norm_plan);
-    mtc_grad_norm_plan_free(&x->xnorm_plan);
     free(x->buf), free(x->tokens), free(x->targets), free(x->red_buf);
     for (int i = 0; i < x->nex; i++)
         pp_executor_free(x->ex_of[i]);
@@ -614,9 +534,10 @@ mtc_result_t train_gather(train_rank *x, float *global) {
         if (m->main_sharded) {
             free(full);
             full = NULL;
-            rc = mtc_mem_alloc(x->chunks[k].ddp->layout.numel * sizeof(float), (void **)&full);
+            const train_gbuf *d = &x->chunks[k].buf[TRAIN_GBUF_DENSE];
+            rc = mtc_mem_alloc(d->ddp->layout.numel * sizeof(float), (void **)&full);
             /* comm: all-gather(intra) per bucket */
-            if (rc == MTC_OK) rc = mtc_distopt_gather_main(x->chunks[k].dopt, full);
+            if (rc == MTC_OK) rc = mtc_distopt_gather_main(d->dopt, full);
             src = full;
         }
         /* comm: all-gather(tp) per split parameter */
@@ -693,8 +614,9 @@ void train_print_layout(const train_rank *x, FILE *out) {
     for (int k = 0; k < x->vpp; k++) {
         int *shared = NULL;
         if (train_shared_embedding(x, &x->chunks[k].model->reg, &shared) != MTC_OK) return;
-        train_print_buffer(x, k, x->chunks[k].ddp, shared, out);
-        if (x->chunks[k].xddp) train_print_buffer(x, k, x->chunks[k].xddp, shared, out);
+        for (int b = 0; b < x->nbuf; b++)
+            if (x->chunks[k].buf[b].ddp)
+                train_print_buffer(x, k, x->chunks[k].buf[b].ddp, shared, out);
         free(shared);
     }
 }

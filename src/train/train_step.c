@@ -52,48 +52,52 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
     /* comm: all-reduce(dp), or reduce-scatter(intra) with the distributed optimizer */
     /* comm: the expert buffers: all-reduce or reduce-scatter(EXPERT_DATA_PARALLEL_GROUP) */
     /* (expert-DP can exceed 1 with DP x CP 1: tp 4, etp 1, ep 2) */
-    int any = x->dp || x->edp;
-    for (int k = 0; k < x->vpp && any; k++) {
-        MTC_CHECK(mtc_ddp_finish(x->chunks[k].ddp));
-        if (x->chunks[k].xddp) MTC_CHECK(mtc_ddp_finish(x->chunks[k].xddp));
-    }
+    int any = train_reduces(x);
+    for (int k = 0; k < x->vpp && any; k++)
+        for (int b = 0; b < x->nbuf; b++)
+            if (x->chunks[k].buf[b].ddp) MTC_CHECK(mtc_ddp_finish(x->chunks[k].buf[b].ddp));
     x->comm_ns += mtc_time_ns() - t0;
     if (any) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
-    for (int k = 0; k < x->vpp && x->tp; k++)
-        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_TP, x->tp,
-                                     TRAIN_T_LAYERNORM_GRADS));
-    for (int k = 0; k < x->vpp && x->embd; k++)
-        MTC_CHECK(train_reduce_group(x, x->chunks[k].model, MTC_REDUCE_EMBEDDING, x->embd,
-                                     TRAIN_T_EMBEDDING_GRADS));
+    /* the registry's other bits, each over the group the grid maps it to */
+    static const struct {
+        unsigned bit;
+        train_timer timer;
+    } groups[] = {{MTC_REDUCE_TP, TRAIN_T_LAYERNORM_GRADS},
+                  {MTC_REDUCE_EMBEDDING, TRAIN_T_EMBEDDING_GRADS}};
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        mtc_comm_t comm = mtc_grid_reduce_comm(x->grid, groups[g].bit);
+        for (int k = 0; k < x->vpp && comm; k++)
+            MTC_CHECK(
+                train_reduce_group(x, x->chunks[k].model, groups[g].bit, comm, groups[g].timer));
+    }
     return MTC_OK;
 }
 
-/* Global gradient norm: this rank's held elements (norm_plan, each element
- * of the model counted once), summed over the shard group with the
- * distributed optimizer and over MODEL_PARALLEL_GROUP; with EP > 1 the
- * expert-parallel buffers' squares (xnorm_plan) as Megatron's expert
- * optimizer: over its shard group (EXPERT_DATA_PARALLEL_GROUP, or its
- * intra-instance slice) with the distributed optimizer, then over
- * EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP (every expert once), added to the dense sum. */
+/* Global gradient norm: per kind of buffer, this rank's held elements (each
+ * chunk's norm plan, each element of the model counted once), summed over
+ * the kind's shard group with the distributed optimizer and over the
+ * group whose members hold disjoint params (MODEL_PARALLEL_GROUP; for the
+ * expert-parallel buffers, as Megatron's expert optimizer,
+ * EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP), the kinds added up. */
 static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
     uint64_t t_span = mtc_time_ns();
-    double s = mtc_grad_norm_sumsq(&x->norm_plan, x->pool);
-    double sx = x->xnorm_plan.n ? mtc_grad_norm_sumsq(&x->xnorm_plan, x->pool) : 0.0;
+    double s[TRAIN_GBUF_MAX] = {0}, total = 0;
+    for (int b = 0; b < x->nbuf; b++)
+        for (int k = 0; k < x->vpp; k++)
+            mtc_grad_norm_sumsq_add(&x->chunks[k].buf[b].norm, x->pool, &s[b]);
     uint64_t t0 = mtc_time_ns();
-    /* comm: all-reduce(intra) with the distributed optimizer, all-reduce(MODEL_PARALLEL_GROUP) */
-    if (x->intra && x->cfg->use_distributed_optimizer)
-        MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->intra));
-    if (x->mp) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->mp));
-    if (x->ep && x->cfg->model.moe.num_experts > 0) {
-        /* comm: all-reduce(the expert shard group: EXPERT_DATA_PARALLEL_GROUP or its
-         * intra-instance slice) with the distributed optimizer,
-         * all-reduce(EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP) */
-        if (x->xintra) MTC_CHECK(mtc_all_reduce(&sx, &sx, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->xintra));
-        if (x->xmp) MTC_CHECK(mtc_all_reduce(&sx, &sx, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->xmp));
-        s += sx;
+    for (int b = 0; b < x->nbuf; b++) {
+        /* comm: all-reduce(the kind's shard group) with the distributed optimizer,
+         * all-reduce(MODEL_PARALLEL_GROUP or EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP) */
+        const mtc_ddp_kind *kd = &x->gbuf[b];
+        if (kd->shard)
+            MTC_CHECK(mtc_all_reduce(&s[b], &s[b], 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->shard));
+        if (kd->norm)
+            MTC_CHECK(mtc_all_reduce(&s[b], &s[b], 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->norm));
+        total += s[b];
     }
     x->comm_ns += mtc_time_ns() - t0;
-    *norm = sqrt(s);
+    *norm = sqrt(total);
     train_obs_span(x, TRAIN_T_OPTIMIZER_CLIP, t_span, NULL, NULL);
     return MTC_OK;
 }
@@ -120,10 +124,11 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unsca
     uint64_t t0 = mtc_time_ns();
     for (int k = 0; k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
-        if (ch->dopt) { /* comm: all-gather(intra) per bucket (waited for here without overlap) */
-            MTC_CHECK(mtc_distopt_step(ch->dopt, lr, clip, &hp));
-            /* comm: all-gather(EXPERT_DATA_PARALLEL_GROUP) per expert bucket */
-            if (ch->xdopt) MTC_CHECK(mtc_distopt_step(ch->xdopt, lr, clip, &hp));
+        if (c->use_distributed_optimizer) {
+            /* comm: all-gather(the kind's shard group) per bucket (waited for here without
+             * overlap) */
+            for (int b = 0; b < x->nbuf; b++)
+                if (ch->buf[b].dopt) MTC_CHECK(mtc_distopt_step(ch->buf[b].dopt, lr, clip, &hp));
         } else
             mtc_adamw_step(&ch->opt, x->pool, ch->model->params, ch->model->grads, lr, clip, &adam);
     }

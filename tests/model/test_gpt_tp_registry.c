@@ -81,7 +81,14 @@ static mtc_result_t rank_fn(mtc_comm_t world, void *arg) {
     (void)arg;
     int r = mtc_comm_rank(world);
     mtc_model *m;
-    MTC_CHECK(mtc_model_init_tp(&CFG, 1, 1, NULL, world, 1, &m));
+    mtc_grid_t grid; /* every rank of the world in one TP group */
+    mtc_grid_config gc;
+    mtc_grid_config_default(&gc);
+    gc.world_size = mtc_comm_size(world), gc.tp = gc.world_size;
+    MTC_CHECK(mtc_grid_init(&grid, world, &gc));
+    mtc_result_t rc = mtc_model_init_tp(&CFG, 1, 1, NULL, grid, 1, &m);
+    if (rc != MTC_OK) mtc_grid_free(grid);
+    MTC_CHECK(rc);
     mtc_model_init_params(m, 77);
     rank_view *v = &g_view[r];
     for (int i = 0; i < m->reg.count; i++) {
@@ -98,6 +105,7 @@ static mtc_result_t rank_fn(mtc_comm_t world, void *arg) {
         }
     }
     mtc_model_free(m);
+    mtc_grid_free(grid);
     return MTC_OK;
 }
 

@@ -50,6 +50,7 @@ static int g_layers = 2;
 static void base_config(mtc_train_config *c, float dropout, double *losses, double *norms,
                         float *params) {
     memset(c, 0, sizeof *c);
+    mtc_grid_config_default(&c->grid);
     mtc_model_config *m = &c->model;
     m->num_layers = g_layers, m->hidden_size = 32, m->num_heads = 4, m->ffn_hidden_size = 128;
     m->seq_length = SEQ, m->max_position_embeddings = SEQ;

@@ -28,7 +28,7 @@ static mtc_result_t run(result *r, int world, int tp, int pp, int sp, int overla
                         float dropout) {
     mtc_train_config c;
     base_config(&c, dropout, r->loss, r->norm, r->params);
-    c.world_size = world, c.tp = tp, c.pp = pp, c.sequence_parallel = sp;
+    c.world_size = world, c.grid.tp = tp, c.grid.pp = pp, c.sequence_parallel = sp;
     c.overlap_grad_reduce = overlap, c.ddp_bucket_size = bucket;
     return parity_train(&c);
 }
@@ -50,7 +50,8 @@ static mtc_result_t run_pl(result *r, const pl_layout *l) {
     int world = l->tp * l->dp * l->pp, M = GBS / (l->mbs * l->dp);
     c.model.num_layers = l->layers;
     c.micro_batch = l->mbs;
-    c.world_size = world, c.tp = l->tp, c.pp = l->pp, c.vpp = l->vpp, c.sequence_parallel = l->sp;
+    c.world_size = world, c.grid.tp = l->tp, c.grid.pp = l->pp, c.grid.vpp = l->vpp;
+    c.sequence_parallel = l->sp;
     c.microbatch_group_size = l->group;
     c.overlap_grad_reduce = l->overlap, c.ddp_bucket_size = l->bucket;
     pp_schedule_config sc = {
@@ -229,15 +230,15 @@ int main(void) {
     /* refused up front: 4 heads over tp 3 */
     mtc_train_config c;
     base_config(&c, 0, NULL, NULL, NULL);
-    c.tp = 3;
+    c.grid.tp = 3;
     T_CHECK(mtc_train_validate_layout(&c, 3) == MTC_ERR_INVALID_ARGUMENT);
     T_CHECK(strstr(mtc_error_detail(), "num-attention-heads=4") != NULL);
     /* 2 layers over 4 pipeline stages */
-    c.tp = 1, c.pp = 4;
+    c.grid.tp = 1, c.grid.pp = 4;
     T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
     printf("refused: %s\n", mtc_error_detail());
     /* interleaving: 2 layers over pp 2 x vpp 2 (the grid's num_layers % (pp*vpp)) */
-    c.pp = 2, c.vpp = 2;
+    c.grid.pp = 2, c.grid.vpp = 2;
     T_CHECK(mtc_train_validate_layout(&c, 2) == MTC_ERR_INVALID_ARGUMENT);
     printf("refused: %s\n", mtc_error_detail());
     /* Megatron's group-size range: M = 8/(4*1) = 2 < group 3 */

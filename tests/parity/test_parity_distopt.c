@@ -31,10 +31,11 @@ static size_t g_state_bytes;
 static mtc_result_t run(result *r, const layout *y, int distopt) {
     mtc_train_config c;
     base_config(&c, y->drop ? 0.1f : 0.0f, r->loss, r->norm, r->params);
-    c.world_size = y->tp * y->dp * y->pp, c.tp = y->tp, c.pp = y->pp, c.sequence_parallel = y->sp;
+    c.world_size = y->tp * y->dp * y->pp, c.grid.tp = y->tp, c.grid.pp = y->pp;
+    c.sequence_parallel = y->sp;
     c.overlap_grad_reduce = y->overlap, c.ddp_bucket_size = y->bucket;
     c.use_distributed_optimizer = distopt, c.overlap_param_gather = y->opg;
-    c.num_distopt_instances = y->nd, c.pad_high_busbw = y->pad, c.vpp = y->vpp;
+    c.grid.num_dist_opt_instances = y->nd, c.pad_high_busbw = y->pad, c.grid.vpp = y->vpp;
     c.optim_state_bytes_out = &g_state_bytes;
     if (y->dp * MBS > GBS) c.micro_batch = 1; /* dp 8: one sample per rank, same global batch */
     return parity_train(&c);
@@ -204,10 +205,10 @@ int main(void) {
 
     /* refused: instances that do not divide dp, instances without the distributed optimizer */
     base_config(&c, 0, NULL, NULL, NULL);
-    c.use_distributed_optimizer = 1, c.num_distopt_instances = 3;
+    c.use_distributed_optimizer = 1, c.grid.num_dist_opt_instances = 3;
     T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
     printf("refused: %s\n", mtc_error_detail());
-    c.use_distributed_optimizer = 0, c.num_distopt_instances = 2;
+    c.use_distributed_optimizer = 0, c.grid.num_dist_opt_instances = 2;
     T_CHECK(mtc_train_validate_layout(&c, 4) == MTC_ERR_INVALID_ARGUMENT);
     printf("refused: %s\n", mtc_error_detail());
 

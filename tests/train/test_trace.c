@@ -305,7 +305,8 @@ int main(void) {
     c.adam = (mtc_adamw_config){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     c.clip_grad = 1.0f, c.seed = 1234, c.log_interval = K, c.eval_interval = 1000;
     c.threads = 1, c.quiet = 1, c.backend = MTC_BACKEND_SHM;
-    c.world_size = W, c.tp = 2, c.pp = 2, c.vpp = VPP, c.overlap_grad_reduce = 1;
+    mtc_grid_config_default(&c.grid);
+    c.world_size = W, c.grid.tp = 2, c.grid.pp = 2, c.grid.vpp = VPP, c.overlap_grad_reduce = 1;
     c.ddp_bucket_size = 4000;
     char path[64], log[64];
     snprintf(path, sizeof path, "/tmp/mtc_test_trace_%d.json", (int)getpid());
