@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/limits.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "ckpt/checkpoint.h"
@@ -126,7 +127,9 @@ int cli_cmd_generate(int argc, char **argv) {
     if (top_k < 0) return cli_usage_error("generate", "top-k=%d must be >= 0", top_k);
     if (!(temperature >= 0))
         return cli_usage_error("generate", "temperature=%g must be >= 0", temperature);
-    if (threads < 1) return cli_usage_error("generate", "threads=%d must be >= 1", threads);
+    if (threads < 1 || threads > mtc_threads_max(1))
+        return cli_usage_error("generate", "--threads %d must be 1..%d (%d x this machine's cores)",
+                               threads, mtc_threads_max(1), MTC_THREADS_PER_CORE_MAX);
     if (prompt && prompt_ids)
         return cli_usage_error("generate", "give --prompt TEXT or --prompt-ids IDS, not both");
 
