@@ -45,5 +45,14 @@ void mtc_outfile_abort(mtc_outfile *o);
  * regular file (pass a file)"; a failed open is MTC_ERR_IO "cannot open
  * PATH: <reason>". The FILE reads blocking as usual. */
 mtc_result_t mtc_infile_open(const char *path, FILE **out);
+/* The same checks for a raw descriptor (O_RDONLY, blocking once open);
+ * *size receives the file's size. */
+mtc_result_t mtc_infile_open_fd(const char *path, int *fd, unsigned long long *size);
+/* A file of a folder (a checkpoint piece, an HF shard or config) must stay
+ * in it: path, with every symlink resolved, must lie under dir's resolved
+ * path, else MTC_ERR_FORMAT "PATH resolves to TARGET, outside FOLDER (a
+ * symlink out of the folder: copy the file in)". A missing file passes
+ * (the open that follows names it). */
+mtc_result_t mtc_infile_inside(const char *path, const char *dir);
 
 #endif

@@ -38,6 +38,8 @@ refused "preprocess --input FIFO" "$F" preprocess --input "$D/fifo" --output-pre
     --tokenizer-type ByteLevelTokenizer
 refused "plot of a FIFO" "$F" plot "$D/fifo" --svg "$D/x.svg"
 refused "plan --machine FIFO" "$F" plan --world-size 8 --machine "$D/fifo"
+refused "schedule --from-trace FIFO" "$F" schedule --from-trace "$D/fifo"
+refused "schedule --from-trace /dev/zero" "is a character device, not a regular file" schedule --from-trace /dev/zero
 
 # preprocess outputs: PREFIX_text_document.{bin,idx}
 P="$D/out_text_document"
