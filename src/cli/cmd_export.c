@@ -12,6 +12,7 @@
 #include "ckpt/hf.h"
 #include "ckpt/state.h"
 #include "cli/cli.h"
+#include "core/outdir.h"
 #include "core/outfile.h"
 #include "data/tokenizer.h"
 
@@ -117,6 +118,8 @@ int cli_cmd_export(int argc, char **argv) {
     int gguf = !strcmp(format, "gguf");
     if (!gguf && strcmp(format, "safetensors"))
         return cli_usage_error("export", "format=%s is unknown (use safetensors or gguf)", format);
+    if (!gguf && mtc_outdir_check(out, "--out") != MTC_OK) /* a folder, replaced as a whole */
+        return cli_usage_error("export", "%s", mtc_error_detail());
     int half = !strcmp(dtype, gguf ? "fp16" : "bf16");
     if (!half && strcmp(dtype, "fp32"))
         return cli_usage_error("export", "dtype=%s is not available for %s (use fp32 or %s)", dtype,
@@ -142,6 +145,7 @@ int cli_cmd_export(int argc, char **argv) {
                                load, mtc_error_detail());
     mtc_model *m = NULL;
     gguf_vocab_owned gv = {0};
+    mtc_outdir od;
     mtc_result_t rc = mtc_model_init(&info.cfg, 1, 1, NULL, &m);
     if (rc == MTC_OK) rc = mtc_ckpt_load(m, load, &info);
     if (rc == MTC_OK && gguf) {
@@ -150,16 +154,21 @@ int cli_cmd_export(int argc, char **argv) {
             (rc = gguf_vocab_build(tok, info.cfg.vocab_size, &gv)) == MTC_OK)
             go.vocab = &gv.v;
         if (rc == MTC_OK) rc = mtc_gguf_export(m, info.tokenizer, out, &go);
-    } else if (rc == MTC_OK) {
+    } else if (rc == MTC_OK && (rc = mtc_outdir_begin(&od, out, "--out")) == MTC_OK) {
+        /* every file into the temporary sibling od.tmp, then one rename */
         mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard};
-        rc = mtc_hf_export(m, info.tokenizer, out, &ho);
+        rc = mtc_hf_export(m, info.tokenizer, od.tmp, &ho);
         if (rc == MTC_OK && tok) {
-            mtc_result_t trc = data_tok_write_hf(tok, out, info.cfg.max_position_embeddings);
+            mtc_result_t trc = data_tok_write_hf(tok, od.tmp, info.cfg.max_position_embeddings);
             if (trc == MTC_ERR_UNSUPPORTED)
                 fprintf(stderr, "mtc export: note: %s\n", mtc_error_detail());
             else
                 rc = trc;
         }
+        if (rc == MTC_OK)
+            rc = mtc_outdir_commit(&od);
+        else
+            mtc_outdir_abort(&od);
     }
     gguf_vocab_free(&gv);
     data_tok_free(tok);
