@@ -62,4 +62,14 @@ refused "schedule microbatches x chunks" "forward steps per rank" "$MTC" schedul
     --num-virtual-stages-per-pipeline-rank 1000 --microbatches 1048576
 refused "plan --micro-batch-size 2147483647" "micro-batch-size 2147483647" "$MTC" plan --world-size 8 --micro-batch-size 2147483647
 refused "plan --world-size 2147483647" "ranks of one job" "$MTC" plan --world-size 2147483647
+# loss-scale sanity: refused up front, or stopped after a bounded number of bad steps
+# shellcheck disable=SC2086
+refused "train --fp16 --loss-scale 1e-30" "below 2^-24" "$MTC" train $TINY --fp16 --loss-scale 1e-30
+for c in "1e30:were all skipped for inf/NaN gradients" "1e-7:gradient norm of exactly 0"; do
+    # shellcheck disable=SC2086
+    timeout 120 "$MTC" train $TINY --train-iters 40 --fp16 --loss-scale "${c%%:*}" >"$D/out" 2>"$D/err"; st=$?
+    if [ $st -ne 0 ] && grep -q "${c#*:}" "$D/err" && ! grep -q "iteration *40/" "$D/out"; then
+        ok "--loss-scale ${c%%:*} stops the run: $(tail -1 "$D/err")"
+    else bad "--loss-scale ${c%%:*}: status $st"; tail -2 "$D/err"; fi
+done
 exit $fail
