@@ -132,6 +132,11 @@ int cli_cmd_generate(int argc, char **argv) {
                                threads, mtc_threads_max(1), MTC_THREADS_PER_CORE_MAX);
     if (prompt && prompt_ids)
         return cli_usage_error("generate", "give --prompt TEXT or --prompt-ids IDS, not both");
+    if (prompt_ids && !prompt_ids[strspn(prompt_ids, " \t\n,")])
+        return cli_usage_error("generate",
+                               "--prompt-ids \"%s\" holds no token id (give ids separated by "
+                               "spaces, e.g. --prompt-ids \"464 3290\")",
+                               prompt_ids);
 
     mtc_ckpt_info info;
     if (mtc_ckpt_read_info(load, &info) != MTC_OK)

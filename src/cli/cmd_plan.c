@@ -258,7 +258,9 @@ int cli_cmd_plan(int argc, char **argv) {
                                ep);
     mtc_plan_machine m;
     mtc_result_t rc = mtc_plan_machine_load(machine, &m);
-    if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());
+    /* a --machine file that is missing, unreadable or malformed is the user's input */
+    if (rc == MTC_ERR_INVALID_ARGUMENT || rc == MTC_ERR_FORMAT || rc == MTC_ERR_IO)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
     if (rc != MTC_OK) return cli_fail("plan", rc);
     if (achieved > 0) m.achieved = achieved;
     if (tp_overlap && m.is_cpu)

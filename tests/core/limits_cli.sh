@@ -1,8 +1,10 @@
 #!/bin/sh
 # tests/core/limits_cli.sh - user numbers that used to overflow or start
-# absurd work: every one is refused before any work with one line and exit
-# status 2, or (a huge or infinite collective timeout) works. Each case runs
-# under `timeout`, so a hang fails the test.
+# absurd work, bad inputs and outputs found only after minutes of work, MTC_*
+# variables with values mtc ignored: every one is refused before any work
+# with one line and exit status 2, or (a huge or infinite collective
+# timeout) works; a loss scale that trains nothing stops the run. Each case
+# runs under `timeout`, so a hang fails the test.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -62,6 +64,21 @@ refused "schedule microbatches x chunks" "forward steps per rank" "$MTC" schedul
     --num-virtual-stages-per-pipeline-rank 1000 --microbatches 1048576
 refused "plan --micro-batch-size 2147483647" "micro-batch-size 2147483647" "$MTC" plan --world-size 8 --micro-batch-size 2147483647
 refused "plan --world-size 2147483647" "ranks of one job" "$MTC" plan --world-size 2147483647
+# exit 2 before any work for bad inputs and outputs
+echo '{bad' >"$D/bad.json"
+refused "plan --machine bad.json" "bad.json is not valid JSON" "$MTC" plan --world-size 8 --machine "$D/bad.json"
+refused "plan --machine missing.json" "missing.json" "$MTC" plan --world-size 8 --machine "$D/missing.json"
+mkdir "$D/outdir"
+refused "bench-peak --output DIR (before its measurements)" "is a directory" "$MTC" bench-peak --output "$D/outdir"
+refused "generate --prompt-ids ''" "holds no token id" "$MTC" generate --load "$D" --prompt-ids ""
+refused "generate --prompt-ids ' , '" "holds no token id" "$MTC" generate --load "$D" --prompt-ids " , "
+# MTC_* variables are checked like flags, on every command
+for e in MTC_PROGRESS=alway MTC_SHM_SPIN=lots MTC_NN_SPIN_US=-5 MTC_LOG_LEVEL=loud MTC_GEMM=mkl \
+    MTC_COMM_CHECK=yes MTC_CKPT_FAULT_AFTER=x MTC_CACHE_DIR=; do
+    refused "$e" "${e%%=*}='" env "$e" "$MTC" ranks --world-size 2
+done
+MTC_PROGRESS=always MTC_LOG_LEVEL=warn MTC_GEMM=openblas "$MTC" ranks --world-size 2 >/dev/null 2>"$D/err" &&
+    ok "known MTC_* values pass" || { bad "known MTC_* values"; cat "$D/err"; }
 # loss-scale sanity: refused up front, or stopped after a bounded number of bad steps
 # shellcheck disable=SC2086
 refused "train --fp16 --loss-scale 1e-30" "below 2^-24" "$MTC" train $TINY --fp16 --loss-scale 1e-30
