@@ -151,6 +151,7 @@ static mtc_result_t ckpt_write_file_atomic(const char *dir, const char *name, co
     if (rc == MTC_OK && rename(tmp, path) != 0)
         rc = mtc_error(MTC_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (rc == MTC_OK) rc = ckpt_fsync_dir(dir);
+    if (rc != MTC_OK) unlink(tmp); /* a full disk leaves no NAME.tmp behind */
     return rc;
 }
 
@@ -289,6 +290,10 @@ mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int 
     if (rc == MTC_OK) rc = ckpt_write_file_atomic(dir, name, text, strlen(text));
     free(text);
     cJSON_Delete(index);
+    /* this iteration can no longer be committed: remove its temporary
+     * folder (a full disk left iter_N.tmp behind); the other ranks' writes
+     * into it fail the same way, and the last checkpoint stays current */
+    if (rc != MTC_OK) ckpt_rm_rf(dir);
     return rc;
 }
 
@@ -376,7 +381,10 @@ mtc_result_t mtc_ckpt_dist_commit(const char *save, int64_t iteration, int nrank
             rc = ckpt_write_file_atomic(dir, "metadata.json.crc32c", crc, strlen(crc));
     }
     free(text);
-    MTC_CHECK(rc);
+    if (rc != MTC_OK) { /* never committed: no iter_N.tmp left behind */
+        ckpt_rm_rf(dir);
+        return rc;
+    }
     /* iter_N.tmp -> iter_N: swapped atomically with an older iter_N (then
      * removed), so the tracker's directory is complete at every moment */
     if (ckpt_fault_point()) ckpt_fault_die();

@@ -21,6 +21,7 @@
 
 #include "ckpt/dist.h"
 #include "ckpt/dist_internal.h"
+#include "core/outfile.h"
 
 typedef struct {
     int64_t off[2], shape[2], flat0, flat1;
@@ -183,14 +184,19 @@ static mtc_result_t parse_tensor(mtc_ckpt_dist *c, const cJSON *e, stored_tensor
             snprintf(c->files[s->file], 64, "%s", file);
             char path[4300];
             snprintf(path, sizeof path, "%s/%s", c->dir, file);
-            c->fds[s->file] = open(path, O_RDONLY);
-            if (c->fds[s->file] < 0)
+            unsigned long long sz = 0;
+            c->fds[s->file] = -1;
+            MTC_CHECK(mtc_infile_inside(path, c->dir)); /* no symlink out of the checkpoint */
+            mtc_result_t orc = mtc_infile_open_fd(path, &c->fds[s->file], &sz);
+            if (orc != MTC_OK) { /* a FIFO or device is refused, never waited on */
+                char why[512];
+                snprintf(why, sizeof why, "%s", mtc_error_detail());
                 return mtc_error(MTC_ERR_FORMAT,
                                  "%s (tensor %s) cannot be opened: %s (the checkpoint is "
                                  "incomplete: load an earlier iteration with --ckpt-step)",
-                                 path, t->key, strerror(errno));
-            struct stat st;
-            c->fsize[s->file] = fstat(c->fds[s->file], &st) == 0 ? (uint64_t)st.st_size : 0;
+                                 path, t->key, why);
+            }
+            c->fsize[s->file] = sz;
         }
         if (s->b1 > c->fsize[s->file])
             return mtc_error(MTC_ERR_FORMAT,
@@ -200,6 +206,61 @@ static mtc_result_t parse_tensor(mtc_ckpt_dist *c, const cJSON *e, stored_tensor
                              t->key, (unsigned long long)s->b1);
     }
     return MTC_OK;
+}
+
+/* An integer in [0, 2^53] (what a double holds exactly), or absent when
+ * `optional`. */
+static int common_count_ok(const cJSON *j, const char *key, int optional) {
+    const cJSON *v = cJSON_GetObjectItem(j, key);
+    if (!v) return optional;
+    double d = v->valuedouble;
+    return cJSON_IsNumber(v) && d >= 0 && d <= 9007199254740992.0 && d == (double)(int64_t)d;
+}
+
+/* A decimal uint64 string ("1234"), or absent. */
+static int seed_ok(const cJSON *j) {
+    const cJSON *v = cJSON_GetObjectItem(j, "seed");
+    if (!v) return 1;
+    const char *s = cJSON_GetStringValue(v);
+    if (!s || !s[0] || strlen(s) > 20) return 0;
+    for (const char *q = s; *q; q++)
+        if (*q < '0' || *q > '9') return 0;
+    return strlen(s) < 20 || strcmp(s, "18446744073709551615") <= 0;
+}
+
+/* The fields of "common" every reader relies on, by type and range: a
+ * wrong one is a damaged checkpoint, refused here rather than read as 0
+ * (seed "abc" once ran with seed 0, iteration 4.5 as 4). */
+static mtc_result_t check_common(const mtc_ckpt_dist *c, int64_t iteration) {
+    const cJSON *j = cJSON_GetObjectItem(c->root, "common");
+    const char *bad = NULL;
+    const cJSON *it = cJSON_GetObjectItem(j, "iteration");
+    if (!common_count_ok(j, "iteration", 0) ||
+        (iteration >= 0 && it->valuedouble != (double)iteration))
+        bad = "iteration (an integer equal to the folder's iteration)";
+    else if (!common_count_ok(j, "consumed_samples", 1))
+        bad = "consumed_samples (an integer >= 0)";
+    else if (!common_count_ok(j, "optimizer_step", 1))
+        bad = "optimizer_step (an integer >= 0)";
+    else if (cJSON_GetObjectItem(j, "has_optimizer") &&
+             !cJSON_IsBool(cJSON_GetObjectItem(j, "has_optimizer")))
+        bad = "has_optimizer (true or false)";
+    else if (cJSON_GetObjectItem(j, "tokenizer") &&
+             !cJSON_IsString(cJSON_GetObjectItem(j, "tokenizer")))
+        bad = "tokenizer (a string)";
+    else if (!cJSON_IsObject(cJSON_GetObjectItem(j, "model")))
+        bad = "model (the model configuration object)";
+    else if (cJSON_GetObjectItem(j, "rng") && (!cJSON_IsObject(cJSON_GetObjectItem(j, "rng")) ||
+                                               !seed_ok(cJSON_GetObjectItem(j, "rng"))))
+        bad = "rng.seed (a decimal string of an unsigned 64-bit number)";
+    else if (cJSON_GetObjectItem(j, "args") && (!cJSON_IsObject(cJSON_GetObjectItem(j, "args")) ||
+                                                !seed_ok(cJSON_GetObjectItem(j, "args"))))
+        bad = "args.seed (a decimal string of an unsigned 64-bit number)";
+    if (!bad) return MTC_OK;
+    return mtc_error(MTC_ERR_FORMAT,
+                     "%s: common.%s is missing or invalid (a corrupted checkpoint: load an "
+                     "earlier iteration with --ckpt-step)",
+                     c->meta_path, bad);
 }
 
 mtc_result_t mtc_ckpt_dist_open(const char *dir, int64_t iteration, mtc_ckpt_dist **out) {
@@ -237,6 +298,7 @@ mtc_result_t mtc_ckpt_dist_open(const char *dir, int64_t iteration, mtc_ckpt_dis
             !cJSON_IsObject(cJSON_GetObjectItem(c->root, "tensors")))
             rc = mtc_error(MTC_ERR_FORMAT, "%s is not an mtc checkpoint index (format mtc-dist-1)",
                            c->meta_path);
+        if (rc == MTC_OK) rc = check_common(c, iteration);
     }
     free(text), free(crc);
     if (rc == MTC_OK) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/outfile.h"
 #include "model/family.h"
 
 enum { G_U32 = 4, G_I32 = 5, G_F32 = 6, G_BOOL = 7, G_STR = 8, G_ARR = 9 };
@@ -202,11 +203,9 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         return mtc_error(MTC_ERR_OUT_OF_MEMORY, "GGUF tables");
     }
     mtc_result_t rc = table(m, t, &nt);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    gg_out out = {rc == MTC_OK ? fopen(tmp, "wb") : NULL, 1};
-    if (rc == MTC_OK && !out.f)
-        rc = mtc_error(MTC_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    mtc_outfile of; /* a temporary beside path, fsync, rename (core/outfile.h) */
+    if (rc == MTC_OK) rc = mtc_outfile_open(&of, path, "--out");
+    gg_out out = {rc == MTC_OK ? of.f : NULL, 1};
     if (rc != MTC_OK) {
         free(t), free(byte_of);
         return rc;
@@ -332,12 +331,11 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         put(&out, zeros, (ALIGN - bytes % ALIGN) % ALIGN);
     }
     free(buf), free(h), free(t), free(byte_of);
-    if (fclose(out.f) != 0) out.ok = 0;
     if (!out.ok) {
-        remove(tmp);
-        return mtc_error(MTC_ERR_IO, "writing %s failed: %s", tmp, strerror(errno));
+        int e = errno;
+        mtc_outfile_abort(&of);
+        return mtc_error(MTC_ERR_IO, "writing %s failed: %s (nothing was replaced)", path,
+                         strerror(e));
     }
-    if (rename(tmp, path) != 0)
-        return mtc_error(MTC_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    return MTC_OK;
+    return mtc_outfile_commit(&of);
 }

@@ -21,6 +21,8 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/dist_internal.h"
 #include "ckpt/tok_files.h"
+#include "ckpt/hf_check.h"
+#include "core/outfile.h"
 #include "core/dtype.h"
 #include "model/family.h"
 
@@ -192,7 +194,17 @@ static double jnum(const cJSON *j, const char *key, double dflt) {
 /* config.json numbers for int and float fields: a value the field cannot
  * hold (3e13 layers, 1e400, 2.5 heads) names itself in *bad (the first one)
  * and reads as 0, instead of an undefined conversion. */
+/* A field present with another type ("n_layer": "12", true, [..]) is bad
+ * too, not read as its default; null stands for absent, as in HF. */
+static int jtype_bad(const cJSON *j, const char **bad, const char *key) {
+    const cJSON *x = cJSON_GetObjectItem(j, key);
+    if (!x || cJSON_IsNumber(x) || cJSON_IsNull(x)) return 0;
+    if (!*bad) *bad = key;
+    return 1;
+}
+
 static int jint(const cJSON *j, const char **bad, const char *key, double dflt) {
+    if (jtype_bad(j, bad, key)) return 0;
     double v = jnum(j, key, dflt);
     if (v >= INT_MIN && v <= INT_MAX && v == floor(v)) return (int)v;
     if (!*bad) *bad = key;
@@ -200,6 +212,7 @@ static int jint(const cJSON *j, const char **bad, const char *key, double dflt) 
 }
 
 static float jflt(const cJSON *j, const char **bad, const char *key, double dflt) {
+    if (jtype_bad(j, bad, key)) return 0;
     double v = jnum(j, key, dflt);
     if (isfinite(v) && fabs(v) <= FLT_MAX) return (float)v;
     if (!*bad) *bad = key;
@@ -254,8 +267,15 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
     }
     c->vocab_size = jint(j, &bad, "vocab_size", 0);
     c->init_std = jflt(j, &bad, "initializer_range", 0.02);
+    static const char *const flags[] = {"tie_word_embeddings", "attention_bias", "mlp_bias"};
+    for (size_t k = 0; !bad && k < sizeof flags / sizeof flags[0]; k++) {
+        const cJSON *x = cJSON_GetObjectItem(j, flags[k]);
+        if (x && !cJSON_IsBool(x) && !cJSON_IsNull(x)) bad = flags[k];
+    }
     if (bad)
-        return mtc_error(F, "%s: %s is not a number its field can hold (a corrupted config.json?)",
+        return mtc_error(F,
+                         "%s: %s is not a value its field can hold (a number in range, or "
+                         "true/false for flags; a corrupted config.json?)",
                          path, bad);
     int T = seq > 0 ? seq : c->max_position_embeddings < 1024 ? c->max_position_embeddings : 1024;
     c->seq_length = T;
@@ -439,11 +459,16 @@ static mtc_result_t st_open(const char *path, st_file *f) {
     if (f->size < 8 || n > 100000000 || n > f->size - 8)
         return mtc_error(MTC_ERR_FORMAT, "%s is not a safetensors file (header length %llu)", path,
                          (unsigned long long)n);
-    f->header = cJSON_ParseWithLength((const char *)f->data + 8, (size_t)n);
+    const char *end = NULL;
+    f->header = cJSON_ParseWithLengthOpts((const char *)f->data + 8, (size_t)n, &end, 0);
     f->data_at = 8 + (size_t)n;
-    if (!cJSON_IsObject(f->header))
-        return mtc_error(MTC_ERR_FORMAT, "%s: the safetensors header is not a JSON object", path);
-    return MTC_OK;
+    while (end && end < (const char *)f->data + f->data_at && (*end == ' ' || *end == '\0'))
+        end++; /* the header's padding */
+    if (!cJSON_IsObject(f->header) || end != (const char *)f->data + f->data_at)
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: the safetensors header is not one JSON object (padded with spaces)",
+                         path);
+    return ckpt_st_header_check(f->header, f->size - f->data_at, path);
 }
 
 static void st_close(st_file *f) {
@@ -495,7 +520,7 @@ static mtc_result_t st_read(const st_file *f, const char *name, int nd, const in
             dst[k] = !strcmp(dt, "BF16") ? mtc_bf16_to_f32(h) : f16_to_f32(h);
         }
     }
-    return MTC_OK;
+    return ckpt_st_finite(dst, n, f->path, name);
 }
 
 /* The fewest bytes a checkpoint of c can hold: every stored parameter at 2
@@ -524,6 +549,7 @@ static double hf_file_bytes(const char *dir, const cJSON *wm) {
     struct stat st;
     if (!wm) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return -1;
         return stat(path, &st) == 0 ? (double)st.st_size : 0;
     }
     double total = 0;
@@ -539,9 +565,30 @@ static double hf_file_bytes(const char *dir, const cJSON *wm) {
         if (k < n || n == 4096) continue;
         seen[n++] = file;
         snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return -1;
         if (stat(path, &st) == 0) total += (double)st.st_size;
     }
     return total;
+}
+
+/* A tensor named in `names` (a header or a weight_map) that the model has
+ * no place for. */
+static mtc_result_t hf_unused(const cJSON *names, const hf_table *t, int untied,
+                              const char *where) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, names) {
+        if (!strcmp(e->string, "__metadata__") || ckpt_st_ignorable(e->string, !untied)) continue;
+        int k = 0;
+        while (k < t->n && strcmp(t->v[k].name, e->string))
+            k++;
+        if (k == t->n)
+            return mtc_error(MTC_ERR_FORMAT,
+                             "%s holds tensor %s, which the model config.json describes has no "
+                             "place for (config.json does not match the weights: check "
+                             "num_hidden_layers and the architecture)",
+                             where, e->string);
+    }
+    return MTC_OK;
 }
 
 mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mtc_model **out,
@@ -574,7 +621,12 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
      * before the model is allocated */
     double need = 0, have = 0;
     if (rc == MTC_OK) rc = hf_min_bytes(&cfg, &need);
-    if (rc == MTC_OK && need > (have = hf_file_bytes(dir, wm)))
+    if (rc == MTC_OK && (have = hf_file_bytes(dir, wm)) < 0) /* never opened: a FIFO blocks */
+        rc = mtc_error(MTC_ERR_FORMAT,
+                       "%s: a safetensors file there is a FIFO, device or folder, not a regular "
+                       "file (restore the export)",
+                       dir);
+    if (rc == MTC_OK && need > have)
         rc = mtc_error(MTC_ERR_FORMAT,
                        "%s/config.json describes %.0f parameters (%.0f bytes at least), but the "
                        "safetensors files hold %.0f bytes: config.json does not belong to these "
@@ -602,8 +654,10 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
         }
         snprintf(path, sizeof path, "%s/%s", dir, file);
         if (strcmp(path, f.path)) {
+            if (f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path);
             st_close(&f);
-            rc = st_open(path, &f);
+            if (rc == MTC_OK) rc = mtc_infile_inside(path, dir); /* no link out of the folder */
+            if (rc == MTC_OK) rc = st_open(path, &f);
             if (rc != MTC_OK) break;
         }
         int64_t s[2];
@@ -624,6 +678,11 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
             for (int64_t cc = 0; cc < cols; cc++)
                 dst[rr * cols + cc] = buf[e->transpose ? cc * e->nrows + rr : rr * cols + cc];
     }
+    /* every stored tensor has its place in the model (a config.json with
+     * fewer layers than the weights once dropped the rest silently) */
+    if (rc == MTC_OK && f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path);
+    if (rc == MTC_OK && wm)
+        rc = hf_unused(wm, &t, m->cfg.untie_embeddings, "model.safetensors.index.json");
     st_close(&f);
     cJSON_Delete(idx);
     free(buf), free(t.v);

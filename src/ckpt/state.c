@@ -262,6 +262,16 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
     const char *p = cJSON_GetStringValue(cJSON_GetObjectItem(j, "position_embedding_type"));
     if (!n || !p)
         return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration is incomplete", path);
+    if (strcmp(n, "RMSNorm") && strcmp(n, "LayerNorm"))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: the model configuration holds normalization=%s (known: LayerNorm, "
+                         "RMSNorm; a corrupted checkpoint)",
+                         path, n);
+    if (strcmp(p, "rope") && strcmp(p, "none") && strcmp(p, "learned_absolute"))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: the model configuration holds position_embedding_type=%s (known: "
+                         "learned_absolute, rope, none; a corrupted checkpoint)",
+                         path, p);
     c->normalization = !strcmp(n, "RMSNorm") ? MTC_NORM_RMSNORM : MTC_NORM_LAYERNORM;
     c->position_embedding = !strcmp(p, "rope")   ? MTC_POS_ROPE
                             : !strcmp(p, "none") ? MTC_POS_NONE

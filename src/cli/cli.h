@@ -24,6 +24,9 @@ int cli_cmd_bench_peak(int argc, char **argv);
 
 /* "mtc CMD: error: MESSAGE" on stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The MTC_* environment variables mtc reads, checked before a command runs
+ * (cli_env.c): 0, or 2 after one line naming the bad one. */
+int cli_env_check(void);
 /* "mtc CMD: error: <detail> (<advice for rc>)" on stderr; returns 1. */
 int cli_fail(const char *cmd, mtc_result_t rc);
 

@@ -156,10 +156,10 @@ int cli_cmd_bench_comm(int argc, char **argv) {
     if (dt < 0)
         return cli_usage_error("bench-comm", "--dtype %s is not f32, f64, bf16, i32 or i64", dtype);
     b->dtype = (mtc_dtype_t)dt;
-    if (iters < 1 || iters > 100000 || warmup < 0)
+    if (iters < 1 || iters > 100000 || warmup < 0 || warmup > 100000)
         return cli_usage_error("bench-comm",
-                               "--iters %d / --warmup %d: need iters 1..100000, warmup >= 0", iters,
-                               warmup);
+                               "--iters %d / --warmup %d: need iters 1..100000, warmup 0..100000",
+                               iters, warmup);
     b->iters = iters, b->warmup = warmup;
     if (sizes) {
         char buf[1024];
@@ -179,7 +179,8 @@ int cli_cmd_bench_comm(int argc, char **argv) {
                                    min_s);
         if (parse_size(max_s, &hi))
             return cli_usage_error("bench-comm", "--max-bytes %s is not a size like 64M", max_s);
-        if (step < 2) return cli_usage_error("bench-comm", "--step-factor %d must be >= 2", step);
+        if (step < 2 || step > 1024)
+            return cli_usage_error("bench-comm", "--step-factor %d must be in [2, 1024]", step);
         if (lo > hi)
             return cli_usage_error("bench-comm", "--min-bytes %zu is above --max-bytes %zu", lo,
                                    hi);
@@ -197,8 +198,20 @@ int cli_cmd_bench_comm(int argc, char **argv) {
         lo.backend = MTC_BACKEND_MPI;
     else if (strcmp(backend, "auto"))
         return cli_usage_error("bench-comm", "--backend %s is not shm, mpi or auto", backend);
-    if (world < 1 || world > 4096)
-        return cli_usage_error("bench-comm", "--world-size %d must be 1..4096", world);
+    if (world < 1 || world > MTC_LAUNCH_MAX_THREAD_RANKS)
+        return cli_usage_error("bench-comm", "--world-size %d must be 1..%d (thread-ranks)", world,
+                               MTC_LAUNCH_MAX_THREAD_RANKS);
+    const int nargs = (int)(sizeof args / sizeof *args);
+    if (mtc_args_seen(args, nargs, "timeout") && !(timeout > 0))
+        return cli_usage_error("bench-comm", "--timeout %g must be a positive number of seconds",
+                               timeout);
+    if (mtc_args_seen(args, nargs, "ranks-per-node") && (rpn < 1 || rpn > world))
+        return cli_usage_error("bench-comm", "--ranks-per-node %d must be in [1, --world-size=%d]",
+                               rpn, world);
+    if (lo.backend == MTC_BACKEND_MPI && !mtc_launched_by_mpi())
+        return cli_usage_error("bench-comm",
+                               "--backend mpi needs mpirun (start it as mpirun -np N mtc "
+                               "bench-comm ...), or use --backend shm");
 
     out_ctx oc = {.json = json};
     b->row = print_row;

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "core/outfile.h"
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "core/peak.h"
@@ -238,6 +239,9 @@ int cli_cmd_bench_peak(int argc, char **argv) {
         snprintf(path, sizeof path, "%s", out);
     else
         mtc_plan_machine_cache_path(path, sizeof path);
+    char out_real[MTC_PATH_MAX]; /* checked before the measurements (minutes), not after */
+    if (out && !print && mtc_outfile_check(out, "--output", out_real, sizeof out_real) != MTC_OK)
+        return cli_usage_error("bench-peak", "%s", mtc_error_detail());
     mtc_plan_machine m;
     if (engines_only) {
         mtc_peak pk;

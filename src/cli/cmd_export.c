@@ -14,6 +14,7 @@
 #include "ckpt/state.h"
 #include "ckpt/tok_files.h"
 #include "cli/cli.h"
+#include "core/outdir.h"
 #include "core/outfile.h"
 #include "data/tokenizer.h"
 
@@ -160,6 +161,8 @@ int cli_cmd_export(int argc, char **argv) {
     int gguf = !strcmp(format, "gguf");
     if (!gguf && strcmp(format, "safetensors"))
         return cli_usage_error("export", "format=%s is unknown (use safetensors or gguf)", format);
+    if (!gguf && mtc_outdir_check(out, "--out") != MTC_OK) /* a folder, replaced as a whole */
+        return cli_usage_error("export", "%s", mtc_error_detail());
     int half = !strcmp(dtype, gguf ? "fp16" : "bf16");
     if (!half && strcmp(dtype, "fp32"))
         return cli_usage_error("export", "dtype=%s is not available for %s (use fp32 or %s)", dtype,
@@ -185,6 +188,7 @@ int cli_cmd_export(int argc, char **argv) {
                                load, mtc_error_detail());
     mtc_model *m = NULL;
     gguf_vocab_owned gv = {0};
+    mtc_outdir od;
     mtc_result_t rc = mtc_model_init(&info.cfg, 1, 1, NULL, &m);
     if (rc == MTC_OK) rc = mtc_ckpt_load(m, load, &info);
     if (rc == MTC_OK && gguf) {
@@ -193,19 +197,24 @@ int cli_cmd_export(int argc, char **argv) {
             (rc = gguf_vocab_build(tok, info.cfg.vocab_size, &gv)) == MTC_OK)
             go.vocab = &gv.v;
         if (rc == MTC_OK) rc = mtc_gguf_export(m, info.tokenizer, out, &go);
-    } else if (rc == MTC_OK) {
+    } else if (rc == MTC_OK && (rc = mtc_outdir_begin(&od, out, "--out")) == MTC_OK) {
+        /* every file into the temporary sibling od.tmp, then one rename */
         mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard};
         /* mtc_tokenizer.txt names the folder's own tokenizer files, no path */
         char form[MTC_CKPT_TOKENIZER_MAX];
         rc = mtc_ckpt_tok_export_form(info.tokenizer, form, sizeof form);
-        if (rc == MTC_OK) rc = mtc_hf_export(m, form, out, &ho);
+        if (rc == MTC_OK) rc = mtc_hf_export(m, form, od.tmp, &ho);
         if (rc == MTC_OK && tok) {
-            mtc_result_t trc = data_tok_write_hf(tok, out, info.cfg.max_position_embeddings);
+            mtc_result_t trc = data_tok_write_hf(tok, od.tmp, info.cfg.max_position_embeddings);
             if (trc == MTC_ERR_UNSUPPORTED)
                 fprintf(stderr, "mtc export: note: %s\n", mtc_error_detail());
             else
                 rc = trc;
         }
+        if (rc == MTC_OK)
+            rc = mtc_outdir_commit(&od);
+        else
+            mtc_outdir_abort(&od);
     }
     gguf_vocab_free(&gv);
     data_tok_free(tok);

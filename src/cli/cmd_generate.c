@@ -20,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "core/outfile.h"
+#include "core/limits.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "ckpt/checkpoint.h"
@@ -206,7 +207,9 @@ int cli_cmd_generate(int argc, char **argv) {
         return cli_usage_error("generate", "repetition-penalty=%g must be > 0 (1 = off)", penalty);
     if (!(temperature >= 0))
         return cli_usage_error("generate", "temperature=%g must be >= 0", temperature);
-    if (threads < 1) return cli_usage_error("generate", "threads=%d must be >= 1", threads);
+    if (threads < 1 || threads > mtc_threads_max(1))
+        return cli_usage_error("generate", "--threads %d must be 1..%d (%d x this machine's cores)",
+                               threads, mtc_threads_max(1), MTC_THREADS_PER_CORE_MAX);
     if (prompt && prompt_ids)
         return cli_usage_error("generate", "give --prompt TEXT or --prompt-ids IDS, not both");
     struct stat lst;
@@ -216,6 +219,11 @@ int cli_cmd_generate(int argc, char **argv) {
                                "ckpt-step=%lld needs a checkpoint directory as --load and must be "
                                ">= 0",
                                (long long)ckpt_step);
+    if (prompt_ids && !prompt_ids[strspn(prompt_ids, " \t\n,")])
+        return cli_usage_error("generate",
+                               "--prompt-ids \"%s\" holds no token id (give ids separated by "
+                               "spaces, e.g. --prompt-ids \"464 3290\")",
+                               prompt_ids);
 
     mtc_ckpt_info info;
     if ((load_dir ? mtc_ckpt_dist_read_info_at(load, ckpt_step, &info)

@@ -16,6 +16,7 @@
 #include "moe/moe_cli.h"
 #include "pp/layout_cli.h"
 #include "plan/plan.h"
+#include "train/train.h"
 
 static const char *PLAN_USAGE = "--world-size N [model flags] [--machine NAME|FILE] [options]";
 static const char *PLAN_ABOUT =
@@ -219,10 +220,14 @@ int cli_cmd_plan(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("plan", PLAN_USAGE, PLAN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
-    if (world < 1) return cli_usage_error("plan", "world-size=%d must be >= 1", world);
-    if (world > MTC_GRID_MAX_WORLD) /* before enumerating the layouts of a huge world */
-        return cli_usage_error("plan", "world-size=%d is too large (valid: at most %d)", world,
+    if (world < 1 || world > MTC_GRID_MAX_WORLD) /* before enumerating a huge world's layouts */
+        return cli_usage_error("plan", "--world-size %d must be 1..%d (ranks of one job)", world,
                                MTC_GRID_MAX_WORLD);
+    if (mbs < 1 || mbs > MTC_TRAIN_MAX_MICRO_BATCH || gbs < 0)
+        return cli_usage_error("plan",
+                               "--micro-batch-size %d must be 1..%d and --global-batch-size %d "
+                               ">= 0 (0: micro-batch-size x world)",
+                               mbs, MTC_TRAIN_MAX_MICRO_BATCH, gbs);
     /* every layout (and each of its virtual-stage splits) registers the
      * model's layers: the planner stops at 1024 layers (Megatron's largest
      * published models have 128) */
@@ -270,7 +275,9 @@ int cli_cmd_plan(int argc, char **argv) {
                                ep);
     mtc_plan_machine m;
     mtc_result_t rc = mtc_plan_machine_load(machine, &m);
-    if (rc == MTC_ERR_INVALID_ARGUMENT) return cli_usage_error("plan", "%s", mtc_error_detail());
+    /* a --machine file that is missing, unreadable or malformed is the user's input */
+    if (rc == MTC_ERR_INVALID_ARGUMENT || rc == MTC_ERR_FORMAT || rc == MTC_ERR_IO)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
     if (rc != MTC_OK) return cli_fail("plan", rc);
     if (achieved > 0) m.achieved = achieved;
     if (tp_overlap && m.is_cpu)
@@ -318,7 +325,10 @@ int cli_cmd_plan(int argc, char **argv) {
         return cli_usage_error("plan", "%s", mtc_error_detail());
     l.vocab_divisible = divisible;
     l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
-    l.micro_batch = mbs, l.global_batch = gbs ? gbs : mbs * world, l.mb_group = mb_group;
+    l.micro_batch = mbs,
+    l.global_batch =
+        gbs ? gbs : (int)((int64_t)mbs * world > INT_MAX ? INT_MAX : (int64_t)mbs * world),
+    l.mb_group = mb_group;
     l.distopt = distopt, l.distopt_instances = nd, l.pad_high_busbw = pad_high;
     l.overlap_grad_reduce = overlap;
     l.overlap_param_gather = overlap_ag, l.tp_comm_overlap = tp_overlap;

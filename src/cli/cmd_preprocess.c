@@ -32,6 +32,7 @@
 #include "core/timer.h"
 #include "data/data.h"
 #include "data/tok_cli.h"
+#include "data/jsonl.h"
 #include "data/tokenizer.h"
 
 enum { PRE_BATCH = 256, PRE_MAX_KEYS = 16 };
@@ -78,35 +79,49 @@ static mtc_result_t pre_sentence(pre_job *j, int k, const char *s, size_t n, int
     return MTC_OK;
 }
 
+/* A JSON string of the line, decoded whole (NULs kept), as one sentence. */
+static mtc_result_t pre_string(pre_job *j, int k, data_jspan v, int *n_seqs) {
+    char *str = NULL;
+    size_t len = 0;
+    MTC_CHECK(data_jsonl_string(v, &str, &len));
+    mtc_result_t rc = pre_sentence(j, k, str, len, n_seqs);
+    free(str);
+    return rc;
+}
+
 /* One line -> one document per key. Sets b->err on bad input. */
 static mtc_result_t pre_line(pre_job *j, size_t i) {
     pre_batch *b = j->batch;
     size_t line = b->line_nos[i];
-    cJSON *doc = cJSON_ParseWithLength(b->lines[i], b->lens[i]);
-    mtc_result_t rc = MTC_OK;
-    if (!cJSON_IsObject(doc)) {
-        snprintf(b->err, sizeof b->err, "is not a JSON object (%s)",
-                 doc ? "valid JSON, but not {...}" : "JSON syntax error");
+    /* strict JSON (data/jsonl.h): one value, nothing after it, every escape kept */
+    mtc_result_t rc = data_jsonl_check(b->lines[i], b->lens[i]);
+    data_jspan doc = data_jsonl_value(b->lines[i], b->lens[i]);
+    if (rc != MTC_OK || data_jsonl_kind(doc) != 'o') {
+        if (rc != MTC_OK)
+            snprintf(b->err, sizeof b->err, "is not one JSON object: %s", mtc_error_detail());
+        else
+            snprintf(b->err, sizeof b->err, "is not a JSON object (valid JSON, but not {...})");
         rc = MTC_ERR_INVALID_ARGUMENT;
         goto out;
     }
     for (int k = 0; k < j->n_keys && rc == MTC_OK; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, j->keys[k]);
-        int n_seqs = 0;
-        if (!v) {
+        data_jspan v, e;
+        int n_seqs = 0, found = data_jsonl_member(doc, j->keys[k], &v);
+        char kind = found ? data_jsonl_kind(v) : 0;
+        if (!found) {
             snprintf(b->err, sizeof b->err, "has no key \"%s\" (fix the line or --json-keys)",
                      j->keys[k]);
             rc = MTC_ERR_INVALID_ARGUMENT;
-        } else if (cJSON_IsString(v)) {
-            rc = pre_sentence(j, k, v->valuestring, strlen(v->valuestring), &n_seqs);
-        } else if (cJSON_IsArray(v)) {
-            for (const cJSON *e = v->child; e && rc == MTC_OK; e = e->next) {
-                if (!cJSON_IsString(e)) {
+        } else if (kind == 's') {
+            rc = pre_string(j, k, v, &n_seqs);
+        } else if (kind == 'a') {
+            for (size_t pos = 0; rc == MTC_OK && data_jsonl_next(v, &pos, &e);) {
+                if (data_jsonl_kind(e) != 's') {
                     snprintf(b->err, sizeof b->err, "key \"%s\" is a list with a non-string entry",
                              j->keys[k]);
                     rc = MTC_ERR_INVALID_ARGUMENT;
                 } else {
-                    rc = pre_sentence(j, k, e->valuestring, strlen(e->valuestring), &n_seqs);
+                    rc = pre_string(j, k, e, &n_seqs);
                 }
             }
         } else {
@@ -124,7 +139,6 @@ static mtc_result_t pre_line(pre_job *j, size_t i) {
     if (rc == MTC_OK) b->n_docs++;
 out:
     if (rc != MTC_OK) b->err_line = line, b->err_rc = rc;
-    cJSON_Delete(doc);
     return rc;
 }
 
@@ -537,7 +551,6 @@ static int tokenize_one(const data_tok *tok, data_tok_cache *cache, const char *
                         size_t *n_bytes, size_t *n_tokens) {
     ids->n = 0, text->n = 0;
     mtc_result_t rc = MTC_OK;
-    cJSON *j = NULL;
     char where[64] = "";
     if (line) snprintf(where, sizeof where, "line %zu: ", line);
     if (decode) {
@@ -556,29 +569,28 @@ static int tokenize_one(const data_tok *tok, data_tok_cache *cache, const char *
             return cli_usage_error("tokenize", "%s%zu ids are outside the vocabulary [0, %d)",
                                    where, unknown, data_tok_vocab_size(tok));
         if (json) {
-            cJSON *str = cJSON_CreateString(text->s);
-            char *out = str ? cJSON_PrintUnformatted(str) : NULL;
-            if (out) puts(out);
-            free(out);
-            cJSON_Delete(str);
+            data_jsonl_print(stdout, text->s, text->n); /* NULs as \u0000, never the end */
+            putchar('\n');
         } else {
             fwrite(text->s, 1, text->n, stdout);
         }
         *n_tokens += ids->n, *n_bytes += text->n;
         return -1;
     }
+    char *str = NULL; /* --json-lines: the line's string, decoded whole (data/jsonl.h) */
     if (json) {
-        j = cJSON_ParseWithLength(s, n);
-        if (!cJSON_IsString(j)) {
-            cJSON_Delete(j);
-            return cli_usage_error("tokenize", "%sexpected a JSON string per line (--json-lines)",
-                                   where);
-        }
-        s = j->valuestring, n = strlen(s);
+        rc = data_jsonl_check(s, n);
+        data_jspan v = data_jsonl_value(s, n);
+        if (rc != MTC_OK || data_jsonl_kind(v) != 's')
+            return cli_usage_error(
+                "tokenize", "%sexpected one JSON string per line (--json-lines)%s%s", where,
+                rc != MTC_OK ? ": " : "", rc != MTC_OK ? mtc_error_detail() : "");
+        if ((rc = data_jsonl_string(v, &str, &n)) != MTC_OK) return cli_fail("tokenize", rc);
+        s = str;
     }
     rc = data_tok_encode(tok, cache, s, n, ids, NULL);
     *n_bytes += n, *n_tokens += ids->n;
-    cJSON_Delete(j);
+    free(str);
     if (rc == MTC_ERR_INVALID_ARGUMENT)
         return cli_usage_error("tokenize", "%s%s", where, mtc_error_detail());
     if (rc != MTC_OK) return cli_fail("tokenize", rc);

@@ -4,6 +4,8 @@
  * --world-size rank-threads, or on the MPI ranks when started by mpirun. */
 #include <math.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 #include "ckpt/state.h"
 #include "cli/cli.h"
+#include "core/limits.h"
 #include "core/outfile.h"
 #include "comm/comm.h"
 #include "cp/cp.h"
@@ -567,7 +570,12 @@ int cli_cmd_train(int argc, char **argv) {
         return cli_usage_error("train",
                                "decoupled-min-lr=%g must be >= 0 and goes with --decoupled-lr",
                                decoupled_min_lr);
-    if (world < 1) return cli_usage_error("train", "world-size=%d must be >= 1", world);
+    if (world < 1 || world > MTC_LAUNCH_MAX_THREAD_RANKS)
+        return cli_usage_error("train", "--world-size %d must be 1..%d (thread-ranks)", world,
+                               MTC_LAUNCH_MAX_THREAD_RANKS);
+    if (mbs < 1 || mbs > MTC_TRAIN_MAX_MICRO_BATCH)
+        return cli_usage_error("train", "--micro-batch-size %d must be 1..%d", mbs,
+                               MTC_TRAIN_MAX_MICRO_BATCH);
     if (tp < 1) return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", tp);
     if (pp < 1) return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", pp);
     if (cp < 1) return cli_usage_error("train", "context-parallel-size=%d must be >= 1", cp);
@@ -700,6 +708,15 @@ int cli_cmd_train(int argc, char **argv) {
     if (le.kind == MTC_LAUNCHER_MPI && !threads && le.local_world > 0) {
         threads = (int)sysconf(_SC_NPROCESSORS_ONLN) / le.local_world;
         if (threads < 1) threads = 1;
+    }
+    {
+        int here = le.kind == MTC_LAUNCHER_MPI ? le.local_world : world,
+            tmax = mtc_threads_max(here);
+        if (threads < 0 || threads > tmax)
+            return cli_usage_error("train",
+                                   "--threads %d must be 1..%d (%d x this machine's cores over %d "
+                                   "ranks on it)",
+                                   threads, tmax, MTC_THREADS_PER_CORE_MAX, here < 1 ? 1 : here);
     }
     if (nd < 1)
         return cli_usage_error("train", "num-distributed-optimizer-instances=%d must be >= 1", nd);
@@ -924,7 +941,11 @@ int cli_cmd_train(int argc, char **argv) {
     { /* Megatron's default: one microbatch per data-parallel rank */
         int64_t model_ranks = (int64_t)tp * pp * cp;
         int dp = model_ranks > 0 && world % model_ranks == 0 ? (int)(world / model_ranks) : 1;
-        tc.global_batch = gbs ? gbs : mbs * dp;
+        int64_t g = gbs ? gbs : (int64_t)mbs * dp;
+        if (g > INT_MAX)
+            return cli_usage_error("train", "--micro-batch-size %d x data-parallel %d is above %d",
+                                   mbs, dp, INT_MAX);
+        tc.global_batch = (int)g;
     }
     tc.train_iters = iters;
     tc.lr = (mtc_lr_schedule){.lr = lr,

@@ -99,7 +99,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (int i = 0; i < NCOMMANDS; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+        if (!strcmp(argv[1], commands[i].name)) {
+            if (cli_env_check()) return 2; /* MTC_* values checked like flags */
+            return commands[i].run(argc - 2, argv + 2);
+        }
     const char *best = NULL;
     int best_d = 99;
     for (int i = 0; i < NCOMMANDS; i++) {

@@ -91,6 +91,15 @@
 
 #include "comm/comm.h"
 
+/* Longest timeout a deadline is computed for (about 3 years): a larger or
+ * infinite MTC_COMM_TIMEOUT / --timeout means "no practical limit" and is
+ * cut to this, so now + timeout in ns stays far inside uint64_t (1e30 s
+ * overflowed into a deadline in the past: a false timeout at once). */
+#define COMM_TIMEOUT_MAX_S 1e8
+static inline double comm_timeout_clamp(double s) {
+    return s > COMM_TIMEOUT_MAX_S ? COMM_TIMEOUT_MAX_S : s;
+}
+
 typedef struct comm_backend comm_backend;
 typedef struct comm_group comm_group;       /* defined by each backend */
 typedef struct comm_wait_rec comm_wait_rec; /* watchdog.h */

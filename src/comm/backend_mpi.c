@@ -659,7 +659,7 @@ void comm_mpi_backend_finish(comm_backend *be, double timeout_s) {
     if (c->finish == MPI_COMM_NULL || be->world_size < 2) return;
     MPI_Request req;
     if (MPI_Ibarrier(c->finish, &req) != MPI_SUCCESS) return;
-    uint64_t limit = (uint64_t)((2 * timeout_s + 10) * 1e9);
+    uint64_t limit = (uint64_t)((2 * comm_timeout_clamp(timeout_s) + 10) * 1e9);
     uint64_t t0 = mtc_time_ns();
     comm_backoff bo;
     comm_backoff_init(&bo, 0);

@@ -185,7 +185,8 @@ void mtc_comm_free(mtc_comm_t comm) {
 static uint64_t deadline_after(double seconds) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)(seconds * 1e9);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+           (uint64_t)(comm_timeout_clamp(seconds) * 1e9);
 }
 
 mtc_result_t comm_call_begin(mtc_comm_t comm, const comm_op *op, comm_call *call) {

@@ -104,6 +104,10 @@ typedef struct {
 typedef mtc_result_t (*mtc_rank_fn)(mtc_comm_t world, void *arg);
 mtc_result_t mtc_launch(const mtc_launch_opts *opts, mtc_rank_fn fn, void *arg);
 
+/* Most ranks the shm backend runs as threads of one process (an MPI job's
+ * world is bounded by the grid's MTC_GRID_MAX_WORLD instead). */
+#define MTC_LAUNCH_MAX_THREAD_RANKS 4096
+
 /* 1 when this process was started by mpirun/mpiexec/srun (rank variables set). */
 int mtc_launched_by_mpi(void);
 

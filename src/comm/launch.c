@@ -25,7 +25,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 
-#define LAUNCH_MAX_RANKS 4096
+#define LAUNCH_MAX_RANKS MTC_LAUNCH_MAX_THREAD_RANKS
 
 int mtc_launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
@@ -181,8 +181,8 @@ static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_setting
                                mtc_rank_fn fn, void *arg) {
     int n = opts->world_size;
     if (n < 1 || n > LAUNCH_MAX_RANKS)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "world size %d must be between 1 and %d", n,
-                         LAUNCH_MAX_RANKS);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "--world-size %d must be 1..%d (thread-ranks)",
+                         n, LAUNCH_MAX_RANKS);
     cpu_set_t allowed;
     int cpus[CPU_SETSIZE], ncpu = 0;
     if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)

@@ -19,6 +19,47 @@ static const char *kind_of(mode_t m) {
                          : "not a regular file";
 }
 
+mtc_result_t mtc_infile_open_fd(const char *path, int *out, unsigned long long *size) {
+    *out = -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s is %s, not a regular file (pass a file)",
+                         path, kind_of(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return mtc_error(MTC_ERR_IO, "cannot open %s: %s", path, strerror(e));
+    }
+    *out = fd;
+    if (size) *size = (unsigned long long)st.st_size;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_infile_inside(const char *path, const char *dir) {
+    char rp[PATH_MAX], rd[PATH_MAX];
+    if (!realpath(path, rp)) return MTC_OK; /* missing: the open names it */
+    if (!realpath(dir, rd))
+        return mtc_error(MTC_ERR_IO, "cannot resolve folder %s: %s", dir, strerror(errno));
+    size_t n = strlen(rd);
+    if (n == 1 && rd[0] == '/') return MTC_OK;
+    if (strncmp(rp, rd, n) || rp[n] != '/')
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s resolves to %s, outside %s (a symlink out of the folder: copy the "
+                         "file in)",
+                         path, rp, rd);
+    return MTC_OK;
+}
+
 mtc_result_t mtc_infile_open(const char *path, FILE **out) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -63,18 +104,9 @@ mtc_result_t mtc_outfile_check(const char *path, const char *what, char *real, s
         return mtc_error(E, "%s %.64s...: the path is too long", what, path);
     struct stat sb;
     snprintf(real, cap, "%s", path);
-    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-        char buf[PATH_MAX];
-        if (!realpath(path, buf))
-            return mtc_error(E,
-                             "%s %s is a symlink to a missing file (point it at a file or pass "
-                             "another path)",
-                             what, path);
-        if (strlen(buf) >= cap)
-            return mtc_error(E, "%s %s: its target's path is too long", what, path);
-        snprintf(real, cap, "%s", buf);
-    }
-    if (stat(real, &sb) == 0 && !S_ISREG(sb.st_mode))
+    /* a symlink at path is not followed: the commit's rename replaces the
+     * link itself, so no write reaches a file the user did not name */
+    if (lstat(path, &sb) == 0 && !S_ISLNK(sb.st_mode) && !S_ISREG(sb.st_mode))
         return mtc_error(E, "%s %s is %s, not a file mtc may replace (pass a file path)", what,
                          path, kind_of(sb.st_mode));
     char dir[MTC_PATH_MAX];

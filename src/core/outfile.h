@@ -3,13 +3,12 @@
  *
  * mtc_outfile_check validates a path before any work starts: a path that
  * exists must be a regular file (a device, FIFO, socket or directory is
- * refused), a symlink is followed to its target (written through, never
- * replaced; a dangling one is refused), and the folder must exist and be
- * writable. mtc_outfile_open / _commit write through a temporary file in
- * the target's folder with a short fixed-length name (so a long target
- * name still fits NAME_MAX), fsync it, rename it over the target and fsync
- * the folder; _abort (or a failed commit) removes the temporary file.
- * Every error is one line naming the path, what it is for and the fix
+ * refused), a symlink is never followed: the new file replaces the link
+ * itself and the link's target is untouched (docs/formats.md, "Outputs"),
+ * and the folder must exist and be writable. mtc_outfile_open / _commit write through a temporary
+ * file in the target's folder with a short fixed-length name (so a long target name still fits
+ * NAME_MAX), fsync it, rename it over the target and fsync the folder; _abort (or a failed commit)
+ * removes the temporary file. Every error is one line naming the path, what it is for and the fix
  * (MTC_ERR_INVALID_ARGUMENT for a bad path, MTC_ERR_IO for a failed write). */
 #ifndef MTC_CORE_OUTFILE_H
 #define MTC_CORE_OUTFILE_H
@@ -21,8 +20,9 @@
 
 #define MTC_PATH_MAX 4096
 
-/* real (cap bytes) receives the path to write: path itself, or a symlink's
- * target. `what` names the output in messages ("--svg"). */
+/* real (cap bytes) receives the path to write: path itself (kept for
+ * callers that compare outputs). `what` names the output in messages
+ * ("--svg"). */
 mtc_result_t mtc_outfile_check(const char *path, const char *what, char *real, size_t cap);
 
 typedef struct {
@@ -45,5 +45,14 @@ void mtc_outfile_abort(mtc_outfile *o);
  * regular file (pass a file)"; a failed open is MTC_ERR_IO "cannot open
  * PATH: <reason>". The FILE reads blocking as usual. */
 mtc_result_t mtc_infile_open(const char *path, FILE **out);
+/* The same checks for a raw descriptor (O_RDONLY, blocking once open);
+ * *size receives the file's size. */
+mtc_result_t mtc_infile_open_fd(const char *path, int *fd, unsigned long long *size);
+/* A file of a folder (a checkpoint piece, an HF shard or config) must stay
+ * in it: path, with every symlink resolved, must lie under dir's resolved
+ * path, else MTC_ERR_FORMAT "PATH resolves to TARGET, outside FOLDER (a
+ * symlink out of the folder: copy the file in)". A missing file passes
+ * (the open that follows names it). */
+mtc_result_t mtc_infile_inside(const char *path, const char *dir);
 
 #endif

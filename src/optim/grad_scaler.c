@@ -37,7 +37,34 @@ mtc_result_t mtc_grad_scaler_init_constant(mtc_grad_scaler *s, double scale) {
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "loss-scale=%g must be a positive finite float (a power of 2 is usual)",
                          scale);
+    if (scale < 0x1p-24)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "loss-scale=%g is below 2^-24, fp16's smallest value: every scaled "
+                         "gradient would be zero (use a power of 2 >= 1, or drop --loss-scale "
+                         "for the dynamic scaler)",
+                         scale);
     s->scale = (float)scale;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_grad_scaler_watch(mtc_grad_scaler *s, int found_inf, double grad_norm) {
+    int stuck = found_inf && (!s->dynamic || s->scale <= s->min_scale);
+    s->stuck_skips = stuck ? s->stuck_skips + 1 : 0;
+    s->zero_steps = !found_inf && grad_norm == 0 ? s->zero_steps + 1 : 0;
+    if (s->stuck_skips >= MTC_LOSS_SCALE_BAD_STEPS)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "the last %d iterations were all skipped for inf/NaN gradients at loss "
+                         "scale %g, which %s: lower --loss-scale%s",
+                         s->stuck_skips, (double)s->scale,
+                         s->dynamic ? "is --min-loss-scale" : "is constant",
+                         s->dynamic ? " / --min-loss-scale, or the learning rate"
+                                    : " or drop it for the dynamic scaler");
+    if (s->zero_steps >= MTC_LOSS_SCALE_BAD_STEPS)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "the last %d iterations had a gradient norm of exactly 0 at loss scale "
+                         "%g: the scaled gradients underflow fp16 (raise --loss-scale or use the "
+                         "dynamic scaler)",
+                         s->zero_steps, (double)s->scale);
     return MTC_OK;
 }
 

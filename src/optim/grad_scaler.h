@@ -23,6 +23,7 @@ typedef struct {
     float scale, min_scale, growth_factor, backoff_factor;
     int growth_interval, hysteresis;
     int growth_tracker, hysteresis_tracker;
+    int stuck_skips, zero_steps; /* mtc_grad_scaler_watch's runs */
 } mtc_grad_scaler;
 
 /* Megatron's defaults: initial 2^32, min 1, window 1000, hysteresis 2. */
@@ -37,6 +38,18 @@ mtc_result_t mtc_grad_scaler_init_dynamic(mtc_grad_scaler *s, double initial_sca
                                           double min_scale, int window, int hysteresis);
 mtc_result_t mtc_grad_scaler_init_constant(mtc_grad_scaler *s, double scale);
 void mtc_grad_scaler_update(mtc_grad_scaler *s, int found_inf);
+/* Loss-scale sanity (mtc's own: Megatron warns about neither case). A
+ * constant --loss-scale below 2^-24 is refused by init_constant: the
+ * backward's seed, at most scale per token, is below fp16's smallest
+ * subnormal, so every gradient is zero. At run time, call watch after
+ * update with the step's found_inf and its unscaled gradient norm: when
+ * MTC_LOSS_SCALE_BAD_STEPS steps in a row are skipped at a scale that cannot
+ * fall (constant, or dynamic at --min-loss-scale), or have a gradient of
+ * exactly zero (underflow), it returns INVALID_ARGUMENT with a message
+ * naming the scale and the fix, and the run stops instead of training
+ * nothing. The norm is the same on every rank, so every rank stops at once. */
+#define MTC_LOSS_SCALE_BAD_STEPS 10
+mtc_result_t mtc_grad_scaler_watch(mtc_grad_scaler *s, int found_inf, double grad_norm);
 /* 1/scale as Megatron's inv_scale: the double reciprocal rounded to float. */
 float mtc_grad_scaler_inv_scale(const mtc_grad_scaler *s);
 

@@ -79,11 +79,11 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
                              "(use p2p or all_gather, or a cp dividing both)",
                              l->cp, NH, NG);
     }
-    if (l->global_batch % (l->micro_batch * l->dp))
+    if (l->global_batch % ((int64_t)l->micro_batch * l->dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
-                         "data-parallel size %d (use a multiple of %d)",
-                         l->global_batch, l->micro_batch, l->dp, l->micro_batch * l->dp);
+                         "data-parallel size %d (use a multiple of %lld)",
+                         l->global_batch, l->micro_batch, l->dp, (long long)l->micro_batch * l->dp);
     int nd = l->distopt_instances > 1 ? l->distopt_instances : 1;
     if (nd > 1 && !l->distopt)
         return mtc_error(

@@ -63,6 +63,16 @@ mtc_result_t pp_schedule_validate(const pp_schedule_config *cfg) {
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "microbatch group size %d must be at least 1 (0 = default pp)",
                          cfg->group_size);
+    /* bounds before any op count (2 x M x vpp per rank, in int) is formed */
+    if (cfg->vpp > PP_MAX_VPP)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "virtual pipeline size %d is above %d (model chunks per rank)", cfg->vpp,
+                         PP_MAX_VPP);
+    if ((int64_t)cfg->num_microbatches * (cfg->vpp > 1 ? cfg->vpp : 1) > PP_MAX_CHUNK_STEPS)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "%d microbatches x %d model chunks is above %d forward steps per rank "
+                         "(fewer microbatches or chunks)",
+                         cfg->num_microbatches, cfg->vpp > 1 ? cfg->vpp : 1, PP_MAX_CHUNK_STEPS);
     /* parallel_state.py:741-744 (rule 5) */
     if (cfg->vpp > 1 && cfg->pp <= 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,

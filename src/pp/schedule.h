@@ -74,6 +74,10 @@ int pp_schedule_group_size(const pp_schedule_config *cfg);
  * "The number of contiguous micro-batches in a virtual pipeline stageshould
  * range in [PP=2 , M=1]" (sic). INVALID_ARGUMENT for every refusal. */
 mtc_result_t pp_schedule_validate(const pp_schedule_config *cfg);
+/* mtc's own bounds (checked first): model chunks per rank, and microbatches
+ * x chunks per rank, so every op count fits an int. */
+#define PP_MAX_VPP 1024
+#define PP_MAX_CHUNK_STEPS (1 << 26)
 
 /* Upper bound of ops on any rank: 2 * M * vpp (M * vpp when forward_only). */
 int pp_schedule_max_ops(const pp_schedule_config *cfg);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/outfile.h"
 #include "pp/schedule.h"
 
 static void *grow(void *v, int *cap, int n, size_t size) {
@@ -37,10 +38,12 @@ static int coord(const char *name, const char *key) {
 
 static mtc_result_t read_all(const char *path, char **out) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mtc_error(MTC_ERR_IO, "cannot read trace %s: %s (write one with mtc train --trace)",
-                         path, strerror(errno));
+    FILE *f = NULL; /* a FIFO or device is refused at once (it blocked or never ended) */
+    mtc_result_t orc = mtc_infile_open(path, &f);
+    if (orc == MTC_ERR_INVALID_ARGUMENT) return orc;
+    if (orc != MTC_OK)
+        return mtc_error(MTC_ERR_IO, "cannot read trace %s (write one with mtc train --trace)",
+                         path);
     size_t cap = 1 << 20, n = 0;
     char *b = malloc(cap);
     while (b) {

@@ -27,7 +27,14 @@
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     MTC_CHECK(mtc_model_config_validate(&c->model));
-    if (c->micro_batch < 1) return mtc_error(E, "micro-batch-size=%d must be >= 1", c->micro_batch);
+    if (c->micro_batch < 1 || c->micro_batch > MTC_TRAIN_MAX_MICRO_BATCH)
+        return mtc_error(E, "micro-batch-size=%d must be 1..%d", c->micro_batch,
+                         MTC_TRAIN_MAX_MICRO_BATCH);
+    if ((int64_t)c->micro_batch * c->model.seq_length > MTC_TRAIN_MAX_MICRO_TOKENS)
+        return mtc_error(E,
+                         "micro-batch-size=%d x seq-length=%d is above %d tokens per microbatch "
+                         "(lower either)",
+                         c->micro_batch, c->model.seq_length, MTC_TRAIN_MAX_MICRO_TOKENS);
     if (c->global_batch < 1)
         return mtc_error(E, "global-batch-size=%d must be >= 1", c->global_batch);
     if (c->global_batch % c->micro_batch)
@@ -138,11 +145,11 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
                           c->model.seq_length, c->model.num_heads, mtc_model_groups(&c->model),
                           c->sequence_parallel));
-    if (c->global_batch % (c->micro_batch * dp))
+    if (c->global_batch % ((int64_t)c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
-                         "data-parallel size %d (use a multiple of %d)",
-                         c->global_batch, c->micro_batch, dp, c->micro_batch * dp);
+                         "data-parallel size %d (use a multiple of %lld)",
+                         c->global_batch, c->micro_batch, dp, (long long)c->micro_batch * dp);
     /* every --step-batch-size-schedule entry the run reaches (from 0
      * samples), where Megatron checks the one in force at each iteration */
     const mtc_batch_schedule *bs = c->batch_schedule;

@@ -140,6 +140,11 @@ typedef struct {
                                       explicit ones (DP, SP, loss, norm) */
 } mtc_train_config;
 
+/* Bounds on user numbers, checked before any product (64-bit) is formed:
+ * samples per microbatch, and tokens per microbatch (micro-batch x seq). */
+#define MTC_TRAIN_MAX_MICRO_BATCH (1 << 20)
+#define MTC_TRAIN_MAX_MICRO_TOKENS (1 << 24)
+
 /* Checks the parts the model does not (batch sizes, intervals, schedule,
  * the layout: grid rules and the model's divisibility by tp). `world` is
  * the world size the run will have (cfg->world_size, or the MPI size). */

@@ -31,6 +31,7 @@
 #include "core/mem.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "core/outfile.h"
 #include "train/train_internal.h"
 
 static const char *train_timer_name(int id) {
@@ -290,10 +291,9 @@ mtc_result_t train_obs_write(train_rank *x, int is_last) {
         free(buf);
         return rc;
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", c->trace_path);
-    FILE *f = fopen(tmp, "w");
-    mtc_result_t rc = f ? MTC_OK : mtc_error(MTC_ERR_IO, "cannot write trace file %s", tmp);
+    mtc_outfile of; /* a temporary beside the trace, fsync, rename; removed on failure */
+    mtc_result_t rc = mtc_outfile_open(&of, c->trace_path, "--trace");
+    FILE *f = rc == MTC_OK ? of.f : NULL;
     if (f) {
         fprintf(f,
                 "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"producer\": \"mtc\", "
@@ -312,21 +312,21 @@ mtc_result_t train_obs_write(train_rank *x, int is_last) {
             continue;
         }
         int64_t n = 0;
-        MTC_CHECK(mtc_recv(&n, 1, MTC_DTYPE_I64, r, w));
-        size_t words = ((size_t)n + 3) / 4;
         char *buf = NULL;
-        MTC_CHECK(mtc_mem_alloc(words * 4 + 4, (void **)&buf));
-        mtc_result_t rr = mtc_recv(buf, words, MTC_DTYPE_I32, r, w);
+        mtc_result_t rr = mtc_recv(&n, 1, MTC_DTYPE_I64, r, w);
+        size_t words = ((size_t)n + 3) / 4;
+        if (rr == MTC_OK) rr = mtc_mem_alloc(words * 4 + 4, (void **)&buf);
+        if (rr == MTC_OK) rr = mtc_recv(buf, words, MTC_DTYPE_I32, r, w);
         if (rr == MTC_OK && f) fwrite(buf, 1, (size_t)n, f), fputs(",\n", f);
         free(buf);
-        MTC_CHECK(rr);
+        if (rr != MTC_OK) {
+            if (f) mtc_outfile_abort(&of);
+            return rr;
+        }
     }
     if (f) {
         fputs("]}\n", f);
-        if (fclose(f) != 0 && rc == MTC_OK)
-            rc = mtc_error(MTC_ERR_IO, "cannot write trace file %s", tmp);
-        if (rc == MTC_OK && rename(tmp, c->trace_path) != 0)
-            rc = mtc_error(MTC_ERR_IO, "cannot rename %s to %s", tmp, c->trace_path);
+        rc = mtc_outfile_commit(&of);
     }
     return rc;
 }

@@ -167,6 +167,7 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
         int found_inf = !isfinite(*norm);
         unscale = mtc_grad_scaler_inv_scale(&x->scaler);
         mtc_grad_scaler_update(&x->scaler, found_inf);
+        MTC_CHECK(mtc_grad_scaler_watch(&x->scaler, found_inf, *norm)); /* stuck or underflowing */
         x->loss_scale = x->scaler.scale;
         if (found_inf) {
             (*skipped)++;

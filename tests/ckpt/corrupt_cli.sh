@@ -101,4 +101,25 @@ fresh; edit 'm["common"]["model"]["num_layers"] = 2.5'
 refused "a bad configuration" "num_layers=2.5, which is not an integer"
 fresh; edit 'm["format"] = "other"'
 refused "another format" "is not an mtc checkpoint index"
+fresh; edit 'm["common"]["rng"]["seed"] = "abc"'
+refused "seed abc" "common.rng.seed (a decimal string"
+fresh; edit 'm["common"]["iteration"] = 2.5'
+refused "iteration 2.5" "common.iteration (an integer equal to the folder's iteration)"
+fresh; edit 'm["common"]["consumed_samples"] = -4'
+refused "consumed_samples -4" "common.consumed_samples (an integer >= 0)"
+fresh; edit 'm["common"]["model"]["normalization"] = "BatchNorm"'
+refused "an unknown normalization" "normalization=BatchNorm (known: LayerNorm, RMSNorm"
+fresh; edit 'm["common"]["model"]["position_embedding_type"] = "alibi"'
+refused "an unknown position embedding" "position_embedding_type=alibi (known"
+# a piece that is a FIFO is refused at once (its open used to wait for a
+# writer forever), one that is a symlink out of the checkpoint is refused
+fresh; rm "$D/c/$I/__1.distcp"; mkfifo "$D/c/$I/__1.distcp"
+timeout 60 "$MTC" train $T --train-iters 3 --load "$D/c" >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && grep -q "__1.distcp is a FIFO, not a regular file" "$D/err" && ok "a FIFO piece refused" ||
+    { bad "a FIFO piece (exit $st)"; cat "$D/err"; }
+timeout 60 "$MTC" export --load "$D/c" --format safetensors --out "$D/hf" >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && grep -q "is a FIFO, not a regular file" "$D/err" && ok "export of a FIFO piece refused" ||
+    { bad "export of a FIFO piece (exit $st)"; cat "$D/err"; }
+fresh; mv "$D/c/$I/__0.distcp" "$D/outside.distcp"; ln -s "$D/outside.distcp" "$D/c/$I/__0.distcp"
+refused "a piece linked out of the checkpoint" "__0.distcp resolves to .*outside.distcp, outside"
 exit $fail

@@ -80,7 +80,31 @@ int main(void) {
     T_CHECK(mtc_grad_scaler_init_dynamic(&s, 8.0, 1.0, 1000, 0) == MTC_ERR_INVALID_ARGUMENT);
     T_CHECK(mtc_grad_scaler_init_constant(&s, -1.0) == MTC_ERR_INVALID_ARGUMENT);
     T_CHECK(mtc_grad_scaler_init_constant(&s, 1e39) == MTC_ERR_INVALID_ARGUMENT);
+    T_CHECK(mtc_grad_scaler_init_constant(&s, 1e-30) == MTC_ERR_INVALID_ARGUMENT);
+    T_CHECK(mtc_grad_scaler_init_constant(&s, 0x1p-24) == MTC_OK);
     printf("ok   bad scaler flags refused\n");
+    /* loss-scale sanity: MTC_LOSS_SCALE_BAD_STEPS stuck skips or zero norms in a row stop */
+    const int K = MTC_LOSS_SCALE_BAD_STEPS;
+    mtc_grad_scaler_init_constant(&s, 1e30);
+    for (int k = 1; k < K; k++)
+        T_CHECK(mtc_grad_scaler_watch(&s, 1, INFINITY) == MTC_OK);
+    T_CHECK(mtc_grad_scaler_watch(&s, 0, 1.0) == MTC_OK); /* one good step resets the run */
+    for (int k = 1; k < K; k++)
+        T_CHECK(mtc_grad_scaler_watch(&s, 1, NAN) == MTC_OK);
+    T_CHECK(mtc_grad_scaler_watch(&s, 1, NAN) == MTC_ERR_INVALID_ARGUMENT);
+    mtc_grad_scaler_init_dynamic(&s, 0x1p32, 1.0, 1000, 2);
+    int stopped_at = 0; /* the dynamic scaler halves down to min 1, then may stop */
+    for (int k = 1; k <= 200 && !stopped_at; k++) {
+        mtc_grad_scaler_update(&s, 1);
+        if (mtc_grad_scaler_watch(&s, 1, INFINITY) != MTC_OK) stopped_at = k;
+    }
+    /* hysteresis 2: the first skip keeps 2^32, each later one halves: 1 at skip 33 */
+    T_CHECK(s.scale == 1.0f && stopped_at == 33 + K - 1);
+    mtc_grad_scaler_init_constant(&s, 1e-6);
+    for (int k = 1; k < K; k++)
+        T_CHECK(mtc_grad_scaler_watch(&s, 0, 0.0) == MTC_OK);
+    T_CHECK(mtc_grad_scaler_watch(&s, 0, 0.0) == MTC_ERR_INVALID_ARGUMENT);
+    printf("ok   a stuck or underflowing loss scale stops after %d steps\n", K);
     printf("%d failed\n", fails);
     return fails ? 1 : 0;
 }

@@ -1,0 +1,60 @@
+/* cli/cli_env.c - the MTC_* environment variables are checked like flags,
+ * once, before any command runs: a value the code would silently ignore or
+ * misread (MTC_PROGRESS=alway, MTC_SHM_SPIN=lots, MTC_COMM_TIMEOUT=-1) is
+ * refused with one line naming the variable, its value and what it takes.
+ * Only the variables mtc reads are checked; other MTC_* names (a test's
+ * MTC=..., MTC_SOURCE_DIR) are not mtc's and pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/log.h"
+
+/* a decimal count in [0, 1e9] */
+static int is_count(const char *v) {
+    if (!v[0] || strlen(v) > 10) return 0;
+    for (const char *p = v; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return strtoull(v, NULL, 10) <= 1000000000ull;
+}
+
+static int one_of(const char *v, const char *const *list) {
+    for (; *list; list++)
+        if (!strcmp(v, *list)) return 1;
+    return 0;
+}
+
+int cli_env_check(void) {
+    static const char *const progress[] = {"0", "1", "always", NULL};
+    static const char *const gemm[] = {"openblas", "dnnl", "auto", NULL};
+    static const char *const check[] = {"0", "1", NULL};
+    static const char *const counts[] = {"MTC_NN_SPIN_US", "MTC_SHM_SPIN", "MTC_SHM_YIELD",
+                                         "MTC_CKPT_FAULT_AFTER"};
+    const char *v, *bad = NULL, *want = NULL;
+    if ((v = getenv("MTC_LOG_LEVEL")) && mtc_log_level_parse(v) < 0)
+        bad = "MTC_LOG_LEVEL", want = "error, warn, info, debug or trace";
+    else if ((v = getenv("MTC_PROGRESS")) && !one_of(v, progress))
+        bad = "MTC_PROGRESS", want = "0 (off), 1 (default) or always";
+    else if ((v = getenv("MTC_GEMM")) && !one_of(v, gemm))
+        bad = "MTC_GEMM", want = "openblas, dnnl or auto";
+    else if ((v = getenv("MTC_COMM_CHECK")) && !one_of(v, check))
+        bad = "MTC_COMM_CHECK", want = "0 or 1";
+    for (size_t k = 0; !bad && k < sizeof counts / sizeof counts[0]; k++)
+        if ((v = getenv(counts[k])) && v[0] && !is_count(v))
+            bad = counts[k], want = "a whole number from 0 to 1000000000";
+    if (!bad && (v = getenv("MTC_COMM_TIMEOUT")) && v[0]) {
+        char *end;
+        double t = strtod(v, &end);
+        if (*end || !(t > 0))
+            bad = "MTC_COMM_TIMEOUT", want = "a positive number of seconds (inf: no limit)";
+    }
+    static const char *const paths[] = {"MTC_CACHE_DIR", "MTC_PEAK_CACHE"};
+    for (size_t k = 0; !bad && k < 2; k++)
+        if ((v = getenv(paths[k])) && !v[0]) bad = paths[k], want = "a path (or unset it)";
+    if (!bad) return 0;
+    fprintf(stderr, "mtc: error: %s='%s' is not a value mtc takes: use %s, or unset it\n", bad, v,
+            want);
+    return 2;
+}
