@@ -53,7 +53,7 @@ static void kv_bool(gg_out *o, const char *k, int v) {
     put_str(o, k), put_u32(o, G_BOOL), put(o, &b, 1);
 }
 
-static uint16_t f32_to_f16(float x) {
+uint16_t mtc_gguf_f32_to_f16(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
     uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = u & 0x7fffff;
@@ -307,7 +307,7 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         size_t n = (size_t)(rows * cols), bytes = n * (half ? 2 : 4);
         if (half) {
             for (size_t j = 0; j < n; j++)
-                h[j] = f32_to_f16(buf[j]);
+                h[j] = mtc_gguf_f32_to_f16(buf[j]);
             put(&out, h, bytes);
         } else {
             put(&out, buf, bytes);

@@ -22,6 +22,8 @@
 #ifndef MTC_CKPT_GGUF_H
 #define MTC_CKPT_GGUF_H
 
+#include <stdint.h>
+
 #include "core/result.h"
 #include "model/model.h"
 
@@ -41,6 +43,9 @@ typedef struct {
     int f16;                     /* F16 matrices instead of F32 */
     const mtc_gguf_vocab *vocab; /* NULL: derived from the tokenizer's text form */
 } mtc_gguf_export_opts;
+
+/* IEEE half of x, rounded to nearest even (also used by ckpt/onnx.c). */
+uint16_t mtc_gguf_f32_to_f16(float x);
 
 mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const char *path,
                              const mtc_gguf_export_opts *o);

@@ -32,10 +32,26 @@
 #include "core/result.h"
 #include "model/model.h"
 
+/* What config.json and generation_config.json say beyond the model. */
 typedef struct {
-    int bf16;                /* BF16 tensors instead of F32 */
-    int64_t max_shard_bytes; /* split above this (0: 5 GB, Hugging Face's default) */
+    int ids_set;             /* bos / eos below are the tokenizer's (else null) */
+    int bos, eos;            /* -1: the tokenizer has none (null); pad_token_id = eos */
+    const char *torch_dtype; /* "float32" (NULL), "bfloat16", "float16" */
+    const char *tjs_dtype;   /* transformers.js_config.dtype ("fp32", "fp16") or NULL */
+    const char *arch;        /* MoE: MixtralForCausalLM, Qwen2MoeForCausalLM, ... (NULL: the
+                                first that holds the model, ckpt/hf_moe.c) */
+} mtc_hf_config_opts;
+
+typedef struct {
+    int bf16;                  /* BF16 tensors instead of F32 */
+    int64_t max_shard_bytes;   /* split above this (0: 5 GB, Hugging Face's default) */
+    mtc_hf_config_opts config; /* torch_dtype is set from bf16 */
 } mtc_hf_export_opts;
+
+/* Writes dir/config.json and dir/generation_config.json for serial model m
+ * (UNSUPPORTED, naming why, for a model no Hugging Face class holds). Floats
+ * are the shortest decimals that read back as the model's values. */
+mtc_result_t mtc_hf_write_config(const mtc_model *m, const char *dir, const mtc_hf_config_opts *o);
 
 /* Writes outdir/{model.safetensors | model-0000k-of-0000n.safetensors +
  * index}, config.json and mtc_tokenizer.txt for a serial model m. */
