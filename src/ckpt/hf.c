@@ -161,6 +161,11 @@ static int entry_shape(const mtc_registry *r, const hf_entry *e, int64_t s[2]) {
  * digits (9.99999974737875e-06). */
 void hf_add_float(cJSON *j, const char *key, float v) {
     char s[40];
+    if (v == floorf(v) && fabsf(v) < 1e9f) { /* 10000, not 1e+04 */
+        snprintf(s, sizeof s, "%.0f", (double)v);
+        cJSON_AddItemToObject(j, key, cJSON_CreateRaw(s));
+        return;
+    }
     for (int p = 1; p <= 9; p++) {
         snprintf(s, sizeof s, "%.*g", p, (double)v);
         if (strtof(s, NULL) == v) break;
@@ -604,6 +609,14 @@ static mtc_result_t hf_min_bytes(const mtc_model_config *c, double *bytes) {
     mtc_registry_free(&reg);
     double pad = (double)(c->padded_vocab_size - c->vocab_size) * c->hidden_size;
     *bytes = 2 * (other + layer * c->num_layers - pad * (c->untie_embeddings ? 2 : 1));
+    if (rc == MTC_OK && c->moe.num_experts > 0 &&
+        mtc_moe_num_layers(&c->moe, c->num_layers) < c->num_layers) {
+        mtc_model_config dense = *c; /* layer 0 may be MoE and the rest dense: the smaller bound */
+        double b = 0;
+        dense.moe.num_experts = 0;
+        rc = hf_min_bytes(&dense, &b);
+        if (b < *bytes) *bytes = b;
+    }
     return rc;
 }
 

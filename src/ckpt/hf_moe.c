@@ -183,7 +183,6 @@ void hf_moe_config(const mtc_model *m, const char *cls, cJSON *j) {
             if (!mtc_moe_is_layer(mc, l)) cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
         cJSON_AddBoolToObject(j, "use_sliding_window", 0);
         cJSON_AddNullToObject(j, "sliding_window");
-        cJSON_AddBoolToObject(j, "qkv_bias", 1);
     }
     hf_add_float(j, "router_aux_loss_coef", mc->aux_coeff);
     cJSON_AddBoolToObject(j, "output_router_logits", 0);

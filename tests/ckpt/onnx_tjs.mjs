@@ -8,6 +8,10 @@
 //     string); every console warning the
 //     library prints is counted and fails the run (config, tokenizer and
 //     session loading must be clean).
+//   node onnx_tjs.mjs NODE_MODULES config DIR PROMPT...
+//     AutoConfig and AutoTokenizer on a safetensors folder, from disk: one
+//     line "model_type bos eos pad" (config.json's ids, generation_config.json's
+//     must agree), then "PROMPT<tab>IDS" per prompt; any warning fails.
 //   node onnx_tjs.mjs NODE_MODULES logits DIR IDS
 //     onnxruntime-node on DIR/onnx/model*.onnx: the logits of the ids (space
 //     separated) in one call with an empty cache, then the same ids fed in
@@ -30,22 +34,43 @@ for (const k of ["warn", "error"]) {
 const tjs = await import(pathToFileURL(join(modules, "@huggingface", "transformers", "dist", "transformers.node.mjs")).href);
 const abs = resolve(dir);
 
-if (mode === "generate") {
-    const [maxNew, ...prompts] = rest;
+function local() {
     tjs.env.allowRemoteModels = false;
     tjs.env.allowLocalModels = true;
     tjs.env.localModelPath = dirname(abs) + "/";
     tjs.env.useBrowserCache = false;
+}
+function noWarnings() {
+    if (warnings) {
+        process.stderr.write(`${warnings} warnings\n`);
+        process.exit(1);
+    }
+}
+
+if (mode === "config") {
+    local();
+    const cfg = await tjs.AutoConfig.from_pretrained(basename(abs));
+    const tok = await tjs.AutoTokenizer.from_pretrained(basename(abs));
+    const gen = JSON.parse(readFileSync(join(abs, "generation_config.json"), "utf8"));
+    for (const k of ["bos_token_id", "eos_token_id", "pad_token_id"])
+        if (gen[k] !== cfg[k]) {
+            process.stderr.write(`generation_config.json ${k} ${gen[k]} vs config.json ${cfg[k]}\n`);
+            process.exit(1);
+        }
+    console.log(`${cfg.model_type} ${cfg.bos_token_id} ${cfg.eos_token_id} ${cfg.pad_token_id}`);
+    for (const prompt of rest)
+        process.stdout.write(`${prompt}\t${Array.from(tok.encode(prompt, { add_special_tokens: false })).join(" ")}\n`);
+    noWarnings();
+} else if (mode === "generate") {
+    const [maxNew, ...prompts] = rest;
+    local();
     const gen = await tjs.pipeline("text-generation", basename(abs));
     for (const prompt of prompts) {
         const ids = Array.from(gen.tokenizer.encode(prompt, { add_special_tokens: false }));
         const out = await gen(prompt, { max_new_tokens: +maxNew, do_sample: false, return_full_text: false, add_special_tokens: false });
         process.stdout.write(`${prompt}\t${ids.join(" ")}\t${JSON.stringify(out[0].generated_text)}\n`);
     }
-    if (warnings) {
-        process.stderr.write(`${warnings} warnings\n`);
-        process.exit(1);
-    }
+    noWarnings();
 } else if (mode === "logits") {
     const ort = await import(pathToFileURL(join(modules, "onnxruntime-node", "dist", "index.js")).href).catch(() =>
         import(pathToFileURL(join(modules, "onnxruntime-node", "lib", "index.js")).href));
