@@ -205,6 +205,11 @@ static cJSON *hf_config(const mtc_model *m, const mtc_hf_config_opts *o) {
         const char *cls = "LlamaForCausalLM", *type = "llama";
         if (c->moe.num_experts > 0) /* checked by the table already */
             (void)hf_moe_check(m, o ? o->arch : NULL, &cls, &type);
+        const char *moe_cls = cls;
+        if (c->moe.num_experts > 0 && o && o->tjs_dtype) { /* see hf.h */
+            cJSON_AddStringToObject(j, "mtc_moe_architecture", cls);
+            cls = "LlamaForCausalLM", type = "llama";
+        }
         cJSON_AddItemToArray(arch, cJSON_CreateString(cls));
         cJSON_AddStringToObject(j, "model_type", type);
         cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
@@ -223,7 +228,7 @@ static cJSON *hf_config(const mtc_model *m, const mtc_hf_config_opts *o) {
         cJSON_AddBoolToObject(j, "mlp_bias", 0);
         cJSON_AddNullToObject(j, "rope_scaling");
         hf_add_float(j, "attention_dropout", c->attention_dropout);
-        if (c->moe.num_experts > 0) hf_moe_config(m, cls, j);
+        if (c->moe.num_experts > 0) hf_moe_config(m, moe_cls, j);
     }
     int set = o && o->ids_set;
     add_id(j, "bos_token_id", set, o ? o->bos : -1);

@@ -37,7 +37,11 @@ typedef struct {
     int ids_set;             /* bos / eos below are the tokenizer's (else null) */
     int bos, eos;            /* -1: the tokenizer has none (null); pad_token_id = eos */
     const char *torch_dtype; /* "float32" (NULL), "bfloat16", "float16" */
-    const char *tjs_dtype;   /* transformers.js_config.dtype ("fp32", "fp16") or NULL */
+    const char *tjs_dtype;   /* transformers.js_config.dtype ("fp32", "fp16") or NULL; with it
+                                an MoE model's model_type is "llama" (transformers.js 3.x has
+                                no Mixtral / Qwen2-MoE class; the ONNX graph holds the MoE,
+                                the config only sizes the cache), the class kept in
+                                "mtc_moe_architecture" */
     const char *arch;        /* MoE: MixtralForCausalLM, Qwen2MoeForCausalLM, ... (NULL: the
                                 first that holds the model, ckpt/hf_moe.c) */
 } mtc_hf_config_opts;
