@@ -9,7 +9,13 @@
  * ([q | k | v] rows), attn_output, ffn_norm, ffn_up, ffn_down}, output_norm
  * (tied head: no output); Llama token_embd, blk.N.{attn_norm, attn_q,
  * attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down},
- * output_norm, output (untied). llama.cpp rotates adjacent pairs where mtc
+ * output_norm, output (untied); a Llama MoE model (Mixtral's form: experts
+ * in every layer, softmax router renormalised over the top k, no shared
+ * expert; anything else refused by name) has llama.expert_count,
+ * llama.expert_used_count, feed_forward_length = the experts', and per layer
+ * ffn_gate_inp (the router, (E, C)) and ffn_gate_exps / ffn_up_exps /
+ * ffn_down_exps (the E experts stacked: dims C, F, E and F, C, E) instead of
+ * the dense MLP. llama.cpp rotates adjacent pairs where mtc
  * and Hugging Face rotate halves, so the rows of Q and K are permuted per
  * head (new row 2j = old j, 2j+1 = old j + hd/2).
  * Tokenizer (tokenizer.ggml.model "gpt2", pre "gpt-2"): the caller's

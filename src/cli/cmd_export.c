@@ -156,12 +156,6 @@ int cli_cmd_export(int argc, char **argv) {
     mtc_ckpt_info info;
     if (mtc_ckpt_read_info(load, &info) != MTC_OK)
         return cli_usage_error("export", "%s", mtc_error_detail());
-    if (info.cfg.moe.num_experts > 0 && gguf) /* the checkpoint's metadata records its MoE flags */
-        return cli_usage_error("export",
-                               "%s holds a mixture-of-experts model (num-experts=%d), which mtc "
-                               "export does not write as GGUF yet (use --format safetensors or "
-                               "onnx)",
-                               load, info.cfg.moe.num_experts);
     if (arch && info.cfg.moe.num_experts == 0)
         return cli_usage_error("export", "--hf-architecture is for MoE models; %s is dense", load);
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;

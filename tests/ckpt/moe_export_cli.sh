@@ -11,7 +11,9 @@
 # installed, tests/reference/hf_reader.py (the class's forward written on
 # Hugging Face's conventions) gives mtc's logits to 1e-4; the ONNX export
 # (fp32 and fp16) in transformers.js' pipeline continues as mtc generate and
-# onnxruntime-node's logits equal mtc's to 1e-4. Settings the classes cannot
+# onnxruntime-node's logits equal mtc's to 1e-4; the Mixtral-form model's
+# GGUF (fp32, fp16) in llama.cpp (npm node-llama-cpp, as gguf_cli.sh)
+# tokenizes as mtc and continues greedily as mtc generate. Settings the classes cannot
 # express are refused by name. npm as in onnx_cli.sh (77 only without a
 # registry).
 . "$MTC_SOURCE_DIR/tests/ckpt/ckpt_lib.sh"
@@ -75,13 +77,39 @@ print(c["architectures"][0], c["model_type"], e, c["num_experts_per_tok"], f, c.
         [ $dt = fp32 ] && check_logits "$m onnx $dt" "$O" "$D/$m"
     done
 done
-# refusals, before anything is written
 refuse() { # NAME EXPECTED ARGS...: exit 2 naming the setting, no folder
     n=$1 e=$2; shift 2
     "$MTC" export "$@" --out "$D/no" 2>"$D/err"
     [ $? -eq 2 ] && grep -q -- "$e" "$D/err" && [ ! -e "$D/no/model.safetensors" ] && ok "$n refused: $(cat "$D/err")" ||
         { bad "$n not refused naming $e"; cat "$D/err"; }
 }
+# GGUF: llama.cpp's llama architecture with experts (Mixtral's form), fp32 and fp16
+npm_need "$CACHE" llama node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 --omit=optional
+GP="the qu|over the lazy|2 times, "
+for dt in fp32 fp16; do
+    "$MTC" export --load "$D/mix" --format gguf --dtype $dt --out "$D/mix.$dt.gguf" >"$D/e.log" 2>&1 ||
+        { bad "mix gguf $dt export"; cat "$D/e.log"; }
+done
+(IFS='|'; node "$MTC_SOURCE_DIR/tests/ckpt/llama_cpp_greedy.mjs" "$CACHE/llama/node_modules" 14 "$D/mix.fp32.gguf,$D/mix.fp16.gguf" $GP) >"$D/l.out" 2>"$D/l.err" ||
+    { bad "llama.cpp failed on the MoE GGUF"; cat "$D/l.err"; }
+for dt in fp32 fp16; do
+    echo "$GP" | tr '|' '\n' | while IFS= read -r p; do
+        line=$(awk -F '\t' -v m="$D/mix.$dt.gguf" -v p="$p" '$1 == m && $2 == p' "$D/l.out")
+        ids=$(printf '%s' "$line" | cut -f3)
+        got=$(printf '%s' "$line" | cut -f4)
+        want_ids=$("$REF" "$D/mix" ids "$p")
+        want=$("$MTC" generate --load "$D/mix" --prompt "$p" --max-new-tokens 14 --temperature 0 2>&1 | json_text)
+        [ -n "$ids" ] && [ "$ids" = "$want_ids" ] && [ "$got" = "$want" ] &&
+            echo "ok   mix gguf $dt '$p': llama.cpp's ids and greedy text = mtc's: $got" ||
+            echo "FAIL mix gguf $dt '$p': llama.cpp '$ids' $got, mtc '$want_ids' $want"
+    done
+done >"$D/res"
+cat "$D/res"
+grep -q FAIL "$D/res" && fail=1
+[ "$(grep -c '^ok' "$D/res")" = 6 ] || bad "6 llama.cpp comparisons expected"
+refuse "a GGUF of a model with dense layers" "experts in every layer" --load "$D/qwen" --format gguf
+
+# refusals, before anything is written
 refuse "Mixtral for a model with dense layers and a shared expert" "MixtralForCausalLM has" --load "$D/qwen" --format safetensors --hf-architecture MixtralForCausalLM
 refuse "Qwen3-MoE without QK norm" "q_norm" --load "$D/mix" --format safetensors --hf-architecture Qwen3MoeForCausalLM
 # shellcheck disable=SC2086
