@@ -354,10 +354,15 @@ static void write_json_file(const char *path, const cJSON *j, mtc_result_t *rc) 
     free(text);
 }
 
-mtc_result_t mtc_hf_write_config(const mtc_model *m, const char *dir, const mtc_hf_config_opts *o) {
+mtc_result_t mtc_hf_supported(const mtc_model *m, const char *arch) {
     hf_table t = {0};
-    mtc_result_t rc = hf_table_build(m, &t, o ? o->arch : NULL); /* refuses what HF cannot hold */
+    mtc_result_t rc = hf_table_build(m, &t, arch);
     free(t.v);
+    return rc;
+}
+
+mtc_result_t mtc_hf_write_config(const mtc_model *m, const char *dir, const mtc_hf_config_opts *o) {
+    mtc_result_t rc = mtc_hf_supported(m, o ? o->arch : NULL); /* refuses what HF cannot hold */
     MTC_CHECK(rc);
     char path[4200];
     cJSON *cfg = hf_config(m, o), *gen = hf_generation_config(o);

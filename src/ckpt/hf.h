@@ -52,6 +52,9 @@ typedef struct {
     mtc_hf_config_opts config; /* torch_dtype is set from bf16 */
 } mtc_hf_export_opts;
 
+/* MTC_OK when a Hugging Face class (arch for an MoE model, NULL: the
+ * default) holds serial model m; else UNSUPPORTED naming why. */
+mtc_result_t mtc_hf_supported(const mtc_model *m, const char *arch);
 /* Writes dir/config.json and dir/generation_config.json for serial model m
  * (UNSUPPORTED, naming why, for a model no Hugging Face class holds). Floats
  * are the shortest decimals that read back as the model's values. */

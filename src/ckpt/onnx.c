@@ -387,6 +387,8 @@ static mtc_result_t check(const mtc_model_config *c) {
     return MTC_OK;
 }
 
+mtc_result_t mtc_onnx_supported(const mtc_model *m) { return check(&m->cfg); }
+
 mtc_result_t mtc_onnx_export(const mtc_model *m, const char *path, const mtc_onnx_export_opts *o) {
     const mtc_model_config *c = &m->cfg;
     MTC_CHECK(check(c));

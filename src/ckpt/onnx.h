@@ -28,6 +28,8 @@ typedef struct {
     int f16; /* FLOAT16 weights */
 } mtc_onnx_export_opts;
 
+/* MTC_OK when the graph can hold model m, else UNSUPPORTED naming why. */
+mtc_result_t mtc_onnx_supported(const mtc_model *m);
 /* Writes the graph of serial model m to path (one .onnx file). */
 mtc_result_t mtc_onnx_export(const mtc_model *m, const char *path, const mtc_onnx_export_opts *o);
 

@@ -25,6 +25,8 @@
  * tokenizer files. */
 static mtc_result_t onnx_folder(const mtc_model *m, const char *out, int f16,
                                 mtc_hf_config_opts *co) {
+    MTC_CHECK(mtc_hf_supported(m, co->arch)); /* refused before anything is written */
+    MTC_CHECK(mtc_onnx_supported(m));
     char path[4200];
     snprintf(path, sizeof path, "%s/onnx", out);
     if ((mkdir(out, 0755) != 0 && errno != EEXIST) || (mkdir(path, 0755) != 0 && errno != EEXIST))
@@ -156,6 +158,12 @@ int cli_cmd_export(int argc, char **argv) {
     mtc_ckpt_info info;
     if (mtc_ckpt_read_info(load, &info) != MTC_OK)
         return cli_usage_error("export", "%s", mtc_error_detail());
+    if (arch && strcmp(arch, "MixtralForCausalLM") && strcmp(arch, "Qwen2MoeForCausalLM") &&
+        strcmp(arch, "Qwen3MoeForCausalLM"))
+        return cli_usage_error("export",
+                               "hf-architecture=%s is not an MoE class mtc knows (use "
+                               "MixtralForCausalLM or Qwen2MoeForCausalLM)",
+                               arch);
     if (arch && info.cfg.moe.num_experts == 0)
         return cli_usage_error("export", "--hf-architecture is for MoE models; %s is dense", load);
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;

@@ -77,10 +77,10 @@ print(c["architectures"][0], c["model_type"], e, c["num_experts_per_tok"], f, c.
         [ $dt = fp32 ] && check_logits "$m onnx $dt" "$O" "$D/$m"
     done
 done
-refuse() { # NAME EXPECTED ARGS...: exit 2 naming the setting, no folder
+refuse() { # NAME EXPECTED ARGS...: exit 2 naming the setting, nothing written
     n=$1 e=$2; shift 2
     "$MTC" export "$@" --out "$D/no" 2>"$D/err"
-    [ $? -eq 2 ] && grep -q -- "$e" "$D/err" && [ ! -e "$D/no/model.safetensors" ] && ok "$n refused: $(cat "$D/err")" ||
+    [ $? -eq 2 ] && grep -q -- "$e" "$D/err" && [ ! -e "$D/no" ] && ok "$n refused: $(cat "$D/err")" ||
         { bad "$n not refused naming $e"; cat "$D/err"; }
 }
 # GGUF: llama.cpp's llama architecture with experts (Mixtral's form), fp32 and fp16
@@ -112,6 +112,8 @@ refuse "a GGUF of a model with dense layers" "experts in every layer" --load "$D
 # refusals, before anything is written
 refuse "Mixtral for a model with dense layers and a shared expert" "MixtralForCausalLM has" --load "$D/qwen" --format safetensors --hf-architecture MixtralForCausalLM
 refuse "Qwen3-MoE without QK norm" "q_norm" --load "$D/mix" --format safetensors --hf-architecture Qwen3MoeForCausalLM
+refuse "an ONNX folder as Qwen3-MoE" "q_norm" --load "$D/mix" --format onnx --hf-architecture Qwen3MoeForCausalLM
+refuse "an unknown class" "not an MoE class" --load "$D/mix" --format safetensors --hf-architecture QwenMoe
 # shellcheck disable=SC2086
 "$MTC" train $B $LLAMA $MOE --moe-router-score-function sigmoid --train-iters 2 --save "$D/sig" >"$D/t3.log" 2>&1 || { bad "sigmoid train"; cat "$D/t3.log"; }
 refuse "a sigmoid router" "moe-router-score-function=sigmoid" --load "$D/sig" --format safetensors
