@@ -1,6 +1,8 @@
 /* ckpt/hf.h - Hugging Face export and import: model.safetensors (sharded
- * with model.safetensors.index.json above a size limit) and config.json,
- * for GPT2LMHeadModel and LlamaForCausalLM.
+ * with model.safetensors.index.json above a size limit), config.json and
+ * generation_config.json (hf_config.c), for GPT2LMHeadModel,
+ * LlamaForCausalLM, and Llama-style MoE models as MixtralForCausalLM or
+ * Qwen2MoeForCausalLM (hf_moe.c).
  *
  * safetensors: 8-byte little-endian header length N, N bytes of JSON
  * (padded with spaces to a multiple of 8) mapping each name to
@@ -21,9 +23,9 @@
  * Import is the inverse (F32, BF16 or F16 tensors; padded vocabulary rows
  * zero). Models outside these two shapes (e.g. GPT-2 without biases, Llama
  * with biases or interleaved RoPE) are refused with UNSUPPORTED naming why.
- * Relies on the registry, cJSON, core/dtype.h. Does not write Hugging Face
- * tokenizer files (mtc's byte/char vocabularies are stored in
- * mtc_tokenizer.txt, which import reads back). */
+ * Relies on the registry, cJSON, core/dtype.h. Does not write the Hugging
+ * Face tokenizer files (cli/cmd_export.c adds them from data/tokenizer.h);
+ * mtc_tokenizer.txt keeps mtc's own text form, which import reads back. */
 #ifndef MTC_CKPT_HF_H
 #define MTC_CKPT_HF_H
 
