@@ -44,6 +44,8 @@ typedef struct {
                                 no Mixtral / Qwen2-MoE class; the ONNX graph holds the MoE,
                                 the config only sizes the cache), the class kept in
                                 "mtc_moe_architecture" */
+    int tjs_external;        /* transformers.js_config.use_external_data_format (ONNX weights
+                                in onnx/model*.onnx_data) */
     const char *arch;        /* MoE: MixtralForCausalLM, Qwen2MoeForCausalLM, ... (NULL: the
                                 first that holds the model, ckpt/hf_moe.c) */
 } mtc_hf_config_opts;

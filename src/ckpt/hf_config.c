@@ -96,9 +96,11 @@ static cJSON *hf_config(const mtc_model *m, const mtc_hf_config_opts *o) {
     hf_add_float(j, "initializer_range", c->init_std > 0 ? c->init_std : 0.02f);
     cJSON_AddBoolToObject(j, "use_cache", 1);
     cJSON_AddStringToObject(j, "torch_dtype", o && o->torch_dtype ? o->torch_dtype : "float32");
-    if (o && o->tjs_dtype) /* transformers.js: which onnx/model*.onnx to load */
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(j, "transformers.js_config"), "dtype",
-                                o->tjs_dtype);
+    if (o && o->tjs_dtype) { /* transformers.js: which onnx/model*.onnx to load */
+        cJSON *tj = cJSON_AddObjectToObject(j, "transformers.js_config");
+        cJSON_AddStringToObject(tj, "dtype", o->tjs_dtype);
+        if (o->tjs_external) cJSON_AddBoolToObject(tj, "use_external_data_format", 1);
+    }
     return j;
 }
 

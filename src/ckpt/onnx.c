@@ -13,6 +13,7 @@
  * routed one; capacity dropping and group-limited routing are refused. */
 #include "ckpt/onnx.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,11 +390,25 @@ static mtc_result_t check(const mtc_model_config *c) {
 
 mtc_result_t mtc_onnx_supported(const mtc_model *m) { return check(&m->cfg); }
 
+int mtc_onnx_needs_external(const mtc_model *m, int f16, int64_t limit) {
+    double bytes = (double)m->reg.total * (f16 ? 2 : 4);
+    return bytes > (double)(limit > 0 ? limit : (int64_t)1900000000);
+}
+
 mtc_result_t mtc_onnx_export(const mtc_model *m, const char *path, const mtc_onnx_export_opts *o) {
     const mtc_model_config *c = &m->cfg;
     MTC_CHECK(check(c));
     ox_ctx x = {.m = m, .f16 = o && o->f16};
     ox_graph *g = &x.g;
+    char ext_path[4200];
+    const char *slash = strrchr(path, '/');
+    snprintf(ext_path, sizeof ext_path, "%s_data", path);
+    FILE *ext = NULL;
+    if (o && o->external) {
+        ext = fopen(ext_path, "wb");
+        if (!ext) return mtc_error(MTC_ERR_IO, "cannot write %s: %s", ext_path, strerror(errno));
+        ox_external(g, ext, slash ? ext_path + (slash - path) + 1 : ext_path);
+    }
     int64_t C = c->hidden_size, V = c->vocab_size, HS = mtc_model_head_size(c);
     int64_t KVH = mtc_model_groups(c);
     int llama = model_family_is_llama(c);
@@ -464,6 +479,8 @@ mtc_result_t mtc_onnx_export(const mtc_model *m, const char *path, const mtc_onn
             snprintf(nm, sizeof nm, "present.%d.%s", l, j ? "value" : "key");
             ox_io(g, 1, nm, OX_FLOAT, 4, kvd, kvo);
         }
+    if (ext && fclose(ext) != 0 && g->rc == MTC_OK)
+        g->rc = mtc_error(MTC_ERR_IO, "writing %s failed: %s", ext_path, strerror(errno));
     mtc_result_t rc = ox_write(g, path, OPSET, "mtc");
     ox_graph_free(g);
     return rc;

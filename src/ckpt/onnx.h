@@ -15,7 +15,8 @@
  * tables (gathered at position_ids), MoE as every expert run on every token
  * and weighted by the router's top-k probabilities (zero elsewhere).
  * Weights fp32, or fp16 (f16: stored as FLOAT16 and cast to float by the
- * graph, the arithmetic stays fp32); the LM head cut to the real vocabulary.
+ * graph, the arithmetic stays fp32); the LM head cut to the real vocabulary;
+ * in the .onnx file, or in PATH_data as ONNX external data.
  * Relies on the registry and ckpt/onnx_pb.h. Does not write the folder
  * around the graph (cli/cmd_export.c does). */
 #ifndef MTC_CKPT_ONNX_H
@@ -25,8 +26,14 @@
 #include "model/model.h"
 
 typedef struct {
-    int f16; /* FLOAT16 weights */
+    int f16;      /* FLOAT16 weights */
+    int external; /* weights in PATH_data beside the graph (ONNX external data; needed above
+                     protobuf's 2 GB, mtc_onnx_needs_external) */
 } mtc_onnx_export_opts;
+
+/* 1 when the weights of m (at f16 or fp32) exceed limit bytes (0: 1.9 GB, under
+ * protobuf's 2 GB cap on one file). */
+int mtc_onnx_needs_external(const mtc_model *m, int f16, int64_t limit);
 
 /* MTC_OK when the graph can hold model m, else UNSUPPORTED naming why. */
 mtc_result_t mtc_onnx_supported(const mtc_model *m);

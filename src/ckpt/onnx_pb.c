@@ -1,8 +1,8 @@
 /* ckpt/onnx_pb.c - protobuf encoding and the ONNX graph builder; see
  * onnx_pb.h. Limitations: the whole graph (weights included) is held in
- * memory before it is written, and protobuf caps one message at 2 GB, so
- * ox_write refuses a larger graph (ONNX's external-data form is not
- * written). */
+ * memory before it is written, unless its weights go to an external-data
+ * file (ox_external); protobuf caps one message at 2 GB, so ox_write refuses
+ * a larger graph. */
 #include "ckpt/onnx_pb.h"
 
 #include <errno.h>
@@ -159,6 +159,16 @@ const char *ox_op2a(ox_graph *g, const char *op, const char *a, const char *b, c
 
 /* TensorProto header fields (dims, type, name), then raw_data of n bytes
  * appended from data straight into the graph's initializers. */
+void ox_external(ox_graph *g, FILE *f, const char *name) {
+    g->ext = f, g->ext_name = name, g->ext_at = 0;
+}
+
+static void entry(pb_buf *t, const char *key, const char *value) {
+    pb_buf e = {0};
+    pb_str(&e, 1, key), pb_str(&e, 2, value);
+    pb_msg(t, 13, &e);
+}
+
 static void tensor(ox_graph *g, const char *name, int type, const int64_t *dims, int nd,
                    const void *data, size_t n) {
     pb_buf t = {0};
@@ -166,6 +176,25 @@ static void tensor(ox_graph *g, const char *name, int type, const int64_t *dims,
         pb_int(&t, 1, dims[k]);
     pb_int(&t, 2, type);
     pb_str(&t, 8, name);
+    if (g->ext && n >= 1024) { /* external data: the payload goes to the side file */
+        static const char pad[64];
+        size_t skip = (size_t)((64 - g->ext_at % 64) % 64);
+        if (fwrite(pad, 1, skip, g->ext) != skip || fwrite(data, 1, n, g->ext) != n) {
+            if (g->rc == MTC_OK)
+                g->rc =
+                    mtc_error(MTC_ERR_IO, "writing %s failed: %s", g->ext_name, strerror(errno));
+        }
+        g->ext_at += skip;
+        char off[32], len[32];
+        snprintf(off, sizeof off, "%llu", (unsigned long long)g->ext_at);
+        snprintf(len, sizeof len, "%zu", n);
+        g->ext_at += n;
+        entry(&t, "location", g->ext_name), entry(&t, "offset", off), entry(&t, "length", len);
+        pb_int(&t, 14, 1);
+        pb_msg(&g->inits, 5, &t);
+        if (g->inits.oom) ox_fail(g, "the ONNX initializers");
+        return;
+    }
     pb_key(&t, 9, 2), pb_varint(&t, n);
     /* the initializer message: its header, then the payload without a copy */
     pb_key(&g->inits, 5, 2), pb_varint(&g->inits, t.n + n);

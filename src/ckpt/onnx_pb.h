@@ -10,7 +10,8 @@
  *   GraphProto      node 1, name 2, initializer 5, input 11, output 12
  *   NodeProto       input 1, output 2, name 3, op_type 4, attribute 5
  *   AttributeProto  name 1, f 2, i 3, ints 8, type 20
- *   TensorProto     dims 1, data_type 2, name 8, raw_data 9
+ *   TensorProto     dims 1, data_type 2, name 8, raw_data 9, external_data 13
+ *                   (StringStringEntryProto key 1, value 2), data_location 14
  *   ValueInfoProto  name 1, type 2 -> TypeProto.tensor_type 1 -> elem_type 1,
  *                   shape 2 -> dim 1 -> dim_value 1 | dim_param 2
  * Names of values are SSA: every node output gets a fresh name. The graph
@@ -21,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/result.h"
 
@@ -49,7 +51,16 @@ typedef struct {
     int nnames, capnames;
     int counter;
     mtc_result_t rc; /* sticky: the first failure */
+    FILE *ext;       /* non-NULL: initializers of 1 kB and more go here (ox_external) */
+    const char *ext_name;
+    uint64_t ext_at;
 } ox_graph;
+
+/* Stores the payload of every later initializer of 1 kB or more in f (its
+ * file name, relative to the .onnx file, is name) as ONNX's external data:
+ * TensorProto.external_data {location, offset, length} and data_location
+ * EXTERNAL (1) instead of raw_data; offsets aligned to 64 bytes. */
+void ox_external(ox_graph *g, FILE *f, const char *name);
 
 void ox_graph_free(ox_graph *g);
 

@@ -23,7 +23,7 @@
  * transformers.js_config.dtype naming the file), generation_config.json,
  * onnx/model.onnx (fp32) or onnx/model_fp16.onnx; the caller adds the
  * tokenizer files. */
-static mtc_result_t onnx_folder(const mtc_model *m, const char *out, int f16,
+static mtc_result_t onnx_folder(const mtc_model *m, const char *out, int f16, int64_t limit,
                                 mtc_hf_config_opts *co) {
     MTC_CHECK(mtc_hf_supported(m, co->arch)); /* refused before anything is written */
     MTC_CHECK(mtc_onnx_supported(m));
@@ -33,9 +33,10 @@ static mtc_result_t onnx_folder(const mtc_model *m, const char *out, int f16,
         return mtc_error(MTC_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     co->torch_dtype = f16 ? "float16" : "float32";
     co->tjs_dtype = f16 ? "fp16" : "fp32";
+    co->tjs_external = mtc_onnx_needs_external(m, f16, limit);
     MTC_CHECK(mtc_hf_write_config(m, out, co));
     snprintf(path, sizeof path, "%s/onnx/model%s.onnx", out, f16 ? "_fp16" : "");
-    mtc_onnx_export_opts oo = {.f16 = f16};
+    mtc_onnx_export_opts oo = {.f16 = f16, .external = co->tjs_external};
     return mtc_onnx_export(m, path, &oo);
 }
 
@@ -128,7 +129,9 @@ int cli_cmd_export(int argc, char **argv) {
          "when it holds the model)",
          0},
         {"max-shard-size", NULL, MTC_ARG_I64, &shard, "BYTES",
-         "split model.safetensors above this size, with an index (default 5 GB)", 0},
+         "split model.safetensors above this size, with an index (default 5 GB); onnx: weights "
+         "above it go to onnx/model.onnx_data (default 1.9 GB, under protobuf's 2 GB)",
+         0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("export", "--load DIR --format safetensors|gguf|onnx --out PATH [options]",
@@ -191,7 +194,8 @@ int cli_cmd_export(int argc, char **argv) {
             co.ids_set = 1, co.bos = co.eos = eod < info.cfg.vocab_size ? eod : -1;
         }
         mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard, .config = co};
-        rc = onnx ? onnx_folder(m, out, half, &co) : mtc_hf_export(m, info.tokenizer, out, &ho);
+        rc = onnx ? onnx_folder(m, out, half, shard, &co)
+                  : mtc_hf_export(m, info.tokenizer, out, &ho);
         if (rc == MTC_OK && tok) {
             mtc_result_t trc = data_tok_write_hf(tok, out, info.cfg.max_position_embeddings);
             if (trc == MTC_ERR_UNSUPPORTED)

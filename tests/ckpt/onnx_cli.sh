@@ -13,6 +13,8 @@
 #     its greedy continuation is `mtc generate --temperature 0`'s text;
 #     onnxruntime-node's logits of fixed ids (one call, and two calls through
 #     the KV cache) equal mtc's forward (tests/ckpt/logits_ref.c) to 1e-4 (fp32);
+#   - the Llama with its weights as ONNX external data (onnx/model.onnx_data,
+#     forced with --max-shard-size): the same checks;
 #   - `--format safetensors` (fp32 and bf16): AutoConfig and AutoTokenizer
 #     load the folder with no warning, bos/eos/pad are the tokenizer's (null
 #     without one), the tokenizer gives mtc's ids; config.json prints the
@@ -64,5 +66,13 @@ for fam in gpt2 llama bpe; do
             { bad "$fam $dt: config.json's floats or torch_dtype"; cat "$O/config.json"; }
     done
 done
+# ONNX external data (what a model over protobuf's 2 GB needs), forced by a small limit
+"$MTC" export --load "$D/llama" --format onnx --max-shard-size 10000 --out "$D/llama.ext" >"$D/e.log" 2>&1 ||
+    { bad "external-data export"; cat "$D/e.log"; }
+[ -s "$D/llama.ext/onnx/model.onnx_data" ] && [ "$(wc -c <"$D/llama.ext/onnx/model.onnx")" -lt 100000 ] &&
+    grep -q '"use_external_data_format":[[:space:]]*true' "$D/llama.ext/config.json" &&
+    ok "llama external data: the weights in onnx/model.onnx_data, transformers.js told so" || bad "external data files"
+check_onnx "llama external data" "$D/llama.ext" "$D/llama" 14 "$PROMPTS"
+check_logits "llama external data" "$D/llama.ext" "$D/llama"
 [ $HAVE_ONNX = 1 ] || echo "note: python3-onnx is not installed (scripts/deps.sh), onnx.checker not run"
 exit $fail
