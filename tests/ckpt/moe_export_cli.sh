@@ -4,7 +4,8 @@
 #   mix   Llama-style, 4 experts top-2 in every layer -> MixtralForCausalLM
 #   qwen  + q/k/v biases, a shared expert, top-k after the softmax, a dense
 #         second layer (--moe-layer-freq [1,0]) -> Qwen2MoeForCausalLM
-# For each: config.json's class and MoE fields as the class reads them;
+# and mix4, the Mixtral form trained at tp 2 x ep 2 with etp 2 and sequence
+# parallelism. For each: config.json's class and MoE fields as the class reads them;
 # transformers.js' AutoConfig / AutoTokenizer read the safetensors folder
 # without a warning and give mtc's ids; `mtc import` of the folder generates
 # mtc's text and exports the same model.safetensors again; when PyTorch is
@@ -33,15 +34,19 @@ QWEN="--moe-shared-expert-intermediate-size 64 --moe-router-pre-softmax --moe-la
 "$MTC" train $B $LLAMA $MOE --save "$D/mix" >"$D/t1.log" 2>&1 || { bad "mix train"; cat "$D/t1.log"; }
 # shellcheck disable=SC2086
 "$MTC" train $B $LLAMA $MOE $QWEN --save "$D/qwen" >"$D/t2.log" 2>&1 || { bad "qwen train"; cat "$D/t2.log"; }
+# the Mixtral form again in tp 2 x ep 2 with the experts split over etp 2 and sequence parallelism
+# shellcheck disable=SC2086
+"$MTC" train $B $LLAMA $(echo "$MOE" | sed 's/--world-size 2/--world-size 4/') --tp 2 --expert-tensor-parallel-size 2 \
+    --sequence-parallel --save "$D/mix4" >"$D/t5.log" 2>&1 || { bad "mix4 train"; cat "$D/t5.log"; }
 PROMPTS="the qu|over the lazy|2 times, ca"
 PYT=""
 for p in python3 /usr/bin/python3; do
     "$p" -c 'import torch' 2>/dev/null && PYT=$p && break
 done
-for m in mix qwen; do
+for m in mix qwen mix4; do
     H=$D/$m.hf
     "$MTC" export --load "$D/$m" --format safetensors --out "$H" >"$D/e.log" 2>&1 || { bad "$m export"; cat "$D/e.log"; continue; }
-    if [ $m = mix ]; then
+    if [ $m != qwen ]; then
         want='MixtralForCausalLM mixtral 4 2 96 None None None'
     else
         want='Qwen2MoeForCausalLM qwen2_moe 4 2 96 64 False [1]'
