@@ -7,6 +7,8 @@ set -e
 PKGS="cmake make gcc pkg-config git clang-format libopenblas-dev libcjson-dev libopenmpi-dev openmpi-bin libdnnl-dev fortunes iproute2 librsvg2-bin g++ libsentencepiece-dev sentencepiece python3-sentencepiece"
 [ "$1" = fuzz ] && PKGS="$PKGS clang libclang-rt-dev"
 # for bench/ only (not needed to build or test): python3-torch libtcmalloc-minimal4
+# tests/ckpt/onnx_cli.sh runs onnx.checker when python3-onnx is installed
+PKGS="$PKGS python3-onnx"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then

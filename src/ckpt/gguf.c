@@ -24,6 +24,10 @@ typedef struct {
     int param;
     int64_t r0, nrows;
     int heads; /* > 0: permute rows per head of nrows/heads (RoPE pairs) */
+    int nexp;  /* > 0: the experts' tensors stacked, (nexp, nrows, cols); param is
+                  expert 0's, expert e's is efmt with (layer, e) */
+    int layer;
+    char efmt[96];
 } gg_tensor;
 
 typedef struct {
@@ -54,7 +58,7 @@ static void kv_bool(gg_out *o, const char *k, int v) {
     put_str(o, k), put_u32(o, G_BOOL), put(o, &b, 1);
 }
 
-static uint16_t f32_to_f16(float x) {
+uint16_t mtc_gguf_f32_to_f16(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
     uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = u & 0x7fffff;
@@ -110,6 +114,34 @@ static void token_bytes(const char *tok, int V, int *byte_of) {
     }
 }
 
+/* llama.cpp's llama architecture with experts is Mixtral's block: experts
+ * in every layer, a softmax router whose top-k weights are renormalised (the
+ * default Megatron router), no shared expert. */
+static mtc_result_t gguf_moe_check(const mtc_model_config *c) {
+    const mtc_moe_config *mc = &c->moe;
+    const mtc_result_t U = MTC_ERR_UNSUPPORTED;
+    if (mc->num_experts == 0) return MTC_OK;
+    if (mtc_moe_num_layers(mc, c->num_layers) != c->num_layers)
+        return mtc_error(U, "llama.cpp's llama architecture has experts in every layer; this "
+                            "model has dense layers (--moe-layer-freq): export it as safetensors "
+                            "or onnx");
+    if (mc->shared_ffn)
+        return mtc_error(U,
+                         "moe-shared-expert-intermediate-size=%d: llama.cpp's llama "
+                         "architecture has no shared expert (and its qwen2moe scales one by a "
+                         "gate mtc's model lacks): export as safetensors or onnx",
+                         mc->shared_ffn);
+    if (mc->score != MOE_SCORE_SOFTMAX || mc->pre_softmax || mc->expert_bias ||
+        mc->num_groups > 0 || (mc->topk_scaling > 0 && mc->topk_scaling != 1.0f) ||
+        mc->capacity_factor > 0)
+        return mtc_error(U, "llama.cpp routes as Mixtral (softmax, top-k renormalised, dropless); "
+                            "this router differs (--moe-router-score-function sigmoid, "
+                            "--moe-router-pre-softmax, --moe-router-enable-expert-bias, "
+                            "--moe-router-num-groups, --moe-router-topk-scaling-factor or "
+                            "--moe-expert-capacity-factor)");
+    return MTC_OK;
+}
+
 static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     const mtc_model_config *c = &m->cfg;
     const mtc_registry *r = &m->reg;
@@ -155,6 +187,7 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
         *n = k;
         return MTC_OK;
     }
+    MTC_CHECK(gguf_moe_check(c));
     if (c->normalization != MTC_NORM_RMSNORM || c->position_embedding != MTC_POS_ROPE ||
         !c->swiglu || !c->disable_bias_linear || c->add_qkv_bias || c->rotary_interleaved ||
         (c->rotary_percent > 0 && c->rotary_percent != 1.0f))
@@ -174,6 +207,22 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
         T(B("attn_v.weight"), qkv, QD + KD, KD, 0);
         T(B("attn_output.weight"), F("model.layers.%d.self_attn.o_proj.weight", l), 0, -1, 0);
         T(B("ffn_norm.weight"), F("model.layers.%d.post_attention_layernorm.weight", l), 0, -1, 0);
+        if (c->moe.num_experts > 0) { /* Mixtral's form (gguf_moe_check) */
+            static const char *EX[2] = {"model.layers.%d.mlp.experts.%d.gate_up_proj.weight",
+                                        "model.layers.%d.mlp.experts.%d.down_proj.weight"};
+            static const char *GN[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                        "ffn_down_exps.weight"};
+            T(B("ffn_gate_inp.weight"), F("model.layers.%d.mlp.router.weight", l), 0, -1, 0);
+            int64_t EF = mtc_model_moe_ffn(c);
+            for (int j = 0; j < 3; j++) {
+                char e0[128];
+                snprintf(e0, sizeof e0, EX[j / 2], l, 0);
+                T(B(GN[j]), mtc_registry_find(r, e0), j == 1 ? EF : 0, j < 2 ? EF : -1, 0);
+                t[k - 1].nexp = c->moe.num_experts, t[k - 1].layer = l;
+                snprintf(t[k - 1].efmt, sizeof t[k - 1].efmt, "%s", EX[j / 2]);
+            }
+            continue;
+        }
         T(B("ffn_gate.weight"), gu, 0, FF, 0);
         T(B("ffn_up.weight"), gu, FF, FF, 0);
         T(B("ffn_down.weight"), F("model.layers.%d.mlp.down_proj.weight", l), 0, -1, 0);
@@ -212,8 +261,10 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     }
     const char *arch = llama ? "llama" : "gpt2";
     char k[96];
-    /* general: 3; the architecture's: 7 or 12 (file_type included); tokenizer: 9 */
-    int nkv = 3 + (llama ? 12 : 7) + 9;
+    /* general: 3; the architecture's: 7 or 12 (file_type included), 2 more for
+     * experts; tokenizer: 9 */
+    int moe = c->moe.num_experts > 0;
+    int nkv = 3 + (llama ? 12 : 7) + 2 * moe + 9;
     if (vo && vo->model && !strcmp(vo->model, "llama"))
         nkv--; /* no merges (pre: add_space_prefix) */
     nkv += (vo && vo->scores) + (vo && vo->has_unk);
@@ -227,7 +278,12 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
 #define KA(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
     kv_u32(&out, KA("context_length"), (uint32_t)c->max_position_embeddings);
     kv_u32(&out, KA("embedding_length"), (uint32_t)c->hidden_size);
-    kv_u32(&out, KA("feed_forward_length"), (uint32_t)c->ffn_hidden_size);
+    kv_u32(&out, KA("feed_forward_length"), /* an MoE model's: the experts' */
+           (uint32_t)(moe ? mtc_model_moe_ffn(c) : c->ffn_hidden_size));
+    if (moe) {
+        kv_u32(&out, KA("expert_count"), (uint32_t)c->moe.num_experts);
+        kv_u32(&out, KA("expert_used_count"), (uint32_t)mtc_moe_topk(&c->moe));
+    }
     kv_u32(&out, KA("block_count"), (uint32_t)c->num_layers);
     kv_u32(&out, KA("attention.head_count"), (uint32_t)c->num_heads);
     if (llama) {
@@ -289,14 +345,16 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         const mtc_param *p = &r->params[t[i].param];
         int two = p->ndim == 2;
         int64_t cols = two ? p->shape[1] : 1;
+        int ne = t[i].nexp > 0 ? t[i].nexp : 1;
         put_str(&out, t[i].name);
-        put_u32(&out, two ? 2 : 1);
+        put_u32(&out, t[i].nexp > 0 ? 3 : two ? 2 : 1);
         if (two) put_u64(&out, (uint64_t)cols);
         put_u64(&out, (uint64_t)t[i].nrows);
+        if (t[i].nexp > 0) put_u64(&out, (uint64_t)t[i].nexp);
         int half = two && f16;
         put_u32(&out, half ? 1 : 0);
         put_u64(&out, off);
-        size_t n = (size_t)(t[i].nrows * cols);
+        size_t n = (size_t)(t[i].nrows * cols) * (size_t)ne;
         off += ((uint64_t)n * (half ? 2 : 4) + ALIGN - 1) / ALIGN * ALIGN;
         if (n > maxn) maxn = n;
     }
@@ -308,22 +366,35 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     if (!buf || !h) out.ok = 0;
     for (int i = 0; out.ok && i < nt; i++) {
         const mtc_param *p = &r->params[t[i].param];
-        int two = p->ndim == 2, half = two && f16;
+        int two = p->ndim == 2, half = two && f16, ne = t[i].nexp > 0 ? t[i].nexp : 1;
         int64_t cols = two ? p->shape[1] : 1, rows = t[i].nrows;
-        const float *src = m->params + p->offset + (size_t)(t[i].r0 * cols);
         int64_t hd = t[i].heads > 0 ? rows / t[i].heads : 0;
-        for (int64_t rr = 0; rr < rows; rr++) {
-            int64_t from = rr;
-            if (hd) { /* rows of a head: new 2j = old j, new 2j+1 = old j + hd/2 */
-                int64_t head = rr / hd, j = rr % hd;
-                from = head * hd + (j % 2 ? j / 2 + hd / 2 : j / 2);
+        for (int e = 0; e < ne; e++) {
+            if (t[i].nexp > 0) { /* expert e's own parameter */
+                char q[128];
+                snprintf(q, sizeof q, t[i].efmt, t[i].layer, e);
+                int pe = mtc_registry_find(r, q);
+                if (pe < 0) {
+                    out.ok = 0;
+                    break;
+                }
+                p = &r->params[pe];
             }
-            memcpy(buf + rr * cols, src + from * cols, (size_t)cols * sizeof(float));
+            const float *src = m->params + p->offset + (size_t)(t[i].r0 * cols);
+            float *dst = buf + (size_t)e * (size_t)(rows * cols);
+            for (int64_t rr = 0; rr < rows; rr++) {
+                int64_t from = rr;
+                if (hd) { /* rows of a head: new 2j = old j, new 2j+1 = old j + hd/2 */
+                    int64_t head = rr / hd, j = rr % hd;
+                    from = head * hd + (j % 2 ? j / 2 + hd / 2 : j / 2);
+                }
+                memcpy(dst + rr * cols, src + from * cols, (size_t)cols * sizeof(float));
+            }
         }
-        size_t n = (size_t)(rows * cols), bytes = n * (half ? 2 : 4);
+        size_t n = (size_t)(rows * cols) * (size_t)ne, bytes = n * (half ? 2 : 4);
         if (half) {
             for (size_t j = 0; j < n; j++)
-                h[j] = f32_to_f16(buf[j]);
+                h[j] = mtc_gguf_f32_to_f16(buf[j]);
             put(&out, h, bytes);
         } else {
             put(&out, buf, bytes);

@@ -9,7 +9,13 @@
  * ([q | k | v] rows), attn_output, ffn_norm, ffn_up, ffn_down}, output_norm
  * (tied head: no output); Llama token_embd, blk.N.{attn_norm, attn_q,
  * attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down},
- * output_norm, output (untied). llama.cpp rotates adjacent pairs where mtc
+ * output_norm, output (untied); a Llama MoE model (Mixtral's form: experts
+ * in every layer, softmax router renormalised over the top k, no shared
+ * expert; anything else refused by name) has llama.expert_count,
+ * llama.expert_used_count, feed_forward_length = the experts', and per layer
+ * ffn_gate_inp (the router, (E, C)) and ffn_gate_exps / ffn_up_exps /
+ * ffn_down_exps (the E experts stacked: dims C, F, E and F, C, E) instead of
+ * the dense MLP. llama.cpp rotates adjacent pairs where mtc
  * and Hugging Face rotate halves, so the rows of Q and K are permuted per
  * head (new row 2j = old j, 2j+1 = old j + hd/2).
  * Tokenizer (tokenizer.ggml.model "gpt2", pre "gpt-2"): the caller's
@@ -21,6 +27,8 @@
  * the two architectures cannot express, as ckpt/hf.h does. */
 #ifndef MTC_CKPT_GGUF_H
 #define MTC_CKPT_GGUF_H
+
+#include <stdint.h>
 
 #include "core/result.h"
 #include "model/model.h"
@@ -48,6 +56,9 @@ typedef struct {
     int f16;                     /* F16 matrices instead of F32 */
     const mtc_gguf_vocab *vocab; /* NULL: derived from the tokenizer's text form */
 } mtc_gguf_export_opts;
+
+/* IEEE half of x, rounded to nearest even (also used by ckpt/onnx.c). */
+uint16_t mtc_gguf_f32_to_f16(float x);
 
 mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const char *path,
                              const mtc_gguf_export_opts *o);

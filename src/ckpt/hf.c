@@ -23,23 +23,12 @@
 #include "ckpt/tok_files.h"
 #include "ckpt/hf_check.h"
 #include "core/outfile.h"
+#include "ckpt/hf_internal.h"
 #include "core/dtype.h"
 #include "model/family.h"
 
-typedef struct {
-    char name[160];
-    int param;         /* registry index */
-    int64_t r0, nrows; /* rows of the param */
-    int transpose;     /* stored (in, out) */
-} hf_entry;
-
-typedef struct {
-    hf_entry *v;
-    int n, cap;
-} hf_table;
-
-static mtc_result_t add(hf_table *t, const mtc_registry *r, const char *name, int p, int64_t r0,
-                        int64_t nrows, int transpose) {
+mtc_result_t hf_table_add(hf_table *t, const mtc_registry *r, const char *name, int p, int64_t r0,
+                          int64_t nrows, int transpose) {
     if (p < 0) return MTC_OK;
     if (t->n == t->cap) {
         int cap = t->cap ? 2 * t->cap : 64;
@@ -48,14 +37,28 @@ static mtc_result_t add(hf_table *t, const mtc_registry *r, const char *name, in
         t->v = v, t->cap = cap;
     }
     hf_entry *e = &t->v[t->n++];
+    memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
     e->param = p, e->r0 = r0, e->nrows = nrows < 0 ? r->params[p].shape[0] : nrows;
     e->transpose = transpose;
     return MTC_OK;
 }
 
+mtc_result_t hf_table_zeros(hf_table *t, const char *name, int64_t s0, int64_t s1) {
+    static const mtc_registry none = {0};
+    mtc_param one = {.shape = {1, 1}};
+    mtc_registry r = none;
+    r.params = &one;
+    MTC_CHECK(hf_table_add(t, &r, name, 0, 0, 0, 0));
+    hf_entry *e = &t->v[t->n - 1];
+    e->param = -1, e->znd = s1 ? 2 : 1, e->zs[0] = s0, e->zs[1] = s1 ? s1 : 1;
+    return MTC_OK;
+}
+
+#define add hf_table_add
+
 /* The whole table of a serial model. */
-static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
+static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *arch) {
     const mtc_model_config *c = &m->cfg;
     const mtc_registry *r = &m->reg;
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
@@ -65,6 +68,11 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
         return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel and LlamaForCausalLM have no q/k "
                             "norms, and mtc does not export Qwen3's q_norm / k_norm yet");
     if (!model_family_is_llama(c)) {
+        if (c->moe.num_experts > 0)
+            return mtc_error(U, "no Hugging Face class holds a GPT-2-style (LayerNorm, GELU) "
+                                "mixture of experts: train the MoE model with the Llama flags "
+                                "(--normalization RMSNorm --position-embedding-type rope --swiglu "
+                                "--disable-bias-linear) to export it as Mixtral or Qwen2-MoE");
         if (c->disable_bias_linear || c->add_qkv_bias || c->untie_embeddings ||
             mtc_model_groups(c) != c->num_heads || c->kv_channels ||
             c->position_embedding != MTC_POS_LEARNED)
@@ -95,9 +103,12 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
                       0, -1, 0));
         return MTC_OK;
     }
+    const char *cls = "LlamaForCausalLM", *type = "llama";
+    if (c->moe.num_experts > 0) MTC_CHECK(hf_moe_check(m, arch, &cls, &type));
+    int qkv_bias_ok = strcmp(cls, "Qwen2MoeForCausalLM") == 0; /* Qwen2 has q/k/v biases */
     if (c->normalization != MTC_NORM_RMSNORM || c->position_embedding != MTC_POS_ROPE ||
-        !c->swiglu || !c->disable_bias_linear || c->add_qkv_bias || c->rotary_interleaved ||
-        (c->rotary_percent > 0 && c->rotary_percent != 1.0f))
+        !c->swiglu || !c->disable_bias_linear || (c->add_qkv_bias && !qkv_bias_ok) ||
+        c->rotary_interleaved || (c->rotary_percent > 0 && c->rotary_percent != 1.0f))
         return mtc_error(U, "LlamaForCausalLM has RMSNorm, RoPE on whole heads rotating halves, "
                             "SwiGLU and no biases: this model differs (use --normalization RMSNorm "
                             "--position-embedding-type rope --swiglu --disable-bias-linear)");
@@ -113,9 +124,14 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
         MTC_CHECK(add(t, r, N("self_attn.q_proj.weight"), qkv, 0, QD, 0));
         MTC_CHECK(add(t, r, N("self_attn.k_proj.weight"), qkv, QD, KD, 0));
         MTC_CHECK(add(t, r, N("self_attn.v_proj.weight"), qkv, QD + KD, KD, 0));
+        if (qkv_bias_ok) MTC_CHECK(hf_moe_qkv_bias(m, cls, l, t));
         MTC_CHECK(add(t, r, N("self_attn.o_proj.weight"), P("self_attn.o_proj.weight"), 0, -1, 0));
         MTC_CHECK(add(t, r, N("post_attention_layernorm.weight"),
                       P("post_attention_layernorm.weight"), 0, -1, 0));
+        if (mtc_moe_is_layer(&c->moe, l) && c->moe.num_experts > 0) {
+            MTC_CHECK(hf_moe_layer(m, cls, l, t));
+            continue;
+        }
         MTC_CHECK(add(t, r, N("mlp.gate_proj.weight"), gu, 0, F, 0));
         MTC_CHECK(add(t, r, N("mlp.up_proj.weight"), gu, F, F, 0));
         MTC_CHECK(add(t, r, N("mlp.down_proj.weight"), P("mlp.down_proj.weight"), 0, -1, 0));
@@ -130,6 +146,10 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t) {
 
 /* HF shape of an entry; returns ndim. */
 static int entry_shape(const mtc_registry *r, const hf_entry *e, int64_t s[2]) {
+    if (e->param < 0) {
+        s[0] = e->zs[0], s[1] = e->zs[1];
+        return e->znd;
+    }
     const mtc_param *p = &r->params[e->param];
     if (p->ndim == 1) {
         s[0] = e->nrows, s[1] = 1;
@@ -140,51 +160,7 @@ static int entry_shape(const mtc_registry *r, const hf_entry *e, int64_t s[2]) {
     return 2;
 }
 
-/* ---- config.json ------------------------------------------------------- */
-
-static cJSON *hf_config(const mtc_model_config *c, int bf16) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-    float eps = mtc_model_norm_eps(c);
-    if (!model_family_is_llama(c)) {
-        cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-        cJSON_AddStringToObject(j, "model_type", "gpt2");
-        cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-        cJSON_AddNumberToObject(j, "n_positions", c->max_position_embeddings);
-        cJSON_AddNumberToObject(j, "n_ctx", c->max_position_embeddings);
-        cJSON_AddNumberToObject(j, "n_embd", c->hidden_size);
-        cJSON_AddNumberToObject(j, "n_layer", c->num_layers);
-        cJSON_AddNumberToObject(j, "n_head", c->num_heads);
-        cJSON_AddNumberToObject(j, "n_inner", c->ffn_hidden_size);
-        cJSON_AddStringToObject(j, "activation_function", "gelu_new");
-        cJSON_AddNumberToObject(j, "resid_pdrop", c->hidden_dropout);
-        cJSON_AddNumberToObject(j, "embd_pdrop", c->hidden_dropout);
-        cJSON_AddNumberToObject(j, "attn_pdrop", c->attention_dropout);
-        cJSON_AddNumberToObject(j, "layer_norm_epsilon", eps);
-        cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
-    } else {
-        cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-        cJSON_AddStringToObject(j, "model_type", "llama");
-        cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-        cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
-        cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_hidden_size);
-        cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
-        cJSON_AddNumberToObject(j, "num_attention_heads", c->num_heads);
-        cJSON_AddNumberToObject(j, "num_key_value_heads", mtc_model_groups(c));
-        cJSON_AddNumberToObject(j, "head_dim", mtc_model_head_size(c));
-        cJSON_AddStringToObject(j, "hidden_act", "silu");
-        cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_position_embeddings);
-        cJSON_AddNumberToObject(j, "rms_norm_eps", eps);
-        cJSON_AddNumberToObject(j, "rope_theta", c->rotary_base > 0 ? c->rotary_base : 10000.0);
-        cJSON_AddBoolToObject(j, "tie_word_embeddings", !c->untie_embeddings);
-        cJSON_AddBoolToObject(j, "attention_bias", 0);
-        cJSON_AddBoolToObject(j, "mlp_bias", 0);
-        cJSON_AddNullToObject(j, "rope_scaling");
-    }
-    cJSON_AddNumberToObject(j, "initializer_range", c->init_std > 0 ? c->init_std : 0.02);
-    cJSON_AddStringToObject(j, "torch_dtype", bf16 ? "bfloat16" : "float32");
-    return j;
-}
+/* ---- config.json (read; hf_config.c writes it) ------------------------ */
 
 static double jnum(const cJSON *j, const char *key, double dflt) {
     const cJSON *x = cJSON_GetObjectItem(j, key);
@@ -220,7 +196,7 @@ static float jflt(const cJSON *j, const char **bad, const char *key, double dflt
 }
 
 static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, int divisible,
-                                    mtc_model_config *c) {
+                                    mtc_model_config *c, const char **arch) {
     memset(c, 0, sizeof *c);
     const char *bad = NULL; /* the first number that does not fit its field */
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(j, "model_type"));
@@ -239,7 +215,8 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
         c->max_position_embeddings = jint(j, &bad, "n_positions", 1024);
         c->norm_epsilon = jflt(j, &bad, "layer_norm_epsilon", 1e-5);
         c->rotary_base = 10000, c->rotary_percent = 1.0f; /* unused: mtc train's defaults */
-    } else if (!strcmp(type, "llama")) {
+    } else if (!strcmp(type, "llama") || !strcmp(type, "mixtral") || !strcmp(type, "qwen2_moe") ||
+               !strcmp(type, "qwen3_moe")) {
         if (cJSON_IsTrue(cJSON_GetObjectItem(j, "attention_bias")) ||
             cJSON_IsTrue(cJSON_GetObjectItem(j, "mlp_bias")) ||
             cJSON_IsObject(cJSON_GetObjectItem(j, "rope_scaling")))
@@ -261,9 +238,14 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
         c->normalization = MTC_NORM_RMSNORM, c->position_embedding = MTC_POS_ROPE;
         c->swiglu = 1, c->disable_bias_linear = 1;
         c->untie_embeddings = !cJSON_IsTrue(cJSON_GetObjectItem(j, "tie_word_embeddings"));
+        if (strcmp(type, "llama")) { /* the MoE classes (ckpt/hf_moe.c) */
+            *arch = !strcmp(type, "mixtral") ? "MixtralForCausalLM" : "Qwen2MoeForCausalLM";
+            MTC_CHECK(hf_moe_parse(j, path, type, c));
+        }
     } else {
-        return mtc_error(MTC_ERR_UNSUPPORTED, "%s: model_type %s (mtc imports gpt2 and llama)",
-                         path, type);
+        return mtc_error(MTC_ERR_UNSUPPORTED,
+                         "%s: model_type %s (mtc imports gpt2, llama, mixtral and qwen2_moe)", path,
+                         type);
     }
     c->vocab_size = jint(j, &bad, "vocab_size", 0);
     c->init_std = jflt(j, &bad, "initializer_range", 0.02);
@@ -296,6 +278,13 @@ static void write_json_file(const char *path, const cJSON *j, mtc_result_t *rc) 
         *rc = mtc_error(MTC_ERR_IO, "cannot write %s", path);
     if (f && fclose(f) != 0) *rc = mtc_error(MTC_ERR_IO, "cannot write %s", path);
     free(text);
+}
+
+mtc_result_t mtc_hf_supported(const mtc_model *m, const char *arch) {
+    hf_table t = {0};
+    mtc_result_t rc = hf_table_build(m, &t, arch);
+    free(t.v);
+    return rc;
 }
 
 /* Writes entries [a, b) as one safetensors file. */
@@ -338,12 +327,21 @@ static mtc_result_t write_safetensors(const mtc_model *m, const hf_table *t, int
         fputc(' ', f);
     for (int i = a; rc == MTC_OK && i < b; i++) {
         const hf_entry *e = &t->v[i];
-        const mtc_param *p = &r->params[e->param];
-        int64_t cols = p->ndim == 2 ? p->shape[1] : 1, n = e->nrows * cols;
-        const float *src = m->params + p->offset + (size_t)(e->r0 * cols);
-        for (int64_t rr = 0; rr < e->nrows; rr++)
-            for (int64_t cc = 0; cc < cols; cc++)
-                buf[e->transpose ? cc * e->nrows + rr : rr * cols + cc] = src[rr * cols + cc];
+        int64_t s[2];
+        entry_shape(r, e, s);
+        int64_t n = s[0] * s[1];
+        if (e->param < 0) {
+            memset(buf, 0, (size_t)n * sizeof *buf);
+        } else {
+            const mtc_param *p = &r->params[e->param];
+            int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+            const float *src = m->params + p->offset + (size_t)(e->r0 * cols);
+            float sc = e->scale != 0 ? e->scale : 1.0f;
+            for (int64_t rr = 0; rr < e->nrows; rr++)
+                for (int64_t cc = 0; cc < cols; cc++)
+                    buf[e->transpose ? cc * e->nrows + rr : rr * cols + cc] =
+                        sc * src[rr * cols + cc];
+        }
         size_t ok;
         if (bf16) {
             mtc_bf16 *h16 = (mtc_bf16 *)buf; /* in place: element k only reads k >= k/2 */
@@ -363,7 +361,7 @@ static mtc_result_t write_safetensors(const mtc_model *m, const hf_table *t, int
 mtc_result_t mtc_hf_export(const mtc_model *m, const char *tokenizer, const char *outdir,
                            const mtc_hf_export_opts *o) {
     hf_table t = {0};
-    mtc_result_t rc = hf_table_build(m, &t);
+    mtc_result_t rc = hf_table_build(m, &t, o ? o->config.arch : NULL);
     if (rc == MTC_OK && mkdir(outdir, 0755) != 0 && errno != EEXIST)
         rc = mtc_error(MTC_ERR_IO, "cannot create %s: %s", outdir, strerror(errno));
     int64_t limit = o && o->max_shard_bytes > 0 ? o->max_shard_bytes : (int64_t)5 << 30;
@@ -402,10 +400,10 @@ mtc_result_t mtc_hf_export(const mtc_model *m, const char *tokenizer, const char
         cJSON_Delete(idx);
     }
     if (rc == MTC_OK) {
-        cJSON *cfg = hf_config(&m->cfg, bf16);
-        snprintf(path, sizeof path, "%s/config.json", outdir);
-        write_json_file(path, cfg, &rc);
-        cJSON_Delete(cfg);
+        mtc_hf_config_opts co = {0};
+        if (o) co = o->config;
+        co.torch_dtype = bf16 ? "bfloat16" : "float32";
+        rc = mtc_hf_write_config(m, outdir, &co);
     }
     if (rc == MTC_OK) {
         snprintf(path, sizeof path, "%s/mtc_tokenizer.txt", outdir);
@@ -539,6 +537,14 @@ static mtc_result_t hf_min_bytes(const mtc_model_config *c, double *bytes) {
     mtc_registry_free(&reg);
     double pad = (double)(c->padded_vocab_size - c->vocab_size) * c->hidden_size;
     *bytes = 2 * (other + layer * c->num_layers - pad * (c->untie_embeddings ? 2 : 1));
+    if (rc == MTC_OK && c->moe.num_experts > 0 &&
+        mtc_moe_num_layers(&c->moe, c->num_layers) < c->num_layers) {
+        mtc_model_config dense = *c; /* layer 0 may be MoE and the rest dense: the smaller bound */
+        double b = 0;
+        dense.moe.num_experts = 0;
+        rc = hf_min_bytes(&dense, &b);
+        if (b < *bytes) *bytes = b;
+    }
     return rc;
 }
 
@@ -601,7 +607,8 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
     cJSON *cj = cJSON_Parse(text);
     free(text);
     mtc_model_config cfg;
-    mtc_result_t rc = cj ? hf_config_parse(cj, path, seq_length, divisible_by, &cfg)
+    const char *arch = NULL;
+    mtc_result_t rc = cj ? hf_config_parse(cj, path, seq_length, divisible_by, &cfg, &arch)
                          : mtc_error(MTC_ERR_FORMAT, "%s is not JSON", path);
     cJSON_Delete(cj);
     MTC_CHECK(rc);
@@ -639,7 +646,7 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
         return rc;
     }
     hf_table t = {0};
-    rc = hf_table_build(m, &t);
+    rc = hf_table_build(m, &t, arch);
     st_file f = {0};
     float *buf = NULL;
     size_t cap = 0;
@@ -671,12 +678,22 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
         }
         if (rc == MTC_OK) rc = st_read(&f, e->name, nd, s, buf);
         if (rc != MTC_OK) break;
+        if (e->param < 0) { /* a tensor mtc's model does not have: only zeros map */
+            for (size_t k = 0; k < n && rc == MTC_OK; k++)
+                if (buf[k] != 0)
+                    rc = mtc_error(MTC_ERR_UNSUPPORTED,
+                                   "%s: tensor %s is not zero, and mtc's model has no such "
+                                   "weight (docs/deployment.md lists what each class maps to)",
+                                   dir, e->name);
+            continue;
+        }
         const mtc_param *p = &m->reg.params[e->param];
         int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
         float *dst = m->params + p->offset + (size_t)(e->r0 * cols);
+        float sc = e->scale != 0 ? 1.0f / e->scale : 1.0f; /* exact: scales are powers of 2 */
         for (int64_t rr = 0; rr < e->nrows; rr++)
             for (int64_t cc = 0; cc < cols; cc++)
-                dst[rr * cols + cc] = buf[e->transpose ? cc * e->nrows + rr : rr * cols + cc];
+                dst[rr * cols + cc] = sc * buf[e->transpose ? cc * e->nrows + rr : rr * cols + cc];
     }
     /* every stored tensor has its place in the model (a config.json with
      * fewer layers than the weights once dropped the rest silently) */

@@ -1,6 +1,8 @@
 /* ckpt/hf.h - Hugging Face export and import: model.safetensors (sharded
- * with model.safetensors.index.json above a size limit) and config.json,
- * for GPT2LMHeadModel and LlamaForCausalLM.
+ * with model.safetensors.index.json above a size limit), config.json and
+ * generation_config.json (hf_config.c), for GPT2LMHeadModel,
+ * LlamaForCausalLM, and Llama-style MoE models as MixtralForCausalLM or
+ * Qwen2MoeForCausalLM (hf_moe.c).
  *
  * safetensors: 8-byte little-endian header length N, N bytes of JSON
  * (padded with spaces to a multiple of 8) mapping each name to
@@ -21,9 +23,9 @@
  * Import is the inverse (F32, BF16 or F16 tensors; padded vocabulary rows
  * zero). Models outside these two shapes (e.g. GPT-2 without biases, Llama
  * with biases or interleaved RoPE) are refused with UNSUPPORTED naming why.
- * Relies on the registry, cJSON, core/dtype.h. Does not write Hugging Face
- * tokenizer files (mtc's byte/char vocabularies are stored in
- * mtc_tokenizer.txt, which import reads back). */
+ * Relies on the registry, cJSON, core/dtype.h. Does not write the Hugging
+ * Face tokenizer files (cli/cmd_export.c adds them from data/tokenizer.h);
+ * mtc_tokenizer.txt keeps mtc's own text form, which import reads back. */
 #ifndef MTC_CKPT_HF_H
 #define MTC_CKPT_HF_H
 
@@ -32,10 +34,35 @@
 #include "core/result.h"
 #include "model/model.h"
 
+/* What config.json and generation_config.json say beyond the model. */
 typedef struct {
-    int bf16;                /* BF16 tensors instead of F32 */
-    int64_t max_shard_bytes; /* split above this (0: 5 GB, Hugging Face's default) */
+    int ids_set;             /* bos / eos below are the tokenizer's (else null) */
+    int bos, eos;            /* -1: the tokenizer has none (null); pad_token_id = eos */
+    const char *torch_dtype; /* "float32" (NULL), "bfloat16", "float16" */
+    const char *tjs_dtype;   /* transformers.js_config.dtype ("fp32", "fp16") or NULL; with it
+                                an MoE model's model_type is "llama" (transformers.js 3.x has
+                                no Mixtral / Qwen2-MoE class; the ONNX graph holds the MoE,
+                                the config only sizes the cache), the class kept in
+                                "mtc_moe_architecture" */
+    int tjs_external;        /* transformers.js_config.use_external_data_format (ONNX weights
+                                in onnx/model*.onnx_data) */
+    const char *arch;        /* MoE: MixtralForCausalLM, Qwen2MoeForCausalLM, ... (NULL: the
+                                first that holds the model, ckpt/hf_moe.c) */
+} mtc_hf_config_opts;
+
+typedef struct {
+    int bf16;                  /* BF16 tensors instead of F32 */
+    int64_t max_shard_bytes;   /* split above this (0: 5 GB, Hugging Face's default) */
+    mtc_hf_config_opts config; /* torch_dtype is set from bf16 */
 } mtc_hf_export_opts;
+
+/* MTC_OK when a Hugging Face class (arch for an MoE model, NULL: the
+ * default) holds serial model m; else UNSUPPORTED naming why. */
+mtc_result_t mtc_hf_supported(const mtc_model *m, const char *arch);
+/* Writes dir/config.json and dir/generation_config.json for serial model m
+ * (UNSUPPORTED, naming why, for a model no Hugging Face class holds). Floats
+ * are the shortest decimals that read back as the model's values. */
+mtc_result_t mtc_hf_write_config(const mtc_model *m, const char *dir, const mtc_hf_config_opts *o);
 
 /* Writes outdir/{model.safetensors | model-0000k-of-0000n.safetensors +
  * index}, config.json and mtc_tokenizer.txt for a serial model m. */

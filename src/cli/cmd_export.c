@@ -11,12 +11,37 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/gguf.h"
 #include "ckpt/hf.h"
+#include "ckpt/onnx.h"
 #include "ckpt/state.h"
 #include "ckpt/tok_files.h"
 #include "cli/cli.h"
 #include "core/outdir.h"
 #include "core/outfile.h"
 #include "data/tokenizer.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+
+/* The ONNX folder transformers.js loads: config.json (with
+ * transformers.js_config.dtype naming the file), generation_config.json,
+ * onnx/model.onnx (fp32) or onnx/model_fp16.onnx; the caller adds the
+ * tokenizer files. */
+static mtc_result_t onnx_folder(const mtc_model *m, const char *out, int f16, int64_t limit,
+                                mtc_hf_config_opts *co) {
+    MTC_CHECK(mtc_hf_supported(m, co->arch)); /* refused before anything is written */
+    MTC_CHECK(mtc_onnx_supported(m));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/onnx", out);
+    if ((mkdir(out, 0755) != 0 && errno != EEXIST) || (mkdir(path, 0755) != 0 && errno != EEXIST))
+        return mtc_error(MTC_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    co->torch_dtype = f16 ? "float16" : "float32";
+    co->tjs_dtype = f16 ? "fp16" : "fp32";
+    co->tjs_external = mtc_onnx_needs_external(m, f16, limit);
+    MTC_CHECK(mtc_hf_write_config(m, out, co));
+    snprintf(path, sizeof path, "%s/onnx/model%s.onnx", out, f16 ? "_fp16" : "");
+    mtc_onnx_export_opts oo = {.f16 = f16, .external = co->tjs_external};
+    return mtc_onnx_export(m, path, &oo);
+}
 
 /* llama.cpp's view of the model's tokenizer: every id below V spelled in
  * GPT-2's byte alphabet (an id without bytes, or beyond the tokenizer's
@@ -133,23 +158,31 @@ static mtc_result_t gguf_vocab_build(const data_tok *tok, int V, gguf_vocab_owne
 }
 
 int cli_cmd_export(int argc, char **argv) {
-    const char *load = NULL, *format = NULL, *out = NULL, *dtype = "fp32";
+    const char *load = NULL, *format = NULL, *out = NULL, *dtype = "fp32", *arch = NULL;
     int64_t shard = 0;
     mtc_arg args[] = {
         {"load", NULL, MTC_ARG_STRING, &load, "DIR",
          "checkpoint directory (its latest iteration) or single-file model (required)", 0},
-        {"format", NULL, MTC_ARG_STRING, &format, "F", "safetensors or gguf (required)", 0},
+        {"format", NULL, MTC_ARG_STRING, &format, "F", "safetensors, gguf or onnx (required)", 0},
         {"out", NULL, MTC_ARG_STRING, &out, "PATH",
-         "output folder (safetensors) or file (gguf) (required)", 0},
+         "output folder (safetensors, onnx) or file (gguf) (required)", 0},
         {"dtype", NULL, MTC_ARG_STRING, &dtype, "T",
-         "fp32 or bf16 (safetensors), fp32 or fp16 (gguf) (default fp32)", 0},
+         "fp32 or bf16 (safetensors), fp32 or fp16 (gguf, onnx) (default fp32)", 0},
+        {"hf-architecture", NULL, MTC_ARG_STRING, &arch, "CLASS",
+         "an MoE model's class: MixtralForCausalLM or Qwen2MoeForCausalLM (default: Mixtral "
+         "when it holds the model)",
+         0},
         {"max-shard-size", NULL, MTC_ARG_I64, &shard, "BYTES",
-         "split model.safetensors above this size, with an index (default 5 GB)", 0},
+         "split model.safetensors above this size, with an index (default 5 GB); onnx: weights "
+         "above it go to onnx/model.onnx_data (default 1.9 GB, under protobuf's 2 GB)",
+         0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("export", "--load DIR --format safetensors|gguf --out PATH [options]",
+    int st = cli_parse("export", "--load DIR --format safetensors|gguf|onnx --out PATH [options]",
                        "Export a checkpoint's weights for Hugging Face transformers "
-                       "(GPT2LMHeadModel, LlamaForCausalLM) or llama.cpp (GGUF).",
+                       "(GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, "
+                       "Qwen2MoeForCausalLM), llama.cpp (GGUF) or ONNX Runtime / transformers.js "
+                       "(docs/deployment.md).",
                        args, nargs, argc, argv);
     if (st >= 0) return st;
     if (!load || !format || !out)
@@ -158,26 +191,30 @@ int cli_cmd_export(int argc, char **argv) {
     if (!strcmp(format, "gguf") && mtc_outfile_check(out, "--out", out_real, sizeof out_real) !=
                                        MTC_OK) /* one file; safetensors writes a folder */
         return cli_usage_error("export", "%s", mtc_error_detail());
-    int gguf = !strcmp(format, "gguf");
-    if (!gguf && strcmp(format, "safetensors"))
-        return cli_usage_error("export", "format=%s is unknown (use safetensors or gguf)", format);
+    int gguf = !strcmp(format, "gguf"), onnx = !strcmp(format, "onnx");
+    if (!gguf && !onnx && strcmp(format, "safetensors"))
+        return cli_usage_error("export", "format=%s is unknown (use safetensors, gguf or onnx)",
+                               format);
+    const char *half_name = gguf || onnx ? "fp16" : "bf16";
+    int half = !strcmp(dtype, half_name);
     if (!gguf && mtc_outdir_check(out, "--out") != MTC_OK) /* a folder, replaced as a whole */
         return cli_usage_error("export", "%s", mtc_error_detail());
-    int half = !strcmp(dtype, gguf ? "fp16" : "bf16");
     if (!half && strcmp(dtype, "fp32"))
         return cli_usage_error("export", "dtype=%s is not available for %s (use fp32 or %s)", dtype,
-                               format, gguf ? "fp16" : "bf16");
+                               format, half_name);
     if (shard < 0)
         return cli_usage_error("export", "max-shard-size=%lld must be >= 1", (long long)shard);
     mtc_ckpt_info info;
     if (mtc_ckpt_read_info(load, &info) != MTC_OK)
         return cli_usage_error("export", "%s", mtc_error_detail());
-    if (info.cfg.moe.num_experts > 0) /* the checkpoint's metadata records its MoE flags */
+    if (arch && strcmp(arch, "MixtralForCausalLM") && strcmp(arch, "Qwen2MoeForCausalLM") &&
+        strcmp(arch, "Qwen3MoeForCausalLM"))
         return cli_usage_error("export",
-                               "%s holds a mixture-of-experts model (num-experts=%d), which mtc "
-                               "export does not write yet (use the checkpoint with mtc train or "
-                               "mtc generate)",
-                               load, info.cfg.moe.num_experts);
+                               "hf-architecture=%s is not an MoE class mtc knows (use "
+                               "MixtralForCausalLM or Qwen2MoeForCausalLM)",
+                               arch);
+    if (arch && info.cfg.moe.num_experts == 0)
+        return cli_usage_error("export", "--hf-architecture is for MoE models; %s is dense", load);
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
     /* the tokenizer saved with the model (BPE ones read their files again) */
     data_tok *tok = NULL;
@@ -199,11 +236,18 @@ int cli_cmd_export(int argc, char **argv) {
         if (rc == MTC_OK) rc = mtc_gguf_export(m, info.tokenizer, out, &go);
     } else if (rc == MTC_OK && (rc = mtc_outdir_begin(&od, out, "--out")) == MTC_OK) {
         /* every file into the temporary sibling od.tmp, then one rename */
-        mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard};
+        mtc_hf_config_opts co = {.arch = arch, .bos = -1, .eos = -1};
+        if (tok && data_tok_kind_of(tok) != DATA_TOK_NULL) { /* eod is GPT-2's bos and eos */
+            int eod = data_tok_eod(tok);
+            co.ids_set = 1, co.bos = co.eos = eod < info.cfg.vocab_size ? eod : -1;
+        }
+        mtc_hf_export_opts ho = {.bf16 = half, .max_shard_bytes = shard, .config = co};
         /* mtc_tokenizer.txt names the folder's own tokenizer files, no path */
         char form[MTC_CKPT_TOKENIZER_MAX];
         rc = mtc_ckpt_tok_export_form(info.tokenizer, form, sizeof form);
-        if (rc == MTC_OK) rc = mtc_hf_export(m, form, od.tmp, &ho);
+        if (rc == MTC_OK)
+            rc = onnx ? onnx_folder(m, od.tmp, half, shard, &co)
+                      : mtc_hf_export(m, form, od.tmp, &ho);
         if (rc == MTC_OK && tok) {
             mtc_result_t trc = data_tok_write_hf(tok, od.tmp, info.cfg.max_position_embeddings);
             if (trc == MTC_ERR_UNSUPPORTED)
@@ -243,7 +287,8 @@ int cli_cmd_import(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("import", "--load HF_DIR --save DIR [options]",
                        "Build an mtc checkpoint (iteration 0, no optimizer state) from a Hugging "
-                       "Face GPT-2 or Llama folder; `mtc train --load DIR` then trains it in any "
+                       "Face GPT-2, Llama, Mixtral or Qwen2-MoE folder; `mtc train --load DIR` "
+                       "then trains it in any "
                        "layout.",
                        args, nargs, argc, argv);
     if (st >= 0) return st;

@@ -9,9 +9,9 @@
  *                         beside it) copied as they are
  *   ByteLevelTokenizer    tokenizer.json: byte-level BPE of the 256 bytes,
  *                         no merges (encodes every byte to itself)
- *   CharLevelTokenizer    the same when every symbol is one byte; a
- *                         vocabulary with multi-byte characters has no
- *                         Hugging Face equivalent (returns MTC_ERR_UNSUPPORTED)
+ *   CharLevelTokenizer    the same when every symbol is one byte; with
+ *                         multi-byte characters a BPE over the characters
+ *                         with no merges (write_char_json)
  *   NullTokenizer         MTC_ERR_UNSUPPORTED
  *   TikTokenizer          tokenizer.json: byte-level BPE, merges as Hugging
  *                         Face's tiktoken converter derives them, its split
@@ -178,6 +178,53 @@ static mtc_result_t write_tokenizer_json(const data_tok *tok, const char *dir) {
     return rc;
 }
 
+/* A CharLevelTokenizer with multi-byte characters: a BPE over its
+ * characters with no merges and no pre-tokenizer (each code point of the
+ * text is one symbol, as mtc's), the id-0 character as unk_token (mtc maps
+ * an unknown character to id 0), the Fuse decoder (the pieces joined). Raw
+ * bytes of invalid UTF-8 (mtc's 0x110000 + byte symbols) have no text form
+ * and are left out. */
+static mtc_result_t write_char_json(const data_tok *tok, const char *dir) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddNullToObject(root, "truncation");
+    cJSON_AddNullToObject(root, "padding");
+    cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON_AddNullToObject(root, "normalizer");
+    cJSON_AddNullToObject(root, "pre_tokenizer");
+    cJSON_AddNullToObject(root, "post_processor");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "Fuse");
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddNullToObject(model, "continuing_subword_prefix");
+    cJSON_AddNullToObject(model, "end_of_word_suffix");
+    cJSON_AddBoolToObject(model, "fuse_unk", 0);
+    cJSON_AddBoolToObject(model, "byte_fallback", 0);
+    cJSON *vocab = cJSON_CreateObject();
+    char unk[8] = "";
+    for (int id = 0; id < data_tok_vocab_size(tok); id++) {
+        unsigned char scratch[8];
+        const unsigned char *p;
+        int n = data_tok_piece(tok, id, scratch, &p);
+        if (n <= 0 || n > 4 || (n == 1 && p[0] >= 0x80)) continue; /* a raw byte */
+        char ch[8];
+        memcpy(ch, p, (size_t)n);
+        ch[n] = 0;
+        if (id == 0) memcpy(unk, ch, (size_t)n + 1);
+        if (!cJSON_GetObjectItemCaseSensitive(vocab, ch)) cJSON_AddNumberToObject(vocab, ch, id);
+    }
+    if (unk[0])
+        cJSON_AddStringToObject(model, "unk_token", unk);
+    else
+        cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddItemToObject(model, "vocab", vocab);
+    cJSON_AddArrayToObject(model, "merges");
+    mtc_result_t rc = write_json(dir, "tokenizer.json", root);
+    cJSON_Delete(root);
+    return rc;
+}
+
 static mtc_result_t write_config(const data_tok *tok, const char *dir, int model_max_length) {
     cJSON *c = cJSON_CreateObject();
     int gpt2 = data_tok_kind_of(tok) == DATA_TOK_GPT2BPE;
@@ -238,11 +285,10 @@ mtc_result_t data_tok_write_hf(const data_tok *tok, const char *dir, int model_m
         for (int id = 0; id < data_tok_vocab_size(tok); id++) {
             unsigned char scratch[8];
             const unsigned char *p;
-            if (data_tok_piece(tok, id, scratch, &p) != 1)
-                return mtc_error(MTC_ERR_UNSUPPORTED,
-                                 "the CharLevelTokenizer has multi-byte characters, which no "
-                                 "Hugging Face tokenizer encodes one id each (only "
-                                 "mtc_tokenizer.txt is written)");
+            if (data_tok_piece(tok, id, scratch, &p) != 1) { /* multi-byte characters */
+                MTC_CHECK(write_char_json(tok, dir));
+                return write_config(tok, dir, model_max_length);
+            }
         }
         break;
     case DATA_TOK_BYTE: break;

@@ -24,3 +24,20 @@ same_metrics() {
         if [ "$4" = 0 ]; then ok "$1: $n iterations identical"; else ok "$1: $n iterations within $4"; fi
     else bad "$1"; cat "$2.m" "$3.m"; fi
 }
+# npm_need CACHE DIR PKG@VER...: install the packages (optional platform
+# binaries included: transformers.js loads sharp's) into CACHE/DIR unless
+# the first is there; exit 77 (skipped) only when npm cannot reach its
+# registry, fail when the install itself fails.
+npm_need() {
+    nd=$1/$2; shift 2
+    first=$(echo "$1" | sed 's/@[^@]*$//')
+    [ -f "$nd/node_modules/$first/package.json" ] && return 0
+    if ! command -v npm >/dev/null 2>&1 || ! timeout 60 npm ping >/dev/null 2>&1; then
+        echo "SKIP: npm cannot reach its registry (or is not installed): $*"
+        exit 77
+    fi
+    mkdir -p "$nd"
+    [ -f "$nd/package.json" ] || echo '{"name": "mtc-test-cache", "private": true}' >"$nd/package.json"
+    (cd "$nd" && timeout 600 npm install --ignore-scripts --no-audit --no-fund "$@") >"$nd/npm.log" 2>&1 ||
+        { echo "FAIL: npm install $* (registry reachable):"; tail -n 5 "$nd/npm.log"; exit 1; }
+}

@@ -33,8 +33,8 @@ done
 "$MTC" train $TINY --disable-bias-linear --train-iters 1 --save "$D/nb.ck" >/dev/null 2>&1
 "$MTC" export --load "$D/nb.ck" --format safetensors --out "$D/nb.hf" 2>"$D/err"
 [ $? -eq 2 ] && grep -q "GPT2LMHeadModel has biases" "$D/err" && ok "a GPT-2 without biases is refused" || { bad "refusal"; cat "$D/err"; }
-"$MTC" export --load "$D/gpt2.ck" --format onnx --out "$D/x" 2>"$D/err"
-[ $? -eq 2 ] && grep -q "format=onnx is unknown" "$D/err" && ok "unknown format refused" || bad "unknown format"
+"$MTC" export --load "$D/gpt2.ck" --format tflite --out "$D/x" 2>"$D/err"
+[ $? -eq 2 ] && grep -q "format=tflite is unknown" "$D/err" && ok "unknown format refused" || bad "unknown format"
 "$MTC" import --load "$D/nothing" --save "$D/x" 2>"$D/err"
 [ $? -eq 2 ] && grep -q "nothing/config.json" "$D/err" && ok "import of a missing folder refused: $(cat "$D/err")" || { bad "missing folder"; cat "$D/err"; }
 exit $fail

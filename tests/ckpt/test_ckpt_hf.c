@@ -1,8 +1,11 @@
 /* tests/ckpt/test_ckpt_hf.c - Hugging Face safetensors export and import.
  *
- * Two tiny models with every weight perturbed (no all-ones norms, no zero
- * biases): a GPT-2 and a Llama (GQA 2 key/value groups over 4 heads,
- * SwiGLU, RoPE, untied head). For each:
+ * Four tiny models with every weight perturbed (no all-ones norms, no zero
+ * biases): a GPT-2, a Llama (GQA 2 key/value groups over 4 heads, SwiGLU,
+ * RoPE, untied head), and two Llama MoE models: 4 experts top-2 in every
+ * layer (exported as MixtralForCausalLM) and one with q/k/v biases, top-k
+ * after the softmax, a shared expert and a dense second layer
+ * (Qwen2MoeForCausalLM). For each:
  *   - export F32 -> import: every tensor bit for bit (the vocabulary's
  *     padding rows are not exported and come back zero);
  *   - sharded export (a 20 kB limit: several files and the index) -> the same;
@@ -27,7 +30,8 @@
 #define T_LEN 8
 static const int TOKENS[T_LEN] = {3, 17, 42, 5, 60, 11, 0, 33};
 
-static mtc_model *make(int llama) {
+static mtc_model *make(int kind) {
+    int llama = kind > 0;
     mtc_model_config c = {.num_layers = 2,
                           .hidden_size = 32,
                           .num_heads = 4,
@@ -41,6 +45,15 @@ static mtc_model *make(int llama) {
         c.normalization = MTC_NORM_RMSNORM, c.position_embedding = MTC_POS_ROPE;
         c.swiglu = 1, c.num_query_groups = 2, c.untie_embeddings = 1, c.disable_bias_linear = 1;
         c.norm_epsilon = 1e-6f, c.rotary_base = 10000;
+    }
+    if (kind >= 2) { /* MoE: Mixtral (2), Qwen2-MoE (3) */
+        c.moe.num_experts = 4, c.moe.topk = 2, c.moe.ffn_hidden_size = 24;
+        if (kind == 3) {
+            c.add_qkv_bias = 1, c.moe.pre_softmax = 1, c.moe.shared_ffn = 16;
+            c.moe.pattern_len = 2, c.moe.pattern[0] = 1, c.moe.pattern[1] = 0;
+        } else {
+            c.ffn_hidden_size = 24; /* Mixtral's intermediate_size is the experts' */
+        }
     }
     mtc_model *m = NULL;
     if (mtc_model_init(&c, 1, 1, NULL, &m) != MTC_OK) return NULL;
@@ -152,16 +165,20 @@ static void against_reference(mtc_model *m, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    mtc_model *g = make(0), *l = make(1);
-    T_CHECK(g && l);
-    if (!g || !l) return T_DONE();
+    static const char *names[4] = {"gpt2", "llama", "mixtral", "qwen2moe"};
+    mtc_model *ms[4];
+    for (int k = 0; k < 4; k++)
+        ms[k] = make(k);
+    mtc_model *g = ms[0], *l = ms[1];
+    T_CHECK(g && l && ms[2] && ms[3]);
+    if (!g || !l || !ms[2] || !ms[3]) return T_DONE();
     if (argc == 3 && !strcmp(argv[1], "--export")) { /* for tests/reference/hf_reader.py */
         char d[4096];
         mtc_hf_export_opts o = {0};
-        snprintf(d, sizeof d, "%s/gpt2", argv[2]);
-        T_CHECK(mtc_hf_export(g, "byte", d, &o) == MTC_OK);
-        snprintf(d, sizeof d, "%s/llama", argv[2]);
-        T_CHECK(mtc_hf_export(l, "byte", d, &o) == MTC_OK);
+        for (int k = 0; k < 4; k++) {
+            snprintf(d, sizeof d, "%s/%s", argv[2], names[k]);
+            T_CHECKF(mtc_hf_export(ms[k], "byte", d, &o) == MTC_OK, "%s", mtc_error_detail());
+        }
         printf("tokens:");
         for (int i = 0; i < T_LEN; i++)
             printf(" %d", TOKENS[i]);
@@ -173,9 +190,9 @@ int main(int argc, char **argv) {
     T_CHECK(dir != NULL);
     if (!dir) return T_DONE();
     char d[4096];
-    for (int k = 0; k < 2; k++) {
-        mtc_model *m = k ? l : g;
-        const char *name = k ? "llama" : "gpt2";
+    for (int k = 0; k < 4; k++) {
+        mtc_model *m = ms[k];
+        const char *name = names[k];
         mtc_hf_export_opts f32 = {0}, shards = {.max_shard_bytes = 20000}, bf = {.bf16 = 1};
         snprintf(d, sizeof d, "%s/%s_f32", dir, name);
         round_trip(m, d, &f32, "f32");
@@ -187,11 +204,12 @@ int main(int argc, char **argv) {
         snprintf(d, sizeof d, "%s/%s_bf16", dir, name);
         round_trip(m, d, &bf, "bf16");
         against_reference(m, name);
-        too_many_layers(d, k ? "\"num_hidden_layers\"" : "\"n_layer\"");
+        if (k < 2) too_many_layers(d, k ? "\"num_hidden_layers\"" : "\"n_layer\"");
     }
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     T_CHECK(system(cmd) == 0);
-    mtc_model_free(g), mtc_model_free(l);
+    for (int k = 0; k < 4; k++)
+        mtc_model_free(ms[k]);
     return T_DONE();
 }

@@ -6,15 +6,18 @@ JSON header, raw little-endian data; sharded folders through
 model.safetensors.index.json), and GPT2LMHeadModel / LlamaForCausalLM written
 in PyTorch on Hugging Face's conventions (Conv1D (in, out) weights and tanh
 GELU for GPT-2; RMSNorm, RoPE rotating halves, grouped-query attention,
-SwiGLU and an optional untied lm_head for Llama), in float64. No
-`transformers` package is used.
+SwiGLU and an optional untied lm_head for Llama; for MixtralForCausalLM and
+Qwen2MoeForCausalLM the sparse MoE block: softmax router, top-k, the top-k
+weights renormalised (Mixtral; Qwen2-MoE when norm_topk_prob), Qwen2-MoE's
+q/k/v biases, dense mlp_only_layers and shared expert scaled by
+sigmoid(shared_expert_gate)), in float64. No `transformers` package is used.
 
     /usr/bin/python3 tests/reference/hf_reader.py DIR NAME TOKEN...
 
 prints "NAME <count>" and the logits (tokens x vocab), the format of
 tests/data/ckpt/hf_logits.txt. Regenerate that fixture with:
     d=$(mktemp -d); build/tests/test_ckpt_hf --export $d
-    (for m in gpt2 llama; do /usr/bin/python3 tests/reference/hf_reader.py $d/$m $m 3 17 42 5 60 11 0 33; done) > tests/data/ckpt/hf_logits.txt
+    (for m in gpt2 llama mixtral qwen2moe; do /usr/bin/python3 tests/reference/hf_reader.py $d/$m $m 3 17 42 5 60 11 0 33; done) > tests/data/ckpt/hf_logits.txt
 """
 import json
 import math
@@ -97,8 +100,33 @@ def llama(cfg, w, ids):
     def rms(x, p):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p + ".weight"]
 
-    def lin(x, p):  # nn.Linear: x @ W.T, W stored (out, in)
-        return x @ w[p + ".weight"].T
+    def lin(x, p):  # nn.Linear: x @ W.T (+ b), W stored (out, in)
+        y = x @ w[p + ".weight"].T
+        return y + w[p + ".bias"] if p + ".bias" in w else y
+
+    def swiglu(h, p, names=("gate_proj", "up_proj", "down_proj")):
+        return lin(torch.nn.functional.silu(lin(h, p + names[0])) * lin(h, p + names[1]), p + names[2])
+
+    def mlp(h, l, p):
+        mt = cfg["model_type"]
+        sparse = mt == "mixtral" or (
+            mt == "qwen2_moe" and l not in cfg.get("mlp_only_layers", []) and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+        if not sparse:
+            return swiglu(h, p + "mlp.")
+        pre = p + ("block_sparse_moe." if mt == "mixtral" else "mlp.")
+        k = cfg["num_experts_per_tok"]
+        names = ("w1", "w3", "w2") if mt == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+        probs = torch.softmax(lin(h, pre + "gate"), -1)
+        top, idx = probs.topk(k, -1)
+        if mt == "mixtral" or cfg.get("norm_topk_prob"):
+            top = top / top.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for t in range(h.shape[0]):
+            for j in range(k):
+                out[t] += top[t, j] * swiglu(h[t], pre + "experts.%d." % int(idx[t, j]), names)
+        if mt == "qwen2_moe":
+            out = out + torch.sigmoid(lin(h, pre + "shared_expert_gate")) * swiglu(h, pre + "shared_expert.")
+        return out
 
     inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
     ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
@@ -119,8 +147,7 @@ def llama(cfg, w, ids):
         y = causal_attention(q, k, v).transpose(0, 1).reshape(T, H * hd)
         x = x + lin(y, p + "self_attn.o_proj")
         h = rms(x, p + "post_attention_layernorm")
-        x = x + lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"),
-                    p + "mlp.down_proj")
+        x = x + mlp(h, l, p)
     x = rms(x, "model.norm")
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.T
