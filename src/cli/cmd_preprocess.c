@@ -98,7 +98,7 @@ static mtc_result_t pre_line(pre_job *j, size_t i) {
     data_jspan doc = data_jsonl_value(b->lines[i], b->lens[i]);
     if (rc != MTC_OK || data_jsonl_kind(doc) != 'o') {
         if (rc != MTC_OK)
-            snprintf(b->err, sizeof b->err, "is not one JSON object: %s", mtc_error_detail());
+            snprintf(b->err, sizeof b->err, "is not a JSON object: %s", mtc_error_detail());
         else
             snprintf(b->err, sizeof b->err, "is not a JSON object (valid JSON, but not {...})");
         rc = MTC_ERR_INVALID_ARGUMENT;
