@@ -114,13 +114,27 @@ static void token_bytes(const char *tok, int V, int *byte_of) {
     }
 }
 
-/* llama.cpp's llama architecture with experts is Mixtral's block: experts
- * in every layer, a softmax router whose top-k weights are renormalised (the
- * default Megatron router), no shared expert. */
+/* The llama.cpp architecture of a Llama-family model: "qwen3" / "qwen3moe"
+ * with --qk-layernorm (q/k norms, NeoX RoPE: no row permutation), else
+ * "llama" (experts or not). */
+static const char *gguf_arch(const mtc_model_config *c) {
+    if (!model_family_is_llama(c)) return "gpt2";
+    if (c->qk_layernorm) return c->moe.num_experts > 0 ? "qwen3moe" : "qwen3";
+    return "llama";
+}
+
+/* llama.cpp's llama architecture with experts is Mixtral's block, and its
+ * qwen3moe the same with q/k norms: experts in every layer, a softmax router
+ * whose top-k weights are renormalised (the default Megatron router), no
+ * shared expert. */
 static mtc_result_t gguf_moe_check(const mtc_model_config *c) {
     const mtc_moe_config *mc = &c->moe;
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
     if (mc->num_experts == 0) return MTC_OK;
+    if (c->qk_layernorm && mc->pre_softmax)
+        return mtc_error(U, "llama.cpp's qwen3moe renormalises the top-k router weights; "
+                            "--moe-router-pre-softmax does not (export as safetensors or onnx, "
+                            "Qwen3MoeForCausalLM with norm_topk_prob false)");
     if (mtc_moe_num_layers(mc, c->num_layers) != c->num_layers)
         return mtc_error(U, "llama.cpp's llama architecture has experts in every layer; this "
                             "model has dense layers (--moe-layer-freq): export it as safetensors "
@@ -157,9 +171,9 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     } while (0)
 #define F(fmt, l) (snprintf(q, sizeof q, fmt, l), mtc_registry_find(r, q))
     char nm[64];
-    if (c->qk_layernorm)
-        return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 and llama have no "
-                                              "q/k norms (mtc does not export qwen3 yet)");
+    if (c->qk_layernorm && !llama)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 has no q/k norms "
+                                              "(its qwen3 takes Llama-style models)");
     if (!llama) {
         if (c->disable_bias_linear || c->add_qkv_bias || c->untie_embeddings ||
             mtc_model_groups(c) != c->num_heads || c->kv_channels)
@@ -196,16 +210,21 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
                          "biases: this model differs");
     int64_t HS = mtc_model_head_size(c), QD = c->num_heads * HS, KD = mtc_model_groups(c) * HS;
     int64_t FF = c->ffn_hidden_size;
+    int neox = c->qk_layernorm; /* qwen3 / qwen3moe rotate halves, as mtc: rows as they are */
     T("token_embd.weight", mtc_registry_find(r, "model.embed_tokens.weight"), 0, V, 0);
     for (int l = 0; l < c->num_layers; l++) {
         int qkv = F("model.layers.%d.self_attn.qkv_proj.weight", l);
         int gu = F("model.layers.%d.mlp.gate_up_proj.weight", l);
 #define B(s) (snprintf(nm, sizeof nm, "blk.%d.%s", l, s), nm)
         T(B("attn_norm.weight"), F("model.layers.%d.input_layernorm.weight", l), 0, -1, 0);
-        T(B("attn_q.weight"), qkv, 0, QD, c->num_heads);
-        T(B("attn_k.weight"), qkv, QD, KD, mtc_model_groups(c));
+        T(B("attn_q.weight"), qkv, 0, QD, neox ? 0 : c->num_heads);
+        T(B("attn_k.weight"), qkv, QD, KD, neox ? 0 : mtc_model_groups(c));
         T(B("attn_v.weight"), qkv, QD + KD, KD, 0);
         T(B("attn_output.weight"), F("model.layers.%d.self_attn.o_proj.weight", l), 0, -1, 0);
+        if (c->qk_layernorm) {
+            T(B("attn_q_norm.weight"), F("model.layers.%d.self_attn.q_norm.weight", l), 0, -1, 0);
+            T(B("attn_k_norm.weight"), F("model.layers.%d.self_attn.k_norm.weight", l), 0, -1, 0);
+        }
         T(B("ffn_norm.weight"), F("model.layers.%d.post_attention_layernorm.weight", l), 0, -1, 0);
         if (c->moe.num_experts > 0) { /* Mixtral's form (gguf_moe_check) */
             static const char *EX[2] = {"model.layers.%d.mlp.experts.%d.gate_up_proj.weight",
@@ -245,7 +264,7 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     if (vo && vo->n_tokens != V)
         return mtc_error(MTC_ERR_INTERNAL, "GGUF vocabulary of %d tokens for a model of %d",
                          vo->n_tokens, V);
-    gg_tensor *t = calloc((size_t)(12 * c->num_layers + 8), sizeof *t);
+    gg_tensor *t = calloc((size_t)(14 * c->num_layers + 8), sizeof *t);
     int *byte_of = calloc((size_t)V, sizeof(int));
     if (!t || !byte_of) {
         free(t), free(byte_of);
@@ -259,12 +278,12 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         free(t), free(byte_of);
         return rc;
     }
-    const char *arch = llama ? "llama" : "gpt2";
+    const char *arch = gguf_arch(c);
     char k[96];
-    /* general: 3; the architecture's: 7 or 12 (file_type included), 2 more for
+    /* general: 3; the architecture's: 7 or 13 (file_type included), 3 more for
      * experts; tokenizer: 9 */
     int moe = c->moe.num_experts > 0;
-    int nkv = 3 + (llama ? 12 : 7) + 2 * moe + 9;
+    int nkv = 3 + (llama ? 13 : 7) + 3 * moe + 9;
     if (vo && vo->model && !strcmp(vo->model, "llama"))
         nkv--; /* no merges (pre: add_space_prefix) */
     nkv += (vo && vo->scores) + (vo && vo->has_unk);
@@ -283,6 +302,7 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     if (moe) {
         kv_u32(&out, KA("expert_count"), (uint32_t)c->moe.num_experts);
         kv_u32(&out, KA("expert_used_count"), (uint32_t)mtc_moe_topk(&c->moe));
+        kv_u32(&out, KA("expert_feed_forward_length"), (uint32_t)mtc_model_moe_ffn(c));
     }
     kv_u32(&out, KA("block_count"), (uint32_t)c->num_layers);
     kv_u32(&out, KA("attention.head_count"), (uint32_t)c->num_heads);
@@ -293,6 +313,7 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         kv_f32(&out, KA("rope.freq_base"), c->rotary_base > 0 ? c->rotary_base : 10000.0f);
         kv_u32(&out, KA("vocab_size"), (uint32_t)V);
         kv_u32(&out, KA("attention.key_length"), (uint32_t)mtc_model_head_size(c));
+        kv_u32(&out, KA("attention.value_length"), (uint32_t)mtc_model_head_size(c));
     } else {
         kv_f32(&out, KA("attention.layer_norm_epsilon"), mtc_model_norm_eps(c));
         kv_u32(&out, "general.file_type", f16 ? 1 : 0);

@@ -169,8 +169,8 @@ int cli_cmd_export(int argc, char **argv) {
         {"dtype", NULL, MTC_ARG_STRING, &dtype, "T",
          "fp32 or bf16 (safetensors), fp32 or fp16 (gguf, onnx) (default fp32)", 0},
         {"hf-architecture", NULL, MTC_ARG_STRING, &arch, "CLASS",
-         "an MoE model's class: MixtralForCausalLM or Qwen2MoeForCausalLM (default: Mixtral "
-         "when it holds the model)",
+         "an MoE model's class: MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM "
+         "(default: Qwen3-MoE with --qk-layernorm, else Mixtral when it holds the model)",
          0},
         {"max-shard-size", NULL, MTC_ARG_I64, &shard, "BYTES",
          "split model.safetensors above this size, with an index (default 5 GB); onnx: weights "
@@ -180,8 +180,9 @@ int cli_cmd_export(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("export", "--load DIR --format safetensors|gguf|onnx --out PATH [options]",
                        "Export a checkpoint's weights for Hugging Face transformers "
-                       "(GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, "
-                       "Qwen2MoeForCausalLM), llama.cpp (GGUF) or ONNX Runtime / transformers.js "
+                       "(GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                       "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM), llama.cpp (GGUF: gpt2, llama, "
+                       "qwen3, qwen3moe) or ONNX Runtime / transformers.js "
                        "(docs/deployment.md).",
                        args, nargs, argc, argv);
     if (st >= 0) return st;
@@ -211,7 +212,7 @@ int cli_cmd_export(int argc, char **argv) {
         strcmp(arch, "Qwen3MoeForCausalLM"))
         return cli_usage_error("export",
                                "hf-architecture=%s is not an MoE class mtc knows (use "
-                               "MixtralForCausalLM or Qwen2MoeForCausalLM)",
+                               "MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM)",
                                arch);
     if (arch && info.cfg.moe.num_experts == 0)
         return cli_usage_error("export", "--hf-architecture is for MoE models; %s is dense", load);
@@ -285,12 +286,14 @@ int cli_cmd_import(int argc, char **argv) {
          "pad the vocabulary to a multiple (default 128)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("import", "--load HF_DIR --save DIR [options]",
-                       "Build an mtc checkpoint (iteration 0, no optimizer state) from a Hugging "
-                       "Face GPT-2, Llama, Mixtral or Qwen2-MoE folder; `mtc train --load DIR` "
-                       "then trains it in any "
-                       "layout.",
-                       args, nargs, argc, argv);
+    int st =
+        cli_parse("import", "--load HF_DIR --save DIR [options]",
+                  "Build an mtc checkpoint (iteration 0, no optimizer state) from a Hugging "
+                  "Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE folder; `mtc train "
+                  "--load DIR` "
+                  "then trains it in any "
+                  "layout.",
+                  args, nargs, argc, argv);
     if (st >= 0) return st;
     if (!load || !save) return cli_usage_error("import", "--load and --save are required");
     if (strcmp(format, "safetensors"))
