@@ -112,7 +112,7 @@ done >"$D/res"
 cat "$D/res"
 grep -q FAIL "$D/res" && fail=1
 [ "$(grep -c '^ok' "$D/res")" = 6 ] || bad "6 llama.cpp comparisons expected"
-refuse "a GGUF of a model with dense layers" "experts in every layer" --load "$D/qwen" --format gguf
+refuse "a GGUF of a shared expert smaller than the routed ones" "moe-shared-expert-intermediate-size=64" --load "$D/qwen" --format gguf
 
 # refusals, before anything is written
 refuse "Mixtral for a model with dense layers and a shared expert" "MixtralForCausalLM has" --load "$D/qwen" --format safetensors --hf-architecture MixtralForCausalLM

@@ -8,7 +8,11 @@
 #          -> Qwen3MoeForCausalLM (norm_topk_prob false, mlp_only_layers);
 #          refused by llama.cpp's qwen3moe, which renormalises
 #   q3     dense, grouped-query -> Qwen3ForCausalLM and llama.cpp's qwen3
-# For each: config.json's class and fields; transformers.js' AutoConfig /
+#   dsk    (GGUF only) Llama-style MoE with two shared experts' width (192 =
+#          2 x 96), --moe-router-pre-softmax, a leading dense layer
+#          (--moe-layer-freq [0,1]), ep 2 -> llama.cpp's deepseek (DeepSeekMoE:
+#          ungated shared experts, top-k not renormalised)
+# For each of the first three: config.json's class and fields; transformers.js' AutoConfig /
 # AutoTokenizer read the safetensors folder without a warning and give mtc's
 # ids; `mtc import` of the folder generates mtc's text and exports the same
 # model.safetensors again; when PyTorch is installed, tests/reference/
@@ -38,6 +42,9 @@ MOE="--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 96 --world-size 2
     { bad "q3pre train"; cat "$D/t2.log"; }
 # shellcheck disable=SC2086
 "$MTC" train $B $LLAMA --ffn-hidden-size 128 --save "$D/q3" >"$D/t3.log" 2>&1 || { bad "q3 train"; cat "$D/t3.log"; }
+# shellcheck disable=SC2086
+"$MTC" train $B $(echo "$LLAMA" | sed 's/ --qk-layernorm//') $MOE --ffn-hidden-size 128 --moe-shared-expert-intermediate-size 192 \
+    --moe-router-pre-softmax --moe-layer-freq [0,1] --save "$D/dsk" >"$D/t5.log" 2>&1 || { bad "dsk train"; cat "$D/t5.log"; }
 PROMPTS="the qu|over the lazy|2 times, ca"
 PYT=""
 for p in python3 /usr/bin/python3; do
@@ -86,11 +93,11 @@ refuse() { # NAME EXPECTED ARGS...: exit 2 naming the setting, nothing written
     [ $? -eq 2 ] && grep -q -- "$e" "$D/err" && [ ! -e "$D/no" ] && ok "$n refused: $(cat "$D/err")" ||
         { bad "$n not refused naming $e"; cat "$D/err"; }
 }
-# GGUF: llama.cpp's qwen3moe and qwen3, fp32 and fp16
+# GGUF: llama.cpp's qwen3moe, qwen3 and deepseek, fp32 and fp16
 npm_need "$CACHE" llama node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 --omit=optional
 GP="the qu|over the lazy|2 times, "
 files=""
-for m in q3moe q3; do
+for m in q3moe q3 dsk; do
     for dt in fp32 fp16; do
         "$MTC" export --load "$D/$m" --format gguf --dtype $dt --out "$D/$m.$dt.gguf" >"$D/e.log" 2>&1 ||
             { bad "$m gguf $dt export"; cat "$D/e.log"; }
@@ -99,7 +106,7 @@ for m in q3moe q3; do
 done
 (IFS='|'; node "$MTC_SOURCE_DIR/tests/ckpt/llama_cpp_greedy.mjs" "$CACHE/llama/node_modules" 14 "$files" $GP) >"$D/l.out" 2>"$D/l.err" ||
     { bad "llama.cpp failed on a Qwen3 GGUF"; cat "$D/l.err"; }
-for m in q3moe q3; do
+for m in q3moe q3 dsk; do
     for dt in fp32 fp16; do
         echo "$GP" | tr '|' '\n' | while IFS= read -r p; do
             line=$(awk -F '\t' -v m="$D/$m.$dt.gguf" -v p="$p" '$1 == m && $2 == p' "$D/l.out")
@@ -115,9 +122,11 @@ for m in q3moe q3; do
 done >"$D/res"
 cat "$D/res"
 grep -q FAIL "$D/res" && fail=1
-[ "$(grep -c '^ok' "$D/res")" = 12 ] || bad "12 llama.cpp comparisons expected"
+[ "$(grep -c '^ok' "$D/res")" = 18 ] || bad "18 llama.cpp comparisons expected"
 grep -q "general.architecture" "$D/q3moe.fp32.gguf" && grep -q "qwen3moe" "$D/q3moe.fp32.gguf" && grep -q "attn_q_norm" "$D/q3.fp32.gguf" &&
     ok "the GGUFs name qwen3moe / qwen3 and hold attn_q_norm" || bad "the GGUFs' architecture or q/k norms"
+grep -q "deepseek.expert_shared_count" "$D/dsk.fp32.gguf" && grep -q "ffn_down_shexp" "$D/dsk.fp32.gguf" &&
+    ok "the shared-expert GGUF is llama.cpp's deepseek with ffn_*_shexp" || bad "the shared-expert GGUF's architecture"
 
 # refusals, before anything is written
 refuse "a GGUF with --moe-router-pre-softmax" "moe-router-pre-softmax" --load "$D/q3pre" --format gguf
@@ -126,5 +135,9 @@ refuse "Qwen2-MoE for a model with q/k norms" "q_norm" --load "$D/q3moe" --forma
 # shellcheck disable=SC2086
 "$MTC" train $B $LLAMA $MOE --moe-shared-expert-intermediate-size 64 --train-iters 2 --save "$D/shx" >"$D/t4.log" 2>&1 || { bad "shared train"; cat "$D/t4.log"; }
 refuse "Qwen3-MoE with a shared expert" "moe-shared-expert-intermediate-size=64" --load "$D/shx" --format safetensors
+refuse "a GGUF with q/k norms and a shared expert" "no q/k norms" --load "$D/shx" --format gguf
+# shellcheck disable=SC2086
+"$MTC" train $B $(echo "$LLAMA" | sed 's/ --qk-layernorm//') $MOE --moe-shared-expert-intermediate-size 96 --train-iters 2 --save "$D/shr" >"$D/t6.log" 2>&1 || { bad "shr train"; cat "$D/t6.log"; }
+refuse "a shared-expert GGUF with a renormalising router" "moe-router-pre-softmax" --load "$D/shr" --format gguf
 [ $HAVE_ONNX = 1 ] || echo "note: python3-onnx is not installed (scripts/deps.sh), onnx.checker not run"
 exit $fail
