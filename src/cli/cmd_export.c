@@ -249,6 +249,8 @@ int cli_cmd_export(int argc, char **argv) {
         if (rc == MTC_OK)
             rc = onnx ? onnx_folder(m, od.tmp, half, shard, &co)
                       : mtc_hf_export(m, form, od.tmp, &ho);
+        if (rc == MTC_OK) /* tokenizer.model (tiktoken.json) as it is, beside tokenizer.json */
+            rc = mtc_ckpt_tok_copy_model(info.tokenizer, od.tmp);
         if (rc == MTC_OK && tok) {
             mtc_result_t trc = data_tok_write_hf(tok, od.tmp, info.cfg.max_position_embeddings);
             if (trc == MTC_ERR_UNSUPPORTED)
@@ -312,14 +314,6 @@ int cli_cmd_import(int argc, char **argv) {
         snprintf(tok, sizeof tok, "none");
     }
     data_tok_free(t);
-    char spm[MTC_PATH_MAX + 32]; /* a SentencePiece model mtc has no tokenizer for */
-    snprintf(spm, sizeof spm, "%s/tokenizer.model", load);
-    if (rc == MTC_OK && !strcmp(tok, "none") && access(spm, R_OK) == 0)
-        fprintf(stderr,
-                "mtc import: note: %s is a SentencePiece model, which mtc does not read: the "
-                "checkpoint has no tokenizer (give the folder a byte-level BPE tokenizer.json, "
-                "or use --prompt-ids)\n",
-                spm);
     if (rc == MTC_OK) rc = mtc_ckpt_dist_save_model(m, save, tok);
     int L = m ? m->cfg.num_layers : 0;
     mtc_model_free(m);
