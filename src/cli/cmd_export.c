@@ -182,7 +182,7 @@ int cli_cmd_export(int argc, char **argv) {
                        "Export a checkpoint's weights for Hugging Face transformers "
                        "(GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
                        "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM), llama.cpp (GGUF: gpt2, llama, "
-                       "qwen3, qwen3moe) or ONNX Runtime / transformers.js "
+                       "qwen3, qwen3moe, deepseek) or ONNX Runtime / transformers.js "
                        "(docs/deployment.md).",
                        args, nargs, argc, argv);
     if (st >= 0) return st;
