@@ -124,6 +124,7 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     if (nd > 1 && !c->use_distributed_optimizer)
         return mtc_error(
             E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    MTC_CHECK(train_fsdp_validate(c)); /* train_fsdp.c */
     mtc_grid_config gc = c->grid;
     gc.world_size = world > 0 ? world : 1;
     mtc_grid_spec spec;
