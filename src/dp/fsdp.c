@@ -67,22 +67,20 @@ struct mtc_fsdp {
     mtc_ddp *d;
     mtc_distopt *opt; /* the optimizer of the shards (set by mtc_fsdp_attach_optimizer) */
     int strategy;
-    int nb;                    /* buckets = units */
-    unsigned char *gathered;   /* [nb] params resident outside the shard */
-    unsigned char *need_cur;   /* [nb] needed by the last params_needed call */
-    unsigned char *need_prev;  /* [nb] ... and by the one before */
-    int *nready;               /* [nb] params marked ready this microbatch */
-    int *nreduced;             /* [nb] reduce-scatters since zero_grad */
-    unsigned char *ready;      /* [nparams] */
-    int64_t seen_step;         /* the optimizer step the gathered units are from */
+    int nb;                       /* buckets = units */
+    unsigned char *gathered;      /* [nb] params resident outside the shard */
+    unsigned char *need_cur;      /* [nb] needed by the last params_needed call */
+    unsigned char *need_prev;     /* [nb] ... and by the one before */
+    int *nready;                  /* [nb] params marked ready this microbatch */
+    int *nreduced;                /* [nb] reduce-scatters since zero_grad */
+    unsigned char *ready;         /* [nparams] */
+    int64_t seen_step;            /* the optimizer step the gathered units are from */
     size_t peak_param, peak_grad; /* resident bytes seen */
     unsigned char *vec;           /* mincore's page vector */
     size_t npages;
 };
 
-int mtc_fsdp_shards_params(const mtc_fsdp *f) {
-    return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS;
-}
+int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
 
 /* Give back the pages of buf [a, b) (floats; page-aligned by the layout). */
 static void fsdp_release(float *buf, int64_t a, int64_t b) {

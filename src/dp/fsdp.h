@@ -71,7 +71,7 @@ typedef struct mtc_fsdp mtc_fsdp;
  * rank's shards. d must outlive the object. INVALID_ARGUMENT for another
  * strategy or several optimizer instances. */
 mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out);
-void mtc_fsdp_free(mtc_fsdp *f); /* NULL is a no-op */
+void mtc_fsdp_free(mtc_fsdp *f);               /* NULL is a no-op */
 int mtc_fsdp_shards_params(const mtc_fsdp *f); /* optim_grads_params */
 /* The optimizer of d's shards: with optim_grads_params its all-gather is
  * switched off (o->no_gather) and a new o->step drops the gathered units. */

@@ -5,8 +5,8 @@
 
 #include "dp/fsdp.h"
 
-mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_format,
-                                  int *strategy, int *distopt) {
+mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_format, int *strategy,
+                                  int *distopt) {
     *strategy = MTC_FSDP_OFF;
     int s = mtc_fsdp_strategy_parse(f->strategy);
     if (s < 0)

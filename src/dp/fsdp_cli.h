@@ -12,7 +12,8 @@ typedef struct {
     int use;              /* --use-megatron-fsdp */
     const char *strategy; /* --data-parallel-sharding-strategy (default optim_grads_params) */
 } mtc_fsdp_flags;
-#define MTC_FSDP_FLAGS_DEFAULTS {0, "optim_grads_params"}
+#define MTC_FSDP_FLAGS_DEFAULTS                                                                    \
+    { 0, "optim_grads_params" }
 #define MTC_FSDP_CLI_ARGS(f)                                                                       \
     {"use-megatron-fsdp",                                                                          \
      NULL,                                                                                         \
@@ -22,21 +23,19 @@ typedef struct {
      "Megatron-FSDP: shard optimizer state, gradients and params per FSDP unit (a layer; the "     \
      "embedding and the head their own) over data-parallel ranks (docs/fsdp.md)",                  \
      0},                                                                                           \
-        {"data-parallel-sharding-strategy",                                                        \
-         NULL,                                                                                     \
-         MTC_ARG_STRING,                                                                           \
-         &(f).strategy,                                                                            \
-         "S",                                                                                      \
-         "with --use-megatron-fsdp: no_shard|optim|optim_grads|optim_grads_params (default "       \
-         "optim_grads_params)",                                                                    \
-         0}
+    {                                                                                              \
+        "data-parallel-sharding-strategy", NULL, MTC_ARG_STRING, &(f).strategy, "S",               \
+            "with --use-megatron-fsdp: no_shard|optim|optim_grads|optim_grads_params (default "    \
+            "optim_grads_params)",                                                                 \
+            0                                                                                      \
+    }
 
 /* The run's strategy (dp/fsdp.h's mtc_fsdp_strategy, 0 without
  * --use-megatron-fsdp) and the distributed optimizer it implies (*distopt
  * set to 1 for the sharded strategies, 0 for no_shard). ckpt_format:
  * --ckpt-format's value or NULL (fsdp_dtensor needs --use-megatron-fsdp,
  * as Megatron). INVALID_ARGUMENT naming the value otherwise. */
-mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_format,
-                                  int *strategy, int *distopt);
+mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_format, int *strategy,
+                                  int *distopt);
 
 #endif

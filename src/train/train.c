@@ -520,6 +520,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
+            if (c->fsdp_strategy) /* Megatron-FSDP: the peak resident pages so far */
+                act_bytes = train_memory(x, &mem);
             fprintf(metrics,
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",

@@ -75,10 +75,11 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
     const char *s = mtc_fsdp_strategy_name(c->fsdp_strategy);
     /* what mtc's FSDP does not do yet (Megatron allows these; docs/fsdp.md) */
     if (c->grid.pp > 1)
-        return mtc_error(E,
-                         "--data-parallel-sharding-strategy %s with pipeline-model-parallel-size=%d "
-                         "is not in mtc yet: use --pp 1, or the optim strategy",
-                         s, c->grid.pp);
+        return mtc_error(
+            E,
+            "--data-parallel-sharding-strategy %s with pipeline-model-parallel-size=%d "
+            "is not in mtc yet: use --pp 1, or the optim strategy",
+            s, c->grid.pp);
     if (c->grid.num_dist_opt_instances > 1)
         return mtc_error(E,
                          "--data-parallel-sharding-strategy %s with "
