@@ -78,6 +78,16 @@ struct mtc_fsdp {
     size_t peak_param, peak_grad; /* resident bytes seen */
     unsigned char *vec;           /* mincore's page vector */
     size_t npages;
+    /* --overlap-param-gather: the next unit's all-gather started after a
+     * need (prefetch, in the pass's direction); --overlap-grad-reduce: a
+     * unit's reduce-scatter left running until the next one starts */
+    int overlap_param_gather, overlap_grad_reduce;
+    mtc_request_t *ag; /* [nb] all-gathers in flight */
+    mtc_request_t rs;  /* the reduce-scatter in flight, of bucket rs_b */
+    int rs_b;
+    int last_lo, last_hi; /* buckets of the last need, -1 none */
+    int dir;              /* -1 forward (bucket indices fall), +1 backward */
+    int pref;             /* the bucket last prefetched, -1 none */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -145,6 +155,8 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(int), (void **)&f->nready), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(int), (void **)&f->nreduced), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&f->ready), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(mtc_request_t), (void **)&f->ag), rc, fail);
+    f->rs_b = f->last_lo = f->last_hi = f->pref = -1, f->dir = -1;
     f->npages = (size_t)((d->layout.numel + page - 1) / page);
     MTC_CHECK_GOTO(mtc_mem_calloc(f->npages ? f->npages : 1, 1, (void **)&f->vec), rc, fail);
 #ifdef MADV_NOHUGEPAGE /* a huge page would keep a released shard resident */
@@ -163,11 +175,30 @@ fail:
     return rc;
 }
 
+static mtc_result_t fsdp_wait_rs(mtc_fsdp *f);
+
 void mtc_fsdp_free(mtc_fsdp *f) {
     if (!f) return;
+    for (int b = 0; f->ag && b < f->nb; b++)
+        (void)mtc_request_wait(&f->ag[b]);
+    (void)fsdp_wait_rs(f);
+    free(f->ag);
     free(f->gathered), free(f->need_cur), free(f->need_prev), free(f->nready);
     free(f->nreduced), free(f->ready), free(f->vec);
     free(f);
+}
+
+void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_grad_reduce) {
+    f->overlap_param_gather = overlap_param_gather != 0;
+    f->overlap_grad_reduce = overlap_grad_reduce != 0;
+}
+
+/* Release bucket b's params outside the shard (after its all-gather). */
+static mtc_result_t fsdp_drop(mtc_fsdp *f, int b) {
+    MTC_CHECK(mtc_request_wait(&f->ag[b]));
+    fsdp_release_bucket(f, f->d->params, b);
+    f->gathered[b] = 0;
+    return MTC_OK;
 }
 
 void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
@@ -178,7 +209,7 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
 
 void mtc_fsdp_shard(mtc_fsdp *f) {
     for (int b = 0; b < f->nb; b++) {
-        if (mtc_fsdp_shards_params(f)) fsdp_release_bucket(f, f->d->params, b), f->gathered[b] = 0;
+        if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
         fsdp_release_bucket(f, f->d->grads, b);
     }
     memset(f->need_cur, 0, (size_t)f->nb), memset(f->need_prev, 0, (size_t)f->nb);
@@ -186,66 +217,109 @@ void mtc_fsdp_shard(mtc_fsdp *f) {
     fsdp_sample(f);
 }
 
-/* comm: all-gather(intra) of bucket b's shards in place. */
-static mtc_result_t fsdp_gather(mtc_fsdp *f, int b) {
+/* comm: all-gather(intra) of bucket b's shards in place; `start`: leave
+ * it running (a prefetch), else wait for it (one already running too). */
+static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     mtc_ddp *d = f->d;
-    if (f->gathered[b]) return MTC_OK;
+    if (f->gathered[b]) return start ? MTC_OK : mtc_request_wait(&f->ag[b]);
     dp_range bk = d->layout.bucket[b];
     size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
     float *base = d->params + bk.start;
-    if (d->comms.intra)
-        MTC_CHECK(mtc_all_gather(base + (size_t)d->shard_rank * shard, base, shard, MTC_DTYPE_F32,
-                                 d->comms.intra));
+    if (d->comms.intra) {
+        if (start)
+            MTC_CHECK(mtc_all_gather_start(base + (size_t)d->shard_rank * shard, base, shard,
+                                           MTC_DTYPE_F32, d->comms.intra, &f->ag[b]));
+        else
+            MTC_CHECK(mtc_all_gather(base + (size_t)d->shard_rank * shard, base, shard,
+                                     MTC_DTYPE_F32, d->comms.intra));
+    }
     f->gathered[b] = 1;
     return MTC_OK;
 }
 
 /* A new optimizer step since the units were gathered: drop them. */
-static void fsdp_check_step(mtc_fsdp *f) {
-    if (!f->opt || f->opt->step == f->seen_step) return;
+static mtc_result_t fsdp_check_step(mtc_fsdp *f) {
+    if (!f->opt || f->opt->step == f->seen_step) return MTC_OK;
     f->seen_step = f->opt->step;
+    f->pref = -1;
     for (int b = 0; b < f->nb; b++)
-        if (f->gathered[b]) fsdp_release_bucket(f, f->d->params, b), f->gathered[b] = 0;
+        if (f->gathered[b]) MTC_CHECK(fsdp_drop(f, b));
+    return MTC_OK;
 }
 
 mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
-    if (!mtc_fsdp_shards_params(f)) return MTC_OK;
-    fsdp_check_step(f);
     const dp_layout *l = &f->d->layout;
+    /* the pass writes a unit's gradients only after it needed the unit:
+     * a reduce-scatter still running on them must finish first */
+    for (int p = first < 0 ? 0 : first; f->rs && p < last && p < l->nparams; p++)
+        if (l->param_bucket[p] == f->rs_b) MTC_CHECK(fsdp_wait_rs(f));
+    if (!mtc_fsdp_shards_params(f)) return MTC_OK;
+    MTC_CHECK(fsdp_check_step(f));
     unsigned char *t = f->need_prev; /* the call before becomes prev */
     f->need_prev = f->need_cur, f->need_cur = t;
     memset(f->need_cur, 0, (size_t)f->nb);
     for (int p = first < 0 ? 0 : first; p < last && p < l->nparams; p++)
         if (l->param_bucket[p] >= 0) f->need_cur[l->param_bucket[p]] = 1;
+    int lo = f->nb, hi = -1;
+    for (int b = 0; b < f->nb; b++)
+        if (f->need_cur[b]) lo = b < lo ? b : lo, hi = b;
+    if (hi < 0) return MTC_OK;
+    if (f->last_lo >= 0 && hi < f->last_lo) f->dir = -1; /* forward: towards bucket 0 */
+    if (f->last_lo >= 0 && lo > f->last_hi) f->dir = +1; /* backward */
+    f->last_lo = lo, f->last_hi = hi;
     for (int b = 0; b < f->nb; b++) /* release first: the peak stays at two units */
-        if (f->gathered[b] && !f->need_cur[b] && !f->need_prev[b])
-            fsdp_release_bucket(f, f->d->params, b), f->gathered[b] = 0;
+        if (f->gathered[b] && !f->need_cur[b] && !f->need_prev[b]) MTC_CHECK(fsdp_drop(f, b));
     /* forward order (last bucket first), as every rank issues them */
     for (int b = f->nb - 1; b >= 0; b--)
-        if (f->need_cur[b]) MTC_CHECK(fsdp_gather(f, b));
+        if (f->need_cur[b]) MTC_CHECK(fsdp_gather(f, b, 0));
     fsdp_sample(f);
+    /* --overlap-param-gather: the next unit of the pass gathers while this one computes */
+    int next = f->dir < 0 ? lo - 1 : hi + 1;
+    f->pref = -1;
+    if (f->overlap_param_gather && next >= 0 && next < f->nb) {
+        MTC_CHECK(fsdp_gather(f, next, 1));
+        f->pref = next;
+        f->need_cur[next] = 1; /* kept by the next call's release */
+    }
     return MTC_OK;
 }
 
 mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f) {
     if (!mtc_fsdp_shards_params(f)) return MTC_OK;
-    fsdp_check_step(f);
+    MTC_CHECK(fsdp_check_step(f));
     for (int b = f->nb - 1; b >= 0; b--)
-        MTC_CHECK(fsdp_gather(f, b));
+        MTC_CHECK(fsdp_gather(f, b, 0));
     return MTC_OK;
 }
 
-/* comm: reduce-scatter(intra) of bucket b's grads in place into the shard. */
+/* The reduce-scatter in flight finished: its bucket's other pages go back. */
+static mtc_result_t fsdp_wait_rs(mtc_fsdp *f) {
+    if (f->rs_b < 0) return MTC_OK;
+    mtc_result_t rc = mtc_request_wait(&f->rs);
+    fsdp_release_bucket(f, f->d->grads, f->rs_b);
+    f->rs_b = -1;
+    return rc;
+}
+
+/* comm: reduce-scatter(intra) of bucket b's grads in place into the shard
+ * (left running with --overlap-grad-reduce until the next one starts). */
 static mtc_result_t fsdp_reduce(mtc_fsdp *f, int b) {
     mtc_ddp *d = f->d;
     dp_range bk = d->layout.bucket[b];
     size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
     float *g = d->grads + bk.start;
     fsdp_sample(f); /* the unit's gradients are all resident now */
-    if (d->comms.intra)
-        MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
-                                     MTC_OP_SUM, d->comms.intra));
-    fsdp_release_bucket(f, d->grads, b);
+    MTC_CHECK(fsdp_wait_rs(f));
+    if (d->comms.intra && f->overlap_grad_reduce) {
+        MTC_CHECK(mtc_reduce_scatter_start(g, g + (size_t)d->shard_rank * shard, shard,
+                                           MTC_DTYPE_F32, MTC_OP_SUM, d->comms.intra, &f->rs));
+        f->rs_b = b;
+    } else {
+        if (d->comms.intra)
+            MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
+                                         MTC_OP_SUM, d->comms.intra));
+        fsdp_release_bucket(f, d->grads, b);
+    }
     const dp_layout *l = &d->layout;
     for (int k = l->bucket_param_off[b]; k < l->bucket_param_off[b + 1]; k++)
         f->ready[l->bucket_params[k]] = 0;
@@ -270,6 +344,7 @@ mtc_result_t mtc_fsdp_grads_ready(mtc_fsdp *f, int first, int last) {
 
 void mtc_fsdp_zero_grad(mtc_fsdp *f) {
     const dp_layout *l = &f->d->layout;
+    (void)fsdp_wait_rs(f); /* a failure was returned by the step's finish already */
     for (int b = 0; b < f->nb; b++) {
         dp_range s = dp_layout_shard_range(l, f->d->shard_rank, b);
         memset(f->d->grads + s.start, 0, (size_t)(s.end - s.start) * sizeof(float));
@@ -280,6 +355,7 @@ void mtc_fsdp_zero_grad(mtc_fsdp *f) {
 }
 
 mtc_result_t mtc_fsdp_finish(mtc_fsdp *f) {
+    MTC_CHECK(fsdp_wait_rs(f));
     for (int b = 0; b < f->nb; b++)
         if (f->nready[b] || !f->nreduced[b])
             return mtc_error(MTC_ERR_INVALID_USAGE,

@@ -29,8 +29,8 @@
  *
  * comm: all-gather(INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP) per unit
  * (params); reduce-scatter(same group) per unit and microbatch (grads).
- * Both blocking.
- * Limitations: one optimizer instance (no HSDP); no prefetch or overlap; fp32
+ * Blocking, or left running with the overlap flags (mtc_fsdp_set_overlap).
+ * Limitations: one optimizer instance (no HSDP); fp32
  * gradient reduction; the bf16 compute copies stay whole. Memory measured
  * with mincore(2) on the params and grads buffers (real resident pages). */
 #ifndef MTC_DP_FSDP_H
@@ -76,6 +76,13 @@ int mtc_fsdp_shards_params(const mtc_fsdp *f); /* optim_grads_params */
 /* The optimizer of d's shards: with optim_grads_params its all-gather is
  * switched off (o->no_gather) and a new o->step drops the gathered units. */
 void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o);
+/* --overlap-param-gather: after each need start the all-gather of the next
+ * unit in the pass's direction (forward: the next layer, backward: the one
+ * before), so up to three units are resident; --overlap-grad-reduce: each
+ * unit's reduce-scatter runs on until the next unit's starts (or the unit
+ * is needed again, or the step finishes). comm: all-gather_start,
+ * reduce_scatter_start(intra). */
+void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_grad_reduce);
 /* After the params were initialised or loaded (whole on every rank): give
  * back every page outside this rank's shards (params with
  * optim_grads_params, grads always); restarts the peak measurement. */

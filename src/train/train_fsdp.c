@@ -39,6 +39,7 @@ mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch) {
     train_gbuf *g = &ch->buf[TRAIN_GBUF_DENSE];
     MTC_CHECK(mtc_fsdp_init(g->ddp, x->cfg->fsdp_strategy, &g->fsdp));
     mtc_fsdp_attach_optimizer(g->fsdp, g->dopt);
+    mtc_fsdp_set_overlap(g->fsdp, x->cfg->overlap_param_gather, x->cfg->overlap_grad_reduce);
     ch->model->zero_grad_hook = train_fsdp_zero_grad;
     ch->model->zero_grad_ctx = g->fsdp;
     return MTC_OK;
@@ -96,10 +97,7 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
                          "--grad-reduce-in-bf16 with --data-parallel-sharding-strategy %s is not "
                          "in mtc yet: drop it or use the optim strategy",
                          s);
-    if (c->overlap_param_gather)
-        return mtc_error(E,
-                         "--overlap-param-gather with --data-parallel-sharding-strategy %s is not "
-                         "in mtc yet (each unit is gathered when needed): drop it",
-                         s);
+    if (c->overlap_param_gather && !c->overlap_grad_reduce) /* Megatron's rule */
+        return mtc_error(E, "Must use --overlap-param-gather with --overlap-grad-reduce");
     return MTC_OK;
 }

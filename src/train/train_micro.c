@@ -109,10 +109,10 @@ static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
                            : NULL,
         .grads_ready_ctx = (void *)ch,
         /* --overlap-param-gather: wait per param group in the forward */
-        .params_needed = (c->use_distributed_optimizer && c->overlap_param_gather) ||
-                                 c->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS
-                             ? train_params_needed
-                             : NULL,
+        .params_needed =
+            (c->use_distributed_optimizer && c->overlap_param_gather) || train_fsdp_grads(c)
+                ? train_params_needed
+                : NULL,
         .params_needed_ctx = (void *)ch};
     return pass;
 }

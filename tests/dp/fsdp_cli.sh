@@ -3,8 +3,8 @@
 # --data-parallel-sharding-strategy equals the serial run (lm loss and grad
 # norm per iteration within 2e-5, the distributed optimizer's tolerance) on
 # dp 4; optim_grads_params also with gradient accumulation (dp 2), tp 2 x
-# dp 2 + SP, cp 2 x dp 2, full recomputation, bf16 and --ckpt-format
-# fsdp_dtensor; the measured resident params of optim_grads_params are
+# dp 2 + SP, cp 2 x dp 2, full recomputation, bf16, --overlap-param-gather
+# (prefetch) with --overlap-grad-reduce, and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
 # exactly this rank's shard plus two gathered units (closed form of the
 # unit layout, 4 KiB pages) and its gradients at most that, both below the
 # unsharded run's; checkpoints go from FSDP to serial and back; what
@@ -35,6 +35,11 @@ same_losses "fsdp optim_grads_params cp=2 x dp=2 (--ckpt-format fsdp_dtensor)" "
 run rc --world-size 2 $F --data-parallel-sharding-strategy optim_grads --recompute-granularity full \
     --recompute-method uniform --recompute-num-layers 1 --overlap-grad-reduce
 same_losses "fsdp optim_grads dp=2 full recomputation, overlap-grad-reduce" "$D/s.jsonl" "$D/rc.jsonl"
+run ov --world-size 2 $F --overlap-grad-reduce --overlap-param-gather
+same_losses "fsdp optim_grads_params dp=2 prefetch + overlapped reduce-scatter" "$D/s.jsonl" "$D/ov.jsonl"
+run ot --world-size 4 --tp 2 --sequence-parallel $F --overlap-grad-reduce --overlap-param-gather \
+    --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+same_losses "fsdp optim_grads_params tp=2 x dp=2 + SP, overlap, recompute" "$D/s.jsonl" "$D/ot.jsonl"
 run sb --bf16
 run bf --world-size 4 $F --bf16
 same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
@@ -71,5 +76,5 @@ same_losses "serial --save continued with fsdp dp=4 = serial" "$D/ls.jsonl" "$D/
 refuse "unknown strategy" "data-parallel-sharding-strategy=full is not a strategy" $F --data-parallel-sharding-strategy full
 refuse "fsdp_dtensor without fsdp" "fsdp_dtensor is only tested with Megatron FSDP" --ckpt-format fsdp_dtensor
 refuse "optim_grads_params with pp" "pipeline-model-parallel-size=2 is not in mtc yet" --world-size 2 --pp 2 $F
-refuse "overlap-param-gather" "overlap-param-gather with --data-parallel-sharding-strategy" --world-size 2 $F --overlap-grad-reduce --overlap-param-gather
+refuse "overlap-param-gather without overlap-grad-reduce" "Must use --overlap-param-gather with --overlap-grad-reduce" --world-size 2 $F --overlap-param-gather
 exit $fail
