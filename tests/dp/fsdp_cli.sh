@@ -7,7 +7,8 @@
 # (prefetch) with --overlap-grad-reduce, and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
 # exactly this rank's shard plus two gathered units (closed form of the
 # unit layout, 4 KiB pages) and its gradients at most that, both below the
-# unsharded run's; checkpoints go from FSDP to serial and back; what
+# unsharded run's; checkpoints with optimizer state reshard between FSDP,
+# serial, the distributed optimizer on tp 2 (x pp 2) and back; what
 # Megatron or mtc refuses exits 2 with one line.
 set -u
 MTC=${MTC:-build/mtc}
@@ -64,14 +65,28 @@ else
     ok "memory check skipped: page size $(getconf PAGESIZE) (the closed form assumes 4096)"
 fi
 
-# checkpoints: FSDP save -> serial load, serial save -> FSDP load
-run ss --save "$D/s.bin"
-run fs --world-size 2 $F --save "$D/f.bin"
-run ls --load "$D/s.bin" --finetune
-run lf --load "$D/f.bin" --finetune
-same_losses "fsdp --save continued serially = serial" "$D/ls.jsonl" "$D/lf.jsonl"
-run lg --load "$D/s.bin" --finetune --world-size 4 $F
-same_losses "serial --save continued with fsdp dp=4 = serial" "$D/ls.jsonl" "$D/lg.jsonl"
+# checkpoints with the optimizer state, resharded: 4 iterations saved at
+# one layout and resumed to 8 at another equal an uninterrupted 8 (its
+# last 4 iterations)
+L="--lr-decay-iters 8"
+r() {
+    name=$1 iters=$2
+    shift 2
+    "$MTC" train $TINY $L --train-iters "$iters" --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
+}
+r full 8
+tail -4 "$D/full.jsonl" >"$D/full4.jsonl"
+r ca 4 --world-size 4 $F --save "$D/ck"
+r cb 8 --world-size 4 $F --load "$D/ck"
+grep -q "successfully loaded checkpoint from .*iteration 4, .*optimizer state" "$D/cb.log" || { bad "no load line"; cat "$D/cb.log"; }
+same_losses "fsdp dp=4 save -> fsdp dp=4 resume" "$D/full4.jsonl" "$D/cb.jsonl"
+r cc 8 --load "$D/ck"
+same_losses "fsdp dp=4 save -> serial resume" "$D/full4.jsonl" "$D/cc.jsonl"
+r cd 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck"
+same_losses "fsdp dp=4 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cd.jsonl"
+r ce 4 --world-size 4 --tp 2 --pp 2 --use-distributed-optimizer --save "$D/ck2"
+r cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$D/ck2"
+same_losses "distopt tp=2 x pp=2 save -> fsdp optim_grads dp=4 resume" "$D/full4.jsonl" "$D/cf.jsonl"
 
 refuse "unknown strategy" "data-parallel-sharding-strategy=full is not a strategy" $F --data-parallel-sharding-strategy full
 refuse "fsdp_dtensor without fsdp" "fsdp_dtensor is only tested with Megatron FSDP" --ckpt-format fsdp_dtensor
