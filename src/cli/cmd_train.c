@@ -1010,7 +1010,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
-    tc.fsdp_strategy = fsdp_strategy;
+    tc.fsdp_strategy = fsdp_strategy, tc.fsdp_unit_size = fsdp_flags.unit_size;
     tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());

@@ -56,6 +56,20 @@ void mtc_fsdp_units(const mtc_registry *reg, int num_layers, int *unit_of) {
     }
 }
 
+void mtc_fsdp_group_units(const mtc_registry *reg, int *unit_of, int64_t suggested) {
+    if (suggested <= 0 || reg->count < 1) return;
+    int group = 0, last = unit_of[0];
+    int64_t held = 0;
+    for (int i = 0; i < reg->count; i++) {
+        if (unit_of[i] != last) { /* a new unit: it joins the run unless the run is full */
+            if (held >= suggested) group++, held = 0;
+            last = unit_of[i];
+        }
+        held += (int64_t)reg->params[i].local_numel;
+        unit_of[i] = group;
+    }
+}
+
 static int64_t fsdp_page_floats(void) {
     long page = sysconf(_SC_PAGESIZE);
     return (page > 0 ? page : 4096) / (int64_t)sizeof(float);

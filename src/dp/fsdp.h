@@ -59,6 +59,11 @@ const char *mtc_fsdp_strategy_name(int strategy);
  * transformer layer's, num_layers + 1 the final norm and output layer.
  * unit_of holds reg->count ints. */
 void mtc_fsdp_units(const mtc_registry *reg, int num_layers, int *unit_of);
+/* --suggested-communication-unit-size S > 0: runs of consecutive units
+ * (forward order) merged into one, each run closed once it holds S
+ * elements or more (local numels), so small units share one collective.
+ * Renumbers unit_of in place. */
+void mtc_fsdp_group_units(const mtc_registry *reg, int *unit_of, int64_t suggested);
 /* Elements the layout pads each unit to with `dp` shard ranks: whole pages
  * of floats per shard. */
 int64_t mtc_fsdp_pad_divisor(int dp);

@@ -6,29 +6,28 @@
 #ifndef MTC_DP_FSDP_CLI_H
 #define MTC_DP_FSDP_CLI_H
 
+#include <stdint.h>
+
 #include "core/result.h"
 
 typedef struct {
     int use;              /* --use-megatron-fsdp */
     const char *strategy; /* --data-parallel-sharding-strategy (default optim_grads_params) */
+    int64_t unit_size;    /* --suggested-communication-unit-size (0: unset) */
 } mtc_fsdp_flags;
-#define MTC_FSDP_FLAGS_DEFAULTS                                                                    \
-    { 0, "optim_grads_params" }
+/* clang-format off */
+#define MTC_FSDP_FLAGS_DEFAULTS {0, "optim_grads_params", 0}
 #define MTC_FSDP_CLI_ARGS(f)                                                                       \
-    {"use-megatron-fsdp",                                                                          \
-     NULL,                                                                                         \
-     MTC_ARG_FLAG,                                                                                 \
-     &(f).use,                                                                                     \
-     NULL,                                                                                         \
+    {"use-megatron-fsdp", NULL, MTC_ARG_FLAG, &(f).use, NULL,                                      \
      "Megatron-FSDP: shard optimizer state, gradients and params per FSDP unit (a layer; the "     \
-     "embedding and the head their own) over data-parallel ranks (docs/fsdp.md)",                  \
-     0},                                                                                           \
-    {                                                                                              \
-        "data-parallel-sharding-strategy", NULL, MTC_ARG_STRING, &(f).strategy, "S",               \
-            "with --use-megatron-fsdp: no_shard|optim|optim_grads|optim_grads_params (default "    \
-            "optim_grads_params)",                                                                 \
-            0                                                                                      \
-    }
+     "embedding and the head their own) over data-parallel ranks (docs/fsdp.md)", 0},              \
+    {"data-parallel-sharding-strategy", NULL, MTC_ARG_STRING, &(f).strategy, "S",                  \
+     "with --use-megatron-fsdp: no_shard|optim|optim_grads|optim_grads_params (default "           \
+     "optim_grads_params)", 0},                                                                    \
+    {"suggested-communication-unit-size", NULL, MTC_ARG_I64, &(f).unit_size, "N",                  \
+     "with --use-megatron-fsdp: merge consecutive FSDP units until each holds N elements (one "    \
+     "collective per merged unit)", 0}
+/* clang-format on */
 
 /* The run's strategy (dp/fsdp.h's mtc_fsdp_strategy, 0 without
  * --use-megatron-fsdp) and the distributed optimizer it implies (*distopt

@@ -22,6 +22,7 @@ mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_d
     if (c->fsdp_strategy < MTC_FSDP_OPTIM) return MTC_OK;
     MTC_CHECK(mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int), (void **)units));
     mtc_fsdp_units(r, c->model.num_layers, *units);
+    mtc_fsdp_group_units(r, *units, c->fsdp_unit_size);
     dc->unit_of = *units;
     dc->bucket_size = 0; /* the units are the buckets */
     if (train_fsdp_grads(c)) {
@@ -71,8 +72,11 @@ mtc_result_t train_fsdp_gather_all(train_rank *x) {
 }
 
 mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
-    if (!train_fsdp_grads(c)) return MTC_OK;
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    if (c->fsdp_unit_size < 0)
+        return mtc_error(E, "suggested-communication-unit-size=%lld must be >= 1 elements",
+                         (long long)c->fsdp_unit_size);
+    if (!train_fsdp_grads(c)) return MTC_OK;
     const char *s = mtc_fsdp_strategy_name(c->fsdp_strategy);
     /* what mtc's FSDP does not do yet (Megatron allows these; docs/fsdp.md) */
     if (c->grid.pp > 1)

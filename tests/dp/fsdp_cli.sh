@@ -41,6 +41,12 @@ same_losses "fsdp optim_grads_params dp=2 prefetch + overlapped reduce-scatter" 
 run ot --world-size 4 --tp 2 --sequence-parallel $F --overlap-grad-reduce --overlap-param-gather \
     --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 same_losses "fsdp optim_grads_params tp=2 x dp=2 + SP, overlap, recompute" "$D/s.jsonl" "$D/ot.jsonl"
+run us --world-size 4 $F --suggested-communication-unit-size 20000 --print-layout
+same_losses "fsdp --suggested-communication-unit-size 20000" "$D/s.jsonl" "$D/us.jsonl"
+# embedding 2560 + layer 12704 + layer 12704 held before the run reaches
+# 20000: one merged unit, and the head's own
+grep -q "^buffer: .*, 2 buckets, data-parallel size 4" "$D/us.log" && ok "unit size: 2 merged units" ||
+    { bad "unit size layout"; grep "^buffer" "$D/us.log"; }
 run sb --bf16
 run bf --world-size 4 $F --bf16
 same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
@@ -88,6 +94,7 @@ r ce 4 --world-size 4 --tp 2 --pp 2 --use-distributed-optimizer --save "$D/ck2"
 r cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$D/ck2"
 same_losses "distopt tp=2 x pp=2 save -> fsdp optim_grads dp=4 resume" "$D/full4.jsonl" "$D/cf.jsonl"
 
+refuse "negative unit size" "suggested-communication-unit-size=-5 must be >= 1" $F --suggested-communication-unit-size -5
 refuse "unknown strategy" "data-parallel-sharding-strategy=full is not a strategy" $F --data-parallel-sharding-strategy full
 refuse "fsdp_dtensor without fsdp" "fsdp_dtensor is only tested with Megatron FSDP" --ckpt-format fsdp_dtensor
 refuse "optim_grads_params with pp" "pipeline-model-parallel-size=2 is not in mtc yet" --world-size 2 --pp 2 $F
