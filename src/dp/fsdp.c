@@ -15,8 +15,8 @@
  * Pages: every shard starts and ends on a page (mtc_fsdp_pad_divisor), so
  * madvise(MADV_DONTNEED) frees exactly what is not owned, and mincore(2)
  * says what is resident. Relies on dp/ddp.h, dp/distopt.h, comm/. Does
- * not: prefetch, overlap, reduce in bf16, or shard over several optimizer
- * instances (HSDP). */
+ * not: reduce in bf16, or shard the optimizer over the instances too
+ * (outer strategy optim). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -102,6 +102,8 @@ struct mtc_fsdp {
     int last_lo, last_hi; /* buckets of the last need, -1 none */
     int dir;              /* -1 forward (bucket indices fall), +1 backward */
     int pref;             /* the bucket last prefetched, -1 none */
+    float *acc;           /* HSDP: each bucket's shard as accumulated before this microbatch, at
+                             bucket.start / dp; NULL with one instance */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -142,11 +144,11 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "mtc_fsdp serves optim_grads and optim_grads_params, not %s",
                          mtc_fsdp_strategy_name(strategy));
-    if (!d->cfg.use_distopt || d->instances > 1 || d->cfg.overlap_grad_reduce)
+    if (!d->cfg.use_distopt || d->cfg.overlap_grad_reduce)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "mtc_fsdp needs a distributed-optimizer buffer of one instance without "
-                         "its own overlap (got use_distopt %d, %d instances, overlap %d)",
-                         d->cfg.use_distopt, d->instances, d->cfg.overlap_grad_reduce);
+                         "mtc_fsdp needs a distributed-optimizer buffer without its own overlap "
+                         "(got use_distopt %d, overlap %d)",
+                         d->cfg.use_distopt, d->cfg.overlap_grad_reduce);
     int64_t page = fsdp_page_floats();
     if (((uintptr_t)d->params | (uintptr_t)d->grads) % (uintptr_t)(page * (int64_t)sizeof(float)))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "FSDP buffers must start on a page");
@@ -170,6 +172,10 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(int), (void **)&f->nreduced), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&f->ready), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(mtc_request_t), (void **)&f->ag), rc, fail);
+    if (d->comms.inter)
+        MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(d->layout.numel / d->layout.dp + 1), sizeof(float),
+                                      (void **)&f->acc),
+                       rc, fail);
     f->rs_b = f->last_lo = f->last_hi = f->pref = -1, f->dir = -1;
     f->npages = (size_t)((d->layout.numel + page - 1) / page);
     MTC_CHECK_GOTO(mtc_mem_calloc(f->npages ? f->npages : 1, 1, (void **)&f->vec), rc, fail);
@@ -196,7 +202,7 @@ void mtc_fsdp_free(mtc_fsdp *f) {
     for (int b = 0; f->ag && b < f->nb; b++)
         (void)mtc_request_wait(&f->ag[b]);
     (void)fsdp_wait_rs(f);
-    free(f->ag);
+    free(f->ag), free(f->acc);
     free(f->gathered), free(f->need_cur), free(f->need_prev), free(f->nready);
     free(f->nreduced), free(f->ready), free(f->vec);
     free(f);
@@ -306,10 +312,30 @@ mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f) {
     return MTC_OK;
 }
 
+/* HSDP (several optimizer instances, outer no_shard): the shard of bucket b
+ * replicated over the instances, its microbatch sum added up over them.
+ * The shard holds acc + sum(intra) on every instance; the all-reduce must
+ * add only the new part, so acc is taken out first and put back after.
+ * comm: all-reduce(inter-instance group) of the shard. */
+static mtc_result_t fsdp_reduce_inter(mtc_fsdp *f, int b) {
+    mtc_ddp *d = f->d;
+    if (!d->comms.inter) return MTC_OK;
+    dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, b);
+    float *g = d->grads + s.start, *acc = f->acc + d->layout.bucket[b].start / d->layout.dp;
+    size_t n = (size_t)(s.end - s.start);
+    for (size_t i = 0; i < n; i++)
+        g[i] -= acc[i];
+    MTC_CHECK(mtc_all_reduce(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.inter));
+    for (size_t i = 0; i < n; i++)
+        g[i] += acc[i], acc[i] = g[i];
+    return MTC_OK;
+}
+
 /* The reduce-scatter in flight finished: its bucket's other pages go back. */
 static mtc_result_t fsdp_wait_rs(mtc_fsdp *f) {
     if (f->rs_b < 0) return MTC_OK;
     mtc_result_t rc = mtc_request_wait(&f->rs);
+    if (rc == MTC_OK) rc = fsdp_reduce_inter(f, f->rs_b);
     fsdp_release_bucket(f, f->d->grads, f->rs_b);
     f->rs_b = -1;
     return rc;
@@ -332,6 +358,7 @@ static mtc_result_t fsdp_reduce(mtc_fsdp *f, int b) {
         if (d->comms.intra)
             MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
                                          MTC_OP_SUM, d->comms.intra));
+        MTC_CHECK(fsdp_reduce_inter(f, b));
         fsdp_release_bucket(f, d->grads, b);
     }
     const dp_layout *l = &d->layout;
@@ -362,6 +389,9 @@ void mtc_fsdp_zero_grad(mtc_fsdp *f) {
     for (int b = 0; b < f->nb; b++) {
         dp_range s = dp_layout_shard_range(l, f->d->shard_rank, b);
         memset(f->d->grads + s.start, 0, (size_t)(s.end - s.start) * sizeof(float));
+        if (f->acc)
+            memset(f->acc + l->bucket[b].start / l->dp, 0,
+                   (size_t)(s.end - s.start) * sizeof(float));
         fsdp_release_bucket(f, f->d->grads, b);
         f->nready[b] = f->nreduced[b] = 0;
     }

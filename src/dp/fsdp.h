@@ -30,7 +30,9 @@
  * comm: all-gather(INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP) per unit
  * (params); reduce-scatter(same group) per unit and microbatch (grads).
  * Blocking, or left running with the overlap flags (mtc_fsdp_set_overlap).
- * Limitations: one optimizer instance (no HSDP); fp32
+ * With several optimizer instances (HSDP) each unit's shard is also
+ * all-reduced over the inter-instance group after its reduce-scatter.
+ * Limitations: fp32
  * gradient reduction; the bf16 compute copies stay whole. Memory measured
  * with mincore(2) on the params and grads buffers (real resident pages). */
 #ifndef MTC_DP_FSDP_H

@@ -85,11 +85,6 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
             "--data-parallel-sharding-strategy %s with pipeline-model-parallel-size=%d "
             "is not in mtc yet: use --pp 1, or the optim strategy",
             s, c->grid.pp);
-    if (c->grid.num_dist_opt_instances > 1)
-        return mtc_error(E,
-                         "--data-parallel-sharding-strategy %s with "
-                         "num-distributed-optimizer-instances=%d (HSDP) is not in mtc yet: use 1",
-                         s, c->grid.num_dist_opt_instances);
     if (c->grid.ep > 1 && c->model.moe.num_experts > 0)
         return mtc_error(E,
                          "--data-parallel-sharding-strategy %s with expert-model-parallel-size=%d "
