@@ -27,22 +27,32 @@ mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_d
     dc->bucket_size = 0; /* the units are the buckets */
     if (train_fsdp_grads(c)) {
         dc->overlap_grad_reduce = 0; /* mtc_fsdp reduces each unit itself */
-        mtc_comm_t sh = x->gbuf[TRAIN_GBUF_DENSE].shard;
+        /* the expert-parallel buffer shards over expert-DP, the dense one over DP x CP */
+        mtc_comm_t sh =
+            x->gbuf[dc->params == MTC_DDP_PARAMS_EXPERT ? TRAIN_GBUF_EXPERT : TRAIN_GBUF_DENSE]
+                .shard;
         dc->pad_divisor = mtc_fsdp_pad_divisor(sh ? mtc_comm_size(sh) : 1);
     }
     return MTC_OK;
 }
 
-static void train_fsdp_zero_grad(void *ctx) { mtc_fsdp_zero_grad(ctx); }
+static void train_fsdp_zero_grad(void *ctx) { /* every buffer of the chunk */
+    train_chunk *ch = ctx;
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp) mtc_fsdp_zero_grad(ch->buf[b].fsdp);
+}
 
 mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch) {
     if (!train_fsdp_grads(x->cfg)) return MTC_OK;
-    train_gbuf *g = &ch->buf[TRAIN_GBUF_DENSE];
-    MTC_CHECK(mtc_fsdp_init(g->ddp, x->cfg->fsdp_strategy, &g->fsdp));
-    mtc_fsdp_attach_optimizer(g->fsdp, g->dopt);
-    mtc_fsdp_set_overlap(g->fsdp, x->cfg->overlap_param_gather, x->cfg->overlap_grad_reduce);
+    for (int b = 0; b < x->nbuf; b++) {
+        train_gbuf *g = &ch->buf[b];
+        if (!g->ddp) continue; /* a chunk without local experts */
+        MTC_CHECK(mtc_fsdp_init(g->ddp, x->cfg->fsdp_strategy, &g->fsdp));
+        mtc_fsdp_attach_optimizer(g->fsdp, g->dopt);
+        mtc_fsdp_set_overlap(g->fsdp, x->cfg->overlap_param_gather, x->cfg->overlap_grad_reduce);
+    }
     ch->model->zero_grad_hook = train_fsdp_zero_grad;
-    ch->model->zero_grad_ctx = g->fsdp;
+    ch->model->zero_grad_ctx = ch;
     return MTC_OK;
 }
 
@@ -85,12 +95,6 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
             "--data-parallel-sharding-strategy %s with pipeline-model-parallel-size=%d "
             "is not in mtc yet: use --pp 1, or the optim strategy",
             s, c->grid.pp);
-    if (c->grid.ep > 1 && c->model.moe.num_experts > 0)
-        return mtc_error(E,
-                         "--data-parallel-sharding-strategy %s with expert-model-parallel-size=%d "
-                         "is not in mtc yet: use --expert-model-parallel-size 1 or the optim "
-                         "strategy",
-                         s, c->grid.ep);
     if (c->grad_reduce_in_bf16)
         return mtc_error(E,
                          "--grad-reduce-in-bf16 with --data-parallel-sharding-strategy %s is not "

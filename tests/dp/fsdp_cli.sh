@@ -4,7 +4,8 @@
 # norm per iteration within 2e-5, the distributed optimizer's tolerance) on
 # dp 4; optim_grads_params also with gradient accumulation (dp 2), tp 2 x
 # dp 2 + SP, cp 2 x dp 2, full recomputation, bf16, --overlap-param-gather
-# (prefetch) with --overlap-grad-reduce, HSDP (2 optimizer instances), and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
+# (prefetch) with --overlap-grad-reduce, HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
+# expert-DP), and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
 # exactly this rank's shard plus two gathered units (closed form of the
 # unit layout, 4 KiB pages) and its gradients at most that, both below the
 # unsharded run's; checkpoints with optimizer state reshard between FSDP,
@@ -49,6 +50,10 @@ grep -q "^buffer: .*, 2 buckets, data-parallel size 4" "$D/us.log" && ok "unit s
     { bad "unit size layout"; grep "^buffer" "$D/us.log"; }
 run hs --world-size 4 --micro-batch-size 1 $F --num-distributed-optimizer-instances 2 --overlap-grad-reduce
 same_losses "HSDP: fsdp optim_grads_params over 2 instances x 2, 2 microbatches, overlap" "$D/s.jsonl" "$D/hs.jsonl"
+MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
+run ms $MOE
+run me $MOE --world-size 4 --ep 2 $F --overlap-grad-reduce --overlap-param-gather
+same_losses "MoE ep=2 x dp=2: experts sharded over expert-DP, overlap" "$D/ms.jsonl" "$D/me.jsonl"
 run sb --bf16
 run bf --world-size 4 $F --bf16
 same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
