@@ -18,6 +18,21 @@ mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_form
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "--ckpt-format fsdp_dtensor is only tested with Megatron FSDP: add "
                          "--use-megatron-fsdp or use torch_dist");
+    if (!f->outer || (strcmp(f->outer, "no_shard") && strcmp(f->outer, "optim")))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "outer-dp-sharding-strategy=%s is not a strategy (no_shard, optim)",
+                         f->outer ? f->outer : "(none)");
+    if (f->use && strcmp(f->outer, "optim") == 0) {
+        if (s != MTC_FSDP_OPTIM_GRADS_PARAMS) /* Megatron's NotImplementedError */
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "Optimizer fully-sharded HFSDP (--outer-dp-sharding-strategy optim) "
+                             "is only supported with full-sharding on DP-Shard: use "
+                             "--data-parallel-sharding-strategy optim_grads_params, not %s",
+                             f->strategy);
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "--outer-dp-sharding-strategy optim (HFSDP) is not in mtc yet: use "
+                         "no_shard (HSDP)");
+    }
     if (!f->use) return MTC_OK;
     *strategy = s;
     /* Megatron-FSDP runs on the distributed optimizer; no_shard's numbers

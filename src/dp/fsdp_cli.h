@@ -14,9 +14,10 @@ typedef struct {
     int use;              /* --use-megatron-fsdp */
     const char *strategy; /* --data-parallel-sharding-strategy (default optim_grads_params) */
     int64_t unit_size;    /* --suggested-communication-unit-size (0: unset) */
+    const char *outer;    /* --outer-dp-sharding-strategy (default no_shard) */
 } mtc_fsdp_flags;
 /* clang-format off */
-#define MTC_FSDP_FLAGS_DEFAULTS {0, "optim_grads_params", 0}
+#define MTC_FSDP_FLAGS_DEFAULTS {0, "optim_grads_params", 0, "no_shard"}
 #define MTC_FSDP_CLI_ARGS(f)                                                                       \
     {"use-megatron-fsdp", NULL, MTC_ARG_FLAG, &(f).use, NULL,                                      \
      "Megatron-FSDP: shard optimizer state, gradients and params per FSDP unit (a layer; the "     \
@@ -26,7 +27,10 @@ typedef struct {
      "optim_grads_params)", 0},                                                                    \
     {"suggested-communication-unit-size", NULL, MTC_ARG_I64, &(f).unit_size, "N",                  \
      "with --use-megatron-fsdp: merge consecutive FSDP units until each holds N elements (one "    \
-     "collective per merged unit)", 0}
+     "collective per merged unit)", 0},                                                            \
+    {"outer-dp-sharding-strategy", NULL, MTC_ARG_STRING, &(f).outer, "S",                          \
+     "with --num-distributed-optimizer-instances > 1: no_shard (replicate over the instances; "    \
+     "default) or optim (not in mtc yet)", 0}
 /* clang-format on */
 
 /* The run's strategy (dp/fsdp.h's mtc_fsdp_strategy, 0 without

@@ -102,6 +102,9 @@ r cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$
 same_losses "distopt tp=2 x pp=2 save -> fsdp optim_grads dp=4 resume" "$D/full4.jsonl" "$D/cf.jsonl"
 
 refuse "negative unit size" "suggested-communication-unit-size=-5 must be >= 1" $F --suggested-communication-unit-size -5
+refuse "HFSDP outer optim with optim_grads" "is only supported with full-sharding on DP-Shard" --world-size 4 $F \
+    --data-parallel-sharding-strategy optim_grads --num-distributed-optimizer-instances 2 --outer-dp-sharding-strategy optim
+refuse "unknown outer strategy" "outer-dp-sharding-strategy=full is not a strategy" --outer-dp-sharding-strategy full
 refuse "unknown strategy" "data-parallel-sharding-strategy=full is not a strategy" $F --data-parallel-sharding-strategy full
 refuse "fsdp_dtensor without fsdp" "fsdp_dtensor is only tested with Megatron FSDP" --ckpt-format fsdp_dtensor
 refuse "optim_grads_params with pp" "pipeline-model-parallel-size=2 is not in mtc yet" --world-size 2 --pp 2 $F
