@@ -124,6 +124,7 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     if (nd > 1 && !c->use_distributed_optimizer)
         return mtc_error(
             E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    MTC_CHECK(train_fsdp_validate(c)); /* train_fsdp.c */
     mtc_grid_config gc = c->grid;
     gc.world_size = world > 0 ? world : 1;
     mtc_grid_spec spec;
@@ -520,6 +521,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
+            if (c->fsdp_strategy) /* Megatron-FSDP: the peak resident pages so far */
+                act_bytes = train_memory(x, &mem);
             fprintf(metrics,
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "nn/lowp.h"
+#include "dp/fsdp.h"
 #include "train/train_internal.h"
 
 /* 1 for the params Megatron marks shared_embedding: those the registry
@@ -90,7 +91,10 @@ static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offse
     for (int b = 0; rc == MTC_OK && b < x->nbuf; b++) {
         mtc_ddp_config dc = train_gbuf_config(x, lc->k, b, shared, base);
         mtc_comm_t sh = x->gbuf[b].shard;
-        rc = mtc_ddp_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
+        int *units = NULL;
+        rc = train_fsdp_config(x, r, &dc, &units);
+        if (rc == MTC_OK) rc = mtc_ddp_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
+        free(units);
         for (int i = 0; rc == MTC_OK && i < r->count; i++)
             if (b == 0 || (l[b].nparams && l[b].param_bucket[i] >= 0))
                 offsets[i] = base + (size_t)l[b].param[i].start;
@@ -160,7 +164,11 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
         mtc_ddp_config dc = train_gbuf_config(x, k, b, shared, base);
         mtc_ddp_comms comms =
             mtc_ddp_kind_comms(x->grid, &x->gbuf[b], c->use_distributed_optimizer, k);
-        rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->buf[b].ddp);
+        int *units = NULL;
+        rc = train_fsdp_config(x, &m->reg, &dc, &units);
+        if (rc == MTC_OK)
+            rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->buf[b].ddp);
+        free(units);
         if (rc == MTC_OK) base += (size_t)ch->buf[b].ddp->layout.numel;
     }
     free(shared);
@@ -173,6 +181,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                     mtc_distopt_init(ch->buf[b].ddp, c->overlap_param_gather, &ch->buf[b].dopt));
     } else
         MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
+    MTC_CHECK(train_fsdp_chunk_init(x, ch));
     mtc_progress_update(&x->progress, 3 * k + 3, 3 * x->vpp);
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * sizeof(int), (void **)&ch->slot_of));
     for (int i = 0; i < x->nmb_max; i++)
@@ -321,6 +330,8 @@ static int keep_cmp(const void *a, const void *b) {
  * distributed optimizer's shard). */
 static mtc_result_t train_shard_main(train_rank *x) {
     const mtc_train_config *c = x->cfg;
+    train_fsdp_shard(x); /* Megatron-FSDP: only the shards stay (the bf16 copies whole) */
+    if (train_fsdp_grads(c)) return MTC_OK;
     if (!c->bf16 || !c->use_distributed_optimizer || c->model.moe.num_experts > 0) return MTC_OK;
     for (int k = 0; k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
@@ -456,7 +467,10 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
         for (int b = 0; b < x->nbuf; b++) {
             const mtc_ddp *d = x->chunks[k].buf[b].ddp;
             if (!d) continue;
-            mtc_ddp_memory(d, &m);
+            if (x->chunks[k].buf[b].fsdp) /* the measured peak of resident pages */
+                mtc_fsdp_memory(x->chunks[k].buf[b].fsdp, &m);
+            else
+                mtc_ddp_memory(d, &m);
             mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
             mem->optim_state_bytes += m.optim_state_bytes;
         }
@@ -499,8 +513,10 @@ mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
 void train_teardown(train_rank *x) {
     for (int k = 0; x->chunks && k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
-        for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--)
+        for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--) {
+            mtc_fsdp_free(ch->buf[b].fsdp);
             mtc_distopt_free(ch->buf[b].dopt);
+        }
         mtc_adamw_free(&ch->opt);
         for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--) {
             mtc_ddp_free(ch->buf[b].ddp); /* before the model: it waits on the model's buffers */
