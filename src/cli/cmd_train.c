@@ -232,8 +232,8 @@ static int train_fill_model(train_flags *f, const mtc_arg *args, int nargs, mtc_
     tc->peak_tflops = f->peak_tflops;
     tc->tensorboard = f->tb_flags;
     mc->moe = f->moe_cfg;
-    if (mtc_moe_validate(&f->moe_cfg, f->L, mc->ffn_hidden_size, f->tp, f->sp, f->ep,
-                         f->etp ? f->etp : f->tp, !f->model_f.nobias) != MTC_OK)
+    if (mtc_moe_validate(&f->moe_cfg, f->L, mc->ffn_hidden_size, f->lay.tp, f->sp, f->lay.ep,
+                         f->lay.etp ? f->lay.etp : f->lay.tp, !f->model_f.nobias) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     /* shape checks that need no data, before opening anything */
     mc->vocab_size = mc->padded_vocab_size = 1;
@@ -276,7 +276,7 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     mtc_model_config *mc = &tc->model;
     tc->micro_batch = f->mbs;
     { /* Megatron's default: one microbatch per data-parallel rank */
-        int64_t model_ranks = (int64_t)f->tp * f->pp * f->cp;
+        int64_t model_ranks = (int64_t)f->lay.tp * f->lay.pp * f->lay.cp;
         int dp = model_ranks > 0 && f->world % model_ranks == 0 ? (int)(f->world / model_ranks) : 1;
         int64_t g = f->gbs ? f->gbs : (int64_t)f->mbs * dp;
         if (g > INT_MAX)
@@ -319,11 +319,12 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->comm_timeout_s =
         f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0; /* the launch's */
     mtc_grid_config_default(&tc->grid);                           /* the layout, once */
-    tc->grid.tp = f->tp, tc->grid.pp = f->pp, tc->grid.cp = f->cp, tc->grid.ep = f->ep,
-    tc->grid.etp = f->etp;
-    tc->grid.vpp = f->vpp, tc->grid.num_dist_opt_instances = f->nd;
-    if (f->hcp.n == 2)
-        tc->grid.n_hcp = 2, tc->grid.hcp[0] = (int)f->hcp.v[0], tc->grid.hcp[1] = (int)f->hcp.v[1];
+    tc->grid.tp = f->lay.tp, tc->grid.pp = f->lay.pp, tc->grid.cp = f->lay.cp,
+    tc->grid.ep = f->lay.ep, tc->grid.etp = f->lay.etp;
+    tc->grid.vpp = f->lay.vpp, tc->grid.num_dist_opt_instances = f->lay.nd;
+    if (f->lay.hcp.n == 2)
+        tc->grid.n_hcp = 2, tc->grid.hcp[0] = (int)f->lay.hcp.v[0],
+        tc->grid.hcp[1] = (int)f->lay.hcp.v[1];
     tc->cp_comm_type = f->cp_type;
     tc->cp_layer_types = f->cp_per_layer ? f->cp_types : NULL;
     tc->decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
@@ -349,12 +350,12 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->recompute_full = f->rc_full, tc->recompute_block = f->rc_block,
     tc->recompute_num_layers = f->rc_layers;
     tc->recompute_mlp = f->rc_mlp;
-    tc->microbatch_group_size = f->mb_group, tc->pp_split = f->pp_split;
+    tc->microbatch_group_size = f->lay.mb_group, tc->pp_split = f->pp_split;
     tc->overlap_grad_reduce = f->overlap, tc->ddp_bucket_size = f->bucket;
     tc->use_distributed_optimizer = f->distopt, tc->overlap_param_gather = f->overlap_pg;
     tc->pad_high_busbw = f->pad_high, tc->print_layout = f->print_layout;
     if (mtc_train_validate(tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
-    mc->padded_vocab_size = mtc_model_pad_vocab(1, f->divisible, f->tp);
+    mc->padded_vocab_size = mtc_model_pad_vocab(1, f->divisible, f->lay.tp);
     if (mtc_train_validate_layout(tc, f->world) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     return -1;
@@ -393,7 +394,7 @@ static int train_data_check(train_flags *f, const mtc_arg *args, int nargs, mtc_
                                f->vocab, data_vocab);
     }
     mc->vocab_size = f->vocab ? f->vocab : data_vocab;
-    mc->padded_vocab_size = mtc_model_pad_vocab(mc->vocab_size, f->divisible, f->tp);
+    mc->padded_vocab_size = mtc_model_pad_vocab(mc->vocab_size, f->divisible, f->lay.tp);
     strcpy(f->tokstr, "none");
     const data_tok *tok = data_source_tokenizer(f->src);
     if (tok) { /* the tokenizer's text form, stored with the model */

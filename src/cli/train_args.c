@@ -8,6 +8,7 @@ static train_flags TF;
 
 static void train_flags_defaults(train_flags *f) {
     memset(f, 0, sizeof *f);
+    f->lay = (layout_flags)LAYOUT_FLAGS_DEFAULTS;
     f->L = 4;
     f->C = 128;
     f->NH = 4;
@@ -30,16 +31,9 @@ static void train_flags_defaults(train_flags *f) {
     f->log_interval = 100;
     f->world = 1;
     f->divisible = 128;
-    f->tp = 1;
-    f->pp = 1;
-    f->cp = 1;
-    f->ep = 1;
-    f->nd = 1;
     f->split = "969,30,1";
     f->style = "linear";
     f->ckpt_step = -1;
-    f->cp_comm = (mtc_arg_strings){1, {"p2p"}};
-    f->hcp = (mtc_arg_ints){0};
     f->tok_opts = (data_tok_opts){0};
     f->tok_special = (mtc_arg_strings){0};
     f->data_paths = (mtc_arg_strings){0};
@@ -58,7 +52,6 @@ static void train_flags_defaults(train_flags *f) {
     f->ramp = (mtc_arg_strings){0};
     f->model_f = (model_cli_flags)MODEL_CLI_DEFAULTS;
     f->moe_f = (moe_cli_flags)MOE_CLI_DEFAULTS;
-    f->split_f = (pp_layout_cli)PP_LAYOUT_CLI_DEFAULTS;
     f->pp_split = (pp_layout_args){0};
     f->compat = (train_compat){0};
 }
@@ -123,24 +116,7 @@ static mtc_arg TRAIN_ARGS[] = {
         {"attention-dropout", NULL, MTC_ARG_DOUBLE, &TF.adrop, "P", "(default 0.1)", 0},
         {"world-size", NULL, MTC_ARG_INT, &TF.world, "N",
          "rank-threads (shm backend; under mpirun the MPI size) (default 1)", 0},
-        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &TF.tp, "N",
-         "tensor-parallel ranks (default 1); data-parallel = world / (tp x pp)", 0},
-        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &TF.pp, "N",
-         "pipeline stages of num-layers/pp layers, 1F1B schedule, interleaved with --vpp (default "
-         "1)",
-         0},
-        {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &TF.lpvs, "N",
-         "interleaved 1F1B: virtual stages of N layers (vpp = num-layers/pp/N)", 0},
-        {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &TF.vstages, "V",
-         "interleaved 1F1B with V model chunks per pipeline rank", 0},
-        {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &TF.vpp, "V",
-         "the same as --num-virtual-stages-per-pipeline-rank", 0},
-        {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &TF.mb_group, "N",
-         "contiguous microbatches per virtual stage (default pp)", 0},
-        {"context-parallel-size", "cp", MTC_ARG_INT, &TF.cp, "N",
-         "context-parallel ranks (default 1): each sequence in 2cp chunks, rank c keeps chunks c "
-         "and 2cp-1-c; seq-length % (2cp) == 0",
-         0},
+        LAYOUT_ARGS(TF.lay), /* the parallel layout (cli/layout_args.h) */
         {"recompute-granularity", NULL, MTC_ARG_STRING, &TF.rc_gran, "S",
          "full: recompute layers from their inputs in backward (bit-identical results); "
          "selective: the core attention (already kept as out + lse only)",
@@ -161,23 +137,9 @@ static mtc_arg TRAIN_ARGS[] = {
          "deadline of every collective and point-to-point call, in minutes (default "
          "MTC_COMM_TIMEOUT or 5); a rank that does not arrive ends the job with a report",
          0},
-        {"cp-comm-type", NULL, MTC_ARG_STRINGS, &TF.cp_comm, "S [S ...]",
-         "p2p (ring, default) | all_gather | a2a (Ulysses: local heads divisible by cp) | "
-         "a2a+p2p (a2a inside groups of A ranks, ring across them); one value, or one per "
-         "layer",
-         0},
-        {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &TF.hcp, "A P",
-         "for a2a+p2p: A ranks in each all-to-all, P in the ring (A*P = cp)", 0},
-        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &TF.ep, "N",
-         "expert-parallel ranks (default 1): each owns num-experts/ep experts of every MoE "
-         "layer",
-         0},
-        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &TF.etp, "N",
-         "expert-tensor-parallel ranks (default: the TP size): 1 (whole experts) or the TP size",
-         0},
         MOE_CLI_ARGS(TF.moe_f),
         TRAIN_COMPAT_ARGS(TF.compat), /* the example scripts' last flags (cli/train_compat.h) */
-        PP_LAYOUT_CLI_ARGS(TF.split_f),
+        PP_LAYOUT_CLI_ARGS(TF.lay.split),
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &TF.sp, NULL,
          "split layer norm / dropout / residual regions along the sequence over TP", 0},
         {"overlap-grad-reduce", NULL, MTC_ARG_FLAG, &TF.overlap, NULL,
@@ -222,8 +184,7 @@ static mtc_arg TRAIN_ARGS[] = {
          "leave the param all-gathers running until the next pass needs the params (distributed "
          "optimizer)",
          0},
-        {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &TF.nd, "N",
-         "optimizer instances: shards over dp/N ranks, shard all-reduced over N (default 1)", 0},
+        LAYOUT_ARG_ND(TF.lay),
         {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &TF.pad_high, NULL,
          "pad buckets to lcm(dp, 128, 65536) (distributed optimizer)", 0},
         {"print-layout", NULL, MTC_ARG_FLAG, &TF.print_layout, NULL,

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ckpt/state.h"
+#include "cli/layout_args.h"
 #include "cli/train_compat.h"
 #include "core/args.h"
 #include "data/data.h"
@@ -18,6 +19,7 @@
 #include "train/train.h"
 
 typedef struct {
+    layout_flags lay; /* the parallel layout (cli/layout_args.h) */
     int L;
     int C;
     int NH;
@@ -50,20 +52,10 @@ typedef struct {
     int divisible;
     int threads;
     int mock;
-    int tp;
-    int pp;
     int sp;
     int overlap;
-    int cp;
-    int ep;
-    int etp;
-    int vpp;
-    int lpvs;
-    int vstages;
-    int mb_group;
     int distopt;
     int overlap_pg;
-    int nd;
     int pad_high;
     int print_layout;
     int64_t bucket;
@@ -81,8 +73,6 @@ typedef struct {
     int finetune;
     int override_sched;
     int64_t ckpt_step;
-    mtc_arg_strings cp_comm;
-    mtc_arg_ints hcp;
     data_tok_opts tok_opts;
     mtc_arg_strings tok_special;
     mtc_arg_strings data_paths;
@@ -137,7 +127,6 @@ typedef struct {
     int noop_f[11];
     model_cli_flags model_f;
     moe_cli_flags moe_f;
-    pp_layout_cli split_f;
     pp_layout_args pp_split;
     train_compat compat;
     /* derived by the checks (train_check.c), read when the config is filled */

@@ -32,11 +32,12 @@ int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
     if (f->mbs < 1 || f->mbs > MTC_TRAIN_MAX_MICRO_BATCH)
         return cli_usage_error("train", "--micro-batch-size %d must be 1..%d", f->mbs,
                                MTC_TRAIN_MAX_MICRO_BATCH);
-    if (f->tp < 1)
-        return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", f->tp);
-    if (f->pp < 1)
-        return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", f->pp);
-    if (f->cp < 1) return cli_usage_error("train", "context-parallel-size=%d must be >= 1", f->cp);
+    if (f->lay.tp < 1)
+        return cli_usage_error("train", "tensor-model-parallel-size=%d must be >= 1", f->lay.tp);
+    if (f->lay.pp < 1)
+        return cli_usage_error("train", "pipeline-model-parallel-size=%d must be >= 1", f->lay.pp);
+    if (f->lay.cp < 1)
+        return cli_usage_error("train", "context-parallel-size=%d must be >= 1", f->lay.cp);
     char metrics_real[MTC_PATH_MAX];
     if (f->metrics &&
         mtc_outfile_check(f->metrics, "--metrics", metrics_real, sizeof metrics_real) != MTC_OK)
@@ -96,8 +97,8 @@ int train_check_layout(train_flags *f, const mtc_arg *args, int nargs) {
                                f->dist_timeout_min);
     /* one comm type, or one per layer (Megatron's nargs='+') */
     f->cp_per_layer = 0;
-    if (cp_options_resolve(f->cp_comm.v, f->cp_comm.n, f->L, f->cp, f->hcp.v, f->hcp.n, f->cp_types,
-                           &f->cp_per_layer) != MTC_OK)
+    if (cp_options_resolve(f->lay.cp_comm.v, f->lay.cp_comm.n, f->L, f->lay.cp, f->lay.hcp.v,
+                           f->lay.hcp.n, f->cp_types, &f->cp_per_layer) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     f->cp_type = f->cp_types[0];
     if ((st = train_compat_apply(&f->compat, f->model_f.use_rope ? "rope" : f->model_f.posemb,
@@ -106,32 +107,32 @@ int train_check_layout(train_flags *f, const mtc_arg *args, int nargs) {
     if (moe_cli_resolve(&f->moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &f->moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    if (mtc_moe_validate_etp(f->etp, f->tp) != MTC_OK)
+    if (mtc_moe_validate_etp(f->lay.etp, f->lay.tp) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    if (f->vpp && (f->lpvs || f->vstages))
+    if (f->lay.vpp && (f->lay.lpvs || f->lay.vstages))
         return cli_usage_error(
             "train",
             "give the virtual pipeline size once: --vpp or --num-virtual-stages-per-pipeline-rank "
             "or --num-layers-per-virtual-pipeline-stage");
-    if (mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size") && f->vpp < 1)
+    if (mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size") && f->lay.vpp < 1)
         return cli_usage_error("train", "virtual-pipeline-model-parallel-size=%d must be >= 1",
-                               f->vpp);
-    if (f->mb_group < 0)
+                               f->lay.vpp);
+    if (f->lay.mb_group < 0)
         return cli_usage_error("train",
                                "microbatch-group-size-per-virtual-pipeline-stage=%d must be >= 1",
-                               f->mb_group);
+                               f->lay.mb_group);
     if (pp_layout_cli_resolve(
-            &f->split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
+            &f->lay.split, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
             mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &f->pp_split) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     { /* Megatron's training rules deriving vpp (arguments.py) */
-        pp_vpp_args va = {.pp = f->pp,
+        pp_vpp_args va = {.pp = f->lay.pp,
                           .split = &f->pp_split,
                           .num_layers = f->L,
-                          .layers_per_virtual_stage = f->lpvs,
-                          .virtual_stages_per_rank = f->vpp ? f->vpp : f->vstages,
+                          .layers_per_virtual_stage = f->lay.lpvs,
+                          .virtual_stages_per_rank = f->lay.vpp ? f->lay.vpp : f->lay.vstages,
                           .overlap_p2p_comm = 1};
-        if (pp_vpp_from_args(&f->vpp, &va) != MTC_OK)
+        if (pp_vpp_from_args(&f->lay.vpp, &va) != MTC_OK)
             return cli_usage_error("train", "%s", mtc_error_detail());
     }
     if (f->bucket < 0)
@@ -189,16 +190,16 @@ int train_check_launch(train_flags *f, const mtc_arg *args, int nargs) {
 }
 
 int train_check_data(train_flags *f, const mtc_arg *args, int nargs) {
-    if (f->nd < 1)
+    if (f->lay.nd < 1)
         return cli_usage_error("train", "num-distributed-optimizer-instances=%d must be >= 1",
-                               f->nd);
-    if (f->nd > 1 && !f->distopt)
+                               f->lay.nd);
+    if (f->lay.nd > 1 && !f->distopt)
         return cli_usage_error(
             "train", "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer",
-            f->nd);
+            f->lay.nd);
     if (f->overlap_pg && !f->distopt)
         return cli_usage_error("train", "--overlap-param-gather needs --use-distributed-optimizer");
-    if (f->sp && f->tp == 1) {
+    if (f->sp && f->lay.tp == 1) {
         fprintf(stderr, "WARNING: --sequence-parallel is switched off because "
                         "tensor-model-parallel-size is 1\n");
         f->sp = 0;
