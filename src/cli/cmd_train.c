@@ -414,17 +414,17 @@ static int train_data_check(train_flags *f, const mtc_arg *args, int nargs, mtc_
     }
     tc->tokenizer = f->tokstr;
     if (f->have_ckpt) { /* refuse a mismatching checkpoint before training starts */
-        if (mtc_ckpt_config_check(&f->saved_cfg, mc, f->saved_path) != MTC_OK) {
+        if (mtc_ckpt_config_check(&f->saved.cfg, mc, f->saved.path) != MTC_OK) {
             data_source_free(f->src);
             return cli_usage_error("train", "%s", mtc_error_detail());
         }
-        if (!mtc_ckpt_tok_same(f->saved_tok, f->tokstr)) {
+        if (!mtc_ckpt_tok_same(f->saved.tokenizer, f->tokstr)) {
             data_source_free(f->src);
             return cli_usage_error(
-                "train", "%s was saved with a different tokenizer than this data's", f->saved_path);
+                "train", "%s was saved with a different tokenizer than this data's", f->saved.path);
         }
     }
-    if (f->have_sched && !f->finetune && !f->override_sched) { /* Megatron's _check_and_set */
+    if (f->saved.have_sched && !f->finetune && !f->override_sched) { /* Megatron's _check_and_set */
         const mtc_lr_schedule *l = &tc->lr;
         /* Megatron's state is in samples; say it in the units the flags use */
         int by_samples = f->sch_train_samples > 0;
@@ -434,20 +434,20 @@ static int train_data_check(train_flags *f, const mtc_arg *args, int nargs, mtc_
                                 by_samples ? "lr-decay-samples" : "lr-decay-iters"};
         double now[4] = {l->lr, l->min_lr, l->warmup_samples / unit,
                          (double)l->decay_samples / unit};
-        f->sched[2] /= unit, f->sched[3] /= unit;
+        f->saved.sched[2] /= unit, f->saved.sched[3] /= unit;
         for (int k = 0; k < 4; k++)
-            if (fabs(f->sched[k] - now[k]) > 1e-6 * fabs(now[k]))
+            if (fabs(f->saved.sched[k] - now[k]) > 1e-6 * fabs(now[k]))
                 return data_source_free(f->src),
                        cli_usage_error("train",
                                        "%s=%g but %s was saved with %g (pass the saved value, or "
                                        "--override-opt-param-scheduler to use these flags)",
-                                       names[k], now[k], f->saved_path, f->sched[k]);
-        if (f->sched_style != (int)l->style)
+                                       names[k], now[k], f->saved.path, f->saved.sched[k]);
+        if (f->saved.sched_style != (int)l->style)
             return data_source_free(f->src),
                    cli_usage_error("train",
                                    "lr-decay-style=%s differs from %s's (pass the saved one, or "
                                    "--override-opt-param-scheduler)",
-                                   f->style, f->saved_path);
+                                   f->style, f->saved.path);
     }
     if (f->load && f->load_file) { /* refuse a mismatching checkpoint before training starts */
         mtc_ckpt_info info;

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "ckpt/resume_info.h"
 #include "ckpt/state.h"
 #include "cli/layout_args.h"
 #include "cli/train_compat.h"
@@ -137,11 +138,8 @@ typedef struct {
     mtc_launcher_env le;
     int lr_style;
     /* --load: what the checkpoint holds (train_check_load) */
-    int load_file, have_ckpt, have_sched, sched_style;
-    mtc_model_config saved_cfg;
-    char saved_tok[MTC_CKPT_TOKENIZER_MAX];
-    double sched[4]; /* the checkpoint's max_lr, min_lr, warmup and decay steps */
-    char saved_path[4300];
+    int load_file, have_ckpt;
+    mtc_ckpt_resume_info saved;          /* the checkpoint's common state (ckpt/resume_info.h) */
     char tokstr[MTC_CKPT_TOKENIZER_MAX]; /* the data's tokenizer, stored with the model */
     data_source *src;
 } train_flags;

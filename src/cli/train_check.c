@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/resume_info.h"
 #include "ckpt/tok_files.h"
 #include "cli/cli.h"
 #include "cli/train_args.h"
@@ -259,7 +260,6 @@ int train_check_load(train_flags *f, const mtc_arg *args, int nargs) {
         return cli_usage_error("train", "ckpt-step=%lld needs --load DIR and must be >= 0",
                                (long long)f->ckpt_step);
     f->load_file = 0, f->have_ckpt = 0;
-    f->have_sched = 0, f->sched_style = -1;
     if (f->load) {
         struct stat lst;
         f->load_file = stat(f->load, &lst) == 0 && S_ISREG(lst.st_mode);
@@ -275,43 +275,17 @@ int train_check_load(train_flags *f, const mtc_arg *args, int nargs) {
             f->load = NULL;
         }
         if (f->have_ckpt) { /* read the common state now: a bad checkpoint stops here */
-            mtc_ckpt_dist *ck = NULL;
-            if (mtc_ckpt_dist_open(f->load, it, &ck) != MTC_OK)
-                return cli_usage_error("train", "%s", mtc_error_detail());
-            const cJSON *common = mtc_ckpt_dist_common(ck);
-            snprintf(f->saved_path, sizeof f->saved_path, "%s", mtc_ckpt_dist_path(ck));
-            mtc_result_t prc = mtc_ckpt_config_parse(cJSON_GetObjectItem(common, "model"),
-                                                     f->saved_path, &f->saved_cfg);
-            const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(common, "tokenizer"));
-            char iter_dir[MTC_PATH_MAX]; /* its tokenizer's files are copies in there */
-            mtc_ckpt_dist_dirname(iter_dir, sizeof iter_dir, f->load, it, 0);
-            if (mtc_ckpt_tok_resolve(t ? t : "none", iter_dir, f->saved_tok, sizeof f->saved_tok))
-                return cli_usage_error("train", "%s", mtc_error_detail());
-            const cJSON *sch = cJSON_GetObjectItem(common, "opt_param_scheduler");
-            if (cJSON_IsObject(sch)) {
-                f->have_sched = 1;
-                static const char *keys[4] = {"max_lr", "min_lr", "lr_warmup_steps",
-                                              "lr_decay_steps"};
-                for (int k = 0; k < 4; k++) {
-                    const cJSON *v = cJSON_GetObjectItem(sch, keys[k]);
-                    f->sched[k] = cJSON_IsNumber(v) ? v->valuedouble : -1;
-                }
-                const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(sch, "lr_decay_style"));
-                f->sched_style = st ? mtc_lr_style_parse(st) : -1;
-            }
-            const char *sd = cJSON_GetStringValue(
-                cJSON_GetObjectItem(cJSON_GetObjectItem(common, "rng"), "seed"));
-            if (prc == MTC_OK && !f->no_load_rng && !f->finetune && sd) {
-                int64_t saved_seed = (int64_t)strtoull(sd, NULL, 10);
-                if (mtc_args_seen(args, nargs, "seed") && saved_seed != f->seed)
+            mtc_ckpt_resume_info *sv = &f->saved;
+            mtc_result_t prc = mtc_ckpt_resume_info_read(f->load, it, sv);
+            if (prc == MTC_OK && !f->no_load_rng && !f->finetune && sv->have_seed) {
+                if (mtc_args_seen(args, nargs, "seed") && sv->seed != f->seed)
                     fprintf(stderr,
                             "mtc train: note: seed=%lld from the checkpoint replaces --seed %lld "
                             "(dropout and data order continue the saved run; --no-load-rng keeps "
                             "--seed)\n",
-                            (long long)saved_seed, (long long)f->seed);
-                f->seed = saved_seed;
+                            (long long)sv->seed, (long long)f->seed);
+                f->seed = sv->seed;
             }
-            mtc_ckpt_dist_close(ck);
             if (prc != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
             f->ckpt_step = it;
         }
