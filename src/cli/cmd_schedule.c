@@ -278,10 +278,8 @@ int cli_cmd_schedule(int argc, char **argv) {
     if (!mtc_args_seen(args, nargs, "microbatches"))
         return cli_usage_error("schedule", "--microbatches M is required (e.g. --microbatches 8)");
     int vpp_seen = mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size");
-    if (vpp_seen && (layers_per_vstage || vstages))
-        return cli_usage_error("schedule", "give the virtual pipeline size once: --vpp or "
-                                           "--num-virtual-stages-per-pipeline-rank or "
-                                           "--num-layers-per-virtual-pipeline-stage");
+    if (pp_vpp_given_once(vpp_seen, layers_per_vstage, vstages) != MTC_OK)
+        return cli_usage_error("schedule", "%s", mtc_error_detail());
     if (vpp_seen && vpp < 1) return cli_usage_error("schedule", "--vpp %d must be at least 1", vpp);
     /* sizes that keep every op count (2 * M * vpp per rank, pp ranks) in range and the
      * output printable */

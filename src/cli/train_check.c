@@ -16,6 +16,8 @@
 #include "core/limits.h"
 #include "core/outfile.h"
 #include "cp/cp.h"
+#include "dp/layout.h"
+#include "pp/schedule.h"
 
 int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
 
@@ -110,11 +112,8 @@ int train_check_layout(train_flags *f, const mtc_arg *args, int nargs) {
         return cli_usage_error("train", "%s", mtc_error_detail());
     if (mtc_moe_validate_etp(f->lay.etp, f->lay.tp) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
-    if (f->lay.vpp && (f->lay.lpvs || f->lay.vstages))
-        return cli_usage_error(
-            "train",
-            "give the virtual pipeline size once: --vpp or --num-virtual-stages-per-pipeline-rank "
-            "or --num-layers-per-virtual-pipeline-stage");
+    if (pp_vpp_given_once(f->lay.vpp, f->lay.lpvs, f->lay.vstages) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size") && f->lay.vpp < 1)
         return cli_usage_error("train", "virtual-pipeline-model-parallel-size=%d must be >= 1",
                                f->lay.vpp);
@@ -136,8 +135,6 @@ int train_check_layout(train_flags *f, const mtc_arg *args, int nargs) {
         if (pp_vpp_from_args(&f->lay.vpp, &va) != MTC_OK)
             return cli_usage_error("train", "%s", mtc_error_detail());
     }
-    if (f->bucket < 0)
-        return cli_usage_error("train", "ddp-bucket-size=%lld must be >= 0", (long long)f->bucket);
     return -1;
 }
 
@@ -191,15 +188,8 @@ int train_check_launch(train_flags *f, const mtc_arg *args, int nargs) {
 }
 
 int train_check_data(train_flags *f, const mtc_arg *args, int nargs) {
-    if (f->lay.nd < 1)
-        return cli_usage_error("train", "num-distributed-optimizer-instances=%d must be >= 1",
-                               f->lay.nd);
-    if (f->lay.nd > 1 && !f->distopt)
-        return cli_usage_error(
-            "train", "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer",
-            f->lay.nd);
-    if (f->overlap_pg && !f->distopt)
-        return cli_usage_error("train", "--overlap-param-gather needs --use-distributed-optimizer");
+    if (dp_options_check(f->distopt, f->lay.nd, f->overlap_pg, f->bucket) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     if (f->sp && f->lay.tp == 1) {
         fprintf(stderr, "WARNING: --sequence-parallel is switched off because "
                         "tensor-model-parallel-size is 1\n");
