@@ -147,6 +147,10 @@ typedef enum {
                                       every INTRA_PARTIAL slice of one dp-cp list */
     MTC_GROUP_EXPT_INTER_DIST_OPT, /* the same for the expert shard (ep > 1): position j of every
                                       HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0 slice */
+    /* built by mtc_grid_init only, pp > 1: the pipeline executor's two
+     * channels, each the ranks of PIPELINE_MODEL_PARALLEL_GROUP in its order */
+    MTC_GROUP_PP_ACTIVATIONS, /* activations forward */
+    MTC_GROUP_PP_GRADIENTS,   /* gradients backward */
     MTC_GROUP_KIND_COUNT
 } mtc_grid_kind_t;
 

@@ -257,7 +257,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "> context parallel: %d ranks, %s%s attention; each rank holds %d of %d "
                 "positions (chunks %d and %d of %d)\n",
                 model->cp.cp, c->cp_layer_types ? "per layer " : "",
-                c->cp_layer_types ? types : cp_comm_type_name(model->cp.type), x->T_cp, T,
+                c->cp_layer_types ? types : cp_comm_type_name(model->cp.type), x->T_rank, T,
                 model->cp.rank, 2 * model->cp.cp - 1 - model->cp.rank, 2 * model->cp.cp);
     }
     char blas[512]; /* nn_blas_describe: the fp32 GEMM engine and why, the BLAS */

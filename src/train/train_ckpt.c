@@ -42,11 +42,12 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
                                  int for_save, int with_optim) {
     const mtc_model *m = ch->model;
     const mtc_registry *r = &m->reg;
-    int tp_rank = train_tp_rank(x), tp = x->tp ? mtc_comm_size(x->tp) : 1;
+    int tp_rank = m->tp_rank, tp = m->tp_size;
     /* parameters are replicated over DATA_PARALLEL_GROUP_WITH_CP (context
      * parallelism splits the sequence, not the weights): one replica of
      * that group writes each piece */
-    int rep_n = x->dp ? mtc_comm_size(x->dp) : 1, rep_r = x->dp ? mtc_comm_rank(x->dp) : 0;
+    mtc_comm_t rep = train_replicas(x);
+    int rep_n = rep ? mtc_comm_size(rep) : 1, rep_r = rep ? mtc_comm_rank(rep) : 0;
     /* an expert split over EP is replicated over EXPERT_DATA_PARALLEL_GROUP only */
     mtc_comm_t edp = x->gbuf[TRAIN_GBUF_EXPERT].dp;
     int xrep_n = edp ? mtc_comm_size(edp) : 1, xrep_r = edp ? mtc_comm_rank(edp) : 0;
@@ -84,7 +85,7 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
 static mtc_result_t dopt_pieces(train_rank *x, const mtc_distopt *o, const mtc_model *m,
                                 mtc_ckpt_pieces *l, int for_save, int with_optim, int sharded) {
     const mtc_registry *r = &m->reg;
-    int tp_rank = train_tp_rank(x), tp = x->tp ? mtc_comm_size(x->tp) : 1;
+    int tp_rank = m->tp_rank, tp = m->tp_size;
     char key[MTC_CKPT_KEY_MAX];
     mtc_comm_t inter = o->ddp->comms.inter;
     int nd = inter ? mtc_comm_size(inter) : 1, ir = inter ? mtc_comm_rank(inter) : 0;
