@@ -316,9 +316,12 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->no_load_optim = f->no_load_optim, tc->finetune = f->finetune,
     tc->async_save = f->async_save;
     tc->world_size = f->world, tc->sequence_parallel = f->sp;
-    tc->comm_timeout_s =
-        f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0; /* the launch's */
-    mtc_grid_config_default(&tc->grid);                           /* the layout, once */
+    mtc_launch_opts lo = {.timeout_s = f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0};
+    cli_launch_defaults(&lo);          /* the environment's, and the abort hook */
+    tc->comm_timeout_s = lo.timeout_s; /* the launch's */
+    tc->comm_abort_hook = lo.abort_hook, tc->comm_abort_arg = lo.abort_arg;
+    tc->ckpt_fault_after = cli_ckpt_fault_after();
+    mtc_grid_config_default(&tc->grid); /* the layout, once */
     tc->grid.tp = f->lay.tp, tc->grid.pp = f->lay.pp, tc->grid.cp = f->lay.cp,
     tc->grid.ep = f->lay.ep, tc->grid.etp = f->lay.etp;
     tc->grid.vpp = f->lay.vpp, tc->grid.num_dist_opt_instances = f->lay.nd;

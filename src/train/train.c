@@ -771,6 +771,8 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
                           .world_size = world,
                           .timeout_s = c->comm_timeout_s,
-                          .pin_threads = threads > 1 ? 0 : -1};
+                          .pin_threads = threads > 1 ? 0 : -1,
+                          .abort_hook = c->comm_abort_hook,
+                          .abort_arg = c->comm_abort_arg};
     return mtc_launch(&lo, train_rank_main, &sh);
 }
