@@ -202,12 +202,14 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
  * (tests/parity/comm_wrap.c); else the explicit step collectives are timed. */
 uint64_t mtc_train_comm_wait_ns(void) __attribute__((weak));
 
-/* What every rank shares (read-only) and what the launcher hands back. */
+/* What every rank shares (read-only but the fault counter) and what the
+ * launcher hands back. */
 typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
     FILE *out;
     int threads_per_rank;
+    mtc_ckpt_fault ckpt_fault; /* every writer of the process counts on it (--async-save's too) */
 } train_shared;
 
 static void train_print_eval(FILE *out, int64_t iteration, double loss) {
@@ -677,6 +679,7 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     train_rank x;
     memset(&x, 0, sizeof x);
     x.cfg = c, x.src = sh->src;
+    x.ckpt_write = (mtc_ckpt_write_opts){.fault = &sh->ckpt_fault};
     FILE *out = is_last ? sh->out : NULL, *metrics = NULL;
     if (out && !c->quiet) { /* setup can take seconds on a large model: say what is happening */
         fprintf(out, "building GPT model ...\n");
@@ -768,6 +771,7 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     }
     mtc_error_clear();
     train_shared sh = {.cfg = &cc, .src = src, .out = out, .threads_per_rank = threads};
+    sh.ckpt_fault.after = c->ckpt_fault_after;
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
                           .world_size = world,
                           .timeout_s = c->comm_timeout_s,

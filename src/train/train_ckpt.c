@@ -203,9 +203,9 @@ static mtc_result_t train_ckpt_commit(train_rank *x, int64_t it, const cJSON *co
     const mtc_train_config *c = x->cfg;
     MTC_CHECK(mtc_barrier(x->world)); /* comm: barrier(world): every shard is durable */
     if (x->world_rank == 0) {
-        mtc_result_t rc =
-            common ? mtc_ckpt_dist_commit(c->save_path, it, mtc_comm_size(x->world), common)
-                   : mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint state");
+        mtc_result_t rc = common ? mtc_ckpt_dist_commit(c->save_path, it, mtc_comm_size(x->world),
+                                                        common, &x->ckpt_write)
+                                 : mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint state");
         MTC_CHECK(rc);
     }
     MTC_CHECK(mtc_barrier(x->world)); /* the tracker names the new checkpoint */
@@ -236,10 +236,11 @@ mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE 
     if (rc == MTC_OK && c->async_save) {
         /* the pieces are copied now; the writer runs while training goes on */
         p = calloc(1, sizeof *p);
-        rc = p ? mtc_ckpt_async_start(&p->writer, c->save_path, it, x->world_rank, l.v, l.n)
+        rc = p ? mtc_ckpt_async_start(&p->writer, c->save_path, it, x->world_rank, l.v, l.n,
+                                      &x->ckpt_write)
                : mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for an asynchronous save");
     } else if (rc == MTC_OK) {
-        rc = mtc_ckpt_dist_write_shard(c->save_path, it, x->world_rank, l.v, l.n);
+        rc = mtc_ckpt_dist_write_shard(c->save_path, it, x->world_rank, l.v, l.n, &x->ckpt_write);
     }
     mtc_ckpt_pieces_free(&l);
     if (rc != MTC_OK) {

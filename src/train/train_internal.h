@@ -10,6 +10,7 @@
 #ifndef MTC_TRAIN_INTERNAL_H
 #define MTC_TRAIN_INTERNAL_H
 
+#include "ckpt/dist.h"
 #include "comm/comm.h"
 #include "core/progress.h"
 #include "dp/ddp.h"
@@ -77,14 +78,15 @@ typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
     mtc_grid_t grid;
-    mtc_comm_t world;          /* every rank (checkpoint barriers) */
-    int dp_size, dp_rank, nmb; /* nmb: microbatches of the running pass */
-    int nmb_max;               /* what the buffers hold (every batch the run can have) */
-    int64_t cur_batch;         /* global batch of the running pass (nmb x B x dp) */
-    double sched_n;            /* Megatron's scheduler num_steps: samples of the steps taken */
-    int T_rank;                /* positions per sample on this rank (mtc_model_seq_per_rank) */
-    const int *pos;            /* (T_rank) their global positions (mtc_model_positions of chunk
-                                  0; NULL: 0..T-1) */
+    mtc_comm_t world;               /* every rank (checkpoint barriers) */
+    mtc_ckpt_write_opts ckpt_write; /* the run's checkpoint writers' (the shared fault counter) */
+    int dp_size, dp_rank, nmb;      /* nmb: microbatches of the running pass */
+    int nmb_max;                    /* what the buffers hold (every batch the run can have) */
+    int64_t cur_batch;              /* global batch of the running pass (nmb x B x dp) */
+    double sched_n;                 /* Megatron's scheduler num_steps: samples of the steps taken */
+    int T_rank;                     /* positions per sample on this rank (mtc_model_seq_per_rank) */
+    const int *pos;                 /* (T_rank) their global positions (mtc_model_positions of chunk
+                                       0; NULL: 0..T-1) */
     int pp_size, pp_rank;
     int world_rank;
     pp_executor_t ex; /* NULL when pp == 1; the one for nmb microbatches */
