@@ -245,4 +245,9 @@ mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
                                            const mtc_grid_groups *g, int gpus_per_node,
                                            const mtc_grid_highlight *h);
 
+/* grid/nodes.c: the banner's node map of `world` (which ranks share a
+ * node), the process groups that cross nodes, and a warning when TP's do
+ * (mpi only; nothing for thread-ranks). Does not communicate. */
+void mtc_grid_print_nodes(mtc_grid_t grid, mtc_comm_t world, FILE *out);
+
 #endif

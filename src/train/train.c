@@ -239,10 +239,10 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     fprintf(out,
             "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad "
             "reduce: %s; ddp bucket size: %s\n",
-            mtc_comm_backend_name(mtc_grid_comm(x->grid, MTC_GROUP_TP, 0)), world,
-            nn_pool_size(x->pool), model->tp.sequence_parallel ? "on" : "off",
-            c->overlap_grad_reduce ? "on" : "off", bucket);
-    train_print_nodes(x, out);
+            mtc_comm_backend_name(x->world), world, nn_pool_size(x->pool),
+            model->tp.sequence_parallel ? "on" : "off", c->overlap_grad_reduce ? "on" : "off",
+            bucket);
+    mtc_grid_print_nodes(x->grid, x->world, out);
     if (c->use_distributed_optimizer)
         fprintf(out,
                 "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap "

@@ -159,10 +159,6 @@ static inline double train_sched_steps(const train_rank *x) {
     return x->cfg->lr.step_samples > 0 ? x->sched_n : (double)x->step;
 }
 
-/* train_nodes.c: the banner's node map, the groups that cross nodes and a
- * warning when TP does (mpi only; nothing for thread-ranks). */
-void train_print_nodes(const train_rank *x, FILE *out);
-
 /* train_setup.c */
 /* out: the last rank's log (NULL elsewhere). */
 mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out);
