@@ -1,7 +1,10 @@
 /* cli/cmd_train.c - `mtc train`: Megatron's flag names, validation of every
  * flag, shape and parallel layout before anything is allocated or written
  * (usage errors exit with status 2), then train/train.c does the work on
- * --world-size rank-threads, or on the MPI ranks when started by mpirun. */
+ * --world-size rank-threads, or on the MPI ranks when started by mpirun.
+ * The flag table is cli/train_args.c, the checks that need no config
+ * cli/train_check.c; here the config is filled from them, the data opened
+ * and a checkpoint to load compared with the flags. */
 #include <math.h>
 #include <errno.h>
 #include <limits.h>
@@ -171,6 +174,7 @@ static uint64_t train_num_samples(const mtc_train_config *tc) {
     return n;
 }
 
+/* The model config, observability and the batch schedule into tc. */
 static int train_fill_model(train_flags *f, const mtc_arg *args, int nargs, mtc_train_config *tc) {
     mtc_model_config *mc = &tc->model;
     mc->num_layers = f->L, mc->hidden_size = f->C, mc->num_heads = f->NH;
@@ -272,6 +276,8 @@ static int train_fill_model(train_flags *f, const mtc_arg *args, int nargs, mtc_
     return -1;
 }
 
+/* The run: batches, schedule, optimizer, checkpoints, layout, precision;
+ * then mtc_train_validate and the layout against the world. */
 static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_train_config *tc) {
     mtc_model_config *mc = &tc->model;
     tc->micro_batch = f->mbs;
@@ -364,6 +370,8 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     return -1;
 }
 
+/* Opens the data into f->src (the vocabulary and tokenizer follow it) and
+ * refuses a checkpoint or weights file that differs from these flags. */
 static int train_data_check(train_flags *f, const mtc_arg *args, int nargs, mtc_train_config *tc) {
     mtc_model_config *mc = &tc->model;
     data_source_opts dopts = {
