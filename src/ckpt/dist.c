@@ -82,20 +82,9 @@ uint32_t mtc_crc32c(uint32_t crc, const void *buf, size_t n) {
 
 /* ---- fault injection ------------------------------------------------------ */
 
-static atomic_long fault_count;
-static long fault_limit;
-static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
-
-static void fault_init(void) {
-    const char *e = getenv("MTC_CKPT_FAULT_AFTER");
-    fault_limit = e && *e ? atol(e) : 0;
-}
-
-int ckpt_fault_point(void) {
-    /* once for the process: rank threads and --async-save writers count together */
-    pthread_once(&fault_once, fault_init);
-    if (fault_limit <= 0) return 0;
-    return atomic_fetch_add(&fault_count, 1) + 1 == fault_limit;
+int ckpt_fault_point(mtc_ckpt_fault *f) {
+    if (!f || f->after <= 0) return 0;
+    return atomic_fetch_add(&f->count, 1) + 1 == f->after;
 }
 
 void ckpt_fault_die(void) {
@@ -106,9 +95,10 @@ void ckpt_fault_die(void) {
 
 /* ---- files ---------------------------------------------------------------- */
 
-mtc_result_t ckpt_write_all(int fd, const void *buf, size_t n, const char *path) {
+mtc_result_t ckpt_write_all(int fd, const void *buf, size_t n, const char *path,
+                            mtc_ckpt_fault *f) {
     const char *p = buf;
-    if (ckpt_fault_point()) {
+    if (ckpt_fault_point(f)) {
         if (n > 1 && write(fd, p, n / 2) < 0) (void)0; /* a torn write, then death */
         ckpt_fault_die();
     }
@@ -122,35 +112,35 @@ mtc_result_t ckpt_write_all(int fd, const void *buf, size_t n, const char *path)
     return MTC_OK;
 }
 
-mtc_result_t ckpt_fsync_fd(int fd, const char *path) {
-    if (ckpt_fault_point()) ckpt_fault_die();
+mtc_result_t ckpt_fsync_fd(int fd, const char *path, mtc_ckpt_fault *f) {
+    if (ckpt_fault_point(f)) ckpt_fault_die();
     if (fsync(fd) != 0) return mtc_error(MTC_ERR_IO, "fsync %s: %s", path, strerror(errno));
     return MTC_OK;
 }
 
-mtc_result_t ckpt_fsync_dir(const char *path) {
+mtc_result_t ckpt_fsync_dir(const char *path, mtc_ckpt_fault *f) {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return mtc_error(MTC_ERR_IO, "cannot open directory %s: %s", path, strerror(errno));
-    mtc_result_t rc = ckpt_fsync_fd(fd, path);
+    mtc_result_t rc = ckpt_fsync_fd(fd, path, f);
     close(fd);
     return rc;
 }
 
 /* Write a whole small file durably: PATH.tmp, fsync, rename, fsync its dir. */
 static mtc_result_t ckpt_write_file_atomic(const char *dir, const char *name, const void *buf,
-                                           size_t n) {
+                                           size_t n, mtc_ckpt_fault *f) {
     char tmp[4096], path[4096];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return mtc_error(MTC_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    mtc_result_t rc = ckpt_write_all(fd, buf, n, tmp);
-    if (rc == MTC_OK) rc = ckpt_fsync_fd(fd, tmp);
+    mtc_result_t rc = ckpt_write_all(fd, buf, n, tmp, f);
+    if (rc == MTC_OK) rc = ckpt_fsync_fd(fd, tmp, f);
     close(fd);
-    if (rc == MTC_OK && ckpt_fault_point()) ckpt_fault_die();
+    if (rc == MTC_OK && ckpt_fault_point(f)) ckpt_fault_die();
     if (rc == MTC_OK && rename(tmp, path) != 0)
         rc = mtc_error(MTC_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (rc == MTC_OK) rc = ckpt_fsync_dir(dir);
+    if (rc == MTC_OK) rc = ckpt_fsync_dir(dir, f);
     if (rc != MTC_OK) unlink(tmp); /* a full disk leaves no NAME.tmp behind */
     return rc;
 }
@@ -250,7 +240,9 @@ static cJSON *json_pair(int64_t a, int64_t b) {
 }
 
 mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int rank,
-                                       const mtc_ckpt_piece *pieces, int n) {
+                                       const mtc_ckpt_piece *pieces, int n,
+                                       const mtc_ckpt_write_opts *w) {
+    mtc_ckpt_fault *f = w ? w->fault : NULL;
     char dir[4096], path[4200], name[64];
     mtc_ckpt_dist_dirname(dir, sizeof dir, save, iteration, 1);
     snprintf(name, sizeof name, "__%d.distcp", rank);
@@ -264,7 +256,7 @@ mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int 
         const mtc_ckpt_piece *p = &pieces[i];
         size_t bytes = (size_t)(p->flat1 - p->flat0) * sizeof(float);
         uint32_t crc = mtc_crc32c(0, p->data, bytes);
-        rc = ckpt_write_all(fd, p->data, bytes, path);
+        rc = ckpt_write_all(fd, p->data, bytes, path, f);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "key", p->key);
         cJSON_AddStringToObject(e, "dtype", "float32");
@@ -282,12 +274,12 @@ mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int 
         cJSON_AddItemToArray(index, e);
         at += bytes;
     }
-    if (rc == MTC_OK) rc = ckpt_fsync_fd(fd, path);
+    if (rc == MTC_OK) rc = ckpt_fsync_fd(fd, path, f);
     close(fd);
     char *text = rc == MTC_OK ? cJSON_PrintUnformatted(index) : NULL;
     if (rc == MTC_OK && !text) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint index text");
     snprintf(name, sizeof name, "__%d.json", rank);
-    if (rc == MTC_OK) rc = ckpt_write_file_atomic(dir, name, text, strlen(text));
+    if (rc == MTC_OK) rc = ckpt_write_file_atomic(dir, name, text, strlen(text), f);
     free(text);
     cJSON_Delete(index);
     /* this iteration can no longer be committed: remove its temporary
@@ -322,7 +314,8 @@ mtc_result_t ckpt_read_text(const char *path, char **out, size_t *len) {
 }
 
 mtc_result_t mtc_ckpt_dist_commit(const char *save, int64_t iteration, int nranks,
-                                  const cJSON *common) {
+                                  const cJSON *common, const mtc_ckpt_write_opts *w) {
+    mtc_ckpt_fault *f = w ? w->fault : NULL;
     char dir[4096], path[4200], fin[4096];
     mtc_ckpt_dist_dirname(dir, sizeof dir, save, iteration, 1);
     mtc_ckpt_dist_dirname(fin, sizeof fin, save, iteration, 0);
@@ -376,9 +369,9 @@ mtc_result_t mtc_ckpt_dist_commit(const char *save, int64_t iteration, int nrank
         size_t n = strlen(text);
         char crc[32];
         snprintf(crc, sizeof crc, "%08x\n", mtc_crc32c(0, text, n));
-        rc = ckpt_write_file_atomic(dir, "metadata.json", text, n);
+        rc = ckpt_write_file_atomic(dir, "metadata.json", text, n, f);
         if (rc == MTC_OK)
-            rc = ckpt_write_file_atomic(dir, "metadata.json.crc32c", crc, strlen(crc));
+            rc = ckpt_write_file_atomic(dir, "metadata.json.crc32c", crc, strlen(crc), f);
     }
     free(text);
     if (rc != MTC_OK) { /* never committed: no iter_N.tmp left behind */
@@ -387,18 +380,18 @@ mtc_result_t mtc_ckpt_dist_commit(const char *save, int64_t iteration, int nrank
     }
     /* iter_N.tmp -> iter_N: swapped atomically with an older iter_N (then
      * removed), so the tracker's directory is complete at every moment */
-    if (ckpt_fault_point()) ckpt_fault_die();
+    if (ckpt_fault_point(f)) ckpt_fault_die();
     struct stat st;
     if (stat(fin, &st) == 0) {
         if (renameat2(AT_FDCWD, dir, AT_FDCWD, fin, RENAME_EXCHANGE) != 0)
             return mtc_error(MTC_ERR_IO, "cannot swap %s and %s: %s", dir, fin, strerror(errno));
-        MTC_CHECK(ckpt_fsync_dir(save));
+        MTC_CHECK(ckpt_fsync_dir(save, f));
         ckpt_rm_rf(dir);
     } else if (rename(dir, fin) != 0) {
         return mtc_error(MTC_ERR_IO, "cannot rename %s to %s: %s", dir, fin, strerror(errno));
     }
-    MTC_CHECK(ckpt_fsync_dir(save));
+    MTC_CHECK(ckpt_fsync_dir(save, f));
     char it[32];
     snprintf(it, sizeof it, "%lld\n", (long long)iteration);
-    return ckpt_write_file_atomic(save, MTC_CKPT_TRACKER, it, strlen(it));
+    return ckpt_write_file_atomic(save, MTC_CKPT_TRACKER, it, strlen(it), f);
 }

@@ -27,15 +27,18 @@
  * element of a target must be covered exactly once. Errors name the file
  * and the tensor (MTC_ERR_FORMAT).
  *
- * Fault injection for tests: MTC_CKPT_FAULT_AFTER=k kills the process
- * (SIGKILL, no cleanup, as kill -9) at the k-th write, fsync or rename of a
- * save; a data write at the fault point is torn (half written first).
+ * Fault injection for tests (mtc_ckpt_write_opts.fault; mtc train takes it
+ * from MTC_CKPT_FAULT_AFTER=k at the CLI's edge): the writer kills the
+ * process (SIGKILL, no cleanup, as kill -9) at the k-th write, fsync or
+ * rename of a save, counted over every writer sharing the counter; a data
+ * write at the fault point is torn (half written first).
  * Does not: communicate (the caller orders the ranks: begin on one rank,
  * barrier, write_shard on all, barrier, commit on one), or store dtypes
  * other than float32. */
 #ifndef MTC_CKPT_DIST_H
 #define MTC_CKPT_DIST_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -82,10 +85,24 @@ mtc_result_t mtc_ckpt_dist_check_save_dir(const char *save);
 /* One rank, before the others write: creates SAVE, removes a stale
  * iter_N.tmp left by a crash and creates it afresh. */
 mtc_result_t mtc_ckpt_dist_begin(const char *save, int64_t iteration);
+
+/* The fault-injection counter of the writers that share it (the rank
+ * threads of a run and their --async-save writers): after = k > 0 dies at
+ * the k-th write point; 0 never. */
+typedef struct {
+    long after;
+    atomic_long count;
+} mtc_ckpt_fault;
+/* What a checkpoint writer is told (NULL: the defaults, no fault). */
+typedef struct {
+    mtc_ckpt_fault *fault; /* NULL: none */
+} mtc_ckpt_write_opts;
+
 /* Every rank that holds pieces to write: writes them to iter_N.tmp/__R.distcp
  * with their index (__R.json), both fsynced. n may be 0. */
 mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int rank,
-                                       const mtc_ckpt_piece *pieces, int n);
+                                       const mtc_ckpt_piece *pieces, int n,
+                                       const mtc_ckpt_write_opts *w);
 /* --async-save: write_shard on a thread of its own. start copies the
  * pieces' data (a snapshot: the caller may change its buffers at once) and
  * starts the writer; done polls it without waiting (1 when finished, or for
@@ -94,14 +111,15 @@ mtc_result_t mtc_ckpt_dist_write_shard(const char *save, int64_t iteration, int 
  * synchronous write_shard (ckpt/dist_async.c). */
 typedef struct mtc_ckpt_async mtc_ckpt_async;
 mtc_result_t mtc_ckpt_async_start(mtc_ckpt_async **out, const char *save, int64_t iteration,
-                                  int rank, const mtc_ckpt_piece *pieces, int n);
+                                  int rank, const mtc_ckpt_piece *pieces, int n,
+                                  const mtc_ckpt_write_opts *w);
 int mtc_ckpt_async_done(const mtc_ckpt_async *a);
 mtc_result_t mtc_ckpt_async_finish(mtc_ckpt_async *a);
 /* One rank, after every rank's write_shard returned: merges the nranks
  * index files with `common` (the caller's JSON object, not consumed) into
  * metadata.json, commits the directory and updates the tracker. */
 mtc_result_t mtc_ckpt_dist_commit(const char *save, int64_t iteration, int nranks,
-                                  const cJSON *common);
+                                  const cJSON *common, const mtc_ckpt_write_opts *w);
 
 /* The iteration to load: the tracker's, or `step` when >= 0 (that
  * directory must exist). *found = 0 (and MTC_OK) when `dir` does not exist,

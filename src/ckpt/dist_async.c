@@ -31,6 +31,7 @@ struct mtc_ckpt_async {
     int rank;
     mtc_ckpt_piece *pieces; /* their data point into `snapshot` */
     int n;
+    mtc_ckpt_write_opts w;
     float *snapshot;
     atomic_int done;
     mtc_result_t rc;
@@ -39,14 +40,15 @@ struct mtc_ckpt_async {
 
 static void *async_main(void *arg) {
     mtc_ckpt_async *a = arg;
-    a->rc = mtc_ckpt_dist_write_shard(a->save, a->iteration, a->rank, a->pieces, a->n);
+    a->rc = mtc_ckpt_dist_write_shard(a->save, a->iteration, a->rank, a->pieces, a->n, &a->w);
     if (a->rc != MTC_OK) snprintf(a->detail, sizeof a->detail, "%s", mtc_error_detail());
     atomic_store(&a->done, 1);
     return NULL;
 }
 
 mtc_result_t mtc_ckpt_async_start(mtc_ckpt_async **out, const char *save, int64_t iteration,
-                                  int rank, const mtc_ckpt_piece *pieces, int n) {
+                                  int rank, const mtc_ckpt_piece *pieces, int n,
+                                  const mtc_ckpt_write_opts *w) {
     *out = NULL;
     mtc_ckpt_async *a = calloc(1, sizeof *a);
     if (!a) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for an asynchronous save");
@@ -55,6 +57,7 @@ mtc_result_t mtc_ckpt_async_start(mtc_ckpt_async **out, const char *save, int64_
         total += (size_t)(pieces[i].flat1 - pieces[i].flat0);
     a->save = strdup(save);
     a->iteration = iteration, a->rank = rank, a->n = n;
+    if (w) a->w = *w;
     a->pieces = malloc((size_t)(n > 0 ? n : 1) * sizeof *a->pieces);
     mtc_result_t rc = a->save && a->pieces
                           ? MTC_OK

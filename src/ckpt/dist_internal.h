@@ -5,16 +5,17 @@
 
 #include <stddef.h>
 
+#include "ckpt/dist.h"
 #include "core/result.h"
 
-/* 1 when this is the MTC_CKPT_FAULT_AFTER-th write point of the process. */
-int ckpt_fault_point(void);
+/* 1 when this is the f->after-th write point counted on f (NULL: never). */
+int ckpt_fault_point(mtc_ckpt_fault *f);
 /* Dies as kill -9 would. */
 void ckpt_fault_die(void);
 /* write(2) until done (a fault point: tears the write, then dies). */
-mtc_result_t ckpt_write_all(int fd, const void *buf, size_t n, const char *path);
-mtc_result_t ckpt_fsync_fd(int fd, const char *path);
-mtc_result_t ckpt_fsync_dir(const char *path);
+mtc_result_t ckpt_write_all(int fd, const void *buf, size_t n, const char *path, mtc_ckpt_fault *f);
+mtc_result_t ckpt_fsync_fd(int fd, const char *path, mtc_ckpt_fault *f);
+mtc_result_t ckpt_fsync_dir(const char *path, mtc_ckpt_fault *f);
 /* A whole file into a NUL-terminated buffer (caller frees). */
 mtc_result_t ckpt_read_text(const char *path, char **out, size_t *len);
 

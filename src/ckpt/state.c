@@ -371,7 +371,7 @@ mtc_result_t mtc_ckpt_dist_save_model(const mtc_model *m, const char *dir, const
         rc = mtc_ckpt_param_pieces(&l, r, p, r->tp_rank, p->name, m->params + p->offset, 0,
                                    p->local_numel);
     }
-    if (rc == MTC_OK) rc = mtc_ckpt_dist_write_shard(dir, 0, 0, l.v, l.n);
+    if (rc == MTC_OK) rc = mtc_ckpt_dist_write_shard(dir, 0, 0, l.v, l.n, NULL);
     mtc_ckpt_pieces_free(&l);
     MTC_CHECK(rc);
     cJSON *common = cJSON_CreateObject();
@@ -381,7 +381,7 @@ mtc_result_t mtc_ckpt_dist_save_model(const mtc_model *m, const char *dir, const
     cJSON_AddBoolToObject(common, "has_optimizer", 0);
     cJSON_AddStringToObject(common, "tokenizer", tokenizer && tokenizer[0] ? tokenizer : "none");
     cJSON_AddItemToObject(common, "model", mtc_ckpt_config_json(&m->cfg));
-    rc = mtc_ckpt_dist_commit(dir, 0, 1, common);
+    rc = mtc_ckpt_dist_commit(dir, 0, 1, common, NULL);
     cJSON_Delete(common);
     return rc;
 }

@@ -4,6 +4,7 @@
 #ifndef MTC_CLI_CLI_H
 #define MTC_CLI_CLI_H
 
+#include "comm/comm.h"
 #include "core/args.h"
 #include "core/result.h"
 
@@ -27,6 +28,13 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* The MTC_* environment variables mtc reads, checked before a command runs
  * (cli_env.c): 0, or 2 after one line naming the bad one. */
 int cli_env_check(void);
+/* The environment's defaults of the objects a command configures, read at
+ * this edge only (cli_env.c): the launch's abort hook (ends the process
+ * when the comm watchdog fires) and, when o->timeout_s is 0,
+ * MTC_COMM_TIMEOUT seconds; MTC_CKPT_FAULT_AFTER (tests' fault injection:
+ * the checkpoint writer's, 0 = none). */
+void cli_launch_defaults(mtc_launch_opts *o);
+long cli_ckpt_fault_after(void);
 /* "mtc CMD: error: <detail> (<advice for rc>)" on stderr; returns 1. */
 int cli_fail(const char *cmd, mtc_result_t rc);
 

@@ -3,13 +3,17 @@
  * misread (MTC_PROGRESS=alway, MTC_SHM_SPIN=lots, MTC_COMM_TIMEOUT=-1) is
  * refused with one line naming the variable, its value and what it takes.
  * Only the variables mtc reads are checked; other MTC_* names (a test's
- * MTC=..., MTC_SOURCE_DIR) are not mtc's and pass. */
+ * MTC=..., MTC_SOURCE_DIR) are not mtc's and pass. The ones that set a
+ * library object's default are read here only (cli_launch_defaults:
+ * MTC_COMM_TIMEOUT; cli_ckpt_fault_after: MTC_CKPT_FAULT_AFTER). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "comm/comm.h"
 #include "core/log.h"
 
 /* a decimal count in [0, 1e9] */
@@ -57,4 +61,25 @@ int cli_env_check(void) {
     fprintf(stderr, "mtc: error: %s='%s' is not a value mtc takes: use %s, or unset it\n", bad, v,
             want);
     return 2;
+}
+
+/* The comm watchdog's last word: it has printed which rank, group, call and
+ * sequence number are stuck; end the process now instead of waiting for a
+ * rank thread that will never return. */
+static void cli_abort_hook(mtc_result_t rc, const char *report, void *arg) {
+    (void)report, (void)arg;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc ? (int)rc : 1);
+}
+
+void cli_launch_defaults(mtc_launch_opts *o) {
+    o->abort_hook = cli_abort_hook, o->abort_arg = NULL;
+    const char *v = getenv("MTC_COMM_TIMEOUT"); /* checked by cli_env_check */
+    if (o->timeout_s <= 0 && v && v[0]) o->timeout_s = strtod(v, NULL);
+}
+
+long cli_ckpt_fault_after(void) {
+    const char *v = getenv("MTC_CKPT_FAULT_AFTER"); /* checked by cli_env_check */
+    return v && v[0] ? atol(v) : 0;
 }

@@ -192,6 +192,7 @@ int cli_cmd_bench_comm(int argc, char **argv) {
                           .timeout_s = timeout,
                           .algo_spec = comm_algo,
                           .pin_threads = -1};
+    cli_launch_defaults(&lo); /* the abort hook; MTC_COMM_TIMEOUT without --timeout */
     if (!strcmp(backend, "shm"))
         lo.backend = MTC_BACKEND_SHM;
     else if (!strcmp(backend, "mpi"))

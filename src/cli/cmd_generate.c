@@ -151,6 +151,146 @@ static mtc_result_t parse_ids(const char *s, int V, data_tok_ids *ids) {
     }
 }
 
+/* One generation's state, shared by cli_cmd_generate's steps. status: the
+ * exit status of a usage error a step printed (2), else 0. */
+typedef struct {
+    data_tok *tok;
+    int have_tok, T, V, Vp, eod, status;
+    gen_sampling g;
+    data_tok_ids pids;
+    data_tok_text out;
+    size_t printed, n_prompt;
+    float *probs, *row;
+    gen_cand *order;
+    unsigned char *seen;
+    mtc_outfile lf;
+} gen_state;
+
+static void gen_state_free(gen_state *g, mtc_model *m, nn_pool *pool) {
+    if (g->lf.f) mtc_outfile_abort(&g->lf);
+    mtc_model_free(m);
+    nn_pool_free(pool);
+    data_tok_free(g->tok);
+    data_tok_ids_free(&g->pids);
+    data_tok_text_free(&g->out);
+    free(g->probs), free(g->row), free(g->order), free(g->seen);
+}
+
+/* A usage error of a step: printed, kept as the exit status. */
+static mtc_result_t gen_usage(gen_state *g, const char *fmt, const char *detail) {
+    g->status = cli_usage_error("generate", fmt, detail);
+    return MTC_ERR_INVALID_ARGUMENT;
+}
+
+/* The prompt's ids into g->pids: --prompt-ids, the encoded --prompt, or
+ * without either the eod (GPT-2's way), else a newline, else id 0. */
+static mtc_result_t gen_prompt(gen_state *g, const char *prompt, const char *prompt_ids) {
+    int V = g->V;
+    if (prompt_ids) {
+        mtc_result_t rc = parse_ids(prompt_ids, V, &g->pids);
+        if (rc == MTC_ERR_INVALID_ARGUMENT) return gen_usage(g, "%s", mtc_error_detail());
+        MTC_CHECK(rc);
+    } else if (g->have_tok && prompt && prompt[0]) {
+        size_t unknown = 0;
+        if (data_tok_encode(g->tok, NULL, prompt, strlen(prompt), &g->pids, &unknown) != MTC_OK)
+            return gen_usage(g, "--prompt: %s", mtc_error_detail());
+        if (unknown)
+            fprintf(stderr,
+                    "mtc generate: warning: %zu prompt characters are not in the model's "
+                    "vocabulary (read as id 0)\n",
+                    unknown);
+        for (size_t k = 0; k < g->pids.n; k++)
+            if (g->pids.ids[k] >= V) {
+                g->status = cli_usage_error("generate",
+                                            "--prompt encodes to id %d, outside the model's "
+                                            "vocabulary of %d",
+                                            g->pids.ids[k], V);
+                return MTC_ERR_INVALID_ARGUMENT;
+            }
+    }
+    if (g->pids.n == 0) { /* no prompt: the eod (GPT-2's way), else a newline, else id 0 */
+        int start = 0;
+        if (g->eod >= 0) {
+            start = g->eod;
+        } else if (g->have_tok) {
+            data_tok_ids nl = {0};
+            if (data_tok_encode(g->tok, NULL, "\n", 1, &nl, NULL) == MTC_OK && nl.n == 1 &&
+                nl.ids[0] < V)
+                start = nl.ids[0];
+            data_tok_ids_free(&nl);
+        }
+        MTC_CHECK(data_tok_ids_push(&g->pids, start));
+    }
+    g->n_prompt = g->pids.n;
+    return MTC_OK;
+}
+
+/* The prompt on stdout: ids with --print-ids, the text as given, or the
+ * given ids decoded when the model has a tokenizer. */
+static mtc_result_t gen_echo_prompt(gen_state *g, const char *prompt, const char *prompt_ids,
+                                    int print_ids) {
+    if (print_ids || (prompt_ids && !g->have_tok)) {
+        for (size_t k = 0; k < g->pids.n; k++)
+            printf("%s%d", k ? " " : "", g->pids.ids[k]);
+    } else if (prompt) { /* the prompt as given */
+        fputs(prompt, stdout);
+    } else if (prompt_ids) {
+        MTC_CHECK(data_tok_decode(g->tok, g->pids.ids, g->pids.n, &g->out, NULL));
+        fputs(g->out.s, stdout);
+        data_tok_text_free(&g->out);
+    }
+    return MTC_OK;
+}
+
+typedef struct {
+    int max_new;
+    uint64_t seed;
+    int ignore_eos, print_ids, ids_given;
+} gen_run_opts;
+
+/* Sample up to o->max_new tokens after the prompt, printing each as it
+ * comes (whole characters only) and, with --output-logits, each step's
+ * raw logits. */
+static mtc_result_t gen_run(gen_state *g, mtc_model *m, const gen_run_opts *o) {
+    int T = g->T, V = g->V, Vp = g->Vp;
+    mtc_model_pass pass = {0};
+    MTC_CHECK(data_tok_text_append(&g->out, "", 0));
+    for (int step = 0; step < o->max_new; step++) {
+        int n = (int)g->pids.n, t = n < T ? n : T;
+        const int *ctx = g->pids.ids + (n - t);
+        mtc_model_forward(m, 0, ctx, NULL, 1, t, &pass);
+        memcpy(g->row, mtc_model_logits(m) + (size_t)(t - 1) * Vp, (size_t)V * sizeof(float));
+        repetition_penalty(g->row, V, g->pids.ids, g->pids.n, g->g.penalty, g->seen);
+        float u = mtc_rng_uniform(o->seed, 0x67656e, (uint64_t)step);
+        if (g->lf.f) { /* the logits before the penalty: HF's output_logits */
+            const float *raw = mtc_model_logits(m) + (size_t)(t - 1) * Vp;
+            fprintf(g->lf.f, "{\"step\": %d, \"u\": %.9g, \"logits\": [", step, (double)u);
+            for (int i = 0; i < V; i++)
+                fprintf(g->lf.f, "%s%.9g", i ? ", " : "", (double)raw[i]);
+        }
+        int next = sample_next(g->row, V, &g->g, g->probs, g->order, u);
+        if (g->lf.f) fprintf(g->lf.f, "], \"token\": %d}\n", next);
+        MTC_CHECK(data_tok_ids_push(&g->pids, next));
+        int stop = next == g->eod && !o->ignore_eos;
+        if (o->print_ids || !g->have_tok) {
+            printf("%s%d", o->print_ids || o->ids_given || step ? " " : "", next);
+        } else if (!stop) { /* print what forms whole characters; the eod is not text */
+            MTC_CHECK(data_tok_decode_continue(g->tok, &next, 1, &g->out, NULL));
+            size_t upto = utf8_complete(g->out.s, g->out.n);
+            if (upto > g->printed) fwrite(g->out.s + g->printed, 1, upto - g->printed, stdout);
+            if (upto > g->printed) g->printed = upto;
+        }
+        fflush(stdout);
+        if (stop) break;
+    }
+    if (g->have_tok && !o->print_ids && g->out.n > g->printed)
+        fwrite(g->out.s + g->printed, 1, g->out.n - g->printed, stdout);
+    putchar('\n');
+    if (g->lf.f && mtc_outfile_commit(&g->lf) != MTC_OK)
+        return gen_usage(g, "%s", mtc_error_detail());
+    return MTC_OK;
+}
+
 int cli_cmd_generate(int argc, char **argv) {
     const char *load = NULL, *prompt = NULL, *prompt_ids = NULL, *logits_path = NULL;
     int max_new = 200, top_k = 0, threads = 1, ignore_eos = 0, print_ids = 0;
@@ -239,70 +379,25 @@ int cli_cmd_generate(int argc, char **argv) {
                                "text cannot be encoded: give --prompt-ids \"ID ID ...\"",
                                load);
 
-    mtc_outfile lf = {0};
-    if (logits_path && mtc_outfile_open(&lf, logits_path, "--output-logits") != MTC_OK) {
+    gen_state g = {.tok = tok, .have_tok = have_tok};
+    if (logits_path && mtc_outfile_open(&g.lf, logits_path, "--output-logits") != MTC_OK) {
         data_tok_free(tok);
         return cli_usage_error("generate", "%s", mtc_error_detail());
     }
-    int T = info.cfg.seq_length, V = info.cfg.vocab_size;
-    int eod = tok && data_tok_eod(tok) < V ? data_tok_eod(tok) : -1;
-    gen_sampling g = {(float)temperature, top_k, (float)top_p, (float)penalty};
-    data_tok_ids pids = {0};
-    data_tok_text out = {0};
-    size_t printed = 0, n_prompt = 0;
-    int Vp = info.cfg.padded_vocab_size;
-    float *probs = malloc((size_t)Vp * sizeof(float)), *row = malloc((size_t)Vp * sizeof(float));
-    gen_cand *order = malloc((size_t)Vp * sizeof *order);
-    unsigned char *seen = malloc((size_t)Vp);
+    g.T = info.cfg.seq_length, g.V = info.cfg.vocab_size, g.Vp = info.cfg.padded_vocab_size;
+    g.eod = tok && data_tok_eod(tok) < g.V ? data_tok_eod(tok) : -1;
+    g.g = (gen_sampling){(float)temperature, top_k, (float)top_p, (float)penalty};
+    g.probs = malloc((size_t)g.Vp * sizeof(float)), g.row = malloc((size_t)g.Vp * sizeof(float));
+    g.order = malloc((size_t)g.Vp * sizeof *g.order);
+    g.seen = malloc((size_t)g.Vp);
     nn_pool *pool = NULL;
     mtc_model *m = NULL;
     mtc_result_t rc = MTC_OK;
-    int status = 0;
-    if (!probs || !row || !order || !seen) {
+    if (!g.probs || !g.row || !g.order || !g.seen) {
         rc = MTC_ERR_OUT_OF_MEMORY;
         goto fail;
     }
-    if (prompt_ids) {
-        rc = parse_ids(prompt_ids, V, &pids);
-        if (rc == MTC_ERR_INVALID_ARGUMENT) {
-            status = cli_usage_error("generate", "%s", mtc_error_detail());
-            goto done;
-        }
-        MTC_CHECK_GOTO(rc, rc, fail);
-    } else if (have_tok && prompt && prompt[0]) {
-        size_t unknown = 0;
-        if (data_tok_encode(tok, NULL, prompt, strlen(prompt), &pids, &unknown) != MTC_OK) {
-            status = cli_usage_error("generate", "--prompt: %s", mtc_error_detail());
-            goto done;
-        }
-        if (unknown)
-            fprintf(stderr,
-                    "mtc generate: warning: %zu prompt characters are not in the model's "
-                    "vocabulary (read as id 0)\n",
-                    unknown);
-        for (size_t k = 0; k < pids.n; k++)
-            if (pids.ids[k] >= V) {
-                status = cli_usage_error("generate",
-                                         "--prompt encodes to id %d, outside the model's "
-                                         "vocabulary of %d",
-                                         pids.ids[k], V);
-                goto done;
-            }
-    }
-    if (pids.n == 0) { /* no prompt: the eod (GPT-2's way), else a newline, else id 0 */
-        int start = 0;
-        if (eod >= 0) {
-            start = eod;
-        } else if (have_tok) {
-            data_tok_ids nl = {0};
-            if (data_tok_encode(tok, NULL, "\n", 1, &nl, NULL) == MTC_OK && nl.n == 1 &&
-                nl.ids[0] < V)
-                start = nl.ids[0];
-            data_tok_ids_free(&nl);
-        }
-        MTC_CHECK_GOTO(data_tok_ids_push(&pids, start), rc, fail);
-    }
-    n_prompt = pids.n;
+    if ((rc = gen_prompt(&g, prompt, prompt_ids)) != MTC_OK) goto end;
 
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
     info.cfg.init_std = 0.02f;
@@ -311,79 +406,21 @@ int cli_cmd_generate(int argc, char **argv) {
     MTC_CHECK_GOTO(load_dir ? mtc_ckpt_dist_load_model_at(m, load, ckpt_step)
                             : mtc_ckpt_load(m, load, &info),
                    rc, fail);
-
-    if (print_ids) {
-        for (size_t k = 0; k < pids.n; k++)
-            printf("%s%d", k ? " " : "", pids.ids[k]);
-    } else if (prompt) { /* the prompt as given */
-        fputs(prompt, stdout);
-    } else if (prompt_ids && have_tok) {
-        MTC_CHECK_GOTO(data_tok_decode(tok, pids.ids, pids.n, &out, NULL), rc, fail);
-        fputs(out.s, stdout);
-        data_tok_text_free(&out);
-    } else if (prompt_ids) {
-        for (size_t k = 0; k < pids.n; k++)
-            printf("%s%d", k ? " " : "", pids.ids[k]);
-    }
-    mtc_model_pass pass = {0};
-    MTC_CHECK_GOTO(data_tok_text_append(&out, "", 0), rc, fail);
-    for (int step = 0; step < max_new; step++) {
-        int n = (int)pids.n, t = n < T ? n : T;
-        const int *ctx = pids.ids + (n - t);
-        mtc_model_forward(m, 0, ctx, NULL, 1, t, &pass);
-        memcpy(row, mtc_model_logits(m) + (size_t)(t - 1) * Vp, (size_t)V * sizeof(float));
-        repetition_penalty(row, V, pids.ids, pids.n, g.penalty, seen);
-        float u = mtc_rng_uniform((uint64_t)seed, 0x67656e, (uint64_t)step);
-        if (lf.f) { /* the logits before the penalty: HF's output_logits */
-            const float *raw = mtc_model_logits(m) + (size_t)(t - 1) * Vp;
-            fprintf(lf.f, "{\"step\": %d, \"u\": %.9g, \"logits\": [", step, (double)u);
-            for (int i = 0; i < V; i++)
-                fprintf(lf.f, "%s%.9g", i ? ", " : "", (double)raw[i]);
-        }
-        int next = sample_next(row, V, &g, probs, order, u);
-        if (lf.f) fprintf(lf.f, "], \"token\": %d}\n", next);
-        MTC_CHECK_GOTO(data_tok_ids_push(&pids, next), rc, fail);
-        int stop = next == eod && !ignore_eos;
-        if (print_ids || !have_tok) {
-            printf("%s%d", print_ids || prompt_ids || step ? " " : "", next);
-        } else if (!stop) { /* print what forms whole characters; the eod is not text */
-            MTC_CHECK_GOTO(data_tok_decode_continue(tok, &next, 1, &out, NULL), rc, fail);
-            size_t upto = utf8_complete(out.s, out.n);
-            if (upto > printed) fwrite(out.s + printed, 1, upto - printed, stdout);
-            if (upto > printed) printed = upto;
-        }
-        fflush(stdout);
-        if (stop) break;
-    }
-    if (have_tok && !print_ids && out.n > printed)
-        fwrite(out.s + printed, 1, out.n - printed, stdout);
-    putchar('\n');
-    if (lf.f && mtc_outfile_commit(&lf) != MTC_OK) {
-        status = cli_usage_error("generate", "%s", mtc_error_detail());
-        goto done;
-    }
-    if (pids.n > n_prompt && pids.ids[pids.n - 1] == eod && eod >= 0 && !ignore_eos)
+    MTC_CHECK_GOTO(gen_echo_prompt(&g, prompt, prompt_ids, print_ids), rc, fail);
+    gen_run_opts ro = {max_new, (uint64_t)seed, ignore_eos, print_ids, prompt_ids != NULL};
+    if ((rc = gen_run(&g, m, &ro)) != MTC_OK) goto end;
+    if (g.pids.n > g.n_prompt && g.pids.ids[g.pids.n - 1] == g.eod && g.eod >= 0 && !ignore_eos)
         fprintf(stderr,
                 "mtc generate: stopped at the end-of-document token %d after %zu new "
                 "tokens (--ignore-eos to go on)\n",
-                eod, pids.n - n_prompt);
-done:
-    if (lf.f) mtc_outfile_abort(&lf);
-    mtc_model_free(m);
-    nn_pool_free(pool);
-    data_tok_free(tok);
-    data_tok_ids_free(&pids);
-    data_tok_text_free(&out);
-    free(probs), free(row), free(order), free(seen);
-    return status;
+                g.eod, g.pids.n - g.n_prompt);
+end:
+    if (rc == MTC_OK || g.status) {
+        gen_state_free(&g, m, pool);
+        return g.status;
+    }
 fail:
-    if (lf.f) mtc_outfile_abort(&lf);
-    mtc_model_free(m);
-    nn_pool_free(pool);
-    data_tok_free(tok);
-    data_tok_ids_free(&pids);
-    data_tok_text_free(&out);
-    free(probs), free(row), free(order), free(seen);
+    gen_state_free(&g, m, pool);
     if (rc == MTC_ERR_FORMAT) return cli_usage_error("generate", "%s", mtc_error_detail());
     return cli_fail("generate", rc);
 }

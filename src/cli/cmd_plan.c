@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/layout_args.h"
 #include "cp/cp.h"
 #include "grid/grid.h"
 #include "model/model_cli.h"
@@ -110,10 +111,11 @@ static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
 
 int cli_cmd_plan(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, vocab = 50257, divisible = 128, mbs = 4, gbs = 0;
-    int world = 1, json = 0, top = 20, threads = 0, distopt = 0, nd = 1, overlap = 0, bf16 = 0;
+    int world = 1, json = 0, top = 20, threads = 0, distopt = 0, overlap = 0, bf16 = 0;
     int fp32 = 0, pad_high = 0;
     model_cli_flags model_f = MODEL_CLI_DEFAULTS; /* the architecture (model/model_cli.h) */
-    int mb_group = 0, pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
+    layout_flags lay = LAYOUT_FLAGS_DEFAULTS;     /* the shared layout rows (cli/layout_args.h) */
+    int pp_rank = -1, dp_rank = -1, no_sp = 0, no_do = 0, no_vpp = 0, sp = 0;
     int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
     int no_flash = 0, use_flash = 0; /* flash attention's activations (GPU machines' default) */
@@ -160,8 +162,7 @@ int cli_cmd_plan(int argc, char **argv) {
          "expert-tensor-parallel ranks: 1 or the TP size, fixed (default: both)", 0},
         {"use-distributed-optimizer", NULL, MTC_ARG_FLAG, &distopt, NULL,
          "only layouts with the distributed optimizer (default: both)", 0},
-        {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N",
-         "optimizer instances (default 1)", 0},
+        LAYOUT_ARG_ND(lay),
         {"pad-buckets-for-high-nccl-busbw", NULL, MTC_ARG_FLAG, &pad_high, NULL,
          "pad buckets to lcm(dp, 128, 65536)", 0},
         {"sequence-parallel", NULL, MTC_ARG_FLAG, &sp, NULL,
@@ -180,8 +181,7 @@ int cli_cmd_plan(int argc, char **argv) {
          "GPU machines: a sequence-parallel layer's TP collectives overlapped with its GEMMs "
          "(Megatron's, TransformerEngine's userbuffers; mtc has none)",
          0},
-        {"microbatch-group-size-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &mb_group, "N",
-         "interleaved schedule's group (default pp)", 0},
+        LAYOUT_ARG_MB_GROUP(lay),
         {"bf16", NULL, MTC_ARG_FLAG, &bf16, NULL,
          "bf16 weights with fp32 main grads and Adam state (default on GPU machines)", 0},
         {"fp32", NULL, MTC_ARG_FLAG, &fp32, NULL, "fp32 everything (mtc today; default on 'this')",
@@ -220,6 +220,7 @@ int cli_cmd_plan(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("plan", PLAN_USAGE, PLAN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
+    int nd = lay.nd, mb_group = lay.mb_group;
     if (world < 1 || world > MTC_GRID_MAX_WORLD) /* before enumerating a huge world's layouts */
         return cli_usage_error("plan", "--world-size %d must be 1..%d (ranks of one job)", world,
                                MTC_GRID_MAX_WORLD);

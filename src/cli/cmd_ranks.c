@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/layout_args.h"
 #include "core/outfile.h"
 #include "grid/grid.h"
 
@@ -222,31 +223,25 @@ static int parse_highlight(const char *arg, const mtc_grid_groups *G, int world,
 }
 
 int cli_cmd_ranks(int argc, char **argv) {
-    int world = 0, tp = 1, pp = 1, cp = 1, ep = 1, etp = 0, vpp = 0, nd = 1, json = 0, gpn = 8;
+    int world = 0, json = 0, gpn = 8;
+    layout_flags lay = LAYOUT_FLAGS_DEFAULTS; /* the shared layout rows (cli/layout_args.h) */
     int tp_pp_dp = 0, one_rank = -1;
     const char *order = NULL, *svg = NULL, *highlight = NULL;
     mtc_arg_ints hcp = {0};
     mtc_arg args[] = {
         {"world-size", NULL, MTC_ARG_INT, &world, "N",
          "number of ranks (default: the smallest valid)", 0},
-        {"tensor-model-parallel-size", "tp", MTC_ARG_INT, &tp, "N",
-         "tensor parallel size (default 1)", 0},
-        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "N", "pipeline stages (default 1)",
-         0},
-        {"context-parallel-size", "cp", MTC_ARG_INT, &cp, "N", "context parallel size (default 1)",
-         0},
-        {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
-         "expert parallel size (default 1)", 0},
-        {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
-         "expert tensor parallel size (default: tp)", 0},
-        {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "N",
-         "model chunks per pipeline rank (interleaved schedule; needs pp > 1)", 0},
+        LAYOUT_ARG_TP(lay),
+        LAYOUT_ARG_PP(lay),
+        LAYOUT_ARG_CP(lay),
+        LAYOUT_ARG_EP(lay),
+        LAYOUT_ARG_ETP(lay),
+        LAYOUT_ARG_VPP(lay),
         {"order", NULL, MTC_ARG_STRING, &order, "ORDER",
          "rank order, first varies fastest (default tp-cp-ep-dp-pp)", 0},
         {"use-tp-pp-dp-mapping", NULL, MTC_ARG_FLAG, &tp_pp_dp, NULL,
          "Megatron training's tp-cp-ep-pp-dp order", 0},
-        {"num-distributed-optimizer-instances", NULL, MTC_ARG_INT, &nd, "N",
-         "partial distributed optimizer instances (default 1)", 0},
+        LAYOUT_ARG_ND(lay),
         {"hierarchical-context-parallel-sizes", NULL, MTC_ARG_INTS, &hcp, "A,B,..",
          "levels of hierarchical CP (product = cp), innermost first", 0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print Megatron-shaped JSON instead of the table",
@@ -267,6 +262,8 @@ int cli_cmd_ranks(int argc, char **argv) {
                        "[--json] [--svg FILE]",
                        about, args, nargs, argc, argv);
     if (st >= 0) return st;
+    int tp = lay.tp, pp = lay.pp, cp = lay.cp, ep = lay.ep, etp = lay.etp, vpp = lay.vpp,
+        nd = lay.nd;
     char svg_real[MTC_PATH_MAX];
     if (svg && mtc_outfile_check(svg, "--svg", svg_real, sizeof svg_real) != MTC_OK)
         return cli_usage_error("ranks", "%s", mtc_error_detail());

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/layout_args.h"
 #include "core/outfile.h"
 #include "pp/layout_cli.h"
 #include "pp/schedule.h"
@@ -211,18 +212,17 @@ static int schedule_from_trace(const char *path, int64_t iteration, int group, c
 }
 
 int cli_cmd_schedule(int argc, char **argv) {
-    int pp = 1, vpp = 0, M = 0, group = 0, forward_only = 0, json = 0;
+    int M = 0, group = 0, forward_only = 0, json = 0;
+    layout_flags lay = LAYOUT_FLAGS_DEFAULTS; /* the shared layout rows (cli/layout_args.h) */
     const char *from_trace = NULL;
     int64_t iteration = -1;
-    int layers = 0, layers_per_vstage = 0, vstages = 0, overlap = 1;
+    int layers = 0, overlap = 1;
     pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
     pp_layout_args split = {0};
     const char *svg = NULL;
     mtc_arg args[] = {
-        {"pipeline-model-parallel-size", "pp", MTC_ARG_INT, &pp, "P", "pipeline stages (default 1)",
-         0},
-        {"virtual-pipeline-model-parallel-size", "vpp", MTC_ARG_INT, &vpp, "V",
-         "model chunks per rank (interleaved when > 1)", 0},
+        LAYOUT_ARG_PP(lay),
+        LAYOUT_ARG_VPP(lay),
         {"microbatches", "num-microbatches", MTC_ARG_INT, &M, "M",
          "microbatches per step (required)", 0},
         {"microbatch-group-size-per-virtual-pipeline-stage", "microbatch-group-size", MTC_ARG_INT,
@@ -230,10 +230,8 @@ int cli_cmd_schedule(int argc, char **argv) {
         {"forward-only", NULL, MTC_ARG_FLAG, &forward_only, NULL, "evaluation: forwards only", 0},
         {"num-layers", NULL, MTC_ARG_INT, &layers, "L", "transformer layers (for the vpp rules)",
          0},
-        {"num-layers-per-virtual-pipeline-stage", NULL, MTC_ARG_INT, &layers_per_vstage, "K",
-         "derive vpp = L/P/K (Megatron training rule)", 0},
-        {"num-virtual-stages-per-pipeline-rank", NULL, MTC_ARG_INT, &vstages, "V",
-         "vpp as Megatron training takes it", 0},
+        LAYOUT_ARG_LPVS(lay),
+        LAYOUT_ARG_VSTAGES(lay),
         PP_LAYOUT_CLI_ARGS(split_f),
         {"overlap-p2p-communication", NULL, MTC_ARG_FLAG, &overlap, NULL,
          "(default on) --no-overlap-p2p-communication requires P > 2 with vpp", 0},
@@ -256,6 +254,7 @@ int cli_cmd_schedule(int argc, char **argv) {
                   "runs it (no pipelining, 1F1B, or interleaved 1F1B with virtual stages).",
                   args, nargs, argc, argv);
     if (st >= 0) return st;
+    int pp = lay.pp, vpp = lay.vpp, layers_per_vstage = lay.lpvs, vstages = lay.vstages;
     char svg_real[MTC_PATH_MAX];
     if (svg && mtc_outfile_check(svg, "--svg", svg_real, sizeof svg_real) != MTC_OK)
         return cli_usage_error("schedule", "%s", mtc_error_detail());
@@ -279,10 +278,8 @@ int cli_cmd_schedule(int argc, char **argv) {
     if (!mtc_args_seen(args, nargs, "microbatches"))
         return cli_usage_error("schedule", "--microbatches M is required (e.g. --microbatches 8)");
     int vpp_seen = mtc_args_seen(args, nargs, "virtual-pipeline-model-parallel-size");
-    if (vpp_seen && (layers_per_vstage || vstages))
-        return cli_usage_error("schedule", "give the virtual pipeline size once: --vpp or "
-                                           "--num-virtual-stages-per-pipeline-rank or "
-                                           "--num-layers-per-virtual-pipeline-stage");
+    if (pp_vpp_given_once(vpp_seen, layers_per_vstage, vstages) != MTC_OK)
+        return cli_usage_error("schedule", "%s", mtc_error_detail());
     if (vpp_seen && vpp < 1) return cli_usage_error("schedule", "--vpp %d must be at least 1", vpp);
     /* sizes that keep every op count (2 * M * vpp per rank, pp ranks) in range and the
      * output printable */

@@ -77,18 +77,7 @@ int cli_parse(const char *cmd, const char *usage_line, const char *about, mtc_ar
     return -1;
 }
 
-/* The comm watchdog's last word: it has printed which rank, group, call and
- * sequence number are stuck; end the process now instead of waiting for a
- * rank thread that will never return. */
-static void cli_abort_hook(mtc_result_t rc, const char *report, void *arg) {
-    (void)report, (void)arg;
-    fflush(stdout);
-    fflush(stderr);
-    _exit(rc ? (int)rc : 1);
-}
-
 int main(int argc, char **argv) {
-    mtc_comm_set_abort_hook(cli_abort_hook, NULL);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

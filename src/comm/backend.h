@@ -186,7 +186,9 @@ struct comm_backend {
     comm_group *world; /* the world group (members 0..world_size-1 in order) */
     int (*node_of)(const comm_backend *be, int world_rank);
     const char *(*host_of)(const comm_backend *be, int world_rank); /* NULL: no host names */
-    comm_wait_rec *wait; /* this rank's wait record (watchdog.h); owned by the backend */
+    comm_wait_rec *wait;            /* this rank's wait record (watchdog.h); owned by the backend */
+    mtc_comm_abort_hook abort_hook; /* the launch's (mtc_launch_opts); NULL: none */
+    void *abort_arg;
 };
 
 /* ---- constructors (called by launch.c) ---------------------------------- */

@@ -626,6 +626,8 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
     c->be.shared_memory = 0;
     c->be.node_of = node_of;
     c->be.host_of = host_of;
+    c->be.abort_hook = opts ? opts->abort_hook : NULL;
+    c->be.abort_arg = opts ? opts->abort_arg : NULL;
     the_ctx = c;
 
     mtc_result_t rc = nodes_init(c, opts ? opts->ranks_per_node : 0, set_yield);

@@ -19,8 +19,8 @@
  * collectives; each carries a sequence number and a signature (operation,
  * count, dtype, op, root) and a rank whose call differs from its peers' gets
  * MTC_ERR_INVALID_USAGE naming both ranks, the group and both calls.
- * A peer that does not arrive within the timeout (mtc_comm_set_default_timeout,
- * else MTC_COMM_TIMEOUT seconds, else 300; per communicator
+ * A peer that does not arrive within the timeout (the launch's
+ * mtc_launch_opts.timeout_s, else 300 s; per communicator
  * mtc_comm_set_timeout) gives MTC_ERR_TIMEOUT with a report of who waits in
  * which call, naming the rank that never arrived as the cause (or saying
  * that the peer waited for is itself blocked and reports the cause); a
@@ -87,13 +87,17 @@ int mtc_algo_parse(const char *s);
 
 typedef enum { MTC_BACKEND_AUTO = 0, MTC_BACKEND_SHM, MTC_BACKEND_MPI } mtc_backend_kind_t;
 
+typedef void (*mtc_comm_abort_hook)(mtc_result_t rc, const char *report, void *arg);
+
 typedef struct {
     mtc_backend_kind_t backend; /* AUTO: mpi when started by an MPI launcher, else shm */
     int world_size;             /* shm: number of rank-threads (>= 1); mpi: ignored */
     int ranks_per_node;         /* 0: from the MPI library (mpi) or all ranks (shm) */
-    double timeout_s;      /* 0: mtc_comm_set_default_timeout, else MTC_COMM_TIMEOUT, else 300 s */
+    double timeout_s;           /* every call's deadline in seconds (inf: none); 0: 300 s */
     const char *algo_spec; /* NULL: MTC_COMM_ALGO; "ring" or "all_reduce=ring,all_gather=direct" */
     int pin_threads;       /* shm: pin rank-threads to cores when ranks <= cores (-1 auto) */
+    mtc_comm_abort_hook abort_hook; /* the watchdog's last call (below); NULL: none */
+    void *abort_arg;
 } mtc_launch_opts;
 
 /* Each rank runs fn(world, arg) with its own world communicator; the return
@@ -133,29 +137,23 @@ mtc_result_t mtc_launcher_detect(mtc_launcher_env *out);
 
 /* ---- deadlines and the watchdog ------------------------------------------ */
 
-/* Process-wide collective timeout for the launches that follow, used when
- * mtc_launch_opts.timeout_s is 0; it takes precedence over MTC_COMM_TIMEOUT
- * (the CLI calls it for Megatron's --distributed-timeout-minutes, as
- * minutes * 60). seconds <= 0 unsets it. Every wait of every collective and
- * point-to-point call, on both backends and for every algorithm (MPI's own
- * collectives included: they run as MPI_I* requests polled against the
- * deadline), ends with MTC_ERR_TIMEOUT and a report when it passes.
+/* Every wait of every collective and point-to-point call, on both backends
+ * and for every algorithm (MPI's own collectives included: they run as
+ * MPI_I* requests polled against the deadline), ends with MTC_ERR_TIMEOUT
+ * and a report when the launch's timeout_s passes.
  *
- * The watchdog (one per process: the launching thread on shm, a thread of
+ * The watchdog (one per launch: the launching thread on shm, a thread of
  * its own on mpi) ends a job that cannot end by returning: on shm, a rank
  * thread that has not returned COMM_WATCH_GRACE_S (3 s) after the job failed
  * (e.g. stuck outside the communication layer while its peers timed out
  * waiting for it); on mpi, a rank blocked past its deadline + 3 s. It prints
  * "mtc: watchdog: ..." naming the stuck rank, the group, call and sequence
- * number its peers waited in, then calls the abort hook. The hook must end
- * the process (the CLI's calls exit()/_exit(); library code never does).
- * Without a hook, or if it returns: shm's mtc_launch returns the failure
- * without joining the stuck threads (they, the world and `arg` are left
- * alone, so the caller should end the process soon); mpi calls MPI_Abort.
- * The report text is valid during the call. */
-void mtc_comm_set_default_timeout(double seconds);
-typedef void (*mtc_comm_abort_hook)(mtc_result_t rc, const char *report, void *arg);
-void mtc_comm_set_abort_hook(mtc_comm_abort_hook fn, void *arg);
+ * number its peers waited in, then calls the launch's abort hook. The hook
+ * must end the process (the CLI's calls exit()/_exit(); library code never
+ * does). Without a hook, or if it returns: shm's mtc_launch returns the
+ * failure without joining the stuck threads (they, the world and `arg` are
+ * left alone, so the caller should end the process soon); mpi calls
+ * MPI_Abort. The report text is valid during the call. */
 
 /* ---- communicators ----------------------------------------------------- */
 

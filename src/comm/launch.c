@@ -38,20 +38,7 @@ typedef struct {
 } launch_settings;
 
 static mtc_result_t resolve_settings(const mtc_launch_opts *opts, launch_settings *s) {
-    s->timeout_s = COMM_DEFAULT_TIMEOUT_S;
-    const char *env = getenv("MTC_COMM_TIMEOUT");
-    if (opts->timeout_s > 0) {
-        s->timeout_s = opts->timeout_s;
-    } else if (comm_watch_default_timeout() > 0) {
-        s->timeout_s = comm_watch_default_timeout();
-    } else if (env && env[0]) {
-        char *end;
-        double t = strtod(env, &end);
-        if (*end || !(t > 0))
-            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                             "MTC_COMM_TIMEOUT='%s' is not a positive number of seconds", env);
-        s->timeout_s = t;
-    }
+    s->timeout_s = opts->timeout_s > 0 ? opts->timeout_s : COMM_DEFAULT_TIMEOUT_S;
     const char *spec = opts->algo_spec ? opts->algo_spec : getenv("MTC_COMM_ALGO");
     return comm_algo_spec_parse(spec, s->algo, s->strict);
 }
@@ -110,7 +97,8 @@ static void *rank_main(void *p) {
  * and the job were doing (comm_watch_fire: stderr, then the abort hook) and,
  * if the hook returns, gives up on the stuck threads: detached, returns 1
  * (*rc holds the failure). Returns 0 when every thread was joined. */
-static int watch_shm(shm_world *w, pthread_t *th, int n, mtc_result_t *rc) {
+static int watch_shm(const mtc_launch_opts *opts, shm_world *w, pthread_t *th, int n,
+                     mtc_result_t *rc) {
     unsigned char *joined = calloc((size_t)n ? (size_t)n : 1, 1);
     if (!joined) { /* no memory for the bookkeeping: plain joins */
         for (int r = 0; r < n; r++)
@@ -165,7 +153,7 @@ static int watch_shm(shm_world *w, pthread_t *th, int n, mtc_result_t *rc) {
                      "rank %d is stuck: it has not returned %.0f s after the job failed and %s; "
                      "the job failed on rank %d: %s; ending the job without waiting for rank %d",
                      stuck, COMM_WATCH_GRACE_S, what, frank, fmsg, stuck);
-        comm_watch_fire(failed ? frc : MTC_ERR_TIMEOUT, report);
+        comm_watch_fire(failed ? frc : MTC_ERR_TIMEOUT, report, opts->abort_hook, opts->abort_arg);
         /* no hook, or it returned: give the caller its result now */
         for (int r = 0; r < n; r++)
             if (!joined[r]) pthread_detach(th[r]);
@@ -207,7 +195,7 @@ static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_setting
             be->ops->abort(be, rc, mtc_error_detail());
         }
     }
-    int abandoned = watch_shm(w, th, started, &rc);
+    int abandoned = watch_shm(opts, w, th, started, &rc);
     int frank;
     mtc_result_t frc;
     const char *fmsg;

@@ -90,7 +90,7 @@ static void check_self(void) {
              "rank %d%s is stuck: it %s, %.0f s past the deadline, in a wait that did not end by "
              "itself; aborting the MPI job",
              W.be->world_rank, comm_mpi_host_note(W.be->world_rank), d, COMM_WATCH_GRACE_S);
-    comm_watch_fire(MTC_ERR_TIMEOUT, report);
+    comm_watch_fire(MTC_ERR_TIMEOUT, report, W.be->abort_hook, W.be->abort_arg);
     MPI_Abort(MPI_COMM_WORLD, (int)MTC_ERR_TIMEOUT);
 }
 

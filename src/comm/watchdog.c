@@ -1,7 +1,5 @@
-/* comm/watchdog.c - wait records, back-off, and the process-wide settings
- * the watchdogs use: the default timeout (mtc_comm_set_default_timeout, for
- * Megatron's --distributed-timeout-minutes) and the abort hook the CLI
- * installs (mtc_comm_set_abort_hook). See watchdog.h for the contracts.
+/* comm/watchdog.c - wait records, back-off, and the watchdogs' report
+ * (calling the launch's abort hook). See watchdog.h for the contracts.
  * Relies on pthreads and core/timer. Does not watch anything itself: the
  * shm watchdog is the launching thread (launch.c), the mpi one a thread of
  * its own (watch_mpi.c). Never exits: without a hook it returns. */
@@ -15,42 +13,14 @@
 #include "comm/watchdog.h"
 #include "core/timer.h"
 
-/* ---- settings ------------------------------------------------------------------ */
+/* ---- the report ------------------------------------------------------------------ */
 
-static pthread_mutex_t settings_mu = PTHREAD_MUTEX_INITIALIZER;
-static double default_timeout_s;
-static mtc_comm_abort_hook abort_hook;
-static void *abort_hook_arg;
 static atomic_int fired;
 
-void mtc_comm_set_default_timeout(double seconds) {
-    pthread_mutex_lock(&settings_mu);
-    default_timeout_s = seconds > 0 ? seconds : 0;
-    pthread_mutex_unlock(&settings_mu);
-}
-
-double comm_watch_default_timeout(void) {
-    pthread_mutex_lock(&settings_mu);
-    double t = default_timeout_s;
-    pthread_mutex_unlock(&settings_mu);
-    return t;
-}
-
-void mtc_comm_set_abort_hook(mtc_comm_abort_hook fn, void *arg) {
-    pthread_mutex_lock(&settings_mu);
-    abort_hook = fn;
-    abort_hook_arg = arg;
-    pthread_mutex_unlock(&settings_mu);
-}
-
-void comm_watch_fire(mtc_result_t rc, const char *report) {
+void comm_watch_fire(mtc_result_t rc, const char *report, mtc_comm_abort_hook fn, void *arg) {
     if (atomic_exchange(&fired, 1)) return;
     fprintf(stderr, "mtc: watchdog: %s\n", report);
     fflush(stderr);
-    pthread_mutex_lock(&settings_mu);
-    mtc_comm_abort_hook fn = abort_hook;
-    void *arg = abort_hook_arg;
-    pthread_mutex_unlock(&settings_mu);
     if (fn) fn(rc, report, arg);
     atomic_store(&fired, 0); /* no hook (or it returned): a later launch may report again */
 }

@@ -12,8 +12,8 @@
  * record directly; mpi asks the peer's watchdog thread, watch_mpi.c) and
  * the watchdogs (launch.c for shm, watch_mpi.c for mpi).
  *
- * Not a public header; the public settings are in comm.h
- * (mtc_comm_set_default_timeout, mtc_comm_set_abort_hook). */
+ * Not a public header; the public settings are the launch's (comm.h
+ * mtc_launch_opts: timeout_s, abort_hook). */
 #ifndef MTC_COMM_WATCHDOG_H
 #define MTC_COMM_WATCHDOG_H
 
@@ -89,12 +89,10 @@ void comm_backoff_set_yield(int on);
 
 /* ---- the end of the line --------------------------------------------------- */
 
-/* Resolved launch settings read these (launch.c). 0: not set. */
-double comm_watch_default_timeout(void);
 /* Print the watchdog's report on stderr (once per process: later calls only
- * return), then call the abort hook if one is installed. Returns if there
+ * return), then call the launch's abort hook fn(rc, report, arg) if any. Returns if there
  * is no hook or the hook returns; the caller then ends the job its own way
  * (shm: launch returns without the stuck threads; mpi: MPI_Abort). */
-void comm_watch_fire(mtc_result_t rc, const char *report);
+void comm_watch_fire(mtc_result_t rc, const char *report, mtc_comm_abort_hook fn, void *arg);
 
 #endif

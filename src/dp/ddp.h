@@ -123,10 +123,10 @@ typedef struct {
 } mtc_ddp_kind;
 
 /* The kinds of buffer of a rank from its grid into out[0..1]: the dense
- * one (every param, or all but the expert-parallel ones with
- * expert_split), and with expert_split (experts split over EP) the
- * expert-parallel one. Returns how many. */
-int mtc_ddp_kinds(mtc_grid_t grid, int use_distopt, int expert_split, mtc_ddp_kind *out);
+ * one (every param, or all but the expert-parallel ones when the model's
+ * num_experts experts are split over EP), and then the expert-parallel
+ * one. Returns how many. */
+int mtc_ddp_kinds(mtc_grid_t grid, int use_distopt, int num_experts, mtc_ddp_kind *out);
 /* The DDP's communicators of model chunk `chunk`'s buffer of that kind:
  * the intra group as built (even of size 1), the grid's inter-instance
  * group of the chunk with several optimizer instances. */

@@ -8,7 +8,9 @@
  * does not communicate. */
 #include "dp/ddp.h"
 
-int mtc_ddp_kinds(mtc_grid_t grid, int use_distopt, int expert_split, mtc_ddp_kind *out) {
+int mtc_ddp_kinds(mtc_grid_t grid, int use_distopt, int num_experts, mtc_ddp_kind *out) {
+    /* experts split over EP: Megatron's expert-parallel buffers */
+    int expert_split = num_experts > 0 && mtc_grid_comm_nontrivial(grid, MTC_GROUP_EP, 0);
     int nd = mtc_grid_spec_get(grid)->nd;
     mtc_comm_t dp = mtc_grid_reduce_comm(grid, MTC_REDUCE_DP_CP);
     /* dense: reduced over DATA_PARALLEL_GROUP_WITH_CP, sharded over it (or

@@ -316,3 +316,19 @@ int64_t dp_layout_held_numel(const dp_layout *l, int rank) {
     free(g.e);
     return total - least;
 }
+
+mtc_result_t dp_options_check(int distopt, int instances, int overlap_param_gather,
+                              int64_t bucket_size) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    if (bucket_size < 0)
+        return mtc_error(E, "ddp-bucket-size=%lld must be >= 0", (long long)bucket_size);
+    if (instances < 1)
+        return mtc_error(E, "num-distributed-optimizer-instances=%d must be >= 1", instances);
+    if (instances > 1 && !distopt)
+        return mtc_error(E,
+                         "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer",
+                         instances);
+    if (overlap_param_gather && !distopt)
+        return mtc_error(E, "--overlap-param-gather needs --use-distributed-optimizer");
+    return MTC_OK;
+}

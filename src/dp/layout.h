@@ -89,6 +89,11 @@ mtc_result_t dp_layout_build(dp_layout *out, const int64_t *numels, int nparams,
                              const dp_layout_config *cfg);
 void dp_layout_free(dp_layout *layout); /* NULL and empty layouts are fine */
 
+/* The data-parallel flags' own rules: --ddp-bucket-size >= 0, at least one
+ * distributed-optimizer instance, more instances and the overlapped param
+ * gather need --use-distributed-optimizer. INVALID_ARGUMENT naming the flag. */
+mtc_result_t dp_options_check(int distopt, int instances, int overlap_param_gather,
+                              int64_t bucket_size);
 /* The bucket size Megatron's training hands to the layout (0 = None, one
  * bucket): `requested` (--ddp-bucket-size, <= 0 = unset) or by default
  * max(4e7, 1e6 * dp_cp); None unless overlap_grad_reduce; None on pipeline

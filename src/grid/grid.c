@@ -138,6 +138,25 @@ static mtc_result_t grid_split_inter(mtc_grid_t g, int nchunks) {
     return MTC_OK;
 }
 
+/* pp > 1: the pipeline executor's channels, split off this rank's
+ * PIPELINE_MODEL_PARALLEL_GROUP in its order (collective over it). */
+static mtc_result_t grid_split_pipeline(mtc_grid_t g) {
+    const grid_slot *pp = slot_find(g, MTC_GROUP_PP, 0);
+    if (g->spec.cfg.pp <= 1 || !pp || !pp->comm) return MTC_OK;
+    static const struct {
+        mtc_grid_kind_t kind;
+        const char *name;
+    } ch[2] = {{MTC_GROUP_PP_ACTIVATIONS, "PIPELINE_ACTIVATIONS"},
+               {MTC_GROUP_PP_GRADIENTS, "PIPELINE_GRADIENTS"}};
+    for (int i = 0; i < 2; i++) {
+        grid_slot *sl = &g->slots[g->nslots++];
+        sl->kind = ch[i].kind, sl->level = 0, sl->n = pp->n, sl->members = pp->members;
+        /* comm: split(pp) */
+        MTC_CHECK(mtc_comm_split(pp->comm, 0, mtc_comm_rank(pp->comm), ch[i].name, &sl->comm));
+    }
+    return MTC_OK;
+}
+
 void mtc_grid_free(mtc_grid_t g) {
     if (!g) return;
     for (int i = 0; i < g->nslots; i++)
@@ -165,7 +184,7 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
     mtc_grid_coord_of(&g->coord, &g->spec, rank);
     MTC_CHECK_GOTO(table_acquire(&g->spec, &g->table), rc, fail);
     const mtc_grid_groups *G = &g->table->G;
-    g->slots = calloc((size_t)G->nsets + 2 * (size_t)nchunks, sizeof *g->slots);
+    g->slots = calloc((size_t)G->nsets + 2 * (size_t)nchunks + 2, sizeof *g->slots);
     if (!g->slots) {
         rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "grid slots");
         goto fail;
@@ -184,6 +203,7 @@ mtc_result_t mtc_grid_init(mtc_grid_t *out, mtc_comm_t world, const mtc_grid_con
                        fail);
     }
     MTC_CHECK_GOTO(grid_split_inter(g, nchunks), rc, fail);
+    MTC_CHECK_GOTO(grid_split_pipeline(g), rc, fail);
     char coords[96];
     snprintf(coords, sizeof coords, "tp%d cp%d dp%d pp%d ep%d etp%d edp%d", g->coord.tp,
              g->coord.cp, g->coord.dp, g->coord.pp, g->coord.ep, g->coord.etp, g->coord.edp);

@@ -147,6 +147,10 @@ typedef enum {
                                       every INTRA_PARTIAL slice of one dp-cp list */
     MTC_GROUP_EXPT_INTER_DIST_OPT, /* the same for the expert shard (ep > 1): position j of every
                                       HIERARCHICAL_EXPERT_DATA_PARALLEL_GROUP_L0 slice */
+    /* built by mtc_grid_init only, pp > 1: the pipeline executor's two
+     * channels, each the ranks of PIPELINE_MODEL_PARALLEL_GROUP in its order */
+    MTC_GROUP_PP_ACTIVATIONS, /* activations forward */
+    MTC_GROUP_PP_GRADIENTS,   /* gradients backward */
     MTC_GROUP_KIND_COUNT
 } mtc_grid_kind_t;
 
@@ -240,5 +244,10 @@ typedef struct {
 mtc_result_t mtc_grid_render_svg_highlight(FILE *f, const mtc_grid_spec *s,
                                            const mtc_grid_groups *g, int gpus_per_node,
                                            const mtc_grid_highlight *h);
+
+/* grid/nodes.c: the banner's node map of `world` (which ranks share a
+ * node), the process groups that cross nodes, and a warning when TP's do
+ * (mpi only; nothing for thread-ranks). Does not communicate. */
+void mtc_grid_print_nodes(mtc_grid_t grid, mtc_comm_t world, FILE *out);
 
 #endif

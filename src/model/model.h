@@ -348,6 +348,16 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
  * local_numel) floats. from = m->params or m->grads. Parameters outside
  * the chunk are left untouched. */
 mtc_result_t mtc_model_gather(const mtc_model *m, float *out, const float *from, float *scratch);
+/* model_ranks.c: positions per sample on this rank (seq-length / cp);
+ * this rank's global positions of them (the CP context's, NULL: 0..T-1);
+ * after mtc_model_gather of each of this rank's n chunks into global
+ * (zeros elsewhere), one complete copy on every rank: collective over
+ * EXPERT_MODEL_PARALLEL_GROUP (experts split over EP) and
+ * PIPELINE_MODEL_PARALLEL_GROUP of grid. */
+int mtc_model_seq_per_rank(const mtc_model_config *cfg, mtc_grid_t grid);
+const int *mtc_model_positions(const mtc_model *m);
+mtc_result_t mtc_model_gather_ranks(const mtc_model *const *chunks, int n, mtc_grid_t grid,
+                                    float *global);
 void mtc_model_free(mtc_model *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */

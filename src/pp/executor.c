@@ -28,7 +28,7 @@
 struct pp_executor {
     pp_executor_config cfg;
     int rank, pp;
-    mtc_comm_t act, grad; /* channels split from the pipeline group (NULL when pp == 1) */
+    mtc_comm_t act, grad; /* the grid's pipeline channels, not owned (NULL when pp == 1) */
     pp_plan plan[2];      /* [0] training, [1] forward-only */
     char *buf;
     size_t stride, buf_bytes;
@@ -75,11 +75,17 @@ mtc_result_t pp_executor_buffer_bytes(size_t *bytes, const pp_executor_config *c
     return MTC_OK;
 }
 
-mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg, mtc_comm_t pipe,
-                              void *buffer) {
+void pp_channels_from_grid(pp_channels *ch, mtc_grid_t grid) {
+    ch->act = grid ? mtc_grid_comm(grid, MTC_GROUP_PP_ACTIVATIONS, 0) : NULL;
+    ch->grad = grid ? mtc_grid_comm(grid, MTC_GROUP_PP_GRADIENTS, 0) : NULL;
+}
+
+mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg,
+                              const pp_channels *ch, void *buffer) {
     *out = NULL;
     int pp = cfg->schedule.pp;
-    if (pp > 1 && !pipe)
+    mtc_comm_t pipe = ch ? ch->act : NULL;
+    if (pp > 1 && (!pipe || !ch->grad))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "pipeline-model-parallel-size=%d needs the pipeline communicator", pp);
     int rank = pipe ? mtc_comm_rank(pipe) : 0;
@@ -87,7 +93,7 @@ mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg,
     MTC_CHECK(executor_validate(cfg, rank));
     if (pipe && mtc_comm_size(pipe) != pp)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "pipeline communicator '%s' has %d ranks but "
+                         "pipeline channel '%s' has %d ranks but "
                          "pipeline-model-parallel-size is %d",
                          mtc_comm_name(pipe), mtc_comm_size(pipe), pp);
     if (buffer && ((uintptr_t)buffer & 63))
@@ -107,11 +113,7 @@ mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg,
         MTC_CHECK_GOTO(mtc_mem_alloc_big(ex->buf_bytes, 0, (void **)&ex->buf), rc, fail);
         ex->owns_buf = 1;
     }
-    if (pp > 1) {
-        /* collective over the pipeline group: two channels in the same order */
-        MTC_CHECK_GOTO(mtc_comm_split(pipe, 0, rank, "PIPELINE_ACTIVATIONS", &ex->act), rc, fail);
-        MTC_CHECK_GOTO(mtc_comm_split(pipe, 0, rank, "PIPELINE_GRADIENTS", &ex->grad), rc, fail);
-    }
+    if (pp > 1) ex->act = ch->act, ex->grad = ch->grad; /* the grid's */
     *out = ex;
     return MTC_OK;
 fail:
@@ -214,8 +216,6 @@ const pp_plan *pp_executor_plan(pp_executor_t ex, int forward_only) {
 
 void pp_executor_free(pp_executor_t ex) {
     if (!ex) return;
-    mtc_comm_free(ex->act);
-    mtc_comm_free(ex->grad);
     pp_plan_free(&ex->plan[0]);
     pp_plan_free(&ex->plan[1]);
     if (ex->owns_buf) mtc_mem_free_big(ex->buf, ex->buf_bytes);

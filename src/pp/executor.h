@@ -111,6 +111,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "grid/grid.h"
 #include "core/result.h"
 #include "pp/schedule.h"
 
@@ -210,14 +211,24 @@ typedef struct pp_executor *pp_executor_t;
  * cfg like pp_executor_init. */
 mtc_result_t pp_executor_buffer_bytes(size_t *bytes, const pp_executor_config *cfg, int rank);
 
-/* Collective over `pipe` (the PIPELINE_MODEL_PARALLEL_GROUP of this rank,
- * size pp; NULL allowed when pp == 1). Invalid configurations are refused
- * before any communication with Megatron's message (every rank has the same
- * cfg, so every rank refuses). `buffer`: pp_executor_buffer_bytes bytes,
- * 64-byte aligned, owned by the caller and kept until pp_executor_free; NULL
- * = the executor allocates it. */
-mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg, mtc_comm_t pipe,
-                              void *buffer);
+/* The two channels of a pipeline rank, each over the ranks of its
+ * PIPELINE_MODEL_PARALLEL_GROUP in its order (size pp; both NULL when
+ * pp == 1): activations forward, gradients backward. The grid makes them
+ * (MTC_GROUP_PP_ACTIVATIONS, MTC_GROUP_PP_GRADIENTS); the executor only
+ * uses them, and several executors may share them one run at a time. */
+typedef struct {
+    mtc_comm_t act, grad;
+} pp_channels;
+
+/* This rank's channels from its grid (NULL grid or pp == 1: both NULL). */
+void pp_channels_from_grid(pp_channels *ch, mtc_grid_t grid);
+
+/* Does not communicate. Invalid configurations are refused with Megatron's
+ * message (every rank has the same cfg, so every rank refuses). `buffer`:
+ * pp_executor_buffer_bytes bytes, 64-byte aligned, owned by the caller and
+ * kept until pp_executor_free; NULL = the executor allocates it. */
+mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg,
+                              const pp_channels *ch, void *buffer);
 /* --bf16: the forward messages (activations) hold bf16 values in fp32
  * storage and travel as bf16, half the bytes and exact; gradients stay
  * fp32. Call after init, before the first run, on every pipeline rank. */

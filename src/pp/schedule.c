@@ -194,6 +194,15 @@ mtc_result_t pp_schedule_build(pp_op *ops, pp_schedule_counts *counts,
     return MTC_OK;
 }
 
+mtc_result_t pp_vpp_given_once(int vpp_given, int layers_per_virtual_stage,
+                               int virtual_stages_per_rank) {
+    if (vpp_given && (layers_per_virtual_stage || virtual_stages_per_rank))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "give the virtual pipeline size once: --vpp or "
+                                                   "--num-virtual-stages-per-pipeline-rank or "
+                                                   "--num-layers-per-virtual-pipeline-stage");
+    return MTC_OK;
+}
+
 mtc_result_t pp_vpp_from_args(int *vpp, const pp_vpp_args *a) {
     *vpp = 1;
     const pp_layout_args none = {.account_for_embedding = a->account_for_embedding,

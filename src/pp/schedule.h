@@ -117,6 +117,10 @@ typedef struct {
     const struct pp_layout_args *split;
 } pp_vpp_args;
 
+/* Megatron training's three spellings of the virtual pipeline size are
+ * exclusive: vpp_given (--vpp) with either of the others is refused. */
+mtc_result_t pp_vpp_given_once(int vpp_given, int layers_per_virtual_stage,
+                               int virtual_stages_per_rank);
 /* vpp as training derives it (1 when it ends up None); Megatron's assertion
  * text as the detail message on refusal. */
 mtc_result_t pp_vpp_from_args(int *vpp, const pp_vpp_args *a);

@@ -203,12 +203,14 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
  * (tests/parity/comm_wrap.c); else the explicit step collectives are timed. */
 uint64_t mtc_train_comm_wait_ns(void) __attribute__((weak));
 
-/* What every rank shares (read-only) and what the launcher hands back. */
+/* What every rank shares (read-only but the fault counter) and what the
+ * launcher hands back. */
 typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
     FILE *out;
     int threads_per_rank;
+    mtc_ckpt_fault ckpt_fault; /* every writer of the process counts on it (--async-save's too) */
 } train_shared;
 
 static void train_print_eval(FILE *out, int64_t iteration, double loss) {
@@ -238,10 +240,10 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     fprintf(out,
             "> backend: %s; %d rank(s), %d thread(s) per rank; sequence parallel: %s; overlap grad "
             "reduce: %s; ddp bucket size: %s\n",
-            mtc_comm_backend_name(mtc_grid_comm(x->grid, MTC_GROUP_TP, 0)), world,
-            nn_pool_size(x->pool), model->tp.sequence_parallel ? "on" : "off",
-            c->overlap_grad_reduce ? "on" : "off", bucket);
-    train_print_nodes(x, out);
+            mtc_comm_backend_name(x->world), world, nn_pool_size(x->pool),
+            model->tp.sequence_parallel ? "on" : "off", c->overlap_grad_reduce ? "on" : "off",
+            bucket);
+    mtc_grid_print_nodes(x->grid, x->world, out);
     if (c->use_distributed_optimizer)
         fprintf(out,
                 "> distributed optimizer: %d instance(s), state sharded over %d rank(s); overlap "
@@ -258,7 +260,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "> context parallel: %d ranks, %s%s attention; each rank holds %d of %d "
                 "positions (chunks %d and %d of %d)\n",
                 model->cp.cp, c->cp_layer_types ? "per layer " : "",
-                c->cp_layer_types ? types : cp_comm_type_name(model->cp.type), x->T_cp, T,
+                c->cp_layer_types ? types : cp_comm_type_name(model->cp.type), x->T_rank, T,
                 model->cp.rank, 2 * model->cp.cp - 1 - model->cp.rank, 2 * model->cp.cp);
     }
     char blas[512]; /* nn_blas_describe: the fp32 GEMM engine and why, the BLAS */
@@ -681,6 +683,7 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     train_rank x;
     memset(&x, 0, sizeof x);
     x.cfg = c, x.src = sh->src;
+    x.ckpt_write = (mtc_ckpt_write_opts){.fault = &sh->ckpt_fault};
     FILE *out = is_last ? sh->out : NULL, *metrics = NULL;
     if (out && !c->quiet) { /* setup can take seconds on a large model: say what is happening */
         fprintf(out, "building GPT model ...\n");
@@ -772,9 +775,12 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     }
     mtc_error_clear();
     train_shared sh = {.cfg = &cc, .src = src, .out = out, .threads_per_rank = threads};
+    sh.ckpt_fault.after = c->ckpt_fault_after;
     mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
                           .world_size = world,
                           .timeout_s = c->comm_timeout_s,
-                          .pin_threads = threads > 1 ? 0 : -1};
+                          .pin_threads = threads > 1 ? 0 : -1,
+                          .abort_hook = c->comm_abort_hook,
+                          .abort_arg = c->comm_abort_arg};
     return mtc_launch(&lo, train_rank_main, &sh);
 }

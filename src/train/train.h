@@ -93,7 +93,10 @@ typedef struct {
                                   with overlap) */
     int backend;               /* mtc_backend_kind_t (0 = auto) */
     double comm_timeout_s;     /* --distributed-timeout-minutes x 60: every collective's deadline
-                                  (0: the launcher's default, MTC_COMM_TIMEOUT or 300 s) */
+                                  (0: the launch's default, 300 s) */
+    mtc_comm_abort_hook comm_abort_hook; /* the launch's watchdog hook (NULL: none) */
+    void *comm_abort_arg;
+    long ckpt_fault_after; /* tests: the checkpoint writer dies at its k-th write point (0: no) */
     /* ---- distributed optimizer (dp/distopt.h; train/train_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
                                       the owned shard, AdamW there, all-gather params */

@@ -42,11 +42,12 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
                                  int for_save, int with_optim) {
     const mtc_model *m = ch->model;
     const mtc_registry *r = &m->reg;
-    int tp_rank = train_tp_rank(x), tp = x->tp ? mtc_comm_size(x->tp) : 1;
+    int tp_rank = m->tp_rank, tp = m->tp_size;
     /* parameters are replicated over DATA_PARALLEL_GROUP_WITH_CP (context
      * parallelism splits the sequence, not the weights): one replica of
      * that group writes each piece */
-    int rep_n = x->dp ? mtc_comm_size(x->dp) : 1, rep_r = x->dp ? mtc_comm_rank(x->dp) : 0;
+    mtc_comm_t rep = train_replicas(x);
+    int rep_n = rep ? mtc_comm_size(rep) : 1, rep_r = rep ? mtc_comm_rank(rep) : 0;
     /* an expert split over EP is replicated over EXPERT_DATA_PARALLEL_GROUP only */
     mtc_comm_t edp = x->gbuf[TRAIN_GBUF_EXPERT].dp;
     int xrep_n = edp ? mtc_comm_size(edp) : 1, xrep_r = edp ? mtc_comm_rank(edp) : 0;
@@ -84,7 +85,7 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
 static mtc_result_t dopt_pieces(train_rank *x, const mtc_distopt *o, const mtc_model *m,
                                 mtc_ckpt_pieces *l, int for_save, int with_optim, int sharded) {
     const mtc_registry *r = &m->reg;
-    int tp_rank = train_tp_rank(x), tp = x->tp ? mtc_comm_size(x->tp) : 1;
+    int tp_rank = m->tp_rank, tp = m->tp_size;
     char key[MTC_CKPT_KEY_MAX];
     mtc_comm_t inter = o->ddp->comms.inter;
     int nd = inter ? mtc_comm_size(inter) : 1, ir = inter ? mtc_comm_rank(inter) : 0;
@@ -202,9 +203,9 @@ static mtc_result_t train_ckpt_commit(train_rank *x, int64_t it, const cJSON *co
     const mtc_train_config *c = x->cfg;
     MTC_CHECK(mtc_barrier(x->world)); /* comm: barrier(world): every shard is durable */
     if (x->world_rank == 0) {
-        mtc_result_t rc =
-            common ? mtc_ckpt_dist_commit(c->save_path, it, mtc_comm_size(x->world), common)
-                   : mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint state");
+        mtc_result_t rc = common ? mtc_ckpt_dist_commit(c->save_path, it, mtc_comm_size(x->world),
+                                                        common, &x->ckpt_write)
+                                 : mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint state");
         MTC_CHECK(rc);
     }
     MTC_CHECK(mtc_barrier(x->world)); /* the tracker names the new checkpoint */
@@ -235,10 +236,11 @@ mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE 
     if (rc == MTC_OK && c->async_save) {
         /* the pieces are copied now; the writer runs while training goes on */
         p = calloc(1, sizeof *p);
-        rc = p ? mtc_ckpt_async_start(&p->writer, c->save_path, it, x->world_rank, l.v, l.n)
+        rc = p ? mtc_ckpt_async_start(&p->writer, c->save_path, it, x->world_rank, l.v, l.n,
+                                      &x->ckpt_write)
                : mtc_error(MTC_ERR_OUT_OF_MEMORY, "no memory for an asynchronous save");
     } else if (rc == MTC_OK) {
-        rc = mtc_ckpt_dist_write_shard(c->save_path, it, x->world_rank, l.v, l.n);
+        rc = mtc_ckpt_dist_write_shard(c->save_path, it, x->world_rank, l.v, l.n, &x->ckpt_write);
     }
     mtc_ckpt_pieces_free(&l);
     if (rc != MTC_OK) {

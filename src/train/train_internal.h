@@ -10,6 +10,7 @@
 #ifndef MTC_TRAIN_INTERNAL_H
 #define MTC_TRAIN_INTERNAL_H
 
+#include "ckpt/dist.h"
 #include "comm/comm.h"
 #include "core/progress.h"
 #include "dp/ddp.h"
@@ -78,16 +79,15 @@ typedef struct {
     const mtc_train_config *cfg;
     const data_source *src;
     mtc_grid_t grid;
-    mtc_comm_t world;          /* every rank (checkpoint barriers) */
-    mtc_comm_t tp, dp;         /* NULL when of size 1 */
-    mtc_comm_t pipe, embd;     /* PIPELINE_MODEL_PARALLEL_GROUP, EMBEDDING_GROUP (NULL: size 1) */
-    mtc_comm_t ep;             /* EXPERT_MODEL_PARALLEL_GROUP (NULL: size 1) */
-    int dp_size, dp_rank, nmb; /* nmb: microbatches of the running pass */
-    int nmb_max;               /* what the buffers hold (every batch the run can have) */
-    int64_t cur_batch;         /* global batch of the running pass (nmb x B x dp) */
-    double sched_n;            /* Megatron's scheduler num_steps: samples of the steps taken */
-    int T_cp;                  /* positions per sample on this rank: seq-length / cp */
-    const int *pos;            /* (T_cp) their global positions (chunk 0's model owns them) */
+    mtc_comm_t world;               /* every rank (checkpoint barriers) */
+    mtc_ckpt_write_opts ckpt_write; /* the run's checkpoint writers' (the shared fault counter) */
+    int dp_size, dp_rank, nmb;      /* nmb: microbatches of the running pass */
+    int nmb_max;                    /* what the buffers hold (every batch the run can have) */
+    int64_t cur_batch;              /* global batch of the running pass (nmb x B x dp) */
+    double sched_n;                 /* Megatron's scheduler num_steps: samples of the steps taken */
+    int T_rank;                     /* positions per sample on this rank (mtc_model_seq_per_rank) */
+    const int *pos;                 /* (T_rank) their global positions (mtc_model_positions of chunk
+                                       0; NULL: 0..T-1) */
     int pp_size, pp_rank;
     int world_rank;
     pp_executor_t ex; /* NULL when pp == 1; the one for nmb microbatches */
@@ -112,7 +112,7 @@ typedef struct {
     double mb_loss_sum;
     nn_pool *pool;
     int *buf;              /* (T+1) one sample */
-    int *tokens, *targets; /* (nmb, B, T_cp) this DP rank's microbatches, this CP rank's rows */
+    int *tokens, *targets; /* (nmb, B, T_rank) this data rank's microbatches, its positions */
     float *red_buf;        /* packed gradients of one reduction group (finalize_grads) */
     uint64_t valid_consumed;
     uint64_t comm_ns;  /* time in the step's explicit collectives */
@@ -134,7 +134,14 @@ typedef struct {
 } train_rank;
 
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
-static inline int train_tp_rank(const train_rank *x) { return mtc_grid_coords(x->grid)->tp; }
+static inline int train_tp_rank(const train_rank *x) { return x->chunks[0].model->tp_rank; }
+
+/* The group the dense gradients are reduced over (every rank holding the
+ * same dense parameters; NULL when alone): the logged loss's sum and the
+ * checkpoint's replicas. */
+static inline mtc_comm_t train_replicas(const train_rank *x) {
+    return x->gbuf[TRAIN_GBUF_DENSE].dp;
+}
 
 /* Some kind of gradient buffer is reduced over more than this rank. */
 static inline int train_reduces(const train_rank *x) {
@@ -153,10 +160,6 @@ static inline int64_t train_batch_at(const mtc_train_config *c, uint64_t consume
 static inline double train_sched_steps(const train_rank *x) {
     return x->cfg->lr.step_samples > 0 ? x->sched_n : (double)x->step;
 }
-
-/* train_nodes.c: the banner's node map, the groups that cross nodes and a
- * warning when TP does (mpi only; nothing for thread-ranks). */
-void train_print_nodes(const train_rank *x, FILE *out);
 
 /* train_setup.c */
 /* out: the last rank's log (NULL elsewhere). */

@@ -19,7 +19,7 @@
  * parallelism only this CP rank's positions (its two chunks, Megatron's
  * get_batch_on_this_cp_rank), tokens and shifted labels alike. */
 static mtc_result_t train_load_batch(train_rank *x, data_split split, uint64_t consumed, int m) {
-    int B = x->cfg->micro_batch, T = x->T_cp;
+    int B = x->cfg->micro_batch, T = x->T_rank;
     for (int j = 0; j < B; j++) {
         uint64_t idx = data_sample_index(consumed, m, x->dp_rank, j, B, x->dp_size);
         MTC_CHECK(data_source_sample(x->src, split, idx, x->buf));
@@ -33,9 +33,10 @@ static mtc_result_t train_load_batch(train_rank *x, data_split split, uint64_t c
 }
 
 mtc_result_t train_dp_sum(train_rank *x, double *v) {
-    if (!x->dp) return MTC_OK;
+    mtc_comm_t rep = train_replicas(x);
+    if (!rep) return MTC_OK;
     uint64_t t0 = mtc_time_ns();
-    mtc_result_t rc = mtc_all_reduce(v, v, 1, MTC_DTYPE_F64, MTC_OP_SUM, x->dp);
+    mtc_result_t rc = mtc_all_reduce(v, v, 1, MTC_DTYPE_F64, MTC_OP_SUM, rep);
     x->comm_ns += mtc_time_ns() - t0;
     return rc;
 }
@@ -149,7 +150,7 @@ static void train_slot_release(train_rank *x, int k, int mb) {
 static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *input, float *output) {
     train_rank *x = ctx;
     mtc_model *m = x->chunks[k].model;
-    int B = x->cfg->micro_batch, T = x->T_cp, slot = 0;
+    int B = x->cfg->micro_batch, T = x->T_rank, slot = 0;
     uint64_t t0 = mtc_time_ns();
     MTC_CHECK(train_slot_take(x, k, mb, &slot));
     size_t at = (size_t)mb * B * T;
@@ -168,7 +169,7 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
     train_rank *x = ctx;
     const mtc_train_config *c = x->cfg;
     mtc_model *m = x->chunks[k].model;
-    int B = c->micro_batch, T = x->T_cp;
+    int B = c->micro_batch, T = x->T_rank;
     int slot = x->ex ? x->chunks[k].slot_of[mb] : 0;
     uint64_t t0 = mtc_time_ns();
     if (slot < 0)

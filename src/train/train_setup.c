@@ -54,9 +54,7 @@ typedef struct {
 
 /* Experts split over EP (EP > 1 with experts): Megatron's expert-parallel
  * buffers, separate from the dense ones. */
-static int train_ep_split(const train_rank *x) {
-    return x->ep && x->cfg->model.moe.num_experts > 0;
-}
+static int train_ep_split(const train_rank *x) { return x->nbuf > 1; }
 
 /* Chunk k's configuration of its buffer of kind b (shared: from
  * train_shared_embedding; base: where the buffer starts in the model's flat
@@ -71,7 +69,7 @@ static mtc_ddp_config train_gbuf_config(const train_rank *x, int k, int b, const
          * sharded over that group by its own distributed-optimizer instance */
         dc.shared_embedding = NULL;
         dc.base = base;
-        dc.avg_size = x->dp ? mtc_comm_size(x->dp) : 1;
+        dc.avg_size = train_replicas(x) ? mtc_comm_size(train_replicas(x)) : 1;
     }
     return dc;
 }
@@ -285,7 +283,7 @@ mtc_result_t train_scaler_init(train_rank *x) {
 
 /* --bf16: the GEMM engine. --bf16-gemm auto: world rank 0 takes both
  * engines' rates on the model's MLP up-projection (the widest of its usual
- * GEMMs: B x T_cp rows, ffn / tp columns, hidden deep) from the machine's
+ * GEMMs: B x T_rank rows, ffn / tp columns, hidden deep) from the machine's
  * cache, measuring them the first time (nn_bf16_gemm_rates), and broadcasts
  * them, so every rank and every later run of the shape runs the same engine.
  * Without oneDNN auto is fp32. comm: broadcast(world) with auto. */
@@ -299,7 +297,7 @@ static mtc_result_t train_bf16_engine(train_rank *x) {
     }
     const mtc_model_config *mc = &c->model;
     int tp = c->grid.tp;
-    int M = c->micro_batch * x->T_cp, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
+    int M = c->micro_batch * x->T_rank, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
     int K = mc->hidden_size;
     double v[3] = {0, 0, 0};
     int cached = 0;
@@ -360,19 +358,13 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
-    /* the groups train itself talks over: the registry's reductions, the
-     * pipeline's, the experts' (gathering the model) */
-    x->tp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_TP);
-    x->dp = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_DP_CP);
-    x->embd = mtc_grid_reduce_comm(x->grid, MTC_REDUCE_EMBEDDING);
-    x->pipe = mtc_grid_comm_nontrivial(x->grid, MTC_GROUP_PP, 0);
-    x->ep = mtc_grid_comm_nontrivial(x->grid, MTC_GROUP_EP, 0);
     /* the kinds of gradient buffer and their groups (dp/groups.c) */
-    x->nbuf = mtc_ddp_kinds(x->grid, c->use_distributed_optimizer, train_ep_split(x), x->gbuf);
+    x->nbuf =
+        mtc_ddp_kinds(x->grid, c->use_distributed_optimizer, c->model.moe.num_experts, x->gbuf);
     x->pp_size = gc.pp, x->pp_rank = co->pp;
     x->dp_size = mtc_grid_spec_get(x->grid)->dp;
     x->dp_rank = co->dp; /* the data rank; CP ranks of one DP rank share its samples */
-    x->T_cp = T / gc.cp;
+    x->T_rank = mtc_model_seq_per_rank(&c->model, x->grid);
     x->world_rank = mtc_comm_rank(world);
     MTC_CHECK(nn_pool_create(threads, &x->pool));
     MTC_CHECK(train_scaler_init(x));
@@ -416,7 +408,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     for (int k = 0; k < x->vpp; k++)
         MTC_CHECK(train_chunk_init(x, k, peak[k]));
     x->msg_count = (size_t)B * x->chunks[0].model->T_loc * c->model.hidden_size;
-    x->pos = x->chunks[0].model->cp.cp > 1 ? x->chunks[0].model->cp.pos : NULL;
+    x->pos = mtc_model_positions(x->chunks[0].model);
     /* every executor the run will use, made now (each is collective over
      * PIPELINE_MODEL_PARALLEL_GROUP and allocates): the step loop only picks */
     for (int e = 0; bs && e < bs->n; e++)
@@ -424,8 +416,9 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     if (!bs || c->eval_iters > 0) MTC_CHECK(train_set_batch(x, c->global_batch));
     MTC_CHECK(train_set_batch(x, train_batch_at(c, 0)));
     MTC_CHECK(mtc_mem_alloc((size_t)(T + 1) * sizeof(int), (void **)&x->buf));
-    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * B * x->T_cp * sizeof(int), (void **)&x->tokens));
-    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * B * x->T_cp * sizeof(int), (void **)&x->targets));
+    MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * B * x->T_rank * sizeof(int), (void **)&x->tokens));
+    MTC_CHECK(
+        mtc_mem_alloc((size_t)x->nmb_max * B * x->T_rank * sizeof(int), (void **)&x->targets));
     size_t red_n = 0; /* red_buf: the largest chunk's packed group reduction */
     for (int k = 0; k < x->vpp; k++)
         for (unsigned bit = MTC_REDUCE_TP; bit <= MTC_REDUCE_EMBEDDING; bit <<= 1) {
@@ -503,8 +496,9 @@ mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
                                           .num_microbatches = nmb,
                                           .group_size = c->microbatch_group_size},
                              .count = x->msg_count};
-    /* comm: collective over PIPELINE_MODEL_PARALLEL_GROUP */
-    MTC_CHECK(pp_executor_init(&x->ex_of[x->nex], &ec, x->pipe, NULL));
+    pp_channels ch; /* the grid's (pp/executor.c) */
+    pp_channels_from_grid(&ch, x->grid);
+    MTC_CHECK(pp_executor_init(&x->ex_of[x->nex], &ec, &ch, NULL));
     if (c->bf16) MTC_CHECK(pp_executor_set_activations_bf16(x->ex_of[x->nex]));
     x->ex = x->ex_of[x->nex], x->ex_nmb[x->nex++] = nmb;
     return MTC_OK;
@@ -571,22 +565,10 @@ mtc_result_t train_gather(train_rank *x, float *global) {
     free(scratch);
     free(full);
     MTC_CHECK(rc);
-    if (train_ep_split(x)) { /* experts from their EP rank, the rest from EP rank 0 */
-        for (int k = 0; k < x->vpp && mtc_comm_rank(x->ep) != 0; k++) {
-            const mtc_registry *r = &x->chunks[k].model->reg;
-            for (int i = 0; i < r->count; i++)
-                if (r->params[i].expert < 0)
-                    memset(global + r->params[i].global_offset, 0,
-                           r->params[i].numel * sizeof(float));
-        }
-        /* comm: all-reduce(EXPERT_MODEL_PARALLEL_GROUP): one nonzero copy of each element */
-        MTC_CHECK(
-            mtc_all_reduce(global, global, r0->global_total, MTC_DTYPE_F32, MTC_OP_SUM, x->ep));
-    }
-    /* comm: all-reduce(pp): each stage contributes its own parameters, zeros elsewhere */
-    if (x->pipe)
-        MTC_CHECK(
-            mtc_all_reduce(global, global, r0->global_total, MTC_DTYPE_F32, MTC_OP_SUM, x->pipe));
+    const mtc_model *models[64]; /* the layers other ranks hold (model/model_ranks.c) */
+    for (int k = 0; k < x->vpp; k++)
+        models[k] = x->chunks[k].model;
+    MTC_CHECK(mtc_model_gather_ranks(models, x->vpp, x->grid, global));
     return MTC_OK;
 }
 

@@ -204,10 +204,11 @@ int main(void) {
     o.algo_spec = NULL;
     T_CHECK(mtc_launch(&o, r_env_algo, NULL) == MTC_OK);
     unsetenv("MTC_COMM_ALGO");
-    setenv("MTC_COMM_TIMEOUT", "soon", 1);
+    setenv("MTC_COMM_TIMEOUT", "soon",
+           1); /* the CLI's edge refuses it; the library never reads it */
     o.algo_spec = NULL;
     o.timeout_s = 0;
-    T_CHECK(mtc_launch(&o, r_nothing, NULL) == MTC_ERR_INVALID_ARGUMENT);
+    T_CHECK(mtc_launch(&o, r_nothing, NULL) == MTC_OK);
     unsetenv("MTC_COMM_TIMEOUT");
     return T_DONE();
 }

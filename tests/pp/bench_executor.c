@@ -82,7 +82,12 @@ static mtc_result_t bench_rank_fn(mtc_comm_t world, void *arg) {
                     .bwd_ns = (uint64_t)(2e3 * w->unit_us / v)};
     pp_executor_config ec = {w->sc, w->count};
     pp_executor_t ex;
-    MTC_CHECK(pp_executor_init(&ex, &ec, w->sc.pp > 1 ? world : NULL, NULL));
+    pp_channels ch = {0}; /* the pipeline channels, as the grid splits them */
+    if (w->sc.pp > 1) {
+        MTC_CHECK(mtc_comm_split(world, 0, r, "PIPELINE_ACTIVATIONS", &ch.act));
+        MTC_CHECK(mtc_comm_split(world, 0, r, "PIPELINE_GRADIENTS", &ch.grad));
+    }
+    MTC_CHECK(pp_executor_init(&ex, &ec, &ch, NULL));
     pp_callbacks cb = {bench_forward, bench_backward, &b, NULL};
     mtc_result_t rc = pp_executor_run(ex, &cb, 0, NULL, NULL); /* warm-up */
     for (int i = 0; i < w->reps && rc == MTC_OK; i++) {
@@ -95,6 +100,7 @@ static mtc_result_t bench_rank_fn(mtc_comm_t world, void *arg) {
     }
 out:
     pp_executor_free(ex);
+    mtc_comm_free(ch.act), mtc_comm_free(ch.grad);
     return rc;
 }
 

@@ -120,6 +120,7 @@ static mtc_result_t toy_rank_fn(mtc_comm_t world, void *arg) {
     void *buf = NULL;
     size_t bytes = 0;
     pp_executor_t ex = NULL;
+    pp_channels ch = {0};
     pp_executor_config ec = {w->sc, n};
     mtc_result_t rc;
     for (int c = 0; c < t.v; c++) {
@@ -136,7 +137,11 @@ static mtc_result_t toy_rank_fn(mtc_comm_t world, void *arg) {
         for (size_t i = 0; i < bytes / sizeof(float); i++)
             ((float *)buf)[i] = NAN;
     }
-    MTC_CHECK_GOTO(pp_executor_init(&ex, &ec, t.pp > 1 ? world : NULL, buf), rc, out);
+    if (t.pp > 1) { /* the pipeline channels, as the grid splits them */
+        MTC_CHECK_GOTO(mtc_comm_split(world, 0, t.rank, "PIPELINE_ACTIVATIONS", &ch.act), rc, out);
+        MTC_CHECK_GOTO(mtc_comm_split(world, 0, t.rank, "PIPELINE_GRADIENTS", &ch.grad), rc, out);
+    }
+    MTC_CHECK_GOTO(pp_executor_init(&ex, &ec, &ch, buf), rc, out);
     pp_callbacks cb = {toy_forward, toy_backward, &t, NULL};
     /* run 1: training */
     MTC_CHECK_GOTO(pp_executor_run(ex, &cb, 0, w->trace[t.rank], &w->ntrace[t.rank]), rc, out);
@@ -161,6 +166,7 @@ static mtc_result_t toy_rank_fn(mtc_comm_t world, void *arg) {
     }
 out:
     pp_executor_free(ex);
+    mtc_comm_free(ch.act), mtc_comm_free(ch.grad);
     if (buf) mtc_mem_free_big(buf, bytes);
     free(params), free(grads), free(t.x0), free(t.loss);
     return rc;
@@ -306,7 +312,8 @@ static mtc_result_t refuse_fn(mtc_comm_t world, void *arg) {
     const refuse_case *rc = arg;
     pp_executor_config ec = {rc->sc, 8};
     pp_executor_t ex = (pp_executor_t)1;
-    mtc_result_t r = pp_executor_init(&ex, &ec, world, NULL);
+    pp_channels ch = {world, world}; /* refused before any message */
+    mtc_result_t r = pp_executor_init(&ex, &ec, &ch, NULL);
     if (r == MTC_OK) {
         pp_executor_free(ex);
         return mtc_error(MTC_ERR_INTERNAL, "accepted an invalid configuration");

@@ -1,4 +1,4 @@
-/* train/train_nodes.c - the banner's node lines: which ranks share a node,
+/* grid/nodes.c - mtc train's banner lines about nodes: which ranks share a node,
  * which process groups cross nodes, and a warning when tensor-parallel
  * groups do (every layer's TP all-reduce would then cross the network: the
  * reason Megatron orders TP innermost and PP outermost).
@@ -17,7 +17,6 @@
 
 #include "comm/comm.h"
 #include "grid/grid.h"
-#include "train/train_internal.h"
 
 #define NODES_SHOWN 16
 
@@ -58,8 +57,7 @@ static int crossing(mtc_comm_t world, const mtc_grid_group_set *set, int *exampl
     return n;
 }
 
-void train_print_nodes(const train_rank *x, FILE *out) {
-    mtc_comm_t world = x->world;
+void mtc_grid_print_nodes(mtc_grid_t grid, mtc_comm_t world, FILE *out) {
     if (!world || !mtc_comm_host_of(world, 0)) return; /* thread-ranks: one node */
     int p = mtc_comm_size(world), nodes = mtc_comm_node_count(world);
     char line[1200], ranks[160];
@@ -81,9 +79,9 @@ void train_print_nodes(const train_rank *x, FILE *out) {
     fprintf(out, "%s)\n", line);
     if (nodes < 2) return;
     mtc_grid_groups groups;
-    if (mtc_grid_groups_build(&groups, mtc_grid_spec_get(x->grid)) != MTC_OK) return;
+    if (mtc_grid_groups_build(&groups, mtc_grid_spec_get(grid)) != MTC_OK) return;
     /* the expert groups only with experts (without, they repeat tp and dp) */
-    const int experts = mtc_grid_spec_get(x->grid)->cfg.ep > 1;
+    const int experts = mtc_grid_spec_get(grid)->cfg.ep > 1;
     static const struct {
         mtc_grid_kind_t kind;
         const char *name;
