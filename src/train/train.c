@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "core/log.h"
+#include "core/outfile.h"
 #include "core/peak.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -577,9 +578,10 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     MTC_CHECK(train_check_agreement(c, world, data_source_num_tokens(sh->src)));
     mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank, out);
     x.setup_ns = mtc_time_ns() - t0;
+    mtc_outfile mo = {0}; /* --metrics: a hidden temporary, renamed over the target at the end */
     if (rc == MTC_OK && is_last && c->metrics_path) {
-        metrics = fopen(c->metrics_path, "w");
-        if (!metrics) rc = mtc_error(MTC_ERR_IO, "cannot write metrics file %s", c->metrics_path);
+        rc = mtc_outfile_open(&mo, c->metrics_path, "--metrics");
+        metrics = rc == MTC_OK ? mo.f : NULL;
     }
     if (rc == MTC_OK) rc = train_obs_setup(&x, world);
     if (rc == MTC_OK && is_last && c->tensorboard.dir) { /* Megatron's writer: the last rank */
@@ -607,7 +609,10 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         free(tmp);
     }
     if (is_last && c->comm_ms_out) *c->comm_ms_out = (double)train_comm_ns(&x) * 1e-6;
-    if (metrics) fclose(metrics);
+    /* the run's record, also of a run that failed (up to the failure);
+     * a failed write of it leaves the previous file as it was */
+    mtc_result_t mc = metrics ? mtc_outfile_commit(&mo) : MTC_OK;
+    if (rc == MTC_OK) rc = mc;
     mtc_result_t tbc = mtc_tb_close(x.obs.tb);
     if (rc == MTC_OK) rc = tbc;
     train_teardown(&x); /* first: it ends the progress threads that may still record */
