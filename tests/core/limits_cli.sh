@@ -65,6 +65,9 @@ refused "schedule huge virtual stages" "virtual pipeline size 2147483647" "$MTC"
 refused "schedule microbatches x chunks" "forward steps per rank" "$MTC" schedule --pp 4 \
     --num-virtual-stages-per-pipeline-rank 1000 --microbatches 1048576
 refused "plan --micro-batch-size 2147483647" "micro-batch-size 2147483647" "$MTC" plan --world-size 8 --micro-batch-size 2147483647
+echo "65 300" >"$D/ids.txt"
+refused "tokenize --decode of an id outside the vocabulary (once 'NullTokenizer: ... [0, 2147483647)')" "token ids of this tokenizer: \"300\" is not a token id in \[0, 256)" "$MTC" tokenize --tokenizer-type ByteLevelTokenizer --decode --input "$D/ids.txt"
+refused "ranks --world-size 2147483647 (worded as plan's)" "world-size 2147483647 must be 1..1048576 (ranks of one job)" "$MTC" ranks --world-size 2147483647
 refused "plan --world-size 2147483647" "ranks of one job" "$MTC" plan --world-size 2147483647
 # exit 2 before any work for bad inputs and outputs
 echo '{bad' >"$D/bad.json"
