@@ -146,5 +146,14 @@ void mtc_ckpt_dist_set_progress(mtc_ckpt_dist *c,
                                 void *ctx);
 /* Fill every target from the stored pieces (see the file comment). */
 mtc_result_t mtc_ckpt_dist_read(mtc_ckpt_dist *c, const mtc_ckpt_piece *targets, int n);
+/* No tensor ignored: used[i] (i < mtc_ckpt_dist_count) is 1 for each
+ * stored tensor a target of this handle's reads named; OR them over every
+ * rank that read (the ranks of a layout read parts of the model), then
+ * check_used refuses (MTC_ERR_FORMAT, naming it) a stored tensor no rank
+ * read, unless it is an optimizer state ("optimizer.S.NAME") of a weight
+ * NAME that was read (the moments, when the optimizer is not loaded). */
+int mtc_ckpt_dist_count(const mtc_ckpt_dist *c);
+void mtc_ckpt_dist_used(const mtc_ckpt_dist *c, int32_t *used);
+mtc_result_t mtc_ckpt_dist_check_used(const mtc_ckpt_dist *c, const int32_t *used);
 
 #endif

@@ -36,6 +36,7 @@ typedef struct {
     int64_t gshape[2];
     stored_piece *p;
     int np;
+    int used; /* a target of mtc_ckpt_dist_read named it */
 } stored_tensor;
 
 struct mtc_ckpt_dist {
@@ -425,6 +426,7 @@ mtc_result_t mtc_ckpt_dist_read(mtc_ckpt_dist *c, const mtc_ckpt_piece *targets,
             break;
         }
         refs[i] = (target_ref){(int)(st - c->t), i};
+        c->t[refs[i].tensor].used = 1;
     }
     if (rc == MTC_OK) qsort(refs, (size_t)n, sizeof *refs, ref_cmp);
     uint64_t total = 0, done = 0; /* elements of the targets, for the progress report */
@@ -492,4 +494,33 @@ mtc_result_t mtc_ckpt_dist_read(mtc_ckpt_dist *c, const mtc_ckpt_piece *targets,
     }
     free(buf), free(refs), free(copied);
     return rc;
+}
+
+int mtc_ckpt_dist_count(const mtc_ckpt_dist *c) { return c->nt; }
+
+void mtc_ckpt_dist_used(const mtc_ckpt_dist *c, int32_t *used) {
+    for (int i = 0; i < c->nt; i++)
+        used[i] = c->t[i].used;
+}
+
+/* "optimizer.exp_avg.NAME" -> "NAME"; NULL for a key of no optimizer state. */
+static const char *optimizer_base(const char *key) {
+    if (strncmp(key, "optimizer.", 10)) return NULL;
+    const char *dot = strchr(key + 10, '.');
+    return dot && dot[1] ? dot + 1 : NULL;
+}
+
+mtc_result_t mtc_ckpt_dist_check_used(const mtc_ckpt_dist *c, const int32_t *used) {
+    for (int i = 0; i < c->nt; i++) {
+        if (used[i]) continue;
+        const char *base = optimizer_base(c->t[i].key);
+        const stored_tensor *b = base ? find_tensor(c, base) : NULL;
+        if (b && used[b - c->t]) continue; /* the moments of a weight read: --no-load-optim */
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s holds tensor %s, which this model has no place for (saved with "
+                         "another model configuration, or an edited checkpoint: pass the saved "
+                         "model's flags)",
+                         c->meta_path, c->t[i].key);
+    }
+    return MTC_OK;
 }

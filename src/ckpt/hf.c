@@ -282,10 +282,23 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
                          path, bad);
     int T = seq > 0 ? seq : c->max_position_embeddings < 1024 ? c->max_position_embeddings : 1024;
     c->seq_length = T;
-    if (c->vocab_size < 1) return mtc_error(F, "%s: vocab_size missing", path);
+    /* the sizes a config.json must give (no default stands for them) */
+    static const char *const need_gpt2[] = {"n_layer", "n_embd", "n_head", "vocab_size"};
+    static const char *const need_llama[] = {"num_hidden_layers", "hidden_size",
+                                             "num_attention_heads", "intermediate_size",
+                                             "vocab_size"};
+    int gpt2 = !strcmp(type, "gpt2");
+    for (int k = 0; k < (gpt2 ? 4 : 5); k++) {
+        const char *key = gpt2 ? need_gpt2[k] : need_llama[k];
+        if (!cJSON_IsNumber(cJSON_GetObjectItem(j, key)))
+            return mtc_error(F, "%s: %s is missing (model_type %s needs it)", path, key, type);
+    }
     c->padded_vocab_size = mtc_model_pad_vocab(c->vocab_size, divisible > 0 ? divisible : 128, 1);
-    if (mtc_model_config_validate(c) != MTC_OK)
-        return mtc_error(F, "%s: %s", path, mtc_error_detail());
+    if (mtc_model_config_validate(c) != MTC_OK) { /* worded in config.json's own field names */
+        char msg[1024];
+        ckpt_hf_field_names(mtc_error_detail(), type, msg, sizeof msg);
+        return mtc_error(F, "%s: %s", path, msg);
+    }
     return MTC_OK;
 }
 

@@ -3,8 +3,10 @@
  * and cannot contain holes"), plus element alignment. */
 #include "ckpt/hf_check.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,4 +160,56 @@ static int ends_with(const char *s, const char *t) {
 int ckpt_st_ignorable(const char *name, int tied) {
     return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
            ends_with(name, "rotary_emb.inv_freq") || (tied && !strcmp(name, "lm_head.weight"));
+}
+
+/* mtc's flags -> config.json's fields, per model_type */
+static const char *const gpt2_fields[][2] = {
+    {"num-layers", "n_layer"},
+    {"hidden-size", "n_embd"},
+    {"num-attention-heads", "n_head"},
+    {"ffn-hidden-size", "n_inner"},
+    {"max-position-embeddings", "n_positions"},
+    {"norm-epsilon", "layer_norm_epsilon"},
+    {"vocab-size", "vocab_size"},
+    {"init-method-std", "initializer_range"},
+};
+static const char *const llama_fields[][2] = {
+    {"num-layers", "num_hidden_layers"},
+    {"hidden-size", "hidden_size"},
+    {"num-attention-heads", "num_attention_heads"},
+    {"num-query-groups", "num_key_value_heads"},
+    {"kv-channels", "head_dim"},
+    {"ffn-hidden-size", "intermediate_size"},
+    {"max-position-embeddings", "max_position_embeddings"},
+    {"norm-epsilon", "rms_norm_eps"},
+    {"rotary-base", "rope_theta"},
+    {"vocab-size", "vocab_size"},
+    {"init-method-std", "initializer_range"},
+    {"num-experts", "num_local_experts"},
+    {"moe-router-topk", "num_experts_per_tok"},
+    {"moe-ffn-hidden-size", "moe_intermediate_size"},
+};
+
+void ckpt_hf_field_names(const char *msg, const char *model_type, char *out, size_t cap) {
+    int gpt2 = model_type && !strcmp(model_type, "gpt2");
+    const char *const(*map)[2] = gpt2 ? gpt2_fields : llama_fields;
+    size_t n = gpt2 ? sizeof gpt2_fields / sizeof *gpt2_fields
+                    : sizeof llama_fields / sizeof *llama_fields;
+    size_t o = 0;
+    if (cap == 0) return;
+    for (const char *p = msg; *p && o + 1 < cap;) {
+        int word = p == msg || !(isalnum((unsigned char)p[-1]) || p[-1] == '-' || p[-1] == '_');
+        size_t k = 0;
+        for (; word && k < n; k++) {
+            size_t len = strlen(map[k][0]);
+            if (!strncmp(p, map[k][0], len) && p[len] == '=') break;
+        }
+        if (word && k < n) {
+            o += (size_t)snprintf(out + o, cap - o, "%s", map[k][1]);
+            if (o >= cap) o = cap - 1;
+            p += strlen(map[k][0]);
+        } else
+            out[o++] = *p++;
+    }
+    out[o] = 0;
 }

@@ -28,4 +28,11 @@ mtc_result_t ckpt_st_finite(const float *v, size_t n, const char *path, const ch
  * lm_head.weight when the embeddings are tied. */
 int ckpt_st_ignorable(const char *name, int tied);
 
+/* An mtc message about a configuration read from config.json (the model
+ * validator's "hidden-size=32 is not divisible by num-attention-heads=5")
+ * rewritten in that file's own field names ("n_embd=32 is not divisible by
+ * n_head=5"): every "FLAG=" of map's left column, as a whole word, becomes
+ * its right column. model_type picks the map (gpt2, or the llama family). */
+void ckpt_hf_field_names(const char *msg, const char *model_type, char *out, size_t cap);
+
 #endif

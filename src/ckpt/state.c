@@ -351,6 +351,13 @@ mtc_result_t mtc_ckpt_dist_load_model_at(mtc_model *m, const char *dir, int64_t 
                                    p->local_numel);
     }
     if (rc == MTC_OK) rc = mtc_ckpt_dist_read(c, l.v, l.n);
+    int32_t *used = rc == MTC_OK ? malloc(((size_t)mtc_ckpt_dist_count(c) + 1) * sizeof *used) : 0;
+    if (rc == MTC_OK && !used) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint tensor list");
+    if (rc == MTC_OK) { /* no stored tensor ignored */
+        mtc_ckpt_dist_used(c, used);
+        rc = mtc_ckpt_dist_check_used(c, used);
+    }
+    free(used);
     mtc_ckpt_pieces_free(&l);
     mtc_ckpt_dist_close(c);
     return rc;

@@ -323,6 +323,20 @@ static mtc_result_t spm_import(const char *text, const char *a, char *out, size_
 mtc_result_t mtc_ckpt_tok_import(const char *dir, char *out, size_t cap) {
     char path[PATH_MAX + 32], a[PATH_MAX], b[PATH_MAX], *text = NULL, form[PATH_MAX * 2 + 40];
     form[0] = 0;
+    /* a tokenizer file that is there but is no regular file (a FIFO, a
+     * folder) is refused, not skipped (the import went on without it) */
+    static const char *const names[] = {"mtc_tokenizer.txt", "tokenizer.json", "vocab.json",
+                                        "merges.txt", "tokenizer_config.json"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return mtc_error(MTC_ERR_FORMAT, "%s is %s, not a regular file (copy the file in)",
+                             path,
+                             S_ISFIFO(st.st_mode)  ? "a FIFO"
+                             : S_ISDIR(st.st_mode) ? "a folder"
+                                                   : "a device or socket");
+    }
     snprintf(path, sizeof path, "%s/mtc_tokenizer.txt", dir);
     json_form jf;
     if (is_file(path)) {

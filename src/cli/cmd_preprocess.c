@@ -554,14 +554,17 @@ static int tokenize_one(const data_tok *tok, data_tok_cache *cache, const char *
     char where[64] = "";
     if (line) snprintf(where, sizeof where, "line %zu: ", line);
     if (decode) {
-        data_tok_opts no = {.type = "null", .vocab_size = 0x7fffffff};
+        data_tok_opts no = {.type = "null", .vocab_size = data_tok_vocab_size(tok)};
         data_tok *ids_reader = NULL;
         rc = data_tok_open(&no, &ids_reader);
         if (rc == MTC_OK) rc = data_tok_encode(ids_reader, NULL, s, n, ids, NULL);
         data_tok_free(ids_reader);
-        if (rc == MTC_ERR_INVALID_ARGUMENT)
-            return cli_usage_error("tokenize", "%s--decode reads token ids: %s", where,
-                                   mtc_error_detail());
+        if (rc == MTC_ERR_INVALID_ARGUMENT) { /* the id reader is a NullTokenizer: not its name */
+            const char *d = mtc_error_detail();
+            if (!strncmp(d, "NullTokenizer: ", 15)) d += 15;
+            return cli_usage_error("tokenize", "%s--decode reads token ids of this tokenizer: %s",
+                                   where, d);
+        }
         size_t unknown = 0;
         if (rc == MTC_OK) rc = data_tok_decode(tok, ids->ids, ids->n, text, &unknown);
         if (rc != MTC_OK) return cli_fail("tokenize", rc);

@@ -62,6 +62,22 @@ static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
     int seen_fraction = mtc_args_seen(args, nargs, "lr-warmup-fraction");
     int by_samples = mtc_args_seen(args, nargs, "train-samples");
     if (gbs < 1) return 0; /* mtc_train_validate reports it */
+    /* every count below becomes samples (x gbs): bounded before any product */
+    const struct {
+        const char *flag;
+        int64_t v, per; /* per: samples per unit (gbs for iterations) */
+    } counts[] = {
+        {"train-iters", tc->train_iters, gbs},     {"lr-decay-iters", l->decay_iters, gbs},
+        {"lr-warmup-iters", l->warmup_iters, gbs}, {"lr-wsd-decay-iters", wsd_iters, gbs},
+        {"train-samples", train_samples, 1},       {"lr-decay-samples", decay_samples, 1},
+        {"lr-warmup-samples", warmup_samples, 1},  {"lr-wsd-decay-samples", wsd_samples, 1}};
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+        if (counts[k].v > MTC_TRAIN_MAX_SAMPLES / counts[k].per)
+            return cli_usage_error("train",
+                                   "--%s %lld x %lld samples each is above %lld samples (2^53, "
+                                   "the most mtc counts exactly)",
+                                   counts[k].flag, (long long)counts[k].v, (long long)counts[k].per,
+                                   (long long)MTC_TRAIN_MAX_SAMPLES);
     if (by_samples) {
         if (mtc_args_seen(args, nargs, "train-iters"))
             return cli_usage_error("train", "--train-samples and --train-iters exclude each other "

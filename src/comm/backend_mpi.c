@@ -114,7 +114,7 @@ static void describe_peer(const comm_group *g, int peer, char *buf, size_t len) 
     if (g->members[peer] == peer)
         snprintf(buf, len, "rank %d%s", peer, on);
     else
-        snprintf(buf, len, "rank %d (world %d)%s", peer, g->members[peer], on);
+        snprintf(buf, len, "group rank %d (world rank %d)%s", peer, g->members[peer], on);
 }
 
 static mtc_result_t report_timeout(comm_group *g, const comm_call *call, const char *waiting_for) {

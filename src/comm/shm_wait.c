@@ -182,7 +182,7 @@ static size_t describe_members(comm_group *g, int me, const comm_call *call, cha
         if (g->members[p] == p)
             snprintf(who, sizeof who, "rank %d", p);
         else
-            snprintf(who, sizeof who, "rank %d (world %d)", p, wr);
+            snprintf(who, sizeof who, "group rank %d (world rank %d)", p, wr);
         const char *gone =
             atomic_load(&g->w->exited[wr]) ? ", returned from its rank function" : "";
         int n;

@@ -270,7 +270,7 @@ void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const i
         if (world[i] == peers[i])
             snprintf(who, sizeof who, "rank %d%s", peers[i], comm_mpi_host_note(world[i]));
         else
-            snprintf(who, sizeof who, "rank %d (world %d)%s", peers[i], world[i],
+            snprintf(who, sizeof who, "group rank %d (world rank %d)%s", peers[i], world[i],
                      comm_mpi_host_note(world[i]));
         const watch_answer *a = &ans[i];
         if (got[i] && is_blocked(a)) {

@@ -157,12 +157,24 @@ static mtc_result_t load_vocab(tok_bpe *m, const cJSON *vocab, const cJSON *adde
         int id = cJSON_GetObjectItemCaseSensitive(a, "id")->valueint;
         const char *content = cJSON_GetObjectItemCaseSensitive(a, "content")->valuestring;
         size_t len = strlen(content);
+        /* an added token may repeat a vocabulary entry (GPT-2's <|endoftext|> is
+         * both, id 50256) but not take another token's id: encode and decode
+         * would disagree on what the id means */
+        if (m->bytes[id] &&
+            ((size_t)m->len[id] != len || memcmp(m->bytes[id], content, len) != 0)) {
+            return mtc_error(MTC_ERR_FORMAT,
+                             "%s: added token \"%.40s\" has id %d, which the vocabulary (or an "
+                             "earlier added token) gives to \"%.*s\" (the ids collide: give the "
+                             "added token an id of its own)",
+                             name, content, id, m->len[id] > 40 ? 40 : m->len[id],
+                             (const char *)m->bytes[id]);
+        }
         unsigned char *b = malloc(len + 1);
         if (!b) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for added tokens");
         memcpy(b, content, len + 1);
         m->added[m->n_added] = b, m->added_len[m->n_added] = (int)len;
         m->added_id[m->n_added++] = id;
-        if (!m->bytes[id]) { /* decode needs it; an id in the vocab keeps its spelling */
+        if (!m->bytes[id]) { /* decode needs it */
             unsigned char *c = malloc(len + 1);
             if (!c) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory for added tokens");
             memcpy(c, content, len + 1);

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+
+#include "core/outfile.h"
 #include "data/tok_ext.h"
 #include "data/tok_handle.h"
 
@@ -20,11 +22,15 @@ mtc_result_t tok_open_ext(data_tok *t, const data_tok_opts *o) {
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "%s needs --tokenizer-model %s", name,
                          t->kind == DATA_TOK_TIKTOKEN ? "VOCAB.json (Megatron's tiktoken list)"
                                                       : "tokenizer.model (SentencePiece)");
-    FILE *f = fopen(o->tokenizer_model, "rb");
-    if (!f)
-        return mtc_error(MTC_ERR_IO, "--tokenizer-model %s cannot be read: %s (give the %s file)",
-                         o->tokenizer_model, strerror(errno),
+    FILE *f = NULL; /* a FIFO or device is refused here: its reader would wait forever */
+    mtc_result_t orc = mtc_infile_open(o->tokenizer_model, &f);
+    if (orc != MTC_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mtc_error_detail());
+        if (orc != MTC_ERR_IO) return mtc_error(orc, "--tokenizer-model: %s", why);
+        return mtc_error(orc, "--tokenizer-model: %s (give the %s file)", why,
                          t->kind == DATA_TOK_TIKTOKEN ? "tiktoken vocabulary" : "SentencePiece");
+    }
     fclose(f);
     if (o->n_special_tokens > 0) {
         t->special = calloc((size_t)o->n_special_tokens, sizeof *t->special);

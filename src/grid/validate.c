@@ -121,7 +121,7 @@ static mtc_result_t check_sizes(const mtc_grid_config *c) {
                              f[i].flag, f[i].v, f[i].min > 0 ? f[i].min : 1);
     if (c->world_size > MTC_GRID_MAX_WORLD)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "--world-size %d is too large (valid: at most %d)", c->world_size,
+                         "--world-size %d must be 1..%d (ranks of one job)", c->world_size,
                          MTC_GRID_MAX_WORLD);
     if (c->n_hcp < 0 || c->n_hcp > MTC_GRID_MAX_HCP)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,

@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "cp/cp.h"
 #include "core/log.h"
+#include "core/outfile.h"
 #include "core/peak.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -95,23 +96,6 @@ mtc_result_t mtc_train_validate(const mtc_train_config *c) {
                          c->adam.weight_decay);
     if (c->threads < 0) return mtc_error(E, "threads=%d must be >= 1 (0 = all cores)", c->threads);
     return MTC_OK;
-}
-
-/* The per-layer CP comm types as one number, for the agreement check. */
-static double cp_types_key(const mtc_train_config *c) {
-    double k = 0;
-    for (int l = 0; c->cp_layer_types && l < c->model.num_layers; l++)
-        k = k * 5 + c->cp_layer_types[l] + 1;
-    return k;
-}
-
-/* The --step-batch-size-schedule as one number, for the agreement check. */
-static double schedule_key(const mtc_train_config *c) {
-    double k = 0;
-    for (int e = 0; c->batch_schedule && e < c->batch_schedule->n; e++)
-        k = k * 1.000003 + (double)c->batch_schedule->threshold[e] * 7 +
-            (double)c->batch_schedule->batch[e];
-    return k;
 }
 
 mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
@@ -582,100 +566,6 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
 }
 
 /* What each rank runs: the last rank (the loss owner) logs and writes files. */
-/* Every rank must train the same model the same way: under MPI each process
- * parsed its own flags. The values that must agree (model, layout, batch,
- * schedule, optimizer, seed, data) are compared across the world by one
- * MIN and one MAX all-reduce; the first that differs is named with both
- * values. Paths are per rank by design and not compared.
- * comm: all-reduce(world) x 2. */
-static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t world,
-                                          uint64_t data_tokens) {
-    const mtc_model_config *m = &c->model;
-    struct {
-        const char *flag;
-        double v;
-    } f[] = {
-        {"num-layers", m->num_layers},
-        {"hidden-size", m->hidden_size},
-        {"num-attention-heads", m->num_heads},
-        {"ffn-hidden-size", m->ffn_hidden_size},
-        {"seq-length", m->seq_length},
-        {"max-position-embeddings", m->max_position_embeddings},
-        {"vocab-size", m->vocab_size},
-        {"padded vocabulary (make-vocab-size-divisible-by)", m->padded_vocab_size},
-        {"hidden-dropout", m->hidden_dropout},
-        {"attention-dropout", m->attention_dropout},
-        {"init-method-std", m->init_std},
-        {"normalization", m->normalization},
-        {"norm-epsilon", m->norm_epsilon},
-        {"position-embedding-type", m->position_embedding},
-        {"rotary-base", m->rotary_base},
-        {"rotary-percent", m->rotary_percent},
-        {"swiglu", m->swiglu},
-        {"num-query-groups", m->num_query_groups},
-        {"kv-channels", m->kv_channels},
-        {"untie-embeddings-and-output-weights", m->untie_embeddings},
-        {"disable-bias-linear", m->disable_bias_linear},
-        {"qk-layernorm", m->qk_layernorm},
-        {"micro-batch-size", c->micro_batch},
-        {"global-batch-size", c->global_batch},
-        {"step-batch-size-schedule", schedule_key(c)},
-        {"train-iters", (double)c->train_iters},
-        {"lr", c->lr.lr},
-        {"min-lr", c->lr.min_lr},
-        {"lr-warmup-iters", (double)c->lr.warmup_iters},
-        {"lr-decay-iters", (double)c->lr.decay_iters},
-        {"lr-decay-style", c->lr.style},
-        {"adam-beta1", c->adam.beta1},
-        {"adam-beta2", c->adam.beta2},
-        {"adam-eps", c->adam.eps},
-        {"weight-decay", c->adam.weight_decay},
-        {"clip-grad", c->clip_grad},
-        {"seed", (double)c->seed},
-        {"tensor-model-parallel-size", c->grid.tp},
-        {"pipeline-model-parallel-size", c->grid.pp},
-        {"context-parallel-size", c->grid.cp},
-        {"cp-comm-type", c->cp_comm_type},
-        {"hierarchical-context-parallel-sizes", c->grid.hcp[0] * 1000.0 + c->grid.hcp[1]},
-        {"cp-comm-type (per layer)", cp_types_key(c)},
-        {"virtual-pipeline-model-parallel-size", c->grid.vpp},
-        {"decoder-first-pipeline-num-layers", c->pp_split.first_num_layers},
-        {"decoder-last-pipeline-num-layers", c->pp_split.last_num_layers},
-        {"account-for-embedding-in-pipeline-split", c->pp_split.account_for_embedding},
-        {"account-for-loss-in-pipeline-split", c->pp_split.account_for_loss},
-        {"pipeline-model-parallel-layout (hash)", pp_layout_fingerprint(c->pp_split.layout)},
-        {"sequence-parallel", c->sequence_parallel},
-        {"use-distributed-optimizer", c->use_distributed_optimizer},
-        {"num-distributed-optimizer-instances", c->grid.num_dist_opt_instances},
-        {"recompute-granularity full", c->recompute_full},
-        {"recompute-num-layers", c->recompute_num_layers},
-        {"recompute-modules mlp", c->recompute_mlp},
-        {"bf16", c->bf16},
-        {"fp16", c->fp16},
-        {"grad-reduce-in-bf16", c->grad_reduce_in_bf16},
-        {"data (tokens in the data set)", (double)data_tokens},
-        /* the logged and evaluated iterations run collectives on every rank */
-        {"log-interval", c->log_interval},
-        {"eval-interval", c->eval_interval},
-        {"eval-iters", c->eval_iters},
-        {"metrics (given or not)", c->metrics_path != NULL},
-        {"timing-log-level", c->timing_log_level},
-    };
-    enum { NF = sizeof f / sizeof f[0] };
-    double lo[NF], hi[NF];
-    for (int i = 0; i < NF; i++)
-        lo[i] = hi[i] = f[i].v;
-    MTC_CHECK(mtc_all_reduce(lo, lo, NF, MTC_DTYPE_F64, MTC_OP_MIN, world));
-    MTC_CHECK(mtc_all_reduce(hi, hi, NF, MTC_DTYPE_F64, MTC_OP_MAX, world));
-    for (int i = 0; i < NF; i++)
-        if (lo[i] != hi[i])
-            return mtc_error(MTC_ERR_INVALID_USAGE,
-                             "ranks disagree on --%s: %.9g on some, %.9g on others (start every "
-                             "rank with the same flags and data)",
-                             f[i].flag, lo[i], hi[i]);
-    return MTC_OK;
-}
-
 static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     train_shared *sh = arg;
     const mtc_train_config *c = sh->cfg;
@@ -695,9 +585,10 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
     MTC_CHECK(train_check_agreement(c, world, data_source_num_tokens(sh->src)));
     mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank, out);
     x.setup_ns = mtc_time_ns() - t0;
+    mtc_outfile mo = {0}; /* --metrics: a hidden temporary, renamed over the target at the end */
     if (rc == MTC_OK && is_last && c->metrics_path) {
-        metrics = fopen(c->metrics_path, "w");
-        if (!metrics) rc = mtc_error(MTC_ERR_IO, "cannot write metrics file %s", c->metrics_path);
+        rc = mtc_outfile_open(&mo, c->metrics_path, "--metrics");
+        metrics = rc == MTC_OK ? mo.f : NULL;
     }
     if (rc == MTC_OK) rc = train_obs_setup(&x, world);
     if (rc == MTC_OK && is_last && c->tensorboard.dir) { /* Megatron's writer: the last rank */
@@ -725,7 +616,10 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         free(tmp);
     }
     if (is_last && c->comm_ms_out) *c->comm_ms_out = (double)train_comm_ns(&x) * 1e-6;
-    if (metrics) fclose(metrics);
+    /* the run's record, also of a run that failed (up to the failure);
+     * a failed write of it leaves the previous file as it was */
+    mtc_result_t mc = metrics ? mtc_outfile_commit(&mo) : MTC_OK;
+    if (rc == MTC_OK) rc = mc;
     mtc_result_t tbc = mtc_tb_close(x.obs.tb);
     if (rc == MTC_OK) rc = tbc;
     train_teardown(&x); /* first: it ends the progress threads that may still record */

@@ -149,6 +149,9 @@ typedef struct {
  * samples per microbatch, and tokens per microbatch (micro-batch x seq). */
 #define MTC_TRAIN_MAX_MICRO_BATCH (1 << 20)
 #define MTC_TRAIN_MAX_MICRO_TOKENS (1 << 24)
+/* Samples a run counts (train-iters x global batch, the schedule's
+ * samples): what a double holds exactly, 2^53. */
+#define MTC_TRAIN_MAX_SAMPLES (INT64_C(1) << 53)
 
 /* Checks the parts the model does not (batch sizes, intervals, schedule,
  * the layout: grid rules and the model's divisibility by tp). `world` is

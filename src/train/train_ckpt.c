@@ -304,6 +304,22 @@ static int64_t common_int(const cJSON *j, const char *key) {
     return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (int64_t)v->valuedouble : -1;
 }
 
+/* No stored tensor ignored: the tensors each rank read, OR-ed over the
+ * world, must cover the checkpoint (ckpt/dist.h). A rank whose read failed
+ * returns at once (its failure ends the job: the launch aborts the others).
+ * comm: all-reduce(world). */
+static mtc_result_t train_ckpt_check_used(train_rank *x, const mtc_ckpt_dist *ck, mtc_result_t rc) {
+    if (rc != MTC_OK) return rc;
+    int n = mtc_ckpt_dist_count(ck);
+    int32_t *used = malloc(((size_t)n + 1) * sizeof *used);
+    if (!used) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "checkpoint tensor list");
+    mtc_ckpt_dist_used(ck, used);
+    rc = mtc_all_reduce(used, used, (size_t)n, MTC_DTYPE_I32, MTC_OP_MAX, x->world);
+    if (rc == MTC_OK) rc = mtc_ckpt_dist_check_used(ck, used);
+    free(used);
+    return rc;
+}
+
 mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
     const mtc_train_config *c = x->cfg;
     int found = 0;
@@ -332,6 +348,7 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
     if (rc == MTC_OK) rc = mtc_ckpt_dist_read(ck, l.v, l.n);
     mtc_progress_end(&x->progress);
     mtc_ckpt_pieces_free(&l);
+    rc = train_ckpt_check_used(x, ck, rc);
     if (rc == MTC_OK && !c->finetune) {
         x->start_iteration = it, x->start_consumed = (uint64_t)consumed;
         x->step = step;

@@ -220,6 +220,11 @@ mtc_result_t train_tb_eval(train_rank *x, int64_t it, uint64_t consumed, double 
 
 /* train_obs.c: timers, the trace, the timer block and the trace file. */
 mtc_result_t train_obs_setup(train_rank *x, mtc_comm_t world);
+/* Every rank was started with the same flags and data (train_agree.c):
+ * INVALID_USAGE naming the first flag that differs and the rank that holds
+ * the odd value. comm: all-reduce(world) x 2 (x 4 on a difference). */
+mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t world,
+                                   uint64_t data_tokens);
 void train_obs_free(train_rank *x);
 /* Open the trace window for iteration `it` when it is in the profiled range (closes otherwise). */
 void train_obs_iteration(train_rank *x, int64_t it);

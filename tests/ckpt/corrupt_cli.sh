@@ -97,6 +97,13 @@ fresh; edit 't["transformer.h.0.ln_2.bias"]["pieces"][0]["byte_range"][1] += 4'
 refused "a wrong byte count" "tensor transformer.h.0.ln_2.bias has a piece outside its tensor or with a wrong byte count"
 fresh; edit 't["transformer.h.0.ln_2.bias"]["pieces"][0]["file"] = "../x"'
 refused "a path in a file name" "tensor transformer.h.0.ln_2.bias has a piece in a bad file name"
+fresh; edit 't["transformer.h.4.ln_1.weight"] = t["transformer.h.1.ln_1.weight"]'
+refused "an extra tensor" "holds tensor transformer.h.4.ln_1.weight, which this model has no place for"
+fresh; edit 't["optimizer.exp_avg.transformer.h.9.ln_1.bias"] = t["transformer.h.1.ln_1.bias"]'
+refused "an extra optimizer state" "holds tensor optimizer.exp_avg.transformer.h.9.ln_1.bias, which"
+"$MTC" generate --load "$D/c" --prompt-ids 1,2 --max-new-tokens 1 >"$D/out" 2>"$D/err"; st=$?
+[ $st -eq 2 ] && grep -q "which this model has no place for" "$D/err" && ok "generate: an extra tensor refused" ||
+    { bad "generate of an extra tensor (exit $st)"; cat "$D/err"; }
 fresh; edit 'm["common"]["model"]["num_layers"] = 2.5'
 refused "a bad configuration" "num_layers=2.5, which is not an integer"
 fresh; edit 'm["format"] = "other"'

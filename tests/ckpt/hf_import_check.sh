@@ -4,7 +4,8 @@
 # overlap, alias another tensor, leave a hole, run past the end, are
 # misaligned or fractional, or disagree with shape x dtype; NaN/Inf weights;
 # a config.json with fewer layers than the weights (the extra tensors were
-# dropped), one with a field of the wrong type; a shard that is a FIFO or a
+# dropped), one with a field of the wrong type or a size that does not fit
+# (named by its config.json field); a shard that is a FIFO or a
 # symlink out of the folder. Each is refused with exit 2 and one line
 # naming the file and the tensor or field; the untouched export imports.
 . "$MTC_SOURCE_DIR/tests/ckpt/ckpt_lib.sh"
@@ -69,6 +70,13 @@ edit 'cfg["n_head"] = 2.5'
 refused "config.json n_head 2.5" "n_head is not a value its field can hold"
 edit 'cfg["tie_word_embeddings"] = "yes"'
 refused "config.json tie_word_embeddings a string" "tie_word_embeddings is not a value"
+# errors quote config.json's own field names, not mtc's flags
+edit 'cfg["n_head"] = 5'
+refused "config.json n_head 5 (n_embd 32)" "n_embd=32 is not divisible by n_head=5"
+edit 'cfg["layer_norm_epsilon"] = -1'
+refused "config.json layer_norm_epsilon -1" "layer_norm_epsilon=-1 must be in"
+edit 'del cfg["n_embd"]'
+refused "config.json without n_embd" "n_embd is missing (model_type gpt2 needs it)"
 rm -rf "$D/c" && cp -r "$D/hf" "$D/c" && rm "$D/c/model.safetensors" && mkfifo "$D/c/model.safetensors"
 refused "a FIFO shard" "is a FIFO, device or folder, not a regular file"
 rm -rf "$D/c" && cp -r "$D/hf" "$D/c" && mv "$D/c/model.safetensors" "$D/out.safetensors" &&

@@ -41,6 +41,13 @@ ln -s /dev/null "$D/devlink"
     [ -f "$D/devlink" ] && [ ! -L "$D/devlink" ] && [ -c /dev/null ] &&
     ok "gguf --out over a symlink to a device replaces the link" || { bad "gguf symlink"; cat "$D/log"; }
 
+# --metrics through a symlink: the link is replaced, its target untouched
+echo precious >"$D/precious"
+ln -s "$D/precious" "$D/m.jsonl"
+"$MTC" train $T --train-iters 2 --metrics "$D/m.jsonl" >"$D/log" 2>&1 && [ ! -L "$D/m.jsonl" ] &&
+    grep -q '"iteration": 2' "$D/m.jsonl" && [ "$(cat "$D/precious")" = precious ] &&
+    ok "a symlink at --metrics is replaced, its target untouched" || { bad "symlink --metrics"; cat "$D/log"; }
+
 # refused NAME PATTERN OUT: export --out OUT exits 2 at once, one line
 refused() {
     timeout 30 "$MTC" export --load "$D/ck" --format safetensors --out "$3" >"$D/out" 2>"$D/err"; st=$?
@@ -102,6 +109,13 @@ rm -rf "$F/ck"
 squeeze 0 "$MTC" train $T --train-iters 2 --trace "$F/t.json" >"$D/log" 2>"$D/err"; st=$?
 [ $st -eq 1 ] && [ -z "$(leftovers "$F")" ] && [ ! -e "$F/t.json" ] &&
     ok "train --trace on a full disk: exit $st, nothing left" || { bad "trace on a full disk: exit $st, left $(ls -A "$F")"; tail -2 "$D/err"; }
+"$MTC" train $T --train-iters 2 --metrics "$F/m.jsonl" >"$D/log" 2>&1 || { bad "metrics"; cat "$D/log"; }
+cp "$F/m.jsonl" "$D/m.before"
+squeeze 0 "$MTC" train $T --train-iters 40 --metrics "$F/m.jsonl" >"$D/log" 2>"$D/err"; st=$?
+[ $st -eq 1 ] && cmp -s "$D/m.before" "$F/m.jsonl" && [ -z "$(leftovers "$F")" ] &&
+    ok "train --metrics on a full disk: exit $st, old file intact, nothing left" ||
+    { bad "metrics on a full disk: exit $st, left $(ls -A "$F")"; tail -2 "$D/err"; }
+rm -f "$F/m.jsonl"
 for k in $(seq 400); do echo '{"text": "hello world, a few more words to fill the disk"}'; done >"$D/in.jsonl"
 squeeze 8 "$MTC" preprocess --input "$D/in.jsonl" --output-prefix "$F/p" --tokenizer-type ByteLevelTokenizer >"$D/log" 2>"$D/err"; st=$?
 [ $st -eq 1 ] && [ -z "$(leftovers "$F")" ] && [ ! -e "$F/p_text_document.bin" ] &&

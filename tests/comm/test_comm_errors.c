@@ -65,6 +65,31 @@ static mtc_result_t r_timeout(mtc_comm_t w, void *p) {
     return MTC_OK;
 }
 
+/* A timeout in a group whose ranks are not their world ranks names the
+ * member both ways, unmistakably ("rank 1 (world 3)" read as a world of 3):
+ * world ranks 1 and 3 form ODD; world rank 3 (ODD's rank 1) skips. */
+static mtc_result_t r_group_timeout(mtc_comm_t w, void *p) {
+    (void)p;
+    int r = mtc_comm_rank(w);
+    mtc_comm_t odd = NULL;
+    MTC_CHECK(mtc_comm_split(w, r % 2 ? 0 : -1, r, "ODD", &odd));
+    MTC_CHECK(mtc_barrier(w));
+    if (r != 1) {
+        MTC_CHECK(mtc_barrier(w)); /* rank 3 stays until rank 1 has reported */
+        mtc_comm_free(odd);
+        return MTC_OK;
+    }
+    mtc_comm_set_timeout(odd, 0.3);
+    int32_t v = 1, s = 0;
+    mtc_result_t rc = mtc_all_reduce(&v, &s, 1, MTC_DTYPE_I32, MTC_OP_SUM, odd);
+    const char *d = mtc_error_detail();
+    T_CHECKF(rc == MTC_ERR_TIMEOUT && strstr(d, "ODD") &&
+                 strstr(d, "group rank 1 (world rank 3) has not arrived"),
+             "detail: %s", d);
+    mtc_comm_free(odd);
+    return mtc_barrier(w);
+}
+
 static mtc_result_t r_abort(mtc_comm_t w, void *p) {
     double *elapsed = p;
     int r = mtc_comm_rank(w);
@@ -175,6 +200,8 @@ int main(void) {
     }
     o.world_size = 3;
     T_CHECK(mtc_launch(&o, r_timeout, NULL) == MTC_OK);
+    o.world_size = 4;
+    T_CHECK(mtc_launch(&o, r_group_timeout, NULL) == MTC_OK);
     o.world_size = BIG_GROUP;
     T_CHECK(mtc_launch(&o, r_big_mismatch, NULL) == MTC_OK);
     o.world_size = 3; /* r_abort keeps one time per rank */

@@ -41,6 +41,23 @@ refused "plot of a FIFO" "$F" plot "$D/fifo" --svg "$D/x.svg"
 refused "plan --machine FIFO" "$F" plan --world-size 8 --machine "$D/fifo"
 refused "schedule --from-trace FIFO" "$F" schedule --from-trace "$D/fifo"
 refused "schedule --from-trace /dev/zero" "is a character device, not a regular file" schedule --from-trace /dev/zero
+# the SentencePiece and tiktoken readers once opened theirs blocking (hung)
+refused "tokenize SentencePiece --tokenizer-model FIFO" "$F" tokenize --tokenizer-type SentencePieceTokenizer \
+    --tokenizer-model "$D/fifo" --input "$D/in.txt"
+refused "train TikTokenizer --tokenizer-model /dev/zero" "is a character device" train --mock-data \
+    --tokenizer-type TikTokenizer --tokenizer-model /dev/zero --train-iters 1
+# a Megatron prefix whose .bin is a FIFO
+"$MTC" preprocess --input "$D/in.jsonl" --output-prefix "$D/pre" --tokenizer-type ByteLevelTokenizer >"$D/out" 2>&1 ||
+    { bad "preprocess"; cat "$D/out"; }
+rm -f "$D/pre_text_document.bin" && ln -s "$D/fifo" "$D/pre_text_document.bin"
+refused "train --data-path PREFIX with a FIFO .bin" "document.bin: not a regular file" train --data-path "$D/pre_text_document" \
+    --tokenizer-type ByteLevelTokenizer --train-iters 1
+# an HF folder's tokenizer file that is a FIFO: refused, not skipped (import went on without it)
+"$MTC" train --mock-data --vocab-size 64 --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 \
+    --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --eval-iters 0 --threads 1 --save "$D/ck" >"$D/out" 2>&1 &&
+    "$MTC" export --load "$D/ck" --format safetensors --out "$D/hf" >"$D/out" 2>&1 || { bad "export for import"; cat "$D/out"; }
+rm -f "$D/hf/mtc_tokenizer.txt" && ln -s "$D/fifo" "$D/hf/mtc_tokenizer.txt"
+refused "import of a folder whose mtc_tokenizer.txt is a FIFO" "mtc_tokenizer.txt is a FIFO" import --load "$D/hf" --save "$D/imp"
 
 # preprocess outputs: PREFIX_text_document.{bin,idx}
 P="$D/out_text_document"

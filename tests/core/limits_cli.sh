@@ -56,6 +56,8 @@ refused "train --micro-batch-size 2147483647" "micro-batch-size 2147483647" "$MT
 refused "train --world-size 2147483647" "must be 1..4096 (thread-ranks)" "$MTC" train $TINY --world-size 2147483647
 refused "train --threads 2147483647" "threads 2147483647" "$MTC" train $TINY --threads 2147483647
 refused "train tokens per microbatch" "tokens per microbatch" "$MTC" train $TINY --micro-batch-size 1048576 --seq-length 1024 --max-position-embeddings 1024
+refused "train --train-iters 2^63-1 (samples overflowed: 'decay ends at -4 samples')" "train-iters 9223372036854775807 x .* above 9007199254740992 samples" "$MTC" train $TINY --train-iters 9223372036854775807
+refused "train --lr-warmup-samples 2^62" "lr-warmup-samples 4611686018427387904 x 1 samples each is above" "$MTC" train $TINY --train-samples 64 --lr-warmup-samples 4611686018427387904
 refused "generate --threads 2147483647" "threads 2147483647" "$MTC" generate --threads 2147483647 --load "$D" --prompt-ids 1
 }
 refused "schedule huge virtual stages" "virtual pipeline size 2147483647" "$MTC" schedule --pp 4 \
@@ -63,6 +65,9 @@ refused "schedule huge virtual stages" "virtual pipeline size 2147483647" "$MTC"
 refused "schedule microbatches x chunks" "forward steps per rank" "$MTC" schedule --pp 4 \
     --num-virtual-stages-per-pipeline-rank 1000 --microbatches 1048576
 refused "plan --micro-batch-size 2147483647" "micro-batch-size 2147483647" "$MTC" plan --world-size 8 --micro-batch-size 2147483647
+echo "65 300" >"$D/ids.txt"
+refused "tokenize --decode of an id outside the vocabulary (once 'NullTokenizer: ... [0, 2147483647)')" "token ids of this tokenizer: \"300\" is not a token id in \[0, 256)" "$MTC" tokenize --tokenizer-type ByteLevelTokenizer --decode --input "$D/ids.txt"
+refused "ranks --world-size 2147483647 (worded as plan's)" "world-size 2147483647 must be 1..1048576 (ranks of one job)" "$MTC" ranks --world-size 2147483647
 refused "plan --world-size 2147483647" "ranks of one job" "$MTC" plan --world-size 2147483647
 # exit 2 before any work for bad inputs and outputs
 echo '{bad' >"$D/bad.json"

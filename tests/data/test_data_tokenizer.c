@@ -230,6 +230,27 @@ static void test_bpe_tiny(void) {
                      P("mtc_test_tok_bad.json"), &rc);
     CHECK(rc == MTC_ERR_FORMAT && strstr(mtc_error_detail(), "RobertaProcessing") != NULL);
     remove(P("mtc_test_tok_bad.json"));
+    /* an added token may repeat a vocabulary entry with its id, not take another's */
+    const char *dup_ok = "{\"added_tokens\":[{\"id\":1,\"content\":\"b\"}],"
+                         "\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
+                         "\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}";
+    t = open_hf_text(dup_ok, P("mtc_test_tok_bad.json"), &rc);
+    CHECK_OK(rc);
+    data_tok_free(t);
+    const char *collide[] = {
+        "{\"added_tokens\":[{\"id\":1,\"content\":\"<pad>\"}],"
+        "\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
+        "\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+        "{\"added_tokens\":[{\"id\":2,\"content\":\"<s>\"},{\"id\":2,\"content\":\"<pad>\"}],"
+        "\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
+        "\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}"};
+    for (int i = 0; i < 2; i++) {
+        t = open_hf_text(collide[i], P("mtc_test_tok_bad.json"), &rc);
+        CHECK(rc == MTC_ERR_FORMAT && t == NULL);
+        CHECK(strstr(mtc_error_detail(), "<pad>\" has id") != NULL &&
+              strstr(mtc_error_detail(), i ? "gives to \"<s>\"" : "gives to \"b\"") != NULL);
+    }
+    remove(P("mtc_test_tok_bad.json"));
     data_tok_opts o = {.type = "HuggingFaceTokenizer", .tokenizer_model = "/nonexistent.json"};
     CHECK(data_tok_open(&o, &t) == MTC_ERR_IO);
     o = (data_tok_opts){.type = "GPT2BPETokenizer", .vocab_file = "v.json"};

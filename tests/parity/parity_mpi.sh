@@ -40,6 +40,21 @@ same_losses "mpi pp=4 vpp=2" "$D/s8.jsonl" "$D/e.jsonl"
 timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 1 "$MTC" train $TINY --lr 1e-2 : \
     -np 1 "$MTC" train $TINY --lr 2e-2 >"$D/f.log" 2>&1
 st=$?
-[ $st -ne 0 ] && grep -q "ranks disagree on --lr: 0.01 on some, 0.02 on others" "$D/f.log" &&
+[ $st -ne 0 ] && grep -q "ranks disagree on --lr: rank 0 has 0.01, rank 1 has 0.02" "$D/f.log" &&
     ok "mpi ranks with different --lr refused (status $st)" || { bad "flag mismatch"; cat "$D/f.log"; }
+# a flag that changes when collectives run (a save schedule, an exit, an
+# output) differing on one rank: refused before set-up, blaming that rank
+# (it once ran until the collective deadline and blamed rank 0)
+B3="--micro-batch-size 1 --global-batch-size 3 --train-iters 2"
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 2 "$MTC" train $TINY $B3 --save "$D/k" \
+    --save-interval 2 : -np 1 "$MTC" train $TINY $B3 --save "$D/k" --save-interval 1 >"$D/g.log" 2>&1
+st=$?
+[ $st -eq 2 ] && grep -q "rank 2 differs on --save-interval: it has 1, the other 2 ranks have 2" "$D/g.log" &&
+    ! grep -q "iteration  *1/" "$D/g.log" && ok "mpi: --save-interval on one rank refused, rank 2 blamed" ||
+    { bad "save-interval mismatch (status $st)"; cat "$D/g.log"; }
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 1 "$MTC" train $TINY $B3 --exit-interval 1 : \
+    -np 2 "$MTC" train $TINY $B3 >"$D/h.log" 2>&1
+st=$?
+[ $st -eq 2 ] && grep -q "rank 0 differs on --exit-interval: it has 1, the other 2 ranks have 0" "$D/h.log" &&
+    ok "mpi: --exit-interval on one rank refused, rank 0 blamed" || { bad "exit-interval mismatch (status $st)"; cat "$D/h.log"; }
 exit $fail
