@@ -24,6 +24,7 @@
 #include "model/model_cli.h"
 #include "moe/moe_cli.h"
 #include "pp/layout_cli.h"
+#include "tp/fp8_cli.h"
 #include "nn/lowp.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/tok_files.h"
@@ -226,6 +227,8 @@ int cli_cmd_train(int argc, char **argv) {
     model_cli_flags model_f = MODEL_CLI_DEFAULTS;   /* the architecture (model/model_cli.h) */
     moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
     pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
+    tp_fp8_cli fp8_f = TP_FP8_CLI_DEFAULTS;         /* fp8 recipes (tp/fp8_cli.h) */
+    tp_fp8_config fp8_cfg;
     pp_layout_args pp_split = {0};
     train_compat compat = {0};
     mtc_arg args[] = {
@@ -365,6 +368,7 @@ int cli_cmd_train(int argc, char **argv) {
          0},
         {"accumulate-allreduce-grads-in-fp32", NULL, MTC_ARG_FLAG, &acc_fp32, NULL,
          "main grads in fp32 (on: mtc always accumulates and reduces them in fp32)", 0},
+        TP_FP8_CLI_ARGS(fp8_f), /* --fp8-format, --fp8-recipe, ... (tp/fp8_cli.h) */
         {"grad-reduce-in-bf16", NULL, MTC_ARG_FLAG, &grad_bf16, NULL,
          "with --bf16, reduce gradients over data parallelism in bf16 (accumulation stays fp32)",
          0},
@@ -997,6 +1001,9 @@ int cli_cmd_train(int argc, char **argv) {
                                bf16_gemm);
     tc.bf16_gemm = bf16_gemm ? nn_bf16_gemm_parse(bf16_gemm) : NN_BF16_GEMM_AUTO;
     tc.bf16 = bf16, tc.fp16 = fp16, tc.grad_reduce_in_bf16 = grad_bf16;
+    if (tp_fp8_cli_resolve(&fp8_f, args, nargs, bf16, distopt, L, &fp8_cfg) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    tc.fp8 = fp8_cfg.enabled ? &fp8_cfg : NULL;
     tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;

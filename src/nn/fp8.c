@@ -163,8 +163,8 @@ static size_t qdq_columns(nn_fp8_format f, nn_fp8_block_kind kind, float *out, c
             }
             for (int c = 0; c < w; c++) {
                 block_scale(f, kind, amax[c], &scale[c], &inv[c]);
-                if (inv[c] < *smin) *smin = inv[c];
-                if (inv[c] > *smax) *smax = inv[c];
+                if (amax[c] > 0 && inv[c] < *smin) *smin = inv[c]; /* zero blocks: no scale */
+                if (amax[c] > 0 && inv[c] > *smax) *smax = inv[c];
             }
             for (int r = rb; r < re; r++) {
                 const float *xr = x + (size_t)r * Cc + c0;
@@ -196,8 +196,8 @@ size_t nn_fp8_qdq_blocks(nn_fp8_format f, nn_fp8_block_kind kind, float *out, co
             }
             float scale, inv;
             block_scale(f, kind, amax, &scale, &inv);
-            if (inv < *smin) *smin = inv;
-            if (inv > *smax) *smax = inv;
+            if (amax > 0 && inv < *smin) *smin = inv;
+            if (amax > 0 && inv > *smax) *smax = inv;
             for (int r = rb; r < re; r++)
                 sat += nn_fp8_qdq(f, out + (size_t)r * Cc + cb, x + (size_t)r * Cc + cb,
                                   (size_t)(ce - cb), scale, inv);

@@ -57,7 +57,8 @@ typedef enum { NN_FP8_BLOCK_MX = 0, NN_FP8_BLOCK_POW2 } nn_fp8_block_kind;
  * into out (same shape; out == x allowed) with blocks of br rows x bc
  * columns (edge blocks smaller), rows [r0, r1) only (r0 a multiple of br:
  * threads split the rows). Each block's dequantization scale (scale_inv)
- * is folded into *smin / *smax (min / max seen). Returns the clipped count. */
+ * is folded into *smin / *smax (min / max seen; all-zero blocks skipped). Returns the clipped
+ * count. */
 size_t nn_fp8_qdq_blocks(nn_fp8_format f, nn_fp8_block_kind kind, float *out, const float *x, int R,
                          int Cc, int br, int bc, int r0, int r1, float *smin, float *smax);
 
