@@ -15,9 +15,10 @@
  * Rounding is to nearest even; values beyond the format's maximum saturate to
  * it (TE's satfinite casts), infinities too; NaN stays NaN.
  *
- * Relies on nothing but libm. The loops are written so that the compiler
- * vectorises them (a branchless magic-number rounding per element); there
- * is no separate intrinsic path, so every build gives the same bits.
+ * Relies on libm; AVX-512F intrinsics when the compiler targets them
+ * (-march=native on a CPU that has them), else the scalar loop: both do the
+ * same fp32 operations per value (a branchless magic-number rounding), so
+ * they give the same bits (nn_fp8_qdq_scalar is the reference).
  * Does not: choose scales across steps (tp/fp8_linear.c keeps that state),
  * reduce amaxes across ranks, or store fp8 codes (only the conversion
  * functions below make codes, for tests and formats). */
@@ -51,6 +52,13 @@ uint8_t nn_fp8_e8m0(float v);
  * Returns how many |x[i] * scale| exceeded the format's maximum (clipped). */
 size_t nn_fp8_qdq(nn_fp8_format f, float *out, const float *x, size_t n, float scale,
                   float scale_inv);
+
+/* The same one value at a time: the reference the AVX-512 path must match
+ * bit for bit (tests). */
+size_t nn_fp8_qdq_scalar(nn_fp8_format f, float *out, const float *x, size_t n, float scale,
+                         float scale_inv);
+/* "avx512f" or "scalar": which code nn_fp8_qdq and the block passes use. */
+const char *nn_fp8_isa(void);
 
 typedef enum { NN_FP8_BLOCK_MX = 0, NN_FP8_BLOCK_POW2 } nn_fp8_block_kind;
 /* Block quantize-dequantize of x (R, Cc) row-major (leading dimension Cc)
