@@ -1001,7 +1001,7 @@ int cli_cmd_train(int argc, char **argv) {
                                bf16_gemm);
     tc.bf16_gemm = bf16_gemm ? nn_bf16_gemm_parse(bf16_gemm) : NN_BF16_GEMM_AUTO;
     tc.bf16 = bf16, tc.fp16 = fp16, tc.grad_reduce_in_bf16 = grad_bf16;
-    if (tp_fp8_cli_resolve(&fp8_f, args, nargs, bf16, distopt, L, &fp8_cfg) != MTC_OK)
+    if (tp_fp8_cli_resolve(&fp8_f, args, nargs, bf16, distopt, L, pp, &fp8_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     tc.fp8 = fp8_cfg.enabled ? &fp8_cfg : NULL;
     tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;

@@ -16,7 +16,8 @@ static const char *OTHERS[] = {"fp8-recipe",
                                "num-layers-at-end-in-bf16"};
 
 mtc_result_t tp_fp8_cli_resolve(const tp_fp8_cli *f, const mtc_arg *args, int nargs, int bf16,
-                                int distributed_optimizer, int num_layers, tp_fp8_config *out) {
+                                int distributed_optimizer, int num_layers, int pp,
+                                tp_fp8_config *out) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
     if (!f->format) {
@@ -47,18 +48,23 @@ mtc_result_t tp_fp8_cli_resolve(const tp_fp8_cli *f, const mtc_arg *args, int na
                          f->interval);
     if (!bf16)
         return mtc_error(E,
-                         "--fp8-format %s needs --bf16 (the tensors outside the fp8 GEMMs are "
-                         "bf16, as in Megatron)",
+                         "--fp8-format %s needs --bf16 (the emulation runs on the bf16 model: the "
+                         "tensors outside the fp8 GEMMs are bf16, as in Megatron's fp8 examples)",
                          f->format);
     if (f->param_gather && !distributed_optimizer)
         return mtc_error(E, "--fp8-param-gather needs --use-distributed-optimizer (Megatron: only "
                             "supported with distributed optimizer)");
     int ns = f->first_last ? f->n_start : 0, ne = f->first_last ? f->n_end : 0;
-    if (ns < 0 || ne < 0 || ns + ne > num_layers)
+    int per_stage = num_layers / (pp > 0 ? pp : 1);
+    if (f->first_last && recipe == TP_FP8_DELAYED) /* transformer_config.py's rule */
+        return mtc_error(E, "--first-last-layers-bf16 does not work with --fp8-recipe delayed "
+                            "(Megatron: delayed scaling does not support first / last layer in "
+                            "BF16): choose tensorwise, mxfp8 or blockwise");
+    if (ns < 0 || ns > per_stage || ne < 0 || ne > per_stage)
         return mtc_error(E,
-                         "num-layers-at-start-in-bf16=%d plus num-layers-at-end-in-bf16=%d must be "
-                         "in [0, num-layers=%d]",
-                         ns, ne, num_layers);
+                         "num-layers-at-start-in-bf16=%d and num-layers-at-end-in-bf16=%d must be "
+                         "between 0 and the layers per pipeline stage (%d)",
+                         ns, ne, per_stage);
     out->enabled = 1;
     out->hybrid = !strcmp(f->format, "hybrid");
     out->recipe = (tp_fp8_recipe)recipe;

@@ -16,7 +16,8 @@ typedef struct {
     int margin, history, interval, param_gather, wgrad, tp_only, first_last, n_start, n_end;
 } tp_fp8_cli;
 
-#define TP_FP8_CLI_DEFAULTS {NULL, "delayed", "most_recent", 0, 1, 1, 0, 1, 0, 0, 1, 1}
+#define TP_FP8_CLI_DEFAULTS                                                                        \
+    { NULL, "delayed", "most_recent", 0, 1, 1, 0, 1, 0, 0, 1, 1 }
 
 /* clang-format off */
 #define TP_FP8_CLI_ARGS(f)                                                                         \
@@ -54,6 +55,7 @@ typedef struct {
  * without --fp8-format is refused). MTC_ERR_INVALID_ARGUMENT with one line
  * naming the value and the fix. */
 mtc_result_t tp_fp8_cli_resolve(const tp_fp8_cli *f, const mtc_arg *args, int nargs, int bf16,
-                                int distributed_optimizer, int num_layers, tp_fp8_config *out);
+                                int distributed_optimizer, int num_layers, int pp,
+                                tp_fp8_config *out);
 
 #endif

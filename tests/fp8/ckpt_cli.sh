@@ -56,6 +56,8 @@ refuse "recipe without format" "needs --fp8-format" --bf16 --fp8-recipe mxfp8
 refuse "history 0" "fp8-amax-history-len=0" --bf16 --fp8-format e4m3 --fp8-amax-history-len 0
 refuse "algo" "is not max or most_recent" --bf16 --fp8-format e4m3 --fp8-amax-compute-algo mean
 refuse "param gather without distopt" "needs --use-distributed-optimizer" --bf16 --fp8-format hybrid --fp8-param-gather
-refuse "bf16 layers beyond the model" "num-layers=4" --bf16 --fp8-format hybrid --first-last-layers-bf16 \
-    --num-layers-at-start-in-bf16 3 --num-layers-at-end-in-bf16 2
+refuse "bf16 layers beyond a stage" "layers per pipeline stage (2)" --bf16 --fp8-format hybrid \
+    --fp8-recipe mxfp8 --first-last-layers-bf16 --num-layers-at-start-in-bf16 3 --world-size 2 --pp 2
+refuse "first/last bf16 with delayed" "delayed scaling does not support" --bf16 --fp8-format hybrid \
+    --first-last-layers-bf16
 exit $fail

@@ -75,4 +75,17 @@ done
 if ! cmp -s "$D/bf16.jsonl" "$D/delayed.jsonl" && [ -s "$D/bf16.jsonl" ]; then
     ok "bf16 and fp8 runs differ"
 else bad "bf16 = fp8"; fi
+# --first-last-layers-bf16 keeping both layers bf16: the bf16 run (fp32 GEMM engine) bit for bit,
+# and one fp8 layer of three is neither that nor the all-fp8 run
+"$MTC" train $M --bf16-gemm fp32 --metrics "$D/b32.jsonl" >"$D/b32.log" 2>&1 || bad "bf16 fp32-GEMM run"
+run fl tensorwise --first-last-layers-bf16
+if [ -s "$D/fl.jsonl" ] && [ "$(grep -o '"lm_loss": [^,]*' "$D/fl.jsonl")" = "$(grep -o '"lm_loss": [^,]*' "$D/b32.jsonl")" ] &&
+    grep -q "GEMMs of 0 of 2 layers" "$D/fl.log"; then ok "--first-last-layers-bf16 over both layers = bf16 bit for bit"
+else bad "--first-last-layers-bf16 over both layers"; fi
+"$MTC" train $M --num-layers 3 --bf16-gemm fp32 --metrics "$D/b3.jsonl" >"$D/b3.log" 2>&1 || bad "bf16 3 layers"
+run fl3 tensorwise --num-layers 3 --first-last-layers-bf16
+run all3 tensorwise --num-layers 3
+l() { grep -o '"lm_loss": [^,]*' "$D/$1.jsonl" | tail -1; }
+grep -q "GEMMs of 1 of 3 layers" "$D/fl3.log" && [ "$(l fl3)" != "$(l b3)" ] && [ "$(l fl3)" != "$(l all3)" ] &&
+    ok "one fp8 layer of three: $(l fl3) between bf16 $(l b3) and all-fp8 $(l all3)" || bad "1 of 3 fp8 layers"
 exit $fail
