@@ -273,20 +273,22 @@ mtc_result_t tp_fp8_backward(tp_fp8_gemm *g, nn_pool *pool, float *dinp, float *
     const float *ops[TP_FP8_NOPS] = {wg8 && !rec ? x : NULL, dinp && !rec ? w : NULL, dout};
     int R[TP_FP8_NOPS] = {N, OUT, N}, Cc[TP_FP8_NOPS] = {IN, IN, OUT};
     MTC_CHECK(fp8_amaxes(g, pool, amax, ops, R, Cc));
+    /* wgrad first: dinp may be x's own buffer (the MLP's fc2 takes its input
+     * gradient over its recomputed input) */
+    if (dw && !wg8) /* --no-fp8-wgrad: the weight gradient from the unquantized operands */
+        nn_linear_backward(pool, NULL, dw, NULL, dout, x, NULL, N, IN, OUT);
+    if (wg8) {
+        fp8_quant(g, pool, TP_FP8_G, USE_COL, gq, dout, N, OUT, amax[TP_FP8_G],
+                  !dinp && fp8_counts(g, TP_FP8_G));
+        fp8_quant(g, pool, TP_FP8_X, USE_COL, xq, x, N, IN, amax[TP_FP8_X], 0);
+        nn_linear_backward(pool, NULL, dw, NULL, gq, xq, NULL, N, IN, OUT);
+    }
     if (dinp) {
         fp8_quant(g, pool, TP_FP8_G, USE_ROW, gq, dout, N, OUT, amax[TP_FP8_G],
                   fp8_counts(g, TP_FP8_G));
         fp8_quant(g, pool, TP_FP8_W, USE_COL, st->wq, w, OUT, IN, amax[TP_FP8_W], 0);
         nn_linear_backward(pool, dinp, NULL, NULL, gq, NULL, st->wq, N, IN, OUT);
     }
-    if (!dw) return MTC_OK;
-    if (!wg8) { /* --no-fp8-wgrad: the weight gradient from the unquantized operands */
-        nn_linear_backward(pool, NULL, dw, NULL, dout, x, NULL, N, IN, OUT);
-        return MTC_OK;
-    }
-    fp8_quant(g, pool, TP_FP8_G, USE_COL, gq, dout, N, OUT, amax[TP_FP8_G], !dinp);
-    fp8_quant(g, pool, TP_FP8_X, USE_COL, xq, x, N, IN, amax[TP_FP8_X], 0);
-    nn_linear_backward(pool, NULL, dw, NULL, gq, xq, NULL, N, IN, OUT);
     return MTC_OK;
 }
 

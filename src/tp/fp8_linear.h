@@ -128,7 +128,8 @@ mtc_result_t tp_fp8_forward(tp_fp8_gemm *g, nn_pool *pool, float *out, float *xq
                             const float *w, const float *b, int N, int IN, int OUT);
 /* Backward GEMMs: dinp (N, IN) = q(dout) · q(w) (or NULL); dw (OUT, IN) +=
  * q(dout)ᵀ · q(x) (or NULL; with --no-fp8-wgrad on the plain values given);
- * db not touched (the caller's). gq (N*OUT), xq (N*IN) scratch.
+ * db not touched (the caller's). gq (N*OUT), xq (N*IN) scratch. dinp may
+ * be x itself (the weight gradient is taken first).
  * comm: tensorwise: all-reduce MAX(TP x CP) of the amaxes it needs. */
 mtc_result_t tp_fp8_backward(tp_fp8_gemm *g, nn_pool *pool, float *dinp, float *dw, float *gq,
                              float *xq, const float *dout, const float *x, const float *w, int N,

@@ -190,6 +190,16 @@ static void check_gemms(tp_fp8_recipe r, int hybrid, nn_pool *pool) {
         }
     e = rel_err(dw, ref, (size_t)OUT * IN);
     T_CHECKF(e < 1e-6, "%s wgrad: %.2e", tp_fp8_recipe_name(r), e);
+    /* dinp over x's own buffer (model/block.c's fc2 does this): the same dw and dx */
+    {
+        float *xa = malloc(sizeof(float) * N * IN), *dw2 = calloc((size_t)OUT * IN, sizeof(float));
+        memcpy(xa, x, sizeof(float) * N * IN);
+        T_CHECK(tp_fp8_backward(g, pool, xa, dw2, gq, xq, dy, xa, w, N, IN, OUT) == MTC_OK);
+        T_CHECKF(memcmp(dw2, dw, sizeof(float) * OUT * IN) == 0 &&
+                     memcmp(xa, dx, sizeof(float) * N * IN) == 0,
+                 "%s: dinp aliasing x changes the gradients", tp_fp8_recipe_name(r));
+        free(xa), free(dw2);
+    }
     /* the block recipes never clip (their scales come from the block's amax) */
     if (r != TP_FP8_DELAYED)
         T_CHECK(
