@@ -43,7 +43,9 @@ static const char *TRAIN_ABOUT =
     "tp x cp x dp x pp (Megatron's order tp-cp-ep-dp-pp); --vpp V runs the interleaved 1F1B\n"
     "schedule with V model chunks per pipeline rank; --cp N splits each sequence over N ranks\n"
     "(load-balanced chunks, ring / all-gather / all-to-all attention); every layout trains the\n"
-    "serial run's model on the serial run's global batches (tests/parity).";
+    "serial run's model on the serial run's global batches (tests/parity).\n"
+    "fp8: --bf16 --fp8-format hybrid --fp8-recipe delayed|tensorwise|mxfp8|blockwise runs the\n"
+    "layers' GEMMs on fp8 values quantized as Transformer Engine does (emulated: docs/fp8.md).";
 
 /* Megatron's schedule in its units (training.py get_optimizer_param_scheduler
  * and the argument rules of arguments.py): scheduler steps are samples, one
