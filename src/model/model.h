@@ -262,7 +262,12 @@ typedef struct {
      * params is valid only in this rank's shard, the optimizer's all-gather
      * writes params_c, and a refresh only makes params16 from params_c */
     int main_sharded;
-    size_t main_released;     /* bytes of params given back to the OS */
+    size_t main_released; /* bytes of params given back to the OS */
+    /* Megatron-FSDP (dp/fsdp.h): mtc_model_zero_grad calls this instead of
+     * zeroing the whole gradient buffer (which would make every page
+     * resident); NULL: memset */
+    void (*zero_grad_hook)(void *ctx);
+    void *zero_grad_ctx;
     struct tp_fp8_state *fp8; /* the fp8 layers' scales and amax histories (NULL: none) */
 } mtc_model;
 
