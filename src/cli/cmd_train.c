@@ -46,7 +46,9 @@ static const char *TRAIN_ABOUT =
     "tp x cp x dp x pp (Megatron's order tp-cp-ep-dp-pp); --vpp V runs the interleaved 1F1B\n"
     "schedule with V model chunks per pipeline rank; --cp N splits each sequence over N ranks\n"
     "(load-balanced chunks, ring / all-gather / all-to-all attention); every layout trains the\n"
-    "serial run's model on the serial run's global batches (tests/parity).";
+    "serial run's model on the serial run's global batches (tests/parity).\n"
+    "fp8: --bf16 --fp8-format hybrid --fp8-recipe delayed|tensorwise|mxfp8|blockwise runs the\n"
+    "layers' GEMMs on fp8 values quantized as Transformer Engine does (emulated: docs/fp8.md).";
 
 /* Megatron's schedule in its units (training.py get_optimizer_param_scheduler
  * and the argument rules of arguments.py): scheduler steps are samples, one
@@ -369,6 +371,10 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
                                f->bf16_gemm);
     tc->bf16_gemm = f->bf16_gemm ? nn_bf16_gemm_parse(f->bf16_gemm) : NN_BF16_GEMM_AUTO;
     tc->bf16 = f->bf16, tc->fp16 = f->fp16, tc->grad_reduce_in_bf16 = f->grad_bf16;
+    if (tp_fp8_cli_resolve(&f->fp8_f, args, nargs, f->bf16, f->distopt, f->L, f->lay.pp,
+                           &f->fp8_cfg) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
+    tc->fp8 = f->fp8_cfg.enabled ? &f->fp8_cfg : NULL; /* f outlives the run */
     tc->loss_scale = f->loss_scale, tc->initial_loss_scale = f->init_ls,
     tc->min_loss_scale = f->min_ls;
     tc->loss_scale_window = f->ls_window, tc->hysteresis = f->hyst;

@@ -50,6 +50,7 @@ static void train_flags_defaults(train_flags *f) {
     f->min_ls = 1.0;
     f->tb_flags = (mtc_tb_flags)MTC_TB_FLAGS_DEFAULTS;
     f->fsdp_flags = (mtc_fsdp_flags)MTC_FSDP_FLAGS_DEFAULTS;
+    f->fp8_f = (tp_fp8_cli)TP_FP8_CLI_DEFAULTS;
     f->ramp = (mtc_arg_strings){0};
     f->model_f = (model_cli_flags)MODEL_CLI_DEFAULTS;
     f->moe_f = (moe_cli_flags)MOE_CLI_DEFAULTS;
@@ -164,6 +165,7 @@ static mtc_arg TRAIN_ARGS[] = {
          0},
         {"accumulate-allreduce-grads-in-fp32", NULL, MTC_ARG_FLAG, &TF.acc_fp32, NULL,
          "main grads in fp32 (on: mtc always accumulates and reduces them in fp32)", 0},
+        TP_FP8_CLI_ARGS(TF.fp8_f), /* --fp8-format, --fp8-recipe, ... (tp/fp8_cli.h) */
         {"grad-reduce-in-bf16", NULL, MTC_ARG_FLAG, &TF.grad_bf16, NULL,
          "with --bf16, reduce gradients over data parallelism in bf16 (accumulation stays fp32)",
          0},

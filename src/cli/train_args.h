@@ -18,6 +18,7 @@
 #include "model/model_cli.h"
 #include "moe/moe_cli.h"
 #include "pp/layout_cli.h"
+#include "tp/fp8_cli.h"
 #include "train/train.h"
 
 typedef struct {
@@ -124,6 +125,8 @@ typedef struct {
     int ln1p;
     mtc_tb_flags tb_flags;
     mtc_fsdp_flags fsdp_flags; /* dp/fsdp_cli.h */
+    tp_fp8_cli fp8_f;          /* fp8 recipes (tp/fp8_cli.h) */
+    tp_fp8_config fp8_cfg;
     int fsdp_strategy;
     mtc_arg_strings ramp;
     const char *bs_text;

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "tp/fp8_linear.h"
 #include "tp/mappings.h"
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -140,8 +141,10 @@ mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attenti
     int r = tp_rank(tp->comm), QKV = (d->NH + 2 * d->NG) * d->HS, QD = d->NH * d->HS;
     nn_dropout_spec dl;
     /* comm: column-parallel (SP: all-gather T) */
-    MTC_CHECK(tp_column_linear_forward(tp, acts->qkv, acts->in_total, in, qkvw, qkvb, scratch, 0, B,
-                                       T, d->C, QKV));
+    tp_ctx t8;
+    MTC_CHECK(tp_column_linear_forward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_QKV), acts->qkv,
+                                       acts->in_total, in, qkvw, qkvb, scratch, 0, B, T, d->C,
+                                       QKV));
     if (d->qk_norm) qkn_forward(tp, acts, scratch, &s, (size_t)B * T, d->qk_norm);
     if (d->rope) { /* q heads, then k heads, of every row */
         nn_rope_forward(tp->pool, acts->qkv, acts->qkv, d->rope, d->pos, d->t0, B, T, s.NH, s.HS,
@@ -159,7 +162,8 @@ mtc_result_t model_attention_forward(const tp_ctx *tp, float *out, model_attenti
         nn_attention_forward(tp->pool, acts->atty, acts->lse, qkv, qkv + s.QD, qkv + s.QD + s.KD,
                              &g, local_heads(&dl, drop, d->NH, r, s.NH));
     /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
-    return tp_row_linear_forward(tp, out, acts->atty, projw, projb, scratch, 1, B, T, QD, d->C);
+    return tp_row_linear_forward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_PROJ), out, acts->atty, projw,
+                                 projb, scratch, 1, B, T, QD, d->C);
 }
 
 mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw, float *dqkvb,
@@ -178,8 +182,9 @@ mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw
     float *lin = qkn + (d->qk_norm ? 2 * N * s.QD : 0);
     nn_dropout_spec dl;
     /* comm: row-parallel backward (SP: all-gather T) */
-    MTC_CHECK(tp_row_linear_backward(tp, datty, dprojw, dprojb, dout, acts->atty, projw, lin, 1, B,
-                                     T, QD, d->C));
+    tp_ctx t8;
+    MTC_CHECK(tp_row_linear_backward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_PROJ), datty, dprojw,
+                                     dprojb, dout, acts->atty, projw, lin, 1, B, T, QD, d->C));
     nn_attention_shape g = att_geometry(&s, B, T);
     const float *qkv = acts->qkv;
     if (d->cp && d->cp->cp > 1) /* comm: the CP attention's, with dK, dV travelling back */
@@ -198,8 +203,9 @@ mtc_result_t model_attention_backward(const tp_ctx *tp, float *din, float *dqkvw
     }
     if (d->qk_norm) qkn_backward(tp, dqkv, qkn, &s, N, d->qk_norm);
     /* comm: column-parallel backward (all-reduce; SP: reduce-scatter T) */
-    return tp_column_linear_backward(tp, din, dqkvw, dqkvb, dqkv, acts->in_total,
-                                     acts->in_total_saved, in, qkvw, lin, 0, B, T, d->C, QKV);
+    return tp_column_linear_backward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_QKV), din, dqkvw, dqkvb,
+                                     dqkv, acts->in_total, acts->in_total_saved, in, qkvw, lin, 0,
+                                     B, T, d->C, QKV);
 }
 
 /* ---- MLP --------------------------------------------------------------------------------- */
@@ -244,11 +250,14 @@ mtc_result_t model_mlp_forward(const tp_ctx *tp, float *out, model_mlp_acts *act
     size_t N = (size_t)B * T;
     float *act = scratch, *lin = scratch + N * (size_t)F_tp;
     /* comm: column-parallel (SP: all-gather T) */
-    MTC_CHECK(tp_column_linear_forward(tp, acts->fch, acts->in_total, in, fc1w, fc1b, scratch, 0, B,
-                                       T, d->C, fc1_rows(d)));
+    tp_ctx t8;
+    MTC_CHECK(tp_column_linear_forward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_FC1), acts->fch,
+                                       acts->in_total, in, fc1w, fc1b, scratch, 0, B, T, d->C,
+                                       fc1_rows(d)));
     mlp_act(tp, act, acts->fch, N, F_tp, d);
     /* comm: row-parallel (all-reduce; SP: reduce-scatter T) */
-    return tp_row_linear_forward(tp, out, act, fc2w, fc2b, lin, 1, B, T, d->F, d->C);
+    return tp_row_linear_forward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_FC2), out, act, fc2w, fc2b, lin,
+                                 1, B, T, d->F, d->C);
 }
 
 mtc_result_t model_mlp_backward(const tp_ctx *tp, float *din, float *dfc1w, float *dfc1b,
@@ -265,14 +274,15 @@ mtc_result_t model_mlp_backward(const tp_ctx *tp, float *din, float *dfc1w, floa
     float *lin = dfch + N * (size_t)(fc1_rows(d) / p);
     mlp_act(tp, dfchg, acts->fch, N, F_tp, d);
     /* comm: row-parallel backward (SP: all-gather T) */
-    MTC_CHECK(tp_row_linear_backward(tp, dfchg, dfc2w, dfc2b, dout, dfchg, fc2w, lin, 1, B, T, d->F,
-                                     d->C));
+    tp_ctx t8;
+    MTC_CHECK(tp_row_linear_backward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_FC2), dfchg, dfc2w, dfc2b,
+                                     dout, dfchg, fc2w, lin, 1, B, T, d->F, d->C));
     if (d->swiglu)
         nn_swiglu_backward(tp->pool, dfch, dfchg, acts->fch, (int)N, F_tp);
     else
         nn_gelu_backward(tp->pool, dfch, acts->fch, dfchg, n);
     /* comm: column-parallel backward (all-reduce; SP: reduce-scatter T) */
-    return tp_column_linear_backward(tp, din, dfc1w, dfc1b, dfch, acts->in_total,
-                                     acts->in_total_saved, in, fc1w, lin, 0, B, T, d->C,
-                                     fc1_rows(d));
+    return tp_column_linear_backward(tp_fp8_ctx(&t8, tp, d->fp8, TP_FP8_FC1), din, dfc1w, dfc1b,
+                                     dfch, acts->in_total, acts->in_total_saved, in, fc1w, lin, 0,
+                                     B, T, d->C, fc1_rows(d));
 }

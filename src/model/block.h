@@ -56,6 +56,8 @@ typedef struct {
     int t0;
     const cp_ctx *cp;             /* context parallelism of the core attention (NULL: none) */
     const model_qk_norm *qk_norm; /* NULL: none */
+    struct tp_fp8_gemm *fp8;      /* [4] the layer's fp8 qkv, proj, fc1, fc2 (tp/fp8_linear.h);
+                                     NULL: not fp8 */
 } model_block_dims;
 
 /* Activations one attention block keeps from forward to backward. */

@@ -20,6 +20,7 @@
 #include "model/family.h"
 #include "model/model_internal.h"
 #include "nn/lowp.h"
+#include "tp/fp8_linear.h"
 #include "tp/mappings.h"
 
 int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp) {
@@ -250,6 +251,7 @@ model_block_dims mtc_model_layer_dims(const mtc_model *m, int l) {
     model_block_dims d = mtc_model_block_dims(m);
     if (m->cp_layer && l >= m->first_layer && l < m->last_layer)
         d.cp = &m->cp_layer[l - m->first_layer];
+    d.fp8 = tp_fp8_layer(m->fp8, l);
     return d;
 }
 
@@ -452,6 +454,19 @@ static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm)
     return MTC_OK;
 }
 
+/* --fp8-format: the chunk's scale state, and room for its widest weight. */
+static mtc_result_t gpt_fp8_init(mtc_model *m, const mtc_model_chunk_opts *o) {
+    const mtc_model_config *c = &m->cfg;
+    size_t tp = (size_t)m->tp_size, C = (size_t)c->hidden_size, HS = (size_t)mtc_model_head_size(c);
+    size_t F1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->ffn_hidden_size / tp);
+    size_t QKV_tp = ((size_t)c->num_heads / tp + 2 * ((size_t)mtc_model_groups(c) / tp)) * HS;
+    size_t wmax = max_sz(QKV_tp, F1_tp) * C; /* qkv, fc1; proj and fc2 are narrower */
+    if (m->precision != TP_PREC_BF16)
+        return mtc_error(MTC_ERR_INVALID_USAGE, "fp8 needs the --bf16 model");
+    return tp_fp8_state_init(&m->fp8, o->fp8, o->grid, c->num_layers, m->first_layer, m->last_layer,
+                             wmax);
+}
+
 /* --bf16: every GEMM shape of the chunk's linear layers prepared now. */
 static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
     const mtc_model_config *c = &m->cfg;
@@ -469,7 +484,7 @@ static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
     if (!m->has_head) return MTC_OK;
     if (m->full_logits) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, c->padded_vocab_size, 0));
     /* the fused head's chunks (tp/head.c: local GEMMs), and the last, shorter one */
-    const tp_ctx local = {NULL, tp->pool, 0, tp->lowp};
+    const tp_ctx local = {NULL, tp->pool, 0, tp->lowp, NULL};
     int V_tp = c->padded_vocab_size / m->tp_size, rows = (int)gpt_head_rows(m), tail = B * T % rows;
     MTC_CHECK(tp_linear_bf16_prepare(&local, 1, 1, rows, C, V_tp, 0));
     if (tail) MTC_CHECK(tp_linear_bf16_prepare(&local, 1, 1, tail, C, V_tp, 0));
@@ -665,8 +680,10 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
+    int fp8 = o->fp8 && o->fp8->enabled; /* fp8 GEMMs are fp32 GEMMs on fp8 values */
     if (o->precision != TP_PREC_F32)
-        MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision, o->bf16_gemm_f32), rc, fail);
+        MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision, o->bf16_gemm_f32 || fp8), rc, fail);
+    if (fp8) MTC_CHECK_GOTO(gpt_fp8_init(m, o), rc, fail);
     m->rec_mlp = o->recompute_mlp;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
@@ -717,6 +734,7 @@ void mtc_model_free(mtc_model *m) {
     mtc_mem_free_big(m->lowp.xa, m->lowp.cap * sizeof(float));
     mtc_mem_free_big(m->lowp.xb, m->lowp.cap * sizeof(float));
     nn_lowp_free(m->lowp.lp);
+    tp_fp8_state_free(m->fp8);
     free(m->lp_seen);
     mtc_arena_free(&m->arena);
     for (int l = 0; l < m->cfg.num_layers && m->layers; l++) {

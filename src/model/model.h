@@ -268,6 +268,7 @@ typedef struct {
      * resident); NULL: memset */
     void (*zero_grad_hook)(void *ctx);
     void *zero_grad_ctx;
+    struct tp_fp8_state *fp8; /* the fp8 layers' scales and amax histories (NULL: none) */
 } mtc_model;
 
 /* --bf16 with the distributed optimizer: keep fp32 main params only for
@@ -326,6 +327,8 @@ typedef struct {
                        (mtc_model_logits: generation, tests); 0: training and evaluation only,
                        the head runs in chunks and no (tokens x vocabulary) buffer exists */
     int head_chunk; /* tokens per LM-head chunk (0: MTC_MODEL_HEAD_CHUNK) */
+    const struct tp_fp8_config *fp8; /* --fp8-format (tp/fp8_linear.h; needs --bf16, forces
+                                       its fp32 GEMMs); NULL: none */
 } mtc_model_chunk_opts;
 
 /* Tokens per chunk of the fused LM head + cross-entropy: a constant, not a

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "model/model_internal.h"
+#include "tp/fp8_linear.h"
 
 /* Dropout sites inside a layer; the embedding uses layer -1. */
 enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 };
@@ -283,6 +284,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     mtc_model_slot *a = &m->slots[slot];
     int f0, f1;
     a->dlnf_ready = a->zeroed = 0;
+    if (m->fp8) m->fp8->recording = pass && pass->train; /* delayed amaxes: training only */
     /* a training pass's first microbatch: the gradients start from zero
      * before the fused head below accumulates its weight gradient (every
      * kernel after this accumulates; adding to +0 is exact) */

@@ -46,8 +46,8 @@ mtc_result_t tp_vocab_head_xent(const tp_ctx *tp, float *losses, float *din, flo
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "seq-length=%d is not divisible by tensor-model-parallel-size=%d", T, p);
     int N = B * T, V_tp = Vp / p, rows = chunk_rows(chunk, N), grad = scale > 0;
-    const tp_ctx local = {NULL, tp->pool, 0, tp->lowp}; /* the chunk GEMMs: no collective */
-    float *dfull = sp ? scratch : din;                  /* dX (N, C) */
+    const tp_ctx local = {NULL, tp->pool, 0, tp->lowp, NULL}; /* the chunk GEMMs: no collective */
+    float *dfull = sp ? scratch : din;                        /* dX (N, C) */
     float *s = sp ? scratch + (size_t)N * C : scratch;
     const float *x = in; /* (N, C), the whole sequence */
     if (sp) {

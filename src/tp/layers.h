@@ -82,10 +82,12 @@ typedef struct {
 
 /* What every TP layer call needs. */
 typedef struct {
-    mtc_comm_t comm;       /* the TP group (TENSOR_MODEL_PARALLEL_GROUP); NULL = tp 1 */
-    nn_pool *pool;         /* this rank's kernel threads; NULL = the calling thread */
-    int sequence_parallel; /* --sequence-parallel */
-    tp_lowp *lowp;         /* NULL: fp32 */
+    mtc_comm_t comm;         /* the TP group (TENSOR_MODEL_PARALLEL_GROUP); NULL = tp 1 */
+    nn_pool *pool;           /* this rank's kernel threads; NULL = the calling thread */
+    int sequence_parallel;   /* --sequence-parallel */
+    tp_lowp *lowp;           /* NULL: fp32 */
+    struct tp_fp8_gemm *fp8; /* this linear's fp8 recipe (tp/fp8_linear.h; needs --bf16's
+                                fp32 GEMMs); NULL: none */
 } tp_ctx;
 
 /* The context from the rank's grid (tp/context.c); grid NULL: serial. */

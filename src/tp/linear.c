@@ -19,6 +19,7 @@
 
 #include "core/log.h"
 #include "nn/lowp.h"
+#include "tp/fp8_linear.h"
 #include "tp/layers.h"
 #include "tp/mappings.h"
 
@@ -104,7 +105,10 @@ static mtc_result_t lin_forward_r(const tp_ctx *tp, float *out, const float *x, 
         nn_linear_forward(tp->pool, out, x, w, b, N, IN, OUT);
         return MTC_OK;
     }
-    if (lin_dnnl_bf16(q)) {
+    if (tp->fp8) { /* fp8: quantized operands, fp32 GEMM (tp/fp8_linear.c) */
+        MTC_ASSERT(!lin_dnnl_bf16(q) && nx <= q->cap);
+        MTC_CHECK(tp_fp8_forward(tp->fp8, tp->pool, out, q->xa, x, w, b, N, IN, OUT));
+    } else if (lin_dnnl_bf16(q)) {
         MTC_ASSERT(nx <= 2 * q->cap);
         lin_cvt(tp, 0, q->xa, x, nx);
         MTC_CHECK(nn_linear_bf16_forward(tp->pool, q->lp, out, MTC_DTYPE_F32, q->xa, lin_w16(q, w),
@@ -141,6 +145,13 @@ static mtc_result_t lin_backward(const tp_ctx *tp, float *dinp, float *dw, float
     if (!q || q->prec == TP_PREC_F32 || (!dinp && !dw)) { /* a bias alone: fp32 column sums */
         nn_linear_backward(tp->pool, dinp, dw, db, dout, x, w, N, IN, OUT);
         return MTC_OK;
+    }
+    if (tp->fp8) { /* fp8: the bias from the bf16 gradient, the GEMMs on quantized operands */
+        MTC_ASSERT(!lin_dnnl_bf16(q) && nd <= q->cap && nx <= q->cap);
+        if (db)
+            nn_linear_backward(tp->pool, NULL, NULL, db, lin_round_copy(tp, q->xb, dout, nd), NULL,
+                               NULL, N, IN, OUT);
+        return tp_fp8_backward(tp->fp8, tp->pool, dinp, dw, q->xb, q->xa, dout, x, w, N, IN, OUT);
     }
     if (lin_dnnl_bf16(q)) {
         MTC_ASSERT(nd <= 2 * q->cap && (!dw || nx <= 2 * q->cap));

@@ -352,6 +352,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                     (double)mem.param_bytes / 1048576.0, (double)released / 1048576.0);
         }
     }
+    train_fp8_banner(x, out);
     fprintf(out, "> model, optimizer state and data set up in %.2f s\n",
             (double)x->setup_ns * 1e-9);
     if (c->batch_schedule)
@@ -507,6 +508,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
+            if (log_now) train_fp8_metrics(x, metrics);
             if (c->fsdp_strategy) /* Megatron-FSDP: the peak resident pages so far */
                 act_bytes = train_memory(x, &mem);
             fprintf(metrics,
@@ -531,6 +533,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         /* the other ranks' part of the peak-RSS all-gather of a metrics record */
         if (c->metrics_path && !metrics && (log_now || eval_now)) MTC_CHECK(train_obs_rss(x, NULL));
         if (log_now && !metrics) train_obs_metrics(x, NULL, n_logged); /* reset the totals */
+        if (log_now && !metrics) train_fp8_metrics(x, NULL);
         if (log_now) {
             sum_loss = sum_ms = sum_lb = sum_z = sum_flops = sum_samples = 0;
             n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;

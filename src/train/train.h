@@ -117,6 +117,9 @@ typedef struct {
     int loss_scale_window;     /* --loss-scale-window (0: 1000) */
     int hysteresis;            /* --hysteresis (0: 2) */
     float *loss_scales_out;    /* (train_iters) the loss scale each iteration ran with (tests) */
+
+    /* --fp8-format (tp/fp8_linear.h, train/train_fp8.c); NULL: none */
+    const struct tp_fp8_config *fp8;
     /* ---- observability (train/train_obs.c) ---- */
     const char *trace_path;     /* NULL = none: Chrome Trace Event JSON of every rank */
     int64_t profile_step_start; /* traced: iterations start < it <= end (Megatron's */

@@ -250,6 +250,12 @@ mtc_result_t train_ckpt_save(train_rank *x, int64_t it, uint64_t consumed, FILE 
     x->last_saved = it;
     mtc_progress_end(&x->progress);
     cJSON *common = x->world_rank == 0 ? train_ckpt_common(x, it, consumed) : NULL;
+    rc = train_fp8_ckpt_save(x, common); /* comm: every rank's amax histories */
+    if (rc != MTC_OK) {
+        cJSON_Delete(common);
+        free(p);
+        return rc;
+    }
     if (p) {
         p->it = it, p->common = common, p->t0 = t0;
         x->ckpt_pending = p;
@@ -379,6 +385,7 @@ mtc_result_t train_ckpt_load(train_rank *x, FILE *out) {
             x->loss_scale = x->scaler.scale;
         }
     }
+    if (rc == MTC_OK && !c->finetune) rc = train_fp8_ckpt_load(x, common, mtc_ckpt_dist_path(ck));
     for (int k = 0; rc == MTC_OK && with_optim && k < x->vpp; k++) {
         if (c->use_distributed_optimizer) {
             for (int b = 0; b < x->nbuf; b++)

@@ -131,6 +131,8 @@ typedef struct {
     double bf16_gf[2]; /* oneDNN bf16, fp32 (0: not measured) */
     int bf16_cached;   /* bf16_gf read from the machine's cache */
     int bf16_shape[3]; /* the measured GEMM's M, N, K */
+    double fp8_log[5]; /* train_fp8.c, since the last log: clipped inputs, weights, gradients;
+                          scale_inv min, max */
 } train_rank;
 
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
@@ -271,6 +273,19 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out);
  * the losses averaged since the last log, the last step's per-layer token statistics. */
 void train_moe_metrics(const train_moe_summary *s, FILE *metrics, double lb, double z);
 
+/* train_fp8.c (--fp8-format; no-ops without) */
+struct cJSON;
+void train_fp8_step_begin(train_rank *x);
+/* After the microbatches: delayed scaling's update, the step's fp8 stats.
+ * comm: all-reduce MAX(amax group) per chunk, SUM and MAX(world). */
+mtc_result_t train_fp8_step_end(train_rank *x);
+/* ", \"fp8_...\": ..." since the last log (then reset). */
+void train_fp8_metrics(train_rank *x, FILE *metrics);
+void train_fp8_banner(const train_rank *x, FILE *out);
+/* Collective over the world: the amax histories and scales into rank 0's
+ * common state (common NULL elsewhere); and back from a loaded one. */
+mtc_result_t train_fp8_ckpt_save(train_rank *x, struct cJSON *common);
+mtc_result_t train_fp8_ckpt_load(train_rank *x, const struct cJSON *common, const char *path);
 /* train_fsdp.c: Megatron-FSDP's hooks (dp/fsdp.h) */
 /* The strategy's buffers shard the gradients (optim_grads, optim_grads_params). */
 int train_fsdp_grads(const mtc_train_config *c);

@@ -142,6 +142,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                                        : L,
                               .recompute_mlp = c->recompute_mlp,
                               .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
+                              .fp8 = c->fp8,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
                                                      : TP_PREC_F32,
@@ -290,6 +291,7 @@ mtc_result_t train_scaler_init(train_rank *x) {
 static mtc_result_t train_bf16_engine(train_rank *x) {
     const mtc_train_config *c = x->cfg;
     x->bf16_gemm = c->bf16 ? c->bf16_gemm : NN_BF16_GEMM_AUTO;
+    if (c->fp8) x->bf16_gemm = NN_BF16_GEMM_F32; /* fp8: fp32 GEMMs on fp8 values */
     if (!c->bf16 || x->bf16_gemm != NN_BF16_GEMM_AUTO) return MTC_OK;
     if (!nn_lowp_available()) {
         x->bf16_gemm = NN_BF16_GEMM_F32;

@@ -151,7 +151,9 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     /* Megatron's update_num_microbatches(consumed_samples) */
     MTC_CHECK(train_set_batch(x, train_batch_at(c, consumed)));
     train_moe_step_begin(x);
+    train_fp8_step_begin(x);
     MTC_CHECK(train_microbatches(x, DATA_SPLIT_TRAIN, consumed, 1, it, &loss_sum));
+    MTC_CHECK(train_fp8_step_end(x)); /* comm: the delayed amaxes, the fp8 stats */
     train_obs_span(x, TRAIN_T_FORWARD_BACKWARD, t_fb, NULL, NULL);
     MTC_CHECK(train_finalize_grads(x));
     MTC_CHECK(train_moe_finalize(x)); /* comm: all-reduce(TP x DP x CP) of the expert counts */

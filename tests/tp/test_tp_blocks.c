@@ -107,7 +107,7 @@ static void check_qkv_mapping(int p, int r) {
 static void block_rank(const job *j, mtc_comm_t comm) {
     int p = tp_size(comm), r = tp_rank(comm), N = B * T, T_loc = j->sp ? T / p : T;
     int W1 = j->mlp ? F : 3 * C, IN2 = j->mlp ? F : C, W1_p = W1 / p, IN2_p = IN2 / p;
-    tp_ctx tp = {comm, NULL, j->sp, NULL};
+    tp_ctx tp = {comm, NULL, j->sp, NULL, NULL};
     size_t nloc = (size_t)B * T_loc * C;
     float *in = tt_alloc(nloc), *out = tt_alloc(nloc), *dout = tt_alloc(nloc);
     float *din = tt_alloc(nloc), *want = tt_alloc((size_t)N * (W1 > C ? W1 : C) + C * IN2);
@@ -227,7 +227,7 @@ static mtc_result_t head_rank(mtc_comm_t comm, void *arg) {
     const head_job *h = arg;
     int p = tp_size(comm), r = tp_rank(comm), N = B * T, V_p = VP / p;
     int T_loc = h->sp ? T / p : T;
-    tp_ctx tp = {comm, NULL, h->sp, NULL};
+    tp_ctx tp = {comm, NULL, h->sp, NULL, NULL};
     size_t nloc = (size_t)B * T_loc * C;
     float *wte = tt_alloc((size_t)V_p * C), *wpe = tt_alloc((size_t)MAXT * C);
     float *x = tt_alloc(nloc), *dx = tt_alloc(nloc), *x_total = tt_alloc((size_t)N * C);

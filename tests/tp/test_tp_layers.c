@@ -314,7 +314,7 @@ static void xent_rank(const job *j, const tp_ctx *tp, int p, int r) {
 static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
     const job *j = arg;
     int p = mtc_comm_size(world), r = mtc_comm_rank(world);
-    tp_ctx tp = {world, NULL, j->sp, NULL};
+    tp_ctx tp = {world, NULL, j->sp, NULL, NULL};
     switch (j->which) {
     case COLUMN: column_rank(j, &tp, p, r); break;
     case ROW: row_rank(j, &tp, world, p, r); break;
@@ -353,7 +353,7 @@ static void test_xent_pool(void) {
     tt_fill(a, (size_t)NP * VP, S_LOGITS, 0, 3.0f);
     memcpy(b, a, (size_t)NP * VP * sizeof(float));
     memcpy(c, a, (size_t)NP * VP * sizeof(float));
-    tp_ctx one = {NULL, NULL, 0, NULL}, three = {NULL, pool, 0, NULL};
+    tp_ctx one = {NULL, NULL, 0, NULL, NULL}, three = {NULL, pool, 0, NULL, NULL};
     T_CHECK(tp_vocab_xent_forward_backward(&one, la, a, tok, 0.5f, NULL, scratch, NP, VR, VP) ==
             MTC_OK);
     T_CHECK(tp_vocab_xent_forward_backward(&three, lb, b, tok, 0.5f, NULL, scratch, NP, VR, VP) ==

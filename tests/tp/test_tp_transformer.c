@@ -173,7 +173,7 @@ static mtc_result_t rank_main(mtc_comm_t comm, void *arg) {
     const job *j = arg;
     int p = tp_size(comm), r = tp_rank(comm), T_loc = j->sp ? T / p : T;
     int N = B * T, NL = B * T_loc, C_p = C / p, F_p = F / p;
-    tp_ctx tp = {comm, NULL, j->sp, NULL};
+    tp_ctx tp = {comm, NULL, j->sp, NULL, NULL};
     float *w[NP], *g[NP];
     size_t n[NP];
     for (int k = 0; k < NP; k++) {

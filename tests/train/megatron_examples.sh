@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/train/megatron_examples.sh - Megatron-LM's own example scripts
 # (examples/gpt3/train_gpt3_175b_distributed.sh,
-# examples/llama/train_llama3_8b_h100_fp8.sh with DTYPE=bf16 and
+# examples/llama/train_llama3_8b_h100_fp8.sh with its default DTYPE=fp8 and
 # examples/mixtral/train_mixtral_8x7b_distributed.sh, core 0.18), shrunk to tiny
 # sizes, run through `mtc train` with every flag the scripts pass and only
 # the launcher line changed (`torchrun ... pretrain_gpt.py` -> `mtc train
@@ -47,7 +47,7 @@ GPT3="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --
  --data-path $D/my_text_document --vocab-file $V/vocab.json --merge-file $V/merges.txt --split 949,50,1
  --log-interval 5 --save-interval 10 --eval-interval 10 --save $D/g3 --load $D/g3 --eval-iters 2 --tensorboard-dir $D/tb"
 MISSING_GPT3=""
-# examples/llama/train_llama3_8b_h100_fp8.sh (mock-data branch), shrunk; fp8 flags are in its fp8 branch only
+# examples/llama/train_llama3_8b_h100_fp8.sh (mock-data branch, DTYPE=fp8: its DTYPE_ARGS), shrunk
 LLAMA="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --group-query-attention --num-query-groups 2
  --kv-channels 16 --seq-length 64 --max-position-embeddings 64 --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0
  --attention-dropout 0.0 --hidden-dropout 0.0 --swiglu --normalization RMSNorm --init-method-std 0.0134 --attention-backend fused
@@ -59,7 +59,8 @@ LLAMA="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 
  --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --data-cache-path $D/cache --tiktoken-pattern v2 --split '99,1,0'
  --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1 --log-interval 5 --eval-iters 4 --eval-interval 10
  --save-interval 10 --log-throughput --profile --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist
- --distributed-timeout-minutes 60 --save $D/ll --load $D/ll --tensorboard-dir $D/tb"
+ --distributed-timeout-minutes 60 --save $D/ll --load $D/ll --tensorboard-dir $D/tb
+ --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max --fp8-param-gather"
 MISSING_LLAMA=""
 # examples/mixtral/train_mixtral_8x7b_distributed.sh on its 4 nodes x 8 GPUs, shrunk (32 layers -> 4, 4096 -> 32,
 # seq 4096 -> 32, global batch 256 -> 16, 500000 iterations -> 20); the W&B flags as with WANDB_API_KEY set
@@ -126,6 +127,8 @@ grep -q "GPT2BPETokenizer\|vocabulary 377" "$D/gpt3.log" && ok "gpt3: --vocab-fi
     { bad "gpt3: vocabulary"; grep "data:\|model:" "$D/gpt3.log"; }
 run_example llama 2 "$LLAMA" "$MISSING_LLAMA"
 grep -q "iteration       30/      30" "$D/llama.log" && ok "llama: --train-samples 240 / 8 = 30 iterations" || bad "llama: iterations"
+grep -q "fp8 (emulated.*recipe delayed, format hybrid" "$D/llama.log" && grep -q "amax history 1024, max" "$D/llama.log" &&
+    ok "llama: trained with the script's fp8 flags (delayed, hybrid, history 1024, max)" || bad "llama: fp8 banner"
 [ -f "$D/prof/trace.json" ] && ok "llama: --profile wrote a trace" || bad "llama: trace"
 run_example mixtral 32 "$MIXTRAL" "$MISSING_MIXTRAL"
 [ -d "$D/mx/iter_0000010" ] && [ -d "$D/mx/iter_0000020" ] && ok "mixtral: checkpoints at --save-interval 10 and the end" ||
