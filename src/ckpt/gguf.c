@@ -157,6 +157,9 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     } while (0)
 #define F(fmt, l) (snprintf(q, sizeof q, fmt, l), mtc_registry_find(r, q))
     char nm[64];
+    if (c->mla.enabled)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "--multi-latent-attention: mtc does not export "
+                                              "llama.cpp's deepseek2 yet");
     if (c->qk_layernorm)
         return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 and llama have no "
                                               "q/k norms (mtc does not export qwen3 yet)");

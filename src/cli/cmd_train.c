@@ -316,7 +316,8 @@ int cli_cmd_train(int argc, char **argv) {
         {"recompute-modules", NULL, MTC_ARG_STRING, &rc_modules, "M",
          "with selective: core_attn (the default; a no-op, attention keeps no probabilities) "
          "and/or "
-         "mlp (each MLP's forward again in backward), comma-separated",
+         "mlp (each MLP's forward again in backward), mla_up_proj (MLA's up projections and "
+         "rotations again), comma-separated",
          0},
         {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &check_nan, NULL,
          "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",
@@ -612,19 +613,22 @@ int cli_cmd_train(int argc, char **argv) {
     /* --recompute-modules: a comma- or space-separated list (Megatron's
      * default core_attn, a no-op here: the tiled attention keeps no
      * probabilities; mlp recomputes each MLP in backward) */
-    int rc_mlp = 0;
+    int rc_mlp = 0, rc_up = 0; /* rc_up: mla_up_proj (MLA's up projections, model/mla.h) */
     if (rc_modules) {
         char mods[256];
         snprintf(mods, sizeof mods, "%s", rc_modules);
         for (char *sv = NULL, *t = strtok_r(mods, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv)) {
             if (!strcmp(t, "mlp"))
                 rc_mlp = 1;
+            else if (!strcmp(t, "mla_up_proj"))
+                rc_up = 1;
             else if (strcmp(t, "core_attn"))
-                return cli_usage_error("train",
-                                       "recompute-modules=%s: %s is not implemented (use "
-                                       "core_attn and/or mlp; layernorm and the MoE modules are "
-                                       "not yet)",
-                                       rc_modules, t);
+                return cli_usage_error(
+                    "train",
+                    "recompute-modules=%s: %s is not implemented (use "
+                    "core_attn, mlp, mla_up_proj; layernorm and the MoE modules are "
+                    "not yet)",
+                    rc_modules, t);
         }
     }
     if (mtc_args_seen(args, nargs, "distributed-timeout-minutes") &&
@@ -856,6 +860,9 @@ int cli_cmd_train(int argc, char **argv) {
     if (model_cli_resolve(&model_f, mtc_args_seen(args, nargs, "num-query-groups"),
                           MODEL_CLI_GROUPS_NEED_GQA, mc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    if (rc_up && !mc->mla.enabled) /* TransformerConfig.__post_init__ */
+        return cli_usage_error("train", "mla_up_proj in recompute_modules is only supported with "
+                                        "multi_latent_attention. (add --multi-latent-attention)");
     if (timing_level < 0 || timing_level > 2)
         return cli_usage_error("train", "timing-log-level=%d must be 0, 1 or 2", timing_level);
     int timing_option = !strcmp(timing_opt, "max")      ? 0
@@ -1000,7 +1007,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
-    tc.recompute_mlp = rc_mlp;
+    tc.recompute_mlp = rc_mlp, tc.recompute_mla_up = rc_up;
     tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;

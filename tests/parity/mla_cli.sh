@@ -15,6 +15,7 @@ trap 'rm -rf "$D"' EXIT
 MLA="--multi-latent-attention --q-lora-rank 12 --kv-lora-rank 10 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 5 --qk-layernorm --normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear --untie-embeddings-and-output-weights --rotary-scaling-factor 4 --mscale 1 --mscale-all-dim 0.7 --original-max-position-embeddings 8"
 
 run() { # NAME ARGS...
+    rm -f "$D/$1.jsonl"
     name=$1
     shift
     "$MTC" train $TINY $MLA "$@" --metrics "$D/$name.jsonl" >"$D/$name.log" 2>&1 || { bad "$name exited $?"; tail -3 "$D/$name.log"; }
@@ -56,7 +57,7 @@ run sprec --world-size 2 --tp 2 --sequence-parallel --recompute-granularity sele
 if [ "$(cut -d, -f1-3 "$D/sp.jsonl")" = "$(cut -d, -f1-3 "$D/sprec.jsonl")" ]; then ok "mla_up_proj under tp 2 + SP: bit-identical"
 else bad "mla_up_proj under tp 2 + SP differs"; fi
 # resharding: 2 iterations at tp 2, saved, then 2 more at tp 1 = the serial 4
-run half --world-size 2 --tp 2 --sequence-parallel --train-iters 2 --save "$D/ck" --save-interval 2
+run half --world-size 2 --tp 2 --sequence-parallel --train-iters 2 --lr-decay-iters 4 --save "$D/ck" --save-interval 2
 "$MTC" train $TINY $MLA --load "$D/ck" --metrics "$D/rest.jsonl" >"$D/rest.log" 2>&1 || { bad "resume at tp 1 exited"; tail -3 "$D/rest.log"; }
 tail -2 "$D/s.jsonl" >"$D/s34.jsonl"
 if [ -s "$D/rest.jsonl" ] && paste -d' ' "$D/s34.jsonl" "$D/rest.jsonl" | awk '
@@ -64,7 +65,8 @@ if [ -s "$D/rest.jsonl" ] && paste -d' ' "$D/s34.jsonl" "$D/rest.jsonl" | awk '
     { d = v[0] - v[1]; if (d < 0) d = -d; if (d > 2e-5 * v[0]) bad = 1; lines++ }
     END { exit (bad || lines != 2) }'; then ok "mla checkpoint tp 2 + SP -> tp 1 continues as the serial run"
 else bad "mla reshard tp 2 -> tp 1"; cat "$D/s34.jsonl" "$D/rest.jsonl"; fi
-"$MTC" train $TINY --load "$D/ck" --train-iters 6 >"$D/r.out" 2>"$D/r.err"; st=$?
+NOMLA=$(echo "$MLA" | sed 's/--multi-latent-attention //')
+"$MTC" train $TINY $NOMLA --load "$D/ck" --train-iters 6 >"$D/r.out" 2>"$D/r.err"; st=$?
 if [ $st -eq 2 ] && grep -q "multi-latent-attention" "$D/r.err"; then ok "load without --multi-latent-attention refused: $(head -1 "$D/r.err")"
 else bad "load without --multi-latent-attention (exit $st)"; cat "$D/r.err"; fi
 # Megatron's refusals
@@ -72,5 +74,8 @@ refuse "MLA with GQA" "Group query attention is mutually exclusive with multi la
 refuse "MLA with interleaved rotary" "rotary_interleaved does not work with multi_latent_attention" $MLA --rotary-interleaved
 refuse "yarn without MLA" 'Common attention only support rope_type="rope", but got yarn' --rope-type yarn
 refuse "mla_up_proj without MLA" "mla_up_proj in recompute_modules is only supported with multi_latent_attention" --recompute-granularity selective --recompute-modules mla_up_proj
+"$MTC" export --load "$D/ck" --format safetensors --out "$D/hf" >"$D/e.out" 2>"$D/e.err"; st=$?
+if [ $st -eq 2 ] && grep -q "multi-latent-attention" "$D/e.err" && [ ! -e "$D/hf/model.safetensors" ]; then ok "HF export refuses MLA: $(head -1 "$D/e.err")"
+else bad "HF export of an MLA model (exit $st)"; cat "$D/e.err"; fi
 refuse "odd qk-pos-emb-head-dim" "qk-pos-emb-head-dim=5" $MLA --qk-pos-emb-head-dim 5
 exit $fail
