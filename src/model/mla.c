@@ -111,27 +111,33 @@ static size_t lin_scratch(const tp_ctx *tp, int B, int T, int T_loc, int C, cons
     n = max_sz(n, tp_row_linear_scratch_floats(tp, 1, B, T, p * s->NH * s->dv, C));
     n = max_sz(n, tp_column_linear_scratch_floats(&loc, 0, B, T_loc, C, s->KL + s->P));
     if (s->QL) n = max_sz(n, tp_column_linear_scratch_floats(&loc, 0, B, T_loc, C, s->QL));
-    n = max_sz(n, tp_seq_scratch_floats(B, T, s->P, p));
+    if (tp->sequence_parallel) n = max_sz(n, tp_seq_scratch_floats(B, T, s->P, p));
     return n;
+}
+
+size_t model_mla_scratch_body(int tp, int sp, int B, int T, int C, int NH,
+                              const model_mla_opts *o) {
+    mla_shape s = mla_local(o->cfg, tp, NH);
+    int Tl = sp && s.p > 1 ? T / s.p : T;
+    size_t N = (size_t)B * T, Nl = (size_t)B * Tl, L = max_sz(s.QL, s.KL), L2 = max_sz(L, s.P);
+    size_t gat = sp ? N * max_sz((size_t)C, L) : 0;
+    size_t fwd = N * s.NH * ((size_t)s.Dq + s.Dkv) + Nl * ((size_t)s.QL + s.KL) + N * s.P;
+    fwd = max_sz(fwd, Nl * ((size_t)s.KL + s.P)); /* the down projections' output first */
+    size_t bwd = N * (s.NH * ((size_t)s.dv + s.HSa + s.Dq + s.Dkv) + s.W) + N * s.P +
+                 Nl * (2 * L + 2 * L2 + s.KL + s.P + C);
+    /* a recomputing backward runs the forward's up part first: both layouts */
+    return max_sz(fwd, o->recompute_up ? max_sz(bwd, fwd) : bwd) + gat;
 }
 
 size_t model_mla_scratch_floats(const tp_ctx *tp, int B, int T, const model_block_dims *d,
                                 const model_mla_opts *o) {
-    mla_shape s = mla_local(o->cfg, tp_size(tp->comm), d->NH);
-    int Tl = tp->sequence_parallel && s.p > 1 ? T / s.p : T;
-    size_t N = (size_t)B * T, Nl = (size_t)B * Tl, L = max_sz(s.QL, s.KL);
-    size_t gat = tp->sequence_parallel ? N * max_sz((size_t)d->C, L) : 0;
-    size_t lin = lin_scratch(tp, B, T, Tl, d->C, &s);
+    int p = tp_size(tp->comm), sp = tp->sequence_parallel && p > 1;
+    mla_shape s = mla_local(o->cfg, p, d->NH);
+    size_t lin = lin_scratch(tp, B, T, sp ? T / p : T, d->C, &s);
     nn_attention_shape g = {.B = B, .T = T, .Tk = T, .NH = s.NH, .NKV = s.NH, .HS = s.HSa};
     g.ldq = g.ldk = g.ldv = s.W, g.ldo = s.NH * s.HSa;
     lin = max_sz(lin, cp_attention_scratch_floats(d->cp, &g));
-    size_t L2 = max_sz(L, s.P);
-    size_t fwd = N * s.NH * ((size_t)s.Dq + s.Dkv) + Nl * ((size_t)s.QL + s.KL) + N * s.P;
-    fwd = max_sz(fwd, Nl * ((size_t)s.KL + s.P)); /* the down projections' output first */
-    size_t bwd = N * (s.NH * ((size_t)s.dv + s.HSa + s.Dq + s.Dkv) + s.W) + N * s.P +
-                 Nl * (2 * L + 2 * L2 + s.KL + s.P + d->C);
-    /* a recomputing backward runs the forward's up part first: both layouts */
-    return max_sz(fwd, o->recompute_up ? max_sz(bwd, fwd) : bwd) + gat + lin;
+    return model_mla_scratch_body(p, tp->sequence_parallel, B, T, d->C, d->NH, o) + lin;
 }
 
 size_t model_mla_widest(const model_mla_opts *o, int tp, int C, int NH) {

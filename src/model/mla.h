@@ -95,6 +95,8 @@ void model_mla_acts_bind(model_mla_acts *a, float *base, const model_mla_opts *o
 size_t model_mla_qkv_floats(const model_mla_opts *o, int tp, int B, int T, int NH);
 size_t model_mla_scratch_floats(const tp_ctx *tp, int B, int T, const model_block_dims *d,
                                 const model_mla_opts *o);
+/* The same without the linear layers' and CP's scratch (mtc plan adds its own). */
+size_t model_mla_scratch_body(int tp, int sp, int B, int T, int C, int NH, const model_mla_opts *o);
 /* The widest row any of the layer's GEMM operands has (bf16 scratch). */
 size_t model_mla_widest(const model_mla_opts *o, int tp, int C, int NH);
 /* --bf16: prepare the layer's GEMM shapes (tp_linear_bf16_prepare). */
