@@ -3,7 +3,7 @@
 # YaRN and the latent norms end to end on shm rank-threads: loss and grad
 # norm within 2e-5 of the serial run under tp 2 (the shared key position
 # head's gradient summed over TP without SP), tp 2 + SP, pp 2, cp 2 with
-# each comm type, dp 2 with the distributed optimizer and tp 2 + SP x pp 2
+# p2p, all_gather, a2a and cp 4 with a2a+p2p, dp 2 with the distributed optimizer and tp 2 + SP x pp 2
 # x dp 2; without --q-lora-rank too; full and selective (mla_up_proj)
 # recomputation give exactly the serial values; a checkpoint saved at tp 2
 # continues at tp 1 as the uninterrupted run; Megatron's refusals.
@@ -31,6 +31,8 @@ for t in p2p all_gather a2a; do
     run cp.$t --world-size 2 --cp 2 --cp-comm-type $t
     same_losses "mla cp 2 ($t)" "$D/s.jsonl" "$D/cp.$t.jsonl"
 done
+run cp.h --world-size 4 --cp 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2
+same_losses "mla cp 4 (a2a+p2p 2x2)" "$D/s.jsonl" "$D/cp.h.jsonl"
 run do --world-size 2 --use-distributed-optimizer
 same_losses "mla dp 2 distributed optimizer" "$D/s.jsonl" "$D/do.jsonl"
 run big --world-size 8 --tp 2 --sequence-parallel --pp 2 --use-distributed-optimizer
