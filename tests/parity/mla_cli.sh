@@ -37,6 +37,10 @@ run do --world-size 2 --use-distributed-optimizer
 same_losses "mla dp 2 distributed optimizer" "$D/s.jsonl" "$D/do.jsonl"
 run big --world-size 8 --tp 2 --sequence-parallel --pp 2 --use-distributed-optimizer
 same_losses "mla tp 2 + SP x pp 2 x dp 2 distopt" "$D/s.jsonl" "$D/big.jsonl"
+# bf16: the MLA layers' GEMMs in bf16 (oneDNN) under tp 2 + SP as serially
+run bf --bf16
+run bf.sp --bf16 --world-size 2 --tp 2 --sequence-parallel
+same_losses "mla --bf16 tp 2 + SP vs --bf16 serial" "$D/bf.jsonl" "$D/bf.sp.jsonl"
 # the same model without query compression, plain RoPE frequencies, LayerNorm latents
 NOQ="--rope-type rope"
 MLA_SAVE=$MLA
