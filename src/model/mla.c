@@ -140,6 +140,14 @@ size_t model_mla_scratch_floats(const tp_ctx *tp, int B, int T, const model_bloc
     return model_mla_scratch_body(p, tp->sequence_parallel, B, T, d->C, d->NH, o) + lin;
 }
 
+double model_mla_token_macs(const mtc_mla_config *a, int C, int NH, int T) {
+    double h = C, n = NH, Dq = a->qk_head_dim + a->qk_pos_emb_head_dim;
+    double q = a->q_lora_rank > 0 ? a->q_lora_rank * (h + n * Dq + 1) : h * n * Dq;
+    double kv = a->kv_lora_rank * (h + n * (a->qk_head_dim + a->v_head_dim) + 1);
+    return q + kv + h * a->qk_pos_emb_head_dim + n * a->v_head_dim * h +
+           (n * Dq + n * a->v_head_dim) / 2 * T;
+}
+
 size_t model_mla_widest(const model_mla_opts *o, int tp, int C, int NH) {
     mla_shape s = mla_local(o->cfg, tp, NH);
     size_t w = max_sz((size_t)C, (size_t)s.KL + s.P);

@@ -97,6 +97,10 @@ size_t model_mla_scratch_floats(const tp_ctx *tp, int B, int T, const model_bloc
                                 const model_mla_opts *o);
 /* The same without the linear layers' and CP's scratch (mtc plan adds its own). */
 size_t model_mla_scratch_body(int tp, int sp, int B, int T, int C, int NH, const model_mla_opts *o);
+/* Multiply-adds per token of one MLA block at sequence length T, Megatron's
+ * training.py count: the projections (the +1s: the latent norms) and the
+ * causal core attention (NH (Dq + dv) / 2 per key). */
+double model_mla_token_macs(const mtc_mla_config *c, int C, int NH, int T);
 /* The widest row any of the layer's GEMM operands has (bf16 scratch). */
 size_t model_mla_widest(const model_mla_opts *o, int tp, int C, int NH);
 /* --bf16: prepare the layer's GEMM shapes (tp_linear_bf16_prepare). */

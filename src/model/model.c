@@ -131,6 +131,9 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
     double kd = (double)mtc_model_groups(c) * mtc_model_head_size(c);
     double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
     double per_token_layer = h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
+    if (c->mla.enabled) /* training.py's MLA terms */
+        per_token_layer =
+            model_mla_token_macs(&c->mla, c->hidden_size, c->num_heads, (int)s) + h * ffn;
     double total = L * per_token_layer;
     if (c->moe.num_experts > 0) {
         /* an MoE layer: k routed experts and the shared expert; core_v0.18.0's
