@@ -328,8 +328,9 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
         char gemm[400] = "fp32 GEMMs on fp16-rounded inputs", why[200] = "set by --bf16-gemm";
         if (c->bf16 && x->bf16_gf[1] > 0)
             snprintf(why, sizeof why,
-                     "measured on %dx%dx%d: oneDNN bf16 %.1f GFLOP/s, fp32 %.1f GFLOP/s, bf16/fp32 "
+                     "%s on %dx%dx%d: oneDNN bf16 %.1f GFLOP/s, fp32 %.1f GFLOP/s, bf16/fp32 "
                      "%.2f; --bf16-gemm overrides",
+                     x->bf16_cached ? "measured earlier on this machine" : "measured",
                      x->bf16_shape[0], x->bf16_shape[1], x->bf16_shape[2], x->bf16_gf[0],
                      x->bf16_gf[1], x->bf16_gf[0] / x->bf16_gf[1]);
         else if (c->bf16 && c->bf16_gemm == NN_BF16_GEMM_AUTO)

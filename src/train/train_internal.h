@@ -128,6 +128,7 @@ typedef struct {
      * measured, each engine's rate in GFLOP/s on the model's widest shape */
     int bf16_gemm;
     double bf16_gf[2]; /* oneDNN bf16, fp32 (0: not measured) */
+    int bf16_cached;   /* bf16_gf read from the machine's cache */
     int bf16_shape[3]; /* the measured GEMM's M, N, K */
 } train_rank;
 

@@ -275,11 +275,12 @@ mtc_result_t train_scaler_init(train_rank *x) {
     return MTC_OK;
 }
 
-/* --bf16: the GEMM engine. --bf16-gemm auto: world rank 0 times both
- * engines once on the model's MLP up-projection (the widest of its usual
- * GEMMs: B x T_cp rows, ffn / tp columns, hidden deep) and broadcasts the
- * rates, so every rank runs the same engine. Without
- * oneDNN auto is fp32. comm: broadcast(world) with auto. */
+/* --bf16: the GEMM engine. --bf16-gemm auto: world rank 0 takes both
+ * engines' rates on the model's MLP up-projection (the widest of its usual
+ * GEMMs: B x T_cp rows, ffn / tp columns, hidden deep) from the machine's
+ * cache, measuring them the first time (nn_bf16_gemm_rates), and broadcasts
+ * them, so every rank and every later run of the shape runs the same engine.
+ * Without oneDNN auto is fp32. comm: broadcast(world) with auto. */
 static mtc_result_t train_bf16_engine(train_rank *x) {
     const mtc_train_config *c = x->cfg;
     x->bf16_gemm = c->bf16 ? c->bf16_gemm : NN_BF16_GEMM_AUTO;
@@ -292,10 +293,14 @@ static mtc_result_t train_bf16_engine(train_rank *x) {
     int tp = c->grid.tp;
     int M = c->micro_batch * x->T_cp, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
     int K = mc->hidden_size;
-    double v[2] = {0, 0};
-    if (x->world_rank == 0) MTC_CHECK(nn_bf16_gemm_measure(x->pool, M, N, K, &v[0], &v[1]));
-    MTC_CHECK(mtc_broadcast(v, 2, MTC_DTYPE_F64, 0, x->world));
-    x->bf16_gf[0] = v[0], x->bf16_gf[1] = v[1];
+    double v[3] = {0, 0, 0};
+    int cached = 0;
+    if (x->world_rank == 0)
+        MTC_CHECK(
+            nn_bf16_gemm_rates(x->pool, nn_pool_size(x->pool), M, N, K, &v[0], &v[1], &cached));
+    v[2] = cached;
+    MTC_CHECK(mtc_broadcast(v, 3, MTC_DTYPE_F64, 0, x->world));
+    x->bf16_gf[0] = v[0], x->bf16_gf[1] = v[1], x->bf16_cached = v[2] != 0;
     x->bf16_shape[0] = M < 1024 ? M : 1024, x->bf16_shape[1] = N, x->bf16_shape[2] = K;
     /* oneDNN bf16 only when clearly faster (10%): the fp32 engine needs no
      * bf16 copy of the weights, and a margin keeps the choice stable run to

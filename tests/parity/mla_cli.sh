@@ -40,7 +40,12 @@ same_losses "mla tp 2 + SP x pp 2 x dp 2 distopt" "$D/s.jsonl" "$D/big.jsonl"
 # bf16: the MLA layers' GEMMs in bf16 (oneDNN) under tp 2 + SP as serially
 run bf --bf16
 run bf.sp --bf16 --world-size 2 --tp 2 --sequence-parallel
-same_losses "mla --bf16 tp 2 + SP vs --bf16 serial" "$D/bf.jsonl" "$D/bf.sp.jsonl"
+# (bf16 roundings of differently split sums: the losses agree to bf16's precision, not 2e-5)
+if [ -s "$D/bf.sp.jsonl" ] && paste -d' ' "$D/s.jsonl" "$D/bf.jsonl" "$D/bf.sp.jsonl" | awk '
+    { n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0 }
+    { for (k = 1; k < 3; k++) { d = v[k] - v[0]; if (d < 0) d = -d; if (d > 5e-3 * v[0]) bad = 1 }; lines++ }
+    END { exit (bad || lines != 4) }'; then ok "mla --bf16 serial and tp 2 + SP: losses within 5e-3 of fp32"
+else bad "mla --bf16"; cat "$D/bf.jsonl" "$D/bf.sp.jsonl"; fi
 # the same model without query compression, plain RoPE frequencies, LayerNorm latents
 NOQ="--rope-type rope"
 MLA_SAVE=$MLA
