@@ -202,6 +202,9 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     } while (0)
 #define F(fmt, l) (snprintf(q, sizeof q, fmt, l), mtc_registry_find(r, q))
     char nm[64];
+    if (c->mla.enabled)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "--multi-latent-attention: mtc does not export "
+                                              "llama.cpp's deepseek2 yet");
     if (c->qk_layernorm && !llama)
         return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 has no q/k norms "
                                               "(its qwen3 takes Llama-style models)");

@@ -64,6 +64,9 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
     int V = c->vocab_size;
     char n[160], q[128];
+    if (c->mla.enabled)
+        return mtc_error(U, "--multi-latent-attention: mtc does not export DeepSeek-V3's MLA "
+                            "weights yet");
     if (c->qk_layernorm && !model_family_is_llama(c))
         return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel has no q/k norms (Qwen3's q_norm / "
                             "k_norm are written for Llama-style models)");

@@ -382,6 +382,8 @@ static void prologue(ox_ctx *x) {
 
 static mtc_result_t check(const mtc_model_config *c) {
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
+    if (c->mla.enabled)
+        return mtc_error(U, "--multi-latent-attention: the ONNX export has no MLA graph yet");
     if (c->position_embedding == MTC_POS_ROPE &&
         (c->rotary_interleaved || (c->rotary_percent > 0 && c->rotary_percent != 1.0f)))
         return mtc_error(U, "the ONNX export rotates whole heads by halves: this model has "

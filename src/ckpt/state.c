@@ -1,6 +1,7 @@
 /* ckpt/state.c - registry shards as checkpoint pieces, the configuration
  * as JSON, and loading a serial model; see state.h. */
 #include "ckpt/state.h"
+#include "ckpt/state_mla.h"
 
 #include <float.h>
 #include <limits.h>
@@ -229,6 +230,7 @@ cJSON *mtc_ckpt_config_json(const mtc_model_config *c) {
                             : c->position_embedding == MTC_POS_NONE ? "none"
                                                                     : "learned_absolute");
     if (c->moe.num_experts > 0) cJSON_AddItemToObject(j, "moe", moe_json(c));
+    if (c->mla.enabled) cJSON_AddItemToObject(j, "mla", mtc_ckpt_mla_json(&c->mla));
     return j;
 }
 
@@ -278,6 +280,7 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
                                                  : MTC_POS_LEARNED;
     const cJSON *moe = cJSON_GetObjectItem(j, "moe"); /* absent: a dense model (or an old save) */
     if (moe) MTC_CHECK(moe_parse(moe, path, c));
+    MTC_CHECK(mtc_ckpt_mla_parse(cJSON_GetObjectItem(j, "mla"), path, &c->mla));
     if (mtc_model_config_validate(c) != MTC_OK)
         return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration is invalid: %s", path,
                          mtc_error_detail());
@@ -286,6 +289,7 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
 
 mtc_result_t mtc_ckpt_config_check(const mtc_model_config *s, const mtc_model_config *r,
                                    const char *path) {
+    MTC_CHECK(mtc_ckpt_mla_check(&s->mla, &r->mla, path)); /* first: it decides the rest */
 #define CMP(f, flag)                                                                               \
     if (strcmp(flag, "padded vocabulary") && strcmp(flag, "seq-length") && s->f != r->f &&         \
         (strncmp(flag, "rotary", 6) || r->position_embedding == MTC_POS_ROPE))                     \

@@ -206,6 +206,9 @@ static int train_fill_model(train_flags *f, const mtc_arg *args, int nargs, mtc_
     if (model_cli_resolve(&f->model_f, mtc_args_seen(args, nargs, "num-query-groups"),
                           MODEL_CLI_GROUPS_NEED_GQA, mc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    if (f->rc_up && !mc->mla.enabled) /* TransformerConfig.__post_init__ */
+        return cli_usage_error("train", "mla_up_proj in recompute_modules is only supported with "
+                                        "multi_latent_attention. (add --multi-latent-attention)");
     if (f->timing_level < 0 || f->timing_level > 2)
         return cli_usage_error("train", "timing-log-level=%d must be 0, 1 or 2", f->timing_level);
     int timing_option = !strcmp(f->timing_opt, "max")      ? 0
@@ -380,7 +383,7 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->loss_scale_window = f->ls_window, tc->hysteresis = f->hyst;
     tc->recompute_full = f->rc_full, tc->recompute_block = f->rc_block,
     tc->recompute_num_layers = f->rc_layers;
-    tc->recompute_mlp = f->rc_mlp;
+    tc->recompute_mlp = f->rc_mlp, tc->recompute_mla_up = f->rc_up;
     tc->microbatch_group_size = f->lay.mb_group, tc->pp_split = f->pp_split;
     tc->overlap_grad_reduce = f->overlap, tc->ddp_bucket_size = f->bucket;
     tc->use_distributed_optimizer = f->distopt, tc->overlap_param_gather = f->overlap_pg;

@@ -130,7 +130,8 @@ static mtc_arg TRAIN_ARGS[] = {
         {"recompute-modules", NULL, MTC_ARG_STRING, &TF.rc_modules, "M",
          "with selective: core_attn (the default; a no-op, attention keeps no probabilities) "
          "and/or "
-         "mlp (each MLP's forward again in backward), comma-separated",
+         "mlp (each MLP's forward again in backward), mla_up_proj (MLA's up projections and "
+         "rotations again), comma-separated",
          0},
         {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &TF.check_nan, NULL,
          "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",

@@ -74,18 +74,20 @@ int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
     /* --recompute-modules: a comma- or space-separated list (Megatron's
      * default core_attn, a no-op here: the tiled attention keeps no
      * probabilities; mlp recomputes each MLP in backward) */
-    f->rc_mlp = 0;
+    f->rc_mlp = f->rc_up = 0; /* rc_up: mla_up_proj (MLA's up projections, model/mla.h) */
     if (f->rc_modules) {
         char mods[256];
         snprintf(mods, sizeof mods, "%s", f->rc_modules);
         for (char *sv = NULL, *t = strtok_r(mods, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv)) {
             if (!strcmp(t, "mlp"))
                 f->rc_mlp = 1;
+            else if (!strcmp(t, "mla_up_proj"))
+                f->rc_up = 1;
             else if (strcmp(t, "core_attn"))
                 return cli_usage_error("train",
                                        "recompute-modules=%s: %s is not implemented (use "
-                                       "core_attn and/or mlp; layernorm and the MoE modules are "
-                                       "not yet)",
+                                       "core_attn, mlp, mla_up_proj; layernorm and the MoE "
+                                       "modules are not yet)",
                                        f->rc_modules, t);
         }
     }

@@ -31,6 +31,14 @@ typedef enum {
     HAS_SHARED_BIAS, /* a shared expert with linear biases */
     HAS_QK_NORM,     /* --qk-layernorm */
     HAS_QK_NORM_B,   /* --qk-layernorm with LayerNorm */
+    HAS_QKV,         /* standard attention (not --multi-latent-attention) */
+    HAS_MLA,         /* --multi-latent-attention */
+    HAS_MLA_Q,       /* MLA without --q-lora-rank: linear_q_proj */
+    HAS_MLA_QL,      /* MLA with --q-lora-rank: q down and up projections */
+    HAS_MLA_QN,      /* the q latent's norm (--q-lora-rank, --qk-layernorm) */
+    HAS_MLA_QN_B,    /* its bias (LayerNorm) */
+    HAS_MLA_KVN,     /* the kv latent's norm (--qk-layernorm) */
+    HAS_MLA_KVN_B,   /* its bias (LayerNorm) */
 } has_rule;
 
 /* Global shape symbols. */
@@ -49,6 +57,11 @@ typedef enum {
     D_SF1, /* the shared expert's fc1 rows */
     D_SF,  /* moe-shared-expert-intermediate-size */
     D_HS,  /* head size (kv-channels) */
+    D_MQ,  /* MLA: NH (qk-head-dim + qk-pos-emb-head-dim) */
+    D_QL,  /* q-lora-rank */
+    D_KVD, /* kv-lora-rank + qk-pos-emb-head-dim */
+    D_KL,  /* kv-lora-rank */
+    D_MKV, /* NH (qk-head-dim + v-head-dim) */
 } dim_sym;
 
 typedef enum { INIT_ONES = 0, INIT_ZEROS, INIT_STD, INIT_STD_OUT } init_rule;
@@ -66,11 +79,79 @@ typedef struct {
 } role_desc;
 
 /* The q/k norms come last (registration order only decides buffer offsets);
- * named q_norm / k_norm as Hugging Face's Qwen3 (self_attn.q_norm). */
-#define LAYER_ROLES(P, QKV, PROJ, N1, N2, FC1, FC2, QN, KN)                                          \
+ * named q_norm / k_norm as Hugging Face's Qwen3 (self_attn.q_norm). MLA's
+ * roles after them, named as Hugging Face's DeepSeek-V3 (q_a_proj = q
+ * down, q_b_proj = q up, kv_a_proj_with_mqa = kv down with the shared key
+ * position head as its last rows, kv_b_proj = kv up): the up projections
+ * (and q_proj) column-parallel by heads; the down projections and latent
+ * norms replicated over TP (TE's 'duplicated'), their gradients partial
+ * sums over TP under SP only (sp_partial 1; model/mla.h says why). */
+#define MLA_ROLES(P, A)                                                                            \
+    {MTC_ROLE_MLA_Q_W, P A "q_proj.weight", D_MQ, D_C, MTC_SPLIT_COLUMN, HAS_MLA_Q, INIT_STD, 0},  \
+        {MTC_ROLE_MLA_QD_W,                                                                        \
+         P A "q_a_proj.weight",                                                                    \
+         D_QL,                                                                                     \
+         D_C,                                                                                      \
+         MTC_SPLIT_NONE,                                                                           \
+         HAS_MLA_QL,                                                                               \
+         INIT_STD,                                                                                 \
+         1},                                                                                       \
+        {MTC_ROLE_MLA_QN_W,                                                                        \
+         P A "q_a_layernorm.weight",                                                               \
+         D_QL,                                                                                     \
+         D_1,                                                                                      \
+         MTC_SPLIT_NONE,                                                                           \
+         HAS_MLA_QN,                                                                               \
+         INIT_ONES,                                                                                \
+         1},                                                                                       \
+        {MTC_ROLE_MLA_QN_B,                                                                        \
+         P A "q_a_layernorm.bias",                                                                 \
+         D_QL,                                                                                     \
+         D_1,                                                                                      \
+         MTC_SPLIT_NONE,                                                                           \
+         HAS_MLA_QN_B,                                                                             \
+         INIT_ZEROS,                                                                               \
+         1},                                                                                       \
+        {MTC_ROLE_MLA_QU_W,                                                                        \
+         P A "q_b_proj.weight",                                                                    \
+         D_MQ,                                                                                     \
+         D_QL,                                                                                     \
+         MTC_SPLIT_COLUMN,                                                                         \
+         HAS_MLA_QL,                                                                               \
+         INIT_STD,                                                                                 \
+         0},                                                                                       \
+        {MTC_ROLE_MLA_KVD_W,                                                                       \
+         P A "kv_a_proj_with_mqa.weight",                                                          \
+         D_KVD,                                                                                    \
+         D_C,                                                                                      \
+         MTC_SPLIT_NONE,                                                                           \
+         HAS_MLA,                                                                                  \
+         INIT_STD,                                                                                 \
+         1},                                                                                       \
+        {MTC_ROLE_MLA_KVN_W,                                                                       \
+         P A "kv_a_layernorm.weight",                                                              \
+         D_KL,                                                                                     \
+         D_1,                                                                                      \
+         MTC_SPLIT_NONE,                                                                           \
+         HAS_MLA_KVN,                                                                              \
+         INIT_ONES,                                                                                \
+         1},                                                                                       \
+        {MTC_ROLE_MLA_KVN_B,                                                                       \
+         P A "kv_a_layernorm.bias",                                                                \
+         D_KL,                                                                                     \
+         D_1,                                                                                      \
+         MTC_SPLIT_NONE,                                                                           \
+         HAS_MLA_KVN_B,                                                                            \
+         INIT_ZEROS,                                                                               \
+         1},                                                                                       \
+    {                                                                                              \
+        MTC_ROLE_MLA_KVU_W, P A "kv_b_proj.weight", D_MKV, D_KL, MTC_SPLIT_COLUMN, HAS_MLA,        \
+            INIT_STD, 0                                                                            \
+    }
+#define LAYER_ROLES(P, A, QKV, PROJ, N1, N2, FC1, FC2, QN, KN)                                       \
     {MTC_ROLE_NORM1_W, P N1 ".weight", D_C, D_1, MTC_SPLIT_NONE, HAS_ALWAYS, INIT_ONES, 1},          \
         {MTC_ROLE_NORM1_B, P N1 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_NORM_BIAS, INIT_ZEROS, 1},    \
-        {MTC_ROLE_QKV_W, P QKV ".weight", D_QKV, D_C, MTC_SPLIT_QKV, HAS_ALWAYS, INIT_STD, 0},       \
+        {MTC_ROLE_QKV_W, P QKV ".weight", D_QKV, D_C, MTC_SPLIT_QKV, HAS_QKV, INIT_STD, 0},          \
         {MTC_ROLE_QKV_B, P QKV ".bias", D_QKV, D_1, MTC_SPLIT_QKV, HAS_QKV_BIAS, INIT_ZEROS, 0},     \
         {MTC_ROLE_PROJ_W, P PROJ ".weight", D_C, D_QD, MTC_SPLIT_ROW, HAS_ALWAYS, INIT_STD_OUT, 0},  \
         {MTC_ROLE_PROJ_B, P PROJ ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS, INIT_ZEROS, 1}, \
@@ -83,17 +164,16 @@ typedef struct {
         {MTC_ROLE_QNORM_W, P QN ".weight", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM, INIT_ONES, 2},    \
         {MTC_ROLE_QNORM_B, P QN ".bias", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM_B, INIT_ZEROS, 2},   \
         {MTC_ROLE_KNORM_W, P KN ".weight", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM, INIT_ONES, 2},    \
-    {                                                                                                \
-        MTC_ROLE_KNORM_B, P KN ".bias", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM_B, INIT_ZEROS, 2      \
-    }
+        {MTC_ROLE_KNORM_B, P KN ".bias", D_HS, D_1, MTC_SPLIT_NONE, HAS_QK_NORM_B, INIT_ZEROS, 2},   \
+        MLA_ROLES(P, A)
 
-static const role_desc GPT2_LAYER[] = {LAYER_ROLES("transformer.h.%d.", "attn.c_attn",
+static const role_desc GPT2_LAYER[] = {LAYER_ROLES("transformer.h.%d.", "attn.", "attn.c_attn",
                                                    "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc",
                                                    "mlp.c_proj", "attn.q_norm", "attn.k_norm")};
 static const role_desc LLAMA_LAYER[] = {
-    LAYER_ROLES("model.layers.%d.", "self_attn.qkv_proj", "self_attn.o_proj", "input_layernorm",
-                "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj", "self_attn.q_norm",
-                "self_attn.k_norm")};
+    LAYER_ROLES("model.layers.%d.", "self_attn.", "self_attn.qkv_proj", "self_attn.o_proj",
+                "input_layernorm", "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj",
+                "self_attn.q_norm", "self_attn.k_norm")};
 /* An MoE layer's MLP (moe/moe.h): router, expert bias, shared expert, then
  * per expert (second %d) fc1 and fc2, in Megatron's forward order. Named as
  * Mixtral / Qwen-MoE lay them out, under mlp. (docs/model.md). */
@@ -160,14 +240,26 @@ static int role_present(const role_desc *d, const mtc_model_config *c) {
     case HAS_ALWAYS: return 1;
     case HAS_NORM_BIAS: return c->normalization == MTC_NORM_LAYERNORM;
     case HAS_LINEAR_BIAS: return bias;
-    case HAS_QKV_BIAS: return bias || c->add_qkv_bias;
+    case HAS_QKV_BIAS: return !c->mla.enabled && (bias || c->add_qkv_bias);
     case HAS_LEARNED_POS: return c->position_embedding == MTC_POS_LEARNED;
     case HAS_UNTIED: return c->untie_embeddings;
     case HAS_EXPERT_BIAS: return c->moe.expert_bias;
     case HAS_SHARED: return c->moe.shared_ffn > 0;
     case HAS_SHARED_BIAS: return c->moe.shared_ffn > 0 && bias;
-    case HAS_QK_NORM: return c->qk_layernorm;
-    case HAS_QK_NORM_B: return c->qk_layernorm && c->normalization == MTC_NORM_LAYERNORM;
+    case HAS_QK_NORM: return c->qk_layernorm && !c->mla.enabled;
+    case HAS_QK_NORM_B:
+        return c->qk_layernorm && !c->mla.enabled && c->normalization == MTC_NORM_LAYERNORM;
+    case HAS_QKV: return !c->mla.enabled;
+    case HAS_MLA: return c->mla.enabled;
+    case HAS_MLA_Q: return c->mla.enabled && c->mla.q_lora_rank <= 0;
+    case HAS_MLA_QL: return c->mla.enabled && c->mla.q_lora_rank > 0;
+    case HAS_MLA_QN: return c->mla.enabled && c->mla.q_lora_rank > 0 && c->mla.latent_norm;
+    case HAS_MLA_QN_B:
+        return c->mla.enabled && c->mla.q_lora_rank > 0 && c->mla.latent_norm &&
+               c->normalization == MTC_NORM_LAYERNORM;
+    case HAS_MLA_KVN: return c->mla.enabled && c->mla.latent_norm;
+    case HAS_MLA_KVN_B:
+        return c->mla.enabled && c->mla.latent_norm && c->normalization == MTC_NORM_LAYERNORM;
     }
     return 0;
 }
@@ -178,7 +270,7 @@ static int64_t dim_of(dim_sym s, const mtc_model_config *c) {
     case D_1: return 0;
     case D_C: return c->hidden_size;
     case D_QKV: return (NH + 2 * NG) * HS;
-    case D_QD: return NH * HS;
+    case D_QD: return c->mla.enabled ? NH * c->mla.v_head_dim : NH * HS;
     case D_F1: return (c->swiglu ? 2 : 1) * (int64_t)c->ffn_hidden_size;
     case D_F: return c->ffn_hidden_size;
     case D_VP: return c->padded_vocab_size;
@@ -189,6 +281,11 @@ static int64_t dim_of(dim_sym s, const mtc_model_config *c) {
     case D_SF1: return (c->swiglu ? 2 : 1) * (int64_t)c->moe.shared_ffn;
     case D_SF: return c->moe.shared_ffn;
     case D_HS: return HS;
+    case D_MQ: return NH * (c->mla.qk_head_dim + c->mla.qk_pos_emb_head_dim);
+    case D_QL: return c->mla.q_lora_rank;
+    case D_KVD: return c->mla.kv_lora_rank + c->mla.qk_pos_emb_head_dim;
+    case D_KL: return c->mla.kv_lora_rank;
+    case D_MKV: return NH * (c->mla.qk_head_dim + c->mla.v_head_dim);
     }
     return 0;
 }

@@ -34,6 +34,7 @@ int mtc_model_pad_vocab(int vocab_size, int divisible_by, int tp) {
 mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (c->num_layers < 1) return mtc_error(E, "num-layers=%d must be >= 1", c->num_layers);
+    MTC_CHECK(model_mla_validate(&c->mla));
     if (c->hidden_size < 1) return mtc_error(E, "hidden-size=%d must be >= 1", c->hidden_size);
     if (c->num_heads < 1) return mtc_error(E, "num-attention-heads=%d must be >= 1", c->num_heads);
         /* ranges first, so no product below can overflow (sizes as 64-bit) */
@@ -131,6 +132,9 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
     double kd = (double)mtc_model_groups(c) * mtc_model_head_size(c);
     double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
     double per_token_layer = h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
+    if (c->mla.enabled) /* training.py's MLA terms */
+        per_token_layer =
+            model_mla_token_macs(&c->mla, c->hidden_size, c->num_heads, (int)s) + h * ffn;
     double total = L * per_token_layer;
     if (c->moe.num_experts > 0) {
         /* an MoE layer: k routed experts and the shared expert; core_v0.18.0's
@@ -304,6 +308,7 @@ static size_t gpt_scratch_floats(const mtc_model *m) {
         s = max_sz(s, model_attention_scratch_floats(&m->tp, B, T, &dl));
     }
     s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &d));
+    s = max_sz(s, mtc_model_mla_scratch(m));
     s = max_sz(s, tp_vocab_embedding_scratch_floats(&m->tp, B, T, C));
     /* the head: a generation forward's column-parallel linear, and the fused chunked loss */
     s = max_sz(s, tp_column_linear_scratch_floats(&m->tp, 0, B, T, C, c->padded_vocab_size));
@@ -327,6 +332,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
            QD_tp = NH_tp * HS, QKV_tp = QD_tp + 2 * ((size_t)mtc_model_groups(c) / tp) * HS,
            V_tp = (size_t)c->padded_vocab_size / tp, nl = (size_t)(m->last_layer - m->first_layer);
     size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
+    if (c->mla.enabled) QKV_tp = QD_tp = 0; /* MLA keeps its own (slot->mla) */
 #define TAKE(ptr, count)                                                                           \
     do {                                                                                           \
         float *p_ = base ? (float *)(base + off) : NULL;                                           \
@@ -343,7 +349,8 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln1_mean, k * Nl);
         TAKE(a->ln1_rstd, k * Nl);
         TAKE(a->qkv, k * N * QKV_tp);
-        TAKE(a->lse, k * B * NH_tp * T);
+        TAKE(a->lse, c->mla.enabled ? 0 : k * B * NH_tp * T);
+        TAKE(a->mla, k * mtc_model_mla_floats(m));
         TAKE(a->atty, k * N * QD_tp);
         if (c->qk_layernorm) { /* model/block.h model_qk_norm */
             size_t KD_tp = (QKV_tp - QD_tp) / 2, NG_tp = (size_t)mtc_model_groups(c) / tp;
@@ -370,6 +377,10 @@ static size_t gpt_carve(mtc_model *m, char *base) {
     TAKE(m->head_logits, m->has_head ? gpt_head_rows(m) * V_tp : 1);
     if (m->rec_mlp) {
         TAKE(m->mlp_fch, N * F1_tp);
+    }
+    if (m->rec_up) { /* --recompute-modules mla_up_proj: one layer's q, k, v */
+        model_mla_opts mo = mtc_model_mla_opts(m);
+        TAKE(m->mla_qkv, model_mla_qkv_floats(&mo, (int)tp, m->B, m->T, c->num_heads));
     }
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->ln_tmp, Nl * C); /* a layer norm's output: forward's, then backward's rebuilt */
@@ -428,6 +439,10 @@ static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm)
     size_t F1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->ffn_hidden_size / tp);
     size_t QKV_tp = ((size_t)c->num_heads / tp + 2 * ((size_t)mtc_model_groups(c) / tp)) * HS;
     size_t w = max_sz((size_t)c->hidden_size, max_sz(QKV_tp, F1_tp)), V_tp = 0;
+    if (c->mla.enabled) {
+        model_mla_opts mo = mtc_model_mla_opts(m);
+        w = max_sz(w, model_mla_widest(&mo, (int)tp, c->hidden_size, c->num_heads));
+    }
     if (m->has_head) V_tp = (size_t)c->padded_vocab_size / tp;
     /* the head's widest operand: a chunk of logits, or all of them for a
      * generation forward */
@@ -476,8 +491,12 @@ static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
     const tp_ctx *tp = &m->tp;
     if (m->last_layer > m->first_layer) {
         float *const *w = m->layers[m->first_layer].w;
-        MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, QKV, w[MTC_ROLE_QKV_B] != NULL));
-        MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, QD, C, w[MTC_ROLE_PROJ_B] != NULL));
+        if (c->mla.enabled) {
+            MTC_CHECK(mtc_model_mla_bf16_prepare(m));
+        } else {
+            MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, QKV, w[MTC_ROLE_QKV_B] != NULL));
+            MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, QD, C, w[MTC_ROLE_PROJ_B] != NULL));
+        }
         MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, F1, w[MTC_ROLE_FC1_B] != NULL));
         MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, F, C, w[MTC_ROLE_FC2_B] != NULL));
     }
@@ -685,6 +704,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
         MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision, o->bf16_gemm_f32 || fp8), rc, fail);
     if (fp8) MTC_CHECK_GOTO(gpt_fp8_init(m, o), rc, fail);
     m->rec_mlp = o->recompute_mlp;
+    MTC_CHECK_GOTO(mtc_model_mla_init(m, o), rc, fail);
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
     if (m->nrec > 0)
@@ -748,6 +768,7 @@ void mtc_model_free(mtc_model *m) {
     free(m->slots);
     free(m->rc);
     nn_rope_table_free(&m->rope);
+    nn_yarn_table_free(&m->yarn);
     cp_ctx_free(&m->cp, &m->cp_layer);
     mtc_registry_free(&m->reg);
     free(m);

@@ -40,6 +40,7 @@
 #include "core/result.h"
 #include "cp/cp.h"
 #include "model/block.h"
+#include "model/mla.h"
 #include "model/registry.h"
 #include "moe/moe.h"
 #include "nn/llama.h"
@@ -80,6 +81,7 @@ typedef struct {
     int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
     int qk_layernorm;   /* --qk-layernorm: per-head norm of q and k (model/qk_norm.h) */
     mtc_moe_config moe; /* mixture of experts (num_experts 0: dense MLPs) */
+    mtc_mla_config mla; /* --multi-latent-attention (model/mla.h; enabled 0: standard) */
 } mtc_model_config;
 
 /* Derived shapes every layer uses (the config's zeros resolved). */
@@ -139,6 +141,18 @@ typedef enum {
     MTC_ROLE_QNORM_B, /* QKV linear and before RoPE; replicated over TP, */
     MTC_ROLE_KNORM_W, /* gradients summed over TP (Megatron's finalize_model_grads) */
     MTC_ROLE_KNORM_B,
+    /* --multi-latent-attention (model/mla.h) has these instead of qkv and
+     * the q/k norms: q_proj (no --q-lora-rank) or q_down, its norm, q_up;
+     * kv_down, its norm, kv_up (proj is row-parallel over NH x v-head-dim) */
+    MTC_ROLE_MLA_Q_W,
+    MTC_ROLE_MLA_QD_W,
+    MTC_ROLE_MLA_QN_W,
+    MTC_ROLE_MLA_QN_B,
+    MTC_ROLE_MLA_QU_W,
+    MTC_ROLE_MLA_KVD_W,
+    MTC_ROLE_MLA_KVN_W,
+    MTC_ROLE_MLA_KVN_B,
+    MTC_ROLE_MLA_KVU_W,
     MTC_NROLES,
     /* an MoE layer (moe/moe.h) has these instead of fc1 / fc2: the router,
      * the expert bias (not trained: moved after each step), the shared
@@ -222,6 +236,9 @@ typedef struct {
     float *dhead_w;
     mtc_model_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
     nn_rope_table rope;                /* RoPE cos/sin (zeroed without rotary positions) */
+    nn_yarn_table yarn;                /* MLA's rotation (zeroed without MLA) */
+    int rec_up;                        /* --recompute-modules mla_up_proj */
+    float *mla_qkv;                    /* rec_up: one layer's MLA q, k, v for all */
     cp_ctx cp;        /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos)
                          (cp/context.c) */
     cp_ctx *cp_layer; /* [last_layer - first_layer] with per-layer comm types, else NULL */
@@ -320,6 +337,8 @@ typedef struct {
     tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp:
                                     each layer's MLP forward runs again in its backward */
+    int recompute_mla_up;        /* --recompute-modules mla_up_proj: MLA's up projections and
+                                    rotations run again in backward */
     int bf16_gemm_f32;           /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
                                     oneDNN bf16 (nn_bf16_gemm; 0: oneDNN bf16) */
     void *layout_ctx;

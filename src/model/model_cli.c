@@ -58,5 +58,12 @@ mtc_result_t model_cli_resolve(const model_cli_flags *f, int groups_seen, model_
     mc->untie_embeddings = f->untie;
     mc->disable_bias_linear = f->nobias;
     mc->add_qkv_bias = f->qkv_bias, mc->qk_layernorm = f->qk_norm;
+    MTC_CHECK(mla_cli_resolve(&f->mla, gqa, f->qk_norm, &mc->mla));
+    if (mc->mla.enabled) { /* --qk-layernorm means the latent norms there */
+        mc->qk_layernorm = 0;
+        if (f->rot_inter)
+            return mtc_error(E, "rotary_interleaved does not work with multi_latent_attention. "
+                                "(drop --rotary-interleaved)");
+    }
     return MTC_OK;
 }

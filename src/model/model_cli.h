@@ -9,17 +9,22 @@
 #define MTC_MODEL_MODEL_CLI_H
 
 #include "core/args.h"
+#include "model/mla_cli.h"
 #include "model/model.h"
 
 typedef struct {
     const char *norm, *posemb;
     double norm_eps, rot_base, rot_pct, init_std;
     int use_rope, rot_inter, swiglu, gqa, groups, kv_channels, untie, nobias, qkv_bias;
-    int qk_norm; /* --qk-layernorm */
+    int qk_norm;       /* --qk-layernorm */
+    mla_cli_flags mla; /* --multi-latent-attention and YaRN (model/mla_cli.h) */
 } model_cli_flags;
 
 #define MODEL_CLI_DEFAULTS                                                                         \
-    { "LayerNorm", "learned_absolute", 1e-5, 10000, 1.0, 0.02, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0 }
+    {                                                                                              \
+        "LayerNorm", "learned_absolute", 1e-5, 10000, 1.0, 0.02, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0,     \
+            MLA_CLI_DEFAULTS                                                                       \
+    }
 
 /* clang-format off */
 #define MODEL_CLI_ARGS(f)                                                                          \
@@ -52,7 +57,8 @@ typedef struct {
     {"qk-layernorm", NULL, MTC_ARG_FLAG, &(f).qk_norm, NULL,                                       \
      "normalise each query and key head (--normalization's kind) before RoPE", 0},                 \
     {"init-method-std", NULL, MTC_ARG_DOUBLE, &(f).init_std, "X",                                  \
-     "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0}
+     "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0},         \
+    MLA_CLI_ARGS((f).mla)
 /* clang-format on */
 
 /* How a command reads --num-query-groups without --group-query-attention. */

@@ -18,6 +18,7 @@ struct mtc_model_slot {
     float *atty;                /* per layer (B,T,QD_tp) */
     float *qk_in, *qk_stat;     /* --qk-layernorm, per layer: (B,T,QD_tp+KD_tp) q | k before
                                    the norms, 2 x (B,T,NH_tp+NG_tp) their mean | rstd */
+    float *mla;                 /* --multi-latent-attention, per layer model_mla_acts_floats */
     float *res2;                /* per layer (B,T_loc,C) */
     float *ln2_mean, *ln2_rstd;
     float *fch;                       /* per layer (B,T,F1_tp) */
@@ -44,5 +45,15 @@ size_t mtc_model_moe_floats(const mtc_model *m);
 void model_lowp_refresh(mtc_model *m, int first, int last);
 /* Round an activation to the model's precision in place (no-op in fp32). */
 void model_lowp_round(const mtc_model *m, float *x, size_t n);
+/* MLA's options for the model's layers (model.c). */
+model_mla_opts mtc_model_mla_opts(const mtc_model *m);
+/* MLA's views of layer l's weights (w[]: params or gradients). */
+model_mla_params mtc_model_mla_params(float *const *w);
+/* MLA's scratch over the chunk's layers, and one layer's activations (0
+ * without MLA); its rotary table and recompute flag; its bf16 GEMMs. */
+size_t mtc_model_mla_scratch(const mtc_model *m);
+size_t mtc_model_mla_floats(const mtc_model *m);
+mtc_result_t mtc_model_mla_init(mtc_model *m, const mtc_model_chunk_opts *o);
+mtc_result_t mtc_model_mla_bf16_prepare(const mtc_model *m);
 
 #endif

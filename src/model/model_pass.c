@@ -92,6 +92,7 @@ typedef struct {
     moe_acts moe;           /* an MoE layer's (unbound for a dense one) */
     model_mlp_acts sa;      /* its shared expert's */
     float *qk_in, *qk_stat; /* --qk-layernorm's (model_qk_norm.in, .stat) */
+    model_mla_acts mla;     /* --multi-latent-attention's */
 } layer_view;
 
 /* --qk-layernorm: layer l's q/k norms for the block (bd->qk_norm = q). */
@@ -139,6 +140,12 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
         size_t NHG = (size_t)(c->num_heads + mtc_model_groups(c)) / p;
         v.qk_in = s->qk_in + j * sN * (QD + KD);
         v.qk_stat = s->qk_stat + j * 2 * sN * NHG;
+    }
+    if (c->mla.enabled) { /* mla_up_proj: q, k, v in the one shared buffer */
+        model_mla_opts mo = mtc_model_mla_opts(m);
+        model_mla_acts_bind(&v.mla, s->mla + j * mtc_model_mla_floats(m), &mo, (int)p, m->B, m->T,
+                            m->T_loc, c->num_heads);
+        if (m->rec_up) v.mla.qkv = m->mla_qkv;
     }
     v.ma = (model_mlp_acts){m->in_total, 0, s->fch + j * sN * F1};
     if (m->rec_mlp) /* --recompute-modules mlp: one set, refilled in backward */
@@ -250,9 +257,16 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     gpt_norm_forward(m, v->ln1, v->ln1m, v->ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
     nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
     /* comm: column- then row-parallel (SP: all-gather, reduce-scatter) */
-    MTC_CHECK(model_attention_forward(tp, m->fwd_tmp, &v->aa, v->ln1, w[MTC_ROLE_QKV_W],
-                                      w[MTC_ROLE_QKV_B], w[MTC_ROLE_PROJ_W], w[MTC_ROLE_PROJ_B],
-                                      da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
+    if (c->mla.enabled) {
+        model_mla_opts mo = mtc_model_mla_opts(m);
+        model_mla_params mw = mtc_model_mla_params(w);
+        MTC_CHECK(model_mla_forward(tp, m->fwd_tmp, &v->mla, v->ln1, &mw, da.p > 0 ? &da : NULL,
+                                    m->scratch, B, T, &bd, &mo));
+    } else {
+        MTC_CHECK(model_attention_forward(tp, m->fwd_tmp, &v->aa, v->ln1, w[MTC_ROLE_QKV_W],
+                                          w[MTC_ROLE_QKV_B], w[MTC_ROLE_PROJ_W], w[MTC_ROLE_PROJ_B],
+                                          da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
+    }
     nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
     if (dh.p > 0) nn_dropout_forward(m->fwd_tmp, m->fwd_tmp, B, Tl, C, &dh);
     nn_residual_forward(v->res2, x, m->fwd_tmp, (size_t)Nl * C);
@@ -465,10 +479,17 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dh), dy = m->dtmp;
         nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
         gpt_norm_forward(m, ln1, ln1m, ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
-        MTC_CHECK(model_attention_backward(tp, m->dtmp2, g[MTC_ROLE_QKV_W], g[MTC_ROLE_QKV_B],
-                                           g[MTC_ROLE_PROJ_W], g[MTC_ROLE_PROJ_B], dy, &aa, ln1,
-                                           w[MTC_ROLE_QKV_W], w[MTC_ROLE_PROJ_W],
-                                           da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
+        if (c->mla.enabled) { /* comm: MLA's (model/mla.h) */
+            model_mla_opts mo = mtc_model_mla_opts(m);
+            model_mla_params mw = mtc_model_mla_params(w), mg = mtc_model_mla_params(g);
+            MTC_CHECK(model_mla_backward(tp, m->dtmp2, &mg, dy, &v.mla, ln1, &mw,
+                                         da.p > 0 ? &da : NULL, m->scratch, B, T, &bd, &mo));
+        } else {
+            MTC_CHECK(model_attention_backward(tp, m->dtmp2, g[MTC_ROLE_QKV_W], g[MTC_ROLE_QKV_B],
+                                               g[MTC_ROLE_PROJ_W], g[MTC_ROLE_PROJ_B], dy, &aa, ln1,
+                                               w[MTC_ROLE_QKV_W], w[MTC_ROLE_PROJ_W],
+                                               da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
+        }
         gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM1_W], g[MTC_ROLE_NORM1_B], m->dtmp2, x,
                           w[MTC_ROLE_NORM1_W], ln1m, ln1r, Nl);
         nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(layer input) */

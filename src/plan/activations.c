@@ -156,16 +156,38 @@ static size_t head_rows(const shapes *s) {
     return N < MTC_MODEL_HEAD_CHUNK ? N : MTC_MODEL_HEAD_CHUNK;
 }
 
+/* --multi-latent-attention (model/mla.h): one layer's kept activations,
+ * and the layer's scratch with the TP linears' (CP's not counted). */
+static size_t arena_mla_floats(const mtc_plan_layout *l, const shapes *s) {
+    model_mla_opts o = {.cfg = &l->model.mla};
+    return model_mla_acts_floats(&o, s->p, (int)s->B, (int)s->T, (int)s->Tl, l->model.num_heads);
+}
+
+static size_t arena_mla_scratch(const mtc_plan_layout *l, const shapes *s) {
+    const mtc_mla_config *m = &l->model.mla;
+    if (!m->enabled) return 0;
+    model_mla_opts o = {.cfg = m};
+    size_t NH = (size_t)l->model.num_heads, C = s->C, Dq = m->qk_head_dim + m->qk_pos_emb_head_dim;
+    size_t up = m->q_lora_rank > 0 ? (size_t)m->q_lora_rank : C;
+    size_t lin = max_sz(
+        col_scr(s->p, s->sp, s->B, s->T, up, NH * Dq),
+        col_scr(s->p, s->sp, s->B, s->T, m->kv_lora_rank, NH * (m->qk_head_dim + m->v_head_dim)));
+    lin = max_sz(lin, row_scr(s->p, s->sp, s->B, s->T, NH * m->v_head_dim, C));
+    lin = max_sz(lin, s->sp ? seq_scr(s->B, s->T, m->qk_pos_emb_head_dim, s->p) : 0);
+    return model_mla_scratch_body(s->p, s->sp, (int)s->B, (int)s->T, (int)C, (int)NH, &o) + lin;
+}
+
 /* gpt_carve's per-slot rows. */
 static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
     shapes s = shapes_of(l);
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C, b = 0;
-    b += take(Nl * C);                   /* encoded: chunk input */
-    b += 2 * take(nl * Nl);              /* ln1 mean, rstd (its output: ln_tmp) */
-    b += take(nl * N * s.QKV_tp);        /* qkv */
-    b += take(nl * s.B * s.NH_tp * s.T); /* lse: the tiled attention's (B, NH_tp, T) */
-    b += take(nl * N * s.QD_tp);         /* atty */
-    if (l->model.qk_layernorm) {         /* qk_in, qk_stat (model/block.h model_qk_norm) */
+    b += take(Nl * C);        /* encoded: chunk input */
+    b += 2 * take(nl * Nl);   /* ln1 mean, rstd (its output: ln_tmp) */
+    if (l->model.mla.enabled) /* MLA's own (model/mla.h model_mla_acts) */
+        b += take(nl * arena_mla_floats(l, &s));
+    else
+        b += take(nl * N * s.QKV_tp) + take(nl * s.B * s.NH_tp * s.T) + take(nl * N * s.QD_tp);
+    if (l->model.qk_layernorm) { /* qk_in, qk_stat (model/block.h model_qk_norm) */
         size_t NG_tp = (size_t)mtc_model_groups(&l->model) / s.p, KD_tp = (s.QKV_tp - s.QD_tp) / 2;
         b += take(nl * N * (s.QD_tp + KD_tp));
         b += take(nl * 2 * N * (s.NH_tp + NG_tp));
@@ -193,6 +215,7 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     size_t lin = max_sz(col_scr(s.p, s.sp, s.B, s.T, C, QKV), row_scr(s.p, s.sp, s.B, s.T, QD, C));
     size_t att = N * s.QD_tp + N * s.QKV_tp + max_sz(lin, cp_scr(l, &s));
     if (c->qk_layernorm) att += 2 * N * s.QD_tp; /* the q/k norms' backward temporaries */
+    if (c->mla.enabled) att = arena_mla_scratch(l, &s);
     /* one (N, F) buffer for GELU, [act | dfch (N, 2F)] for SwiGLU */
     size_t mlp = N * (c->swiglu ? s.F_tp + s.F1_tp : s.F_tp) +
                  max_sz(col_scr(s.p, s.sp, s.B, s.T, C, F1), row_scr(s.p, s.sp, s.B, s.T, F, C));

@@ -64,6 +64,8 @@ static double layer_macs(const mtc_model_config *c) {
     double qd = (double)c->num_heads * mtc_model_head_size(c);
     double kd = (double)mtc_model_groups(c) * mtc_model_head_size(c);
     double ffn = (double)c->ffn_hidden_size * (c->swiglu ? 3.0 : 2.0);
+    if (c->mla.enabled)
+        return model_mla_token_macs(&c->mla, c->hidden_size, c->num_heads, (int)s) + h * ffn;
     return h * (qd + 2 * kd) + qd * s + qd * h + h * ffn;
 }
 

@@ -84,6 +84,9 @@ check "llama interleaved"  "$LLAMA" 4 1 2 2 0 0 1
 # uneven pipeline splits (pp/layout.c): the last rank holds 3 layers + head
 check "gpt uneven first 1 distopt" "$GPT --decoder-first-pipeline-num-layers 1" 4 1 2 1 0 1 1
 check "llama qk-layernorm tp2 sp" "$LLAMA --qk-layernorm" 4 2 1 1 1 0 1
+MLA="$(echo "$LLAMA" | sed 's/ --num-query-groups 2//') --multi-latent-attention --q-lora-rank 24 --kv-lora-rank 16 --qk-head-dim 8 --qk-pos-emb-head-dim 4 --v-head-dim 6 --qk-layernorm"
+check "mla tp2 sp pp2 distopt" "$MLA" 4 2 2 1 1 1 1
+check "mla tp2 (no q-lora-rank)" "$(echo "$MLA" | sed 's/--q-lora-rank 24 //')" 4 2 1 1 0 0 1
 check "gpt account-for embedding, 5 layers" "$GPT --num-layers 5 --account-for-embedding-in-pipeline-split" 4 1 2 1 0 0 1
 CP=2 CPT=p2p check "gpt cp2 p2p" "$GPT" 4 1 1 1 0 0 1
 CP=2 CPT=all_gather check "gpt tp2 cp2 sp all_gather distopt" "$GPT" 4 2 1 1 1 1 1
