@@ -662,6 +662,7 @@ int cli_cmd_train(int argc, char **argv) {
             &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
             mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &pp_split) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    pp_split.mtp_num_layers = model_f.mtp_layers; /* a layout string's 'm' count */
     { /* Megatron's training rules deriving vpp (arguments.py) */
         pp_vpp_args va = {.pp = pp,
                           .split = &pp_split,

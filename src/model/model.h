@@ -47,6 +47,8 @@
 #include "tp/layers.h"
 
 typedef enum { MTC_NORM_LAYERNORM = 0, MTC_NORM_RMSNORM } mtc_norm_kind;
+
+#define MTC_MTP_MAX_DEPTHS 64
 typedef enum { MTC_POS_LEARNED = 0, MTC_POS_ROPE, MTC_POS_NONE } mtc_pos_kind;
 
 /* A zeroed config plus the shape fields is GPT-2 (LayerNorm, learned
@@ -80,6 +82,9 @@ typedef struct {
     int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
     int qk_layernorm;   /* --qk-layernorm: per-head norm of q and k (model/qk_norm.h) */
     mtc_moe_config moe; /* mixture of experts (num_experts 0: dense MLPs) */
+    int mtp_num_layers; /* --mtp-num-layers D <= MTC_MTP_MAX_DEPTHS: multi-token prediction
+                           depths (model/mtp.h) */
+    float mtp_loss_scaling_factor; /* --mtp-loss-scaling-factor (Megatron's default 0.1) */
 } mtc_model_config;
 
 /* Derived shapes every layer uses (the config's zeros resolved). */
@@ -92,6 +97,12 @@ static inline int mtc_model_head_size(const mtc_model_config *c) {
 /* An expert's MLP width: --moe-ffn-hidden-size, else ffn-hidden-size. */
 static inline int mtc_model_moe_ffn(const mtc_model_config *c) {
     return c->moe.ffn_hidden_size > 0 ? c->moe.ffn_hidden_size : c->ffn_hidden_size;
+}
+/* Is layer l an MoE layer? MTP depth d is layer num_layers + d and takes
+ * the last decoder layer's kind (Megatron builds it from the decoder
+ * block's last layer spec). */
+static inline int mtc_model_is_moe_layer(const mtc_model_config *c, int l) {
+    return mtc_moe_is_layer(&c->moe, l < c->num_layers ? l : c->num_layers - 1);
 }
 static inline float mtc_model_norm_eps(const mtc_model_config *c) {
     return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
@@ -153,6 +164,16 @@ typedef enum {
     MTC_ROLE_EXP_FC1_B,
     MTC_ROLE_EXP_FC2_W,
     MTC_ROLE_EXP_FC2_B,
+    /* an MTP depth (layer num_layers + d, model/mtp.h) also has these: the
+     * norms of the embedding and of the hidden state, the projection of
+     * their concatenation (C, 2C) and its own final norm */
+    MTC_ROLE_MTP_ENORM_W,
+    MTC_ROLE_MTP_ENORM_B,
+    MTC_ROLE_MTP_HNORM_W,
+    MTC_ROLE_MTP_HNORM_B,
+    MTC_ROLE_MTP_EH_PROJ,
+    MTC_ROLE_MTP_NORM_W,
+    MTC_ROLE_MTP_NORM_B,
     MTC_NROLES_ALL
 } mtc_layer_role;
 
@@ -220,8 +241,16 @@ typedef struct {
         *dg[MTC_NGLOBAL_ROLES]; /* views of the global roles (NULL: none) */
     const float *head_w;        /* the LM head's weight: wte (tied) or the output layer */
     float *dhead_w;
-    mtc_model_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
-    nn_rope_table rope;                /* RoPE cos/sin (zeroed without rotary positions) */
+    mtc_model_layer *layers, *dlayers; /* [L + D], entries outside the chunk are all NULL */
+    int mtp_layers;         /* D on the chunk with the loss (layers L .. L+D-1), else 0 */
+    double *mtp_loss_sum;   /* (D) each depth's summed token losses since the caller zeroed it */
+    int *mtp_tok, *mtp_tgt; /* (B, T) a depth's shifted tokens and labels */
+    float *mtp_mask;        /* (B, T) 1 where the shifted label exists, else 0 */
+    float *mtp_full;        /* (B, T, C) the projection's gathered output (SP) */
+    float *mtp_cat_total;   /* (B, T, 2C) the projection's gathered input (SP) */
+    float *mtp_dcat;        /* (B, T_loc, 2C) the projection's input gradient */
+    float *mtp_carry;       /* (B, T_loc, C) d(hidden state) from the next depth */
+    nn_rope_table rope;     /* RoPE cos/sin (zeroed without rotary positions) */
     cp_ctx cp;        /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos)
                          (cp/context.c) */
     cp_ctx *cp_layer; /* [last_layer - first_layer] with per-layer comm types, else NULL */

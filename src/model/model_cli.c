@@ -58,5 +58,9 @@ mtc_result_t model_cli_resolve(const model_cli_flags *f, int groups_seen, model_
     mc->untie_embeddings = f->untie;
     mc->disable_bias_linear = f->nobias;
     mc->add_qkv_bias = f->qkv_bias, mc->qk_layernorm = f->qk_norm;
+    if (f->mtp_layers < 0) return mtc_error(E, "mtp-num-layers=%d must be >= 0", f->mtp_layers);
+    if (!(f->mtp_factor >= 0 && f->mtp_factor < 1e6))
+        return mtc_error(E, "mtp-loss-scaling-factor=%g must be >= 0", f->mtp_factor);
+    mc->mtp_num_layers = f->mtp_layers, mc->mtp_loss_scaling_factor = (float)f->mtp_factor;
     return MTC_OK;
 }

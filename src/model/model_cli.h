@@ -15,11 +15,16 @@ typedef struct {
     const char *norm, *posemb;
     double norm_eps, rot_base, rot_pct, init_std;
     int use_rope, rot_inter, swiglu, gqa, groups, kv_channels, untie, nobias, qkv_bias;
-    int qk_norm; /* --qk-layernorm */
+    int qk_norm;       /* --qk-layernorm */
+    int mtp_layers;    /* --mtp-num-layers (model/mtp.h) */
+    double mtp_factor; /* --mtp-loss-scaling-factor */
 } model_cli_flags;
 
 #define MODEL_CLI_DEFAULTS                                                                         \
-    { "LayerNorm", "learned_absolute", 1e-5, 10000, 1.0, 0.02, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0 }
+    {                                                                                              \
+        "LayerNorm", "learned_absolute", 1e-5, 10000, 1.0, 0.02, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0,  \
+            0.1                                                                                    \
+    }
 
 /* clang-format off */
 #define MODEL_CLI_ARGS(f)                                                                          \
@@ -52,7 +57,12 @@ typedef struct {
     {"qk-layernorm", NULL, MTC_ARG_FLAG, &(f).qk_norm, NULL,                                       \
      "normalise each query and key head (--normalization's kind) before RoPE", 0},                 \
     {"init-method-std", NULL, MTC_ARG_DOUBLE, &(f).init_std, "X",                                  \
-     "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0}
+     "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0},         \
+    {"mtp-num-layers", NULL, MTC_ARG_INT, &(f).mtp_layers, "D",                                    \
+     "multi-token prediction: D depths after the model, each predicting one token further "       \
+     "(embedding + projection + one layer + the shared head; rope or no positions)", 0},           \
+    {"mtp-loss-scaling-factor", NULL, MTC_ARG_DOUBLE, &(f).mtp_factor, "X",                        \
+     "weight of the MTP losses' mean over the depths in the objective (default 0.1)", 0}
 /* clang-format on */
 
 /* How a command reads --num-query-groups without --group-query-attention. */
