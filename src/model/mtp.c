@@ -183,14 +183,20 @@ mtc_result_t model_mtp_backward(mtc_model *m, int slot, const int *tokens, const
     int Nl = B * Tl, ndec = m->last_layer - m->first_layer;
     size_t nC = (size_t)Nl * C;
     mtc_model_slot *a = &m->slots[slot];
+    /* after a forward without the loss scale, the heads again with their
+     * gradients, in the forward's order (the head weight gradient sums the
+     * same way as the training forward's) */
+    for (int d = 0; !a->mtp_ready && d < m->mtp_layers; d++) {
+        mtp_view v = mtp_at(m, a, d);
+        mtp_shift(m, tokens, targets, B, T, d + 1);
+        MTC_CHECK(mtp_head(m, a, &v, mtp_scale(m, loss_scale, T, d + 1), B, T));
+    }
     for (int d = m->mtp_layers - 1; d >= 0; d--) {
         int l = c->num_layers + d, k = ndec + d;
         mtp_view v = mtp_at(m, a, d);
         float *const *w = m->layers[l].w;
         float *const *g = m->dlayers[l].w;
         mtp_shift(m, tokens, targets, B, T, d + 1);
-        /* after a forward without the loss scale, the head again with its gradients */
-        if (!a->mtp_ready) MTC_CHECK(mtp_head(m, a, &v, mtp_scale(m, loss_scale, T, d + 1), B, T));
         const float *dh = v.dh;
         if (d < m->mtp_layers - 1) /* plus the next depth's, through its hnorm */
             nn_residual_forward(m->dtmp, v.dh, m->mtp_carry, nC), dh = m->dtmp;
