@@ -407,22 +407,6 @@ mtc_result_t pp_layout_stage_get(pp_layout_stage *out, const pp_layout_args *a, 
     return rc;
 }
 
-mtc_result_t pp_layout_check_trainable(const pp_layout_args *a, int num_layers, int pp, int vpp) {
-    if (vpp < 1) vpp = 1;
-    pp_layout_stage *st = calloc((size_t)(pp > 0 ? pp * vpp : 1), sizeof *st);
-    if (!st) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "pipeline split");
-    mtc_result_t rc = pp_layout_build(st, a, num_layers, pp, vpp);
-    for (int s = 0; rc == MTC_OK && s < pp * vpp; s++)
-        if (!st[s].num_layers && !st[s].has_embedding && !st[s].has_loss)
-            rc = mtc_error(E_ARG,
-                           "the pipeline split leaves stage %d (pp rank %d, virtual stage %d) "
-                           "empty: mtc train cannot run a stage without a layer, the embedding or "
-                           "the loss yet (move a layer into it)",
-                           s, s % pp, s / pp);
-    free(st);
-    return rc;
-}
-
 /* "embedding,decoder*3" / "(empty stage)" */
 static void stage_repr(char *buf, size_t len, const pp_layout_stage *s) {
     size_t o = 0;

@@ -76,10 +76,6 @@ mtc_result_t pp_layout_num_layers(int *num_layers, const char *layout);
  * stage count / pp), then every layer exactly once. */
 mtc_result_t pp_layout_validate(const pp_layout_args *a, int num_layers, int pp, int vpp);
 
-/* mtc train's own rule on top: no stage without a layer, the embedding or
- * the loss (a chunk with no parameters has no gradient buffer yet). */
-mtc_result_t pp_layout_check_trainable(const pp_layout_args *a, int num_layers, int pp, int vpp);
-
 /* All pp * vpp stages in virtual stage order (validates first). */
 mtc_result_t pp_layout_build(pp_layout_stage *stages, const pp_layout_args *a, int num_layers,
                              int pp, int vpp);
