@@ -314,9 +314,10 @@ int cli_cmd_train(int argc, char **argv) {
         {"recompute-num-layers", NULL, MTC_ARG_INT, &rc_layers, "N",
          "layers per recompute unit (uniform) or recomputed per model chunk (block)", 0},
         {"recompute-modules", NULL, MTC_ARG_STRING, &rc_modules, "M",
-         "with selective: core_attn (the default; a no-op, attention keeps no probabilities) "
-         "and/or "
-         "mlp (each MLP's forward again in backward), comma-separated",
+         "with selective: core_attn (the default) and layernorm (what mtc always does: "
+         "attention keeps no probabilities, norm outputs are rebuilt), mlp (each dense MLP's "
+         "forward again in backward), shared_experts (each MoE layer's shared expert again); "
+         "comma- or space-separated",
          0},
         {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &check_nan, NULL,
          "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",
@@ -612,18 +613,22 @@ int cli_cmd_train(int argc, char **argv) {
     /* --recompute-modules: a comma- or space-separated list (Megatron's
      * default core_attn, a no-op here: the tiled attention keeps no
      * probabilities; mlp recomputes each MLP in backward) */
-    int rc_mlp = 0;
+    int rc_mlp = 0, rc_shared = 0;
     if (rc_modules) {
         char mods[256];
         snprintf(mods, sizeof mods, "%s", rc_modules);
         for (char *sv = NULL, *t = strtok_r(mods, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv)) {
             if (!strcmp(t, "mlp"))
                 rc_mlp = 1;
-            else if (strcmp(t, "core_attn"))
+            else if (!strcmp(t, "shared_experts"))
+                rc_shared = 1;
+            /* core_attn and layernorm are what mtc always does: the tiled
+             * attention keeps no probabilities, the norms' outputs are rebuilt */
+            else if (strcmp(t, "core_attn") && strcmp(t, "layernorm"))
                 return cli_usage_error("train",
                                        "recompute-modules=%s: %s is not implemented (use "
-                                       "core_attn and/or mlp; layernorm and the MoE modules are "
-                                       "not yet)",
+                                       "core_attn, layernorm, mlp and/or shared_experts; moe and "
+                                       "moe_act are not yet)",
                                        rc_modules, t);
         }
     }
@@ -1001,7 +1006,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.loss_scale = loss_scale, tc.initial_loss_scale = init_ls, tc.min_loss_scale = min_ls;
     tc.loss_scale_window = ls_window, tc.hysteresis = hyst;
     tc.recompute_full = rc_full, tc.recompute_block = rc_block, tc.recompute_num_layers = rc_layers;
-    tc.recompute_mlp = rc_mlp;
+    tc.recompute_mlp = rc_mlp, tc.recompute_shared = rc_shared;
     tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;

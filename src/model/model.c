@@ -360,7 +360,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->fch, m->rec_mlp ? 0 : k * N * F1_tp); /* rec_mlp: the shared set below */
         TAKE(a->moe, k * mtc_model_moe_floats(m));
         size_t SF_tp = (size_t)c->moe.shared_ffn / tp, SF1_tp = (c->swiglu ? 2 : 1) * SF_tp;
-        TAKE(a->sfch, k * N * SF1_tp);
+        TAKE(a->sfch, m->rec_shared ? 0 : k * N * SF1_tp); /* rec_shared: the set below */
         if (s < 0) continue;
         TAKE(a->res3, nl * Nl * C); /* every layer's output: the next layer's input */
         TAKE(a->lnf, Nl * C);
@@ -375,6 +375,10 @@ static size_t gpt_carve(mtc_model *m, char *base) {
     TAKE(m->head_logits, m->has_head ? gpt_head_rows(m) * V_tp : 1);
     if (m->rec_mlp) {
         TAKE(m->mlp_fch, N * F1_tp);
+    }
+    if (m->rec_shared) {
+        size_t SF1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->moe.shared_ffn / tp);
+        TAKE(m->shared_fch, N * SF1_tp);
     }
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->ln_tmp, Nl * C); /* a layer norm's output: forward's, then backward's rebuilt */
@@ -700,6 +704,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     if (o->precision != TP_PREC_F32)
         MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision, o->bf16_gemm_f32), rc, fail);
     m->rec_mlp = o->recompute_mlp;
+    m->rec_shared = o->recompute_shared && cfg->moe.shared_ffn > 0;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
     if (m->nrec > 0)

@@ -263,6 +263,9 @@ typedef struct {
     mtc_model_slot *rc; /* one layer's activations shared by the recomputed layers */
     int rec_mlp;        /* --recompute-modules mlp: the MLP's inner activations are not kept */
     float *mlp_fch;     /* rec_mlp: one layer's (B,T,F1_tp) for all */
+    int rec_shared;     /* --recompute-modules shared_experts: the shared expert's inner
+                           activations are not kept */
+    float *shared_fch;  /* rec_shared: one layer's (B,T,SF1_tp) for all */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *ln_tmp;              /* (B, T_loc, C) a layer norm output (not kept per layer) */
@@ -343,6 +346,8 @@ typedef struct {
     tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp:
                                     each layer's MLP forward runs again in its backward */
+    int recompute_shared;        /* --recompute-modules shared_experts: each MoE layer's shared
+                                    expert forward runs again in its backward */
     int bf16_gemm_f32;           /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
                                     oneDNN bf16 (nn_bf16_gemm; 0: oneDNN bf16) */
     void *layout_ctx;

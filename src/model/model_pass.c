@@ -148,6 +148,8 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
         moe_acts_bind(&v.moe, s->moe + j * mtc_model_moe_floats(m), &c->moe, &md, (int)sNl);
         size_t SF = (size_t)c->moe.shared_ffn / p, SF1 = (c->swiglu ? 2 : 1) * SF;
         v.sa = (model_mlp_acts){m->in_total, 0, s->sfch + j * sN * SF1};
+        if (m->rec_shared) /* --recompute-modules shared_experts: one set, refilled in backward */
+            v.sa.fch = m->shared_fch;
     }
     return v;
 }
@@ -429,6 +431,14 @@ mtc_result_t model_layer_backward(mtc_model *m, const mtc_model_pass *pass, mtc_
     if (m->rec_mlp && k >= m->nrec && !mtc_model_is_moe_layer(c, l))
         MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC1_B],
                                     w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch, B, T, &bd));
+    /* --recompute-modules shared_experts: the shared expert's forward again
+     * (comm: its TP linears' collectives), the output thrown away */
+    if (m->rec_shared && k >= m->nrec && mtc_model_is_moe_layer(c, l)) {
+        model_block_dims sd = mtc_model_shared_dims(m);
+        MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v.sa, ln2, w[MTC_ROLE_SHARED_FC1_W],
+                                    w[MTC_ROLE_SHARED_FC1_B], w[MTC_ROLE_SHARED_FC2_W],
+                                    w[MTC_ROLE_SHARED_FC2_B], m->scratch, B, T, &sd));
+    }
     /* MLP branch: dres holds d(res3) */
     const float *dy = m->dres;
     nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);

@@ -663,6 +663,7 @@ static mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t 
         {"recompute-granularity full", c->recompute_full},
         {"recompute-num-layers", c->recompute_num_layers},
         {"recompute-modules mlp", c->recompute_mlp},
+        {"recompute-modules shared_experts", c->recompute_shared},
         {"bf16", c->bf16},
         {"fp16", c->fp16},
         {"grad-reduce-in-bf16", c->grad_reduce_in_bf16},

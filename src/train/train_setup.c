@@ -139,6 +139,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
                               .recompute_mlp = c->recompute_mlp,
+                              .recompute_shared = c->recompute_shared,
                               .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
