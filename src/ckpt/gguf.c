@@ -157,6 +157,9 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     } while (0)
 #define F(fmt, l) (snprintf(q, sizeof q, fmt, l), mtc_registry_find(r, q))
     char nm[64];
+    if (c->mtp_num_layers > 0)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "--mtp-num-layers: mtc does not export MTP layers "
+                                              "to GGUF (train without MTP to export)");
     if (c->qk_layernorm)
         return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 and llama have no "
                                               "q/k norms (mtc does not export qwen3 yet)");

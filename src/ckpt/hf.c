@@ -64,6 +64,9 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
     int V = c->vocab_size;
     char n[160], q[128];
+    if (c->mtp_num_layers > 0)
+        return mtc_error(U, "--mtp-num-layers: mtc does not export DeepSeek-V3's MTP layers to "
+                            "Hugging Face yet (train without MTP to export)");
     if (c->qk_layernorm)
         return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel and LlamaForCausalLM have no q/k "
                             "norms, and mtc does not export Qwen3's q_norm / k_norm yet");

@@ -134,8 +134,10 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length,
                                       c->model.moe.num_experts, split ? 0 : c->model.num_layers,
                                       vpp));
-    /* a stage without a layer, E or L (Megatron's layouts allow them) runs
-     * as a chunk without parameters that passes activations through */
+    /* the split's rules up front; a stage without a layer, E or L (Megatron's
+     * layouts allow them) runs as a chunk without parameters that passes
+     * activations through */
+    if (split) MTC_CHECK(pp_layout_validate(&c->pp_split, c->model.num_layers, gc.pp, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
     if (c->model.moe.num_experts > 0) {

@@ -8,7 +8,8 @@
 # distributed optimizer and overlapped reduction, and an MoE model (the
 # MTP layer is an MoE layer like the last decoder layer) under ep 2; a
 # checkpoint saved under pp 2 resumes serially with the same losses; the
-# log line carries Megatron's "mtp_1 loss"; bad MTP flags are refused.
+# log line carries Megatron's "mtp_1 loss"; bad MTP flags, a --load
+# without the saved MTP depths and the Hugging Face export are refused.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -54,6 +55,12 @@ grep -q ' lm loss: [0-9.E+-]* | mtp_1 loss: [0-9.E+-]* | mtp_2 loss: [0-9.E+-]* 
 "$MTC" train $TINY $MTP --load "$D/ck" --train-iters 6 --override-opt-param-scheduler --world-size 2 --tp 2 --metrics "$D/r2.jsonl" >"$D/r2.log" 2>&1 || { bad "tp 2 resume"; tail -3 "$D/r2.log"; }
 same_mtp "a pp 2 MTP checkpoint resumed serially and under tp 2" "$D/r1.jsonl" "$D/r2.jsonl" 2
 grep -rqa 'eh_proj' "$D/ck" && ok "the checkpoint holds the MTP projection" || bad "no eh_proj in the checkpoint"
+"$MTC" train $TINY --position-embedding-type rope --load "$D/ck" --train-iters 6 --override-opt-param-scheduler >"$D/n.out" 2>"$D/n.err"; st=$?
+if [ $st -eq 2 ] && grep -q "mtp-num-layers=2 but this run has 0" "$D/n.err"; then ok "a load without --mtp-num-layers refused: $(head -1 "$D/n.err")"
+else bad "load of an MTP checkpoint without MTP (exit $st)"; cat "$D/n.err"; fi
+"$MTC" export --load "$D/ck" --format safetensors --out "$D/hf" >"$D/e.out" 2>"$D/e.err"; st=$?
+if [ $st -eq 2 ] && grep -q "mtp-num-layers" "$D/e.err" && [ ! -e "$D/hf/model.safetensors" ]; then ok "HF export refuses MTP: $(head -1 "$D/e.err")"
+else bad "HF export of an MTP model (exit $st)"; cat "$D/e.err"; fi
 refuse "MTP with learned positions" "not supported with learned_absolute" --mtp-num-layers 1
 refuse "MTP with cp 2" "context parallelism as unsupported with MTP" $MTP --world-size 2 --cp 2
 refuse "a layout whose m count differs" "Number of mtp layers in layout must match" $MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmL'
