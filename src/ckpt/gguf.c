@@ -114,31 +114,76 @@ static void token_bytes(const char *tok, int V, int *byte_of) {
     }
 }
 
-/* llama.cpp's llama architecture with experts is Mixtral's block: experts
- * in every layer, a softmax router whose top-k weights are renormalised (the
- * default Megatron router), no shared expert. */
+/* The llama.cpp architecture of a Llama-family model: "qwen3" / "qwen3moe"
+ * with --qk-layernorm (q/k norms, NeoX RoPE: no row permutation),
+ * "deepseek" (DeepSeekMoE: ungated shared experts, leading dense layers)
+ * for an MoE model with a shared expert, else "llama" (experts or not). */
+static const char *gguf_arch(const mtc_model_config *c) {
+    if (!model_family_is_llama(c)) return "gpt2";
+    if (c->qk_layernorm) return c->moe.num_experts > 0 ? "qwen3moe" : "qwen3";
+    if (c->moe.num_experts > 0 && c->moe.shared_ffn > 0) return "deepseek";
+    return "llama";
+}
+
+/* Dense layers before the first MoE one, -1 when a dense layer follows an
+ * MoE one. */
+static int dense_lead(const mtc_model_config *c) {
+    int k = 0;
+    while (k < c->num_layers && !mtc_moe_is_layer(&c->moe, k))
+        k++;
+    for (int l = k; l < c->num_layers; l++)
+        if (!mtc_moe_is_layer(&c->moe, l)) return -1;
+    return k;
+}
+
+/* What llama.cpp's MoE architectures compute: llama (Mixtral's block) and
+ * qwen3moe (the same with q/k norms) have experts in every layer, a softmax
+ * router whose top-k weights are renormalised (the default Megatron router)
+ * and no shared expert; deepseek (DeepSeekMoE) has leading dense layers, a
+ * softmax router whose top-k weights are not renormalised
+ * (--moe-router-pre-softmax) and shared experts of the routed experts' size,
+ * added ungated. llama.cpp's qwen2moe is not written: it multiplies its
+ * shared expert by sigmoid(gate . x) computed as silu(z) / z, so the zero
+ * gate that stands for mtc's ungated expert (ckpt/hf_moe.c) gives 0 / 0. */
 static mtc_result_t gguf_moe_check(const mtc_model_config *c) {
     const mtc_moe_config *mc = &c->moe;
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
     if (mc->num_experts == 0) return MTC_OK;
+    if (mc->score != MOE_SCORE_SOFTMAX || mc->expert_bias || mc->num_groups > 0 ||
+        (mc->topk_scaling > 0 && mc->topk_scaling != 1.0f) || mc->capacity_factor > 0)
+        return mtc_error(U, "llama.cpp's MoE architectures route with a softmax, dropless; this "
+                            "router differs (--moe-router-score-function sigmoid, "
+                            "--moe-router-enable-expert-bias, --moe-router-num-groups, "
+                            "--moe-router-topk-scaling-factor or --moe-expert-capacity-factor)");
+    if (mc->shared_ffn) {
+        int64_t EF = mtc_model_moe_ffn(c);
+        if (c->qk_layernorm)
+            return mtc_error(U, "--qk-layernorm with a shared expert: llama.cpp's qwen3moe has no "
+                                "shared expert and its deepseek no q/k norms (export as "
+                                "safetensors or onnx)");
+        if (!mc->pre_softmax)
+            return mtc_error(U, "a shared expert goes to llama.cpp's deepseek, whose router does "
+                                "not renormalise the top-k weights: train with "
+                                "--moe-router-pre-softmax (or export as safetensors or onnx)");
+        if (mc->shared_ffn % EF)
+            return mtc_error(U,
+                             "moe-shared-expert-intermediate-size=%d: llama.cpp's deepseek "
+                             "holds shared experts of the routed ones' size (a multiple of "
+                             "--moe-ffn-hidden-size %lld)",
+                             mc->shared_ffn, (long long)EF);
+        if (dense_lead(c) < 0)
+            return mtc_error(U, "llama.cpp's deepseek has dense layers only before the first MoE "
+                                "layer; this model's --moe-layer-freq puts one after (export as "
+                                "safetensors or onnx)");
+        return MTC_OK;
+    }
+    if (mc->pre_softmax)
+        return mtc_error(U, "llama.cpp's llama / qwen3moe renormalise the top-k router weights; "
+                            "--moe-router-pre-softmax does not (export as safetensors or onnx)");
     if (mtc_moe_num_layers(mc, c->num_layers) != c->num_layers)
-        return mtc_error(U, "llama.cpp's llama architecture has experts in every layer; this "
-                            "model has dense layers (--moe-layer-freq): export it as safetensors "
-                            "or onnx");
-    if (mc->shared_ffn)
-        return mtc_error(U,
-                         "moe-shared-expert-intermediate-size=%d: llama.cpp's llama "
-                         "architecture has no shared expert (and its qwen2moe scales one by a "
-                         "gate mtc's model lacks): export as safetensors or onnx",
-                         mc->shared_ffn);
-    if (mc->score != MOE_SCORE_SOFTMAX || mc->pre_softmax || mc->expert_bias ||
-        mc->num_groups > 0 || (mc->topk_scaling > 0 && mc->topk_scaling != 1.0f) ||
-        mc->capacity_factor > 0)
-        return mtc_error(U, "llama.cpp routes as Mixtral (softmax, top-k renormalised, dropless); "
-                            "this router differs (--moe-router-score-function sigmoid, "
-                            "--moe-router-pre-softmax, --moe-router-enable-expert-bias, "
-                            "--moe-router-num-groups, --moe-router-topk-scaling-factor or "
-                            "--moe-expert-capacity-factor)");
+        return mtc_error(U, "llama.cpp's llama and qwen3moe have experts in every layer; this "
+                            "model has dense layers (--moe-layer-freq) and no shared expert: "
+                            "export it as safetensors or onnx");
     return MTC_OK;
 }
 
@@ -160,9 +205,9 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     if (c->mtp_num_layers > 0)
         return mtc_error(MTC_ERR_UNSUPPORTED, "--mtp-num-layers: mtc does not export MTP layers "
                                               "to GGUF (train without MTP to export)");
-    if (c->qk_layernorm)
-        return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 and llama have no "
-                                              "q/k norms (mtc does not export qwen3 yet)");
+    if (c->qk_layernorm && !llama)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 has no q/k norms "
+                                              "(its qwen3 takes Llama-style models)");
     if (!llama) {
         if (c->disable_bias_linear || c->add_qkv_bias || c->untie_embeddings ||
             mtc_model_groups(c) != c->num_heads || c->kv_channels)
@@ -199,18 +244,23 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
                          "biases: this model differs");
     int64_t HS = mtc_model_head_size(c), QD = c->num_heads * HS, KD = mtc_model_groups(c) * HS;
     int64_t FF = c->ffn_hidden_size;
+    int neox = c->qk_layernorm; /* qwen3 / qwen3moe rotate halves, as mtc: rows as they are */
     T("token_embd.weight", mtc_registry_find(r, "model.embed_tokens.weight"), 0, V, 0);
     for (int l = 0; l < c->num_layers; l++) {
         int qkv = F("model.layers.%d.self_attn.qkv_proj.weight", l);
         int gu = F("model.layers.%d.mlp.gate_up_proj.weight", l);
 #define B(s) (snprintf(nm, sizeof nm, "blk.%d.%s", l, s), nm)
         T(B("attn_norm.weight"), F("model.layers.%d.input_layernorm.weight", l), 0, -1, 0);
-        T(B("attn_q.weight"), qkv, 0, QD, c->num_heads);
-        T(B("attn_k.weight"), qkv, QD, KD, mtc_model_groups(c));
+        T(B("attn_q.weight"), qkv, 0, QD, neox ? 0 : c->num_heads);
+        T(B("attn_k.weight"), qkv, QD, KD, neox ? 0 : mtc_model_groups(c));
         T(B("attn_v.weight"), qkv, QD + KD, KD, 0);
         T(B("attn_output.weight"), F("model.layers.%d.self_attn.o_proj.weight", l), 0, -1, 0);
+        if (c->qk_layernorm) {
+            T(B("attn_q_norm.weight"), F("model.layers.%d.self_attn.q_norm.weight", l), 0, -1, 0);
+            T(B("attn_k_norm.weight"), F("model.layers.%d.self_attn.k_norm.weight", l), 0, -1, 0);
+        }
         T(B("ffn_norm.weight"), F("model.layers.%d.post_attention_layernorm.weight", l), 0, -1, 0);
-        if (c->moe.num_experts > 0) { /* Mixtral's form (gguf_moe_check) */
+        if (c->moe.num_experts > 0 && mtc_moe_is_layer(&c->moe, l)) { /* gguf_moe_check */
             static const char *EX[2] = {"model.layers.%d.mlp.experts.%d.gate_up_proj.weight",
                                         "model.layers.%d.mlp.experts.%d.down_proj.weight"};
             static const char *GN[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
@@ -224,6 +274,14 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
                 t[k - 1].nexp = c->moe.num_experts, t[k - 1].layer = l;
                 snprintf(t[k - 1].efmt, sizeof t[k - 1].efmt, "%s", EX[j / 2]);
             }
+            if (c->moe.shared_ffn) { /* deepseek: ungated, gate | up rows of gate_up_proj */
+                int64_t SF = c->moe.shared_ffn;
+                int sgu = F("model.layers.%d.mlp.shared_expert.gate_up_proj.weight", l);
+                T(B("ffn_gate_shexp.weight"), sgu, 0, SF, 0);
+                T(B("ffn_up_shexp.weight"), sgu, SF, SF, 0);
+                T(B("ffn_down_shexp.weight"),
+                  F("model.layers.%d.mlp.shared_expert.down_proj.weight", l), 0, -1, 0);
+            }
             continue;
         }
         T(B("ffn_gate.weight"), gu, 0, FF, 0);
@@ -232,7 +290,10 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
 #undef B
     }
     T("output_norm.weight", mtc_registry_find(r, "model.norm.weight"), 0, -1, 0);
-    if (c->untie_embeddings) T("output.weight", mtc_registry_find(r, "lm_head.weight"), 0, V, 0);
+    if (c->untie_embeddings)
+        T("output.weight", mtc_registry_find(r, "lm_head.weight"), 0, V, 0);
+    else if (!strcmp(gguf_arch(c), "deepseek")) /* its output is not optional: the tied copy */
+        T("output.weight", mtc_registry_find(r, "model.embed_tokens.weight"), 0, V, 0);
 #undef T
 #undef F
     *n = k;
@@ -248,7 +309,7 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     if (vo && vo->n_tokens != V)
         return mtc_error(MTC_ERR_INTERNAL, "GGUF vocabulary of %d tokens for a model of %d",
                          vo->n_tokens, V);
-    gg_tensor *t = calloc((size_t)(12 * c->num_layers + 8), sizeof *t);
+    gg_tensor *t = calloc((size_t)(16 * c->num_layers + 8), sizeof *t);
     int *byte_of = calloc((size_t)V, sizeof(int));
     if (!t || !byte_of) {
         free(t), free(byte_of);
@@ -262,12 +323,13 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         free(t), free(byte_of);
         return rc;
     }
-    const char *arch = llama ? "llama" : "gpt2";
+    const char *arch = gguf_arch(c);
     char k[96];
-    /* general: 3; the architecture's: 7 or 12 (file_type included), 2 more for
+    /* general: 3; the architecture's: 7 or 13 (file_type included), 3 more for
      * experts; tokenizer: 9 */
     int moe = c->moe.num_experts > 0;
-    int nkv = 3 + (llama ? 12 : 7) + 2 * moe + 9;
+    int deepseek = !strcmp(arch, "deepseek");
+    int nkv = 3 + (llama ? 13 : 7) + 3 * moe + 3 * deepseek + 9;
     if (vo && vo->model && !strcmp(vo->model, "llama"))
         nkv--; /* no merges (pre: add_space_prefix) */
     nkv += (vo && vo->scores) + (vo && vo->has_unk);
@@ -281,11 +343,18 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
 #define KA(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
     kv_u32(&out, KA("context_length"), (uint32_t)c->max_position_embeddings);
     kv_u32(&out, KA("embedding_length"), (uint32_t)c->hidden_size);
-    kv_u32(&out, KA("feed_forward_length"), /* an MoE model's: the experts' */
-           (uint32_t)(moe ? mtc_model_moe_ffn(c) : c->ffn_hidden_size));
+    kv_u32(&out, KA("feed_forward_length"), /* an MoE model's: the experts' (deepseek: dense) */
+           (uint32_t)(moe && !deepseek ? mtc_model_moe_ffn(c) : c->ffn_hidden_size));
     if (moe) {
         kv_u32(&out, KA("expert_count"), (uint32_t)c->moe.num_experts);
         kv_u32(&out, KA("expert_used_count"), (uint32_t)mtc_moe_topk(&c->moe));
+        kv_u32(&out, KA("expert_feed_forward_length"), (uint32_t)mtc_model_moe_ffn(c));
+    }
+    if (deepseek) {
+        kv_u32(&out, KA("leading_dense_block_count"), (uint32_t)dense_lead(c));
+        kv_u32(&out, KA("expert_shared_count"),
+               (uint32_t)(c->moe.shared_ffn / mtc_model_moe_ffn(c)));
+        kv_f32(&out, KA("expert_weights_scale"), 1.0f);
     }
     kv_u32(&out, KA("block_count"), (uint32_t)c->num_layers);
     kv_u32(&out, KA("attention.head_count"), (uint32_t)c->num_heads);
@@ -296,6 +365,7 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
         kv_f32(&out, KA("rope.freq_base"), c->rotary_base > 0 ? c->rotary_base : 10000.0f);
         kv_u32(&out, KA("vocab_size"), (uint32_t)V);
         kv_u32(&out, KA("attention.key_length"), (uint32_t)mtc_model_head_size(c));
+        kv_u32(&out, KA("attention.value_length"), (uint32_t)mtc_model_head_size(c));
     } else {
         kv_f32(&out, KA("attention.layer_norm_epsilon"), mtc_model_norm_eps(c));
         kv_u32(&out, "general.file_type", f16 ? 1 : 0);

@@ -1,5 +1,6 @@
-/* ckpt/gguf.h - GGUF v3 export for llama.cpp (`gpt2` and `llama`
- * architectures, F32 or F16 matrices; 1-D tensors always F32).
+/* ckpt/gguf.h - GGUF v3 export for llama.cpp (`gpt2`, `llama`, and for
+ * --qk-layernorm models `qwen3` / `qwen3moe` architectures, F32 or F16
+ * matrices; 1-D tensors always F32).
  *
  * File: "GGUF", version 3, tensor count, key/value count, typed key/values
  * (general.*, <arch>.*, tokenizer.ggml.*), tensor infos (name, dims listed
@@ -17,7 +18,11 @@
  * ffn_down_exps (the E experts stacked: dims C, F, E and F, C, E) instead of
  * the dense MLP. llama.cpp rotates adjacent pairs where mtc
  * and Hugging Face rotate halves, so the rows of Q and K are permuted per
- * head (new row 2j = old j, 2j+1 = old j + hd/2).
+ * head (new row 2j = old j, 2j+1 = old j + hd/2). qwen3 / qwen3moe are the
+ * same tensors plus blk.N.attn_q_norm / attn_k_norm (head size), RoPE
+ * rotating halves as mtc (no permutation); qwen3moe renormalises the top-k
+ * weights (the default router; --moe-router-pre-softmax is refused) and
+ * has <arch>.expert_feed_forward_length.
  * Tokenizer (tokenizer.ggml.model "gpt2", pre "gpt-2"): the caller's
  * mtc_gguf_vocab when given (a GPT-2 BPE vocabulary with its merges, or a
  * byte/char one without merges: tokens spelled in GPT-2's byte-to-unicode

@@ -67,9 +67,9 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *
     if (c->mtp_num_layers > 0)
         return mtc_error(U, "--mtp-num-layers: mtc does not export DeepSeek-V3's MTP layers to "
                             "Hugging Face yet (train without MTP to export)");
-    if (c->qk_layernorm)
-        return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel and LlamaForCausalLM have no q/k "
-                            "norms, and mtc does not export Qwen3's q_norm / k_norm yet");
+    if (c->qk_layernorm && !model_family_is_llama(c))
+        return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel has no q/k norms (Qwen3's q_norm / "
+                            "k_norm are written for Llama-style models)");
     if (!model_family_is_llama(c)) {
         if (c->moe.num_experts > 0)
             return mtc_error(U, "no Hugging Face class holds a GPT-2-style (LayerNorm, GELU) "
@@ -108,6 +108,12 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *
     }
     const char *cls = "LlamaForCausalLM", *type = "llama";
     if (c->moe.num_experts > 0) MTC_CHECK(hf_moe_check(m, arch, &cls, &type));
+    if (c->moe.num_experts == 0 && c->qk_layernorm) { /* Qwen3: Llama with q/k norms */
+        if (c->add_qkv_bias)
+            return mtc_error(U, "Qwen3ForCausalLM has no q/k/v biases alone (attention_bias adds "
+                                "o_proj's too): train without --add-qkv-bias to export");
+        cls = "Qwen3ForCausalLM", type = "qwen3";
+    }
     int qkv_bias_ok = strcmp(cls, "Qwen2MoeForCausalLM") == 0; /* Qwen2 has q/k/v biases */
     if (c->normalization != MTC_NORM_RMSNORM || c->position_embedding != MTC_POS_ROPE ||
         !c->swiglu || !c->disable_bias_linear || (c->add_qkv_bias && !qkv_bias_ok) ||
@@ -129,6 +135,12 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *
         MTC_CHECK(add(t, r, N("self_attn.v_proj.weight"), qkv, QD + KD, KD, 0));
         if (qkv_bias_ok) MTC_CHECK(hf_moe_qkv_bias(m, cls, l, t));
         MTC_CHECK(add(t, r, N("self_attn.o_proj.weight"), P("self_attn.o_proj.weight"), 0, -1, 0));
+        if (c->qk_layernorm) { /* mtc's names are Qwen3's */
+            MTC_CHECK(
+                add(t, r, N("self_attn.q_norm.weight"), P("self_attn.q_norm.weight"), 0, -1, 0));
+            MTC_CHECK(
+                add(t, r, N("self_attn.k_norm.weight"), P("self_attn.k_norm.weight"), 0, -1, 0));
+        }
         MTC_CHECK(add(t, r, N("post_attention_layernorm.weight"),
                       P("post_attention_layernorm.weight"), 0, -1, 0));
         if (mtc_moe_is_layer(&c->moe, l) && c->moe.num_experts > 0) {
@@ -219,7 +231,7 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
         c->norm_epsilon = jflt(j, &bad, "layer_norm_epsilon", 1e-5);
         c->rotary_base = 10000, c->rotary_percent = 1.0f; /* unused: mtc train's defaults */
     } else if (!strcmp(type, "llama") || !strcmp(type, "mixtral") || !strcmp(type, "qwen2_moe") ||
-               !strcmp(type, "qwen3_moe")) {
+               !strcmp(type, "qwen3_moe") || !strcmp(type, "qwen3")) {
         if (cJSON_IsTrue(cJSON_GetObjectItem(j, "attention_bias")) ||
             cJSON_IsTrue(cJSON_GetObjectItem(j, "mlp_bias")) ||
             cJSON_IsObject(cJSON_GetObjectItem(j, "rope_scaling")))
@@ -241,14 +253,23 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
         c->normalization = MTC_NORM_RMSNORM, c->position_embedding = MTC_POS_ROPE;
         c->swiglu = 1, c->disable_bias_linear = 1;
         c->untie_embeddings = !cJSON_IsTrue(cJSON_GetObjectItem(j, "tie_word_embeddings"));
-        if (strcmp(type, "llama")) { /* the MoE classes (ckpt/hf_moe.c) */
-            *arch = !strcmp(type, "mixtral") ? "MixtralForCausalLM" : "Qwen2MoeForCausalLM";
+        if (!strcmp(type, "qwen3")) { /* Llama with q_norm / k_norm */
+            if (cJSON_IsTrue(cJSON_GetObjectItem(j, "use_sliding_window")))
+                return mtc_error(MTC_ERR_UNSUPPORTED,
+                                 "%s: use_sliding_window (mtc attends to the whole context)", path);
+            c->qk_layernorm = 1;
+        } else if (strcmp(type, "llama")) { /* the MoE classes (ckpt/hf_moe.c) */
+            *arch = !strcmp(type, "mixtral")     ? "MixtralForCausalLM"
+                    : !strcmp(type, "qwen3_moe") ? "Qwen3MoeForCausalLM"
+                                                 : "Qwen2MoeForCausalLM";
             MTC_CHECK(hf_moe_parse(j, path, type, c));
         }
     } else {
-        return mtc_error(MTC_ERR_UNSUPPORTED,
-                         "%s: model_type %s (mtc imports gpt2, llama, mixtral and qwen2_moe)", path,
-                         type);
+        return mtc_error(
+            MTC_ERR_UNSUPPORTED,
+            "%s: model_type %s (mtc imports gpt2, llama, qwen3, mixtral, qwen2_moe and "
+            "qwen3_moe)",
+            path, type);
     }
     c->vocab_size = jint(j, &bad, "vocab_size", 0);
     c->init_std = jflt(j, &bad, "initializer_range", 0.02);

@@ -1,8 +1,9 @@
 /* ckpt/hf.h - Hugging Face export and import: model.safetensors (sharded
  * with model.safetensors.index.json above a size limit), config.json and
  * generation_config.json (hf_config.c), for GPT2LMHeadModel,
- * LlamaForCausalLM, and Llama-style MoE models as MixtralForCausalLM or
- * Qwen2MoeForCausalLM (hf_moe.c).
+ * LlamaForCausalLM, Qwen3ForCausalLM (Llama with --qk-layernorm: q_norm /
+ * k_norm), and Llama-style MoE models as MixtralForCausalLM,
+ * Qwen2MoeForCausalLM or Qwen3MoeForCausalLM (hf_moe.c).
  *
  * safetensors: 8-byte little-endian header length N, N bytes of JSON
  * (padded with spaces to a multiple of 8) mapping each name to

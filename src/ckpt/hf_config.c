@@ -64,6 +64,8 @@ static cJSON *hf_config(const mtc_model *m, const mtc_hf_config_opts *o) {
         const char *cls = "LlamaForCausalLM", *type = "llama";
         if (c->moe.num_experts > 0) /* checked by the table already */
             (void)hf_moe_check(m, o ? o->arch : NULL, &cls, &type);
+        else if (c->qk_layernorm)
+            cls = "Qwen3ForCausalLM", type = "qwen3";
         const char *moe_cls = cls;
         if (c->moe.num_experts > 0 && o && o->tjs_dtype) { /* see hf.h */
             cJSON_AddStringToObject(j, "mtc_moe_architecture", cls);
@@ -88,6 +90,11 @@ static cJSON *hf_config(const mtc_model *m, const mtc_hf_config_opts *o) {
         cJSON_AddNullToObject(j, "rope_scaling");
         hf_add_float(j, "attention_dropout", c->attention_dropout);
         if (c->moe.num_experts > 0) hf_moe_config(m, moe_cls, j);
+        if (c->moe.num_experts == 0 && c->qk_layernorm) { /* Qwen3Config */
+            cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+            cJSON_AddNullToObject(j, "sliding_window");
+            cJSON_AddNumberToObject(j, "max_window_layers", c->num_layers);
+        }
     }
     int set = o && o->ids_set;
     add_id(j, "bos_token_id", set, o ? o->bos : -1);

@@ -1,27 +1,31 @@
 /* ckpt/hf_moe.c - Llama-family mixture-of-experts models as Hugging Face's
- * MixtralForCausalLM and Qwen2MoeForCausalLM (export and import tables,
- * config.json fields); used by ckpt/hf.c through hf_internal.h.
+ * MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (export
+ * and import tables, config.json fields); used by ckpt/hf.c through
+ * hf_internal.h.
  *
- *   mtc (registry)                      Mixtral                     Qwen2-MoE
- *   mlp.router (E, C)                   block_sparse_moe.gate       mlp.gate
- *   mlp.experts.e.gate_up_proj [g | u]  ..experts.e.w1 | w3         mlp.experts.e.gate_proj |
- * up_proj mlp.experts.e.down_proj             ..experts.e.w2              mlp.experts.e.down_proj
- *   mlp.shared_expert.gate_up_proj      -                           mlp.shared_expert.gate_proj |
- * up_proj mlp.shared_expert.down_proj         -                           2 x
- * mlp.shared_expert.down_proj
- *   -                                   -                           mlp.shared_expert_gate = 0
- *   qkv bias (--add-qkv-bias)           -                           self_attn.q/k/v_proj.bias (else
- * 0) Qwen2-MoE scales its shared expert by sigmoid(shared_expert_gate(x)), which mtc's model does
- * not have: a zero gate gives exactly 1/2, so the down projection is stored doubled (exact in
- * binary) and import requires a zero gate. Routing: Megatron's softmax router with top-k after the
- * softmax (--moe-router-pre-softmax) is Qwen2-MoE's norm_topk_prob false,
- * the default (softmax over the top-k logits) is Mixtral's and norm_topk_prob
- * true. Anything else a router does at inference (sigmoid scores, the
- * expert bias, group-limited routing, a top-k scaling factor, capacity
- * dropping) has no field in these classes and is refused by name.
- * Qwen3MoeForCausalLM normalises q and k per head (q_norm / k_norm), which
- * mtc's attention does not: refused both ways. Training-only settings (the
- * load-balancing loss coefficient, z-loss) do not change the forward. */
+ *   mtc (registry)            Mixtral                 Qwen2-MoE / Qwen3-MoE
+ *   mlp.router (E, C)         block_sparse_moe.gate   mlp.gate
+ *   experts.e.gate_up_proj    ..experts.e.w1 | w3     mlp.experts.e.gate_proj | up_proj
+ *   experts.e.down_proj       ..experts.e.w2          mlp.experts.e.down_proj
+ *   shared_expert.gate_up     -                       Qwen2: mlp.shared_expert.gate | up_proj
+ *   shared_expert.down_proj   -                       Qwen2: 2 x mlp.shared_expert.down_proj
+ *   -                         -                       Qwen2: mlp.shared_expert_gate = 0
+ *   qkv bias (--add-qkv-bias) -                       Qwen2: self_attn.q/k/v_proj.bias (else 0)
+ *   self_attn.q/k_norm        -                       Qwen3: self_attn.q_norm / k_norm
+ *
+ * Qwen2-MoE scales its shared expert by sigmoid(shared_expert_gate(x)),
+ * which mtc's model does not have: a zero gate gives exactly 1/2, so the
+ * down projection is stored doubled (exact in binary) and import requires a
+ * zero gate. Qwen3-MoE has no shared expert and no q/k/v-only biases, and
+ * needs --qk-layernorm (Megatron's per-head norm of q and k before RoPE is
+ * its q_norm / k_norm); the other two refuse a model with q/k norms.
+ * Routing: Megatron's softmax router with top-k after the softmax
+ * (--moe-router-pre-softmax) is the Qwens' norm_topk_prob false, the default
+ * (softmax over the top-k logits) is Mixtral's and norm_topk_prob true.
+ * Anything else a router does at inference (sigmoid scores, the expert bias,
+ * group-limited routing, a top-k scaling factor, capacity dropping) has no
+ * field in these classes and is refused by name. Training-only settings
+ * (the load-balancing loss coefficient, z-loss) do not change the forward. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,14 +66,31 @@ mtc_result_t hf_moe_check(const mtc_model *m, const char *arch, const char **cls
                          "moe-expert-capacity-factor=%g drops tokens; Mixtral and Qwen2-MoE "
                          "are dropless (train dropless to export)",
                          (double)mc->capacity_factor);
+    int qk = c->qk_layernorm;
     int mixtral_ok = all_moe(c) && mc->shared_ffn == 0 && !mc->pre_softmax && !c->add_qkv_bias;
-    if (!arch || !arch[0]) arch = mixtral_ok ? MIXTRAL : QWEN2;
-    if (!strcmp(arch, QWEN3))
-        return mtc_error(U,
-                         "Qwen3MoeForCausalLM normalises q and k per head (q_norm, k_norm), "
-                         "which this model's attention does not (use --hf-architecture %s or "
-                         "%s)",
-                         MIXTRAL, QWEN2);
+    if (!arch || !arch[0]) arch = qk ? QWEN3 : mixtral_ok ? MIXTRAL : QWEN2;
+    if (!strcmp(arch, QWEN3)) {
+        if (!qk)
+            return mtc_error(U,
+                             "Qwen3MoeForCausalLM normalises q and k per head (q_norm, k_norm), "
+                             "which this model's attention does not (train with --qk-layernorm, "
+                             "or use --hf-architecture %s or %s)",
+                             MIXTRAL, QWEN2);
+        if (mc->shared_ffn)
+            return mtc_error(U,
+                             "Qwen3MoeForCausalLM has no shared expert "
+                             "(moe-shared-expert-intermediate-size=%d): train without it to "
+                             "export",
+                             mc->shared_ffn);
+        if (c->add_qkv_bias)
+            return mtc_error(U, "Qwen3MoeForCausalLM has no q/k/v biases alone (attention_bias "
+                                "adds o_proj's too): train without --add-qkv-bias to export");
+        *cls = QWEN3, *model_type = "qwen3_moe";
+        return MTC_OK;
+    }
+    if (qk)
+        return mtc_error(U, "--qk-layernorm: %s has no q_norm / k_norm (use --hf-architecture %s)",
+                         arch, QWEN3);
     if (!strcmp(arch, MIXTRAL)) {
         if (!all_moe(c))
             return mtc_error(U,
@@ -93,8 +114,8 @@ mtc_result_t hf_moe_check(const mtc_model *m, const char *arch, const char **cls
         *cls = QWEN2, *model_type = "qwen2_moe";
     } else {
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "hf-architecture=%s is not an MoE class mtc writes (use %s or %s)", arch,
-                         MIXTRAL, QWEN2);
+                         "hf-architecture=%s is not an MoE class mtc writes (use %s, %s or %s)",
+                         arch, MIXTRAL, QWEN2, QWEN3);
     }
     return MTC_OK;
 }
@@ -142,7 +163,7 @@ mtc_result_t hf_moe_layer(const mtc_model *m, const char *cls, int l, hf_table *
             MTC_CHECK(hf_table_add(t, r, n, k < 2 ? gu : dn, k == 1 ? F : 0, k < 2 ? F : -1, 0));
         }
     }
-    if (mix) return MTC_OK;
+    if (mix || !strcmp(cls, QWEN3)) return MTC_OK;
     /* Qwen2-MoE always has a shared expert and its gate */
     snprintf(q, sizeof q, "model.layers.%d.mlp.shared_expert.gate_up_proj.weight", l);
     int sgu = mtc_registry_find(r, q);
@@ -175,7 +196,8 @@ void hf_moe_config(const mtc_model *m, const char *cls, cJSON *j) {
         cJSON_AddNumberToObject(j, "num_experts", mc->num_experts);
         cJSON_AddNumberToObject(j, "num_experts_per_tok", mtc_moe_topk(mc));
         cJSON_AddNumberToObject(j, "moe_intermediate_size", F);
-        cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", mc->shared_ffn);
+        if (!strcmp(cls, QWEN2))
+            cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", mc->shared_ffn);
         cJSON_AddBoolToObject(j, "norm_topk_prob", !mc->pre_softmax);
         cJSON_AddNumberToObject(j, "decoder_sparse_step", 1);
         cJSON *dense = cJSON_AddArrayToObject(j, "mlp_only_layers");
@@ -183,6 +205,7 @@ void hf_moe_config(const mtc_model *m, const char *cls, cJSON *j) {
             if (!mtc_moe_is_layer(mc, l)) cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
         cJSON_AddBoolToObject(j, "use_sliding_window", 0);
         cJSON_AddNullToObject(j, "sliding_window");
+        cJSON_AddNumberToObject(j, "max_window_layers", c->num_layers);
     }
     hf_add_float(j, "router_aux_loss_coef", mc->aux_coeff);
     cJSON_AddBoolToObject(j, "output_router_logits", 0);
@@ -200,11 +223,6 @@ mtc_result_t hf_moe_parse(const cJSON *j, const char *path, const char *type, mt
     const mtc_result_t U = MTC_ERR_UNSUPPORTED, F = MTC_ERR_FORMAT;
     mtc_moe_config *mc = &c->moe;
     int bad = 0, L = c->num_layers;
-    if (!strcmp(type, "qwen3_moe"))
-        return mtc_error(U,
-                         "%s: Qwen3-MoE normalises q and k per head (q_norm, k_norm), which "
-                         "mtc's attention does not have",
-                         path);
     const cJSON *slide = cJSON_GetObjectItem(j, "use_sliding_window");
     if (cJSON_IsTrue(slide))
         return mtc_error(U, "%s: use_sliding_window (mtc attends to the whole context)", path);
@@ -218,7 +236,8 @@ mtc_result_t hf_moe_parse(const cJSON *j, const char *path, const char *type, mt
     } else {
         mc->num_experts = jget_int(j, "num_experts", 60, &bad);
         mc->ffn_hidden_size = jget_int(j, "moe_intermediate_size", 1408, &bad);
-        mc->shared_ffn = jget_int(j, "shared_expert_intermediate_size", 0, &bad);
+        if (strcmp(type, "qwen3_moe")) /* Qwen3-MoE has none */
+            mc->shared_ffn = jget_int(j, "shared_expert_intermediate_size", 0, &bad);
         mc->pre_softmax = !cJSON_IsTrue(cJSON_GetObjectItem(j, "norm_topk_prob"));
         int step = jget_int(j, "decoder_sparse_step", 1, &bad);
         if (step < 1) bad = 1;
@@ -236,7 +255,10 @@ mtc_result_t hf_moe_parse(const cJSON *j, const char *path, const char *type, mt
             }
             mc->pattern[(int)e->valuedouble] = 0;
         }
-        c->add_qkv_bias = 1; /* Qwen2's attention has q/k/v biases */
+        if (!strcmp(type, "qwen3_moe"))
+            c->qk_layernorm = 1; /* Qwen3: q_norm / k_norm, no biases */
+        else
+            c->add_qkv_bias = 1; /* Qwen2's attention has q/k/v biases */
     }
     mc->topk = jget_int(j, "num_experts_per_tok", 2, &bad);
     const cJSON *aux = cJSON_GetObjectItem(j, "router_aux_loss_coef");

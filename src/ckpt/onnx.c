@@ -1,7 +1,7 @@
 /* ckpt/onnx.c - the decoder graph of a serial model in ONNX; see onnx.h.
  *
  *   input_ids ─Gather(wte)─(+ Gather(wpe, position_ids))─> x (B, S, C)
- *   per layer:  h = norm1(x) ─MatMul(qkv^T)─Split─> q, k, v ─RoPE(q, k)─>
+ *   per layer:  h = norm1(x) ─MatMul(qkv^T)─Split─> q, k, v (─q/k norm per head)─RoPE(q, k)─>
  *               present = Concat(past, k | v) ─attention(mask)─> o_proj ─> x += ..
  *               h = norm2(x) ─MLP or MoE─> x += ..
  *   normf(x) ─MatMul(head^T)─> logits (B, S, V)
@@ -80,11 +80,12 @@ static const char *linear(ox_ctx *x, const char *in, const char *name, const flo
     return ox_op2(&x->g, "Add", y, vec(x, n, b, rows));
 }
 
-static const char *norm(ox_ctx *x, const char *in, const char *name, const float *w,
-                        const float *b) {
+/* The model's norm over the last axis of size C (the hidden size, or a
+ * head's for --qk-layernorm). */
+static const char *norm_n(ox_ctx *x, const char *in, const char *name, const float *w,
+                          const float *b, int64_t C) {
     const mtc_model_config *c = &x->m->cfg;
     char n[240];
-    int64_t C = c->hidden_size;
     float eps = mtc_model_norm_eps(c);
     snprintf(n, sizeof n, "%s.weight", name);
     const char *wn = vec(x, n, w, C);
@@ -106,6 +107,11 @@ static const char *norm(ox_ctx *x, const char *in, const char *name, const float
     const char *r = ox_op2(&x->g, "Div", f32(x, 1.0f),
                            ox_op1(&x->g, "Sqrt", ox_op2(&x->g, "Add", ms, f32(x, eps))));
     return ox_op2(&x->g, "Mul", ox_op2(&x->g, "Mul", in, r), wn);
+}
+
+static const char *norm(ox_ctx *x, const char *in, const char *name, const float *w,
+                        const float *b) {
+    return norm_n(x, in, name, w, b, x->m->cfg.hidden_size);
 }
 
 /* GELU, tanh form (Megatron's gelu, Hugging Face's gelu_new). */
@@ -167,6 +173,12 @@ static const char *attention(ox_ctx *x, int l, const char *h) {
     ox_node(g, "Split", 2, in, 3, o3, aint("axis", -1, &a[0]), 1);
     const char *q = heads(x, o3[0], x->shape_q), *k = heads(x, o3[1], x->shape_kv);
     const char *v = heads(x, o3[2], x->shape_kv);
+    if (c->qk_layernorm) { /* per head, before RoPE (Megatron's q/k_layernorm, Qwen3's q/k_norm) */
+        q = norm_n(x, q, pname(fmt, l, "q_norm", n, sizeof n), L->w[MTC_ROLE_QNORM_W],
+                   L->w[MTC_ROLE_QNORM_B], HS);
+        k = norm_n(x, k, pname(fmt, l, "k_norm", n, sizeof n), L->w[MTC_ROLE_KNORM_W],
+                   L->w[MTC_ROLE_KNORM_B], HS);
+    }
     if (c->position_embedding == MTC_POS_ROPE) q = rope(x, q), k = rope(x, k);
     const char *kv[2] = {k, v};
     const char *present[2];

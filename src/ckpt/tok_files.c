@@ -13,9 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "ckpt/dist_internal.h"
 
 #define TOK_MAX_FILES 2
+#define TOK_MAX_FORM 16384
 
 /* The kinds whose form names files, and the names their copies take. */
 static const struct {
@@ -99,10 +102,96 @@ static int is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* ---- "<Type>:{JSON}" forms (SentencePiece, TikTokenizer): one file, "model" ---------- */
+
+static const struct {
+    const char *kind, *name;
+} JSON_KINDS[] = {
+    {"SentencePieceTokenizer", "tokenizer.model"},
+    {"GPTSentencePieceTokenizer", "tokenizer.model"},
+    {"Llama2Tokenizer", "tokenizer.model"},
+    {"TikTokenizer", "tiktoken.json"},
+};
+
+typedef struct {
+    char kind[64];
+    const char *name; /* the copy's file name */
+    cJSON *j;         /* the options; "model" a string */
+} json_form;
+
+/* 1 when form is such a form (j to be freed), else 0. */
+static int json_split(const char *form, json_form *f) {
+    const char *colon = strchr(form, ':');
+    memset(f, 0, sizeof *f);
+    if (!colon || colon[1] != '{' || (size_t)(colon - form) >= sizeof f->kind) return 0;
+    for (size_t i = 0; i < sizeof JSON_KINDS / sizeof JSON_KINDS[0]; i++)
+        if (strlen(JSON_KINDS[i].kind) == (size_t)(colon - form) &&
+            !strncmp(form, JSON_KINDS[i].kind, (size_t)(colon - form)))
+            f->name = JSON_KINDS[i].name;
+    if (!f->name) return 0;
+    memcpy(f->kind, form, (size_t)(colon - form));
+    f->j = cJSON_Parse(colon + 1);
+    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f->j, "model"))) {
+        cJSON_Delete(f->j);
+        f->j = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static const char *json_model(const json_form *f) {
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f->j, "model"));
+}
+
+/* out = the form with "model" set to model; frees f->j. */
+static mtc_result_t json_join(json_form *f, const char *model, char *out, size_t cap) {
+    cJSON_ReplaceItemInObjectCaseSensitive(f->j, "model", cJSON_CreateString(model));
+    char *s = cJSON_PrintUnformatted(f->j);
+    cJSON_Delete(f->j);
+    f->j = NULL;
+    if (!s) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing a tokenizer form");
+    size_t w = (size_t)snprintf(out, cap, "%s:%s", f->kind, s);
+    cJSON_free(s);
+    if (w >= cap)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the tokenizer's text form is too long");
+    return MTC_OK;
+}
+
+/* The form's file made absolute against dir (a relative name). */
+static void json_abs(const char *model, const char *dir, char *out, size_t cap) {
+    char base[PATH_MAX];
+    if (model[0] == '/') {
+        snprintf(out, cap, "%s", model);
+        return;
+    }
+    if (!realpath(dir, base)) snprintf(base, sizeof base, "%s", dir);
+    snprintf(out, cap, "%s/%s", base, model);
+}
+
+mtc_result_t mtc_ckpt_tok_copy_model(const char *form, const char *dir) {
+    json_form f;
+    if (!json_split(form, &f)) return MTC_OK;
+    char dst[PATH_MAX + 32];
+    snprintf(dst, sizeof dst, "%s/%s", dir, f.name);
+    mtc_result_t rc = copy_file(json_model(&f), dst);
+    cJSON_Delete(f.j);
+    return rc;
+}
+
 mtc_result_t mtc_ckpt_tok_embed(const char *form, const char *dir, char *out, size_t cap) {
     char buf[PATH_MAX * TOK_MAX_FILES + 8], *f[TOK_MAX_FILES], src[PATH_MAX + 32],
         dst[PATH_MAX + 32];
     int n = 0, k = tok_split(form, buf, sizeof buf, f, &n);
+    json_form jf;
+    if (k < 0 && json_split(form, &jf)) { /* the model file as tokenizer.model (tiktoken.json) */
+        snprintf(dst, sizeof dst, "%s/%s", dir, jf.name);
+        mtc_result_t rc = copy_file(json_model(&jf), dst);
+        if (rc != MTC_OK) {
+            cJSON_Delete(jf.j);
+            return rc;
+        }
+        return json_join(&jf, jf.name, out, cap);
+    }
     if (k < 0) {
         if (strlen(form) >= cap)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the tokenizer's text form is too long");
@@ -129,6 +218,8 @@ mtc_result_t mtc_ckpt_tok_embed(const char *form, const char *dir, char *out, si
 mtc_result_t mtc_ckpt_tok_export_form(const char *form, char *out, size_t cap) {
     char buf[PATH_MAX * TOK_MAX_FILES + 8], *f[TOK_MAX_FILES];
     int n = 0, k = tok_split(form, buf, sizeof buf, f, &n);
+    json_form jf;
+    if (k < 0 && json_split(form, &jf)) return json_join(&jf, jf.name, out, cap);
     if (k < 0) {
         if (strlen(form) >= cap)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the tokenizer's text form is too long");
@@ -145,6 +236,11 @@ mtc_result_t mtc_ckpt_tok_resolve(const char *form, const char *dir, char *out, 
     char buf[PATH_MAX * TOK_MAX_FILES + 8], *f[TOK_MAX_FILES];
     char abs[TOK_MAX_FILES][PATH_MAX + 32], base[PATH_MAX];
     int n = 0, k = tok_split(form, buf, sizeof buf, f, &n);
+    json_form jf;
+    if (k < 0 && json_split(form, &jf)) {
+        json_abs(json_model(&jf), dir, abs[0], sizeof abs[0]);
+        return json_join(&jf, abs[0], out, cap);
+    }
     if (k < 0) {
         if (strlen(form) >= cap)
             return mtc_error(MTC_ERR_INVALID_ARGUMENT, "the tokenizer's text form is too long");
@@ -179,6 +275,21 @@ int mtc_ckpt_tok_same(const char *a, const char *b) {
     char *fa[TOK_MAX_FILES], *fb[TOK_MAX_FILES];
     int na = 0, nb = 0;
     int ka = tok_split(a, ba, sizeof ba, fa, &na), kb = tok_split(b, bb, sizeof bb, fb, &nb);
+    json_form ja, jb;
+    if (ka < 0 && kb < 0 && json_split(a, &ja)) { /* the same options, files of the same bytes */
+        int same = 0;
+        if (json_split(b, &jb)) {
+            char ma[PATH_MAX], mb[PATH_MAX], fa_[TOK_MAX_FORM], fb_[TOK_MAX_FORM];
+            snprintf(ma, sizeof ma, "%s", json_model(&ja));
+            snprintf(mb, sizeof mb, "%s", json_model(&jb));
+            same = !strcmp(ja.kind, jb.kind) && same_bytes(ma, mb) &&
+                   json_join(&ja, "", fa_, sizeof fa_) == MTC_OK &&
+                   json_join(&jb, "", fb_, sizeof fb_) == MTC_OK && !strcmp(fa_, fb_);
+            cJSON_Delete(jb.j);
+        }
+        cJSON_Delete(ja.j);
+        return same;
+    }
     if (ka < 0 || ka != kb || na != nb) return 0;
     for (int i = 0; i < na; i++)
         if (!same_bytes(fa[i], fb[i])) return 0;
@@ -192,16 +303,35 @@ int mtc_ckpt_tok_same(const char *a, const char *b) {
     return 1;
 }
 
+/* The form of a folder's SentencePiece tokenizer.model (absolute path a):
+ * mtc_tokenizer.txt's SentencePiece form (text) with its options when it has
+ * one, else Llama2Tokenizer with the defaults. */
+static mtc_result_t spm_import(const char *text, const char *a, char *out, size_t cap) {
+    json_form jf;
+    if (text && json_split(text, &jf)) {
+        if (!strcmp(jf.name, "tokenizer.model")) return json_join(&jf, a, out, cap);
+        cJSON_Delete(jf.j);
+    }
+    snprintf(jf.kind, sizeof jf.kind, "Llama2Tokenizer");
+    jf.j = cJSON_CreateObject();
+    cJSON_AddStringToObject(jf.j, "model", "");
+    cJSON_AddBoolToObject(jf.j, "legacy", 0);
+    cJSON_AddArrayToObject(jf.j, "special_tokens");
+    return json_join(&jf, a, out, cap);
+}
+
 mtc_result_t mtc_ckpt_tok_import(const char *dir, char *out, size_t cap) {
     char path[PATH_MAX + 32], a[PATH_MAX], b[PATH_MAX], *text = NULL, form[PATH_MAX * 2 + 40];
     form[0] = 0;
     snprintf(path, sizeof path, "%s/mtc_tokenizer.txt", dir);
+    json_form jf;
     if (is_file(path)) {
         MTC_CHECK(ckpt_read_text(path, &text, NULL));
         text[strcspn(text, "\n")] = 0;
         char buf[PATH_MAX * TOK_MAX_FILES + 8], *f[TOK_MAX_FILES];
-        int n = 0;
-        int names_files = tok_split(text, buf, sizeof buf, f, &n) >= 0;
+        int n = 0, js = json_split(text, &jf);
+        if (js) cJSON_Delete(jf.j);
+        int names_files = js || tok_split(text, buf, sizeof buf, f, &n) >= 0;
         if (!names_files) {
             mtc_result_t rc =
                 strlen(text) < cap
@@ -212,7 +342,16 @@ mtc_result_t mtc_ckpt_tok_import(const char *dir, char *out, size_t cap) {
             return rc;
         }
     }
-    /* the folder's own files, as transformers reads them */
+    /* the folder's own files, as transformers reads them: a SentencePiece
+     * tokenizer.model first (a Llama folder's tokenizer.json is its
+     * conversion, which mtc's HuggingFaceTokenizer does not read) */
+    mtc_result_t rc = MTC_OK;
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    if (is_file(path) && realpath(path, a)) {
+        rc = spm_import(text, a, out, cap);
+        free(text);
+        return rc;
+    }
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (is_file(path) && realpath(path, a)) {
         snprintf(form, sizeof form, "HuggingFaceTokenizer:%s", a);
@@ -223,7 +362,6 @@ mtc_result_t mtc_ckpt_tok_import(const char *dir, char *out, size_t cap) {
         if (va && is_file(path) && realpath(path, b))
             snprintf(form, sizeof form, "GPT2BPETokenizer:%s|%s", a, b);
     }
-    mtc_result_t rc = MTC_OK;
     if (form[0]) {
         if (strlen(form) >= cap)
             rc = mtc_error(MTC_ERR_FORMAT, "%s: the tokenizer's path is too long", dir);

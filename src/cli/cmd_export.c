@@ -169,8 +169,8 @@ int cli_cmd_export(int argc, char **argv) {
         {"dtype", NULL, MTC_ARG_STRING, &dtype, "T",
          "fp32 or bf16 (safetensors), fp32 or fp16 (gguf, onnx) (default fp32)", 0},
         {"hf-architecture", NULL, MTC_ARG_STRING, &arch, "CLASS",
-         "an MoE model's class: MixtralForCausalLM or Qwen2MoeForCausalLM (default: Mixtral "
-         "when it holds the model)",
+         "an MoE model's class: MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM "
+         "(default: Qwen3-MoE with --qk-layernorm, else Mixtral when it holds the model)",
          0},
         {"max-shard-size", NULL, MTC_ARG_I64, &shard, "BYTES",
          "split model.safetensors above this size, with an index (default 5 GB); onnx: weights "
@@ -180,8 +180,9 @@ int cli_cmd_export(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("export", "--load DIR --format safetensors|gguf|onnx --out PATH [options]",
                        "Export a checkpoint's weights for Hugging Face transformers "
-                       "(GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, "
-                       "Qwen2MoeForCausalLM), llama.cpp (GGUF) or ONNX Runtime / transformers.js "
+                       "(GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                       "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM), llama.cpp (GGUF: gpt2, llama, "
+                       "qwen3, qwen3moe, deepseek) or ONNX Runtime / transformers.js "
                        "(docs/deployment.md).",
                        args, nargs, argc, argv);
     if (st >= 0) return st;
@@ -211,7 +212,7 @@ int cli_cmd_export(int argc, char **argv) {
         strcmp(arch, "Qwen3MoeForCausalLM"))
         return cli_usage_error("export",
                                "hf-architecture=%s is not an MoE class mtc knows (use "
-                               "MixtralForCausalLM or Qwen2MoeForCausalLM)",
+                               "MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM)",
                                arch);
     if (arch && info.cfg.moe.num_experts == 0)
         return cli_usage_error("export", "--hf-architecture is for MoE models; %s is dense", load);
@@ -248,6 +249,8 @@ int cli_cmd_export(int argc, char **argv) {
         if (rc == MTC_OK)
             rc = onnx ? onnx_folder(m, od.tmp, half, shard, &co)
                       : mtc_hf_export(m, form, od.tmp, &ho);
+        if (rc == MTC_OK) /* tokenizer.model (tiktoken.json) as it is, beside tokenizer.json */
+            rc = mtc_ckpt_tok_copy_model(info.tokenizer, od.tmp);
         if (rc == MTC_OK && tok) {
             mtc_result_t trc = data_tok_write_hf(tok, od.tmp, info.cfg.max_position_embeddings);
             if (trc == MTC_ERR_UNSUPPORTED)
@@ -285,12 +288,14 @@ int cli_cmd_import(int argc, char **argv) {
          "pad the vocabulary to a multiple (default 128)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
-    int st = cli_parse("import", "--load HF_DIR --save DIR [options]",
-                       "Build an mtc checkpoint (iteration 0, no optimizer state) from a Hugging "
-                       "Face GPT-2, Llama, Mixtral or Qwen2-MoE folder; `mtc train --load DIR` "
-                       "then trains it in any "
-                       "layout.",
-                       args, nargs, argc, argv);
+    int st =
+        cli_parse("import", "--load HF_DIR --save DIR [options]",
+                  "Build an mtc checkpoint (iteration 0, no optimizer state) from a Hugging "
+                  "Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE folder; `mtc train "
+                  "--load DIR` "
+                  "then trains it in any "
+                  "layout.",
+                  args, nargs, argc, argv);
     if (st >= 0) return st;
     if (!load || !save) return cli_usage_error("import", "--load and --save are required");
     if (strcmp(format, "safetensors"))
@@ -309,14 +314,6 @@ int cli_cmd_import(int argc, char **argv) {
         snprintf(tok, sizeof tok, "none");
     }
     data_tok_free(t);
-    char spm[MTC_PATH_MAX + 32]; /* a SentencePiece model mtc has no tokenizer for */
-    snprintf(spm, sizeof spm, "%s/tokenizer.model", load);
-    if (rc == MTC_OK && !strcmp(tok, "none") && access(spm, R_OK) == 0)
-        fprintf(stderr,
-                "mtc import: note: %s is a SentencePiece model, which mtc does not read: the "
-                "checkpoint has no tokenizer (give the folder a byte-level BPE tokenizer.json, "
-                "or use --prompt-ids)\n",
-                spm);
     if (rc == MTC_OK) rc = mtc_ckpt_dist_save_model(m, save, tok);
     int L = m ? m->cfg.num_layers : 0;
     mtc_model_free(m);

@@ -157,14 +157,14 @@ static double plot_until(const plot_run *runs, int nr, int r) {
     return r + 1 < nr && runs[r + 1].parent == r ? runs[r + 1].first : INFINITY;
 }
 
-/* "Nice" ticks covering [lo, hi]: a step of 1, 2 or 5 x 10^k giving 4 to 10
- * ticks; writes up to max values, returns the count. */
+/* "Nice" ticks covering [lo, hi]: the smallest step of 1, 2 or 5 x 10^k
+ * giving at most 10 ticks, so at least 4 (consecutive steps differ by at most
+ * 2.5x); writes up to max values, returns the count. */
 static int plot_ticks(double lo, double hi, int integer, double *t, int max) {
-    double span = hi - lo, step = pow(10, floor(log10(span / 5)));
-    if (span / step > 10)
-        step *= 5;
-    else if (span / step > 5)
-        step *= 2;
+    static const double mant[] = {1, 2, 5};
+    double span = hi - lo, decade = pow(10, floor(log10(span / 10))), step = decade;
+    for (int i = 0; span / step > 10 * (1 + 1e-9); i++)
+        step = mant[(i + 1) % 3] * decade * pow(10, (i + 1) / 3);
     if (integer && step < 1) step = 1;
     int n = 0;
     for (double v = ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9 && n < max; v += step)

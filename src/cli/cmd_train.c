@@ -14,6 +14,7 @@
 
 #include "ckpt/state.h"
 #include "cli/cli.h"
+#include "dp/fsdp_cli.h"
 #include "core/limits.h"
 #include "core/outfile.h"
 #include "comm/comm.h"
@@ -182,6 +183,8 @@ int cli_cmd_train(int argc, char **argv) {
     int threads = 0, mock = 0, tp = 1, pp = 1, sp = 0, overlap = 0, cp = 1, ep = 1, etp = 0;
     int vpp = 0, lpvs = 0, vstages = 0, mb_group = 0;
     int distopt = 0, overlap_pg = 0, nd = 1, pad_high = 0, print_layout = 0;
+    mtc_fsdp_flags fsdp_flags = MTC_FSDP_FLAGS_DEFAULTS; /* dp/fsdp_cli.h */
+    int fsdp_strategy = 0;
     int64_t bucket = 0;
     const char *data_path = NULL, *split = "969,30,1", *tokenizer = NULL, *style = "linear";
     const char *metrics = NULL, *save = NULL, *load = NULL;
@@ -460,6 +463,7 @@ int cli_cmd_train(int argc, char **argv) {
         NOOP_FLAG("use-cpu-initialization", noop_f[9]),
         NOOP_FLAG("tp-comm-overlap", noop_f[10]),
         MTC_TB_CLI_ARGS(tb_flags),
+        MTC_FSDP_CLI_ARGS(fsdp_flags),
         /* accepted with a note saying what each would do (the "not here:" help) */
         {"data-cache-path", NULL, MTC_ARG_STRING, &noop_s2[1], "DIR",
          "not here: Megatron saves the GPTDataset's document, sample and shuffle indices there "
@@ -562,6 +566,8 @@ int cli_cmd_train(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("train", TRAIN_USAGE, TRAIN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
+    if (mtc_fsdp_flags_apply(&fsdp_flags, noop_s2[2], &fsdp_strategy, &distopt) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
 
     (void)per_token_loss, (void)ln1p;
     if (mtc_args_seen(args, nargs, "decoupled-lr") && !(decoupled_lr >= 0))
@@ -1010,6 +1016,7 @@ int cli_cmd_train(int argc, char **argv) {
     tc.microbatch_group_size = mb_group, tc.pp_split = pp_split;
     tc.overlap_grad_reduce = overlap, tc.ddp_bucket_size = bucket;
     tc.use_distributed_optimizer = distopt, tc.overlap_param_gather = overlap_pg;
+    tc.fsdp_strategy = fsdp_strategy, tc.fsdp_unit_size = fsdp_flags.unit_size;
     tc.pad_high_busbw = pad_high, tc.print_layout = print_layout;
     if (mtc_train_validate(&tc) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());

@@ -194,25 +194,35 @@ mtc_result_t mtc_peak_load(mtc_peak *out) {
     return MTC_OK;
 }
 
-mtc_result_t mtc_peak_save(const mtc_peak *p) {
-    char path[4096], tmp[4200];
+void mtc_peak_cache_dir(char *dir, size_t len) {
+    char path[4096];
     mtc_peak_cache_path(path, sizeof path);
-    /* the directory (one level, as $XDG_CACHE_HOME/mtc) */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(dir, len, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = 0;
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-            char *up = strrchr(dir, '/'); /* $HOME/.cache may be missing too */
-            if (up && up != dir) {
-                *up = 0;
-                mkdir(dir, 0777);
-                *up = '/';
-            }
-            mkdir(dir, 0777);
-        }
+    if (!slash) {
+        snprintf(dir, len, ".");
+        return;
     }
+    if (slash == dir) {
+        dir[1] = 0;
+        return;
+    }
+    *slash = 0; /* created one level up at most, as $XDG_CACHE_HOME/mtc */
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        char *up = strrchr(dir, '/'); /* $HOME/.cache may be missing too */
+        if (up && up != dir) {
+            *up = 0;
+            mkdir(dir, 0777);
+            *up = '/';
+        }
+        mkdir(dir, 0777);
+    }
+}
+
+mtc_result_t mtc_peak_save(const mtc_peak *p) {
+    char path[4096], tmp[4200], dir[4096];
+    mtc_peak_cache_path(path, sizeof path);
+    mtc_peak_cache_dir(dir, sizeof dir);
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return mtc_error(MTC_ERR_IO, "cannot write the peak cache %s", tmp);

@@ -53,6 +53,9 @@ static inline double mtc_mfu(double model_flops, double seconds, int ranks,
 
 /* Where the cache is (buf gets the path). */
 void mtc_peak_cache_path(char *buf, size_t len);
+/* The cache's directory (dir gets it), created if missing: other per-machine
+ * measurements (nn/bf16_engine.c's) live beside peak.json. */
+void mtc_peak_cache_dir(char *dir, size_t len);
 /* MTC_ERR_IO when there is no cache, MTC_ERR_FORMAT when it is not ours. */
 mtc_result_t mtc_peak_load(mtc_peak *out);
 /* Written to a temporary name and renamed; creates the directory. */

@@ -71,7 +71,9 @@ dp_layout_config mtc_ddp_layout_config(const mtc_ddp_config *cfg, int dp) {
                               .bucket_size = cfg->bucket_size,
                               .pad_high_busbw = cfg->pad_high_busbw,
                               .use_distopt = cfg->use_distopt,
-                              .shared_embedding = cfg->shared_embedding};
+                              .shared_embedding = cfg->shared_embedding,
+                              .unit_of = cfg->unit_of,
+                              .pad_divisor = cfg->pad_divisor};
 }
 
 mtc_result_t mtc_ddp_layout(const mtc_registry *reg, const mtc_ddp_config *cfg, int dp,
@@ -103,6 +105,7 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof *d, (void **)&d), rc, fail);
     d->cfg = *cfg;
     d->cfg.shared_embedding = NULL;
+    d->cfg.unit_of = NULL;
     d->comms = *comms;
     if (!d->comms.intra) d->comms.intra = d->comms.dp;
     d->dp_size = ddp_size(d->comms.dp);

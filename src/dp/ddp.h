@@ -97,6 +97,10 @@ typedef struct {
      * (tied word embedding on the first/last stage with pp > 1; NOT set when
      * pp == 1); may be NULL. Read during init only. */
     const int *shared_embedding;
+    /* Megatron-FSDP (dp/fsdp.h): per param its unit (a bucket per unit) and
+     * the padding divisor; NULL / 0 otherwise. Read during init only. */
+    const int *unit_of;
+    int64_t pad_divisor;
 } mtc_ddp_config;
 
 /* Communicators of this rank; not owned, must outlive the mtc_ddp. */

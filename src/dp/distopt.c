@@ -142,6 +142,7 @@ mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
             nn_round_bf16(o->copy + pc->start, (size_t)pc->n);
         }
     }
+    if (o->no_gather) return MTC_OK;
     MTC_CHECK(distopt_gather_start(o, o->copy ? o->copy : d->params));
     if (!o->overlap_param_gather) MTC_CHECK(mtc_distopt_param_gather_wait(o));
     return MTC_OK;

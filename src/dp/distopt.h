@@ -66,6 +66,8 @@ typedef struct {
     int64_t step;          /* optimizer steps taken */
     mtc_request_t *gather; /* [nbuckets] pending all-gathers */
     float *copy;           /* NULL, or the bf16 compute copy the all-gather fills */
+    int no_gather;         /* Megatron-FSDP optim_grads_params (dp/fsdp.h): the step updates
+                              the shard only; each unit is gathered when a pass needs it */
 } mtc_distopt;
 
 /* Optimizer state for d's shard (zeroed). d must use the distributed

@@ -68,7 +68,9 @@ static int64_t layout_close_bucket(layout_walk *w, int64_t end) {
 static mtc_result_t layout_place_params(dp_layout *l, const int64_t *numels,
                                         const dp_layout_config *cfg) {
     layout_walk w = {.l = l, .divisor = dp_layout_bucket_divisor(cfg->dp, cfg->pad_high_busbw)};
+    if (cfg->pad_divisor > 0) w.divisor = layout_lcm(cfg->dp, cfg->pad_divisor);
     int64_t start = 0, end = 0;
+    int unit = -1; /* the open bucket's FSDP unit */
     for (int i = l->nparams - 1; i >= 0; i--) {
         /* Megatron splits tied embeddings out only with the distributed optimizer */
         if (cfg->skip_empty && numels[i] == 0) { /* not in this buffer */
@@ -79,6 +81,9 @@ static mtc_result_t layout_place_params(dp_layout *l, const int64_t *numels,
         int shared = l->use_distopt && cfg->shared_embedding && cfg->shared_embedding[i];
         if (l->use_distopt) start = layout_round_up(start, 64);
         if (shared && w.in_bucket > 0) start = layout_close_bucket(&w, start);
+        if (cfg->unit_of && w.in_bucket > 0 && cfg->unit_of[i] != unit)
+            start = layout_close_bucket(&w, start);
+        if (cfg->unit_of) unit = cfg->unit_of[i];
         end = start + numels[i];
         l->param[i] = (dp_range){start, end};
         l->param_bucket[i] = l->nbuckets;

@@ -47,6 +47,12 @@ typedef struct {
                             an empty range, no bucket (param_bucket -1) and no alignment */
     const int
         *shared_embedding; /* per param (forward order), nonzero = tied embedding; may be NULL */
+    /* Megatron-FSDP (dp/fsdp.h): per param (forward order) its FSDP unit; a
+     * bucket closes wherever the unit changes, so every bucket is one unit
+     * (or a run of small ones with the same id). NULL: no unit boundaries. */
+    const int *unit_of;
+    int64_t pad_divisor; /* > 0: buckets padded to lcm(dp, pad_divisor) instead of
+                            lcm(dp, 128) (FSDP: whole pages per shard) */
 } dp_layout_config;
 
 /* One param's piece of one rank's shard. */

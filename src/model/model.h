@@ -295,6 +295,11 @@ typedef struct {
      * writes params_c, and a refresh only makes params16 from params_c */
     int main_sharded;
     size_t main_released; /* bytes of params given back to the OS */
+    /* Megatron-FSDP (dp/fsdp.h): mtc_model_zero_grad calls this instead of
+     * zeroing the whole gradient buffer (which would make every page
+     * resident); NULL: memset */
+    void (*zero_grad_hook)(void *ctx);
+    void *zero_grad_ctx;
 } mtc_model;
 
 /* --bf16 with the distributed optimizer: keep fp32 main params only for

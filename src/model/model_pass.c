@@ -413,6 +413,11 @@ mtc_result_t model_layer_backward(mtc_model *m, const mtc_model_pass *pass, mtc_
     float *const *g = m->dlayers[l].w;
     model_block_dims bd = mtc_model_layer_dims(m, l);
     layer_view v = gpt_layer_view(m, a, (size_t)k);
+    /* params_needed in the backward too: Megatron-FSDP gathers each unit
+     * again before its backward (a no-op for the distributed optimizer) */
+    if (pass && pass->params_needed && m->layers[l].first < m->layers[l].last)
+        MTC_CHECK(
+            pass->params_needed(pass->params_needed_ctx, m->layers[l].first, m->layers[l].last));
     model_qk_norm qn;
     gpt_qk_norm(m, l, &v, &qn, &bd);
     /* --recompute-granularity full: rebuild this layer's activations from
@@ -486,9 +491,22 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
     if (pass && pass->first_microbatch && !a->zeroed) mtc_model_zero_grad(m);
     a->zeroed = 0;
 
+    /* params_needed in the backward too: Megatron-FSDP gathers each unit
+     * again before its backward (a no-op for the distributed optimizer) */
+#define GPT_NEED_BWD(first, last)                                                                  \
+    do {                                                                                           \
+        if (pass && pass->params_needed && (first) < (last))                                       \
+            MTC_CHECK(pass->params_needed(pass->params_needed_ctx, (first), (last)));              \
+    } while (0)
     /* dres = d(loss)/d(chunk output) */
     if (m->has_head) {
         MTC_ASSERT(targets);
+        int n0, n1, h0, h1;
+        gpt_role_range(m, MTC_ROLE_NORMF_W, &n0, &n1);
+        if (m->pidx[MTC_ROLE_NORMF_B] >= 0) n1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
+        gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &h0, &h1);
+        GPT_NEED_BWD(n0, n1);
+        GPT_NEED_BWD(h0, h1);
         const float *xlast = m->last_layer > m->first_layer
                                  ? a->res3 + (size_t)(m->last_layer - m->first_layer - 1) * sNl * C
                                  : a->encoded;
@@ -531,5 +549,6 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
             e1 = m->pidx[MTC_ROLE_WPE] >= 0 ? m->pidx[MTC_ROLE_WPE] + 1 : e0 + 1;
         MTC_CHECK(gpt_ready(pass, e0, e1)); /* wte, wpe */
     }
+#undef GPT_NEED_BWD
     return MTC_OK;
 }

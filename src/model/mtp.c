@@ -196,6 +196,10 @@ mtc_result_t model_mtp_backward(mtc_model *m, int slot, const int *tokens, const
         mtp_view v = mtp_at(m, a, d);
         float *const *w = m->layers[l].w;
         float *const *g = m->dlayers[l].w;
+        /* Megatron-FSDP gathers the depth's unit again for its backward */
+        if (pass && pass->params_needed)
+            MTC_CHECK(pass->params_needed(pass->params_needed_ctx, m->layers[l].first,
+                                          m->layers[l].last));
         mtp_shift(m, tokens, targets, B, T, d + 1);
         const float *dh = v.dh;
         if (d < m->mtp_layers - 1) /* plus the next depth's, through its hnorm */

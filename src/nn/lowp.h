@@ -152,6 +152,11 @@ int nn_bf16_gemm_parse(const char *s);
  * MTC_ERR_OUT_OF_MEMORY, or oneDNN's error. */
 mtc_result_t nn_bf16_gemm_measure(nn_pool *pool, int M, int N, int K, double *gf_bf16,
                                   double *gf_f32);
+/* The same rates, measured once per machine and shape (on `threads` pool
+ * threads) and cached beside the peak cache; *cached is 1 when they were
+ * read from it. Without a writable cache, this run's measurement. */
+mtc_result_t nn_bf16_gemm_rates(nn_pool *pool, int threads, int M, int N, int K, double *gf_bf16,
+                                double *gf_f32, int *cached);
 
 /* ---- bf16 linear: out = inp · wᵀ + bias -------------------------------------------- */
 

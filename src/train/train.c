@@ -124,6 +124,7 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     if (nd > 1 && !c->use_distributed_optimizer)
         return mtc_error(
             E, "num-distributed-optimizer-instances=%d needs --use-distributed-optimizer", nd);
+    MTC_CHECK(train_fsdp_validate(c)); /* train_fsdp.c */
     mtc_grid_config gc = c->grid;
     gc.world_size = world > 0 ? world : 1;
     mtc_grid_spec spec;
@@ -148,6 +149,11 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
                           c->model.seq_length, c->model.num_heads, mtc_model_groups(&c->model),
                           c->sequence_parallel));
+    if (c->model.mtp_num_layers > 0 && c->fsdp_strategy)
+        return mtc_error(E,
+                         "mtp-num-layers=%d with --use-megatron-fsdp: mtc's FSDP units do not "
+                         "cover the MTP layers yet (drop one of them)",
+                         c->model.mtp_num_layers);
     if (c->model.mtp_num_layers > 0 && gc.cp > 1)
         return mtc_error(E,
                          "mtp-num-layers=%d with context-parallel-size=%d: Megatron lists "
@@ -337,8 +343,9 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
         char gemm[400] = "fp32 GEMMs on fp16-rounded inputs", why[200] = "set by --bf16-gemm";
         if (c->bf16 && x->bf16_gf[1] > 0)
             snprintf(why, sizeof why,
-                     "measured on %dx%dx%d: oneDNN bf16 %.1f GFLOP/s, fp32 %.1f GFLOP/s, bf16/fp32 "
+                     "%s on %dx%dx%d: oneDNN bf16 %.1f GFLOP/s, fp32 %.1f GFLOP/s, bf16/fp32 "
                      "%.2f; --bf16-gemm overrides",
+                     x->bf16_cached ? "measured earlier on this machine" : "measured",
                      x->bf16_shape[0], x->bf16_shape[1], x->bf16_shape[2], x->bf16_gf[0],
                      x->bf16_gf[1], x->bf16_gf[0] / x->bf16_gf[1]);
         else if (c->bf16 && c->bf16_gemm == NN_BF16_GEMM_AUTO)
@@ -537,6 +544,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
+            if (c->fsdp_strategy) /* Megatron-FSDP: the peak resident pages so far */
+                act_bytes = train_memory(x, &mem);
             fprintf(metrics,
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",

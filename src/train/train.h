@@ -101,6 +101,8 @@ typedef struct {
     int overlap_param_gather;      /* --overlap-param-gather: the all-gathers run until the
                                       next step's forward needs the params */
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
+    int fsdp_strategy;             /* --use-megatron-fsdp: mtc_fsdp_strategy (dp/fsdp.h), 0 = off */
+    int64_t fsdp_unit_size;        /* --suggested-communication-unit-size (0: one unit per layer) */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
     /* ---- mixed precision (docs/mixed-precision.md) ---- */
     int bf16;                  /* --bf16: bf16 compute copies, fp32 main params and grads */

@@ -32,6 +32,7 @@ typedef struct {
     mtc_ddp *ddp;            /* its reduction (NULL: the chunk has no such params) */
     mtc_distopt *dopt;       /* --use-distributed-optimizer: AdamW over the owned shard */
     mtc_grad_norm_plan norm; /* what this rank counts of it in the global norm */
+    struct mtc_fsdp *fsdp;   /* Megatron-FSDP optim_grads / optim_grads_params (dp/fsdp.h) */
 } train_gbuf;
 
 /* One model chunk (virtual pipeline stage c*pp + pp_rank) and everything
@@ -130,6 +131,7 @@ typedef struct {
      * measured, each engine's rate in GFLOP/s on the model's widest shape */
     int bf16_gemm;
     double bf16_gf[2]; /* oneDNN bf16, fp32 (0: not measured) */
+    int bf16_cached;   /* bf16_gf read from the machine's cache */
     int bf16_shape[3]; /* the measured GEMM's M, N, K */
 } train_rank;
 
@@ -262,6 +264,23 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out);
 /* ", \"load_balancing_loss\": ..., \"moe_layers\": [...]" (nothing for a dense model):
  * the losses averaged since the last log, the last step's per-layer token statistics. */
 void train_moe_metrics(const train_moe_summary *s, FILE *metrics, double lb, double z);
+
+/* train_fsdp.c: Megatron-FSDP's hooks (dp/fsdp.h) */
+/* The strategy's buffers shard the gradients (optim_grads, optim_grads_params). */
+int train_fsdp_grads(const mtc_train_config *c);
+/* Chunk buffer config dc for FSDP: a bucket per unit, page-padded; *units
+ * (allocated here, the caller frees) backs dc->unit_of. No-op otherwise. */
+mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_ddp_config *dc,
+                               int **units);
+/* After the chunk's DDP and optimizer exist: its FSDP objects. */
+mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch);
+/* After init or load: every rank keeps only its shards. */
+void train_fsdp_shard(train_rank *x);
+mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last);
+mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last);
+mtc_result_t train_fsdp_gather_all(train_rank *x);
+/* What mtc's FSDP does not combine with yet, refused with the fix. */
+mtc_result_t train_fsdp_validate(const mtc_train_config *c);
 
 /* train_step.c */
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "dp/fsdp.h"
 #include "train/train_internal.h"
 
 /* Fill tokens/targets of this DP rank's microbatch m of the global batch at
@@ -44,7 +45,7 @@ static mtc_result_t train_grads_ready(void *ctx, int first, int last) {
     const train_chunk *ch = ctx; /* each buffer takes its own params of the range */
     for (int b = 0; b < TRAIN_GBUF_MAX; b++)
         if (ch->buf[b].ddp) MTC_CHECK(mtc_ddp_grads_ready(ch->buf[b].ddp, first, last));
-    return MTC_OK;
+    return train_fsdp_grads_ready(ch, first, last); /* Megatron-FSDP: every microbatch */
 }
 
 /* The forward's params_needed hook (ctx: the chunk): wait for the
@@ -56,7 +57,7 @@ static mtc_result_t train_params_needed(void *ctx, int first, int last) {
         for (int b = 0; b < TRAIN_GBUF_MAX; b++)
             if (ch->buf[b].dopt) MTC_CHECK(mtc_distopt_param_gather_wait_param(ch->buf[b].dopt, p));
     }
-    return MTC_OK;
+    return train_fsdp_params_needed(ch, first, last); /* optim_grads_params: gather the unit */
 }
 
 mtc_result_t train_params_wait(train_rank *x) {
@@ -68,6 +69,7 @@ mtc_result_t train_params_wait(train_rank *x) {
         for (int b = 0; b < x->nbuf && rc == MTC_OK; b++)
             if (x->chunks[k].buf[b].dopt)
                 rc = mtc_distopt_param_gather_wait(x->chunks[k].buf[b].dopt), any = 1;
+    if (rc == MTC_OK) rc = train_fsdp_gather_all(x);
     x->comm_ns += mtc_time_ns() - t0;
     if (any) train_obs_span(x, TRAIN_T_PARAMS_ALL_GATHER, t0, NULL, NULL);
     return rc;
@@ -101,13 +103,16 @@ static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
         .b0 = (int)data_sample_index(0, mb, x->dp_rank, 0, c->micro_batch, x->dp_size),
         .loss_scale = x->cur_train ? scale : 0.0f,
         .first_microbatch = mb == 0,
-        .grads_ready = x->cur_train && last && c->overlap_grad_reduce && train_reduces(x)
+        .grads_ready = x->cur_train && ((last && c->overlap_grad_reduce && train_reduces(x)) ||
+                                        train_fsdp_grads(c))
                            ? train_grads_ready
                            : NULL,
         .grads_ready_ctx = (void *)ch,
         /* --overlap-param-gather: wait per param group in the forward */
         .params_needed =
-            c->use_distributed_optimizer && c->overlap_param_gather ? train_params_needed : NULL,
+            (c->use_distributed_optimizer && c->overlap_param_gather) || train_fsdp_grads(c)
+                ? train_params_needed
+                : NULL,
         .params_needed_ctx = (void *)ch};
     return pass;
 }

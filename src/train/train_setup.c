@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "nn/lowp.h"
+#include "dp/fsdp.h"
 #include "train/train_internal.h"
 
 /* 1 for the params Megatron marks shared_embedding: those the registry
@@ -90,7 +91,10 @@ static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offse
     for (int b = 0; rc == MTC_OK && b < x->nbuf; b++) {
         mtc_ddp_config dc = train_gbuf_config(x, lc->k, b, shared, base);
         mtc_comm_t sh = x->gbuf[b].shard;
-        rc = mtc_ddp_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
+        int *units = NULL;
+        rc = train_fsdp_config(x, r, &dc, &units);
+        if (rc == MTC_OK) rc = mtc_ddp_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
+        free(units);
         for (int i = 0; rc == MTC_OK && i < r->count; i++)
             if (b == 0 || (l[b].nparams && l[b].param_bucket[i] >= 0))
                 offsets[i] = base + (size_t)l[b].param[i].start;
@@ -161,7 +165,11 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
         mtc_ddp_config dc = train_gbuf_config(x, k, b, shared, base);
         mtc_ddp_comms comms =
             mtc_ddp_kind_comms(x->grid, &x->gbuf[b], c->use_distributed_optimizer, k);
-        rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->buf[b].ddp);
+        int *units = NULL;
+        rc = train_fsdp_config(x, &m->reg, &dc, &units);
+        if (rc == MTC_OK)
+            rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->buf[b].ddp);
+        free(units);
         if (rc == MTC_OK) base += (size_t)ch->buf[b].ddp->layout.numel;
     }
     free(shared);
@@ -174,6 +182,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                     mtc_distopt_init(ch->buf[b].ddp, c->overlap_param_gather, &ch->buf[b].dopt));
     } else
         MTC_CHECK(mtc_adamw_init(&ch->opt, &m->reg));
+    MTC_CHECK(train_fsdp_chunk_init(x, ch));
     mtc_progress_update(&x->progress, 3 * k + 3, 3 * x->vpp);
     MTC_CHECK(mtc_mem_alloc((size_t)x->nmb_max * sizeof(int), (void **)&ch->slot_of));
     for (int i = 0; i < x->nmb_max; i++)
@@ -275,11 +284,12 @@ mtc_result_t train_scaler_init(train_rank *x) {
     return MTC_OK;
 }
 
-/* --bf16: the GEMM engine. --bf16-gemm auto: world rank 0 times both
- * engines once on the model's MLP up-projection (the widest of its usual
- * GEMMs: B x T_cp rows, ffn / tp columns, hidden deep) and broadcasts the
- * rates, so every rank runs the same engine. Without
- * oneDNN auto is fp32. comm: broadcast(world) with auto. */
+/* --bf16: the GEMM engine. --bf16-gemm auto: world rank 0 takes both
+ * engines' rates on the model's MLP up-projection (the widest of its usual
+ * GEMMs: B x T_cp rows, ffn / tp columns, hidden deep) from the machine's
+ * cache, measuring them the first time (nn_bf16_gemm_rates), and broadcasts
+ * them, so every rank and every later run of the shape runs the same engine.
+ * Without oneDNN auto is fp32. comm: broadcast(world) with auto. */
 static mtc_result_t train_bf16_engine(train_rank *x) {
     const mtc_train_config *c = x->cfg;
     x->bf16_gemm = c->bf16 ? c->bf16_gemm : NN_BF16_GEMM_AUTO;
@@ -292,10 +302,14 @@ static mtc_result_t train_bf16_engine(train_rank *x) {
     int tp = c->grid.tp;
     int M = c->micro_batch * x->T_cp, N = (mc->swiglu ? 2 : 1) * (mc->ffn_hidden_size / tp);
     int K = mc->hidden_size;
-    double v[2] = {0, 0};
-    if (x->world_rank == 0) MTC_CHECK(nn_bf16_gemm_measure(x->pool, M, N, K, &v[0], &v[1]));
-    MTC_CHECK(mtc_broadcast(v, 2, MTC_DTYPE_F64, 0, x->world));
-    x->bf16_gf[0] = v[0], x->bf16_gf[1] = v[1];
+    double v[3] = {0, 0, 0};
+    int cached = 0;
+    if (x->world_rank == 0)
+        MTC_CHECK(
+            nn_bf16_gemm_rates(x->pool, nn_pool_size(x->pool), M, N, K, &v[0], &v[1], &cached));
+    v[2] = cached;
+    MTC_CHECK(mtc_broadcast(v, 3, MTC_DTYPE_F64, 0, x->world));
+    x->bf16_gf[0] = v[0], x->bf16_gf[1] = v[1], x->bf16_cached = v[2] != 0;
     x->bf16_shape[0] = M < 1024 ? M : 1024, x->bf16_shape[1] = N, x->bf16_shape[2] = K;
     /* oneDNN bf16 only when clearly faster (10%): the fp32 engine needs no
      * bf16 copy of the weights, and a margin keeps the choice stable run to
@@ -317,6 +331,8 @@ static int keep_cmp(const void *a, const void *b) {
  * distributed optimizer's shard). */
 static mtc_result_t train_shard_main(train_rank *x) {
     const mtc_train_config *c = x->cfg;
+    train_fsdp_shard(x); /* Megatron-FSDP: only the shards stay (the bf16 copies whole) */
+    if (train_fsdp_grads(c)) return MTC_OK;
     if (!c->bf16 || !c->use_distributed_optimizer || c->model.moe.num_experts > 0) return MTC_OK;
     for (int k = 0; k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
@@ -452,7 +468,10 @@ size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
         for (int b = 0; b < x->nbuf; b++) {
             const mtc_ddp *d = x->chunks[k].buf[b].ddp;
             if (!d) continue;
-            mtc_ddp_memory(d, &m);
+            if (x->chunks[k].buf[b].fsdp) /* the measured peak of resident pages */
+                mtc_fsdp_memory(x->chunks[k].buf[b].fsdp, &m);
+            else
+                mtc_ddp_memory(d, &m);
             mem->param_bytes += m.param_bytes, mem->grad_bytes += m.grad_bytes;
             mem->optim_state_bytes += m.optim_state_bytes;
         }
@@ -495,8 +514,10 @@ mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
 void train_teardown(train_rank *x) {
     for (int k = 0; x->chunks && k < x->vpp; k++) {
         train_chunk *ch = &x->chunks[k];
-        for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--)
+        for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--) {
+            mtc_fsdp_free(ch->buf[b].fsdp);
             mtc_distopt_free(ch->buf[b].dopt);
+        }
         mtc_adamw_free(&ch->opt);
         for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--) {
             mtc_ddp_free(ch->buf[b].ddp); /* before the model: it waits on the model's buffers */

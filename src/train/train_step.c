@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "dp/fsdp.h"
 #include "train/train_internal.h"
 
 /* Sum the gradients of every parameter whose registry entry has `bit` over
@@ -55,7 +56,10 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
     int any = train_reduces(x);
     for (int k = 0; k < x->vpp && any; k++)
         for (int b = 0; b < x->nbuf; b++)
-            if (x->chunks[k].buf[b].ddp) MTC_CHECK(mtc_ddp_finish(x->chunks[k].buf[b].ddp));
+            if (x->chunks[k].buf[b].fsdp) /* Megatron-FSDP reduced each unit already */
+                MTC_CHECK(mtc_fsdp_finish(x->chunks[k].buf[b].fsdp));
+            else if (x->chunks[k].buf[b].ddp)
+                MTC_CHECK(mtc_ddp_finish(x->chunks[k].buf[b].ddp));
     x->comm_ns += mtc_time_ns() - t0;
     if (any) train_obs_span(x, TRAIN_T_ALL_GRADS_SYNC, t0, NULL, NULL);
     /* the registry's other bits, each over the group the grid maps it to */

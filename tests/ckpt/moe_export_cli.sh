@@ -5,7 +5,8 @@
 #   qwen  + q/k/v biases, a shared expert, top-k after the softmax, a dense
 #         second layer (--moe-layer-freq [1,0]) -> Qwen2MoeForCausalLM
 # and mix4, the Mixtral form trained at tp 2 x ep 2 with etp 2 and sequence
-# parallelism. For each: config.json's class and MoE fields as the class reads them;
+# parallelism. mix and qwen re-saved (a step at lr 0) from ep 1 and from
+# ep 2 x pp 2 export the same bytes (safetensors, ONNX, GGUF). For each: config.json's class and MoE fields as the class reads them;
 # transformers.js' AutoConfig / AutoTokenizer read the safetensors folder
 # without a warning and give mtc's ids; `mtc import` of the folder generates
 # mtc's text and exports the same model.safetensors again; when PyTorch is
@@ -112,7 +113,38 @@ done >"$D/res"
 cat "$D/res"
 grep -q FAIL "$D/res" && fail=1
 [ "$(grep -c '^ok' "$D/res")" = 6 ] || bad "6 llama.cpp comparisons expected"
-refuse "a GGUF of a model with dense layers" "experts in every layer" --load "$D/qwen" --format gguf
+refuse "a GGUF of a shared expert smaller than the routed ones" "moe-shared-expert-intermediate-size=64" --load "$D/qwen" --format gguf
+
+# the same weights saved from other layouts (one step at lr 0 re-saves them unchanged): ep 1
+# serial, and ep 2 x pp 2 (world 4: each stage's ranks hold half its layers' experts); the
+# checkpoint reader gathers the experts, so every export is byte for byte the ep 1 one
+ONE=$(echo "$B" | sed 's/--lr 3e-3 --train-iters 80/--lr 0 --min-lr 0 --override-opt-param-scheduler --train-iters 81/')
+for m in mix qwen; do
+    extra=""
+    [ $m = qwen ] && extra=$QWEN
+    # shellcheck disable=SC2086
+    "$MTC" train $ONE $LLAMA $(echo "$MOE" | sed 's/--world-size 2 --expert-model-parallel-size 2//') $extra \
+        --load "$D/$m" --save "$D/$m.ep1" >"$D/t6.log" 2>&1 || { bad "$m ep 1 re-save"; cat "$D/t6.log"; }
+    # shellcheck disable=SC2086
+    "$MTC" train $ONE $LLAMA $(echo "$MOE" | sed 's/--world-size 2/--world-size 4/') --pipeline-model-parallel-size 2 $extra \
+        --load "$D/$m" --save "$D/$m.ep2pp2" >"$D/t7.log" 2>&1 || { bad "$m ep 2 x pp 2 re-save"; cat "$D/t7.log"; }
+    fmts="safetensors onnx"
+    [ $m = mix ] && fmts="$fmts gguf"
+    for f in $fmts; do
+        for l in ep1 ep2pp2; do
+            "$MTC" export --load "$D/$m.$l" --format $f --out "$D/$m.$l.$f" >"$D/e.log" 2>&1 || { bad "$m $l $f export"; cat "$D/e.log"; }
+        done
+        case $f in
+        safetensors) a=$D/$m.ep1.$f/model.safetensors b=$D/$m.ep2pp2.$f/model.safetensors ;;
+        onnx) a=$D/$m.ep1.$f/onnx/model.onnx b=$D/$m.ep2pp2.$f/onnx/model.onnx ;;
+        *) a=$D/$m.ep1.$f b=$D/$m.ep2pp2.$f ;;
+        esac
+        [ -s "$a" ] && cmp -s "$a" "$b" && { [ $f != safetensors ] || cmp -s "$a" "$D/$m.hf/model.safetensors"; } &&
+            ok "$m $f: exported from ep 2 x pp 2 = from ep 1, byte for byte ($(wc -c <"$a") bytes)" ||
+            bad "$m $f: the ep 2 x pp 2 export differs from the ep 1 one"
+    done
+    grep -q "ep 2 x etp 1 x expert-DP 1 (x pp 2 = world 4)" "$D/t7.log" || { bad "$m: the re-save did not run ep 2 x pp 2"; grep "expert parallel" "$D/t7.log"; }
+done
 
 # refusals, before anything is written
 refuse "Mixtral for a model with dense layers and a shared expert" "MixtralForCausalLM has" --load "$D/qwen" --format safetensors --hf-architecture MixtralForCausalLM

@@ -1,11 +1,13 @@
 /* tests/ckpt/test_ckpt_hf.c - Hugging Face safetensors export and import.
  *
- * Four tiny models with every weight perturbed (no all-ones norms, no zero
+ * Six tiny models with every weight perturbed (no all-ones norms, no zero
  * biases): a GPT-2, a Llama (GQA 2 key/value groups over 4 heads, SwiGLU,
  * RoPE, untied head), and two Llama MoE models: 4 experts top-2 in every
  * layer (exported as MixtralForCausalLM) and one with q/k/v biases, top-k
  * after the softmax, a shared expert and a dense second layer
- * (Qwen2MoeForCausalLM). For each:
+ * (Qwen2MoeForCausalLM); and two with --qk-layernorm: the Llama as
+ * Qwen3ForCausalLM, and an MoE one with a dense second layer and top-k after
+ * the softmax as Qwen3MoeForCausalLM. For each:
  *   - export F32 -> import: every tensor bit for bit (the vocabulary's
  *     padding rows are not exported and come back zero);
  *   - sharded export (a 20 kB limit: several files and the index) -> the same;
@@ -14,7 +16,7 @@
  *     made by tests/reference/hf_reader.py (an independent reader of the
  *     exported folder: the safetensors header parsed by hand, GPT-2 and
  *     Llama written on Hugging Face's conventions in PyTorch) to 1e-5.
- * `test_ckpt_hf --export DIR` writes DIR/gpt2 and DIR/llama for that script. */
+ * `test_ckpt_hf --export DIR` writes DIR/<name> of each for that script. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,9 +48,13 @@ static mtc_model *make(int kind) {
         c.swiglu = 1, c.num_query_groups = 2, c.untie_embeddings = 1, c.disable_bias_linear = 1;
         c.norm_epsilon = 1e-6f, c.rotary_base = 10000;
     }
-    if (kind >= 2) { /* MoE: Mixtral (2), Qwen2-MoE (3) */
+    if (kind >= 4) c.qk_layernorm = 1; /* Qwen3 (4), Qwen3-MoE (5) */
+    if (kind >= 2 && kind != 4) {      /* MoE: Mixtral (2), Qwen2-MoE (3), Qwen3-MoE (5) */
         c.moe.num_experts = 4, c.moe.topk = 2, c.moe.ffn_hidden_size = 24;
-        if (kind == 3) {
+        if (kind == 5) { /* a dense second layer, norm_topk_prob false */
+            c.moe.pre_softmax = 1;
+            c.moe.pattern_len = 2, c.moe.pattern[0] = 1, c.moe.pattern[1] = 0;
+        } else if (kind == 3) {
             c.add_qkv_bias = 1, c.moe.pre_softmax = 1, c.moe.shared_ffn = 16;
             c.moe.pattern_len = 2, c.moe.pattern[0] = 1, c.moe.pattern[1] = 0;
         } else {
@@ -165,17 +171,18 @@ static void against_reference(mtc_model *m, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    static const char *names[4] = {"gpt2", "llama", "mixtral", "qwen2moe"};
-    mtc_model *ms[4];
-    for (int k = 0; k < 4; k++)
-        ms[k] = make(k);
-    mtc_model *g = ms[0], *l = ms[1];
-    T_CHECK(g && l && ms[2] && ms[3]);
-    if (!g || !l || !ms[2] || !ms[3]) return T_DONE();
+    enum { NK = 6 };
+    static const char *names[NK] = {"gpt2", "llama", "mixtral", "qwen2moe", "qwen3", "qwen3moe"};
+    mtc_model *ms[NK];
+    int all = 1;
+    for (int k = 0; k < NK; k++)
+        ms[k] = make(k), all = all && ms[k];
+    T_CHECK(all);
+    if (!all) return T_DONE();
     if (argc == 3 && !strcmp(argv[1], "--export")) { /* for tests/reference/hf_reader.py */
         char d[4096];
         mtc_hf_export_opts o = {0};
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < NK; k++) {
             snprintf(d, sizeof d, "%s/%s", argv[2], names[k]);
             T_CHECKF(mtc_hf_export(ms[k], "byte", d, &o) == MTC_OK, "%s", mtc_error_detail());
         }
@@ -190,7 +197,7 @@ int main(int argc, char **argv) {
     T_CHECK(dir != NULL);
     if (!dir) return T_DONE();
     char d[4096];
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < NK; k++) {
         mtc_model *m = ms[k];
         const char *name = names[k];
         mtc_hf_export_opts f32 = {0}, shards = {.max_shard_bytes = 20000}, bf = {.bf16 = 1};
@@ -209,7 +216,7 @@ int main(int argc, char **argv) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     T_CHECK(system(cmd) == 0);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < NK; k++)
         mtc_model_free(ms[k]);
     return T_DONE();
 }

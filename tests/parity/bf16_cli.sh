@@ -146,7 +146,9 @@ done
 E="$TINY --train-iters 6 --bf16"
 "$MTC" train $E --bf16-gemm dnnl-bf16 --metrics "$D/ed.jsonl" >"$D/ed.log" 2>&1 || bad "--bf16-gemm dnnl-bf16"
 "$MTC" train $E --bf16-gemm fp32 --metrics "$D/ef.jsonl" >"$D/ef.log" 2>&1 || bad "--bf16-gemm fp32"
-"$MTC" train $E --metrics "$D/ea.jsonl" >"$D/ea.log" 2>&1 || bad "--bf16-gemm auto"
+# auto, twice on a fresh cache: measured once, then read (the same rates, engine and bits)
+MTC_PEAK_CACHE="$D/cache/peak.json" "$MTC" train $E --metrics "$D/ea.jsonl" >"$D/ea.log" 2>&1 || bad "--bf16-gemm auto"
+MTC_PEAK_CACHE="$D/cache/peak.json" "$MTC" train $E --metrics "$D/eb.jsonl" >"$D/eb.log" 2>&1 || bad "--bf16-gemm auto again"
 mb() { sed -n 's/.*compute copies \([0-9.]*\) MB.*/\1/p' "$1"; }
 if [ "$(grep -c lm_loss "$D/ef.jsonl")" -eq 6 ] &&
     paste -d' ' "$D/ed.jsonl" "$D/ef.jsonl" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0
@@ -158,6 +160,12 @@ else bad "--bf16-gemm engines differ"; paste -d'\n' "$D/ed.jsonl" "$D/ef.jsonl";
 if grep -Eq "GEMM engine (fp32|dnnl-bf16) \(measured on [0-9]+x[0-9]+x[0-9]+: oneDNN bf16 [0-9.]+ GFLOP/s, fp32 [0-9.]+ GFLOP/s, bf16/fp32 [0-9.]+" "$D/ea.log"; then
     ok "--bf16-gemm auto: $(sed -n 's/.*GEMM engine \([^ ]*\) (measured on \([^;]*\);.*/\1 (\2)/p' "$D/ea.log")"
 else bad "--bf16-gemm auto banner"; grep "mixed precision" "$D/ea.log"; fi
+rates() { sed -n 's/.*GEMM engine \([^ ]*\) (measured[a-z ]* on \([^;]*\);.*/\1 \2/p' "$1"; }
+if grep -q "measured earlier on this machine on" "$D/eb.log" && [ -n "$(rates "$D/ea.log")" ] &&
+    [ "$(rates "$D/ea.log")" = "$(rates "$D/eb.log")" ] && ls "$D"/cache/bf16-gemm-*x*x*-t*.txt >/dev/null 2>&1 &&
+    [ "$(grep -o '"lm_loss": [^,]*' "$D/ea.jsonl")" = "$(grep -o '"lm_loss": [^,]*' "$D/eb.jsonl")" ]; then
+    ok "--bf16-gemm auto again: the cached rates, the same engine and losses"
+else bad "--bf16-gemm auto's cache"; rates "$D/ea.log"; rates "$D/eb.log"; ls "$D/cache"; fi
 
 # 6. bad flags
 refuse "--bf16-gemm with an unknown engine" "is not auto, dnnl-bf16 or fp32" --bf16 --bf16-gemm amx

@@ -65,5 +65,6 @@ refuse "MTP with learned positions" "not supported with learned_absolute" --mtp-
 refuse "MTP with cp 2" "context parallelism as unsupported with MTP" $MTP --world-size 2 --cp 2
 refuse "a layout whose m count differs" "Number of mtp layers in layout must match" $MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmL'
 refuse "MTP before the loss stage" "mtc runs the MTP layers on the stage with the loss" $MTP --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
+refuse "MTP with Megatron-FSDP" "FSDP units do not cover the MTP layers" $MTP --world-size 2 --use-megatron-fsdp
 refuse "mtp-num-layers -1" "mtp-num-layers=-1" --mtp-num-layers -1
 exit $fail

@@ -7,17 +7,19 @@ model.safetensors.index.json), and GPT2LMHeadModel / LlamaForCausalLM written
 in PyTorch on Hugging Face's conventions (Conv1D (in, out) weights and tanh
 GELU for GPT-2; RMSNorm, RoPE rotating halves, grouped-query attention,
 SwiGLU and an optional untied lm_head for Llama; for MixtralForCausalLM and
-Qwen2MoeForCausalLM the sparse MoE block: softmax router, top-k, the top-k
-weights renormalised (Mixtral; Qwen2-MoE when norm_topk_prob), Qwen2-MoE's
-q/k/v biases, dense mlp_only_layers and shared expert scaled by
-sigmoid(shared_expert_gate)), in float64. No `transformers` package is used.
+Qwen2MoeForCausalLM / Qwen3MoeForCausalLM the sparse MoE block: softmax
+router, top-k, the top-k weights renormalised (Mixtral; the Qwens when
+norm_topk_prob), dense mlp_only_layers, Qwen2-MoE's q/k/v biases and shared
+expert scaled by sigmoid(shared_expert_gate); Qwen3ForCausalLM and
+Qwen3-MoE's RMSNorm of each q and k head (q_norm, k_norm) before RoPE), in
+float64. No `transformers` package is used.
 
     /usr/bin/python3 tests/reference/hf_reader.py DIR NAME TOKEN...
 
 prints "NAME <count>" and the logits (tokens x vocab), the format of
 tests/data/ckpt/hf_logits.txt. Regenerate that fixture with:
     d=$(mktemp -d); build/tests/test_ckpt_hf --export $d
-    (for m in gpt2 llama mixtral qwen2moe; do /usr/bin/python3 tests/reference/hf_reader.py $d/$m $m 3 17 42 5 60 11 0 33; done) > tests/data/ckpt/hf_logits.txt
+    (for m in gpt2 llama mixtral qwen2moe qwen3 qwen3moe; do /usr/bin/python3 tests/reference/hf_reader.py $d/$m $m 3 17 42 5 60 11 0 33; done) > tests/data/ckpt/hf_logits.txt
 """
 import json
 import math
@@ -110,7 +112,7 @@ def llama(cfg, w, ids):
     def mlp(h, l, p):
         mt = cfg["model_type"]
         sparse = mt == "mixtral" or (
-            mt == "qwen2_moe" and l not in cfg.get("mlp_only_layers", []) and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+            mt in ("qwen2_moe", "qwen3_moe") and l not in cfg.get("mlp_only_layers", []) and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0)
         if not sparse:
             return swiglu(h, p + "mlp.")
         pre = p + ("block_sparse_moe." if mt == "mixtral" else "mlp.")
@@ -128,6 +130,7 @@ def llama(cfg, w, ids):
             out = out + torch.sigmoid(lin(h, pre + "shared_expert_gate")) * swiglu(h, pre + "shared_expert.")
         return out
 
+    mt = cfg["model_type"]
     inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
     ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
     cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
@@ -139,8 +142,11 @@ def llama(cfg, w, ids):
     for l in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % l
         h = rms(x, p + "input_layernorm")
-        q = lin(h, p + "self_attn.q_proj").reshape(T, H, hd).transpose(0, 1)
-        k = lin(h, p + "self_attn.k_proj").reshape(T, KV, hd).transpose(0, 1)
+        q = lin(h, p + "self_attn.q_proj").reshape(T, H, hd)
+        k = lin(h, p + "self_attn.k_proj").reshape(T, KV, hd)
+        if mt in ("qwen3", "qwen3_moe"):  # RMSNorm over each head, before RoPE
+            q, k = rms(q, p + "self_attn.q_norm"), rms(k, p + "self_attn.k_norm")
+        q, k = q.transpose(0, 1), k.transpose(0, 1)
         v = lin(h, p + "self_attn.v_proj").reshape(T, KV, hd).transpose(0, 1)
         q, k = rope(q), rope(k)
         k, v = k.repeat_interleave(H // KV, 0), v.repeat_interleave(H // KV, 0)

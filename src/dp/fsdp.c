@@ -1,0 +1,425 @@
+/* dp/fsdp.c - Megatron-FSDP's optim_grads and optim_grads_params over the
+ * distributed optimizer's unit-per-bucket buffers; see dp/fsdp.h.
+ *
+ *   forward / backward of unit u:
+ *     params_needed(u) ──► all-gather(intra) of u in place ──► compute
+ *                          units needed neither now nor by the call before:
+ *                          pages outside the owned shard given back
+ *     grads_ready(u)   ──► reduce-scatter(intra) of u in place: the owned
+ *                          shard += every rank's microbatch gradient; the
+ *                          rest of u's gradient pages given back (they read
+ *                          as zero, the next microbatch adds into zeros)
+ *   optimizer: AdamW on the shards (dp/distopt.c, its all-gather off); the
+ *   next params_needed sees the new step and drops every gathered unit.
+ *
+ * Pages: every shard starts and ends on a page (mtc_fsdp_pad_divisor), so
+ * madvise(MADV_DONTNEED) frees exactly what is not owned, and mincore(2)
+ * says what is resident. Relies on dp/ddp.h, dp/distopt.h, comm/. Does
+ * not: reduce in bf16, or shard the optimizer over the instances too
+ * (outer strategy optim). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "dp/fsdp.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/mem.h"
+#include "dp/distopt.h"
+#include "model/model.h"
+
+static const char *const fsdp_names[] = {"off", "no_shard", "optim", "optim_grads",
+                                         "optim_grads_params"};
+
+int mtc_fsdp_strategy_parse(const char *s) {
+    for (int i = MTC_FSDP_NO_SHARD; i <= MTC_FSDP_OPTIM_GRADS_PARAMS; i++)
+        if (s && strcmp(s, fsdp_names[i]) == 0) return i;
+    return -1;
+}
+
+const char *mtc_fsdp_strategy_name(int strategy) {
+    return strategy >= 0 && strategy <= MTC_FSDP_OPTIM_GRADS_PARAMS ? fsdp_names[strategy] : "?";
+}
+
+void mtc_fsdp_units(const mtc_registry *reg, int num_layers, int *unit_of) {
+    for (int i = 0; i < reg->count; i++) {
+        const mtc_param *p = &reg->params[i];
+        if (p->layer >= 0)
+            unit_of[i] = 1 + p->layer;
+        else if (p->role == MTC_ROLE_WTE || p->role == MTC_ROLE_WPE)
+            unit_of[i] = 0; /* a last stage's tied wte copy too: its own bucket then */
+        else
+            unit_of[i] = num_layers + 1; /* final norm, output layer */
+    }
+}
+
+void mtc_fsdp_group_units(const mtc_registry *reg, int *unit_of, int64_t suggested) {
+    if (suggested <= 0 || reg->count < 1) return;
+    int group = 0, last = unit_of[0];
+    int64_t held = 0;
+    for (int i = 0; i < reg->count; i++) {
+        if (unit_of[i] != last) { /* a new unit: it joins the run unless the run is full */
+            if (held >= suggested) group++, held = 0;
+            last = unit_of[i];
+        }
+        held += (int64_t)reg->params[i].local_numel;
+        unit_of[i] = group;
+    }
+}
+
+static int64_t fsdp_page_floats(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    return (page > 0 ? page : 4096) / (int64_t)sizeof(float);
+}
+
+int64_t mtc_fsdp_pad_divisor(int dp) { return (int64_t)(dp > 0 ? dp : 1) * fsdp_page_floats(); }
+
+struct mtc_fsdp {
+    mtc_ddp *d;
+    mtc_distopt *opt; /* the optimizer of the shards (set by mtc_fsdp_attach_optimizer) */
+    int strategy;
+    int nb;                       /* buckets = units */
+    unsigned char *gathered;      /* [nb] params resident outside the shard */
+    unsigned char *need_cur;      /* [nb] needed by the last params_needed call */
+    unsigned char *need_prev;     /* [nb] ... and by the one before */
+    int *nready;                  /* [nb] params marked ready this microbatch */
+    int *nreduced;                /* [nb] reduce-scatters since zero_grad */
+    unsigned char *ready;         /* [nparams] */
+    int64_t seen_step;            /* the optimizer step the gathered units are from */
+    size_t peak_param, peak_grad; /* resident bytes seen */
+    unsigned char *vec;           /* mincore's page vector */
+    size_t npages;
+    /* --overlap-param-gather: the next unit's all-gather started after a
+     * need (prefetch, in the pass's direction); --overlap-grad-reduce: a
+     * unit's reduce-scatter left running until the next one starts */
+    int overlap_param_gather, overlap_grad_reduce;
+    mtc_request_t *ag; /* [nb] all-gathers in flight */
+    mtc_request_t rs;  /* the reduce-scatter in flight, of bucket rs_b */
+    int rs_b;
+    int last_lo, last_hi; /* buckets of the last need, -1 none */
+    int dir;              /* -1 forward (bucket indices fall), +1 backward */
+    int pref;             /* the bucket last prefetched, -1 none */
+    float *acc;           /* HSDP: each bucket's shard as accumulated before this microbatch, at
+                             bucket.start / dp; NULL with one instance */
+};
+
+int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
+
+/* Give back the pages of buf [a, b) (floats; page-aligned by the layout). */
+static void fsdp_release(float *buf, int64_t a, int64_t b) {
+    if (b <= a) return;
+    (void)madvise(buf + a, (size_t)(b - a) * sizeof(float), MADV_DONTNEED);
+}
+
+/* Release bucket b of buf outside this rank's shard. */
+static void fsdp_release_bucket(mtc_fsdp *f, float *buf, int b) {
+    const dp_layout *l = &f->d->layout;
+    dp_range bk = l->bucket[b], s = dp_layout_shard_range(l, f->d->shard_rank, b);
+    fsdp_release(buf, bk.start, s.start);
+    fsdp_release(buf, s.end, bk.end);
+}
+
+/* Resident bytes of a buffer of the layout's numel floats. */
+static size_t fsdp_resident(mtc_fsdp *f, float *buf) {
+    if (!f->vec || mincore(buf, f->npages * (size_t)fsdp_page_floats() * sizeof(float), f->vec))
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < f->npages; i++)
+        n += f->vec[i] & 1;
+    return n * (size_t)fsdp_page_floats() * sizeof(float);
+}
+
+static void fsdp_sample(mtc_fsdp *f) {
+    size_t p = fsdp_resident(f, f->d->params), g = fsdp_resident(f, f->d->grads);
+    if (p > f->peak_param) f->peak_param = p;
+    if (g > f->peak_grad) f->peak_grad = g;
+}
+
+mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
+    *out = NULL;
+    if (strategy != MTC_FSDP_OPTIM_GRADS && strategy != MTC_FSDP_OPTIM_GRADS_PARAMS)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "mtc_fsdp serves optim_grads and optim_grads_params, not %s",
+                         mtc_fsdp_strategy_name(strategy));
+    if (!d->cfg.use_distopt || d->cfg.overlap_grad_reduce)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "mtc_fsdp needs a distributed-optimizer buffer without its own overlap "
+                         "(got use_distopt %d, overlap %d)",
+                         d->cfg.use_distopt, d->cfg.overlap_grad_reduce);
+    int64_t page = fsdp_page_floats();
+    if (((uintptr_t)d->params | (uintptr_t)d->grads) % (uintptr_t)(page * (int64_t)sizeof(float)))
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "FSDP buffers must start on a page");
+    for (int b = 0; b < d->layout.nbuckets; b++)
+        if ((d->layout.bucket[b].end - d->layout.bucket[b].start) %
+                (page * (int64_t)d->layout.dp) ||
+            d->layout.bucket[b].start % page)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "FSDP unit %d is not padded to whole pages per shard (lay the buffer "
+                             "out with mtc_fsdp_pad_divisor)",
+                             b);
+    mtc_result_t rc;
+    mtc_fsdp *f = NULL;
+    MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof *f, (void **)&f), rc, fail);
+    f->d = d, f->strategy = strategy, f->nb = d->layout.nbuckets;
+    size_t nb = (size_t)(f->nb > 0 ? f->nb : 1), np = (size_t)d->layout.nparams + 1;
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, 1, (void **)&f->gathered), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, 1, (void **)&f->need_cur), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, 1, (void **)&f->need_prev), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(int), (void **)&f->nready), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(int), (void **)&f->nreduced), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&f->ready), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(mtc_request_t), (void **)&f->ag), rc, fail);
+    if (d->comms.inter)
+        MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(d->layout.numel / d->layout.dp + 1), sizeof(float),
+                                      (void **)&f->acc),
+                       rc, fail);
+    f->rs_b = f->last_lo = f->last_hi = f->pref = -1, f->dir = -1;
+    f->npages = (size_t)((d->layout.numel + page - 1) / page);
+    MTC_CHECK_GOTO(mtc_mem_calloc(f->npages ? f->npages : 1, 1, (void **)&f->vec), rc, fail);
+#ifdef MADV_NOHUGEPAGE /* a huge page would keep a released shard resident */
+    if (d->layout.numel > 0) {
+        size_t bytes = f->npages * (size_t)page * sizeof(float);
+        (void)madvise(d->params, bytes, MADV_NOHUGEPAGE);
+        (void)madvise(d->grads, bytes, MADV_NOHUGEPAGE);
+    }
+#endif
+    for (int b = 0; b < f->nb; b++)
+        f->gathered[b] = 1; /* every rank starts with the whole model */
+    *out = f;
+    return MTC_OK;
+fail:
+    mtc_fsdp_free(f);
+    return rc;
+}
+
+static mtc_result_t fsdp_wait_rs(mtc_fsdp *f);
+
+void mtc_fsdp_free(mtc_fsdp *f) {
+    if (!f) return;
+    for (int b = 0; f->ag && b < f->nb; b++)
+        (void)mtc_request_wait(&f->ag[b]);
+    (void)fsdp_wait_rs(f);
+    free(f->ag), free(f->acc);
+    free(f->gathered), free(f->need_cur), free(f->need_prev), free(f->nready);
+    free(f->nreduced), free(f->ready), free(f->vec);
+    free(f);
+}
+
+void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_grad_reduce) {
+    f->overlap_param_gather = overlap_param_gather != 0;
+    f->overlap_grad_reduce = overlap_grad_reduce != 0;
+}
+
+/* Release bucket b's params outside the shard (after its all-gather). */
+static mtc_result_t fsdp_drop(mtc_fsdp *f, int b) {
+    MTC_CHECK(mtc_request_wait(&f->ag[b]));
+    fsdp_release_bucket(f, f->d->params, b);
+    f->gathered[b] = 0;
+    return MTC_OK;
+}
+
+void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
+    f->opt = o;
+    f->seen_step = o ? o->step : 0;
+    if (o && mtc_fsdp_shards_params(f)) o->no_gather = 1;
+}
+
+void mtc_fsdp_shard(mtc_fsdp *f) {
+    for (int b = 0; b < f->nb; b++) {
+        if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
+        fsdp_release_bucket(f, f->d->grads, b);
+    }
+    memset(f->need_cur, 0, (size_t)f->nb), memset(f->need_prev, 0, (size_t)f->nb);
+    f->peak_param = f->peak_grad = 0;
+    fsdp_sample(f);
+}
+
+/* comm: all-gather(intra) of bucket b's shards in place; `start`: leave
+ * it running (a prefetch), else wait for it (one already running too). */
+static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
+    mtc_ddp *d = f->d;
+    if (f->gathered[b]) return start ? MTC_OK : mtc_request_wait(&f->ag[b]);
+    dp_range bk = d->layout.bucket[b];
+    size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
+    float *base = d->params + bk.start;
+    if (d->comms.intra) {
+        if (start)
+            MTC_CHECK(mtc_all_gather_start(base + (size_t)d->shard_rank * shard, base, shard,
+                                           MTC_DTYPE_F32, d->comms.intra, &f->ag[b]));
+        else
+            MTC_CHECK(mtc_all_gather(base + (size_t)d->shard_rank * shard, base, shard,
+                                     MTC_DTYPE_F32, d->comms.intra));
+    }
+    f->gathered[b] = 1;
+    return MTC_OK;
+}
+
+/* A new optimizer step since the units were gathered: drop them. */
+static mtc_result_t fsdp_check_step(mtc_fsdp *f) {
+    if (!f->opt || f->opt->step == f->seen_step) return MTC_OK;
+    f->seen_step = f->opt->step;
+    f->pref = -1;
+    for (int b = 0; b < f->nb; b++)
+        if (f->gathered[b]) MTC_CHECK(fsdp_drop(f, b));
+    return MTC_OK;
+}
+
+mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
+    const dp_layout *l = &f->d->layout;
+    /* the pass writes a unit's gradients only after it needed the unit:
+     * a reduce-scatter still running on them must finish first */
+    for (int p = first < 0 ? 0 : first; f->rs && p < last && p < l->nparams; p++)
+        if (l->param_bucket[p] == f->rs_b) MTC_CHECK(fsdp_wait_rs(f));
+    if (!mtc_fsdp_shards_params(f)) return MTC_OK;
+    MTC_CHECK(fsdp_check_step(f));
+    unsigned char *t = f->need_prev; /* the call before becomes prev */
+    f->need_prev = f->need_cur, f->need_cur = t;
+    memset(f->need_cur, 0, (size_t)f->nb);
+    for (int p = first < 0 ? 0 : first; p < last && p < l->nparams; p++)
+        if (l->param_bucket[p] >= 0) f->need_cur[l->param_bucket[p]] = 1;
+    int lo = f->nb, hi = -1;
+    for (int b = 0; b < f->nb; b++)
+        if (f->need_cur[b]) lo = b < lo ? b : lo, hi = b;
+    if (hi < 0) return MTC_OK;
+    if (f->last_lo >= 0 && hi < f->last_lo) f->dir = -1; /* forward: towards bucket 0 */
+    if (f->last_lo >= 0 && lo > f->last_hi) f->dir = +1; /* backward */
+    f->last_lo = lo, f->last_hi = hi;
+    for (int b = 0; b < f->nb; b++) /* release first: the peak stays at two units */
+        if (f->gathered[b] && !f->need_cur[b] && !f->need_prev[b]) MTC_CHECK(fsdp_drop(f, b));
+    /* forward order (last bucket first), as every rank issues them */
+    for (int b = f->nb - 1; b >= 0; b--)
+        if (f->need_cur[b]) MTC_CHECK(fsdp_gather(f, b, 0));
+    fsdp_sample(f);
+    /* --overlap-param-gather: the next unit of the pass gathers while this one computes */
+    int next = f->dir < 0 ? lo - 1 : hi + 1;
+    f->pref = -1;
+    if (f->overlap_param_gather && next >= 0 && next < f->nb) {
+        MTC_CHECK(fsdp_gather(f, next, 1));
+        f->pref = next;
+        f->need_cur[next] = 1; /* kept by the next call's release */
+    }
+    return MTC_OK;
+}
+
+mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f) {
+    if (!mtc_fsdp_shards_params(f)) return MTC_OK;
+    MTC_CHECK(fsdp_check_step(f));
+    for (int b = f->nb - 1; b >= 0; b--)
+        MTC_CHECK(fsdp_gather(f, b, 0));
+    return MTC_OK;
+}
+
+/* HSDP (several optimizer instances, outer no_shard): the shard of bucket b
+ * replicated over the instances, its microbatch sum added up over them.
+ * The shard holds acc + sum(intra) on every instance; the all-reduce must
+ * add only the new part, so acc is taken out first and put back after.
+ * comm: all-reduce(inter-instance group) of the shard. */
+static mtc_result_t fsdp_reduce_inter(mtc_fsdp *f, int b) {
+    mtc_ddp *d = f->d;
+    if (!d->comms.inter) return MTC_OK;
+    dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, b);
+    float *g = d->grads + s.start, *acc = f->acc + d->layout.bucket[b].start / d->layout.dp;
+    size_t n = (size_t)(s.end - s.start);
+    for (size_t i = 0; i < n; i++)
+        g[i] -= acc[i];
+    MTC_CHECK(mtc_all_reduce(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.inter));
+    for (size_t i = 0; i < n; i++)
+        g[i] += acc[i], acc[i] = g[i];
+    return MTC_OK;
+}
+
+/* The reduce-scatter in flight finished: its bucket's other pages go back. */
+static mtc_result_t fsdp_wait_rs(mtc_fsdp *f) {
+    if (f->rs_b < 0) return MTC_OK;
+    mtc_result_t rc = mtc_request_wait(&f->rs);
+    if (rc == MTC_OK) rc = fsdp_reduce_inter(f, f->rs_b);
+    fsdp_release_bucket(f, f->d->grads, f->rs_b);
+    f->rs_b = -1;
+    return rc;
+}
+
+/* comm: reduce-scatter(intra) of bucket b's grads in place into the shard
+ * (left running with --overlap-grad-reduce until the next one starts). */
+static mtc_result_t fsdp_reduce(mtc_fsdp *f, int b) {
+    mtc_ddp *d = f->d;
+    dp_range bk = d->layout.bucket[b];
+    size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
+    float *g = d->grads + bk.start;
+    fsdp_sample(f); /* the unit's gradients are all resident now */
+    MTC_CHECK(fsdp_wait_rs(f));
+    if (d->comms.intra && f->overlap_grad_reduce) {
+        MTC_CHECK(mtc_reduce_scatter_start(g, g + (size_t)d->shard_rank * shard, shard,
+                                           MTC_DTYPE_F32, MTC_OP_SUM, d->comms.intra, &f->rs));
+        f->rs_b = b;
+    } else {
+        if (d->comms.intra)
+            MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
+                                         MTC_OP_SUM, d->comms.intra));
+        MTC_CHECK(fsdp_reduce_inter(f, b));
+        fsdp_release_bucket(f, d->grads, b);
+    }
+    const dp_layout *l = &d->layout;
+    for (int k = l->bucket_param_off[b]; k < l->bucket_param_off[b + 1]; k++)
+        f->ready[l->bucket_params[k]] = 0;
+    f->nready[b] = 0, f->nreduced[b]++;
+    return MTC_OK;
+}
+
+mtc_result_t mtc_fsdp_grads_ready(mtc_fsdp *f, int first, int last) {
+    const dp_layout *l = &f->d->layout;
+    for (int p = last - 1; p >= first; p--) {
+        if (p < 0 || p >= l->nparams || l->param_bucket[p] < 0) continue;
+        if (f->ready[p])
+            return mtc_error(MTC_ERR_INVALID_USAGE,
+                             "param %d marked grad-ready twice in one microbatch", p);
+        int b = l->param_bucket[p];
+        f->ready[p] = 1;
+        if (++f->nready[b] == l->bucket_param_off[b + 1] - l->bucket_param_off[b])
+            MTC_CHECK(fsdp_reduce(f, b));
+    }
+    return MTC_OK;
+}
+
+void mtc_fsdp_zero_grad(mtc_fsdp *f) {
+    const dp_layout *l = &f->d->layout;
+    (void)fsdp_wait_rs(f); /* a failure was returned by the step's finish already */
+    for (int b = 0; b < f->nb; b++) {
+        dp_range s = dp_layout_shard_range(l, f->d->shard_rank, b);
+        memset(f->d->grads + s.start, 0, (size_t)(s.end - s.start) * sizeof(float));
+        if (f->acc)
+            memset(f->acc + l->bucket[b].start / l->dp, 0,
+                   (size_t)(s.end - s.start) * sizeof(float));
+        fsdp_release_bucket(f, f->d->grads, b);
+        f->nready[b] = f->nreduced[b] = 0;
+    }
+    memset(f->ready, 0, (size_t)l->nparams);
+}
+
+mtc_result_t mtc_fsdp_finish(mtc_fsdp *f) {
+    MTC_CHECK(fsdp_wait_rs(f));
+    for (int b = 0; b < f->nb; b++)
+        if (f->nready[b] || !f->nreduced[b])
+            return mtc_error(MTC_ERR_INVALID_USAGE,
+                             "FSDP unit (bucket %d) has %d of its params ready and was reduced %d "
+                             "times this step; the backward must mark every param of every unit",
+                             b, f->nready[b], f->nreduced[b]);
+    return MTC_OK;
+}
+
+void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out) {
+    out->param_bytes = f->peak_param;
+    out->grad_bytes = f->peak_grad;
+    out->optim_state_bytes = 2 * (size_t)mtc_ddp_held_numel(f->d) * sizeof(float);
+}
+
+int64_t mtc_fsdp_max_unit(const mtc_fsdp *f) {
+    int64_t m = 0;
+    for (int b = 0; b < f->nb; b++) {
+        int64_t n = f->d->layout.bucket[b].end - f->d->layout.bucket[b].start;
+        if (n > m) m = n;
+    }
+    return m;
+}

@@ -1,0 +1,123 @@
+/* dp/fsdp.h - Megatron-FSDP (--use-megatron-fsdp, Megatron-LM core_v0.18.0
+ * megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py)
+ * on top of the distributed optimizer's buffers (dp/ddp.h, dp/distopt.h).
+ *
+ * The FSDP units: each transformer layer, the embedding (wte, wpe) and the
+ * head (final norm, output layer). The buffer's layout (mtc_ddp_config's
+ * unit_of, pad_divisor) makes every unit a bucket of its own, padded so that
+ * each data-parallel rank's shard of it is whole pages. The strategies
+ * (data_parallel_sharding_strategy):
+ *   no_shard            plain DDP: all-reduce, every rank the whole optimizer
+ *                       (train/ runs it as the plain data-parallel path);
+ *   optim               the distributed optimizer (ZeRO-1): full gradient
+ *                       buffer, reduce-scatter after the last microbatch,
+ *                       AdamW on the shard, all-gather of the params;
+ *   optim_grads         (ZeRO-2) also shards the gradients: after each
+ *                       microbatch's backward of a unit its gradients are
+ *                       reduce-scattered, this rank's shard keeps the sum,
+ *                       the rest of the unit's gradient pages are given back
+ *                       to the OS;
+ *   optim_grads_params  (ZeRO-3) also shards the params: only this rank's
+ *                       shard stays resident; the forward all-gathers each
+ *                       unit before it reads it and the backward again, and
+ *                       a unit is released once two later units were needed
+ *                       (at most two gathered units at any time).
+ * This object serves the last two; train/ calls its hooks from the model
+ * pass (params_needed in forward and backward, grads_ready after each unit's
+ * backward on every microbatch) and mtc_fsdp_finish instead of
+ * mtc_ddp_finish.
+ *
+ * comm: all-gather(INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP) per unit
+ * (params); reduce-scatter(same group) per unit and microbatch (grads).
+ * Blocking, or left running with the overlap flags (mtc_fsdp_set_overlap).
+ * With several optimizer instances (HSDP) each unit's shard is also
+ * all-reduced over the inter-instance group after its reduce-scatter.
+ * Limitations: fp32
+ * gradient reduction; the bf16 compute copies stay whole. Memory measured
+ * with mincore(2) on the params and grads buffers (real resident pages). */
+#ifndef MTC_DP_FSDP_H
+#define MTC_DP_FSDP_H
+
+#include <stdint.h>
+
+#include "core/result.h"
+#include "dp/ddp.h"
+#include "dp/distopt.h"
+#include "model/registry.h"
+
+typedef enum {
+    MTC_FSDP_OFF = 0,
+    MTC_FSDP_NO_SHARD,
+    MTC_FSDP_OPTIM,
+    MTC_FSDP_OPTIM_GRADS,
+    MTC_FSDP_OPTIM_GRADS_PARAMS,
+} mtc_fsdp_strategy;
+
+/* "no_shard" ... "optim_grads_params" -> the strategy, -1 when unknown. */
+int mtc_fsdp_strategy_parse(const char *s);
+const char *mtc_fsdp_strategy_name(int strategy);
+
+/* Each param's FSDP unit (forward order): 0 the embedding, 1 + layer for a
+ * transformer layer's, num_layers + 1 the final norm and output layer.
+ * unit_of holds reg->count ints. */
+void mtc_fsdp_units(const mtc_registry *reg, int num_layers, int *unit_of);
+/* --suggested-communication-unit-size S > 0: runs of consecutive units
+ * (forward order) merged into one, each run closed once it holds S
+ * elements or more (local numels), so small units share one collective.
+ * Renumbers unit_of in place. */
+void mtc_fsdp_group_units(const mtc_registry *reg, int *unit_of, int64_t suggested);
+/* Elements the layout pads each unit to with `dp` shard ranks: whole pages
+ * of floats per shard. */
+int64_t mtc_fsdp_pad_divisor(int dp);
+
+typedef struct mtc_fsdp mtc_fsdp;
+
+/* Take over d (built with use_distopt = 1 on the unit layout, overlap off)
+ * for optim_grads or optim_grads_params: give back the pages of the
+ * gradient buffer, and for optim_grads_params of the params, outside this
+ * rank's shards. d must outlive the object. INVALID_ARGUMENT for another
+ * strategy or several optimizer instances. */
+mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out);
+void mtc_fsdp_free(mtc_fsdp *f);               /* NULL is a no-op */
+int mtc_fsdp_shards_params(const mtc_fsdp *f); /* optim_grads_params */
+/* The optimizer of d's shards: with optim_grads_params its all-gather is
+ * switched off (o->no_gather) and a new o->step drops the gathered units. */
+void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o);
+/* --overlap-param-gather: after each need start the all-gather of the next
+ * unit in the pass's direction (forward: the next layer, backward: the one
+ * before), so up to three units are resident; --overlap-grad-reduce: each
+ * unit's reduce-scatter runs on until the next unit's starts (or the unit
+ * is needed again, or the step finishes). comm: all-gather_start,
+ * reduce_scatter_start(intra). */
+void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_grad_reduce);
+/* After the params were initialised or loaded (whole on every rank): give
+ * back every page outside this rank's shards (params with
+ * optim_grads_params, grads always); restarts the peak measurement. */
+void mtc_fsdp_shard(mtc_fsdp *f);
+
+/* Params [first, last) are about to be read (forward or backward): their
+ * units gathered, units not needed by this call or the one before released.
+ * comm: all-gather(intra) per unit not resident. */
+mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last);
+/* Every unit gathered (before params are read outside a pass: saves,
+ * exports); the next mtc_fsdp_params_needed releases them again. */
+mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f);
+/* The optimizer updated the shards: every gathered unit is stale, released. */
+void mtc_fsdp_params_updated(mtc_fsdp *f);
+
+/* Gradients of params [first, last) are complete for this microbatch; a
+ * unit whose params all are: comm: reduce-scatter(intra) into this rank's
+ * shard (which accumulates over microbatches), the rest released. */
+mtc_result_t mtc_fsdp_grads_ready(mtc_fsdp *f, int first, int last);
+/* A new step: the owned shards zeroed, every other gradient page released. */
+void mtc_fsdp_zero_grad(mtc_fsdp *f);
+/* After the last microbatch: INVALID_USAGE naming a unit never reduced. */
+mtc_result_t mtc_fsdp_finish(mtc_fsdp *f);
+
+/* Peak resident bytes of the params and grads buffers since init (sampled
+ * after each gather and before each reduce-scatter) and the AdamW state. */
+void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out);
+/* The largest unit (a bucket, padding included) in elements. */
+int64_t mtc_fsdp_max_unit(const mtc_fsdp *f);
+
+#endif

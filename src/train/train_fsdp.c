@@ -1,0 +1,106 @@
+/* train/train_fsdp.c - Megatron-FSDP in the training loop (dp/fsdp.h): the
+ * unit-per-bucket buffer configuration, one mtc_fsdp per chunk buffer that
+ * shards gradients (optim_grads) or gradients and params
+ * (optim_grads_params), and the pass hooks that reach it. The no_shard and
+ * optim strategies need none of this: they are the plain data-parallel and
+ * the distributed-optimizer paths (cli/ maps them). */
+#include <stdlib.h>
+
+#include "core/mem.h"
+#include "dp/fsdp.h"
+#include "train/train_internal.h"
+
+int train_fsdp_grads(const mtc_train_config *c) {
+    return c->fsdp_strategy == MTC_FSDP_OPTIM_GRADS ||
+           c->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS;
+}
+
+mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_ddp_config *dc,
+                               int **units) {
+    *units = NULL;
+    const mtc_train_config *c = x->cfg;
+    if (c->fsdp_strategy < MTC_FSDP_OPTIM) return MTC_OK;
+    MTC_CHECK(mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int), (void **)units));
+    mtc_fsdp_units(r, c->model.num_layers, *units);
+    mtc_fsdp_group_units(r, *units, c->fsdp_unit_size);
+    dc->unit_of = *units;
+    dc->bucket_size = 0; /* the units are the buckets */
+    if (train_fsdp_grads(c)) {
+        dc->overlap_grad_reduce = 0; /* mtc_fsdp reduces each unit itself */
+        /* the expert-parallel buffer shards over expert-DP, the dense one over DP x CP */
+        mtc_comm_t sh =
+            x->gbuf[dc->params == MTC_DDP_PARAMS_EXPERT ? TRAIN_GBUF_EXPERT : TRAIN_GBUF_DENSE]
+                .shard;
+        dc->pad_divisor = mtc_fsdp_pad_divisor(sh ? mtc_comm_size(sh) : 1);
+    }
+    return MTC_OK;
+}
+
+static void train_fsdp_zero_grad(void *ctx) { /* every buffer of the chunk */
+    train_chunk *ch = ctx;
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp) mtc_fsdp_zero_grad(ch->buf[b].fsdp);
+}
+
+mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch) {
+    if (!train_fsdp_grads(x->cfg)) return MTC_OK;
+    for (int b = 0; b < x->nbuf; b++) {
+        train_gbuf *g = &ch->buf[b];
+        if (!g->ddp) continue; /* a chunk without local experts */
+        MTC_CHECK(mtc_fsdp_init(g->ddp, x->cfg->fsdp_strategy, &g->fsdp));
+        mtc_fsdp_attach_optimizer(g->fsdp, g->dopt);
+        mtc_fsdp_set_overlap(g->fsdp, x->cfg->overlap_param_gather, x->cfg->overlap_grad_reduce);
+    }
+    ch->model->zero_grad_hook = train_fsdp_zero_grad;
+    ch->model->zero_grad_ctx = ch;
+    return MTC_OK;
+}
+
+void train_fsdp_shard(train_rank *x) {
+    for (int k = 0; k < x->vpp; k++)
+        for (int b = 0; b < x->nbuf; b++)
+            if (x->chunks[k].buf[b].fsdp) mtc_fsdp_shard(x->chunks[k].buf[b].fsdp);
+}
+
+mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last) {
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp) MTC_CHECK(mtc_fsdp_params_needed(ch->buf[b].fsdp, first, last));
+    return MTC_OK;
+}
+
+mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last) {
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp) MTC_CHECK(mtc_fsdp_grads_ready(ch->buf[b].fsdp, first, last));
+    return MTC_OK;
+}
+
+mtc_result_t train_fsdp_gather_all(train_rank *x) {
+    for (int k = 0; k < x->vpp; k++)
+        for (int b = 0; b < x->nbuf; b++)
+            if (x->chunks[k].buf[b].fsdp) MTC_CHECK(mtc_fsdp_gather_all(x->chunks[k].buf[b].fsdp));
+    return MTC_OK;
+}
+
+mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    if (c->fsdp_unit_size < 0)
+        return mtc_error(E, "suggested-communication-unit-size=%lld must be >= 1 elements",
+                         (long long)c->fsdp_unit_size);
+    if (!train_fsdp_grads(c)) return MTC_OK;
+    const char *s = mtc_fsdp_strategy_name(c->fsdp_strategy);
+    /* what mtc's FSDP does not do yet (Megatron allows these; docs/fsdp.md) */
+    if (c->grid.pp > 1)
+        return mtc_error(
+            E,
+            "--data-parallel-sharding-strategy %s with pipeline-model-parallel-size=%d "
+            "is not in mtc yet: use --pp 1, or the optim strategy",
+            s, c->grid.pp);
+    if (c->grad_reduce_in_bf16)
+        return mtc_error(E,
+                         "--grad-reduce-in-bf16 with --data-parallel-sharding-strategy %s is not "
+                         "in mtc yet: drop it or use the optim strategy",
+                         s);
+    if (c->overlap_param_gather && !c->overlap_grad_reduce) /* Megatron's rule */
+        return mtc_error(E, "Must use --overlap-param-gather with --overlap-grad-reduce");
+    return MTC_OK;
+}

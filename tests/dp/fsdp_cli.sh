@@ -1,0 +1,112 @@
+#!/bin/sh
+# tests/dp/fsdp_cli.sh - `mtc train --use-megatron-fsdp` end to end: every
+# --data-parallel-sharding-strategy equals the serial run (lm loss and grad
+# norm per iteration within 2e-5, the distributed optimizer's tolerance) on
+# dp 4; optim_grads_params also with gradient accumulation (dp 2), tp 2 x
+# dp 2 + SP, cp 2 x dp 2, full recomputation, bf16, --overlap-param-gather
+# (prefetch) with --overlap-grad-reduce, HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
+# expert-DP), and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
+# exactly this rank's shard plus two gathered units (closed form of the
+# unit layout, 4 KiB pages) and its gradients at most that, both below the
+# unsharded run's; checkpoints with optimizer state reshard between FSDP,
+# serial, the distributed optimizer on tp 2 (x pp 2) and back; what
+# Megatron or mtc refuses exits 2 with one line.
+set -u
+MTC=${MTC:-build/mtc}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+. "${MTC_SOURCE_DIR:-.}/tests/parity/parity_lib.sh"
+F="--use-megatron-fsdp"
+run() {
+    name=$1
+    shift
+    "$MTC" train $TINY "$@" --metrics "$D/$name.jsonl" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
+}
+
+run s
+for st in no_shard optim optim_grads optim_grads_params; do
+    run "$st" --world-size 4 $F --data-parallel-sharding-strategy "$st"
+    same_losses "fsdp $st dp=4" "$D/s.jsonl" "$D/$st.jsonl"
+done
+run acc --world-size 2 $F
+same_losses "fsdp optim_grads_params dp=2 (2 microbatches accumulated in the shard)" "$D/s.jsonl" "$D/acc.jsonl"
+run tp --world-size 4 --tp 2 --sequence-parallel $F
+same_losses "fsdp optim_grads_params tp=2 x dp=2 + SP" "$D/s.jsonl" "$D/tp.jsonl"
+run cp --world-size 4 --cp 2 $F --ckpt-format fsdp_dtensor
+same_losses "fsdp optim_grads_params cp=2 x dp=2 (--ckpt-format fsdp_dtensor)" "$D/s.jsonl" "$D/cp.jsonl"
+run rc --world-size 2 $F --data-parallel-sharding-strategy optim_grads --recompute-granularity full \
+    --recompute-method uniform --recompute-num-layers 1 --overlap-grad-reduce
+same_losses "fsdp optim_grads dp=2 full recomputation, overlap-grad-reduce" "$D/s.jsonl" "$D/rc.jsonl"
+run ov --world-size 2 $F --overlap-grad-reduce --overlap-param-gather
+same_losses "fsdp optim_grads_params dp=2 prefetch + overlapped reduce-scatter" "$D/s.jsonl" "$D/ov.jsonl"
+run ot --world-size 4 --tp 2 --sequence-parallel $F --overlap-grad-reduce --overlap-param-gather \
+    --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+same_losses "fsdp optim_grads_params tp=2 x dp=2 + SP, overlap, recompute" "$D/s.jsonl" "$D/ot.jsonl"
+run us --world-size 4 $F --suggested-communication-unit-size 20000 --print-layout
+same_losses "fsdp --suggested-communication-unit-size 20000" "$D/s.jsonl" "$D/us.jsonl"
+# embedding 2560 + layer 12704 + layer 12704 held before the run reaches
+# 20000: one merged unit, and the head's own
+grep -q "^buffer: .*, 2 buckets, data-parallel size 4" "$D/us.log" && ok "unit size: 2 merged units" ||
+    { bad "unit size layout"; grep "^buffer" "$D/us.log"; }
+run hs --world-size 4 --micro-batch-size 1 $F --num-distributed-optimizer-instances 2 --overlap-grad-reduce
+same_losses "HSDP: fsdp optim_grads_params over 2 instances x 2, 2 microbatches, overlap" "$D/s.jsonl" "$D/hs.jsonl"
+MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
+run ms $MOE
+run me $MOE --world-size 4 --ep 2 $F --overlap-grad-reduce --overlap-param-gather
+same_losses "MoE ep=2 x dp=2: experts sharded over expert-DP, overlap" "$D/ms.jsonl" "$D/me.jsonl"
+run sb --bf16
+run bf --world-size 4 $F --bf16
+same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
+
+# memory: a model whose units are large against a page. Units (floats,
+# padded to whole 4 KiB pages per shard of 4 ranks = multiples of 4096):
+# embedding (64 + 16) x 128 = 10240 -> 12288, layer 12 C^2 + 13 C = 198272
+# -> 200704 (x4), head 2 C = 256 -> 4096; total 819200, shard 204800. With
+# optim_grads_params the params peak at the shard + two layers' other
+# three quarters: 204800 + 2 x 150528 floats.
+M="--num-layers 4 --hidden-size 128 --train-iters 2"
+if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
+    "$MTC" train $TINY $M --world-size 4 $F --metrics "$D/m.jsonl" >"$D/m.log" 2>&1 || { bad "memory run"; cat "$D/m.log"; }
+    "$MTC" train $TINY $M --world-size 4 $F --data-parallel-sharding-strategy optim --metrics "$D/o.jsonl" >"$D/o.log" 2>&1 || bad "optim memory run"
+    f() { grep -o "\"$2\": [0-9]*" "$1" | tail -1 | awk '{ print $2 }'; }
+    P=$(f "$D/m.jsonl" param_bytes) G=$(f "$D/m.jsonl" grad_bytes) PO=$(f "$D/o.jsonl" param_bytes)
+    if [ -n "$P" ] && [ -n "$G" ] && [ -n "$PO" ] && awk -v p="$P" -v g="$G" -v po="$PO" \
+        'BEGIN { want = 4 * (204800 + 2 * 150528); exit !(p == want && g >= 4 * 204800 && g <= want && p < po) }'; then
+        ok "optim_grads_params resident params $P = 4 x (shard + 2 units), grads $G <= that, optim's params $PO"
+    else bad "memory: params '$P' grads '$G' optim '$PO' (want params $((4 * (204800 + 2 * 150528))))"; fi
+else
+    ok "memory check skipped: page size $(getconf PAGESIZE) (the closed form assumes 4096)"
+fi
+
+# checkpoints with the optimizer state, resharded: 4 iterations saved at
+# one layout and resumed to 8 at another equal an uninterrupted 8 (its
+# last 4 iterations)
+L="--lr-decay-iters 8"
+r() {
+    name=$1 iters=$2
+    shift 2
+    "$MTC" train $TINY $L --train-iters "$iters" --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
+}
+r full 8
+tail -4 "$D/full.jsonl" >"$D/full4.jsonl"
+r ca 4 --world-size 4 $F --save "$D/ck"
+r cb 8 --world-size 4 $F --load "$D/ck"
+grep -q "successfully loaded checkpoint from .*iteration 4, .*optimizer state" "$D/cb.log" || { bad "no load line"; cat "$D/cb.log"; }
+same_losses "fsdp dp=4 save -> fsdp dp=4 resume" "$D/full4.jsonl" "$D/cb.jsonl"
+r cc 8 --load "$D/ck"
+same_losses "fsdp dp=4 save -> serial resume" "$D/full4.jsonl" "$D/cc.jsonl"
+r cd 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck"
+same_losses "fsdp dp=4 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cd.jsonl"
+r ce 4 --world-size 4 --tp 2 --pp 2 --use-distributed-optimizer --save "$D/ck2"
+r cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$D/ck2"
+same_losses "distopt tp=2 x pp=2 save -> fsdp optim_grads dp=4 resume" "$D/full4.jsonl" "$D/cf.jsonl"
+
+refuse "negative unit size" "suggested-communication-unit-size=-5 must be >= 1" $F --suggested-communication-unit-size -5
+refuse "HFSDP outer optim with optim_grads" "is only supported with full-sharding on DP-Shard" --world-size 4 $F \
+    --data-parallel-sharding-strategy optim_grads --num-distributed-optimizer-instances 2 --outer-dp-sharding-strategy optim
+refuse "unknown outer strategy" "outer-dp-sharding-strategy=full is not a strategy" --outer-dp-sharding-strategy full
+refuse "unknown strategy" "data-parallel-sharding-strategy=full is not a strategy" $F --data-parallel-sharding-strategy full
+refuse "fsdp_dtensor without fsdp" "fsdp_dtensor is only tested with Megatron FSDP" --ckpt-format fsdp_dtensor
+refuse "optim_grads_params with pp" "pipeline-model-parallel-size=2 is not in mtc yet" --world-size 2 --pp 2 $F
+refuse "overlap-param-gather without overlap-grad-reduce" "Must use --overlap-param-gather with --overlap-grad-reduce" --world-size 2 $F --overlap-param-gather
+exit $fail
