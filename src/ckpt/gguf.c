@@ -205,6 +205,9 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     if (c->mla.enabled)
         return mtc_error(MTC_ERR_UNSUPPORTED, "--multi-latent-attention: mtc does not export "
                                               "llama.cpp's deepseek2 yet");
+    if (c->mtp_num_layers > 0)
+        return mtc_error(MTC_ERR_UNSUPPORTED, "--mtp-num-layers: mtc does not export MTP layers "
+                                              "to GGUF (train without MTP to export)");
     if (c->qk_layernorm && !llama)
         return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 has no q/k norms "
                                               "(its qwen3 takes Llama-style models)");

@@ -67,6 +67,9 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *
     if (c->mla.enabled)
         return mtc_error(U, "--multi-latent-attention: mtc does not export DeepSeek-V3's MLA "
                             "weights yet");
+    if (c->mtp_num_layers > 0)
+        return mtc_error(U, "--mtp-num-layers: mtc does not export DeepSeek-V3's MTP layers to "
+                            "Hugging Face yet (train without MTP to export)");
     if (c->qk_layernorm && !model_family_is_llama(c))
         return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel has no q/k norms (Qwen3's q_norm / "
                             "k_norm are written for Llama-style models)");
@@ -566,7 +569,7 @@ static mtc_result_t hf_min_bytes(const mtc_model_config *c, double *bytes) {
     int pidx[MTC_NGLOBAL_ROLES], lf[2];
     MTC_CHECK(mtc_registry_init(&reg, 8 + model_family_params_per_layer(c)));
     reg.tp = 1, reg.tp_rank = 0;
-    model_register_opts o = {0, 1, 1, 1, 0};
+    model_register_opts o = {0, 1, 1, 1, 0, 0};
     mtc_result_t rc = model_family_register(&reg, c, &o, pidx, lf);
     double other = 0, layer = 0;
     for (int i = 0; rc == MTC_OK && i < reg.count; i++)

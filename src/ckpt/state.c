@@ -231,6 +231,10 @@ cJSON *mtc_ckpt_config_json(const mtc_model_config *c) {
                                                                     : "learned_absolute");
     if (c->moe.num_experts > 0) cJSON_AddItemToObject(j, "moe", moe_json(c));
     if (c->mla.enabled) cJSON_AddItemToObject(j, "mla", mtc_ckpt_mla_json(&c->mla));
+    if (c->mtp_num_layers > 0) { /* absent: no MTP (and every save before it) */
+        cJSON_AddNumberToObject(j, "mtp_num_layers", c->mtp_num_layers);
+        cJSON_AddNumberToObject(j, "mtp_loss_scaling_factor", c->mtp_loss_scaling_factor);
+    }
     return j;
 }
 
@@ -281,6 +285,17 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
     const cJSON *moe = cJSON_GetObjectItem(j, "moe"); /* absent: a dense model (or an old save) */
     if (moe) MTC_CHECK(moe_parse(moe, path, c));
     MTC_CHECK(mtc_ckpt_mla_parse(cJSON_GetObjectItem(j, "mla"), path, &c->mla));
+    const cJSON *mtp = cJSON_GetObjectItem(j, "mtp_num_layers");
+    if (mtp) {
+        const cJSON *fac = cJSON_GetObjectItem(j, "mtp_loss_scaling_factor");
+        if (!cJSON_IsNumber(mtp) || !cJSON_IsNumber(fac) || !cfg_number_fits(mtp->valuedouble, 1))
+            return mtc_error(MTC_ERR_FORMAT,
+                             "%s: the model configuration's MTP entries are not "
+                             "numbers (a corrupted checkpoint)",
+                             path);
+        c->mtp_num_layers = (int)mtp->valuedouble;
+        c->mtp_loss_scaling_factor = (float)fac->valuedouble;
+    }
     if (mtc_model_config_validate(c) != MTC_OK)
         return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration is invalid: %s", path,
                          mtc_error_detail());
@@ -300,6 +315,11 @@ mtc_result_t mtc_ckpt_config_check(const mtc_model_config *s, const mtc_model_co
     CFG_INTS(CMP)
     CFG_FLOATS(CMP)
 #undef CMP
+    if (s->mtp_num_layers != r->mtp_num_layers) /* the training-only factor may change */
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "%s was saved with mtp-num-layers=%d but this run has %d (pass the saved "
+                         "value)",
+                         path, s->mtp_num_layers, r->mtp_num_layers);
     if (s->normalization != r->normalization || s->position_embedding != r->position_embedding)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "%s was saved with another --normalization or --position-embedding-type "

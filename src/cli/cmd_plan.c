@@ -324,6 +324,7 @@ int cli_cmd_plan(int argc, char **argv) {
             &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
             mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &l.split) != MTC_OK)
         return cli_usage_error("plan", "%s", mtc_error_detail());
+    l.split.mtp_num_layers = model_f.mtp_layers; /* a layout string's 'm' count */
     l.vocab_divisible = divisible;
     l.world = world, l.tp = l.pp = l.vpp = 1, l.cp = cp, l.cp_comm_type = cp_type;
     l.micro_batch = mbs,

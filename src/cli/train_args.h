@@ -137,7 +137,7 @@ typedef struct {
     pp_layout_args pp_split;
     train_compat compat;
     /* derived by the checks (train_check.c), read when the config is filled */
-    int rc_full, rc_block, rc_mlp, rc_up;
+    int rc_full, rc_block, rc_mlp, rc_up, rc_shared;
     int cp_types[MTC_ARG_STRINGS_MAX]; /* read by the rank-threads for the whole run */
     int cp_per_layer, cp_type;
     mtc_moe_config moe_cfg;

@@ -74,7 +74,7 @@ int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
     /* --recompute-modules: a comma- or space-separated list (Megatron's
      * default core_attn, a no-op here: the tiled attention keeps no
      * probabilities; mlp recomputes each MLP in backward) */
-    f->rc_mlp = f->rc_up = 0; /* rc_up: mla_up_proj (MLA's up projections, model/mla.h) */
+    f->rc_mlp = f->rc_up = f->rc_shared = 0; /* rc_up: mla_up_proj (model/mla.h) */
     if (f->rc_modules) {
         char mods[256];
         snprintf(mods, sizeof mods, "%s", f->rc_modules);
@@ -83,11 +83,15 @@ int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
                 f->rc_mlp = 1;
             else if (!strcmp(t, "mla_up_proj"))
                 f->rc_up = 1;
-            else if (strcmp(t, "core_attn"))
+            else if (!strcmp(t, "shared_experts"))
+                f->rc_shared = 1;
+            /* core_attn and layernorm are what mtc always does: the tiled
+             * attention keeps no probabilities, the norms' outputs are rebuilt */
+            else if (strcmp(t, "core_attn") && strcmp(t, "layernorm"))
                 return cli_usage_error("train",
                                        "recompute-modules=%s: %s is not implemented (use "
-                                       "core_attn, mlp, mla_up_proj; layernorm and the MoE "
-                                       "modules are not yet)",
+                                       "core_attn, layernorm, mlp, shared_experts and/or "
+                                       "mla_up_proj; moe and moe_act are not yet)",
                                        f->rc_modules, t);
         }
     }
@@ -127,6 +131,7 @@ int train_check_layout(train_flags *f, const mtc_arg *args, int nargs) {
             &f->lay.split, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
             mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &f->pp_split) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    f->pp_split.mtp_num_layers = f->model_f.mtp_layers; /* a layout string's 'm' count */
     { /* Megatron's training rules deriving vpp (arguments.py) */
         pp_vpp_args va = {.pp = f->lay.pp,
                           .split = &f->pp_split,

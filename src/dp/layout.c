@@ -177,8 +177,8 @@ static mtc_result_t layout_build_shards(dp_layout *l) {
 mtc_result_t dp_layout_build(dp_layout *out, const int64_t *numels, int nparams,
                              const dp_layout_config *cfg) {
     memset(out, 0, sizeof *out);
-    if (nparams < 1)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "a layout needs at least one param, got %d",
+    if (nparams < 0) /* 0: an empty pipeline stage's chunk, no buckets */
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "a layout needs at least zero params, got %d",
                          nparams);
     if (cfg->dp < 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "data-parallel-size=%d must be at least 1",
@@ -190,7 +190,7 @@ mtc_result_t dp_layout_build(dp_layout *out, const int64_t *numels, int nparams,
                              (long long)numels[i]);
     dp_layout *l = out;
     l->nparams = nparams, l->dp = cfg->dp, l->use_distopt = cfg->use_distopt != 0;
-    size_t n = (size_t)nparams;
+    size_t n = (size_t)(nparams ? nparams : 1);
     l->param = calloc(n, sizeof *l->param);
     l->param_bucket = calloc(n, sizeof(int));
     l->bucket = calloc(n, sizeof *l->bucket); /* at most one bucket per param */

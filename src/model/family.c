@@ -62,6 +62,7 @@ typedef enum {
     D_KVD, /* kv-lora-rank + qk-pos-emb-head-dim */
     D_KL,  /* kv-lora-rank */
     D_MKV, /* NH (qk-head-dim + v-head-dim) */
+    D_2C,  /* an MTP depth's projection input [embedding | hidden state] */
 } dim_sym;
 
 typedef enum { INIT_ONES = 0, INIT_ZEROS, INIT_STD, INIT_STD_OUT } init_rule;
@@ -211,6 +212,39 @@ static const role_desc LLAMA_MOE_PLAIN[] = {MOE_ROLES("model.layers.%d.", "mlp.r
                                                       "mlp.shared_expert.", "mlp.experts.%d.",
                                                       "up_proj", "down_proj")};
 
+/* An MTP depth's own parameters (Hugging Face DeepSeek-V3 names the depth
+ * model.layers.<num_layers + d> with enorm, hnorm, eh_proj and
+ * shared_head.norm; Megatron: mtp.layers.d.enorm / hnorm / eh_proj /
+ * final_layernorm). The first three come before the depth's transformer
+ * layer, the norm after it (forward order). eh_proj is column-parallel
+ * (Megatron's ColumnParallelLinear, no bias); the norms are replicated. */
+#define MTP_ROLES(P)                                                                               \
+    {MTC_ROLE_MTP_ENORM_W, P "enorm.weight", D_C, D_1, MTC_SPLIT_NONE, HAS_ALWAYS, INIT_ONES, 1},  \
+        {MTC_ROLE_MTP_ENORM_B, P "enorm.bias", D_C,        D_1,                                    \
+         MTC_SPLIT_NONE,       HAS_NORM_BIAS,  INIT_ZEROS, 1},                                     \
+        {MTC_ROLE_MTP_HNORM_W, P "hnorm.weight", D_C,       D_1,                                   \
+         MTC_SPLIT_NONE,       HAS_ALWAYS,       INIT_ONES, 1},                                    \
+        {MTC_ROLE_MTP_HNORM_B, P "hnorm.bias", D_C,        D_1,                                    \
+         MTC_SPLIT_NONE,       HAS_NORM_BIAS,  INIT_ZEROS, 1},                                     \
+        {MTC_ROLE_MTP_EH_PROJ, P "eh_proj.weight", D_C,      D_2C,                                 \
+         MTC_SPLIT_COLUMN,     HAS_ALWAYS,         INIT_STD, 0},                                   \
+        {MTC_ROLE_MTP_NORM_W,                                                                      \
+         P "shared_head.norm.weight",                                                              \
+         D_C,                                                                                      \
+         D_1,                                                                                      \
+         MTC_SPLIT_NONE,                                                                           \
+         HAS_ALWAYS,                                                                               \
+         INIT_ONES,                                                                                \
+         1},                                                                                       \
+    {                                                                                              \
+        MTC_ROLE_MTP_NORM_B, P "shared_head.norm.bias", D_C, D_1, MTC_SPLIT_NONE, HAS_NORM_BIAS,   \
+            INIT_ZEROS, 1                                                                          \
+    }
+#define MTP_NROLES 7
+#define MTP_NPRE 5 /* before the transformer layer */
+static const role_desc GPT2_MTP[] = {MTP_ROLES("transformer.h.%d.")};
+static const role_desc LLAMA_MTP[] = {MTP_ROLES("model.layers.%d.")};
+
 /* Llama-named layers without SwiGLU: fc1 is a plain up projection */
 static const char *LLAMA_FC1_PLAIN[2] = {"model.layers.%d.mlp.up_proj.weight",
                                          "model.layers.%d.mlp.up_proj.bias"};
@@ -286,6 +320,7 @@ static int64_t dim_of(dim_sym s, const mtc_model_config *c) {
     case D_KVD: return c->mla.kv_lora_rank + c->mla.qk_pos_emb_head_dim;
     case D_KL: return c->mla.kv_lora_rank;
     case D_MKV: return NH * (c->mla.qk_head_dim + c->mla.v_head_dim);
+    case D_2C: return 2 * (int64_t)c->hidden_size;
     }
     return 0;
 }
@@ -374,17 +409,58 @@ static mtc_result_t add_globals(mtc_registry *r, const role_desc *t, int from, i
         const role_desc *d = &t[k];
         if (!role_present(d, c)) continue;
         int tied_head_copy = d->role == MTC_ROLE_WTE && !o->has_embedding;
-        if (d->role == MTC_ROLE_WTE && !o->has_embedding && !(o->has_head && !c->untie_embeddings))
+        /* a chunk without the embedding holds a wte copy for a tied head
+         * or for its MTP depths' embedding */
+        if (d->role == MTC_ROLE_WTE && !o->has_embedding &&
+            !(o->has_head && !c->untie_embeddings) && !o->mtp)
             continue;
         if (d->role == MTC_ROLE_WPE && !o->has_embedding) continue;
         MTC_CHECK(add_desc(r, d, d->name, -1, c, o));
         mtc_param *p = &r->params[r->count - 1];
-        if (d->role == MTC_ROLE_WTE && !c->untie_embeddings) {
-            p->reduce_groups |= MTC_REDUCE_EMBEDDING; /* tied to the head */
+        if (d->role == MTC_ROLE_WTE && (!c->untie_embeddings || c->mtp_num_layers > 0)) {
+            /* tied to the head, or shared with the MTP stage (Megatron's
+             * embedding group holds the stages with MTP) */
+            p->reduce_groups |= MTC_REDUCE_EMBEDDING;
             p->shared_copy = tied_head_copy;
         }
         pidx[d->role] = r->count - 1;
     }
+    return MTC_OK;
+}
+
+int model_family_capacity(const mtc_model_config *c, int nlayers, int mtp) {
+    return 8 + model_family_params_per_layer(c) * nlayers +
+           (model_family_params_per_layer(c) + MTP_NROLES) * mtp;
+}
+
+/* Layer l's transformer roles (dense MLP or MoE). */
+static mtc_result_t add_layer(mtc_registry *r, int l, const mtc_model_config *c,
+                              const model_register_opts *o) {
+    int llama = model_family_is_llama(c);
+    const role_desc *lt = llama ? LLAMA_LAYER : GPT2_LAYER;
+    for (int k = 0; k < MTC_NROLES; k++) {
+        const role_desc *d = &lt[k];
+        if (!role_present(d, c)) continue;
+        if (is_mlp_role(d->role) && mtc_model_is_moe_layer(c, l)) continue;
+        const char *name = d->name;
+        if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_W) name = LLAMA_FC1_PLAIN[0];
+        if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_B) name = LLAMA_FC1_PLAIN[1];
+        MTC_CHECK(add_desc(r, d, name, l, c, o));
+    }
+    if (mtc_model_is_moe_layer(c, l)) MTC_CHECK(add_moe(r, l, c, o));
+    return MTC_OK;
+}
+
+/* MTP depth d: layer num_layers + d, its own roles around a transformer layer. */
+static mtc_result_t add_mtp(mtc_registry *r, int d, const mtc_model_config *c,
+                            const model_register_opts *o) {
+    const role_desc *t = model_family_is_llama(c) ? LLAMA_MTP : GPT2_MTP;
+    int l = c->num_layers + d;
+    for (int k = 0; k < MTP_NPRE; k++)
+        if (role_present(&t[k], c)) MTC_CHECK(add_desc(r, &t[k], t[k].name, l, c, o));
+    MTC_CHECK(add_layer(r, l, c, o));
+    for (int k = MTP_NPRE; k < MTP_NROLES; k++)
+        if (role_present(&t[k], c)) MTC_CHECK(add_desc(r, &t[k], t[k].name, l, c, o));
     return MTC_OK;
 }
 
@@ -399,27 +475,18 @@ int model_family_params_per_layer(const mtc_model_config *c) {
 
 mtc_result_t model_family_register(mtc_registry *r, const mtc_model_config *c,
                                    const model_register_opts *o, int *pidx, int *layer_first) {
-    int llama = model_family_is_llama(c);
-    const role_desc *lt = llama ? LLAMA_LAYER : GPT2_LAYER;
-    const role_desc *gt = llama ? LLAMA_GLOBAL : GPT2_GLOBAL;
+    const role_desc *gt = model_family_is_llama(c) ? LLAMA_GLOBAL : GPT2_GLOBAL;
     for (int k = 0; k < MTC_NGLOBAL_ROLES; k++)
         pidx[k] = -1;
     /* embedding roles first (wte, wpe), the final norm and head last */
     MTC_CHECK(add_globals(r, gt, 0, 2, c, o, pidx));
     for (int l = o->first_layer; l < o->last_layer; l++) {
         layer_first[l] = r->count;
-        for (int k = 0; k < MTC_NROLES; k++) {
-            const role_desc *d = &lt[k];
-            if (!role_present(d, c)) continue;
-            if (is_mlp_role(d->role) && mtc_moe_is_layer(&c->moe, l)) continue;
-            const char *name = d->name;
-            if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_W) name = LLAMA_FC1_PLAIN[0];
-            if (llama && !c->swiglu && d->role == MTC_ROLE_FC1_B) name = LLAMA_FC1_PLAIN[1];
-            MTC_CHECK(add_desc(r, d, name, l, c, o));
-        }
-        if (mtc_moe_is_layer(&c->moe, l)) MTC_CHECK(add_moe(r, l, c, o));
+        MTC_CHECK(add_layer(r, l, c, o));
     }
     layer_first[o->last_layer] = r->count;
+    for (int d = 0; d < o->mtp; d++) /* the MTP depths (Megatron: after the decoder) */
+        MTC_CHECK(add_mtp(r, d, c, o));
     if (o->has_head) MTC_CHECK(add_globals(r, gt, 2, MTC_NGLOBAL_ROLES, c, o, pidx));
     mtc_registry_layout(r);
     return MTC_OK;
@@ -430,8 +497,8 @@ mtc_result_t model_family_register_rank(mtc_registry *r, const mtc_model_config 
                                         int *pidx, int *layer_first) {
     /* the chunk's layers only: sized for the whole model, vpp chunks of an
      * L-layer model cost O(L^2) */
-    MTC_CHECK(mtc_registry_init(r, 8 + model_family_params_per_layer(c) *
-                                           (o->last_layer - o->first_layer)));
+    MTC_CHECK(
+        mtc_registry_init(r, model_family_capacity(c, o->last_layer - o->first_layer, o->mtp)));
     r->tp = s->tp, r->tp_rank = s->tp_rank, r->etp = s->etp;
     MTC_CHECK(model_family_register(r, c, o, pidx, layer_first));
     if (s->ep > 1) { /* EP rank r holds only its experts: the others take no storage */

@@ -11,6 +11,8 @@ typedef struct {
     int first_layer, last_layer; /* the chunk's layers */
     int has_embedding, has_head; /* first / last virtual pipeline stage */
     int sequence_parallel;       /* norms and row-parallel biases reduce over TP */
+    int mtp; /* MTP depths the chunk holds after its layers (layers num_layers + d; the
+                chunk with the loss, model/mtp.h), 0: none */
 } model_register_opts;
 
 /* 1 when the configuration is Llama-style (RMSNorm, SwiGLU or RoPE): its
@@ -18,6 +20,8 @@ typedef struct {
 int model_family_is_llama(const mtc_model_config *c);
 /* Parameters of one layer in this configuration. */
 int model_family_params_per_layer(const mtc_model_config *c);
+/* Registry capacity for a chunk of nlayers layers and mtp MTP depths. */
+int model_family_capacity(const mtc_model_config *c, int nlayers, int mtp);
 /* Adds the chunk's parameters to r (initialised with its tp / tp_rank) in
  * Megatron's forward order and lays the registry out. pidx
  * (MTC_NGLOBAL_ROLES) receives each global role's index or -1;

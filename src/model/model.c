@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "model/family.h"
 #include "model/model_internal.h"
+#include "model/mtp.h"
 #include "nn/lowp.h"
 #include "tp/fp8_linear.h"
 #include "tp/mappings.h"
@@ -115,6 +116,7 @@ mtc_result_t mtc_model_config_validate(const mtc_model_config *c) {
         return mtc_error(E, "attention-dropout=%g must be in [0, 1)", c->attention_dropout);
     if (c->seq_length > (1 << 24))
         return mtc_error(E, "seq-length=%d is above the supported %d", c->seq_length, 1 << 24);
+    MTC_CHECK(model_mtp_validate(c));
     if (c->moe.num_experts > 0) /* the layout-free MoE rules (train/ checks the layout's) */
         MTC_CHECK(mtc_moe_validate(&c->moe, c->num_layers, c->ffn_hidden_size, 1, 0, 1, 1,
                                    !c->disable_bias_linear));
@@ -154,8 +156,8 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
  * global shapes). */
 static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     const mtc_model_config *c = &m->cfg;
-    model_register_opts o = {m->first_layer, m->last_layer, m->has_embedding, m->has_head,
-                             m->tp.sequence_parallel};
+    model_register_opts o = {m->first_layer, m->last_layer,           m->has_embedding,
+                             m->has_head,    m->tp.sequence_parallel, m->mtp_layers};
     model_rank_split rs = {.tp = m->tp_size,
                            .tp_rank = m->tp_rank,
                            .etp = m->moe.etp ? mtc_comm_size(m->moe.etp) : 1,
@@ -166,9 +168,9 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;
     MTC_CHECK(mtc_mem_calloc((size_t)c->num_layers + 1, sizeof(int), (void **)&ffirst));
-    model_register_opts fo = {0, c->num_layers, 1, 1, 0};
+    model_register_opts fo = {0, c->num_layers, 1, 1, 0, c->mtp_num_layers};
     mtc_result_t rc =
-        mtc_registry_init(&full, 8 + model_family_params_per_layer(c) * c->num_layers);
+        mtc_registry_init(&full, model_family_capacity(c, c->num_layers, c->mtp_num_layers));
     if (rc == MTC_OK) rc = model_family_register(&full, c, &fo, fpidx, ffirst);
     for (int i = 0; rc == MTC_OK && i < m->reg.count; i++) {
         int k = mtc_registry_find(&full, m->reg.params[i].name);
@@ -186,9 +188,9 @@ mtc_result_t mtc_model_param_counts(const mtc_model_config *c, double *total, do
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;
     MTC_CHECK(mtc_mem_calloc((size_t)c->num_layers + 1, sizeof(int), (void **)&ffirst));
-    model_register_opts fo = {0, c->num_layers, 1, 1, 0};
+    model_register_opts fo = {0, c->num_layers, 1, 1, 0, c->mtp_num_layers};
     mtc_result_t rc =
-        mtc_registry_init(&full, 8 + model_family_params_per_layer(c) * c->num_layers);
+        mtc_registry_init(&full, model_family_capacity(c, c->num_layers, c->mtp_num_layers));
     if (rc == MTC_OK) rc = model_family_register(&full, c, &fo, fpidx, ffirst);
     size_t experts = 0; /* every expert's parameters (integers: the sums below are exact) */
     for (int i = 0; rc == MTC_OK && i < full.count; i++)
@@ -210,15 +212,15 @@ static void gpt_bind(mtc_model *m, float *base, float **g, mtc_model_layer *laye
     const mtc_registry *r = &m->reg;
     for (int k = 0; k < MTC_NGLOBAL_ROLES; k++)
         g[k] = m->pidx[k] >= 0 ? base + r->params[m->pidx[k]].offset : NULL;
-    for (int l = m->first_layer; l < m->last_layer; l++) {
+    for (int l = m->first_layer; l < m->last_layer + m->mtp_layers; l++) {
+        if (l >= m->last_layer && l < m->cfg.num_layers) continue; /* MTP: layers L.. */
         mtc_model_layer *y = &layers[l];
         for (int k = 0; k < MTC_NROLES_ALL; k++)
             y->w[k] = NULL;
         int E = m->cfg.moe.num_experts;
         for (int i = y->first; i < y->last; i++) {
             const mtc_param *p = &r->params[i];
-            if (p->role >=
-                MTC_ROLE_EXP_FC1_W) /* an expert's: (role, expert); NULL off its EP rank */
+            if (p->expert >= 0) /* an expert's: (role, expert); NULL off its EP rank */
                 y->xw[(p->role - MTC_ROLE_EXP_FC1_W) * E + p->expert] =
                     mtc_param_absent(p) ? NULL : base + p->offset;
             else
@@ -319,6 +321,9 @@ static size_t gpt_scratch_floats(const mtc_model *m) {
         model_block_dims sd = mtc_model_shared_dims(m);
         if (sd.F > 0) s = max_sz(s, model_mlp_scratch_floats(&m->tp, B, T, &sd));
     }
+    if (m->mtp_layers) /* the MTP projection, its output gathered (model/mtp.c) */
+        s = max_sz(s, max_sz(tp_column_linear_scratch_floats(&m->tp, 1, B, T, 2 * C, C),
+                             tp_seq_scratch_floats(B, T, C, m->tp_size)));
     return s;
 }
 
@@ -330,7 +335,8 @@ static size_t gpt_carve(mtc_model *m, char *base) {
            F_tp = (size_t)c->ffn_hidden_size / tp, F1_tp = (c->swiglu ? 2 : 1) * F_tp,
            NH_tp = (size_t)c->num_heads / tp, HS = (size_t)mtc_model_head_size(c),
            QD_tp = NH_tp * HS, QKV_tp = QD_tp + 2 * ((size_t)mtc_model_groups(c) / tp) * HS,
-           V_tp = (size_t)c->padded_vocab_size / tp, nl = (size_t)(m->last_layer - m->first_layer);
+           V_tp = (size_t)c->padded_vocab_size / tp,
+           nl = (size_t)(m->last_layer - m->first_layer + m->mtp_layers); /* with MTP's layers */
     size_t N = B * T, Nl = B * (size_t)m->T_loc, off = 0;
     if (c->mla.enabled) QKV_tp = QD_tp = 0; /* MLA keeps its own (slot->mla) */
 #define TAKE(ptr, count)                                                                           \
@@ -363,7 +369,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->fch, m->rec_mlp ? 0 : k * N * F1_tp); /* rec_mlp: the shared set below */
         TAKE(a->moe, k * mtc_model_moe_floats(m));
         size_t SF_tp = (size_t)c->moe.shared_ffn / tp, SF1_tp = (c->swiglu ? 2 : 1) * SF_tp;
-        TAKE(a->sfch, k * N * SF1_tp);
+        TAKE(a->sfch, m->rec_shared ? 0 : k * N * SF1_tp); /* rec_shared: the set below */
         if (s < 0) continue;
         TAKE(a->res3, nl * Nl * C); /* every layer's output: the next layer's input */
         TAKE(a->lnf, Nl * C);
@@ -371,6 +377,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->lnf_rstd, Nl);
         TAKE(a->losses, N);
         TAKE(a->dlnf, m->has_head ? Nl * C : 1);
+        TAKE(a->mtp, model_mtp_slot_floats(m));
         if (m->full_logits && m->has_head) TAKE(a->logits, N * V_tp);
     }
     /* the fused head's one chunk of logits, shared by every slot */
@@ -382,12 +389,27 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         model_mla_opts mo = mtc_model_mla_opts(m);
         TAKE(m->mla_qkv, model_mla_qkv_floats(&mo, (int)tp, m->B, m->T, c->num_heads));
     }
+    if (m->rec_shared) {
+        size_t SF1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->moe.shared_ffn / tp);
+        TAKE(m->shared_fch, N * SF1_tp);
+    }
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->ln_tmp, Nl * C); /* a layer norm's output: forward's, then backward's rebuilt */
     TAKE(m->dres, Nl * C);
     TAKE(m->dtmp, Nl * C);
     TAKE(m->dtmp2, Nl * C);
     TAKE(m->in_total, m->tp.sequence_parallel ? N * C : 1);
+    if (m->mtp_layers) { /* model/mtp.c's shared buffers */
+        float *tok, *tgt;
+        TAKE(tok, N);
+        TAKE(tgt, N);
+        m->mtp_tok = (int *)tok, m->mtp_tgt = (int *)tgt;
+        TAKE(m->mtp_mask, N);
+        TAKE(m->mtp_full, N * C);
+        TAKE(m->mtp_cat_total, m->tp.sequence_parallel ? 2 * N * C : 1);
+        TAKE(m->mtp_dcat, 2 * Nl * C);
+        TAKE(m->mtp_carry, Nl * C);
+    }
     TAKE(m->scratch, gpt_scratch_floats(m));
 #undef TAKE
     return off;
@@ -443,6 +465,7 @@ static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm)
         model_mla_opts mo = mtc_model_mla_opts(m);
         w = max_sz(w, model_mla_widest(&mo, (int)tp, c->hidden_size, c->num_heads));
     }
+    if (m->mtp_layers) w = max_sz(w, 2 * (size_t)c->hidden_size); /* MTP's projection input */
     if (m->has_head) V_tp = (size_t)c->padded_vocab_size / tp;
     /* the head's widest operand: a chunk of logits, or all of them for a
      * generation forward */
@@ -501,6 +524,7 @@ static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
         MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, F, C, w[MTC_ROLE_FC2_B] != NULL));
     }
     if (!m->has_head) return MTC_OK;
+    if (m->mtp_layers) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, 2 * C, C, 0)); /* eh_proj */
     if (m->full_logits) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, c->padded_vocab_size, 0));
     /* the fused head's chunks (tp/head.c: local GEMMs), and the last, shorter one */
     const tp_ctx local = {NULL, tp->pool, 0, tp->lowp, NULL};
@@ -641,12 +665,15 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->pool = pool;
     m->full_logits = o->logits;
     m->head_chunk = o->head_chunk > 0 ? o->head_chunk : MTC_MODEL_HEAD_CHUNK;
-    MTC_CHECK_GOTO(
-        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_model_layer), (void **)&m->layers), rc,
-        fail);
-    MTC_CHECK_GOTO(
-        mtc_mem_calloc((size_t)cfg->num_layers, sizeof(mtc_model_layer), (void **)&m->dlayers), rc,
-        fail);
+    /* multi-token prediction runs on the chunk with the loss (model/mtp.h) */
+    m->mtp_layers = o->has_head && last_layer == cfg->num_layers ? cfg->mtp_num_layers : 0;
+    size_t LX = (size_t)cfg->num_layers + (size_t)cfg->mtp_num_layers; /* with MTP's layers */
+    MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->layers), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->dlayers), rc, fail);
+    if (m->mtp_layers)
+        MTC_CHECK_GOTO(
+            mtc_mem_calloc((size_t)m->mtp_layers, sizeof(double), (void **)&m->mtp_loss_sum), rc,
+            fail);
     int *first = NULL;
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers + 1, sizeof(int), (void **)&first), rc,
                    fail);
@@ -657,13 +684,22 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     }
     free(first);
     if (rc != MTC_OK) goto fail;
+    for (int d = 0; d < m->mtp_layers; d++) { /* an MTP depth's params: layer L + d */
+        mtc_model_layer *y = &m->layers[cfg->num_layers + d];
+        y->first = m->reg.count, y->last = 0;
+        for (int i = 0; i < m->reg.count; i++)
+            if (m->reg.params[i].layer == cfg->num_layers + d) {
+                if (i < y->first) y->first = i;
+                y->last = i + 1;
+            }
+        m->dlayers[cfg->num_layers + d].first = y->first;
+        m->dlayers[cfg->num_layers + d].last = y->last;
+    }
     if (cfg->moe.num_experts > 0) { /* expert views and per-layer statistics */
         size_t E = (size_t)cfg->moe.num_experts;
-        MTC_CHECK_GOTO(
-            mtc_mem_calloc((size_t)cfg->num_layers, sizeof(moe_stats), (void **)&m->moe_stats), rc,
-            fail);
-        for (int l = first_layer; l < last_layer; l++) {
-            if (!mtc_moe_is_layer(&cfg->moe, l)) continue;
+        MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(moe_stats), (void **)&m->moe_stats), rc, fail);
+        for (int l = first_layer; l < last_layer + m->mtp_layers; l++) {
+            if (!mtc_model_is_moe_layer(cfg, l)) continue;
             MTC_CHECK_GOTO(mtc_mem_calloc(4 * E, sizeof(float *), (void **)&m->layers[l].xw), rc,
                            fail);
             MTC_CHECK_GOTO(mtc_mem_calloc(4 * E, sizeof(float *), (void **)&m->dlayers[l].xw), rc,
@@ -705,6 +741,7 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     if (fp8) MTC_CHECK_GOTO(gpt_fp8_init(m, o), rc, fail);
     m->rec_mlp = o->recompute_mlp;
     MTC_CHECK_GOTO(mtc_model_mla_init(m, o), rc, fail);
+    m->rec_shared = o->recompute_shared && cfg->moe.shared_ffn > 0;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
     if (m->nrec > 0)
@@ -757,12 +794,13 @@ void mtc_model_free(mtc_model *m) {
     tp_fp8_state_free(m->fp8);
     free(m->lp_seen);
     mtc_arena_free(&m->arena);
-    for (int l = 0; l < m->cfg.num_layers && m->layers; l++) {
+    for (int l = 0; l < m->cfg.num_layers + m->cfg.mtp_num_layers && m->layers; l++) {
         free(m->layers[l].xw);
         if (m->dlayers) free(m->dlayers[l].xw);
         if (m->moe_stats) moe_stats_free(&m->moe_stats[l]);
     }
     free(m->moe_stats);
+    free(m->mtp_loss_sum);
     free(m->layers);
     free(m->dlayers);
     free(m->slots);

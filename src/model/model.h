@@ -48,6 +48,8 @@
 #include "tp/layers.h"
 
 typedef enum { MTC_NORM_LAYERNORM = 0, MTC_NORM_RMSNORM } mtc_norm_kind;
+
+#define MTC_MTP_MAX_DEPTHS 64
 typedef enum { MTC_POS_LEARNED = 0, MTC_POS_ROPE, MTC_POS_NONE } mtc_pos_kind;
 
 /* A zeroed config plus the shape fields is GPT-2 (LayerNorm, learned
@@ -82,6 +84,9 @@ typedef struct {
     int qk_layernorm;   /* --qk-layernorm: per-head norm of q and k (model/qk_norm.h) */
     mtc_moe_config moe; /* mixture of experts (num_experts 0: dense MLPs) */
     mtc_mla_config mla; /* --multi-latent-attention (model/mla.h; enabled 0: standard) */
+    int mtp_num_layers; /* --mtp-num-layers D <= MTC_MTP_MAX_DEPTHS: multi-token prediction
+                           depths (model/mtp.h) */
+    float mtp_loss_scaling_factor; /* --mtp-loss-scaling-factor (Megatron's default 0.1) */
 } mtc_model_config;
 
 /* Derived shapes every layer uses (the config's zeros resolved). */
@@ -94,6 +99,12 @@ static inline int mtc_model_head_size(const mtc_model_config *c) {
 /* An expert's MLP width: --moe-ffn-hidden-size, else ffn-hidden-size. */
 static inline int mtc_model_moe_ffn(const mtc_model_config *c) {
     return c->moe.ffn_hidden_size > 0 ? c->moe.ffn_hidden_size : c->ffn_hidden_size;
+}
+/* Is layer l an MoE layer? MTP depth d is layer num_layers + d and takes
+ * the last decoder layer's kind (Megatron builds it from the decoder
+ * block's last layer spec). */
+static inline int mtc_model_is_moe_layer(const mtc_model_config *c, int l) {
+    return mtc_moe_is_layer(&c->moe, l < c->num_layers ? l : c->num_layers - 1);
 }
 static inline float mtc_model_norm_eps(const mtc_model_config *c) {
     return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
@@ -167,6 +178,16 @@ typedef enum {
     MTC_ROLE_EXP_FC1_B,
     MTC_ROLE_EXP_FC2_W,
     MTC_ROLE_EXP_FC2_B,
+    /* an MTP depth (layer num_layers + d, model/mtp.h) also has these: the
+     * norms of the embedding and of the hidden state, the projection of
+     * their concatenation (C, 2C) and its own final norm */
+    MTC_ROLE_MTP_ENORM_W,
+    MTC_ROLE_MTP_ENORM_B,
+    MTC_ROLE_MTP_HNORM_W,
+    MTC_ROLE_MTP_HNORM_B,
+    MTC_ROLE_MTP_EH_PROJ,
+    MTC_ROLE_MTP_NORM_W,
+    MTC_ROLE_MTP_NORM_B,
     MTC_NROLES_ALL
 } mtc_layer_role;
 
@@ -234,11 +255,19 @@ typedef struct {
         *dg[MTC_NGLOBAL_ROLES]; /* views of the global roles (NULL: none) */
     const float *head_w;        /* the LM head's weight: wte (tied) or the output layer */
     float *dhead_w;
-    mtc_model_layer *layers, *dlayers; /* [L], entries outside the chunk are all NULL */
-    nn_rope_table rope;                /* RoPE cos/sin (zeroed without rotary positions) */
-    nn_yarn_table yarn;                /* MLA's rotation (zeroed without MLA) */
-    int rec_up;                        /* --recompute-modules mla_up_proj */
-    float *mla_qkv;                    /* rec_up: one layer's MLA q, k, v for all */
+    mtc_model_layer *layers, *dlayers; /* [L + D], entries outside the chunk are all NULL */
+    int mtp_layers;         /* D on the chunk with the loss (layers L .. L+D-1), else 0 */
+    double *mtp_loss_sum;   /* (D) each depth's summed token losses since the caller zeroed it */
+    int *mtp_tok, *mtp_tgt; /* (B, T) a depth's shifted tokens and labels */
+    float *mtp_mask;        /* (B, T) 1 where the shifted label exists, else 0 */
+    float *mtp_full;        /* (B, T, C) the projection's gathered output (SP) */
+    float *mtp_cat_total;   /* (B, T, 2C) the projection's gathered input (SP) */
+    float *mtp_dcat;        /* (B, T_loc, 2C) the projection's input gradient */
+    float *mtp_carry;       /* (B, T_loc, C) d(hidden state) from the next depth */
+    nn_rope_table rope;     /* RoPE cos/sin (zeroed without rotary positions) */
+    nn_yarn_table yarn;     /* MLA's rotation (zeroed without MLA) */
+    int rec_up;             /* --recompute-modules mla_up_proj */
+    float *mla_qkv;         /* rec_up: one layer's MLA q, k, v for all */
     cp_ctx cp;        /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos)
                          (cp/context.c) */
     cp_ctx *cp_layer; /* [last_layer - first_layer] with per-layer comm types, else NULL */
@@ -251,6 +280,9 @@ typedef struct {
     mtc_model_slot *rc; /* one layer's activations shared by the recomputed layers */
     int rec_mlp;        /* --recompute-modules mlp: the MLP's inner activations are not kept */
     float *mlp_fch;     /* rec_mlp: one layer's (B,T,F1_tp) for all */
+    int rec_shared;     /* --recompute-modules shared_experts: the shared expert's inner
+                           activations are not kept */
+    float *shared_fch;  /* rec_shared: one layer's (B,T,SF1_tp) for all */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *ln_tmp;              /* (B, T_loc, C) a layer norm output (not kept per layer) */
@@ -339,6 +371,8 @@ typedef struct {
                                     each layer's MLP forward runs again in its backward */
     int recompute_mla_up;        /* --recompute-modules mla_up_proj: MLA's up projections and
                                     rotations run again in backward */
+    int recompute_shared;        /* --recompute-modules shared_experts: each MoE layer's shared
+                                    expert forward runs again in its backward */
     int bf16_gemm_f32;           /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
                                     oneDNN bf16 (nn_bf16_gemm; 0: oneDNN bf16) */
     void *layout_ctx;

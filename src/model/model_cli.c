@@ -65,5 +65,9 @@ mtc_result_t model_cli_resolve(const model_cli_flags *f, int groups_seen, model_
             return mtc_error(E, "rotary_interleaved does not work with multi_latent_attention. "
                                 "(drop --rotary-interleaved)");
     }
+    if (f->mtp_layers < 0) return mtc_error(E, "mtp-num-layers=%d must be >= 0", f->mtp_layers);
+    if (!(f->mtp_factor >= 0 && f->mtp_factor < 1e6))
+        return mtc_error(E, "mtp-loss-scaling-factor=%g must be >= 0", f->mtp_factor);
+    mc->mtp_num_layers = f->mtp_layers, mc->mtp_loss_scaling_factor = (float)f->mtp_factor;
     return MTC_OK;
 }

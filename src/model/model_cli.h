@@ -18,12 +18,14 @@ typedef struct {
     int use_rope, rot_inter, swiglu, gqa, groups, kv_channels, untie, nobias, qkv_bias;
     int qk_norm;       /* --qk-layernorm */
     mla_cli_flags mla; /* --multi-latent-attention and YaRN (model/mla_cli.h) */
+    int mtp_layers;    /* --mtp-num-layers (model/mtp.h) */
+    double mtp_factor; /* --mtp-loss-scaling-factor */
 } model_cli_flags;
 
 #define MODEL_CLI_DEFAULTS                                                                         \
     {                                                                                              \
         "LayerNorm", "learned_absolute", 1e-5, 10000, 1.0, 0.02, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0,     \
-            MLA_CLI_DEFAULTS                                                                       \
+            MLA_CLI_DEFAULTS, 0, 0.1                                                               \
     }
 
 /* clang-format off */
@@ -58,7 +60,12 @@ typedef struct {
      "normalise each query and key head (--normalization's kind) before RoPE", 0},                 \
     {"init-method-std", NULL, MTC_ARG_DOUBLE, &(f).init_std, "X",                                  \
      "std of the normal initialisation (default 0.02; output projections / sqrt(2L))", 0},         \
-    MLA_CLI_ARGS((f).mla)
+    MLA_CLI_ARGS((f).mla),                                                                         \
+    {"mtp-num-layers", NULL, MTC_ARG_INT, &(f).mtp_layers, "D",                                    \
+     "multi-token prediction: D depths after the model, each predicting one token further "       \
+     "(embedding + projection + one layer + the shared head; rope or no positions)", 0},           \
+    {"mtp-loss-scaling-factor", NULL, MTC_ARG_DOUBLE, &(f).mtp_factor, "X",                        \
+     "weight of the MTP losses' mean over the depths in the objective (default 0.1)", 0}
 /* clang-format on */
 
 /* How a command reads --num-query-groups without --group-query-attention. */

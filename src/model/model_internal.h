@@ -32,9 +32,32 @@ struct mtc_model_slot {
                                          fused head, until this microbatch's backward */
     float *logits;                    /* (B,T,Vp_tp) with opts.logits only: a forward without
                                          targets' logits (generation); else NULL */
+    float *mtp;                       /* the MTP depths' activations (model/mtp.c) */
+    int mtp_ready;                    /* they hold this microbatch's heads' gradients */
     int dlnf_ready;                   /* dlnf holds this microbatch's head gradient */
     int zeroed;                       /* the forward zeroed the gradients (first microbatch) */
 };
+
+/* For model/mtp.c (model_pass.c): layer l (chunk slot index k) forward
+ * from x into the slot's arrays, and backward from d(output) in m->dres to
+ * d(x) in m->dres; ready 0 leaves the grads_ready call to the caller. The
+ * configured norm and the dropout spec as the layers use them. */
+mtc_result_t model_layer_forward(mtc_model *m, const mtc_model_pass *pass, mtc_model_slot *a, int k,
+                                 int l, const float *x, int B, int T);
+mtc_result_t model_layer_backward(mtc_model *m, const mtc_model_pass *pass, mtc_model_slot *a,
+                                  int k, int l, const float *x, int B, int T, float loss_scale,
+                                  int ready);
+const float *model_layer_output(const mtc_model *m, const mtc_model_slot *a, int k);
+void model_norm_forward(const mtc_model *m, float *out, float *mean, float *rstd, const float *in,
+                        const float *w, const float *b, int N);
+void model_norm_backward(const mtc_model *m, float *din, float *dw, float *db, const float *dout,
+                         const float *in, const float *w, const float *mean, const float *rstd,
+                         int N);
+nn_dropout_spec model_dropout(const mtc_model *m, const mtc_model_pass *pass, int layer, int site,
+                              float p, int T);
+#define MODEL_SITE_EMBED 0
+/* pass->params_needed for params [first, last), then their --bf16 copies. */
+mtc_result_t model_params_needed(mtc_model *m, const mtc_model_pass *pass, int first, int last);
 
 /* The MoE layers' shapes (model.c), and the shared expert's block dims. */
 moe_dims mtc_model_moe_dims(const mtc_model *m);

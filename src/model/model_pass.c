@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "model/model_internal.h"
 #include "tp/fp8_linear.h"
+#include "model/mtp.h"
 
 /* Dropout sites inside a layer; the embedding uses layer -1. */
 enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 };
@@ -155,6 +156,8 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
         moe_acts_bind(&v.moe, s->moe + j * mtc_model_moe_floats(m), &c->moe, &md, (int)sNl);
         size_t SF = (size_t)c->moe.shared_ffn / p, SF1 = (c->swiglu ? 2 : 1) * SF;
         v.sa = (model_mlp_acts){m->in_total, 0, s->sfch + j * sN * SF1};
+        if (m->rec_shared) /* --recompute-modules shared_experts: one set, refilled in backward */
+            v.sa.fch = m->shared_fch;
     }
     return v;
 }
@@ -273,7 +276,7 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     model_lowp_round(m, v->res2, (size_t)Nl * C);
     gpt_norm_forward(m, v->ln2, v->ln2m, v->ln2r, v->res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B],
                      Nl);
-    if (mtc_moe_is_layer(&c->moe, l))
+    if (mtc_model_is_moe_layer(c, l))
         MTC_CHECK(gpt_moe_forward(m, pass, v, m->fwd_tmp, v->ln2, l, B, T, record));
     else
         MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v->ma, v->ln2, w[MTC_ROLE_FC1_W],
@@ -369,13 +372,130 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
     double sum = 0;
     for (int i = 0; i < N; i++)
         sum += a->losses[i];
+    /* multi-token prediction on the main hidden state (model/mtp.c) */
+    if (m->mtp_layers) GPT_TRY(m, model_mtp_forward(m, slot, tokens, targets, B, T, pass));
     return sum;
+}
+
+mtc_result_t model_params_needed(mtc_model *m, const mtc_model_pass *pass, int first, int last) {
+    if (pass && pass->params_needed && first < last)
+        MTC_CHECK(pass->params_needed(pass->params_needed_ctx, first, last));
+    model_lowp_refresh(m, first, last);
+    return MTC_OK;
+}
+
+mtc_result_t model_layer_forward(mtc_model *m, const mtc_model_pass *pass, mtc_model_slot *a, int k,
+                                 int l, const float *x, int B, int T) {
+    layer_view v = gpt_layer_view(m, a, (size_t)k);
+    return gpt_layer_forward(m, pass, &v, x, l, B, T, 1);
+}
+
+const float *model_layer_output(const mtc_model *m, const mtc_model_slot *a, int k) {
+    return a->res3 + (size_t)k * m->B * m->T_loc * m->cfg.hidden_size;
+}
+
+void model_norm_forward(const mtc_model *m, float *out, float *mean, float *rstd, const float *in,
+                        const float *w, const float *b, int N) {
+    gpt_norm_forward(m, out, mean, rstd, in, w, b, N);
+}
+
+void model_norm_backward(const mtc_model *m, float *din, float *dw, float *db, const float *dout,
+                         const float *in, const float *w, const float *mean, const float *rstd,
+                         int N) {
+    gpt_norm_backward(m, din, dw, db, dout, in, w, mean, rstd, N);
+}
+
+nn_dropout_spec model_dropout(const mtc_model *m, const mtc_model_pass *pass, int layer, int site,
+                              float p, int T) {
+    return gpt_drop(m, pass, layer, site, p, T);
 }
 
 static mtc_result_t gpt_ready(const mtc_model_pass *pass, int first, int last) {
     return pass && pass->grads_ready && first < last
                ? pass->grads_ready(pass->grads_ready_ctx, first, last)
                : MTC_OK;
+}
+
+/* Layer l's backward (chunk slot index k, input x): m->dres holds
+ * d(output) and leaves with d(x). */
+mtc_result_t model_layer_backward(mtc_model *m, const mtc_model_pass *pass, mtc_model_slot *a,
+                                  int k, int l, const float *x, int B, int T, float loss_scale,
+                                  int ready) {
+    const mtc_model_config *c = &m->cfg;
+    const tp_ctx *tp = &m->tp;
+    int C = c->hidden_size, Tl = m->tp.sequence_parallel ? T / m->tp_size : T, Nl = B * Tl;
+    size_t nC = (size_t)Nl * C;
+    float *const *w = m->layers[l].w;
+    float *const *g = m->dlayers[l].w;
+    model_block_dims bd = mtc_model_layer_dims(m, l);
+    layer_view v = gpt_layer_view(m, a, (size_t)k);
+    /* params_needed in the backward too: Megatron-FSDP gathers each unit
+     * again before its backward (a no-op for the distributed optimizer) */
+    if (pass && pass->params_needed && m->layers[l].first < m->layers[l].last)
+        MTC_CHECK(
+            pass->params_needed(pass->params_needed_ctx, m->layers[l].first, m->layers[l].last));
+    model_qk_norm qn;
+    gpt_qk_norm(m, l, &v, &qn, &bd);
+    /* --recompute-granularity full: rebuild this layer's activations from
+     * its input (comm: the layer's forward collectives again) */
+    if (k < m->nrec) MTC_CHECK(gpt_layer_forward(m, pass, &v, x, l, B, T, 0));
+    float *ln1 = v.ln1, *ln1m = v.ln1m, *ln1r = v.ln1r, *res2 = v.res2;
+    float *ln2 = v.ln2, *ln2m = v.ln2m, *ln2r = v.ln2r;
+    model_attention_acts aa = v.aa;
+    model_mlp_acts ma = v.ma;
+
+    gpt_norm_forward(m, ln2, ln2m, ln2r, res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B], Nl);
+    /* --recompute-modules mlp: the MLP forward again from its input
+     * ln2 (comm: its collectives again), the output thrown away; the same
+     * arithmetic, so the refilled activations are the forward's bits.
+     * An MoE layer keeps its own (Megatron's "mlp" module skips MoELayer) */
+    if (m->rec_mlp && k >= m->nrec && !mtc_model_is_moe_layer(c, l))
+        MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC1_B],
+                                    w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch, B, T, &bd));
+    /* --recompute-modules shared_experts: the shared expert's forward again
+     * (comm: its TP linears' collectives), the output thrown away */
+    if (m->rec_shared && k >= m->nrec && mtc_model_is_moe_layer(c, l)) {
+        model_block_dims sd = mtc_model_shared_dims(m);
+        MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v.sa, ln2, w[MTC_ROLE_SHARED_FC1_W],
+                                    w[MTC_ROLE_SHARED_FC1_B], w[MTC_ROLE_SHARED_FC2_W],
+                                    w[MTC_ROLE_SHARED_FC2_B], m->scratch, B, T, &sd));
+    }
+    /* MLP branch: dres holds d(res3) */
+    const float *dy = m->dres;
+    nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
+    if (dm.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dm), dy = m->dtmp;
+    if (mtc_model_is_moe_layer(c, l))
+        MTC_CHECK(gpt_moe_backward(m, pass, &v, m->dtmp2, dy, ln2, l, B, T, loss_scale));
+    else
+        MTC_CHECK(model_mlp_backward(tp, m->dtmp2, g[MTC_ROLE_FC1_W], g[MTC_ROLE_FC1_B],
+                                     g[MTC_ROLE_FC2_W], g[MTC_ROLE_FC2_B], dy, &ma, ln2,
+                                     w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC2_W], m->scratch, B, T, &bd));
+    gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM2_W], g[MTC_ROLE_NORM2_B], m->dtmp2, res2,
+                      w[MTC_ROLE_NORM2_W], ln2m, ln2r, Nl);
+    nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(res2) */
+
+    /* attention branch */
+    dy = m->dres;
+    nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
+    if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dh), dy = m->dtmp;
+    nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
+    gpt_norm_forward(m, ln1, ln1m, ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
+    if (c->mla.enabled) { /* comm: MLA's (model/mla.h) */
+        model_mla_opts mo = mtc_model_mla_opts(m);
+        model_mla_params mw = mtc_model_mla_params(w), mg = mtc_model_mla_params(g);
+        MTC_CHECK(model_mla_backward(tp, m->dtmp2, &mg, dy, &v.mla, ln1, &mw, da.p > 0 ? &da : NULL,
+                                     m->scratch, B, T, &bd, &mo));
+    } else {
+        MTC_CHECK(model_attention_backward(tp, m->dtmp2, g[MTC_ROLE_QKV_W], g[MTC_ROLE_QKV_B],
+                                           g[MTC_ROLE_PROJ_W], g[MTC_ROLE_PROJ_B], dy, &aa, ln1,
+                                           w[MTC_ROLE_QKV_W], w[MTC_ROLE_PROJ_W],
+                                           da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
+    }
+    gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM1_W], g[MTC_ROLE_NORM1_B], m->dtmp2, x,
+                      w[MTC_ROLE_NORM1_W], ln1m, ln1r, Nl);
+    nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(layer input) */
+    if (ready) MTC_CHECK(gpt_ready(pass, m->layers[l].first, m->layers[l].last));
+    return MTC_OK;
 }
 
 mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
@@ -386,7 +506,7 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
     int C = c->hidden_size, Vp = c->padded_vocab_size;
     int p = m->tp_size, Tl = m->tp.sequence_parallel ? T / p : T;
     int Nl = B * Tl;
-    size_t sNl = (size_t)m->B * m->T_loc, nC = (size_t)Nl * C;
+    size_t sNl = (size_t)m->B * m->T_loc;
     mtc_model_slot *a = &m->slots[slot];
     /* every backward kernel accumulates: the step's first microbatch starts
      * from zero (adding to +0 is exact, so this equals overwriting), zeroed
@@ -420,6 +540,9 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
                                          m->in_total, a->lnf, m->head_w, targets, loss_scale,
                                          m->scratch, m->head_chunk, B, T, C, Vp, Vp));
         a->dlnf_ready = 0;
+        /* the MTP depths' gradient into the main hidden state joins d(lnf) */
+        if (m->mtp_layers)
+            MTC_CHECK(model_mtp_backward(m, slot, tokens, targets, B, T, loss_scale, pass));
         gpt_norm_backward(m, m->dres, m->dg[MTC_ROLE_NORMF_W], m->dg[MTC_ROLE_NORMF_B], a->dlnf,
                           xlast, m->g[MTC_ROLE_NORMF_W], a->lnf_mean, a->lnf_rstd, Nl);
         /* the final norm and the output layer (or, on a stage without the
@@ -428,72 +551,14 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         if (m->pidx[MTC_ROLE_NORMF_B] >= 0) f1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
         if (m->pidx[MTC_ROLE_HEAD] >= 0) f1 = m->pidx[MTC_ROLE_HEAD] + 1;
         MTC_CHECK(gpt_ready(pass, f0, f1));
-        if (!m->has_embedding && m->pidx[MTC_ROLE_HEAD] < 0)
+        /* a non-embedding chunk's wte copy (tied head, or MTP's embedding) */
+        if (!m->has_embedding && m->pidx[MTC_ROLE_WTE] >= 0)
             MTC_CHECK(gpt_ready(pass, m->pidx[MTC_ROLE_WTE], m->pidx[MTC_ROLE_WTE] + 1));
     }
     for (int l = m->last_layer - 1; l >= m->first_layer; l--) {
-        size_t k = (size_t)(l - m->first_layer);
-        float *const *w = m->layers[l].w;
-        float *const *g = m->dlayers[l].w;
-        model_block_dims bd = mtc_model_layer_dims(m, l);
-        const float *x = k ? a->res3 + (k - 1) * sNl * C : a->encoded;
-        layer_view v = gpt_layer_view(m, a, k);
-        GPT_NEED_BWD(m->layers[l].first, m->layers[l].last);
-        model_qk_norm qn;
-        gpt_qk_norm(m, l, &v, &qn, &bd);
-        /* --recompute-granularity full: rebuild this layer's activations from
-         * its input (comm: the layer's forward collectives again) */
-        if ((int)k < m->nrec) MTC_CHECK(gpt_layer_forward(m, pass, &v, x, l, B, T, 0));
-        float *ln1 = v.ln1, *ln1m = v.ln1m, *ln1r = v.ln1r, *res2 = v.res2;
-        float *ln2 = v.ln2, *ln2m = v.ln2m, *ln2r = v.ln2r;
-        model_attention_acts aa = v.aa;
-        model_mlp_acts ma = v.ma;
-
-        gpt_norm_forward(m, ln2, ln2m, ln2r, res2, w[MTC_ROLE_NORM2_W], w[MTC_ROLE_NORM2_B], Nl);
-        /* --recompute-modules mlp: the MLP forward again from its input
-         * ln2 (comm: its collectives again), the output thrown away; the same
-         * arithmetic, so the refilled activations are the forward's bits.
-         * An MoE layer keeps its own (Megatron's "mlp" module skips MoELayer) */
-        if (m->rec_mlp && (int)k >= m->nrec && !mtc_moe_is_layer(&c->moe, l))
-            MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &ma, ln2, w[MTC_ROLE_FC1_W],
-                                        w[MTC_ROLE_FC1_B], w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B],
-                                        m->scratch, B, T, &bd));
-        /* MLP branch: dres holds d(res3) */
-        const float *dy = m->dres;
-        nn_dropout_spec dm = gpt_drop(m, pass, l, SITE_MLP_OUT, c->hidden_dropout, T);
-        if (dm.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dm), dy = m->dtmp;
-        if (mtc_moe_is_layer(&c->moe, l))
-            MTC_CHECK(gpt_moe_backward(m, pass, &v, m->dtmp2, dy, ln2, l, B, T, loss_scale));
-        else
-            MTC_CHECK(model_mlp_backward(tp, m->dtmp2, g[MTC_ROLE_FC1_W], g[MTC_ROLE_FC1_B],
-                                         g[MTC_ROLE_FC2_W], g[MTC_ROLE_FC2_B], dy, &ma, ln2,
-                                         w[MTC_ROLE_FC1_W], w[MTC_ROLE_FC2_W], m->scratch, B, T,
-                                         &bd));
-        gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM2_W], g[MTC_ROLE_NORM2_B], m->dtmp2, res2,
-                          w[MTC_ROLE_NORM2_W], ln2m, ln2r, Nl);
-        nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(res2) */
-
-        /* attention branch */
-        dy = m->dres;
-        nn_dropout_spec dh = gpt_drop(m, pass, l, SITE_ATTN_OUT, c->hidden_dropout, T);
-        if (dh.p > 0) nn_dropout_backward(m->dtmp, m->dres, B, Tl, C, &dh), dy = m->dtmp;
-        nn_dropout_spec da = gpt_drop(m, pass, l, SITE_ATTN_PROBS, c->attention_dropout, T);
-        gpt_norm_forward(m, ln1, ln1m, ln1r, x, w[MTC_ROLE_NORM1_W], w[MTC_ROLE_NORM1_B], Nl);
-        if (c->mla.enabled) { /* comm: MLA's (model/mla.h) */
-            model_mla_opts mo = mtc_model_mla_opts(m);
-            model_mla_params mw = mtc_model_mla_params(w), mg = mtc_model_mla_params(g);
-            MTC_CHECK(model_mla_backward(tp, m->dtmp2, &mg, dy, &v.mla, ln1, &mw,
-                                         da.p > 0 ? &da : NULL, m->scratch, B, T, &bd, &mo));
-        } else {
-            MTC_CHECK(model_attention_backward(tp, m->dtmp2, g[MTC_ROLE_QKV_W], g[MTC_ROLE_QKV_B],
-                                               g[MTC_ROLE_PROJ_W], g[MTC_ROLE_PROJ_B], dy, &aa, ln1,
-                                               w[MTC_ROLE_QKV_W], w[MTC_ROLE_PROJ_W],
-                                               da.p > 0 ? &da : NULL, m->scratch, B, T, &bd));
-        }
-        gpt_norm_backward(m, m->dtmp, g[MTC_ROLE_NORM1_W], g[MTC_ROLE_NORM1_B], m->dtmp2, x,
-                          w[MTC_ROLE_NORM1_W], ln1m, ln1r, Nl);
-        nn_residual_forward(m->dres, m->dres, m->dtmp, nC); /* now d(layer input) */
-        MTC_CHECK(gpt_ready(pass, m->layers[l].first, m->layers[l].last));
+        int k = l - m->first_layer;
+        const float *x = k ? a->res3 + (size_t)(k - 1) * sNl * C : a->encoded;
+        MTC_CHECK(model_layer_backward(m, pass, a, k, l, x, B, T, loss_scale, 1));
     }
     if (m->has_embedding) {
         const float *dy = m->dres;

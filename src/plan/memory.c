@@ -133,7 +133,12 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
     /* the model's own registration of the chunk (model/family.h), on TP and
      * EP rank 0 (every EP rank holds as many experts) */
     int E = c->moe.num_experts;
-    model_register_opts o = {first, last, has_emb, has_head, l->sequence_parallel};
+    model_register_opts o = {first,
+                             last,
+                             has_emb,
+                             has_head,
+                             l->sequence_parallel,
+                             has_head && last == c->num_layers ? c->mtp_num_layers : 0};
     model_rank_split rs = {.tp = l->tp, .etp = E > 0 ? l->etp : 0, .ep = E > 0 ? l->ep : 1};
     mtc_result_t rc = model_family_register_rank(&reg, c, &o, &rs, pidx, lf);
     int n = reg.count;

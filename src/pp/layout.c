@@ -10,7 +10,7 @@
  * dropped, then "(...)*n" unrolled left to right (no nesting: the group
  * ends at the first ')'), then "x*n"; whatever is left must be E t m L or |.
  * Limitations: expansions longer than PP_LAYOUT_MAX_SYMBOLS are refused;
- * 'm' is refused until mtc has MTP layers. */
+ * 'm' only in the stage with the loss (mtc runs MTP there). */
 #include "pp/layout.h"
 
 #include <stdio.h>
@@ -86,6 +86,8 @@ typedef struct {
     int nstages;
     int *t, *m, *e, *l; /* per stage */
     char first, last;   /* first and last symbol overall (0 = none) */
+    int t_after_m;      /* the stage of a 't' after an 'm' + 1 (0: none) */
+    int m_seen;
 } layout_parsed;
 
 static void layout_parsed_free(layout_parsed *p) {
@@ -125,6 +127,8 @@ static mtc_result_t layout_parse(layout_parsed *p, const char *layout) {
             break;
         }
         slot[st]++;
+        if (*c == 't' && p->m_seen && !p->t_after_m) p->t_after_m = st + 1;
+        p->m_seen |= *c == 'm';
         if (!p->first) p->first = *c;
         p->last = *c;
     }
@@ -164,11 +168,11 @@ static mtc_result_t layout_counts_string(int *cnt, const pp_layout_args *a, int 
     int ne = 0, nl = 0, nt = 0, nm = 0;
     for (int s = 0; s < p.nstages; s++)
         ne += p.e[s], nl += p.l[s], nt += p.t[s], nm += p.m[s];
-    if (nm)
+    if (nm != a->mtp_num_layers)
         rc = mtc_error(E_ARG,
-                       "pipeline-model-parallel-layout '%s' places %d MTP layer%s ('m'), but "
-                       "multi-token prediction is not available in mtc yet (drop the 'm')",
-                       a->layout, nm, nm == 1 ? "" : "s");
+                       "pipeline-model-parallel-layout '%s': Number of mtp layers in layout must "
+                       "match mtp_num_layers (%d 'm' for mtp-num-layers=%d)",
+                       a->layout, nm, a->mtp_num_layers);
     else if (p.nstages % pp)
         rc = mtc_error(E_ARG,
                        "The length of pipeline_model_parallel_layout must be divisible by "
@@ -207,6 +211,24 @@ static mtc_result_t layout_counts_string(int *cnt, const pp_layout_args *a, int 
                        "pipeline-model-parallel-layout '%s': Number of decoder layers %d must "
                        "match num_layers %d (%s %d 't')",
                        a->layout, nt, L, nt < L ? "add" : "remove", nt < L ? L - nt : nt - L);
+    if (rc == MTC_OK && p.t_after_m)
+        rc = mtc_error(E_ARG,
+                       "pipeline-model-parallel-layout '%s': decoder layers must be placed before "
+                       "MTP layers (stage %d has a 't' after an 'm')",
+                       a->layout, p.t_after_m - 1);
+    for (int s = 0; rc == MTC_OK && nm && s < p.nstages; s++) {
+        if (p.m[s] && p.m[s] != nm)
+            rc = mtc_error(E_ARG,
+                           "pipeline-model-parallel-layout '%s': All of the MTP layers must be in "
+                           "the same one virtual pipeline stage (stage %d has %d of %d)",
+                           a->layout, s, p.m[s], nm);
+        else if (p.m[s] && s != p.nstages - 1)
+            rc = mtc_error(E_ARG,
+                           "pipeline-model-parallel-layout '%s': mtc runs the MTP layers on the "
+                           "stage with the loss, not stage %d (write the 'm' in the last stage, "
+                           "before L)",
+                           a->layout, s);
+    }
     for (int s = 0; rc == MTC_OK && s < p.nstages; s++)
         cnt[s] = p.t[s];
     layout_parsed_free(&p);
@@ -357,7 +379,8 @@ mtc_result_t pp_layout_build(pp_layout_stage *stages, const pp_layout_args *a, i
         stages[s] = (pp_layout_stage){.first_layer = first,
                                       .num_layers = cnt[s],
                                       .has_embedding = s == 0,
-                                      .has_loss = s == S - 1};
+                                      .has_loss = s == S - 1,
+                                      .num_mtp = s == S - 1 && a ? a->mtp_num_layers : 0};
     free(cnt);
     return rc;
 }
@@ -380,22 +403,6 @@ mtc_result_t pp_layout_stage_get(pp_layout_stage *out, const pp_layout_args *a, 
     if (!st) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "pipeline split");
     mtc_result_t rc = pp_layout_build(st, a, num_layers, pp, vpp);
     if (rc == MTC_OK) *out = st[stage];
-    free(st);
-    return rc;
-}
-
-mtc_result_t pp_layout_check_trainable(const pp_layout_args *a, int num_layers, int pp, int vpp) {
-    if (vpp < 1) vpp = 1;
-    pp_layout_stage *st = calloc((size_t)(pp > 0 ? pp * vpp : 1), sizeof *st);
-    if (!st) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "pipeline split");
-    mtc_result_t rc = pp_layout_build(st, a, num_layers, pp, vpp);
-    for (int s = 0; rc == MTC_OK && s < pp * vpp; s++)
-        if (!st[s].num_layers && !st[s].has_embedding && !st[s].has_loss)
-            rc = mtc_error(E_ARG,
-                           "the pipeline split leaves stage %d (pp rank %d, virtual stage %d) "
-                           "empty: mtc train cannot run a stage without a layer, the embedding or "
-                           "the loss yet (move a layer into it)",
-                           s, s % pp, s / pp);
     free(st);
     return rc;
 }

@@ -29,7 +29,11 @@
  * num_layers), in virtual stage order (layer ids increase with s). As in
  * Megatron, the embedding is built on stage 0 and the loss (final norm and
  * output layer) on stage pp*vpp-1, wherever empty stages put E and L in a
- * layout string. MTP ('m') is refused: mtc has no MTP layers yet.
+ * layout string. MTP ('m'): Megatron's rules (the count is mtp_num_layers,
+ * all in one stage, after every decoder layer, on a rank's last virtual
+ * stage, not on the first rank), and mtc's own: the stage with the loss
+ * (Megatron's "standalone" MTP stage before it is refused). Without a
+ * layout string the MTP layers are on the last stage, as Megatron's.
  * Relies on core/result.h. Does not communicate or print. */
 #ifndef MTC_PP_LAYOUT_H
 #define MTC_PP_LAYOUT_H
@@ -45,12 +49,13 @@ typedef struct pp_layout_args {
     int account_for_embedding; /* --account-for-embedding-in-pipeline-split */
     int account_for_loss;      /* --account-for-loss-in-pipeline-split */
     const char *layout;        /* --pipeline-model-parallel-layout, NULL = not given */
+    int mtp_num_layers;        /* --mtp-num-layers: a layout string's 'm' count must match */
 } pp_layout_args;
 
 typedef struct {
     int first_layer, num_layers; /* decoder layers [first_layer, first_layer + num_layers) */
     int has_embedding, has_loss; /* stage 0 / the last stage */
-    int num_mtp;                 /* MTP layers (always 0 until MTP exists) */
+    int num_mtp;                 /* MTP layers (model/mtp.h): on the stage with the loss */
 } pp_layout_stage;
 
 /* Longest layout string once its repetitions are expanded. */
@@ -70,10 +75,6 @@ mtc_result_t pp_layout_num_layers(int *num_layers, const char *layout);
  * chunks (vpp <= 1: not interleaved; with a layout string vpp must be its
  * stage count / pp), then every layer exactly once. */
 mtc_result_t pp_layout_validate(const pp_layout_args *a, int num_layers, int pp, int vpp);
-
-/* mtc train's own rule on top: no stage without a layer, the embedding or
- * the loss (a chunk with no parameters has no gradient buffer yet). */
-mtc_result_t pp_layout_check_trainable(const pp_layout_args *a, int num_layers, int pp, int vpp);
 
 /* All pp * vpp stages in virtual stage order (validates first). */
 mtc_result_t pp_layout_build(pp_layout_stage *stages, const pp_layout_args *a, int num_layers,

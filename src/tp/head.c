@@ -36,6 +36,15 @@ mtc_result_t tp_vocab_head_xent(const tp_ctx *tp, float *losses, float *din, flo
                                 float *logits, float *in_total, const float *in, const float *w,
                                 const int *targets, float scale, float *scratch, int chunk, int B,
                                 int T, int C, int V, int Vp) {
+    return tp_vocab_head_xent_masked(tp, losses, din, dw, logits, in_total, in, w, targets, NULL,
+                                     scale, scratch, chunk, B, T, C, V, Vp);
+}
+
+mtc_result_t tp_vocab_head_xent_masked(const tp_ctx *tp, float *losses, float *din, float *dw,
+                                       float *logits, float *in_total, const float *in,
+                                       const float *w, const int *targets, const float *token_scale,
+                                       float scale, float *scratch, int chunk, int B, int T, int C,
+                                       int V, int Vp) {
     mtc_comm_t comm = tp->comm;
     int p = tp_size(comm), sp = tp->sequence_parallel && p > 1;
     if (Vp % p)
@@ -72,8 +81,9 @@ mtc_result_t tp_vocab_head_xent(const tp_ctx *tp, float *losses, float *din, flo
             MTC_CHECK(tp_vocab_xent_forward(tp, losses + n0, logits, targets + n0, s, nc, V, Vp));
             continue;
         }
-        MTC_CHECK(tp_vocab_xent_forward_backward(tp, losses + n0, logits, targets + n0, scale, NULL,
-                                                 s, nc, V, Vp));
+        MTC_CHECK(tp_vocab_xent_forward_backward(tp, losses + n0, logits, targets + n0, scale,
+                                                 token_scale ? token_scale + n0 : NULL, s, nc, V,
+                                                 Vp));
         MTC_CHECK(tp_column_linear_backward(&local, dfull + (size_t)n0 * C, dw, NULL, logits, NULL,
                                             0, xc, w, NULL, 0, 1, nc, C, V_tp));
     }

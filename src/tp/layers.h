@@ -231,6 +231,14 @@ mtc_result_t tp_vocab_head_xent(const tp_ctx *tp, float *losses, float *din, flo
                                 float *logits, float *in_total, const float *in, const float *w,
                                 const int *targets, float scale, float *scratch, int chunk, int B,
                                 int T, int C, int V, int Vp);
+/* The same with a per-token gradient factor token_scale (B*T, NULL = 1):
+ * the loss mask of multi-token prediction's shifted labels (model/mtp.c).
+ * losses are not masked (the caller weighs them). */
+mtc_result_t tp_vocab_head_xent_masked(const tp_ctx *tp, float *losses, float *din, float *dw,
+                                       float *logits, float *in_total, const float *in,
+                                       const float *w, const int *targets, const float *token_scale,
+                                       float scale, float *scratch, int chunk, int B, int T, int C,
+                                       int V, int Vp);
 size_t tp_vocab_head_xent_scratch_floats(const tp_ctx *tp, int chunk, int B, int T, int C);
 
 /* Local kernel pieces of the vocabulary-parallel cross-entropy (no

@@ -119,7 +119,10 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     MTC_CHECK(mtc_grid_validate_model(&spec, c->model.num_heads, c->model.seq_length,
                                       c->model.moe.num_experts, split ? 0 : c->model.num_layers,
                                       vpp));
-    if (split) MTC_CHECK(pp_layout_check_trainable(&c->pp_split, c->model.num_layers, gc.pp, vpp));
+    /* the split's rules up front; a stage without a layer, E or L (Megatron's
+     * layouts allow them) runs as a chunk without parameters that passes
+     * activations through */
+    if (split) MTC_CHECK(pp_layout_validate(&c->pp_split, c->model.num_layers, gc.pp, vpp));
     int dp = spec.dp;
     MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
     if (c->model.moe.num_experts > 0) {
@@ -130,6 +133,17 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
                           c->model.seq_length, c->model.num_heads, mtc_model_groups(&c->model),
                           c->sequence_parallel));
+    if (c->model.mtp_num_layers > 0 && c->fsdp_strategy)
+        return mtc_error(E,
+                         "mtp-num-layers=%d with --use-megatron-fsdp: mtc's FSDP units do not "
+                         "cover the MTP layers yet (drop one of them)",
+                         c->model.mtp_num_layers);
+    if (c->model.mtp_num_layers > 0 && gc.cp > 1)
+        return mtc_error(E,
+                         "mtp-num-layers=%d with context-parallel-size=%d: Megatron lists "
+                         "context parallelism as unsupported with MTP (drop --cp or the MTP "
+                         "layers)",
+                         c->model.mtp_num_layers, gc.cp);
     if (c->global_batch % ((int64_t)c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
@@ -436,6 +450,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         double ms = (double)(mtc_time_ns() - t0) * 1e-6;
         /* Megatron averages the loss over the advanced (not skipped) iterations */
         if (!skipped_now) sum_loss += loss, n_advanced++;
+        for (int d = 0; d < c->model.mtp_num_layers && !skipped_now; d++)
+            x->mtp_loss_sum[d] += x->mtp_loss[d];
         sum_ms += ms, n_logged++;
         if (out && c->losses_out) c->losses_out[it - 1] = loss;
         if (out && c->grad_norms_out) c->grad_norms_out[it - 1] = norm;
@@ -469,14 +485,18 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             /* and, as Megatron, no lm loss when every iteration since the
              * last line was skipped (its average would be 0) */
             if (n_advanced) snprintf(lm, sizeof lm, " lm loss: %.6E |", avg_loss);
+            char mtp[24 * 8] = ""; /* Megatron's "mtp_k loss" entries, after the lm loss */
+            for (int d = 0; d < c->model.mtp_num_layers && n_advanced && d < 8; d++)
+                snprintf(mtp + strlen(mtp), sizeof mtp - strlen(mtp), " mtp_%d loss: %.6E |", d + 1,
+                         x->mtp_loss_sum[d] / n_advanced);
             fprintf(
                 out,
                 " [%s] iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per "
                 "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4g |%s tokens per "
-                "second: %.1f | learning rate: %.6E | global batch size: %5d |%s%s loss scale: "
+                "second: %.1f | learning rate: %.6E | global batch size: %5d |%s%s%s loss scale: "
                 "%.1f |%s number of skipped iterations: %3d | number of nan iterations: %3d |\n",
                 stamp, (long long)it, (long long)c->train_iters, (unsigned long long)consumed,
-                avg_ms, tflops, mfu, tps, lr_now, (int)x->cur_batch, lm, moe_fields,
+                avg_ms, tflops, mfu, tps, lr_now, (int)x->cur_batch, lm, mtp, moe_fields,
                 (double)x->loss_scale, gn, skipped, nan_iters);
             fflush(out);
         }
@@ -505,6 +525,9 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             if (log_now && x->use_scaler)
                 fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_iterations\": %d",
                         (double)x->loss_scale, skipped);
+            for (int d = 0; log_now && d < c->model.mtp_num_layers; d++)
+                fprintf(metrics, ", \"mtp_%d_loss\": %.9g", d + 1,
+                        x->mtp_loss_sum[d] / (n_advanced ? n_advanced : 1));
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
             if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
@@ -537,6 +560,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         if (log_now) {
             sum_loss = sum_ms = sum_lb = sum_z = sum_flops = sum_samples = 0;
             n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
+            memset(x->mtp_loss_sum, 0, sizeof x->mtp_loss_sum);
         }
         if (log_now) comm_at_log = train_comm_ns(x);
         /* an asynchronous save of an earlier iteration is committed once written */

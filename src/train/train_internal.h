@@ -110,6 +110,8 @@ typedef struct {
     int64_t cur_it;
     int cur_train;
     double mb_loss_sum;
+    double mtp_loss[MTC_MTP_MAX_DEPTHS];     /* the last step's "mtp_k loss" (model/mtp.h) */
+    double mtp_loss_sum[MTC_MTP_MAX_DEPTHS]; /* summed over the advanced iterations since the log */
     nn_pool *pool;
     int *buf;              /* (T+1) one sample */
     int *tokens, *targets; /* (nmb, B, T_rank) this data rank's microbatches, its positions */

@@ -191,8 +191,12 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
 mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consumed, int train,
                                 int64_t it, double *loss_sum) {
     x->cur_it = it, x->cur_train = train, x->mb_loss_sum = 0;
-    for (int k = 0; k < x->vpp; k++) /* --bf16 / --fp16: copies from the params as they are now */
-        mtc_model_params_changed(x->chunks[k].model);
+    for (int k = 0; k < x->vpp; k++) { /* --bf16 / --fp16: copies from the params as they are now */
+        mtc_model *m = x->chunks[k].model;
+        mtc_model_params_changed(m);
+        for (int d = 0; d < m->mtp_layers; d++) /* the MTP depths' losses of this pass */
+            m->mtp_loss_sum[d] = 0;
+    }
     uint64_t t_fb = mtc_time_ns();
     for (int m = 0; m < x->nmb; m++)
         MTC_CHECK(train_load_batch(x, split, consumed, m));

@@ -22,8 +22,8 @@ void train_moe_step_begin(train_rank *x) {
     if (!has_moe(x)) return;
     for (int k = 0; k < x->vpp; k++) {
         mtc_model *m = x->chunks[k].model;
-        for (int l = m->first_layer; l < m->last_layer; l++)
-            if (mtc_moe_is_layer(&m->cfg.moe, l))
+        for (int l = m->first_layer; l < m->last_layer + m->mtp_layers; l++) /* with MTP's */
+            if (mtc_model_is_moe_layer(&m->cfg, l))
                 moe_stats_reset(&m->moe_stats[l], m->cfg.moe.num_experts);
     }
 }
@@ -35,8 +35,8 @@ mtc_result_t train_moe_finalize(train_rank *x) {
     for (int k = 0; k < x->vpp; k++) {
         mtc_model *m = x->chunks[k].model;
         mtc_comm_t g = m->moe.tpdpcp; /* the model's MoE groups (moe/groups.c) */
-        for (int l = m->first_layer; l < m->last_layer; l++) {
-            if (!mtc_moe_is_layer(mc, l)) continue;
+        for (int l = m->first_layer; l < m->last_layer + m->mtp_layers; l++) {
+            if (!mtc_model_is_moe_layer(&m->cfg, l)) continue; /* MTP's routers too */
             moe_stats *s = &m->moe_stats[l];
             /* comm: all-reduce(TP x DP x CP) of the tokens per expert */
             if (g)

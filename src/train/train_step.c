@@ -143,6 +143,21 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unsca
     return MTC_OK;
 }
 
+/* Megatron's "mtp_k loss": depth k's labelled-token mean (each
+ * microbatch's over its B (T - k) labels, averaged over the microbatches
+ * and DP), on the ranks with the loss. comm: all-reduce(dp x cp) per depth */
+static mtc_result_t train_mtp_losses(train_rank *x) {
+    const mtc_model_config *mc = &x->cfg->model;
+    for (int d = 0; d < mc->mtp_num_layers; d++) {
+        double v = 0;
+        for (int k = 0; k < x->vpp; k++)
+            if (x->chunks[k].model->mtp_layers) v += x->chunks[k].model->mtp_loss_sum[d];
+        MTC_CHECK(train_dp_sum(x, &v));
+        x->mtp_loss[d] = v / ((double)x->cur_batch * (mc->seq_length - d - 1));
+    }
+    return MTC_OK;
+}
+
 mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss, double *norm,
                         int *skipped) {
     const mtc_train_config *c = x->cfg;
@@ -161,6 +176,7 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     MTC_CHECK(train_dp_sum(x, &loss_sum));
     train_obs_span(x, TRAIN_T_LOSS_REDUCE, t_loss, NULL, NULL);
     *loss = loss_sum / ((double)x->cur_batch * c->model.seq_length);
+    MTC_CHECK(train_mtp_losses(x));
     uint64_t t_opt = mtc_time_ns();
     MTC_CHECK(train_grad_norm(x, norm));
     float unscale = 1.0f;

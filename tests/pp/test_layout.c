@@ -191,16 +191,29 @@ static void test_refusals(void) {
     pp_layout_args s6 = {.layout = "Et|txL"};
     T_CHECK(refused(&s6, 2, 2, 1, "invalid layer character 'x'"));
     pp_layout_args s7 = {.layout = "Et*3|(tt|)*29,m|L"}; /* Megatron's DeepSeek-V3 example */
-    T_CHECK(refused(&s7, 61, 16, 2, "multi-token prediction is not available in mtc yet"));
+    T_CHECK(refused(&s7, 61, 16, 2, "Number of mtp layers in layout must match mtp_num_layers"));
+    /* MTP: its count, after the decoder, all in one stage, and (mtc) with the loss */
+    s7.mtp_num_layers = 1; /* Megatron's "standalone" MTP stage before the loss's */
+    T_CHECK(refused(&s7, 61, 16, 2, "mtc runs the MTP layers on the stage with the loss"));
+    pp_layout_args m1 = {.layout = "Et|tmL", .mtp_num_layers = 1};
+    pp_layout_stage ms[2];
+    T_CHECK(pp_layout_build(ms, &m1, 2, 2, 1) == MTC_OK && ms[1].num_mtp == 1 &&
+            ms[0].num_mtp == 0 && ms[1].num_layers == 1);
+    pp_layout_args m2 = {.layout = "Et|mtL", .mtp_num_layers = 1};
+    T_CHECK(refused(&m2, 2, 2, 1, "decoder layers must be placed before MTP layers"));
+    pp_layout_args m3 = {.layout = "Etm|tmL", .mtp_num_layers = 2};
+    T_CHECK(refused(&m3, 2, 2, 1, "decoder layers must be placed before MTP layers"));
+    pp_layout_args m4 = {.layout = "Et|tmm|L", .mtp_num_layers = 2};
+    T_CHECK(refused(&m4, 2, 3, 1, "mtc runs the MTP layers on the stage with the loss"));
+    pp_layout_args m5 = {.layout = "Et|tmL", .mtp_num_layers = 2};
+    T_CHECK(refused(&m5, 2, 2, 1, "Number of mtp layers in layout must match"));
     pp_layout_args s8 = {.layout = "Et*99999|L"};
     T_CHECK(refused(&s8, 99999, 2, 1, "expands to more than"));
-    /* trainable: no stage without a layer, E or L */
+    /* empty stages are valid (train runs them as pass-through chunks) */
     pp_layout_args s9 = {.layout = "Et||t|L"};
-    T_CHECK(pp_layout_validate(&s9, 2, 2, 2) == MTC_OK);
-    T_CHECK(pp_layout_check_trainable(&s9, 2, 2, 2) == MTC_ERR_INVALID_ARGUMENT &&
-            strstr(mtc_error_detail(), "leaves stage 1 (pp rank 1, virtual stage 0) empty"));
-    pp_layout_args s10 = {.layout = "E|tt|t|L"};
-    T_CHECK(pp_layout_check_trainable(&s10, 3, 2, 2) == MTC_OK);
+    pp_layout_stage st9[4];
+    T_CHECK(pp_layout_build(st9, &s9, 2, 2, 2) == MTC_OK && st9[1].num_layers == 0 &&
+            !st9[1].has_embedding && !st9[1].has_loss && st9[3].num_layers == 0 && st9[3].has_loss);
 }
 
 /* stage counts of a layout over pp ranks (vpp derived) */

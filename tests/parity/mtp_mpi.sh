@@ -1,0 +1,21 @@
+#!/bin/sh
+# tests/parity/mtp_mpi.sh - multi-token prediction with ranks as MPI
+# processes: `mpirun -np 4 mtc train --mtp-num-layers 2 --pp 2 --tp 2
+# --sequence-parallel` against the serial run (lm loss, grad norm and both
+# mtp_k losses within 2e-5). Skips with a notice without MPI.
+set -u
+MTC=${MTC:-build/mtc}
+if [ "${MTC_HAVE_MPI:-OFF}" != "ON" ] && [ "${MTC_HAVE_MPI:-0}" != "1" ]; then
+    echo "notice: MTC_HAVE_MPI is ${MTC_HAVE_MPI:-unset}: MPI MTP parity skipped"; exit 0
+fi
+MPIRUN=${MPIEXEC:-mpirun}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+. "${MTC_SOURCE_DIR:-.}/tests/parity/parity_lib.sh"
+. "${MTC_SOURCE_DIR:-.}/tests/parity/mtp_lib.sh"
+"$MTC" train $TINY $MTP --metrics "$D/s.jsonl" >"$D/s.log" 2>&1 || { bad "serial run"; cat "$D/s.log"; }
+timeout -k 5 120 "$MPIRUN" --allow-run-as-root --oversubscribe -np 4 "$MTC" train $TINY $MTP --pp 2 --tp 2 \
+    --sequence-parallel --metrics "$D/a.jsonl" >"$D/a.log" 2>&1 || { bad "mpirun -np 4"; cat "$D/a.log"; }
+same_mtp "mpi mtp pp=2 tp=2 sp" "$D/s.jsonl" "$D/a.jsonl"
+grep -q "backend: mpi" "$D/a.log" && ok "ran on the mpi backend" || { bad "backend"; tail -3 "$D/a.log"; }
+exit $fail
