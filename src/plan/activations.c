@@ -199,6 +199,10 @@ static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head
     b += take(Nl * C) + 2 * take(Nl);     /* lnf, mean, rstd */
     b += take(N);                         /* losses */
     b += take(has_head ? (Nl * s.C) : 1); /* dlnf: the fused head's d(input) */
+    /* a->mtp (model/mtp.c model_mtp_slot_floats): 6 C + 6 rows of Nl per MTP
+     * depth on the chunk with the loss (their layers counted in nl) */
+    size_t D = has_head ? (size_t)l->model.mtp_num_layers : 0;
+    b += take(D ? D * Nl * (6 * C + 6) : 1);
     return b;
 }
 
@@ -228,7 +232,11 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     scratch = max_sz(scratch, 3 * N);
     /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
     scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* and the MoE layers' scratch */
-    return 5 * take(Nl * C) + take(s.sp ? N * C : 1) + take(scratch);
+    size_t mtp = 0; /* model/mtp.c's shared buffers (the loss chunk's; counted on every one) */
+    if (c->mtp_num_layers > 0)
+        mtp = 3 * take(N) + take(N * C) + take(s.sp ? 2 * N * C : 1) + take(2 * Nl * C) +
+              take(Nl * C);
+    return 5 * take(Nl * C) + take(s.sp ? N * C : 1) + mtp + take(scratch);
 }
 
 /* ---- the MEGATRON table ---- */
@@ -319,7 +327,9 @@ size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embeddi
 /* The dense table (MoE layers counted as dense ones: moe_slot_bytes adds
  * their difference). */
 static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
-    if (l->act_model == MTC_PLAN_ACT_MTC) return arena_slot_bytes(l, (size_t)nl, has_head);
+    if (l->act_model == MTC_PLAN_ACT_MTC) /* the MTP depths' layers on the loss chunk */
+        return arena_slot_bytes(l, (size_t)nl + (has_head ? (size_t)l->model.mtp_num_layers : 0),
+                                has_head);
     const mtc_model_config *c = &l->model;
     double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;
     double h = c->hidden_size, t = l->tp > 0 ? l->tp : 1;

@@ -93,7 +93,7 @@ if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder"], ["PP"
     print("FAIL uneven table", p.stdout, p.stderr); fails += 1
 for extra, msg in ((["--num-layers", "10"], "Number of layers should be divisible"),
                    (["--pipeline-model-parallel-layout", "Et|tL|t"], "must be divisible by pipeline_model_parallel_size"),
-                   (["--pipeline-model-parallel-layout", "Et|t|t|tmL"], "multi-token prediction is not available")):
+                   (["--pipeline-model-parallel-layout", "Et|t|t|tmL"], "Number of mtp layers in layout must match mtp_num_layers")):
     p = subprocess.run([mtc, "schedule", "--pp", "4", "--microbatches", "4"] + extra, capture_output=True, text=True)
     if p.returncode != 2 or p.stdout != "" or msg not in p.stderr:
         print("FAIL split refusal", extra, p.returncode, p.stderr); fails += 1
