@@ -200,7 +200,7 @@ static const role_desc LLAMA_LAYER[] = {
         MTC_ROLE_EXP_FC2_B, P EX FC2 ".bias", D_C, D_1, MTC_SPLIT_NONE, HAS_LINEAR_BIAS,           \
             INIT_ZEROS, 0                                                                          \
     }
-#define MOE_NROLES (MTC_NROLES_ALL - MTC_NROLES)
+#define MOE_NROLES (MTC_ROLE_EXP_FC2_B + 1 - MTC_NROLES) /* the MTP roles come after */
 #define MOE_NSHARED (MTC_ROLE_EXP_FC1_W - MTC_NROLES) /* roles before the per-expert ones */
 
 static const role_desc GPT2_MOE[] = {MOE_ROLES(
