@@ -201,7 +201,7 @@ static const role_desc LLAMA_LAYER[] = {
             INIT_ZEROS, 0                                                                          \
     }
 #define MOE_NROLES (MTC_ROLE_EXP_FC2_B + 1 - MTC_NROLES) /* the MTP roles come after */
-#define MOE_NSHARED (MTC_ROLE_EXP_FC1_W - MTC_NROLES) /* roles before the per-expert ones */
+#define MOE_NSHARED (MTC_ROLE_EXP_FC1_W - MTC_NROLES)    /* roles before the per-expert ones */
 
 static const role_desc GPT2_MOE[] = {MOE_ROLES(
     "transformer.h.%d.", "mlp.router", "mlp.shared_expert.", "mlp.experts.%d.", "c_fc", "c_proj")};
