@@ -207,7 +207,7 @@ static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head
 }
 
 /* gpt_carve's shared rows and gpt_scratch_floats. */
-static size_t arena_shared_bytes(const mtc_plan_layout *l) {
+static size_t arena_shared_bytes(const mtc_plan_layout *l, int has_head) {
     shapes s = shapes_of(l);
     const mtc_model_config *c = &l->model;
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C;
@@ -232,8 +232,8 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l) {
     scratch = max_sz(scratch, 3 * N);
     /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
     scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* and the MoE layers' scratch */
-    size_t mtp = 0; /* model/mtp.c's shared buffers (the loss chunk's; counted on every one) */
-    if (c->mtp_num_layers > 0)
+    size_t mtp = 0; /* model/mtp.c's shared buffers, on the chunk with the loss */
+    if (has_head && c->mtp_num_layers > 0)
         mtp = 3 * take(N) + take(N * C) + take(s.sp ? 2 * N * C : 1) + take(2 * Nl * C) +
               take(Nl * C);
     return 5 * take(Nl * C) + take(s.sp ? N * C : 1) + mtp + take(scratch);
@@ -342,7 +342,7 @@ static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embeddi
 size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head) {
     if (l->act_model == MTC_PLAN_ACT_MTC) { /* + the fused head's one chunk of logits */
         shapes s = shapes_of(l);
-        return arena_shared_bytes(l) + take(has_head ? head_rows(&s) * s.V_tp : 1);
+        return arena_shared_bytes(l, has_head) + take(has_head ? head_rows(&s) * s.V_tp : 1);
     }
     if (l->recompute != MTC_PLAN_RECOMPUTE_FULL || nl == 0) return 0;
     /* full recompute: one layer's activations exist again during its backward */
