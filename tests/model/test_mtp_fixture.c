@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fixture.h"
+#include "llama_fixture.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -33,26 +33,9 @@ int main(void) {
     T_CHECK(fixture_load(&fx, "tests/reference/mtp_tiny.fixture") == 0);
     if (fx.count == 0) return T_DONE();
     const float *cf = fixture_get(&fx, "config")->data; /* L C NH NG HS F V B T D */
-    mtc_model_config cfg = {.num_layers = (int)cf[0],
-                            .hidden_size = (int)cf[1],
-                            .num_heads = (int)cf[2],
-                            .num_query_groups = (int)cf[3],
-                            .kv_channels = (int)cf[4],
-                            .ffn_hidden_size = (int)cf[5],
-                            .vocab_size = (int)cf[6],
-                            .padded_vocab_size = (int)cf[6],
-                            .seq_length = (int)cf[8],
-                            .max_position_embeddings = (int)cf[8],
-                            .init_std = 0.02f,
-                            .normalization = MTC_NORM_RMSNORM,
-                            .norm_epsilon = fixture_get(&fx, "norm_eps")->data[0],
-                            .position_embedding = MTC_POS_ROPE,
-                            .rotary_base = fixture_get(&fx, "rope_base")->data[0],
-                            .swiglu = 1,
-                            .untie_embeddings = 1,
-                            .disable_bias_linear = 1,
-                            .mtp_num_layers = (int)cf[9],
-                            .mtp_loss_scaling_factor = fixture_get(&fx, "mtp_factor")->data[0]};
+    mtc_model_config cfg = fixture_llama_config(&fx);
+    cfg.mtp_num_layers = (int)cf[9];
+    cfg.mtp_loss_scaling_factor = fixture_get(&fx, "mtp_factor")->data[0];
     int B = (int)cf[7], T = cfg.seq_length, N = B * T, Dp = cfg.mtp_num_layers;
     nn_pool *pool;
     T_CHECK(nn_pool_create(2, &pool) == MTC_OK);
