@@ -744,6 +744,9 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->rec_shared = o->recompute_shared && cfg->moe.shared_ffn > 0;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
+    /* Megatron's uniform method checkpoints each MTP depth as well (its
+     * _checkpointed_forward); the depths' layers follow the decoder's */
+    if (o->recompute_mtp && m->nrec == last_layer - first_layer) m->nrec += m->mtp_layers;
     if (m->nrec > 0)
         MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof(mtc_model_slot), (void **)&m->rc), rc, fail);
     gpt_bind_all(m);

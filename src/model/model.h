@@ -366,6 +366,8 @@ typedef struct {
     mtc_model_layout_fn layout;  /* NULL: packed backward order */
     int recompute_layers;        /* --recompute-granularity full: recompute the chunk's first
                                     N layers from their inputs in backward (0: none) */
+    int recompute_mtp;           /* with recompute_layers covering the chunk's decoder layers
+                                    (--recompute-method uniform): the MTP depths' layers too */
     tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp:
                                     each layer's MLP forward runs again in its backward */

@@ -140,6 +140,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_layers = !c->recompute_full   ? 0
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
+                              .recompute_mtp = c->recompute_full && !c->recompute_block,
                               .recompute_mlp = c->recompute_mlp,
                               .recompute_mla_up = c->recompute_mla_up,
                               .recompute_shared = c->recompute_shared,
