@@ -116,6 +116,7 @@ int train_check_layout(train_flags *f, const mtc_arg *args, int nargs) {
     if (moe_cli_resolve(&f->moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &f->moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    f->moe_cfg.router_fp64 = f->compat.router_dtype && !strcmp(f->compat.router_dtype, "fp64");
     if (mtc_moe_validate_etp(f->lay.etp, f->lay.tp) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     if (pp_vpp_given_once(f->lay.vpp, f->lay.lpvs, f->lay.vstages) != MTC_OK)

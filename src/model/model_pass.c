@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/rng.h"
 #include "model/model_internal.h"
 #include "tp/fp8_linear.h"
 #include "model/mtp.h"
@@ -196,6 +197,34 @@ static moe_weights gpt_moe_weights(const mtc_model *m, const mtc_model_layer *y)
     return w;
 }
 
+/* --moe-router-force-load-balancing: Megatron's RandomSTE draws normal
+ * logits on the expert-parallel RNG of each rank; here logit (token, e) is
+ * normal(seed, stream (iteration, layer), global token x E + e), so every
+ * layout routes as the serial run. Rows are (B, T_loc) of the rank's
+ * positions (SP shard, CP chunks). */
+typedef struct {
+    const mtc_model *m;
+    const mtc_model_pass *pass;
+    int l, B, T;
+} gpt_random_ctx;
+
+static void gpt_random_logits(void *ctx, float *logits, int N, int E) {
+    const gpt_random_ctx *r = ctx;
+    const mtc_model *m = r->m;
+    int Tl = N / r->B, Tg = m->cp.cp > 1 ? m->cp.Tg : r->T;
+    int sp_off = m->tp.sequence_parallel ? m->tp_rank * Tl : 0;
+    uint64_t seed = r->pass ? r->pass->seed : 0, it = r->pass ? r->pass->iteration : 0;
+    uint64_t stream = 0x726f757465720000ull ^ (it << 22) ^ ((uint64_t)(r->l + 1) << 4);
+    for (int b = 0; b < r->B; b++)
+        for (int t = 0; t < Tl; t++) {
+            int pos = m->cp.cp > 1 ? m->cp.pos[sp_off + t] : sp_off + t;
+            uint64_t tok =
+                (uint64_t)((r->pass ? r->pass->b0 : 0) + b) * (uint64_t)Tg + (uint64_t)pos;
+            mtc_rng_fill_normal(logits + ((size_t)b * Tl + t) * E, (size_t)E, seed, stream,
+                                tok * (uint64_t)E, 0.0f, 1.0f);
+        }
+}
+
 /* An MoE layer's MLP: out (B, T_loc, C) = routed experts + shared expert,
  * from in = the second norm's output. out must not be m->scratch. */
 static mtc_result_t gpt_moe_forward(mtc_model *m, const mtc_model_pass *pass, layer_view *v,
@@ -206,6 +235,8 @@ static mtc_result_t gpt_moe_forward(mtc_model *m, const mtc_model_pass *pass, la
     moe_dims md = mtc_model_moe_dims(m);
     moe_weights mw = gpt_moe_weights(m, &m->layers[l]);
     moe_pass mp = gpt_moe_pass(m, pass, record, B, 0.0f);
+    gpt_random_ctx rc = {m, pass, l, B, T};
+    mp.random_logits = gpt_random_logits, mp.random_ctx = &rc;
     MTC_CHECK(moe_layer_forward(out, &v->moe, &m->moe_stats[l], in, &mw, &c->moe, &md, N, &mp,
                                 m->scratch));
     if (c->moe.shared_ffn > 0) { /* comm: the shared expert's TP linears */

@@ -223,6 +223,41 @@ static mtc_comm_t ep_where(const moe_pass *pass, const moe_dims *d, int *P, int 
     return g;
 }
 
+/* --moe-router-dtype fp64: Megatron's router_gating_linear in float64,
+ * logits (N, E) = in (N, C) W^T (E, C), each dot product summed in double
+ * and rounded once (the logits stay fp32 here, as every activation). */
+static void gating_fp64_forward(float *logits, const float *in, const float *w, int N, int C,
+                                int E) {
+    for (int n = 0; n < N; n++)
+        for (int e = 0; e < E; e++) {
+            double s = 0;
+            const float *x = in + (size_t)n * C, *r = w + (size_t)e * C;
+            for (int c = 0; c < C; c++)
+                s += (double)x[c] * (double)r[c];
+            logits[(size_t)n * E + e] = (float)s;
+        }
+}
+
+/* Its backward, in double as RouterGatingLinearFunction.backward: din (N, C)
+ * += dlogits W, dw (E, C) += dlogits^T in (dw NULL: none). */
+static void gating_fp64_backward(float *din, float *dw, const float *dlogits, const float *in,
+                                 const float *w, int N, int C, int E) {
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int e = 0; e < E; e++)
+                s += (double)dlogits[(size_t)n * E + e] * (double)w[(size_t)e * C + c];
+            din[(size_t)n * C + c] += (float)s;
+        }
+    for (int e = 0; dw && e < E; e++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int n = 0; n < N; n++)
+                s += (double)dlogits[(size_t)n * E + e] * (double)in[(size_t)n * C + c];
+            dw[(size_t)e * C + c] += (float)s;
+        }
+}
+
 mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const float *in,
                                const moe_weights *w, const mtc_moe_config *m, const moe_dims *d,
                                int N, const moe_pass *pass, float *scratch) {
@@ -235,7 +270,14 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
     /* routing of this rank's tokens, into its block of the gathered arrays */
     int *sel = a->sel + (size_t)r * N * k, *kept = a->kept + (size_t)r * N * k;
     float *probs = a->probs + (size_t)r * N * k;
-    nn_linear_forward(pool, a->logits, in, w->router, NULL, N, C, E);
+    if (m->router_fp64)
+        gating_fp64_forward(a->logits, in, w->router, N, C, E);
+    else
+        nn_linear_forward(pool, a->logits, in, w->router, NULL, N, C, E);
+    /* Megatron's RandomSTE: the routing sees random logits, and their
+     * gradient reaches the gating GEMM unchanged (a straight-through) */
+    if (m->force_balance && pass->random_logits)
+        pass->random_logits(pass->random_ctx, a->logits, N, E);
     if (pass->train && m->z_coeff > 0 && pass->record && st)
         st->z_loss += moe_z_loss(a->logits, 1.0f, N, E);
     moe_router_topk(sel, probs, a->logits, w->expert_bias, m, N, E);
@@ -345,6 +387,10 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
         moe_z_loss_backward(s.dlogits, a->logits, m->z_coeff / g, N, E, pass->aux_scale);
     }
     /* din += dlogits W_r; dW_r += dlogits^T in */
+    if (m->router_fp64) {
+        gating_fp64_backward(din, dw->router, s.dlogits, in, w->router, N, C, E);
+        return MTC_OK;
+    }
     nn_sgemm(pool, 0, 0, N, C, E, 1.0f, s.dlogits, E, w->router, C, 1.0f, din, C);
     if (dw->router) nn_sgemm(pool, 1, 0, E, C, N, 1.0f, s.dlogits, E, in, C, 1.0f, dw->router, C);
     return MTC_OK;

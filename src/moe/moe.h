@@ -64,6 +64,8 @@ typedef struct {
     int pad_to_capacity;       /* --moe-pad-expert-input-to-capacity */
     int shared_ffn;            /* --moe-shared-expert-intermediate-size (0: none) */
     moe_dispatcher dispatcher; /* --moe-token-dispatcher-type */
+    int router_fp64;           /* --moe-router-dtype fp64: the gating GEMMs accumulate in double */
+    int force_balance;         /* --moe-router-force-load-balancing: random normal logits */
 } mtc_moe_config;
 
 static inline int mtc_moe_topk(const mtc_moe_config *m) { return m->topk > 0 ? m->topk : 2; }
@@ -182,6 +184,11 @@ typedef struct {
     mtc_comm_t etp;    /* the experts' ETP group (NULL: whole experts); size d->etp */
     mtc_comm_t tpep;   /* allgather's ETP x EP group (NULL: ep when etp 1); size ep x etp */
     nn_pool *pool;
+    /* --moe-router-force-load-balancing: fills logits (N, E) with the
+     * random normal logits of these N tokens (a function of the global
+     * token, not of the layout) */
+    void (*random_logits)(void *ctx, float *logits, int N, int E);
+    void *random_ctx;
 } moe_pass;
 
 /* Rows of the permuted order at most (dropless: N*k; with padding E*cap). */
