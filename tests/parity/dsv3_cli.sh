@@ -1,0 +1,42 @@
+#!/bin/sh
+# tests/parity/dsv3_cli.sh - the DeepSeek-V3 shape of test_dsv3_fixture
+# (MLA with q compression, latent norms and YaRN; a dense first layer then
+# sigmoid group-limited MoE layers with expert bias, top-k scaling, a shared
+# expert and seq_aux_loss; one MTP depth) end to end on shm rank-threads
+# against the serial run: the lm loss, grad norm and MTP loss within 2e-5
+# under tp 2 + SP, pp 2 with an uneven split (2|1), pp 2 x vpp 2 with a
+# layout string placing 'm', tp 2 + SP with ep 2 and etp 1, dp 2 with the
+# distributed optimizer, and cp 2 (without MTP, which Megatron lists as
+# unsupported with CP); a layout that would drop a layer is refused by name.
+set -u
+MTC=${MTC:-build/mtc}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+. "${MTC_SOURCE_DIR:-.}/tests/parity/parity_lib.sh"
+. "${MTC_SOURCE_DIR:-.}/tests/parity/dsv3_lib.sh"
+run() { # NAME ARGS...
+    rn=$1
+    shift
+    "$MTC" train $TINY $DSV3 "$@" --metrics "$D/$rn.jsonl" >"$D/$rn.log" 2>&1 ||
+        { bad "$rn exited $?"; tail -3 "$D/$rn.log"; }
+}
+run s $DSV3_MTP
+run tp $DSV3_MTP --world-size 2 --tp 2 --sequence-parallel
+same_dsv3 "dsv3 tp 2 + SP" "$D/s.jsonl" "$D/tp.jsonl"
+run pp $DSV3_MTP --world-size 2 --pp 2 --decoder-last-pipeline-num-layers 1
+same_dsv3 "dsv3 pp 2 uneven (2|1, MTP with the last layer)" "$D/s.jsonl" "$D/pp.jsonl"
+run vpp $DSV3_MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|t|t|mL'
+same_dsv3 "dsv3 pp 2 x vpp 2 layout Et|t|t|mL" "$D/s.jsonl" "$D/vpp.jsonl"
+run ep $DSV3_MTP --world-size 2 --tp 2 --sequence-parallel --ep 2 --etp 1
+same_dsv3 "dsv3 tp 2 + SP x ep 2 etp 1" "$D/s.jsonl" "$D/ep.jsonl"
+run do $DSV3_MTP --world-size 2 --use-distributed-optimizer --overlap-grad-reduce
+same_dsv3 "dsv3 dp 2 distributed optimizer" "$D/s.jsonl" "$D/do.jsonl"
+run big $DSV3_MTP --world-size 8 --tp 2 --sequence-parallel --pp 2 --decoder-first-pipeline-num-layers 2 --ep 2 --etp 1 --use-distributed-optimizer
+same_dsv3 "dsv3 tp 2 + SP x pp 2 (2|1) x dp 2, ep 2 etp 1, distopt" "$D/s.jsonl" "$D/big.jsonl"
+run c
+run cp --world-size 2 --cp 2
+same_losses "dsv3 (no MTP) cp 2" "$D/c.jsonl" "$D/cp.jsonl"
+grep -q 'mtp_1 loss' "$D/s.log" && grep -q 'load_balancing_loss' "$D/s.log" &&
+    ok "the log line has the MTP and load-balancing losses" || { bad "log line"; grep iteration "$D/s.log" | head -1; }
+refuse "a layout one layer short" "Number of decoder layers 2 must match num_layers 3" $DSV3 $DSV3_MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmL'
+exit $fail
