@@ -667,6 +667,10 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->head_chunk = o->head_chunk > 0 ? o->head_chunk : MTC_MODEL_HEAD_CHUNK;
     /* multi-token prediction runs on the chunk with the loss (model/mtp.h) */
     m->mtp_layers = o->has_head && last_layer == cfg->num_layers ? cfg->mtp_num_layers : 0;
+    if (m->mtp_layers && m->cp.cp > 1) /* the shifted tokens' whole rows (model/mtp.c) */
+        MTC_CHECK_GOTO(mtc_mem_calloc(4 * (size_t)o->B * (size_t)m->cp.Tg, sizeof(int),
+                                      (void **)&m->mtp_cp_rows),
+                       rc, fail);
     size_t LX = (size_t)cfg->num_layers + (size_t)cfg->mtp_num_layers; /* with MTP's layers */
     MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->layers), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->dlayers), rc, fail);
@@ -804,6 +808,7 @@ void mtc_model_free(mtc_model *m) {
     }
     free(m->moe_stats);
     free(m->mtp_loss_sum);
+    free(m->mtp_cp_rows);
     free(m->layers);
     free(m->dlayers);
     free(m->slots);

@@ -264,6 +264,8 @@ typedef struct {
     float *mtp_cat_total;   /* (B, T, 2C) the projection's gathered input (SP) */
     float *mtp_dcat;        /* (B, T_loc, 2C) the projection's input gradient */
     float *mtp_carry;       /* (B, T_loc, C) d(hidden state) from the next depth */
+    int *mtp_cp_rows;       /* --cp: 2 cp (B, T_cp) gathered tokens | labels, then their
+                               whole rows 2 (B, Tg) (model/mtp.c; heap, not the arena) */
     nn_rope_table rope;     /* RoPE cos/sin (zeroed without rotary positions) */
     nn_yarn_table yarn;     /* MLA's rotation (zeroed without MLA) */
     int rec_up;             /* --recompute-modules mla_up_proj */

@@ -25,8 +25,10 @@
  * --recompute-method uniform recomputes the depths' layers as Megatron's
  * _checkpointed_forward does (model.c's nrec covers them); block leaves
  * them alone, as Megatron's does.
- * Limitations: no context parallelism (Megatron's docs list it
- * unsupported), no inference use. */
+ * Context parallelism as Megatron's CP roll_tensor: the shifted tokens
+ * and labels of a rank's rows come from the microbatch's whole rows,
+ * all-gathered over CP (model/mtp.c mtp_cp_rows).
+ * Limitations: no inference use. */
 #ifndef MTC_MODEL_MTP_H
 #define MTC_MODEL_MTP_H
 

@@ -146,12 +146,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
                          "recompute-num-layers=%d with --recompute-method uniform and "
                          "mtp-num-layers=%d; use --recompute-num-layers 1)",
                          c->recompute_num_layers, c->model.mtp_num_layers);
-    if (c->model.mtp_num_layers > 0 && gc.cp > 1)
-        return mtc_error(E,
-                         "mtp-num-layers=%d with context-parallel-size=%d: Megatron lists "
-                         "context parallelism as unsupported with MTP (drop --cp or the MTP "
-                         "layers)",
-                         c->model.mtp_num_layers, gc.cp);
     if (c->global_batch % ((int64_t)c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "

@@ -6,8 +6,7 @@
 # against the serial run: the lm loss, grad norm and MTP loss within 2e-5
 # under tp 2 + SP, pp 2 with an uneven split (2|1), pp 2 x vpp 2 with a
 # layout string placing 'm', tp 2 + SP with ep 2 and etp 1, dp 2 with the
-# distributed optimizer, and cp 2 (without MTP, which Megatron lists as
-# unsupported with CP); a layout that would drop a layer is refused by name.
+# distributed optimizer, cp 2 and cp 2 (a2a) x tp 2 + SP x ep 2; a layout that would drop a layer is refused by name.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -33,9 +32,10 @@ run do $DSV3_MTP --world-size 2 --use-distributed-optimizer --overlap-grad-reduc
 same_dsv3 "dsv3 dp 2 distributed optimizer" "$D/s.jsonl" "$D/do.jsonl"
 run big $DSV3_MTP --world-size 8 --tp 2 --sequence-parallel --pp 2 --decoder-first-pipeline-num-layers 2 --ep 2 --etp 1 --use-distributed-optimizer
 same_dsv3 "dsv3 tp 2 + SP x pp 2 (2|1) x dp 2, ep 2 etp 1, distopt" "$D/s.jsonl" "$D/big.jsonl"
-run c
-run cp --world-size 2 --cp 2
-same_losses "dsv3 (no MTP) cp 2" "$D/c.jsonl" "$D/cp.jsonl"
+run cp $DSV3_MTP --world-size 2 --cp 2
+same_dsv3 "dsv3 cp 2" "$D/s.jsonl" "$D/cp.jsonl"
+run cpep $DSV3_MTP --world-size 4 --cp 2 --tp 2 --sequence-parallel --ep 2 --etp 1 --cp-comm-type a2a
+same_dsv3 "dsv3 cp 2 a2a x tp 2 + SP x ep 2 etp 1" "$D/s.jsonl" "$D/cpep.jsonl"
 grep -q 'mtp_1 loss' "$D/s.log" && grep -q 'load_balancing_loss' "$D/s.log" &&
     ok "the log line has the MTP and load-balancing losses" || { bad "log line"; grep iteration "$D/s.log" | head -1; }
 refuse "a layout one layer short" "Number of decoder layers 2 must match num_layers 3" $DSV3 $DSV3_MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmL'

@@ -14,8 +14,7 @@
 #  - --moe-router-dtype fp64 (the gating GEMMs summed in double) and
 #    --moe-router-force-load-balancing (random normal logits keyed by the
 #    global token) on the sigmoid, expert-bias, shared-expert MoE model with
-#    MTP: ep 2, tp 2 + SP with etp 1, cp 2 (force-balancing only: MTP is
-#    refused with CP) and pp 2 equal the serial run to 2e-5; forced routing
+#    MTP: ep 2, tp 2 + SP with etp 1, pp 2 and (force-balancing) cp 2 equal the serial run to 2e-5; forced routing
 #    spreads the tokens more evenly than the learned router; a bad dtype is
 #    refused.
 set -u
@@ -82,9 +81,8 @@ for flag in "fp64|--moe-router-dtype fp64" "force|--moe-router-force-load-balanc
     run "$tag.pp" $MOE $MTP $f --world-size 2 --pp 2 --decoder-last-pipeline-num-layers 1
     same_mtp "$tag: pp 2 (2|1)" "$D/$tag.s.jsonl" "$D/$tag.pp.jsonl"
 done
-run force.cs $MOE --position-embedding-type rope --moe-router-force-load-balancing
-run force.cp $MOE --position-embedding-type rope --moe-router-force-load-balancing --world-size 2 --cp 2
-same_losses "force: cp 2 (no MTP)" "$D/force.cs.jsonl" "$D/force.cp.jsonl"
+run force.cp $MOE $MTP --moe-router-force-load-balancing --world-size 2 --cp 2
+same_mtp "force: cp 2" "$D/force.s.jsonl" "$D/force.cp.jsonl"
 run fp32.s $MOE $MTP --moe-router-dtype fp32
 run learned $MOE $MTP
 if [ -n "$(vals fp32.s)" ] && [ "$(vals fp32.s)" = "$(vals learned)" ]; then ok "--moe-router-dtype fp32 is mtc's router"
