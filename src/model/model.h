@@ -284,7 +284,12 @@ typedef struct {
     float *mlp_fch;     /* rec_mlp: one layer's (B,T,F1_tp) for all */
     int rec_shared;     /* --recompute-modules shared_experts: the shared expert's inner
                            activations are not kept */
-    float *shared_fch;  /* rec_shared: one layer's (B,T,SF1_tp) for all */
+    float *shared_fch;  /* rec_shared (or rec_moe): one layer's (B,T,SF1_tp) for all */
+    int rec_moe;        /* --recompute-modules moe: an MoE layer's activations are not kept;
+                           its forward runs again in backward */
+    float *moe_rc;      /* rec_moe: one layer's moe_acts for all */
+    float *moe_fchg;    /* --recompute-modules moe_act (cfg.moe.recompute_act): one layer's
+                           expert activation output for all */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *ln_tmp;              /* (B, T_loc, C) a layer norm output (not kept per layer) */
@@ -375,6 +380,8 @@ typedef struct {
                                     each layer's MLP forward runs again in its backward */
     int recompute_mla_up;        /* --recompute-modules mla_up_proj: MLA's up projections and
                                     rotations run again in backward */
+    int recompute_moe;           /* --recompute-modules moe: each MoE layer again in backward */
+    int recompute_moe_act;       /* --recompute-modules moe_act: the experts' activation again */
     int recompute_shared;        /* --recompute-modules shared_experts: each MoE layer's shared
                                     expert forward runs again in its backward */
     int bf16_gemm_f32;           /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no

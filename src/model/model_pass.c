@@ -154,11 +154,14 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
         v.ma.fch = m->mlp_fch;
     if (c->moe.num_experts > 0) {
         moe_dims md = mtc_model_moe_dims(m);
-        moe_acts_bind(&v.moe, s->moe + j * mtc_model_moe_floats(m), &c->moe, &md, (int)sNl);
+        /* --recompute-modules moe: one set, refilled in backward */
+        float *mb = m->rec_moe ? m->moe_rc : s->moe + j * mtc_model_moe_floats(m);
+        moe_acts_bind(&v.moe, mb, &c->moe, &md, (int)sNl);
+        if (c->moe.recompute_act) v.moe.fchg = m->moe_fchg; /* moe_act: one set for all */
         size_t SF = (size_t)c->moe.shared_ffn / p, SF1 = (c->swiglu ? 2 : 1) * SF;
         v.sa = (model_mlp_acts){m->in_total, 0, s->sfch + j * sN * SF1};
-        if (m->rec_shared) /* --recompute-modules shared_experts: one set, refilled in backward */
-            v.sa.fch = m->shared_fch;
+        /* --recompute-modules shared_experts (or moe): one set, refilled in backward */
+        if (m->rec_shared || m->rec_moe) v.sa.fch = m->shared_fch;
     }
     return v;
 }
@@ -485,7 +488,12 @@ mtc_result_t model_layer_backward(mtc_model *m, const mtc_model_pass *pass, mtc_
                                     w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch, B, T, &bd));
     /* --recompute-modules shared_experts: the shared expert's forward again
      * (comm: its TP linears' collectives), the output thrown away */
-    if (m->rec_shared && k >= m->nrec && mtc_model_is_moe_layer(c, l)) {
+    /* --recompute-modules moe: the whole MoE layer's forward again (router,
+     * dispatch, experts, shared expert; comm: its collectives again), the
+     * output thrown away, nothing recorded: Megatron's MoELayer checkpoint */
+    if (m->rec_moe && k >= m->nrec && mtc_model_is_moe_layer(c, l))
+        MTC_CHECK(gpt_moe_forward(m, pass, &v, m->fwd_tmp, ln2, l, B, T, 0));
+    else if (m->rec_shared && k >= m->nrec && mtc_model_is_moe_layer(c, l)) {
         model_block_dims sd = mtc_model_shared_dims(m);
         MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v.sa, ln2, w[MTC_ROLE_SHARED_FC1_W],
                                     w[MTC_ROLE_SHARED_FC1_B], w[MTC_ROLE_SHARED_FC2_W],

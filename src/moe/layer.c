@@ -49,7 +49,12 @@ size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t P = (size_t)grp_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k, Ng = P * N, X = Ng > M ? Ng : M;
     return 16 + al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) +
-           al(M * d->F) + al(NE) + al(P * d->E) + al(M) + (P > 1 ? al(X * d->C) : 0);
+           (m->recompute_act ? 0 : al(M * d->F)) + al(NE) + al(P * d->E) + al(M) +
+           (P > 1 ? al(X * d->C) : 0);
+}
+
+size_t moe_act_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
+    return al(rows_max(m, d, N) * d->F);
 }
 
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
@@ -65,7 +70,7 @@ void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_
     a->perm_tok = (int *)p, p += al(M);
     a->perm_sel = (int *)p, p += al(M);
     a->fch = p, p += al(M * f1_of(d));
-    a->fchg = p, p += al(M * d->F);
+    a->fchg = m->recompute_act ? NULL : p, p += m->recompute_act ? 0 : al(M * d->F);
     a->aux_cnt = p, p += al(NE);
     a->cnt_all = (int *)p, p += al(P * d->E);
     a->rprob = p, p += al(M);
@@ -353,6 +358,7 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
         moe_gather_rows(s.y, dyg, a->perm_tok, 0, M, C); /* dy of each permuted row */
         moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
         float *dprow = s.dprow;
+        if (m->recompute_act) moe_experts_act(pool, a->fchg, a->fch, M, d); /* moe_act */
         MTC_CHECK(moe_experts_backward(pool, s.dx, dprow, s.y, s.xp, a->fch, a->fchg, s.prow,
                                        a->counts, El, e0, w, dw, d, M, s.z, s.dz, s.dh, s.stage));
         memset(s.dprobs, 0, (size_t)Ng * k * sizeof(float));

@@ -66,6 +66,9 @@ typedef struct {
     moe_dispatcher dispatcher; /* --moe-token-dispatcher-type */
     int router_fp64;           /* --moe-router-dtype fp64: the gating GEMMs accumulate in double */
     int force_balance;         /* --moe-router-force-load-balancing: random normal logits */
+    int recompute_act;         /* --recompute-modules moe_act: moe_acts has no fchg of its own
+                                  (the caller binds one shared buffer, moe_act_floats); the
+                                  backward computes it again from fch */
 } mtc_moe_config;
 
 static inline int mtc_moe_topk(const mtc_moe_config *m) { return m->topk > 0 ? m->topk : 2; }
@@ -200,6 +203,8 @@ int moe_capacity(const mtc_moe_config *m, int N, int E);
  * the last padded to a multiple of 64; else one call on the rows. */
 int moe_gemm_rows(int rows, int blocked, int *calls);
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N);
+/* The activation output fchg's floats (the shared buffer of recompute_act). */
+size_t moe_act_floats(const mtc_moe_config *m, const moe_dims *d, int N);
 /* Binding reads nothing and writes nothing: the scalars of a forward survive a
  * second binding of the same memory (backward binds again). */
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N);

@@ -144,6 +144,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_mlp = c->recompute_mlp,
                               .recompute_mla_up = c->recompute_mla_up,
                               .recompute_shared = c->recompute_shared,
+                              .recompute_moe = c->recompute_moe,
+                              .recompute_moe_act = c->recompute_moe_act,
                               .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
                               .fp8 = c->fp8,
                               .precision = c->bf16   ? TP_PREC_BF16

@@ -6,7 +6,9 @@
 # against the serial run: the lm loss, grad norm and MTP loss within 2e-5
 # under tp 2 + SP, pp 2 with an uneven split (2|1), pp 2 x vpp 2 with a
 # layout string placing 'm', tp 2 + SP with ep 2 and etp 1, dp 2 with the
-# distributed optimizer, cp 2 and cp 2 (a2a) x tp 2 + SP x ep 2; a layout that would drop a layer is refused by name.
+# distributed optimizer, cp 2 and cp 2 (a2a) x tp 2 + SP x ep 2; the
+# example's recompute modules (mlp moe mla_up_proj layernorm, and moe_act)
+# keep the serial bits with fewer activation bytes; a layout that would drop a layer is refused by name.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -36,6 +38,17 @@ run cp $DSV3_MTP --world-size 2 --cp 2
 same_dsv3 "dsv3 cp 2" "$D/s.jsonl" "$D/cp.jsonl"
 run cpep $DSV3_MTP --world-size 4 --cp 2 --tp 2 --sequence-parallel --ep 2 --etp 1 --cp-comm-type a2a
 same_dsv3 "dsv3 cp 2 a2a x tp 2 + SP x ep 2 etp 1" "$D/s.jsonl" "$D/cpep.jsonl"
+# Megatron's DeepSeek-V3 example's recompute modules (space-separated, nargs),
+# moe_act too: the serial run's bits, and under tp 2 + SP x ep 2 etp 1
+REC="--recompute-granularity selective --recompute-modules mlp moe mla_up_proj layernorm moe_act --moe-grouped-gemm"
+run rec $DSV3_MTP $REC
+run recep $DSV3_MTP $REC --world-size 2 --tp 2 --sequence-parallel --ep 2 --etp 1
+v() { grep -o '"lm_loss": [^,]*, "grad_norm": [^,]*\|"mtp_1_loss": [^,}]*' "$D/$1.jsonl"; }
+a() { grep -o '"activation_bytes": [0-9]*' "$D/$1.jsonl" | head -1 | cut -d' ' -f2; }
+if [ -n "$(v rec)" ] && [ "$(v rec)" = "$(v s)" ] && [ "$(a rec)" -lt "$(a s)" ]; then
+    ok "dsv3 recompute mlp moe mla_up_proj layernorm moe_act: the serial bits, activation bytes $(a s) -> $(a rec)"
+else bad "dsv3 recompute modules: $(a s) -> $(a rec)"; fi
+same_dsv3 "dsv3 recompute modules under tp 2 + SP x ep 2 etp 1" "$D/s.jsonl" "$D/recep.jsonl"
 grep -q 'mtp_1 loss' "$D/s.log" && grep -q 'load_balancing_loss' "$D/s.log" &&
     ok "the log line has the MTP and load-balancing losses" || { bad "log line"; grep iteration "$D/s.log" | head -1; }
 refuse "a layout one layer short" "Number of decoder layers 2 must match num_layers 3" $DSV3 $DSV3_MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmL'
