@@ -580,8 +580,10 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
                                          m->scratch, m->head_chunk, B, T, C, Vp, Vp));
         a->dlnf_ready = 0;
         /* the MTP depths' gradient into the main hidden state joins d(lnf) */
-        if (m->mtp_layers)
+        if (m->mtp_layers) {
             MTC_CHECK(model_mtp_backward(m, slot, tokens, targets, B, T, loss_scale, pass));
+            GPT_NEED_BWD(n0, n1); /* Megatron-FSDP: the final norm again after the depths' */
+        }
         gpt_norm_backward(m, m->dres, m->dg[MTC_ROLE_NORMF_W], m->dg[MTC_ROLE_NORMF_B], a->dlnf,
                           xlast, m->g[MTC_ROLE_NORMF_W], a->lnf_mean, a->lnf_rstd, Nl);
         /* the final norm and the output layer (or, on a stage without the

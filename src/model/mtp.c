@@ -176,7 +176,11 @@ mtc_result_t model_mtp_forward(mtc_model *m, int slot, const int *tokens, const 
         int l = c->num_layers + d;
         mtp_view v = mtp_at(m, a, d);
         float *const *w = m->layers[l].w;
-        MTC_CHECK(model_params_needed(m, pass, m->layers[l].first, m->layers[l].last));
+        /* Megatron-FSDP keeps the units of the last two calls: the shared
+         * embedding, then the depth with everything after it (the later
+         * depths, the final norm and the shared head it uses) */
+        MTC_CHECK(model_params_needed(m, pass, m->pidx[MTC_ROLE_WTE], m->pidx[MTC_ROLE_WTE] + 1));
+        MTC_CHECK(model_params_needed(m, pass, m->layers[l].first, m->reg.count));
         mtp_shift(m, tokens, targets, B, T, d + 1);
         /* comm: all-reduce(tp), SP reduce-scatter */
         MTC_CHECK(tp_vocab_embedding_forward(tp, v.emb, m->mtp_tok, m->g[MTC_ROLE_WTE], NULL, NULL,

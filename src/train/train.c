@@ -133,11 +133,6 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
                           c->model.seq_length, c->model.num_heads, mtc_model_groups(&c->model),
                           c->sequence_parallel));
-    if (c->model.mtp_num_layers > 0 && c->fsdp_strategy)
-        return mtc_error(E,
-                         "mtp-num-layers=%d with --use-megatron-fsdp: mtc's FSDP units do not "
-                         "cover the MTP layers yet (drop one of them)",
-                         c->model.mtp_num_layers);
     /* Megatron's MultiTokenPredictionLayer._checkpointed_forward asserts it */
     if (c->model.mtp_num_layers > 0 && c->recompute_full && !c->recompute_block &&
         c->recompute_num_layers != 1)

@@ -6,7 +6,7 @@
 # against the serial run: the lm loss, grad norm and MTP loss within 2e-5
 # under tp 2 + SP, pp 2 with an uneven split (2|1), pp 2 x vpp 2 with a
 # layout string placing 'm', tp 2 + SP with ep 2 and etp 1, dp 2 with the
-# distributed optimizer, cp 2 and cp 2 (a2a) x tp 2 + SP x ep 2; the
+# distributed optimizer, Megatron-FSDP (also with tp 2 x ep 2), cp 2 and cp 2 (a2a) x tp 2 + SP x ep 2; the
 # example's recompute modules (mlp moe mla_up_proj layernorm, and moe_act)
 # keep the serial bits with fewer activation bytes; a layout that would drop a layer is refused by name.
 set -u
@@ -32,6 +32,10 @@ run ep $DSV3_MTP --world-size 2 --tp 2 --sequence-parallel --ep 2 --etp 1
 same_dsv3 "dsv3 tp 2 + SP x ep 2 etp 1" "$D/s.jsonl" "$D/ep.jsonl"
 run do $DSV3_MTP --world-size 2 --use-distributed-optimizer --overlap-grad-reduce
 same_dsv3 "dsv3 dp 2 distributed optimizer" "$D/s.jsonl" "$D/do.jsonl"
+run fsdp $DSV3_MTP --world-size 2 --use-megatron-fsdp --overlap-grad-reduce --overlap-param-gather
+same_dsv3 "dsv3 dp 2 Megatron-FSDP optim_grads_params overlapped" "$D/s.jsonl" "$D/fsdp.jsonl"
+run fsdpep $DSV3_MTP --world-size 4 --tp 2 --sequence-parallel --ep 2 --etp 1 --use-megatron-fsdp
+same_dsv3 "dsv3 tp 2 + SP x dp 2 x ep 2 etp 1 Megatron-FSDP" "$D/s.jsonl" "$D/fsdpep.jsonl"
 run big $DSV3_MTP --world-size 8 --tp 2 --sequence-parallel --pp 2 --decoder-first-pipeline-num-layers 2 --ep 2 --etp 1 --use-distributed-optimizer
 same_dsv3 "dsv3 tp 2 + SP x pp 2 (2|1) x dp 2, ep 2 etp 1, distopt" "$D/s.jsonl" "$D/big.jsonl"
 run cp $DSV3_MTP --world-size 2 --cp 2
