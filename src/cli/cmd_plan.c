@@ -142,11 +142,7 @@ typedef struct {
 /* The flag table into f. Returns cli_parse's status (>= 0: exit with it) or -1. */
 static int plan_parse(plan_flags *f, int argc, char **argv) {
     mtc_arg args[] = {
-        {"num-layers", NULL, MTC_ARG_INT, &f->L, "N", "transformer layers (default 4)", 0},
-        {"hidden-size", NULL, MTC_ARG_INT, &f->C, "N", "hidden size (default 128)", 0},
-        {"num-attention-heads", NULL, MTC_ARG_INT, &f->NH, "N", "attention heads (default 4)", 0},
-        {"ffn-hidden-size", NULL, MTC_ARG_INT, &f->F, "N", "MLP hidden size (default 4h)", 0},
-        {"seq-length", NULL, MTC_ARG_INT, &f->T, "N", "sequence length (default 128)", 0},
+        MODEL_SHAPE_ARGS(f->L, f->C, f->NH, f->F, f->T), /* mtc train's (model/model_cli.h) */
         {"vocab-size", NULL, MTC_ARG_INT, &f->vocab, "N", "vocabulary (default 50257)", 0},
         {"make-vocab-size-divisible-by", NULL, MTC_ARG_INT, &f->divisible, "N",
          "pad the vocabulary to a multiple of N x tp (default 128)", 0},

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "cp/cp.h"
 #include "core/log.h"
 #include "core/outfile.h"
 #include "core/peak.h"

@@ -33,7 +33,7 @@ static mtc_result_t run(result *r, int world, int tp, int pp, int sp, int overla
     return parity_train(&c);
 }
 
-/* ---- interleaved pipeline layouts (issue 6): deeper models, several
+/* ---- interleaved pipeline layouts: deeper models, several
  * microbatch counts (micro-batch size 1/2/4 of the same global batch), the
  * executed compute order checked against pp_schedule_build ---- */
 typedef struct {
@@ -124,7 +124,7 @@ int main(void) {
         {4, 2, 1, 1, 999, 0, 1},
         {4, 4, 1, 1, 1234, 1, 1},
         {4, 4, 0, 0, 0, 0, 1},
-        /* pipeline (issue 6): 1F1B over 2 stages of one layer each */
+        /* pipeline: 1F1B over 2 stages of one layer each */
         {1, 1, 0, 0, 0, 0, 2},
         {2, 1, 1, 0, 0, 1, 2},
         {1, 2, 0, 1, 600, 1, 2},
