@@ -19,8 +19,12 @@
 #                generate's, its logits after each prompt = mtc's (fp32 1e-3,
 #                fp16 1e-2: greedy text alone does not see a softmax scale off
 #                by 2%)
-#   onnx         refused naming --multi-latent-attention
-# and a Llama model with MTP (ONNX and GGUF: the main model, noted; the
+#   onnx         (fp32, fp16) the main model: multi-latent attention with
+#                caches of heads padded to max(dqk + dpe, dv), the grouped
+#                sigmoid router; onnx.checker; transformers.js' pipeline
+#                continues as mtc generate, onnxruntime-node's logits = mtc's
+# and a dense MLA model without q compression on plain RoPE (q_proj /
+# attn_q; safetensors, GGUF, ONNX), a Llama model with MTP (ONNX and GGUF: the main model, noted; the
 # safetensors folder refused naming --mtp-num-layers), a Qwen2-MoE-form
 # model (shared expert, every layer MoE, q/k/v biases) as llama.cpp's
 # qwen2moe with its shared-expert gate, and the settings the classes cannot
@@ -190,7 +194,32 @@ refuse() { # NAME EXPECTED ARGS...: exit 2 naming the setting, nothing written
     [ $? -eq 2 ] && grep -q -- "$e" "$D/err" && [ ! -e "$D/no" ] && ok "$n refused: $(cat "$D/err")" ||
         { bad "$n not refused naming $e"; cat "$D/err"; }
 }
-refuse "an ONNX folder of an MLA model" "multi-latent-attention" --load "$D/ds" --format onnx
+
+# ---- ONNX: MLA in the graph, the main model ----
+for dt in fp32 fp16; do
+    O=$D/ds.onnx.$dt
+    "$MTC" export --load "$D/ds" --format onnx --dtype $dt --out "$O" >"$D/e.log" 2>&1 || { bad "dsv3 onnx $dt export"; cat "$D/e.log"; continue; }
+    check_onnx "dsv3 onnx $dt" "$O" "$D/ds" 14 "$PROMPTS"
+done
+check_logits "dsv3 onnx fp32" "$D/ds.onnx.fp32" "$D/ds"
+
+# ---- a dense MLA model, no q compression, plain RoPE ----
+# shellcheck disable=SC2086
+"$MTC" train $B $LLAMA --multi-latent-attention --q-lora-rank 0 --kv-lora-rank 16 --qk-head-dim 12 --qk-pos-emb-head-dim 8 \
+    --v-head-dim 24 --qk-layernorm --rope-type rope --world-size 2 --tp 2 --save "$D/dm" >"$D/t8.log" 2>&1 || { bad "dense MLA train"; cat "$D/t8.log"; }
+"$MTC" export --load "$D/dm" --format safetensors --out "$D/dm.hf" >"$D/e.log" 2>&1 || { bad "dense MLA export"; cat "$D/e.log"; }
+got=$(python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["q_lora_rank"], c["rope_scaling"], c["first_k_dense_replace"])' "$D/dm.hf/config.json")
+[ "$got" = "None None 2" ] && ok "dense MLA config.json: q_lora_rank null, rope_scaling null, first_k_dense_replace 2" || bad "dense MLA config.json: $got"
+if [ -n "$PYT" ]; then
+    "$REF" "$D/dm" logits "$IDS" | tr ' ' '\n' >"$D/ref2.flat"
+    "$PYT" "$MTC_SOURCE_DIR/tests/reference/hf_reader.py" "$D/dm.hf" dm $IDS | tail -n 1 | tr ' ' '\n' >"$D/py2.flat"
+    compare_rows "dense MLA: the PyTorch reader's logits" "$D/ref2.flat" "$D/py2.flat"
+fi
+"$MTC" export --load "$D/dm" --format gguf --out "$D/dm.gguf" >"$D/e.log" 2>&1 || { bad "dense MLA gguf"; cat "$D/e.log"; }
+greedy_gate "dense MLA gguf" "$D/dm" "$D/dm.gguf"
+logits_gate "dense MLA gguf" "$D/dm.gguf" "$D/dm" 1e-3 "over the lazy"
+"$MTC" export --load "$D/dm" --format onnx --out "$D/dm.onnx" >"$D/e.log" 2>&1 || { bad "dense MLA onnx"; cat "$D/e.log"; }
+check_logits "dense MLA onnx" "$D/dm.onnx" "$D/dm"
 
 # ---- a Llama model with MTP: ONNX and GGUF hold the main model ----
 # shellcheck disable=SC2086
