@@ -1,4 +1,5 @@
-/* ckpt/onnx.h - ONNX export of a decoder (GPT-2, Llama, their MoE forms)
+/* ckpt/onnx.h - ONNX export of a decoder (GPT-2, Llama, their MoE forms,
+ * multi-latent attention with KVH = NH and HS = mtc_onnx_head_dim)
  * as the graph Hugging Face's Optimum exports and transformers.js runs:
  *
  *   inputs   input_ids (batch, seq) int64, attention_mask (batch, total)
