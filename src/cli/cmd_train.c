@@ -378,6 +378,12 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
                            &f->fp8_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     tc->fp8 = f->fp8_cfg.enabled ? &f->fp8_cfg : NULL; /* f outlives the run */
+    tp_fp8_dims fd = {.q = mc->mla.enabled ? 0 : mc->num_heads * mtc_model_head_size(mc),
+                      .kv = mc->mla.enabled ? 0 : mtc_model_groups(mc) * mtc_model_head_size(mc),
+                      .ffn = mc->ffn_hidden_size,
+                      .seq = mc->seq_length};
+    if (tp_fp8_check_blocks(tc->fp8, &fd, f->lay.tp, f->lay.cp) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     tc->loss_scale = f->loss_scale, tc->initial_loss_scale = f->init_ls,
     tc->min_loss_scale = f->min_ls;
     tc->loss_scale_window = f->ls_window, tc->hysteresis = f->hyst;
