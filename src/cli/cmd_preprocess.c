@@ -331,6 +331,10 @@ int cli_cmd_preprocess(int argc, char **argv) {
     data_tok_cli_special(&o, &special);
     if (!input) return cli_usage_error("preprocess", "--input FILE.jsonl is required");
     if (!prefix) return cli_usage_error("preprocess", "--output-prefix PREFIX is required");
+    if (!*prefix) /* "" would write _text_document.bin into the working folder unasked */
+        return cli_usage_error("preprocess",
+                               "--output-prefix is empty; give a path prefix such "
+                               "as data/corpus (writes data/corpus_text_document.bin)");
     if (!o.type)
         return cli_usage_error("preprocess", "--tokenizer-type is required (one of %s)",
                                data_tok_type_names());
