@@ -225,6 +225,18 @@ static int train_fill_model(train_flags *f, const mtc_arg *args, int nargs, mtc_
         return cli_usage_error("train", "%s", mtc_error_detail());
     if (!(f->peak_tflops >= 0))
         return cli_usage_error("train", "peak-tflops=%g must be > 0", f->peak_tflops);
+    /* --profile-dir is mtc's (Megatron 0.18 has none; its --use-pytorch-profiler is ignored
+     * without --profile): a directory that would be ignored is refused */
+    if (f->prof_dir && !f->profile)
+        return cli_usage_error("train",
+                               "--profile-dir %s needs --profile (the trace goes to "
+                               "DIR/trace.json only then): add --profile or drop the flag",
+                               f->prof_dir);
+    if (f->prof_dir && f->trace)
+        return cli_usage_error("train",
+                               "--profile-dir %s and --trace %s both say where the trace "
+                               "goes: give one of them",
+                               f->prof_dir, f->trace);
     int steps_given = mtc_args_seen(args, nargs, "profile-step-start") ||
                       mtc_args_seen(args, nargs, "profile-step-end");
     if (f->trace && !steps_given) f->prof_start = 0, f->prof_end = f->iters;
