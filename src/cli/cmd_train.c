@@ -132,6 +132,8 @@ static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
     if (warmup_samples < 0 || decay_samples < 0 || wsd_iters < 0 || wsd_samples < 0)
         return cli_usage_error("train", "the --lr-*-samples and --lr-wsd-decay-* values must be "
                                         ">= 0");
+    if (!(l->lr >= 0 && l->lr <= 1000)) /* named before the values compared with it */
+        return cli_usage_error("train", "lr=%g must be a finite number in [0, 1000]", l->lr);
     if (!(init_lr >= 0 && init_lr <= l->lr))
         return cli_usage_error("train", "lr-warmup-init=%g must be in [0, lr=%g]", init_lr, l->lr);
     if (l->style != MTC_LR_CONSTANT && l->warmup_samples >= (double)l->decay_samples)
