@@ -621,8 +621,10 @@ static double hf_file_bytes(const char *dir, const cJSON *wm) {
 
 /* A tensor named in `names` (a header or a weight_map) that the model has
  * no place for. */
-static mtc_result_t hf_unused(const cJSON *names, const hf_table *t, int untied,
-                              const char *where) {
+static mtc_result_t hf_unused(const cJSON *names, const hf_table *t, int untied, const char *where,
+                              const mtc_model_config *c) {
+    /* config.json's own name of the layer count: GPT-2's n_layer, num_hidden_layers elsewhere */
+    const char *layers = c->position_embedding != MTC_POS_LEARNED ? "num_hidden_layers" : "n_layer";
     const cJSON *e;
     cJSON_ArrayForEach(e, names) {
         if (!strcmp(e->string, "__metadata__") || ckpt_st_ignorable(e->string, !untied)) continue;
@@ -633,8 +635,8 @@ static mtc_result_t hf_unused(const cJSON *names, const hf_table *t, int untied,
             return mtc_error(MTC_ERR_FORMAT,
                              "%s holds tensor %s, which the model config.json describes has no "
                              "place for (config.json does not match the weights: check "
-                             "num_hidden_layers and the architecture)",
-                             where, e->string);
+                             "%s and the architecture)",
+                             where, e->string, layers);
     }
     return MTC_OK;
 }
@@ -737,7 +739,7 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
         }
         snprintf(path, sizeof path, "%s/%s", dir, file);
         if (strcmp(path, f.path)) {
-            if (f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path);
+            if (f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path, &m->cfg);
             st_close(&f);
             if (rc == MTC_OK) rc = mtc_infile_inside(path, dir); /* no link out of the folder */
             if (rc == MTC_OK) rc = st_open(path, &f);
@@ -773,9 +775,10 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
     }
     /* every stored tensor has its place in the model (a config.json with
      * fewer layers than the weights once dropped the rest silently) */
-    if (rc == MTC_OK && f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path);
+    if (rc == MTC_OK && f.header)
+        rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path, &m->cfg);
     if (rc == MTC_OK && wm)
-        rc = hf_unused(wm, &t, m->cfg.untie_embeddings, "model.safetensors.index.json");
+        rc = hf_unused(wm, &t, m->cfg.untie_embeddings, "model.safetensors.index.json", &m->cfg);
     st_close(&f);
     cJSON_Delete(idx);
     free(buf), free(t.v);

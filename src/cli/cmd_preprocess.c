@@ -336,6 +336,10 @@ static int pre_parse(pre_flags *f, int argc, char **argv) {
     data_tok_cli_special(&f->o, &special);
     if (!f->input) return cli_usage_error("preprocess", "--input FILE.jsonl is required");
     if (!f->prefix) return cli_usage_error("preprocess", "--output-prefix PREFIX is required");
+    if (!*f->prefix) /* "" would write _text_document.bin into the working folder unasked */
+        return cli_usage_error("preprocess",
+                               "--output-prefix is empty; give a path prefix such "
+                               "as data/corpus (writes data/corpus_text_document.bin)");
     if (!f->o.type)
         return cli_usage_error("preprocess", "--tokenizer-type is required (one of %s)",
                                data_tok_type_names());

@@ -340,7 +340,7 @@ static mtc_arg TRAIN_ARGS[] = {
         {"profile-step-end", NULL, MTC_ARG_I64, &TF.prof_end, "N",
          "traced iterations end with iteration N (default 12)", 0},
         {"profile-dir", NULL, MTC_ARG_STRING, &TF.prof_dir, "DIR",
-         "where --profile writes trace.json (default .)", 0},
+         "where --profile writes trace.json (default .; needs --profile)", 0},
         {"trace", NULL, MTC_ARG_STRING, &TF.trace, "FILE",
          "the trace to FILE (every iteration unless --profile-step-start/-end say)", 0},
         {"trace-buffer-mb", NULL, MTC_ARG_DOUBLE, &TF.trace_mb, "MB",

@@ -451,7 +451,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         MTC_CHECK(train_load_file(x));
     else if (c->load_path)
         MTC_CHECK(train_ckpt_load(x, out));
-    return train_shard_main(x);
+    MTC_CHECK(train_shard_main(x));
+    return train_fp8_param_gather_init(x);
 }
 
 size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {
