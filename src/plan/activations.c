@@ -47,6 +47,16 @@ static size_t col_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) 
     return max_sz(fwd, bwd);
 }
 
+/* tp/linear.c: column-parallel with gather_output 1 (MTP's eh_proj):
+ * forward [SP gather permutation] or [local out | last-dim permutation],
+ * backward [split dout] [SP: full dgrad | reduce-scatter permutation]. */
+static size_t col_gather_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) {
+    if (p == 1) return 0;
+    size_t N = B * T, seq = seq_scr(B, T, IN, p), out = N * (OUT / (size_t)p);
+    size_t fwd = max_sz(sp ? seq : 0, out + (N > 1 ? N * OUT : 0));
+    return max_sz(fwd, out + (sp ? N * IN + seq : 0));
+}
+
 /* tp/linear.c: row-parallel with input_is_parallel. */
 static size_t row_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) {
     if (p == 1) return 0;
@@ -233,6 +243,9 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l, int has_head) {
     /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
     scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* and the MoE layers' scratch */
     size_t mtp = 0; /* model/mtp.c's shared buffers, on the chunk with the loss */
+    if (has_head && c->mtp_num_layers > 0) /* and gpt_scratch_floats's eh_proj terms */
+        scratch = max_sz(scratch, max_sz(col_gather_scr(s.p, s.sp, s.B, s.T, 2 * C, C),
+                                         seq_scr(s.B, s.T, C, s.p)));
     if (has_head && c->mtp_num_layers > 0)
         mtp = 3 * take(N) + take(N * C) + take(s.sp ? 2 * N * C : 1) + take(2 * Nl * C) +
               take(Nl * C);

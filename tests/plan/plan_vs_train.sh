@@ -111,6 +111,10 @@ EP=4 check "llama moe ep4 topk1 sigmoid" \
 check "llama mtp tp2 sp pp2 distopt" "$LLAMA --mtp-num-layers 2" 4 2 2 1 1 1 1
 check "llama mtp pp2 vpp2" "$LLAMA --mtp-num-layers 2" 4 1 2 2 0 0 1
 CP=2 CPT=a2a check "llama mtp cp2 a2a pp2" "$LLAMA --mtp-num-layers 2" 4 1 2 1 0 0 1
+# a narrow FFN: MTP's eh_proj (2C -> C, its output gathered) sets the scratch width
+NARROW="$(echo "$LLAMA" | sed 's/ --num-query-groups 2//') --ffn-hidden-size 8 --mtp-num-layers 1"
+check "mtp narrow ffn tp2 sp" "$NARROW" 4 2 1 1 1 0 1
+check "mtp narrow ffn tp4" "$NARROW" 4 4 1 1 0 0 1
 EP=2 check "llama moe mtp ep2 shared distopt" \
     "$LLAMA --mtp-num-layers 2 --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 32" 4 1 1 1 0 1 1
 DSV3="$MLA --mtp-num-layers 1 --num-experts 4 --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-shared-expert-intermediate-size 32 --moe-layer-freq [0]*1+[1]*3"
