@@ -33,7 +33,7 @@ typedef struct {
     int no_posemb;
     const char *flex_backend, *router_dtype;
     const char *s[4]; /* wandb-project, wandb-exp-name, dist-ckpt-strictness, cuda-graph-impl */
-    int f[12];        /* f[0..2] unused: the TensorBoard flags are train/tensorboard.h's */
+    int f[11];        /* f[0..2] unused: the TensorBoard flags are train/tensorboard.h's */
     int grouped_gemm;
     int i[2];           /* manual-gc-interval, logging-level */
     mtc_arg_ints ranks; /* profile-ranks */
@@ -111,17 +111,10 @@ typedef struct {
         {"moe-permute-fusion", NULL, MTC_ARG_FLAG, &(c).f[8], NULL, TC_NOTE " (fused kernel)", 0}, \
         {"init-model-with-meta-device",      NULL, MTC_ARG_FLAG, &(c).f[9], NULL,                  \
          TC_NOTE " (PyTorch's meta device)", 0},                                                   \
-        {"fsdp-double-buffer",                                                                     \
-         NULL,                                                                                     \
-         MTC_ARG_FLAG,                                                                             \
-         &(c).f[10],                                                                               \
-         NULL,                                                                                     \
-         TC_NOTE " (Megatron-FSDP's GPU communication buffers)",                                   \
-         0},                                                                                       \
         {"fsdp-manual-registration",                                                               \
          NULL,                                                                                     \
          MTC_ARG_FLAG,                                                                             \
-         &(c).f[11],                                                                               \
+         &(c).f[10],                                                                               \
          NULL,                                                                                     \
          TC_NOTE " (NCCL user-buffer registration of Megatron-FSDP's buffers)",                    \
          0},                                                                                       \

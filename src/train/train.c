@@ -468,8 +468,11 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             snprintf(mfu, sizeof mfu, " model FLOPs utilization: %.2f%% |",
                      100 * mtc_mfu(sum_flops, sum_ms * 1e-3, world, c->peak_tflops * 1e12));
         char moe_fields[96] = ""; /* Megatron's, after the lm loss */
-        if (moe.has_lb)
-            snprintf(moe_fields, sizeof moe_fields, " load_balancing_loss: %.6E |",
+        if (moe.has_lb)           /* router.py's tracker names: seq_ and global_ for those types */
+            snprintf(moe_fields, sizeof moe_fields, " %sload_balancing_loss: %.6E |",
+                     c->model.moe.lb == MOE_LB_SEQ_AUX      ? "seq_"
+                     : c->model.moe.lb == MOE_LB_GLOBAL_AUX ? "global_"
+                                                            : "",
                      sum_lb / n_logged);
         if (moe.has_z)
             snprintf(moe_fields + strlen(moe_fields), sizeof moe_fields - strlen(moe_fields),
