@@ -16,7 +16,7 @@
 #     distinct ids counted from the dataset's .bin by od;
 #   - a step the fp16 scaler skips prints no num zeros (Megatron's None),
 #     still the params norm; without the flags neither field; --metrics
-#     carries num_zeros and params_norm.
+#     carries num_zeros and params_norm, TensorBoard num-zeros and params-norm.
 set -u
 MTC=${MTC:?path of the mtc binary}
 SRC=${MTC_SOURCE_DIR:?source folder}
@@ -120,7 +120,10 @@ esac
 ! grep -q "num zeros\|params norm" "$D/none.log" && ! grep -q "num_zeros\|params_norm" "$D/none.jsonl" &&
     ok "without the flags neither field" || bad "fields without the flags"
 # shellcheck disable=SC2086
-"$MTC" train $BASE --train-iters 2 --metrics "$D/m.jsonl" >"$D/m.log" 2>&1 || bad "run with --metrics"
+"$MTC" train $BASE --train-iters 2 --metrics "$D/m.jsonl" --tensorboard-dir "$D/tb" >"$D/m.log" 2>&1 ||
+    bad "run with --metrics"
 grep -q '"num_zeros": [0-9]*, "params_norm": [0-9.]*' "$D/m.jsonl" && ok "--metrics: num_zeros and params_norm" ||
     { bad "metrics"; cat "$D/m.jsonl"; }
+grep -aq "num-zeros vs samples" "$D"/tb/events.out.tfevents.* && grep -aq "params-norm vs samples" "$D"/tb/events.out.tfevents.* &&
+    ok "TensorBoard: num-zeros and params-norm (and vs samples)" || bad "TensorBoard tags"
 exit $fail
