@@ -372,6 +372,7 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
     tc->decoupled_lr = f->decoupled_lr, tc->decoupled_min_lr = f->decoupled_min_lr;
     tc->no_check_nan = !f->check_nan;
+    tc->log_params_norm = f->compat.f[4], tc->log_num_zeros = f->compat.f[3];
     if (!f->acc_fp32 && !f->grad_bf16)
         return cli_usage_error("train", "--no-accumulate-allreduce-grads-in-fp32 is not supported: "
                                         "mtc keeps main grads in fp32 (drop the flag)");

@@ -80,6 +80,8 @@ typedef struct {
     double decoupled_min_lr;     /* --decoupled-min-lr (< 0: --min-lr) */
     int recompute_full;          /* --recompute-granularity full */
     int no_check_nan;            /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
+    int log_params_norm;         /* --log-params-norm: "params norm" in the log line */
+    int log_num_zeros;           /* --log-num-zeros-in-grad: "num zeros" in the log line */
     int recompute_block;         /* --recompute-method block (else uniform) */
     int recompute_num_layers;    /* --recompute-num-layers */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp */
