@@ -404,6 +404,7 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->recompute_num_layers = f->rc_layers;
     tc->recompute_mlp = f->rc_mlp, tc->recompute_mla_up = f->rc_up;
     tc->recompute_shared = f->rc_shared;
+    tc->recompute_moe = f->rc_moe, tc->recompute_moe_act = f->rc_moe_act;
     tc->microbatch_group_size = f->lay.mb_group, tc->pp_split = f->pp_split;
     tc->overlap_grad_reduce = f->overlap, tc->ddp_bucket_size = f->bucket;
     tc->use_distributed_optimizer = f->distopt, tc->overlap_param_gather = f->overlap_pg;

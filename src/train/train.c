@@ -125,17 +125,14 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     int dp = spec.dp;
     /* each strategy's rules, asked through the model (model/model_parallel.c) */
     MTC_CHECK(mtc_model_validate_parallel(&c->model, &gc, &spec, &c->parallel));
-    if (c->model.mtp_num_layers > 0 && c->fsdp_strategy)
+    /* Megatron's MultiTokenPredictionLayer._checkpointed_forward asserts it */
+    if (c->model.mtp_num_layers > 0 && c->recompute_full && !c->recompute_block &&
+        c->recompute_num_layers != 1)
         return mtc_error(E,
-                         "mtp-num-layers=%d with --use-megatron-fsdp: mtc's FSDP units do not "
-                         "cover the MTP layers yet (drop one of them)",
-                         c->model.mtp_num_layers);
-    if (c->model.mtp_num_layers > 0 && gc.cp > 1)
-        return mtc_error(E,
-                         "mtp-num-layers=%d with context-parallel-size=%d: Megatron lists "
-                         "context parallelism as unsupported with MTP (drop --cp or the MTP "
-                         "layers)",
-                         c->model.mtp_num_layers, gc.cp);
+                         "recompute_num_layers must be 1 for MTP recompute (got "
+                         "recompute-num-layers=%d with --recompute-method uniform and "
+                         "mtp-num-layers=%d; use --recompute-num-layers 1)",
+                         c->recompute_num_layers, c->model.mtp_num_layers);
     if (c->global_batch % ((int64_t)c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "

@@ -87,6 +87,8 @@ typedef struct {
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp */
     int recompute_mla_up;        /* ... mla_up_proj (model/mla.h) */
     int recompute_shared;        /* ... --recompute-modules shared_experts */
+    int recompute_moe;           /* ... moe (each MoE layer again in backward) */
+    int recompute_moe_act;       /* ... moe_act (the experts' activation again) */
     int microbatch_group_size;   /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
     pp_layout_args pp_split;     /* uneven split / layout string (pp/layout.h; 0 = even) */
     int overlap_grad_reduce;     /* --overlap-grad-reduce */
