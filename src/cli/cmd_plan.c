@@ -111,6 +111,7 @@ static void text_table(FILE *f, const mtc_plan_row *rows, int n, int top,
 
 int cli_cmd_plan(int argc, char **argv) {
     int L = 4, C = 128, NH = 4, F = 0, T = 128, vocab = 50257, divisible = 128, mbs = 4, gbs = 0;
+    int head_chunk = MTC_TRAIN_HEAD_CHUNK;
     int world = 1, json = 0, top = 20, threads = 0, distopt = 0, overlap = 0, bf16 = 0;
     int fp32 = 0, pad_high = 0;
     model_cli_flags model_f = MODEL_CLI_DEFAULTS; /* the architecture (model/model_cli.h) */
@@ -186,6 +187,8 @@ int cli_cmd_plan(int argc, char **argv) {
          "bf16 weights with fp32 main grads and Adam state (default on GPU machines)", 0},
         {"fp32", NULL, MTC_ARG_FLAG, &fp32, NULL, "fp32 everything (mtc today; default on 'this')",
          0},
+        {"lm-head-chunk", NULL, MTC_ARG_INT, &head_chunk, "N",
+         "tokens per chunk of the fused LM head and loss, as mtc train's flag (default 1024)", 0},
         {"recompute-granularity", NULL, MTC_ARG_STRING, &recompute, "S",
          "none|selective|full (default none)", 0},
         {"activations", NULL, MTC_ARG_STRING, &acts, "S",
@@ -246,6 +249,9 @@ int cli_cmd_plan(int argc, char **argv) {
             "cp-comm-type=%s: the planner models p2p, all_gather and a2a (for "
             "a2a+p2p plan its two parts: a2a at the inner size, p2p at the outer)",
             cp_comm);
+    if (head_chunk < 1)
+        return cli_usage_error("plan", "--lm-head-chunk %d must be >= 1 (tokens per chunk)",
+                               head_chunk);
     if (bf16 && fp32) return cli_usage_error("plan", "give one of --bf16 and --fp32");
     if (top < 1) return cli_usage_error("plan", "top=%d must be >= 1", top);
     if (rpp < 0 || rpp > world)
@@ -333,6 +339,7 @@ int cli_cmd_plan(int argc, char **argv) {
     l.mb_group = mb_group;
     l.distopt = distopt, l.distopt_instances = nd, l.pad_high_busbw = pad_high;
     l.overlap_grad_reduce = overlap;
+    l.head_chunk = head_chunk;
     l.overlap_param_gather = overlap_ag, l.tp_comm_overlap = tp_overlap;
     l.precision = bf16       ? MTC_PLAN_BF16
                   : fp32     ? MTC_PLAN_FP32

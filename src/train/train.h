@@ -86,6 +86,7 @@ typedef struct {
     int recompute_num_layers;  /* --recompute-num-layers */
     int recompute_mlp;         /* --recompute-granularity selective --recompute-modules mlp */
     int recompute_mla_up;      /* ... mla_up_proj (model/mla.h) */
+    int head_chunk;            /* --lm-head-chunk: tokens per LM-head chunk (0: 128) */
     int recompute_shared;      /* ... --recompute-modules shared_experts */
     int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
     pp_layout_args pp_split;   /* uneven split / layout string (pp/layout.h; 0 = even) */
