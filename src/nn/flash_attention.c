@@ -113,8 +113,12 @@ static inline __attribute__((always_inline)) void fa_block(const int MR, const i
         const float *b = B + (size_t)p * ldb;
         nn_v8 bv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
+        for (int v = 0; v < NV; v++) {
             bv[v] = NN_V8_LD(b + 8 * v);
+#if defined(__AVX__)
+            __asm__("" : "+x"(bv[v])); /* in a register (GCC folds the load into each row's mul) */
+#endif
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) {
             nn_v8 a = NN_V8_SET1(A[(size_t)r * ars + (size_t)p * aps]);
@@ -150,8 +154,12 @@ static inline __attribute__((always_inline)) void fa_block16(const int MR, const
         const float *b = B + (size_t)p * ldb;
         __m512 bv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
+        for (int v = 0; v < NV; v++) {
             bv[v] = _mm512_loadu_ps(b + 16 * v);
+            /* an empty asm pins the row in a register: GCC otherwise folds the load into
+             * every row's multiply (MR loads for one; 2.1x slower tiles on Zen 5) */
+            __asm__("" : "+v"(bv[v]));
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) {
             __m512 a = _mm512_set1_ps(A[(size_t)r * ars + (size_t)p * aps]);
