@@ -385,6 +385,10 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     if (f->bf16_gemm && !f->bf16)
         return cli_usage_error("train", "--bf16-gemm %s needs --bf16 (add it or drop the flag)",
                                f->bf16_gemm);
+    if (f->head_chunk < 1)
+        return cli_usage_error("train", "lm-head-chunk=%d must be >= 1 (tokens per chunk)",
+                               f->head_chunk);
+    tc->head_chunk = f->head_chunk;
     tc->bf16_gemm = f->bf16_gemm ? nn_bf16_gemm_parse(f->bf16_gemm) : NN_BF16_GEMM_AUTO;
     tc->bf16 = f->bf16, tc->fp16 = f->fp16, tc->grad_reduce_in_bf16 = f->grad_bf16;
     if (tp_fp8_cli_resolve(&f->fp8_f, args, nargs, f->bf16, f->distopt, f->L, f->lay.pp,

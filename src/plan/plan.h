@@ -85,6 +85,7 @@ typedef struct {
     /* MEGATRON table: flash (fused) attention keeps the softmax's
      * log-sum-exp, not the 5as/h term of scores, probabilities and mask */
     int flash_attention;
+    int head_chunk; /* --lm-head-chunk: tokens per LM-head chunk (0 = MTC_TRAIN_HEAD_CHUNK) */
     int ranks_per_process; /* CPU: ranks of one process (0 = the world: rank-threads; 1: mpirun) */
 } mtc_plan_layout;
 

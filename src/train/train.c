@@ -22,6 +22,7 @@
 #include "dp/ddp.h"
 #include "grid/grid.h"
 #include "nn/lowp.h"
+#include "tp/mappings.h"
 #include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
@@ -241,6 +242,17 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     char blas[512]; /* nn_blas_describe: the fp32 GEMM engine and why, the BLAS */
     nn_blas_describe(blas, sizeof blas);
     fprintf(out, "> BLAS: %s\n", blas);
+    for (int k = 0; k < x->vpp; k++) { /* the chunk with the loss: its LM head's chunking */
+        const mtc_model *hm = x->chunks[k].model;
+        if (!hm->has_head) continue;
+        long N = (long)hm->B * hm->T, rows = hm->head_chunk < N ? hm->head_chunk : N;
+        int tps = tp_size(hm->tp.comm);
+        fprintf(out,
+                "> LM head: fused with the loss, %d tokens a chunk (%s; --lm-head-chunk): "
+                "logits buffer %.1f MB\n",
+                hm->head_chunk, rows < N ? "chunked" : "every token of a microbatch at once",
+                (double)rows * (hm->cfg.padded_vocab_size / tps) * sizeof(float) / 1e6);
+    }
     fprintf(out, "> data: %s\n", data_source_describe(x->src));
     /* every model chunk of this rank, as Megatron's get_model sums them
      * (reg.total would count the distributed optimizer's padding too) */

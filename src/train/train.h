@@ -86,6 +86,7 @@ typedef struct {
     int recompute_num_layers;    /* --recompute-num-layers */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp */
     int recompute_mla_up;        /* ... mla_up_proj (model/mla.h) */
+    int head_chunk;              /* --lm-head-chunk: tokens per LM-head chunk (0: 128) */
     int recompute_shared;        /* ... --recompute-modules shared_experts */
     int recompute_moe;           /* ... moe (each MoE layer again in backward) */
     int recompute_moe_act;       /* ... moe_act (the experts' activation again) */

@@ -145,6 +145,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_moe = c->recompute_moe,
                               .recompute_moe_act = c->recompute_moe_act,
                               .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
+                              .head_chunk = c->head_chunk,
                               .fp8 = c->fp8,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
