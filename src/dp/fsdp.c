@@ -77,6 +77,22 @@ static int64_t fsdp_page_floats(void) {
 
 int64_t mtc_fsdp_pad_divisor(int dp) { return (int64_t)(dp > 0 ? dp : 1) * fsdp_page_floats(); }
 
+/* The page pool: a released unit's pages outside the shard are moved
+ * (mremap(2) with MREMAP_DONTUNMAP: page tables move, nothing is copied,
+ * zeroed or freed) into a free slot, and the next unit to become resident
+ * takes them instead of faulting in fresh zeroed pages one by one (the
+ * kernel's fault path cost 5-7x the copy itself: docs/fsdp.md). Megatron
+ * gets the same from PyTorch's caching allocator. Slots still holding
+ * pages once the call that released them is done are given back
+ * (madvise), so the resident memory is what it was without the pool. */
+#define FSDP_POOL_SLOTS 4
+enum { FSDP_PARAMS = 0, FSDP_GRADS = 1 };
+typedef struct {
+    char *area;                   /* FSDP_POOL_SLOTS slots of slot_bytes, NULL: no pool */
+    size_t slot_bytes;            /* the largest unit's bytes outside its shard */
+    size_t held[FSDP_POOL_SLOTS]; /* bytes of pages moved into each slot */
+} fsdp_pool;
+
 struct mtc_fsdp {
     mtc_ddp *d;
     mtc_distopt *opt; /* the optimizer of the shards (set by mtc_fsdp_attach_optimizer) */
@@ -104,6 +120,9 @@ struct mtc_fsdp {
     int pref;             /* the bucket last prefetched, -1 none */
     float *acc;           /* HSDP: each bucket's shard as accumulated before this microbatch, at
                              bucket.start / dp; NULL with one instance */
+    fsdp_pool pool[2];    /* FSDP_PARAMS, FSDP_GRADS: pages of released units kept for the next */
+    int64_t gathers, reuses; /* units made resident, and of those from the pool */
+    int backward;            /* the pass running is a backward (mtc_fsdp_begin_pass) */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -114,12 +133,97 @@ static void fsdp_release(float *buf, int64_t a, int64_t b) {
     (void)madvise(buf + a, (size_t)(b - a) * sizeof(float), MADV_DONTNEED);
 }
 
-/* Release bucket b of buf outside this rank's shard. */
-static void fsdp_release_bucket(mtc_fsdp *f, float *buf, int b) {
+/* Move n bytes of pages from src to dst (both page-aligned); src reads as
+ * zero afterwards. 0 on success. */
+static int fsdp_move(void *dst, void *src, size_t n) {
+    if (n == 0) return 0;
+    void *q = mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
+    return q == dst ? 0 : -1;
+}
+
+static float *fsdp_buf(const mtc_fsdp *f, int which) {
+    return which == FSDP_PARAMS ? f->d->params : f->d->grads;
+}
+
+/* The two ranges of bucket b outside this rank's shard. */
+static void fsdp_outside(const mtc_fsdp *f, int b, dp_range r[2]) {
     const dp_layout *l = &f->d->layout;
     dp_range bk = l->bucket[b], s = dp_layout_shard_range(l, f->d->shard_rank, b);
-    fsdp_release(buf, bk.start, s.start);
-    fsdp_release(buf, s.end, bk.end);
+    r[0] = (dp_range){bk.start, s.start}, r[1] = (dp_range){s.end, bk.end};
+}
+
+/* Release bucket b of buffer `which` outside this rank's shard: into a free
+ * pool slot when there is one, else back to the OS. */
+static void fsdp_release_bucket(mtc_fsdp *f, int which, int b) {
+    float *buf = fsdp_buf(f, which);
+    fsdp_pool *p = &f->pool[which];
+    dp_range r[2];
+    fsdp_outside(f, b, r);
+    size_t n0 = (size_t)(r[0].end - r[0].start) * sizeof(float);
+    size_t n1 = (size_t)(r[1].end - r[1].start) * sizeof(float);
+    for (int k = 0; p->area && n0 + n1 > 0 && k < FSDP_POOL_SLOTS; k++) {
+        if (p->held[k]) continue;
+        char *slot = p->area + (size_t)k * p->slot_bytes;
+        if (fsdp_move(slot, buf + r[0].start, n0) || fsdp_move(slot + n0, buf + r[1].start, n1))
+            break; /* the kernel refused: the ranges are released below */
+        p->held[k] = n0 + n1;
+        return;
+    }
+    fsdp_release(buf, r[0].start, r[0].end);
+    fsdp_release(buf, r[1].start, r[1].end);
+}
+
+/* 1 when none of buf [a, b)'s pages is resident (a range the pool may map
+ * over: nothing in it is lost). */
+static int fsdp_empty(mtc_fsdp *f, float *buf, int64_t a, int64_t b) {
+    if (b <= a) return 1;
+    size_t pf = (size_t)fsdp_page_floats(), np = (size_t)(b - a) / pf;
+    if (mincore(buf + a, (size_t)(b - a) * sizeof(float), f->vec)) return 0;
+    for (size_t i = 0; i < np; i++)
+        if (f->vec[i] & 1) return 0;
+    return 1;
+}
+
+/* Bucket b of buffer `which` is about to be written outside the shard:
+ * give it a held slot's pages when its ranges are empty. Grads must read as
+ * zero there, so moved-in gradient pages are cleared (params are all
+ * overwritten by the all-gather). */
+static void fsdp_acquire(mtc_fsdp *f, int which, int b) {
+    float *buf = fsdp_buf(f, which);
+    fsdp_pool *p = &f->pool[which];
+    if (!p->area) return;
+    int k = 0;
+    while (k < FSDP_POOL_SLOTS && !p->held[k])
+        k++;
+    if (k == FSDP_POOL_SLOTS) return;
+    dp_range r[2];
+    fsdp_outside(f, b, r);
+    if (!fsdp_empty(f, buf, r[0].start, r[0].end) || !fsdp_empty(f, buf, r[1].start, r[1].end))
+        return;
+    char *slot = p->area + (size_t)k * p->slot_bytes;
+    size_t off = 0;
+    for (int i = 0; i < 2; i++) {
+        size_t n = (size_t)(r[i].end - r[i].start) * sizeof(float);
+        if (off + n > p->held[k]) n = off < p->held[k] ? p->held[k] - off : 0;
+        if (n && fsdp_move(buf + r[i].start, slot + off, n) == 0) {
+            if (which == FSDP_GRADS) memset(buf + r[i].start, 0, n);
+            off += n;
+        }
+    }
+    if (off < p->held[k]) (void)madvise(slot + off, p->held[k] - off, MADV_DONTNEED);
+    p->held[k] = 0;
+    f->reuses++;
+}
+
+/* Slots still holding pages go back to the OS. */
+static void fsdp_pool_trim(mtc_fsdp *f) {
+    for (int w = 0; w < 2; w++)
+        for (int k = 0; f->pool[w].area && k < FSDP_POOL_SLOTS; k++)
+            if (f->pool[w].held[k]) {
+                (void)madvise(f->pool[w].area + (size_t)k * f->pool[w].slot_bytes,
+                              f->pool[w].held[k], MADV_DONTNEED);
+                f->pool[w].held[k] = 0;
+            }
 }
 
 /* Resident bytes of a buffer of the layout's numel floats. */
@@ -188,6 +292,22 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
 #endif
     for (int b = 0; b < f->nb; b++)
         f->gathered[b] = 1; /* every rank starts with the whole model */
+    size_t most = 0;
+    for (int b = 0; b < f->nb; b++) {
+        dp_range r[2];
+        fsdp_outside(f, b, r);
+        size_t n = (size_t)(r[0].end - r[0].start + r[1].end - r[1].start) * sizeof(float);
+        most = n > most ? n : most;
+    }
+    for (int w = 0; w < 2 && most > 0; w++) { /* address space only: no page is touched */
+        void *a = mmap(NULL, most * FSDP_POOL_SLOTS, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (a == MAP_FAILED) continue; /* no pool: every release goes back to the OS */
+#ifdef MADV_NOHUGEPAGE
+        (void)madvise(a, most * FSDP_POOL_SLOTS, MADV_NOHUGEPAGE);
+#endif
+        f->pool[w].area = a, f->pool[w].slot_bytes = most;
+    }
     *out = f;
     return MTC_OK;
 fail:
@@ -202,6 +322,8 @@ void mtc_fsdp_free(mtc_fsdp *f) {
     for (int b = 0; f->ag && b < f->nb; b++)
         (void)mtc_request_wait(&f->ag[b]);
     (void)fsdp_wait_rs(f);
+    for (int w = 0; w < 2; w++)
+        if (f->pool[w].area) munmap(f->pool[w].area, f->pool[w].slot_bytes * FSDP_POOL_SLOTS);
     free(f->ag), free(f->acc);
     free(f->gathered), free(f->need_cur), free(f->need_prev), free(f->nready);
     free(f->nreduced), free(f->ready), free(f->vec);
@@ -213,10 +335,15 @@ void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_gra
     f->overlap_grad_reduce = overlap_grad_reduce != 0;
 }
 
+void mtc_fsdp_begin_pass(mtc_fsdp *f, int backward) {
+    f->backward = backward != 0;
+    f->dir = backward ? +1 : -1;
+}
+
 /* Release bucket b's params outside the shard (after its all-gather). */
 static mtc_result_t fsdp_drop(mtc_fsdp *f, int b) {
     MTC_CHECK(mtc_request_wait(&f->ag[b]));
-    fsdp_release_bucket(f, f->d->params, b);
+    fsdp_release_bucket(f, FSDP_PARAMS, b);
     f->gathered[b] = 0;
     return MTC_OK;
 }
@@ -230,9 +357,10 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
 void mtc_fsdp_shard(mtc_fsdp *f) {
     for (int b = 0; b < f->nb; b++) {
         if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
-        fsdp_release_bucket(f, f->d->grads, b);
+        fsdp_release_bucket(f, FSDP_GRADS, b);
     }
     memset(f->need_cur, 0, (size_t)f->nb), memset(f->need_prev, 0, (size_t)f->nb);
+    fsdp_pool_trim(f);
     f->peak_param = f->peak_grad = 0;
     fsdp_sample(f);
 }
@@ -245,6 +373,8 @@ static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     dp_range bk = d->layout.bucket[b];
     size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
     float *base = d->params + bk.start;
+    fsdp_acquire(f, FSDP_PARAMS, b);
+    f->gathers++;
     if (d->comms.intra) {
         if (start)
             MTC_CHECK(mtc_all_gather_start(base + (size_t)d->shard_rank * shard, base, shard,
@@ -273,6 +403,12 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
      * a reduce-scatter still running on them must finish first */
     for (int p = first < 0 ? 0 : first; f->rs && p < last && p < l->nparams; p++)
         if (l->param_bucket[p] == f->rs_b) MTC_CHECK(fsdp_wait_rs(f));
+    if (f->backward) /* the unit's gradients are written next: pages from the pool */
+        for (int p = first < 0 ? 0 : first; p < last && p < l->nparams; p++) {
+            int b = l->param_bucket[p];
+            if (b >= 0 && (p == first || b != l->param_bucket[p - 1]))
+                fsdp_acquire(f, FSDP_GRADS, b);
+        }
     if (!mtc_fsdp_shards_params(f)) return MTC_OK;
     MTC_CHECK(fsdp_check_step(f));
     unsigned char *t = f->need_prev; /* the call before becomes prev */
@@ -292,7 +428,6 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
     /* forward order (last bucket first), as every rank issues them */
     for (int b = f->nb - 1; b >= 0; b--)
         if (f->need_cur[b]) MTC_CHECK(fsdp_gather(f, b, 0));
-    fsdp_sample(f);
     /* --overlap-param-gather: the next unit of the pass gathers while this one computes */
     int next = f->dir < 0 ? lo - 1 : hi + 1;
     f->pref = -1;
@@ -301,6 +436,8 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
         f->pref = next;
         f->need_cur[next] = 1; /* kept by the next call's release */
     }
+    fsdp_pool_trim(f); /* pages no unit took go back */
+    fsdp_sample(f);
     return MTC_OK;
 }
 
@@ -309,6 +446,7 @@ mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f) {
     MTC_CHECK(fsdp_check_step(f));
     for (int b = f->nb - 1; b >= 0; b--)
         MTC_CHECK(fsdp_gather(f, b, 0));
+    fsdp_pool_trim(f);
     return MTC_OK;
 }
 
@@ -336,7 +474,7 @@ static mtc_result_t fsdp_wait_rs(mtc_fsdp *f) {
     if (f->rs_b < 0) return MTC_OK;
     mtc_result_t rc = mtc_request_wait(&f->rs);
     if (rc == MTC_OK) rc = fsdp_reduce_inter(f, f->rs_b);
-    fsdp_release_bucket(f, f->d->grads, f->rs_b);
+    fsdp_release_bucket(f, FSDP_GRADS, f->rs_b);
     f->rs_b = -1;
     return rc;
 }
@@ -359,7 +497,7 @@ static mtc_result_t fsdp_reduce(mtc_fsdp *f, int b) {
             MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
                                          MTC_OP_SUM, d->comms.intra));
         MTC_CHECK(fsdp_reduce_inter(f, b));
-        fsdp_release_bucket(f, d->grads, b);
+        fsdp_release_bucket(f, FSDP_GRADS, b);
     }
     const dp_layout *l = &d->layout;
     for (int k = l->bucket_param_off[b]; k < l->bucket_param_off[b + 1]; k++)
@@ -392,14 +530,17 @@ void mtc_fsdp_zero_grad(mtc_fsdp *f) {
         if (f->acc)
             memset(f->acc + l->bucket[b].start / l->dp, 0,
                    (size_t)(s.end - s.start) * sizeof(float));
-        fsdp_release_bucket(f, f->d->grads, b);
+        fsdp_release_bucket(f, FSDP_GRADS, b);
         f->nready[b] = f->nreduced[b] = 0;
     }
     memset(f->ready, 0, (size_t)l->nparams);
+    fsdp_pool_trim(f);
 }
 
 mtc_result_t mtc_fsdp_finish(mtc_fsdp *f) {
     MTC_CHECK(fsdp_wait_rs(f));
+    f->backward = 0;
+    fsdp_pool_trim(f); /* the last units' gradient pages: the optimizer step does not need them */
     for (int b = 0; b < f->nb; b++)
         if (f->nready[b] || !f->nreduced[b])
             return mtc_error(MTC_ERR_INVALID_USAGE,

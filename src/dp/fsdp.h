@@ -90,6 +90,11 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o);
  * is needed again, or the step finishes). comm: all-gather_start,
  * reduce_scatter_start(intra). */
 void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_grad_reduce);
+/* The model pass about to run is a forward (0) or a backward (1) of a
+ * microbatch: sets the prefetch direction, and in a backward each unit's
+ * gradient ranges take the pages of the last released unit (the page
+ * pool, dp/fsdp.c) when params_needed comes for it. */
+void mtc_fsdp_begin_pass(mtc_fsdp *f, int backward);
 /* After the params were initialised or loaded (whole on every rank): give
  * back every page outside this rank's shards (params with
  * optim_grads_params, grads always); restarts the peak measurement. */

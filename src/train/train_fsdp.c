@@ -68,6 +68,11 @@ mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last
     return MTC_OK;
 }
 
+void train_fsdp_begin_pass(const train_chunk *ch, int backward) {
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp) mtc_fsdp_begin_pass(ch->buf[b].fsdp, backward);
+}
+
 mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last) {
     for (int b = 0; b < TRAIN_GBUF_MAX; b++)
         if (ch->buf[b].fsdp) MTC_CHECK(mtc_fsdp_grads_ready(ch->buf[b].fsdp, first, last));
