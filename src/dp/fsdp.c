@@ -550,6 +550,17 @@ mtc_result_t mtc_fsdp_finish(mtc_fsdp *f) {
     return MTC_OK;
 }
 
+int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n) {
+    const dp_layout *l = &f->d->layout;
+    *g = NULL, *n = 0;
+    if (p < 0 || p >= l->nparams || l->param_bucket[p] < 0) return -1;
+    dp_range s = dp_layout_shard_range(l, f->d->shard_rank, l->param_bucket[p]), r = l->param[p];
+    int64_t a = r.start > s.start ? r.start : s.start, b = r.end < s.end ? r.end : s.end;
+    *g = f->d->grads + a;
+    *n = b > a ? (size_t)(b - a) : 0;
+    return 0;
+}
+
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out) {
     out->param_bytes = f->peak_param;
     out->grad_bytes = f->peak_grad;

@@ -119,6 +119,12 @@ void mtc_fsdp_zero_grad(mtc_fsdp *f);
 /* After the last microbatch: INVALID_USAGE naming a unit never reduced. */
 mtc_result_t mtc_fsdp_finish(mtc_fsdp *f);
 
+/* The part of param p's gradient this rank keeps (its shard's
+ * intersection with the param; *n may be 0); -1 when p is not in this
+ * object's buffer. Reductions outside the buffer's own (the tied
+ * embedding over EMBEDDING_GROUP, SP layer norms over TP) take only this
+ * part: every member of those groups lays the param out alike. */
+int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n);
 /* Peak resident bytes of the params and grads buffers since init (sampled
  * after each gather and before each reduce-scatter) and the AdamW state. */
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out);

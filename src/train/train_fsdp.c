@@ -94,12 +94,6 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
     if (!train_fsdp_grads(c)) return MTC_OK;
     const char *s = mtc_fsdp_strategy_name(c->fsdp_strategy);
     /* what mtc's FSDP does not do yet (Megatron allows these; docs/fsdp.md) */
-    if (c->grid.pp > 1)
-        return mtc_error(
-            E,
-            "--data-parallel-sharding-strategy %s with pipeline-model-parallel-size=%d "
-            "is not in mtc yet: use --pp 1, or the optim strategy",
-            s, c->grid.pp);
     if (c->grad_reduce_in_bf16)
         return mtc_error(E,
                          "--grad-reduce-in-bf16 with --data-parallel-sharding-strategy %s is not "

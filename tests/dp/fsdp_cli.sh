@@ -4,7 +4,7 @@
 # norm per iteration within 2e-5, the distributed optimizer's tolerance) on
 # dp 4; optim_grads_params also with gradient accumulation (dp 2), tp 2 x
 # dp 2 + SP, cp 2 x dp 2, full recomputation, bf16, --overlap-param-gather
-# (prefetch) with --overlap-grad-reduce, HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
+# (prefetch) with --overlap-grad-reduce, pp 2 x dp 2 (and with vpp), HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
 # expert-DP), and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
 # exactly this rank's shard plus two gathered units (closed form of the
 # unit layout, 4 KiB pages) and its gradients at most that, both below the
@@ -54,6 +54,11 @@ MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-
 run ms $MOE
 run me $MOE --world-size 4 --ep 2 $F --overlap-grad-reduce --overlap-param-gather
 same_losses "MoE ep=2 x dp=2: experts sharded over expert-DP, overlap" "$D/ms.jsonl" "$D/me.jsonl"
+run pp --world-size 4 --pp 2 $F --overlap-grad-reduce --overlap-param-gather
+same_losses "fsdp optim_grads_params pp=2 x dp=2 (1F1B, tied embedding's shard over EMBEDDING_GROUP), overlap" "$D/s.jsonl" "$D/pp.jsonl"
+run s4 --num-layers 4
+run pv --num-layers 4 --world-size 4 --pp 2 --num-layers-per-virtual-pipeline-stage 1 $F --data-parallel-sharding-strategy optim_grads
+same_losses "fsdp optim_grads pp=2 x vpp 2 x dp=2" "$D/s4.jsonl" "$D/pv.jsonl"
 run sb --bf16
 run bf --world-size 4 $F --bf16
 same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
@@ -100,6 +105,11 @@ same_losses "fsdp dp=4 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/
 r ce 4 --world-size 4 --tp 2 --pp 2 --use-distributed-optimizer --save "$D/ck2"
 r cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$D/ck2"
 same_losses "distopt tp=2 x pp=2 save -> fsdp optim_grads dp=4 resume" "$D/full4.jsonl" "$D/cf.jsonl"
+r cg 8 --world-size 4 --pp 2 $F --load "$D/ck"
+same_losses "fsdp dp=4 save -> fsdp pp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cg.jsonl"
+r ch 4 --world-size 4 --pp 2 $F --save "$D/ck3"
+r ci 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck3"
+same_losses "fsdp pp=2 x dp=2 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/ci.jsonl"
 
 refuse "negative unit size" "suggested-communication-unit-size=-5 must be >= 1" $F --suggested-communication-unit-size -5
 refuse "HFSDP outer optim with optim_grads" "is only supported with full-sharding on DP-Shard" --world-size 4 $F \
@@ -107,6 +117,5 @@ refuse "HFSDP outer optim with optim_grads" "is only supported with full-shardin
 refuse "unknown outer strategy" "outer-dp-sharding-strategy=full is not a strategy" --outer-dp-sharding-strategy full
 refuse "unknown strategy" "data-parallel-sharding-strategy=full is not a strategy" $F --data-parallel-sharding-strategy full
 refuse "fsdp_dtensor without fsdp" "fsdp_dtensor is only tested with Megatron FSDP" --ckpt-format fsdp_dtensor
-refuse "optim_grads_params with pp" "pipeline-model-parallel-size=2 is not in mtc yet" --world-size 2 --pp 2 $F
 refuse "overlap-param-gather without overlap-grad-reduce" "Must use --overlap-param-gather with --overlap-grad-reduce" --world-size 2 $F --overlap-param-gather
 exit $fail
