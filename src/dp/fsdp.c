@@ -22,14 +22,18 @@
 #endif
 #include "dp/fsdp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/mem.h"
+#include "core/timer.h"
+#include "core/trace.h"
 #include "dp/distopt.h"
 #include "model/model.h"
+#include "nn/lowp.h"
 
 static const char *const fsdp_names[] = {"off", "no_shard", "optim", "optim_grads",
                                          "optim_grads_params"};
@@ -123,6 +127,14 @@ struct mtc_fsdp {
     fsdp_pool pool[2];    /* FSDP_PARAMS, FSDP_GRADS: pages of released units kept for the next */
     int64_t gathers, reuses; /* units made resident, and of those from the pool */
     int backward;            /* the pass running is a backward (mtc_fsdp_begin_pass) */
+    int persistent;          /* --fsdp-double-buffer: two slots, never trimmed */
+    int phased;              /* mtc_fsdp_begin_pass gives the direction */
+    mtc_bf16 *g16;           /* --grad-reduce-in-bf16: the unit's bf16 staging (largest unit) */
+    mtc_trace *trace;        /* per-unit spans (mtc_fsdp_set_trace), NULL none */
+    int track;
+    char label[32];
+    uint64_t *ag_t0; /* [nb] when bucket b's all-gather started, 0 none open */
+    uint64_t rs_t0;  /* when the reduce-scatter in flight started */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -161,7 +173,7 @@ static void fsdp_release_bucket(mtc_fsdp *f, int which, int b) {
     fsdp_outside(f, b, r);
     size_t n0 = (size_t)(r[0].end - r[0].start) * sizeof(float);
     size_t n1 = (size_t)(r[1].end - r[1].start) * sizeof(float);
-    for (int k = 0; p->area && n0 + n1 > 0 && k < FSDP_POOL_SLOTS; k++) {
+    for (int k = 0; p->area && n0 + n1 > 0 && k < (f->persistent ? 2 : FSDP_POOL_SLOTS); k++) {
         if (p->held[k]) continue;
         char *slot = p->area + (size_t)k * p->slot_bytes;
         if (fsdp_move(slot, buf + r[0].start, n0) || fsdp_move(slot + n0, buf + r[1].start, n1))
@@ -217,7 +229,7 @@ static void fsdp_acquire(mtc_fsdp *f, int which, int b) {
 
 /* Slots still holding pages go back to the OS. */
 static void fsdp_pool_trim(mtc_fsdp *f) {
-    for (int w = 0; w < 2; w++)
+    for (int w = 0; w < 2 && !f->persistent; w++)
         for (int k = 0; f->pool[w].area && k < FSDP_POOL_SLOTS; k++)
             if (f->pool[w].held[k]) {
                 (void)madvise(f->pool[w].area + (size_t)k * f->pool[w].slot_bytes,
@@ -236,8 +248,23 @@ static size_t fsdp_resident(mtc_fsdp *f, float *buf) {
     return n * (size_t)fsdp_page_floats() * sizeof(float);
 }
 
+/* Resident bytes of buffer `which`'s pool slots. */
+static size_t fsdp_pool_resident(mtc_fsdp *f, int which) {
+    const fsdp_pool *p = &f->pool[which];
+    size_t pf = (size_t)fsdp_page_floats(), bytes = p->slot_bytes * FSDP_POOL_SLOTS, n = 0;
+    for (size_t off = 0; p->area && off < bytes; off += f->npages * pf * sizeof(float)) {
+        size_t len = bytes - off < f->npages * pf * sizeof(float) ? bytes - off
+                                                                  : f->npages * pf * sizeof(float);
+        if (mincore(p->area + off, len, f->vec)) return n;
+        for (size_t i = 0; i < len / (pf * sizeof(float)); i++)
+            n += (f->vec[i] & 1) * pf * sizeof(float);
+    }
+    return n;
+}
+
 static void fsdp_sample(mtc_fsdp *f) {
-    size_t p = fsdp_resident(f, f->d->params), g = fsdp_resident(f, f->d->grads);
+    size_t p = fsdp_resident(f, f->d->params) + fsdp_pool_resident(f, FSDP_PARAMS);
+    size_t g = fsdp_resident(f, f->d->grads) + fsdp_pool_resident(f, FSDP_GRADS);
     if (p > f->peak_param) f->peak_param = p;
     if (g > f->peak_grad) f->peak_grad = g;
 }
@@ -276,6 +303,7 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(int), (void **)&f->nreduced), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&f->ready), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(mtc_request_t), (void **)&f->ag), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(uint64_t), (void **)&f->ag_t0), rc, fail);
     if (d->comms.inter)
         MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(d->layout.numel / d->layout.dp + 1), sizeof(float),
                                       (void **)&f->acc),
@@ -324,7 +352,7 @@ void mtc_fsdp_free(mtc_fsdp *f) {
     (void)fsdp_wait_rs(f);
     for (int w = 0; w < 2; w++)
         if (f->pool[w].area) munmap(f->pool[w].area, f->pool[w].slot_bytes * FSDP_POOL_SLOTS);
-    free(f->ag), free(f->acc);
+    free(f->ag), free(f->acc), free(f->g16), free(f->ag_t0);
     free(f->gathered), free(f->need_cur), free(f->need_prev), free(f->nready);
     free(f->nreduced), free(f->ready), free(f->vec);
     free(f);
@@ -335,14 +363,55 @@ void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_gra
     f->overlap_grad_reduce = overlap_grad_reduce != 0;
 }
 
+mtc_result_t mtc_fsdp_set_grad_reduce_bf16(mtc_fsdp *f) {
+    mtc_ddp *d = f->d;
+    if (f->g16) return MTC_OK;
+    MTC_CHECK(
+        mtc_mem_calloc((size_t)(mtc_fsdp_max_unit(f) + 1), sizeof(mtc_bf16), (void **)&f->g16));
+    if (!f->acc)
+        MTC_CHECK(mtc_mem_calloc((size_t)(d->layout.numel / d->layout.dp + 1), sizeof(float),
+                                 (void **)&f->acc));
+    return MTC_OK;
+}
+
+void mtc_fsdp_set_double_buffer(mtc_fsdp *f) { f->persistent = 1; }
+
 void mtc_fsdp_begin_pass(mtc_fsdp *f, int backward) {
-    f->backward = backward != 0;
+    f->backward = backward != 0, f->phased = 1;
     f->dir = backward ? +1 : -1;
+}
+
+void mtc_fsdp_set_trace(mtc_fsdp *f, mtc_trace *t, const char *label) {
+    if (f->trace || !t) return;
+    f->trace = t;
+    snprintf(f->label, sizeof f->label, "%s", label ? label : "");
+    char name[64];
+    snprintf(name, sizeof name, "FSDP units%s%s", f->label[0] ? " " : "", f->label);
+    f->track = mtc_trace_new_track(t, name);
+}
+
+/* The span of bucket b's collective `what` from t0 to now. */
+static void fsdp_span(mtc_fsdp *f, const char *what, int b, uint64_t t0, int prefetch) {
+    if (!t0 || !mtc_trace_recording(f->trace)) return;
+    dp_range bk = f->d->layout.bucket[b];
+    char name[64], args[160];
+    snprintf(name, sizeof name, "%s unit %d", what, b);
+    snprintf(args, sizeof args,
+             "\"unit\": %d, \"elements\": %lld, \"prefetch\": %d, \"backward\": %d", b,
+             (long long)(bk.end - bk.start), prefetch, f->backward);
+    mtc_trace_span(f->trace, f->track, name, "fsdp", t0, mtc_time_ns(), args);
+}
+
+/* Wait for bucket b's all-gather if one runs (the span of a prefetch ends). */
+static mtc_result_t fsdp_wait_ag(mtc_fsdp *f, int b) {
+    MTC_CHECK(mtc_request_wait(&f->ag[b]));
+    if (f->ag_t0[b]) fsdp_span(f, "all-gather", b, f->ag_t0[b], 1), f->ag_t0[b] = 0;
+    return MTC_OK;
 }
 
 /* Release bucket b's params outside the shard (after its all-gather). */
 static mtc_result_t fsdp_drop(mtc_fsdp *f, int b) {
-    MTC_CHECK(mtc_request_wait(&f->ag[b]));
+    MTC_CHECK(fsdp_wait_ag(f, b));
     fsdp_release_bucket(f, FSDP_PARAMS, b);
     f->gathered[b] = 0;
     return MTC_OK;
@@ -369,19 +438,23 @@ void mtc_fsdp_shard(mtc_fsdp *f) {
  * it running (a prefetch), else wait for it (one already running too). */
 static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     mtc_ddp *d = f->d;
-    if (f->gathered[b]) return start ? MTC_OK : mtc_request_wait(&f->ag[b]);
+    if (f->gathered[b]) return start ? MTC_OK : fsdp_wait_ag(f, b);
     dp_range bk = d->layout.bucket[b];
     size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
     float *base = d->params + bk.start;
+    uint64_t t0 = f->trace ? mtc_time_ns() : 0;
     fsdp_acquire(f, FSDP_PARAMS, b);
     f->gathers++;
     if (d->comms.intra) {
-        if (start)
+        if (start) {
             MTC_CHECK(mtc_all_gather_start(base + (size_t)d->shard_rank * shard, base, shard,
                                            MTC_DTYPE_F32, d->comms.intra, &f->ag[b]));
-        else
+            f->ag_t0[b] = t0;
+        } else {
             MTC_CHECK(mtc_all_gather(base + (size_t)d->shard_rank * shard, base, shard,
                                      MTC_DTYPE_F32, d->comms.intra));
+            fsdp_span(f, "all-gather", b, t0, 0);
+        }
     }
     f->gathered[b] = 1;
     return MTC_OK;
@@ -420,8 +493,10 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
     for (int b = 0; b < f->nb; b++)
         if (f->need_cur[b]) lo = b < lo ? b : lo, hi = b;
     if (hi < 0) return MTC_OK;
-    if (f->last_lo >= 0 && hi < f->last_lo) f->dir = -1; /* forward: towards bucket 0 */
-    if (f->last_lo >= 0 && lo > f->last_hi) f->dir = +1; /* backward */
+    /* without mtc_fsdp_begin_pass: the direction from the order of the calls
+     * (a tied head's call for the embedding in between misleads it) */
+    if (!f->phased && f->last_lo >= 0 && hi < f->last_lo) f->dir = -1; /* forward */
+    if (!f->phased && f->last_lo >= 0 && lo > f->last_hi) f->dir = +1; /* backward */
     f->last_lo = lo, f->last_hi = hi;
     for (int b = 0; b < f->nb; b++) /* release first: the peak stays at two units */
         if (f->gathered[b] && !f->need_cur[b] && !f->need_prev[b]) MTC_CHECK(fsdp_drop(f, b));
@@ -450,20 +525,27 @@ mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f) {
     return MTC_OK;
 }
 
-/* HSDP (several optimizer instances, outer no_shard): the shard of bucket b
- * replicated over the instances, its microbatch sum added up over them.
- * The shard holds acc + sum(intra) on every instance; the all-reduce must
- * add only the new part, so acc is taken out first and put back after.
+/* After bucket b's reduce-scatter: the shard holds acc + this microbatch's
+ * sum (fp32), or with --grad-reduce-in-bf16 the sum sits in the bf16
+ * staging. HSDP (several optimizer instances, outer no_shard): the shard
+ * replicated over the instances, the microbatch's sum added up over them;
+ * the all-reduce must add only the new part, so acc is taken out first and
+ * put back after. bf16: the new part widened and added to acc in fp32 (the
+ * inter-instance all-reduce stays fp32).
  * comm: all-reduce(inter-instance group) of the shard. */
-static mtc_result_t fsdp_reduce_inter(mtc_fsdp *f, int b) {
+static mtc_result_t fsdp_reduce_post(mtc_fsdp *f, int b) {
     mtc_ddp *d = f->d;
-    if (!d->comms.inter) return MTC_OK;
+    if (!f->acc) return MTC_OK;
     dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, b);
     float *g = d->grads + s.start, *acc = f->acc + d->layout.bucket[b].start / d->layout.dp;
     size_t n = (size_t)(s.end - s.start);
-    for (size_t i = 0; i < n; i++)
-        g[i] -= acc[i];
-    MTC_CHECK(mtc_all_reduce(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.inter));
+    if (f->g16)
+        nn_bf16_to_f32(g, f->g16 + (size_t)d->shard_rank * n, n);
+    else
+        for (size_t i = 0; i < n; i++)
+            g[i] -= acc[i];
+    if (d->comms.inter)
+        MTC_CHECK(mtc_all_reduce(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.inter));
     for (size_t i = 0; i < n; i++)
         g[i] += acc[i], acc[i] = g[i];
     return MTC_OK;
@@ -473,7 +555,8 @@ static mtc_result_t fsdp_reduce_inter(mtc_fsdp *f, int b) {
 static mtc_result_t fsdp_wait_rs(mtc_fsdp *f) {
     if (f->rs_b < 0) return MTC_OK;
     mtc_result_t rc = mtc_request_wait(&f->rs);
-    if (rc == MTC_OK) rc = fsdp_reduce_inter(f, f->rs_b);
+    if (rc == MTC_OK) rc = fsdp_reduce_post(f, f->rs_b);
+    fsdp_span(f, "reduce-scatter", f->rs_b, f->rs_t0, 0);
     fsdp_release_bucket(f, FSDP_GRADS, f->rs_b);
     f->rs_b = -1;
     return rc;
@@ -488,15 +571,28 @@ static mtc_result_t fsdp_reduce(mtc_fsdp *f, int b) {
     float *g = d->grads + bk.start;
     fsdp_sample(f); /* the unit's gradients are all resident now */
     MTC_CHECK(fsdp_wait_rs(f));
+    uint64_t t0 = f->trace ? mtc_time_ns() : 0;
+    void *buf = g;
+    mtc_dtype_t dt = MTC_DTYPE_F32;
+    size_t esz = sizeof(float);
+    if (f->g16) { /* --grad-reduce-in-bf16: this microbatch's part rounded, reduced as bf16 */
+        float *own = g + (size_t)d->shard_rank * shard;
+        const float *acc = f->acc + bk.start / d->layout.dp;
+        for (size_t i = 0; i < shard; i++)
+            own[i] -= acc[i];
+        nn_f32_to_bf16(f->g16, g, shard * (size_t)d->layout.dp);
+        buf = f->g16, dt = MTC_DTYPE_BF16, esz = sizeof(mtc_bf16);
+    }
+    char *own = (char *)buf + (size_t)d->shard_rank * shard * esz;
     if (d->comms.intra && f->overlap_grad_reduce) {
-        MTC_CHECK(mtc_reduce_scatter_start(g, g + (size_t)d->shard_rank * shard, shard,
-                                           MTC_DTYPE_F32, MTC_OP_SUM, d->comms.intra, &f->rs));
-        f->rs_b = b;
+        MTC_CHECK(
+            mtc_reduce_scatter_start(buf, own, shard, dt, MTC_OP_SUM, d->comms.intra, &f->rs));
+        f->rs_b = b, f->rs_t0 = t0;
     } else {
         if (d->comms.intra)
-            MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
-                                         MTC_OP_SUM, d->comms.intra));
-        MTC_CHECK(fsdp_reduce_inter(f, b));
+            MTC_CHECK(mtc_reduce_scatter(buf, own, shard, dt, MTC_OP_SUM, d->comms.intra));
+        MTC_CHECK(fsdp_reduce_post(f, b));
+        fsdp_span(f, "reduce-scatter", b, t0, 0);
         fsdp_release_bucket(f, FSDP_GRADS, b);
     }
     const dp_layout *l = &d->layout;
