@@ -12,6 +12,8 @@
 #include "cli/cli.h"
 #include "cli/layout_args.h"
 #include "cp/cp.h"
+#include "dp/fsdp.h"
+#include "dp/fsdp_cli.h"
 #include "grid/grid.h"
 #include "model/model_cli.h"
 #include "moe/moe_cli.h"
@@ -119,8 +121,9 @@ int cli_cmd_plan(int argc, char **argv) {
     int overlap_ag = 0, tp_overlap = 0;
     int cp = 1, rpp = 0, ep = 1, etp = 0;
     int no_flash = 0, use_flash = 0; /* flash attention's activations (GPU machines' default) */
-    moe_cli_flags moe_f = MOE_CLI_DEFAULTS;         /* mixture of experts (moe/moe_cli.h) */
-    pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
+    moe_cli_flags moe_f = MOE_CLI_DEFAULTS;          /* mixture of experts (moe/moe_cli.h) */
+    pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS;  /* pipeline split (pp/layout_cli.h) */
+    mtc_fsdp_flags fsdp_f = MTC_FSDP_FLAGS_DEFAULTS; /* Megatron-FSDP, as mtc train */
     const char *cp_comm = "p2p";
     double achieved = 0, hdrop = 0.1, adrop = 0.1;
     const char *machine = "this", *explain = NULL, *recompute = "none", *acts = NULL;
@@ -156,6 +159,7 @@ int cli_cmd_plan(int argc, char **argv) {
          "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
         MOE_CLI_ARGS(moe_f),
         PP_LAYOUT_CLI_ARGS(split_f),
+        MTC_FSDP_CLI_ARGS(fsdp_f),
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &ep, "N",
          "expert-parallel ranks, fixed in every layout (default: every valid ep)", 0},
         {"expert-tensor-parallel-size", "etp", MTC_ARG_INT, &etp, "N",
@@ -220,7 +224,15 @@ int cli_cmd_plan(int argc, char **argv) {
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("plan", PLAN_USAGE, PLAN_ABOUT, args, nargs, argc, argv);
     if (st >= 0) return st;
-    int nd = lay.nd, mb_group = lay.mb_group;
+    int nd = lay.nd, mb_group = lay.mb_group, fsdp = 0, fsdp_do = 0;
+    if (mtc_fsdp_flags_apply(&fsdp_f, NULL, &fsdp, &fsdp_do) != MTC_OK)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
+    if (fsdp_do && no_do)
+        return cli_usage_error("plan",
+                               "--use-megatron-fsdp %s runs on the distributed optimizer: "
+                               "drop --no-distributed-optimizer",
+                               mtc_fsdp_strategy_name(fsdp));
+    if (fsdp_do) distopt = 1;                    /* Megatron's rule, as mtc train */
     if (world < 1 || world > MTC_GRID_MAX_WORLD) /* before enumerating a huge world's layouts */
         return cli_usage_error("plan", "--world-size %d must be 1..%d (ranks of one job)", world,
                                MTC_GRID_MAX_WORLD);
@@ -332,6 +344,7 @@ int cli_cmd_plan(int argc, char **argv) {
         gbs ? gbs : (int)((int64_t)mbs * world > INT_MAX ? INT_MAX : (int64_t)mbs * world),
     l.mb_group = mb_group;
     l.distopt = distopt, l.distopt_instances = nd, l.pad_high_busbw = pad_high;
+    l.fsdp_strategy = fsdp, l.fsdp_unit_size = fsdp_f.unit_size;
     l.overlap_grad_reduce = overlap;
     l.overlap_param_gather = overlap_ag, l.tp_comm_overlap = tp_overlap;
     l.precision = bf16       ? MTC_PLAN_BF16

@@ -118,6 +118,17 @@ if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
         bad "overlap memory: params '$PV' (want $((4 * (204800 + 3 * 150528))))"
     [ "$PD" = "$P" ] && ok "--fsdp-double-buffer: resident params $PD, the pool's pages counted" ||
         bad "double-buffer memory: params '$PD' (want $P)"
+    # mtc plan prices the same resident params to the byte, and the
+    # gradients' bound it gives holds
+    pl() { "$MTC" plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --vocab-size 60 \
+        --make-vocab-size-divisible-by 16 --seq-length 16 --micro-batch-size 2 --global-batch-size 8 \
+        --world-size 4 --machine dgx-a100 --fp32 $F "$@" --explain tp1-pp1-do 2>&1 | grep "^  FSDP"; }
+    Q=$(pl) QV=$(pl --overlap-grad-reduce --overlap-param-gather)
+    qp() { echo "$1" | sed 's/.*params \([0-9]*\) B.*/\1/'; }
+    qg() { echo "$1" | sed 's/.*at most \([0-9]*\) B.*/\1/'; }
+    if [ "$(qp "$Q")" = "$P" ] && [ "$(qp "$QV")" = "$PV" ] && [ "$(qg "$Q")" -ge "$G" ]; then
+        ok "mtc plan: params $(qp "$Q") / $(qp "$QV") with overlap = measured, gradients <= $(qg "$Q")"
+    else bad "mtc plan FSDP memory: '$Q' '$QV' against measured params $P / $PV, grads $G"; fi
 else
     ok "memory check skipped: page size $(getconf PAGESIZE) (the closed form assumes 4096)"
 fi
