@@ -24,6 +24,7 @@ static void train_flags_defaults(train_flags *f) {
     f->decoupled_lr = -1;
     f->decoupled_min_lr = -1;
     f->hdrop = 0.1;
+    f->head_chunk = MTC_TRAIN_HEAD_CHUNK;
     f->adrop = 0.1;
     f->seed = 1234;
     f->eval_interval = 1000;
@@ -157,6 +158,10 @@ static mtc_arg TRAIN_ARGS[] = {
          "with --bf16, the GEMM engine: dnnl-bf16 (oneDNN bf16 matmul), fp32 (fp32 GEMMs on "
          "bf16-valued operands: the same products, exact in fp32) or auto (default: the faster "
          "on this CPU, measured at set-up)",
+         0},
+        {"lm-head-chunk", NULL, MTC_ARG_INT, &TF.head_chunk, "N",
+         "tokens per chunk of the fused LM head and loss (default 1024: full-rate GEMMs; "
+         "smaller keeps fewer logits, chunk x vocabulary / tp floats)",
          0},
         {"fp16", NULL, MTC_ARG_FLAG, &TF.fp16, NULL,
          "fp16 mixed precision: fp16-rounded params and activations (fp32 arithmetic), fp32 "

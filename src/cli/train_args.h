@@ -116,6 +116,7 @@ typedef struct {
     int ls_window;
     int hyst;
     const char *bf16_gemm;
+    int head_chunk;
     double loss_scale;
     double init_ls;
     double min_ls;

@@ -179,7 +179,7 @@ int train_check_launch(train_flags *f, const mtc_arg *args, int nargs) {
     if (f->le.kind == MTC_LAUNCHER_MPI && f->le.world > 1)
         f->world = f->le.world; /* the MPI size */
     {                           /* GPU-only or Megatron-internal flags: one note naming them all */
-        char note[512] = "";
+        char note[1024] = "";
         size_t n = 0;
         for (int i = 0; i < nargs; i++)
             if (args[i].seen && args[i].help && strstr(args[i].help, "no effect on CPU") &&

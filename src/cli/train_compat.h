@@ -34,7 +34,7 @@ typedef struct {
     int no_posemb;
     const char *flex_backend, *router_dtype;
     const char *s[4]; /* wandb-project, wandb-exp-name, dist-ckpt-strictness, cuda-graph-impl */
-    int f[10];        /* f[0..2] unused: the TensorBoard flags are train/tensorboard.h's */
+    int f[11];        /* f[0..2] unused: the TensorBoard flags are train/tensorboard.h's */
     int grouped_gemm;
     int i[2];           /* manual-gc-interval, logging-level */
     mtc_arg_ints ranks; /* profile-ranks */
@@ -89,14 +89,16 @@ typedef struct {
          MTC_ARG_FLAG,                                                                             \
          &(c).f[3],                                                                                \
          NULL,                                                                                     \
-         TC_NOTE " (the count is not logged yet)",                                                 \
+         "\"num zeros\" in the log line: zeros in the gradients after reduction and clipping "     \
+         "(every element once, summed over the ranks)",                                            \
          0},                                                                                       \
         {"log-params-norm",                                                                        \
          NULL,                                                                                     \
          MTC_ARG_FLAG,                                                                             \
          &(c).f[4],                                                                                \
          NULL,                                                                                     \
-         TC_NOTE " (the norm is not logged yet)",                                                  \
+         "\"params norm\" in the log line: the L2 norm of every parameter after the step "         \
+         "(the fp32 main params; fp16 model params with --fp16), over all ranks",                  \
          0},                                                                                       \
         {"auto-detect-ckpt-format",                                                                \
          NULL,                                                                                     \
@@ -110,6 +112,13 @@ typedef struct {
         {"moe-permute-fusion", NULL, MTC_ARG_FLAG, &(c).f[8], NULL, TC_NOTE " (fused kernel)", 0}, \
         {"init-model-with-meta-device",      NULL, MTC_ARG_FLAG, &(c).f[9], NULL,                  \
          TC_NOTE " (PyTorch's meta device)", 0},                                                   \
+        {"fsdp-manual-registration",                                                               \
+         NULL,                                                                                     \
+         MTC_ARG_FLAG,                                                                             \
+         &(c).f[10],                                                                               \
+         NULL,                                                                                     \
+         TC_NOTE " (NCCL user-buffer registration of Megatron-FSDP's buffers)",                    \
+         0},                                                                                       \
         {"manual-gc-interval", NULL, MTC_ARG_INT, &(c).i[0], "N", TC_NOTE " (Python's GC)", 0},    \
         {"logging-level", NULL, MTC_ARG_INT, &(c).i[1], "N", TC_NOTE " (Python's logging)", 0}, {  \
         "profile-ranks", NULL, MTC_ARG_INTS, &(c).ranks, "R...",                                   \

@@ -420,6 +420,12 @@ typedef struct {
  * sums the head's weight gradient in the same order. 128 tokens of GPT-2's
  * 50304-column vocabulary are 25 MB of logits instead of 206 MB for 1024. */
 #define MTC_MODEL_HEAD_CHUNK 128
+/* mtc train's and mtc plan's chunk (--lm-head-chunk, default): 1024 tokens
+ * keep the head's GEMMs at full rate (at 128 tokens its forward and
+ * weight-gradient products ran 220 GFLOP/s against 390 and 310 on the Zen 5
+ * host's 2 cores, the small GPT's step 10-15% slower) for 206 MB of logits
+ * at GPT-2's vocabulary; a smaller chunk trades that speed for memory. */
+#define MTC_TRAIN_HEAD_CHUNK 1024
 
 /* One pipeline chunk: layers [first_layer, last_layer), the embedding
  * when has_embedding, the final norm and the LM head when has_head (a tied

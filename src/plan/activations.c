@@ -66,7 +66,7 @@ static size_t row_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) 
 
 typedef struct {
     size_t B, T, Tl, C, QKV_tp, QD_tp, NH_tp, F_tp, F1_tp, V_tp;
-    int p, sp;
+    int p, sp, head_chunk;
 } shapes;
 
 /* cp/attention.c's cp_attention_scratch_floats for each communication type:
@@ -99,6 +99,7 @@ static shapes shapes_of(const mtc_plan_layout *l) {
     shapes s;
     s.p = l->tp > 0 ? l->tp : 1;
     s.sp = l->sequence_parallel && s.p > 1;
+    s.head_chunk = l->head_chunk;
     size_t tp = (size_t)s.p, HS = (size_t)mtc_model_head_size(c);
     int cp = l->cp > 1 ? l->cp : 1; /* a rank holds seq-length / cp positions */
     s.B = (size_t)l->micro_batch, s.T = (size_t)c->seq_length / (size_t)cp;
@@ -162,8 +163,8 @@ static size_t arena_moe_scratch(const mtc_plan_layout *l, const shapes *s) {
 
 /* model.c gpt_head_rows: the fused head's chunk, at most every token. */
 static size_t head_rows(const shapes *s) {
-    size_t N = s->B * s->T;
-    return N < MTC_MODEL_HEAD_CHUNK ? N : MTC_MODEL_HEAD_CHUNK;
+    size_t N = s->B * s->T, c = s->head_chunk > 0 ? (size_t)s->head_chunk : MTC_TRAIN_HEAD_CHUNK;
+    return N < c ? N : c;
 }
 
 /* --multi-latent-attention (model/mla.h): one layer's kept activations,
