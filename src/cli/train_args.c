@@ -124,11 +124,13 @@ static mtc_arg TRAIN_ARGS[] = {
          "uniform (every layer) | block (the first --recompute-num-layers of each chunk)", 0},
         {"recompute-num-layers", NULL, MTC_ARG_INT, &TF.rc_layers, "N",
          "layers per recompute unit (uniform) or recomputed per model chunk (block)", 0},
-        {"recompute-modules", NULL, MTC_ARG_STRING, &TF.rc_modules, "M",
+        {"recompute-modules", NULL, MTC_ARG_STRINGS, &TF.rc_modules, "M...",
          "with selective: core_attn (the default) and layernorm (what mtc always does: "
          "attention keeps no probabilities, norm outputs are rebuilt), mlp (each dense MLP's "
          "forward again in backward), shared_experts (each MoE layer's shared expert again), "
-         "mla_up_proj (MLA's up projections and rotations again); comma- or space-separated",
+         "mla_up_proj (MLA's up projections and rotations again), moe (each MoE layer again), "
+         "moe_act (the experts' activation again; needs --moe-grouped-gemm); comma- or "
+         "space-separated",
          0},
         {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &TF.check_nan, NULL,
          "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",

@@ -306,22 +306,27 @@ static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embeddi
  * MEGATRON, beyond the dense layers the table counts (may be negative),
  * the chunk's share of the MoE layers (a chunk's own pattern is not known
  * here). */
-static double moe_slot_bytes(const mtc_plan_layout *l, int nl) {
+static double moe_slot_bytes(const mtc_plan_layout *l, int nl, int has_head) {
     const mtc_model_config *c = &l->model;
-    if (c->moe.num_experts <= 0 || nl <= 0) return 0;
-    if (l->act_model == MTC_PLAN_ACT_MTC) return (double)arena_moe_bytes(l, (size_t)nl);
+    /* MTC: gpt_carve gives every layer of the chunk MoE rows, the MTP
+     * depths' layers on the loss chunk included */
+    size_t nx = (size_t)nl + (has_head ? (size_t)c->mtp_num_layers : 0);
+    if (c->moe.num_experts <= 0 || nx == 0) return 0;
+    if (l->act_model == MTC_PLAN_ACT_MTC) return (double)arena_moe_bytes(l, nx);
+    if (nl <= 0) return 0;
     if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) return 0; /* the layer input only */
     double nm = (double)nl * mtc_moe_num_layers(&c->moe, c->num_layers) / c->num_layers;
     return nm * megatron_moe_extra(l);
 }
 
-size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl) {
-    double x = moe_slot_bytes(l, nl);
+size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl, int has_head) {
+    double x = moe_slot_bytes(l, nl, has_head);
     return x > 0 ? (size_t)llround(x) : 0;
 }
 
 size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
-    double x = (double)dense_slot_bytes(l, nl, has_embedding, has_head) + moe_slot_bytes(l, nl);
+    double x =
+        (double)dense_slot_bytes(l, nl, has_embedding, has_head) + moe_slot_bytes(l, nl, has_head);
     return x > 0 ? (size_t)llround(x) : 0;
 }
 
