@@ -356,11 +356,9 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->load_weights_file = f->load_file;
     tc->no_load_optim = f->no_load_optim, tc->finetune = f->finetune,
     tc->async_save = f->async_save;
-    tc->world_size = f->world, tc->sequence_parallel = f->sp;
-    mtc_launch_opts lo = {.timeout_s = f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0};
-    cli_launch_defaults(&lo);          /* the environment's, and the abort hook */
-    tc->comm_timeout_s = lo.timeout_s; /* the launch's */
-    tc->comm_abort_hook = lo.abort_hook, tc->comm_abort_arg = lo.abort_arg;
+    tc->world_size = f->world, tc->parallel.tp.sequence_parallel = f->sp;
+    tc->launch.timeout_s = f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0;
+    cli_launch_defaults(&tc->launch); /* the environment's, and the abort hook */
     tc->ckpt_fault_after = cli_ckpt_fault_after();
     mtc_grid_config_default(&tc->grid); /* the layout, once */
     tc->grid.tp = f->lay.tp, tc->grid.pp = f->lay.pp, tc->grid.cp = f->lay.cp,
@@ -369,8 +367,8 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     if (f->lay.hcp.n == 2)
         tc->grid.n_hcp = 2, tc->grid.hcp[0] = (int)f->lay.hcp.v[0],
         tc->grid.hcp[1] = (int)f->lay.hcp.v[1];
-    tc->cp_comm_type = f->cp_type;
-    tc->cp_layer_types = f->cp_per_layer ? f->cp_types : NULL;
+    tc->parallel.cp.type = (cp_comm_type)f->cp_type;
+    tc->parallel.cp.layer_types = f->cp_per_layer ? f->cp_types : NULL;
     tc->decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
     tc->decoupled_lr = f->decoupled_lr, tc->decoupled_min_lr = f->decoupled_min_lr;
     tc->no_check_nan = !f->check_nan;

@@ -82,13 +82,6 @@ void mtc_distopt_free(mtc_distopt *o) {
     free(o);
 }
 
-mtc_result_t mtc_distopt_param_gather_wait_bucket(mtc_distopt *o, int b) {
-    if (b < 0 || b >= o->ddp->layout.nbuckets)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "bucket %d outside [0, %d)", b,
-                         o->ddp->layout.nbuckets);
-    return mtc_request_wait(&o->gather[b]);
-}
-
 mtc_result_t mtc_distopt_param_gather_wait_param(mtc_distopt *o, int p) {
     if (p < 0 || p >= o->ddp->layout.nparams)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "param index %d outside [0, %d)", p,

@@ -102,9 +102,8 @@ void mtc_distopt_gather_into(mtc_distopt *o, float *copy);
  * Blocking. comm: all-gather(intra) per bucket. */
 mtc_result_t mtc_distopt_gather_main(mtc_distopt *o, float *full);
 
-/* Wait until bucket b's params (or param p's bucket, or all) are gathered.
- * No-op when nothing is pending. */
-mtc_result_t mtc_distopt_param_gather_wait_bucket(mtc_distopt *o, int b);
+/* Wait until param p's bucket's params (or all) are gathered. No-op when
+ * nothing is pending. */
 mtc_result_t mtc_distopt_param_gather_wait_param(mtc_distopt *o, int p);
 mtc_result_t mtc_distopt_param_gather_wait(mtc_distopt *o);
 
