@@ -6,6 +6,7 @@
  * a MAX all-reduce: ranks holding a layer hold the same state for it).
  * Relies on train_internal.h; names no strategy (the groups are the fp8
  * state's own, from the grid). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,7 +229,7 @@ mtc_result_t train_fp8_ckpt_load(train_rank *x, const cJSON *common, const char 
     const cJSON *h = cJSON_GetObjectItem(j, "amax_history_len"),
                 *a = cJSON_GetObjectItem(j, "state");
     size_t per = tp_fp8_layer_floats(f), n = (size_t)x->cfg->model.num_layers * per;
-    if (!cJSON_IsNumber(h) || (int)h->valuedouble != f->amax_history_len)
+    if (!cJSON_IsNumber(h) || h->valuedouble != (double)f->amax_history_len)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "%s holds fp8 amax histories of length %d; give --fp8-amax-history-len "
                          "%d to resume them",
@@ -241,9 +242,22 @@ mtc_result_t train_fp8_ckpt_load(train_rank *x, const cJSON *common, const char 
                          path, cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1, n);
     float *v;
     MTC_CHECK(mtc_mem_calloc(n + 1, sizeof(float), (void **)&v));
-    size_t i = 0;
-    for (const cJSON *e = a->child; e; e = e->next)
-        v[i++] = cJSON_IsNumber(e) ? (float)e->valuedouble : NAN;
+    size_t i = 0, H = (size_t)f->amax_history_len;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        /* [scale, hist...] per tensor: a scale finite and > 0, amaxes finite and >= 0 (a
+         * NaN or string here would have quantized every value with it) */
+        int is_scale = i % (1 + H) == 0;
+        double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+        if (!(isfinite(d) && fabs(d) <= FLT_MAX && (is_scale ? d > 0 : d >= 0))) {
+            free(v);
+            return mtc_error(MTC_ERR_FORMAT,
+                             "%s: fp8 state value %zu is not a%s (a corrupted checkpoint: load "
+                             "an earlier iteration with --ckpt-step)",
+                             path, i,
+                             is_scale ? " finite scale > 0" : "n amax: a finite number >= 0");
+        }
+        v[i] = (float)d;
+    }
     for (int k = 0; k < x->vpp; k++)
         for (int l = 0; l < x->cfg->model.num_layers; l++)
             tp_fp8_layer_set(x->chunks[k].model->fp8, l, v + (size_t)l * per);
