@@ -229,12 +229,17 @@ mtc_result_t train_fp8_ckpt_load(train_rank *x, const cJSON *common, const char 
     const cJSON *h = cJSON_GetObjectItem(j, "amax_history_len"),
                 *a = cJSON_GetObjectItem(j, "state");
     size_t per = tp_fp8_layer_floats(f), n = (size_t)x->cfg->model.num_layers * per;
-    if (!cJSON_IsNumber(h) || h->valuedouble != (double)f->amax_history_len)
+    if (!cJSON_IsNumber(h) || !(h->valuedouble >= 1 && h->valuedouble <= (1 << 20)) ||
+        h->valuedouble != floor(h->valuedouble))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: fp8 amax_history_len is not a whole number in [1, 1048576] (a "
+                         "corrupted checkpoint: load an earlier iteration with --ckpt-step)",
+                         path);
+    if (h->valuedouble != (double)f->amax_history_len)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "%s holds fp8 amax histories of length %d; give --fp8-amax-history-len "
                          "%d to resume them",
-                         path, cJSON_IsNumber(h) ? (int)h->valuedouble : -1,
-                         cJSON_IsNumber(h) ? (int)h->valuedouble : 1);
+                         path, (int)h->valuedouble, (int)h->valuedouble);
     if (!cJSON_IsArray(a) || (size_t)cJSON_GetArraySize(a) != n)
         return mtc_error(MTC_ERR_FORMAT,
                          "%s: fp8 state has %d values, not %zu (a corrupted "

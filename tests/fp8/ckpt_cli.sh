@@ -66,7 +66,7 @@ open(path + ".crc32c", "w").write("%08x\n" % crc32c(text))
 PY
 }
 for e in 'f["state"][0] = "abc"|value 0 is not a finite scale > 0' 'f["state"][9] = 1e300|value 9 is not a finite scale > 0' \
-    'f["state"][1] = -1|value 1 is not an amax' 'f["amax_history_len"] = 8.5|holds fp8 amax histories of length'; do
+    'f["state"][1] = -1|value 1 is not an amax' 'f["amax_history_len"] = 8.5|fp8 amax_history_len is not a whole number'; do
     fp8edit "${e%%|*}"
     "$MTC" train $M --train-iters 6 --load "$D/cor" >"$D/cor.log" 2>&1
     st=$?
