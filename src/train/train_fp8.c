@@ -78,7 +78,7 @@ void train_fp8_metrics(train_rank *x, FILE *metrics) {
                 "\"fp8_scale_inv_max\": %.9g",
                 tp_fp8_recipe_name(x->cfg->fp8->recipe), x->fp8_log[0], x->fp8_log[1],
                 x->fp8_log[2], x->fp8_log[3], x->fp8_log[4]);
-    if (metrics && fp8_pg(x, 0)) /* this rank's, since the last log */
+    if (metrics && x->fp8_pg_log[1] > 0) /* this rank's, since the last log */
         fprintf(metrics,
                 ", \"fp8_param_gather_bytes\": %.0f, \"fp8_param_gather_bf16_bytes\": %.0f",
                 x->fp8_pg_log[0], x->fp8_pg_log[1]);
@@ -106,19 +106,21 @@ void train_fp8_banner(const train_rank *x, FILE *out) {
                 "%s after each step\n",
                 f->amax_history_len, f->amax_max ? "max" : "most_recent", f->margin,
                 f->tp_only_amax_red ? "TP" : "TP x DP x CP");
-    const mtc_distopt_fp8 *pg = fp8_pg(x, 0);
-    if (pg) {
+    double vals = 0, gb = 0, ab = 0, bb = 0; /* every chunk of this rank */
+    for (int k = 0; k < x->vpp; k++) {
+        const mtc_distopt_fp8 *pg = fp8_pg(x, k);
+        if (!pg) continue;
+        vals += (double)pg->fp8_values, gb += (double)pg->gather_bytes;
+        ab += (double)pg->amax_bytes, bb += (double)pg->bf16_bytes;
+    }
+    if (bb > 0) {
         double mb = 1.0 / (1 << 20);
         fprintf(out,
-                "> fp8 parameter all-gather: the owners cast %lld weight values to E4M3 codes (1 "
+                "> fp8 parameter all-gather: the owners cast %.0f weight values to E4M3 codes (1 "
                 "byte each; the other params as bf16, 2 bytes), dequantized after the gather: "
                 "%.3f MiB per step on this rank (+ %.1f KiB of amax all-reduce) instead of %.3f "
                 "MiB as bf16 (%.2fx)\n",
-                (long long)pg->fp8_values, (double)pg->gather_bytes * mb,
-                (double)pg->amax_bytes / 1024.0, (double)pg->bf16_bytes * mb,
-                pg->bf16_bytes
-                    ? (double)(pg->gather_bytes + pg->amax_bytes) / (double)pg->bf16_bytes
-                    : 0.0);
+                vals, gb * mb, ab / 1024.0, bb * mb, (gb + ab) / bb);
     } else if (f->param_gather && x->fp8_pg_off)
         fprintf(out, "> fp8 parameter all-gather: not applied (%s): the gather stays bf16\n",
                 x->fp8_pg_off);
