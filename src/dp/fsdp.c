@@ -49,6 +49,10 @@ const char *mtc_fsdp_strategy_name(int strategy) {
 }
 
 void mtc_fsdp_units(const mtc_registry *reg, int num_layers, int *unit_of) {
+    /* MTP depths are layers num_layers + d, registered before the final
+     * norm and head: those come after them, so units rise in registry order */
+    for (int i = 0; i < reg->count; i++)
+        if (reg->params[i].layer >= num_layers) num_layers = reg->params[i].layer + 1;
     for (int i = 0; i < reg->count; i++) {
         const mtc_param *p = &reg->params[i];
         if (p->layer >= 0)

@@ -278,7 +278,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
             out->fsdp_grad_numel += g;
         }
         size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
-        size_t moe = mtc_plan_act_moe_slot_bytes(l, last - first);
+        size_t moe = mtc_plan_act_moe_slot_bytes(l, last - first, has_head);
         if (k == 0) out->act_slot_bytes = slot;
         out->act_bytes +=
             slot * (size_t)out->inflight[k] + mtc_plan_act_shared_bytes(l, last - first, has_head);

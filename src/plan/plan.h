@@ -90,6 +90,7 @@ typedef struct {
     /* MEGATRON table: flash (fused) attention keeps the softmax's
      * log-sum-exp, not the 5as/h term of scores, probabilities and mask */
     int flash_attention;
+    int head_chunk; /* --lm-head-chunk: tokens per LM-head chunk (0 = MTC_TRAIN_HEAD_CHUNK) */
     int ranks_per_process; /* CPU: ranks of one process (0 = the world: rank-threads; 1: mpirun) */
 } mtc_plan_layout;
 
@@ -150,9 +151,10 @@ size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head)
  * microbatch their routing, dispatched rows, expert fc1 / activation
  * outputs, gathered tokens (allgather) or received rows (alltoall) and the
  * shared expert's fc1 output; MTC: moe_acts_floats per layer as
- * model/model.c carves it (the arena sizes every layer of a chunk alike);
+ * model/model.c carves it (the arena sizes every layer of a chunk alike,
+ * the MTP depths' layers of the chunk with the loss, has_head, included);
  * MEGATRON: the MoE layers' rows for balanced routing (docs/plan.md). */
-size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl);
+size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl, int has_head);
 /* Korthikanti et al. 2022, bytes per layer per microbatch (16-bit
  * activations, 1-byte dropout masks): sbh(34 + 5as/h) without TP; with
  * tensor parallelism t sbh(10 + 24/t + 5as/(ht)); with SP sbh(34 + 5as/h)/t;
