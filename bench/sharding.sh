@@ -11,7 +11,8 @@
 # Per configuration, from --metrics (averaged over the last log lines): step
 # time, tokens/s, time and bytes per step in each communication group (the
 # DP group carries all-reduce for DP, reduce-scatter + all-gather for the
-# distributed optimizer and FSDP; TP carries TP's), the rank's parameter +
+# distributed optimizer and FSDP; TP carries TP's), the DP group's time split
+# into all-reduce / all-gather / reduce-scatter, the rank's parameter +
 # gradient + optimizer-state bytes (FSDP: the measured peak of resident
 # pages) and the process's peak resident set (4 thread-ranks share one
 # process, so that figure is the sum over ranks). The machine is shared:
@@ -26,28 +27,27 @@ D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 COMMON="--mock-data $MODEL --micro-batch-size 2 --global-batch-size 8 --train-iters $ITERS --log-interval 1 --eval-iters 0 --lr 1e-4 --world-size 4"
 F="--use-megatron-fsdp"
-printf '%-34s %9s %9s %-34s %14s %8s\n' configuration step_ms tok/s "comm ms/step (MB/step) per group" p+g+optim_MB rss_MB
+printf '%-34s %9s %7s %-26s %-24s %11s %7s\n' configuration step_ms tok/s "comm ms/step (MB) per group" "dp: ar / ag / rs ms" p+g+optim_MB rss_MB
 while IFS='|' read -r name flags; do
     [ -n "$name" ] || continue
     # shellcheck disable=SC2086
     "$MTC" train $COMMON $flags --metrics "$D/m.jsonl" >"$D/log" 2>&1 || { echo "$name: failed"; tail -3 "$D/log"; continue; }
-    tail -3 "$D/m.jsonl" | awk -v name="$name" '
-        function num(key,   r) { if (!match($0, "\"" key "\": [0-9.e+-]+")) return 0; r = substr($0, RSTART, RLENGTH); sub(/.*: /, "", r); return r + 0 }
-        {
-            n++; ms += num("elapsed_ms"); tps += num("tokens_per_s")
-            st = num("param_bytes") + num("grad_bytes") + num("optim_state_bytes")
-            if (match($0, /"peak_rss_bytes": \[[0-9]+/)) { r = substr($0, RSTART + 19, RLENGTH - 19); rss = r + 0 }
-            s = $0; groups = ""
-            while (match(s, /"[A-Z_]+": \{"bytes": [0-9]+, "ms": [0-9.]+/)) {
-                g = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
-                split(g, p, /[":,{} ]+/); gname = p[2]; gb[gname] += p[4]; gm[gname] += p[6]; seen[gname] = 1
-            }
-        }
-        END {
-            out = ""
-            for (k in seen) if (k != "WORLD") out = out sprintf("%s %.1f (%.1f) ", k == "DATA_PARALLEL_GROUP_WITH_CP" ? "dp" : k == "TENSOR_MODEL_PARALLEL_GROUP" ? "tp" : k, gm[k] / n, gb[k] / n / 1e6)
-            printf "%-34s %9.1f %9.0f %-34s %14.2f %8.0f\n", name, ms / n, tps / n, out, st / 1e6, rss / 1e6
-        }'
+    tail -3 "$D/m.jsonl" | python3 -c '
+import json, sys
+name = sys.argv[1]
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+n = len(rows)
+mean = lambda f: sum(f(r) for r in rows) / n
+short = {"DATA_PARALLEL_GROUP_WITH_CP": "dp", "TENSOR_MODEL_PARALLEL_GROUP": "tp"}
+groups = sorted({g for r in rows for g in r.get("comm_groups", {}) if g != "WORLD"})
+comm = " ".join("%s %.0f (%.0f)" % (short.get(g, g), mean(lambda r: r["comm_groups"].get(g, {}).get("ms", 0)),
+                                     mean(lambda r: r["comm_groups"].get(g, {}).get("bytes", 0)) / 1e6) for g in groups)
+dpg = lambda r, op: r.get("comm_groups", {}).get("DATA_PARALLEL_GROUP_WITH_CP", {}).get(op, {}).get("ms", 0)
+split = " / ".join("%.0f" % mean(lambda r: dpg(r, op)) for op in ("all_reduce", "all_gather", "reduce_scatter"))
+state = mean(lambda r: r.get("param_bytes", 0) + r.get("grad_bytes", 0) + r.get("optim_state_bytes", 0)) / 1e6
+rss = max(r.get("peak_rss_bytes", [0])[0] for r in rows) / 1e6
+print("%-34s %9.1f %7.0f %-26s %-24s %11.2f %7.0f" % (name, mean(lambda r: r["elapsed_ms"]), mean(lambda r: r["tokens_per_s"]), comm, split, state, rss))
+' "$name"
 done <<CONF
 TP 4 + SP|--tp 4 --sequence-parallel
 DP 4|

@@ -11,7 +11,8 @@
  *                                  same tokens to the same experts); a note
  *                                  names the GPU backends it stands for
  *   --moe-flex-dispatcher-backend  deepep|hybridep, checked, in that note
- *   --moe-router-dtype fp32        mtc's router is fp32; fp64 is refused
+ *   --moe-router-dtype fp32|fp64   mtc's router is fp32; fp64 sets
+ *                                  mtc_moe_config.router_fp64 (train_check)
  *   --moe-grouped-gemm             accepted: mtc's experts always run as one
  *                                  GEMM loop over the experts (moe/experts.c),
  *                                  which is what the flag asks for
@@ -33,7 +34,7 @@ typedef struct {
     int no_posemb;
     const char *flex_backend, *router_dtype;
     const char *s[4]; /* wandb-project, wandb-exp-name, dist-ckpt-strictness, cuda-graph-impl */
-    int f[10];        /* f[0..2] unused: the TensorBoard flags are train/tensorboard.h's */
+    int f[11];        /* f[0..2] unused: the TensorBoard flags are train/tensorboard.h's */
     int grouped_gemm;
     int i[2];           /* manual-gc-interval, logging-level */
     mtc_arg_ints ranks; /* profile-ranks */
@@ -71,7 +72,7 @@ typedef struct {
          MTC_ARG_STRING,                                                                           \
          &(c).router_dtype,                                                                        \
          "S",                                                                                      \
-         "fp32 (mtc's router always computes in fp32; fp64 is not available)",                     \
+         "fp32|fp64: the router's gating GEMMs (fp64: summed in double; routing stays fp32)",       \
          0},                                                                                       \
         {"wandb-project", NULL, MTC_ARG_STRING, &(c).s[0], "S", TC_NOTE " (W&B)", 0},              \
         {"wandb-exp-name", NULL, MTC_ARG_STRING, &(c).s[1], "S", TC_NOTE " (W&B)", 0},             \
@@ -88,14 +89,16 @@ typedef struct {
          MTC_ARG_FLAG,                                                                             \
          &(c).f[3],                                                                                \
          NULL,                                                                                     \
-         TC_NOTE " (the count is not logged yet)",                                                 \
+         "\"num zeros\" in the log line: zeros in the gradients after reduction and clipping "     \
+         "(every element once, summed over the ranks)",                                            \
          0},                                                                                       \
         {"log-params-norm",                                                                        \
          NULL,                                                                                     \
          MTC_ARG_FLAG,                                                                             \
          &(c).f[4],                                                                                \
          NULL,                                                                                     \
-         TC_NOTE " (the norm is not logged yet)",                                                  \
+         "\"params norm\" in the log line: the L2 norm of every parameter after the step "         \
+         "(the fp32 main params; fp16 model params with --fp16), over all ranks",                  \
          0},                                                                                       \
         {"auto-detect-ckpt-format",                                                                \
          NULL,                                                                                     \
@@ -109,6 +112,13 @@ typedef struct {
         {"moe-permute-fusion", NULL, MTC_ARG_FLAG, &(c).f[8], NULL, TC_NOTE " (fused kernel)", 0}, \
         {"init-model-with-meta-device",      NULL, MTC_ARG_FLAG, &(c).f[9], NULL,                  \
          TC_NOTE " (PyTorch's meta device)", 0},                                                   \
+        {"fsdp-manual-registration",                                                               \
+         NULL,                                                                                     \
+         MTC_ARG_FLAG,                                                                             \
+         &(c).f[10],                                                                               \
+         NULL,                                                                                     \
+         TC_NOTE " (NCCL user-buffer registration of Megatron-FSDP's buffers)",                    \
+         0},                                                                                       \
         {"manual-gc-interval", NULL, MTC_ARG_INT, &(c).i[0], "N", TC_NOTE " (Python's GC)", 0},    \
         {"logging-level", NULL, MTC_ARG_INT, &(c).i[1], "N", TC_NOTE " (Python's logging)", 0}, {  \
         "profile-ranks", NULL, MTC_ARG_INTS, &(c).ranks, "R...",                                   \
@@ -146,10 +156,8 @@ static inline int train_compat_apply(train_compat *c, const char *posemb, const 
                                "cuda-graph-impl=%s is unknown (use none, local, "
                                "transformer_engine or full_iteration)",
                                c->s[3]);
-    if (c->router_dtype && strcmp(c->router_dtype, "fp32"))
-        return cli_usage_error("train",
-                               "moe-router-dtype=%s: mtc's router computes in fp32 only (use fp32 "
-                               "or leave it out)",
+    if (c->router_dtype && strcmp(c->router_dtype, "fp32") && strcmp(c->router_dtype, "fp64"))
+        return cli_usage_error("train", "moe-router-dtype=%s is unknown (use fp32 or fp64)",
                                c->router_dtype);
     if (c->flex_backend && strcmp(c->flex_backend, "deepep") && strcmp(c->flex_backend, "hybridep"))
         return cli_usage_error("train",

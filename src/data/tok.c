@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "data/tok_bpe.h"
 #include "data/tok_ext.h"
@@ -139,8 +140,18 @@ mtc_result_t data_tok_open(const data_tok_opts *o, data_tok **out) {
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "HuggingFaceTokenizer needs --tokenizer-model tokenizer.json");
         MTC_CHECK(tok_new(DATA_TOK_HUGGINGFACE, &t));
-        MTC_CHECK_GOTO(tok_bpe_load_hf(&t->bpe, o->tokenizer_model), rc, fail);
-        t->file_a = tok_dup_path(o->tokenizer_model);
+        {
+            /* a folder, as Megatron's AutoTokenizer.from_pretrained takes: its tokenizer.json */
+            char dir_json[4096];
+            const char *hf = o->tokenizer_model;
+            struct stat st;
+            if (stat(hf, &st) == 0 && S_ISDIR(st.st_mode)) {
+                snprintf(dir_json, sizeof dir_json, "%s/tokenizer.json", hf);
+                hf = dir_json;
+            }
+            MTC_CHECK_GOTO(tok_bpe_load_hf(&t->bpe, hf), rc, fail);
+            t->file_a = tok_dup_path(hf);
+        }
         break;
     case DATA_TOK_SENTENCEPIECE:
     case DATA_TOK_TIKTOKEN:

@@ -22,6 +22,7 @@
 #include "dp/ddp.h"
 #include "grid/grid.h"
 #include "nn/lowp.h"
+#include "tp/mappings.h"
 #include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
@@ -125,17 +126,14 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     int dp = spec.dp;
     /* each strategy's rules, asked through the model (model/model_parallel.c) */
     MTC_CHECK(mtc_model_validate_parallel(&c->model, &gc, &spec, &c->parallel));
-    if (c->model.mtp_num_layers > 0 && c->fsdp_strategy)
+    /* Megatron's MultiTokenPredictionLayer._checkpointed_forward asserts it */
+    if (c->model.mtp_num_layers > 0 && c->recompute_full && !c->recompute_block &&
+        c->recompute_num_layers != 1)
         return mtc_error(E,
-                         "mtp-num-layers=%d with --use-megatron-fsdp: mtc's FSDP units do not "
-                         "cover the MTP layers yet (drop one of them)",
-                         c->model.mtp_num_layers);
-    if (c->model.mtp_num_layers > 0 && gc.cp > 1)
-        return mtc_error(E,
-                         "mtp-num-layers=%d with context-parallel-size=%d: Megatron lists "
-                         "context parallelism as unsupported with MTP (drop --cp or the MTP "
-                         "layers)",
-                         c->model.mtp_num_layers, gc.cp);
+                         "recompute_num_layers must be 1 for MTP recompute (got "
+                         "recompute-num-layers=%d with --recompute-method uniform and "
+                         "mtp-num-layers=%d; use --recompute-num-layers 1)",
+                         c->recompute_num_layers, c->model.mtp_num_layers);
     if (c->global_batch % ((int64_t)c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
@@ -244,6 +242,17 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     char blas[512]; /* nn_blas_describe: the fp32 GEMM engine and why, the BLAS */
     nn_blas_describe(blas, sizeof blas);
     fprintf(out, "> BLAS: %s\n", blas);
+    for (int k = 0; k < x->vpp; k++) { /* the chunk with the loss: its LM head's chunking */
+        const mtc_model *hm = x->chunks[k].model;
+        if (!hm->has_head) continue;
+        long N = (long)hm->B * hm->T, rows = hm->head_chunk < N ? hm->head_chunk : N;
+        int tps = tp_size(hm->tp.comm);
+        fprintf(out,
+                "> LM head: fused with the loss, %d tokens a chunk (%s; --lm-head-chunk): "
+                "logits buffer %.1f MB\n",
+                hm->head_chunk, rows < N ? "chunked" : "every token of a microbatch at once",
+                (double)rows * (hm->cfg.padded_vocab_size / tps) * sizeof(float) / 1e6);
+    }
     fprintf(out, "> data: %s\n", data_source_describe(x->src));
     /* every model chunk of this rank, as Megatron's get_model sums them
      * (reg.total would count the distributed optimizer's padding too) */
@@ -405,6 +414,7 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         double loss = 0, norm = 0;
         MTC_CHECK(train_step(x, it, consumed, &loss, &norm, &skipped));
         MTC_CHECK(train_moe_collect(x, &moe)); /* comm: all-reduce(world) with experts */
+        if (c->log_params_norm) MTC_CHECK(train_params_norm(x)); /* comm: all-reduces */
         sum_lb += moe.lb_loss, sum_z += moe.z_loss;
         char step_name[48];
         snprintf(step_name, sizeof step_name, "iteration %lld", (long long)it);
@@ -447,8 +457,11 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             snprintf(mfu, sizeof mfu, " model FLOPs utilization: %.2f%% |",
                      100 * mtc_mfu(sum_flops, sum_ms * 1e-3, world, c->peak_tflops * 1e12));
         char moe_fields[96] = ""; /* Megatron's, after the lm loss */
-        if (moe.has_lb)
-            snprintf(moe_fields, sizeof moe_fields, " load_balancing_loss: %.6E |",
+        if (moe.has_lb)           /* router.py's tracker names: seq_ and global_ for those types */
+            snprintf(moe_fields, sizeof moe_fields, " %sload_balancing_loss: %.6E |",
+                     c->model.moe.lb == MOE_LB_SEQ_AUX      ? "seq_"
+                     : c->model.moe.lb == MOE_LB_GLOBAL_AUX ? "global_"
+                                                            : "",
                      sum_lb / n_logged);
         if (moe.has_z)
             snprintf(moe_fields + strlen(moe_fields), sizeof moe_fields - strlen(moe_fields),
@@ -460,8 +473,15 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
             /* Megatron prints the scaler's scale after this step's update (1.0
              * without one) and no grad norm for a step the scaler skipped */
-            char gn[48] = "", lm[48] = "";
+            char gn[128] = "", lm[48] = "";
             if (!skipped_now) snprintf(gn, sizeof gn, " grad norm: %.3f |", norm);
+            /* Megatron's "num zeros" (its fp32 count, Python's repr) and "params norm" */
+            if (c->log_num_zeros && x->num_zeros >= 0)
+                snprintf(gn + strlen(gn), sizeof gn - strlen(gn), " num zeros: %.1f |",
+                         x->num_zeros);
+            if (c->log_params_norm)
+                snprintf(gn + strlen(gn), sizeof gn - strlen(gn), " params norm: %.3f |",
+                         x->params_norm);
             /* and, as Megatron, no lm loss when every iteration since the
              * last line was skipped (its average would be 0) */
             if (n_advanced) snprintf(lm, sizeof lm, " lm loss: %.6E |", avg_loss);
@@ -505,6 +525,10 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
             if (log_now && x->use_scaler)
                 fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_iterations\": %d",
                         (double)x->loss_scale, skipped);
+            if (log_now && c->log_num_zeros && x->num_zeros >= 0)
+                fprintf(metrics, ", \"num_zeros\": %.0f", x->num_zeros);
+            if (log_now && c->log_params_norm)
+                fprintf(metrics, ", \"params_norm\": %.9g", x->params_norm);
             for (int d = 0; log_now && d < c->model.mtp_num_layers; d++)
                 fprintf(metrics, ", \"mtp_%d_loss\": %.9g", d + 1,
                         x->mtp_loss_sum[d] / (n_advanced ? n_advanced : 1));

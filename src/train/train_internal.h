@@ -34,6 +34,8 @@ typedef struct {
     mtc_distopt *dopt;       /* --use-distributed-optimizer: AdamW over the owned shard */
     mtc_grad_norm_plan norm; /* what this rank counts of it in the global norm */
     struct mtc_fsdp *fsdp;   /* Megatron-FSDP optim_grads / optim_grads_params (dp/fsdp.h) */
+
+    mtc_grad_norm_plan pnorm; /* --log-params-norm: the norm's pieces of the (main) params */
 } train_gbuf;
 
 /* One model chunk (virtual pipeline stage c*pp + pp_rank) and everything
@@ -138,6 +140,9 @@ typedef struct {
     double fp8_pg_log[2];   /* --fp8-param-gather since the last log: this rank's gather and
                                amax bytes, and what a bf16 gather would have moved */
     const char *fp8_pg_off; /* --fp8-param-gather given but the gather stays bf16: why */
+
+    double params_norm; /* --log-params-norm: after the last step (train_params_norm) */
+    double num_zeros;   /* --log-num-zeros-in-grad: the last step's count, -1: none (skipped) */
 } train_rank;
 
 /* The TP rank (of the grid) and chunk 0's model: what the banner reads. */
@@ -308,6 +313,8 @@ mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch);
 void train_fsdp_shard(train_rank *x);
 mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last);
 mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last);
+/* The pass about to run on chunk ch: forward (0) or backward (1). */
+void train_fsdp_begin_pass(const train_rank *x, const train_chunk *ch, int backward);
 mtc_result_t train_fsdp_gather_all(train_rank *x);
 /* What mtc's FSDP does not combine with yet, refused with the fix. */
 mtc_result_t train_fsdp_validate(const mtc_train_config *c);
@@ -316,5 +323,7 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c);
 /* One iteration; *loss, *norm as logged (the loss on the last stage). */
 mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *loss, double *norm,
                         int *skipped);
+/* --log-params-norm: x->params_norm after the step (collective). */
+mtc_result_t train_params_norm(train_rank *x);
 
 #endif

@@ -138,10 +138,14 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_layers = !c->recompute_full   ? 0
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
+                              .recompute_mtp = c->recompute_full && !c->recompute_block,
                               .recompute_mlp = c->recompute_mlp,
                               .recompute_mla_up = c->recompute_mla_up,
                               .recompute_shared = c->recompute_shared,
+                              .recompute_moe = c->recompute_moe,
+                              .recompute_moe_act = c->recompute_moe_act,
                               .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
+                              .head_chunk = c->head_chunk,
                               .fp8 = c->fp8,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
@@ -225,6 +229,25 @@ static mtc_result_t train_norm_plan(train_rank *x) {
             }
         }
     }
+    return MTC_OK;
+}
+
+/* --log-params-norm: the norm plan's pieces moved from the gradients to the
+ * params at the same offsets (the model's buffers with plain DP, the DDP's
+ * with the distributed optimizer: there the owned shard of the fp32 main
+ * params, which the step updates in place). */
+static mtc_result_t train_pnorm_plan(train_rank *x) {
+    for (int k = 0; x->cfg->log_params_norm && k < x->vpp; k++)
+        for (int b = 0; b < x->nbuf; b++) {
+            train_gbuf *gb = &x->chunks[k].buf[b];
+            const mtc_ddp *d = gb->ddp;
+            int in_ddp = x->cfg->use_distributed_optimizer && d;
+            const float *g0 = in_ddp ? d->grads : x->chunks[k].model->grads;
+            const float *p0 = in_ddp ? d->params : x->chunks[k].model->params;
+            for (int i = 0; i < gb->norm.n; i++)
+                MTC_CHECK(mtc_grad_norm_plan_add(&gb->pnorm, p0 + (gb->norm.base[i] - g0),
+                                                 gb->norm.len[i]));
+        }
     return MTC_OK;
 }
 
@@ -432,6 +455,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         }
     if (red_n) MTC_CHECK(mtc_mem_alloc(red_n * sizeof(float), (void **)&x->red_buf));
     MTC_CHECK(train_norm_plan(x));
+    MTC_CHECK(train_pnorm_plan(x));
     mtc_progress_end(&x->progress);
     /* initialised even when loading: vocabulary rows a checkpoint padded for
      * another TP size lacks keep their initial values */
@@ -518,6 +542,7 @@ void train_teardown(train_rank *x) {
         for (int b = TRAIN_GBUF_MAX - 1; b >= 0; b--) {
             mtc_ddp_free(ch->buf[b].ddp); /* before the model: it waits on the model's buffers */
             mtc_grad_norm_plan_free(&ch->buf[b].norm);
+            mtc_grad_norm_plan_free(&ch->buf[b].pnorm);
         }
         mtc_model_free(ch->model);
         free(ch->slot_of), free(ch->slot_busy);

@@ -12,22 +12,33 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "dp/fsdp.h"
+#include "nn/lowp.h"
 #include "train/train_internal.h"
+
+/* Param i's gradient as this rank holds it: the whole of it, or with
+ * Megatron-FSDP's sharded gradients the part in this rank's shard. */
+static float *train_held_grad(const train_chunk *ch, int i, size_t *n) {
+    const mtc_param *p = &ch->model->reg.params[i];
+    float *g;
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp && mtc_fsdp_held_grad(ch->buf[b].fsdp, i, &g, n) == 0) return g;
+    *n = p->local_numel;
+    return ch->model->grads + p->offset;
+}
 
 /* Sum the gradients of every parameter whose registry entry has `bit` over
  * `comm`: one packed all-reduce per chunk (layer norms and row-parallel
  * biases over TP under SP; the tied embedding over EMBEDDING_GROUP). */
-static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsigned bit,
+static mtc_result_t train_reduce_group(train_rank *x, const train_chunk *ch, unsigned bit,
                                        mtc_comm_t comm, train_timer id) {
-    const mtc_registry *r = &m->reg;
+    const mtc_registry *r = &ch->model->reg;
     uint64_t t_span = mtc_time_ns();
-    float *g = m->grads;
-    size_t k = 0;
+    size_t k = 0, n;
     for (int i = 0; i < r->count; i++)
         if (r->params[i].reduce_groups & bit) {
-            memcpy(x->red_buf + k, g + r->params[i].offset,
-                   r->params[i].local_numel * sizeof(float));
-            k += r->params[i].local_numel;
+            float *g = train_held_grad(ch, i, &n);
+            memcpy(x->red_buf + k, g, n * sizeof(float));
+            k += n;
         }
     if (!k) return MTC_OK;
     uint64_t t0 = mtc_time_ns();
@@ -37,9 +48,9 @@ static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsign
     k = 0;
     for (int i = 0; i < r->count; i++)
         if (r->params[i].reduce_groups & bit) {
-            memcpy(g + r->params[i].offset, x->red_buf + k,
-                   r->params[i].local_numel * sizeof(float));
-            k += r->params[i].local_numel;
+            float *g = train_held_grad(ch, i, &n);
+            memcpy(g, x->red_buf + k, n * sizeof(float));
+            k += n;
         }
     train_obs_span(x, id, t_span, NULL, NULL);
     return MTC_OK;
@@ -71,8 +82,7 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         mtc_comm_t comm = mtc_grid_reduce_comm(x->grid, groups[g].bit);
         for (int k = 0; k < x->vpp && comm; k++)
-            MTC_CHECK(
-                train_reduce_group(x, x->chunks[k].model, groups[g].bit, comm, groups[g].timer));
+            MTC_CHECK(train_reduce_group(x, &x->chunks[k], groups[g].bit, comm, groups[g].timer));
     }
     return MTC_OK;
 }
@@ -103,6 +113,72 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
     x->comm_ns += mtc_time_ns() - t0;
     *norm = sqrt(total);
     train_obs_span(x, TRAIN_T_OPTIMIZER_CLIP, t_span, NULL, NULL);
+    return MTC_OK;
+}
+
+/* --log-num-zeros-in-grad: Megatron's count_zeros_fp32 after clipping (the
+ * main grads times the fp16 unscale, then times the clipping factor, as its
+ * optimizer scales them in place), over the pieces of the norm plan (each
+ * element of the model once), summed as the norm is: over the kind's shard
+ * group and its norm group, the kinds added up (the chained optimizer's
+ * sum). Megatron's count is an int64 that its log path turns into fp32:
+ * so is this one. comm: the norm's all-reduces, one double each. */
+static mtc_result_t train_count_zeros(train_rank *x, float unscale, float coeff) {
+    double total = 0;
+    for (int b = 0; b < x->nbuf; b++) {
+        double z = 0;
+        for (int k = 0; k < x->vpp; k++) {
+            const mtc_grad_norm_plan *p = &x->chunks[k].buf[b].norm;
+            for (int i = 0; i < p->n; i++) {
+                int64_t n = 0;
+                for (size_t j = 0; j < p->len[i]; j++) {
+                    float v = p->base[i][j] * unscale;
+                    n += v * coeff == 0.0f;
+                }
+                z += (double)n;
+            }
+        }
+        const mtc_ddp_kind *kd = &x->gbuf[b];
+        if (kd->shard) MTC_CHECK(mtc_all_reduce(&z, &z, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->shard));
+        if (kd->norm) MTC_CHECK(mtc_all_reduce(&z, &z, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->norm));
+        total += z;
+    }
+    x->num_zeros = (double)(float)total;
+    return MTC_OK;
+}
+
+/* --log-params-norm: Megatron's calc_params_l2_norm after the step, the L2
+ * norm of every parameter once (TP duplicates and the tied embedding's
+ * second copy left out, as the gradient norm): the fp32 main params (with
+ * the distributed optimizer the owned shards, summed over the shard group),
+ * with --fp16 the fp16 model params Megatron reads (the main params rounded
+ * to fp16). comm: the norm's all-reduces, one double each. */
+mtc_result_t train_params_norm(train_rank *x) {
+    double total = 0;
+    int fp16 = x->cfg->fp16;
+    for (int b = 0; b < x->nbuf; b++) {
+        double s = 0;
+        for (int k = 0; k < x->vpp; k++) {
+            mtc_grad_norm_plan *p = &x->chunks[k].buf[b].pnorm;
+            if (!fp16) {
+                mtc_grad_norm_sumsq_add(p, x->pool, &s);
+                continue;
+            }
+            for (int i = 0; i < p->n; i++) {
+                double q = 0;
+                for (size_t j = 0; j < p->len[i]; j++) {
+                    double v = nn_f16_to_f32_1(nn_f32_to_f16_1(p->base[i][j]));
+                    q += v * v;
+                }
+                s += q;
+            }
+        }
+        const mtc_ddp_kind *kd = &x->gbuf[b];
+        if (kd->shard) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->shard));
+        if (kd->norm) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->norm));
+        total += s;
+    }
+    x->params_norm = sqrt(total);
     return MTC_OK;
 }
 
@@ -191,7 +267,8 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
         mtc_grad_scaler_update(&x->scaler, found_inf);
         MTC_CHECK(mtc_grad_scaler_watch(&x->scaler, found_inf, *norm)); /* stuck or underflowing */
         x->loss_scale = x->scaler.scale;
-        if (found_inf) {
+        if (found_inf) { /* Megatron: no num zeros for this step */
+            x->num_zeros = -1;
             (*skipped)++;
             x->scaler_skipped = 1;
             train_obs_span(x, TRAIN_T_OPTIMIZER, t_opt, NULL, NULL);
@@ -199,6 +276,8 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
         }
         *norm *= unscale;
     }
+    if (c->log_num_zeros)
+        MTC_CHECK(train_count_zeros(x, unscale, mtc_grad_clip_coeff(*norm, c->clip_grad)));
     if (!isfinite(*norm)) { /* Megatron skips the update of a non-finite gradient */
         (*skipped)++;
         train_obs_span(x, TRAIN_T_OPTIMIZER, t_opt, NULL, NULL);

@@ -6,7 +6,8 @@
  *     lm loss, loss-scale (unless --no-log-loss-scale-to-tensorboard; 1.0
  *     without a scaler, as Megatron), grad-norm (not for a skipped step),
  *     world-size (--log-world-size-to-tensorboard), each also "... vs
- *     samples" against the consumed samples; with --log-memory-to-tensorboard
+ *     samples" against the consumed samples; num-zeros and params-norm with
+ *     --log-num-zeros-in-grad / --log-params-norm; with --log-memory-to-tensorboard
  *     mem-reserved-bytes (the resident set), mem-allocated-bytes and
  *     mem-max-allocated-bytes (the rank's buffers: allocated once);
  *   at each log line with --log-timers-to-tensorboard: iteration-time (s),
@@ -41,6 +42,9 @@ mtc_result_t train_tb_step(train_rank *x, int64_t it, uint64_t consumed, double 
     if (!f->no_log_loss_scale) MTC_CHECK(pair(w, "loss-scale", x->loss_scale, it, consumed));
     if (f->log_world_size) MTC_CHECK(pair(w, "world-size", world, it, consumed));
     if (!skipped && isfinite(norm)) MTC_CHECK(pair(w, "grad-norm", norm, it, consumed));
+    if (x->cfg->log_num_zeros && x->num_zeros >= 0)
+        MTC_CHECK(pair(w, "num-zeros", x->num_zeros, it, consumed));
+    if (x->cfg->log_params_norm) MTC_CHECK(pair(w, "params-norm", x->params_norm, it, consumed));
     if (f->log_memory) {
         MTC_CHECK(mtc_tb_scalar(w, "mem-reserved-bytes", mtc_mem_proc_status("VmRSS"), it));
         MTC_CHECK(mtc_tb_scalar(w, "mem-allocated-bytes", (double)alloc_bytes, it));

@@ -1,8 +1,10 @@
 #!/bin/sh
 # tests/train/megatron_examples.sh - Megatron-LM's own example scripts
 # (examples/gpt3/train_gpt3_175b_distributed.sh,
-# examples/llama/train_llama3_8b_h100_fp8.sh with its default DTYPE=fp8 and
-# examples/mixtral/train_mixtral_8x7b_distributed.sh, core 0.18), shrunk to tiny
+# examples/llama/train_llama3_8b_h100_fp8.sh with its default DTYPE=fp8,
+# examples/mixtral/train_mixtral_8x7b_distributed.sh and Megatron-FSDP's
+# examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh and
+# sbatch_mfsdp_deepseek_v3.sh, core 0.18), shrunk to tiny
 # sizes, run through `mtc train` with every flag the scripts pass and only
 # the launcher line changed (`torchrun ... pretrain_gpt.py` -> `mtc train
 # --world-size N`). The GPT-3 script reads a Megatron dataset made by `mtc
@@ -15,7 +17,11 @@
 # committed SentencePiece model tests/data/spm/fortunes_unigram400.model),
 # once more with --moe-token-dispatcher-type flex (the same losses: flex is
 # the alltoall dispatcher here), and --no-position-embedding is refused
-# without rope, as Megatron does.
+# without rope, as Megatron does. The FSDP Llama-3 script runs its 8 ranks
+# (Megatron-FSDP optim_grads_params, fp8); the DeepSeek-V3 one its
+# pretrain_gpt.py arguments on 8 ranks (EP 8, MLA, Megatron-FSDP, flex) with a
+# byte-level tokenizer.json in a folder standing for deepseek-ai/DeepSeek-V3,
+# its --log-params-norm / --log-num-zeros-in-grad fields in the log line.
 # Checked: each trains (loss falls, checkpoints written at --save-interval,
 # a second run resumes from --load), and the flags mtc does not implement
 # yet are refused in one line with exit 2 (not silently ignored); the list
@@ -81,8 +87,66 @@ MIXTRAL="--use-mcore-models --disable-bias-linear --seq-length 32 --max-position
  --no-load-optim --no-load-rng --wandb-project Mixtral --wandb-exp-name Mixtral_8x7B"
 MISSING_MIXTRAL=""
 
-# without FLAG and its value (if the next word is not a flag)
-drop() { echo " $1 " | tr '\n' ' ' | sed -E "s/ $2( [^-][^ ]*)? / /"; }
+# examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh (USE_MEGATRON_FSDP=1, DTYPE=fp8, the mock-data branch) on its
+# 1 node x 8 GPUs, shrunk as the Llama script above (32 layers -> 2, seq 8192 -> 64, global batch 128 -> 16)
+FSDPL="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --group-query-attention
+ --num-query-groups 2 --kv-channels 16 --seq-length 64 --max-position-embeddings 64 --position-embedding-type rope --rotary-base 1000000
+ --rotary-percent 1.0 --attention-dropout 0.0 --hidden-dropout 0.0 --swiglu --normalization RMSNorm --init-method-std 0.0134
+ --attention-backend fused --apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear
+ --micro-batch-size 1 --global-batch-size 16 --train-samples 320 --lr-decay-samples 300 --lr-warmup-samples 32 --lr 0.0015 --min-lr 0.0001
+ --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5 --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9
+ --adam-beta2 0.95 --bf16 --cross-entropy-loss-fusion --no-check-for-nan-in-loss-and-grad --manual-gc --empty-unused-memory-level 1
+ --exit-duration-in-mins 235 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion
+ --calculate-per-token-loss --init-model-with-meta-device --ckpt-format fsdp_dtensor --grad-reduce-in-bf16 --use-nccl-ub
+ --fsdp-double-buffer --fsdp-manual-registration --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+ --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max --fp8-param-gather
+ --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel
+ --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --data-cache-path $D/cache --tiktoken-pattern v2 --split '99,1,0'
+ --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
+ --log-interval 5 --eval-iters 4 --eval-interval 10 --save-interval 10 --log-throughput --distributed-timeout-minutes 60
+ --save $D/fl --load $D/fl --tensorboard-dir $D/tb"
+MISSING_FSDPL="--fsdp-double-buffer --grad-reduce-in-bf16"
+# examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh, its pretrain_gpt.py arguments (USE_MEGATRON_FSDP=1, WANDB=1, TP=1,
+# EP=8) on one node of 8, shrunk: 61 layers -> 3 with the first-k-dense pattern [0]*3+[1]*58 -> [0]*1+[1]*2, 256 experts
+# -> 16 (top-8 of 4 groups out of 8 -> top-4 of 2 groups out of 4), MLA ranks 1536/512 -> 32/16, heads 128 -> 4,
+# seq 4096 -> 32, MBS 4 -> 1, GBS 2048 -> 16; the tokenizer deepseek-ai/DeepSeek-V3 -> a local byte-level BPE
+# tokenizer.json in a folder (the data path)
+python3 "$SRC/tests/data/make_hf_tokenizer.py" --tiny "$D/hf.json" >"$D/hf.log" 2>&1 || { bad "tokenizer.json"; cat "$D/hf.log"; }
+mkdir -p "$D/DeepSeek-V3" && mv "$D/hf.json" "$D/DeepSeek-V3/tokenizer.json"
+"$MTC" preprocess --input "$D/docs.jsonl" --json-keys text --output-prefix "$D/ds" --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model "$D/DeepSeek-V3" --append-eod --workers 1 >"$D/pre.log" 2>&1 || { bad "preprocess (HF)"; cat "$D/pre.log"; }
+DSV3="--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1
+ --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --use-mcore-models --sequence-parallel
+ --use-flash-attn --disable-bias-linear --micro-batch-size 1 --global-batch-size 16 --train-samples 320 --exit-duration-in-mins 220
+ --no-check-for-nan-in-loss-and-grad --manual-gc --manual-gc-interval 10 --recompute-granularity selective
+ --recompute-modules mlp moe mla_up_proj layernorm --transformer-impl transformer_engine --seq-length 32
+ --data-cache-path $D/cache --tokenizer-type HuggingFaceTokenizer --tokenizer-model $D/DeepSeek-V3 --data-path $D/ds_text_document
+ --split 99,1,0 --no-mmap-bin-files --no-create-attention-mask-in-dataloader --num-workers 6
+ --num-layers 3 --hidden-size 64 --ffn-hidden-size 160 --num-attention-heads 4 --kv-channels 16 --max-position-embeddings 32
+ --position-embedding-type rope --rotary-base 10000 --make-vocab-size-divisible-by 3232 --normalization RMSNorm --norm-epsilon 1e-6
+ --swiglu --untie-embeddings-and-output-weights --multi-latent-attention --attention-dropout 0.0 --hidden-dropout 0.0 --clip-grad 1.0
+ --weight-decay 0.1 --qk-layernorm --lr-decay-samples 300 --lr-warmup-samples 32 --lr-warmup-init 3.9e-7 --lr 3.9e-3 --min-lr 3.9e-4
+ --lr-decay-style cosine --adam-beta1 0.9 --adam-beta2 0.95
+ --num-experts 16 --moe-layer-freq [0]*1+[1]*2 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 32
+ --moe-router-load-balancing-type seq_aux_loss --moe-router-topk 4 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep
+ --moe-router-pre-softmax --moe-grouped-gemm --moe-aux-loss-coeff 1e-4 --moe-router-group-topk 2 --moe-router-num-groups 4
+ --moe-router-topk-scaling-factor 2.5 --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+ --moe-router-bias-update-rate 1e-3 --moe-router-dtype fp32 --moe-permute-fusion --moe-router-force-load-balancing
+ --q-lora-rank 32 --kv-lora-rank 16 --qk-head-dim 16 --qk-pos-emb-head-dim 8 --v-head-dim 16 --rotary-scaling-factor 40 --mscale 1.0
+ --mscale-all-dim 1.0 --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1 --eval-iters 2 --eval-interval 10 --auto-detect-ckpt-format
+ --load $D/dsck --save $D/dsck --save-interval 10 --dist-ckpt-strictness log_all --init-method-std 0.02
+ --log-timers-to-tensorboard --log-memory-to-tensorboard --log-num-zeros-in-grad --log-params-norm --log-validation-ppl-to-tensorboard
+ --log-throughput --log-interval 5 --logging-level 40 --tensorboard-dir $D/dstb --bf16 --enable-experimental
+ --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion --use-distributed-optimizer
+ --calculate-per-token-loss --init-model-with-meta-device --ckpt-format fsdp_dtensor --grad-reduce-in-bf16 --fsdp-double-buffer
+ --use-nccl-ub --wandb-project your_own_wandb_project --wandb-exp-name DeepSeek-V3-TP1EP8-MBS1GBS16-"
+# (--recompute-modules: its "moe" is not implemented yet; --mtp-num-layers: not with Megatron-FSDP yet)
+MISSING_DSV3="--fsdp-double-buffer --grad-reduce-in-bf16 --moe-router-force-load-balancing --recompute-modules --mtp-num-layers"
+
+# without FLAG and its values (the words after it up to the next flag)
+drop() { echo " $1 " | tr '\n' ' ' | sed -E "s/ $2( [^-][^ ]*)* / /"; }
+# the words after FLAG up to the next flag
+values() { echo " $1 " | tr '\n' ' ' | sed -E "s/.* $2(( [^-][^ ]*)*) .*/\1/"; }
 
 run_example() { # NAME WORLD "ARGS" "MISSING"
     name=$1 world=$2 args=$3 missing=$4
@@ -96,7 +160,10 @@ run_example() { # NAME WORLD "ARGS" "MISSING"
         # shellcheck disable=SC2086
         "$MTC" train --world-size "$world" --threads 1 $P $rest >"$D/out" 2>"$D/err"
         rc=$?
-        if [ $rc -eq 2 ] && [ "$(wc -l <"$D/err")" -le 2 ] && grep -q -- "error: .*$f" "$D/err"; then
+        # the one error line names the flag or one of its values (notes may come before it)
+        named=0
+        for w in "${f#--}" $(values "$rest" "$f"); do grep -q -- "error: .*$w" "$D/err" && named=1; done
+        if [ $rc -eq 2 ] && [ "$(grep -c "error:" "$D/err")" -eq 1 ] && [ $named -eq 1 ]; then
             ok "$name: $f refused: $(grep error: "$D/err")"
         else bad "$name: $f: exit $rc, expected a one-line refusal (implemented now? then take it off MISSING)"; cat "$D/err"; fi
     done
@@ -139,6 +206,18 @@ run_example mixtral 32 "$MIXTRAL" "$MISSING_MIXTRAL"
     bad "mixtral checkpoints"
 grep -q "vocabulary 400" "$D/mixtral.log" && ok "mixtral: Llama2Tokenizer's 400 pieces are the vocabulary" ||
     { bad "mixtral: vocabulary"; grep "data:\|model:" "$D/mixtral.log"; }
+run_example fsdp_llama 8 "$FSDPL" "$MISSING_FSDPL"
+[ -d "$D/fl/iter_0000010" ] && [ -d "$D/fl/iter_0000020" ] && ok "fsdp_llama: checkpoints at --save-interval 10 and the end" ||
+    bad "fsdp_llama checkpoints"
+grep -q "iteration       20/      20" "$D/fsdp_llama.log" && grep -q "fp8 (emulated.*recipe delayed, format hybrid" "$D/fsdp_llama.log" &&
+    ok "fsdp_llama: --train-samples 320 / 16 = 20 iterations with the script's fp8 flags" || bad "fsdp_llama: iterations / fp8"
+run_example dsv3 8 "$DSV3" "$MISSING_DSV3"
+[ -d "$D/dsck/iter_0000010" ] && [ -d "$D/dsck/iter_0000020" ] && ok "dsv3: checkpoints at --save-interval 10 and the end" ||
+    bad "dsv3 checkpoints"
+grep -q "mixture of experts: 2 of 3 layers, 16 experts" "$D/dsv3.log" && grep -q "seq_load_balancing_loss: " "$D/dsv3.log" &&
+    grep -q "grad norm: [0-9.]* | num zeros: [0-9]*\.0 | params norm: [0-9.]* |" "$D/dsv3.log" &&
+    ok "dsv3: [0]*1+[1]*2 gives 2 MoE layers of 3; seq_load_balancing_loss, num zeros and params norm logged" ||
+    { bad "dsv3: MoE layers / log fields"; grep "mixture of experts\|iteration  *5/" "$D/dsv3.log"; }
 mx=$MIXTRAL
 for f in $MISSING_MIXTRAL; do mx=$(drop "$mx" "$f"); done
 mx=$(drop "$(drop "$(drop "$(drop "$mx" --save)" --load)" --save-interval)" --moe-token-dispatcher-type)
