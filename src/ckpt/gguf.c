@@ -174,7 +174,6 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     /* MTP depths are training-only: llama.cpp runs the main model (its
      * converter drops DeepSeek-V3's too), so they are left out */
     if (c->mla.enabled) {
-        t[k].kind = GG_PLAIN;
         MTC_CHECK(gguf_mla_table(m, t, &k));
         *n = k;
         return MTC_OK;

@@ -223,7 +223,6 @@ static const char *attention(ox_ctx *x, int l, const char *h) {
 
 /* The last axis of t padded with zeros from n to N channels (N > n). */
 static const char *pad_last(ox_ctx *x, const char *t, int64_t n, int64_t N) {
-    (void)n;
     int64_t pads[8] = {0, 0, 0, 0, 0, 0, 0, N - n};
     const char *in[2] = {t, ox_const_i64(&x->g, pads, 8, 1)};
     return ox_node(&x->g, "Pad", 2, in, 1, NULL, NULL, 0);

@@ -7,7 +7,12 @@
  * after the softmax, a shared expert and a dense second layer
  * (Qwen2MoeForCausalLM); and two with --qk-layernorm: the Llama as
  * Qwen3ForCausalLM, and an MoE one with a dense second layer and top-k after
- * the softmax as Qwen3MoeForCausalLM. For each:
+ * the softmax as Qwen3MoeForCausalLM; and a DeepSeek-V3 shape
+ * (DeepseekV3ForCausalLM): multi-latent attention with both latents and
+ * YaRN (a concentration factor, written as attention_factor), a dense first
+ * layer, then 4 experts top-2 in 2 groups (1 kept) with sigmoid scores, a
+ * positive expert bias, scaling 2.5 and a shared expert, and one MTP depth
+ * (which round-trips with the rest; the reader ignores it). For each:
  *   - export F32 -> import: every tensor bit for bit (the vocabulary's
  *     padding rows are not exported and come back zero);
  *   - sharded export (a 20 kB limit: several files and the index) -> the same;
@@ -48,8 +53,30 @@ static mtc_model *make(int kind) {
         c.swiglu = 1, c.num_query_groups = 2, c.untie_embeddings = 1, c.disable_bias_linear = 1;
         c.norm_epsilon = 1e-6f, c.rotary_base = 10000;
     }
-    if (kind >= 4) c.qk_layernorm = 1; /* Qwen3 (4), Qwen3-MoE (5) */
-    if (kind >= 2 && kind != 4) {      /* MoE: Mixtral (2), Qwen2-MoE (3), Qwen3-MoE (5) */
+    if (kind == 6) { /* DeepSeek-V3 */
+        c.num_query_groups = 0;
+        c.mla = (mtc_mla_config){.enabled = 1,
+                                 .q_lora_rank = 12,
+                                 .kv_lora_rank = 10,
+                                 .qk_head_dim = 6,
+                                 .qk_pos_emb_head_dim = 4,
+                                 .v_head_dim = 5,
+                                 .latent_norm = 1,
+                                 .rope_yarn = 1,
+                                 .rotary_scaling_factor = 4,
+                                 .mscale = 1,
+                                 .mscale_all_dim = 0.7f,
+                                 .beta_fast = 32,
+                                 .beta_slow = 1,
+                                 .original_max_position_embeddings = 8};
+        c.moe.num_experts = 4, c.moe.topk = 2, c.moe.ffn_hidden_size = 24;
+        c.moe.score = MOE_SCORE_SIGMOID, c.moe.expert_bias = 1, c.moe.num_groups = 2;
+        c.moe.group_topk = 1, c.moe.topk_scaling = 2.5f, c.moe.shared_ffn = 24;
+        c.moe.pattern_len = 2, c.moe.pattern[0] = 0, c.moe.pattern[1] = 1;
+        c.mtp_num_layers = 1, c.mtp_loss_scaling_factor = 0.1f;
+    }
+    if (kind >= 4 && kind < 6) c.qk_layernorm = 1; /* Qwen3 (4), Qwen3-MoE (5) */
+    if (kind >= 2 && kind != 4 && kind != 6) { /* MoE: Mixtral (2), Qwen2-MoE (3), Qwen3-MoE (5) */
         c.moe.num_experts = 4, c.moe.topk = 2, c.moe.ffn_hidden_size = 24;
         if (kind == 5) { /* a dense second layer, norm_topk_prob false */
             c.moe.pre_softmax = 1;
@@ -66,6 +93,13 @@ static mtc_model *make(int kind) {
     mtc_model_init_params(m, 7);
     for (size_t i = 0; i < m->reg.total; i++) /* every tensor non-trivial */
         m->params[i] += 0.1f * mtc_rng_normal(99, 1, i);
+    for (int i = 0; i < m->reg.count; i++) { /* positive: biased scores stay > 0, where HF's
+                                                 0-masking of other groups is Megatron's -inf */
+        const mtc_param *p = &m->reg.params[i];
+        if (strstr(p->name, "expert_bias"))
+            for (size_t k = 0; k < p->numel; k++)
+                m->params[p->offset + k] = 0.01f * (float)(k + 1);
+    }
     return m;
 }
 
@@ -171,8 +205,9 @@ static void against_reference(mtc_model *m, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    enum { NK = 6 };
-    static const char *names[NK] = {"gpt2", "llama", "mixtral", "qwen2moe", "qwen3", "qwen3moe"};
+    enum { NK = 7 };
+    static const char *names[NK] = {"gpt2",  "llama",    "mixtral",    "qwen2moe",
+                                    "qwen3", "qwen3moe", "deepseek_v3"};
     mtc_model *ms[NK];
     int all = 1;
     for (int k = 0; k < NK; k++)

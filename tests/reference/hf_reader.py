@@ -20,7 +20,7 @@ float64. No `transformers` package is used.
 prints "NAME <count>" and the logits (tokens x vocab), the format of
 tests/data/ckpt/hf_logits.txt. Regenerate that fixture with:
     d=$(mktemp -d); build/tests/test_ckpt_hf --export $d
-    (for m in gpt2 llama mixtral qwen2moe qwen3 qwen3moe; do /usr/bin/python3 tests/reference/hf_reader.py $d/$m $m 3 17 42 5 60 11 0 33; done) > tests/data/ckpt/hf_logits.txt
+    (for m in gpt2 llama mixtral qwen2moe qwen3 qwen3moe deepseek_v3; do /usr/bin/python3 tests/reference/hf_reader.py $d/$m $m 3 17 42 5 60 11 0 33; done) > tests/data/ckpt/hf_logits.txt
 """
 import json
 import math
