@@ -137,8 +137,6 @@ void mtc_ckpt_dist_close(mtc_ckpt_dist *c);
 const cJSON *mtc_ckpt_dist_common(const mtc_ckpt_dist *c);
 /* "DIR/iter_N/metadata.json", for messages. */
 const char *mtc_ckpt_dist_path(const mtc_ckpt_dist *c);
-/* Whether the checkpoint holds a tensor of that key. */
-int mtc_ckpt_dist_has(const mtc_ckpt_dist *c, const char *key);
 /* progress(ctx, done, total) after each tensor mtc_ckpt_dist_read filled
  * (elements of the targets), on the calling thread; NULL: none. */
 void mtc_ckpt_dist_set_progress(mtc_ckpt_dist *c,

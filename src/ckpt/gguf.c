@@ -13,50 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/gguf_internal.h"
 #include "core/outfile.h"
 #include "model/family.h"
-
-enum { G_U32 = 4, G_I32 = 5, G_F32 = 6, G_BOOL = 7, G_STR = 8, G_ARR = 9 };
-#define ALIGN 32
-
-typedef struct {
-    char name[64];
-    int param;
-    int64_t r0, nrows;
-    int heads; /* > 0: permute rows per head of nrows/heads (RoPE pairs) */
-    int nexp;  /* > 0: the experts' tensors stacked, (nexp, nrows, cols); param is
-                  expert 0's, expert e's is efmt with (layer, e) */
-    int layer;
-    char efmt[96];
-} gg_tensor;
-
-typedef struct {
-    FILE *f;
-    int ok;
-} gg_out;
-
-static void put(gg_out *o, const void *p, size_t n) {
-    if (o->ok && fwrite(p, 1, n, o->f) != n) o->ok = 0;
-}
-static void put_u32(gg_out *o, uint32_t v) { put(o, &v, 4); }
-static void put_u64(gg_out *o, uint64_t v) { put(o, &v, 8); }
-static void put_str(gg_out *o, const char *s) {
-    put_u64(o, strlen(s));
-    put(o, s, strlen(s));
-}
-static void kv_u32(gg_out *o, const char *k, uint32_t v) {
-    put_str(o, k), put_u32(o, G_U32), put_u32(o, v);
-}
-static void kv_f32(gg_out *o, const char *k, float v) {
-    put_str(o, k), put_u32(o, G_F32), put(o, &v, 4);
-}
-static void kv_str(gg_out *o, const char *k, const char *v) {
-    put_str(o, k), put_u32(o, G_STR), put_str(o, v);
-}
-static void kv_bool(gg_out *o, const char *k, int v) {
-    unsigned char b = (unsigned char)(v != 0);
-    put_str(o, k), put_u32(o, G_BOOL), put(o, &b, 1);
-}
 
 uint16_t mtc_gguf_f32_to_f16(float x) {
     uint32_t u;
@@ -114,14 +73,19 @@ static void token_bytes(const char *tok, int V, int *byte_of) {
     }
 }
 
-/* The llama.cpp architecture of a Llama-family model: "qwen3" / "qwen3moe"
- * with --qk-layernorm (q/k norms, NeoX RoPE: no row permutation),
- * "deepseek" (DeepSeekMoE: ungated shared experts, leading dense layers)
- * for an MoE model with a shared expert, else "llama" (experts or not). */
+/* The llama.cpp architecture of a Llama-family model: "deepseek2" for
+ * multi-latent attention; "qwen3" / "qwen3moe" with --qk-layernorm (q/k
+ * norms, NeoX RoPE: no row permutation); for an MoE model with a shared
+ * expert "qwen2moe" (experts in every layer; NeoX RoPE) or "deepseek"
+ * (DeepSeekMoE: ungated shared experts, leading dense layers); else "llama"
+ * (experts or not). */
 static const char *gguf_arch(const mtc_model_config *c) {
+    if (c->mla.enabled) return "deepseek2"; /* ckpt/gguf_mla.c */
     if (!model_family_is_llama(c)) return "gpt2";
     if (c->qk_layernorm) return c->moe.num_experts > 0 ? "qwen3moe" : "qwen3";
-    if (c->moe.num_experts > 0 && c->moe.shared_ffn > 0) return "deepseek";
+    if (c->moe.num_experts > 0 && c->moe.shared_ffn > 0)
+        return mtc_moe_num_layers(&c->moe, c->num_layers) == c->num_layers ? "qwen2moe"
+                                                                           : "deepseek";
     return "llama";
 }
 
@@ -142,9 +106,13 @@ static int dense_lead(const mtc_model_config *c) {
  * and no shared expert; deepseek (DeepSeekMoE) has leading dense layers, a
  * softmax router whose top-k weights are not renormalised
  * (--moe-router-pre-softmax) and shared experts of the routed experts' size,
- * added ungated. llama.cpp's qwen2moe is not written: it multiplies its
- * shared expert by sigmoid(gate . x) computed as silu(z) / z, so the zero
- * gate that stands for mtc's ungated expert (ckpt/hf_moe.c) gives 0 / 0. */
+ * added ungated; qwen2moe (Qwen2-MoE) has experts in every layer, a softmax
+ * router without renormalisation (--moe-router-pre-softmax) and a shared
+ * expert of any width scaled by sigmoid(gate . x), which llama.cpp computes
+ * as silu(z) / z: a zero gate (mtc's ungated expert, as ckpt/hf_moe.c
+ * writes it) would give 0 / 0, so the gate is 2^-64 in every channel (z is
+ * then 2^-64 sum(x), never 0 for a normalised hidden state, and
+ * sigmoid(z) = 1/2 in float) and ffn_down_shexp is stored doubled. */
 static mtc_result_t gguf_moe_check(const mtc_model_config *c) {
     const mtc_moe_config *mc = &c->moe;
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
@@ -162,9 +130,10 @@ static mtc_result_t gguf_moe_check(const mtc_model_config *c) {
                                 "shared expert and its deepseek no q/k norms (export as "
                                 "safetensors or onnx)");
         if (!mc->pre_softmax)
-            return mtc_error(U, "a shared expert goes to llama.cpp's deepseek, whose router does "
-                                "not renormalise the top-k weights: train with "
+            return mtc_error(U, "a shared expert goes to llama.cpp's qwen2moe or deepseek, whose "
+                                "routers do not renormalise the top-k weights: train with "
                                 "--moe-router-pre-softmax (or export as safetensors or onnx)");
+        if (mtc_moe_num_layers(mc, c->num_layers) == c->num_layers) return MTC_OK; /* qwen2moe */
         if (mc->shared_ffn % EF)
             return mtc_error(U,
                              "moe-shared-expert-intermediate-size=%d: llama.cpp's deepseek "
@@ -202,12 +171,14 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     } while (0)
 #define F(fmt, l) (snprintf(q, sizeof q, fmt, l), mtc_registry_find(r, q))
     char nm[64];
-    if (c->mla.enabled)
-        return mtc_error(MTC_ERR_UNSUPPORTED, "--multi-latent-attention: mtc does not export "
-                                              "llama.cpp's deepseek2 yet");
-    if (c->mtp_num_layers > 0)
-        return mtc_error(MTC_ERR_UNSUPPORTED, "--mtp-num-layers: mtc does not export MTP layers "
-                                              "to GGUF (train without MTP to export)");
+    /* MTP depths are training-only: llama.cpp runs the main model (its
+     * converter drops DeepSeek-V3's too), so they are left out */
+    if (c->mla.enabled) {
+        t[k].kind = GG_PLAIN;
+        MTC_CHECK(gguf_mla_table(m, t, &k));
+        *n = k;
+        return MTC_OK;
+    }
     if (c->qk_layernorm && !llama)
         return mtc_error(MTC_ERR_UNSUPPORTED, "--qk-layernorm: llama.cpp's gpt2 has no q/k norms "
                                               "(its qwen3 takes Llama-style models)");
@@ -239,15 +210,16 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
         return MTC_OK;
     }
     MTC_CHECK(gguf_moe_check(c));
+    int qwen2 = !strcmp(gguf_arch(c), "qwen2moe");
     if (c->normalization != MTC_NORM_RMSNORM || c->position_embedding != MTC_POS_ROPE ||
-        !c->swiglu || !c->disable_bias_linear || c->add_qkv_bias || c->rotary_interleaved ||
-        (c->rotary_percent > 0 && c->rotary_percent != 1.0f))
+        !c->swiglu || !c->disable_bias_linear || (c->add_qkv_bias && !qwen2) ||
+        c->rotary_interleaved || (c->rotary_percent > 0 && c->rotary_percent != 1.0f))
         return mtc_error(MTC_ERR_UNSUPPORTED,
                          "llama.cpp's llama has RMSNorm, RoPE on whole heads, SwiGLU and no "
                          "biases: this model differs");
     int64_t HS = mtc_model_head_size(c), QD = c->num_heads * HS, KD = mtc_model_groups(c) * HS;
     int64_t FF = c->ffn_hidden_size;
-    int neox = c->qk_layernorm; /* qwen3 / qwen3moe rotate halves, as mtc: rows as they are */
+    int neox = c->qk_layernorm || qwen2; /* qwen3 / qwen3moe / qwen2moe rotate halves, as mtc */
     T("token_embd.weight", mtc_registry_find(r, "model.embed_tokens.weight"), 0, V, 0);
     for (int l = 0; l < c->num_layers; l++) {
         int qkv = F("model.layers.%d.self_attn.qkv_proj.weight", l);
@@ -257,6 +229,12 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
         T(B("attn_q.weight"), qkv, 0, QD, neox ? 0 : c->num_heads);
         T(B("attn_k.weight"), qkv, QD, KD, neox ? 0 : mtc_model_groups(c));
         T(B("attn_v.weight"), qkv, QD + KD, KD, 0);
+        int qb = F("model.layers.%d.self_attn.qkv_proj.bias", l);
+        if (qwen2 && qb >= 0) { /* --add-qkv-bias: Qwen2's q/k/v biases */
+            T(B("attn_q.bias"), qb, 0, QD, 0);
+            T(B("attn_k.bias"), qb, QD, KD, 0);
+            T(B("attn_v.bias"), qb, QD + KD, KD, 0);
+        }
         T(B("attn_output.weight"), F("model.layers.%d.self_attn.o_proj.weight", l), 0, -1, 0);
         if (c->qk_layernorm) {
             T(B("attn_q_norm.weight"), F("model.layers.%d.self_attn.q_norm.weight", l), 0, -1, 0);
@@ -284,6 +262,11 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
                 T(B("ffn_up_shexp.weight"), sgu, SF, SF, 0);
                 T(B("ffn_down_shexp.weight"),
                   F("model.layers.%d.mlp.shared_expert.down_proj.weight", l), 0, -1, 0);
+                if (qwen2) { /* the gate's 1/2 (gguf_moe_check says why) */
+                    t[k - 1].scale = 2.0f;
+                    T(B("ffn_gate_inp_shexp.weight"), sgu, 0, c->hidden_size, 0);
+                    t[k - 1].kind = GG_FILL, t[k - 1].value = 0x1p-64f;
+                }
             }
             continue;
         }
@@ -295,12 +278,51 @@ static mtc_result_t table(const mtc_model *m, gg_tensor *t, int *n) {
     T("output_norm.weight", mtc_registry_find(r, "model.norm.weight"), 0, -1, 0);
     if (c->untie_embeddings)
         T("output.weight", mtc_registry_find(r, "lm_head.weight"), 0, V, 0);
-    else if (!strcmp(gguf_arch(c), "deepseek")) /* its output is not optional: the tied copy */
+    else if (!strcmp(gguf_arch(c), "deepseek") || qwen2) /* output not optional: a tied copy */
         T("output.weight", mtc_registry_find(r, "model.embed_tokens.weight"), 0, V, 0);
 #undef T
 #undef F
     *n = k;
     return MTC_OK;
+}
+
+/* GGUF dims of entry e, fastest first (ne[nd..2] = 1); returns nd. */
+static int gg_dims(const mtc_registry *r, const gg_tensor *e, int64_t ne[3]) {
+    ne[0] = ne[1] = ne[2] = 1;
+    const mtc_param *p = &r->params[e->param];
+    int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+    switch (e->kind) {
+    case GG_FILL: ne[0] = e->nrows; return 1;
+    case GG_KB: ne[0] = e->dn, ne[1] = cols, ne[2] = e->nh; return 3;
+    case GG_VB: ne[0] = cols, ne[1] = e->dv, ne[2] = e->nh; return 3;
+    default: break;
+    }
+    if (p->ndim != 2) {
+        ne[0] = e->nrows;
+        return 1;
+    }
+    ne[0] = cols, ne[1] = e->nrows, ne[2] = e->nexp > 0 ? e->nexp : 1;
+    return e->nexp > 0 ? 3 : 2;
+}
+
+/* The data of a GG_KB / GG_VB / GG_FILL entry into buf (the dims' product). */
+static void gg_special(const mtc_model *m, const gg_tensor *e, float *buf) {
+    const mtc_param *p = &m->reg.params[e->param];
+    const float *w = m->params + p->offset;
+    int64_t KL = p->ndim == 2 ? p->shape[1] : 1, hs = e->dn + e->dv;
+    if (e->kind == GG_FILL) {
+        for (int64_t i = 0; i < e->nrows; i++)
+            buf[i] = e->value;
+    } else if (e->kind == GG_KB) { /* head h: (KL, dn) = its k_nope rows transposed */
+        for (int h = 0; h < e->nh; h++)
+            for (int64_t rr = 0; rr < KL; rr++)
+                for (int c = 0; c < e->dn; c++)
+                    buf[((int64_t)h * KL + rr) * e->dn + c] = w[(h * hs + c) * KL + rr];
+    } else { /* GG_VB, head h: (dv, KL) = its v rows */
+        for (int h = 0; h < e->nh; h++)
+            memcpy(buf + (int64_t)h * e->dv * KL, w + (h * hs + e->dn) * KL,
+                   (size_t)(e->dv * KL) * sizeof(float));
+    }
 }
 
 mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const char *path,
@@ -312,7 +334,7 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     if (vo && vo->n_tokens != V)
         return mtc_error(MTC_ERR_INTERNAL, "GGUF vocabulary of %d tokens for a model of %d",
                          vo->n_tokens, V);
-    gg_tensor *t = calloc((size_t)(16 * c->num_layers + 8), sizeof *t);
+    gg_tensor *t = calloc((size_t)(24 * c->num_layers + 8), sizeof *t);
     int *byte_of = calloc((size_t)V, sizeof(int));
     if (!t || !byte_of) {
         free(t), free(byte_of);
@@ -330,9 +352,10 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     char k[96];
     /* general: 3; the architecture's: 7 or 13 (file_type included), 3 more for
      * experts; tokenizer: 9 */
-    int moe = c->moe.num_experts > 0;
-    int deepseek = !strcmp(arch, "deepseek");
-    int nkv = 3 + (llama ? 13 : 7) + 3 * moe + 3 * deepseek + 9;
+    int moe = c->moe.num_experts > 0, mla = c->mla.enabled;
+    int deepseek = !strcmp(arch, "deepseek"), qwen2 = !strcmp(arch, "qwen2moe");
+    int nkv =
+        3 + (mla ? gguf_mla_nkv(c) + 1 : (llama ? 13 : 7) + 3 * moe + 3 * deepseek + qwen2) + 9;
     if (vo && vo->model && !strcmp(vo->model, "llama"))
         nkv--; /* no merges (pre: add_space_prefix) */
     nkv += (vo && vo->scores) + (vo && vo->has_unk);
@@ -344,37 +367,43 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     kv_str(&out, "general.name", "mtc");
     kv_u32(&out, "general.alignment", ALIGN);
 #define KA(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
-    kv_u32(&out, KA("context_length"), (uint32_t)c->max_position_embeddings);
-    kv_u32(&out, KA("embedding_length"), (uint32_t)c->hidden_size);
-    kv_u32(&out, KA("feed_forward_length"), /* an MoE model's: the experts' (deepseek: dense) */
-           (uint32_t)(moe && !deepseek ? mtc_model_moe_ffn(c) : c->ffn_hidden_size));
-    if (moe) {
-        kv_u32(&out, KA("expert_count"), (uint32_t)c->moe.num_experts);
-        kv_u32(&out, KA("expert_used_count"), (uint32_t)mtc_moe_topk(&c->moe));
-        kv_u32(&out, KA("expert_feed_forward_length"), (uint32_t)mtc_model_moe_ffn(c));
-    }
-    if (deepseek) {
-        kv_u32(&out, KA("leading_dense_block_count"), (uint32_t)dense_lead(c));
-        kv_u32(&out, KA("expert_shared_count"),
-               (uint32_t)(c->moe.shared_ffn / mtc_model_moe_ffn(c)));
-        kv_f32(&out, KA("expert_weights_scale"), 1.0f);
-    }
-    kv_u32(&out, KA("block_count"), (uint32_t)c->num_layers);
-    kv_u32(&out, KA("attention.head_count"), (uint32_t)c->num_heads);
-    if (llama) {
-        kv_u32(&out, KA("attention.head_count_kv"), (uint32_t)mtc_model_groups(c));
-        kv_f32(&out, KA("attention.layer_norm_rms_epsilon"), mtc_model_norm_eps(c));
-        kv_u32(&out, KA("rope.dimension_count"), (uint32_t)mtc_model_head_size(c));
-        kv_f32(&out, KA("rope.freq_base"), c->rotary_base > 0 ? c->rotary_base : 10000.0f);
-        kv_u32(&out, KA("vocab_size"), (uint32_t)V);
-        kv_u32(&out, KA("attention.key_length"), (uint32_t)mtc_model_head_size(c));
-        kv_u32(&out, KA("attention.value_length"), (uint32_t)mtc_model_head_size(c));
-    } else {
-        kv_f32(&out, KA("attention.layer_norm_epsilon"), mtc_model_norm_eps(c));
-        kv_u32(&out, "general.file_type", f16 ? 1 : 0);
+    if (mla)
+        gguf_mla_kv(&out, c);
+    else {
+        kv_u32(&out, KA("context_length"), (uint32_t)c->max_position_embeddings);
+        kv_u32(&out, KA("embedding_length"), (uint32_t)c->hidden_size);
+        kv_u32(&out, KA("feed_forward_length"), /* an MoE model's: the experts' (deepseek: dense) */
+               (uint32_t)(moe && !deepseek ? mtc_model_moe_ffn(c) : c->ffn_hidden_size));
+        if (moe) {
+            kv_u32(&out, KA("expert_count"), (uint32_t)c->moe.num_experts);
+            kv_u32(&out, KA("expert_used_count"), (uint32_t)mtc_moe_topk(&c->moe));
+            kv_u32(&out, KA("expert_feed_forward_length"), (uint32_t)mtc_model_moe_ffn(c));
+        }
+        if (deepseek) {
+            kv_u32(&out, KA("leading_dense_block_count"), (uint32_t)dense_lead(c));
+            kv_u32(&out, KA("expert_shared_count"),
+                   (uint32_t)(c->moe.shared_ffn / mtc_model_moe_ffn(c)));
+            kv_f32(&out, KA("expert_weights_scale"), 1.0f);
+        }
+        if (qwen2)
+            kv_u32(&out, KA("expert_shared_feed_forward_length"), (uint32_t)c->moe.shared_ffn);
+        kv_u32(&out, KA("block_count"), (uint32_t)c->num_layers);
+        kv_u32(&out, KA("attention.head_count"), (uint32_t)c->num_heads);
+        if (llama) {
+            kv_u32(&out, KA("attention.head_count_kv"), (uint32_t)mtc_model_groups(c));
+            kv_f32(&out, KA("attention.layer_norm_rms_epsilon"), mtc_model_norm_eps(c));
+            kv_u32(&out, KA("rope.dimension_count"), (uint32_t)mtc_model_head_size(c));
+            kv_f32(&out, KA("rope.freq_base"), c->rotary_base > 0 ? c->rotary_base : 10000.0f);
+            kv_u32(&out, KA("vocab_size"), (uint32_t)V);
+            kv_u32(&out, KA("attention.key_length"), (uint32_t)mtc_model_head_size(c));
+            kv_u32(&out, KA("attention.value_length"), (uint32_t)mtc_model_head_size(c));
+        } else {
+            kv_f32(&out, KA("attention.layer_norm_epsilon"), mtc_model_norm_eps(c));
+            kv_u32(&out, "general.file_type", f16 ? 1 : 0);
+        }
     }
 #undef KA
-    if (llama) kv_u32(&out, "general.file_type", f16 ? 1 : 0);
+    if (llama || mla) kv_u32(&out, "general.file_type", f16 ? 1 : 0);
     /* the vocabulary: byte-level BPE without merges */
     int spm = vo && vo->model && !strcmp(vo->model, "llama");
     kv_str(&out, "tokenizer.ggml.model", vo && vo->model ? vo->model : "gpt2");
@@ -418,19 +447,15 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     uint64_t off = 0;
     size_t maxn = 1;
     for (int i = 0; i < nt; i++) {
-        const mtc_param *p = &r->params[t[i].param];
-        int two = p->ndim == 2;
-        int64_t cols = two ? p->shape[1] : 1;
-        int ne = t[i].nexp > 0 ? t[i].nexp : 1;
+        int64_t ne[3];
+        int nd = gg_dims(r, &t[i], ne), half = nd > 1 && f16;
         put_str(&out, t[i].name);
-        put_u32(&out, t[i].nexp > 0 ? 3 : two ? 2 : 1);
-        if (two) put_u64(&out, (uint64_t)cols);
-        put_u64(&out, (uint64_t)t[i].nrows);
-        if (t[i].nexp > 0) put_u64(&out, (uint64_t)t[i].nexp);
-        int half = two && f16;
+        put_u32(&out, (uint32_t)nd);
+        for (int d = 0; d < nd; d++)
+            put_u64(&out, (uint64_t)ne[d]);
         put_u32(&out, half ? 1 : 0);
         put_u64(&out, off);
-        size_t n = (size_t)(t[i].nrows * cols) * (size_t)ne;
+        size_t n = (size_t)ne[0] * (size_t)ne[1] * (size_t)ne[2];
         off += ((uint64_t)n * (half ? 2 : 4) + ALIGN - 1) / ALIGN * ALIGN;
         if (n > maxn) maxn = n;
     }
@@ -441,8 +466,24 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
     uint16_t *h = malloc(maxn * sizeof(uint16_t));
     if (!buf || !h) out.ok = 0;
     for (int i = 0; out.ok && i < nt; i++) {
+        int64_t dims[3];
+        int nd = gg_dims(r, &t[i], dims), half = nd > 1 && f16;
+        if (t[i].kind != GG_PLAIN) { /* deepseek2's k_b / v_b, qwen2moe's gate */
+            gg_special(m, &t[i], buf);
+            size_t n = (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2];
+            size_t bytes = n * (half ? 2 : 4);
+            if (half) {
+                for (size_t j = 0; j < n; j++)
+                    h[j] = mtc_gguf_f32_to_f16(buf[j]);
+                put(&out, h, bytes);
+            } else {
+                put(&out, buf, bytes);
+            }
+            put(&out, zeros, (ALIGN - bytes % ALIGN) % ALIGN);
+            continue;
+        }
         const mtc_param *p = &r->params[t[i].param];
-        int two = p->ndim == 2, half = two && f16, ne = t[i].nexp > 0 ? t[i].nexp : 1;
+        int two = p->ndim == 2, ne = t[i].nexp > 0 ? t[i].nexp : 1;
         int64_t cols = two ? p->shape[1] : 1, rows = t[i].nrows;
         int64_t hd = t[i].heads > 0 ? rows / t[i].heads : 0;
         for (int e = 0; e < ne; e++) {
@@ -465,6 +506,8 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
                     from = head * hd + (j % 2 ? j / 2 + hd / 2 : j / 2);
                 }
                 memcpy(dst + rr * cols, src + from * cols, (size_t)cols * sizeof(float));
+                for (int64_t cc = 0; t[i].scale != 0 && cc < cols; cc++)
+                    dst[rr * cols + cc] *= t[i].scale;
             }
         }
         size_t n = (size_t)(rows * cols) * (size_t)ne, bytes = n * (half ? 2 : 4);

@@ -1,6 +1,8 @@
-/* ckpt/gguf.h - GGUF v3 export for llama.cpp (`gpt2`, `llama`, and for
- * --qk-layernorm models `qwen3` / `qwen3moe` architectures, F32 or F16
- * matrices; 1-D tensors always F32).
+/* ckpt/gguf.h - GGUF v3 export for llama.cpp (`gpt2`, `llama`, for
+ * --qk-layernorm models `qwen3` / `qwen3moe`, for shared-expert MoE models
+ * `qwen2moe` / `deepseek`, for multi-latent attention `deepseek2`
+ * (ckpt/gguf_mla.c) architectures, F32 or F16 matrices; 1-D tensors always
+ * F32; MTP depths left out).
  *
  * File: "GGUF", version 3, tensor count, key/value count, typed key/values
  * (general.*, <arch>.*, tokenizer.ggml.*), tensor infos (name, dims listed

@@ -64,12 +64,10 @@ static mtc_result_t hf_table_build(const mtc_model *m, hf_table *t, const char *
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
     int V = c->vocab_size;
     char n[160], q[128];
-    if (c->mla.enabled)
-        return mtc_error(U, "--multi-latent-attention: mtc does not export DeepSeek-V3's MLA "
-                            "weights yet");
+    if (c->mla.enabled) return hf_dsv3_table(m, t); /* DeepseekV3ForCausalLM (hf_dsv3.c) */
     if (c->mtp_num_layers > 0)
-        return mtc_error(U, "--mtp-num-layers: mtc does not export DeepSeek-V3's MTP layers to "
-                            "Hugging Face yet (train without MTP to export)");
+        return mtc_error(U, "--mtp-num-layers: only DeepseekV3ForCausalLM stores MTP layers "
+                            "(train with --multi-latent-attention, or without MTP, to export)");
     if (c->qk_layernorm && !model_family_is_llama(c))
         return mtc_error(U, "--qk-layernorm: GPT2LMHeadModel has no q/k norms (Qwen3's q_norm / "
                             "k_norm are written for Llama-style models)");
@@ -234,10 +232,12 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
         c->norm_epsilon = jflt(j, &bad, "layer_norm_epsilon", 1e-5);
         c->rotary_base = 10000, c->rotary_percent = 1.0f; /* unused: mtc train's defaults */
     } else if (!strcmp(type, "llama") || !strcmp(type, "mixtral") || !strcmp(type, "qwen2_moe") ||
-               !strcmp(type, "qwen3_moe") || !strcmp(type, "qwen3")) {
+               !strcmp(type, "qwen3_moe") || !strcmp(type, "qwen3") ||
+               !strcmp(type, "deepseek_v3")) {
+        int dsv3 = !strcmp(type, "deepseek_v3"); /* its rope_scaling is MLA's YaRN */
         if (cJSON_IsTrue(cJSON_GetObjectItem(j, "attention_bias")) ||
             cJSON_IsTrue(cJSON_GetObjectItem(j, "mlp_bias")) ||
-            cJSON_IsObject(cJSON_GetObjectItem(j, "rope_scaling")))
+            (!dsv3 && cJSON_IsObject(cJSON_GetObjectItem(j, "rope_scaling"))))
             return mtc_error(MTC_ERR_UNSUPPORTED,
                              "%s: attention_bias, mlp_bias or rope_scaling are not supported",
                              path);
@@ -261,6 +261,9 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
                 return mtc_error(MTC_ERR_UNSUPPORTED,
                                  "%s: use_sliding_window (mtc attends to the whole context)", path);
             c->qk_layernorm = 1;
+        } else if (dsv3) { /* MLA, MoE, MTP (ckpt/hf_dsv3.c) */
+            c->untie_embeddings = !cJSON_IsTrue(cJSON_GetObjectItem(j, "tie_word_embeddings"));
+            MTC_CHECK(hf_dsv3_parse(j, path, c));
         } else if (strcmp(type, "llama")) { /* the MoE classes (ckpt/hf_moe.c) */
             *arch = !strcmp(type, "mixtral")     ? "MixtralForCausalLM"
                     : !strcmp(type, "qwen3_moe") ? "Qwen3MoeForCausalLM"
@@ -268,11 +271,10 @@ static mtc_result_t hf_config_parse(const cJSON *j, const char *path, int seq, i
             MTC_CHECK(hf_moe_parse(j, path, type, c));
         }
     } else {
-        return mtc_error(
-            MTC_ERR_UNSUPPORTED,
-            "%s: model_type %s (mtc imports gpt2, llama, qwen3, mixtral, qwen2_moe and "
-            "qwen3_moe)",
-            path, type);
+        return mtc_error(MTC_ERR_UNSUPPORTED,
+                         "%s: model_type %s (mtc imports gpt2, llama, qwen3, mixtral, qwen2_moe, "
+                         "qwen3_moe and deepseek_v3)",
+                         path, type);
     }
     c->vocab_size = jint(j, &bad, "vocab_size", 0);
     c->init_std = jflt(j, &bad, "initializer_range", 0.02);
@@ -619,8 +621,10 @@ static double hf_file_bytes(const char *dir, const cJSON *wm) {
 
 /* A tensor named in `names` (a header or a weight_map) that the model has
  * no place for. */
-static mtc_result_t hf_unused(const cJSON *names, const hf_table *t, int untied,
-                              const char *where) {
+static mtc_result_t hf_unused(const cJSON *names, const hf_table *t, int untied, const char *where,
+                              const mtc_model_config *c) {
+    /* config.json's own name of the layer count: GPT-2's n_layer, num_hidden_layers elsewhere */
+    const char *layers = c->position_embedding != MTC_POS_LEARNED ? "num_hidden_layers" : "n_layer";
     const cJSON *e;
     cJSON_ArrayForEach(e, names) {
         if (!strcmp(e->string, "__metadata__") || ckpt_st_ignorable(e->string, !untied)) continue;
@@ -631,10 +635,36 @@ static mtc_result_t hf_unused(const cJSON *names, const hf_table *t, int untied,
             return mtc_error(MTC_ERR_FORMAT,
                              "%s holds tensor %s, which the model config.json describes has no "
                              "place for (config.json does not match the weights: check "
-                             "num_hidden_layers and the architecture)",
-                             where, e->string);
+                             "%s and the architecture)",
+                             where, e->string, layers);
     }
     return MTC_OK;
+}
+
+/* Does the folder hold tensor `name` (in the index's weight_map, or in
+ * model.safetensors's header, read alone)? */
+static int hf_has_tensor(const char *dir, const cJSON *wm, const char *name) {
+    if (wm) return cJSON_GetObjectItem(wm, name) != NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "rb");
+    unsigned char len8[8];
+    uint64_t n = 0;
+    int has = 0;
+    if (f && fread(len8, 1, 8, f) == 8) {
+        for (int k = 0; k < 8; k++)
+            n |= (uint64_t)len8[k] << (8 * k);
+        char *h = n <= 100000000 ? malloc((size_t)n + 1) : NULL;
+        if (h && fread(h, 1, (size_t)n, f) == (size_t)n) {
+            h[n] = 0;
+            cJSON *j = cJSON_Parse(h);
+            has = cJSON_GetObjectItem(j, name) != NULL;
+            cJSON_Delete(j);
+        }
+        free(h);
+    }
+    if (f) fclose(f);
+    return has;
 }
 
 mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mtc_model **out,
@@ -663,6 +693,14 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
         wm = cJSON_GetObjectItem(idx, "weight_map");
         if (rc == MTC_OK && !cJSON_IsObject(wm))
             rc = mtc_error(MTC_ERR_FORMAT, "%s has no weight_map", path);
+    }
+    /* DeepSeek-V3's MTP depths: a folder saved by transformers (which drops
+     * them at load) keeps num_nextn_predict_layers without the tensors;
+     * it is then the main model alone */
+    if (rc == MTC_OK && cfg.mtp_num_layers > 0) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", cfg.num_layers);
+        if (!hf_has_tensor(dir, wm, name)) cfg.mtp_num_layers = 0;
     }
     /* a config.json describing more weights than the files hold is refused
      * before the model is allocated */
@@ -701,7 +739,7 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
         }
         snprintf(path, sizeof path, "%s/%s", dir, file);
         if (strcmp(path, f.path)) {
-            if (f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path);
+            if (f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path, &m->cfg);
             st_close(&f);
             if (rc == MTC_OK) rc = mtc_infile_inside(path, dir); /* no link out of the folder */
             if (rc == MTC_OK) rc = st_open(path, &f);
@@ -737,9 +775,10 @@ mtc_result_t mtc_hf_import(const char *dir, int seq_length, int divisible_by, mt
     }
     /* every stored tensor has its place in the model (a config.json with
      * fewer layers than the weights once dropped the rest silently) */
-    if (rc == MTC_OK && f.header) rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path);
+    if (rc == MTC_OK && f.header)
+        rc = hf_unused(f.header, &t, m->cfg.untie_embeddings, f.path, &m->cfg);
     if (rc == MTC_OK && wm)
-        rc = hf_unused(wm, &t, m->cfg.untie_embeddings, "model.safetensors.index.json");
+        rc = hf_unused(wm, &t, m->cfg.untie_embeddings, "model.safetensors.index.json", &m->cfg);
     st_close(&f);
     cJSON_Delete(idx);
     free(buf), free(t.v);

@@ -3,7 +3,9 @@
  * generation_config.json (hf_config.c), for GPT2LMHeadModel,
  * LlamaForCausalLM, Qwen3ForCausalLM (Llama with --qk-layernorm: q_norm /
  * k_norm), and Llama-style MoE models as MixtralForCausalLM,
- * Qwen2MoeForCausalLM or Qwen3MoeForCausalLM (hf_moe.c).
+ * Qwen2MoeForCausalLM or Qwen3MoeForCausalLM (hf_moe.c), and
+ * multi-latent attention models (MTP depths included) as
+ * DeepseekV3ForCausalLM (hf_dsv3.c).
  *
  * safetensors: 8-byte little-endian header length N, N bytes of JSON
  * (padded with spaces to a multiple of 8) mapping each name to

@@ -13,6 +13,7 @@
 
 #include "ckpt/hf.h"
 #include "ckpt/hf_internal.h"
+#include "ckpt/onnx.h"
 #include "model/family.h"
 
 /* A float as the shortest decimal that reads back as the same float: the
@@ -62,13 +63,21 @@ static cJSON *hf_config(const mtc_model *m, const mtc_hf_config_opts *o) {
         cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
     } else {
         const char *cls = "LlamaForCausalLM", *type = "llama";
-        if (c->moe.num_experts > 0) /* checked by the table already */
+        int tjs_mla = c->mla.enabled && o && o->tjs_dtype; /* see below */
+        if (c->mla.enabled)
+            cls = "DeepseekV3ForCausalLM", type = "deepseek_v3";
+        else if (c->moe.num_experts > 0) /* checked by the table already */
             (void)hf_moe_check(m, o ? o->arch : NULL, &cls, &type);
         else if (c->qk_layernorm)
             cls = "Qwen3ForCausalLM", type = "qwen3";
         const char *moe_cls = cls;
-        if (c->moe.num_experts > 0 && o && o->tjs_dtype) { /* see hf.h */
+        if (c->moe.num_experts > 0 && !c->mla.enabled && o && o->tjs_dtype) { /* see hf.h */
             cJSON_AddStringToObject(j, "mtc_moe_architecture", cls);
+            cls = "LlamaForCausalLM", type = "llama";
+        }
+        if (tjs_mla) { /* transformers.js 3.x has no DeepSeek-V3: the ONNX graph holds MLA, the
+                          config sizes the cache (NH heads of mtc_onnx_head_dim) */
+            cJSON_AddStringToObject(j, "mtc_architecture", cls);
             cls = "LlamaForCausalLM", type = "llama";
         }
         cJSON_AddItemToArray(arch, cJSON_CreateString(cls));
@@ -89,7 +98,11 @@ static cJSON *hf_config(const mtc_model *m, const mtc_hf_config_opts *o) {
         cJSON_AddBoolToObject(j, "mlp_bias", 0);
         cJSON_AddNullToObject(j, "rope_scaling");
         hf_add_float(j, "attention_dropout", c->attention_dropout);
-        if (c->moe.num_experts > 0) hf_moe_config(m, moe_cls, j);
+        if (c->mla.enabled) hf_dsv3_config(m, j);
+        if (tjs_mla)
+            cJSON_ReplaceItemInObject(j, "head_dim", cJSON_CreateNumber(mtc_onnx_head_dim(c)));
+        else if (c->moe.num_experts > 0)
+            hf_moe_config(m, moe_cls, j);
         if (c->moe.num_experts == 0 && c->qk_layernorm) { /* Qwen3Config */
             cJSON_AddBoolToObject(j, "use_sliding_window", 0);
             cJSON_AddNullToObject(j, "sliding_window");

@@ -52,4 +52,15 @@ void hf_moe_config(const mtc_model *m, const char *cls, cJSON *j);
  * Llama ones are read by the caller); UNSUPPORTED for what mtc lacks. */
 mtc_result_t hf_moe_parse(const cJSON *j, const char *path, const char *type, mtc_model_config *c);
 
+/* ---- hf_dsv3.c ---- */
+/* Can DeepseekV3ForCausalLM hold MLA model m? UNSUPPORTED naming the setting. */
+mtc_result_t hf_dsv3_check(const mtc_model *m);
+/* The whole table of MLA model m (the MTP depths as layers L..L+D-1). */
+mtc_result_t hf_dsv3_table(const mtc_model *m, hf_table *t);
+/* config.json's DeepSeek-V3 fields over the Llama ones already in j. */
+void hf_dsv3_config(const mtc_model *m, cJSON *j);
+/* config.json of model_type deepseek_v3 into c's MLA, MoE and MTP fields
+ * (the Llama ones are read by the caller). */
+mtc_result_t hf_dsv3_parse(const cJSON *j, const char *path, mtc_model_config *c);
+
 #endif

@@ -8,9 +8,12 @@
  *   mask (B, 1, S, T): key j <= past + query i, and attention_mask[b, j] = 1,
  *   added as 0 / -1e9 to the scores.
  * Linear weights are stored transposed, (in, out), as MatMul's right side.
+ * Multi-latent attention (attention_mla) keeps (B, NH, T, HSa) caches of
+ * heads padded with zeros to HSa = max(dqk + dpe, dv).
  * Limitations: MoE runs every expert on every token (the router's top-k
  * weights are zero for the others), so its cost is E / k times the
- * routed one; capacity dropping and group-limited routing are refused. */
+ * routed one; capacity dropping is refused, group-limited routing is
+ * in the graph for the sigmoid router only. */
 #include "ckpt/onnx.h"
 
 #include <errno.h>
@@ -145,10 +148,20 @@ static const char *heads(ox_ctx *x, const char *v, const char *shape) {
                    ints("perm", perm, 4, &a), 1);
 }
 
-/* t * cos + rotate_half(t) * sin on (B, H, S, HS) */
+/* t * cos + rotate_half(t) * sin on (B, H, S, HS); MLA's rotary part
+ * (HS = qk-pos-emb-head-dim) is de-interleaved first (nn/yarn.h). */
 static const char *rope(ox_ctx *x, const char *t) {
     ox_graph *g = &x->g;
-    int64_t HS = mtc_model_head_size(&x->m->cfg), sp[2] = {HS / 2, HS / 2};
+    const mtc_model_config *c = &x->m->cfg;
+    int64_t HS = c->mla.enabled ? c->mla.qk_pos_emb_head_dim : mtc_model_head_size(c);
+    int64_t sp[2] = {HS / 2, HS / 2};
+    if (c->mla.enabled) { /* [x0 x2 .. | x1 x3 ..] */
+        int64_t idx[1024];
+        for (int64_t j = 0; j < HS; j++)
+            idx[j] = j < HS / 2 ? 2 * j : 2 * (j - HS / 2) + 1;
+        ox_attr ga;
+        t = ox_op2a(g, "Gather", t, ox_const_i64(g, idx, (int)HS, 1), aint("axis", -1, &ga), 1);
+    }
     const char *in[2] = {t, ox_const_i64(g, sp, 2, 1)}, *out[2] = {NULL, NULL};
     ox_attr a;
     ox_node(g, "Split", 2, in, 2, out, aint("axis", -1, &a), 1);
@@ -208,6 +221,97 @@ static const char *attention(ox_ctx *x, int l, const char *h) {
                   L->w[MTC_ROLE_PROJ_B], C, QD);
 }
 
+/* The last axis of t padded with zeros from n to N channels (N > n). */
+static const char *pad_last(ox_ctx *x, const char *t, int64_t n, int64_t N) {
+    (void)n;
+    int64_t pads[8] = {0, 0, 0, 0, 0, 0, 0, N - n};
+    const char *in[2] = {t, ox_const_i64(&x->g, pads, 8, 1)};
+    return ox_node(&x->g, "Pad", 2, in, 1, NULL, NULL, 0);
+}
+
+/* Multi-latent attention (model/mla.h): heads padded with zeros to HSa =
+ * max(dqk + dpe, dv) channels (the scores and outputs are unchanged), so
+ * the cache is (B, NH, T, HSa) for keys and values alike, the shape
+ * transformers.js allocates from config.json's head_dim. */
+static const char *attention_mla(ox_ctx *x, int l, const char *h) {
+    const mtc_model_config *c = &x->m->cfg;
+    const mtc_mla_config *ml = &c->mla;
+    const mtc_model_layer *L = &x->m->layers[l];
+    ox_graph *g = &x->g;
+    int64_t C = c->hidden_size, NH = c->num_heads, dn = ml->qk_head_dim;
+    int64_t dr = ml->qk_pos_emb_head_dim, dv = ml->v_head_dim, Dq = dn + dr, KL = ml->kv_lora_rank;
+    int64_t QL = ml->q_lora_rank, HSa = Dq > dv ? Dq : dv;
+    char n[200];
+    const char *fmt = "model.layers.%d.self_attn.%s";
+    const char *q;
+    if (QL > 0) {
+        q = linear(x, h, pname(fmt, l, "q_a_proj", n, sizeof n), L->w[MTC_ROLE_MLA_QD_W], NULL, QL,
+                   C);
+        q = norm_n(x, q, pname(fmt, l, "q_a_layernorm", n, sizeof n), L->w[MTC_ROLE_MLA_QN_W],
+                   L->w[MTC_ROLE_MLA_QN_B], QL);
+        q = linear(x, q, pname(fmt, l, "q_b_proj", n, sizeof n), L->w[MTC_ROLE_MLA_QU_W], NULL,
+                   NH * Dq, QL);
+    } else {
+        q = linear(x, h, pname(fmt, l, "q_proj", n, sizeof n), L->w[MTC_ROLE_MLA_Q_W], NULL,
+                   NH * Dq, C);
+    }
+    int64_t shq[4] = {0, 0, NH, Dq}, shkv[4] = {0, 0, NH, dn + dv};
+    q = heads(x, q, ox_const_i64(g, shq, 4, 1)); /* (B, NH, S, Dq) */
+    ox_attr a[2];
+    int64_t sp[2] = {dn, dr};
+    const char *in[2] = {q, ox_const_i64(g, sp, 2, 1)}, *qs[2] = {NULL, NULL};
+    ox_node(g, "Split", 2, in, 2, qs, aint("axis", -1, &a[0]), 1);
+    const char *kva = linear(x, h, pname(fmt, l, "kv_a_proj_with_mqa", n, sizeof n),
+                             L->w[MTC_ROLE_MLA_KVD_W], NULL, KL + dr, C);
+    int64_t sp2[2] = {KL, dr};
+    const char *in2[2] = {kva, ox_const_i64(g, sp2, 2, 1)}, *ks[2] = {NULL, NULL};
+    ox_node(g, "Split", 2, in2, 2, ks, aint("axis", -1, &a[0]), 1);
+    const char *lat = norm_n(x, ks[0], pname(fmt, l, "kv_a_layernorm", n, sizeof n),
+                             L->w[MTC_ROLE_MLA_KVN_W], L->w[MTC_ROLE_MLA_KVN_B], KL);
+    const char *kv = linear(x, lat, pname(fmt, l, "kv_b_proj", n, sizeof n),
+                            L->w[MTC_ROLE_MLA_KVU_W], NULL, NH * (dn + dv), KL);
+    kv = heads(x, kv, ox_const_i64(g, shkv, 4, 1)); /* (B, NH, S, dn + dv) */
+    int64_t sp3[2] = {dn, dv};
+    const char *in3[2] = {kv, ox_const_i64(g, sp3, 2, 1)}, *kvs[2] = {NULL, NULL};
+    ox_node(g, "Split", 2, in3, 2, kvs, aint("axis", -1, &a[0]), 1);
+    static const int64_t ax1[1] = {1};
+    const char *uin[2] = {ks[1], ox_const_i64(g, ax1, 1, 1)};
+    const char *kp = rope(x, ox_node(g, "Unsqueeze", 2, uin, 1, NULL, NULL, 0)); /* (B, 1, S, dr) */
+    int64_t rep[4] = {1, NH, 1, 1};
+    kp = ox_op2(g, "Expand", kp, ox_const_i64(g, rep, 4, 1)); /* shared by every head */
+    const char *qc[2] = {qs[0], rope(x, qs[1])}, *kc[2] = {kvs[0], kp};
+    q = ox_node(g, "Concat", 2, qc, 1, NULL, aint("axis", -1, &a[0]), 1);
+    const char *k = ox_node(g, "Concat", 2, kc, 1, NULL, aint("axis", -1, &a[0]), 1);
+    const char *v = kvs[1];
+    if (HSa > Dq) q = pad_last(x, q, Dq, HSa), k = pad_last(x, k, Dq, HSa);
+    if (HSa > dv) v = pad_last(x, v, dv, HSa);
+    const char *kvp[2] = {k, v};
+    for (int j = 0; j < 2; j++) {
+        const char *cat[2] = {ox_name(g, "past_key_values.%d.%s", l, j ? "value" : "key"), kvp[j]};
+        const char *pres = ox_name(g, "present.%d.%s", l, j ? "value" : "key");
+        ox_node(g, "Concat", 2, cat, 1, &pres, aint("axis", 2, &a[0]), 1);
+        kvp[j] = pres;
+    }
+    static const int64_t pt[4] = {0, 1, 3, 2}, back[4] = {0, 2, 1, 3};
+    const char *kt = ox_op1a(g, "Transpose", kvp[0], ints("perm", pt, 4, &a[0]), 1);
+    const char *sc =
+        ox_op2(g, "Mul", ox_op2(g, "MatMul", q, kt), f32(x, model_mla_softmax_scale(ml)));
+    const char *p =
+        ox_op1a(g, "Softmax", ox_op2(g, "Add", sc, x->mask), aint("axis", -1, &a[0]), 1);
+    const char *ctx = ox_op2(g, "MatMul", p, kvp[1]); /* (B, NH, S, HSa) */
+    if (HSa > dv) {
+        int64_t z = 0, e = dv, ax = -1;
+        const char *sl[4] = {ctx, ox_const_i64(g, &z, 1, 1), ox_const_i64(g, &e, 1, 1),
+                             ox_const_i64(g, &ax, 1, 1)};
+        ctx = ox_node(g, "Slice", 4, sl, 1, NULL, NULL, 0);
+    }
+    ctx = ox_op1a(g, "Transpose", ctx, ints("perm", back, 4, &a[0]), 1);
+    int64_t flat[3] = {0, 0, NH * dv};
+    ctx = ox_op2(g, "Reshape", ctx, ox_const_i64(g, flat, 3, 1));
+    return linear(x, ctx, pname(fmt, l, "o_proj", n, sizeof n), L->w[MTC_ROLE_PROJ_W],
+                  L->w[MTC_ROLE_PROJ_B], C, NH * dv);
+}
+
 static const char *mlp(ox_ctx *x, const char *h, const char *name, const float *w1, const float *b1,
                        const float *w2, const float *b2, int64_t F) {
     int64_t C = x->m->cfg.hidden_size, F1 = x->m->cfg.swiglu ? 2 * F : F;
@@ -249,6 +353,33 @@ static const char *experts_b(ox_ctx *x, const char *name, float *const *b, int E
     return nm;
 }
 
+/* Group-limited routing as Megatron's (moe/router.c): each of the G groups
+ * ranked by the sum of its top topk / group_topk scores, the experts outside
+ * the best group_topk groups set to -1e30 before the top-k. s (B, S, E). */
+static const char *group_mask(ox_ctx *x, const char *s, const mtc_moe_config *mc, int E) {
+    ox_graph *g = &x->g;
+    int G = mc->num_groups, TG = mc->group_topk, kg = mtc_moe_topk(mc) / TG;
+    ox_attr a;
+    int64_t sh[4] = {0, 0, G, E / G};
+    const char *r = ox_op2(g, "Reshape", s, ox_const_i64(g, sh, 4, 1)); /* (B, S, G, E/G) */
+    const char *tin[2] = {r, i64(x, kg)}, *tk[2] = {NULL, NULL};
+    ox_node(g, "TopK", 2, tin, 2, tk, aint("axis", -1, &a), 1);
+    static const int64_t last[1] = {-1};
+    const char *rin[2] = {tk[0], ox_const_i64(g, last, 1, 1)};
+    const char *gs = ox_node(g, "ReduceSum", 2, rin, 1, NULL, aint("keepdims", 0, &a), 1);
+    const char *gin[2] = {gs, i64(x, TG)}, *gt[2] = {NULL, NULL};
+    ox_node(g, "TopK", 2, gin, 2, gt, aint("axis", -1, &a), 1); /* (B, S, TG) */
+    const char *ones = ox_op2(g, "Add", ox_op2(g, "Mul", gt[0], f32(x, 0.0f)), f32(x, 1.0f));
+    const char *sin3[3] = {ox_op2(g, "Mul", gs, f32(x, 0.0f)), gt[1], ones};
+    const char *gm = ox_node(g, "ScatterElements", 3, sin3, 1, NULL, aint("axis", -1, &a), 1);
+    const char *uin[2] = {gm, ox_const_i64(g, last, 1, 1)};
+    gm = ox_node(g, "Unsqueeze", 2, uin, 1, NULL, NULL, 0); /* (B, S, G, 1) */
+    gm = ox_op2(g, "Expand", gm, ox_op1(g, "Shape", r));
+    gm = ox_op2(g, "Reshape", gm, ox_op1(g, "Shape", s));
+    const char *w[3] = {ox_op1a(g, "Cast", gm, aint("to", OX_BOOL, &a), 1), s, f32(x, -1e30f)};
+    return ox_node(g, "Where", 3, w, 1, NULL, NULL, 0);
+}
+
 /* Router top-k weights as a dense (B, S, E) matrix, then every expert on
  * every token: sum_e w[., e] * expert_e(h). */
 static const char *moe(ox_ctx *x, int l, const char *h) {
@@ -277,6 +408,8 @@ static const char *moe(ox_ctx *x, int l, const char *h) {
             tin[0] = ox_op2(g, "Add", sg,
                             vec(x, pname(fmt, l, "mlp.router.expert_bias", n, sizeof n),
                                 L->w[MTC_ROLE_EXPERT_BIAS], E));
+        if (mc->num_groups > 0 && mc->group_topk > 0 && mc->group_topk < mc->num_groups)
+            tin[0] = group_mask(x, tin[0], mc, E);
         tin[1] = i64(x, k);
         ox_node(g, "TopK", 2, tin, 2, top, aint("axis", -1, &a[0]), 1);
         wts = ox_op2a(g, "GatherElements", sg, top[1], aint("axis", -1, &a[0]), 1);
@@ -363,12 +496,15 @@ static void prologue(ox_ctx *x) {
     x->mask = ox_node(g, "Where", 3, w, 1, NULL, NULL, 0);
     int64_t HS = mtc_model_head_size(c);
     int64_t sq4[4] = {0, 0, c->num_heads, HS}, kv4[4] = {0, 0, mtc_model_groups(c), HS};
-    x->shape_q = ox_const_i64(g, sq4, 4, 1), x->shape_kv = ox_const_i64(g, kv4, 4, 1);
+    if (!c->mla.enabled) /* MLA shapes its own heads (an unused constant makes ORT warn) */
+        x->shape_q = ox_const_i64(g, sq4, 4, 1), x->shape_kv = ox_const_i64(g, kv4, 4, 1);
     if (c->position_embedding == MTC_POS_ROPE) {
         const nn_rope_table *t = &x->m->rope;
-        int64_t d[2] = {t->max_pos, t->rot / 2};
-        const char *tab[2] = {ox_init_f32(g, "rope.cos", d, 2, t->cos, 0),
-                              ox_init_f32(g, "rope.sin", d, 2, t->sin, 0)};
+        const nn_yarn_table *y = &x->m->yarn; /* MLA's rotation, concentration included */
+        int mla = c->mla.enabled;
+        int64_t d[2] = {mla ? y->max_pos : t->max_pos, mla ? y->D / 2 : t->rot / 2};
+        const char *tab[2] = {ox_init_f32(g, "rope.cos", d, 2, mla ? y->cos : t->cos, 0),
+                              ox_init_f32(g, "rope.sin", d, 2, mla ? y->sin : t->sin, 0)};
         const char **dst[2] = {&x->cos, &x->sin};
         for (int j = 0; j < 2; j++) { /* (B, S, HS/2) -> (B, 1, S, HS) */
             const char *gt = ox_op2(g, "Gather", tab[j], "position_ids");
@@ -382,8 +518,9 @@ static void prologue(ox_ctx *x) {
 
 static mtc_result_t check(const mtc_model_config *c) {
     const mtc_result_t U = MTC_ERR_UNSUPPORTED;
-    if (c->mla.enabled)
-        return mtc_error(U, "--multi-latent-attention: the ONNX export has no MLA graph yet");
+    if (c->mla.enabled && c->mla.qk_pos_emb_head_dim > 1024)
+        return mtc_error(U, "qk-pos-emb-head-dim=%d: the ONNX graph's rotation holds 1024",
+                         c->mla.qk_pos_emb_head_dim);
     if (c->position_embedding == MTC_POS_ROPE &&
         (c->rotary_interleaved || (c->rotary_percent > 0 && c->rotary_percent != 1.0f)))
         return mtc_error(U, "the ONNX export rotates whole heads by halves: this model has "
@@ -394,15 +531,21 @@ static mtc_result_t check(const mtc_model_config *c) {
                          "(dropless, every expert on every token) does not: export a dropless "
                          "model",
                          (double)c->moe.capacity_factor);
-    if (c->moe.num_experts > 0 && c->moe.num_groups > 0)
+    if (c->moe.num_experts > 0 && c->moe.num_groups > 0 && c->moe.score != MOE_SCORE_SIGMOID)
         return mtc_error(U,
-                         "moe-router-num-groups=%d (group-limited routing) is not in the ONNX "
-                         "graph",
+                         "moe-router-num-groups=%d with a softmax router (group-limited routing "
+                         "is in the ONNX graph for the sigmoid router only)",
                          c->moe.num_groups);
     return MTC_OK;
 }
 
 mtc_result_t mtc_onnx_supported(const mtc_model *m) { return check(&m->cfg); }
+
+int mtc_onnx_head_dim(const mtc_model_config *c) {
+    if (!c->mla.enabled) return mtc_model_head_size(c);
+    int dq = c->mla.qk_head_dim + c->mla.qk_pos_emb_head_dim;
+    return dq > c->mla.v_head_dim ? dq : c->mla.v_head_dim;
+}
 
 int mtc_onnx_needs_external(const mtc_model *m, int f16, int64_t limit) {
     double bytes = (double)m->reg.total * (f16 ? 2 : 4);
@@ -423,8 +566,8 @@ mtc_result_t mtc_onnx_export(const mtc_model *m, const char *path, const mtc_onn
         if (!ext) return mtc_error(MTC_ERR_IO, "cannot write %s: %s", ext_path, strerror(errno));
         ox_external(g, ext, slash ? ext_path + (slash - path) + 1 : ext_path);
     }
-    int64_t C = c->hidden_size, V = c->vocab_size, HS = mtc_model_head_size(c);
-    int64_t KVH = mtc_model_groups(c);
+    int64_t C = c->hidden_size, V = c->vocab_size, HS = mtc_onnx_head_dim(c);
+    int64_t KVH = c->mla.enabled ? c->num_heads : mtc_model_groups(c);
     int llama = model_family_is_llama(c);
     const mtc_registry *r = &m->reg;
     const char *sym[4] = {"batch_size", "sequence_length", "past_sequence_length", "head"};
@@ -461,7 +604,7 @@ mtc_result_t mtc_onnx_export(const mtc_model *m, const char *path, const mtc_onn
         char n[200];
         const char *a = norm(&x, h, pname(fmt, l, "norm1", n, sizeof n), L->w[MTC_ROLE_NORM1_W],
                              L->w[MTC_ROLE_NORM1_B]);
-        h = ox_op2(g, "Add", h, attention(&x, l, a));
+        h = ox_op2(g, "Add", h, c->mla.enabled ? attention_mla(&x, l, a) : attention(&x, l, a));
         a = norm(&x, h, pname(fmt, l, "norm2", n, sizeof n), L->w[MTC_ROLE_NORM2_W],
                  L->w[MTC_ROLE_NORM2_B]);
         const char *y = L->xw ? moe(&x, l, a)

@@ -1,4 +1,5 @@
-/* ckpt/onnx.h - ONNX export of a decoder (GPT-2, Llama, their MoE forms)
+/* ckpt/onnx.h - ONNX export of a decoder (GPT-2, Llama, their MoE forms,
+ * multi-latent attention with KVH = NH and HS = mtc_onnx_head_dim)
  * as the graph Hugging Face's Optimum exports and transformers.js runs:
  *
  *   inputs   input_ids (batch, seq) int64, attention_mask (batch, total)
@@ -37,6 +38,9 @@ int mtc_onnx_needs_external(const mtc_model *m, int f16, int64_t limit);
 
 /* MTC_OK when the graph can hold model m, else UNSUPPORTED naming why. */
 mtc_result_t mtc_onnx_supported(const mtc_model *m);
+/* The head size of the graph's key/value cache: the model's, or for MLA
+ * max(qk-head-dim + qk-pos-emb-head-dim, v-head-dim) (heads padded). */
+int mtc_onnx_head_dim(const mtc_model_config *c);
 /* Writes the graph of serial model m to path (one .onnx file). */
 mtc_result_t mtc_onnx_export(const mtc_model *m, const char *path, const mtc_onnx_export_opts *o);
 

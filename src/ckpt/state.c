@@ -252,7 +252,9 @@ mtc_result_t mtc_ckpt_config_parse(const cJSON *j, const char *path, mtc_model_c
 #define GET(f, flag)                                                                               \
     x = cJSON_GetObjectItem(j, #f);                                                                \
     if (!cJSON_IsNumber(x))                                                                        \
-        return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration lacks %s", path, #f);        \
+        return mtc_error(MTC_ERR_FORMAT, "%s: the model configuration %s %s%s", path,              \
+                         x ? "holds a non-number" : "lacks", #f,                                   \
+                         x ? " (a corrupted checkpoint)" : "");                                    \
     if (!cfg_number_fits(x->valuedouble, (__typeof__(c->f))0.5 == 0))                              \
         return mtc_error(MTC_ERR_FORMAT,                                                           \
                          "%s: the model configuration holds %s=%g, which is not %s (a "            \

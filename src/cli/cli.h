@@ -30,9 +30,11 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_env_check(void);
 /* The environment's defaults of the objects a command configures, read at
  * this edge only (cli_env.c): the launch's abort hook (ends the process
- * when the comm watchdog fires) and, when o->timeout_s is 0,
- * MTC_COMM_TIMEOUT seconds; MTC_CKPT_FAULT_AFTER (tests' fault injection:
- * the checkpoint writer's, 0 = none). */
+ * when the comm watchdog fires), MTC_COMM_TIMEOUT seconds when
+ * o->timeout_s is 0, MTC_COMM_ALGO when o->algo_spec is NULL, MTC_SHM_SPIN
+ * / MTC_SHM_YIELD (o->shm_tuning) and MTC_COMM_CHECK=0 (o->no_comm_check);
+ * MTC_CKPT_FAULT_AFTER (tests' fault injection: the checkpoint writer's,
+ * 0 = none). */
 void cli_launch_defaults(mtc_launch_opts *o);
 long cli_ckpt_fault_after(void);
 /* "mtc CMD: error: <detail> (<advice for rc>)" on stderr; returns 1. */

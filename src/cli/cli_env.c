@@ -5,7 +5,8 @@
  * Only the variables mtc reads are checked; other MTC_* names (a test's
  * MTC=..., MTC_SOURCE_DIR) are not mtc's and pass. The ones that set a
  * library object's default are read here only (cli_launch_defaults:
- * MTC_COMM_TIMEOUT; cli_ckpt_fault_after: MTC_CKPT_FAULT_AFTER). */
+ * MTC_COMM_TIMEOUT, MTC_COMM_ALGO, MTC_SHM_SPIN, MTC_SHM_YIELD,
+ * MTC_COMM_CHECK; cli_ckpt_fault_after: MTC_CKPT_FAULT_AFTER). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,9 +75,20 @@ static void cli_abort_hook(mtc_result_t rc, const char *report, void *arg) {
 }
 
 void cli_launch_defaults(mtc_launch_opts *o) {
+    /* every value below was checked by cli_env_check */
+    static mtc_shm_tuning shm; /* the one launch of a command reads it during the call */
     o->abort_hook = cli_abort_hook, o->abort_arg = NULL;
-    const char *v = getenv("MTC_COMM_TIMEOUT"); /* checked by cli_env_check */
+    const char *v = getenv("MTC_COMM_TIMEOUT");
     if (o->timeout_s <= 0 && v && v[0]) o->timeout_s = strtod(v, NULL);
+    if (!o->algo_spec && (v = getenv("MTC_COMM_ALGO")) && v[0]) o->algo_spec = v;
+    const char *spin = getenv("MTC_SHM_SPIN"), *yield = getenv("MTC_SHM_YIELD");
+    if (!o->shm_tuning && ((spin && spin[0]) || (yield && yield[0]))) {
+        shm.spin_iters = spin && spin[0] ? atoi(spin) : -1;
+        shm.yield_iters = yield && yield[0] ? atoi(yield) : -1;
+        o->shm_tuning = &shm;
+    }
+    v = getenv("MTC_COMM_CHECK");
+    if (v && !strcmp(v, "0")) o->no_comm_check = 1;
 }
 
 long cli_ckpt_fault_after(void) {

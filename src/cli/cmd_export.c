@@ -181,9 +181,10 @@ int cli_cmd_export(int argc, char **argv) {
     int st = cli_parse("export", "--load DIR --format safetensors|gguf|onnx --out PATH [options]",
                        "Export a checkpoint's weights for Hugging Face transformers "
                        "(GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
-                       "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM), llama.cpp (GGUF: gpt2, llama, "
-                       "qwen3, qwen3moe, deepseek) or ONNX Runtime / transformers.js "
-                       "(docs/deployment.md).",
+                       "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM with its "
+                       "MTP layers), llama.cpp (GGUF: gpt2, llama, qwen3, qwen3moe, qwen2moe, "
+                       "deepseek, deepseek2) or ONNX Runtime / transformers.js; GGUF and ONNX "
+                       "hold the main model without MTP depths (docs/deployment.md).",
                        args, nargs, argc, argv);
     if (st >= 0) return st;
     if (!load || !format || !out)
@@ -229,6 +230,15 @@ int cli_cmd_export(int argc, char **argv) {
     mtc_outdir od;
     mtc_result_t rc = mtc_model_init(&info.cfg, 1, 1, NULL, &m);
     if (rc == MTC_OK) rc = mtc_ckpt_load(m, load, &info);
+    /* MTP depths serve training only: inference runs the main model, and
+     * Hugging Face (DeepseekV3ForCausalLM drops them at load) and llama.cpp's
+     * converter leave them out; only the safetensors folder keeps them */
+    int mtp = info.cfg.mtp_num_layers;
+    if (rc == MTC_OK && mtp > 0 && (gguf || onnx) && (gguf || mtc_onnx_supported(m) == MTC_OK))
+        fprintf(stderr,
+                "mtc export: note: the %d MTP depth(s) are left out of the %s export (inference "
+                "runs the main model; --format safetensors keeps them)\n",
+                mtp, format);
     if (rc == MTC_OK && gguf) {
         mtc_gguf_export_opts go = {.f16 = half};
         if (tok && data_tok_kind_of(tok) != DATA_TOK_NULL &&
@@ -246,9 +256,13 @@ int cli_cmd_export(int argc, char **argv) {
         /* mtc_tokenizer.txt names the folder's own tokenizer files, no path */
         char form[MTC_CKPT_TOKENIZER_MAX];
         rc = mtc_ckpt_tok_export_form(info.tokenizer, form, sizeof form);
-        if (rc == MTC_OK)
-            rc = onnx ? onnx_folder(m, od.tmp, half, shard, &co)
-                      : mtc_hf_export(m, form, od.tmp, &ho);
+        if (rc == MTC_OK && onnx) {
+            m->cfg.mtp_num_layers = 0; /* the main model's graph and config.json */
+            rc = onnx_folder(m, od.tmp, half, shard, &co);
+            m->cfg.mtp_num_layers = mtp;
+        } else if (rc == MTC_OK) {
+            rc = mtc_hf_export(m, form, od.tmp, &ho);
+        }
         if (rc == MTC_OK) /* tokenizer.model (tiktoken.json) as it is, beside tokenizer.json */
             rc = mtc_ckpt_tok_copy_model(info.tokenizer, od.tmp);
         if (rc == MTC_OK && tok) {
@@ -291,10 +305,9 @@ int cli_cmd_import(int argc, char **argv) {
     int st =
         cli_parse("import", "--load HF_DIR --save DIR [options]",
                   "Build an mtc checkpoint (iteration 0, no optimizer state) from a Hugging "
-                  "Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE folder; `mtc train "
-                  "--load DIR` "
-                  "then trains it in any "
-                  "layout.",
+                  "Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE or DeepSeek-V3 "
+                  "folder (its MTP layers too when the folder has them); `mtc train --load DIR` "
+                  "then trains it in any layout.",
                   args, nargs, argc, argv);
     if (st >= 0) return st;
     if (!load || !save) return cli_usage_error("import", "--load and --save are required");

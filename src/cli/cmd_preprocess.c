@@ -278,17 +278,22 @@ static void pre_progress(size_t docs, size_t bytes, double t0, int final) {
             final ? "done:" : "processed", docs, docs / dt, bytes / dt / 1048576.0);
 }
 
-int cli_cmd_preprocess(int argc, char **argv) {
-    data_tok_opts o = {0};
-    const char *input = NULL, *prefix = NULL, *keys[PRE_MAX_KEYS] = {"text"};
-    int n_keys = 1, append_eod = 0, workers = 1, log_interval = 1000, split_sentences = 0;
-    int partitions = 1;
-    const char *text_docs = NULL;      /* --text-documents lines|paragraphs (preprocess_text.h) */
-    const char *json_keys_help = NULL; /* --json-keys is taken out of argv before parsing */
+/* Every flag of `mtc preprocess`. */
+typedef struct {
+    data_tok_opts o;
+    const char *input, *prefix, *keys[PRE_MAX_KEYS];
+    int n_keys, append_eod, workers, log_interval, split_sentences, partitions;
+    const char *text_docs;      /* --text-documents lines|paragraphs (preprocess_text.h) */
+    const char *json_keys_help; /* --json-keys is taken out of argv before parsing */
+} pre_flags;
+
+/* The flags into f, checked before any file is opened. Returns an exit
+ * status, or -1 to go on. */
+static int pre_parse(pre_flags *f, int argc, char **argv) {
     char **args_copy = malloc(sizeof(char *) * (size_t)(argc + 1));
     if (!args_copy) return cli_fail("preprocess", MTC_ERR_OUT_OF_MEMORY);
     memcpy(args_copy, argv, sizeof(char *) * (size_t)argc);
-    int k = take_json_keys(&argc, args_copy, keys, &n_keys);
+    int k = take_json_keys(&argc, args_copy, f->keys, &f->n_keys);
     if (k < 0) {
         free(args_copy);
         if (k == -1)
@@ -298,26 +303,26 @@ int cli_cmd_preprocess(int argc, char **argv) {
     }
     mtc_arg args[] = {
         [0 ... TOK_NARGS - 1] = {0}, /* the tokenizer flags, filled by tok_args */
-        {"input", NULL, MTC_ARG_STRING, &input, "PATH",
+        {"input", NULL, MTC_ARG_STRING, &f->input, "PATH",
          "JSON lines, one document per line (with --text-documents: a text file or folder)", 0},
-        {"text-documents", NULL, MTC_ARG_STRING, &text_docs, "lines|paragraphs",
+        {"text-documents", NULL, MTC_ARG_STRING, &f->text_docs, "lines|paragraphs",
          "plain text in: a document per non-blank line, or per paragraph up to a blank line "
          "(default: JSON lines)",
          0},
-        {"json-keys", NULL, MTC_ARG_STRING, &json_keys_help, "KEY...",
+        {"json-keys", NULL, MTC_ARG_STRING, &f->json_keys_help, "KEY...",
          "keys to tokenize (default text)", 0},
-        {"output-prefix", NULL, MTC_ARG_STRING, &prefix, "PREFIX",
+        {"output-prefix", NULL, MTC_ARG_STRING, &f->prefix, "PREFIX",
          "writes PREFIX_<key>_document.bin/.idx", 0},
-        {"append-eod", NULL, MTC_ARG_FLAG, &append_eod, NULL, "end each document with eod", 0},
-        {"workers", NULL, MTC_ARG_INT, &workers, "N", "tokenizing threads (default 1)", 0},
-        {"log-interval", NULL, MTC_ARG_INT, &log_interval, "N",
+        {"append-eod", NULL, MTC_ARG_FLAG, &f->append_eod, NULL, "end each document with eod", 0},
+        {"workers", NULL, MTC_ARG_INT, &f->workers, "N", "tokenizing threads (default 1)", 0},
+        {"log-interval", NULL, MTC_ARG_INT, &f->log_interval, "N",
          "progress every N documents (default 1000)", 0},
-        {"split-sentences", NULL, MTC_ARG_FLAG, &split_sentences, NULL, "(not supported)", 0},
-        {"partitions", NULL, MTC_ARG_INT, &partitions, "N", "(only 1)", 0},
+        {"split-sentences", NULL, MTC_ARG_FLAG, &f->split_sentences, NULL, "(not supported)", 0},
+        {"partitions", NULL, MTC_ARG_INT, &f->partitions, "N", "(only 1)", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     mtc_arg_strings special = {0};
-    tok_args(args, &o, &special, 0);
+    tok_args(args, &f->o, &special, 0);
     int st = cli_parse("preprocess",
                        "--input FILE.jsonl [--text-documents lines|paragraphs] --output-prefix "
                        "PREFIX --tokenizer-type T",
@@ -328,202 +333,247 @@ int cli_cmd_preprocess(int argc, char **argv) {
                        args, nargs, argc, args_copy);
     free(args_copy);
     if (st >= 0) return st;
-    data_tok_cli_special(&o, &special);
-    if (!input) return cli_usage_error("preprocess", "--input FILE.jsonl is required");
-    if (!prefix) return cli_usage_error("preprocess", "--output-prefix PREFIX is required");
-    if (!o.type)
+    data_tok_cli_special(&f->o, &special);
+    if (!f->input) return cli_usage_error("preprocess", "--input FILE.jsonl is required");
+    if (!f->prefix) return cli_usage_error("preprocess", "--output-prefix PREFIX is required");
+    if (!*f->prefix) /* "" would write _text_document.bin into the working folder unasked */
+        return cli_usage_error("preprocess",
+                               "--output-prefix is empty; give a path prefix such "
+                               "as data/corpus (writes data/corpus_text_document.bin)");
+    if (!f->o.type)
         return cli_usage_error("preprocess", "--tokenizer-type is required (one of %s)",
                                data_tok_type_names());
-    if (workers < 1 || workers > 256)
-        return cli_usage_error("preprocess", "workers=%d must be in 1..256", workers);
-    if (log_interval < 1)
-        return cli_usage_error("preprocess", "log-interval=%d must be >= 1", log_interval);
-    if (split_sentences)
+    if (f->workers < 1 || f->workers > 256)
+        return cli_usage_error("preprocess", "workers=%d must be in 1..256", f->workers);
+    if (f->log_interval < 1)
+        return cli_usage_error("preprocess", "log-interval=%d must be >= 1", f->log_interval);
+    if (f->split_sentences)
         return cli_usage_error("preprocess", "--split-sentences (NLTK) is not supported; split "
                                              "documents into lists of strings beforehand");
-    if (partitions != 1)
+    if (f->partitions != 1)
         return cli_usage_error("preprocess",
                                "partitions=%d: only 1 is supported (use --workers "
                                "for parallelism)",
-                               partitions);
+                               f->partitions);
     struct stat sb;
-    if (!text_docs && stat(input, &sb) == 0 && S_ISDIR(sb.st_mode))
+    if (!f->text_docs && stat(f->input, &sb) == 0 && S_ISDIR(sb.st_mode))
         return cli_usage_error("preprocess",
                                "--input %s is a folder; give one JSON-lines file (or "
                                "--text-documents lines|paragraphs for a folder of text)",
-                               input);
-    if (text_docs && json_keys_help)
+                               f->input);
+    if (f->text_docs && f->json_keys_help)
         return cli_usage_error("preprocess", "--json-keys is for JSON lines; --text-documents "
                                              "writes PREFIX_text_document");
-    FILE *in = NULL;
-    pre_text_reader rd = {0};
-    if (text_docs && pre_text_open(&rd, text_docs, input) != MTC_OK)
-        return cli_usage_error("preprocess", "%s", mtc_error_detail());
-    if (!text_docs && mtc_infile_open(input, &in) != MTC_OK)
-        return cli_usage_error("preprocess", "--input: %s", mtc_error_detail());
-    data_tok *tok = NULL;
-    if ((st = tok_open_or_fail("preprocess", &o, &tok)) >= 0) {
-        if (in) fclose(in);
-        pre_text_close(&rd);
-        return st;
-    }
-    if (append_eod && data_tok_eod(tok) < 0) {
-        if (in) fclose(in);
-        pre_text_close(&rd);
-        st = cli_usage_error("preprocess", "--append-eod: %s has no eod token (drop the flag)",
-                             data_tok_name(tok));
-        data_tok_free(tok);
-        return st;
-    }
+    return -1;
+}
 
-    int code = data_indexed_dtype_for_vocab(data_tok_vocab_size(tok));
-    data_indexed_builder *builders[PRE_MAX_KEYS] = {0};
-    pre_batch *batches = calloc((size_t)workers, sizeof *batches);
-    pre_job *jobs = calloc((size_t)workers, sizeof *jobs);
-    pthread_t *threads = calloc((size_t)workers, sizeof *threads);
-    char *line = NULL;
-    size_t line_cap = 0, line_no = 0, docs = 0, bytes = 0;
-    mtc_result_t rc = MTC_OK;
-    int status = 0;
-    if (!batches || !jobs || !threads) {
-        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
-        goto out;
-    }
-    for (int i = 0; i < n_keys; i++) {
+/* One run: the input, the tokenizer, a builder per key and a batch, job
+ * and thread per worker. Zeroed, then filled by pre_open and pre_alloc;
+ * pre_run_free takes any state. */
+typedef struct {
+    const pre_flags *f;
+    FILE *in;
+    pre_text_reader rd;
+    data_tok *tok;
+    int code; /* the ids' dtype (data_indexed_dtype_for_vocab) */
+    data_indexed_builder *builders[PRE_MAX_KEYS];
+    pre_batch *batches;
+    pre_job *jobs;
+    pthread_t *threads;
+    char *line;
+    size_t line_cap, line_no, docs, bytes;
+    double t0;
+    int status; /* a usage error's exit status (0: none) */
+} pre_run;
+
+/* The input and the tokenizer. Returns an exit status, or -1. */
+static int pre_open(pre_run *r) {
+    const pre_flags *f = r->f;
+    if (f->text_docs && pre_text_open(&r->rd, f->text_docs, f->input) != MTC_OK)
+        return cli_usage_error("preprocess", "%s", mtc_error_detail());
+    if (!f->text_docs && mtc_infile_open(f->input, &r->in) != MTC_OK)
+        return cli_usage_error("preprocess", "--input: %s", mtc_error_detail());
+    int st = tok_open_or_fail("preprocess", &f->o, &r->tok);
+    if (st >= 0) return st;
+    if (f->append_eod && data_tok_eod(r->tok) < 0)
+        return cli_usage_error("preprocess", "--append-eod: %s has no eod token (drop the flag)",
+                               data_tok_name(r->tok));
+    return -1;
+}
+
+/* The builders (an --output-prefix that cannot be written is a usage
+ * error: r->status) and the workers' batches. */
+static mtc_result_t pre_alloc(pre_run *r) {
+    const pre_flags *f = r->f;
+    r->code = data_indexed_dtype_for_vocab(data_tok_vocab_size(r->tok));
+    r->batches = calloc((size_t)f->workers, sizeof *r->batches);
+    r->jobs = calloc((size_t)f->workers, sizeof *r->jobs);
+    r->threads = calloc((size_t)f->workers, sizeof *r->threads);
+    if (!r->batches || !r->jobs || !r->threads)
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < f->n_keys; i++) {
         char name[4096];
-        snprintf(name, sizeof name, "%s_%s_document", prefix, keys[i]);
-        rc = data_indexed_builder_init(name, code, &builders[i]);
+        snprintf(name, sizeof name, "%s_%s_document", f->prefix, f->keys[i]);
+        mtc_result_t rc = data_indexed_builder_init(name, r->code, &r->builders[i]);
         if (rc == MTC_ERR_IO || rc == MTC_ERR_INVALID_ARGUMENT) {
-            status = cli_usage_error("preprocess", "--output-prefix: %s", mtc_error_detail());
-            goto out;
+            r->status = cli_usage_error("preprocess", "--output-prefix: %s", mtc_error_detail());
+            return rc;
         }
-        if (rc != MTC_OK) goto out;
+        if (rc != MTC_OK) return rc;
     }
-    for (int w = 0; w < workers; w++) {
-        batches[w].lines = calloc(PRE_BATCH, sizeof(char *));
-        batches[w].lens = calloc(PRE_BATCH, sizeof(size_t));
-        batches[w].line_nos = calloc(PRE_BATCH, sizeof(size_t));
-        jobs[w] = (pre_job){
-            tok, keys, n_keys, append_eod, text_docs != NULL, &batches[w], data_tok_cache_init()};
-        if (!batches[w].lines || !batches[w].lens || !batches[w].line_nos || !jobs[w].cache) {
-            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
-            goto out;
+    for (int w = 0; w < f->workers; w++) {
+        pre_batch *b = &r->batches[w];
+        b->lines = calloc(PRE_BATCH, sizeof(char *));
+        b->lens = calloc(PRE_BATCH, sizeof(size_t));
+        b->line_nos = calloc(PRE_BATCH, sizeof(size_t));
+        r->jobs[w] = (pre_job){
+            r->tok, f->keys, f->n_keys, f->append_eod, !!f->text_docs, b, data_tok_cache_init()};
+        if (!b->lines || !b->lens || !b->line_nos || !r->jobs[w].cache)
+            return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    return MTC_OK;
+}
+
+/* Up to PRE_BATCH documents into each worker's batch; *used = the batches
+ * filled, *eof at the end of the input. */
+static mtc_result_t pre_fill(pre_run *r, int *used, int *eof) {
+    const pre_flags *f = r->f;
+    for (*used = 0; *used < f->workers && !*eof; (*used)++) {
+        pre_batch *b = &r->batches[*used];
+        pre_batch_clear(b, f->n_keys);
+        b->n_lines = 0;
+        while (b->n_lines < PRE_BATCH) {
+            ssize_t got = f->text_docs ? pre_text_next(&r->rd, &r->line, &r->line_cap)
+                                       : getline(&r->line, &r->line_cap, r->in);
+            if (got == -2) return mtc_error(MTC_ERR_IO, "%s", mtc_error_detail());
+            if (got < 0) {
+                *eof = 1;
+                break;
+            }
+            r->line_no = f->text_docs ? r->rd.doc_line : r->line_no + 1;
+            const char *line = r->line;
+            size_t n = (size_t)got;
+            while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                n--;
+            size_t sp = strspn(line, " \t\r\n");
+            if (sp >= n) continue; /* blank line */
+            char *copy = malloc(n + 1);
+            if (!copy)
+                return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading %s", f->input);
+            memcpy(copy, line, n), copy[n] = 0;
+            free(b->lines[b->n_lines]);
+            b->lines[b->n_lines] = copy, b->lens[b->n_lines] = n;
+            b->line_nos[b->n_lines] = r->line_no;
+            b->n_lines++;
+        }
+        if (!b->n_lines) break;
+    }
+    return MTC_OK;
+}
+
+/* The first `used` batches tokenized by a thread each, then appended to
+ * the builders in line order (a bad document: a usage error, r->status). */
+static mtc_result_t pre_tokenize_append(pre_run *r, int used) {
+    const pre_flags *f = r->f;
+    for (int w = 0; w < used; w++)
+        if (pthread_create(&r->threads[w], NULL, pre_worker, &r->jobs[w]) != 0) {
+            for (int v = 0; v < w; v++)
+                pthread_join(r->threads[v], NULL);
+            return mtc_error(MTC_ERR_SYSTEM, "cannot start worker threads");
+        }
+    for (int w = 0; w < used; w++)
+        pthread_join(r->threads[w], NULL);
+    for (int w = 0; w < used; w++) { /* in line order */
+        pre_batch *b = &r->batches[w];
+        if (b->err_rc == MTC_ERR_INVALID_ARGUMENT) {
+            r->status = cli_usage_error(
+                "preprocess", "%s:%zu: %s%s", f->text_docs ? r->rd.path : f->input, b->err_line,
+                b->err,
+                !f->text_docs && strstr(b->err, "not a JSON object")
+                    ? " (for plain text add --text-documents lines|paragraphs; mtc train "
+                      "--data-path also reads text files as they are)"
+                    : "");
+            return b->err_rc;
+        }
+        if (b->err_rc != MTC_OK)
+            return mtc_error(b->err_rc, "%s:%zu: %s", f->input, b->err_line, b->err);
+        size_t id_off[PRE_MAX_KEYS] = {0}, len_off[PRE_MAX_KEYS] = {0};
+        for (size_t d = 0; d < b->n_docs; d++) {
+            for (int key = 0; key < f->n_keys; key++) {
+                int n_seqs = b->doc_seqs[key].ids[d];
+                size_t n_ids = 0;
+                for (int s = 0; s < n_seqs; s++)
+                    n_ids += (size_t)b->seq_lens[key].ids[len_off[key] + (size_t)s];
+                MTC_CHECK(data_indexed_builder_add_document(
+                    r->builders[key], b->ids[key].ids + id_off[key],
+                    b->seq_lens[key].ids + len_off[key], (size_t)n_seqs));
+                id_off[key] += n_ids, len_off[key] += (size_t)n_seqs;
+            }
+            r->bytes += b->lens[d] + 1, r->docs++;
+            if (r->docs % (size_t)f->log_interval == 0) pre_progress(r->docs, r->bytes, r->t0, 0);
         }
     }
-    double t0 = mtc_time_s();
-    for (int eof = 0; !eof;) {
-        int used = 0;
-        for (; used < workers && !eof; used++) { /* fill the batches */
-            pre_batch *b = &batches[used];
-            pre_batch_clear(b, n_keys);
-            b->n_lines = 0;
-            while (b->n_lines < PRE_BATCH) {
-                ssize_t got = text_docs ? pre_text_next(&rd, &line, &line_cap)
-                                        : getline(&line, &line_cap, in);
-                if (got == -2) {
-                    rc = mtc_error(MTC_ERR_IO, "%s", mtc_error_detail());
-                    goto out;
-                }
-                if (got < 0) {
-                    eof = 1;
-                    break;
-                }
-                line_no = text_docs ? rd.doc_line : line_no + 1;
-                size_t n = (size_t)got;
-                while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-                    n--;
-                size_t sp = strspn(line, " \t\r\n");
-                if (sp >= n) continue; /* blank line */
-                char *copy = malloc(n + 1);
-                if (!copy) {
-                    rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory reading %s", input);
-                    goto out;
-                }
-                memcpy(copy, line, n), copy[n] = 0;
-                free(b->lines[b->n_lines]);
-                b->lines[b->n_lines] = copy, b->lens[b->n_lines] = n;
-                b->line_nos[b->n_lines] = line_no;
-                b->n_lines++;
-            }
-            if (!b->n_lines) break;
-        }
-        for (int w = 0; w < used; w++)
-            if (pthread_create(&threads[w], NULL, pre_worker, &jobs[w]) != 0) {
-                for (int v = 0; v < w; v++)
-                    pthread_join(threads[v], NULL);
-                rc = mtc_error(MTC_ERR_SYSTEM, "cannot start worker threads");
-                goto out;
-            }
-        for (int w = 0; w < used; w++)
-            pthread_join(threads[w], NULL);
-        for (int w = 0; w < used; w++) { /* in line order */
-            pre_batch *b = &batches[w];
-            if (b->err_rc == MTC_ERR_INVALID_ARGUMENT) {
-                status = cli_usage_error(
-                    "preprocess", "%s:%zu: %s%s", text_docs ? rd.path : input, b->err_line, b->err,
-                    !text_docs && strstr(b->err, "not a JSON object")
-                        ? " (for plain text add --text-documents lines|paragraphs; mtc train "
-                          "--data-path also reads text files as they are)"
-                        : "");
-                goto out;
-            }
-            if (b->err_rc != MTC_OK) {
-                rc = mtc_error(b->err_rc, "%s:%zu: %s", input, b->err_line, b->err);
-                goto out;
-            }
-            size_t id_off[PRE_MAX_KEYS] = {0}, len_off[PRE_MAX_KEYS] = {0};
-            for (size_t d = 0; d < b->n_docs; d++) {
-                for (int key = 0; key < n_keys; key++) {
-                    int n_seqs = b->doc_seqs[key].ids[d];
-                    size_t n_ids = 0;
-                    for (int s = 0; s < n_seqs; s++)
-                        n_ids += (size_t)b->seq_lens[key].ids[len_off[key] + (size_t)s];
-                    rc = data_indexed_builder_add_document(
-                        builders[key], b->ids[key].ids + id_off[key],
-                        b->seq_lens[key].ids + len_off[key], (size_t)n_seqs);
-                    if (rc != MTC_OK) goto out;
-                    id_off[key] += n_ids, len_off[key] += (size_t)n_seqs;
-                }
-                bytes += b->lens[d] + 1, docs++;
-                if (docs % (size_t)log_interval == 0) pre_progress(docs, bytes, t0, 0);
-            }
-        }
-    }
-    if (in && ferror(in)) {
-        rc = mtc_error(MTC_ERR_IO, "%s: read failed", input);
-        goto out;
-    }
-    for (int i = 0; i < n_keys; i++)
-        if ((rc = data_indexed_builder_finish(builders[i])) != MTC_OK) goto out;
-    for (int i = 0; i < n_keys; i++) /* PREFIX.tokenizer: what mtc train decodes the ids with */
-        if ((rc = pre_write_tokenizer(tok, prefix, keys[i])) != MTC_OK) goto out;
-    pre_progress(docs, bytes, t0, 1);
+    return MTC_OK;
+}
+
+/* The .idx files, the .tokenizer beside them, and the summary. */
+static mtc_result_t pre_finish(pre_run *r) {
+    const pre_flags *f = r->f;
+    if (r->in && ferror(r->in)) return mtc_error(MTC_ERR_IO, "%s: read failed", f->input);
+    for (int i = 0; i < f->n_keys; i++)
+        MTC_CHECK(data_indexed_builder_finish(r->builders[i]));
+    for (int i = 0; i < f->n_keys; i++) /* PREFIX.tokenizer: what mtc train decodes the ids with */
+        MTC_CHECK(pre_write_tokenizer(r->tok, f->prefix, f->keys[i]));
+    pre_progress(r->docs, r->bytes, r->t0, 1);
     fprintf(stderr, "mtc preprocess: %s (vocabulary %d, eod %d), %d worker%s, %s ids:\n",
-            data_tok_name(tok), data_tok_vocab_size(tok), data_tok_eod(tok), workers,
-            workers == 1 ? "" : "s", code == 8 ? "uint16" : "int32");
-    for (int i = 0; i < n_keys; i++)
-        printf("%s_%s_document.bin\n%s_%s_document.idx\n%s_%s_document.tokenizer\n", prefix,
-               keys[i], prefix, keys[i], prefix, keys[i]);
-out:
-    if (rc != MTC_OK && status == 0) status = cli_fail("preprocess", rc);
-    for (int i = 0; i < n_keys; i++)
-        data_indexed_builder_free(builders[i]);
-    for (int w = 0; batches && jobs && w < workers; w++) {
-        for (int i = 0; batches[w].lines && i < PRE_BATCH; i++)
-            free(batches[w].lines[i]);
-        free(batches[w].lines), free(batches[w].lens), free(batches[w].line_nos);
-        for (int key = 0; key < n_keys; key++) {
-            data_tok_ids_free(&batches[w].ids[key]);
-            data_tok_ids_free(&batches[w].seq_lens[key]);
-            data_tok_ids_free(&batches[w].doc_seqs[key]);
+            data_tok_name(r->tok), data_tok_vocab_size(r->tok), data_tok_eod(r->tok), f->workers,
+            f->workers == 1 ? "" : "s", r->code == 8 ? "uint16" : "int32");
+    for (int i = 0; i < f->n_keys; i++)
+        printf("%s_%s_document.bin\n%s_%s_document.idx\n%s_%s_document.tokenizer\n", f->prefix,
+               f->keys[i], f->prefix, f->keys[i], f->prefix, f->keys[i]);
+    return MTC_OK;
+}
+
+static void pre_run_free(pre_run *r) {
+    const pre_flags *f = r->f;
+    for (int i = 0; i < f->n_keys; i++) /* an unfinished builder removes its files */
+        data_indexed_builder_free(r->builders[i]);
+    for (int w = 0; r->batches && r->jobs && w < f->workers; w++) {
+        pre_batch *b = &r->batches[w];
+        for (int i = 0; b->lines && i < PRE_BATCH; i++)
+            free(b->lines[i]);
+        free(b->lines), free(b->lens), free(b->line_nos);
+        for (int key = 0; key < f->n_keys; key++) {
+            data_tok_ids_free(&b->ids[key]);
+            data_tok_ids_free(&b->seq_lens[key]);
+            data_tok_ids_free(&b->doc_seqs[key]);
         }
-        data_tok_cache_free(jobs[w].cache);
+        data_tok_cache_free(r->jobs[w].cache);
     }
-    free(batches), free(jobs), free(threads), free(line);
-    if (in) fclose(in);
-    pre_text_close(&rd);
-    data_tok_free(tok);
-    return status;
+    free(r->batches), free(r->jobs), free(r->threads), free(r->line);
+    if (r->in) fclose(r->in);
+    pre_text_close(&r->rd);
+    data_tok_free(r->tok);
+}
+
+int cli_cmd_preprocess(int argc, char **argv) {
+    pre_flags f = {
+        .keys = {"text"}, .n_keys = 1, .workers = 1, .log_interval = 1000, .partitions = 1};
+    int st = pre_parse(&f, argc, argv);
+    if (st >= 0) return st;
+    pre_run r = {.f = &f};
+    if ((st = pre_open(&r)) < 0) {
+        mtc_result_t rc = pre_alloc(&r);
+        r.t0 = mtc_time_s();
+        for (int eof = 0, used = 0; rc == MTC_OK && !eof;) {
+            rc = pre_fill(&r, &used, &eof);
+            if (rc == MTC_OK) rc = pre_tokenize_append(&r, used);
+        }
+        if (rc == MTC_OK) rc = pre_finish(&r);
+        st = r.status ? r.status : rc != MTC_OK ? cli_fail("preprocess", rc) : 0;
+    }
+    pre_run_free(&r);
+    return st;
 }
 
 /* ---- mtc tokenize ----------------------------------------------------------------- */

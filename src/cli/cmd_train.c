@@ -132,6 +132,8 @@ static int train_schedule(mtc_train_config *tc, const mtc_arg *args, int nargs,
     if (warmup_samples < 0 || decay_samples < 0 || wsd_iters < 0 || wsd_samples < 0)
         return cli_usage_error("train", "the --lr-*-samples and --lr-wsd-decay-* values must be "
                                         ">= 0");
+    if (!(l->lr >= 0 && l->lr <= 1000)) /* named before the values compared with it */
+        return cli_usage_error("train", "lr=%g must be a finite number in [0, 1000]", l->lr);
     if (!(init_lr >= 0 && init_lr <= l->lr))
         return cli_usage_error("train", "lr-warmup-init=%g must be in [0, lr=%g]", init_lr, l->lr);
     if (l->style != MTC_LR_CONSTANT && l->warmup_samples >= (double)l->decay_samples)
@@ -225,6 +227,18 @@ static int train_fill_model(train_flags *f, const mtc_arg *args, int nargs, mtc_
         return cli_usage_error("train", "%s", mtc_error_detail());
     if (!(f->peak_tflops >= 0))
         return cli_usage_error("train", "peak-tflops=%g must be > 0", f->peak_tflops);
+    /* --profile-dir is mtc's (Megatron 0.18 has none; its --use-pytorch-profiler is ignored
+     * without --profile): a directory that would be ignored is refused */
+    if (f->prof_dir && !f->profile)
+        return cli_usage_error("train",
+                               "--profile-dir %s needs --profile (the trace goes to "
+                               "DIR/trace.json only then): add --profile or drop the flag",
+                               f->prof_dir);
+    if (f->prof_dir && f->trace)
+        return cli_usage_error("train",
+                               "--profile-dir %s and --trace %s both say where the trace "
+                               "goes: give one of them",
+                               f->prof_dir, f->trace);
     int steps_given = mtc_args_seen(args, nargs, "profile-step-start") ||
                       mtc_args_seen(args, nargs, "profile-step-end");
     if (f->trace && !steps_given) f->prof_start = 0, f->prof_end = f->iters;
@@ -342,11 +356,9 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->load_weights_file = f->load_file;
     tc->no_load_optim = f->no_load_optim, tc->finetune = f->finetune,
     tc->async_save = f->async_save;
-    tc->world_size = f->world, tc->sequence_parallel = f->sp;
-    mtc_launch_opts lo = {.timeout_s = f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0};
-    cli_launch_defaults(&lo);          /* the environment's, and the abort hook */
-    tc->comm_timeout_s = lo.timeout_s; /* the launch's */
-    tc->comm_abort_hook = lo.abort_hook, tc->comm_abort_arg = lo.abort_arg;
+    tc->world_size = f->world, tc->parallel.tp.sequence_parallel = f->sp;
+    tc->launch.timeout_s = f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0;
+    cli_launch_defaults(&tc->launch); /* the environment's, and the abort hook */
     tc->ckpt_fault_after = cli_ckpt_fault_after();
     mtc_grid_config_default(&tc->grid); /* the layout, once */
     tc->grid.tp = f->lay.tp, tc->grid.pp = f->lay.pp, tc->grid.cp = f->lay.cp,
@@ -355,8 +367,8 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     if (f->lay.hcp.n == 2)
         tc->grid.n_hcp = 2, tc->grid.hcp[0] = (int)f->lay.hcp.v[0],
         tc->grid.hcp[1] = (int)f->lay.hcp.v[1];
-    tc->cp_comm_type = f->cp_type;
-    tc->cp_layer_types = f->cp_per_layer ? f->cp_types : NULL;
+    tc->parallel.cp.type = (cp_comm_type)f->cp_type;
+    tc->parallel.cp.layer_types = f->cp_per_layer ? f->cp_types : NULL;
     tc->decoupled = mtc_args_seen(args, nargs, "decoupled-lr");
     tc->decoupled_lr = f->decoupled_lr, tc->decoupled_min_lr = f->decoupled_min_lr;
     tc->no_check_nan = !f->check_nan;
@@ -379,6 +391,12 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
                            &f->fp8_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     tc->fp8 = f->fp8_cfg.enabled ? &f->fp8_cfg : NULL; /* f outlives the run */
+    tp_fp8_dims fd = {.q = mc->mla.enabled ? 0 : mc->num_heads * mtc_model_head_size(mc),
+                      .kv = mc->mla.enabled ? 0 : mtc_model_groups(mc) * mtc_model_head_size(mc),
+                      .ffn = mc->ffn_hidden_size,
+                      .seq = mc->seq_length};
+    if (tp_fp8_check_blocks(tc->fp8, &fd, f->lay.tp, f->lay.cp) != MTC_OK)
+        return cli_usage_error("train", "%s", mtc_error_detail());
     tc->loss_scale = f->loss_scale, tc->initial_loss_scale = f->init_ls,
     tc->min_loss_scale = f->min_ls;
     tc->loss_scale_window = f->ls_window, tc->hysteresis = f->hyst;

@@ -60,11 +60,7 @@ static void train_flags_defaults(train_flags *f) {
 
 /* clang-format off */
 static mtc_arg TRAIN_ARGS[] = {
-        {"num-layers", NULL, MTC_ARG_INT, &TF.L, "N", "transformer layers (default 4)", 0},
-        {"hidden-size", NULL, MTC_ARG_INT, &TF.C, "N", "hidden size (default 128)", 0},
-        {"num-attention-heads", NULL, MTC_ARG_INT, &TF.NH, "N", "attention heads (default 4)", 0},
-        {"ffn-hidden-size", NULL, MTC_ARG_INT, &TF.F, "N", "MLP hidden size (default 4*hidden)", 0},
-        {"seq-length", NULL, MTC_ARG_INT, &TF.T, "N", "sequence length (default 128)", 0},
+        MODEL_SHAPE_ARGS(TF.L, TF.C, TF.NH, TF.F, TF.T), /* model/model_cli.h, as plan's */
         MODEL_CLI_ARGS(TF.model_f), /* the architecture (model/model_cli.h) */
         {"max-position-embeddings", NULL, MTC_ARG_INT, &TF.maxpos, "N",
          "positions (default seq-length)", 0},
@@ -344,7 +340,7 @@ static mtc_arg TRAIN_ARGS[] = {
         {"profile-step-end", NULL, MTC_ARG_I64, &TF.prof_end, "N",
          "traced iterations end with iteration N (default 12)", 0},
         {"profile-dir", NULL, MTC_ARG_STRING, &TF.prof_dir, "DIR",
-         "where --profile writes trace.json (default .)", 0},
+         "where --profile writes trace.json (default .; needs --profile)", 0},
         {"trace", NULL, MTC_ARG_STRING, &TF.trace, "FILE",
          "the trace to FILE (every iteration unless --profile-step-start/-end say)", 0},
         {"trace-buffer-mb", NULL, MTC_ARG_DOUBLE, &TF.trace_mb, "MB",

@@ -22,6 +22,9 @@
 int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
 
     (void)f->per_token_loss, (void)f->ln1p;
+    /* Megatron seeds numpy with it, whose seeds are 0 .. 2^32 - 1 (a negative one raised) */
+    if (f->seed < 0 || f->seed > 4294967295LL)
+        return cli_usage_error("train", "seed=%lld must be in [0, 4294967295]", (long long)f->seed);
     if (mtc_args_seen(args, nargs, "decoupled-lr") && !(f->decoupled_lr >= 0))
         return cli_usage_error("train", "decoupled-lr=%g must be >= 0", f->decoupled_lr);
     if (mtc_args_seen(args, nargs, "decoupled-min-lr") &&
@@ -185,7 +188,8 @@ int train_check_launch(train_flags *f, const mtc_arg *args, int nargs) {
     {
         int here = f->le.kind == MTC_LAUNCHER_MPI ? f->le.local_world : f->world,
             tmax = mtc_threads_max(here);
-        if (f->threads < 0 || f->threads > tmax)
+        if (f->threads < 0 || f->threads > tmax ||
+            (f->threads == 0 && mtc_args_seen(args, nargs, "threads"))) /* 0 is no count */
             return cli_usage_error("train",
                                    "--threads %d must be 1..%d (%d x this machine's cores over %d "
                                    "ranks on it)",
@@ -231,7 +235,8 @@ int train_check_data(train_flags *f, const mtc_arg *args, int nargs) {
     if (f->divisible < 1 || f->divisible > MTC_MODEL_MAX_VOCAB_DIVISOR)
         return cli_usage_error("train", "make-vocab-size-divisible-by=%d is outside [1, %d]",
                                f->divisible, MTC_MODEL_MAX_VOCAB_DIVISOR);
-    if (f->vocab < 0) return cli_usage_error("train", "vocab-size=%d must be >= 1", f->vocab);
+    if (f->vocab < 0 || (f->vocab == 0 && mtc_args_seen(args, nargs, "vocab-size")))
+        return cli_usage_error("train", "vocab-size=%d must be >= 1", f->vocab);
     if (f->T < 1) return cli_usage_error("train", "seq-length=%d must be >= 1", f->T);
     /* Megatron's GPT-3 example gives the files without --tokenizer-type */
     if (!f->tokenizer && f->tok_opts.vocab_file && f->tok_opts.merge_file)

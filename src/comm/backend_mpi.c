@@ -15,7 +15,7 @@
  * deadline gives MTC_ERR_TIMEOUT naming it; a peer that entered the same
  * collective number with another signature gives MTC_ERR_INVALID_USAGE
  * naming both calls (checked by exchanging signatures on a shadow
- * communicator in `enter`; MTC_COMM_CHECK=0 turns the check off to save one
+ * communicator in `enter`; opts->no_comm_check turns the check off to save one
  * small message exchange per collective). Both errors are sticky for the
  * group. A process that dies is handled by the launcher: mpirun ends the job.
  *
@@ -617,8 +617,7 @@ mtc_result_t comm_mpi_backend_init(const mtc_launch_opts *opts, comm_backend **o
     int *ub = NULL, flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     c->tag_ub = flag && ub && *ub > 1 ? *ub : 32767;
-    const char *chk = getenv("MTC_COMM_CHECK");
-    c->check = !(chk && !strcmp(chk, "0"));
+    c->check = !(opts && opts->no_comm_check);
     c->be.ops = &mpi_ops;
     c->be.ctx = c;
     comm_wait_rec_init(&c->wait);

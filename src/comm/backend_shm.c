@@ -299,7 +299,8 @@ static const comm_backend_ops shm_ops = {
 
 /* ---- world ---------------------------------------------------------------- */
 
-mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed, shm_world **out) {
+mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed,
+                                   const mtc_shm_tuning *tuning, shm_world **out) {
     *out = NULL;
     shm_world *w = calloc(1, sizeof *w);
     if (!w) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "cannot allocate the shm world");
@@ -317,9 +318,8 @@ mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores > 0 && n > 32 * cores) w->yield_iters = 0;
     /* tuning knobs for measurements (not a user interface) */
-    const char *e;
-    if ((e = getenv("MTC_SHM_SPIN"))) w->spin_iters = atoi(e);
-    if ((e = getenv("MTC_SHM_YIELD"))) w->yield_iters = atoi(e);
+    if (tuning && tuning->spin_iters >= 0) w->spin_iters = tuning->spin_iters;
+    if (tuning && tuning->yield_iters >= 0) w->yield_iters = tuning->yield_iters;
     w->exited = calloc((size_t)n, sizeof *w->exited);
     w->be = calloc((size_t)n, sizeof *w->be);
     w->waits = calloc((size_t)n, sizeof *w->waits);

@@ -89,15 +89,27 @@ typedef enum { MTC_BACKEND_AUTO = 0, MTC_BACKEND_SHM, MTC_BACKEND_MPI } mtc_back
 
 typedef void (*mtc_comm_abort_hook)(mtc_result_t rc, const char *report, void *arg);
 
+/* How shm rank-threads wait for each other, for measurements (not a user
+ * interface): spins, then yields, then sleeps; each < 0 keeps the measured
+ * default. */
+typedef struct {
+    int spin_iters, yield_iters;
+} mtc_shm_tuning;
+
+/* Everything a launch is configured by: the library reads no environment
+ * (cli/cli_env.c maps MTC_COMM_ALGO, MTC_COMM_TIMEOUT, MTC_SHM_SPIN,
+ * MTC_SHM_YIELD and MTC_COMM_CHECK onto these fields). */
 typedef struct {
     mtc_backend_kind_t backend; /* AUTO: mpi when started by an MPI launcher, else shm */
     int world_size;             /* shm: number of rank-threads (>= 1); mpi: ignored */
     int ranks_per_node;         /* 0: from the MPI library (mpi) or all ranks (shm) */
     double timeout_s;           /* every call's deadline in seconds (inf: none); 0: 300 s */
-    const char *algo_spec; /* NULL: MTC_COMM_ALGO; "ring" or "all_reduce=ring,all_gather=direct" */
+    const char *algo_spec; /* NULL: the selector's; "ring" or "all_reduce=ring,all_gather=direct" */
     int pin_threads;       /* shm: pin rank-threads to cores when ranks <= cores (-1 auto) */
     mtc_comm_abort_hook abort_hook; /* the watchdog's last call (below); NULL: none */
     void *abort_arg;
+    const mtc_shm_tuning *shm_tuning; /* shm: NULL = the measured defaults */
+    int no_comm_check; /* mpi: skip the per-call signature exchange (one all-reduce less) */
 } mtc_launch_opts;
 
 /* Each rank runs fn(world, arg) with its own world communicator; the return

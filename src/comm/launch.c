@@ -1,8 +1,8 @@
 /* comm/launch.c - starting a world of ranks (mtc_launch): N rank-threads on
  * the shm backend, or this process as one rank of an MPI job.
  *
- * Settings resolved once here: timeout (opts, else MTC_COMM_TIMEOUT seconds,
- * else 300 s), algorithm spec (opts->algo_spec, else MTC_COMM_ALGO), thread
+ * Settings resolved once here, from opts only (the environment is the
+ * CLI's: cli/cli_env.c): timeout (else 300 s), algorithm spec, thread
  * pinning (rank r on the r-th allowed CPU when ranks <= CPUs; pin_threads -1
  * = auto, 0 = never, 1 = always). A rank whose function fails aborts the
  * world so peers stop with MTC_ERR_REMOTE; launch then returns the first
@@ -39,8 +39,7 @@ typedef struct {
 
 static mtc_result_t resolve_settings(const mtc_launch_opts *opts, launch_settings *s) {
     s->timeout_s = opts->timeout_s > 0 ? opts->timeout_s : COMM_DEFAULT_TIMEOUT_S;
-    const char *spec = opts->algo_spec ? opts->algo_spec : getenv("MTC_COMM_ALGO");
-    return comm_algo_spec_parse(spec, s->algo, s->strict);
+    return comm_algo_spec_parse(opts->algo_spec, s->algo, s->strict);
 }
 
 static mtc_result_t make_world(comm_backend *be, const launch_settings *s, mtc_comm_t *out) {
@@ -179,7 +178,7 @@ static mtc_result_t launch_shm(const mtc_launch_opts *opts, const launch_setting
     if (ncpu == 0) ncpu = 1, cpus[0] = -1;
     int pin = opts->pin_threads < 0 ? n <= ncpu : opts->pin_threads > 0;
     shm_world *w;
-    MTC_CHECK(comm_shm_world_create(n, opts->ranks_per_node, n > ncpu, &w));
+    MTC_CHECK(comm_shm_world_create(n, opts->ranks_per_node, n > ncpu, opts->shm_tuning, &w));
     rank_job *jobs = calloc((size_t)n, sizeof *jobs);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     mtc_result_t rc = MTC_OK;

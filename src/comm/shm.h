@@ -125,7 +125,8 @@ struct shm_world {
     comm_group *world;
 };
 
-mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed, shm_world **out);
+mtc_result_t comm_shm_world_create(int n, int ranks_per_node, int oversubscribed,
+                                   const mtc_shm_tuning *tuning, shm_world **out);
 void comm_shm_world_free(shm_world *w);
 /* The backend of rank r (valid until the world is freed). */
 comm_backend *comm_shm_backend(shm_world *w, int r);

@@ -57,12 +57,6 @@ mtc_result_t mtc_arena_init(mtc_arena *a, size_t capacity) {
     return MTC_OK;
 }
 
-void mtc_arena_init_over(mtc_arena *a, void *base, size_t capacity) {
-    memset(a, 0, sizeof *a);
-    a->base = base;
-    a->capacity = capacity;
-}
-
 void mtc_arena_free(mtc_arena *a) {
     if (!a) return;
     if (a->owns_base) mtc_mem_free_big(a->base, a->capacity);

@@ -34,8 +34,6 @@ typedef struct {
 
 /* Arena over a new huge-page block of `capacity` bytes. */
 mtc_result_t mtc_arena_init(mtc_arena *a, size_t capacity);
-/* Arena over caller memory (not freed by mtc_arena_free). */
-void mtc_arena_init_over(mtc_arena *a, void *base, size_t capacity);
 void mtc_arena_free(mtc_arena *a);
 /* A slice of `bytes` aligned to `align` (a power of two, 0 = 64). Fails with
  * MTC_ERR_OUT_OF_MEMORY naming the sizes when the arena is exhausted. */

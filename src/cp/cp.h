@@ -43,6 +43,13 @@ typedef enum { CP_COMM_P2P = 0, CP_COMM_ALL_GATHER, CP_COMM_A2A, CP_COMM_A2A_P2P
 int cp_comm_type_parse(const char *s);
 const char *cp_comm_type_name(cp_comm_type t);
 
+/* CP's own options beside the grid's sizes (--cp-comm-type, one value or
+ * one per layer; handed through train/ and the model to cp_ctx_init). */
+typedef struct {
+    cp_comm_type type;      /* p2p (default), all_gather, a2a, a2a+p2p */
+    const int *layer_types; /* one cp_comm_type per layer (num_layers); NULL: type for all */
+} cp_options;
+
 /* What the CP attention needs; cp = 1 (comm NULL) means no context
  * parallelism. */
 typedef struct {

@@ -14,6 +14,8 @@
  * as Megatron. */
 #include "dp/distopt.h"
 
+#include "dp/distopt_fp8.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,19 +73,13 @@ fail:
 void mtc_distopt_free(mtc_distopt *o) {
     if (!o) return;
     if (o->gather) (void)mtc_distopt_param_gather_wait(o);
+    mtc_distopt_fp8_free(o->fp8);
     size_t bytes = (size_t)(o->n ? o->n : 1) * sizeof(float);
     mtc_mem_free_big(o->m, bytes);
     mtc_mem_free_big(o->v, bytes);
     free(o->pieces);
     free(o->gather);
     free(o);
-}
-
-mtc_result_t mtc_distopt_param_gather_wait_bucket(mtc_distopt *o, int b) {
-    if (b < 0 || b >= o->ddp->layout.nbuckets)
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "bucket %d outside [0, %d)", b,
-                         o->ddp->layout.nbuckets);
-    return mtc_request_wait(&o->gather[b]);
 }
 
 mtc_result_t mtc_distopt_param_gather_wait_param(mtc_distopt *o, int p) {
@@ -143,6 +139,7 @@ mtc_result_t mtc_distopt_step(mtc_distopt *o, float lr, float grad_scale,
         }
     }
     if (o->no_gather) return MTC_OK;
+    if (o->fp8 && o->copy) return mtc_distopt_fp8_gather(o->fp8); /* blocking */
     MTC_CHECK(distopt_gather_start(o, o->copy ? o->copy : d->params));
     if (!o->overlap_param_gather) MTC_CHECK(mtc_distopt_param_gather_wait(o));
     return MTC_OK;

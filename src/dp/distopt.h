@@ -28,7 +28,8 @@
  * copy, not the param buffer, which then holds fp32 main params only in
  * this rank's shard (Megatron's fp32 main params of the owned shard and
  * bf16 model params gathered from the owners; the gathered values are bf16
- * values in fp32 storage, the same values as a bf16 gather).
+ * values in fp32 storage, the same values as a bf16 gather). With an fp8
+ * gather (dp/distopt_fp8.h) the fp8 weights travel as E4M3 bytes instead.
  * Relies on dp/ddp.h, dp/layout.h, nn_adamw_update. Does not: save or load
  * optimizer state (m, v are exposed with the piece map for ckpt/), or
  * schedule the LR. */
@@ -56,18 +57,21 @@ typedef struct {
     int decoupled; /* --decoupled-lr applies (embedding or output layer) */
 } mtc_distopt_piece;
 
-typedef struct {
+struct mtc_distopt_fp8;
+typedef struct mtc_distopt {
     mtc_ddp *ddp;             /* not owned */
     int overlap_param_gather; /* --overlap-param-gather */
     int npieces;
     mtc_distopt_piece *pieces; /* bucket by bucket, ascending param within a bucket */
     float *m, *v;              /* (n) moments of the owned pieces */
     int64_t n;
-    int64_t step;          /* optimizer steps taken */
-    mtc_request_t *gather; /* [nbuckets] pending all-gathers */
-    float *copy;           /* NULL, or the bf16 compute copy the all-gather fills */
-    int no_gather;         /* Megatron-FSDP optim_grads_params (dp/fsdp.h): the step updates
-                              the shard only; each unit is gathered when a pass needs it */
+    int64_t step;                /* optimizer steps taken */
+    mtc_request_t *gather;       /* [nbuckets] pending all-gathers */
+    float *copy;                 /* NULL, or the bf16 compute copy the all-gather fills */
+    int no_gather;               /* Megatron-FSDP optim_grads_params (dp/fsdp.h): the step updates
+                                    the shard only; each unit is gathered when a pass needs it */
+    struct mtc_distopt_fp8 *fp8; /* --fp8-param-gather (dp/distopt_fp8.h): the step casts and
+                                    gathers through it; owned */
 } mtc_distopt;
 
 /* Optimizer state for d's shard (zeroed). d must use the distributed
@@ -98,9 +102,8 @@ void mtc_distopt_gather_into(mtc_distopt *o, float *copy);
  * Blocking. comm: all-gather(intra) per bucket. */
 mtc_result_t mtc_distopt_gather_main(mtc_distopt *o, float *full);
 
-/* Wait until bucket b's params (or param p's bucket, or all) are gathered.
- * No-op when nothing is pending. */
-mtc_result_t mtc_distopt_param_gather_wait_bucket(mtc_distopt *o, int b);
+/* Wait until param p's bucket's params (or all) are gathered. No-op when
+ * nothing is pending. */
 mtc_result_t mtc_distopt_param_gather_wait_param(mtc_distopt *o, int p);
 mtc_result_t mtc_distopt_param_gather_wait(mtc_distopt *o);
 

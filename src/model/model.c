@@ -623,7 +623,7 @@ void mtc_model_params_changed(mtc_model *m) { m->lp_version++; }
 mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_chunk_opts *o,
                                   mtc_model **out) {
     *out = NULL;
-    int B = o->B, nslots = o->nslots, sequence_parallel = o->sequence_parallel;
+    int B = o->B, nslots = o->nslots, sequence_parallel = o->parallel.tp.sequence_parallel;
     int first_layer = o->first_layer, last_layer = o->last_layer;
     nn_pool *pool = o->pool;
     if (first_layer < 0 || last_layer > cfg->num_layers || first_layer > last_layer)
@@ -645,8 +645,8 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->B = B;
     /* each strategy's context from the grid: positions and comm types (cp/),
      * TP (tp/), the MoE groups (moe/) */
-    MTC_CHECK_GOTO(cp_ctx_init(&m->cp, &m->cp_layer, o->grid, cfg->seq_length, o->cp_comm_type,
-                               o->cp_layer_types, first_layer, last_layer),
+    MTC_CHECK_GOTO(cp_ctx_init(&m->cp, &m->cp_layer, o->grid, cfg->seq_length, o->parallel.cp.type,
+                               o->parallel.cp.layer_types, first_layer, last_layer),
                    rc, fail);
     m->T = cfg->seq_length / m->cp.cp;
     m->tp = tp;
@@ -767,7 +767,7 @@ mtc_result_t mtc_model_init_tp(const mtc_model_config *cfg, int B, int nslots, n
                               .nslots = nslots,
                               .pool = pool,
                               .grid = grid,
-                              .sequence_parallel = sequence_parallel,
+                              .parallel.tp.sequence_parallel = sequence_parallel,
                               .first_layer = 0,
                               .last_layer = cfg->num_layers,
                               .has_embedding = 1,

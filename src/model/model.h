@@ -33,6 +33,7 @@
 #define MTC_MODEL_MODEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "comm/comm.h"
@@ -81,7 +82,7 @@ typedef struct {
     int untie_embeddings;            /* --untie-embeddings-and-output-weights */
     int disable_bias_linear;         /* --disable-bias-linear */
     int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
-    int qk_layernorm;   /* --qk-layernorm: per-head norm of q and k (model/qk_norm.h) */
+    int qk_layernorm;   /* --qk-layernorm: per-head norm of q and k (model/block.c) */
     mtc_moe_config moe; /* mixture of experts (num_experts 0: dense MLPs) */
     mtc_mla_config mla; /* --multi-latent-attention (model/mla.h; enabled 0: standard) */
     int mtp_num_layers; /* --mtp-num-layers D <= MTC_MTP_MAX_DEPTHS: multi-token prediction
@@ -351,6 +352,27 @@ mtc_result_t mtc_model_init_tp(const mtc_model_config *cfg, int B, int nslots, n
 typedef mtc_result_t (*mtc_model_layout_fn)(void *ctx, const mtc_registry *reg, size_t *offsets,
                                             size_t *total);
 
+/* The strategies' own options beside the grid's sizes, one struct per
+ * strategy (tp/layers.h, cp/cp.h): set by the command line, carried by
+ * train/ to each chunk without being read on the way. */
+typedef struct {
+    tp_options tp;
+    cp_options cp;
+} mtc_model_parallel;
+
+/* Every strategy's rule on the model and the layout, before anything is
+ * built (model/model_parallel.c): TP's split of the model, the ETP rule
+ * (moe/), CP's comm types and sequence rule (cp/). g: the grid's
+ * configuration as given, spec: its validated form. INVALID_ARGUMENT
+ * naming the value and the fix. */
+mtc_result_t mtc_model_validate_parallel(const mtc_model_config *cfg, const mtc_grid_config *g,
+                                         const mtc_grid_spec *spec, const mtc_model_parallel *o);
+/* The strategy options every rank must agree on, as (flag, value) pairs
+ * for train/'s agreement check: returns how many (<= MTC_MODEL_PARALLEL_KEYS). */
+#define MTC_MODEL_PARALLEL_KEYS 3
+int mtc_model_parallel_keys(const mtc_model_parallel *o, int num_layers, const char **flags,
+                            double *values);
+
 /* One pipeline chunk. */
 typedef struct {
     int B, nslots;               /* largest microbatch, in-flight activation slots */
@@ -358,9 +380,7 @@ typedef struct {
     mtc_grid_t grid;             /* the rank's grid (NULL: serial): the TP (tp/), CP (cp/)
                                     and MoE (moe/) contexts are derived from it; the chunk
                                     holds seq/cp positions, chunks r and 2cp-1-r */
-    int sequence_parallel;       /* ignored with tp 1 */
-    cp_comm_type cp_comm_type;   /* how its attention talks */
-    const int *cp_layer_types;   /* per global layer (NULL: cp_comm_type for all) */
+    mtc_model_parallel parallel; /* the strategies' own options (TP's, CP's) */
     int first_layer, last_layer; /* the chunk's layers [first, last) */
     int has_embedding, has_head; /* first / last virtual pipeline stage */
     mtc_model_layout_fn layout;  /* NULL: packed backward order */
@@ -412,6 +432,9 @@ mtc_result_t mtc_model_gather(const mtc_model *m, float *out, const float *from,
  * PIPELINE_MODEL_PARALLEL_GROUP of grid. */
 int mtc_model_seq_per_rank(const mtc_model_config *cfg, mtc_grid_t grid);
 const int *mtc_model_positions(const mtc_model *m);
+/* The banner line of a built chunk's CP context (nothing at cp 1): its
+ * ranks, each layer's comm type and this rank's positions. */
+void mtc_model_describe_parallel(const mtc_model *m, const mtc_model_parallel *o, FILE *out);
 mtc_result_t mtc_model_gather_ranks(const mtc_model *const *chunks, int n, mtc_grid_t grid,
                                     float *global);
 void mtc_model_free(mtc_model *m);

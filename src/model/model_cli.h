@@ -29,6 +29,14 @@ typedef struct {
     }
 
 /* clang-format off */
+/* The model's shape, one table row each, shared by train and plan (ints:
+ * layers, hidden, heads, ffn (0: 4 x hidden), seq). */
+#define MODEL_SHAPE_ARGS(L, C, NH, F, T)                                                           \
+    {"num-layers", NULL, MTC_ARG_INT, &(L), "N", "transformer layers (default 4)", 0},             \
+    {"hidden-size", NULL, MTC_ARG_INT, &(C), "N", "hidden size (default 128)", 0},                 \
+    {"num-attention-heads", NULL, MTC_ARG_INT, &(NH), "N", "attention heads (default 4)", 0},      \
+    {"ffn-hidden-size", NULL, MTC_ARG_INT, &(F), "N", "MLP hidden size (default 4*hidden)", 0},    \
+    {"seq-length", NULL, MTC_ARG_INT, &(T), "N", "sequence length (default 128)", 0}
 #define MODEL_CLI_ARGS(f)                                                                          \
     {"normalization", NULL, MTC_ARG_STRING, &(f).norm, "S",                                        \
      "LayerNorm|RMSNorm (default LayerNorm; RMSNorm for Llama)", 0},                               \

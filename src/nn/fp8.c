@@ -201,6 +201,11 @@ static void block_scale(nn_fp8_format f, nn_fp8_block_kind kind, float amax, flo
     *inv = 1.0f / *scale;
 }
 
+void nn_fp8_block_scale(nn_fp8_format f, nn_fp8_block_kind kind, float amax, float *scale,
+                        float *inv) {
+    block_scale(f, kind, amax, scale, inv);
+}
+
 /* Blocks of br rows x 1 column (the columnwise 32x1 / 128x1 usages): the
  * column amaxes of a row block, COLS columns at a time, then each row with
  * its columns' scales. */

@@ -61,6 +61,10 @@ size_t nn_fp8_qdq_scalar(nn_fp8_format f, float *out, const float *x, size_t n, 
 const char *nn_fp8_isa(void);
 
 typedef enum { NN_FP8_BLOCK_MX = 0, NN_FP8_BLOCK_POW2 } nn_fp8_block_kind;
+/* The scale and dequantization scale nn_fp8_qdq_blocks gives a block of
+ * amax (dp/distopt_fp8.c casts weight blocks with it). */
+void nn_fp8_block_scale(nn_fp8_format f, nn_fp8_block_kind kind, float amax, float *scale,
+                        float *inv);
 /* Block quantize-dequantize of x (R, Cc) row-major (leading dimension Cc)
  * into out (same shape; out == x allowed) with blocks of br rows x bc
  * columns (edge blocks smaller), rows [r0, r1) only (r0 a multiple of br:

@@ -5,7 +5,7 @@
  * chunk, each rounded to 64 bytes as the carve does, fp32; the scratch is
  * the largest of the TP layers' *_scratch_floats (model/block.c,
  * tp/linear.c, tp/embedding.c, tp/mappings.h). The attention is the tiled
- * one (nn/attention.c): per layer it keeps the (B, NH/tp, T) log-sum-exp,
+ * one (nn/flash_attention.c): per layer it keeps the (B, NH/tp, T) log-sum-exp,
  * not the (B, NH/tp, T, T) probabilities. When mtc's allocation changes
  * (bf16 activations, recomputation, context parallelism's T/cp), change the
  * matching row here; tests/plan/plan_vs_train.sh compares every term with

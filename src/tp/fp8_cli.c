@@ -77,3 +77,39 @@ mtc_result_t tp_fp8_cli_resolve(const tp_fp8_cli *f, const mtc_arg *args, int na
     out->param_gather = f->param_gather;
     return MTC_OK;
 }
+
+mtc_result_t tp_fp8_check_blocks(const tp_fp8_config *c, const tp_fp8_dims *d, int tp, int cp) {
+    if (!c || !c->enabled || (c->recipe != TP_FP8_MXFP8 && c->recipe != TP_FP8_BLOCKWISE))
+        return MTC_OK;
+    int b = c->recipe == TP_FP8_MXFP8 ? 32 : 128;
+    const char *r = tp_fp8_recipe_name(c->recipe);
+    const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
+    if (tp > 1) {
+        const struct {
+            int n;
+            const char *what, *flag;
+        } dims[] = {{d->q, "the qkv weight's query rows per rank (heads x head size / tp)",
+                     "--num-attention-heads x --kv-channels"},
+                    {d->kv, "the qkv weight's key/value rows per rank (groups x head size / tp)",
+                     "--num-query-groups x --kv-channels"},
+                    {d->q, "the proj weight's columns per rank (heads x head size / tp)",
+                     "--num-attention-heads x --kv-channels"},
+                    {d->ffn, "the fc1 weight's rows per rank (ffn / tp)", "--ffn-hidden-size"},
+                    {d->ffn, "the fc2 weight's columns per rank (ffn / tp)", "--ffn-hidden-size"}};
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+            if (dims[i].n > 0 && (dims[i].n % tp || (dims[i].n / tp) % b))
+                return mtc_error(E,
+                                 "--fp8-recipe %s on --tensor-model-parallel-size %d: %s is %d%s, "
+                                 "not a multiple of its %d-value blocks (a block would straddle "
+                                 "two ranks): make %s a multiple of %d, or change tp or the recipe",
+                                 r, tp, dims[i].what, dims[i].n / tp, dims[i].n % tp ? "+" : "", b,
+                                 dims[i].flag, b * tp);
+    }
+    if (cp > 1 && (d->seq % (2 * cp) || (d->seq / (2 * cp)) % b))
+        return mtc_error(E,
+                         "--fp8-recipe %s on --context-parallel-size %d: a sequence chunk (seq / "
+                         "2cp) has %d tokens, not a multiple of the %d-token blocks of the "
+                         "weight gradient: make --seq-length a multiple of %d",
+                         r, cp, d->seq / (2 * cp), b, 2 * cp * b);
+    return MTC_OK;
+}

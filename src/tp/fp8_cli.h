@@ -36,8 +36,8 @@ typedef struct {
     {"fp8-interval", NULL, MTC_ARG_INT, &(f).interval, "N",                                        \
      "Megatron's deprecated scale-update interval: 1 only (default 1)", 0},                        \
     {"fp8-param-gather", NULL, MTC_ARG_FLAG, &(f).param_gather, NULL,                             \
-     "Megatron's fp8 parameter all-gather; accepted (needs --use-distributed-optimizer): the "     \
-     "gather stays bf16 here, see docs/fp8.md", 0},                                                \
+     "the distributed optimizer's param all-gather moves E4M3 bytes of the fp8 weights (1 byte "  \
+     "a value, bf16 2), dequantized after (mxfp8: bf16; needs --use-distributed-optimizer)", 0},    \
     {"fp8-wgrad", NULL, MTC_ARG_FLAG, &(f).wgrad, NULL,                                            \
      "the weight-gradient GEMM in fp8 too (--no-fp8-wgrad: bf16) (default on)", 0},                \
     {"tp-only-amax-red", NULL, MTC_ARG_FLAG, &(f).tp_only, NULL,                                   \
@@ -57,5 +57,20 @@ typedef struct {
 mtc_result_t tp_fp8_cli_resolve(const tp_fp8_cli *f, const mtc_arg *args, int nargs, int bf16,
                                 int distributed_optimizer, int num_layers, int pp,
                                 tp_fp8_config *out);
+
+/* The layer dimensions the block recipes' shards follow. */
+typedef struct {
+    int q, kv; /* query and key/value rows of the fused qkv (0: the attention is not fp8) */
+    int ffn;   /* fc1's rows per block (gate and up each with SwiGLU), fc2's IN */
+    int seq;   /* --seq-length */
+} tp_fp8_dims;
+
+/* mxfp8 (blocks of 32) and blockwise (128): on tp > 1 the rows per rank of
+ * qkv's q, k, v and of fc1, and the IN per rank of proj and fc2, and on
+ * cp > 1 the tokens of a sequence chunk (seq / 2cp), must be multiples of
+ * the block, or a block straddles two ranks and the layout stops being the
+ * serial run (docs/fp8.md). MTC_ERR_INVALID_ARGUMENT naming the tensor, the
+ * dimension and the fix; MTC_OK for the other recipes, or without splits. */
+mtc_result_t tp_fp8_check_blocks(const tp_fp8_config *c, const tp_fp8_dims *d, int tp, int cp);
 
 #endif

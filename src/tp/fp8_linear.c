@@ -252,12 +252,13 @@ mtc_result_t tp_fp8_forward(tp_fp8_gemm *g, nn_pool *pool, float *out, float *xq
     tp_fp8_state *st = g->st;
     MTC_ASSERT((size_t)OUT * IN <= st->wcap);
     float amax[TP_FP8_NOPS] = {0};
-    const float *ops[TP_FP8_NOPS] = {x, w, NULL};
+    /* w_cast: w is the fp8 parameter itself (--fp8-param-gather), its amax taken at the cast */
+    const float *ops[TP_FP8_NOPS] = {x, st->w_cast ? NULL : w, NULL};
     int R[TP_FP8_NOPS] = {N, OUT, 0}, Cc[TP_FP8_NOPS] = {IN, IN, 0};
     MTC_CHECK(fp8_amaxes(g, pool, amax, ops, R, Cc));
     fp8_quant(g, pool, TP_FP8_X, USE_ROW, xq, x, N, IN, amax[TP_FP8_X], fp8_counts(g, TP_FP8_X));
-    fp8_quant(g, pool, TP_FP8_W, USE_ROW, st->wq, w, OUT, IN, amax[TP_FP8_W], 1);
-    nn_linear_forward(pool, out, xq, st->wq, b, N, IN, OUT);
+    if (!st->w_cast) fp8_quant(g, pool, TP_FP8_W, USE_ROW, st->wq, w, OUT, IN, amax[TP_FP8_W], 1);
+    nn_linear_forward(pool, out, xq, st->w_cast ? w : st->wq, b, N, IN, OUT);
     return MTC_OK;
 }
 
@@ -270,7 +271,8 @@ mtc_result_t tp_fp8_backward(tp_fp8_gemm *g, nn_pool *pool, float *dinp, float *
     float amax[TP_FP8_NOPS] = {0};
     /* the weight's and input's amaxes are the forward's (delayed: recorded there) */
     int rec = st->cfg.recipe == TP_FP8_DELAYED;
-    const float *ops[TP_FP8_NOPS] = {wg8 && !rec ? x : NULL, dinp && !rec ? w : NULL, dout};
+    const float *ops[TP_FP8_NOPS] = {wg8 && !rec ? x : NULL, dinp && !rec && !st->w_cast ? w : NULL,
+                                     dout};
     int R[TP_FP8_NOPS] = {N, OUT, N}, Cc[TP_FP8_NOPS] = {IN, IN, OUT};
     MTC_CHECK(fp8_amaxes(g, pool, amax, ops, R, Cc));
     /* wgrad first: dinp may be x's own buffer (the MLP's fc2 takes its input
@@ -286,8 +288,10 @@ mtc_result_t tp_fp8_backward(tp_fp8_gemm *g, nn_pool *pool, float *dinp, float *
     if (dinp) {
         fp8_quant(g, pool, TP_FP8_G, USE_ROW, gq, dout, N, OUT, amax[TP_FP8_G],
                   fp8_counts(g, TP_FP8_G));
-        fp8_quant(g, pool, TP_FP8_W, USE_COL, st->wq, w, OUT, IN, amax[TP_FP8_W], 0);
-        nn_linear_backward(pool, dinp, NULL, NULL, gq, NULL, st->wq, N, IN, OUT);
+        /* w_cast: per-tensor scales and 128x128 blocks quantize both usages alike */
+        if (!st->w_cast)
+            fp8_quant(g, pool, TP_FP8_W, USE_COL, st->wq, w, OUT, IN, amax[TP_FP8_W], 0);
+        nn_linear_backward(pool, dinp, NULL, NULL, gq, NULL, st->w_cast ? w : st->wq, N, IN, OUT);
     }
     return MTC_OK;
 }

@@ -99,6 +99,9 @@ typedef struct tp_fp8_state {
     mtc_comm_t amax_comm; /* delayed amaxes: TP x DP x CP, or TP (NULL: one rank) */
     int tp_rank;
     int recording; /* a training pass: delayed amaxes are recorded */
+    int w_cast;    /* --fp8-param-gather (dp/distopt_fp8.h): the weights given are fp8 values
+                      already, cast with this state's scales; used as they are (no weight
+                      amax, no weight quantization: TE's fp8 parameters) */
     tp_fp8_stats stats;
 } tp_fp8_state;
 

@@ -80,6 +80,12 @@ typedef struct {
     size_t cap;
 } tp_lowp;
 
+/* TP's own options beside the grid's size (from the command line, handed
+ * through train/ and the model to tp_ctx_from_grid untouched). */
+typedef struct {
+    int sequence_parallel; /* --sequence-parallel (ignored with tp 1) */
+} tp_options;
+
 /* What every TP layer call needs. */
 typedef struct {
     mtc_comm_t comm;         /* the TP group (TENSOR_MODEL_PARALLEL_GROUP); NULL = tp 1 */

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "cp/cp.h"
 #include "core/log.h"
 #include "core/outfile.h"
 #include "core/peak.h"
@@ -124,15 +123,8 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
      * activations through */
     if (split) MTC_CHECK(pp_layout_validate(&c->pp_split, c->model.num_layers, gc.pp, vpp));
     int dp = spec.dp;
-    MTC_CHECK(mtc_model_validate_tp(&c->model, gc.tp, c->sequence_parallel));
-    if (c->model.moe.num_experts > 0) {
-        MTC_CHECK(mtc_moe_validate_etp(c->grid.etp, gc.tp));
-        moe_assert_etp_groups(&spec);
-    }
-    /* context parallelism's own rules on top of the TP split (cp/) */
-    MTC_CHECK(cp_validate(&gc, c->cp_comm_type, c->cp_layer_types, c->model.num_layers,
-                          c->model.seq_length, c->model.num_heads, mtc_model_groups(&c->model),
-                          c->sequence_parallel));
+    /* each strategy's rules, asked through the model (model/model_parallel.c) */
+    MTC_CHECK(mtc_model_validate_parallel(&c->model, &gc, &spec, &c->parallel));
     if (c->model.mtp_num_layers > 0 && c->fsdp_strategy)
         return mtc_error(E,
                          "mtp-num-layers=%d with --use-megatron-fsdp: mtc's FSDP units do not "
@@ -248,19 +240,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                 "param gather: %s; pad buckets for high busbw: %s\n",
                 ddp->instances, ddp->layout.dp, c->overlap_param_gather ? "on" : "off",
                 c->pad_high_busbw ? "on" : "off");
-    if (model->cp.cp > 1) {
-        char types[512] = "";
-        size_t o = 0;
-        for (int l = 0; c->cp_layer_types && l < c->model.num_layers && o < sizeof types; l++)
-            o += (size_t)snprintf(types + o, sizeof types - o, "%s%s", l ? " " : "",
-                                  cp_comm_type_name((cp_comm_type)c->cp_layer_types[l]));
-        fprintf(out,
-                "> context parallel: %d ranks, %s%s attention; each rank holds %d of %d "
-                "positions (chunks %d and %d of %d)\n",
-                model->cp.cp, c->cp_layer_types ? "per layer " : "",
-                c->cp_layer_types ? types : cp_comm_type_name(model->cp.type), x->T_rank, T,
-                model->cp.rank, 2 * model->cp.cp - 1 - model->cp.rank, 2 * model->cp.cp);
-    }
+    mtc_model_describe_parallel(model, &c->parallel, out); /* the CP line */
     char blas[512]; /* nn_blas_describe: the fp32 GEMM engine and why, the BLAS */
     nn_blas_describe(blas, sizeof blas);
     fprintf(out, "> BLAS: %s\n", blas);
@@ -712,11 +692,9 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     mtc_error_clear();
     train_shared sh = {.cfg = &cc, .src = src, .out = out, .threads_per_rank = threads};
     sh.ckpt_fault.after = c->ckpt_fault_after;
-    mtc_launch_opts lo = {.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM,
-                          .world_size = world,
-                          .timeout_s = c->comm_timeout_s,
-                          .pin_threads = threads > 1 ? 0 : -1,
-                          .abort_hook = c->comm_abort_hook,
-                          .abort_arg = c->comm_abort_arg};
+    mtc_launch_opts lo = c->launch;
+    lo.backend = mpi ? MTC_BACKEND_MPI : MTC_BACKEND_SHM;
+    lo.world_size = world;
+    lo.pin_threads = threads > 1 ? 0 : -1;
     return mtc_launch(&lo, train_rank_main, &sh);
 }

@@ -73,33 +73,31 @@ typedef struct {
      * its world_size is ignored: the run's world is world_size above, or
      * the MPI size) */
     mtc_grid_config grid;
-    int cp_comm_type;          /* cp_comm_type (cp/cp.h): p2p (default), all_gather, a2a,
-                                  a2a+p2p */
-    const int *cp_layer_types; /* one cp_comm_type per layer (num_layers), NULL: cp_comm_type
-                                  for every layer */
-    int decoupled;             /* --decoupled-lr given */
-    double decoupled_lr;       /* its max lr of the word embedding and output layer */
-    double decoupled_min_lr;   /* --decoupled-min-lr (< 0: --min-lr) */
-    int recompute_full;        /* --recompute-granularity full */
-    int no_check_nan;          /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
-    int log_params_norm;       /* --log-params-norm: "params norm" in the log line */
-    int log_num_zeros;         /* --log-num-zeros-in-grad: "num zeros" in the log line */
-    int recompute_block;       /* --recompute-method block (else uniform) */
-    int recompute_num_layers;  /* --recompute-num-layers */
-    int recompute_mlp;         /* --recompute-granularity selective --recompute-modules mlp */
-    int recompute_mla_up;      /* ... mla_up_proj (model/mla.h) */
-    int recompute_shared;      /* ... --recompute-modules shared_experts */
-    int microbatch_group_size; /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
-    pp_layout_args pp_split;   /* uneven split / layout string (pp/layout.h; 0 = even) */
-    int sequence_parallel;     /* --sequence-parallel (ignored with a warning when tp = 1) */
-    int overlap_grad_reduce;   /* --overlap-grad-reduce */
-    int64_t ddp_bucket_size;   /* --ddp-bucket-size in elements (0 = Megatron's default; used only
-                                  with overlap) */
-    int backend;               /* mtc_backend_kind_t (0 = auto) */
-    double comm_timeout_s;     /* --distributed-timeout-minutes x 60: every collective's deadline
-                                  (0: the launch's default, 300 s) */
-    mtc_comm_abort_hook comm_abort_hook; /* the launch's watchdog hook (NULL: none) */
-    void *comm_abort_arg;
+    mtc_model_parallel parallel; /* the strategies' own options (--sequence-parallel,
+                                    --cp-comm-type): handed to each chunk unread */
+    int decoupled;               /* --decoupled-lr given */
+    double decoupled_lr;         /* its max lr of the word embedding and output layer */
+    double decoupled_min_lr;     /* --decoupled-min-lr (< 0: --min-lr) */
+    int recompute_full;          /* --recompute-granularity full */
+    int no_check_nan;            /* --no-check-for-nan-in-loss-and-grad: skip such steps instead */
+    int log_params_norm;         /* --log-params-norm: "params norm" in the log line */
+    int log_num_zeros;           /* --log-num-zeros-in-grad: "num zeros" in the log line */
+    int recompute_block;         /* --recompute-method block (else uniform) */
+    int recompute_num_layers;    /* --recompute-num-layers */
+    int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp */
+    int recompute_mla_up;        /* ... mla_up_proj (model/mla.h) */
+    int recompute_shared;        /* ... --recompute-modules shared_experts */
+    int microbatch_group_size;   /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
+    pp_layout_args pp_split;     /* uneven split / layout string (pp/layout.h; 0 = even) */
+    int overlap_grad_reduce;     /* --overlap-grad-reduce */
+    int64_t ddp_bucket_size;     /* --ddp-bucket-size in elements (0 = Megatron's default; used only
+                                    with overlap) */
+    int backend;                 /* mtc_backend_kind_t (0 = auto) */
+    /* the launch's settings as the command line and its environment gave them
+     * (--distributed-timeout-minutes x 60 as timeout_s, the watchdog's abort
+     * hook, algo_spec, shm_tuning; comm/comm.h); mtc_train_run sets backend,
+     * world_size and pin_threads */
+    mtc_launch_opts launch;
     long ckpt_fault_after; /* tests: the checkpoint writer dies at its k-th write point (0: no) */
     /* ---- distributed optimizer (dp/distopt.h; train/train_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into

@@ -17,14 +17,6 @@
 #include "pp/layout.h"
 #include "train/train_internal.h"
 
-/* The per-layer CP comm types as one number, for the agreement check. */
-static double cp_types_key(const mtc_train_config *c) {
-    double k = 0;
-    for (int l = 0; c->cp_layer_types && l < c->model.num_layers; l++)
-        k = k * 5 + c->cp_layer_types[l] + 1;
-    return k;
-}
-
 /* The --step-batch-size-schedule as one number, for the agreement check. */
 static double schedule_key(const mtc_train_config *c) {
     double k = 0;
@@ -121,16 +113,13 @@ mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t world,
         {"tensor-model-parallel-size", c->grid.tp},
         {"pipeline-model-parallel-size", c->grid.pp},
         {"context-parallel-size", c->grid.cp},
-        {"cp-comm-type", c->cp_comm_type},
         {"hierarchical-context-parallel-sizes", c->grid.hcp[0] * 1000.0 + c->grid.hcp[1]},
-        {"cp-comm-type (per layer)", cp_types_key(c)},
         {"virtual-pipeline-model-parallel-size", c->grid.vpp},
         {"decoder-first-pipeline-num-layers", c->pp_split.first_num_layers},
         {"decoder-last-pipeline-num-layers", c->pp_split.last_num_layers},
         {"account-for-embedding-in-pipeline-split", c->pp_split.account_for_embedding},
         {"account-for-loss-in-pipeline-split", c->pp_split.account_for_loss},
         {"pipeline-model-parallel-layout (hash)", pp_layout_fingerprint(c->pp_split.layout)},
-        {"sequence-parallel", c->sequence_parallel},
         {"use-distributed-optimizer", c->use_distributed_optimizer},
         {"num-distributed-optimizer-instances", c->grid.num_dist_opt_instances},
         {"recompute-granularity full", c->recompute_full},
@@ -211,13 +200,18 @@ mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t world,
         {"log-memory-to-tensorboard", tb->log_memory},
         {"log-validation-ppl-to-tensorboard", tb->log_validation_ppl},
     };
-    enum { NF = sizeof f / sizeof f[0] };
-    double lo[NF], hi[NF];
+    enum { NF = sizeof f / sizeof f[0], NA = NF + MTC_MODEL_PARALLEL_KEYS };
+    const char *flag[NA];
+    double v[NA], lo[NA], hi[NA];
     for (int i = 0; i < NF; i++)
-        lo[i] = hi[i] = f[i].v;
-    MTC_CHECK(mtc_all_reduce(lo, lo, NF, MTC_DTYPE_F64, MTC_OP_MIN, world));
-    MTC_CHECK(mtc_all_reduce(hi, hi, NF, MTC_DTYPE_F64, MTC_OP_MAX, world));
-    for (int i = 0; i < NF; i++) /* lo and hi are alike on every rank: all take this branch */
-        if (lo[i] != hi[i]) return agreement_report(f[i].flag, f[i].v, lo[i], hi[i], world);
+        flag[i] = f[i].flag, v[i] = f[i].v;
+    /* the strategies' own options, as the model lists them */
+    int n = NF + mtc_model_parallel_keys(&c->parallel, m->num_layers, flag + NF, v + NF);
+    for (int i = 0; i < n; i++)
+        lo[i] = hi[i] = v[i];
+    MTC_CHECK(mtc_all_reduce(lo, lo, (size_t)n, MTC_DTYPE_F64, MTC_OP_MIN, world));
+    MTC_CHECK(mtc_all_reduce(hi, hi, (size_t)n, MTC_DTYPE_F64, MTC_OP_MAX, world));
+    for (int i = 0; i < n; i++) /* lo and hi are alike on every rank: all take this branch */
+        if (lo[i] != hi[i]) return agreement_report(flag[i], v[i], lo[i], hi[i], world);
     return MTC_OK;
 }

@@ -161,7 +161,8 @@ static cJSON *train_ckpt_common(const train_rank *x, int64_t it, uint64_t consum
     cJSON_AddNumberToObject(a, "pipeline_model_parallel_size", x->pp_size);
     cJSON_AddNumberToObject(a, "virtual_pipeline_model_parallel_size", x->vpp);
     cJSON_AddNumberToObject(a, "data_parallel_size", x->dp_size);
-    cJSON_AddBoolToObject(a, "sequence_parallel", c->sequence_parallel);
+    /* as Megatron's args: off with tp 1 (the model's TP context says) */
+    cJSON_AddBoolToObject(a, "sequence_parallel", x->chunks[0].model->tp.sequence_parallel);
     cJSON_AddBoolToObject(a, "use_distributed_optimizer", c->use_distributed_optimizer);
     cJSON_AddNumberToObject(a, "num_distributed_optimizer_instances",
                             c->grid.num_dist_opt_instances > 1 ? c->grid.num_dist_opt_instances

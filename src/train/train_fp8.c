@@ -12,12 +12,20 @@
 
 #include "cJSON.h"
 #include "core/mem.h"
+#include "dp/distopt_fp8.h"
+#include "model/model.h"
 #include "tp/fp8_linear.h"
 #include "train/train_internal.h"
 
 void train_fp8_step_begin(train_rank *x) {
     for (int k = 0; x->cfg->fp8 && k < x->vpp; k++)
         if (x->chunks[k].model->fp8) tp_fp8_stats_reset(x->chunks[k].model->fp8);
+}
+
+/* Chunk k's fp8 parameter gather, or NULL. */
+static mtc_distopt_fp8 *fp8_pg(const train_rank *x, int k) {
+    const mtc_distopt *o = x->chunks[k].buf[TRAIN_GBUF_DENSE].dopt;
+    return o ? o->fp8 : NULL;
 }
 
 mtc_result_t train_fp8_step_end(train_rank *x) {
@@ -27,6 +35,18 @@ mtc_result_t train_fp8_step_end(train_rank *x) {
     for (int k = 0; k < x->vpp; k++) {
         tp_fp8_state *st = x->chunks[k].model->fp8;
         if (!st) continue;
+        mtc_distopt_fp8 *pg = fp8_pg(x, k);
+        if (pg) { /* the cast the step's weights came from: its clipped values and scales */
+            st->stats.sat[TP_FP8_W] += pg->clipped;
+            if (pg->sinv_max > 0) {
+                st->stats.sinv_min = fminf(st->stats.sinv_min, pg->sinv_min);
+                st->stats.sinv_max = fmaxf(st->stats.sinv_max, pg->sinv_max);
+            }
+            x->fp8_pg_log[0] += (double)pg->casts * (double)(pg->gather_bytes + pg->amax_bytes);
+            x->fp8_pg_log[1] += (double)pg->casts * (double)pg->bf16_bytes;
+            pg->clipped = 0, pg->casts = 0;
+            pg->sinv_min = INFINITY, pg->sinv_max = 0.0f;
+        }
         /* comm: all-reduce MAX(TP x DP x CP) of the step's amaxes (delayed) */
         MTC_CHECK(tp_fp8_step_end(st));
         for (int o = 0; o < TP_FP8_NOPS; o++)
@@ -57,7 +77,12 @@ void train_fp8_metrics(train_rank *x, FILE *metrics) {
                 "\"fp8_scale_inv_max\": %.9g",
                 tp_fp8_recipe_name(x->cfg->fp8->recipe), x->fp8_log[0], x->fp8_log[1],
                 x->fp8_log[2], x->fp8_log[3], x->fp8_log[4]);
+    if (metrics && fp8_pg(x, 0)) /* this rank's, since the last log */
+        fprintf(metrics,
+                ", \"fp8_param_gather_bytes\": %.0f, \"fp8_param_gather_bf16_bytes\": %.0f",
+                x->fp8_pg_log[0], x->fp8_pg_log[1]);
     memset(x->fp8_log, 0, sizeof x->fp8_log);
+    memset(x->fp8_pg_log, 0, sizeof x->fp8_pg_log);
 }
 
 void train_fp8_banner(const train_rank *x, FILE *out) {
@@ -80,6 +105,84 @@ void train_fp8_banner(const train_rank *x, FILE *out) {
                 "%s after each step\n",
                 f->amax_history_len, f->amax_max ? "max" : "most_recent", f->margin,
                 f->tp_only_amax_red ? "TP" : "TP x DP x CP");
+    const mtc_distopt_fp8 *pg = fp8_pg(x, 0);
+    if (pg) {
+        double mb = 1.0 / (1 << 20);
+        fprintf(out,
+                "> fp8 parameter all-gather: the owners cast %lld weight values to E4M3 codes (1 "
+                "byte each; the other params as bf16, 2 bytes), dequantized after the gather: "
+                "%.3f MiB per step on this rank (+ %.1f KiB of amax all-reduce) instead of %.3f "
+                "MiB as bf16 (%.2fx)\n",
+                (long long)pg->fp8_values, (double)pg->gather_bytes * mb,
+                (double)pg->amax_bytes / 1024.0, (double)pg->bf16_bytes * mb,
+                pg->bf16_bytes
+                    ? (double)(pg->gather_bytes + pg->amax_bytes) / (double)pg->bf16_bytes
+                    : 0.0);
+    } else if (f->param_gather && x->fp8_pg_off)
+        fprintf(out, "> fp8 parameter all-gather: not applied (%s): the gather stays bf16\n",
+                x->fp8_pg_off);
+}
+
+/* The fp8 weight of registry param p of a chunk (its linear's index), or -1. */
+static int fp8_linear_of(int role) {
+    switch (role) {
+    case MTC_ROLE_QKV_W: return TP_FP8_QKV;
+    case MTC_ROLE_PROJ_W: return TP_FP8_PROJ;
+    case MTC_ROLE_FC1_W: return TP_FP8_FC1;
+    case MTC_ROLE_FC2_W: return TP_FP8_FC2;
+    default: return -1;
+    }
+}
+
+mtc_result_t train_fp8_param_gather_init(train_rank *x) {
+    const tp_fp8_config *f = x->cfg->fp8;
+    if (!f || !f->param_gather) return MTC_OK;
+    if (f->recipe == TP_FP8_MXFP8) {
+        /* TE's MXFP8 parameters carry a rowwise and a columnwise copy (2 bytes a value);
+         * Megatron gathers them in bf16 (--reuse-grad-buf-for-mxfp8-param-ag) */
+        x->fp8_pg_off = "mxfp8 weights need a rowwise and a columnwise copy, 2 bytes per value; "
+                        "Megatron gathers bf16 for mxfp8";
+        return MTC_OK;
+    }
+    mtc_distopt_fp8_mode mode = f->recipe == TP_FP8_DELAYED      ? MTC_DISTOPT_FP8_DELAYED
+                                : f->recipe == TP_FP8_TENSORWISE ? MTC_DISTOPT_FP8_TENSORWISE
+                                                                 : MTC_DISTOPT_FP8_BLOCKWISE;
+    for (int k = 0; k < x->vpp; k++) {
+        mtc_model *m = x->chunks[k].model;
+        mtc_distopt *o = x->chunks[k].buf[TRAIN_GBUF_DENSE].dopt;
+        if (!o || !o->copy || !m->fp8) {
+            x->fp8_pg_off = x->cfg->model.moe.num_experts > 0
+                                ? "an MoE model keeps fp32 main params whole"
+                                : "no bf16 compute copy gathered (Megatron-FSDP)";
+            continue;
+        }
+        const mtc_registry *r = &m->reg;
+        mtc_distopt_fp8_weight *w = NULL;
+        MTC_CHECK(mtc_mem_calloc((size_t)r->count + 1, sizeof *w, (void **)&w));
+        int nw = 0;
+        for (int i = 0; i < r->count; i++) {
+            const mtc_param *p = &r->params[i];
+            int lin = fp8_linear_of(p->role);
+            tp_fp8_gemm *g = lin < 0 ? NULL : tp_fp8_layer(m->fp8, p->layer);
+            if (!g || p->ndim != 2 || !p->local_numel) continue;
+            int rows =
+                p->split_dim == 1 ? (int)p->shape[0] : (int)(p->local_numel / (size_t)p->shape[1]);
+            w[nw++] = (mtc_distopt_fp8_weight){.param = i,
+                                               .rows = rows,
+                                               .cols = (int)(p->local_numel / (size_t)rows),
+                                               .scale = &g[lin].t[TP_FP8_W].scale,
+                                               .amax_slot = &g[lin].t[TP_FP8_W].hist[0]};
+        }
+        mtc_distopt_fp8 *pg;
+        mtc_result_t rc = mtc_distopt_fp8_init(o, mode, w, nw,
+                                               mtc_grid_comm(x->grid, MTC_GROUP_TP_DP_CP, 0), &pg);
+        free(w);
+        MTC_CHECK(rc);
+        m->fp8->w_cast = 1;
+        /* the first step's weights: cast from the initial (or loaded) params */
+        MTC_CHECK(mtc_distopt_fp8_gather(pg));
+    }
+    return MTC_OK;
 }
 
 /* The delayed state of every layer, (L, per-layer floats), on every rank. */

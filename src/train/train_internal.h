@@ -132,11 +132,14 @@ typedef struct {
     /* --bf16: the GEMM engine (nn_bf16_gemm, never AUTO once set up) and, when
      * measured, each engine's rate in GFLOP/s on the model's widest shape */
     int bf16_gemm;
-    double bf16_gf[2]; /* oneDNN bf16, fp32 (0: not measured) */
-    int bf16_cached;   /* bf16_gf read from the machine's cache */
-    int bf16_shape[3]; /* the measured GEMM's M, N, K */
-    double fp8_log[5]; /* train_fp8.c, since the last log: clipped inputs, weights, gradients;
-                          scale_inv min, max */
+    double bf16_gf[2];      /* oneDNN bf16, fp32 (0: not measured) */
+    int bf16_cached;        /* bf16_gf read from the machine's cache */
+    int bf16_shape[3];      /* the measured GEMM's M, N, K */
+    double fp8_log[5];      /* train_fp8.c, since the last log: clipped inputs, weights, gradients;
+                               scale_inv min, max */
+    double fp8_pg_log[2];   /* --fp8-param-gather since the last log: this rank's gather and
+                               amax bytes, and what a bf16 gather would have moved */
+    const char *fp8_pg_off; /* --fp8-param-gather given but the gather stays bf16: why */
 
     double params_norm; /* --log-params-norm: after the last step (train_params_norm) */
     double num_zeros;   /* --log-num-zeros-in-grad: the last step's count, -1: none (skipped) */
@@ -289,6 +292,10 @@ mtc_result_t train_fp8_step_end(train_rank *x);
 /* ", \"fp8_...\": ..." since the last log (then reset). */
 void train_fp8_metrics(train_rank *x, FILE *metrics);
 void train_fp8_banner(const train_rank *x, FILE *out);
+/* --fp8-param-gather, after the main params are sharded: the fp8 gather of
+ * each chunk's dense buffer (dp/distopt_fp8.h) and its first cast.
+ * comm: that cast's all-reduce and all-gathers. */
+mtc_result_t train_fp8_param_gather_init(train_rank *x);
 /* Collective over the world: the amax histories and scales into rank 0's
  * common state (common NULL elsewhere); and back from a loaded one. */
 mtc_result_t train_fp8_ckpt_save(train_rank *x, struct cJSON *common);

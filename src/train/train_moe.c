@@ -89,10 +89,12 @@ mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out) {
         return rc;
     }
     int nl = mtc_moe_num_layers(&c->moe, L);
-    int tp = x->cfg->grid.tp, cp = x->cfg->grid.cp;
-    /* aux: partial over TP x CP (summed), averaged over DP; z: averaged over TP x DP x CP */
+    /* aux: partial over TP x CP (summed), averaged over DP; z: averaged over TP x DP x CP
+     * (the size of the MoE context's TP x CP group, moe/groups.c) */
+    mtc_comm_t g = x->chunks[0].model->moe.tpcp;
+    int tpcp = g ? mtc_comm_size(g) : 1;
     out->lb_loss = v[0] / ((double)x->dp_size * nl);
-    out->z_loss = v[1] / ((double)x->dp_size * tp * cp * nl);
+    out->z_loss = v[1] / ((double)x->dp_size * tpcp * nl);
     out->has_lb = c->moe.lb != MOE_LB_NONE && c->moe.aux_coeff > 0;
     out->has_z = c->moe.z_coeff > 0;
     out->nlayers = 0;

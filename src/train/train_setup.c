@@ -126,9 +126,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .nslots = nslots,
                               .pool = x->pool,
                               .grid = x->grid,
-                              .sequence_parallel = c->sequence_parallel,
-                              .cp_comm_type = (cp_comm_type)c->cp_comm_type,
-                              .cp_layer_types = c->cp_layer_types,
+                              .parallel = c->parallel,
                               .first_layer = ls.first_layer,
                               .last_layer = ls.first_layer + ls.num_layers,
                               .has_embedding = ls.has_embedding,
@@ -473,7 +471,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
         MTC_CHECK(train_load_file(x));
     else if (c->load_path)
         MTC_CHECK(train_ckpt_load(x, out));
-    return train_shard_main(x);
+    MTC_CHECK(train_shard_main(x));
+    return train_fp8_param_gather_init(x);
 }
 
 size_t train_memory(const train_rank *x, mtc_dp_memory *mem) {

@@ -63,7 +63,7 @@ refused "a NaN weight" "holds NaN at element 0 (weights must be finite)"
 edit 'a = names[0]; o = h[a]["data_offsets"][0]; data[o:o + 4] = struct.pack("<f", float("inf"))'
 refused "an Inf weight" "holds Inf at element 0"
 edit 'cfg["n_layer"] = cfg.get("n_layer", 2) - 1; cfg["num_hidden_layers"] = cfg["n_layer"]'
-refused "config.json with fewer layers than the weights" "which the model config.json describes has no place for"
+refused "config.json with fewer layers than the weights (its own field named)" "which the model config.json describes has no place for (config.json does not match the weights: check n_layer and"
 edit 'cfg["n_layer"] = str(cfg["n_layer"])'
 refused "config.json n_layer a string" "n_layer is not a value its field can hold"
 edit 'cfg["n_head"] = 2.5'

@@ -29,5 +29,16 @@ for args in "--op gather" "--algo rign" "--dtype f16" "--sizes 8,x" "--world-siz
     if [ $rc -ne 2 ] || [ "$lines" -ne 1 ]; then echo "FAIL: '$args' gave exit $rc, $lines lines"; fail=1; fi
 done
 rm -f /tmp/bench_comm_err.$$
+# the environment is read at the CLI edge (cli_launch_defaults) and reaches
+# the launch: MTC_COMM_ALGO forces the all-reduce either way, --comm-algo wins
+for a in ring direct; do
+    r=$(MTC_COMM_ALGO=all_reduce=$a "$MTC" bench-comm --world-size 2 --op all_reduce --sizes 8 --iters 1 --json)
+    printf '%s\n' "$r" | grep -q "\"resolved\": \"$a\"" || { echo "FAIL: MTC_COMM_ALGO=all_reduce=$a: $r"; fail=1; }
+done
+r=$(MTC_COMM_ALGO=all_reduce=ring "$MTC" bench-comm --world-size 2 --op all_reduce --sizes 8 --iters 1 --json --comm-algo all_reduce=direct)
+printf '%s\n' "$r" | grep -q '"resolved": "direct"' || { echo "FAIL: --comm-algo over MTC_COMM_ALGO: $r"; fail=1; }
+# the shm wait tuning and the MPI check switch pass through as launch options
+MTC_SHM_SPIN=0 MTC_SHM_YIELD=0 MTC_COMM_CHECK=0 "$MTC" bench-comm --world-size 2 --op all_reduce --sizes 8 --iters 1 --json |
+    grep -q '"ok": true' || { echo "FAIL: MTC_SHM_SPIN=0 MTC_SHM_YIELD=0"; fail=1; }
 [ $fail -eq 0 ] && echo "bench_comm: ok"
 exit $fail

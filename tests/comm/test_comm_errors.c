@@ -227,9 +227,11 @@ int main(void) {
     }
     o.algo_spec = "ring"; /* a preference: operations without a ring keep the selector */
     T_CHECK(mtc_launch(&o, r_nothing, NULL) == MTC_OK);
-    setenv("MTC_COMM_ALGO", "all_reduce=ring", 1);
-    o.algo_spec = NULL;
+    o.algo_spec = "all_reduce=ring"; /* the CLI's MTC_COMM_ALGO (cli_launch_defaults) */
     T_CHECK(mtc_launch(&o, r_env_algo, NULL) == MTC_OK);
+    setenv("MTC_COMM_ALGO", "ringg", 1); /* the CLI's edge reads it; the library never does */
+    o.algo_spec = NULL;
+    T_CHECK(mtc_launch(&o, r_nothing, NULL) == MTC_OK);
     unsetenv("MTC_COMM_ALGO");
     setenv("MTC_COMM_TIMEOUT", "soon",
            1); /* the CLI's edge refuses it; the library never reads it */

@@ -85,5 +85,12 @@ timeout 20 "$MTC" preprocess --input "$D/in.jsonl" --output-prefix "$D/out" --to
     >"$D/out" 2>"$D/err"; st=$?
 [ $st -eq 0 ] && [ ! -L "$P.idx" ] && [ -s "$P.idx" ] && [ ! -s "$D/real.idx" ] && [ -s "$P.bin" ] &&
     ok "preprocess output at a symlink replaces the link, its target untouched" || { bad "preprocess symlink (status $st)"; cat "$D/err"; }
+# an empty --output-prefix would write _text_document.bin into the working folder: refused
+case $MTC in /*) A=$MTC ;; *) A=$(pwd)/$MTC ;; esac
+(cd "$D" && mkdir -p empty && cd empty && timeout 20 "$A" preprocess --input "$D/in.jsonl" --output-prefix "" \
+    --tokenizer-type ByteLevelTokenizer >"$D/out" 2>"$D/err"); st=$?
+[ $st -eq 2 ] && grep -q "output-prefix is empty" "$D/err" && [ -z "$(ls -A "$D/empty")" ] &&
+    ok "preprocess --output-prefix \"\" refused, nothing written: $(cat "$D/err")" ||
+    { bad "empty output prefix (status $st)"; cat "$D/err"; ls -A "$D/empty"; }
 [ -z "$(ls -A "$D" | grep '\.tmp')" ] && ok "no temporary files left" || bad "temporary files left: $(ls -A "$D")"
 exit $fail

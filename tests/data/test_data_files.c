@@ -115,7 +115,7 @@ static int f_idx(uint64_t p) { return (int)((p * 37 + 11) % 50000); }
 /* A Megatron dataset's samples follow GPTDataset (split "1,0,0", one epoch):
  * (tokens - 1) / T samples, each T + 1 tokens that run on within one
  * sequence or jump from a sequence's last token to another's first (the
- * shuffled document order; the exact order is tests/data/gpt_order.sh's
+ * shuffled document order; the exact order is tests/data/test_gpt_order.c's
  * business). want(p) must be one-to-one over the stream. */
 static void check_gpt_samples(data_source *s, int T, int (*want)(uint64_t), const int *lens,
                               int n_seq, const char *what) {

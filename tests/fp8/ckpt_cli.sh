@@ -3,9 +3,10 @@
 # travel in the checkpoint: 6 iterations straight (a save at 3) against 3
 # loaded from that save and 3 more, iterations 4-6 bit for bit (the
 # metrics' printed loss, grad norm and fp8 fields); on pp 2 as well, whose
-# stages hold different layers' state. A resume without the state (a
-# different --fp8-amax-history-len) is refused with the fix; and the
-# fp8 flags' refusals (one line, exit 2, before any work).
+# stages hold different layers' state, and dp 2 with --fp8-param-gather
+# (whose cast records the weight amaxes). A resume without the state (a
+# different --fp8-amax-history-len) is refused with the fix; and the fp8
+# flags' refusals (one line, exit 2, before any work).
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -19,9 +20,11 @@ M="--mock-data --vocab-size 64 --make-vocab-size-divisible-by 16 --num-layers 2 
 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 8 --fp8-amax-compute-algo max"
 fields() { sed 's/"elapsed_ms"[^"]*//; s/"tokens_per_s"[^"]*//; s/"comm_ms"[^"]*//; s/"peak_rss[^]]*]//' "$1" |
     grep -o '"\(lm_loss\|grad_norm\|fp8_[a-z_]*\)": [^,}]*' | tr '\n' ' '; }
-for lay in serial pp2; do
+for lay in serial pp2 dp2pg; do
     L=""
     [ $lay = pp2 ] && L="--world-size 2 --pp 2"
+    # --fp8-param-gather: the weight amaxes recorded at the cast resume too
+    [ $lay = dp2pg ] && L="--world-size 2 --use-distributed-optimizer --fp8-param-gather"
     "$MTC" train $M $L --train-iters 6 --save "$D/$lay" --save-interval 3 --metrics "$D/$lay.a.jsonl" \
         >"$D/$lay.a.log" 2>&1 || { bad "$lay straight run"; tail -3 "$D/$lay.a.log"; }
     rm -rf "$D/$lay.b" && cp -r "$D/$lay" "$D/$lay.b" && echo 3 >"$D/$lay.b/latest_checkpointed_iteration.txt"
@@ -56,6 +59,13 @@ refuse "recipe without format" "needs --fp8-format" --bf16 --fp8-recipe mxfp8
 refuse "history 0" "fp8-amax-history-len=0" --bf16 --fp8-format e4m3 --fp8-amax-history-len 0
 refuse "algo" "is not max or most_recent" --bf16 --fp8-format e4m3 --fp8-amax-compute-algo mean
 refuse "param gather without distopt" "needs --use-distributed-optimizer" --bf16 --fp8-format hybrid --fp8-param-gather
+# the block recipes' blocks may not straddle two ranks' shards (the tensor and dimension named)
+refuse "blockwise on tp 2 with 32 query rows a rank" "query rows per rank (heads x head size / tp) is 32, not a multiple of its 128-value blocks" \
+    --bf16 --fp8-format hybrid --fp8-recipe blockwise --hidden-size 64 --num-attention-heads 4 --world-size 2 --tp 2
+refuse "mxfp8 on tp 2 with 48 fc1 rows a rank" "fc1 weight's rows per rank (ffn / tp) is 48.*--ffn-hidden-size a multiple of 64" \
+    --bf16 --fp8-format hybrid --fp8-recipe mxfp8 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 96 --world-size 2 --tp 2
+refuse "mxfp8 on cp 2 with 16-token chunks" "sequence chunk (seq / 2cp) has 16 tokens.*--seq-length a multiple of 128" \
+    --bf16 --fp8-format hybrid --fp8-recipe mxfp8 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --world-size 2 --cp 2
 refuse "bf16 layers beyond a stage" "layers per pipeline stage (2)" --bf16 --fp8-format hybrid \
     --fp8-recipe mxfp8 --first-last-layers-bf16 --num-layers-at-start-in-bf16 3 --world-size 2 --pp 2
 refuse "first/last bf16 with delayed" "delayed scaling does not support" --bf16 --fp8-format hybrid \

@@ -1,6 +1,6 @@
 /* tests/model/test_gpt_init.c - initialisation reads only the registry:
  * element i of parameter p is normal(seed, stream_of(name), i) * std
- * (DESIGN.md 4), with std 0.02 and 0.02/sqrt(2L) for the residual
+ * (docs/model.md), with std 0.02 and 0.02/sqrt(2L) for the residual
  * projections, LayerNorm weights 1, biases 0; the parallel fill equals the
  * serial one bit for bit; names, shapes and weight-decay flags are GPT-2's. */
 #include <math.h>

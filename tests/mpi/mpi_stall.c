@@ -90,7 +90,9 @@ static mtc_result_t rank_fn(mtc_comm_t w, void *arg) {
 }
 
 int main(void) {
-    mtc_launch_opts o = {.backend = MTC_BACKEND_AUTO, .timeout_s = 2};
+    /* the algorithm stall.sh forces, read at this program's edge as the CLI does */
+    mtc_launch_opts o = {
+        .backend = MTC_BACKEND_AUTO, .timeout_s = 2, .algo_spec = getenv("MTC_COMM_ALGO")};
     mtc_result_t rc = mtc_launch(&o, rank_fn, NULL);
     if (rc != MTC_OK) {
         fprintf(stderr, "mpi_stall: %s: %s\n", mtc_result_name(rc), mtc_error_detail());

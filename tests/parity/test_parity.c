@@ -28,12 +28,12 @@ static mtc_result_t run(result *r, int world, int tp, int pp, int sp, int overla
                         float dropout) {
     mtc_train_config c;
     base_config(&c, dropout, r->loss, r->norm, r->params);
-    c.world_size = world, c.grid.tp = tp, c.grid.pp = pp, c.sequence_parallel = sp;
+    c.world_size = world, c.grid.tp = tp, c.grid.pp = pp, c.parallel.tp.sequence_parallel = sp;
     c.overlap_grad_reduce = overlap, c.ddp_bucket_size = bucket;
     return parity_train(&c);
 }
 
-/* ---- interleaved pipeline layouts (issue 6): deeper models, several
+/* ---- interleaved pipeline layouts: deeper models, several
  * microbatch counts (micro-batch size 1/2/4 of the same global batch), the
  * executed compute order checked against pp_schedule_build ---- */
 typedef struct {
@@ -51,7 +51,7 @@ static mtc_result_t run_pl(result *r, const pl_layout *l) {
     c.model.num_layers = l->layers;
     c.micro_batch = l->mbs;
     c.world_size = world, c.grid.tp = l->tp, c.grid.pp = l->pp, c.grid.vpp = l->vpp;
-    c.sequence_parallel = l->sp;
+    c.parallel.tp.sequence_parallel = l->sp;
     c.microbatch_group_size = l->group;
     c.overlap_grad_reduce = l->overlap, c.ddp_bucket_size = l->bucket;
     pp_schedule_config sc = {
@@ -124,7 +124,7 @@ int main(void) {
         {4, 2, 1, 1, 999, 0, 1},
         {4, 4, 1, 1, 1234, 1, 1},
         {4, 4, 0, 0, 0, 0, 1},
-        /* pipeline (issue 6): 1F1B over 2 stages of one layer each */
+        /* pipeline: 1F1B over 2 stages of one layer each */
         {1, 1, 0, 0, 0, 0, 2},
         {2, 1, 1, 0, 0, 1, 2},
         {1, 2, 0, 1, 600, 1, 2},

@@ -43,7 +43,7 @@ static mtc_result_t run(result *r, const layout *y, int bf16, nn_bf16_gemm engin
     c.bf16 = bf16;
     c.bf16_gemm = bf16 ? (int)engine : 0;
     c.grid.tp = y->tp ? y->tp : 1, c.grid.pp = y->pp ? y->pp : 1, c.grid.cp = y->cp ? y->cp : 1;
-    c.sequence_parallel = y->sp;
+    c.parallel.tp.sequence_parallel = y->sp;
     c.world_size =
         (y->tp ? y->tp : 1) * (y->pp ? y->pp : 1) * (y->dp ? y->dp : 1) * (y->cp ? y->cp : 1);
     c.use_distributed_optimizer = y->distopt, c.overlap_grad_reduce = y->overlap;

@@ -32,7 +32,7 @@ static mtc_result_t run(result *r, const layout *y, int distopt) {
     mtc_train_config c;
     base_config(&c, y->drop ? 0.1f : 0.0f, r->loss, r->norm, r->params);
     c.world_size = y->tp * y->dp * y->pp, c.grid.tp = y->tp, c.grid.pp = y->pp;
-    c.sequence_parallel = y->sp;
+    c.parallel.tp.sequence_parallel = y->sp;
     c.overlap_grad_reduce = y->overlap, c.ddp_bucket_size = y->bucket;
     c.use_distributed_optimizer = distopt, c.overlap_param_gather = y->opg;
     c.grid.num_dist_opt_instances = y->nd, c.pad_high_busbw = y->pad, c.grid.vpp = y->vpp;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/parity/vpp_cli.sh - `mtc train` with interleaved virtual pipeline
-# stages (issue 6) end to end on shm rank-threads: per-iteration lm loss and
+# stages end to end on shm rank-threads: per-iteration lm loss and
 # grad norm within 2e-5 of the serial run for pp=2 x vpp=2 x tp=2 + SP and
 # pp=4 x vpp=2 on 8 layers; --num-layers-per-virtual-pipeline-stage 1 is
 # the same run as --vpp 2; validation losses (forward-only order) equal

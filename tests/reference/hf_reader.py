@@ -11,7 +11,8 @@ Qwen2MoeForCausalLM / Qwen3MoeForCausalLM the sparse MoE block: softmax
 router, top-k, the top-k weights renormalised (Mixtral; the Qwens when
 norm_topk_prob), dense mlp_only_layers, Qwen2-MoE's q/k/v biases and shared
 expert scaled by sigmoid(shared_expert_gate); Qwen3ForCausalLM and
-Qwen3-MoE's RMSNorm of each q and k head (q_norm, k_norm) before RoPE), in
+Qwen3-MoE's RMSNorm of each q and k head (q_norm, k_norm) before RoPE;
+DeepseekV3ForCausalLM's multi-latent attention, YaRN and sigmoid router), in
 float64. No `transformers` package is used.
 
     /usr/bin/python3 tests/reference/hf_reader.py DIR NAME TOKEN...
@@ -159,10 +160,125 @@ def llama(cfg, w, ids):
     return x @ head.T
 
 
+def yarn_inv_freq(cfg, dim):
+    """HF's _compute_yarn_parameters (modeling_rope_utils.py): inv_freq and the
+    factor cos / sin carry."""
+    base = cfg.get("rope_theta", 10000.0)
+    rs = cfg.get("rope_scaling") or {}
+    pos = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    if rs.get("rope_type", rs.get("type")) != "yarn":
+        return (1.0 / pos).to(torch.float64), 1.0
+    f = rs["factor"]
+    P = rs["original_max_position_embeddings"]
+
+    def get_mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    af = rs.get("attention_factor")
+    if af is None:
+        ms, msa = rs.get("mscale"), rs.get("mscale_all_dim")
+        af = get_mscale(f, ms) / get_mscale(f, msa) if ms and msa else get_mscale(f)
+
+    def corr_dim(rot):
+        return (dim * math.log(P / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(corr_dim(rs.get("beta_fast") or 32)), 0)
+    high = min(math.ceil(corr_dim(rs.get("beta_slow") or 1)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extra = 1 - ramp
+    inv = (1.0 / (f * pos)) * (1 - extra) + (1.0 / pos) * extra
+    return inv.to(torch.float64), af
+
+
+def deepseek_v3(cfg, w, ids):
+    """DeepseekV3ForCausalLM (modeling_deepseek_v3.py): MLA with the
+    interleaved RoPE (rope_interleave), YaRN, first_k_dense_replace dense
+    layers, the sigmoid router with e_score_correction_bias for the choice,
+    group-limited by each group's top-2 sum, norm_topk_prob,
+    routed_scaling_factor, shared experts; layers past num_hidden_layers
+    (MTP) ignored, as HF's loader does."""
+    C, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    KL = cfg["kv_lora_rank"]
+    T = len(ids)
+    x = w["model.embed_tokens.weight"][ids]
+
+    def rms(x, p):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p + ".weight"]
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T
+
+    def swiglu(h, p):
+        return lin(torch.nn.functional.silu(lin(h, p + "gate_proj")) * lin(h, p + "up_proj"), p + "down_proj")
+
+    inv, af = yarn_inv_freq(cfg, dr)
+    ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    cos, sin = torch.cat([ang, ang], -1).cos() * af, torch.cat([ang, ang], -1).sin() * af
+
+    def rope(t):  # apply_rotary_pos_emb_interleave: de-interleave, rotate halves
+        t = t.reshape(*t.shape[:-1], dr // 2, 2).transpose(-1, -2).reshape(t.shape)
+        a, b = t[..., : dr // 2], t[..., dr // 2 :]
+        return t * cos + torch.cat([-b, a], -1) * sin
+
+    scale = (dn + dr) ** -0.5
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type", rs.get("type", "default")) != "default" and rs.get("mscale_all_dim"):
+        m = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1.0 if rs["factor"] > 1 else 1.0
+        scale = scale * m * m
+    E, k = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    G, TG = cfg.get("n_group", 1), cfg.get("topk_group", 1)
+
+    def moe(h, p):
+        s = torch.sigmoid(lin(h, p + "gate"))
+        choice = s + w[p + "gate.e_score_correction_bias"]
+        gs = choice.view(T, G, E // G).topk(2, -1)[0].sum(-1)
+        gmask = torch.zeros_like(gs).scatter_(1, gs.topk(TG, -1)[1], 1)
+        emask = gmask.unsqueeze(-1).expand(T, G, E // G).reshape(T, E)
+        idx = choice.masked_fill(emask == 0, 0.0).topk(k, -1)[1]
+        top = s.gather(1, idx)
+        if cfg.get("norm_topk_prob"):
+            top = top / (top.sum(-1, keepdim=True) + 1e-20)
+        top = top * cfg.get("routed_scaling_factor", 1.0)
+        out = torch.zeros_like(h)
+        for t in range(T):
+            for j in range(k):
+                out[t] += top[t, j] * swiglu(h[t], p + "experts.%d." % int(idx[t, j]))
+        return out + swiglu(h, p + "shared_experts.")
+
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        h = rms(x, p + "input_layernorm")
+        if cfg.get("q_lora_rank"):
+            q = lin(rms(lin(h, p + "self_attn.q_a_proj"), p + "self_attn.q_a_layernorm"), p + "self_attn.q_b_proj")
+        else:
+            q = lin(h, p + "self_attn.q_proj")
+        q = q.reshape(T, H, dn + dr).transpose(0, 1)
+        ckv = lin(h, p + "self_attn.kv_a_proj_with_mqa")
+        kv = lin(rms(ckv[:, :KL], p + "self_attn.kv_a_layernorm"), p + "self_attn.kv_b_proj")
+        kv = kv.reshape(T, H, dn + dv).transpose(0, 1)
+        k_rot = rope(ckv[:, KL:].reshape(1, T, dr)).expand(H, T, dr)
+        qs = torch.cat([q[..., :dn], rope(q[..., dn:])], -1)
+        ks = torch.cat([kv[..., :dn], k_rot], -1)
+        sc = qs @ ks.transpose(1, 2) * scale
+        sc = sc.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        y = (torch.softmax(sc, -1) @ kv[..., dn:]).transpose(0, 1).reshape(T, H * dv)
+        x = x + lin(y, p + "self_attn.o_proj")
+        h = rms(x, p + "post_attention_layernorm")
+        x = x + (swiglu(h, p + "mlp.") if l < cfg["first_k_dense_replace"] else moe(h, p + "mlp."))
+    x = rms(x, "model.norm")
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ head.T
+
+
 def main():
     d, name, ids = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3:]]
     cfg, w = read_folder(d)
-    logits = gpt2(cfg, w, ids) if cfg["model_type"] == "gpt2" else llama(cfg, w, ids)
+    mt = cfg["model_type"]
+    logits = gpt2(cfg, w, ids) if mt == "gpt2" else deepseek_v3(cfg, w, ids) if mt == "deepseek_v3" else llama(cfg, w, ids)
     flat = logits.flatten().tolist()
     print(name, len(flat))
     print(" ".join("%.9g" % v for v in flat))

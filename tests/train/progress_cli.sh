@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/train/progress_cli.sh - set-up progress of `mtc train` (issue 18).
+# tests/train/progress_cli.sh - set-up progress of `mtc train`.
 # MTC_PROGRESS=always shows every phase on stderr (building, initialising
 # N parameters with the rank's count, loading and saving a checkpoint),
 # none of it on stdout (the log stays what parsers read); without it, a

@@ -34,6 +34,13 @@ expect_usage "world vs tp" "world-size=3\|world size" train $TINY --world-size 3
 expect_usage "sp seq" "not divisible" train $TINY --seq-length 30 --max-position-embeddings 32 --world-size 4 --tp 4 --sequence-parallel
 expect_usage "timing level" "timing-log-level=3 must be 0, 1 or 2" train $TINY --timing-log-level 3
 expect_usage "timing option" "timing-log-option=mean must be max, minmax or all" train $TINY --timing-log-option mean
+# nonsense values named, before any work (--lr nan was reported as lr-warmup-init's)
+expect_usage "lr nan" "lr=nan must be a finite number" train $TINY --lr nan
+expect_usage "negative seed" "seed=-5 must be in \[0, 4294967295\]" train $TINY --seed -5
+expect_usage "threads 0" "threads 0 must be 1.." train $TINY --threads 0
+expect_usage "vocab-size 0" "vocab-size=0 must be >= 1" train $TINY --vocab-size 0
+expect_usage "profile dir alone" "profile-dir $D/p needs --profile" train $TINY --profile-dir "$D/p"
+expect_usage "profile dir and trace" "both say where the trace goes" train $TINY --profile --profile-dir "$D/p" --trace "$D/t.json"
 expect_usage "profile steps" "profile-step-start=4 and profile-step-end=2" train $TINY --profile --profile-step-start 4 --profile-step-end 2
 # --profile writes DIR/trace.json (Chrome trace events); the timer block follows the log line
 "$MTC" train $TINY --train-iters 2 --log-interval 2 --eval-iters 0 --world-size 2 --pp 2 --profile \
