@@ -144,7 +144,7 @@ static mtc_result_t parse_ids(const char *s, int V, data_tok_ids *ids) {
         if (end == s || v < 0 || v >= V || (*end && !strchr(" \t\n,", *end)))
             return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                              "prompt-ids: \"%.20s\" is not a token id in [0, %d) (give ids "
-                             "separated by spaces)",
+                             "separated by spaces or commas)",
                              s, V);
         MTC_CHECK(data_tok_ids_push(ids, (int)v));
         s = end;
@@ -304,7 +304,8 @@ int cli_cmd_generate(int argc, char **argv) {
         {"prompt", NULL, MTC_ARG_STRING, &prompt, "TEXT",
          "text to continue, encoded with the model's tokenizer", 0},
         {"prompt-ids", NULL, MTC_ARG_STRING, &prompt_ids, "IDS",
-         "token ids to continue, separated by spaces (any model; printed as text when the model "
+         "token ids to continue, separated by spaces or commas (any model; printed as text when "
+         "the model "
          "has a tokenizer)",
          0},
         {"max-new-tokens", NULL, MTC_ARG_INT, &max_new, "N", "tokens to generate (default 200)", 0},
@@ -352,6 +353,8 @@ int cli_cmd_generate(int argc, char **argv) {
                                threads, mtc_threads_max(1), MTC_THREADS_PER_CORE_MAX);
     if (prompt && prompt_ids)
         return cli_usage_error("generate", "give --prompt TEXT or --prompt-ids IDS, not both");
+    if (seed < 0) /* cast to a huge unsigned seed otherwise; train refuses it too */
+        return cli_usage_error("generate", "seed=%lld must be >= 0", (long long)seed);
     struct stat lst;
     int load_dir = stat(load, &lst) == 0 && S_ISDIR(lst.st_mode);
     if (mtc_args_seen(args, nargs, "ckpt-step") && (ckpt_step < 0 || !load_dir))

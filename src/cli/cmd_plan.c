@@ -12,6 +12,8 @@
 #include "cli/cli.h"
 #include "cli/layout_args.h"
 #include "cp/cp.h"
+#include "dp/fsdp.h"
+#include "dp/fsdp_cli.h"
 #include "grid/grid.h"
 #include "model/model_cli.h"
 #include "moe/moe_cli.h"
@@ -115,6 +117,7 @@ typedef struct {
     int L, C, NH, F, T, vocab, divisible, mbs, gbs;
     int world, json, top, threads, distopt, overlap, bf16;
     int fp32, pad_high;
+    int head_chunk;          /* --lm-head-chunk */
     model_cli_flags model_f; /* the architecture (model/model_cli.h) */
     layout_flags lay;        /* the shared layout rows (cli/layout_args.h) */
     int pp_rank, dp_rank, no_sp, no_do, no_vpp, sp;
@@ -123,6 +126,8 @@ typedef struct {
     int no_flash, use_flash; /* flash attention's activations (GPU machines' default) */
     moe_cli_flags moe_f;     /* mixture of experts (moe/moe_cli.h) */
     pp_layout_cli split_f;   /* pipeline split (pp/layout_cli.h) */
+    mtc_fsdp_flags fsdp_f;   /* Megatron-FSDP, as mtc train (dp/fsdp_cli.h) */
+    int fsdp, fsdp_do;       /* its strategy, and whether it runs on the distributed optimizer */
     const char *cp_comm;
     double achieved, hdrop, adrop;
     const char *machine, *explain, *recompute, *acts;
@@ -135,8 +140,9 @@ typedef struct {
         .L = 4, .C = 128, .NH = 4, .T = 128, .vocab = 50257, .divisible = 128, .mbs = 4,           \
         .world = 1, .top = 20, .model_f = MODEL_CLI_DEFAULTS, .lay = LAYOUT_FLAGS_DEFAULTS,        \
         .pp_rank = -1, .dp_rank = -1, .cp = 1, .ep = 1, .moe_f = MOE_CLI_DEFAULTS,                 \
-        .split_f = PP_LAYOUT_CLI_DEFAULTS, .cp_comm = "p2p", .hdrop = 0.1, .adrop = 0.1,           \
-        .machine = "this", .recompute = "none"                                                     \
+        .split_f = PP_LAYOUT_CLI_DEFAULTS, .fsdp_f = MTC_FSDP_FLAGS_DEFAULTS, .cp_comm = "p2p",    \
+        .head_chunk = MTC_TRAIN_HEAD_CHUNK, .hdrop = 0.1, .adrop = 0.1, .machine = "this",         \
+        .recompute = "none"                                                                        \
     }
 
 /* The flag table into f. Returns cli_parse's status (>= 0: exit with it) or -1. */
@@ -171,6 +177,7 @@ static int plan_parse(plan_flags *f, int argc, char **argv) {
         {"cp-comm-type", NULL, MTC_ARG_STRING, &f->cp_comm, "S",
          "p2p|all_gather|a2a, as mtc train (default p2p)", 0},
         MOE_CLI_ARGS(f->moe_f),
+        MTC_FSDP_CLI_ARGS(f->fsdp_f),
         PP_LAYOUT_CLI_ARGS(f->split_f),
         {"expert-model-parallel-size", "ep", MTC_ARG_INT, &f->ep, "N",
          "expert-parallel ranks, fixed in every layout (default: every valid ep)", 0},
@@ -202,6 +209,8 @@ static int plan_parse(plan_flags *f, int argc, char **argv) {
          "bf16 weights with fp32 main grads and Adam state (default on GPU machines)", 0},
         {"fp32", NULL, MTC_ARG_FLAG, &f->fp32, NULL,
          "fp32 everything (mtc today; default on 'this')", 0},
+        {"lm-head-chunk", NULL, MTC_ARG_INT, &f->head_chunk, "N",
+         "tokens per chunk of the fused LM head and loss, as mtc train's flag (default 1024)", 0},
         {"recompute-granularity", NULL, MTC_ARG_STRING, &f->recompute, "S",
          "none|selective|full (default none)", 0},
         {"activations", NULL, MTC_ARG_STRING, &f->acts, "S",
@@ -244,6 +253,14 @@ static int plan_parse(plan_flags *f, int argc, char **argv) {
     f->seen_first = mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers");
     f->seen_last = mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers");
     f->seen_cp = mtc_args_seen(args, nargs, "context-parallel-size");
+    if (mtc_fsdp_flags_apply(&f->fsdp_f, NULL, &f->fsdp, &f->fsdp_do) != MTC_OK)
+        return cli_usage_error("plan", "%s", mtc_error_detail());
+    if (f->fsdp_do && f->no_do)
+        return cli_usage_error("plan",
+                               "--use-megatron-fsdp %s runs on the distributed optimizer: "
+                               "drop --no-distributed-optimizer",
+                               mtc_fsdp_strategy_name(f->fsdp));
+    if (f->fsdp_do) f->distopt = 1; /* Megatron's rule, as mtc train */
     return -1;
 }
 
@@ -276,6 +293,9 @@ static int plan_check(const plan_flags *f, mtc_moe_config *moe) {
             "cp-comm-type=%s: the planner models p2p, all_gather and a2a (for "
             "a2a+p2p plan its two parts: a2a at the inner size, p2p at the outer)",
             f->cp_comm);
+    if (f->head_chunk < 1)
+        return cli_usage_error("plan", "lm-head-chunk=%d must be >= 1 (tokens per chunk)",
+                               f->head_chunk);
     if (f->bf16 && f->fp32) return cli_usage_error("plan", "give one of --bf16 and --fp32");
     if (f->top < 1) return cli_usage_error("plan", "top=%d must be >= 1", f->top);
     if (f->rpp < 0 || f->rpp > f->world)
@@ -371,7 +391,9 @@ static int plan_layout(const plan_flags *f, const mtc_moe_config *moe, const mtc
                : (int)((int64_t)f->mbs * f->world > INT_MAX ? INT_MAX : (int64_t)f->mbs * f->world),
     l.mb_group = f->lay.mb_group;
     l.distopt = f->distopt, l.distopt_instances = f->lay.nd, l.pad_high_busbw = f->pad_high;
+    l.fsdp_strategy = f->fsdp, l.fsdp_unit_size = f->fsdp_f.unit_size;
     l.overlap_grad_reduce = f->overlap;
+    l.head_chunk = f->head_chunk;
     l.overlap_param_gather = f->overlap_ag, l.tp_comm_overlap = f->tp_overlap;
     l.precision = f->bf16     ? MTC_PLAN_BF16
                   : f->fp32   ? MTC_PLAN_FP32

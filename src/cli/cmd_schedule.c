@@ -216,7 +216,7 @@ int cli_cmd_schedule(int argc, char **argv) {
     layout_flags lay = LAYOUT_FLAGS_DEFAULTS; /* the shared layout rows (cli/layout_args.h) */
     const char *from_trace = NULL;
     int64_t iteration = -1;
-    int layers = 0, overlap = 1;
+    int layers = 0, overlap = 1, mtp = 0;
     pp_layout_cli split_f = PP_LAYOUT_CLI_DEFAULTS; /* pipeline split (pp/layout_cli.h) */
     pp_layout_args split = {0};
     const char *svg = NULL;
@@ -233,6 +233,8 @@ int cli_cmd_schedule(int argc, char **argv) {
         LAYOUT_ARG_LPVS(lay),
         LAYOUT_ARG_VSTAGES(lay),
         PP_LAYOUT_CLI_ARGS(split_f),
+        {"mtp-num-layers", NULL, MTC_ARG_INT, &mtp, "D",
+         "MTP depths, shown with the loss (a layout string's 'm' count must match)", 0},
         {"overlap-p2p-communication", NULL, MTC_ARG_FLAG, &overlap, NULL,
          "(default on) --no-overlap-p2p-communication requires P > 2 with vpp", 0},
         {"json", NULL, MTC_ARG_FLAG, &json, NULL, "print JSON (schedules.json shape)", 0},
@@ -291,6 +293,9 @@ int cli_cmd_schedule(int argc, char **argv) {
             &split_f, mtc_args_seen(args, nargs, "decoder-first-pipeline-num-layers"),
             mtc_args_seen(args, nargs, "decoder-last-pipeline-num-layers"), &split) != MTC_OK)
         return cli_usage_error("schedule", "%s", mtc_error_detail());
+    if (mtp < 0 || mtp > 64)
+        return cli_usage_error("schedule", "--mtp-num-layers %d is outside [0, 64]", mtp);
+    split.mtp_num_layers = mtp;
     if (split.layout && !layers && pp_layout_num_layers(&layers, split.layout) != MTC_OK)
         return cli_usage_error("schedule", "%s", mtc_error_detail());
     if (!vpp_seen || split.layout) {

@@ -385,6 +385,10 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     if (f->bf16_gemm && !f->bf16)
         return cli_usage_error("train", "--bf16-gemm %s needs --bf16 (add it or drop the flag)",
                                f->bf16_gemm);
+    if (f->head_chunk < 1)
+        return cli_usage_error("train", "lm-head-chunk=%d must be >= 1 (tokens per chunk)",
+                               f->head_chunk);
+    tc->head_chunk = f->head_chunk;
     tc->bf16_gemm = f->bf16_gemm ? nn_bf16_gemm_parse(f->bf16_gemm) : NN_BF16_GEMM_AUTO;
     tc->bf16 = f->bf16, tc->fp16 = f->fp16, tc->grad_reduce_in_bf16 = f->grad_bf16;
     if (tp_fp8_cli_resolve(&f->fp8_f, args, nargs, f->bf16, f->distopt, f->L, f->lay.pp,
@@ -404,10 +408,12 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->recompute_num_layers = f->rc_layers;
     tc->recompute_mlp = f->rc_mlp, tc->recompute_mla_up = f->rc_up;
     tc->recompute_shared = f->rc_shared;
+    tc->recompute_moe = f->rc_moe, tc->recompute_moe_act = f->rc_moe_act;
     tc->microbatch_group_size = f->lay.mb_group, tc->pp_split = f->pp_split;
     tc->overlap_grad_reduce = f->overlap, tc->ddp_bucket_size = f->bucket;
     tc->use_distributed_optimizer = f->distopt, tc->overlap_param_gather = f->overlap_pg;
     tc->fsdp_strategy = f->fsdp_strategy, tc->fsdp_unit_size = f->fsdp_flags.unit_size;
+    tc->fsdp_double_buffer = f->fsdp_flags.double_buffer;
     tc->pad_high_busbw = f->pad_high, tc->print_layout = f->print_layout;
     if (mtc_train_validate(tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
     mc->padded_vocab_size = mtc_model_pad_vocab(1, f->divisible, f->lay.tp);

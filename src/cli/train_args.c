@@ -24,6 +24,7 @@ static void train_flags_defaults(train_flags *f) {
     f->decoupled_lr = -1;
     f->decoupled_min_lr = -1;
     f->hdrop = 0.1;
+    f->head_chunk = MTC_TRAIN_HEAD_CHUNK;
     f->adrop = 0.1;
     f->seed = 1234;
     f->eval_interval = 1000;
@@ -123,11 +124,13 @@ static mtc_arg TRAIN_ARGS[] = {
          "uniform (every layer) | block (the first --recompute-num-layers of each chunk)", 0},
         {"recompute-num-layers", NULL, MTC_ARG_INT, &TF.rc_layers, "N",
          "layers per recompute unit (uniform) or recomputed per model chunk (block)", 0},
-        {"recompute-modules", NULL, MTC_ARG_STRING, &TF.rc_modules, "M",
+        {"recompute-modules", NULL, MTC_ARG_STRINGS, &TF.rc_modules, "M...",
          "with selective: core_attn (the default) and layernorm (what mtc always does: "
          "attention keeps no probabilities, norm outputs are rebuilt), mlp (each dense MLP's "
          "forward again in backward), shared_experts (each MoE layer's shared expert again), "
-         "mla_up_proj (MLA's up projections and rotations again); comma- or space-separated",
+         "mla_up_proj (MLA's up projections and rotations again), moe (each MoE layer again), "
+         "moe_act (the experts' activation again; needs --moe-grouped-gemm); comma- or "
+         "space-separated",
          0},
         {"check-for-nan-in-loss-and-grad", NULL, MTC_ARG_FLAG, &TF.check_nan, NULL,
          "stop when the loss or gradient norm is NaN or Inf (default on; --no-... skips the step)",
@@ -155,6 +158,10 @@ static mtc_arg TRAIN_ARGS[] = {
          "with --bf16, the GEMM engine: dnnl-bf16 (oneDNN bf16 matmul), fp32 (fp32 GEMMs on "
          "bf16-valued operands: the same products, exact in fp32) or auto (default: the faster "
          "on this CPU, measured at set-up)",
+         0},
+        {"lm-head-chunk", NULL, MTC_ARG_INT, &TF.head_chunk, "N",
+         "tokens per chunk of the fused LM head and loss (default 1024: full-rate GEMMs; "
+         "smaller keeps fewer logits, chunk x vocabulary / tp floats)",
          0},
         {"fp16", NULL, MTC_ARG_FLAG, &TF.fp16, NULL,
          "fp16 mixed precision: fp16-rounded params and activations (fp32 arithmetic), fp32 "

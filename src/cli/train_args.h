@@ -107,7 +107,7 @@ typedef struct {
     const char *rc_gran;
     const char *rc_method;
     int rc_layers;
-    const char *rc_modules;
+    mtc_arg_strings rc_modules; /* --recompute-modules (Megatron's nargs='*') */
     int check_nan;
     int bf16;
     int fp16;
@@ -116,6 +116,7 @@ typedef struct {
     int ls_window;
     int hyst;
     const char *bf16_gemm;
+    int head_chunk;
     double loss_scale;
     double init_ls;
     double min_ls;
@@ -138,6 +139,7 @@ typedef struct {
     train_compat compat;
     /* derived by the checks (train_check.c), read when the config is filled */
     int rc_full, rc_block, rc_mlp, rc_up, rc_shared;
+    int rc_moe, rc_moe_act;            /* --recompute-modules moe, moe_act */
     int cp_types[MTC_ARG_STRINGS_MAX]; /* read by the rank-threads for the whole run */
     int cp_per_layer, cp_type;
     mtc_moe_config moe_cfg;

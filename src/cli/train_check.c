@@ -71,16 +71,21 @@ int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
         return cli_usage_error("train", "--recompute-method and --recompute-num-layers apply only "
                                         "with --recompute-granularity full");
     }
-    if (f->rc_modules && !(f->rc_gran && !strcmp(f->rc_gran, "selective")))
+    if (f->rc_modules.n && !(f->rc_gran && !strcmp(f->rc_gran, "selective")))
         return cli_usage_error("train", "--recompute-modules applies only with "
                                         "--recompute-granularity selective");
     /* --recompute-modules: a comma- or space-separated list (Megatron's
      * default core_attn, a no-op here: the tiled attention keeps no
      * probabilities; mlp recomputes each MLP in backward) */
     f->rc_mlp = f->rc_up = f->rc_shared = 0; /* rc_up: mla_up_proj (model/mla.h) */
-    if (f->rc_modules) {
-        char mods[256];
-        snprintf(mods, sizeof mods, "%s", f->rc_modules);
+    f->rc_moe = f->rc_moe_act = 0;
+    if (f->rc_modules.n) {
+        char mods[256] = "";
+        for (int i = 0; i < f->rc_modules.n; i++) /* words and commas alike */
+            snprintf(mods + strlen(mods), sizeof mods - strlen(mods), "%s%s", i ? "," : "",
+                     f->rc_modules.v[i]);
+        char all[256];
+        snprintf(all, sizeof all, "%s", mods);
         for (char *sv = NULL, *t = strtok_r(mods, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv)) {
             if (!strcmp(t, "mlp"))
                 f->rc_mlp = 1;
@@ -88,15 +93,23 @@ int train_check_basics(train_flags *f, const mtc_arg *args, int nargs) {
                 f->rc_up = 1;
             else if (!strcmp(t, "shared_experts"))
                 f->rc_shared = 1;
+            else if (!strcmp(t, "moe"))
+                f->rc_moe = 1;
+            else if (!strcmp(t, "moe_act"))
+                f->rc_moe_act = 1;
             /* core_attn and layernorm are what mtc always does: the tiled
              * attention keeps no probabilities, the norms' outputs are rebuilt */
             else if (strcmp(t, "core_attn") && strcmp(t, "layernorm"))
                 return cli_usage_error("train",
-                                       "recompute-modules=%s: %s is not implemented (use "
-                                       "core_attn, layernorm, mlp, shared_experts and/or "
-                                       "mla_up_proj; moe and moe_act are not yet)",
-                                       f->rc_modules, t);
+                                       "recompute-modules=%s: %s is unknown (use core_attn, "
+                                       "moe_act, layernorm, mla_up_proj, mlp, moe and/or "
+                                       "shared_experts)",
+                                       all, t);
         }
+        /* TransformerConfig.__post_init__'s rule */
+        if (f->rc_moe_act && !f->compat.grouped_gemm)
+            return cli_usage_error("train", "moe_act in recompute_modules is only supported with "
+                                            "moe_grouped_gemm (add --moe-grouped-gemm)");
     }
     return -1;
 }
@@ -119,6 +132,7 @@ int train_check_layout(train_flags *f, const mtc_arg *args, int nargs) {
     if (moe_cli_resolve(&f->moe_f, mtc_args_seen(args, nargs, "moe-expert-capacity-factor"),
                         &f->moe_cfg) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
+    f->moe_cfg.router_fp64 = f->compat.router_dtype && !strcmp(f->compat.router_dtype, "fp64");
     if (mtc_moe_validate_etp(f->lay.etp, f->lay.tp) != MTC_OK)
         return cli_usage_error("train", "%s", mtc_error_detail());
     if (pp_vpp_given_once(f->lay.vpp, f->lay.lpvs, f->lay.vstages) != MTC_OK)

@@ -11,7 +11,8 @@
  *                                  same tokens to the same experts); a note
  *                                  names the GPU backends it stands for
  *   --moe-flex-dispatcher-backend  deepep|hybridep, checked, in that note
- *   --moe-router-dtype fp32        mtc's router is fp32; fp64 is refused
+ *   --moe-router-dtype fp32|fp64   mtc's router is fp32; fp64 sets
+ *                                  mtc_moe_config.router_fp64 (train_check)
  *   --moe-grouped-gemm             accepted: mtc's experts always run as one
  *                                  GEMM loop over the experts (moe/experts.c),
  *                                  which is what the flag asks for
@@ -71,7 +72,7 @@ typedef struct {
          MTC_ARG_STRING,                                                                           \
          &(c).router_dtype,                                                                        \
          "S",                                                                                      \
-         "fp32 (mtc's router always computes in fp32; fp64 is not available)",                     \
+         "fp32|fp64: the router's gating GEMMs (fp64: summed in double; routing stays fp32)",       \
          0},                                                                                       \
         {"wandb-project", NULL, MTC_ARG_STRING, &(c).s[0], "S", TC_NOTE " (W&B)", 0},              \
         {"wandb-exp-name", NULL, MTC_ARG_STRING, &(c).s[1], "S", TC_NOTE " (W&B)", 0},             \
@@ -155,10 +156,8 @@ static inline int train_compat_apply(train_compat *c, const char *posemb, const 
                                "cuda-graph-impl=%s is unknown (use none, local, "
                                "transformer_engine or full_iteration)",
                                c->s[3]);
-    if (c->router_dtype && strcmp(c->router_dtype, "fp32"))
-        return cli_usage_error("train",
-                               "moe-router-dtype=%s: mtc's router computes in fp32 only (use fp32 "
-                               "or leave it out)",
+    if (c->router_dtype && strcmp(c->router_dtype, "fp32") && strcmp(c->router_dtype, "fp64"))
+        return cli_usage_error("train", "moe-router-dtype=%s is unknown (use fp32 or fp64)",
                                c->router_dtype);
     if (c->flex_backend && strcmp(c->flex_backend, "deepep") && strcmp(c->flex_backend, "hybridep"))
         return cli_usage_error("train",

@@ -46,6 +46,23 @@ static size_t coll_bytes(const mtc_comm_t comm, const comm_op *op, double *bus_f
     }
 }
 
+/* The kind of call the group totals file it under. */
+static int trace_op(int kind) {
+    switch (kind) {
+    case MTC_COLL_ALL_REDUCE: return MTC_TRACE_OP_ALL_REDUCE;
+    case MTC_COLL_REDUCE_SCATTER:
+    case MTC_COLL_REDUCE_SCATTER_V: return MTC_TRACE_OP_REDUCE_SCATTER;
+    case MTC_COLL_ALL_GATHER:
+    case MTC_COLL_ALL_GATHER_V: return MTC_TRACE_OP_ALL_GATHER;
+    case MTC_COLL_ALL_TO_ALL:
+    case MTC_COLL_ALL_TO_ALL_V: return MTC_TRACE_OP_ALL_TO_ALL;
+    case MTC_COLL_SEND:
+    case MTC_COLL_RECV:
+    case MTC_COLL_SENDRECV: return MTC_TRACE_OP_P2P;
+    default: return MTC_TRACE_OP_OTHER;
+    }
+}
+
 /* "0 1 2 3": the group's world ranks (cut at the buffer's end). */
 static void members_text(const mtc_comm_t comm, char *buf, size_t len) {
     size_t k = 0;
@@ -59,7 +76,8 @@ void comm_trace_coll(mtc_comm_t comm, struct mtc_trace *tr, const comm_op *op, m
     uint64_t t1 = mtc_time_ns();
     double bus_factor;
     size_t bytes = coll_bytes(comm, op, &bus_factor);
-    if (op->kind < MTC_COLL_COUNT) mtc_trace_stats_add(tr, comm->name, bytes, t1 - t0_ns);
+    if (op->kind < MTC_COLL_COUNT)
+        mtc_trace_stats_add(tr, comm->name, trace_op(op->kind), bytes, t1 - t0_ns);
     if (!mtc_trace_recording(tr)) return;
     char members[256], args[512];
     members_text(comm, members, sizeof members);
@@ -102,7 +120,7 @@ void comm_trace_p2p(mtc_comm_t comm, struct mtc_trace *tr, int kind, size_t byte
     if (dst >= 0) out_id = flow_id(comm->name, me, comm->members[dst], comm->p2p_n[dst]++);
     if (src >= 0)
         in_id = flow_id(comm->name, comm->members[src], me, comm->p2p_n[comm->size + src]++);
-    mtc_trace_stats_add(tr, comm->name, bytes, t1 - t0_ns);
+    mtc_trace_stats_add(tr, comm->name, MTC_TRACE_OP_P2P, bytes, t1 - t0_ns);
     if (!mtc_trace_recording(tr)) return;
     char args[384];
     int n = snprintf(args, sizeof args, "\"group\": \"%s\", \"bytes\": %zu", comm->name, bytes);

@@ -97,6 +97,14 @@ mtc_result_t mtc_outdir_check(const char *path, const char *what) {
         return mtc_error(E, "%s %s: folder %s does not exist (create it first)", what, path, dir);
     if (access(dir, W_OK | X_OK) != 0)
         return mtc_error(E, "%s %s: folder %s is not writable", what, path, dir);
+    /* access() says yes to root on a read-only mount or in /proc: a folder made and removed
+     * now is the proof, before any work */
+    char probe[MTC_PATH_MAX + 80];
+    int pn = snprintf(probe, sizeof probe, "%s/.%.40s.mtc-probe-XXXXXX", dir, base);
+    if (pn < 0 || (size_t)pn >= sizeof probe || !mkdtemp(probe))
+        return mtc_error(E, "%s %s: cannot create a folder in %s (%s)", what, path, dir,
+                         strerror(errno));
+    rmdir(probe);
     return MTC_OK;
 }
 

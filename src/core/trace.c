@@ -160,7 +160,14 @@ void mtc_trace_flow(mtc_trace *t, mtc_trace_track track, int start, uint64_t id,
     pthread_mutex_unlock(&t->mu);
 }
 
-void mtc_trace_stats_add(mtc_trace *t, const char *group, uint64_t bytes, uint64_t ns) {
+const char *mtc_trace_op_name(int op) {
+    static const char *const names[MTC_TRACE_NOPS] = {
+        "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p", "other"};
+    return op >= 0 && op < MTC_TRACE_NOPS ? names[op] : "other";
+}
+
+void mtc_trace_stats_add(mtc_trace *t, const char *group, int op, uint64_t bytes, uint64_t ns) {
+    if (op < 0 || op >= MTC_TRACE_NOPS) op = MTC_TRACE_OP_OTHER;
     pthread_mutex_lock(&t->mu);
     int i = 0;
     while (i < t->ngroups && strcmp(t->groups[i].name, group))
@@ -173,14 +180,21 @@ void mtc_trace_stats_add(mtc_trace *t, const char *group, uint64_t bytes, uint64
         t->groups[i].bytes += bytes;
         t->groups[i].ns += ns;
         t->groups[i].calls++;
+        t->groups[i].op_bytes[op] += bytes;
+        t->groups[i].op_ns[op] += ns;
+        t->groups[i].op_calls[op]++;
     }
     pthread_mutex_unlock(&t->mu);
 }
 
 void mtc_trace_stats_reset(mtc_trace *t) {
     pthread_mutex_lock(&t->mu);
-    for (int i = 0; i < t->ngroups; i++)
-        t->groups[i].bytes = t->groups[i].ns = t->groups[i].calls = 0;
+    for (int i = 0; i < t->ngroups; i++) {
+        char name[sizeof t->groups[i].name];
+        memcpy(name, t->groups[i].name, sizeof name);
+        memset(&t->groups[i], 0, sizeof t->groups[i]);
+        memcpy(t->groups[i].name, name, sizeof name);
+    }
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -38,10 +38,25 @@ typedef enum {
 #define MTC_TRACE_MAX_GROUPS 32
 #define MTC_TRACE_DEFAULT_LIMIT ((size_t)256 << 20) /* bytes of event text per rank */
 
-/* Totals of one communicator name since the last mtc_trace_stats_reset. */
+/* The kinds of call a group's totals are split by. */
+typedef enum {
+    MTC_TRACE_OP_ALL_REDUCE = 0,
+    MTC_TRACE_OP_REDUCE_SCATTER,
+    MTC_TRACE_OP_ALL_GATHER,
+    MTC_TRACE_OP_ALL_TO_ALL,
+    MTC_TRACE_OP_P2P,   /* send, recv, sendrecv */
+    MTC_TRACE_OP_OTHER, /* broadcast, reduce, barrier */
+    MTC_TRACE_NOPS
+} mtc_trace_op;
+/* "all_reduce", "reduce_scatter", ... */
+const char *mtc_trace_op_name(int op);
+
+/* Totals of one communicator name since the last mtc_trace_stats_reset,
+ * and the same split by the kind of call. */
 typedef struct {
     char name[64];
     uint64_t bytes, ns, calls;
+    uint64_t op_bytes[MTC_TRACE_NOPS], op_ns[MTC_TRACE_NOPS], op_calls[MTC_TRACE_NOPS];
 } mtc_trace_group_stats;
 
 /* pid = the world rank; process_name as Perfetto shows it ("rank 3 (tp 1 ...)"). */
@@ -71,8 +86,8 @@ void mtc_trace_span(mtc_trace *t, int track, const char *name, const char *cat, 
  * of flow `id` at ts_ns, bound to the span enclosing ts_ns on `track`. */
 void mtc_trace_flow(mtc_trace *t, mtc_trace_track track, int start, uint64_t id, uint64_t ts_ns);
 
-/* Group totals: added by the comm layer for every call. */
-void mtc_trace_stats_add(mtc_trace *t, const char *group, uint64_t bytes, uint64_t ns);
+/* Group totals: added by the comm layer for every call (op: mtc_trace_op). */
+void mtc_trace_stats_add(mtc_trace *t, const char *group, int op, uint64_t bytes, uint64_t ns);
 void mtc_trace_stats_reset(mtc_trace *t);
 /* Number of groups seen; *out points at the recorder's table (valid until free). */
 int mtc_trace_stats(const mtc_trace *t, const mtc_trace_group_stats **out);

@@ -191,6 +191,14 @@ static mtc_result_t open_path(data_source *src, const char *path) {
     free(idx);
     free(bin);
     if (prefix) return open_indexed_prefix(src, path, 0);
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* there, but no file to read */
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "--data-path %s is a %s, not a regular file (pass a file, folder or "
+                         "Megatron prefix)",
+                         path,
+                         S_ISFIFO(sb.st_mode)   ? "FIFO"
+                         : S_ISSOCK(sb.st_mode) ? "socket"
+                                                : "device");
     return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                      "--data-path %s: no such file, folder, glob match or Megatron prefix "
                      "(%s.bin + %s.idx)",

@@ -22,14 +22,18 @@
 #endif
 #include "dp/fsdp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/mem.h"
+#include "core/timer.h"
+#include "core/trace.h"
 #include "dp/distopt.h"
 #include "model/model.h"
+#include "nn/lowp.h"
 
 static const char *const fsdp_names[] = {"off", "no_shard", "optim", "optim_grads",
                                          "optim_grads_params"};
@@ -45,6 +49,10 @@ const char *mtc_fsdp_strategy_name(int strategy) {
 }
 
 void mtc_fsdp_units(const mtc_registry *reg, int num_layers, int *unit_of) {
+    /* MTP depths are layers num_layers + d, registered before the final
+     * norm and head: those come after them, so units rise in registry order */
+    for (int i = 0; i < reg->count; i++)
+        if (reg->params[i].layer >= num_layers) num_layers = reg->params[i].layer + 1;
     for (int i = 0; i < reg->count; i++) {
         const mtc_param *p = &reg->params[i];
         if (p->layer >= 0)
@@ -77,6 +85,22 @@ static int64_t fsdp_page_floats(void) {
 
 int64_t mtc_fsdp_pad_divisor(int dp) { return (int64_t)(dp > 0 ? dp : 1) * fsdp_page_floats(); }
 
+/* The page pool: a released unit's pages outside the shard are moved
+ * (mremap(2) with MREMAP_DONTUNMAP: page tables move, nothing is copied,
+ * zeroed or freed) into a free slot, and the next unit to become resident
+ * takes them instead of faulting in fresh zeroed pages one by one (the
+ * kernel's fault path cost 5-7x the copy itself: docs/fsdp.md). Megatron
+ * gets the same from PyTorch's caching allocator. Slots still holding
+ * pages once the call that released them is done are given back
+ * (madvise), so the resident memory is what it was without the pool. */
+#define FSDP_POOL_SLOTS 4
+enum { FSDP_PARAMS = 0, FSDP_GRADS = 1 };
+typedef struct {
+    char *area;                   /* FSDP_POOL_SLOTS slots of slot_bytes, NULL: no pool */
+    size_t slot_bytes;            /* the largest unit's bytes outside its shard */
+    size_t held[FSDP_POOL_SLOTS]; /* bytes of pages moved into each slot */
+} fsdp_pool;
+
 struct mtc_fsdp {
     mtc_ddp *d;
     mtc_distopt *opt; /* the optimizer of the shards (set by mtc_fsdp_attach_optimizer) */
@@ -104,6 +128,17 @@ struct mtc_fsdp {
     int pref;             /* the bucket last prefetched, -1 none */
     float *acc;           /* HSDP: each bucket's shard as accumulated before this microbatch, at
                              bucket.start / dp; NULL with one instance */
+    fsdp_pool pool[2];    /* FSDP_PARAMS, FSDP_GRADS: pages of released units kept for the next */
+    int64_t gathers, reuses; /* units made resident, and of those from the pool */
+    int backward;            /* the pass running is a backward (mtc_fsdp_begin_pass) */
+    int persistent;          /* --fsdp-double-buffer: two slots, never trimmed */
+    int phased;              /* mtc_fsdp_begin_pass gives the direction */
+    mtc_bf16 *g16;           /* --grad-reduce-in-bf16: the unit's bf16 staging (largest unit) */
+    mtc_trace *trace;        /* per-unit spans (mtc_fsdp_set_trace), NULL none */
+    int track;
+    char label[32];
+    uint64_t *ag_t0; /* [nb] when bucket b's all-gather started, 0 none open */
+    uint64_t rs_t0;  /* when the reduce-scatter in flight started */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -114,12 +149,97 @@ static void fsdp_release(float *buf, int64_t a, int64_t b) {
     (void)madvise(buf + a, (size_t)(b - a) * sizeof(float), MADV_DONTNEED);
 }
 
-/* Release bucket b of buf outside this rank's shard. */
-static void fsdp_release_bucket(mtc_fsdp *f, float *buf, int b) {
+/* Move n bytes of pages from src to dst (both page-aligned); src reads as
+ * zero afterwards. 0 on success. */
+static int fsdp_move(void *dst, void *src, size_t n) {
+    if (n == 0) return 0;
+    void *q = mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
+    return q == dst ? 0 : -1;
+}
+
+static float *fsdp_buf(const mtc_fsdp *f, int which) {
+    return which == FSDP_PARAMS ? f->d->params : f->d->grads;
+}
+
+/* The two ranges of bucket b outside this rank's shard. */
+static void fsdp_outside(const mtc_fsdp *f, int b, dp_range r[2]) {
     const dp_layout *l = &f->d->layout;
     dp_range bk = l->bucket[b], s = dp_layout_shard_range(l, f->d->shard_rank, b);
-    fsdp_release(buf, bk.start, s.start);
-    fsdp_release(buf, s.end, bk.end);
+    r[0] = (dp_range){bk.start, s.start}, r[1] = (dp_range){s.end, bk.end};
+}
+
+/* Release bucket b of buffer `which` outside this rank's shard: into a free
+ * pool slot when there is one, else back to the OS. */
+static void fsdp_release_bucket(mtc_fsdp *f, int which, int b) {
+    float *buf = fsdp_buf(f, which);
+    fsdp_pool *p = &f->pool[which];
+    dp_range r[2];
+    fsdp_outside(f, b, r);
+    size_t n0 = (size_t)(r[0].end - r[0].start) * sizeof(float);
+    size_t n1 = (size_t)(r[1].end - r[1].start) * sizeof(float);
+    for (int k = 0; p->area && n0 + n1 > 0 && k < (f->persistent ? 2 : FSDP_POOL_SLOTS); k++) {
+        if (p->held[k]) continue;
+        char *slot = p->area + (size_t)k * p->slot_bytes;
+        if (fsdp_move(slot, buf + r[0].start, n0) || fsdp_move(slot + n0, buf + r[1].start, n1))
+            break; /* the kernel refused: the ranges are released below */
+        p->held[k] = n0 + n1;
+        return;
+    }
+    fsdp_release(buf, r[0].start, r[0].end);
+    fsdp_release(buf, r[1].start, r[1].end);
+}
+
+/* 1 when none of buf [a, b)'s pages is resident (a range the pool may map
+ * over: nothing in it is lost). */
+static int fsdp_empty(mtc_fsdp *f, float *buf, int64_t a, int64_t b) {
+    if (b <= a) return 1;
+    size_t pf = (size_t)fsdp_page_floats(), np = (size_t)(b - a) / pf;
+    if (mincore(buf + a, (size_t)(b - a) * sizeof(float), f->vec)) return 0;
+    for (size_t i = 0; i < np; i++)
+        if (f->vec[i] & 1) return 0;
+    return 1;
+}
+
+/* Bucket b of buffer `which` is about to be written outside the shard:
+ * give it a held slot's pages when its ranges are empty. Grads must read as
+ * zero there, so moved-in gradient pages are cleared (params are all
+ * overwritten by the all-gather). */
+static void fsdp_acquire(mtc_fsdp *f, int which, int b) {
+    float *buf = fsdp_buf(f, which);
+    fsdp_pool *p = &f->pool[which];
+    if (!p->area) return;
+    int k = 0;
+    while (k < FSDP_POOL_SLOTS && !p->held[k])
+        k++;
+    if (k == FSDP_POOL_SLOTS) return;
+    dp_range r[2];
+    fsdp_outside(f, b, r);
+    if (!fsdp_empty(f, buf, r[0].start, r[0].end) || !fsdp_empty(f, buf, r[1].start, r[1].end))
+        return;
+    char *slot = p->area + (size_t)k * p->slot_bytes;
+    size_t off = 0;
+    for (int i = 0; i < 2; i++) {
+        size_t n = (size_t)(r[i].end - r[i].start) * sizeof(float);
+        if (off + n > p->held[k]) n = off < p->held[k] ? p->held[k] - off : 0;
+        if (n && fsdp_move(buf + r[i].start, slot + off, n) == 0) {
+            if (which == FSDP_GRADS) memset(buf + r[i].start, 0, n);
+            off += n;
+        }
+    }
+    if (off < p->held[k]) (void)madvise(slot + off, p->held[k] - off, MADV_DONTNEED);
+    p->held[k] = 0;
+    f->reuses++;
+}
+
+/* Slots still holding pages go back to the OS. */
+static void fsdp_pool_trim(mtc_fsdp *f) {
+    for (int w = 0; w < 2 && !f->persistent; w++)
+        for (int k = 0; f->pool[w].area && k < FSDP_POOL_SLOTS; k++)
+            if (f->pool[w].held[k]) {
+                (void)madvise(f->pool[w].area + (size_t)k * f->pool[w].slot_bytes,
+                              f->pool[w].held[k], MADV_DONTNEED);
+                f->pool[w].held[k] = 0;
+            }
 }
 
 /* Resident bytes of a buffer of the layout's numel floats. */
@@ -132,8 +252,23 @@ static size_t fsdp_resident(mtc_fsdp *f, float *buf) {
     return n * (size_t)fsdp_page_floats() * sizeof(float);
 }
 
+/* Resident bytes of buffer `which`'s pool slots. */
+static size_t fsdp_pool_resident(mtc_fsdp *f, int which) {
+    const fsdp_pool *p = &f->pool[which];
+    size_t pf = (size_t)fsdp_page_floats(), bytes = p->slot_bytes * FSDP_POOL_SLOTS, n = 0;
+    for (size_t off = 0; p->area && off < bytes; off += f->npages * pf * sizeof(float)) {
+        size_t len = bytes - off < f->npages * pf * sizeof(float) ? bytes - off
+                                                                  : f->npages * pf * sizeof(float);
+        if (mincore(p->area + off, len, f->vec)) return n;
+        for (size_t i = 0; i < len / (pf * sizeof(float)); i++)
+            n += (f->vec[i] & 1) * pf * sizeof(float);
+    }
+    return n;
+}
+
 static void fsdp_sample(mtc_fsdp *f) {
-    size_t p = fsdp_resident(f, f->d->params), g = fsdp_resident(f, f->d->grads);
+    size_t p = fsdp_resident(f, f->d->params) + fsdp_pool_resident(f, FSDP_PARAMS);
+    size_t g = fsdp_resident(f, f->d->grads) + fsdp_pool_resident(f, FSDP_GRADS);
     if (p > f->peak_param) f->peak_param = p;
     if (g > f->peak_grad) f->peak_grad = g;
 }
@@ -172,6 +307,7 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(int), (void **)&f->nreduced), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&f->ready), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(mtc_request_t), (void **)&f->ag), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_calloc(nb, sizeof(uint64_t), (void **)&f->ag_t0), rc, fail);
     if (d->comms.inter)
         MTC_CHECK_GOTO(mtc_mem_calloc((size_t)(d->layout.numel / d->layout.dp + 1), sizeof(float),
                                       (void **)&f->acc),
@@ -188,6 +324,22 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
 #endif
     for (int b = 0; b < f->nb; b++)
         f->gathered[b] = 1; /* every rank starts with the whole model */
+    size_t most = 0;
+    for (int b = 0; b < f->nb; b++) {
+        dp_range r[2];
+        fsdp_outside(f, b, r);
+        size_t n = (size_t)(r[0].end - r[0].start + r[1].end - r[1].start) * sizeof(float);
+        most = n > most ? n : most;
+    }
+    for (int w = 0; w < 2 && most > 0; w++) { /* address space only: no page is touched */
+        void *a = mmap(NULL, most * FSDP_POOL_SLOTS, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (a == MAP_FAILED) continue; /* no pool: every release goes back to the OS */
+#ifdef MADV_NOHUGEPAGE
+        (void)madvise(a, most * FSDP_POOL_SLOTS, MADV_NOHUGEPAGE);
+#endif
+        f->pool[w].area = a, f->pool[w].slot_bytes = most;
+    }
     *out = f;
     return MTC_OK;
 fail:
@@ -202,7 +354,9 @@ void mtc_fsdp_free(mtc_fsdp *f) {
     for (int b = 0; f->ag && b < f->nb; b++)
         (void)mtc_request_wait(&f->ag[b]);
     (void)fsdp_wait_rs(f);
-    free(f->ag), free(f->acc);
+    for (int w = 0; w < 2; w++)
+        if (f->pool[w].area) munmap(f->pool[w].area, f->pool[w].slot_bytes * FSDP_POOL_SLOTS);
+    free(f->ag), free(f->acc), free(f->g16), free(f->ag_t0);
     free(f->gathered), free(f->need_cur), free(f->need_prev), free(f->nready);
     free(f->nreduced), free(f->ready), free(f->vec);
     free(f);
@@ -213,10 +367,56 @@ void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_gra
     f->overlap_grad_reduce = overlap_grad_reduce != 0;
 }
 
+mtc_result_t mtc_fsdp_set_grad_reduce_bf16(mtc_fsdp *f) {
+    mtc_ddp *d = f->d;
+    if (f->g16) return MTC_OK;
+    MTC_CHECK(
+        mtc_mem_calloc((size_t)(mtc_fsdp_max_unit(f) + 1), sizeof(mtc_bf16), (void **)&f->g16));
+    if (!f->acc)
+        MTC_CHECK(mtc_mem_calloc((size_t)(d->layout.numel / d->layout.dp + 1), sizeof(float),
+                                 (void **)&f->acc));
+    return MTC_OK;
+}
+
+void mtc_fsdp_set_double_buffer(mtc_fsdp *f) { f->persistent = 1; }
+
+void mtc_fsdp_begin_pass(mtc_fsdp *f, int backward) {
+    f->backward = backward != 0, f->phased = 1;
+    f->dir = backward ? +1 : -1;
+}
+
+void mtc_fsdp_set_trace(mtc_fsdp *f, mtc_trace *t, const char *label) {
+    if (f->trace || !t) return;
+    f->trace = t;
+    snprintf(f->label, sizeof f->label, "%s", label ? label : "");
+    char name[64];
+    snprintf(name, sizeof name, "FSDP units%s%s", f->label[0] ? " " : "", f->label);
+    f->track = mtc_trace_new_track(t, name);
+}
+
+/* The span of bucket b's collective `what` from t0 to now. */
+static void fsdp_span(mtc_fsdp *f, const char *what, int b, uint64_t t0, int prefetch) {
+    if (!t0 || !mtc_trace_recording(f->trace)) return;
+    dp_range bk = f->d->layout.bucket[b];
+    char name[64], args[160];
+    snprintf(name, sizeof name, "%s unit %d", what, b);
+    snprintf(args, sizeof args,
+             "\"unit\": %d, \"elements\": %lld, \"prefetch\": %d, \"backward\": %d", b,
+             (long long)(bk.end - bk.start), prefetch, f->backward);
+    mtc_trace_span(f->trace, f->track, name, "fsdp", t0, mtc_time_ns(), args);
+}
+
+/* Wait for bucket b's all-gather if one runs (the span of a prefetch ends). */
+static mtc_result_t fsdp_wait_ag(mtc_fsdp *f, int b) {
+    MTC_CHECK(mtc_request_wait(&f->ag[b]));
+    if (f->ag_t0[b]) fsdp_span(f, "all-gather", b, f->ag_t0[b], 1), f->ag_t0[b] = 0;
+    return MTC_OK;
+}
+
 /* Release bucket b's params outside the shard (after its all-gather). */
 static mtc_result_t fsdp_drop(mtc_fsdp *f, int b) {
-    MTC_CHECK(mtc_request_wait(&f->ag[b]));
-    fsdp_release_bucket(f, f->d->params, b);
+    MTC_CHECK(fsdp_wait_ag(f, b));
+    fsdp_release_bucket(f, FSDP_PARAMS, b);
     f->gathered[b] = 0;
     return MTC_OK;
 }
@@ -230,9 +430,10 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
 void mtc_fsdp_shard(mtc_fsdp *f) {
     for (int b = 0; b < f->nb; b++) {
         if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
-        fsdp_release_bucket(f, f->d->grads, b);
+        fsdp_release_bucket(f, FSDP_GRADS, b);
     }
     memset(f->need_cur, 0, (size_t)f->nb), memset(f->need_prev, 0, (size_t)f->nb);
+    fsdp_pool_trim(f);
     f->peak_param = f->peak_grad = 0;
     fsdp_sample(f);
 }
@@ -241,17 +442,23 @@ void mtc_fsdp_shard(mtc_fsdp *f) {
  * it running (a prefetch), else wait for it (one already running too). */
 static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     mtc_ddp *d = f->d;
-    if (f->gathered[b]) return start ? MTC_OK : mtc_request_wait(&f->ag[b]);
+    if (f->gathered[b]) return start ? MTC_OK : fsdp_wait_ag(f, b);
     dp_range bk = d->layout.bucket[b];
     size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
     float *base = d->params + bk.start;
+    uint64_t t0 = f->trace ? mtc_time_ns() : 0;
+    fsdp_acquire(f, FSDP_PARAMS, b);
+    f->gathers++;
     if (d->comms.intra) {
-        if (start)
+        if (start) {
             MTC_CHECK(mtc_all_gather_start(base + (size_t)d->shard_rank * shard, base, shard,
                                            MTC_DTYPE_F32, d->comms.intra, &f->ag[b]));
-        else
+            f->ag_t0[b] = t0;
+        } else {
             MTC_CHECK(mtc_all_gather(base + (size_t)d->shard_rank * shard, base, shard,
                                      MTC_DTYPE_F32, d->comms.intra));
+            fsdp_span(f, "all-gather", b, t0, 0);
+        }
     }
     f->gathered[b] = 1;
     return MTC_OK;
@@ -273,6 +480,12 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
      * a reduce-scatter still running on them must finish first */
     for (int p = first < 0 ? 0 : first; f->rs && p < last && p < l->nparams; p++)
         if (l->param_bucket[p] == f->rs_b) MTC_CHECK(fsdp_wait_rs(f));
+    if (f->backward) /* the unit's gradients are written next: pages from the pool */
+        for (int p = first < 0 ? 0 : first; p < last && p < l->nparams; p++) {
+            int b = l->param_bucket[p];
+            if (b >= 0 && (p == first || b != l->param_bucket[p - 1]))
+                fsdp_acquire(f, FSDP_GRADS, b);
+        }
     if (!mtc_fsdp_shards_params(f)) return MTC_OK;
     MTC_CHECK(fsdp_check_step(f));
     unsigned char *t = f->need_prev; /* the call before becomes prev */
@@ -284,15 +497,16 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
     for (int b = 0; b < f->nb; b++)
         if (f->need_cur[b]) lo = b < lo ? b : lo, hi = b;
     if (hi < 0) return MTC_OK;
-    if (f->last_lo >= 0 && hi < f->last_lo) f->dir = -1; /* forward: towards bucket 0 */
-    if (f->last_lo >= 0 && lo > f->last_hi) f->dir = +1; /* backward */
+    /* without mtc_fsdp_begin_pass: the direction from the order of the calls
+     * (a tied head's call for the embedding in between misleads it) */
+    if (!f->phased && f->last_lo >= 0 && hi < f->last_lo) f->dir = -1; /* forward */
+    if (!f->phased && f->last_lo >= 0 && lo > f->last_hi) f->dir = +1; /* backward */
     f->last_lo = lo, f->last_hi = hi;
     for (int b = 0; b < f->nb; b++) /* release first: the peak stays at two units */
         if (f->gathered[b] && !f->need_cur[b] && !f->need_prev[b]) MTC_CHECK(fsdp_drop(f, b));
     /* forward order (last bucket first), as every rank issues them */
     for (int b = f->nb - 1; b >= 0; b--)
         if (f->need_cur[b]) MTC_CHECK(fsdp_gather(f, b, 0));
-    fsdp_sample(f);
     /* --overlap-param-gather: the next unit of the pass gathers while this one computes */
     int next = f->dir < 0 ? lo - 1 : hi + 1;
     f->pref = -1;
@@ -301,6 +515,8 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
         f->pref = next;
         f->need_cur[next] = 1; /* kept by the next call's release */
     }
+    fsdp_pool_trim(f); /* pages no unit took go back */
+    fsdp_sample(f);
     return MTC_OK;
 }
 
@@ -309,23 +525,31 @@ mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f) {
     MTC_CHECK(fsdp_check_step(f));
     for (int b = f->nb - 1; b >= 0; b--)
         MTC_CHECK(fsdp_gather(f, b, 0));
+    fsdp_pool_trim(f);
     return MTC_OK;
 }
 
-/* HSDP (several optimizer instances, outer no_shard): the shard of bucket b
- * replicated over the instances, its microbatch sum added up over them.
- * The shard holds acc + sum(intra) on every instance; the all-reduce must
- * add only the new part, so acc is taken out first and put back after.
+/* After bucket b's reduce-scatter: the shard holds acc + this microbatch's
+ * sum (fp32), or with --grad-reduce-in-bf16 the sum sits in the bf16
+ * staging. HSDP (several optimizer instances, outer no_shard): the shard
+ * replicated over the instances, the microbatch's sum added up over them;
+ * the all-reduce must add only the new part, so acc is taken out first and
+ * put back after. bf16: the new part widened and added to acc in fp32 (the
+ * inter-instance all-reduce stays fp32).
  * comm: all-reduce(inter-instance group) of the shard. */
-static mtc_result_t fsdp_reduce_inter(mtc_fsdp *f, int b) {
+static mtc_result_t fsdp_reduce_post(mtc_fsdp *f, int b) {
     mtc_ddp *d = f->d;
-    if (!d->comms.inter) return MTC_OK;
+    if (!f->acc) return MTC_OK;
     dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, b);
     float *g = d->grads + s.start, *acc = f->acc + d->layout.bucket[b].start / d->layout.dp;
     size_t n = (size_t)(s.end - s.start);
-    for (size_t i = 0; i < n; i++)
-        g[i] -= acc[i];
-    MTC_CHECK(mtc_all_reduce(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.inter));
+    if (f->g16)
+        nn_bf16_to_f32(g, f->g16 + (size_t)d->shard_rank * n, n);
+    else
+        for (size_t i = 0; i < n; i++)
+            g[i] -= acc[i];
+    if (d->comms.inter)
+        MTC_CHECK(mtc_all_reduce(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.inter));
     for (size_t i = 0; i < n; i++)
         g[i] += acc[i], acc[i] = g[i];
     return MTC_OK;
@@ -335,8 +559,9 @@ static mtc_result_t fsdp_reduce_inter(mtc_fsdp *f, int b) {
 static mtc_result_t fsdp_wait_rs(mtc_fsdp *f) {
     if (f->rs_b < 0) return MTC_OK;
     mtc_result_t rc = mtc_request_wait(&f->rs);
-    if (rc == MTC_OK) rc = fsdp_reduce_inter(f, f->rs_b);
-    fsdp_release_bucket(f, f->d->grads, f->rs_b);
+    if (rc == MTC_OK) rc = fsdp_reduce_post(f, f->rs_b);
+    fsdp_span(f, "reduce-scatter", f->rs_b, f->rs_t0, 0);
+    fsdp_release_bucket(f, FSDP_GRADS, f->rs_b);
     f->rs_b = -1;
     return rc;
 }
@@ -350,16 +575,29 @@ static mtc_result_t fsdp_reduce(mtc_fsdp *f, int b) {
     float *g = d->grads + bk.start;
     fsdp_sample(f); /* the unit's gradients are all resident now */
     MTC_CHECK(fsdp_wait_rs(f));
+    uint64_t t0 = f->trace ? mtc_time_ns() : 0;
+    void *buf = g;
+    mtc_dtype_t dt = MTC_DTYPE_F32;
+    size_t esz = sizeof(float);
+    if (f->g16) { /* --grad-reduce-in-bf16: this microbatch's part rounded, reduced as bf16 */
+        float *own = g + (size_t)d->shard_rank * shard;
+        const float *acc = f->acc + bk.start / d->layout.dp;
+        for (size_t i = 0; i < shard; i++)
+            own[i] -= acc[i];
+        nn_f32_to_bf16(f->g16, g, shard * (size_t)d->layout.dp);
+        buf = f->g16, dt = MTC_DTYPE_BF16, esz = sizeof(mtc_bf16);
+    }
+    char *own = (char *)buf + (size_t)d->shard_rank * shard * esz;
     if (d->comms.intra && f->overlap_grad_reduce) {
-        MTC_CHECK(mtc_reduce_scatter_start(g, g + (size_t)d->shard_rank * shard, shard,
-                                           MTC_DTYPE_F32, MTC_OP_SUM, d->comms.intra, &f->rs));
-        f->rs_b = b;
+        MTC_CHECK(
+            mtc_reduce_scatter_start(buf, own, shard, dt, MTC_OP_SUM, d->comms.intra, &f->rs));
+        f->rs_b = b, f->rs_t0 = t0;
     } else {
         if (d->comms.intra)
-            MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)d->shard_rank * shard, shard, MTC_DTYPE_F32,
-                                         MTC_OP_SUM, d->comms.intra));
-        MTC_CHECK(fsdp_reduce_inter(f, b));
-        fsdp_release_bucket(f, d->grads, b);
+            MTC_CHECK(mtc_reduce_scatter(buf, own, shard, dt, MTC_OP_SUM, d->comms.intra));
+        MTC_CHECK(fsdp_reduce_post(f, b));
+        fsdp_span(f, "reduce-scatter", b, t0, 0);
+        fsdp_release_bucket(f, FSDP_GRADS, b);
     }
     const dp_layout *l = &d->layout;
     for (int k = l->bucket_param_off[b]; k < l->bucket_param_off[b + 1]; k++)
@@ -392,14 +630,17 @@ void mtc_fsdp_zero_grad(mtc_fsdp *f) {
         if (f->acc)
             memset(f->acc + l->bucket[b].start / l->dp, 0,
                    (size_t)(s.end - s.start) * sizeof(float));
-        fsdp_release_bucket(f, f->d->grads, b);
+        fsdp_release_bucket(f, FSDP_GRADS, b);
         f->nready[b] = f->nreduced[b] = 0;
     }
     memset(f->ready, 0, (size_t)l->nparams);
+    fsdp_pool_trim(f);
 }
 
 mtc_result_t mtc_fsdp_finish(mtc_fsdp *f) {
     MTC_CHECK(fsdp_wait_rs(f));
+    f->backward = 0;
+    fsdp_pool_trim(f); /* the last units' gradient pages: the optimizer step does not need them */
     for (int b = 0; b < f->nb; b++)
         if (f->nready[b] || !f->nreduced[b])
             return mtc_error(MTC_ERR_INVALID_USAGE,
@@ -407,6 +648,17 @@ mtc_result_t mtc_fsdp_finish(mtc_fsdp *f) {
                              "times this step; the backward must mark every param of every unit",
                              b, f->nready[b], f->nreduced[b]);
     return MTC_OK;
+}
+
+int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n) {
+    const dp_layout *l = &f->d->layout;
+    *g = NULL, *n = 0;
+    if (p < 0 || p >= l->nparams || l->param_bucket[p] < 0) return -1;
+    dp_range s = dp_layout_shard_range(l, f->d->shard_rank, l->param_bucket[p]), r = l->param[p];
+    int64_t a = r.start > s.start ? r.start : s.start, b = r.end < s.end ? r.end : s.end;
+    *g = f->d->grads + a;
+    *n = b > a ? (size_t)(b - a) : 0;
+    return 0;
 }
 
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out) {

@@ -32,8 +32,7 @@
  * Blocking, or left running with the overlap flags (mtc_fsdp_set_overlap).
  * With several optimizer instances (HSDP) each unit's shard is also
  * all-reduced over the inter-instance group after its reduce-scatter.
- * Limitations: fp32
- * gradient reduction; the bf16 compute copies stay whole. Memory measured
+ * Limitations: the bf16 compute copies stay whole. Memory measured
  * with mincore(2) on the params and grads buffers (real resident pages). */
 #ifndef MTC_DP_FSDP_H
 #define MTC_DP_FSDP_H
@@ -90,6 +89,25 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o);
  * is needed again, or the step finishes). comm: all-gather_start,
  * reduce_scatter_start(intra). */
 void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_grad_reduce);
+/* --grad-reduce-in-bf16: each unit's reduce-scatter carries bf16 (this
+ * microbatch's gradients rounded; Megatron's megatron_fsdp_grad_comm_dtype
+ * bf16), the result widened and accumulated in the fp32 shard. Allocates a
+ * bf16 staging of the largest unit and an fp32 copy of the shards. */
+mtc_result_t mtc_fsdp_set_grad_reduce_bf16(mtc_fsdp *f);
+/* --fsdp-double-buffer (Megatron's FixedPoolAllocator): the page pool keeps
+ * two units' pages of params and of gradients for the whole run (counted
+ * in mtc_fsdp_memory) instead of giving back what no unit took at once. */
+void mtc_fsdp_set_double_buffer(mtc_fsdp *f);
+struct mtc_trace;
+/* Record a span per unit all-gather and reduce-scatter (name "all-gather
+ * unit 3", args unit, elements, prefetch, backward) on a track "FSDP units
+ * <label>" of t, while t records. Once; later calls are no-ops. */
+void mtc_fsdp_set_trace(mtc_fsdp *f, struct mtc_trace *t, const char *label);
+/* The model pass about to run is a forward (0) or a backward (1) of a
+ * microbatch: sets the prefetch direction, and in a backward each unit's
+ * gradient ranges take the pages of the last released unit (the page
+ * pool, dp/fsdp.c) when params_needed comes for it. */
+void mtc_fsdp_begin_pass(mtc_fsdp *f, int backward);
 /* After the params were initialised or loaded (whole on every rank): give
  * back every page outside this rank's shards (params with
  * optim_grads_params, grads always); restarts the peak measurement. */
@@ -114,6 +132,12 @@ void mtc_fsdp_zero_grad(mtc_fsdp *f);
 /* After the last microbatch: INVALID_USAGE naming a unit never reduced. */
 mtc_result_t mtc_fsdp_finish(mtc_fsdp *f);
 
+/* The part of param p's gradient this rank keeps (its shard's
+ * intersection with the param; *n may be 0); -1 when p is not in this
+ * object's buffer. Reductions outside the buffer's own (the tied
+ * embedding over EMBEDDING_GROUP, SP layer norms over TP) take only this
+ * part: every member of those groups lays the param out alike. */
+int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n);
 /* Peak resident bytes of the params and grads buffers since init (sampled
  * after each gather and before each reduce-scatter) and the AdamW state. */
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out);

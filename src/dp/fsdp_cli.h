@@ -15,9 +15,10 @@ typedef struct {
     const char *strategy; /* --data-parallel-sharding-strategy (default optim_grads_params) */
     int64_t unit_size;    /* --suggested-communication-unit-size (0: unset) */
     const char *outer;    /* --outer-dp-sharding-strategy (default no_shard) */
+    int double_buffer;    /* --fsdp-double-buffer */
 } mtc_fsdp_flags;
 /* clang-format off */
-#define MTC_FSDP_FLAGS_DEFAULTS {0, "optim_grads_params", 0, "no_shard"}
+#define MTC_FSDP_FLAGS_DEFAULTS {0, "optim_grads_params", 0, "no_shard", 0}
 #define MTC_FSDP_CLI_ARGS(f)                                                                       \
     {"use-megatron-fsdp", NULL, MTC_ARG_FLAG, &(f).use, NULL,                                      \
      "Megatron-FSDP: shard optimizer state, gradients and params per FSDP unit (a layer; the "     \
@@ -30,7 +31,11 @@ typedef struct {
      "collective per merged unit)", 0},                                                            \
     {"outer-dp-sharding-strategy", NULL, MTC_ARG_STRING, &(f).outer, "S",                          \
      "with --num-distributed-optimizer-instances > 1: no_shard (replicate over the instances; "    \
-     "default) or optim (not in mtc yet)", 0}
+     "default) or optim (not in mtc yet)", 0},                                                     \
+    {"fsdp-double-buffer", NULL, MTC_ARG_FLAG, &(f).double_buffer, NULL,                           \
+     "with --use-megatron-fsdp optim_grads*: keep the pages of two units' gathers and gradients "  \
+     "allocated for the whole run (Megatron's persistent double buffer) instead of giving them "   \
+     "back between uses", 0}
 /* clang-format on */
 
 /* The run's strategy (dp/fsdp.h's mtc_fsdp_strategy, 0 without

@@ -367,9 +367,9 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->ln2_mean, k * Nl);
         TAKE(a->ln2_rstd, k * Nl);
         TAKE(a->fch, m->rec_mlp ? 0 : k * N * F1_tp); /* rec_mlp: the shared set below */
-        TAKE(a->moe, k * mtc_model_moe_floats(m));
+        TAKE(a->moe, m->rec_moe ? 0 : k * mtc_model_moe_floats(m)); /* rec_moe: the set below */
         size_t SF_tp = (size_t)c->moe.shared_ffn / tp, SF1_tp = (c->swiglu ? 2 : 1) * SF_tp;
-        TAKE(a->sfch, m->rec_shared ? 0 : k * N * SF1_tp); /* rec_shared: the set below */
+        TAKE(a->sfch, m->rec_shared || m->rec_moe ? 0 : k * N * SF1_tp); /* the set below */
         if (s < 0) continue;
         TAKE(a->res3, nl * Nl * C); /* every layer's output: the next layer's input */
         TAKE(a->lnf, Nl * C);
@@ -389,9 +389,14 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         model_mla_opts mo = mtc_model_mla_opts(m);
         TAKE(m->mla_qkv, model_mla_qkv_floats(&mo, (int)tp, m->B, m->T, c->num_heads));
     }
-    if (m->rec_shared) {
+    if (m->rec_shared || m->rec_moe) {
         size_t SF1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->moe.shared_ffn / tp);
         TAKE(m->shared_fch, N * SF1_tp);
+    }
+    if (m->rec_moe) TAKE(m->moe_rc, mtc_model_moe_floats(m)); /* --recompute-modules moe */
+    if (c->moe.recompute_act) {                               /* --recompute-modules moe_act */
+        moe_dims md = mtc_model_moe_dims(m);
+        TAKE(m->moe_fchg, moe_act_floats(&c->moe, &md, (int)Nl));
     }
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->ln_tmp, Nl * C); /* a layer norm's output: forward's, then backward's rebuilt */
@@ -667,6 +672,10 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->head_chunk = o->head_chunk > 0 ? o->head_chunk : MTC_MODEL_HEAD_CHUNK;
     /* multi-token prediction runs on the chunk with the loss (model/mtp.h) */
     m->mtp_layers = o->has_head && last_layer == cfg->num_layers ? cfg->mtp_num_layers : 0;
+    if (m->mtp_layers && m->cp.cp > 1) /* the shifted tokens' whole rows (model/mtp.c) */
+        MTC_CHECK_GOTO(mtc_mem_calloc(4 * (size_t)o->B * (size_t)m->cp.Tg, sizeof(int),
+                                      (void **)&m->mtp_cp_rows),
+                       rc, fail);
     size_t LX = (size_t)cfg->num_layers + (size_t)cfg->mtp_num_layers; /* with MTP's layers */
     MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->layers), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->dlayers), rc, fail);
@@ -742,8 +751,13 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->rec_mlp = o->recompute_mlp;
     MTC_CHECK_GOTO(mtc_model_mla_init(m, o), rc, fail);
     m->rec_shared = o->recompute_shared && cfg->moe.shared_ffn > 0;
+    m->rec_moe = o->recompute_moe && cfg->moe.num_experts > 0;
+    m->cfg.moe.recompute_act = o->recompute_moe_act && cfg->moe.num_experts > 0;
     m->nrec = o->recompute_layers < 0 ? 0 : o->recompute_layers;
     if (m->nrec > last_layer - first_layer) m->nrec = last_layer - first_layer;
+    /* Megatron's uniform method checkpoints each MTP depth as well (its
+     * _checkpointed_forward); the depths' layers follow the decoder's */
+    if (o->recompute_mtp && m->nrec == last_layer - first_layer) m->nrec += m->mtp_layers;
     if (m->nrec > 0)
         MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof(mtc_model_slot), (void **)&m->rc), rc, fail);
     gpt_bind_all(m);
@@ -801,6 +815,7 @@ void mtc_model_free(mtc_model *m) {
     }
     free(m->moe_stats);
     free(m->mtp_loss_sum);
+    free(m->mtp_cp_rows);
     free(m->layers);
     free(m->dlayers);
     free(m->slots);

@@ -265,6 +265,8 @@ typedef struct {
     float *mtp_cat_total;   /* (B, T, 2C) the projection's gathered input (SP) */
     float *mtp_dcat;        /* (B, T_loc, 2C) the projection's input gradient */
     float *mtp_carry;       /* (B, T_loc, C) d(hidden state) from the next depth */
+    int *mtp_cp_rows;       /* --cp: 2 cp (B, T_cp) gathered tokens | labels, then their
+                               whole rows 2 (B, Tg) (model/mtp.c; heap, not the arena) */
     nn_rope_table rope;     /* RoPE cos/sin (zeroed without rotary positions) */
     nn_yarn_table yarn;     /* MLA's rotation (zeroed without MLA) */
     int rec_up;             /* --recompute-modules mla_up_proj */
@@ -283,7 +285,12 @@ typedef struct {
     float *mlp_fch;     /* rec_mlp: one layer's (B,T,F1_tp) for all */
     int rec_shared;     /* --recompute-modules shared_experts: the shared expert's inner
                            activations are not kept */
-    float *shared_fch;  /* rec_shared: one layer's (B,T,SF1_tp) for all */
+    float *shared_fch;  /* rec_shared (or rec_moe): one layer's (B,T,SF1_tp) for all */
+    int rec_moe;        /* --recompute-modules moe: an MoE layer's activations are not kept;
+                           its forward runs again in backward */
+    float *moe_rc;      /* rec_moe: one layer's moe_acts for all */
+    float *moe_fchg;    /* --recompute-modules moe_act (cfg.moe.recompute_act): one layer's
+                           expert activation output for all */
     /* shared scratch */
     float *fwd_tmp;             /* (B, T_loc, C) */
     float *ln_tmp;              /* (B, T_loc, C) a layer norm output (not kept per layer) */
@@ -386,11 +393,15 @@ typedef struct {
     mtc_model_layout_fn layout;  /* NULL: packed backward order */
     int recompute_layers;        /* --recompute-granularity full: recompute the chunk's first
                                     N layers from their inputs in backward (0: none) */
+    int recompute_mtp;           /* with recompute_layers covering the chunk's decoder layers
+                                    (--recompute-method uniform): the MTP depths' layers too */
     tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp:
                                     each layer's MLP forward runs again in its backward */
     int recompute_mla_up;        /* --recompute-modules mla_up_proj: MLA's up projections and
                                     rotations run again in backward */
+    int recompute_moe;           /* --recompute-modules moe: each MoE layer again in backward */
+    int recompute_moe_act;       /* --recompute-modules moe_act: the experts' activation again */
     int recompute_shared;        /* --recompute-modules shared_experts: each MoE layer's shared
                                     expert forward runs again in its backward */
     int bf16_gemm_f32;           /* --bf16: fp32 GEMMs on bf16 values, no bf16 copy and no
@@ -409,6 +420,12 @@ typedef struct {
  * sums the head's weight gradient in the same order. 128 tokens of GPT-2's
  * 50304-column vocabulary are 25 MB of logits instead of 206 MB for 1024. */
 #define MTC_MODEL_HEAD_CHUNK 128
+/* mtc train's and mtc plan's chunk (--lm-head-chunk, default): 1024 tokens
+ * keep the head's GEMMs at full rate (at 128 tokens its forward and
+ * weight-gradient products ran 220 GFLOP/s against 390 and 310 on the Zen 5
+ * host's 2 cores, the small GPT's step 10-15% slower) for 206 MB of logits
+ * at GPT-2's vocabulary; a smaller chunk trades that speed for memory. */
+#define MTC_TRAIN_HEAD_CHUNK 1024
 
 /* One pipeline chunk: layers [first_layer, last_layer), the embedding
  * when has_embedding, the final norm and the LM head when has_head (a tied

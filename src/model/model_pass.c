@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/rng.h"
 #include "model/model_internal.h"
 #include "tp/fp8_linear.h"
 #include "model/mtp.h"
@@ -153,11 +154,14 @@ static layer_view gpt_layer_view(const mtc_model *m, mtc_model_slot *a, size_t k
         v.ma.fch = m->mlp_fch;
     if (c->moe.num_experts > 0) {
         moe_dims md = mtc_model_moe_dims(m);
-        moe_acts_bind(&v.moe, s->moe + j * mtc_model_moe_floats(m), &c->moe, &md, (int)sNl);
+        /* --recompute-modules moe: one set, refilled in backward */
+        float *mb = m->rec_moe ? m->moe_rc : s->moe + j * mtc_model_moe_floats(m);
+        moe_acts_bind(&v.moe, mb, &c->moe, &md, (int)sNl);
+        if (c->moe.recompute_act) v.moe.fchg = m->moe_fchg; /* moe_act: one set for all */
         size_t SF = (size_t)c->moe.shared_ffn / p, SF1 = (c->swiglu ? 2 : 1) * SF;
         v.sa = (model_mlp_acts){m->in_total, 0, s->sfch + j * sN * SF1};
-        if (m->rec_shared) /* --recompute-modules shared_experts: one set, refilled in backward */
-            v.sa.fch = m->shared_fch;
+        /* --recompute-modules shared_experts (or moe): one set, refilled in backward */
+        if (m->rec_shared || m->rec_moe) v.sa.fch = m->shared_fch;
     }
     return v;
 }
@@ -196,6 +200,34 @@ static moe_weights gpt_moe_weights(const mtc_model *m, const mtc_model_layer *y)
     return w;
 }
 
+/* --moe-router-force-load-balancing: Megatron's RandomSTE draws normal
+ * logits on the expert-parallel RNG of each rank; here logit (token, e) is
+ * normal(seed, stream (iteration, layer), global token x E + e), so every
+ * layout routes as the serial run. Rows are (B, T_loc) of the rank's
+ * positions (SP shard, CP chunks). */
+typedef struct {
+    const mtc_model *m;
+    const mtc_model_pass *pass;
+    int l, B, T;
+} gpt_random_ctx;
+
+static void gpt_random_logits(void *ctx, float *logits, int N, int E) {
+    const gpt_random_ctx *r = ctx;
+    const mtc_model *m = r->m;
+    int Tl = N / r->B, Tg = m->cp.cp > 1 ? m->cp.Tg : r->T;
+    int sp_off = m->tp.sequence_parallel ? m->tp_rank * Tl : 0;
+    uint64_t seed = r->pass ? r->pass->seed : 0, it = r->pass ? r->pass->iteration : 0;
+    uint64_t stream = 0x726f757465720000ull ^ (it << 22) ^ ((uint64_t)(r->l + 1) << 4);
+    for (int b = 0; b < r->B; b++)
+        for (int t = 0; t < Tl; t++) {
+            int pos = m->cp.cp > 1 ? m->cp.pos[sp_off + t] : sp_off + t;
+            uint64_t tok =
+                (uint64_t)((r->pass ? r->pass->b0 : 0) + b) * (uint64_t)Tg + (uint64_t)pos;
+            mtc_rng_fill_normal(logits + ((size_t)b * Tl + t) * E, (size_t)E, seed, stream,
+                                tok * (uint64_t)E, 0.0f, 1.0f);
+        }
+}
+
 /* An MoE layer's MLP: out (B, T_loc, C) = routed experts + shared expert,
  * from in = the second norm's output. out must not be m->scratch. */
 static mtc_result_t gpt_moe_forward(mtc_model *m, const mtc_model_pass *pass, layer_view *v,
@@ -206,6 +238,8 @@ static mtc_result_t gpt_moe_forward(mtc_model *m, const mtc_model_pass *pass, la
     moe_dims md = mtc_model_moe_dims(m);
     moe_weights mw = gpt_moe_weights(m, &m->layers[l]);
     moe_pass mp = gpt_moe_pass(m, pass, record, B, 0.0f);
+    gpt_random_ctx rc = {m, pass, l, B, T};
+    mp.random_logits = gpt_random_logits, mp.random_ctx = &rc;
     MTC_CHECK(moe_layer_forward(out, &v->moe, &m->moe_stats[l], in, &mw, &c->moe, &md, N, &mp,
                                 m->scratch));
     if (c->moe.shared_ffn > 0) { /* comm: the shared expert's TP linears */
@@ -454,7 +488,12 @@ mtc_result_t model_layer_backward(mtc_model *m, const mtc_model_pass *pass, mtc_
                                     w[MTC_ROLE_FC2_W], w[MTC_ROLE_FC2_B], m->scratch, B, T, &bd));
     /* --recompute-modules shared_experts: the shared expert's forward again
      * (comm: its TP linears' collectives), the output thrown away */
-    if (m->rec_shared && k >= m->nrec && mtc_model_is_moe_layer(c, l)) {
+    /* --recompute-modules moe: the whole MoE layer's forward again (router,
+     * dispatch, experts, shared expert; comm: its collectives again), the
+     * output thrown away, nothing recorded: Megatron's MoELayer checkpoint */
+    if (m->rec_moe && k >= m->nrec && mtc_model_is_moe_layer(c, l))
+        MTC_CHECK(gpt_moe_forward(m, pass, &v, m->fwd_tmp, ln2, l, B, T, 0));
+    else if (m->rec_shared && k >= m->nrec && mtc_model_is_moe_layer(c, l)) {
         model_block_dims sd = mtc_model_shared_dims(m);
         MTC_CHECK(model_mlp_forward(tp, m->fwd_tmp, &v.sa, ln2, w[MTC_ROLE_SHARED_FC1_W],
                                     w[MTC_ROLE_SHARED_FC1_B], w[MTC_ROLE_SHARED_FC2_W],
@@ -541,8 +580,10 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
                                          m->scratch, m->head_chunk, B, T, C, Vp, Vp));
         a->dlnf_ready = 0;
         /* the MTP depths' gradient into the main hidden state joins d(lnf) */
-        if (m->mtp_layers)
+        if (m->mtp_layers) {
             MTC_CHECK(model_mtp_backward(m, slot, tokens, targets, B, T, loss_scale, pass));
+            GPT_NEED_BWD(n0, n1); /* Megatron-FSDP: the final norm again after the depths' */
+        }
         gpt_norm_backward(m, m->dres, m->dg[MTC_ROLE_NORMF_W], m->dg[MTC_ROLE_NORMF_B], a->dlnf,
                           xlast, m->g[MTC_ROLE_NORMF_W], a->lnf_mean, a->lnf_rstd, Nl);
         /* the final norm and the output layer (or, on a stage without the

@@ -2,7 +2,8 @@
  * chunk with the loss:
  *
  *   forward, depth d = 0..D-1 (k = d + 1), h = h_0 = the slot's lnf:
- *     tokens, labels shifted by k (0 past the end, labels masked there)
+ *     tokens, labels shifted by k (0 past the end, labels masked there;
+ *       CP: from the whole rows, comm: all-gather(cp) of the ints)
  *     e   = embedding(tokens_k) + dropout         comm: all-reduce(tp) | SP reduce-scatter
  *     cat = [enorm(e) | hnorm(h)]                 (B, T_loc, 2C)
  *     x   = eh_proj(cat), gathered                comm: SP all-gather, all-gather(tp) of columns
@@ -77,10 +78,44 @@ static mtp_view mtp_at(const mtc_model *m, const mtc_model_slot *a, int d) {
     return v;
 }
 
+/* --cp: every CP rank's (B, T_cp) tokens and labels gathered, then laid out
+ * as whole (B, Tg) rows by their global positions (cp->all_pos), the rows
+ * Megatron's CP roll_tensor exchanges boundaries of.
+ * comm: all-gather(cp) of the tokens and of the labels */
+static mtc_result_t mtp_cp_rows(mtc_model *m, const int *tokens, const int *targets, int B, int T) {
+    const cp_ctx *cp = &m->cp;
+    size_t n = (size_t)B * T, Tg = (size_t)cp->Tg;
+    int *gt = m->mtp_cp_rows, *gl = gt + n * cp->cp, *ft = gl + n * cp->cp, *fl = ft + B * Tg;
+    MTC_CHECK(mtc_all_gather(tokens, gt, n, MTC_DTYPE_I32, cp->comm));
+    MTC_CHECK(mtc_all_gather(targets, gl, n, MTC_DTYPE_I32, cp->comm));
+    for (int r = 0; r < cp->cp; r++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                size_t src = (size_t)r * n + (size_t)b * T + t;
+                size_t dst = (size_t)b * Tg + (size_t)cp->all_pos[(size_t)r * T + t];
+                ft[dst] = gt[src], fl[dst] = gl[src];
+            }
+    return MTC_OK;
+}
+
 /* Megatron's roll_tensor(shifts=-1) applied k times to the tokens, the
  * labels and the loss mask: position t takes t + k, the last k positions of
- * each row get token 0 and no label. */
+ * each row get token 0 and no label. Under CP (mtp_cp_rows done) the rank's
+ * rows take theirs from the whole rows at global position + k. */
 static void mtp_shift(mtc_model *m, const int *tokens, const int *targets, int B, int T, int k) {
+    if (m->cp.cp > 1) {
+        size_t Tg = (size_t)m->cp.Tg, n2 = 2 * (size_t)B * T * m->cp.cp;
+        const int *ft = m->mtp_cp_rows + n2, *fl = ft + B * Tg;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                size_t i = (size_t)b * T + t, p = (size_t)m->cp.pos[t] + k;
+                int in = p < Tg;
+                m->mtp_tok[i] = in ? ft[b * Tg + p] : 0;
+                m->mtp_tgt[i] = in ? fl[b * Tg + p] : 0;
+                m->mtp_mask[i] = in ? 1.0f : 0.0f;
+            }
+        return;
+    }
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             size_t i = (size_t)b * T + t;
@@ -93,9 +128,10 @@ static void mtp_shift(mtc_model *m, const int *tokens, const int *targets, int B
 
 /* d(objective)/d(token loss) at depth k: the main scale (1 / (global
  * batch x seq)) re-normalised to the B (T - k) labelled tokens per
- * microbatch, times factor / D. */
+ * microbatch, times factor / D (T: the whole sequence, Tg under CP). */
 static float mtp_scale(const mtc_model *m, float loss_scale, int T, int k) {
     const mtc_model_config *c = &m->cfg;
+    if (m->cp.cp > 1) T = m->cp.Tg;
     return loss_scale * ((float)T / (float)(T - k)) * c->mtp_loss_scaling_factor /
            (float)c->mtp_num_layers;
 }
@@ -135,11 +171,16 @@ mtc_result_t model_mtp_forward(mtc_model *m, int slot, const int *tokens, const 
     mtc_model_slot *a = &m->slots[slot];
     float scale = pass && pass->loss_scale > 0 ? pass->loss_scale : 0.0f;
     const float *h = a->lnf; /* h_0: the main model's final-norm output */
+    if (m->cp.cp > 1 && targets) MTC_CHECK(mtp_cp_rows(m, tokens, targets, B, T));
     for (int d = 0; d < m->mtp_layers; d++) {
         int l = c->num_layers + d;
         mtp_view v = mtp_at(m, a, d);
         float *const *w = m->layers[l].w;
-        MTC_CHECK(model_params_needed(m, pass, m->layers[l].first, m->layers[l].last));
+        /* Megatron-FSDP keeps the units of the last two calls: the shared
+         * embedding, then the depth with everything after it (the later
+         * depths, the final norm and the shared head it uses) */
+        MTC_CHECK(model_params_needed(m, pass, m->pidx[MTC_ROLE_WTE], m->pidx[MTC_ROLE_WTE] + 1));
+        MTC_CHECK(model_params_needed(m, pass, m->layers[l].first, m->reg.count));
         mtp_shift(m, tokens, targets, B, T, d + 1);
         /* comm: all-reduce(tp), SP reduce-scatter */
         MTC_CHECK(tp_vocab_embedding_forward(tp, v.emb, m->mtp_tok, m->g[MTC_ROLE_WTE], NULL, NULL,
@@ -183,6 +224,7 @@ mtc_result_t model_mtp_backward(mtc_model *m, int slot, const int *tokens, const
     int Nl = B * Tl, ndec = m->last_layer - m->first_layer;
     size_t nC = (size_t)Nl * C;
     mtc_model_slot *a = &m->slots[slot];
+    if (m->cp.cp > 1) MTC_CHECK(mtp_cp_rows(m, tokens, targets, B, T));
     /* after a forward without the loss scale, the heads again with their
      * gradients, in the forward's order (the head weight gradient sums the
      * same way as the training forward's) */

@@ -22,8 +22,13 @@
  * output gathered over TP and, under SP, scattered back to the rank's
  * positions. The depths run on the chunk with the loss; the embedding copy
  * there is in the embedding group (model/family.c).
- * Limitations: no context parallelism (Megatron's docs list it
- * unsupported), the layers are never recomputed, no inference use. */
+ * --recompute-method uniform recomputes the depths' layers as Megatron's
+ * _checkpointed_forward does (model.c's nrec covers them); block leaves
+ * them alone, as Megatron's does.
+ * Context parallelism as Megatron's CP roll_tensor: the shifted tokens
+ * and labels of a rank's rows come from the microbatch's whole rows,
+ * all-gathered over CP (model/mtp.c mtp_cp_rows).
+ * Limitations: no inference use. */
 #ifndef MTC_MODEL_MTP_H
 #define MTC_MODEL_MTP_H
 

@@ -283,5 +283,6 @@ mtc_result_t moe_cli_resolve(const moe_cli_flags *f, int capacity_seen, mtc_moe_
     out->aux_coeff = (float)f->aux, out->z_coeff = (float)f->z;
     out->capacity_factor = capacity_seen ? (float)f->capacity : 0.0f;
     out->pad_to_capacity = f->pad, out->shared_ffn = f->shared;
+    out->force_balance = f->force_balance;
     return MTC_OK;
 }

@@ -198,13 +198,13 @@ mtc_result_t moe_a2a_backward(float *din, float *dprobs, const moe_weights *dw, 
     int E = d->E, C = d->C, W = C + 1, P = g.Pt * g.Pe, k = d->k;
     int El = E / g.Pe, e0 = g.re * El, N = a->h->N, Ml = a->h->Ml, Mg = a->h->M;
     int base = (pass->tpep ? mtc_comm_rank(pass->tpep) : g.re) * N;
-    (void)m;
     a2a_splits sp = splits(s->tmp, a->cnt_all, g.Pt, g.rt, g.Pe, g.re, E, W, C);
     moe_gather_rows(s->g1, dout, a->perm_tok, base, Ml, C);
     /* comm: all-to-all-v(EP) of d(out) to the experts' ranks, all-gather-v(ETP) */
     MTC_CHECK(a2a_v(pass, s->g1, sp.scb, sp.sdb, s->g2, sp.rcb, sp.rdb));
     MTC_CHECK(etp_gather(pass, s->g2, s->g1, sp.tc, sp.tcd, g.rt));
     sort_chunks(s->y, s->g1, a->cnt_all, P, E, e0, El, C, 1);
+    if (m->recompute_act) moe_experts_act(pass->pool, a->fchg, a->fch, Mg, d); /* moe_act */
     MTC_CHECK(moe_experts_backward(pass->pool, s->dx, s->dprow, s->y, a->xg, a->fch, a->fchg,
                                    a->rprob, a->counts, El, e0, w, dw, d, Mg, s->z, s->dz, s->dh,
                                    s->stage));

@@ -177,6 +177,13 @@ static void moe_rows_run(nn_pool *pool, moe_rows_job *j) {
 
 /* ---- the experts -------------------------------------------------------------------- */
 
+void moe_experts_act(nn_pool *pool, float *fchg, const float *fch, int M, const moe_dims *d) {
+    if (d->swiglu)
+        nn_swiglu_forward(pool, fchg, fch, M, d->F);
+    else
+        nn_gelu_forward(pool, fchg, fch, (size_t)M * d->F);
+}
+
 mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
                                  float *stage, const float *xp, const float *prow,
                                  const int *counts, int El, int e0, const moe_weights *w,
@@ -192,10 +199,7 @@ mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fch
         MTC_CHECK(gx_rows(&g, counts[e], C, F1, xp + (size_t)off * C, w->fc1w[e0 + e], 1,
                           b ? 1.0f : 0.0f, h));
     }
-    if (d->swiglu)
-        nn_swiglu_forward(pool, fchg, fch, M, F);
-    else
-        nn_gelu_forward(pool, fchg, fch, (size_t)M * F);
+    moe_experts_act(pool, fchg, fch, M, d);
     moe_rows_job rj = {.z = z, .fchg = fchg, .prow = prow, .M = M, .F = F}; /* z = fchg * p */
     moe_rows_run(pool, &rj);
     for (int e = 0, off = 0; e < El; off += counts[e], e++) { /* y = z W2^T + p b2 */

@@ -49,7 +49,12 @@ size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
     size_t P = (size_t)grp_of(d), M = rows_max(m, d, N), NE = (size_t)N * d->E;
     size_t Nk = P * N * d->k, Ng = P * N, X = Ng > M ? Ng : M;
     return 16 + al(NE) + 3 * al(Nk) + al((size_t)d->E) + 2 * al(M) + al(M * f1_of(d)) +
-           al(M * d->F) + al(NE) + al(P * d->E) + al(M) + (P > 1 ? al(X * d->C) : 0);
+           (m->recompute_act ? 0 : al(M * d->F)) + al(NE) + al(P * d->E) + al(M) +
+           (P > 1 ? al(X * d->C) : 0);
+}
+
+size_t moe_act_floats(const mtc_moe_config *m, const moe_dims *d, int N) {
+    return al(rows_max(m, d, N) * d->F);
 }
 
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N) {
@@ -65,7 +70,7 @@ void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_
     a->perm_tok = (int *)p, p += al(M);
     a->perm_sel = (int *)p, p += al(M);
     a->fch = p, p += al(M * f1_of(d));
-    a->fchg = p, p += al(M * d->F);
+    a->fchg = m->recompute_act ? NULL : p, p += m->recompute_act ? 0 : al(M * d->F);
     a->aux_cnt = p, p += al(NE);
     a->cnt_all = (int *)p, p += al(P * d->E);
     a->rprob = p, p += al(M);
@@ -223,6 +228,41 @@ static mtc_comm_t ep_where(const moe_pass *pass, const moe_dims *d, int *P, int 
     return g;
 }
 
+/* --moe-router-dtype fp64: Megatron's router_gating_linear in float64,
+ * logits (N, E) = in (N, C) W^T (E, C), each dot product summed in double
+ * and rounded once (the logits stay fp32 here, as every activation). */
+static void gating_fp64_forward(float *logits, const float *in, const float *w, int N, int C,
+                                int E) {
+    for (int n = 0; n < N; n++)
+        for (int e = 0; e < E; e++) {
+            double s = 0;
+            const float *x = in + (size_t)n * C, *r = w + (size_t)e * C;
+            for (int c = 0; c < C; c++)
+                s += (double)x[c] * (double)r[c];
+            logits[(size_t)n * E + e] = (float)s;
+        }
+}
+
+/* Its backward, in double as RouterGatingLinearFunction.backward: din (N, C)
+ * += dlogits W, dw (E, C) += dlogits^T in (dw NULL: none). */
+static void gating_fp64_backward(float *din, float *dw, const float *dlogits, const float *in,
+                                 const float *w, int N, int C, int E) {
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int e = 0; e < E; e++)
+                s += (double)dlogits[(size_t)n * E + e] * (double)w[(size_t)e * C + c];
+            din[(size_t)n * C + c] += (float)s;
+        }
+    for (int e = 0; dw && e < E; e++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int n = 0; n < N; n++)
+                s += (double)dlogits[(size_t)n * E + e] * (double)in[(size_t)n * C + c];
+            dw[(size_t)e * C + c] += (float)s;
+        }
+}
+
 mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const float *in,
                                const moe_weights *w, const mtc_moe_config *m, const moe_dims *d,
                                int N, const moe_pass *pass, float *scratch) {
@@ -235,7 +275,14 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
     /* routing of this rank's tokens, into its block of the gathered arrays */
     int *sel = a->sel + (size_t)r * N * k, *kept = a->kept + (size_t)r * N * k;
     float *probs = a->probs + (size_t)r * N * k;
-    nn_linear_forward(pool, a->logits, in, w->router, NULL, N, C, E);
+    if (m->router_fp64)
+        gating_fp64_forward(a->logits, in, w->router, N, C, E);
+    else
+        nn_linear_forward(pool, a->logits, in, w->router, NULL, N, C, E);
+    /* Megatron's RandomSTE: the routing sees random logits, and their
+     * gradient reaches the gating GEMM unchanged (a straight-through) */
+    if (m->force_balance && pass->random_logits)
+        pass->random_logits(pass->random_ctx, a->logits, N, E);
     if (pass->train && m->z_coeff > 0 && pass->record && st)
         st->z_loss += moe_z_loss(a->logits, 1.0f, N, E);
     moe_router_topk(sel, probs, a->logits, w->expert_bias, m, N, E);
@@ -311,6 +358,7 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
         moe_gather_rows(s.y, dyg, a->perm_tok, 0, M, C); /* dy of each permuted row */
         moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
         float *dprow = s.dprow;
+        if (m->recompute_act) moe_experts_act(pool, a->fchg, a->fch, M, d); /* moe_act */
         MTC_CHECK(moe_experts_backward(pool, s.dx, dprow, s.y, s.xp, a->fch, a->fchg, s.prow,
                                        a->counts, El, e0, w, dw, d, M, s.z, s.dz, s.dh, s.stage));
         memset(s.dprobs, 0, (size_t)Ng * k * sizeof(float));
@@ -345,6 +393,10 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
         moe_z_loss_backward(s.dlogits, a->logits, m->z_coeff / g, N, E, pass->aux_scale);
     }
     /* din += dlogits W_r; dW_r += dlogits^T in */
+    if (m->router_fp64) {
+        gating_fp64_backward(din, dw->router, s.dlogits, in, w->router, N, C, E);
+        return MTC_OK;
+    }
     nn_sgemm(pool, 0, 0, N, C, E, 1.0f, s.dlogits, E, w->router, C, 1.0f, din, C);
     if (dw->router) nn_sgemm(pool, 1, 0, E, C, N, 1.0f, s.dlogits, E, in, C, 1.0f, dw->router, C);
     return MTC_OK;

@@ -64,6 +64,11 @@ typedef struct {
     int pad_to_capacity;       /* --moe-pad-expert-input-to-capacity */
     int shared_ffn;            /* --moe-shared-expert-intermediate-size (0: none) */
     moe_dispatcher dispatcher; /* --moe-token-dispatcher-type */
+    int router_fp64;           /* --moe-router-dtype fp64: the gating GEMMs accumulate in double */
+    int force_balance;         /* --moe-router-force-load-balancing: random normal logits */
+    int recompute_act;         /* --recompute-modules moe_act: moe_acts has no fchg of its own
+                                  (the caller binds one shared buffer, moe_act_floats); the
+                                  backward computes it again from fch */
 } mtc_moe_config;
 
 static inline int mtc_moe_topk(const mtc_moe_config *m) { return m->topk > 0 ? m->topk : 2; }
@@ -182,6 +187,11 @@ typedef struct {
     mtc_comm_t etp;    /* the experts' ETP group (NULL: whole experts); size d->etp */
     mtc_comm_t tpep;   /* allgather's ETP x EP group (NULL: ep when etp 1); size ep x etp */
     nn_pool *pool;
+    /* --moe-router-force-load-balancing: fills logits (N, E) with the
+     * random normal logits of these N tokens (a function of the global
+     * token, not of the layout) */
+    void (*random_logits)(void *ctx, float *logits, int N, int E);
+    void *random_ctx;
 } moe_pass;
 
 /* Rows of the permuted order at most (dropless: N*k; with padding E*cap). */
@@ -193,6 +203,8 @@ int moe_capacity(const mtc_moe_config *m, int N, int E);
  * the last padded to a multiple of 64; else one call on the rows. */
 int moe_gemm_rows(int rows, int blocked, int *calls);
 size_t moe_acts_floats(const mtc_moe_config *m, const moe_dims *d, int N);
+/* The activation output fchg's floats (the shared buffer of recompute_act). */
+size_t moe_act_floats(const mtc_moe_config *m, const moe_dims *d, int N);
 /* Binding reads nothing and writes nothing: the scalars of a forward survive a
  * second binding of the same memory (backward binds again). */
 void moe_acts_bind(moe_acts *a, float *base, const mtc_moe_config *m, const moe_dims *d, int N);

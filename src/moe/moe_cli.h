@@ -22,12 +22,13 @@ typedef struct {
     const char *drop;
     int pad, shared;
     const char *dispatcher;
+    int force_balance;
 } moe_cli_flags;
 
 #define MOE_CLI_DEFAULTS                                                                           \
     {                                                                                              \
         0, "1", 0, 2, "softmax", 0, 0, 0, 0, 0, 1e-3, "aux_loss", 0, 0, 0, "probs", 0, 0,          \
-            "allgather"                                                                            \
+            "allgather", 0                                                                         \
     }
 
 #define MOE_CLI_ARGS(f)                                                                             \
@@ -123,6 +124,13 @@ typedef struct {
          0},                                                                                        \
         {"moe-pad-expert-input-to-capacity",         NULL, MTC_ARG_FLAG, &(f).pad, NULL,            \
          "pad every expert's input to the capacity", 0},                                            \
+        {"moe-router-force-load-balancing",                                                         \
+         NULL,                                                                                      \
+         MTC_ARG_FLAG,                                                                              \
+         &(f).force_balance,                                                                        \
+         NULL,                                                                                      \
+         "benchmarking: random normal router logits (gradients pass straight through)",             \
+         0},                                                                                        \
         {"moe-shared-expert-intermediate-size",                                                     \
          NULL,                                                                                      \
          MTC_ARG_INT,                                                                               \

@@ -38,6 +38,9 @@ size_t moe_stage_floats(const moe_dims *d);
 /* y (M, C) = prow * (fc2(act(fc1 xp)) + b2) over the rows of local experts
  * [e0, e0 + El) (counts[e] rows each, expert-major); fch, fchg saved; z
  * scratch (M, F); stage (moe_stage_floats) scratch. */
+/* The experts' activation: fchg (M, F) = act(fch (M, F1)), SwiGLU or GELU;
+ * the forward's, and --recompute-modules moe_act's again in backward. */
+void moe_experts_act(nn_pool *pool, float *fchg, const float *fch, int M, const moe_dims *d);
 mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fchg, float *z,
                                  float *stage, const float *xp, const float *prow,
                                  const int *counts, int El, int e0, const moe_weights *w,

@@ -75,7 +75,22 @@ static void gemm_tile(int i, void *vp) {
  * block repacks the whole of the other operand: with R rows per block each
  * repacked element serves 2R flops, so blocks cost about 15/R of the
  * throughput (3% at 512 rows, 6% at 256: measured with OpenBLAS 0.3.21).
- * Hence 2 blocks from 256 rows on, 4 from 2048 on, none for small products. */
+ * Hence 2 blocks from 256 rows on, 4 from 2048 on, none for small products.
+ * A product whose K is at least 8 times both M and N (the LM head's input
+ * gradient, K = vocabulary) is split by columns whatever M and N: on the
+ * Zen 5 host (bench/gemm_bf16.sh, 1024 x 384 x 50304, 2 threads) row blocks
+ * ran 230 GFLOP/s on OpenBLAS and oneDNN, column blocks 350 (bf16 575 ->
+ * 710). Used by gemm_run and oneDNN's tiling (gemm_dnnl.c) alike. */
+int nn_gemm_split(int M, int N, int K, int *tiles) {
+    double flops = 2.0 * M * (double)N * K;
+    int by_rows = M >= N;
+    if ((double)K >= 8.0 * M && (double)K >= 8.0 * N) by_rows = 0;
+    int extent = by_rows ? M : N;
+    *tiles = extent >= 2048 ? 4 : extent >= 256 ? 2 : 1;
+    if (flops < 4.0e6) *tiles = 1;
+    return by_rows;
+}
+
 static void gemm_run(nn_pool *pool, gemm_job *g) {
     nn_lowp *lp = nn_pool_lowp(pool);
     if (lp && (g->beta == 0.0f || g->beta == 1.0f) && (!g->bias || g->alpha == 1.0f) &&
@@ -83,11 +98,8 @@ static void gemm_run(nn_pool *pool, gemm_job *g) {
                      g->alpha, g->A, g->lda, g->B, g->ldb, g->bias, g->beta, g->C,
                      g->ldc) == MTC_OK)
         return; /* oneDNN's matmul (nn_lowp tiles it by shape, like below) */
-    double flops = 2.0 * g->M * (double)g->N * g->K;
-    g->by_rows = g->M >= g->N;
-    int extent = g->by_rows ? g->M : g->N;
-    int tiles = extent >= 2048 ? 4 : extent >= 256 ? 2 : 1;
-    if (flops < 4.0e6) tiles = 1;
+    int tiles;
+    g->by_rows = nn_gemm_split(g->M, g->N, g->K, &tiles);
     g->tiles = tiles;
     nn_pool_run(pool, tiles, gemm_tile, g);
 }

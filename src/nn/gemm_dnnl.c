@@ -307,10 +307,7 @@ static mtc_result_t lowp_tile_make(nn_lowp *lp, const lowp_key *k, int slot, int
 
 /* The same shape-only split as gemm.c (see gemm_run there for why). */
 static mtc_result_t lowp_entry_make(nn_lowp *lp, const lowp_key *k, lowp_entry *e) {
-    double flops = 2.0 * k->M * (double)k->N * k->K;
-    int by_rows = k->M >= k->N, extent = by_rows ? k->M : k->N;
-    int tiles = extent >= 2048 ? 4 : extent >= 256 ? 2 : 1;
-    if (flops < 4.0e6) tiles = 1;
+    int tiles, by_rows = nn_gemm_split(k->M, k->N, k->K, &tiles), extent = by_rows ? k->M : k->N;
     e->key = *k;
     e->used = 1;
     e->tiles = tiles;

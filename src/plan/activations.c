@@ -56,7 +56,7 @@ static size_t row_scr(int p, int sp, size_t B, size_t T, size_t IN, size_t OUT) 
 
 typedef struct {
     size_t B, T, Tl, C, QKV_tp, QD_tp, NH_tp, F_tp, F1_tp, V_tp;
-    int p, sp;
+    int p, sp, head_chunk;
 } shapes;
 
 /* cp/attention.c's cp_attention_scratch_floats for each communication type:
@@ -89,6 +89,7 @@ static shapes shapes_of(const mtc_plan_layout *l) {
     shapes s;
     s.p = l->tp > 0 ? l->tp : 1;
     s.sp = l->sequence_parallel && s.p > 1;
+    s.head_chunk = l->head_chunk;
     size_t tp = (size_t)s.p, HS = (size_t)mtc_model_head_size(c);
     int cp = l->cp > 1 ? l->cp : 1; /* a rank holds seq-length / cp positions */
     s.B = (size_t)l->micro_batch, s.T = (size_t)c->seq_length / (size_t)cp;
@@ -152,8 +153,8 @@ static size_t arena_moe_scratch(const mtc_plan_layout *l, const shapes *s) {
 
 /* model.c gpt_head_rows: the fused head's chunk, at most every token. */
 static size_t head_rows(const shapes *s) {
-    size_t N = s->B * s->T;
-    return N < MTC_MODEL_HEAD_CHUNK ? N : MTC_MODEL_HEAD_CHUNK;
+    size_t N = s->B * s->T, c = s->head_chunk > 0 ? (size_t)s->head_chunk : MTC_TRAIN_HEAD_CHUNK;
+    return N < c ? N : c;
 }
 
 /* --multi-latent-attention (model/mla.h): one layer's kept activations,
@@ -305,22 +306,27 @@ static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embeddi
  * MEGATRON, beyond the dense layers the table counts (may be negative),
  * the chunk's share of the MoE layers (a chunk's own pattern is not known
  * here). */
-static double moe_slot_bytes(const mtc_plan_layout *l, int nl) {
+static double moe_slot_bytes(const mtc_plan_layout *l, int nl, int has_head) {
     const mtc_model_config *c = &l->model;
-    if (c->moe.num_experts <= 0 || nl <= 0) return 0;
-    if (l->act_model == MTC_PLAN_ACT_MTC) return (double)arena_moe_bytes(l, (size_t)nl);
+    /* MTC: gpt_carve gives every layer of the chunk MoE rows, the MTP
+     * depths' layers on the loss chunk included */
+    size_t nx = (size_t)nl + (has_head ? (size_t)c->mtp_num_layers : 0);
+    if (c->moe.num_experts <= 0 || nx == 0) return 0;
+    if (l->act_model == MTC_PLAN_ACT_MTC) return (double)arena_moe_bytes(l, nx);
+    if (nl <= 0) return 0;
     if (l->recompute == MTC_PLAN_RECOMPUTE_FULL) return 0; /* the layer input only */
     double nm = (double)nl * mtc_moe_num_layers(&c->moe, c->num_layers) / c->num_layers;
     return nm * megatron_moe_extra(l);
 }
 
-size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl) {
-    double x = moe_slot_bytes(l, nl);
+size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl, int has_head) {
+    double x = moe_slot_bytes(l, nl, has_head);
     return x > 0 ? (size_t)llround(x) : 0;
 }
 
 size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
-    double x = (double)dense_slot_bytes(l, nl, has_embedding, has_head) + moe_slot_bytes(l, nl);
+    double x =
+        (double)dense_slot_bytes(l, nl, has_embedding, has_head) + moe_slot_bytes(l, nl, has_head);
     return x > 0 ? (size_t)llround(x) : 0;
 }
 

@@ -119,10 +119,10 @@ static mtc_result_t parse_one(const cJSON *o, const char *origin, mtc_plan_machi
     double ovs[2][2] = {{m->oversub_sync, m->oversub_frac},
                         {m->mpi_oversub_sync, m->mpi_oversub_frac}};
     for (int i = 0; i < 2; i++)
-        if (!(ovs[i][0] >= 0 && ovs[i][0] < 1 && ovs[i][1] >= 0 && ovs[i][1] <= 10))
+        if (!(ovs[i][0] >= 0 && ovs[i][0] < 1 && ovs[i][1] >= 0 && ovs[i][1] <= 1000))
             return mtc_error(MTC_ERR_FORMAT,
                              "%s: machine %s: need %soversub_sync_us in [0, 1e6) (got %g) and "
-                             "%soversub_frac in [0, 10] (got %g)",
+                             "%soversub_frac in [0, 1000] (got %g)",
                              origin, m->name, i ? "mpi_" : "", ovs[i][0] * 1e6, i ? "mpi_" : "",
                              ovs[i][1]);
     if (m->devices_per_node < 1)

@@ -19,6 +19,7 @@
 
 #include "cp/cp.h"
 #include "dp/ddp.h"
+#include "dp/fsdp.h"
 #include "dp/layout.h"
 #include "grid/grid.h"
 #include "model/family.h"
@@ -123,7 +124,7 @@ static mtc_result_t plan_inflight(const mtc_plan_layout *l, int r, int *peak) {
  * the E/ep experts an EP rank holds; every EP rank holds as many). */
 static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int last, int has_emb,
                                       int has_head, int64_t **numels, int **shared, int **expert,
-                                      int *count) {
+                                      int **units, int *count) {
     const mtc_model_config *c = &l->model;
     mtc_registry reg;
     memset(&reg, 0, sizeof reg);
@@ -145,8 +146,13 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
     *numels = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
     *shared = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
     *expert = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    if (rc == MTC_OK && (!*numels || !*shared || !*expert))
+    *units = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    if (rc == MTC_OK && (!*numels || !*shared || !*expert || !*units))
         rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: parameter table");
+    if (rc == MTC_OK && l->fsdp_strategy >= MTC_FSDP_OPTIM) { /* as train/train_fsdp.c */
+        mtc_fsdp_units(&reg, c->num_layers, *units);
+        mtc_fsdp_group_units(&reg, *units, l->fsdp_unit_size);
+    }
     for (int i = 0; rc == MTC_OK && i < n; i++) {
         const mtc_param *p = &reg.params[i];
         (*numels)[i] = (int64_t)p->local_numel;
@@ -166,8 +172,9 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
  * train/train_setup.c lays it out (skip_empty: the other buffer's params
  * and other EP ranks' experts take no room). */
 static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels, int n,
-                                const int *shared, int dp, int r, int k, int rank, int64_t *buf,
-                                int64_t *held) {
+                                const int *shared, const int *units, int dp, int r, int k, int rank,
+                                int64_t *buf, int64_t *held, int64_t *unit_out) {
+    *unit_out = 0;
     int64_t sum = 0;
     for (int i = 0; i < n; i++)
         sum += numels[i];
@@ -181,6 +188,10 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels,
                                                                l->overlap_grad_reduce, r, k),
                           .pad_high_busbw = l->pad_high_busbw,
                           .shared_embedding = shared};
+    if (l->fsdp_strategy >= MTC_FSDP_OPTIM) { /* a bucket per FSDP unit (train_fsdp_config) */
+        ddc.unit_of = units, ddc.bucket_size = 0;
+        if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS) ddc.pad_divisor = mtc_fsdp_pad_divisor(dp);
+    }
     dp_layout_config dc = mtc_ddp_layout_config(&ddc, dp);
     dc.placement_only = 1; /* held from the gaps: O(params) */
     dp_layout lay;
@@ -194,6 +205,10 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels,
         if (*held < 0) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: shard gaps");
     }
     if (rc == MTC_OK) *buf = lay.numel;
+    for (int b = 0; rc == MTC_OK && b < lay.nbuckets; b++) { /* the largest unit's other shards */
+        int64_t size = lay.bucket[b].end - lay.bucket[b].start, out = size - size / lay.dp;
+        if (out > *unit_out) *unit_out = out;
+    }
     dp_layout_free(&lay);
     return rc;
 }
@@ -224,10 +239,10 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         int first = ls.first_layer, last = first + ls.num_layers;
         int has_emb = ls.has_embedding, has_head = ls.has_loss;
         int64_t *numels = NULL, *xnum = NULL;
-        int *shared = NULL, *expert = NULL, n = 0;
-        mtc_result_t rc =
-            plan_chunk_params(l, first, last, has_emb, has_head, &numels, &shared, &expert, &n);
-        int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0;
+        int *shared = NULL, *expert = NULL, *units = NULL, n = 0;
+        mtc_result_t rc = plan_chunk_params(l, first, last, has_emb, has_head, &numels, &shared,
+                                            &expert, &units, &n);
+        int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0, unit = 0, xunit = 0;
         for (int i = 0; rc == MTC_OK && i < n; i++)
             sum += numels[i], xsum += expert[i] ? numels[i] : 0;
         if (rc == MTC_OK) {
@@ -237,10 +252,11 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         for (int i = 0; rc == MTC_OK && i < n; i++) /* split the two buffers' params apart */
             if (expert[i] == 2) xnum[i] = numels[i], numels[i] = 0;
         if (rc == MTC_OK)
-            rc = plan_buffer(l, numels, n, shared, nparts, r, k, dp_rank, &buf, &held);
+            rc =
+                plan_buffer(l, numels, n, shared, units, nparts, r, k, dp_rank, &buf, &held, &unit);
         if (rc == MTC_OK && xsum > 0 && l->ep > 1) /* train's expert DDP exists */
-            rc = plan_buffer(l, xnum, n, NULL, xparts, r, k, xrank, &xbuf, &xheld);
-        free(numels), free(shared), free(expert), free(xnum);
+            rc = plan_buffer(l, xnum, n, NULL, units, xparts, r, k, xrank, &xbuf, &xheld, &xunit);
+        free(numels), free(shared), free(expert), free(xnum), free(units);
         MTC_CHECK(rc);
         out->params += sum;
         out->expert_params += xsum;
@@ -248,8 +264,21 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         out->optim_numel += held + xheld;
         out->expert_buffer_numel += xbuf;
         out->expert_optim_numel += xheld;
+        if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS) {
+            /* Megatron-FSDP's resident pages (dp/fsdp.c): the shards plus
+             * the gathered units' other shards, two of the largest (three
+             * with the prefetch of --overlap-param-gather); the gradients
+             * at most the same two */
+            int K = l->overlap_param_gather ? 3 : 2;
+            int64_t sh = buf / nparts + (xbuf ? xbuf / xparts : 0);
+            int64_t g = sh + 2 * (unit > xunit ? unit : xunit);
+            out->fsdp_param_numel += l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS
+                                         ? sh + K * (unit > xunit ? unit : xunit)
+                                         : buf + xbuf;
+            out->fsdp_grad_numel += g;
+        }
         size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
-        size_t moe = mtc_plan_act_moe_slot_bytes(l, last - first);
+        size_t moe = mtc_plan_act_moe_slot_bytes(l, last - first, has_head);
         if (k == 0) out->act_slot_bytes = slot;
         out->act_bytes +=
             slot * (size_t)out->inflight[k] + mtc_plan_act_shared_bytes(l, last - first, has_head);
@@ -258,6 +287,14 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     out->param_bytes = (size_t)out->buffer_numel * (bf16 ? 2 : 4);
     out->grad_bytes = (size_t)out->buffer_numel * 4;
     out->optim_bytes = (size_t)out->optim_numel * (bf16 ? 12 : 8);
+    if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS) {
+        /* mtc's FSDP: fp32 params resident as above (the main params: the
+         * optimizer holds Adam's m and v only), the bf16 compute copies whole */
+        out->param_bytes =
+            (size_t)out->fsdp_param_numel * 4 + (bf16 ? (size_t)out->buffer_numel * 2 : 0);
+        out->grad_bytes = (size_t)out->fsdp_grad_numel * 4;
+        out->optim_bytes = (size_t)out->optim_numel * 8;
+    }
     if (l->pp > 1) { /* pipeline messages of (B, T_loc, C) */
         size_t T_loc = (size_t)l->model.seq_length / l->cp / (l->sequence_parallel ? l->tp : 1);
         size_t msg = (size_t)l->micro_batch * T_loc * (size_t)l->model.hidden_size;

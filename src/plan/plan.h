@@ -70,6 +70,11 @@ typedef struct {
     int edp; /* derived: expert-data-parallel size world / (etp ep pp) */
     int sequence_parallel;
     int distopt, distopt_instances, pad_high_busbw;
+    /* Megatron-FSDP (dp/fsdp.h): the strategy (0 off; optim and the grads
+     * strategies lay a bucket per unit out, the grads ones padded to whole
+     * pages per shard) and --suggested-communication-unit-size */
+    int fsdp_strategy;
+    int64_t fsdp_unit_size;
     int overlap_grad_reduce;
     /* Megatron's overlaps mtc does not have (GPU machines): the
      * distributed optimizer's parameter all-gather under the forward
@@ -85,6 +90,7 @@ typedef struct {
     /* MEGATRON table: flash (fused) attention keeps the softmax's
      * log-sum-exp, not the 5as/h term of scores, probabilities and mask */
     int flash_attention;
+    int head_chunk; /* --lm-head-chunk: tokens per LM-head chunk (0 = MTC_TRAIN_HEAD_CHUNK) */
     int ranks_per_process; /* CPU: ranks of one process (0 = the world: rank-threads; 1: mpirun) */
 } mtc_plan_layout;
 
@@ -97,9 +103,12 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l);
 
 typedef struct {
     int pp_rank;
-    int64_t params;        /* parameters held (all chunks, no padding): the banner's count */
-    int64_t buffer_numel;  /* flat buffer elements, distributed-optimizer padding included */
-    int64_t optim_numel;   /* elements whose optimizer state this rank holds */
+    int64_t params;       /* parameters held (all chunks, no padding): the banner's count */
+    int64_t buffer_numel; /* flat buffer elements, distributed-optimizer padding included */
+    int64_t optim_numel;  /* elements whose optimizer state this rank holds */
+    /* Megatron-FSDP optim_grads*: the params' and grads' peak resident
+     * elements (dp/fsdp.c: shards plus gathered units) */
+    int64_t fsdp_param_numel, fsdp_grad_numel;
     size_t param_bytes;    /* the weights this rank computes with */
     size_t grad_bytes;     /* gradient buffer (fp32 main grads with bf16) */
     size_t optim_bytes;    /* Adam m and v (+ fp32 master weights with bf16) */
@@ -142,9 +151,10 @@ size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head)
  * microbatch their routing, dispatched rows, expert fc1 / activation
  * outputs, gathered tokens (allgather) or received rows (alltoall) and the
  * shared expert's fc1 output; MTC: moe_acts_floats per layer as
- * model/model.c carves it (the arena sizes every layer of a chunk alike);
+ * model/model.c carves it (the arena sizes every layer of a chunk alike,
+ * the MTP depths' layers of the chunk with the loss, has_head, included);
  * MEGATRON: the MoE layers' rows for balanced routing (docs/plan.md). */
-size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl);
+size_t mtc_plan_act_moe_slot_bytes(const mtc_plan_layout *l, int nl, int has_head);
 /* Korthikanti et al. 2022, bytes per layer per microbatch (16-bit
  * activations, 1-byte dropout masks): sbh(34 + 5as/h) without TP; with
  * tensor parallelism t sbh(10 + 24/t + 5as/(ht)); with SP sbh(34 + 5as/h)/t;

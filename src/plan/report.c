@@ -1,6 +1,7 @@
 /* plan/report.c - `mtc plan --explain`: every term of one prediction, with
  * the formula or the mtc buffer it comes from, so a reader can redo it. */
 #include "cp/cp.h"
+#include "dp/fsdp.h"
 #include "moe/moe.h"
 #include "plan/plan.h"
 
@@ -38,9 +39,21 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
     fprintf(f, "  parameters        %12.2f MB  %lld held (registry), buffer %lld elements%s\n",
             mb(mem->param_bytes), (long long)mem->params, (long long)mem->buffer_numel,
             l->distopt ? " (distributed-optimizer padding)" : "");
-    fprintf(f, "  gradients         %12.2f MB  buffer x 4 B\n", mb(mem->grad_bytes));
+    if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS) /* dp/fsdp.c's resident pages */
+        fprintf(f,
+                "  FSDP %s: params %zu B resident (fp32 shard + %s gathered units' other "
+                "shards%s), gradients at most %zu B (shard + 2 units)\n",
+                mtc_fsdp_strategy_name(l->fsdp_strategy), (size_t)mem->fsdp_param_numel * 4,
+                l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS ? "all"
+                : l->overlap_param_gather                ? "3"
+                                                         : "2",
+                l->precision == MTC_PLAN_BF16 ? "; plus the whole bf16 compute copy" : "",
+                (size_t)mem->fsdp_grad_numel * 4);
+    else
+        fprintf(f, "  gradients         %12.2f MB  buffer x 4 B\n", mb(mem->grad_bytes));
     fprintf(f, "  optimizer state   %12.2f MB  %lld elements x %d B (%s)\n", mb(mem->optim_bytes),
-            (long long)mem->optim_numel, l->precision == MTC_PLAN_BF16 ? 12 : 8,
+            (long long)mem->optim_numel,
+            l->precision == MTC_PLAN_BF16 && l->fsdp_strategy < MTC_FSDP_OPTIM_GRADS ? 12 : 8,
             l->distopt ? "this rank's shard" : "every element");
     fprintf(f, "  activations       %12.2f MB  chunk 0 slot %.2f MB; in flight per chunk:",
             mb(mem->act_bytes), mb(mem->act_slot_bytes));

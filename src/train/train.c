@@ -22,6 +22,7 @@
 #include "dp/ddp.h"
 #include "grid/grid.h"
 #include "nn/lowp.h"
+#include "tp/mappings.h"
 #include "train/train_internal.h"
 
 mtc_result_t mtc_train_validate(const mtc_train_config *c) {
@@ -125,17 +126,14 @@ mtc_result_t mtc_train_validate_layout(const mtc_train_config *c, int world) {
     int dp = spec.dp;
     /* each strategy's rules, asked through the model (model/model_parallel.c) */
     MTC_CHECK(mtc_model_validate_parallel(&c->model, &gc, &spec, &c->parallel));
-    if (c->model.mtp_num_layers > 0 && c->fsdp_strategy)
+    /* Megatron's MultiTokenPredictionLayer._checkpointed_forward asserts it */
+    if (c->model.mtp_num_layers > 0 && c->recompute_full && !c->recompute_block &&
+        c->recompute_num_layers != 1)
         return mtc_error(E,
-                         "mtp-num-layers=%d with --use-megatron-fsdp: mtc's FSDP units do not "
-                         "cover the MTP layers yet (drop one of them)",
-                         c->model.mtp_num_layers);
-    if (c->model.mtp_num_layers > 0 && gc.cp > 1)
-        return mtc_error(E,
-                         "mtp-num-layers=%d with context-parallel-size=%d: Megatron lists "
-                         "context parallelism as unsupported with MTP (drop --cp or the MTP "
-                         "layers)",
-                         c->model.mtp_num_layers, gc.cp);
+                         "recompute_num_layers must be 1 for MTP recompute (got "
+                         "recompute-num-layers=%d with --recompute-method uniform and "
+                         "mtp-num-layers=%d; use --recompute-num-layers 1)",
+                         c->recompute_num_layers, c->model.mtp_num_layers);
     if (c->global_batch % ((int64_t)c->micro_batch * dp))
         return mtc_error(E,
                          "global-batch-size=%d is not divisible by micro-batch-size=%d x "
@@ -244,6 +242,17 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     char blas[512]; /* nn_blas_describe: the fp32 GEMM engine and why, the BLAS */
     nn_blas_describe(blas, sizeof blas);
     fprintf(out, "> BLAS: %s\n", blas);
+    for (int k = 0; k < x->vpp; k++) { /* the chunk with the loss: its LM head's chunking */
+        const mtc_model *hm = x->chunks[k].model;
+        if (!hm->has_head) continue;
+        long N = (long)hm->B * hm->T, rows = hm->head_chunk < N ? hm->head_chunk : N;
+        int tps = tp_size(hm->tp.comm);
+        fprintf(out,
+                "> LM head: fused with the loss, %d tokens a chunk (%s; --lm-head-chunk): "
+                "logits buffer %.1f MB\n",
+                hm->head_chunk, rows < N ? "chunked" : "every token of a microbatch at once",
+                (double)rows * (hm->cfg.padded_vocab_size / tps) * sizeof(float) / 1e6);
+    }
     fprintf(out, "> data: %s\n", data_source_describe(x->src));
     /* every model chunk of this rank, as Megatron's get_model sums them
      * (reg.total would count the distributed optimizer's padding too) */

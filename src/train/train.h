@@ -86,7 +86,10 @@ typedef struct {
     int recompute_num_layers;    /* --recompute-num-layers */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp */
     int recompute_mla_up;        /* ... mla_up_proj (model/mla.h) */
+    int head_chunk;              /* --lm-head-chunk: tokens per LM-head chunk (0: 128) */
     int recompute_shared;        /* ... --recompute-modules shared_experts */
+    int recompute_moe;           /* ... moe (each MoE layer again in backward) */
+    int recompute_moe_act;       /* ... moe_act (the experts' activation again) */
     int microbatch_group_size;   /* --microbatch-group-size-per-virtual-pipeline-stage (0 = pp) */
     pp_layout_args pp_split;     /* uneven split / layout string (pp/layout.h; 0 = even) */
     int overlap_grad_reduce;     /* --overlap-grad-reduce */
@@ -107,6 +110,7 @@ typedef struct {
     int pad_high_busbw;            /* --pad-buckets-for-high-nccl-busbw */
     int fsdp_strategy;             /* --use-megatron-fsdp: mtc_fsdp_strategy (dp/fsdp.h), 0 = off */
     int64_t fsdp_unit_size;        /* --suggested-communication-unit-size (0: one unit per layer) */
+    int fsdp_double_buffer;        /* --fsdp-double-buffer: mtc_fsdp_set_double_buffer */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
     /* ---- mixed precision (docs/mixed-precision.md) ---- */
     int bf16;                  /* --bf16: bf16 compute copies, fp32 main params and grads */

@@ -15,6 +15,7 @@
 
 #include "comm/comm.h"
 #include "pp/layout.h"
+#include "tp/fp8_linear.h"
 #include "train/train_internal.h"
 
 /* The --step-batch-size-schedule as one number, for the agreement check. */
@@ -67,6 +68,7 @@ mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t world,
     const mtc_model_config *m = &c->model;
     const mtc_moe_config *moe = &m->moe;
     const mtc_tb_flags *tb = &c->tensorboard;
+    const tp_fp8_config no8 = {0}, *f8 = c->fp8 ? c->fp8 : &no8;
     struct {
         const char *flag;
         double v;
@@ -126,10 +128,24 @@ mtc_result_t train_check_agreement(const mtc_train_config *c, mtc_comm_t world,
         {"recompute-num-layers", c->recompute_num_layers},
         {"recompute-modules mlp", c->recompute_mlp},
         {"recompute-modules shared_experts", c->recompute_shared},
+        {"recompute-modules moe", c->recompute_moe},
+        {"recompute-modules moe_act", c->recompute_moe_act},
         {"recompute-modules mla_up_proj", c->recompute_mla_up},
         {"bf16", c->bf16},
         {"fp16", c->fp16},
         {"grad-reduce-in-bf16", c->grad_reduce_in_bf16},
+        /* fp8: the recipe decides which amax reductions and gathers run (tp/fp8_linear.h) */
+        {"fp8-format (given or not)", f8->enabled},
+        {"fp8-format hybrid", f8->hybrid},
+        {"fp8-recipe", f8->recipe},
+        {"fp8-margin", f8->margin},
+        {"fp8-amax-history-len", f8->amax_history_len},
+        {"fp8-amax-compute-algo max", f8->amax_max},
+        {"fp8-wgrad", f8->wgrad},
+        {"tp-only-amax-red", f8->tp_only_amax_red},
+        {"num-layers-at-start-in-bf16", f8->bf16_start},
+        {"num-layers-at-end-in-bf16", f8->bf16_end},
+        {"fp8-param-gather", f8->param_gather},
         {"data (tokens in the data set)", (double)data_tokens},
         /* the logged and evaluated iterations run collectives on every rank */
         {"log-interval", c->log_interval},

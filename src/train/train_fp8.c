@@ -6,6 +6,7 @@
  * a MAX all-reduce: ranks holding a layer hold the same state for it).
  * Relies on train_internal.h; names no strategy (the groups are the fp8
  * state's own, from the grid). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +78,7 @@ void train_fp8_metrics(train_rank *x, FILE *metrics) {
                 "\"fp8_scale_inv_max\": %.9g",
                 tp_fp8_recipe_name(x->cfg->fp8->recipe), x->fp8_log[0], x->fp8_log[1],
                 x->fp8_log[2], x->fp8_log[3], x->fp8_log[4]);
-    if (metrics && fp8_pg(x, 0)) /* this rank's, since the last log */
+    if (metrics && x->fp8_pg_log[1] > 0) /* this rank's, since the last log */
         fprintf(metrics,
                 ", \"fp8_param_gather_bytes\": %.0f, \"fp8_param_gather_bf16_bytes\": %.0f",
                 x->fp8_pg_log[0], x->fp8_pg_log[1]);
@@ -105,19 +106,21 @@ void train_fp8_banner(const train_rank *x, FILE *out) {
                 "%s after each step\n",
                 f->amax_history_len, f->amax_max ? "max" : "most_recent", f->margin,
                 f->tp_only_amax_red ? "TP" : "TP x DP x CP");
-    const mtc_distopt_fp8 *pg = fp8_pg(x, 0);
-    if (pg) {
+    double vals = 0, gb = 0, ab = 0, bb = 0; /* every chunk of this rank */
+    for (int k = 0; k < x->vpp; k++) {
+        const mtc_distopt_fp8 *pg = fp8_pg(x, k);
+        if (!pg) continue;
+        vals += (double)pg->fp8_values, gb += (double)pg->gather_bytes;
+        ab += (double)pg->amax_bytes, bb += (double)pg->bf16_bytes;
+    }
+    if (bb > 0) {
         double mb = 1.0 / (1 << 20);
         fprintf(out,
-                "> fp8 parameter all-gather: the owners cast %lld weight values to E4M3 codes (1 "
+                "> fp8 parameter all-gather: the owners cast %.0f weight values to E4M3 codes (1 "
                 "byte each; the other params as bf16, 2 bytes), dequantized after the gather: "
                 "%.3f MiB per step on this rank (+ %.1f KiB of amax all-reduce) instead of %.3f "
                 "MiB as bf16 (%.2fx)\n",
-                (long long)pg->fp8_values, (double)pg->gather_bytes * mb,
-                (double)pg->amax_bytes / 1024.0, (double)pg->bf16_bytes * mb,
-                pg->bf16_bytes
-                    ? (double)(pg->gather_bytes + pg->amax_bytes) / (double)pg->bf16_bytes
-                    : 0.0);
+                vals, gb * mb, ab / 1024.0, bb * mb, (gb + ab) / bb);
     } else if (f->param_gather && x->fp8_pg_off)
         fprintf(out, "> fp8 parameter all-gather: not applied (%s): the gather stays bf16\n",
                 x->fp8_pg_off);
@@ -228,12 +231,17 @@ mtc_result_t train_fp8_ckpt_load(train_rank *x, const cJSON *common, const char 
     const cJSON *h = cJSON_GetObjectItem(j, "amax_history_len"),
                 *a = cJSON_GetObjectItem(j, "state");
     size_t per = tp_fp8_layer_floats(f), n = (size_t)x->cfg->model.num_layers * per;
-    if (!cJSON_IsNumber(h) || (int)h->valuedouble != f->amax_history_len)
+    if (!cJSON_IsNumber(h) || !(h->valuedouble >= 1 && h->valuedouble <= (1 << 20)) ||
+        h->valuedouble != floor(h->valuedouble))
+        return mtc_error(MTC_ERR_FORMAT,
+                         "%s: fp8 amax_history_len is not a whole number in [1, 1048576] (a "
+                         "corrupted checkpoint: load an earlier iteration with --ckpt-step)",
+                         path);
+    if (h->valuedouble != (double)f->amax_history_len)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "%s holds fp8 amax histories of length %d; give --fp8-amax-history-len "
                          "%d to resume them",
-                         path, cJSON_IsNumber(h) ? (int)h->valuedouble : -1,
-                         cJSON_IsNumber(h) ? (int)h->valuedouble : 1);
+                         path, (int)h->valuedouble, (int)h->valuedouble);
     if (!cJSON_IsArray(a) || (size_t)cJSON_GetArraySize(a) != n)
         return mtc_error(MTC_ERR_FORMAT,
                          "%s: fp8 state has %d values, not %zu (a corrupted "
@@ -241,9 +249,22 @@ mtc_result_t train_fp8_ckpt_load(train_rank *x, const cJSON *common, const char 
                          path, cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1, n);
     float *v;
     MTC_CHECK(mtc_mem_calloc(n + 1, sizeof(float), (void **)&v));
-    size_t i = 0;
-    for (const cJSON *e = a->child; e; e = e->next)
-        v[i++] = cJSON_IsNumber(e) ? (float)e->valuedouble : NAN;
+    size_t i = 0, H = (size_t)f->amax_history_len;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        /* [scale, hist...] per tensor: a scale finite and > 0, amaxes finite and >= 0 (a
+         * NaN or string here would have quantized every value with it) */
+        int is_scale = i % (1 + H) == 0;
+        double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+        if (!(isfinite(d) && fabs(d) <= FLT_MAX && (is_scale ? d > 0 : d >= 0))) {
+            free(v);
+            return mtc_error(MTC_ERR_FORMAT,
+                             "%s: fp8 state value %zu is not a%s (a corrupted checkpoint: load "
+                             "an earlier iteration with --ckpt-step)",
+                             path, i,
+                             is_scale ? " finite scale > 0" : "n amax: a finite number >= 0");
+        }
+        v[i] = (float)d;
+    }
     for (int k = 0; k < x->vpp; k++)
         for (int l = 0; l < x->cfg->model.num_layers; l++)
             tp_fp8_layer_set(x->chunks[k].model->fp8, l, v + (size_t)l * per);

@@ -4,6 +4,7 @@
  * (optim_grads_params), and the pass hooks that reach it. The no_shard and
  * optim strategies need none of this: they are the plain data-parallel and
  * the distributed-optimizer paths (cli/ maps them). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/mem.h"
@@ -27,6 +28,7 @@ mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_d
     dc->bucket_size = 0; /* the units are the buckets */
     if (train_fsdp_grads(c)) {
         dc->overlap_grad_reduce = 0; /* mtc_fsdp reduces each unit itself */
+        dc->grad_reduce_bf16 = 0;    /* ... in bf16 with its own unit-sized staging */
         /* the expert-parallel buffer shards over expert-DP, the dense one over DP x CP */
         mtc_comm_t sh =
             x->gbuf[dc->params == MTC_DDP_PARAMS_EXPERT ? TRAIN_GBUF_EXPERT : TRAIN_GBUF_DENSE]
@@ -50,6 +52,8 @@ mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch) {
         MTC_CHECK(mtc_fsdp_init(g->ddp, x->cfg->fsdp_strategy, &g->fsdp));
         mtc_fsdp_attach_optimizer(g->fsdp, g->dopt);
         mtc_fsdp_set_overlap(g->fsdp, x->cfg->overlap_param_gather, x->cfg->overlap_grad_reduce);
+        if (x->cfg->grad_reduce_in_bf16) MTC_CHECK(mtc_fsdp_set_grad_reduce_bf16(g->fsdp));
+        if (x->cfg->fsdp_double_buffer) mtc_fsdp_set_double_buffer(g->fsdp);
     }
     ch->model->zero_grad_hook = train_fsdp_zero_grad;
     ch->model->zero_grad_ctx = ch;
@@ -66,6 +70,17 @@ mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last
     for (int b = 0; b < TRAIN_GBUF_MAX; b++)
         if (ch->buf[b].fsdp) MTC_CHECK(mtc_fsdp_params_needed(ch->buf[b].fsdp, first, last));
     return MTC_OK;
+}
+
+void train_fsdp_begin_pass(const train_rank *x, const train_chunk *ch, int backward) {
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp) {
+            char label[32];
+            snprintf(label, sizeof label, "chunk %d%s", (int)(ch - x->chunks),
+                     b == TRAIN_GBUF_EXPERT ? " experts" : "");
+            mtc_fsdp_set_trace(ch->buf[b].fsdp, x->obs.trace, label);
+            mtc_fsdp_begin_pass(ch->buf[b].fsdp, backward);
+        }
 }
 
 mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last) {
@@ -87,19 +102,6 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
         return mtc_error(E, "suggested-communication-unit-size=%lld must be >= 1 elements",
                          (long long)c->fsdp_unit_size);
     if (!train_fsdp_grads(c)) return MTC_OK;
-    const char *s = mtc_fsdp_strategy_name(c->fsdp_strategy);
-    /* what mtc's FSDP does not do yet (Megatron allows these; docs/fsdp.md) */
-    if (c->grid.pp > 1)
-        return mtc_error(
-            E,
-            "--data-parallel-sharding-strategy %s with pipeline-model-parallel-size=%d "
-            "is not in mtc yet: use --pp 1, or the optim strategy",
-            s, c->grid.pp);
-    if (c->grad_reduce_in_bf16)
-        return mtc_error(E,
-                         "--grad-reduce-in-bf16 with --data-parallel-sharding-strategy %s is not "
-                         "in mtc yet: drop it or use the optim strategy",
-                         s);
     if (c->overlap_param_gather && !c->overlap_grad_reduce) /* Megatron's rule */
         return mtc_error(E, "Must use --overlap-param-gather with --overlap-grad-reduce");
     return MTC_OK;

@@ -313,6 +313,8 @@ mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch);
 void train_fsdp_shard(train_rank *x);
 mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last);
 mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last);
+/* The pass about to run on chunk ch: forward (0) or backward (1). */
+void train_fsdp_begin_pass(const train_rank *x, const train_chunk *ch, int backward);
 mtc_result_t train_fsdp_gather_all(train_rank *x);
 /* What mtc's FSDP does not combine with yet, refused with the fix. */
 mtc_result_t train_fsdp_validate(const mtc_train_config *c);

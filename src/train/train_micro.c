@@ -156,6 +156,7 @@ static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *inpu
     size_t at = (size_t)mb * B * T;
     if (input) memcpy(mtc_model_slot_input(m, slot), input, x->msg_count * sizeof(float));
     mtc_model_pass pass = train_pass(x, k, mb);
+    train_fsdp_begin_pass(x, &x->chunks[k], 0);
     x->mb_loss_sum += mtc_model_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
     MTC_CHECK(m->error);
     if (output) memcpy(output, mtc_model_slot_output(m, slot), x->msg_count * sizeof(float));
@@ -181,6 +182,7 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
     float scale = 1.0f / ((float)x->cur_batch * (float)c->model.seq_length) * x->loss_scale;
     if (output_grad) memcpy(mtc_model_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
     mtc_model_pass pass = train_pass(x, k, mb);
+    train_fsdp_begin_pass(x, &x->chunks[k], 1);
     MTC_CHECK(mtc_model_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
     if (input_grad) memcpy(input_grad, mtc_model_grad_buffer(m), x->msg_count * sizeof(float));
     train_slot_release(x, k, mb);

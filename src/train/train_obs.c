@@ -236,10 +236,18 @@ void train_obs_metrics(train_rank *x, FILE *metrics, int n) {
     int ng = mtc_trace_stats(x->obs.trace, &g);
     if (metrics && n > 0) {
         fprintf(metrics, ", \"comm_groups\": {");
-        for (int i = 0; i < ng; i++)
-            fprintf(metrics, "%s\"%s\": {\"bytes\": %.0f, \"ms\": %.3f, \"calls\": %.1f}",
+        for (int i = 0; i < ng; i++) {
+            fprintf(metrics, "%s\"%s\": {\"bytes\": %.0f, \"ms\": %.3f, \"calls\": %.1f",
                     i ? ", " : "", g[i].name, (double)g[i].bytes / n, (double)g[i].ns * 1e-6 / n,
                     (double)g[i].calls / n);
+            /* the split by kind of call, the kinds this group made */
+            for (int o = 0; o < MTC_TRACE_NOPS; o++)
+                if (g[i].op_calls[o])
+                    fprintf(metrics, ", \"%s\": {\"bytes\": %.0f, \"ms\": %.3f, \"calls\": %.1f}",
+                            mtc_trace_op_name(o), (double)g[i].op_bytes[o] / n,
+                            (double)g[i].op_ns[o] * 1e-6 / n, (double)g[i].op_calls[o] / n);
+            fprintf(metrics, "}");
+        }
         fprintf(metrics, "}");
     }
     mtc_trace_stats_reset(x->obs.trace);

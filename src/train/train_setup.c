@@ -138,10 +138,14 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .recompute_layers = !c->recompute_full   ? 0
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
+                              .recompute_mtp = c->recompute_full && !c->recompute_block,
                               .recompute_mlp = c->recompute_mlp,
                               .recompute_mla_up = c->recompute_mla_up,
                               .recompute_shared = c->recompute_shared,
+                              .recompute_moe = c->recompute_moe,
+                              .recompute_moe_act = c->recompute_moe_act,
                               .bf16_gemm_f32 = x->bf16_gemm == NN_BF16_GEMM_F32,
+                              .head_chunk = c->head_chunk,
                               .fp8 = c->fp8,
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16

@@ -15,20 +15,30 @@
 #include "nn/lowp.h"
 #include "train/train_internal.h"
 
+/* Param i's gradient as this rank holds it: the whole of it, or with
+ * Megatron-FSDP's sharded gradients the part in this rank's shard. */
+static float *train_held_grad(const train_chunk *ch, int i, size_t *n) {
+    const mtc_param *p = &ch->model->reg.params[i];
+    float *g;
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++)
+        if (ch->buf[b].fsdp && mtc_fsdp_held_grad(ch->buf[b].fsdp, i, &g, n) == 0) return g;
+    *n = p->local_numel;
+    return ch->model->grads + p->offset;
+}
+
 /* Sum the gradients of every parameter whose registry entry has `bit` over
  * `comm`: one packed all-reduce per chunk (layer norms and row-parallel
  * biases over TP under SP; the tied embedding over EMBEDDING_GROUP). */
-static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsigned bit,
+static mtc_result_t train_reduce_group(train_rank *x, const train_chunk *ch, unsigned bit,
                                        mtc_comm_t comm, train_timer id) {
-    const mtc_registry *r = &m->reg;
+    const mtc_registry *r = &ch->model->reg;
     uint64_t t_span = mtc_time_ns();
-    float *g = m->grads;
-    size_t k = 0;
+    size_t k = 0, n;
     for (int i = 0; i < r->count; i++)
         if (r->params[i].reduce_groups & bit) {
-            memcpy(x->red_buf + k, g + r->params[i].offset,
-                   r->params[i].local_numel * sizeof(float));
-            k += r->params[i].local_numel;
+            float *g = train_held_grad(ch, i, &n);
+            memcpy(x->red_buf + k, g, n * sizeof(float));
+            k += n;
         }
     if (!k) return MTC_OK;
     uint64_t t0 = mtc_time_ns();
@@ -38,9 +48,9 @@ static mtc_result_t train_reduce_group(train_rank *x, const mtc_model *m, unsign
     k = 0;
     for (int i = 0; i < r->count; i++)
         if (r->params[i].reduce_groups & bit) {
-            memcpy(g + r->params[i].offset, x->red_buf + k,
-                   r->params[i].local_numel * sizeof(float));
-            k += r->params[i].local_numel;
+            float *g = train_held_grad(ch, i, &n);
+            memcpy(g, x->red_buf + k, n * sizeof(float));
+            k += n;
         }
     train_obs_span(x, id, t_span, NULL, NULL);
     return MTC_OK;
@@ -72,8 +82,7 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         mtc_comm_t comm = mtc_grid_reduce_comm(x->grid, groups[g].bit);
         for (int k = 0; k < x->vpp && comm; k++)
-            MTC_CHECK(
-                train_reduce_group(x, x->chunks[k].model, groups[g].bit, comm, groups[g].timer));
+            MTC_CHECK(train_reduce_group(x, &x->chunks[k], groups[g].bit, comm, groups[g].timer));
     }
     return MTC_OK;
 }

@@ -65,6 +65,8 @@ refused "--out device" "exists and is not a folder" /dev/null
 refused "--out a file" "exists and is not a folder" "$D/afile"
 refused "--out missing parent" "does not exist (create it first)" "$D/nope/hf"
 refused "--out a folder of other files" "holds notes.txt" "$D/mine"
+# a folder access() calls writable (root) where no folder can be made: probed before work
+[ -d /proc/self ] && refused "--out inside /proc" "cannot create a folder in /proc" /proc/mtc-hf
 [ -f "$D/mine/notes.txt" ] && [ -p "$D/fifo" ] && ok "refused outputs untouched" || bad "a refused output changed"
 
 # a full disk

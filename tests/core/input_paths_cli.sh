@@ -38,6 +38,7 @@ refused "tokenize --tokenizer-model FIFO" "tokenizer-model" tokenize --tokenizer
 refused "preprocess --input FIFO" "$F" preprocess --input "$D/fifo" --output-prefix "$D/p" \
     --tokenizer-type ByteLevelTokenizer
 refused "plot of a FIFO" "$F" plot "$D/fifo" --svg "$D/x.svg"
+refused "train --data-path FIFO" "data-path $D/fifo is a FIFO, not a regular file" train --data-path "$D/fifo" --train-iters 1
 refused "plan --machine FIFO" "$F" plan --world-size 8 --machine "$D/fifo"
 refused "schedule --from-trace FIFO" "$F" schedule --from-trace "$D/fifo"
 refused "schedule --from-trace /dev/zero" "is a character device, not a regular file" schedule --from-trace /dev/zero

@@ -4,7 +4,7 @@
 # norm per iteration within 2e-5, the distributed optimizer's tolerance) on
 # dp 4; optim_grads_params also with gradient accumulation (dp 2), tp 2 x
 # dp 2 + SP, cp 2 x dp 2, full recomputation, bf16, --overlap-param-gather
-# (prefetch) with --overlap-grad-reduce, HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
+# (prefetch) with --overlap-grad-reduce, pp 2 x dp 2 (and with vpp), HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
 # expert-DP), and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
 # exactly this rank's shard plus two gathered units (closed form of the
 # unit layout, 4 KiB pages) and its gradients at most that, both below the
@@ -54,7 +54,42 @@ MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-
 run ms $MOE
 run me $MOE --world-size 4 --ep 2 $F --overlap-grad-reduce --overlap-param-gather
 same_losses "MoE ep=2 x dp=2: experts sharded over expert-DP, overlap" "$D/ms.jsonl" "$D/me.jsonl"
+run pp --world-size 4 --pp 2 $F --overlap-grad-reduce --overlap-param-gather
+same_losses "fsdp optim_grads_params pp=2 x dp=2 (1F1B, tied embedding's shard over EMBEDDING_GROUP), overlap" "$D/s.jsonl" "$D/pp.jsonl"
+run s4 --num-layers 4
+run pv --num-layers 4 --world-size 4 --pp 2 --num-layers-per-virtual-pipeline-stage 1 $F --data-parallel-sharding-strategy optim_grads
+same_losses "fsdp optim_grads pp=2 x vpp 2 x dp=2" "$D/s4.jsonl" "$D/pv.jsonl"
+run db --world-size 4 $F --fsdp-double-buffer --overlap-grad-reduce --overlap-param-gather --trace "$D/db.json"
+same_losses "fsdp dp=4 --fsdp-double-buffer, overlap" "$D/s.jsonl" "$D/db.jsonl"
+# the trace: one span per unit reduce-scatter and microbatch on each rank
+# (4 units x 1 microbatch x 4 iterations x 4 ranks), and the prefetches'
+# all-gathers as spans of their own
+n=$(grep -o '"name": "reduce-scatter unit [0-9]*", "cat": "fsdp"' "$D/db.json" | wc -l)
+p=$(grep -o '"cat": "fsdp", "ph": "X"[^}]*"prefetch": 1' "$D/db.json" | wc -l)
+[ "$n" -eq 64 ] && [ "$p" -gt 0 ] && ok "trace: $n unit reduce-scatter spans, $p prefetch all-gathers" ||
+    bad "trace: $n reduce-scatter spans (want 64), $p prefetches"
 run sb --bf16
+# --grad-reduce-in-bf16: each unit's reduce-scatter carries half the bytes,
+# losses within the bf16 bound (2e-4) of the fp32 reduction; dp 2 also
+# accumulates 2 microbatches in the fp32 shard, HSDP adds the instances
+rsb() { grep -o '"reduce_scatter": {"bytes": [0-9]*' "$D/$1.jsonl" | head -1 | sed 's/.*: //'; }
+near() {
+    a=$(rsb "$2") b=$(rsb "$3")
+    if [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] && [ $((b * 2)) -eq "$a" ] &&
+        paste -d' ' "$D/$2.jsonl" "$D/$3.jsonl" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "\"lm_loss\":") v[n++] = $(i + 1) + 0
+            d = (v[0] - v[1]) / v[0]; if (d < 0) d = -d; if (d > 2e-4) bad = 1; lines++ } END { exit bad || lines != 4 }'; then
+        ok "$1: reduce-scatter bytes $a -> $b, losses within 2e-4 of the fp32 reduction"
+    else bad "$1: reduce-scatter bytes $a -> $b"; paste -d'\n' "$D/$2.jsonl" "$D/$3.jsonl"; fi
+}
+run g32 --world-size 4 $F --bf16
+run g16 --world-size 4 $F --bf16 --grad-reduce-in-bf16
+near "fsdp dp=4 --grad-reduce-in-bf16" g32 g16
+run h32 --world-size 2 $F --bf16 --overlap-grad-reduce --overlap-param-gather
+run h16 --world-size 2 $F --bf16 --grad-reduce-in-bf16 --overlap-grad-reduce --overlap-param-gather
+near "fsdp dp=2 --grad-reduce-in-bf16, 2 microbatches, overlap" h32 h16
+run i32 --world-size 4 --micro-batch-size 1 $F --bf16 --num-distributed-optimizer-instances 2
+run i16 --world-size 4 --micro-batch-size 1 $F --bf16 --grad-reduce-in-bf16 --num-distributed-optimizer-instances 2
+near "HSDP 2 x 2 --grad-reduce-in-bf16" i32 i16
 run bf --world-size 4 $F --bf16
 same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
 
@@ -74,6 +109,26 @@ if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
         'BEGIN { want = 4 * (204800 + 2 * 150528); exit !(p == want && g >= 4 * 204800 && g <= want && p < po) }'; then
         ok "optim_grads_params resident params $P = 4 x (shard + 2 units), grads $G <= that, optim's params $PO"
     else bad "memory: params '$P' grads '$G' optim '$PO' (want params $((4 * (204800 + 2 * 150528))))"; fi
+    # the prefetch keeps a third unit; --fsdp-double-buffer's two persistent
+    # slots hold the pages the gathers take: the same peak as without it
+    "$MTC" train $TINY $M --world-size 4 $F --overlap-grad-reduce --overlap-param-gather --metrics "$D/mo.jsonl" >"$D/mo.log" 2>&1 || bad "overlap memory run"
+    "$MTC" train $TINY $M --world-size 4 $F --fsdp-double-buffer --metrics "$D/md.jsonl" >"$D/md.log" 2>&1 || bad "double-buffer memory run"
+    PV=$(f "$D/mo.jsonl" param_bytes) PD=$(f "$D/md.jsonl" param_bytes)
+    [ "$PV" = $((4 * (204800 + 3 * 150528))) ] && ok "overlap: resident params $PV = 4 x (shard + 3 units)" ||
+        bad "overlap memory: params '$PV' (want $((4 * (204800 + 3 * 150528))))"
+    [ "$PD" = "$P" ] && ok "--fsdp-double-buffer: resident params $PD, the pool's pages counted" ||
+        bad "double-buffer memory: params '$PD' (want $P)"
+    # mtc plan prices the same resident params to the byte, and the
+    # gradients' bound it gives holds
+    pl() { "$MTC" plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --vocab-size 60 \
+        --make-vocab-size-divisible-by 16 --seq-length 16 --micro-batch-size 2 --global-batch-size 8 \
+        --world-size 4 --machine dgx-a100 --fp32 $F "$@" --explain tp1-pp1-do 2>&1 | grep "^  FSDP"; }
+    Q=$(pl) QV=$(pl --overlap-grad-reduce --overlap-param-gather)
+    qp() { echo "$1" | sed 's/.*params \([0-9]*\) B.*/\1/'; }
+    qg() { echo "$1" | sed 's/.*at most \([0-9]*\) B.*/\1/'; }
+    if [ "$(qp "$Q")" = "$P" ] && [ "$(qp "$QV")" = "$PV" ] && [ "$(qg "$Q")" -ge "$G" ]; then
+        ok "mtc plan: params $(qp "$Q") / $(qp "$QV") with overlap = measured, gradients <= $(qg "$Q")"
+    else bad "mtc plan FSDP memory: '$Q' '$QV' against measured params $P / $PV, grads $G"; fi
 else
     ok "memory check skipped: page size $(getconf PAGESIZE) (the closed form assumes 4096)"
 fi
@@ -100,6 +155,17 @@ same_losses "fsdp dp=4 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/
 r ce 4 --world-size 4 --tp 2 --pp 2 --use-distributed-optimizer --save "$D/ck2"
 r cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$D/ck2"
 same_losses "distopt tp=2 x pp=2 save -> fsdp optim_grads dp=4 resume" "$D/full4.jsonl" "$D/cf.jsonl"
+r cg 8 --world-size 4 --pp 2 $F --load "$D/ck"
+B16="--bf16 --grad-reduce-in-bf16"
+r bfull 8 --world-size 4 $F $B16
+tail -4 "$D/bfull.jsonl" >"$D/bfull4.jsonl"
+r bca 4 --world-size 4 $F $B16 --save "$D/ckb"
+r bcb 8 --world-size 4 $F $B16 --load "$D/ckb"
+same_losses "fsdp dp=4 --grad-reduce-in-bf16 save -> resume" "$D/bfull4.jsonl" "$D/bcb.jsonl"
+same_losses "fsdp dp=4 save -> fsdp pp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cg.jsonl"
+r ch 4 --world-size 4 --pp 2 $F --save "$D/ck3"
+r ci 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck3"
+same_losses "fsdp pp=2 x dp=2 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/ci.jsonl"
 
 refuse "negative unit size" "suggested-communication-unit-size=-5 must be >= 1" $F --suggested-communication-unit-size -5
 refuse "HFSDP outer optim with optim_grads" "is only supported with full-sharding on DP-Shard" --world-size 4 $F \
@@ -107,6 +173,5 @@ refuse "HFSDP outer optim with optim_grads" "is only supported with full-shardin
 refuse "unknown outer strategy" "outer-dp-sharding-strategy=full is not a strategy" --outer-dp-sharding-strategy full
 refuse "unknown strategy" "data-parallel-sharding-strategy=full is not a strategy" $F --data-parallel-sharding-strategy full
 refuse "fsdp_dtensor without fsdp" "fsdp_dtensor is only tested with Megatron FSDP" --ckpt-format fsdp_dtensor
-refuse "optim_grads_params with pp" "pipeline-model-parallel-size=2 is not in mtc yet" --world-size 2 --pp 2 $F
 refuse "overlap-param-gather without overlap-grad-reduce" "Must use --overlap-param-gather with --overlap-grad-reduce" --world-size 2 $F --overlap-param-gather
 exit $fail

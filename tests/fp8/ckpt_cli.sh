@@ -43,6 +43,37 @@ grep -q '"fp8"' "$D/serial/iter_0000003/metadata.json" "$D/serial/iter_0000003/"
     --load "$D/serial.b" >"$D/h.log" 2>&1
 grep -q "fp8-amax-history-len 8" "$D/h.log" && ok "a different history length is refused with the fix" ||
     { bad "history length mismatch"; tail -2 "$D/h.log"; }
+# corrupted fp8 state (a string or an out-of-range scale, a negative amax, a fractional history length) is
+# refused, not quantized with
+fp8edit() { # PYTHON-STATEMENT on f (the common fp8 state); re-signs metadata.json
+    rm -rf "$D/cor" && cp -r "$D/serial" "$D/cor" && echo 3 >"$D/cor/latest_checkpointed_iteration.txt"
+    python3 - "$D/cor/iter_0000003/metadata.json" "$1" <<'PY'
+import json, sys
+path, stmt = sys.argv[1], sys.argv[2]
+m = json.load(open(path))
+f = m["common"]["fp8"]
+exec(stmt)
+text = json.dumps(m, indent=1).encode()
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c ^= b
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    return c ^ 0xFFFFFFFF
+open(path, "wb").write(text)
+open(path + ".crc32c", "w").write("%08x\n" % crc32c(text))
+PY
+}
+for e in 'f["state"][0] = "abc"|value 0 is not a finite scale > 0' 'f["state"][9] = 1e300|value 9 is not a finite scale > 0' \
+    'f["state"][1] = -1|value 1 is not an amax' 'f["amax_history_len"] = 8.5|fp8 amax_history_len is not a whole number'; do
+    fp8edit "${e%%|*}"
+    "$MTC" train $M --train-iters 6 --load "$D/cor" >"$D/cor.log" 2>&1
+    st=$?
+    if [ $st -ne 0 ] && grep -q -- "${e#*|}" "$D/cor.log" && ! grep -q "iteration        4" "$D/cor.log"; then
+        ok "fp8 state ${e%%|*} refused (exit $st): $(grep -o 'error: .*' "$D/cor.log" | head -1 | cut -c1-120)"
+    else bad "fp8 state ${e%%|*} (exit $st)"; tail -2 "$D/cor.log"; fi
+done
 refuse() { # NAME PATTERN ARGS
     name=$1 pat=$2
     shift 2

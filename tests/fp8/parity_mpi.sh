@@ -3,7 +3,8 @@
 # `mpirun -np 2 mtc train --tp 2 --sequence-parallel` with the delayed and
 # the tensorwise recipe against the serial fp8 run (their amaxes travel
 # through the mpi backend's MAX all-reduces), within parity_cli.sh's
-# tolerances. Skips with a notice without MPI.
+# tolerances; ranks started with different fp8 flags are refused by the flag
+# agreement (they hung at the first amax reduction). Skips with a notice without MPI.
 set -u
 MTC=${MTC:-build/mtc}
 if [ "${MTC_HAVE_MPI:-OFF}" != "ON" ] && [ "${MTC_HAVE_MPI:-0}" != "1" ]; then
@@ -29,5 +30,17 @@ for r in delayed tensorwise; do
           for (k = 0; k < 2; k++) { d = (v[k] - v[k + 2]) / v[k]; if (d < 0) d = -d; if (d > (NR == 1 ? (k ? 1e-4 : 1e-6) : 5e-3)) bad = 1 }; lines++ }
         END { exit (bad || lines != 4) }'; then ok "mpirun tp=2 sp $r = serial fp8"
     else bad "mpirun tp=2 sp $r"; paste -d'\n' "$D/s.jsonl" "$D/m.jsonl" | cut -c1-120; fi
+done
+# a rank started with another fp8 recipe (or without fp8) would run other amax reductions and
+# hang at the first one: the flag agreement names the flag at once, exit 2
+for pair in "--fp8-recipe tensorwise|--fp8-recipe delayed|--fp8-recipe" "--fp8-recipe delayed|--fp8-recipe delayed --fp8-param-gather|--fp8-param-gather"; do
+    a=${pair%%|*} rest=${pair#*|} b=${rest%%|*} flag=${rest#*|}
+    timeout -k 5 60 "$MPIRUN" --allow-run-as-root --oversubscribe -np 1 "$MTC" train $M --train-iters 1 \
+        --use-distributed-optimizer $a : -np 1 "$MTC" train $M --train-iters 1 --use-distributed-optimizer $b \
+        >"$D/a.log" 2>&1
+    st=$?
+    if [ $st -eq 2 ] && grep -q "ranks disagree on -*$flag" "$D/a.log"; then
+        ok "ranks with $a / $b: $(grep -m1 -o 'ranks disagree on [^(]*' "$D/a.log")"
+    else bad "ranks with $a / $b: exit $st"; grep -v '^>' "$D/a.log" | tail -3; fi
 done
 exit $fail

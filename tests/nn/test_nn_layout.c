@@ -101,10 +101,16 @@ static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, 
 static void test_sgemm_threads(nn_pool *p1, nn_pool *p3) {
     /* (ta, tb, M, N, K), chosen so that gemm.c splits them: 2 row blocks,
      * 2 column blocks (transposed A), 2 row blocks (both transposed), 2 odd
-     * row blocks, 4 row blocks; then unsplit small ones */
+     * row blocks, 4 row blocks; 2 column blocks of a product with K >= 8 M
+     * and 8 N (the LM head's input gradient: split by columns although M >
+     * N); then unsplit small ones */
     int shapes[][5] = {{0, 1, 600, 96, 64},  {1, 0, 64, 700, 128}, {1, 1, 1100, 65, 31},
-                       {0, 0, 1031, 33, 61}, {0, 1, 2100, 24, 41}, {0, 0, 33, 47, 19},
-                       {0, 1, 1, 500, 40},   {0, 0, 3, 2, 1}};
+                       {0, 0, 1031, 33, 61}, {0, 1, 2100, 24, 41}, {0, 0, 300, 260, 2500},
+                       {0, 0, 33, 47, 19},   {0, 1, 1, 500, 40},   {0, 0, 3, 2, 1}};
+    int t = 0; /* the split rule: rows of the larger extent, columns for a K-dominated product */
+    T_CHECK(nn_gemm_split(1024, 384, 1536, &t) == 1 && t == 2);
+    T_CHECK(nn_gemm_split(1024, 384, 50304, &t) == 0 && t == 2);
+    T_CHECK(nn_gemm_split(300, 260, 2500, &t) == 0 && t == 2);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int ta = shapes[s][0], tb = shapes[s][1], M = shapes[s][2], N = shapes[s][3];
         int K = shapes[s][4], lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;

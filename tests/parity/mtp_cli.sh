@@ -6,9 +6,11 @@
 # head: the wte copy there is in the embedding group), pp 2 with a layout
 # string placing 'm' (an uneven split), pp 2 x vpp 2, dp 2 with the
 # distributed optimizer and overlapped reduction, and an MoE model (the
-# MTP layer is an MoE layer like the last decoder layer) under ep 2; a
-# checkpoint saved under pp 2 resumes serially with the same losses; the
-# log line carries Megatron's "mtp_1 loss"; bad MTP flags, a --load
+# MTP layer is an MoE layer like the last decoder layer) under ep 2, and
+# context parallelism (cp 2 with each comm type, cp 4, cp 2 x tp 2 + SP x
+# pp 2), and Megatron-FSDP (each sharding strategy, overlapped, untied);
+# a checkpoint saved under pp 2 resumes serially with the same
+# losses; the log line carries Megatron's "mtp_1 loss"; bad MTP flags, a --load
 # without the saved MTP depths and the Hugging Face export are refused.
 set -u
 MTC=${MTC:-build/mtc}
@@ -38,6 +40,25 @@ same_mtp "mtp dp 2 x pp 2 distopt overlap" "$D/s.jsonl" "$D/do.jsonl"
 run u --untie-embeddings-and-output-weights
 run upp --untie-embeddings-and-output-weights --world-size 2 --pp 2
 same_mtp "mtp pp 2 (untied head: MTP's own wte copy)" "$D/u.jsonl" "$D/upp.jsonl"
+run ufs --untie-embeddings-and-output-weights --world-size 2 --use-megatron-fsdp
+same_mtp "mtp Megatron-FSDP optim_grads_params, untied head" "$D/u.jsonl" "$D/ufs.jsonl"
+# context parallelism: the shifted tokens and labels from the whole rows
+# (Megatron's CP roll_tensor), every comm type, with TP + SP and pp
+for t in p2p all_gather a2a; do
+    run cp.$t --world-size 2 --cp 2 --cp-comm-type $t
+    same_mtp "mtp cp 2 $t" "$D/s.jsonl" "$D/cp.$t.jsonl"
+done
+run cp4 --world-size 4 --cp 4
+same_mtp "mtp cp 4 p2p" "$D/s.jsonl" "$D/cp4.jsonl"
+run cptp --world-size 8 --cp 2 --tp 2 --sequence-parallel --pp 2
+same_mtp "mtp cp 2 x tp 2 + SP x pp 2" "$D/s.jsonl" "$D/cptp.jsonl"
+# Megatron-FSDP: each sharding strategy, overlapped gathers, the untied head
+for st in optim optim_grads optim_grads_params; do
+    run fsdp.$st --world-size 2 --use-megatron-fsdp --data-parallel-sharding-strategy $st
+    same_mtp "mtp Megatron-FSDP $st" "$D/s.jsonl" "$D/fsdp.$st.jsonl"
+done
+run fsdp.ov --world-size 2 --use-megatron-fsdp --overlap-grad-reduce --overlap-param-gather
+same_mtp "mtp Megatron-FSDP overlapped" "$D/s.jsonl" "$D/fsdp.ov.jsonl"
 MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-shared-expert-intermediate-size 32 --moe-layer-freq [0,1]"
 run ms $MOE
 run mep $MOE --world-size 2 --ep 2
@@ -62,9 +83,7 @@ else bad "load of an MTP checkpoint without MTP (exit $st)"; cat "$D/n.err"; fi
 if [ $st -eq 2 ] && grep -q "mtp-num-layers" "$D/e.err" && [ ! -e "$D/hf/model.safetensors" ]; then ok "HF export refuses MTP: $(head -1 "$D/e.err")"
 else bad "HF export of an MTP model (exit $st)"; cat "$D/e.err"; fi
 refuse "MTP with learned positions" "not supported with learned_absolute" --mtp-num-layers 1
-refuse "MTP with cp 2" "context parallelism as unsupported with MTP" $MTP --world-size 2 --cp 2
 refuse "a layout whose m count differs" "Number of mtp layers in layout must match" $MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmL'
 refuse "MTP before the loss stage" "mtc runs the MTP layers on the stage with the loss" $MTP --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
-refuse "MTP with Megatron-FSDP" "FSDP units do not cover the MTP layers" $MTP --world-size 2 --use-megatron-fsdp
 refuse "mtp-num-layers -1" "mtp-num-layers=-1" --mtp-num-layers -1
 exit $fail

@@ -61,5 +61,5 @@ refuse "full without method" "needs --recompute-method" --recompute-granularity 
 refuse "full without layers" "needs --recompute-num-layers" --recompute-granularity full --recompute-method block
 refuse "method without full" "apply only with --recompute-granularity full" --recompute-method uniform
 refuse "unknown granularity" "recompute-granularity=some is unknown" --recompute-granularity some
-refuse "an unimplemented module" "moe_act is not implemented" --recompute-granularity selective --recompute-modules mlp,moe_act
+refuse "an unknown module" "moe_ac is unknown" --recompute-granularity selective --recompute-modules mlp,moe_ac
 exit $fail

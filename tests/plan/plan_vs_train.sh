@@ -7,7 +7,7 @@
 # `mtc train --metrics` reports for the last rank equal those of
 # `mtc plan --explain LAYOUT --pp-rank pp-1 --dp-rank dp*cp-1` to the byte,
 # and the banner's parameter count equals the plan's (uneven pipeline splits
-# included). Bad input exits 2
+# and MTP included). Bad input exits 2
 # with one line. Uses a fixed machine file (no measurement).
 set -u
 MTC=${MTC:-build/mtc}
@@ -105,6 +105,17 @@ EP=2 check "llama moe pp2 vpp2 shared alltoall" \
     "$LLAMA $MOE --moe-layer-freq 2 --moe-ffn-hidden-size 96 --moe-shared-expert-intermediate-size 64 --moe-token-dispatcher-type alltoall" 4 1 2 2 0 1 1
 EP=4 check "llama moe ep4 topk1 sigmoid" \
     "$LLAMA --num-experts 4 --moe-router-topk 1 --moe-router-score-function sigmoid --moe-expert-capacity-factor 1.0" 4 1 1 1 0 1 1
+# multi-token prediction: the depths' slot rows, layers (an MoE layer's rows
+# too) and shared buffers on the chunk with the loss; the DeepSeek-V3 shape
+# (MLA + first-k-dense MoE + MTP)
+check "llama mtp tp2 sp pp2 distopt" "$LLAMA --mtp-num-layers 2" 4 2 2 1 1 1 1
+check "llama mtp pp2 vpp2" "$LLAMA --mtp-num-layers 2" 4 1 2 2 0 0 1
+CP=2 CPT=a2a check "llama mtp cp2 a2a pp2" "$LLAMA --mtp-num-layers 2" 4 1 2 1 0 0 1
+EP=2 check "llama moe mtp ep2 shared distopt" \
+    "$LLAMA --mtp-num-layers 2 --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 32" 4 1 1 1 0 1 1
+DSV3="$MLA --mtp-num-layers 1 --num-experts 4 --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-shared-expert-intermediate-size 32 --moe-layer-freq [0]*1+[1]*3"
+EP=2 ETP=1 check "dsv3 tp2 sp pp2 ep2 etp1" "$DSV3" 4 2 2 1 1 0 1
+EP=2 check "dsv3 pp2 vpp2 ep2 distopt" "$DSV3" 4 1 2 2 0 1 1
 
 # bad input: exit 2, one line, before any work
 expect_usage() {

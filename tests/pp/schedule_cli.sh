@@ -91,6 +91,18 @@ rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
 if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder"], ["PP", "rank", "1-2", "decoder*3"],
                                  ["PP", "rank", "3", "decoder*3,loss"]]:
     print("FAIL uneven table", p.stdout, p.stderr); fails += 1
+# MTP: the layout's 'm' layers are drawn with the loss (mtc runs them on its stage)
+p = subprocess.run([mtc, "schedule", "--pp", "2", "--microbatches", "4", "--mtp-num-layers", "2",
+                    "--pipeline-model-parallel-layout", "Et|t|tt|mmL"], capture_output=True, text=True)
+rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
+if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder", "decoder*2"],
+                                 ["PP", "rank", "1", "decoder", "mtp*2,loss"]]:
+    print("FAIL mtp layout table", rows, p.stderr); fails += 1
+p = subprocess.run([mtc, "schedule", "--pp", "2", "--microbatches", "4", "--num-layers", "4",
+                    "--mtp-num-layers", "1"], capture_output=True, text=True)
+rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
+if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder*2"], ["PP", "rank", "1", "decoder*2,mtp,loss"]]:
+    print("FAIL mtp default placement", rows, p.stderr); fails += 1
 for extra, msg in ((["--num-layers", "10"], "Number of layers should be divisible"),
                    (["--pipeline-model-parallel-layout", "Et|tL|t"], "must be divisible by pipeline_model_parallel_size"),
                    (["--pipeline-model-parallel-layout", "Et|t|t|tmL"], "Number of mtp layers in layout must match mtp_num_layers")):

@@ -137,6 +137,9 @@ cmp -s "$D/s30" "$D/o30" && ! cmp -s "$D/a.jsonl" "$D/b.jsonl" && ok "--ckpt-ste
 "$MTC" generate --load "$D/ck" --ckpt-step 45 --prompt "the" >"$D/e.out" 2>&1
 st=$?
 [ $st -eq 2 ] && grep -q "45" "$D/e.out" && ok "--ckpt-step 45 refused: $(head -n 1 "$D/e.out")" || { bad "ckpt-step 45: exit $st"; cat "$D/e.out"; }
+"$MTC" generate --load "$D/ck" --prompt "the" --seed -3 >"$D/e.out" 2>&1
+st=$?
+[ $st -eq 2 ] && grep -q "seed=-3 must be >= 0" "$D/e.out" && ok "--seed -3 refused: $(head -n 1 "$D/e.out")" || { bad "seed -3: exit $st"; cat "$D/e.out"; }
 
 # 5. --print-ids: the prompt's ids first
 # shellcheck disable=SC2086

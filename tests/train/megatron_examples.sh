@@ -105,7 +105,7 @@ FSDPL="--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 
  --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
  --log-interval 5 --eval-iters 4 --eval-interval 10 --save-interval 10 --log-throughput --distributed-timeout-minutes 60
  --save $D/fl --load $D/fl --tensorboard-dir $D/tb"
-MISSING_FSDPL="--fsdp-double-buffer --grad-reduce-in-bf16"
+MISSING_FSDPL=""
 # examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh, its pretrain_gpt.py arguments (USE_MEGATRON_FSDP=1, WANDB=1, TP=1,
 # EP=8) on one node of 8, shrunk: 61 layers -> 3 with the first-k-dense pattern [0]*3+[1]*58 -> [0]*1+[1]*2, 256 experts
 # -> 16 (top-8 of 4 groups out of 8 -> top-4 of 2 groups out of 4), MLA ranks 1536/512 -> 32/16, heads 128 -> 4,
@@ -140,8 +140,8 @@ DSV3="--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-m
  --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion --use-distributed-optimizer
  --calculate-per-token-loss --init-model-with-meta-device --ckpt-format fsdp_dtensor --grad-reduce-in-bf16 --fsdp-double-buffer
  --use-nccl-ub --wandb-project your_own_wandb_project --wandb-exp-name DeepSeek-V3-TP1EP8-MBS1GBS16-"
-# (--recompute-modules: its "moe" is not implemented yet; --mtp-num-layers: not with Megatron-FSDP yet)
-MISSING_DSV3="--fsdp-double-buffer --grad-reduce-in-bf16 --moe-router-force-load-balancing --recompute-modules --mtp-num-layers"
+# (every flag of the script runs now: nothing is refused)
+MISSING_DSV3=""
 
 # without FLAG and its values (the words after it up to the next flag)
 drop() { echo " $1 " | tr '\n' ' ' | sed -E "s/ $2( [^-][^ ]*)* / /"; }

@@ -34,6 +34,7 @@ expect_usage "world vs tp" "world-size=3\|world size" train $TINY --world-size 3
 expect_usage "sp seq" "not divisible" train $TINY --seq-length 30 --max-position-embeddings 32 --world-size 4 --tp 4 --sequence-parallel
 expect_usage "timing level" "timing-log-level=3 must be 0, 1 or 2" train $TINY --timing-log-level 3
 expect_usage "timing option" "timing-log-option=mean must be max, minmax or all" train $TINY --timing-log-option mean
+expect_usage "lm head chunk" "lm-head-chunk=0 must be >= 1" train $TINY --lm-head-chunk 0
 # nonsense values named, before any work (--lr nan was reported as lr-warmup-init's)
 expect_usage "lr nan" "lr=nan must be a finite number" train $TINY --lr nan
 expect_usage "negative seed" "seed=-5 must be in \[0, 4294967295\]" train $TINY --seed -5

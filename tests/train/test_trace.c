@@ -260,7 +260,8 @@ static void check_bound(void) {
         mtc_trace_events(t, &before);
         mtc_trace_span(t, MTC_TRACK_COMPUTE, "forward mb 1 chunk 0", "forward-compute",
                        (uint64_t)i * 1000, (uint64_t)i * 1000 + 500, "\"mb\": 1");
-        mtc_trace_stats_add(t, "TENSOR_MODEL_PARALLEL_GROUP", 100, 10);
+        mtc_trace_stats_add(t, "TENSOR_MODEL_PARALLEL_GROUP",
+                            i % 2 ? MTC_TRACE_OP_ALL_GATHER : MTC_TRACE_OP_REDUCE_SCATTER, 100, 10);
         mtc_trace_events(t, &after);
         if (after > before) kept_before_full = i + 1;
         T_CHECKF(after > before ? kept_before_full == i + 1 : 1, "event %d kept after a drop", i);
@@ -284,6 +285,15 @@ static void check_bound(void) {
     }
     const mtc_trace_group_stats *g;
     T_CHECK(mtc_trace_stats(t, &g) == 1 && g[0].calls == 2000 && g[0].bytes == 200000);
+    /* the split by kind of call: half reduce-scatter, half all-gather */
+    T_CHECK(g[0].op_calls[MTC_TRACE_OP_REDUCE_SCATTER] == 1000 &&
+            g[0].op_bytes[MTC_TRACE_OP_ALL_GATHER] == 100000 &&
+            g[0].op_ns[MTC_TRACE_OP_REDUCE_SCATTER] == 10000 &&
+            g[0].op_calls[MTC_TRACE_OP_ALL_REDUCE] == 0);
+    T_CHECK(strcmp(mtc_trace_op_name(MTC_TRACE_OP_ALL_GATHER), "all_gather") == 0);
+    mtc_trace_stats_reset(t);
+    T_CHECK(mtc_trace_stats(t, &g) == 1 && g[0].op_calls[MTC_TRACE_OP_ALL_GATHER] == 0 &&
+            strcmp(g[0].name, "TENSOR_MODEL_PARALLEL_GROUP") == 0);
     mtc_trace_free(t);
 }
 
