@@ -350,7 +350,6 @@ static const stored_tensor *find_tensor(const mtc_ckpt_dist *c, const char *key)
     return bsearch(&k, c->t, (size_t)c->nt, sizeof *c->t, tensor_cmp);
 }
 
-
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

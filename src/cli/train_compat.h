@@ -72,7 +72,7 @@ typedef struct {
          MTC_ARG_STRING,                                                                           \
          &(c).router_dtype,                                                                        \
          "S",                                                                                      \
-         "fp32|fp64: the router's gating GEMMs (fp64: summed in double; routing stays fp32)",       \
+         "fp32|fp64: the router's gating GEMMs (fp64: summed in double; routing stays fp32)",      \
          0},                                                                                       \
         {"wandb-project", NULL, MTC_ARG_STRING, &(c).s[0], "S", TC_NOTE " (W&B)", 0},              \
         {"wandb-exp-name", NULL, MTC_ARG_STRING, &(c).s[1], "S", TC_NOTE " (W&B)", 0},             \

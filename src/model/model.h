@@ -82,8 +82,8 @@ typedef struct {
     int untie_embeddings;            /* --untie-embeddings-and-output-weights */
     int disable_bias_linear;         /* --disable-bias-linear */
     int add_qkv_bias;                /* --add-qkv-bias (QKV bias even without linear biases) */
-    int qk_layernorm;   /* --qk-layernorm: per-head norm of q and k (model/block.c) */
-    mtc_moe_config moe; /* mixture of experts (num_experts 0: dense MLPs) */
+    int qk_layernorm;                /* --qk-layernorm: per-head norm of q and k (model/block.c) */
+    mtc_moe_config moe;              /* mixture of experts (num_experts 0: dense MLPs) */
     mtc_mla_config mla; /* --multi-latent-attention (model/mla.h; enabled 0: standard) */
     int mtp_num_layers; /* --mtp-num-layers D <= MTC_MTP_MAX_DEPTHS: multi-token prediction
                            depths (model/mtp.h) */
