@@ -623,7 +623,25 @@ void model_lowp_round(const mtc_model *m, float *x, size_t n) {
     if (m->precision != TP_PREC_F32) gpt_lp_run(m, x, 0, n);
 }
 
-void mtc_model_params_changed(mtc_model *m) { m->lp_version++; }
+void mtc_model_params_changed(mtc_model *m) {
+    if (m->lp_written)
+        m->lp_written = 0;
+    else
+        m->lp_version++;
+}
+
+void mtc_model_lowp_targets(const mtc_model *m, mtc_bf16 **p16, float **pc) {
+    int ok = m->precision == TP_PREC_BF16 && !m->main_sharded && m->params16 && m->params_c;
+    *p16 = ok ? m->params16 : NULL;
+    *pc = ok ? m->params_c : NULL;
+}
+
+void mtc_model_lowp_written(mtc_model *m) {
+    m->lp_version++;
+    for (int i = 0; i < m->reg.count; i++)
+        m->lp_seen[i] = m->lp_version;
+    m->lp_written = 1;
+}
 
 mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_chunk_opts *o,
                                   mtc_model **out) {

@@ -315,6 +315,7 @@ typedef struct {
     tp_lowp lowp;        /* the TP layers' view of the above and their conversion scratch */
     uint64_t lp_version; /* bumped by mtc_model_params_changed */
     uint64_t *lp_seen;   /* (reg.count) version each parameter's copies were made from */
+    int lp_written;      /* mtc_model_lowp_written: the next params_changed is a no-op */
     /* --bf16 with the distributed optimizer (mtc_model_shard_main_params):
      * params is valid only in this rank's shard, the optimizer's all-gather
      * writes params_c, and a refresh only makes params16 from params_c */
@@ -468,6 +469,12 @@ void mtc_model_zero_grad(mtc_model *m);
  * --fp16 the rounded copies are made again as the next forward reaches
  * each parameter. A no-op in fp32. */
 void mtc_model_params_changed(mtc_model *m);
+/* --bf16 on oneDNN with whole fp32 main params: the copies an optimizer
+ * pass over all of params may write as it goes (*p16, *pc; both NULL
+ * otherwise); after that pass mtc_model_lowp_written marks every copy
+ * current, so the next forward does not remake them. */
+void mtc_model_lowp_targets(const mtc_model *m, mtc_bf16 **p16, float **pc);
+void mtc_model_lowp_written(mtc_model *m);
 /* Bytes of the activation arena actually used. */
 size_t mtc_model_activation_bytes(const mtc_model *m);
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "nn/lowp.h"
 
 /* 16K floats per pool task: small enough to balance threads, large enough
  * that the task overhead is negligible. */
@@ -142,6 +143,10 @@ static void adamw_task(int i, void *arg) {
                            c->decoupled && j->cfg->decoupled ? j->cfg->lr_decoupled : j->lr,
                            j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
                            c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
+    if (j->opt->copy16) {
+        nn_f32_to_bf16(j->opt->copy16 + c->offset, j->params + c->offset, c->n);
+        nn_bf16_to_f32(j->opt->copy_c + c->offset, j->opt->copy16 + c->offset, c->n);
+    }
 }
 
 void mtc_adamw_step(mtc_adamw *opt, nn_pool *pool, float *params, float *grads, float lr,

@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "core/result.h"
 #include "model/registry.h"
 #include "nn/nn.h"
@@ -105,6 +106,12 @@ typedef struct {
     int64_t step;        /* optimizer steps taken */
     optim_chunk *chunks; /* fixed work split over the flat buffer */
     int nchunks;
+    /* --bf16 copies written in the same pass (NULL: none): after each
+     * 16K-element chunk's update, while the chunk is in cache, copy16 =
+     * bf16(params) and copy_c = the same values in fp32, the bits
+     * model_lowp_refresh would make from params afterwards */
+    mtc_bf16 *copy16;
+    float *copy_c;
 } mtc_adamw;
 
 /* State for the flat buffer described by `reg` (reg->total floats). */

@@ -209,8 +209,11 @@ static mtc_result_t train_optimizer_step(train_rank *x, double norm, float unsca
              * overlap) */
             for (int b = 0; b < x->nbuf; b++)
                 if (ch->buf[b].dopt) MTC_CHECK(mtc_distopt_step(ch->buf[b].dopt, lr, clip, &hp));
-        } else
+        } else { /* --bf16: the compute copies made in the same pass */
+            mtc_model_lowp_targets(ch->model, &ch->opt.copy16, &ch->opt.copy_c);
             mtc_adamw_step(&ch->opt, x->pool, ch->model->params, ch->model->grads, lr, clip, &adam);
+            if (ch->opt.copy16) mtc_model_lowp_written(ch->model);
+        }
     }
     x->comm_ns += mtc_time_ns() - t0;
     train_obs_span(x, TRAIN_T_OPTIMIZER_INNER, t0, NULL, NULL);
