@@ -89,17 +89,6 @@ static const char *gguf_arch(const mtc_model_config *c) {
     return "llama";
 }
 
-/* Dense layers before the first MoE one, -1 when a dense layer follows an
- * MoE one. */
-static int dense_lead(const mtc_model_config *c) {
-    int k = 0;
-    while (k < c->num_layers && !mtc_moe_is_layer(&c->moe, k))
-        k++;
-    for (int l = k; l < c->num_layers; l++)
-        if (!mtc_moe_is_layer(&c->moe, l)) return -1;
-    return k;
-}
-
 /* What llama.cpp's MoE architectures compute: llama (Mixtral's block) and
  * qwen3moe (the same with q/k norms) have experts in every layer, a softmax
  * router whose top-k weights are renormalised (the default Megatron router)
@@ -140,7 +129,7 @@ static mtc_result_t gguf_moe_check(const mtc_model_config *c) {
                              "holds shared experts of the routed ones' size (a multiple of "
                              "--moe-ffn-hidden-size %lld)",
                              mc->shared_ffn, (long long)EF);
-        if (dense_lead(c) < 0)
+        if (mtc_moe_dense_lead(&c->moe, c->num_layers) < 0)
             return mtc_error(U, "llama.cpp's deepseek has dense layers only before the first MoE "
                                 "layer; this model's --moe-layer-freq puts one after (export as "
                                 "safetensors or onnx)");
@@ -379,7 +368,8 @@ mtc_result_t mtc_gguf_export(const mtc_model *m, const char *tokenizer, const ch
             kv_u32(&out, KA("expert_feed_forward_length"), (uint32_t)mtc_model_moe_ffn(c));
         }
         if (deepseek) {
-            kv_u32(&out, KA("leading_dense_block_count"), (uint32_t)dense_lead(c));
+            kv_u32(&out, KA("leading_dense_block_count"),
+                   (uint32_t)mtc_moe_dense_lead(&c->moe, c->num_layers));
             kv_u32(&out, KA("expert_shared_count"),
                    (uint32_t)(c->moe.shared_ffn / mtc_model_moe_ffn(c)));
             kv_f32(&out, KA("expert_weights_scale"), 1.0f);

@@ -30,17 +30,6 @@
 #include "moe/moe.h"
 #include "nn/yarn.h"
 
-/* Dense layers before the first MoE one, -1 when a dense layer follows. */
-static int lead(const mtc_model_config *c) {
-    if (c->moe.num_experts == 0) return c->num_layers;
-    int k = 0;
-    while (k < c->num_layers && !mtc_moe_is_layer(&c->moe, k))
-        k++;
-    for (int l = k; l < c->num_layers; l++)
-        if (!mtc_moe_is_layer(&c->moe, l)) return -1;
-    return k;
-}
-
 mtc_result_t gguf_mla_check(const mtc_model_config *c) {
     const mtc_mla_config *a = &c->mla;
     const mtc_moe_config *mc = &c->moe;
@@ -64,7 +53,7 @@ mtc_result_t gguf_mla_check(const mtc_model_config *c) {
                             "scales the softmax, which llama.cpp does only with YaRN");
     if (mc->num_experts == 0) return MTC_OK;
     int F = mtc_model_moe_ffn(c), k = mtc_moe_topk(mc);
-    if (lead(c) < 0)
+    if (mtc_moe_dense_lead(&c->moe, c->num_layers) < 0)
         return mtc_error(U, "--moe-layer-freq: llama.cpp's deepseek2 has dense layers only "
                             "before the first MoE layer (leading_dense_block_count)");
     if (mc->shared_ffn % F)
@@ -191,7 +180,8 @@ void gguf_mla_kv(gg_out *out, const mtc_model_config *c) {
     kv_u32(out, "deepseek2.attention.value_length_mla", (uint32_t)a->v_head_dim);
     kv_u32(out, "deepseek2.attention.q_lora_rank", (uint32_t)a->q_lora_rank);
     kv_u32(out, "deepseek2.attention.kv_lora_rank", (uint32_t)a->kv_lora_rank);
-    kv_u32(out, "deepseek2.leading_dense_block_count", (uint32_t)lead(c));
+    kv_u32(out, "deepseek2.leading_dense_block_count",
+           (uint32_t)mtc_moe_dense_lead(&c->moe, c->num_layers));
     kv_u32(out, "deepseek2.expert_feed_forward_length", (uint32_t)F);
     kv_u32(out, "deepseek2.expert_shared_count", (uint32_t)(moe ? mc->shared_ffn / F : 0));
     kv_f32(out, "deepseek2.expert_weights_scale", mc->topk_scaling > 0 ? mc->topk_scaling : 1.0f);

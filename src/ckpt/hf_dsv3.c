@@ -35,15 +35,12 @@
 #include "moe/moe.h"
 #include "nn/yarn.h"
 
-/* The k of first_k_dense_replace, or -1 when the MoE layers are not
- * "k dense then all MoE" (the MTP depths take the last layer's kind). */
+/* The k of first_k_dense_replace (num_layers without experts), or -1 when
+ * the MoE layers are not "k dense then all MoE", at least one (the MTP
+ * depths take the last layer's kind). */
 static int first_k_dense(const mtc_model_config *c) {
     if (c->moe.num_experts == 0) return c->num_layers;
-    int k = 0;
-    while (k < c->num_layers && !mtc_moe_is_layer(&c->moe, k))
-        k++;
-    for (int l = k; l < c->num_layers; l++)
-        if (!mtc_moe_is_layer(&c->moe, l)) return -1;
+    int k = mtc_moe_dense_lead(&c->moe, c->num_layers);
     return k < c->num_layers ? k : -1;
 }
 

@@ -17,6 +17,15 @@ int mtc_moe_is_layer(const mtc_moe_config *m, int l) {
     return l % f == 0;
 }
 
+int mtc_moe_dense_lead(const mtc_moe_config *m, int num_layers) {
+    int k = 0;
+    while (k < num_layers && !mtc_moe_is_layer(m, k))
+        k++;
+    for (int l = k; l < num_layers; l++)
+        if (!mtc_moe_is_layer(m, l)) return -1;
+    return k;
+}
+
 int mtc_moe_num_layers(const mtc_moe_config *m, int num_layers) {
     int n = 0;
     for (int l = 0; l < num_layers; l++)

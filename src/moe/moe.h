@@ -81,6 +81,10 @@ static inline void moe_local_expert_range(int E, int ep, int r, int *first, int 
 /* Is transformer layer l (0-based) an MoE layer? */
 int mtc_moe_is_layer(const mtc_moe_config *m, int l);
 int mtc_moe_num_layers(const mtc_moe_config *m, int num_layers);
+/* The dense layers before the first MoE one (DeepSeek's first_k_dense_replace,
+ * llama.cpp's leading_dense_block_count): num_layers without experts, -1 when
+ * a dense layer follows an MoE one. */
+int mtc_moe_dense_lead(const mtc_moe_config *m, int num_layers);
 /* Parse --moe-layer-freq: "2" or Megatron's list "[1,0,1,0]" (also
  * "([1]*3+[0]*1)*2" style repeats). One line in err on failure. */
 mtc_result_t mtc_moe_parse_layer_freq(mtc_moe_config *m, const char *s);
