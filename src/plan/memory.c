@@ -139,7 +139,8 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
                              has_emb,
                              has_head,
                              l->sequence_parallel,
-                             has_head && last == c->num_layers ? c->mtp_num_layers : 0};
+                             has_head && last == c->num_layers ? c->mtp_num_layers : 0,
+                             0};
     model_rank_split rs = {.tp = l->tp, .etp = E > 0 ? l->etp : 0, .ep = E > 0 ? l->ep : 1};
     mtc_result_t rc = model_family_register_rank(&reg, c, &o, &rs, pidx, lf);
     int n = reg.count;

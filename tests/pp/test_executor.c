@@ -121,7 +121,7 @@ static mtc_result_t toy_rank_fn(mtc_comm_t world, void *arg) {
     size_t bytes = 0;
     pp_executor_t ex = NULL;
     pp_channels ch = {0};
-    pp_executor_config ec = {w->sc, n};
+    pp_executor_config ec = {w->sc, n, NULL};
     mtc_result_t rc;
     for (int c = 0; c < t.v; c++) {
         int s = pp_virtual_stage(t.pp, t.rank, c);
@@ -310,7 +310,7 @@ typedef struct {
 
 static mtc_result_t refuse_fn(mtc_comm_t world, void *arg) {
     const refuse_case *rc = arg;
-    pp_executor_config ec = {rc->sc, 8};
+    pp_executor_config ec = {rc->sc, 8, NULL};
     pp_executor_t ex = (pp_executor_t)1;
     pp_channels ch = {world, world}; /* refused before any message */
     mtc_result_t r = pp_executor_init(&ex, &ec, &ch, NULL);
@@ -347,7 +347,7 @@ static void check_refusals(void) {
         T_CHECK(mtc_time_s() - t0 < 10); /* nobody waited for a peer */
     }
     /* the communicator must be the pipeline group's size */
-    pp_executor_config ec = {{2, 1, 4, 0, 0}, 8};
+    pp_executor_config ec = {{2, 1, 4, 0, 0}, 8, NULL};
     pp_executor_t ex;
     T_CHECK(pp_executor_init(&ex, &ec, NULL, NULL) == MTC_ERR_INVALID_ARGUMENT);
     ec.count = 0;
