@@ -156,9 +156,8 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
  * global shapes). */
 static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     const mtc_model_config *c = &m->cfg;
-    model_register_opts o = {m->first_layer, m->last_layer,           m->has_embedding,
-                             m->has_head,    m->tp.sequence_parallel, m->mtp_layers,
-                             m->mtp_standalone};
+    model_register_opts o = {m->first_layer,          m->last_layer, m->has_embedding, m->has_head,
+                             m->tp.sequence_parallel, m->mtp_layers, m->mtp_standalone};
     model_rank_split rs = {.tp = m->tp_size,
                            .tp_rank = m->tp_rank,
                            .etp = m->moe.etp ? mtc_comm_size(m->moe.etp) : 1,

@@ -412,9 +412,9 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
      * SUM; training: all-reduce(tp) of d(lnf), SP reduce-scatter */
     float scale = pass && pass->loss_scale > 0 ? pass->loss_scale : 0.0f;
     GPT_TRY(m, tp_vocab_head_xent(tp, a->losses, scale > 0 ? a->dlnf : NULL,
-                                  scale > 0 ? m->dhead_w : NULL, m->head_logits, m->in_total,
-                                  h0, m->head_w, targets, scale, m->scratch, m->head_chunk, B, T,
-                                  C, Vp, Vp));
+                                  scale > 0 ? m->dhead_w : NULL, m->head_logits, m->in_total, h0,
+                                  m->head_w, targets, scale, m->scratch, m->head_chunk, B, T, C, Vp,
+                                  Vp));
     a->dlnf_ready = scale > 0;
     double sum = 0;
     for (int i = 0; i < N; i++)
@@ -596,8 +596,7 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
         gpt_role_range(m, MTC_ROLE_NORMF_W, &n0, &n1);
         if (m->pidx[MTC_ROLE_NORMF_B] >= 0) n1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
         if (head)
-            gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &h0,
-                           &h1);
+            gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &h0, &h1);
         GPT_NEED_BWD(n0, n1);
         GPT_NEED_BWD(h0, h1);
         const float *xlast = m->last_layer > m->first_layer

@@ -266,8 +266,8 @@ mtc_result_t model_mtp_heads_forward(mtc_model *m, int slot, const int *tokens, 
     return MTC_OK;
 }
 
-mtc_result_t model_mtp_heads_backward(mtc_model *m, int slot, const int *tokens,
-                                      const int *targets, int B, int T, float loss_scale) {
+mtc_result_t model_mtp_heads_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                      int B, int T, float loss_scale) {
     mtc_model_slot *a = &m->slots[slot];
     size_t nC = (size_t)m->B * m->T_loc * m->cfg.hidden_size;
     if (!a->mtp_ready) MTC_CHECK(mtp_heads_run(m, slot, tokens, targets, B, T, loss_scale, 0));

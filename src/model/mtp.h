@@ -62,7 +62,7 @@ mtc_result_t model_mtp_heads_forward(mtc_model *m, int slot, const int *tokens, 
                                      int B, int T, const mtc_model_pass *pass);
 /* Their backward: d(h_k) into states 1..D of the gradient buffer (the
  * chunk's input gradient; the caller puts d(h_0) in state 0). */
-mtc_result_t model_mtp_heads_backward(mtc_model *m, int slot, const int *tokens,
-                                      const int *targets, int B, int T, float loss_scale);
+mtc_result_t model_mtp_heads_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                      int B, int T, float loss_scale);
 
 #endif

@@ -33,7 +33,7 @@ struct pp_executor {
     char *buf;
     size_t stride, buf_bytes;
     int owns_buf;
-    mtc_bf16 *wire; /* set_activations_bf16: [send | recv] staging, count each */
+    mtc_bf16 *wire;      /* set_activations_bf16: [send | recv] staging, count each */
     size_t *stage_count; /* cfg.stage_count copied (NULL: count everywhere) */
 };
 

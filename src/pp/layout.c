@@ -159,8 +159,8 @@ static const char *layer_name(char c) {
 }
 
 /* the layout string's counts (validated as validate_layer_layout does) */
-static mtc_result_t layout_counts_string(int *cnt, int *mtp_stage, const pp_layout_args *a,
-                                         int L, int pp, int vpp) {
+static mtc_result_t layout_counts_string(int *cnt, int *mtp_stage, const pp_layout_args *a, int L,
+                                         int pp, int vpp) {
     layout_parsed p;
     MTC_CHECK(layout_parse(&p, a->layout));
     mtc_result_t rc = MTC_OK;
@@ -328,8 +328,8 @@ static mtc_result_t layout_counts_even(int *cnt, const pp_layout_args *a, int L,
 
 /* cnt: each stage's decoder layers; *mtp_stage: the stage with the 'm's
  * (the last stage without a layout string) */
-static mtc_result_t layout_counts(int *cnt, int *mtp_stage, const pp_layout_args *a, int L,
-                                  int pp, int vpp) {
+static mtc_result_t layout_counts(int *cnt, int *mtp_stage, const pp_layout_args *a, int L, int pp,
+                                  int vpp) {
     static const pp_layout_args none = {0};
     if (!a) a = &none;
     *mtp_stage = pp * vpp - 1;

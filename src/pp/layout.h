@@ -59,10 +59,10 @@ typedef struct pp_layout_args {
 typedef struct {
     int first_layer, num_layers; /* decoder layers [first_layer, first_layer + num_layers) */
     int has_embedding, has_loss; /* stage 0 / the last stage */
-    int num_mtp;                 /* MTP layers (model/mtp.h): the loss's stage or a standalone one */
-    int in_states, out_states;   /* (B, T, C) hidden states in the stage's input / output
-                                    message: 1, or 1 + D between a standalone MTP stage and the
-                                    loss */
+    int num_mtp;               /* MTP layers (model/mtp.h): the loss's stage or a standalone one */
+    int in_states, out_states; /* (B, T, C) hidden states in the stage's input / output
+                                  message: 1, or 1 + D between a standalone MTP stage and the
+                                  loss */
 } pp_layout_stage;
 
 /* Longest layout string once its repetitions are expanded. */

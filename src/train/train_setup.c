@@ -140,8 +140,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                                        : L,
                               .recompute_mtp = c->recompute_full && !c->recompute_block,
                               .mtp_standalone = ls.num_mtp && !ls.has_loss ? 1
-                                                : ls.in_states > 1       ? 2
-                                                                         : 0,
+                                                : ls.in_states > 1         ? 2
+                                                                           : 0,
                               .recompute_mlp = c->recompute_mlp,
                               .recompute_mla_up = c->recompute_mla_up,
                               .recompute_shared = c->recompute_shared,
@@ -384,8 +384,8 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     mtc_grid_config gc = c->grid;
     gc.world_size = mtc_comm_size(world);
     /* a standalone MTP stage's wte copy joins EMBEDDING_GROUP */
-    gc.embd_mtp_rank = 1 + pp_layout_mtp_standalone_rank(&c->pp_split, c->model.num_layers,
-                                                         gc.pp, gc.pp > 1 ? gc.vpp : 1);
+    gc.embd_mtp_rank = 1 + pp_layout_mtp_standalone_rank(&c->pp_split, c->model.num_layers, gc.pp,
+                                                         gc.pp > 1 ? gc.vpp : 1);
     gc.embd_untied = c->model.untie_embeddings;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;

@@ -72,8 +72,8 @@ static int train_embedding_fold(train_rank *x, int copy_back) {
             continue;
         }
         size_t n0, n;
-        float *g0 = train_held_grad(&x->chunks[first], x->chunks[first].model->pidx[MTC_ROLE_WTE],
-                                    &n0);
+        float *g0 =
+            train_held_grad(&x->chunks[first], x->chunks[first].model->pidx[MTC_ROLE_WTE], &n0);
         float *g = train_held_grad(&x->chunks[k], i, &n);
         for (size_t j = 0; j < n && j < n0; j++)
             if (copy_back)

@@ -1,0 +1,75 @@
+#!/bin/sh
+# tests/parity/mtp_standalone_cli.sh - Megatron's standalone MTP stage
+# (pipeline_parallel_layer_layout.py validate_layer_layout's mtp_standalone:
+# the 'm's on a stage before the loss's) end to end on shm rank-threads
+# against the serial run: lm loss, grad norm and both "mtp_k loss" values
+# within 2e-5 (mtp_lib.sh) for pp 3 'Et|tmm|L', pp 4 'Et|t|mm|L' (a stage of
+# MTP depths alone), pp 4 'Et|tmm||L' (an empty stage passing the 1 + D
+# states on), pp 2 'Ettmm|L' (the depths with the embedding), pp 2 x vpp 2
+# 'Et|t|mm|L' (the MTP stage is pp rank 0's second virtual stage: two wte
+# copies on one rank), the untied head (EMBEDDING_GROUP = first + MTP rank),
+# tp 2 + SP, dp 2 with the distributed optimizer and overlap, an MoE model,
+# and uniform full recomputation. The messages after the MTP stage carry 3
+# hidden states (the activation bytes). A checkpoint saved under
+# 'Et|tmm|L' resumes at pp 1 (and under its own layout) with the losses of
+# the serial run's checkpoint resumed serially. Megatron's refusal of an
+# 'm' off its rank's last virtual stage.
+set -u
+MTC=${MTC:-build/mtc}
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+. "${MTC_SOURCE_DIR:-.}/tests/parity/parity_lib.sh"
+. "${MTC_SOURCE_DIR:-.}/tests/parity/mtp_lib.sh"
+run() { # NAME ARGS...
+    name=$1
+    shift
+    "$MTC" train $TINY $MTP "$@" --metrics "$D/$name.jsonl" >"$D/$name.log" 2>&1 || { bad "$name exited $?"; tail -3 "$D/$name.log"; }
+}
+run s --save "$D/cks"
+run p3 --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L' --save "$D/ckp"
+same_mtp "standalone MTP pp 3 Et|tmm|L" "$D/s.jsonl" "$D/p3.jsonl"
+run p4 --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t|mm|L'
+same_mtp "standalone MTP pp 4 Et|t|mm|L (the depths alone)" "$D/s.jsonl" "$D/p4.jsonl"
+run p4e --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|tmm||L'
+same_mtp "standalone MTP pp 4 Et|tmm||L (an empty stage passes the states on)" "$D/s.jsonl" "$D/p4e.jsonl"
+run p2e --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Ettmm|L'
+same_mtp "standalone MTP pp 2 Ettmm|L (with the embedding)" "$D/s.jsonl" "$D/p2e.jsonl"
+run v2 --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|t|mm|L'
+same_mtp "standalone MTP pp 2 x vpp 2 Et|t|mm|L" "$D/s.jsonl" "$D/v2.jsonl"
+run tpv --world-size 4 --pp 2 --tp 2 --sequence-parallel --pipeline-model-parallel-layout 'Et|t|mm|L'
+same_mtp "standalone MTP tp 2 + SP x pp 2 x vpp 2 Et|t|mm|L" "$D/s.jsonl" "$D/tpv.jsonl"
+run do --world-size 6 --pp 3 --use-distributed-optimizer --overlap-grad-reduce --pipeline-model-parallel-layout 'Et|tmm|L'
+same_mtp "standalone MTP dp 2 x pp 3 distopt overlap" "$D/s.jsonl" "$D/do.jsonl"
+run u --untie-embeddings-and-output-weights
+run u3 --untie-embeddings-and-output-weights --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
+same_mtp "standalone MTP pp 3, untied head" "$D/u.jsonl" "$D/u3.jsonl"
+run uv --untie-embeddings-and-output-weights --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|t|mm|L'
+same_mtp "standalone MTP pp 2 x vpp 2, untied head" "$D/u.jsonl" "$D/uv.jsonl"
+MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-layer-freq [0,1]"
+run ms $MOE
+run mp $MOE --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
+same_mtp "standalone MTP pp 3, MoE" "$D/ms.jsonl" "$D/mp.jsonl"
+REC="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+run rs $REC
+run rp $REC --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t|mm|L'
+same_mtp "standalone MTP pp 4, uniform recomputation" "$D/rs.jsonl" "$D/rp.jsonl"
+# the activations the loss's stage receives: [h_0 | h_1 | h_2] after a
+# standalone MTP stage, 3 times those of MTP with the loss
+run p4l --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t||mmL'
+same_mtp "MTP with the loss, pp 4 Et|t||mmL" "$D/s.jsonl" "$D/p4l.jsonl"
+bytes() { grep -o '"PIPELINE_ACTIVATIONS": {"bytes": [0-9]*' "$D/$1.jsonl" | head -1 | grep -o '[0-9]*$'; }
+b1=$(bytes p4) b0=$(bytes p4l)
+[ -n "$b1" ] && [ -n "$b0" ] && [ "$b1" -eq $((3 * b0)) ] && ok "the loss's stage receives 3 states: $b1 activation bytes per iteration against $b0" ||
+    bad "activation bytes after the MTP stage: ${b1:-?} against ${b0:-?}"
+# the standalone layout's checkpoint resumed at pp 1 and under its layout
+# equals the serial run's checkpoint resumed serially
+R="--train-iters 6 --override-opt-param-scheduler"
+run rs1 --load "$D/cks" $R
+run rp1 --load "$D/ckp" $R
+same_mtp "an Et|tmm|L checkpoint resumed at pp 1" "$D/rs1.jsonl" "$D/rp1.jsonl" 2
+run rp3 --load "$D/ckp" $R --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
+same_mtp "an Et|tmm|L checkpoint resumed under Et|tmm|L" "$D/rs1.jsonl" "$D/rp3.jsonl" 2
+run rsv --load "$D/cks" $R --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|t|mm|L'
+same_mtp "a serial checkpoint resumed under Et|t|mm|L" "$D/rs1.jsonl" "$D/rsv.jsonl" 2
+refuse "an m off its rank's last virtual stage" "MTP should be always in the last virtual pipeline stage" $MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmm||L'
+exit $fail
