@@ -257,28 +257,26 @@ typedef struct {
     const float *head_w;        /* the LM head's weight: wte (tied) or the output layer */
     float *dhead_w;
     mtc_model_layer *layers, *dlayers; /* [L + D], entries outside the chunk are all NULL */
-    int mtp_layers;                    /* D on the chunk with the loss (layers L .. L+D-1), or on
-                                          Megatron's standalone MTP stage, else 0 */
-    int mtp_standalone;                /* mtc_model_chunk_opts.mtp_standalone */
-    int mtp_losses;            /* D on the chunk computing the MTP losses (the loss's), else 0 */
-    int states_in, states_out; /* (B, T_loc, C) hidden states in the chunk's pipeline input
-                                  and output messages: 1, or 1 + D after a standalone MTP
-                                  stage ([h_0 | h_1 .. h_D]) */
-    float *mtp_send;           /* standalone MTP stage: (1 + D) (B, T_loc, C) [h_0 | h_1 .. h_D],
-                                  the last forward's output */
-    double *mtp_loss_sum;      /* (D) each depth's summed token losses since the caller zeroed it */
-    int *mtp_tok, *mtp_tgt;    /* (B, T) a depth's shifted tokens and labels */
-    float *mtp_mask;           /* (B, T) 1 where the shifted label exists, else 0 */
-    float *mtp_full;           /* (B, T, C) the projection's gathered output (SP) */
-    float *mtp_cat_total;      /* (B, T, 2C) the projection's gathered input (SP) */
-    float *mtp_dcat;           /* (B, T_loc, 2C) the projection's input gradient */
-    float *mtp_carry;          /* (B, T_loc, C) d(hidden state) from the next depth */
-    int *mtp_cp_rows;          /* --cp: 2 cp (B, T_cp) gathered tokens | labels, then their
-                                  whole rows 2 (B, Tg) (model/mtp.c; heap, not the arena) */
-    nn_rope_table rope;        /* RoPE cos/sin (zeroed without rotary positions) */
-    nn_yarn_table yarn;        /* MLA's rotation (zeroed without MLA) */
-    int rec_up;                /* --recompute-modules mla_up_proj */
-    float *mla_qkv;            /* rec_up: one layer's MLA q, k, v for all */
+    int mtp_layers;         /* D on the chunk with the loss (layers L .. L+D-1), else 0 */
+    int mtp_standalone;     /* mtc_model_chunk_opts.mtp_standalone (1: mtp_layers = D here) */
+    int mtp_losses;         /* D on the chunk computing the MTP losses (the loss's), else 0 */
+    int states_in;          /* (B, T_loc, C) hidden states in the pipeline input: 1, or
+                               1 + D after a standalone MTP stage ([h_0 | h_1 .. h_D]) */
+    int states_out;         /* the same in the output */
+    float *mtp_send;        /* standalone MTP stage: the last forward's [h_0 | h_1 .. h_D] */
+    double *mtp_loss_sum;   /* (D) each depth's summed token losses since the caller zeroed it */
+    int *mtp_tok, *mtp_tgt; /* (B, T) a depth's shifted tokens and labels */
+    float *mtp_mask;        /* (B, T) 1 where the shifted label exists, else 0 */
+    float *mtp_full;        /* (B, T, C) the projection's gathered output (SP) */
+    float *mtp_cat_total;   /* (B, T, 2C) the projection's gathered input (SP) */
+    float *mtp_dcat;        /* (B, T_loc, 2C) the projection's input gradient */
+    float *mtp_carry;       /* (B, T_loc, C) d(hidden state) from the next depth */
+    int *mtp_cp_rows;       /* --cp: 2 cp (B, T_cp) gathered tokens | labels, then their
+                               whole rows 2 (B, Tg) (model/mtp.c; heap, not the arena) */
+    nn_rope_table rope;     /* RoPE cos/sin (zeroed without rotary positions) */
+    nn_yarn_table yarn;     /* MLA's rotation (zeroed without MLA) */
+    int rec_up;             /* --recompute-modules mla_up_proj */
+    float *mla_qkv;         /* rec_up: one layer's MLA q, k, v for all */
     cp_ctx cp;        /* context parallelism: cp.cp ranks, this rank's global positions (cp.pos)
                          (cp/context.c) */
     cp_ctx *cp_layer; /* [last_layer - first_layer] with per-layer comm types, else NULL */
