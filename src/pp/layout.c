@@ -452,6 +452,24 @@ int pp_layout_mtp_standalone_rank(const pp_layout_args *a, int num_layers, int p
     return r;
 }
 
+void pp_layout_describe_messages(char *buf, size_t len, const pp_layout_args *a, int num_layers,
+                                 int pp, int vpp) {
+    if (len) buf[0] = 0;
+    if (vpp < 1) vpp = 1;
+    int S = pp * vpp, ms = -1;
+    pp_layout_stage *st = calloc((size_t)S, sizeof *st);
+    if (st && pp_layout_build(st, a, num_layers, pp, vpp) == MTC_OK)
+        for (int s = 0; s < S - 1; s++)
+            if (st[s].num_mtp) ms = s;
+    if (ms >= 0 && len)
+        snprintf(buf, len,
+                 "messages: virtual stage %d (pp rank %d, Megatron's standalone MTP stage) on to "
+                 "the loss's stage %d carry [h_0 | h_1 .. h_%d], %d hidden states each way "
+                 "(activations and their gradients)",
+                 ms, ms % pp, S - 1, st[ms].num_mtp, st[ms].out_states);
+    free(st);
+}
+
 /* "embedding,decoder*3" / "(empty stage)" */
 static void stage_repr(char *buf, size_t len, const pp_layout_stage *s) {
     size_t o = 0;

@@ -102,6 +102,13 @@ mtc_result_t pp_layout_message_counts(size_t **counts, size_t *max, size_t per_s
  * before the loss's), or -1 (none, or an invalid split). */
 int pp_layout_mtp_standalone_rank(const pp_layout_args *a, int num_layers, int pp, int vpp);
 
+/* A line on the messages of a standalone MTP stage ("" without one):
+ * "messages: virtual stage 1 (pp rank 1) on to the loss's stage 2 carry
+ * [h_0 | h_1 .. h_2], 3 hidden states each way (activations and their
+ * gradients)"; truncated to len. */
+void pp_layout_describe_messages(char *buf, size_t len, const pp_layout_args *a, int num_layers,
+                                 int pp, int vpp);
+
 /* Megatron's pretty_repr table of a validated split (rows "PP rank 0",
  * "PP rank 1-13", columns "VPP rank k" when vpp > 1; stages as
  * "embedding,decoder*3", "(empty stage)"), lines joined with '\n', no
