@@ -402,7 +402,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
     TAKE(m->ln_tmp, Nl * C); /* a layer norm's output: forward's, then backward's rebuilt */
     /* the gradient buffer: d(output) or d(input) of 1 + D states next to a standalone MTP stage */
     TAKE(m->dres, (size_t)(m->states_in > m->states_out ? m->states_in : m->states_out) * Nl * C);
-    TAKE(m->mtp_send, m->mtp_standalone == 1 ? (size_t)m->states_out * Nl * C : 1);
+    TAKE(m->mtp_send, m->mtp_standalone == 1 ? (size_t)m->states_out * Nl * C : 0);
     TAKE(m->dtmp, Nl * C);
     TAKE(m->dtmp2, Nl * C);
     TAKE(m->in_total, m->tp.sequence_parallel ? N * C : 1);

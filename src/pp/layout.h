@@ -65,6 +65,14 @@ typedef struct {
                                   loss */
 } pp_layout_stage;
 
+/* A stage's part around Megatron's standalone MTP stage, as
+ * mtc_model_chunk_opts.mtp_standalone takes it: 1 the MTP stage (an 'm'
+ * stage without the loss), 2 a stage after it (its input the 1 + D
+ * states), 0 neither. */
+static inline int pp_layout_mtp_role(const pp_layout_stage *s) {
+    return s->num_mtp && !s->has_loss ? 1 : s->in_states > 1 ? 2 : 0;
+}
+
 /* Longest layout string once its repetitions are expanded. */
 #define PP_LAYOUT_MAX_SYMBOLS 65536
 

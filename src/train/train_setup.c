@@ -139,9 +139,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
                               .recompute_mtp = c->recompute_full && !c->recompute_block,
-                              .mtp_standalone = ls.num_mtp && !ls.has_loss ? 1
-                                                : ls.in_states > 1         ? 2
-                                                                           : 0,
+                              .mtp_standalone = pp_layout_mtp_role(&ls),
                               .recompute_mlp = c->recompute_mlp,
                               .recompute_mla_up = c->recompute_mla_up,
                               .recompute_shared = c->recompute_shared,
