@@ -461,12 +461,15 @@ void pp_layout_describe_messages(char *buf, size_t len, const pp_layout_args *a,
     if (st && pp_layout_build(st, a, num_layers, pp, vpp) == MTC_OK)
         for (int s = 0; s < S - 1; s++)
             if (st[s].num_mtp) ms = s;
+    char hs[48] = "[h_0 | h_1]";
+    if (ms >= 0 && st[ms].num_mtp > 1)
+        snprintf(hs, sizeof hs, "[h_0 | h_1 .. h_%d]", st[ms].num_mtp);
     if (ms >= 0 && len)
         snprintf(buf, len,
                  "messages: virtual stage %d (pp rank %d, Megatron's standalone MTP stage) on to "
-                 "the loss's stage %d carry [h_0 | h_1 .. h_%d], %d hidden states each way "
-                 "(activations and their gradients)",
-                 ms, ms % pp, S - 1, st[ms].num_mtp, st[ms].out_states);
+                 "the loss's stage %d carry %s, %d hidden states each way (activations and "
+                 "their gradients)",
+                 ms, ms % pp, S - 1, hs, st[ms].out_states);
     free(st);
 }
 

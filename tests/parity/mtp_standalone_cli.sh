@@ -9,7 +9,7 @@
 # 'Et|t|mm|L' (the MTP stage is pp rank 0's second virtual stage: two wte
 # copies on one rank), the untied head (EMBEDDING_GROUP = first + MTP rank),
 # tp 2 + SP, dp 2 with the distributed optimizer and overlap, an MoE model,
-# and uniform full recomputation. The messages after the MTP stage carry 3
+# uniform full recomputation and --bf16 (against the serial bf16 run). The messages after the MTP stage carry 3
 # hidden states (the activation bytes). A checkpoint saved under
 # 'Et|tmm|L' resumes at pp 1 (and under its own layout) with the losses of
 # the serial run's checkpoint resumed serially. Megatron's refusal of an
@@ -53,6 +53,10 @@ REC="--recompute-granularity full --recompute-method uniform --recompute-num-lay
 run rs $REC
 run rp $REC --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t|mm|L'
 same_mtp "standalone MTP pp 4, uniform recomputation" "$D/rs.jsonl" "$D/rp.jsonl"
+# --bf16: the states travel as bf16 (pp/executor.c) and match the serial bf16 run
+run bs --bf16
+run bp --bf16 --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
+same_mtp "standalone MTP pp 3 --bf16" "$D/bs.jsonl" "$D/bp.jsonl"
 # the activations the loss's stage receives: [h_0 | h_1 | h_2] after a
 # standalone MTP stage, 3 times those of MTP with the loss
 run p4l --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t||mmL'
