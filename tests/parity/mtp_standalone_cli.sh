@@ -28,6 +28,8 @@ run() { # NAME ARGS...
 run s --save "$D/cks"
 run p3 --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L' --save "$D/ckp"
 same_mtp "standalone MTP pp 3 Et|tmm|L" "$D/s.jsonl" "$D/p3.jsonl"
+grep -q "^> messages: virtual stage 1 (pp rank 1, Megatron's standalone MTP stage) on to the loss's stage 2 carry \[h_0 | h_1 .. h_2\], 3 hidden states" "$D/p3.log" &&
+    ok "the banner names the MTP stage's messages" || { bad "banner messages line"; grep "^>" "$D/p3.log" | head; }
 run p4 --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t|mm|L'
 same_mtp "standalone MTP pp 4 Et|t|mm|L (the depths alone)" "$D/s.jsonl" "$D/p4.jsonl"
 run p4e --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|tmm||L'

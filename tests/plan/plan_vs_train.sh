@@ -143,6 +143,10 @@ check_layout "llama standalone mtp pp3" "$LLAMA --mtp-num-layers 2" 3 1 'Ett|ttm
 check_layout "llama standalone mtp pp4 (the depths alone)" "$LLAMA --mtp-num-layers 2" 4 1 'Ett|tt|mm|L'
 check_layout "llama standalone mtp pp2 vpp2" "$LLAMA --mtp-num-layers 2" 2 2 'Et|tt|tmm|L'
 check_layout "gpt standalone mtp pp3 tied" "$GPT --position-embedding-type rope --mtp-num-layers 1" 3 1 'Ett|ttm|L'
+"$MTC" plan $LLAMA --mtp-num-layers 2 --pipeline-model-parallel-layout 'Ett|ttmm|L' --world-size 3 --machine $HOST \
+    --explain tp1-pp3-vpp1 2>&1 | grep -q "carry \[h_0 | h_1 .. h_2\], 3 hidden states.*priced approximately" &&
+    ok "plan --explain names the standalone MTP stage's messages and their approximate price" ||
+    bad "plan --explain: no standalone MTP messages line"
 
 # bad input: exit 2, one line, before any work
 expect_usage() {
