@@ -8,7 +8,8 @@
 # states on), pp 2 'Ettmm|L' (the depths with the embedding), pp 2 x vpp 2
 # 'Et|t|mm|L' (the MTP stage is pp rank 0's second virtual stage: two wte
 # copies on one rank), the untied head (EMBEDDING_GROUP = first + MTP rank),
-# tp 2 + SP, dp 2 with the distributed optimizer and overlap, an MoE model,
+# tp 2 + SP, dp 2 with the distributed optimizer and overlap (also with the
+# two copies on one rank), Megatron-FSDP, cp 2, an MoE model,
 # uniform full recomputation and --bf16 (against the serial bf16 run). The messages after the MTP stage carry 3
 # hidden states (the activation bytes). A checkpoint saved under
 # 'Et|tmm|L' resumes at pp 1 (and under its own layout) with the losses of
@@ -42,6 +43,12 @@ run tpv --world-size 4 --pp 2 --tp 2 --sequence-parallel --pipeline-model-parall
 same_mtp "standalone MTP tp 2 + SP x pp 2 x vpp 2 Et|t|mm|L" "$D/s.jsonl" "$D/tpv.jsonl"
 run do --world-size 6 --pp 3 --use-distributed-optimizer --overlap-grad-reduce --pipeline-model-parallel-layout 'Et|tmm|L'
 same_mtp "standalone MTP dp 2 x pp 3 distopt overlap" "$D/s.jsonl" "$D/do.jsonl"
+run dv --world-size 4 --pp 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --pipeline-model-parallel-layout 'Et|t|mm|L'
+same_mtp "standalone MTP dp 2 x pp 2 x vpp 2 distopt overlap (two wte copies on pp rank 0)" "$D/s.jsonl" "$D/dv.jsonl"
+run fs --world-size 6 --pp 3 --use-megatron-fsdp --pipeline-model-parallel-layout 'Et|tmm|L'
+same_mtp "standalone MTP dp 2 x pp 3 Megatron-FSDP" "$D/s.jsonl" "$D/fs.jsonl"
+run cp --world-size 6 --pp 3 --cp 2 --pipeline-model-parallel-layout 'Et|tmm|L'
+same_mtp "standalone MTP cp 2 x pp 3 (the heads' shifted labels from the whole rows)" "$D/s.jsonl" "$D/cp.jsonl"
 run u --untie-embeddings-and-output-weights
 run u3 --untie-embeddings-and-output-weights --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
 same_mtp "standalone MTP pp 3, untied head" "$D/u.jsonl" "$D/u3.jsonl"
