@@ -38,7 +38,8 @@
  * loss's stage, which runs the shared head on each (in_states /
  * out_states). Without a layout string the MTP layers are on the last
  * stage, as Megatron's.
- * Relies on core/result.h. Does not communicate or print. */
+ * The standalone MTP stage's helpers are in pp/layout_mtp.c. Relies on
+ * core/result.h. Does not communicate or print. */
 #ifndef MTC_PP_LAYOUT_H
 #define MTC_PP_LAYOUT_H
 
