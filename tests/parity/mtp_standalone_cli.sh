@@ -10,7 +10,8 @@
 # copies on one rank), the untied head (EMBEDDING_GROUP = first + MTP rank),
 # tp 2 + SP, dp 2 with the distributed optimizer and overlap (also with the
 # two copies on one rank), Megatron-FSDP, cp 2, an MoE model,
-# uniform full recomputation and --bf16 (against the serial bf16 run). The messages after the MTP stage carry 3
+# uniform full recomputation, --bf16 (against the serial bf16 run), and the
+# DeepSeek-V3 shape under pp 2 x vpp 2 and tp 2 + SP x ep 2 x pp 2 x vpp 2. The messages after the MTP stage carry 3
 # hidden states (the activation bytes). A checkpoint saved under
 # 'Et|tmm|L' resumes at pp 1 (and under its own layout) with the losses of
 # the serial run's checkpoint resumed serially. Megatron's refusal of an
@@ -58,6 +59,16 @@ MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-
 run ms $MOE
 run mp $MOE --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
 same_mtp "standalone MTP pp 3, MoE" "$D/ms.jsonl" "$D/mp.jsonl"
+# the DeepSeek-V3 shape (dsv3_lib.sh: MLA, first-k-dense sigmoid MoE, one depth)
+. "${MTC_SOURCE_DIR:-.}/tests/parity/dsv3_lib.sh"
+"$MTC" train $TINY $DSV3 $DSV3_MTP --metrics "$D/ds.jsonl" >"$D/ds.log" 2>&1 || { bad "dsv3 serial"; tail -3 "$D/ds.log"; }
+"$MTC" train $TINY $DSV3 $DSV3_MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tt|m|L' \
+    --metrics "$D/dsa.jsonl" >"$D/dsa.log" 2>&1 || { bad "dsv3 Et|tt|m|L"; tail -3 "$D/dsa.log"; }
+same_dsv3 "dsv3 standalone MTP pp 2 x vpp 2 Et|tt|m|L" "$D/ds.jsonl" "$D/dsa.jsonl"
+"$MTC" train $TINY $DSV3 $DSV3_MTP --world-size 8 --pp 2 --tp 2 --sequence-parallel --ep 2 --etp 1 \
+    --pipeline-model-parallel-layout 'Et|tt|m|L' --metrics "$D/dsb.jsonl" >"$D/dsb.log" 2>&1 ||
+    { bad "dsv3 tp 2 ep 2 Et|tt|m|L"; tail -3 "$D/dsb.log"; }
+same_dsv3 "dsv3 standalone MTP tp 2 + SP x ep 2 etp 1 x pp 2 x vpp 2 Et|tt|m|L" "$D/ds.jsonl" "$D/dsb.jsonl"
 REC="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
 run rs $REC
 run rp $REC --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t|mm|L'
