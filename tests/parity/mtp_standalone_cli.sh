@@ -77,6 +77,14 @@ same_mtp "standalone MTP pp 4, uniform recomputation" "$D/rs.jsonl" "$D/rp.jsonl
 run bs --bf16
 run bp --bf16 --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
 same_mtp "standalone MTP pp 3 --bf16" "$D/bs.jsonl" "$D/bp.jsonl"
+# evaluation (forward-only schedules) through the MTP stage
+EV=$(echo "$TINY" | sed 's/--eval-iters 0/--eval-iters 2 --eval-interval 2/')
+"$MTC" train $EV $MTP >"$D/es.log" 2>&1
+"$MTC" train $EV $MTP --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L' >"$D/ep.log" 2>&1
+grep -o 'validation loss at iteration [0-9]* | lm loss value: [0-9.E+-]*' "$D/es.log" >"$D/es.v"
+grep -o 'validation loss at iteration [0-9]* | lm loss value: [0-9.E+-]*' "$D/ep.log" >"$D/ep.v"
+[ "$(wc -l <"$D/es.v")" -eq 2 ] && paste -d' ' "$D/es.v" "$D/ep.v" | awk '{ a = $NF + 0; b = $(NF / 2) + 0; d = a - b; if (d < 0) d = -d; if (d > 2e-5 * b) bad = 1 } END { exit bad }' && ok "validation losses under Et|tmm|L within 2e-5 of the serial run's: $(tr '\n' ' ' <"$D/ep.v")" ||
+    { bad "validation under Et|tmm|L"; cat "$D/es.v" "$D/ep.v"; }
 # the activations the loss's stage receives: [h_0 | h_1 | h_2] after a
 # standalone MTP stage, 3 times those of MTP with the loss
 run p4l --world-size 4 --pp 4 --pipeline-model-parallel-layout 'Et|t||mmL'
