@@ -571,7 +571,7 @@ static mtc_result_t hf_min_bytes(const mtc_model_config *c, double *bytes) {
     int pidx[MTC_NGLOBAL_ROLES], lf[2];
     MTC_CHECK(mtc_registry_init(&reg, 8 + model_family_params_per_layer(c)));
     reg.tp = 1, reg.tp_rank = 0;
-    model_register_opts o = {0, 1, 1, 1, 0, 0};
+    model_register_opts o = {0, 1, 1, 1, 0, 0, 0};
     mtc_result_t rc = model_family_register(&reg, c, &o, pidx, lf);
     double other = 0, layer = 0;
     for (int i = 0; rc == MTC_OK && i < reg.count; i++)

@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "cli/layout_args.h"
+#include "pp/layout.h"
 #include "core/outfile.h"
 #include "grid/grid.h"
 
@@ -226,7 +227,8 @@ int cli_cmd_ranks(int argc, char **argv) {
     int world = 0, json = 0, gpn = 8;
     layout_flags lay = LAYOUT_FLAGS_DEFAULTS; /* the shared layout rows (cli/layout_args.h) */
     int tp_pp_dp = 0, one_rank = -1;
-    const char *order = NULL, *svg = NULL, *highlight = NULL;
+    const char *order = NULL, *svg = NULL, *highlight = NULL, *pp_layout = NULL;
+    int mtp = 0, untied = 0; /* Megatron's standalone MTP stage (pp/layout.h) */
     mtc_arg_ints hcp = {0};
     mtc_arg args[] = {
         {"world-size", NULL, MTC_ARG_INT, &world, "N",
@@ -255,6 +257,13 @@ int cli_cmd_ranks(int argc, char **argv) {
          0},
         {"gpus-per-node", NULL, MTC_ARG_INT, &gpn, "N",
          "ranks per node in the table and picture (default 8)", 0},
+        {"pipeline-model-parallel-layout", NULL, MTC_ARG_STRING, &pp_layout, "S",
+         "with --mtp-num-layers: an 'm' stage before the loss's (Megatron's standalone MTP "
+         "stage) puts its rank in EMBEDDING_GROUP",
+         0},
+        {"mtp-num-layers", NULL, MTC_ARG_INT, &mtp, "D", "MTP depths (the layout's 'm' count)", 0},
+        {"untie-embeddings-and-output-weights", NULL, MTC_ARG_FLAG, &untied, NULL,
+         "no wte copy on the last stage: EMBEDDING_GROUP without it beside an MTP stage", 0},
     };
     int nargs = (int)(sizeof args / sizeof args[0]);
     int st = cli_parse("ranks",
@@ -298,6 +307,17 @@ int cli_cmd_ranks(int argc, char **argv) {
         world = w > (1 << 20) ? 1 << 21 : (int)w;
     }
     cfg.world_size = world;
+    if (pp_layout) { /* the MTP stage's rank joins EMBEDDING_GROUP (get_embedding_ranks) */
+        pp_layout_args la = {.layout = pp_layout, .mtp_num_layers = mtp};
+        int ns = 0, nl = 0;
+        if (pp_layout_num_stages(&ns, pp_layout) != MTC_OK ||
+            pp_layout_num_layers(&nl, pp_layout) != MTC_OK ||
+            pp_layout_validate(&la, nl, pp > 0 ? pp : 1, pp > 0 && ns % pp == 0 ? ns / pp : 1) !=
+                MTC_OK)
+            return cli_usage_error("ranks", "%s", mtc_error_detail());
+        cfg.embd_mtp_rank = 1 + pp_layout_mtp_standalone_rank(&la, nl, pp, ns / pp);
+        cfg.embd_untied = untied;
+    }
     mtc_grid_spec spec;
     if (mtc_grid_spec_init(&spec, &cfg) != MTC_OK)
         return cli_usage_error("ranks", "%s", mtc_error_detail());

@@ -352,6 +352,8 @@ int cli_cmd_schedule(int argc, char **argv) {
                 char name[256];
                 pp_layout_name(name, sizeof name, &split);
                 printf("\nlayers of %d (pipeline split: %s):\n%s\n", layers, name, table);
+                pp_layout_describe_messages(name, sizeof name, &split, layers, pp, vpp);
+                if (name[0]) printf("%s\n", name);
             }
         }
     }

@@ -41,6 +41,12 @@ typedef struct {
     int num_dist_opt_instances; /* 0 or 1: a single distributed-optimizer instance */
     int n_hcp;                  /* 0: no hierarchical context-parallel groups */
     int hcp[MTC_GRID_MAX_HCP];  /* --hierarchical-context-parallel-sizes */
+    /* Megatron's standalone MTP stage (pp/layout.h): 1 + its pipeline rank,
+     * whose wte copy joins EMBEDDING_GROUP (pretrain_gpt.py
+     * get_embedding_ranks: first, the MTP rank, and the last unless
+     * embd_untied), 0: [first, last] */
+    int embd_mtp_rank;
+    int embd_untied; /* --untie-embeddings-and-output-weights (with embd_mtp_rank) */
 } mtc_grid_config;
 
 /* Megatron's name_to_size dict order (matters for error precedence). */

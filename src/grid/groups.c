@@ -84,14 +84,21 @@ mtc_result_t mtc_grid_groups_build(mtc_grid_groups *G, const mtc_grid_spec *sp) 
     if (pp->ranks) {
         /* default_embedding_ranks: [first, last] ([first] when pp == 1);
          * default_position_embedding_ranks: [first] */
-        int esz = c->pp > 1 ? 2 : 1;
+        /* a standalone MTP stage's rank mr joins (get_embedding_ranks) */
+        int mr = c->pp > 1 && c->embd_mtp_rank > 0 && c->embd_mtp_rank <= c->pp
+                     ? c->embd_mtp_rank - 1
+                     : -1;
+        int at[3], esz = 0;
+        at[esz++] = 0;
+        if (mr > 0 && mr < c->pp - 1) at[esz++] = mr;
+        if (c->pp > 1 && (mr < 0 || !c->embd_untied || mr == c->pp - 1)) at[esz++] = c->pp - 1;
         mtc_grid_group_set *e = set_add(G, MTC_GROUP_EMBD, 0, "EMBEDDING_GROUP", pp->count, esz);
         mtc_grid_group_set *pe =
             set_add(G, MTC_GROUP_POS_EMBD, 0, "POSITION_EMBEDDING_GROUP", pp->count, 1);
         for (int i = 0; i < pp->count && e->ranks && pe->ranks; i++) {
             const int *l = pp->ranks + (size_t)i * pp->size;
-            e->ranks[i * esz] = l[0];
-            if (esz == 2) e->ranks[i * esz + 1] = l[pp->size - 1];
+            for (int j = 0; j < esz; j++)
+                e->ranks[i * esz + j] = l[at[j]];
             pe->ranks[i] = l[0];
         }
     }

@@ -415,6 +415,10 @@ static mtc_result_t add_globals(mtc_registry *r, const role_desc *t, int from, i
             !(o->has_head && !c->untie_embeddings) && !o->mtp)
             continue;
         if (d->role == MTC_ROLE_WPE && !o->has_embedding) continue;
+        /* a standalone MTP stage norms h_0; the loss's stage after it has the head alone */
+        int normf = d->role == MTC_ROLE_NORMF_W || d->role == MTC_ROLE_NORMF_B;
+        if ((normf && o->mtp_split == 2) || (d->role == MTC_ROLE_HEAD && o->mtp_split == 1))
+            continue;
         MTC_CHECK(add_desc(r, d, d->name, -1, c, o));
         mtc_param *p = &r->params[r->count - 1];
         if (d->role == MTC_ROLE_WTE && (!c->untie_embeddings || c->mtp_num_layers > 0)) {
@@ -487,7 +491,8 @@ mtc_result_t model_family_register(mtc_registry *r, const mtc_model_config *c,
     layer_first[o->last_layer] = r->count;
     for (int d = 0; d < o->mtp; d++) /* the MTP depths (Megatron: after the decoder) */
         MTC_CHECK(add_mtp(r, d, c, o));
-    if (o->has_head) MTC_CHECK(add_globals(r, gt, 2, MTC_NGLOBAL_ROLES, c, o, pidx));
+    if (o->has_head || o->mtp_split == 1)
+        MTC_CHECK(add_globals(r, gt, 2, MTC_NGLOBAL_ROLES, c, o, pidx));
     mtc_registry_layout(r);
     return MTC_OK;
 }

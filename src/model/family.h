@@ -11,8 +11,11 @@ typedef struct {
     int first_layer, last_layer; /* the chunk's layers */
     int has_embedding, has_head; /* first / last virtual pipeline stage */
     int sequence_parallel;       /* norms and row-parallel biases reduce over TP */
-    int mtp; /* MTP depths the chunk holds after its layers (layers num_layers + d; the
-                chunk with the loss, model/mtp.h), 0: none */
+    int mtp;       /* MTP depths the chunk holds after its layers (layers num_layers + d; the
+                      chunk with the loss, model/mtp.h), 0: none */
+    int mtp_split; /* Megatron's standalone MTP stage: 1 on it (the final norm without the
+                      head), 2 on the loss's stage after it (the head without the final
+                      norm); 0: neither */
 } model_register_opts;
 
 /* 1 when the configuration is Llama-style (RMSNorm, SwiGLU or RoPE): its

@@ -156,8 +156,8 @@ double mtc_model_flops(const mtc_model_config *c, int64_t global_batch) {
  * global shapes). */
 static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     const mtc_model_config *c = &m->cfg;
-    model_register_opts o = {m->first_layer, m->last_layer,           m->has_embedding,
-                             m->has_head,    m->tp.sequence_parallel, m->mtp_layers};
+    model_register_opts o = {m->first_layer,          m->last_layer, m->has_embedding, m->has_head,
+                             m->tp.sequence_parallel, m->mtp_layers, m->mtp_standalone};
     model_rank_split rs = {.tp = m->tp_size,
                            .tp_rank = m->tp_rank,
                            .etp = m->moe.etp ? mtc_comm_size(m->moe.etp) : 1,
@@ -168,7 +168,7 @@ static mtc_result_t gpt_register_chunk(mtc_model *m, int *layer_first) {
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;
     MTC_CHECK(mtc_mem_calloc((size_t)c->num_layers + 1, sizeof(int), (void **)&ffirst));
-    model_register_opts fo = {0, c->num_layers, 1, 1, 0, c->mtp_num_layers};
+    model_register_opts fo = {0, c->num_layers, 1, 1, 0, c->mtp_num_layers, 0};
     mtc_result_t rc =
         mtc_registry_init(&full, model_family_capacity(c, c->num_layers, c->mtp_num_layers));
     if (rc == MTC_OK) rc = model_family_register(&full, c, &fo, fpidx, ffirst);
@@ -188,7 +188,7 @@ mtc_result_t mtc_model_param_counts(const mtc_model_config *c, double *total, do
     int fpidx[MTC_NGLOBAL_ROLES];
     int *ffirst = NULL;
     MTC_CHECK(mtc_mem_calloc((size_t)c->num_layers + 1, sizeof(int), (void **)&ffirst));
-    model_register_opts fo = {0, c->num_layers, 1, 1, 0, c->mtp_num_layers};
+    model_register_opts fo = {0, c->num_layers, 1, 1, 0, c->mtp_num_layers, 0};
     mtc_result_t rc =
         mtc_registry_init(&full, model_family_capacity(c, c->num_layers, c->mtp_num_layers));
     if (rc == MTC_OK) rc = model_family_register(&full, c, &fo, fpidx, ffirst);
@@ -351,7 +351,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         mtc_model_slot *a = s < 0 ? m->rc : &m->slots[s];
         size_t k = s < 0 ? (nr ? 1 : 0) : ns;
         if (s < 0 && !a) continue;
-        if (s >= 0) TAKE(a->encoded, Nl * C);
+        if (s >= 0) TAKE(a->encoded, (size_t)m->states_in * Nl * C);
         TAKE(a->ln1_mean, k * Nl);
         TAKE(a->ln1_rstd, k * Nl);
         TAKE(a->qkv, k * N * QKV_tp);
@@ -376,7 +376,7 @@ static size_t gpt_carve(mtc_model *m, char *base) {
         TAKE(a->lnf_mean, Nl);
         TAKE(a->lnf_rstd, Nl);
         TAKE(a->losses, N);
-        TAKE(a->dlnf, m->has_head ? Nl * C : 1);
+        TAKE(a->dlnf, m->has_head || m->mtp_layers ? Nl * C : 1);
         TAKE(a->mtp, model_mtp_slot_floats(m));
         if (m->full_logits && m->has_head) TAKE(a->logits, N * V_tp);
     }
@@ -400,16 +400,20 @@ static size_t gpt_carve(mtc_model *m, char *base) {
     }
     TAKE(m->fwd_tmp, Nl * C);
     TAKE(m->ln_tmp, Nl * C); /* a layer norm's output: forward's, then backward's rebuilt */
-    TAKE(m->dres, Nl * C);
+    /* the gradient buffer: d(output) or d(input) of 1 + D states next to a standalone MTP stage */
+    TAKE(m->dres, (size_t)(m->states_in > m->states_out ? m->states_in : m->states_out) * Nl * C);
+    TAKE(m->mtp_send, m->mtp_standalone == 1 ? (size_t)m->states_out * Nl * C : 0);
     TAKE(m->dtmp, Nl * C);
     TAKE(m->dtmp2, Nl * C);
     TAKE(m->in_total, m->tp.sequence_parallel ? N * C : 1);
-    if (m->mtp_layers) { /* model/mtp.c's shared buffers */
+    if (m->mtp_layers || m->mtp_losses) { /* model/mtp.c's shared buffers */
         float *tok, *tgt;
         TAKE(tok, N);
         TAKE(tgt, N);
         m->mtp_tok = (int *)tok, m->mtp_tgt = (int *)tgt;
         TAKE(m->mtp_mask, N);
+    }
+    if (m->mtp_layers) {
         TAKE(m->mtp_full, N * C);
         TAKE(m->mtp_cat_total, m->tp.sequence_parallel ? 2 * N * C : 1);
         TAKE(m->mtp_dcat, 2 * Nl * C);
@@ -528,8 +532,8 @@ static mtc_result_t gpt_lowp_prepare(mtc_model *m) {
         MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, F1, w[MTC_ROLE_FC1_B] != NULL));
         MTC_CHECK(tp_linear_bf16_prepare(tp, 0, B, T, F, C, w[MTC_ROLE_FC2_B] != NULL));
     }
-    if (!m->has_head) return MTC_OK;
     if (m->mtp_layers) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, 2 * C, C, 0)); /* eh_proj */
+    if (!m->has_head) return MTC_OK;
     if (m->full_logits) MTC_CHECK(tp_linear_bf16_prepare(tp, 1, B, T, C, c->padded_vocab_size, 0));
     /* the fused head's chunks (tp/head.c: local GEMMs), and the last, shorter one */
     const tp_ctx local = {NULL, tp->pool, 0, tp->lowp, NULL};
@@ -688,18 +692,31 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
     m->pool = pool;
     m->full_logits = o->logits;
     m->head_chunk = o->head_chunk > 0 ? o->head_chunk : MTC_MODEL_HEAD_CHUNK;
-    /* multi-token prediction runs on the chunk with the loss (model/mtp.h) */
-    m->mtp_layers = o->has_head && last_layer == cfg->num_layers ? cfg->mtp_num_layers : 0;
-    if (m->mtp_layers && m->cp.cp > 1) /* the shifted tokens' whole rows (model/mtp.c) */
+    /* multi-token prediction runs on the chunk with the loss (model/mtp.h),
+     * or on Megatron's standalone MTP stage, which sends [h_0 | h_1 .. h_D]
+     * through the stages after it to the loss's, where the losses are */
+    int D = cfg->mtp_num_layers, sa = D > 0 ? o->mtp_standalone : 0;
+    if (sa < 0 || sa > 2 || (sa == 1 && (o->has_head || last_layer != cfg->num_layers)) ||
+        (sa == 2 && first_layer != last_layer))
+        MTC_CHECK_GOTO(mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                                 "mtp_standalone=%d on a chunk of layers [%d, %d)%s", sa,
+                                 first_layer, last_layer, o->has_head ? " with the loss" : ""),
+                       rc, fail);
+    m->mtp_standalone = sa;
+    m->mtp_layers = sa == 1 || (!sa && o->has_head && last_layer == cfg->num_layers) ? D : 0;
+    m->mtp_losses = o->has_head && (sa == 2 || m->mtp_layers) ? D : 0;
+    m->states_in = sa == 2 ? 1 + D : 1;
+    m->states_out = sa && !o->has_head ? 1 + D : 1;
+    if ((m->mtp_layers || m->mtp_losses) && m->cp.cp > 1) /* the shifted tokens' whole rows */
         MTC_CHECK_GOTO(mtc_mem_calloc(4 * (size_t)o->B * (size_t)m->cp.Tg, sizeof(int),
                                       (void **)&m->mtp_cp_rows),
                        rc, fail);
     size_t LX = (size_t)cfg->num_layers + (size_t)cfg->mtp_num_layers; /* with MTP's layers */
     MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->layers), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(LX, sizeof(mtc_model_layer), (void **)&m->dlayers), rc, fail);
-    if (m->mtp_layers)
+    if (m->mtp_losses)
         MTC_CHECK_GOTO(
-            mtc_mem_calloc((size_t)m->mtp_layers, sizeof(double), (void **)&m->mtp_loss_sum), rc,
+            mtc_mem_calloc((size_t)m->mtp_losses, sizeof(double), (void **)&m->mtp_loss_sum), rc,
             fail);
     int *first = NULL;
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)cfg->num_layers + 1, sizeof(int), (void **)&first), rc,
@@ -927,6 +944,7 @@ const float *mtc_model_slot_output(const mtc_model *m, int slot) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots);
     const mtc_model_slot *a = &m->slots[slot];
     int nl = m->last_layer - m->first_layer;
+    if (m->mtp_standalone == 1) return m->mtp_send;
     return nl ? a->res3 + (size_t)(nl - 1) * m->B * m->T_loc * m->cfg.hidden_size : a->encoded;
 }
 

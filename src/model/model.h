@@ -258,6 +258,12 @@ typedef struct {
     float *dhead_w;
     mtc_model_layer *layers, *dlayers; /* [L + D], entries outside the chunk are all NULL */
     int mtp_layers;         /* D on the chunk with the loss (layers L .. L+D-1), else 0 */
+    int mtp_standalone;     /* mtc_model_chunk_opts.mtp_standalone (1: mtp_layers = D here) */
+    int mtp_losses;         /* D on the chunk computing the MTP losses (the loss's), else 0 */
+    int states_in;          /* (B, T_loc, C) hidden states in the pipeline input: 1, or
+                               1 + D after a standalone MTP stage ([h_0 | h_1 .. h_D]) */
+    int states_out;         /* the same in the output */
+    float *mtp_send;        /* standalone MTP stage: the last forward's [h_0 | h_1 .. h_D] */
     double *mtp_loss_sum;   /* (D) each depth's summed token losses since the caller zeroed it */
     int *mtp_tok, *mtp_tgt; /* (B, T) a depth's shifted tokens and labels */
     float *mtp_mask;        /* (B, T) 1 where the shifted label exists, else 0 */
@@ -396,6 +402,11 @@ typedef struct {
                                     N layers from their inputs in backward (0: none) */
     int recompute_mtp;           /* with recompute_layers covering the chunk's decoder layers
                                     (--recompute-method uniform): the MTP depths' layers too */
+    int mtp_standalone;          /* Megatron's standalone MTP stage (pp/layout.h): 1 on it
+                                    (its layers, the final norm, the MTP depths; no head;
+                                    output [h_0 | h_1 .. h_D]), 2 after it (input the 1 + D
+                                    states: the loss's chunk runs the shared head on each, an
+                                    empty chunk passes them on); 0: MTP with the loss */
     tp_precision precision;      /* TP_PREC_BF16 (--bf16), TP_PREC_FP16 (--fp16); 0: fp32 */
     int recompute_mlp;           /* --recompute-granularity selective --recompute-modules mlp:
                                     each layer's MLP forward runs again in its backward */
@@ -508,7 +519,15 @@ const float *mtc_model_logits(const mtc_model *m);
  * slot (B, T_loc, C): write it before the forward when the chunk has no
  * embedding. The chunk output (B, T, C) after the forward. The gradient
  * buffer (B, T, C): write d(output) into it before the backward when the
- * chunk has no head; after the backward it holds d(input). */
+ * chunk has no head; after the backward it holds d(input). Around a
+ * standalone MTP stage the messages hold states_in / states_out such
+ * tensors (mtc_model_input_floats / mtc_model_output_floats). */
+static inline size_t mtc_model_input_floats(const mtc_model *m) {
+    return (size_t)m->states_in * m->B * m->T_loc * m->cfg.hidden_size;
+}
+static inline size_t mtc_model_output_floats(const mtc_model *m) {
+    return (size_t)m->states_out * m->B * m->T_loc * m->cfg.hidden_size;
+}
 float *mtc_model_slot_input(mtc_model *m, int slot);
 const float *mtc_model_slot_output(const mtc_model *m, int slot);
 static inline float *mtc_model_grad_buffer(mtc_model *m) { return m->dres; }

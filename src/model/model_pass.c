@@ -369,15 +369,28 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
         GPT_TRY(m, gpt_layer_forward(m, pass, &v, x, l, B, T, 1));
         x = v.res3;
     }
-    if (!m->has_head) return 0.0;
-    gpt_role_range(m, MTC_ROLE_NORMF_W, &f0, &f1);
-    if (m->pidx[MTC_ROLE_NORMF_B] >= 0) f1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
-    GPT_NEED(f0, f1);
-    gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &f0, &f1);
-    GPT_NEED(f0, f1);
+    int sa = m->mtp_standalone;
+    if (!m->has_head && sa != 1) return 0.0;
+    /* h_0: the final norm's output, or (after a standalone MTP stage) the
+     * first of the 1 + D states received */
+    const float *h0 = sa == 2 ? a->encoded : a->lnf;
+    if (sa != 2) {
+        gpt_role_range(m, MTC_ROLE_NORMF_W, &f0, &f1);
+        if (m->pidx[MTC_ROLE_NORMF_B] >= 0) f1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
+        GPT_NEED(f0, f1);
+    }
+    if (m->has_head) {
+        gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &f0, &f1);
+        GPT_NEED(f0, f1);
+    }
 #undef GPT_NEED
-    gpt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->g[MTC_ROLE_NORMF_W],
-                     m->g[MTC_ROLE_NORMF_B], Nl);
+    if (sa != 2)
+        gpt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->g[MTC_ROLE_NORMF_W],
+                         m->g[MTC_ROLE_NORMF_B], Nl);
+    if (sa == 1) { /* Megatron's standalone MTP stage: the depths, no head */
+        GPT_TRY(m, model_mtp_forward(m, slot, tokens, targets, B, T, pass));
+        return 0.0;
+    }
     if (!targets) {
         /* generation: the LM head on the rank's vocabulary shard (wte tied,
          * or the output layer): logits (B, T, Vp/tp). comm: SP all-gather */
@@ -386,7 +399,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
                                  "a forward without targets needs a model built with logits "
                                  "(mtc_model_chunk_opts.logits = 1)"));
         }
-        GPT_TRY(m, tp_column_linear_forward(tp, a->logits, m->in_total, a->lnf, m->head_w, NULL,
+        GPT_TRY(m, tp_column_linear_forward(tp, a->logits, m->in_total, h0, m->head_w, NULL,
                                             m->scratch, 0, B, T, C, Vp));
         return 0.0;
     }
@@ -399,15 +412,17 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
      * SUM; training: all-reduce(tp) of d(lnf), SP reduce-scatter */
     float scale = pass && pass->loss_scale > 0 ? pass->loss_scale : 0.0f;
     GPT_TRY(m, tp_vocab_head_xent(tp, a->losses, scale > 0 ? a->dlnf : NULL,
-                                  scale > 0 ? m->dhead_w : NULL, m->head_logits, m->in_total,
-                                  a->lnf, m->head_w, targets, scale, m->scratch, m->head_chunk, B,
-                                  T, C, Vp, Vp));
+                                  scale > 0 ? m->dhead_w : NULL, m->head_logits, m->in_total, h0,
+                                  m->head_w, targets, scale, m->scratch, m->head_chunk, B, T, C, Vp,
+                                  Vp));
     a->dlnf_ready = scale > 0;
     double sum = 0;
     for (int i = 0; i < N; i++)
         sum += a->losses[i];
-    /* multi-token prediction on the main hidden state (model/mtp.c) */
+    /* multi-token prediction on the main hidden state (model/mtp.c), or the
+     * heads of the states a standalone MTP stage sent */
     if (m->mtp_layers) GPT_TRY(m, model_mtp_forward(m, slot, tokens, targets, B, T, pass));
+    if (sa == 2) GPT_TRY(m, model_mtp_heads_forward(m, slot, tokens, targets, B, T, pass));
     return sum;
 }
 
@@ -561,12 +576,27 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
             MTC_CHECK(pass->params_needed(pass->params_needed_ctx, (first), (last)));              \
     } while (0)
     /* dres = d(loss)/d(chunk output) */
-    if (m->has_head) {
+    if (m->mtp_standalone == 2 && m->has_head) {
+        /* the heads of the 1 + D states a standalone MTP stage sent: their
+         * gradients are the chunk's input gradient */
+        int h0, h1;
+        gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &h0, &h1);
+        GPT_NEED_BWD(h0, h1);
+        if (!a->dlnf_ready)
+            MTC_CHECK(tp_vocab_head_xent(tp, a->losses, a->dlnf, m->dhead_w, m->head_logits,
+                                         m->in_total, a->encoded, m->head_w, targets, loss_scale,
+                                         m->scratch, m->head_chunk, B, T, C, Vp, Vp));
+        a->dlnf_ready = 0;
+        MTC_CHECK(model_mtp_heads_backward(m, slot, tokens, targets, B, T, loss_scale));
+        memcpy(m->dres, a->dlnf, (size_t)Nl * C * sizeof(float));
+        MTC_CHECK(gpt_ready(pass, h0, h1));
+    } else if (m->has_head || m->mtp_standalone == 1) {
         MTC_ASSERT(targets);
-        int n0, n1, h0, h1;
+        int n0, n1, h0 = 0, h1 = 0, head = m->has_head;
         gpt_role_range(m, MTC_ROLE_NORMF_W, &n0, &n1);
         if (m->pidx[MTC_ROLE_NORMF_B] >= 0) n1 = m->pidx[MTC_ROLE_NORMF_B] + 1;
-        gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &h0, &h1);
+        if (head)
+            gpt_role_range(m, m->pidx[MTC_ROLE_HEAD] >= 0 ? MTC_ROLE_HEAD : MTC_ROLE_WTE, &h0, &h1);
         GPT_NEED_BWD(n0, n1);
         GPT_NEED_BWD(h0, h1);
         const float *xlast = m->last_layer > m->first_layer
@@ -574,7 +604,9 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
                                  : a->encoded;
         /* after a forward without the loss scale, the fused head again, now
          * with its gradients (comm: as in the forward) */
-        if (!a->dlnf_ready)
+        /* (a standalone MTP stage: d(h_0) is the received gradient's first
+         * state, model_mtp_backward takes it) */
+        if (!a->dlnf_ready && head)
             MTC_CHECK(tp_vocab_head_xent(tp, a->losses, a->dlnf, m->dhead_w, m->head_logits,
                                          m->in_total, a->lnf, m->head_w, targets, loss_scale,
                                          m->scratch, m->head_chunk, B, T, C, Vp, Vp));

@@ -60,7 +60,10 @@ static size_t mtp_depth_floats(const mtc_model *m) {
 }
 
 size_t model_mtp_slot_floats(const mtc_model *m) {
-    return m->mtp_layers ? (size_t)m->mtp_layers * mtp_depth_floats(m) : 1;
+    if (m->mtp_layers) return (size_t)m->mtp_layers * mtp_depth_floats(m);
+    /* the loss's chunk after a standalone MTP stage: each depth's d(h_k) */
+    if (m->mtp_losses) return (size_t)m->mtp_losses * m->B * m->T_loc * m->cfg.hidden_size;
+    return 1;
 }
 
 static mtp_view mtp_at(const mtc_model *m, const mtc_model_slot *a, int d) {
@@ -204,15 +207,73 @@ mtc_result_t model_mtp_forward(mtc_model *m, int slot, const int *tokens, const 
         MTC_CHECK(model_layer_forward(m, pass, a, ndec + d, l, v.xin, B, T));
         model_norm_forward(m, v.h, v.fst, v.fst + Nl, model_layer_output(m, a, ndec + d),
                            w[MTC_ROLE_MTP_NORM_W], w[MTC_ROLE_MTP_NORM_B], Nl);
+        h = v.h;
+        if (m->mtp_standalone) continue; /* the heads run on the loss's stage */
         if (!targets) break;
         MTC_CHECK(mtp_head(m, a, &v, scale > 0 ? mtp_scale(m, scale, T, d + 1) : 0.0f, B, T));
         double sum = 0;
         for (int i = 0; i < N; i++)
             sum += m->mtp_mask[i] > 0 ? a->losses[i] : 0.0;
         m->mtp_loss_sum[d] += sum;
-        h = v.h;
     }
     a->mtp_ready = scale > 0;
+    if (m->mtp_standalone) { /* the message on: [h_0 | h_1 .. h_D] */
+        size_t nC = (size_t)Nl * C, st = (size_t)m->B * m->T_loc * C; /* a state's room */
+        memcpy(m->mtp_send, a->lnf, nC * sizeof(float));
+        for (int d = 0; d < m->mtp_layers; d++)
+            memcpy(m->mtp_send + (size_t)(d + 1) * st, mtp_at(m, a, d).h, nC * sizeof(float));
+    }
+    return MTC_OK;
+}
+
+/* The loss's chunk after a standalone MTP stage: depth d's state is
+ * message state d + 1, its d(h) kept in the slot until the backward. */
+static mtp_view mtp_heads_at(const mtc_model *m, const mtc_model_slot *a, int d) {
+    size_t nC = (size_t)m->B * m->T_loc * m->cfg.hidden_size;
+    mtp_view v;
+    memset(&v, 0, sizeof v);
+    v.h = a->encoded + (size_t)(d + 1) * nC;
+    v.dh = a->mtp + (size_t)d * nC;
+    return v;
+}
+
+/* Each depth's shifted labels and head, in the order the chunk with the
+ * depths runs them (so the head weight gradient sums the same way). */
+static mtc_result_t mtp_heads_run(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                  int B, int T, float scale, int record) {
+    mtc_model_slot *a = &m->slots[slot];
+    int N = B * T;
+    if (m->cp.cp > 1) MTC_CHECK(mtp_cp_rows(m, tokens, targets, B, T));
+    for (int d = 0; d < m->mtp_losses; d++) {
+        mtp_view v = mtp_heads_at(m, a, d);
+        mtp_shift(m, tokens, targets, B, T, d + 1);
+        MTC_CHECK(mtp_head(m, a, &v, scale > 0 ? mtp_scale(m, scale, T, d + 1) : 0.0f, B, T));
+        if (!record) continue;
+        double sum = 0;
+        for (int i = 0; i < N; i++)
+            sum += m->mtp_mask[i] > 0 ? a->losses[i] : 0.0;
+        m->mtp_loss_sum[d] += sum;
+    }
+    return MTC_OK;
+}
+
+mtc_result_t model_mtp_heads_forward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                     int B, int T, const mtc_model_pass *pass) {
+    float scale = pass && pass->loss_scale > 0 ? pass->loss_scale : 0.0f;
+    if (!targets) return MTC_OK;
+    MTC_CHECK(mtp_heads_run(m, slot, tokens, targets, B, T, scale, 1));
+    m->slots[slot].mtp_ready = scale > 0;
+    return MTC_OK;
+}
+
+mtc_result_t model_mtp_heads_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                      int B, int T, float loss_scale) {
+    mtc_model_slot *a = &m->slots[slot];
+    size_t nC = (size_t)m->B * m->T_loc * m->cfg.hidden_size;
+    if (!a->mtp_ready) MTC_CHECK(mtp_heads_run(m, slot, tokens, targets, B, T, loss_scale, 0));
+    a->mtp_ready = 0;
+    for (int d = 0; d < m->mtp_losses; d++) /* d(h_k) into the input gradient's state k */
+        memcpy(m->dres + (size_t)(d + 1) * nC, mtp_heads_at(m, a, d).dh, nC * sizeof(float));
     return MTC_OK;
 }
 
@@ -225,6 +286,13 @@ mtc_result_t model_mtp_backward(mtc_model *m, int slot, const int *tokens, const
     size_t nC = (size_t)Nl * C;
     mtc_model_slot *a = &m->slots[slot];
     if (m->cp.cp > 1) MTC_CHECK(mtp_cp_rows(m, tokens, targets, B, T));
+    if (m->mtp_standalone) { /* the received [d(h_0) | d(h_1) .. d(h_D)] */
+        size_t st = (size_t)m->B * m->T_loc * C;
+        memcpy(a->dlnf, m->dres, nC * sizeof(float));
+        for (int d = 0; d < m->mtp_layers; d++)
+            memcpy(mtp_at(m, a, d).dh, m->dres + (size_t)(d + 1) * st, nC * sizeof(float));
+        a->mtp_ready = 1;
+    }
     /* after a forward without the loss scale, the heads again with their
      * gradients, in the forward's order (the head weight gradient sums the
      * same way as the training forward's) */

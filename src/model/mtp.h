@@ -20,8 +20,10 @@
  * Tensor and sequence parallelism as Megatron's: the norms replicated
  * (their gradients partial under SP), eh_proj column-parallel with its
  * output gathered over TP and, under SP, scattered back to the rank's
- * positions. The depths run on the chunk with the loss; the embedding copy
- * there is in the embedding group (model/family.c).
+ * positions. The depths run on the chunk with the loss, or on Megatron's
+ * standalone MTP stage (mtc_model_chunk_opts.mtp_standalone), which sends
+ * [h_0 | h_1 .. h_D] on to the loss's chunk for the heads; the embedding
+ * copy there is in the embedding group (model/family.c, grid/).
  * --recompute-method uniform recomputes the depths' layers as Megatron's
  * _checkpointed_forward does (model.c's nrec covers them); block leaves
  * them alone, as Megatron's does.
@@ -51,5 +53,16 @@ mtc_result_t model_mtp_forward(mtc_model *m, int slot, const int *tokens, const 
  * m->grads. */
 mtc_result_t model_mtp_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
                                 int B, int T, float loss_scale, const mtc_model_pass *pass);
+
+/* The loss's chunk after Megatron's standalone MTP stage: its input holds
+ * [h_0 | h_1 .. h_D]; the shared head on each h_k with the labels shifted
+ * by k, the losses added to m->mtp_loss_sum (with pass->loss_scale > 0 the
+ * heads' gradients kept for the backward), after the main head on h_0. */
+mtc_result_t model_mtp_heads_forward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                     int B, int T, const mtc_model_pass *pass);
+/* Their backward: d(h_k) into states 1..D of the gradient buffer (the
+ * chunk's input gradient; the caller puts d(h_0) in state 0). */
+mtc_result_t model_mtp_heads_backward(mtc_model *m, int slot, const int *tokens, const int *targets,
+                                      int B, int T, float loss_scale);
 
 #endif

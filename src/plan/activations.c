@@ -188,13 +188,32 @@ static size_t arena_mla_scratch(const mtc_plan_layout *l, const shapes *s) {
     return model_mla_scratch_body(s->p, s->sp, (int)s->B, (int)s->T, (int)C, (int)NH, &o) + lin;
 }
 
+/* A chunk's MTP part, as model.c's init_chunk sets it. has_head: bit 0 the
+ * loss, above it pp_layout_mtp_role (memory.c): 1 Megatron's standalone
+ * MTP stage, 2 a stage after it. */
+typedef struct {
+    int head, sa, depths, losses, sin, sout;
+} mtp_part;
+static mtp_part mtp_part_of(const mtc_plan_layout *l, int has_head) {
+    int D = l->model.mtp_num_layers, head = has_head & 1, sa = D > 0 ? has_head >> 1 : 0;
+    mtp_part p = {head,
+                  sa,
+                  sa == 1 || (!sa && head) ? D : 0,
+                  0,
+                  sa == 2 ? 1 + D : 1,
+                  sa && !head ? 1 + D : 1};
+    p.losses = head && (sa == 2 || p.depths) ? D : 0;
+    return p;
+}
+
 /* gpt_carve's per-slot rows. */
 static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head) {
     shapes s = shapes_of(l);
+    mtp_part mp = mtp_part_of(l, has_head);
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C, b = 0;
-    b += take(Nl * C);        /* encoded: chunk input */
-    b += 2 * take(nl * Nl);   /* ln1 mean, rstd (its output: ln_tmp) */
-    if (l->model.mla.enabled) /* MLA's own (model/mla.h model_mla_acts) */
+    b += take((size_t)mp.sin * Nl * C); /* encoded: chunk input */
+    b += 2 * take(nl * Nl);             /* ln1 mean, rstd (its output: ln_tmp) */
+    if (l->model.mla.enabled)           /* MLA's own (model/mla.h model_mla_acts) */
         b += take(nl * arena_mla_floats(l, &s));
     else
         b += take(nl * N * s.QKV_tp) + take(nl * s.B * s.NH_tp * s.T) + take(nl * N * s.QD_tp);
@@ -203,23 +222,25 @@ static size_t arena_slot_bytes(const mtc_plan_layout *l, size_t nl, int has_head
         b += take(nl * N * (s.QD_tp + KD_tp));
         b += take(nl * 2 * N * (s.NH_tp + NG_tp));
     }
-    b += take(nl * Nl * C);               /* res2 */
-    b += 2 * take(nl * Nl);               /* ln2 mean, rstd */
-    b += take(nl * N * s.F1_tp);          /* fch */
-    b += take(nl * Nl * C);               /* res3: layer outputs */
-    b += take(Nl * C) + 2 * take(Nl);     /* lnf, mean, rstd */
-    b += take(N);                         /* losses */
-    b += take(has_head ? (Nl * s.C) : 1); /* dlnf: the fused head's d(input) */
+    b += take(nl * Nl * C);                           /* res2 */
+    b += 2 * take(nl * Nl);                           /* ln2 mean, rstd */
+    b += take(nl * N * s.F1_tp);                      /* fch */
+    b += take(nl * Nl * C);                           /* res3: layer outputs */
+    b += take(Nl * C) + 2 * take(Nl);                 /* lnf, mean, rstd */
+    b += take(N);                                     /* losses */
+    b += take(mp.head || mp.depths ? (Nl * s.C) : 1); /* dlnf: the fused head's d(input) */
     /* a->mtp (model/mtp.c model_mtp_slot_floats): 6 C + 6 rows of Nl per MTP
-     * depth on the chunk with the loss (their layers counted in nl) */
-    size_t D = has_head ? (size_t)l->model.mtp_num_layers : 0;
-    b += take(D ? D * Nl * (6 * C + 6) : 1);
+     * depth on the chunk with them (their layers counted in nl); after a
+     * standalone MTP stage each depth's d(h_k) */
+    size_t D = (size_t)mp.depths;
+    b += take(D ? D * Nl * (6 * C + 6) : mp.losses ? (size_t)mp.losses * Nl * C : 1);
     return b;
 }
 
 /* gpt_carve's shared rows and gpt_scratch_floats. */
 static size_t arena_shared_bytes(const mtc_plan_layout *l, int has_head) {
     shapes s = shapes_of(l);
+    mtp_part mp = mtp_part_of(l, has_head);
     const mtc_model_config *c = &l->model;
     size_t N = s.B * s.T, Nl = s.B * s.Tl, C = s.C;
     size_t QKV = (size_t)(c->num_heads + 2 * mtc_model_groups(c)) * mtc_model_head_size(c);
@@ -243,14 +264,18 @@ static size_t arena_shared_bytes(const mtc_plan_layout *l, int has_head) {
     scratch = max_sz(scratch, 3 * N);
     /* fwd_tmp, ln_tmp, dres, dtmp, dtmp2 */
     scratch = max_sz(scratch, arena_moe_scratch(l, &s)); /* and the MoE layers' scratch */
-    size_t mtp = 0; /* model/mtp.c's shared buffers, on the chunk with the loss */
-    if (has_head && c->mtp_num_layers > 0) /* and gpt_scratch_floats's eh_proj terms */
+    size_t mtp = 0; /* model/mtp.c's shared buffers, on the chunk with the depths */
+    if (mp.depths)  /* and gpt_scratch_floats's eh_proj terms */
         scratch = max_sz(scratch, max_sz(col_gather_scr(s.p, s.sp, s.B, s.T, 2 * C, C),
                                          seq_scr(s.B, s.T, C, s.p)));
-    if (has_head && c->mtp_num_layers > 0)
-        mtp = 3 * take(N) + take(N * C) + take(s.sp ? 2 * N * C : 1) + take(2 * Nl * C) +
-              take(Nl * C);
-    return 5 * take(Nl * C) + take(s.sp ? N * C : 1) + mtp + take(scratch);
+    if (mp.depths || mp.losses) mtp = 3 * take(N); /* shifted tokens, labels, mask */
+    if (mp.depths)
+        mtp += take(N * C) + take(s.sp ? 2 * N * C : 1) + take(2 * Nl * C) + take(Nl * C);
+    /* dres: d(output) or d(input) of 1 + D states next to a standalone MTP
+     * stage; mtp_send: the MTP stage's [h_0 | h_1 .. h_D] */
+    size_t st = (size_t)(mp.sin > mp.sout ? mp.sin : mp.sout);
+    mtp += take(st * Nl * C) + take(mp.sa == 1 ? (size_t)mp.sout * Nl * C : 0);
+    return 4 * take(Nl * C) + take(s.sp ? N * C : 1) + mtp + take(scratch);
 }
 
 /* ---- the MEGATRON table ---- */
@@ -323,7 +348,7 @@ static double moe_slot_bytes(const mtc_plan_layout *l, int nl, int has_head) {
     const mtc_model_config *c = &l->model;
     /* MTC: gpt_carve gives every layer of the chunk MoE rows, the MTP
      * depths' layers on the loss chunk included */
-    size_t nx = (size_t)nl + (has_head ? (size_t)c->mtp_num_layers : 0);
+    size_t nx = (size_t)nl + (size_t)mtp_part_of(l, has_head).depths;
     if (c->moe.num_experts <= 0 || nx == 0) return 0;
     if (l->act_model == MTC_PLAN_ACT_MTC) return (double)arena_moe_bytes(l, nx);
     if (nl <= 0) return 0;
@@ -347,21 +372,21 @@ size_t mtc_plan_act_slot_bytes(const mtc_plan_layout *l, int nl, int has_embeddi
  * their difference). */
 static size_t dense_slot_bytes(const mtc_plan_layout *l, int nl, int has_embedding, int has_head) {
     if (l->act_model == MTC_PLAN_ACT_MTC) /* the MTP depths' layers on the loss chunk */
-        return arena_slot_bytes(l, (size_t)nl + (has_head ? (size_t)l->model.mtp_num_layers : 0),
-                                has_head);
+        return arena_slot_bytes(l, (size_t)nl + (size_t)mtp_part_of(l, has_head).depths, has_head);
     const mtc_model_config *c = &l->model;
     double s = (double)c->seq_length / (l->cp > 1 ? l->cp : 1), b = l->micro_batch;
     double h = c->hidden_size, t = l->tp > 0 ? l->tp : 1;
     double bytes = nl * megatron_layer(l);
     if (has_embedding) bytes += (8.0 * s * b + s * b * h) / t; /* token ids, embedding dropout */
-    if (has_head) bytes += 4.0 * s * b * h * (1.0 + c->padded_vocab_size / h) / t; /* fp32 logits */
+    if (has_head & 1)                                          /* fp32 logits */
+        bytes += 4.0 * s * b * h * (1.0 + c->padded_vocab_size / h) / t;
     return (size_t)llround(bytes);
 }
 
 size_t mtc_plan_act_shared_bytes(const mtc_plan_layout *l, int nl, int has_head) {
     if (l->act_model == MTC_PLAN_ACT_MTC) { /* + the fused head's one chunk of logits */
         shapes s = shapes_of(l);
-        return arena_shared_bytes(l, has_head) + take(has_head ? head_rows(&s) * s.V_tp : 1);
+        return arena_shared_bytes(l, has_head) + take(has_head & 1 ? head_rows(&s) * s.V_tp : 1);
     }
     if (l->recompute != MTC_PLAN_RECOMPUTE_FULL || nl == 0) return 0;
     /* full recompute: one layer's activations exist again during its backward */

@@ -122,9 +122,11 @@ static mtc_result_t plan_inflight(const mtc_plan_layout *l, int r, int *peak) {
  * and which go to the expert-parallel buffer: as model/model.c registers
  * a chunk (reg.etp = the ETP size, mtc_registry_split_ep with ep > 1 for
  * the E/ep experts an EP rank holds; every EP rank holds as many). */
-static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int last, int has_emb,
-                                      int has_head, int64_t **numels, int **shared, int **expert,
-                                      int **units, int *count) {
+static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, const pp_layout_stage *ls,
+                                      int64_t **numels, int **shared, int **expert, int **units,
+                                      int *count) {
+    int first = ls->first_layer, last = first + ls->num_layers;
+    int has_emb = ls->has_embedding, has_head = ls->has_loss;
     const mtc_model_config *c = &l->model;
     mtc_registry reg;
     memset(&reg, 0, sizeof reg);
@@ -134,12 +136,12 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
     /* the model's own registration of the chunk (model/family.h), on TP and
      * EP rank 0 (every EP rank holds as many experts) */
     int E = c->moe.num_experts;
-    model_register_opts o = {first,
-                             last,
-                             has_emb,
-                             has_head,
-                             l->sequence_parallel,
-                             has_head && last == c->num_layers ? c->mtp_num_layers : 0};
+    model_register_opts o = {first, last, has_emb, has_head, l->sequence_parallel,
+                             /* with the loss, or on a standalone MTP stage */
+                             l->split.mtp_num_layers             ? ls->num_mtp
+                             : has_head && last == c->num_layers ? c->mtp_num_layers
+                                                                 : 0,
+                             pp_layout_mtp_role(ls)};
     model_rank_split rs = {.tp = l->tp, .etp = E > 0 ? l->etp : 0, .ep = E > 0 ? l->ep : 1};
     mtc_result_t rc = model_family_register_rank(&reg, c, &o, &rs, pidx, lf);
     int n = reg.count;
@@ -240,8 +242,9 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         int has_emb = ls.has_embedding, has_head = ls.has_loss;
         int64_t *numels = NULL, *xnum = NULL;
         int *shared = NULL, *expert = NULL, *units = NULL, n = 0;
-        mtc_result_t rc = plan_chunk_params(l, first, last, has_emb, has_head, &numels, &shared,
-                                            &expert, &units, &n);
+        mtc_result_t rc = plan_chunk_params(l, &ls, &numels, &shared, &expert, &units, &n);
+        /* the activations' view of a standalone MTP stage (activations.c) */
+        has_head |= pp_layout_mtp_role(&ls) << 1;
         int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0, unit = 0, xunit = 0;
         for (int i = 0; rc == MTC_OK && i < n; i++)
             sum += numels[i], xsum += expert[i] ? numels[i] : 0;
@@ -305,7 +308,13 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
                              .group_size = l->mb_group,
                              .num_microbatches = l->global_batch / (l->micro_batch * l->dp)},
                 .count = msg};
-            MTC_CHECK(pp_executor_buffer_bytes(&out->comm_bytes, &ec, r));
+            size_t *counts = NULL; /* a standalone MTP stage's 1 + D states (pp/layout.h) */
+            MTC_CHECK(
+                pp_layout_message_counts(&counts, &ec.count, msg, &l->split, L, l->pp, l->vpp));
+            ec.stage_count = counts;
+            mtc_result_t rc = pp_executor_buffer_bytes(&out->comm_bytes, &ec, r);
+            free(counts);
+            MTC_CHECK(rc);
         } else { /* Megatron: one tensor each way to each neighbour */
             out->comm_bytes = 4 * msg * (bf16 ? 2 : 4);
         }

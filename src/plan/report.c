@@ -34,6 +34,9 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
         if (pp_layout_describe(table, sizeof table, &l->split, c->num_layers, l->pp, l->vpp) ==
             MTC_OK)
             fprintf(f, "pipeline split (%s):\n%s\n", name, table);
+        pp_layout_describe_messages(table, sizeof table, &l->split, c->num_layers, l->pp, l->vpp);
+        if (table[0]) /* time.c prices them as 1 + D single messages */
+            fprintf(f, "%s; step time: priced approximately as that many messages\n", table);
     }
     fprintf(f, "memory of pipeline rank %d (the largest):\n", mem->pp_rank);
     fprintf(f, "  parameters        %12.2f MB  %lld held (registry), buffer %lld elements%s\n",

@@ -505,6 +505,9 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
         chunk_cost k =
             chunk_costs(l, &mm, rate, cpu_slow, ls.first_layer, ls.first_layer + ls.num_layers,
                         ls.has_embedding, ls.has_loss, &tpl, &cpl, &ppl, moel);
+        /* around a standalone MTP stage the messages are 1 + D states:
+         * priced as that many times one (approximate: latency included) */
+        k.p2p *= ls.in_states > ls.out_states ? ls.in_states : ls.out_states;
         double f = k.gemm_f + k.elem_f + k.tp_f + k.cp_f + k.p2p + k.moe_f;
         double b = k.gemm_b + k.elem_b + k.tp_b + k.cp_b + k.p2p + k.moe_b;
         if (f + b > tf + tb) tf = f, tb = b, worst = k;

@@ -33,8 +33,15 @@ struct pp_executor {
     char *buf;
     size_t stride, buf_bytes;
     int owns_buf;
-    mtc_bf16 *wire; /* set_activations_bf16: [send | recv] staging, count each */
+    mtc_bf16 *wire;      /* set_activations_bf16: [send | recv] staging, count each */
+    size_t *stage_count; /* cfg.stage_count copied (NULL: count everywhere) */
 };
+
+/* Floats of the message across the boundary after virtual stage b. */
+static size_t boundary_count(const struct pp_executor *ex, int b) {
+    int S = ex->cfg.schedule.pp * pp_schedule_vpp(&ex->cfg.schedule);
+    return ex->stage_count && b >= 0 && b < S - 1 ? ex->stage_count[b] : ex->cfg.count;
+}
 
 static size_t slot_stride(size_t count) { return (count * sizeof(float) + 63) & ~(size_t)63; }
 
@@ -47,6 +54,13 @@ static mtc_result_t executor_validate(const pp_executor_config *cfg, int rank) {
     if (cfg->count > SIZE_MAX / sizeof(float) / 4)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "pipeline message size %zu floats is too large",
                          cfg->count);
+    int S = cfg->schedule.pp * pp_schedule_vpp(&cfg->schedule);
+    for (int b = 0; cfg->stage_count && b < S - 1; b++)
+        if (cfg->stage_count[b] == 0 || cfg->stage_count[b] > cfg->count)
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "pipeline message after virtual stage %d has %zu floats (give 1 .. "
+                             "count=%zu)",
+                             b, cfg->stage_count[b], cfg->count);
     if (rank < 0 || rank >= cfg->schedule.pp)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "pipeline rank %d is outside 0..%d", rank,
                          cfg->schedule.pp - 1);
@@ -114,6 +128,16 @@ mtc_result_t pp_executor_init(pp_executor_t *out, const pp_executor_config *cfg,
         ex->owns_buf = 1;
     }
     if (pp > 1) ex->act = ch->act, ex->grad = ch->grad; /* the grid's */
+    if (cfg->stage_count) {
+        int S = pp * pp_schedule_vpp(&cfg->schedule);
+        ex->stage_count = malloc((size_t)(S > 1 ? S - 1 : 1) * sizeof(size_t));
+        if (!ex->stage_count) {
+            rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "pipeline message sizes");
+            goto fail;
+        }
+        memcpy(ex->stage_count, cfg->stage_count, (size_t)(S > 1 ? S - 1 : 0) * sizeof(size_t));
+        ex->cfg.stage_count = ex->stage_count;
+    }
     *out = ex;
     return MTC_OK;
 fail:
@@ -144,31 +168,35 @@ const char *pp_p2p_name(int kind) {
  * the phase's first pp_p2p_kind (forward or backward). */
 static mtc_result_t executor_phase(pp_executor_t ex, const pp_callbacks *cb, int base,
                                    mtc_comm_t comm, pp_xfer s, int dst, pp_xfer r, int src) {
-    size_t n = ex->cfg.count;
     if (s.slot < 0 && r.slot < 0) return MTC_OK;
+    /* the sizes: an activation crosses the boundary before the stage that
+     * consumes it, a gradient the one after it (labels: the consumer) */
+    int fwd = base == PP_P2P_FORWARD_SEND;
+    size_t ns = s.slot >= 0 ? boundary_count(ex, fwd ? s.stage - 1 : s.stage) : 0;
+    size_t nr = r.slot >= 0 ? boundary_count(ex, fwd ? r.stage - 1 : r.stage) : 0;
     uint64_t t0 = cb->exchanged ? mtc_time_ns() : 0;
     mtc_result_t rc;
     int kind;
     if (ex->wire && base == PP_P2P_FORWARD_SEND) { /* activations as bf16 */
-        mtc_bf16 *ws = ex->wire, *wr = ex->wire + n;
-        if (s.slot >= 0) nn_f32_to_bf16(ws, slot_ptr(ex, s.slot), n);
+        mtc_bf16 *ws = ex->wire, *wr = ex->wire + ex->cfg.count;
+        if (s.slot >= 0) nn_f32_to_bf16(ws, slot_ptr(ex, s.slot), ns);
         if (s.slot >= 0 && r.slot >= 0)
-            kind = base + 2, rc = mtc_sendrecv(ws, n, dst, wr, n, src, MTC_DTYPE_BF16, comm);
+            kind = base + 2, rc = mtc_sendrecv(ws, ns, dst, wr, nr, src, MTC_DTYPE_BF16, comm);
         else if (s.slot >= 0)
-            kind = base, rc = mtc_send(ws, n, MTC_DTYPE_BF16, dst, comm);
+            kind = base, rc = mtc_send(ws, ns, MTC_DTYPE_BF16, dst, comm);
         else
-            kind = base + 1, rc = mtc_recv(wr, n, MTC_DTYPE_BF16, src, comm);
-        if (rc == MTC_OK && r.slot >= 0) nn_bf16_to_f32(slot_ptr(ex, r.slot), wr, n);
+            kind = base + 1, rc = mtc_recv(wr, nr, MTC_DTYPE_BF16, src, comm);
+        if (rc == MTC_OK && r.slot >= 0) nn_bf16_to_f32(slot_ptr(ex, r.slot), wr, nr);
     } else if (s.slot >= 0 && r.slot >= 0) {
         kind = base + 2;
-        rc = mtc_sendrecv(slot_ptr(ex, s.slot), n, dst, slot_ptr(ex, r.slot), n, src, MTC_DTYPE_F32,
-                          comm);
+        rc = mtc_sendrecv(slot_ptr(ex, s.slot), ns, dst, slot_ptr(ex, r.slot), nr, src,
+                          MTC_DTYPE_F32, comm);
     } else if (s.slot >= 0) {
         kind = base;
-        rc = mtc_send(slot_ptr(ex, s.slot), n, MTC_DTYPE_F32, dst, comm);
+        rc = mtc_send(slot_ptr(ex, s.slot), ns, MTC_DTYPE_F32, dst, comm);
     } else {
         kind = base + 1;
-        rc = mtc_recv(slot_ptr(ex, r.slot), n, MTC_DTYPE_F32, src, comm);
+        rc = mtc_recv(slot_ptr(ex, r.slot), nr, MTC_DTYPE_F32, src, comm);
     }
     if (cb->exchanged && rc == MTC_OK) cb->exchanged(cb->ctx, kind, t0, mtc_time_ns());
     return rc;
@@ -220,5 +248,6 @@ void pp_executor_free(pp_executor_t ex) {
     pp_plan_free(&ex->plan[1]);
     if (ex->owns_buf) mtc_mem_free_big(ex->buf, ex->buf_bytes);
     free(ex->wire);
+    free(ex->stage_count);
     free(ex);
 }

@@ -44,7 +44,8 @@
  *
  * ---- Buffers ---------------------------------------------------------------
  * All messages have `count` floats (B*T*C per microbatch; B*(T/cp/tp)*C with
- * context and sequence parallelism). Slots are assigned once, when the plan
+ * context and sequence parallelism), or stage_count[s] between virtual
+ * stages s and s+1 (slots keep `count`). Slots are assigned once, when the plan
  * is built, by replaying the schedule: a received activation lives until the
  * backward of its (microbatch, chunk) returns (forward-only: until its
  * forward returns), an output or input gradient until the exchange that
@@ -177,7 +178,12 @@ mtc_result_t pp_plan_simulate(double *makespan, const pp_plan *plans, int pp, do
 typedef struct {
     pp_schedule_config schedule; /* pp, vpp, num_microbatches, group_size;
                                     forward_only is chosen per run */
-    size_t count;                /* floats per message (per microbatch) */
+    size_t count;                /* floats per message (per microbatch): the largest */
+    /* floats of the messages between virtual stage s and s + 1 (stage s's
+     * output and its gradient), s = 0 .. pp*vpp-2, each <= count (a
+     * standalone MTP stage sends 1 + D hidden states, pp/layout.h); NULL:
+     * count for every stage. init copies it. */
+    const size_t *stage_count;
 } pp_executor_config;
 
 typedef struct {

@@ -9,8 +9,7 @@
  * A layout string is expanded as Megatron's parse_str_to_list does: commas
  * dropped, then "(...)*n" unrolled left to right (no nesting: the group
  * ends at the first ')'), then "x*n"; whatever is left must be E t m L or |.
- * Limitations: expansions longer than PP_LAYOUT_MAX_SYMBOLS are refused;
- * 'm' only in the stage with the loss (mtc runs MTP there). */
+ * Limitations: expansions longer than PP_LAYOUT_MAX_SYMBOLS are refused. */
 #include "pp/layout.h"
 
 #include <stdio.h>
@@ -160,8 +159,8 @@ static const char *layer_name(char c) {
 }
 
 /* the layout string's counts (validated as validate_layer_layout does) */
-static mtc_result_t layout_counts_string(int *cnt, const pp_layout_args *a, int L, int pp,
-                                         int vpp) {
+static mtc_result_t layout_counts_string(int *cnt, int *mtp_stage, const pp_layout_args *a, int L,
+                                         int pp, int vpp) {
     layout_parsed p;
     MTC_CHECK(layout_parse(&p, a->layout));
     mtc_result_t rc = MTC_OK;
@@ -222,12 +221,15 @@ static mtc_result_t layout_counts_string(int *cnt, const pp_layout_args *a, int 
                            "pipeline-model-parallel-layout '%s': All of the MTP layers must be in "
                            "the same one virtual pipeline stage (stage %d has %d of %d)",
                            a->layout, s, p.m[s], nm);
-        else if (p.m[s] && s != p.nstages - 1)
+        else if (p.m[s] && s / pp != vpp - 1)
             rc = mtc_error(E_ARG,
-                           "pipeline-model-parallel-layout '%s': mtc runs the MTP layers on the "
-                           "stage with the loss, not stage %d (write the 'm' in the last stage, "
-                           "before L)",
-                           a->layout, s);
+                           "pipeline-model-parallel-layout '%s': Currently we restrict that the "
+                           "MTP should be always in the last virtual pipeline stage of that rank "
+                           "(stage %d is pp rank %d's virtual stage %d of %d; move the 'm' to a "
+                           "stage >= %d)",
+                           a->layout, s, s % pp, s / pp, vpp, (vpp - 1) * pp);
+        else if (p.m[s])
+            *mtp_stage = s;
     }
     for (int s = 0; rc == MTC_OK && s < p.nstages; s++)
         cnt[s] = p.t[s];
@@ -324,9 +326,13 @@ static mtc_result_t layout_counts_even(int *cnt, const pp_layout_args *a, int L,
     return MTC_OK;
 }
 
-static mtc_result_t layout_counts(int *cnt, const pp_layout_args *a, int L, int pp, int vpp) {
+/* cnt: each stage's decoder layers; *mtp_stage: the stage with the 'm's
+ * (the last stage without a layout string) */
+static mtc_result_t layout_counts(int *cnt, int *mtp_stage, const pp_layout_args *a, int L, int pp,
+                                  int vpp) {
     static const pp_layout_args none = {0};
     if (!a) a = &none;
+    *mtp_stage = pp * vpp - 1;
     if (pp < 1 || vpp < 1 || L < 0)
         return mtc_error(E_ARG, "pipeline split of %d layers over pp=%d x vpp=%d", L, pp, vpp);
     int uneven = a->first_num_layers || a->last_num_layers;
@@ -346,7 +352,7 @@ static mtc_result_t layout_counts(int *cnt, const pp_layout_args *a, int L, int 
                          "cannot be set at the same time with "
                          "account_for_embedding_in_pipeline_split and "
                          "account_for_loss_in_pipeline_split");
-    mtc_result_t rc = a->layout ? layout_counts_string(cnt, a, L, pp, vpp)
+    mtc_result_t rc = a->layout ? layout_counts_string(cnt, mtp_stage, a, L, pp, vpp)
                       : uneven  ? layout_counts_uneven(cnt, a, L, pp, vpp)
                                 : layout_counts_even(cnt, a, L, pp, vpp);
     MTC_CHECK(rc);
@@ -374,13 +380,17 @@ mtc_result_t pp_layout_build(pp_layout_stage *stages, const pp_layout_args *a, i
     int S = pp > 0 ? pp * vpp : 1;
     int *cnt = calloc((size_t)S, sizeof(int));
     if (!cnt) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "pipeline split of %d stages", S);
-    mtc_result_t rc = layout_counts(cnt, a, num_layers, pp, vpp);
+    int ms = S - 1, D = a ? a->mtp_num_layers : 0;
+    mtc_result_t rc = layout_counts(cnt, &ms, a, num_layers, pp, vpp);
+    /* a standalone MTP stage sends [h_0 | h_1 .. h_D] on to the loss */
     for (int s = 0, first = 0; rc == MTC_OK && s < S; first += cnt[s++])
         stages[s] = (pp_layout_stage){.first_layer = first,
                                       .num_layers = cnt[s],
                                       .has_embedding = s == 0,
                                       .has_loss = s == S - 1,
-                                      .num_mtp = s == S - 1 && a ? a->mtp_num_layers : 0};
+                                      .num_mtp = s == ms ? D : 0,
+                                      .in_states = D && s > ms ? 1 + D : 1,
+                                      .out_states = D && s >= ms && s < S - 1 ? 1 + D : 1};
     free(cnt);
     return rc;
 }

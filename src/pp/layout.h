@@ -31,10 +31,15 @@
  * output layer) on stage pp*vpp-1, wherever empty stages put E and L in a
  * layout string. MTP ('m'): Megatron's rules (the count is mtp_num_layers,
  * all in one stage, after every decoder layer, on a rank's last virtual
- * stage, not on the first rank), and mtc's own: the stage with the loss
- * (Megatron's "standalone" MTP stage before it is refused). Without a
- * layout string the MTP layers are on the last stage, as Megatron's.
- * Relies on core/result.h. Does not communicate or print. */
+ * stage, hence not on the first rank but for its last virtual stage). A
+ * stage with the 'm's before the loss's is Megatron's standalone MTP stage
+ * (validate_layer_layout's mtp_standalone): it runs the final norm and the
+ * depths and sends [h_0 | h_1 .. h_D] on, through any empty stages, to the
+ * loss's stage, which runs the shared head on each (in_states /
+ * out_states). Without a layout string the MTP layers are on the last
+ * stage, as Megatron's.
+ * The standalone MTP stage's helpers are in pp/layout_mtp.c. Relies on
+ * core/result.h. Does not communicate or print. */
 #ifndef MTC_PP_LAYOUT_H
 #define MTC_PP_LAYOUT_H
 
@@ -55,8 +60,19 @@ typedef struct pp_layout_args {
 typedef struct {
     int first_layer, num_layers; /* decoder layers [first_layer, first_layer + num_layers) */
     int has_embedding, has_loss; /* stage 0 / the last stage */
-    int num_mtp;                 /* MTP layers (model/mtp.h): on the stage with the loss */
+    int num_mtp;               /* MTP layers (model/mtp.h): the loss's stage or a standalone one */
+    int in_states, out_states; /* (B, T, C) hidden states in the stage's input / output
+                                  message: 1, or 1 + D between a standalone MTP stage and the
+                                  loss */
 } pp_layout_stage;
+
+/* A stage's part around Megatron's standalone MTP stage, as
+ * mtc_model_chunk_opts.mtp_standalone takes it: 1 the MTP stage (an 'm'
+ * stage without the loss), 2 a stage after it (its input the 1 + D
+ * states), 0 neither. */
+static inline int pp_layout_mtp_role(const pp_layout_stage *s) {
+    return s->num_mtp && !s->has_loss ? 1 : s->in_states > 1 ? 2 : 0;
+}
 
 /* Longest layout string once its repetitions are expanded. */
 #define PP_LAYOUT_MAX_SYMBOLS 65536
@@ -83,6 +99,24 @@ mtc_result_t pp_layout_build(pp_layout_stage *stages, const pp_layout_args *a, i
 /* Stage `stage` (= vp * pp + pp rank) alone. */
 mtc_result_t pp_layout_stage_get(pp_layout_stage *out, const pp_layout_args *a, int num_layers,
                                  int pp, int vpp, int stage);
+
+/* The pipeline executor's message sizes (pp/executor.h stage_count): with
+ * a standalone MTP stage *counts (malloc'd, pp*vpp-1 entries, the caller
+ * frees) gets per_state x each stage's out_states and *max the largest;
+ * otherwise *counts = NULL and *max = per_state. */
+mtc_result_t pp_layout_message_counts(size_t **counts, size_t *max, size_t per_state,
+                                      const pp_layout_args *a, int num_layers, int pp, int vpp);
+
+/* The pipeline rank of Megatron's standalone MTP stage (an 'm' stage
+ * before the loss's), or -1 (none, or an invalid split). */
+int pp_layout_mtp_standalone_rank(const pp_layout_args *a, int num_layers, int pp, int vpp);
+
+/* A line on the messages of a standalone MTP stage ("" without one):
+ * "messages: virtual stage 1 (pp rank 1) on to the loss's stage 2 carry
+ * [h_0 | h_1 .. h_2], 3 hidden states each way (activations and their
+ * gradients)"; truncated to len. */
+void pp_layout_describe_messages(char *buf, size_t len, const pp_layout_args *a, int num_layers,
+                                 int pp, int vpp);
 
 /* Megatron's pretty_repr table of a validated split (rows "PP rank 0",
  * "PP rank 1-13", columns "VPP rank k" when vpp > 1; stages as

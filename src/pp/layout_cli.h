@@ -49,8 +49,9 @@ typedef struct {
          0},                                                                                       \
     {                                                                                              \
         "pipeline-model-parallel-layout", NULL, MTC_ARG_STRING, &(f).layout, "S",                  \
-            "stages written out, e.g. \"Et*3|(tt|)*29,t|L\": E embedding, t layer, L loss, | "     \
-            "between stages in virtual stage order (vpp = stages / pp), x*n and (..)*n repeat",    \
+            "stages written out, e.g. \"Et*3|(tt|)*29,m|L\": E embedding, t layer, m MTP layer, "  \
+            "L loss, | between stages in virtual stage order (vpp = stages / pp), x*n and (..)*n " \
+            "repeat",                                                                              \
             0                                                                                      \
     }
 

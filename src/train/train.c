@@ -272,6 +272,9 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
         if (pp_layout_describe(table, sizeof table, &c->pp_split, c->model.num_layers, x->pp_size,
                                x->vpp) == MTC_OK)
             fprintf(out, "> pipeline split (%s):\n%s\n", name, table);
+        pp_layout_describe_messages(table, sizeof table, &c->pp_split, c->model.num_layers,
+                                    x->pp_size, x->vpp); /* a standalone MTP stage's */
+        if (table[0]) fprintf(out, "> %s\n", table);
     }
     if (c->model.moe.num_experts > 0) {
         const mtc_moe_config *mc = &c->model.moe;

@@ -154,12 +154,14 @@ static mtc_result_t train_forward_cb(void *ctx, int mb, int k, const float *inpu
     uint64_t t0 = mtc_time_ns();
     MTC_CHECK(train_slot_take(x, k, mb, &slot));
     size_t at = (size_t)mb * B * T;
-    if (input) memcpy(mtc_model_slot_input(m, slot), input, x->msg_count * sizeof(float));
+    if (input)
+        memcpy(mtc_model_slot_input(m, slot), input, mtc_model_input_floats(m) * sizeof(float));
     mtc_model_pass pass = train_pass(x, k, mb);
     train_fsdp_begin_pass(x, &x->chunks[k], 0);
     x->mb_loss_sum += mtc_model_forward(m, slot, x->tokens + at, x->targets + at, B, T, &pass);
     MTC_CHECK(m->error);
-    if (output) memcpy(output, mtc_model_slot_output(m, slot), x->msg_count * sizeof(float));
+    if (output)
+        memcpy(output, mtc_model_slot_output(m, slot), mtc_model_output_floats(m) * sizeof(float));
     if (!x->cur_train) train_slot_release(x, k, mb);
     train_obs_mb_span(x, TRAIN_T_FORWARD_COMPUTE, t0, "forward", mb, k);
     return MTC_OK;
@@ -180,11 +182,13 @@ static mtc_result_t train_backward_cb(void *ctx, int mb, int k, const float *out
     /* the mean over every token of the global batch (all CP ranks' rows),
      * times the --fp16 loss scale */
     float scale = 1.0f / ((float)x->cur_batch * (float)c->model.seq_length) * x->loss_scale;
-    if (output_grad) memcpy(mtc_model_grad_buffer(m), output_grad, x->msg_count * sizeof(float));
+    if (output_grad)
+        memcpy(mtc_model_grad_buffer(m), output_grad, mtc_model_output_floats(m) * sizeof(float));
     mtc_model_pass pass = train_pass(x, k, mb);
     train_fsdp_begin_pass(x, &x->chunks[k], 1);
     MTC_CHECK(mtc_model_backward(m, slot, x->tokens + at, x->targets + at, B, T, scale, &pass));
-    if (input_grad) memcpy(input_grad, mtc_model_grad_buffer(m), x->msg_count * sizeof(float));
+    if (input_grad)
+        memcpy(input_grad, mtc_model_grad_buffer(m), mtc_model_input_floats(m) * sizeof(float));
     train_slot_release(x, k, mb);
     train_obs_mb_span(x, TRAIN_T_BACKWARD_COMPUTE, t0, "backward", mb, k);
     return MTC_OK;
@@ -196,7 +200,7 @@ mtc_result_t train_microbatches(train_rank *x, data_split split, uint64_t consum
     for (int k = 0; k < x->vpp; k++) { /* --bf16 / --fp16: copies from the params as they are now */
         mtc_model *m = x->chunks[k].model;
         mtc_model_params_changed(m);
-        for (int d = 0; d < m->mtp_layers; d++) /* the MTP depths' losses of this pass */
+        for (int d = 0; d < m->mtp_losses; d++) /* the MTP depths' losses of this pass */
             m->mtp_loss_sum[d] = 0;
     }
     uint64_t t_fb = mtc_time_ns();

@@ -139,6 +139,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                   : c->recompute_block ? c->recompute_num_layers
                                                                        : L,
                               .recompute_mtp = c->recompute_full && !c->recompute_block,
+                              .mtp_standalone = pp_layout_mtp_role(&ls),
                               .recompute_mlp = c->recompute_mlp,
                               .recompute_mla_up = c->recompute_mla_up,
                               .recompute_shared = c->recompute_shared,
@@ -380,6 +381,10 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     int B = c->micro_batch, T = c->model.seq_length;
     mtc_grid_config gc = c->grid;
     gc.world_size = mtc_comm_size(world);
+    /* a standalone MTP stage's wte copy joins EMBEDDING_GROUP */
+    gc.embd_mtp_rank = 1 + pp_layout_mtp_standalone_rank(&c->pp_split, c->model.num_layers, gc.pp,
+                                                         gc.pp > 1 ? gc.vpp : 1);
+    gc.embd_untied = c->model.untie_embeddings;
     MTC_CHECK(mtc_grid_init(&x->grid, world, &gc));
     x->world = world;
     const mtc_grid_coord *co = mtc_grid_coords(x->grid);
@@ -523,9 +528,15 @@ mtc_result_t train_set_batch(train_rank *x, int64_t batch) {
                                           .num_microbatches = nmb,
                                           .group_size = c->microbatch_group_size},
                              .count = x->msg_count};
+    size_t *counts = NULL; /* a standalone MTP stage's 1 + D states (pp/layout.h) */
+    MTC_CHECK(pp_layout_message_counts(&counts, &ec.count, x->msg_count, &c->pp_split,
+                                       c->model.num_layers, x->pp_size, x->vpp));
+    ec.stage_count = counts;
     pp_channels ch; /* the grid's (pp/executor.c) */
     pp_channels_from_grid(&ch, x->grid);
-    MTC_CHECK(pp_executor_init(&x->ex_of[x->nex], &ec, &ch, NULL));
+    mtc_result_t rc = pp_executor_init(&x->ex_of[x->nex], &ec, &ch, NULL);
+    free(counts);
+    MTC_CHECK(rc);
     if (c->bf16) MTC_CHECK(pp_executor_set_activations_bf16(x->ex_of[x->nex]));
     x->ex = x->ex_of[x->nex], x->ex_nmb[x->nex++] = nmb;
     return MTC_OK;

@@ -56,6 +56,34 @@ static mtc_result_t train_reduce_group(train_rank *x, const train_chunk *ch, uns
     return MTC_OK;
 }
 
+/* The chunk holding this rank's wte gradient copy -1, or (a standalone MTP
+ * stage on the first stage's pipeline rank: two chunks hold copies) the
+ * first such chunk after the others' gradients were added into it, so the
+ * rank all-reduces one copy over EMBEDDING_GROUP (train_embedding_copy_back
+ * then writes the sum into the others). */
+static int train_embedding_fold(train_rank *x, int copy_back) {
+    int first = -1;
+    for (int k = 0; k < x->vpp; k++) {
+        const mtc_model *m = x->chunks[k].model;
+        int i = m->pidx[MTC_ROLE_WTE];
+        if (i < 0 || !(m->reg.params[i].reduce_groups & MTC_REDUCE_EMBEDDING)) continue;
+        if (first < 0) {
+            first = k;
+            continue;
+        }
+        size_t n0, n;
+        float *g0 =
+            train_held_grad(&x->chunks[first], x->chunks[first].model->pidx[MTC_ROLE_WTE], &n0);
+        float *g = train_held_grad(&x->chunks[k], i, &n);
+        for (size_t j = 0; j < n && j < n0; j++)
+            if (copy_back)
+                g[j] = g0[j];
+            else
+                g0[j] += g[j];
+    }
+    return first;
+}
+
 /* Megatron's finalize_model_grads: the DP buckets of every chunk (what
  * overlap has not finished), then the sequence-parallel partial sums over
  * TP, then the shared embedding over EMBEDDING_GROUP. */
@@ -79,11 +107,15 @@ static mtc_result_t train_finalize_grads(train_rank *x) {
         train_timer timer;
     } groups[] = {{MTC_REDUCE_TP, TRAIN_T_LAYERNORM_GRADS},
                   {MTC_REDUCE_EMBEDDING, TRAIN_T_EMBEDDING_GRADS}};
+    int emb = x->pp_size > 1 ? train_embedding_fold(x, 0) : -1;
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         mtc_comm_t comm = mtc_grid_reduce_comm(x->grid, groups[g].bit);
         for (int k = 0; k < x->vpp && comm; k++)
-            MTC_CHECK(train_reduce_group(x, &x->chunks[k], groups[g].bit, comm, groups[g].timer));
+            if (groups[g].bit != MTC_REDUCE_EMBEDDING || k == emb)
+                MTC_CHECK(
+                    train_reduce_group(x, &x->chunks[k], groups[g].bit, comm, groups[g].timer));
     }
+    if (emb >= 0) train_embedding_fold(x, 1);
     return MTC_OK;
 }
 
@@ -230,7 +262,7 @@ static mtc_result_t train_mtp_losses(train_rank *x) {
     for (int d = 0; d < mc->mtp_num_layers; d++) {
         double v = 0;
         for (int k = 0; k < x->vpp; k++)
-            if (x->chunks[k].model->mtp_layers) v += x->chunks[k].model->mtp_loss_sum[d];
+            if (x->chunks[k].model->mtp_losses) v += x->chunks[k].model->mtp_loss_sum[d];
         MTC_CHECK(train_dp_sum(x, &v));
         x->mtp_loss[d] = v / ((double)x->cur_batch * (mc->seq_length - d - 1));
     }

@@ -93,6 +93,21 @@ check("not a member" in lines.get("EMBEDDING_GROUP", ""), "--rank embedding")
 p = run(["--world-size", "16", "--rank", "16"])
 check(p.returncode == 2 and p.stdout == "", "--rank out of range")
 
+# Megatron's standalone MTP stage (pretrain_gpt.py get_embedding_ranks): its pipeline rank
+# joins EMBEDDING_GROUP, the last stage's only with a tied head; tp 2 x pp 4 on 8 ranks
+ML = ["--world-size", "8", "--tp", "2", "--pp", "4", "--mtp-num-layers", "2", "--json"]
+for extra, want in (([], [[0, 4, 6], [1, 5, 7]]),
+                    (["--untie-embeddings-and-output-weights"], [[0, 4], [1, 5]])):
+    p = run(ML + ["--pipeline-model-parallel-layout", "Et|t|mm|L"] + extra)
+    got = json.loads(p.stdout)["groups"]["EMBEDDING_GROUP"] if p.returncode == 0 else None
+    check(got == want, f"standalone MTP embedding group {extra}: {got} != {want} {p.stderr}")
+p = run(ML + ["--pipeline-model-parallel-layout", "Et|t|t|mmL"])  # MTP with the loss
+check(p.returncode == 0 and json.loads(p.stdout)["groups"]["EMBEDDING_GROUP"] == [[0, 6], [1, 7]],
+      f"MTP with the loss: {p.stdout[:80]} {p.stderr}")
+p = run(ML[:-1] + ["--mtp-num-layers", "1", "--pipeline-model-parallel-layout", "Et|t|mm|L"])
+check(p.returncode == 2 and p.stdout == "" and "Number of mtp layers in layout must match" in p.stderr,
+      f"layout m count refused: {p.returncode} {p.stderr}")
+
 # partial distributed optimizer: warned about for an order where Megatron's inter-instance
 # group does not pair the dense shards (dense dp-cp [0 1 2 3] sliced [0 1] [2 3], expert
 # L1 groups [0 1] [2 3]); not for the default order

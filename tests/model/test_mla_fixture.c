@@ -113,7 +113,7 @@ int main(void) {
 
     /* the serial registry: names, shapes and global offsets */
     mtc_registry reg;
-    model_register_opts ro = {0, cfg.num_layers, 1, 1, 0, 0};
+    model_register_opts ro = {0, cfg.num_layers, 1, 1, 0, 0, 0};
     model_rank_split rs = {1, 0, 1, 1, 0};
     int pidx[MTC_NGLOBAL_ROLES], lf[64];
     T_CHECK(model_family_register_rank(&reg, &cfg, &ro, &rs, pidx, lf) == MTC_OK);

@@ -84,6 +84,5 @@ if [ $st -eq 2 ] && grep -q "mtp-num-layers" "$D/e.err" && [ ! -e "$D/hf/model.s
 else bad "HF export of an MTP model (exit $st)"; cat "$D/e.err"; fi
 refuse "MTP with learned positions" "not supported with learned_absolute" --mtp-num-layers 1
 refuse "a layout whose m count differs" "Number of mtp layers in layout must match" $MTP --world-size 2 --pp 2 --pipeline-model-parallel-layout 'Et|tmL'
-refuse "MTP before the loss stage" "mtc runs the MTP layers on the stage with the loss" $MTP --world-size 3 --pp 3 --pipeline-model-parallel-layout 'Et|tmm|L'
 refuse "mtp-num-layers -1" "mtp-num-layers=-1" --mtp-num-layers -1
 exit $fail

@@ -120,6 +120,33 @@ EP=2 check "llama moe mtp ep2 shared distopt" \
 DSV3="$MLA --mtp-num-layers 1 --num-experts 4 --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-shared-expert-intermediate-size 32 --moe-layer-freq [0]*1+[1]*3"
 EP=2 ETP=1 check "dsv3 tp2 sp pp2 ep2 etp1" "$DSV3" 4 2 2 1 1 0 1
 EP=2 check "dsv3 pp2 vpp2 ep2 distopt" "$DSV3" 4 1 2 2 0 1 1
+# Megatron's standalone MTP stage ('m's before the loss's stage): the loss's
+# rank holds the 1 + D states it receives, their gradients and the heads'
+# d(h_k), its parameters by the layout (train gets --pp and the layout only)
+check_layout() { # NAME MODEL PP VPP LAYOUT
+    name=$1 model=$2 pp=$3 vpp=$4 lay=$5
+    tmodel=$(echo "$model" | sed 's/--num-query-groups/--group-query-attention --num-query-groups/')
+    "$MTC" train $tmodel --world-size $pp --pp $pp --pipeline-model-parallel-layout "$lay" \
+        --mock-data --train-iters 1 --eval-iters 0 --threads 1 --metrics "$D/m.json" >"$D/log" 2>&1 ||
+        { bad "$name: mtc train failed"; tail -3 "$D/log"; return; }
+    "$MTC" plan $model --world-size $pp --pipeline-model-parallel-layout "$lay" --machine $HOST \
+        --explain "tp1-pp$pp-vpp$vpp" --pp-rank $((pp - 1)) --dp-rank 0 --json >"$D/p.json" 2>"$D/perr" ||
+        { bad "$name: mtc plan failed: $(cat "$D/perr")"; return; }
+    for k in param_bytes grad_bytes optim_state_bytes activation_bytes; do
+        m=$(tail -1 "$D/m.json" | sed -n "s/.*\"$k\": \([0-9]*\).*/\1/p")
+        p=$(sed -n "s/.*\"$k\": \([0-9]*\).*/\1/p" "$D/p.json")
+        if [ -z "$m" ] || [ "$m" != "$p" ]; then bad "$name $lay: $k train '$m' plan '$p'"; return; fi
+    done
+    ok "$name $lay: the loss's rank's bytes equal train's"
+}
+check_layout "llama standalone mtp pp3" "$LLAMA --mtp-num-layers 2" 3 1 'Ett|ttmm|L'
+check_layout "llama standalone mtp pp4 (the depths alone)" "$LLAMA --mtp-num-layers 2" 4 1 'Ett|tt|mm|L'
+check_layout "llama standalone mtp pp2 vpp2" "$LLAMA --mtp-num-layers 2" 2 2 'Et|tt|tmm|L'
+check_layout "gpt standalone mtp pp3 tied" "$GPT --position-embedding-type rope --mtp-num-layers 1" 3 1 'Ett|ttm|L'
+"$MTC" plan $LLAMA --mtp-num-layers 2 --pipeline-model-parallel-layout 'Ett|ttmm|L' --world-size 3 --machine $HOST \
+    --explain tp1-pp3-vpp1 2>&1 | grep -q "carry \[h_0 | h_1 .. h_2\], 3 hidden states.*priced approximately" &&
+    ok "plan --explain names the standalone MTP stage's messages and their approximate price" ||
+    bad "plan --explain: no standalone MTP messages line"
 
 # bad input: exit 2, one line, before any work
 expect_usage() {

@@ -80,7 +80,7 @@ static mtc_result_t bench_rank_fn(mtc_comm_t world, void *arg) {
     int r = mtc_comm_rank(world), v = pp_schedule_vpp(&w->sc);
     bench_rank b = {.fwd_ns = (uint64_t)(1e3 * w->unit_us / v),
                     .bwd_ns = (uint64_t)(2e3 * w->unit_us / v)};
-    pp_executor_config ec = {w->sc, w->count};
+    pp_executor_config ec = {w->sc, w->count, NULL};
     pp_executor_t ex;
     pp_channels ch = {0}; /* the pipeline channels, as the grid splits them */
     if (w->sc.pp > 1) {

@@ -91,13 +91,22 @@ rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
 if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder"], ["PP", "rank", "1-2", "decoder*3"],
                                  ["PP", "rank", "3", "decoder*3,loss"]]:
     print("FAIL uneven table", p.stdout, p.stderr); fails += 1
-# MTP: the layout's 'm' layers are drawn with the loss (mtc runs them on its stage)
+# MTP: the layout's 'm' layers are drawn where the layout puts them
 p = subprocess.run([mtc, "schedule", "--pp", "2", "--microbatches", "4", "--mtp-num-layers", "2",
                     "--pipeline-model-parallel-layout", "Et|t|tt|mmL"], capture_output=True, text=True)
 rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
 if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder", "decoder*2"],
                                  ["PP", "rank", "1", "decoder", "mtp*2,loss"]]:
     print("FAIL mtp layout table", rows, p.stderr); fails += 1
+# Megatron's standalone MTP stage: pp rank 0's second virtual stage, its messages 1 + D states
+p = subprocess.run([mtc, "schedule", "--pp", "2", "--microbatches", "4", "--mtp-num-layers", "2",
+                    "--pipeline-model-parallel-layout", "Et|t|mm|L"], capture_output=True, text=True)
+rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]
+if p.returncode != 0 or rows != [["PP", "rank", "0", "embedding,decoder", "mtp*2"],
+                                 ["PP", "rank", "1", "decoder", "loss"]] or \
+        "virtual stage 2 (pp rank 0, Megatron's standalone MTP stage) on to the loss's stage 3 carry " \
+        "[h_0 | h_1 .. h_2], 3 hidden states" not in p.stdout:
+    print("FAIL standalone mtp table", p.stdout, p.stderr); fails += 1
 p = subprocess.run([mtc, "schedule", "--pp", "2", "--microbatches", "4", "--num-layers", "4",
                     "--mtp-num-layers", "1"], capture_output=True, text=True)
 rows = [l.split() for l in p.stdout.splitlines() if l.startswith("PP rank")]

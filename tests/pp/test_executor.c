@@ -11,7 +11,11 @@
  *   (b) the order the callbacks ran in is pp_schedule_build's, per rank;
  *   (c) a forward-only run gives the same losses and leaves gradients alone;
  *   (d) invalid configurations are refused by init with Megatron's message
- *       before any communication.
+ *       before any communication;
+ *   (e) the same with a message size per stage boundary (stage_count, as a
+ *       standalone MTP stage's 1 + D states): stage s's output has w_s <=
+ *       count values, y_i = b_i + sum over j = i (mod w_out) of a_j x_j
+ *       (every input value is read), so a value sent short shows up.
  * Non-first stages keep the executor's input pointer for their backward
  * instead of a copy (the lifetime executor.h promises), and the caller's
  * buffer is filled with NaN first, so a slot reused too early or a transfer
@@ -33,6 +37,7 @@
 typedef struct {
     pp_schedule_config sc;
     size_t count;
+    const size_t *widths; /* (e): stage s's output values, s < S-1 (NULL: count) */
     int caller_buffer;
     /* results, written by the owning rank */
     float *loss;      /* (M) training run 1, last stage */
@@ -50,6 +55,7 @@ typedef struct {
     float *da[8], *db[8];
     const float *saved[8][64]; /* input pointer kept from forward, (chunk, mb) */
     float *x0;                 /* scratch for the first stage's input */
+    float *y;                  /* scratch for a stage's output */
     float *loss;
 } toy_rank;
 
@@ -63,11 +69,17 @@ static float toy_input(int mb, size_t i) {
 }
 static float toy_target(int mb, size_t i) { return mtc_rng_uniform(SEED + 2, (uint64_t)mb, i); }
 static float affine(float a, float x, float b) { return a * x + b; }
+/* values of stage s's output (the last stage's: the loss's count), input */
+static size_t w_out(const toy_world *w, int S, int s) {
+    return w->widths && s < S - 1 ? w->widths[s] : w->count;
+}
+static size_t w_in(const toy_world *w, int S, int s) { return s ? w_out(w, S, s - 1) : w->count; }
 
 static mtc_result_t toy_forward(void *ctx, int mb, int chunk, const float *in, float *out) {
     toy_rank *t = ctx;
     size_t n = t->w->count;
     int s = pp_virtual_stage(t->pp, t->rank, chunk);
+    size_t wi = w_in(t->w, t->S, s), wo = w_out(t->w, t->S, s);
     if (s == 0) {
         if (in) return mtc_error(MTC_ERR_INTERNAL, "first stage got an input");
         for (size_t i = 0; i < n; i++)
@@ -80,12 +92,16 @@ static mtc_result_t toy_forward(void *ctx, int mb, int chunk, const float *in, f
     if ((s == t->S - 1) != (out == NULL))
         return mtc_error(MTC_ERR_INTERNAL, "stage %d output pointer wrong", s);
     double L = 0;
-    for (size_t i = 0; i < n; i++) {
-        float y = affine(t->a[chunk][i], in[i], t->b[chunk][i]);
+    float *y = t->y;
+    for (size_t i = 0; i < wo; i++)
+        y[i] = t->b[chunk][i];
+    for (size_t j = 0; j < wi; j++)
+        y[j % wo] = affine(t->a[chunk][j], in[j], y[j % wo]);
+    for (size_t i = 0; i < wo; i++) {
         if (out)
-            out[i] = y;
+            out[i] = y[i];
         else
-            L += (double)y * toy_target(mb, i);
+            L += (double)y[i] * toy_target(mb, i);
     }
     if (!out) t->loss[mb] = (float)L;
     return MTC_OK;
@@ -98,12 +114,15 @@ static mtc_result_t toy_backward(void *ctx, int mb, int chunk, const float *gout
     if ((s == t->S - 1) != (gout == NULL) || (s == 0) != (gin == NULL))
         return mtc_error(MTC_ERR_INTERNAL, "stage %d gradient pointers wrong", s);
     const float *x = s == 0 ? NULL : t->saved[chunk][mb];
-    for (size_t i = 0; i < n; i++) {
-        float g = gout ? gout[i] : toy_target(mb, i);
-        float xi = x ? x[i] : toy_input(mb, i);
-        t->da[chunk][i] += g * xi;
-        t->db[chunk][i] += g;
-        if (gin) gin[i] = t->a[chunk][i] * g;
+    size_t wi = w_in(t->w, t->S, s), wo = w_out(t->w, t->S, s);
+    (void)n;
+    for (size_t i = 0; i < wo; i++)
+        t->db[chunk][i] += gout ? gout[i] : toy_target(mb, i);
+    for (size_t j = 0; j < wi; j++) {
+        float g = gout ? gout[j % wo] : toy_target(mb, j % wo);
+        float xj = x ? x[j] : toy_input(mb, j);
+        t->da[chunk][j] += g * xj;
+        if (gin) gin[j] = t->a[chunk][j] * g;
     }
     return MTC_OK;
 }
@@ -116,12 +135,13 @@ static mtc_result_t toy_rank_fn(mtc_comm_t world, void *arg) {
     float *params = malloc(2 * (size_t)t.v * n * sizeof(float));
     float *grads = calloc(2 * (size_t)t.v * n, sizeof(float));
     t.x0 = malloc(n * sizeof(float));
+    t.y = malloc(n * sizeof(float));
     t.loss = calloc((size_t)w->sc.num_microbatches, sizeof(float));
     void *buf = NULL;
     size_t bytes = 0;
     pp_executor_t ex = NULL;
     pp_channels ch = {0};
-    pp_executor_config ec = {w->sc, n};
+    pp_executor_config ec = {w->sc, n, w->widths};
     mtc_result_t rc;
     for (int c = 0; c < t.v; c++) {
         int s = pp_virtual_stage(t.pp, t.rank, c);
@@ -168,35 +188,49 @@ out:
     pp_executor_free(ex);
     mtc_comm_free(ch.act), mtc_comm_free(ch.grad);
     if (buf) mtc_mem_free_big(buf, bytes);
-    free(params), free(grads), free(t.x0), free(t.loss);
+    free(params), free(grads), free(t.x0), free(t.y), free(t.loss);
     return rc;
 }
 
 /* Serial twin: all stages of each microbatch on this thread. */
-static void serial(const pp_schedule_config *sc, size_t n, float *loss, float *da, float *db) {
+static void serial(const toy_world *w, float *loss, float *da, float *db) {
+    const pp_schedule_config *sc = &w->sc;
+    size_t n = w->count;
     int S = sc->pp * pp_schedule_vpp(sc), M = sc->num_microbatches;
-    float *x = malloc((size_t)(S + 1) * n * sizeof(float)), *g = malloc(n * sizeof(float));
+    float *x = malloc((size_t)(S + 1) * n * sizeof(float)), *g = malloc(2 * n * sizeof(float));
     memset(da, 0, (size_t)S * n * sizeof(float));
     memset(db, 0, (size_t)S * n * sizeof(float));
     for (int m = 0; m < M; m++) {
         for (size_t i = 0; i < n; i++)
             x[i] = toy_input(m, i);
-        for (int s = 0; s < S; s++)
-            for (size_t i = 0; i < n; i++)
-                x[(size_t)(s + 1) * n + i] =
-                    affine(toy_param(0, s, i), x[(size_t)s * n + i], toy_param(1, s, i));
+        for (int s = 0; s < S; s++) {
+            size_t wi = w_in(w, S, s), wo = w_out(w, S, s);
+            float *y = x + (size_t)(s + 1) * n;
+            for (size_t i = 0; i < wo; i++)
+                y[i] = toy_param(1, s, i);
+            for (size_t j = 0; j < wi; j++)
+                y[j % wo] = affine(toy_param(0, s, j), x[(size_t)s * n + j], y[j % wo]);
+        }
         double L = 0;
         for (size_t i = 0; i < n; i++)
             L += (double)x[(size_t)S * n + i] * toy_target(m, i);
         loss[m] = (float)L;
         for (size_t i = 0; i < n; i++)
             g[i] = toy_target(m, i);
-        for (int s = S - 1; s >= 0; s--)
-            for (size_t i = 0; i < n; i++) {
-                da[(size_t)s * n + i] += g[i] * x[(size_t)s * n + i];
+        for (int s = S - 1; s >= 0; s--) {
+            size_t wi = w_in(w, S, s);
+            float *gn = g + n; /* d(input) of stage s */
+            for (size_t j = 0; j < wi; j++)
+                gn[j] = 0;
+            size_t wo = w_out(w, S, s);
+            for (size_t i = 0; i < wo; i++)
                 db[(size_t)s * n + i] += g[i];
-                g[i] *= toy_param(0, s, i);
+            for (size_t j = 0; j < wi; j++) {
+                da[(size_t)s * n + j] += g[j % wo] * x[(size_t)s * n + j];
+                gn[j] = toy_param(0, s, j) * g[j % wo];
             }
+            memcpy(g, gn, wi * sizeof(float));
+        }
     }
     free(x), free(g);
 }
@@ -238,7 +272,7 @@ static void world_verify(const toy_world *w, int only) {
     size_t n = w->count;
     float *loss = malloc((size_t)M * sizeof(float));
     float *da = malloc((size_t)S * n * sizeof(float)), *db = malloc((size_t)S * n * sizeof(float));
-    serial(sc, n, loss, da, db);
+    serial(w, loss, da, db);
     int bad_loss = 0, bad_eval = 0, bad_grad = 0, bad_eval_grad = 0;
     if (only < 0 || only == pp - 1)
         for (int m = 0; m < M; m++) {
@@ -289,9 +323,13 @@ static const int CONFIGS[][4] = {
 };
 #define NCONFIGS ((int)(sizeof CONFIGS / sizeof *CONFIGS))
 
-static void run_config(int i) {
+/* (e)'s sizes: stage s sends 37 - 7 (s mod 3) values (at least 23) */
+static const size_t WIDTHS[] = {37, 30, 23, 37, 30, 23, 37, 30};
+
+static void run_config(int i, int widths) {
     toy_world w = {.sc = {CONFIGS[i][0], CONFIGS[i][1], CONFIGS[i][2], CONFIGS[i][3], 0},
-                   .count = i == 0 ? 33 : 37,
+                   .count = i == 0 && !widths ? 33 : 37,
+                   .widths = widths ? WIDTHS : NULL,
                    .caller_buffer = i & 1};
     world_alloc(&w);
     mtc_launch_opts lo = {.backend = MTC_BACKEND_SHM, .world_size = w.sc.pp, .timeout_s = 60};
@@ -310,7 +348,7 @@ typedef struct {
 
 static mtc_result_t refuse_fn(mtc_comm_t world, void *arg) {
     const refuse_case *rc = arg;
-    pp_executor_config ec = {rc->sc, 8};
+    pp_executor_config ec = {rc->sc, 8, NULL};
     pp_executor_t ex = (pp_executor_t)1;
     pp_channels ch = {world, world}; /* refused before any message */
     mtc_result_t r = pp_executor_init(&ex, &ec, &ch, NULL);
@@ -347,7 +385,7 @@ static void check_refusals(void) {
         T_CHECK(mtc_time_s() - t0 < 10); /* nobody waited for a peer */
     }
     /* the communicator must be the pipeline group's size */
-    pp_executor_config ec = {{2, 1, 4, 0, 0}, 8};
+    pp_executor_config ec = {{2, 1, 4, 0, 0}, 8, NULL};
     pp_executor_t ex;
     T_CHECK(pp_executor_init(&ex, &ec, NULL, NULL) == MTC_ERR_INVALID_ARGUMENT);
     ec.count = 0;
@@ -388,6 +426,6 @@ int main(void) {
     }
     check_refusals();
     for (int i = 0; i < NCONFIGS; i++)
-        run_config(i);
+        run_config(i, 0), run_config(i, 1);
     return T_DONE();
 }

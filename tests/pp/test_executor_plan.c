@@ -295,7 +295,7 @@ static void check_refusals(void) {
                    "The number of contiguous micro-batches in a virtual pipeline stageshould "
                    "range in [PP=4 , M=3]") == 0);
     pp_schedule_config bad_rem = {4, 2, 6, 0, 0}; /* 6 % 4 = 2 < 4 */
-    pp_executor_config ec = {bad_rem, 16};
+    pp_executor_config ec = {bad_rem, 16, NULL};
     size_t bytes = 1;
     T_CHECK(pp_executor_buffer_bytes(&bytes, &ec, 0) == MTC_ERR_INVALID_ARGUMENT);
     T_CHECK(bytes == 0);

@@ -192,9 +192,19 @@ static void test_refusals(void) {
     T_CHECK(refused(&s6, 2, 2, 1, "invalid layer character 'x'"));
     pp_layout_args s7 = {.layout = "Et*3|(tt|)*29,m|L"}; /* Megatron's DeepSeek-V3 example */
     T_CHECK(refused(&s7, 61, 16, 2, "Number of mtp layers in layout must match mtp_num_layers"));
-    /* MTP: its count, after the decoder, all in one stage, and (mtc) with the loss */
-    s7.mtp_num_layers = 1; /* Megatron's "standalone" MTP stage before the loss's */
-    T_CHECK(refused(&s7, 61, 16, 2, "mtc runs the MTP layers on the stage with the loss"));
+    /* MTP: its count, after the decoder, all in one stage, on its rank's
+     * last virtual stage; before the loss's stage it is Megatron's
+     * standalone MTP stage, whose 1 + D states travel on to the loss */
+    s7.mtp_num_layers = 1;
+    pp_layout_stage st7[32];
+    T_CHECK(pp_layout_build(st7, &s7, 61, 16, 2) == MTC_OK && st7[30].num_mtp == 1 &&
+            st7[31].num_mtp == 0 && st7[30].out_states == 2 && st7[31].in_states == 2 &&
+            st7[30].in_states == 1 && st7[29].out_states == 1 && st7[31].has_loss);
+    T_CHECK(pp_layout_mtp_standalone_rank(&s7, 61, 16, 2) == 14);
+    size_t *mc = NULL, mmax = 0;
+    T_CHECK(pp_layout_message_counts(&mc, &mmax, 10, &s7, 61, 16, 2) == MTC_OK && mc &&
+            mmax == 20 && mc[29] == 10 && mc[30] == 20 && mc[0] == 10);
+    free(mc);
     pp_layout_args m1 = {.layout = "Et|tmL", .mtp_num_layers = 1};
     pp_layout_stage ms[2];
     T_CHECK(pp_layout_build(ms, &m1, 2, 2, 1) == MTC_OK && ms[1].num_mtp == 1 &&
@@ -203,8 +213,15 @@ static void test_refusals(void) {
     T_CHECK(refused(&m2, 2, 2, 1, "decoder layers must be placed before MTP layers"));
     pp_layout_args m3 = {.layout = "Etm|tmL", .mtp_num_layers = 2};
     T_CHECK(refused(&m3, 2, 2, 1, "decoder layers must be placed before MTP layers"));
-    pp_layout_args m4 = {.layout = "Et|tmm|L", .mtp_num_layers = 2};
-    T_CHECK(refused(&m4, 2, 3, 1, "mtc runs the MTP layers on the stage with the loss"));
+    pp_layout_args m4 = {.layout = "Et|tmm||L", .mtp_num_layers = 2};
+    pp_layout_stage st4[4];
+    T_CHECK(pp_layout_build(st4, &m4, 2, 4, 1) == MTC_OK && st4[1].num_mtp == 2 &&
+            st4[1].out_states == 3 && st4[2].in_states == 3 && st4[2].out_states == 3 &&
+            st4[3].in_states == 3 && st4[0].out_states == 1);
+    T_CHECK(pp_layout_mtp_standalone_rank(&m4, 2, 4, 1) == 1);
+    T_CHECK(pp_layout_mtp_standalone_rank(&m1, 2, 2, 1) == -1); /* MTP with the loss */
+    T_CHECK(pp_layout_message_counts(&mc, &mmax, 10, &m1, 2, 2, 1) == MTC_OK && !mc && mmax == 10);
+    T_CHECK(refused(&m4, 2, 2, 2, "MTP should be always in the last virtual pipeline stage"));
     pp_layout_args m5 = {.layout = "Et|tmL", .mtp_num_layers = 2};
     T_CHECK(refused(&m5, 2, 2, 1, "Number of mtp layers in layout must match"));
     pp_layout_args s8 = {.layout = "Et*99999|L"};
