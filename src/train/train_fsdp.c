@@ -30,10 +30,12 @@ mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_d
         dc->overlap_grad_reduce = 0; /* mtc_fsdp reduces each unit itself */
         dc->grad_reduce_bf16 = 0;    /* ... in bf16 with its own unit-sized staging */
         /* the expert-parallel buffer shards over expert-DP, the dense one over DP x CP */
-        mtc_comm_t sh =
-            x->gbuf[dc->params == MTC_DDP_PARAMS_EXPERT ? TRAIN_GBUF_EXPERT : TRAIN_GBUF_DENSE]
-                .shard;
-        dc->pad_divisor = mtc_fsdp_pad_divisor(sh ? mtc_comm_size(sh) : 1);
+        const mtc_ddp_kind *kd =
+            &x->gbuf[dc->params == MTC_DDP_PARAMS_EXPERT ? TRAIN_GBUF_EXPERT : TRAIN_GBUF_DENSE];
+        /* HFSDP: whole pages per optimizer slice too (the shard over the instances) */
+        int n = kd->shard ? mtc_comm_size(kd->shard) : 1;
+        if (c->fsdp_outer_optim && kd->dp) n = mtc_comm_size(kd->dp);
+        dc->pad_divisor = mtc_fsdp_pad_divisor(n);
     }
     return MTC_OK;
 }
@@ -51,6 +53,7 @@ mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch) {
         if (!g->ddp) continue; /* a chunk without local experts */
         MTC_CHECK(mtc_fsdp_init(g->ddp, x->cfg->fsdp_strategy, &g->fsdp));
         mtc_fsdp_attach_optimizer(g->fsdp, g->dopt);
+        if (x->cfg->fsdp_outer_optim) MTC_CHECK(mtc_fsdp_set_outer_optim(g->fsdp));
         mtc_fsdp_set_overlap(g->fsdp, x->cfg->overlap_param_gather, x->cfg->overlap_grad_reduce);
         if (x->cfg->grad_reduce_in_bf16) MTC_CHECK(mtc_fsdp_set_grad_reduce_bf16(g->fsdp));
         if (x->cfg->fsdp_double_buffer) mtc_fsdp_set_double_buffer(g->fsdp);
@@ -64,6 +67,12 @@ void train_fsdp_shard(train_rank *x) {
     for (int k = 0; k < x->vpp; k++)
         for (int b = 0; b < x->nbuf; b++)
             if (x->chunks[k].buf[b].fsdp) mtc_fsdp_shard(x->chunks[k].buf[b].fsdp);
+}
+
+mtc_comm_t train_fsdp_norm_group(const train_rank *x, int b) {
+    const mtc_ddp_kind *kd = &x->gbuf[b];
+    /* HFSDP: each rank's optimizer slices are disjoint over the whole DP x CP group */
+    return x->cfg->fsdp_outer_optim && train_fsdp_grads(x->cfg) ? kd->dp : kd->shard;
 }
 
 mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last) {

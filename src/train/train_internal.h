@@ -311,6 +311,10 @@ mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_d
 mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch);
 /* After init or load: every rank keeps only its shards. */
 void train_fsdp_shard(train_rank *x);
+/* The group buffer kind b's norm sums are added up over: its shard group,
+ * or with HFSDP the whole DP x CP (expert-DP) group whose ranks hold
+ * disjoint optimizer slices. */
+mtc_comm_t train_fsdp_norm_group(const train_rank *x, int b);
 mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last);
 mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last);
 /* The pass about to run on chunk ch: forward (0) or backward (1). */

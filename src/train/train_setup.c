@@ -216,17 +216,13 @@ static mtc_result_t train_norm_plan(train_rank *x) {
                         ch->model->grads + r->params[i].offset, r->params[i].local_numel));
             continue;
         }
-        for (int b = 0; b < x->nbuf; b++) { /* the owned shard pieces */
-            const mtc_ddp *d = ch->buf[b].ddp;
-            for (int u = 0; d && u < d->layout.nbuckets; u++) {
-                int n;
-                const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, u, &n);
-                for (int j = 0; j < n; j++)
-                    if (train_norm_counts(r, &r->params[sp[j].param], tp_rank))
-                        MTC_CHECK(mtc_grad_norm_plan_add(
-                            &ch->buf[b].norm, d->grads + sp[j].gbuf_world.start,
-                            (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
-            }
+        for (int b = 0; b < x->nbuf; b++) { /* the optimizer's pieces (HFSDP: its slices) */
+            const mtc_distopt *o = ch->buf[b].dopt;
+            for (int j = 0; o && j < o->npieces; j++)
+                if (train_norm_counts(r, &r->params[o->pieces[j].param], tp_rank))
+                    MTC_CHECK(mtc_grad_norm_plan_add(&ch->buf[b].norm,
+                                                     o->ddp->grads + o->pieces[j].start,
+                                                     (size_t)o->pieces[j].n));
         }
     }
     return MTC_OK;
