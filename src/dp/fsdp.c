@@ -148,6 +148,7 @@ struct mtc_fsdp {
      * is the outer_rank-th of `outer` (the inter-instance group's size);
      * 1 otherwise */
     int outer, outer_rank;
+    size_t setup_bytes; /* params + grads resident when mtc_fsdp_shard began */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -437,6 +438,8 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
 }
 
 void mtc_fsdp_shard(mtc_fsdp *f) {
+    if (!f->setup_bytes) /* the first: what set-up made resident */
+        f->setup_bytes = fsdp_resident(f, f->d->params) + fsdp_resident(f, f->d->grads);
     for (int b = 0; b < f->nb; b++) {
         if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
         fsdp_release_bucket(f, FSDP_GRADS, b);
@@ -735,6 +738,8 @@ void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out) {
     out->optim_state_bytes =
         2 * (size_t)(f->opt ? f->opt->n : mtc_ddp_held_numel(f->d)) * sizeof(float);
 }
+
+size_t mtc_fsdp_setup_bytes(const mtc_fsdp *f) { return f->setup_bytes; }
 
 int64_t mtc_fsdp_max_unit(const mtc_fsdp *f) {
     int64_t m = 0;

@@ -155,6 +155,11 @@ int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n);
 /* Peak resident bytes of the params and grads buffers since init (sampled
  * after each gather and before each reduce-scatter) and the AdamW state. */
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out);
+/* Resident bytes of the params and grads buffers when mtc_fsdp_shard
+ * first ran: the most set-up held (nothing is released before it); with
+ * --init-model-with-meta-device the pages of this rank's shards that
+ * hold params, else the whole buffers. */
+size_t mtc_fsdp_setup_bytes(const mtc_fsdp *f);
 /* The largest unit (a bucket, padding included) in elements. */
 int64_t mtc_fsdp_max_unit(const mtc_fsdp *f);
 

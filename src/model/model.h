@@ -414,6 +414,9 @@ typedef struct {
     int head_chunk; /* tokens per LM-head chunk (0: MTC_MODEL_HEAD_CHUNK) */
     const struct tp_fp8_config *fp8; /* --fp8-format (tp/fp8_linear.h; needs --bf16, forces
                                        its fp32 GEMMs); NULL: none */
+    /* --init-model-with-meta-device: params and grads are not pre-faulted
+     * (a page is resident only once written: mtc_model_init_params_ranges) */
+    int lazy_buffers;
 } mtc_model_chunk_opts;
 
 /* Tokens per chunk of the fused LM head + cross-entropy: a constant, not a
@@ -464,6 +467,12 @@ void mtc_model_init_params(mtc_model *m, uint64_t seed);
 void mtc_model_init_params_progress(mtc_model *m, uint64_t seed,
                                     void (*progress)(void *ctx, size_t done, size_t total),
                                     void *ctx);
+/* Only the elements of the flat buffer inside keep[0..nkeep) ([start,
+ * end) pairs, any order) get their initial values (each its serial value,
+ * as mtc_model_init_params draws it); the rest is not written, so with
+ * lazy_buffers its pages never become resident (Megatron-FSDP's
+ * --init-model-with-meta-device: a rank draws only its shards). */
+void mtc_model_init_params_ranges(mtc_model *m, uint64_t seed, const int64_t (*keep)[2], int nkeep);
 void mtc_model_zero_grad(mtc_model *m);
 /* The fp32 params changed (an optimizer step, a load): with --bf16 /
  * --fp16 the rounded copies are made again as the next forward reaches

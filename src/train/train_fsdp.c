@@ -69,6 +69,39 @@ void train_fsdp_shard(train_rank *x) {
             if (x->chunks[k].buf[b].fsdp) mtc_fsdp_shard(x->chunks[k].buf[b].fsdp);
 }
 
+int train_fsdp_meta(const mtc_train_config *c) {
+    return c->fsdp_meta_init && c->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS;
+}
+
+mtc_result_t train_fsdp_init_params(train_rank *x, train_chunk *ch) {
+    int n = 0, at = 0;
+    for (int b = 0; b < x->nbuf; b++)
+        if (ch->buf[b].ddp) n += ch->buf[b].ddp->layout.nbuckets;
+    int64_t(*keep)[2];
+    MTC_CHECK(mtc_mem_calloc((size_t)(n ? n : 1), sizeof *keep, (void **)&keep));
+    for (int b = 0; b < x->nbuf;
+         b++) { /* each unit's shard, at the buffer's place in the model's */
+        const mtc_ddp *d = ch->buf[b].ddp;
+        for (int u = 0; d && u < d->layout.nbuckets; u++) {
+            dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, u);
+            keep[at][0] = (int64_t)d->cfg.base + s.start,
+            keep[at][1] = (int64_t)d->cfg.base + s.end;
+            at++;
+        }
+    }
+    mtc_model_init_params_ranges(ch->model, x->cfg->seed, (const int64_t(*)[2])keep, at);
+    free(keep);
+    return MTC_OK;
+}
+
+size_t train_fsdp_setup_bytes(const train_rank *x) {
+    size_t n = 0;
+    for (int k = 0; k < x->vpp; k++)
+        for (int b = 0; b < x->nbuf; b++)
+            if (x->chunks[k].buf[b].fsdp) n += mtc_fsdp_setup_bytes(x->chunks[k].buf[b].fsdp);
+    return n;
+}
+
 mtc_comm_t train_fsdp_norm_group(const train_rank *x, int b) {
     const mtc_ddp_kind *kd = &x->gbuf[b];
     /* HFSDP: each rank's optimizer slices are disjoint over the whole DP x CP group */
@@ -110,6 +143,10 @@ mtc_result_t train_fsdp_validate(const mtc_train_config *c) {
     if (c->fsdp_unit_size < 0)
         return mtc_error(E, "suggested-communication-unit-size=%lld must be >= 1 elements",
                          (long long)c->fsdp_unit_size);
+    if (c->fsdp_meta_init && c->fsdp_strategy == MTC_FSDP_NO_SHARD) /* Megatron's ValueError */
+        return mtc_error(E, "Meta device initialization (init_model_with_meta_device=True) is not "
+                            "supported or necessary for the 'no_shard' / 0 sharding strategy: "
+                            "drop --init-model-with-meta-device or pick a sharded strategy");
     if (!train_fsdp_grads(c)) return MTC_OK;
     if (c->overlap_param_gather && !c->overlap_grad_reduce) /* Megatron's rule */
         return mtc_error(E, "Must use --overlap-param-gather with --overlap-grad-reduce");

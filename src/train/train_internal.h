@@ -315,6 +315,14 @@ void train_fsdp_shard(train_rank *x);
  * or with HFSDP the whole DP x CP (expert-DP) group whose ranks hold
  * disjoint optimizer slices. */
 mtc_comm_t train_fsdp_norm_group(const train_rank *x, int b);
+/* --init-model-with-meta-device with optim_grads_params: the chunks' model
+ * buffers are not pre-faulted and train_fsdp_init_params draws only each
+ * buffer's shards (every unit's, this rank's), so no rank holds the whole
+ * model at any time. */
+int train_fsdp_meta(const mtc_train_config *c);
+mtc_result_t train_fsdp_init_params(train_rank *x, train_chunk *ch);
+/* mtc_fsdp_setup_bytes over this rank's buffers (--metrics' fsdp_setup_bytes). */
+size_t train_fsdp_setup_bytes(const train_rank *x);
 mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last);
 mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last);
 /* The pass about to run on chunk ch: forward (0) or backward (1). */

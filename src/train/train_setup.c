@@ -150,7 +150,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
                                                      : TP_PREC_F32,
-                              .layout_ctx = &lc};
+                              .layout_ctx = &lc,
+                              .lazy_buffers = train_fsdp_meta(c)};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
@@ -462,7 +463,10 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     mtc_progress_begin(&x->progress, "initialising %s parameters",
                        mtc_progress_count(count, (double)ip.total));
     for (int k = 0; k < x->vpp; k++) {
-        mtc_model_init_params_progress(x->chunks[k].model, c->seed, train_init_progress, &ip);
+        if (train_fsdp_meta(c)) /* --init-model-with-meta-device: the shards alone */
+            MTC_CHECK(train_fsdp_init_params(x, &x->chunks[k]));
+        else
+            mtc_model_init_params_progress(x->chunks[k].model, c->seed, train_init_progress, &ip);
         ip.before += x->chunks[k].model->reg.total;
     }
     mtc_progress_end(&x->progress);
