@@ -901,12 +901,7 @@ void mtc_model_init_params_ranges(mtc_model *m, uint64_t seed, const int64_t (*k
         }
 }
 
-void mtc_model_zero_grad(mtc_model *m) {
-    if (m->zero_grad_hook)
-        m->zero_grad_hook(m->zero_grad_ctx);
-    else
-        memset(m->grads, 0, m->reg.total * sizeof(float));
-}
+void mtc_model_zero_grad(mtc_model *m) { memset(m->grads, 0, m->reg.total * sizeof(float)); }
 
 size_t mtc_model_activation_bytes(const mtc_model *m) { return m->arena.high_water; }
 

@@ -235,6 +235,12 @@ typedef struct {
      * becomes m->error. */
     mtc_result_t (*params_needed)(void *ctx, int first, int last);
     void *params_needed_ctx;
+    /* The first microbatch's gradients start from zero through
+     * zero_grad(ctx) instead of mtc_model_zero_grad (Megatron-FSDP: only
+     * the shards, dp/fsdp.h; zeroing the whole buffer would make every
+     * page resident); NULL = mtc_model_zero_grad. */
+    void (*zero_grad)(void *ctx);
+    void *zero_grad_ctx;
 } mtc_model_pass;
 
 typedef struct mtc_model_slot mtc_model_slot;
@@ -320,12 +326,7 @@ typedef struct {
      * params is valid only in this rank's shard, the optimizer's all-gather
      * writes params_c, and a refresh only makes params16 from params_c */
     int main_sharded;
-    size_t main_released; /* bytes of params given back to the OS */
-    /* Megatron-FSDP (dp/fsdp.h): mtc_model_zero_grad calls this instead of
-     * zeroing the whole gradient buffer (which would make every page
-     * resident); NULL: memset */
-    void (*zero_grad_hook)(void *ctx);
-    void *zero_grad_ctx;
+    size_t main_released;     /* bytes of params given back to the OS */
     struct tp_fp8_state *fp8; /* the fp8 layers' scales and amax histories (NULL: none) */
 } mtc_model;
 

@@ -40,7 +40,7 @@ mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_d
     return MTC_OK;
 }
 
-static void train_fsdp_zero_grad(void *ctx) { /* every buffer of the chunk */
+void train_fsdp_zero_grad(void *ctx) { /* every buffer of the chunk */
     train_chunk *ch = ctx;
     for (int b = 0; b < TRAIN_GBUF_MAX; b++)
         if (ch->buf[b].fsdp) mtc_fsdp_zero_grad(ch->buf[b].fsdp);
@@ -58,8 +58,6 @@ mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch) {
         if (x->cfg->grad_reduce_in_bf16) MTC_CHECK(mtc_fsdp_set_grad_reduce_bf16(g->fsdp));
         if (x->cfg->fsdp_double_buffer) mtc_fsdp_set_double_buffer(g->fsdp);
     }
-    ch->model->zero_grad_hook = train_fsdp_zero_grad;
-    ch->model->zero_grad_ctx = ch;
     return MTC_OK;
 }
 

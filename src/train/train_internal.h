@@ -315,6 +315,8 @@ void train_fsdp_shard(train_rank *x);
  * or with HFSDP the whole DP x CP (expert-DP) group whose ranks hold
  * disjoint optimizer slices. */
 mtc_comm_t train_fsdp_norm_group(const train_rank *x, int b);
+/* The pass's zero_grad (ctx: the chunk): each FSDP buffer's shards only. */
+void train_fsdp_zero_grad(void *ctx);
 /* --init-model-with-meta-device with optim_grads_params: the chunks' model
  * buffers are not pre-faulted and train_fsdp_init_params draws only each
  * buffer's shards (every unit's, this rank's), so no rank holds the whole
