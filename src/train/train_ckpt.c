@@ -69,6 +69,10 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
                               (!p->tp_duplicate || xp || picks(h >> 16, tp, tp_rank))))
                 continue;
             float *base = which == 0 ? m->params : which == 1 ? ch->opt.m : ch->opt.v;
+            if (!for_save && which == 0 && train_fsdp_meta(x->cfg)) { /* the shards alone */
+                MTC_CHECK(train_fsdp_load_pieces(ch, l, i, key));
+                continue;
+            }
             MTC_CHECK(
                 mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base + p->offset, 0, p->local_numel));
         }

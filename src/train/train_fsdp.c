@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ckpt/state.h"
 #include "core/mem.h"
 #include "dp/fsdp.h"
 #include "train/train_internal.h"
@@ -98,6 +99,24 @@ size_t train_fsdp_setup_bytes(const train_rank *x) {
         for (int b = 0; b < x->nbuf; b++)
             if (x->chunks[k].buf[b].fsdp) n += mtc_fsdp_setup_bytes(x->chunks[k].buf[b].fsdp);
     return n;
+}
+
+mtc_result_t train_fsdp_load_pieces(const train_chunk *ch, mtc_ckpt_pieces *l, int i,
+                                    const char *key) {
+    const mtc_model *m = ch->model;
+    const mtc_param *p = &m->reg.params[i];
+    for (int b = 0; b < TRAIN_GBUF_MAX; b++) {
+        const mtc_ddp *d = ch->buf[b].ddp;
+        int u = d && i < d->layout.nparams ? d->layout.param_bucket[i] : -1;
+        if (u < 0) continue; /* not in this buffer */
+        dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, u), r = d->layout.param[i];
+        int64_t lo = r.start > s.start ? r.start : s.start, hi = r.end < s.end ? r.end : s.end;
+        if (hi <= lo) continue;
+        size_t a = d->cfg.base + (size_t)lo - p->offset; /* local elements [a, a + hi - lo) */
+        MTC_CHECK(mtc_ckpt_param_pieces(l, &m->reg, p, m->tp_rank, key, m->params + p->offset + a,
+                                        a, a + (size_t)(hi - lo)));
+    }
+    return MTC_OK;
 }
 
 mtc_comm_t train_fsdp_norm_group(const train_rank *x, int b) {

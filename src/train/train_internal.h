@@ -323,6 +323,9 @@ void train_fsdp_zero_grad(void *ctx);
  * model at any time. */
 int train_fsdp_meta(const mtc_train_config *c);
 mtc_result_t train_fsdp_init_params(train_rank *x, train_chunk *ch);
+/* The same for a load: param i's pieces inside this rank's shards, under key. */
+mtc_result_t train_fsdp_load_pieces(const train_chunk *ch, mtc_ckpt_pieces *l, int i,
+                                    const char *key);
 /* mtc_fsdp_setup_bytes over this rank's buffers (--metrics' fsdp_setup_bytes). */
 size_t train_fsdp_setup_bytes(const train_rank *x);
 mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last);

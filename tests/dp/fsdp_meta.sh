@@ -9,7 +9,9 @@
 # ep 2, --bf16; and --metrics' fsdp_setup_bytes (the params and grads
 # pages resident when set-up ends, before sharding) is the last rank's
 # shard pages exactly with the flag and the whole buffers without it: no
-# rank ever held the whole model. no_shard with the flag is refused
+# rank ever held the whole model; a resume with the flag reads only the
+# shards of the stored params (equal to the uninterrupted run, its set-up
+# bytes the shard pages again). no_shard with the flag is refused
 # (Megatron's ValueError).
 set -u
 MTC=${MTC:-build/mtc}
@@ -63,6 +65,27 @@ if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
 else
     ok "memory check skipped: page size $(getconf PAGESIZE) (the closed form assumes 4096)"
 fi
+# --load with the flag reads only this rank's shards of the stored params:
+# saved at 4 iterations, resumed to 8, equal to an uninterrupted 8; the
+# last rank of dp 4 holds after set-up one page of each layer (its shard
+# [12288, 16384) of 12704 + padding holds 416 params) and nothing of the
+# embedding's and the head's shards
+L="--lr-decay-iters 8"
+r() {
+    name=$1 iters=$2
+    shift 2
+    "$MTC" train $TINY $L --train-iters "$iters" --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
+}
+r full 8
+tail -4 "$D/full.jsonl" >"$D/full4.jsonl"
+r ca 4 --world-size 4 $F --save "$D/ck"
+r cb 8 --world-size 4 $F --init-model-with-meta-device --load "$D/ck"
+same_losses "fsdp dp=4 save -> meta-device dp=4 resume" "$D/full4.jsonl" "$D/cb.jsonl"
+r cc 8 --world-size 4 --pp 2 $F --init-model-with-meta-device --load "$D/ck"
+same_losses "fsdp dp=4 save -> meta-device pp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cc.jsonl"
+B=$(grep -o "\"fsdp_setup_bytes\": [0-9]*" "$D/cb.jsonl" | tail -1 | awk '{ print $2 }')
+[ "$B" = 8192 ] && ok "meta-device resume: set-up held $B bytes (the shards' pages read)" ||
+    bad "meta-device resume: set-up held '$B' bytes (want 8192)"
 refuse "meta-device with no_shard" "is not supported or necessary for the 'no_shard'" --world-size 2 $F \
     --data-parallel-sharding-strategy no_shard --init-model-with-meta-device
 exit $fail
