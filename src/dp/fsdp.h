@@ -134,8 +134,6 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last);
 /* Every unit gathered (before params are read outside a pass: saves,
  * exports); the next mtc_fsdp_params_needed releases them again. */
 mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f);
-/* The optimizer updated the shards: every gathered unit is stale, released. */
-void mtc_fsdp_params_updated(mtc_fsdp *f);
 
 /* Gradients of params [first, last) are complete for this microbatch; a
  * unit whose params all are: comm: reduce-scatter(intra) into this rank's

@@ -78,14 +78,13 @@ mtc_result_t train_fsdp_init_params(train_rank *x, train_chunk *ch) {
         if (ch->buf[b].ddp) n += ch->buf[b].ddp->layout.nbuckets;
     int64_t(*keep)[2];
     MTC_CHECK(mtc_mem_calloc((size_t)(n ? n : 1), sizeof *keep, (void **)&keep));
-    for (int b = 0; b < x->nbuf;
-         b++) { /* each unit's shard, at the buffer's place in the model's */
+    /* each unit's shard, at the buffer's place in the model's buffers */
+    for (int b = 0; b < x->nbuf; b++) {
         const mtc_ddp *d = ch->buf[b].ddp;
-        for (int u = 0; d && u < d->layout.nbuckets; u++) {
+        for (int u = 0; d && u < d->layout.nbuckets; u++, at++) {
             dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, u);
-            keep[at][0] = (int64_t)d->cfg.base + s.start,
+            keep[at][0] = (int64_t)d->cfg.base + s.start;
             keep[at][1] = (int64_t)d->cfg.base + s.end;
-            at++;
         }
     }
     mtc_model_init_params_ranges(ch->model, x->cfg->seed, (const int64_t(*)[2])keep, at);

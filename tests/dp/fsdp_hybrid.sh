@@ -38,6 +38,16 @@ same_losses "HFSDP 2 x 2, overlap" "$D/s.jsonl" "$D/ov.jsonl"
 run sb --bf16
 run bf --world-size 4 --micro-batch-size 1 $H --bf16
 same_losses "HFSDP 2 x 2 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
+# --log-params-norm sums the slices' params over the whole DP group
+run pn --log-params-norm
+run hpn --world-size 4 --micro-batch-size 1 $H --log-params-norm
+pn() { grep -o '"params_norm": [0-9.e+-]*' "$D/$1.jsonl" | awk '{ print $2 }'; }
+pn pn >"$D/pn.n"
+pn hpn >"$D/hpn.n"
+if paste -d' ' "$D/pn.n" "$D/hpn.n" |
+    awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > 1e-6) bad = 1; n++ } END { exit bad || n != 4 }'; then
+    ok "HFSDP --log-params-norm equals the serial run's (1e-6)"
+else bad "HFSDP params norm"; paste -d' ' "$D/pn.n" "$D/hpn.n"; fi
 MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
 run ms $MOE
 run me $MOE --world-size 4 --ep 2 $H
