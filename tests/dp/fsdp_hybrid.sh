@@ -7,10 +7,12 @@
 # slices all-gathered back). Against the serial run (lm loss and grad norm
 # per iteration within 2e-5, HSDP's tolerance): 2 instances x 2 with 2
 # microbatches accumulated, with overlap, with --bf16, MoE ep 2 (the expert
-# buffer's slices over the expert inter-instance group), pp 2 and tp 2 + SP
-# x (2 x 2); --metrics' optimizer state of the last rank is its slice's
-# params exactly (closed form of the unit layout: 1/(2 x 2) of each unit,
-# padded to whole 4 KiB pages per slice) and half HSDP's and less; checkpoints
+# buffer's slices over the expert inter-instance group), pp 2 (and with
+# vpp 2), tp 2 + SP and cp 2 x (2 x 2), merged units with the double buffer;
+# --log-params-norm equal to the serial run's; --metrics' optimizer state
+# of the last rank is its slice's params exactly (closed form of the unit
+# layout: 1/(2 x 2) of each unit, padded to whole 4 KiB pages per slice),
+# less than half HSDP's; checkpoints
 # with the optimizer state saved from HFSDP resume in HFSDP, serial, FSDP dp 4,
 # HSDP and the distributed optimizer on tp 2, and saved from those resume in
 # HFSDP, equal to the uninterrupted run.
@@ -56,6 +58,14 @@ run pp --world-size 8 --pp 2 --micro-batch-size 1 $H --overlap-grad-reduce --ove
 same_losses "HFSDP pp=2 x (2 x 2), tied embedding's slice over EMBEDDING_GROUP" "$D/s.jsonl" "$D/pp.jsonl"
 run tp --world-size 8 --tp 2 --sequence-parallel --micro-batch-size 1 $H
 same_losses "HFSDP tp=2 + SP x (2 x 2)" "$D/s.jsonl" "$D/tp.jsonl"
+
+run cp --world-size 8 --cp 2 --micro-batch-size 1 $H
+same_losses "HFSDP cp=2 x (2 x 2): the slices of the DP x CP shard" "$D/s.jsonl" "$D/cp.jsonl"
+run us --world-size 4 --micro-batch-size 1 $H --suggested-communication-unit-size 20000 --fsdp-double-buffer
+same_losses "HFSDP merged units (20000), --fsdp-double-buffer" "$D/s.jsonl" "$D/us.jsonl"
+run s4 --num-layers 4
+run pv --num-layers 4 --world-size 8 --pp 2 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 $H
+same_losses "HFSDP pp=2 x vpp 2 x (2 x 2)" "$D/s4.jsonl" "$D/pv.jsonl"
 
 # memory: units (floats) embedding (64 + 16) x 128 = 10240, layer 12 C^2 +
 # 13 C = 198272 (x4), head 2 C = 256, padded to whole pages per slice of
