@@ -116,4 +116,10 @@ r ci 8 --world-size 4 $H --load "$D/ck3"
 same_losses "HSDP save -> HFSDP resume" "$D/full4.jsonl" "$D/ci.jsonl"
 r cj 8 --world-size 8 --pp 2 $H --load "$D/ck"
 same_losses "HFSDP save -> HFSDP pp=2 x (2 x 2) resume" "$D/full4.jsonl" "$D/cj.jsonl"
+# mtc plan does not price HFSDP: one line, exit 2, rather than HSDP's numbers
+"$MTC" plan --num-layers 2 --hidden-size 32 --num-attention-heads 4 --vocab-size 60 --seq-length 16 \
+    --micro-batch-size 1 --global-batch-size 8 --world-size 4 --machine dgx-a100 --fp32 $H >"$D/p.out" 2>"$D/p.err"
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$D/p.err")" -eq 1 ] && grep -q "does not price HFSDP" "$D/p.err" &&
+    ok "mtc plan refuses HFSDP: $(cat "$D/p.err")" || { bad "mtc plan HFSDP: exit $rc"; cat "$D/p.err"; }
 exit $fail
