@@ -255,6 +255,12 @@ static int plan_parse(plan_flags *f, int argc, char **argv) {
     f->seen_cp = mtc_args_seen(args, nargs, "context-parallel-size");
     if (mtc_fsdp_flags_apply(&f->fsdp_f, NULL, &f->fsdp, &f->fsdp_do) != MTC_OK)
         return cli_usage_error("plan", "%s", mtc_error_detail());
+    if (mtc_fsdp_flags_outer_optim(&f->fsdp_f) && f->lay.nd > 1) /* train runs it */
+        return cli_usage_error("plan",
+                               "mtc plan does not price HFSDP (--outer-dp-sharding-strategy optim) "
+                               "yet: plan with no_shard (HSDP; the optimizer state is then "
+                               "%d x what HFSDP holds)",
+                               f->lay.nd);
     if (f->fsdp_do && f->no_do)
         return cli_usage_error("plan",
                                "--use-megatron-fsdp %s runs on the distributed optimizer: "

@@ -414,6 +414,8 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->use_distributed_optimizer = f->distopt, tc->overlap_param_gather = f->overlap_pg;
     tc->fsdp_strategy = f->fsdp_strategy, tc->fsdp_unit_size = f->fsdp_flags.unit_size;
     tc->fsdp_double_buffer = f->fsdp_flags.double_buffer;
+    tc->fsdp_outer_optim = mtc_fsdp_flags_outer_optim(&f->fsdp_flags);
+    tc->fsdp_meta_init = f->compat.f[9]; /* --init-model-with-meta-device */
     tc->pad_high_busbw = f->pad_high, tc->print_layout = f->print_layout;
     if (mtc_train_validate(tc) != MTC_OK) return cli_usage_error("train", "%s", mtc_error_detail());
     mc->padded_vocab_size = mtc_model_pad_vocab(1, f->divisible, f->lay.tp);

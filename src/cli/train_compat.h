@@ -110,8 +110,14 @@ typedef struct {
         {"enable-experimental", NULL, MTC_ARG_FLAG, &(c).f[6], NULL, TC_NOTE, 0},                  \
         {"use-nccl-ub", NULL, MTC_ARG_FLAG, &(c).f[7], NULL, TC_NOTE " (NCCL user buffers)", 0},   \
         {"moe-permute-fusion", NULL, MTC_ARG_FLAG, &(c).f[8], NULL, TC_NOTE " (fused kernel)", 0}, \
-        {"init-model-with-meta-device",      NULL, MTC_ARG_FLAG, &(c).f[9], NULL,                  \
-         TC_NOTE " (PyTorch's meta device)", 0},                                                   \
+        {"init-model-with-meta-device",                                                            \
+         NULL,                                                                                     \
+         MTC_ARG_FLAG,                                                                             \
+         &(c).f[9],                                                                                \
+         NULL,                                                                                     \
+         "with --use-megatron-fsdp optim_grads_params: each rank allocates and draws only its "    \
+         "shards of the params (the whole model is never resident; docs/fsdp.md)",                 \
+         0},                                                                                       \
         {"fsdp-manual-registration",                                                               \
          NULL,                                                                                     \
          MTC_ARG_FLAG,                                                                             \

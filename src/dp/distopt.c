@@ -33,7 +33,7 @@ mtc_result_t mtc_distopt_init(mtc_ddp *d, int overlap_param_gather, mtc_distopt 
     mtc_result_t rc;
     mtc_distopt *o = NULL;
     MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof *o, (void **)&o), rc, fail);
-    o->ddp = d;
+    o->ddp = d, o->parts = 1;
     o->overlap_param_gather = overlap_param_gather != 0;
     int total = 0;
     for (int b = 0; b < l->nbuckets; b++) {
@@ -68,6 +68,35 @@ mtc_result_t mtc_distopt_init(mtc_ddp *d, int overlap_param_gather, mtc_distopt 
 fail:
     mtc_distopt_free(o);
     return rc;
+}
+
+mtc_result_t mtc_distopt_narrow(mtc_distopt *o, int part, int parts) {
+    const dp_layout *l = &o->ddp->layout;
+    if (parts < 1 || part < 0 || part >= parts)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT, "optimizer slice %d of %d", part, parts);
+    for (int b = 0; b < l->nbuckets; b++)
+        if ((l->bucket[b].end - l->bucket[b].start) % ((int64_t)l->dp * parts))
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "bucket %d's shard does not split into %d optimizer slices", b, parts);
+    int64_t n = 0;
+    int np = 0;
+    for (int k = 0; k < o->npieces; k++) { /* in place: a piece only shrinks or goes */
+        mtc_distopt_piece pc = o->pieces[k];
+        int b = l->param_bucket[pc.param];
+        dp_range s = dp_layout_shard_range(l, o->ddp->shard_rank, b);
+        int64_t w = (s.end - s.start) / parts, lo = s.start + part * w, hi = lo + w;
+        int64_t a = pc.start > lo ? pc.start : lo, e = pc.start + pc.n < hi ? pc.start + pc.n : hi;
+        if (e <= a) continue;
+        pc.start = a, pc.n = e - a, pc.state = n;
+        o->pieces[np++] = pc;
+        n += pc.n;
+    }
+    size_t old = (size_t)(o->n ? o->n : 1) * sizeof(float),
+           bytes = (size_t)(n ? n : 1) * sizeof(float);
+    mtc_mem_free_big(o->m, old), mtc_mem_free_big(o->v, old);
+    o->m = o->v = NULL, o->npieces = np, o->n = n, o->parts = parts;
+    MTC_CHECK(mtc_mem_alloc_big(bytes, 1, (void **)&o->m));
+    return mtc_mem_alloc_big(bytes, 1, (void **)&o->v);
 }
 
 void mtc_distopt_free(mtc_distopt *o) {

@@ -72,11 +72,19 @@ typedef struct mtc_distopt {
                                     the shard only; each unit is gathered when a pass needs it */
     struct mtc_distopt_fp8 *fp8; /* --fp8-param-gather (dp/distopt_fp8.h): the step casts and
                                     gathers through it; owned */
+    int parts;                   /* 1, or HFSDP (mtc_distopt_narrow): the pieces cover the part-th
+                                    1/parts of each bucket's shard only */
 } mtc_distopt;
 
 /* Optimizer state for d's shard (zeroed). d must use the distributed
  * optimizer (INVALID_ARGUMENT otherwise) and outlive the optimizer. */
 mtc_result_t mtc_distopt_init(mtc_ddp *d, int overlap_param_gather, mtc_distopt **out);
+/* Megatron-FSDP's HFSDP (--outer-dp-sharding-strategy optim, dp/fsdp.h):
+ * keep only the pieces inside the part-th of `parts` equal slices of each
+ * bucket's shard (each slice whole: the layout pads for it), m and v
+ * reallocated (zeroed) for them. Before the first step. INVALID_ARGUMENT
+ * when a shard does not split evenly or parts < 1. */
+mtc_result_t mtc_distopt_narrow(mtc_distopt *o, int part, int parts);
 /* Waits for pending all-gathers. NULL is a no-op. */
 void mtc_distopt_free(mtc_distopt *o);
 

@@ -14,9 +14,14 @@
  *
  * Pages: every shard starts and ends on a page (mtc_fsdp_pad_divisor), so
  * madvise(MADV_DONTNEED) frees exactly what is not owned, and mincore(2)
- * says what is resident. Relies on dp/ddp.h, dp/distopt.h, comm/. Does
- * not: reduce in bf16, or shard the optimizer over the instances too
- * (outer strategy optim). */
+ * says what is resident.
+ *
+ * HFSDP (several optimizer instances, outer strategy optim): the shard is
+ * the instance's as in HSDP; after the last microbatch each unit's shard
+ * is reduce-scattered over the inter-instance group into this rank's
+ * optimizer slice (1/outer of it), AdamW updates the slice only, and the
+ * first need after the step all-gathers the slices back into the shard
+ * over the same group. Relies on dp/ddp.h, dp/distopt.h, comm/. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -139,6 +144,11 @@ struct mtc_fsdp {
     char label[32];
     uint64_t *ag_t0; /* [nb] when bucket b's all-gather started, 0 none open */
     uint64_t rs_t0;  /* when the reduce-scatter in flight started */
+    /* HFSDP (mtc_fsdp_set_outer_optim): the optimizer's slice of each shard
+     * is the outer_rank-th of `outer` (the inter-instance group's size);
+     * 1 otherwise */
+    int outer, outer_rank;
+    size_t setup_bytes; /* params + grads resident when mtc_fsdp_shard began */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -298,7 +308,7 @@ mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out) {
     mtc_result_t rc;
     mtc_fsdp *f = NULL;
     MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof *f, (void **)&f), rc, fail);
-    f->d = d, f->strategy = strategy, f->nb = d->layout.nbuckets;
+    f->d = d, f->strategy = strategy, f->nb = d->layout.nbuckets, f->outer = 1;
     size_t nb = (size_t)(f->nb > 0 ? f->nb : 1), np = (size_t)d->layout.nparams + 1;
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, 1, (void **)&f->gathered), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(nb, 1, (void **)&f->need_cur), rc, fail);
@@ -428,6 +438,8 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
 }
 
 void mtc_fsdp_shard(mtc_fsdp *f) {
+    if (!f->setup_bytes) /* the first: what set-up made resident */
+        f->setup_bytes = fsdp_resident(f, f->d->params) + fsdp_resident(f, f->d->grads);
     for (int b = 0; b < f->nb; b++) {
         if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
         fsdp_release_bucket(f, FSDP_GRADS, b);
@@ -464,11 +476,67 @@ static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     return MTC_OK;
 }
 
+/* HFSDP after the optimizer step: comm: all-gather(inter-instance group)
+ * of every unit's updated optimizer slices into the whole shard, in
+ * place, forward order (last bucket first). */
+static mtc_result_t fsdp_outer_gather(mtc_fsdp *f) {
+    mtc_ddp *d = f->d;
+    for (int b = f->nb - 1; f->outer > 1 && b >= 0; b--) {
+        dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, b);
+        size_t w = (size_t)(s.end - s.start) / (size_t)f->outer;
+        float *base = d->params + s.start;
+        uint64_t t0 = f->trace ? mtc_time_ns() : 0;
+        MTC_CHECK(mtc_all_gather(base + (size_t)f->outer_rank * w, base, w, MTC_DTYPE_F32,
+                                 d->comms.inter));
+        fsdp_span(f, "outer all-gather", b, t0, 0);
+    }
+    return MTC_OK;
+}
+
+/* HFSDP after the last microbatch: comm: reduce-scatter(inter-instance
+ * group) of every unit's shard (summed over the instance's ranks and
+ * microbatches) into this rank's optimizer slice, in place. */
+static mtc_result_t fsdp_outer_reduce(mtc_fsdp *f) {
+    mtc_ddp *d = f->d;
+    for (int b = 0; f->outer > 1 && b < f->nb; b++) {
+        dp_range s = dp_layout_shard_range(&d->layout, d->shard_rank, b);
+        size_t w = (size_t)(s.end - s.start) / (size_t)f->outer;
+        float *g = d->grads + s.start;
+        uint64_t t0 = f->trace ? mtc_time_ns() : 0;
+        MTC_CHECK(mtc_reduce_scatter(g, g + (size_t)f->outer_rank * w, w, MTC_DTYPE_F32, MTC_OP_SUM,
+                                     d->comms.inter));
+        fsdp_span(f, "outer reduce-scatter", b, t0, 0);
+    }
+    return MTC_OK;
+}
+
+mtc_result_t mtc_fsdp_set_outer_optim(mtc_fsdp *f) {
+    mtc_ddp *d = f->d;
+    int n = d->comms.inter ? mtc_comm_size(d->comms.inter) : 1;
+    if (n < 2) return MTC_OK; /* one instance: nothing outside it to shard over */
+    if (!mtc_fsdp_shards_params(f) || !f->opt)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "HFSDP (outer strategy optim) needs optim_grads_params with its "
+                         "optimizer attached");
+    int64_t page = fsdp_page_floats();
+    for (int b = 0; b < f->nb; b++)
+        if ((d->layout.bucket[b].end - d->layout.bucket[b].start) % (page * d->layout.dp * n))
+            return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                             "FSDP unit %d is not padded to whole pages per optimizer slice of "
+                             "%d x %d ranks (lay it out with mtc_fsdp_pad_divisor(%d))",
+                             b, d->layout.dp, n, d->layout.dp * n);
+    MTC_CHECK(mtc_distopt_narrow(f->opt, mtc_comm_rank(d->comms.inter), n));
+    f->outer = n, f->outer_rank = mtc_comm_rank(d->comms.inter);
+    if (!f->g16) free(f->acc), f->acc = NULL; /* no per-microbatch sum over the instances */
+    return MTC_OK;
+}
+
 /* A new optimizer step since the units were gathered: drop them. */
 static mtc_result_t fsdp_check_step(mtc_fsdp *f) {
     if (!f->opt || f->opt->step == f->seen_step) return MTC_OK;
     f->seen_step = f->opt->step;
     f->pref = -1;
+    MTC_CHECK(fsdp_outer_gather(f));
     for (int b = 0; b < f->nb; b++)
         if (f->gathered[b]) MTC_CHECK(fsdp_drop(f, b));
     return MTC_OK;
@@ -548,7 +616,7 @@ static mtc_result_t fsdp_reduce_post(mtc_fsdp *f, int b) {
     else
         for (size_t i = 0; i < n; i++)
             g[i] -= acc[i];
-    if (d->comms.inter)
+    if (d->comms.inter && f->outer == 1) /* HFSDP reduces over the instances in finish */
         MTC_CHECK(mtc_all_reduce(g, g, n, MTC_DTYPE_F32, MTC_OP_SUM, d->comms.inter));
     for (size_t i = 0; i < n; i++)
         g[i] += acc[i], acc[i] = g[i];
@@ -647,7 +715,7 @@ mtc_result_t mtc_fsdp_finish(mtc_fsdp *f) {
                              "FSDP unit (bucket %d) has %d of its params ready and was reduced %d "
                              "times this step; the backward must mark every param of every unit",
                              b, f->nready[b], f->nreduced[b]);
-    return MTC_OK;
+    return fsdp_outer_reduce(f);
 }
 
 int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n) {
@@ -655,6 +723,8 @@ int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n) {
     *g = NULL, *n = 0;
     if (p < 0 || p >= l->nparams || l->param_bucket[p] < 0) return -1;
     dp_range s = dp_layout_shard_range(l, f->d->shard_rank, l->param_bucket[p]), r = l->param[p];
+    int64_t w = (s.end - s.start) / f->outer; /* HFSDP: the optimizer slice alone is reduced */
+    s.start += f->outer_rank * w, s.end = s.start + w;
     int64_t a = r.start > s.start ? r.start : s.start, b = r.end < s.end ? r.end : s.end;
     *g = f->d->grads + a;
     *n = b > a ? (size_t)(b - a) : 0;
@@ -664,8 +734,12 @@ int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n) {
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out) {
     out->param_bytes = f->peak_param;
     out->grad_bytes = f->peak_grad;
-    out->optim_state_bytes = 2 * (size_t)mtc_ddp_held_numel(f->d) * sizeof(float);
+    /* the optimizer's pieces: the shard's, or HFSDP's slice of it */
+    out->optim_state_bytes =
+        2 * (size_t)(f->opt ? f->opt->n : mtc_ddp_held_numel(f->d)) * sizeof(float);
 }
+
+size_t mtc_fsdp_setup_bytes(const mtc_fsdp *f) { return f->setup_bytes; }
 
 int64_t mtc_fsdp_max_unit(const mtc_fsdp *f) {
     int64_t m = 0;

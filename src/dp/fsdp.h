@@ -31,7 +31,9 @@
  * (params); reduce-scatter(same group) per unit and microbatch (grads).
  * Blocking, or left running with the overlap flags (mtc_fsdp_set_overlap).
  * With several optimizer instances (HSDP) each unit's shard is also
- * all-reduced over the inter-instance group after its reduce-scatter.
+ * all-reduced over the inter-instance group after its reduce-scatter;
+ * HFSDP (mtc_fsdp_set_outer_optim) reduce-scatters it over that group
+ * once per step instead and the optimizer holds 1/instances of the shard.
  * Limitations: the bf16 compute copies stay whole. Memory measured
  * with mincore(2) on the params and grads buffers (real resident pages). */
 #ifndef MTC_DP_FSDP_H
@@ -75,13 +77,25 @@ typedef struct mtc_fsdp mtc_fsdp;
  * for optim_grads or optim_grads_params: give back the pages of the
  * gradient buffer, and for optim_grads_params of the params, outside this
  * rank's shards. d must outlive the object. INVALID_ARGUMENT for another
- * strategy or several optimizer instances. */
+ * strategy. */
 mtc_result_t mtc_fsdp_init(mtc_ddp *d, int strategy, mtc_fsdp **out);
 void mtc_fsdp_free(mtc_fsdp *f);               /* NULL is a no-op */
 int mtc_fsdp_shards_params(const mtc_fsdp *f); /* optim_grads_params */
 /* The optimizer of d's shards: with optim_grads_params its all-gather is
  * switched off (o->no_gather) and a new o->step drops the gathered units. */
 void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o);
+/* HFSDP (--outer-dp-sharding-strategy optim with several optimizer
+ * instances; Megatron-FSDP's outer_fsdp_group sharding): after the
+ * attached optimizer, narrow it to this rank's slice of every unit's
+ * shard, the outer_rank-th of |inter-instance group| (mtc_distopt_narrow).
+ * Each step, mtc_fsdp_finish then reduce-scatters every unit's shard over
+ * the inter-instance group into the slice (instead of HSDP's all-reduce
+ * per microbatch) and the first need after the step all-gathers the
+ * updated slices into the shard. The layout must pad each unit to
+ * mtc_fsdp_pad_divisor(dp x instances). A no-op with one instance;
+ * INVALID_ARGUMENT without optim_grads_params or an optimizer.
+ * comm: reduce-scatter(inter) and all-gather(inter) per unit and step. */
+mtc_result_t mtc_fsdp_set_outer_optim(mtc_fsdp *f);
 /* --overlap-param-gather: after each need start the all-gather of the next
  * unit in the pass's direction (forward: the next layer, backward: the one
  * before), so up to three units are resident; --overlap-grad-reduce: each
@@ -120,8 +134,6 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last);
 /* Every unit gathered (before params are read outside a pass: saves,
  * exports); the next mtc_fsdp_params_needed releases them again. */
 mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f);
-/* The optimizer updated the shards: every gathered unit is stale, released. */
-void mtc_fsdp_params_updated(mtc_fsdp *f);
 
 /* Gradients of params [first, last) are complete for this microbatch; a
  * unit whose params all are: comm: reduce-scatter(intra) into this rank's
@@ -141,6 +153,11 @@ int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n);
 /* Peak resident bytes of the params and grads buffers since init (sampled
  * after each gather and before each reduce-scatter) and the AdamW state. */
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out);
+/* Resident bytes of the params and grads buffers when mtc_fsdp_shard
+ * first ran: the most set-up held (nothing is released before it); with
+ * --init-model-with-meta-device the pages of this rank's shards that
+ * hold params, else the whole buffers. */
+size_t mtc_fsdp_setup_bytes(const mtc_fsdp *f);
 /* The largest unit (a bucket, padding included) in elements. */
 int64_t mtc_fsdp_max_unit(const mtc_fsdp *f);
 

@@ -5,6 +5,10 @@
 
 #include "dp/fsdp.h"
 
+int mtc_fsdp_flags_outer_optim(const mtc_fsdp_flags *f) {
+    return f->use && f->outer && strcmp(f->outer, "optim") == 0;
+}
+
 mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_format, int *strategy,
                                   int *distopt) {
     *strategy = MTC_FSDP_OFF;
@@ -29,9 +33,6 @@ mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_form
                              "is only supported with full-sharding on DP-Shard: use "
                              "--data-parallel-sharding-strategy optim_grads_params, not %s",
                              f->strategy);
-        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
-                         "--outer-dp-sharding-strategy optim (HFSDP) is not in mtc yet: use "
-                         "no_shard (HSDP)");
     }
     if (!f->use) return MTC_OK;
     *strategy = s;

@@ -31,7 +31,7 @@ typedef struct {
      "collective per merged unit)", 0},                                                            \
     {"outer-dp-sharding-strategy", NULL, MTC_ARG_STRING, &(f).outer, "S",                          \
      "with --num-distributed-optimizer-instances > 1: no_shard (replicate over the instances; "    \
-     "default) or optim (not in mtc yet)", 0},                                                     \
+     "default) or optim (HFSDP: the optimizer state sharded over the instances too)", 0},                                                     \
     {"fsdp-double-buffer", NULL, MTC_ARG_FLAG, &(f).double_buffer, NULL,                           \
      "with --use-megatron-fsdp optim_grads*: keep the pages of two units' gathers and gradients "  \
      "allocated for the whole run (Megatron's persistent double buffer) instead of giving them "   \
@@ -45,5 +45,7 @@ typedef struct {
  * as Megatron). INVALID_ARGUMENT naming the value otherwise. */
 mtc_result_t mtc_fsdp_flags_apply(const mtc_fsdp_flags *f, const char *ckpt_format, int *strategy,
                                   int *distopt);
+/* --outer-dp-sharding-strategy optim with --use-megatron-fsdp (HFSDP). */
+int mtc_fsdp_flags_outer_optim(const mtc_fsdp_flags *f);
 
 #endif

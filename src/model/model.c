@@ -775,8 +775,8 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
                                           cfg->rotary_interleaved),
                        rc, fail);
     size_t bytes = m->reg.total * sizeof(float);
-    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->params), rc, fail);
-    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, 1, (void **)&m->grads), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, !o->lazy_buffers, (void **)&m->params), rc, fail);
+    MTC_CHECK_GOTO(mtc_mem_alloc_big(bytes, !o->lazy_buffers, (void **)&m->grads), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc((size_t)nslots, sizeof(mtc_model_slot), (void **)&m->slots), rc,
                    fail);
     int fp8 = o->fp8 && o->fp8->enabled; /* fp8 GEMMs are fp32 GEMMs on fp8 values */
@@ -905,12 +905,20 @@ void mtc_model_init_params_progress(mtc_model *m, uint64_t seed,
     }
 }
 
-void mtc_model_zero_grad(mtc_model *m) {
-    if (m->zero_grad_hook)
-        m->zero_grad_hook(m->zero_grad_ctx);
-    else
-        memset(m->grads, 0, m->reg.total * sizeof(float));
+void mtc_model_init_params_ranges(mtc_model *m, uint64_t seed, const int64_t (*keep)[2],
+                                  int nkeep) {
+    const mtc_registry *r = &m->reg;
+    for (int i = 0; i < nkeep; i++)
+        for (int k = 0; k < r->count; k++) {
+            const mtc_param *p = &r->params[k];
+            size_t lo = (size_t)keep[i][0], hi = (size_t)keep[i][1];
+            size_t a = p->offset > lo ? p->offset : lo;
+            size_t b = p->offset + p->local_numel < hi ? p->offset + p->local_numel : hi;
+            if (a < b) mtc_registry_init_local(r, p, m->params + a, a - p->offset, b - a, seed);
+        }
 }
+
+void mtc_model_zero_grad(mtc_model *m) { memset(m->grads, 0, m->reg.total * sizeof(float)); }
 
 size_t mtc_model_activation_bytes(const mtc_model *m) { return m->arena.high_water; }
 

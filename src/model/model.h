@@ -235,6 +235,12 @@ typedef struct {
      * becomes m->error. */
     mtc_result_t (*params_needed)(void *ctx, int first, int last);
     void *params_needed_ctx;
+    /* The first microbatch's gradients start from zero through
+     * zero_grad(ctx) instead of mtc_model_zero_grad (Megatron-FSDP: only
+     * the shards, dp/fsdp.h; zeroing the whole buffer would make every
+     * page resident); NULL = mtc_model_zero_grad. */
+    void (*zero_grad)(void *ctx);
+    void *zero_grad_ctx;
 } mtc_model_pass;
 
 typedef struct mtc_model_slot mtc_model_slot;
@@ -326,12 +332,7 @@ typedef struct {
      * params is valid only in this rank's shard, the optimizer's all-gather
      * writes params_c, and a refresh only makes params16 from params_c */
     int main_sharded;
-    size_t main_released; /* bytes of params given back to the OS */
-    /* Megatron-FSDP (dp/fsdp.h): mtc_model_zero_grad calls this instead of
-     * zeroing the whole gradient buffer (which would make every page
-     * resident); NULL: memset */
-    void (*zero_grad_hook)(void *ctx);
-    void *zero_grad_ctx;
+    size_t main_released;     /* bytes of params given back to the OS */
     struct tp_fp8_state *fp8; /* the fp8 layers' scales and amax histories (NULL: none) */
 } mtc_model;
 
@@ -425,6 +426,9 @@ typedef struct {
     int head_chunk; /* tokens per LM-head chunk (0: MTC_MODEL_HEAD_CHUNK) */
     const struct tp_fp8_config *fp8; /* --fp8-format (tp/fp8_linear.h; needs --bf16, forces
                                        its fp32 GEMMs); NULL: none */
+    /* --init-model-with-meta-device: params and grads are not pre-faulted
+     * (a page is resident only once written: mtc_model_init_params_ranges) */
+    int lazy_buffers;
 } mtc_model_chunk_opts;
 
 /* Tokens per chunk of the fused LM head + cross-entropy: a constant, not a
@@ -475,6 +479,12 @@ void mtc_model_init_params(mtc_model *m, uint64_t seed);
 void mtc_model_init_params_progress(mtc_model *m, uint64_t seed,
                                     void (*progress)(void *ctx, size_t done, size_t total),
                                     void *ctx);
+/* Only the elements of the flat buffer inside keep[0..nkeep) ([start,
+ * end) pairs, any order) get their initial values (each its serial value,
+ * as mtc_model_init_params draws it); the rest is not written, so with
+ * lazy_buffers its pages never become resident (Megatron-FSDP's
+ * --init-model-with-meta-device: a rank draws only its shards). */
+void mtc_model_init_params_ranges(mtc_model *m, uint64_t seed, const int64_t (*keep)[2], int nkeep);
 void mtc_model_zero_grad(mtc_model *m);
 /* The fp32 params changed (an optimizer step, a load): with --bf16 /
  * --fp16 the rounded copies are made again as the next forward reaches

@@ -323,6 +323,15 @@ static mtc_result_t gpt_layer_forward(mtc_model *m, const mtc_model_pass *pass, 
     return MTC_OK;
 }
 
+/* The step's first microbatch: the gradients from zero (the pass's own
+ * zeroing when it brings one). */
+static void gpt_zero_grad(mtc_model *m, const mtc_model_pass *pass) {
+    if (pass->zero_grad)
+        pass->zero_grad(pass->zero_grad_ctx);
+    else
+        mtc_model_zero_grad(m);
+}
+
 double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *targets, int B,
                          int T, const mtc_model_pass *pass) {
     MTC_ASSERT(slot >= 0 && slot < m->nslots && B <= m->B && T <= m->T && B >= 1 && T >= 1);
@@ -340,7 +349,7 @@ double mtc_model_forward(mtc_model *m, int slot, const int *tokens, const int *t
      * before the fused head below accumulates its weight gradient (every
      * kernel after this accumulates; adding to +0 is exact) */
     if (pass && pass->first_microbatch && pass->loss_scale > 0 && targets) {
-        mtc_model_zero_grad(m);
+        gpt_zero_grad(m, pass);
         a->zeroed = 1;
     }
 
@@ -565,7 +574,7 @@ mtc_result_t mtc_model_backward(mtc_model *m, int slot, const int *tokens, const
     /* every backward kernel accumulates: the step's first microbatch starts
      * from zero (adding to +0 is exact, so this equals overwriting), zeroed
      * here unless its training forward did */
-    if (pass && pass->first_microbatch && !a->zeroed) mtc_model_zero_grad(m);
+    if (pass && pass->first_microbatch && !a->zeroed) gpt_zero_grad(m, pass);
     a->zeroed = 0;
 
     /* params_needed in the backward too: Megatron-FSDP gathers each unit

@@ -545,6 +545,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                     ", \"param_bytes\": %zu, \"grad_bytes\": %zu, \"optim_state_bytes\": %zu, "
                     "\"activation_bytes\": %zu",
                     mem.param_bytes, mem.grad_bytes, mem.optim_state_bytes, act_bytes);
+            if (train_fsdp_grads(c)) /* what set-up held before sharding */
+                fprintf(metrics, ", \"fsdp_setup_bytes\": %zu", train_fsdp_setup_bytes(x));
             MTC_CHECK(train_obs_rss(x, metrics));
             if (c->bf16) { /* oneDNN primitives made so far: constant after set-up */
                 long made = 0;

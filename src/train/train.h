@@ -111,6 +111,8 @@ typedef struct {
     int fsdp_strategy;             /* --use-megatron-fsdp: mtc_fsdp_strategy (dp/fsdp.h), 0 = off */
     int64_t fsdp_unit_size;        /* --suggested-communication-unit-size (0: one unit per layer) */
     int fsdp_double_buffer;        /* --fsdp-double-buffer: mtc_fsdp_set_double_buffer */
+    int fsdp_outer_optim;          /* --outer-dp-sharding-strategy optim: HFSDP */
+    int fsdp_meta_init;            /* --init-model-with-meta-device: a rank draws only its shards */
     int print_layout; /* --print-layout: the last rank's buffer layouts first (per chunk) */
     /* ---- mixed precision (docs/mixed-precision.md) ---- */
     int bf16;                  /* --bf16: bf16 compute copies, fp32 main params and grads */

@@ -69,6 +69,10 @@ static mtc_result_t chunk_pieces(train_rank *x, const train_chunk *ch, mtc_ckpt_
                               (!p->tp_duplicate || xp || picks(h >> 16, tp, tp_rank))))
                 continue;
             float *base = which == 0 ? m->params : which == 1 ? ch->opt.m : ch->opt.v;
+            if (!for_save && which == 0 && train_fsdp_meta(x->cfg)) { /* the shards alone */
+                MTC_CHECK(train_fsdp_load_pieces(ch, l, i, key));
+                continue;
+            }
             MTC_CHECK(
                 mtc_ckpt_param_pieces(l, r, p, tp_rank, key, base + p->offset, 0, p->local_numel));
         }
@@ -88,7 +92,9 @@ static mtc_result_t dopt_pieces(train_rank *x, const mtc_distopt *o, const mtc_m
     int tp_rank = m->tp_rank, tp = m->tp_size;
     char key[MTC_CKPT_KEY_MAX];
     mtc_comm_t inter = o->ddp->comms.inter;
-    int nd = inter ? mtc_comm_size(inter) : 1, ir = inter ? mtc_comm_rank(inter) : 0;
+    /* HFSDP's slices are disjoint over the instances: each rank writes its own */
+    int nd = inter && o->parts == 1 ? mtc_comm_size(inter) : 1,
+        ir = nd > 1 ? mtc_comm_rank(inter) : 0;
     int xbuf = o->ddp->cfg.params == MTC_DDP_PARAMS_EXPERT; /* shards over expert-DP: disjoint */
     for (int k = 0; k < o->npieces; k++) {
         const mtc_distopt_piece *pc = &o->pieces[k];

@@ -311,6 +311,23 @@ mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_d
 mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch);
 /* After init or load: every rank keeps only its shards. */
 void train_fsdp_shard(train_rank *x);
+/* The group buffer kind b's norm sums are added up over: its shard group,
+ * or with HFSDP the whole DP x CP (expert-DP) group whose ranks hold
+ * disjoint optimizer slices. */
+mtc_comm_t train_fsdp_norm_group(const train_rank *x, int b);
+/* The pass's zero_grad (ctx: the chunk): each FSDP buffer's shards only. */
+void train_fsdp_zero_grad(void *ctx);
+/* --init-model-with-meta-device with optim_grads_params: the chunks' model
+ * buffers are not pre-faulted and train_fsdp_init_params draws only each
+ * buffer's shards (every unit's, this rank's), so no rank holds the whole
+ * model at any time. */
+int train_fsdp_meta(const mtc_train_config *c);
+mtc_result_t train_fsdp_init_params(train_rank *x, train_chunk *ch);
+/* The same for a load: param i's pieces inside this rank's shards, under key. */
+mtc_result_t train_fsdp_load_pieces(const train_chunk *ch, mtc_ckpt_pieces *l, int i,
+                                    const char *key);
+/* mtc_fsdp_setup_bytes over this rank's buffers (--metrics' fsdp_setup_bytes). */
+size_t train_fsdp_setup_bytes(const train_rank *x);
 mtc_result_t train_fsdp_params_needed(const train_chunk *ch, int first, int last);
 mtc_result_t train_fsdp_grads_ready(const train_chunk *ch, int first, int last);
 /* The pass about to run on chunk ch: forward (0) or backward (1). */

@@ -114,7 +114,9 @@ static mtc_model_pass train_pass(const train_rank *x, int k, int mb) {
             (c->use_distributed_optimizer && c->overlap_param_gather) || train_fsdp_grads(c)
                 ? train_params_needed
                 : NULL,
-        .params_needed_ctx = (void *)ch};
+        .params_needed_ctx = (void *)ch,
+        .zero_grad = train_fsdp_grads(c) ? train_fsdp_zero_grad : NULL, /* the shards only */
+        .zero_grad_ctx = (void *)ch};
     return pass;
 }
 

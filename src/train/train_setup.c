@@ -151,7 +151,8 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                               .precision = c->bf16   ? TP_PREC_BF16
                                            : c->fp16 ? TP_PREC_FP16
                                                      : TP_PREC_F32,
-                              .layout_ctx = &lc};
+                              .layout_ctx = &lc,
+                              .lazy_buffers = train_fsdp_meta(c)};
     MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
@@ -217,17 +218,13 @@ static mtc_result_t train_norm_plan(train_rank *x) {
                         ch->model->grads + r->params[i].offset, r->params[i].local_numel));
             continue;
         }
-        for (int b = 0; b < x->nbuf; b++) { /* the owned shard pieces */
-            const mtc_ddp *d = ch->buf[b].ddp;
-            for (int u = 0; d && u < d->layout.nbuckets; u++) {
-                int n;
-                const dp_shard_param *sp = dp_layout_shard_params(&d->layout, d->shard_rank, u, &n);
-                for (int j = 0; j < n; j++)
-                    if (train_norm_counts(r, &r->params[sp[j].param], tp_rank))
-                        MTC_CHECK(mtc_grad_norm_plan_add(
-                            &ch->buf[b].norm, d->grads + sp[j].gbuf_world.start,
-                            (size_t)(sp[j].gbuf_world.end - sp[j].gbuf_world.start)));
-            }
+        for (int b = 0; b < x->nbuf; b++) { /* the optimizer's pieces (HFSDP: its slices) */
+            const mtc_distopt *o = ch->buf[b].dopt;
+            for (int j = 0; o && j < o->npieces; j++)
+                if (train_norm_counts(r, &r->params[o->pieces[j].param], tp_rank))
+                    MTC_CHECK(mtc_grad_norm_plan_add(&ch->buf[b].norm,
+                                                     o->ddp->grads + o->pieces[j].start,
+                                                     (size_t)o->pieces[j].n));
         }
     }
     return MTC_OK;
@@ -471,7 +468,10 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     mtc_progress_begin(&x->progress, "initialising %s parameters",
                        mtc_progress_count(count, (double)ip.total));
     for (int k = 0; k < x->vpp; k++) {
-        mtc_model_init_params_progress(x->chunks[k].model, c->seed, train_init_progress, &ip);
+        if (train_fsdp_meta(c)) /* --init-model-with-meta-device: the shards alone */
+            MTC_CHECK(train_fsdp_init_params(x, &x->chunks[k]));
+        else
+            mtc_model_init_params_progress(x->chunks[k].model, c->seed, train_init_progress, &ip);
         ip.before += x->chunks[k].model->reg.total;
     }
     mtc_progress_end(&x->progress);

@@ -136,8 +136,8 @@ static mtc_result_t train_grad_norm(train_rank *x, double *norm) {
         /* comm: all-reduce(the kind's shard group) with the distributed optimizer,
          * all-reduce(MODEL_PARALLEL_GROUP or EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP) */
         const mtc_ddp_kind *kd = &x->gbuf[b];
-        if (kd->shard)
-            MTC_CHECK(mtc_all_reduce(&s[b], &s[b], 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->shard));
+        mtc_comm_t sh = train_fsdp_norm_group(x, b);
+        if (sh) MTC_CHECK(mtc_all_reduce(&s[b], &s[b], 1, MTC_DTYPE_F64, MTC_OP_SUM, sh));
         if (kd->norm)
             MTC_CHECK(mtc_all_reduce(&s[b], &s[b], 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->norm));
         total += s[b];
@@ -171,7 +171,8 @@ static mtc_result_t train_count_zeros(train_rank *x, float unscale, float coeff)
             }
         }
         const mtc_ddp_kind *kd = &x->gbuf[b];
-        if (kd->shard) MTC_CHECK(mtc_all_reduce(&z, &z, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->shard));
+        mtc_comm_t sh = train_fsdp_norm_group(x, b);
+        if (sh) MTC_CHECK(mtc_all_reduce(&z, &z, 1, MTC_DTYPE_F64, MTC_OP_SUM, sh));
         if (kd->norm) MTC_CHECK(mtc_all_reduce(&z, &z, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->norm));
         total += z;
     }
@@ -206,7 +207,8 @@ mtc_result_t train_params_norm(train_rank *x) {
             }
         }
         const mtc_ddp_kind *kd = &x->gbuf[b];
-        if (kd->shard) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->shard));
+        mtc_comm_t sh = train_fsdp_norm_group(x, b);
+        if (sh) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, sh));
         if (kd->norm) MTC_CHECK(mtc_all_reduce(&s, &s, 1, MTC_DTYPE_F64, MTC_OP_SUM, kd->norm));
         total += s;
     }

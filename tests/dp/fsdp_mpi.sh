@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/dp/fsdp_mpi.sh - Megatron-FSDP with ranks as MPI processes:
 # `mpirun -np 4 mtc train --use-megatron-fsdp` (optim_grads_params and
-# optim_grads on dp 4, optim_grads_params on tp 2 x dp 2 with SP and on pp 2 x dp 2) against
+# optim_grads on dp 4, optim_grads_params on tp 2 x dp 2 with SP and on pp 2 x dp 2,
+# HFSDP over 2 instances x 2, --init-model-with-meta-device on pp 2 x dp 2) against
 # the serial run, per-iteration lm loss and grad norm within 2e-5 relative.
 # Skips with a notice without MPI.
 set -u
@@ -29,4 +30,8 @@ mpi c --tp 2 --sequence-parallel
 same_losses "mpi fsdp optim_grads_params tp=2 x dp=2 sp" "$D/s.jsonl" "$D/c.jsonl"
 mpi p --pp 2 --overlap-grad-reduce --overlap-param-gather
 same_losses "mpi fsdp optim_grads_params pp=2 x dp=2 overlap" "$D/s.jsonl" "$D/p.jsonl"
+mpi h --micro-batch-size 1 --num-distributed-optimizer-instances 2 --outer-dp-sharding-strategy optim
+same_losses "mpi HFSDP 2 instances x 2, 2 microbatches" "$D/s.jsonl" "$D/h.jsonl"
+mpi m --pp 2 --init-model-with-meta-device
+same_losses "mpi fsdp pp=2 x dp=2 --init-model-with-meta-device" "$D/s.jsonl" "$D/m.jsonl"
 exit $fail
