@@ -303,10 +303,6 @@ mtc_result_t train_fp8_ckpt_load(train_rank *x, const struct cJSON *common, cons
 /* train_fsdp.c: Megatron-FSDP's hooks (dp/fsdp.h) */
 /* The strategy's buffers shard the gradients (optim_grads, optim_grads_params). */
 int train_fsdp_grads(const mtc_train_config *c);
-/* Chunk buffer config dc for FSDP: a bucket per unit, page-padded; *units
- * (allocated here, the caller frees) backs dc->unit_of. No-op otherwise. */
-mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_ddp_config *dc,
-                               int **units);
 /* After the chunk's DDP and optimizer exist: its FSDP objects. */
 mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch);
 /* After init or load: every rank keeps only its shards. */
