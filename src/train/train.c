@@ -587,7 +587,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         fflush(out);
     }
     /* progress of the long phases on stderr, from rank 0 as Megatron prints */
-    mtc_progress_init(&x.progress, mtc_comm_rank(world) == 0 && !c->quiet ? stderr : NULL);
+    mtc_progress_init(&x.progress, mtc_comm_rank(world) == 0 && !c->quiet ? stderr : NULL,
+                      (mtc_progress_mode)c->progress);
     uint64_t t0 = mtc_time_ns();
     MTC_CHECK(train_check_agreement(c, world, data_source_num_tokens(sh->src)));
     mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank, out);

@@ -355,7 +355,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->dp_rank = co->dp; /* the data rank; CP ranks of one DP rank share its samples */
     x->T_rank = mtc_model_seq_per_rank(&c->model, x->grid);
     x->world_rank = mtc_comm_rank(world);
-    MTC_CHECK(nn_pool_create(threads, &x->pool));
+    MTC_CHECK(nn_pool_create_opts(threads, c->pool_opts, &x->pool));
     MTC_CHECK(train_scaler_init(x));
     int P = x->pp_size;
     x->vpp = mtc_grid_chunks(x->grid);
