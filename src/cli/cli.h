@@ -7,6 +7,7 @@
 #include "comm/comm.h"
 #include "core/args.h"
 #include "core/result.h"
+#include "nn/nn.h"
 
 /* Each returns the process exit status; argv[0] is the first option. */
 int cli_cmd_train(int argc, char **argv);
@@ -37,6 +38,17 @@ int cli_env_check(void);
  * 0 = none). */
 void cli_launch_defaults(mtc_launch_opts *o);
 long cli_ckpt_fault_after(void);
+/* After cli_env_check, before a command runs: the environment's settings
+ * of process-wide library state, applied once (MTC_LOG_LEVEL's log level,
+ * MTC_GEMM's engine request, the peak and machine caches' paths from
+ * MTC_PEAK_CACHE, MTC_CACHE_DIR, XDG_CACHE_HOME and HOME). */
+void cli_env_apply(void);
+/* The environment's settings of the objects commands build (read once by
+ * cli_env_apply): MTC_PROGRESS's mode (mtc_progress_mode), MTC_NN_SPIN_US's
+ * nn pool options (NULL when unset), MTC_GEMM's engine (NN_GEMM_AUTO). */
+int cli_progress_mode(void);
+const nn_pool_opts *cli_pool_opts(void);
+nn_gemm_engine cli_gemm_engine(void);
 /* "mtc CMD: error: <detail> (<advice for rc>)" on stderr; returns 1. */
 int cli_fail(const char *cmd, mtc_result_t rc);
 

@@ -6,7 +6,13 @@
  * MTC=..., MTC_SOURCE_DIR) are not mtc's and pass. The ones that set a
  * library object's default are read here only (cli_launch_defaults:
  * MTC_COMM_TIMEOUT, MTC_COMM_ALGO, MTC_SHM_SPIN, MTC_SHM_YIELD,
- * MTC_COMM_CHECK; cli_ckpt_fault_after: MTC_CKPT_FAULT_AFTER). */
+ * MTC_COMM_CHECK; cli_ckpt_fault_after: MTC_CKPT_FAULT_AFTER; cli_env_apply:
+ * MTC_LOG_LEVEL, MTC_GEMM, MTC_PROGRESS, MTC_NN_SPIN_US, MTC_PEAK_CACHE,
+ * MTC_CACHE_DIR and the XDG_CACHE_HOME / HOME the caches default to): the
+ * library reads no MTC_* variable. (What it still reads describes the
+ * process's launcher or libraries, not mtc: the MPI launchers' rank and size
+ * variables in comm/launch.c and comm/backend_mpi.c, OPENBLAS_CORETYPE that
+ * nn/pool.c's banner names.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +22,9 @@
 #include "cli/cli.h"
 #include "comm/comm.h"
 #include "core/log.h"
+#include "core/peak.h"
+#include "core/progress.h"
+#include "plan/plan.h"
 
 /* a decimal count in [0, 1e9] */
 static int is_count(const char *v) {
@@ -95,3 +104,55 @@ long cli_ckpt_fault_after(void) {
     const char *v = getenv("MTC_CKPT_FAULT_AFTER"); /* checked by cli_env_check */
     return v && v[0] ? atol(v) : 0;
 }
+
+static struct {
+    int progress;
+    nn_pool_opts pool;
+    int pool_set;
+    nn_gemm_engine gemm;
+} cli_env_settings;
+
+/* A per-machine cache file: $<var>/<file> when var names a directory,
+ * $<var> itself when it names the file; else $XDG_CACHE_HOME/mtc/<file>,
+ * else $HOME/.cache/mtc/<file> (./.cache without a HOME). */
+static void cli_cache_path(char *buf, size_t n, const char *set, int set_is_dir, const char *file) {
+    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (set && set[0])
+        snprintf(buf, n, set_is_dir ? "%s/%s" : "%s", set, file);
+    else if (x && x[0])
+        snprintf(buf, n, "%s/mtc/%s", x, file);
+    else
+        snprintf(buf, n, "%s/.cache/mtc/%s", h && h[0] ? h : ".", file);
+}
+
+void cli_env_apply(void) {
+    /* every value below was checked by cli_env_check */
+    const char *v = getenv("MTC_LOG_LEVEL");
+    if (v && mtc_log_level_parse(v) >= 0)
+        mtc_log_set_level((mtc_log_level_t)mtc_log_level_parse(v));
+    v = getenv("MTC_GEMM");
+    cli_env_settings.gemm = v && !strcmp(v, "openblas") ? NN_GEMM_OPENBLAS
+                            : v && !strcmp(v, "dnnl")   ? NN_GEMM_DNNL
+                                                        : NN_GEMM_AUTO;
+    nn_gemm_engine_request(cli_env_settings.gemm);
+    v = getenv("MTC_PROGRESS");
+    cli_env_settings.progress = v && !strcmp(v, "0")        ? MTC_PROGRESS_OFF
+                                : v && !strcmp(v, "always") ? MTC_PROGRESS_ALWAYS
+                                                            : MTC_PROGRESS_ON;
+    v = getenv("MTC_NN_SPIN_US");
+    cli_env_settings.pool_set = v && v[0];
+    cli_env_settings.pool.spin_us = cli_env_settings.pool_set ? strtol(v, NULL, 10) : -1;
+    char path[4096];
+    cli_cache_path(path, sizeof path, getenv("MTC_PEAK_CACHE"), 0, "peak.json");
+    mtc_peak_set_cache_path(path);
+    cli_cache_path(path, sizeof path, getenv("MTC_CACHE_DIR"), 1, "machine.json");
+    mtc_plan_machine_set_cache_path(path);
+}
+
+int cli_progress_mode(void) { return cli_env_settings.progress; }
+
+const nn_pool_opts *cli_pool_opts(void) {
+    return cli_env_settings.pool_set ? &cli_env_settings.pool : NULL;
+}
+
+nn_gemm_engine cli_gemm_engine(void) { return cli_env_settings.gemm; }

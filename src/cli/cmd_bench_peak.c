@@ -255,7 +255,7 @@ int cli_cmd_bench_peak(int argc, char **argv) {
         if (rc != MTC_OK) return cli_fail("bench-peak", rc);
         char why[200], pp[1024];
         mtc_peak_cache_path(pp, sizeof pp);
-        nn_gemm_engine e = nn_gemm_engine_choose(why, sizeof why);
+        nn_gemm_engine e = nn_gemm_engine_choose(cli_gemm_engine(), why, sizeof why);
         printf("> wrote %s; fp32 GEMM engine of later runs here: %s (%s)\n", pp,
                nn_gemm_engine_name(e), why);
         return 0;
@@ -307,7 +307,7 @@ int cli_cmd_bench_peak(int argc, char **argv) {
            "against)\n",
            pp, pk.fma_fp32_tflops, pk.cores);
     char why[200];
-    nn_gemm_engine e = nn_gemm_engine_choose(why, sizeof why);
+    nn_gemm_engine e = nn_gemm_engine_choose(cli_gemm_engine(), why, sizeof why);
     printf("> fp32 GEMM engine of later runs here: %s (%s)\n", nn_gemm_engine_name(e), why);
     return 0;
 }

@@ -404,7 +404,7 @@ int cli_cmd_generate(int argc, char **argv) {
 
     info.cfg.hidden_dropout = info.cfg.attention_dropout = 0;
     info.cfg.init_std = 0.02f;
-    MTC_CHECK_GOTO(nn_pool_create(threads, &pool), rc, fail);
+    MTC_CHECK_GOTO(nn_pool_create_opts(threads, cli_pool_opts(), &pool), rc, fail);
     MTC_CHECK_GOTO(mtc_model_init(&info.cfg, 1, 1, pool, &m), rc, fail);
     MTC_CHECK_GOTO(load_dir ? mtc_ckpt_dist_load_model_at(m, load, ckpt_step)
                             : mtc_ckpt_load(m, load, &info),

@@ -360,6 +360,7 @@ static int train_fill_run(train_flags *f, const mtc_arg *args, int nargs, mtc_tr
     tc->launch.timeout_s = f->dist_timeout_min > 0 ? f->dist_timeout_min * 60.0 : 0;
     cli_launch_defaults(&tc->launch); /* the environment's, and the abort hook */
     tc->ckpt_fault_after = cli_ckpt_fault_after();
+    tc->progress = cli_progress_mode(), tc->pool_opts = cli_pool_opts();
     mtc_grid_config_default(&tc->grid); /* the layout, once */
     tc->grid.tp = f->lay.tp, tc->grid.pp = f->lay.pp, tc->grid.cp = f->lay.cp,
     tc->grid.ep = f->lay.ep, tc->grid.etp = f->lay.etp;

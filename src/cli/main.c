@@ -90,6 +90,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NCOMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) {
             if (cli_env_check()) return 2; /* MTC_* values checked like flags */
+            cli_env_apply();               /* ... and read once, here */
             return commands[i].run(argc - 2, argv + 2);
         }
     const char *best = NULL;

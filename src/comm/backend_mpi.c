@@ -453,6 +453,7 @@ static int mask_cores(const cpu_set_t *set) { return CPU_COUNT(set); }
  * took 1208 ms an iteration against 7.7 ms with yielding). A value the
  * user set is kept. Returns 1 when this process set it. */
 static int yield_setting_before_init(void) {
+    /* the launcher's and Open MPI's own variables (not mtc configuration) */
     const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (!v) v = getenv("MPI_LOCALNRANKS");
     if (!v) v = getenv("PMIX_LOCAL_SIZE");

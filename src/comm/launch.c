@@ -27,6 +27,9 @@
 
 #define LAUNCH_MAX_RANKS MTC_LAUNCH_MAX_THREAD_RANKS
 
+/* The environment read here is the launcher's (mpirun's / srun's rank and
+ * size variables: what started this process), not mtc configuration, which
+ * reaches comm/ only through mtc_launch_opts (cli/cli_env.c). */
 int mtc_launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }

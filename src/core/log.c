@@ -10,7 +10,7 @@
 
 static _Thread_local int log_rank = -1;
 static _Thread_local char log_coords[96];
-static atomic_int log_level = -1; /* -1: not read from the environment yet */
+static atomic_int log_level = MTC_LOG_INFO; /* mtc_log_set_level's (the CLI's MTC_LOG_LEVEL) */
 
 void mtc_log_set_rank(int rank, const char *coords) {
     log_rank = rank;
@@ -30,16 +30,7 @@ int mtc_log_level_parse(const char *s) {
 
 void mtc_log_set_level(mtc_log_level_t level) { atomic_store(&log_level, (int)level); }
 
-mtc_log_level_t mtc_log_level(void) {
-    int lv = atomic_load(&log_level);
-    if (lv < 0) {
-        const char *env = getenv("MTC_LOG_LEVEL");
-        lv = env ? mtc_log_level_parse(env) : -1;
-        if (lv < 0) lv = MTC_LOG_INFO;
-        atomic_store(&log_level, lv);
-    }
-    return (mtc_log_level_t)lv;
-}
+mtc_log_level_t mtc_log_level(void) { return (mtc_log_level_t)atomic_load(&log_level); }
 
 static void log_vprint(mtc_log_level_t level, const char *fmt, va_list ap) {
     static const char *tags[] = {"error", "warning", "info", "debug", "trace"};

@@ -3,8 +3,9 @@
  * Every line is prefixed with the calling rank ("[rank 3] ..."), taken from a
  * thread-local identity that the runtime sets when a rank starts
  * (mtc_log_set_rank); with ranks as threads, each thread is one rank.
- * Level comes from MTC_LOG_LEVEL (error, warn, info, debug, trace; default
- * info) or mtc_log_set_level(). Logging writes to stderr; user-facing results
+ * The level (error, warn, info, debug, trace; default info) is the
+ * process's, set by mtc_log_set_level (the CLI sets it from MTC_LOG_LEVEL
+ * before a command runs). Logging writes to stderr; user-facing results
  * (tables, JSON) go to stdout from cli/, never through here. */
 #ifndef MTC_CORE_LOG_H
 #define MTC_CORE_LOG_H

@@ -134,20 +134,25 @@ mtc_result_t mtc_peak_measure(mtc_peak *out, int threads, double seconds) {
     return MTC_OK;
 }
 
+static char peak_path[4096]; /* mtc_peak_set_cache_path's; "": no cache */
+
+void mtc_peak_set_cache_path(const char *path) {
+    snprintf(peak_path, sizeof peak_path, "%s", path ? path : "");
+}
+
 void mtc_peak_cache_path(char *buf, size_t len) {
-    const char *p = getenv("MTC_PEAK_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (p && p[0])
-        snprintf(buf, len, "%s", p);
-    else if (x && x[0])
-        snprintf(buf, len, "%s/mtc/peak.json", x);
-    else
-        snprintf(buf, len, "%s/.cache/mtc/peak.json", h && h[0] ? h : ".");
+    size_t k = strlen(peak_path);
+    if (len == 0) return;
+    if (k >= len) k = len - 1; /* the caller's buffer bounds it */
+    memcpy(buf, peak_path, k);
+    buf[k] = 0;
 }
 
 mtc_result_t mtc_peak_load(mtc_peak *out) {
     memset(out, 0, sizeof *out);
     char path[4096];
     mtc_peak_cache_path(path, sizeof path);
+    if (!path[0]) return mtc_error(MTC_ERR_IO, "no peak cache (none set: mtc_peak_set_cache_path)");
     FILE *f = fopen(path, "rb");
     if (!f) return mtc_error(MTC_ERR_IO, "no peak cache at %s", path);
     char text[4096];
@@ -198,6 +203,7 @@ void mtc_peak_cache_dir(char *dir, size_t len) {
     char path[4096];
     mtc_peak_cache_path(path, sizeof path);
     snprintf(dir, len, "%s", path);
+    if (!path[0]) return; /* no cache */
     char *slash = strrchr(dir, '/');
     if (!slash) {
         snprintf(dir, len, ".");
@@ -222,6 +228,8 @@ void mtc_peak_cache_dir(char *dir, size_t len) {
 mtc_result_t mtc_peak_save(const mtc_peak *p) {
     char path[4096], tmp[4200], dir[4096];
     mtc_peak_cache_path(path, sizeof path);
+    if (!path[0])
+        return mtc_error(MTC_ERR_IO, "no peak cache to write (none set: mtc_peak_set_cache_path)");
     mtc_peak_cache_dir(dir, sizeof dir);
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");

@@ -3,8 +3,9 @@
  * A peak is measured once (mtc_peak_measure: every core running independent
  * fused multiply-adds on the widest vectors the build targets, fp32) and
  * kept in a small JSON cache (mtc_peak_save / mtc_peak_load) so runs can
- * print MFU without measuring. The cache lives at $MTC_PEAK_CACHE, else
- * $XDG_CACHE_HOME/mtc/peak.json, else $HOME/.cache/mtc/peak.json. The figure
+ * print MFU without measuring. The cache lives where the process says
+ * (mtc_peak_set_cache_path; the CLI's is $MTC_PEAK_CACHE, else
+ * $XDG_CACHE_HOME/mtc/peak.json, else $HOME/.cache/mtc/peak.json). The figure
  * is for the whole machine; a run divides it by the ranks sharing the
  * machine. Whatever command measures and caches it (the planner's
  * `mtc bench-peak`) should call these so every reader agrees.
@@ -51,10 +52,15 @@ static inline double mtc_mfu(double model_flops, double seconds, int ranks,
     return model_flops / (seconds * ranks) / peak_flops_per_rank;
 }
 
-/* Where the cache is (buf gets the path). */
+/* Where the process's cache is: set once, before any thread reads it (the
+ * CLI: $MTC_PEAK_CACHE, else $XDG_CACHE_HOME/mtc/peak.json, else
+ * $HOME/.cache/mtc/peak.json). NULL or "": no cache (the default). */
+void mtc_peak_set_cache_path(const char *path);
+/* Where the cache is (buf gets the path; "" without one). */
 void mtc_peak_cache_path(char *buf, size_t len);
-/* The cache's directory (dir gets it), created if missing: other per-machine
- * measurements (nn/bf16_engine.c's) live beside peak.json. */
+/* The cache's directory (dir gets it, "" without a cache), created if
+ * missing: other per-machine measurements (nn/bf16_engine.c's) live beside
+ * peak.json. */
 void mtc_peak_cache_dir(char *dir, size_t len);
 /* MTC_ERR_IO when there is no cache, MTC_ERR_FORMAT when it is not ours. */
 mtc_result_t mtc_peak_load(mtc_peak *out);

@@ -14,12 +14,11 @@
 #define TTY_EVERY_NS 100000000ull
 #define LOG_EVERY_NS 5000000000ull
 
-void mtc_progress_init(mtc_progress *p, FILE *f) {
+void mtc_progress_init(mtc_progress *p, FILE *f, mtc_progress_mode mode) {
     memset(p, 0, sizeof *p);
-    const char *e = getenv("MTC_PROGRESS");
-    if (e && !strcmp(e, "0")) f = NULL;
+    if (mode == MTC_PROGRESS_OFF) f = NULL;
     p->f = f;
-    p->always = e && !strcmp(e, "always");
+    p->always = mode == MTC_PROGRESS_ALWAYS;
     p->tty = f && !p->always && isatty(fileno(f));
     p->now = mtc_time_ns;
 }

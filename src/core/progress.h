@@ -8,8 +8,8 @@
  *   - otherwise (a log file, a pipe, a test): nothing for a phase that ends
  *     within a second; a longer one prints its line once it passes the
  *     second, then at most every 5 seconds, and once when it ends.
- * MTC_PROGRESS=0 silences it, MTC_PROGRESS=always prints every phase as a
- * log file would see a long one (what the tests use).
+ * The mode switches it off, or prints every phase as a log file would see a
+ * long one (what the tests use; the CLI's MTC_PROGRESS=0 and always).
  * Contract: one phase at a time per reporter, updated from one thread; the
  * caller decides which rank reports (NULL stream: everything is a no-op).
  * Does not: measure anything itself, or print to stdout (the log there
@@ -23,7 +23,7 @@
 typedef struct {
     FILE *f;           /* NULL: off */
     int tty;           /* redraw in place */
-    int always;        /* MTC_PROGRESS=always: no first-second grace */
+    int always;        /* MTC_PROGRESS_ALWAYS: no first-second grace */
     char what[128];    /* "initialising 124M parameters" */
     uint64_t t0, last; /* phase start, last line (ns) */
     double done, total;
@@ -32,8 +32,14 @@ typedef struct {
     uint64_t (*now)(void); /* the clock (tests substitute one) */
 } mtc_progress;
 
+typedef enum {
+    MTC_PROGRESS_ON = 0, /* the default: a grace second, then rate-limited lines */
+    MTC_PROGRESS_OFF,    /* nothing */
+    MTC_PROGRESS_ALWAYS, /* every phase, as a log file would see a long one */
+} mtc_progress_mode;
+
 /* f: the stream (stderr), NULL to switch the reporter off. */
-void mtc_progress_init(mtc_progress *p, FILE *f);
+void mtc_progress_init(mtc_progress *p, FILE *f, mtc_progress_mode mode);
 void mtc_progress_begin(mtc_progress *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* done of total (total 0: no fraction is known; only the time is shown). */

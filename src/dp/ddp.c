@@ -77,7 +77,7 @@ dp_layout_config mtc_ddp_layout_config(const mtc_ddp_config *cfg, int dp) {
 }
 
 mtc_result_t mtc_ddp_layout(const mtc_registry *reg, const mtc_ddp_config *cfg, int dp,
-                            dp_layout *out) {
+                            int placement_only, dp_layout *out) {
     int n = reg->count;
     int64_t *numels = NULL;
     memset(out, 0, sizeof *out);
@@ -87,21 +87,54 @@ mtc_result_t mtc_ddp_layout(const mtc_registry *reg, const mtc_ddp_config *cfg, 
                         ? (int64_t)reg->params[i].local_numel
                         : 0;
     dp_layout_config lc = mtc_ddp_layout_config(cfg, dp);
+    lc.placement_only = placement_only;
     mtc_result_t rc = dp_layout_build(out, numels, n, &lc);
     free(numels);
     return rc;
 }
 
+/* The shard group's size a layout of cfg over comms has. */
+static int ddp_layout_dp(const mtc_ddp_config *cfg, const mtc_ddp_comms *c) {
+    return cfg->use_distopt ? ddp_size(c->intra ? c->intra : c->dp) : ddp_size(c->dp);
+}
+
 mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
                           const mtc_ddp_comms *comms, float *params, float *grads, mtc_ddp **out) {
     *out = NULL;
+    dp_layout layout;
     if ((params == NULL) != (grads == NULL))
         return mtc_error(MTC_ERR_INVALID_ARGUMENT,
                          "mtc_ddp_init takes both buffers or neither (got params %p, grads %p)",
                          (void *)params, (void *)grads);
     MTC_CHECK(ddp_check_sizes(cfg, comms));
+    MTC_CHECK(mtc_ddp_layout(reg, cfg, ddp_layout_dp(cfg, comms), 0, &layout));
+    return mtc_ddp_init_layout(reg, cfg, comms, &layout, params, grads, out);
+}
+
+mtc_result_t mtc_ddp_init_layout(const mtc_registry *reg, const mtc_ddp_config *cfg,
+                                 const mtc_ddp_comms *comms, dp_layout *layout, float *params,
+                                 float *grads, mtc_ddp **out) {
+    *out = NULL;
     mtc_result_t rc;
     mtc_ddp *d = NULL;
+    if ((params == NULL) != (grads == NULL)) {
+        rc =
+            mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                      "mtc_ddp_init_layout takes both buffers or neither (got params %p, grads %p)",
+                      (void *)params, (void *)grads);
+        goto fail;
+    }
+    MTC_CHECK_GOTO(ddp_check_sizes(cfg, comms), rc, fail);
+    if (layout->nparams != reg->count || layout->dp != ddp_layout_dp(cfg, comms) ||
+        layout->use_distopt != (cfg->use_distopt != 0) ||
+        (cfg->use_distopt && !layout->shard_off)) {
+        rc = mtc_error(MTC_ERR_INVALID_USAGE,
+                       "a layout of %d params over %d shard ranks for a DDP of %d params over %d "
+                       "(build it with mtc_ddp_layout from the same registry and configuration, "
+                       "not placement-only)",
+                       layout->nparams, layout->dp, reg->count, ddp_layout_dp(cfg, comms));
+        goto fail;
+    }
     MTC_CHECK_GOTO(mtc_mem_calloc(1, sizeof *d, (void **)&d), rc, fail);
     d->cfg = *cfg;
     d->cfg.shared_embedding = NULL;
@@ -111,13 +144,10 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     d->dp_size = ddp_size(d->comms.dp);
     d->instances = d->dp_size / ddp_size(d->comms.intra);
     d->shard_rank = cfg->use_distopt ? ddp_rank(d->comms.intra) : 0;
+    d->layout = *layout; /* taken over */
+    memset(layout, 0, sizeof *layout);
 
     int n = reg->count;
-    MTC_CHECK_GOTO(mtc_ddp_layout(reg, cfg,
-                                  cfg->use_distopt ? ddp_size(d->comms.intra) : d->dp_size,
-                                  &d->layout),
-                   rc, fail);
-
     size_t np = (size_t)n;
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->is_2d), rc, fail);
     MTC_CHECK_GOTO(mtc_mem_calloc(np, 1, (void **)&d->emb_or_out), rc, fail);
@@ -159,6 +189,7 @@ mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
     *out = d;
     return MTC_OK;
 fail:
+    dp_layout_free(layout);
     mtc_ddp_free(d);
     return rc;
 }

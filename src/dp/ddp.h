@@ -134,10 +134,12 @@ mtc_ddp_comms mtc_ddp_kind_comms(mtc_grid_t grid, const mtc_ddp_kind *kind, int 
                                  int chunk);
 /* The layout a buffer of cfg->params params of reg has over shard groups
  * of `dp` ranks (the intra group's size with the distributed optimizer;
- * without it the layout has no padding): what mtc_ddp_init builds, for a
- * model's layout hook to place its params the same way. */
+ * without it the layout has no padding): what mtc_ddp_init builds. A
+ * chunk's buffers are laid out once by mtc_ddp_chunk_layout_init
+ * (dp/chunk_layout.h), which calls this. placement_only: no per-rank shard
+ * tables (the planner's; a DDP refuses such a layout). */
 mtc_result_t mtc_ddp_layout(const mtc_registry *reg, const mtc_ddp_config *cfg, int dp,
-                            dp_layout *out);
+                            int placement_only, dp_layout *out);
 /* The dp_layout configuration of a DDP configuration over `dp` shard ranks. */
 dp_layout_config mtc_ddp_layout_config(const mtc_ddp_config *cfg, int dp);
 
@@ -176,6 +178,13 @@ typedef struct {
  * several instances without the distributed optimizer). */
 mtc_result_t mtc_ddp_init(const mtc_registry *reg, const mtc_ddp_config *cfg,
                           const mtc_ddp_comms *comms, float *params, float *grads, mtc_ddp **out);
+/* The same on a layout already built for cfg and comms (mtc_ddp_layout;
+ * a model's layout hook placed its params by it): the DDP takes *layout
+ * over and leaves it empty, also on failure. INVALID_USAGE for a layout of
+ * another registry, shard size or optimizer, or a placement-only one. */
+mtc_result_t mtc_ddp_init_layout(const mtc_registry *reg, const mtc_ddp_config *cfg,
+                                 const mtc_ddp_comms *comms, dp_layout *layout, float *params,
+                                 float *grads, mtc_ddp **out);
 /* Waits for any collective still running. NULL is a no-op. */
 void mtc_ddp_free(mtc_ddp *d);
 /* 1 when a buffer of `which` params holds p (p held by this rank). */

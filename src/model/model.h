@@ -470,6 +470,22 @@ const int *mtc_model_positions(const mtc_model *m);
 void mtc_model_describe_parallel(const mtc_model *m, const mtc_model_parallel *o, FILE *out);
 mtc_result_t mtc_model_gather_ranks(const mtc_model *const *chunks, int n, mtc_grid_t grid,
                                     float *global);
+/* model_moe.c: a chunk's per-step work beyond its passes (no-ops for a
+ * dense model). Before the step's microbatches: zero its statistics. */
+void mtc_model_step_begin(mtc_model *m);
+/* After finalize_model_grads: the MoE layers' expert-bias update (Megatron's
+ * _update_router_expert_bias). comm: all-reduce(TP x DP x CP) per MoE layer
+ * with --moe-router-enable-expert-bias. */
+mtc_result_t mtc_model_finalize_grads(mtc_model *m);
+/* Collective over world: the step's logged MoE losses and per-layer token
+ * statistics (moe/stats.c) over this rank's n chunks and every other
+ * rank's; dp: the data-parallel size. Zeroed for a dense model (no comm). */
+mtc_result_t mtc_model_moe_summary(const mtc_model *const *chunks, int n, mtc_comm_t world, int dp,
+                                   moe_step_summary *out);
+/* The banner's MoE lines of a built chunk (nothing for a dense model):
+ * layers, experts, routing, the whole model's total and active parameters
+ * (mtc_model_param_counts), and the expert-parallel layout of gs. */
+void mtc_model_describe_moe(const mtc_model *m, const mtc_grid_spec *gs, FILE *out);
 void mtc_model_free(mtc_model *m);
 /* Initial weights from the registry (normal(0, std) keyed by name and
  * element; residual projections std/sqrt(2L); LN ones/zeros; biases 0). */

@@ -19,8 +19,8 @@
  *
  * Relies on nn/ (GEMM, activations) and tp/layers.h (the shared expert is a
  * dense tensor-parallel MLP through model/block.h's caller). This header
- * does not know the model: model/ binds the weights and keeps the
- * activations; train/ applies the expert-bias update after the step.
+ * does not know the model: model/ binds the weights, keeps the activations
+ * and applies the step's statistics (moe/stats.c) to its layers.
  * Expert and expert-tensor parallelism: see moe_pass (the groups) and
  * docs/moe.md section 4. */
 #ifndef MTC_MOE_MOE_H
@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "comm/comm.h"
 #include "core/result.h"
@@ -166,7 +167,7 @@ typedef struct {
     float *rprob;    /* alltoall: (M) the received rows' probabilities */
 } moe_acts;
 
-/* Per-layer statistics a step accumulates (train/ reads and resets them). */
+/* Per-layer statistics a step accumulates (the model resets them each step; moe/stats.c). */
 typedef struct {
     double lb_loss;     /* sum over microbatches of the load-balancing loss / coeff */
     double z_loss;      /* sum over microbatches of the z-loss / coeff */
@@ -256,5 +257,46 @@ double moe_z_loss(const float *logits, float coeff, int N, int E);
 void moe_z_loss_backward(float *dlogits, const float *logits, float coeff, int N, int E, float g);
 /* The expert-bias step: bias += rate * sign(mean(counts) - counts). */
 void moe_expert_bias_update(float *bias, const float *counts, float rate, int E);
+
+/* ---- a training step's statistics (moe/stats.c) ------------------------------------ */
+
+/* After the step's gradients are final: the layer's tokens per expert
+ * summed over tpdpcp (TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP; NULL: one
+ * rank), then the expert-bias step at m's rate. comm: all-reduce(tpdpcp). */
+mtc_result_t moe_expert_bias_finalize(float *bias, moe_stats *s, const mtc_moe_config *m,
+                                      mtc_comm_t tpdpcp);
+
+/* The step's sums that every rank adds its MoE layers into and the caller
+ * sums over the world: [lb, z, then per layer (E tokens, dropped, assigned)]. */
+size_t moe_step_sums_len(const mtc_moe_config *m, int num_layers);
+/* Layer `layer`'s statistics s (of E experts) added into v. */
+void moe_step_sums_add(double *v, const moe_stats *s, int layer, int E);
+
+#define MOE_SUMMARY_MAX_LAYERS 256
+typedef struct {
+    int layer;
+    double min, max, p50, p90; /* tokens per expert over the step */
+    double dropped_fraction;   /* dropped (token, expert) assignments / all */
+} moe_layer_summary;
+typedef struct {
+    int has_lb, has_z;
+    double lb_loss, z_loss; /* Megatron's logged load_balancing_loss, z_loss */
+    int nlayers;
+    moe_layer_summary layer[MOE_SUMMARY_MAX_LAYERS];
+} moe_step_summary;
+/* The step's summary from the world-summed v: the losses averaged over the
+ * dp data-parallel ranks (z also over the tpcp ranks of the TP x CP group)
+ * and the MoE layers, each layer's token statistics. */
+void moe_step_summary_make(moe_step_summary *out, const double *v, const mtc_moe_config *m,
+                           int num_layers, int dp, int tpcp);
+/* The log line's MoE fields into buf (n bytes; "" without): Megatron's
+ * " [seq_|global_]load_balancing_loss: X |" and " z_loss: X |" of the
+ * losses given (averaged since the last log). */
+void moe_step_summary_log(const moe_step_summary *s, const mtc_moe_config *m, char *buf, size_t n,
+                          double lb, double z);
+/* ", \"load_balancing_loss\": ..., \"moe_layers\": [...]" (nothing without
+ * MoE layers): the losses given (averaged since the last log), the step's
+ * per-layer token statistics. */
+void moe_step_summary_metrics(const moe_step_summary *s, FILE *f, double lb, double z);
 
 #endif

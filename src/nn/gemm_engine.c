@@ -4,7 +4,8 @@
  *   mtc bench-peak: nn_gemm_engine_measure (both engines, alternating, best
  *     round each; OpenBLAS also in a child process with the core type the
  *     library picks itself) -> core/peak.h's cache
- *   every process: nn_gemm_engine_choose (once, pool.c) -> MTC_GEMM, else the
+ *   every process: nn_gemm_engine_choose (once, pool.c) -> the engine
+ *     requested (nn_gemm_engine_request: the CLI's MTC_GEMM), else the
  *     cached rates for the OpenBLAS core this process loaded, else oneDNN
  *
  * The choice is read, never measured, at start-up: the same command on the
@@ -28,14 +29,13 @@ const char *nn_gemm_engine_name(nn_gemm_engine e) {
     return e >= NN_GEMM_AUTO && e <= NN_GEMM_OPENBLAS ? gemm_engine_names[e] : "?";
 }
 
-nn_gemm_engine nn_gemm_engine_choose(char *why, size_t size) {
-    const char *env = getenv("MTC_GEMM");
+nn_gemm_engine nn_gemm_engine_choose(nn_gemm_engine requested, char *why, size_t size) {
     int have_dnnl = nn_lowp_available();
-    if (env && !strcmp(env, "openblas")) {
+    if (requested == NN_GEMM_OPENBLAS) {
         snprintf(why, size, "MTC_GEMM=openblas");
         return NN_GEMM_OPENBLAS;
     }
-    if (env && !strcmp(env, "dnnl")) {
+    if (requested == NN_GEMM_DNNL) {
         snprintf(why, size, "MTC_GEMM=dnnl%s", have_dnnl ? "" : ", but oneDNN is not built in");
         return have_dnnl ? NN_GEMM_DNNL : NN_GEMM_OPENBLAS;
     }
@@ -43,12 +43,9 @@ nn_gemm_engine nn_gemm_engine_choose(char *why, size_t size) {
         snprintf(why, size, "oneDNN not built in");
         return NN_GEMM_OPENBLAS;
     }
-    const char *bad = env && *env ? env : NULL;
     mtc_peak pk;
     if (mtc_peak_load(&pk) != MTC_OK || !(pk.gemm_dnnl_gflops > 0)) {
-        snprintf(why, size,
-                 "%s%s%sthe default: engines not measured on this machine (mtc bench-peak)",
-                 bad ? "MTC_GEMM=" : "", bad ? bad : "", bad ? " is not dnnl or openblas; " : "");
+        snprintf(why, size, "the default: engines not measured on this machine (mtc bench-peak)");
         return NN_GEMM_DNNL;
     }
     const char *core = openblas_get_corename();
@@ -61,9 +58,8 @@ nn_gemm_engine nn_gemm_engine_choose(char *why, size_t size) {
         return NN_GEMM_DNNL;
     }
     int blas = b->gflops > pk.gemm_dnnl_gflops;
-    snprintf(why, size, "%sbench-peak %s: oneDNN %.0f, OpenBLAS %s %.0f GFLOP/s on %d threads",
-             bad ? "MTC_GEMM ignored; " : "", pk.gemm_measured_at, pk.gemm_dnnl_gflops, b->core,
-             b->gflops, pk.gemm_threads);
+    snprintf(why, size, "bench-peak %s: oneDNN %.0f, OpenBLAS %s %.0f GFLOP/s on %d threads",
+             pk.gemm_measured_at, pk.gemm_dnnl_gflops, b->core, b->gflops, pk.gemm_threads);
     return blas ? NN_GEMM_OPENBLAS : NN_GEMM_DNNL;
 }
 

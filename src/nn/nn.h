@@ -27,6 +27,13 @@
 typedef struct nn_pool nn_pool;
 /* nthreads >= 1 (1 = no extra threads). */
 mtc_result_t nn_pool_create(int nthreads, nn_pool **out);
+/* How a pool hands work over (the CLI sets it from MTC_NN_SPIN_US). */
+typedef struct {
+    long spin_us; /* a worker spins this long for new work before it sleeps (0: it always
+                     sleeps; < 0: the default, 20 us) */
+} nn_pool_opts;
+/* The same with o's settings (NULL: the defaults, as nn_pool_create). */
+mtc_result_t nn_pool_create_opts(int nthreads, const nn_pool_opts *o, nn_pool **out);
 void nn_pool_free(nn_pool *pool);
 int nn_pool_size(const nn_pool *pool); /* 1 for NULL */
 /* The BLAS mtc runs on, for the banner: OpenBLAS's build configuration and
@@ -43,11 +50,16 @@ void nn_blas_describe(char *buf, size_t size);
 typedef enum { NN_GEMM_AUTO = 0, NN_GEMM_DNNL, NN_GEMM_OPENBLAS } nn_gemm_engine;
 /* "auto", "dnnl", "openblas". */
 const char *nn_gemm_engine_name(nn_gemm_engine e);
-/* The process's engine, decided once: MTC_GEMM=dnnl|openblas; else the
- * faster one in bench-peak's cache (core/peak.h) for the OpenBLAS core this
- * process loaded; else oneDNN (OpenBLAS without it). why gets the reason,
- * for the banner. */
-nn_gemm_engine nn_gemm_engine_choose(char *why, size_t size);
+/* The process's engine: `requested` (dnnl or openblas; why names it as the
+ * command line's MTC_GEMM=...); with NN_GEMM_AUTO the faster one in
+ * bench-peak's cache (core/peak.h) for the OpenBLAS core this process
+ * loaded; else oneDNN (OpenBLAS without it). why gets the reason, for the
+ * banner. */
+nn_gemm_engine nn_gemm_engine_choose(nn_gemm_engine requested, char *why, size_t size);
+/* The engine the process's pools choose with (nn_gemm_engine_choose's
+ * request; the CLI sets it from MTC_GEMM). Before the first pool or GEMM:
+ * the choice is made once. */
+void nn_gemm_engine_request(nn_gemm_engine e);
 /* The engine pools use (the choice above unless forced). */
 nn_gemm_engine nn_gemm_engine_current(void);
 /* Pools created from now on use engine e (NN_GEMM_AUTO: the process's

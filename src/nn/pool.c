@@ -116,12 +116,13 @@ static void *pool_worker(void *vp) {
 }
 
 /* The fp32 GEMM engine is fixed once per process (nn_gemm_engine_choose,
- * gemm_engine.c: MTC_GEMM, else bench-peak's cached measurement, else
- * oneDNN), so the same command with the same cache gives the same bits run
+ * gemm_engine.c: the engine requested, else bench-peak's cached
+ * measurement, else oneDNN), so the same command with the same cache gives the same bits run
  * to run. nn_gemm_engine_force overrides it for pools created afterwards
  * (the measurement itself). */
 static int pool_dnnl_wanted;
-static atomic_int pool_forced; /* nn_gemm_engine: 0 = not forced */
+static atomic_int pool_forced;    /* nn_gemm_engine: 0 = not forced */
+static atomic_int pool_requested; /* nn_gemm_engine_request's: 0 = auto */
 static char pool_engine_why[160];
 static pthread_once_t pool_dnnl_once = PTHREAD_ONCE_INIT;
 static pthread_key_t pool_lp_key; /* the calling thread's context for a NULL pool */
@@ -129,7 +130,8 @@ static pthread_key_t pool_lp_key; /* the calling thread's context for a NULL poo
 static void pool_lp_free(void *lp) { nn_lowp_free(lp); }
 
 static void pool_dnnl_init(void) {
-    nn_gemm_engine e = nn_gemm_engine_choose(pool_engine_why, sizeof pool_engine_why);
+    nn_gemm_engine e = nn_gemm_engine_choose((nn_gemm_engine)atomic_load(&pool_requested),
+                                             pool_engine_why, sizeof pool_engine_why);
     pool_dnnl_wanted = e == NN_GEMM_DNNL;
     pthread_key_create(&pool_lp_key, pool_lp_free);
 }
@@ -141,6 +143,8 @@ static int pool_want_dnnl(void) {
     return pool_dnnl_wanted;
 }
 
+void nn_gemm_engine_request(nn_gemm_engine e) { atomic_store(&pool_requested, (int)e); }
+
 void nn_gemm_engine_force(nn_gemm_engine e) {
     pthread_once(&pool_dnnl_once, pool_dnnl_init);
     atomic_store(&pool_forced, (int)e);
@@ -151,6 +155,8 @@ nn_gemm_engine nn_gemm_engine_current(void) {
 }
 
 void nn_blas_describe(char *buf, size_t size) {
+    /* OpenBLAS's own variable (it reads it when it loads; not an mtc setting):
+     * the banner names it as the reason for the kernels */
     const char *forced = getenv("OPENBLAS_CORETYPE");
     char dnnl[128] = "";
     int want = pool_want_dnnl();
@@ -177,6 +183,10 @@ nn_lowp *nn_pool_lowp(const nn_pool *pool) {
 }
 
 mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {
+    return nn_pool_create_opts(nthreads, NULL, out);
+}
+
+mtc_result_t nn_pool_create_opts(int nthreads, const nn_pool_opts *o, nn_pool **out) {
     *out = NULL;
     if (nthreads < 1)
         return mtc_error(MTC_ERR_INVALID_ARGUMENT, "nn pool: nthreads=%d must be >= 1", nthreads);
@@ -185,8 +195,7 @@ mtc_result_t nn_pool_create(int nthreads, nn_pool **out) {
     if (!p) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "nn pool: out of memory");
     p->nthreads = nthreads;
     atomic_flag_clear(&p->busy);
-    const char *env = getenv("MTC_NN_SPIN_US");
-    p->spin_ns = 1000u * (uint64_t)(env && *env ? strtoul(env, NULL, 10) : POOL_SPIN_US);
+    p->spin_ns = 1000u * (uint64_t)(o && o->spin_us >= 0 ? o->spin_us : POOL_SPIN_US);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);

@@ -171,15 +171,18 @@ static mtc_result_t read_text(const char *path, char **out) {
     return MTC_OK;
 }
 
+static char machine_path[4096]; /* mtc_plan_machine_set_cache_path's; "": none */
+
+void mtc_plan_machine_set_cache_path(const char *path) {
+    snprintf(machine_path, sizeof machine_path, "%s", path ? path : "");
+}
+
 void mtc_plan_machine_cache_path(char *buf, size_t n) {
-    const char *dir = getenv("MTC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
-               *home = getenv("HOME");
-    if (dir && dir[0])
-        snprintf(buf, n, "%s/machine.json", dir);
-    else if (xdg && xdg[0])
-        snprintf(buf, n, "%s/mtc/machine.json", xdg);
-    else
-        snprintf(buf, n, "%s/.cache/mtc/machine.json", home && home[0] ? home : ".");
+    size_t k = strlen(machine_path);
+    if (n == 0) return;
+    if (k >= n) k = n - 1; /* the caller's buffer bounds it */
+    memcpy(buf, machine_path, k);
+    buf[k] = 0;
 }
 
 const char *mtc_plan_machine_names(void) {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cp/cp.h"
+#include "dp/chunk_layout.h"
 #include "dp/ddp.h"
 #include "dp/fsdp.h"
 #include "dp/layout.h"
@@ -117,14 +118,14 @@ static mtc_result_t plan_inflight(const mtc_plan_layout *l, int r, int *peak) {
     return pp_schedule_peak_inflight(&sc, r, l->vpp, peak);
 }
 
-/* One chunk's parameter numels (forward order) from the model's registry,
- * which are the tied embedding the distributed optimizer buckets alone,
- * and which go to the expert-parallel buffer: as model/model.c registers
- * a chunk (reg.etp = the ETP size, mtc_registry_split_ep with ep > 1 for
- * the E/ep experts an EP rank holds; every EP rank holds as many). */
-static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, const pp_layout_stage *ls,
-                                      int64_t **numels, int **shared, int **expert, int **units,
-                                      int *count) {
+/* One chunk's gradient buffers from the model's own registration of it
+ * (model/family.h, on TP and EP rank 0: every EP rank holds as many
+ * experts), laid out by the function train's layout hook calls
+ * (dp/chunk_layout.h) over groups of nparts (dense) and xparts
+ * (expert-parallel) ranks; *sum its params, *xsum the expert ones. */
+static mtc_result_t plan_chunk_layout(const mtc_plan_layout *l, int r, int k,
+                                      const pp_layout_stage *ls, int nparts, int xparts,
+                                      int64_t *sum, int64_t *xsum, mtc_ddp_chunk_layout *cl) {
     int first = ls->first_layer, last = first + ls->num_layers;
     int has_emb = ls->has_embedding, has_head = ls->has_loss;
     const mtc_model_config *c = &l->model;
@@ -133,8 +134,6 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, const pp_layout_
     int pidx[MTC_NGLOBAL_ROLES];
     int *lf = calloc((size_t)c->num_layers + 1, sizeof(int));
     if (!lf) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: layer table");
-    /* the model's own registration of the chunk (model/family.h), on TP and
-     * EP rank 0 (every EP rank holds as many experts) */
     int E = c->moe.num_experts;
     model_register_opts o = {first, last, has_emb, has_head, l->sequence_parallel,
                              /* with the loss, or on a standalone MTP stage */
@@ -144,25 +143,30 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, const pp_layout_
                              pp_layout_mtp_role(ls)};
     model_rank_split rs = {.tp = l->tp, .etp = E > 0 ? l->etp : 0, .ep = E > 0 ? l->ep : 1};
     mtc_result_t rc = model_family_register_rank(&reg, c, &o, &rs, pidx, lf);
-    int n = reg.count;
-    *numels = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
-    *shared = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    *expert = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    *units = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    if (rc == MTC_OK && (!*numels || !*shared || !*expert || !*units))
-        rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: parameter table");
-    if (rc == MTC_OK && l->fsdp_strategy >= MTC_FSDP_OPTIM) { /* as train/train_fsdp.c */
-        mtc_fsdp_units(&reg, c->num_layers, *units);
-        mtc_fsdp_group_units(&reg, *units, l->fsdp_unit_size);
+    *sum = *xsum = 0;
+    for (int i = 0; rc == MTC_OK && i < reg.count; i++) {
+        *sum += (int64_t)reg.params[i].local_numel;
+        if (reg.params[i].expert >= 0) *xsum += (int64_t)reg.params[i].local_numel;
     }
-    for (int i = 0; rc == MTC_OK && i < n; i++) {
-        const mtc_param *p = &reg.params[i];
-        (*numels)[i] = (int64_t)p->local_numel;
-        (*shared)[i] = l->pp > 1 && (p->reduce_groups & MTC_REDUCE_EMBEDDING) != 0;
-        (*expert)[i] =
-            p->expert >= 0 && p->local_numel > 0 ? 1 + mtc_param_expert_parallel(&reg, p) : 0;
-    }
-    *count = n;
+    /* train's kinds (dp/groups.c): the expert-parallel buffer with experts over EP */
+    int split = E > 0 && l->ep > 1;
+    mtc_ddp_params params[2] = {split ? MTC_DDP_PARAMS_DENSE : MTC_DDP_PARAMS_ALL,
+                                MTC_DDP_PARAMS_EXPERT};
+    int ranks[2] = {nparts, xparts};
+    mtc_ddp_chunk_opts co = {.use_distopt = l->distopt,
+                             .overlap_grad_reduce = l->overlap_grad_reduce,
+                             .bucket_size = l->ddp_bucket_size,
+                             .pad_high_busbw = l->pad_high_busbw,
+                             .fsdp_strategy = l->fsdp_strategy,
+                             .fsdp_unit_size = l->fsdp_unit_size,
+                             .num_layers = c->num_layers,
+                             .dp = l->dp,
+                             .dp_cp = l->dp * l->cp,
+                             .pp_size = l->pp,
+                             .pp_rank = r,
+                             .chunk = k,
+                             .placement_only = 1}; /* held from the gaps: O(params) */
+    if (rc == MTC_OK) rc = mtc_ddp_chunk_layout_init(cl, &reg, &co, split ? 2 : 1, params, ranks);
     mtc_registry_free(&reg);
     free(lf);
     return rc;
@@ -170,49 +174,27 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, const pp_layout_
 
 /* One buffer of a chunk (the dense one, or the expert-parallel one): its
  * elements, distributed-optimizer padding included, and the optimizer
- * elements of shard rank `rank` of `dp` (-1: the largest), as
- * train/train_setup.c lays it out (skip_empty: the other buffer's params
- * and other EP ranks' experts take no room). */
-static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels, int n,
-                                const int *shared, const int *units, int dp, int r, int k, int rank,
+ * elements of shard rank `rank` (-1: the largest), as train/train_setup.c
+ * lays it out (the other buffer's params and other EP ranks' experts take
+ * no room). */
+static mtc_result_t plan_buffer(const mtc_plan_layout *l, const dp_layout *lay, int rank,
                                 int64_t *buf, int64_t *held, int64_t *unit_out) {
     *unit_out = 0;
-    int64_t sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += numels[i];
+    *buf = lay->numel;
     if (!l->distopt) {
-        *buf = *held = sum;
+        *held = *buf;
         return MTC_OK;
     }
-    /* the DDP's own layout configuration (dp/ddp.h), as train builds its buffers */
-    mtc_ddp_config ddc = {.use_distopt = 1,
-                          .bucket_size = dp_layout_bucket_size(l->ddp_bucket_size, l->dp,
-                                                               l->overlap_grad_reduce, r, k),
-                          .pad_high_busbw = l->pad_high_busbw,
-                          .shared_embedding = shared};
-    if (l->fsdp_strategy >= MTC_FSDP_OPTIM) { /* a bucket per FSDP unit (train_fsdp_config) */
-        ddc.unit_of = units, ddc.bucket_size = 0;
-        if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS) ddc.pad_divisor = mtc_fsdp_pad_divisor(dp);
-    }
-    dp_layout_config dc = mtc_ddp_layout_config(&ddc, dp);
-    dc.placement_only = 1; /* held from the gaps: O(params) */
-    dp_layout lay;
-    memset(&lay, 0, sizeof lay);
-    mtc_result_t rc = dp_layout_build(&lay, numels, n, &dc);
     /* the optimizer state covers the param pieces of the shard, not
      * its padding (distopt.c / ddp_for_each_held); the largest shard
      * unless a DP rank is named */
-    if (rc == MTC_OK) {
-        *held = dp_layout_held_numel(&lay, rank >= 0 ? rank % lay.dp : -1);
-        if (*held < 0) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: shard gaps");
-    }
-    if (rc == MTC_OK) *buf = lay.numel;
-    for (int b = 0; rc == MTC_OK && b < lay.nbuckets; b++) { /* the largest unit's other shards */
-        int64_t size = lay.bucket[b].end - lay.bucket[b].start, out = size - size / lay.dp;
+    *held = dp_layout_held_numel(lay, rank >= 0 ? rank % lay->dp : -1);
+    if (*held < 0) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: shard gaps");
+    for (int b = 0; b < lay->nbuckets; b++) { /* the largest unit's other shards */
+        int64_t size = lay->bucket[b].end - lay->bucket[b].start, out = size - size / lay->dp;
         if (out > *unit_out) *unit_out = out;
     }
-    dp_layout_free(&lay);
-    return rc;
+    return MTC_OK;
 }
 
 mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank,
@@ -240,26 +222,15 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         MTC_CHECK(pp_layout_stage_get(&ls, &l->split, L, l->pp, l->vpp, st));
         int first = ls.first_layer, last = first + ls.num_layers;
         int has_emb = ls.has_embedding, has_head = ls.has_loss;
-        int64_t *numels = NULL, *xnum = NULL;
-        int *shared = NULL, *expert = NULL, *units = NULL, n = 0;
-        mtc_result_t rc = plan_chunk_params(l, &ls, &numels, &shared, &expert, &units, &n);
+        mtc_ddp_chunk_layout cl;
+        int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0, unit = 0, xunit = 0;
+        mtc_result_t rc = plan_chunk_layout(l, r, k, &ls, nparts, xparts, &sum, &xsum, &cl);
         /* the activations' view of a standalone MTP stage (activations.c) */
         has_head |= pp_layout_mtp_role(&ls) << 1;
-        int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0, unit = 0, xunit = 0;
-        for (int i = 0; rc == MTC_OK && i < n; i++)
-            sum += numels[i], xsum += expert[i] ? numels[i] : 0;
-        if (rc == MTC_OK) {
-            xnum = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
-            if (!xnum) rc = mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: expert table");
-        }
-        for (int i = 0; rc == MTC_OK && i < n; i++) /* split the two buffers' params apart */
-            if (expert[i] == 2) xnum[i] = numels[i], numels[i] = 0;
-        if (rc == MTC_OK)
-            rc =
-                plan_buffer(l, numels, n, shared, units, nparts, r, k, dp_rank, &buf, &held, &unit);
-        if (rc == MTC_OK && xsum > 0 && l->ep > 1) /* train's expert DDP exists */
-            rc = plan_buffer(l, xnum, n, NULL, units, xparts, r, k, xrank, &xbuf, &xheld, &xunit);
-        free(numels), free(shared), free(expert), free(xnum), free(units);
+        if (rc == MTC_OK) rc = plan_buffer(l, &cl.layout[0], dp_rank, &buf, &held, &unit);
+        if (rc == MTC_OK && cl.n > 1 && cl.held[1]) /* train's expert DDP exists */
+            rc = plan_buffer(l, &cl.layout[1], xrank, &xbuf, &xheld, &xunit);
+        mtc_ddp_chunk_layout_free(&cl);
         MTC_CHECK(rc);
         out->params += sum;
         out->expert_params += xsum;

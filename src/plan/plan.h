@@ -240,8 +240,12 @@ mtc_result_t mtc_plan_machine_load(const char *name_or_path, mtc_plan_machine *o
 mtc_result_t mtc_plan_machine_parse(const char *json, const char *origin, mtc_plan_machine *out);
 /* Write a description as JSON (the bench-peak cache). */
 mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path);
-/* $MTC_CACHE_DIR/machine.json, else $XDG_CACHE_HOME/mtc/machine.json, else
- * $HOME/.cache/mtc/machine.json. */
+/* Where machine 'this' is described: set once, before any thread reads it
+ * (the CLI: $MTC_CACHE_DIR/machine.json, else
+ * $XDG_CACHE_HOME/mtc/machine.json, else $HOME/.cache/mtc/machine.json).
+ * NULL or "": none (the default: 'this' is not measured). */
+void mtc_plan_machine_set_cache_path(const char *path);
+/* buf gets it ("" without one). */
 void mtc_plan_machine_cache_path(char *buf, size_t n);
 /* The names of the compiled-in machines, space separated. */
 const char *mtc_plan_machine_names(void);

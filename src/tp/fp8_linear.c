@@ -80,6 +80,7 @@ mtc_result_t tp_fp8_state_init(tp_fp8_state **out, const tp_fp8_config *cfg, mtc
         st->cur_comm = mtc_grid_comm(grid, MTC_GROUP_TP_CP, 0);
         st->amax_comm =
             mtc_grid_comm(grid, cfg->tp_only_amax_red ? MTC_GROUP_TP : MTC_GROUP_TP_DP_CP, 0);
+        st->weight_comm = mtc_grid_comm(grid, MTC_GROUP_TP_DP_CP, 0);
         st->tp_rank = mtc_comm_rank(mtc_grid_comm(grid, MTC_GROUP_TP, 0));
     }
     tp_fp8_stats_reset(st);

@@ -95,8 +95,11 @@ typedef struct tp_fp8_state {
     float *hist;                 /* every tensor's history */
     float *wq;                   /* (wcap) the quantized weight */
     size_t wcap;
-    mtc_comm_t cur_comm;  /* tensorwise amaxes: TP x CP (NULL: one rank) */
-    mtc_comm_t amax_comm; /* delayed amaxes: TP x DP x CP, or TP (NULL: one rank) */
+    mtc_comm_t cur_comm;    /* tensorwise amaxes: TP x CP (NULL: one rank) */
+    mtc_comm_t amax_comm;   /* delayed amaxes: TP x DP x CP, or TP (NULL: one rank) */
+    mtc_comm_t weight_comm; /* a weight's pieces (every TP shard's distributed-optimizer
+                               shards): TP x DP x CP, --fp8-param-gather's per-tensor amaxes
+                               (dp/distopt_fp8.h; NULL: one rank) */
     int tp_rank;
     int recording; /* a training pass: delayed amaxes are recorded */
     int w_cast;    /* --fp8-param-gather (dp/distopt_fp8.h): the weights given are fp8 values

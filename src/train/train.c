@@ -276,29 +276,7 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
                                     x->pp_size, x->vpp); /* a standalone MTP stage's */
         if (table[0]) fprintf(out, "> %s\n", table);
     }
-    if (c->model.moe.num_experts > 0) {
-        const mtc_moe_config *mc = &c->model.moe;
-        double total = (double)model->reg.global_total, active = total;
-        if (mtc_model_param_counts(&c->model, &total, &active) != MTC_OK) /* out of memory */
-            MTC_WARN("the banner's active parameter count: %s", mtc_error_detail());
-        char cap[64] = "dropless";
-        if (mc->capacity_factor > 0)
-            snprintf(cap, sizeof cap, "capacity factor %g (%s%s)", mc->capacity_factor,
-                     mc->drop == MOE_DROP_POSITION ? "position" : "probs",
-                     mc->pad_to_capacity ? ", padded" : "");
-        fprintf(out,
-                "> mixture of experts: %d of %d layers, %d experts (ffn %d), top-%d %s, %s; "
-                "parameters: %.0f total, %.0f active per token\n",
-                mtc_moe_num_layers(mc, c->model.num_layers), c->model.num_layers, mc->num_experts,
-                mtc_model_moe_ffn(&c->model), mtc_moe_topk(mc),
-                mc->score == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", cap, total, active);
-        const mtc_grid_spec *gs = mtc_grid_spec_get(x->grid);
-        fprintf(out,
-                "> expert parallel: ep %d x etp %d x expert-DP %d (x pp %d = world %d); %d local "
-                "experts per rank, expert gradients reduced over the %d expert-DP ranks\n",
-                gs->cfg.ep, gs->cfg.etp, gs->edp, gs->cfg.pp, gs->cfg.world_size,
-                mc->num_experts / (gs->cfg.ep > 0 ? gs->cfg.ep : 1), gs->edp);
-    }
+    mtc_model_describe_moe(model, mtc_grid_spec_get(x->grid), out);
     mtc_dp_memory mem;
     size_t act = train_memory(x, &mem);
     fprintf(out,
@@ -403,7 +381,10 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
     x->iteration = x->start_iteration, x->consumed = consumed;
     double sum_loss = 0, sum_ms = 0, sum_lb = 0, sum_z = 0, sum_flops = 0, sum_samples = 0;
     int64_t prev_batch = train_batch_at(c, consumed);
-    train_moe_summary moe;
+    moe_step_summary moe;
+    const mtc_model *models[64]; /* this rank's chunks (at most 64: train_setup) */
+    for (int k = 0; k < x->vpp; k++)
+        models[k] = x->chunks[k].model;
     int n_logged = 0, skipped = 0, nan_iters = 0, n_advanced = 0;
     uint64_t comm_at_log = train_comm_ns(x), loop_t0 = mtc_time_ns();
     for (int64_t it = x->start_iteration + 1; it <= c->train_iters; it++) {
@@ -416,7 +397,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         uint64_t t0 = mtc_time_ns();
         double loss = 0, norm = 0;
         MTC_CHECK(train_step(x, it, consumed, &loss, &norm, &skipped));
-        MTC_CHECK(train_moe_collect(x, &moe)); /* comm: all-reduce(world) with experts */
+        /* comm: all-reduce(world) with experts */
+        MTC_CHECK(mtc_model_moe_summary(models, x->vpp, x->world, x->dp_size, &moe));
         if (c->log_params_norm) MTC_CHECK(train_params_norm(x)); /* comm: all-reduces */
         sum_lb += moe.lb_loss, sum_z += moe.z_loss;
         char step_name[48];
@@ -459,16 +441,9 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
         if (c->peak_tflops > 0)
             snprintf(mfu, sizeof mfu, " model FLOPs utilization: %.2f%% |",
                      100 * mtc_mfu(sum_flops, sum_ms * 1e-3, world, c->peak_tflops * 1e12));
-        char moe_fields[96] = ""; /* Megatron's, after the lm loss */
-        if (moe.has_lb)           /* router.py's tracker names: seq_ and global_ for those types */
-            snprintf(moe_fields, sizeof moe_fields, " %sload_balancing_loss: %.6E |",
-                     c->model.moe.lb == MOE_LB_SEQ_AUX      ? "seq_"
-                     : c->model.moe.lb == MOE_LB_GLOBAL_AUX ? "global_"
-                                                            : "",
-                     sum_lb / n_logged);
-        if (moe.has_z)
-            snprintf(moe_fields + strlen(moe_fields), sizeof moe_fields - strlen(moe_fields),
-                     " z_loss: %.6E |", sum_z / n_logged);
+        char moe_fields[96]; /* Megatron's, after the lm loss */
+        moe_step_summary_log(&moe, &c->model.moe, moe_fields, sizeof moe_fields, sum_lb / n_logged,
+                             sum_z / n_logged);
         if (log_now && out) {
             char stamp[32];
             time_t now = time(NULL);
@@ -536,7 +511,8 @@ static mtc_result_t train_loop(train_rank *x, FILE *out, FILE *metrics, int worl
                 fprintf(metrics, ", \"mtp_%d_loss\": %.9g", d + 1,
                         x->mtp_loss_sum[d] / (n_advanced ? n_advanced : 1));
             if (eval_now) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
-            if (log_now) train_moe_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
+            if (log_now)
+                moe_step_summary_metrics(&moe, metrics, sum_lb / n_logged, sum_z / n_logged);
             if (log_now) train_obs_metrics(x, metrics, n_logged);
             if (log_now) train_fp8_metrics(x, metrics);
             if (c->fsdp_strategy) /* Megatron-FSDP: the peak resident pages so far */
@@ -616,7 +592,8 @@ static mtc_result_t train_rank_main(mtc_comm_t world, void *arg) {
         fflush(out);
     }
     /* progress of the long phases on stderr, from rank 0 as Megatron prints */
-    mtc_progress_init(&x.progress, mtc_comm_rank(world) == 0 && !c->quiet ? stderr : NULL);
+    mtc_progress_init(&x.progress, mtc_comm_rank(world) == 0 && !c->quiet ? stderr : NULL,
+                      (mtc_progress_mode)c->progress);
     uint64_t t0 = mtc_time_ns();
     MTC_CHECK(train_check_agreement(c, world, data_source_num_tokens(sh->src)));
     mtc_result_t rc = train_setup(&x, world, sh->threads_per_rank, out);

@@ -102,6 +102,9 @@ typedef struct {
      * world_size and pin_threads */
     mtc_launch_opts launch;
     long ckpt_fault_after; /* tests: the checkpoint writer dies at its k-th write point (0: no) */
+    int progress;          /* mtc_progress_mode of the set-up phases' reporter (core/progress.h;
+                              the CLI's MTC_PROGRESS) */
+    const nn_pool_opts *pool_opts; /* each rank's nn pool (MTC_NN_SPIN_US); NULL: nn's defaults */
     /* ---- distributed optimizer (dp/distopt.h; train/train_step.c) ---- */
     int use_distributed_optimizer; /* --use-distributed-optimizer: reduce-scatter grads into
                                       the owned shard, AdamW there, all-gather params */

@@ -177,8 +177,7 @@ mtc_result_t train_fp8_param_gather_init(train_rank *x) {
                                                .amax_slot = &g[lin].t[TP_FP8_W].hist[0]};
         }
         mtc_distopt_fp8 *pg;
-        mtc_result_t rc = mtc_distopt_fp8_init(o, mode, w, nw,
-                                               mtc_grid_comm(x->grid, MTC_GROUP_TP_DP_CP, 0), &pg);
+        mtc_result_t rc = mtc_distopt_fp8_init(o, mode, w, nw, m->fp8->weight_comm, &pg);
         free(w);
         MTC_CHECK(rc);
         m->fp8->w_cast = 1;

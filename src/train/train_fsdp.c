@@ -1,6 +1,6 @@
-/* train/train_fsdp.c - Megatron-FSDP in the training loop (dp/fsdp.h): the
- * unit-per-bucket buffer configuration, one mtc_fsdp per chunk buffer that
- * shards gradients (optim_grads) or gradients and params
+/* train/train_fsdp.c - Megatron-FSDP in the training loop (dp/fsdp.h): one
+ * mtc_fsdp per chunk buffer (laid out a bucket per unit by dp/chunk_layout.c)
+ * that shards gradients (optim_grads) or gradients and params
  * (optim_grads_params), and the pass hooks that reach it. The no_shard and
  * optim strategies need none of this: they are the plain data-parallel and
  * the distributed-optimizer paths (cli/ maps them). */
@@ -15,30 +15,6 @@
 int train_fsdp_grads(const mtc_train_config *c) {
     return c->fsdp_strategy == MTC_FSDP_OPTIM_GRADS ||
            c->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS;
-}
-
-mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_ddp_config *dc,
-                               int **units) {
-    *units = NULL;
-    const mtc_train_config *c = x->cfg;
-    if (c->fsdp_strategy < MTC_FSDP_OPTIM) return MTC_OK;
-    MTC_CHECK(mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int), (void **)units));
-    mtc_fsdp_units(r, c->model.num_layers, *units);
-    mtc_fsdp_group_units(r, *units, c->fsdp_unit_size);
-    dc->unit_of = *units;
-    dc->bucket_size = 0; /* the units are the buckets */
-    if (train_fsdp_grads(c)) {
-        dc->overlap_grad_reduce = 0; /* mtc_fsdp reduces each unit itself */
-        dc->grad_reduce_bf16 = 0;    /* ... in bf16 with its own unit-sized staging */
-        /* the expert-parallel buffer shards over expert-DP, the dense one over DP x CP */
-        const mtc_ddp_kind *kd =
-            &x->gbuf[dc->params == MTC_DDP_PARAMS_EXPERT ? TRAIN_GBUF_EXPERT : TRAIN_GBUF_DENSE];
-        /* HFSDP: whole pages per optimizer slice too (the shard over the instances) */
-        int n = kd->shard ? mtc_comm_size(kd->shard) : 1;
-        if (c->fsdp_outer_optim && kd->dp) n = mtc_comm_size(kd->dp);
-        dc->pad_divisor = mtc_fsdp_pad_divisor(n);
-    }
-    return MTC_OK;
 }
 
 void train_fsdp_zero_grad(void *ctx) { /* every buffer of the chunk */

@@ -260,29 +260,6 @@ mtc_result_t train_obs_rss(train_rank *x, FILE *metrics);
 /* Collective over the world: every rank's events into the trace file (written by `is_last`). */
 mtc_result_t train_obs_write(train_rank *x, int is_last);
 
-/* train_moe.c: the MoE layers' groups, statistics, expert bias, logging */
-#define TRAIN_MOE_MAX_LAYERS 256
-typedef struct {
-    int layer;
-    double min, max, p50, p90; /* tokens per expert over the step */
-    double dropped_fraction;   /* dropped (token, expert) assignments / all */
-} train_moe_layer_stats;
-typedef struct {
-    int has_lb, has_z;
-    double lb_loss, z_loss; /* Megatron's logged load_balancing_loss, z_loss */
-    int nlayers;
-    train_moe_layer_stats layer[TRAIN_MOE_MAX_LAYERS];
-} train_moe_summary;
-/* Zero the step's statistics (before the microbatches). */
-void train_moe_step_begin(train_rank *x);
-/* After finalize_model_grads: the expert-bias update. comm: all-reduce(TP x DP x CP). */
-mtc_result_t train_moe_finalize(train_rank *x);
-/* Collective over the world: this step's MoE losses and token statistics. */
-mtc_result_t train_moe_collect(train_rank *x, train_moe_summary *out);
-/* ", \"load_balancing_loss\": ..., \"moe_layers\": [...]" (nothing for a dense model):
- * the losses averaged since the last log, the last step's per-layer token statistics. */
-void train_moe_metrics(const train_moe_summary *s, FILE *metrics, double lb, double z);
-
 /* train_fp8.c (--fp8-format; no-ops without) */
 struct cJSON;
 void train_fp8_step_begin(train_rank *x);
@@ -303,10 +280,6 @@ mtc_result_t train_fp8_ckpt_load(train_rank *x, const struct cJSON *common, cons
 /* train_fsdp.c: Megatron-FSDP's hooks (dp/fsdp.h) */
 /* The strategy's buffers shard the gradients (optim_grads, optim_grads_params). */
 int train_fsdp_grads(const mtc_train_config *c);
-/* Chunk buffer config dc for FSDP: a bucket per unit, page-padded; *units
- * (allocated here, the caller frees) backs dc->unit_of. No-op otherwise. */
-mtc_result_t train_fsdp_config(const train_rank *x, const mtc_registry *r, mtc_ddp_config *dc,
-                               int **units);
 /* After the chunk's DDP and optimizer exist: its FSDP objects. */
 mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch);
 /* After init or load: every rank keeps only its shards. */

@@ -9,9 +9,10 @@
  * after the dense buffer), activation slots sized by the
  * schedule, the gradient-norm plan; gathering the global model, loading a
  * single-file model and the --print-layout printer (directory checkpoints:
- * train_ckpt.c). The DP layout is
- * computed once, before the model allocates its buffers (the layout hook). Relies on model/, dp/,
- * pp/, grid/, comm/, optim/, ckpt/. */
+ * train_ckpt.c). Each chunk's buffers are laid out once (dp/chunk_layout.h),
+ * before the model allocates its buffers (the layout hook), and the DDPs
+ * take those layouts. Relies on model/, dp/, pp/, grid/, comm/, optim/,
+ * ckpt/. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,90 +20,63 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "nn/lowp.h"
+#include "dp/chunk_layout.h"
 #include "dp/fsdp.h"
 #include "train/train_internal.h"
 
-/* 1 for the params Megatron marks shared_embedding: those the registry
- * reduces over the embedding group, with pp > 1. */
-static mtc_result_t train_shared_embedding(const train_rank *x, const mtc_registry *r, int **out) {
-    MTC_CHECK(mtc_mem_calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int), (void **)out));
-    for (int i = 0; i < r->count && x->pp_size > 1; i++)
-        (*out)[i] = (r->params[i].reduce_groups & MTC_REDUCE_EMBEDDING) != 0;
-    return MTC_OK;
-}
-
-/* Chunk k's DDP configuration (Megatron's rule: buckets only with overlap,
- * on the first stage's first chunk; one bucket elsewhere). shared: from
- * train_shared_embedding, owned by the caller. */
-static mtc_ddp_config train_ddp_config(const train_rank *x, int k, const int *shared) {
-    const mtc_train_config *c = x->cfg;
-    mtc_ddp_config dc = {.use_distopt = c->use_distributed_optimizer,
-                         .overlap_grad_reduce = c->overlap_grad_reduce,
-                         .bucket_size = dp_layout_bucket_size(
-                             c->ddp_bucket_size, x->dp_size, c->overlap_grad_reduce, x->pp_rank, k),
-                         .pad_high_busbw = c->use_distributed_optimizer && c->pad_high_busbw,
-                         .scale = MTC_DDP_GRAD_SUM,
-                         .grad_reduce_bf16 = c->grad_reduce_in_bf16,
-                         .shared_embedding = c->use_distributed_optimizer ? shared : NULL};
-    return dc;
-}
-
+/* Chunk k's buffers laid out once (dp/chunk_layout.h): by the model's
+ * layout hook before the model allocates its buffers, or from the built
+ * model's registry when it keeps its own packing; then handed to the DDPs. */
 typedef struct {
     const train_rank *x;
     int k;
+    mtc_ddp_chunk_layout cl;
+    int built;
 } layout_ctx;
 
 /* Experts split over EP (EP > 1 with experts): Megatron's expert-parallel
  * buffers, separate from the dense ones. */
 static int train_ep_split(const train_rank *x) { return x->nbuf > 1; }
 
-/* Chunk k's configuration of its buffer of kind b (shared: from
- * train_shared_embedding; base: where the buffer starts in the model's flat
- * buffers, after the kinds before it). */
-static mtc_ddp_config train_gbuf_config(const train_rank *x, int k, int b, const int *shared,
-                                        size_t base) {
-    mtc_ddp_config dc = train_ddp_config(x, k, shared);
-    dc.params = x->gbuf[b].params;
-    if (b == TRAIN_GBUF_EXPERT) {
-        /* Megatron's expert buffer: reduced over EXPERT_DATA_PARALLEL_GROUP,
-         * pre-scaled (when averaging) by 1/|dp x cp| as the dense one, and
-         * sharded over that group by its own distributed-optimizer instance */
-        dc.shared_embedding = NULL;
-        dc.base = base;
-        dc.avg_size = train_replicas(x) ? mtc_comm_size(train_replicas(x)) : 1;
+static mtc_result_t train_chunk_layout(layout_ctx *lc, const mtc_registry *r) {
+    const train_rank *x = lc->x;
+    const mtc_train_config *c = x->cfg;
+    mtc_ddp_chunk_opts o = {.use_distopt = c->use_distributed_optimizer,
+                            .overlap_grad_reduce = c->overlap_grad_reduce,
+                            .bucket_size = c->ddp_bucket_size,
+                            .pad_high_busbw = c->pad_high_busbw,
+                            .grad_reduce_bf16 = c->grad_reduce_in_bf16,
+                            .fsdp_strategy = c->fsdp_strategy,
+                            .fsdp_unit_size = c->fsdp_unit_size,
+                            .num_layers = c->model.num_layers,
+                            .dp = x->dp_size,
+                            .dp_cp = train_replicas(x) ? mtc_comm_size(train_replicas(x)) : 1,
+                            .pp_size = x->pp_size,
+                            .pp_rank = x->pp_rank,
+                            .chunk = lc->k};
+    mtc_ddp_params params[MTC_DDP_KINDS_MAX];
+    int ranks[MTC_DDP_KINDS_MAX]; /* the shard group's, or without sharding the reduction's */
+    for (int b = 0; b < x->nbuf; b++) {
+        mtc_comm_t g = c->use_distributed_optimizer ? x->gbuf[b].shard : x->gbuf[b].dp;
+        params[b] = x->gbuf[b].params;
+        ranks[b] = g ? mtc_comm_size(g) : 1;
+        /* HFSDP: whole pages per optimizer slice too (the shard over the instances) */
+        if (c->fsdp_outer_optim && train_fsdp_grads(c) && x->gbuf[b].dp)
+            o.fsdp_pad_ranks[b] = mtc_comm_size(x->gbuf[b].dp);
     }
-    return dc;
+    MTC_CHECK(mtc_ddp_chunk_layout_init(&lc->cl, r, &o, x->nbuf, params, ranks));
+    lc->built = 1;
+    return MTC_OK;
 }
 
-/* The model's layout hook: each kind of buffer's layout (the distributed
- * optimizer's padding; the one mtc_ddp_init computes from the same
- * config), one after the other. */
+/* The model's layout hook: the chunk's buffers one after the other (the
+ * distributed optimizer's padding, the expert buffer after the dense one). */
 static mtc_result_t train_layout(void *arg, const mtc_registry *r, size_t *offsets, size_t *total) {
-    const layout_ctx *lc = arg;
-    const train_rank *x = lc->x;
-    int *shared = NULL;
-    MTC_CHECK(train_shared_embedding(x, r, &shared));
-    dp_layout l[TRAIN_GBUF_MAX];
-    memset(l, 0, sizeof l);
-    mtc_result_t rc = MTC_OK;
-    size_t base = 0;
-    for (int b = 0; rc == MTC_OK && b < x->nbuf; b++) {
-        mtc_ddp_config dc = train_gbuf_config(x, lc->k, b, shared, base);
-        mtc_comm_t sh = x->gbuf[b].shard;
-        int *units = NULL;
-        rc = train_fsdp_config(x, r, &dc, &units);
-        if (rc == MTC_OK) rc = mtc_ddp_layout(r, &dc, sh ? mtc_comm_size(sh) : 1, &l[b]);
-        free(units);
-        for (int i = 0; rc == MTC_OK && i < r->count; i++)
-            if (b == 0 || (l[b].nparams && l[b].param_bucket[i] >= 0))
-                offsets[i] = base + (size_t)l[b].param[i].start;
-        base += (size_t)l[b].numel;
-    }
-    if (rc == MTC_OK) *total = base;
-    for (int b = 0; b < x->nbuf; b++)
-        dp_layout_free(&l[b]);
-    free(shared);
-    return rc;
+    layout_ctx *lc = arg;
+    MTC_CHECK(train_chunk_layout(lc, r));
+    mtc_ddp_chunk_layout_offsets(&lc->cl, offsets);
+    *total = lc->cl.total;
+    return MTC_OK;
 }
 
 /* Peak number of microbatches between forward and backward of chunk k in
@@ -121,7 +95,7 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
     pp_layout_stage ls; /* the chunk's layers: pp/layout.c */
     MTC_CHECK(pp_layout_stage_get(&ls, &c->pp_split, L, x->pp_size, x->vpp,
                                   pp_virtual_stage(x->pp_size, x->pp_rank, k)));
-    layout_ctx lc = {x, k};
+    layout_ctx lc = {.x = x, .k = k};
     mtc_model_chunk_opts o = {.B = c->micro_batch,
                               .nslots = nslots,
                               .pool = x->pool,
@@ -153,30 +127,23 @@ static mtc_result_t train_chunk_init(train_rank *x, int k, int nslots) {
                                                      : TP_PREC_F32,
                               .layout_ctx = &lc,
                               .lazy_buffers = train_fsdp_meta(c)};
-    MTC_CHECK(mtc_model_init_chunk(&c->model, &o, &ch->model));
+    mtc_result_t mrc = mtc_model_init_chunk(&c->model, &o, &ch->model);
+    if (mrc != MTC_OK) mtc_ddp_chunk_layout_free(&lc.cl);
+    MTC_CHECK(mrc);
     /* progress: three steps per chunk (model buffers, DDP, optimizer state) */
     mtc_progress_update(&x->progress, 3 * k + 1, 3 * x->vpp);
     mtc_model *m = ch->model;
-    int *shared = NULL;
-    MTC_CHECK(train_shared_embedding(x, &m->reg, &shared));
-    mtc_result_t rc = MTC_OK;
-    size_t base = 0;
+    /* plain DP with one buffer: the model's packing is the DDP's layout
+     * (mtc_ddp_init_layout checks every param's place) */
+    mtc_result_t rc = lc.built ? MTC_OK : train_chunk_layout(&lc, &m->reg);
     for (int b = 0; rc == MTC_OK && b < x->nbuf; b++) {
-        int held = b == TRAIN_GBUF_DENSE; /* the dense buffer always exists */
-        for (int i = 0; !held && i < m->reg.count; i++)
-            held = mtc_ddp_holds(&m->reg, &m->reg.params[i], x->gbuf[b].params);
-        if (!held) continue; /* a chunk without local experts */
-        mtc_ddp_config dc = train_gbuf_config(x, k, b, shared, base);
+        if (!lc.cl.held[b]) continue; /* a chunk without local experts */
         mtc_ddp_comms comms =
             mtc_ddp_kind_comms(x->grid, &x->gbuf[b], c->use_distributed_optimizer, k);
-        int *units = NULL;
-        rc = train_fsdp_config(x, &m->reg, &dc, &units);
-        if (rc == MTC_OK)
-            rc = mtc_ddp_init(&m->reg, &dc, &comms, m->params, m->grads, &ch->buf[b].ddp);
-        free(units);
-        if (rc == MTC_OK) base += (size_t)ch->buf[b].ddp->layout.numel;
+        rc = mtc_ddp_init_layout(&m->reg, &lc.cl.cfg[b], &comms, &lc.cl.layout[b], m->params,
+                                 m->grads, &ch->buf[b].ddp);
     }
-    free(shared);
+    mtc_ddp_chunk_layout_free(&lc.cl);
     MTC_CHECK(rc);
     mtc_progress_update(&x->progress, 3 * k + 2, 3 * x->vpp);
     if (c->use_distributed_optimizer) {
@@ -393,7 +360,7 @@ mtc_result_t train_setup(train_rank *x, mtc_comm_t world, int threads, FILE *out
     x->dp_rank = co->dp; /* the data rank; CP ranks of one DP rank share its samples */
     x->T_rank = mtc_model_seq_per_rank(&c->model, x->grid);
     x->world_rank = mtc_comm_rank(world);
-    MTC_CHECK(nn_pool_create(threads, &x->pool));
+    MTC_CHECK(nn_pool_create_opts(threads, c->pool_opts, &x->pool));
     MTC_CHECK(train_scaler_init(x));
     int P = x->pp_size;
     x->vpp = mtc_grid_chunks(x->grid);
@@ -654,8 +621,11 @@ static void train_print_buffer(const train_rank *x, int k, const mtc_ddp *d, con
  * (and with EP > 1 its expert-parallel buffer's). */
 void train_print_layout(const train_rank *x, FILE *out) {
     for (int k = 0; k < x->vpp; k++) {
-        int *shared = NULL;
-        if (train_shared_embedding(x, &x->chunks[k].model->reg, &shared) != MTC_OK) return;
+        const mtc_registry *r = &x->chunks[k].model->reg;
+        int *shared = calloc((size_t)(r->count > 0 ? r->count : 1), sizeof(int));
+        if (!shared) return;
+        for (int i = 0; i < r->count; i++)
+            shared[i] = mtc_ddp_shared_embedding(&r->params[i], x->pp_size);
         for (int b = 0; b < x->nbuf; b++)
             if (x->chunks[k].buf[b].ddp)
                 train_print_buffer(x, k, x->chunks[k].buf[b].ddp, shared, out);

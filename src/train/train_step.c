@@ -278,13 +278,15 @@ mtc_result_t train_step(train_rank *x, int64_t it, uint64_t consumed, double *lo
     uint64_t t_fb = mtc_time_ns();
     /* Megatron's update_num_microbatches(consumed_samples) */
     MTC_CHECK(train_set_batch(x, train_batch_at(c, consumed)));
-    train_moe_step_begin(x);
+    for (int k = 0; k < x->vpp; k++)
+        mtc_model_step_begin(x->chunks[k].model);
     train_fp8_step_begin(x);
     MTC_CHECK(train_microbatches(x, DATA_SPLIT_TRAIN, consumed, 1, it, &loss_sum));
     MTC_CHECK(train_fp8_step_end(x)); /* comm: the delayed amaxes, the fp8 stats */
     train_obs_span(x, TRAIN_T_FORWARD_BACKWARD, t_fb, NULL, NULL);
     MTC_CHECK(train_finalize_grads(x));
-    MTC_CHECK(train_moe_finalize(x)); /* comm: all-reduce(TP x DP x CP) of the expert counts */
+    for (int k = 0; k < x->vpp; k++) /* comm: the model's (MoE: the expert-bias counts) */
+        MTC_CHECK(mtc_model_finalize_grads(x->chunks[k].model));
     uint64_t t_loss = mtc_time_ns();
     MTC_CHECK(train_dp_sum(x, &loss_sum));
     train_obs_span(x, TRAIN_T_LOSS_REDUCE, t_loss, NULL, NULL);

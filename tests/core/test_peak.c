@@ -14,11 +14,13 @@
 int main(void) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/mtc_test_peak_%d.json", (int)getpid());
-    setenv("MTC_PEAK_CACHE", path, 1);
     char got[4096];
+    mtc_peak p, q;
+    mtc_peak_cache_path(got, sizeof got);
+    T_CHECK(!got[0] && mtc_peak_load(&q) == MTC_ERR_IO); /* none set: no cache */
+    mtc_peak_set_cache_path(path);                       /* the CLI's MTC_PEAK_CACHE */
     mtc_peak_cache_path(got, sizeof got);
     T_CHECK(!strcmp(got, path));
-    mtc_peak p, q;
     remove(path);
     T_CHECK(mtc_peak_load(&q) == MTC_ERR_IO);
     FILE *f = fopen(path, "w");

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp/chunk_layout.h"
 #include "dp/ddp.h"
 #include "test.h"
 #include "test_ddp_fake.h"
@@ -140,6 +141,50 @@ static mtc_result_t check_misuse(mtc_comm_t world) {
     return MTC_OK;
 }
 
+/* A layout built once (dp/chunk_layout.h, as train's layout hook does) is
+ * the one the DDP runs on: mtc_ddp_init_layout takes it over, its places
+ * are mtc_ddp_init's own, and a layout for another group size or a
+ * placement-only one is refused (and still freed). */
+static mtc_result_t check_layout_handoff(mtc_comm_t world) {
+    int dp = mtc_comm_size(world);
+    mtc_registry reg;
+    MTC_CHECK(fake_registry(&reg));
+    mtc_ddp_chunk_opts o = {.use_distopt = 1,
+                            .overlap_grad_reduce = 1,
+                            .bucket_size = 200,
+                            .dp = dp,
+                            .dp_cp = dp,
+                            .pp_size = 2};
+    mtc_ddp_params all = MTC_DDP_PARAMS_ALL;
+    mtc_ddp_chunk_layout cl;
+    MTC_CHECK(mtc_ddp_chunk_layout_init(&cl, &reg, &o, 1, &all, &dp));
+    T_CHECK(cl.held[0] && cl.cfg[0].bucket_size == 200 && cl.cfg[0].shared_embedding);
+    T_CHECK(cl.total == (size_t)cl.layout[0].numel);
+    size_t off[FAKE_NPARAMS];
+    mtc_ddp_chunk_layout_offsets(&cl, off);
+    mtc_ddp_comms comms = {.dp = world};
+    mtc_ddp *ref, *d;
+    MTC_CHECK(mtc_ddp_init(&reg, &cl.cfg[0], &comms, NULL, NULL, &ref));
+    MTC_CHECK(mtc_ddp_init_layout(&reg, &cl.cfg[0], &comms, &cl.layout[0], NULL, NULL, &d));
+    T_CHECK(cl.layout[0].param == NULL); /* taken over */
+    T_CHECK(d->layout.numel == ref->layout.numel && d->layout.nbuckets == ref->layout.nbuckets);
+    for (int p = 0; p < FAKE_NPARAMS; p++)
+        T_CHECK(off[p] == (size_t)d->layout.param[p].start &&
+                d->layout.param[p].start == ref->layout.param[p].start);
+    mtc_ddp_free(d), mtc_ddp_free(ref);
+    dp_layout l;
+    MTC_CHECK(mtc_ddp_layout(&reg, &cl.cfg[0], dp, 1, &l)); /* the planner's */
+    T_CHECK(mtc_ddp_init_layout(&reg, &cl.cfg[0], &comms, &l, NULL, NULL, &d) ==
+            MTC_ERR_INVALID_USAGE);
+    T_CHECK(l.param == NULL && d == NULL);
+    MTC_CHECK(mtc_ddp_layout(&reg, &cl.cfg[0], dp + 1, 0, &l));
+    T_CHECK(mtc_ddp_init_layout(&reg, &cl.cfg[0], &comms, &l, NULL, NULL, &d) ==
+            MTC_ERR_INVALID_USAGE);
+    mtc_ddp_chunk_layout_free(&cl);
+    mtc_registry_free(&reg);
+    return MTC_OK;
+}
+
 /* Inexact values (rounding happens): the reduced bits are the same on every
  * rank, in every repetition, and with overlap on or off. */
 static mtc_result_t check_determinism(mtc_comm_t world) {
@@ -193,6 +238,7 @@ static mtc_result_t rank_main(mtc_comm_t world, void *arg) {
     MTC_CHECK(check_case(world, &fwd));
     MTC_CHECK(check_misuse(world));
     MTC_CHECK(check_determinism(world));
+    MTC_CHECK(check_layout_handoff(world));
     return MTC_OK;
 }
 

@@ -4,8 +4,8 @@
  * 1. nn_gemm_engine_choose: no cache -> oneDNN (the default, where built);
  *    a cache where this process's OpenBLAS core is faster -> OpenBLAS, and
  *    slower -> oneDNN; a cache that measured another core only -> the
- *    default; MTC_GEMM=openblas / dnnl overrides the cache; the reason names
- *    what decided.
+ *    default; a request for openblas / dnnl (the CLI's MTC_GEMM) overrides
+ *    the cache; the reason names what decided.
  * 2. nn_gemm_engine_force: pools made while forced run that engine, and
  *    both engines' GEMMs agree with a double-precision product (the pool
  *    of 2 and a pool of 1 give the same bits for each engine).
@@ -60,32 +60,29 @@ static double gemm_err(nn_pool *pool, float *c, int M, int N, int K) {
 int main(void) {
     char path[64], why[256];
     snprintf(path, sizeof path, "/tmp/mtc_test_gemm_engine_%d.json", (int)getpid());
-    setenv("MTC_PEAK_CACHE", path, 1);
-    unsetenv("MTC_GEMM");
+    mtc_peak_set_cache_path(path);
     remove(path);
     int dnnl = nn_lowp_available();
     nn_gemm_engine def = dnnl ? NN_GEMM_DNNL : NN_GEMM_OPENBLAS;
     const char *core = openblas_get_corename();
 
     /* 1. the choice */
-    T_CHECK(nn_gemm_engine_choose(why, sizeof why) == def);
+    T_CHECK(nn_gemm_engine_choose(NN_GEMM_AUTO, why, sizeof why) == def);
     T_CHECKF(strstr(why, dnnl ? "not measured" : "not built in") != NULL, "%s", why);
     write_cache(100, core, 150);
-    T_CHECKF(nn_gemm_engine_choose(why, sizeof why) == NN_GEMM_OPENBLAS || !dnnl, "%s", why);
+    T_CHECKF(nn_gemm_engine_choose(NN_GEMM_AUTO, why, sizeof why) == NN_GEMM_OPENBLAS || !dnnl,
+             "%s", why);
     if (dnnl) T_CHECKF(strstr(why, core) && strstr(why, "00:00:01"), "%s", why);
     write_cache(150, core, 100);
-    T_CHECKF(nn_gemm_engine_choose(why, sizeof why) == def, "%s", why);
+    T_CHECKF(nn_gemm_engine_choose(NN_GEMM_AUTO, why, sizeof why) == def, "%s", why);
     write_cache(100, "NoSuchCore", 150);
-    T_CHECKF(nn_gemm_engine_choose(why, sizeof why) == def, "%s", why);
+    T_CHECKF(nn_gemm_engine_choose(NN_GEMM_AUTO, why, sizeof why) == def, "%s", why);
     if (dnnl) T_CHECKF(strstr(why, "not measured") != NULL, "%s", why);
     write_cache(150, core, 100);
-    setenv("MTC_GEMM", "openblas", 1);
-    T_CHECK(nn_gemm_engine_choose(why, sizeof why) == NN_GEMM_OPENBLAS);
+    T_CHECK(nn_gemm_engine_choose(NN_GEMM_OPENBLAS, why, sizeof why) == NN_GEMM_OPENBLAS);
     T_CHECKF(strstr(why, "MTC_GEMM=openblas") != NULL, "%s", why);
     write_cache(100, core, 150);
-    setenv("MTC_GEMM", "dnnl", 1);
-    T_CHECK(nn_gemm_engine_choose(why, sizeof why) == def);
-    unsetenv("MTC_GEMM");
+    T_CHECK(nn_gemm_engine_choose(NN_GEMM_DNNL, why, sizeof why) == def);
     remove(path);
     T_CHECK(!strcmp(nn_gemm_engine_name(NN_GEMM_DNNL), "dnnl") &&
             !strcmp(nn_gemm_engine_name(NN_GEMM_OPENBLAS), "openblas"));

@@ -77,8 +77,8 @@ static void test_pool(void) {
     T_CHECK(nn_pool_create(0, &p) == MTC_ERR_INVALID_ARGUMENT && p == NULL);
     /* default spin, then no spin at all (every hand-off goes through sleep/wake) */
     for (int mode = 0; mode < 2; mode++) {
-        if (mode) setenv("MTC_NN_SPIN_US", "0", 1);
-        T_CHECK(nn_pool_create(3, &p) == MTC_OK);
+        nn_pool_opts no_spin = {.spin_us = 0}; /* the CLI's MTC_NN_SPIN_US=0 */
+        T_CHECK((mode ? nn_pool_create_opts(3, &no_spin, &p) : nn_pool_create(3, &p)) == MTC_OK);
         T_CHECK(nn_pool_size(p) == 3 && nn_pool_size(NULL) == 1);
         int ok = 1;
         for (int rep = 0; rep < 1000; rep++) {
@@ -92,7 +92,6 @@ static void test_pool(void) {
         T_CHECKF(ok, "pool items not run exactly once (spin mode %d)", mode);
         nn_pool_free(p);
     }
-    unsetenv("MTC_NN_SPIN_US");
     nn_pool_free(NULL);
 }
 
