@@ -171,10 +171,18 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
  * elements of shard rank `rank` of `dp` (-1: the largest), as
  * train/train_setup.c lays it out (skip_empty: the other buffer's params
  * and other EP ranks' experts take no room). */
+/* A chunk buffer's FSDP units (buckets; bucket 0 is the last unit in
+ * forward order, nb - 1 the first) in elements. */
+typedef struct {
+    int n;
+    int64_t total, first, second, last;
+} plan_units;
+
 static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels, int n,
                                 const int *shared, const int *units, int dp, int r, int k, int rank,
-                                int64_t *buf, int64_t *held, int64_t *unit_out) {
+                                int64_t *buf, int64_t *held, int64_t *unit_out, plan_units *pu) {
     *unit_out = 0;
+    memset(pu, 0, sizeof *pu);
     int64_t sum = 0;
     for (int i = 0; i < n; i++)
         sum += numels[i];
@@ -209,8 +217,41 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels,
         int64_t size = lay.bucket[b].end - lay.bucket[b].start, out = size - size / lay.dp;
         if (out > *unit_out) *unit_out = out;
     }
+    if (rc == MTC_OK && lay.nbuckets > 0) {
+        int nb = lay.nbuckets;
+        pu->n = nb, pu->total = lay.numel;
+        pu->first = lay.bucket[nb - 1].end - lay.bucket[nb - 1].start;
+        pu->second = nb > 1 ? lay.bucket[nb - 2].end - lay.bucket[nb - 2].start : 0;
+        pu->last = lay.bucket[0].end - lay.bucket[0].start;
+    }
     dp_layout_free(&lay);
     return rc;
+}
+
+/* One chunk's FSDP collectives per step (mtc_plan_fsdp_comm's rules) into c. */
+static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int has_emb, int has_head,
+                           int nparts, int nd, mtc_plan_fsdp_comm *c) {
+    double M = l->global_batch / (l->micro_batch * l->dp), n = u->n, T = (double)u->total * 4;
+    double e = has_emb ? (double)u->first * 4 : 0;
+    double l1 = (double)(has_emb ? u->second : u->first) * 4, h = (double)u->last * 4;
+    int tied = has_emb && has_head && !l->model.untie_embeddings;
+    if (u->n <= 0 || M < 1) return;
+    c->units += n;
+    c->rs_calls += M * n, c->rs_bytes += M * T;
+    if (nd > 1) c->ar_calls += M * n, c->ar_bytes += M * T / nparts;
+    if (l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS) {
+        c->ag_step_calls += n, c->ag_step_bytes += T;
+        return;
+    }
+    /* the first microbatch, then M - 1 more without the first layer's gather */
+    c->ag_fwd_calls += M * (n + tied) - (M - 1),
+        c->ag_fwd_bytes += M * (T + tied * e) - (M - 1) * l1;
+    double bc = n - 1 - (has_emb ? 1 : 0), bb = T - h - e;
+    if (bc > 0) c->ag_bwd_calls += M * bc, c->ag_bwd_bytes += M * bb;
+    if (l->overlap_param_gather) {
+        if (has_emb) c->ag_bwd_calls += 1, c->ag_bwd_bytes += e;
+        if (tied) c->ag_bwd_calls += M, c->ag_bwd_bytes += M * l1;
+    }
 }
 
 mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank,
@@ -243,6 +284,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         mtc_result_t rc = plan_chunk_params(l, first, last, has_emb, has_head, &numels, &shared,
                                             &expert, &units, &n);
         int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0, unit = 0, xunit = 0;
+        plan_units pu, xpu;
         for (int i = 0; rc == MTC_OK && i < n; i++)
             sum += numels[i], xsum += expert[i] ? numels[i] : 0;
         if (rc == MTC_OK) {
@@ -252,10 +294,11 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         for (int i = 0; rc == MTC_OK && i < n; i++) /* split the two buffers' params apart */
             if (expert[i] == 2) xnum[i] = numels[i], numels[i] = 0;
         if (rc == MTC_OK)
-            rc =
-                plan_buffer(l, numels, n, shared, units, nparts, r, k, dp_rank, &buf, &held, &unit);
+            rc = plan_buffer(l, numels, n, shared, units, nparts, r, k, dp_rank, &buf, &held, &unit,
+                             &pu);
         if (rc == MTC_OK && xsum > 0 && l->ep > 1) /* train's expert DDP exists */
-            rc = plan_buffer(l, xnum, n, NULL, units, xparts, r, k, xrank, &xbuf, &xheld, &xunit);
+            rc = plan_buffer(l, xnum, n, NULL, units, xparts, r, k, xrank, &xbuf, &xheld, &xunit,
+                             &xpu);
         free(numels), free(shared), free(expert), free(xnum), free(units);
         MTC_CHECK(rc);
         out->params += sum;
@@ -276,6 +319,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
                                          ? sh + K * (unit > xunit ? unit : xunit)
                                          : buf + xbuf;
             out->fsdp_grad_numel += g;
+            plan_fsdp_comm(l, &pu, has_emb, has_head, nparts, nd, &out->fsdp_comm);
         }
         size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
         size_t moe = mtc_plan_act_moe_slot_bytes(l, last - first, has_head);
