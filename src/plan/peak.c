@@ -404,19 +404,40 @@ static mtc_result_t rank_rss(int cores, double *out) {
  * (mremap(2) MREMAP_DONTUNMAP of 12 MiB each way after mincore(2) of the
  * range, as fsdp_release_bucket / fsdp_acquire do), the median of 7;
  * 0 when the kernel has no MREMAP_DONTUNMAP. */
+static inline void cpu_relax_spin(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *page_spin(void *arg) { /* another thread of the process, running */
+    volatile int *stop = arg;
+    while (!*stop)
+        cpu_relax_spin();
+    return NULL;
+}
+
 static double page_move_cost(void) {
 #ifdef MREMAP_DONTUNMAP
-    const size_t n = (size_t)12 << 20, pg = 4096;
-    char *a = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    char *b =
-        mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* a page past a 2 MiB boundary, as a unit's ranges start: aligned
+     * ranges would move whole page tables at once */
+    const size_t pg = 4096, n = ((size_t)12 << 20) - 3 * pg, map = (size_t)16 << 20;
+    char *ma = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *mb =
+        mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     unsigned char *vec = malloc(n / pg + 1);
     double t[7], r = 0;
-    int ok = a != MAP_FAILED && b != MAP_FAILED && vec;
+    int ok = ma != MAP_FAILED && mb != MAP_FAILED && vec;
+    char *a = ok ? ma + pg : NULL, *b = ok ? mb + 2 * pg : NULL;
 #ifdef MADV_NOHUGEPAGE
-    if (ok) (void)madvise(a, n, MADV_NOHUGEPAGE), (void)madvise(b, n, MADV_NOHUGEPAGE);
+    if (ok) (void)madvise(ma, map, MADV_NOHUGEPAGE), (void)madvise(mb, map, MADV_NOHUGEPAGE);
 #endif
     if (ok) memset(a, 1, n); /* resident, as a gathered unit */
+    /* rank-threads run on the other cores meanwhile: each move shoots
+     * down their TLBs too (the inter-processor interrupts are its cost) */
+    volatile int stop = 0;
+    pthread_t th;
+    int spun = ok && pthread_create(&th, NULL, page_spin, (void *)&stop) == 0;
     for (int i = 0; ok && i < 7; i++) {
         double c0 = mtc_thread_cpu_s();
         ok = mincore(b, n, vec) == 0 &&
@@ -425,9 +446,11 @@ static double page_move_cost(void) {
              mremap(b, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, a) == a;
         t[i] = (mtc_thread_cpu_s() - c0) / 2 / (double)(n / pg);
     }
+    stop = 1;
+    if (spun) pthread_join(th, NULL);
     if (ok) qsort(t, 7, sizeof t[0], cmp_double), r = t[3];
-    if (a != MAP_FAILED) munmap(a, n);
-    if (b != MAP_FAILED) munmap(b, n);
+    if (ma != MAP_FAILED) munmap(ma, map);
+    if (mb != MAP_FAILED) munmap(mb, map);
     free(vec);
     return r;
 #else
