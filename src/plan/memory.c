@@ -175,7 +175,7 @@ static mtc_result_t plan_chunk_params(const mtc_plan_layout *l, int first, int l
  * forward order, nb - 1 the first) in elements. */
 typedef struct {
     int n;
-    int64_t total, first, second, last;
+    int64_t total, first, second, last, before_last; /* before_last: bucket 1 */
 } plan_units;
 
 static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels, int n,
@@ -223,6 +223,7 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const int64_t *numels,
         pu->first = lay.bucket[nb - 1].end - lay.bucket[nb - 1].start;
         pu->second = nb > 1 ? lay.bucket[nb - 2].end - lay.bucket[nb - 2].start : 0;
         pu->last = lay.bucket[0].end - lay.bucket[0].start;
+        pu->before_last = nb > 1 ? lay.bucket[1].end - lay.bucket[1].start : 0;
     }
     dp_layout_free(&lay);
     return rc;
@@ -246,7 +247,12 @@ static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int ha
     /* the first microbatch, then M - 1 more without the first layer's gather */
     c->ag_fwd_calls += M * (n + tied) - (M - 1),
         c->ag_fwd_bytes += M * (T + tied * e) - (M - 1) * l1;
-    double bc = n - 1 - (has_emb ? 1 : 0), bb = T - h - e;
+    /* the backward's first units resident: the last; the one before too
+     * unless a tied head's call for the embedding came between */
+    int thead = has_head && !l->model.untie_embeddings;
+    double keep = thead || u->n < 2 ? 0 : (double)u->before_last * 4;
+    if (has_emb && u->n == 2) keep = 0; /* the one before is the embedding, counted in e */
+    double bc = n - 1 - (keep > 0 ? 1 : 0) - (has_emb ? 1 : 0), bb = T - h - e - keep;
     if (bc > 0) c->ag_bwd_calls += M * bc, c->ag_bwd_bytes += M * bb;
     if (l->overlap_param_gather) {
         if (has_emb) c->ag_bwd_calls += 1, c->ag_bwd_bytes += e;

@@ -110,8 +110,10 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l);
  *   forward, optim_grads_params: every unit (+ the embedding again for a
  *     tied head), except on microbatches after the first the first layer
  *     (still resident from the backward before);
- *   backward: every unit but the last (resident from the forward) and the
- *     embedding (its backward reads no params);
+ *   backward: every unit but the last two (resident from the forward: a
+ *     call needing the units of the one before does not move the window;
+ *     but the last only after a tied head, whose call for the embedding
+ *     comes between) and the embedding (its backward reads no params);
  *   --overlap-param-gather: the backward's prefetch of the embedding is
  *     stale after the optimizer step (+e on the first microbatch), and with
  *     a tied head the head's call for the embedding turns the backward's
