@@ -523,7 +523,13 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     int n = 2 * cores;
     double per_step = over[0] * 1e-6 / (2.0 * (n - 1));
     m->oversub_lat = per_step > m->intra.lat ? per_step - m->intra.lat : 0;
-    m->oversub_sync = ovs_sync, m->oversub_frac = ovs_frac;
+    /* the probe's wall time also carries other jobs' load (a rank-thread
+     * gets cpu_share of a core), which the planner prices apart (it divides
+     * the compute by the share): take it out, so the load is not counted
+     * twice (1 + frac = wall / CPU-over-cores = (1 + frac_own) / share) */
+    double sh = m->cpu_share > 0 && m->cpu_share < 1 ? m->cpu_share : 1;
+    m->oversub_sync = ovs_sync * sh;
+    m->oversub_frac = (1 + ovs_frac) * sh - 1 > 0 ? (1 + ovs_frac) * sh - 1 : 0;
     if (log)
         fprintf(log,
                 "> GEMM fp32 %dx%dx%d forward and backward on every core for 0.2 s: %.2f GFLOP/s "
