@@ -54,14 +54,15 @@ CONF
     r=$((r + 1))
 done
 uptime | sed 's/.*load/# load/'
-printf '%-20s %10s %8s %12s %8s %10s\n' configuration "step ms" ratio "CPU s/iter" ratio "AG / RS"
+printf '%-20s %10s %17s %8s %12s %8s %10s\n' configuration "step ms" "(min - max)" ratio "CPU s/iter" ratio "AG / RS"
 awk 'function med(a, n,   i, j, t) {
          for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
          return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
      { k = $1; if (!(k in n)) order[++nk] = k; n[k]++; s[k, n[k]] = $2; c[k, n[k]] = $3; ag[k] = $4; rs[k] = $5 }
      END { for (o = 1; o <= nk; o++) { k = order[o]; delete v; delete w
              for (i = 1; i <= n[k]; i++) { v[i] = s[k, i]; w[i] = c[k, i] }
-             ms[k] = med(v, n[k]); cs[k] = med(w, n[k]) }
+             ms[k] = med(v, n[k]); cs[k] = med(w, n[k]); lo[k] = v[1]; hi[k] = v[n[k]] }
            for (o = 1; o <= nk; o++) { k = order[o]
-             printf "%-20s %10.1f %8.2f %12.3f %8.2f %5d / %-4d\n", k, ms[k], ms[k] / ms["distopt"], cs[k], cs[k] / cs["distopt"], ag[k], rs[k] } }' "$D/raw"
-echo "# medians over $ROUNDS rounds of iterations 3-$ITERS (step) and of the runs (CPU, start-up included); ratio: against distopt"
+             printf "%-20s %10.1f %8.0f - %-6.0f %8.2f %12.3f %8.2f %5d / %-4d\n", k, ms[k], lo[k], hi[k], ms[k] / ms["distopt"], cs[k], cs[k] / cs["distopt"], ag[k], rs[k] } }' "$D/raw"
+echo "# medians over $ROUNDS rounds of iterations 3-$ITERS (step; min - max: the fastest and slowest of them) and of"
+echo "# the runs (CPU seconds of the process / ITERS, start-up included); ratio: against distopt; AG / RS: calls per step"
