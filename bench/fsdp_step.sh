@@ -6,8 +6,9 @@
 # without, one after the other (alternating, so load from other jobs falls
 # on all alike). Per configuration: the median step over the rounds' logged
 # iterations after the second (the first ones fault the buffers and
-# oneDNN's kernels in), the median of the rounds' CPU seconds per iteration
-# (user + system of the process over ITERS, start-up included), the
+# oneDNN's kernels in), the median of the rounds' CPU seconds per step
+# (user + system of the process, less a 2-iteration run's, over ITERS - 2:
+# the start-up cancels; all 4 ranks), the
 # all-gather / reduce-scatter calls per step, and each against the
 # distributed optimizer's. The machine may be shared: compare within a run.
 #   MODEL   the model's flags (default: 8 layers, hidden 512, 8 heads,
@@ -36,7 +37,11 @@ while [ "$r" -le "$ROUNDS" ]; do
         # shellcheck disable=SC2086
         /usr/bin/time -f "%U %S" -o "$D/t" "$MTC" train $COMMON $flags --metrics "$D/m.jsonl" >"$D/log" 2>&1 ||
             { echo "$key: failed"; tail -3 "$D/log"; continue; }
-        cpu=$(awk -v n="$ITERS" '{ print ($1 + $2) / n }' "$D/t")
+        # CPU seconds per step: this run's less a 2-iteration run's, over ITERS - 2 (start-up cancels)
+        # shellcheck disable=SC2086
+        /usr/bin/time -f "%U %S" -o "$D/t2" "$MTC" train $(echo "$COMMON" | sed "s/--train-iters $ITERS/--train-iters 2/") \
+            $flags >"$D/log2" 2>&1 || { echo "$key: 2-iteration run failed"; tail -3 "$D/log2"; continue; }
+        cpu=$(awk -v n="$ITERS" 'NR == FNR { a = $1 + $2; next } { print (a - $1 - $2) / (n - 2) }' "$D/t" "$D/t2")
         tail -n +3 "$D/m.jsonl" | python3 -c '
 import json, sys
 key, cpu = sys.argv[1], sys.argv[2]
@@ -54,7 +59,7 @@ CONF
     r=$((r + 1))
 done
 uptime | sed 's/.*load/# load/'
-printf '%-20s %10s %17s %8s %12s %8s %10s\n' configuration "step ms" "(min - max)" ratio "CPU s/iter" ratio "AG / RS"
+printf '%-20s %10s %17s %8s %12s %8s %10s\n' configuration "step ms" "(min - max)" ratio "CPU s/step" ratio "AG / RS"
 awk 'function med(a, n,   i, j, t) {
          for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
          return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
@@ -65,4 +70,4 @@ awk 'function med(a, n,   i, j, t) {
            for (o = 1; o <= nk; o++) { k = order[o]
              printf "%-20s %10.1f %8.0f - %-6.0f %8.2f %12.3f %8.2f %5d / %-4d\n", k, ms[k], lo[k], hi[k], ms[k] / ms["distopt"], cs[k], cs[k] / cs["distopt"], ag[k], rs[k] } }' "$D/raw"
 echo "# medians over $ROUNDS rounds of iterations 3-$ITERS (step; min - max: the fastest and slowest of them) and of"
-echo "# the runs (CPU seconds of the process / ITERS, start-up included); ratio: against distopt; AG / RS: calls per step"
+echo "# the runs (CPU seconds per step of the process, start-up cancelled); ratio: against distopt; AG / RS: calls per step"
