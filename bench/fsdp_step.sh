@@ -27,7 +27,8 @@ case $ROUNDS in '' | *[!0-9]*) echo "bench/fsdp_step.sh: ROUNDS=$ROUNDS must be 
 [ "$ROUNDS" -ge 1 ] || { echo "bench/fsdp_step.sh: ROUNDS=$ROUNDS must be >= 1" >&2; exit 2; }
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
-COMMON="--mock-data $MODEL --micro-batch-size 2 --global-batch-size 8 --train-iters $ITERS --log-interval 1 --eval-iters 0 --lr 1e-4 --world-size 4"
+BASE="--mock-data $MODEL --micro-batch-size 2 --global-batch-size 8 --log-interval 1 --eval-iters 0 --lr 1e-4 --world-size 4"
+COMMON="$BASE --train-iters $ITERS" COMMON2="$BASE --train-iters 2"
 F="--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
 : >"$D/raw"
 r=1
@@ -39,8 +40,7 @@ while [ "$r" -le "$ROUNDS" ]; do
             { echo "$key: failed"; tail -3 "$D/log"; continue; }
         # CPU seconds per step: this run's less a 2-iteration run's, over ITERS - 2 (start-up cancels)
         # shellcheck disable=SC2086
-        /usr/bin/time -f "%U %S" -o "$D/t2" "$MTC" train $(echo "$COMMON" | sed "s/--train-iters $ITERS/--train-iters 2/") \
-            $flags >"$D/log2" 2>&1 || { echo "$key: 2-iteration run failed"; tail -3 "$D/log2"; continue; }
+        /usr/bin/time -f "%U %S" -o "$D/t2" "$MTC" train $COMMON2 $flags >"$D/log2" 2>&1 || { echo "$key: 2-iteration run failed"; tail -3 "$D/log2"; continue; }
         cpu=$(awk -v n="$ITERS" 'NR == FNR { a = $1 + $2; next } { print (a - $1 - $2) / (n - 2) }' "$D/t" "$D/t2")
         tail -n +3 "$D/m.jsonl" | python3 -c '
 import json, sys
