@@ -20,10 +20,14 @@
 # MoE rows: the same GPT with 8 experts top-2 in every layer (expert ffn 4h)
 # at ep 1 / 2 / 4, etp 1 / tp, with the allgather and the alltoall
 # dispatcher, one with dp 2 x ep 2 and the distributed optimizer.
+# FSDP rows: Megatron-FSDP optim_grads and optim_grads_params, with and
+# without --overlap-grad-reduce --overlap-param-gather, on dp 4
+# rank-threads (the plan prices each unit's gathers and reduce-scatters and
+# the page pool: docs/fsdp.md), beside the distributed optimizer's row.
 # Usage: bench/plan_vs_measured.sh [build-dir]
 # Env: ITERS (default 12), ROUNDS (default 3), MPI (auto|off), CPU (1: also the plan at a
 # share of 1 beside each rank-thread layout's CPU seconds per step, a check the load moves less),
-# ROWS (all, dense or moe; default all)
+# ROWS (all, dense, moe or fsdp; default all)
 set -eu
 BUILD=${1:-build}
 MTC=$BUILD/mtc
@@ -33,7 +37,7 @@ case $ITERS in '' | *[!0-9]*) echo "plan_vs_measured: ITERS=$ITERS must be an in
 [ "$ITERS" -ge 2 ] || { echo "plan_vs_measured: ITERS=$ITERS must be >= 2" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 ROWS=${ROWS:-all}
-case $ROWS in all | dense | moe) ;; *) echo "plan_vs_measured: ROWS=$ROWS must be all, dense or moe" >&2; exit 2 ;; esac
+case $ROWS in all | dense | moe | fsdp) ;; *) echo "plan_vs_measured: ROWS=$ROWS must be all, dense, moe or fsdp" >&2; exit 2 ;; esac
 case $ROUNDS in '' | *[!0-9]*) echo "plan_vs_measured: ROUNDS=$ROUNDS must be an integer >= 1" >&2; exit 2 ;; esac
 [ "$ROUNDS" -ge 1 ] || { echo "plan_vs_measured: ROUNDS=$ROUNDS must be >= 1" >&2; exit 2; }
 D=$(mktemp -d)
@@ -49,6 +53,8 @@ fi
 run() {
     launch=$1 world=$2 tp=$3 pp=$4 vpp=$5 sp=$6 do=$7 ep=${8:-} etp=${9:-} disp=${10:-allgather}
     targs="--tp $tp --pp $pp --vpp $vpp" lay="tp$tp-pp$pp-vpp$vpp" pargs="" key=""
+    # FSDP (fsdp_rows): both commands take the flags; the row's name carries them
+    [ -n "${FX:-}" ] && targs="$targs $FX" pargs="$FX" key="$FK"
     if [ -n "$ep" ]; then # flags both commands take; the layout name carries ep / etp
         moe="--num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type $disp"
         targs="$targs $moe --ep $ep --etp $etp" pargs="$moe" lay="$lay-ep$ep-etp$etp"
@@ -117,8 +123,23 @@ run() {
     echo "$launch $world:$lay$key $plan_ms $meas $plan_mb $alloc $rss $plan_rss" >>"$D/raw"
 }
 rows() {
-[ "$ROWS" = moe ] || dense_rows
-[ "$ROWS" = dense ] || moe_rows
+case $ROWS in all | dense) dense_rows ;; esac
+case $ROWS in all | moe) moe_rows ;; esac
+case $ROWS in all | fsdp) fsdp_rows ;; esac
+}
+fsdp_rows() {
+F="--use-megatron-fsdp --data-parallel-sharding-strategy" O="--overlap-grad-reduce --overlap-param-gather"
+FX="" FK=""
+run threads 4 1 1 1 0 1
+FX="$F optim_grads" FK="-fsdp-og"
+run threads 4 1 1 1 0 1
+FX="$F optim_grads $O" FK="-fsdp-og-ov"
+run threads 4 1 1 1 0 1
+FX="$F optim_grads_params" FK="-fsdp-ogp"
+run threads 4 1 1 1 0 1
+FX="$F optim_grads_params $O" FK="-fsdp-ogp-ov"
+run threads 4 1 1 1 0 1
+FX="" FK=""
 }
 moe_rows() {
 run threads 2 1 1 1 0 0 1 1 allgather

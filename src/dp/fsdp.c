@@ -111,7 +111,8 @@ struct mtc_fsdp {
     mtc_distopt *opt; /* the optimizer of the shards (set by mtc_fsdp_attach_optimizer) */
     int strategy;
     int nb;                       /* buckets = units */
-    unsigned char *gathered;      /* [nb] params resident outside the shard */
+    unsigned char *gathered;      /* [nb] params resident outside the shard: 1 current, 2 from
+                                     before the last optimizer step (re-gathered in place) */
     unsigned char *need_cur;      /* [nb] needed by the last params_needed call */
     unsigned char *need_prev;     /* [nb] ... and by the one before */
     int *nready;                  /* [nb] params marked ready this microbatch */
@@ -454,12 +455,15 @@ void mtc_fsdp_shard(mtc_fsdp *f) {
  * it running (a prefetch), else wait for it (one already running too). */
 static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     mtc_ddp *d = f->d;
-    if (f->gathered[b]) return start ? MTC_OK : fsdp_wait_ag(f, b);
+    if (f->gathered[b] == 1) return start ? MTC_OK : fsdp_wait_ag(f, b);
     dp_range bk = d->layout.bucket[b];
     size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
     float *base = d->params + bk.start;
     uint64_t t0 = f->trace ? mtc_time_ns() : 0;
-    fsdp_acquire(f, FSDP_PARAMS, b);
+    if (f->gathered[b] == 2) /* stale: its pages stay, the gather overwrites them */
+        MTC_CHECK(fsdp_wait_ag(f, b));
+    else
+        fsdp_acquire(f, FSDP_PARAMS, b);
     f->gathers++;
     if (d->comms.intra) {
         if (start) {
@@ -531,14 +535,17 @@ mtc_result_t mtc_fsdp_set_outer_optim(mtc_fsdp *f) {
     return MTC_OK;
 }
 
-/* A new optimizer step since the units were gathered: drop them. */
+/* A new optimizer step since the units were gathered: they are stale.
+ * They keep their pages (no release into the pool and no refill): a stale
+ * unit needed again is re-gathered in place, one not needed is released by
+ * the usual rule, so the resident units are those the backward left. */
 static mtc_result_t fsdp_check_step(mtc_fsdp *f) {
     if (!f->opt || f->opt->step == f->seen_step) return MTC_OK;
     f->seen_step = f->opt->step;
     f->pref = -1;
     MTC_CHECK(fsdp_outer_gather(f));
     for (int b = 0; b < f->nb; b++)
-        if (f->gathered[b]) MTC_CHECK(fsdp_drop(f, b));
+        if (f->gathered[b]) f->gathered[b] = 2;
     return MTC_OK;
 }
 
@@ -556,11 +563,24 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
         }
     if (!mtc_fsdp_shards_params(f)) return MTC_OK;
     MTC_CHECK(fsdp_check_step(f));
-    unsigned char *t = f->need_prev; /* the call before becomes prev */
-    f->need_prev = f->need_cur, f->need_cur = t;
-    memset(f->need_cur, 0, (size_t)f->nb);
-    for (int p = first < 0 ? 0 : first; p < last && p < l->nparams; p++)
-        if (l->param_bucket[p] >= 0) f->need_cur[l->param_bucket[p]] = 1;
+    /* a call needing exactly the units of the one before (an untied head's
+     * norm and output layer; the backward's first call after the forward's
+     * last) is the same need: the window does not move, so the unit before
+     * stays (it is needed next in the backward) */
+    int same = 1, ncur = 0, nnew = 0;
+    for (int b = 0; b < f->nb; b++)
+        ncur += f->need_cur[b];
+    for (int p = first < 0 ? 0 : first; p < last && p < l->nparams; p++) {
+        int b = l->param_bucket[p];
+        if (b >= 0 && (p == first || b != l->param_bucket[p - 1])) nnew++, same &= f->need_cur[b];
+    }
+    if (!(same && nnew == ncur && nnew > 0)) {
+        unsigned char *t = f->need_prev; /* the call before becomes prev */
+        f->need_prev = f->need_cur, f->need_cur = t;
+        memset(f->need_cur, 0, (size_t)f->nb);
+        for (int p = first < 0 ? 0 : first; p < last && p < l->nparams; p++)
+            if (l->param_bucket[p] >= 0) f->need_cur[l->param_bucket[p]] = 1;
+    }
     int lo = f->nb, hi = -1;
     for (int b = 0; b < f->nb; b++)
         if (f->need_cur[b]) lo = b < lo ? b : lo, hi = b;

@@ -72,6 +72,10 @@ static mtc_result_t parse_kernels(const cJSON *o, const char *origin, mtc_plan_m
     m->kern.base_rss = num(k, "base_rss_mb", 0) * 1048576.0;
     m->kern.rank_rss = num(k, "rank_rss_mb", 0) * 1048576.0;
     m->kern.mpi_rss = num(k, "mpi_rss_mb", 0) * 1048576.0;
+    m->kern.page_move = num(k, "page_move_ns", 0) * 1e-9; /* optional: per 4 KiB page */
+    if (!(m->kern.page_move >= 0))
+        return mtc_error(MTC_ERR_FORMAT, "%s: machine %s: kernels_ns \"page_move_ns\" must be >= 0",
+                         origin, m->name);
     if (!(m->kern.gemm_rate >= 0 && m->kern.base_rss >= 0 && m->kern.rank_rss >= 0 &&
           m->kern.mpi_rss >= 0))
         return mtc_error(
@@ -288,9 +292,11 @@ mtc_result_t mtc_plan_machine_write(const mtc_plan_machine *m, const char *path)
                     *kern_field((mtc_plan_kernels *)&m->kern, i) * 1e9);
         fprintf(f,
                 ", \"gemm_gflops\": %.6g, \"base_rss_mb\": %.6g, \"rank_rss_mb\": %.6g, "
-                "\"mpi_rss_mb\": %.6g}",
+                "\"mpi_rss_mb\": %.6g",
                 m->kern.gemm_rate * 1e-9, m->kern.base_rss / 1048576.0,
                 m->kern.rank_rss / 1048576.0, m->kern.mpi_rss / 1048576.0);
+        if (m->kern.page_move > 0) fprintf(f, ", \"page_move_ns\": %.6g", m->kern.page_move * 1e9);
+        fprintf(f, "}");
     }
     fprintf(f, "\n}\n");
     int bad = ferror(f);

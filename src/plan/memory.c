@@ -172,15 +172,31 @@ static mtc_result_t plan_chunk_layout(const mtc_plan_layout *l, int r, int k,
     return rc;
 }
 
+/* A chunk buffer's FSDP units (buckets; bucket 0 is the last unit in
+ * forward order, nb - 1 the first) in elements. */
+typedef struct {
+    int n;
+    int64_t total, first, second, last, before_last; /* before_last: bucket 1 */
+} plan_units;
+
 /* One buffer of a chunk (the dense one, or the expert-parallel one): its
  * elements, distributed-optimizer padding included, and the optimizer
  * elements of shard rank `rank` (-1: the largest), as train/train_setup.c
  * lays it out (the other buffer's params and other EP ranks' experts take
- * no room). */
+ * no room); *pu its FSDP units. */
 static mtc_result_t plan_buffer(const mtc_plan_layout *l, const dp_layout *lay, int rank,
-                                int64_t *buf, int64_t *held, int64_t *unit_out) {
+                                int64_t *buf, int64_t *held, int64_t *unit_out, plan_units *pu) {
     *unit_out = 0;
     *buf = lay->numel;
+    memset(pu, 0, sizeof *pu);
+    if (lay->nbuckets > 0) {
+        int nb = lay->nbuckets;
+        pu->n = nb, pu->total = lay->numel;
+        pu->first = lay->bucket[nb - 1].end - lay->bucket[nb - 1].start;
+        pu->second = nb > 1 ? lay->bucket[nb - 2].end - lay->bucket[nb - 2].start : 0;
+        pu->last = lay->bucket[0].end - lay->bucket[0].start;
+        pu->before_last = nb > 1 ? lay->bucket[1].end - lay->bucket[1].start : 0;
+    }
     if (!l->distopt) {
         *held = *buf;
         return MTC_OK;
@@ -195,6 +211,37 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const dp_layout *lay, 
         if (out > *unit_out) *unit_out = out;
     }
     return MTC_OK;
+}
+
+/* One chunk's FSDP collectives per step (mtc_plan_fsdp_comm's rules) into c. */
+static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int has_emb, int has_head,
+                           int nparts, int nd, mtc_plan_fsdp_comm *c) {
+    double M = l->global_batch / (l->micro_batch * l->dp), n = u->n, T = (double)u->total * 4;
+    double e = has_emb ? (double)u->first * 4 : 0;
+    double l1 = (double)(has_emb ? u->second : u->first) * 4, h = (double)u->last * 4;
+    int tied = has_emb && has_head && !l->model.untie_embeddings;
+    if (u->n <= 0 || M < 1) return;
+    c->units += n;
+    c->rs_calls += M * n, c->rs_bytes += M * T;
+    if (nd > 1) c->ar_calls += M * n, c->ar_bytes += M * T / nparts;
+    if (l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS) {
+        c->ag_step_calls += n, c->ag_step_bytes += T;
+        return;
+    }
+    /* the first microbatch, then M - 1 more without the first layer's gather */
+    c->ag_fwd_calls += M * (n + tied) - (M - 1),
+        c->ag_fwd_bytes += M * (T + tied * e) - (M - 1) * l1;
+    /* the backward's first units resident: the last; the one before too
+     * unless a tied head's call for the embedding came between */
+    int thead = has_head && !l->model.untie_embeddings;
+    double keep = thead || u->n < 2 ? 0 : (double)u->before_last * 4;
+    if (has_emb && u->n == 2) keep = 0; /* the one before is the embedding, counted in e */
+    double bc = n - 1 - (keep > 0 ? 1 : 0) - (has_emb ? 1 : 0), bb = T - h - e - keep;
+    if (bc > 0) c->ag_bwd_calls += M * bc, c->ag_bwd_bytes += M * bb;
+    if (l->overlap_param_gather) {
+        if (has_emb) c->ag_bwd_calls += 1, c->ag_bwd_bytes += e;
+        if (tied) c->ag_bwd_calls += M, c->ag_bwd_bytes += M * l1;
+    }
 }
 
 mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank,
@@ -224,12 +271,14 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         int has_emb = ls.has_embedding, has_head = ls.has_loss;
         mtc_ddp_chunk_layout cl;
         int64_t sum = 0, xsum = 0, buf = 0, held = 0, xbuf = 0, xheld = 0, unit = 0, xunit = 0;
+        plan_units pu, xpu;
+        memset(&xpu, 0, sizeof xpu);
         mtc_result_t rc = plan_chunk_layout(l, r, k, &ls, nparts, xparts, &sum, &xsum, &cl);
         /* the activations' view of a standalone MTP stage (activations.c) */
         has_head |= pp_layout_mtp_role(&ls) << 1;
-        if (rc == MTC_OK) rc = plan_buffer(l, &cl.layout[0], dp_rank, &buf, &held, &unit);
+        if (rc == MTC_OK) rc = plan_buffer(l, &cl.layout[0], dp_rank, &buf, &held, &unit, &pu);
         if (rc == MTC_OK && cl.n > 1 && cl.held[1]) /* train's expert DDP exists */
-            rc = plan_buffer(l, &cl.layout[1], xrank, &xbuf, &xheld, &xunit);
+            rc = plan_buffer(l, &cl.layout[1], xrank, &xbuf, &xheld, &xunit, &xpu);
         mtc_ddp_chunk_layout_free(&cl);
         MTC_CHECK(rc);
         out->params += sum;
@@ -250,6 +299,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
                                          ? sh + K * (unit > xunit ? unit : xunit)
                                          : buf + xbuf;
             out->fsdp_grad_numel += g;
+            plan_fsdp_comm(l, &pu, has_emb, ls.has_loss, nparts, nd, &out->fsdp_comm);
         }
         size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
         size_t moe = mtc_plan_act_moe_slot_bytes(l, last - first, has_head);

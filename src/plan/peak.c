@@ -9,11 +9,16 @@
  * between compute phases (busy_coll), mtc's own kernels (plan/kernels.c) and the resident set
  * of a process without a model and of one rank-thread. A "device" of this machine is one core;
  * the planner gives a rank min(threads, cores / ranks) of them. Timings on a shared machine vary
- * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it. */
+ * run to run: the cache holds one measurement; run `mtc bench-peak` again to refresh it.
+ * Also the cost of moving a page between a buffer and Megatron-FSDP's page pool (page_move). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mremap's MREMAP_DONTUNMAP */
+#endif
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "comm/bench.h"
@@ -394,6 +399,65 @@ static mtc_result_t rank_rss(int cores, double *out) {
     return MTC_OK;
 }
 
+/* Seconds of CPU time per 4 KiB page that dp/fsdp.c's page pool spends
+ * moving a released unit's pages into a slot and a gathered unit's back
+ * (mremap(2) MREMAP_DONTUNMAP of 12 MiB each way after mincore(2) of the
+ * range, as fsdp_release_bucket / fsdp_acquire do), the median of 7;
+ * 0 when the kernel has no MREMAP_DONTUNMAP. */
+static inline void cpu_relax_spin(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *page_spin(void *arg) { /* another thread of the process, running */
+    volatile int *stop = arg;
+    while (!*stop)
+        cpu_relax_spin();
+    return NULL;
+}
+
+static double page_move_cost(void) {
+#ifdef MREMAP_DONTUNMAP
+    /* a page past a 2 MiB boundary, as a unit's ranges start: aligned
+     * ranges would move whole page tables at once */
+    const size_t pg = 4096, n = ((size_t)12 << 20) - 3 * pg, map = (size_t)16 << 20;
+    char *ma = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *mb =
+        mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    unsigned char *vec = malloc(n / pg + 1);
+    double t[7], r = 0;
+    int ok = ma != MAP_FAILED && mb != MAP_FAILED && vec;
+    char *a = ok ? ma + pg : NULL, *b = ok ? mb + 2 * pg : NULL;
+#ifdef MADV_NOHUGEPAGE
+    if (ok) (void)madvise(ma, map, MADV_NOHUGEPAGE), (void)madvise(mb, map, MADV_NOHUGEPAGE);
+#endif
+    if (ok) memset(a, 1, n); /* resident, as a gathered unit */
+    /* rank-threads run on the other cores meanwhile: each move shoots
+     * down their TLBs too (the inter-processor interrupts are its cost) */
+    volatile int stop = 0;
+    pthread_t th;
+    int spun = ok && pthread_create(&th, NULL, page_spin, (void *)&stop) == 0;
+    for (int i = 0; ok && i < 7; i++) {
+        double c0 = mtc_thread_cpu_s();
+        ok = mincore(b, n, vec) == 0 &&
+             mremap(a, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, b) == b &&
+             mincore(a, n, vec) == 0 &&
+             mremap(b, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, a) == a;
+        t[i] = (mtc_thread_cpu_s() - c0) / 2 / (double)(n / pg);
+    }
+    stop = 1;
+    if (spun) pthread_join(th, NULL);
+    if (ok) qsort(t, 7, sizeof t[0], cmp_double), r = t[3];
+    if (ma != MAP_FAILED) munmap(ma, map);
+    if (mb != MAP_FAILED) munmap(mb, map);
+    free(vec);
+    return r;
+#else
+    return 0;
+#endif
+}
+
 mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     if (iters < 1) return mtc_error(MTC_ERR_INVALID_ARGUMENT, "iters=%d must be >= 1", iters);
     memset(m, 0, sizeof *m);
@@ -435,6 +499,7 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     /* after the resident set: what these leave behind (oneDNN's kernels
      * for their shapes, the probe's threads' state) is not every process's */
     MTC_CHECK(mtc_plan_measure_moe_kernels(&m->kern, cores, 5));
+    m->kern.page_move = page_move_cost();
     double ovs_sync = 0, ovs_frac = 0;
     MTC_CHECK(oversub_threads(cores, &ovs_sync, &ovs_frac));
     m->peak_flops = 0; /* bf16 GEMMs: not measured here */
@@ -458,7 +523,13 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
     int n = 2 * cores;
     double per_step = over[0] * 1e-6 / (2.0 * (n - 1));
     m->oversub_lat = per_step > m->intra.lat ? per_step - m->intra.lat : 0;
-    m->oversub_sync = ovs_sync, m->oversub_frac = ovs_frac;
+    /* the probe's wall time also carries other jobs' load (a rank-thread
+     * gets cpu_share of a core), which the planner prices apart (it divides
+     * the compute by the share): take it out, so the load is not counted
+     * twice (1 + frac = wall / CPU-over-cores = (1 + frac_own) / share) */
+    double sh = m->cpu_share > 0 && m->cpu_share < 1 ? m->cpu_share : 1;
+    m->oversub_sync = ovs_sync * sh;
+    m->oversub_frac = (1 + ovs_frac) * sh - 1 > 0 ? (1 + ovs_frac) * sh - 1 : 0;
     if (log)
         fprintf(log,
                 "> GEMM fp32 %dx%dx%d forward and backward on every core for 0.2 s: %.2f GFLOP/s "
@@ -472,13 +543,13 @@ mtc_result_t mtc_plan_measure_host(mtc_plan_machine *m, int iters, FILE *log) {
                 "%.2f; attention per 64x64 tile %.0f + %.1f HS / %.0f + %.1f HS, dropout %.2f per "
                 "score; a layer's linears %.2f GFLOP/s + %.2f us per call; an MoE layer beside its "
                 "GEMMs %.2f / %.2f per row element; process resident %.1f MB + %.2f MB per "
-                "rank-thread\n",
+                "rank-thread; a page moved to or from the FSDP pool %.0f ns\n",
                 k->norm_fwd * 1e9, k->norm_bwd * 1e9, k->gelu_fwd * 1e9, k->gelu_bwd * 1e9,
                 k->dropout * 1e9, k->resid * 1e9, k->xent * 1e9, k->adam * 1e9,
                 k->attn_fwd_tile * 1e9, k->attn_fwd_hs * 1e9, k->attn_bwd_tile * 1e9,
                 k->attn_bwd_hs * 1e9, k->attn_drop * 1e9, k->gemm_rate * 1e-9, k->gemm_call * 1e6,
                 k->moe_row_fwd * 1e9, k->moe_row_bwd * 1e9, k->base_rss / 1048576.0,
-                k->rank_rss / 1048576.0);
+                k->rank_rss / 1048576.0, k->page_move * 1e9);
     if (log)
         fprintf(
             log,

@@ -101,6 +101,39 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l);
 
 /* ---- memory ---- */
 
+/* Megatron-FSDP optim_grads*: the collectives of one step of the dense
+ * buffer over its shard group, as dp/fsdp.c issues them (its release rule:
+ * a unit stays while the call that needed it or the next one runs), bytes
+ * of the whole fp32 units (what --metrics counts). Per chunk of n units
+ * (total T elements; e the first unit's, the embedding's on the first
+ * stage; l1 the first layer's; h the last, the head's on the last stage):
+ *   forward, optim_grads_params: every unit (+ the embedding again for a
+ *     tied head), except on microbatches after the first the first layer
+ *     (still resident from the backward before);
+ *   backward: every unit but the last two (resident from the forward: a
+ *     call needing the units of the one before does not move the window;
+ *     but the last only after a tied head, whose call for the embedding
+ *     comes between) and the embedding (its backward reads no params);
+ *   --overlap-param-gather: the backward's prefetch of the embedding is
+ *     stale after the optimizer step (+e on the first microbatch), and with
+ *     a tied head the head's call for the embedding turns the backward's
+ *     prefetch once (+l1 on every microbatch);
+ *   reduce-scatter: every unit on every microbatch; optim_grads: the
+ *     params all-gathered unit by unit after the step;
+ *   HSDP: each unit's shard all-reduced over the instances after its
+ *     reduce-scatter.
+ * Exact for pp 1 (checked against --metrics by tests/plan/fsdp_traffic.sh);
+ * with pp > 1 the schedule interleaves other microbatches' passes and the
+ * resident units of the forward / backward turn are not modelled. */
+typedef struct {
+    double ag_fwd_calls, ag_fwd_bytes;   /* optim_grads_params: forward all-gathers */
+    double ag_bwd_calls, ag_bwd_bytes;   /* optim_grads_params: backward all-gathers */
+    double ag_step_calls, ag_step_bytes; /* optim_grads: the all-gather after the step */
+    double rs_calls, rs_bytes;           /* reduce-scatters of every unit, every microbatch */
+    double ar_calls, ar_bytes;           /* HSDP: the shards' all-reduce over the instances */
+    double units;                        /* units of the chunks' dense buffers */
+} mtc_plan_fsdp_comm;
+
 typedef struct {
     int pp_rank;
     int64_t params;       /* parameters held (all chunks, no padding): the banner's count */
@@ -109,12 +142,13 @@ typedef struct {
     /* Megatron-FSDP optim_grads*: the params' and grads' peak resident
      * elements (dp/fsdp.c: shards plus gathered units) */
     int64_t fsdp_param_numel, fsdp_grad_numel;
-    size_t param_bytes;    /* the weights this rank computes with */
-    size_t grad_bytes;     /* gradient buffer (fp32 main grads with bf16) */
-    size_t optim_bytes;    /* Adam m and v (+ fp32 master weights with bf16) */
-    size_t act_bytes;      /* activations of every in-flight microbatch + scratch */
-    size_t act_slot_bytes; /* one in-flight microbatch of chunk 0 */
-    size_t comm_bytes;     /* communication buffers (pipeline messages, reduction staging) */
+    mtc_plan_fsdp_comm fsdp_comm; /* optim_grads*: one step's collectives of the dense buffer */
+    size_t param_bytes;           /* the weights this rank computes with */
+    size_t grad_bytes;            /* gradient buffer (fp32 main grads with bf16) */
+    size_t optim_bytes;           /* Adam m and v (+ fp32 master weights with bf16) */
+    size_t act_bytes;             /* activations of every in-flight microbatch + scratch */
+    size_t act_slot_bytes;        /* one in-flight microbatch of chunk 0 */
+    size_t comm_bytes;            /* communication buffers (pipeline messages, reduction staging) */
     /* mixture of experts, parts of the figures above: the expert-parallel
      * buffer (ep > 1: the local experts, reduced over expert-DP and sharded
      * by their own distributed-optimizer instance) and the MoE layers'
@@ -200,6 +234,10 @@ typedef struct {
                         BLAS / oneDNN / OpenMP state, bench-peak's pool) */
     double rank_rss; /* bytes a rank-thread adds (stack, malloc arena, oneDNN state) */
     double mpi_rss;  /* bytes an MPI process adds (the library, its shared memory); 0 unknown */
+    /* Megatron-FSDP's page pool (dp/fsdp.c): s per 4 KiB page moved between
+     * a buffer and the pool (mremap(2) MREMAP_DONTUNMAP, the page-table
+     * entries only); 0 unknown (an older cache: not priced) */
+    double page_move;
 } mtc_plan_kernels;
 
 typedef struct {
@@ -274,9 +312,16 @@ typedef struct {
     double moe_elem_s;       /* routing, permutation, expert activations */
     double moe_comm_s;       /* the token dispatcher's collectives on the critical path */
     double edp_comm_total_s; /* expert-DP gradient reduction (and param all-gather) */
-    double moe_rows;         /* dispatched rows one rank's experts run per microbatch per layer */
-    double moe_flops_rank;   /* expert + router + shared expert FLOPs of one rank per step */
-    double bubble_s;         /* pipeline idle time of the simulated schedule */
+    /* Megatron-FSDP optim_grads* (parts of dp_comm_total_s / step_s): the
+     * dense buffer's unit all-gathers before the forward and the backward
+     * (optim_grads: after the step), its per-microbatch reduce-scatters
+     * (HSDP: with the instances' all-reduce), the page pool's moves and the
+     * zeroing of the gradient pages a backward takes, and what the overlap
+     * leaves exposed of the collectives */
+    double fsdp_ag_fwd_s, fsdp_ag_bwd_s, fsdp_ag_step_s, fsdp_rs_s, fsdp_page_s, fsdp_exposed_s;
+    double moe_rows;       /* dispatched rows one rank's experts run per microbatch per layer */
+    double moe_flops_rank; /* expert + router + shared expert FLOPs of one rank per step */
+    double bubble_s;       /* pipeline idle time of the simulated schedule */
     double bubble_fraction;
     double step_s;
     double tflops_per_device;    /* Megatron's logged figure: model FLOPs / (step x world) */

@@ -186,6 +186,38 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
             t->dp_comm_total_s * 1e3, l->overlap_grad_reduce ? " (overlapped with backward)" : "",
             l->overlap_param_gather && l->distopt ? " (parameter all-gather under the forward)"
                                                   : "");
+    if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS && l->dp * l->cp > 1) {
+        const mtc_plan_fsdp_comm *c = &mem->fsdp_comm;
+        fprintf(f, "    FSDP %s       %.0f units; of the DP reduction (before overlap):\n",
+                mtc_fsdp_strategy_name(l->fsdp_strategy), c->units);
+        if (l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS) {
+            fprintf(f, "    forward gather  %12.3f ms  %.0f all-gathers of units, %.0f B\n",
+                    t->fsdp_ag_fwd_s * 1e3, c->ag_fwd_calls, c->ag_fwd_bytes);
+            fprintf(f,
+                    "    backward gather %12.3f ms  %.0f all-gathers (the head's unit still "
+                    "resident, the embedding's not read), %.0f B\n",
+                    t->fsdp_ag_bwd_s * 1e3, c->ag_bwd_calls, c->ag_bwd_bytes);
+        } else
+            fprintf(
+                f,
+                "    step gather     %12.3f ms  %.0f all-gathers of units after the step, %.0f B\n",
+                t->fsdp_ag_step_s * 1e3, c->ag_step_calls, c->ag_step_bytes);
+        fprintf(f, "    reduce-scatter  %12.3f ms  %.0f of units (every microbatch), %.0f B%s\n",
+                t->fsdp_rs_s * 1e3, c->rs_calls, c->rs_bytes,
+                c->ar_calls > 0 ? "; with the instances' all-reduce of each shard" : "");
+        fprintf(f, "    exposed         %12.3f ms  %s\n", t->fsdp_exposed_s * 1e3,
+                !(l->overlap_param_gather || l->overlap_grad_reduce) ? "no overlap"
+                : m->is_cpu && t->devices < 1
+                    ? "ranks share cores: the overlap hides nothing"
+                    : "each pass's collectives under its compute but the first gather and last "
+                      "reduce-scatter of each microbatch");
+        if (m->is_cpu) /* not "  FSDP ...": tests read that line as the memory's */
+            fprintf(f, "  page pool         %12.3f ms  %s\n", t->fsdp_page_s * 1e3,
+                    m->kern.page_move > 0
+                        ? "units' pages moved to and from the pool at bench-peak's cost per page, "
+                          "the gradient pages a backward takes cleared"
+                        : "not priced: the machine has no page_move_ns (run mtc bench-peak)");
+    }
     if (t->edp_comm_total_s > 0)
         fprintf(f, "    expert-DP       %12.3f ms  of it: the expert buffer over expert-DP %d\n",
                 t->edp_comm_total_s * 1e3, l->edp);

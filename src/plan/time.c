@@ -35,6 +35,7 @@
 
 #include "core/peak.h"
 #include "cp/cp.h"
+#include "dp/fsdp.h"
 #include "plan/plan.h"
 #include "pp/executor.h"
 #include "pp/schedule.h"
@@ -429,6 +430,50 @@ static chunk_cost chunk_costs(const mtc_plan_layout *l, const mtc_plan_machine *
     return k;
 }
 
+/* calls collectives `op` of `bytes` in all (alpha-beta per call) */
+static double colls(mtc_plan_coll op, double bytes, double calls, int n, const mtc_plan_link *k) {
+    if (!(calls > 0) || n <= 1) return 0;
+    return mtc_plan_coll_time(op, bytes, n, k) + (calls - 1) * mtc_plan_coll_time(op, 0, n, k);
+}
+
+/* Megatron-FSDP's step collectives (mtc_plan_fsdp_comm) over P shard
+ * ranks on `intra` (HSDP: nd instances on `inter`), and the page pool:
+ * every gathered unit's pages outside the shard move in from the pool and
+ * back out when released, every reduced unit's gradient pages the same,
+ * and a backward clears the gradient pages it takes (at mem_bw);
+ * page_s: seconds per 4 KiB page moved (0: not priced). */
+static void fsdp_price(const mtc_plan_fsdp_comm *c, int P, int nd, const mtc_plan_link *intra,
+                       const mtc_plan_link *inter, double page_s, double mem_bw,
+                       mtc_plan_time *out) {
+    out->fsdp_ag_fwd_s = colls(MTC_PLAN_AG, c->ag_fwd_bytes, c->ag_fwd_calls, P, intra);
+    out->fsdp_ag_bwd_s = colls(MTC_PLAN_AG, c->ag_bwd_bytes, c->ag_bwd_calls, P, intra);
+    out->fsdp_ag_step_s = colls(MTC_PLAN_AG, c->ag_step_bytes, c->ag_step_calls, P, intra);
+    out->fsdp_rs_s = colls(MTC_PLAN_RS, c->rs_bytes, c->rs_calls, P, intra) +
+                     colls(MTC_PLAN_AR, c->ar_bytes, c->ar_calls, nd, inter);
+    double out_frac = (P - 1.0) / P; /* the part of a unit outside the shard */
+    double params = (c->ag_fwd_bytes + c->ag_bwd_bytes) * out_frac, grads = c->rs_bytes * out_frac;
+    out->fsdp_page_s = 2 * (params + grads) / 4096 * page_s + (mem_bw > 0 ? grads / mem_bw : 0);
+    if (!(page_s > 0)) out->fsdp_page_s = 0;
+}
+
+/* What stays exposed of fsdp_price's collectives: with the prefetch each
+ * pass's gathers under its compute (cf, cb: every microbatch's forward and
+ * backward) but the first of each of the mv microbatch passes, with the
+ * gradient overlap the reduce-scatters under the backward but the last. */
+static void fsdp_hide(mtc_plan_time *out, int gather, int reduce, double mv, double cf, double cb,
+                      const mtc_plan_fsdp_comm *c) {
+    double af = out->fsdp_ag_fwd_s, ab = out->fsdp_ag_bwd_s, rs = out->fsdp_rs_s;
+    double uf = c->ag_fwd_calls > 0 ? af / c->ag_fwd_calls : 0;
+    double ub = c->ag_bwd_calls > 0 ? ab / c->ag_bwd_calls : 0;
+    double ur = c->rs_calls > 0 ? rs / c->rs_calls : 0;
+    double fwd = gather ? fmax(fmin(mv * uf, af), af - cf) : af;
+    double lhs = (gather ? ab : 0) + (reduce ? rs : 0), floor = 0;
+    if (gather) floor += fmin(mv * ub, ab);
+    if (reduce) floor += fmin(mv * ur, rs);
+    double bwd = (gather ? 0 : ab) + (reduce ? 0 : rs) + fmax(floor, lhs - cb);
+    out->fsdp_exposed_s = fwd + bwd;
+}
+
 mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machine *m,
                                 int threads_per_rank, mtc_plan_time *out) {
     mtc_plan_layout lv = *lin;
@@ -595,6 +640,16 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
         if (nd > 1) dpt += mtc_plan_coll_time(MTC_PLAN_AR, gb / (dpc / nd), nd, &dpl);
         ag = mtc_plan_coll_time(MTC_PLAN_AG, pb, dpc / nd, &intra);
     }
+    int fsdp = l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS && dpc > 1;
+    if (fsdp) { /* the dense buffer's unit collectives instead (fsdp_price) */
+        mtc_plan_link intra = link_of(m, l->tp, dpc / nd, oversub, ovs);
+        double page = 0;
+        if (m->is_cpu && m->kern.page_move > 0) /* a rank's kernel work: over its cores */
+            page = m->kern.page_move * (cpu_slow > 0 ? cpu_slow : 1.0 / (devices * share)) *
+                   (shared_cores ? (double)l->world / m->devices_per_node : 1);
+        fsdp_price(&mem.fsdp_comm, dpc / nd, nd, &intra, &dpl, page, mm.mem_bw, out);
+        dpt = out->fsdp_rs_s, ag = out->fsdp_ag_fwd_s + out->fsdp_ag_bwd_s + out->fsdp_ag_step_s;
+    }
     /* the expert buffer over expert-DP (etp-ep-edp order: stride etp x ep),
      * its own distributed-optimizer instance as the dense one's */
     double xb = (double)mem.expert_buffer_numel * (l->precision == MTC_PLAN_BF16 ? 2 : 4);
@@ -620,7 +675,25 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
     double ag_hidden =
         l->overlap_param_gather && l->distopt ? v * (worst.gemm_f + worst.elem_f) : 0;
     out->dp_comm_s = (dpt > hidden ? dpt - hidden : 0) + (ag > ag_hidden ? ag - ag_hidden : 0);
-    out->step_s = makespan + opt + out->dp_comm_s;
+    if (fsdp) {
+        /* what the overlap hides: on a CPU host whose ranks share cores
+         * nothing (the shm collectives copy and wait on the cores the
+         * compute needs: bench-peak's oversubscribed probe prices the
+         * waits); else each pass's collectives under its compute, all but
+         * each microbatch's first gather (forward, backward) and last
+         * reduce-scatter; optim_grads' step all-gather as the distributed
+         * optimizer's. The expert buffer (ep > 1) stays priced as the
+         * distributed optimizer's. */
+        double cf = M * v * (worst.gemm_f + worst.elem_f),
+               cb = M * v * (worst.gemm_b + worst.elem_b);
+        int can = !(m->is_cpu && shared_cores);
+        fsdp_hide(out, l->overlap_param_gather && can, l->overlap_grad_reduce && can, M * v, cf, cb,
+                  &mem.fsdp_comm);
+        double xe = out->edp_comm_total_s, st = out->fsdp_ag_step_s;
+        double xh = xe > hidden ? xe - hidden : 0;
+        out->dp_comm_s = out->fsdp_exposed_s + (st > ag_hidden ? st - ag_hidden : 0) + xh;
+    }
+    out->step_s = makespan + opt + out->dp_comm_s + out->fsdp_page_s;
     out->gemm_rate = rate, out->devices = devices, out->cpu_share = share;
     out->model_flops = mtc_model_flops(&l->model, l->global_batch);
     out->flops_rank = mtc_plan_flops(&l->model, l->global_batch, l->recompute) / l->world;
