@@ -565,7 +565,8 @@ static void gpt_lp_task(int i, void *arg) {
         return;
     }
     size_t o = j->a + lo;
-    if (m->main_sharded) { /* params_c was gathered: only oneDNN's bf16 copy to make */
+    if (m->copies_gathered) return; /* FSDP's gathers wrote both */
+    if (m->main_sharded) {          /* params_c was gathered: only oneDNN's bf16 copy to make */
         if (m->params16) nn_f32_to_bf16(m->params16 + o, m->params_c + o, n);
     } else if (m->params16) { /* bf16 for oneDNN, and the same values in fp32 */
         nn_f32_to_bf16(m->params16 + o, m->params + o, n);
@@ -622,6 +623,8 @@ mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2],
     }
     return gpt_release(m, cur, end, page);
 }
+
+void mtc_model_copies_gathered(mtc_model *m) { m->copies_gathered = 1; }
 
 void model_lowp_round(const mtc_model *m, float *x, size_t n) {
     if (m->precision != TP_PREC_F32) gpt_lp_run(m, x, 0, n);

@@ -3,7 +3,9 @@
 # --data-parallel-sharding-strategy equals the serial run (lm loss and grad
 # norm per iteration within 2e-5, the distributed optimizer's tolerance) on
 # dp 4; optim_grads_params also with gradient accumulation (dp 2), tp 2 x
-# dp 2 + SP, cp 2 x dp 2, full recomputation, bf16, --overlap-param-gather
+# dp 2 + SP, cp 2 x dp 2, full recomputation, bf16 (its units gathered as
+# bf16 into the sharded compute copies: bit-identical to optim_grads, half
+# the gather bytes, resident copy = shard + gathered units), --overlap-param-gather
 # (prefetch) with --overlap-grad-reduce, pp 2 x dp 2 (and with vpp), HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
 # expert-DP), and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
 # exactly this rank's shard plus two gathered units (closed form of the
@@ -92,6 +94,24 @@ run i16 --world-size 4 --micro-batch-size 1 $F --bf16 --grad-reduce-in-bf16 --nu
 near "HSDP 2 x 2 --grad-reduce-in-bf16" i32 i16
 run bf --world-size 4 $F --bf16
 same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
+# --bf16 optim_grads_params gathers each unit as bf16 into the compute
+# copies (the rounded shards): the losses and grad norms bit-identical to
+# optim_grads, whose copies are rounded from the whole fp32 params, and the
+# unit all-gathers carry half the bytes of the fp32 run's
+lnorm() { grep -o '"lm_loss": [0-9.e+-]*\|"grad_norm": [0-9.e+-]*' "$D/$1.jsonl"; }
+agb() {
+    tail -1 "$D/$1.jsonl" | python3 -c '
+import json, sys
+print(json.loads(sys.stdin.read())["comm_groups"]["DATA_PARALLEL_GROUP_WITH_CP"]["all_gather"]["bytes"])'
+}
+run bg --world-size 4 $F --bf16 --data-parallel-sharding-strategy optim_grads
+run bo --world-size 2 $F --bf16 --overlap-grad-reduce --overlap-param-gather
+run bgo --world-size 2 $F --bf16 --overlap-grad-reduce --data-parallel-sharding-strategy optim_grads
+a=$(agb optim_grads_params) b=$(agb bf)
+if [ "$(lnorm bf)" = "$(lnorm bg)" ] && [ "$(lnorm bo)" = "$(lnorm bgo)" ] && [ -n "$(lnorm bf)" ] && [ -n "$a" ] &&
+    [ -n "$b" ] && [ "$b" -gt 0 ] && [ $((b * 2)) -eq "$a" ]; then
+    ok "--bf16 units gathered as bf16: losses bit-identical to optim_grads' (dp 4; dp 2 with 2 microbatches and overlap), all-gather bytes $a -> $b"
+else bad "--bf16 bf16 gathers: all-gather bytes $a -> $b"; lnorm bf; lnorm bg; fi
 
 # memory: a model whose units are large against a page. Units (floats,
 # padded to whole 4 KiB pages per shard of 4 ranks = multiples of 4096):
@@ -118,6 +138,15 @@ if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
         bad "overlap memory: params '$PV' (want $((4 * (204800 + 3 * 150528))))"
     [ "$PD" = "$P" ] && ok "--fsdp-double-buffer: resident params $PD, the pool's pages counted" ||
         bad "double-buffer memory: params '$PD' (want $P)"
+    # --bf16: the fp32 params stay the shard; the compute copy (bf16 values
+    # in fp32 storage) is the shard plus the gathered units (three with the
+    # prefetch), both counted in param_bytes
+    "$MTC" train $TINY $M --world-size 4 $F --bf16 --metrics "$D/mb.jsonl" >"$D/mb.log" 2>&1 || bad "bf16 memory run"
+    "$MTC" train $TINY $M --world-size 4 $F --bf16 --overlap-grad-reduce --overlap-param-gather --metrics "$D/mbo.jsonl" >"$D/mbo.log" 2>&1 || bad "bf16 overlap memory run"
+    PB=$(f "$D/mb.jsonl" param_bytes) PBO=$(f "$D/mbo.jsonl" param_bytes)
+    [ "$PB" = $((4 * 204800 + 4 * (204800 + 2 * 150528))) ] && [ "$PBO" = $((4 * 204800 + 4 * (204800 + 3 * 150528))) ] &&
+        ok "--bf16: resident params $PB / $PBO = 4 x fp32 shard + 4 x (compute-copy shard + 2 / 3 units)" ||
+        bad "bf16 memory: params '$PB' '$PBO' (want $((4 * 204800 + 4 * (204800 + 2 * 150528))) and $((4 * 204800 + 4 * (204800 + 3 * 150528))))"
     # mtc plan prices the same resident params to the byte, and the
     # gradients' bound it gives holds
     pl() { "$MTC" plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --vocab-size 60 \
