@@ -271,6 +271,19 @@ static size_t fsdp_resident(mtc_fsdp *f, float *buf) {
     return n * (size_t)fsdp_page_floats() * sizeof(float);
 }
 
+/* Resident bytes of the bf16 copy's pages (those it shares with a
+ * neighbouring buffer included). */
+static size_t fsdp_resident16(mtc_fsdp *f) {
+    size_t page = (size_t)fsdp_page_floats() * sizeof(float);
+    uintptr_t lo = (uintptr_t)f->p16 / page * page;
+    uintptr_t hi = ((uintptr_t)(f->p16 + f->d->layout.numel) + page - 1) / page * page;
+    size_t np = (hi - lo) / page, n = 0;
+    if (!f->vec || np > f->npages || mincore((void *)lo, hi - lo, f->vec)) return 0;
+    for (size_t i = 0; i < np; i++)
+        n += f->vec[i] & 1;
+    return n * page;
+}
+
 /* Resident bytes of buffer `which`'s pool slots. */
 static size_t fsdp_pool_resident(mtc_fsdp *f, int which) {
     const fsdp_pool *p = &f->pool[which];
@@ -287,7 +300,7 @@ static size_t fsdp_pool_resident(mtc_fsdp *f, int which) {
 
 static void fsdp_sample(mtc_fsdp *f) {
     size_t p = fsdp_resident(f, f->d->params) + fsdp_pool_resident(f, FSDP_PARAMS) +
-               (f->pc ? fsdp_resident(f, f->pc) : 0);
+               (f->pc ? fsdp_resident(f, f->pc) + fsdp_resident16(f) : 0);
     size_t g = fsdp_resident(f, f->d->grads) + fsdp_pool_resident(f, FSDP_GRADS);
     if (p > f->peak_param) f->peak_param = p;
     if (g > f->peak_grad) f->peak_grad = g;
@@ -443,8 +456,13 @@ mtc_result_t mtc_fsdp_set_compute_copies(mtc_fsdp *f, float *pc, mtc_bf16 *p16) 
     if (!mtc_fsdp_shards_params(f) || !pc || !p16) return MTC_OK;
     MTC_CHECK(mtc_mem_calloc((size_t)(f->nb > 0 ? f->nb : 1), 1, (void **)&f->widen));
 #ifdef MADV_NOHUGEPAGE /* as the buffers: a huge page would keep a released range resident */
-    if (f->d->layout.numel > 0)
-        (void)madvise(pc, f->npages * (size_t)fsdp_page_floats() * sizeof(float), MADV_NOHUGEPAGE);
+    if (f->d->layout.numel > 0) {
+        size_t bytes = f->npages * (size_t)fsdp_page_floats() * sizeof(float);
+        (void)madvise(pc, bytes, MADV_NOHUGEPAGE);
+        size_t page = (size_t)fsdp_page_floats() * sizeof(float); /* p16: its whole pages */
+        uintptr_t lo = (uintptr_t)p16 / page * page;
+        (void)madvise((void *)lo, (uintptr_t)p16 + bytes / 2 - lo, MADV_NOHUGEPAGE);
+    }
 #endif
     f->pc = pc, f->p16 = p16;
     return MTC_OK;
@@ -462,10 +480,24 @@ static void fsdp_release_fp32(mtc_fsdp *f) {
     f->fp32_whole = 0;
 }
 
-/* Release bucket b's params outside the shard (after its all-gather). */
+/* The bf16 copy's whole pages in [a, b) elements given back. */
+static void fsdp_release16(mtc_fsdp *f, int64_t a, int64_t b) {
+    size_t page = (size_t)fsdp_page_floats() * sizeof(float);
+    uintptr_t lo = ((uintptr_t)(f->p16 + a) + page - 1) / page * page;
+    uintptr_t hi = (uintptr_t)(f->p16 + b) / page * page;
+    if (b > a && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Release bucket b's params outside the shard (after its all-gather); the
+ * bf16 copy's too (its whole pages: a shard ends mid-page in bf16). */
 static mtc_result_t fsdp_drop(mtc_fsdp *f, int b) {
     MTC_CHECK(fsdp_wait_ag(f, b));
     fsdp_release_bucket(f, FSDP_PARAMS, b);
+    if (f->p16) {
+        dp_range r[2];
+        fsdp_outside(f, b, r);
+        fsdp_release16(f, r[0].start, r[0].end), fsdp_release16(f, r[1].start, r[1].end);
+    }
     f->gathered[b] = 0;
     return MTC_OK;
 }
@@ -478,7 +510,8 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
 
 void mtc_fsdp_shard(mtc_fsdp *f) {
     if (!f->setup_bytes) /* the first: what set-up made resident */
-        f->setup_bytes = fsdp_resident(f, f->d->params) + fsdp_resident(f, f->d->grads);
+        f->setup_bytes = fsdp_resident(f, f->d->params) + fsdp_resident(f, f->d->grads) +
+                         (f->pc ? fsdp_resident(f, f->pc) + fsdp_resident16(f) : 0);
     for (int b = 0; b < f->nb; b++) {
         if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
         fsdp_release_bucket(f, FSDP_GRADS, b);
