@@ -235,6 +235,10 @@ static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int ha
     double l1 = (double)(has_emb ? u->second : u->first) * 4, h = (double)u->last * 4;
     int tied = has_emb && has_head && !l->model.untie_embeddings;
     if (u->n <= 0 || M < 1) return;
+    /* bf16 optim_grads_params: each unit gathered as bf16 into the compute copies */
+    double w =
+        l->precision == MTC_PLAN_BF16 && l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS ? 2 : 4;
+    c->ag_width = w;
     c->units += n;
     c->rs_calls += M * n, c->rs_bytes += M * T;
     if (nd > 1 && !hf) c->ar_calls += M * n, c->ar_bytes += M * T / nparts;
@@ -247,6 +251,7 @@ static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int ha
         return;
     }
     /* the first microbatch, then M - 1 more without the first layer's gather */
+    double ag0 = c->ag_fwd_bytes, ab0 = c->ag_bwd_bytes;
     c->ag_fwd_calls += M * (n + tied) - (M - 1),
         c->ag_fwd_bytes += M * (T + tied * e) - (M - 1) * l1;
     /* the backward's first units resident: the last; the one before too
@@ -260,6 +265,8 @@ static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int ha
         if (has_emb) c->ag_bwd_calls += 1, c->ag_bwd_bytes += e;
         if (tied) c->ag_bwd_calls += M, c->ag_bwd_bytes += M * l1;
     }
+    c->ag_fwd_bytes = ag0 + (c->ag_fwd_bytes - ag0) * w / 4; /* this chunk's, at its width */
+    c->ag_bwd_bytes = ab0 + (c->ag_bwd_bytes - ab0) * w / 4;
 }
 
 mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank,
@@ -319,6 +326,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
                                          ? sh + K * (unit > xunit ? unit : xunit)
                                          : buf + xbuf;
             out->fsdp_grad_numel += g;
+            out->fsdp_shard_numel += sh;
             plan_fsdp_comm(l, &pu, has_emb, ls.has_loss, nparts, nd, &out->fsdp_comm);
         }
         size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
@@ -333,9 +341,14 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     out->optim_bytes = (size_t)out->optim_numel * (bf16 ? 12 : 8);
     if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS) {
         /* mtc's FSDP: fp32 params resident as above (the main params: the
-         * optimizer holds Adam's m and v only), the bf16 compute copies whole */
+         * optimizer holds Adam's m and v only); with bf16 the fp32 main
+         * params are the shard and the bf16 compute copy is what the units
+         * gather into (optim_grads: fp32 whole and the bf16 copy whole) */
+        int ogp = l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS;
         out->param_bytes =
-            (size_t)out->fsdp_param_numel * 4 + (bf16 ? (size_t)out->buffer_numel * 2 : 0);
+            !bf16 ? (size_t)out->fsdp_param_numel * 4
+            : ogp ? (size_t)out->fsdp_shard_numel * 4 + (size_t)out->fsdp_param_numel * 2
+                  : (size_t)out->fsdp_param_numel * 4 + (size_t)out->buffer_numel * 2;
         out->grad_bytes = (size_t)out->fsdp_grad_numel * 4;
         out->optim_bytes = (size_t)out->optim_numel * 8;
     }

@@ -132,7 +132,8 @@ int mtc_plan_hfsdp(const mtc_plan_layout *l);
  *   HFSDP: instead, once per step, each unit's shard reduce-scattered
  *     over the instances after the last microbatch and the slices
  *     all-gathered back at the first need after the step (one call each
- *     per unit, the shard's bytes).
+ *     per unit, the shard's bytes);
+ *   --bf16 with optim_grads_params: the unit all-gathers carry bf16 (half).
  * Exact for pp 1 (checked against --metrics by tests/plan/fsdp_traffic.sh);
  * with pp > 1 the schedule interleaves other microbatches' passes and the
  * resident units of the forward / backward turn are not modelled. */
@@ -145,6 +146,8 @@ typedef struct {
     double outer_rs_calls, outer_rs_bytes; /* HFSDP: the shards' reduce-scatter over them */
     double outer_ag_calls, outer_ag_bytes; /* HFSDP: the slices' all-gather over them */
     double units;                          /* units of the chunks' dense buffers */
+    double ag_width; /* bytes per element of the unit all-gathers: 4, or 2 with bf16
+                        optim_grads_params (each unit gathered as bf16) */
 } mtc_plan_fsdp_comm;
 
 typedef struct {
@@ -155,6 +158,7 @@ typedef struct {
     /* Megatron-FSDP optim_grads*: the params' and grads' peak resident
      * elements (dp/fsdp.c: shards plus gathered units) */
     int64_t fsdp_param_numel, fsdp_grad_numel;
+    int64_t fsdp_shard_numel;     /* ... of which the shards (bf16: the fp32 main params) */
     mtc_plan_fsdp_comm fsdp_comm; /* optim_grads*: one step's collectives of the dense buffer */
     size_t param_bytes;           /* the weights this rank computes with */
     size_t grad_bytes;            /* gradient buffer (fp32 main grads with bf16) */

@@ -46,11 +46,14 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
         fprintf(f,
                 "  FSDP %s: params %zu B resident (fp32 shard + %s gathered units' other "
                 "shards%s), gradients at most %zu B (shard + 2 units)\n",
-                mtc_fsdp_strategy_name(l->fsdp_strategy), (size_t)mem->fsdp_param_numel * 4,
+                mtc_fsdp_strategy_name(l->fsdp_strategy), mem->param_bytes,
                 l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS ? "all"
                 : l->overlap_param_gather                ? "3"
                                                          : "2",
-                l->precision == MTC_PLAN_BF16 ? "; plus the whole bf16 compute copy" : "",
+                l->precision != MTC_PLAN_BF16 ? ""
+                : l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS
+                    ? "; bf16: the units' bf16 compute copy, the fp32 main params the shard"
+                    : "; plus the whole bf16 compute copy",
                 (size_t)mem->fsdp_grad_numel * 4);
     else
         fprintf(f, "  gradients         %12.2f MB  buffer x 4 B\n", mb(mem->grad_bytes));

@@ -453,7 +453,10 @@ static void fsdp_price(const mtc_plan_fsdp_comm *c, int P, int nd, const mtc_pla
     out->fsdp_outer_s = colls(MTC_PLAN_RS, c->outer_rs_bytes, c->outer_rs_calls, nd, inter) +
                         colls(MTC_PLAN_AG, c->outer_ag_bytes, c->outer_ag_calls, nd, inter);
     double out_frac = (P - 1.0) / P; /* the part of a unit outside the shard */
-    double params = (c->ag_fwd_bytes + c->ag_bwd_bytes) * out_frac, grads = c->rs_bytes * out_frac;
+    /* the pages moved are of fp32-sized units whatever the gathers carry */
+    double wide = c->ag_width > 0 ? 4 / c->ag_width : 1;
+    double params = (c->ag_fwd_bytes + c->ag_bwd_bytes) * wide * out_frac,
+           grads = c->rs_bytes * out_frac;
     out->fsdp_page_s = 2 * (params + grads) / 4096 * page_s + (mem_bw > 0 ? grads / mem_bw : 0);
     if (!(page_s > 0)) out->fsdp_page_s = 0;
 }

@@ -3,7 +3,8 @@
 # of a step exactly as mtc train issues them: for optim_grads_params (tied
 # and untied head, with and without --overlap-param-gather) and optim_grads
 # on dp 4 rank-threads with 2 microbatches, the plan's all-gathers (forward
-# + backward, or after the step) and reduce-scatters, calls and bytes, equal
+# + backward, or after the step; with --bf16 half the bytes) and
+# reduce-scatters, calls and bytes, equal
 # the DATA_PARALLEL_GROUP_WITH_CP split of the last step's --metrics; HFSDP
 # on 2 instances x 2 (with and without overlap): the same of the instance's
 # group, and the per-step reduce-scatter and all-gather over the instances
@@ -25,8 +26,12 @@ while IFS='|' read -r name flags; do
     # shellcheck disable=SC2086
     "$MTC" train $MODEL $flags --mock-data --train-iters 2 --log-interval 1 --eval-iters 0 \
         --metrics "$D/m.jsonl" >"$D/log" 2>&1 || { echo "FAIL $name: train"; tail -3 "$D/log"; fail=1; continue; }
+    # plan's --bf16 needs a bf16 GEMM rate and prices Megatron's activations
+    # (the counts compared do not depend on the machine)
+    pflags="--machine tests/plan/host_test.json"
+    case "$flags" in *--bf16*) pflags="--machine dgx-a100 --activations megatron" ;; esac
     # shellcheck disable=SC2086
-    "$MTC" plan $MODEL $flags --machine tests/plan/host_test.json --explain tp1-pp1-do >"$D/plan" 2>&1 ||
+    "$MTC" plan $MODEL $flags $pflags --explain tp1-pp1-do >"$D/plan" 2>&1 ||
         { echo "FAIL $name: plan"; cat "$D/plan"; fail=1; continue; }
     # measured: calls and bytes of all_gather / reduce_scatter in the DP group
     case "$flags" in
@@ -57,6 +62,7 @@ optim_grads_params untied|--untie-embeddings-and-output-weights
 optim_grads_params tied + overlap|--overlap-grad-reduce --overlap-param-gather
 optim_grads_params untied + overlap|--overlap-grad-reduce --overlap-param-gather --untie-embeddings-and-output-weights
 optim_grads|--data-parallel-sharding-strategy optim_grads
+optim_grads_params bf16 (units gathered as bf16)|--bf16
 HFSDP 2 x 2|$HF
 HFSDP 2 x 2 + overlap|$HF --overlap-grad-reduce --overlap-param-gather
 CONF

@@ -97,6 +97,21 @@ static void test_counts_and_time(void) {
             c->ag_bwd_calls == 0 && c->rs_calls == 8);
     T_CHECK(mtc_plan_time_step(&g, &m, 0, &t) == MTC_OK);
     T_CHECK(near(t.fsdp_ag_step_s, coll(T, 4)) && near(t.fsdp_rs_s, coll(2 * T, 8)));
+
+    /* --bf16: the units gathered as bf16 (half the bytes, the calls as
+     * fp32's), the fp32 main params the shard, the bf16 copy shard + 2
+     * of the largest unit's other halves */
+    mtc_plan_layout b = small(MTC_FSDP_OPTIM_GRADS_PARAMS, 0);
+    b.precision = MTC_PLAN_BF16;
+    T_CHECK(mtc_plan_memory_peak(&b, &mem) == MTC_OK);
+    T_CHECKF(c->ag_width == 2 && c->ag_fwd_calls == 9 &&
+                 c->ag_fwd_bytes == (2 * (T + e) - l1) / 2 && c->ag_bwd_bytes == (T - h - e) &&
+                 c->rs_bytes == 2 * T,
+             "bf16 fwd %g bwd %g", c->ag_fwd_bytes, c->ag_bwd_bytes);
+    T_CHECKF(mem.fsdp_shard_numel == 129024 / 2 &&
+                 mem.fsdp_param_numel == 129024 / 2 + 2 * 51200 / 2 &&
+                 mem.param_bytes == (size_t)(129024 / 2) * 4 + (size_t)(129024 / 2 + 51200) * 2,
+             "bf16 params %zu", mem.param_bytes);
 }
 
 static void test_pages_and_overlap(void) {
