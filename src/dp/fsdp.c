@@ -155,7 +155,8 @@ struct mtc_fsdp {
      * into pc, whose pages outside the shard the release and the pool take
      * instead of the fp32 params' (those stay the shard only) */
     float *pc;
-    mtc_bf16 *p16;
+    mtc_bf16 *p16;        /* NULL: the unit gathered as the rounded values in pc (fp32 storage) */
+    int f16;              /* the copies hold fp16 values (--fp16), else bf16 */
     unsigned char *widen; /* [nb] a bf16 gather's widening into pc still to do */
     int fp32_whole; /* mtc_fsdp_gather_all gathered the fp32 params: released at the next need */
 };
@@ -274,6 +275,7 @@ static size_t fsdp_resident(mtc_fsdp *f, float *buf) {
 /* Resident bytes of the bf16 copy's pages (those it shares with a
  * neighbouring buffer included). */
 static size_t fsdp_resident16(mtc_fsdp *f) {
+    if (!f->p16) return 0;
     size_t page = (size_t)fsdp_page_floats() * sizeof(float);
     uintptr_t lo = (uintptr_t)f->p16 / page * page;
     uintptr_t hi = ((uintptr_t)(f->p16 + f->d->layout.numel) + page - 1) / page * page;
@@ -452,19 +454,24 @@ static mtc_result_t fsdp_wait_ag(mtc_fsdp *f, int b) {
     return MTC_OK;
 }
 
-mtc_result_t mtc_fsdp_set_compute_copies(mtc_fsdp *f, float *pc, mtc_bf16 *p16) {
-    if (!mtc_fsdp_shards_params(f) || !pc || !p16) return MTC_OK;
+mtc_result_t mtc_fsdp_set_compute_copies(mtc_fsdp *f, float *pc, mtc_bf16 *p16, int f16) {
+    if (!mtc_fsdp_shards_params(f) || !pc) return MTC_OK;
+    if (p16 && f16)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "FSDP compute copies: a bf16 copy of fp16 values");
     MTC_CHECK(mtc_mem_calloc((size_t)(f->nb > 0 ? f->nb : 1), 1, (void **)&f->widen));
 #ifdef MADV_NOHUGEPAGE /* as the buffers: a huge page would keep a released range resident */
     if (f->d->layout.numel > 0) {
         size_t bytes = f->npages * (size_t)fsdp_page_floats() * sizeof(float);
         (void)madvise(pc, bytes, MADV_NOHUGEPAGE);
+        if (!p16) goto done;
         size_t page = (size_t)fsdp_page_floats() * sizeof(float); /* p16: its whole pages */
         uintptr_t lo = (uintptr_t)p16 / page * page;
         (void)madvise((void *)lo, (uintptr_t)p16 + bytes / 2 - lo, MADV_NOHUGEPAGE);
     }
+done:
 #endif
-    f->pc = pc, f->p16 = p16;
+    f->pc = pc, f->p16 = p16, f->f16 = f16;
     return MTC_OK;
 }
 
@@ -537,7 +544,22 @@ static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     else
         fsdp_acquire(f, FSDP_PARAMS, b);
     f->gathers++;
-    if (f->pc) { /* bf16: the shard rounded, gathered as bf16, widened (at the wait) */
+    if (f->pc && !f->p16) { /* the shard rounded into pc, gathered there (fp32 storage) */
+        float *c = f->pc + bk.start;
+        size_t own = (size_t)d->shard_rank * shard;
+        if (f->f16)
+            nn_round_f16_to(c + own, base + own, shard);
+        else
+            nn_round_bf16_to(c + own, base + own, shard);
+        if (d->comms.intra && start) {
+            MTC_CHECK(
+                mtc_all_gather_start(c + own, c, shard, MTC_DTYPE_F32, d->comms.intra, &f->ag[b]));
+            f->ag_t0[b] = t0;
+        } else if (d->comms.intra) {
+            MTC_CHECK(mtc_all_gather(c + own, c, shard, MTC_DTYPE_F32, d->comms.intra));
+            fsdp_span(f, "all-gather", b, t0, 0);
+        }
+    } else if (f->pc) { /* bf16: the shard rounded, gathered as bf16, widened (at the wait) */
         mtc_bf16 *b16 = f->p16 + bk.start;
         size_t own = (size_t)d->shard_rank * shard;
         nn_f32_to_bf16(b16 + own, base + own, shard);

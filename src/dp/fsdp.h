@@ -34,9 +34,9 @@
  * all-reduced over the inter-instance group after its reduce-scatter;
  * HFSDP (mtc_fsdp_set_outer_optim) reduce-scatters it over that group
  * once per step instead and the optimizer holds 1/instances of the shard.
- * With --bf16 and oneDNN's bf16 copy (mtc_fsdp_set_compute_copies) the
- * units are gathered as bf16 into the compute copies, sharded as the params
- * are. Memory measured
+ * With --bf16 / --fp16 (mtc_fsdp_set_compute_copies) the units are
+ * gathered into the compute copies (as bf16 into oneDNN's bf16 copy),
+ * sharded as the params are. Memory measured
  * with mincore(2) on the params and grads buffers (real resident pages). */
 #ifndef MTC_DP_FSDP_H
 #define MTC_DP_FSDP_H
@@ -120,9 +120,11 @@ mtc_result_t mtc_fsdp_set_grad_reduce_bf16(mtc_fsdp *f);
  * were, which from then on stay the shard only (mtc_fsdp_gather_all still
  * gathers them whole, for saves; the next need gives them back). The
  * model must not refresh pc from its params (mtc_model_copies_gathered).
- * Before mtc_fsdp_shard; a no-op for another strategy or without p16.
- * comm: all-gather(intra) per unit in bf16 instead of fp32. */
-mtc_result_t mtc_fsdp_set_compute_copies(mtc_fsdp *f, float *pc, mtc_bf16 *p16);
+ * p16 NULL (no oneDNN bf16 copy; f16: --fp16's fp16 values): the shard
+ * rounded into pc and gathered there as fp32 (the bytes of the fp32
+ * gather). Before mtc_fsdp_shard; a no-op for another strategy.
+ * comm: all-gather(intra) per unit, bf16 with p16, else fp32. */
+mtc_result_t mtc_fsdp_set_compute_copies(mtc_fsdp *f, float *pc, mtc_bf16 *p16, int f16);
 /* --fsdp-double-buffer (Megatron's FixedPoolAllocator): the page pool keeps
  * two units' pages of params and of gradients for the whole run (counted
  * in mtc_fsdp_memory) instead of giving back what no unit took at once. */

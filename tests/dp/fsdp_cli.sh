@@ -112,6 +112,15 @@ if [ "$(lnorm bf)" = "$(lnorm bg)" ] && [ "$(lnorm bo)" = "$(lnorm bgo)" ] && [ 
     [ -n "$b" ] && [ "$b" -gt 0 ] && [ $((b * 2)) -eq "$a" ]; then
     ok "--bf16 units gathered as bf16: losses bit-identical to optim_grads' (dp 4; dp 2 with 2 microbatches and overlap), all-gather bytes $a -> $b"
 else bad "--bf16 bf16 gathers: all-gather bytes $a -> $b"; lnorm bf; lnorm bg; fi
+# without oneDNN's bf16 copy (--bf16-gemm fp32) and with --fp16 the
+# rounded shards are gathered into params_c as fp32: bit-identical too
+run b32 --world-size 2 $F --bf16 --bf16-gemm fp32 --overlap-grad-reduce --overlap-param-gather
+run b32g --world-size 2 $F --bf16 --bf16-gemm fp32 --overlap-grad-reduce --data-parallel-sharding-strategy optim_grads
+run f16 --world-size 4 $F --fp16
+run f16g --world-size 4 $F --fp16 --data-parallel-sharding-strategy optim_grads
+[ -n "$(lnorm b32)" ] && [ "$(lnorm b32)" = "$(lnorm b32g)" ] && [ -n "$(lnorm f16)" ] && [ "$(lnorm f16)" = "$(lnorm f16g)" ] &&
+    ok "--bf16-gemm fp32 (dp 2, overlap) and --fp16 (dp 4): compute copies gathered in fp32 storage, bit-identical to optim_grads'" ||
+    { bad "fp32-storage compute-copy gathers differ"; lnorm b32; lnorm b32g; lnorm f16; lnorm f16g; }
 
 # memory: a model whose units are large against a page. Units (floats,
 # padded to whole 4 KiB pages per shard of 4 ranks = multiples of 4096):
