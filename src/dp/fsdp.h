@@ -167,11 +167,12 @@ mtc_result_t mtc_fsdp_finish(mtc_fsdp *f);
  * embedding over EMBEDDING_GROUP, SP layer norms over TP) take only this
  * part: every member of those groups lays the param out alike. */
 int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n);
-/* Peak resident bytes of the params and grads buffers since init (sampled
- * after each gather and before each reduce-scatter) and the AdamW state. */
+/* Peak resident bytes of the params (with compute copies set: and of
+ * theirs) and grads buffers since init (sampled after each gather and
+ * before each reduce-scatter) and the AdamW state. */
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out);
-/* Resident bytes of the params and grads buffers when mtc_fsdp_shard
- * first ran: the most set-up held (nothing is released before it); with
+/* Resident bytes of the params and grads buffers (and compute copies)
+ * when mtc_fsdp_shard first ran: the most set-up held (nothing is released before it); with
  * --init-model-with-meta-device the pages of this rank's shards that
  * hold params, else the whole buffers. */
 size_t mtc_fsdp_setup_bytes(const mtc_fsdp *f);
