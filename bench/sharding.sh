@@ -61,10 +61,12 @@ CONF
 # mtc plan's prediction for the founding document's case: a 7B GPT
 # (32 layers, hidden 4096, sequence 2048) on 4 x A100 (the dgx-a100
 # machine, bf16), beside the published per-step figures. The plan prices
-# mtc's own implementation (FSDP keeps the whole bf16 compute copy; the
+# mtc's own implementation: optim_grads_params keeps the fp32 main params'
+# shard and the bf16 compute copy's shard plus the gathered units, and the
 # step prices each unit's all-gathers before the forward and the backward
-# and its reduce-scatter every microbatch, fp32 as mtc moves them), so its
-# FSDP memory sits above the published 24.1 GB.
+# (bf16, as mtc moves them with --bf16) and its reduce-scatter every
+# microbatch (fp32 unless --grad-reduce-in-bf16); optim_grads keeps the
+# whole bf16 copy.
 P7="--machine dgx-a100 --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --vocab-size 50257 --micro-batch-size 1 --global-batch-size 4 --world-size 4"
 echo
 printf '%-34s %12s %12s %12s %14s\n' "7B on 4 x A100 (mtc plan)" step_ms tp_comm_ms dp_comm_ms memory_GB

@@ -255,12 +255,6 @@ static int plan_parse(plan_flags *f, int argc, char **argv) {
     f->seen_cp = mtc_args_seen(args, nargs, "context-parallel-size");
     if (mtc_fsdp_flags_apply(&f->fsdp_f, NULL, &f->fsdp, &f->fsdp_do) != MTC_OK)
         return cli_usage_error("plan", "%s", mtc_error_detail());
-    if (mtc_fsdp_flags_outer_optim(&f->fsdp_f) && f->lay.nd > 1) /* train runs it */
-        return cli_usage_error("plan",
-                               "mtc plan does not price HFSDP (--outer-dp-sharding-strategy optim) "
-                               "yet: plan with no_shard (HSDP; the optimizer state is then "
-                               "%d x what HFSDP holds)",
-                               f->lay.nd);
     if (f->fsdp_do && f->no_do)
         return cli_usage_error("plan",
                                "--use-megatron-fsdp %s runs on the distributed optimizer: "
@@ -398,6 +392,7 @@ static int plan_layout(const plan_flags *f, const mtc_moe_config *moe, const mtc
     l.mb_group = f->lay.mb_group;
     l.distopt = f->distopt, l.distopt_instances = f->lay.nd, l.pad_high_busbw = f->pad_high;
     l.fsdp_strategy = f->fsdp, l.fsdp_unit_size = f->fsdp_f.unit_size;
+    l.fsdp_outer_optim = mtc_fsdp_flags_outer_optim(&f->fsdp_f);
     l.overlap_grad_reduce = f->overlap;
     l.head_chunk = f->head_chunk;
     l.overlap_param_gather = f->overlap_ag, l.tp_comm_overlap = f->tp_overlap;

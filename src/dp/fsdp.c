@@ -150,6 +150,15 @@ struct mtc_fsdp {
      * 1 otherwise */
     int outer, outer_rank;
     size_t setup_bytes; /* params + grads resident when mtc_fsdp_shard began */
+    /* --bf16 (mtc_fsdp_set_compute_copies): the model's compute copies at
+     * this buffer's place; a unit is gathered as bf16 into p16 and widened
+     * into pc, whose pages outside the shard the release and the pool take
+     * instead of the fp32 params' (those stay the shard only) */
+    float *pc;
+    mtc_bf16 *p16;        /* NULL: the unit gathered as the rounded values in pc (fp32 storage) */
+    int f16;              /* the copies hold fp16 values (--fp16), else bf16 */
+    unsigned char *widen; /* [nb] a bf16 gather's widening into pc still to do */
+    int fp32_whole; /* mtc_fsdp_gather_all gathered the fp32 params: released at the next need */
 };
 
 int mtc_fsdp_shards_params(const mtc_fsdp *f) { return f->strategy == MTC_FSDP_OPTIM_GRADS_PARAMS; }
@@ -169,7 +178,7 @@ static int fsdp_move(void *dst, void *src, size_t n) {
 }
 
 static float *fsdp_buf(const mtc_fsdp *f, int which) {
-    return which == FSDP_PARAMS ? f->d->params : f->d->grads;
+    return which == FSDP_PARAMS ? (f->pc ? f->pc : f->d->params) : f->d->grads;
 }
 
 /* The two ranges of bucket b outside this rank's shard. */
@@ -263,6 +272,20 @@ static size_t fsdp_resident(mtc_fsdp *f, float *buf) {
     return n * (size_t)fsdp_page_floats() * sizeof(float);
 }
 
+/* Resident bytes of the bf16 copy's pages (those it shares with a
+ * neighbouring buffer included). */
+static size_t fsdp_resident16(mtc_fsdp *f) {
+    if (!f->p16) return 0;
+    size_t page = (size_t)fsdp_page_floats() * sizeof(float);
+    uintptr_t lo = (uintptr_t)f->p16 / page * page;
+    uintptr_t hi = ((uintptr_t)(f->p16 + f->d->layout.numel) + page - 1) / page * page;
+    size_t np = (hi - lo) / page, n = 0;
+    if (!f->vec || np > f->npages || mincore((void *)lo, hi - lo, f->vec)) return 0;
+    for (size_t i = 0; i < np; i++)
+        n += f->vec[i] & 1;
+    return n * page;
+}
+
 /* Resident bytes of buffer `which`'s pool slots. */
 static size_t fsdp_pool_resident(mtc_fsdp *f, int which) {
     const fsdp_pool *p = &f->pool[which];
@@ -278,7 +301,8 @@ static size_t fsdp_pool_resident(mtc_fsdp *f, int which) {
 }
 
 static void fsdp_sample(mtc_fsdp *f) {
-    size_t p = fsdp_resident(f, f->d->params) + fsdp_pool_resident(f, FSDP_PARAMS);
+    size_t p = fsdp_resident(f, f->d->params) + fsdp_pool_resident(f, FSDP_PARAMS) +
+               (f->pc ? fsdp_resident(f, f->pc) + fsdp_resident16(f) : 0);
     size_t g = fsdp_resident(f, f->d->grads) + fsdp_pool_resident(f, FSDP_GRADS);
     if (p > f->peak_param) f->peak_param = p;
     if (g > f->peak_grad) f->peak_grad = g;
@@ -369,7 +393,7 @@ void mtc_fsdp_free(mtc_fsdp *f) {
         if (f->pool[w].area) munmap(f->pool[w].area, f->pool[w].slot_bytes * FSDP_POOL_SLOTS);
     free(f->ag), free(f->acc), free(f->g16), free(f->ag_t0);
     free(f->gathered), free(f->need_cur), free(f->need_prev), free(f->nready);
-    free(f->nreduced), free(f->ready), free(f->vec);
+    free(f->nreduced), free(f->ready), free(f->vec), free(f->widen);
     free(f);
 }
 
@@ -417,17 +441,70 @@ static void fsdp_span(mtc_fsdp *f, const char *what, int b, uint64_t t0, int pre
     mtc_trace_span(f->trace, f->track, name, "fsdp", t0, mtc_time_ns(), args);
 }
 
-/* Wait for bucket b's all-gather if one runs (the span of a prefetch ends). */
+/* Wait for bucket b's all-gather if one runs (the span of a prefetch
+ * ends); a bf16 gather's unit widened into the compute copy. */
 static mtc_result_t fsdp_wait_ag(mtc_fsdp *f, int b) {
     MTC_CHECK(mtc_request_wait(&f->ag[b]));
     if (f->ag_t0[b]) fsdp_span(f, "all-gather", b, f->ag_t0[b], 1), f->ag_t0[b] = 0;
+    if (f->widen && f->widen[b]) {
+        dp_range bk = f->d->layout.bucket[b];
+        nn_bf16_to_f32(f->pc + bk.start, f->p16 + bk.start, (size_t)(bk.end - bk.start));
+        f->widen[b] = 0;
+    }
     return MTC_OK;
 }
 
-/* Release bucket b's params outside the shard (after its all-gather). */
+mtc_result_t mtc_fsdp_set_compute_copies(mtc_fsdp *f, float *pc, mtc_bf16 *p16, int f16) {
+    if (!mtc_fsdp_shards_params(f) || !pc) return MTC_OK;
+    if (p16 && f16)
+        return mtc_error(MTC_ERR_INVALID_ARGUMENT,
+                         "FSDP compute copies: a bf16 copy of fp16 values");
+    MTC_CHECK(mtc_mem_calloc((size_t)(f->nb > 0 ? f->nb : 1), 1, (void **)&f->widen));
+#ifdef MADV_NOHUGEPAGE /* as the buffers: a huge page would keep a released range resident */
+    if (f->d->layout.numel > 0) {
+        size_t bytes = f->npages * (size_t)fsdp_page_floats() * sizeof(float);
+        (void)madvise(pc, bytes, MADV_NOHUGEPAGE);
+        if (!p16) goto done;
+        size_t page = (size_t)fsdp_page_floats() * sizeof(float); /* p16: its whole pages */
+        uintptr_t lo = (uintptr_t)p16 / page * page;
+        (void)madvise((void *)lo, (uintptr_t)p16 + bytes / 2 - lo, MADV_NOHUGEPAGE);
+    }
+done:
+#endif
+    f->pc = pc, f->p16 = p16, f->f16 = f16;
+    return MTC_OK;
+}
+
+/* The fp32 params outside the shards given back (after mtc_fsdp_gather_all
+ * with compute copies: the units gather into those, not into params). */
+static void fsdp_release_fp32(mtc_fsdp *f) {
+    for (int b = 0; f->pc && b < f->nb; b++) {
+        dp_range r[2];
+        fsdp_outside(f, b, r);
+        fsdp_release(f->d->params, r[0].start, r[0].end);
+        fsdp_release(f->d->params, r[1].start, r[1].end);
+    }
+    f->fp32_whole = 0;
+}
+
+/* The bf16 copy's whole pages in [a, b) elements given back. */
+static void fsdp_release16(mtc_fsdp *f, int64_t a, int64_t b) {
+    size_t page = (size_t)fsdp_page_floats() * sizeof(float);
+    uintptr_t lo = ((uintptr_t)(f->p16 + a) + page - 1) / page * page;
+    uintptr_t hi = (uintptr_t)(f->p16 + b) / page * page;
+    if (b > a && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Release bucket b's params outside the shard (after its all-gather); the
+ * bf16 copy's too (its whole pages: a shard ends mid-page in bf16). */
 static mtc_result_t fsdp_drop(mtc_fsdp *f, int b) {
     MTC_CHECK(fsdp_wait_ag(f, b));
     fsdp_release_bucket(f, FSDP_PARAMS, b);
+    if (f->p16) {
+        dp_range r[2];
+        fsdp_outside(f, b, r);
+        fsdp_release16(f, r[0].start, r[0].end), fsdp_release16(f, r[1].start, r[1].end);
+    }
     f->gathered[b] = 0;
     return MTC_OK;
 }
@@ -440,11 +517,13 @@ void mtc_fsdp_attach_optimizer(mtc_fsdp *f, mtc_distopt *o) {
 
 void mtc_fsdp_shard(mtc_fsdp *f) {
     if (!f->setup_bytes) /* the first: what set-up made resident */
-        f->setup_bytes = fsdp_resident(f, f->d->params) + fsdp_resident(f, f->d->grads);
+        f->setup_bytes = fsdp_resident(f, f->d->params) + fsdp_resident(f, f->d->grads) +
+                         (f->pc ? fsdp_resident(f, f->pc) + fsdp_resident16(f) : 0);
     for (int b = 0; b < f->nb; b++) {
         if (mtc_fsdp_shards_params(f)) (void)fsdp_drop(f, b);
         fsdp_release_bucket(f, FSDP_GRADS, b);
     }
+    fsdp_release_fp32(f);
     memset(f->need_cur, 0, (size_t)f->nb), memset(f->need_prev, 0, (size_t)f->nb);
     fsdp_pool_trim(f);
     f->peak_param = f->peak_grad = 0;
@@ -465,7 +544,37 @@ static mtc_result_t fsdp_gather(mtc_fsdp *f, int b, int start) {
     else
         fsdp_acquire(f, FSDP_PARAMS, b);
     f->gathers++;
-    if (d->comms.intra) {
+    if (f->pc && !f->p16) { /* the shard rounded into pc, gathered there (fp32 storage) */
+        float *c = f->pc + bk.start;
+        size_t own = (size_t)d->shard_rank * shard;
+        if (f->f16)
+            nn_round_f16_to(c + own, base + own, shard);
+        else
+            nn_round_bf16_to(c + own, base + own, shard);
+        if (d->comms.intra && start) {
+            MTC_CHECK(
+                mtc_all_gather_start(c + own, c, shard, MTC_DTYPE_F32, d->comms.intra, &f->ag[b]));
+            f->ag_t0[b] = t0;
+        } else if (d->comms.intra) {
+            MTC_CHECK(mtc_all_gather(c + own, c, shard, MTC_DTYPE_F32, d->comms.intra));
+            fsdp_span(f, "all-gather", b, t0, 0);
+        }
+    } else if (f->pc) { /* bf16: the shard rounded, gathered as bf16, widened (at the wait) */
+        mtc_bf16 *b16 = f->p16 + bk.start;
+        size_t own = (size_t)d->shard_rank * shard;
+        nn_f32_to_bf16(b16 + own, base + own, shard);
+        f->widen[b] = 1;
+        if (d->comms.intra && start) {
+            MTC_CHECK(mtc_all_gather_start(b16 + own, b16, shard, MTC_DTYPE_BF16, d->comms.intra,
+                                           &f->ag[b]));
+            f->ag_t0[b] = t0;
+        } else {
+            if (d->comms.intra)
+                MTC_CHECK(mtc_all_gather(b16 + own, b16, shard, MTC_DTYPE_BF16, d->comms.intra));
+            MTC_CHECK(fsdp_wait_ag(f, b)); /* the widening */
+            fsdp_span(f, "all-gather", b, t0, 0);
+        }
+    } else if (d->comms.intra) {
         if (start) {
             MTC_CHECK(mtc_all_gather_start(base + (size_t)d->shard_rank * shard, base, shard,
                                            MTC_DTYPE_F32, d->comms.intra, &f->ag[b]));
@@ -563,6 +672,7 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
         }
     if (!mtc_fsdp_shards_params(f)) return MTC_OK;
     MTC_CHECK(fsdp_check_step(f));
+    if (f->fp32_whole) fsdp_release_fp32(f);
     /* a call needing exactly the units of the one before (an untied head's
      * norm and output layer; the backward's first call after the forward's
      * last) is the same need: the window does not move, so the unit before
@@ -611,6 +721,16 @@ mtc_result_t mtc_fsdp_params_needed(mtc_fsdp *f, int first, int last) {
 mtc_result_t mtc_fsdp_gather_all(mtc_fsdp *f) {
     if (!mtc_fsdp_shards_params(f)) return MTC_OK;
     MTC_CHECK(fsdp_check_step(f));
+    mtc_ddp *d = f->d;
+    for (int b = f->nb - 1; f->pc && b >= 0; b--) { /* readers want the fp32 params whole */
+        dp_range bk = d->layout.bucket[b];
+        size_t shard = (size_t)(bk.end - bk.start) / (size_t)d->layout.dp;
+        float *base = d->params + bk.start;
+        if (d->comms.intra)
+            MTC_CHECK(mtc_all_gather(base + (size_t)d->shard_rank * shard, base, shard,
+                                     MTC_DTYPE_F32, d->comms.intra));
+        f->fp32_whole = 1;
+    }
     for (int b = f->nb - 1; b >= 0; b--)
         MTC_CHECK(fsdp_gather(f, b, 0));
     fsdp_pool_trim(f);

@@ -34,13 +34,16 @@
  * all-reduced over the inter-instance group after its reduce-scatter;
  * HFSDP (mtc_fsdp_set_outer_optim) reduce-scatters it over that group
  * once per step instead and the optimizer holds 1/instances of the shard.
- * Limitations: the bf16 compute copies stay whole. Memory measured
+ * With --bf16 / --fp16 (mtc_fsdp_set_compute_copies) the units are
+ * gathered into the compute copies (as bf16 into oneDNN's bf16 copy),
+ * sharded as the params are. Memory measured
  * with mincore(2) on the params and grads buffers (real resident pages). */
 #ifndef MTC_DP_FSDP_H
 #define MTC_DP_FSDP_H
 
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "core/result.h"
 #include "dp/ddp.h"
 #include "dp/distopt.h"
@@ -108,6 +111,20 @@ void mtc_fsdp_set_overlap(mtc_fsdp *f, int overlap_param_gather, int overlap_gra
  * bf16), the result widened and accumulated in the fp32 shard. Allocates a
  * bf16 staging of the largest unit and an fp32 copy of the shards. */
 mtc_result_t mtc_fsdp_set_grad_reduce_bf16(mtc_fsdp *f);
+/* --bf16 with optim_grads_params: pc (bf16 values in fp32 storage) and p16
+ * (bf16), the model's compute copies at this buffer's place (the params'
+ * offsets), become what a unit's gather fills: this rank's fp32 shard
+ * rounded to bf16, all-gathered as bf16 into p16 (half the bytes),
+ * widened into pc; the bits are the rounding of the gathered fp32 params.
+ * Released and pooled with the unit outside the shard as the fp32 params
+ * were, which from then on stay the shard only (mtc_fsdp_gather_all still
+ * gathers them whole, for saves; the next need gives them back). The
+ * model must not refresh pc from its params (mtc_model_copies_gathered).
+ * p16 NULL (no oneDNN bf16 copy; f16: --fp16's fp16 values): the shard
+ * rounded into pc and gathered there as fp32 (the bytes of the fp32
+ * gather). Before mtc_fsdp_shard; a no-op for another strategy.
+ * comm: all-gather(intra) per unit, bf16 with p16, else fp32. */
+mtc_result_t mtc_fsdp_set_compute_copies(mtc_fsdp *f, float *pc, mtc_bf16 *p16, int f16);
 /* --fsdp-double-buffer (Megatron's FixedPoolAllocator): the page pool keeps
  * two units' pages of params and of gradients for the whole run (counted
  * in mtc_fsdp_memory) instead of giving back what no unit took at once. */
@@ -150,11 +167,12 @@ mtc_result_t mtc_fsdp_finish(mtc_fsdp *f);
  * embedding over EMBEDDING_GROUP, SP layer norms over TP) take only this
  * part: every member of those groups lays the param out alike. */
 int mtc_fsdp_held_grad(const mtc_fsdp *f, int p, float **g, size_t *n);
-/* Peak resident bytes of the params and grads buffers since init (sampled
- * after each gather and before each reduce-scatter) and the AdamW state. */
+/* Peak resident bytes of the params (with compute copies set: and of
+ * theirs) and grads buffers since init (sampled after each gather and
+ * before each reduce-scatter) and the AdamW state. */
 void mtc_fsdp_memory(const mtc_fsdp *f, mtc_dp_memory *out);
-/* Resident bytes of the params and grads buffers when mtc_fsdp_shard
- * first ran: the most set-up held (nothing is released before it); with
+/* Resident bytes of the params and grads buffers (and compute copies)
+ * when mtc_fsdp_shard first ran: the most set-up held (nothing is released before it); with
  * --init-model-with-meta-device the pages of this rank's shards that
  * hold params, else the whole buffers. */
 size_t mtc_fsdp_setup_bytes(const mtc_fsdp *f);

@@ -461,10 +461,11 @@ mtc_result_t mtc_model_validate_tp(const mtc_model_config *c, int tp, int sp) {
     return MTC_OK;
 }
 
-/* --bf16 / --fp16: the rounded parameter copies, the oneDNN context and
- * the conversion scratch of the TP layers (the widest GEMM operand: the
- * whole sequence times the widest row the chunk multiplies). */
-static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm) {
+/* --bf16 / --fp16: the rounded parameter copies (lazy: mapped, not
+ * faulted in, as the buffers), the oneDNN context and the conversion
+ * scratch of the TP layers (the widest GEMM operand: the whole sequence
+ * times the widest row the chunk multiplies). */
+static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm, int lazy) {
     const mtc_model_config *c = &m->cfg;
     size_t tp = (size_t)m->tp_size, N = (size_t)m->B * m->T, HS = (size_t)mtc_model_head_size(c);
     size_t F1_tp = (c->swiglu ? 2 : 1) * ((size_t)c->ffn_hidden_size / tp);
@@ -486,15 +487,15 @@ static mtc_result_t gpt_lowp_init(mtc_model *m, tp_precision prec, int f32_gemm)
     m->lowp.cap = dnnl ? (n + 1) / 2 : n;
     m->lowp.nw = m->reg.total;
     m->lp_version = 1;
-    MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(float), 1, (void **)&m->params_c));
+    MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(float), !lazy, (void **)&m->params_c));
     MTC_CHECK(mtc_mem_calloc((size_t)m->reg.count + 1, sizeof(uint64_t), (void **)&m->lp_seen));
     MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xa));
     MTC_CHECK(mtc_mem_alloc_big(m->lowp.cap * sizeof(float), 1, &m->lowp.xb));
     if (dnnl) {
-        MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(mtc_bf16), 1, (void **)&m->params16));
+        MTC_CHECK(mtc_mem_alloc_big(m->reg.total * sizeof(mtc_bf16), !lazy, (void **)&m->params16));
         MTC_CHECK(nn_lowp_create(&m->lowp.lp));
     }
-    memset(m->params_c, 0, m->reg.total * sizeof(float));
+    if (!lazy) memset(m->params_c, 0, m->reg.total * sizeof(float)); /* (mmap's zeros) */
     m->lowp.w32 = m->params_c;
     m->lowp.w16 = m->params16;
     m->tp.lowp = &m->lowp;
@@ -565,7 +566,8 @@ static void gpt_lp_task(int i, void *arg) {
         return;
     }
     size_t o = j->a + lo;
-    if (m->main_sharded) { /* params_c was gathered: only oneDNN's bf16 copy to make */
+    if (m->copies_gathered) return; /* FSDP's gathers wrote both */
+    if (m->main_sharded) {          /* params_c was gathered: only oneDNN's bf16 copy to make */
         if (m->params16) nn_f32_to_bf16(m->params16 + o, m->params_c + o, n);
     } else if (m->params16) { /* bf16 for oneDNN, and the same values in fp32 */
         nn_f32_to_bf16(m->params16 + o, m->params + o, n);
@@ -622,6 +624,8 @@ mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2],
     }
     return gpt_release(m, cur, end, page);
 }
+
+void mtc_model_copies_gathered(mtc_model *m) { m->copies_gathered = 1; }
 
 void model_lowp_round(const mtc_model *m, float *x, size_t n) {
     if (m->precision != TP_PREC_F32) gpt_lp_run(m, x, 0, n);
@@ -781,7 +785,8 @@ mtc_result_t mtc_model_init_chunk(const mtc_model_config *cfg, const mtc_model_c
                    fail);
     int fp8 = o->fp8 && o->fp8->enabled; /* fp8 GEMMs are fp32 GEMMs on fp8 values */
     if (o->precision != TP_PREC_F32)
-        MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision, o->bf16_gemm_f32 || fp8), rc, fail);
+        MTC_CHECK_GOTO(gpt_lowp_init(m, o->precision, o->bf16_gemm_f32 || fp8, o->lazy_buffers), rc,
+                       fail);
     if (fp8) MTC_CHECK_GOTO(gpt_fp8_init(m, o), rc, fail);
     m->rec_mlp = o->recompute_mlp;
     MTC_CHECK_GOTO(mtc_model_mla_init(m, o), rc, fail);

@@ -332,6 +332,7 @@ typedef struct {
      * params is valid only in this rank's shard, the optimizer's all-gather
      * writes params_c, and a refresh only makes params16 from params_c */
     int main_sharded;
+    int copies_gathered;      /* mtc_model_copies_gathered: FSDP writes params_c and params16 */
     size_t main_released;     /* bytes of params given back to the OS */
     struct tp_fp8_state *fp8; /* the fp8 layers' scales and amax histories (NULL: none) */
 } mtc_model;
@@ -345,6 +346,10 @@ typedef struct {
  * owners' bf16 params (mtc_distopt_gather_into). MTC_ERR_INVALID_USAGE
  * outside --bf16; MTC_ERR_SYSTEM if the kernel refuses. */
 mtc_result_t mtc_model_shard_main_params(mtc_model *m, const int64_t (*keep)[2], int nkeep);
+/* Megatron-FSDP with --bf16 (dp/fsdp.h mtc_fsdp_set_compute_copies): the
+ * compute copies are written by each unit's gather, never refreshed from
+ * params (which hold only the shard). */
+void mtc_model_copies_gathered(mtc_model *m);
 
 /* The whole model's parameter count and the parameters one token uses
  * (k of each MoE layer's E experts), from the serial model's registry. */

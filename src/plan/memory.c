@@ -28,6 +28,11 @@
 #include "pp/executor.h"
 #include "pp/schedule.h"
 
+int mtc_plan_hfsdp(const mtc_plan_layout *l) {
+    return l->fsdp_outer_optim && l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS && l->distopt &&
+           l->distopt_instances > 1;
+}
+
 mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l) {
     const mtc_result_t E = MTC_ERR_INVALID_ARGUMENT;
     if (l->world < 1) return mtc_error(E, "world-size=%d must be >= 1", l->world);
@@ -166,6 +171,9 @@ static mtc_result_t plan_chunk_layout(const mtc_plan_layout *l, int r, int k,
                              .pp_rank = r,
                              .chunk = k,
                              .placement_only = 1}; /* held from the gaps: O(params) */
+    if (mtc_plan_hfsdp(l)) /* train_setup.c: whole pages per optimizer slice too */
+        for (int b = 0; b < 2; b++)
+            co.fsdp_pad_ranks[b] = ranks[b] * l->distopt_instances;
     if (rc == MTC_OK) rc = mtc_ddp_chunk_layout_init(cl, &reg, &co, split ? 2 : 1, params, ranks);
     mtc_registry_free(&reg);
     free(lf);
@@ -183,8 +191,10 @@ typedef struct {
  * elements, distributed-optimizer padding included, and the optimizer
  * elements of shard rank `rank` (-1: the largest), as train/train_setup.c
  * lays it out (the other buffer's params and other EP ranks' experts take
- * no room); *pu its FSDP units. */
-static mtc_result_t plan_buffer(const mtc_plan_layout *l, const dp_layout *lay, int rank,
+ * no room); *pu its FSDP units. HFSDP over `outer` instances: rank
+ * (inner r, instance o) holds slice o of its inner shard, the
+ * (r x outer + o)-th of every unit cut in inner x outer (dp/fsdp.c). */
+static mtc_result_t plan_buffer(const mtc_plan_layout *l, const dp_layout *lay, int rank, int outer,
                                 int64_t *buf, int64_t *held, int64_t *unit_out, plan_units *pu) {
     *unit_out = 0;
     *buf = lay->numel;
@@ -204,7 +214,10 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const dp_layout *lay, 
     /* the optimizer state covers the param pieces of the shard, not
      * its padding (distopt.c / ddp_for_each_held); the largest shard
      * unless a DP rank is named */
-    *held = dp_layout_held_numel(lay, rank >= 0 ? rank % lay->dp : -1);
+    dp_layout sl = *lay; /* read only: the slices' cut of the same buckets */
+    sl.dp = lay->dp * outer;
+    int q = rank < 0 ? -1 : rank % lay->dp * outer + rank / lay->dp % outer;
+    *held = dp_layout_held_numel(&sl, q);
     if (*held < 0) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "plan: shard gaps");
     for (int b = 0; b < lay->nbuckets; b++) { /* the largest unit's other shards */
         int64_t size = lay->bucket[b].end - lay->bucket[b].start, out = size - size / lay->dp;
@@ -216,19 +229,29 @@ static mtc_result_t plan_buffer(const mtc_plan_layout *l, const dp_layout *lay, 
 /* One chunk's FSDP collectives per step (mtc_plan_fsdp_comm's rules) into c. */
 static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int has_emb, int has_head,
                            int nparts, int nd, mtc_plan_fsdp_comm *c) {
+    int hf = mtc_plan_hfsdp(l);
     double M = l->global_batch / (l->micro_batch * l->dp), n = u->n, T = (double)u->total * 4;
     double e = has_emb ? (double)u->first * 4 : 0;
     double l1 = (double)(has_emb ? u->second : u->first) * 4, h = (double)u->last * 4;
     int tied = has_emb && has_head && !l->model.untie_embeddings;
     if (u->n <= 0 || M < 1) return;
+    /* bf16 optim_grads_params: each unit gathered as bf16 into the compute copies */
+    double w =
+        l->precision == MTC_PLAN_BF16 && l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS ? 2 : 4;
+    c->ag_width = w;
     c->units += n;
     c->rs_calls += M * n, c->rs_bytes += M * T;
-    if (nd > 1) c->ar_calls += M * n, c->ar_bytes += M * T / nparts;
+    if (nd > 1 && !hf) c->ar_calls += M * n, c->ar_bytes += M * T / nparts;
+    if (hf) { /* once per step: each unit's shard */
+        c->outer_rs_calls += n, c->outer_rs_bytes += T / nparts;
+        c->outer_ag_calls += n, c->outer_ag_bytes += T / nparts;
+    }
     if (l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS) {
         c->ag_step_calls += n, c->ag_step_bytes += T;
         return;
     }
     /* the first microbatch, then M - 1 more without the first layer's gather */
+    double ag0 = c->ag_fwd_bytes, ab0 = c->ag_bwd_bytes;
     c->ag_fwd_calls += M * (n + tied) - (M - 1),
         c->ag_fwd_bytes += M * (T + tied * e) - (M - 1) * l1;
     /* the backward's first units resident: the last; the one before too
@@ -242,6 +265,8 @@ static void plan_fsdp_comm(const mtc_plan_layout *l, const plan_units *u, int ha
         if (has_emb) c->ag_bwd_calls += 1, c->ag_bwd_bytes += e;
         if (tied) c->ag_bwd_calls += M, c->ag_bwd_bytes += M * l1;
     }
+    c->ag_fwd_bytes = ag0 + (c->ag_fwd_bytes - ag0) * w / 4; /* this chunk's, at its width */
+    c->ag_bwd_bytes = ab0 + (c->ag_bwd_bytes - ab0) * w / 4;
 }
 
 mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank,
@@ -260,6 +285,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     int bf16 = l->precision == MTC_PLAN_BF16;
     int nparts = l->dp * l->cp / nd; /* the dense buffer's shard group (dp x cp, an instance) */
     int xparts = l->edp / nd;        /* the expert buffer's (expert-DP, an instance) */
+    int outer = mtc_plan_hfsdp(l) ? nd : 1; /* HFSDP: the optimizer slices over the instances */
     /* the expert shard of DP position dp_rank: its last TP rank's expert-DP
      * rank (tp-cp-dp order within a stage, etp-ep-edp in the expert one) */
     int xrank = dp_rank >= 0 ? (dp_rank * l->tp + l->tp - 1) / (l->etp * l->ep) : -1;
@@ -276,9 +302,10 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
         mtc_result_t rc = plan_chunk_layout(l, r, k, &ls, nparts, xparts, &sum, &xsum, &cl);
         /* the activations' view of a standalone MTP stage (activations.c) */
         has_head |= pp_layout_mtp_role(&ls) << 1;
-        if (rc == MTC_OK) rc = plan_buffer(l, &cl.layout[0], dp_rank, &buf, &held, &unit, &pu);
+        if (rc == MTC_OK)
+            rc = plan_buffer(l, &cl.layout[0], dp_rank, outer, &buf, &held, &unit, &pu);
         if (rc == MTC_OK && cl.n > 1 && cl.held[1]) /* train's expert DDP exists */
-            rc = plan_buffer(l, &cl.layout[1], xrank, &xbuf, &xheld, &xunit, &xpu);
+            rc = plan_buffer(l, &cl.layout[1], xrank, outer, &xbuf, &xheld, &xunit, &xpu);
         mtc_ddp_chunk_layout_free(&cl);
         MTC_CHECK(rc);
         out->params += sum;
@@ -299,6 +326,7 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
                                          ? sh + K * (unit > xunit ? unit : xunit)
                                          : buf + xbuf;
             out->fsdp_grad_numel += g;
+            out->fsdp_shard_numel += sh;
             plan_fsdp_comm(l, &pu, has_emb, ls.has_loss, nparts, nd, &out->fsdp_comm);
         }
         size_t slot = mtc_plan_act_slot_bytes(l, last - first, has_emb, has_head);
@@ -313,9 +341,14 @@ mtc_result_t mtc_plan_memory_rank(const mtc_plan_layout *lin, int r, int dp_rank
     out->optim_bytes = (size_t)out->optim_numel * (bf16 ? 12 : 8);
     if (l->fsdp_strategy >= MTC_FSDP_OPTIM_GRADS) {
         /* mtc's FSDP: fp32 params resident as above (the main params: the
-         * optimizer holds Adam's m and v only), the bf16 compute copies whole */
+         * optimizer holds Adam's m and v only); with bf16 the fp32 main
+         * params are the shard and the bf16 compute copy is what the units
+         * gather into (optim_grads: fp32 whole and the bf16 copy whole) */
+        int ogp = l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS;
         out->param_bytes =
-            (size_t)out->fsdp_param_numel * 4 + (bf16 ? (size_t)out->buffer_numel * 2 : 0);
+            !bf16 ? (size_t)out->fsdp_param_numel * 4
+            : ogp ? (size_t)out->fsdp_shard_numel * 4 + (size_t)out->fsdp_param_numel * 2
+                  : (size_t)out->fsdp_param_numel * 4 + (size_t)out->buffer_numel * 2;
         out->grad_bytes = (size_t)out->fsdp_grad_numel * 4;
         out->optim_bytes = (size_t)out->optim_numel * 8;
     }

@@ -75,6 +75,10 @@ typedef struct {
      * pages per shard) and --suggested-communication-unit-size */
     int fsdp_strategy;
     int64_t fsdp_unit_size;
+    /* --outer-dp-sharding-strategy optim (HFSDP, with optim_grads_params and
+     * distopt_instances > 1): the optimizer state sharded over the
+     * instances too, units padded to whole pages per slice */
+    int fsdp_outer_optim;
     int overlap_grad_reduce;
     /* Megatron's overlaps mtc does not have (GPU machines): the
      * distributed optimizer's parameter all-gather under the forward
@@ -98,6 +102,9 @@ typedef struct {
  * schedule, distributed-optimizer instances): one line naming the value and
  * the fix (INVALID_ARGUMENT). Fills l->dp and the padded vocabulary. */
 mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l);
+/* HFSDP: fsdp_outer_optim with optim_grads_params over several
+ * distributed-optimizer instances (with one the flag changes nothing). */
+int mtc_plan_hfsdp(const mtc_plan_layout *l);
 
 /* ---- memory ---- */
 
@@ -121,17 +128,26 @@ mtc_result_t mtc_plan_layout_check(mtc_plan_layout *l);
  *   reduce-scatter: every unit on every microbatch; optim_grads: the
  *     params all-gathered unit by unit after the step;
  *   HSDP: each unit's shard all-reduced over the instances after its
- *     reduce-scatter.
+ *     reduce-scatter;
+ *   HFSDP: instead, once per step, each unit's shard reduce-scattered
+ *     over the instances after the last microbatch and the slices
+ *     all-gathered back at the first need after the step (one call each
+ *     per unit, the shard's bytes);
+ *   --bf16 with optim_grads_params: the unit all-gathers carry bf16 (half).
  * Exact for pp 1 (checked against --metrics by tests/plan/fsdp_traffic.sh);
  * with pp > 1 the schedule interleaves other microbatches' passes and the
  * resident units of the forward / backward turn are not modelled. */
 typedef struct {
-    double ag_fwd_calls, ag_fwd_bytes;   /* optim_grads_params: forward all-gathers */
-    double ag_bwd_calls, ag_bwd_bytes;   /* optim_grads_params: backward all-gathers */
-    double ag_step_calls, ag_step_bytes; /* optim_grads: the all-gather after the step */
-    double rs_calls, rs_bytes;           /* reduce-scatters of every unit, every microbatch */
-    double ar_calls, ar_bytes;           /* HSDP: the shards' all-reduce over the instances */
-    double units;                        /* units of the chunks' dense buffers */
+    double ag_fwd_calls, ag_fwd_bytes;     /* optim_grads_params: forward all-gathers */
+    double ag_bwd_calls, ag_bwd_bytes;     /* optim_grads_params: backward all-gathers */
+    double ag_step_calls, ag_step_bytes;   /* optim_grads: the all-gather after the step */
+    double rs_calls, rs_bytes;             /* reduce-scatters of every unit, every microbatch */
+    double ar_calls, ar_bytes;             /* HSDP: the shards' all-reduce over the instances */
+    double outer_rs_calls, outer_rs_bytes; /* HFSDP: the shards' reduce-scatter over them */
+    double outer_ag_calls, outer_ag_bytes; /* HFSDP: the slices' all-gather over them */
+    double units;                          /* units of the chunks' dense buffers */
+    double ag_width; /* bytes per element of the unit all-gathers: 4, or 2 with bf16
+                        optim_grads_params (each unit gathered as bf16) */
 } mtc_plan_fsdp_comm;
 
 typedef struct {
@@ -142,6 +158,7 @@ typedef struct {
     /* Megatron-FSDP optim_grads*: the params' and grads' peak resident
      * elements (dp/fsdp.c: shards plus gathered units) */
     int64_t fsdp_param_numel, fsdp_grad_numel;
+    int64_t fsdp_shard_numel;     /* ... of which the shards (bf16: the fp32 main params) */
     mtc_plan_fsdp_comm fsdp_comm; /* optim_grads*: one step's collectives of the dense buffer */
     size_t param_bytes;           /* the weights this rank computes with */
     size_t grad_bytes;            /* gradient buffer (fp32 main grads with bf16) */
@@ -317,8 +334,10 @@ typedef struct {
      * (optim_grads: after the step), its per-microbatch reduce-scatters
      * (HSDP: with the instances' all-reduce), the page pool's moves and the
      * zeroing of the gradient pages a backward takes, and what the overlap
-     * leaves exposed of the collectives */
+     * leaves exposed of the collectives; HFSDP's collectives over the
+     * instances (blocking, never hidden) */
     double fsdp_ag_fwd_s, fsdp_ag_bwd_s, fsdp_ag_step_s, fsdp_rs_s, fsdp_page_s, fsdp_exposed_s;
+    double fsdp_outer_s;
     double moe_rows;       /* dispatched rows one rank's experts run per microbatch per layer */
     double moe_flops_rank; /* expert + router + shared expert FLOPs of one rank per step */
     double bubble_s;       /* pipeline idle time of the simulated schedule */

@@ -46,18 +46,23 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
         fprintf(f,
                 "  FSDP %s: params %zu B resident (fp32 shard + %s gathered units' other "
                 "shards%s), gradients at most %zu B (shard + 2 units)\n",
-                mtc_fsdp_strategy_name(l->fsdp_strategy), (size_t)mem->fsdp_param_numel * 4,
+                mtc_fsdp_strategy_name(l->fsdp_strategy), mem->param_bytes,
                 l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS ? "all"
                 : l->overlap_param_gather                ? "3"
                                                          : "2",
-                l->precision == MTC_PLAN_BF16 ? "; plus the whole bf16 compute copy" : "",
+                l->precision != MTC_PLAN_BF16 ? ""
+                : l->fsdp_strategy == MTC_FSDP_OPTIM_GRADS_PARAMS
+                    ? "; bf16: the units' bf16 compute copy, the fp32 main params the shard"
+                    : "; plus the whole bf16 compute copy",
                 (size_t)mem->fsdp_grad_numel * 4);
     else
         fprintf(f, "  gradients         %12.2f MB  buffer x 4 B\n", mb(mem->grad_bytes));
     fprintf(f, "  optimizer state   %12.2f MB  %lld elements x %d B (%s)\n", mb(mem->optim_bytes),
             (long long)mem->optim_numel,
             l->precision == MTC_PLAN_BF16 && l->fsdp_strategy < MTC_FSDP_OPTIM_GRADS ? 12 : 8,
-            l->distopt ? "this rank's shard" : "every element");
+            mtc_plan_hfsdp(l) ? "this rank's slice of its shard"
+            : l->distopt      ? "this rank's shard"
+                              : "every element");
     fprintf(f, "  activations       %12.2f MB  chunk 0 slot %.2f MB; in flight per chunk:",
             mb(mem->act_bytes), mb(mem->act_slot_bytes));
     for (int k = 0; k < mem->nchunks; k++)
@@ -205,6 +210,13 @@ void mtc_plan_explain(FILE *f, const mtc_plan_layout *l, const mtc_plan_machine 
         fprintf(f, "    reduce-scatter  %12.3f ms  %.0f of units (every microbatch), %.0f B%s\n",
                 t->fsdp_rs_s * 1e3, c->rs_calls, c->rs_bytes,
                 c->ar_calls > 0 ? "; with the instances' all-reduce of each shard" : "");
+        if (c->outer_rs_calls > 0) /* not "    reduce-scatter": tests read that line */
+            fprintf(f,
+                    "    HFSDP outer     %12.3f ms  %.0f reduce-scatters of unit shards over the "
+                    "%d instances after the last microbatch, %.0f B; %.0f all-gathers of the "
+                    "slices after the step, %.0f B (blocking)\n",
+                    t->fsdp_outer_s * 1e3, c->outer_rs_calls, l->distopt_instances,
+                    c->outer_rs_bytes, c->outer_ag_calls, c->outer_ag_bytes);
         fprintf(f, "    exposed         %12.3f ms  %s\n", t->fsdp_exposed_s * 1e3,
                 !(l->overlap_param_gather || l->overlap_grad_reduce) ? "no overlap"
                 : m->is_cpu && t->devices < 1

@@ -450,8 +450,13 @@ static void fsdp_price(const mtc_plan_fsdp_comm *c, int P, int nd, const mtc_pla
     out->fsdp_ag_step_s = colls(MTC_PLAN_AG, c->ag_step_bytes, c->ag_step_calls, P, intra);
     out->fsdp_rs_s = colls(MTC_PLAN_RS, c->rs_bytes, c->rs_calls, P, intra) +
                      colls(MTC_PLAN_AR, c->ar_bytes, c->ar_calls, nd, inter);
+    out->fsdp_outer_s = colls(MTC_PLAN_RS, c->outer_rs_bytes, c->outer_rs_calls, nd, inter) +
+                        colls(MTC_PLAN_AG, c->outer_ag_bytes, c->outer_ag_calls, nd, inter);
     double out_frac = (P - 1.0) / P; /* the part of a unit outside the shard */
-    double params = (c->ag_fwd_bytes + c->ag_bwd_bytes) * out_frac, grads = c->rs_bytes * out_frac;
+    /* the pages moved are of fp32-sized units whatever the gathers carry */
+    double wide = c->ag_width > 0 ? 4 / c->ag_width : 1;
+    double params = (c->ag_fwd_bytes + c->ag_bwd_bytes) * wide * out_frac,
+           grads = c->rs_bytes * out_frac;
     out->fsdp_page_s = 2 * (params + grads) / 4096 * page_s + (mem_bw > 0 ? grads / mem_bw : 0);
     if (!(page_s > 0)) out->fsdp_page_s = 0;
 }
@@ -648,7 +653,8 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
             page = m->kern.page_move * (cpu_slow > 0 ? cpu_slow : 1.0 / (devices * share)) *
                    (shared_cores ? (double)l->world / m->devices_per_node : 1);
         fsdp_price(&mem.fsdp_comm, dpc / nd, nd, &intra, &dpl, page, mm.mem_bw, out);
-        dpt = out->fsdp_rs_s, ag = out->fsdp_ag_fwd_s + out->fsdp_ag_bwd_s + out->fsdp_ag_step_s;
+        dpt = out->fsdp_rs_s + out->fsdp_outer_s;
+        ag = out->fsdp_ag_fwd_s + out->fsdp_ag_bwd_s + out->fsdp_ag_step_s;
     }
     /* the expert buffer over expert-DP (etp-ep-edp order: stride etp x ep),
      * its own distributed-optimizer instance as the dense one's */
@@ -691,7 +697,8 @@ mtc_result_t mtc_plan_time_step(const mtc_plan_layout *lin, const mtc_plan_machi
                   &mem.fsdp_comm);
         double xe = out->edp_comm_total_s, st = out->fsdp_ag_step_s;
         double xh = xe > hidden ? xe - hidden : 0;
-        out->dp_comm_s = out->fsdp_exposed_s + (st > ag_hidden ? st - ag_hidden : 0) + xh;
+        out->dp_comm_s =
+            out->fsdp_exposed_s + (st > ag_hidden ? st - ag_hidden : 0) + xh + out->fsdp_outer_s;
     }
     out->step_s = makespan + opt + out->dp_comm_s + out->fsdp_page_s;
     out->gemm_rate = rate, out->devices = devices, out->cpu_share = share;

@@ -34,6 +34,14 @@ mtc_result_t train_fsdp_chunk_init(train_rank *x, train_chunk *ch) {
         mtc_fsdp_set_overlap(g->fsdp, x->cfg->overlap_param_gather, x->cfg->overlap_grad_reduce);
         if (x->cfg->grad_reduce_in_bf16) MTC_CHECK(mtc_fsdp_set_grad_reduce_bf16(g->fsdp));
         if (x->cfg->fsdp_double_buffer) mtc_fsdp_set_double_buffer(g->fsdp);
+        mtc_model *m = ch->model; /* --bf16 / --fp16: the units gathered into the copies */
+        if (m->precision != TP_PREC_F32 && m->params_c && mtc_fsdp_shards_params(g->fsdp)) {
+            size_t o = g->ddp->cfg.base;
+            MTC_CHECK(mtc_fsdp_set_compute_copies(g->fsdp, m->params_c + o,
+                                                  m->params16 ? m->params16 + o : NULL,
+                                                  m->precision == TP_PREC_FP16));
+            mtc_model_copies_gathered(m);
+        }
     }
     return MTC_OK;
 }

@@ -3,7 +3,9 @@
 # --data-parallel-sharding-strategy equals the serial run (lm loss and grad
 # norm per iteration within 2e-5, the distributed optimizer's tolerance) on
 # dp 4; optim_grads_params also with gradient accumulation (dp 2), tp 2 x
-# dp 2 + SP, cp 2 x dp 2, full recomputation, bf16, --overlap-param-gather
+# dp 2 + SP, cp 2 x dp 2, full recomputation, bf16 (its units gathered as
+# bf16 into the sharded compute copies: bit-identical to optim_grads, half
+# the gather bytes, resident copy = shard + gathered units), --overlap-param-gather
 # (prefetch) with --overlap-grad-reduce, pp 2 x dp 2 (and with vpp), HSDP (2 optimizer instances), MoE with ep 2 (expert parameters sharded over
 # expert-DP), and --ckpt-format fsdp_dtensor; the measured resident params of optim_grads_params are
 # exactly this rank's shard plus two gathered units (closed form of the
@@ -92,6 +94,33 @@ run i16 --world-size 4 --micro-batch-size 1 $F --bf16 --grad-reduce-in-bf16 --nu
 near "HSDP 2 x 2 --grad-reduce-in-bf16" i32 i16
 run bf --world-size 4 $F --bf16
 same_losses "fsdp optim_grads_params dp=4 --bf16" "$D/sb.jsonl" "$D/bf.jsonl"
+# --bf16 optim_grads_params gathers each unit as bf16 into the compute
+# copies (the rounded shards): the losses and grad norms bit-identical to
+# optim_grads, whose copies are rounded from the whole fp32 params, and the
+# unit all-gathers carry half the bytes of the fp32 run's
+lnorm() { grep -o '"lm_loss": [0-9.e+-]*\|"grad_norm": [0-9.e+-]*' "$D/$1.jsonl"; }
+agb() {
+    tail -1 "$D/$1.jsonl" | python3 -c '
+import json, sys
+print(json.loads(sys.stdin.read())["comm_groups"]["DATA_PARALLEL_GROUP_WITH_CP"]["all_gather"]["bytes"])'
+}
+run bg --world-size 4 $F --bf16 --data-parallel-sharding-strategy optim_grads
+run bo --world-size 2 $F --bf16 --overlap-grad-reduce --overlap-param-gather
+run bgo --world-size 2 $F --bf16 --overlap-grad-reduce --data-parallel-sharding-strategy optim_grads
+a=$(agb optim_grads_params) b=$(agb bf)
+if [ "$(lnorm bf)" = "$(lnorm bg)" ] && [ "$(lnorm bo)" = "$(lnorm bgo)" ] && [ -n "$(lnorm bf)" ] && [ -n "$a" ] &&
+    [ -n "$b" ] && [ "$b" -gt 0 ] && [ $((b * 2)) -eq "$a" ]; then
+    ok "--bf16 units gathered as bf16: losses bit-identical to optim_grads' (dp 4; dp 2 with 2 microbatches and overlap), all-gather bytes $a -> $b"
+else bad "--bf16 bf16 gathers: all-gather bytes $a -> $b"; lnorm bf; lnorm bg; fi
+# without oneDNN's bf16 copy (--bf16-gemm fp32) and with --fp16 the
+# rounded shards are gathered into params_c as fp32: bit-identical too
+run b32 --world-size 2 $F --bf16 --bf16-gemm fp32 --overlap-grad-reduce --overlap-param-gather
+run b32g --world-size 2 $F --bf16 --bf16-gemm fp32 --overlap-grad-reduce --data-parallel-sharding-strategy optim_grads
+run f16 --world-size 4 $F --fp16
+run f16g --world-size 4 $F --fp16 --data-parallel-sharding-strategy optim_grads
+[ -n "$(lnorm b32)" ] && [ "$(lnorm b32)" = "$(lnorm b32g)" ] && [ -n "$(lnorm f16)" ] && [ "$(lnorm f16)" = "$(lnorm f16g)" ] &&
+    ok "--bf16-gemm fp32 (dp 2, overlap) and --fp16 (dp 4): compute copies gathered in fp32 storage, bit-identical to optim_grads'" ||
+    { bad "fp32-storage compute-copy gathers differ"; lnorm b32; lnorm b32g; lnorm f16; lnorm f16g; }
 
 # memory: a model whose units are large against a page. Units (floats,
 # padded to whole 4 KiB pages per shard of 4 ranks = multiples of 4096):
@@ -118,6 +147,22 @@ if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
         bad "overlap memory: params '$PV' (want $((4 * (204800 + 3 * 150528))))"
     [ "$PD" = "$P" ] && ok "--fsdp-double-buffer: resident params $PD, the pool's pages counted" ||
         bad "double-buffer memory: params '$PD' (want $P)"
+    # --bf16: the fp32 params stay the shard; the compute copies, params_c
+    # (bf16 values in fp32 storage) and oneDNN's bf16 copy, are the shard
+    # plus the gathered units, all counted in param_bytes. The bf16 copy in
+    # 4 KiB pages, rank 0: its shards touch 1 page of the head (2048 B of
+    # 8192), 25 of each layer (100352 B of 401408), 2 of the embedding (6144
+    # B of 24576; the buffer's start and each unit's are page-aligned in
+    # bf16 here), and the 2 gathered layers add 98 - 25 each: 249 pages.
+    # With the prefetch the third unit's bf16 pages fill as its gather runs
+    # on: params_c exact, the bf16 copy between the 249 pages and 73 more.
+    "$MTC" train $TINY $M --world-size 4 $F --bf16 --metrics "$D/mb.jsonl" >"$D/mb.log" 2>&1 || bad "bf16 memory run"
+    "$MTC" train $TINY $M --world-size 4 $F --bf16 --overlap-grad-reduce --overlap-param-gather --metrics "$D/mbo.jsonl" >"$D/mbo.log" 2>&1 || bad "bf16 overlap memory run"
+    PB=$(f "$D/mb.jsonl" param_bytes) PBO=$(f "$D/mbo.jsonl" param_bytes)
+    WB=$((4 * 204800 + 4 * (204800 + 2 * 150528) + 249 * 4096)) WO=$((4 * 204800 + 4 * (204800 + 3 * 150528) + 249 * 4096))
+    [ "$PB" = "$WB" ] && [ -n "$PBO" ] && [ "$PBO" -ge "$WO" ] && [ "$PBO" -le $((WO + 73 * 4096)) ] &&
+        ok "--bf16: resident params $PB = fp32 shard + compute copies' shard + 2 units; $PBO with the prefetch" ||
+        bad "bf16 memory: params '$PB' '$PBO' (want $WB, and $WO..$((WO + 73 * 4096)))"
     # mtc plan prices the same resident params to the byte, and the
     # gradients' bound it gives holds
     pl() { "$MTC" plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --vocab-size 60 \

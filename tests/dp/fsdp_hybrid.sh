@@ -15,7 +15,8 @@
 # less than half HSDP's; checkpoints
 # with the optimizer state saved from HFSDP resume in HFSDP, serial, FSDP dp 4,
 # HSDP and the distributed optimizer on tp 2, and saved from those resume in
-# HFSDP, equal to the uninterrupted run.
+# HFSDP, equal to the uninterrupted run; mtc plan's memory of the same
+# HFSDP run equals the measured (optimizer state, params) exactly.
 set -u
 MTC=${MTC:-build/mtc}
 D=$(mktemp -d)
@@ -84,6 +85,20 @@ if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
         [ "$HF" = $((8 * (1024 + 4 * 47744))) ]; then
         ok "optimizer state per rank: serial $S, HSDP $HS, HFSDP $HF (its quarter of every unit)"
     else bad "optimizer state: serial '$S' HSDP '$HS' HFSDP '$HF'"; fi
+    # mtc plan prices HFSDP's memory to the byte: the last rank's optimizer
+    # slice, the resident params (HSDP's: shard + 2 units of the slice-padded
+    # layout), the gradients' bound
+    pl() { "$MTC" plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --vocab-size 60 \
+        --make-vocab-size-divisible-by 16 --seq-length 16 --micro-batch-size 2 --global-batch-size 8 \
+        --world-size 4 --machine dgx-a100 --fp32 $H --explain tp1-pp1-do "$@" 2>&1; }
+    g() { grep -o "\"$2\": [0-9]*" "$D/$1.jsonl" | tail -1 | awk '{ print $2 }'; }
+    P=$(g m3 param_bytes) G=$(g m3 grad_bytes)
+    QO=$(pl --dp-rank 3 | sed -n 's/^  optimizer state .* \([0-9]*\) elements x 8 B.*/\1/p')
+    Q=$(pl | grep "^  FSDP")
+    QP=$(echo "$Q" | sed 's/.*params \([0-9]*\) B.*/\1/') QG=$(echo "$Q" | sed 's/.*at most \([0-9]*\) B.*/\1/')
+    if [ -n "$QO" ] && [ $((8 * QO)) = "$HF" ] && [ "$QP" = "$P" ] && [ -n "$QG" ] && [ "$QG" -ge "$G" ]; then
+        ok "mtc plan HFSDP: optimizer state $((8 * QO)) (dp rank 3), params $QP = measured, gradients <= $QG"
+    else bad "mtc plan HFSDP memory: optim '$QO' x 8 against $HF, '$Q' against params $P, grads $G"; fi
 else
     ok "memory check skipped: page size $(getconf PAGESIZE) (the closed form assumes 4096)"
 fi
@@ -116,10 +131,4 @@ r ci 8 --world-size 4 $H --load "$D/ck3"
 same_losses "HSDP save -> HFSDP resume" "$D/full4.jsonl" "$D/ci.jsonl"
 r cj 8 --world-size 8 --pp 2 $H --load "$D/ck"
 same_losses "HFSDP save -> HFSDP pp=2 x (2 x 2) resume" "$D/full4.jsonl" "$D/cj.jsonl"
-# mtc plan does not price HFSDP: one line, exit 2, rather than HSDP's numbers
-"$MTC" plan --num-layers 2 --hidden-size 32 --num-attention-heads 4 --vocab-size 60 --seq-length 16 \
-    --micro-batch-size 1 --global-batch-size 8 --world-size 4 --machine dgx-a100 --fp32 $H >"$D/p.out" 2>"$D/p.err"
-rc=$?
-[ $rc -eq 2 ] && [ "$(wc -l <"$D/p.err")" -eq 1 ] && grep -q "does not price HFSDP" "$D/p.err" &&
-    ok "mtc plan refuses HFSDP: $(cat "$D/p.err")" || { bad "mtc plan HFSDP: exit $rc"; cat "$D/p.err"; }
 exit $fail

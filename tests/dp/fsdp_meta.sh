@@ -7,7 +7,8 @@
 # norm bit for bit and the checkpoint shards (params and optimizer state)
 # byte for byte, on dp 4, pp 2 x dp 2, HFSDP 2 x 2, tp 2 + SP x dp 2, MoE
 # ep 2, --bf16; and --metrics' fsdp_setup_bytes (the params and grads
-# pages resident when set-up ends, before sharding) is the last rank's
+# pages, and with --bf16 the compute copies', resident when set-up ends,
+# before sharding) is the last rank's
 # shard pages exactly with the flag and the whole buffers without it: no
 # rank ever held the whole model; a resume with the flag reads only the
 # shards of the stored params (equal to the uninterrupted run, its set-up
@@ -62,6 +63,15 @@ if [ "$(getconf PAGESIZE 2>/dev/null)" = 4096 ]; then
     if [ "$W" = $((2 * 4 * 819200)) ] && [ "$S" = $((4096 * (1 + 4 * 47))) ]; then
         ok "set-up resident params + grads: whole $W bytes, meta-device $S (this rank's shard pages)"
     else bad "set-up resident bytes: without '$W' (want $((2 * 4 * 819200))), meta '$S' (want $((4096 * (1 + 4 * 47))))"; fi
+    # --bf16: the compute copies (params_c in fp32 storage, oneDNN's bf16
+    # copy) whole besides without the flag, never touched at set-up with it
+    for m in "" --init-model-with-meta-device; do
+        "$MTC" train $TINY $M --world-size 4 $F --bf16 $m --metrics "$D/b$m.jsonl" >"$D/b.log" 2>&1 || { bad "bf16 memory run $m"; cat "$D/b.log"; }
+    done
+    W=$(f b) S=$(f b--init-model-with-meta-device)
+    if [ "$W" = $(((4 + 4 + 4 + 2) * 819200)) ] && [ "$S" = $((4096 * (1 + 4 * 47))) ]; then
+        ok "--bf16 set-up resident params + grads + compute copies: whole $W bytes, meta-device $S"
+    else bad "--bf16 set-up resident bytes: without '$W' (want $((14 * 819200))), meta '$S' (want $((4096 * (1 + 4 * 47))))"; fi
 else
     ok "memory check skipped: page size $(getconf PAGESIZE) (the closed form assumes 4096)"
 fi

@@ -15,7 +15,13 @@
  *     4 KiB pages at page_move_ns, plus the cleared gradient pages at mem_bw;
  *   - overlap on a host with a core per rank and collectives far cheaper
  *     than the compute: only each microbatch's first gather of each pass and
- *     last reduce-scatter stay exposed; on ranks sharing cores nothing hides.
+ *     last reduce-scatter stay exposed; on ranks sharing cores nothing hides;
+ *   - HFSDP on 2 instances x 2 (dp 4, 2 microbatches): units padded to
+ *     whole pages per slice of 4 (24576, 53248 x 2, 4096; T = 135168), Adam
+ *     on the slice (dp rank 3: 6144 + 2 x 10048; the largest, rank 0:
+ *     6144 + 2 x 13312 + 128), no all-reduce over the instances but 4
+ *     reduce-scatters and 4 all-gathers of the shards (T / 2) over them,
+ *     blocking.
  * Pricing only: no run is timed. */
 #include <math.h>
 #include <stdio.h>
@@ -91,6 +97,21 @@ static void test_counts_and_time(void) {
             c->ag_bwd_calls == 0 && c->rs_calls == 8);
     T_CHECK(mtc_plan_time_step(&g, &m, 0, &t) == MTC_OK);
     T_CHECK(near(t.fsdp_ag_step_s, coll(T, 4)) && near(t.fsdp_rs_s, coll(2 * T, 8)));
+
+    /* --bf16: the units gathered as bf16 (half the bytes, the calls as
+     * fp32's), the fp32 main params the shard, the bf16 copy shard + 2
+     * of the largest unit's other halves */
+    mtc_plan_layout b = small(MTC_FSDP_OPTIM_GRADS_PARAMS, 0);
+    b.precision = MTC_PLAN_BF16;
+    T_CHECK(mtc_plan_memory_peak(&b, &mem) == MTC_OK);
+    T_CHECKF(c->ag_width == 2 && c->ag_fwd_calls == 9 &&
+                 c->ag_fwd_bytes == (2 * (T + e) - l1) / 2 && c->ag_bwd_bytes == (T - h - e) &&
+                 c->rs_bytes == 2 * T,
+             "bf16 fwd %g bwd %g", c->ag_fwd_bytes, c->ag_bwd_bytes);
+    T_CHECKF(mem.fsdp_shard_numel == 129024 / 2 &&
+                 mem.fsdp_param_numel == 129024 / 2 + 2 * 51200 / 2 &&
+                 mem.param_bytes == (size_t)(129024 / 2) * 4 + (size_t)(129024 / 2 + 51200) * 2,
+             "bf16 params %zu", mem.param_bytes);
 }
 
 static void test_pages_and_overlap(void) {
@@ -139,8 +160,40 @@ static void test_pages_and_overlap(void) {
     T_CHECK(near(t.fsdp_exposed_s, t.fsdp_ag_fwd_s + t.fsdp_ag_bwd_s + t.fsdp_rs_s));
 }
 
+static void test_hfsdp(void) {
+    const double T = 135168 * 4.0;
+    mtc_plan_layout l = small(MTC_FSDP_OPTIM_GRADS_PARAMS, 0);
+    l.world = 4, l.global_batch = 8, l.distopt_instances = 2, l.fsdp_outer_optim = 1;
+    mtc_plan_memory mem;
+    T_CHECK(mtc_plan_memory_rank(&l, 0, 3, &mem) == MTC_OK);
+    T_CHECKF(mem.buffer_numel == 135168 && mem.optim_numel == 6144 + 2 * 10048,
+             "buffer %lld optim %lld", (long long)mem.buffer_numel, (long long)mem.optim_numel);
+    T_CHECK(mtc_plan_memory_peak(&l, &mem) == MTC_OK);
+    const mtc_plan_fsdp_comm *c = &mem.fsdp_comm;
+    T_CHECKF(mem.optim_numel == 6144 + 2 * 13312 + 128, "largest %lld", (long long)mem.optim_numel);
+    T_CHECK(mem.optim_bytes == (size_t)mem.optim_numel * 8);
+    T_CHECKF(c->ar_calls == 0 && c->rs_calls == 8 && c->rs_bytes == 2 * T &&
+                 c->outer_rs_calls == 4 && c->outer_rs_bytes == T / 2 && c->outer_ag_calls == 4 &&
+                 c->outer_ag_bytes == T / 2,
+             "ar %g rs %g outer rs %g %g ag %g %g", c->ar_calls, c->rs_calls, c->outer_rs_calls,
+             c->outer_rs_bytes, c->outer_ag_calls, c->outer_ag_bytes);
+    mtc_plan_machine m;
+    mtc_plan_time t;
+    T_CHECK(mtc_plan_machine_parse(host(4), "t", &m) == MTC_OK);
+    T_CHECK(mtc_plan_time_step(&l, &m, 0, &t) == MTC_OK);
+    T_CHECKF(near(t.fsdp_outer_s, 2 * coll(T / 2, 4)), "outer %g vs %g", t.fsdp_outer_s,
+             2 * coll(T / 2, 4));
+    double all = t.fsdp_ag_fwd_s + t.fsdp_ag_bwd_s + t.fsdp_rs_s + t.fsdp_outer_s;
+    T_CHECK(near(t.dp_comm_total_s, all) && near(t.dp_comm_s, all));
+    /* one instance: the flag changes nothing */
+    l.world = 2, l.global_batch = 4, l.distopt_instances = 1;
+    T_CHECK(mtc_plan_memory_peak(&l, &mem) == MTC_OK);
+    T_CHECK(mem.buffer_numel == 129024 && c->outer_rs_calls == 0 && c->outer_ag_calls == 0);
+}
+
 int main(void) {
     test_counts_and_time();
+    test_hfsdp();
     test_pages_and_overlap();
     return T_DONE();
 }
