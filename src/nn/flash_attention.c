@@ -77,9 +77,6 @@ typedef struct {
 static inline int fa_qpos(const nn_attention_shape *s, int i) {
     return s->qpos ? s->qpos[i] : s->q0 + i;
 }
-static inline int fa_kpos(const nn_attention_shape *s, int j) {
-    return s->kpos ? s->kpos[j] : s->k0 + j;
-}
 
 /* smallest and largest position of n rows from i (query when kp == 0) */
 static void fa_span(const nn_attention_shape *s, int kp, int i, int n, int *lo, int *hi) {
