@@ -60,7 +60,7 @@ static int mpi_probe_main(int oversub) {
 
 /* Runs this program's `bench-peak FLAG` under mpiexec on np processes and
  * reads the line "KEY v..." it prints into v[0..nv); 0 when it did not
- * run (no MPI backend, no mpiexec, a failure, 60 s passed). */
+ * run (no MPI backend, no mpiexec, a failure, 150 s passed). */
 static int mpi_run_probe(int np, const char *flag, const char *key, double *v, int nv) {
 #if defined(MTC_HAVE_MPI) && defined(MTC_MPIEXEC)
     char exe[4096];
@@ -71,11 +71,12 @@ static int mpi_run_probe(int np, const char *flag, const char *key, double *v, i
     /* Open MPI refuses root and more processes than cores unless told (MPICH
      * ignores these variables); its runtime leaks by design, which a
      * sanitizer build would report at exit; timeout: a broken MPI cannot
-     * stall bench-peak */
+     * stall bench-peak (150 s: the oversubscription probe takes 17 s on an
+     * idle 2-core machine and went past 60 s beside another test's load) */
     snprintf(cmd, sizeof cmd,
              "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" "
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "OMPI_MCA_rmaps_base_oversubscribe=1 timeout -k 5 60 '%s' -np %d '%s' bench-peak "
+             "OMPI_MCA_rmaps_base_oversubscribe=1 timeout -k 5 150 '%s' -np %d '%s' bench-peak "
              "%s 2>/dev/null",
              MTC_MPIEXEC, np, exe, flag);
     FILE *p = popen(cmd, "r");
