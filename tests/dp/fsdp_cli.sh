@@ -181,35 +181,28 @@ fi
 # checkpoints with the optimizer state, resharded: 4 iterations saved at
 # one layout and resumed to 8 at another equal an uninterrupted 8 (its
 # last 4 iterations)
-L="--lr-decay-iters 8"
-r() {
-    name=$1 iters=$2
-    shift 2
-    "$MTC" train $TINY $L --train-iters "$iters" --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
-}
-r full 8
-tail -4 "$D/full.jsonl" >"$D/full4.jsonl"
-r ca 4 --world-size 4 $F --save "$D/ck"
-r cb 8 --world-size 4 $F --load "$D/ck"
+ckpt_reference
+ckpt_run ca 4 --world-size 4 $F --save "$D/ck"
+ckpt_run cb 8 --world-size 4 $F --load "$D/ck"
 grep -q "successfully loaded checkpoint from .*iteration 4, .*optimizer state" "$D/cb.log" || { bad "no load line"; cat "$D/cb.log"; }
 same_losses "fsdp dp=4 save -> fsdp dp=4 resume" "$D/full4.jsonl" "$D/cb.jsonl"
-r cc 8 --load "$D/ck"
+ckpt_run cc 8 --load "$D/ck"
 same_losses "fsdp dp=4 save -> serial resume" "$D/full4.jsonl" "$D/cc.jsonl"
-r cd 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck"
+ckpt_run cd 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck"
 same_losses "fsdp dp=4 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cd.jsonl"
-r ce 4 --world-size 4 --tp 2 --pp 2 --use-distributed-optimizer --save "$D/ck2"
-r cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$D/ck2"
+ckpt_run ce 4 --world-size 4 --tp 2 --pp 2 --use-distributed-optimizer --save "$D/ck2"
+ckpt_run cf 8 --world-size 4 $F --data-parallel-sharding-strategy optim_grads --load "$D/ck2"
 same_losses "distopt tp=2 x pp=2 save -> fsdp optim_grads dp=4 resume" "$D/full4.jsonl" "$D/cf.jsonl"
-r cg 8 --world-size 4 --pp 2 $F --load "$D/ck"
+ckpt_run cg 8 --world-size 4 --pp 2 $F --load "$D/ck"
 B16="--bf16 --grad-reduce-in-bf16"
-r bfull 8 --world-size 4 $F $B16
+ckpt_run bfull 8 --world-size 4 $F $B16
 tail -4 "$D/bfull.jsonl" >"$D/bfull4.jsonl"
-r bca 4 --world-size 4 $F $B16 --save "$D/ckb"
-r bcb 8 --world-size 4 $F $B16 --load "$D/ckb"
+ckpt_run bca 4 --world-size 4 $F $B16 --save "$D/ckb"
+ckpt_run bcb 8 --world-size 4 $F $B16 --load "$D/ckb"
 same_losses "fsdp dp=4 --grad-reduce-in-bf16 save -> resume" "$D/bfull4.jsonl" "$D/bcb.jsonl"
 same_losses "fsdp dp=4 save -> fsdp pp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cg.jsonl"
-r ch 4 --world-size 4 --pp 2 $F --save "$D/ck3"
-r ci 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck3"
+ckpt_run ch 4 --world-size 4 --pp 2 $F --save "$D/ck3"
+ckpt_run ci 8 --world-size 4 --tp 2 --use-distributed-optimizer --load "$D/ck3"
 same_losses "fsdp pp=2 x dp=2 save -> distopt tp=2 x dp=2 resume" "$D/full4.jsonl" "$D/ci.jsonl"
 
 refuse "negative unit size" "suggested-communication-unit-size=-5 must be >= 1" $F --suggested-communication-unit-size -5

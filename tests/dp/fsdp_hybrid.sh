@@ -105,30 +105,23 @@ fi
 
 # checkpoints with the optimizer state, resharded: saved at 4 iterations,
 # resumed to 8, equal to an uninterrupted 8 (its last 4 iterations)
-L="--lr-decay-iters 8"
-r() {
-    name=$1 iters=$2
-    shift 2
-    "$MTC" train $TINY $L --train-iters "$iters" --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
-}
-r full 8
-tail -4 "$D/full.jsonl" >"$D/full4.jsonl"
-r ca 4 --world-size 4 $H --save "$D/ck"
-r cb 8 --world-size 4 $H --load "$D/ck"
+ckpt_reference
+ckpt_run ca 4 --world-size 4 $H --save "$D/ck"
+ckpt_run cb 8 --world-size 4 $H --load "$D/ck"
 grep -q "successfully loaded checkpoint from .*iteration 4, .*optimizer state" "$D/cb.log" || { bad "no load line"; cat "$D/cb.log"; }
 same_losses "HFSDP save -> HFSDP resume" "$D/full4.jsonl" "$D/cb.jsonl"
-r cc 8 --load "$D/ck"
+ckpt_run cc 8 --load "$D/ck"
 same_losses "HFSDP save -> serial resume" "$D/full4.jsonl" "$D/cc.jsonl"
-r cd 8 --world-size 4 --use-megatron-fsdp --load "$D/ck"
+ckpt_run cd 8 --world-size 4 --use-megatron-fsdp --load "$D/ck"
 same_losses "HFSDP save -> FSDP dp=4 resume" "$D/full4.jsonl" "$D/cd.jsonl"
-r ce 8 --world-size 4 --use-megatron-fsdp --num-distributed-optimizer-instances 2 --load "$D/ck"
+ckpt_run ce 8 --world-size 4 --use-megatron-fsdp --num-distributed-optimizer-instances 2 --load "$D/ck"
 same_losses "HFSDP save -> HSDP resume" "$D/full4.jsonl" "$D/ce.jsonl"
-r cf 4 --world-size 4 --tp 2 --use-distributed-optimizer --save "$D/ck2"
-r cg 8 --world-size 4 $H --load "$D/ck2"
+ckpt_run cf 4 --world-size 4 --tp 2 --use-distributed-optimizer --save "$D/ck2"
+ckpt_run cg 8 --world-size 4 $H --load "$D/ck2"
 same_losses "distopt tp=2 x dp=2 save -> HFSDP resume" "$D/full4.jsonl" "$D/cg.jsonl"
-r ch 4 --world-size 4 --use-megatron-fsdp --num-distributed-optimizer-instances 2 --save "$D/ck3"
-r ci 8 --world-size 4 $H --load "$D/ck3"
+ckpt_run ch 4 --world-size 4 --use-megatron-fsdp --num-distributed-optimizer-instances 2 --save "$D/ck3"
+ckpt_run ci 8 --world-size 4 $H --load "$D/ck3"
 same_losses "HSDP save -> HFSDP resume" "$D/full4.jsonl" "$D/ci.jsonl"
-r cj 8 --world-size 8 --pp 2 $H --load "$D/ck"
+ckpt_run cj 8 --world-size 8 --pp 2 $H --load "$D/ck"
 same_losses "HFSDP save -> HFSDP pp=2 x (2 x 2) resume" "$D/full4.jsonl" "$D/cj.jsonl"
 exit $fail

@@ -80,18 +80,11 @@ fi
 # last rank of dp 4 holds after set-up one page of each layer (its shard
 # [12288, 16384) of 12704 + padding holds 416 params) and nothing of the
 # embedding's and the head's shards
-L="--lr-decay-iters 8"
-r() {
-    name=$1 iters=$2
-    shift 2
-    "$MTC" train $TINY $L --train-iters "$iters" --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
-}
-r full 8
-tail -4 "$D/full.jsonl" >"$D/full4.jsonl"
-r ca 4 --world-size 4 $F --save "$D/ck"
-r cb 8 --world-size 4 $F --init-model-with-meta-device --load "$D/ck"
+ckpt_reference
+ckpt_run ca 4 --world-size 4 $F --save "$D/ck"
+ckpt_run cb 8 --world-size 4 $F --init-model-with-meta-device --load "$D/ck"
 same_losses "fsdp dp=4 save -> meta-device dp=4 resume" "$D/full4.jsonl" "$D/cb.jsonl"
-r cc 8 --world-size 4 --pp 2 $F --init-model-with-meta-device --load "$D/ck"
+ckpt_run cc 8 --world-size 4 --pp 2 $F --init-model-with-meta-device --load "$D/ck"
 same_losses "fsdp dp=4 save -> meta-device pp=2 x dp=2 resume" "$D/full4.jsonl" "$D/cc.jsonl"
 B=$(grep -o "\"fsdp_setup_bytes\": [0-9]*" "$D/cb.jsonl" | tail -1 | awk '{ print $2 }')
 [ "$B" = 8192 ] && ok "meta-device resume: set-up held $B bytes (the shards' pages read)" ||

@@ -15,6 +15,20 @@ same_losses() {
     else bad "$1"; paste -d'\n' "$2" "$3"; fi
 }
 
+# ckpt_run NAME ITERS ARGS...: `mtc train $TINY --lr-decay-iters 8` for
+# ITERS iterations with ARGS, its metrics in $D/NAME.jsonl, its log in
+# $D/NAME.log (the checkpoint tests: saved at 4, resumed to 8);
+# ckpt_reference: the uninterrupted 8 iterations' last 4 in $D/full4.jsonl
+ckpt_run() {
+    name=$1 iters=$2
+    shift 2
+    "$MTC" train $TINY --lr-decay-iters 8 --train-iters "$iters" --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1 || { bad "$name run"; cat "$D/$name.log"; }
+}
+ckpt_reference() {
+    ckpt_run full 8
+    tail -4 "$D/full.jsonl" >"$D/full4.jsonl"
+}
+
 # refuse NAME PATTERN ARGS...: `mtc train $TINY ARGS` must exit 2 with one
 # line on stderr matching PATTERN, before writing its --metrics file.
 refuse() {
