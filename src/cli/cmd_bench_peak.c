@@ -6,8 +6,13 @@
 #include <unistd.h>
 
 #include <cblas.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -15,6 +20,7 @@
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "core/peak.h"
+#include "core/timer.h"
 #include "nn/nn.h"
 #include "plan/plan.h"
 
@@ -156,6 +162,60 @@ static int gemm_probe_main(void) {
     return 0;
 }
 
+/* Runs `<this program> bench-peak --gemm-probe` with OPENBLAS_CORETYPE
+ * unset, its stdout and stderr into out (NUL-terminated, cut to size);
+ * killed after timeout_s. Returns its exit status, 256 + the signal that
+ * ended it, or -1 when it could not start. fork/exec, not a shell: nothing
+ * of PATH, quoting or `timeout` between us and the child. */
+static int gemm_probe_run(char *out, size_t size, int timeout_s) {
+    out[0] = 0;
+    int fd[2];
+    if (pipe(fd)) return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]), close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fd[1], 1), dup2(fd[1], 2);
+        close(fd[0]), close(fd[1]);
+        unsetenv("OPENBLAS_CORETYPE");
+        char *const argv[] = {"mtc", "bench-peak", "--gemm-probe", NULL};
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t used = 0;
+    uint64_t deadline = mtc_time_ns() + (uint64_t)timeout_s * 1000000000ull;
+    int killed = 0;
+    for (;;) {
+        int left = (int)(((int64_t)(deadline - mtc_time_ns())) / 1000000);
+        if (left <= 0 && !killed) {
+            kill(pid, SIGKILL);
+            killed = 1;
+        }
+        struct pollfd q = {.fd = fd[0], .events = POLLIN};
+        if (poll(&q, 1, left > 0 ? left : 1000) <= 0) {
+            if (killed) break;
+            continue;
+        }
+        char buf[512];
+        ssize_t k = read(fd[0], buf, sizeof buf);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        size_t c = (size_t)k < size - 1 - used ? (size_t)k : size - 1 - used;
+        memcpy(out + used, buf, c);
+        used += c;
+        out[used] = 0;
+    }
+    close(fd[0]);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(ws)) return 256 + WTERMSIG(ws);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
 static void gemm_blas_add(mtc_peak *pk, const char *core, double gf) {
     for (int i = 0; i < pk->blas_count; i++)
         if (!strcasecmp(pk->blas[i].core, core)) return;
@@ -184,26 +244,30 @@ static mtc_result_t gemm_engines(mtc_peak *pk, FILE *log) {
                 "> fp32 GEMM engines on %d threads: oneDNN %.1f GFLOP/s, OpenBLAS %s%s%s%s %.1f\n",
                 cores, gd, core, forced && *forced ? " (OPENBLAS_CORETYPE=" : "",
                 forced && *forced ? forced : "", forced && *forced ? ")" : "", gb);
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (forced && *forced && n > 0 && !strchr(exe, '\'')) {
-        exe[n] = 0;
-        char cmd[4300], line[256], name[64];
-        snprintf(
-            cmd, sizeof cmd,
-            "env -u OPENBLAS_CORETYPE timeout -k 5 120 '%s' bench-peak --gemm-probe 2>/dev/null",
-            exe);
-        FILE *p = popen(cmd, "r");
-        double g = 0;
-        int got = 0;
-        while (p && fgets(line, sizeof line, p))
-            if (sscanf(line, "gemm_probe %63s %lf", name, &g) == 2) got = 1;
-        if (p) pclose(p);
-        if (got) gemm_blas_add(pk, name, g);
-        if (log)
-            fprintf(log, "> OpenBLAS with its own core type (OPENBLAS_CORETYPE unset): %s\n",
-                    got ? line + strlen("gemm_probe ") : "the probe did not run\n");
+    if (!forced || !*forced) return MTC_OK;
+    /* twice: a probe that died once (a loaded machine, a signal) is not
+     * yet a machine where OpenBLAS's own kernels cannot run */
+    char out[1024] = "";
+    int got = 0, st = -1;
+    double g = 0;
+    char name[64];
+    for (int attempt = 0; attempt < 2 && !got; attempt++) {
+        st = gemm_probe_run(out, sizeof out, 120);
+        const char *l = strstr(out, "gemm_probe ");
+        got = l && sscanf(l, "gemm_probe %63s %lf", name, &g) == 2 && g > 0;
     }
+    if (got) gemm_blas_add(pk, name, g);
+    for (char *c = out; *c; c++) /* what the child said, on one line */
+        if (*c == '\n') *c = ' ';
+    if (log && got)
+        fprintf(log, "> OpenBLAS with its own core type (OPENBLAS_CORETYPE unset): %s %.1f\n", name,
+                g);
+    else if (log)
+        fprintf(log,
+                "> OpenBLAS with its own core type (OPENBLAS_CORETYPE unset): the probe did not "
+                "run (%s %d): %s\n",
+                st >= 256 ? "signal" : "exit status", st >= 256 ? st - 256 : st,
+                out[0] ? out : "no output");
     return MTC_OK;
 }
 

@@ -24,7 +24,7 @@ fi
 own=$(env -u OPENBLAS_CORETYPE "$MTC" train --mock-data --vocab-size 64 --num-layers 1 --hidden-size 16 \
     --num-attention-heads 2 --seq-length 8 --max-position-embeddings 8 --micro-batch-size 1 --global-batch-size 1 \
     --train-iters 1 --eval-iters 0 2>&1 | sed -n 's/.*kernels for \([A-Za-z0-9]*\).*/\1/p' | head -n 1)
-if [ "$own" = Haswell ] || grep -q "\"$own\": [0-9.e+]*" "$PK"; then ok "the library's own core ($own) measured"; else bad "own core '$own': $(cat "$PK")"; fi
+if [ "$own" = Haswell ] || grep -q "\"$own\": [0-9.e+]*" "$PK"; then ok "the library's own core ($own) measured"; else bad "own core '$own': $(cat "$PK" "$D/ge")"; fi
 MTC_PEAK_CACHE=$PK MTC_GEMM=openblas "$MTC" train --mock-data --vocab-size 64 --num-layers 1 --hidden-size 16 \
     --num-attention-heads 2 --seq-length 8 --max-position-embeddings 8 --micro-batch-size 1 --global-batch-size 1 \
     --train-iters 1 --eval-iters 0 >"$D/tr" 2>&1
