@@ -169,22 +169,38 @@ static int gemm_probe_main(void) {
  * of PATH, quoting or `timeout` between us and the child. */
 static int gemm_probe_run(char *out, size_t size, int timeout_s) {
     out[0] = 0;
+    /* the child's environment, built before fork (after it, only
+     * async-signal-safe calls: other threads may hold libc's locks) */
+    extern char **environ;
+    size_t ne = 0;
+    while (environ[ne])
+        ne++;
+    char **envp = malloc((ne + 1) * sizeof *envp);
     int fd[2];
-    if (pipe(fd)) return -1;
+    if (!envp) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "OPENBLAS_CORETYPE=", 18)) envp[k++] = environ[i];
+    envp[k] = NULL;
+    if (pipe(fd)) {
+        free(envp);
+        return -1;
+    }
     pid_t pid = fork();
     if (pid < 0) {
         close(fd[0]), close(fd[1]);
+        free(envp);
         return -1;
     }
     if (pid == 0) {
         dup2(fd[1], 1), dup2(fd[1], 2);
         close(fd[0]), close(fd[1]);
-        unsetenv("OPENBLAS_CORETYPE");
         char *const argv[] = {"mtc", "bench-peak", "--gemm-probe", NULL};
-        execv("/proc/self/exe", argv);
+        execve("/proc/self/exe", argv, envp);
         _exit(127);
     }
     close(fd[1]);
+    free(envp);
     size_t used = 0;
     uint64_t deadline = mtc_time_ns() + (uint64_t)timeout_s * 1000000000ull;
     int killed = 0;
@@ -200,10 +216,10 @@ static int gemm_probe_run(char *out, size_t size, int timeout_s) {
             continue;
         }
         char buf[512];
-        ssize_t k = read(fd[0], buf, sizeof buf);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        size_t c = (size_t)k < size - 1 - used ? (size_t)k : size - 1 - used;
+        ssize_t r = read(fd[0], buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        size_t c = (size_t)r < size - 1 - used ? (size_t)r : size - 1 - used;
         memcpy(out + used, buf, c);
         used += c;
         out[used] = 0;
