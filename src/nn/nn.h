@@ -65,11 +65,12 @@ nn_gemm_engine nn_gemm_engine_current(void);
 /* Pools created from now on use engine e (NN_GEMM_AUTO: the process's
  * choice again). For measurements; not thread-safe against pool creation. */
 void nn_gemm_engine_force(nn_gemm_engine e);
-/* Alternates the engines, `rounds` times, on a pool of `threads`, over a
- * transformer linear layer's three GEMMs (forward, input and weight
- * gradient at 1024 tokens, 512 x 1536), and gives each engine's best round
- * in GFLOP/s. gf_dnnl NULL: OpenBLAS alone; without oneDNN *gf_dnnl = 0.
- * Ends with the engine unforced (NN_GEMM_AUTO). */
+/* Alternates the engines, `rounds` times, on a pool of `threads`, over the
+ * three GEMMs (forward, input and weight gradient) of a transformer linear
+ * layer (1024 tokens, 512 x 1536) and of an LM-head chunk (128 tokens, 384
+ * x 50304), and gives each engine's rate in GFLOP/s: the FLOP-weighted
+ * harmonic mean of its best round per shape. gf_dnnl NULL: OpenBLAS alone; without oneDNN *gf_dnnl
+ * = 0. Ends with the engine unforced (NN_GEMM_AUTO). */
 mtc_result_t nn_gemm_engine_measure(int threads, int rounds, double *gf_dnnl, double *gf_blas);
 /* Run fn(i, arg) for i in [0, n) across the pool and wait. A call from
  * inside a job, or while another thread's job holds the pool, runs inline.
