@@ -282,8 +282,10 @@ static mtc_result_t gemm_engines(mtc_peak *pk, FILE *log) {
         fprintf(log,
                 "> OpenBLAS with its own core type (OPENBLAS_CORETYPE unset): the probe did not "
                 "run (%s %d): %s\n",
-                st >= 256 ? "signal" : "exit status", st >= 256 ? st - 256 : st,
-                out[0] ? out : "no output");
+                st < 0      ? "could not start it, status"
+                : st >= 256 ? "signal"
+                            : "exit status",
+                st >= 256 ? st - 256 : st, out[0] ? out : "no output");
     return MTC_OK;
 }
 

@@ -122,7 +122,7 @@ mtc_result_t nn_gemm_engine_measure(int threads, int rounds, double *gf_dnnl, do
     nn_gemm_engine_force(NN_GEMM_AUTO);
     /* per shape, each engine's best round (round -1 warms up; the engines
      * alternate, so a slow phase of a shared machine falls on both) */
-    double sec_d = 0, sec_b = 0, flop = 0;
+    double sec_d = 0, sec_b = 0;
     for (int k = 0; rc == MTC_OK && k < GE_SHAPES; k++) {
         const ge_shape *g = &ge_shapes[k];
         double best_d = 0, best_b = 0;
@@ -135,10 +135,10 @@ mtc_result_t nn_gemm_engine_measure(int threads, int rounds, double *gf_dnnl, do
         }
         /* equal FLOP weight: each shape's seconds per FLOP, summed */
         double f = ge_flop(g);
-        sec_d += best_d / f, sec_b += best_b / f, flop += 1;
+        sec_d += best_d / f, sec_b += best_b / f;
     }
-    if (rc == MTC_OK && sec_d > 0) *gf_dnnl = flop / sec_d * 1e-9;
-    if (rc == MTC_OK && sec_b > 0) *gf_blas = flop / sec_b * 1e-9;
+    if (rc == MTC_OK && sec_d > 0) *gf_dnnl = GE_SHAPES / sec_d * 1e-9;
+    if (rc == MTC_OK && sec_b > 0) *gf_blas = GE_SHAPES / sec_b * 1e-9;
     nn_pool_free(pd), nn_pool_free(pb);
     free(x), free(w), free(y), free(dx), free(dw);
     return rc;
