@@ -13,7 +13,9 @@
  * shared machine does not fall on one path only), each timed over enough
  * calls to take about MIN_S seconds; the table gives the median GFLOP/s
  * over rounds and the ratios of the medians; primitives are created
- * before timing starts. The ALL lines sum over shapes (total flops over
+ * before timing starts. The last two columns run oneDNN with the other
+ * rule for packing B (nn_lowp_set_pack): fp32 packed, bf16 not; training
+ * packs the wide bf16 GEMMs' B and no fp32 one. The ALL lines sum over shapes (total flops over
  * total median time): the figure to choose a path by. A first line gives
  * one core's peak for fp32 FMAs and bf16 dot products, the ceiling of each
  * path.
@@ -36,8 +38,10 @@ typedef struct {
     float beta;
 } bshape;
 
-enum { PATH_BLAS, PATH_DNNL_F32, PATH_DNNL_BF16, NPATH };
-static const char *path_name[NPATH] = {"openblas", "dnnl-f32", "dnnl-bf16"};
+/* the last two: oneDNN with the other packing rule (lp_alt, nn_lowp_set_pack) */
+enum { PATH_BLAS, PATH_DNNL_F32, PATH_DNNL_BF16, PATH_F32_PACKED, PATH_BF16_UNPACKED, NPATH };
+static const char *path_name[NPATH] = {"openblas", "dnnl-f32", "dnnl-bf16", "f32-pack", "bf16-unp"};
+static nn_lowp *lp_alt;
 
 static double now(void) {
     struct timespec ts;
@@ -117,6 +121,12 @@ static int run(int path, nn_pool *pool, nn_lowp *lp, const bshape *s) {
     case PATH_BLAS:
         nn_sgemm(pool, s->tA, s->tB, s->M, s->N, s->K, 1.0f, fA, lda, fB, ldb, s->beta, fC, s->N);
         return 0;
+    case PATH_F32_PACKED:
+        return nn_gemm_f32_dnnl(pool, lp_alt, s->tA, s->tB, s->M, s->N, s->K, 1.0f, fA, lda, fB,
+                                ldb, s->beta, fC, s->N) != MTC_OK;
+    case PATH_BF16_UNPACKED:
+        return nn_gemm_bf16(pool, lp_alt, s->tA, s->tB, s->M, s->N, s->K, 1.0f, hA, lda, hB, ldb,
+                            s->beta, fC, s->N) != MTC_OK;
     case PATH_DNNL_F32:
         return nn_gemm_f32_dnnl(pool, lp, s->tA, s->tB, s->M, s->N, s->K, 1.0f, fA, lda, fB, ldb,
                                 s->beta, fC, s->N) != MTC_OK;
@@ -182,7 +192,9 @@ int main(int argc, char **argv) {
     nn_f32_to_bf16(hB, fB, maxB);
 
     nn_lowp *lp = NULL;
-    int have_dnnl = nn_lowp_create(&lp) == MTC_OK;
+    int have_dnnl = nn_lowp_create(&lp) == MTC_OK && nn_lowp_create(&lp_alt) == MTC_OK;
+    if (have_dnnl) /* lp: training's rule, packed bf16 B; lp_alt the other way round */
+        nn_lowp_set_pack(lp_alt, NN_LOWP_PACK_F32);
     char blas[256], dnnl[256];
     nn_blas_describe(blas, sizeof blas);
     nn_lowp_describe(lp, dnnl, sizeof dnnl);
@@ -190,8 +202,9 @@ int main(int argc, char **argv) {
            "path / openblas\n",
            blas, have_dnnl ? dnnl : mtc_error_detail(), N, C, V, rounds);
     peak_report();
-    printf("%-10s %5s %5s %5s %2s %2s %4s | %9s %9s %9s | %8s %8s\n", "gemm", "M", "N", "K", "tA",
-           "tB", "thr", path_name[0], path_name[1], path_name[2], "f32/blas", "bf16/blas");
+    printf("%-10s %5s %5s %5s %2s %2s %4s | %9s %9s %9s | %8s %8s | %7s %7s\n", "gemm", "M", "N",
+           "K", "tA", "tB", "thr", path_name[0], path_name[1], path_name[2], "f32/blas",
+           "bf16/blas", path_name[3], path_name[4]);
 
     int npath = have_dnnl ? NPATH : 1;
     double *gf = malloc((size_t)rounds * sizeof *gf);
@@ -235,19 +248,21 @@ int main(int argc, char **argv) {
             free(all);
             total_flops += flops;
             if (have_dnnl)
-                printf("%-10s %5d %5d %5d %2d %2d %4d | %9.1f %9.1f %9.1f | %8.2f %8.2f\n",
+                printf("%-10s %5d %5d %5d %2d %2d %4d | %9.1f %9.1f %9.1f | %8.2f %8.2f | %7.1f "
+                       "%7.1f\n",
                        sh->name, sh->M, sh->N, sh->K, sh->tA, sh->tB, threads[ti], med[0], med[1],
-                       med[2], med[1] / med[0], med[2] / med[0]);
+                       med[2], med[1] / med[0], med[2] / med[0], med[3], med[4]);
             else
                 printf("%-10s %5d %5d %5d %2d %2d %4d | %9.1f %9s %9s |\n", sh->name, sh->M, sh->N,
                        sh->K, sh->tA, sh->tB, threads[ti], med[0], "n/a", "n/a");
             fflush(stdout);
         }
         if (have_dnnl)
-            printf("%-10s %23s %4d | %9.1f %9.1f %9.1f | %8.2f %8.2f\n", "ALL", "(flops / time)",
-                   threads[ti], total_flops / total_t[0] / 1e9, total_flops / total_t[1] / 1e9,
-                   total_flops / total_t[2] / 1e9, total_t[0] / total_t[1],
-                   total_t[0] / total_t[2]);
+            printf("%-10s %23s %4d | %9.1f %9.1f %9.1f | %8.2f %8.2f | %7.1f %7.1f\n", "ALL",
+                   "(flops / time)", threads[ti], total_flops / total_t[0] / 1e9,
+                   total_flops / total_t[1] / 1e9, total_flops / total_t[2] / 1e9,
+                   total_t[0] / total_t[1], total_t[0] / total_t[2], total_flops / total_t[3] / 1e9,
+                   total_flops / total_t[4] / 1e9);
         nn_pool_free(pool);
     }
     long created, hits;
@@ -255,6 +270,7 @@ int main(int argc, char **argv) {
     printf("# oneDNN primitives created: %ld (all before timing), cached calls: %ld\n", created,
            hits);
     nn_lowp_free(lp);
+    nn_lowp_free(lp_alt);
     free(gf), free(fA), free(fB), free(fC), free(hA), free(hB);
     return 0;
 }

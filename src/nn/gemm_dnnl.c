@@ -102,6 +102,11 @@ mtc_result_t nn_lowp_create(nn_lowp **out) {
     return mtc_error(MTC_ERR_UNSUPPORTED, LOWP_NO_DNNL);
 }
 void nn_lowp_free(nn_lowp *lp) { (void)lp; }
+void nn_lowp_set_pack(nn_lowp *lp, int pack) { (void)lp, (void)pack; }
+long nn_lowp_packed_calls(const nn_lowp *lp) {
+    (void)lp;
+    return 0;
+}
 void nn_lowp_stats(const nn_lowp *lp, long *created, long *hits) {
     (void)lp;
     *created = *hits = 0;
@@ -145,6 +150,7 @@ typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, bias, c, scratch;
     size_t a_off, b_off, bias_off, c_off; /* elements from the caller's pointers */
+    dnnl_memory_desc_t bmd;               /* B as the primitive reads it */
 } lowp_tile;
 
 typedef struct {
@@ -152,6 +158,11 @@ typedef struct {
     int used, tiles;
     unsigned long last; /* LRU clock */
     lowp_tile t[LOWP_TILES];
+    /* packed B: the caller's B reordered once per call into the layout the
+     * tiles' primitives chose (they share it), so no tile repacks it */
+    dnnl_primitive_t pack;
+    dnnl_memory_t pack_from, pack_to;
+    size_t pack_bytes;
 } lowp_entry;
 
 struct nn_lowp {
@@ -160,8 +171,11 @@ struct nn_lowp {
     void *scratch[LOWP_TILES];
     size_t scratch_size[LOWP_TILES];
     lowp_entry cache[NN_LOWP_CACHE];
+    int pack;     /* NN_LOWP_PACK_* */
+    void *packed; /* the packed B of the call in flight */
+    size_t packed_size;
     unsigned long clock;
-    long created, hits;
+    long created, hits, packs;
     char impl[96];
 };
 
@@ -180,6 +194,7 @@ mtc_result_t nn_lowp_create(nn_lowp **out) {
     *out = NULL;
     nn_lowp *lp = calloc(1, sizeof *lp);
     if (!lp) return mtc_error(MTC_ERR_OUT_OF_MEMORY, "nn_lowp: out of memory");
+    lp->pack = NN_LOWP_PACK_DEFAULT;
     mtc_result_t rc = MTC_OK;
     dnnl_status_t st = dnnl_engine_create(&lp->engine, dnnl_cpu, 0);
     for (int i = 0; st == dnnl_success && i < LOWP_TILES; i++)
@@ -201,6 +216,9 @@ static void lowp_entry_clear(lowp_entry *e) {
         for (size_t k = 0; k < sizeof m / sizeof m[0]; k++)
             if (*m[k]) dnnl_memory_destroy(*m[k]);
     }
+    if (e->pack) dnnl_primitive_destroy(e->pack);
+    if (e->pack_from) dnnl_memory_destroy(e->pack_from);
+    if (e->pack_to) dnnl_memory_destroy(e->pack_to);
     memset(e, 0, sizeof *e);
 }
 
@@ -212,9 +230,19 @@ void nn_lowp_free(nn_lowp *lp) {
         if (lp->stream[i]) dnnl_stream_destroy(lp->stream[i]);
         free(lp->scratch[i]);
     }
+    free(lp->packed);
     if (lp->engine) dnnl_engine_destroy(lp->engine);
     free(lp);
 }
+
+void nn_lowp_set_pack(nn_lowp *lp, int pack) {
+    if (!lp || lp->pack == pack) return;
+    for (int i = 0; i < NN_LOWP_CACHE; i++) /* made with the other rule */
+        lowp_entry_clear(&lp->cache[i]);
+    lp->pack = pack;
+}
+
+long nn_lowp_packed_calls(const nn_lowp *lp) { return lp ? lp->packs : 0; }
 
 void nn_lowp_stats(const nn_lowp *lp, long *created, long *hits) {
     *created = lp ? lp->created : 0;
@@ -241,12 +269,19 @@ static dnnl_status_t lowp_md(dnnl_memory_desc_t *md, int rows, int cols, int rs,
 
 /* One tile: C rows [m0, m0+Mt) and columns [n0, n0+Nt). */
 static mtc_result_t lowp_tile_make(nn_lowp *lp, const lowp_key *k, int slot, int m0, int Mt, int n0,
-                                   int Nt, lowp_tile *t) {
+                                   int Nt, int packed, lowp_tile *t) {
     dnnl_memory_desc_t amd, bmd, biasmd, cmd;
     LOWP_DNNL(lowp_md(&amd, Mt, k->K, k->transA ? 1 : k->lda, k->transA ? k->lda : 1, k->ab),
               "describing A");
-    LOWP_DNNL(lowp_md(&bmd, k->K, Nt, k->transB ? 1 : k->ldb, k->transB ? k->ldb : 1, k->ab),
-              "describing B");
+    if (packed) {
+        dnnl_dims_t d = {k->K, Nt};
+        LOWP_DNNL(
+            dnnl_memory_desc_init_by_tag(&bmd, 2, d, lowp_dnnl_dt(k->ab), dnnl_format_tag_any),
+            "describing B");
+    } else {
+        LOWP_DNNL(lowp_md(&bmd, k->K, Nt, k->transB ? 1 : k->ldb, k->transB ? k->ldb : 1, k->ab),
+                  "describing B");
+    }
     LOWP_DNNL(lowp_md(&biasmd, 1, Nt, Nt, 1, k->ab), "describing the bias");
     LOWP_DNNL(lowp_md(&cmd, Mt, Nt, k->ldc, 1, k->c), "describing C");
     t->a_off = k->transA ? (size_t)m0 : (size_t)m0 * k->lda;
@@ -280,6 +315,7 @@ static mtc_result_t lowp_tile_make(nn_lowp *lp, const lowp_key *k, int slot, int
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
         snprintf(lp->impl, sizeof lp->impl, "%s", impl);
+    t->bmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t need = smd ? dnnl_memory_desc_get_size(smd) : 0;
     if (need > lp->scratch_size[slot]) {
@@ -293,7 +329,7 @@ static mtc_result_t lowp_tile_make(nn_lowp *lp, const lowp_key *k, int slot, int
     }
     st = dnnl_primitive_create(&t->prim, pd);
     if (st == dnnl_success) st = dnnl_memory_create(&t->a, &amd, lp->engine, DNNL_MEMORY_NONE);
-    if (st == dnnl_success) st = dnnl_memory_create(&t->b, &bmd, lp->engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success) st = dnnl_memory_create(&t->b, &t->bmd, lp->engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success && k->bias)
         st = dnnl_memory_create(&t->bias, &biasmd, lp->engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success) st = dnnl_memory_create(&t->c, &cmd, lp->engine, DNNL_MEMORY_NONE);
@@ -306,8 +342,13 @@ static mtc_result_t lowp_tile_make(nn_lowp *lp, const lowp_key *k, int slot, int
 }
 
 /* The same shape-only split as gemm.c (see gemm_run there for why). */
-static mtc_result_t lowp_entry_make(nn_lowp *lp, const lowp_key *k, lowp_entry *e) {
-    int tiles, by_rows = nn_gemm_split(k->M, k->N, k->K, &tiles), extent = by_rows ? k->M : k->N;
+static mtc_result_t lowp_entry_tiles(nn_lowp *lp, const lowp_key *k, lowp_entry *e, int packed) {
+    int tiles, by_rows = nn_gemm_split(k->M, k->N, k->K, &tiles), extent;
+    if (packed && !by_rows) { /* the tiles share the packed B whole: row blocks */
+        by_rows = 1;
+        tiles = k->M >= 2048 ? 4 : k->M >= 256 ? 2 : 1;
+    }
+    extent = by_rows ? k->M : k->N;
     e->key = *k;
     e->used = 1;
     e->tiles = tiles;
@@ -315,14 +356,65 @@ static mtc_result_t lowp_entry_make(nn_lowp *lp, const lowp_key *k, lowp_entry *
         size_t lo, hi;
         nn_split_range((size_t)extent, tiles, i, by_rows ? 8 : 16, &lo, &hi);
         mtc_result_t rc =
-            by_rows ? lowp_tile_make(lp, k, i, (int)lo, (int)(hi - lo), 0, k->N, &e->t[i])
-                    : lowp_tile_make(lp, k, i, 0, k->M, (int)lo, (int)(hi - lo), &e->t[i]);
+            by_rows ? lowp_tile_make(lp, k, i, (int)lo, (int)(hi - lo), 0, k->N, packed, &e->t[i])
+                    : lowp_tile_make(lp, k, i, 0, k->M, (int)lo, (int)(hi - lo), 0, &e->t[i]);
         if (rc != MTC_OK) {
             lowp_entry_clear(e);
             return rc;
         }
+        if (packed) e->t[i].b_off = 0;
     }
     return MTC_OK;
+}
+
+/* Only GEMMs gemm.c's rule would cut into column blocks for their width
+ * (qkv, fc, the LM head's forward; fc2's input gradient): a GEMM cut into
+ * row blocks already packs B on every thread at once, where the one packing
+ * pass would leave the other threads waiting. */
+static int lowp_want_packed(const nn_lowp *lp, const lowp_key *k) {
+    int tiles;
+    if (k->transA || nn_gemm_split(k->M, k->N, k->K, &tiles)) return 0;
+    if ((double)k->K >= 8.0 * k->M && (double)k->K >= 8.0 * k->N) return 0;
+    return k->ab == MTC_DTYPE_BF16 ? (lp->pack & NN_LOWP_PACK_BF16) != 0
+                                   : (lp->pack & NN_LOWP_PACK_F32) != 0;
+}
+
+static mtc_result_t lowp_entry_make(nn_lowp *lp, const lowp_key *k, lowp_entry *e) {
+    if (lowp_want_packed(lp, k)) {
+        MTC_CHECK(lowp_entry_tiles(lp, k, e, 1));
+        int same = 1;
+        for (int i = 1; i < e->tiles; i++)
+            same = same && dnnl_memory_desc_equal(&e->t[0].bmd, &e->t[i].bmd);
+        dnnl_memory_desc_t from;
+        dnnl_primitive_desc_t rpd = NULL;
+        dnnl_status_t st = dnnl_success;
+        if (same)
+            st = lowp_md(&from, k->K, k->N, k->transB ? 1 : k->ldb, k->transB ? k->ldb : 1, k->ab);
+        if (same && st == dnnl_success)
+            st = dnnl_reorder_primitive_desc_create(&rpd, &from, lp->engine, &e->t[0].bmd,
+                                                    lp->engine, NULL);
+        if (same && st == dnnl_success) st = dnnl_primitive_create(&e->pack, rpd);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+        if (same && st == dnnl_success)
+            st = dnnl_memory_create(&e->pack_from, &from, lp->engine, DNNL_MEMORY_NONE);
+        if (same && st == dnnl_success)
+            st = dnnl_memory_create(&e->pack_to, &e->t[0].bmd, lp->engine, DNNL_MEMORY_NONE);
+        if (same && st == dnnl_success) {
+            e->pack_bytes = dnnl_memory_desc_get_size(&e->t[0].bmd);
+            if (e->pack_bytes > lp->packed_size) {
+                free(lp->packed);
+                lp->packed = aligned_alloc(64, (e->pack_bytes + 63) / 64 * 64);
+                lp->packed_size = lp->packed ? e->pack_bytes : 0;
+                if (!lp->packed) {
+                    lowp_entry_clear(e);
+                    return mtc_error(MTC_ERR_OUT_OF_MEMORY, "nn_lowp: no memory for a packed B");
+                }
+            }
+            return MTC_OK;
+        }
+        lowp_entry_clear(e); /* the tiles disagree or no reorder: unpacked */
+    }
+    return lowp_entry_tiles(lp, k, e, 0);
 }
 
 typedef struct {
@@ -458,6 +550,17 @@ mtc_result_t nn_lowp_gemm(nn_pool *pool, nn_lowp *lp, mtc_dtype_t ab, mtc_dtype_
     MTC_CHECK(lowp_entry_get(lp, ab, c, transA, transB, M, N, K, alpha, lda, ldb, bias != NULL,
                              beta, ldc, 1, &e));
     lowp_call call = {lp, e, A, B, bias, C, mtc_dtype_size(ab), mtc_dtype_size(c), {0}};
+    if (e->pack) {
+        LOWP_ONE_THREAD();
+        dnnl_status_t st = dnnl_memory_set_data_handle(e->pack_from, (void *)B);
+        if (st == dnnl_success) st = dnnl_memory_set_data_handle(e->pack_to, lp->packed);
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->pack_from}, {DNNL_ARG_TO, e->pack_to}};
+        if (st == dnnl_success) st = dnnl_primitive_execute(e->pack, lp->stream[0], 2, args);
+        if (st == dnnl_success) st = dnnl_stream_wait(lp->stream[0]);
+        if (st != dnnl_success) return lowp_fail(st, "packing B");
+        call.B = lp->packed;
+        lp->packs++;
+    }
     nn_pool_run(pool, e->tiles, lowp_tile_run, &call);
     for (int i = 0; i < e->tiles; i++)
         if (call.st[i] != dnnl_success) return lowp_fail(call.st[i], "executing a matmul");

@@ -85,6 +85,20 @@ int nn_lowp_available(void);
 /* MTC_ERR_UNSUPPORTED (with the fix in the detail) without oneDNN. */
 mtc_result_t nn_lowp_create(nn_lowp **out);
 void nn_lowp_free(nn_lowp *lp);
+/* Which GEMMs get B packed once per call (NN_LOWP_PACK_* bits): the
+ * caller's B is reordered into the blocked layout oneDNN's kernel reads,
+ * once, and C is cut into row blocks that all read it. Without it each
+ * block's primitive repacks its own part of B on every call and a wide,
+ * short C is cut into column blocks, which oneDNN 2.6 serves with a slower
+ * kernel (strided C; no AMX). Never for a transposed A (oneDNN 2.6 has no
+ * such packed kernel) nor when K dominates (the LM head's input gradient:
+ * its B is the whole embedding). Changing it drops the cached primitives. */
+#define NN_LOWP_PACK_BF16 1
+#define NN_LOWP_PACK_F32 2
+#define NN_LOWP_PACK_DEFAULT NN_LOWP_PACK_BF16
+void nn_lowp_set_pack(nn_lowp *lp, int pack);
+/* GEMM calls that ran with a packed B so far. */
+long nn_lowp_packed_calls(const nn_lowp *lp);
 /* Primitives created and GEMM calls served from the cache so far. */
 void nn_lowp_stats(const nn_lowp *lp, long *created, long *hits);
 /* oneDNN's version and the implementation it chose for the last primitive

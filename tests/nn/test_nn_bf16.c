@@ -8,8 +8,9 @@
  *    GCC's _Float16 casts, every bf16 and fp16 value widened exactly.
  * 2. bf16 GEMM (oneDNN) against a double-precision product, within bounds
  *    derived below, for many shapes, all transposes, padded leading
- *    dimensions, alpha, beta = 0 and 1, fp32 and bf16 outputs; the same
- *    bits on pools of 1 and 3 threads; no primitive created on a repeat.
+ *    dimensions, alpha, beta = 0 and 1, fp32 and bf16 outputs, with B
+ *    packed once per call and not; the same bits on pools of 1 and 3
+ *    threads; no primitive created on a repeat.
  * 3. fp32 GEMM (oneDNN) against nn_sgemm (OpenBLAS).
  * 4. bf16 linear forward against double, backward against finite
  *    differences (the layer is linear in each input, so a secant through
@@ -251,7 +252,7 @@ typedef struct {
 } shape;
 static const shape shapes[] = {{1, 1, 1},      {1, 7, 3},      {5, 1, 9},      {3, 5, 7},
                                {17, 33, 65},   {64, 64, 64},   {100, 37, 129}, {257, 300, 31},
-                               {513, 96, 200}, {40, 2100, 50}, {8, 8, 1000}};
+                               {513, 96, 200}, {40, 2100, 50}, {8, 8, 1000},   {300, 1100, 40}};
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
 /* Storage of op(X) (rows x cols) with leading dimension ld, padding NaN so a
@@ -450,7 +451,8 @@ static void test_f32_engine(nn_lowp *lp) {
 /* Pools of 1 and 3 threads give the same bits (tiles depend on the shape
  * only), including shapes cut into 2 and 4 tiles by rows and by columns. */
 static void test_thread_invariance(nn_lowp *lp) {
-    static const shape big[] = {{257, 300, 31}, {513, 96, 200}, {40, 2100, 50}, {2100, 64, 40}};
+    static const shape big[] = {
+        {257, 300, 31}, {513, 96, 200}, {40, 2100, 50}, {2100, 64, 40}, {300, 1100, 40}};
     for (size_t s = 0; s < sizeof big / sizeof big[0]; s++) {
         int M = big[s].M, N = big[s].N, K = big[s].K;
         float *Af = make_operand(M, K, 0, K, 11 + s, 0), *Bf = make_operand(K, N, 1, K, 12 + s, 0);
@@ -668,6 +670,23 @@ static void test_gemms(nn_lowp *lp) {
         for (int t = 0; t < 4; t++)
             for (int beta = 0; beta < 2; beta++)
                 gemm_f32_case(lp, shapes[s], t & 1, t >> 1, (float)beta);
+    /* B packed once per call (lowp.h): by default for the wide bf16 GEMMs
+     * above; then for the fp32 ones too, and for none */
+    T_CHECKF(nn_lowp_packed_calls(lp) > 0, "no bf16 GEMM ran with a packed B");
+    const int modes[] = {NN_LOWP_PACK_BF16 | NN_LOWP_PACK_F32, 0};
+    for (int m = 0; m < 2; m++) {
+        nn_lowp_set_pack(lp, modes[m]);
+        long packs = nn_lowp_packed_calls(lp);
+        for (size_t s = 0; s < NSHAPES; s++)
+            for (int t = 0; t < 4; t++) {
+                gemm_bf16_case(lp, shapes[s], t & 1, t >> 1, t);
+                gemm_f32_case(lp, shapes[s], t & 1, t >> 1, (float)(t & 1));
+            }
+        long more = nn_lowp_packed_calls(lp) - packs;
+        T_CHECKF(m ? more == 0 : more > 0, "pack mode %d: %ld GEMMs ran with a packed B", modes[m],
+                 more);
+    }
+    nn_lowp_set_pack(lp, NN_LOWP_PACK_DEFAULT);
     test_thread_invariance(lp);
     test_cache_and_accumulate(lp);
     test_refusals(lp);
