@@ -329,7 +329,9 @@ int cli_cmd_bench_peak(int argc, char **argv) {
     if (engines_only) {
         mtc_peak pk;
         mtc_result_t rc = mtc_peak_load(&pk);
-        if (rc != MTC_OK) rc = mtc_peak_measure(&pk, 0, 0.5); /* no cache yet: the FMA peak too */
+        /* no cache yet, or another kind of build's (none of its figures
+         * kept, so the cache is all this build's): the FMA peak too */
+        if (rc != MTC_OK || !mtc_peak_usable(&pk, NULL, 0)) rc = mtc_peak_measure(&pk, 0, 0.5);
         if (rc == MTC_OK) {
             pk.blas_count = 0;
             rc = gemm_engines(&pk, stdout);

@@ -49,6 +49,44 @@ typedef float peak_vec;
 #define PEAK_SUM(v) (v)
 #endif
 
+/* The build's kind, from this translation unit's compiler macros (gcc
+ * defines __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__; clang answers
+ * __has_feature, in its own #if: gcc before 14 cannot parse it) */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PEAK_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define PEAK_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(PEAK_ASAN)
+#define PEAK_BUILD "asan"
+#elif defined(__SANITIZE_THREAD__) || defined(PEAK_TSAN)
+#define PEAK_BUILD "tsan"
+#elif !defined(__OPTIMIZE__)
+#define PEAK_BUILD "debug"
+#else
+#define PEAK_BUILD "release"
+#endif
+
+const char *mtc_peak_build_kind(void) { return PEAK_BUILD; }
+
+static const char *peak_article(const char *kind) { return kind[0] == 'a' ? "an" : "a"; }
+
+int mtc_peak_usable(const mtc_peak *p, char *why, size_t len) {
+    if (!strcmp(p->build, PEAK_BUILD)) return 1;
+    char them[64];
+    if (p->build[0])
+        snprintf(them, sizeof them, "%s %s build", peak_article(p->build), p->build);
+    else
+        snprintf(them, sizeof them, "a build that did not record its kind");
+    if (len)
+        snprintf(why, len, "measured by %s and this is %s %s build (run mtc bench-peak)", them,
+                 peak_article(PEAK_BUILD), PEAK_BUILD);
+    return 0;
+}
+
 typedef struct {
     double seconds;
     double flops;
@@ -128,6 +166,7 @@ mtc_result_t mtc_peak_measure(mtc_peak *out, int threads, double seconds) {
     out->fma_fp32_tflops = tflops;
     out->cores = threads;
     snprintf(out->isa, sizeof out->isa, "%s", PEAK_ISA);
+    snprintf(out->build, sizeof out->build, "%s", PEAK_BUILD);
     time_t now = time(NULL);
     struct tm tmv;
     strftime(out->measured_at, sizeof out->measured_at, "%Y-%m-%d %H:%M:%S", gmtime_r(&now, &tmv));
@@ -178,6 +217,8 @@ mtc_result_t mtc_peak_load(mtc_peak *out) {
     v = cJSON_GetObjectItemCaseSensitive(doc, "measured_at");
     snprintf(out->measured_at, sizeof out->measured_at, "%s",
              cJSON_IsString(v) ? v->valuestring : "?");
+    v = cJSON_GetObjectItemCaseSensitive(doc, "build"); /* absent: a cache from before it */
+    snprintf(out->build, sizeof out->build, "%s", cJSON_IsString(v) ? v->valuestring : "");
     /* "gemm_engines": {"threads": 2, "dnnl": 226, "openblas": {"Cooperlake": 341}} */
     const cJSON *ge = cJSON_GetObjectItemCaseSensitive(doc, "gemm_engines");
     v = cJSON_GetObjectItemCaseSensitive(ge, "dnnl");
@@ -234,12 +275,13 @@ mtc_result_t mtc_peak_save(const mtc_peak *p) {
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return mtc_error(MTC_ERR_IO, "cannot write the peak cache %s", tmp);
-    fprintf(f,
-            "{\"fma_fp32_tflops\": %.6g, \"gemm_tflops\": %.6g, \"cores\": %d, \"isa\": \"%s\", "
-            "\"measured_at\": \"%s\", \"gemm_engines\": {\"measured_at\": \"%s\", \"threads\": %d, "
-            "\"dnnl\": %.6g, \"openblas\": {",
-            p->fma_fp32_tflops, p->gemm_tflops, p->cores, p->isa, p->measured_at,
-            p->gemm_measured_at, p->gemm_threads, p->gemm_dnnl_gflops);
+    fprintf(
+        f,
+        "{\"fma_fp32_tflops\": %.6g, \"gemm_tflops\": %.6g, \"cores\": %d, \"isa\": \"%s\", "
+        "\"build\": \"%s\", \"measured_at\": \"%s\", \"gemm_engines\": {\"measured_at\": \"%s\", "
+        "\"threads\": %d, \"dnnl\": %.6g, \"openblas\": {",
+        p->fma_fp32_tflops, p->gemm_tflops, p->cores, p->isa, p->build, p->measured_at,
+        p->gemm_measured_at, p->gemm_threads, p->gemm_dnnl_gflops);
     for (int i = 0; i < p->blas_count && i < MTC_PEAK_BLAS_CORES; i++)
         fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", p->blas[i].core, p->blas[i].gflops);
     fprintf(f, "}}}\n");

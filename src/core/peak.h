@@ -11,7 +11,10 @@
  * `mtc bench-peak`) should call these so every reader agrees.
  * Does not measure GEMM throughput itself: nn/gemm_engine.c does, and the
  * cache keeps its figures (gemm_tflops, and the fp32 GEMM engines' rates
- * from which every process picks its engine, nn_gemm_engine_choose) nor bf16. */
+ * from which every process picks its engine, nn_gemm_engine_choose) nor bf16.
+ * The cache records the kind of build that measured it (mtc_peak_build_kind):
+ * a debug or sanitizer build runs several times slower, so its figures say
+ * nothing of an optimized build's; every reader checks mtc_peak_usable. */
 #ifndef MTC_CORE_PEAK_H
 #define MTC_CORE_PEAK_H
 
@@ -32,6 +35,7 @@ typedef struct {
     double gemm_tflops;     /* measured fp32 GEMM (0: unknown) */
     int cores;              /* threads the measurement ran */
     char isa[32];           /* "avx512", "avx2+fma", "scalar" */
+    char build[16];         /* mtc_peak_build_kind() of the measuring build ("": not recorded) */
     char measured_at[32];   /* UTC, "2026-12-01 10:30:00" */
     /* fp32 GEMM engines at a transformer linear layer's three GEMMs on every
      * core (nn_gemm_engine_measure); 0 / no entries: not measured */
@@ -68,5 +72,15 @@ mtc_result_t mtc_peak_load(mtc_peak *out);
 mtc_result_t mtc_peak_save(const mtc_peak *p);
 /* Runs `threads` threads (0: every online core) for about `seconds`. */
 mtc_result_t mtc_peak_measure(mtc_peak *out, int threads, double seconds);
+/* This binary's kind, decided when core/peak.c was compiled: "asan"
+ * (AddressSanitizer), "tsan" (ThreadSanitizer), "debug" (not optimized) or
+ * "release". */
+const char *mtc_peak_build_kind(void);
+/* 1 when p was measured by a build of this binary's kind; else 0, and why
+ * gets the reason to follow "the cached ... were": "measured by a debug
+ * build and this is a release build (run mtc bench-peak)" (a cache that
+ * records no kind, from before the check, never matches; why may be NULL
+ * with len 0). */
+int mtc_peak_usable(const mtc_peak *p, char *why, size_t len);
 
 #endif

@@ -6,7 +6,8 @@
  *     library picks itself) -> core/peak.h's cache
  *   every process: nn_gemm_engine_choose (once, pool.c) -> the engine
  *     requested (nn_gemm_engine_request: the CLI's MTC_GEMM), else the
- *     cached rates for the OpenBLAS core this process loaded, else oneDNN
+ *     cached rates for the OpenBLAS core this process loaded (measured by
+ *     a build of this one's kind: mtc_peak_usable), else oneDNN
  *
  * The choice is read, never measured, at start-up: the same command on the
  * same machine with the same cache computes the same bits.
@@ -46,6 +47,11 @@ nn_gemm_engine nn_gemm_engine_choose(nn_gemm_engine requested, char *why, size_t
     mtc_peak pk;
     if (mtc_peak_load(&pk) != MTC_OK || !(pk.gemm_dnnl_gflops > 0)) {
         snprintf(why, size, "the default: engines not measured on this machine (mtc bench-peak)");
+        return NN_GEMM_DNNL;
+    }
+    char other[160]; /* a debug or sanitizer build's rates say nothing of this build's */
+    if (!mtc_peak_usable(&pk, other, sizeof other)) {
+        snprintf(why, size, "the default: the cached engine rates were %s", other);
         return NN_GEMM_DNNL;
     }
     const char *core = openblas_get_corename();

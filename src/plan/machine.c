@@ -218,10 +218,11 @@ mtc_result_t mtc_plan_machine_load(const char *name, mtc_plan_machine *out) {
         MTC_CHECK(read_text(path, &text));
         mtc_result_t rc = mtc_plan_machine_parse(text, path, out);
         free(text);
-        /* MFU against the FMA peak bench-peak cached for mtc train */
+        /* MFU against the FMA peak bench-peak cached for mtc train (by a
+         * build of this one's kind: a debug build's is several times low) */
         mtc_peak pk;
         if (rc == MTC_OK && !(out->fma_flops_fp32 > 0) && mtc_peak_load(&pk) == MTC_OK &&
-            pk.cores > 0)
+            mtc_peak_usable(&pk, NULL, 0) && pk.cores > 0)
             out->fma_flops_fp32 = pk.fma_fp32_tflops * 1e12 / pk.cores;
         if (rc == MTC_OK) mtc_error_clear(); /* no FMA cache: the GEMM rates stand in */
         return rc;

@@ -359,6 +359,8 @@ static void train_banner(train_rank *x, FILE *out, int world, int do_eval) {
     if (c->peak_tflops > 0)
         fprintf(out, "> MFU against a peak of %.4g TFLOP/s per rank (%s)\n", c->peak_tflops,
                 c->peak_source ? c->peak_source : "--peak-tflops");
+    else if (c->peak_source) /* a cached peak not taken: why */
+        fprintf(out, "> no MFU: %s\n", c->peak_source);
     if (c->eval_iters > 0 && !do_eval) fprintf(out, "> validation split is empty: no evaluation\n");
     fflush(out);
 }
@@ -665,9 +667,13 @@ mtc_result_t mtc_train_run(const mtc_train_config *c, const data_source *src, FI
     if (threads < 1) threads = 1;
     /* MFU: the cached machine peak shared by the ranks on this machine */
     mtc_train_config cc = *c;
-    char peak_desc[512];
+    char peak_desc[512], other[200];
     mtc_peak peak;
-    if (!(c->peak_tflops > 0) && mtc_peak_load(&peak) == MTC_OK) {
+    int cached = !(c->peak_tflops > 0) && mtc_peak_load(&peak) == MTC_OK;
+    if (cached && !mtc_peak_usable(&peak, other, sizeof other)) { /* another build's figure */
+        snprintf(peak_desc, sizeof peak_desc, "the cached fp32 FMA peak was %s", other);
+        cc.peak_source = peak_desc;
+    } else if (cached) {
         mtc_launcher_env env = {0};
         int local =
             mpi ? (mtc_launcher_detect(&env) == MTC_OK && env.local_world > 0 ? env.local_world : 1)

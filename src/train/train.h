@@ -140,7 +140,8 @@ typedef struct {
     int timing_log_option;      /* --timing-log-option 0 max, 1 minmax, 2 all */
     double peak_tflops;         /* > 0: MFU in the log line against this peak per rank;
                                    0: the cached machine peak (core/peak.h) / ranks on it */
-    const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops) */
+    const char *peak_source;    /* what the banner says the peak is (NULL: --peak-tflops);
+                                   with peak_tflops 0: why the cached one was not taken */
     mtc_tb_flags tensorboard;   /* --tensorboard-dir and its flags (train/train_tb.c) */
     /* ---- Megatron's exits ---- */
     int64_t exit_interval;     /* --exit-interval N: stop after an iteration divisible by N */

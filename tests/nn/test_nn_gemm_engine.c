@@ -5,7 +5,9 @@
  *    a cache where this process's OpenBLAS core is faster -> OpenBLAS, and
  *    slower -> oneDNN; a cache that measured another core only -> the
  *    default; a request for openblas / dnnl (the CLI's MTC_GEMM) overrides
- *    the cache; the reason names what decided.
+ *    the cache; the reason names what decided; a cache another kind of
+ *    build measured (a debug build's rates for a release build, or one
+ *    that records no kind) -> the default, the reason naming both kinds.
  * 2. nn_gemm_engine_force: pools made while forced run that engine, and
  *    both engines' GEMMs agree with a double-precision product (the pool
  *    of 2 and a pool of 1 give the same bits for each engine).
@@ -23,9 +25,11 @@
 #include "nn/nn.h"
 #include "test.h"
 
-static void write_cache(double dnnl, const char *core, double blas) {
+/* a cache measured by a build of kind `build` (this binary's: mtc_peak_build_kind) */
+static void write_cache_of(const char *build, double dnnl, const char *core, double blas) {
     mtc_peak p;
     memset(&p, 0, sizeof p);
+    snprintf(p.build, sizeof p.build, "%s", build);
     p.fma_fp32_tflops = 1, p.cores = 2, p.gemm_threads = 2, p.gemm_dnnl_gflops = dnnl;
     snprintf(p.isa, sizeof p.isa, "test");
     snprintf(p.measured_at, sizeof p.measured_at, "2026-12-02 00:00:00");
@@ -34,6 +38,10 @@ static void write_cache(double dnnl, const char *core, double blas) {
     snprintf(p.blas[0].core, sizeof p.blas[0].core, "%s", core);
     p.blas[0].gflops = blas;
     T_CHECK(mtc_peak_save(&p) == MTC_OK);
+}
+
+static void write_cache(double dnnl, const char *core, double blas) {
+    write_cache_of(mtc_peak_build_kind(), dnnl, core, blas);
 }
 
 /* C (M,N) = A (M,K) B (K,N) on `pool`, against double */
@@ -83,6 +91,21 @@ int main(void) {
     T_CHECKF(strstr(why, "MTC_GEMM=openblas") != NULL, "%s", why);
     write_cache(100, core, 150);
     T_CHECK(nn_gemm_engine_choose(NN_GEMM_DNNL, why, sizeof why) == def);
+    /* OpenBLAS faster, but measured by another kind of build: the default */
+    const char *kind = mtc_peak_build_kind(), *other = strcmp(kind, "debug") ? "debug" : "release";
+    char want[128];
+    snprintf(want, sizeof want, "measured by a %s build and this is %s %s build", other,
+             kind[0] == 'a' ? "an" : "a", kind);
+    write_cache_of(other, 100, core, 150);
+    T_CHECKF(nn_gemm_engine_choose(NN_GEMM_AUTO, why, sizeof why) == def, "%s", why);
+    if (dnnl)
+        T_CHECKF(strstr(why, "the default") && strstr(why, want) && strstr(why, "mtc bench-peak"),
+                 "%s", why);
+    write_cache_of("", 100, core, 150); /* a cache from before the kind was recorded */
+    T_CHECKF(nn_gemm_engine_choose(NN_GEMM_AUTO, why, sizeof why) == def, "%s", why);
+    if (dnnl) T_CHECKF(strstr(why, "did not record its kind") && strstr(why, kind), "%s", why);
+    write_cache_of(other, 150, core, 100); /* a request still overrides */
+    T_CHECK(nn_gemm_engine_choose(NN_GEMM_OPENBLAS, why, sizeof why) == NN_GEMM_OPENBLAS);
     remove(path);
     T_CHECK(!strcmp(nn_gemm_engine_name(NN_GEMM_DNNL), "dnnl") &&
             !strcmp(nn_gemm_engine_name(NN_GEMM_OPENBLAS), "openblas"));
