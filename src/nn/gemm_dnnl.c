@@ -9,7 +9,10 @@
  * C is cut into row blocks (column blocks when it is wide and short) by the
  * same shape-only rule as gemm.c, so the pool runs the blocks and each block
  * is one single-threaded primitive: the bits never depend on the number of
- * threads. Every thread that creates or executes a primitive has its OpenMP
+ * threads. A wide bf16 product instead gets its B packed once per call (a
+ * reorder primitive, into the layout the blocks' primitives chose) and row
+ * blocks that share it: oneDNN 2.6's AMX kernel wants a dense C (lowp.h,
+ * nn_lowp_set_pack). Every thread that creates or executes a primitive has its OpenMP
  * thread count set to 1 first (oneDNN's OpenMP runtime reads it, per
  * thread, when it plans a primitive and when it runs one), so oneDNN starts
  * no OpenMP team of its own. Memory objects are made with the primitive and
@@ -375,6 +378,7 @@ static int lowp_want_packed(const nn_lowp *lp, const lowp_key *k) {
     int tiles;
     if (k->transA || nn_gemm_split(k->M, k->N, k->K, &tiles)) return 0;
     if ((double)k->K >= 8.0 * k->M && (double)k->K >= 8.0 * k->N) return 0;
+    if ((double)k->K * k->N * mtc_dtype_size((mtc_dtype_t)k->ab) > NN_LOWP_PACK_MAX_BYTES) return 0;
     return k->ab == MTC_DTYPE_BF16 ? (lp->pack & NN_LOWP_PACK_BF16) != 0
                                    : (lp->pack & NN_LOWP_PACK_F32) != 0;
 }
