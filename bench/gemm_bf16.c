@@ -21,7 +21,8 @@
  * path.
  *
  * usage: bench_gemm_bf16 [ROUNDS [THREADS... ]]   (defaults 5, "1 2")
- *   env: GEMM_N (rows, 1024), GEMM_V (50304), GEMM_MIN_S (0.2), GEMM_NO_HEAD=1 */
+ *   env: GEMM_N (rows, 1024), GEMM_C (hidden, 384; GPT-2 124M: GEMM_N=256 GEMM_C=768),
+ *        GEMM_V (50304), GEMM_MIN_S (0.2), GEMM_NO_HEAD=1 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,13 +155,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *e;
-    int N = (e = getenv("GEMM_N")) ? atoi(e) : 1024, C = 384, C4 = 4 * C;
+    int N = (e = getenv("GEMM_N")) ? atoi(e) : 1024, C = (e = getenv("GEMM_C")) ? atoi(e) : 384;
+    int C4 = 4 * C;
     int V = (e = getenv("GEMM_V")) ? atoi(e) : 50304;
     double min_s = (e = getenv("GEMM_MIN_S")) ? atof(e) : 0.2;
     int head = !((e = getenv("GEMM_NO_HEAD")) && *e == '1');
-    if (N < 1 || V < 1 || !(min_s > 0)) {
-        fprintf(stderr, "bench_gemm_bf16: GEMM_N=%d, GEMM_V=%d, GEMM_MIN_S=%g must be positive\n",
-                N, V, min_s);
+    if (N < 1 || C < 1 || V < 1 || !(min_s > 0)) {
+        fprintf(
+            stderr,
+            "bench_gemm_bf16: GEMM_N=%d, GEMM_C=%d, GEMM_V=%d, GEMM_MIN_S=%g must be positive\n", N,
+            C, V, min_s);
         return 2;
     }
     bshape shapes[] = {

@@ -376,7 +376,8 @@ static mtc_result_t lowp_entry_tiles(nn_lowp *lp, const lowp_key *k, lowp_entry 
  * pass would leave the other threads waiting. */
 static int lowp_want_packed(const nn_lowp *lp, const lowp_key *k) {
     int tiles;
-    if (k->transA || nn_gemm_split(k->M, k->N, k->K, &tiles)) return 0;
+    if (k->transA || k->M < NN_LOWP_PACK_MIN_ROWS || nn_gemm_split(k->M, k->N, k->K, &tiles))
+        return 0;
     if ((double)k->K >= 8.0 * k->M && (double)k->K >= 8.0 * k->N) return 0;
     if ((double)k->K * k->N * mtc_dtype_size((mtc_dtype_t)k->ab) > NN_LOWP_PACK_MAX_BYTES) return 0;
     return k->ab == MTC_DTYPE_BF16 ? (lp->pack & NN_LOWP_PACK_BF16) != 0

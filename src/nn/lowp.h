@@ -92,13 +92,16 @@ void nn_lowp_free(nn_lowp *lp);
  * short C is cut into column blocks, which oneDNN 2.6 serves with a slower
  * kernel (strided C; no AMX). Never for a transposed A (oneDNN 2.6 has no
  * such packed kernel) nor when K dominates (the LM head's input gradient:
- * its B is the whole embedding), nor when the packed B would take more
+ * its B is the whole embedding), nor below NN_LOWP_PACK_MIN_ROWS rows of C
+ * (the one packing pass, on one thread, is paid back over the rows: GPT-2
+ * 124M's 256-row products ran slower packed), nor when the packed B would take more
  * than NN_LOWP_PACK_MAX_BYTES (one buffer per nn_lowp holds it: a GPT-2
  * head's B is 77 MB). Changing it drops the cached primitives. */
 #define NN_LOWP_PACK_BF16 1
 #define NN_LOWP_PACK_F32 2
 #define NN_LOWP_PACK_DEFAULT NN_LOWP_PACK_BF16
 #define NN_LOWP_PACK_MAX_BYTES ((double)(128 << 20))
+#define NN_LOWP_PACK_MIN_ROWS 512
 void nn_lowp_set_pack(nn_lowp *lp, int pack);
 /* GEMM calls that ran with a packed B so far. */
 long nn_lowp_packed_calls(const nn_lowp *lp);
