@@ -23,8 +23,12 @@ print(" ".join("%d %d" % (g.get(k, {}).get("calls", 0), g.get(k, {}).get("bytes"
 }
 while IFS='|' read -r name flags; do
     [ -n "$name" ] || continue
+    # --bf16 gathers bf16 units on oneDNN's bf16 engine: pinned, since
+    # --bf16-gemm auto picks an engine by this machine's measured rates
+    tflags=
+    case "$flags" in *--bf16*) tflags="--bf16-gemm dnnl-bf16" ;; esac
     # shellcheck disable=SC2086
-    "$MTC" train $MODEL $flags --mock-data --train-iters 2 --log-interval 1 --eval-iters 0 \
+    "$MTC" train $MODEL $flags $tflags --mock-data --train-iters 2 --log-interval 1 --eval-iters 0 \
         --metrics "$D/m.jsonl" >"$D/log" 2>&1 || { echo "FAIL $name: train"; tail -3 "$D/log"; fail=1; continue; }
     # plan's --bf16 needs a bf16 GEMM rate and prices Megatron's activations
     # (the counts compared do not depend on the machine)
