@@ -8,10 +8,13 @@
  * Alternating and keeping each engine's best round makes the comparison
  * fair on a machine shared with other work (both see the same load).
  * The rates of a shape are measured once per machine and kept beside the peak
- * cache (bf16-gemm-MxNxK-tT.txt; the first process to write one wins, every
- * later one reads it), so the same command on the same machine picks the same
+ * cache (bf16-gemm-MxNxK-tT-KIND-vV.txt; the first process to write one wins,
+ * every later one reads it), so the same command on the same machine picks the same
  * engine and computes the same bits: two engines' sums differ in order, and a
- * choice re-measured under load could flip between runs.
+ * choice re-measured under load could flip between runs. KIND is the build's
+ * (mtc_peak_build_kind: a Debug or sanitizer build's rates are not a Release
+ * build's) and V the rates' version, BF16_CACHE_VERSION: raised when the
+ * GEMMs change speed (2: bf16 B packed, lowp.h), so no older rate is read.
  * Relies on nn_lowp_gemm (bf16) and nn_sgemm (whatever fp32 GEMM mtc
  * picked: oneDNN fp32 or OpenBLAS). Does not: decide (the caller compares
  * the rates), or run in the step loop. */
@@ -23,6 +26,8 @@
 #include "core/peak.h"
 #include "core/timer.h"
 #include "nn/lowp.h"
+
+#define BF16_CACHE_VERSION 2
 
 static const char *const engine_names[] = {"auto", "dnnl-bf16", "fp32"};
 
@@ -101,7 +106,8 @@ mtc_result_t nn_bf16_gemm_rates(nn_pool *pool, int threads, int M, int N, int K,
     char dir[4096], path[4300], tmp[4400];
     int Mm = M > MEASURE_MAX_ROWS ? MEASURE_MAX_ROWS : M;
     mtc_peak_cache_dir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/bf16-gemm-%dx%dx%d-t%d.txt", dir, Mm, N, K, threads);
+    snprintf(path, sizeof path, "%s/bf16-gemm-%dx%dx%d-t%d-%s-v%d.txt", dir, Mm, N, K, threads,
+             mtc_peak_build_kind(), BF16_CACHE_VERSION);
     *cached = dir[0] && bf16_cache_read(path, gf_bf16, gf_f32);
     if (*cached) return MTC_OK;
     MTC_CHECK(nn_bf16_gemm_measure(pool, M, N, K, gf_bf16, gf_f32));
