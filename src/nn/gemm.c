@@ -81,13 +81,16 @@ static void gemm_tile(int i, void *vp) {
  * Zen 5 host (bench/gemm_bf16.sh, 1024 x 384 x 50304, 2 threads) row blocks
  * ran 230 GFLOP/s on OpenBLAS and oneDNN, column blocks 350 (bf16 575 ->
  * 710). Used by gemm_run and oneDNN's tiling (gemm_dnnl.c) alike. */
+int nn_gemm_tiles(int M, int N, int K, int by_rows) {
+    int extent = by_rows ? M : N;
+    if (2.0 * M * (double)N * K < 4.0e6) return 1;
+    return extent >= 2048 ? 4 : extent >= 256 ? 2 : 1;
+}
+
 int nn_gemm_split(int M, int N, int K, int *tiles) {
-    double flops = 2.0 * M * (double)N * K;
     int by_rows = M >= N;
     if ((double)K >= 8.0 * M && (double)K >= 8.0 * N) by_rows = 0;
-    int extent = by_rows ? M : N;
-    *tiles = extent >= 2048 ? 4 : extent >= 256 ? 2 : 1;
-    if (flops < 4.0e6) *tiles = 1;
+    *tiles = nn_gemm_tiles(M, N, K, by_rows);
     return by_rows;
 }
 

@@ -349,7 +349,7 @@ static mtc_result_t lowp_entry_tiles(nn_lowp *lp, const lowp_key *k, lowp_entry 
     int tiles, by_rows = nn_gemm_split(k->M, k->N, k->K, &tiles), extent;
     if (packed && !by_rows) { /* the tiles share the packed B whole: row blocks */
         by_rows = 1;
-        tiles = k->M >= 2048 ? 4 : k->M >= 256 ? 2 : 1;
+        tiles = nn_gemm_tiles(k->M, k->N, k->K, 1);
     }
     extent = by_rows ? k->M : k->N;
     e->key = *k;
