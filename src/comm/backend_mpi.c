@@ -333,6 +333,7 @@ static void mpi_leave(comm_backend *be, comm_group *g, const comm_call *call) {
 }
 
 static void mpi_abort(comm_backend *be, mtc_result_t rc, const char *msg) {
+    comm_mpi_watch_farewell(rc ? rc : MTC_ERR_REMOTE);
     fprintf(stderr, "mtc: rank %d%s failed with %s: %s\nmtc: aborting the MPI job\n",
             be->world_rank, comm_mpi_host_note(be->world_rank), mtc_result_name(rc),
             msg ? msg : "");

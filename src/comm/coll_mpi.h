@@ -1,6 +1,7 @@
 /* comm/coll_mpi.h - internals shared by backend_mpi.c (groups, p2p, checks)
  * and coll_mpi.c (MPI's own collectives as the "native" algorithm).
- * Not a public header: only the *_mpi.c files of comm/ include it. */
+ * Not a public header: only the *_mpi.c files of comm/ include it, and
+ * tests/mpi/mpi_errors.c (its "gone" case sends the farewell itself). */
 #ifndef MTC_COMM_COLL_MPI_H
 #define MTC_COMM_COLL_MPI_H
 
@@ -39,6 +40,10 @@ mtc_result_t coll_mpi_wait(comm_group *g, MPI_Request *req, const char *what, si
  * indices of g) to buf. */
 mtc_result_t comm_mpi_watch_start(comm_backend *be);
 void comm_mpi_watch_stop(void);
+/* Before MPI_Abort: tell the other ranks this one ends the job with rc, so
+ * a peer that asks it after it is gone reads "has failed already" instead
+ * of "does not answer". */
+void comm_mpi_watch_farewell(mtc_result_t rc);
 void comm_mpi_watch_diagnose(const comm_group *g, const comm_call *mine, const int *peers,
                              int npeers, char *buf, size_t len);
 

@@ -21,7 +21,15 @@
  *
  * Relies on MPI_THREAD_MULTIPLE and a private duplicate of MPI_COMM_WORLD
  * (so nothing here matches a collective's messages), and on the wait
- * record (watchdog.h) the backend's waits keep. Limitations: a peer whose
+ * record (watchdog.h) the backend's waits keep.
+ *
+ * A rank that ends the job (its rank function failed, or it is stuck)
+ * first sends every other rank a farewell (tag F: its result) and waits
+ * briefly for the sends to complete: MPI_Abort kills the processes a while
+ * later, and a peer that times out meanwhile and asks a rank already gone
+ * would otherwise get no answer and blame it. An asker takes a farewell as
+ * the answer "has failed already"; it is kept (W.gone), so a later ask of
+ * the same rank sees it too. Limitations: a peer whose
  * answer takes longer than WATCH_ASK_NS (a heavily loaded node) is called
  * unresponsive; one process has one mpi backend, so the state is static. */
 #include <pthread.h>
@@ -38,8 +46,10 @@
 
 #define TAG_Q 11
 #define TAG_A 12
+#define TAG_F 13
 #define WATCH_POLL_NS (5ull * 1000 * 1000)
 #define WATCH_ASK_NS (700ull * 1000 * 1000)
+#define WATCH_FAREWELL_NS (300ull * 1000 * 1000)
 #define WATCH_MAGIC 0x6d7463
 
 enum { ANS_RUNNING = 0, ANS_WAITING, ANS_TIMED_OUT, ANS_RETURNED };
@@ -58,6 +68,7 @@ static struct {
     watch_answer *ans; /* one outgoing answer per asking rank */
     MPI_Request *areq; /* its send */
     int query[2];      /* what this rank sends when it asks */
+    int *gone;         /* per world rank: its farewell's result, 0 while none came */
 } W = {.comm = MPI_COMM_NULL};
 
 static void fill_answer(watch_answer *a) {
@@ -90,6 +101,7 @@ static void check_self(void) {
              "rank %d%s is stuck: it %s, %.0f s past the deadline, in a wait that did not end by "
              "itself; aborting the MPI job",
              W.be->world_rank, comm_mpi_host_note(W.be->world_rank), d, COMM_WATCH_GRACE_S);
+    comm_mpi_watch_farewell(MTC_ERR_TIMEOUT);
     comm_watch_fire(MTC_ERR_TIMEOUT, report, W.be->abort_hook, W.be->abort_arg);
     MPI_Abort(MPI_COMM_WORLD, (int)MTC_ERR_TIMEOUT);
 }
@@ -136,7 +148,8 @@ mtc_result_t comm_mpi_watch_start(comm_backend *be) {
     W.query[0] = WATCH_MAGIC, W.query[1] = be->world_rank;
     W.ans = calloc((size_t)W.n, sizeof *W.ans);
     W.areq = malloc((size_t)W.n * sizeof *W.areq);
-    if (!W.ans || !W.areq) {
+    W.gone = calloc((size_t)W.n, sizeof *W.gone);
+    if (!W.ans || !W.areq || !W.gone) {
         comm_mpi_watch_stop();
         return mtc_error(MTC_ERR_OUT_OF_MEMORY, "mpi backend: no memory for the watchdog");
     }
@@ -161,10 +174,49 @@ void comm_mpi_watch_stop(void) {
             if (W.areq[i] != MPI_REQUEST_NULL) MPI_Request_free(&W.areq[i]);
     free(W.ans);
     free(W.areq);
+    free(W.gone);
     W.ans = NULL;
     W.areq = NULL;
+    W.gone = NULL;
     if (W.comm != MPI_COMM_NULL) MPI_Comm_free(&W.comm);
     W.comm = MPI_COMM_NULL;
+}
+
+/* Tell every other rank this one is ending the job with rc; wait up to
+ * WATCH_FAREWELL_NS for the sends to leave (small messages: eager). */
+void comm_mpi_watch_farewell(mtc_result_t rc) {
+    static int note[3]; /* outlives a send we stop waiting for */
+    if (W.comm == MPI_COMM_NULL || rc == MTC_OK) return;
+    MPI_Request *req = malloc((size_t)W.n * sizeof *req);
+    if (!req) return;
+    note[0] = WATCH_MAGIC, note[1] = (int)rc, note[2] = W.be->world_rank;
+    for (int i = 0; i < W.n; i++) {
+        req[i] = MPI_REQUEST_NULL;
+        if (i != W.be->world_rank) MPI_Isend(note, 3, MPI_INT, i, TAG_F, W.comm, &req[i]);
+    }
+    uint64_t t0 = mtc_time_ns();
+    int done = 0;
+    while (!done && mtc_time_ns() - t0 < WATCH_FAREWELL_NS) {
+        if (MPI_Testall(W.n, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+        if (!done) {
+            struct timespec nap = {0, 1000000L};
+            nanosleep(&nap, NULL);
+        }
+    }
+    for (int i = 0; i < W.n; i++)
+        if (req[i] != MPI_REQUEST_NULL) MPI_Request_free(&req[i]);
+    free(req);
+}
+
+/* World rank w's farewell, if one came: its result (nonzero), else 0. */
+static int farewell_of(int w) {
+    if (W.gone[w]) return W.gone[w];
+    int flag = 0, note[3];
+    if (MPI_Iprobe(w, TAG_F, W.comm, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag &&
+        MPI_Recv(note, 3, MPI_INT, w, TAG_F, W.comm, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+        note[0] == WATCH_MAGIC && note[1] != MTC_OK)
+        W.gone[w] = note[1];
+    return W.gone[w];
 }
 
 /* ---- asking ------------------------------------------------------------------ */
@@ -189,9 +241,14 @@ static void ask(const int *world, int n, watch_answer *ans, int *got) {
     for (int left = n; left > 0 && mtc_time_ns() - t0 < WATCH_ASK_NS;) {
         for (int i = 0; i < n; i++) {
             int done = 0;
-            if (req[i] != MPI_REQUEST_NULL &&
-                MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+            if (req[i] == MPI_REQUEST_NULL) continue;
+            if (MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
                 left--;
+            else if (farewell_of(world[i])) { /* it ends the job: answered below */
+                MPI_Cancel(&req[i]);
+                MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+                left--;
+            }
         }
         if (left) comm_backoff_pause(&bo);
     }
@@ -200,6 +257,11 @@ static void ask(const int *world, int n, watch_answer *ans, int *got) {
         if (!got[i]) {
             MPI_Cancel(&req[i]);
             MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+        }
+        int rc = farewell_of(world[i]); /* it ends the job: that is its answer */
+        if (rc) {
+            memset(&ans[i], 0, sizeof ans[i]);
+            ans[i].state = ANS_RETURNED, ans[i].root = rc, got[i] = 1;
         }
         if (req[n + i] != MPI_REQUEST_NULL) MPI_Request_free(&req[n + i]);
     }

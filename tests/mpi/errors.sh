@@ -3,7 +3,7 @@
 # must end (not hang) with a non-zero status and a report naming the
 # problem; a correct job must exit 0. Each run is bounded by `timeout`
 # (60 s, then SIGKILL to mpirun and its rank processes: timeout signals its
-# whole process group), so the 8 runs end well inside ctest's 600 s even
+# whole process group), so the 10 runs end well inside ctest's 600 s even
 # when mpirun or MPI_Finalize/MPI_Abort hangs on a loaded machine; the
 # ranks' own collective timeout is 2 s (mpi_errors.c's launch options,
 # which take precedence over MTC_COMM_TIMEOUT).
@@ -49,4 +49,12 @@ run 2 timeout 1 "timeout in WORLD (seq 2)"
 run 4 timeout 1 "waited in all_reduce(count=8, f32, sum) for"
 run 2 dies 1 ""
 run 4 dies 1 ""
+# a rank that said farewell and went silent is not blamed: its peers read
+# its farewell instead of its (absent) answer
+for np in 2 4; do
+    run $np gone 1 "rank $((np - 1)) has failed already (INTERNAL)"
+    if grep -q "does not answer\|it is the cause" "$OUT"; then
+        echo "FAIL: gone (np $np): a report blames a rank"; sed 's/^/    | /' "$OUT" | head -20; status=1
+    fi
+done
 exit $status

@@ -9,12 +9,19 @@
  *             "timeout in WORLD" naming the rank waited for (timeout 2 s).
  *   dies      the last rank exits in the middle of the job while the others
  *             wait in a collective: mpirun must end the job.
+ *   gone      the last rank ends the job as a failing rank does (its
+ *             farewell to the others) but stays silent for 5 s first, its
+ *             watchdog stopped, as a rank whose process MPI_Abort already
+ *             took: the others time out waiting for it and their reports
+ *             must say it "has failed already", not blame it.
  *   ok        a few correct collectives (the control: exit status 0).
  * Relies on mtc_launch choosing the mpi backend under mpirun. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "comm/coll_mpi.h" /* the farewell and the watchdog, for "gone" */
 #include "comm/comm.h"
 
 static const char *mode;
@@ -34,6 +41,15 @@ static mtc_result_t rank_fn(mtc_comm_t world, void *arg) {
         if (r == p - 1) {
             fprintf(stderr, "rank %d: exiting on purpose\n", r);
             exit(3);
+        }
+        return mtc_all_reduce(buf, buf, 8, MTC_DTYPE_F32, MTC_OP_SUM, world);
+    }
+    if (!strcmp(mode, "gone")) {
+        if (r == p - 1) {
+            comm_mpi_watch_farewell(MTC_ERR_INTERNAL);
+            comm_mpi_watch_stop();
+            nanosleep(&(struct timespec){5, 0}, NULL);
+            return mtc_error(MTC_ERR_INTERNAL, "rank %d: failing on purpose", r);
         }
         return mtc_all_reduce(buf, buf, 8, MTC_DTYPE_F32, MTC_OP_SUM, world);
     }
