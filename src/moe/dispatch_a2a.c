@@ -182,12 +182,8 @@ mtc_result_t moe_a2a_forward(float *out, moe_acts *a, const float *in, const moe
     /* comm: all-to-all-v(EP) of the outputs back to their tokens' ranks */
     MTC_CHECK(a2a_v(pass, s->g1, sp.rcb, sp.rdb, s->g2, sp.scb, sp.sdb));
     memset(out, 0, (size_t)N * C * sizeof(float));
-    for (int q = 0; q < Ml; q++) { /* unpermute: a token's rows in expert order */
-        float *o = out + (size_t)(a->perm_tok[q] - base) * C;
-        const float *y = s->g2 + (size_t)q * C;
-        for (int c = 0; c < C; c++)
-            o[c] += y[c];
-    }
+    /* unpermute: a token's rows in expert order */
+    moe_scatter_add(pass->pool, out, s->g2, C, a->perm_tok, base, Ml, C);
     return MTC_OK;
 }
 
@@ -199,7 +195,7 @@ mtc_result_t moe_a2a_backward(float *din, float *dprobs, const moe_weights *dw, 
     int El = E / g.Pe, e0 = g.re * El, N = a->h->N, Ml = a->h->Ml, Mg = a->h->M;
     int base = (pass->tpep ? mtc_comm_rank(pass->tpep) : g.re) * N;
     a2a_splits sp = splits(s->tmp, a->cnt_all, g.Pt, g.rt, g.Pe, g.re, E, W, C);
-    moe_gather_rows(s->g1, dout, a->perm_tok, base, Ml, C);
+    moe_gather_rows(pass->pool, s->g1, dout, a->perm_tok, base, Ml, C);
     /* comm: all-to-all-v(EP) of d(out) to the experts' ranks, all-gather-v(ETP) */
     MTC_CHECK(a2a_v(pass, s->g1, sp.scb, sp.sdb, s->g2, sp.rcb, sp.rdb));
     MTC_CHECK(etp_gather(pass, s->g2, s->g1, sp.tc, sp.tcd, g.rt));
@@ -218,12 +214,9 @@ mtc_result_t moe_a2a_backward(float *din, float *dprobs, const moe_weights *dw, 
     MTC_CHECK(a2a_v(pass, s->g1, sp.rc, sp.rd, s->g2, sp.sc, sp.sd));
     memset(din, 0, (size_t)N * C * sizeof(float));
     memset(dprobs, 0, (size_t)N * k * sizeof(float));
-    for (int q = 0; q < Ml; q++) {
-        float *o = din + (size_t)(a->perm_tok[q] - base) * C;
-        const float *gr = s->g2 + (size_t)q * W;
-        for (int c = 0; c < C; c++)
-            o[c] += gr[c];
-        if (a->perm_sel[q] >= 0) dprobs[a->perm_sel[q] - (size_t)base * k] = gr[C];
-    }
+    moe_scatter_add(pass->pool, din, s->g2, W, a->perm_tok, base, Ml, C);
+    for (int q = 0; q < Ml; q++)
+        if (a->perm_sel[q] >= 0)
+            dprobs[a->perm_sel[q] - (size_t)base * k] = s->g2[(size_t)q * W + C];
     return MTC_OK;
 }

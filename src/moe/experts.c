@@ -17,6 +17,7 @@
 #include "moe/moe_internal.h"
 #include "nn/llama.h"
 #include "nn/lowp.h"
+#include "nn/nn_internal.h"
 
 /* ---- blocked GEMMs ------------------------------------------------------------------ */
 
@@ -26,11 +27,18 @@ typedef struct {
     float *sa, *sc; /* (MOE_BLOCK, max(C, F1)) each */
 } gx;
 
+/* C = op(A) op(B) (+ bias, a row vector) + beta C */
 static mtc_result_t gx_gemm(const gx *g, int tA, int tB, int M, int N, int K, const float *A,
-                            int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                            int lda, const float *B, int ldb, const float *bias, float beta,
+                            float *C, int ldc) {
     if (g->lp)
         return nn_lowp_gemm(g->pool, g->lp, MTC_DTYPE_F32, MTC_DTYPE_F32, tA, tB, M, N, K, 1.0f, A,
-                            lda, B, ldb, NULL, beta, C, ldc);
+                            lda, B, ldb, bias, beta, C, ldc);
+    if (bias) { /* C starts as the bias rows, and BLAS adds the product */
+        for (int r = 0; r < M; r++)
+            memcpy(C + (size_t)r * ldc, bias, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
     nn_sgemm(g->pool, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
     return MTC_OK;
 }
@@ -46,24 +54,33 @@ int moe_gemm_rows(int rows, int blocked, int *calls) {
 }
 
 /* Y (c, N) = X (c, K) op(W) + beta Y; W (OUT, IN) row-major as nn.Linear,
- * op = transpose when tW (forward: K = IN) or not (data gradient: N = IN). */
-static mtc_result_t gx_rows(const gx *g, int c, int K, int N, const float *X, const float *W,
-                            int tW, float beta, float *Y) {
+ * op = transpose when tW (forward: K = IN) or not (data gradient: N = IN).
+ * X and Y hold `avail` >= c rows from here; the rows past c belong to the
+ * experts after this one, X's are only read and Y's are written after this
+ * call. So a padded last block that fits in `avail` runs in place: its
+ * padding rows read the next expert's X and write its Y, which that expert
+ * overwrites (a matmul's row depends on its own row of X only). Only a
+ * block that would run past `avail` is copied to the stage. */
+static mtc_result_t gx_rows(const gx *g, int c, int avail, int K, int N, const float *X,
+                            const float *W, int tW, const float *bias, float beta, float *Y) {
     int ldw = tW ? K : N, r = 0;
     if (c <= 0) return MTC_OK;
-    if (!g->lp) return gx_gemm(g, 0, tW, c, N, K, X, K, W, ldw, beta, Y, N);
+    if (!g->lp) return gx_gemm(g, 0, tW, c, N, K, X, K, W, ldw, bias, beta, Y, N);
     for (; r + MOE_BLOCK <= c; r += MOE_BLOCK)
-        MTC_CHECK(gx_gemm(g, 0, tW, MOE_BLOCK, N, K, X + (size_t)r * K, K, W, ldw, beta,
+        MTC_CHECK(gx_gemm(g, 0, tW, MOE_BLOCK, N, K, X + (size_t)r * K, K, W, ldw, bias, beta,
                           Y + (size_t)r * N, N));
     int t = c - r, tp = pad_rows(t);
     if (!t) return MTC_OK;
+    if (r + tp <= avail)
+        return gx_gemm(g, 0, tW, tp, N, K, X + (size_t)r * K, K, W, ldw, bias, beta,
+                       Y + (size_t)r * N, N);
     memcpy(g->sa, X + (size_t)r * K, (size_t)t * K * sizeof(float));
     memset(g->sa + (size_t)t * K, 0, (size_t)(tp - t) * K * sizeof(float));
     if (beta != 0.0f) { /* the padding rows start at zero too: no stale values in the sums */
         memcpy(g->sc, Y + (size_t)r * N, (size_t)t * N * sizeof(float));
         memset(g->sc + (size_t)t * N, 0, (size_t)(tp - t) * N * sizeof(float));
     }
-    MTC_CHECK(gx_gemm(g, 0, tW, tp, N, K, g->sa, K, W, ldw, beta, g->sc, N));
+    MTC_CHECK(gx_gemm(g, 0, tW, tp, N, K, g->sa, K, W, ldw, bias, beta, g->sc, N));
     memcpy(Y + (size_t)r * N, g->sc, (size_t)t * N * sizeof(float));
     return MTC_OK;
 }
@@ -73,17 +90,17 @@ static mtc_result_t gx_weight(const gx *g, int c, int OUT, int IN, const float *
                               float *dW) {
     int r = 0;
     if (c <= 0) return MTC_OK;
-    if (!g->lp) return gx_gemm(g, 1, 0, OUT, IN, c, D, OUT, X, IN, 1.0f, dW, IN);
+    if (!g->lp) return gx_gemm(g, 1, 0, OUT, IN, c, D, OUT, X, IN, NULL, 1.0f, dW, IN);
     for (; r + MOE_BLOCK <= c; r += MOE_BLOCK)
         MTC_CHECK(gx_gemm(g, 1, 0, OUT, IN, MOE_BLOCK, D + (size_t)r * OUT, OUT, X + (size_t)r * IN,
-                          IN, 1.0f, dW, IN));
+                          IN, NULL, 1.0f, dW, IN));
     int t = c - r, tp = pad_rows(t);
     if (!t) return MTC_OK;
     memcpy(g->sa, D + (size_t)r * OUT, (size_t)t * OUT * sizeof(float));
     memset(g->sa + (size_t)t * OUT, 0, (size_t)(tp - t) * OUT * sizeof(float));
     memcpy(g->sc, X + (size_t)r * IN, (size_t)t * IN * sizeof(float));
     memset(g->sc + (size_t)t * IN, 0, (size_t)(tp - t) * IN * sizeof(float));
-    return gx_gemm(g, 1, 0, OUT, IN, tp, g->sa, OUT, g->sc, IN, 1.0f, dW, IN);
+    return gx_gemm(g, 1, 0, OUT, IN, tp, g->sa, OUT, g->sc, IN, NULL, 1.0f, dW, IN);
 }
 
 static gx gx_make(nn_pool *pool, float *stage, const moe_dims *d) {
@@ -175,6 +192,61 @@ static void moe_rows_run(nn_pool *pool, moe_rows_job *j) {
     nn_pool_run(pool, j->tiles, moe_rows_tile, j);
 }
 
+/* ---- row passes on the pool --------------------------------------------------------
+ * Gathers and fills split the rows, sums split the columns: every element
+ * sees the serial loop's operations in its order, so the bits are the
+ * serial loop's whatever the split. */
+enum { PASS_GATHER, PASS_SCATTER_ADD, PASS_COLSUM, PASS_FILL_SCALED };
+
+typedef struct {
+    float *dst;
+    const float *src, *scale; /* scale: per row (COLSUM, FILL_SCALED), NULL = 1 */
+    const int *tok;
+    int base, M, W, lds, mode, tiles;
+} row_pass;
+
+static void row_pass_tile(int i, void *vp) {
+    const row_pass *j = vp;
+    size_t lo, hi;
+    if (j->mode == PASS_GATHER || j->mode == PASS_FILL_SCALED) {
+        nn_split_range((size_t)j->M, j->tiles, i, 1, &lo, &hi);
+        for (size_t r = lo; r < hi; r++) {
+            float *d = j->dst + r * (size_t)j->W;
+            if (j->mode == PASS_GATHER) {
+                memcpy(d, j->src + (size_t)(j->tok[r] - j->base) * j->W,
+                       (size_t)j->W * sizeof(float));
+                continue;
+            }
+            for (int c = 0; c < j->W; c++) /* o = b2 * p */
+                d[c] = j->src[c] * j->scale[r];
+        }
+        return;
+    }
+    nn_split_range((size_t)j->W, j->tiles, i, 16, &lo, &hi);
+    for (int q = 0; q < j->M; q++) {
+        const float *x = j->src + (size_t)q * j->lds;
+        if (j->mode == PASS_SCATTER_ADD) {
+            float *o = j->dst + (size_t)(j->tok[q] - j->base) * j->W;
+            for (size_t c = lo; c < hi; c++)
+                o[c] += x[c];
+        } else if (j->scale) {
+            float p = j->scale[q];
+            for (size_t c = lo; c < hi; c++)
+                j->dst[c] += p * x[c];
+        } else {
+            for (size_t c = lo; c < hi; c++)
+                j->dst[c] += x[c];
+        }
+    }
+}
+
+static void row_pass_run(nn_pool *pool, row_pass j) {
+    if (j.M <= 0 || j.W <= 0) return;
+    int by_rows = j.mode == PASS_GATHER || j.mode == PASS_FILL_SCALED;
+    j.tiles = by_rows ? nn_split_count((size_t)j.M, 64) : nn_split_count((size_t)j.W, 64);
+    nn_pool_run(pool, j.tiles, row_pass_tile, &j);
+}
+
 /* ---- the experts -------------------------------------------------------------------- */
 
 void moe_experts_act(nn_pool *pool, float *fchg, const float *fch, int M, const moe_dims *d) {
@@ -192,12 +264,8 @@ mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fch
     gx g = gx_make(pool, stage, d);
     for (int e = 0, off = 0; e < El; off += counts[e], e++) { /* fch = xp W1^T + b1 */
         const float *b = d->bias ? w->fc1b[e0 + e] : NULL;
-        float *h = fch + (size_t)off * F1;
-        if (b)
-            for (int q = 0; q < counts[e]; q++)
-                memcpy(h + (size_t)q * F1, b, (size_t)F1 * sizeof(float));
-        MTC_CHECK(gx_rows(&g, counts[e], C, F1, xp + (size_t)off * C, w->fc1w[e0 + e], 1,
-                          b ? 1.0f : 0.0f, h));
+        MTC_CHECK(gx_rows(&g, counts[e], M - off, C, F1, xp + (size_t)off * C, w->fc1w[e0 + e], 1,
+                          b, 0.0f, fch + (size_t)off * F1));
     }
     moe_experts_act(pool, fchg, fch, M, d);
     moe_rows_job rj = {.z = z, .fchg = fchg, .prow = prow, .M = M, .F = F}; /* z = fchg * p */
@@ -206,11 +274,14 @@ mtc_result_t moe_experts_forward(nn_pool *pool, float *y, float *fch, float *fch
         const float *b = d->bias ? w->fc2b[e0 + e] : NULL;
         float *o = y + (size_t)off * C;
         if (b)
-            for (int q = 0; q < counts[e]; q++)
-                for (int c = 0; c < C; c++)
-                    o[(size_t)q * C + c] = b[c] * prow[off + q];
-        MTC_CHECK(gx_rows(&g, counts[e], F, C, z + (size_t)off * F, w->fc2w[e0 + e], 1,
-                          b ? 1.0f : 0.0f, o));
+            row_pass_run(pool, (row_pass){.dst = o,
+                                          .src = b,
+                                          .scale = prow + off,
+                                          .M = counts[e],
+                                          .W = C,
+                                          .mode = PASS_FILL_SCALED});
+        MTC_CHECK(gx_rows(&g, counts[e], M - off, F, C, z + (size_t)off * F, w->fc2w[e0 + e], 1,
+                          NULL, b ? 1.0f : 0.0f, o));
     }
     return MTC_OK;
 }
@@ -226,26 +297,22 @@ mtc_result_t moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const
     moe_rows_run(pool, &zj);
     /* fc2: dz = dy W2; dW2 += dy^T z; db2 += sum prob * dy */
     for (int e = 0, off = 0; e < El; off += counts[e], e++) {
-        MTC_CHECK(gx_rows(&g, counts[e], C, F, dy + (size_t)off * C, w->fc2w[e0 + e], 0, 0.0f,
-                          dz + (size_t)off * F));
+        MTC_CHECK(gx_rows(&g, counts[e], M - off, C, F, dy + (size_t)off * C, w->fc2w[e0 + e], 0,
+                          NULL, 0.0f, dz + (size_t)off * F));
         if (dw->fc2w[e0 + e])
             MTC_CHECK(gx_weight(&g, counts[e], C, F, dy + (size_t)off * C, z + (size_t)off * F,
                                 dw->fc2w[e0 + e]));
     }
-    /* db2 += sum prob * dy (rows in order: lanes are columns) */
+    /* db2 += sum prob * dy (rows in order) */
     for (int e = 0, r0 = 0; d->bias && e < El; r0 += counts[e], e++)
-        if (w->fc2b[e0 + e])
-            for (int q = r0; q < r0 + counts[e]; q++) {
-                const float *gq = dy + (size_t)q * C;
-                float *db = dw->fc2b[e0 + e];
-                moe_v8 pv = {prow[q], prow[q], prow[q], prow[q],
-                             prow[q], prow[q], prow[q], prow[q]};
-                int c = 0;
-                for (; c + 8 <= C; c += 8)
-                    MOE_ST(db + c, MOE_LD(db + c) + pv * MOE_LD(gq + c));
-                for (; c < C; c++)
-                    db[c] += prow[q] * gq[c];
-            }
+        if (dw->fc2b[e0 + e])
+            row_pass_run(pool, (row_pass){.dst = dw->fc2b[e0 + e],
+                                          .src = dy + (size_t)r0 * C,
+                                          .scale = prow + r0,
+                                          .M = counts[e],
+                                          .W = C,
+                                          .lds = C,
+                                          .mode = PASS_COLSUM});
     /* dprow = dz . fchg (+ dy . b2); dz *= prob */
     moe_rows_job bj = {.z = z,
                        .dz = dz,
@@ -269,22 +336,39 @@ mtc_result_t moe_experts_backward(nn_pool *pool, float *dxp, float *dprow, const
         nn_gelu_backward(pool, dh, fch, dz, (size_t)M * F);
     /* fc1: dxp = dh W1; dW1 += dh^T xp; db1 += sum dh */
     for (int e = 0, off = 0; e < El; off += counts[e], e++) {
-        MTC_CHECK(gx_rows(&g, counts[e], F1, C, dh + (size_t)off * F1, w->fc1w[e0 + e], 0, 0.0f,
-                          dxp + (size_t)off * C));
+        MTC_CHECK(gx_rows(&g, counts[e], M - off, F1, C, dh + (size_t)off * F1, w->fc1w[e0 + e], 0,
+                          NULL, 0.0f, dxp + (size_t)off * C));
         if (dw->fc1w[e0 + e])
             MTC_CHECK(gx_weight(&g, counts[e], F1, C, dh + (size_t)off * F1, xp + (size_t)off * C,
                                 dw->fc1w[e0 + e]));
     }
-    if (d->bias)
-        for (int e = 0, r0 = 0; e < El; r0 += counts[e], e++)
-            if (dw->fc1b[e0 + e])
-                for (int q = r0; q < r0 + counts[e]; q++)
-                    for (int f = 0; f < F1; f++)
-                        dw->fc1b[e0 + e][f] += dh[(size_t)q * F1 + f];
+    for (int e = 0, r0 = 0; d->bias && e < El; r0 += counts[e], e++) /* rows in order */
+        if (dw->fc1b[e0 + e])
+            row_pass_run(pool, (row_pass){.dst = dw->fc1b[e0 + e],
+                                          .src = dh + (size_t)r0 * F1,
+                                          .M = counts[e],
+                                          .W = F1,
+                                          .lds = F1,
+                                          .mode = PASS_COLSUM});
     return MTC_OK;
 }
 
-void moe_gather_rows(float *dst, const float *src, const int *tok, int base, int M, int W) {
-    for (int r = 0; r < M; r++)
-        memcpy(dst + (size_t)r * W, src + (size_t)(tok[r] - base) * W, (size_t)W * sizeof(float));
+void moe_gather_rows(nn_pool *pool, float *dst, const float *src, const int *tok, int base, int M,
+                     int W) {
+    row_pass_run(
+        pool,
+        (row_pass){
+            .dst = dst, .src = src, .tok = tok, .base = base, .M = M, .W = W, .mode = PASS_GATHER});
+}
+
+void moe_scatter_add(nn_pool *pool, float *dst, const float *src, int lds, const int *tok, int base,
+                     int M, int W) {
+    row_pass_run(pool, (row_pass){.dst = dst,
+                                  .src = src,
+                                  .tok = tok,
+                                  .base = base,
+                                  .M = M,
+                                  .W = W,
+                                  .lds = lds,
+                                  .mode = PASS_SCATTER_ADD});
 }

@@ -315,17 +315,12 @@ mtc_result_t moe_layer_forward(float *out, moe_acts *a, moe_stats *st, const flo
     int M = a->h->M = build_perm(a, m, d, N, P, e0, El);
     for (int q = 0; q < M; q++)
         s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
-    moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
+    moe_gather_rows(pool, s.xp, x, a->perm_tok, 0, M, C);
     MTC_CHECK(moe_experts_forward(pool, s.y, a->fch, a->fchg, s.z, s.stage, s.xp, s.prow, a->counts,
                                   El, e0, w, d, M));
     float *yg = P > 1 ? s.g1 : out; /* unpermute: each token's outputs summed in expert order */
     memset(yg, 0, (size_t)Ng * C * sizeof(float));
-    for (int q = 0; q < M; q++) {
-        float *o = yg + (size_t)a->perm_tok[q] * C;
-        const float *y = s.y + (size_t)q * C;
-        for (int c = 0; c < C; c++)
-            o[c] += y[c];
-    }
+    moe_scatter_add(pool, yg, s.y, C, a->perm_tok, 0, M, C);
     /* comm: reduce-scatter(ETP x EP): each rank's tokens summed over the ranks'
      * experts and, with etp > 1, over the row-parallel fc2's partial sums */
     if (P > 1) MTC_CHECK(mtc_reduce_scatter(yg, out, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, g));
@@ -355,8 +350,8 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
         }
         for (int q = 0; q < M; q++)
             s.prow[q] = a->perm_sel[q] >= 0 ? a->probs[a->perm_sel[q]] : 0.0f;
-        moe_gather_rows(s.y, dyg, a->perm_tok, 0, M, C); /* dy of each permuted row */
-        moe_gather_rows(s.xp, x, a->perm_tok, 0, M, C);
+        moe_gather_rows(pool, s.y, dyg, a->perm_tok, 0, M, C); /* dy of each permuted row */
+        moe_gather_rows(pool, s.xp, x, a->perm_tok, 0, M, C);
         float *dprow = s.dprow;
         if (m->recompute_act) moe_experts_act(pool, a->fchg, a->fch, M, d); /* moe_act */
         MTC_CHECK(moe_experts_backward(pool, s.dx, dprow, s.y, s.xp, a->fch, a->fchg, s.prow,
@@ -366,12 +361,7 @@ mtc_result_t moe_layer_backward(float *din, const moe_weights *dw, const float *
             if (a->perm_sel[q] >= 0) s.dprobs[a->perm_sel[q]] = dprow[q];
         float *dxg = P > 1 ? s.g2 : din;
         memset(dxg, 0, (size_t)Ng * C * sizeof(float));
-        for (int q = 0; q < M; q++) {
-            float *o = dxg + (size_t)a->perm_tok[q] * C;
-            const float *dx = s.dx + (size_t)q * C;
-            for (int c = 0; c < C; c++)
-                o[c] += dx[c];
-        }
+        moe_scatter_add(pool, dxg, s.dx, C, a->perm_tok, 0, M, C);
         if (P > 1) { /* comm: reduce-scatter(ETP x EP) of d(tokens) and d(probs) */
             MTC_CHECK(mtc_reduce_scatter(dxg, din, (size_t)N * C, MTC_DTYPE_F32, MTC_OP_SUM, g));
             MTC_CHECK(

@@ -25,8 +25,13 @@ moe_scratch moe_carve(float *base, const mtc_moe_config *m, const moe_dims *d, i
  * appended at perm[M...]; returns the new M. */
 int moe_perm_segment(moe_acts *a, const mtc_moe_config *m, const moe_dims *d, int e, int base,
                      int N, int M, int *count);
-/* dst (M, W) = rows tok[r] - base of src. */
-void moe_gather_rows(float *dst, const float *src, const int *tok, int base, int M, int W);
+/* dst (M, W) = rows tok[r] - base of src, on the pool. */
+void moe_gather_rows(nn_pool *pool, float *dst, const float *src, const int *tok, int base, int M,
+                     int W);
+/* Rows tok[q] - base of dst (., W) += row q of src (M, stride lds), q in
+ * order (a token's rows in expert order), on the pool by columns. */
+void moe_scatter_add(nn_pool *pool, float *dst, const float *src, int lds, const int *tok, int base,
+                     int M, int W);
 
 /* The experts' GEMMs go in blocks of MOE_BLOCK rows of an expert, the last
  * one padded to a multiple of MOE_PAD rows (experts.c). */
