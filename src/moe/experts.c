@@ -217,33 +217,41 @@ static void row_pass_tile(int i, void *vp) {
                        (size_t)j->W * sizeof(float));
                 continue;
             }
-            for (int c = 0; c < j->W; c++) /* o = b2 * p */
+            nn_v8 pv = NN_V8_SET1(j->scale[r]); /* o = b2 * p */
+            int c = 0;
+            for (; c + 8 <= j->W; c += 8)
+                NN_V8_ST(d + c, NN_V8_LD(j->src + c) * pv);
+            for (; c < j->W; c++)
                 d[c] = j->src[c] * j->scale[r];
         }
         return;
     }
     nn_split_range((size_t)j->W, j->tiles, i, 16, &lo, &hi);
-    for (int q = 0; q < j->M; q++) {
+    for (int q = 0; q < j->M; q++) { /* lanes are columns: the serial loop's operations */
         const float *x = j->src + (size_t)q * j->lds;
-        if (j->mode == PASS_SCATTER_ADD) {
-            float *o = j->dst + (size_t)(j->tok[q] - j->base) * j->W;
-            for (size_t c = lo; c < hi; c++)
-                o[c] += x[c];
-        } else if (j->scale) {
+        float *o =
+            j->mode == PASS_SCATTER_ADD ? j->dst + (size_t)(j->tok[q] - j->base) * j->W : j->dst;
+        size_t c = lo;
+        if (j->mode == PASS_COLSUM && j->scale) {
             float p = j->scale[q];
-            for (size_t c = lo; c < hi; c++)
-                j->dst[c] += p * x[c];
-        } else {
-            for (size_t c = lo; c < hi; c++)
-                j->dst[c] += x[c];
+            nn_v8 pv = NN_V8_SET1(p);
+            for (; c + 8 <= hi; c += 8)
+                NN_V8_ST(o + c, NN_V8_LD(o + c) + pv * NN_V8_LD(x + c));
+            for (; c < hi; c++)
+                o[c] += p * x[c];
+            continue;
         }
+        for (; c + 8 <= hi; c += 8)
+            NN_V8_ST(o + c, NN_V8_LD(o + c) + NN_V8_LD(x + c));
+        for (; c < hi; c++)
+            o[c] += x[c];
     }
 }
 
 static void row_pass_run(nn_pool *pool, row_pass j) {
     if (j.M <= 0 || j.W <= 0) return;
     int by_rows = j.mode == PASS_GATHER || j.mode == PASS_FILL_SCALED;
-    j.tiles = by_rows ? nn_split_count((size_t)j.M, 64) : nn_split_count((size_t)j.W, 64);
+    j.tiles = by_rows ? nn_split_count((size_t)j.M, 64) : nn_split_count((size_t)j.W, 128);
     nn_pool_run(pool, j.tiles, row_pass_tile, &j);
 }
 
