@@ -2,13 +2,13 @@
  * same GEMM as the dense MLP: oneDNN's matmul where mtc has it (nn_lowp),
  * OpenBLAS (nn_sgemm) otherwise. oneDNN caches one primitive per shape and
  * the experts' row counts change every step, so with oneDNN an expert's
- * rows go in blocks of MOE_BLOCK rows and its last block is padded (zero
- * rows, in the caller's stage buffer) to a multiple of MOE_PAD: a handful
- * of shapes per projection, made once. The weight gradient sums its blocks
- * in row order. Each GEMM is tiled over the pool by its shape only (nn/),
- * so the bits never depend on the number of threads. oneDNN 2.x has no
- * grouped matmul, hence a loop of these blocks rather than one call per
- * projection. An expert with no rows costs nothing.
+ * rows go in blocks of MOE_BLOCK rows and its last block is padded to a
+ * multiple of MOE_PAD rows: a handful of shapes per projection, made once.
+ * The padding rows are the next expert's where they fit (gx_rows), zero
+ * rows in the caller's stage buffer otherwise and always for the weight
+ * gradient, which sums its blocks in row order. Each GEMM is tiled over the pool by its shape only
+ * (nn/), so the bits never depend on the number of threads. oneDNN 2.x has no grouped matmul, hence
+ * a loop of these blocks rather than one call per projection. An expert with no rows costs nothing.
  * The router's probability multiplies after the activation and scales
  * fc2's bias: p * (fc2(act(fc1 x)) + b2), as Megatron's grouped MLP.
  * Does not communicate or allocate. */
@@ -120,26 +120,14 @@ size_t moe_stage_floats(const moe_dims *d) {
  * the probability gradient's dot adds exact float x float products in
  * double on 8 lanes summed in a fixed order: it differs from the serial
  * double sum by a few double ulps, far below the float it is rounded to. */
-typedef float moe_v8 __attribute__((vector_size(32)));
 typedef double moe_v8d __attribute__((vector_size(64)));
-#define MOE_LD(p)                                                                                  \
-    ({                                                                                             \
-        moe_v8 v_;                                                                                 \
-        memcpy(&v_, (p), sizeof v_);                                                               \
-        v_;                                                                                        \
-    })
-#define MOE_ST(p, v)                                                                               \
-    do {                                                                                           \
-        moe_v8 s_ = (v);                                                                           \
-        memcpy((p), &s_, sizeof s_);                                                               \
-    } while (0)
 
 /* y (n) = x (n) * p */
 static void moe_vscale(float *y, const float *x, float p, int n) {
-    moe_v8 pv = {p, p, p, p, p, p, p, p};
+    nn_v8 pv = NN_V8_SET1(p);
     int f = 0;
     for (; f + 8 <= n; f += 8)
-        MOE_ST(y + f, MOE_LD(x + f) * pv);
+        NN_V8_ST(y + f, NN_V8_LD(x + f) * pv);
     for (; f < n; f++)
         y[f] = x[f] * p;
 }
@@ -149,8 +137,8 @@ static double moe_ddot(const float *a, const float *b, int n) {
     moe_v8d acc = {0};
     int f = 0;
     for (; f + 8 <= n; f += 8)
-        acc += __builtin_convertvector(MOE_LD(a + f), moe_v8d) *
-               __builtin_convertvector(MOE_LD(b + f), moe_v8d);
+        acc += __builtin_convertvector(NN_V8_LD(a + f), moe_v8d) *
+               __builtin_convertvector(NN_V8_LD(b + f), moe_v8d);
     double s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
     for (; f < n; f++)
         s += (double)a[f] * b[f];

@@ -38,13 +38,13 @@ typedef int nn_v8i __attribute__((vector_size(32)));
         ((h8_[0] + h8_[4]) + (h8_[1] + h8_[5])) + ((h8_[2] + h8_[6]) + (h8_[3] + h8_[7]));         \
     })
 
-/* Number of ranges of about `grain` items that cover n items (>= 1). */
 /* How nn_sgemm and oneDNN's matmul cut C (M, N): returns 1 for row blocks,
  * 0 for column blocks, and sets *tiles; the shape alone decides (gemm.c). */
 int nn_gemm_split(int M, int N, int K, int *tiles);
 /* The block count of that rule for a cut by rows (by_rows) or columns. */
 int nn_gemm_tiles(int M, int N, int K, int by_rows);
 
+/* Number of ranges of about `grain` items that cover n items (>= 1). */
 static inline int nn_split_count(size_t n, size_t grain) {
     size_t k = (n + grain - 1) / grain;
     if (k < 1) k = 1;
