@@ -28,6 +28,7 @@
 
 #include <cjson/cJSON.h>
 #include "data/stream.h"
+#include "data/tok_bpe.h"
 #include "data/tok_ext.h"
 #include "data/tokenizer.h"
 
@@ -71,6 +72,40 @@ static int spelled(const data_tok *tok, int id, data_tok_text *t) {
     t->n = 0;
     if (n <= 0 || data_tok_gpt2_spell(b, (size_t)n, t) != MTC_OK) return -1;
     return 0;
+}
+
+/* A vocabulary object's keys: the first id of each spelling is the entry
+ * (a JSON object holds a key once). cJSON finds a key by a linear walk, which
+ * made GPT-2's 50257 entries quadratic (10 s an export); this set is an
+ * open-addressing table of the object's items over their keys' hashes. */
+typedef struct {
+    cJSON *obj;
+    const cJSON **slot;
+    size_t mask;
+} vocab_keys;
+
+static mtc_result_t vocab_keys_init(vocab_keys *k, cJSON *obj, int n) {
+    size_t cap = 16;
+    while (cap < 2 * (size_t)(n > 0 ? n : 1))
+        cap *= 2;
+    k->obj = obj, k->mask = cap - 1;
+    k->slot = calloc(cap, sizeof *k->slot);
+    return k->slot ? MTC_OK
+                   : mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing tokenizer.json");
+}
+
+/* key -> id unless the object has key already */
+static mtc_result_t vocab_keys_add(vocab_keys *k, const char *key, int id) {
+    size_t i = (size_t)tok_bpe_hash((const unsigned char *)key, strlen(key)) & k->mask;
+    for (; k->slot[i]; i = (i + 1) & k->mask)
+        if (strcmp(k->slot[i]->string, key) == 0) return MTC_OK;
+    cJSON *e = cJSON_CreateNumber(id);
+    if (!e || !cJSON_AddItemToObject(k->obj, key, e)) {
+        cJSON_Delete(e);
+        return mtc_error(MTC_ERR_OUT_OF_MEMORY, "out of memory writing tokenizer.json");
+    }
+    k->slot[i] = e;
+    return MTC_OK;
 }
 
 static cJSON *byte_level(int prefix_space) {
@@ -130,6 +165,8 @@ static mtc_result_t write_tokenizer_json(const data_tok *tok, const char *dir) {
     cJSON_AddBoolToObject(model, "byte_fallback", 0);
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
     cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+    vocab_keys keys = {0};
+    rc = vocab_keys_init(&keys, vocab, V);
     for (int id = 0; id < V && rc == MTC_OK; id++) {
         if (data_tok_is_added(tok, id)) {
             unsigned char scratch[8];
@@ -156,9 +193,9 @@ static mtc_result_t write_tokenizer_json(const data_tok *tok, const char *dir) {
             /* GPT-2's vocab.json also lists it (as "<|endoftext|>"): keep it there */
             if (tiktoken) continue;
         }
-        if (spelled(tok, id, &a) == 0 && !cJSON_GetObjectItemCaseSensitive(vocab, a.s))
-            cJSON_AddNumberToObject(vocab, a.s, id);
+        if (spelled(tok, id, &a) == 0) rc = vocab_keys_add(&keys, a.s, id);
     }
+    free(keys.slot);
     for (size_t k = 0; k < n_merges && rc == MTC_OK; k++) {
         if (spelled(tok, pairs[2 * k], &a) || spelled(tok, pairs[2 * k + 1], &b)) {
             rc = mtc_error(MTC_ERR_INTERNAL, "merge %zu names an id without bytes", k);
@@ -203,7 +240,9 @@ static mtc_result_t write_char_json(const data_tok *tok, const char *dir) {
     cJSON_AddBoolToObject(model, "byte_fallback", 0);
     cJSON *vocab = cJSON_CreateObject();
     char unk[8] = "";
-    for (int id = 0; id < data_tok_vocab_size(tok); id++) {
+    vocab_keys keys = {0};
+    mtc_result_t rc = vocab_keys_init(&keys, vocab, data_tok_vocab_size(tok));
+    for (int id = 0; id < data_tok_vocab_size(tok) && rc == MTC_OK; id++) {
         unsigned char scratch[8];
         const unsigned char *p;
         int n = data_tok_piece(tok, id, scratch, &p);
@@ -212,15 +251,16 @@ static mtc_result_t write_char_json(const data_tok *tok, const char *dir) {
         memcpy(ch, p, (size_t)n);
         ch[n] = 0;
         if (id == 0) memcpy(unk, ch, (size_t)n + 1);
-        if (!cJSON_GetObjectItemCaseSensitive(vocab, ch)) cJSON_AddNumberToObject(vocab, ch, id);
+        rc = vocab_keys_add(&keys, ch, id);
     }
+    free(keys.slot);
     if (unk[0])
         cJSON_AddStringToObject(model, "unk_token", unk);
     else
         cJSON_AddNullToObject(model, "unk_token");
     cJSON_AddItemToObject(model, "vocab", vocab);
     cJSON_AddArrayToObject(model, "merges");
-    mtc_result_t rc = write_json(dir, "tokenizer.json", root);
+    if (rc == MTC_OK) rc = write_json(dir, "tokenizer.json", root);
     cJSON_Delete(root);
     return rc;
 }
