@@ -570,8 +570,7 @@ static void gpt_lp_task(int i, void *arg) {
     if (m->main_sharded) {          /* params_c was gathered: only oneDNN's bf16 copy to make */
         if (m->params16) nn_f32_to_bf16(m->params16 + o, m->params_c + o, n);
     } else if (m->params16) { /* bf16 for oneDNN, and the same values in fp32 */
-        nn_f32_to_bf16(m->params16 + o, m->params + o, n);
-        nn_bf16_to_f32(m->params_c + o, m->params16 + o, n);
+        nn_f32_to_bf16_both(m->params16 + o, m->params_c + o, m->params + o, n);
     } else {
         memcpy(m->params_c + o, m->params + o, n * sizeof(float));
         if (m->precision == TP_PREC_BF16)
@@ -923,7 +922,9 @@ void mtc_model_init_params_ranges(mtc_model *m, uint64_t seed, const int64_t (*k
         }
 }
 
-void mtc_model_zero_grad(mtc_model *m) { memset(m->grads, 0, m->reg.total * sizeof(float)); }
+void mtc_model_zero_grad(mtc_model *m) {
+    nn_pool_zero(m->pool, m->grads, m->reg.total * sizeof(float));
+}
 
 size_t mtc_model_activation_bytes(const mtc_model *m) { return m->arena.high_water; }
 

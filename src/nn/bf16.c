@@ -54,6 +54,35 @@ void nn_f32_to_bf16(mtc_bf16 *out, const float *in, size_t n) {
         out[i] = mtc_f32_to_bf16(in[i]);
 }
 
+void nn_f32_to_bf16_both(mtc_bf16 *out16, float *out32, const float *in, size_t n) {
+    size_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+    for (; i + 32 <= n; i += 32) {
+        __m512i lo = _mm512_loadu_si512(in + i), hi = _mm512_loadu_si512(in + i + 16);
+        __mmask16 slo = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(lo, expo), lo, mant);
+        __mmask16 shi = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(hi, expo), hi, mant);
+        if (__builtin_expect((slo | shi) != 0, 0)) { /* subnormal lanes, as nn_f32_to_bf16 */
+            for (size_t k = i; k < i + 32; k++) {
+                out16[k] = mtc_f32_to_bf16(in[k]);
+                out32[k] = mtc_bf16_to_f32(out16[k]);
+            }
+            continue;
+        }
+        __m512i r = (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo));
+        _mm512_storeu_si512(out16 + i, r);
+        __m512i r0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(r));
+        __m512i r1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(r, 1));
+        _mm512_storeu_si512(out32 + i, _mm512_slli_epi32(r0, 16));
+        _mm512_storeu_si512(out32 + i + 16, _mm512_slli_epi32(r1, 16));
+    }
+#endif
+    for (; i < n; i++) {
+        out16[i] = mtc_f32_to_bf16(in[i]);
+        out32[i] = mtc_bf16_to_f32(out16[i]);
+    }
+}
+
 void nn_bf16_to_f32(float *out, const mtc_bf16 *in, size_t n) {
     size_t i = 0;
 #if defined(__AVX512F__)

@@ -52,6 +52,10 @@ typedef uint16_t nn_f16; /* IEEE binary16 bits */
 void nn_f32_to_bf16(mtc_bf16 *out, const float *in, size_t n);
 /* bf16 -> fp32, exact. */
 void nn_bf16_to_f32(float *out, const mtc_bf16 *in, size_t n);
+/* Both copies of a bf16 compute weight in one pass over in: out16 =
+ * nn_f32_to_bf16(in) and out32 = nn_bf16_to_f32(out16), the same bits as
+ * the two calls (the optimizer and the model refresh them every step). */
+void nn_f32_to_bf16_both(mtc_bf16 *out16, float *out32, const float *in, size_t n);
 /* fp32 -> fp16, round to nearest even; overflow to +-inf, subnormals kept,
  * NaN stays NaN (quiet). */
 void nn_f32_to_f16(nn_f16 *out, const float *in, size_t n);

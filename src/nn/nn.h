@@ -76,6 +76,9 @@ mtc_result_t nn_gemm_engine_measure(int threads, int rounds, double *gf_dnnl, do
  * inside a job, or while another thread's job holds the pool, runs inline.
  * Idle workers spin MTC_NN_SPIN_US microseconds (default 20) then sleep. */
 void nn_pool_run(nn_pool *pool, int n, void (*fn)(int i, void *arg), void *arg);
+/* memset(dst, 0, bytes) in pieces across the pool (a gradient buffer's
+ * zeroing is a pass over memory one thread cannot saturate). */
+void nn_pool_zero(nn_pool *pool, void *dst, size_t bytes);
 
 /* ---- GEMM ------------------------------------------------------------------ */
 

@@ -276,3 +276,21 @@ void nn_pool_run(nn_pool *p, int n, void (*fn)(int i, void *arg), void *arg) {
     pool_inside = 0;
     atomic_flag_clear_explicit(&p->busy, memory_order_release);
 }
+
+typedef struct {
+    char *dst;
+    size_t bytes;
+} pool_zero_job;
+
+#define POOL_ZERO_PIECE ((size_t)4 << 20)
+
+static void pool_zero_piece(int i, void *arg) {
+    pool_zero_job *j = arg;
+    size_t lo = (size_t)i * POOL_ZERO_PIECE;
+    memset(j->dst + lo, 0, j->bytes - lo < POOL_ZERO_PIECE ? j->bytes - lo : POOL_ZERO_PIECE);
+}
+
+void nn_pool_zero(nn_pool *p, void *dst, size_t bytes) {
+    pool_zero_job j = {dst, bytes};
+    nn_pool_run(p, (int)((bytes + POOL_ZERO_PIECE - 1) / POOL_ZERO_PIECE), pool_zero_piece, &j);
+}

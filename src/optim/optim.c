@@ -144,8 +144,8 @@ static void adamw_task(int i, void *arg) {
                            j->cfg->beta1, j->cfg->beta2, j->cfg->eps,
                            c->decay ? j->cfg->weight_decay : 0.0f, (int)j->opt->step);
     if (j->opt->copy16) {
-        nn_f32_to_bf16(j->opt->copy16 + c->offset, j->params + c->offset, c->n);
-        nn_bf16_to_f32(j->opt->copy_c + c->offset, j->opt->copy16 + c->offset, c->n);
+        nn_f32_to_bf16_both(j->opt->copy16 + c->offset, j->opt->copy_c + c->offset,
+                            j->params + c->offset, c->n);
     }
 }
 
