@@ -127,6 +127,24 @@ static inline void adamw8(float *param, const float *grad, float *m, float *v, _
     __m256 u = _mm256_div_ps(mh, _mm256_add_ps(_mm256_sqrt_ps(vh), eps));
     _mm256_storeu_ps(param, _mm256_fnmadd_ps(lr, _mm256_fmadd_ps(wd, p, u), p));
 }
+#if defined(__AVX512F__)
+/* adamw8's operations on 16 lanes (its divide and square root take as many
+ * cycles a vector at either width: the update is bound by them) */
+static inline void adamw16(float *param, const float *grad, float *m, float *v, __m512 gs,
+                           __m512 lr, __m512 b1, __m512 b2, __m512 eps, __m512 wd, __m512 ib1,
+                           __m512 ib2) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad), gs), p = _mm512_loadu_ps(param);
+    __m512 mk = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m), _mm512_mul_ps(_mm512_sub_ps(one, b1), g));
+    __m512 vk = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v),
+                                _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(one, b2), g), g));
+    _mm512_storeu_ps(m, mk);
+    _mm512_storeu_ps(v, vk);
+    __m512 mh = _mm512_mul_ps(mk, ib1), vh = _mm512_mul_ps(vk, ib2);
+    __m512 u = _mm512_div_ps(mh, _mm512_add_ps(_mm512_sqrt_ps(vh), eps));
+    _mm512_storeu_ps(param, _mm512_fnmadd_ps(lr, _mm512_fmadd_ps(wd, p, u), p));
+}
+#endif
 #endif
 
 void nn_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
@@ -148,6 +166,16 @@ void nn_adamw_update_scaled(float *param, const float *grad, float *m, float *v,
     __m256 vib1 = _mm256_set1_ps(ib1), vib2 = _mm256_set1_ps(ib2);
     __m256 vgs = _mm256_set1_ps(grad_scale);
     size_t k = 0;
+#if defined(__AVX512F__)
+    {
+        __m512 wlr = _mm512_set1_ps(lr), wb1 = _mm512_set1_ps(beta1), wb2 = _mm512_set1_ps(beta2);
+        __m512 weps = _mm512_set1_ps(eps), wwd = _mm512_set1_ps(weight_decay);
+        __m512 wib1 = _mm512_set1_ps(ib1), wib2 = _mm512_set1_ps(ib2);
+        __m512 wgs = _mm512_set1_ps(grad_scale);
+        for (; k + 16 <= n; k += 16)
+            adamw16(param + k, grad + k, m + k, v + k, wgs, wlr, wb1, wb2, weps, wwd, wib1, wib2);
+    }
+#endif
     for (; k + 8 <= n; k += 8)
         adamw8(param + k, grad + k, m + k, v + k, vgs, vlr, vb1, vb2, veps, vwd, vib1, vib2);
     if (k < n) { /* the tail through the same vector code, on padded copies */
