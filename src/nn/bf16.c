@@ -32,22 +32,32 @@ const char *nn_lowp_convert_isa(void) {
 #endif
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+/* The 32 bf16 values of in[0..32) into *r, or 0 when a lane is subnormal
+ * (exponent 0, mantissa not 0: the instruction would flush it, so the
+ * caller converts that block in integer arithmetic instead). */
+static inline int bf16_block32(const float *in, __m512i *r) {
+    const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+    __m512i lo = _mm512_loadu_si512(in), hi = _mm512_loadu_si512(in + 16);
+    __mmask16 slo = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(lo, expo), lo, mant);
+    __mmask16 shi = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(hi, expo), hi, mant);
+    if (__builtin_expect((slo | shi) != 0, 0)) return 0;
+    *r = (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo));
+    return 1;
+}
+#endif
+
 void nn_f32_to_bf16(mtc_bf16 *out, const float *in, size_t n) {
     size_t i = 0;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-    const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
     for (; i + 32 <= n; i += 32) {
-        __m512i lo = _mm512_loadu_si512(in + i), hi = _mm512_loadu_si512(in + i + 16);
-        /* subnormal lanes: exponent 0, mantissa not 0 */
-        __mmask16 slo = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(lo, expo), lo, mant);
-        __mmask16 shi = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(hi, expo), hi, mant);
-        if (__builtin_expect((slo | shi) != 0, 0)) {
-            for (size_t k = i; k < i + 32; k++)
-                out[k] = mtc_f32_to_bf16(in[k]);
+        __m512i r;
+        if (bf16_block32(in + i, &r)) {
+            _mm512_storeu_si512(out + i, r);
             continue;
         }
-        __m512bh r = _mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo));
-        _mm512_storeu_si512(out + i, (__m512i)r);
+        for (size_t k = i; k < i + 32; k++)
+            out[k] = mtc_f32_to_bf16(in[k]);
     }
 #endif
     for (; i < n; i++)
@@ -57,24 +67,20 @@ void nn_f32_to_bf16(mtc_bf16 *out, const float *in, size_t n) {
 void nn_f32_to_bf16_both(mtc_bf16 *out16, float *out32, const float *in, size_t n) {
     size_t i = 0;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-    const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
     for (; i + 32 <= n; i += 32) {
-        __m512i lo = _mm512_loadu_si512(in + i), hi = _mm512_loadu_si512(in + i + 16);
-        __mmask16 slo = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(lo, expo), lo, mant);
-        __mmask16 shi = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(hi, expo), hi, mant);
-        if (__builtin_expect((slo | shi) != 0, 0)) { /* subnormal lanes, as nn_f32_to_bf16 */
-            for (size_t k = i; k < i + 32; k++) {
-                out16[k] = mtc_f32_to_bf16(in[k]);
-                out32[k] = mtc_bf16_to_f32(out16[k]);
-            }
+        __m512i r;
+        if (bf16_block32(in + i, &r)) {
+            _mm512_storeu_si512(out16 + i, r);
+            __m512i r0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(r));
+            __m512i r1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(r, 1));
+            _mm512_storeu_si512(out32 + i, _mm512_slli_epi32(r0, 16));
+            _mm512_storeu_si512(out32 + i + 16, _mm512_slli_epi32(r1, 16));
             continue;
         }
-        __m512i r = (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo));
-        _mm512_storeu_si512(out16 + i, r);
-        __m512i r0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(r));
-        __m512i r1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(r, 1));
-        _mm512_storeu_si512(out32 + i, _mm512_slli_epi32(r0, 16));
-        _mm512_storeu_si512(out32 + i + 16, _mm512_slli_epi32(r1, 16));
+        for (size_t k = i; k < i + 32; k++) {
+            out16[k] = mtc_f32_to_bf16(in[k]);
+            out32[k] = mtc_bf16_to_f32(out16[k]);
+        }
     }
 #endif
     for (; i < n; i++) {

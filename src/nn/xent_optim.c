@@ -128,8 +128,8 @@ static inline void adamw8(float *param, const float *grad, float *m, float *v, _
     _mm256_storeu_ps(param, _mm256_fnmadd_ps(lr, _mm256_fmadd_ps(wd, p, u), p));
 }
 #if defined(__AVX512F__)
-/* adamw8's operations on 16 lanes (its divide and square root take as many
- * cycles a vector at either width: the update is bound by them) */
+/* adamw8's operations on 16 lanes, the same bits lane for lane (half the
+ * vector instructions; the update is mostly bound by memory) */
 static inline void adamw16(float *param, const float *grad, float *m, float *v, __m512 gs,
                            __m512 lr, __m512 b1, __m512 b2, __m512 eps, __m512 wd, __m512 ib1,
                            __m512 ib2) {
